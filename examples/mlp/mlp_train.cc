@@ -1,0 +1,543 @@
+// mlp_train: trains a multi-layer perceptron with SGD and momentum on a
+// synthetic dataset held in device memory, written against the CUDA driver
+// API alone. It runs unchanged on the fake device (the default module,
+// mlp_kernels_host.so beside the binary) and on a GPU (--module with the
+// cubin built from mlp_kernels.cu), which makes it stensor's driver-API test
+// load: many device buffers of swappable size, kernels whose mangled names
+// tell read-only from written parameters, and a deterministic result.
+//
+// Output, on stdout:
+//   working_set <bytes>        sum of all cuMemAlloc sizes
+//   step <n> loss <x>          one line per step, n from 0
+//   checksum <16 hex digits>   FNV-1a 64 over the final weights and biases
+// Exit status: 0 on success, 1 on a failed driver call, 2 on bad flags.
+#include <cuda.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+// Every driver call goes through CU_CHECK so that a failure names the
+// function (the name as written, before cuda.h maps it to a _v2 symbol).
+#define CU_CHECK(fn, ...) CheckCu(fn(__VA_ARGS__), #fn)
+
+namespace {
+
+void CheckCu(CUresult result, const char* function) {
+  if (result == CUDA_SUCCESS) return;
+  const char* name = nullptr;
+  if (cuGetErrorName(result, &name) != CUDA_SUCCESS || name == nullptr) {
+    name = "unrecognised error";
+  }
+  std::fflush(stdout);
+  std::fprintf(stderr, "mlp_train: %s failed: %s (%d)\n", function, name,
+               static_cast<int>(result));
+  std::exit(1);
+}
+
+struct Options {
+  std::string module;  // empty: mlp_kernels_host.so beside the binary
+  int steps = 40;
+  int batch = 32;
+  int input = 1024;
+  int hidden = 1024;
+  int layers = 2;  // hidden layers; the output layer comes on top
+  int classes = 16;
+  int shards = 12;
+  int shard_samples = 1024;
+  float lr = 0.002f;
+  float momentum = 0.9f;
+  float noise = 2.0f;
+  long long seed = 1;
+};
+
+constexpr char kUsage[] =
+    "usage: mlp_train [--flag=value | --flag value]...\n"
+    "  --module PATH        kernel module: a cubin on a GPU, a host-kernel\n"
+    "                       .so on the fake driver\n"
+    "                       (default: mlp_kernels_host.so beside the binary)\n"
+    "  --steps N            training steps (default 40)\n"
+    "  --batch N            samples per step (default 32)\n"
+    "  --input N            features per sample (default 1024)\n"
+    "  --hidden N           width of each hidden layer (default 1024)\n"
+    "  --layers N           hidden layers, at least 1 (default 2)\n"
+    "  --classes N          classes, at least 2 (default 16)\n"
+    "  --shards N           dataset shards, one device buffer each "
+    "(default 12)\n"
+    "  --shard-samples N    samples per shard, at least --batch "
+    "(default 1024)\n"
+    "  --lr X               learning rate (default 0.002)\n"
+    "  --momentum X         momentum in [0, 1) (default 0.9)\n"
+    "  --noise X            standard deviation around the class means "
+    "(default 2)\n"
+    "  --seed N             seed of data and initial weights, 0..4294967295 "
+    "(default 1)\n";
+
+[[noreturn]] __attribute__((format(printf, 1, 2))) void UsageError(
+    const char* format, ...) {
+  std::fputs("mlp_train: ", stderr);
+  va_list args;
+  va_start(args, format);
+  std::vfprintf(stderr, format, args);
+  va_end(args);
+  std::fputs("\n", stderr);
+  std::fputs(kUsage, stderr);
+  std::exit(2);
+}
+
+long long ParseInteger(const std::string& flag, const std::string& text,
+                       long long min, long long max) {
+  errno = 0;
+  char* end = nullptr;
+  const long long value = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || value < min ||
+      value > max) {
+    UsageError("--%s=%s: expected an integer in [%lld, %lld]", flag.c_str(),
+               text.c_str(), min, max);
+  }
+  return value;
+}
+
+int ParseInt(const std::string& flag, const std::string& text, int min,
+             int max) {
+  return static_cast<int>(ParseInteger(flag, text, min, max));
+}
+
+// Accepts [min, max], or [min, max) when max_open.
+float ParseFloat(const std::string& flag, const std::string& text, float min,
+                 float max, bool max_open) {
+  errno = 0;
+  char* end = nullptr;
+  const float value = std::strtof(text.c_str(), &end);
+  const bool in_range = std::isfinite(value) && value >= min &&
+                        (max_open ? value < max : value <= max);
+  if (text.empty() || *end != '\0' || errno != 0 || !in_range) {
+    UsageError("--%s=%s: expected a number in [%g, %g%c", flag.c_str(),
+               text.c_str(), min, max, max_open ? ')' : ']');
+  }
+  return value;
+}
+
+Options ParseFlags(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) {
+      UsageError("unexpected argument '%s'", arg.c_str());
+    }
+    std::string name = arg.substr(2);
+    std::string value;
+    const size_t equals = name.find('=');
+    if (equals != std::string::npos) {
+      value = name.substr(equals + 1);
+      name.resize(equals);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      UsageError("--%s needs a value", name.c_str());
+    }
+    // Widths are capped so that every buffer's element count, a kernel's
+    // `int n`, stays far from overflow; the products are checked later.
+    constexpr int kMaxWidth = 1 << 20;
+    if (name == "module") {
+      if (value.empty()) UsageError("--module needs a path");
+      options.module = value;
+    } else if (name == "steps") {
+      options.steps = ParseInt(name, value, 1, 1000000);
+    } else if (name == "batch") {
+      options.batch = ParseInt(name, value, 1, kMaxWidth);
+    } else if (name == "input") {
+      options.input = ParseInt(name, value, 1, kMaxWidth);
+    } else if (name == "hidden") {
+      options.hidden = ParseInt(name, value, 1, kMaxWidth);
+    } else if (name == "layers") {
+      options.layers = ParseInt(name, value, 1, 1000);
+    } else if (name == "classes") {
+      options.classes = ParseInt(name, value, 2, kMaxWidth);
+    } else if (name == "shards") {
+      options.shards = ParseInt(name, value, 1, 100000);
+    } else if (name == "shard-samples") {
+      options.shard_samples = ParseInt(name, value, 1, INT_MAX);
+    } else if (name == "lr") {
+      options.lr = ParseFloat(name, value, 0.0f, 10.0f, false);
+    } else if (name == "momentum") {
+      options.momentum = ParseFloat(name, value, 0.0f, 1.0f, true);
+    } else if (name == "noise") {
+      options.noise = ParseFloat(name, value, 0.0f, 1000.0f, false);
+    } else if (name == "seed") {
+      options.seed = ParseInteger(name, value, 0, UINT_MAX);
+    } else {
+      UsageError("unknown flag --%s", name.c_str());
+    }
+  }
+  if (options.shard_samples < options.batch) {
+    UsageError("--shard-samples=%d is smaller than --batch=%d",
+               options.shard_samples, options.batch);
+  }
+  // Kernels take element counts and sample indices as int.
+  const long long width =
+      std::max({options.input, options.hidden, options.classes});
+  const long long counts[] = {
+      static_cast<long long>(options.input) * options.hidden,
+      static_cast<long long>(options.hidden) * options.hidden,
+      static_cast<long long>(options.hidden) * options.classes,
+      static_cast<long long>(options.batch) * width,
+      static_cast<long long>(options.shard_samples) * options.input,
+      static_cast<long long>(options.shard_samples) * options.shards,
+  };
+  for (long long count : counts) {
+    if (count > INT_MAX) {
+      UsageError("sizes too large: a buffer would hold %lld elements", count);
+    }
+  }
+  return options;
+}
+
+std::string DefaultModulePath() {
+  char path[PATH_MAX];
+  const ssize_t length = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (length <= 0) {
+    std::fprintf(stderr, "mlp_train: cannot read /proc/self/exe: %s\n",
+                 std::strerror(errno));
+    std::exit(1);
+  }
+  std::string exe(path, static_cast<size_t>(length));
+  return exe.substr(0, exe.rfind('/') + 1) + "mlp_kernels_host.so";
+}
+
+// Typed launchers, one per kernel of mlp_kernels.cu, each mirroring the
+// kernel's C++ signature (CUdeviceptr standing for a pointer) so no call
+// can pass a parameter of the wrong size. Functions are looked up by their
+// mangled names, which encode those signatures.
+class Kernels {
+ public:
+  explicit Kernels(CUmodule module) {
+    init_params_ = Get(module, "_ZN3mlp11init_paramsEPfijf");
+    synth_shard_ = Get(module, "_ZN3mlp11synth_shardEPfPiiiiijf");
+    gather_batch_ = Get(module, "_ZN3mlp12gather_batchEPKfPKiPfPiiii");
+    linear_forward_ = Get(module, "_ZN3mlp14linear_forwardEPKfS1_S1_Pfiii");
+    relu_forward_ = Get(module, "_ZN3mlp12relu_forwardEPKfPfi");
+    softmax_xent_ = Get(module, "_ZN3mlp12softmax_xentEPKfPKiPfS4_ii");
+    mean_loss_ = Get(module, "_ZN3mlp9mean_lossEPKfPfi");
+    linear_backward_input_ =
+        Get(module, "_ZN3mlp21linear_backward_inputEPKfS1_Pfiii");
+    linear_backward_params_ =
+        Get(module, "_ZN3mlp22linear_backward_paramsEPKfS1_PfS2_iii");
+    relu_backward_ = Get(module, "_ZN3mlp13relu_backwardEPKfPfi");
+    sgd_momentum_ = Get(module, "_ZN3mlp12sgd_momentumEPfS0_PKfffi");
+  }
+
+  void InitParams(CUdeviceptr w, int n, unsigned seed, float scale) {
+    void* args[] = {&w, &n, &seed, &scale};
+    Launch(init_params_, "init_params", n, args);
+  }
+  void SynthShard(CUdeviceptr data, CUdeviceptr labels, int first_sample,
+                  int count, int features, int classes, unsigned seed,
+                  float noise) {
+    void* args[] = {&data,     &labels,  &first_sample, &count,
+                    &features, &classes, &seed,         &noise};
+    Launch(synth_shard_, "synth_shard",
+           static_cast<long long>(count) * features, args);
+  }
+  void GatherBatch(CUdeviceptr data, CUdeviceptr labels, CUdeviceptr x,
+                   CUdeviceptr y, int first, int batch, int features) {
+    void* args[] = {&data, &labels, &x, &y, &first, &batch, &features};
+    Launch(gather_batch_, "gather_batch",
+           static_cast<long long>(batch) * features, args);
+  }
+  void LinearForward(CUdeviceptr x, CUdeviceptr w, CUdeviceptr b, CUdeviceptr y,
+                     int batch, int in, int out) {
+    void* args[] = {&x, &w, &b, &y, &batch, &in, &out};
+    Launch(linear_forward_, "linear_forward",
+           static_cast<long long>(batch) * out, args);
+  }
+  void ReluForward(CUdeviceptr pre, CUdeviceptr post, int n) {
+    void* args[] = {&pre, &post, &n};
+    Launch(relu_forward_, "relu_forward", n, args);
+  }
+  void SoftmaxXent(CUdeviceptr logits, CUdeviceptr labels, CUdeviceptr dlogits,
+                   CUdeviceptr sample_loss, int batch, int classes) {
+    void* args[] = {&logits, &labels, &dlogits, &sample_loss, &batch, &classes};
+    Launch(softmax_xent_, "softmax_xent", batch, args);
+  }
+  void MeanLoss(CUdeviceptr sample_loss, CUdeviceptr loss, int batch) {
+    void* args[] = {&sample_loss, &loss, &batch};
+    Launch(mean_loss_, "mean_loss", 1, args);
+  }
+  void LinearBackwardInput(CUdeviceptr dy, CUdeviceptr w, CUdeviceptr dx,
+                           int batch, int in, int out) {
+    void* args[] = {&dy, &w, &dx, &batch, &in, &out};
+    Launch(linear_backward_input_, "linear_backward_input",
+           static_cast<long long>(batch) * in, args);
+  }
+  void LinearBackwardParams(CUdeviceptr x, CUdeviceptr dy, CUdeviceptr dw,
+                            CUdeviceptr db, int batch, int in, int out) {
+    void* args[] = {&x, &dy, &dw, &db, &batch, &in, &out};
+    Launch(linear_backward_params_, "linear_backward_params",
+           static_cast<long long>(in) * out + out, args);
+  }
+  void ReluBackward(CUdeviceptr pre, CUdeviceptr grad, int n) {
+    void* args[] = {&pre, &grad, &n};
+    Launch(relu_backward_, "relu_backward", n, args);
+  }
+  void SgdMomentum(CUdeviceptr w, CUdeviceptr v, CUdeviceptr g, float lr,
+                   float momentum, int n) {
+    void* args[] = {&w, &v, &g, &lr, &momentum, &n};
+    Launch(sgd_momentum_, "sgd_momentum", n, args);
+  }
+
+ private:
+  static constexpr unsigned kBlock = 256;
+
+  static CUfunction Get(CUmodule module, const char* name) {
+    CUfunction function = nullptr;
+    const CUresult result = cuModuleGetFunction(&function, module, name);
+    if (result != CUDA_SUCCESS) {
+      std::fprintf(stderr, "mlp_train: kernel %s:\n", name);
+      CheckCu(result, "cuModuleGetFunction");
+    }
+    return function;
+  }
+
+  // One thread per element on the default stream; the kernels guard the
+  // surplus threads of the last block.
+  static void Launch(CUfunction function, const char* name, long long threads,
+                     void** args) {
+    const long long blocks = (threads + kBlock - 1) / kBlock;
+    const CUresult result =
+        cuLaunchKernel(function, static_cast<unsigned>(blocks), 1, 1, kBlock, 1,
+                       1, 0, nullptr, args, nullptr);
+    if (result != CUDA_SUCCESS) {
+      std::fprintf(stderr, "mlp_train: launch of mlp::%s:\n", name);
+      CheckCu(result, "cuLaunchKernel");
+    }
+  }
+
+  CUfunction init_params_, synth_shard_, gather_batch_, linear_forward_,
+      relu_forward_, softmax_xent_, mean_loss_, linear_backward_input_,
+      linear_backward_params_, relu_backward_, sgd_momentum_;
+};
+
+// Every device allocation of the program, so the working set is their sum
+// and all can be freed at the end.
+class DeviceMemory {
+ public:
+  CUdeviceptr Alloc(size_t bytes) {
+    CUdeviceptr ptr = 0;
+    CU_CHECK(cuMemAlloc, &ptr, bytes);
+    buffers_.push_back(ptr);
+    total_bytes_ += bytes;
+    return ptr;
+  }
+  CUdeviceptr AllocFloats(long long count) {
+    return Alloc(static_cast<size_t>(count) * sizeof(float));
+  }
+  CUdeviceptr AllocInts(long long count) {
+    return Alloc(static_cast<size_t>(count) * sizeof(int));
+  }
+  void FreeAll() {
+    for (CUdeviceptr ptr : buffers_) CU_CHECK(cuMemFree, ptr);
+    buffers_.clear();
+  }
+  size_t total_bytes() const { return total_bytes_; }
+
+ private:
+  std::vector<CUdeviceptr> buffers_;
+  size_t total_bytes_ = 0;
+};
+
+// A fully connected layer: parameters, their gradients and momentum each in
+// a buffer of its own, and the activations of one batch.
+struct Layer {
+  int in = 0;
+  int out = 0;
+  bool relu = false;           // hidden layers; the output layer yields logits
+  CUdeviceptr w = 0, b = 0;    // [in, out], [out]
+  CUdeviceptr dw = 0, db = 0;  // gradients
+  CUdeviceptr vw = 0, vb = 0;  // momentum
+  CUdeviceptr pre = 0;         // [batch, out] x w + b
+  CUdeviceptr post = 0;        // [batch, out] relu(pre); hidden layers only
+  // [batch, out] gradient of the loss. Output layer: with respect to the
+  // logits (pre). Hidden layers: with respect to post, then, in place after
+  // relu_backward, with respect to pre.
+  CUdeviceptr grad = 0;
+};
+
+struct Shard {
+  CUdeviceptr data = 0;    // [shard_samples, input]
+  CUdeviceptr labels = 0;  // [shard_samples]
+};
+
+class Fnv1a64 {
+ public:
+  void Update(const void* data, size_t size) {
+    const unsigned char* bytes = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < size; ++i) {
+      hash_ = (hash_ ^ bytes[i]) * 0x100000001b3ull;
+    }
+  }
+  uint64_t hash() const { return hash_; }
+
+ private:
+  uint64_t hash_ = 0xcbf29ce484222325ull;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options options = ParseFlags(argc, argv);
+  const std::string module_path =
+      options.module.empty() ? DefaultModulePath() : options.module;
+  const unsigned seed = static_cast<unsigned>(options.seed);
+  const int batch = options.batch;
+
+  CU_CHECK(cuInit, 0);
+  CUdevice device = 0;
+  CU_CHECK(cuDeviceGet, &device, 0);
+  CUcontext context = nullptr;
+  CU_CHECK(cuDevicePrimaryCtxRetain, &context, device);
+  CU_CHECK(cuCtxSetCurrent, context);
+  CUmodule module = nullptr;
+  {
+    const CUresult result = cuModuleLoad(&module, module_path.c_str());
+    if (result != CUDA_SUCCESS) {
+      std::fprintf(stderr, "mlp_train: module %s:\n", module_path.c_str());
+      CheckCu(result, "cuModuleLoad");
+    }
+  }
+  Kernels kernels(module);
+
+  DeviceMemory memory;
+  std::vector<Layer> layers(options.layers + 1);
+  for (int l = 0; l <= options.layers; ++l) {
+    Layer& layer = layers[l];
+    layer.in = l == 0 ? options.input : options.hidden;
+    layer.out = l == options.layers ? options.classes : options.hidden;
+    layer.relu = l < options.layers;
+    const long long weights = static_cast<long long>(layer.in) * layer.out;
+    const long long activations = static_cast<long long>(batch) * layer.out;
+    layer.w = memory.AllocFloats(weights);
+    layer.b = memory.AllocFloats(layer.out);
+    layer.dw = memory.AllocFloats(weights);
+    layer.db = memory.AllocFloats(layer.out);
+    layer.vw = memory.AllocFloats(weights);
+    layer.vb = memory.AllocFloats(layer.out);
+    layer.pre = memory.AllocFloats(activations);
+    if (layer.relu) layer.post = memory.AllocFloats(activations);
+    layer.grad = memory.AllocFloats(activations);
+  }
+  std::vector<Shard> shards(options.shards);
+  for (Shard& shard : shards) {
+    shard.data = memory.AllocFloats(
+        static_cast<long long>(options.shard_samples) * options.input);
+    shard.labels = memory.AllocInts(options.shard_samples);
+  }
+  const CUdeviceptr x =
+      memory.AllocFloats(static_cast<long long>(batch) * options.input);
+  const CUdeviceptr y = memory.AllocInts(batch);
+  const CUdeviceptr sample_loss = memory.AllocFloats(batch);
+  const CUdeviceptr loss = memory.AllocFloats(1);
+  std::printf("working_set %zu\n", memory.total_bytes());
+  std::fflush(stdout);
+
+  for (int s = 0; s < options.shards; ++s) {
+    kernels.SynthShard(shards[s].data, shards[s].labels,
+                       s * options.shard_samples, options.shard_samples,
+                       options.input, options.classes, seed, options.noise);
+  }
+  for (int l = 0; l <= options.layers; ++l) {
+    Layer& layer = layers[l];
+    // He initialisation before a ReLU keeps activations at unit scale; the
+    // output layer starts near zero so the first loss is close to
+    // log(classes) instead of the loss of confident random guesses.
+    const float gain = layer.relu ? 2.0f : 0.01f;
+    const float scale = std::sqrt(gain / static_cast<float>(layer.in));
+    kernels.InitParams(layer.w, layer.in * layer.out,
+                       seed ^ (0x51ed0000u + static_cast<unsigned>(l)), scale);
+    CU_CHECK(cuMemsetD32, layer.b, 0, layer.out);
+    CU_CHECK(cuMemsetD32, layer.vw, 0,
+             static_cast<size_t>(layer.in) * layer.out);
+    CU_CHECK(cuMemsetD32, layer.vb, 0, layer.out);
+  }
+
+  // Steps visit the shards round robin, so every shard buffer is touched
+  // again only after all the others: a long reuse distance to swap across.
+  const int batches_per_shard = options.shard_samples / batch;
+  for (int step = 0; step < options.steps; ++step) {
+    const Shard& shard = shards[step % options.shards];
+    const int first = (step / options.shards) % batches_per_shard * batch;
+    kernels.GatherBatch(shard.data, shard.labels, x, y, first, batch,
+                        options.input);
+
+    CUdeviceptr input = x;
+    for (Layer& layer : layers) {
+      kernels.LinearForward(input, layer.w, layer.b, layer.pre, batch, layer.in,
+                            layer.out);
+      if (layer.relu) {
+        kernels.ReluForward(layer.pre, layer.post, batch * layer.out);
+        input = layer.post;
+      }
+    }
+    const Layer& top = layers.back();
+    kernels.SoftmaxXent(top.pre, y, top.grad, sample_loss, batch,
+                        options.classes);
+    kernels.MeanLoss(sample_loss, loss, batch);
+
+    for (int l = options.layers; l >= 0; --l) {
+      Layer& layer = layers[l];
+      const CUdeviceptr layer_input = l == 0 ? x : layers[l - 1].post;
+      kernels.LinearBackwardParams(layer_input, layer.grad, layer.dw, layer.db,
+                                   batch, layer.in, layer.out);
+      if (l > 0) {
+        Layer& below = layers[l - 1];
+        kernels.LinearBackwardInput(layer.grad, layer.w, below.grad, batch,
+                                    layer.in, layer.out);
+        kernels.ReluBackward(below.pre, below.grad, batch * below.out);
+      }
+    }
+    for (Layer& layer : layers) {
+      kernels.SgdMomentum(layer.w, layer.vw, layer.dw, options.lr,
+                          options.momentum, layer.in * layer.out);
+      kernels.SgdMomentum(layer.b, layer.vb, layer.db, options.lr,
+                          options.momentum, layer.out);
+    }
+
+    // Synchronous on the default stream: waits for the step to finish.
+    float step_loss = 0.0f;
+    CU_CHECK(cuMemcpyDtoH, &step_loss, loss, sizeof(step_loss));
+    std::printf("step %d loss %.6f\n", step, step_loss);
+    std::fflush(stdout);
+  }
+
+  Fnv1a64 checksum;
+  std::vector<float> host;
+  for (const Layer& layer : layers) {
+    host.resize(static_cast<size_t>(layer.in) * layer.out);
+    CU_CHECK(cuMemcpyDtoH, host.data(), layer.w, host.size() * sizeof(float));
+    checksum.Update(host.data(), host.size() * sizeof(float));
+    host.resize(layer.out);
+    CU_CHECK(cuMemcpyDtoH, host.data(), layer.b, host.size() * sizeof(float));
+    checksum.Update(host.data(), host.size() * sizeof(float));
+  }
+  std::printf("checksum %016llx\n",
+              static_cast<unsigned long long>(checksum.hash()));
+  std::fflush(stdout);
+
+  memory.FreeAll();
+  CU_CHECK(cuModuleUnload, module);
+  CU_CHECK(cuDevicePrimaryCtxRelease, device);
+  return 0;
+}

@@ -1,0 +1,316 @@
+// Fake driver: copies and memsets, synchronous and stream-ordered.
+//
+// Every copy runs on a stream worker, in stream order. Synchronous calls use
+// the legacy stream (or the per-thread stream for _ptds entry points) and
+// wait. Asynchronous copies follow the real driver's rules for pageable host
+// memory: a pageable source is read before the call returns, and a copy into
+// pageable memory has completed when it returns.
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "tests/fakecuda/internal.h"
+
+namespace fakecuda {
+namespace {
+
+// One side of a copy: a base address with a row pitch and a slice height.
+struct Side {
+  unsigned char* base = nullptr;
+  size_t pitch = 0;   // bytes between rows
+  size_t height = 0;  // rows between slices
+  bool device = false;
+};
+
+struct Shape {
+  size_t width = 0;  // bytes per row
+  size_t rows = 1;
+  size_t slices = 1;
+};
+
+unsigned char* RowAt(const Side& s, size_t row, size_t slice) {
+  return s.base + (slice * s.height + row) * s.pitch;
+}
+
+size_t Extent(const Side& s, const Shape& shape) {
+  return ((shape.slices - 1) * s.height + (shape.rows - 1)) * s.pitch +
+         shape.width;
+}
+
+CUresult CheckSide(const Side& s, const Shape& shape) {
+  if (shape.rows > 1 && s.pitch < shape.width) return CUDA_ERROR_INVALID_VALUE;
+  if (shape.slices > 1 && s.height < shape.rows) return CUDA_ERROR_INVALID_VALUE;
+  if (s.device &&
+      !IsDeviceRange(reinterpret_cast<CUdeviceptr>(s.base), Extent(s, shape))) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+void CopyRows(const Side& dst, const Side& src, const Shape& shape) {
+  for (size_t z = 0; z < shape.slices; ++z) {
+    for (size_t y = 0; y < shape.rows; ++y) {
+      std::memmove(RowAt(dst, y, z), RowAt(src, y, z), shape.width);
+    }
+  }
+}
+
+bool Pageable(const Side& s, const Shape& shape) {
+  return !s.device && !IsPinnedHost(s.base, Extent(s, shape));
+}
+
+CUresult Copy(Side dst, Side src, Shape shape, CUstream h, bool async,
+              bool per_thread) {
+  if (shape.width == 0 || shape.rows == 0 || shape.slices == 0) {
+    return CUDA_SUCCESS;
+  }
+  if (dst.pitch == 0) dst.pitch = shape.width;
+  if (src.pitch == 0) src.pitch = shape.width;
+  if (dst.height == 0) dst.height = shape.rows;
+  if (src.height == 0) src.height = shape.rows;
+  if (dst.base == nullptr || src.base == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = CheckSide(dst, shape); r != CUDA_SUCCESS) return r;
+  if (CUresult r = CheckSide(src, shape); r != CUDA_SUCCESS) return r;
+  std::shared_ptr<Stream> s;
+  if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
+  if (!async) {
+    SubmitAndWait(s, [=] { CopyRows(dst, src, shape); });
+    return CUDA_SUCCESS;
+  }
+  if (Pageable(src, shape)) {
+    // Staged: the source is read now, the destination written in order.
+    auto staged = std::make_shared<std::vector<unsigned char>>(
+        shape.width * shape.rows * shape.slices);
+    Side packed{staged->data(), shape.width, shape.rows, false};
+    CopyRows(packed, src, shape);
+    Submit(s, [=] { CopyRows(dst, packed, shape); (void)staged; });
+  } else if (Pageable(dst, shape)) {
+    SubmitAndWait(s, [=] { CopyRows(dst, src, shape); });
+  } else {
+    Submit(s, [=] { CopyRows(dst, src, shape); });
+  }
+  return CUDA_SUCCESS;
+}
+
+Side Host(const void* p) {
+  return Side{static_cast<unsigned char*>(const_cast<void*>(p)), 0, 0, false};
+}
+Side Dev(CUdeviceptr p) {
+  return Side{reinterpret_cast<unsigned char*>(p), 0, 0, true};
+}
+// Unified addressing: a pointer is device memory when the driver knows it.
+Side Unified(CUdeviceptr p) {
+  return Side{reinterpret_cast<unsigned char*>(p), 0, 0, IsDevicePointer(p)};
+}
+Shape Linear(size_t n) { return Shape{n, 1, 1}; }
+
+CUresult SideOf(CUmemorytype type, const void* host, CUdeviceptr device,
+                CUarray array, Side* out) {
+  switch (type) {
+    case CU_MEMORYTYPE_HOST: *out = Host(host); return CUDA_SUCCESS;
+    case CU_MEMORYTYPE_DEVICE: *out = Dev(device); return CUDA_SUCCESS;
+    case CU_MEMORYTYPE_UNIFIED: *out = Unified(device); return CUDA_SUCCESS;
+    case CU_MEMORYTYPE_ARRAY:
+      (void)array;
+      return CUDA_ERROR_NOT_SUPPORTED;  // CUDA arrays are not modelled
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+CUresult Copy3D(const CUDA_MEMCPY3D* p, CUstream h, bool async, bool pt) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Side src, dst;
+  if (CUresult r = SideOf(p->srcMemoryType, p->srcHost, p->srcDevice,
+                          p->srcArray, &src);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  if (CUresult r = SideOf(p->dstMemoryType, p->dstHost, p->dstDevice,
+                          p->dstArray, &dst);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  if (p->srcLOD != 0 || p->dstLOD != 0) return CUDA_ERROR_INVALID_VALUE;
+  src.pitch = p->srcPitch ? p->srcPitch : p->WidthInBytes;
+  dst.pitch = p->dstPitch ? p->dstPitch : p->WidthInBytes;
+  src.height = p->srcHeight ? p->srcHeight : p->Height;
+  dst.height = p->dstHeight ? p->dstHeight : p->Height;
+  src.base += (p->srcZ * src.height + p->srcY) * src.pitch + p->srcXInBytes;
+  dst.base += (p->dstZ * dst.height + p->dstY) * dst.pitch + p->dstXInBytes;
+  return Copy(dst, src, Shape{p->WidthInBytes, p->Height, p->Depth}, h, async,
+              pt);
+}
+
+CUresult Copy2D(const CUDA_MEMCPY2D* p, CUstream h, bool async, bool pt) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUDA_MEMCPY3D q{};
+  q.srcXInBytes = p->srcXInBytes;
+  q.srcY = p->srcY;
+  q.srcMemoryType = p->srcMemoryType;
+  q.srcHost = p->srcHost;
+  q.srcDevice = p->srcDevice;
+  q.srcArray = p->srcArray;
+  q.srcPitch = p->srcPitch;
+  q.srcHeight = p->Height;
+  q.dstXInBytes = p->dstXInBytes;
+  q.dstY = p->dstY;
+  q.dstMemoryType = p->dstMemoryType;
+  q.dstHost = p->dstHost;
+  q.dstDevice = p->dstDevice;
+  q.dstArray = p->dstArray;
+  q.dstPitch = p->dstPitch;
+  q.dstHeight = p->Height;
+  q.WidthInBytes = p->WidthInBytes;
+  q.Height = p->Height;
+  q.Depth = 1;
+  return Copy3D(&q, h, async, pt);
+}
+
+// Memset of `rows` rows of `width` elements of `elem` bytes each.
+CUresult Memset(CUdeviceptr dst, size_t pitch, unsigned value, size_t elem,
+                size_t width, size_t rows, CUstream h, bool async, bool pt) {
+  if (width == 0 || rows == 0) return CUDA_SUCCESS;
+  if (dst % elem != 0) return CUDA_ERROR_INVALID_VALUE;
+  size_t row_bytes = width * elem;
+  if (rows > 1 && pitch < row_bytes) return CUDA_ERROR_INVALID_VALUE;
+  if (rows == 1) pitch = row_bytes;
+  if (!IsDeviceRange(dst, (rows - 1) * pitch + row_bytes)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::shared_ptr<Stream> s;
+  if (CUresult r = ResolveStream(h, pt, &s); r != CUDA_SUCCESS) return r;
+  auto fill = [=] {
+    for (size_t y = 0; y < rows; ++y) {
+      auto* row = reinterpret_cast<unsigned char*>(dst + y * pitch);
+      if (elem == 1) {
+        std::memset(row, static_cast<int>(value & 0xff), width);
+        continue;
+      }
+      for (size_t x = 0; x < width; ++x) {
+        std::memcpy(row + x * elem, &value, elem);  // little-endian low bytes
+      }
+    }
+  };
+  if (async) {
+    Submit(s, fill);
+  } else {
+    SubmitAndWait(s, fill);
+  }
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+}  // namespace fakecuda
+
+using namespace fakecuda;  // NOLINT: the exported C API below
+
+// Synchronous entry points come as a legacy name and a _ptds twin;
+// asynchronous ones as a legacy name and a _ptsz twin.
+#define FAKECUDA_SYNC(name, params, ...)                     \
+  FAKECUDA_EXPORT CUresult name params {                     \
+    FAKECUDA_ENTER(#name);                                   \
+    constexpr bool kPerThread = false;                       \
+    return __VA_ARGS__;                                      \
+  }                                                          \
+  FAKECUDA_EXPORT CUresult name##_ptds params {              \
+    FAKECUDA_ENTER(#name "_ptds");                           \
+    constexpr bool kPerThread = true;                        \
+    return __VA_ARGS__;                                      \
+  }
+#define FAKECUDA_ASYNC(name, params, ...)                    \
+  FAKECUDA_EXPORT CUresult name params {                     \
+    FAKECUDA_ENTER(#name);                                   \
+    constexpr bool kPerThread = false;                       \
+    return __VA_ARGS__;                                      \
+  }                                                          \
+  FAKECUDA_EXPORT CUresult name##_ptsz params {              \
+    FAKECUDA_ENTER(#name "_ptsz");                           \
+    constexpr bool kPerThread = true;                        \
+    return __VA_ARGS__;                                      \
+  }
+
+FAKECUDA_SYNC(cuMemcpyHtoD_v2, (CUdeviceptr dst, const void* src, size_t n),
+              Copy(Dev(dst), Host(src), Linear(n), nullptr, false, kPerThread))
+FAKECUDA_SYNC(cuMemcpyDtoH_v2, (void* dst, CUdeviceptr src, size_t n),
+              Copy(Host(dst), Dev(src), Linear(n), nullptr, false, kPerThread))
+FAKECUDA_SYNC(cuMemcpyDtoD_v2, (CUdeviceptr dst, CUdeviceptr src, size_t n),
+              Copy(Dev(dst), Dev(src), Linear(n), nullptr, false, kPerThread))
+FAKECUDA_SYNC(cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t n),
+              Copy(Unified(dst), Unified(src), Linear(n), nullptr, false,
+                   kPerThread))
+FAKECUDA_SYNC(cuMemcpyPeer,
+              (CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src,
+               CUcontext src_ctx, size_t n),
+              (IsLiveContext(reinterpret_cast<Context*>(dst_ctx)) &&
+               IsLiveContext(reinterpret_cast<Context*>(src_ctx)))
+                  ? Copy(Dev(dst), Dev(src), Linear(n), nullptr, false,
+                         kPerThread)
+                  : CUDA_ERROR_INVALID_CONTEXT)
+FAKECUDA_SYNC(cuMemcpy2D_v2, (const CUDA_MEMCPY2D* p),
+              Copy2D(p, nullptr, false, kPerThread))
+FAKECUDA_SYNC(cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D* p),
+              Copy2D(p, nullptr, false, kPerThread))
+FAKECUDA_SYNC(cuMemcpy3D_v2, (const CUDA_MEMCPY3D* p),
+              Copy3D(p, nullptr, false, kPerThread))
+
+FAKECUDA_ASYNC(cuMemcpyHtoDAsync_v2,
+               (CUdeviceptr dst, const void* src, size_t n, CUstream s),
+               Copy(Dev(dst), Host(src), Linear(n), s, true, kPerThread))
+FAKECUDA_ASYNC(cuMemcpyDtoHAsync_v2,
+               (void* dst, CUdeviceptr src, size_t n, CUstream s),
+               Copy(Host(dst), Dev(src), Linear(n), s, true, kPerThread))
+FAKECUDA_ASYNC(cuMemcpyDtoDAsync_v2,
+               (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s),
+               Copy(Dev(dst), Dev(src), Linear(n), s, true, kPerThread))
+FAKECUDA_ASYNC(cuMemcpyAsync,
+               (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s),
+               Copy(Unified(dst), Unified(src), Linear(n), s, true, kPerThread))
+FAKECUDA_ASYNC(cuMemcpyPeerAsync,
+               (CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src,
+                CUcontext src_ctx, size_t n, CUstream s),
+               (IsLiveContext(reinterpret_cast<Context*>(dst_ctx)) &&
+                IsLiveContext(reinterpret_cast<Context*>(src_ctx)))
+                   ? Copy(Dev(dst), Dev(src), Linear(n), s, true, kPerThread)
+                   : CUDA_ERROR_INVALID_CONTEXT)
+FAKECUDA_ASYNC(cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D* p, CUstream s),
+               Copy2D(p, s, true, kPerThread))
+FAKECUDA_ASYNC(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D* p, CUstream s),
+               Copy3D(p, s, true, kPerThread))
+
+FAKECUDA_SYNC(cuMemsetD8_v2, (CUdeviceptr d, unsigned char v, size_t n),
+              Memset(d, 0, v, 1, n, 1, nullptr, false, kPerThread))
+FAKECUDA_SYNC(cuMemsetD16_v2, (CUdeviceptr d, unsigned short v, size_t n),
+              Memset(d, 0, v, 2, n, 1, nullptr, false, kPerThread))
+FAKECUDA_SYNC(cuMemsetD32_v2, (CUdeviceptr d, unsigned int v, size_t n),
+              Memset(d, 0, v, 4, n, 1, nullptr, false, kPerThread))
+FAKECUDA_SYNC(cuMemsetD2D8_v2,
+              (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h),
+              Memset(d, pitch, v, 1, w, h, nullptr, false, kPerThread))
+FAKECUDA_SYNC(cuMemsetD2D16_v2,
+              (CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h),
+              Memset(d, pitch, v, 2, w, h, nullptr, false, kPerThread))
+FAKECUDA_SYNC(cuMemsetD2D32_v2,
+              (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h),
+              Memset(d, pitch, v, 4, w, h, nullptr, false, kPerThread))
+
+FAKECUDA_ASYNC(cuMemsetD8Async,
+               (CUdeviceptr d, unsigned char v, size_t n, CUstream s),
+               Memset(d, 0, v, 1, n, 1, s, true, kPerThread))
+FAKECUDA_ASYNC(cuMemsetD16Async,
+               (CUdeviceptr d, unsigned short v, size_t n, CUstream s),
+               Memset(d, 0, v, 2, n, 1, s, true, kPerThread))
+FAKECUDA_ASYNC(cuMemsetD32Async,
+               (CUdeviceptr d, unsigned int v, size_t n, CUstream s),
+               Memset(d, 0, v, 4, n, 1, s, true, kPerThread))
+FAKECUDA_ASYNC(cuMemsetD2D8Async,
+               (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h,
+                CUstream s),
+               Memset(d, pitch, v, 1, w, h, s, true, kPerThread))
+FAKECUDA_ASYNC(cuMemsetD2D16Async,
+               (CUdeviceptr d, size_t pitch, unsigned short v, size_t w,
+                size_t h, CUstream s),
+               Memset(d, pitch, v, 2, w, h, s, true, kPerThread))
+FAKECUDA_ASYNC(cuMemsetD2D32Async,
+               (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h,
+                CUstream s),
+               Memset(d, pitch, v, 4, w, h, s, true, kPerThread))

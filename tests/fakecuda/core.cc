@@ -1,0 +1,751 @@
+// Fake driver: options, the call gate with fault injection, initialisation,
+// devices, contexts and error strings.
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+
+#include "tests/fakecuda/fakecuda.h"
+#include "tests/fakecuda/internal.h"
+
+namespace fakecuda {
+namespace {
+
+[[noreturn]] void BadOption(const char* name, const char* value,
+                            const char* accepted) {
+  std::fprintf(stderr, "fakecuda: invalid %s=\"%s\"; expected %s\n", name,
+               value, accepted);
+  std::exit(2);
+}
+
+bool ParseSize(const char* text, size_t* out) {
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(text, &end, 10);
+  if (end == text || errno != 0 || text[0] == '-') return false;
+  std::string unit(end);
+  unsigned shift = 0;
+  if (unit.empty() || unit == "B") shift = 0;
+  else if (unit == "K" || unit == "KiB") shift = 10;
+  else if (unit == "M" || unit == "MiB") shift = 20;
+  else if (unit == "G" || unit == "GiB") shift = 30;
+  else return false;
+  if (shift != 0 && v > (~0ull >> shift)) return false;
+  *out = static_cast<size_t>(v << shift);
+  return *out > 0;
+}
+
+Options LoadOptions() {
+  Options o;
+  if (const char* v = std::getenv("FAKECUDA_DEVICE_MEMORY")) {
+    if (!ParseSize(v, &o.device_memory)) {
+      BadOption("FAKECUDA_DEVICE_MEMORY", v,
+                "a positive byte count with an optional K|M|G or KiB|MiB|GiB "
+                "suffix, e.g. 512MiB");
+    }
+  }
+  if (const char* v = std::getenv("FAKECUDA_DEVICES")) {
+    char* end = nullptr;
+    long n = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || n < 1 || n > 16) {
+      BadOption("FAKECUDA_DEVICES", v, "an integer from 1 to 16");
+    }
+    o.devices = static_cast<int>(n);
+  }
+  if (const char* v = std::getenv("FAKECUDA_HOST_VMM")) {
+    if (std::strcmp(v, "0") == 0) o.host_vmm = false;
+    else if (std::strcmp(v, "1") == 0) o.host_vmm = true;
+    else BadOption("FAKECUDA_HOST_VMM", v, "0 or 1");
+  }
+  return o;
+}
+
+// --- Fault injection ---------------------------------------------------------
+struct FailRule {
+  std::string name;
+  unsigned long long at;  // fail when the call count reaches this
+  CUresult result;
+};
+
+struct Calls {
+  std::mutex mu;
+  std::unordered_map<std::string, unsigned long long> counts;  // guarded by mu
+  std::vector<FailRule> rules;                                 // guarded by mu
+  std::atomic<bool> counting{false};
+};
+
+Calls& GetCalls() {
+  static Calls* calls = new Calls;  // leaked: used by exit-time calls
+  return *calls;
+}
+
+void ArmFromEnvironment() {
+  const char* spec = std::getenv("FAKECUDA_FAIL");
+  if (spec == nullptr || *spec == '\0') return;
+  std::string all(spec);
+  size_t start = 0;
+  while (start <= all.size()) {
+    size_t end = all.find(',', start);
+    if (end == std::string::npos) end = all.size();
+    std::string item = all.substr(start, end - start);
+    size_t c1 = item.find(':');
+    size_t c2 = c1 == std::string::npos ? c1 : item.find(':', c1 + 1);
+    char* stop = nullptr;
+    long nth = c1 == std::string::npos
+                   ? 0
+                   : std::strtol(item.c_str() + c1 + 1, &stop, 10);
+    long code = CUDA_ERROR_UNKNOWN;
+    bool ok = c1 != std::string::npos && c1 > 0 && nth >= 1 &&
+              (*stop == '\0' || *stop == ':');
+    if (ok && c2 != std::string::npos) {
+      code = std::strtol(item.c_str() + c2 + 1, &stop, 10);
+      ok = *stop == '\0' && code > 0;
+    }
+    if (!ok) {
+      BadOption("FAKECUDA_FAIL", spec,
+                "a comma-separated list of symbol:nth[:cuda-error-number], "
+                "e.g. cuMemCreate:3:2");
+    }
+    fakecuda_fail_call(item.substr(0, c1).c_str(), static_cast<int>(nth),
+                       static_cast<CUresult>(code));
+    start = end + 1;
+  }
+}
+
+std::atomic<bool> g_initialized{false};
+
+}  // namespace
+
+const Options& GetOptions() {
+  static const Options options = LoadOptions();
+  return options;
+}
+
+CUresult Enter(const char* name, bool needs_init) {
+  Calls& calls = GetCalls();
+  if (calls.counting.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lock(calls.mu);
+    unsigned long long n = ++calls.counts[name];
+    for (size_t i = 0; i < calls.rules.size(); ++i) {
+      if (calls.rules[i].name == name && calls.rules[i].at == n) {
+        CUresult r = calls.rules[i].result;
+        calls.rules.erase(calls.rules.begin() + i);
+        return r;
+      }
+    }
+  }
+  if (needs_init && !g_initialized.load(std::memory_order_acquire)) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  return CUDA_SUCCESS;
+}
+
+// --- Devices -----------------------------------------------------------------
+bool Device::Charge(size_t bytes) {
+  size_t cur = used.load();
+  do {
+    if (bytes > GetOptions().device_memory - cur) return false;
+  } while (!used.compare_exchange_weak(cur, cur + bytes));
+  size_t now = cur + bytes;
+  size_t p = peak.load();
+  while (now > p && !peak.compare_exchange_weak(p, now)) {
+  }
+  return true;
+}
+
+void Device::Uncharge(size_t bytes) { used.fetch_sub(bytes); }
+
+namespace {
+Device* Devices() {
+  static Device* devices = [] {
+    auto* d = new Device[GetOptions().devices];
+    for (int i = 0; i < GetOptions().devices; ++i) d[i].ordinal = i;
+    return d;
+  }();
+  return devices;
+}
+}  // namespace
+
+int DeviceCount() { return GetOptions().devices; }
+
+Device* GetDevice(int ordinal) {
+  if (ordinal < 0 || ordinal >= DeviceCount()) return nullptr;
+  return &Devices()[ordinal];
+}
+
+// --- Contexts ----------------------------------------------------------------
+namespace {
+
+struct Contexts {
+  std::mutex mu;
+  std::vector<Context*> live;                   // guarded by mu
+  std::vector<Context*> primary;                // per device, guarded by mu
+  std::vector<int> primary_refs;                // guarded by mu
+  std::vector<unsigned> primary_flags;          // guarded by mu
+};
+
+Contexts& GetContexts() {
+  static Contexts* c = [] {
+    auto* c = new Contexts;
+    c->primary.assign(DeviceCount(), nullptr);
+    c->primary_refs.assign(DeviceCount(), 0);
+    c->primary_flags.assign(DeviceCount(), 0);
+    return c;
+  }();
+  return *c;
+}
+
+thread_local std::vector<Context*> t_context_stack;
+
+Context* NewContext(int device, unsigned flags, bool primary) {
+  auto* ctx = new Context;
+  ctx->device = device;
+  ctx->flags = flags;
+  ctx->primary = primary;
+  ctx->legacy = std::make_shared<Stream>(ctx, 0, 0, /*legacy=*/true);
+  Contexts& all = GetContexts();
+  std::lock_guard<std::mutex> lock(all.mu);
+  all.live.push_back(ctx);
+  return ctx;
+}
+
+// Synchronises and retires a context. Its memory is not reclaimed here: the
+// fake keeps device allocations process-wide, which only matters to programs
+// that leak allocations past cuCtxDestroy.
+void RetireContext(Context* ctx) {
+  SynchronizeContext(ctx);
+  {
+    Contexts& all = GetContexts();
+    std::lock_guard<std::mutex> lock(all.mu);
+    for (size_t i = 0; i < all.live.size(); ++i) {
+      if (all.live[i] == ctx) {
+        all.live.erase(all.live.begin() + i);
+        break;
+      }
+    }
+  }
+  for (auto& c : t_context_stack) {
+    if (c == ctx) c = nullptr;
+  }
+  // Streams and the context object stay allocated: other threads may still
+  // hold the handle, and a stale handle must read as invalid, not crash.
+}
+
+}  // namespace
+
+bool IsLiveContext(Context* ctx) {
+  if (ctx == nullptr) return false;
+  Contexts& all = GetContexts();
+  std::lock_guard<std::mutex> lock(all.mu);
+  for (Context* c : all.live) {
+    if (c == ctx) return true;
+  }
+  return false;
+}
+
+Context* CurrentContext() {
+  if (t_context_stack.empty()) return nullptr;
+  return t_context_stack.back();
+}
+
+CUresult RequireContext(Context** ctx) {
+  Context* c = CurrentContext();
+  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!IsLiveContext(c)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  *ctx = c;
+  return CUDA_SUCCESS;
+}
+
+void SynchronizeContext(Context* ctx) {
+  std::vector<std::shared_ptr<Stream>> streams;
+  {
+    std::lock_guard<std::mutex> lock(ctx->mu);
+    for (auto& w : ctx->streams) {
+      if (auto s = w.lock()) streams.push_back(s);
+    }
+  }
+  ctx->legacy->WaitIdle();
+  for (auto& s : streams) s->WaitIdle();
+}
+
+void SynchronizeAllContexts() {
+  std::vector<Context*> live;
+  {
+    Contexts& all = GetContexts();
+    std::lock_guard<std::mutex> lock(all.mu);
+    live = all.live;
+  }
+  for (Context* ctx : live) SynchronizeContext(ctx);
+}
+
+}  // namespace fakecuda
+
+using namespace fakecuda;  // NOLINT: the exported C API below
+
+// --- Test controls -----------------------------------------------------------
+FAKECUDA_EXPORT size_t fakecuda_used_bytes(int device) {
+  Device* d = GetDevice(device);
+  return d ? d->used.load() : 0;
+}
+FAKECUDA_EXPORT size_t fakecuda_peak_bytes(int device) {
+  Device* d = GetDevice(device);
+  return d ? d->peak.load() : 0;
+}
+FAKECUDA_EXPORT void fakecuda_reset_peak_bytes(int device) {
+  if (Device* d = GetDevice(device)) d->peak.store(d->used.load());
+}
+FAKECUDA_EXPORT void fakecuda_fail_call(const char* name, int nth,
+                                        CUresult result) {
+  Calls& calls = GetCalls();
+  std::lock_guard<std::mutex> lock(calls.mu);
+  unsigned long long base = calls.counts[name];
+  calls.rules.push_back(
+      FailRule{name, base + static_cast<unsigned long long>(nth), result});
+  calls.counting.store(true);
+}
+FAKECUDA_EXPORT void fakecuda_clear_failures(void) {
+  Calls& calls = GetCalls();
+  std::lock_guard<std::mutex> lock(calls.mu);
+  calls.rules.clear();
+}
+FAKECUDA_EXPORT void fakecuda_count_calls(int enable) {
+  GetCalls().counting.store(enable != 0);
+}
+FAKECUDA_EXPORT unsigned long long fakecuda_call_count(const char* name) {
+  Calls& calls = GetCalls();
+  std::lock_guard<std::mutex> lock(calls.mu);
+  auto it = calls.counts.find(name);
+  return it == calls.counts.end() ? 0 : it->second;
+}
+
+// --- Initialisation and versions -------------------------------------------
+FAKECUDA_EXPORT CUresult cuInit(unsigned int flags) {
+  FAKECUDA_ENTER_NO_INIT("cuInit");
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    GetOptions();  // a bad FAKECUDA_* value stops the program here
+    ArmFromEnvironment();
+  });
+  g_initialized.store(true, std::memory_order_release);
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuDriverGetVersion(int* version) {
+  FAKECUDA_ENTER_NO_INIT("cuDriverGetVersion");
+  if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *version = kDriverVersion;
+  return CUDA_SUCCESS;
+}
+
+// --- Devices -----------------------------------------------------------------
+FAKECUDA_EXPORT CUresult cuDeviceGetCount(int* count) {
+  FAKECUDA_ENTER("cuDeviceGetCount");
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *count = DeviceCount();
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuDeviceGet(CUdevice* device, int ordinal) {
+  FAKECUDA_ENTER("cuDeviceGet");
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (GetDevice(ordinal) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
+  FAKECUDA_ENTER("cuDeviceGetName");
+  if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  std::snprintf(name, static_cast<size_t>(len), "fakecuda device %d", dev);
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
+  FAKECUDA_ENTER("cuDeviceGetUuid_v2");
+  if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  std::memset(uuid->bytes, 0, sizeof(uuid->bytes));
+  std::memcpy(uuid->bytes, "fakecuda", 8);
+  uuid->bytes[15] = static_cast<char>(dev);
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
+  FAKECUDA_ENTER("cuDeviceGetUuid");
+  return cuDeviceGetUuid_v2(uuid, dev);
+}
+
+FAKECUDA_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
+  FAKECUDA_ENTER("cuDeviceTotalMem_v2");
+  if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  *bytes = GetOptions().device_memory;
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuDeviceGetAttribute(int* value,
+                                              CUdevice_attribute attrib,
+                                              CUdevice dev) {
+  FAKECUDA_ENTER("cuDeviceGetAttribute");
+  if (value == nullptr || attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  // An H100-like device; every attribute not listed reads 0.
+  switch (attrib) {
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: *value = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *value = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *value = 64; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *value = 2147483647; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: *value = 65535; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *value = 65535; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *value = 49152; break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *value = 32; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = 132; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = 9; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = 0; break;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: *value = 2; break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *value = dev; break;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: *value = 32; break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+      *value = GetOptions().host_vmm ? 1 : 0;
+      break;
+    default: *value = 0; break;
+  }
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuDeviceComputeCapability(int* major, int* minor,
+                                                   CUdevice dev) {
+  FAKECUDA_ENTER("cuDeviceComputeCapability");
+  if (major == nullptr || minor == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  *major = 9;
+  *minor = 0;
+  return CUDA_SUCCESS;
+}
+
+// --- Primary contexts --------------------------------------------------------
+FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx,
+                                                  CUdevice dev) {
+  FAKECUDA_ENTER("cuDevicePrimaryCtxRetain");
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  Contexts& all = GetContexts();
+  Context* ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(all.mu);
+    ctx = all.primary[dev];
+  }
+  if (ctx == nullptr) {
+    Context* fresh = NewContext(dev, 0, /*primary=*/true);
+    std::lock_guard<std::mutex> lock(all.mu);
+    if (all.primary[dev] == nullptr) {
+      fresh->flags = all.primary_flags[dev];
+      all.primary[dev] = fresh;
+    }
+    ctx = all.primary[dev];
+  }
+  std::lock_guard<std::mutex> lock(all.mu);
+  ++all.primary_refs[dev];
+  *pctx = reinterpret_cast<CUcontext>(ctx);
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  FAKECUDA_ENTER("cuDevicePrimaryCtxRelease_v2");
+  if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  Contexts& all = GetContexts();
+  Context* retire = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(all.mu);
+    if (all.primary_refs[dev] == 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (--all.primary_refs[dev] == 0) {
+      retire = all.primary[dev];
+      all.primary[dev] = nullptr;
+    }
+  }
+  if (retire != nullptr) RetireContext(retire);
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  FAKECUDA_ENTER("cuDevicePrimaryCtxReset_v2");
+  if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  Contexts& all = GetContexts();
+  Context* retire = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(all.mu);
+    retire = all.primary[dev];
+    all.primary[dev] = nullptr;
+    all.primary_refs[dev] = 0;
+  }
+  if (retire != nullptr) RetireContext(retire);
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev,
+                                                    unsigned int* flags,
+                                                    int* active) {
+  FAKECUDA_ENTER("cuDevicePrimaryCtxGetState");
+  if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  Contexts& all = GetContexts();
+  std::lock_guard<std::mutex> lock(all.mu);
+  *flags = all.primary_flags[dev];
+  *active = all.primary[dev] != nullptr ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev,
+                                                       unsigned int flags) {
+  FAKECUDA_ENTER("cuDevicePrimaryCtxSetFlags_v2");
+  if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  if (flags & ~0x1fu) return CUDA_ERROR_INVALID_VALUE;
+  Contexts& all = GetContexts();
+  std::lock_guard<std::mutex> lock(all.mu);
+  all.primary_flags[dev] = flags;
+  if (all.primary[dev] != nullptr) all.primary[dev]->flags = flags;
+  return CUDA_SUCCESS;
+}
+
+// --- Created contexts and the context stack ----------------------------------
+FAKECUDA_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx,
+                                        CUctxCreateParams* params,
+                                        unsigned int flags, CUdevice dev) {
+  FAKECUDA_ENTER("cuCtxCreate_v4");
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (params != nullptr &&
+      (params->numExecAffinityParams != 0 || params->cigParams != nullptr)) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  Context* ctx = NewContext(dev, flags, /*primary=*/false);
+  t_context_stack.push_back(ctx);
+  *pctx = reinterpret_cast<CUcontext>(ctx);
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags,
+                                        CUdevice dev) {
+  FAKECUDA_ENTER("cuCtxCreate_v2");
+  return cuCtxCreate_v4(pctx, nullptr, flags, dev);
+}
+
+FAKECUDA_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  FAKECUDA_ENTER("cuCtxDestroy_v2");
+  auto* c = reinterpret_cast<Context*>(ctx);
+  if (!IsLiveContext(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (c->primary) return CUDA_ERROR_INVALID_CONTEXT;
+  RetireContext(c);
+  while (!t_context_stack.empty() && t_context_stack.back() == nullptr) {
+    t_context_stack.pop_back();
+  }
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
+  FAKECUDA_ENTER("cuCtxSetCurrent");
+  auto* c = reinterpret_cast<Context*>(ctx);
+  if (c != nullptr && !IsLiveContext(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (c == nullptr) {
+    if (!t_context_stack.empty()) t_context_stack.pop_back();
+  } else if (t_context_stack.empty()) {
+    t_context_stack.push_back(c);
+  } else {
+    t_context_stack.back() = c;
+  }
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuCtxGetCurrent(CUcontext* pctx) {
+  FAKECUDA_ENTER("cuCtxGetCurrent");
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pctx = reinterpret_cast<CUcontext>(CurrentContext());
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
+  FAKECUDA_ENTER("cuCtxPushCurrent_v2");
+  auto* c = reinterpret_cast<Context*>(ctx);
+  if (!IsLiveContext(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  t_context_stack.push_back(c);
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext* pctx) {
+  FAKECUDA_ENTER("cuCtxPopCurrent_v2");
+  if (t_context_stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (pctx != nullptr) {
+    *pctx = reinterpret_cast<CUcontext>(t_context_stack.back());
+  }
+  t_context_stack.pop_back();
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuCtxGetDevice(CUdevice* device) {
+  FAKECUDA_ENTER("cuCtxGetDevice");
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Context* ctx = nullptr;
+  if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
+  *device = ctx->device;
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuCtxGetFlags(unsigned int* flags) {
+  FAKECUDA_ENTER("cuCtxGetFlags");
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Context* ctx = nullptr;
+  if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
+  *flags = ctx->flags;
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx,
+                                            unsigned int* version) {
+  FAKECUDA_ENTER("cuCtxGetApiVersion");
+  if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto* c = ctx ? reinterpret_cast<Context*>(ctx) : CurrentContext();
+  if (!IsLiveContext(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  *version = 3020;  // what real drivers report for every context
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuCtxSynchronize(void) {
+  FAKECUDA_ENTER("cuCtxSynchronize");
+  Context* ctx = nullptr;
+  if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
+  SynchronizeContext(ctx);
+  return CUDA_SUCCESS;
+}
+
+// --- Errors ------------------------------------------------------------------
+namespace {
+struct ErrorText {
+  CUresult code;
+  const char* name;
+  const char* text;
+};
+
+// Names as in cuda.h; texts as the real driver's cuGetErrorString.
+constexpr ErrorText kErrors[] = {
+#define E(code, text) {code, #code, text}
+    E(CUDA_SUCCESS, "no error"),
+    E(CUDA_ERROR_INVALID_VALUE, "invalid argument"),
+    E(CUDA_ERROR_OUT_OF_MEMORY, "out of memory"),
+    E(CUDA_ERROR_NOT_INITIALIZED, "initialization error"),
+    E(CUDA_ERROR_DEINITIALIZED, "driver shutting down"),
+    E(CUDA_ERROR_PROFILER_DISABLED, "profiler disabled while using external profiling tool"),
+    E(CUDA_ERROR_STUB_LIBRARY, "CUDA driver is a stub library"),
+    E(CUDA_ERROR_DEVICE_UNAVAILABLE, "CUDA-capable device(s) is/are busy or unavailable"),
+    E(CUDA_ERROR_NO_DEVICE, "no CUDA-capable device is detected"),
+    E(CUDA_ERROR_INVALID_DEVICE, "invalid device ordinal"),
+    E(CUDA_ERROR_DEVICE_NOT_LICENSED, "device doesn't have valid Grid license"),
+    E(CUDA_ERROR_INVALID_IMAGE, "device kernel image is invalid"),
+    E(CUDA_ERROR_INVALID_CONTEXT, "invalid device context"),
+    E(CUDA_ERROR_CONTEXT_ALREADY_CURRENT, "context already current"),
+    E(CUDA_ERROR_MAP_FAILED, "mapping of buffer object failed"),
+    E(CUDA_ERROR_UNMAP_FAILED, "unmapping of buffer object failed"),
+    E(CUDA_ERROR_ARRAY_IS_MAPPED, "array is mapped"),
+    E(CUDA_ERROR_ALREADY_MAPPED, "resource already mapped"),
+    E(CUDA_ERROR_NO_BINARY_FOR_GPU, "no kernel image is available for execution on the device"),
+    E(CUDA_ERROR_ALREADY_ACQUIRED, "resource already acquired"),
+    E(CUDA_ERROR_NOT_MAPPED, "resource not mapped"),
+    E(CUDA_ERROR_NOT_MAPPED_AS_ARRAY, "resource not mapped as array"),
+    E(CUDA_ERROR_NOT_MAPPED_AS_POINTER, "resource not mapped as pointer"),
+    E(CUDA_ERROR_ECC_UNCORRECTABLE, "uncorrectable ECC error encountered"),
+    E(CUDA_ERROR_UNSUPPORTED_LIMIT, "limit is not supported on this architecture"),
+    E(CUDA_ERROR_CONTEXT_ALREADY_IN_USE, "exclusive-thread device already in use by a different thread"),
+    E(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, "peer access is not supported between these two devices"),
+    E(CUDA_ERROR_INVALID_PTX, "a PTX JIT compilation failed"),
+    E(CUDA_ERROR_INVALID_GRAPHICS_CONTEXT, "invalid OpenGL or DirectX context"),
+    E(CUDA_ERROR_NVLINK_UNCORRECTABLE, "uncorrectable NVLink error detected during the execution"),
+    E(CUDA_ERROR_JIT_COMPILER_NOT_FOUND, "PTX JIT compiler library not found"),
+    E(CUDA_ERROR_UNSUPPORTED_PTX_VERSION, "the provided PTX was compiled with an unsupported toolchain."),
+    E(CUDA_ERROR_JIT_COMPILATION_DISABLED, "PTX JIT compilation was disabled"),
+    E(CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY, "the provided execution affinity is not supported"),
+    E(CUDA_ERROR_INVALID_SOURCE, "device kernel image is invalid"),
+    E(CUDA_ERROR_FILE_NOT_FOUND, "file not found"),
+    E(CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND, "shared object symbol not found"),
+    E(CUDA_ERROR_SHARED_OBJECT_INIT_FAILED, "shared object initialization failed"),
+    E(CUDA_ERROR_OPERATING_SYSTEM, "OS call failed or operation not supported on this OS"),
+    E(CUDA_ERROR_INVALID_HANDLE, "invalid resource handle"),
+    E(CUDA_ERROR_ILLEGAL_STATE, "the operation cannot be performed in the present state"),
+    E(CUDA_ERROR_LOSSY_QUERY, "attempted introspection would be semantically lossy"),
+    E(CUDA_ERROR_NOT_FOUND, "named symbol not found"),
+    E(CUDA_ERROR_NOT_READY, "device not ready"),
+    E(CUDA_ERROR_ILLEGAL_ADDRESS, "an illegal memory access was encountered"),
+    E(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "too many resources requested for launch"),
+    E(CUDA_ERROR_LAUNCH_TIMEOUT, "the launch timed out and was terminated"),
+    E(CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING, "launch uses incompatible texturing mode"),
+    E(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, "peer access is already enabled"),
+    E(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, "peer access has not been enabled"),
+    E(CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE, "cannot set while device is active in this process"),
+    E(CUDA_ERROR_CONTEXT_IS_DESTROYED, "context is destroyed"),
+    E(CUDA_ERROR_ASSERT, "device-side assert triggered"),
+    E(CUDA_ERROR_TOO_MANY_PEERS, "peer mapping resources exhausted"),
+    E(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "part or all of the requested memory range is already mapped"),
+    E(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "pointer does not correspond to a registered memory region"),
+    E(CUDA_ERROR_HARDWARE_STACK_ERROR, "hardware stack error"),
+    E(CUDA_ERROR_ILLEGAL_INSTRUCTION, "an illegal instruction was encountered"),
+    E(CUDA_ERROR_MISALIGNED_ADDRESS, "misaligned address"),
+    E(CUDA_ERROR_INVALID_ADDRESS_SPACE, "operation not supported on global/shared address space"),
+    E(CUDA_ERROR_INVALID_PC, "invalid program counter"),
+    E(CUDA_ERROR_LAUNCH_FAILED, "unspecified launch failure"),
+    E(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, "too many blocks in cooperative launch"),
+    E(CUDA_ERROR_NOT_PERMITTED, "operation not permitted"),
+    E(CUDA_ERROR_NOT_SUPPORTED, "operation not supported"),
+    E(CUDA_ERROR_SYSTEM_NOT_READY, "system not yet initialized"),
+    E(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, "system has unsupported display driver / cuda driver combination"),
+    E(CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE, "forward compatibility was attempted on non supported HW"),
+    E(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "operation not permitted when stream is capturing"),
+    E(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "operation failed due to a previous error during capture"),
+    E(CUDA_ERROR_STREAM_CAPTURE_MERGE, "operation would result in a merge of separate capture sequences"),
+    E(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, "capture was not ended in the same stream as it began"),
+    E(CUDA_ERROR_STREAM_CAPTURE_UNJOINED, "capturing stream has unjoined work"),
+    E(CUDA_ERROR_STREAM_CAPTURE_ISOLATION, "dependency created on uncaptured work in another stream"),
+    E(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "operation would make the legacy stream depend on a capturing blocking stream"),
+    E(CUDA_ERROR_CAPTURED_EVENT, "operation not permitted on an event last recorded in a capturing stream"),
+    E(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "attempt to terminate a thread-local capture sequence from another thread"),
+    E(CUDA_ERROR_TIMEOUT, "wait operation timed out"),
+    E(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update"),
+    E(CUDA_ERROR_UNKNOWN, "unknown error"),
+#undef E
+};
+}  // namespace
+
+FAKECUDA_EXPORT CUresult cuGetErrorName(CUresult error, const char** str) {
+  FAKECUDA_ENTER_NO_INIT("cuGetErrorName");
+  if (str == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (const ErrorText& e : kErrors) {
+    if (e.code == error) {
+      *str = e.name;
+      return CUDA_SUCCESS;
+    }
+  }
+  *str = nullptr;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+FAKECUDA_EXPORT CUresult cuGetErrorString(CUresult error, const char** str) {
+  FAKECUDA_ENTER_NO_INIT("cuGetErrorString");
+  if (str == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (const ErrorText& e : kErrors) {
+    if (e.code == error) {
+      *str = e.text;
+      return CUDA_SUCCESS;
+    }
+  }
+  *str = nullptr;
+  return CUDA_ERROR_INVALID_VALUE;
+}

@@ -1,0 +1,700 @@
+// Semantics of the fake CUDA driver: the behaviour every stensor test relies
+// on, checked against what the real driver documents.
+#include <dlfcn.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cuda.h>
+#include <gtest/gtest.h>
+
+#include "tests/fakecuda/fakecuda.h"
+
+namespace {
+
+#define ASSERT_CU(expr) ASSERT_EQ((expr), CUDA_SUCCESS) << #expr
+#define EXPECT_CU(expr) EXPECT_EQ((expr), CUDA_SUCCESS) << #expr
+
+constexpr size_t kGranule = 2u << 20;
+constexpr char kModule[] = "tests/fakecuda/test_kernels.so";
+
+// Entry points the public header does not declare under their exported
+// names (per-thread twins, the 4-argument cuGetProcAddress), looked up the
+// way the CUDA runtime finds them.
+template <typename Fn>
+Fn Sym(const char* name) {
+  static void* self = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  return reinterpret_cast<Fn>(dlsym(self, name));
+}
+using GetProcAddress4 = CUresult (*)(const char*, void**, int, cuuint64_t);
+
+// A host function that blocks its stream until Open(): lets a test hold a
+// stream at a known point without relying on timing.
+class Gate {
+ public:
+  static void CUDA_CB Wait(void* self) {
+    auto* g = static_cast<Gate*>(self);
+    while (!g->open_.load()) std::this_thread::yield();
+  }
+  void Open() { open_.store(true); }
+
+ private:
+  std::atomic<bool> open_{false};
+};
+
+class FakeCudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_CU(cuInit(0));
+    ASSERT_CU(cuDeviceGet(&dev_, 0));
+    ASSERT_CU(cuDevicePrimaryCtxRetain(&ctx_, dev_));
+    ASSERT_CU(cuCtxSetCurrent(ctx_));
+  }
+  void TearDown() override {
+    cuCtxSynchronize();
+    cuDevicePrimaryCtxRelease(dev_);
+  }
+
+  CUfunction Function(const char* name) {
+    if (module_ == nullptr) {
+      EXPECT_CU(cuModuleLoad(&module_, kModule));
+    }
+    CUfunction f = nullptr;
+    EXPECT_CU(cuModuleGetFunction(&f, module_, name));
+    return f;
+  }
+
+  // Reserves `granules` granules of VA and maps fresh device memory there.
+  CUdeviceptr MapNew(size_t granules, CUmemGenericAllocationHandle* handle,
+                     CUmemLocationType where = CU_MEM_LOCATION_TYPE_DEVICE) {
+    CUdeviceptr va = 0;
+    EXPECT_CU(cuMemAddressReserve(&va, granules * kGranule, 0, 0, 0));
+    MapAt(va, granules, handle, where);
+    return va;
+  }
+  void MapAt(CUdeviceptr va, size_t granules,
+             CUmemGenericAllocationHandle* handle,
+             CUmemLocationType where = CU_MEM_LOCATION_TYPE_DEVICE) {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = where;
+    prop.location.id = 0;
+    EXPECT_CU(cuMemCreate(handle, granules * kGranule, &prop, 0));
+    EXPECT_CU(cuMemMap(va, granules * kGranule, 0, *handle, 0));
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = 0;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    EXPECT_CU(cuMemSetAccess(va, granules * kGranule, &access, 1));
+  }
+
+  CUdevice dev_ = 0;
+  CUcontext ctx_ = nullptr;
+  CUmodule module_ = nullptr;
+};
+
+TEST_F(FakeCudaTest, RemapAtSameAddressKeepsAddressAndRestoredData) {
+  CUmemGenericAllocationHandle h1, h2;
+  CUdeviceptr va = MapNew(1, &h1);
+  std::vector<unsigned char> data(kGranule), back(kGranule);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<unsigned char>(i * 7);
+  ASSERT_CU(cuMemcpyHtoD_v2(va, data.data(), data.size()));
+
+  // Swap out: copy to host, unmap and release the physical memory.
+  std::vector<unsigned char> saved(kGranule);
+  ASSERT_CU(cuMemcpyDtoH_v2(saved.data(), va, saved.size()));
+  ASSERT_CU(cuMemUnmap(va, kGranule));
+  ASSERT_CU(cuMemRelease(h1));
+  EXPECT_FALSE(cuMemcpyDtoH_v2(back.data(), va, 16) == CUDA_SUCCESS);
+
+  // Swap in at the same VA.
+  MapAt(va, 1, &h2);
+  ASSERT_CU(cuMemcpyHtoD_v2(va, saved.data(), saved.size()));
+  ASSERT_CU(cuMemcpyDtoH_v2(back.data(), va, back.size()));
+  EXPECT_EQ(back, data);
+  ASSERT_CU(cuMemUnmap(va, kGranule));
+  ASSERT_CU(cuMemRelease(h2));
+  ASSERT_CU(cuMemAddressFree(va, kGranule));
+}
+
+TEST_F(FakeCudaTest, PhysicalMemoryLivesUntilLastUnmap) {
+  size_t before = fakecuda_used_bytes(0);
+  CUmemGenericAllocationHandle h;
+  CUdeviceptr va = MapNew(2, &h);
+  EXPECT_EQ(fakecuda_used_bytes(0), before + 2 * kGranule);
+  ASSERT_CU(cuMemRelease(h));
+  EXPECT_EQ(fakecuda_used_bytes(0), before + 2 * kGranule);  // still mapped
+  EXPECT_EQ(cuMemRelease(h), CUDA_ERROR_INVALID_VALUE);
+  CUmemGenericAllocationHandle again;
+  ASSERT_CU(cuMemRetainAllocationHandle(&again, reinterpret_cast<void*>(va + 5)));
+  EXPECT_EQ(again, h);
+  ASSERT_CU(cuMemRelease(again));
+  ASSERT_CU(cuMemUnmap(va, 2 * kGranule));
+  EXPECT_EQ(fakecuda_used_bytes(0), before);
+  ASSERT_CU(cuMemAddressFree(va, 2 * kGranule));
+}
+
+TEST_F(FakeCudaTest, HostLocatedMemoryDoesNotUseDeviceCapacity) {
+  int supported = 0;
+  ASSERT_CU(cuDeviceGetAttribute(
+      &supported, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev_));
+  ASSERT_EQ(supported, 1);
+  size_t before = fakecuda_used_bytes(0);
+  CUmemGenericAllocationHandle h;
+  CUdeviceptr va = MapNew(1, &h, CU_MEM_LOCATION_TYPE_HOST);
+  EXPECT_EQ(fakecuda_used_bytes(0), before);
+  ASSERT_CU(cuMemsetD32_v2(va, 0xdeadbeef, kGranule / 4));
+  unsigned word = 0;
+  ASSERT_CU(cuMemcpyDtoH_v2(&word, va + 64, 4));
+  EXPECT_EQ(word, 0xdeadbeefu);
+  ASSERT_CU(cuMemUnmap(va, kGranule));
+  ASSERT_CU(cuMemRelease(h));
+  ASSERT_CU(cuMemAddressFree(va, kGranule));
+}
+
+TEST_F(FakeCudaTest, VmmRejectsBadArguments) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  size_t gran = 0;
+  ASSERT_CU(cuMemGetAllocationGranularity(&gran, &prop,
+                                          CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  EXPECT_EQ(gran, kGranule);
+  CUmemGenericAllocationHandle h;
+  EXPECT_EQ(cuMemCreate(&h, kGranule + 1, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+  prop.location.id = 99;
+  EXPECT_EQ(cuMemCreate(&h, kGranule, &prop, 0), CUDA_ERROR_INVALID_DEVICE);
+  CUdeviceptr va;
+  EXPECT_EQ(cuMemAddressReserve(&va, 4096, 0, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuMemAddressReserve(&va, 2 * kGranule, 0, 0, 0));
+  EXPECT_EQ(va % kGranule, 0u);
+  prop.location.id = 0;
+  ASSERT_CU(cuMemCreate(&h, kGranule, &prop, 0));
+  EXPECT_EQ(cuMemMap(va + 4096, kGranule, 0, h, 0), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuMemMap(va, kGranule, 0, h, 0));
+  EXPECT_EQ(cuMemMap(va, kGranule, 0, h, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemUnmap(va + kGranule, kGranule), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemAddressFree(va, 2 * kGranule), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuMemUnmap(va, kGranule));
+  ASSERT_CU(cuMemRelease(h));
+  ASSERT_CU(cuMemAddressFree(va, 2 * kGranule));
+}
+
+using FakeCudaDeathTest = FakeCudaTest;
+
+TEST_F(FakeCudaDeathTest, TouchingAnUnmappedRangeFaults) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  CUmemGenericAllocationHandle h;
+  CUdeviceptr va = MapNew(1, &h);
+  auto* p = reinterpret_cast<volatile int*>(va);
+  p[0] = 1;  // mapped with access: fine
+  ASSERT_CU(cuMemUnmap(va, kGranule));
+  EXPECT_EXIT(p[0] = 2, ::testing::KilledBySignal(SIGSEGV), "");
+  ASSERT_CU(cuMemRelease(h));
+}
+
+TEST_F(FakeCudaDeathTest, MappedWithoutAccessFaults) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  CUdeviceptr va;
+  ASSERT_CU(cuMemAddressReserve(&va, kGranule, 0, 0, 0));
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  CUmemGenericAllocationHandle h;
+  ASSERT_CU(cuMemCreate(&h, kGranule, &prop, 0));
+  ASSERT_CU(cuMemMap(va, kGranule, 0, h, 0));
+  EXPECT_EXIT(*reinterpret_cast<volatile int*>(va) = 2,
+              ::testing::KilledBySignal(SIGSEGV), "");
+  int v = 0;
+  EXPECT_EQ(cuMemcpyDtoH_v2(&v, va, 4), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(FakeCudaDeathTest, KernelReadingAnUnmappedBufferFaults) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  CUfunction axpy = Function("_ZN5testk4axpyEfPKfPfi");
+  CUmemGenericAllocationHandle h;
+  CUdeviceptr va = MapNew(1, &h);
+  ASSERT_CU(cuMemUnmap(va, kGranule));
+  CUdeviceptr y;
+  ASSERT_CU(cuMemAlloc_v2(&y, 4096));
+  float a = 1;
+  int n = 16;
+  void* params[] = {&a, &va, &y, &n};
+  EXPECT_EXIT(
+      {
+        cuLaunchKernel(axpy, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr);
+        cuCtxSynchronize();
+      },
+      ::testing::KilledBySignal(SIGSEGV), "");
+}
+
+TEST_F(FakeCudaTest, AllocationPastCapacityIsOutOfMemory) {
+  size_t free_bytes = 0, total = 0;
+  ASSERT_CU(cuMemGetInfo_v2(&free_bytes, &total));
+  EXPECT_EQ(total, size_t{256} << 20);  // FAKECUDA_DEVICE_MEMORY in BUILD
+  size_t total_mem = 0;
+  ASSERT_CU(cuDeviceTotalMem_v2(&total_mem, dev_));
+  EXPECT_EQ(total_mem, total);
+  CUdeviceptr big;
+  EXPECT_EQ(cuMemAlloc_v2(&big, total + 1), CUDA_ERROR_OUT_OF_MEMORY);
+  CUdeviceptr a;
+  ASSERT_CU(cuMemAlloc_v2(&a, free_bytes - (64u << 20)));
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  CUmemGenericAllocationHandle h;
+  EXPECT_EQ(cuMemCreate(&h, 128u << 20, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
+  ASSERT_CU(cuMemCreate(&h, 32u << 20, &prop, 0));
+  size_t now_free = 0;
+  ASSERT_CU(cuMemGetInfo_v2(&now_free, &total));
+  EXPECT_EQ(now_free, 32u << 20);
+  EXPECT_GE(fakecuda_peak_bytes(0), total - now_free);
+  ASSERT_CU(cuMemRelease(h));
+  ASSERT_CU(cuMemFree_v2(a));
+  ASSERT_CU(cuMemGetInfo_v2(&now_free, &total));
+  EXPECT_EQ(now_free, free_bytes);
+}
+
+TEST_F(FakeCudaTest, PeakIsAHighWaterMark) {
+  fakecuda_reset_peak_bytes(0);
+  size_t base = fakecuda_used_bytes(0);
+  CUdeviceptr a, b;
+  ASSERT_CU(cuMemAlloc_v2(&a, 10u << 20));
+  ASSERT_CU(cuMemAlloc_v2(&b, 6u << 20));
+  ASSERT_CU(cuMemFree_v2(a));
+  ASSERT_CU(cuMemFree_v2(b));
+  EXPECT_EQ(fakecuda_used_bytes(0), base);
+  EXPECT_EQ(fakecuda_peak_bytes(0), base + (16u << 20));
+}
+
+TEST_F(FakeCudaTest, MemoryCallsReturnTheDriversErrors) {
+  CUdeviceptr p;
+  EXPECT_EQ(cuMemAlloc_v2(&p, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemAlloc_v2(nullptr, 16), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemFree_v2(12345), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuMemAlloc_v2(&p, 1000));
+  EXPECT_EQ(cuMemFree_v2(p + 8), CUDA_ERROR_INVALID_VALUE);
+  CUdeviceptr base;
+  size_t size;
+  ASSERT_CU(cuMemGetAddressRange_v2(&base, &size, p + 100));
+  EXPECT_EQ(base, p);
+  EXPECT_EQ(size, 1000u);
+  char host[64];
+  EXPECT_EQ(cuMemcpyHtoD_v2(p + 4090, host, 64), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemsetD32_v2(p + 2, 0, 4), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuMemFree_v2(p));
+  EXPECT_EQ(cuMemFree_v2(p), CUDA_ERROR_INVALID_VALUE);
+  size_t pitch = 0;
+  EXPECT_EQ(cuMemAllocPitch_v2(&p, &pitch, 100, 10, 3), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuMemAllocPitch_v2(&p, &pitch, 100, 10, 4));
+  EXPECT_EQ(pitch, 512u);
+  ASSERT_CU(cuMemFree_v2(p));
+  void* pinned = nullptr;
+  ASSERT_CU(cuMemAllocHost_v2(&pinned, 100));
+  EXPECT_EQ(cuMemFreeHost(static_cast<char*>(pinned) + 1), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuMemFreeHost(pinned));
+}
+
+TEST_F(FakeCudaTest, CallsBeforeInitOrWithoutContextFail) {
+  ASSERT_CU(cuCtxSetCurrent(nullptr));
+  CUdeviceptr p;
+  EXPECT_EQ(cuMemAlloc_v2(&p, 16), CUDA_ERROR_INVALID_CONTEXT);
+  CUdevice d;
+  EXPECT_EQ(cuDeviceGet(&d, 5), CUDA_ERROR_INVALID_DEVICE);
+  int count = 0;
+  ASSERT_CU(cuDeviceGetCount(&count));
+  EXPECT_EQ(count, 2);  // FAKECUDA_DEVICES in BUILD
+  EXPECT_EQ(cuInit(1), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuCtxSetCurrent(ctx_));
+}
+
+TEST_F(FakeCudaTest, CopiesAndMemsetsIn1DAnd2D) {
+  CUdeviceptr d;
+  size_t pitch;
+  ASSERT_CU(cuMemAllocPitch_v2(&d, &pitch, 16, 4, 4));
+  ASSERT_CU(cuMemsetD2D16_v2(d, pitch, 0xabcd, 8, 4));
+  std::vector<unsigned short> rows(8 * 4);
+  CUDA_MEMCPY2D c{};
+  c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.srcDevice = d;
+  c.srcPitch = pitch;
+  c.dstMemoryType = CU_MEMORYTYPE_HOST;
+  c.dstHost = rows.data();
+  c.dstPitch = 16;
+  c.WidthInBytes = 16;
+  c.Height = 4;
+  ASSERT_CU(cuMemcpy2D_v2(&c));
+  for (unsigned short v : rows) EXPECT_EQ(v, 0xabcd);
+  c.Height = 5;  // one row past the allocation's pitch * height
+  EXPECT_EQ(cuMemcpy2D_v2(&c), CUDA_ERROR_INVALID_VALUE);
+
+  CUdeviceptr e;
+  ASSERT_CU(cuMemAlloc_v2(&e, 64));
+  ASSERT_CU(cuMemsetD8_v2(e, 0, 64));
+  ASSERT_CU(cuMemcpyDtoD_v2(e + 8, d + pitch, 16));
+  ASSERT_CU(cuMemcpy(e + 32, e + 8, 4));  // unified addressing
+  unsigned short out[20];
+  ASSERT_CU(cuMemcpyDtoH_v2(out, e, 40));
+  EXPECT_EQ(out[0], 0);
+  EXPECT_EQ(out[4], 0xabcd);
+  EXPECT_EQ(out[16], 0xabcd);
+  ASSERT_CU(cuMemFree_v2(d));
+  ASSERT_CU(cuMemFree_v2(e));
+}
+
+TEST_F(FakeCudaTest, AsyncCopyFromPageableMemoryReadsItBeforeReturning) {
+  CUstream s;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  Gate gate;
+  ASSERT_CU(cuLaunchHostFunc(s, &Gate::Wait, &gate));
+  CUdeviceptr d;
+  ASSERT_CU(cuMemAlloc_v2(&d, 4));
+  int value = 5;
+  ASSERT_CU(cuMemcpyHtoDAsync_v2(d, &value, 4, s));
+  value = 6;  // the copy must already have taken 5
+  EXPECT_EQ(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+  gate.Open();
+  ASSERT_CU(cuStreamSynchronize(s));
+  int out = 0;
+  ASSERT_CU(cuMemcpyDtoH_v2(&out, d, 4));
+  EXPECT_EQ(out, 5);
+  ASSERT_CU(cuStreamDestroy_v2(s));
+  ASSERT_CU(cuMemFree_v2(d));
+}
+
+TEST_F(FakeCudaTest, EventsOrderWorkAcrossTwoStreams) {
+  CUfunction fill = Function("_ZN5testk9slow_fillEPiiii");
+  CUstream producer, consumer;
+  ASSERT_CU(cuStreamCreate(&producer, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamCreate(&consumer, CU_STREAM_NON_BLOCKING));
+  CUevent done;
+  ASSERT_CU(cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
+  CUdeviceptr src, dst;
+  constexpr int kN = 1024;
+  ASSERT_CU(cuMemAlloc_v2(&src, kN * 4));
+  ASSERT_CU(cuMemAlloc_v2(&dst, kN * 4));
+  ASSERT_CU(cuMemsetD32_v2(src, 0, kN));
+  ASSERT_CU(cuMemsetD32_v2(dst, 0, kN));
+
+  Gate gate;
+  ASSERT_CU(cuLaunchHostFunc(producer, &Gate::Wait, &gate));
+  int value = 7, n = kN, delay = 1;
+  void* params[] = {&src, &value, &n, &delay};
+  ASSERT_CU(cuLaunchKernel(fill, 4, 1, 1, 256, 1, 1, 0, producer, params, nullptr));
+  ASSERT_CU(cuEventRecord(done, producer));
+  ASSERT_CU(cuStreamWaitEvent(consumer, done, 0));
+  ASSERT_CU(cuMemcpyDtoDAsync_v2(dst, src, kN * 4, consumer));
+
+  EXPECT_EQ(cuEventQuery(done), CUDA_ERROR_NOT_READY);
+  EXPECT_EQ(cuStreamQuery(consumer), CUDA_ERROR_NOT_READY);
+  gate.Open();
+  ASSERT_CU(cuStreamSynchronize(consumer));
+  EXPECT_CU(cuEventQuery(done));
+  std::vector<int> out(kN);
+  ASSERT_CU(cuMemcpyDtoH_v2(out.data(), dst, kN * 4));
+  EXPECT_EQ(out, std::vector<int>(kN, 7));
+  ASSERT_CU(cuEventDestroy_v2(done));
+  ASSERT_CU(cuStreamDestroy_v2(producer));
+  ASSERT_CU(cuStreamDestroy_v2(consumer));
+  EXPECT_EQ(cuStreamDestroy_v2(consumer), CUDA_ERROR_INVALID_HANDLE);
+}
+
+TEST_F(FakeCudaTest, EventsMeasureElapsedTime) {
+  CUfunction fill = Function("_ZN5testk9slow_fillEPiiii");
+  CUevent start, stop, untimed;
+  ASSERT_CU(cuEventCreate(&start, 0));
+  ASSERT_CU(cuEventCreate(&stop, 0));
+  ASSERT_CU(cuEventCreate(&untimed, CU_EVENT_DISABLE_TIMING));
+  float ms = 0;
+  EXPECT_EQ(cuEventElapsedTime_v2(&ms, start, stop), CUDA_ERROR_INVALID_HANDLE);
+  CUdeviceptr d;
+  ASSERT_CU(cuMemAlloc_v2(&d, 4));
+  int value = 1, n = 1, delay = 20;
+  void* params[] = {&d, &value, &n, &delay};
+  ASSERT_CU(cuEventRecord(start, nullptr));
+  ASSERT_CU(cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr));
+  ASSERT_CU(cuEventRecord(stop, nullptr));
+  ASSERT_CU(cuEventRecord(untimed, nullptr));
+  ASSERT_CU(cuEventSynchronize(stop));
+  ASSERT_CU(cuEventElapsedTime_v2(&ms, start, stop));
+  EXPECT_GE(ms, 19.0f);  // at least the kernel's sleep
+  EXPECT_EQ(cuEventElapsedTime_v2(&ms, start, untimed), CUDA_ERROR_INVALID_HANDLE);
+  ASSERT_CU(cuMemFree_v2(d));
+}
+
+TEST_F(FakeCudaTest, LegacyStreamWaitsForBlockingStreamsOnly) {
+  CUstream blocking, nonblocking;
+  ASSERT_CU(cuStreamCreate(&blocking, 0));
+  ASSERT_CU(cuStreamCreate(&nonblocking, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr d;
+  ASSERT_CU(cuMemAlloc_v2(&d, 4));
+  void* pinned;
+  ASSERT_CU(cuMemAllocHost_v2(&pinned, 4));
+
+  Gate held_nb;
+  ASSERT_CU(cuLaunchHostFunc(nonblocking, &Gate::Wait, &held_nb));
+  // The legacy stream does not wait for a non-blocking stream.
+  ASSERT_CU(cuMemsetD32_v2(d, 3, 1));
+
+  Gate held_b;
+  ASSERT_CU(cuLaunchHostFunc(blocking, &Gate::Wait, &held_b));
+  ASSERT_CU(cuMemcpyDtoHAsync_v2(pinned, d, 4, nullptr));
+  EXPECT_EQ(cuStreamQuery(nullptr), CUDA_ERROR_NOT_READY);  // behind `blocking`
+  held_b.Open();
+  ASSERT_CU(cuStreamSynchronize(nullptr));
+  EXPECT_EQ(*static_cast<int*>(pinned), 3);
+  held_nb.Open();
+  ASSERT_CU(cuStreamDestroy_v2(blocking));
+  ASSERT_CU(cuStreamDestroy_v2(nonblocking));
+  ASSERT_CU(cuMemFreeHost(pinned));
+  ASSERT_CU(cuMemFree_v2(d));
+}
+
+TEST_F(FakeCudaTest, PerThreadDefaultStreamsAreSeparatePerThread) {
+  void* pinned;
+  ASSERT_CU(cuMemAllocHost_v2(&pinned, 4));
+  CUdeviceptr d;
+  ASSERT_CU(cuMemAlloc_v2(&d, 4));
+  // Hold this thread's per-thread stream (stream 0 through a _ptsz entry).
+  Gate held;
+  ASSERT_CU(Sym<decltype(&cuLaunchHostFunc)>("cuLaunchHostFunc_ptsz")(
+      nullptr, &Gate::Wait, &held));
+  EXPECT_EQ(cuStreamQuery(CU_STREAM_PER_THREAD), CUDA_ERROR_NOT_READY);
+  // Another thread's per-thread stream is a different stream: its
+  // synchronous work completes (this would hang if the stream were shared).
+  int seen = 0;
+  std::thread other([&] {
+    cuCtxSetCurrent(ctx_);
+    Sym<decltype(&cuMemsetD32_v2)>("cuMemsetD32_v2_ptds")(d, 9, 1);
+    Sym<decltype(&cuMemcpyDtoH_v2)>("cuMemcpyDtoH_v2_ptds")(&seen, d, 4);
+  });
+  other.join();
+  EXPECT_EQ(seen, 9);
+  // A per-thread stream is blocking: the legacy stream waits for it.
+  ASSERT_CU(cuMemcpyDtoHAsync_v2(pinned, d, 4, nullptr));
+  EXPECT_EQ(cuStreamQuery(nullptr), CUDA_ERROR_NOT_READY);
+  held.Open();
+  ASSERT_CU(cuStreamSynchronize(nullptr));
+  EXPECT_EQ(*static_cast<int*>(pinned), 9);
+  ASSERT_CU(cuMemFreeHost(pinned));
+  ASSERT_CU(cuMemFree_v2(d));
+}
+
+TEST_F(FakeCudaTest, ProcAddressMapsNameVersionAndFlagsToTheAbi) {
+  void* self = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(self, nullptr);
+  struct Case {
+    const char* name;
+    int version;
+    cuuint64_t flags;
+    const char* symbol;
+  } cases[] = {
+      {"cuMemAlloc", 3020, 0, "cuMemAlloc_v2"},
+      {"cuMemAlloc", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemAlloc_v2"},
+      {"cuLaunchKernel", 12000, 0, "cuLaunchKernel"},
+      {"cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuLaunchKernel_ptsz"},
+      {"cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, "cuLaunchKernel"},
+      {"cuMemcpy", 4000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemcpy"},
+      {"cuMemcpy", 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemcpy_ptds"},
+      {"cuMemcpyHtoD", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemcpyHtoD_v2_ptds"},
+      {"cuCtxCreate", 3020, 0, "cuCtxCreate_v2"},
+      {"cuCtxCreate", 13000, 0, "cuCtxCreate_v4"},
+      {"cuEventElapsedTime", 12000, 0, "cuEventElapsedTime"},
+      {"cuEventElapsedTime", 12080, 0, "cuEventElapsedTime_v2"},
+      {"cuStreamDestroy", 4000, 0, "cuStreamDestroy_v2"},
+      {"cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2"},
+      {"cuGetProcAddress", 11030, 0, "cuGetProcAddress"},
+  };
+  for (const Case& c : cases) {
+    void* fn = nullptr;
+    CUdriverProcAddressQueryResult status;
+    ASSERT_CU(cuGetProcAddress_v2(c.name, &fn, c.version, c.flags, &status))
+        << c.name << " @" << c.version;
+    EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SUCCESS);
+    EXPECT_EQ(fn, dlsym(self, c.symbol)) << c.name << " @" << c.version;
+    void* fn4 = nullptr;
+    ASSERT_CU(Sym<GetProcAddress4>("cuGetProcAddress")(c.name, &fn4,
+                                                       c.version, c.flags));
+    EXPECT_EQ(fn4, fn);
+  }
+  void* fn = reinterpret_cast<void*>(1);
+  CUdriverProcAddressQueryResult status;
+  EXPECT_EQ(cuGetProcAddress_v2("cuNoSuchEntryPoint", &fn, 13000, 0, &status),
+            CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+  EXPECT_EQ(fn, nullptr);
+  EXPECT_EQ(cuGetProcAddress_v2("cuMemAllocAsync", &fn, 10000, 0, &status),
+            CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+  EXPECT_EQ(cuGetProcAddress_v2("cuMemAlloc", &fn, 13000, 4, &status),
+            CUDA_ERROR_INVALID_VALUE);
+  dlclose(self);
+}
+
+TEST_F(FakeCudaTest, ModulesReportNamesAndParameterLayouts) {
+  CUmodule bad;
+  EXPECT_EQ(cuModuleLoad(&bad, "/nonexistent/module.so"), CUDA_ERROR_FILE_NOT_FOUND);
+  EXPECT_EQ(cuModuleLoad(&bad, "/etc/hostname"), CUDA_ERROR_INVALID_IMAGE);
+
+  struct Expect {
+    const char* name;
+    std::vector<std::pair<size_t, size_t>> params;  // (offset, size)
+  } kernels[] = {
+      {"_ZN5testk4axpyEfPKfPfi", {{0, 4}, {8, 8}, {16, 8}, {24, 4}}},
+      {"_ZN5testk5mixedEcPds4Pair", {{0, 1}, {8, 8}, {16, 2}, {24, 16}}},
+      {"_ZN5testk5scaleIfEEvPT_S1_i", {{0, 8}, {8, 4}, {12, 4}}},
+      {"_ZN5testk5scaleIdEEvPT_S1_i", {{0, 8}, {8, 8}, {16, 4}}},
+      {"_ZN5testk13load_indirectEPKPKfPf", {{0, 8}, {8, 8}}},
+      {"plain_c_kernel", {{0, 8}}},
+  };
+  for (const Expect& k : kernels) {
+    CUfunction f = Function(k.name);
+    ASSERT_NE(f, nullptr) << k.name;
+    const char* name = nullptr;
+    ASSERT_CU(cuFuncGetName(&name, f));
+    EXPECT_STREQ(name, k.name);
+    size_t i = 0;
+    for (;; ++i) {
+      size_t offset = 0, size = 0;
+      CUresult r = cuFuncGetParamInfo(f, i, &offset, &size);
+      if (r == CUDA_ERROR_INVALID_VALUE) break;
+      ASSERT_CU(r);
+      ASSERT_LT(i, k.params.size()) << k.name;
+      EXPECT_EQ(offset, k.params[i].first) << k.name << " param " << i;
+      EXPECT_EQ(size, k.params[i].second) << k.name << " param " << i;
+    }
+    EXPECT_EQ(i, k.params.size()) << k.name;
+  }
+  CUfunction missing;
+  EXPECT_EQ(cuModuleGetFunction(&missing, module_, "_Z4nopev"), CUDA_ERROR_NOT_FOUND);
+}
+
+TEST_F(FakeCudaTest, LaunchesPassParametersBothWays) {
+  CUfunction mixed = Function("_ZN5testk5mixedEcPds4Pair");
+  CUdeviceptr out;
+  ASSERT_CU(cuMemAlloc_v2(&out, 4 * sizeof(double)));
+  char c = 3;
+  short s = -4;
+  struct {
+    int a;
+    double b;
+  } pair{5, 6.5};
+  void* params[] = {&c, &out, &s, &pair};
+  ASSERT_CU(cuLaunchKernel(mixed, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr));
+  double got[4];
+  ASSERT_CU(cuMemcpyDtoH_v2(got, out, sizeof(got)));
+  EXPECT_EQ(got[0], 3);
+  EXPECT_EQ(got[1], -4);
+  EXPECT_EQ(got[2], 5);
+  EXPECT_EQ(got[3], 6.5);
+
+  // The `extra` form: one packed buffer in the kernel's layout.
+  unsigned char buffer[40] = {};
+  c = 1;
+  std::memcpy(buffer + 0, &c, 1);
+  std::memcpy(buffer + 8, &out, 8);
+  std::memcpy(buffer + 16, &s, 2);
+  pair.a = 8;
+  std::memcpy(buffer + 24, &pair, 16);
+  size_t size = sizeof(buffer);
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer,
+                   CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  ASSERT_CU(cuLaunchKernel(mixed, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, extra));
+  ASSERT_CU(cuMemcpyDtoH_v2(got, out, sizeof(got)));
+  EXPECT_EQ(got[0], 1);
+  EXPECT_EQ(got[2], 8);
+
+  EXPECT_EQ(cuLaunchKernel(mixed, 1, 1, 1, 1, 1, 1, 0, nullptr, params, extra),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLaunchKernel(mixed, 0, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLaunchKernel(mixed, 1, 1, 1, 1025, 1, 1, 0, nullptr, params, nullptr),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLaunchKernel(reinterpret_cast<CUfunction>(&got), 1, 1, 1, 1, 1, 1,
+                           0, nullptr, params, nullptr),
+            CUDA_ERROR_INVALID_HANDLE);
+
+  CUfunction geometry = Function("_ZN5testk15record_geometryEPj");
+  CUlaunchConfig config{};
+  config.gridDimX = 7;
+  config.gridDimY = 2;
+  config.gridDimZ = 1;
+  config.blockDimX = 128;
+  config.blockDimY = 1;
+  config.blockDimZ = 4;
+  void* gparams[] = {&out};
+  ASSERT_CU(cuLaunchKernelEx(&config, geometry, gparams, nullptr));
+  unsigned dims[4];
+  ASSERT_CU(cuMemcpyDtoH_v2(dims, out, sizeof(dims)));
+  EXPECT_EQ(dims[0], 7u);
+  EXPECT_EQ(dims[1], 2u);
+  EXPECT_EQ(dims[2], 128u);
+  EXPECT_EQ(dims[3], 4u);
+  ASSERT_CU(cuMemFree_v2(out));
+}
+
+TEST_F(FakeCudaTest, KernelsReadThroughPointersStoredInDeviceMemory) {
+  CUfunction load = Function("_ZN5testk13load_indirectEPKPKfPf");
+  CUdeviceptr value, table, out;
+  ASSERT_CU(cuMemAlloc_v2(&value, 4));
+  ASSERT_CU(cuMemAlloc_v2(&table, 8));
+  ASSERT_CU(cuMemAlloc_v2(&out, 4));
+  float v = 2.5f;
+  ASSERT_CU(cuMemcpyHtoD_v2(value, &v, 4));
+  ASSERT_CU(cuMemcpyHtoD_v2(table, &value, 8));
+  void* params[] = {&table, &out};
+  ASSERT_CU(cuLaunchKernel(load, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr));
+  float got = 0;
+  ASSERT_CU(cuMemcpyDtoH_v2(&got, out, 4));
+  EXPECT_EQ(got, 2.5f);
+}
+
+TEST_F(FakeCudaTest, FaultInjectionFailsTheNthCall) {
+  fakecuda_fail_call("cuMemAlloc_v2", 2, CUDA_ERROR_OUT_OF_MEMORY);
+  CUdeviceptr a, b, c;
+  EXPECT_CU(cuMemAlloc_v2(&a, 64));
+  EXPECT_EQ(cuMemAlloc_v2(&b, 64), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_CU(cuMemAlloc_v2(&c, 64));
+  EXPECT_GE(fakecuda_call_count("cuMemAlloc_v2"), 3u);
+  cuMemFree_v2(a);
+  cuMemFree_v2(c);
+  fakecuda_clear_failures();
+}
+
+TEST_F(FakeCudaTest, ErrorNamesAndStrings) {
+  const char* s = nullptr;
+  ASSERT_CU(cuGetErrorName(CUDA_ERROR_OUT_OF_MEMORY, &s));
+  EXPECT_STREQ(s, "CUDA_ERROR_OUT_OF_MEMORY");
+  ASSERT_CU(cuGetErrorString(CUDA_ERROR_INVALID_VALUE, &s));
+  EXPECT_STREQ(s, "invalid argument");
+  EXPECT_EQ(cuGetErrorName(static_cast<CUresult>(123456), &s),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(s, nullptr);
+}
+
+TEST_F(FakeCudaTest, CreatedContextsStackAndSynchronise) {
+  CUcontext created = nullptr, current = nullptr;
+  ASSERT_CU(cuCtxCreate_v4(&created, nullptr, 0, 1));
+  ASSERT_CU(cuCtxGetCurrent(&current));
+  EXPECT_EQ(current, created);
+  CUdevice d = -1;
+  ASSERT_CU(cuCtxGetDevice(&d));
+  EXPECT_EQ(d, 1);
+  CUdeviceptr p;
+  ASSERT_CU(cuMemAlloc_v2(&p, 4096));
+  EXPECT_EQ(fakecuda_used_bytes(1), 4096u);
+  ASSERT_CU(cuMemFree_v2(p));
+  CUcontext popped = nullptr;
+  ASSERT_CU(cuCtxPopCurrent_v2(&popped));
+  EXPECT_EQ(popped, created);
+  ASSERT_CU(cuCtxGetCurrent(&current));
+  EXPECT_EQ(current, ctx_);
+  ASSERT_CU(cuCtxDestroy_v2(created));
+  EXPECT_EQ(cuCtxPushCurrent_v2(created), CUDA_ERROR_INVALID_CONTEXT);
+}
+
+}  // namespace

@@ -1,0 +1,172 @@
+// Internal state of the fake CUDA driver: devices, contexts, streams, events,
+// memory regions and the call gate every exported function passes through.
+//
+// Thread-safety: the driver state is shared by all application threads and
+// all stream workers. Memory regions, handles, contexts, modules and fault
+// injection are guarded by their own mutexes; a Stream's queue by its own.
+// Functions that need a lock held say so.
+#ifndef STENSOR_TESTS_FAKECUDA_INTERNAL_H_
+#define STENSOR_TESTS_FAKECUDA_INTERNAL_H_
+
+#ifndef __CUDA_API_VERSION_INTERNAL
+#define __CUDA_API_VERSION_INTERNAL  // declare every versioned symbol
+#endif
+#include <cuda.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#define FAKECUDA_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace fakecuda {
+
+constexpr size_t kGranularity = 2u << 20;  // VMM granularity of current GPUs
+constexpr size_t kPageSize = 4096;
+constexpr int kDriverVersion = 13000;
+
+struct Options {
+  size_t device_memory = size_t{16} << 30;  // FAKECUDA_DEVICE_MEMORY
+  int devices = 1;                          // FAKECUDA_DEVICES
+  bool host_vmm = true;                     // FAKECUDA_HOST_VMM
+};
+const Options& GetOptions();
+
+inline size_t AlignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+// --- Call gate -------------------------------------------------------------
+// Every exported entry point starts with FAKECUDA_ENTER(name): it applies
+// fault injection and, unless the function may run before cuInit, returns
+// CUDA_ERROR_NOT_INITIALIZED as the real driver does.
+CUresult Enter(const char* name, bool needs_init);
+#define FAKECUDA_ENTER(name)                                      \
+  do {                                                            \
+    CUresult fakecuda_gate_ = ::fakecuda::Enter(name, true);      \
+    if (fakecuda_gate_ != CUDA_SUCCESS) return fakecuda_gate_;    \
+  } while (0)
+#define FAKECUDA_ENTER_NO_INIT(name)                              \
+  do {                                                            \
+    CUresult fakecuda_gate_ = ::fakecuda::Enter(name, false);     \
+    if (fakecuda_gate_ != CUDA_SUCCESS) return fakecuda_gate_;    \
+  } while (0)
+
+// --- Devices and contexts --------------------------------------------------
+struct Device {
+  int ordinal = 0;
+  std::atomic<size_t> used{0};  // bytes of device memory in use
+  std::atomic<size_t> peak{0};  // high-water mark of `used`
+  // Reserves `bytes` of device capacity; false when the device is full.
+  bool Charge(size_t bytes);
+  void Uncharge(size_t bytes);
+};
+Device* GetDevice(int ordinal);  // nullptr when out of range
+int DeviceCount();
+
+class Stream;
+
+struct Context {
+  int device = 0;
+  unsigned flags = 0;
+  bool primary = false;
+  std::shared_ptr<Stream> legacy;  // the NULL stream
+  std::mutex mu;                   // guards streams and submission order
+  std::vector<std::weak_ptr<Stream>> streams;  // every stream but `legacy`
+};
+
+// The calling thread's current context, or nullptr.
+Context* CurrentContext();
+// Current context, or an error code the real driver would return.
+CUresult RequireContext(Context** ctx);
+bool IsLiveContext(Context* ctx);
+// Waits until all work submitted to any stream of `ctx` has completed.
+void SynchronizeContext(Context* ctx);
+// The same for every live context.
+void SynchronizeAllContexts();
+
+// --- Streams and events ----------------------------------------------------
+// A stream is a FIFO worker thread. Each submitted operation gets a sequence
+// number; `completed` reaches it when the operation has run. Operations may
+// depend on (stream, sequence) pairs of other streams: that is how events,
+// cuStreamWaitEvent and the legacy default stream's implicit ordering work.
+class Stream {
+ public:
+  struct Dependency {
+    std::shared_ptr<Stream> stream;
+    uint64_t seq;
+  };
+
+  Stream(Context* ctx, unsigned flags, int priority, bool legacy);
+  ~Stream();  // drains the queue, then joins the worker
+
+  Context* context() const { return ctx_; }
+  unsigned flags() const { return flags_; }
+  int priority() const { return priority_; }
+  bool legacy() const { return legacy_; }
+  bool blocking() const { return !(flags_ & CU_STREAM_NON_BLOCKING); }
+
+  // Appends `work`; it runs after `deps` and after everything before it on
+  // this stream. Returns its sequence number.
+  uint64_t Enqueue(std::function<void()> work, std::vector<Dependency> deps);
+  uint64_t last_submitted() const { return submitted_.load(); }
+  bool Reached(uint64_t seq) const { return completed_.load() >= seq; }
+  void WaitFor(uint64_t seq);
+  void WaitIdle() { WaitFor(last_submitted()); }
+
+ private:
+  struct Op {
+    uint64_t seq;
+    std::function<void()> work;
+    std::vector<Dependency> deps;
+  };
+  void Run();
+
+  Context* const ctx_;
+  const unsigned flags_;
+  const int priority_;
+  const bool legacy_;
+  std::mutex mu_;
+  std::condition_variable cv_;       // queue changed or op completed
+  std::deque<Op> queue_;             // guarded by mu_
+  bool stop_ = false;                // guarded by mu_
+  std::atomic<uint64_t> submitted_{0};
+  std::atomic<uint64_t> completed_{0};
+  std::thread worker_;
+};
+
+// Resolves a stream handle the way the driver does: 0 is the legacy stream,
+// or the per-thread stream for _ptsz/_ptds entry points; CU_STREAM_LEGACY and
+// CU_STREAM_PER_THREAD are the special handles; anything else must be a live
+// stream.
+CUresult ResolveStream(CUstream handle, bool per_thread,
+                       std::shared_ptr<Stream>* out);
+// Submits `work` to `stream` with the default-stream ordering rules applied:
+// legacy-stream work waits for all blocking streams of the context, and
+// blocking-stream work waits for the legacy stream.
+uint64_t Submit(const std::shared_ptr<Stream>& stream, std::function<void()> work,
+                std::vector<Stream::Dependency> deps = {});
+// Submit, then block until it has run (synchronous copies and memsets).
+void SubmitAndWait(const std::shared_ptr<Stream>& stream,
+                   std::function<void()> work);
+
+// --- Memory ----------------------------------------------------------------
+// True when [ptr, ptr+bytes) lies in accessible device memory (cuMemAlloc
+// allocations, or VMM mappings with access set).
+bool IsDeviceRange(CUdeviceptr ptr, size_t bytes);
+// True when ptr lies in any device allocation or mapping.
+bool IsDevicePointer(CUdeviceptr ptr);
+// True when [ptr, ptr+bytes) lies in page-locked host memory.
+bool IsPinnedHost(const void* ptr, size_t bytes);
+
+}  // namespace fakecuda
+
+#endif  // STENSOR_TESTS_FAKECUDA_INTERNAL_H_

@@ -1,0 +1,633 @@
+// Fake driver: device memory over host memory at real, stable addresses.
+//
+// cuMemAlloc allocations are anonymous mappings. The VMM API is the real
+// thing in miniature: a reservation is an mmap(PROT_NONE) range, a physical
+// handle a memfd, cuMemMap maps it MAP_FIXED|MAP_SHARED into the reservation
+// (no access until cuMemSetAccess), and cuMemUnmap puts PROT_NONE back, so a
+// touch of an unmapped range faults. Device-located memory counts against the
+// device's capacity; host-located handles do not.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_set>
+
+#include "tests/fakecuda/internal.h"
+
+namespace fakecuda {
+namespace {
+
+struct Handle {
+  int fd = -1;
+  size_t size = 0;
+  CUmemAllocationProp prop{};
+  int refs = 1;       // user references plus one per mapping
+  int user_refs = 1;  // cuMemCreate and each cuMemRetainAllocationHandle
+};
+
+struct Mapping {
+  size_t size = 0;
+  Handle* handle = nullptr;
+  bool accessible = false;
+  int device = 0;
+};
+
+struct Allocation {
+  size_t size = 0;     // as requested
+  size_t charged = 0;  // page-rounded, what the mapping and the device use
+  int device = 0;
+};
+
+struct HostRange {
+  size_t size = 0;
+  bool owned = false;  // cuMemAllocHost/cuMemHostAlloc, not cuMemHostRegister
+};
+
+struct Memory {
+  std::mutex mu;
+  std::map<uintptr_t, Allocation> allocations;  // guarded by mu
+  std::map<uintptr_t, size_t> reservations;     // base -> size, guarded by mu
+  std::map<uintptr_t, Mapping> mappings;        // guarded by mu
+  std::unordered_set<Handle*> handles;          // guarded by mu
+  std::map<uintptr_t, HostRange> pinned;        // guarded by mu
+};
+
+Memory& GetMemory() {
+  static Memory* m = new Memory;
+  return *m;
+}
+
+// The entry of `m` whose key is the greatest not above `p`, if it contains p.
+template <typename Map, typename SizeOf>
+typename Map::iterator Containing(Map& m, uintptr_t p, SizeOf size_of) {
+  auto it = m.upper_bound(p);
+  if (it == m.begin()) return m.end();
+  --it;
+  return p < it->first + size_of(it->second) ? it : m.end();
+}
+
+size_t AllocSize(const Allocation& a) { return a.charged; }
+size_t MapSize(const Mapping& m) { return m.size; }
+size_t RangeSize(size_t s) { return s; }
+size_t HostSize(const HostRange& h) { return h.size; }
+
+// Whether [p, p+n) is covered by contiguous accessible mappings. Needs m.mu.
+bool MappedAccessible(Memory& m, uintptr_t p, size_t n) {
+  uintptr_t end = p + n;
+  while (p < end) {
+    auto it = Containing(m.mappings, p, MapSize);
+    if (it == m.mappings.end() || !it->second.accessible) return false;
+    p = it->first + it->second.size;
+  }
+  return true;
+}
+
+void DestroyHandleLocked(Memory& m, Handle* h) {
+  if (h->prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+    GetDevice(h->prop.location.id)->Uncharge(h->size);
+  }
+  close(h->fd);
+  m.handles.erase(h);
+  delete h;
+}
+
+void DropHandleRefLocked(Memory& m, Handle* h) {
+  if (--h->refs == 0) DestroyHandleLocked(m, h);
+}
+
+// Puts an inaccessible placeholder back over [p, p+n), keeping the VA.
+void Unback(uintptr_t p, size_t n) {
+  mmap(reinterpret_cast<void*>(p), n, PROT_NONE,
+       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+}
+
+CUresult Allocate(CUdeviceptr* dptr, size_t bytes) {
+  if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  Context* ctx = nullptr;
+  if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
+  size_t charged = AlignUp(bytes, kPageSize);
+  Device* dev = GetDevice(ctx->device);
+  if (!dev->Charge(charged)) return CUDA_ERROR_OUT_OF_MEMORY;
+  void* p = mmap(nullptr, charged, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    dev->Uncharge(charged);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.allocations[reinterpret_cast<uintptr_t>(p)] =
+      Allocation{bytes, charged, ctx->device};
+  *dptr = reinterpret_cast<CUdeviceptr>(p);
+  return CUDA_SUCCESS;
+}
+
+// Removes the allocation at exactly `dptr` from the table; the caller unmaps.
+CUresult TakeAllocation(CUdeviceptr dptr, Allocation* out) {
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  auto it = m.allocations.find(static_cast<uintptr_t>(dptr));
+  if (it == m.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+  *out = it->second;
+  m.allocations.erase(it);
+  return CUDA_SUCCESS;
+}
+
+void ReleaseAllocation(CUdeviceptr dptr, const Allocation& a) {
+  munmap(reinterpret_cast<void*>(dptr), a.charged);
+  GetDevice(a.device)->Uncharge(a.charged);
+}
+
+bool ValidLocation(const CUmemLocation& loc, CUresult* error) {
+  switch (loc.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+      if (GetDevice(loc.id) == nullptr) {
+        *error = CUDA_ERROR_INVALID_DEVICE;
+        return false;
+      }
+      return true;
+    case CU_MEM_LOCATION_TYPE_HOST:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
+      if (!GetOptions().host_vmm) {
+        *error = CUDA_ERROR_NOT_SUPPORTED;
+        return false;
+      }
+      return true;
+    default:
+      *error = CUDA_ERROR_INVALID_VALUE;
+      return false;
+  }
+}
+
+CUresult ValidProp(const CUmemAllocationProp* prop) {
+  if (prop == nullptr || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  CUresult error = CUDA_ERROR_INVALID_VALUE;
+  return ValidLocation(prop->location, &error) ? CUDA_SUCCESS : error;
+}
+
+}  // namespace
+
+bool IsDeviceRange(CUdeviceptr ptr, size_t bytes) {
+  uintptr_t p = static_cast<uintptr_t>(ptr);
+  if (p + bytes < p) return false;
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  auto a = Containing(m.allocations, p, AllocSize);
+  if (a != m.allocations.end()) {
+    // Bounded by the requested size, as the real driver checks it, not the
+    // page the fake rounded it up to.
+    return p + bytes <= a->first + a->second.size;
+  }
+  return MappedAccessible(m, p, std::max<size_t>(bytes, 1));
+}
+
+bool IsDevicePointer(CUdeviceptr ptr) {
+  uintptr_t p = static_cast<uintptr_t>(ptr);
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  return Containing(m.allocations, p, AllocSize) != m.allocations.end() ||
+         Containing(m.reservations, p, RangeSize) != m.reservations.end();
+}
+
+bool IsPinnedHost(const void* ptr, size_t bytes) {
+  uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  auto it = Containing(m.pinned, p, HostSize);
+  if (it != m.pinned.end()) return p + bytes <= it->first + it->second.size;
+  // Host-located VMM memory is page-locked too.
+  auto mp = Containing(m.mappings, p, MapSize);
+  return mp != m.mappings.end() &&
+         mp->second.handle->prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE;
+}
+
+}  // namespace fakecuda
+
+using namespace fakecuda;  // NOLINT: the exported C API below
+
+// --- cuMemAlloc family -------------------------------------------------------
+FAKECUDA_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  FAKECUDA_ENTER("cuMemAlloc_v2");
+  return Allocate(dptr, bytesize);
+}
+
+FAKECUDA_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch,
+                                            size_t width, size_t height,
+                                            unsigned int element_size) {
+  FAKECUDA_ENTER("cuMemAllocPitch_v2");
+  if (pitch == nullptr || width == 0 || height == 0 ||
+      (element_size != 4 && element_size != 8 && element_size != 16)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  size_t p = AlignUp(width, 512);  // the pitch alignment of current GPUs
+  if (p / 512 > (~size_t{0} / 512) / height) return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = Allocate(dptr, p * height);
+  if (r == CUDA_SUCCESS) *pitch = p;
+  return r;
+}
+
+FAKECUDA_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  FAKECUDA_ENTER("cuMemFree_v2");
+  Allocation a;
+  if (CUresult r = TakeAllocation(dptr, &a); r != CUDA_SUCCESS) return r;
+  // Like the real driver, freeing waits for work that may still use it.
+  SynchronizeAllContexts();
+  ReleaseAllocation(dptr, a);
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes,
+                                         size_t* total_bytes) {
+  FAKECUDA_ENTER("cuMemGetInfo_v2");
+  if (free_bytes == nullptr || total_bytes == nullptr) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Context* ctx = nullptr;
+  if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
+  size_t total = GetOptions().device_memory;
+  *total_bytes = total;
+  *free_bytes = total - GetDevice(ctx->device)->used.load();
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase,
+                                                 size_t* psize,
+                                                 CUdeviceptr dptr) {
+  FAKECUDA_ENTER("cuMemGetAddressRange_v2");
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  uintptr_t p = static_cast<uintptr_t>(dptr);
+  uintptr_t base = 0;
+  size_t size = 0;
+  auto a = Containing(m.allocations, p, AllocSize);
+  if (a != m.allocations.end()) {
+    base = a->first;
+    size = a->second.size;
+    if (p >= base + size) return CUDA_ERROR_NOT_FOUND;
+  } else {
+    auto mp = Containing(m.mappings, p, MapSize);
+    if (mp == m.mappings.end()) return CUDA_ERROR_NOT_FOUND;
+    base = mp->first;
+    size = mp->second.size;
+  }
+  if (pbase != nullptr) *pbase = static_cast<CUdeviceptr>(base);
+  if (psize != nullptr) *psize = size;
+  return CUDA_SUCCESS;
+}
+
+namespace {
+CUresult AllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream h, bool pt) {
+  std::shared_ptr<Stream> s;
+  if (CUresult r = ResolveStream(h, pt, &s); r != CUDA_SUCCESS) return r;
+  // Memory is available at once; the real driver makes it usable in stream
+  // order, which the same address satisfies.
+  return Allocate(dptr, bytes);
+}
+
+CUresult FreeAsync(CUdeviceptr dptr, CUstream h, bool pt) {
+  std::shared_ptr<Stream> s;
+  if (CUresult r = ResolveStream(h, pt, &s); r != CUDA_SUCCESS) return r;
+  Allocation a;
+  if (CUresult r = TakeAllocation(dptr, &a); r != CUDA_SUCCESS) return r;
+  Submit(s, [dptr, a] { ReleaseAllocation(dptr, a); });
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+FAKECUDA_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize,
+                                         CUstream hStream) {
+  FAKECUDA_ENTER("cuMemAllocAsync");
+  return AllocAsync(dptr, bytesize, hStream, false);
+}
+FAKECUDA_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr,
+                                              size_t bytesize,
+                                              CUstream hStream) {
+  FAKECUDA_ENTER("cuMemAllocAsync_ptsz");
+  return AllocAsync(dptr, bytesize, hStream, true);
+}
+FAKECUDA_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+  FAKECUDA_ENTER("cuMemFreeAsync");
+  return FreeAsync(dptr, hStream, false);
+}
+FAKECUDA_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr,
+                                             CUstream hStream) {
+  FAKECUDA_ENTER("cuMemFreeAsync_ptsz");
+  return FreeAsync(dptr, hStream, true);
+}
+
+// --- Page-locked host memory -------------------------------------------------
+FAKECUDA_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytesize,
+                                        unsigned int flags) {
+  FAKECUDA_ENTER("cuMemHostAlloc");
+  constexpr unsigned kKnown = CU_MEMHOSTALLOC_PORTABLE |
+                              CU_MEMHOSTALLOC_DEVICEMAP |
+                              CU_MEMHOSTALLOC_WRITECOMBINED;
+  if (pp == nullptr || bytesize == 0 || (flags & ~kKnown) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Context* ctx = nullptr;
+  if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
+  size_t size = AlignUp(bytesize, kPageSize);
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.pinned[reinterpret_cast<uintptr_t>(p)] = HostRange{size, true};
+  *pp = p;
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) {
+  FAKECUDA_ENTER("cuMemAllocHost_v2");
+  return cuMemHostAlloc(pp, bytesize, 0);
+}
+
+FAKECUDA_EXPORT CUresult cuMemFreeHost(void* p) {
+  FAKECUDA_ENTER("cuMemFreeHost");
+  size_t size = 0;
+  {
+    Memory& m = GetMemory();
+    std::lock_guard<std::mutex> lock(m.mu);
+    auto it = m.pinned.find(reinterpret_cast<uintptr_t>(p));
+    if (it == m.pinned.end() || !it->second.owned) return CUDA_ERROR_INVALID_VALUE;
+    size = it->second.size;
+    m.pinned.erase(it);
+  }
+  SynchronizeAllContexts();  // async copies may still read or write it
+  munmap(p, size);
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuMemHostRegister_v2(void* p, size_t bytesize,
+                                              unsigned int flags) {
+  FAKECUDA_ENTER("cuMemHostRegister_v2");
+  if (p == nullptr || bytesize == 0 || (flags & ~0xfu) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  uintptr_t b = reinterpret_cast<uintptr_t>(p);
+  auto it = m.pinned.lower_bound(b);
+  bool overlaps = (it != m.pinned.end() && it->first < b + bytesize) ||
+                  Containing(m.pinned, b, HostSize) != m.pinned.end();
+  if (overlaps) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  m.pinned[b] = HostRange{bytesize, false};
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuMemHostUnregister(void* p) {
+  FAKECUDA_ENTER("cuMemHostUnregister");
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  auto it = m.pinned.find(reinterpret_cast<uintptr_t>(p));
+  if (it == m.pinned.end() || it->second.owned) {
+    return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  }
+  m.pinned.erase(it);
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr,
+                                                      void* p,
+                                                      unsigned int flags) {
+  FAKECUDA_ENTER("cuMemHostGetDevicePointer_v2");
+  if (pdptr == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!IsPinnedHost(p, 1)) return CUDA_ERROR_INVALID_VALUE;
+  *pdptr = reinterpret_cast<CUdeviceptr>(p);  // unified addressing
+  return CUDA_SUCCESS;
+}
+
+// --- Virtual memory management -------------------------------------------------
+FAKECUDA_EXPORT CUresult cuMemGetAllocationGranularity(
+    size_t* granularity, const CUmemAllocationProp* prop,
+    CUmemAllocationGranularity_flags option) {
+  FAKECUDA_ENTER("cuMemGetAllocationGranularity");
+  if (granularity == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
+      option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (CUresult r = ValidProp(prop); r != CUDA_SUCCESS) return r;
+  *granularity = kGranularity;
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size,
+                                             size_t alignment,
+                                             CUdeviceptr addr,
+                                             unsigned long long flags) {
+  FAKECUDA_ENTER("cuMemAddressReserve");
+  if (ptr == nullptr || size == 0 || size % kGranularity != 0 || flags != 0 ||
+      (alignment & (alignment - 1)) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  alignment = std::max(alignment, kGranularity);
+  size_t span = size + alignment;
+  void* raw = mmap(reinterpret_cast<void*>(addr), span, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  uintptr_t begin = reinterpret_cast<uintptr_t>(raw);
+  uintptr_t base = AlignUp(begin, alignment);
+  if (base > begin) munmap(raw, base - begin);
+  if (begin + span > base + size) {
+    munmap(reinterpret_cast<void*>(base + size), begin + span - base - size);
+  }
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.reservations[base] = size;
+  *ptr = static_cast<CUdeviceptr>(base);
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  FAKECUDA_ENTER("cuMemAddressFree");
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  uintptr_t base = static_cast<uintptr_t>(ptr);
+  auto it = m.reservations.find(base);
+  if (it == m.reservations.end() || it->second != size) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto mp = m.mappings.lower_bound(base);
+  if (mp != m.mappings.end() && mp->first < base + size) {
+    return CUDA_ERROR_INVALID_VALUE;  // still mapped: unmap first
+  }
+  munmap(reinterpret_cast<void*>(base), size);
+  m.reservations.erase(it);
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle,
+                                     size_t size,
+                                     const CUmemAllocationProp* prop,
+                                     unsigned long long flags) {
+  FAKECUDA_ENTER("cuMemCreate");
+  if (handle == nullptr || size == 0 || size % kGranularity != 0 ||
+      flags != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (CUresult r = ValidProp(prop); r != CUDA_SUCCESS) return r;
+  bool on_device = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE;
+  if (on_device && !GetDevice(prop->location.id)->Charge(size)) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  int fd = memfd_create(on_device ? "fakecuda-device" : "fakecuda-host",
+                        MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    if (fd >= 0) close(fd);
+    if (on_device) GetDevice(prop->location.id)->Uncharge(size);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  auto* h = new Handle;
+  h->fd = fd;
+  h->size = size;
+  h->prop = *prop;
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.handles.insert(h);
+  *handle = reinterpret_cast<CUmemGenericAllocationHandle>(h);
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  FAKECUDA_ENTER("cuMemRelease");
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  auto* h = reinterpret_cast<Handle*>(handle);
+  if (m.handles.count(h) == 0 || h->user_refs == 0) return CUDA_ERROR_INVALID_VALUE;
+  // Physical memory lives on until its last mapping is unmapped.
+  --h->user_refs;
+  DropHandleRefLocked(m, h);
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                                  CUmemGenericAllocationHandle handle,
+                                  unsigned long long flags) {
+  FAKECUDA_ENTER("cuMemMap");
+  uintptr_t p = static_cast<uintptr_t>(ptr);
+  // As in the real driver, the offset must be 0 and sizes whole granules.
+  if (flags != 0 || offset != 0 || size == 0 || size % kGranularity != 0 ||
+      p % kGranularity != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  auto* h = reinterpret_cast<Handle*>(handle);
+  if (m.handles.count(h) == 0 || h->user_refs == 0 || size > h->size) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto r = Containing(m.reservations, p, RangeSize);
+  if (r == m.reservations.end() || p + size > r->first + r->second) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto next = m.mappings.lower_bound(p);
+  if ((next != m.mappings.end() && next->first < p + size) ||
+      Containing(m.mappings, p, MapSize) != m.mappings.end()) {
+    return CUDA_ERROR_INVALID_VALUE;  // already mapped
+  }
+  void* got = mmap(reinterpret_cast<void*>(p), size, PROT_NONE,
+                   MAP_SHARED | MAP_FIXED, h->fd, 0);
+  if (got == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  ++h->refs;
+  int device = h->prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE
+                   ? h->prop.location.id
+                   : 0;
+  m.mappings[p] = Mapping{size, h, false, device};
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size,
+                                        const CUmemAccessDesc* desc,
+                                        size_t count) {
+  FAKECUDA_ENTER("cuMemSetAccess");
+  if (desc == nullptr || count == 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  int prot = PROT_NONE;
+  for (size_t i = 0; i < count; ++i) {
+    CUresult error = CUDA_ERROR_INVALID_VALUE;
+    if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (!ValidLocation(desc[i].location, &error)) return error;
+    switch (desc[i].flags) {
+      case CU_MEM_ACCESS_FLAGS_PROT_NONE: break;
+      case CU_MEM_ACCESS_FLAGS_PROT_READ: prot |= PROT_READ; break;
+      case CU_MEM_ACCESS_FLAGS_PROT_READWRITE: prot |= PROT_READ | PROT_WRITE; break;
+      default: return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  uintptr_t p = static_cast<uintptr_t>(ptr);
+  // The whole range must be mapped, and start and end on mapping boundaries.
+  if (m.mappings.count(p) == 0) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<Mapping*> covered;
+  for (uintptr_t q = p; q < p + size;) {
+    auto it = m.mappings.find(q);
+    if (it == m.mappings.end()) return CUDA_ERROR_INVALID_VALUE;
+    covered.push_back(&it->second);
+    q += it->second.size;
+    if (q > p + size) return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (mprotect(reinterpret_cast<void*>(p), size, prot) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (Mapping* mp : covered) mp->accessible = prot != PROT_NONE;
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  FAKECUDA_ENTER("cuMemUnmap");
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  uintptr_t p = static_cast<uintptr_t>(ptr);
+  std::vector<uintptr_t> bases;
+  for (uintptr_t q = p; q < p + size;) {
+    auto it = m.mappings.find(q);
+    if (it == m.mappings.end()) return CUDA_ERROR_INVALID_VALUE;
+    bases.push_back(q);
+    q += it->second.size;
+    if (q > p + size) return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (bases.empty()) return CUDA_ERROR_INVALID_VALUE;
+  Unback(p, size);
+  for (uintptr_t b : bases) {
+    Handle* h = m.mappings[b].handle;
+    m.mappings.erase(b);
+    DropHandleRefLocked(m, h);
+  }
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuMemRetainAllocationHandle(
+    CUmemGenericAllocationHandle* handle, void* addr) {
+  FAKECUDA_ENTER("cuMemRetainAllocationHandle");
+  if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  auto mp = Containing(m.mappings, reinterpret_cast<uintptr_t>(addr), MapSize);
+  if (mp == m.mappings.end()) return CUDA_ERROR_INVALID_VALUE;
+  Handle* h = mp->second.handle;
+  // The retained handle needs its own cuMemRelease, like a created one.
+  ++h->refs;
+  ++h->user_refs;
+  *handle = reinterpret_cast<CUmemGenericAllocationHandle>(h);
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(
+    CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
+  FAKECUDA_ENTER("cuMemGetAllocationPropertiesFromHandle");
+  if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  auto* h = reinterpret_cast<Handle*>(handle);
+  if (m.handles.count(h) == 0) return CUDA_ERROR_INVALID_VALUE;
+  *prop = h->prop;
+  return CUDA_SUCCESS;
+}

@@ -1,0 +1,299 @@
+// Fake driver: modules of host kernels (see fake_kernel.h), function
+// introspection and kernel launches.
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <unordered_set>
+
+#include "tests/fakecuda/module_abi.h"
+#include "tests/fakecuda/internal.h"
+
+namespace fakecuda {
+namespace {
+
+struct Module;
+
+struct Function {
+  Module* module = nullptr;
+  const fakecuda_kernel_desc* desc = nullptr;
+};
+
+struct Module {
+  void* dl = nullptr;
+  std::map<std::string, std::unique_ptr<Function>> functions;
+};
+
+struct Modules {
+  std::mutex mu;
+  std::unordered_set<Module*> live;      // guarded by mu
+  std::unordered_set<Function*> funcs;   // guarded by mu
+};
+
+Modules& GetModules() {
+  static Modules* m = new Modules;
+  return *m;
+}
+
+const fakecuda_kernel_desc* LookupFunction(CUfunction f) {
+  Modules& all = GetModules();
+  std::lock_guard<std::mutex> lock(all.mu);
+  auto* fn = reinterpret_cast<Function*>(f);
+  return all.funcs.count(fn) ? fn->desc : nullptr;
+}
+
+// Packs the parameters into one buffer laid out as the kernel expects,
+// from either kernelParams or the `extra` buffer form. The copy is taken at
+// launch time, as the real driver does.
+CUresult PackParams(const fakecuda_kernel_desc* k, void** params, void** extra,
+                    std::vector<unsigned char>* out) {
+  if (params != nullptr && extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
+  out->assign(k->args_size, 0);
+  if (k->num_params == 0) return CUDA_SUCCESS;
+  if (params != nullptr) {
+    for (unsigned i = 0; i < k->num_params; ++i) {
+      if (params[i] == nullptr) return CUDA_ERROR_INVALID_VALUE;
+      std::memcpy(out->data() + k->param_offsets[i], params[i],
+                  k->param_sizes[i]);
+    }
+    return CUDA_SUCCESS;
+  }
+  if (extra == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const void* buffer = nullptr;
+  const size_t* size = nullptr;
+  for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+    if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+      buffer = extra[i + 1];
+    } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+      size = static_cast<const size_t*>(extra[i + 1]);
+    } else {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  if (buffer == nullptr || size == nullptr || *size < k->args_size) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::memcpy(out->data(), buffer, k->args_size);
+  return CUDA_SUCCESS;
+}
+
+CUresult Launch(CUfunction f, fakecuda_dim3 grid, fakecuda_dim3 block,
+                unsigned shared_mem, CUstream h, void** params, void** extra,
+                bool per_thread) {
+  const fakecuda_kernel_desc* k = LookupFunction(f);
+  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 ||
+      block.y == 0 || block.z == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (block.x > 1024 || block.y > 1024 || block.z > 64 ||
+      static_cast<unsigned long long>(block.x) * block.y * block.z > 1024 ||
+      grid.y > 65535 || grid.z > 65535 || grid.x > 2147483647u) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (shared_mem > 227 * 1024) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<unsigned char> packed;
+  if (CUresult r = PackParams(k, params, extra, &packed); r != CUDA_SUCCESS) {
+    return r;
+  }
+  std::shared_ptr<Stream> s;
+  if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
+  Submit(s, [k, grid, block, args = std::move(packed)] {
+    k->invoke(k->fn, args.data(), grid, block);
+  });
+  return CUDA_SUCCESS;
+}
+
+CUresult LaunchEx(const CUlaunchConfig* config, CUfunction f, void** params,
+                  void** extra, bool per_thread) {
+  if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (config->numAttrs > 0 && config->attrs == nullptr) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return Launch(f, {config->gridDimX, config->gridDimY, config->gridDimZ},
+                {config->blockDimX, config->blockDimY, config->blockDimZ},
+                config->sharedMemBytes, config->hStream, params, extra,
+                per_thread);
+}
+
+}  // namespace
+}  // namespace fakecuda
+
+using namespace fakecuda;  // NOLINT: the exported C API below
+
+FAKECUDA_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* fname) {
+  FAKECUDA_ENTER("cuModuleLoad");
+  if (module == nullptr || fname == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Context* ctx = nullptr;
+  if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
+  struct stat st;
+  if (stat(fname, &st) != 0) return CUDA_ERROR_FILE_NOT_FOUND;
+  // Only host-kernel modules run here: a cubin or any other file is an
+  // image this "device" cannot execute.
+  void* dl = dlopen(fname, RTLD_NOW | RTLD_LOCAL);
+  if (dl == nullptr) return CUDA_ERROR_INVALID_IMAGE;
+  auto list = reinterpret_cast<fakecuda_module_kernels_fn>(dlsym(dl, "fakecuda_module_kernels"));
+  if (list == nullptr) {
+    dlclose(dl);
+    return CUDA_ERROR_INVALID_IMAGE;
+  }
+  const fakecuda_kernel_desc* kernels = nullptr;
+  int n = list(&kernels);
+  auto* mod = new Module;
+  mod->dl = dl;
+  Modules& all = GetModules();
+  std::lock_guard<std::mutex> lock(all.mu);
+  for (int i = 0; i < n; ++i) {
+    auto fn = std::make_unique<Function>();
+    fn->module = mod;
+    fn->desc = &kernels[i];
+    all.funcs.insert(fn.get());
+    mod->functions[kernels[i].name] = std::move(fn);
+  }
+  all.live.insert(mod);
+  *module = reinterpret_cast<CUmodule>(mod);
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuModuleUnload(CUmodule hmod) {
+  FAKECUDA_ENTER("cuModuleUnload");
+  auto* mod = reinterpret_cast<Module*>(hmod);
+  {
+    Modules& all = GetModules();
+    std::lock_guard<std::mutex> lock(all.mu);
+    if (all.live.erase(mod) == 0) return CUDA_ERROR_INVALID_HANDLE;
+    for (auto& entry : mod->functions) all.funcs.erase(entry.second.get());
+  }
+  SynchronizeAllContexts();  // queued launches may still call its code
+  dlclose(mod->dl);
+  delete mod;
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod,
+                                             const char* name) {
+  FAKECUDA_ENTER("cuModuleGetFunction");
+  if (hfunc == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Modules& all = GetModules();
+  std::lock_guard<std::mutex> lock(all.mu);
+  auto* mod = reinterpret_cast<Module*>(hmod);
+  if (all.live.count(mod) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  auto it = mod->functions.find(name);
+  if (it == mod->functions.end()) return CUDA_ERROR_NOT_FOUND;
+  *hfunc = reinterpret_cast<CUfunction>(it->second.get());
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes,
+                                              CUmodule hmod, const char* name) {
+  FAKECUDA_ENTER("cuModuleGetGlobal_v2");
+  (void)dptr;
+  (void)bytes;
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Modules& all = GetModules();
+  std::lock_guard<std::mutex> lock(all.mu);
+  if (all.live.count(reinterpret_cast<Module*>(hmod)) == 0) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  return CUDA_ERROR_NOT_FOUND;  // host-kernel modules have no __device__ globals
+}
+
+FAKECUDA_EXPORT CUresult cuFuncGetName(const char** name, CUfunction hfunc) {
+  FAKECUDA_ENTER("cuFuncGetName");
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const fakecuda_kernel_desc* k = LookupFunction(hfunc);
+  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *name = k->name;
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t index,
+                                            size_t* offset, size_t* size) {
+  FAKECUDA_ENTER("cuFuncGetParamInfo");
+  const fakecuda_kernel_desc* k = LookupFunction(func);
+  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (index >= k->num_params) return CUDA_ERROR_INVALID_VALUE;
+  if (offset != nullptr) *offset = k->param_offsets[index];
+  if (size != nullptr) *size = k->param_sizes[index];
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuFuncGetModule(CUmodule* hmod, CUfunction hfunc) {
+  FAKECUDA_ENTER("cuFuncGetModule");
+  if (hmod == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Modules& all = GetModules();
+  std::lock_guard<std::mutex> lock(all.mu);
+  auto* fn = reinterpret_cast<Function*>(hfunc);
+  if (all.funcs.count(fn) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  *hmod = reinterpret_cast<CUmodule>(fn->module);
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuFuncGetAttribute(int* value,
+                                            CUfunction_attribute attrib,
+                                            CUfunction hfunc) {
+  FAKECUDA_ENTER("cuFuncGetAttribute");
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const fakecuda_kernel_desc* k = LookupFunction(hfunc);
+  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  switch (attrib) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 32; break;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION:
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *value = 90; break;
+    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
+    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES:
+    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *value = 0; break;
+    default:
+      if (attrib < 0 || attrib >= CU_FUNC_ATTRIBUTE_MAX) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      *value = 0;
+  }
+  return CUDA_SUCCESS;
+}
+
+#define FAKECUDA_LAUNCH_PARAMS                                                \
+  (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,           \
+   unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,     \
+   CUstream s, void** params, void** extra)
+
+FAKECUDA_EXPORT CUresult cuLaunchKernel FAKECUDA_LAUNCH_PARAMS {
+  FAKECUDA_ENTER("cuLaunchKernel");
+  return Launch(f, {gx, gy, gz}, {bx, by, bz}, shmem, s, params, extra, false);
+}
+FAKECUDA_EXPORT CUresult cuLaunchKernel_ptsz FAKECUDA_LAUNCH_PARAMS {
+  FAKECUDA_ENTER("cuLaunchKernel_ptsz");
+  return Launch(f, {gx, gy, gz}, {bx, by, bz}, shmem, s, params, extra, true);
+}
+
+FAKECUDA_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* config,
+                                          CUfunction f, void** params,
+                                          void** extra) {
+  FAKECUDA_ENTER("cuLaunchKernelEx");
+  return LaunchEx(config, f, params, extra, false);
+}
+FAKECUDA_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config,
+                                               CUfunction f, void** params,
+                                               void** extra) {
+  FAKECUDA_ENTER("cuLaunchKernelEx_ptsz");
+  return LaunchEx(config, f, params, extra, true);
+}
+
+FAKECUDA_EXPORT CUresult cuLaunchCooperativeKernel(
+    CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+    unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
+    CUstream s, void** params) {
+  FAKECUDA_ENTER("cuLaunchCooperativeKernel");
+  return Launch(f, {gx, gy, gz}, {bx, by, bz}, shmem, s, params, nullptr,
+                false);
+}
+FAKECUDA_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(
+    CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+    unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
+    CUstream s, void** params) {
+  FAKECUDA_ENTER("cuLaunchCooperativeKernel_ptsz");
+  return Launch(f, {gx, gy, gz}, {bx, by, bz}, shmem, s, params, nullptr,
+                true);
+}

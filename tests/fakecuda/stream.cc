@@ -1,0 +1,494 @@
+// Fake driver: streams as FIFO worker threads, the legacy and per-thread
+// default streams, events and host callbacks.
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "tests/fakecuda/internal.h"
+
+namespace fakecuda {
+
+Stream::Stream(Context* ctx, unsigned flags, int priority, bool legacy)
+    : ctx_(ctx), flags_(flags), priority_(priority), legacy_(legacy) {
+  worker_ = std::thread([this] { Run(); });
+}
+
+Stream::~Stream() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.get_id() == std::this_thread::get_id()) {
+    worker_.detach();  // the last reference died inside one of our own ops
+  } else {
+    worker_.join();
+  }
+}
+
+uint64_t Stream::Enqueue(std::function<void()> work,
+                         std::vector<Dependency> deps) {
+  uint64_t seq;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    seq = submitted_.load() + 1;
+    submitted_.store(seq);
+    queue_.push_back(Op{seq, std::move(work), std::move(deps)});
+  }
+  cv_.notify_all();
+  return seq;
+}
+
+void Stream::WaitFor(uint64_t seq) {
+  if (Reached(seq)) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return Reached(seq); });
+}
+
+void Stream::Run() {
+  for (;;) {
+    Op op;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_ and drained
+      op = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    for (const Dependency& d : op.deps) d.stream->WaitFor(d.seq);
+    if (op.work) op.work();
+    op.deps.clear();  // drop references before publishing completion
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      completed_.store(op.seq);
+    }
+    cv_.notify_all();
+  }
+}
+
+namespace {
+
+// Live stream handles. A CUstream is the Stream's address; the registry
+// owns it until cuStreamDestroy.
+struct Streams {
+  std::mutex mu;
+  std::unordered_map<Stream*, std::shared_ptr<Stream>> live;  // guarded by mu
+};
+
+Streams& GetStreams() {
+  static Streams* s = new Streams;
+  return *s;
+}
+
+// The calling thread's per-thread default stream of each context.
+thread_local std::unordered_map<Context*, std::shared_ptr<Stream>>
+    t_per_thread;
+
+std::shared_ptr<Stream> PerThreadStream(Context* ctx) {
+  auto it = t_per_thread.find(ctx);
+  if (it != t_per_thread.end()) return it->second;
+  auto s = std::make_shared<Stream>(ctx, 0, 0, /*legacy=*/false);
+  {
+    std::lock_guard<std::mutex> lock(ctx->mu);
+    ctx->streams.push_back(s);
+  }
+  t_per_thread.emplace(ctx, s);
+  return s;
+}
+
+}  // namespace
+
+CUresult ResolveStream(CUstream handle, bool per_thread,
+                       std::shared_ptr<Stream>* out) {
+  if (handle == nullptr || handle == CU_STREAM_LEGACY ||
+      handle == CU_STREAM_PER_THREAD) {
+    Context* ctx = nullptr;
+    if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
+    bool use_per_thread = handle == CU_STREAM_PER_THREAD ||
+                          (handle == nullptr && per_thread);
+    *out = use_per_thread ? PerThreadStream(ctx) : ctx->legacy;
+    return CUDA_SUCCESS;
+  }
+  Streams& all = GetStreams();
+  std::lock_guard<std::mutex> lock(all.mu);
+  auto it = all.live.find(reinterpret_cast<Stream*>(handle));
+  if (it == all.live.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (!IsLiveContext(it->second->context())) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  *out = it->second;
+  return CUDA_SUCCESS;
+}
+
+uint64_t Submit(const std::shared_ptr<Stream>& stream,
+                std::function<void()> work,
+                std::vector<Stream::Dependency> deps) {
+  Context* ctx = stream->context();
+  // Holding the context lock makes the implicit dependencies and the enqueue
+  // one step, so two threads cannot interleave between them.
+  std::lock_guard<std::mutex> lock(ctx->mu);
+  if (stream->legacy()) {
+    for (auto& w : ctx->streams) {
+      auto other = w.lock();
+      if (other && other->blocking() && other->last_submitted() > 0) {
+        deps.push_back({other, other->last_submitted()});
+      }
+    }
+  } else if (stream->blocking() && ctx->legacy->last_submitted() > 0) {
+    deps.push_back({ctx->legacy, ctx->legacy->last_submitted()});
+  }
+  // Forget destroyed streams so the list does not grow without bound.
+  ctx->streams.erase(
+      std::remove_if(ctx->streams.begin(), ctx->streams.end(),
+                     [](const std::weak_ptr<Stream>& w) { return w.expired(); }),
+      ctx->streams.end());
+  return stream->Enqueue(std::move(work), std::move(deps));
+}
+
+void SubmitAndWait(const std::shared_ptr<Stream>& stream,
+                   std::function<void()> work) {
+  stream->WaitFor(Submit(stream, std::move(work)));
+}
+
+}  // namespace fakecuda
+
+using namespace fakecuda;  // NOLINT: the exported C API below
+
+// --- Streams -----------------------------------------------------------------
+FAKECUDA_EXPORT CUresult cuStreamCreateWithPriority(CUstream* phStream,
+                                                    unsigned int flags,
+                                                    int priority) {
+  FAKECUDA_ENTER("cuStreamCreateWithPriority");
+  if (phStream == nullptr || (flags & ~CU_STREAM_NON_BLOCKING) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Context* ctx = nullptr;
+  if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
+  // Priorities range over [-5, 0] as on current GPUs; others are clamped.
+  priority = std::max(-5, std::min(0, priority));
+  auto s = std::make_shared<Stream>(ctx, flags, priority, /*legacy=*/false);
+  {
+    std::lock_guard<std::mutex> lock(ctx->mu);
+    ctx->streams.push_back(s);
+  }
+  Streams& all = GetStreams();
+  std::lock_guard<std::mutex> lock(all.mu);
+  all.live.emplace(s.get(), s);
+  *phStream = reinterpret_cast<CUstream>(s.get());
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuStreamCreate(CUstream* phStream,
+                                        unsigned int flags) {
+  FAKECUDA_ENTER("cuStreamCreate");
+  return cuStreamCreateWithPriority(phStream, flags, 0);
+}
+
+FAKECUDA_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream) {
+  FAKECUDA_ENTER("cuStreamDestroy_v2");
+  std::shared_ptr<Stream> s;
+  {
+    Streams& all = GetStreams();
+    std::lock_guard<std::mutex> lock(all.mu);
+    auto it = all.live.find(reinterpret_cast<Stream*>(hStream));
+    if (it == all.live.end()) return CUDA_ERROR_INVALID_HANDLE;
+    s = std::move(it->second);
+    all.live.erase(it);
+  }
+  // Work already submitted still runs; the real driver returns at once and
+  // releases the stream later, the fake waits for it here.
+  s->WaitIdle();
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuStreamDestroy(CUstream hStream) {
+  FAKECUDA_ENTER("cuStreamDestroy");
+  return cuStreamDestroy_v2(hStream);
+}
+
+namespace {
+
+CUresult StreamSynchronize(CUstream h, bool per_thread) {
+  std::shared_ptr<Stream> s;
+  if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
+  if (s->legacy()) {
+    // The legacy stream orders after every blocking stream: wait for those
+    // too by synchronising on a marker op.
+    SubmitAndWait(s, nullptr);
+  } else {
+    s->WaitIdle();
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamQuery(CUstream h, bool per_thread) {
+  std::shared_ptr<Stream> s;
+  if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
+  return s->Reached(s->last_submitted()) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult StreamGetFlags(CUstream h, unsigned int* flags, bool per_thread) {
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Stream> s;
+  if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
+  *flags = s->flags();
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamGetPriority(CUstream h, int* priority, bool per_thread) {
+  if (priority == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Stream> s;
+  if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
+  *priority = s->priority();
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamGetCtx(CUstream h, CUcontext* pctx, bool per_thread) {
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Stream> s;
+  if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
+  *pctx = reinterpret_cast<CUcontext>(s->context());
+  return CUDA_SUCCESS;
+}
+
+CUresult LaunchHostFunc(CUstream h, CUhostFn fn, void* data, bool per_thread) {
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Stream> s;
+  if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
+  Submit(s, [fn, data] { fn(data); });
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamAddCallback(CUstream h, CUstreamCallback cb, void* data,
+                           unsigned flags, bool per_thread) {
+  if (cb == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Stream> s;
+  if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
+  Submit(s, [cb, h, data] { cb(h, CUDA_SUCCESS, data); });
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+// Each stream entry point exists in a legacy and a per-thread (_ptsz) form
+// that differ only in what stream handle 0 means.
+#define FAKECUDA_STREAM_PAIR(name, params, ...)           \
+  FAKECUDA_EXPORT CUresult name params {                  \
+    FAKECUDA_ENTER(#name);                                \
+    return Impl_##name(__VA_ARGS__, false);               \
+  }                                                       \
+  FAKECUDA_EXPORT CUresult name##_ptsz params {           \
+    FAKECUDA_ENTER(#name "_ptsz");                        \
+    return Impl_##name(__VA_ARGS__, true);                \
+  }
+
+namespace {
+CUresult Impl_cuStreamSynchronize(CUstream h, bool pt) { return StreamSynchronize(h, pt); }
+CUresult Impl_cuStreamQuery(CUstream h, bool pt) { return StreamQuery(h, pt); }
+CUresult Impl_cuStreamGetFlags(CUstream h, unsigned* f, bool pt) { return StreamGetFlags(h, f, pt); }
+CUresult Impl_cuStreamGetPriority(CUstream h, int* p, bool pt) { return StreamGetPriority(h, p, pt); }
+CUresult Impl_cuStreamGetCtx(CUstream h, CUcontext* c, bool pt) { return StreamGetCtx(h, c, pt); }
+CUresult Impl_cuLaunchHostFunc(CUstream h, CUhostFn fn, void* d, bool pt) { return LaunchHostFunc(h, fn, d, pt); }
+CUresult Impl_cuStreamAddCallback(CUstream h, CUstreamCallback cb, void* d, unsigned f, bool pt) {
+  return StreamAddCallback(h, cb, d, f, pt);
+}
+}  // namespace
+
+FAKECUDA_STREAM_PAIR(cuStreamSynchronize, (CUstream hStream), hStream)
+FAKECUDA_STREAM_PAIR(cuStreamQuery, (CUstream hStream), hStream)
+FAKECUDA_STREAM_PAIR(cuStreamGetFlags, (CUstream hStream, unsigned int* flags),
+                     hStream, flags)
+FAKECUDA_STREAM_PAIR(cuStreamGetPriority, (CUstream hStream, int* priority),
+                     hStream, priority)
+FAKECUDA_STREAM_PAIR(cuStreamGetCtx, (CUstream hStream, CUcontext* pctx),
+                     hStream, pctx)
+FAKECUDA_STREAM_PAIR(cuLaunchHostFunc, (CUstream hStream, CUhostFn fn, void* userData),
+                     hStream, fn, userData)
+FAKECUDA_STREAM_PAIR(cuStreamAddCallback,
+                     (CUstream hStream, CUstreamCallback callback, void* userData,
+                      unsigned int flags),
+                     hStream, callback, userData, flags)
+
+FAKECUDA_EXPORT CUresult cuCtxGetStreamPriorityRange(int* least, int* greatest) {
+  FAKECUDA_ENTER("cuCtxGetStreamPriorityRange");
+  if (least != nullptr) *least = 0;
+  if (greatest != nullptr) *greatest = -5;
+  return CUDA_SUCCESS;
+}
+
+// --- Events ------------------------------------------------------------------
+namespace {
+
+struct Event {
+  unsigned flags = 0;
+  std::mutex mu;
+  // The latest record: its stream and sequence number, and the time at which
+  // the stream reached it (written by the worker).
+  std::shared_ptr<Stream> stream;  // guarded by mu; null until recorded
+  uint64_t seq = 0;                // guarded by mu
+  std::shared_ptr<std::atomic<int64_t>> reached_ns;  // guarded by mu
+};
+
+struct Events {
+  std::mutex mu;
+  std::unordered_set<Event*> live;  // guarded by mu
+};
+
+Events& GetEvents() {
+  static Events* e = new Events;
+  return *e;
+}
+
+Event* LookupEvent(CUevent h) {
+  Events& all = GetEvents();
+  std::lock_guard<std::mutex> lock(all.mu);
+  auto* e = reinterpret_cast<Event*>(h);
+  return all.live.count(e) ? e : nullptr;
+}
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+CUresult EventRecord(CUevent h, CUstream hs, unsigned flags, bool per_thread) {
+  Event* e = LookupEvent(h);
+  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (flags & ~static_cast<unsigned>(CU_EVENT_RECORD_EXTERNAL)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::shared_ptr<Stream> s;
+  if (CUresult r = ResolveStream(hs, per_thread, &s); r != CUDA_SUCCESS) return r;
+  auto reached = std::make_shared<std::atomic<int64_t>>(0);
+  uint64_t seq = Submit(s, [reached] { reached->store(NowNs()); });
+  std::lock_guard<std::mutex> lock(e->mu);
+  e->stream = s;
+  e->seq = seq;
+  e->reached_ns = reached;
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamWaitEvent(CUstream hs, CUevent h, unsigned flags,
+                         bool per_thread) {
+  Event* e = LookupEvent(h);
+  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (flags & ~static_cast<unsigned>(CU_EVENT_WAIT_EXTERNAL)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::shared_ptr<Stream> s;
+  if (CUresult r = ResolveStream(hs, per_thread, &s); r != CUDA_SUCCESS) return r;
+  Stream::Dependency dep;
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    if (e->stream == nullptr) return CUDA_SUCCESS;  // never recorded: no wait
+    dep = {e->stream, e->seq};
+  }
+  Submit(s, nullptr, {dep});
+  return CUDA_SUCCESS;
+}
+
+CUresult Impl_cuEventRecord(CUevent h, CUstream s, bool pt) { return EventRecord(h, s, 0, pt); }
+CUresult Impl_cuEventRecordWithFlags(CUevent h, CUstream s, unsigned f, bool pt) {
+  return EventRecord(h, s, f, pt);
+}
+CUresult Impl_cuStreamWaitEvent(CUstream s, CUevent h, unsigned f, bool pt) {
+  return StreamWaitEvent(s, h, f, pt);
+}
+
+}  // namespace
+
+FAKECUDA_STREAM_PAIR(cuEventRecord, (CUevent hEvent, CUstream hStream),
+                     hEvent, hStream)
+FAKECUDA_STREAM_PAIR(cuEventRecordWithFlags,
+                     (CUevent hEvent, CUstream hStream, unsigned int flags),
+                     hEvent, hStream, flags)
+FAKECUDA_STREAM_PAIR(cuStreamWaitEvent,
+                     (CUstream hStream, CUevent hEvent, unsigned int Flags),
+                     hStream, hEvent, Flags)
+
+FAKECUDA_EXPORT CUresult cuEventCreate(CUevent* phEvent, unsigned int flags) {
+  FAKECUDA_ENTER("cuEventCreate");
+  constexpr unsigned kKnown = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING |
+                              CU_EVENT_INTERPROCESS;
+  if (phEvent == nullptr || (flags & ~kKnown) != 0) return CUDA_ERROR_INVALID_VALUE;
+  if ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Context* ctx = nullptr;
+  if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
+  auto* e = new Event;
+  e->flags = flags;
+  Events& all = GetEvents();
+  std::lock_guard<std::mutex> lock(all.mu);
+  all.live.insert(e);
+  *phEvent = reinterpret_cast<CUevent>(e);
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent) {
+  FAKECUDA_ENTER("cuEventDestroy_v2");
+  Events& all = GetEvents();
+  auto* e = reinterpret_cast<Event*>(hEvent);
+  {
+    std::lock_guard<std::mutex> lock(all.mu);
+    if (all.live.erase(e) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  }
+  delete e;  // pending records hold only the shared timestamp, not the event
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuEventDestroy(CUevent hEvent) {
+  FAKECUDA_ENTER("cuEventDestroy");
+  return cuEventDestroy_v2(hEvent);
+}
+
+FAKECUDA_EXPORT CUresult cuEventQuery(CUevent hEvent) {
+  FAKECUDA_ENTER("cuEventQuery");
+  Event* e = LookupEvent(hEvent);
+  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  std::lock_guard<std::mutex> lock(e->mu);
+  if (e->stream == nullptr) return CUDA_SUCCESS;
+  return e->stream->Reached(e->seq) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+FAKECUDA_EXPORT CUresult cuEventSynchronize(CUevent hEvent) {
+  FAKECUDA_ENTER("cuEventSynchronize");
+  Event* e = LookupEvent(hEvent);
+  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  std::shared_ptr<Stream> s;
+  uint64_t seq;
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    s = e->stream;
+    seq = e->seq;
+  }
+  if (s != nullptr) s->WaitFor(seq);
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuEventElapsedTime_v2(float* ms, CUevent hStart,
+                                               CUevent hEnd) {
+  FAKECUDA_ENTER("cuEventElapsedTime_v2");
+  if (ms == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Event* start = LookupEvent(hStart);
+  Event* end = LookupEvent(hEnd);
+  if (start == nullptr || end == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if ((start->flags | end->flags) & CU_EVENT_DISABLE_TIMING) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  int64_t t[2];
+  Event* both[2] = {start, end};
+  for (int i = 0; i < 2; ++i) {
+    std::lock_guard<std::mutex> lock(both[i]->mu);
+    if (both[i]->stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    if (!both[i]->stream->Reached(both[i]->seq)) return CUDA_ERROR_NOT_READY;
+    t[i] = both[i]->reached_ns->load();
+  }
+  *ms = static_cast<float>(static_cast<double>(t[1] - t[0]) / 1e6);
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuEventElapsedTime(float* ms, CUevent hStart,
+                                            CUevent hEnd) {
+  FAKECUDA_ENTER("cuEventElapsedTime");
+  return cuEventElapsedTime_v2(ms, hStart, hEnd);
+}
