@@ -3,6 +3,8 @@
 # (the last step below half the first) and the same checksum on every run.
 set -euo pipefail
 train=$1
+# As scripts/with-fake-gpu does: the binary names no path to its driver.
+export LD_LIBRARY_PATH=$(cd "$(dirname "$2")" && pwd)
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
