@@ -32,16 +32,21 @@ unsigned char* RowAt(const Side& s, size_t row, size_t slice) {
   return s.base + (slice * s.height + row) * s.pitch;
 }
 
-size_t Extent(const Side& s, const Shape& shape) {
-  return ((shape.slices - 1) * s.height + (shape.rows - 1)) * s.pitch +
-         shape.width;
+// Bytes from a side's first byte to its last, or false on overflow.
+bool Extent(const Side& s, const Shape& shape, size_t* out) {
+  size_t rows, bytes;
+  return !__builtin_mul_overflow(shape.slices - 1, s.height, &rows) &&
+         !__builtin_add_overflow(rows, shape.rows - 1, &rows) &&
+         !__builtin_mul_overflow(rows, s.pitch, &bytes) &&
+         !__builtin_add_overflow(bytes, shape.width, out) &&
+         reinterpret_cast<uintptr_t>(s.base) + *out >= *out;
 }
 
 CUresult CheckSide(const Side& s, const Shape& shape) {
-  if (shape.rows > 1 && s.pitch < shape.width) return CUDA_ERROR_INVALID_VALUE;
-  if (shape.slices > 1 && s.height < shape.rows) return CUDA_ERROR_INVALID_VALUE;
+  size_t extent;
+  if (!Extent(s, shape, &extent)) return CUDA_ERROR_INVALID_VALUE;
   if (s.device &&
-      !IsDeviceRange(reinterpret_cast<CUdeviceptr>(s.base), Extent(s, shape))) {
+      !IsDeviceRange(reinterpret_cast<CUdeviceptr>(s.base), extent)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
@@ -56,7 +61,9 @@ void CopyRows(const Side& dst, const Side& src, const Shape& shape) {
 }
 
 bool Pageable(const Side& s, const Shape& shape) {
-  return !s.device && !IsPinnedHost(s.base, Extent(s, shape));
+  size_t extent = 0;
+  Extent(s, shape, &extent);  // checked by CheckSide already
+  return !s.device && !IsPinnedHost(s.base, extent);
 }
 
 CUresult Copy(Side dst, Side src, Shape shape, CUstream h, bool async,
@@ -64,17 +71,28 @@ CUresult Copy(Side dst, Side src, Shape shape, CUstream h, bool async,
   if (shape.width == 0 || shape.rows == 0 || shape.slices == 0) {
     return CUDA_SUCCESS;
   }
-  if (dst.pitch == 0) dst.pitch = shape.width;
-  if (src.pitch == 0) src.pitch = shape.width;
-  if (dst.height == 0) dst.height = shape.rows;
-  if (src.height == 0) src.height = shape.rows;
+  // Linear copies come without pitches: one packed row.
+  for (Side* side : {&dst, &src}) {
+    if (side->pitch == 0 && shape.rows == 1 && shape.slices == 1) {
+      side->pitch = shape.width;
+    }
+    if (side->height == 0 && shape.slices == 1) side->height = shape.rows;
+  }
   if (dst.base == nullptr || src.base == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = CheckSide(dst, shape); r != CUDA_SUCCESS) return r;
   if (CUresult r = CheckSide(src, shape); r != CUDA_SUCCESS) return r;
-  std::shared_ptr<Stream> s;
+  Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
-  if (!async) {
-    SubmitAndWait(s, [=] { CopyRows(dst, src, shape); });
+  // The driver's documented host-side behaviour ("API synchronization
+  // behavior"): synchronous copies between device ranges do not block the
+  // host; any other synchronous copy, and an asynchronous one between two
+  // host ranges, completes before the call returns.
+  if (!async || (!src.device && !dst.device)) {
+    if (src.device && dst.device) {
+      Submit(s, [=] { CopyRows(dst, src, shape); });
+    } else {
+      SubmitAndWait(s, [=] { CopyRows(dst, src, shape); });
+    }
     return CUDA_SUCCESS;
   }
   if (Pageable(src, shape)) {
@@ -103,6 +121,11 @@ Side Unified(CUdeviceptr p) {
   return Side{reinterpret_cast<unsigned char*>(p), 0, 0, IsDevicePointer(p)};
 }
 Shape Linear(size_t n) { return Shape{n, 1, 1}; }
+Side Linear(Side s, size_t n) {
+  s.pitch = n;
+  s.height = 1;
+  return s;
+}
 
 CUresult SideOf(CUmemorytype type, const void* host, CUdeviceptr device,
                 CUarray array, Side* out) {
@@ -115,6 +138,16 @@ CUresult SideOf(CUmemorytype type, const void* host, CUdeviceptr device,
       return CUDA_ERROR_NOT_SUPPORTED;  // CUDA arrays are not modelled
     default: return CUDA_ERROR_INVALID_VALUE;
   }
+}
+
+// (z * height + y) * pitch + x, or false on overflow.
+bool Offset(size_t z, size_t height, size_t y, size_t pitch, size_t x,
+            size_t* out) {
+  size_t rows, bytes;
+  return !__builtin_mul_overflow(z, height, &rows) &&
+         !__builtin_add_overflow(rows, y, &rows) &&
+         !__builtin_mul_overflow(rows, pitch, &bytes) &&
+         !__builtin_add_overflow(bytes, x, out);
 }
 
 CUresult Copy3D(const CUDA_MEMCPY3D* p, CUstream h, bool async, bool pt) {
@@ -131,12 +164,29 @@ CUresult Copy3D(const CUDA_MEMCPY3D* p, CUstream h, bool async, bool pt) {
     return r;
   }
   if (p->srcLOD != 0 || p->dstLOD != 0) return CUDA_ERROR_INVALID_VALUE;
-  src.pitch = p->srcPitch ? p->srcPitch : p->WidthInBytes;
-  dst.pitch = p->dstPitch ? p->dstPitch : p->WidthInBytes;
-  src.height = p->srcHeight ? p->srcHeight : p->Height;
-  dst.height = p->dstHeight ? p->dstHeight : p->Height;
-  src.base += (p->srcZ * src.height + p->srcY) * src.pitch + p->srcXInBytes;
-  dst.base += (p->dstZ * dst.height + p->dstY) * dst.pitch + p->dstXInBytes;
+  // "srcPitch must be greater than or equal to WidthInBytes + srcXInBytes",
+  // and likewise dstPitch; the heights bound the Y offsets of 3D copies.
+  size_t src_row, dst_row;
+  if (__builtin_add_overflow(p->WidthInBytes, p->srcXInBytes, &src_row) ||
+      __builtin_add_overflow(p->WidthInBytes, p->dstXInBytes, &dst_row) ||
+      p->srcPitch < src_row || p->dstPitch < dst_row) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  src.pitch = p->srcPitch;
+  dst.pitch = p->dstPitch;
+  src.height = p->Depth > 1 ? p->srcHeight : p->Height + p->srcY;
+  dst.height = p->Depth > 1 ? p->dstHeight : p->Height + p->dstY;
+  if (p->Depth > 1 &&
+      (p->srcHeight < p->Height + p->srcY || p->dstHeight < p->Height + p->dstY)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  size_t src_off, dst_off;
+  if (!Offset(p->srcZ, src.height, p->srcY, src.pitch, p->srcXInBytes, &src_off) ||
+      !Offset(p->dstZ, dst.height, p->dstY, dst.pitch, p->dstXInBytes, &dst_off)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  src.base += src_off;
+  dst.base += dst_off;
   return Copy(dst, src, Shape{p->WidthInBytes, p->Height, p->Depth}, h, async,
               pt);
 }
@@ -168,16 +218,19 @@ CUresult Copy2D(const CUDA_MEMCPY2D* p, CUstream h, bool async, bool pt) {
 
 // Memset of `rows` rows of `width` elements of `elem` bytes each.
 CUresult Memset(CUdeviceptr dst, size_t pitch, unsigned value, size_t elem,
-                size_t width, size_t rows, CUstream h, bool async, bool pt) {
+                size_t width, size_t rows, CUstream h, bool pt) {
   if (width == 0 || rows == 0) return CUDA_SUCCESS;
   if (dst % elem != 0) return CUDA_ERROR_INVALID_VALUE;
-  size_t row_bytes = width * elem;
+  size_t row_bytes, extent;
+  if (__builtin_mul_overflow(width, elem, &row_bytes)) return CUDA_ERROR_INVALID_VALUE;
   if (rows > 1 && pitch < row_bytes) return CUDA_ERROR_INVALID_VALUE;
   if (rows == 1) pitch = row_bytes;
-  if (!IsDeviceRange(dst, (rows - 1) * pitch + row_bytes)) {
+  if (__builtin_mul_overflow(rows - 1, pitch, &extent) ||
+      __builtin_add_overflow(extent, row_bytes, &extent) ||
+      !IsDeviceRange(dst, extent)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  std::shared_ptr<Stream> s;
+  Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, pt, &s); r != CUDA_SUCCESS) return r;
   auto fill = [=] {
     for (size_t y = 0; y < rows; ++y) {
@@ -191,11 +244,8 @@ CUresult Memset(CUdeviceptr dst, size_t pitch, unsigned value, size_t elem,
       }
     }
   };
-  if (async) {
-    Submit(s, fill);
-  } else {
-    SubmitAndWait(s, fill);
-  }
+  // Synchronous memsets of device memory do not block the host either.
+  Submit(s, fill);
   return CUDA_SUCCESS;
 }
 
@@ -278,39 +328,39 @@ FAKECUDA_ASYNC(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D* p, CUstream s),
                Copy3D(p, s, true, kPerThread))
 
 FAKECUDA_SYNC(cuMemsetD8_v2, (CUdeviceptr d, unsigned char v, size_t n),
-              Memset(d, 0, v, 1, n, 1, nullptr, false, kPerThread))
+              Memset(d, 0, v, 1, n, 1, nullptr, kPerThread))
 FAKECUDA_SYNC(cuMemsetD16_v2, (CUdeviceptr d, unsigned short v, size_t n),
-              Memset(d, 0, v, 2, n, 1, nullptr, false, kPerThread))
+              Memset(d, 0, v, 2, n, 1, nullptr, kPerThread))
 FAKECUDA_SYNC(cuMemsetD32_v2, (CUdeviceptr d, unsigned int v, size_t n),
-              Memset(d, 0, v, 4, n, 1, nullptr, false, kPerThread))
+              Memset(d, 0, v, 4, n, 1, nullptr, kPerThread))
 FAKECUDA_SYNC(cuMemsetD2D8_v2,
               (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h),
-              Memset(d, pitch, v, 1, w, h, nullptr, false, kPerThread))
+              Memset(d, pitch, v, 1, w, h, nullptr, kPerThread))
 FAKECUDA_SYNC(cuMemsetD2D16_v2,
               (CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h),
-              Memset(d, pitch, v, 2, w, h, nullptr, false, kPerThread))
+              Memset(d, pitch, v, 2, w, h, nullptr, kPerThread))
 FAKECUDA_SYNC(cuMemsetD2D32_v2,
               (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h),
-              Memset(d, pitch, v, 4, w, h, nullptr, false, kPerThread))
+              Memset(d, pitch, v, 4, w, h, nullptr, kPerThread))
 
 FAKECUDA_ASYNC(cuMemsetD8Async,
                (CUdeviceptr d, unsigned char v, size_t n, CUstream s),
-               Memset(d, 0, v, 1, n, 1, s, true, kPerThread))
+               Memset(d, 0, v, 1, n, 1, s, kPerThread))
 FAKECUDA_ASYNC(cuMemsetD16Async,
                (CUdeviceptr d, unsigned short v, size_t n, CUstream s),
-               Memset(d, 0, v, 2, n, 1, s, true, kPerThread))
+               Memset(d, 0, v, 2, n, 1, s, kPerThread))
 FAKECUDA_ASYNC(cuMemsetD32Async,
                (CUdeviceptr d, unsigned int v, size_t n, CUstream s),
-               Memset(d, 0, v, 4, n, 1, s, true, kPerThread))
+               Memset(d, 0, v, 4, n, 1, s, kPerThread))
 FAKECUDA_ASYNC(cuMemsetD2D8Async,
                (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h,
                 CUstream s),
-               Memset(d, pitch, v, 1, w, h, s, true, kPerThread))
+               Memset(d, pitch, v, 1, w, h, s, kPerThread))
 FAKECUDA_ASYNC(cuMemsetD2D16Async,
                (CUdeviceptr d, size_t pitch, unsigned short v, size_t w,
                 size_t h, CUstream s),
-               Memset(d, pitch, v, 2, w, h, s, true, kPerThread))
+               Memset(d, pitch, v, 2, w, h, s, kPerThread))
 FAKECUDA_ASYNC(cuMemsetD2D32Async,
                (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h,
                 CUstream s),
-               Memset(d, pitch, v, 4, w, h, s, true, kPerThread))
+               Memset(d, pitch, v, 4, w, h, s, kPerThread))

@@ -1,6 +1,9 @@
 // Fake driver: options, the call gate with fault injection, initialisation,
 // devices, contexts and error strings.
+#include <sys/resource.h>
+
 #include <cerrno>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -118,10 +121,22 @@ std::atomic<bool> g_initialized{false};
 
 }  // namespace
 
+CUresult Enter(const char* name, bool needs_init);
+
 const Options& GetOptions() {
   static const Options options = LoadOptions();
   return options;
 }
+
+namespace {
+thread_local int t_call_depth = 0;
+}  // namespace
+
+CallScope::CallScope(const char* name, bool needs_init) : result_(CUDA_SUCCESS) {
+  if (t_call_depth++ == 0) result_ = Enter(name, needs_init);
+}
+
+CallScope::~CallScope() { --t_call_depth; }
 
 CUresult Enter(const char* name, bool needs_init) {
   Calls& calls = GetCalls();
@@ -180,10 +195,12 @@ namespace {
 
 struct Contexts {
   std::mutex mu;
-  std::vector<Context*> live;                   // guarded by mu
-  std::vector<Context*> primary;                // per device, guarded by mu
-  std::vector<int> primary_refs;                // guarded by mu
-  std::vector<unsigned> primary_flags;          // guarded by mu
+  std::vector<Context*> created;         // live cuCtxCreate contexts
+  // One primary context per device, created on first retain and kept for
+  // the life of the process: it keeps its identity across release and
+  // reset, as on the real driver, and is usable only while retained.
+  std::vector<Context*> primary;         // guarded by mu
+  std::vector<int> primary_refs;         // guarded by mu
 };
 
 Contexts& GetContexts() {
@@ -191,7 +208,6 @@ Contexts& GetContexts() {
     auto* c = new Contexts;
     c->primary.assign(DeviceCount(), nullptr);
     c->primary_refs.assign(DeviceCount(), 0);
-    c->primary_flags.assign(DeviceCount(), 0);
     return c;
   }();
   return *c;
@@ -200,38 +216,17 @@ Contexts& GetContexts() {
 thread_local std::vector<Context*> t_context_stack;
 
 Context* NewContext(int device, unsigned flags, bool primary) {
-  auto* ctx = new Context;
+  auto* ctx = new Context;  // never freed: stale handles must read as invalid
   ctx->device = device;
-  ctx->flags = flags;
+  ctx->flags.store(flags);
   ctx->primary = primary;
-  ctx->legacy = std::make_shared<Stream>(ctx, 0, 0, /*legacy=*/true);
-  Contexts& all = GetContexts();
-  std::lock_guard<std::mutex> lock(all.mu);
-  all.live.push_back(ctx);
+  ctx->legacy = new Stream(ctx, 0, 0, /*legacy=*/true);
   return ctx;
 }
 
-// Synchronises and retires a context. Its memory is not reclaimed here: the
-// fake keeps device allocations process-wide, which only matters to programs
-// that leak allocations past cuCtxDestroy.
-void RetireContext(Context* ctx) {
-  SynchronizeContext(ctx);
-  {
-    Contexts& all = GetContexts();
-    std::lock_guard<std::mutex> lock(all.mu);
-    for (size_t i = 0; i < all.live.size(); ++i) {
-      if (all.live[i] == ctx) {
-        all.live.erase(all.live.begin() + i);
-        break;
-      }
-    }
-  }
-  for (auto& c : t_context_stack) {
-    if (c == ctx) c = nullptr;
-  }
-  // Streams and the context object stay allocated: other threads may still
-  // hold the handle, and a stale handle must read as invalid, not crash.
-}
+// Waits for the context's work. Device memory is process-wide in the fake,
+// so nothing else is reclaimed.
+void Deactivate(Context* ctx) { SynchronizeContext(ctx); }
 
 }  // namespace
 
@@ -239,10 +234,9 @@ bool IsLiveContext(Context* ctx) {
   if (ctx == nullptr) return false;
   Contexts& all = GetContexts();
   std::lock_guard<std::mutex> lock(all.mu);
-  for (Context* c : all.live) {
-    if (c == ctx) return true;
-  }
-  return false;
+  if (ctx->primary) return all.primary_refs[ctx->device] > 0;
+  return std::find(all.created.begin(), all.created.end(), ctx) !=
+         all.created.end();
 }
 
 Context* CurrentContext() {
@@ -253,21 +247,24 @@ Context* CurrentContext() {
 CUresult RequireContext(Context** ctx) {
   Context* c = CurrentContext();
   if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  if (!IsLiveContext(c)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  if (!IsLiveContext(c)) {
+    // A released primary context is invalid until retained again; a
+    // destroyed created context stays destroyed.
+    return c->primary ? CUDA_ERROR_INVALID_CONTEXT
+                      : CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  }
   *ctx = c;
   return CUDA_SUCCESS;
 }
 
 void SynchronizeContext(Context* ctx) {
-  std::vector<std::shared_ptr<Stream>> streams;
+  std::vector<Stream*> streams;
   {
     std::lock_guard<std::mutex> lock(ctx->mu);
-    for (auto& w : ctx->streams) {
-      if (auto s = w.lock()) streams.push_back(s);
-    }
+    streams = ctx->streams;
   }
   ctx->legacy->WaitIdle();
-  for (auto& s : streams) s->WaitIdle();
+  for (Stream* s : streams) s->WaitIdle();
 }
 
 void SynchronizeAllContexts() {
@@ -275,7 +272,10 @@ void SynchronizeAllContexts() {
   {
     Contexts& all = GetContexts();
     std::lock_guard<std::mutex> lock(all.mu);
-    live = all.live;
+    live = all.created;
+    for (int d = 0; d < DeviceCount(); ++d) {
+      if (all.primary_refs[d] > 0) live.push_back(all.primary[d]);
+    }
   }
   for (Context* ctx : live) SynchronizeContext(ctx);
 }
@@ -328,6 +328,13 @@ FAKECUDA_EXPORT CUresult cuInit(unsigned int flags) {
   std::call_once(once, [] {
     GetOptions();  // a bad FAKECUDA_* value stops the program here
     ArmFromEnvironment();
+    // Each VMM handle holds a memfd; a real driver has no such limit, so
+    // take all the descriptors the hard limit allows.
+    struct rlimit files;
+    if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+      files.rlim_cur = files.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &files);
+    }
   });
   g_initialized.store(true, std::memory_order_release);
   return CUDA_SUCCESS;
@@ -405,6 +412,8 @@ FAKECUDA_EXPORT CUresult cuDeviceGetAttribute(int* value,
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: *value = 65535; break;
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *value = 65535; break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *value = 49152; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *value = 232448; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_PITCH: *value = 2147483647; break;
     case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *value = 32; break;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = 132; break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = 9; break;
@@ -442,23 +451,12 @@ FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx,
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   Contexts& all = GetContexts();
-  Context* ctx = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(all.mu);
-    ctx = all.primary[dev];
-  }
-  if (ctx == nullptr) {
-    Context* fresh = NewContext(dev, 0, /*primary=*/true);
-    std::lock_guard<std::mutex> lock(all.mu);
-    if (all.primary[dev] == nullptr) {
-      fresh->flags = all.primary_flags[dev];
-      all.primary[dev] = fresh;
-    }
-    ctx = all.primary[dev];
-  }
   std::lock_guard<std::mutex> lock(all.mu);
+  if (all.primary[dev] == nullptr) {
+    all.primary[dev] = NewContext(dev, 0, /*primary=*/true);
+  }
   ++all.primary_refs[dev];
-  *pctx = reinterpret_cast<CUcontext>(ctx);
+  *pctx = reinterpret_cast<CUcontext>(all.primary[dev]);
   return CUDA_SUCCESS;
 }
 
@@ -466,16 +464,13 @@ FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   FAKECUDA_ENTER("cuDevicePrimaryCtxRelease_v2");
   if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   Contexts& all = GetContexts();
-  Context* retire = nullptr;
+  Context* released = nullptr;
   {
     std::lock_guard<std::mutex> lock(all.mu);
     if (all.primary_refs[dev] == 0) return CUDA_ERROR_INVALID_CONTEXT;
-    if (--all.primary_refs[dev] == 0) {
-      retire = all.primary[dev];
-      all.primary[dev] = nullptr;
-    }
+    if (--all.primary_refs[dev] == 0) released = all.primary[dev];
   }
-  if (retire != nullptr) RetireContext(retire);
+  if (released != nullptr) Deactivate(released);
   return CUDA_SUCCESS;
 }
 
@@ -483,14 +478,13 @@ FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   FAKECUDA_ENTER("cuDevicePrimaryCtxReset_v2");
   if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   Contexts& all = GetContexts();
-  Context* retire = nullptr;
+  Context* reset = nullptr;
   {
     std::lock_guard<std::mutex> lock(all.mu);
-    retire = all.primary[dev];
-    all.primary[dev] = nullptr;
+    if (all.primary_refs[dev] > 0) reset = all.primary[dev];
     all.primary_refs[dev] = 0;
   }
-  if (retire != nullptr) RetireContext(retire);
+  if (reset != nullptr) Deactivate(reset);
   return CUDA_SUCCESS;
 }
 
@@ -502,8 +496,11 @@ FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev,
   if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   Contexts& all = GetContexts();
   std::lock_guard<std::mutex> lock(all.mu);
-  *flags = all.primary_flags[dev];
-  *active = all.primary[dev] != nullptr ? 1 : 0;
+  if (all.primary[dev] == nullptr) {
+    all.primary[dev] = NewContext(dev, 0, /*primary=*/true);
+  }
+  *flags = all.primary[dev]->flags.load();
+  *active = all.primary_refs[dev] > 0 ? 1 : 0;
   return CUDA_SUCCESS;
 }
 
@@ -514,8 +511,10 @@ FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev,
   if (flags & ~0x1fu) return CUDA_ERROR_INVALID_VALUE;
   Contexts& all = GetContexts();
   std::lock_guard<std::mutex> lock(all.mu);
-  all.primary_flags[dev] = flags;
-  if (all.primary[dev] != nullptr) all.primary[dev]->flags = flags;
+  if (all.primary[dev] == nullptr) {
+    all.primary[dev] = NewContext(dev, 0, /*primary=*/true);
+  }
+  all.primary[dev]->flags.store(flags);
   return CUDA_SUCCESS;
 }
 
@@ -531,6 +530,11 @@ FAKECUDA_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx,
   }
   if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   Context* ctx = NewContext(dev, flags, /*primary=*/false);
+  {
+    Contexts& all = GetContexts();
+    std::lock_guard<std::mutex> lock(all.mu);
+    all.created.push_back(ctx);
+  }
   t_context_stack.push_back(ctx);
   *pctx = reinterpret_cast<CUcontext>(ctx);
   return CUDA_SUCCESS;
@@ -545,10 +549,24 @@ FAKECUDA_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags,
 FAKECUDA_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
   FAKECUDA_ENTER("cuCtxDestroy_v2");
   auto* c = reinterpret_cast<Context*>(ctx);
-  if (!IsLiveContext(c)) return CUDA_ERROR_INVALID_CONTEXT;
-  if (c->primary) return CUDA_ERROR_INVALID_CONTEXT;
-  RetireContext(c);
-  while (!t_context_stack.empty() && t_context_stack.back() == nullptr) {
+  if (c == nullptr || c->primary || !IsLiveContext(c)) {
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  {
+    Contexts& all = GetContexts();
+    std::lock_guard<std::mutex> lock(all.mu);
+    all.created.erase(std::find(all.created.begin(), all.created.end(), c));
+  }
+  SynchronizeContext(c);
+  std::vector<Stream*> streams;
+  {
+    std::lock_guard<std::mutex> lock(c->mu);
+    streams.swap(c->streams);
+  }
+  for (Stream* s : streams) s->Stop();
+  c->legacy->Stop();
+  // Popped from this thread's stack if current here, as the driver does.
+  if (!t_context_stack.empty() && t_context_stack.back() == c) {
     t_context_stack.pop_back();
   }
   return CUDA_SUCCESS;
@@ -602,12 +620,22 @@ FAKECUDA_EXPORT CUresult cuCtxGetDevice(CUdevice* device) {
   return CUDA_SUCCESS;
 }
 
+FAKECUDA_EXPORT CUresult cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
+  FAKECUDA_ENTER("cuCtxGetDevice_v2");
+  if (ctx == nullptr) return cuCtxGetDevice(device);
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto* c = reinterpret_cast<Context*>(ctx);
+  if (!IsLiveContext(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  *device = c->device;
+  return CUDA_SUCCESS;
+}
+
 FAKECUDA_EXPORT CUresult cuCtxGetFlags(unsigned int* flags) {
   FAKECUDA_ENTER("cuCtxGetFlags");
   if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Context* ctx = nullptr;
   if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
-  *flags = ctx->flags;
+  *flags = ctx->flags.load();
   return CUDA_SUCCESS;
 }
 
@@ -626,6 +654,15 @@ FAKECUDA_EXPORT CUresult cuCtxSynchronize(void) {
   Context* ctx = nullptr;
   if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
   SynchronizeContext(ctx);
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  FAKECUDA_ENTER("cuCtxSynchronize_v2");
+  if (ctx == nullptr) return cuCtxSynchronize();
+  auto* c = reinterpret_cast<Context*>(ctx);
+  if (!IsLiveContext(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  SynchronizeContext(c);
   return CUDA_SUCCESS;
 }
 

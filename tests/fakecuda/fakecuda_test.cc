@@ -169,7 +169,9 @@ TEST_F(FakeCudaTest, VmmRejectsBadArguments) {
   prop.location.id = 99;
   EXPECT_EQ(cuMemCreate(&h, kGranule, &prop, 0), CUDA_ERROR_INVALID_DEVICE);
   CUdeviceptr va;
-  EXPECT_EQ(cuMemAddressReserve(&va, 4096, 0, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemAddressReserve(&va, 4097, 0, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemAddressReserve(&va, ~size_t{0} - kGranule + 1, 2 * kGranule, 0, 0),
+            CUDA_ERROR_OUT_OF_MEMORY);
   ASSERT_CU(cuMemAddressReserve(&va, 2 * kGranule, 0, 0, 0));
   EXPECT_EQ(va % kGranule, 0u);
   prop.location.id = 0;
@@ -349,20 +351,100 @@ TEST_F(FakeCudaTest, CopiesAndMemsetsIn1DAnd2D) {
 TEST_F(FakeCudaTest, AsyncCopyFromPageableMemoryReadsItBeforeReturning) {
   CUstream s;
   ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-  Gate gate;
-  ASSERT_CU(cuLaunchHostFunc(s, &Gate::Wait, &gate));
   CUdeviceptr d;
   ASSERT_CU(cuMemAlloc_v2(&d, 4));
   int value = 5;
   ASSERT_CU(cuMemcpyHtoDAsync_v2(d, &value, 4, s));
-  value = 6;  // the copy must already have taken 5
-  EXPECT_EQ(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
-  gate.Open();
+  value = 6;  // the copy (staged or synchronous) must already have taken 5
   ASSERT_CU(cuStreamSynchronize(s));
   int out = 0;
   ASSERT_CU(cuMemcpyDtoH_v2(&out, d, 4));
   EXPECT_EQ(out, 5);
   ASSERT_CU(cuStreamDestroy_v2(s));
+  ASSERT_CU(cuMemFree_v2(d));
+}
+
+// Blocking behaviour documented in "API synchronization behavior": a test
+// that hangs here means the fake blocks where the real driver does not.
+TEST_F(FakeCudaTest, DeviceToDeviceCopiesAndMemsetsDoNotBlockTheHost) {
+  CUdeviceptr a, b;
+  ASSERT_CU(cuMemAlloc_v2(&a, 64));
+  ASSERT_CU(cuMemAlloc_v2(&b, 64));
+  Gate held;
+  ASSERT_CU(cuLaunchHostFunc(nullptr, &Gate::Wait, &held));
+  ASSERT_CU(cuMemsetD8_v2(a, 7, 64));
+  ASSERT_CU(cuMemcpyDtoD_v2(b, a, 64));
+  EXPECT_EQ(cuStreamQuery(nullptr), CUDA_ERROR_NOT_READY);
+  held.Open();
+  unsigned char out[64];
+  ASSERT_CU(cuMemcpyDtoH_v2(out, b, 64));  // ordered after both
+  EXPECT_EQ(out[63], 7);
+  // Freeing a stream-ordered allocation does not wait for unrelated work.
+  CUstream s;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  Gate held2;
+  ASSERT_CU(cuLaunchHostFunc(s, &Gate::Wait, &held2));
+  CUdeviceptr c;
+  ASSERT_CU(cuMemAllocAsync(&c, 64, nullptr));
+  ASSERT_CU(cuMemFree_v2(c));
+  EXPECT_EQ(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+  held2.Open();
+  ASSERT_CU(cuStreamDestroy_v2(s));
+  ASSERT_CU(cuMemFree_v2(a));
+  ASSERT_CU(cuMemFree_v2(b));
+}
+
+TEST_F(FakeCudaTest, SizeArithmeticThatOverflowsIsInvalid) {
+  CUdeviceptr d;
+  ASSERT_CU(cuMemAlloc_v2(&d, 16));
+  EXPECT_EQ(cuMemsetD32Async(d, 0, (size_t{1} << 62) + 1, nullptr),
+            CUDA_ERROR_INVALID_VALUE);
+  std::vector<char> host(64);
+  CUDA_MEMCPY2D c{};
+  c.srcMemoryType = CU_MEMORYTYPE_HOST;
+  c.srcHost = host.data();
+  c.srcPitch = 16;
+  c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.dstDevice = d;
+  c.dstPitch = size_t{1} << 63;
+  c.WidthInBytes = 8;
+  c.Height = 3;
+  EXPECT_EQ(cuMemcpy2D_v2(&c), CUDA_ERROR_INVALID_VALUE);
+  c.dstPitch = 8;
+  c.dstXInBytes = 4;  // pitch below WidthInBytes + dstXInBytes
+  EXPECT_EQ(cuMemcpy2D_v2(&c), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuMemFree_v2(d));
+}
+
+TEST_F(FakeCudaTest, PrimaryContextKeepsItsIdentityAcrossRelease) {
+  CUcontext again = nullptr;
+  ASSERT_CU(cuDevicePrimaryCtxRetain(&again, dev_));
+  EXPECT_EQ(again, ctx_);
+  ASSERT_CU(cuDevicePrimaryCtxRelease_v2(dev_));
+  ASSERT_CU(cuDevicePrimaryCtxReset_v2(dev_));  // now inactive
+  CUdeviceptr p;
+  EXPECT_EQ(cuMemAlloc_v2(&p, 16), CUDA_ERROR_INVALID_CONTEXT);
+  unsigned flags;
+  int active = 1;
+  ASSERT_CU(cuDevicePrimaryCtxGetState(dev_, &flags, &active));
+  EXPECT_EQ(active, 0);
+  ASSERT_CU(cuDevicePrimaryCtxRetain(&again, dev_));  // TearDown releases
+  EXPECT_EQ(again, ctx_);
+  ASSERT_CU(cuMemAlloc_v2(&p, 16));  // current again, same handle
+  ASSERT_CU(cuMemFree_v2(p));
+}
+
+TEST_F(FakeCudaTest, DynamicSharedMemoryAbove48KiBNeedsTheAttribute) {
+  CUfunction f = Function("_ZN5testk9slow_fillEPiiii");
+  CUdeviceptr d;
+  ASSERT_CU(cuMemAlloc_v2(&d, 4));
+  int value = 1, n = 1, delay = 0;
+  void* params[] = {&d, &value, &n, &delay};
+  EXPECT_EQ(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 64 * 1024, nullptr, params, nullptr),
+            CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 64 * 1024));
+  ASSERT_CU(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 64 * 1024, nullptr, params, nullptr));
+  ASSERT_CU(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 48 * 1024));
   ASSERT_CU(cuMemFree_v2(d));
 }
 
@@ -508,6 +590,10 @@ TEST_F(FakeCudaTest, ProcAddressMapsNameVersionAndFlagsToTheAbi) {
       {"cuStreamDestroy", 4000, 0, "cuStreamDestroy_v2"},
       {"cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2"},
       {"cuGetProcAddress", 11030, 0, "cuGetProcAddress"},
+      {"cuCtxSynchronize", 12000, 0, "cuCtxSynchronize"},
+      {"cuCtxSynchronize", 13000, 0, "cuCtxSynchronize_v2"},
+      {"cuCtxGetDevice", 13000, 0, "cuCtxGetDevice_v2"},
+      {"cuStreamGetCtx", 12050, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuStreamGetCtx_v2_ptsz"},
   };
   for (const Case& c : cases) {
     void* fn = nullptr;

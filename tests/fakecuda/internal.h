@@ -47,18 +47,26 @@ inline size_t AlignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 // --- Call gate -------------------------------------------------------------
 // Every exported entry point starts with FAKECUDA_ENTER(name): it applies
 // fault injection and, unless the function may run before cuInit, returns
-// CUDA_ERROR_NOT_INITIALIZED as the real driver does.
-CUresult Enter(const char* name, bool needs_init);
-#define FAKECUDA_ENTER(name)                                      \
-  do {                                                            \
-    CUresult fakecuda_gate_ = ::fakecuda::Enter(name, true);      \
-    if (fakecuda_gate_ != CUDA_SUCCESS) return fakecuda_gate_;    \
-  } while (0)
-#define FAKECUDA_ENTER_NO_INIT(name)                              \
-  do {                                                            \
-    CUresult fakecuda_gate_ = ::fakecuda::Enter(name, false);     \
-    if (fakecuda_gate_ != CUDA_SUCCESS) return fakecuda_gate_;    \
-  } while (0)
+// CUDA_ERROR_NOT_INITIALIZED as the real driver does. An entry point that
+// forwards to another (cuStreamCreate to cuStreamCreateWithPriority) is one
+// call: only the outermost is counted and can be failed.
+class CallScope {
+ public:
+  CallScope(const char* name, bool needs_init);
+  ~CallScope();
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+  CUresult result() const { return result_; }
+
+ private:
+  CUresult result_;
+};
+#define FAKECUDA_ENTER(name)                                        \
+  ::fakecuda::CallScope fakecuda_scope_(name, true);                \
+  if (fakecuda_scope_.result() != CUDA_SUCCESS) return fakecuda_scope_.result()
+#define FAKECUDA_ENTER_NO_INIT(name)                                \
+  ::fakecuda::CallScope fakecuda_scope_(name, false);               \
+  if (fakecuda_scope_.result() != CUDA_SUCCESS) return fakecuda_scope_.result()
 
 // --- Devices and contexts --------------------------------------------------
 struct Device {
@@ -76,11 +84,11 @@ class Stream;
 
 struct Context {
   int device = 0;
-  unsigned flags = 0;
+  std::atomic<unsigned> flags{0};
   bool primary = false;
-  std::shared_ptr<Stream> legacy;  // the NULL stream
+  Stream* legacy = nullptr;  // the NULL stream
   std::mutex mu;                   // guards streams and submission order
-  std::vector<std::weak_ptr<Stream>> streams;  // every stream but `legacy`
+  std::vector<Stream*> streams;  // every live stream but `legacy`
 };
 
 // The calling thread's current context, or nullptr.
@@ -98,15 +106,24 @@ void SynchronizeAllContexts();
 // number; `completed` reaches it when the operation has run. Operations may
 // depend on (stream, sequence) pairs of other streams: that is how events,
 // cuStreamWaitEvent and the legacy default stream's implicit ordering work.
+//
+// Stream objects are never freed: a dependency or a stale handle may name a
+// stream long after it was destroyed, and must still read its (final)
+// progress. Stop() ends the worker thread once the queue is drained.
 class Stream {
  public:
   struct Dependency {
-    std::shared_ptr<Stream> stream;
-    uint64_t seq;
+    Stream* stream = nullptr;
+    uint64_t seq = 0;
   };
 
   Stream(Context* ctx, unsigned flags, int priority, bool legacy);
-  ~Stream();  // drains the queue, then joins the worker
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  // Waits for the queue to drain and ends the worker. Idempotent; never
+  // called from a stream worker (it would wait for itself).
+  void Stop();
 
   Context* context() const { return ctx_; }
   unsigned flags() const { return flags_; }
@@ -148,14 +165,14 @@ class Stream {
 // CU_STREAM_PER_THREAD are the special handles; anything else must be a live
 // stream.
 CUresult ResolveStream(CUstream handle, bool per_thread,
-                       std::shared_ptr<Stream>* out);
+                       Stream** out);
 // Submits `work` to `stream` with the default-stream ordering rules applied:
 // legacy-stream work waits for all blocking streams of the context, and
 // blocking-stream work waits for the legacy stream.
-uint64_t Submit(const std::shared_ptr<Stream>& stream, std::function<void()> work,
+uint64_t Submit(Stream* stream, std::function<void()> work,
                 std::vector<Stream::Dependency> deps = {});
 // Submit, then block until it has run (synchronous copies and memsets).
-void SubmitAndWait(const std::shared_ptr<Stream>& stream,
+void SubmitAndWait(Stream* stream,
                    std::function<void()> work);
 
 // --- Memory ----------------------------------------------------------------

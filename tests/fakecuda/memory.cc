@@ -10,6 +10,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <unordered_set>
 
@@ -37,6 +40,7 @@ struct Allocation {
   size_t size = 0;     // as requested
   size_t charged = 0;  // page-rounded, what the mapping and the device use
   int device = 0;
+  bool stream_ordered = false;  // from cuMemAllocAsync
 };
 
 struct HostRange {
@@ -96,16 +100,24 @@ void DropHandleRefLocked(Memory& m, Handle* h) {
   if (--h->refs == 0) DestroyHandleLocked(m, h);
 }
 
-// Puts an inaccessible placeholder back over [p, p+n), keeping the VA.
+// Puts an inaccessible placeholder back over [p, p+n), keeping the VA. If
+// that failed, the old memory would stay readable where it must fault, so
+// the fake stops instead of lying.
 void Unback(uintptr_t p, size_t n) {
-  mmap(reinterpret_cast<void*>(p), n, PROT_NONE,
-       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  void* got = mmap(reinterpret_cast<void*>(p), n, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  if (got == MAP_FAILED) {
+    std::fprintf(stderr, "fakecuda: cannot unmap [%#lx, +%zu): %s\n",
+                 static_cast<unsigned long>(p), n, std::strerror(errno));
+    std::abort();
+  }
 }
 
-CUresult Allocate(CUdeviceptr* dptr, size_t bytes) {
+CUresult Allocate(CUdeviceptr* dptr, size_t bytes, bool stream_ordered) {
   if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   Context* ctx = nullptr;
   if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
+  if (bytes > GetOptions().device_memory) return CUDA_ERROR_OUT_OF_MEMORY;
   size_t charged = AlignUp(bytes, kPageSize);
   Device* dev = GetDevice(ctx->device);
   if (!dev->Charge(charged)) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -118,7 +130,7 @@ CUresult Allocate(CUdeviceptr* dptr, size_t bytes) {
   Memory& m = GetMemory();
   std::lock_guard<std::mutex> lock(m.mu);
   m.allocations[reinterpret_cast<uintptr_t>(p)] =
-      Allocation{bytes, charged, ctx->device};
+      Allocation{bytes, charged, ctx->device, stream_ordered};
   *dptr = reinterpret_cast<CUdeviceptr>(p);
   return CUDA_SUCCESS;
 }
@@ -212,7 +224,7 @@ using namespace fakecuda;  // NOLINT: the exported C API below
 // --- cuMemAlloc family -------------------------------------------------------
 FAKECUDA_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   FAKECUDA_ENTER("cuMemAlloc_v2");
-  return Allocate(dptr, bytesize);
+  return Allocate(dptr, bytesize, false);
 }
 
 FAKECUDA_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch,
@@ -225,7 +237,7 @@ FAKECUDA_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch,
   }
   size_t p = AlignUp(width, 512);  // the pitch alignment of current GPUs
   if (p / 512 > (~size_t{0} / 512) / height) return CUDA_ERROR_INVALID_VALUE;
-  CUresult r = Allocate(dptr, p * height);
+  CUresult r = Allocate(dptr, p * height, false);
   if (r == CUDA_SUCCESS) *pitch = p;
   return r;
 }
@@ -234,8 +246,10 @@ FAKECUDA_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   FAKECUDA_ENTER("cuMemFree_v2");
   Allocation a;
   if (CUresult r = TakeAllocation(dptr, &a); r != CUDA_SUCCESS) return r;
-  // Like the real driver, freeing waits for work that may still use it.
-  SynchronizeAllContexts();
+  // Freeing waits for work that may still use the memory, except for
+  // stream-ordered allocations: there "callers must ensure that all
+  // accesses ... have completed", and an access after this faults.
+  if (!a.stream_ordered) SynchronizeAllContexts();
   ReleaseAllocation(dptr, a);
   return CUDA_SUCCESS;
 }
@@ -281,15 +295,15 @@ FAKECUDA_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase,
 
 namespace {
 CUresult AllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream h, bool pt) {
-  std::shared_ptr<Stream> s;
+  Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, pt, &s); r != CUDA_SUCCESS) return r;
   // Memory is available at once; the real driver makes it usable in stream
   // order, which the same address satisfies.
-  return Allocate(dptr, bytes);
+  return Allocate(dptr, bytes, true);
 }
 
 CUresult FreeAsync(CUdeviceptr dptr, CUstream h, bool pt) {
-  std::shared_ptr<Stream> s;
+  Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, pt, &s); r != CUDA_SUCCESS) return r;
   Allocation a;
   if (CUresult r = TakeAllocation(dptr, &a); r != CUDA_SUCCESS) return r;
@@ -422,12 +436,14 @@ FAKECUDA_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size,
                                              CUdeviceptr addr,
                                              unsigned long long flags) {
   FAKECUDA_ENTER("cuMemAddressReserve");
-  if (ptr == nullptr || size == 0 || size % kGranularity != 0 || flags != 0 ||
+  // Sizes need only be whole host pages; mappings inside need granules.
+  if (ptr == nullptr || size == 0 || size % kPageSize != 0 || flags != 0 ||
       (alignment & (alignment - 1)) != 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   alignment = std::max(alignment, kGranularity);
-  size_t span = size + alignment;
+  size_t span;
+  if (__builtin_add_overflow(size, alignment, &span)) return CUDA_ERROR_OUT_OF_MEMORY;
   void* raw = mmap(reinterpret_cast<void*>(addr), span, PROT_NONE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cstring>
 #include <unordered_set>
 
@@ -12,11 +13,17 @@
 namespace fakecuda {
 namespace {
 
+constexpr int kDefaultSharedBytes = 48 * 1024;
+constexpr int kOptInSharedBytes = 227 * 1024;  // per block, Hopper
+
 struct Module;
 
 struct Function {
   Module* module = nullptr;
   const fakecuda_kernel_desc* desc = nullptr;
+  // Dynamic shared memory a launch may ask for: 48 KiB unless raised with
+  // cuFuncSetAttribute, as on the real driver.
+  std::atomic<int> max_dynamic_shared{kDefaultSharedBytes};
 };
 
 struct Module {
@@ -35,11 +42,11 @@ Modules& GetModules() {
   return *m;
 }
 
-const fakecuda_kernel_desc* LookupFunction(CUfunction f) {
+Function* LookupFunction(CUfunction f) {
   Modules& all = GetModules();
   std::lock_guard<std::mutex> lock(all.mu);
   auto* fn = reinterpret_cast<Function*>(f);
-  return all.funcs.count(fn) ? fn->desc : nullptr;
+  return all.funcs.count(fn) ? fn : nullptr;
 }
 
 // Packs the parameters into one buffer laid out as the kernel expects,
@@ -80,8 +87,9 @@ CUresult PackParams(const fakecuda_kernel_desc* k, void** params, void** extra,
 CUresult Launch(CUfunction f, fakecuda_dim3 grid, fakecuda_dim3 block,
                 unsigned shared_mem, CUstream h, void** params, void** extra,
                 bool per_thread) {
-  const fakecuda_kernel_desc* k = LookupFunction(f);
-  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  Function* fn = LookupFunction(f);
+  if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  const fakecuda_kernel_desc* k = fn->desc;
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 ||
       block.y == 0 || block.z == 0) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -91,12 +99,14 @@ CUresult Launch(CUfunction f, fakecuda_dim3 grid, fakecuda_dim3 block,
       grid.y > 65535 || grid.z > 65535 || grid.x > 2147483647u) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if (shared_mem > 227 * 1024) return CUDA_ERROR_INVALID_VALUE;
+  if (shared_mem > static_cast<unsigned>(fn->max_dynamic_shared.load())) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   std::vector<unsigned char> packed;
   if (CUresult r = PackParams(k, params, extra, &packed); r != CUDA_SUCCESS) {
     return r;
   }
-  std::shared_ptr<Stream> s;
+  Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
   Submit(s, [k, grid, block, args = std::move(packed)] {
     k->invoke(k->fn, args.data(), grid, block);
@@ -201,17 +211,18 @@ FAKECUDA_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes,
 FAKECUDA_EXPORT CUresult cuFuncGetName(const char** name, CUfunction hfunc) {
   FAKECUDA_ENTER("cuFuncGetName");
   if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  const fakecuda_kernel_desc* k = LookupFunction(hfunc);
-  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  *name = k->name;
+  Function* fn = LookupFunction(hfunc);
+  if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *name = fn->desc->name;
   return CUDA_SUCCESS;
 }
 
 FAKECUDA_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t index,
                                             size_t* offset, size_t* size) {
   FAKECUDA_ENTER("cuFuncGetParamInfo");
-  const fakecuda_kernel_desc* k = LookupFunction(func);
-  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  Function* fn = LookupFunction(func);
+  if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  const fakecuda_kernel_desc* k = fn->desc;
   if (index >= k->num_params) return CUDA_ERROR_INVALID_VALUE;
   if (offset != nullptr) *offset = k->param_offsets[index];
   if (size != nullptr) *size = k->param_sizes[index];
@@ -234,17 +245,19 @@ FAKECUDA_EXPORT CUresult cuFuncGetAttribute(int* value,
                                             CUfunction hfunc) {
   FAKECUDA_ENTER("cuFuncGetAttribute");
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  const fakecuda_kernel_desc* k = LookupFunction(hfunc);
-  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  Function* fn = LookupFunction(hfunc);
+  if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   switch (attrib) {
     case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
     case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 32; break;
     case CU_FUNC_ATTRIBUTE_PTX_VERSION:
     case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *value = 90; break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+      *value = fn->max_dynamic_shared.load();
+      break;
     case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
     case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES:
-    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
-    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *value = 0; break;
+    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *value = 0; break;
     default:
       if (attrib < 0 || attrib >= CU_FUNC_ATTRIBUTE_MAX) {
         return CUDA_ERROR_INVALID_VALUE;
@@ -252,6 +265,24 @@ FAKECUDA_EXPORT CUresult cuFuncGetAttribute(int* value,
       *value = 0;
   }
   return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc,
+                                            CUfunction_attribute attrib,
+                                            int value) {
+  FAKECUDA_ENTER("cuFuncSetAttribute");
+  Function* fn = LookupFunction(hfunc);
+  if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  switch (attrib) {
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+      if (value < 0 || value > kOptInSharedBytes) return CUDA_ERROR_INVALID_VALUE;
+      fn->max_dynamic_shared.store(value);
+      return CUDA_SUCCESS;
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+      return value < -1 || value > 100 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
 }
 
 #define FAKECUDA_LAUNCH_PARAMS                                                \

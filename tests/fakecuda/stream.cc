@@ -13,17 +13,14 @@ Stream::Stream(Context* ctx, unsigned flags, int priority, bool legacy)
   worker_ = std::thread([this] { Run(); });
 }
 
-Stream::~Stream() {
+void Stream::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
     stop_ = true;
   }
   cv_.notify_all();
-  if (worker_.get_id() == std::this_thread::get_id()) {
-    worker_.detach();  // the last reference died inside one of our own ops
-  } else {
-    worker_.join();
-  }
+  worker_.join();
 }
 
 uint64_t Stream::Enqueue(std::function<void()> work,
@@ -57,7 +54,6 @@ void Stream::Run() {
     }
     for (const Dependency& d : op.deps) d.stream->WaitFor(d.seq);
     if (op.work) op.work();
-    op.deps.clear();  // drop references before publishing completion
     {
       std::lock_guard<std::mutex> lock(mu_);
       completed_.store(op.seq);
@@ -68,11 +64,10 @@ void Stream::Run() {
 
 namespace {
 
-// Live stream handles. A CUstream is the Stream's address; the registry
-// owns it until cuStreamDestroy.
+// Live stream handles. A CUstream is the Stream's address.
 struct Streams {
   std::mutex mu;
-  std::unordered_map<Stream*, std::shared_ptr<Stream>> live;  // guarded by mu
+  std::unordered_set<Stream*> live;  // guarded by mu
 };
 
 Streams& GetStreams() {
@@ -80,26 +75,42 @@ Streams& GetStreams() {
   return *s;
 }
 
-// The calling thread's per-thread default stream of each context.
-thread_local std::unordered_map<Context*, std::shared_ptr<Stream>>
-    t_per_thread;
+void Unlist(Stream* s) {
+  Context* ctx = s->context();
+  std::lock_guard<std::mutex> lock(ctx->mu);
+  ctx->streams.erase(std::remove(ctx->streams.begin(), ctx->streams.end(), s),
+                     ctx->streams.end());
+}
 
-std::shared_ptr<Stream> PerThreadStream(Context* ctx) {
-  auto it = t_per_thread.find(ctx);
-  if (it != t_per_thread.end()) return it->second;
-  auto s = std::make_shared<Stream>(ctx, 0, 0, /*legacy=*/false);
+// The calling thread's per-thread default streams, one per context; when the
+// thread exits they finish their work and stop.
+struct PerThreadStreams {
+  std::unordered_map<Context*, Stream*> by_context;
+  ~PerThreadStreams() {
+    for (auto& entry : by_context) {
+      Unlist(entry.second);
+      entry.second->Stop();
+    }
+  }
+};
+thread_local PerThreadStreams t_per_thread;
+
+Stream* PerThreadStream(Context* ctx) {
+  auto it = t_per_thread.by_context.find(ctx);
+  if (it != t_per_thread.by_context.end()) return it->second;
+  auto* s = new Stream(ctx, 0, 0, /*legacy=*/false);
   {
     std::lock_guard<std::mutex> lock(ctx->mu);
     ctx->streams.push_back(s);
   }
-  t_per_thread.emplace(ctx, s);
+  t_per_thread.by_context.emplace(ctx, s);
   return s;
 }
 
 }  // namespace
 
 CUresult ResolveStream(CUstream handle, bool per_thread,
-                       std::shared_ptr<Stream>* out) {
+                       Stream** out) {
   if (handle == nullptr || handle == CU_STREAM_LEGACY ||
       handle == CU_STREAM_PER_THREAD) {
     Context* ctx = nullptr;
@@ -111,14 +122,14 @@ CUresult ResolveStream(CUstream handle, bool per_thread,
   }
   Streams& all = GetStreams();
   std::lock_guard<std::mutex> lock(all.mu);
-  auto it = all.live.find(reinterpret_cast<Stream*>(handle));
-  if (it == all.live.end()) return CUDA_ERROR_INVALID_HANDLE;
-  if (!IsLiveContext(it->second->context())) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
-  *out = it->second;
+  auto* s = reinterpret_cast<Stream*>(handle);
+  if (all.live.count(s) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (!IsLiveContext(s->context())) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  *out = s;
   return CUDA_SUCCESS;
 }
 
-uint64_t Submit(const std::shared_ptr<Stream>& stream,
+uint64_t Submit(Stream* stream,
                 std::function<void()> work,
                 std::vector<Stream::Dependency> deps) {
   Context* ctx = stream->context();
@@ -126,24 +137,18 @@ uint64_t Submit(const std::shared_ptr<Stream>& stream,
   // one step, so two threads cannot interleave between them.
   std::lock_guard<std::mutex> lock(ctx->mu);
   if (stream->legacy()) {
-    for (auto& w : ctx->streams) {
-      auto other = w.lock();
-      if (other && other->blocking() && other->last_submitted() > 0) {
+    for (Stream* other : ctx->streams) {
+      if (other->blocking() && other->last_submitted() > 0) {
         deps.push_back({other, other->last_submitted()});
       }
     }
   } else if (stream->blocking() && ctx->legacy->last_submitted() > 0) {
     deps.push_back({ctx->legacy, ctx->legacy->last_submitted()});
   }
-  // Forget destroyed streams so the list does not grow without bound.
-  ctx->streams.erase(
-      std::remove_if(ctx->streams.begin(), ctx->streams.end(),
-                     [](const std::weak_ptr<Stream>& w) { return w.expired(); }),
-      ctx->streams.end());
   return stream->Enqueue(std::move(work), std::move(deps));
 }
 
-void SubmitAndWait(const std::shared_ptr<Stream>& stream,
+void SubmitAndWait(Stream* stream,
                    std::function<void()> work) {
   stream->WaitFor(Submit(stream, std::move(work)));
 }
@@ -164,15 +169,15 @@ FAKECUDA_EXPORT CUresult cuStreamCreateWithPriority(CUstream* phStream,
   if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
   // Priorities range over [-5, 0] as on current GPUs; others are clamped.
   priority = std::max(-5, std::min(0, priority));
-  auto s = std::make_shared<Stream>(ctx, flags, priority, /*legacy=*/false);
+  auto s = new Stream(ctx, flags, priority, /*legacy=*/false);
   {
     std::lock_guard<std::mutex> lock(ctx->mu);
     ctx->streams.push_back(s);
   }
   Streams& all = GetStreams();
   std::lock_guard<std::mutex> lock(all.mu);
-  all.live.emplace(s.get(), s);
-  *phStream = reinterpret_cast<CUstream>(s.get());
+  all.live.insert(s);
+  *phStream = reinterpret_cast<CUstream>(s);
   return CUDA_SUCCESS;
 }
 
@@ -184,18 +189,16 @@ FAKECUDA_EXPORT CUresult cuStreamCreate(CUstream* phStream,
 
 FAKECUDA_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream) {
   FAKECUDA_ENTER("cuStreamDestroy_v2");
-  std::shared_ptr<Stream> s;
+  auto* s = reinterpret_cast<Stream*>(hStream);
   {
     Streams& all = GetStreams();
     std::lock_guard<std::mutex> lock(all.mu);
-    auto it = all.live.find(reinterpret_cast<Stream*>(hStream));
-    if (it == all.live.end()) return CUDA_ERROR_INVALID_HANDLE;
-    s = std::move(it->second);
-    all.live.erase(it);
+    if (all.live.erase(s) == 0) return CUDA_ERROR_INVALID_HANDLE;
   }
+  Unlist(s);
   // Work already submitted still runs; the real driver returns at once and
   // releases the stream later, the fake waits for it here.
-  s->WaitIdle();
+  s->Stop();
   return CUDA_SUCCESS;
 }
 
@@ -207,27 +210,23 @@ FAKECUDA_EXPORT CUresult cuStreamDestroy(CUstream hStream) {
 namespace {
 
 CUresult StreamSynchronize(CUstream h, bool per_thread) {
-  std::shared_ptr<Stream> s;
+  Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
-  if (s->legacy()) {
-    // The legacy stream orders after every blocking stream: wait for those
-    // too by synchronising on a marker op.
-    SubmitAndWait(s, nullptr);
-  } else {
-    s->WaitIdle();
-  }
+  // A host-side wait: synchronising is not an action in the stream, so it
+  // adds no ordering of its own.
+  s->WaitIdle();
   return CUDA_SUCCESS;
 }
 
 CUresult StreamQuery(CUstream h, bool per_thread) {
-  std::shared_ptr<Stream> s;
+  Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
   return s->Reached(s->last_submitted()) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 CUresult StreamGetFlags(CUstream h, unsigned int* flags, bool per_thread) {
   if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::shared_ptr<Stream> s;
+  Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
   *flags = s->flags();
   return CUDA_SUCCESS;
@@ -235,7 +234,7 @@ CUresult StreamGetFlags(CUstream h, unsigned int* flags, bool per_thread) {
 
 CUresult StreamGetPriority(CUstream h, int* priority, bool per_thread) {
   if (priority == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::shared_ptr<Stream> s;
+  Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
   *priority = s->priority();
   return CUDA_SUCCESS;
@@ -243,15 +242,22 @@ CUresult StreamGetPriority(CUstream h, int* priority, bool per_thread) {
 
 CUresult StreamGetCtx(CUstream h, CUcontext* pctx, bool per_thread) {
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::shared_ptr<Stream> s;
+  Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
   *pctx = reinterpret_cast<CUcontext>(s->context());
   return CUDA_SUCCESS;
 }
 
+CUresult StreamGetCtx2(CUstream h, CUcontext* pctx, CUgreenCtx* green,
+                       bool per_thread) {
+  if (CUresult r = StreamGetCtx(h, pctx, per_thread); r != CUDA_SUCCESS) return r;
+  if (green != nullptr) *green = nullptr;  // green contexts are not modelled
+  return CUDA_SUCCESS;
+}
+
 CUresult LaunchHostFunc(CUstream h, CUhostFn fn, void* data, bool per_thread) {
   if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::shared_ptr<Stream> s;
+  Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
   Submit(s, [fn, data] { fn(data); });
   return CUDA_SUCCESS;
@@ -260,7 +266,7 @@ CUresult LaunchHostFunc(CUstream h, CUhostFn fn, void* data, bool per_thread) {
 CUresult StreamAddCallback(CUstream h, CUstreamCallback cb, void* data,
                            unsigned flags, bool per_thread) {
   if (cb == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  std::shared_ptr<Stream> s;
+  Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
   Submit(s, [cb, h, data] { cb(h, CUDA_SUCCESS, data); });
   return CUDA_SUCCESS;
@@ -286,6 +292,9 @@ CUresult Impl_cuStreamQuery(CUstream h, bool pt) { return StreamQuery(h, pt); }
 CUresult Impl_cuStreamGetFlags(CUstream h, unsigned* f, bool pt) { return StreamGetFlags(h, f, pt); }
 CUresult Impl_cuStreamGetPriority(CUstream h, int* p, bool pt) { return StreamGetPriority(h, p, pt); }
 CUresult Impl_cuStreamGetCtx(CUstream h, CUcontext* c, bool pt) { return StreamGetCtx(h, c, pt); }
+CUresult Impl_cuStreamGetCtx_v2(CUstream h, CUcontext* c, CUgreenCtx* g, bool pt) {
+  return StreamGetCtx2(h, c, g, pt);
+}
 CUresult Impl_cuLaunchHostFunc(CUstream h, CUhostFn fn, void* d, bool pt) { return LaunchHostFunc(h, fn, d, pt); }
 CUresult Impl_cuStreamAddCallback(CUstream h, CUstreamCallback cb, void* d, unsigned f, bool pt) {
   return StreamAddCallback(h, cb, d, f, pt);
@@ -300,6 +309,9 @@ FAKECUDA_STREAM_PAIR(cuStreamGetPriority, (CUstream hStream, int* priority),
                      hStream, priority)
 FAKECUDA_STREAM_PAIR(cuStreamGetCtx, (CUstream hStream, CUcontext* pctx),
                      hStream, pctx)
+FAKECUDA_STREAM_PAIR(cuStreamGetCtx_v2,
+                     (CUstream hStream, CUcontext* pctx, CUgreenCtx* pGreenCtx),
+                     hStream, pctx, pGreenCtx)
 FAKECUDA_STREAM_PAIR(cuLaunchHostFunc, (CUstream hStream, CUhostFn fn, void* userData),
                      hStream, fn, userData)
 FAKECUDA_STREAM_PAIR(cuStreamAddCallback,
@@ -322,7 +334,7 @@ struct Event {
   std::mutex mu;
   // The latest record: its stream and sequence number, and the time at which
   // the stream reached it (written by the worker).
-  std::shared_ptr<Stream> stream;  // guarded by mu; null until recorded
+  Stream* stream = nullptr;  // guarded by mu; null until recorded
   uint64_t seq = 0;                // guarded by mu
   std::shared_ptr<std::atomic<int64_t>> reached_ns;  // guarded by mu
 };
@@ -356,7 +368,7 @@ CUresult EventRecord(CUevent h, CUstream hs, unsigned flags, bool per_thread) {
   if (flags & ~static_cast<unsigned>(CU_EVENT_RECORD_EXTERNAL)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  std::shared_ptr<Stream> s;
+  Stream* s = nullptr;
   if (CUresult r = ResolveStream(hs, per_thread, &s); r != CUDA_SUCCESS) return r;
   auto reached = std::make_shared<std::atomic<int64_t>>(0);
   uint64_t seq = Submit(s, [reached] { reached->store(NowNs()); });
@@ -374,7 +386,7 @@ CUresult StreamWaitEvent(CUstream hs, CUevent h, unsigned flags,
   if (flags & ~static_cast<unsigned>(CU_EVENT_WAIT_EXTERNAL)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  std::shared_ptr<Stream> s;
+  Stream* s = nullptr;
   if (CUresult r = ResolveStream(hs, per_thread, &s); r != CUDA_SUCCESS) return r;
   Stream::Dependency dep;
   {
@@ -427,12 +439,12 @@ FAKECUDA_EXPORT CUresult cuEventCreate(CUevent* phEvent, unsigned int flags) {
 FAKECUDA_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent) {
   FAKECUDA_ENTER("cuEventDestroy_v2");
   Events& all = GetEvents();
-  auto* e = reinterpret_cast<Event*>(hEvent);
-  {
-    std::lock_guard<std::mutex> lock(all.mu);
-    if (all.live.erase(e) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  std::lock_guard<std::mutex> lock(all.mu);
+  // Never freed, like streams: a thread still inside a call with this
+  // handle must not touch freed memory.
+  if (all.live.erase(reinterpret_cast<Event*>(hEvent)) == 0) {
+    return CUDA_ERROR_INVALID_HANDLE;
   }
-  delete e;  // pending records hold only the shared timestamp, not the event
   return CUDA_SUCCESS;
 }
 
@@ -454,7 +466,7 @@ FAKECUDA_EXPORT CUresult cuEventSynchronize(CUevent hEvent) {
   FAKECUDA_ENTER("cuEventSynchronize");
   Event* e = LookupEvent(hEvent);
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  std::shared_ptr<Stream> s;
+  Stream* s = nullptr;
   uint64_t seq;
   {
     std::lock_guard<std::mutex> lock(e->mu);
@@ -475,13 +487,21 @@ FAKECUDA_EXPORT CUresult cuEventElapsedTime_v2(float* ms, CUevent hStart,
   if ((start->flags | end->flags) & CU_EVENT_DISABLE_TIMING) {
     return CUDA_ERROR_INVALID_HANDLE;
   }
-  int64_t t[2];
+  Stream* stream[2];
+  uint64_t seq[2];
+  std::shared_ptr<std::atomic<int64_t>> reached[2];
   Event* both[2] = {start, end};
   for (int i = 0; i < 2; ++i) {
     std::lock_guard<std::mutex> lock(both[i]->mu);
     if (both[i]->stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    if (!both[i]->stream->Reached(both[i]->seq)) return CUDA_ERROR_NOT_READY;
-    t[i] = both[i]->reached_ns->load();
+    stream[i] = both[i]->stream;
+    seq[i] = both[i]->seq;
+    reached[i] = both[i]->reached_ns;
+  }
+  int64_t t[2];
+  for (int i = 0; i < 2; ++i) {
+    if (!stream[i]->Reached(seq[i])) return CUDA_ERROR_NOT_READY;
+    t[i] = reached[i]->load();
   }
   *ms = static_cast<float>(static_cast<double>(t[1] - t[0]) / 1e6);
   return CUDA_SUCCESS;
