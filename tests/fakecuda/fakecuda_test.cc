@@ -461,6 +461,9 @@ TEST_F(FakeCudaTest, EventsOrderWorkAcrossTwoStreams) {
   ASSERT_CU(cuMemAlloc_v2(&dst, kN * 4));
   ASSERT_CU(cuMemsetD32_v2(src, 0, kN));
   ASSERT_CU(cuMemsetD32_v2(dst, 0, kN));
+  // Memsets do not block the host, and non-blocking streams do not wait for
+  // the legacy stream: without this, the kernel below would race them.
+  ASSERT_CU(cuStreamSynchronize(nullptr));
 
   Gate gate;
   ASSERT_CU(cuLaunchHostFunc(producer, &Gate::Wait, &gate));
