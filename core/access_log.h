@@ -1,0 +1,64 @@
+// AccessLog: the JSON Lines access log (STENSOR_ACCESS_LOG; the schema is in
+// docs/access-log.md). Hooks hand it finished lines; a background thread
+// writes them, so the hot path only appends to a queue. Nothing is dropped
+// silently: a line that cannot be written is counted, and the final record
+// reports the count.
+//
+// Thread-safety: Append may be called from any thread; Close once, after
+// which further lines are counted as dropped.
+#ifndef STENSOR_CORE_ACCESS_LOG_H_
+#define STENSOR_CORE_ACCESS_LOG_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace stensor {
+
+class AccessLog {
+ public:
+  // Opens (truncates) `path` and starts the writer.
+  static absl::StatusOr<std::unique_ptr<AccessLog>> Open(
+      const std::string& path);
+  ~AccessLog();  // closes if still open
+
+  // Queues one record: a JSON object without the newline.
+  void Append(std::string line) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Writes everything queued, then `final_line` built by `make_final` from
+  // the number of lines dropped so far, flushes and stops the writer.
+  template <typename MakeFinal>
+  void Close(MakeFinal&& make_final) ABSL_LOCKS_EXCLUDED(mu_) {
+    StopWriter();
+    WriteLine(make_final(dropped()));
+    FinishFile();
+  }
+
+  uint64_t dropped() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  explicit AccessLog(std::FILE* file);
+  void Run();
+  void StopWriter() ABSL_LOCKS_EXCLUDED(mu_);
+  void WriteLine(const std::string& line);
+  void FinishFile();
+
+  std::FILE* file_;
+  mutable absl::Mutex mu_;
+  std::vector<std::string> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  // Lines that failed to write or came after Close.
+  uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread writer_;
+};
+
+}  // namespace stensor
+
+#endif  // STENSOR_CORE_ACCESS_LOG_H_

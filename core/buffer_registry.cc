@@ -1,0 +1,76 @@
+#include "core/buffer_registry.h"
+
+#include <algorithm>
+
+namespace stensor {
+
+const char* BufferKindName(BufferKind kind) {
+  switch (kind) {
+    case BufferKind::kDeviceAlloc: return "device";
+    case BufferKind::kStreamOrdered: return "stream_ordered";
+    case BufferKind::kAppVmm: return "app_vmm";
+  }
+  return "unknown";
+}
+
+std::optional<uint64_t> BufferRegistry::Add(uint64_t base, uint64_t size,
+                                            int device, BufferKind kind) {
+  if (size == 0 || base + size < base) return std::nullopt;
+  absl::MutexLock lock(&mu_);
+  auto pos = std::upper_bound(bases_.begin(), bases_.end(), base);
+  size_t i = static_cast<size_t>(pos - bases_.begin());
+  if (i > 0 && entries_[i - 1].base + entries_[i - 1].size > base) {
+    return std::nullopt;
+  }
+  if (i < bases_.size() && bases_[i] < base + size) return std::nullopt;
+  Buffer b{next_id_++, base, size, device, kind};
+  bases_.insert(pos, base);
+  entries_.insert(entries_.begin() + static_cast<std::ptrdiff_t>(i), b);
+  lowest_ = bases_.front();
+  highest_end_ = std::max(highest_end_, base + size);
+  Published();
+  return b.id;
+}
+
+std::optional<Buffer> BufferRegistry::Remove(uint64_t base) {
+  absl::MutexLock lock(&mu_);
+  auto pos = std::lower_bound(bases_.begin(), bases_.end(), base);
+  if (pos == bases_.end() || *pos != base) return std::nullopt;
+  size_t i = static_cast<size_t>(pos - bases_.begin());
+  Buffer b = entries_[i];
+  bases_.erase(pos);
+  entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(i));
+  lowest_ = bases_.empty() ? UINT64_MAX : bases_.front();
+  if (bases_.empty()) highest_end_ = 0;  // otherwise a harmless upper bound
+  Published();
+  return b;
+}
+
+void BufferRegistry::Published() {
+  lowest_atomic_.store(lowest_, std::memory_order_relaxed);
+  highest_atomic_.store(highest_end_, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+}
+
+std::optional<Buffer> BufferRegistry::Find(uint64_t addr) const {
+  absl::ReaderMutexLock lock(&mu_);
+  const Buffer* b = FindLocked(addr);
+  if (b == nullptr) return std::nullopt;
+  return *b;
+}
+
+size_t BufferRegistry::size() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return bases_.size();
+}
+
+const Buffer* BufferRegistry::FindLocked(uint64_t addr) const {
+  // Most parameter words are scalars; this rejects them without searching.
+  if (addr < lowest_ || addr >= highest_end_) return nullptr;
+  auto pos = std::upper_bound(bases_.begin(), bases_.end(), addr);
+  if (pos == bases_.begin()) return nullptr;
+  const Buffer& b = entries_[static_cast<size_t>(pos - bases_.begin()) - 1];
+  return addr - b.base < b.size ? &b : nullptr;
+}
+
+}  // namespace stensor

@@ -1,0 +1,152 @@
+// BufferRegistry: the ordered interval map of live device buffers that
+// access inference looks every launch parameter word up in.
+//
+// A buffer is a [base, base+size) range with a stable id (ids are never
+// reused within a process, so access logs can name buffers unambiguously).
+// Lookups accept interior pointers. The hot path, FindAll over a launch's
+// parameter words, first asks a small per-thread cache of recent hits, valid
+// while no buffer was added or removed since (a training step launches the
+// same kernels on the same buffers over and over); only misses take the
+// reader lock and binary-search the sorted array of base addresses.
+//
+// Thread-safety: all methods are thread-safe; lookups run concurrently with
+// each other and exclude only Add/Remove.
+#ifndef STENSOR_CORE_BUFFER_REGISTRY_H_
+#define STENSOR_CORE_BUFFER_REGISTRY_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+
+namespace stensor {
+
+// How the application obtained a buffer; decides what stensor may do to it.
+enum class BufferKind : uint8_t {
+  kDeviceAlloc,   // cuMemAlloc / cuMemAllocPitch
+  kStreamOrdered, // cuMemAllocAsync / cuMemAllocFromPoolAsync
+  kAppVmm,        // mapped by the application's own VMM calls: never swapped
+};
+
+const char* BufferKindName(BufferKind kind);
+
+struct Buffer {
+  uint64_t id = 0;
+  uint64_t base = 0;
+  uint64_t size = 0;
+  int device = 0;
+  BufferKind kind = BufferKind::kDeviceAlloc;
+};
+
+class BufferRegistry {
+ public:
+  BufferRegistry() = default;
+  BufferRegistry(const BufferRegistry&) = delete;
+  BufferRegistry& operator=(const BufferRegistry&) = delete;
+
+  // Registers [base, base+size). Returns the new buffer's id, or nullopt when
+  // the range is empty or overlaps a live buffer (the registry is left as it
+  // was: stensor then treats the range as unknown memory).
+  std::optional<uint64_t> Add(uint64_t base, uint64_t size, int device,
+                              BufferKind kind) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Unregisters the buffer that starts exactly at `base`.
+  std::optional<Buffer> Remove(uint64_t base) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The buffer containing `addr`, if any.
+  std::optional<Buffer> Find(uint64_t addr) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Calls on_hit(word_index, buffer) for each of `words` that points into a
+  // live buffer, under a single lock acquisition.
+  template <typename OnHit>
+  void FindAll(const uint64_t* words, size_t count, OnHit&& on_hit) const
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    const uint64_t generation = generation_.load(std::memory_order_acquire);
+    const uint64_t lowest = lowest_atomic_.load(std::memory_order_relaxed);
+    const uint64_t highest = highest_atomic_.load(std::memory_order_relaxed);
+    CacheEntry* const cache = ThreadCache();  // one TLS access per call
+    size_t misses[kMaxFastWords];
+    size_t n_misses = 0;
+    bool overflow = false;
+    for (size_t i = 0; i < count; ++i) {
+      const uint64_t w = words[i];
+      if (w < lowest || w >= highest) continue;  // a scalar, most likely
+      const CacheEntry& e = cache[Slot(w)];
+      if (e.owner == this && e.generation == generation &&
+          w - e.buffer.base < e.buffer.size) {
+        on_hit(i, e.buffer);
+      } else if (n_misses < kMaxFastWords) {
+        misses[n_misses++] = i;
+      } else {
+        overflow = true;
+      }
+    }
+    if (n_misses == 0 && !overflow) return;
+    absl::ReaderMutexLock lock(&mu_);
+    const uint64_t locked_generation = generation_.load(std::memory_order_relaxed);
+    auto look_up = [&](size_t i) {
+      const Buffer* b = FindLocked(words[i]);
+      if (b == nullptr) return;
+      cache[Slot(words[i])] = CacheEntry{this, locked_generation, *b};
+      on_hit(i, *b);
+    };
+    for (size_t k = 0; k < n_misses; ++k) look_up(misses[k]);
+    if (overflow) {
+      // Words past the first kMaxFastWords misses, in order.
+      size_t seen = 0;
+      for (size_t i = 0; i < count; ++i) {
+        const uint64_t w = words[i];
+        if (w < lowest || w >= highest) continue;
+        const CacheEntry& e = cache[Slot(w)];
+        bool hit = e.owner == this && e.generation == generation &&
+                   w - e.buffer.base < e.buffer.size;
+        if (!hit && seen++ >= kMaxFastWords) look_up(i);
+      }
+    }
+  }
+
+  size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  const Buffer* FindLocked(uint64_t addr) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  // One slot of the per-thread cache of recent lookups.
+  struct CacheEntry {
+    const BufferRegistry* owner = nullptr;
+    uint64_t generation = 0;
+    Buffer buffer;
+  };
+  static constexpr size_t kCacheSlots = 256;
+  static constexpr size_t kMaxFastWords = 64;
+  static CacheEntry* ThreadCache() {
+    static thread_local CacheEntry cache[kCacheSlots];
+    return cache;
+  }
+  // Words into the same 4 KiB page share a slot.
+  static size_t Slot(uint64_t addr) {
+    return static_cast<size_t>(((addr >> 12) * 0x9E3779B97F4A7C15ull) >> 56);
+  }
+  void Published() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  // Parallel arrays sorted by base: the bases alone keep the binary search
+  // within few cache lines; entries_ holds the rest.
+  std::vector<uint64_t> bases_ ABSL_GUARDED_BY(mu_);
+  std::vector<Buffer> entries_ ABSL_GUARDED_BY(mu_);
+  uint64_t lowest_ ABSL_GUARDED_BY(mu_) = UINT64_MAX;  // quick reject
+  uint64_t highest_end_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Bumped by every change; cached lookups of older generations are stale.
+  // The bounds mirror lowest_/highest_end_ for the lock-free first pass.
+  std::atomic<uint64_t> generation_{1};
+  std::atomic<uint64_t> lowest_atomic_{UINT64_MAX};
+  std::atomic<uint64_t> highest_atomic_{0};
+};
+
+}  // namespace stensor
+
+#endif  // STENSOR_CORE_BUFFER_REGISTRY_H_

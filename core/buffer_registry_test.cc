@@ -1,0 +1,112 @@
+#include "core/buffer_registry.h"
+
+#include <random>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace stensor {
+namespace {
+
+TEST(BufferRegistryTest, FindsInteriorPointersAndNothingOutside) {
+  BufferRegistry r;
+  auto a = r.Add(0x1000, 0x100, 0, BufferKind::kDeviceAlloc);
+  auto b = r.Add(0x2000, 0x10, 1, BufferKind::kAppVmm);
+  ASSERT_TRUE(a && b);
+  EXPECT_NE(*a, *b);
+  EXPECT_EQ(r.Find(0x1000)->id, *a);
+  EXPECT_EQ(r.Find(0x10ff)->id, *a);
+  EXPECT_FALSE(r.Find(0x1100));
+  EXPECT_FALSE(r.Find(0xfff));
+  EXPECT_EQ(r.Find(0x200f)->device, 1);
+  EXPECT_EQ(r.Find(0x200f)->kind, BufferKind::kAppVmm);
+  EXPECT_FALSE(r.Find(0x2010));
+  EXPECT_FALSE(r.Find(0));
+}
+
+TEST(BufferRegistryTest, RejectsOverlapsAndEmptyRanges) {
+  BufferRegistry r;
+  ASSERT_TRUE(r.Add(0x1000, 0x100, 0, BufferKind::kDeviceAlloc));
+  EXPECT_FALSE(r.Add(0x10f0, 0x100, 0, BufferKind::kDeviceAlloc));
+  EXPECT_FALSE(r.Add(0xf80, 0x100, 0, BufferKind::kDeviceAlloc));
+  EXPECT_FALSE(r.Add(0x1000, 0x10, 0, BufferKind::kDeviceAlloc));
+  EXPECT_FALSE(r.Add(0x3000, 0, 0, BufferKind::kDeviceAlloc));
+  EXPECT_FALSE(r.Add(UINT64_MAX - 4, 16, 0, BufferKind::kDeviceAlloc));
+  EXPECT_TRUE(r.Add(0x1100, 0x100, 0, BufferKind::kDeviceAlloc));  // adjacent
+  EXPECT_EQ(r.size(), 2u);
+}
+
+TEST(BufferRegistryTest, RemoveNeedsTheBaseAndIdsAreNeverReused) {
+  BufferRegistry r;
+  auto a = r.Add(0x1000, 0x100, 0, BufferKind::kDeviceAlloc);
+  EXPECT_FALSE(r.Remove(0x1008));
+  auto removed = r.Remove(0x1000);
+  ASSERT_TRUE(removed);
+  EXPECT_EQ(removed->id, *a);
+  EXPECT_FALSE(r.Find(0x1008));
+  auto again = r.Add(0x1000, 0x100, 0, BufferKind::kDeviceAlloc);
+  EXPECT_GT(*again, *a);
+}
+
+TEST(BufferRegistryTest, FindAllReportsEveryHitWithItsIndex) {
+  BufferRegistry r;
+  auto a = r.Add(0x10000, 0x1000, 0, BufferKind::kDeviceAlloc);
+  auto b = r.Add(0x20000, 0x1000, 0, BufferKind::kDeviceAlloc);
+  uint64_t words[] = {0x10010, 42, 0x20fff, 0x21000, 0x10000};
+  std::vector<std::pair<size_t, uint64_t>> hits;
+  r.FindAll(words, 5, [&](size_t i, const Buffer& buf) { hits.push_back({i, buf.id}); });
+  std::vector<std::pair<size_t, uint64_t>> want = {{0, *a}, {2, *b}, {4, *a}};
+  EXPECT_EQ(hits, want);
+}
+
+// Against a naive model under random adds, removes and lookups.
+TEST(BufferRegistryTest, MatchesANaiveModel) {
+  BufferRegistry r;
+  std::map<uint64_t, uint64_t> model;  // base -> size
+  std::mt19937_64 rng(7);
+  for (int step = 0; step < 20000; ++step) {
+    uint64_t base = (rng() % 4096) * 64;
+    uint64_t size = 1 + rng() % 512;
+    switch (rng() % 3) {
+      case 0: {
+        bool overlaps = false;
+        for (auto& [b, s] : model) overlaps |= b < base + size && base < b + s;
+        EXPECT_EQ(r.Add(base, size, 0, BufferKind::kDeviceAlloc).has_value(), !overlaps);
+        if (!overlaps) model[base] = size;
+        break;
+      }
+      case 1:
+        EXPECT_EQ(r.Remove(base).has_value(), model.erase(base) == 1);
+        break;
+      default: {
+        uint64_t addr = rng() % (4096 * 64 + 512);
+        bool want = false;
+        for (auto& [b, s] : model) want |= addr >= b && addr < b + s;
+        EXPECT_EQ(r.Find(addr).has_value(), want) << addr;
+      }
+    }
+  }
+  EXPECT_EQ(r.size(), model.size());
+}
+
+TEST(BufferRegistryTest, ConcurrentLookupsAndUpdates) {
+  BufferRegistry r;
+  for (uint64_t i = 0; i < 1000; ++i) r.Add(0x100000 + i * 0x1000, 0x800, 0, BufferKind::kDeviceAlloc);
+  std::thread writer([&] {
+    for (uint64_t i = 0; i < 2000; ++i) {
+      uint64_t base = 0x10000000 + (i % 100) * 0x1000;
+      if (!r.Add(base, 0x800, 0, BufferKind::kDeviceAlloc)) r.Remove(base);
+    }
+  });
+  size_t found = 0;
+  for (int rep = 0; rep < 200; ++rep) {
+    for (uint64_t i = 0; i < 1000; i += 7) found += r.Find(0x100000 + i * 0x1000 + 5).has_value();
+  }
+  writer.join();
+  EXPECT_EQ(found, 200u * ((1000 + 6) / 7));
+}
+
+}  // namespace
+}  // namespace stensor

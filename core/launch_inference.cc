@@ -1,0 +1,156 @@
+#include "core/launch_inference.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace stensor {
+namespace {
+
+// Past this many parameters the layout query is assumed to be broken.
+constexpr size_t kMaxParams = 4096;
+
+void AddUnique(absl::InlinedVector<uint64_t, 8>* ids, uint64_t id) {
+  if (std::find(ids->begin(), ids->end(), id) == ids->end()) ids->push_back(id);
+}
+
+// The packed argument buffer of the `extra` launch form, or null.
+const unsigned char* ExtraBuffer(void** extra, size_t* size) {
+  const void* buffer = nullptr;
+  const size_t* buffer_size = nullptr;
+  for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+    if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+      buffer = extra[i + 1];
+    } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+      buffer_size = static_cast<const size_t*>(extra[i + 1]);
+    } else {
+      return nullptr;  // unknown key: the driver will reject the launch
+    }
+  }
+  if (buffer == nullptr || buffer_size == nullptr) return nullptr;
+  *size = *buffer_size;
+  return static_cast<const unsigned char*>(buffer);
+}
+
+}  // namespace
+
+const KernelInfo* KernelCache::Get(CUfunction f) {
+  // Descriptions are immutable and never freed, so a per-thread memo of
+  // recent kernels can skip the shared lock on the launch path.
+  struct Memo {
+    const KernelCache* owner;
+    CUfunction f;
+    const KernelInfo* info;
+  };
+  static thread_local Memo memo[64] = {};
+  Memo& m = memo[(reinterpret_cast<uintptr_t>(f) * 0x9E3779B97F4A7C15ull) >> 58];
+  if (m.owner == this && m.f == f) return m.info;
+  const KernelInfo* info = Lookup(f);
+  m = Memo{this, f, info};
+  return info;
+}
+
+const KernelInfo* KernelCache::Lookup(CUfunction f) {
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    auto it = cache_.find(f);
+    if (it != cache_.end()) return it->second.get();
+  }
+  std::unique_ptr<KernelInfo> info = Describe(f);
+  absl::MutexLock lock(&mu_);
+  auto [it, inserted] = cache_.try_emplace(f, std::move(info));
+  return it->second.get();
+}
+
+std::unique_ptr<KernelInfo> KernelCache::Describe(CUfunction f) const {
+  auto info = std::make_unique<KernelInfo>();
+  const char* name = nullptr;
+  // A CUkernel may be launched through cuLaunchKernel too; its handle is
+  // not a CUfunction, which the function queries reject.
+  bool as_function = driver_->cuFuncGetName != nullptr &&
+                     driver_->cuFuncGetName(&name, f) == CUDA_SUCCESS;
+  if (!as_function && driver_->cuKernelGetName != nullptr) {
+    driver_->cuKernelGetName(&name, reinterpret_cast<CUkernel>(f));
+  }
+  info->name = name != nullptr ? name : "";
+  KernelSignature signature = ParseKernelSignature(info->name);
+  info->demangled = signature.demangled_name;
+
+  auto param_info = [&](size_t i, size_t* offset, size_t* size) -> CUresult {
+    if (as_function) {
+      if (driver_->cuFuncGetParamInfo == nullptr) return CUDA_ERROR_NOT_FOUND;
+      return driver_->cuFuncGetParamInfo(f, i, offset, size);
+    }
+    if (driver_->cuKernelGetParamInfo == nullptr) return CUDA_ERROR_NOT_FOUND;
+    return driver_->cuKernelGetParamInfo(reinterpret_cast<CUkernel>(f), i,
+                                         offset, size);
+  };
+  // The documented way to count parameters: query until INVALID_VALUE.
+  for (size_t i = 0; i <= kMaxParams; ++i) {
+    size_t offset = 0, size = 0;
+    CUresult r = param_info(i, &offset, &size);
+    if (r == CUDA_ERROR_INVALID_VALUE) {
+      info->layout_known = true;
+      break;
+    }
+    if (r != CUDA_SUCCESS || i == kMaxParams) {
+      info->params.clear();
+      return info;
+    }
+    ParamSlot slot;
+    slot.offset = static_cast<uint32_t>(offset);
+    slot.size = static_cast<uint32_t>(size);
+    slot.access = conservative_ ? ParamAccess::kReadWrite : signature.For(i);
+    // A pointer needs 8 bytes; smaller parameters cannot hold one.
+    if (slot.size < sizeof(uint64_t)) slot.access = ParamAccess::kNone;
+    info->params.push_back(slot);
+    info->args_size = std::max(info->args_size, slot.offset + slot.size);
+  }
+  return info;
+}
+
+void InferLaunchAccesses(const KernelInfo& kernel, void** params, void** extra,
+                         const BufferRegistry& registry, Accesses* out) {
+  if (!kernel.layout_known) return;
+  const unsigned char* packed = nullptr;
+  size_t packed_size = 0;
+  if (params == nullptr) {
+    if (extra == nullptr) return;
+    packed = ExtraBuffer(extra, &packed_size);
+    if (packed == nullptr) return;
+  }
+  // Candidate words with the access of the parameter they sit in, looked up
+  // a batch at a time (plain arrays: this is the launch hot path).
+  constexpr size_t kBatch = 64;
+  uint64_t words[kBatch];
+  ParamAccess access[kBatch];
+  size_t n = 0;
+  auto flush = [&] {
+    registry.FindAll(words, n, [&](size_t i, const Buffer& b) {
+      AddUnique(&out->reads, b.id);
+      if (access[i] == ParamAccess::kReadWrite) AddUnique(&out->writes, b.id);
+    });
+    n = 0;
+  };
+  for (size_t i = 0; i < kernel.params.size(); ++i) {
+    const ParamSlot& slot = kernel.params[i];
+    if (slot.access == ParamAccess::kNone) continue;
+    const unsigned char* base;
+    if (packed != nullptr) {
+      if (slot.offset + slot.size > packed_size) continue;
+      base = packed + slot.offset;
+    } else {
+      base = static_cast<const unsigned char*>(params[i]);
+      if (base == nullptr) continue;
+    }
+    // Words at 8-byte-aligned offsets of the argument buffer, as laid out on
+    // the device: where a struct member holding a pointer can sit.
+    for (size_t at = (8 - slot.offset % 8) % 8; at + 8 <= slot.size; at += 8) {
+      std::memcpy(&words[n], base + at, sizeof(uint64_t));
+      access[n] = slot.access;
+      if (++n == kBatch) flush();
+    }
+  }
+  if (n > 0) flush();
+}
+
+}  // namespace stensor

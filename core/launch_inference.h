@@ -1,0 +1,79 @@
+// Access inference for kernel launches: which live buffers a launch reads and
+// which it may write.
+//
+// Per kernel (cached): the parameter layout from cuFuncGetParamInfo (or
+// cuKernelGetParamInfo for CUkernel handles) and the read/write class of each
+// parameter from its mangled name. Per launch: every 8-byte-aligned word of
+// every parameter that may hold a pointer is looked up in the registry;
+// interior pointers count. A `const T*` parameter reads its buffer; anything
+// else that holds a pointer reads and writes it, and so does every parameter
+// of a kernel whose name says nothing (extern "C") or under
+// STENSOR_WRITE_INFERENCE=conservative.
+//
+// Thread-safety: KernelCache is thread-safe; KernelInfo is immutable.
+#ifndef STENSOR_CORE_LAUNCH_INFERENCE_H_
+#define STENSOR_CORE_LAUNCH_INFERENCE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/synchronization/mutex.h"
+#include "core/buffer_registry.h"
+#include "core/driver.h"
+#include "core/kernel_signature.h"
+
+namespace stensor {
+
+struct ParamSlot {
+  uint32_t offset = 0;
+  uint32_t size = 0;
+  ParamAccess access = ParamAccess::kReadWrite;
+};
+
+struct KernelInfo {
+  std::string name;       // as the driver reports it (mangled)
+  std::string demangled;  // for people; equals name when not mangled
+  std::vector<ParamSlot> params;
+  uint32_t args_size = 0;  // end of the last parameter
+  bool layout_known = false;  // false: the driver could not describe it
+};
+
+class KernelCache {
+ public:
+  // `conservative` marks every pointer-holding parameter read-write.
+  KernelCache(const Driver* driver, bool conservative)
+      : driver_(driver), conservative_(conservative) {}
+
+  // The description of `f`, built on first use. Never null.
+  const KernelInfo* Get(CUfunction f) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  const KernelInfo* Lookup(CUfunction f) ABSL_LOCKS_EXCLUDED(mu_);
+  std::unique_ptr<KernelInfo> Describe(CUfunction f) const;
+
+  const Driver* const driver_;
+  const bool conservative_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<CUfunction, std::unique_ptr<KernelInfo>> cache_
+      ABSL_GUARDED_BY(mu_);
+};
+
+// Buffer ids touched by one operation, each at most once per list.
+struct Accesses {
+  absl::InlinedVector<uint64_t, 8> reads;
+  absl::InlinedVector<uint64_t, 8> writes;
+};
+
+// Fills `out` for a launch of `kernel` with the arguments given either as
+// kernelParams or as the `extra` packed buffer. When the layout is unknown,
+// nothing can be inferred and `out` stays empty.
+void InferLaunchAccesses(const KernelInfo& kernel, void** params, void** extra,
+                         const BufferRegistry& registry, Accesses* out);
+
+}  // namespace stensor
+
+#endif  // STENSOR_CORE_LAUNCH_INFERENCE_H_

@@ -1,0 +1,233 @@
+#include "core/tracker.h"
+
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/json.h"
+
+namespace stensor {
+namespace {
+
+constexpr int kLogFormatVersion = 1;
+
+std::string StreamText(StreamRef s) {
+  if (s.handle == nullptr) return s.per_thread ? "per_thread" : "legacy";
+  if (s.handle == CU_STREAM_LEGACY) return "legacy";
+  if (s.handle == CU_STREAM_PER_THREAD) return "per_thread";
+  return absl::StrFormat("0x%x", reinterpret_cast<uintptr_t>(s.handle));
+}
+
+std::string Hex(uint64_t v) { return absl::StrFormat("0x%x", v); }
+
+}  // namespace
+
+const char* OpTypeName(OpType type) {
+  switch (type) {
+    case OpType::kAlloc: return "alloc";
+    case OpType::kFree: return "free";
+    case OpType::kLaunch: return "launch";
+    case OpType::kMemcpy: return "memcpy";
+    case OpType::kMemset: return "memset";
+    case OpType::kSync: return "sync";
+    case OpType::kGraphLaunch: return "graph_launch";
+    case OpType::kCount: break;
+  }
+  return "unknown";
+}
+
+absl::StatusOr<std::unique_ptr<Tracker>> Tracker::Create(const Config& config,
+                                                         const Driver* driver) {
+  std::unique_ptr<Tracker> t(new Tracker(config, driver));
+  std::string path = config.AccessLogPath(static_cast<int>(getpid()));
+  if (!path.empty()) {
+    auto log = AccessLog::Open(path);
+    if (!log.ok()) return log.status();
+    t->log_ = std::move(*log);
+  }
+  return t;
+}
+
+Tracker::Tracker(const Config& config, const Driver* driver)
+    : config_(config),
+      driver_(driver),
+      kernels_(driver, config.write_inference == WriteInference::kConservative) {}
+
+std::string Tracker::Header() const {
+  std::string devices = "[";
+  int count = 0;
+  if (driver_->cuDeviceGetCount != nullptr &&
+      driver_->cuDeviceGetCount(&count) == CUDA_SUCCESS) {
+    for (int d = 0; d < count; ++d) {
+      char name[256] = "";
+      size_t total = 0;
+      if (driver_->cuDeviceGetName != nullptr) {
+        driver_->cuDeviceGetName(name, sizeof(name), d);
+      }
+      if (driver_->cuDeviceTotalMem_v2 != nullptr) {
+        driver_->cuDeviceTotalMem_v2(&total, d);
+      }
+      if (d > 0) devices.push_back(',');
+      devices += JsonLine().Int("ordinal", d).Str("name", name).Uint("total_bytes", total).Finish();
+    }
+  }
+  devices.push_back(']');
+  return JsonLine()
+      .Str("type", "header")
+      .Int("format", kLogFormatVersion)
+      .Int("pid", getpid())
+      .Raw("devices", devices)
+      .Raw("config", config_.Describe())
+      .Finish();
+}
+
+void Tracker::Log(std::string line) {
+  // The header waits for the first record: by then the application has
+  // called cuInit, so the devices can be listed.
+  std::call_once(header_once_, [this] { log_->Append(Header()); });
+  log_->Append(std::move(line));
+}
+
+uint64_t Tracker::IdAt(uint64_t addr) const {
+  auto b = registry_.Find(addr);
+  return b ? b->id : 0;
+}
+
+void Tracker::OnAlloc(const char* api, uint64_t base, uint64_t size,
+                      BufferKind kind) {
+  Count(OpType::kAlloc);
+  CUdevice device = 0;
+  if (driver_->cuCtxGetDevice != nullptr) driver_->cuCtxGetDevice(&device);
+  std::optional<uint64_t> id = registry_.Add(base, size, device, kind);
+  if (!log_) return;
+  Log(JsonLine()
+          .Str("type", "alloc")
+          .Str("api", api)
+          .Uint("id", id.value_or(0))
+          .Str("addr", Hex(base))
+          .Uint("bytes", size)
+          .Int("device", device)
+          .Str("kind", BufferKindName(kind))
+          .Finish());
+}
+
+void Tracker::OnFree(const char* api, uint64_t base) {
+  Count(OpType::kFree);
+  std::optional<Buffer> b = registry_.Remove(base);
+  if (!log_) return;
+  Log(JsonLine()
+          .Str("type", "free")
+          .Str("api", api)
+          .Uint("id", b ? b->id : 0)
+          .Str("addr", Hex(base))
+          .Uint("bytes", b ? b->size : 0)
+          .Finish());
+}
+
+void Tracker::OnLaunch(const char* api, CUfunction f, const unsigned grid[3],
+                       const unsigned block[3], StreamRef stream,
+                       void** params, void** extra) {
+  Count(OpType::kLaunch);
+  const KernelInfo* kernel = kernels_.Get(f);
+  Accesses accesses;
+  InferLaunchAccesses(*kernel, params, extra, registry_, &accesses);
+  if (!log_) return;
+  uint64_t g[3] = {grid[0], grid[1], grid[2]};
+  uint64_t b[3] = {block[0], block[1], block[2]};
+  Log(JsonLine()
+          .Str("type", "launch")
+          .Str("api", api)
+          .Str("kernel", kernel->name)
+          .Str("demangled", kernel->demangled)
+          .Str("stream", StreamText(stream))
+          .Uints("grid", g)
+          .Uints("block", b)
+          .Uints("reads", accesses.reads)
+          .Uints("writes", accesses.writes)
+          .Bool("inferred", kernel->layout_known)
+          .Finish());
+}
+
+void Tracker::OnCopy(const char* api, const char* kind, uint64_t dst,
+                     uint64_t src, uint64_t bytes, StreamRef stream,
+                     bool async) {
+  Count(OpType::kMemcpy);
+  if (!log_) return;
+  uint64_t dst_id = IdAt(dst), src_id = IdAt(src);
+  absl::InlinedVector<uint64_t, 1> reads, writes;
+  if (src_id != 0) reads.push_back(src_id);
+  if (dst_id != 0) writes.push_back(dst_id);
+  Log(JsonLine()
+          .Str("type", "memcpy")
+          .Str("api", api)
+          .Str("kind", kind)
+          .Uint("bytes", bytes)
+          .Str("dst", Hex(dst))
+          .Str("src", Hex(src))
+          .Uints("reads", reads)
+          .Uints("writes", writes)
+          .Str("stream", StreamText(stream))
+          .Bool("async", async)
+          .Finish());
+}
+
+void Tracker::OnMemset(const char* api, uint64_t dst, uint64_t bytes,
+                       StreamRef stream, bool async) {
+  Count(OpType::kMemset);
+  if (!log_) return;
+  absl::InlinedVector<uint64_t, 1> writes;
+  if (uint64_t id = IdAt(dst)) writes.push_back(id);
+  Log(JsonLine()
+          .Str("type", "memset")
+          .Str("api", api)
+          .Uint("bytes", bytes)
+          .Str("dst", Hex(dst))
+          .Uints("writes", writes)
+          .Str("stream", StreamText(stream))
+          .Bool("async", async)
+          .Finish());
+}
+
+void Tracker::OnSync(const char* api, StreamRef stream) {
+  Count(OpType::kSync);
+  if (!log_) return;
+  JsonLine line;
+  line.Str("type", "sync").Str("api", api);
+  if (stream.handle != nullptr || stream.per_thread) {
+    line.Str("stream", StreamText(stream));
+  }
+  Log(line.Finish());
+}
+
+void Tracker::OnGraphLaunch(const char* api, CUgraphExec graph,
+                            StreamRef stream) {
+  Count(OpType::kGraphLaunch);
+  if (!log_) return;
+  Log(JsonLine()
+          .Str("type", "graph_launch")
+          .Str("api", api)
+          .Str("graph", Hex(reinterpret_cast<uintptr_t>(graph)))
+          .Str("stream", StreamText(stream))
+          .Finish());
+}
+
+void Tracker::Shutdown() {
+  std::call_once(shutdown_once_, [this] {
+    if (!log_) return;
+    std::call_once(header_once_, [this] { log_->Append(Header()); });
+    log_->Close([this](uint64_t dropped) {
+      JsonLine counts;
+      for (int i = 0; i < static_cast<int>(OpType::kCount); ++i) {
+        counts.Uint(OpTypeName(static_cast<OpType>(i)), counts_[i].load());
+      }
+      return JsonLine()
+          .Str("type", "end")
+          .Raw("counts", counts.Finish())
+          .Uint("live_buffers", registry_.size())
+          .Uint("dropped", dropped)
+          .Finish();
+    });
+  });
+}
+
+}  // namespace stensor

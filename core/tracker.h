@@ -1,0 +1,97 @@
+// Tracker: what stensor knows about the process's device work. The hooks in
+// interpose/ report every allocation, free, copy, memset, launch and
+// synchronisation here; the tracker keeps the registry of live buffers,
+// infers each launch's read and write sets, counts operations and writes the
+// access log.
+//
+// Thread-safety: every method may be called from any thread.
+#ifndef STENSOR_CORE_TRACKER_H_
+#define STENSOR_CORE_TRACKER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/access_log.h"
+#include "core/buffer_registry.h"
+#include "core/config.h"
+#include "core/driver.h"
+#include "core/launch_inference.h"
+
+namespace stensor {
+
+// Where a stream handle came from: handle 0 means the legacy stream, or the
+// calling thread's per-thread stream for _ptsz/_ptds entry points.
+struct StreamRef {
+  CUstream handle = nullptr;
+  bool per_thread = false;
+};
+
+// The kinds of operation counted and logged.
+enum class OpType { kAlloc, kFree, kLaunch, kMemcpy, kMemset, kSync, kGraphLaunch, kCount };
+
+class Tracker {
+ public:
+  // `driver` must outlive the tracker. Opens the access log if configured.
+  static absl::StatusOr<std::unique_ptr<Tracker>> Create(const Config& config,
+                                                         const Driver* driver);
+
+  const Config& config() const { return config_; }
+  const BufferRegistry& registry() const { return registry_; }
+
+  // A successful allocation of [base, base+size) by `api`.
+  void OnAlloc(const char* api, uint64_t base, uint64_t size, BufferKind kind);
+  // A successful free of the buffer at `base` by `api`.
+  void OnFree(const char* api, uint64_t base);
+
+  // A launch that the driver accepted.
+  void OnLaunch(const char* api, CUfunction f, const unsigned grid[3],
+                const unsigned block[3], StreamRef stream, void** params,
+                void** extra);
+  // A copy of `bytes` (for 2D/3D copies: the bytes of the whole region)
+  // between the ranges starting at dst and src. `kind` names the direction
+  // as the API states it (e.g. "HtoD", or "default" for unified copies).
+  void OnCopy(const char* api, const char* kind, uint64_t dst, uint64_t src,
+              uint64_t bytes, StreamRef stream, bool async);
+  void OnMemset(const char* api, uint64_t dst, uint64_t bytes,
+                StreamRef stream, bool async);
+  // A synchronisation that returned successfully.
+  void OnSync(const char* api, StreamRef stream);
+  void OnGraphLaunch(const char* api, CUgraphExec graph, StreamRef stream);
+
+  // Writes the final record and closes the access log. Idempotent.
+  void Shutdown();
+
+  uint64_t count(OpType type) const {
+    return counts_[static_cast<int>(type)].load(std::memory_order_relaxed);
+  }
+
+ private:
+  Tracker(const Config& config, const Driver* driver);
+
+  void Count(OpType type) {
+    counts_[static_cast<int>(type)].fetch_add(1, std::memory_order_relaxed);
+  }
+  // Queues a record, preceded once by the header.
+  void Log(std::string line);
+  std::string Header() const;
+  // The buffer id containing `addr`, or 0.
+  uint64_t IdAt(uint64_t addr) const;
+
+  const Config config_;
+  const Driver* const driver_;
+  BufferRegistry registry_;
+  KernelCache kernels_;
+  std::unique_ptr<AccessLog> log_;
+  std::once_flag header_once_;
+  std::once_flag shutdown_once_;
+  std::atomic<uint64_t> counts_[static_cast<int>(OpType::kCount)] = {};
+};
+
+const char* OpTypeName(OpType type);
+
+}  // namespace stensor
+
+#endif  // STENSOR_CORE_TRACKER_H_

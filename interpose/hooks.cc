@@ -1,0 +1,343 @@
+// The exported hooks: one function per STENSOR_HOOK entry of
+// core/driver_symbols.inc, each with the exact ABI of the symbol it replaces.
+// A hook calls the real entry point and reports what happened to the tracker;
+// it never changes arguments or results. Entry points that exist as a legacy
+// and a per-thread-stream twin (_ptds/_ptsz) share one implementation.
+#include <cstdint>
+
+#include "interpose/state.h"
+
+#define STENSOR_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace stensor {
+namespace {
+
+Tracker& T() { return *State().tracker; }
+const Driver& D() { return State().driver; }
+
+constexpr CUresult kMissing = CUDA_ERROR_NOT_SUPPORTED;  // real entry absent
+
+uint64_t Ptr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+// --- Allocation ----------------------------------------------------------------
+template <typename Fn, typename... Args>
+CUresult Alloc(const char* api, Fn real, CUdeviceptr* dptr, size_t bytes,
+               BufferKind kind, Args... args) {
+  if (real == nullptr) return kMissing;
+  CUresult r = real(dptr, args...);
+  if (r == CUDA_SUCCESS && dptr != nullptr) T().OnAlloc(api, *dptr, bytes, kind);
+  return r;
+}
+
+template <typename Fn, typename... Args>
+CUresult Free(const char* api, Fn real, CUdeviceptr dptr, Args... args) {
+  if (real == nullptr) return kMissing;
+  CUresult r = real(dptr, args...);
+  if (r == CUDA_SUCCESS) T().OnFree(api, dptr);
+  return r;
+}
+
+// --- Copies and memsets ---------------------------------------------------------
+template <typename Fn, typename... Args>
+CUresult Copy(const char* api, const char* kind, Fn real, uint64_t dst,
+              uint64_t src, uint64_t bytes, StreamRef s, bool async,
+              Args... args) {
+  if (real == nullptr) return kMissing;
+  CUresult r = real(args...);
+  if (r == CUDA_SUCCESS) T().OnCopy(api, kind, dst, src, bytes, s, async);
+  return r;
+}
+
+// The start of one side of a 2D/3D copy, and a direction name.
+uint64_t Start(CUmemorytype type, const void* host, CUdeviceptr device,
+               size_t x, size_t y, size_t z, size_t pitch, size_t height) {
+  uint64_t base = type == CU_MEMORYTYPE_HOST ? Ptr(host)
+                  : (type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_UNIFIED)
+                      ? device
+                      : 0;  // arrays are not linear memory
+  if (base == 0) return 0;
+  return base + (z * height + y) * pitch + x;
+}
+
+const char* Direction(CUmemorytype dst, CUmemorytype src) {
+  auto side = [](CUmemorytype t) {
+    switch (t) {
+      case CU_MEMORYTYPE_HOST: return 'H';
+      case CU_MEMORYTYPE_DEVICE: return 'D';
+      case CU_MEMORYTYPE_ARRAY: return 'A';
+      default: return 'U';
+    }
+  };
+  static const char* const kNames[4][4] = {
+      {"HtoH", "HtoD", "HtoA", "HtoU"}, {"DtoH", "DtoD", "DtoA", "DtoU"},
+      {"AtoH", "AtoD", "AtoA", "AtoU"}, {"UtoH", "UtoD", "UtoA", "UtoU"}};
+  auto index = [](char c) { return c == 'H' ? 0 : c == 'D' ? 1 : c == 'A' ? 2 : 3; };
+  return kNames[index(side(src))][index(side(dst))];
+}
+
+CUresult Copy2D(const char* api, decltype(&::cuMemcpy2D_v2) real,
+                const CUDA_MEMCPY2D* p, bool per_thread) {
+  if (real == nullptr) return kMissing;
+  CUresult r = real(p);
+  if (r == CUDA_SUCCESS && p != nullptr) {
+    T().OnCopy(api, Direction(p->dstMemoryType, p->srcMemoryType),
+               Start(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, 0, p->dstPitch, 0),
+               Start(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, 0, p->srcPitch, 0),
+               uint64_t{p->WidthInBytes} * p->Height, StreamRef{nullptr, per_thread}, false);
+  }
+  return r;
+}
+
+CUresult Copy2DAsync(const char* api, decltype(&::cuMemcpy2DAsync_v2) real,
+                     const CUDA_MEMCPY2D* p, CUstream s, bool per_thread) {
+  if (real == nullptr) return kMissing;
+  CUresult r = real(p, s);
+  if (r == CUDA_SUCCESS && p != nullptr) {
+    T().OnCopy(api, Direction(p->dstMemoryType, p->srcMemoryType),
+               Start(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, 0, p->dstPitch, 0),
+               Start(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, 0, p->srcPitch, 0),
+               uint64_t{p->WidthInBytes} * p->Height, StreamRef{s, per_thread}, true);
+  }
+  return r;
+}
+
+void Report3D(const char* api, const CUDA_MEMCPY3D* p, StreamRef s, bool async) {
+  size_t src_height = p->srcHeight ? p->srcHeight : p->Height;
+  size_t dst_height = p->dstHeight ? p->dstHeight : p->Height;
+  T().OnCopy(api, Direction(p->dstMemoryType, p->srcMemoryType),
+             Start(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, p->dstZ, p->dstPitch, dst_height),
+             Start(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, p->srcZ, p->srcPitch, src_height),
+             uint64_t{p->WidthInBytes} * p->Height * p->Depth, s, async);
+}
+
+template <typename Fn, typename... Args>
+CUresult Memset(const char* api, Fn real, CUdeviceptr dst, uint64_t bytes,
+                StreamRef s, bool async, Args... args) {
+  if (real == nullptr) return kMissing;
+  CUresult r = real(dst, args...);
+  if (r == CUDA_SUCCESS) T().OnMemset(api, dst, bytes, s, async);
+  return r;
+}
+
+// --- Launches -------------------------------------------------------------------
+CUresult Launch(const char* api, decltype(&::cuLaunchKernel) real, CUfunction f,
+                unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                unsigned bz, unsigned shmem, CUstream s, void** params,
+                void** extra, bool per_thread) {
+  if (real == nullptr) return kMissing;
+  CUresult r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+  if (r == CUDA_SUCCESS) {
+    const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+    T().OnLaunch(api, f, grid, block, StreamRef{s, per_thread}, params, extra);
+  }
+  return r;
+}
+
+CUresult LaunchEx(const char* api, decltype(&::cuLaunchKernelEx) real,
+                  const CUlaunchConfig* c, CUfunction f, void** params,
+                  void** extra, bool per_thread) {
+  if (real == nullptr) return kMissing;
+  CUresult r = real(c, f, params, extra);
+  if (r == CUDA_SUCCESS && c != nullptr) {
+    const unsigned grid[3] = {c->gridDimX, c->gridDimY, c->gridDimZ};
+    const unsigned block[3] = {c->blockDimX, c->blockDimY, c->blockDimZ};
+    T().OnLaunch(api, f, grid, block, StreamRef{c->hStream, per_thread}, params, extra);
+  }
+  return r;
+}
+
+CUresult Cooperative(const char* api, decltype(&::cuLaunchCooperativeKernel) real,
+                     CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                     unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                     CUstream s, void** params, bool per_thread) {
+  if (real == nullptr) return kMissing;
+  CUresult r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+  if (r == CUDA_SUCCESS) {
+    const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+    T().OnLaunch(api, f, grid, block, StreamRef{s, per_thread}, params, nullptr);
+  }
+  return r;
+}
+
+template <typename Fn, typename... Args>
+CUresult Sync(const char* api, Fn real, StreamRef s, Args... args) {
+  if (real == nullptr) return kMissing;
+  CUresult r = real(args...);
+  if (r == CUDA_SUCCESS) T().OnSync(api, s);
+  return r;
+}
+
+}  // namespace
+}  // namespace stensor
+
+using namespace stensor;  // NOLINT: the exported C hooks below
+
+// Each pair: the legacy entry point and its per-thread-default-stream twin.
+#define PAIR(name, twin, params, ...)                                        \
+  STENSOR_EXPORT CUresult name params {                                      \
+    constexpr bool kPerThread = false;                                        \
+    constexpr const char* kApi = #name;                                       \
+    auto real = D().name;                                                      \
+    (void)kPerThread;                                                          \
+    return __VA_ARGS__;                                                        \
+  }                                                                            \
+  STENSOR_EXPORT CUresult name##twin params {                                \
+    constexpr bool kPerThread = true;                                         \
+    constexpr const char* kApi = #name #twin;                                 \
+    auto real = D().name##twin;                                                \
+    (void)kPerThread;                                                          \
+    return __VA_ARGS__;                                                        \
+  }
+#define ONE(name, params, ...)                                               \
+  STENSOR_EXPORT CUresult name params {                                      \
+    constexpr bool kPerThread = false;                                        \
+    constexpr const char* kApi = #name;                                       \
+    auto real = D().name;                                                      \
+    (void)kPerThread;                                                          \
+    return __VA_ARGS__;                                                        \
+  }
+
+// --- Allocation and reporting ---------------------------------------------------
+ONE(cuMemAlloc_v2, (CUdeviceptr* dptr, size_t bytes),
+    Alloc(kApi, real, dptr, bytes, BufferKind::kDeviceAlloc, bytes))
+STENSOR_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch,
+                                           size_t width, size_t height,
+                                           unsigned int element) {
+  auto real = D().cuMemAllocPitch_v2;
+  if (real == nullptr) return kMissing;
+  CUresult r = real(dptr, pitch, width, height, element);
+  if (r == CUDA_SUCCESS && dptr != nullptr && pitch != nullptr) {
+    T().OnAlloc("cuMemAllocPitch_v2", *dptr, uint64_t{*pitch} * height,
+                BufferKind::kDeviceAlloc);
+  }
+  return r;
+}
+ONE(cuMemFree_v2, (CUdeviceptr dptr), Free(kApi, real, dptr))
+PAIR(cuMemAllocAsync, _ptsz, (CUdeviceptr* dptr, size_t bytes, CUstream s),
+     Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, s))
+PAIR(cuMemAllocFromPoolAsync, _ptsz,
+     (CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream s),
+     Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, pool, s))
+PAIR(cuMemFreeAsync, _ptsz, (CUdeviceptr dptr, CUstream s),
+     Free(kApi, real, dptr, s))
+ONE(cuMemGetInfo_v2, (size_t* free_bytes, size_t* total),
+    real ? real(free_bytes, total) : kMissing)
+ONE(cuDeviceTotalMem_v2, (size_t* bytes, CUdevice dev),
+    real ? real(bytes, dev) : kMissing)
+// Pinned host memory: passed through; accounted for by later issues.
+ONE(cuMemAllocHost_v2, (void** pp, size_t bytes), real ? real(pp, bytes) : kMissing)
+ONE(cuMemHostAlloc, (void** pp, size_t bytes, unsigned int flags),
+    real ? real(pp, bytes, flags) : kMissing)
+ONE(cuMemFreeHost, (void* p), real ? real(p) : kMissing)
+
+// The application's own VMM mappings: tracked as buffers it owns.
+STENSOR_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                                 CUmemGenericAllocationHandle handle,
+                                 unsigned long long flags) {
+  auto real = D().cuMemMap;
+  if (real == nullptr) return kMissing;
+  CUresult r = real(ptr, size, offset, handle, flags);
+  if (r == CUDA_SUCCESS) T().OnAlloc("cuMemMap", ptr, size, BufferKind::kAppVmm);
+  return r;
+}
+ONE(cuMemUnmap, (CUdeviceptr ptr, size_t size), Free(kApi, real, ptr, size))
+
+// --- Copies ---------------------------------------------------------------------
+PAIR(cuMemcpy, _ptds, (CUdeviceptr dst, CUdeviceptr src, size_t n),
+     Copy(kApi, "default", real, dst, src, n, StreamRef{nullptr, kPerThread}, false, dst, src, n))
+PAIR(cuMemcpyAsync, _ptsz, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s),
+     Copy(kApi, "default", real, dst, src, n, StreamRef{s, kPerThread}, true, dst, src, n, s))
+PAIR(cuMemcpyPeer, _ptds,
+     (CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n),
+     Copy(kApi, "peer", real, dst, src, n, StreamRef{nullptr, kPerThread}, false, dst, dc, src, sc, n))
+PAIR(cuMemcpyPeerAsync, _ptsz,
+     (CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n, CUstream s),
+     Copy(kApi, "peer", real, dst, src, n, StreamRef{s, kPerThread}, true, dst, dc, src, sc, n, s))
+PAIR(cuMemcpyHtoD_v2, _ptds, (CUdeviceptr dst, const void* src, size_t n),
+     Copy(kApi, "HtoD", real, dst, Ptr(src), n, StreamRef{nullptr, kPerThread}, false, dst, src, n))
+PAIR(cuMemcpyDtoH_v2, _ptds, (void* dst, CUdeviceptr src, size_t n),
+     Copy(kApi, "DtoH", real, Ptr(dst), src, n, StreamRef{nullptr, kPerThread}, false, dst, src, n))
+PAIR(cuMemcpyDtoD_v2, _ptds, (CUdeviceptr dst, CUdeviceptr src, size_t n),
+     Copy(kApi, "DtoD", real, dst, src, n, StreamRef{nullptr, kPerThread}, false, dst, src, n))
+PAIR(cuMemcpyHtoDAsync_v2, _ptsz, (CUdeviceptr dst, const void* src, size_t n, CUstream s),
+     Copy(kApi, "HtoD", real, dst, Ptr(src), n, StreamRef{s, kPerThread}, true, dst, src, n, s))
+PAIR(cuMemcpyDtoHAsync_v2, _ptsz, (void* dst, CUdeviceptr src, size_t n, CUstream s),
+     Copy(kApi, "DtoH", real, Ptr(dst), src, n, StreamRef{s, kPerThread}, true, dst, src, n, s))
+PAIR(cuMemcpyDtoDAsync_v2, _ptsz, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s),
+     Copy(kApi, "DtoD", real, dst, src, n, StreamRef{s, kPerThread}, true, dst, src, n, s))
+PAIR(cuMemcpy2D_v2, _ptds, (const CUDA_MEMCPY2D* p), Copy2D(kApi, real, p, kPerThread))
+PAIR(cuMemcpy2DUnaligned_v2, _ptds, (const CUDA_MEMCPY2D* p), Copy2D(kApi, real, p, kPerThread))
+PAIR(cuMemcpy2DAsync_v2, _ptsz, (const CUDA_MEMCPY2D* p, CUstream s),
+     Copy2DAsync(kApi, real, p, s, kPerThread))
+PAIR(cuMemcpy3D_v2, _ptds, (const CUDA_MEMCPY3D* p),
+     real == nullptr ? kMissing : [&] {
+       CUresult r = real(p);
+       if (r == CUDA_SUCCESS && p != nullptr) Report3D(kApi, p, StreamRef{nullptr, kPerThread}, false);
+       return r;
+     }())
+PAIR(cuMemcpy3DAsync_v2, _ptsz, (const CUDA_MEMCPY3D* p, CUstream s),
+     real == nullptr ? kMissing : [&] {
+       CUresult r = real(p, s);
+       if (r == CUDA_SUCCESS && p != nullptr) Report3D(kApi, p, StreamRef{s, kPerThread}, true);
+       return r;
+     }())
+
+// --- Memsets --------------------------------------------------------------------
+PAIR(cuMemsetD8_v2, _ptds, (CUdeviceptr d, unsigned char v, size_t n),
+     Memset(kApi, real, d, n, StreamRef{nullptr, kPerThread}, false, v, n))
+PAIR(cuMemsetD16_v2, _ptds, (CUdeviceptr d, unsigned short v, size_t n),
+     Memset(kApi, real, d, 2 * uint64_t{n}, StreamRef{nullptr, kPerThread}, false, v, n))
+PAIR(cuMemsetD32_v2, _ptds, (CUdeviceptr d, unsigned int v, size_t n),
+     Memset(kApi, real, d, 4 * uint64_t{n}, StreamRef{nullptr, kPerThread}, false, v, n))
+PAIR(cuMemsetD2D8_v2, _ptds, (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h),
+     Memset(kApi, real, d, uint64_t{w} * h, StreamRef{nullptr, kPerThread}, false, pitch, v, w, h))
+PAIR(cuMemsetD2D16_v2, _ptds, (CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h),
+     Memset(kApi, real, d, 2 * uint64_t{w} * h, StreamRef{nullptr, kPerThread}, false, pitch, v, w, h))
+PAIR(cuMemsetD2D32_v2, _ptds, (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h),
+     Memset(kApi, real, d, 4 * uint64_t{w} * h, StreamRef{nullptr, kPerThread}, false, pitch, v, w, h))
+PAIR(cuMemsetD8Async, _ptsz, (CUdeviceptr d, unsigned char v, size_t n, CUstream s),
+     Memset(kApi, real, d, n, StreamRef{s, kPerThread}, true, v, n, s))
+PAIR(cuMemsetD16Async, _ptsz, (CUdeviceptr d, unsigned short v, size_t n, CUstream s),
+     Memset(kApi, real, d, 2 * uint64_t{n}, StreamRef{s, kPerThread}, true, v, n, s))
+PAIR(cuMemsetD32Async, _ptsz, (CUdeviceptr d, unsigned int v, size_t n, CUstream s),
+     Memset(kApi, real, d, 4 * uint64_t{n}, StreamRef{s, kPerThread}, true, v, n, s))
+PAIR(cuMemsetD2D8Async, _ptsz,
+     (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s),
+     Memset(kApi, real, d, uint64_t{w} * h, StreamRef{s, kPerThread}, true, pitch, v, w, h, s))
+PAIR(cuMemsetD2D16Async, _ptsz,
+     (CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h, CUstream s),
+     Memset(kApi, real, d, 2 * uint64_t{w} * h, StreamRef{s, kPerThread}, true, pitch, v, w, h, s))
+PAIR(cuMemsetD2D32Async, _ptsz,
+     (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s),
+     Memset(kApi, real, d, 4 * uint64_t{w} * h, StreamRef{s, kPerThread}, true, pitch, v, w, h, s))
+
+// --- Launches -------------------------------------------------------------------
+PAIR(cuLaunchKernel, _ptsz,
+     (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+      unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
+      CUstream s, void** params, void** extra),
+     Launch(kApi, real, f, gx, gy, gz, bx, by, bz, shmem, s, params, extra, kPerThread))
+PAIR(cuLaunchKernelEx, _ptsz,
+     (const CUlaunchConfig* config, CUfunction f, void** params, void** extra),
+     LaunchEx(kApi, real, config, f, params, extra, kPerThread))
+PAIR(cuLaunchCooperativeKernel, _ptsz,
+     (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+      unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
+      CUstream s, void** params),
+     Cooperative(kApi, real, f, gx, gy, gz, bx, by, bz, shmem, s, params, kPerThread))
+// Graphs are only logged for now: their kernels' accesses are not inferred.
+PAIR(cuGraphLaunch, _ptsz, (CUgraphExec g, CUstream s),
+     real == nullptr ? kMissing : [&] {
+       CUresult r = real(g, s);
+       if (r == CUDA_SUCCESS) T().OnGraphLaunch(kApi, g, StreamRef{s, kPerThread});
+       return r;
+     }())
+
+// --- Synchronisation ------------------------------------------------------------
+ONE(cuCtxSynchronize, (void), Sync(kApi, real, StreamRef{}))
+ONE(cuCtxSynchronize_v2, (CUcontext ctx), Sync(kApi, real, StreamRef{}, ctx))
+PAIR(cuStreamSynchronize, _ptsz, (CUstream s),
+     Sync(kApi, real, StreamRef{s, kPerThread}, s))
+ONE(cuEventSynchronize, (CUevent e), Sync(kApi, real, StreamRef{}, e))
+PAIR(cuStreamWaitEvent, _ptsz, (CUstream s, CUevent e, unsigned int flags),
+     Sync(kApi, real, StreamRef{s, kPerThread}, s, e, flags))

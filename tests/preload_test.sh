@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# libstensor.so preloaded under programs on the fake driver: mlp_train prints
+# exactly what it prints without it and its access log carries the kernels'
+# read and write sets; a program that reaches the driver as the CUDA runtime
+# does gets stensor's hooks for the exact ABIs it asks for; the library
+# exports only C symbols and links no spdlog or fmt; a bad setting stops the
+# program at start with one line.
+set -euo pipefail
+train=$1 fake=$2 stensor=$3 runtime_path=$4 checker=$5
+tmp=${TEST_TMPDIR:-$(mktemp -d)}
+fail() { echo "FAIL: $*" >&2; exit 1; }
+export LD_LIBRARY_PATH=$(cd "$(dirname "$fake")" && pwd)
+stensor=$(cd "$(dirname "$stensor")" && pwd)/$(basename "$stensor")
+
+"$train" --steps 5 > "$tmp/plain.txt"
+STENSOR_ACCESS_LOG="$tmp/log-%p.jsonl" LD_PRELOAD="$stensor" "$train" --steps 5 > "$tmp/preloaded.txt"
+cmp "$tmp/plain.txt" "$tmp/preloaded.txt" || { diff "$tmp/plain.txt" "$tmp/preloaded.txt" >&2; fail "output differs under the preload"; }
+logs=("$tmp"/log-*.jsonl)
+(( ${#logs[@]} == 1 )) || fail "expected one access log, found ${#logs[@]}"
+python3 "$checker" "${logs[0]}" 5
+
+# Conservative inference: every pointer parameter is written.
+STENSOR_WRITE_INFERENCE=conservative STENSOR_ACCESS_LOG="$tmp/cons.jsonl" LD_PRELOAD="$stensor" "$train" --steps 1 > /dev/null
+python3 - "$tmp/cons.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r["type"] == "launch" and set(r["reads"]) != set(r["writes"]):
+        sys.exit("conservative inference left a read-only buffer: %r" % r)
+PY
+
+"$runtime_path"
+LD_PRELOAD="$stensor" "$runtime_path" --expect-hooks libstensor.so
+
+bad=$(nm -D --defined-only "$stensor" | awk '{print $NF}' | grep -v -E '^(cu[A-Za-z0-9_]+|dlsym)$' || true)
+[[ -z $bad ]] || fail "libstensor.so exports more than C hooks: $(echo $bad | head -c 300)"
+if ldd "$stensor" | grep -E 'spdlog|fmt'; then fail "libstensor.so links spdlog or fmt dynamically"; fi
+
+if STENSOR_POLICY=sometimes LD_PRELOAD="$stensor" "$train" --steps 1 > "$tmp/out.txt" 2> "$tmp/err.txt"; then
+  fail "an invalid STENSOR_POLICY was accepted"
+fi
+[[ ! -s $tmp/out.txt ]] || fail "the program ran despite an invalid setting"
+(( $(wc -l < "$tmp/err.txt") == 1 )) || { cat "$tmp/err.txt" >&2; fail "expected one line on stderr"; }
+grep -q 'STENSOR_POLICY="sometimes"' "$tmp/err.txt" || fail "the error does not name the variable and value: $(cat "$tmp/err.txt")"
+echo "PASS"
