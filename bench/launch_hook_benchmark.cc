@@ -9,8 +9,11 @@
 // the driver underneath.
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <thread>
 #include <vector>
 
 #define __CUDA_API_VERSION_INTERNAL
@@ -31,6 +34,17 @@ struct Setup {
   CUfunction kernel = nullptr;
   std::vector<CUdeviceptr> buffers;
   decltype(&cuStreamSynchronize) sync = nullptr;
+  decltype(&cuLaunchHostFunc) host_func = nullptr;
+};
+
+// Holds the stream's worker in a host function while launches queue up, so
+// that both variants measure the calling thread's path only, not how often
+// the worker thread happens to be woken.
+struct Gate {
+  static void CUDA_CB Wait(void* self) {
+    while (!static_cast<Gate*>(self)->open.load()) std::this_thread::yield();
+  }
+  std::atomic<bool> open{false};
 };
 
 [[noreturn]] void Die(const char* what) {
@@ -47,6 +61,7 @@ const Setup& GetSetup() {
     s->direct = reinterpret_cast<LaunchFn>(dlsym(fake, "cuLaunchKernel"));
     s->hooked = reinterpret_cast<LaunchFn>(dlsym(stensor, "cuLaunchKernel"));
     s->sync = reinterpret_cast<decltype(&cuStreamSynchronize)>(dlsym(fake, "cuStreamSynchronize"));
+    s->host_func = reinterpret_cast<decltype(&cuLaunchHostFunc)>(dlsym(fake, "cuLaunchHostFunc"));
     auto alloc = reinterpret_cast<decltype(&cuMemAlloc_v2)>(dlsym(stensor, "cuMemAlloc_v2"));
     if (s->direct == nullptr || s->hooked == nullptr || alloc == nullptr) Die("missing entry points");
     CUdevice dev;
@@ -77,12 +92,22 @@ void Launch(benchmark::State& state, LaunchFn launch) {
   void* params[kParams];
   for (int i = 0; i < kParams; ++i) params[i] = &args[i];
   int64_t n = 0;
+  auto gate = std::make_unique<Gate>();
+  s.host_func(nullptr, &Gate::Wait, gate.get());
   for (auto _ : state) {
     CUresult r = launch(s.kernel, 1, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
     benchmark::DoNotOptimize(r);
-    // Keep the stream's queue short, identically in both variants.
-    if ((++n & 1023) == 0) s.sync(nullptr);
+    if ((++n & 4095) == 0) {
+      // Drain the queue outside the timed region, then hold it again.
+      state.PauseTiming();
+      gate->open.store(true);
+      s.sync(nullptr);
+      gate = std::make_unique<Gate>();
+      s.host_func(nullptr, &Gate::Wait, gate.get());
+      state.ResumeTiming();
+    }
   }
+  gate->open.store(true);
   s.sync(nullptr);
 }
 

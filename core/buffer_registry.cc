@@ -46,6 +46,23 @@ std::optional<Buffer> BufferRegistry::Remove(uint64_t base) {
   return b;
 }
 
+std::vector<Buffer> BufferRegistry::RemoveRange(uint64_t base, uint64_t size) {
+  absl::MutexLock lock(&mu_);
+  auto first = std::lower_bound(bases_.begin(), bases_.end(), base);
+  auto last = std::lower_bound(first, bases_.end(), base + size);
+  size_t i = static_cast<size_t>(first - bases_.begin());
+  size_t j = static_cast<size_t>(last - bases_.begin());
+  std::vector<Buffer> removed(entries_.begin() + static_cast<std::ptrdiff_t>(i),
+                              entries_.begin() + static_cast<std::ptrdiff_t>(j));
+  bases_.erase(first, last);
+  entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(i),
+                 entries_.begin() + static_cast<std::ptrdiff_t>(j));
+  lowest_ = bases_.empty() ? UINT64_MAX : bases_.front();
+  if (bases_.empty()) highest_end_ = 0;
+  if (!removed.empty()) Published();
+  return removed;
+}
+
 void BufferRegistry::Published() {
   lowest_atomic_.store(lowest_, std::memory_order_relaxed);
   highest_atomic_.store(highest_end_, std::memory_order_relaxed);

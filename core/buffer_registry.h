@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "core/thread_cache.h"
 
 namespace stensor {
 
@@ -55,6 +56,10 @@ class BufferRegistry {
 
   // Unregisters the buffer that starts exactly at `base`.
   std::optional<Buffer> Remove(uint64_t base) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Unregisters every buffer that starts in [base, base+size).
+  std::vector<Buffer> RemoveRange(uint64_t base, uint64_t size)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // The buffer containing `addr`, if any.
   std::optional<Buffer> Find(uint64_t addr) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -122,9 +127,11 @@ class BufferRegistry {
   };
   static constexpr size_t kCacheSlots = 256;
   static constexpr size_t kMaxFastWords = 64;
+  struct ThreadCacheSlots {
+    CacheEntry entries[kCacheSlots];
+  };
   static CacheEntry* ThreadCache() {
-    static thread_local CacheEntry cache[kCacheSlots];
-    return cache;
+    return PerThread<ThreadCacheSlots>::Get().entries;
   }
   // Words into the same 4 KiB page share a slot.
   static size_t Slot(uint64_t addr) {

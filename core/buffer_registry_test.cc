@@ -50,6 +50,21 @@ TEST(BufferRegistryTest, RemoveNeedsTheBaseAndIdsAreNeverReused) {
   EXPECT_GT(*again, *a);
 }
 
+TEST(BufferRegistryTest, RemoveRangeTakesEveryBufferStartingInIt) {
+  BufferRegistry r;
+  auto a = r.Add(0x1000, 0x1000, 0, BufferKind::kAppVmm);
+  auto b = r.Add(0x2000, 0x1000, 0, BufferKind::kAppVmm);
+  auto c = r.Add(0x3000, 0x1000, 0, BufferKind::kAppVmm);
+  std::vector<Buffer> gone = r.RemoveRange(0x2000, 0x2000);
+  ASSERT_EQ(gone.size(), 2u);
+  EXPECT_EQ(gone[0].id, *b);
+  EXPECT_EQ(gone[1].id, *c);
+  EXPECT_EQ(r.Find(0x1800)->id, *a);
+  EXPECT_FALSE(r.Find(0x2800));
+  EXPECT_FALSE(r.Find(0x3800));
+  EXPECT_TRUE(r.RemoveRange(0x5000, 0x1000).empty());
+}
+
 TEST(BufferRegistryTest, FindAllReportsEveryHitWithItsIndex) {
   BufferRegistry r;
   auto a = r.Add(0x10000, 0x1000, 0, BufferKind::kDeviceAlloc);
@@ -89,6 +104,27 @@ TEST(BufferRegistryTest, MatchesANaiveModel) {
     }
   }
   EXPECT_EQ(r.size(), model.size());
+}
+
+// The per-thread cache must never answer with a buffer that is gone.
+TEST(BufferRegistryTest, CachedHitsDieWithTheirBuffer) {
+  BufferRegistry r;
+  auto a = r.Add(0x10000, 0x1000, 0, BufferKind::kDeviceAlloc);
+  uint64_t word = 0x10010;
+  uint64_t seen = 0;
+  auto look = [&] {
+    seen = 0;
+    r.FindAll(&word, 1, [&](size_t, const Buffer& b) { seen = b.id; });
+  };
+  look();
+  look();  // now from the cache
+  EXPECT_EQ(seen, *a);
+  r.Remove(0x10000);
+  look();
+  EXPECT_EQ(seen, 0u);
+  auto again = r.Add(0x10000, 0x1000, 0, BufferKind::kDeviceAlloc);
+  look();
+  EXPECT_EQ(seen, *again);
 }
 
 TEST(BufferRegistryTest, ConcurrentLookupsAndUpdates) {

@@ -1,5 +1,7 @@
 #include "core/launch_inference.h"
 
+#include "core/thread_cache.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -37,12 +39,15 @@ const KernelInfo* KernelCache::Get(CUfunction f) {
   // Descriptions are immutable and never freed, so a per-thread memo of
   // recent kernels can skip the shared lock on the launch path.
   struct Memo {
-    const KernelCache* owner;
-    CUfunction f;
-    const KernelInfo* info;
+    const KernelCache* owner = nullptr;
+    CUfunction f = nullptr;
+    const KernelInfo* info = nullptr;
   };
-  static thread_local Memo memo[64] = {};
-  Memo& m = memo[(reinterpret_cast<uintptr_t>(f) * 0x9E3779B97F4A7C15ull) >> 58];
+  struct Memos {
+    Memo slots[64];
+  };
+  Memo& m = PerThread<Memos>::Get()
+                .slots[(reinterpret_cast<uintptr_t>(f) * 0x9E3779B97F4A7C15ull) >> 58];
   if (m.owner == this && m.f == f) return m.info;
   const KernelInfo* info = Lookup(f);
   m = Memo{this, f, info};
@@ -99,11 +104,25 @@ std::unique_ptr<KernelInfo> KernelCache::Describe(CUfunction f) const {
     ParamSlot slot;
     slot.offset = static_cast<uint32_t>(offset);
     slot.size = static_cast<uint32_t>(size);
-    slot.access = conservative_ ? ParamAccess::kReadWrite : signature.For(i);
-    // A pointer needs 8 bytes; smaller parameters cannot hold one.
-    if (slot.size < sizeof(uint64_t)) slot.access = ParamAccess::kNone;
     info->params.push_back(slot);
     info->args_size = std::max(info->args_size, slot.offset + slot.size);
+  }
+  // When the name and the driver disagree on the parameter count, the name
+  // describes something else: trust neither and treat everything as written.
+  const bool trust_name = !conservative_ && signature.parsed &&
+                          signature.params.size() == info->params.size();
+  for (size_t i = 0; i < info->params.size(); ++i) {
+    ParamSlot& slot = info->params[i];
+    if (slot.size < sizeof(uint64_t)) {
+      slot.access = ParamAccess::kNone;  // too small to hold a pointer
+    } else if (!trust_name) {
+      slot.access = ParamAccess::kReadWrite;
+    } else {
+      // An integer the size of a pointer may carry a device address
+      // (uintptr_t); if it hits a buffer, nothing says it is only read.
+      ParamAccess a = signature.params[i];
+      slot.access = a == ParamAccess::kRead ? a : ParamAccess::kReadWrite;
+    }
   }
   return info;
 }

@@ -4,11 +4,12 @@
 // Per kernel (cached): the parameter layout from cuFuncGetParamInfo (or
 // cuKernelGetParamInfo for CUkernel handles) and the read/write class of each
 // parameter from its mangled name. Per launch: every 8-byte-aligned word of
-// every parameter that may hold a pointer is looked up in the registry;
-// interior pointers count. A `const T*` parameter reads its buffer; anything
-// else that holds a pointer reads and writes it, and so does every parameter
-// of a kernel whose name says nothing (extern "C") or under
-// STENSOR_WRITE_INFERENCE=conservative.
+// every parameter of 8 bytes or more is looked up in the registry; interior
+// pointers count. A `const T*` parameter reads its buffer; any other hit
+// (plain pointers, structs, integers carrying an address) reads and writes
+// it, and so does every parameter of a kernel whose name says nothing
+// (extern "C"), whose name disagrees with the driver's parameter count, or
+// under STENSOR_WRITE_INFERENCE=conservative.
 //
 // Thread-safety: KernelCache is thread-safe; KernelInfo is immutable.
 #ifndef STENSOR_CORE_LAUNCH_INFERENCE_H_

@@ -124,6 +124,20 @@ void Tracker::OnFree(const char* api, uint64_t base) {
           .Finish());
 }
 
+void Tracker::OnUnmap(const char* api, uint64_t base, uint64_t size) {
+  for (const Buffer& b : registry_.RemoveRange(base, size)) {
+    Count(OpType::kFree);
+    if (!log_) continue;
+    Log(JsonLine()
+            .Str("type", "free")
+            .Str("api", api)
+            .Uint("id", b.id)
+            .Str("addr", Hex(b.base))
+            .Uint("bytes", b.size)
+            .Finish());
+  }
+}
+
 void Tracker::OnLaunch(const char* api, CUfunction f, const unsigned grid[3],
                        const unsigned block[3], StreamRef stream,
                        void** params, void** extra) {

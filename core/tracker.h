@@ -45,6 +45,8 @@ class Tracker {
   void OnAlloc(const char* api, uint64_t base, uint64_t size, BufferKind kind);
   // A successful free of the buffer at `base` by `api`.
   void OnFree(const char* api, uint64_t base);
+  // The application unmapped [base, base+size): every mapping in it is gone.
+  void OnUnmap(const char* api, uint64_t base, uint64_t size);
 
   // A launch that the driver accepted.
   void OnLaunch(const char* api, CUfunction f, const unsigned grid[3],

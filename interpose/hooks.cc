@@ -240,7 +240,13 @@ STENSOR_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   if (r == CUDA_SUCCESS) T().OnAlloc("cuMemMap", ptr, size, BufferKind::kAppVmm);
   return r;
 }
-ONE(cuMemUnmap, (CUdeviceptr ptr, size_t size), Free(kApi, real, ptr, size))
+STENSOR_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  auto real = D().cuMemUnmap;
+  if (real == nullptr) return kMissing;
+  CUresult r = real(ptr, size);
+  if (r == CUDA_SUCCESS) T().OnUnmap("cuMemUnmap", ptr, size);
+  return r;
+}
 
 // --- Copies ---------------------------------------------------------------------
 PAIR(cuMemcpy, _ptds, (CUdeviceptr dst, CUdeviceptr src, size_t n),
@@ -281,6 +287,70 @@ PAIR(cuMemcpy3DAsync_v2, _ptsz, (const CUDA_MEMCPY3D* p, CUstream s),
        if (r == CUDA_SUCCESS && p != nullptr) Report3D(kApi, p, StreamRef{s, kPerThread}, true);
        return r;
      }())
+
+namespace stensor {
+namespace {
+void Report3DPeer(const char* api, const CUDA_MEMCPY3D_PEER* p, StreamRef s, bool async) {
+  size_t src_height = p->srcHeight ? p->srcHeight : p->Height;
+  size_t dst_height = p->dstHeight ? p->dstHeight : p->Height;
+  T().OnCopy(api, Direction(p->dstMemoryType, p->srcMemoryType),
+             Start(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, p->dstZ, p->dstPitch, dst_height),
+             Start(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, p->srcZ, p->srcPitch, src_height),
+             uint64_t{p->WidthInBytes} * p->Height * p->Depth, s, async);
+}
+
+// A batch is reported as its individual copies.
+void ReportBatch(const char* api, const CUdeviceptr* dsts, const CUdeviceptr* srcs,
+                 const size_t* sizes, size_t count, StreamRef s) {
+  if (dsts == nullptr || srcs == nullptr || sizes == nullptr) return;
+  for (size_t i = 0; i < count; ++i) {
+    T().OnCopy(api, "default", dsts[i], srcs[i], sizes[i], s, true);
+  }
+}
+
+uint64_t OperandStart(const CUmemcpy3DOperand& o) {
+  return o.type == CU_MEMCPY_OPERAND_TYPE_POINTER ? o.op.ptr.ptr : 0;
+}
+}  // namespace
+}  // namespace stensor
+
+PAIR(cuMemcpy3DPeer, _ptds, (const CUDA_MEMCPY3D_PEER* p),
+     real == nullptr ? kMissing : [&] {
+       CUresult r = real(p);
+       if (r == CUDA_SUCCESS && p != nullptr) Report3DPeer(kApi, p, StreamRef{nullptr, kPerThread}, false);
+       return r;
+     }())
+PAIR(cuMemcpy3DPeerAsync, _ptsz, (const CUDA_MEMCPY3D_PEER* p, CUstream s),
+     real == nullptr ? kMissing : [&] {
+       CUresult r = real(p, s);
+       if (r == CUDA_SUCCESS && p != nullptr) Report3DPeer(kApi, p, StreamRef{s, kPerThread}, true);
+       return r;
+     }())
+PAIR(cuMemcpyBatchAsync_v2, _ptsz,
+     (CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+      CUmemcpyAttributes* attrs, size_t* attrs_idxs, size_t num_attrs, CUstream s),
+     real == nullptr ? kMissing : [&] {
+       CUresult r = real(dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, s);
+       if (r == CUDA_SUCCESS) ReportBatch(kApi, dsts, srcs, sizes, count, StreamRef{s, kPerThread});
+       return r;
+     }())
+PAIR(cuMemcpy3DBatchAsync_v2, _ptsz,
+     (size_t num_ops, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags, CUstream s),
+     real == nullptr ? kMissing : [&] {
+       CUresult r = real(num_ops, ops, flags, s);
+       if (r == CUDA_SUCCESS && ops != nullptr) {
+         for (size_t i = 0; i < num_ops; ++i) {
+           const CUextent3D& e = ops[i].extent;
+           T().OnCopy(kApi, "batch3d", OperandStart(ops[i].dst), OperandStart(ops[i].src),
+                      uint64_t{e.width} * e.height * e.depth, StreamRef{s, kPerThread}, true);
+         }
+       }
+       return r;
+     }())
+PAIR(cuMemcpyDtoA_v2, _ptds, (CUarray dst, size_t offset, CUdeviceptr src, size_t n),
+     Copy(kApi, "DtoA", real, 0, src, n, StreamRef{nullptr, kPerThread}, false, dst, offset, src, n))
+PAIR(cuMemcpyAtoD_v2, _ptds, (CUdeviceptr dst, CUarray src, size_t offset, size_t n),
+     Copy(kApi, "AtoD", real, dst, 0, n, StreamRef{nullptr, kPerThread}, false, dst, src, offset, n))
 
 // --- Memsets --------------------------------------------------------------------
 PAIR(cuMemsetD8_v2, _ptds, (CUdeviceptr d, unsigned char v, size_t n),
@@ -339,5 +409,10 @@ ONE(cuCtxSynchronize_v2, (CUcontext ctx), Sync(kApi, real, StreamRef{}, ctx))
 PAIR(cuStreamSynchronize, _ptsz, (CUstream s),
      Sync(kApi, real, StreamRef{s, kPerThread}, s))
 ONE(cuEventSynchronize, (CUevent e), Sync(kApi, real, StreamRef{}, e))
+// Records mark points in a stream; logged as synchronisation points.
+PAIR(cuEventRecord, _ptsz, (CUevent e, CUstream s),
+     Sync(kApi, real, StreamRef{s, kPerThread}, e, s))
+PAIR(cuEventRecordWithFlags, _ptsz, (CUevent e, CUstream s, unsigned int flags),
+     Sync(kApi, real, StreamRef{s, kPerThread}, e, s, flags))
 PAIR(cuStreamWaitEvent, _ptsz, (CUstream s, CUevent e, unsigned int flags),
      Sync(kApi, real, StreamRef{s, kPerThread}, s, e, flags))

@@ -115,12 +115,14 @@ Globals* Build() {
 }  // namespace
 
 const InterposeState& State() {
+  // Every hook comes here: after start-up this is one acquire load.
+  if (Globals* g = g_globals.load(std::memory_order_acquire)) return g->state;
   static std::once_flag once;
   std::call_once(once, [] {
-    g_globals.store(Build());
+    g_globals.store(Build(), std::memory_order_release);
     std::atexit(Shutdown);
   });
-  return g_globals.load()->state;
+  return g_globals.load(std::memory_order_acquire)->state;
 }
 
 bool StateReady() { return g_globals.load() != nullptr; }
