@@ -10,10 +10,13 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <cstdlib>
 #include <mutex>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "core/config.h"
 #include "interpose/raw_log.h"
 #include "interpose/state.h"
@@ -76,32 +79,68 @@ void Shutdown() {
   if (Globals* g = g_globals.load()) g->state.tracker->Shutdown();
 }
 
-Globals* Build() {
-  absl::StatusOr<Config> config = Config::FromEnvironment();
-  if (!config.ok()) {
-    // The message already names the variable, value and accepted forms.
-    RawLog("%s", std::string(config.status().message()).c_str());
+// The configuration, parsed once. An invalid one stops the program: at
+// start when the library is preloaded (the constructor asks first).
+const Config& StartConfig() {
+  static const Config* config = [] {
+    absl::StatusOr<Config> parsed = Config::FromEnvironment();
+    if (!parsed.ok()) {
+      // The message already names the variable, value and accepted forms.
+      RawLog("%s", std::string(parsed.status().message()).c_str());
+      std::_Exit(1);
+    }
+    return new Config(*std::move(parsed));
+  }();
+  return *config;
+}
+
+// A log that could not be created would otherwise surface only at the first
+// CUDA call, long after start.
+void CheckAccessLogWritable(const Config& config) {
+  std::string path = config.AccessLogPath(static_cast<int>(getpid()));
+  if (path.empty()) return;
+  std::string dir = path.find('/') == std::string::npos
+                        ? "."
+                        : path.substr(0, path.rfind('/') + 1);
+  if (access(dir.c_str(), W_OK) != 0) {
+    RawLog("cannot write the access log \"%s\" (STENSOR_ACCESS_LOG): %s",
+           path.c_str(), std::strerror(errno));
     std::_Exit(1);
   }
+}
+
+bool& BuildingOnThisThread() {
+  static thread_local bool building = false;
+  return building;
+}
+
+// Loads the real driver and starts the tracker. Runs at the first hooked
+// call, not at load: a preloaded library also lands in processes that never
+// use CUDA (the shell that starts the job), which must run unaffected.
+Globals* Build() {
+  BuildingOnThisThread() = true;
+  const Config& config = StartConfig();
   auto* g = new Globals;  // leaked: hooks may run during exit
   g->logger = spdlog::stderr_logger_mt("stensor");
   g->logger->set_pattern("stensor [%l] %v");
-  g->logger->set_level(SpdlogLevel(config->log_level));
+  g->logger->set_level(SpdlogLevel(config.log_level));
 
   const std::string path =
-      config->real_libcuda.empty() ? "libcuda.so.1" : config->real_libcuda;
+      config.real_libcuda.empty() ? "libcuda.so.1" : config.real_libcuda;
   g->state.real_handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  int found = 0;
   if (g->state.real_handle == nullptr) {
+    // Every hook then returns an error instead of calling anything.
     RawLog("cannot load the CUDA driver %s: %s", path.c_str(), dlerror());
-    std::_Exit(1);
+  } else {
+    found = LoadDriver(g->state.real_handle, RealDlsymFn(), &g->state.driver);
+    for (const HookEntry& h : kHooks) {
+      g->hook_by_name.emplace(h.name, h.hook);
+      void* real = RealDlsymFn()(g->state.real_handle, h.name);
+      if (real != nullptr) g->hook_by_real.emplace(real, h.hook);
+    }
   }
-  int found = LoadDriver(g->state.real_handle, RealDlsymFn(), &g->state.driver);
-  for (const HookEntry& h : kHooks) {
-    g->hook_by_name.emplace(h.name, h.hook);
-    void* real = RealDlsymFn()(g->state.real_handle, h.name);
-    if (real != nullptr) g->hook_by_real.emplace(real, h.hook);
-  }
-  auto tracker = Tracker::Create(*config, &g->state.driver);
+  auto tracker = Tracker::Create(config, &g->state.driver);
   if (!tracker.ok()) {
     RawLog("%s", std::string(tracker.status().message()).c_str());
     std::_Exit(1);
@@ -109,7 +148,19 @@ Globals* Build() {
   g->state.tracker = tracker->release();
   g->logger->info("intercepting {} ({} of the driver's entry points found)",
                   path, found);
+  BuildingOnThisThread() = false;
   return g;
+}
+
+// Whether `name` is one of the hooked symbols (needs no state).
+bool IsHookedName(const char* name) {
+  static const auto* names = [] {
+    auto* set = new absl::flat_hash_set<std::string>;
+    for (const HookEntry& h : kHooks) set->insert(h.name);
+    return set;
+  }();
+  return name != nullptr && name[0] == 'c' && name[1] == 'u' &&
+         names->contains(name);
 }
 
 }  // namespace
@@ -149,9 +200,11 @@ void* HookFor(void* real) {
 
 namespace {
 
-// The library is preloaded: build the state before main, so a bad
-// configuration stops the program at start.
-__attribute__((constructor)) void Init() { State(); }
+// The library is preloaded: check the configuration before main, so a bad
+// setting stops the program at start.
+__attribute__((constructor)) void Init() {
+  CheckAccessLogWritable(StartConfig());
+}
 
 }  // namespace
 }  // namespace stensor
@@ -161,7 +214,15 @@ using stensor::State;
 
 STENSOR_EXPORT void* dlsym(void* handle, const char* name) {
   void* real = stensor::RealDlsym(handle, name);
-  if (real == nullptr || !stensor::StateReady()) return real;
+  if (real == nullptr) return real;
+  if (!stensor::StateReady()) {
+    // Build the state for the first hooked name asked for; anything else,
+    // and anything asked while the state is being built, passes through.
+    if (stensor::BuildingOnThisThread() || !stensor::IsHookedName(name)) {
+      return real;
+    }
+    State();
+  }
   void* hook = HookFor(real);
   return hook != nullptr ? hook : real;
 }

@@ -19,6 +19,17 @@ logs=("$tmp"/log-*.jsonl)
 (( ${#logs[@]} == 1 )) || fail "expected one access log, found ${#logs[@]}"
 python3 "$checker" "${logs[0]}" 5
 
+# Preloaded into the shell that starts the job (as with scripts/with-fake-gpu,
+# which sets the loader path only after it started): the shell, which never
+# uses CUDA, runs unaffected and writes no log of its own.
+fakedir=$LD_LIBRARY_PATH
+mkdir -p "$tmp/shell"
+env -u LD_LIBRARY_PATH STENSOR_ACCESS_LOG="$tmp/shell/log-%p.jsonl" LD_PRELOAD="$stensor" \
+  bash -c 'export LD_LIBRARY_PATH="$1"; exec "$2" --steps 5' _ "$fakedir" "$train" > "$tmp/shell.txt"
+cmp -s "$tmp/plain.txt" "$tmp/shell.txt" || fail "output differs when the preload starts in a shell"
+shell_logs=("$tmp"/shell/log-*.jsonl)
+(( ${#shell_logs[@]} == 1 )) || fail "expected one access log (the trainer's), found ${#shell_logs[@]}"
+
 # Conservative inference: every pointer parameter is written.
 STENSOR_WRITE_INFERENCE=conservative STENSOR_ACCESS_LOG="$tmp/cons.jsonl" LD_PRELOAD="$stensor" "$train" --steps 1 > /dev/null
 python3 - "$tmp/cons.jsonl" <<'PY'
