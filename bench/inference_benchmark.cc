@@ -25,7 +25,7 @@ struct Fixture {
     }
     kernel.layout_known = true;
     for (uint32_t i = 0; i < 6; ++i) {
-      kernel.params.push_back(ParamSlot{8 * i, 8, i < 3 ? ParamAccess::kRead : ParamAccess::kReadWrite});
+      kernel.params.push_back(ParamSlot{8 * i, 8, i < 3 ? ParamAccess::kRead : ParamAccess::kReadWrite, 0, 1});
       args[i] = 0x7f0000000000ull + uint64_t((i * 1663 + 17) % kLiveBuffers) * 8192 + 64 * i;
       params[i] = &args[i];
     }

@@ -63,10 +63,15 @@ std::vector<Buffer> BufferRegistry::RemoveRange(uint64_t base, uint64_t size) {
   return removed;
 }
 
+uint64_t BufferRegistry::NextGeneration() {
+  static std::atomic<uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
 void BufferRegistry::Published() {
   lowest_atomic_.store(lowest_, std::memory_order_relaxed);
   highest_atomic_.store(highest_end_, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);
+  generation_.store(NextGeneration(), std::memory_order_release);
 }
 
 std::optional<Buffer> BufferRegistry::Find(uint64_t addr) const {

@@ -127,17 +127,14 @@ class BufferRegistry {
   };
   static constexpr size_t kCacheSlots = 256;
   static constexpr size_t kMaxFastWords = 64;
-  struct ThreadCacheSlots {
-    CacheEntry entries[kCacheSlots];
-  };
-  static CacheEntry* ThreadCache() {
-    return PerThread<ThreadCacheSlots>::Get().entries;
-  }
+  struct ThreadCacheSlots;
+  static CacheEntry* ThreadCache();
   // Words into the same 4 KiB page share a slot.
   static size_t Slot(uint64_t addr) {
     return static_cast<size_t>(((addr >> 12) * 0x9E3779B97F4A7C15ull) >> 56);
   }
   void Published() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static uint64_t NextGeneration();
 
   mutable absl::Mutex mu_;
   // Parallel arrays sorted by base: the bases alone keep the binary search
@@ -147,12 +144,23 @@ class BufferRegistry {
   uint64_t lowest_ ABSL_GUARDED_BY(mu_) = UINT64_MAX;  // quick reject
   uint64_t highest_end_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  // Bumped by every change; cached lookups of older generations are stale.
-  // The bounds mirror lowest_/highest_end_ for the lock-free first pass.
-  std::atomic<uint64_t> generation_{1};
+  // Changes with every change; cached lookups of other generations are
+  // stale. Drawn from a process-wide counter, so a registry built where
+  // another was destroyed never meets that one's cache entries.
+  std::atomic<uint64_t> generation_{NextGeneration()};
   std::atomic<uint64_t> lowest_atomic_{UINT64_MAX};
   std::atomic<uint64_t> highest_atomic_{0};
 };
+
+// Out of the class so the TLS pointer behind it has external linkage (gold
+// mislinks initial-exec TLS of internal-linkage types in shared libraries).
+struct BufferRegistry::ThreadCacheSlots {
+  CacheEntry entries[kCacheSlots];
+};
+
+inline BufferRegistry::CacheEntry* BufferRegistry::ThreadCache() {
+  return PerThread<ThreadCacheSlots>::Get().entries;
+}
 
 }  // namespace stensor
 

@@ -11,8 +11,17 @@ namespace {
 // Past this many parameters the layout query is assumed to be broken.
 constexpr size_t kMaxParams = 4096;
 
-void AddUnique(absl::InlinedVector<uint64_t, 8>* ids, uint64_t id) {
-  if (std::find(ids->begin(), ids->end(), id) == ids->end()) ids->push_back(id);
+// Appends the ids of `hits` not yet in `ids`: launches touch a handful of
+// buffers, so a linear scan beats any set.
+void AppendNew(const uint64_t* hits, size_t n, absl::InlinedVector<uint64_t, 8>* ids) {
+  const size_t before = ids->size();
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t* have = ids->data();  // may move as ids grows
+    bool seen = false;
+    for (size_t j = 0; j < before; ++j) seen |= have[j] == hits[i];
+    for (size_t j = 0; j < i; ++j) seen |= hits[j] == hits[i];
+    if (!seen) ids->push_back(hits[i]);
+  }
 }
 
 // The packed argument buffer of the `extra` launch form, or null.
@@ -35,22 +44,21 @@ const unsigned char* ExtraBuffer(void** extra, size_t* size) {
 
 }  // namespace
 
+uint64_t KernelCache::NextInstance() {
+  static std::atomic<uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
 const KernelInfo* KernelCache::Get(CUfunction f) {
-  // Descriptions are immutable and never freed, so a per-thread memo of
-  // recent kernels can skip the shared lock on the launch path.
-  struct Memo {
-    const KernelCache* owner = nullptr;
-    CUfunction f = nullptr;
-    const KernelInfo* info = nullptr;
-  };
-  struct Memos {
-    Memo slots[64];
-  };
-  Memo& m = PerThread<Memos>::Get()
-                .slots[(reinterpret_cast<uintptr_t>(f) * 0x9E3779B97F4A7C15ull) >> 58];
-  if (m.owner == this && m.f == f) return m.info;
+  // Descriptions are immutable and live as long as the cache, so a
+  // per-thread memo of recent kernels can skip the shared lock on the launch
+  // path. Memo entries name the cache by a process-unique instance number:
+  // a cache built where another was destroyed never sees that one's entries.
+  KernelMemo& m = PerThread<KernelMemos>::Get()
+                      .slots[(reinterpret_cast<uintptr_t>(f) * 0x9E3779B97F4A7C15ull) >> 58];
+  if (m.cache == instance_ && m.f == f) return m.info;
   const KernelInfo* info = Lookup(f);
-  m = Memo{this, f, info};
+  m = KernelMemo{instance_, f, info};
   return info;
 }
 
@@ -99,6 +107,7 @@ std::unique_ptr<KernelInfo> KernelCache::Describe(CUfunction f) const {
     }
     if (r != CUDA_SUCCESS || i == kMaxParams) {
       info->params.clear();
+      info->args_size = 0;
       return info;
     }
     ParamSlot slot;
@@ -113,7 +122,13 @@ std::unique_ptr<KernelInfo> KernelCache::Describe(CUfunction f) const {
                           signature.params.size() == info->params.size();
   for (size_t i = 0; i < info->params.size(); ++i) {
     ParamSlot& slot = info->params[i];
-    if (slot.size < sizeof(uint64_t)) {
+    // Words at 8-byte-aligned offsets of the argument buffer, as laid out on
+    // the device: where a struct member holding a pointer can sit.
+    slot.first_word = (8 - slot.offset % 8) % 8;
+    slot.words = slot.size >= slot.first_word + 8
+                     ? (slot.size - slot.first_word) / 8
+                     : 0;
+    if (slot.words == 0) {
       slot.access = ParamAccess::kNone;  // too small to hold a pointer
     } else if (!trust_name) {
       slot.access = ParamAccess::kReadWrite;
@@ -144,10 +159,14 @@ void InferLaunchAccesses(const KernelInfo& kernel, void** params, void** extra,
   ParamAccess access[kBatch];
   size_t n = 0;
   auto flush = [&] {
+    uint64_t reads[kBatch], writes[kBatch];
+    size_t n_reads = 0, n_writes = 0;
     registry.FindAll(words, n, [&](size_t i, const Buffer& b) {
-      AddUnique(&out->reads, b.id);
-      if (access[i] == ParamAccess::kReadWrite) AddUnique(&out->writes, b.id);
+      reads[n_reads++] = b.id;
+      if (access[i] == ParamAccess::kReadWrite) writes[n_writes++] = b.id;
     });
+    AppendNew(reads, n_reads, &out->reads);
+    AppendNew(writes, n_writes, &out->writes);
     n = 0;
   };
   for (size_t i = 0; i < kernel.params.size(); ++i) {
@@ -161,10 +180,8 @@ void InferLaunchAccesses(const KernelInfo& kernel, void** params, void** extra,
       base = static_cast<const unsigned char*>(params[i]);
       if (base == nullptr) continue;
     }
-    // Words at 8-byte-aligned offsets of the argument buffer, as laid out on
-    // the device: where a struct member holding a pointer can sit.
-    for (size_t at = (8 - slot.offset % 8) % 8; at + 8 <= slot.size; at += 8) {
-      std::memcpy(&words[n], base + at, sizeof(uint64_t));
+    for (uint32_t k = 0; k < slot.words; ++k) {
+      std::memcpy(&words[n], base + slot.first_word + 8 * k, sizeof(uint64_t));
       access[n] = slot.access;
       if (++n == kBatch) flush();
     }

@@ -15,6 +15,7 @@
 #ifndef STENSOR_CORE_LAUNCH_INFERENCE_H_
 #define STENSOR_CORE_LAUNCH_INFERENCE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -33,6 +34,10 @@ struct ParamSlot {
   uint32_t offset = 0;
   uint32_t size = 0;
   ParamAccess access = ParamAccess::kReadWrite;
+  // The 8-byte-aligned words of the parameter that may hold a pointer:
+  // `words` of them, the first at byte `first_word` of the parameter.
+  uint32_t first_word = 0;
+  uint32_t words = 0;
 };
 
 struct KernelInfo {
@@ -43,11 +48,22 @@ struct KernelInfo {
   bool layout_known = false;  // false: the driver could not describe it
 };
 
+// One slot of the per-thread memo of KernelCache::Get (at namespace scope:
+// see BufferRegistry::ThreadCacheSlots).
+struct KernelMemo {
+  uint64_t cache = 0;  // KernelCache instance number; 0 = empty
+  CUfunction f = nullptr;
+  const struct KernelInfo* info = nullptr;
+};
+struct KernelMemos {
+  KernelMemo slots[64];
+};
+
 class KernelCache {
  public:
   // `conservative` marks every pointer-holding parameter read-write.
   KernelCache(const Driver* driver, bool conservative)
-      : driver_(driver), conservative_(conservative) {}
+      : driver_(driver), conservative_(conservative), instance_(NextInstance()) {}
 
   // The description of `f`, built on first use. Never null.
   const KernelInfo* Get(CUfunction f) ABSL_LOCKS_EXCLUDED(mu_);
@@ -56,8 +72,11 @@ class KernelCache {
   const KernelInfo* Lookup(CUfunction f) ABSL_LOCKS_EXCLUDED(mu_);
   std::unique_ptr<KernelInfo> Describe(CUfunction f) const;
 
+  static uint64_t NextInstance();
+
   const Driver* const driver_;
   const bool conservative_;
+  const uint64_t instance_;
   absl::Mutex mu_;
   absl::flat_hash_map<CUfunction, std::unique_ptr<KernelInfo>> cache_
       ABSL_GUARDED_BY(mu_);
