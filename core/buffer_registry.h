@@ -64,8 +64,9 @@ class BufferRegistry {
   // The buffer containing `addr`, if any.
   std::optional<Buffer> Find(uint64_t addr) const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Calls on_hit(word_index, buffer) for each of `words` that points into a
-  // live buffer, under a single lock acquisition.
+  // Calls on_hit(word_index, buffer_id) for each of `words` that points
+  // into a live buffer. Hits from the per-thread cache take no lock; the
+  // rest are looked up under a single reader lock.
   template <typename OnHit>
   void FindAll(const uint64_t* words, size_t count, OnHit&& on_hit) const
       ABSL_LOCKS_EXCLUDED(mu_) {
@@ -73,42 +74,29 @@ class BufferRegistry {
     const uint64_t lowest = lowest_atomic_.load(std::memory_order_relaxed);
     const uint64_t highest = highest_atomic_.load(std::memory_order_relaxed);
     CacheEntry* const cache = ThreadCache();  // one TLS access per call
-    size_t misses[kMaxFastWords];
-    size_t n_misses = 0;
-    bool overflow = false;
-    for (size_t i = 0; i < count; ++i) {
-      const uint64_t w = words[i];
-      if (w < lowest || w >= highest) continue;  // a scalar, most likely
-      const CacheEntry& e = cache[Slot(w)];
-      if (e.owner == this && e.generation == generation &&
-          w - e.buffer.base < e.buffer.size) {
-        on_hit(i, e.buffer);
-      } else if (n_misses < kMaxFastWords) {
-        misses[n_misses++] = i;
-      } else {
-        overflow = true;
-      }
-    }
-    if (n_misses == 0 && !overflow) return;
-    absl::ReaderMutexLock lock(&mu_);
-    const uint64_t locked_generation = generation_.load(std::memory_order_relaxed);
-    auto look_up = [&](size_t i) {
-      const Buffer* b = FindLocked(words[i]);
-      if (b == nullptr) return;
-      cache[Slot(words[i])] = CacheEntry{this, locked_generation, *b};
-      on_hit(i, *b);
-    };
-    for (size_t k = 0; k < n_misses; ++k) look_up(misses[k]);
-    if (overflow) {
-      // Words past the first kMaxFastWords misses, in order.
-      size_t seen = 0;
-      for (size_t i = 0; i < count; ++i) {
-        const uint64_t w = words[i];
-        if (w < lowest || w >= highest) continue;
+    // 64 words at a time, with the misses of the cache pass in a bitmask.
+    for (size_t start = 0; start < count; start += 64) {
+      const size_t n = count - start < 64 ? count - start : 64;
+      uint64_t missed = 0;
+      for (size_t k = 0; k < n; ++k) {
+        const uint64_t w = words[start + k];
+        if (w < lowest || w >= highest) continue;  // a scalar, most likely
         const CacheEntry& e = cache[Slot(w)];
-        bool hit = e.owner == this && e.generation == generation &&
-                   w - e.buffer.base < e.buffer.size;
-        if (!hit && seen++ >= kMaxFastWords) look_up(i);
+        if (e.generation == generation && w - e.base < e.size) {
+          on_hit(start + k, e.id);
+        } else {
+          missed |= uint64_t{1} << k;
+        }
+      }
+      if (missed == 0) continue;
+      absl::ReaderMutexLock lock(&mu_);
+      const uint64_t now = generation_.load(std::memory_order_relaxed);
+      for (; missed != 0; missed &= missed - 1) {
+        const size_t k = static_cast<size_t>(__builtin_ctzll(missed));
+        const Buffer* b = FindLocked(words[start + k]);
+        if (b == nullptr) continue;
+        cache[Slot(words[start + k])] = CacheEntry{now, b->base, b->size, b->id};
+        on_hit(start + k, b->id);
       }
     }
   }
@@ -119,14 +107,15 @@ class BufferRegistry {
   const Buffer* FindLocked(uint64_t addr) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
-  // One slot of the per-thread cache of recent lookups.
+  // One slot of the per-thread cache of recent lookups. Generations are
+  // unique across all registries, so the generation also names the owner.
   struct CacheEntry {
-    const BufferRegistry* owner = nullptr;
     uint64_t generation = 0;
-    Buffer buffer;
+    uint64_t base = 0;
+    uint64_t size = 0;
+    uint64_t id = 0;
   };
   static constexpr size_t kCacheSlots = 256;
-  static constexpr size_t kMaxFastWords = 64;
   struct ThreadCacheSlots;
   static CacheEntry* ThreadCache();
   // Words into the same 4 KiB page share a slot.

@@ -11,19 +11,6 @@ namespace {
 // Past this many parameters the layout query is assumed to be broken.
 constexpr size_t kMaxParams = 4096;
 
-// Appends the ids of `hits` not yet in `ids`: launches touch a handful of
-// buffers, so a linear scan beats any set.
-void AppendNew(const uint64_t* hits, size_t n, absl::InlinedVector<uint64_t, 8>* ids) {
-  const size_t before = ids->size();
-  for (size_t i = 0; i < n; ++i) {
-    const uint64_t* have = ids->data();  // may move as ids grows
-    bool seen = false;
-    for (size_t j = 0; j < before; ++j) seen |= have[j] == hits[i];
-    for (size_t j = 0; j < i; ++j) seen |= hits[j] == hits[i];
-    if (!seen) ids->push_back(hits[i]);
-  }
-}
-
 // The packed argument buffer of the `extra` launch form, or null.
 const unsigned char* ExtraBuffer(void** extra, size_t* size) {
   const void* buffer = nullptr;
@@ -42,7 +29,22 @@ const unsigned char* ExtraBuffer(void** extra, size_t* size) {
   return static_cast<const unsigned char*>(buffer);
 }
 
+void DedupeIds(absl::InlinedVector<uint64_t, 8>* ids) {
+  size_t kept = 0;
+  for (size_t i = 0; i < ids->size(); ++i) {
+    bool seen = false;
+    for (size_t j = 0; j < kept; ++j) seen |= (*ids)[j] == (*ids)[i];
+    if (!seen) (*ids)[kept++] = (*ids)[i];
+  }
+  ids->resize(kept);
+}
+
 }  // namespace
+
+void Accesses::Dedupe() {
+  DedupeIds(&reads);
+  DedupeIds(&writes);
+}
 
 uint64_t KernelCache::NextInstance() {
   static std::atomic<uint64_t> counter{0};
@@ -161,12 +163,12 @@ void InferLaunchAccesses(const KernelInfo& kernel, void** params, void** extra,
   auto flush = [&] {
     uint64_t reads[kBatch], writes[kBatch];
     size_t n_reads = 0, n_writes = 0;
-    registry.FindAll(words, n, [&](size_t i, const Buffer& b) {
-      reads[n_reads++] = b.id;
-      if (access[i] == ParamAccess::kReadWrite) writes[n_writes++] = b.id;
+    registry.FindAll(words, n, [&](size_t i, uint64_t id) {
+      reads[n_reads++] = id;
+      if (access[i] == ParamAccess::kReadWrite) writes[n_writes++] = id;
     });
-    AppendNew(reads, n_reads, &out->reads);
-    AppendNew(writes, n_writes, &out->writes);
+    out->reads.insert(out->reads.end(), reads, reads + n_reads);
+    out->writes.insert(out->writes.end(), writes, writes + n_writes);
     n = 0;
   };
   for (size_t i = 0; i < kernel.params.size(); ++i) {

@@ -82,10 +82,15 @@ class KernelCache {
       ABSL_GUARDED_BY(mu_);
 };
 
-// Buffer ids touched by one operation, each at most once per list.
+// Buffer ids touched by one operation. An id may appear more than once
+// (a buffer passed twice); Dedupe() when that matters. The launch path does
+// not pay for it.
 struct Accesses {
   absl::InlinedVector<uint64_t, 8> reads;
   absl::InlinedVector<uint64_t, 8> writes;
+
+  // Drops repeated ids, keeping first occurrences in order.
+  void Dedupe();
 };
 
 // Fills `out` for a launch of `kernel` with the arguments given either as

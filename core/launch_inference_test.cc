@@ -314,6 +314,7 @@ Accesses InferFromParams(const KernelInfo& info, const ScriptedKernel& k,
   for (auto& s : storage) params.push_back(s.data());
   Accesses out;
   InferLaunchAccesses(info, params.data(), nullptr, registry, &out);
+  out.Dedupe();  // the launch path may repeat an id; the sets are compared
   return out;
 }
 
@@ -326,7 +327,17 @@ Accesses InferFromExtra(const KernelInfo& info,
                    CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
   Accesses out;
   InferLaunchAccesses(info, nullptr, extra, registry, &out);
+  out.Dedupe();
   return out;
+}
+
+TEST(AccessesTest, DedupeKeepsFirstOccurrencesInOrder) {
+  Accesses a;
+  a.reads = {5, 3, 5, 7, 3};
+  a.writes = {9, 9};
+  a.Dedupe();
+  EXPECT_THAT(a.reads, ::testing::ElementsAre(5, 3, 7));
+  EXPECT_THAT(a.writes, ::testing::ElementsAre(9));
 }
 
 // A registry that lives until the program exits (see the file comment).

@@ -146,6 +146,7 @@ void Tracker::OnLaunch(const char* api, CUfunction f, const unsigned grid[3],
   Accesses accesses;
   InferLaunchAccesses(*kernel, params, extra, registry_, &accesses);
   if (!log_) return;
+  accesses.Dedupe();
   uint64_t g[3] = {grid[0], grid[1], grid[2]};
   uint64_t b[3] = {block[0], block[1], block[2]};
   Log(JsonLine()

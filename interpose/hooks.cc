@@ -177,6 +177,7 @@ using namespace stensor;  // NOLINT: the exported C hooks below
   STENSOR_EXPORT CUresult name params {                                      \
     constexpr bool kPerThread = false;                                        \
     constexpr const char* kApi = #name;                                       \
+    (void)kApi;                                                                \
     auto real = D().name;                                                      \
     (void)kPerThread;                                                          \
     return __VA_ARGS__;                                                        \
@@ -184,6 +185,7 @@ using namespace stensor;  // NOLINT: the exported C hooks below
   STENSOR_EXPORT CUresult name##twin params {                                \
     constexpr bool kPerThread = true;                                         \
     constexpr const char* kApi = #name #twin;                                 \
+    (void)kApi;                                                                \
     auto real = D().name##twin;                                                \
     (void)kPerThread;                                                          \
     return __VA_ARGS__;                                                        \
@@ -192,6 +194,7 @@ using namespace stensor;  // NOLINT: the exported C hooks below
   STENSOR_EXPORT CUresult name params {                                      \
     constexpr bool kPerThread = false;                                        \
     constexpr const char* kApi = #name;                                       \
+    (void)kApi;                                                                \
     auto real = D().name;                                                      \
     (void)kPerThread;                                                          \
     return __VA_ARGS__;                                                        \
