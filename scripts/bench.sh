@@ -10,7 +10,7 @@ bazel build -c opt //bench:launch_hook_benchmark //bench:inference_benchmark
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 (cd bazel-out/k8-opt/bin/bench/launch_hook_benchmark.runfiles/stensor &&
- ../../launch_hook_benchmark --benchmark_repetitions=10 \
+ ../../launch_hook_benchmark --benchmark_repetitions=10 --benchmark_enable_random_interleaving=true \
    --benchmark_report_aggregates_only=true --benchmark_format=json "$@") > "$out"
 python3 - "$out" <<'PY'
 import json, sys
