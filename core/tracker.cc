@@ -124,6 +124,46 @@ void Tracker::OnFree(const char* api, uint64_t base) {
           .Finish());
 }
 
+void Tracker::OnHostAlloc(const char* api, const void* p, uint64_t size) {
+  {
+    absl::MutexLock lock(&host_mu_);
+    host_allocs_[p] = size;
+    host_pinned_bytes_ += size;
+  }
+  if (!log_) return;
+  Log(JsonLine()
+          .Str("type", "host_alloc")
+          .Str("api", api)
+          .Str("addr", Hex(reinterpret_cast<uintptr_t>(p)))
+          .Uint("bytes", size)
+          .Finish());
+}
+
+void Tracker::OnHostFree(const char* api, const void* p) {
+  uint64_t size = 0;
+  {
+    absl::MutexLock lock(&host_mu_);
+    auto it = host_allocs_.find(p);
+    if (it != host_allocs_.end()) {
+      size = it->second;
+      host_pinned_bytes_ -= size;
+      host_allocs_.erase(it);
+    }
+  }
+  if (!log_) return;
+  Log(JsonLine()
+          .Str("type", "host_free")
+          .Str("api", api)
+          .Str("addr", Hex(reinterpret_cast<uintptr_t>(p)))
+          .Uint("bytes", size)
+          .Finish());
+}
+
+uint64_t Tracker::host_pinned_bytes() const {
+  absl::MutexLock lock(&host_mu_);
+  return host_pinned_bytes_;
+}
+
 void Tracker::OnUnmap(const char* api, uint64_t base, uint64_t size) {
   for (const Buffer& b : registry_.RemoveRange(base, size)) {
     Count(OpType::kFree);
@@ -239,6 +279,7 @@ void Tracker::Shutdown() {
           .Str("type", "end")
           .Raw("counts", counts.Finish())
           .Uint("live_buffers", registry_.size())
+          .Uint("host_pinned_bytes", host_pinned_bytes())
           .Uint("dropped", dropped)
           .Finish();
     });

@@ -14,6 +14,8 @@
 #include <mutex>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "core/access_log.h"
 #include "core/buffer_registry.h"
 #include "core/config.h"
@@ -45,6 +47,12 @@ class Tracker {
   void OnAlloc(const char* api, uint64_t base, uint64_t size, BufferKind kind);
   // A successful free of the buffer at `base` by `api`.
   void OnFree(const char* api, uint64_t base);
+  // Page-locked host memory the application allocated or freed (counted:
+  // it competes with stensor's own host store for pinned memory).
+  void OnHostAlloc(const char* api, const void* p, uint64_t size);
+  void OnHostFree(const char* api, const void* p);
+  uint64_t host_pinned_bytes() const;
+
   // The application unmapped [base, base+size): every mapping in it is gone.
   void OnUnmap(const char* api, uint64_t base, uint64_t size);
 
@@ -90,6 +98,9 @@ class Tracker {
   std::once_flag header_once_;
   std::once_flag shutdown_once_;
   std::atomic<uint64_t> counts_[static_cast<int>(OpType::kCount)] = {};
+  mutable absl::Mutex host_mu_;
+  absl::flat_hash_map<const void*, uint64_t> host_allocs_ ABSL_GUARDED_BY(host_mu_);
+  uint64_t host_pinned_bytes_ ABSL_GUARDED_BY(host_mu_) = 0;
 };
 
 const char* OpTypeName(OpType type);

@@ -833,3 +833,22 @@ TEST(TrackerTest, WithoutAnAccessLogNothingIsWrittenAndCountsAdvance) {
 
 }  // namespace
 }  // namespace stensor
+
+namespace stensor {
+namespace {
+
+TEST(TrackerTest, PinnedHostMemoryIsCountedUntilFreed) {
+  std::unique_ptr<Tracker> tracker = MakeTracker({});
+  ASSERT_NE(tracker, nullptr);
+  int a = 0, b = 0;
+  tracker->OnHostAlloc("cuMemAllocHost_v2", &a, 4096);
+  tracker->OnHostAlloc("cuMemHostAlloc", &b, 1 << 20);
+  EXPECT_EQ(tracker->host_pinned_bytes(), 4096u + (1u << 20));
+  tracker->OnHostFree("cuMemFreeHost", &a);
+  EXPECT_EQ(tracker->host_pinned_bytes(), 1u << 20);
+  tracker->OnHostFree("cuMemFreeHost", &a);  // unknown now: no change
+  EXPECT_EQ(tracker->host_pinned_bytes(), 1u << 20);
+}
+
+}  // namespace
+}  // namespace stensor

@@ -101,13 +101,24 @@ CUresult Copy2DAsync(const char* api, decltype(&::cuMemcpy2DAsync_v2) real,
   return r;
 }
 
-void Report3D(const char* api, const CUDA_MEMCPY3D* p, StreamRef s, bool async) {
+// 3D copies, plain and peer (the two structs share these field names).
+template <typename Params>
+void Report3D(const char* api, const Params* p, StreamRef s, bool async) {
   size_t src_height = p->srcHeight ? p->srcHeight : p->Height;
   size_t dst_height = p->dstHeight ? p->dstHeight : p->Height;
   T().OnCopy(api, Direction(p->dstMemoryType, p->srcMemoryType),
              Start(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, p->dstZ, p->dstPitch, dst_height),
              Start(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, p->srcZ, p->srcPitch, src_height),
              uint64_t{p->WidthInBytes} * p->Height * p->Depth, s, async);
+}
+
+// Calls `real` and, when it succeeded, `report()`.
+template <typename Fn, typename Report, typename... Args>
+CUresult CallThen(Fn real, Report&& report, Args... args) {
+  if (real == nullptr) return kMissing;
+  CUresult r = real(args...);
+  if (r == CUDA_SUCCESS) report();
+  return r;
 }
 
 template <typename Fn, typename... Args>
@@ -227,11 +238,12 @@ ONE(cuMemGetInfo_v2, (size_t* free_bytes, size_t* total),
     real ? real(free_bytes, total) : kMissing)
 ONE(cuDeviceTotalMem_v2, (size_t* bytes, CUdevice dev),
     real ? real(bytes, dev) : kMissing)
-// Pinned host memory: passed through; accounted for by later issues.
-ONE(cuMemAllocHost_v2, (void** pp, size_t bytes), real ? real(pp, bytes) : kMissing)
+// Pinned host memory: counted, since it competes with the host store.
+ONE(cuMemAllocHost_v2, (void** pp, size_t bytes),
+    CallThen(real, [&] { if (pp) T().OnHostAlloc(kApi, *pp, bytes); }, pp, bytes))
 ONE(cuMemHostAlloc, (void** pp, size_t bytes, unsigned int flags),
-    real ? real(pp, bytes, flags) : kMissing)
-ONE(cuMemFreeHost, (void* p), real ? real(p) : kMissing)
+    CallThen(real, [&] { if (pp) T().OnHostAlloc(kApi, *pp, bytes); }, pp, bytes, flags))
+ONE(cuMemFreeHost, (void* p), CallThen(real, [&] { T().OnHostFree(kApi, p); }, p))
 
 // The application's own VMM mappings: tracked as buffers it owns.
 STENSOR_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
@@ -279,28 +291,12 @@ PAIR(cuMemcpy2DUnaligned_v2, _ptds, (const CUDA_MEMCPY2D* p), Copy2D(kApi, real,
 PAIR(cuMemcpy2DAsync_v2, _ptsz, (const CUDA_MEMCPY2D* p, CUstream s),
      Copy2DAsync(kApi, real, p, s, kPerThread))
 PAIR(cuMemcpy3D_v2, _ptds, (const CUDA_MEMCPY3D* p),
-     real == nullptr ? kMissing : [&] {
-       CUresult r = real(p);
-       if (r == CUDA_SUCCESS && p != nullptr) Report3D(kApi, p, StreamRef{nullptr, kPerThread}, false);
-       return r;
-     }())
+     CallThen(real, [&] { if (p) Report3D(kApi, p, StreamRef{nullptr, kPerThread}, false); }, p))
 PAIR(cuMemcpy3DAsync_v2, _ptsz, (const CUDA_MEMCPY3D* p, CUstream s),
-     real == nullptr ? kMissing : [&] {
-       CUresult r = real(p, s);
-       if (r == CUDA_SUCCESS && p != nullptr) Report3D(kApi, p, StreamRef{s, kPerThread}, true);
-       return r;
-     }())
+     CallThen(real, [&] { if (p) Report3D(kApi, p, StreamRef{s, kPerThread}, true); }, p, s))
 
 namespace stensor {
 namespace {
-void Report3DPeer(const char* api, const CUDA_MEMCPY3D_PEER* p, StreamRef s, bool async) {
-  size_t src_height = p->srcHeight ? p->srcHeight : p->Height;
-  size_t dst_height = p->dstHeight ? p->dstHeight : p->Height;
-  T().OnCopy(api, Direction(p->dstMemoryType, p->srcMemoryType),
-             Start(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, p->dstZ, p->dstPitch, dst_height),
-             Start(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, p->srcZ, p->srcPitch, src_height),
-             uint64_t{p->WidthInBytes} * p->Height * p->Depth, s, async);
-}
 
 // A batch is reported as its individual copies.
 void ReportBatch(const char* api, const CUdeviceptr* dsts, const CUdeviceptr* srcs,
@@ -314,42 +310,32 @@ void ReportBatch(const char* api, const CUdeviceptr* dsts, const CUdeviceptr* sr
 uint64_t OperandStart(const CUmemcpy3DOperand& o) {
   return o.type == CU_MEMCPY_OPERAND_TYPE_POINTER ? o.op.ptr.ptr : 0;
 }
+
+void Report3DBatch(const char* api, const CUDA_MEMCPY3D_BATCH_OP* ops,
+                   size_t count, StreamRef s) {
+  if (ops == nullptr) return;
+  for (size_t i = 0; i < count; ++i) {
+    const CUextent3D& e = ops[i].extent;
+    T().OnCopy(api, "batch3d", OperandStart(ops[i].dst), OperandStart(ops[i].src),
+               uint64_t{e.width} * e.height * e.depth, s, true);
+  }
+}
 }  // namespace
 }  // namespace stensor
 
 PAIR(cuMemcpy3DPeer, _ptds, (const CUDA_MEMCPY3D_PEER* p),
-     real == nullptr ? kMissing : [&] {
-       CUresult r = real(p);
-       if (r == CUDA_SUCCESS && p != nullptr) Report3DPeer(kApi, p, StreamRef{nullptr, kPerThread}, false);
-       return r;
-     }())
+     CallThen(real, [&] { if (p) Report3D(kApi, p, StreamRef{nullptr, kPerThread}, false); }, p))
 PAIR(cuMemcpy3DPeerAsync, _ptsz, (const CUDA_MEMCPY3D_PEER* p, CUstream s),
-     real == nullptr ? kMissing : [&] {
-       CUresult r = real(p, s);
-       if (r == CUDA_SUCCESS && p != nullptr) Report3DPeer(kApi, p, StreamRef{s, kPerThread}, true);
-       return r;
-     }())
+     CallThen(real, [&] { if (p) Report3D(kApi, p, StreamRef{s, kPerThread}, true); }, p, s))
 PAIR(cuMemcpyBatchAsync_v2, _ptsz,
      (CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
       CUmemcpyAttributes* attrs, size_t* attrs_idxs, size_t num_attrs, CUstream s),
-     real == nullptr ? kMissing : [&] {
-       CUresult r = real(dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, s);
-       if (r == CUDA_SUCCESS) ReportBatch(kApi, dsts, srcs, sizes, count, StreamRef{s, kPerThread});
-       return r;
-     }())
+     CallThen(real, [&] { ReportBatch(kApi, dsts, srcs, sizes, count, StreamRef{s, kPerThread}); },
+              dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, s))
 PAIR(cuMemcpy3DBatchAsync_v2, _ptsz,
      (size_t num_ops, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags, CUstream s),
-     real == nullptr ? kMissing : [&] {
-       CUresult r = real(num_ops, ops, flags, s);
-       if (r == CUDA_SUCCESS && ops != nullptr) {
-         for (size_t i = 0; i < num_ops; ++i) {
-           const CUextent3D& e = ops[i].extent;
-           T().OnCopy(kApi, "batch3d", OperandStart(ops[i].dst), OperandStart(ops[i].src),
-                      uint64_t{e.width} * e.height * e.depth, StreamRef{s, kPerThread}, true);
-         }
-       }
-       return r;
-     }())
+     CallThen(real, [&] { Report3DBatch(kApi, ops, num_ops, StreamRef{s, kPerThread}); },
+              num_ops, ops, flags, s))
 PAIR(cuMemcpyDtoA_v2, _ptds, (CUarray dst, size_t offset, CUdeviceptr src, size_t n),
      Copy(kApi, "DtoA", real, 0, src, n, StreamRef{nullptr, kPerThread}, false, dst, offset, src, n))
 PAIR(cuMemcpyAtoD_v2, _ptds, (CUdeviceptr dst, CUarray src, size_t offset, size_t n),
@@ -400,11 +386,7 @@ PAIR(cuLaunchCooperativeKernel, _ptsz,
      Cooperative(kApi, real, f, gx, gy, gz, bx, by, bz, shmem, s, params, kPerThread))
 // Graphs are only logged for now: their kernels' accesses are not inferred.
 PAIR(cuGraphLaunch, _ptsz, (CUgraphExec g, CUstream s),
-     real == nullptr ? kMissing : [&] {
-       CUresult r = real(g, s);
-       if (r == CUDA_SUCCESS) T().OnGraphLaunch(kApi, g, StreamRef{s, kPerThread});
-       return r;
-     }())
+     CallThen(real, [&] { T().OnGraphLaunch(kApi, g, StreamRef{s, kPerThread}); }, g, s))
 
 // --- Synchronisation ------------------------------------------------------------
 ONE(cuCtxSynchronize, (void), Sync(kApi, real, StreamRef{}))
