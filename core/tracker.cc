@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/json.h"
@@ -45,6 +47,10 @@ absl::StatusOr<std::unique_ptr<Tracker>> Tracker::Create(const Config& config,
     if (!log.ok()) return log.status();
     t->log_ = std::move(*log);
   }
+  Tracker* raw = t.get();
+  t->memory_ = MemoryManager::Create(config, driver, [raw](std::string line) {
+    if (raw->log_) raw->Log(std::move(line));
+  });
   return t;
 }
 
@@ -93,13 +99,105 @@ uint64_t Tracker::IdAt(uint64_t addr) const {
   return b ? b->id : 0;
 }
 
-void Tracker::OnAlloc(const char* api, uint64_t base, uint64_t size,
-                      BufferKind kind) {
+namespace {
+// The stream handle the driver understands for a StreamRef: handle 0 of a
+// per-thread entry point is the per-thread stream.
+CUstream Handle(StreamRef s) {
+  return s.handle == nullptr && s.per_thread ? CU_STREAM_PER_THREAD : s.handle;
+}
+}  // namespace
+
+CUresult Tracker::AllocateCapped(const char* api, CUdeviceptr* dptr,
+                                 uint64_t bytes) {
+  CUresult r = memory_->Allocate(bytes, dptr);
+  if (r != CUDA_SUCCESS) return r;
+  uint64_t id = OnAlloc(api, *dptr, bytes, BufferKind::kDeviceAlloc);
+  memory_->Bind(*dptr, id);
+  return CUDA_SUCCESS;
+}
+
+bool Tracker::FreeCapped(const char* api, CUdeviceptr dptr, CUresult* result) {
+  if (!memory_->Owns(dptr)) return false;
+  *result = memory_->Free(dptr);
+  if (*result == CUDA_SUCCESS) OnFree(api, dptr);
+  return true;
+}
+
+void Tracker::MemInfo(int device, size_t* free_bytes, size_t* total_bytes) {
+  memory_->MemInfo(device, free_bytes, total_bytes);
+}
+
+CUresult Tracker::BeginLaunch(CUfunction f, StreamRef stream, void** params,
+                              void** extra, Accesses* accesses) {
+  const KernelInfo* kernel = kernels_.Get(f);
+  InferLaunchAccesses(*kernel, params, extra, registry_, accesses);
+  if (!memory_) return CUDA_SUCCESS;
+  return memory_->Prepare(accesses->reads, {}, Handle(stream));
+}
+
+void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
+                        const unsigned block[3], StreamRef stream,
+                        const Accesses& accesses, bool submitted) {
+  if (memory_) memory_->Finish(accesses.reads, accesses.writes, Handle(stream), submitted);
+  if (!submitted) return;
+  Count(OpType::kLaunch);
+  if (!log_) return;
+  const KernelInfo* kernel = kernels_.Get(f);
+  Accesses unique = accesses;
+  unique.Dedupe();
+  uint64_t g[3] = {grid[0], grid[1], grid[2]};
+  uint64_t b[3] = {block[0], block[1], block[2]};
+  Log(JsonLine()
+          .Str("type", "launch")
+          .Str("api", api)
+          .Str("kernel", kernel->name)
+          .Str("demangled", kernel->demangled)
+          .Str("stream", StreamText(stream))
+          .Uints("grid", g)
+          .Uints("block", b)
+          .Uints("reads", unique.reads)
+          .Uints("writes", unique.writes)
+          .Bool("inferred", kernel->layout_known)
+          .Finish());
+}
+
+CUresult Tracker::BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes,
+                                StreamRef stream, bool linear, bool to_host,
+                                TransferScope* scope) {
+  if (!memory_) return CUDA_SUCCESS;
+  std::optional<Buffer> d = registry_.Find(dst);
+  std::optional<Buffer> s = src != 0 ? registry_.Find(src) : std::nullopt;
+  scope->dst_id = d ? d->id : 0;
+  scope->src_id = s ? s->id : 0;
+  if (linear && to_host && s && !d &&
+      memory_->ReadFromHostCopy(s->id, src - s->base, reinterpret_cast<void*>(dst), bytes)) {
+    scope->served = true;  // a swapped-out buffer's host copy is current
+    return CUDA_SUCCESS;
+  }
+  uint64_t ids[2] = {scope->dst_id, scope->src_id};
+  bool whole = linear && d && dst == d->base && bytes == d->size &&
+               scope->src_id != scope->dst_id;
+  uint64_t overwritten[1] = {scope->dst_id};
+  return memory_->Prepare(absl::MakeSpan(ids, 2),
+                          absl::MakeSpan(overwritten, whole ? 1 : 0), Handle(stream));
+}
+
+void Tracker::EndTransfer(const TransferScope& scope, StreamRef stream,
+                          bool submitted) {
+  if (!memory_ || scope.served) return;
+  uint64_t ids[2] = {scope.dst_id, scope.src_id};
+  uint64_t written[1] = {scope.dst_id};
+  memory_->Finish(absl::MakeSpan(ids, 2), absl::MakeSpan(written, 1), Handle(stream),
+                  submitted);
+}
+
+uint64_t Tracker::OnAlloc(const char* api, uint64_t base, uint64_t size,
+                          BufferKind kind) {
   Count(OpType::kAlloc);
   CUdevice device = 0;
   if (driver_->cuCtxGetDevice != nullptr) driver_->cuCtxGetDevice(&device);
   std::optional<uint64_t> id = registry_.Add(base, size, device, kind);
-  if (!log_) return;
+  if (!log_) return id.value_or(0);
   Log(JsonLine()
           .Str("type", "alloc")
           .Str("api", api)
@@ -109,6 +207,7 @@ void Tracker::OnAlloc(const char* api, uint64_t base, uint64_t size,
           .Int("device", device)
           .Str("kind", BufferKindName(kind))
           .Finish());
+  return id.value_or(0);
 }
 
 void Tracker::OnFree(const char* api, uint64_t base) {
@@ -181,26 +280,9 @@ void Tracker::OnUnmap(const char* api, uint64_t base, uint64_t size) {
 void Tracker::OnLaunch(const char* api, CUfunction f, const unsigned grid[3],
                        const unsigned block[3], StreamRef stream,
                        void** params, void** extra) {
-  Count(OpType::kLaunch);
-  const KernelInfo* kernel = kernels_.Get(f);
   Accesses accesses;
-  InferLaunchAccesses(*kernel, params, extra, registry_, &accesses);
-  if (!log_) return;
-  accesses.Dedupe();
-  uint64_t g[3] = {grid[0], grid[1], grid[2]};
-  uint64_t b[3] = {block[0], block[1], block[2]};
-  Log(JsonLine()
-          .Str("type", "launch")
-          .Str("api", api)
-          .Str("kernel", kernel->name)
-          .Str("demangled", kernel->demangled)
-          .Str("stream", StreamText(stream))
-          .Uints("grid", g)
-          .Uints("block", b)
-          .Uints("reads", accesses.reads)
-          .Uints("writes", accesses.writes)
-          .Bool("inferred", kernel->layout_known)
-          .Finish());
+  CUresult r = BeginLaunch(f, stream, params, extra, &accesses);
+  EndLaunch(api, f, grid, block, stream, accesses, r == CUDA_SUCCESS);
 }
 
 void Tracker::OnCopy(const char* api, const char* kind, uint64_t dst,
@@ -268,6 +350,10 @@ void Tracker::OnGraphLaunch(const char* api, CUgraphExec graph,
 
 void Tracker::Shutdown() {
   std::call_once(shutdown_once_, [this] {
+    if (memory_ && config_.stats) {
+      std::string text = memory_->StatsText();
+      std::fwrite(text.data(), 1, text.size(), stderr);
+    }
     if (!log_) return;
     std::call_once(header_once_, [this] { log_->Append(Header()); });
     log_->Close([this](uint64_t dropped) {

@@ -21,6 +21,7 @@
 #include "core/config.h"
 #include "core/driver.h"
 #include "core/launch_inference.h"
+#include "core/memory_manager.h"
 
 namespace stensor {
 
@@ -29,6 +30,13 @@ namespace stensor {
 struct StreamRef {
   CUstream handle = nullptr;
   bool per_thread = false;
+};
+
+// The buffers one copy or memset touches, between Begin and End.
+struct TransferScope {
+  uint64_t dst_id = 0;
+  uint64_t src_id = 0;
+  bool served = false;  // done without the driver (read from a host copy)
 };
 
 // The kinds of operation counted and logged.
@@ -43,8 +51,21 @@ class Tracker {
   const Config& config() const { return config_; }
   const BufferRegistry& registry() const { return registry_; }
 
-  // A successful allocation of [base, base+size) by `api`.
-  void OnAlloc(const char* api, uint64_t base, uint64_t size, BufferKind kind);
+  // Whether a memory cap is set: allocations, launches, copies and memsets
+  // then go through the swap machinery.
+  bool capped() const { return memory_ != nullptr; }
+  MemoryManager* memory() const { return memory_.get(); }
+
+  // cuMemAlloc under the cap (capped() only).
+  CUresult AllocateCapped(const char* api, CUdeviceptr* dptr, uint64_t bytes);
+  // cuMemFree under the cap: false when the pointer is not stensor's.
+  bool FreeCapped(const char* api, CUdeviceptr dptr, CUresult* result);
+  // cuMemGetInfo / cuDeviceTotalMem under the cap.
+  void MemInfo(int device, size_t* free_bytes, size_t* total_bytes);
+
+  // A successful allocation of [base, base+size) by `api`; its buffer id
+  // (0 when it could not be tracked).
+  uint64_t OnAlloc(const char* api, uint64_t base, uint64_t size, BufferKind kind);
   // A successful free of the buffer at `base` by `api`.
   void OnFree(const char* api, uint64_t base);
   // Page-locked host memory the application allocated or freed (counted:
@@ -56,10 +77,27 @@ class Tracker {
   // The application unmapped [base, base+size): every mapping in it is gone.
   void OnUnmap(const char* api, uint64_t base, uint64_t size);
 
-  // A launch that the driver accepted.
+  // Before a launch: infers its accesses into `accesses` and, under a cap,
+  // makes the buffers resident on `stream`. An error means: do not launch.
+  CUresult BeginLaunch(CUfunction f, StreamRef stream, void** params,
+                       void** extra, Accesses* accesses);
+  // After it: `submitted` when the driver accepted it.
+  void EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
+                 const unsigned block[3], StreamRef stream,
+                 const Accesses& accesses, bool submitted);
+  // Both at once, for a launch that already happened (tests).
   void OnLaunch(const char* api, CUfunction f, const unsigned grid[3],
                 const unsigned block[3], StreamRef stream, void** params,
                 void** extra);
+
+  // Before and after a copy or memset of `bytes` at dst (from src; 0 for a
+  // memset). `linear`: one contiguous range, so a write of a whole buffer is
+  // recognised, and a device-to-host read of a swapped-out one can be served
+  // from its host copy (then scope->served, and the driver is not called).
+  CUresult BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes,
+                         StreamRef stream, bool linear, bool to_host,
+                         TransferScope* scope);
+  void EndTransfer(const TransferScope& scope, StreamRef stream, bool submitted);
   // A copy of `bytes` (for 2D/3D copies: the bytes of the whole region)
   // between the ranges starting at dst and src. `kind` names the direction
   // as the API states it (e.g. "HtoD", or "default" for unified copies).
@@ -71,7 +109,8 @@ class Tracker {
   void OnSync(const char* api, StreamRef stream);
   void OnGraphLaunch(const char* api, CUgraphExec graph, StreamRef stream);
 
-  // Writes the final record and closes the access log. Idempotent.
+  // Writes the final record and closes the access log; prints statistics
+  // when STENSOR_STATS is on. Idempotent.
   void Shutdown();
 
   uint64_t count(OpType type) const {
@@ -95,6 +134,7 @@ class Tracker {
   BufferRegistry registry_;
   KernelCache kernels_;
   std::unique_ptr<AccessLog> log_;
+  std::unique_ptr<MemoryManager> memory_;
   std::once_flag header_once_;
   std::once_flag shutdown_once_;
   std::atomic<uint64_t> counts_[static_cast<int>(OpType::kCount)] = {};

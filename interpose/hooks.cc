@@ -4,6 +4,7 @@
 // it never changes arguments or results. Entry points that exist as a legacy
 // and a per-thread-stream twin (_ptds/_ptsz) share one implementation.
 #include <cstdint>
+#include <cstring>
 
 #include "interpose/state.h"
 
@@ -38,14 +39,30 @@ CUresult Free(const char* api, Fn real, CUdeviceptr dptr, Args... args) {
 }
 
 // --- Copies and memsets ---------------------------------------------------------
+// Any transfer: the buffers it touches are made resident first (under a
+// cap), marked used after, and the copy is logged.
+template <typename Fn, typename... Args>
+CUresult Transfer(const char* api, const char* kind, Fn real, uint64_t dst,
+                  uint64_t src, uint64_t bytes, StreamRef s, bool async,
+                  bool linear, Args... args) {
+  if (real == nullptr) return kMissing;
+  TransferScope scope;
+  bool to_host = std::strcmp(kind, "DtoH") == 0;
+  if (CUresult r = T().BeginTransfer(dst, src, bytes, s, linear, to_host, &scope);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  CUresult r = scope.served ? CUDA_SUCCESS : real(args...);
+  T().EndTransfer(scope, s, r == CUDA_SUCCESS);
+  if (r == CUDA_SUCCESS) T().OnCopy(api, kind, dst, src, bytes, s, async);
+  return r;
+}
+
 template <typename Fn, typename... Args>
 CUresult Copy(const char* api, const char* kind, Fn real, uint64_t dst,
               uint64_t src, uint64_t bytes, StreamRef s, bool async,
               Args... args) {
-  if (real == nullptr) return kMissing;
-  CUresult r = real(args...);
-  if (r == CUDA_SUCCESS) T().OnCopy(api, kind, dst, src, bytes, s, async);
-  return r;
+  return Transfer(api, kind, real, dst, src, bytes, s, async, /*linear=*/true, args...);
 }
 
 // The start of one side of a 2D/3D copy, and a direction name.
@@ -75,41 +92,29 @@ const char* Direction(CUmemorytype dst, CUmemorytype src) {
   return kNames[index(side(src))][index(side(dst))];
 }
 
-CUresult Copy2D(const char* api, decltype(&::cuMemcpy2D_v2) real,
-                const CUDA_MEMCPY2D* p, bool per_thread) {
-  if (real == nullptr) return kMissing;
-  CUresult r = real(p);
-  if (r == CUDA_SUCCESS && p != nullptr) {
-    T().OnCopy(api, Direction(p->dstMemoryType, p->srcMemoryType),
-               Start(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, 0, p->dstPitch, 0),
-               Start(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, 0, p->srcPitch, 0),
-               uint64_t{p->WidthInBytes} * p->Height, StreamRef{nullptr, per_thread}, false);
-  }
-  return r;
-}
-
-CUresult Copy2DAsync(const char* api, decltype(&::cuMemcpy2DAsync_v2) real,
-                     const CUDA_MEMCPY2D* p, CUstream s, bool per_thread) {
-  if (real == nullptr) return kMissing;
-  CUresult r = real(p, s);
-  if (r == CUDA_SUCCESS && p != nullptr) {
-    T().OnCopy(api, Direction(p->dstMemoryType, p->srcMemoryType),
-               Start(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, 0, p->dstPitch, 0),
-               Start(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, 0, p->srcPitch, 0),
-               uint64_t{p->WidthInBytes} * p->Height, StreamRef{s, per_thread}, true);
-  }
-  return r;
-}
-
-// 3D copies, plain and peer (the two structs share these field names).
-template <typename Params>
-void Report3D(const char* api, const Params* p, StreamRef s, bool async) {
+// 2D and 3D copies (plain and peer share these field names): made resident
+// by their start addresses, logged as one copy of the whole region.
+template <typename Fn, typename Params, typename... Args>
+CUresult Copy3D(const char* api, Fn real, const Params* p, StreamRef s,
+                bool async, Args... args) {
+  if (p == nullptr) return real ? real(args...) : kMissing;
   size_t src_height = p->srcHeight ? p->srcHeight : p->Height;
   size_t dst_height = p->dstHeight ? p->dstHeight : p->Height;
-  T().OnCopy(api, Direction(p->dstMemoryType, p->srcMemoryType),
-             Start(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, p->dstZ, p->dstPitch, dst_height),
-             Start(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, p->srcZ, p->srcPitch, src_height),
-             uint64_t{p->WidthInBytes} * p->Height * p->Depth, s, async);
+  return Transfer(api, Direction(p->dstMemoryType, p->srcMemoryType), real,
+                  Start(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, p->dstZ, p->dstPitch, dst_height),
+                  Start(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, p->srcZ, p->srcPitch, src_height),
+                  uint64_t{p->WidthInBytes} * p->Height * p->Depth, s, async,
+                  /*linear=*/false, args...);
+}
+
+template <typename Fn, typename... Args>
+CUresult Copy2D(const char* api, Fn real, const CUDA_MEMCPY2D* p, StreamRef s,
+                bool async, Args... args) {
+  if (p == nullptr) return real ? real(args...) : kMissing;
+  return Transfer(api, Direction(p->dstMemoryType, p->srcMemoryType), real,
+                  Start(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, 0, p->dstPitch, 0),
+                  Start(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, 0, p->srcPitch, 0),
+                  uint64_t{p->WidthInBytes} * p->Height, s, async, /*linear=*/false, args...);
 }
 
 // Calls `real` and, when it succeeded, `report()`.
@@ -121,11 +126,19 @@ CUresult CallThen(Fn real, Report&& report, Args... args) {
   return r;
 }
 
+// `linear`: the memset covers one contiguous range (not a 2D one).
 template <typename Fn, typename... Args>
 CUresult Memset(const char* api, Fn real, CUdeviceptr dst, uint64_t bytes,
                 StreamRef s, bool async, Args... args) {
   if (real == nullptr) return kMissing;
+  TransferScope scope;
+  constexpr bool kLinear = sizeof...(Args) <= 3;  // (value, count[, stream])
+  if (CUresult r = T().BeginTransfer(dst, 0, bytes, s, kLinear, false, &scope);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
   CUresult r = real(dst, args...);
+  T().EndTransfer(scope, s, r == CUDA_SUCCESS);
   if (r == CUDA_SUCCESS) T().OnMemset(api, dst, bytes, s, async);
   return r;
 }
@@ -136,11 +149,14 @@ CUresult Launch(const char* api, decltype(&::cuLaunchKernel) real, CUfunction f,
                 unsigned bz, unsigned shmem, CUstream s, void** params,
                 void** extra, bool per_thread) {
   if (real == nullptr) return kMissing;
-  CUresult r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
-  if (r == CUDA_SUCCESS) {
-    const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
-    T().OnLaunch(api, f, grid, block, StreamRef{s, per_thread}, params, extra);
+  const StreamRef stream{s, per_thread};
+  Accesses accesses;
+  if (CUresult r = T().BeginLaunch(f, stream, params, extra, &accesses); r != CUDA_SUCCESS) {
+    return r;
   }
+  CUresult r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+  const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+  T().EndLaunch(api, f, grid, block, stream, accesses, r == CUDA_SUCCESS);
   return r;
 }
 
@@ -148,12 +164,16 @@ CUresult LaunchEx(const char* api, decltype(&::cuLaunchKernelEx) real,
                   const CUlaunchConfig* c, CUfunction f, void** params,
                   void** extra, bool per_thread) {
   if (real == nullptr) return kMissing;
-  CUresult r = real(c, f, params, extra);
-  if (r == CUDA_SUCCESS && c != nullptr) {
-    const unsigned grid[3] = {c->gridDimX, c->gridDimY, c->gridDimZ};
-    const unsigned block[3] = {c->blockDimX, c->blockDimY, c->blockDimZ};
-    T().OnLaunch(api, f, grid, block, StreamRef{c->hStream, per_thread}, params, extra);
+  if (c == nullptr) return real(c, f, params, extra);  // the driver's error
+  const StreamRef stream{c->hStream, per_thread};
+  Accesses accesses;
+  if (CUresult r = T().BeginLaunch(f, stream, params, extra, &accesses); r != CUDA_SUCCESS) {
+    return r;
   }
+  CUresult r = real(c, f, params, extra);
+  const unsigned grid[3] = {c->gridDimX, c->gridDimY, c->gridDimZ};
+  const unsigned block[3] = {c->blockDimX, c->blockDimY, c->blockDimZ};
+  T().EndLaunch(api, f, grid, block, stream, accesses, r == CUDA_SUCCESS);
   return r;
 }
 
@@ -162,11 +182,14 @@ CUresult Cooperative(const char* api, decltype(&::cuLaunchCooperativeKernel) rea
                      unsigned bx, unsigned by, unsigned bz, unsigned shmem,
                      CUstream s, void** params, bool per_thread) {
   if (real == nullptr) return kMissing;
-  CUresult r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
-  if (r == CUDA_SUCCESS) {
-    const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
-    T().OnLaunch(api, f, grid, block, StreamRef{s, per_thread}, params, nullptr);
+  const StreamRef stream{s, per_thread};
+  Accesses accesses;
+  if (CUresult r = T().BeginLaunch(f, stream, params, nullptr, &accesses); r != CUDA_SUCCESS) {
+    return r;
   }
+  CUresult r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+  const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+  T().EndLaunch(api, f, grid, block, stream, accesses, r == CUDA_SUCCESS);
   return r;
 }
 
@@ -212,8 +235,10 @@ using namespace stensor;  // NOLINT: the exported C hooks below
   }
 
 // --- Allocation and reporting ---------------------------------------------------
+// Under a cap, stensor serves the allocation itself (VMM-backed, swappable).
 ONE(cuMemAlloc_v2, (CUdeviceptr* dptr, size_t bytes),
-    Alloc(kApi, real, dptr, bytes, BufferKind::kDeviceAlloc, bytes))
+    T().capped() ? T().AllocateCapped(kApi, dptr, bytes)
+                 : Alloc(kApi, real, dptr, bytes, BufferKind::kDeviceAlloc, bytes))
 STENSOR_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch,
                                            size_t width, size_t height,
                                            unsigned int element) {
@@ -226,7 +251,11 @@ STENSOR_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch,
   }
   return r;
 }
-ONE(cuMemFree_v2, (CUdeviceptr dptr), Free(kApi, real, dptr))
+STENSOR_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  CUresult r;
+  if (T().capped() && T().FreeCapped("cuMemFree_v2", dptr, &r)) return r;
+  return Free("cuMemFree_v2", D().cuMemFree_v2, dptr);
+}
 PAIR(cuMemAllocAsync, _ptsz, (CUdeviceptr* dptr, size_t bytes, CUstream s),
      Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, s))
 PAIR(cuMemAllocFromPoolAsync, _ptsz,
@@ -234,10 +263,24 @@ PAIR(cuMemAllocFromPoolAsync, _ptsz,
      Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, pool, s))
 PAIR(cuMemFreeAsync, _ptsz, (CUdeviceptr dptr, CUstream s),
      Free(kApi, real, dptr, s))
-ONE(cuMemGetInfo_v2, (size_t* free_bytes, size_t* total),
-    real ? real(free_bytes, total) : kMissing)
-ONE(cuDeviceTotalMem_v2, (size_t* bytes, CUdevice dev),
-    real ? real(bytes, dev) : kMissing)
+// Under a cap, the program sees the cap as the device's memory.
+STENSOR_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
+  auto real = D().cuMemGetInfo_v2;
+  if (real == nullptr) return kMissing;
+  CUresult r = real(free_bytes, total);
+  CUdevice dev = 0;
+  if (r == CUDA_SUCCESS && T().capped() && D().cuCtxGetDevice(&dev) == CUDA_SUCCESS) {
+    T().MemInfo(dev, free_bytes, total);
+  }
+  return r;
+}
+STENSOR_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
+  auto real = D().cuDeviceTotalMem_v2;
+  if (real == nullptr) return kMissing;
+  CUresult r = real(bytes, dev);
+  if (r == CUDA_SUCCESS && T().capped()) T().MemInfo(dev, nullptr, bytes);
+  return r;
+}
 // Pinned host memory: counted, since it competes with the host store.
 ONE(cuMemAllocHost_v2, (void** pp, size_t bytes),
     CallThen(real, [&] { if (pp) T().OnHostAlloc(kApi, *pp, bytes); }, pp, bytes))
@@ -286,14 +329,16 @@ PAIR(cuMemcpyDtoHAsync_v2, _ptsz, (void* dst, CUdeviceptr src, size_t n, CUstrea
      Copy(kApi, "DtoH", real, Ptr(dst), src, n, StreamRef{s, kPerThread}, true, dst, src, n, s))
 PAIR(cuMemcpyDtoDAsync_v2, _ptsz, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s),
      Copy(kApi, "DtoD", real, dst, src, n, StreamRef{s, kPerThread}, true, dst, src, n, s))
-PAIR(cuMemcpy2D_v2, _ptds, (const CUDA_MEMCPY2D* p), Copy2D(kApi, real, p, kPerThread))
-PAIR(cuMemcpy2DUnaligned_v2, _ptds, (const CUDA_MEMCPY2D* p), Copy2D(kApi, real, p, kPerThread))
+PAIR(cuMemcpy2D_v2, _ptds, (const CUDA_MEMCPY2D* p),
+     Copy2D(kApi, real, p, StreamRef{nullptr, kPerThread}, false, p))
+PAIR(cuMemcpy2DUnaligned_v2, _ptds, (const CUDA_MEMCPY2D* p),
+     Copy2D(kApi, real, p, StreamRef{nullptr, kPerThread}, false, p))
 PAIR(cuMemcpy2DAsync_v2, _ptsz, (const CUDA_MEMCPY2D* p, CUstream s),
-     Copy2DAsync(kApi, real, p, s, kPerThread))
+     Copy2D(kApi, real, p, StreamRef{s, kPerThread}, true, p, s))
 PAIR(cuMemcpy3D_v2, _ptds, (const CUDA_MEMCPY3D* p),
-     CallThen(real, [&] { if (p) Report3D(kApi, p, StreamRef{nullptr, kPerThread}, false); }, p))
+     Copy3D(kApi, real, p, StreamRef{nullptr, kPerThread}, false, p))
 PAIR(cuMemcpy3DAsync_v2, _ptsz, (const CUDA_MEMCPY3D* p, CUstream s),
-     CallThen(real, [&] { if (p) Report3D(kApi, p, StreamRef{s, kPerThread}, true); }, p, s))
+     Copy3D(kApi, real, p, StreamRef{s, kPerThread}, true, p, s))
 
 namespace stensor {
 namespace {
@@ -324,9 +369,9 @@ void Report3DBatch(const char* api, const CUDA_MEMCPY3D_BATCH_OP* ops,
 }  // namespace stensor
 
 PAIR(cuMemcpy3DPeer, _ptds, (const CUDA_MEMCPY3D_PEER* p),
-     CallThen(real, [&] { if (p) Report3D(kApi, p, StreamRef{nullptr, kPerThread}, false); }, p))
+     Copy3D(kApi, real, p, StreamRef{nullptr, kPerThread}, false, p))
 PAIR(cuMemcpy3DPeerAsync, _ptsz, (const CUDA_MEMCPY3D_PEER* p, CUstream s),
-     CallThen(real, [&] { if (p) Report3D(kApi, p, StreamRef{s, kPerThread}, true); }, p, s))
+     Copy3D(kApi, real, p, StreamRef{s, kPerThread}, true, p, s))
 PAIR(cuMemcpyBatchAsync_v2, _ptsz,
      (CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
       CUmemcpyAttributes* attrs, size_t* attrs_idxs, size_t num_attrs, CUstream s),

@@ -6,10 +6,18 @@
 // load: many device buffers of swappable size, kernels whose mangled names
 // tell read-only from written parameters, and a deterministic result.
 //
+// With --threads N above 1, N host threads each train a model of their own
+// (own buffers, own dataset, seed + thread index) on a non-blocking stream of
+// their own in the primary context: concurrent driver calls from several
+// threads and streams, with a result that is still deterministic.
+//
 // Output, on stdout:
-//   working_set <bytes>        sum of all cuMemAlloc sizes
-//   step <n> loss <x>          one line per step, n from 0
-//   checksum <16 hex digits>   FNV-1a 64 over the final weights and biases
+//   working_set <bytes>        sum of all cuMemAlloc sizes, all threads
+//   step <n> loss <x>          one line per step, n from 0 (thread 0's model)
+//   thread <t> checksum <hex>  with --threads above 1: one line per thread, in
+//                              order, over that thread's final parameters
+//   checksum <16 hex digits>   FNV-1a 64 over the final weights and biases,
+//                              of all threads' models in thread order
 // Exit status: 0 on success, 1 on a failed driver call, 2 on bad flags.
 #include <cuda.h>
 #include <unistd.h>
@@ -23,7 +31,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 // Every driver call goes through CU_CHECK so that a failure names the
@@ -34,6 +44,11 @@ namespace {
 
 void CheckCu(CUresult result, const char* function) {
   if (result == CUDA_SUCCESS) return;
+  // Training threads may fail together: the first reports and exits, the
+  // others wait here for the end of the process (exit must not run twice).
+  // Never destroyed, so no thread can find it gone during exit.
+  static std::mutex* const exiting = new std::mutex;
+  exiting->lock();
   const char* name = nullptr;
   if (cuGetErrorName(result, &name) != CUDA_SUCCESS || name == nullptr) {
     name = "unrecognised error";
@@ -58,6 +73,7 @@ struct Options {
   float momentum = 0.9f;
   float noise = 2.0f;
   long long seed = 1;
+  int threads = 1;
 };
 
 constexpr char kUsage[] =
@@ -80,7 +96,11 @@ constexpr char kUsage[] =
     "  --noise X            standard deviation around the class means "
     "(default 2)\n"
     "  --seed N             seed of data and initial weights, 0..4294967295 "
-    "(default 1)\n";
+    "(default 1)\n"
+    "  --threads N          host threads, 1..64, each training a model of its\n"
+    "                       own on a stream of its own; thread T seeds with\n"
+    "                       seed + T (mod 2^32); step lines are thread 0's\n"
+    "                       (default 1)\n";
 
 [[noreturn]] __attribute__((format(printf, 1, 2))) void UsageError(
     const char* format, ...) {
@@ -179,6 +199,8 @@ Options ParseFlags(int argc, char** argv) {
       options.noise = ParseFloat(name, value, 0.0f, 1000.0f, false);
     } else if (name == "seed") {
       options.seed = ParseInteger(name, value, 0, UINT_MAX);
+    } else if (name == "threads") {
+      options.threads = ParseInt(name, value, 1, 64);
     } else {
       UsageError("unknown flag --%s", name.c_str());
     }
@@ -221,7 +243,9 @@ std::string DefaultModulePath() {
 // Typed launchers, one per kernel of mlp_kernels.cu, each mirroring the
 // kernel's C++ signature (CUdeviceptr standing for a pointer) so no call
 // can pass a parameter of the wrong size. Functions are looked up by their
-// mangled names, which encode those signatures.
+// mangled names, which encode those signatures. Launches go to the legacy
+// default stream, or to the stream of a copy made by OnStream; copies are
+// independent, so each training thread holds its own.
 class Kernels {
  public:
   explicit Kernels(CUmodule module) {
@@ -240,61 +264,69 @@ class Kernels {
     sgd_momentum_ = Get(module, "_ZN3mlp12sgd_momentumEPfS0_PKfffi");
   }
 
-  void InitParams(CUdeviceptr w, int n, unsigned seed, float scale) {
+  // The same kernels, launched on `stream` (nullptr: the legacy stream).
+  Kernels OnStream(CUstream stream) const {
+    Kernels copy = *this;
+    copy.stream_ = stream;
+    return copy;
+  }
+  CUstream stream() const { return stream_; }
+
+  void InitParams(CUdeviceptr w, int n, unsigned seed, float scale) const {
     void* args[] = {&w, &n, &seed, &scale};
     Launch(init_params_, "init_params", n, args);
   }
   void SynthShard(CUdeviceptr data, CUdeviceptr labels, int first_sample,
                   int count, int features, int classes, unsigned seed,
-                  float noise) {
+                  float noise) const {
     void* args[] = {&data,     &labels,  &first_sample, &count,
                     &features, &classes, &seed,         &noise};
     Launch(synth_shard_, "synth_shard",
            static_cast<long long>(count) * features, args);
   }
   void GatherBatch(CUdeviceptr data, CUdeviceptr labels, CUdeviceptr x,
-                   CUdeviceptr y, int first, int batch, int features) {
+                   CUdeviceptr y, int first, int batch, int features) const {
     void* args[] = {&data, &labels, &x, &y, &first, &batch, &features};
     Launch(gather_batch_, "gather_batch",
            static_cast<long long>(batch) * features, args);
   }
   void LinearForward(CUdeviceptr x, CUdeviceptr w, CUdeviceptr b, CUdeviceptr y,
-                     int batch, int in, int out) {
+                     int batch, int in, int out) const {
     void* args[] = {&x, &w, &b, &y, &batch, &in, &out};
     Launch(linear_forward_, "linear_forward",
            static_cast<long long>(batch) * out, args);
   }
-  void ReluForward(CUdeviceptr pre, CUdeviceptr post, int n) {
+  void ReluForward(CUdeviceptr pre, CUdeviceptr post, int n) const {
     void* args[] = {&pre, &post, &n};
     Launch(relu_forward_, "relu_forward", n, args);
   }
   void SoftmaxXent(CUdeviceptr logits, CUdeviceptr labels, CUdeviceptr dlogits,
-                   CUdeviceptr sample_loss, int batch, int classes) {
+                   CUdeviceptr sample_loss, int batch, int classes) const {
     void* args[] = {&logits, &labels, &dlogits, &sample_loss, &batch, &classes};
     Launch(softmax_xent_, "softmax_xent", batch, args);
   }
-  void MeanLoss(CUdeviceptr sample_loss, CUdeviceptr loss, int batch) {
+  void MeanLoss(CUdeviceptr sample_loss, CUdeviceptr loss, int batch) const {
     void* args[] = {&sample_loss, &loss, &batch};
     Launch(mean_loss_, "mean_loss", 1, args);
   }
   void LinearBackwardInput(CUdeviceptr dy, CUdeviceptr w, CUdeviceptr dx,
-                           int batch, int in, int out) {
+                           int batch, int in, int out) const {
     void* args[] = {&dy, &w, &dx, &batch, &in, &out};
     Launch(linear_backward_input_, "linear_backward_input",
            static_cast<long long>(batch) * in, args);
   }
   void LinearBackwardParams(CUdeviceptr x, CUdeviceptr dy, CUdeviceptr dw,
-                            CUdeviceptr db, int batch, int in, int out) {
+                            CUdeviceptr db, int batch, int in, int out) const {
     void* args[] = {&x, &dy, &dw, &db, &batch, &in, &out};
     Launch(linear_backward_params_, "linear_backward_params",
            static_cast<long long>(in) * out + out, args);
   }
-  void ReluBackward(CUdeviceptr pre, CUdeviceptr grad, int n) {
+  void ReluBackward(CUdeviceptr pre, CUdeviceptr grad, int n) const {
     void* args[] = {&pre, &grad, &n};
     Launch(relu_backward_, "relu_backward", n, args);
   }
   void SgdMomentum(CUdeviceptr w, CUdeviceptr v, CUdeviceptr g, float lr,
-                   float momentum, int n) {
+                   float momentum, int n) const {
     void* args[] = {&w, &v, &g, &lr, &momentum, &n};
     Launch(sgd_momentum_, "sgd_momentum", n, args);
   }
@@ -312,14 +344,14 @@ class Kernels {
     return function;
   }
 
-  // One thread per element on the default stream; the kernels guard the
-  // surplus threads of the last block.
-  static void Launch(CUfunction function, const char* name, long long threads,
-                     void** args) {
+  // One thread per element on stream_; the kernels guard the surplus
+  // threads of the last block.
+  void Launch(CUfunction function, const char* name, long long threads,
+              void** args) const {
     const long long blocks = (threads + kBlock - 1) / kBlock;
     const CUresult result =
         cuLaunchKernel(function, static_cast<unsigned>(blocks), 1, 1, kBlock, 1,
-                       1, 0, nullptr, args, nullptr);
+                       1, 0, stream_, args, nullptr);
     if (result != CUDA_SUCCESS) {
       std::fprintf(stderr, "mlp_train: launch of mlp::%s:\n", name);
       CheckCu(result, "cuLaunchKernel");
@@ -329,6 +361,7 @@ class Kernels {
   CUfunction init_params_, synth_shard_, gather_batch_, linear_forward_,
       relu_forward_, softmax_xent_, mean_loss_, linear_backward_input_,
       linear_backward_params_, relu_backward_, sgd_momentum_;
+  CUstream stream_ = nullptr;
 };
 
 // Every device allocation of the program, so the working set is their sum
@@ -395,35 +428,23 @@ class Fnv1a64 {
   uint64_t hash_ = 0xcbf29ce484222325ull;
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const Options options = ParseFlags(argc, argv);
-  const std::string module_path =
-      options.module.empty() ? DefaultModulePath() : options.module;
-  const unsigned seed = static_cast<unsigned>(options.seed);
-  const int batch = options.batch;
-
-  CU_CHECK(cuInit, 0);
-  CUdevice device = 0;
-  CU_CHECK(cuDeviceGet, &device, 0);
-  CUcontext context = nullptr;
-  CU_CHECK(cuDevicePrimaryCtxRetain, &context, device);
-  CU_CHECK(cuCtxSetCurrent, context);
-  CUmodule module = nullptr;
-  {
-    const CUresult result = cuModuleLoad(&module, module_path.c_str());
-    if (result != CUDA_SUCCESS) {
-      std::fprintf(stderr, "mlp_train: module %s:\n", module_path.c_str());
-      CheckCu(result, "cuModuleLoad");
-    }
-  }
-  Kernels kernels(module);
-
+// One model's device buffers: its layers, its dataset and its batch.
+struct Model {
   DeviceMemory memory;
-  std::vector<Layer> layers(options.layers + 1);
+  std::vector<Layer> layers;
+  std::vector<Shard> shards;
+  CUdeviceptr x = 0;            // [batch, input] the batch's samples
+  CUdeviceptr y = 0;            // [batch] their labels
+  CUdeviceptr sample_loss = 0;  // [batch]
+  CUdeviceptr loss = 0;         // [1] mean over the batch
+};
+
+void AllocateModel(const Options& options, Model* model) {
+  const int batch = options.batch;
+  DeviceMemory& memory = model->memory;
+  model->layers.resize(options.layers + 1);
   for (int l = 0; l <= options.layers; ++l) {
-    Layer& layer = layers[l];
+    Layer& layer = model->layers[l];
     layer.in = l == 0 ? options.input : options.hidden;
     layer.out = l == options.layers ? options.classes : options.hidden;
     layer.relu = l < options.layers;
@@ -439,19 +460,52 @@ int main(int argc, char** argv) {
     if (layer.relu) layer.post = memory.AllocFloats(activations);
     layer.grad = memory.AllocFloats(activations);
   }
-  std::vector<Shard> shards(options.shards);
-  for (Shard& shard : shards) {
+  model->shards.resize(options.shards);
+  for (Shard& shard : model->shards) {
     shard.data = memory.AllocFloats(
         static_cast<long long>(options.shard_samples) * options.input);
     shard.labels = memory.AllocInts(options.shard_samples);
   }
-  const CUdeviceptr x =
-      memory.AllocFloats(static_cast<long long>(batch) * options.input);
-  const CUdeviceptr y = memory.AllocInts(batch);
-  const CUdeviceptr sample_loss = memory.AllocFloats(batch);
-  const CUdeviceptr loss = memory.AllocFloats(1);
-  std::printf("working_set %zu\n", memory.total_bytes());
-  std::fflush(stdout);
+  model->x = memory.AllocFloats(static_cast<long long>(batch) * options.input);
+  model->y = memory.AllocInts(batch);
+  model->sample_loss = memory.AllocFloats(batch);
+  model->loss = memory.AllocFloats(1);
+}
+
+// Zero-fills `count` 32-bit words in stream order: the synchronous memset on
+// the legacy stream (nullptr), the asynchronous one on any other stream.
+void ZeroWords(CUstream stream, CUdeviceptr ptr, size_t count) {
+  if (stream == nullptr) {
+    CU_CHECK(cuMemsetD32, ptr, 0, count);
+  } else {
+    CU_CHECK(cuMemsetD32Async, ptr, 0, count, stream);
+  }
+}
+
+// Copies `bytes` to the host after the work queued before it on `stream`:
+// the synchronous copy on the legacy stream (nullptr); on any other stream,
+// the asynchronous copy and a wait for that stream.
+void CopyToHost(CUstream stream, void* dst, CUdeviceptr src, size_t bytes) {
+  if (stream == nullptr) {
+    CU_CHECK(cuMemcpyDtoH, dst, src, bytes);
+    return;
+  }
+  CU_CHECK(cuMemcpyDtoHAsync, dst, src, bytes, stream);
+  CU_CHECK(cuStreamSynchronize, stream);
+}
+
+// Synthesises the model's dataset from `seed`, initialises its parameters
+// and trains it for options.steps steps, all on kernels.stream(); prints the
+// step lines if print_steps. Returns the final weights and biases, layer by
+// layer, each layer's weights before its biases.
+std::vector<float> Train(const Options& options, const Kernels& kernels,
+                         unsigned seed, bool print_steps, Model* model) {
+  const int batch = options.batch;
+  const CUstream stream = kernels.stream();
+  std::vector<Layer>& layers = model->layers;
+  const std::vector<Shard>& shards = model->shards;
+  const CUdeviceptr x = model->x;
+  const CUdeviceptr y = model->y;
 
   for (int s = 0; s < options.shards; ++s) {
     kernels.SynthShard(shards[s].data, shards[s].labels,
@@ -467,10 +521,9 @@ int main(int argc, char** argv) {
     const float scale = std::sqrt(gain / static_cast<float>(layer.in));
     kernels.InitParams(layer.w, layer.in * layer.out,
                        seed ^ (0x51ed0000u + static_cast<unsigned>(l)), scale);
-    CU_CHECK(cuMemsetD32, layer.b, 0, layer.out);
-    CU_CHECK(cuMemsetD32, layer.vw, 0,
-             static_cast<size_t>(layer.in) * layer.out);
-    CU_CHECK(cuMemsetD32, layer.vb, 0, layer.out);
+    ZeroWords(stream, layer.b, layer.out);
+    ZeroWords(stream, layer.vw, static_cast<size_t>(layer.in) * layer.out);
+    ZeroWords(stream, layer.vb, layer.out);
   }
 
   // Steps visit the shards round robin, so every shard buffer is touched
@@ -492,9 +545,9 @@ int main(int argc, char** argv) {
       }
     }
     const Layer& top = layers.back();
-    kernels.SoftmaxXent(top.pre, y, top.grad, sample_loss, batch,
+    kernels.SoftmaxXent(top.pre, y, top.grad, model->sample_loss, batch,
                         options.classes);
-    kernels.MeanLoss(sample_loss, loss, batch);
+    kernels.MeanLoss(model->sample_loss, model->loss, batch);
 
     for (int l = options.layers; l >= 0; --l) {
       Layer& layer = layers[l];
@@ -515,28 +568,129 @@ int main(int argc, char** argv) {
                           options.momentum, layer.out);
     }
 
-    // Synchronous on the default stream: waits for the step to finish.
+    // Waits for the step to finish.
     float step_loss = 0.0f;
-    CU_CHECK(cuMemcpyDtoH, &step_loss, loss, sizeof(step_loss));
-    std::printf("step %d loss %.6f\n", step, step_loss);
-    std::fflush(stdout);
+    CopyToHost(stream, &step_loss, model->loss, sizeof(step_loss));
+    if (print_steps) {
+      std::printf("step %d loss %.6f\n", step, step_loss);
+      std::fflush(stdout);
+    }
+  }
+
+  size_t count = 0;
+  for (const Layer& layer : layers) {
+    count += static_cast<size_t>(layer.in) * layer.out + layer.out;
+  }
+  std::vector<float> parameters(count);
+  float* next = parameters.data();
+  for (const Layer& layer : layers) {
+    const size_t weights = static_cast<size_t>(layer.in) * layer.out;
+    CopyToHost(stream, next, layer.w, weights * sizeof(float));
+    next += weights;
+    CopyToHost(stream, next, layer.b, layer.out * sizeof(float));
+    next += layer.out;
+  }
+  return parameters;
+}
+
+// What a training thread hands back.
+struct ThreadResult {
+  std::vector<float> parameters;  // as Train returns them
+  uint64_t checksum = 0;          // FNV-1a 64 over parameters
+};
+
+// Trains `model` as Train does, from a thread of its own: makes `context`
+// current, creates a non-blocking stream for the model's work and destroys
+// it at the end.
+ThreadResult TrainOnThread(const Options& options, const Kernels& kernels,
+                           CUcontext context, unsigned seed, bool print_steps,
+                           Model* model) {
+  CU_CHECK(cuCtxSetCurrent, context);
+  CUstream stream = nullptr;
+  CU_CHECK(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
+  ThreadResult result;
+  result.parameters =
+      Train(options, kernels.OnStream(stream), seed, print_steps, model);
+  CU_CHECK(cuStreamDestroy, stream);
+  Fnv1a64 checksum;
+  checksum.Update(result.parameters.data(),
+                  result.parameters.size() * sizeof(float));
+  result.checksum = checksum.hash();
+  return result;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options options = ParseFlags(argc, argv);
+  const std::string module_path =
+      options.module.empty() ? DefaultModulePath() : options.module;
+  const unsigned seed = static_cast<unsigned>(options.seed);
+
+  CU_CHECK(cuInit, 0);
+  CUdevice device = 0;
+  CU_CHECK(cuDeviceGet, &device, 0);
+  CUcontext context = nullptr;
+  CU_CHECK(cuDevicePrimaryCtxRetain, &context, device);
+  CU_CHECK(cuCtxSetCurrent, context);
+  CUmodule module = nullptr;
+  {
+    const CUresult result = cuModuleLoad(&module, module_path.c_str());
+    if (result != CUDA_SUCCESS) {
+      std::fprintf(stderr, "mlp_train: module %s:\n", module_path.c_str());
+      CheckCu(result, "cuModuleLoad");
+    }
+  }
+  const Kernels kernels(module);
+
+  // Every model is allocated here, in thread order, before any trains, so
+  // the first line gives the whole working set.
+  std::vector<Model> models(options.threads);
+  size_t working_set = 0;
+  for (Model& model : models) {
+    AllocateModel(options, &model);
+    working_set += model.memory.total_bytes();
+  }
+  std::printf("working_set %zu\n", working_set);
+  std::fflush(stdout);
+
+  std::vector<ThreadResult> results(options.threads);
+  if (options.threads == 1) {
+    // On this thread and the legacy default stream, with synchronous
+    // memsets and read-backs: the driver calls of the program before
+    // --threads existed.
+    results[0].parameters =
+        Train(options, kernels, seed, /*print_steps=*/true, &models[0]);
+  } else {
+    // Thread t touches only models[t] and results[t]; the module and its
+    // functions are shared read-only.
+    std::vector<std::thread> threads;
+    for (int t = 0; t < options.threads; ++t) {
+      threads.emplace_back(
+          [&options, &kernels, &models, &results, context, seed, t] {
+            // Unsigned: seed + t wraps around modulo 2^32.
+            results[t] = TrainOnThread(options, kernels, context,
+                                       seed + static_cast<unsigned>(t),
+                                       /*print_steps=*/t == 0, &models[t]);
+          });
+    }
+    for (std::thread& thread : threads) thread.join();
+    for (int t = 0; t < options.threads; ++t) {
+      std::printf("thread %d checksum %016llx\n", t,
+                  static_cast<unsigned long long>(results[t].checksum));
+    }
   }
 
   Fnv1a64 checksum;
-  std::vector<float> host;
-  for (const Layer& layer : layers) {
-    host.resize(static_cast<size_t>(layer.in) * layer.out);
-    CU_CHECK(cuMemcpyDtoH, host.data(), layer.w, host.size() * sizeof(float));
-    checksum.Update(host.data(), host.size() * sizeof(float));
-    host.resize(layer.out);
-    CU_CHECK(cuMemcpyDtoH, host.data(), layer.b, host.size() * sizeof(float));
-    checksum.Update(host.data(), host.size() * sizeof(float));
+  for (const ThreadResult& result : results) {
+    checksum.Update(result.parameters.data(),
+                    result.parameters.size() * sizeof(float));
   }
   std::printf("checksum %016llx\n",
               static_cast<unsigned long long>(checksum.hash()));
   std::fflush(stdout);
 
-  memory.FreeAll();
+  for (Model& model : models) model.memory.FreeAll();
   CU_CHECK(cuModuleUnload, module);
   CU_CHECK(cuDevicePrimaryCtxRelease, device);
   return 0;

@@ -1,0 +1,583 @@
+#include "core/memory_manager.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/json.h"
+
+namespace stensor {
+namespace {
+
+// Small allocations are charged in whole host pages, as a driver hands them out.
+constexpr uint64_t kSmallUnit = 4096;
+
+uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+double Seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+}  // namespace
+
+struct MemoryManager::Buffer {
+  uint64_t id = 0;
+  CUdeviceptr base = 0;
+  uint64_t size = 0;      // as the application asked
+  uint64_t reserved = 0;  // VA and physical size (granules), or the charge
+  int device = 0;
+  bool vmm = false;       // false: a small plain allocation, never swapped
+  // S03 fields. `pins` counts operations being prepared or submitted right
+  // now (non-evictable while > 0); the application's own reference ends
+  // with cuMemFree, after which a buffer still in use is garbage.
+  int pins = 0;
+  bool garbage = false;
+  Location location = Location::kGpuOnly;
+  uint64_t gpu_version = 0;
+  uint64_t host_version = 0;
+  uint64_t last_use = 0;
+  CUevent last_use_event = nullptr;  // recorded after each use
+  bool used = false;
+  // Device memory, when resident.
+  CUmemGenericAllocationHandle device_handle = 0;
+  // The host copy: host-located VMM memory (mapped at host_va, and at base
+  // while swapped out), or pinned memory where that is unsupported.
+  CUmemGenericAllocationHandle host_handle = 0;
+  CUdeviceptr host_va = 0;
+  void* host_ptr = nullptr;
+  bool host_at_base = false;
+
+  bool resident() const { return !vmm || device_handle != 0; }
+  int refcount() const { return (garbage ? 0 : 1) + pins; }
+  bool clean() const {
+    return location == Location::kCpuGpu && host_version == gpu_version;
+  }
+};
+
+struct MemoryManager::Device {
+  int ordinal = 0;
+  uint64_t cap = 0;
+  uint64_t used = 0;
+  uint64_t granularity = 0;
+  bool host_vmm = false;
+  CUstream swap_stream = nullptr;
+  CUevent swap_event = nullptr;
+  uint64_t host_bytes = 0;  // host copies
+};
+
+std::unique_ptr<MemoryManager> MemoryManager::Create(const Config& config,
+                                                     const Driver* driver,
+                                                     LogSink log) {
+  if (!config.memory_limit.all_devices && config.memory_limit.per_device.empty()) {
+    return nullptr;
+  }
+  std::unique_ptr<EvictionPolicy> policy =
+      config.policy == EvictionPolicyKind::kLru ? MakeLruPolicy()
+                                                : MakeVersionPolicy();
+  return std::unique_ptr<MemoryManager>(
+      new MemoryManager(config, driver, std::move(log), std::move(policy)));
+}
+
+MemoryManager::MemoryManager(const Config& config, const Driver* driver,
+                             LogSink log, std::unique_ptr<EvictionPolicy> policy)
+    : config_(config),
+      driver_(driver),
+      log_(std::move(log)),
+      policy_(std::move(policy)),
+      version_policy_(config.policy != EvictionPolicyKind::kLru) {}
+
+MemoryManager::~MemoryManager() = default;
+
+void MemoryManager::Log(std::string line) const {
+  if (log_) log_(std::move(line));
+}
+
+uint64_t MemoryManager::CapFor(int device, size_t device_total) const {
+  std::optional<size_t> cap = config_.memory_limit.BytesFor(device, device_total);
+  return cap ? *cap : device_total;
+}
+
+MemoryManager::Device& MemoryManager::DeviceState(int ordinal) {
+  if (ordinal < 0) ordinal = 0;
+  if (static_cast<size_t>(ordinal) >= devices_.size()) devices_.resize(ordinal + 1);
+  std::unique_ptr<Device>& d = devices_[ordinal];
+  if (d) return *d;
+  d = std::make_unique<Device>();
+  d->ordinal = ordinal;
+  size_t total = 0;
+  if (driver_->cuDeviceTotalMem_v2) driver_->cuDeviceTotalMem_v2(&total, ordinal);
+  d->cap = CapFor(ordinal, total);
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = ordinal;
+  size_t granularity = 0;
+  if (driver_->cuMemGetAllocationGranularity &&
+      driver_->cuMemGetAllocationGranularity(&granularity, &prop,
+                                             CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) ==
+          CUDA_SUCCESS) {
+    d->granularity = granularity;
+  }
+  int host_vmm = 0;
+  if (driver_->cuDeviceGetAttribute) {
+    driver_->cuDeviceGetAttribute(
+        &host_vmm, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+        ordinal);
+  }
+  d->host_vmm = host_vmm != 0;
+  return *d;
+}
+
+void MemoryManager::Charge(Device& dev, uint64_t bytes) {
+  dev.used += bytes;
+  stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, dev.used);
+}
+
+MemoryManager::Buffer* MemoryManager::ById(uint64_t id) {
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : it->second;
+}
+
+bool MemoryManager::Idle(const Buffer& b) const {
+  return !b.used || driver_->cuEventQuery(b.last_use_event) != CUDA_ERROR_NOT_READY;
+}
+
+void MemoryManager::WaitIdle(Buffer& b) {
+  if (Idle(b)) return;
+  auto start = std::chrono::steady_clock::now();
+  driver_->cuEventSynchronize(b.last_use_event);
+  double waited = Seconds(std::chrono::steady_clock::now() - start);
+  stats_.host_wait_seconds += waited;
+  Log(JsonLine()
+          .Str("type", "evict_wait")
+          .Uint("id", b.id)
+          .Double("seconds", waited)
+          .Finish());
+}
+
+// --- Allocation -----------------------------------------------------------------
+
+CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr) {
+  if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  CUdevice ordinal = 0;
+  if (CUresult r = driver_->cuCtxGetDevice(&ordinal); r != CUDA_SUCCESS) return r;
+  absl::MutexLock lock(&mu_);
+  Device& dev = DeviceState(ordinal);
+  auto b = std::make_unique<Buffer>();
+  b->size = bytes;
+  b->device = ordinal;
+  b->gpu_version = ++version_;
+  if (dev.granularity == 0 || bytes < dev.granularity) {
+    // Too small to map on its own: the driver's allocator, charged, kept.
+    b->reserved = AlignUp(bytes, kSmallUnit);
+    if (CUresult r = MakeRoom(dev, b->reserved); r != CUDA_SUCCESS) return r;
+    CUresult r;
+    while ((r = driver_->cuMemAlloc_v2(&b->base, bytes)) == CUDA_ERROR_OUT_OF_MEMORY) {
+      if (!EvictByPolicy(dev, b->reserved)) return r;  // the device is full
+    }
+    if (r != CUDA_SUCCESS) return r;
+    Charge(dev, b->reserved);
+  } else {
+    b->vmm = true;
+    b->reserved = AlignUp(bytes, dev.granularity);
+    if (CUresult r = MakeRoom(dev, b->reserved); r != CUDA_SUCCESS) return r;
+    if (CUresult r = driver_->cuMemAddressReserve(&b->base, b->reserved, 0, 0, 0);
+        r != CUDA_SUCCESS) {
+      return r;
+    }
+    if (CUresult r = MapDevice(dev, *b); r != CUDA_SUCCESS) {
+      driver_->cuMemAddressFree(b->base, b->reserved);
+      return r;
+    }
+  }
+  *dptr = b->base;
+  by_base_[b->base] = std::move(b);
+  return CUDA_SUCCESS;
+}
+
+void MemoryManager::Bind(CUdeviceptr base, uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = by_base_.find(base);
+  if (it == by_base_.end()) return;
+  it->second->id = id;
+  by_id_[id] = it->second.get();
+}
+
+bool MemoryManager::Owns(CUdeviceptr base) const {
+  absl::MutexLock lock(&mu_);
+  return by_base_.count(base) != 0;
+}
+
+CUresult MemoryManager::Free(CUdeviceptr base) {
+  absl::MutexLock lock(&mu_);
+  auto it = by_base_.find(base);
+  if (it == by_base_.end()) return CUDA_ERROR_INVALID_VALUE;
+  Buffer& b = *it->second;
+  if (b.garbage) return CUDA_ERROR_INVALID_VALUE;  // freed twice
+  Device& dev = DeviceState(b.device);
+  b.garbage = true;
+  if (b.pins == 0 && Idle(b)) ReleaseBuffer(dev, b);  // else at S404
+  return CUDA_SUCCESS;
+}
+
+CUresult MemoryManager::MapDevice(Device& dev, Buffer& b) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev.ordinal;
+  CUmemGenericAllocationHandle h = 0;
+  CUresult r;
+  // The device itself may be full below the cap: the same loop applies.
+  while ((r = driver_->cuMemCreate(&h, b.reserved, &prop, 0)) == CUDA_ERROR_OUT_OF_MEMORY) {
+    if (!EvictByPolicy(dev, b.reserved)) return r;
+  }
+  if (r != CUDA_SUCCESS) return r;
+  if ((r = driver_->cuMemMap(b.base, b.reserved, 0, h, 0)) != CUDA_SUCCESS) {
+    driver_->cuMemRelease(h);
+    return r;
+  }
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  if ((r = driver_->cuMemSetAccess(b.base, b.reserved, &access, 1)) != CUDA_SUCCESS) {
+    driver_->cuMemUnmap(b.base, b.reserved);
+    driver_->cuMemRelease(h);
+    return r;
+  }
+  b.device_handle = h;
+  Charge(dev, b.reserved);
+  return CUDA_SUCCESS;
+}
+
+void MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
+  if (!b.vmm) {
+    driver_->cuMemFree_v2(b.base);
+    dev.used -= b.reserved;
+  } else {
+    if (b.device_handle != 0 || b.host_at_base) driver_->cuMemUnmap(b.base, b.reserved);
+    if (b.device_handle != 0) {
+      driver_->cuMemRelease(b.device_handle);
+      dev.used -= b.reserved;
+    }
+    driver_->cuMemAddressFree(b.base, b.reserved);
+    if (b.host_handle != 0) {
+      driver_->cuMemUnmap(b.host_va, b.reserved);
+      driver_->cuMemRelease(b.host_handle);
+      driver_->cuMemAddressFree(b.host_va, b.reserved);
+      dev.host_bytes -= b.reserved;
+    }
+    if (b.host_ptr != nullptr) {
+      driver_->cuMemFreeHost(b.host_ptr);
+      dev.host_bytes -= b.reserved;
+    }
+  }
+  if (b.last_use_event != nullptr) driver_->cuEventDestroy_v2(b.last_use_event);
+  by_id_.erase(b.id);
+  by_base_.erase(b.base);  // destroys b
+}
+
+// --- S401-S405 --------------------------------------------------------------------
+
+CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need) {
+  for (;;) {
+    if (dev.used + need <= dev.cap) return CUDA_SUCCESS;           // S401/S402
+    if (version_policy_ && DropOneClean(dev)) continue;              // S403
+    if (ReleaseGarbage(dev, /*wait=*/false)) continue;               // S404
+    if (ReleaseGarbage(dev, /*wait=*/true)) continue;
+    if (EvictByPolicy(dev, dev.used + need - dev.cap)) continue;     // S405
+    ++stats_.ooms;
+    Log(JsonLine()
+            .Str("type", "oom")
+            .Int("device", dev.ordinal)
+            .Uint("bytes", need)
+            .Uint("used", dev.used)
+            .Uint("cap", dev.cap)
+            .Finish());
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+}
+
+bool MemoryManager::DropOneClean(Device& dev) {
+  Buffer* pick = nullptr;
+  for (auto& [base, b] : by_base_) {
+    if (b->device != dev.ordinal || !b->vmm || !b->resident() || b->pins > 0 ||
+        b->garbage || !b->clean() || !Idle(*b)) {
+      continue;
+    }
+    if (pick == nullptr || b->last_use < pick->last_use) pick = b.get();
+  }
+  return pick != nullptr && SwapOut(dev, *pick, /*copy=*/false) == CUDA_SUCCESS;
+}
+
+bool MemoryManager::ReleaseGarbage(Device& dev, bool wait) {
+  for (auto& [base, b] : by_base_) {
+    if (b->device != dev.ordinal || !b->garbage || b->pins > 0) continue;
+    if (!wait && !Idle(*b)) continue;
+    WaitIdle(*b);
+    ++stats_.garbage_released;
+    ReleaseBuffer(dev, *b);
+    return true;
+  }
+  return false;
+}
+
+bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed) {
+  std::vector<EvictionCandidate> candidates;
+  for (auto& [base, b] : by_base_) {
+    if (b->device != dev.ordinal || !b->vmm || !b->resident() || b->pins > 0 ||
+        b->garbage) {
+      continue;
+    }
+    candidates.push_back(EvictionCandidate{b->id, b->reserved, b->location,
+                                           b->gpu_version, b->host_version,
+                                           b->last_use});
+  }
+  if (candidates.empty()) return false;
+  std::vector<Eviction> chosen = policy_->Choose(candidates, std::max<uint64_t>(needed, 1));
+  if (chosen.empty()) return false;
+  // One at a time: the caller re-checks the cap after each.
+  Buffer* b = nullptr;
+  for (auto& [base, candidate] : by_base_) {
+    if (candidate->id == chosen.front().id && candidate->vmm) b = candidate.get();
+  }
+  if (b == nullptr) return false;
+  WaitIdle(*b);
+  return SwapOut(dev, *b, chosen.front().copy || !b->clean()) == CUDA_SUCCESS;
+}
+
+// --- Swapping ---------------------------------------------------------------------
+
+CUresult MemoryManager::EnsureHostCopy(Buffer& b) {
+  if (b.host_handle != 0 || b.host_ptr != nullptr) return CUDA_SUCCESS;
+  Device& dev = DeviceState(b.device);
+  static const size_t host_total =
+      static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::optional<size_t> host_cap = config_.HostLimitBytes(host_total);
+  if (host_cap && dev.host_bytes + b.reserved > *host_cap) {
+    Log(JsonLine()
+            .Str("type", "oom")
+            .Str("what", "host")
+            .Uint("bytes", b.reserved)
+            .Uint("host_used", dev.host_bytes)
+            .Finish());
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (dev.host_vmm) {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
+    CUresult r = driver_->cuMemCreate(&b.host_handle, b.reserved, &prop, 0);
+    if (r == CUDA_SUCCESS) r = driver_->cuMemAddressReserve(&b.host_va, b.reserved, 0, 0, 0);
+    if (r == CUDA_SUCCESS) r = driver_->cuMemMap(b.host_va, b.reserved, 0, b.host_handle, 0);
+    if (r == CUDA_SUCCESS) {
+      CUmemAccessDesc access{};
+      access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      access.location.id = b.device;
+      access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+      r = driver_->cuMemSetAccess(b.host_va, b.reserved, &access, 1);
+    }
+    if (r != CUDA_SUCCESS) return r;  // (partial state is released with the buffer)
+  } else {
+    if (!warned_no_host_vmm_) {
+      warned_no_host_vmm_ = true;
+      Log(JsonLine()
+              .Str("type", "limitation")
+              .Str("what", "host-located VMM unsupported: swapped-out buffers are "
+                           "unmapped; a kernel reaching one through a pointer "
+                           "stensor cannot see would fault")
+              .Finish());
+    }
+    if (CUresult r = driver_->cuMemHostAlloc(&b.host_ptr, b.size, 0); r != CUDA_SUCCESS) {
+      return r;
+    }
+  }
+  dev.host_bytes += b.reserved;
+  return CUDA_SUCCESS;
+}
+
+CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
+  if (dev.swap_stream == nullptr) {
+    if (CUresult r = driver_->cuStreamCreate(&dev.swap_stream, CU_STREAM_NON_BLOCKING);
+        r != CUDA_SUCCESS) {
+      return r;
+    }
+    driver_->cuEventCreate(&dev.swap_event, CU_EVENT_DISABLE_TIMING);
+  }
+  if (copy) {
+    if (CUresult r = EnsureHostCopy(b); r != CUDA_SUCCESS) return r;
+    CUresult r = b.host_handle != 0
+                     ? driver_->cuMemcpyDtoDAsync_v2(b.host_va, b.base, b.size, dev.swap_stream)
+                     : driver_->cuMemcpyDtoHAsync_v2(b.host_ptr, b.base, b.size, dev.swap_stream);
+    if (r != CUDA_SUCCESS) return r;
+    driver_->cuEventRecord(dev.swap_event, dev.swap_stream);
+    auto start = std::chrono::steady_clock::now();
+    driver_->cuEventSynchronize(dev.swap_event);
+    stats_.host_wait_seconds += Seconds(std::chrono::steady_clock::now() - start);
+    b.host_version = b.gpu_version;
+    ++stats_.swap_outs_copied;
+    stats_.bytes_copied_out += b.size;
+  } else {
+    ++stats_.clean_drops;
+    stats_.bytes_dropped += b.size;
+  }
+  driver_->cuMemUnmap(b.base, b.reserved);
+  driver_->cuMemRelease(b.device_handle);
+  b.device_handle = 0;
+  dev.used -= b.reserved;
+  if (b.host_handle != 0) {
+    // Never fault: the address now reads the host copy.
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = b.device;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if (driver_->cuMemMap(b.base, b.reserved, 0, b.host_handle, 0) == CUDA_SUCCESS) {
+      driver_->cuMemSetAccess(b.base, b.reserved, &access, 1);
+      b.host_at_base = true;
+    }
+  }
+  b.location = Location::kCpuOnly;
+  Log(JsonLine()
+          .Str("type", copy ? "swap_out" : "drop_clean")
+          .Uint("id", b.id)
+          .Uint("bytes", b.size)
+          .Int("device", dev.ordinal)
+          .Finish());
+  return CUDA_SUCCESS;
+}
+
+CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer) {
+  if (CUresult r = MakeRoom(dev, b.reserved); r != CUDA_SUCCESS) return r;
+  if (b.host_at_base) {
+    driver_->cuMemUnmap(b.base, b.reserved);
+    b.host_at_base = false;
+  }
+  if (CUresult r = MapDevice(dev, b); r != CUDA_SUCCESS) return r;
+  if (copy) {
+    CUresult r = b.host_handle != 0
+                     ? driver_->cuMemcpyDtoDAsync_v2(b.base, b.host_va, b.size, dev.swap_stream)
+                     : driver_->cuMemcpyHtoDAsync_v2(b.base, b.host_ptr, b.size, dev.swap_stream);
+    if (r != CUDA_SUCCESS) return r;
+    driver_->cuEventRecord(dev.swap_event, dev.swap_stream);
+    // The consumer waits on the device; the host goes on.
+    driver_->cuStreamWaitEvent(consumer, dev.swap_event, 0);
+    ++stats_.swap_ins;
+    stats_.bytes_copied_in += b.size;
+  } else {
+    ++stats_.swap_ins_without_copy;
+  }
+  b.location = Location::kCpuGpu;
+  Log(JsonLine()
+          .Str("type", "swap_in")
+          .Uint("id", b.id)
+          .Uint("bytes", b.size)
+          .Bool("copy", copy)
+          .Int("device", dev.ordinal)
+          .Finish());
+  return CUDA_SUCCESS;
+}
+
+// --- Operations ---------------------------------------------------------------------
+
+CUresult MemoryManager::Prepare(absl::Span<const uint64_t> ids,
+                                absl::Span<const uint64_t> overwritten,
+                                CUstream stream) {
+  absl::MutexLock lock(&mu_);
+  std::vector<Buffer*> pinned;
+  for (uint64_t id : ids) {
+    Buffer* b = ById(id);
+    if (b == nullptr || b->garbage) continue;
+    ++b->pins;  // none of the operation's buffers may be evicted for another
+    pinned.push_back(b);
+  }
+  for (Buffer* b : pinned) {
+    if (b->resident()) continue;
+    bool whole = std::find(overwritten.begin(), overwritten.end(), b->id) !=
+                 overwritten.end();
+    if (CUresult r = SwapIn(DeviceState(b->device), *b, !whole, stream);
+        r != CUDA_SUCCESS) {
+      for (Buffer* p : pinned) --p->pins;
+      return r;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+void MemoryManager::Finish(absl::Span<const uint64_t> ids,
+                           absl::Span<const uint64_t> written, CUstream stream,
+                           bool submitted) {
+  absl::MutexLock lock(&mu_);
+  ++clock_;
+  std::vector<Buffer*> released;
+  for (uint64_t id : ids) {
+    Buffer* b = ById(id);
+    if (b == nullptr || b->pins == 0) continue;
+    --b->pins;
+    if (submitted) {
+      if (b->last_use_event == nullptr) {
+        driver_->cuEventCreate(&b->last_use_event, CU_EVENT_DISABLE_TIMING);
+      }
+      if (b->last_use_event != nullptr &&
+          driver_->cuEventRecord(b->last_use_event, stream) == CUDA_SUCCESS) {
+        b->used = true;
+      }
+      b->last_use = clock_;
+    }
+  }
+  if (submitted) {
+    for (uint64_t id : written) {
+      if (Buffer* b = ById(id)) b->gpu_version = ++version_;  // host copy now stale
+    }
+  }
+}
+
+bool MemoryManager::ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst,
+                                     uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  Buffer* b = ById(id);
+  if (b == nullptr || !b->vmm || b->resident() || offset + bytes > b->size) return false;
+  CUresult r = b->host_handle != 0
+                   ? driver_->cuMemcpyDtoH_v2(dst, b->host_va + offset, bytes)
+                   : (std::memcpy(dst, static_cast<char*>(b->host_ptr) + offset, bytes),
+                      CUDA_SUCCESS);
+  if (r != CUDA_SUCCESS) return false;
+  ++stats_.reads_served_from_host;
+  return true;
+}
+
+void MemoryManager::MemInfo(int device, size_t* free_bytes, size_t* total_bytes) {
+  absl::MutexLock lock(&mu_);
+  Device& dev = DeviceState(device);
+  if (total_bytes != nullptr) *total_bytes = dev.cap;
+  if (free_bytes != nullptr) *free_bytes = dev.used >= dev.cap ? 0 : dev.cap - dev.used;
+}
+
+SwapStats MemoryManager::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+std::string MemoryManager::StatsText() const {
+  SwapStats s = stats();
+  auto mib = [](uint64_t b) { return static_cast<double>(b) / (1 << 20); };
+  return absl::StrFormat(
+      "stensor: policy %s\n"
+      "stensor: peak resident      %10.1f MiB\n"
+      "stensor: swap-outs copied   %10u (%.1f MiB device->host)\n"
+      "stensor: clean drops        %10u (%.1f MiB, no copy)\n"
+      "stensor: swap-ins on demand %10u (%.1f MiB host->device)\n"
+      "stensor: swap-ins, no copy  %10u (buffer overwritten whole)\n"
+      "stensor: reads from host    %10u (device->host copies served from the host copy)\n"
+      "stensor: garbage released   %10u\n"
+      "stensor: out of memory      %10u\n"
+      "stensor: host waited        %10.3f s\n",
+      std::string(policy_->name()), mib(s.peak_resident_bytes), s.swap_outs_copied,
+      mib(s.bytes_copied_out), s.clean_drops, mib(s.bytes_dropped), s.swap_ins,
+      mib(s.bytes_copied_in), s.swap_ins_without_copy, s.reads_served_from_host,
+      s.garbage_released, s.ooms, s.host_wait_seconds);
+}
+
+}  // namespace stensor

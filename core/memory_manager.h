@@ -1,0 +1,151 @@
+// MemoryManager: the device-memory cap (STENSOR_MEMORY_LIMIT) and the swap
+// machinery under it. Tracked allocations are served on the VMM API, so a
+// buffer keeps its address while its physical memory comes and goes; when
+// room is needed the allocation loop of the method (S401-S405) drops clean
+// device copies, releases garbage and swaps least-recently-used buffers out
+// to host memory; before a launch, copy or memset touches a swapped-out
+// buffer it is swapped back in at the same address.
+//
+// Each buffer carries the STensor fields: evictable flag, location,
+// reference count and the versions (logical modification times) of its
+// device and host copies. A host copy whose version equals the device one is
+// current, so evicting that buffer costs no transfer.
+//
+// Thread-safety: all methods are thread-safe. One mutex serialises the
+// manager's decisions and the driver calls they make (allocation, eviction,
+// swaps); launches of buffers already resident only record events.
+#ifndef STENSOR_CORE_MEMORY_MANAGER_H_
+#define STENSOR_CORE_MEMORY_MANAGER_H_
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "core/config.h"
+#include "core/driver.h"
+#include "policy/eviction_policy.h"
+
+namespace stensor {
+
+// Counters printed by STENSOR_STATS=1 and used by tests.
+struct SwapStats {
+  uint64_t peak_resident_bytes = 0;
+  uint64_t swap_outs_copied = 0;
+  uint64_t bytes_copied_out = 0;  // device -> host
+  uint64_t clean_drops = 0;
+  uint64_t bytes_dropped = 0;
+  uint64_t swap_ins = 0;
+  uint64_t bytes_copied_in = 0;  // host -> device
+  uint64_t swap_ins_without_copy = 0;  // whole buffer about to be overwritten
+  uint64_t reads_served_from_host = 0;
+  uint64_t garbage_released = 0;
+  uint64_t ooms = 0;
+  double host_wait_seconds = 0;  // waiting for in-flight work and copies
+};
+
+class MemoryManager {
+ public:
+  // Called with each finished access-log record (JSON object), if logging.
+  using LogSink = std::function<void(std::string)>;
+
+  // Null when the configuration sets no memory limit.
+  static std::unique_ptr<MemoryManager> Create(const Config& config,
+                                               const Driver* driver,
+                                               LogSink log);
+  ~MemoryManager();
+
+  // cuMemAlloc under the cap: a VMM-backed, swappable buffer, or for sizes
+  // below the allocation granularity a plain allocation that counts against
+  // the cap and is never swapped. The driver's result code, or
+  // CUDA_ERROR_OUT_OF_MEMORY when nothing is left to evict.
+  CUresult Allocate(uint64_t bytes, CUdeviceptr* dptr) ABSL_LOCKS_EXCLUDED(mu_);
+  // Gives the buffer at `base` its registry id (for the log and accesses).
+  void Bind(CUdeviceptr base, uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether `base` is a buffer this manager allocated.
+  bool Owns(CUdeviceptr base) const ABSL_LOCKS_EXCLUDED(mu_);
+  // cuMemFree of a buffer this manager allocated: released now if no work
+  // in flight uses it, else when that work completed (garbage, S404).
+  CUresult Free(CUdeviceptr base) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Before an operation on `stream`: makes every buffer of `ids` resident
+  // (swapping in, the stream waiting for the copy) and keeps them from being
+  // evicted until Finish. Buffers in `overwritten` will be written whole, so
+  // a swapped-out one comes back without copying its old contents.
+  CUresult Prepare(absl::Span<const uint64_t> ids,
+                   absl::Span<const uint64_t> overwritten, CUstream stream)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // After the operation was submitted (or failed): marks the last use of
+  // `ids` on `stream`, bumps the device version of `written`, makes them
+  // evictable again.
+  void Finish(absl::Span<const uint64_t> ids, absl::Span<const uint64_t> written,
+              CUstream stream, bool submitted) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A device-to-host copy of [src, src+bytes) that lies in one swapped-out
+  // buffer is served from its host copy: copies and returns true.
+  bool ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst, uint64_t bytes)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // cuMemGetInfo / cuDeviceTotalMem under the cap.
+  void MemInfo(int device, size_t* free_bytes, size_t* total_bytes)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t CapFor(int device, size_t device_total) const;
+
+  SwapStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The statistics block STENSOR_STATS=1 prints at exit.
+  std::string StatsText() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Buffer;
+  struct Device;
+
+  MemoryManager(const Config& config, const Driver* driver, LogSink log,
+                std::unique_ptr<EvictionPolicy> policy);
+
+  Device& DeviceState(int ordinal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // S401-S405: frees device memory until `need` more bytes fit under the
+  // cap on `dev`. Buffers with pins > 0 are never chosen.
+  CUresult MakeRoom(Device& dev, uint64_t need) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool DropOneClean(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ReleaseGarbage(Device& dev, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool EvictByPolicy(Device& dev, uint64_t needed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Physical memory for a buffer at its VA (S401/S402 with retries through
+  // MakeRoom when the device itself is full).
+  CUresult MapDevice(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  CUresult SwapOut(Device& dev, Buffer& b, bool copy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  CUresult SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  CUresult EnsureHostCopy(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseBuffer(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Idle(const Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WaitIdle(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Charge(Device& dev, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Buffer* ById(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Log(std::string line) const;
+
+  const Config config_;
+  const Driver* const driver_;
+  const LogSink log_;
+  const std::unique_ptr<EvictionPolicy> policy_;
+  const bool version_policy_;
+
+  mutable absl::Mutex mu_;
+  std::map<uint64_t, std::unique_ptr<Buffer>> by_base_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Buffer*> by_id_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Device>> devices_ ABSL_GUARDED_BY(mu_);
+  uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;    // access order
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;  // modification times
+  SwapStats stats_ ABSL_GUARDED_BY(mu_);
+  bool warned_no_host_vmm_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace stensor
+
+#endif  // STENSOR_CORE_MEMORY_MANAGER_H_
