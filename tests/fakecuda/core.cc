@@ -328,6 +328,15 @@ FAKECUDA_EXPORT CUresult cuInit(unsigned int flags) {
   std::call_once(once, [] {
     GetOptions();  // a bad FAKECUDA_* value stops the program here
     ArmFromEnvironment();
+    // Tests of a whole program read the high-water mark from stderr.
+    if (const char* v = std::getenv("FAKECUDA_REPORT_PEAK"); v && std::strcmp(v, "1") == 0) {
+      std::atexit([] {
+        for (int d = 0; d < DeviceCount(); ++d) {
+          std::fprintf(stderr, "fakecuda: device %d peak %zu bytes\n", d,
+                       GetDevice(d)->peak.load());
+        }
+      });
+    }
     // Each VMM handle holds a memfd; a real driver has no such limit, so
     // take all the descriptors the hard limit allows.
     struct rlimit files;
