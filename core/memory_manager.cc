@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -358,6 +359,14 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b) {
       static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
   std::optional<size_t> host_cap = config_.HostLimitBytes(host_total);
   if (host_cap && dev.host_bytes + b.reserved > *host_cap) {
+    if (!warned_host_limit_) {
+      warned_host_limit_ = true;
+      std::fprintf(stderr,
+                   "stensor: out of memory: the device cap (STENSOR_MEMORY_LIMIT, %llu "
+                   "bytes on device %d) and the host limit (STENSOR_HOST_LIMIT, %zu "
+                   "bytes) are both exhausted\n",
+                   static_cast<unsigned long long>(dev.cap), dev.ordinal, *host_cap);
+    }
     Log(JsonLine()
             .Str("type", "oom")
             .Str("what", "host")

@@ -144,6 +144,7 @@ class MemoryManager {
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;  // modification times
   SwapStats stats_ ABSL_GUARDED_BY(mu_);
   bool warned_no_host_vmm_ ABSL_GUARDED_BY(mu_) = false;
+  bool warned_host_limit_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace stensor

@@ -8,6 +8,7 @@
 //                              two 2 MiB granules plus a little)
 // Prints `value <v>`; exit 0 when v is the value written.
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include <cuda.h>
@@ -50,6 +51,18 @@ int main(int argc, char** argv) {
   CHECK(cuMemsetD8(b, 1, kBig));
   CHECK(cuMemAlloc(&c, kBig));
   CHECK(cuMemsetD8(c, 2, kBig));
+
+  // Under a cap the program sees the cap as the device's memory.
+  if (const char* cap = std::getenv("STENSOR_MEMORY_LIMIT")) {
+    size_t free_bytes = 0, total = 0, device_total = 0;
+    CHECK(cuMemGetInfo(&free_bytes, &total));
+    CHECK(cuDeviceTotalMem(&device_total, dev));
+    if (total != std::strtoull(cap, nullptr, 10) || device_total != total || free_bytes > total) {
+      std::fprintf(stderr, "cuMemGetInfo: free %zu total %zu, cuDeviceTotalMem %zu, cap %s\n",
+                   free_bytes, total, device_total, cap);
+      return 1;
+    }
+  }
 
   void* params[] = {&table, &out};
   CHECK(cuLaunchKernel(load, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr));
