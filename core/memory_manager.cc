@@ -76,6 +76,11 @@ std::unique_ptr<MemoryManager> MemoryManager::Create(const Config& config,
   if (!config.memory_limit.all_devices && config.memory_limit.per_device.empty()) {
     return nullptr;
   }
+  if (config.policy == EvictionPolicyKind::kBelady) {
+    // Belady needs the profiled future, which comes with prefetching.
+    std::fprintf(stderr,
+                 "stensor: STENSOR_POLICY=belady is not implemented yet; using version\n");
+  }
   std::unique_ptr<EvictionPolicy> policy =
       config.policy == EvictionPolicyKind::kLru ? MakeLruPolicy()
                                                 : MakeVersionPolicy();
