@@ -51,6 +51,9 @@ struct MemoryManager::Buffer {
   CUdeviceptr host_va = 0;
   void* host_ptr = nullptr;
   bool host_at_base = false;
+  // Swapped in without a copy for an operation that overwrites it whole;
+  // cleared when that operation is submitted (or undone if it is not).
+  bool pending_overwrite = false;
 
   bool resident() const { return !vmm || device_handle != 0; }
   int refcount() const { return (garbage ? 0 : 1) + pins; }
@@ -96,7 +99,18 @@ MemoryManager::MemoryManager(const Config& config, const Driver* driver,
       policy_(std::move(policy)),
       version_policy_(config.policy != EvictionPolicyKind::kLru) {}
 
-MemoryManager::~MemoryManager() = default;
+MemoryManager::~MemoryManager() {
+  absl::MutexLock lock(&mu_);
+  while (!by_base_.empty()) {
+    Buffer& b = *by_base_.begin()->second;
+    WaitIdle(b);
+    ReleaseBuffer(DeviceState(b.device), b);
+  }
+  for (auto& d : devices_) {
+    if (d && d->swap_stream != nullptr) driver_->cuStreamDestroy_v2(d->swap_stream);
+    if (d && d->swap_event != nullptr) driver_->cuEventDestroy_v2(d->swap_event);
+  }
+}
 
 void MemoryManager::Log(std::string line) const {
   if (log_) log_(std::move(line));
@@ -177,13 +191,18 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr) {
   b->size = bytes;
   b->device = ordinal;
   b->gpu_version = ++version_;
+  b->last_use = ++clock_;  // just used: not the first to go
+  CollectGarbage();
   if (dev.granularity == 0 || bytes < dev.granularity) {
     // Too small to map on its own: the driver's allocator, charged, kept.
     b->reserved = AlignUp(bytes, kSmallUnit);
     if (CUresult r = MakeRoom(dev, b->reserved); r != CUDA_SUCCESS) return r;
     CUresult r;
     while ((r = driver_->cuMemAlloc_v2(&b->base, bytes)) == CUDA_ERROR_OUT_OF_MEMORY) {
-      if (!EvictByPolicy(dev, b->reserved)) return r;  // the device is full
+      if (!EvictByPolicy(dev, b->reserved)) {  // the device is full
+        LogOom(dev, b->reserved);
+        return r;
+      }
     }
     if (r != CUDA_SUCCESS) return r;
     Charge(dev, b->reserved);
@@ -226,7 +245,11 @@ CUresult MemoryManager::Free(CUdeviceptr base) {
   if (b.garbage) return CUDA_ERROR_INVALID_VALUE;  // freed twice
   Device& dev = DeviceState(b.device);
   b.garbage = true;
-  if (b.pins == 0 && Idle(b)) ReleaseBuffer(dev, b);  // else at S404
+  if (b.pins == 0 && Idle(b)) {
+    ReleaseBuffer(dev, b);
+  } else {
+    ++garbage_;  // released once its work completed, or at S404
+  }
   return CUDA_SUCCESS;
 }
 
@@ -239,7 +262,10 @@ CUresult MemoryManager::MapDevice(Device& dev, Buffer& b) {
   CUresult r;
   // The device itself may be full below the cap: the same loop applies.
   while ((r = driver_->cuMemCreate(&h, b.reserved, &prop, 0)) == CUDA_ERROR_OUT_OF_MEMORY) {
-    if (!EvictByPolicy(dev, b.reserved)) return r;
+    if (!EvictByPolicy(dev, b.reserved)) {
+      LogOom(dev, b.reserved);  // the device itself is full
+      return r;
+    }
   }
   if (r != CUDA_SUCCESS) return r;
   if ((r = driver_->cuMemMap(b.base, b.reserved, 0, h, 0)) != CUDA_SUCCESS) {
@@ -288,6 +314,17 @@ void MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
 
 // --- S401-S405 --------------------------------------------------------------------
 
+void MemoryManager::LogOom(Device& dev, uint64_t need) {
+  ++stats_.ooms;
+  Log(JsonLine()
+          .Str("type", "oom")
+          .Int("device", dev.ordinal)
+          .Uint("bytes", need)
+          .Uint("used", dev.used)
+          .Uint("cap", dev.cap)
+          .Finish());
+}
+
 CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need) {
   for (;;) {
     if (dev.used + need <= dev.cap) return CUDA_SUCCESS;           // S401/S402
@@ -295,14 +332,7 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need) {
     if (ReleaseGarbage(dev, /*wait=*/false)) continue;               // S404
     if (ReleaseGarbage(dev, /*wait=*/true)) continue;
     if (EvictByPolicy(dev, dev.used + need - dev.cap)) continue;     // S405
-    ++stats_.ooms;
-    Log(JsonLine()
-            .Str("type", "oom")
-            .Int("device", dev.ordinal)
-            .Uint("bytes", need)
-            .Uint("used", dev.used)
-            .Uint("cap", dev.cap)
-            .Finish());
+    LogOom(dev, need);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
 }
@@ -320,39 +350,52 @@ bool MemoryManager::DropOneClean(Device& dev) {
 }
 
 bool MemoryManager::ReleaseGarbage(Device& dev, bool wait) {
+  if (garbage_ == 0) return false;
   for (auto& [base, b] : by_base_) {
     if (b->device != dev.ordinal || !b->garbage || b->pins > 0) continue;
     if (!wait && !Idle(*b)) continue;
     WaitIdle(*b);
     ++stats_.garbage_released;
+    --garbage_;
     ReleaseBuffer(dev, *b);
     return true;
   }
   return false;
 }
 
+void MemoryManager::CollectGarbage() {
+  if (garbage_ == 0) return;
+  for (auto it = by_base_.begin(); it != by_base_.end();) {
+    Buffer& b = *(it++)->second;  // advance first: release erases
+    if (!b.garbage || b.pins > 0 || !Idle(b)) continue;
+    ++stats_.garbage_released;
+    --garbage_;
+    ReleaseBuffer(DeviceState(b.device), b);
+  }
+}
+
 bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed) {
+  // Candidates are named by their index here: ids are only unique once
+  // bound, and an allocation is bound after it returns.
   std::vector<EvictionCandidate> candidates;
+  std::vector<Buffer*> buffers;
   for (auto& [base, b] : by_base_) {
     if (b->device != dev.ordinal || !b->vmm || !b->resident() || b->pins > 0 ||
         b->garbage) {
       continue;
     }
-    candidates.push_back(EvictionCandidate{b->id, b->reserved, b->location,
+    candidates.push_back(EvictionCandidate{buffers.size(), b->reserved, b->location,
                                            b->gpu_version, b->host_version,
                                            b->last_use});
+    buffers.push_back(b.get());
   }
   if (candidates.empty()) return false;
   std::vector<Eviction> chosen = policy_->Choose(candidates, std::max<uint64_t>(needed, 1));
   if (chosen.empty()) return false;
   // One at a time: the caller re-checks the cap after each.
-  Buffer* b = nullptr;
-  for (auto& [base, candidate] : by_base_) {
-    if (candidate->id == chosen.front().id && candidate->vmm) b = candidate.get();
-  }
-  if (b == nullptr) return false;
-  WaitIdle(*b);
-  return SwapOut(dev, *b, chosen.front().copy || !b->clean()) == CUDA_SUCCESS;
+  Buffer& b = *buffers[chosen.front().id];
+  WaitIdle(b);
+  return SwapOut(dev, b, chosen.front().copy || !b.clean()) == CUDA_SUCCESS;
 }
 
 // --- Swapping ---------------------------------------------------------------------
@@ -394,7 +437,17 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b) {
       access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
       r = driver_->cuMemSetAccess(b.host_va, b.reserved, &access, 1);
     }
-    if (r != CUDA_SUCCESS) return r;  // (partial state is released with the buffer)
+    if (r != CUDA_SUCCESS) {
+      // Undo what was made, so a later attempt starts afresh.
+      if (b.host_va != 0) {
+        driver_->cuMemUnmap(b.host_va, b.reserved);
+        driver_->cuMemAddressFree(b.host_va, b.reserved);
+      }
+      if (b.host_handle != 0) driver_->cuMemRelease(b.host_handle);
+      b.host_va = 0;
+      b.host_handle = 0;
+      return r;
+    }
   } else {
     if (!warned_no_host_vmm_) {
       warned_no_host_vmm_ = true;
@@ -438,21 +491,7 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
     ++stats_.clean_drops;
     stats_.bytes_dropped += b.size;
   }
-  driver_->cuMemUnmap(b.base, b.reserved);
-  driver_->cuMemRelease(b.device_handle);
-  b.device_handle = 0;
-  dev.used -= b.reserved;
-  if (b.host_handle != 0) {
-    // Never fault: the address now reads the host copy.
-    CUmemAccessDesc access{};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = b.device;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    if (driver_->cuMemMap(b.base, b.reserved, 0, b.host_handle, 0) == CUDA_SUCCESS) {
-      driver_->cuMemSetAccess(b.base, b.reserved, &access, 1);
-      b.host_at_base = true;
-    }
-  }
+  UnmapDevice(dev, b);
   b.location = Location::kCpuOnly;
   Log(JsonLine()
           .Str("type", copy ? "swap_out" : "drop_clean")
@@ -463,24 +502,60 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
   return CUDA_SUCCESS;
 }
 
+void MemoryManager::MapHostAtBase(Buffer& b) {
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = b.device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  if (driver_->cuMemMap(b.base, b.reserved, 0, b.host_handle, 0) == CUDA_SUCCESS) {
+    driver_->cuMemSetAccess(b.base, b.reserved, &access, 1);
+    b.host_at_base = true;
+  }
+}
+
+void MemoryManager::UnmapDevice(Device& dev, Buffer& b) {
+  driver_->cuMemUnmap(b.base, b.reserved);
+  driver_->cuMemRelease(b.device_handle);
+  b.device_handle = 0;
+  dev.used -= b.reserved;
+  // Never fault: the address reads the host copy while swapped out.
+  if (b.host_handle != 0) MapHostAtBase(b);
+}
+
 CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer) {
   if (CUresult r = MakeRoom(dev, b.reserved); r != CUDA_SUCCESS) return r;
   if (b.host_at_base) {
     driver_->cuMemUnmap(b.base, b.reserved);
     b.host_at_base = false;
   }
-  if (CUresult r = MapDevice(dev, b); r != CUDA_SUCCESS) return r;
+  if (CUresult r = MapDevice(dev, b); r != CUDA_SUCCESS) {
+    if (b.host_handle != 0) MapHostAtBase(b);  // still swapped out, still readable
+    return r;
+  }
+  if (b.last_use_event == nullptr) {
+    driver_->cuEventCreate(&b.last_use_event, CU_EVENT_DISABLE_TIMING);
+  }
   if (copy) {
     CUresult r = b.host_handle != 0
                      ? driver_->cuMemcpyDtoDAsync_v2(b.base, b.host_va, b.size, dev.swap_stream)
                      : driver_->cuMemcpyHtoDAsync_v2(b.base, b.host_ptr, b.size, dev.swap_stream);
-    if (r != CUDA_SUCCESS) return r;
+    if (r != CUDA_SUCCESS) {
+      UnmapDevice(dev, b);  // the host copy stays the only one
+      return r;
+    }
     driver_->cuEventRecord(dev.swap_event, dev.swap_stream);
+    // The copy is in flight: the buffer is busy until it completed.
+    if (driver_->cuEventRecord(b.last_use_event, dev.swap_stream) == CUDA_SUCCESS) {
+      b.used = true;
+    }
     // The consumer waits on the device; the host goes on.
     driver_->cuStreamWaitEvent(consumer, dev.swap_event, 0);
     ++stats_.swap_ins;
     stats_.bytes_copied_in += b.size;
   } else {
+    // Contents come from the operation about to run; until it is submitted
+    // the host copy stays the truth (see Finish).
+    b.pending_overwrite = true;
     ++stats_.swap_ins_without_copy;
   }
   b.location = Location::kCpuGpu;
@@ -500,6 +575,7 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> ids,
                                 absl::Span<const uint64_t> overwritten,
                                 CUstream stream) {
   absl::MutexLock lock(&mu_);
+  CollectGarbage();
   std::vector<Buffer*> pinned;
   for (uint64_t id : ids) {
     Buffer* b = ById(id);
@@ -524,12 +600,16 @@ void MemoryManager::Finish(absl::Span<const uint64_t> ids,
                            absl::Span<const uint64_t> written, CUstream stream,
                            bool submitted) {
   absl::MutexLock lock(&mu_);
-  ++clock_;
-  std::vector<Buffer*> released;
   for (uint64_t id : ids) {
     Buffer* b = ById(id);
     if (b == nullptr || b->pins == 0) continue;
     --b->pins;
+    if (b->pending_overwrite) {
+      b->pending_overwrite = false;
+      // The overwrite did not happen: the device memory holds nothing yet,
+      // so bring the host copy's contents in after all.
+      if (!submitted) RestoreFromHost(DeviceState(b->device), *b);
+    }
     if (submitted) {
       if (b->last_use_event == nullptr) {
         driver_->cuEventCreate(&b->last_use_event, CU_EVENT_DISABLE_TIMING);
@@ -538,13 +618,26 @@ void MemoryManager::Finish(absl::Span<const uint64_t> ids,
           driver_->cuEventRecord(b->last_use_event, stream) == CUDA_SUCCESS) {
         b->used = true;
       }
-      b->last_use = clock_;
+      b->last_use = ++clock_;  // distinct ticks: LRU order has no ties
     }
   }
   if (submitted) {
     for (uint64_t id : written) {
       if (Buffer* b = ById(id)) b->gpu_version = ++version_;  // host copy now stale
     }
+  }
+}
+
+void MemoryManager::RestoreFromHost(Device& dev, Buffer& b) {
+  CUresult r = b.host_handle != 0
+                   ? driver_->cuMemcpyDtoDAsync_v2(b.base, b.host_va, b.size, dev.swap_stream)
+                   : driver_->cuMemcpyHtoDAsync_v2(b.base, b.host_ptr, b.size, dev.swap_stream);
+  if (r == CUDA_SUCCESS) {
+    driver_->cuEventRecord(dev.swap_event, dev.swap_stream);
+    driver_->cuEventSynchronize(dev.swap_event);
+  } else {
+    UnmapDevice(dev, b);  // keep the host copy as the only one
+    b.location = Location::kCpuOnly;
   }
 }
 
@@ -564,6 +657,7 @@ bool MemoryManager::ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst,
 
 void MemoryManager::MemInfo(int device, size_t* free_bytes, size_t* total_bytes) {
   absl::MutexLock lock(&mu_);
+  CollectGarbage();
   Device& dev = DeviceState(device);
   if (total_bytes != nullptr) *total_bytes = dev.cap;
   if (free_bytes != nullptr) *free_bytes = dev.used >= dev.cap ? 0 : dev.cap - dev.used;

@@ -114,6 +114,14 @@ class MemoryManager {
   CUresult MakeRoom(Device& dev, uint64_t need) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool DropOneClean(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReleaseGarbage(Device& dev, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases every freed buffer whose last use has completed.
+  void CollectGarbage() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LogOom(Device& dev, uint64_t need) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Device memory off a buffer's address (host copy mapped there instead,
+  // where that is supported).
+  void UnmapDevice(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MapHostAtBase(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RestoreFromHost(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool EvictByPolicy(Device& dev, uint64_t needed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Physical memory for a buffer at its VA (S401/S402 with retries through
@@ -145,6 +153,7 @@ class MemoryManager {
   SwapStats stats_ ABSL_GUARDED_BY(mu_);
   bool warned_no_host_vmm_ ABSL_GUARDED_BY(mu_) = false;
   bool warned_host_limit_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t garbage_ ABSL_GUARDED_BY(mu_) = 0;  // freed buffers not yet released
 };
 
 }  // namespace stensor
