@@ -206,33 +206,22 @@ CUresult Sync(const char* api, Fn real, StreamRef s, Args... args) {
 
 using namespace stensor;  // NOLINT: the exported C hooks below
 
-// Each pair: the legacy entry point and its per-thread-default-stream twin.
-#define PAIR(name, twin, params, ...)                                        \
-  STENSOR_EXPORT CUresult name params {                                      \
-    constexpr bool kPerThread = false;                                        \
-    constexpr const char* kApi = #name;                                       \
-    (void)kApi;                                                                \
-    auto real = D().name;                                                      \
-    (void)kPerThread;                                                          \
-    return __VA_ARGS__;                                                        \
-  }                                                                            \
-  STENSOR_EXPORT CUresult name##twin params {                                \
-    constexpr bool kPerThread = true;                                         \
-    constexpr const char* kApi = #name #twin;                                 \
-    (void)kApi;                                                                \
-    auto real = D().name##twin;                                                \
-    (void)kPerThread;                                                          \
-    return __VA_ARGS__;                                                        \
+// One exported hook: `kApi` names it, `real` is the real entry point of the
+// same symbol, `kPerThread` says what stream handle 0 means.
+#define HOOK(symbol, per_thread, params, ...)                                 \
+  STENSOR_EXPORT CUresult symbol params {                                     \
+    constexpr bool kPerThread = per_thread;                                   \
+    constexpr const char* kApi = #symbol;                                     \
+    auto real = D().symbol;                                                   \
+    (void)kApi;                                                               \
+    (void)kPerThread;                                                         \
+    return __VA_ARGS__;                                                       \
   }
-#define ONE(name, params, ...)                                               \
-  STENSOR_EXPORT CUresult name params {                                      \
-    constexpr bool kPerThread = false;                                        \
-    constexpr const char* kApi = #name;                                       \
-    (void)kApi;                                                                \
-    auto real = D().name;                                                      \
-    (void)kPerThread;                                                          \
-    return __VA_ARGS__;                                                        \
-  }
+#define ONE(name, params, ...) HOOK(name, false, params, __VA_ARGS__)
+// The legacy entry point and its per-thread-default-stream twin.
+#define PAIR(name, twin, params, ...)       \
+  HOOK(name, false, params, __VA_ARGS__)    \
+  HOOK(name##twin, true, params, __VA_ARGS__)
 
 // --- Allocation and reporting ---------------------------------------------------
 // Under a cap, stensor serves the allocation itself (VMM-backed, swappable).
