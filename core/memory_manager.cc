@@ -628,6 +628,13 @@ void MemoryManager::Finish(absl::Span<const uint64_t> ids,
   }
 }
 
+void MemoryManager::MarkAllWritten() {
+  absl::MutexLock lock(&mu_);
+  for (auto& [base, b] : by_base_) {
+    if (b->resident()) b->gpu_version = ++version_;
+  }
+}
+
 void MemoryManager::RestoreFromHost(Device& dev, Buffer& b) {
   CUresult r = b.host_handle != 0
                    ? driver_->cuMemcpyDtoDAsync_v2(b.base, b.host_va, b.size, dev.swap_stream)

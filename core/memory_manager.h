@@ -87,6 +87,11 @@ class MemoryManager {
   void Finish(absl::Span<const uint64_t> ids, absl::Span<const uint64_t> written,
               CUstream stream, bool submitted) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // An operation whose accesses are unknown (a kernel the driver could not
+  // describe, a graph launch) may have written any buffer: every host copy
+  // is treated as stale from now on, so none is dropped as clean.
+  void MarkAllWritten() ABSL_LOCKS_EXCLUDED(mu_);
+
   // A device-to-host copy of [src, src+bytes) that lies in one swapped-out
   // buffer is served from its host copy: copies and returns true.
   bool ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst, uint64_t bytes)

@@ -557,6 +557,26 @@ TEST_F(MemoryManagerTest, WriteMakesBufferDirtyAgain) {
   FreeAll(*mm, {a, b, c, d, e, f});
 }
 
+// An operation with unknown accesses (a kernel the driver cannot describe,
+// a graph launch) may have written anything: no host copy is trusted after
+// it, so the clean buffer is copied out instead of dropped.
+TEST_F(MemoryManagerTest, UnknownWritesMakeEveryBufferDirty) {
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c, d;
+  FillAndSwapOutA(*mm, &a, &b, &c, &d);
+  ExpectData(*mm, 1, a, 1);  // back in, clean (B went out)
+  ExpectData(*mm, 3, c, 3);
+  ExpectData(*mm, 4, d, 4);
+  mm->MarkAllWritten();
+  ClearLog();
+  CUdeviceptr e = Alloc(*mm, 5);
+  EXPECT_THAT(Records(), ElementsAre("swap_out:1"));  // not drop_clean
+  Write(*mm, 5, e, 5);
+  ExpectData(*mm, 1, a, 1);
+  FreeAll(*mm, {a, b, c, d, e});
+}
+
 // --- S404 --------------------------------------------------------------------
 
 // S404: a buffer freed while work using it is still queued (a memset on a

@@ -138,7 +138,11 @@ CUresult Tracker::BeginLaunch(CUfunction f, StreamRef stream, void** params,
 void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
                         const unsigned block[3], StreamRef stream,
                         const Accesses& accesses, bool submitted) {
-  if (memory_) memory_->Finish(accesses.reads, accesses.writes, Handle(stream), submitted);
+  if (memory_) {
+    memory_->Finish(accesses.reads, accesses.writes, Handle(stream), submitted);
+    // Nothing known about what it wrote: no host copy can be trusted.
+    if (submitted && !kernels_.Get(f)->layout_known) memory_->MarkAllWritten();
+  }
   if (!submitted) return;
   Count(OpType::kLaunch);
   if (!log_) return;
@@ -339,6 +343,7 @@ void Tracker::OnSync(const char* api, StreamRef stream) {
 void Tracker::OnGraphLaunch(const char* api, CUgraphExec graph,
                             StreamRef stream) {
   Count(OpType::kGraphLaunch);
+  if (memory_) memory_->MarkAllWritten();  // its kernels are not inferred yet
   if (!log_) return;
   Log(JsonLine()
           .Str("type", "graph_launch")
