@@ -41,8 +41,9 @@ struct MemoryManager::Buffer {
   uint64_t gpu_version = 0;
   uint64_t host_version = 0;
   uint64_t last_use = 0;
-  CUevent last_use_event = nullptr;  // recorded after each use
-  bool used = false;
+  // The last use on each stream that used it (a use on one stream says
+  // nothing about another); a swap-in's copy is a use on the swap stream.
+  std::vector<std::pair<CUstream, CUevent>> uses;
   // Device memory, when resident.
   CUmemGenericAllocationHandle device_handle = 0;
   // The host copy: host-located VMM memory (mapped at host_va, and at base
@@ -64,6 +65,10 @@ struct MemoryManager::Buffer {
 
 struct MemoryManager::Device {
   int ordinal = 0;
+  // The last operation whose accesses are unknown: until it completed, no
+  // buffer of this device counts as idle.
+  CUevent unknown_use = nullptr;
+  bool unknown_used = false;
   uint64_t cap = 0;
   uint64_t used = 0;
   uint64_t granularity = 0;
@@ -163,13 +168,22 @@ MemoryManager::Buffer* MemoryManager::ById(uint64_t id) {
 }
 
 bool MemoryManager::Idle(const Buffer& b) const {
-  return !b.used || driver_->cuEventQuery(b.last_use_event) != CUDA_ERROR_NOT_READY;
+  for (const auto& [stream, event] : b.uses) {
+    if (driver_->cuEventQuery(event) == CUDA_ERROR_NOT_READY) return false;
+  }
+  const Device* dev = static_cast<size_t>(b.device) < devices_.size()
+                          ? devices_[b.device].get()
+                          : nullptr;
+  return dev == nullptr || !dev->unknown_used ||
+         driver_->cuEventQuery(dev->unknown_use) != CUDA_ERROR_NOT_READY;
 }
 
 void MemoryManager::WaitIdle(Buffer& b) {
   if (Idle(b)) return;
   auto start = std::chrono::steady_clock::now();
-  driver_->cuEventSynchronize(b.last_use_event);
+  for (const auto& [stream, event] : b.uses) driver_->cuEventSynchronize(event);
+  Device& dev = DeviceState(b.device);
+  if (dev.unknown_used) driver_->cuEventSynchronize(dev.unknown_use);
   double waited = Seconds(std::chrono::steady_clock::now() - start);
   stats_.host_wait_seconds += waited;
   Log(JsonLine()
@@ -177,6 +191,18 @@ void MemoryManager::WaitIdle(Buffer& b) {
           .Uint("id", b.id)
           .Double("seconds", waited)
           .Finish());
+}
+
+void MemoryManager::RecordUse(Buffer& b, CUstream stream) {
+  CUevent event = nullptr;
+  for (auto& [s, e] : b.uses) {
+    if (s == stream) event = e;
+  }
+  if (event == nullptr) {
+    if (driver_->cuEventCreate(&event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return;
+    b.uses.emplace_back(stream, event);
+  }
+  driver_->cuEventRecord(event, stream);
 }
 
 // --- Allocation -----------------------------------------------------------------
@@ -227,7 +253,7 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr) {
 void MemoryManager::Bind(CUdeviceptr base, uint64_t id) {
   absl::MutexLock lock(&mu_);
   auto it = by_base_.find(base);
-  if (it == by_base_.end()) return;
+  if (it == by_base_.end() || id == 0) return;  // untracked: never looked up
   it->second->id = id;
   by_id_[id] = it->second.get();
 }
@@ -307,7 +333,7 @@ void MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
       dev.host_bytes -= b.reserved;
     }
   }
-  if (b.last_use_event != nullptr) driver_->cuEventDestroy_v2(b.last_use_event);
+  for (const auto& [stream, event] : b.uses) driver_->cuEventDestroy_v2(event);
   by_id_.erase(b.id);
   by_base_.erase(b.base);  // destroys b
 }
@@ -392,10 +418,14 @@ bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed) {
   if (candidates.empty()) return false;
   std::vector<Eviction> chosen = policy_->Choose(candidates, std::max<uint64_t>(needed, 1));
   if (chosen.empty()) return false;
-  // One at a time: the caller re-checks the cap after each.
-  Buffer& b = *buffers[chosen.front().id];
-  WaitIdle(b);
-  return SwapOut(dev, b, chosen.front().copy || !b.clean()) == CUDA_SUCCESS;
+  // One at a time: the caller re-checks the cap after each. A swap-out that
+  // fails (the host limit, say) moves on to the next choice.
+  for (const Eviction& e : chosen) {
+    Buffer& b = *buffers[e.id];
+    WaitIdle(b);
+    if (SwapOut(dev, b, e.copy || !b.clean()) == CUDA_SUCCESS) return true;
+  }
+  return false;
 }
 
 // --- Swapping ---------------------------------------------------------------------
@@ -532,9 +562,6 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
     if (b.host_handle != 0) MapHostAtBase(b);  // still swapped out, still readable
     return r;
   }
-  if (b.last_use_event == nullptr) {
-    driver_->cuEventCreate(&b.last_use_event, CU_EVENT_DISABLE_TIMING);
-  }
   if (copy) {
     CUresult r = b.host_handle != 0
                      ? driver_->cuMemcpyDtoDAsync_v2(b.base, b.host_va, b.size, dev.swap_stream)
@@ -544,10 +571,9 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
       return r;
     }
     driver_->cuEventRecord(dev.swap_event, dev.swap_stream);
-    // The copy is in flight: the buffer is busy until it completed.
-    if (driver_->cuEventRecord(b.last_use_event, dev.swap_stream) == CUDA_SUCCESS) {
-      b.used = true;
-    }
+    // The copy is in flight: the buffer is busy until it completed, and any
+    // other stream that uses it before then waits for it too (Prepare).
+    RecordUse(b, dev.swap_stream);
     // The consumer waits on the device; the host goes on.
     driver_->cuStreamWaitEvent(consumer, dev.swap_event, 0);
     ++stats_.swap_ins;
@@ -584,12 +610,27 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> ids,
     pinned.push_back(b);
   }
   for (Buffer* b : pinned) {
-    if (b->resident()) continue;
+    Device& dev = DeviceState(b->device);
+    if (b->resident()) {
+      // Brought in for another stream: this one waits for that copy too.
+      for (const auto& [s, event] : b->uses) {
+        if (s == dev.swap_stream && s != nullptr &&
+            driver_->cuEventQuery(event) == CUDA_ERROR_NOT_READY) {
+          driver_->cuStreamWaitEvent(stream, event, 0);
+        }
+      }
+      continue;
+    }
     bool whole = std::find(overwritten.begin(), overwritten.end(), b->id) !=
                  overwritten.end();
-    if (CUresult r = SwapIn(DeviceState(b->device), *b, !whole, stream);
-        r != CUDA_SUCCESS) {
-      for (Buffer* p : pinned) --p->pins;
+    if (CUresult r = SwapIn(dev, *b, !whole, stream); r != CUDA_SUCCESS) {
+      for (Buffer* p : pinned) {
+        --p->pins;
+        if (p->pending_overwrite) {  // the overwrite will not happen
+          p->pending_overwrite = false;
+          RestoreFromHost(DeviceState(p->device), *p);
+        }
+      }
       return r;
     }
   }
@@ -611,13 +652,7 @@ void MemoryManager::Finish(absl::Span<const uint64_t> ids,
       if (!submitted) RestoreFromHost(DeviceState(b->device), *b);
     }
     if (submitted) {
-      if (b->last_use_event == nullptr) {
-        driver_->cuEventCreate(&b->last_use_event, CU_EVENT_DISABLE_TIMING);
-      }
-      if (b->last_use_event != nullptr &&
-          driver_->cuEventRecord(b->last_use_event, stream) == CUDA_SUCCESS) {
-        b->used = true;
-      }
+      if (b->vmm) RecordUse(*b, stream);  // small buffers are never evicted
       b->last_use = ++clock_;  // distinct ticks: LRU order has no ties
     }
   }
@@ -628,11 +663,20 @@ void MemoryManager::Finish(absl::Span<const uint64_t> ids,
   }
 }
 
-void MemoryManager::MarkAllWritten() {
+void MemoryManager::MarkAllWritten(CUstream stream) {
   absl::MutexLock lock(&mu_);
   for (auto& [base, b] : by_base_) {
     if (b->resident()) b->gpu_version = ++version_;
   }
+  CUdevice ordinal = 0;
+  if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return;
+  Device& dev = DeviceState(ordinal);
+  if (dev.unknown_use == nullptr &&
+      driver_->cuEventCreate(&dev.unknown_use, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+    return;
+  }
+  // Until it completed, nothing on this device may be evicted.
+  if (driver_->cuEventRecord(dev.unknown_use, stream) == CUDA_SUCCESS) dev.unknown_used = true;
 }
 
 void MemoryManager::RestoreFromHost(Device& dev, Buffer& b) {

@@ -90,7 +90,9 @@ class MemoryManager {
   // An operation whose accesses are unknown (a kernel the driver could not
   // describe, a graph launch) may have written any buffer: every host copy
   // is treated as stale from now on, so none is dropped as clean.
-  void MarkAllWritten() ABSL_LOCKS_EXCLUDED(mu_);
+  // Also, until it completed (an event on `stream`), no buffer of the current
+  // device counts as idle, so none is evicted under it.
+  void MarkAllWritten(CUstream stream) ABSL_LOCKS_EXCLUDED(mu_);
 
   // A device-to-host copy of [src, src+bytes) that lies in one swapped-out
   // buffer is served from its host copy: copies and returns true.
@@ -139,6 +141,8 @@ class MemoryManager {
   void ReleaseBuffer(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Idle(const Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WaitIdle(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records the buffer's last use on `stream` (one event per stream).
+  void RecordUse(Buffer& b, CUstream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Charge(Device& dev, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Buffer* ById(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Log(std::string line) const;

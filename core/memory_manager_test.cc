@@ -568,7 +568,8 @@ TEST_F(MemoryManagerTest, UnknownWritesMakeEveryBufferDirty) {
   ExpectData(*mm, 1, a, 1);  // back in, clean (B went out)
   ExpectData(*mm, 3, c, 3);
   ExpectData(*mm, 4, d, 4);
-  mm->MarkAllWritten();
+  mm->MarkAllWritten(nullptr);
+  ASSERT_CU(cuCtxSynchronize());  // its barrier event has completed
   ClearLog();
   CUdeviceptr e = Alloc(*mm, 5);
   EXPECT_THAT(Records(), ElementsAre("swap_out:1"));  // not drop_clean
@@ -583,6 +584,65 @@ TEST_F(MemoryManagerTest, UnknownWritesMakeEveryBufferDirty) {
 // held stream) stays charged as garbage. When room is needed, the garbage is
 // released before anything is evicted, waiting for its work: the wait is
 // logged (evict_wait) and nothing is swapped out.
+// A use on one stream says nothing about a use on another: a buffer still
+// in use on a held stream is waited for before eviction, even though its
+// latest use (on another stream) has completed.
+TEST_F(MemoryManagerTest, EvictionWaitsForUsesOnEveryStream) {
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c;
+  FillThree(*mm, &a, &b, &c);
+  HeldStream held;
+  Ids ids = {1};
+  ASSERT_CU(mm->Prepare(ids, {}, held.get()));
+  mm->Finish(ids, {}, held.get(), /*submitted=*/true);  // a read, still queued
+  CUstream other;
+  ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(mm->Prepare(ids, {}, other));
+  mm->Finish(ids, {}, other, /*submitted=*/true);
+  ASSERT_CU(cuStreamSynchronize(other));
+  // A is now the most recently used; make it the only candidate left.
+  Ids others = {2, 3};
+  ASSERT_CU(mm->Prepare(others, {}, nullptr));
+  ClearLog();
+  std::thread opener([&held] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    held.Open();
+  });
+  CUdeviceptr d = Alloc(*mm, 4);
+  opener.join();
+  EXPECT_THAT(Records(), ElementsAre("evict_wait:1", "swap_out:1"));
+  EXPECT_GE(mm->stats().host_wait_seconds, 0.05);
+  mm->Finish(others, {}, nullptr, /*submitted=*/true);
+  ExpectData(*mm, 1, a, 1);
+  ASSERT_CU(cuStreamDestroy(other));
+  FreeAll(*mm, {a, b, c, d});
+}
+
+// A swap-in started for one stream orders every other stream that uses the
+// buffer before its copy completed.
+TEST_F(MemoryManagerTest, SecondStreamWaitsForAnotherStreamsSwapIn) {
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c, d;
+  FillAndSwapOutA(*mm, &a, &b, &c, &d);  // A is out
+  CUstream first, second;
+  ASSERT_CU(cuStreamCreate(&first, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamCreate(&second, CU_STREAM_NON_BLOCKING));
+  Ids ids = {1};
+  ASSERT_CU(mm->Prepare(ids, {}, first));  // swap-in copy, first waits for it
+  mm->Finish(ids, {}, first, /*submitted=*/false);
+  ASSERT_CU(mm->Prepare(ids, {}, second));  // resident: second must wait too
+  std::vector<uint64_t> got(kWords);
+  ASSERT_CU(cuMemcpyDtoHAsync_v2(got.data(), a, kGranule, second));
+  mm->Finish(ids, {}, second, /*submitted=*/true);
+  ASSERT_CU(cuStreamSynchronize(second));
+  EXPECT_EQ(Mismatch(got, 1), "");
+  ASSERT_CU(cuStreamDestroy(first));
+  ASSERT_CU(cuStreamDestroy(second));
+  FreeAll(*mm, {a, b, c, d});
+}
+
 TEST_F(MemoryManagerTest, S404GarbageIsReleasedBeforeEvictionWaitingForIt) {
   auto mm = Make("6MiB");
   ASSERT_NE(mm, nullptr);

@@ -118,8 +118,9 @@ CUresult Tracker::AllocateCapped(const char* api, CUdeviceptr* dptr,
 
 bool Tracker::FreeCapped(const char* api, CUdeviceptr dptr, CUresult* result) {
   if (!memory_->Owns(dptr)) return false;
+  // Forget the range before its address can be handed out again.
+  if (registry_.Find(dptr)) OnFree(api, dptr);
   *result = memory_->Free(dptr);
-  if (*result == CUDA_SUCCESS) OnFree(api, dptr);
   return true;
 }
 
@@ -141,7 +142,7 @@ void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
   if (memory_) {
     memory_->Finish(accesses.reads, accesses.writes, Handle(stream), submitted);
     // Nothing known about what it wrote: no host copy can be trusted.
-    if (submitted && !kernels_.Get(f)->layout_known) memory_->MarkAllWritten();
+    if (submitted && !kernels_.Get(f)->layout_known) memory_->MarkAllWritten(Handle(stream));
   }
   if (!submitted) return;
   Count(OpType::kLaunch);
@@ -173,10 +174,15 @@ CUresult Tracker::BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes,
   std::optional<Buffer> s = src != 0 ? registry_.Find(src) : std::nullopt;
   scope->dst_id = d ? d->id : 0;
   scope->src_id = s ? s->id : 0;
-  if (linear && to_host && s && !d &&
-      memory_->ReadFromHostCopy(s->id, src - s->base, reinterpret_cast<void*>(dst), bytes)) {
-    scope->served = true;  // a swapped-out buffer's host copy is current
-    return CUDA_SUCCESS;
+  if (linear && to_host && s && !d) {
+    // A synchronous copy from a swapped-out buffer reads its host copy. It
+    // waits for the stream first, as the driver's copy would.
+    if (driver_->cuStreamSynchronize != nullptr &&
+        driver_->cuStreamSynchronize(Handle(stream)) == CUDA_SUCCESS &&
+        memory_->ReadFromHostCopy(s->id, src - s->base, reinterpret_cast<void*>(dst), bytes)) {
+      scope->served = true;
+      return CUDA_SUCCESS;
+    }
   }
   uint64_t ids[2] = {scope->dst_id, scope->src_id};
   bool whole = linear && d && dst == d->base && bytes == d->size &&
@@ -343,7 +349,7 @@ void Tracker::OnSync(const char* api, StreamRef stream) {
 void Tracker::OnGraphLaunch(const char* api, CUgraphExec graph,
                             StreamRef stream) {
   Count(OpType::kGraphLaunch);
-  if (memory_) memory_->MarkAllWritten();  // its kernels are not inferred yet
+  if (memory_) memory_->MarkAllWritten(Handle(stream));  // kernels not inferred yet
   if (!log_) return;
   Log(JsonLine()
           .Str("type", "graph_launch")

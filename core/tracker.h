@@ -92,8 +92,9 @@ class Tracker {
 
   // Before and after a copy or memset of `bytes` at dst (from src; 0 for a
   // memset). `linear`: one contiguous range, so a write of a whole buffer is
-  // recognised, and a device-to-host read of a swapped-out one can be served
-  // from its host copy (then scope->served, and the driver is not called).
+  // recognised. `to_host`: a synchronous device-to-host copy, which for a
+  // swapped-out buffer is served from its host copy (then scope->served, and
+  // the driver is not called).
   CUresult BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes,
                          StreamRef stream, bool linear, bool to_host,
                          TransferScope* scope);

@@ -3,8 +3,10 @@
 // A hook calls the real entry point and reports what happened to the tracker;
 // it never changes arguments or results. Entry points that exist as a legacy
 // and a per-thread-stream twin (_ptds/_ptsz) share one implementation.
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "interpose/state.h"
 
@@ -47,7 +49,7 @@ CUresult Transfer(const char* api, const char* kind, Fn real, uint64_t dst,
                   bool linear, Args... args) {
   if (real == nullptr) return kMissing;
   TransferScope scope;
-  bool to_host = std::strcmp(kind, "DtoH") == 0;
+  bool to_host = !async && std::strcmp(kind, "DtoH") == 0;
   if (CUresult r = T().BeginTransfer(dst, src, bytes, s, linear, to_host, &scope);
       r != CUDA_SUCCESS) {
     return r;
@@ -345,6 +347,28 @@ uint64_t OperandStart(const CUmemcpy3DOperand& o) {
   return o.type == CU_MEMCPY_OPERAND_TYPE_POINTER ? o.op.ptr.ptr : 0;
 }
 
+// A batch of copies: every operation's buffers resident before the one
+// driver call, released after it. `ends(i)` gives operation i's (dst, src).
+template <typename Fn, typename Ends, typename Report, typename... Args>
+CUresult Batch(Fn real, StreamRef s, size_t count, Ends&& ends, bool valid,
+               Report&& report, Args... args) {
+  if (real == nullptr) return kMissing;
+  std::vector<TransferScope> scopes(valid ? count : 0);
+  for (size_t i = 0; i < scopes.size(); ++i) {
+    std::array<uint64_t, 2> e = ends(i);
+    if (CUresult r = T().BeginTransfer(e[0], e[1], 0, s, /*linear=*/false,
+                                       /*to_host=*/false, &scopes[i]);
+        r != CUDA_SUCCESS) {
+      for (size_t j = 0; j < i; ++j) T().EndTransfer(scopes[j], s, false);
+      return r;
+    }
+  }
+  CUresult r = real(args...);
+  for (const TransferScope& scope : scopes) T().EndTransfer(scope, s, r == CUDA_SUCCESS);
+  if (r == CUDA_SUCCESS) report();
+  return r;
+}
+
 void Report3DBatch(const char* api, const CUDA_MEMCPY3D_BATCH_OP* ops,
                    size_t count, StreamRef s) {
   if (ops == nullptr) return;
@@ -364,12 +388,20 @@ PAIR(cuMemcpy3DPeerAsync, _ptsz, (const CUDA_MEMCPY3D_PEER* p, CUstream s),
 PAIR(cuMemcpyBatchAsync_v2, _ptsz,
      (CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
       CUmemcpyAttributes* attrs, size_t* attrs_idxs, size_t num_attrs, CUstream s),
-     CallThen(real, [&] { ReportBatch(kApi, dsts, srcs, sizes, count, StreamRef{s, kPerThread}); },
-              dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, s))
+     Batch(real, StreamRef{s, kPerThread}, count,
+           [&](size_t i) { return std::array<uint64_t, 2>{dsts[i], srcs[i]}; },
+           dsts != nullptr && srcs != nullptr,
+           [&] { ReportBatch(kApi, dsts, srcs, sizes, count, StreamRef{s, kPerThread}); },
+           dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, s))
 PAIR(cuMemcpy3DBatchAsync_v2, _ptsz,
      (size_t num_ops, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags, CUstream s),
-     CallThen(real, [&] { Report3DBatch(kApi, ops, num_ops, StreamRef{s, kPerThread}); },
-              num_ops, ops, flags, s))
+     Batch(real, StreamRef{s, kPerThread}, num_ops,
+           [&](size_t i) {
+             return std::array<uint64_t, 2>{OperandStart(ops[i].dst), OperandStart(ops[i].src)};
+           },
+           ops != nullptr,
+           [&] { Report3DBatch(kApi, ops, num_ops, StreamRef{s, kPerThread}); },
+           num_ops, ops, flags, s))
 PAIR(cuMemcpyDtoA_v2, _ptds, (CUarray dst, size_t offset, CUdeviceptr src, size_t n),
      Copy(kApi, "DtoA", real, 0, src, n, StreamRef{nullptr, kPerThread}, false, dst, offset, src, n))
 PAIR(cuMemcpyAtoD_v2, _ptds, (CUdeviceptr dst, CUarray src, size_t offset, size_t n),
