@@ -250,6 +250,39 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr) {
   return CUDA_SUCCESS;
 }
 
+CUresult MemoryManager::ReserveExternal(uint64_t bytes) {
+  CUdevice ordinal = 0;
+  if (CUresult r = driver_->cuCtxGetDevice(&ordinal); r != CUDA_SUCCESS) return r;
+  absl::MutexLock lock(&mu_);
+  Device& dev = DeviceState(ordinal);
+  uint64_t charge = AlignUp(bytes, kSmallUnit);
+  if (CUresult r = MakeRoom(dev, charge); r != CUDA_SUCCESS) return r;
+  Charge(dev, charge);
+  return CUDA_SUCCESS;
+}
+
+void MemoryManager::UnreserveExternal(uint64_t bytes) {
+  CUdevice ordinal = 0;
+  if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return;
+  absl::MutexLock lock(&mu_);
+  DeviceState(ordinal).used -= AlignUp(bytes, kSmallUnit);
+}
+
+void MemoryManager::AdoptExternal(CUdeviceptr base, uint64_t bytes) {
+  CUdevice ordinal = 0;
+  if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return;
+  absl::MutexLock lock(&mu_);
+  external_[base] = {ordinal, AlignUp(bytes, kSmallUnit)};
+}
+
+void MemoryManager::ForgetExternal(CUdeviceptr base) {
+  absl::MutexLock lock(&mu_);
+  auto it = external_.find(base);
+  if (it == external_.end()) return;
+  DeviceState(it->second.first).used -= it->second.second;
+  external_.erase(it);
+}
+
 void MemoryManager::Bind(CUdeviceptr base, uint64_t id) {
   absl::MutexLock lock(&mu_);
   auto it = by_base_.find(base);

@@ -66,6 +66,16 @@ class MemoryManager {
   // the cap and is never swapped. The driver's result code, or
   // CUDA_ERROR_OUT_OF_MEMORY when nothing is left to evict.
   CUresult Allocate(uint64_t bytes, CUdeviceptr* dptr) ABSL_LOCKS_EXCLUDED(mu_);
+  // Allocations the driver makes itself under the cap (cuMemAllocPitch,
+  // stream-ordered pools): never swapped, but counted. Reserve makes room
+  // for `bytes` on the current device and charges them; Adopt ties the
+  // charge to the allocation at `base` (or Unreserve when the driver failed);
+  // Forget releases it when the program frees that allocation.
+  CUresult ReserveExternal(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  void UnreserveExternal(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  void AdoptExternal(CUdeviceptr base, uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  void ForgetExternal(CUdeviceptr base) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Gives the buffer at `base` its registry id (for the log and accesses).
   void Bind(CUdeviceptr base, uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether `base` is a buffer this manager allocated.
@@ -163,6 +173,8 @@ class MemoryManager {
   bool warned_no_host_vmm_ ABSL_GUARDED_BY(mu_) = false;
   bool warned_host_limit_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t garbage_ ABSL_GUARDED_BY(mu_) = 0;  // freed buffers not yet released
+  // External allocations: base -> (device, charged bytes).
+  absl::flat_hash_map<uint64_t, std::pair<int, uint64_t>> external_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace stensor

@@ -578,6 +578,29 @@ TEST_F(MemoryManagerTest, UnknownWritesMakeEveryBufferDirty) {
   FreeAll(*mm, {a, b, c, d, e});
 }
 
+// Allocations the driver makes itself (pitched, stream-ordered) are counted
+// against the cap: room is made for them, and their charge goes with them.
+TEST_F(MemoryManagerTest, ExternalAllocationsCountAgainstTheCap) {
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c;
+  FillThree(*mm, &a, &b, &c);
+  ClearLog();
+  ASSERT_CU(mm->ReserveExternal(kGranule));  // evicts A to make room
+  EXPECT_THAT(Records(), ElementsAre("swap_out:1"));
+  CUdeviceptr ext = 0;
+  ASSERT_CU(cuMemAlloc_v2(&ext, kGranule));  // stands in for the driver's own
+  mm->AdoptExternal(ext, kGranule);
+  EXPECT_EQ(FreeBytes(*mm), 0u);
+  mm->ForgetExternal(ext);
+  ASSERT_CU(cuMemFree_v2(ext));
+  EXPECT_EQ(FreeBytes(*mm), kGranule);
+  ASSERT_CU(mm->ReserveExternal(kGranule));
+  mm->UnreserveExternal(kGranule);  // the driver failed: nothing charged
+  EXPECT_EQ(FreeBytes(*mm), kGranule);
+  FreeAll(*mm, {a, b, c});
+}
+
 // --- S404 --------------------------------------------------------------------
 
 // S404: a buffer freed while work using it is still queued (a memset on a

@@ -230,12 +230,35 @@ using namespace stensor;  // NOLINT: the exported C hooks below
 ONE(cuMemAlloc_v2, (CUdeviceptr* dptr, size_t bytes),
     T().capped() ? T().AllocateCapped(kApi, dptr, bytes)
                  : Alloc(kApi, real, dptr, bytes, BufferKind::kDeviceAlloc, bytes))
+// Under a cap, an allocation the driver makes itself is counted against it
+// (it is not swapped): room first, the charge released if the driver fails.
+template <typename Call>
+CUresult Counted(bool present, CUdeviceptr* dptr, uint64_t bytes, Call&& call) {
+  if (!present) return kMissing;
+  MemoryManager* memory = T().memory();
+  if (memory != nullptr) {
+    if (CUresult r = memory->ReserveExternal(bytes); r != CUDA_SUCCESS) return r;
+  }
+  CUresult r = call();
+  if (memory != nullptr) {
+    if (r == CUDA_SUCCESS && dptr != nullptr) {
+      memory->AdoptExternal(*dptr, bytes);
+    } else {
+      memory->UnreserveExternal(bytes);
+    }
+  }
+  return r;
+}
+
 STENSOR_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch,
                                            size_t width, size_t height,
                                            unsigned int element) {
+  // The pitch is the driver's choice, made inside the call: the charge
+  // assumes the usual 512-byte alignment.
+  uint64_t guess = (uint64_t{width} + 511) / 512 * 512 * height;
   auto real = D().cuMemAllocPitch_v2;
-  if (real == nullptr) return kMissing;
-  CUresult r = real(dptr, pitch, width, height, element);
+  CUresult r = Counted(real != nullptr, dptr, guess,
+                       [&] { return real(dptr, pitch, width, height, element); });
   if (r == CUDA_SUCCESS && dptr != nullptr && pitch != nullptr) {
     T().OnAlloc("cuMemAllocPitch_v2", *dptr, uint64_t{*pitch} * height,
                 BufferKind::kDeviceAlloc);
@@ -245,15 +268,26 @@ STENSOR_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch,
 STENSOR_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   CUresult r;
   if (T().capped() && T().FreeCapped("cuMemFree_v2", dptr, &r)) return r;
-  return Free("cuMemFree_v2", D().cuMemFree_v2, dptr);
+  r = Free("cuMemFree_v2", D().cuMemFree_v2, dptr);
+  if (r == CUDA_SUCCESS && T().capped()) T().memory()->ForgetExternal(dptr);
+  return r;
 }
+// Stream-ordered allocations are counted against a cap, never swapped.
 PAIR(cuMemAllocAsync, _ptsz, (CUdeviceptr* dptr, size_t bytes, CUstream s),
-     Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, s))
+     Counted(real != nullptr, dptr, bytes, [&] {
+       return Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, s);
+     }))
 PAIR(cuMemAllocFromPoolAsync, _ptsz,
      (CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream s),
-     Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, pool, s))
+     Counted(real != nullptr, dptr, bytes, [&] {
+       return Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, pool, s);
+     }))
 PAIR(cuMemFreeAsync, _ptsz, (CUdeviceptr dptr, CUstream s),
-     Free(kApi, real, dptr, s))
+     [&] {
+       CUresult r = Free(kApi, real, dptr, s);
+       if (r == CUDA_SUCCESS && T().capped()) T().memory()->ForgetExternal(dptr);
+       return r;
+     }())
 // Under a cap, the program sees the cap as the device's memory.
 STENSOR_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
   auto real = D().cuMemGetInfo_v2;
