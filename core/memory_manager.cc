@@ -180,10 +180,19 @@ bool MemoryManager::Idle(const Buffer& b) const {
 
 void MemoryManager::WaitIdle(Buffer& b) {
   if (Idle(b)) return;
-  auto start = std::chrono::steady_clock::now();
-  for (const auto& [stream, event] : b.uses) driver_->cuEventSynchronize(event);
+  std::vector<CUevent> events;
+  for (const auto& [stream, event] : b.uses) events.push_back(event);
   Device& dev = DeviceState(b.device);
-  if (dev.unknown_used) driver_->cuEventSynchronize(dev.unknown_use);
+  if (dev.unknown_used) events.push_back(dev.unknown_use);
+  // Wait without the lock: the work waited for may depend on another
+  // thread's next launch, which needs the lock. The pin keeps the buffer
+  // (and its events) alive meanwhile; callers re-check everything after.
+  ++b.pins;
+  auto start = std::chrono::steady_clock::now();
+  mu_.Unlock();
+  for (CUevent event : events) driver_->cuEventSynchronize(event);
+  mu_.Lock();
+  --b.pins;
   double waited = Seconds(std::chrono::steady_clock::now() - start);
   stats_.host_wait_seconds += waited;
   Log(JsonLine()
@@ -412,8 +421,11 @@ bool MemoryManager::ReleaseGarbage(Device& dev, bool wait) {
   if (garbage_ == 0) return false;
   for (auto& [base, b] : by_base_) {
     if (b->device != dev.ordinal || !b->garbage || b->pins > 0) continue;
-    if (!wait && !Idle(*b)) continue;
-    WaitIdle(*b);
+    if (!Idle(*b)) {
+      if (!wait) continue;
+      WaitIdle(*b);  // unlocks: the caller looks again
+      return true;
+    }
     ++stats_.garbage_released;
     --garbage_;
     ReleaseBuffer(dev, *b);
@@ -455,7 +467,10 @@ bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed) {
   // fails (the host limit, say) moves on to the next choice.
   for (const Eviction& e : chosen) {
     Buffer& b = *buffers[e.id];
-    WaitIdle(b);
+    if (!Idle(b)) {
+      WaitIdle(b);  // unlocks: the caller looks again, from the start
+      return true;
+    }
     if (SwapOut(dev, b, e.copy || !b.clean()) == CUDA_SUCCESS) return true;
   }
   return false;
@@ -587,6 +602,14 @@ void MemoryManager::UnmapDevice(Device& dev, Buffer& b) {
 
 CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer) {
   if (CUresult r = MakeRoom(dev, b.reserved); r != CUDA_SUCCESS) return r;
+  if (b.resident()) {
+    // Another thread brought it in while MakeRoom waited without the lock:
+    // order after its copy, as for any resident buffer.
+    for (const auto& [s, event] : b.uses) {
+      if (s == dev.swap_stream && s != nullptr) driver_->cuStreamWaitEvent(consumer, event, 0);
+    }
+    return CUDA_SUCCESS;
+  }
   if (b.host_at_base) {
     driver_->cuMemUnmap(b.base, b.reserved);
     b.host_at_base = false;

@@ -13,7 +13,9 @@
 //
 // Thread-safety: all methods are thread-safe. One mutex serialises the
 // manager's decisions and the driver calls they make (allocation, eviction,
-// swaps); launches of buffers already resident only record events.
+// swaps); launches of buffers already resident only record events. Waits
+// for the program's own work happen without the mutex, since that work may
+// depend on another thread's next launch.
 #ifndef STENSOR_CORE_MEMORY_MANAGER_H_
 #define STENSOR_CORE_MEMORY_MANAGER_H_
 
@@ -150,6 +152,8 @@ class MemoryManager {
   CUresult EnsureHostCopy(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseBuffer(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Idle(const Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits for the buffer's in-flight uses, releasing the mutex meanwhile:
+  // anything may have changed when it returns.
   void WaitIdle(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records the buffer's last use on `stream` (one event per stream).
   void RecordUse(Buffer& b, CUstream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -642,6 +642,35 @@ TEST_F(MemoryManagerTest, EvictionWaitsForUsesOnEveryStream) {
   FreeAll(*mm, {a, b, c, d});
 }
 
+// The wait for in-flight work happens without the manager's lock: here the
+// work waited for (a held stream) is released only after another thread has
+// launched through the manager, as with kernels that wait on each other
+// across threads. Holding the lock while waiting would deadlock.
+TEST_F(MemoryManagerTest, WaitingForWorkDoesNotBlockOtherThreads) {
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c;
+  FillThree(*mm, &a, &b, &c);
+  HeldStream held;
+  Ids ida = {1};
+  ASSERT_CU(mm->Prepare(ida, {}, held.get()));
+  mm->Finish(ida, {}, held.get(), /*submitted=*/true);  // A busy until opened
+  Ids others = {2, 3};
+  ASSERT_CU(mm->Prepare(others, {}, nullptr));  // A is the only candidate
+  std::thread other([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    Ids idc = {3};
+    EXPECT_CU(mm->Prepare(idc, {}, nullptr));  // needs the lock
+    mm->Finish(idc, {}, nullptr, /*submitted=*/true);
+    held.Open();
+  });
+  CUdeviceptr d = Alloc(*mm, 4);  // waits for A's use
+  other.join();
+  mm->Finish(others, {}, nullptr, /*submitted=*/true);
+  ExpectData(*mm, 1, a, 1);
+  FreeAll(*mm, {a, b, c, d});
+}
+
 // A swap-in started for one stream orders every other stream that uses the
 // buffer before its copy completed.
 TEST_F(MemoryManagerTest, SecondStreamWaitsForAnotherStreamsSwapIn) {
