@@ -146,20 +146,30 @@ CUresult Memset(const char* api, Fn real, CUdeviceptr dst, uint64_t bytes,
 }
 
 // --- Launches -------------------------------------------------------------------
+// Every launch form: accesses inferred (and, under a cap, made resident)
+// before `call` submits it, recorded after.
+template <typename Call>
+CUresult LaunchWith(const char* api, CUfunction f, const unsigned grid[3],
+                    const unsigned block[3], StreamRef stream, void** params,
+                    void** extra, Call&& call) {
+  Accesses accesses;
+  if (CUresult r = T().BeginLaunch(f, stream, params, extra, &accesses); r != CUDA_SUCCESS) {
+    return r;
+  }
+  CUresult r = call();
+  T().EndLaunch(api, f, grid, block, stream, accesses, r == CUDA_SUCCESS);
+  return r;
+}
+
 CUresult Launch(const char* api, decltype(&::cuLaunchKernel) real, CUfunction f,
                 unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                 unsigned bz, unsigned shmem, CUstream s, void** params,
                 void** extra, bool per_thread) {
   if (real == nullptr) return kMissing;
-  const StreamRef stream{s, per_thread};
-  Accesses accesses;
-  if (CUresult r = T().BeginLaunch(f, stream, params, extra, &accesses); r != CUDA_SUCCESS) {
-    return r;
-  }
-  CUresult r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
   const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
-  T().EndLaunch(api, f, grid, block, stream, accesses, r == CUDA_SUCCESS);
-  return r;
+  return LaunchWith(api, f, grid, block, StreamRef{s, per_thread}, params, extra, [&] {
+    return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+  });
 }
 
 CUresult LaunchEx(const char* api, decltype(&::cuLaunchKernelEx) real,
@@ -167,16 +177,10 @@ CUresult LaunchEx(const char* api, decltype(&::cuLaunchKernelEx) real,
                   void** extra, bool per_thread) {
   if (real == nullptr) return kMissing;
   if (c == nullptr) return real(c, f, params, extra);  // the driver's error
-  const StreamRef stream{c->hStream, per_thread};
-  Accesses accesses;
-  if (CUresult r = T().BeginLaunch(f, stream, params, extra, &accesses); r != CUDA_SUCCESS) {
-    return r;
-  }
-  CUresult r = real(c, f, params, extra);
   const unsigned grid[3] = {c->gridDimX, c->gridDimY, c->gridDimZ};
   const unsigned block[3] = {c->blockDimX, c->blockDimY, c->blockDimZ};
-  T().EndLaunch(api, f, grid, block, stream, accesses, r == CUDA_SUCCESS);
-  return r;
+  return LaunchWith(api, f, grid, block, StreamRef{c->hStream, per_thread}, params,
+                    extra, [&] { return real(c, f, params, extra); });
 }
 
 CUresult Cooperative(const char* api, decltype(&::cuLaunchCooperativeKernel) real,
@@ -184,15 +188,10 @@ CUresult Cooperative(const char* api, decltype(&::cuLaunchCooperativeKernel) rea
                      unsigned bx, unsigned by, unsigned bz, unsigned shmem,
                      CUstream s, void** params, bool per_thread) {
   if (real == nullptr) return kMissing;
-  const StreamRef stream{s, per_thread};
-  Accesses accesses;
-  if (CUresult r = T().BeginLaunch(f, stream, params, nullptr, &accesses); r != CUDA_SUCCESS) {
-    return r;
-  }
-  CUresult r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
   const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
-  T().EndLaunch(api, f, grid, block, stream, accesses, r == CUDA_SUCCESS);
-  return r;
+  return LaunchWith(api, f, grid, block, StreamRef{s, per_thread}, params, nullptr, [&] {
+    return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+  });
 }
 
 template <typename Fn, typename... Args>
