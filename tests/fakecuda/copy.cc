@@ -121,11 +121,6 @@ Side Unified(CUdeviceptr p) {
   return Side{reinterpret_cast<unsigned char*>(p), 0, 0, IsDevicePointer(p)};
 }
 Shape Linear(size_t n) { return Shape{n, 1, 1}; }
-Side Linear(Side s, size_t n) {
-  s.pitch = n;
-  s.height = 1;
-  return s;
-}
 
 CUresult SideOf(CUmemorytype type, const void* host, CUdeviceptr device,
                 CUarray array, Side* out) {
