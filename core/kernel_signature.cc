@@ -140,6 +140,8 @@ class Parser {
   }
 
   std::optional<std::vector<ParamAccess>> Run();
+  // With `pointees`, Run also fills one Pointees entry per parameter.
+  void set_pointees_out(std::vector<Pointees>* pointees) { pointees_ = pointees; }
 
  private:
   // Bounds the recursion of the mutually recursive parse functions; every
@@ -214,6 +216,7 @@ class Parser {
   int Resolve(int node, int element) const;
   int PointeeIsConst(int node, int element) const;
   std::optional<ParamAccess> Classify(int node, int element) const;
+  Pointees ClassifyPointees(int node, int element) const;
   bool AppendParam(int node, std::vector<ParamAccess>* out) const;
 
   std::string_view text_;
@@ -227,6 +230,7 @@ class Parser {
   std::vector<int> subs_;
   int kernel_template_args_ = kFail;
   std::vector<int> kernel_params_;
+  std::vector<Pointees>* pointees_ = nullptr;
 };
 
 std::optional<std::vector<ParamAccess>> Parser::Run() {
@@ -1238,6 +1242,32 @@ std::optional<ParamAccess> Parser::Classify(int node, int element) const {
   return std::nullopt;
 }
 
+// Whether a parameter points to pointers (`T**`, `T* const*`, a reference
+// to either) and whether those pointers' targets are const. Anything not
+// understood counts as pointers to writable memory.
+Pointees Parser::ClassifyPointees(int node, int element) const {
+  // Strips qualifiers and references down to the first pointer.
+  auto pointer_below = [&](int n) -> int {
+    for (int hops = 0; hops < kMaxResolveHops; ++hops) {
+      n = Resolve(n, element);
+      if (n < 0) return kFail;
+      const Node& nd = nodes_[n];
+      if (nd.kind == Kind::kQualified || nd.kind == Kind::kReference) {
+        n = nd.child;
+        continue;
+      }
+      return nd.kind == Kind::kPointer ? n : kFail;
+    }
+    return kFail;
+  };
+  const int outer = pointer_below(node);
+  if (outer < 0) return Pointees::kNone;
+  const int inner = pointer_below(nodes_[outer].child);
+  if (inner < 0) return Pointees::kNone;
+  return PointeeIsConst(nodes_[inner].child, element) == 1 ? Pointees::kConst
+                                                            : Pointees::kWritable;
+}
+
 // Appends the classification of one parameter, or of every parameter a pack
 // expansion stands for (`Args... args` is a single `DpT_` in the name).
 bool Parser::AppendParam(int node, std::vector<ParamAccess>* out) const {
@@ -1245,6 +1275,7 @@ bool Parser::AppendParam(int node, std::vector<ParamAccess>* out) const {
     const std::optional<ParamAccess> access = Classify(node, -1);
     if (!access) return false;
     out->push_back(*access);
+    if (pointees_ != nullptr) pointees_->push_back(ClassifyPointees(node, -1));
     return true;
   }
   const int pattern = nodes_[node].child;
@@ -1265,6 +1296,7 @@ bool Parser::AppendParam(int node, std::vector<ParamAccess>* out) const {
     const std::optional<ParamAccess> access = Classify(pattern, element);
     if (!access) return false;
     out->push_back(*access);
+    if (pointees_ != nullptr) pointees_->push_back(ClassifyPointees(pattern, element));
   }
   return true;
 }
@@ -1397,6 +1429,29 @@ std::optional<std::vector<ParamAccess>> ClassifyMangledParams(
   return Parser(mangled).Run();
 }
 
+std::optional<std::vector<ParamAccess>> ClassifyMangledParams(
+    std::string_view mangled, std::vector<Pointees>* pointees) {
+  Parser parser(mangled);
+  parser.set_pointees_out(pointees);
+  return parser.Run();
+}
+
+bool PrintedAsPointerToPointerToConst(std::string_view type) {
+  type = Trim(type);
+  if (type.empty() || type.back() != '*') return false;
+  type = Trim(type.substr(0, type.size() - 1));
+  for (;;) {  // the qualifiers of the table's entries do not matter
+    if (EndsWithWord(type, "const")) {
+      type = Trim(type.substr(0, type.size() - 5));
+    } else if (EndsWithWord(type, "volatile") || EndsWithWord(type, "restrict")) {
+      type = Trim(type.substr(0, type.size() - 8));
+    } else {
+      break;
+    }
+  }
+  return PrintedAsPointerToConst(type);
+}
+
 bool DemangledParamsAgree(std::string_view demangled,
                           const std::vector<ParamAccess>& params) {
   std::vector<std::string_view> printed;
@@ -1440,6 +1495,11 @@ ParamAccess KernelSignature::For(size_t index) const {
   return params[index];
 }
 
+Pointees KernelSignature::PointeesFor(size_t index) const {
+  if (!parsed || index >= pointees.size()) return Pointees::kNone;
+  return pointees[index];
+}
+
 KernelSignature ParseKernelSignature(std::string_view mangled) {
   KernelSignature signature;
   signature.demangled_name = std::string(mangled);
@@ -1456,13 +1516,27 @@ KernelSignature ParseKernelSignature(std::string_view mangled) {
     demangled.reset(abi::__cxa_demangle(signature.demangled_name.c_str(),
                                         nullptr, nullptr, &status));
   }
+  std::vector<Pointees> pointees;
   std::optional<std::vector<ParamAccess>> params =
-      kernel_signature_internal::ClassifyMangledParams(mangled);
+      kernel_signature_internal::ClassifyMangledParams(mangled, &pointees);
   if (demangled != nullptr && status == 0) {
     signature.demangled_name = demangled.get();
     if (params && !kernel_signature_internal::DemangledParamsAgree(
                       signature.demangled_name, *params)) {
       return signature;
+    }
+    // A const-pointee claim is a read claim too: the printed type must
+    // confirm it, else the targets count as written.
+    std::vector<std::string_view> printed;
+    if (params &&
+        kernel_signature_internal::SplitDemangledParams(signature.demangled_name, &printed) &&
+        printed.size() == pointees.size()) {
+      for (size_t i = 0; i < pointees.size(); ++i) {
+        if (pointees[i] == Pointees::kConst &&
+            !kernel_signature_internal::PrintedAsPointerToPointerToConst(printed[i])) {
+          pointees[i] = Pointees::kWritable;
+        }
+      }
     }
   }
   // Without a demangled name there is nothing to cross-check against: the
@@ -1475,6 +1549,7 @@ KernelSignature ParseKernelSignature(std::string_view mangled) {
   if (!params) return signature;
   signature.parsed = true;
   signature.params = std::move(*params);
+  signature.pointees = std::move(pointees);
   return signature;
 }
 

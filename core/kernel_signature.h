@@ -64,6 +64,15 @@ enum class ParamAccess : uint8_t {
   kReadWrite,
 };
 
+// What a parameter that points to pointers (a pointer table: `T**`,
+// `T* const*`, `T const* const*`) lets the kernel do to the buffers the
+// table's entries point to.
+enum class Pointees : uint8_t {
+  kNone,      // not a pointer to pointers
+  kConst,     // `T const* const*`, `T const**`: the targets are only read
+  kWritable,  // `T**`, `T* const*`, or not understood
+};
+
 // "none", "read" or "read-write", for logs and test messages.
 const char* ParamAccessName(ParamAccess access);
 
@@ -77,10 +86,17 @@ struct KernelSignature {
   // One entry per top-level parameter, in order; pack expansions
   // (`Args... args`) are expanded. Empty unless `parsed`.
   std::vector<ParamAccess> params;
+  // Per parameter, like `params`: whether it points to pointers, and what
+  // the kernel may do to their targets. Empty unless `parsed`.
+  std::vector<Pointees> pointees;
 
   // The access of parameter `index`: kReadWrite when the signature was not
   // parsed or `index` is out of range (the conservative answer).
   ParamAccess For(size_t index) const;
+  // The pointees of parameter `index`: kNone when not parsed (a caller then
+  // knows nothing about the parameter's type and must treat a table it
+  // reaches as written).
+  Pointees PointeesFor(size_t index) const;
 };
 
 // Classifies the parameters of the kernel whose (Itanium-mangled) name is
@@ -95,6 +111,13 @@ namespace kernel_signature_internal {
 // when it is not a mangled function name the parser fully understands.
 std::optional<std::vector<ParamAccess>> ClassifyMangledParams(
     std::string_view mangled);
+// The same parse, also giving each parameter's Pointees.
+std::optional<std::vector<ParamAccess>> ClassifyMangledParams(
+    std::string_view mangled, std::vector<Pointees>* pointees);
+
+// True when the demangler printed `type` as a pointer to pointers to const
+// ("float const* const*", "float const**").
+bool PrintedAsPointerToPointerToConst(std::string_view type);
 
 // The cross-check: true when `demangled` (as printed by abi::__cxa_demangle)
 // has exactly params.size() parameters, every kRead one is printed as a

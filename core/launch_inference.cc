@@ -139,7 +139,10 @@ std::unique_ptr<KernelInfo> KernelCache::Describe(CUfunction f) const {
       // (uintptr_t); if it hits a buffer, nothing says it is only read.
       ParamAccess a = signature.params[i];
       slot.access = a == ParamAccess::kRead ? a : ParamAccess::kReadWrite;
+      // A pointer to pointers is one word.
+      if (slot.words == 1) slot.pointees = signature.PointeesFor(i);
     }
+    info->has_tables |= slot.pointees != Pointees::kNone;
   }
   return info;
 }
@@ -181,6 +184,19 @@ void InferLaunchAccesses(const KernelInfo& kernel, void** params, void** extra,
     } else {
       base = static_cast<const unsigned char*>(params[i]);
       if (base == nullptr) continue;
+    }
+    if (slot.pointees != Pointees::kNone) {
+      // Off the batch: the table itself is looked up on its own, and a
+      // table in untracked memory is recorded as such.
+      uint64_t word;
+      std::memcpy(&word, base + slot.first_word, sizeof(word));
+      if (word == 0) continue;
+      std::optional<Buffer> b = registry.Find(word);
+      out->table_params.push_back({b ? b->id : 0, word, slot.pointees});
+      if (!b) continue;
+      out->reads.push_back(b->id);
+      if (slot.access == ParamAccess::kReadWrite) out->writes.push_back(b->id);
+      continue;
     }
     for (uint32_t k = 0; k < slot.words; ++k) {
       std::memcpy(&words[n], base + slot.first_word + 8 * k, sizeof(uint64_t));

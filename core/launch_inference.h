@@ -38,6 +38,10 @@ struct ParamSlot {
   // `words` of them, the first at byte `first_word` of the parameter.
   uint32_t first_word = 0;
   uint32_t words = 0;
+  // For a pointer-to-pointers parameter (a pointer table), what the kernel
+  // may do to the entries' targets; kNone for anything else (and for every
+  // parameter of a kernel whose name is not trusted).
+  Pointees pointees = Pointees::kNone;
 };
 
 struct KernelInfo {
@@ -46,6 +50,7 @@ struct KernelInfo {
   std::vector<ParamSlot> params;
   uint32_t args_size = 0;  // end of the last parameter
   bool layout_known = false;  // false: the driver could not describe it
+  bool has_tables = false;    // some parameter points to pointers
 };
 
 // One slot of the per-thread memo of KernelCache::Get (at namespace scope:
@@ -88,6 +93,25 @@ class KernelCache {
 struct Accesses {
   absl::InlinedVector<uint64_t, 8> reads;
   absl::InlinedVector<uint64_t, 8> writes;
+  // Pointer-table parameters (filled only for kernels that have them): the
+  // buffer each one points into, or 0 with the raw address in
+  // `table_misses` when it points into memory stensor does not track.
+  struct TableParam {
+    uint64_t id = 0;
+    uint64_t address = 0;
+    Pointees pointees = Pointees::kWritable;
+  };
+  absl::InlinedVector<TableParam, 2> table_params;
+  // Filled by the tracker: the tables the launch reached (their targets are
+  // in reads, and in writes unless only const-pointee parameters reached
+  // them), and whether some table's contents could not be known.
+  struct TableUse {
+    uint64_t id = 0;
+    bool writes = false;
+    absl::InlinedVector<uint64_t, 4> refs;
+  };
+  absl::InlinedVector<TableUse, 1> tables;
+  bool unknown_tables = false;
 
   // Drops repeated ids, keeping first occurrences in order.
   void Dedupe();

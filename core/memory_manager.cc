@@ -762,6 +762,37 @@ bool MemoryManager::ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst,
   return true;
 }
 
+CUresult MemoryManager::ReadBack(uint64_t id, uint64_t offset, void* dst, uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  Buffer* b = ById(id);
+  if (b == nullptr) return CUDA_ERROR_NOT_FOUND;
+  if (offset > b->size || bytes > b->size - offset) return CUDA_ERROR_INVALID_VALUE;
+  if (!b->resident()) {
+    if (b->host_ptr != nullptr) {
+      std::memcpy(dst, static_cast<char*>(b->host_ptr) + offset, bytes);
+      return CUDA_SUCCESS;
+    }
+    return driver_->cuMemcpyDtoH_v2(dst, b->host_va + offset, bytes);
+  }
+  // Pinned, so it stays mapped while the copy runs without the lock; a
+  // swap-in still copying its contents in is waited for first.
+  std::vector<CUevent> swap_ins;
+  const CUstream swap_stream = DeviceState(b->device).swap_stream;
+  for (const auto& [stream, event] : b->uses) {
+    if (stream == swap_stream && swap_stream != nullptr) swap_ins.push_back(event);
+  }
+  ++b->pins;
+  mu_.Unlock();
+  CUresult r = CUDA_SUCCESS;
+  for (CUevent e : swap_ins) {
+    if (r == CUDA_SUCCESS) r = driver_->cuEventSynchronize(e);
+  }
+  if (r == CUDA_SUCCESS) r = driver_->cuMemcpyDtoH_v2(dst, b->base + offset, bytes);
+  mu_.Lock();
+  --b->pins;
+  return r;
+}
+
 void MemoryManager::MemInfo(int device, size_t* free_bytes, size_t* total_bytes) {
   absl::MutexLock lock(&mu_);
   CollectGarbage();

@@ -111,6 +111,13 @@ class MemoryManager {
   bool ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst, uint64_t bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Copies [offset, offset+bytes) of buffer `id` to host memory `dst` from
+  // wherever its contents are (device memory, kept from eviction meanwhile,
+  // or the host copy). CUDA_ERROR_NOT_FOUND when the buffer is not this
+  // manager's; the caller has synchronised with the work that wrote it.
+  CUresult ReadBack(uint64_t id, uint64_t offset, void* dst, uint64_t bytes)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // cuMemGetInfo / cuDeviceTotalMem under the cap.
   void MemInfo(int device, size_t* free_bytes, size_t* total_bytes)
       ABSL_LOCKS_EXCLUDED(mu_);

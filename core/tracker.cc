@@ -2,7 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -21,6 +24,26 @@ std::string StreamText(StreamRef s) {
 }
 
 std::string Hex(uint64_t v) { return absl::StrFormat("0x%x", v); }
+
+// The launch record's "tables": each table reached and the buffers it
+// referred to.
+std::string TablesJson(const Accesses& a) {
+  std::string out = "[";
+  for (const Accesses::TableUse& t : a.tables) {
+    if (out.size() > 1) out.push_back(',');
+    out += JsonLine().Uint("id", t.id).Uints("refs", t.refs).Bool("writes", t.writes).Finish();
+  }
+  out.push_back(']');
+  return out;
+}
+
+// Past this size a table whose contents are unknown is not read back: the
+// launch's accesses count as unknown instead.
+constexpr uint64_t kMaxTableReadBack = 16 << 20;
+
+void AddUnique(absl::InlinedVector<uint64_t, 8>* ids, uint64_t id) {
+  if (std::find(ids->begin(), ids->end(), id) == ids->end()) ids->push_back(id);
+}
 
 }  // namespace
 
@@ -132,6 +155,9 @@ CUresult Tracker::BeginLaunch(CUfunction f, StreamRef stream, void** params,
                               void** extra, Accesses* accesses) {
   const KernelInfo* kernel = kernels_.Get(f);
   InferLaunchAccesses(*kernel, params, extra, registry_, accesses);
+  if ((kernel->has_tables || !tables_.empty()) && tracks_tables()) {
+    ExpandTables(stream, accesses);
+  }
   if (!memory_) return CUDA_SUCCESS;
   return memory_->Prepare(accesses->reads, {}, Handle(stream));
 }
@@ -142,9 +168,15 @@ void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
   if (memory_) {
     memory_->Finish(accesses.reads, accesses.writes, Handle(stream), submitted);
     // Nothing known about what it wrote: no host copy can be trusted.
-    if (submitted && !kernels_.Get(f)->layout_known) memory_->MarkAllWritten(Handle(stream));
+    if (submitted && (!kernels_.Get(f)->layout_known || accesses.unknown_tables)) {
+      memory_->MarkAllWritten(Handle(stream));
+    }
   }
   if (!submitted) return;
+  // A kernel may rewrite the pointers of any table it writes.
+  if (!tables_.empty()) {
+    for (uint64_t id : accesses.writes) tables_.OnDeviceWrite(id);
+  }
   Count(OpType::kLaunch);
   if (!log_) return;
   const KernelInfo* kernel = kernels_.Get(f);
@@ -163,7 +195,159 @@ void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
           .Uints("reads", unique.reads)
           .Uints("writes", unique.writes)
           .Bool("inferred", kernel->layout_known)
+          .Raw("tables", TablesJson(accesses))
+          .Bool("unknown_tables", accesses.unknown_tables)
           .Finish());
+}
+
+void Tracker::ExpandTables(StreamRef stream, Accesses* a) {
+  // Every buffer the launch reaches directly may be a table.
+  absl::InlinedVector<uint64_t, 8> direct;
+  for (uint64_t id : a->reads) AddUnique(&direct, id);
+  const auto direct_end = a->reads.size();  // targets are appended after
+  std::vector<uint64_t> words;
+  auto add_refs = [&](uint64_t table, bool writes) {
+    Accesses::TableUse use{table, writes, {}};
+    registry_.FindAll(words.data(), words.size(), [&](size_t, uint64_t id) {
+      if (std::find(use.refs.begin(), use.refs.end(), id) == use.refs.end()) {
+        use.refs.push_back(id);
+      }
+    });
+    for (uint64_t id : use.refs) {
+      a->reads.push_back(id);
+      if (writes) a->writes.push_back(id);
+    }
+    a->tables.push_back(std::move(use));
+  };
+  for (uint64_t id : direct) {
+    // The targets are only read when every hit on this buffer came through
+    // a parameter that makes them const (`T const* const*`).
+    size_t hits = std::count(a->reads.begin(), a->reads.begin() + direct_end, id);
+    size_t const_hits = 0;
+    uint64_t address = 0;
+    for (const Accesses::TableParam& p : a->table_params) {
+      if (p.id != id) continue;
+      address = p.address;
+      if (p.pointees == Pointees::kConst) ++const_hits;
+    }
+    words.clear();
+    uint64_t base = 0;
+    PointerTables::State state = tables_.Get(id, &words, &base);
+    if (state == PointerTables::State::kNone && address == 0) continue;
+    if (state != PointerTables::State::kKnown) {
+      // Written on the device since its pointers were known (or never
+      // known): read it back, or count the launch's accesses as unknown.
+      std::optional<Buffer> table = registry_.Find(base != 0 ? base : address);
+      if (!table || table->id != id || !ReadBackTable(*table, stream, &words)) {
+        a->unknown_tables = true;
+      }
+    }
+    if (!words.empty()) add_refs(id, const_hits < hits);
+  }
+  // Tables outside tracked buffers: pinned host memory is read directly;
+  // anything else is memory stensor knows nothing about.
+  for (const Accesses::TableParam& p : a->table_params) {
+    if (p.id != 0) continue;
+    words.clear();
+    if (!ScanHostTable(p.address, stream, &words)) {
+      a->unknown_tables = true;
+      continue;
+    }
+    if (!words.empty()) add_refs(0, p.pointees != Pointees::kConst);
+  }
+}
+
+bool Tracker::ReadBackTable(const Buffer& table, StreamRef stream,
+                            std::vector<uint64_t>* words) {
+  if (!memory_ || table.size > kMaxTableReadBack) return false;
+  // The launch stream's earlier work (and what it waits for) wrote it.
+  if (driver_->cuStreamSynchronize(Handle(stream)) != CUDA_SUCCESS) return false;
+  std::vector<unsigned char> data(table.size);
+  CUresult r = memory_->ReadBack(table.id, 0, data.data(), data.size());
+  if (r == CUDA_ERROR_NOT_FOUND) {  // not the manager's: never swapped
+    r = driver_->cuMemcpyDtoH_v2(data.data(), table.base, data.size());
+  }
+  if (r != CUDA_SUCCESS) return false;
+  tables_.Rescan(table, data.data(), registry_);
+  words->clear();
+  tables_.Get(table.id, words, nullptr);
+  if (log_) {
+    Log(JsonLine()
+            .Str("type", "table_read_back")
+            .Uint("id", table.id)
+            .Uint("bytes", table.size)
+            .Uint("entries", words->size())
+            .Finish());
+  }
+  return true;
+}
+
+bool Tracker::IsPinnedHost(uint64_t addr) const {
+  absl::MutexLock lock(&host_mu_);
+  auto it = host_allocs_.upper_bound(addr);
+  return it != host_allocs_.begin() && addr - std::prev(it)->first < std::prev(it)->second;
+}
+
+bool Tracker::ScanHostTable(uint64_t addr, StreamRef stream, std::vector<uint64_t>* words) {
+  uint64_t bytes = 0;
+  {
+    absl::MutexLock lock(&host_mu_);
+    auto it = host_allocs_.upper_bound(addr);
+    if (it == host_allocs_.begin()) return false;
+    --it;
+    if (addr - it->first >= it->second) return false;
+    // The kernel may index from the start of the allocation.
+    addr = it->first;
+    bytes = std::min<uint64_t>(it->second, kMaxTableReadBack);
+  }
+  if (driver_->cuStreamSynchronize(Handle(stream)) != CUDA_SUCCESS) return false;
+  const auto* p = reinterpret_cast<const unsigned char*>(addr);
+  for (uint64_t off = 0; off + 8 <= bytes; off += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + off, sizeof(w));
+    words->push_back(w);
+  }
+  // Only the words that hit a buffer become references (add_refs).
+  return true;
+}
+
+size_t Tracker::OnCopyTables(const char* kind, uint64_t dst, uint64_t src, uint64_t bytes,
+                             bool linear) {
+  std::optional<Buffer> to = registry_.Find(dst);
+  if (!to) return 0;  // into host memory or untracked device memory
+  std::optional<Buffer> from = registry_.Find(src);
+  bool from_host = std::strcmp(kind, "HtoD") == 0;
+  if (!from && std::strcmp(kind, "default") == 0) {
+    // Unified addressing: host memory if the driver does not know it as
+    // device memory (pageable memory is unknown to it).
+    unsigned type = 0;
+    CUresult r = driver_->cuPointerGetAttribute != nullptr
+                     ? driver_->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, src)
+                     : CUDA_ERROR_NOT_FOUND;
+    from_host = IsPinnedHost(src) || r == CUDA_ERROR_INVALID_VALUE ||
+                (r == CUDA_SUCCESS && type == CU_MEMORYTYPE_HOST);
+  }
+  if (!linear) {
+    // Rows of a region: whatever landed there is not scanned.
+    tables_.OnDeviceWrite(to->id);
+    return 0;
+  }
+  if (from_host) {
+    return tables_.OnHostWrite(*to, dst, reinterpret_cast<const void*>(src), bytes, registry_);
+  }
+  tables_.OnDeviceCopy(*to, dst, from ? &*from : nullptr, src, bytes);
+  return 0;
+}
+
+void Tracker::OnMemsetTables(uint64_t dst, uint64_t bytes, bool linear) {
+  if (tables_.empty()) return;
+  std::optional<Buffer> b = registry_.Find(dst);
+  if (!b) return;
+  if (linear) {
+    tables_.OnClear(*b, dst, bytes);
+  } else {
+    tables_.OnDeviceWrite(b->id);
+  }
 }
 
 CUresult Tracker::BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes,
@@ -223,6 +407,7 @@ uint64_t Tracker::OnAlloc(const char* api, uint64_t base, uint64_t size,
 void Tracker::OnFree(const char* api, uint64_t base) {
   Count(OpType::kFree);
   std::optional<Buffer> b = registry_.Remove(base);
+  if (b) tables_.OnFree(b->id);
   if (!log_) return;
   Log(JsonLine()
           .Str("type", "free")
@@ -236,7 +421,7 @@ void Tracker::OnFree(const char* api, uint64_t base) {
 void Tracker::OnHostAlloc(const char* api, const void* p, uint64_t size) {
   {
     absl::MutexLock lock(&host_mu_);
-    host_allocs_[p] = size;
+    host_allocs_[reinterpret_cast<uintptr_t>(p)] = size;
     host_pinned_bytes_ += size;
   }
   if (!log_) return;
@@ -252,7 +437,7 @@ void Tracker::OnHostFree(const char* api, const void* p) {
   uint64_t size = 0;
   {
     absl::MutexLock lock(&host_mu_);
-    auto it = host_allocs_.find(p);
+    auto it = host_allocs_.find(reinterpret_cast<uintptr_t>(p));
     if (it != host_allocs_.end()) {
       size = it->second;
       host_pinned_bytes_ -= size;
@@ -276,6 +461,7 @@ uint64_t Tracker::host_pinned_bytes() const {
 void Tracker::OnUnmap(const char* api, uint64_t base, uint64_t size) {
   for (const Buffer& b : registry_.RemoveRange(base, size)) {
     Count(OpType::kFree);
+    tables_.OnFree(b.id);
     if (!log_) continue;
     Log(JsonLine()
             .Str("type", "free")
@@ -297,25 +483,26 @@ void Tracker::OnLaunch(const char* api, CUfunction f, const unsigned grid[3],
 
 void Tracker::OnCopy(const char* api, const char* kind, uint64_t dst,
                      uint64_t src, uint64_t bytes, StreamRef stream,
-                     bool async) {
+                     bool async, size_t table_entries) {
   Count(OpType::kMemcpy);
   if (!log_) return;
   uint64_t dst_id = IdAt(dst), src_id = IdAt(src);
   absl::InlinedVector<uint64_t, 1> reads, writes;
   if (src_id != 0) reads.push_back(src_id);
   if (dst_id != 0) writes.push_back(dst_id);
-  Log(JsonLine()
-          .Str("type", "memcpy")
-          .Str("api", api)
-          .Str("kind", kind)
-          .Uint("bytes", bytes)
-          .Str("dst", Hex(dst))
-          .Str("src", Hex(src))
-          .Uints("reads", reads)
-          .Uints("writes", writes)
-          .Str("stream", StreamText(stream))
-          .Bool("async", async)
-          .Finish());
+  JsonLine line;
+  line.Str("type", "memcpy")
+      .Str("api", api)
+      .Str("kind", kind)
+      .Uint("bytes", bytes)
+      .Str("dst", Hex(dst))
+      .Str("src", Hex(src))
+      .Uints("reads", reads)
+      .Uints("writes", writes)
+      .Str("stream", StreamText(stream))
+      .Bool("async", async);
+  if (table_entries > 0) line.Uint("table_entries", table_entries);
+  Log(line.Finish());
 }
 
 void Tracker::OnMemset(const char* api, uint64_t dst, uint64_t bytes,

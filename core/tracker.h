@@ -9,6 +9,7 @@
 #define STENSOR_CORE_TRACKER_H_
 
 #include <atomic>
+#include <map>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -22,6 +23,7 @@
 #include "core/driver.h"
 #include "core/launch_inference.h"
 #include "core/memory_manager.h"
+#include "core/pointer_tables.h"
 
 namespace stensor {
 
@@ -102,13 +104,28 @@ class Tracker {
   // A copy of `bytes` (for 2D/3D copies: the bytes of the whole region)
   // between the ranges starting at dst and src. `kind` names the direction
   // as the API states it (e.g. "HtoD", or "default" for unified copies).
+  // `table_entries`: pointers found in the copied data (OnCopyTables).
   void OnCopy(const char* api, const char* kind, uint64_t dst, uint64_t src,
-              uint64_t bytes, StreamRef stream, bool async);
+              uint64_t bytes, StreamRef stream, bool async, size_t table_entries = 0);
   void OnMemset(const char* api, uint64_t dst, uint64_t bytes,
                 StreamRef stream, bool async);
   // A synchronisation that returned successfully.
   void OnSync(const char* api, StreamRef stream);
   void OnGraphLaunch(const char* api, CUgraphExec graph, StreamRef stream);
+
+  // Pointer tables (core/pointer_tables.h): kept while they matter, under a
+  // cap or for the access log.
+  bool tracks_tables() const { return memory_ != nullptr || log_ != nullptr; }
+  // A successful copy of `bytes` from src to dst, `kind` as for OnCopy, on
+  // one contiguous range when `linear`: the source of a host-to-device copy
+  // is scanned for pointers into live buffers, a device copy carries the
+  // entries of its source along. Returns the number of entries found by a
+  // scan (for the log).
+  size_t OnCopyTables(const char* kind, uint64_t dst, uint64_t src, uint64_t bytes,
+                      bool linear);
+  // A successful memset: no pointers left in the range.
+  void OnMemsetTables(uint64_t dst, uint64_t bytes, bool linear);
+  const PointerTables& tables() const { return tables_; }
 
   // Writes the final record and closes the access log; prints statistics
   // when STENSOR_STATS is on. Idempotent.
@@ -129,10 +146,23 @@ class Tracker {
   std::string Header() const;
   // The buffer id containing `addr`, or 0.
   uint64_t IdAt(uint64_t addr) const;
+  // Adds to `accesses` the buffers reached through the pointer tables the
+  // launch touches (see BeginLaunch).
+  void ExpandTables(StreamRef stream, Accesses* accesses);
+  // The entries of `table`, whose contents stensor does not know, read back
+  // from the device after the launch stream's earlier work (under a cap
+  // only). False when that cannot be done.
+  bool ReadBackTable(const Buffer& table, StreamRef stream, std::vector<uint64_t>* words);
+  // The pointers in pinned host memory at `addr` that a kernel reads as a
+  // table (device-mapped host memory), after the stream's earlier work.
+  bool ScanHostTable(uint64_t addr, StreamRef stream, std::vector<uint64_t>* words);
+  // Whether host memory at `addr` is pinned memory the program allocated.
+  bool IsPinnedHost(uint64_t addr) const;
 
   const Config config_;
   const Driver* const driver_;
   BufferRegistry registry_;
+  PointerTables tables_;
   KernelCache kernels_;
   std::unique_ptr<AccessLog> log_;
   std::unique_ptr<MemoryManager> memory_;
@@ -140,7 +170,7 @@ class Tracker {
   std::once_flag shutdown_once_;
   std::atomic<uint64_t> counts_[static_cast<int>(OpType::kCount)] = {};
   mutable absl::Mutex host_mu_;
-  absl::flat_hash_map<const void*, uint64_t> host_allocs_ ABSL_GUARDED_BY(host_mu_);
+  std::map<uint64_t, uint64_t> host_allocs_ ABSL_GUARDED_BY(host_mu_);  // base -> bytes
   uint64_t host_pinned_bytes_ ABSL_GUARDED_BY(host_mu_) = 0;
 };
 

@@ -1,0 +1,151 @@
+#include "core/pointer_tables.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace stensor {
+
+void PointerTables::EraseRange(Table& t, uint64_t dst, uint64_t bytes) {
+  auto first = t.entries.lower_bound(dst);
+  auto last = bytes > UINT64_MAX - dst ? t.entries.end() : t.entries.lower_bound(dst + bytes);
+  t.entries.erase(first, last);
+}
+
+size_t PointerTables::Scan(Table& t, uint64_t dst, const unsigned char* src,
+                           uint64_t bytes, const BufferRegistry& registry) {
+  // Entries sit at 8-byte-aligned device addresses, as a kernel reads them.
+  const uint64_t skip = (8 - dst % 8) % 8;
+  if (bytes < skip + 8) return 0;
+  const uint64_t count = (bytes - skip) / 8;
+  const unsigned char* p = src + skip;
+  const uint64_t at = dst + skip;
+  constexpr size_t kBatch = 512;
+  uint64_t words[kBatch];
+  size_t found = 0;
+  for (uint64_t start = 0; start < count; start += kBatch) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kBatch, count - start));
+    std::memcpy(words, p + 8 * start, 8 * n);  // the source may be unaligned
+    registry.FindAll(words, n, [&](size_t k, uint64_t) {
+      t.entries[at + 8 * (start + k)] = words[k];
+      ++found;
+    });
+  }
+  return found;
+}
+
+void PointerTables::Prune(uint64_t id) {
+  auto it = by_id_.find(id);
+  if (it != by_id_.end() && it->second.entries.empty() && !it->second.stale) {
+    by_id_.erase(it);
+  }
+}
+
+void PointerTables::Publish() {
+  tables_.store(by_id_.size(), std::memory_order_release);
+}
+
+size_t PointerTables::OnHostWrite(const Buffer& table, uint64_t dst, const void* src,
+                                  uint64_t bytes, const BufferRegistry& registry) {
+  // Most copies carry data, not pointers: scan before taking the lock.
+  Table scanned;
+  size_t found = Scan(scanned, dst, static_cast<const unsigned char*>(src), bytes, registry);
+  absl::MutexLock lock(&mu_);
+  auto it = by_id_.find(table.id);
+  if (it == by_id_.end()) {
+    if (found == 0) return 0;
+    it = by_id_.emplace(table.id, Table{table.base, {}, false}).first;
+  }
+  Table& t = it->second;
+  EraseRange(t, dst, bytes);
+  t.entries.merge(scanned.entries);
+  // A copy over the whole buffer leaves nothing of what the device wrote.
+  if (dst == table.base && bytes >= table.size) t.stale = false;
+  Prune(table.id);
+  Publish();
+  return found;
+}
+
+void PointerTables::OnDeviceCopy(const Buffer& to, uint64_t dst, const Buffer* from,
+                                 uint64_t src, uint64_t bytes) {
+  if (empty()) return;  // nothing known anywhere, nothing to carry
+  absl::MutexLock lock(&mu_);
+  auto from_it = from != nullptr ? by_id_.find(from->id) : by_id_.end();
+  const bool from_table = from_it != by_id_.end();
+  // Device data of unknown make may hold pointers the device wrote.
+  const bool source_unknown = !from_table || from_it->second.stale;
+  std::map<uint64_t, uint64_t> carried;
+  if (from_table) {
+    const auto& e = from_it->second.entries;
+    for (auto it = e.lower_bound(src); it != e.end() && it->first - src < bytes; ++it) {
+      carried[it->first - src + dst] = it->second;
+    }
+  }
+  auto it = by_id_.find(to.id);  // may invalidate from_it
+  if (it == by_id_.end()) {
+    if (carried.empty() && !from_table) return;
+    it = by_id_.emplace(to.id, Table{to.base, {}, false}).first;
+  }
+  Table& t = it->second;
+  EraseRange(t, dst, bytes);
+  t.entries.merge(carried);
+  if (source_unknown && (from_table || !t.entries.empty())) t.stale = true;
+  Prune(to.id);
+  Publish();
+}
+
+void PointerTables::OnClear(const Buffer& table, uint64_t dst, uint64_t bytes) {
+  if (empty()) return;
+  absl::MutexLock lock(&mu_);
+  auto it = by_id_.find(table.id);
+  if (it == by_id_.end()) return;
+  EraseRange(it->second, dst, bytes);
+  if (dst == table.base && bytes >= table.size) it->second.stale = false;
+  Prune(table.id);
+  Publish();
+}
+
+void PointerTables::OnDeviceWrite(uint64_t id) {
+  if (empty()) return;
+  absl::MutexLock lock(&mu_);
+  auto it = by_id_.find(id);
+  if (it != by_id_.end()) it->second.stale = true;
+}
+
+void PointerTables::OnFree(uint64_t id) {
+  if (empty()) return;
+  absl::MutexLock lock(&mu_);
+  by_id_.erase(id);
+  Publish();
+}
+
+size_t PointerTables::Rescan(const Buffer& table, const void* data,
+                             const BufferRegistry& registry) {
+  Table scanned;
+  size_t found = Scan(scanned, table.base, static_cast<const unsigned char*>(data),
+                      table.size, registry);
+  absl::MutexLock lock(&mu_);
+  if (found == 0) {
+    by_id_.erase(table.id);
+  } else {
+    scanned.base = table.base;
+    by_id_[table.id] = std::move(scanned);
+  }
+  Publish();
+  return found;
+}
+
+PointerTables::State PointerTables::Get(uint64_t id, std::vector<uint64_t>* words,
+                                        uint64_t* base) const {
+  absl::MutexLock lock(&mu_);
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) return State::kNone;
+  if (base != nullptr) *base = it->second.base;
+  if (words == nullptr) return it->second.stale ? State::kStale : State::kKnown;
+  const size_t first = words->size();
+  for (const auto& [addr, word] : it->second.entries) words->push_back(word);
+  std::sort(words->begin() + first, words->end());
+  words->erase(std::unique(words->begin() + first, words->end()), words->end());
+  return it->second.stale ? State::kStale : State::kKnown;
+}
+
+}  // namespace stensor

@@ -1,0 +1,175 @@
+#include "core/pointer_tables.h"
+
+#include <cstring>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace stensor {
+namespace {
+
+using State = PointerTables::State;
+
+class PointerTablesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    a_ = Add(0x100000, 4096);
+    b_ = Add(0x200000, 4096);
+    table_ = Add(0x300000, 256);
+    other_ = Add(0x400000, 256);
+  }
+  Buffer Add(uint64_t base, uint64_t size) {
+    Buffer b;
+    b.base = base;
+    b.size = size;
+    b.id = *registry_.Add(base, size, 0, BufferKind::kDeviceAlloc);
+    return b;
+  }
+  std::vector<uint64_t> Words(uint64_t id, State* state = nullptr) {
+    std::vector<uint64_t> w;
+    State s = tables_.Get(id, &w, nullptr);
+    if (state != nullptr) *state = s;
+    return w;
+  }
+
+  BufferRegistry registry_;
+  PointerTables tables_;
+  Buffer a_, b_, table_, other_;
+};
+
+TEST_F(PointerTablesTest, HostCopyRecordsWordsThatPointIntoBuffers) {
+  EXPECT_TRUE(tables_.empty());
+  // An interior pointer, a scalar, a pointer past every buffer, and the
+  // start of another.
+  uint64_t host[4] = {a_.base + 100, 42, 0x900000, b_.base};
+  EXPECT_EQ(tables_.OnHostWrite(table_, table_.base, host, sizeof(host), registry_), 2u);
+  EXPECT_FALSE(tables_.empty());
+  State state;
+  EXPECT_EQ(Words(table_.id, &state), (std::vector<uint64_t>{a_.base + 100, b_.base}));
+  EXPECT_EQ(state, State::kKnown);
+}
+
+TEST_F(PointerTablesTest, DataWithoutPointersRecordsNothing) {
+  std::vector<float> data(64, 1.5f);
+  EXPECT_EQ(tables_.OnHostWrite(table_, table_.base, data.data(), 256, registry_), 0u);
+  EXPECT_TRUE(tables_.empty());
+  EXPECT_EQ(tables_.Get(table_.id, nullptr, nullptr), State::kNone);
+}
+
+TEST_F(PointerTablesTest, EntriesSitAtAlignedDeviceAddressesWhateverTheSourceAlignment) {
+  // The copy lands at table+4 from an odd host address: the word at device
+  // table+8 is host bytes [4, 12) of the copy.
+  std::vector<unsigned char> bytes(64 + 1, 0);
+  unsigned char* src = bytes.data() + 1;
+  const uint64_t p = a_.base + 8;
+  std::memcpy(src + 4, &p, 8);
+  EXPECT_EQ(tables_.OnHostWrite(table_, table_.base + 4, src, 64, registry_), 1u);
+  EXPECT_EQ(Words(table_.id), (std::vector<uint64_t>{p}));
+  // The same pointer at a misaligned device address is no entry.
+  PointerTables other;
+  std::memcpy(src, &p, 8);
+  EXPECT_EQ(other.OnHostWrite(table_, table_.base + 4, src, 12, registry_), 0u);
+}
+
+TEST_F(PointerTablesTest, RewritingARangeReplacesItsEntriesOnly) {
+  uint64_t first[4] = {a_.base, a_.base + 8, b_.base, b_.base + 8};
+  tables_.OnHostWrite(table_, table_.base, first, sizeof(first), registry_);
+  // Entries 1 and 2 rewritten: one to data, one to another buffer.
+  uint64_t second[2] = {7, other_.base};
+  tables_.OnHostWrite(table_, table_.base + 8, second, sizeof(second), registry_);
+  EXPECT_EQ(Words(table_.id),
+            (std::vector<uint64_t>{a_.base, b_.base + 8, other_.base}));
+  // A memset clears its range; clearing everything forgets the table.
+  tables_.OnClear(table_, table_.base, 16);
+  EXPECT_EQ(Words(table_.id), (std::vector<uint64_t>{b_.base + 8, other_.base}));
+  tables_.OnClear(table_, table_.base, table_.size);
+  EXPECT_EQ(tables_.Get(table_.id, nullptr, nullptr), State::kNone);
+  EXPECT_TRUE(tables_.empty());
+}
+
+TEST_F(PointerTablesTest, ADeviceWriteMakesEntriesStaleUntilReadBack) {
+  uint64_t host[1] = {a_.base};
+  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), registry_);
+  tables_.OnDeviceWrite(table_.id);
+  State state;
+  EXPECT_EQ(Words(table_.id, &state), (std::vector<uint64_t>{a_.base}));  // last known
+  EXPECT_EQ(state, State::kStale);
+  // A partial host write does not vouch for the rest.
+  uint64_t more[1] = {b_.base};
+  tables_.OnHostWrite(table_, table_.base + 8, more, sizeof(more), registry_);
+  Words(table_.id, &state);
+  EXPECT_EQ(state, State::kStale);
+  // Read back whole: known again, with what the device holds now.
+  std::vector<uint64_t> device(table_.size / 8, 0);
+  device[5] = other_.base + 16;
+  EXPECT_EQ(tables_.Rescan(table_, device.data(), registry_), 1u);
+  EXPECT_EQ(Words(table_.id, &state), (std::vector<uint64_t>{other_.base + 16}));
+  EXPECT_EQ(state, State::kKnown);
+  // A whole-buffer host write is as good.
+  tables_.OnDeviceWrite(table_.id);
+  std::vector<uint64_t> whole(table_.size / 8, 0);
+  whole[0] = a_.base;
+  tables_.OnHostWrite(table_, table_.base, whole.data(), table_.size, registry_);
+  EXPECT_EQ(Words(table_.id, &state), (std::vector<uint64_t>{a_.base}));
+  EXPECT_EQ(state, State::kKnown);
+}
+
+TEST_F(PointerTablesTest, DeviceWritesToOtherBuffersChangeNothing) {
+  uint64_t host[1] = {a_.base};
+  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), registry_);
+  tables_.OnDeviceWrite(a_.id);
+  tables_.OnDeviceWrite(other_.id);
+  State state;
+  Words(table_.id, &state);
+  EXPECT_EQ(state, State::kKnown);
+  EXPECT_EQ(tables_.Get(other_.id, nullptr, nullptr), State::kNone);
+}
+
+TEST_F(PointerTablesTest, DeviceCopiesCarryEntries) {
+  uint64_t host[4] = {0, a_.base, b_.base, 0};
+  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), registry_);
+  // Entries 1..2 copied to other+64.
+  tables_.OnDeviceCopy(other_, other_.base + 64, &table_, table_.base + 8, 16);
+  State state;
+  EXPECT_EQ(Words(other_.id, &state), (std::vector<uint64_t>{a_.base, b_.base}));
+  EXPECT_EQ(state, State::kKnown);
+  // Copying plain device data over them removes them, and since that data
+  // was written on the device it may hold pointers stensor never saw.
+  tables_.OnDeviceCopy(other_, other_.base + 64, &a_, a_.base, 8);
+  EXPECT_EQ(Words(other_.id, &state), (std::vector<uint64_t>{b_.base}));
+  EXPECT_EQ(state, State::kStale);
+  // From memory stensor does not track: stale too.
+  tables_.OnDeviceCopy(table_, table_.base, nullptr, 0x900000, 8);
+  Words(table_.id, &state);
+  EXPECT_EQ(state, State::kStale);
+}
+
+TEST_F(PointerTablesTest, ACopyFromAStaleTableIsStale) {
+  uint64_t host[1] = {a_.base};
+  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), registry_);
+  tables_.OnDeviceWrite(table_.id);
+  tables_.OnDeviceCopy(other_, other_.base, &table_, table_.base, 8);
+  State state;
+  EXPECT_EQ(Words(other_.id, &state), (std::vector<uint64_t>{a_.base}));
+  EXPECT_EQ(state, State::kStale);
+}
+
+TEST_F(PointerTablesTest, FreeForgetsTheTable) {
+  uint64_t host[1] = {a_.base};
+  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), registry_);
+  tables_.OnFree(table_.id);
+  EXPECT_EQ(tables_.Get(table_.id, nullptr, nullptr), State::kNone);
+  EXPECT_TRUE(tables_.empty());
+}
+
+TEST_F(PointerTablesTest, LargeCopiesAreScannedWhole) {
+  // More words than one scan batch, the only pointer in the last one.
+  std::vector<uint64_t> host(5000, 3);
+  host.back() = b_.base + 4095;
+  Buffer big = Add(0x10000000, host.size() * 8);
+  EXPECT_EQ(tables_.OnHostWrite(big, big.base, host.data(), host.size() * 8, registry_), 1u);
+  EXPECT_EQ(Words(big.id), (std::vector<uint64_t>{b_.base + 4095}));
+}
+
+}  // namespace
+}  // namespace stensor
