@@ -802,5 +802,55 @@ TEST(KernelSignatureRobustnessTest, DeepNestingIsBounded) {
   EXPECT_EQ(Letters(nested.params), "w");
 }
 
+// Pointer tables: what a pointer-to-pointers parameter lets the kernel do
+// to the targets of the table's entries.
+std::string PointeeLetters(const KernelSignature& s) {
+  std::string out;
+  for (Pointees p : s.pointees) {
+    out += p == Pointees::kNone ? '-' : p == Pointees::kConst ? 'c' : 'w';
+  }
+  return out;
+}
+
+TEST(KernelSignaturePointeesTest, ClassifiesPointerTables) {
+  struct Case {
+    const char* mangled;
+    const char* pointees;
+  } cases[] = {
+      {"_Z1fPPf", "w"},                // float**
+      {"_Z1fPKPKf", "c"},              // float const* const*
+      {"_Z1fPKPf", "w"},               // float* const*: targets written
+      {"_Z1fPPKf", "c"},               // float const**
+      {"_Z1fPfPKfi", "---"},           // no tables
+      {"_Z1fRPPf", "w"},               // a reference to a table pointer
+      {"_Z1fPPPf", "w"},               // float***
+      {"_Z6kernelPPcS0_Pl", "ww-"},    // char**, char**, long*
+      {"_Z6kernelPKPKvPKPvi", "cw-"},  // void const* const*, void* const*, int
+      // A table of const pointers reached through a struct by value.
+      {"_Z1f6Params", "-"},
+  };
+  for (const Case& c : cases) {
+    const KernelSignature s = ParseKernelSignature(c.mangled);
+    ASSERT_TRUE(s.parsed) << c.mangled;
+    EXPECT_EQ(PointeeLetters(s), c.pointees) << c.mangled;
+  }
+}
+
+TEST(KernelSignaturePointeesTest, UnparsedNamesClaimNothing) {
+  const KernelSignature s = ParseKernelSignature("extern_c_kernel");
+  EXPECT_FALSE(s.parsed);
+  EXPECT_EQ(s.PointeesFor(0), Pointees::kNone);
+}
+
+TEST(KernelSignaturePointeesTest, PrintedTypesConfirmConstTargets) {
+  using kernel_signature_internal::PrintedAsPointerToPointerToConst;
+  EXPECT_TRUE(PrintedAsPointerToPointerToConst("float const* const*"));
+  EXPECT_TRUE(PrintedAsPointerToPointerToConst("float const**"));
+  EXPECT_TRUE(PrintedAsPointerToPointerToConst(" void const* const volatile* "));
+  EXPECT_FALSE(PrintedAsPointerToPointerToConst("float* const*"));
+  EXPECT_FALSE(PrintedAsPointerToPointerToConst("float**"));
+  EXPECT_FALSE(PrintedAsPointerToPointerToConst("float const*"));
+}
+
 }  // namespace
 }  // namespace stensor

@@ -793,6 +793,19 @@ CUresult MemoryManager::ReadBack(uint64_t id, uint64_t offset, void* dst, uint64
   return r;
 }
 
+bool MemoryManager::SwappedOutStaysMapped() {
+  CUdevice ordinal = 0;
+  if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return false;
+  absl::MutexLock lock(&mu_);
+  return DeviceState(ordinal).host_vmm;
+}
+
+bool MemoryManager::IsSwappable(const Buffer& b, int device) {
+  return b.vmm && !b.garbage && b.id != 0 && b.device == device;
+}
+
+uint64_t MemoryManager::BufferId(const Buffer& b) { return b.id; }
+
 void MemoryManager::MemInfo(int device, size_t* free_bytes, size_t* total_bytes) {
   absl::MutexLock lock(&mu_);
   CollectGarbage();

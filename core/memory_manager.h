@@ -118,6 +118,22 @@ class MemoryManager {
   CUresult ReadBack(uint64_t id, uint64_t offset, void* dst, uint64_t bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Whether a swapped-out buffer of the current device stays readable at
+  // its address (host-located VMM): then an access stensor cannot see reads
+  // the host copy instead of faulting.
+  bool SwappedOutStaysMapped() ABSL_LOCKS_EXCLUDED(mu_);
+  // Appends the ids of every swappable buffer of the current device: for an
+  // operation that may touch any of them where they would fault otherwise.
+  template <typename Ids>
+  void AppendSwappable(Ids* ids) ABSL_LOCKS_EXCLUDED(mu_) {
+    CUdevice ordinal = 0;
+    if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return;
+    absl::MutexLock lock(&mu_);
+    for (const auto& [base, b] : by_base_) {
+      if (IsSwappable(*b, ordinal)) ids->push_back(BufferId(*b));
+    }
+  }
+
   // cuMemGetInfo / cuDeviceTotalMem under the cap.
   void MemInfo(int device, size_t* free_bytes, size_t* total_bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -166,6 +182,8 @@ class MemoryManager {
   void RecordUse(Buffer& b, CUstream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Charge(Device& dev, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Buffer* ById(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static bool IsSwappable(const Buffer& b, int device);
+  static uint64_t BufferId(const Buffer& b);
   void Log(std::string line) const;
 
   const Config config_;

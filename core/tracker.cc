@@ -255,6 +255,15 @@ void Tracker::ExpandTables(StreamRef stream, Accesses* a) {
     }
     if (!words.empty()) add_refs(0, p.pointees != Pointees::kConst);
   }
+  // A table nobody can read: where a swapped-out buffer's address would
+  // fault, everything the kernel might reach comes in first (the launch
+  // fails with out of memory if that does not fit under the cap); the
+  // rest of the care is MarkAllWritten's (EndLaunch).
+  if (a->unknown_tables && memory_ && !memory_->SwappedOutStaysMapped()) {
+    const size_t before = a->reads.size();
+    memory_->AppendSwappable(&a->reads);
+    a->writes.insert(a->writes.end(), a->reads.begin() + before, a->reads.end());
+  }
 }
 
 bool Tracker::ReadBackTable(const Buffer& table, StreamRef stream,

@@ -56,7 +56,11 @@ CUresult Transfer(const char* api, const char* kind, Fn real, uint64_t dst,
   }
   CUresult r = scope.served ? CUDA_SUCCESS : real(args...);
   T().EndTransfer(scope, s, r == CUDA_SUCCESS);
-  if (r == CUDA_SUCCESS) T().OnCopy(api, kind, dst, src, bytes, s, async);
+  if (r != CUDA_SUCCESS) return r;
+  // A copy's pointers are learnt when it is submitted (its source must stay
+  // unchanged until it ran).
+  size_t entries = T().tracks_tables() ? T().OnCopyTables(kind, dst, src, bytes, linear) : 0;
+  T().OnCopy(api, kind, dst, src, bytes, s, async, entries);
   return r;
 }
 
@@ -141,7 +145,9 @@ CUresult Memset(const char* api, Fn real, CUdeviceptr dst, uint64_t bytes,
   }
   CUresult r = real(dst, args...);
   T().EndTransfer(scope, s, r == CUDA_SUCCESS);
-  if (r == CUDA_SUCCESS) T().OnMemset(api, dst, bytes, s, async);
+  if (r != CUDA_SUCCESS) return r;
+  T().OnMemsetTables(dst, bytes, kLinear);
+  T().OnMemset(api, dst, bytes, s, async);
   return r;
 }
 
@@ -372,7 +378,10 @@ void ReportBatch(const char* api, const CUdeviceptr* dsts, const CUdeviceptr* sr
                  const size_t* sizes, size_t count, StreamRef s) {
   if (dsts == nullptr || srcs == nullptr || sizes == nullptr) return;
   for (size_t i = 0; i < count; ++i) {
-    T().OnCopy(api, "default", dsts[i], srcs[i], sizes[i], s, true);
+    size_t entries = T().tracks_tables()
+                         ? T().OnCopyTables("default", dsts[i], srcs[i], sizes[i], true)
+                         : 0;
+    T().OnCopy(api, "default", dsts[i], srcs[i], sizes[i], s, true, entries);
   }
 }
 
@@ -407,8 +416,13 @@ void Report3DBatch(const char* api, const CUDA_MEMCPY3D_BATCH_OP* ops,
   if (ops == nullptr) return;
   for (size_t i = 0; i < count; ++i) {
     const CUextent3D& e = ops[i].extent;
-    T().OnCopy(api, "batch3d", OperandStart(ops[i].dst), OperandStart(ops[i].src),
-               uint64_t{e.width} * e.height * e.depth, s, true);
+    const uint64_t bytes = uint64_t{e.width} * e.height * e.depth;
+    if (T().tracks_tables()) {
+      T().OnCopyTables("default", OperandStart(ops[i].dst), OperandStart(ops[i].src), bytes,
+                       /*linear=*/false);
+    }
+    T().OnCopy(api, "batch3d", OperandStart(ops[i].dst), OperandStart(ops[i].src), bytes, s,
+               true);
   }
 }
 }  // namespace
