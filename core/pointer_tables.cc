@@ -82,13 +82,15 @@ void PointerTables::OnDeviceCopy(const Buffer& to, uint64_t dst, const Buffer* f
   }
   auto it = by_id_.find(to.id);  // may invalidate from_it
   if (it == by_id_.end()) {
-    if (carried.empty() && !from_table) return;
+    if (!from_table) return;  // plain data onto plain data
     it = by_id_.emplace(to.id, Table{to.base, {}, false}).first;
   }
   Table& t = it->second;
   EraseRange(t, dst, bytes);
   t.entries.merge(carried);
-  if (source_unknown && (from_table || !t.entries.empty())) t.stale = true;
+  // A table overwritten with device data of unknown make (it may hold
+  // pointers the device wrote) stays a table, of unknown contents.
+  if (source_unknown) t.stale = true;
   Prune(to.id);
   Publish();
 }
@@ -134,18 +136,35 @@ size_t PointerTables::Rescan(const Buffer& table, const void* data,
   return found;
 }
 
+void PointerTables::DistinctWords(const Table& t, std::vector<uint64_t>* words) {
+  const size_t first = words->size();
+  for (const auto& [addr, word] : t.entries) words->push_back(word);
+  std::sort(words->begin() + first, words->end());
+  words->erase(std::unique(words->begin() + first, words->end()), words->end());
+}
+
 PointerTables::State PointerTables::Get(uint64_t id, std::vector<uint64_t>* words,
                                         uint64_t* base) const {
   absl::MutexLock lock(&mu_);
   auto it = by_id_.find(id);
   if (it == by_id_.end()) return State::kNone;
   if (base != nullptr) *base = it->second.base;
-  if (words == nullptr) return it->second.stale ? State::kStale : State::kKnown;
-  const size_t first = words->size();
-  for (const auto& [addr, word] : it->second.entries) words->push_back(word);
-  std::sort(words->begin() + first, words->end());
-  words->erase(std::unique(words->begin() + first, words->end()), words->end());
+  if (words != nullptr) DistinctWords(it->second, words);
   return it->second.stale ? State::kStale : State::kKnown;
+}
+
+void PointerTables::Collect(absl::Span<const uint64_t> ids, std::vector<Found>* found) const {
+  absl::MutexLock lock(&mu_);
+  for (uint64_t id : ids) {
+    auto it = by_id_.find(id);
+    if (it == by_id_.end()) continue;
+    Found f;
+    f.id = id;
+    f.state = it->second.stale ? State::kStale : State::kKnown;
+    f.base = it->second.base;
+    DistinctWords(it->second, &f.words);
+    found->push_back(std::move(f));
+  }
 }
 
 }  // namespace stensor

@@ -30,6 +30,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "core/buffer_registry.h"
 
 namespace stensor {
@@ -49,8 +50,9 @@ class PointerTables {
                      uint64_t bytes, const BufferRegistry& registry)
       ABSL_LOCKS_EXCLUDED(mu_);
   // A device copy of [src, src+bytes) into `to` at dst: the destination gets
-  // the source's entries (shifted); a source whose contents are not known
-  // (stale, or untracked memory: from == nullptr) makes `to` stale.
+  // the source's entries (shifted). A source whose contents are not known
+  // (stale, plain device data, or untracked memory: from == nullptr) makes
+  // a table `to` stale.
   void OnDeviceCopy(const Buffer& to, uint64_t dst, const Buffer* from,
                     uint64_t src, uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // A memset of [dst, dst+bytes): no pointers there any more.
@@ -71,6 +73,17 @@ class PointerTables {
   State Get(uint64_t id, std::vector<uint64_t>* words, uint64_t* base) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Get for many buffers under one lock: one Found for each of `ids` that
+  // has a table (kKnown or kStale).
+  struct Found {
+    uint64_t id = 0;
+    State state = State::kNone;
+    uint64_t base = 0;
+    std::vector<uint64_t> words;  // distinct
+  };
+  void Collect(absl::Span<const uint64_t> ids, std::vector<Found>* found) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // True while no buffer has entries.
   bool empty() const { return tables_.load(std::memory_order_acquire) == 0; }
 
@@ -86,6 +99,7 @@ class PointerTables {
   // Adds the entries found in `bytes` of host memory landing at dst.
   static size_t Scan(Table& t, uint64_t dst, const unsigned char* src,
                      uint64_t bytes, const BufferRegistry& registry);
+  static void DistinctWords(const Table& t, std::vector<uint64_t>* words);
   // Drops `id` when it holds nothing worth remembering.
   void Prune(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Publish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

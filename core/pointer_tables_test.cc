@@ -142,6 +142,25 @@ TEST_F(PointerTablesTest, DeviceCopiesCarryEntries) {
   tables_.OnDeviceCopy(table_, table_.base, nullptr, 0x900000, 8);
   Words(table_.id, &state);
   EXPECT_EQ(state, State::kStale);
+  // Plain data onto plain data records nothing.
+  tables_.OnDeviceCopy(b_, b_.base, &a_, a_.base, 64);
+  EXPECT_EQ(tables_.Get(b_.id, nullptr, nullptr), State::kNone);
+}
+
+TEST_F(PointerTablesTest, ATableOverwrittenWholeOnTheDeviceStaysATable) {
+  uint64_t host[2] = {a_.base, b_.base};
+  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), registry_);
+  // Every entry overwritten by device data: nothing known, but a kernel
+  // that reads it as a table must read it back.
+  tables_.OnDeviceCopy(table_, table_.base, &other_, other_.base, 16);
+  State state;
+  EXPECT_TRUE(Words(table_.id, &state).empty());
+  EXPECT_EQ(state, State::kStale);
+  tables_.OnDeviceCopy(table_, table_.base, nullptr, 0x900000, 16);
+  EXPECT_EQ(tables_.Get(table_.id, nullptr, nullptr), State::kStale);
+  // Only a memset or a host write of the whole buffer says what it holds.
+  tables_.OnClear(table_, table_.base, table_.size);
+  EXPECT_EQ(tables_.Get(table_.id, nullptr, nullptr), State::kNone);
 }
 
 TEST_F(PointerTablesTest, ACopyFromAStaleTableIsStale) {

@@ -201,12 +201,16 @@ void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
 }
 
 void Tracker::ExpandTables(StreamRef stream, Accesses* a) {
-  // Every buffer the launch reaches directly may be a table.
-  absl::InlinedVector<uint64_t, 8> direct;
-  for (uint64_t id : a->reads) AddUnique(&direct, id);
-  const auto direct_end = a->reads.size();  // targets are appended after
+  // Every buffer the launch reaches directly may be a table, and so may the
+  // targets of a table (`T***`), a few levels deep.
+  constexpr int kMaxDepth = 4;
+  const size_t direct_end = a->reads.size();  // targets are appended after
+  absl::InlinedVector<uint64_t, 8> level, seen;
+  for (uint64_t id : a->reads) AddUnique(&level, id);
+  seen = level;
+  std::vector<PointerTables::Found> found;
   std::vector<uint64_t> words;
-  auto add_refs = [&](uint64_t table, bool writes) {
+  auto add_refs = [&](uint64_t table, bool writes, absl::InlinedVector<uint64_t, 8>* next) {
     Accesses::TableUse use{table, writes, {}};
     registry_.FindAll(words.data(), words.size(), [&](size_t, uint64_t id) {
       if (std::find(use.refs.begin(), use.refs.end(), id) == use.refs.end()) {
@@ -216,33 +220,54 @@ void Tracker::ExpandTables(StreamRef stream, Accesses* a) {
     for (uint64_t id : use.refs) {
       a->reads.push_back(id);
       if (writes) a->writes.push_back(id);
+      if (std::find(seen.begin(), seen.end(), id) == seen.end()) {
+        seen.push_back(id);
+        next->push_back(id);
+      }
     }
     a->tables.push_back(std::move(use));
   };
-  for (uint64_t id : direct) {
-    // The targets are only read when every hit on this buffer came through
-    // a parameter that makes them const (`T const* const*`).
-    size_t hits = std::count(a->reads.begin(), a->reads.begin() + direct_end, id);
-    size_t const_hits = 0;
-    uint64_t address = 0;
-    for (const Accesses::TableParam& p : a->table_params) {
-      if (p.id != id) continue;
-      address = p.address;
-      if (p.pointees == Pointees::kConst) ++const_hits;
-    }
-    words.clear();
-    uint64_t base = 0;
-    PointerTables::State state = tables_.Get(id, &words, &base);
-    if (state == PointerTables::State::kNone && address == 0) continue;
-    if (state != PointerTables::State::kKnown) {
-      // Written on the device since its pointers were known (or never
-      // known): read it back, or count the launch's accesses as unknown.
-      std::optional<Buffer> table = registry_.Find(base != 0 ? base : address);
-      if (!table || table->id != id || !ReadBackTable(*table, stream, &words)) {
-        a->unknown_tables = true;
+  for (int depth = 0; depth < kMaxDepth && !level.empty(); ++depth) {
+    found.clear();
+    tables_.Collect(level, &found);
+    // At the first level, a table parameter into a buffer with no known
+    // entries is a table of unknown contents too.
+    if (depth == 0) {
+      for (const Accesses::TableParam& p : a->table_params) {
+        if (p.id == 0) continue;
+        auto known = std::find_if(found.begin(), found.end(),
+                                  [&](const PointerTables::Found& f) { return f.id == p.id; });
+        if (known == found.end()) found.push_back({p.id, PointerTables::State::kNone, 0, {}});
       }
     }
-    if (!words.empty()) add_refs(id, const_hits < hits);
+    absl::InlinedVector<uint64_t, 8> next;
+    for (PointerTables::Found& f : found) {
+      // The targets are only read when every direct hit on this buffer came
+      // through a parameter that makes them const (`T const* const*`).
+      bool writes = true;
+      uint64_t address = f.base;
+      if (depth == 0) {
+        size_t hits = std::count(a->reads.begin(), a->reads.begin() + direct_end, f.id);
+        size_t const_hits = 0;
+        for (const Accesses::TableParam& p : a->table_params) {
+          if (p.id != f.id) continue;
+          if (address == 0) address = p.address;
+          if (p.pointees == Pointees::kConst) ++const_hits;
+        }
+        writes = const_hits < hits;
+      }
+      words = std::move(f.words);
+      if (f.state != PointerTables::State::kKnown) {
+        // Written on the device since its pointers were known (or never
+        // known): read it back, or count the launch's accesses as unknown.
+        std::optional<Buffer> table = registry_.Find(address);
+        if (!table || table->id != f.id || !ReadBackTable(*table, stream, &words)) {
+          a->unknown_tables = true;
+        }
+      }
+      if (!words.empty()) add_refs(f.id, writes, &next);
+    }
+    level = std::move(next);
   }
   // Tables outside tracked buffers: pinned host memory is read directly;
   // anything else is memory stensor knows nothing about.
@@ -253,7 +278,8 @@ void Tracker::ExpandTables(StreamRef stream, Accesses* a) {
       a->unknown_tables = true;
       continue;
     }
-    if (!words.empty()) add_refs(0, p.pointees != Pointees::kConst);
+    absl::InlinedVector<uint64_t, 8> ignored;  // targets of host tables: one level
+    if (!words.empty()) add_refs(0, p.pointees != Pointees::kConst, &ignored);
   }
   // A table nobody can read: where a swapped-out buffer's address would
   // fault, everything the kernel might reach comes in first (the launch

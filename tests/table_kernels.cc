@@ -48,4 +48,13 @@ FAKECUDA_KERNEL(host_table_add, float* const* ys, float v, int n, int count) {
   }
 }
 
+// A table of tables: tables[t][i][j] += 0.5 for t < 2.
+FAKECUDA_KERNEL(nested_add, float* const* const* tables, int n, int count) {
+  for (int t = 0; t < 2; ++t) {
+    for (int i = 0; i < count; ++i) {
+      for (int j = 0; j < n; ++j) tables[t][i][j] += 0.5f;
+    }
+  }
+}
+
 }  // namespace tables

@@ -5,7 +5,7 @@
 // steps, entries pointing into the middle of buffers, a table inside a
 // swappable buffer, a table copied device to device, a table written by a
 // kernel and then read and written through, a table in pinned host memory
-// and, with --pageable-table, one in pageable host memory in the last step
+// a table of tables, and, with --pageable-table, one in pageable host memory in the last step
 // (which neither stensor nor the driver knows). Two streams, ordered by
 // events.
 //
@@ -48,7 +48,7 @@ uint64_t Fnv(uint64_t h, const void* data, size_t n) {
 }
 
 struct Kernels {
-  CUfunction axpy, sum, build, scale, touch, host_add;
+  CUfunction axpy, sum, build, scale, touch, host_add, nested_add;
 };
 
 Kernels Load(const char* path) {
@@ -61,6 +61,7 @@ Kernels Load(const char* path) {
   CHECK(cuModuleGetFunction(&k.scale, m, "_ZN6tables5scaleEPPffii"));
   CHECK(cuModuleGetFunction(&k.touch, m, "_ZN6tables5touchEPffi"));
   CHECK(cuModuleGetFunction(&k.host_add, m, "_ZN6tables14host_table_addEPKPffii"));
+  CHECK(cuModuleGetFunction(&k.nested_add, m, "_ZN6tables10nested_addEPKPKPfii"));
   return k;
 }
 
@@ -125,6 +126,7 @@ int main(int argc, char** argv) {
   CUdeviceptr built = alloc(kBuf);
   CHECK(cuMemsetD8(built, 0, kBuf));
   CUdeviceptr tx = alloc(256), ty = alloc(256), tcopy = alloc(256);
+  CUdeviceptr inner0 = alloc(64), inner1 = alloc(64), outer = alloc(64);
   std::printf("working_set %" PRIu64 "\n", working_set);
 
   CUdeviceptr* pinned = nullptr;  // host staging for async pinned copies
@@ -194,6 +196,12 @@ int main(int argc, char** argv) {
     CHECK(cuMemcpyDtoDAsync(tcopy, tx, kCount * sizeof(CUdeviceptr), a));
     CUdeviceptr out2 = at(step + 10, 0);
     Launch(k.sum, a, {&tcopy, &out2, &n, &count});
+
+    // A table of tables, both levels built on the host.
+    upload(inner0, {at(step + 1, 16), at(step + 3, 0), at(step + 5, 0)}, step, a);
+    upload(inner1, {at(step + 7, 0), at(step + 9, 32), at(step + 11, 0)}, step + 1, a);
+    upload(outer, {inner0, inner1}, step + 2, a);
+    Launch(k.nested_add, a, {&outer, &n, &count});
     CHECK(cuEventRecord(a_done, a));
 
     // Pressure from the other stream: plain kernels on the other buffers.
