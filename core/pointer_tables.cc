@@ -106,11 +106,13 @@ void PointerTables::OnClear(const Buffer& table, uint64_t dst, uint64_t bytes) {
   Publish();
 }
 
-void PointerTables::OnDeviceWrite(uint64_t id) {
+void PointerTables::OnDeviceWrite(absl::Span<const uint64_t> ids) {
   if (empty()) return;
   absl::MutexLock lock(&mu_);
-  auto it = by_id_.find(id);
-  if (it != by_id_.end()) it->second.stale = true;
+  for (uint64_t id : ids) {
+    auto it = by_id_.find(id);
+    if (it != by_id_.end()) it->second.stale = true;
+  }
 }
 
 void PointerTables::OnFree(uint64_t id) {

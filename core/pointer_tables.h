@@ -58,8 +58,8 @@ class PointerTables {
   // A memset of [dst, dst+bytes): no pointers there any more.
   void OnClear(const Buffer& table, uint64_t dst, uint64_t bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Something on the device (a kernel) may have written buffer `id`.
-  void OnDeviceWrite(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Something on the device (a kernel) may have written these buffers.
+  void OnDeviceWrite(absl::Span<const uint64_t> ids) ABSL_LOCKS_EXCLUDED(mu_);
   void OnFree(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The whole contents of `table` as read back from the device: entries

@@ -90,7 +90,7 @@ TEST_F(PointerTablesTest, RewritingARangeReplacesItsEntriesOnly) {
 TEST_F(PointerTablesTest, ADeviceWriteMakesEntriesStaleUntilReadBack) {
   uint64_t host[1] = {a_.base};
   tables_.OnHostWrite(table_, table_.base, host, sizeof(host), registry_);
-  tables_.OnDeviceWrite(table_.id);
+  tables_.OnDeviceWrite({table_.id});
   State state;
   EXPECT_EQ(Words(table_.id, &state), (std::vector<uint64_t>{a_.base}));  // last known
   EXPECT_EQ(state, State::kStale);
@@ -106,7 +106,7 @@ TEST_F(PointerTablesTest, ADeviceWriteMakesEntriesStaleUntilReadBack) {
   EXPECT_EQ(Words(table_.id, &state), (std::vector<uint64_t>{other_.base + 16}));
   EXPECT_EQ(state, State::kKnown);
   // A whole-buffer host write is as good.
-  tables_.OnDeviceWrite(table_.id);
+  tables_.OnDeviceWrite({table_.id});
   std::vector<uint64_t> whole(table_.size / 8, 0);
   whole[0] = a_.base;
   tables_.OnHostWrite(table_, table_.base, whole.data(), table_.size, registry_);
@@ -117,8 +117,8 @@ TEST_F(PointerTablesTest, ADeviceWriteMakesEntriesStaleUntilReadBack) {
 TEST_F(PointerTablesTest, DeviceWritesToOtherBuffersChangeNothing) {
   uint64_t host[1] = {a_.base};
   tables_.OnHostWrite(table_, table_.base, host, sizeof(host), registry_);
-  tables_.OnDeviceWrite(a_.id);
-  tables_.OnDeviceWrite(other_.id);
+  tables_.OnDeviceWrite({a_.id});
+  tables_.OnDeviceWrite({other_.id});
   State state;
   Words(table_.id, &state);
   EXPECT_EQ(state, State::kKnown);
@@ -166,7 +166,7 @@ TEST_F(PointerTablesTest, ATableOverwrittenWholeOnTheDeviceStaysATable) {
 TEST_F(PointerTablesTest, ACopyFromAStaleTableIsStale) {
   uint64_t host[1] = {a_.base};
   tables_.OnHostWrite(table_, table_.base, host, sizeof(host), registry_);
-  tables_.OnDeviceWrite(table_.id);
+  tables_.OnDeviceWrite({table_.id});
   tables_.OnDeviceCopy(other_, other_.base, &table_, table_.base, 8);
   State state;
   EXPECT_EQ(Words(other_.id, &state), (std::vector<uint64_t>{a_.base}));

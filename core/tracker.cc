@@ -155,7 +155,7 @@ CUresult Tracker::BeginLaunch(CUfunction f, StreamRef stream, void** params,
                               void** extra, Accesses* accesses) {
   const KernelInfo* kernel = kernels_.Get(f);
   InferLaunchAccesses(*kernel, params, extra, registry_, accesses);
-  if ((kernel->has_tables || !tables_.empty()) && tracks_tables()) {
+  if (tracks_tables() && (kernel->has_tables || !tables_.empty())) {
     ExpandTables(stream, accesses);
   }
   if (!memory_) return CUDA_SUCCESS;
@@ -174,9 +174,7 @@ void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
   }
   if (!submitted) return;
   // A kernel may rewrite the pointers of any table it writes.
-  if (!tables_.empty()) {
-    for (uint64_t id : accesses.writes) tables_.OnDeviceWrite(id);
-  }
+  tables_.OnDeviceWrite(accesses.writes);
   Count(OpType::kLaunch);
   if (!log_) return;
   const KernelInfo* kernel = kernels_.Get(f);
@@ -364,7 +362,7 @@ size_t Tracker::OnCopyTables(const char* kind, uint64_t dst, uint64_t src, uint6
   }
   if (!linear) {
     // Rows of a region: whatever landed there is not scanned.
-    tables_.OnDeviceWrite(to->id);
+    tables_.OnDeviceWrite({to->id});
     return 0;
   }
   if (from_host) {
@@ -381,7 +379,7 @@ void Tracker::OnMemsetTables(uint64_t dst, uint64_t bytes, bool linear) {
   if (linear) {
     tables_.OnClear(*b, dst, bytes);
   } else {
-    tables_.OnDeviceWrite(b->id);
+    tables_.OnDeviceWrite({b->id});
   }
 }
 
