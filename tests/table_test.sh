@@ -75,6 +75,23 @@ fi
 grep -q "host_table_add.*CUDA_ERROR_OUT_OF_MEMORY\|cuLaunchKernel.*CUDA_ERROR_OUT_OF_MEMORY" "$tmp/pageable-oom.err" ||
   { cat "$tmp/pageable-oom.err" >&2; fail "expected a launch to fail with out of memory"; }
 
+# Failures of the calls a table read-back makes (the launch stream's
+# synchronisation, the device-to-host copy), at each of their first
+# occurrences: the program either sees its own call fail, or stensor falls
+# back (unknown accesses) and the result is the same. Never a crash or a
+# wrong result.
+for fn in cuStreamSynchronize cuMemcpyDtoH_v2; do
+  for n in 1 2 3 4 5 6; do
+    if FAKECUDA_FAIL=$fn:$n STENSOR_MEMORY_LIMIT=$((ws * 40 / 100)) LD_PRELOAD="$stensor" \
+        "$train" "$kernels" > "$tmp/fail.out" 2> "$tmp/fail.err"; then
+      [[ $(tail -n 1 "$tmp/fail.out") == "$want" ]] || fail "$fn:$n: wrong result $(tail -n 1 "$tmp/fail.out")"
+    else
+      grep -q "table_train.cc:[0-9]*: ${fn%_v2}(.*failed: CUDA_ERROR_UNKNOWN" "$tmp/fail.err" ||
+        { cat "$tmp/fail.err" >&2; fail "$fn:$n: the program saw an error that was not its own call's"; }
+    fi
+  done
+done
+
 # Below the smallest cap: a clean out-of-memory error, no crash.
 if STENSOR_MEMORY_LIMIT=12500000 LD_PRELOAD="$stensor" "$train" "$kernels" > /dev/null 2> "$tmp/oom.err"; then
   fail "12,500,000 bytes should not be enough"
