@@ -495,8 +495,14 @@ CUresult MemoryManager::CreateAppMemory(CUmemGenericAllocationHandle* handle, si
   // Outside the lock: the charge holds the room meanwhile.
   CUresult r = driver_->cuMemCreate(handle, size, prop, flags);
   absl::MutexLock lock(&mu_);
+  // The device itself may be full below the cap (other processes): evict
+  // and retry while anything is left, as for stensor's own memory.
+  while (r == CUDA_ERROR_OUT_OF_MEMORY && EvictByPolicy(DeviceState(ordinal), size)) {
+    r = driver_->cuMemCreate(handle, size, prop, flags);
+  }
   if (r != CUDA_SUCCESS) {
     DeviceState(ordinal).used -= size;
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) LogOom(DeviceState(ordinal), size);
     return r;
   }
   app_handles_[*handle] = AppHandle{ordinal, size, 1, 0};

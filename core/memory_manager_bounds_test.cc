@@ -403,6 +403,29 @@ TEST_F(BoundsTest, AppVmmChargeEndsWhenTheMemoryIsGone) {
   EXPECT_EQ(FreeBytes(*mm), kCap);
 }
 
+// The device itself full below the cap (cuMemCreate out of memory once):
+// a buffer is evicted and the creation retried.
+TEST_F(BoundsTest, AppVmmOnAFullDeviceEvictsAndRetries) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a = Alloc(*mm, 1);
+  Write(*mm, 1, a, 1);
+  ClearLog();
+  fakecuda_fail_call("cuMemCreate", 1, CUDA_ERROR_OUT_OF_MEMORY);
+  CUmemGenericAllocationHandle h = Create(*mm);
+  EXPECT_THAT(Records(), ElementsAre("swap_out:1"));
+  EXPECT_EQ(FreeBytes(*mm), kCap - kGranule);
+  ASSERT_CU(cuMemRelease(h));
+  mm->OnAppRelease(h);
+  // Nothing left to evict: the driver's out of memory, nothing charged.
+  fakecuda_fail_call("cuMemCreate", 1, CUDA_ERROR_OUT_OF_MEMORY);
+  Create(*mm, CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(FreeBytes(*mm), kCap);
+  EXPECT_TRUE(Holds(*mm, 1, a, 1));
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_CU(mm->Free(a));
+}
+
 // --- Handles that leave stensor's control ---------------------------------------
 
 // Pinning a swapped-out buffer brings it back, synchronously, with its
