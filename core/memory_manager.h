@@ -4,7 +4,9 @@
 // room is needed the allocation loop of the method (S401-S405) drops clean
 // device copies, releases garbage and swaps least-recently-used buffers out
 // to host memory; before a launch, copy or memset touches a swapped-out
-// buffer it is swapped back in at the same address.
+// buffer it is swapped back in at the same address. To the program a buffer
+// keeps the size it asked for (not the granules behind it), and the
+// program's own device-located VMM memory is charged against the cap too.
 //
 // Each buffer carries the STensor fields: evictable flag, location,
 // reference count and the versions (logical modification times) of its

@@ -1,7 +1,9 @@
 // The exported hooks: one function per STENSOR_HOOK entry of
 // core/driver_symbols.inc, each with the exact ABI of the symbol it replaces.
 // A hook calls the real entry point and reports what happened to the tracker;
-// it never changes arguments or results. Entry points that exist as a legacy
+// it never changes arguments. Under a cap core/ may answer instead of the
+// driver where stensor's buffers must look like cuMemAlloc allocations
+// (allocation, exact sizes, pointer attributes, overruns). Entry points that exist as a legacy
 // and a per-thread-stream twin (_ptds/_ptsz) share one implementation.
 #include <array>
 #include <cstdint>
