@@ -170,6 +170,10 @@ void CheckOverruns(CUdeviceptr base, size_t size, CUdeviceptr other, CUstream s)
   EXPECT_RC(cuMemcpyHtoDAsync(base, host.data(), size + 1, s), kBad);
   EXPECT_RC(cuMemcpyDtoHAsync(host.data(), base + 1, size, s), kBad);
   EXPECT_RC(cuMemcpyDtoDAsync(other, base + size - 1, 2, s), kBad);
+  CUcontext ctx = nullptr;
+  CHECK(cuCtxGetCurrent(&ctx));
+  EXPECT_RC(cuMemcpyPeer(base + 1, ctx, other, ctx, size), kBad);
+  EXPECT_RC(cuMemcpyPeerAsync(other, ctx, base + size - 4, ctx, 8, s), kBad);
   EXPECT_RC(cuMemsetD8(base, 0, size + 1), kBad);
   EXPECT_RC(cuMemsetD8(base + size, 0, 1), kBad);
   EXPECT_RC(cuMemsetD32(base, 0, size / 4 + 1), kBad);
