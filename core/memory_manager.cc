@@ -31,7 +31,11 @@ struct MemoryManager::Buffer {
   uint64_t size = 0;      // as the application asked
   uint64_t reserved = 0;  // VA and physical size (granules), or the charge
   int device = 0;
+  CUcontext context = nullptr;  // current at allocation (pointer attributes)
   bool vmm = false;       // false: a small plain allocation, never swapped
+  // A handle to its memory left stensor's control (PinExported): resident
+  // and never evicted again.
+  bool exported = false;
   // S03 fields. `pins` counts operations being prepared or submitted right
   // now (non-evictable while > 0); the application's own reference ends
   // with cuMemFree, after which a buffer still in use is garbage.
@@ -220,11 +224,20 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr) {
   if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   CUdevice ordinal = 0;
   if (CUresult r = driver_->cuCtxGetDevice(&ordinal); r != CUDA_SUCCESS) return r;
+  CUcontext context = nullptr;
+  if (CUresult r = driver_->cuCtxGetCurrent(&context); r != CUDA_SUCCESS) return r;
   absl::MutexLock lock(&mu_);
   Device& dev = DeviceState(ordinal);
+  // More than the cap can never fit (and rounding SIZE_MAX up would wrap):
+  // out of memory, as the driver answers for more than the device has.
+  if (bytes > dev.cap) {
+    LogOom(dev, bytes);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   auto b = std::make_unique<Buffer>();
   b->size = bytes;
   b->device = ordinal;
+  b->context = context;
   b->gpu_version = ++version_;
   b->last_use = ++clock_;  // just used: not the first to go
   CollectGarbage();
@@ -264,6 +277,10 @@ CUresult MemoryManager::ReserveExternal(uint64_t bytes) {
   if (CUresult r = driver_->cuCtxGetDevice(&ordinal); r != CUDA_SUCCESS) return r;
   absl::MutexLock lock(&mu_);
   Device& dev = DeviceState(ordinal);
+  if (bytes > dev.cap) {  // never fits; AlignUp would wrap
+    LogOom(dev, bytes);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   uint64_t charge = AlignUp(bytes, kSmallUnit);
   if (CUresult r = MakeRoom(dev, charge); r != CUDA_SUCCESS) return r;
   Charge(dev, charge);
@@ -274,6 +291,7 @@ void MemoryManager::UnreserveExternal(uint64_t bytes) {
   CUdevice ordinal = 0;
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return;
   absl::MutexLock lock(&mu_);
+  if (bytes > DeviceState(ordinal).cap) return;  // never charged
   DeviceState(ordinal).used -= AlignUp(bytes, kSmallUnit);
 }
 
@@ -319,6 +337,220 @@ CUresult MemoryManager::Free(CUdeviceptr base) {
     ++garbage_;  // released once its work completed, or at S404
   }
   return CUDA_SUCCESS;
+}
+
+CUresult MemoryManager::FreeAsync(CUdeviceptr base, CUstream stream) {
+  absl::MutexLock lock(&mu_);
+  auto it = by_base_.find(base);
+  if (it == by_base_.end()) return CUDA_ERROR_INVALID_VALUE;
+  Buffer& b = *it->second;
+  if (b.garbage) return CUDA_ERROR_INVALID_VALUE;  // freed twice
+  // The free's place in `stream`: an event recorded there. Without one the
+  // free falls back to waiting for the stream, which is also stream order.
+  CUevent event = nullptr;
+  for (const auto& [s, e] : b.uses) {
+    if (s == stream) event = e;
+  }
+  bool fresh = event == nullptr;
+  CUresult r = fresh ? driver_->cuEventCreate(&event, CU_EVENT_DISABLE_TIMING) : CUDA_SUCCESS;
+  if (r == CUDA_SUCCESS) r = driver_->cuEventRecord(event, stream);
+  if (r == CUDA_SUCCESS) {
+    if (fresh) b.uses.emplace_back(stream, event);
+  } else {
+    if (fresh && event != nullptr) driver_->cuEventDestroy_v2(event);
+    // The stream's work before the free must be done before the memory is
+    // reused; if even that cannot be observed, the buffer stays allocated.
+    if (CUresult w = driver_->cuStreamSynchronize(stream); w != CUDA_SUCCESS) return w;
+  }
+  b.garbage = true;
+  if (b.pins == 0 && Idle(b)) {
+    ReleaseBuffer(DeviceState(b.device), b);
+  } else {
+    ++garbage_;  // released once the stream passed the free (S404)
+  }
+  return CUDA_SUCCESS;
+}
+
+MemoryManager::Buffer* MemoryManager::Containing(uint64_t addr) const {
+  auto it = by_base_.upper_bound(addr);
+  if (it == by_base_.begin()) return nullptr;
+  --it;
+  Buffer* b = it->second.get();
+  return b->vmm && addr - b->base < b->reserved ? b : nullptr;
+}
+
+std::optional<MemoryManager::BufferView> MemoryManager::Find(CUdeviceptr addr) const {
+  absl::MutexLock lock(&mu_);
+  const Buffer* b = Containing(addr);
+  if (b == nullptr) return std::nullopt;
+  return BufferView{b->base, b->size, b->reserved, b->device, b->context, b->id, b->garbage};
+}
+
+CUresult MemoryManager::CheckRange(uint64_t addr, uint64_t extent) const {
+  if (extent == 0) return CUDA_SUCCESS;
+  absl::MutexLock lock(&mu_);
+  const Buffer* b = Containing(addr);
+  if (b == nullptr) return CUDA_SUCCESS;  // not ours: the driver checks it
+  uint64_t offset = addr - b->base;
+  if (b->garbage || offset >= b->size || extent > b->size - offset) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+// --- Handles that leave stensor's control -----------------------------------------
+
+CUresult MemoryManager::PinLocked(Buffer& b, const char* api) {
+  bool first = !b.exported;
+  b.exported = true;  // from now on no eviction chooses it
+  if (!b.resident()) {
+    Device& dev = DeviceState(b.device);
+    ++b.pins;
+    CUresult r = SwapIn(dev, b, /*copy=*/true, /*consumer=*/nullptr);
+    --b.pins;
+    if (r != CUDA_SUCCESS) {
+      b.exported = false;  // still swapped out: a later call tries again
+      return r;
+    }
+    // Synchronously: whoever gets the handle reads the memory directly. The
+    // swap-in's copy is the buffer's use on the swap stream; wait for it
+    // without the lock (the pin keeps the buffer and its events alive).
+    CUevent copied = nullptr;
+    for (const auto& [s, e] : b.uses) {
+      if (s == dev.swap_stream && s != nullptr) copied = e;
+    }
+    if (copied != nullptr) {
+      ++b.pins;
+      mu_.Unlock();
+      CUresult w = driver_->cuEventSynchronize(copied);
+      mu_.Lock();
+      --b.pins;
+      if (w != CUDA_SUCCESS) return w;
+    }
+  }
+  if (first) {
+    Log(JsonLine()
+            .Str("type", "pin")
+            .Str("api", api)
+            .Uint("id", b.id)
+            .Uint("bytes", b.size)
+            .Int("device", b.device)
+            .Finish());
+    if (config_.log_level <= LogLevel::kWarn) {
+      std::fprintf(stderr,
+                   "stensor [warning] buffer %llu (%llu bytes at 0x%llx) stays on the "
+                   "device for good: %s hands its memory out of stensor's control\n",
+                   static_cast<unsigned long long>(b.id),
+                   static_cast<unsigned long long>(b.size),
+                   static_cast<unsigned long long>(b.base), api);
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+bool MemoryManager::PinExported(CUdeviceptr addr, const char* api, CUresult* result) {
+  absl::MutexLock lock(&mu_);
+  Buffer* b = Containing(addr);
+  if (b == nullptr || b->garbage) return false;
+  *result = PinLocked(*b, api);
+  return true;
+}
+
+bool MemoryManager::PinExportedHandle(CUmemGenericAllocationHandle handle,
+                                      const char* api) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [base, b] : by_base_) {
+    // A handle is only ever the current device memory of a resident buffer.
+    if (b->vmm && b->device_handle == handle && handle != 0) {
+      PinLocked(*b, api);  // resident already: cannot fail
+      return true;
+    }
+  }
+  return false;
+}
+
+// --- The program's own VMM memory --------------------------------------------------
+
+CUresult MemoryManager::CreateAppMemory(CUmemGenericAllocationHandle* handle, size_t size,
+                                        const CUmemAllocationProp* prop,
+                                        unsigned long long flags) {
+  bool device_located = prop != nullptr && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE;
+  if (!device_located || handle == nullptr || size == 0) {
+    return driver_->cuMemCreate(handle, size, prop, flags);  // host memory, or the driver's error
+  }
+  int ordinal = prop->location.id;
+  int count = 0;
+  if (driver_->cuDeviceGetCount(&count) != CUDA_SUCCESS || ordinal < 0 || ordinal >= count) {
+    return driver_->cuMemCreate(handle, size, prop, flags);  // the driver's error
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    Device& dev = DeviceState(ordinal);
+    if (dev.granularity != 0 && size % dev.granularity != 0) {
+      return driver_->cuMemCreate(handle, size, prop, flags);  // INVALID_VALUE, nothing evicted
+    }
+    if (CUresult r = MakeRoom(dev, size); r != CUDA_SUCCESS) return r;
+    Charge(dev, size);
+  }
+  // Outside the lock: the charge holds the room meanwhile.
+  CUresult r = driver_->cuMemCreate(handle, size, prop, flags);
+  absl::MutexLock lock(&mu_);
+  // The device itself may be full below the cap (other processes): evict
+  // and retry while anything is left, as for stensor's own memory.
+  while (r == CUDA_ERROR_OUT_OF_MEMORY && EvictByPolicy(DeviceState(ordinal), size)) {
+    r = driver_->cuMemCreate(handle, size, prop, flags);
+  }
+  if (r != CUDA_SUCCESS) {
+    DeviceState(ordinal).used -= size;
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) LogOom(DeviceState(ordinal), size);
+    return r;
+  }
+  app_handles_[*handle] = AppHandle{ordinal, size, 1, 0};
+  return CUDA_SUCCESS;
+}
+
+void MemoryManager::MaybeUnchargeApp(CUmemGenericAllocationHandle handle) {
+  auto it = app_handles_.find(handle);
+  if (it == app_handles_.end() || it->second.refs > 0 || it->second.mappings > 0) return;
+  DeviceState(it->second.device).used -= it->second.bytes;
+  app_handles_.erase(it);
+}
+
+void MemoryManager::OnAppRetain(CUmemGenericAllocationHandle handle) {
+  absl::MutexLock lock(&mu_);
+  auto it = app_handles_.find(handle);
+  if (it != app_handles_.end()) ++it->second.refs;
+}
+
+void MemoryManager::OnAppRelease(CUmemGenericAllocationHandle handle) {
+  absl::MutexLock lock(&mu_);
+  auto it = app_handles_.find(handle);
+  if (it == app_handles_.end()) return;
+  --it->second.refs;
+  MaybeUnchargeApp(handle);
+}
+
+void MemoryManager::OnAppMap(CUdeviceptr ptr, uint64_t size,
+                             CUmemGenericAllocationHandle handle) {
+  absl::MutexLock lock(&mu_);
+  auto it = app_handles_.find(handle);
+  if (it == app_handles_.end()) return;
+  ++it->second.mappings;
+  app_mappings_[ptr] = {size, handle};
+}
+
+void MemoryManager::OnAppUnmap(CUdeviceptr ptr, uint64_t size) {
+  absl::MutexLock lock(&mu_);
+  // The driver unmaps whole mappings only, so each starts inside the range.
+  for (auto it = app_mappings_.lower_bound(ptr);
+       it != app_mappings_.end() && it->first < ptr + size;) {
+    CUmemGenericAllocationHandle handle = it->second.second;
+    it = app_mappings_.erase(it);
+    auto h = app_handles_.find(handle);
+    if (h == app_handles_.end()) continue;
+    --h->second.mappings;
+    MaybeUnchargeApp(handle);
+  }
 }
 
 CUresult MemoryManager::MapDevice(Device& dev, Buffer& b) {
@@ -394,12 +626,17 @@ void MemoryManager::LogOom(Device& dev, uint64_t need) {
 }
 
 CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need) {
+  if (need > dev.cap) {  // evicting everything would not make it fit
+    LogOom(dev, need);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   for (;;) {
-    if (dev.used + need <= dev.cap) return CUDA_SUCCESS;           // S401/S402
+    // Written so that no sum can wrap, whatever `need` is.
+    if (need <= dev.cap && dev.used <= dev.cap - need) return CUDA_SUCCESS;  // S401/S402
     if (version_policy_ && DropOneClean(dev)) continue;              // S403
     if (ReleaseGarbage(dev, /*wait=*/false)) continue;               // S404
     if (ReleaseGarbage(dev, /*wait=*/true)) continue;
-    if (EvictByPolicy(dev, dev.used + need - dev.cap)) continue;     // S405
+    if (EvictByPolicy(dev, dev.used - (dev.cap - need))) continue;  // S405
     LogOom(dev, need);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -409,7 +646,7 @@ bool MemoryManager::DropOneClean(Device& dev) {
   Buffer* pick = nullptr;
   for (auto& [base, b] : by_base_) {
     if (b->device != dev.ordinal || !b->vmm || !b->resident() || b->pins > 0 ||
-        b->garbage || !b->clean() || !Idle(*b)) {
+        b->garbage || b->exported || !b->clean() || !Idle(*b)) {
       continue;
     }
     if (pick == nullptr || b->last_use < pick->last_use) pick = b.get();
@@ -452,7 +689,7 @@ bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed) {
   std::vector<Buffer*> buffers;
   for (auto& [base, b] : by_base_) {
     if (b->device != dev.ordinal || !b->vmm || !b->resident() || b->pins > 0 ||
-        b->garbage) {
+        b->garbage || b->exported) {
       continue;
     }
     candidates.push_back(EvictionCandidate{buffers.size(), b->reserved, b->location,

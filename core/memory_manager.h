@@ -4,7 +4,9 @@
 // room is needed the allocation loop of the method (S401-S405) drops clean
 // device copies, releases garbage and swaps least-recently-used buffers out
 // to host memory; before a launch, copy or memset touches a swapped-out
-// buffer it is swapped back in at the same address.
+// buffer it is swapped back in at the same address. To the program a buffer
+// keeps the size it asked for (not the granules behind it), and the
+// program's own device-located VMM memory is charged against the cap too.
 //
 // Each buffer carries the STensor fields: evictable flag, location,
 // reference count and the versions (logical modification times) of its
@@ -24,6 +26,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,6 +81,26 @@ class MemoryManager {
   void AdoptExternal(CUdeviceptr base, uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   void ForgetExternal(CUdeviceptr base) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // --- Exact sizes: a buffer looks like the cuMemAlloc allocation asked for.
+  // What the program sees of one VMM-backed buffer, resident or swapped out.
+  struct BufferView {
+    CUdeviceptr base = 0;
+    uint64_t size = 0;      // as the program asked, not the reserved granules
+    uint64_t reserved = 0;  // the VA range stensor holds
+    int device = 0;
+    CUcontext context = nullptr;  // current at cuMemAlloc
+    uint64_t id = 0;
+    bool freed = false;     // cuMemFree'd, not yet released (garbage)
+  };
+  // The VMM-backed buffer whose reserved range contains `addr` (the tail
+  // past its requested size included), if any.
+  std::optional<BufferView> Find(CUdeviceptr addr) const ABSL_LOCKS_EXCLUDED(mu_);
+  // A transfer touching [addr, addr + extent): CUDA_ERROR_INVALID_VALUE when
+  // it starts in a buffer of this manager and runs past its requested size
+  // (or starts past it, or the buffer was freed), as the driver answers for
+  // a cuMemAlloc allocation; else CUDA_SUCCESS. An extent of 0 is nothing.
+  CUresult CheckRange(uint64_t addr, uint64_t extent) const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Gives the buffer at `base` its registry id (for the log and accesses).
   void Bind(CUdeviceptr base, uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether `base` is a buffer this manager allocated.
@@ -85,6 +108,37 @@ class MemoryManager {
   // cuMemFree of a buffer this manager allocated: released now if no work
   // in flight uses it, else when that work completed (garbage, S404).
   CUresult Free(CUdeviceptr base) ABSL_LOCKS_EXCLUDED(mu_);
+  // cuMemFreeAsync: freed in stream order. A use is recorded on `stream`, so
+  // the buffer is released (its memory reused) only once the stream passed
+  // this point; until then it is garbage (S404).
+  CUresult FreeAsync(CUdeviceptr base, CUstream stream) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Handles that leave stensor's control (cuIpcGetMemHandle,
+  // cuMemExportToShareableHandle, cuMemRetainAllocationHandle): the buffer
+  // containing `addr` (or whose device memory is `handle`) is made resident,
+  // synchronously, and never evicted again, since whoever holds the handle
+  // maps that physical memory itself. Logged once per buffer. False when
+  // the address is not in a buffer of this manager; else `*result` is the
+  // outcome (an error when it could not be brought back).
+  bool PinExported(CUdeviceptr addr, const char* api, CUresult* result)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  bool PinExportedHandle(CUmemGenericAllocationHandle handle, const char* api)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- The program's own VMM memory (cuMemCreate of device-located
+  // memory) counts against the cap while its physical memory exists: from
+  // cuMemCreate until the last reference is released (cuMemRelease of the
+  // created and of every retained handle) and the last mapping of it is
+  // unmapped, since the driver keeps mapped memory alive past cuMemRelease.
+  // A cuMemCreate that does not fit first makes room (S403-S405).
+  CUresult CreateAppMemory(CUmemGenericAllocationHandle* handle, size_t size,
+                           const CUmemAllocationProp* prop, unsigned long long flags)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void OnAppRetain(CUmemGenericAllocationHandle handle) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnAppRelease(CUmemGenericAllocationHandle handle) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnAppMap(CUdeviceptr ptr, uint64_t size, CUmemGenericAllocationHandle handle)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void OnAppUnmap(CUdeviceptr ptr, uint64_t size) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Before an operation on `stream`: makes every buffer of `ids` resident
   // (swapping in, the stream waiting for the copy) and keeps them from being
@@ -184,6 +238,13 @@ class MemoryManager {
   Buffer* ById(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static bool IsSwappable(const Buffer& b, int device);
   static uint64_t BufferId(const Buffer& b);
+  // The VMM buffer whose reserved range contains addr, or null.
+  Buffer* Containing(uint64_t addr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes `b` resident and never evicted again (PinExported).
+  CUresult PinLocked(Buffer& b, const char* api) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the charge of an app handle once nothing keeps its memory alive.
+  void MaybeUnchargeApp(CUmemGenericAllocationHandle handle)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Log(std::string line) const;
 
   const Config config_;
@@ -204,6 +265,18 @@ class MemoryManager {
   uint64_t garbage_ ABSL_GUARDED_BY(mu_) = 0;  // freed buffers not yet released
   // External allocations: base -> (device, charged bytes).
   absl::flat_hash_map<uint64_t, std::pair<int, uint64_t>> external_ ABSL_GUARDED_BY(mu_);
+  // The program's own device-located VMM handles (CreateAppMemory).
+  struct AppHandle {
+    int device = 0;
+    uint64_t bytes = 0;
+    int refs = 1;      // cuMemCreate plus retains, minus releases
+    int mappings = 0;  // live cuMemMap of it
+  };
+  absl::flat_hash_map<CUmemGenericAllocationHandle, AppHandle> app_handles_
+      ABSL_GUARDED_BY(mu_);
+  // The program's mappings of those handles: base -> (size, handle).
+  std::map<uint64_t, std::pair<uint64_t, CUmemGenericAllocationHandle>> app_mappings_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace stensor

@@ -126,6 +126,23 @@ class Tracker {
   // A successful memset: no pointers left in the range.
   void OnMemsetTables(uint64_t dst, uint64_t bytes, bool linear);
   const PointerTables& tables() const { return tables_; }
+  // --- Exact sizes under a cap: stensor's VMM-backed buffers answer as the
+  // cuMemAlloc allocations the program asked for. Each returns false when
+  // `ptr` is not in such a buffer (the caller asks the driver), else sets
+  // `*result` to the answer.
+  // A transfer whose side at `dst` (`src`) spans `dst_extent` (`src_extent`)
+  // bytes from there: CUDA_ERROR_INVALID_VALUE when either runs past the
+  // requested size of a stensor buffer, as the driver checks a cuMemAlloc
+  // allocation; the driver is then not called.
+  CUresult CheckExtents(uint64_t dst, uint64_t dst_extent, uint64_t src,
+                        uint64_t src_extent) const;
+  bool AddressRange(CUdeviceptr ptr, CUdeviceptr* base, size_t* size, CUresult* result) const;
+  bool PointerAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr,
+                        CUresult* result) const;
+  bool PointerAttributes(unsigned int count, CUpointer_attribute* attributes, void** data,
+                         CUdeviceptr ptr, CUresult* result) const;
+  // cuMemFreeAsync under the cap: freed in stream order.
+  bool FreeAsyncCapped(const char* api, CUdeviceptr dptr, StreamRef stream, CUresult* result);
 
   // Writes the final record and closes the access log; prints statistics
   // when STENSOR_STATS is on. Idempotent.

@@ -1,7 +1,9 @@
 // The exported hooks: one function per STENSOR_HOOK entry of
 // core/driver_symbols.inc, each with the exact ABI of the symbol it replaces.
 // A hook calls the real entry point and reports what happened to the tracker;
-// it never changes arguments or results. Entry points that exist as a legacy
+// it never changes arguments. Under a cap core/ may answer instead of the
+// driver where stensor's buffers must look like cuMemAlloc allocations
+// (allocation, exact sizes, pointer attributes, overruns). Entry points that exist as a legacy
 // and a per-thread-stream twin (_ptds/_ptsz) share one implementation.
 #include <array>
 #include <cstdint>
@@ -41,13 +43,33 @@ CUresult Free(const char* api, Fn real, CUdeviceptr dptr, Args... args) {
 }
 
 // --- Copies and memsets ---------------------------------------------------------
-// Any transfer: the buffers it touches are made resident first (under a
-// cap), marked used after, and the copy is logged.
+// The bytes from a region's first byte to its last: `rows` rows of `width`
+// bytes, `pitch` apart. Saturates instead of wrapping (then it overruns).
+uint64_t Extent(uint64_t width, uint64_t rows, uint64_t pitch) {
+  if (width == 0 || rows == 0) return 0;
+  uint64_t out;
+  if (__builtin_mul_overflow(rows - 1, pitch, &out) ||
+      __builtin_add_overflow(out, width, &out)) {
+    return UINT64_MAX;
+  }
+  return out;
+}
+
+// Any transfer: one that runs past the requested end of a stensor buffer is
+// refused as the driver refuses it for a cuMemAlloc allocation (the VA behind
+// is rounded up to the granule, so the driver would not notice); the buffers
+// it touches are made resident first (under a cap), marked used after, and
+// the copy is logged. The extents are the bytes from dst (src) to the last
+// byte touched on that side.
 template <typename Fn, typename... Args>
 CUresult Transfer(const char* api, const char* kind, Fn real, uint64_t dst,
-                  uint64_t src, uint64_t bytes, StreamRef s, bool async,
-                  bool linear, Args... args) {
+                  uint64_t src, uint64_t bytes, uint64_t dst_extent,
+                  uint64_t src_extent, StreamRef s, bool async, bool linear,
+                  Args... args) {
   if (real == nullptr) return kMissing;
+  if (CUresult r = T().CheckExtents(dst, dst_extent, src, src_extent); r != CUDA_SUCCESS) {
+    return r;
+  }
   TransferScope scope;
   bool to_host = !async && std::strcmp(kind, "DtoH") == 0;
   if (CUresult r = T().BeginTransfer(dst, src, bytes, s, linear, to_host, &scope);
@@ -68,7 +90,8 @@ template <typename Fn, typename... Args>
 CUresult Copy(const char* api, const char* kind, Fn real, uint64_t dst,
               uint64_t src, uint64_t bytes, StreamRef s, bool async,
               Args... args) {
-  return Transfer(api, kind, real, dst, src, bytes, s, async, /*linear=*/true, args...);
+  return Transfer(api, kind, real, dst, src, bytes, bytes, bytes, s, async,
+                  /*linear=*/true, args...);
 }
 
 // The start of one side of a 2D/3D copy, and a direction name.
@@ -106,11 +129,23 @@ CUresult Copy3D(const char* api, Fn real, const Params* p, StreamRef s,
   if (p == nullptr) return real ? real(args...) : kMissing;
   size_t src_height = p->srcHeight ? p->srcHeight : p->Height;
   size_t dst_height = p->dstHeight ? p->dstHeight : p->Height;
+  // Slices are `height` rows apart: the last byte is in row
+  // (Depth - 1) * height + Height - 1.
+  auto rows = [&](size_t height) {
+    uint64_t r;
+    if (p->Depth == 0 || p->Height == 0) return uint64_t{0};
+    return __builtin_mul_overflow(uint64_t{p->Depth} - 1, height, &r) ||
+                   __builtin_add_overflow(r, uint64_t{p->Height}, &r)
+               ? UINT64_MAX
+               : r;
+  };
+  uint64_t dst_extent = p->Depth == 0 ? 0 : Extent(p->WidthInBytes, rows(dst_height), p->dstPitch);
+  uint64_t src_extent = p->Depth == 0 ? 0 : Extent(p->WidthInBytes, rows(src_height), p->srcPitch);
   return Transfer(api, Direction(p->dstMemoryType, p->srcMemoryType), real,
                   Start(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, p->dstZ, p->dstPitch, dst_height),
                   Start(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, p->srcZ, p->srcPitch, src_height),
-                  uint64_t{p->WidthInBytes} * p->Height * p->Depth, s, async,
-                  /*linear=*/false, args...);
+                  uint64_t{p->WidthInBytes} * p->Height * p->Depth, dst_extent,
+                  src_extent, s, async, /*linear=*/false, args...);
 }
 
 template <typename Fn, typename... Args>
@@ -120,7 +155,10 @@ CUresult Copy2D(const char* api, Fn real, const CUDA_MEMCPY2D* p, StreamRef s,
   return Transfer(api, Direction(p->dstMemoryType, p->srcMemoryType), real,
                   Start(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, 0, p->dstPitch, 0),
                   Start(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, 0, p->srcPitch, 0),
-                  uint64_t{p->WidthInBytes} * p->Height, s, async, /*linear=*/false, args...);
+                  uint64_t{p->WidthInBytes} * p->Height,
+                  Extent(p->WidthInBytes, p->Height, p->dstPitch),
+                  Extent(p->WidthInBytes, p->Height, p->srcPitch), s, async,
+                  /*linear=*/false, args...);
 }
 
 // Calls `real` and, when it succeeded, `report()`.
@@ -132,11 +170,14 @@ CUresult CallThen(Fn real, Report&& report, Args... args) {
   return r;
 }
 
-// `linear`: the memset covers one contiguous range (not a 2D one).
+// `extent`: the bytes from dst to the last one set (for 2D memsets, with the
+// pitch); past the requested end of a stensor buffer it is refused, as for
+// copies.
 template <typename Fn, typename... Args>
 CUresult Memset(const char* api, Fn real, CUdeviceptr dst, uint64_t bytes,
-                StreamRef s, bool async, Args... args) {
+                uint64_t extent, StreamRef s, bool async, Args... args) {
   if (real == nullptr) return kMissing;
+  if (CUresult r = T().CheckExtents(dst, extent, 0, 0); r != CUDA_SUCCESS) return r;
   TransferScope scope;
   constexpr bool kLinear = sizeof...(Args) <= 3;  // (value, count[, stream])
   if (CUresult r = T().BeginTransfer(dst, 0, bytes, s, kLinear, false, &scope);
@@ -260,8 +301,12 @@ STENSOR_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch,
                                            unsigned int element) {
   // The pitch is the driver's choice, made inside the call: the charge
   // assumes the usual 512-byte alignment.
-  uint64_t guess = (uint64_t{width} + 511) / 512 * 512 * height;
+  uint64_t guess = 0;
   auto real = D().cuMemAllocPitch_v2;
+  if (width > UINT64_MAX - 511 ||
+      __builtin_mul_overflow((uint64_t{width} + 511) / 512 * 512, uint64_t{height}, &guess)) {
+    return real != nullptr ? real(dptr, pitch, width, height, element) : kMissing;  // its error
+  }
   CUresult r = Counted(real != nullptr, dptr, guess,
                        [&] { return real(dptr, pitch, width, height, element); });
   if (r == CUDA_SUCCESS && dptr != nullptr && pitch != nullptr) {
@@ -289,7 +334,11 @@ PAIR(cuMemAllocFromPoolAsync, _ptsz,
      }))
 PAIR(cuMemFreeAsync, _ptsz, (CUdeviceptr dptr, CUstream s),
      [&] {
-       CUresult r = Free(kApi, real, dptr, s);
+       CUresult r;
+       if (T().capped() && T().FreeAsyncCapped(kApi, dptr, StreamRef{s, kPerThread}, &r)) {
+         return r;
+       }
+       r = Free(kApi, real, dptr, s);
        if (r == CUDA_SUCCESS && T().capped()) T().memory()->ForgetExternal(dptr);
        return r;
      }())
@@ -326,6 +375,7 @@ STENSOR_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   if (real == nullptr) return kMissing;
   CUresult r = real(ptr, size, offset, handle, flags);
   if (r == CUDA_SUCCESS) T().OnAlloc("cuMemMap", ptr, size, BufferKind::kAppVmm);
+  if (r == CUDA_SUCCESS && T().capped()) T().memory()->OnAppMap(ptr, size, handle);
   return r;
 }
 STENSOR_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
@@ -333,7 +383,98 @@ STENSOR_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   if (real == nullptr) return kMissing;
   CUresult r = real(ptr, size);
   if (r == CUDA_SUCCESS) T().OnUnmap("cuMemUnmap", ptr, size);
+  if (r == CUDA_SUCCESS && T().capped()) T().memory()->OnAppUnmap(ptr, size);
   return r;
+}
+
+// The program's own physical memory, counted under a cap (device-located
+// only; host-located memory is host memory). stensor's own calls do not
+// come here: it calls the real driver through its table.
+STENSOR_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                                    const CUmemAllocationProp* prop,
+                                    unsigned long long flags) {
+  auto real = D().cuMemCreate;
+  if (real == nullptr) return kMissing;
+  if (!T().capped()) return real(handle, size, prop, flags);
+  return T().memory()->CreateAppMemory(handle, size, prop, flags);
+}
+STENSOR_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  auto real = D().cuMemRelease;
+  if (real == nullptr) return kMissing;
+  CUresult r = real(handle);
+  if (r == CUDA_SUCCESS && T().capped()) T().memory()->OnAppRelease(handle);
+  return r;
+}
+
+// --- Exact sizes ------------------------------------------------------------------
+// Under a cap a stensor buffer answers as the cuMemAlloc allocation asked
+// for, resident or swapped out; anything else is the driver's answer.
+STENSOR_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size,
+                                                CUdeviceptr ptr) {
+  auto real = D().cuMemGetAddressRange_v2;
+  if (real == nullptr) return kMissing;
+  CUresult r;
+  if (T().capped() && T().AddressRange(ptr, base, size, &r)) return r;
+  return real(base, size, ptr);
+}
+STENSOR_EXPORT CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute,
+                                              CUdeviceptr ptr) {
+  auto real = D().cuPointerGetAttribute;
+  if (real == nullptr) return kMissing;
+  CUresult r;
+  if (T().capped() && T().PointerAttribute(data, attribute, ptr, &r)) return r;
+  return real(data, attribute, ptr);
+}
+STENSOR_EXPORT CUresult cuPointerGetAttributes(unsigned int count,
+                                               CUpointer_attribute* attributes,
+                                               void** data, CUdeviceptr ptr) {
+  auto real = D().cuPointerGetAttributes;
+  if (real == nullptr) return kMissing;
+  CUresult r;
+  if (T().capped() && T().PointerAttributes(count, attributes, data, ptr, &r)) return r;
+  return real(count, attributes, data, ptr);
+}
+
+// --- Handles that leave stensor's control ------------------------------------------
+// The buffer they reach is made resident and never evicted again (another
+// process, or NCCL, maps its physical memory directly), then the driver
+// answers. For cuIpcGetMemHandle that answer is the driver's for VMM memory
+// (CUDA_ERROR_INVALID_VALUE on a GPU): see README "Limits".
+STENSOR_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr ptr) {
+  auto real = D().cuIpcGetMemHandle;
+  if (real == nullptr) return kMissing;
+  CUresult r;
+  if (T().capped() && T().memory()->PinExported(ptr, "cuIpcGetMemHandle", &r) &&
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  return real(handle, ptr);
+}
+STENSOR_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle,
+                                                    void* addr) {
+  auto real = D().cuMemRetainAllocationHandle;
+  if (real == nullptr) return kMissing;
+  CUresult r;
+  if (T().capped() &&
+      T().memory()->PinExported(Ptr(addr), "cuMemRetainAllocationHandle", &r)) {
+    // Resident for good: the handle of its current physical memory, which
+    // is never replaced.
+    return r != CUDA_SUCCESS ? r : real(handle, addr);
+  }
+  r = real(handle, addr);
+  if (r == CUDA_SUCCESS && handle != nullptr && T().capped()) {
+    T().memory()->OnAppRetain(*handle);  // one more reference to release
+  }
+  return r;
+}
+STENSOR_EXPORT CUresult cuMemExportToShareableHandle(void* shareable,
+                                                     CUmemGenericAllocationHandle handle,
+                                                     CUmemAllocationHandleType type,
+                                                     unsigned long long flags) {
+  auto real = D().cuMemExportToShareableHandle;
+  if (real == nullptr) return kMissing;
+  if (T().capped()) T().memory()->PinExportedHandle(handle, "cuMemExportToShareableHandle");
+  return real(shareable, handle, type, flags);
 }
 
 // --- Copies ---------------------------------------------------------------------
@@ -389,15 +530,35 @@ uint64_t OperandStart(const CUmemcpy3DOperand& o) {
   return o.type == CU_MEMCPY_OPERAND_TYPE_POINTER ? o.op.ptr.ptr : 0;
 }
 
+// The bytes a pointer operand spans for extent `e` (elements of pointer
+// operands are bytes; a row length or layer height of 0 means packed).
+uint64_t OperandExtent(const CUmemcpy3DOperand& o, const CUextent3D& e) {
+  if (o.type != CU_MEMCPY_OPERAND_TYPE_POINTER || e.depth == 0 || e.height == 0) return 0;
+  uint64_t row = o.op.ptr.rowLength != 0 ? o.op.ptr.rowLength : e.width;
+  uint64_t layer = o.op.ptr.layerHeight != 0 ? o.op.ptr.layerHeight : e.height;
+  uint64_t rows;
+  if (__builtin_mul_overflow(uint64_t{e.depth} - 1, layer, &rows) ||
+      __builtin_add_overflow(rows, uint64_t{e.height}, &rows)) {
+    return UINT64_MAX;
+  }
+  return Extent(e.width, rows, row);
+}
+
 // A batch of copies: every operation's buffers resident before the one
-// driver call, released after it. `ends(i)` gives operation i's (dst, src).
+// driver call, released after it. `ends(i)` gives operation i's (dst, src,
+// dst extent, src extent); one that overruns a stensor buffer fails the
+// whole batch before the driver is called.
 template <typename Fn, typename Ends, typename Report, typename... Args>
 CUresult Batch(Fn real, StreamRef s, size_t count, Ends&& ends, bool valid,
                Report&& report, Args... args) {
   if (real == nullptr) return kMissing;
   std::vector<TransferScope> scopes(valid ? count : 0);
   for (size_t i = 0; i < scopes.size(); ++i) {
-    std::array<uint64_t, 2> e = ends(i);
+    std::array<uint64_t, 4> e = ends(i);
+    if (CUresult r = T().CheckExtents(e[0], e[2], e[1], e[3]); r != CUDA_SUCCESS) return r;
+  }
+  for (size_t i = 0; i < scopes.size(); ++i) {
+    std::array<uint64_t, 4> e = ends(i);
     if (CUresult r = T().BeginTransfer(e[0], e[1], 0, s, /*linear=*/false,
                                        /*to_host=*/false, &scopes[i]);
         r != CUDA_SUCCESS) {
@@ -436,7 +597,10 @@ PAIR(cuMemcpyBatchAsync_v2, _ptsz,
      (CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
       CUmemcpyAttributes* attrs, size_t* attrs_idxs, size_t num_attrs, CUstream s),
      Batch(real, StreamRef{s, kPerThread}, count,
-           [&](size_t i) { return std::array<uint64_t, 2>{dsts[i], srcs[i]}; },
+           [&](size_t i) {
+             uint64_t n = sizes != nullptr ? sizes[i] : 0;
+             return std::array<uint64_t, 4>{dsts[i], srcs[i], n, n};
+           },
            dsts != nullptr && srcs != nullptr,
            [&] { ReportBatch(kApi, dsts, srcs, sizes, count, StreamRef{s, kPerThread}); },
            dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, s))
@@ -444,7 +608,9 @@ PAIR(cuMemcpy3DBatchAsync_v2, _ptsz,
      (size_t num_ops, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags, CUstream s),
      Batch(real, StreamRef{s, kPerThread}, num_ops,
            [&](size_t i) {
-             return std::array<uint64_t, 2>{OperandStart(ops[i].dst), OperandStart(ops[i].src)};
+             return std::array<uint64_t, 4>{OperandStart(ops[i].dst), OperandStart(ops[i].src),
+                                            OperandExtent(ops[i].dst, ops[i].extent),
+                                            OperandExtent(ops[i].src, ops[i].extent)};
            },
            ops != nullptr,
            [&] { Report3DBatch(kApi, ops, num_ops, StreamRef{s, kPerThread}); },
@@ -456,32 +622,32 @@ PAIR(cuMemcpyAtoD_v2, _ptds, (CUdeviceptr dst, CUarray src, size_t offset, size_
 
 // --- Memsets --------------------------------------------------------------------
 PAIR(cuMemsetD8_v2, _ptds, (CUdeviceptr d, unsigned char v, size_t n),
-     Memset(kApi, real, d, n, StreamRef{nullptr, kPerThread}, false, v, n))
+     Memset(kApi, real, d, n, n, StreamRef{nullptr, kPerThread}, false, v, n))
 PAIR(cuMemsetD16_v2, _ptds, (CUdeviceptr d, unsigned short v, size_t n),
-     Memset(kApi, real, d, 2 * uint64_t{n}, StreamRef{nullptr, kPerThread}, false, v, n))
+     Memset(kApi, real, d, 2 * uint64_t{n}, 2 * uint64_t{n}, StreamRef{nullptr, kPerThread}, false, v, n))
 PAIR(cuMemsetD32_v2, _ptds, (CUdeviceptr d, unsigned int v, size_t n),
-     Memset(kApi, real, d, 4 * uint64_t{n}, StreamRef{nullptr, kPerThread}, false, v, n))
+     Memset(kApi, real, d, 4 * uint64_t{n}, 4 * uint64_t{n}, StreamRef{nullptr, kPerThread}, false, v, n))
 PAIR(cuMemsetD2D8_v2, _ptds, (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h),
-     Memset(kApi, real, d, uint64_t{w} * h, StreamRef{nullptr, kPerThread}, false, pitch, v, w, h))
+     Memset(kApi, real, d, uint64_t{w} * h, Extent(w, h, pitch), StreamRef{nullptr, kPerThread}, false, pitch, v, w, h))
 PAIR(cuMemsetD2D16_v2, _ptds, (CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h),
-     Memset(kApi, real, d, 2 * uint64_t{w} * h, StreamRef{nullptr, kPerThread}, false, pitch, v, w, h))
+     Memset(kApi, real, d, 2 * uint64_t{w} * h, Extent(2 * uint64_t{w}, h, pitch), StreamRef{nullptr, kPerThread}, false, pitch, v, w, h))
 PAIR(cuMemsetD2D32_v2, _ptds, (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h),
-     Memset(kApi, real, d, 4 * uint64_t{w} * h, StreamRef{nullptr, kPerThread}, false, pitch, v, w, h))
+     Memset(kApi, real, d, 4 * uint64_t{w} * h, Extent(4 * uint64_t{w}, h, pitch), StreamRef{nullptr, kPerThread}, false, pitch, v, w, h))
 PAIR(cuMemsetD8Async, _ptsz, (CUdeviceptr d, unsigned char v, size_t n, CUstream s),
-     Memset(kApi, real, d, n, StreamRef{s, kPerThread}, true, v, n, s))
+     Memset(kApi, real, d, n, n, StreamRef{s, kPerThread}, true, v, n, s))
 PAIR(cuMemsetD16Async, _ptsz, (CUdeviceptr d, unsigned short v, size_t n, CUstream s),
-     Memset(kApi, real, d, 2 * uint64_t{n}, StreamRef{s, kPerThread}, true, v, n, s))
+     Memset(kApi, real, d, 2 * uint64_t{n}, 2 * uint64_t{n}, StreamRef{s, kPerThread}, true, v, n, s))
 PAIR(cuMemsetD32Async, _ptsz, (CUdeviceptr d, unsigned int v, size_t n, CUstream s),
-     Memset(kApi, real, d, 4 * uint64_t{n}, StreamRef{s, kPerThread}, true, v, n, s))
+     Memset(kApi, real, d, 4 * uint64_t{n}, 4 * uint64_t{n}, StreamRef{s, kPerThread}, true, v, n, s))
 PAIR(cuMemsetD2D8Async, _ptsz,
      (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s),
-     Memset(kApi, real, d, uint64_t{w} * h, StreamRef{s, kPerThread}, true, pitch, v, w, h, s))
+     Memset(kApi, real, d, uint64_t{w} * h, Extent(w, h, pitch), StreamRef{s, kPerThread}, true, pitch, v, w, h, s))
 PAIR(cuMemsetD2D16Async, _ptsz,
      (CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h, CUstream s),
-     Memset(kApi, real, d, 2 * uint64_t{w} * h, StreamRef{s, kPerThread}, true, pitch, v, w, h, s))
+     Memset(kApi, real, d, 2 * uint64_t{w} * h, Extent(2 * uint64_t{w}, h, pitch), StreamRef{s, kPerThread}, true, pitch, v, w, h, s))
 PAIR(cuMemsetD2D32Async, _ptsz,
      (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s),
-     Memset(kApi, real, d, 4 * uint64_t{w} * h, StreamRef{s, kPerThread}, true, pitch, v, w, h, s))
+     Memset(kApi, real, d, 4 * uint64_t{w} * h, Extent(4 * uint64_t{w}, h, pitch), StreamRef{s, kPerThread}, true, pitch, v, w, h, s))
 
 // --- Launches -------------------------------------------------------------------
 PAIR(cuLaunchKernel, _ptsz,

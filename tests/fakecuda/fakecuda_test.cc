@@ -2,6 +2,7 @@
 // on, checked against what the real driver documents.
 #include <dlfcn.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -784,6 +785,155 @@ TEST_F(FakeCudaTest, CreatedContextsStackAndSynchronise) {
   EXPECT_EQ(current, ctx_);
   ASSERT_CU(cuCtxDestroy_v2(created));
   EXPECT_EQ(cuCtxPushCurrent_v2(created), CUDA_ERROR_INVALID_CONTEXT);
+}
+
+}  // namespace
+
+namespace {
+
+// cuPointerGetAttribute with the driver's answers for each kind of memory:
+// cuMemAlloc (range as requested, IPC-capable), VMM (range of the
+// reservation, not IPC-capable), page-locked host memory, and unknown
+// pointers (CUDA_ERROR_INVALID_VALUE; the plural form fills in zeros).
+TEST_F(FakeCudaTest, PointerAttributesDescribeEachKindOfMemory) {
+  CUdeviceptr a = 0;
+  ASSERT_CU(cuMemAlloc(&a, 5000));
+  unsigned int type = 0, ipc = 0, mapped = 0, managed = 7;
+  int ordinal = -1;
+  CUdeviceptr start = 0, dptr = 0;
+  size_t size = 0;
+  CUcontext ctx = nullptr;
+  unsigned long long id = 0, id2 = 0;
+  void* host = nullptr;
+  EXPECT_CU(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, a + 10));
+  EXPECT_EQ(type, CU_MEMORYTYPE_DEVICE);
+  EXPECT_CU(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, a + 4999));
+  EXPECT_CU(cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, a + 10));
+  EXPECT_EQ(start, a);
+  EXPECT_EQ(size, 5000u);
+  EXPECT_CU(cuPointerGetAttribute(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT, a));
+  EXPECT_EQ(ctx, ctx_);
+  EXPECT_CU(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, a));
+  EXPECT_EQ(ordinal, 0);
+  EXPECT_CU(cuPointerGetAttribute(&dptr, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, a + 8));
+  EXPECT_EQ(dptr, a + 8);
+  EXPECT_CU(cuPointerGetAttribute(&ipc, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, a));
+  EXPECT_EQ(ipc, 1u);
+  EXPECT_CU(cuPointerGetAttribute(&mapped, CU_POINTER_ATTRIBUTE_MAPPED, a));
+  EXPECT_EQ(mapped, 1u);
+  EXPECT_CU(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, a));
+  EXPECT_EQ(managed, 0u);
+  EXPECT_CU(cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, a));
+  EXPECT_EQ(cuPointerGetAttribute(&host, CU_POINTER_ATTRIBUTE_HOST_POINTER, a),
+            CUDA_ERROR_INVALID_VALUE);
+  // Past the requested size (inside the page the fake rounded it to).
+  EXPECT_EQ(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, a + 5000),
+            CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuMemFree(a));
+  // Ids are never reused.
+  ASSERT_CU(cuMemAlloc(&a, 5000));
+  EXPECT_CU(cuPointerGetAttribute(&id2, CU_POINTER_ATTRIBUTE_BUFFER_ID, a));
+  EXPECT_NE(id, id2);
+  ASSERT_CU(cuMemFree(a));
+
+  // VMM: the range is the reservation; not IPC-capable.
+  CUmemGenericAllocationHandle h = 0;
+  CUdeviceptr va = 0;
+  ASSERT_CU(cuMemAddressReserve(&va, 2 * kGranule, 0, 0, 0));
+  MapAt(va, 1, &h);
+  EXPECT_CU(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, va + 100));
+  EXPECT_CU(cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, va + 100));
+  EXPECT_EQ(start, va);
+  EXPECT_EQ(size, 2 * kGranule);
+  EXPECT_CU(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, va));
+  EXPECT_EQ(type, CU_MEMORYTYPE_DEVICE);
+  EXPECT_CU(cuPointerGetAttribute(&ipc, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, va));
+  EXPECT_EQ(ipc, 0u);
+  EXPECT_CU(cuPointerGetAttribute(&mapped, CU_POINTER_ATTRIBUTE_MAPPED, va + kGranule));
+  EXPECT_EQ(mapped, 0u);  // reserved, not mapped
+  EXPECT_EQ(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, va + kGranule),
+            CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuMemUnmap(va, kGranule));
+  ASSERT_CU(cuMemRelease(h));
+  ASSERT_CU(cuMemAddressFree(va, 2 * kGranule));
+
+  // Page-locked host memory is its own host and device address.
+  void* pinned = nullptr;
+  ASSERT_CU(cuMemAllocHost(&pinned, 100));
+  CUdeviceptr hp = reinterpret_cast<CUdeviceptr>(pinned);
+  EXPECT_CU(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, hp));
+  EXPECT_EQ(type, CU_MEMORYTYPE_HOST);
+  EXPECT_CU(cuPointerGetAttribute(&host, CU_POINTER_ATTRIBUTE_HOST_POINTER, hp + 4));
+  EXPECT_EQ(host, static_cast<char*>(pinned) + 4);
+  EXPECT_CU(cuPointerGetAttribute(&ipc, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, hp));
+  EXPECT_EQ(ipc, 0u);
+
+  // Unknown pointers: an error from the singular form; zeros and success
+  // from the plural one.
+  std::vector<char> plain(64);
+  CUdeviceptr unknown = reinterpret_cast<CUdeviceptr>(plain.data());
+  EXPECT_EQ(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, unknown),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, unknown),
+            CUDA_ERROR_INVALID_VALUE);
+  type = 5;
+  start = 5;
+  ctx = reinterpret_cast<CUcontext>(5);
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                 CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                 CU_POINTER_ATTRIBUTE_CONTEXT};
+  void* data[] = {&type, &start, &ctx};
+  EXPECT_CU(cuPointerGetAttributes(3, attrs, data, unknown));
+  EXPECT_EQ(type, 0u);
+  EXPECT_EQ(start, 0u);
+  EXPECT_EQ(ctx, nullptr);
+  EXPECT_CU(cuPointerGetAttributes(3, attrs, data, hp));
+  EXPECT_EQ(type, CU_MEMORYTYPE_HOST);
+  EXPECT_EQ(start, hp);
+  EXPECT_EQ(ctx, ctx_);
+  EXPECT_EQ(cuPointerGetAttribute(&type, static_cast<CUpointer_attribute>(99), hp),
+            CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuMemFreeHost(pinned));
+}
+
+// cuIpcGetMemHandle: the base of a cuMemAlloc allocation only; VMM memory,
+// interior pointers and stream-ordered memory are refused, as by the driver.
+// cuMemExportToShareableHandle: only the types requested at cuMemCreate.
+TEST_F(FakeCudaTest, InterprocessHandlesFollowTheDriversRules) {
+  CUdeviceptr a = 0;
+  ASSERT_CU(cuMemAlloc(&a, kGranule));
+  CUipcMemHandle ipc{}, ipc2{};
+  EXPECT_CU(cuIpcGetMemHandle(&ipc, a));
+  EXPECT_EQ(cuIpcGetMemHandle(&ipc, a + 64), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuIpcGetMemHandle(nullptr, a), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuMemFree(a));
+  ASSERT_CU(cuMemAlloc(&a, kGranule));
+  EXPECT_CU(cuIpcGetMemHandle(&ipc2, a));
+  // New memory at the same address gets a new handle.
+  EXPECT_NE(std::memcmp(&ipc, &ipc2, sizeof(ipc)), 0);
+  ASSERT_CU(cuMemFree(a));
+
+  CUmemGenericAllocationHandle h = 0;
+  CUdeviceptr va = MapNew(1, &h);
+  EXPECT_EQ(cuIpcGetMemHandle(&ipc, va), CUDA_ERROR_INVALID_VALUE);
+  int fd = -1;
+  EXPECT_EQ(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+            CUDA_ERROR_INVALID_VALUE);  // not requested at creation
+  ASSERT_CU(cuMemUnmap(va, kGranule));
+  ASSERT_CU(cuMemRelease(h));
+  ASSERT_CU(cuMemAddressFree(va, kGranule));
+
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  ASSERT_CU(cuMemCreate(&h, kGranule, &prop, 0));
+  EXPECT_CU(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  EXPECT_GE(fd, 0);
+  if (fd >= 0) close(fd);
+  EXPECT_EQ(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 1),
+            CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuMemRelease(h));
 }
 
 }  // namespace

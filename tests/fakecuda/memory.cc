@@ -6,6 +6,7 @@
 // (no access until cuMemSetAccess), and cuMemUnmap puts PROT_NONE back, so a
 // touch of an unmapped range faults. Device-located memory counts against the
 // device's capacity; host-located handles do not.
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -27,6 +28,7 @@ struct Handle {
   CUmemAllocationProp prop{};
   int refs = 1;       // user references plus one per mapping
   int user_refs = 1;  // cuMemCreate and each cuMemRetainAllocationHandle
+  unsigned long long id = 0;  // CU_POINTER_ATTRIBUTE_BUFFER_ID of its mappings
 };
 
 struct Mapping {
@@ -41,12 +43,22 @@ struct Allocation {
   size_t charged = 0;  // page-rounded, what the mapping and the device use
   int device = 0;
   bool stream_ordered = false;  // from cuMemAllocAsync
+  Context* ctx = nullptr;       // where it was allocated
+  unsigned long long id = 0;    // CU_POINTER_ATTRIBUTE_BUFFER_ID
 };
 
 struct HostRange {
   size_t size = 0;
   bool owned = false;  // cuMemAllocHost/cuMemHostAlloc, not cuMemHostRegister
+  Context* ctx = nullptr;
+  unsigned long long id = 0;
 };
+
+// Buffer ids are unique over the process's lifetime, never reused.
+unsigned long long NextBufferId() {
+  static std::atomic<unsigned long long> next{1};
+  return next.fetch_add(1);
+}
 
 struct Memory {
   std::mutex mu;
@@ -130,7 +142,7 @@ CUresult Allocate(CUdeviceptr* dptr, size_t bytes, bool stream_ordered) {
   Memory& m = GetMemory();
   std::lock_guard<std::mutex> lock(m.mu);
   m.allocations[reinterpret_cast<uintptr_t>(p)] =
-      Allocation{bytes, charged, ctx->device, stream_ordered};
+      Allocation{bytes, charged, ctx->device, stream_ordered, ctx, NextBufferId()};
   *dptr = reinterpret_cast<CUdeviceptr>(p);
   return CUDA_SUCCESS;
 }
@@ -351,7 +363,7 @@ FAKECUDA_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytesize,
   if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   Memory& m = GetMemory();
   std::lock_guard<std::mutex> lock(m.mu);
-  m.pinned[reinterpret_cast<uintptr_t>(p)] = HostRange{size, true};
+  m.pinned[reinterpret_cast<uintptr_t>(p)] = HostRange{size, true, ctx, NextBufferId()};
   *pp = p;
   return CUDA_SUCCESS;
 }
@@ -390,7 +402,7 @@ FAKECUDA_EXPORT CUresult cuMemHostRegister_v2(void* p, size_t bytesize,
   bool overlaps = (it != m.pinned.end() && it->first < b + bytesize) ||
                   Containing(m.pinned, b, HostSize) != m.pinned.end();
   if (overlaps) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
-  m.pinned[b] = HostRange{bytesize, false};
+  m.pinned[b] = HostRange{bytesize, false, CurrentContext(), NextBufferId()};
   return CUDA_SUCCESS;
 }
 
@@ -503,6 +515,7 @@ FAKECUDA_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle,
   h->fd = fd;
   h->size = size;
   h->prop = *prop;
+  h->id = NextBufferId();
   Memory& m = GetMemory();
   std::lock_guard<std::mutex> lock(m.mu);
   m.handles.insert(h);
@@ -645,5 +658,226 @@ FAKECUDA_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(
   auto* h = reinterpret_cast<Handle*>(handle);
   if (m.handles.count(h) == 0) return CUDA_ERROR_INVALID_VALUE;
   *prop = h->prop;
+  return CUDA_SUCCESS;
+}
+
+// --- Pointer attributes ----------------------------------------------------------
+namespace fakecuda {
+namespace {
+
+// What the driver knows about one address.
+struct PointerInfo {
+  enum Kind { kUnknown, kAlloc, kVmm, kHost } kind = kUnknown;
+  uintptr_t base = 0;  // the allocation, reservation or host range
+  size_t size = 0;
+  Context* ctx = nullptr;
+  int device = -1;
+  unsigned long long id = 0;
+  bool stream_ordered = false;
+  bool mapped = false;        // kVmm: backed by a mapping
+  bool host_located = false;  // kVmm: the mapping's handle is host memory
+};
+
+PointerInfo Describe(uintptr_t p) {
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  PointerInfo info;
+  auto a = Containing(m.allocations, p, AllocSize);
+  if (a != m.allocations.end()) {
+    // Past the requested size is no allocation, as for the real driver.
+    if (p >= a->first + a->second.size) return info;
+    info.kind = PointerInfo::kAlloc;
+    info.base = a->first;
+    info.size = a->second.size;
+    info.ctx = a->second.ctx;
+    info.device = a->second.device;
+    info.id = a->second.id;
+    info.stream_ordered = a->second.stream_ordered;
+    return info;
+  }
+  auto r = Containing(m.reservations, p, RangeSize);
+  if (r != m.reservations.end()) {
+    info.kind = PointerInfo::kVmm;
+    info.base = r->first;  // "the mappable address range" (cuMemAddressReserve)
+    info.size = r->second;
+    auto mp = Containing(m.mappings, p, MapSize);
+    if (mp != m.mappings.end()) {
+      const Handle& h = *mp->second.handle;
+      info.mapped = true;
+      info.id = h.id;
+      info.host_located = h.prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE;
+      if (!info.host_located) info.device = h.prop.location.id;
+    }
+    return info;
+  }
+  auto h = Containing(m.pinned, p, HostSize);
+  if (h != m.pinned.end()) {
+    info.kind = PointerInfo::kHost;
+    info.base = h->first;
+    info.size = h->second.size;
+    info.ctx = h->second.ctx;
+    info.device = h->second.ctx != nullptr ? h->second.ctx->device : 0;
+    info.id = h->second.id;
+  }
+  return info;
+}
+
+// Bytes the driver writes for `attr`, 0 for attributes the fake does not model.
+size_t AttributeSize(CUpointer_attribute attr) {
+  switch (attr) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: return sizeof(CUcontext);
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: return sizeof(CUdeviceptr);
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER: return sizeof(void*);
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: return sizeof(unsigned long long);
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: return sizeof(CUdeviceptr);
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: return sizeof(size_t);
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+      return sizeof(unsigned int);
+    default: return 0;
+  }
+}
+
+template <typename T>
+CUresult Put(void* data, T value) {
+  std::memcpy(data, &value, sizeof(value));
+  return CUDA_SUCCESS;
+}
+
+// One attribute of a known pointer, with the driver's rules: an attribute
+// that does not apply to that memory is CUDA_ERROR_INVALID_VALUE.
+CUresult Attribute(const PointerInfo& info, uintptr_t p, CUpointer_attribute attr,
+                   void* data) {
+  if (attr < CU_POINTER_ATTRIBUTE_CONTEXT ||
+      attr > CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (AttributeSize(attr) == 0) return CUDA_ERROR_NOT_SUPPORTED;  // not modelled
+  if (data == nullptr || info.kind == PointerInfo::kUnknown) return CUDA_ERROR_INVALID_VALUE;
+  bool vmm = info.kind == PointerInfo::kVmm;
+  switch (attr) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+      // VMM memory belongs to no context; the fake does not model what
+      // the driver answers there.
+      if (vmm) return CUDA_ERROR_NOT_SUPPORTED;
+      return Put(data, reinterpret_cast<CUcontext>(info.ctx));
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      if (vmm && !info.mapped) return CUDA_ERROR_INVALID_VALUE;
+      return Put(data, static_cast<unsigned int>(
+                           info.kind == PointerInfo::kHost || info.host_located
+                               ? CU_MEMORYTYPE_HOST
+                               : CU_MEMORYTYPE_DEVICE));
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+      if (vmm && !info.mapped) return CUDA_ERROR_INVALID_VALUE;
+      return Put(data, static_cast<CUdeviceptr>(p));  // unified addressing
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+      // Device memory has no host address; page-locked memory is its own.
+      if (info.kind != PointerInfo::kHost) return CUDA_ERROR_INVALID_VALUE;
+      return Put(data, reinterpret_cast<void*>(p));
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      if (vmm && !info.mapped) return CUDA_ERROR_INVALID_VALUE;
+      return Put(data, info.id);
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+      return Put(data, 0u);
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+      if (info.device < 0) return vmm && info.mapped ? CUDA_ERROR_NOT_SUPPORTED
+                                                     : CUDA_ERROR_INVALID_VALUE;
+      return Put(data, info.device);
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+      // Only cuMemAlloc memory works with cuIpcGetMemHandle.
+      return Put(data, static_cast<unsigned int>(info.kind == PointerInfo::kAlloc &&
+                                                 !info.stream_ordered));
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      return Put(data, static_cast<CUdeviceptr>(info.base));
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      return Put(data, info.size);
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+      return Put(data, static_cast<unsigned int>(!vmm || info.mapped));
+    default:
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
+// The contents of a CUipcMemHandle the fake hands out: which allocation.
+struct IpcContents {
+  char magic[8];
+  uintptr_t base;
+  unsigned long long id;
+};
+static_assert(sizeof(IpcContents) <= sizeof(CUipcMemHandle), "fits the handle");
+
+}  // namespace
+}  // namespace fakecuda
+
+FAKECUDA_EXPORT CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute,
+                                               CUdeviceptr ptr) {
+  FAKECUDA_ENTER("cuPointerGetAttribute");
+  uintptr_t p = static_cast<uintptr_t>(ptr);
+  return Attribute(Describe(p), p, attribute, data);
+}
+
+FAKECUDA_EXPORT CUresult cuPointerGetAttributes(unsigned int count,
+                                                CUpointer_attribute* attributes,
+                                                void** data, CUdeviceptr ptr) {
+  FAKECUDA_ENTER("cuPointerGetAttributes");
+  if (count > 0 && (attributes == nullptr || data == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  uintptr_t p = static_cast<uintptr_t>(ptr);
+  PointerInfo info = Describe(p);
+  for (unsigned int i = 0; i < count; ++i) {
+    if (data[i] == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = Attribute(info, p, attributes[i], data[i]);
+    // "Unlike cuPointerGetAttribute, this function will not return an error
+    // when the ptr encountered is not a valid CUDA pointer. Instead, the
+    // attributes are assigned default NULL values": so are attributes that
+    // do not apply to this memory.
+    if (r == CUDA_ERROR_INVALID_VALUE && AttributeSize(attributes[i]) != 0) {
+      std::memset(data[i], 0, AttributeSize(attributes[i]));
+    } else if (r != CUDA_SUCCESS) {
+      return r;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+// --- Interprocess handles ---------------------------------------------------------
+// Only the export side: a single-process fake has no other process to open them.
+FAKECUDA_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) {
+  FAKECUDA_ENTER("cuIpcGetMemHandle");
+  if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Context* ctx = nullptr;
+  if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  // "the base of an existing device memory allocation created with
+  // cuMemAlloc": not an interior pointer, not VMM or stream-ordered memory.
+  auto a = m.allocations.find(static_cast<uintptr_t>(dptr));
+  if (a == m.allocations.end() || a->second.stream_ordered) return CUDA_ERROR_INVALID_VALUE;
+  IpcContents c{{'f', 'a', 'k', 'e', 'i', 'p', 'c', 0}, a->first, a->second.id};
+  std::memset(handle, 0, sizeof(*handle));
+  std::memcpy(handle->reserved, &c, sizeof(c));
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuMemExportToShareableHandle(void* shareable,
+                                                      CUmemGenericAllocationHandle handle,
+                                                      CUmemAllocationHandleType type,
+                                                      unsigned long long flags) {
+  FAKECUDA_ENTER("cuMemExportToShareableHandle");
+  if (shareable == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  auto* h = reinterpret_cast<Handle*>(handle);
+  if (m.handles.count(h) == 0 || h->user_refs == 0) return CUDA_ERROR_INVALID_VALUE;
+  // Only the handle types asked for at cuMemCreate can be exported.
+  if ((h->prop.requestedHandleTypes & type) == 0 || (type & (type - 1)) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
+  int fd = fcntl(h->fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::memcpy(shareable, &fd, sizeof(fd));
   return CUDA_SUCCESS;
 }

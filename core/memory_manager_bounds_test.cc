@@ -1,0 +1,500 @@
+// Tests for the parts of core/memory_manager that make stensor's buffers look
+// like the driver's own (issue 7, items 5, 6 and 9), on the fake CUDA driver
+// with 2 MiB granules and a cap of three granules:
+//   - exact sizes: a buffer's range is the size asked for, not the granules
+//     reserved behind it (Find, CheckRange), resident or swapped out; size
+//     arithmetic never wraps (SIZE_MAX is out of memory);
+//   - cuMemFreeAsync: freed in stream order, its memory reused only after
+//     the stream passed the free;
+//   - the program's own VMM memory counts against the cap from cuMemCreate
+//     until released and unmapped, and makes room first (S403-S405);
+//   - buffers whose handles leave stensor's control are resident and never
+//     evicted again, logged once.
+// The manager's log sink captures the JSON records, summarised as in
+// memory_manager_test ("swap_out:1", "pin:1", "oom").
+#include <dlfcn.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cuda.h>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/config.h"
+#include "core/driver.h"
+#include "core/memory_manager.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/fakecuda/fakecuda.h"
+
+namespace stensor {
+namespace {
+
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+#define ASSERT_CU(expr) ASSERT_EQ((expr), CUDA_SUCCESS) << #expr
+#define EXPECT_CU(expr) EXPECT_EQ((expr), CUDA_SUCCESS) << #expr
+
+constexpr uint64_t kGranule = uint64_t{2} << 20;
+constexpr uint64_t kCap = 3 * kGranule;  // "6MiB"
+using Ids = std::vector<uint64_t>;
+
+std::string Summarize(const std::string& json) {
+  static const std::regex kType("\"type\":\"([a-z_]+)\"");
+  static const std::regex kId("\"id\":([0-9]+)");
+  std::smatch m;
+  if (!std::regex_search(json, m, kType)) return "unparsed:" + json;
+  std::string out = m[1];
+  if (std::regex_search(json, m, kId)) out += ":" + m[1].str();
+  return out;
+}
+
+// A stream held by a host function until Open().
+class HeldStream {
+ public:
+  HeldStream() {
+    EXPECT_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
+    EXPECT_CU(cuLaunchHostFunc(stream_, &HeldStream::Wait, this));
+  }
+  ~HeldStream() {
+    Open();
+    cuStreamSynchronize(stream_);
+    cuStreamDestroy_v2(stream_);
+  }
+  CUstream get() const { return stream_; }
+  void Open() { open_.store(true); }
+
+ private:
+  static void CUDA_CB Wait(void* self) {
+    while (!static_cast<HeldStream*>(self)->open_.load()) std::this_thread::yield();
+  }
+  CUstream stream_ = nullptr;
+  std::atomic<bool> open_{false};
+};
+
+class BoundsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_CU(cuInit(0));
+    ASSERT_CU(cuDeviceGet(&dev_, 0));
+    ASSERT_CU(cuDevicePrimaryCtxRetain(&ctx_, dev_));
+    ASSERT_CU(cuCtxSetCurrent(ctx_));
+    void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    ASSERT_NE(handle, nullptr) << dlerror();
+    ASSERT_GT(LoadDriver(handle, &dlsym, &driver_), 0);
+    baseline_ = fakecuda_used_bytes(0);
+    fakecuda_reset_peak_bytes(0);
+  }
+  void TearDown() override {
+    fakecuda_clear_failures();
+    cuCtxSynchronize();
+    EXPECT_EQ(fakecuda_used_bytes(0), baseline_) << "device memory left in use";
+    cuDevicePrimaryCtxRelease_v2(dev_);
+  }
+
+  std::unique_ptr<MemoryManager> Make(const std::string& limit = "6MiB") {
+    std::map<std::string, std::string> env = {{"STENSOR_MEMORY_LIMIT", limit},
+                                              {"STENSOR_LOG_LEVEL", "error"}};
+    absl::StatusOr<Config> config = Config::Parse([&env](const char* name) -> const char* {
+      auto it = env.find(name);
+      return it == env.end() ? nullptr : it->second.c_str();
+    });
+    EXPECT_TRUE(config.ok()) << config.status();
+    if (!config.ok()) return nullptr;
+    return MemoryManager::Create(*config, &driver_, [this](std::string line) {
+      absl::MutexLock lock(&log_mu_);
+      lines_.push_back(std::move(line));
+    });
+  }
+  std::vector<std::string> Records() {
+    absl::MutexLock lock(&log_mu_);
+    std::vector<std::string> out;
+    for (const std::string& line : lines_) out.push_back(Summarize(line));
+    return out;
+  }
+  void ClearLog() {
+    absl::MutexLock lock(&log_mu_);
+    lines_.clear();
+  }
+
+  CUdeviceptr Alloc(MemoryManager& mm, uint64_t id, uint64_t bytes = kGranule) {
+    CUdeviceptr p = 0;
+    EXPECT_CU(mm.Allocate(bytes, &p));
+    if (p != 0) mm.Bind(p, id);
+    return p;
+  }
+  // A whole-buffer write of `seed`, wrapped as the tracker wraps a copy.
+  void Write(MemoryManager& mm, uint64_t id, CUdeviceptr p, uint8_t seed,
+             uint64_t bytes = kGranule) {
+    std::vector<uint8_t> data(bytes, seed);
+    Ids ids = {id};
+    ASSERT_CU(mm.Prepare(ids, {}, nullptr));
+    CUresult r = cuMemcpyHtoD_v2(p, data.data(), bytes);
+    mm.Finish(ids, ids, nullptr, r == CUDA_SUCCESS);
+    ASSERT_CU(r);
+    ASSERT_CU(cuCtxSynchronize());
+  }
+  // Whether the buffer holds `seed` throughout (read as the tracker would).
+  bool Holds(MemoryManager& mm, uint64_t id, CUdeviceptr p, uint8_t seed,
+             uint64_t bytes = kGranule) {
+    std::vector<uint8_t> data(bytes);
+    Ids ids = {id};
+    EXPECT_CU(mm.Prepare(ids, {}, nullptr));
+    CUresult r = cuMemcpyDtoH_v2(data.data(), p, bytes);
+    mm.Finish(ids, {}, nullptr, r == CUDA_SUCCESS);
+    EXPECT_CU(r);
+    for (uint8_t v : data) {
+      if (v != seed) return false;
+    }
+    return true;
+  }
+  size_t FreeBytes(MemoryManager& mm) {
+    size_t free_bytes = 0, total = 0;
+    mm.MemInfo(0, &free_bytes, &total);
+    return free_bytes;
+  }
+  size_t Used() const { return fakecuda_used_bytes(0) - baseline_; }
+  size_t Peak() const { return fakecuda_peak_bytes(0) - baseline_; }
+
+  // The program's own device memory: cuMemCreate through the manager.
+  CUmemGenericAllocationHandle Create(MemoryManager& mm, CUresult want = CUDA_SUCCESS,
+                                      CUmemLocationType where = CU_MEM_LOCATION_TYPE_DEVICE) {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = where;
+    prop.location.id = 0;
+    CUmemGenericAllocationHandle h = 0;
+    EXPECT_EQ(mm.CreateAppMemory(&h, kGranule, &prop, 0), want);
+    return h;
+  }
+
+  CUdevice dev_ = 0;
+  CUcontext ctx_ = nullptr;
+  Driver driver_;
+  size_t baseline_ = 0;
+  absl::Mutex log_mu_;
+  std::vector<std::string> lines_ ABSL_GUARDED_BY(log_mu_);
+};
+
+// --- Exact sizes ---------------------------------------------------------------
+
+// A buffer of a granule and a bit reserves two granules, but its range is
+// what was asked for: the tail past it belongs to no allocation, and a
+// transfer running into it is refused, resident or swapped out.
+TEST_F(BoundsTest, RangeIsTheRequestedSizeResidentOrSwappedOut) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  const uint64_t size = kGranule + 1000;
+  CUdeviceptr a = Alloc(*mm, 1, size);
+  std::optional<MemoryManager::BufferView> v = mm->Find(a + size + 10);  // in the tail
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->base, a);
+  EXPECT_EQ(v->size, size);
+  EXPECT_EQ(v->reserved, 2 * kGranule);
+  EXPECT_EQ(v->id, 1u);
+  EXPECT_EQ(v->context, ctx_);
+  EXPECT_FALSE(v->freed);
+  EXPECT_FALSE(mm->Find(a + 2 * kGranule).has_value());
+  EXPECT_FALSE(mm->Find(a - 1).has_value());
+
+  auto check = [&] {
+    EXPECT_CU(mm->CheckRange(a, size));
+    EXPECT_CU(mm->CheckRange(a + size - 1, 1));
+    EXPECT_CU(mm->CheckRange(a + size, 0));  // nothing touched
+    EXPECT_EQ(mm->CheckRange(a, size + 1), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_EQ(mm->CheckRange(a + size, 1), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_EQ(mm->CheckRange(a + 8, UINT64_MAX), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_CU(mm->CheckRange(a + 2 * kGranule, 1 << 20));  // not ours: the driver's call
+  };
+  check();
+  // A granule more than the cap holds: `a` (least recently used) goes out.
+  Write(*mm, 1, a, 7, size);
+  CUdeviceptr b = Alloc(*mm, 2);
+  Write(*mm, 2, b, 8);
+  CUdeviceptr c = Alloc(*mm, 3);
+  EXPECT_THAT(Records(), ElementsAre("swap_out:1"));
+  check();
+  ASSERT_TRUE(mm->Find(a).has_value());
+  EXPECT_EQ(mm->Find(a)->size, size);
+
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_CU(mm->Free(b));
+  EXPECT_CU(mm->Free(c));
+  EXPECT_TRUE(Holds(*mm, 1, a, 7, size));
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_CU(mm->Free(a));
+  EXPECT_FALSE(mm->Find(a).has_value());
+}
+
+// No size arithmetic wraps: SIZE_MAX (and anything above the cap) is out of
+// memory at once, nothing evicted; the charge stays as it was.
+TEST_F(BoundsTest, SizeMaxIsOutOfMemoryWithoutEvicting) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a = Alloc(*mm, 1);
+  Write(*mm, 1, a, 1);
+  ClearLog();
+  for (uint64_t bytes : {uint64_t{SIZE_MAX}, uint64_t{SIZE_MAX} - kGranule + 2, kCap + 1,
+                         uint64_t{1} << 63}) {
+    CUdeviceptr p = 0;
+    EXPECT_EQ(mm->Allocate(bytes, &p), CUDA_ERROR_OUT_OF_MEMORY) << bytes;
+    EXPECT_EQ(p, 0u);
+    EXPECT_EQ(mm->ReserveExternal(bytes), CUDA_ERROR_OUT_OF_MEMORY) << bytes;
+  }
+  EXPECT_THAT(Records(), Not(Contains("swap_out:1")));
+  EXPECT_EQ(FreeBytes(*mm), kCap - kGranule);
+  EXPECT_TRUE(Holds(*mm, 1, a, 1));
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_CU(mm->Free(a));
+}
+
+// --- cuMemFreeAsync ---------------------------------------------------------------
+
+// A stream-ordered free of a buffer the stream still uses: garbage until the
+// stream passed the free. An allocation that needs its memory waits for
+// that (S404) and gets it only then; the other buffers keep their data.
+TEST_F(BoundsTest, FreeAsyncReleasesInStreamOrder) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a = Alloc(*mm, 1), b = Alloc(*mm, 2), c = Alloc(*mm, 3);
+  Write(*mm, 1, a, 1);
+  Write(*mm, 2, b, 2);
+  Write(*mm, 3, c, 3);
+  auto held = std::make_unique<HeldStream>();
+  // A use of `a` queued on the held stream, then its free in stream order.
+  Ids ids = {1};
+  ASSERT_CU(mm->Prepare(ids, {}, held->get()));
+  CUresult r = cuMemsetD8Async(a, 9, kGranule, held->get());
+  mm->Finish(ids, ids, held->get(), r == CUDA_SUCCESS);
+  ASSERT_CU(r);
+  ClearLog();
+  ASSERT_CU(mm->FreeAsync(a, held->get()));
+  EXPECT_EQ(mm->FreeAsync(a, held->get()), CUDA_ERROR_INVALID_VALUE);  // freed twice
+  ASSERT_TRUE(mm->Find(a).has_value());
+  EXPECT_TRUE(mm->Find(a)->freed);
+  EXPECT_EQ(mm->CheckRange(a, 1), CUDA_ERROR_INVALID_VALUE);  // use after free
+  // Not released while the stream has not reached the free.
+  EXPECT_EQ(FreeBytes(*mm), 0u);
+  EXPECT_EQ(Used(), kCap);
+
+  std::atomic<bool> opened{false};
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    opened.store(true);
+    held->Open();
+  });
+  CUdeviceptr d = Alloc(*mm, 4);  // needs a's granule
+  EXPECT_TRUE(opened.load()) << "the freed memory was reused before the stream passed the free";
+  opener.join();
+  EXPECT_THAT(Records(), ElementsAre("evict_wait:1"));
+  EXPECT_LE(Peak(), kCap);
+  EXPECT_TRUE(Holds(*mm, 2, b, 2));
+  EXPECT_TRUE(Holds(*mm, 3, c, 3));
+  held.reset();
+  ASSERT_CU(cuCtxSynchronize());
+  for (CUdeviceptr p : {b, c, d}) EXPECT_CU(mm->Free(p));
+}
+
+// A stream-ordered free whose stream has nothing pending is released once
+// the stream reached it (MemInfo collects it); if its event cannot be
+// recorded it waits for the stream instead and releases at once.
+TEST_F(BoundsTest, FreeAsyncOfAnIdleBufferReleasesAtOnce) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a = Alloc(*mm, 1), b = Alloc(*mm, 2);
+  ASSERT_CU(mm->FreeAsync(a, nullptr));
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_EQ(FreeBytes(*mm), kCap - kGranule);
+  EXPECT_FALSE(mm->Owns(a));
+  fakecuda_fail_call("cuEventRecord", 1, CUDA_ERROR_UNKNOWN);
+  ASSERT_CU(mm->FreeAsync(b, nullptr));
+  EXPECT_FALSE(mm->Owns(b));
+  EXPECT_EQ(FreeBytes(*mm), kCap);
+}
+
+// --- The program's own VMM memory ----------------------------------------------
+
+// Device-located cuMemCreate is charged against the cap and shown by
+// MemInfo; when it does not fit, stensor's buffers make room (swapped out,
+// data kept) and only with nothing left to evict is it out of memory. The
+// fake's peak never exceeds the cap. Host-located memory is not charged.
+TEST_F(BoundsTest, AppVmmCountsAgainstTheCapAndMakesRoom) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a = Alloc(*mm, 1), b = Alloc(*mm, 2);
+  Write(*mm, 1, a, 1);
+  Write(*mm, 2, b, 2);
+  ClearLog();
+  CUmemGenericAllocationHandle h1 = Create(*mm);
+  EXPECT_EQ(FreeBytes(*mm), 0u);
+  EXPECT_THAT(Records(), IsEmpty());  // it fitted
+  CUmemGenericAllocationHandle h2 = Create(*mm);
+  CUmemGenericAllocationHandle h3 = Create(*mm);
+  EXPECT_THAT(Records(), ElementsAre("swap_out:1", "swap_out:2"));
+  EXPECT_EQ(FreeBytes(*mm), 0u);
+  Create(*mm, CUDA_ERROR_OUT_OF_MEMORY);  // nothing left to evict
+  EXPECT_THAT(Records(), Contains("oom"));
+  CUmemGenericAllocationHandle host = Create(*mm, CUDA_SUCCESS, CU_MEM_LOCATION_TYPE_HOST);
+  EXPECT_EQ(FreeBytes(*mm), 0u);
+  EXPECT_LE(Peak(), kCap);
+  EXPECT_EQ(Used(), kCap);
+
+  // Released: the charge ends and the buffers come back with their data.
+  for (auto h : {h1, h2, h3, host}) {
+    ASSERT_CU(cuMemRelease(h));
+    mm->OnAppRelease(h);
+  }
+  EXPECT_EQ(FreeBytes(*mm), kCap);
+  EXPECT_TRUE(Holds(*mm, 1, a, 1));
+  EXPECT_TRUE(Holds(*mm, 2, b, 2));
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_CU(mm->Free(a));
+  EXPECT_CU(mm->Free(b));
+}
+
+// The charge follows the physical memory's life in the driver: a handle
+// released while mapped lives until unmapped; a retained handle needs its
+// own release. A failed cuMemCreate charges nothing.
+TEST_F(BoundsTest, AppVmmChargeEndsWhenTheMemoryIsGone) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  CUmemGenericAllocationHandle h = Create(*mm);
+  CUdeviceptr va = 0;
+  ASSERT_CU(cuMemAddressReserve(&va, 2 * kGranule, 0, 0, 0));
+  ASSERT_CU(cuMemMap(va, kGranule, 0, h, 0));
+  mm->OnAppMap(va, kGranule, h);
+  CUmemGenericAllocationHandle retained = 0;
+  ASSERT_CU(cuMemRetainAllocationHandle(&retained, reinterpret_cast<void*>(va)));
+  EXPECT_EQ(retained, h);
+  mm->OnAppRetain(retained);
+  ASSERT_CU(cuMemRelease(h));
+  mm->OnAppRelease(h);
+  EXPECT_EQ(FreeBytes(*mm), kCap - kGranule);  // retained and mapped
+  ASSERT_CU(cuMemRelease(retained));
+  mm->OnAppRelease(retained);
+  EXPECT_EQ(FreeBytes(*mm), kCap - kGranule);  // still mapped: still alive
+  EXPECT_EQ(Used(), kGranule);
+  ASSERT_CU(cuMemUnmap(va, kGranule));
+  mm->OnAppUnmap(va, kGranule);
+  EXPECT_EQ(FreeBytes(*mm), kCap);
+  EXPECT_EQ(Used(), 0u);
+  ASSERT_CU(cuMemAddressFree(va, 2 * kGranule));
+
+  fakecuda_fail_call("cuMemCreate", 1, CUDA_ERROR_UNKNOWN);
+  Create(*mm, CUDA_ERROR_UNKNOWN);
+  EXPECT_EQ(FreeBytes(*mm), kCap);
+  // Not a whole number of granules: the driver's error, nothing charged.
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  CUmemGenericAllocationHandle bad = 0;
+  EXPECT_EQ(mm->CreateAppMemory(&bad, 1000, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(mm->CreateAppMemory(&bad, SIZE_MAX - SIZE_MAX % kGranule, &prop, 0),
+            CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(FreeBytes(*mm), kCap);
+}
+
+// The device itself full below the cap (cuMemCreate out of memory once):
+// a buffer is evicted and the creation retried.
+TEST_F(BoundsTest, AppVmmOnAFullDeviceEvictsAndRetries) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a = Alloc(*mm, 1);
+  Write(*mm, 1, a, 1);
+  ClearLog();
+  fakecuda_fail_call("cuMemCreate", 1, CUDA_ERROR_OUT_OF_MEMORY);
+  CUmemGenericAllocationHandle h = Create(*mm);
+  EXPECT_THAT(Records(), ElementsAre("swap_out:1"));
+  EXPECT_EQ(FreeBytes(*mm), kCap - kGranule);
+  ASSERT_CU(cuMemRelease(h));
+  mm->OnAppRelease(h);
+  // Nothing left to evict: the driver's out of memory, nothing charged.
+  fakecuda_fail_call("cuMemCreate", 1, CUDA_ERROR_OUT_OF_MEMORY);
+  Create(*mm, CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(FreeBytes(*mm), kCap);
+  EXPECT_TRUE(Holds(*mm, 1, a, 1));
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_CU(mm->Free(a));
+}
+
+// --- Handles that leave stensor's control ---------------------------------------
+
+// Pinning a swapped-out buffer brings it back, synchronously, with its
+// data; from then on it is never evicted (others are, then out of memory),
+// and the pin is logged once.
+TEST_F(BoundsTest, ExportedBufferIsResidentAndNeverEvicted) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a = Alloc(*mm, 1), b = Alloc(*mm, 2), c = Alloc(*mm, 3);
+  Write(*mm, 1, a, 1);
+  Write(*mm, 2, b, 2);
+  Write(*mm, 3, c, 3);
+  CUdeviceptr d = Alloc(*mm, 4);
+  Write(*mm, 4, d, 4);
+  ClearLog();
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  ASSERT_TRUE(mm->PinExported(a + 12345, "cuIpcGetMemHandle", &r));  // an interior address
+  EXPECT_CU(r);
+  EXPECT_THAT(Records(), ElementsAre("swap_out:2", "swap_in:1", "pin:1"));
+  // Resident now: its bytes are on the device, read without any swap.
+  std::vector<uint8_t> direct(kGranule);
+  ASSERT_CU(cuMemcpyDtoH_v2(direct.data(), a, kGranule));
+  EXPECT_EQ(direct.front(), 1);
+  EXPECT_EQ(direct.back(), 1);
+  ASSERT_TRUE(mm->PinExported(a, "cuMemRetainAllocationHandle", &r));
+  EXPECT_CU(r);
+  EXPECT_THAT(Records(), ElementsAre("swap_out:2", "swap_in:1", "pin:1"));  // once
+
+  // Everything else cycles through the cap; `a` never goes.
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_TRUE(Holds(*mm, 2, b, 2));
+    EXPECT_TRUE(Holds(*mm, 3, c, 3));
+    EXPECT_TRUE(Holds(*mm, 4, d, 4));
+  }
+  for (const std::string& rec : Records()) {
+    EXPECT_NE(rec, "swap_out:1");
+    EXPECT_NE(rec, "drop_clean:1");
+  }
+  EXPECT_TRUE(Holds(*mm, 1, a, 1));
+  EXPECT_LE(Peak(), kCap);
+  // Its handle is the current device memory: found by handle as well.
+  CUmemGenericAllocationHandle h = 0;
+  ASSERT_CU(cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(a)));
+  EXPECT_TRUE(mm->PinExportedHandle(h, "cuMemExportToShareableHandle"));
+  EXPECT_FALSE(mm->PinExportedHandle(h + 1, "cuMemExportToShareableHandle"));
+  ASSERT_CU(cuMemRelease(h));
+  EXPECT_FALSE(mm->PinExported(a + 3 * kGranule, "cuIpcGetMemHandle", &r));  // not ours
+  ASSERT_CU(cuCtxSynchronize());
+  for (CUdeviceptr p : {a, b, c, d}) EXPECT_CU(mm->Free(p));
+}
+
+// With every other buffer pinned for good, a buffer that does not fit is
+// out of memory: pinned buffers are not evicted to make room.
+TEST_F(BoundsTest, PinnedBuffersLeaveOutOfMemoryWhenNothingElseFits) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a = Alloc(*mm, 1), b = Alloc(*mm, 2), c = Alloc(*mm, 3);
+  for (CUdeviceptr p : {a, b, c}) {
+    CUresult r;
+    ASSERT_TRUE(mm->PinExported(p, "cuIpcGetMemHandle", &r));
+    EXPECT_CU(r);
+  }
+  CUdeviceptr d = 0;
+  EXPECT_EQ(mm->Allocate(kGranule, &d), CUDA_ERROR_OUT_OF_MEMORY);
+  ASSERT_CU(cuCtxSynchronize());
+  for (CUdeviceptr p : {a, b, c}) EXPECT_CU(mm->Free(p));
+}
+
+}  // namespace
+}  // namespace stensor
