@@ -267,8 +267,9 @@ void Tracker::ExpandTables(StreamRef stream, Accesses* a) {
     }
     level = std::move(next);
   }
-  // Tables outside tracked buffers: pinned host memory is read directly;
-  // anything else is memory stensor knows nothing about.
+  // Tables outside tracked buffers: memory the driver can describe (pinned
+  // or registered host memory, device memory stensor does not track) is
+  // read; anything else is memory nobody knows.
   for (const Accesses::TableParam& p : a->table_params) {
     if (p.id != 0) continue;
     words.clear();
@@ -322,25 +323,48 @@ bool Tracker::IsPinnedHost(uint64_t addr) const {
 }
 
 bool Tracker::ScanHostTable(uint64_t addr, StreamRef stream, std::vector<uint64_t>* words) {
-  uint64_t bytes = 0;
+  if (!memory_) return false;  // uncapped runs never wait on the program's behalf
+  // The allocation holding the table, as stensor or else the driver knows it.
+  uint64_t start = 0, bytes = 0;
+  bool host = false;
   {
     absl::MutexLock lock(&host_mu_);
     auto it = host_allocs_.upper_bound(addr);
-    if (it == host_allocs_.begin()) return false;
-    --it;
-    if (addr - it->first >= it->second) return false;
-    // The kernel may index from the start of the allocation.
-    addr = it->first;
-    bytes = std::min<uint64_t>(it->second, kMaxTableReadBack);
+    if (it != host_allocs_.begin() && addr - std::prev(it)->first < std::prev(it)->second) {
+      start = std::prev(it)->first;
+      bytes = std::prev(it)->second;
+      host = true;
+    }
   }
+  if (!host) {
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    unsigned type = 0;
+    if (driver_->cuPointerGetAttribute == nullptr ||
+        driver_->cuPointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, addr) !=
+            CUDA_SUCCESS ||
+        driver_->cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, addr) !=
+            CUDA_SUCCESS ||
+        driver_->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, addr) !=
+            CUDA_SUCCESS) {
+      return false;  // memory nobody knows
+    }
+    start = base;
+    bytes = size;
+    host = type == CU_MEMORYTYPE_HOST;
+  }
+  // The kernel may index from the start of the allocation.
+  if (bytes == 0 || bytes > kMaxTableReadBack) return false;
   if (driver_->cuStreamSynchronize(Handle(stream)) != CUDA_SUCCESS) return false;
-  const auto* p = reinterpret_cast<const unsigned char*>(addr);
-  for (uint64_t off = 0; off + 8 <= bytes; off += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + off, sizeof(w));
-    words->push_back(w);
+  std::vector<uint64_t> data(bytes / 8);
+  if (host) {
+    // Device-mapped host memory (unified addressing: the same address).
+    std::memcpy(data.data(), reinterpret_cast<const void*>(start), data.size() * 8);
+  } else if (driver_->cuMemcpyDtoH_v2(data.data(), start, data.size() * 8) != CUDA_SUCCESS) {
+    return false;
   }
   // Only the words that hit a buffer become references (add_refs).
+  words->insert(words->end(), data.begin(), data.end());
   return true;
 }
 

@@ -170,8 +170,10 @@ class Tracker {
   // from the device after the launch stream's earlier work (under a cap
   // only). False when that cannot be done.
   bool ReadBackTable(const Buffer& table, StreamRef stream, std::vector<uint64_t>* words);
-  // The pointers in pinned host memory at `addr` that a kernel reads as a
-  // table (device-mapped host memory), after the stream's earlier work.
+  // The words of the allocation at `addr` that a kernel reads as a table
+  // though stensor does not track it (pinned or registered host memory,
+  // untracked device memory), after the stream's earlier work; under a cap
+  // only. False when nobody can say what memory that is.
   bool ScanHostTable(uint64_t addr, StreamRef stream, std::vector<uint64_t>* words);
   // Whether host memory at `addr` is pinned memory the program allocated.
   bool IsPinnedHost(uint64_t addr) const;

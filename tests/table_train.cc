@@ -4,12 +4,12 @@
 // from pinned memory, unified cuMemcpy), tables rewritten and reused between
 // steps, entries pointing into the middle of buffers, a table inside a
 // swappable buffer, a table copied device to device, a table written by a
-// kernel and then read and written through, a table in pinned host memory
-// a table of tables, and, with --pageable-table, one in pageable host memory in the last step
-// (which neither stensor nor the driver knows). Two streams, ordered by
-// events.
+// kernel and then read and written through, a table in pinned host memory,
+// a table of tables, and in the last step (--last-table) a table in host
+// memory stensor does not track: registered with the driver, or pageable
+// (which nobody knows). Two streams, ordered by events.
 //
-//   table_train MODULE.so [--steps N] [--pageable-table]
+//   table_train MODULE.so [--steps N] [--last-table pinned|pageable|registered]
 // Prints `working_set <bytes>` first and `checksum <hex>` (FNV-1a over every
 // buffer's final contents) last.
 #include <cinttypes>
@@ -73,16 +73,20 @@ void Launch(CUfunction f, CUstream s, std::vector<void*> params) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: table_train MODULE.so [--steps N] [--pageable-table]\n");
+    std::fprintf(stderr, "usage: table_train MODULE.so [--steps N] [--last-table pinned|pageable|registered]\n");
     return 2;
   }
   int steps = 6;
-  bool pageable_table = false;
+  std::string last_table = "pinned";
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
       steps = std::atoi(argv[++i]);
-    } else if (std::strcmp(argv[i], "--pageable-table") == 0) {
-      pageable_table = true;
+    } else if (std::strcmp(argv[i], "--last-table") == 0 && i + 1 < argc) {
+      last_table = argv[++i];
+      if (last_table != "pinned" && last_table != "pageable" && last_table != "registered") {
+        std::fprintf(stderr, "--last-table: pinned, pageable or registered\n");
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "unknown argument %s\n", argv[i]);
       return 2;
@@ -134,8 +138,11 @@ int main(int argc, char** argv) {
   CUdeviceptr* host_table = nullptr;  // read by the device directly
   CHECK(cuMemAllocHost(reinterpret_cast<void**>(&host_table), 4096));
   // Pageable host memory, which the driver does not know (a device with
-  // HMM reads it): a table there has contents stensor cannot know.
+  // HMM reads it): a table there has contents stensor cannot know. And host
+  // memory registered with the driver, which stensor does not track.
   std::vector<CUdeviceptr> pageable(4096 / sizeof(CUdeviceptr));
+  std::vector<CUdeviceptr> registered(4096 / sizeof(CUdeviceptr));
+  CHECK(cuMemHostRegister(registered.data(), 4096, 0));
 
   // Copies a table to the device in the way `how` picks.
   auto upload = [&](CUdeviceptr dst, const std::vector<CUdeviceptr>& entries, int how,
@@ -214,8 +221,10 @@ int main(int argc, char** argv) {
     }
     // A table in pinned host memory, read by the device itself.
     CHECK(cuStreamSynchronize(b));
-    // With --pageable-table, the last step's table is in pageable memory.
-    CUdeviceptr* table = pageable_table && step + 1 == steps ? pageable.data() : host_table;
+    // The last step's table is where --last-table says.
+    CUdeviceptr* table = host_table;
+    if (step + 1 == steps && last_table == "pageable") table = pageable.data();
+    if (step + 1 == steps && last_table == "registered") table = registered.data();
     table[0] = at(step + 2, 0);
     table[1] = at(step + 5, 0);
     table[2] = at(step + 11, 0);
@@ -235,5 +244,6 @@ int main(int argc, char** argv) {
   CHECK(cuMemcpyDtoH(host.data(), big, 2 * kBuf));
   h = Fnv(h, host.data(), 2 * kBuf);
   std::printf("checksum %016" PRIx64 "\n", h);
+  CHECK(cuMemHostUnregister(registered.data()));
   return 0;
 }
