@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -660,6 +661,48 @@ TEST_F(FakeCudaTest, ModulesReportNamesAndParameterLayouts) {
   }
   CUfunction missing;
   EXPECT_EQ(cuModuleGetFunction(&missing, module_, "_Z4nopev"), CUDA_ERROR_NOT_FOUND);
+}
+
+// After cuModuleUnload a function handle is invalid until the driver hands
+// it out again: the next module loaded gets the unloaded one's handles (all
+// eight kernels of test_kernels.so are listed).
+TEST_F(FakeCudaTest, UnloadedFunctionHandlesAreInvalidThenReused) {
+  const char* kNames[] = {"_ZN5testk4axpyEfPKfPfi", "_ZN5testk5mixedEcPds4Pair",
+                          "_ZN5testk5scaleIfEEvPT_S1_i", "_ZN5testk5scaleIdEEvPT_S1_i",
+                          "_ZN5testk13load_indirectEPKPKfPf", "plain_c_kernel",
+                          "_ZN5testk9slow_fillEPiiii", "_ZN5testk15record_geometryEPj"};
+  auto handles = [&](CUmodule m) {
+    std::set<CUfunction> all;
+    for (const char* name : kNames) {
+      CUfunction f = nullptr;
+      EXPECT_CU(cuModuleGetFunction(&f, m, name));
+      all.insert(f);
+    }
+    return all;
+  };
+  CUmodule first = nullptr;
+  ASSERT_CU(cuModuleLoad(&first, kModule));
+  std::set<CUfunction> before = handles(first);
+  CUfunction stale = *before.begin();
+  ASSERT_CU(cuModuleUnload(first));
+
+  const char* name = nullptr;
+  EXPECT_EQ(cuFuncGetName(&name, stale), CUDA_ERROR_INVALID_HANDLE);
+  size_t offset = 0, size = 0;
+  EXPECT_EQ(cuFuncGetParamInfo(stale, 0, &offset, &size), CUDA_ERROR_INVALID_HANDLE);
+  CUmodule owner = nullptr;
+  EXPECT_EQ(cuFuncGetModule(&owner, stale), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuLaunchKernel(stale, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr),
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuModuleUnload(first), CUDA_ERROR_INVALID_HANDLE);
+
+  CUmodule second = nullptr;
+  ASSERT_CU(cuModuleLoad(&second, kModule));
+  EXPECT_EQ(handles(second), before);
+  ASSERT_CU(cuFuncGetName(&name, stale));  // valid again, for some kernel
+  ASSERT_CU(cuFuncGetModule(&owner, stale));
+  EXPECT_EQ(owner, second);
+  ASSERT_CU(cuModuleUnload(second));
 }
 
 TEST_F(FakeCudaTest, LaunchesPassParametersBothWays) {

@@ -28,14 +28,35 @@ struct Function {
 
 struct Module {
   void* dl = nullptr;
-  std::map<std::string, std::unique_ptr<Function>> functions;
+  std::map<std::string, Function*> functions;  // slots of Modules::free
 };
 
+// Function objects are slots that are never freed: an unloaded module's
+// slots go on the `free` stack and the next module loaded takes the most
+// recently freed first, so a CUfunction handle comes back for another
+// kernel, as the real driver's allocator can make it. Until then the stale handle is not in
+// `funcs` and reads as invalid.
 struct Modules {
   std::mutex mu;
   std::unordered_set<Module*> live;      // guarded by mu
   std::unordered_set<Function*> funcs;   // guarded by mu
+  std::vector<Function*> free;           // guarded by mu; a stack
 };
+
+// A fresh function slot: a recycled one when there is one. Needs `all.mu`.
+Function* NewFunction(Modules& all, Module* mod, const fakecuda_kernel_desc* desc) {
+  Function* fn;
+  if (all.free.empty()) {
+    fn = new Function;
+  } else {
+    fn = all.free.back();
+    all.free.pop_back();
+  }
+  fn->module = mod;
+  fn->desc = desc;
+  fn->max_dynamic_shared.store(kDefaultSharedBytes);
+  return fn;
+}
 
 Modules& GetModules() {
   static Modules* m = new Modules;
@@ -154,11 +175,9 @@ FAKECUDA_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* fname) {
   Modules& all = GetModules();
   std::lock_guard<std::mutex> lock(all.mu);
   for (int i = 0; i < n; ++i) {
-    auto fn = std::make_unique<Function>();
-    fn->module = mod;
-    fn->desc = &kernels[i];
-    all.funcs.insert(fn.get());
-    mod->functions[kernels[i].name] = std::move(fn);
+    Function* fn = NewFunction(all, mod, &kernels[i]);
+    all.funcs.insert(fn);
+    mod->functions[kernels[i].name] = fn;
   }
   all.live.insert(mod);
   *module = reinterpret_cast<CUmodule>(mod);
@@ -172,10 +191,15 @@ FAKECUDA_EXPORT CUresult cuModuleUnload(CUmodule hmod) {
     Modules& all = GetModules();
     std::lock_guard<std::mutex> lock(all.mu);
     if (all.live.erase(mod) == 0) return CUDA_ERROR_INVALID_HANDLE;
-    for (auto& entry : mod->functions) all.funcs.erase(entry.second.get());
+    for (auto& entry : mod->functions) all.funcs.erase(entry.second);
   }
   SynchronizeAllContexts();  // queued launches may still call its code
   dlclose(mod->dl);
+  {
+    Modules& all = GetModules();
+    std::lock_guard<std::mutex> lock(all.mu);
+    for (auto& entry : mod->functions) all.free.push_back(entry.second);
+  }
   delete mod;
   return CUDA_SUCCESS;
 }
@@ -190,7 +214,7 @@ FAKECUDA_EXPORT CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod,
   if (all.live.count(mod) == 0) return CUDA_ERROR_INVALID_HANDLE;
   auto it = mod->functions.find(name);
   if (it == mod->functions.end()) return CUDA_ERROR_NOT_FOUND;
-  *hfunc = reinterpret_cast<CUfunction>(it->second.get());
+  *hfunc = reinterpret_cast<CUfunction>(it->second);
   return CUDA_SUCCESS;
 }
 
