@@ -1,7 +1,10 @@
 // Fake driver: modules of host kernels (see fake_kernel.h), function
 // introspection and kernel launches.
 #include <dlfcn.h>
+#include <elf.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -28,6 +31,10 @@ struct Function {
 
 struct Module {
   void* dl = nullptr;
+  // cuModuleLoadData: the memfd holding the image, open while the module is
+  // loaded so that no other module's /proc/self/fd path names the same
+  // number (the dynamic loader matches loaded objects by name).
+  int image_fd = -1;
   std::map<std::string, Function*> functions;  // slots of Modules::free
 };
 
@@ -147,6 +154,45 @@ CUresult LaunchEx(const CUlaunchConfig* config, CUfunction f, void** params,
                 per_thread);
 }
 
+// Opens the host-kernel module at `path` (for cuModuleLoadData, the memfd
+// `image_fd` holds it) and registers its kernels.
+CUresult OpenModule(const char* path, int image_fd, CUmodule* module) {
+  // Only host-kernel modules run here: a cubin or any other file is an
+  // image this "device" cannot execute.
+  void* dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (dl == nullptr) return CUDA_ERROR_INVALID_IMAGE;
+  auto list = reinterpret_cast<fakecuda_module_kernels_fn>(dlsym(dl, "fakecuda_module_kernels"));
+  if (list == nullptr) {
+    dlclose(dl);
+    return CUDA_ERROR_INVALID_IMAGE;
+  }
+  const fakecuda_kernel_desc* kernels = nullptr;
+  int n = list(&kernels);
+  auto* mod = new Module;
+  mod->dl = dl;
+  mod->image_fd = image_fd;
+  Modules& all = GetModules();
+  std::lock_guard<std::mutex> lock(all.mu);
+  for (int i = 0; i < n; ++i) {
+    Function* fn = NewFunction(all, mod, &kernels[i]);
+    all.funcs.insert(fn);
+    mod->functions[kernels[i].name] = fn;
+  }
+  all.live.insert(mod);
+  *module = reinterpret_cast<CUmodule>(mod);
+  return CUDA_SUCCESS;
+}
+
+// Whether `image` starts like a shared object for this host: the only image
+// kind the fake can run. A cubin is an ELF file too, for EM_CUDA.
+bool IsHostSharedObject(const void* image) {
+  Elf64_Ehdr header;
+  std::memcpy(&header, image, sizeof(header));
+  return std::memcmp(header.e_ident, ELFMAG, SELFMAG) == 0 &&
+         header.e_ident[EI_CLASS] == ELFCLASS64 && header.e_type == ET_DYN &&
+         header.e_machine == EM_X86_64;
+}
+
 }  // namespace
 }  // namespace fakecuda
 
@@ -159,29 +205,38 @@ FAKECUDA_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* fname) {
   if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
   struct stat st;
   if (stat(fname, &st) != 0) return CUDA_ERROR_FILE_NOT_FOUND;
-  // Only host-kernel modules run here: a cubin or any other file is an
-  // image this "device" cannot execute.
-  void* dl = dlopen(fname, RTLD_NOW | RTLD_LOCAL);
-  if (dl == nullptr) return CUDA_ERROR_INVALID_IMAGE;
-  auto list = reinterpret_cast<fakecuda_module_kernels_fn>(dlsym(dl, "fakecuda_module_kernels"));
-  if (list == nullptr) {
-    dlclose(dl);
-    return CUDA_ERROR_INVALID_IMAGE;
+  return OpenModule(fname, -1, module);
+}
+
+// The image is a host-kernel module in memory (a shared object, as
+// cuModuleLoad opens from a file). Its size is not passed, as with the real
+// driver, so the ELF header and section table give it.
+FAKECUDA_EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* image) {
+  FAKECUDA_ENTER("cuModuleLoadData");
+  if (module == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Context* ctx = nullptr;
+  if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
+  if (!IsHostSharedObject(image)) return CUDA_ERROR_INVALID_IMAGE;
+  Elf64_Ehdr header;
+  std::memcpy(&header, image, sizeof(header));
+  // The section header table comes last in a linked shared object.
+  size_t size = header.e_shoff + size_t{header.e_shnum} * header.e_shentsize;
+  if (header.e_shoff == 0 || size < sizeof(header)) return CUDA_ERROR_INVALID_IMAGE;
+  int fd = memfd_create("fakecuda-module", MFD_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  const auto* bytes = static_cast<const char*>(image);
+  for (size_t done = 0; done < size;) {
+    ssize_t n = write(fd, bytes + done, size - done);
+    if (n <= 0) {
+      close(fd);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    done += static_cast<size_t>(n);
   }
-  const fakecuda_kernel_desc* kernels = nullptr;
-  int n = list(&kernels);
-  auto* mod = new Module;
-  mod->dl = dl;
-  Modules& all = GetModules();
-  std::lock_guard<std::mutex> lock(all.mu);
-  for (int i = 0; i < n; ++i) {
-    Function* fn = NewFunction(all, mod, &kernels[i]);
-    all.funcs.insert(fn);
-    mod->functions[kernels[i].name] = fn;
-  }
-  all.live.insert(mod);
-  *module = reinterpret_cast<CUmodule>(mod);
-  return CUDA_SUCCESS;
+  std::string path = "/proc/self/fd/" + std::to_string(fd);
+  CUresult r = OpenModule(path.c_str(), fd, module);
+  if (r != CUDA_SUCCESS) close(fd);
+  return r;
 }
 
 FAKECUDA_EXPORT CUresult cuModuleUnload(CUmodule hmod) {
@@ -195,6 +250,7 @@ FAKECUDA_EXPORT CUresult cuModuleUnload(CUmodule hmod) {
   }
   SynchronizeAllContexts();  // queued launches may still call its code
   dlclose(mod->dl);
+  if (mod->image_fd >= 0) close(mod->image_fd);
   {
     Modules& all = GetModules();
     std::lock_guard<std::mutex> lock(all.mu);
