@@ -143,6 +143,10 @@ void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
     memory_->Finish(accesses.reads, accesses.writes, Handle(stream), submitted);
     // Nothing known about what it wrote: no host copy can be trusted.
     if (submitted && !kernels_.Get(f)->layout_known) memory_->MarkAllWritten(Handle(stream));
+    // Descriptions outlive the manager, so their names may be kept.
+    if (submitted && memory_->verifying()) {
+      memory_->NoteKernel(accesses.reads, accesses.writes, kernels_.Get(f)->demangled.c_str());
+    }
   }
   if (!submitted) return;
   Count(OpType::kLaunch);

@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <set>
 #include <string>
@@ -703,6 +704,47 @@ TEST_F(FakeCudaTest, UnloadedFunctionHandlesAreInvalidThenReused) {
   ASSERT_CU(cuFuncGetModule(&owner, stale));
   EXPECT_EQ(owner, second);
   ASSERT_CU(cuModuleUnload(second));
+}
+
+// cuModuleLoadData takes a host-kernel module's bytes (what cuModuleLoad
+// opens from a file); any other image, a cubin included, is invalid.
+TEST_F(FakeCudaTest, ModuleLoadDataTakesAHostKernelModuleImage) {
+  FILE* file = std::fopen(kModule, "rb");
+  ASSERT_NE(file, nullptr);
+  std::vector<char> image;
+  char chunk[4096];
+  for (size_t n; (n = std::fread(chunk, 1, sizeof(chunk), file)) > 0;) {
+    image.insert(image.end(), chunk, chunk + n);
+  }
+  std::fclose(file);
+  // Two loads of one image are two modules, as with the real driver.
+  CUmodule a = nullptr, b = nullptr;
+  ASSERT_CU(cuModuleLoadData(&a, image.data()));
+  ASSERT_CU(cuModuleLoadData(&b, image.data()));
+  EXPECT_NE(a, b);
+  CUfunction fill = nullptr;
+  ASSERT_CU(cuModuleGetFunction(&fill, a, "_ZN5testk9slow_fillEPiiii"));
+  CUdeviceptr out;
+  ASSERT_CU(cuMemAlloc_v2(&out, 4 * sizeof(int)));
+  int value = 7, n = 4, delay = 0;
+  void* params[] = {&out, &value, &n, &delay};
+  ASSERT_CU(cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr));
+  int got[4] = {};
+  ASSERT_CU(cuMemcpyDtoH_v2(got, out, sizeof(got)));
+  EXPECT_EQ(got[3], 7);
+  ASSERT_CU(cuMemFree_v2(out));
+  ASSERT_CU(cuModuleUnload(a));
+  ASSERT_CU(cuModuleUnload(b));
+
+  unsigned char cubin[64] = {0x7f, 'E', 'L', 'F', 2, 1, 1};
+  cubin[16] = 2;    // ET_EXEC
+  cubin[18] = 190;  // EM_CUDA
+  CUmodule m = nullptr;
+  EXPECT_EQ(cuModuleLoadData(&m, cubin), CUDA_ERROR_INVALID_IMAGE);
+  const char ptx[] = ".version 8.0\n.target sm_90\n.address_size 64\n";
+  EXPECT_EQ(cuModuleLoadData(&m, ptx), CUDA_ERROR_INVALID_IMAGE);
+  EXPECT_EQ(cuModuleLoadData(&m, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuModuleLoadData(nullptr, image.data()), CUDA_ERROR_INVALID_VALUE);
 }
 
 TEST_F(FakeCudaTest, LaunchesPassParametersBothWays) {
