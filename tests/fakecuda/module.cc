@@ -186,6 +186,12 @@ CUresult OpenModule(const char* path, int image_fd, CUmodule* module) {
 // Whether `image` starts like a shared object for this host: the only image
 // kind the fake can run. A cubin is an ELF file too, for EM_CUDA.
 bool IsHostSharedObject(const void* image) {
+  // The magic byte by byte first: a PTX image is a string that may be
+  // shorter than an ELF header.
+  const auto* bytes = static_cast<const unsigned char*>(image);
+  for (int i = 0; i < SELFMAG; ++i) {
+    if (bytes[i] != static_cast<unsigned char>(ELFMAG[i])) return false;
+  }
   Elf64_Ehdr header;
   std::memcpy(&header, image, sizeof(header));
   return std::memcmp(header.e_ident, ELFMAG, SELFMAG) == 0 &&
