@@ -5,13 +5,17 @@
 // memory, and every driver call the verifier makes can fail without a
 // mismatch going unseen: a hash that cannot be taken falls back to comparing
 // bytes, and a comparison that cannot be made answers kError (the caller
-// then copies).
+// then copies). The embedded fatbin is checked for its sm_80/sm_90 cubins
+// and PTX, and the fake must reject it and a cubin as invalid images.
 #include "core/verifier.h"
 
 #include <dlfcn.h>
 
 #include <cstdint>
 #include <cstring>
+#include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda.h>
@@ -195,6 +199,35 @@ TEST_F(VerifierTest, TheFakeRejectsTheFatbinAndACubin) {
   CUfunction f = nullptr;
   ASSERT_CU(cuModuleGetFunction(&f, m, "_ZN14stensor_verify8hash_sumEPKhyPy"));
   ASSERT_CU(cuModuleUnload(m));
+}
+
+// The fatbin nvcc built holds cubins for sm_80 and sm_90 and PTX for
+// compute_90, each with the kernel the verifier looks up. Where nvcc was
+// absent at build time the fatbin is empty and this says so.
+TEST_F(VerifierTest, FatbinHoldsSm80AndSm90CubinsAndPtx) {
+  Verifier::Image fatbin = Verifier::EmbeddedImages()[0];
+  if (fatbin.size == 0) GTEST_SKIP() << "built without nvcc: no fatbin";
+  const auto* bytes = static_cast<const unsigned char*>(fatbin.data);
+  auto u16 = [&](size_t at) { uint16_t v; std::memcpy(&v, bytes + at, 2); return v; };
+  auto u32 = [&](size_t at) { uint32_t v; std::memcpy(&v, bytes + at, 4); return v; };
+  auto u64 = [&](size_t at) { uint64_t v; std::memcpy(&v, bytes + at, 8); return v; };
+  // Header: magic, version, header size, size of the entries.
+  ASSERT_EQ(u32(0), 0xBA55ED50u);
+  const size_t header = u16(6);
+  ASSERT_EQ(header + u64(8), fatbin.size);
+  std::set<std::pair<int, int>> entries;  // (kind: 1 PTX, 2 ELF; sm)
+  for (size_t at = header; at < fatbin.size;) {
+    const uint16_t kind = u16(at);
+    const uint32_t entry_header = u32(at + 4);
+    const uint64_t payload = u64(at + 8);
+    entries.insert({kind, static_cast<int>(u32(at + 28))});
+    if (kind == 2) {
+      std::string cubin(reinterpret_cast<const char*>(bytes + at + entry_header), payload);
+      EXPECT_NE(cubin.find("_ZN14stensor_verify8hash_sumEPKhyPy"), std::string::npos);
+    }
+    at += entry_header + payload;
+  }
+  EXPECT_EQ(entries, (std::set<std::pair<int, int>>{{2, 80}, {2, 90}, {1, 90}}));
 }
 
 // Each driver call of a hash check fails once: the check still finds the
