@@ -72,13 +72,13 @@ const KernelInfo* KernelCache::Get(CUfunction f) {
 const KernelInfo* KernelCache::Lookup(CUfunction f, uint64_t generation,
                                       bool* cacheable) {
   {
+    // Entries are safe even while an unload runs: those that could change
+    // meaning were forgotten when it began, and none is added until it ends.
     absl::ReaderMutexLock lock(&mu_);
-    if (unloading_ == 0) {
-      auto it = cache_.find(f);
-      if (it != cache_.end()) {
-        *cacheable = true;
-        return it->second.info.get();
-      }
+    auto it = cache_.find(f);
+    if (it != cache_.end()) {
+      *cacheable = true;
+      return it->second.info.get();
     }
   }
   CUmodule module = nullptr;

@@ -82,9 +82,10 @@ class KernelCache {
   // Lives across one real cuModuleUnload (`module`) or cuLibraryUnload
   // (`module` null: every description is forgotten, since which functions
   // belong to a library cannot be asked reliably). While any scope is open,
-  // descriptions are built afresh on every Get and cached nowhere: the
-  // driver may reuse a handle as soon as it has freed it, before the scope
-  // closes. Both ends bump the generation, which empties every thread's memo.
+  // descriptions not cached already are built afresh on every Get and
+  // cached nowhere: the driver may reuse a handle as soon as it has freed
+  // it, before the scope closes. Both ends bump the generation, which
+  // empties every thread's memo.
   class UnloadScope {
    public:
     UnloadScope(KernelCache* cache, CUmodule module);

@@ -792,12 +792,16 @@ TEST(KernelCacheUnloadTest, LibraryUnloadExpiresEveryDescription) {
 TEST(KernelCacheUnloadTest, NothingIsCachedWhileAnUnloadIsInFlight) {
   KernelCache& cache = NewCache();
   reused_meaning.store(0);
+  const KernelInfo* sgd = cache.Get(Handle(kSgd));  // kModuleC: not unloaded
   int queries = func_name_queries.load();
   {
     KernelCache::UnloadScope unload(&cache, kModuleA);
     EXPECT_EQ(cache.Get(Handle(kReused))->name, "_Z4readPKf");
     reused_meaning.store(1);  // freed and reused before the unload returned
     EXPECT_EQ(cache.Get(Handle(kReused))->name, "_Z5writePf");
+    EXPECT_EQ(func_name_queries.load(), queries + 2);
+    // Other modules' descriptions are still answered from the cache.
+    EXPECT_EQ(cache.Get(Handle(kSgd)), sgd);
     EXPECT_EQ(func_name_queries.load(), queries + 2);
   }
   queries = func_name_queries.load();
