@@ -10,6 +10,8 @@
 // Exit 0 when every word of x holds what the second kernel wrote; 1 on a
 // wrong value or a failed call; 3 when the driver did not reuse the handle
 // (the test would prove nothing).
+#include <dlfcn.h>
+
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -91,7 +93,20 @@ int main(int argc, char** argv) {
     }
   }
   CHECK(cuModuleUnload(b));
-  std::printf("reused handle %p: %d words written and kept\n",
-              static_cast<void*>(write), kN);
+
+  // cuLibraryUnload is hooked too; where the driver lacks it (the fake) the
+  // hook says so instead of calling nothing.
+  using LibraryUnload = CUresult (*)(CUlibrary);
+  const char* library_hook = "absent";
+  if (auto unload = reinterpret_cast<LibraryUnload>(dlsym(RTLD_DEFAULT, "cuLibraryUnload"))) {
+    CUresult r = unload(nullptr);
+    if (r != CUDA_ERROR_NOT_SUPPORTED) {
+      std::fprintf(stderr, "cuLibraryUnload without a real one returned %d\n", static_cast<int>(r));
+      return 1;
+    }
+    library_hook = "not supported";
+  }
+  std::printf("reused handle %p: %d words written and kept; cuLibraryUnload %s\n",
+              static_cast<void*>(write), kN, library_hook);
   return 0;
 }
