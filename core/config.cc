@@ -110,6 +110,13 @@ constexpr Keyword<WriteInference> kWriteInferences[] = {
     {"conservative", WriteInference::kConservative},
 };
 
+// `off` also in its boolean spellings, as the option was once a boolean.
+constexpr Keyword<VerifyMode> kVerifyModes[] = {
+    {"off", VerifyMode::kOff},   {"copy", VerifyMode::kCopy},
+    {"hash", VerifyMode::kHash}, {"0", VerifyMode::kOff},
+    {"false", VerifyMode::kOff}, {"no", VerifyMode::kOff},
+};
+
 // Every size unit is a power of 1024, whatever its spelling: `8GB` in a
 // memory setting almost always means 8GiB, and one rule is easier to state.
 constexpr Keyword<uint64_t> kSizeUnits[] = {
@@ -418,13 +425,16 @@ constexpr Option kOptions[] = {
      [](const Config& c) {
        return KeywordText(c.write_inference, kWriteInferences);
      }},
-    {"STENSOR_VERIFY", kBooleanForms,
-     "Check that swapping leaves every result unchanged (slow; for testing).",
-     true, true,
+    {"STENSOR_VERIFY", "off (also 0, false, no), copy or hash",
+     "Check each clean drop before it happens: compare the device contents "
+     "with the host copy (copy), or hash them on the device against the hash "
+     "taken when the host copy was made (hash). A mismatch is logged and the "
+     "buffer copied instead.",
+     true, false,
      [](absl::string_view v, Config* c) {
-       return ParseKeyword(v, kBooleans, &c->verify);
+       return ParseKeyword(v, kVerifyModes, &c->verify);
      },
-     [](const Config& c) { return KeywordText(c.verify, kBooleans); }},
+     [](const Config& c) { return KeywordText(c.verify, kVerifyModes); }},
     {"STENSOR_REAL_LIBCUDA", "the path of the real CUDA driver library",
      "Driver library stensor forwards to; unset = the system's libcuda.so.1.",
      true, false,

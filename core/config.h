@@ -93,6 +93,17 @@ enum class WriteInference {
   kConservative,
 };
 
+// STENSOR_VERIFY: whether a clean drop (a device copy dropped because its
+// host copy is current) is checked first.
+enum class VerifyMode {
+  kOff,
+  // The device contents are compared with the host copy, byte by byte.
+  kCopy,
+  // A hash kernel reads the device contents; its hash is compared with the
+  // one taken when the host copy was made.
+  kHash,
+};
+
 // Returns a variable's value, or nullptr when it is not set (the shape of
 // ::getenv, so tests can pass a map instead of the real environment).
 using EnvLookup = std::function<const char*(const char*)>;
@@ -117,7 +128,7 @@ struct Config {
   // STENSOR_WRITE_INFERENCE.
   WriteInference write_inference = WriteInference::kSignature;
   // STENSOR_VERIFY.
-  bool verify = false;
+  VerifyMode verify = VerifyMode::kOff;
   // STENSOR_REAL_LIBCUDA; "" = the system's libcuda.so.1.
   std::string real_libcuda;
   // STENSOR_CONFIG: the file the settings were also read from; "" = none.

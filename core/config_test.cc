@@ -112,8 +112,11 @@ constexpr ValidCase kValidCases[] = {
     {"STENSOR_STATS", "off", "off"},
     {"STENSOR_WRITE_INFERENCE", "signature", "signature"},
     {"STENSOR_WRITE_INFERENCE", "Conservative", "conservative"},
-    {"STENSOR_VERIFY", "yes", "on"},
+    {"STENSOR_VERIFY", "off", "off"},
     {"STENSOR_VERIFY", "0", "off"},
+    {"STENSOR_VERIFY", "No", "off"},
+    {"STENSOR_VERIFY", "copy", "copy"},
+    {"STENSOR_VERIFY", " HASH ", "hash"},
     {"STENSOR_REAL_LIBCUDA", "/usr/lib/x86_64-linux-gnu/libcuda.so.550",
      "/usr/lib/x86_64-linux-gnu/libcuda.so.550"},
     {"STENSOR_REAL_LIBCUDA", " libcuda.so.1 ", "libcuda.so.1"},
@@ -199,6 +202,9 @@ constexpr InvalidCase kInvalidCases[] = {
     {"STENSOR_STATS", "enabled", ""},
     {"STENSOR_WRITE_INFERENCE", "mangled", ""},
     {"STENSOR_VERIFY", "-1", ""},
+    // Which check "on" would mean is not guessed.
+    {"STENSOR_VERIFY", "on", ""},
+    {"STENSOR_VERIFY", "hashes", ""},
 };
 
 TEST(ConfigTest, RejectsEveryInvalidFormWithOneLine) {
@@ -279,7 +285,7 @@ TEST(ConfigTest, DefaultsAreAsDocumented) {
   EXPECT_EQ(defaults.log_level, LogLevel::kWarn);
   EXPECT_FALSE(defaults.stats);
   EXPECT_EQ(defaults.write_inference, WriteInference::kSignature);
-  EXPECT_FALSE(defaults.verify);
+  EXPECT_EQ(defaults.verify, VerifyMode::kOff);
   EXPECT_EQ(defaults.AccessLogPath(42), "");
 }
 
@@ -305,7 +311,7 @@ TEST(ConfigTest, ParsesIntoTypedFields) {
       {"STENSOR_LOG_LEVEL", "debug"},
       {"STENSOR_STATS", "on"},
       {"STENSOR_WRITE_INFERENCE", "conservative"},
-      {"STENSOR_VERIFY", "true"},
+      {"STENSOR_VERIFY", "hash"},
       {"STENSOR_REAL_LIBCUDA", "/opt/libcuda.so.1"},
   }));
   ASSERT_TRUE(config.ok()) << config.status();
@@ -314,7 +320,7 @@ TEST(ConfigTest, ParsesIntoTypedFields) {
   EXPECT_EQ(config->log_level, LogLevel::kDebug);
   EXPECT_TRUE(config->stats);
   EXPECT_EQ(config->write_inference, WriteInference::kConservative);
-  EXPECT_TRUE(config->verify);
+  EXPECT_EQ(config->verify, VerifyMode::kHash);
   EXPECT_EQ(config->real_libcuda, "/opt/libcuda.so.1");
 }
 
@@ -578,7 +584,7 @@ TEST(DescribeTest, RendersDefaultsAsOneJsonObject) {
             "\"STENSOR_POLICY\": \"version\", \"STENSOR_PREFETCH\": true, "
             "\"STENSOR_ACCESS_LOG\": \"\", \"STENSOR_LOG_LEVEL\": \"warn\", "
             "\"STENSOR_STATS\": false, \"STENSOR_WRITE_INFERENCE\": "
-            "\"signature\", \"STENSOR_VERIFY\": false, "
+            "\"signature\", \"STENSOR_VERIFY\": \"off\", "
             "\"STENSOR_REAL_LIBCUDA\": \"\", \"STENSOR_CONFIG\": \"\"}");
 }
 

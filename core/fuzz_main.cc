@@ -78,7 +78,7 @@ const std::vector<std::string>& Seeds() {
       "STENSOR_POLICY=lru\n# comment\n\nSTENSOR_MEMORY_LIMIT = "
       "0=8GiB,1=50%\r\n",
       "STENSOR_ACCESS_LOG=/tmp/%p\nSTENSOR_HOST_LIMIT=25%\nSTENSOR_PREFETCH=no"
-      "\nSTENSOR_LOG_LEVEL=debug\nSTENSOR_STATS=on\nSTENSOR_VERIFY=1\n"
+      "\nSTENSOR_LOG_LEVEL=debug\nSTENSOR_STATS=on\nSTENSOR_VERIFY=hash\n"
       "STENSOR_WRITE_INFERENCE=conservative\nSTENSOR_REAL_LIBCUDA=/l.so\n",
       "STENSOR_VERBOSE=1\n",
       "STENSOR_CONFIG=/etc/stensor.conf\n",

@@ -56,27 +56,77 @@ const KernelInfo* KernelCache::Get(CUfunction f) {
   // per-thread memo of recent kernels can skip the shared lock on the launch
   // path. Memo entries name the cache by a process-unique instance number:
   // a cache built where another was destroyed never sees that one's entries.
+  // They also carry the generation: an unload since they were filled may
+  // have given their handle to another kernel.
   KernelMemo& m = PerThread<KernelMemos>::Get()
                       .slots[(reinterpret_cast<uintptr_t>(f) * 0x9E3779B97F4A7C15ull) >> 58];
-  if (m.cache == instance_ && m.f == f) return m.info;
-  const KernelInfo* info = Lookup(f);
-  m = KernelMemo{instance_, f, info};
+  // Read before the lookup: an unload that starts later makes it stale.
+  const uint64_t generation = generation_.load(std::memory_order_acquire);
+  if (m.cache == instance_ && m.f == f && m.generation == generation) return m.info;
+  bool cacheable = false;
+  const KernelInfo* info = Lookup(f, generation, &cacheable);
+  m = cacheable ? KernelMemo{instance_, generation, f, info} : KernelMemo{};
   return info;
 }
 
-const KernelInfo* KernelCache::Lookup(CUfunction f) {
+const KernelInfo* KernelCache::Lookup(CUfunction f, uint64_t generation,
+                                      bool* cacheable) {
   {
+    // Entries are safe even while an unload runs: those that could change
+    // meaning were forgotten when it began, and none is added until it ends.
     absl::ReaderMutexLock lock(&mu_);
     auto it = cache_.find(f);
-    if (it != cache_.end()) return it->second.get();
+    if (it != cache_.end()) {
+      *cacheable = true;
+      return it->second.info.get();
+    }
   }
-  std::unique_ptr<KernelInfo> info = Describe(f);
+  CUmodule module = nullptr;
+  std::unique_ptr<KernelInfo> info = Describe(f, &module);
   absl::MutexLock lock(&mu_);
-  auto [it, inserted] = cache_.try_emplace(f, std::move(info));
-  return it->second.get();
+  if (unloading_ > 0 || generation_.load(std::memory_order_relaxed) != generation) {
+    // An unload overlapped the description: the handle may have changed
+    // meaning while it was built. Use it once, keep it alive for the
+    // caller, remember nothing.
+    *cacheable = false;
+    retired_.push_back(std::move(info));
+    return retired_.back().get();
+  }
+  *cacheable = true;
+  auto [it, inserted] = cache_.try_emplace(f, Entry{std::move(info), module});
+  return it->second.info.get();
 }
 
-std::unique_ptr<KernelInfo> KernelCache::Describe(CUfunction f) const {
+void KernelCache::Forget(CUmodule module) {
+  for (auto it = cache_.begin(); it != cache_.end();) {
+    Entry& e = it->second;
+    if (module == nullptr || e.module == nullptr || e.module == module) {
+      retired_.push_back(std::move(e.info));
+      cache_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+KernelCache::UnloadScope::UnloadScope(KernelCache* cache, CUmodule module)
+    : cache_(cache), module_(module) {
+  absl::MutexLock lock(&cache_->mu_);
+  ++cache_->unloading_;
+  cache_->Forget(module_);
+  cache_->generation_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+KernelCache::UnloadScope::~UnloadScope() {
+  absl::MutexLock lock(&cache_->mu_);
+  --cache_->unloading_;
+  // A description begun while the scope was open and finished after it
+  // closed must not be cached either: Lookup compares generations.
+  cache_->generation_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+std::unique_ptr<KernelInfo> KernelCache::Describe(CUfunction f,
+                                                  CUmodule* module) const {
   auto info = std::make_unique<KernelInfo>();
   const char* name = nullptr;
   // A CUkernel may be launched through cuLaunchKernel too; its handle is
@@ -85,6 +135,13 @@ std::unique_ptr<KernelInfo> KernelCache::Describe(CUfunction f) const {
                      driver_->cuFuncGetName(&name, f) == CUDA_SUCCESS;
   if (!as_function && driver_->cuKernelGetName != nullptr) {
     driver_->cuKernelGetName(&name, reinterpret_cast<CUkernel>(f));
+  }
+  // The module decides when the description expires; unknown (null) makes
+  // it expire at any unload.
+  *module = nullptr;
+  if (as_function && driver_->cuFuncGetModule != nullptr &&
+      driver_->cuFuncGetModule(module, f) != CUDA_SUCCESS) {
+    *module = nullptr;
   }
   info->name = name != nullptr ? name : "";
   KernelSignature signature = ParseKernelSignature(info->name);

@@ -11,7 +11,8 @@
 // (extern "C"), whose name disagrees with the driver's parameter count, or
 // under STENSOR_WRITE_INFERENCE=conservative.
 //
-// Thread-safety: KernelCache is thread-safe; KernelInfo is immutable.
+// Thread-safety: KernelCache (and UnloadScope) is thread-safe; KernelInfo is
+// immutable.
 #ifndef STENSOR_CORE_LAUNCH_INFERENCE_H_
 #define STENSOR_CORE_LAUNCH_INFERENCE_H_
 
@@ -57,6 +58,7 @@ struct KernelInfo {
 // see BufferRegistry::ThreadCacheSlots).
 struct KernelMemo {
   uint64_t cache = 0;  // KernelCache instance number; 0 = empty
+  uint64_t generation = 0;  // the cache's generation when it was filled
   CUfunction f = nullptr;
   const struct KernelInfo* info = nullptr;
 };
@@ -64,27 +66,68 @@ struct KernelMemos {
   KernelMemo slots[64];
 };
 
+// Descriptions follow module lifetime: once a module is unloaded, the driver
+// may hand one of its function handles to a different kernel of a module
+// loaded later. Each description records the module its function belongs to
+// (cuFuncGetModule; unknown for CUkernel handles or when the query fails),
+// and an UnloadScope around cuModuleUnload/cuLibraryUnload forgets the
+// descriptions of that module, of unknown modules, or (a library) all of
+// them. Forgotten descriptions are retired, never freed: a launch on another
+// thread may still be reading one.
 class KernelCache {
  public:
   // `conservative` marks every pointer-holding parameter read-write.
   KernelCache(const Driver* driver, bool conservative)
       : driver_(driver), conservative_(conservative), instance_(NextInstance()) {}
 
-  // The description of `f`, built on first use. Never null.
+  // The description of `f`, built on first use. Never null; valid as long
+  // as the cache.
   const KernelInfo* Get(CUfunction f) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Lives across one real cuModuleUnload (`module`) or cuLibraryUnload
+  // (`module` null: every description is forgotten, since which functions
+  // belong to a library cannot be asked reliably). While any scope is open,
+  // descriptions not cached already are built afresh on every Get and
+  // cached nowhere: the driver may reuse a handle as soon as it has freed
+  // it, before the scope closes. Both ends bump the generation, which
+  // empties every thread's memo.
+  class UnloadScope {
+   public:
+    UnloadScope(KernelCache* cache, CUmodule module);
+    ~UnloadScope();
+    UnloadScope(const UnloadScope&) = delete;
+    UnloadScope& operator=(const UnloadScope&) = delete;
+
+   private:
+    KernelCache* const cache_;
+    const CUmodule module_;
+  };
+
  private:
-  const KernelInfo* Lookup(CUfunction f) ABSL_LOCKS_EXCLUDED(mu_);
-  std::unique_ptr<KernelInfo> Describe(CUfunction f) const;
+  struct Entry {
+    std::unique_ptr<KernelInfo> info;
+    CUmodule module = nullptr;  // null: unknown
+  };
+
+  // `generation`: read before the call. `cacheable` is set false when an
+  // unload overlapped: the answer must not be memoized.
+  const KernelInfo* Lookup(CUfunction f, uint64_t generation, bool* cacheable)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  std::unique_ptr<KernelInfo> Describe(CUfunction f, CUmodule* module) const;
+  // Retires the descriptions of `module` (null: all) and of unknown modules.
+  void Forget(CUmodule module) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   static uint64_t NextInstance();
 
   const Driver* const driver_;
   const bool conservative_;
   const uint64_t instance_;
+  // Starts at 1 so that a memo filled for generation 0 never matches.
+  std::atomic<uint64_t> generation_{1};
   absl::Mutex mu_;
-  absl::flat_hash_map<CUfunction, std::unique_ptr<KernelInfo>> cache_
-      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<CUfunction, Entry> cache_ ABSL_GUARDED_BY(mu_);
+  int unloading_ ABSL_GUARDED_BY(mu_) = 0;  // open UnloadScopes
+  std::vector<std::unique_ptr<KernelInfo>> retired_ ABSL_GUARDED_BY(mu_);
 };
 
 // Buffer ids touched by one operation. An id may appear more than once

@@ -12,7 +12,9 @@
 // pointer-sized scalars, structs passed by value, extern "C" names, CUkernel
 // handles, duplicates, unregistered memory and more than 64 candidate words.
 // The tests after the table cover the kernel descriptions, kernels the driver
-// cannot describe, malformed `extra` arrays and buffers freed between launches.
+// cannot describe, malformed `extra` arrays, buffers freed between launches
+// and descriptions expiring when their module is unloaded (a scripted handle
+// whose kernel changes, as a reused CUfunction does).
 //
 // Both per-thread caches in the code under test (KernelCache's memo and the
 // registry's lookup cache) are keyed by the owner's address. So the tests
@@ -30,6 +32,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -71,6 +74,14 @@ constexpr uintptr_t kPartlyDescribed = 0x1900;
 constexpr uintptr_t kEndless = 0x1a00;
 constexpr uintptr_t kCopyKernel = 0x2000;
 constexpr uintptr_t kUnknown = 0xdead000;  // neither queries know it
+// A handle the driver hands to another kernel after an unload: see
+// ReusedKernel().
+constexpr uintptr_t kReused = 0x3000;
+
+// Modules as cuFuncGetModule reports them. kFill's module cannot be asked.
+const CUmodule kModuleA = reinterpret_cast<CUmodule>(0xa000);
+const CUmodule kModuleB = reinterpret_cast<CUmodule>(0xb000);
+const CUmodule kModuleC = reinterpret_cast<CUmodule>(0xc000);  // the others
 
 constexpr char kSgdName[] = "_ZN3mlp12sgd_momentumEPfS0_PKfffi";
 
@@ -129,7 +140,18 @@ const std::vector<ScriptedKernel>& Script() {
   return *kernels;
 }
 
+// What kReused is: 0, read(float const*) of kModuleA; 1, after kModuleA was
+// unloaded and kModuleB loaded, write(float*) of kModuleB.
+std::atomic<int> reused_meaning{0};
+
+const ScriptedKernel* ReusedKernel() {
+  static const ScriptedKernel kRead = {kReused, false, "_Z4readPKf", {{0, 8}}};
+  static const ScriptedKernel kWrite = {kReused, false, "_Z5writePf", {{0, 8}}};
+  return reused_meaning.load() == 0 ? &kRead : &kWrite;
+}
+
 const ScriptedKernel* Scripted(uintptr_t handle, bool is_cukernel) {
+  if (handle == kReused && !is_cukernel) return ReusedKernel();
   for (const ScriptedKernel& k : Script()) {
     if (k.handle == handle && k.is_cukernel == is_cukernel) return &k;
   }
@@ -184,11 +206,24 @@ CUresult KernelGetParamInfo(CUkernel kernel, size_t index, size_t* offset,
                    offset, size);
 }
 
+CUresult FuncGetModule(CUmodule* module, CUfunction f) {
+  const uintptr_t handle = reinterpret_cast<uintptr_t>(f);
+  if (Scripted(handle, /*is_cukernel=*/false) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (handle == kFill) return CUDA_ERROR_NOT_SUPPORTED;
+  if (handle == kReused) {
+    *module = reused_meaning.load() == 0 ? kModuleA : kModuleB;
+  } else {
+    *module = kModuleC;
+  }
+  return CUDA_SUCCESS;
+}
+
 const Driver* ScriptedDriver() {
   static const Driver* const driver = [] {
     auto* d = new Driver;  // every other entry point stays null
     d->cuFuncGetName = &FuncGetName;
     d->cuFuncGetParamInfo = &FuncGetParamInfo;
+    d->cuFuncGetModule = &FuncGetModule;
     d->cuKernelGetName = &KernelGetName;
     d->cuKernelGetParamInfo = &KernelGetParamInfo;
     return d;
@@ -689,6 +724,139 @@ TEST_F(LaunchInferenceTest, FreedBufferIsForgottenAndAReAddedOneHasItsNewId) {
   EXPECT_THAT(after_realloc.reads,
               UnorderedElementsAre(*again, ids_[1], ids_[2]));
   EXPECT_THAT(after_realloc.writes, UnorderedElementsAre(*again, ids_[1]));
+}
+
+// ---------------------------------------------------------------------------
+// Descriptions follow module lifetime. Each test has a cache of its own, so
+// the unloads it simulates do not touch the other tests' caches.
+
+KernelCache& NewCache() { return *new KernelCache(ScriptedDriver(), false); }
+
+// The bug this guards against: a handle reused for a kernel that writes
+// where the old one read kept the old description, so the write was missed.
+TEST(KernelCacheUnloadTest, ReusedHandleIsDescribedAfreshAfterItsModuleIsUnloaded) {
+  KernelCache& cache = NewCache();
+  reused_meaning.store(0);
+  const KernelInfo* before = cache.Get(Handle(kReused));
+  EXPECT_EQ(before->name, "_Z4readPKf");
+  EXPECT_THAT(AccessOf(*before), ElementsAre(kRead));
+  EXPECT_EQ(cache.Get(Handle(kReused)), before);  // memoized
+
+  { KernelCache::UnloadScope unload(&cache, kModuleA); }
+  reused_meaning.store(1);  // the driver gave the handle to kModuleB's kernel
+  const KernelInfo* after = cache.Get(Handle(kReused));
+  EXPECT_EQ(after->name, "_Z5writePf");
+  EXPECT_THAT(AccessOf(*after), ElementsAre(kReadWrite));
+  EXPECT_EQ(cache.Get(Handle(kReused)), after);
+  // A launch that took the old description before the unload may still
+  // read it: it is retired, not freed.
+  EXPECT_EQ(before->name, "_Z4readPKf");
+  reused_meaning.store(0);
+}
+
+TEST(KernelCacheUnloadTest, OtherModulesKeepTheirDescriptionsUnknownOnesExpire) {
+  KernelCache& cache = NewCache();
+  const KernelInfo* sgd = cache.Get(Handle(kSgd));
+  const KernelInfo* fill = cache.Get(Handle(kFill));  // module unknown
+  int queries = func_name_queries.load();
+  { KernelCache::UnloadScope unload(&cache, kModuleA); }
+  EXPECT_EQ(cache.Get(Handle(kSgd)), sgd);
+  EXPECT_EQ(func_name_queries.load(), queries);
+  const KernelInfo* fill_again = cache.Get(Handle(kFill));
+  EXPECT_EQ(func_name_queries.load(), queries + 1) << "kFill's module could be anyone's";
+  EXPECT_NE(fill_again, fill);
+  EXPECT_EQ(fill->name, "_Z4fillPfi");  // retired, still readable
+
+  // Its own module's unload expires kSgd.
+  queries = func_name_queries.load();
+  { KernelCache::UnloadScope unload(&cache, kModuleC); }
+  EXPECT_EQ(cache.Get(Handle(kSgd))->name, kSgdName);
+  EXPECT_EQ(func_name_queries.load(), queries + 1);
+}
+
+TEST(KernelCacheUnloadTest, LibraryUnloadExpiresEveryDescription) {
+  KernelCache& cache = NewCache();
+  cache.Get(Handle(kSgd));
+  cache.Get(Handle(kCopyKernel));  // a CUkernel
+  const int queries = func_name_queries.load();
+  { KernelCache::UnloadScope unload(&cache, /*module=*/nullptr); }
+  cache.Get(Handle(kSgd));
+  EXPECT_EQ(func_name_queries.load(), queries + 1);
+  const int kernel_queries = func_name_queries.load();
+  cache.Get(Handle(kCopyKernel));  // asked as a function first, then as a kernel
+  EXPECT_EQ(func_name_queries.load(), kernel_queries + 1);
+}
+
+// While the real unload runs the driver may already have reused a handle:
+// nothing built then is cached or memoized.
+TEST(KernelCacheUnloadTest, NothingIsCachedWhileAnUnloadIsInFlight) {
+  KernelCache& cache = NewCache();
+  reused_meaning.store(0);
+  const KernelInfo* sgd = cache.Get(Handle(kSgd));  // kModuleC: not unloaded
+  int queries = func_name_queries.load();
+  {
+    KernelCache::UnloadScope unload(&cache, kModuleA);
+    EXPECT_EQ(cache.Get(Handle(kReused))->name, "_Z4readPKf");
+    reused_meaning.store(1);  // freed and reused before the unload returned
+    EXPECT_EQ(cache.Get(Handle(kReused))->name, "_Z5writePf");
+    EXPECT_EQ(func_name_queries.load(), queries + 2);
+    // Other modules' descriptions are still answered from the cache.
+    EXPECT_EQ(cache.Get(Handle(kSgd)), sgd);
+    EXPECT_EQ(func_name_queries.load(), queries + 2);
+  }
+  queries = func_name_queries.load();
+  const KernelInfo* after = cache.Get(Handle(kReused));
+  EXPECT_EQ(after->name, "_Z5writePf");
+  EXPECT_EQ(cache.Get(Handle(kReused)), after);
+  EXPECT_EQ(func_name_queries.load(), queries + 1);
+  reused_meaning.store(0);
+}
+
+// Another thread's memo must not answer with the old description.
+TEST(KernelCacheUnloadTest, AnotherThreadsMemoExpiresToo) {
+  KernelCache& cache = NewCache();
+  reused_meaning.store(0);
+  std::atomic<int> step{0};
+  std::string first, second;
+  std::thread launcher([&] {
+    first = cache.Get(Handle(kReused))->name;
+    cache.Get(Handle(kReused));  // from the memo now
+    step.store(1);
+    while (step.load() != 2) std::this_thread::yield();
+    second = cache.Get(Handle(kReused))->name;
+  });
+  while (step.load() != 1) std::this_thread::yield();
+  { KernelCache::UnloadScope unload(&cache, kModuleA); }
+  reused_meaning.store(1);
+  step.store(2);
+  launcher.join();
+  EXPECT_EQ(first, "_Z4readPKf");
+  EXPECT_EQ(second, "_Z5writePf");
+  reused_meaning.store(0);
+}
+
+// Launches on several threads while another unloads over and over: every
+// description a launch gets stays valid (under ASan a freed one would be
+// reported) and names the kernel.
+TEST(KernelCacheUnloadTest, ConcurrentLaunchesAndUnloads) {
+  KernelCache& cache = NewCache();
+  std::atomic<bool> done{false};
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> launchers;
+  for (int t = 0; t < 3; ++t) {
+    launchers.emplace_back([&] {
+      while (!done.load()) {
+        const KernelInfo* info = cache.Get(Handle(kSgd));
+        if (info->name != kSgdName || info->params.size() != 6) wrong.fetch_add(1);
+      }
+    });
+  }
+  for (int i = 0; i < 2000; ++i) {
+    KernelCache::UnloadScope unload(&cache, i % 2 ? kModuleC : nullptr);
+  }
+  done.store(true);
+  for (std::thread& t : launchers) t.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 // ---------------------------------------------------------------------------

@@ -59,6 +59,11 @@ struct MemoryManager::Buffer {
   // Swapped in without a copy for an operation that overwrites it whole;
   // cleared when that operation is submitted (or undone if it is not).
   bool pending_overwrite = false;
+  // STENSOR_VERIFY: the hash of the host copy, taken when it was copied out
+  // (hash mode), and the kernels named by a mismatch.
+  std::optional<uint64_t> host_hash;
+  const char* last_kernel = nullptr;
+  const char* last_writer = nullptr;
 
   bool resident() const { return !vmm || device_handle != 0; }
   int refcount() const { return (garbage ? 0 : 1) + pins; }
@@ -106,7 +111,10 @@ MemoryManager::MemoryManager(const Config& config, const Driver* driver,
       driver_(driver),
       log_(std::move(log)),
       policy_(std::move(policy)),
-      version_policy_(config.policy != EvictionPolicyKind::kLru) {}
+      version_policy_(config.policy != EvictionPolicyKind::kLru),
+      verifier_(config.verify == VerifyMode::kOff
+                    ? nullptr
+                    : std::make_unique<Verifier>(config.verify, driver)) {}
 
 MemoryManager::~MemoryManager() {
   absl::MutexLock lock(&mu_);
@@ -789,6 +797,9 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
     }
     driver_->cuEventCreate(&dev.swap_event, CU_EVENT_DISABLE_TIMING);
   }
+  // STENSOR_VERIFY: a clean drop is checked first; one that fails the check
+  // (or cannot be checked) is a copy.
+  if (!copy && verifier_ != nullptr && !VerifiedClean(dev, b)) copy = true;
   if (copy) {
     if (CUresult r = EnsureHostCopy(b); r != CUDA_SUCCESS) return r;
     CUresult r = b.host_handle != 0
@@ -800,6 +811,11 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
     driver_->cuEventSynchronize(dev.swap_event);
     stats_.host_wait_seconds += Seconds(std::chrono::steady_clock::now() - start);
     b.host_version = b.gpu_version;
+    if (verifier_ != nullptr) {
+      auto verify_start = std::chrono::steady_clock::now();
+      b.host_hash = verifier_->RecordHash(dev.ordinal, b.base, b.size, dev.swap_stream);
+      stats_.verify_seconds += Seconds(std::chrono::steady_clock::now() - verify_start);
+    }
     ++stats_.swap_outs_copied;
     stats_.bytes_copied_out += b.size;
   } else {
@@ -815,6 +831,61 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
           .Int("device", dev.ordinal)
           .Finish());
   return CUDA_SUCCESS;
+}
+
+// --- STENSOR_VERIFY ------------------------------------------------------------------
+
+bool MemoryManager::VerifiedClean(Device& dev, Buffer& b) {
+  ++stats_.verify_checks;
+  Verifier::HostCopy host{b.host_handle != 0 ? b.host_va : 0, b.host_ptr};
+  auto start = std::chrono::steady_clock::now();
+  Verifier::Result r =
+      host.va == 0 && host.ptr == nullptr
+          ? Verifier::Result::kError  // no host copy to compare with
+          : verifier_->Check(dev.ordinal, b.base, b.size, host, b.host_hash, dev.swap_stream);
+  stats_.verify_seconds += Seconds(std::chrono::steady_clock::now() - start);
+  if (r == Verifier::Result::kMatch) return true;
+  if (r == Verifier::Result::kError) {
+    ++stats_.verify_errors;
+    return false;
+  }
+  ++stats_.verify_mismatches;
+  const char* mode = verifier_->mode() == VerifyMode::kHash ? "hash" : "copy";
+  auto name = [](const char* kernel) { return kernel != nullptr ? kernel : "(none)"; };
+  Log(JsonLine()
+          .Str("type", "verify_mismatch")
+          .Uint("id", b.id)
+          .Uint("bytes", b.size)
+          .Int("device", dev.ordinal)
+          .Str("mode", mode)
+          .Str("last_kernel", name(b.last_kernel))
+          .Str("last_writer", name(b.last_writer))
+          .Finish());
+  constexpr int kMaxWarnings = 10;
+  if (verify_warnings_ < kMaxWarnings) {
+    ++verify_warnings_;
+    std::fprintf(stderr,
+                 "stensor: STENSOR_VERIFY=%s: buffer %llu (%llu bytes) changed on the device "
+                 "although no write to it was inferred; copied instead of dropped. Last kernel "
+                 "that used it: %s; last inferred writer: %s%s\n",
+                 mode, static_cast<unsigned long long>(b.id),
+                 static_cast<unsigned long long>(b.size), name(b.last_kernel),
+                 name(b.last_writer),
+                 verify_warnings_ == kMaxWarnings ? " (further mismatches are only counted)" : "");
+  }
+  return false;
+}
+
+void MemoryManager::NoteKernel(absl::Span<const uint64_t> used,
+                               absl::Span<const uint64_t> written, const char* kernel) {
+  if (verifier_ == nullptr) return;
+  absl::MutexLock lock(&mu_);
+  for (uint64_t id : used) {
+    if (Buffer* b = ById(id)) b->last_kernel = kernel;
+  }
+  for (uint64_t id : written) {
+    if (Buffer* b = ById(id)) b->last_writer = kernel;
+  }
 }
 
 void MemoryManager::MapHostAtBase(Buffer& b) {
@@ -1069,11 +1140,20 @@ std::string MemoryManager::StatsText() const {
       "stensor: reads from host    %10u (device->host copies served from the host copy)\n"
       "stensor: garbage released   %10u\n"
       "stensor: out of memory      %10u\n"
-      "stensor: host waited        %10.3f s\n",
+      "stensor: host waited        %10.3f s\n%s",
       std::string(policy_->name()), mib(s.peak_resident_bytes), s.swap_outs_copied,
       mib(s.bytes_copied_out), s.clean_drops, mib(s.bytes_dropped), s.swap_ins,
       mib(s.bytes_copied_in), s.swap_ins_without_copy, s.reads_served_from_host,
-      s.garbage_released, s.ooms, s.host_wait_seconds);
+      s.garbage_released, s.ooms, s.host_wait_seconds,
+      verifier_ == nullptr
+          ? std::string()
+          : absl::StrFormat("stensor: verified drops     %10u (STENSOR_VERIFY=%s)\n"
+                            "stensor: verify mismatches  %10u (copied instead)\n"
+                            "stensor: verify errors      %10u (not checkable: copied)\n"
+                            "stensor: verify time        %10.3f s\n",
+                            s.verify_checks,
+                            verifier_->mode() == VerifyMode::kHash ? "hash" : "copy",
+                            s.verify_mismatches, s.verify_errors, s.verify_seconds));
 }
 
 }  // namespace stensor

@@ -35,6 +35,7 @@
 #include "absl/types/span.h"
 #include "core/config.h"
 #include "core/driver.h"
+#include "core/verifier.h"
 #include "policy/eviction_policy.h"
 
 namespace stensor {
@@ -53,6 +54,13 @@ struct SwapStats {
   uint64_t garbage_released = 0;
   uint64_t ooms = 0;
   double host_wait_seconds = 0;  // waiting for in-flight work and copies
+  // STENSOR_VERIFY: clean drops checked, those whose device contents
+  // differed from the host copy, and those that could not be checked; the
+  // last two were copied instead.
+  uint64_t verify_checks = 0;
+  uint64_t verify_mismatches = 0;
+  uint64_t verify_errors = 0;
+  double verify_seconds = 0;  // checking drops and recording hashes
 };
 
 class MemoryManager {
@@ -160,6 +168,14 @@ class MemoryManager {
   // device counts as idle, so none is evicted under it.
   void MarkAllWritten(CUstream stream) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // STENSOR_VERIFY: the kernel `kernel` (a name that outlives the manager)
+  // was launched with these inferred accesses; a mismatch names the last
+  // kernel that used the buffer and the last one inferred to write it.
+  // Nothing is recorded when verification is off.
+  bool verifying() const { return verifier_ != nullptr; }
+  void NoteKernel(absl::Span<const uint64_t> used, absl::Span<const uint64_t> written,
+                  const char* kernel) ABSL_LOCKS_EXCLUDED(mu_);
+
   // A device-to-host copy of [src, src+bytes) that lies in one swapped-out
   // buffer is served from its host copy: copies and returns true.
   bool ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst, uint64_t bytes)
@@ -227,6 +243,9 @@ class MemoryManager {
   CUresult SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CUresult EnsureHostCopy(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // STENSOR_VERIFY: whether a clean drop of `b` may go ahead (its device
+  // contents equal the host copy); false means copy it instead.
+  bool VerifiedClean(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseBuffer(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Idle(const Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits for the buffer's in-flight uses, releasing the mutex meanwhile:
@@ -252,6 +271,8 @@ class MemoryManager {
   const LogSink log_;
   const std::unique_ptr<EvictionPolicy> policy_;
   const bool version_policy_;
+  // Null unless STENSOR_VERIFY is on. Called under mu_.
+  const std::unique_ptr<Verifier> verifier_;
 
   mutable absl::Mutex mu_;
   std::map<uint64_t, std::unique_ptr<Buffer>> by_base_ ABSL_GUARDED_BY(mu_);
@@ -262,6 +283,7 @@ class MemoryManager {
   SwapStats stats_ ABSL_GUARDED_BY(mu_);
   bool warned_no_host_vmm_ ABSL_GUARDED_BY(mu_) = false;
   bool warned_host_limit_ ABSL_GUARDED_BY(mu_) = false;
+  int verify_warnings_ ABSL_GUARDED_BY(mu_) = 0;  // mismatches told on stderr
   uint64_t garbage_ ABSL_GUARDED_BY(mu_) = 0;  // freed buffers not yet released
   // External allocations: base -> (device, charged bytes).
   absl::flat_hash_map<uint64_t, std::pair<int, uint64_t>> external_ ABSL_GUARDED_BY(mu_);

@@ -16,7 +16,10 @@
 //   - swap-in without a copy for buffers about to be overwritten whole,
 //     reads served from the host copy, frees of swapped-out buffers, the
 //     swapped-out address reading the host copy ("never fault");
-//   - several threads sharing one small cap.
+//   - several threads sharing one small cap;
+//   - STENSOR_VERIFY (copy and hash): a write the manager was not told of
+//     turns a clean drop into a copy, an honest one goes ahead, a check that
+//     cannot be made copies.
 // The tests under "Failure paths" expose bugs found while writing these,
 // and fail until they are fixed (see the comment on each); so does the
 // threads test, through the same bug as UnboundBuffersStayUnderTheCap.
@@ -1212,6 +1215,94 @@ TEST_F(MemoryManagerTest, UnboundBuffersStayUnderTheCap) {
   Settle();
   for (CUdeviceptr p : ptrs) EXPECT_CU(mm->Free(p));
 }
+
+// --- STENSOR_VERIFY ------------------------------------------------------------
+
+// Managers under a 6 MiB cap with STENSOR_VERIFY=copy and =hash.
+class VerifyTest : public MemoryManagerTest,
+                   public ::testing::WithParamInterface<const char*> {
+ protected:
+  std::unique_ptr<MemoryManager> Make() {
+    std::map<std::string, std::string> env = {{"STENSOR_MEMORY_LIMIT", "6MiB"},
+                                              {"STENSOR_VERIFY", GetParam()}};
+    absl::StatusOr<Config> config = Config::Parse([&env](const char* name) -> const char* {
+      auto it = env.find(name);
+      return it == env.end() ? nullptr : it->second.c_str();
+    });
+    EXPECT_TRUE(config.ok()) << config.status();
+    if (!config.ok()) return nullptr;
+    return MemoryManager::Create(*config, &driver_, [this](std::string line) {
+      absl::MutexLock lock(&log_mu_);
+      lines_.push_back(std::move(line));
+    });
+  }
+};
+
+// A write the manager was not told about (as when a kernel writes through a
+// pointer it declares const) makes the "clean" buffer differ from its host
+// copy: the drop is caught, logged and turned into a copy; the data lives.
+TEST_P(VerifyTest, HiddenWriteTurnsACleanDropIntoACopy) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c, d;
+  FillAndSwapOutA(*mm, &a, &b, &c, &d);
+  ExpectData(*mm, 1, a, 1);  // B out, A back: A is clean
+  std::vector<uint64_t> hidden = Pattern(99);
+  ASSERT_CU(cuMemcpyHtoD_v2(a, hidden.data(), kGranule));  // behind its back
+  Settle();
+  ClearLog();
+  ExpectData(*mm, 2, b, 2);  // room for B: A would be dropped as clean
+  EXPECT_THAT(Records(), ElementsAre("verify_mismatch:1", "swap_out:1", "swap_in:2:copy"));
+  EXPECT_THAT(Lines()[0], testing::HasSubstr(absl::StrCat("\"mode\":\"", GetParam(), "\"")));
+  SwapStats stats = mm->stats();
+  EXPECT_EQ(stats.verify_checks, 1u);
+  EXPECT_EQ(stats.verify_mismatches, 1u);
+  EXPECT_EQ(stats.verify_errors, 0u);
+  EXPECT_EQ(stats.clean_drops, 0u);
+  ExpectData(*mm, 1, a, 99);
+  EXPECT_THAT(mm->StatsText(), testing::HasSubstr("verify mismatches           1"));
+  FreeAll(*mm, {a, b, c, d});
+}
+
+// An honest clean drop is checked and goes ahead without a copy.
+TEST_P(VerifyTest, MatchingCleanDropGoesAhead) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c, d;
+  FillAndSwapOutA(*mm, &a, &b, &c, &d);
+  ExpectData(*mm, 1, a, 1);
+  ClearLog();
+  ExpectData(*mm, 2, b, 2);
+  EXPECT_THAT(Records(), ElementsAre("drop_clean:1", "swap_in:2:copy"));
+  SwapStats stats = mm->stats();
+  EXPECT_EQ(stats.verify_checks, 1u);
+  EXPECT_EQ(stats.verify_mismatches, 0u);
+  EXPECT_EQ(stats.clean_drops, 1u);
+  ExpectData(*mm, 1, a, 1);
+  FreeAll(*mm, {a, b, c, d});
+}
+
+// A check that cannot be made (its device-to-host read fails) is never an
+// unchecked drop: the buffer is copied.
+TEST_P(VerifyTest, ACheckThatFailsCopiesInstead) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c, d;
+  FillAndSwapOutA(*mm, &a, &b, &c, &d);
+  ExpectData(*mm, 1, a, 1);
+  ClearLog();
+  // In hash mode the hash's result copy fails, and so does the byte
+  // comparison it falls back to.
+  fakecuda_fail_call("cuMemcpyDtoHAsync_v2", 1, CUDA_ERROR_UNKNOWN);
+  fakecuda_fail_call("cuMemcpyDtoHAsync_v2", 2, CUDA_ERROR_UNKNOWN);
+  ExpectData(*mm, 2, b, 2);
+  EXPECT_THAT(Records(), ElementsAre("swap_out:1", "swap_in:2:copy"));
+  EXPECT_EQ(mm->stats().verify_errors, 1u);
+  ExpectData(*mm, 1, a, 1);
+  FreeAll(*mm, {a, b, c, d});
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, VerifyTest, testing::Values("copy", "hash"));
 
 }  // namespace
 }  // namespace stensor

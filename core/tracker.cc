@@ -171,6 +171,10 @@ void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
     if (submitted && (!kernels_.Get(f)->layout_known || accesses.unknown_tables)) {
       memory_->MarkAllWritten(Handle(stream));
     }
+    // Descriptions outlive the manager, so their names may be kept.
+    if (submitted && memory_->verifying()) {
+      memory_->NoteKernel(accesses.reads, accesses.writes, kernels_.Get(f)->demangled.c_str());
+    }
   }
   if (!submitted) return;
   // A kernel may rewrite the pointers of any table it writes.

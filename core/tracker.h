@@ -57,6 +57,8 @@ class Tracker {
   // then go through the swap machinery.
   bool capped() const { return memory_ != nullptr; }
   MemoryManager* memory() const { return memory_.get(); }
+  // Kernel descriptions; module and library unloads expire them.
+  KernelCache& kernels() { return kernels_; }
 
   // cuMemAlloc under the cap (capped() only).
   CUresult AllocateCapped(const char* api, CUdeviceptr* dptr, uint64_t bytes);

@@ -249,6 +249,16 @@ CUresult Sync(const char* api, Fn real, StreamRef s, Args... args) {
   return r;
 }
 
+// --- Module lifetime ------------------------------------------------------------
+// The real unload runs inside an UnloadScope: from the moment the driver
+// frees the handles it may hand them to another module's kernels.
+template <typename Fn, typename Handle>
+CUresult Unload(Fn real, Handle handle, CUmodule module) {
+  if (real == nullptr) return kMissing;
+  KernelCache::UnloadScope scope(&T().kernels(), module);
+  return real(handle);
+}
+
 }  // namespace
 }  // namespace stensor
 
@@ -680,3 +690,8 @@ PAIR(cuEventRecordWithFlags, _ptsz, (CUevent e, CUstream s, unsigned int flags),
      Sync(kApi, real, StreamRef{s, kPerThread}, e, s, flags))
 PAIR(cuStreamWaitEvent, _ptsz, (CUstream s, CUevent e, unsigned int flags),
      Sync(kApi, real, StreamRef{s, kPerThread}, s, e, flags))
+
+// --- Module lifetime ------------------------------------------------------------
+ONE(cuModuleUnload, (CUmodule m), Unload(real, m, m))
+// Which functions a library's kernels became is not asked: all are forgotten.
+ONE(cuLibraryUnload, (CUlibrary l), Unload(real, l, /*module=*/nullptr))

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -661,6 +663,89 @@ TEST_F(FakeCudaTest, ModulesReportNamesAndParameterLayouts) {
   }
   CUfunction missing;
   EXPECT_EQ(cuModuleGetFunction(&missing, module_, "_Z4nopev"), CUDA_ERROR_NOT_FOUND);
+}
+
+// After cuModuleUnload a function handle is invalid until the driver hands
+// it out again: the next module loaded gets the unloaded one's handles (all
+// eight kernels of test_kernels.so are listed).
+TEST_F(FakeCudaTest, UnloadedFunctionHandlesAreInvalidThenReused) {
+  const char* kNames[] = {"_ZN5testk4axpyEfPKfPfi", "_ZN5testk5mixedEcPds4Pair",
+                          "_ZN5testk5scaleIfEEvPT_S1_i", "_ZN5testk5scaleIdEEvPT_S1_i",
+                          "_ZN5testk13load_indirectEPKPKfPf", "plain_c_kernel",
+                          "_ZN5testk9slow_fillEPiiii", "_ZN5testk15record_geometryEPj"};
+  auto handles = [&](CUmodule m) {
+    std::set<CUfunction> all;
+    for (const char* name : kNames) {
+      CUfunction f = nullptr;
+      EXPECT_CU(cuModuleGetFunction(&f, m, name));
+      all.insert(f);
+    }
+    return all;
+  };
+  CUmodule first = nullptr;
+  ASSERT_CU(cuModuleLoad(&first, kModule));
+  std::set<CUfunction> before = handles(first);
+  CUfunction stale = *before.begin();
+  ASSERT_CU(cuModuleUnload(first));
+
+  const char* name = nullptr;
+  EXPECT_EQ(cuFuncGetName(&name, stale), CUDA_ERROR_INVALID_HANDLE);
+  size_t offset = 0, size = 0;
+  EXPECT_EQ(cuFuncGetParamInfo(stale, 0, &offset, &size), CUDA_ERROR_INVALID_HANDLE);
+  CUmodule owner = nullptr;
+  EXPECT_EQ(cuFuncGetModule(&owner, stale), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuLaunchKernel(stale, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr),
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuModuleUnload(first), CUDA_ERROR_INVALID_HANDLE);
+
+  CUmodule second = nullptr;
+  ASSERT_CU(cuModuleLoad(&second, kModule));
+  EXPECT_EQ(handles(second), before);
+  ASSERT_CU(cuFuncGetName(&name, stale));  // valid again, for some kernel
+  ASSERT_CU(cuFuncGetModule(&owner, stale));
+  EXPECT_EQ(owner, second);
+  ASSERT_CU(cuModuleUnload(second));
+}
+
+// cuModuleLoadData takes a host-kernel module's bytes (what cuModuleLoad
+// opens from a file); any other image, a cubin included, is invalid.
+TEST_F(FakeCudaTest, ModuleLoadDataTakesAHostKernelModuleImage) {
+  FILE* file = std::fopen(kModule, "rb");
+  ASSERT_NE(file, nullptr);
+  std::vector<char> image;
+  char chunk[4096];
+  for (size_t n; (n = std::fread(chunk, 1, sizeof(chunk), file)) > 0;) {
+    image.insert(image.end(), chunk, chunk + n);
+  }
+  std::fclose(file);
+  // Two loads of one image are two modules, as with the real driver.
+  CUmodule a = nullptr, b = nullptr;
+  ASSERT_CU(cuModuleLoadData(&a, image.data()));
+  ASSERT_CU(cuModuleLoadData(&b, image.data()));
+  EXPECT_NE(a, b);
+  CUfunction fill = nullptr;
+  ASSERT_CU(cuModuleGetFunction(&fill, a, "_ZN5testk9slow_fillEPiiii"));
+  CUdeviceptr out;
+  ASSERT_CU(cuMemAlloc_v2(&out, 4 * sizeof(int)));
+  int value = 7, n = 4, delay = 0;
+  void* params[] = {&out, &value, &n, &delay};
+  ASSERT_CU(cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr));
+  int got[4] = {};
+  ASSERT_CU(cuMemcpyDtoH_v2(got, out, sizeof(got)));
+  EXPECT_EQ(got[3], 7);
+  ASSERT_CU(cuMemFree_v2(out));
+  ASSERT_CU(cuModuleUnload(a));
+  ASSERT_CU(cuModuleUnload(b));
+
+  unsigned char cubin[64] = {0x7f, 'E', 'L', 'F', 2, 1, 1};
+  cubin[16] = 2;    // ET_EXEC
+  cubin[18] = 190;  // EM_CUDA
+  CUmodule m = nullptr;
+  EXPECT_EQ(cuModuleLoadData(&m, cubin), CUDA_ERROR_INVALID_IMAGE);
+  const char ptx[] = ".version 8.0\n.target sm_90\n.address_size 64\n";
+  EXPECT_EQ(cuModuleLoadData(&m, ptx), CUDA_ERROR_INVALID_IMAGE);
+  EXPECT_EQ(cuModuleLoadData(&m, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuModuleLoadData(nullptr, image.data()), CUDA_ERROR_INVALID_VALUE);
 }
 
 TEST_F(FakeCudaTest, LaunchesPassParametersBothWays) {

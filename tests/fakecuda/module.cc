@@ -1,7 +1,10 @@
 // Fake driver: modules of host kernels (see fake_kernel.h), function
 // introspection and kernel launches.
 #include <dlfcn.h>
+#include <elf.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -28,14 +31,39 @@ struct Function {
 
 struct Module {
   void* dl = nullptr;
-  std::map<std::string, std::unique_ptr<Function>> functions;
+  // cuModuleLoadData: the memfd holding the image, open while the module is
+  // loaded so that no other module's /proc/self/fd path names the same
+  // number (the dynamic loader matches loaded objects by name).
+  int image_fd = -1;
+  std::map<std::string, Function*> functions;  // slots of Modules::free
 };
 
+// Function objects are slots that are never freed: an unloaded module's
+// slots go on the `free` stack and the next module loaded takes the most
+// recently freed first, so a CUfunction handle comes back for another
+// kernel, as the real driver's allocator can make it. Until then the stale handle is not in
+// `funcs` and reads as invalid.
 struct Modules {
   std::mutex mu;
   std::unordered_set<Module*> live;      // guarded by mu
   std::unordered_set<Function*> funcs;   // guarded by mu
+  std::vector<Function*> free;           // guarded by mu; a stack
 };
+
+// A fresh function slot: a recycled one when there is one. Needs `all.mu`.
+Function* NewFunction(Modules& all, Module* mod, const fakecuda_kernel_desc* desc) {
+  Function* fn;
+  if (all.free.empty()) {
+    fn = new Function;
+  } else {
+    fn = all.free.back();
+    all.free.pop_back();
+  }
+  fn->module = mod;
+  fn->desc = desc;
+  fn->max_dynamic_shared.store(kDefaultSharedBytes);
+  return fn;
+}
 
 Modules& GetModules() {
   static Modules* m = new Modules;
@@ -126,6 +154,51 @@ CUresult LaunchEx(const CUlaunchConfig* config, CUfunction f, void** params,
                 per_thread);
 }
 
+// Opens the host-kernel module at `path` (for cuModuleLoadData, the memfd
+// `image_fd` holds it) and registers its kernels.
+CUresult OpenModule(const char* path, int image_fd, CUmodule* module) {
+  // Only host-kernel modules run here: a cubin or any other file is an
+  // image this "device" cannot execute.
+  void* dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (dl == nullptr) return CUDA_ERROR_INVALID_IMAGE;
+  auto list = reinterpret_cast<fakecuda_module_kernels_fn>(dlsym(dl, "fakecuda_module_kernels"));
+  if (list == nullptr) {
+    dlclose(dl);
+    return CUDA_ERROR_INVALID_IMAGE;
+  }
+  const fakecuda_kernel_desc* kernels = nullptr;
+  int n = list(&kernels);
+  auto* mod = new Module;
+  mod->dl = dl;
+  mod->image_fd = image_fd;
+  Modules& all = GetModules();
+  std::lock_guard<std::mutex> lock(all.mu);
+  for (int i = 0; i < n; ++i) {
+    Function* fn = NewFunction(all, mod, &kernels[i]);
+    all.funcs.insert(fn);
+    mod->functions[kernels[i].name] = fn;
+  }
+  all.live.insert(mod);
+  *module = reinterpret_cast<CUmodule>(mod);
+  return CUDA_SUCCESS;
+}
+
+// Whether `image` starts like a shared object for this host: the only image
+// kind the fake can run. A cubin is an ELF file too, for EM_CUDA.
+bool IsHostSharedObject(const void* image) {
+  // The magic byte by byte first: a PTX image is a string that may be
+  // shorter than an ELF header.
+  const auto* bytes = static_cast<const unsigned char*>(image);
+  for (int i = 0; i < SELFMAG; ++i) {
+    if (bytes[i] != static_cast<unsigned char>(ELFMAG[i])) return false;
+  }
+  Elf64_Ehdr header;
+  std::memcpy(&header, image, sizeof(header));
+  return std::memcmp(header.e_ident, ELFMAG, SELFMAG) == 0 &&
+         header.e_ident[EI_CLASS] == ELFCLASS64 && header.e_type == ET_DYN &&
+         header.e_machine == EM_X86_64;
+}
+
 }  // namespace
 }  // namespace fakecuda
 
@@ -138,31 +211,38 @@ FAKECUDA_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* fname) {
   if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
   struct stat st;
   if (stat(fname, &st) != 0) return CUDA_ERROR_FILE_NOT_FOUND;
-  // Only host-kernel modules run here: a cubin or any other file is an
-  // image this "device" cannot execute.
-  void* dl = dlopen(fname, RTLD_NOW | RTLD_LOCAL);
-  if (dl == nullptr) return CUDA_ERROR_INVALID_IMAGE;
-  auto list = reinterpret_cast<fakecuda_module_kernels_fn>(dlsym(dl, "fakecuda_module_kernels"));
-  if (list == nullptr) {
-    dlclose(dl);
-    return CUDA_ERROR_INVALID_IMAGE;
+  return OpenModule(fname, -1, module);
+}
+
+// The image is a host-kernel module in memory (a shared object, as
+// cuModuleLoad opens from a file). Its size is not passed, as with the real
+// driver, so the ELF header and section table give it.
+FAKECUDA_EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* image) {
+  FAKECUDA_ENTER("cuModuleLoadData");
+  if (module == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Context* ctx = nullptr;
+  if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
+  if (!IsHostSharedObject(image)) return CUDA_ERROR_INVALID_IMAGE;
+  Elf64_Ehdr header;
+  std::memcpy(&header, image, sizeof(header));
+  // The section header table comes last in a linked shared object.
+  size_t size = header.e_shoff + size_t{header.e_shnum} * header.e_shentsize;
+  if (header.e_shoff == 0 || size < sizeof(header)) return CUDA_ERROR_INVALID_IMAGE;
+  int fd = memfd_create("fakecuda-module", MFD_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  const auto* bytes = static_cast<const char*>(image);
+  for (size_t done = 0; done < size;) {
+    ssize_t n = write(fd, bytes + done, size - done);
+    if (n <= 0) {
+      close(fd);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    done += static_cast<size_t>(n);
   }
-  const fakecuda_kernel_desc* kernels = nullptr;
-  int n = list(&kernels);
-  auto* mod = new Module;
-  mod->dl = dl;
-  Modules& all = GetModules();
-  std::lock_guard<std::mutex> lock(all.mu);
-  for (int i = 0; i < n; ++i) {
-    auto fn = std::make_unique<Function>();
-    fn->module = mod;
-    fn->desc = &kernels[i];
-    all.funcs.insert(fn.get());
-    mod->functions[kernels[i].name] = std::move(fn);
-  }
-  all.live.insert(mod);
-  *module = reinterpret_cast<CUmodule>(mod);
-  return CUDA_SUCCESS;
+  std::string path = "/proc/self/fd/" + std::to_string(fd);
+  CUresult r = OpenModule(path.c_str(), fd, module);
+  if (r != CUDA_SUCCESS) close(fd);
+  return r;
 }
 
 FAKECUDA_EXPORT CUresult cuModuleUnload(CUmodule hmod) {
@@ -172,10 +252,16 @@ FAKECUDA_EXPORT CUresult cuModuleUnload(CUmodule hmod) {
     Modules& all = GetModules();
     std::lock_guard<std::mutex> lock(all.mu);
     if (all.live.erase(mod) == 0) return CUDA_ERROR_INVALID_HANDLE;
-    for (auto& entry : mod->functions) all.funcs.erase(entry.second.get());
+    for (auto& entry : mod->functions) all.funcs.erase(entry.second);
   }
   SynchronizeAllContexts();  // queued launches may still call its code
   dlclose(mod->dl);
+  if (mod->image_fd >= 0) close(mod->image_fd);
+  {
+    Modules& all = GetModules();
+    std::lock_guard<std::mutex> lock(all.mu);
+    for (auto& entry : mod->functions) all.free.push_back(entry.second);
+  }
   delete mod;
   return CUDA_SUCCESS;
 }
@@ -190,7 +276,7 @@ FAKECUDA_EXPORT CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod,
   if (all.live.count(mod) == 0) return CUDA_ERROR_INVALID_HANDLE;
   auto it = mod->functions.find(name);
   if (it == mod->functions.end()) return CUDA_ERROR_NOT_FOUND;
-  *hfunc = reinterpret_cast<CUfunction>(it->second.get());
+  *hfunc = reinterpret_cast<CUfunction>(it->second);
   return CUDA_SUCCESS;
 }
 
