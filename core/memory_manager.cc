@@ -81,7 +81,10 @@ struct MemoryManager::Buffer {
   uint64_t failed_round = 0;  // round_ in which evicting it failed
 
   bool resident() const { return !vmm || device_handle != 0; }
-  bool has_host_copy() const { return host_handle != 0 || host_ptr != nullptr; }
+  // A host copy that can be copied to and from (host_va mapped); the
+  // host-located VMM kind can also be mapped at `base`.
+  bool has_vmm_host_copy() const { return host_handle != 0 && host_va_mapped; }
+  bool has_host_copy() const { return host_ptr != nullptr || has_vmm_host_copy(); }
   int refcount() const { return (garbage ? 0 : 1) + pins; }
   bool clean() const {
     return location == Location::kCpuGpu && host_version == gpu_version;
@@ -684,7 +687,7 @@ bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, CUresult* error)
   std::vector<Eviction> chosen = policy_->Choose(candidates, std::max<uint64_t>(needed, 1));
   if (chosen.empty()) return false;
   // One at a time: the caller re-checks the cap after each. A swap-out that
-  // fails (the host limit, a driver error) moves on to the next choice.
+  // fails (the host limit, a driver error) is skipped in the next look.
   for (const Eviction& e : chosen) {
     Buffer& b = *buffers[e.id];
     if (!Idle(b)) {
@@ -698,8 +701,10 @@ bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, CUresult* error)
     }
     CUresult r = SwapOut(dev, b, e.copy || !Droppable(b));
     if (r == CUDA_SUCCESS) return true;
+    // Look again without it: the policy chose only as much as was needed.
     b.failed_round = round_;
     if (error != nullptr && r != CUDA_ERROR_OUT_OF_MEMORY) *error = r;
+    return true;
   }
   return false;
 }
@@ -707,8 +712,10 @@ bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, CUresult* error)
 // --- Swapping ---------------------------------------------------------------------
 
 CUresult MemoryManager::EnsureHostCopy(Buffer& b) {
-  if (b.host_handle != 0 || b.host_ptr != nullptr) return CUDA_SUCCESS;
+  if (b.has_host_copy()) return CUDA_SUCCESS;
   Device& dev = DeviceState(b.device);
+  // What a failed attempt could not undo goes first (or this one fails too).
+  if (!ReleaseHostCopy(dev, b)) return CUDA_ERROR_UNKNOWN;
   static const size_t host_total =
       static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
   std::optional<size_t> host_cap = config_.HostLimitBytes(host_total);
@@ -852,7 +859,7 @@ CUresult MemoryManager::UnmapDevice(Device& dev, Buffer& b) {
     return r;  // still mapped: still resident
   }
   // Never fault: the address reads the host copy while swapped out.
-  if (CUresult r = b.host_handle != 0 ? MapHostAtBase(b) : CUDA_SUCCESS; r != CUDA_SUCCESS) {
+  if (CUresult r = b.has_vmm_host_copy() ? MapHostAtBase(b) : CUDA_SUCCESS; r != CUDA_SUCCESS) {
     if (b.host_at_base && Failed(driver_->cuMemUnmap(b.base, b.reserved)) == CUDA_SUCCESS) {
       b.host_at_base = false;
     }
@@ -919,7 +926,7 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
     if (!mapped) {
       // Still swapped out; readable again unless this fails too (then
       // host_at_base says so).
-      if (b.host_handle != 0) (void)MapHostAtBase(b);
+      if (b.has_vmm_host_copy()) (void)MapHostAtBase(b);
       ReleasePhysical(dev, h, b.reserved);
       return r;
     }
@@ -1093,7 +1100,7 @@ CUresult MemoryManager::RestoreFromHost(Device& dev, Buffer& b) {
   }
   // Keep the host copy as the only one; where even that fails, the device
   // memory stays, marked as holding nothing.
-  if (Idle(b) && UnmapDevice(dev, b) == CUDA_SUCCESS) {
+  if (b.pins == 0 && Idle(b) && UnmapDevice(dev, b) == CUDA_SUCCESS) {
     b.location = Location::kCpuOnly;
     b.stale_device = false;
   } else {

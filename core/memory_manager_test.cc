@@ -1525,7 +1525,9 @@ class FaultSweepTest : public MemoryManagerTest {
     out.stats = mm->stats();
     EXPECT_CU(cuCtxSynchronize());
     for (int i = 0; i < kBuffers; ++i) {
-      if (p[i] != 0) EXPECT_CU(mm->Free(p[i]));
+      if (p[i] != 0) {
+        EXPECT_CU(mm->Free(p[i]));
+      }
     }
     EXPECT_CU(cuStreamDestroy(side));
     return out;
@@ -1554,11 +1556,11 @@ TEST_F(FaultSweepTest, EveryFailedDriverCallKeepsEveryByte) {
       {"cuEventCreate", true},        {"cuEventRecord", true},
       {"cuEventQuery", true},         {"cuEventSynchronize", true},
       {"cuStreamWaitEvent", true},    {"cuStreamCreate", false},
-      {"cuMemcpyDtoDAsync_v2", false}, {"cuMemcpyDtoHAsync_v2", false},
+      {"cuMemcpyDtoDAsync_v2", false}, {"cuMemcpyDtoHAsync_v2", true},
       {"cuMemcpyHtoDAsync_v2", false}, {"cuMemCreate", false},
       {"cuMemMap", false},            {"cuMemSetAccess", false},
       {"cuMemUnmap", false},          {"cuMemRelease", true},
-      {"cuMemAddressReserve", false}, {"cuMemHostAlloc", false},
+      {"cuMemAddressReserve", false}, {"cuMemHostAlloc", true},
       {"cuMemAddressFree", true},
   };
   // Occurrences failed per call: the first few under `version`, the
