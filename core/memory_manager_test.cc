@@ -16,7 +16,15 @@
 //   - swap-in without a copy for buffers about to be overwritten whole,
 //     reads served from the host copy, frees of swapped-out buffers, the
 //     swapped-out address reading the host copy ("never fault");
-//   - several threads sharing one small cap.
+//   - several threads sharing one small cap;
+//   - never-written buffers evicted and brought back without any copy
+//     (under `version`; copied under `lru`, and after unknown writes);
+//   - no eviction under pending work of unknown accesses on any stream, and
+//     with host-located VMM no swap-in unmapping the host copy under it;
+//   - fault sweeps: every driver call of the swap path failed at each of
+//     its first occurrences in a short program; every byte checked and the
+//     codes the program saw asserted (run with and without host-located
+//     VMM by the memory_manager_fault_test and _no_host_vmm_test targets).
 // The tests under "Failure paths" expose bugs found while writing these,
 // and fail until they are fixed (see the comment on each); so does the
 // threads test, through the same bug as UnboundBuffersStayUnderTheCap.
