@@ -1416,6 +1416,61 @@ TEST_F(MemoryManagerTest, HostVmmSwapInWaitsForUnknownWorkBeforeUnmapping) {
   FreeAll(*mm, {a, b, c});
 }
 
+// --- Driver failures, one at a time -----------------------------------------
+
+// A cuMemUnmap that fails while A is swapped out (the only candidate) leaves
+// A resident and usable: the allocation gets the driver's error, and a
+// retry works. The copy made before the unmap was committed consistently:
+// A is clean now, so the retry drops it without copying again.
+TEST_F(MemoryManagerTest, FailedUnmapLeavesTheBufferUsableAndARetryWorks) {
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c;
+  FillThree(*mm, &a, &b, &c);
+  Ids others = {2, 3};
+  ASSERT_CU(mm->Prepare(others, {}, nullptr));  // B and C pinned
+  ClearLog();
+  fakecuda_fail_call("cuMemUnmap", 1, CUDA_ERROR_UNKNOWN);
+  CUdeviceptr d = 0;
+  EXPECT_EQ(mm->Allocate(kGranule, &d), CUDA_ERROR_UNKNOWN);
+  fakecuda_clear_failures();
+  EXPECT_THAT(Records(), IsEmpty());
+  EXPECT_EQ(mm->stats().swap_outs_copied, 1u);
+  EXPECT_EQ(mm->stats().driver_errors, 1u);
+  EXPECT_EQ(Used(), kCap);
+  ExpectData(*mm, 1, a, 1);  // resident, intact
+  ClearLog();
+  d = Alloc(*mm, 4);
+  EXPECT_THAT(Records(), ElementsAre("drop_clean:1"));
+  EXPECT_EQ(mm->stats().swap_outs_copied, 1u);
+  mm->Finish(others, {}, nullptr, true);
+  Write(*mm, 4, d, 4);
+  ExpectData(*mm, 1, a, 1);
+  ExpectData(*mm, 2, b, 2);
+  ExpectData(*mm, 3, c, 3);
+  FreeAll(*mm, {a, b, c, d});
+}
+
+// An event query that fails is no observation: the buffer is not known
+// idle, so the eviction waits (cuEventSynchronize) before it swaps A out,
+// instead of taking the error for "complete".
+TEST_F(MemoryManagerTest, FailedEventQueryIsNotTakenForIdle) {
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c;
+  FillThree(*mm, &a, &b, &c);
+  ClearLog();
+  for (int nth = 1; nth <= 20; ++nth) {
+    fakecuda_fail_call("cuEventQuery", nth, CUDA_ERROR_UNKNOWN);
+  }
+  CUdeviceptr d = Alloc(*mm, 4);
+  fakecuda_clear_failures();
+  EXPECT_THAT(Records(), ElementsAre("evict_wait:1", "swap_out:1"));
+  Write(*mm, 4, d, 4);
+  ExpectData(*mm, 1, a, 1);
+  FreeAll(*mm, {a, b, c, d});
+}
+
 // --- Fault sweeps -------------------------------------------------------------
 //
 // A short program of writes, partial memsets on a second stream, reads,
