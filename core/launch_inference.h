@@ -155,6 +155,9 @@ struct Accesses {
   };
   absl::InlinedVector<TableUse, 1> tables;
   bool unknown_tables = false;
+  // Under a cap: the device held from eviction while a launch of unknown
+  // accesses is submitted (MemoryManager::BeginUnknown), or -1.
+  int unknown_device = -1;
 
   // Drops repeated ids, keeping first occurrences in order.
   void Dedupe();

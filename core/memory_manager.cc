@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -24,6 +25,19 @@ double Seconds(std::chrono::steady_clock::duration d) {
 }
 
 }  // namespace
+
+// The last use of a buffer (or, for work of unknown accesses, of a device)
+// on one stream.
+struct MemoryManager::Use {
+  CUstream stream = nullptr;
+  int device = 0;           // whose context ran it
+  CUevent event = nullptr;  // null when it could not be created
+  // Whether `event` marks the latest use. False when recording failed: then
+  // only a wait for the swap stream or for the whole context tells.
+  bool recorded = false;
+  bool done = false;  // observed complete: no need to ask again
+  uint64_t seq = 0;   // bumped at each use, so a wait knows what it saw
+};
 
 struct MemoryManager::Buffer {
   uint64_t id = 0;
@@ -45,17 +59,23 @@ struct MemoryManager::Buffer {
   uint64_t gpu_version = 0;
   uint64_t host_version = 0;
   uint64_t last_use = 0;
+  // Whether any operation may have written it since allocation (allocation
+  // itself does not count): a never-written buffer holds what fresh memory
+  // holds, so under `version` it moves without any copy.
+  bool written = false;
   // The last use on each stream that used it (a use on one stream says
-  // nothing about another); a swap-in's copy is a use on the swap stream.
-  std::vector<std::pair<CUstream, CUevent>> uses;
-  // Device memory, when resident.
+  // nothing about another); a swap's copy is a use on the swap stream.
+  std::vector<Use> uses;
+  // Device memory, when resident (mapped at base).
   CUmemGenericAllocationHandle device_handle = 0;
   // The host copy: host-located VMM memory (mapped at host_va, and at base
   // while swapped out), or pinned memory where that is unsupported.
   CUmemGenericAllocationHandle host_handle = 0;
   CUdeviceptr host_va = 0;
+  bool host_va_mapped = false;
   void* host_ptr = nullptr;
-  bool host_at_base = false;
+  bool host_at_base = false;  // true only while the host copy is mapped there
+  bool va_reserved = false;   // `base` is still reserved (VMM buffers)
   // Swapped in without a copy for an operation that overwrites it whole;
   // cleared when that operation is submitted (or undone if it is not).
   bool pending_overwrite = false;
@@ -64,8 +84,17 @@ struct MemoryManager::Buffer {
   std::optional<uint64_t> host_hash;
   const char* last_kernel = nullptr;
   const char* last_writer = nullptr;
+  // Resident, but the device memory does not hold the data: the host copy
+  // does (a restore that failed and could not be undone). Brought in before
+  // the next use; evicted without a copy.
+  bool stale_device = false;
+  uint64_t failed_round = 0;  // round_ in which evicting it failed
 
   bool resident() const { return !vmm || device_handle != 0; }
+  // A host copy that can be copied to and from (host_va mapped); the
+  // host-located VMM kind can also be mapped at `base`.
+  bool has_vmm_host_copy() const { return host_handle != 0 && host_va_mapped; }
+  bool has_host_copy() const { return host_ptr != nullptr || has_vmm_host_copy(); }
   int refcount() const { return (garbage ? 0 : 1) + pins; }
   bool clean() const {
     return location == Location::kCpuGpu && host_version == gpu_version;
@@ -74,16 +103,15 @@ struct MemoryManager::Buffer {
 
 struct MemoryManager::Device {
   int ordinal = 0;
-  // The last operation whose accesses are unknown: until it completed, no
-  // buffer of this device counts as idle.
-  CUevent unknown_use = nullptr;
-  bool unknown_used = false;
+  // Operations whose accesses are unknown, their last one per stream: until
+  // they completed, no buffer of this device counts as idle.
+  std::vector<Use> unknown;
+  int unknown_submitting = 0;  // such operations being submitted right now
   uint64_t cap = 0;
   uint64_t used = 0;
   uint64_t granularity = 0;
   bool host_vmm = false;
   CUstream swap_stream = nullptr;
-  CUevent swap_event = nullptr;
   uint64_t host_bytes = 0;  // host copies
 };
 
@@ -120,12 +148,20 @@ MemoryManager::~MemoryManager() {
   absl::MutexLock lock(&mu_);
   while (!by_base_.empty()) {
     Buffer& b = *by_base_.begin()->second;
-    WaitIdle(b);
-    ReleaseBuffer(DeviceState(b.device), b);
+    WaitIdle(b);  // an error here leaves nothing better to do than release
+    if (!ReleaseBuffer(DeviceState(b.device), b)) {
+      by_id_.erase(b.id);  // at exit: leak what the driver would not release
+      by_base_.erase(by_base_.begin());
+    }
   }
+  RetryReleases();
   for (auto& d : devices_) {
-    if (d && d->swap_stream != nullptr) driver_->cuStreamDestroy_v2(d->swap_stream);
-    if (d && d->swap_event != nullptr) driver_->cuEventDestroy_v2(d->swap_event);
+    if (!d) continue;
+    // Failures here leak a handle at exit; nothing is left to keep consistent.
+    if (d->swap_stream != nullptr) (void)driver_->cuStreamDestroy_v2(d->swap_stream);
+    for (const Use& u : d->unknown) {
+      if (u.event != nullptr) (void)driver_->cuEventDestroy_v2(u.event);
+    }
   }
 }
 
@@ -179,51 +215,160 @@ MemoryManager::Buffer* MemoryManager::ById(uint64_t id) {
   return it == by_id_.end() ? nullptr : it->second;
 }
 
-bool MemoryManager::Idle(const Buffer& b) const {
-  for (const auto& [stream, event] : b.uses) {
-    if (driver_->cuEventQuery(event) == CUDA_ERROR_NOT_READY) return false;
+CUresult MemoryManager::Failed(CUresult r) {
+  if (r != CUDA_SUCCESS) ++stats_.driver_errors;
+  return r;
+}
+
+// --- Uses -------------------------------------------------------------------------
+
+void MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stream, int device) {
+  Use* u = nullptr;
+  for (Use& x : uses) {
+    if (x.stream == stream) u = &x;
+  }
+  if (u == nullptr) {
+    u = &uses.emplace_back();
+    u->stream = stream;
+  }
+  u->device = device;
+  ++u->seq;
+  u->done = false;
+  u->recorded = false;
+  if (u->event == nullptr &&
+      Failed(driver_->cuEventCreate(&u->event, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+    u->event = nullptr;
+    return;  // not recorded: waits fall back to the stream or the context
+  }
+  u->recorded = Failed(driver_->cuEventRecord(u->event, stream)) == CUDA_SUCCESS;
+}
+
+bool MemoryManager::Observed(Use& u) const {
+  if (u.done) return true;
+  // A query that fails is no observation: not known idle.
+  if (!u.recorded || driver_->cuEventQuery(u.event) != CUDA_SUCCESS) return false;
+  u.done = true;
+  return true;
+}
+
+CUresult MemoryManager::WaitForUse(const Use& u, CUstream swap_stream) const {
+  if (u.recorded && driver_->cuEventSynchronize(u.event) == CUDA_SUCCESS) {
+    return CUDA_SUCCESS;
+  }
+  // Nothing on the swap stream waits for the program's work: waiting for
+  // all of it is finite, and covers the use.
+  if (swap_stream != nullptr && u.stream == swap_stream) {
+    return driver_->cuStreamSynchronize(swap_stream);
+  }
+  // The program's stream may be a per-thread handle, which names another
+  // stream on this thread: only the whole context covers it.
+  CUdevice current = 0;
+  if (CUresult r = driver_->cuCtxGetDevice(&current); r != CUDA_SUCCESS) return r;
+  if (current != u.device) return CUDA_ERROR_INVALID_CONTEXT;
+  return driver_->cuCtxSynchronize();
+}
+
+bool MemoryManager::UnknownIdle(Device& dev) const {
+  if (dev.unknown_submitting > 0) return false;
+  for (Use& u : dev.unknown) {
+    if (!Observed(u)) return false;
+  }
+  return true;
+}
+
+bool MemoryManager::Idle(Buffer& b) const {
+  for (Use& u : b.uses) {
+    if (!Observed(u)) return false;
   }
   const Device* dev = static_cast<size_t>(b.device) < devices_.size()
                           ? devices_[b.device].get()
                           : nullptr;
-  return dev == nullptr || !dev->unknown_used ||
-         driver_->cuEventQuery(dev->unknown_use) != CUDA_ERROR_NOT_READY;
+  return dev == nullptr || UnknownIdle(*devices_[b.device]);
 }
 
-void MemoryManager::WaitIdle(Buffer& b) {
-  if (Idle(b)) return;
-  std::vector<CUevent> events;
-  for (const auto& [stream, event] : b.uses) events.push_back(event);
+CUresult MemoryManager::WaitIdle(Buffer& b, bool own_uses) {
   Device& dev = DeviceState(b.device);
-  if (dev.unknown_used) events.push_back(dev.unknown_use);
+  struct Pending {
+    bool unknown;
+    size_t index;
+    Use use;
+    CUresult result = CUDA_SUCCESS;
+  };
+  std::vector<Pending> pending;
+  if (own_uses) {
+    for (size_t i = 0; i < b.uses.size(); ++i) {
+      if (!Observed(b.uses[i])) pending.push_back({false, i, b.uses[i]});
+    }
+  }
+  for (size_t i = 0; i < dev.unknown.size(); ++i) {
+    if (!Observed(dev.unknown[i])) pending.push_back({true, i, dev.unknown[i]});
+  }
+  if (pending.empty() && dev.unknown_submitting > 0) {
+    // An operation of unknown accesses is being submitted: its event comes
+    // in a moment, recorded under the lock this thread must let go of.
+    ++b.pins;
+    mu_.Unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    mu_.Lock();
+    --b.pins;
+    return CUDA_SUCCESS;  // callers look again
+  }
+  if (pending.empty()) return CUDA_SUCCESS;
   // Wait without the lock: the work waited for may depend on another
   // thread's next launch, which needs the lock. The pin keeps the buffer
   // (and its events) alive meanwhile; callers re-check everything after.
   ++b.pins;
+  CUstream swap_stream = dev.swap_stream;
   auto start = std::chrono::steady_clock::now();
   mu_.Unlock();
-  for (CUevent event : events) driver_->cuEventSynchronize(event);
+  for (Pending& p : pending) p.result = WaitForUse(p.use, swap_stream);
   mu_.Lock();
   --b.pins;
+  CUresult result = CUDA_SUCCESS;
+  for (const Pending& p : pending) {
+    if (Failed(p.result) != CUDA_SUCCESS) {
+      if (result == CUDA_SUCCESS) result = p.result;
+      continue;
+    }
+    // Observed, unless the stream was used again meanwhile.
+    std::vector<Use>& uses = p.unknown ? dev.unknown : b.uses;
+    if (p.index < uses.size() && uses[p.index].stream == p.use.stream &&
+        uses[p.index].seq == p.use.seq) {
+      uses[p.index].done = true;
+    }
+  }
   double waited = Seconds(std::chrono::steady_clock::now() - start);
   stats_.host_wait_seconds += waited;
   Log(JsonLine()
-          .Str("type", "evict_wait")
+          .Str("type", own_uses ? "evict_wait" : "unknown_wait")
           .Uint("id", b.id)
           .Double("seconds", waited)
           .Finish());
+  return result;
+}
+
+CUresult MemoryManager::OrderAfterSwap(Device& dev, Buffer& b, CUstream consumer) {
+  if (dev.swap_stream == nullptr) return CUDA_SUCCESS;
+  for (Use& u : b.uses) {
+    if (u.stream != dev.swap_stream || Observed(u)) continue;
+    // The consumer waits on the device; the host goes on.
+    if (u.recorded &&
+        Failed(driver_->cuStreamWaitEvent(consumer, u.event, 0)) == CUDA_SUCCESS) {
+      continue;
+    }
+    // Else the host waits for the copy (finite: see WaitForUse), so the
+    // consumer cannot start before it.
+    auto start = std::chrono::steady_clock::now();
+    CUresult r = Failed(WaitForUse(u, dev.swap_stream));
+    stats_.host_wait_seconds += Seconds(std::chrono::steady_clock::now() - start);
+    if (r != CUDA_SUCCESS) return r;
+    u.done = true;
+  }
+  return CUDA_SUCCESS;
 }
 
 void MemoryManager::RecordUse(Buffer& b, CUstream stream) {
-  CUevent event = nullptr;
-  for (auto& [s, e] : b.uses) {
-    if (s == stream) event = e;
-  }
-  if (event == nullptr) {
-    if (driver_->cuEventCreate(&event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return;
-    b.uses.emplace_back(stream, event);
-  }
-  driver_->cuEventRecord(event, stream);
+  NoteUse(b.uses, stream, b.device);
 }
 
 // --- Allocation -----------------------------------------------------------------
@@ -270,8 +415,11 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr) {
         r != CUDA_SUCCESS) {
       return r;
     }
+    b->va_reserved = true;
     if (CUresult r = MapDevice(dev, *b); r != CUDA_SUCCESS) {
-      driver_->cuMemAddressFree(b->base, b->reserved);
+      // A range that cannot be freed is only address space lost; the
+      // program sees why its allocation failed.
+      (void)Failed(driver_->cuMemAddressFree(b->base, b->reserved));
       return r;
     }
   }
@@ -339,9 +487,8 @@ CUresult MemoryManager::Free(CUdeviceptr base) {
   if (b.garbage) return CUDA_ERROR_INVALID_VALUE;  // freed twice
   Device& dev = DeviceState(b.device);
   b.garbage = true;
-  if (b.pins == 0 && Idle(b)) {
-    ReleaseBuffer(dev, b);
-  } else {
+  // A release the driver refused is retried as garbage.
+  if (b.pins > 0 || !Idle(b) || !ReleaseBuffer(dev, b)) {
     ++garbage_;  // released once its work completed, or at S404
   }
   return CUDA_SUCCESS;
@@ -353,27 +500,18 @@ CUresult MemoryManager::FreeAsync(CUdeviceptr base, CUstream stream) {
   if (it == by_base_.end()) return CUDA_ERROR_INVALID_VALUE;
   Buffer& b = *it->second;
   if (b.garbage) return CUDA_ERROR_INVALID_VALUE;  // freed twice
-  // The free's place in `stream`: an event recorded there. Without one the
-  // free falls back to waiting for the stream, which is also stream order.
-  CUevent event = nullptr;
-  for (const auto& [s, e] : b.uses) {
-    if (s == stream) event = e;
-  }
-  bool fresh = event == nullptr;
-  CUresult r = fresh ? driver_->cuEventCreate(&event, CU_EVENT_DISABLE_TIMING) : CUDA_SUCCESS;
-  if (r == CUDA_SUCCESS) r = driver_->cuEventRecord(event, stream);
-  if (r == CUDA_SUCCESS) {
-    if (fresh) b.uses.emplace_back(stream, event);
-  } else {
-    if (fresh && event != nullptr) driver_->cuEventDestroy_v2(event);
-    // The stream's work before the free must be done before the memory is
-    // reused; if even that cannot be observed, the buffer stays allocated.
-    if (CUresult w = driver_->cuStreamSynchronize(stream); w != CUDA_SUCCESS) return w;
+  // The free's place in `stream`: a use recorded there. Without one the
+  // free falls back to waiting for the stream, which is also stream order;
+  // if even that cannot be observed, the buffer stays allocated.
+  NoteUse(b.uses, stream, b.device);
+  for (Use& u : b.uses) {
+    if (u.stream != stream || u.recorded) continue;
+    if (CUresult w = Failed(driver_->cuStreamSynchronize(stream)); w != CUDA_SUCCESS) return w;
+    u.done = true;
   }
   b.garbage = true;
-  if (b.pins == 0 && Idle(b)) {
-    ReleaseBuffer(DeviceState(b.device), b);
-  } else {
+  // A release the driver refused is retried as garbage.
+  if (b.pins > 0 || !Idle(b) || !ReleaseBuffer(DeviceState(b.device), b)) {
     ++garbage_;  // released once the stream passed the free (S404)
   }
   return CUDA_SUCCESS;
@@ -411,30 +549,33 @@ CUresult MemoryManager::CheckRange(uint64_t addr, uint64_t extent) const {
 CUresult MemoryManager::PinLocked(Buffer& b, const char* api) {
   bool first = !b.exported;
   b.exported = true;  // from now on no eviction chooses it
-  if (!b.resident()) {
-    Device& dev = DeviceState(b.device);
+  Device& dev = DeviceState(b.device);
+  if (!b.resident() || b.stale_device) {
     ++b.pins;
-    CUresult r = SwapIn(dev, b, /*copy=*/true, /*consumer=*/nullptr);
+    CUresult r = b.resident() ? RestoreFromHost(dev, b) : SwapIn(dev, b, /*copy=*/true,
+                                                                 /*consumer=*/nullptr);
     --b.pins;
     if (r != CUDA_SUCCESS) {
-      b.exported = false;  // still swapped out: a later call tries again
+      if (first) b.exported = false;  // still swapped out: a later call tries again
       return r;
     }
-    // Synchronously: whoever gets the handle reads the memory directly. The
-    // swap-in's copy is the buffer's use on the swap stream; wait for it
-    // without the lock (the pin keeps the buffer and its events alive).
-    CUevent copied = nullptr;
-    for (const auto& [s, e] : b.uses) {
-      if (s == dev.swap_stream && s != nullptr) copied = e;
+  }
+  // Synchronously: whoever gets the handle reads the memory directly. The
+  // swap-in's copy is the buffer's use on the swap stream; wait for it
+  // without the lock (the pin keeps the buffer and its uses alive).
+  for (Use& u : b.uses) {
+    if (dev.swap_stream == nullptr || u.stream != dev.swap_stream || Observed(u)) continue;
+    const Use copy = u;
+    ++b.pins;
+    mu_.Unlock();
+    CUresult w = WaitForUse(copy, dev.swap_stream);
+    mu_.Lock();
+    --b.pins;
+    if (Failed(w) != CUDA_SUCCESS) return w;
+    for (Use& v : b.uses) {
+      if (v.stream == copy.stream && v.seq == copy.seq) v.done = true;
     }
-    if (copied != nullptr) {
-      ++b.pins;
-      mu_.Unlock();
-      CUresult w = driver_->cuEventSynchronize(copied);
-      mu_.Lock();
-      --b.pins;
-      if (w != CUDA_SUCCESS) return w;
-    }
+    break;
   }
   if (first) {
     Log(JsonLine()
@@ -561,63 +702,124 @@ void MemoryManager::OnAppUnmap(CUdeviceptr ptr, uint64_t size) {
   }
 }
 
-CUresult MemoryManager::MapDevice(Device& dev, Buffer& b) {
+CUresult MemoryManager::CreatePhysical(Device& dev, uint64_t bytes,
+                                       CUmemGenericAllocationHandle* handle) {
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = dev.ordinal;
-  CUmemGenericAllocationHandle h = 0;
   CUresult r;
   // The device itself may be full below the cap: the same loop applies.
-  while ((r = driver_->cuMemCreate(&h, b.reserved, &prop, 0)) == CUDA_ERROR_OUT_OF_MEMORY) {
-    if (!EvictByPolicy(dev, b.reserved)) {
-      LogOom(dev, b.reserved);  // the device itself is full
+  // (Fresh physical memory is what a never-written buffer holds: zeros on
+  // the fake, as cuMemAlloc's; undefined on a GPU, as cuMemAlloc's.)
+  while ((r = driver_->cuMemCreate(handle, bytes, &prop, 0)) == CUDA_ERROR_OUT_OF_MEMORY) {
+    if (!EvictByPolicy(dev, bytes)) {
+      LogOom(dev, bytes);  // the device itself is full
       return r;
     }
   }
-  if (r != CUDA_SUCCESS) return r;
-  if ((r = driver_->cuMemMap(b.base, b.reserved, 0, h, 0)) != CUDA_SUCCESS) {
-    driver_->cuMemRelease(h);
-    return r;
-  }
-  CUmemAccessDesc access{};
-  access.location = prop.location;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  if ((r = driver_->cuMemSetAccess(b.base, b.reserved, &access, 1)) != CUDA_SUCCESS) {
-    driver_->cuMemUnmap(b.base, b.reserved);
-    driver_->cuMemRelease(h);
-    return r;
-  }
-  b.device_handle = h;
-  Charge(dev, b.reserved);
+  if (Failed(r) != CUDA_SUCCESS) return r;
+  Charge(dev, bytes);
   return CUDA_SUCCESS;
 }
 
-void MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
-  if (!b.vmm) {
-    driver_->cuMemFree_v2(b.base);
-    dev.used -= b.reserved;
+void MemoryManager::ReleasePhysical(Device& dev, CUmemGenericAllocationHandle handle,
+                                    uint64_t bytes) {
+  if (Failed(driver_->cuMemRelease(handle)) == CUDA_SUCCESS) {
+    dev.used -= bytes;
   } else {
-    if (b.device_handle != 0 || b.host_at_base) driver_->cuMemUnmap(b.base, b.reserved);
-    if (b.device_handle != 0) {
-      driver_->cuMemRelease(b.device_handle);
-      dev.used -= b.reserved;
-    }
-    driver_->cuMemAddressFree(b.base, b.reserved);
-    if (b.host_handle != 0) {
-      driver_->cuMemUnmap(b.host_va, b.reserved);
-      driver_->cuMemRelease(b.host_handle);
-      driver_->cuMemAddressFree(b.host_va, b.reserved);
-      dev.host_bytes -= b.reserved;
-    }
-    if (b.host_ptr != nullptr) {
-      driver_->cuMemFreeHost(b.host_ptr);
-      dev.host_bytes -= b.reserved;
+    unreleased_.push_back({dev.ordinal, handle, bytes});  // still held: still charged
+  }
+}
+
+void MemoryManager::RetryReleases() {
+  for (size_t i = 0; i < unreleased_.size();) {
+    if (Failed(driver_->cuMemRelease(unreleased_[i].handle)) == CUDA_SUCCESS) {
+      DeviceState(unreleased_[i].device).used -= unreleased_[i].bytes;
+      unreleased_.erase(unreleased_.begin() + i);
+    } else {
+      ++i;
     }
   }
-  for (const auto& [stream, event] : b.uses) driver_->cuEventDestroy_v2(event);
+}
+
+CUresult MemoryManager::MapAt(CUdeviceptr va, uint64_t bytes, CUmemGenericAllocationHandle h,
+                              int device, bool* mapped) {
+  *mapped = false;
+  if (CUresult r = Failed(driver_->cuMemMap(va, bytes, 0, h, 0)); r != CUDA_SUCCESS) return r;
+  *mapped = true;
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CUresult r = Failed(driver_->cuMemSetAccess(va, bytes, &access, 1));
+  if (r != CUDA_SUCCESS && Failed(driver_->cuMemUnmap(va, bytes)) == CUDA_SUCCESS) {
+    *mapped = false;
+  }
+  return r;
+}
+
+CUresult MemoryManager::MapDevice(Device& dev, Buffer& b) {
+  CUmemGenericAllocationHandle h = 0;
+  if (CUresult r = CreatePhysical(dev, b.reserved, &h); r != CUDA_SUCCESS) return r;
+  bool mapped = false;
+  if (CUresult r = MapAt(b.base, b.reserved, h, dev.ordinal, &mapped); r != CUDA_SUCCESS) {
+    // (A mapping left behind after a second failure keeps the memory in
+    // use; the handle is released all the same.)
+    ReleasePhysical(dev, h, b.reserved);
+    return r;
+  }
+  b.device_handle = h;
+  return CUDA_SUCCESS;
+}
+
+bool MemoryManager::ReleaseHostCopy(Device& dev, Buffer& b) {
+  if (b.host_va_mapped) {
+    if (Failed(driver_->cuMemUnmap(b.host_va, b.reserved)) != CUDA_SUCCESS) return false;
+    b.host_va_mapped = false;
+  }
+  if (b.host_handle != 0) {
+    if (Failed(driver_->cuMemRelease(b.host_handle)) != CUDA_SUCCESS) return false;
+    b.host_handle = 0;
+    dev.host_bytes -= b.reserved;
+  }
+  if (b.host_va != 0) {
+    if (Failed(driver_->cuMemAddressFree(b.host_va, b.reserved)) != CUDA_SUCCESS) return false;
+    b.host_va = 0;
+  }
+  if (b.host_ptr != nullptr) {
+    if (Failed(driver_->cuMemFreeHost(b.host_ptr)) != CUDA_SUCCESS) return false;
+    b.host_ptr = nullptr;
+    dev.host_bytes -= b.reserved;
+  }
+  return true;
+}
+
+bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
+  // Each step is recorded as it succeeds, so a retry goes on from there.
+  if (!b.vmm) {
+    if (Failed(driver_->cuMemFree_v2(b.base)) != CUDA_SUCCESS) return false;
+    dev.used -= b.reserved;
+  } else {
+    if (b.device_handle != 0 || b.host_at_base) {
+      if (Failed(driver_->cuMemUnmap(b.base, b.reserved)) != CUDA_SUCCESS) return false;
+      b.host_at_base = false;
+      if (b.device_handle != 0) ReleasePhysical(dev, b.device_handle, b.reserved);
+      b.device_handle = 0;
+    }
+    if (b.va_reserved) {
+      if (Failed(driver_->cuMemAddressFree(b.base, b.reserved)) != CUDA_SUCCESS) return false;
+      b.va_reserved = false;
+    }
+    if (!ReleaseHostCopy(dev, b)) return false;
+  }
+  // A failed destroy leaks one event; nothing depends on it any more.
+  for (const Use& u : b.uses) {
+    if (u.event != nullptr) (void)Failed(driver_->cuEventDestroy_v2(u.event));
+  }
   by_id_.erase(b.id);
   by_base_.erase(b.base);  // destroys b
+  return true;
 }
 
 // --- S401-S405 --------------------------------------------------------------------
@@ -638,43 +840,72 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need) {
     LogOom(dev, need);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  ++round_;  // buffers that failed to go before may go now
+  if (!unreleased_.empty()) RetryReleases();
+  CUresult error = CUDA_SUCCESS;
   for (;;) {
     // Written so that no sum can wrap, whatever `need` is.
-    if (need <= dev.cap && dev.used <= dev.cap - need) return CUDA_SUCCESS;  // S401/S402
-    if (version_policy_ && DropOneClean(dev)) continue;              // S403
-    if (ReleaseGarbage(dev, /*wait=*/false)) continue;               // S404
-    if (ReleaseGarbage(dev, /*wait=*/true)) continue;
-    if (EvictByPolicy(dev, dev.used - (dev.cap - need))) continue;  // S405
+    if (dev.used <= dev.cap - need) return CUDA_SUCCESS;                   // S401/S402
+    if (version_policy_ && DropOneClean(dev, &error)) continue;           // S403
+    if (ReleaseGarbage(dev, /*wait=*/false, &error)) continue;            // S404
+    if (ReleaseGarbage(dev, /*wait=*/true, &error)) continue;
+    if (EvictByPolicy(dev, dev.used - (dev.cap - need), &error)) continue;  // S405
+    // Nothing was left to evict, or what was left could not be evicted
+    // because the driver failed: then that is the error to see.
+    if (error != CUDA_SUCCESS) return error;
     LogOom(dev, need);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
 }
 
-bool MemoryManager::DropOneClean(Device& dev) {
+bool MemoryManager::Droppable(const Buffer& b) const {
+  return b.stale_device || b.clean() || (version_policy_ && !b.written);
+}
+
+bool MemoryManager::DropOneClean(Device& dev, CUresult* error) {
   Buffer* pick = nullptr;
   for (auto& [base, b] : by_base_) {
     if (b->device != dev.ordinal || !b->vmm || !b->resident() || b->pins > 0 ||
-        b->garbage || b->exported || !b->clean() || !Idle(*b)) {
+        b->garbage || b->exported || b->failed_round == round_ || !Droppable(*b) ||
+        !Idle(*b)) {
       continue;
     }
     if (pick == nullptr || b->last_use < pick->last_use) pick = b.get();
   }
-  return pick != nullptr && SwapOut(dev, *pick, /*copy=*/false) == CUDA_SUCCESS;
+  if (pick == nullptr) return false;
+  CUresult r = SwapOut(dev, *pick, /*copy=*/false);
+  if (r == CUDA_SUCCESS) return true;
+  pick->failed_round = round_;
+  if (error != nullptr) *error = r;
+  return true;  // look again: the next clean buffer, or the next step
 }
 
-bool MemoryManager::ReleaseGarbage(Device& dev, bool wait) {
+bool MemoryManager::ReleaseGarbage(Device& dev, bool wait, CUresult* error) {
   if (garbage_ == 0) return false;
   for (auto& [base, b] : by_base_) {
-    if (b->device != dev.ordinal || !b->garbage || b->pins > 0) continue;
+    if (b->device != dev.ordinal || !b->garbage || b->pins > 0 ||
+        b->failed_round == round_) {
+      continue;
+    }
     if (!Idle(*b)) {
       if (!wait) continue;
-      WaitIdle(*b);  // unlocks: the caller looks again
+      // Unlocks: the caller looks again.
+      if (CUresult r = WaitIdle(*b); r != CUDA_SUCCESS) {
+        b->failed_round = round_;
+        if (error != nullptr) *error = r;
+      }
       return true;
     }
-    ++stats_.garbage_released;
-    --garbage_;
-    ReleaseBuffer(dev, *b);
-    return true;
+    uint64_t used = dev.used;
+    Buffer& g = *b;
+    if (ReleaseBuffer(dev, g)) {
+      ++stats_.garbage_released;
+      --garbage_;
+      return true;
+    }
+    // Partly released, perhaps: progress if its device memory went.
+    g.failed_round = round_;
+    if (dev.used < used) return true;
   }
   return false;
 }
@@ -684,39 +915,51 @@ void MemoryManager::CollectGarbage() {
   for (auto it = by_base_.begin(); it != by_base_.end();) {
     Buffer& b = *(it++)->second;  // advance first: release erases
     if (!b.garbage || b.pins > 0 || !Idle(b)) continue;
+    if (!ReleaseBuffer(DeviceState(b.device), b)) continue;  // retried later
     ++stats_.garbage_released;
     --garbage_;
-    ReleaseBuffer(DeviceState(b.device), b);
   }
 }
 
-bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed) {
+bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, CUresult* error) {
   // Candidates are named by their index here: ids are only unique once
   // bound, and an allocation is bound after it returns.
   std::vector<EvictionCandidate> candidates;
   std::vector<Buffer*> buffers;
   for (auto& [base, b] : by_base_) {
     if (b->device != dev.ordinal || !b->vmm || !b->resident() || b->pins > 0 ||
-        b->garbage || b->exported) {
+        b->garbage || b->exported || b->failed_round == round_) {
       continue;
     }
-    candidates.push_back(EvictionCandidate{buffers.size(), b->reserved, b->location,
-                                           b->gpu_version, b->host_version,
-                                           b->last_use});
+    // What may go without a copy is shown as clean (a current host copy).
+    bool free = Droppable(*b);
+    candidates.push_back(EvictionCandidate{
+        buffers.size(), b->reserved, free ? Location::kCpuGpu : b->location,
+        b->gpu_version, free ? b->gpu_version : b->host_version, b->last_use});
     buffers.push_back(b.get());
   }
   if (candidates.empty()) return false;
   std::vector<Eviction> chosen = policy_->Choose(candidates, std::max<uint64_t>(needed, 1));
   if (chosen.empty()) return false;
   // One at a time: the caller re-checks the cap after each. A swap-out that
-  // fails (the host limit, say) moves on to the next choice.
+  // fails (the host limit, a driver error) is skipped in the next look.
   for (const Eviction& e : chosen) {
     Buffer& b = *buffers[e.id];
     if (!Idle(b)) {
-      WaitIdle(b);  // unlocks: the caller looks again, from the start
+      // Unlocks: the caller looks again, from the start (without this
+      // buffer, if its work could not be observed complete).
+      if (CUresult r = WaitIdle(b); r != CUDA_SUCCESS) {
+        b.failed_round = round_;
+        if (error != nullptr) *error = r;
+      }
       return true;
     }
-    if (SwapOut(dev, b, e.copy || !b.clean()) == CUDA_SUCCESS) return true;
+    CUresult r = SwapOut(dev, b, e.copy || !Droppable(b));
+    if (r == CUDA_SUCCESS) return true;
+    // Look again without it: the policy chose only as much as was needed.
+    b.failed_round = round_;
+    if (error != nullptr && r != CUDA_ERROR_OUT_OF_MEMORY) *error = r;
+    return true;
   }
   return false;
 }
@@ -724,8 +967,10 @@ bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed) {
 // --- Swapping ---------------------------------------------------------------------
 
 CUresult MemoryManager::EnsureHostCopy(Buffer& b) {
-  if (b.host_handle != 0 || b.host_ptr != nullptr) return CUDA_SUCCESS;
+  if (b.has_host_copy()) return CUDA_SUCCESS;
   Device& dev = DeviceState(b.device);
+  // What a failed attempt could not undo goes first (or this one fails too).
+  if (!ReleaseHostCopy(dev, b)) return CUDA_ERROR_UNKNOWN;
   static const size_t host_total =
       static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
   std::optional<size_t> host_cap = config_.HostLimitBytes(host_total);
@@ -750,25 +995,22 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b) {
     CUmemAllocationProp prop{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
-    CUresult r = driver_->cuMemCreate(&b.host_handle, b.reserved, &prop, 0);
-    if (r == CUDA_SUCCESS) r = driver_->cuMemAddressReserve(&b.host_va, b.reserved, 0, 0, 0);
-    if (r == CUDA_SUCCESS) r = driver_->cuMemMap(b.host_va, b.reserved, 0, b.host_handle, 0);
+    CUresult r = Failed(driver_->cuMemCreate(&b.host_handle, b.reserved, &prop, 0));
+    if (r != CUDA_SUCCESS) {
+      b.host_handle = 0;
+      return r;
+    }
+    dev.host_bytes += b.reserved;
+    r = Failed(driver_->cuMemAddressReserve(&b.host_va, b.reserved, 0, 0, 0));
     if (r == CUDA_SUCCESS) {
-      CUmemAccessDesc access{};
-      access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-      access.location.id = b.device;
-      access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-      r = driver_->cuMemSetAccess(b.host_va, b.reserved, &access, 1);
+      r = MapAt(b.host_va, b.reserved, b.host_handle, b.device, &b.host_va_mapped);
+    } else {
+      b.host_va = 0;
     }
     if (r != CUDA_SUCCESS) {
-      // Undo what was made, so a later attempt starts afresh.
-      if (b.host_va != 0) {
-        driver_->cuMemUnmap(b.host_va, b.reserved);
-        driver_->cuMemAddressFree(b.host_va, b.reserved);
-      }
-      if (b.host_handle != 0) driver_->cuMemRelease(b.host_handle);
-      b.host_va = 0;
-      b.host_handle = 0;
+      // Undo what was made, so a later attempt starts afresh (what the
+      // driver refuses to undo now goes with the buffer's release).
+      ReleaseHostCopy(dev, b);
       return r;
     }
   } else {
@@ -781,36 +1023,66 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b) {
                            "stensor cannot see would fault")
               .Finish());
     }
-    if (CUresult r = driver_->cuMemHostAlloc(&b.host_ptr, b.size, 0); r != CUDA_SUCCESS) {
+    if (CUresult r = Failed(driver_->cuMemHostAlloc(&b.host_ptr, b.size, 0));
+        r != CUDA_SUCCESS) {
+      b.host_ptr = nullptr;
       return r;
     }
+    dev.host_bytes += b.reserved;
   }
-  dev.host_bytes += b.reserved;
   return CUDA_SUCCESS;
 }
 
+CUresult MemoryManager::EnsureSwapStream(Device& dev) {
+  if (dev.swap_stream != nullptr) return CUDA_SUCCESS;
+  CUresult r = Failed(driver_->cuStreamCreate(&dev.swap_stream, CU_STREAM_NON_BLOCKING));
+  if (r != CUDA_SUCCESS) dev.swap_stream = nullptr;
+  return r;
+}
+
+// resident -> swapped out. The steps that can fail come first (host copy,
+// copy, its completion observed, device memory off the address), the
+// metadata last; on a failure the buffer is still resident and consistent.
 CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
-  if (dev.swap_stream == nullptr) {
-    if (CUresult r = driver_->cuStreamCreate(&dev.swap_stream, CU_STREAM_NON_BLOCKING);
-        r != CUDA_SUCCESS) {
-      return r;
-    }
-    driver_->cuEventCreate(&dev.swap_event, CU_EVENT_DISABLE_TIMING);
+  // Nothing is evicted under pending work that may reach it (callers wait).
+  if (!Idle(b)) return CUDA_ERROR_NOT_READY;
+  if (b.stale_device) copy = false;         // the host copy is the data
+  if (!copy && !Droppable(b)) copy = true;  // never drop what is dirty
+  bool never_written = !copy && !b.stale_device && !b.clean();
+  // Never fault: with host-located VMM the address reads the host copy
+  // while swapped out, so even a never-written buffer gets one (fresh, so
+  // holding what fresh device memory holds; nothing is copied into it).
+  if (copy || (never_written && dev.host_vmm)) {
+    if (CUresult r = EnsureHostCopy(b); r != CUDA_SUCCESS) return r;
   }
   // STENSOR_VERIFY: a clean drop is checked first; one that fails the check
   // (or cannot be checked) is a copy.
-  if (!copy && verifier_ != nullptr && !VerifiedClean(dev, b)) copy = true;
+  // Never-written buffers have no contents to compare; a stale device copy
+  // is not the data.
+  if (!copy && !never_written && !b.stale_device && verifier_ != nullptr &&
+      !VerifiedClean(dev, b)) {
+    copy = true;
+  }
   if (copy) {
-    if (CUresult r = EnsureHostCopy(b); r != CUDA_SUCCESS) return r;
-    CUresult r = b.host_handle != 0
-                     ? driver_->cuMemcpyDtoDAsync_v2(b.host_va, b.base, b.size, dev.swap_stream)
-                     : driver_->cuMemcpyDtoHAsync_v2(b.host_ptr, b.base, b.size, dev.swap_stream);
+    if (CUresult r = EnsureSwapStream(dev); r != CUDA_SUCCESS) return r;
+    CUresult r = Failed(
+        b.host_handle != 0
+            ? driver_->cuMemcpyDtoDAsync_v2(b.host_va, b.base, b.size, dev.swap_stream)
+            : driver_->cuMemcpyDtoHAsync_v2(b.host_ptr, b.base, b.size, dev.swap_stream));
     if (r != CUDA_SUCCESS) return r;
-    driver_->cuEventRecord(dev.swap_event, dev.swap_stream);
+    // The copy reads the device memory: a use on the swap stream, which
+    // must be observed complete before that memory goes.
+    NoteUse(b.uses, dev.swap_stream, dev.ordinal);
+    Use& use = *std::find_if(b.uses.begin(), b.uses.end(),
+                             [&](const Use& u) { return u.stream == dev.swap_stream; });
     auto start = std::chrono::steady_clock::now();
-    driver_->cuEventSynchronize(dev.swap_event);
+    r = Failed(WaitForUse(use, dev.swap_stream));
     stats_.host_wait_seconds += Seconds(std::chrono::steady_clock::now() - start);
+    // Not observed: still resident, and not idle until the copy is seen done.
+    if (r != CUDA_SUCCESS) return r;
+    use.done = true;
     b.host_version = b.gpu_version;
+    b.location = Location::kCpuGpu;  // a current copy on each side, for now
     if (verifier_ != nullptr) {
       auto verify_start = std::chrono::steady_clock::now();
       b.host_hash = verifier_->RecordHash(dev.ordinal, b.base, b.size, dev.swap_stream);
@@ -818,14 +1090,22 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
     }
     ++stats_.swap_outs_copied;
     stats_.bytes_copied_out += b.size;
-  } else {
+  }
+  if (CUresult r = UnmapDevice(dev, b); r != CUDA_SUCCESS) return r;
+  b.location = Location::kCpuOnly;
+  b.stale_device = false;
+  const char* type = "swap_out";
+  if (never_written) {
+    type = "drop_unwritten";
+    ++stats_.never_written_drops;
+    stats_.bytes_never_written_dropped += b.size;
+  } else if (!copy) {
+    type = "drop_clean";
     ++stats_.clean_drops;
     stats_.bytes_dropped += b.size;
   }
-  UnmapDevice(dev, b);
-  b.location = Location::kCpuOnly;
   Log(JsonLine()
-          .Str("type", copy ? "swap_out" : "drop_clean")
+          .Str("type", type)
           .Uint("id", b.id)
           .Uint("bytes", b.size)
           .Int("device", dev.ordinal)
@@ -888,60 +1168,119 @@ void MemoryManager::NoteKernel(absl::Span<const uint64_t> used,
   }
 }
 
-void MemoryManager::MapHostAtBase(Buffer& b) {
-  CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = b.device;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  if (driver_->cuMemMap(b.base, b.reserved, 0, b.host_handle, 0) == CUDA_SUCCESS) {
-    driver_->cuMemSetAccess(b.base, b.reserved, &access, 1);
-    b.host_at_base = true;
-  }
+CUresult MemoryManager::MapHostAtBase(Buffer& b) {
+  bool mapped = false;
+  CUresult r = MapAt(b.base, b.reserved, b.host_handle, b.device, &mapped);
+  // A mapping without access after a second failure is still a mapping:
+  // it has to be unmapped before device memory goes there.
+  b.host_at_base = mapped;
+  return r;
 }
 
-void MemoryManager::UnmapDevice(Device& dev, Buffer& b) {
-  driver_->cuMemUnmap(b.base, b.reserved);
-  driver_->cuMemRelease(b.device_handle);
-  b.device_handle = 0;
-  dev.used -= b.reserved;
+CUresult MemoryManager::UnmapDevice(Device& dev, Buffer& b) {
+  if (CUresult r = Failed(driver_->cuMemUnmap(b.base, b.reserved)); r != CUDA_SUCCESS) {
+    return r;  // still mapped: still resident
+  }
   // Never fault: the address reads the host copy while swapped out.
-  if (b.host_handle != 0) MapHostAtBase(b);
+  if (CUresult r = b.has_vmm_host_copy() ? MapHostAtBase(b) : CUDA_SUCCESS; r != CUDA_SUCCESS) {
+    if (b.host_at_base && Failed(driver_->cuMemUnmap(b.base, b.reserved)) == CUDA_SUCCESS) {
+      b.host_at_base = false;
+    }
+    bool mapped = false;
+    if (!b.host_at_base &&
+        MapAt(b.base, b.reserved, b.device_handle, dev.ordinal, &mapped) == CUDA_SUCCESS) {
+      return r;  // back as it was: resident
+    }
+    // Neither: swapped out with the address unmapped, as without host VMM.
+    Log(JsonLine()
+            .Str("type", "limitation")
+            .Str("what", "the host copy could not be mapped at a swapped-out "
+                         "buffer's address")
+            .Uint("id", b.id)
+            .Finish());
+  }
+  ReleasePhysical(dev, b.device_handle, b.reserved);
+  b.device_handle = 0;
+  return CUDA_SUCCESS;
 }
 
+// swapped out -> resident. Device memory is made first, the host copy is
+// taken off the address only then (and only when no work of unknown
+// accesses that may read it is pending), the copy is ordered before the
+// consumer; a failure before the copy is submitted puts everything back.
 CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer) {
-  if (CUresult r = MakeRoom(dev, b.reserved); r != CUDA_SUCCESS) return r;
-  if (b.resident()) {
-    // Another thread brought it in while MakeRoom waited without the lock:
-    // order after its copy, as for any resident buffer.
-    for (const auto& [s, event] : b.uses) {
-      if (s == dev.swap_stream && s != nullptr) driver_->cuStreamWaitEvent(consumer, event, 0);
+  CUmemGenericAllocationHandle h = 0;
+  for (;;) {
+    if (CUresult r = MakeRoom(dev, b.reserved); r != CUDA_SUCCESS) return r;
+    if (!b.resident() && b.host_at_base && !UnknownIdle(dev)) {
+      // A kernel whose accesses are unknown may be reading the host copy
+      // through the address: it stays mapped until that work completed.
+      if (CUresult r = WaitIdle(b, /*own_uses=*/false); r != CUDA_SUCCESS) return r;
+      continue;  // unlocked: look again
     }
-    return CUDA_SUCCESS;
+    if (b.resident()) {
+      // Another thread brought it in while the lock was released: order
+      // after its copy, as for any resident buffer.
+      return OrderAfterSwap(dev, b, consumer);
+    }
+    if (CUresult r = CreatePhysical(dev, b.reserved, &h); r != CUDA_SUCCESS) return r;
+    // CreatePhysical may have waited without the lock.
+    if (!b.resident() && !(b.host_at_base && !UnknownIdle(dev))) break;
+    ReleasePhysical(dev, h, b.reserved);
   }
-  if (b.host_at_base) {
-    driver_->cuMemUnmap(b.base, b.reserved);
-    b.host_at_base = false;
-  }
-  if (CUresult r = MapDevice(dev, b); r != CUDA_SUCCESS) {
-    if (b.host_handle != 0) MapHostAtBase(b);  // still swapped out, still readable
-    return r;
-  }
-  if (copy) {
-    CUresult r = b.host_handle != 0
-                     ? driver_->cuMemcpyDtoDAsync_v2(b.base, b.host_va, b.size, dev.swap_stream)
-                     : driver_->cuMemcpyHtoDAsync_v2(b.base, b.host_ptr, b.size, dev.swap_stream);
-    if (r != CUDA_SUCCESS) {
-      UnmapDevice(dev, b);  // the host copy stays the only one
+  // A buffer with no host copy was dropped never written (nothing to copy).
+  bool never_written = (version_policy_ && !b.written) || !b.has_host_copy();
+  bool copying = copy && !never_written;
+  if (copying) {
+    if (CUresult r = EnsureSwapStream(dev); r != CUDA_SUCCESS) {
+      ReleasePhysical(dev, h, b.reserved);
       return r;
     }
-    driver_->cuEventRecord(dev.swap_event, dev.swap_stream);
+  }
+  if (b.host_at_base) {
+    if (CUresult r = Failed(driver_->cuMemUnmap(b.base, b.reserved)); r != CUDA_SUCCESS) {
+      ReleasePhysical(dev, h, b.reserved);
+      return r;  // still swapped out, still readable
+    }
+    b.host_at_base = false;
+  }
+  bool mapped = false;
+  if (CUresult r = MapAt(b.base, b.reserved, h, dev.ordinal, &mapped); r != CUDA_SUCCESS) {
+    if (!mapped) {
+      // Still swapped out; readable again unless this fails too (then
+      // host_at_base says so).
+      if (b.has_vmm_host_copy()) (void)MapHostAtBase(b);
+      ReleasePhysical(dev, h, b.reserved);
+      return r;
+    }
+    // Mapped without access and stuck there: resident, holding nothing.
+    b.device_handle = h;
+    b.stale_device = true;
+    b.location = Location::kCpuGpu;
+    return r;
+  }
+  b.device_handle = h;
+  if (copying) {
+    CUresult r = Failed(
+        b.host_handle != 0
+            ? driver_->cuMemcpyDtoDAsync_v2(b.base, b.host_va, b.size, dev.swap_stream)
+            : driver_->cuMemcpyHtoDAsync_v2(b.base, b.host_ptr, b.size, dev.swap_stream));
+    if (r != CUDA_SUCCESS) {
+      // The host copy stays the only one.
+      if (UnmapDevice(dev, b) != CUDA_SUCCESS) {
+        b.stale_device = true;  // resident, holding nothing: restored at next use
+        b.location = Location::kCpuGpu;
+      }
+      return r;
+    }
     // The copy is in flight: the buffer is busy until it completed, and any
-    // other stream that uses it before then waits for it too (Prepare).
-    RecordUse(b, dev.swap_stream);
-    // The consumer waits on the device; the host goes on.
-    driver_->cuStreamWaitEvent(consumer, dev.swap_event, 0);
+    // stream that uses it before then waits for it (OrderAfterSwap).
+    NoteUse(b.uses, dev.swap_stream, dev.ordinal);
     ++stats_.swap_ins;
     stats_.bytes_copied_in += b.size;
+  } else if (copy) {
+    // Never written: fresh memory holds what it held.
+    ++stats_.swap_ins_never_written;
   } else {
     // Contents come from the operation about to run; until it is submitted
     // the host copy stays the truth (see Finish).
@@ -953,10 +1292,12 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
           .Str("type", "swap_in")
           .Uint("id", b.id)
           .Uint("bytes", b.size)
-          .Bool("copy", copy)
+          .Bool("copy", copying)
           .Int("device", dev.ordinal)
           .Finish());
-  return CUDA_SUCCESS;
+  // An error here leaves the copy in flight and the buffer resident, with
+  // its use on the swap stream not observed: consistent, and retried.
+  return copying ? OrderAfterSwap(dev, b, consumer) : CUDA_SUCCESS;
 }
 
 // --- Operations ---------------------------------------------------------------------
@@ -975,19 +1316,21 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> ids,
   }
   for (Buffer* b : pinned) {
     Device& dev = DeviceState(b->device);
+    CUresult r = CUDA_SUCCESS;
     if (b->resident()) {
       // Brought in for another stream: this one waits for that copy too.
-      for (const auto& [s, event] : b->uses) {
-        if (s == dev.swap_stream && s != nullptr &&
-            driver_->cuEventQuery(event) == CUDA_ERROR_NOT_READY) {
-          driver_->cuStreamWaitEvent(stream, event, 0);
-        }
+      // (Uses observed complete cost nothing here: the fast path.)
+      if (b->stale_device) r = RestoreFromHost(dev, *b);
+      if (r == CUDA_SUCCESS && b->resident()) r = OrderAfterSwap(dev, *b, stream);
+      if (r == CUDA_SUCCESS && !b->resident()) {
+        r = SwapIn(dev, *b, /*copy=*/true, stream);  // the restore swapped it out
       }
-      continue;
+    } else {
+      bool whole = std::find(overwritten.begin(), overwritten.end(), b->id) !=
+                   overwritten.end();
+      r = SwapIn(dev, *b, !whole, stream);
     }
-    bool whole = std::find(overwritten.begin(), overwritten.end(), b->id) !=
-                 overwritten.end();
-    if (CUresult r = SwapIn(dev, *b, !whole, stream); r != CUDA_SUCCESS) {
+    if (r != CUDA_SUCCESS) {
       for (Buffer* p : pinned) {
         --p->pins;
         if (p->pending_overwrite) {  // the overwrite will not happen
@@ -1012,7 +1355,8 @@ void MemoryManager::Finish(absl::Span<const uint64_t> ids,
     if (b->pending_overwrite) {
       b->pending_overwrite = false;
       // The overwrite did not happen: the device memory holds nothing yet,
-      // so bring the host copy's contents in after all.
+      // so bring the host copy's contents in after all (or, failing that,
+      // keep the buffer stale or swapped out: never wrong).
       if (!submitted) RestoreFromHost(DeviceState(b->device), *b);
     }
     if (submitted) {
@@ -1022,47 +1366,96 @@ void MemoryManager::Finish(absl::Span<const uint64_t> ids,
   }
   if (submitted) {
     for (uint64_t id : written) {
-      if (Buffer* b = ById(id)) b->gpu_version = ++version_;  // host copy now stale
+      if (Buffer* b = ById(id)) {
+        b->gpu_version = ++version_;  // host copy now stale
+        b->written = true;
+      }
     }
   }
+}
+
+int MemoryManager::BeginUnknown() {
+  CUdevice ordinal = 0;
+  if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return -1;
+  absl::MutexLock lock(&mu_);
+  ++DeviceState(ordinal).unknown_submitting;
+  return ordinal;
+}
+
+void MemoryManager::EndUnknown(int device) {
+  if (device < 0) return;
+  absl::MutexLock lock(&mu_);
+  --DeviceState(device).unknown_submitting;
 }
 
 void MemoryManager::MarkAllWritten(CUstream stream) {
   absl::MutexLock lock(&mu_);
   for (auto& [base, b] : by_base_) {
     if (b->resident()) b->gpu_version = ++version_;
+    // A swapped-out buffer is reachable only through its host copy at its
+    // address (host-located VMM): without one, nothing could write it.
+    if (b->resident() || b->host_at_base) b->written = true;
   }
   CUdevice ordinal = 0;
-  if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return;
-  Device& dev = DeviceState(ordinal);
-  if (dev.unknown_use == nullptr &&
-      driver_->cuEventCreate(&dev.unknown_use, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+  if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) {
+    // Which device ran it is unknown: none is idle until a wait for the
+    // context shows it (a failed record, on every device).
+    ++stats_.driver_errors;
+    for (auto& d : devices_) {
+      if (!d) continue;
+      NoteUse(d->unknown, stream, d->ordinal);
+      for (Use& u : d->unknown) {
+        if (u.stream == stream) u.recorded = false;
+      }
+    }
     return;
   }
-  // Until it completed, nothing on this device may be evicted.
-  if (driver_->cuEventRecord(dev.unknown_use, stream) == CUDA_SUCCESS) dev.unknown_used = true;
+  // Until it completed, nothing on this device may be evicted. A record
+  // that failed leaves the entry unrecorded: not idle until observed.
+  NoteUse(DeviceState(ordinal).unknown, stream, ordinal);
 }
 
-void MemoryManager::RestoreFromHost(Device& dev, Buffer& b) {
-  CUresult r = b.host_handle != 0
-                   ? driver_->cuMemcpyDtoDAsync_v2(b.base, b.host_va, b.size, dev.swap_stream)
-                   : driver_->cuMemcpyHtoDAsync_v2(b.base, b.host_ptr, b.size, dev.swap_stream);
-  if (r == CUDA_SUCCESS) {
-    driver_->cuEventRecord(dev.swap_event, dev.swap_stream);
-    driver_->cuEventSynchronize(dev.swap_event);
-  } else {
-    UnmapDevice(dev, b);  // keep the host copy as the only one
-    b.location = Location::kCpuOnly;
+CUresult MemoryManager::RestoreFromHost(Device& dev, Buffer& b) {
+  if (!b.resident()) return CUDA_SUCCESS;
+  if ((version_policy_ && !b.written) || !b.has_host_copy()) {
+    // Never written: the fresh device memory holds what it held.
+    b.stale_device = false;
+    return CUDA_SUCCESS;
   }
+  CUresult r = EnsureSwapStream(dev);
+  if (r == CUDA_SUCCESS) {
+    r = Failed(b.host_handle != 0
+                   ? driver_->cuMemcpyDtoDAsync_v2(b.base, b.host_va, b.size, dev.swap_stream)
+                   : driver_->cuMemcpyHtoDAsync_v2(b.base, b.host_ptr, b.size, dev.swap_stream));
+  }
+  if (r == CUDA_SUCCESS) {
+    // In flight: later uses wait for it (OrderAfterSwap), as after a swap-in.
+    NoteUse(b.uses, dev.swap_stream, dev.ordinal);
+    b.stale_device = false;
+    b.location = Location::kCpuGpu;
+    return CUDA_SUCCESS;
+  }
+  // Keep the host copy as the only one; where even that fails, the device
+  // memory stays, marked as holding nothing.
+  if (b.pins == 0 && Idle(b) && UnmapDevice(dev, b) == CUDA_SUCCESS) {
+    b.location = Location::kCpuOnly;
+    b.stale_device = false;
+  } else {
+    b.stale_device = true;
+  }
+  return r;
 }
 
 bool MemoryManager::ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst,
                                      uint64_t bytes) {
   absl::MutexLock lock(&mu_);
   Buffer* b = ById(id);
-  if (b == nullptr || !b->vmm || b->resident() || offset + bytes > b->size) return false;
+  if (b == nullptr || !b->vmm || b->resident() || !b->has_host_copy() ||
+      offset + bytes > b->size) {
+    return false;
+  }
   CUresult r = b->host_handle != 0
-                   ? driver_->cuMemcpyDtoH_v2(dst, b->host_va + offset, bytes)
+                   ? Failed(driver_->cuMemcpyDtoH_v2(dst, b->host_va + offset, bytes))
                    : (std::memcpy(dst, static_cast<char*>(b->host_ptr) + offset, bytes),
                       CUDA_SUCCESS);
   if (r != CUDA_SUCCESS) return false;
@@ -1075,25 +1468,27 @@ CUresult MemoryManager::ReadBack(uint64_t id, uint64_t offset, void* dst, uint64
   Buffer* b = ById(id);
   if (b == nullptr) return CUDA_ERROR_NOT_FOUND;
   if (offset > b->size || bytes > b->size - offset) return CUDA_ERROR_INVALID_VALUE;
-  if (!b->resident()) {
+  if (!b->resident() || b->stale_device) {  // the host copy holds the data
     if (b->host_ptr != nullptr) {
       std::memcpy(dst, static_cast<char*>(b->host_ptr) + offset, bytes);
       return CUDA_SUCCESS;
     }
-    return driver_->cuMemcpyDtoH_v2(dst, b->host_va + offset, bytes);
+    if (b->has_vmm_host_copy()) return driver_->cuMemcpyDtoH_v2(dst, b->host_va + offset, bytes);
+    std::memset(dst, 0, bytes);  // dropped never written: fresh memory
+    return CUDA_SUCCESS;
   }
   // Pinned, so it stays mapped while the copy runs without the lock; a
   // swap-in still copying its contents in is waited for first.
-  std::vector<CUevent> swap_ins;
   const CUstream swap_stream = DeviceState(b->device).swap_stream;
-  for (const auto& [stream, event] : b->uses) {
-    if (stream == swap_stream && swap_stream != nullptr) swap_ins.push_back(event);
+  std::vector<Use> copies;
+  for (Use& u : b->uses) {
+    if (swap_stream != nullptr && u.stream == swap_stream && !Observed(u)) copies.push_back(u);
   }
   ++b->pins;
   mu_.Unlock();
   CUresult r = CUDA_SUCCESS;
-  for (CUevent e : swap_ins) {
-    if (r == CUDA_SUCCESS) r = driver_->cuEventSynchronize(e);
+  for (const Use& u : copies) {
+    if (r == CUDA_SUCCESS) r = WaitForUse(u, swap_stream);
   }
   if (r == CUDA_SUCCESS) r = driver_->cuMemcpyDtoH_v2(dst, b->base + offset, bytes);
   mu_.Lock();
@@ -1135,16 +1530,20 @@ std::string MemoryManager::StatsText() const {
       "stensor: peak resident      %10.1f MiB\n"
       "stensor: swap-outs copied   %10u (%.1f MiB device->host)\n"
       "stensor: clean drops        %10u (%.1f MiB, no copy)\n"
+      "stensor: never-written drops %9u (%.1f MiB, no copy)\n"
       "stensor: swap-ins on demand %10u (%.1f MiB host->device)\n"
       "stensor: swap-ins, no copy  %10u (buffer overwritten whole)\n"
+      "stensor: swap-ins, never written %5u (no copy)\n"
       "stensor: reads from host    %10u (device->host copies served from the host copy)\n"
       "stensor: garbage released   %10u\n"
       "stensor: out of memory      %10u\n"
+      "stensor: driver errors      %10u (in the swap path, recovered or returned)\n"
       "stensor: host waited        %10.3f s\n%s",
       std::string(policy_->name()), mib(s.peak_resident_bytes), s.swap_outs_copied,
-      mib(s.bytes_copied_out), s.clean_drops, mib(s.bytes_dropped), s.swap_ins,
-      mib(s.bytes_copied_in), s.swap_ins_without_copy, s.reads_served_from_host,
-      s.garbage_released, s.ooms, s.host_wait_seconds,
+      mib(s.bytes_copied_out), s.clean_drops, mib(s.bytes_dropped), s.never_written_drops,
+      mib(s.bytes_never_written_dropped), s.swap_ins, mib(s.bytes_copied_in),
+      s.swap_ins_without_copy, s.swap_ins_never_written, s.reads_served_from_host,
+      s.garbage_released, s.ooms, s.driver_errors, s.host_wait_seconds,
       verifier_ == nullptr
           ? std::string()
           : absl::StrFormat("stensor: verified drops     %10u (STENSOR_VERIFY=%s)\n"

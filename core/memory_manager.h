@@ -13,11 +13,20 @@
 // device and host copies. A host copy whose version equals the device one is
 // current, so evicting that buffer costs no transfer.
 //
+// Every state change of a buffer (resident -> swapped out, back, garbage
+// released) makes its fallible driver calls first and commits the metadata
+// last, undoing what it did when a call fails: the buffer stays as it was
+// (resident, or swapped out with its current host copy), and a later
+// attempt starts afresh. Nothing is taken as complete that was not observed
+// complete: an event that could not be recorded, queried or synchronised
+// leaves its buffer "not known idle", so it is not evicted.
+//
 // Thread-safety: all methods are thread-safe. One mutex serialises the
 // manager's decisions and the driver calls they make (allocation, eviction,
 // swaps); launches of buffers already resident only record events. Waits
 // for the program's own work happen without the mutex, since that work may
-// depend on another thread's next launch.
+// depend on another thread's next launch. (Host waits for the swap stream
+// hold it: nothing on that stream waits for the program's work.)
 #ifndef STENSOR_CORE_MEMORY_MANAGER_H_
 #define STENSOR_CORE_MEMORY_MANAGER_H_
 
@@ -50,6 +59,13 @@ struct SwapStats {
   uint64_t swap_ins = 0;
   uint64_t bytes_copied_in = 0;  // host -> device
   uint64_t swap_ins_without_copy = 0;  // whole buffer about to be overwritten
+  // Buffers nothing has written since allocation (`version` only): evicted
+  // and brought back without any copy. Counted apart from the above.
+  uint64_t never_written_drops = 0;
+  uint64_t bytes_never_written_dropped = 0;
+  uint64_t swap_ins_never_written = 0;
+  // Swap-path driver calls that failed; each was undone or worked around.
+  uint64_t driver_errors = 0;
   uint64_t reads_served_from_host = 0;
   uint64_t garbage_released = 0;
   uint64_t ooms = 0;
@@ -164,9 +180,19 @@ class MemoryManager {
   // An operation whose accesses are unknown (a kernel the driver could not
   // describe, a graph launch) may have written any buffer: every host copy
   // is treated as stale from now on, so none is dropped as clean.
-  // Also, until it completed (an event on `stream`), no buffer of the current
-  // device counts as idle, so none is evicted under it.
+  // Also, until it completed (an event on `stream`, one per stream), no
+  // buffer of the current device counts as idle, so none is evicted under
+  // it, and with host-located VMM no swapped-out buffer's host copy is
+  // unmapped from its address under it. Counts as a write for the
+  // never-written tracking of every buffer it could have reached.
   void MarkAllWritten(CUstream stream) ABSL_LOCKS_EXCLUDED(mu_);
+  // Brackets the submission of such an operation: from BeginUnknown until
+  // EndUnknown (called after MarkAllWritten recorded its completion, or after
+  // the submission failed), no buffer of the current device counts as idle,
+  // so nothing is evicted between the launch and the record of its event.
+  // Returns the device for EndUnknown (-1 when none is current).
+  int BeginUnknown() ABSL_LOCKS_EXCLUDED(mu_);
+  void EndUnknown(int device) ABSL_LOCKS_EXCLUDED(mu_);
 
   // STENSOR_VERIFY: the kernel `kernel` (a name that outlives the manager)
   // was launched with these inferred accesses; a mismatch names the last
@@ -216,29 +242,59 @@ class MemoryManager {
  private:
   struct Buffer;
   struct Device;
+  struct Use;
 
   MemoryManager(const Config& config, const Driver* driver, LogSink log,
                 std::unique_ptr<EvictionPolicy> policy);
 
   Device& DeviceState(int ordinal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // S401-S405: frees device memory until `need` more bytes fit under the
-  // cap on `dev`. Buffers with pins > 0 are never chosen.
+  // cap on `dev`. Buffers with pins > 0 are never chosen. When no room can
+  // be made, CUDA_ERROR_OUT_OF_MEMORY, or the driver error that kept the
+  // last candidate from being evicted.
   CUresult MakeRoom(Device& dev, uint64_t need) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool DropOneClean(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool ReleaseGarbage(Device& dev, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The steps of MakeRoom. Each returns true when it made progress (or
+  // waited without the lock, so the caller must look again); a candidate
+  // that could not be evicted is skipped for the rest of the round and its
+  // error stored in `*error` (when not null).
+  bool DropOneClean(Device& dev, CUresult* error = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ReleaseGarbage(Device& dev, bool wait, CUresult* error = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool EvictByPolicy(Device& dev, uint64_t needed, CUresult* error = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases every freed buffer whose last use has completed.
   void CollectGarbage() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogOom(Device& dev, uint64_t need) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Device memory off a buffer's address (host copy mapped there instead,
-  // where that is supported).
-  void UnmapDevice(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MapHostAtBase(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RestoreFromHost(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool EvictByPolicy(Device& dev, uint64_t needed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the buffer's device copy may go without a transfer.
+  bool Droppable(const Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Physical memory. CreatePhysical charges it (evicting when the device
+  // itself is full); ReleasePhysical uncharges it once the driver released
+  // it, and keeps it (charged) for a retry when it did not.
+  CUresult CreatePhysical(Device& dev, uint64_t bytes,
+                          CUmemGenericAllocationHandle* handle)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleasePhysical(Device& dev, CUmemGenericAllocationHandle handle,
+                       uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RetryReleases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // cuMemMap + cuMemSetAccess for `device`, unmapping again when the access
+  // cannot be set. `*mapped` tells whether a mapping is left behind.
+  CUresult MapAt(CUdeviceptr va, uint64_t bytes, CUmemGenericAllocationHandle h,
+                 int device, bool* mapped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Physical memory for a buffer at its VA (S401/S402 with retries through
-  // MakeRoom when the device itself is full).
+  // the eviction loop when the device itself is full).
   CUresult MapDevice(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Device memory off a buffer's address, the host copy mapped there instead
+  // where that is supported. On failure the buffer stays resident.
+  CUresult UnmapDevice(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  CUresult MapHostAtBase(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The buffer is resident but its device memory does not hold its data
+  // (an overwrite that was not submitted, a failed swap-in copy that could
+  // not be undone): copies the host copy in, or swaps the buffer out again.
+  CUresult RestoreFromHost(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  CUresult EnsureSwapStream(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   CUresult SwapOut(Device& dev, Buffer& b, bool copy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CUresult SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -246,11 +302,30 @@ class MemoryManager {
   // STENSOR_VERIFY: whether a clean drop of `b` may go ahead (its device
   // contents equal the host copy); false means copy it instead.
   bool VerifiedClean(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReleaseBuffer(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool Idle(const Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Waits for the buffer's in-flight uses, releasing the mutex meanwhile:
-  // anything may have changed when it returns.
-  void WaitIdle(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ReleaseHostCopy(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unmaps and releases everything of a freed buffer and forgets it. False
+  // when a driver call failed: the buffer stays (garbage) for a retry, with
+  // the steps already done recorded.
+  bool ReleaseBuffer(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Uses and what has been observed of them.
+  void NoteUse(std::vector<Use>& uses, CUstream stream, int device)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Observed(Use& use) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A host wait for one use (no lock needed): its event, else the swap
+  // stream or the whole context, which cover it.
+  CUresult WaitForUse(const Use& use, CUstream swap_stream) const;
+  bool UnknownIdle(Device& dev) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Idle(Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits for the buffer's in-flight uses (with `own_uses`; always for the
+  // device's work of unknown accesses), releasing the mutex meanwhile:
+  // anything may have changed when it returns. An error when some use could
+  // not be observed complete.
+  CUresult WaitIdle(Buffer& b, bool own_uses = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes `consumer` wait for the swap stream's copies into `b`: on the
+  // device, or on the host where the device-side wait failed.
+  CUresult OrderAfterSwap(Device& dev, Buffer& b, CUstream consumer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records the buffer's last use on `stream` (one event per stream).
   void RecordUse(Buffer& b, CUstream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Charge(Device& dev, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -264,6 +339,8 @@ class MemoryManager {
   // Ends the charge of an app handle once nothing keeps its memory alive.
   void MaybeUnchargeApp(CUmemGenericAllocationHandle handle)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts a failed driver call of the swap path.
+  CUresult Failed(CUresult r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Log(std::string line) const;
 
   const Config config_;
@@ -285,6 +362,17 @@ class MemoryManager {
   bool warned_host_limit_ ABSL_GUARDED_BY(mu_) = false;
   int verify_warnings_ ABSL_GUARDED_BY(mu_) = 0;  // mismatches told on stderr
   uint64_t garbage_ ABSL_GUARDED_BY(mu_) = 0;  // freed buffers not yet released
+  // Eviction rounds: a buffer whose eviction failed in this round is not
+  // tried again in it (its driver call would likely fail again).
+  uint64_t round_ ABSL_GUARDED_BY(mu_) = 1;
+  // Physical memory the driver failed to release: (device, handle, bytes),
+  // still charged, released again by the next MakeRoom.
+  struct Unreleased {
+    int device;
+    CUmemGenericAllocationHandle handle;
+    uint64_t bytes;
+  };
+  std::vector<Unreleased> unreleased_ ABSL_GUARDED_BY(mu_);
   // External allocations: base -> (device, charged bytes).
   absl::flat_hash_map<uint64_t, std::pair<int, uint64_t>> external_ ABSL_GUARDED_BY(mu_);
   // The program's own device-located VMM handles (CreateAppMemory).

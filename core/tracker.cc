@@ -159,7 +159,15 @@ CUresult Tracker::BeginLaunch(CUfunction f, StreamRef stream, void** params,
     ExpandTables(stream, accesses);
   }
   if (!memory_) return CUDA_SUCCESS;
-  return memory_->Prepare(accesses->reads, {}, Handle(stream));
+  if (CUresult r = memory_->Prepare(accesses->reads, {}, Handle(stream)); r != CUDA_SUCCESS) {
+    return r;
+  }
+  // Accesses unknown: nothing is evicted from here until the launch's
+  // completion is recorded (EndLaunch).
+  if (!kernel->layout_known || accesses->unknown_tables) {
+    accesses->unknown_device = memory_->BeginUnknown();
+  }
+  return CUDA_SUCCESS;
 }
 
 void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
@@ -171,6 +179,7 @@ void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
     if (submitted && (!kernels_.Get(f)->layout_known || accesses.unknown_tables)) {
       memory_->MarkAllWritten(Handle(stream));
     }
+    memory_->EndUnknown(accesses.unknown_device);
     // Descriptions outlive the manager, so their names may be kept.
     if (submitted && memory_->verifying()) {
       memory_->NoteKernel(accesses.reads, accesses.writes, kernels_.Get(f)->demangled.c_str());
@@ -592,6 +601,12 @@ void Tracker::OnSync(const char* api, StreamRef stream) {
     line.Str("stream", StreamText(stream));
   }
   Log(line.Finish());
+}
+
+int Tracker::BeginUnknownLaunch() { return memory_ ? memory_->BeginUnknown() : -1; }
+
+void Tracker::EndUnknownLaunch(int device) {
+  if (memory_) memory_->EndUnknown(device);
 }
 
 void Tracker::OnGraphLaunch(const char* api, CUgraphExec graph,

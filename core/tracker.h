@@ -114,6 +114,10 @@ class Tracker {
   // A synchronisation that returned successfully.
   void OnSync(const char* api, StreamRef stream);
   void OnGraphLaunch(const char* api, CUgraphExec graph, StreamRef stream);
+  // Bracket the submission of an operation whose accesses are unknown (a
+  // graph launch): see MemoryManager::BeginUnknown.
+  int BeginUnknownLaunch();
+  void EndUnknownLaunch(int device);
 
   // Pointer tables (core/pointer_tables.h): kept while they matter, under a
   // cap or for the access log.

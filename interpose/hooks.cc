@@ -675,7 +675,14 @@ PAIR(cuLaunchCooperativeKernel, _ptsz,
      Cooperative(kApi, real, f, gx, gy, gz, bx, by, bz, shmem, s, params, kPerThread))
 // Graphs are only logged for now: their kernels' accesses are not inferred.
 PAIR(cuGraphLaunch, _ptsz, (CUgraphExec g, CUstream s),
-     CallThen(real, [&] { T().OnGraphLaunch(kApi, g, StreamRef{s, kPerThread}); }, g, s))
+     [&] {
+       if (real == nullptr) return kMissing;
+       int held = T().BeginUnknownLaunch();  // nothing evicted under it meanwhile
+       CUresult r = real(g, s);
+       if (r == CUDA_SUCCESS) T().OnGraphLaunch(kApi, g, StreamRef{s, kPerThread});
+       T().EndUnknownLaunch(held);
+       return r;
+     }())
 
 // --- Synchronisation ------------------------------------------------------------
 ONE(cuCtxSynchronize, (void), Sync(kApi, real, StreamRef{}))
