@@ -1117,7 +1117,7 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
 
 bool MemoryManager::VerifiedClean(Device& dev, Buffer& b) {
   ++stats_.verify_checks;
-  Verifier::HostCopy host{b.host_handle != 0 ? b.host_va : 0, b.host_ptr};
+  Verifier::HostCopy host{b.has_vmm_host_copy() ? b.host_va : 0, b.host_ptr};
   auto start = std::chrono::steady_clock::now();
   Verifier::Result r =
       host.va == 0 && host.ptr == nullptr
