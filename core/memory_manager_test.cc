@@ -1459,6 +1459,33 @@ TEST_F(MemoryManagerTest, NoEvictionUnderPendingUnknownWorkOnAnyStream) {
   FreeAll(*mm, {a, b, c, d});
 }
 
+// Between the submission of an operation of unknown accesses and the
+// record of its completion (MarkAllWritten), BeginUnknown holds off every
+// eviction of the device: another thread's allocation waits for EndUnknown.
+TEST_F(MemoryManagerTest, NoEvictionWhileAnUnknownOperationIsBeingSubmitted) {
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c;
+  FillThree(*mm, &a, &b, &c);
+  const int device = mm->BeginUnknown();
+  ASSERT_EQ(device, 0);
+  ClearLog();
+  std::atomic<bool> ended{false};
+  std::thread submitter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ended.store(true);
+    mm->MarkAllWritten(nullptr);  // its completion, recorded
+    mm->EndUnknown(device);
+  });
+  CUdeviceptr d = Alloc(*mm, 4);
+  EXPECT_TRUE(ended.load()) << "evicted while an unknown operation was being submitted";
+  submitter.join();
+  // Every host copy distrusted: the eviction copies.
+  EXPECT_THAT(Records(), ::testing::Contains("swap_out:1"));
+  ExpectData(*mm, 1, a, 1);
+  FreeAll(*mm, {a, b, c, d});
+}
+
 struct Reader {
   CUdeviceptr address = 0;
   uint64_t want = 0;

@@ -70,7 +70,9 @@ class VerifierTest : public ::testing::Test {
   CUdeviceptr Device(const std::vector<unsigned char>& bytes) {
     CUdeviceptr p = 0;
     EXPECT_EQ(cuMemAlloc_v2(&p, std::max<size_t>(bytes.size(), 1)), CUDA_SUCCESS);
-    if (!bytes.empty()) EXPECT_EQ(cuMemcpyHtoD_v2(p, bytes.data(), bytes.size()), CUDA_SUCCESS);
+    if (!bytes.empty()) {
+      EXPECT_EQ(cuMemcpyHtoD_v2(p, bytes.data(), bytes.size()), CUDA_SUCCESS);
+    }
     device_.push_back(p);
     return p;
   }
