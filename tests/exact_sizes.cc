@@ -32,19 +32,12 @@
 
 #include <cuda.h>
 
+#include "tests/driver_check.h"
+
 namespace {
 
 int failures = 0;
 
-#define CHECK(call)                                                           \
-  do {                                                                        \
-    CUresult r_ = (call);                                                     \
-    if (r_ != CUDA_SUCCESS) {                                                 \
-      std::fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, \
-                   static_cast<int>(r_));                                     \
-      std::exit(1);                                                           \
-    }                                                                         \
-  } while (0)
 #define EXPECT_RC(call, want)                                                 \
   do {                                                                        \
     CUresult r_ = (call);                                                     \
@@ -414,12 +407,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: exact_sizes bounds|vmm|pin\n");
     return 2;
   }
-  CUdevice dev;
-  CUcontext ctx;
-  CHECK(cuInit(0));
-  CHECK(cuDeviceGet(&dev, 0));
-  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CHECK(cuCtxSetCurrent(ctx));
+  stensor_tests::StartOnDevice0();
+  CUcontext ctx = nullptr;
+  CHECK(cuCtxGetCurrent(&ctx));
   int rc = mode == "bounds" ? Bounds(ctx) : mode == "vmm" ? Vmm() : Pin();
   if (rc == 0) std::printf("ok\n");
   return rc;

@@ -18,14 +18,8 @@
 
 #include <cuda.h>
 
-#define CHECK(call)                                                         \
-  do {                                                                      \
-    CUresult r_ = (call);                                                   \
-    if (r_ != CUDA_SUCCESS) {                                               \
-      std::fprintf(stderr, "%s failed: %d\n", #call, static_cast<int>(r_)); \
-      return 1;                                                             \
-    }                                                                       \
-  } while (0)
+#include "tests/driver_check.h"
+
 
 int main(int argc, char** argv) {
   if (argc != 3) {
@@ -34,12 +28,7 @@ int main(int argc, char** argv) {
   }
   constexpr size_t kBig = 2u << 20;
   constexpr int kN = kBig / sizeof(float);
-  CUdevice dev;
-  CUcontext ctx;
-  CHECK(cuInit(0));
-  CHECK(cuDeviceGet(&dev, 0));
-  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CHECK(cuCtxSetCurrent(ctx));
+  stensor_tests::StartOnDevice0();
 
   CUdeviceptr x, y, z, out;
   CHECK(cuMemAlloc(&x, kBig));

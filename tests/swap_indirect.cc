@@ -13,14 +13,8 @@
 
 #include <cuda.h>
 
-#define CHECK(call)                                                   \
-  do {                                                                \
-    CUresult r_ = (call);                                             \
-    if (r_ != CUDA_SUCCESS) {                                         \
-      std::fprintf(stderr, "%s failed: %d\n", #call, static_cast<int>(r_)); \
-      return 1;                                                       \
-    }                                                                 \
-  } while (0)
+#include "tests/driver_check.h"
+
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -28,14 +22,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   constexpr size_t kBig = 2u << 20;
-  CUdevice dev;
-  CUcontext ctx;
   CUmodule module;
   CUfunction load;
-  CHECK(cuInit(0));
-  CHECK(cuDeviceGet(&dev, 0));
-  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CHECK(cuCtxSetCurrent(ctx));
+  const CUdevice dev = stensor_tests::StartOnDevice0();
   CHECK(cuModuleLoad(&module, argv[1]));
   CHECK(cuModuleGetFunction(&load, module, "_ZN5testk13load_indirectEPKPKfPf"));
 

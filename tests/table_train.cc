@@ -21,19 +21,10 @@
 
 #include <cuda.h>
 
+#include "tests/driver_check.h"
+
 namespace {
 
-#define CHECK(call)                                                        \
-  do {                                                                     \
-    CUresult r_ = (call);                                                  \
-    if (r_ != CUDA_SUCCESS) {                                              \
-      const char* name_ = nullptr;                                         \
-      cuGetErrorName(r_, &name_);                                          \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, \
-                   name_ ? name_ : "?");                                   \
-      std::exit(1);                                                        \
-    }                                                                      \
-  } while (0)
 
 constexpr size_t kBuf = 2u << 20;                  // one VMM granule
 constexpr int kFloats = kBuf / sizeof(float);
@@ -92,12 +83,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  CUdevice dev;
-  CUcontext ctx;
-  CHECK(cuInit(0));
-  CHECK(cuDeviceGet(&dev, 0));
-  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CHECK(cuCtxSetCurrent(ctx));
+  stensor_tests::StartOnDevice0();
   const Kernels k = Load(argv[1]);
   CUstream a, b;
   CHECK(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));

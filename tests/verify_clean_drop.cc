@@ -14,14 +14,8 @@
 
 #include <cuda.h>
 
-#define CHECK(call)                                                         \
-  do {                                                                      \
-    CUresult r_ = (call);                                                   \
-    if (r_ != CUDA_SUCCESS) {                                               \
-      std::fprintf(stderr, "%s failed: %d\n", #call, static_cast<int>(r_)); \
-      return 1;                                                             \
-    }                                                                       \
-  } while (0)
+#include "tests/driver_check.h"
+
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -30,14 +24,9 @@ int main(int argc, char** argv) {
   }
   constexpr size_t kBig = 2u << 20;
   int n = kBig / sizeof(float);
-  CUdevice dev;
-  CUcontext ctx;
   CUmodule module;
   CUfunction scale;
-  CHECK(cuInit(0));
-  CHECK(cuDeviceGet(&dev, 0));
-  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CHECK(cuCtxSetCurrent(ctx));
+  stensor_tests::StartOnDevice0();
   CHECK(cuModuleLoad(&module, argv[1]));
   CHECK(cuModuleGetFunction(&scale, module, "_ZN5lying14scale_in_placeEPKffi"));
 
