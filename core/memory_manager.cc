@@ -107,6 +107,7 @@ struct MemoryManager::Device {
   // they completed, no buffer of this device counts as idle.
   std::vector<Use> unknown;
   int unknown_submitting = 0;  // such operations being submitted right now
+  std::vector<Use> swap_marks;  // one: the swap stream's latest point, for them
   uint64_t cap = 0;
   uint64_t used = 0;
   uint64_t granularity = 0;
@@ -500,15 +501,10 @@ CUresult MemoryManager::FreeAsync(CUdeviceptr base, CUstream stream) {
   if (it == by_base_.end()) return CUDA_ERROR_INVALID_VALUE;
   Buffer& b = *it->second;
   if (b.garbage) return CUDA_ERROR_INVALID_VALUE;  // freed twice
-  // The free's place in `stream`: a use recorded there. Without one the
-  // free falls back to waiting for the stream, which is also stream order;
-  // if even that cannot be observed, the buffer stays allocated.
+  // The free's place in `stream`: a use recorded there.
+  // A use that could not be recorded is not idle until a host wait for the
+  // stream (or the context) has observed it (WaitForUse): still stream order.
   NoteUse(b.uses, stream, b.device);
-  for (Use& u : b.uses) {
-    if (u.stream != stream || u.recorded) continue;
-    if (CUresult w = Failed(driver_->cuStreamSynchronize(stream)); w != CUDA_SUCCESS) return w;
-    u.done = true;
-  }
   b.garbage = true;
   // A release the driver refused is retried as garbage.
   if (b.pins > 0 || !Idle(b) || !ReleaseBuffer(DeviceState(b.device), b)) {
@@ -611,7 +607,9 @@ bool MemoryManager::PinExportedHandle(CUmemGenericAllocationHandle handle,
   for (auto& [base, b] : by_base_) {
     // A handle is only ever the current device memory of a resident buffer.
     if (b->vmm && b->device_handle == handle && handle != 0) {
-      PinLocked(*b, api);  // resident already: cannot fail
+      // Resident already; a failure (a stale device copy not restored) is
+      // still a pin, retried by the next pinning call.
+      (void)PinLocked(*b, api);
       return true;
     }
   }
@@ -1374,11 +1372,22 @@ void MemoryManager::Finish(absl::Span<const uint64_t> ids,
   }
 }
 
-int MemoryManager::BeginUnknown() {
+int MemoryManager::BeginUnknown(CUstream stream) {
   CUdevice ordinal = 0;
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return -1;
   absl::MutexLock lock(&mu_);
-  ++DeviceState(ordinal).unknown_submitting;
+  Device& dev = DeviceState(ordinal);
+  ++dev.unknown_submitting;
+  if (dev.swap_stream != nullptr) {
+    // After every swap-in copy in flight: on the device, else on the host
+    // (finite: nothing on the swap stream waits for the program's work).
+    NoteUse(dev.swap_marks, dev.swap_stream, ordinal);
+    const Use& mark = dev.swap_marks.front();
+    if (!mark.recorded ||
+        Failed(driver_->cuStreamWaitEvent(stream, mark.event, 0)) != CUDA_SUCCESS) {
+      (void)Failed(driver_->cuStreamSynchronize(dev.swap_stream));
+    }
+  }
   return ordinal;
 }
 
@@ -1473,9 +1482,19 @@ CUresult MemoryManager::ReadBack(uint64_t id, uint64_t offset, void* dst, uint64
       std::memcpy(dst, static_cast<char*>(b->host_ptr) + offset, bytes);
       return CUDA_SUCCESS;
     }
-    if (b->has_vmm_host_copy()) return driver_->cuMemcpyDtoH_v2(dst, b->host_va + offset, bytes);
-    std::memset(dst, 0, bytes);  // dropped never written: fresh memory
-    return CUDA_SUCCESS;
+    if (!b->has_vmm_host_copy()) {
+      std::memset(dst, 0, bytes);  // dropped never written: fresh memory
+      return CUDA_SUCCESS;
+    }
+    // A synchronous copy waits for the program's blocking streams: never
+    // under the lock. The pin keeps the host copy where it is.
+    const CUdeviceptr from = b->host_va + offset;
+    ++b->pins;
+    mu_.Unlock();
+    CUresult r = driver_->cuMemcpyDtoH_v2(dst, from, bytes);
+    mu_.Lock();
+    --b->pins;
+    return r;
   }
   // Pinned, so it stays mapped while the copy runs without the lock; a
   // swap-in still copying its contents in is waited for first.
@@ -1496,12 +1515,9 @@ CUresult MemoryManager::ReadBack(uint64_t id, uint64_t offset, void* dst, uint64
   return r;
 }
 
-bool MemoryManager::SwappedOutStaysMapped() {
-  CUdevice ordinal = 0;
-  if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return false;
-  absl::MutexLock lock(&mu_);
-  return DeviceState(ordinal).host_vmm;
-}
+bool MemoryManager::Readable(const Buffer& b) { return b.resident() || b.host_at_base; }
+
+bool MemoryManager::HostVmm(int device) { return DeviceState(device).host_vmm; }
 
 bool MemoryManager::IsSwappable(const Buffer& b, int device) {
   return b.vmm && !b.garbage && b.id != 0 && b.device == device;

@@ -191,7 +191,9 @@ class MemoryManager {
   // the submission failed), no buffer of the current device counts as idle,
   // so nothing is evicted between the launch and the record of its event.
   // Returns the device for EndUnknown (-1 when none is current).
-  int BeginUnknown() ABSL_LOCKS_EXCLUDED(mu_);
+  // `stream`, which will run it, is also ordered after every swap-in copy
+  // still in flight on the device (the operation may read those buffers).
+  int BeginUnknown(CUstream stream) ABSL_LOCKS_EXCLUDED(mu_);
   void EndUnknown(int device) ABSL_LOCKS_EXCLUDED(mu_);
 
   // STENSOR_VERIFY: the kernel `kernel` (a name that outlives the manager)
@@ -214,19 +216,19 @@ class MemoryManager {
   CUresult ReadBack(uint64_t id, uint64_t offset, void* dst, uint64_t bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Whether a swapped-out buffer of the current device stays readable at
-  // its address (host-located VMM): then an access stensor cannot see reads
-  // the host copy instead of faulting.
-  bool SwappedOutStaysMapped() ABSL_LOCKS_EXCLUDED(mu_);
-  // Appends the ids of every swappable buffer of the current device: for an
-  // operation that may touch any of them where they would fault otherwise.
+  // Appends the ids of the swappable buffers of the current device whose
+  // address a kernel stensor cannot see into could fault on: without
+  // host-located VMM every one (any could be evicted before the kernel
+  // runs), with it those swapped out whose host copy is not mapped at their
+  // address (after a failed mapping). For an operation that may touch any.
   template <typename Ids>
-  void AppendSwappable(Ids* ids) ABSL_LOCKS_EXCLUDED(mu_) {
+  void AppendUnreadable(Ids* ids) ABSL_LOCKS_EXCLUDED(mu_) {
     CUdevice ordinal = 0;
     if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return;
     absl::MutexLock lock(&mu_);
+    const bool all = !HostVmm(ordinal);
     for (const auto& [base, b] : by_base_) {
-      if (IsSwappable(*b, ordinal)) ids->push_back(BufferId(*b));
+      if (IsSwappable(*b, ordinal) && (all || !Readable(*b))) ids->push_back(BufferId(*b));
     }
   }
 
@@ -331,6 +333,9 @@ class MemoryManager {
   void Charge(Device& dev, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Buffer* ById(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static bool IsSwappable(const Buffer& b, int device);
+  bool HostVmm(int device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Resident, or swapped out with its host copy mapped at its address.
+  static bool Readable(const Buffer& b);
   static uint64_t BufferId(const Buffer& b);
   // The VMM buffer whose reserved range contains addr, or null.
   Buffer* Containing(uint64_t addr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

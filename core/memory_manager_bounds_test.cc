@@ -317,9 +317,16 @@ TEST_F(BoundsTest, FreeAsyncOfAnIdleBufferReleasesAtOnce) {
   ASSERT_CU(cuCtxSynchronize());
   EXPECT_EQ(FreeBytes(*mm), kCap - kGranule);
   EXPECT_FALSE(mm->Owns(a));
+  // A free whose place in the stream could not be recorded is still in
+  // stream order: released only once a host wait observed the stream (here
+  // when its room is needed), and never waited for under the manager's lock.
   fakecuda_fail_call("cuEventRecord", 1, CUDA_ERROR_UNKNOWN);
   ASSERT_CU(mm->FreeAsync(b, nullptr));
-  EXPECT_FALSE(mm->Owns(b));
+  EXPECT_EQ(mm->FreeAsync(b, nullptr), CUDA_ERROR_INVALID_VALUE);  // freed already
+  CUdeviceptr c = Alloc(*mm, 3, kCap);  // all of the cap: b's room too
+  ASSERT_NE(c, 0u);
+  EXPECT_EQ(FreeBytes(*mm), 0u);
+  ASSERT_CU(mm->Free(c));
   EXPECT_EQ(FreeBytes(*mm), kCap);
 }
 

@@ -1467,7 +1467,7 @@ TEST_F(MemoryManagerTest, NoEvictionWhileAnUnknownOperationIsBeingSubmitted) {
   ASSERT_NE(mm, nullptr);
   CUdeviceptr a, b, c;
   FillThree(*mm, &a, &b, &c);
-  const int device = mm->BeginUnknown();
+  const int device = mm->BeginUnknown(nullptr);
   ASSERT_EQ(device, 0);
   ClearLog();
   std::atomic<bool> ended{false};

@@ -41,7 +41,20 @@ void PointerTables::Prune(uint64_t id) {
 }
 
 void PointerTables::Publish() {
+  ++changes_;
   tables_.store(by_id_.size(), std::memory_order_release);
+}
+
+uint64_t PointerTables::Changes() const {
+  absl::MutexLock lock(&mu_);
+  return changes_;
+}
+
+void PointerTables::MarkAllStale() {
+  if (empty()) return;
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, t] : by_id_) t.stale = true;
+  Publish();
 }
 
 size_t PointerTables::OnHostWrite(const Buffer& table, uint64_t dst, const void* src,
@@ -74,7 +87,9 @@ void PointerTables::OnDeviceCopy(const Buffer& to, uint64_t dst, const Buffer* f
   // Device data of unknown make may hold pointers the device wrote.
   const bool source_unknown = !from_table || from_it->second.stale;
   std::map<uint64_t, uint64_t> carried;
-  if (from_table) {
+  // Entries shifted off 8-byte alignment are no pointers a kernel reads.
+  const bool aligned = (dst - src) % 8 == 0;
+  if (from_table && aligned) {
     const auto& e = from_it->second.entries;
     for (auto it = e.lower_bound(src); it != e.end() && it->first - src < bytes; ++it) {
       carried[it->first - src + dst] = it->second;
@@ -90,7 +105,7 @@ void PointerTables::OnDeviceCopy(const Buffer& to, uint64_t dst, const Buffer* f
   t.entries.merge(carried);
   // A table overwritten with device data of unknown make (it may hold
   // pointers the device wrote) stays a table, of unknown contents.
-  if (source_unknown) t.stale = true;
+  if (source_unknown || (from_table && !aligned)) t.stale = true;
   Prune(to.id);
   Publish();
 }
@@ -109,10 +124,14 @@ void PointerTables::OnClear(const Buffer& table, uint64_t dst, uint64_t bytes) {
 void PointerTables::OnDeviceWrite(absl::Span<const uint64_t> ids) {
   if (empty()) return;
   absl::MutexLock lock(&mu_);
+  bool changed = false;
   for (uint64_t id : ids) {
     auto it = by_id_.find(id);
-    if (it != by_id_.end()) it->second.stale = true;
+    if (it == by_id_.end()) continue;
+    it->second.stale = true;
+    changed = true;
   }
+  if (changed) Publish();
 }
 
 void PointerTables::OnFree(uint64_t id) {
@@ -122,17 +141,26 @@ void PointerTables::OnFree(uint64_t id) {
   Publish();
 }
 
-size_t PointerTables::Rescan(const Buffer& table, const void* data,
+size_t PointerTables::Rescan(const Buffer& table, const void* data, uint64_t since,
                              const BufferRegistry& registry) {
   Table scanned;
   size_t found = Scan(scanned, table.base, static_cast<const unsigned char*>(data),
                       table.size, registry);
+  scanned.base = table.base;
   absl::MutexLock lock(&mu_);
-  if (found == 0) {
-    by_id_.erase(table.id);
-  } else {
-    scanned.base = table.base;
-    by_id_[table.id] = std::move(scanned);
+  auto it = by_id_.find(table.id);
+  if (changes_ == since) {
+    if (found == 0) {
+      by_id_.erase(table.id);
+    } else {
+      by_id_[table.id] = std::move(scanned);
+    }
+  } else if (it != by_id_.end()) {
+    // Newer entries win over what was read; nothing is vouched for.
+    it->second.entries.merge(scanned.entries);
+  } else if (found > 0) {
+    scanned.stale = true;
+    by_id_.emplace(table.id, std::move(scanned));
   }
   Publish();
   return found;

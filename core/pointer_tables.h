@@ -62,10 +62,18 @@ class PointerTables {
   void OnDeviceWrite(absl::Span<const uint64_t> ids) ABSL_LOCKS_EXCLUDED(mu_);
   void OnFree(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The whole contents of `table` as read back from the device: entries
-  // replaced, stale no more. Returns the number of entries.
-  size_t Rescan(const Buffer& table, const void* data,
+  // The whole contents of `table` as read back from the device, read after
+  // Changes() returned `since`: entries replaced, stale no more. If any
+  // table changed meanwhile (a host copy or kernel submitted during the
+  // read-back), what was read may be older than what is recorded: the
+  // entries found are added to the table's, which stays as stale as it was.
+  // Returns the number of entries found.
+  size_t Rescan(const Buffer& table, const void* data, uint64_t since,
                 const BufferRegistry& registry) ABSL_LOCKS_EXCLUDED(mu_);
+  // Counts every change to any table.
+  uint64_t Changes() const ABSL_LOCKS_EXCLUDED(mu_);
+  // An operation whose accesses are unknown may have rewritten any table.
+  void MarkAllStale() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The state of buffer `id`; for kKnown and kStale, appends the entries'
   // distinct words to `words` (kStale: what it held last, still worth
@@ -106,6 +114,7 @@ class PointerTables {
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, Table> by_id_ ABSL_GUARDED_BY(mu_);
+  uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<size_t> tables_{0};
 };
 

@@ -102,7 +102,7 @@ TEST_F(PointerTablesTest, ADeviceWriteMakesEntriesStaleUntilReadBack) {
   // Read back whole: known again, with what the device holds now.
   std::vector<uint64_t> device(table_.size / 8, 0);
   device[5] = other_.base + 16;
-  EXPECT_EQ(tables_.Rescan(table_, device.data(), registry_), 1u);
+  EXPECT_EQ(tables_.Rescan(table_, device.data(), tables_.Changes(), registry_), 1u);
   EXPECT_EQ(Words(table_.id, &state), (std::vector<uint64_t>{other_.base + 16}));
   EXPECT_EQ(state, State::kKnown);
   // A whole-buffer host write is as good.
@@ -170,6 +170,42 @@ TEST_F(PointerTablesTest, ACopyFromAStaleTableIsStale) {
   tables_.OnDeviceCopy(other_, other_.base, &table_, table_.base, 8);
   State state;
   EXPECT_EQ(Words(other_.id, &state), (std::vector<uint64_t>{a_.base}));
+  EXPECT_EQ(state, State::kStale);
+}
+
+// A read-back races with a host copy submitted meanwhile (another stream,
+// another thread): what it read may be older, so the newer entries stay and
+// nothing is vouched for.
+TEST_F(PointerTablesTest, ARescanOlderThanAChangeKeepsTheNewerEntries) {
+  uint64_t host[1] = {a_.base};
+  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), registry_);
+  tables_.OnDeviceWrite({table_.id});
+  const uint64_t since = tables_.Changes();
+  uint64_t newer[1] = {b_.base};  // submitted during the read-back
+  tables_.OnHostWrite(table_, table_.base + 8, newer, sizeof(newer), registry_);
+  std::vector<uint64_t> device(table_.size / 8, 0);
+  device[2] = other_.base;  // what the device held when read
+  tables_.Rescan(table_, device.data(), since, registry_);
+  State state;
+  EXPECT_EQ(Words(table_.id, &state), (std::vector<uint64_t>{a_.base, b_.base, other_.base}));
+  EXPECT_EQ(state, State::kStale);
+}
+
+TEST_F(PointerTablesTest, UnknownWorkMakesEveryTableStale) {
+  uint64_t host[1] = {a_.base};
+  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), registry_);
+  tables_.OnHostWrite(other_, other_.base, host, sizeof(host), registry_);
+  tables_.MarkAllStale();
+  EXPECT_EQ(tables_.Get(table_.id, nullptr, nullptr), State::kStale);
+  EXPECT_EQ(tables_.Get(other_.id, nullptr, nullptr), State::kStale);
+}
+
+TEST_F(PointerTablesTest, AMisalignedDeviceCopyCarriesNoEntries) {
+  uint64_t host[2] = {a_.base, b_.base};
+  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), registry_);
+  tables_.OnDeviceCopy(other_, other_.base + 4, &table_, table_.base, 16);
+  State state;
+  EXPECT_TRUE(Words(other_.id, &state).empty());
   EXPECT_EQ(state, State::kStale);
 }
 

@@ -165,7 +165,7 @@ CUresult Tracker::BeginLaunch(CUfunction f, StreamRef stream, void** params,
   // Accesses unknown: nothing is evicted from here until the launch's
   // completion is recorded (EndLaunch).
   if (!kernel->layout_known || accesses->unknown_tables) {
-    accesses->unknown_device = memory_->BeginUnknown();
+    accesses->unknown_device = memory_->BeginUnknown(Handle(stream));
   }
   return CUDA_SUCCESS;
 }
@@ -186,8 +186,10 @@ void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
     }
   }
   if (!submitted) return;
-  // A kernel may rewrite the pointers of any table it writes.
+  // A kernel may rewrite the pointers of any table it writes; one whose
+  // accesses are unknown, those of any table.
   tables_.OnDeviceWrite(accesses.writes);
+  if (!kernels_.Get(f)->layout_known || accesses.unknown_tables) tables_.MarkAllStale();
   Count(OpType::kLaunch);
   if (!log_) return;
   const KernelInfo* kernel = kernels_.Get(f);
@@ -280,6 +282,12 @@ void Tracker::ExpandTables(StreamRef stream, Accesses* a) {
     }
     level = std::move(next);
   }
+  // Targets deeper than followed may be tables too.
+  if (!level.empty() && !tables_.empty()) {
+    found.clear();
+    tables_.Collect(level, &found);
+    if (!found.empty()) a->unknown_tables = true;
+  }
   // Tables outside tracked buffers: memory the driver can describe (pinned
   // or registered host memory, device memory stensor does not track) is
   // read; anything else is memory nobody knows.
@@ -293,29 +301,46 @@ void Tracker::ExpandTables(StreamRef stream, Accesses* a) {
     absl::InlinedVector<uint64_t, 8> ignored;  // targets of host tables: one level
     if (!words.empty()) add_refs(0, p.pointees != Pointees::kConst, &ignored);
   }
-  // A table nobody can read: where a swapped-out buffer's address would
-  // fault, everything the kernel might reach comes in first (the launch
-  // fails with out of memory if that does not fit under the cap); the
-  // rest of the care is MarkAllWritten's (EndLaunch).
-  if (a->unknown_tables && memory_ && !memory_->SwappedOutStaysMapped()) {
+  // A table nobody can read: every buffer whose address would fault if
+  // the kernel reached it comes in first (without host-located VMM, every
+  // swappable one, since any could be evicted before the launch; the launch
+  // fails with out of memory if that does not fit under the cap); the rest
+  // of the care is BeginUnknown's and MarkAllWritten's.
+  if (a->unknown_tables && memory_) {
     const size_t before = a->reads.size();
-    memory_->AppendSwappable(&a->reads);
+    memory_->AppendUnreadable(&a->reads);
     a->writes.insert(a->writes.end(), a->reads.begin() + before, a->reads.end());
   }
+}
+
+bool Tracker::WaitForTableWriters(StreamRef stream) {
+  // A stream being captured into a graph cannot be waited for (and a wait
+  // would invalidate the capture): the table stays unknown.
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (driver_->cuStreamIsCapturing != nullptr &&
+      (driver_->cuStreamIsCapturing(Handle(stream), &capture) != CUDA_SUCCESS ||
+       capture != CU_STREAM_CAPTURE_STATUS_NONE)) {
+    return false;
+  }
+  // Whatever wrote the table may have run on any stream: all of it.
+  return driver_->cuCtxSynchronize() == CUDA_SUCCESS;
 }
 
 bool Tracker::ReadBackTable(const Buffer& table, StreamRef stream,
                             std::vector<uint64_t>* words) {
   if (!memory_ || table.size > kMaxTableReadBack) return false;
-  // The launch stream's earlier work (and what it waits for) wrote it.
-  if (driver_->cuStreamSynchronize(Handle(stream)) != CUDA_SUCCESS) return false;
+  const uint64_t since = tables_.Changes();
+  if (!WaitForTableWriters(stream)) return false;
   std::vector<unsigned char> data(table.size);
   CUresult r = memory_->ReadBack(table.id, 0, data.data(), data.size());
   if (r == CUDA_ERROR_NOT_FOUND) {  // not the manager's: never swapped
     r = driver_->cuMemcpyDtoH_v2(data.data(), table.base, data.size());
   }
   if (r != CUDA_SUCCESS) return false;
-  tables_.Rescan(table, data.data(), registry_);
+  // Freed meanwhile (another thread): nothing to remember.
+  std::optional<Buffer> live = registry_.Find(table.base);
+  if (!live || live->id != table.id) return false;
+  tables_.Rescan(table, data.data(), since, registry_);
   words->clear();
   tables_.Get(table.id, words, nullptr);
   if (log_) {
@@ -368,7 +393,7 @@ bool Tracker::ScanHostTable(uint64_t addr, StreamRef stream, std::vector<uint64_
   }
   // The kernel may index from the start of the allocation.
   if (bytes == 0 || bytes > kMaxTableReadBack) return false;
-  if (driver_->cuStreamSynchronize(Handle(stream)) != CUDA_SUCCESS) return false;
+  if (!WaitForTableWriters(stream)) return false;
   std::vector<uint64_t> data(bytes / 8);
   if (host) {
     // Device-mapped host memory (unified addressing: the same address).
@@ -603,7 +628,9 @@ void Tracker::OnSync(const char* api, StreamRef stream) {
   Log(line.Finish());
 }
 
-int Tracker::BeginUnknownLaunch() { return memory_ ? memory_->BeginUnknown() : -1; }
+int Tracker::BeginUnknownLaunch(StreamRef stream) {
+  return memory_ ? memory_->BeginUnknown(Handle(stream)) : -1;
+}
 
 void Tracker::EndUnknownLaunch(int device) {
   if (memory_) memory_->EndUnknown(device);
@@ -612,6 +639,7 @@ void Tracker::EndUnknownLaunch(int device) {
 void Tracker::OnGraphLaunch(const char* api, CUgraphExec graph,
                             StreamRef stream) {
   Count(OpType::kGraphLaunch);
+  tables_.MarkAllStale();  // its kernels and copies are not broken out yet
   if (memory_) memory_->MarkAllWritten(Handle(stream));  // kernels not inferred yet
   if (!log_) return;
   Log(JsonLine()

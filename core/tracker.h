@@ -116,7 +116,7 @@ class Tracker {
   void OnGraphLaunch(const char* api, CUgraphExec graph, StreamRef stream);
   // Bracket the submission of an operation whose accesses are unknown (a
   // graph launch): see MemoryManager::BeginUnknown.
-  int BeginUnknownLaunch();
+  int BeginUnknownLaunch(StreamRef stream);
   void EndUnknownLaunch(int device);
 
   // Pointer tables (core/pointer_tables.h): kept while they matter, under a
@@ -176,6 +176,9 @@ class Tracker {
   // from the device after the launch stream's earlier work (under a cap
   // only). False when that cannot be done.
   bool ReadBackTable(const Buffer& table, StreamRef stream, std::vector<uint64_t>* words);
+  // Waits for all submitted work of the context, where that is allowed
+  // (not while `stream` is being captured).
+  bool WaitForTableWriters(StreamRef stream);
   // The words of the allocation at `addr` that a kernel reads as a table
   // though stensor does not track it (pinned or registered host memory,
   // untracked device memory), after the stream's earlier work; under a cap

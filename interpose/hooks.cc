@@ -677,7 +677,8 @@ PAIR(cuLaunchCooperativeKernel, _ptsz,
 PAIR(cuGraphLaunch, _ptsz, (CUgraphExec g, CUstream s),
      [&] {
        if (real == nullptr) return kMissing;
-       int held = T().BeginUnknownLaunch();  // nothing evicted under it meanwhile
+       // Nothing evicted under it meanwhile, ordered after swap-ins.
+       int held = T().BeginUnknownLaunch(StreamRef{s, kPerThread});
        CUresult r = real(g, s);
        if (r == CUDA_SUCCESS) T().OnGraphLaunch(kApi, g, StreamRef{s, kPerThread});
        T().EndUnknownLaunch(held);
