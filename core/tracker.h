@@ -173,7 +173,7 @@ class Tracker {
   // launch touches (see BeginLaunch).
   void ExpandTables(StreamRef stream, Accesses* accesses);
   // The entries of `table`, whose contents stensor does not know, read back
-  // from the device after the launch stream's earlier work (under a cap
+  // from the device once all submitted work completed (under a cap
   // only). False when that cannot be done.
   bool ReadBackTable(const Buffer& table, StreamRef stream, std::vector<uint64_t>* words);
   // Waits for all submitted work of the context, where that is allowed
