@@ -32,6 +32,7 @@
 #include "core/driver.h"
 #include "core/memory_manager.h"
 #include "gmock/gmock.h"
+#include "core/memory_manager_testing.h"
 #include "gtest/gtest.h"
 #include "tests/fakecuda/fakecuda.h"
 
@@ -43,11 +44,9 @@ using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::testing::Not;
 
-#define ASSERT_CU(expr) ASSERT_EQ((expr), CUDA_SUCCESS) << #expr
-#define EXPECT_CU(expr) EXPECT_EQ((expr), CUDA_SUCCESS) << #expr
-
-constexpr uint64_t kGranule = uint64_t{2} << 20;
-constexpr uint64_t kCap = 3 * kGranule;  // "6MiB"
+using testing_support::HeldStream;
+using testing_support::kCap;
+using testing_support::kGranule;
 using Ids = std::vector<uint64_t>;
 
 std::string Summarize(const std::string& json) {
@@ -60,74 +59,16 @@ std::string Summarize(const std::string& json) {
   return out;
 }
 
-// A stream held by a host function until Open().
-class HeldStream {
- public:
-  HeldStream() {
-    EXPECT_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
-    EXPECT_CU(cuLaunchHostFunc(stream_, &HeldStream::Wait, this));
-  }
-  ~HeldStream() {
-    Open();
-    cuStreamSynchronize(stream_);
-    cuStreamDestroy_v2(stream_);
-  }
-  CUstream get() const { return stream_; }
-  void Open() { open_.store(true); }
-
- private:
-  static void CUDA_CB Wait(void* self) {
-    while (!static_cast<HeldStream*>(self)->open_.load()) std::this_thread::yield();
-  }
-  CUstream stream_ = nullptr;
-  std::atomic<bool> open_{false};
-};
-
-class BoundsTest : public ::testing::Test {
+class BoundsTest : public testing_support::FakeDeviceTest {
  protected:
-  void SetUp() override {
-    ASSERT_CU(cuInit(0));
-    ASSERT_CU(cuDeviceGet(&dev_, 0));
-    ASSERT_CU(cuDevicePrimaryCtxRetain(&ctx_, dev_));
-    ASSERT_CU(cuCtxSetCurrent(ctx_));
-    void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    ASSERT_NE(handle, nullptr) << dlerror();
-    ASSERT_GT(LoadDriver(handle, &dlsym, &driver_), 0);
-    baseline_ = fakecuda_used_bytes(0);
-    fakecuda_reset_peak_bytes(0);
-  }
-  void TearDown() override {
-    fakecuda_clear_failures();
-    cuCtxSynchronize();
-    EXPECT_EQ(fakecuda_used_bytes(0), baseline_) << "device memory left in use";
-    cuDevicePrimaryCtxRelease_v2(dev_);
-  }
-
   std::unique_ptr<MemoryManager> Make(const std::string& limit = "6MiB") {
-    std::map<std::string, std::string> env = {{"STENSOR_MEMORY_LIMIT", limit},
-                                              {"STENSOR_LOG_LEVEL", "error"}};
-    absl::StatusOr<Config> config = Config::Parse([&env](const char* name) -> const char* {
-      auto it = env.find(name);
-      return it == env.end() ? nullptr : it->second.c_str();
-    });
-    EXPECT_TRUE(config.ok()) << config.status();
-    if (!config.ok()) return nullptr;
-    return MemoryManager::Create(*config, &driver_, [this](std::string line) {
-      absl::MutexLock lock(&log_mu_);
-      lines_.push_back(std::move(line));
-    });
+    return MakeManager({{"STENSOR_MEMORY_LIMIT", limit}, {"STENSOR_LOG_LEVEL", "error"}});
   }
   std::vector<std::string> Records() {
-    absl::MutexLock lock(&log_mu_);
     std::vector<std::string> out;
-    for (const std::string& line : lines_) out.push_back(Summarize(line));
+    for (const std::string& line : Lines()) out.push_back(Summarize(line));
     return out;
   }
-  void ClearLog() {
-    absl::MutexLock lock(&log_mu_);
-    lines_.clear();
-  }
-
   CUdeviceptr Alloc(MemoryManager& mm, uint64_t id, uint64_t bytes = kGranule) {
     CUdeviceptr p = 0;
     EXPECT_CU(mm.Allocate(bytes, &p));
@@ -164,9 +105,6 @@ class BoundsTest : public ::testing::Test {
     mm.MemInfo(0, &free_bytes, &total);
     return free_bytes;
   }
-  size_t Used() const { return fakecuda_used_bytes(0) - baseline_; }
-  size_t Peak() const { return fakecuda_peak_bytes(0) - baseline_; }
-
   // The program's own device memory: cuMemCreate through the manager.
   CUmemGenericAllocationHandle Create(MemoryManager& mm, CUresult want = CUDA_SUCCESS,
                                       CUmemLocationType where = CU_MEM_LOCATION_TYPE_DEVICE) {
@@ -178,13 +116,6 @@ class BoundsTest : public ::testing::Test {
     EXPECT_EQ(mm.CreateAppMemory(&h, kGranule, &prop, 0), want);
     return h;
   }
-
-  CUdevice dev_ = 0;
-  CUcontext ctx_ = nullptr;
-  Driver driver_;
-  size_t baseline_ = 0;
-  absl::Mutex log_mu_;
-  std::vector<std::string> lines_ ABSL_GUARDED_BY(log_mu_);
 };
 
 // --- Exact sizes ---------------------------------------------------------------

@@ -65,6 +65,7 @@
 #include "core/config.h"
 #include "core/driver.h"
 #include "gmock/gmock.h"
+#include "core/memory_manager_testing.h"
 #include "gtest/gtest.h"
 #include "tests/fakecuda/fakecuda.h"
 
@@ -74,11 +75,10 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
-#define ASSERT_CU(expr) ASSERT_EQ((expr), CUDA_SUCCESS) << #expr
-#define EXPECT_CU(expr) EXPECT_EQ((expr), CUDA_SUCCESS) << #expr
+using testing_support::HeldStream;
+using testing_support::kCap;
+using testing_support::kGranule;
 
-constexpr uint64_t kGranule = uint64_t{2} << 20;  // the fake's granularity
-constexpr uint64_t kCap = 3 * kGranule;           // "6MiB"
 constexpr size_t kWords = kGranule / sizeof(uint64_t);
 
 using Ids = std::vector<uint64_t>;
@@ -104,38 +104,6 @@ std::string Mismatch(const std::vector<uint64_t>& got, uint64_t seed) {
   return "";
 }
 
-// A non-blocking stream held by a host function until Open() (the Gate of
-// tests/fakecuda/fakecuda_test.cc): work queued on it stays in flight
-// without relying on timing. The destructor opens it and waits for it, so a
-// test that stops early cannot leave the stream spinning.
-class HeldStream {
- public:
-  HeldStream() {
-    EXPECT_EQ(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-    EXPECT_EQ(cuLaunchHostFunc(stream_, &HeldStream::Wait, this),
-              CUDA_SUCCESS);
-  }
-  ~HeldStream() {
-    Open();
-    cuStreamSynchronize(stream_);
-    cuStreamDestroy_v2(stream_);
-  }
-  HeldStream(const HeldStream&) = delete;
-  HeldStream& operator=(const HeldStream&) = delete;
-
-  CUstream get() const { return stream_; }
-  void Open() { open_.store(true); }
-
- private:
-  static void CUDA_CB Wait(void* self) {
-    auto* held = static_cast<HeldStream*>(self);
-    while (!held->open_.load()) std::this_thread::yield();
-  }
-
-  CUstream stream_ = nullptr;
-  std::atomic<bool> open_{false};
-};
-
 // One record in short form: type, id, and for swap_in whether it copied.
 std::string Summarize(const std::string& json) {
   static const std::regex kType("\"type\":\"([a-z_]+)\"");
@@ -151,53 +119,18 @@ std::string Summarize(const std::string& json) {
   return out;
 }
 
-class MemoryManagerTest : public ::testing::Test {
+class MemoryManagerTest : public testing_support::FakeDeviceTest {
  protected:
-  void SetUp() override {
-    ASSERT_CU(cuInit(0));
-    ASSERT_CU(cuDeviceGet(&dev_, 0));
-    ASSERT_CU(cuDevicePrimaryCtxRetain(&ctx_, dev_));
-    ASSERT_CU(cuCtxSetCurrent(ctx_));
-    void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    ASSERT_NE(handle, nullptr) << dlerror();
-    ASSERT_GT(LoadDriver(handle, &dlsym, &driver_), 0);
-    baseline_ = fakecuda_used_bytes(0);
-    fakecuda_reset_peak_bytes(0);
-  }
-
-  void TearDown() override {
-    fakecuda_clear_failures();
-    cuCtxSynchronize();
-    EXPECT_EQ(fakecuda_used_bytes(0), baseline_) << "device memory left in use";
-    cuDevicePrimaryCtxRelease_v2(dev_);
-  }
-
   // A manager with STENSOR_MEMORY_LIMIT=`limit` and STENSOR_POLICY=`policy`,
   // logging into this fixture.
   std::unique_ptr<MemoryManager> Make(const std::string& limit,
                                       const std::string& policy = "version") {
-    std::map<std::string, std::string> env = {
-        {"STENSOR_MEMORY_LIMIT", limit}, {"STENSOR_POLICY", policy}};
-    absl::StatusOr<Config> config =
-        Config::Parse([&env](const char* name) -> const char* {
-          auto it = env.find(name);
-          return it == env.end() ? nullptr : it->second.c_str();
-        });
-    EXPECT_TRUE(config.ok()) << config.status();
-    if (!config.ok()) return nullptr;
     std::unique_ptr<MemoryManager> mm =
-        MemoryManager::Create(*config, &driver_, [this](std::string line) {
-          absl::MutexLock lock(&log_mu_);
-          lines_.push_back(std::move(line));
-        });
+        MakeManager({{"STENSOR_MEMORY_LIMIT", limit}, {"STENSOR_POLICY", policy}});
     EXPECT_NE(mm, nullptr);
     return mm;
   }
 
-  std::vector<std::string> Lines() {
-    absl::MutexLock lock(&log_mu_);
-    return lines_;
-  }
   // Without host-located VMM each manager logs that limitation once; the
   // sequences asserted are the same either way.
   std::vector<std::string> Records() {
@@ -207,10 +140,6 @@ class MemoryManagerTest : public ::testing::Test {
       if (record != "limitation") out.push_back(std::move(record));
     }
     return out;
-  }
-  void ClearLog() {
-    absl::MutexLock lock(&log_mu_);
-    lines_.clear();
   }
 
   // Allocate + Bind, as the tracker does.
@@ -310,17 +239,6 @@ class MemoryManagerTest : public ::testing::Test {
     EXPECT_EQ(total_bytes, kCap);
     return free_bytes;
   }
-
-  size_t Used() const { return fakecuda_used_bytes(0) - baseline_; }
-  size_t Peak() const { return fakecuda_peak_bytes(0) - baseline_; }
-
-  CUdevice dev_ = 0;
-  CUcontext ctx_ = nullptr;
-  Driver driver_;
-  size_t baseline_ = 0;  // the fake's device memory in use before the test
-
-  absl::Mutex log_mu_;
-  std::vector<std::string> lines_ ABSL_GUARDED_BY(log_mu_);
 };
 
 // --- S401/S402 ---------------------------------------------------------------
@@ -1237,18 +1155,7 @@ class VerifyTest : public MemoryManagerTest,
                    public ::testing::WithParamInterface<const char*> {
  protected:
   std::unique_ptr<MemoryManager> Make() {
-    std::map<std::string, std::string> env = {{"STENSOR_MEMORY_LIMIT", "6MiB"},
-                                              {"STENSOR_VERIFY", GetParam()}};
-    absl::StatusOr<Config> config = Config::Parse([&env](const char* name) -> const char* {
-      auto it = env.find(name);
-      return it == env.end() ? nullptr : it->second.c_str();
-    });
-    EXPECT_TRUE(config.ok()) << config.status();
-    if (!config.ok()) return nullptr;
-    return MemoryManager::Create(*config, &driver_, [this](std::string line) {
-      absl::MutexLock lock(&log_mu_);
-      lines_.push_back(std::move(line));
-    });
+    return MakeManager({{"STENSOR_MEMORY_LIMIT", "6MiB"}, {"STENSOR_VERIFY", GetParam()}});
   }
 };
 
