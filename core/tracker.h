@@ -131,7 +131,6 @@ class Tracker {
                       bool linear);
   // A successful memset: no pointers left in the range.
   void OnMemsetTables(uint64_t dst, uint64_t bytes, bool linear);
-  const PointerTables& tables() const { return tables_; }
   // --- Exact sizes under a cap: stensor's VMM-backed buffers answer as the
   // cuMemAlloc allocations the program asked for. Each returns false when
   // `ptr` is not in such a buffer (the caller asks the driver), else sets
