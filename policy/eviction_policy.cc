@@ -14,62 +14,16 @@
 namespace stensor {
 namespace {
 
-// Sort key of one candidate: policies differ only in `rank`, which groups
-// candidates before last_use is compared (0 for everything under LRU; clean
-// before dirty under `version`). The id breaks last_use ties so that the
-// same candidates always give the same evictions, whatever order the caller
-// listed them in; the index only matters for duplicate ids (a caller bug)
-// and keeps even that case deterministic.
-using OrderKey = std::tuple<int, uint64_t, uint64_t, size_t>;
-
-// Takes candidates in ascending key order until their bytes cover `needed`,
-// or all of them when they do not. `copy_clean` is false when a clean
-// buffer's device copy may simply be dropped (S403) and true when every
-// eviction must copy (S405 without version control).
-template <typename RankFn>
-std::vector<Eviction> TakeInOrder(
-    absl::Span<const EvictionCandidate> candidates, uint64_t needed,
-    RankFn rank, bool copy_clean) {
-  std::vector<Eviction> evictions;
-  if (needed == 0 || candidates.empty()) return evictions;
-
-  // Sorting keys rather than indices with a comparator that recomputes them
-  // keeps each comparison a plain tuple compare.
-  std::vector<OrderKey> order;
-  order.reserve(candidates.size());
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    const EvictionCandidate& c = candidates[i];
-    order.emplace_back(rank(c), c.last_use, c.id, i);
-  }
-  std::sort(order.begin(), order.end());
-
-  // Counting down what is still missing, instead of summing what was taken,
-  // cannot overflow however large the buffers are.
-  uint64_t missing = needed;
-  // The header promises no id twice even if the caller lists one twice; the
-  // first occurrence in eviction order is the one taken.
-  absl::flat_hash_set<uint64_t> taken;
-  for (const OrderKey& key : order) {
-    const EvictionCandidate& c = candidates[std::get<3>(key)];
-    if (!taken.insert(c.id).second) continue;
-    evictions.push_back(Eviction{c.id, copy_clean || !c.clean()});
-    missing -= std::min(missing, c.bytes);
-    if (missing == 0) break;
-  }
-  return evictions;
-}
-
 // The baseline: least recently used first, and every swap-out copies, since
 // without version control nothing tells that the host copy is current.
 class LruPolicy final : public EvictionPolicy {
  public:
   std::string_view name() const override { return "lru"; }
-
+  EvictionKey Key(const EvictionCandidate& c) const override { return {0, c.last_use, 0}; }
+  bool Copies(const EvictionCandidate&) const override { return true; }
   std::vector<Eviction> Choose(absl::Span<const EvictionCandidate> candidates,
                                uint64_t needed) const override {
-    return TakeInOrder(
-        candidates, needed, [](const EvictionCandidate&) { return 0; },
-        /*copy_clean=*/true);
+    return ChooseInKeyOrder(*this, candidates, needed);
   }
 };
 
@@ -79,17 +33,45 @@ class LruPolicy final : public EvictionPolicy {
 class VersionPolicy final : public EvictionPolicy {
  public:
   std::string_view name() const override { return "version"; }
-
+  EvictionKey Key(const EvictionCandidate& c) const override {
+    return {c.clean() ? 0u : 1u, c.last_use, 0};
+  }
+  bool Copies(const EvictionCandidate& c) const override { return !c.clean(); }
   std::vector<Eviction> Choose(absl::Span<const EvictionCandidate> candidates,
                                uint64_t needed) const override {
-    return TakeInOrder(
-        candidates, needed,
-        [](const EvictionCandidate& c) { return c.clean() ? 0 : 1; },
-        /*copy_clean=*/false);
+    return ChooseInKeyOrder(*this, candidates, needed);
   }
 };
 
 }  // namespace
+
+std::vector<Eviction> ChooseInKeyOrder(const EvictionPolicy& policy,
+                                       absl::Span<const EvictionCandidate> candidates,
+                                       uint64_t needed) {
+  std::vector<Eviction> evictions;
+  if (needed == 0 || candidates.empty()) return evictions;
+  // (key, id, index): the id breaks ties so that the same candidates always
+  // give the same evictions, whatever order the caller listed them in; the
+  // index only matters for duplicate ids (a caller bug).
+  using OrderKey = std::tuple<EvictionKey, uint64_t, size_t>;
+  std::vector<OrderKey> order;
+  order.reserve(candidates.size());
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    order.emplace_back(policy.Key(candidates[i]), candidates[i].id, i);
+  }
+  std::sort(order.begin(), order.end());
+  // Counting down what is still missing cannot overflow.
+  uint64_t missing = needed;
+  absl::flat_hash_set<uint64_t> taken;  // no id twice, even if listed twice
+  for (const OrderKey& key : order) {
+    const EvictionCandidate& c = candidates[std::get<2>(key)];
+    if (!taken.insert(c.id).second) continue;
+    evictions.push_back(Eviction{c.id, policy.Copies(c)});
+    missing -= std::min(missing, c.bytes);
+    if (missing == 0) break;
+  }
+  return evictions;
+}
 
 std::unique_ptr<EvictionPolicy> MakeLruPolicy() {
   return std::make_unique<LruPolicy>();

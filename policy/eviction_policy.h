@@ -3,12 +3,21 @@
 // decide over metadata only: no CUDA, no locks, no side effects, so they are
 // unit-tested alone.
 //
-// Thread-safety: implementations are immutable; Choose may be called from
-// any thread.
+// A policy is an order: Key() ranks one candidate (smaller evicts first)
+// from fields that change only when the buffer is used, written, copied to
+// the host or given a new predicted next use, so a caller can keep its
+// resident buffers in an ordered index and take the first in O(log n)
+// instead of sorting them all at every eviction. Choose() is the same order
+// over a list (tests, the simulator).
+//
+// Thread-safety: implementations are immutable; every method may be called
+// from any thread.
 #ifndef STENSOR_POLICY_EVICTION_POLICY_H_
 #define STENSOR_POLICY_EVICTION_POLICY_H_
 
+#include <array>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -32,12 +41,20 @@ struct EvictionCandidate {
   uint64_t gpu_version = 0;   // logical time of the last write on the device
   uint64_t host_version = 0;  // logical time the host copy was taken
   uint64_t last_use = 0;      // logical time of the last access; smaller = older
+  // Predicted logical time of the next access (from the profiled
+  // iteration), kNoNextUse when nothing predicts one. Only `belady` reads it.
+  uint64_t next_use = kNoNextUse;
+  static constexpr uint64_t kNoNextUse = std::numeric_limits<uint64_t>::max();
   // True when the host copy exists and is current: dropping the device copy
   // costs no transfer.
   bool clean() const {
     return location == Location::kCpuGpu && host_version == gpu_version;
   }
 };
+
+// Rank of a candidate: compared lexicographically, smaller evicts first. A
+// caller breaks ties by id.
+using EvictionKey = std::array<uint64_t, 3>;
 
 struct Eviction {
   uint64_t id = 0;
@@ -49,6 +66,13 @@ class EvictionPolicy {
   virtual ~EvictionPolicy() = default;
   virtual std::string_view name() const = 0;
 
+  // Where `c` stands in eviction order (smaller goes first).
+  virtual EvictionKey Key(const EvictionCandidate& c) const = 0;
+  // Whether evicting `c` copies it to the host: false when its device copy
+  // may simply be dropped (S403; never under `lru`, which has no version
+  // control).
+  virtual bool Copies(const EvictionCandidate& c) const = 0;
+
   // Picks buffers to evict, in the order to evict them, whose bytes add up
   // to at least `needed` (all candidates when they do not suffice). Every
   // returned id is one of the candidates; none twice.
@@ -56,6 +80,12 @@ class EvictionPolicy {
       absl::Span<const EvictionCandidate> candidates,
       uint64_t needed) const = 0;
 };
+
+// Takes candidates in Key order (ties by id) until their bytes cover
+// `needed`: what every policy's Choose does.
+std::vector<Eviction> ChooseInKeyOrder(const EvictionPolicy& policy,
+                                       absl::Span<const EvictionCandidate> candidates,
+                                       uint64_t needed);
 
 // Least recently used first, always copying to the host: what swapping
 // without version control does (the baseline).
