@@ -188,6 +188,78 @@ std::string SizeText(uint64_t bytes) {
   return absl::StrCat(bytes);
 }
 
+// Parses `12.5` (GB/s, at most 3 decimals, optionally followed by GB/s)
+// into MB/s.
+absl::Status ParseGigabytesPerSecond(absl::string_view text, uint64_t* mbps) {
+  constexpr uint64_t kMaxGBps = 100000;  // far above any link
+  if (absl::StartsWith(text, "-")) return Invalid("must not be negative");
+  absl::string_view number = absl::StripTrailingAsciiWhitespace(text);
+  if (number.size() >= 4 &&
+      absl::EqualsIgnoreCase(number.substr(number.size() - 4), "GB/s")) {
+    number = absl::StripTrailingAsciiWhitespace(number.substr(0, number.size() - 4));
+  }
+  uint64_t whole;
+  bool overflow;
+  if (!ConsumeDigits(&number, &whole, &overflow) || whole > kMaxGBps) {
+    return overflow || whole > kMaxGBps ? Invalid("must be at most 100000 GB/s") : Invalid();
+  }
+  uint64_t fraction = 0;
+  if (absl::ConsumePrefix(&number, ".")) {
+    int decimals = 0;
+    while (!number.empty() && absl::ascii_isdigit(number.front())) {
+      if (++decimals > 3) return Invalid("at most 3 decimals");
+      fraction = fraction * 10 + (number.front() - '0');
+      number.remove_prefix(1);
+    }
+    if (decimals == 0) return Invalid();
+    for (; decimals < 3; ++decimals) fraction *= 10;
+  }
+  if (!number.empty()) return Invalid();
+  *mbps = whole * 1000 + fraction;
+  if (*mbps == 0) return Invalid("must be greater than 0");
+  if (*mbps > kMaxGBps * 1000) return Invalid("must be at most 100000 GB/s");
+  return absl::OkStatus();
+}
+
+std::string GigabytesPerSecondText(uint64_t mbps) {
+  std::string text = absl::StrCat(mbps / 1000);
+  if (uint64_t fraction = mbps % 1000; fraction != 0) {
+    std::string digits = absl::StrFormat("%03u", fraction);
+    while (digits.back() == '0') digits.pop_back();
+    absl::StrAppend(&text, ".", digits);
+  }
+  return text;
+}
+
+// STENSOR_BANDWIDTH: `H2D[,D2H]` in GB/s; one number is both directions.
+absl::Status ParseBandwidth(absl::string_view text, Bandwidth* bandwidth) {
+  std::pair<absl::string_view, absl::string_view> parts =
+      absl::StrSplit(text, absl::MaxSplits(',', 1));
+  Bandwidth parsed;
+  if (absl::Status s = ParseGigabytesPerSecond(absl::StripAsciiWhitespace(parts.first),
+                                               &parsed.h2d_mbps);
+      !s.ok()) {
+    return s;
+  }
+  parsed.d2h_mbps = parsed.h2d_mbps;
+  if (text.find(',') != absl::string_view::npos) {
+    if (absl::Status s = ParseGigabytesPerSecond(absl::StripAsciiWhitespace(parts.second),
+                                                 &parsed.d2h_mbps);
+        !s.ok()) {
+      return s;
+    }
+  }
+  *bandwidth = parsed;
+  return absl::OkStatus();
+}
+
+std::string BandwidthText(const Bandwidth& b) {
+  if (b.measured()) return "";
+  if (b.h2d_mbps == b.d2h_mbps) return GigabytesPerSecondText(b.h2d_mbps);
+  return absl::StrCat(GigabytesPerSecondText(b.h2d_mbps), ",",
+                      GigabytesPerSecondText(b.d2h_mbps));
+}
+
 // Parses `37.5` (the text before '%') into millionths of a percent.
 absl::Status ParsePercent(absl::string_view text, uint64_t* millionths) {
   constexpr int kMaxDecimals = 6;
@@ -389,6 +461,26 @@ constexpr Option kOptions[] = {
        return ParseKeyword(v, kBooleans, &c->prefetch);
      },
      [](const Config& c) { return KeywordText(c.prefetch, kBooleans); }},
+    {"STENSOR_BANDWIDTH",
+     "a bandwidth in GB/s (10^9 bytes per second, at most 3 decimals, "
+     "optionally followed by GB/s), e.g. 25 or 12.5, or two of them, "
+     "host-to-device and device-to-host, e.g. 25,20",
+     "Host<->device bandwidth the prefetch planner assumes; unset = measured "
+     "by a short pinned-copy probe at start.",
+     true, false,
+     [](absl::string_view v, Config* c) { return ParseBandwidth(v, &c->bandwidth); },
+     [](const Config& c) { return BandwidthText(c.bandwidth); }},
+    {"STENSOR_ITERATION_MARKER",
+     "a kernel name, mangled (e.g. _Z6updatePfPKfi) or demangled without "
+     "parameters (e.g. mlp::update)",
+     "Kernel whose launch starts a training iteration; unset = found from the "
+     "repeating sequence of launches.",
+     true, false,
+     [](absl::string_view v, Config* c) {
+       c->iteration_marker = std::string(v);
+       return absl::OkStatus();
+     },
+     [](const Config& c) { return c.iteration_marker; }},
     {"STENSOR_ACCESS_LOG",
      "a file path, where %p stands for the process id, %r for the rank "
      "(RANK, else LOCAL_RANK, else 0) and %% for a literal %",
@@ -724,6 +816,7 @@ std::string Config::Describe() const {
 bool operator==(const Config& a, const Config& b) {
   return a.memory_limit == b.memory_limit && a.host_limit == b.host_limit &&
          a.policy == b.policy && a.prefetch == b.prefetch &&
+         a.bandwidth == b.bandwidth && a.iteration_marker == b.iteration_marker &&
          a.access_log == b.access_log && a.log_level == b.log_level &&
          a.stats == b.stats && a.write_inference == b.write_inference &&
          a.verify == b.verify && a.real_libcuda == b.real_libcuda &&

@@ -104,6 +104,17 @@ enum class VerifyMode {
   kHash,
 };
 
+// STENSOR_BANDWIDTH: host<->device bandwidth per direction, in MB/s (10^6
+// bytes per second); 0 = measured by a short pinned-copy probe at start.
+struct Bandwidth {
+  uint64_t h2d_mbps = 0;
+  uint64_t d2h_mbps = 0;
+  bool measured() const { return h2d_mbps == 0; }
+  friend bool operator==(const Bandwidth& a, const Bandwidth& b) {
+    return a.h2d_mbps == b.h2d_mbps && a.d2h_mbps == b.d2h_mbps;
+  }
+};
+
 // Returns a variable's value, or nullptr when it is not set (the shape of
 // ::getenv, so tests can pass a map instead of the real environment).
 using EnvLookup = std::function<const char*(const char*)>;
@@ -119,6 +130,12 @@ struct Config {
   EvictionPolicyKind policy = EvictionPolicyKind::kVersion;
   // STENSOR_PREFETCH.
   bool prefetch = true;
+  // STENSOR_BANDWIDTH; default: measured.
+  Bandwidth bandwidth;
+  // STENSOR_ITERATION_MARKER: the kernel whose launch starts an iteration,
+  // as its mangled name or its demangled name without parameters; "" = the
+  // iteration is found from the repeating sequence of launches.
+  std::string iteration_marker;
   // STENSOR_ACCESS_LOG, the pattern as given; "" = no log.
   std::string access_log;
   // STENSOR_LOG_LEVEL.

@@ -112,6 +112,15 @@ constexpr ValidCase kValidCases[] = {
     {"STENSOR_STATS", "off", "off"},
     {"STENSOR_WRITE_INFERENCE", "signature", "signature"},
     {"STENSOR_WRITE_INFERENCE", "Conservative", "conservative"},
+    {"STENSOR_BANDWIDTH", "25", "25"},
+    {"STENSOR_BANDWIDTH", " 12.5 ", "12.5"},
+    {"STENSOR_BANDWIDTH", "12.500GB/s", "12.5"},
+    {"STENSOR_BANDWIDTH", "25,20", "25,20"},
+    {"STENSOR_BANDWIDTH", "0.001, 7 gb/s", "0.001,7"},
+    {"STENSOR_BANDWIDTH", "3,3", "3"},
+    {"STENSOR_BANDWIDTH", "100000", "100000"},
+    {"STENSOR_ITERATION_MARKER", "_Z6updatePfPKfi", "_Z6updatePfPKfi"},
+    {"STENSOR_ITERATION_MARKER", "mlp::update", "mlp::update"},
     {"STENSOR_VERIFY", "off", "off"},
     {"STENSOR_VERIFY", "0", "off"},
     {"STENSOR_VERIFY", "No", "off"},
@@ -202,6 +211,16 @@ constexpr InvalidCase kInvalidCases[] = {
     {"STENSOR_STATS", "enabled", ""},
     {"STENSOR_WRITE_INFERENCE", "mangled", ""},
     {"STENSOR_VERIFY", "-1", ""},
+    {"STENSOR_BANDWIDTH", "0", ""},
+    {"STENSOR_BANDWIDTH", "-3", ""},
+    {"STENSOR_BANDWIDTH", "fast", ""},
+    {"STENSOR_BANDWIDTH", "1.2345", ""},
+    {"STENSOR_BANDWIDTH", "100001", ""},
+    {"STENSOR_BANDWIDTH", "99999999999999999999999", ""},
+    {"STENSOR_BANDWIDTH", "12,", ""},
+    {"STENSOR_BANDWIDTH", "12,3,4", ""},
+    {"STENSOR_BANDWIDTH", "12.", ""},
+    {"STENSOR_BANDWIDTH", "12 MB/s", ""},
     // Which check "on" would mean is not guessed.
     {"STENSOR_VERIFY", "on", ""},
     {"STENSOR_VERIFY", "hashes", ""},
@@ -266,6 +285,7 @@ TEST(ConfigTest, DefaultsAreAsDocumented) {
   const std::map<std::string, std::string> kDefaults = {
       {"STENSOR_MEMORY_LIMIT", ""},  {"STENSOR_HOST_LIMIT", ""},
       {"STENSOR_POLICY", "version"}, {"STENSOR_PREFETCH", "on"},
+      {"STENSOR_BANDWIDTH", ""},     {"STENSOR_ITERATION_MARKER", ""},
       {"STENSOR_ACCESS_LOG", ""},    {"STENSOR_LOG_LEVEL", "warn"},
       {"STENSOR_STATS", "off"},      {"STENSOR_WRITE_INFERENCE", "signature"},
       {"STENSOR_VERIFY", "off"},     {"STENSOR_REAL_LIBCUDA", ""},
@@ -300,7 +320,7 @@ TEST(ConfigTest, OptionTableIsComplete) {
     EXPECT_EQ(option.allowed_in_file, option.name != "STENSOR_CONFIG");
     EXPECT_TRUE(Config().ValueText(option.name).has_value());
   }
-  EXPECT_EQ(names.size(), 11u);
+  EXPECT_EQ(names.size(), 13u);
   EXPECT_EQ(Config().ValueText("STENSOR_NOPE"), std::nullopt);
 }
 
@@ -582,6 +602,7 @@ TEST(DescribeTest, RendersDefaultsAsOneJsonObject) {
   EXPECT_EQ(Config().Describe(),
             "{\"STENSOR_MEMORY_LIMIT\": \"\", \"STENSOR_HOST_LIMIT\": \"\", "
             "\"STENSOR_POLICY\": \"version\", \"STENSOR_PREFETCH\": true, "
+            "\"STENSOR_BANDWIDTH\": \"\", \"STENSOR_ITERATION_MARKER\": \"\", "
             "\"STENSOR_ACCESS_LOG\": \"\", \"STENSOR_LOG_LEVEL\": \"warn\", "
             "\"STENSOR_STATS\": false, \"STENSOR_WRITE_INFERENCE\": "
             "\"signature\", \"STENSOR_VERIFY\": \"off\", "
