@@ -326,9 +326,10 @@ TEST_F(FakeCudaTimeTest, WaitingForACopyDoesNotHoldACpu) {
   double wall_ms = MsSince(start);
   double cpu_ms = (CpuSeconds() - cpu) * 1e3;
   EXPECT_GE(wall_ms, 3 * kT);  // three copies on the host-to-device engine
-  // The data moved (50 MB) costs some CPU; spinning would cost the wall
-  // time on each of up to three threads.
-  EXPECT_LT(cpu_ms, 0.25 * wall_ms) << "wall " << wall_ms << " ms";
+  // Moving the 50 MB costs about 1 % of the wall time here; spinning costs
+  // what the scheduler gives a busy thread, over a third of it even on a
+  // loaded 2-core machine.
+  EXPECT_LT(cpu_ms, 0.1 * wall_ms) << "wall " << wall_ms << " ms";
 }
 
 // Device-to-device copies and memsets stay on the device; host memory to
