@@ -43,41 +43,49 @@ double CpuSeconds() {
          u.ru_stime.tv_usec / 1e6;
 }
 
+// Buffers are made once for the suite and reused: first-touch page faults
+// cost more than the modelled copies on a loaded machine, and must not count
+// in a timing. They are touched by memsets, which are not link traffic.
 class FakeCudaTimeTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  static constexpr int kBuffers = 3;
+
+  static void SetUpTestSuite() {
     ASSERT_CU(cuInit(0));
     ASSERT_CU(cuDevicePrimaryCtxRetain(&ctx_, 0));
     ASSERT_CU(cuCtxSetCurrent(ctx_));
+    for (int i = 0; i < kBuffers; ++i) {
+      ASSERT_CU(cuMemAlloc_v2(&device_[i], kH2D));
+      ASSERT_CU(cuMemsetD8_v2(device_[i], 0x5a, kH2D));
+      void* h = nullptr;
+      ASSERT_CU(cuMemAllocHost_v2(&h, kH2D));
+      std::memset(h, 0x11, kH2D);
+      pinned_[i] = static_cast<unsigned char*>(h);
+    }
+    ASSERT_CU(cuCtxSynchronize());
   }
-  void TearDown() override {
-    EXPECT_CU(cuCtxSynchronize());
-    for (CUdeviceptr d : device_) EXPECT_CU(cuMemFree_v2(d));
-    for (void* h : pinned_) EXPECT_CU(cuMemFreeHost(h));
-    for (CUstream s : streams_) EXPECT_CU(cuStreamDestroy_v2(s));
-    if (module_ != nullptr) {
-      EXPECT_CU(cuModuleUnload(module_));
+  static void TearDownTestSuite() {
+    ASSERT_CU(cuCtxSetCurrent(ctx_));
+    for (int i = 0; i < kBuffers; ++i) {
+      EXPECT_CU(cuMemFree_v2(device_[i]));
+      EXPECT_CU(cuMemFreeHost(pinned_[i]));
     }
     EXPECT_CU(cuDevicePrimaryCtxRelease_v2(0));
   }
 
-  // Device memory whose pages are already touched (by a memset, which is
-  // not link traffic), so first-touch faults do not count in a timing.
-  CUdeviceptr Device(size_t n) {
-    CUdeviceptr d = 0;
-    EXPECT_CU(cuMemAlloc_v2(&d, n));
-    EXPECT_CU(cuMemsetD8_v2(d, 0x5a, n));
-    EXPECT_CU(cuStreamSynchronize(nullptr));
-    device_.push_back(d);
-    return d;
+  void SetUp() override { ASSERT_CU(cuCtxSetCurrent(ctx_)); }
+  void TearDown() override {
+    EXPECT_CU(cuCtxSynchronize());
+    for (CUstream s : streams_) EXPECT_CU(cuStreamDestroy_v2(s));
+    if (module_ != nullptr) {
+      EXPECT_CU(cuModuleUnload(module_));
+    }
   }
-  unsigned char* Pinned(size_t n) {
-    void* h = nullptr;
-    EXPECT_CU(cuMemAllocHost_v2(&h, n));
-    std::memset(h, 0x11, n);
-    pinned_.push_back(h);
-    return static_cast<unsigned char*>(h);
-  }
+
+  // Warm device memory and page-locked host memory of kH2D bytes each.
+  static CUdeviceptr Device(int i) { return device_[i]; }
+  static unsigned char* Pinned(int i) { return pinned_[i]; }
+
   CUstream NewStream() {
     CUstream s = nullptr;
     EXPECT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
@@ -91,17 +99,21 @@ class FakeCudaTimeTest : public ::testing::Test {
     return f;
   }
 
-  CUcontext ctx_ = nullptr;
+  static CUcontext ctx_;
+  static CUdeviceptr device_[kBuffers];
+  static unsigned char* pinned_[kBuffers];
   CUmodule module_ = nullptr;
-  std::vector<CUdeviceptr> device_;
-  std::vector<void*> pinned_;
   std::vector<CUstream> streams_;
 };
+CUcontext FakeCudaTimeTest::ctx_ = nullptr;
+CUdeviceptr FakeCudaTimeTest::device_[kBuffers] = {};
+unsigned char* FakeCudaTimeTest::pinned_[kBuffers] = {};
 
 TEST_F(FakeCudaTimeTest, OneDirectionSerialisesAcrossStreams) {
-  CUdeviceptr d1 = Device(kH2D), d2 = Device(kH2D);
-  unsigned char* h1 = Pinned(kH2D);
-  unsigned char* h2 = Pinned(kH2D);
+  CUdeviceptr d1 = Device(0), d2 = Device(1);
+  unsigned char* h1 = Pinned(0);
+  unsigned char* h2 = Pinned(1);
+  std::memset(h1, 0x11, kH2D);
   std::memset(h2, 0x22, kH2D);
   CUstream s1 = NewStream(), s2 = NewStream();
 
@@ -123,9 +135,11 @@ TEST_F(FakeCudaTimeTest, OneDirectionSerialisesAcrossStreams) {
 }
 
 TEST_F(FakeCudaTimeTest, TheTwoDirectionsOverlap) {
-  CUdeviceptr up = Device(kH2D), down = Device(kD2H);
-  unsigned char* from = Pinned(kH2D);
-  unsigned char* to = Pinned(kD2H);
+  CUdeviceptr up = Device(0), down = Device(1);
+  unsigned char* from = Pinned(0);
+  unsigned char* to = Pinned(1);
+  ASSERT_CU(cuMemsetD8_v2(down, 0x5a, kD2H));
+  ASSERT_CU(cuCtxSynchronize());
   CUstream s1 = NewStream(), s2 = NewStream();
 
   Clock::time_point start = Clock::now();
@@ -143,8 +157,8 @@ TEST_F(FakeCudaTimeTest, TheTwoDirectionsOverlap) {
 
 TEST_F(FakeCudaTimeTest, AKernelOverlapsACopy) {
   CUfunction fill = SlowFill();
-  CUdeviceptr out = Device(64), dst = Device(kH2D);
-  unsigned char* src = Pinned(kH2D);
+  CUdeviceptr out = Device(0), dst = Device(1);
+  unsigned char* src = Pinned(0);
   CUstream s1 = NewStream(), s2 = NewStream();
   int value = 3, n = 16, delay_ms = static_cast<int>(kT);
   void* params[] = {&out, &value, &n, &delay_ms};
@@ -160,9 +174,9 @@ TEST_F(FakeCudaTimeTest, AKernelOverlapsACopy) {
 }
 
 TEST_F(FakeCudaTimeTest, EachDeviceHasItsOwnEngines) {
-  CUdeviceptr d0 = Device(kH2D);
-  unsigned char* h0 = Pinned(kH2D);
-  unsigned char* h1 = Pinned(kH2D);
+  CUdeviceptr d0 = Device(0);
+  unsigned char* h0 = Pinned(0);
+  unsigned char* h1 = Pinned(1);
   CUcontext other = nullptr;
   ASSERT_CU(cuCtxCreate_v4(&other, nullptr, 0, 1));  // current on this thread now
   CUdeviceptr d1 = 0;
@@ -192,8 +206,8 @@ TEST_F(FakeCudaTimeTest, EachDeviceHasItsOwnEngines) {
 TEST_F(FakeCudaTimeTest, EveryCopyFormIsTimed) {
   constexpr size_t kUp = kH2D / 4, kDown = kD2H / 4;
   constexpr double kQuarter = kT / 4;
-  CUdeviceptr d = Device(kUp);
-  unsigned char* pinned = Pinned(kUp);
+  CUdeviceptr d = Device(0);
+  unsigned char* pinned = Pinned(0);
   std::vector<unsigned char> pageable(kUp, 1);
   CUstream s = NewStream();
 
@@ -260,16 +274,16 @@ TEST_F(FakeCudaTimeTest, EveryCopyFormIsTimed) {
 }
 
 TEST_F(FakeCudaTimeTest, ASynchronousCopyBlocksTheCaller) {
-  CUdeviceptr d = Device(kH2D);
-  unsigned char* h = Pinned(kH2D);
+  CUdeviceptr d = Device(0);
+  unsigned char* h = Pinned(0);
   Clock::time_point start = Clock::now();
   ASSERT_CU(cuMemcpyHtoD_v2(d, h, kH2D));
   EXPECT_GE(MsSince(start), kT);  // returned only once the copy completed
 }
 
 TEST_F(FakeCudaTimeTest, AnAsynchronousCopyReturnsAtOnceAndCompletesLater) {
-  CUdeviceptr d = Device(kH2D);
-  unsigned char* h = Pinned(kH2D);
+  CUdeviceptr d = Device(0);
+  unsigned char* h = Pinned(0);
   CUstream s = NewStream();
   Clock::time_point start = Clock::now();
   ASSERT_CU(cuMemcpyHtoDAsync_v2(d, h, kH2D, s));
@@ -279,8 +293,8 @@ TEST_F(FakeCudaTimeTest, AnAsynchronousCopyReturnsAtOnceAndCompletesLater) {
 }
 
 TEST_F(FakeCudaTimeTest, EventsAfterACopyCompleteAfterIt) {
-  CUdeviceptr d = Device(kH2D);
-  unsigned char* h = Pinned(kH2D);
+  CUdeviceptr d = Device(0);
+  unsigned char* h = Pinned(0);
   CUstream s1 = NewStream(), s2 = NewStream();
   CUevent before, after;
   ASSERT_CU(cuEventCreate(&before, 0));
@@ -310,9 +324,9 @@ TEST_F(FakeCudaTimeTest, EventsAfterACopyCompleteAfterIt) {
 // A DMA engine does not use a core: copies waiting for their engine, or for
 // the end of their window, sleep.
 TEST_F(FakeCudaTimeTest, WaitingForACopyDoesNotHoldACpu) {
-  CUdeviceptr up1 = Device(kH2D), up2 = Device(kH2D), down = Device(kD2H);
-  unsigned char* from = Pinned(kH2D);
-  unsigned char* to = Pinned(kD2H);
+  CUdeviceptr up1 = Device(0), up2 = Device(1), down = Device(2);
+  unsigned char* from = Pinned(0);
+  unsigned char* to = Pinned(1);
   CUstream s1 = NewStream(), s2 = NewStream(), s3 = NewStream();
 
   double cpu = CpuSeconds();
@@ -336,7 +350,7 @@ TEST_F(FakeCudaTimeTest, WaitingForACopyDoesNotHoldACpu) {
 // host-located VMM memory stays on the host. Host-located VMM memory to
 // device memory does cross the link.
 TEST_F(FakeCudaTimeTest, OnlyCopiesBetweenHostAndDeviceMemoryCrossTheLink) {
-  CUdeviceptr a = Device(kH2D), b = Device(kH2D);
+  CUdeviceptr a = Device(0), b = Device(1);
   std::vector<unsigned char> pageable(kH2D, 7);
   CUdeviceptr va = 0;
   size_t size = (kH2D + kGranule - 1) / kGranule * kGranule;
