@@ -83,13 +83,16 @@ Link LinkOf(const Side& dst, const Side& src) {
 // The work a stream runs to copy `shape` from `src` to `dst`: on the copy
 // engine of the stream's device when the copy crosses the link.
 std::function<void()> CopyWork(Stream* s, Side dst, Side src, Shape shape) {
+  auto move = [=] { CopyRows(dst, src, shape); };
+  // Untimed (the default): no lookup of where the memory lives.
+  if (!LinkTimed(Link::kHostToDevice) && !LinkTimed(Link::kDeviceToHost)) {
+    return move;
+  }
   Link link = LinkOf(dst, src);
-  if (!LinkTimed(link)) return [=] { CopyRows(dst, src, shape); };
+  if (!LinkTimed(link)) return move;
   int device = s->context()->device;
   size_t bytes = shape.width * shape.rows * shape.slices;  // bounded by Extent
-  return [=] {
-    RunOnCopyEngine(device, link, bytes, [&] { CopyRows(dst, src, shape); });
-  };
+  return [=] { RunOnCopyEngine(device, link, bytes, move); };
 }
 
 CUresult Copy(Side dst, Side src, Shape shape, CUstream h, bool async,
