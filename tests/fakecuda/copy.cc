@@ -4,7 +4,10 @@
 // the legacy stream (or the per-thread stream for _ptds entry points) and
 // wait. Asynchronous copies follow the real driver's rules for pageable host
 // memory: a pageable source is read before the call returns, and a copy into
-// pageable memory has completed when it returns.
+// pageable memory has completed when it returns. A copy between host and
+// device memory runs on its direction's copy engine (the time model,
+// FAKECUDA_LINK); device<->device copies, host<->host copies and memsets do
+// not cross the link.
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -66,6 +69,32 @@ bool Pageable(const Side& s, const Shape& shape) {
   return !s.device && !IsPinnedHost(s.base, extent);
 }
 
+// Where a side's memory physically is: a device-side pointer may be
+// host-located VMM memory, which is host memory mapped for the device.
+bool OnDevice(const Side& s) { return s.device && !IsPinnedHost(s.base, 1); }
+
+Link LinkOf(const Side& dst, const Side& src) {
+  bool d = OnDevice(dst), s = OnDevice(src);
+  if (d && !s) return Link::kHostToDevice;
+  if (s && !d) return Link::kDeviceToHost;
+  return Link::kNone;
+}
+
+// The work a stream runs to copy `shape` from `src` to `dst`: on the copy
+// engine of the stream's device when the copy crosses the link.
+std::function<void()> CopyWork(Stream* s, Side dst, Side src, Shape shape) {
+  auto move = [=] { CopyRows(dst, src, shape); };
+  // Untimed (the default): no lookup of where the memory lives.
+  if (!LinkTimed(Link::kHostToDevice) && !LinkTimed(Link::kDeviceToHost)) {
+    return move;
+  }
+  Link link = LinkOf(dst, src);
+  if (!LinkTimed(link)) return move;
+  int device = s->context()->device;
+  size_t bytes = shape.width * shape.rows * shape.slices;  // bounded by Extent
+  return [=] { RunOnCopyEngine(device, link, bytes, move); };
+}
+
 CUresult Copy(Side dst, Side src, Shape shape, CUstream h, bool async,
               bool per_thread) {
   if (shape.width == 0 || shape.rows == 0 || shape.slices == 0) {
@@ -89,23 +118,25 @@ CUresult Copy(Side dst, Side src, Shape shape, CUstream h, bool async,
   // host ranges, completes before the call returns.
   if (!async || (!src.device && !dst.device)) {
     if (src.device && dst.device) {
-      Submit(s, [=] { CopyRows(dst, src, shape); });
+      Submit(s, CopyWork(s, dst, src, shape));
     } else {
-      SubmitAndWait(s, [=] { CopyRows(dst, src, shape); });
+      SubmitAndWait(s, CopyWork(s, dst, src, shape));
     }
     return CUDA_SUCCESS;
   }
   if (Pageable(src, shape)) {
-    // Staged: the source is read now, the destination written in order.
+    // Staged: the source is read now, the destination written in order
+    // (the transfer from the staging buffer is what crosses the link).
     auto staged = std::make_shared<std::vector<unsigned char>>(
         shape.width * shape.rows * shape.slices);
     Side packed{staged->data(), shape.width, shape.rows, false};
     CopyRows(packed, src, shape);
-    Submit(s, [=] { CopyRows(dst, packed, shape); (void)staged; });
+    auto work = CopyWork(s, dst, packed, shape);
+    Submit(s, [work, staged] { work(); });
   } else if (Pageable(dst, shape)) {
-    SubmitAndWait(s, [=] { CopyRows(dst, src, shape); });
+    SubmitAndWait(s, CopyWork(s, dst, src, shape));
   } else {
-    Submit(s, [=] { CopyRows(dst, src, shape); });
+    Submit(s, CopyWork(s, dst, src, shape));
   }
   return CUDA_SUCCESS;
 }

@@ -2,8 +2,9 @@
 // devices, contexts and error strings.
 #include <sys/resource.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -40,6 +41,99 @@ bool ParseSize(const char* text, size_t* out) {
   return *out > 0;
 }
 
+std::vector<std::string> SplitCommas(const std::string& text) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (;;) {
+    size_t end = text.find(',', start);
+    parts.push_back(text.substr(start, end - start));
+    if (end == std::string::npos) return parts;
+    start = end + 1;
+  }
+}
+
+// A plain decimal number (digits with at most one '.'): no sign, exponent,
+// hex, inf or nan, so what a value means is never in doubt. Parsed by hand:
+// strtod would follow the program's locale.
+bool ParseDecimal(const std::string& text, double* out) {
+  bool digit = false, dot = false;
+  double value = 0, scale = 1;
+  for (char c : text) {
+    if (c >= '0' && c <= '9') {
+      digit = true;
+      if (dot) {
+        scale /= 10;
+        value += (c - '0') * scale;
+      } else {
+        value = value * 10 + (c - '0');
+      }
+    } else if (c == '.' && !dot) {
+      dot = true;
+    } else {
+      return false;
+    }
+  }
+  if (!digit || !std::isfinite(value)) return false;
+  *out = value;
+  return true;
+}
+
+// FAKECUDA_LINK=H2D_GBps[,D2H_GBps]: one number sets both directions.
+void ParseLink(const char* v, Options* o) {
+  std::vector<std::string> parts = SplitCommas(v);
+  double gbps[2] = {0, 0};
+  bool ok = parts.size() <= 2;
+  for (size_t i = 0; ok && i < parts.size(); ++i) {
+    ok = ParseDecimal(parts[i], &gbps[i]);
+  }
+  if (!ok) {
+    BadOption("FAKECUDA_LINK", v,
+              "H2D_GBps or H2D_GBps,D2H_GBps: decimal GB/s (10^9 bytes/s), "
+              "e.g. 12.5 or 25,12.5; 0 leaves a direction untimed");
+  }
+  if (parts.size() == 1) gbps[1] = gbps[0];
+  o->h2d_bytes_per_s = gbps[0] * 1e9;
+  o->d2h_bytes_per_s = gbps[1] * 1e9;
+}
+
+// FAKECUDA_VMM_LATENCY_US=create,map,unmap,release in microseconds.
+void ParseVmmLatency(const char* v, Options* o) {
+  constexpr unsigned long long kMaxUs = 10'000'000;  // 10 s
+  std::vector<std::string> parts = SplitCommas(v);
+  unsigned long long us[4] = {};
+  bool ok = parts.size() == 4;
+  for (size_t i = 0; ok && i < parts.size(); ++i) {
+    const std::string& p = parts[i];
+    ok = !p.empty() && p.size() <= 8 &&
+         p.find_first_not_of("0123456789") == std::string::npos;
+    if (ok) us[i] = std::strtoull(p.c_str(), nullptr, 10);
+    ok = ok && us[i] <= kMaxUs;
+  }
+  if (!ok) {
+    BadOption("FAKECUDA_VMM_LATENCY_US", v,
+              "create,map,unmap,release: four integers of microseconds from 0 "
+              "to 10000000, e.g. 500,50,50,300");
+  }
+  o->create_latency = std::chrono::microseconds(us[0]);
+  o->map_latency = std::chrono::microseconds(us[1]);
+  o->unmap_latency = std::chrono::microseconds(us[2]);
+  o->release_latency = std::chrono::microseconds(us[3]);
+}
+
+// FAKECUDA_REPORT_CALLS=sym1,sym2: names this library exports.
+void ParseReportCalls(const char* v, Options* o) {
+  std::vector<std::string> names = SplitCommas(v);
+  for (const std::string& name : names) {
+    // Only cu* entry points pass the call gate that counts calls.
+    if (name.rfind("cu", 0) != 0 || !IsExportedSymbol(name.c_str())) {
+      BadOption("FAKECUDA_REPORT_CALLS", v,
+                "a comma-separated list of entry points the driver exports, "
+                "e.g. cuMemCreate,cuMemRelease");
+    }
+  }
+  o->report_calls = names;
+}
+
 Options LoadOptions() {
   Options o;
   if (const char* v = std::getenv("FAKECUDA_DEVICE_MEMORY")) {
@@ -61,6 +155,13 @@ Options LoadOptions() {
     if (std::strcmp(v, "0") == 0) o.host_vmm = false;
     else if (std::strcmp(v, "1") == 0) o.host_vmm = true;
     else BadOption("FAKECUDA_HOST_VMM", v, "0 or 1");
+  }
+  if (const char* v = std::getenv("FAKECUDA_LINK")) ParseLink(v, &o);
+  if (const char* v = std::getenv("FAKECUDA_VMM_LATENCY_US")) {
+    ParseVmmLatency(v, &o);
+  }
+  if (const char* v = std::getenv("FAKECUDA_REPORT_CALLS")) {
+    ParseReportCalls(v, &o);
   }
   return o;
 }
@@ -334,6 +435,16 @@ FAKECUDA_EXPORT CUresult cuInit(unsigned int flags) {
         for (int d = 0; d < DeviceCount(); ++d) {
           std::fprintf(stderr, "fakecuda: device %d peak %zu bytes\n", d,
                        GetDevice(d)->peak.load());
+        }
+      });
+    }
+    // Benchmarks read call counts (e.g. cuMemCreate per step) from stderr.
+    if (!GetOptions().report_calls.empty()) {
+      GetCalls().counting.store(true);
+      std::atexit([] {
+        for (const std::string& name : GetOptions().report_calls) {
+          std::fprintf(stderr, "fakecuda: calls %s %llu\n", name.c_str(),
+                       fakecuda_call_count(name.c_str()));
         }
       });
     }

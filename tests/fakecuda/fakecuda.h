@@ -27,7 +27,8 @@ void fakecuda_fail_call(const char* name, int nth, CUresult result);
 void fakecuda_clear_failures(void);
 
 // Calls of `name` since the process started (counted only while some rule
-// is armed or after fakecuda_count_calls(1)).
+// is armed, after fakecuda_count_calls(1), or from cuInit on when
+// FAKECUDA_REPORT_CALLS is set).
 void fakecuda_count_calls(int enable);
 unsigned long long fakecuda_call_count(const char* name);
 

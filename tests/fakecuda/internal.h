@@ -39,6 +39,18 @@ struct Options {
   size_t device_memory = size_t{16} << 30;  // FAKECUDA_DEVICE_MEMORY
   int devices = 1;                          // FAKECUDA_DEVICES
   bool host_vmm = true;                     // FAKECUDA_HOST_VMM
+  // FAKECUDA_LINK: bandwidth of each direction's copy engine in bytes per
+  // second; 0 leaves that direction untimed.
+  double h2d_bytes_per_s = 0;
+  double d2h_bytes_per_s = 0;
+  // FAKECUDA_VMM_LATENCY_US: host time each call costs.
+  std::chrono::microseconds create_latency{0};   // cuMemCreate
+  std::chrono::microseconds map_latency{0};      // cuMemMap
+  std::chrono::microseconds unmap_latency{0};    // cuMemUnmap
+  std::chrono::microseconds release_latency{0};  // cuMemRelease
+  // FAKECUDA_REPORT_CALLS: exported symbols whose call counts are printed
+  // at exit.
+  std::vector<std::string> report_calls;
 };
 const Options& GetOptions();
 
@@ -67,6 +79,10 @@ class CallScope {
 #define FAKECUDA_ENTER_NO_INIT(name)                                \
   ::fakecuda::CallScope fakecuda_scope_(name, false);               \
   if (fakecuda_scope_.result() != CUDA_SUCCESS) return fakecuda_scope_.result()
+
+// True when this library exports `symbol` (looked up in the library itself,
+// never through an interposer's dlsym).
+bool IsExportedSymbol(const char* symbol);
 
 // --- Devices and contexts --------------------------------------------------
 struct Device {
@@ -183,6 +199,38 @@ bool IsDeviceRange(CUdeviceptr ptr, size_t bytes);
 bool IsDevicePointer(CUdeviceptr ptr);
 // True when [ptr, ptr+bytes) lies in page-locked host memory.
 bool IsPinnedHost(const void* ptr, size_t bytes);
+
+// --- Time model ------------------------------------------------------------
+// FAKECUDA_LINK gives each device one copy engine per direction, shared by all
+// of its streams, as a GPU's DMA engines are: a host<->device copy occupies
+// its direction's engine for bytes/bandwidth, after the copies that reached
+// the engine before it. The two directions overlap each other and kernels.
+// Waiting sleeps until a deadline; it never holds a CPU.
+//
+// Thread-safety: all functions are thread-safe; each engine's schedule is
+// guarded by its own mutex.
+enum class Link {
+  kNone,          // not link traffic: device<->device, host<->host
+  kHostToDevice,
+  kDeviceToHost,
+};
+
+// Whether copies in `link` direction are timed (FAKECUDA_LINK sets it).
+bool LinkTimed(Link link);
+
+// Runs `move`, the data movement of a copy of `bytes` crossing `link`, on
+// `device`'s copy engine: a copy reaching the engine at r occupies it from
+// max(r, when the engine is free) for bytes/bandwidth; `move` runs at the
+// start of that window and returns no earlier than its end (later if the
+// move itself takes longer). Called on the stream worker (or the thread that
+// waits for it), which is thereby busy until the copy has completed.
+void RunOnCopyEngine(int device, Link link, size_t bytes,
+                     const std::function<void()>& move);
+
+// The VMM calls FAKECUDA_VMM_LATENCY_US charges; sleeps on the calling
+// thread for the configured time (on a GPU these are costly host calls).
+enum class VmmCall { kCreate, kMap, kUnmap, kRelease };
+void ChargeVmmLatency(VmmCall call);
 
 }  // namespace fakecuda
 

@@ -6,6 +6,8 @@
 // (no access until cuMemSetAccess), and cuMemUnmap puts PROT_NONE back, so a
 // touch of an unmapped range faults. Device-located memory counts against the
 // device's capacity; host-located handles do not.
+// cuMemCreate, cuMemMap, cuMemUnmap and cuMemRelease take the host time
+// FAKECUDA_VMM_LATENCY_US gives them, as on a GPU where they are costly.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -495,6 +497,7 @@ FAKECUDA_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle,
                                      const CUmemAllocationProp* prop,
                                      unsigned long long flags) {
   FAKECUDA_ENTER("cuMemCreate");
+  ChargeVmmLatency(VmmCall::kCreate);  // FAKECUDA_VMM_LATENCY_US
   if (handle == nullptr || size == 0 || size % kGranularity != 0 ||
       flags != 0) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -525,6 +528,7 @@ FAKECUDA_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle,
 
 FAKECUDA_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   FAKECUDA_ENTER("cuMemRelease");
+  ChargeVmmLatency(VmmCall::kRelease);  // FAKECUDA_VMM_LATENCY_US
   Memory& m = GetMemory();
   std::lock_guard<std::mutex> lock(m.mu);
   auto* h = reinterpret_cast<Handle*>(handle);
@@ -539,6 +543,7 @@ FAKECUDA_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                                   CUmemGenericAllocationHandle handle,
                                   unsigned long long flags) {
   FAKECUDA_ENTER("cuMemMap");
+  ChargeVmmLatency(VmmCall::kMap);  // FAKECUDA_VMM_LATENCY_US
   uintptr_t p = static_cast<uintptr_t>(ptr);
   // As in the real driver, the offset must be 0 and sizes whole granules.
   if (flags != 0 || offset != 0 || size == 0 || size % kGranularity != 0 ||
@@ -612,6 +617,7 @@ FAKECUDA_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size,
 
 FAKECUDA_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   FAKECUDA_ENTER("cuMemUnmap");
+  ChargeVmmLatency(VmmCall::kUnmap);  // FAKECUDA_VMM_LATENCY_US
   Memory& m = GetMemory();
   std::lock_guard<std::mutex> lock(m.mu);
   uintptr_t p = static_cast<uintptr_t>(ptr);

@@ -47,6 +47,18 @@ void* Self() {
   return self;
 }
 
+// The C library's dlsym: an interposer (stensor) exports its own, which may
+// answer with its hooks or build its state by calling back into this driver.
+using DlsymFn = void* (*)(void*, const char*);
+DlsymFn LibcDlsym() {
+  static DlsymFn fn = [] {
+    void* f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (f == nullptr) f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    return reinterpret_cast<DlsymFn>(f);
+  }();
+  return fn;
+}
+
 CUresult Lookup(const char* symbol, void** pfn, int version,
                 cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
   if (symbol == nullptr || pfn == nullptr ||
@@ -88,6 +100,17 @@ CUresult Lookup(const char* symbol, void** pfn, int version,
 }
 
 }  // namespace
+
+bool IsExportedSymbol(const char* symbol) {
+  DlsymFn real = LibcDlsym();
+  if (real != nullptr && Self() != nullptr) return real(Self(), symbol) != nullptr;
+  // No way past an interposer: a name of the driver API is accepted.
+  for (const ProcEntry& e : kProcs) {
+    if (std::strcmp(e.symbol, symbol) == 0) return true;
+  }
+  return false;
+}
+
 }  // namespace fakecuda
 
 FAKECUDA_EXPORT CUresult cuGetProcAddress_v2(
