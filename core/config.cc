@@ -232,10 +232,10 @@ std::string GigabytesPerSecondText(uint64_t mbps) {
 }
 
 // STENSOR_BANDWIDTH: `H2D[,D2H]` in GB/s; one number is both directions.
-absl::Status ParseBandwidth(absl::string_view text, Bandwidth* bandwidth) {
+absl::Status ParseBandwidth(absl::string_view text, BandwidthSetting* bandwidth) {
   std::pair<absl::string_view, absl::string_view> parts =
       absl::StrSplit(text, absl::MaxSplits(',', 1));
-  Bandwidth parsed;
+  BandwidthSetting parsed;
   if (absl::Status s = ParseGigabytesPerSecond(absl::StripAsciiWhitespace(parts.first),
                                                &parsed.h2d_mbps);
       !s.ok()) {
@@ -253,7 +253,7 @@ absl::Status ParseBandwidth(absl::string_view text, Bandwidth* bandwidth) {
   return absl::OkStatus();
 }
 
-std::string BandwidthText(const Bandwidth& b) {
+std::string BandwidthText(const BandwidthSetting& b) {
   if (b.measured()) return "";
   if (b.h2d_mbps == b.d2h_mbps) return GigabytesPerSecondText(b.h2d_mbps);
   return absl::StrCat(GigabytesPerSecondText(b.h2d_mbps), ",",

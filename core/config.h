@@ -106,11 +106,11 @@ enum class VerifyMode {
 
 // STENSOR_BANDWIDTH: host<->device bandwidth per direction, in MB/s (10^6
 // bytes per second); 0 = measured by a short pinned-copy probe at start.
-struct Bandwidth {
+struct BandwidthSetting {
   uint64_t h2d_mbps = 0;
   uint64_t d2h_mbps = 0;
   bool measured() const { return h2d_mbps == 0; }
-  friend bool operator==(const Bandwidth& a, const Bandwidth& b) {
+  friend bool operator==(const BandwidthSetting& a, const BandwidthSetting& b) {
     return a.h2d_mbps == b.h2d_mbps && a.d2h_mbps == b.d2h_mbps;
   }
 };
@@ -131,7 +131,7 @@ struct Config {
   // STENSOR_PREFETCH.
   bool prefetch = true;
   // STENSOR_BANDWIDTH; default: measured.
-  Bandwidth bandwidth;
+  BandwidthSetting bandwidth;
   // STENSOR_ITERATION_MARKER: the kernel whose launch starts an iteration,
   // as its mangled name or its demangled name without parameters; "" = the
   // iteration is found from the repeating sequence of launches.
