@@ -16,12 +16,20 @@
 // detection (an evaluation step, a new batch shape), so the caller
 // re-profiles.
 //
+// Candidates keep running while an iteration is known. A shorter pattern
+// inside the real iteration (identical layers repeated more than twice) is
+// found first; once a longer period has repeated exactly twice over a stretch
+// where the known pattern needed one-offs, it replaces it (kFound again, the
+// caller re-profiles).
+//
 // Explicit marker (STENSOR_ITERATION_MARKER): the caller calls MarkBoundary()
 // just before Observe() of each launch of the marker kernel. From the first
 // call on, detection is off: iterations are exactly the stretches between
-// markers, kFound is reported at the second marker, and a stretch that
-// differs from the previous one (length, or more than max_one_offs keys)
-// reports kChanged.
+// markers, kFound is reported at the second marker; a stretch that differs
+// from the known one (differences counted as the length difference plus the
+// keys that differ position by position; more than max_one_offs) reports
+// kChanged, and the stretch after it becomes the iteration (kFound at the
+// marker that ends it). Stretches longer than max_period are never locked on.
 //
 // Memory: O(max_period) (a ring of the last max_period+1 keys, the template
 // and a map of keys seen within the ring).
@@ -48,11 +56,16 @@ class IterationDetector {
     // Mismatching operations tolerated within one known iteration before
     // the pattern counts as changed.
     size_t max_one_offs = 4;
+    // Fewest operations the repeating stretch must span (2 * period at
+    // least) before it counts: keeps a run of identical warm-up copies from
+    // passing for an iteration of period 1.
+    size_t min_span = 8;
   };
 
   enum class Event : uint8_t {
     kNone,      // nothing new (searching, or inside a known iteration)
-    kFound,     // the iteration just became known; this op is its phase 0
+    kFound,     // an iteration became known (or replaced a shorter one);
+                // this op is its phase 0
     kBoundary,  // this op starts another iteration of the known pattern
     kChanged,   // the known pattern broke: detection restarts from here
   };
@@ -95,11 +108,18 @@ class IterationDetector {
   static constexpr size_t kOccurrences = 4;    // distances tried per key
   static constexpr size_t kMaxCandidates = 32;  // periods checked per op
   struct Seen {
-    uint64_t pos[kOccurrences];  // most recent first, valid ones < count
-    size_t count;
+    uint64_t pos[kOccurrences] = {};  // most recent first; [0, count) valid
+    size_t count = 0;
   };
 
   uint64_t KeyAt(uint64_t pos) const { return ring_[pos % ring_.size()]; }
+  // Writes the key of op n_ into the ring and its occurrence list (pos[0]
+  // becomes n_; pos[1..] are the earlier occurrences).
+  Seen& Remember(uint64_t key);
+  // Advances the candidate periods by op n_; returns the smallest period
+  // that now repeats twice (0 if none).
+  size_t UpdateCandidates(uint64_t key);
+  Observation Lock(uint64_t key, size_t period);
   Observation Search(uint64_t key);
   Observation Follow(uint64_t key);
   Observation FollowMarked(uint64_t key);
@@ -116,11 +136,14 @@ class IterationDetector {
   std::vector<uint64_t> template_;
   size_t phase_ = 0;        // phase of the next op
   size_t one_offs_ = 0;     // mismatches in the current iteration
+  uint64_t one_off_at_ = 0;   // position of the latest mismatch
+  bool one_off_seen_ = false;
   uint64_t iteration_ = 0;
   // Marker mode.
   bool marker_mode_ = false;
   bool marker_pending_ = false;
   bool marker_seen_ = false;
+  bool stretch_overflow_ = false;  // more than max_period ops since the marker
   std::vector<uint64_t> stretch_;  // keys since the last marker
 };
 

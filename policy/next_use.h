@@ -24,11 +24,13 @@
 #ifndef STENSOR_POLICY_NEXT_USE_H_
 #define STENSOR_POLICY_NEXT_USE_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
+#include "policy/eviction_policy.h"
 
 namespace stensor {
 
@@ -63,7 +65,7 @@ class NextUsePredictor {
   size_t slots() const { return slot_gaps_.size(); }
 
  private:
-  static constexpr uint64_t kNoGap = ~uint64_t{0};
+  static constexpr uint64_t kNoGap = EvictionCandidate::kNoNextUse;
   struct BufferState {
     uint64_t last_use = 0;
     uint64_t own_gap = kNoGap;     // its last gap between uses
@@ -71,7 +73,10 @@ class NextUsePredictor {
     uint64_t slot_key = 0;         // (phase, slot) of the last use
     uint64_t predicted = 0;
   };
-  static uint64_t SlotKey(Slot s) { return (uint64_t{s.phase} << 20) ^ s.slot; }
+  // Slots past 2^20 - 1 share one key (no operation has that many buffers).
+  static uint64_t SlotKey(Slot s) {
+    return (uint64_t{s.phase} << 20) | std::min<uint32_t>(s.slot, (1u << 20) - 1);
+  }
 
   absl::flat_hash_map<uint64_t, BufferState> buffers_;
   absl::flat_hash_map<uint64_t, uint64_t> slot_gaps_;  // kNoGap = "freed"

@@ -12,7 +12,9 @@
 //   OnEvicted(id)   its device copy is gone (any reason);
 //   OnFreed(id)     the application freed it;
 //   SetPinned(id, pinned)  not evictable for now (in flight, below the
-//       granularity): the planner never proposes it.
+//       granularity): the planner never proposes it;
+//   CancelFetch(id)  a proposed fetch the caller did not issue (no room after
+//       all, a failed copy): it may be proposed again.
 // and asks, before submitting the operation at logical time `now` (after its
 // OnUse calls and on-demand swap-ins):
 //   Plan(now, free_bytes, h2d_queued_seconds) -> actions, in order.
@@ -27,14 +29,18 @@
 // strictly later than the fetched buffer's, farthest first (never one needed
 // sooner, never one fetched and not yet used, never one used by the current
 // operation); if they cannot make the room, nothing is fetched.
-// Planned eviction: a buffer whose last use has passed and whose next use is
-// after everything that must come in within the horizon, and far enough that
-// the compute before it covers a write-back plus a fetch, is evicted early
-// (copied when dirty, so the copy overlaps compute) while fetches due within
-// one iteration need more memory than is free.
+// Planned eviction: while the swapped-out buffers due within one iteration
+// need more memory than is free, resident buffers whose last use has passed
+// (not used by the current operation), whose next use is predicted after
+// everything due and far enough that the compute before it covers a
+// write-back plus a fetch, are evicted early, farthest first (copied when
+// dirty, so the copy overlaps compute instead of delaying the fetch that
+// needs the room). Buffers with no predicted next use are left to the
+// eviction policy: they may be temporaries about to be freed, and a copy of
+// those is wasted.
 // Back-off: a fetched buffer evicted before its use is thrash; each one
 // doubles a pause (in operations) during which the planner proposes
-// nothing; a fetch that was used halves it. Stats() counts all of it.
+// nothing; a fetch that was used halves it. stats() counts all of it.
 // Without a profile (SetProfile not called) Plan proposes nothing.
 //
 // Work per Plan: bounded by Options::max_scan (index entries looked at) and
@@ -46,7 +52,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <set>
 #include <utility>
@@ -94,7 +99,7 @@ class PrefetchPlanner {
     uint64_t fetch_evictions = 0;    // kEvict proposed to make room
     uint64_t planned_evictions = 0;  // kEvict after a last use
     uint64_t planned_copies = 0;     // of those, dirty (written back)
-    uint64_t late_uses = 0;          // used while swapped out (on demand)
+    uint64_t on_demand = 0;          // swapped in without a planned fetch
     uint64_t backoffs = 0;           // pauses started
     uint64_t plans_paused = 0;       // Plan calls that proposed nothing for it
   };
@@ -117,6 +122,7 @@ class PrefetchPlanner {
   void OnEvicted(uint64_t id);
   void OnFreed(uint64_t id);
   void SetPinned(uint64_t id, bool pinned);
+  void CancelFetch(uint64_t id);
 
   // Actions to take now, in order (an eviction before the fetch it makes
   // room for). `free_bytes`: device memory free under the cap now;
@@ -142,6 +148,8 @@ class PrefetchPlanner {
   };
   void Unindex(uint64_t id, const Buffer& b);
   void Index(uint64_t id, const Buffer& b);
+  // A fetched buffer was lost before its use: pause, doubling the pause.
+  void Thrashed();
   // Compute seconds of operations [from, to); kNoNextUse -> infinite.
   double ComputeBetween(uint64_t from, uint64_t to) const;
 
@@ -151,7 +159,7 @@ class PrefetchPlanner {
   absl::flat_hash_map<uint64_t, Buffer> buffers_;
   std::set<Entry> resident_;  // evictable resident buffers by next use
   std::set<Entry> swapped_;   // swapped-out buffers by next use
-  std::deque<std::pair<uint64_t, uint64_t>> recent_;  // (time, id) used
+  uint64_t last_plan_ = 0;    // `now` of the latest Plan
   uint64_t backoff_ = 0;      // current pause length
   uint64_t paused_until_ = 0;
   Stats stats_;
