@@ -47,7 +47,7 @@ std::vector<Step> StepOps(int step) {
 
 // Runs `steps` steps, reporting a compute time of 1 ms for every profiled
 // operation at once; returns the predictions of every operation.
-std::vector<std::vector<uint64_t>> Run(IterationPlanner& p, int first, int steps,
+std::vector<std::vector<uint64_t>> RunSteps(IterationPlanner& p, int first, int steps,
                                        bool time_them = true) {
   std::vector<std::vector<uint64_t>> predictions;
   for (int s = first; s < first + steps; ++s) {
@@ -102,14 +102,14 @@ TEST(IterationPlannerTest, WaitsForLateComputeTimesThenBuildsWithoutThem) {
   p->OnComputeTime(timed[0], 1e-3);
   p->OnComputeTime(timed[1], 1e-3);
   EXPECT_FALSE(p->has_profile());
-  Run(*p, 4, 3, /*time_them=*/false);  // past the grace of 8 operations
+  RunSteps(*p, 4, 3, /*time_them=*/false);  // past the grace of 8 operations
   ASSERT_TRUE(p->has_profile());
   EXPECT_EQ(p->profile()->unknown_phases(), 2u);
 }
 
 TEST(IterationPlannerTest, PredictsWeightsShardsAndTemporaries) {
   auto p = Make();
-  auto predictions = Run(*p, 0, 12);
+  auto predictions = RunSteps(*p, 0, 12);
   // Operations of step 10 start at time 40. Weight 0 (slot 0 of phase 0) is
   // next used at phase 3 of the same step; the shard four steps (16
   // operations) later; the new activation at phase 1, like last step's.
@@ -120,13 +120,13 @@ TEST(IterationPlannerTest, PredictsWeightsShardsAndTemporaries) {
   EXPECT_EQ(first[2], 41u);
   // The activation's last use (phase 3) is followed by its free: no next use.
   p->OnFreed(1000 + 11);
-  auto later = Run(*p, 12, 2);
+  auto later = RunSteps(*p, 12, 2);
   EXPECT_EQ(later[3][1], kNever);
 }
 
 TEST(IterationPlannerTest, AChangedPatternDropsTheProfileAndProfilesAgain) {
   auto p = Make();
-  Run(*p, 0, 6);
+  RunSteps(*p, 0, 6);
   ASSERT_TRUE(p->has_profile());
   // An evaluation phase: other kernels for a while.
   for (int i = 0; i < 40; ++i) {
@@ -134,7 +134,7 @@ TEST(IterationPlannerTest, AChangedPatternDropsTheProfileAndProfilesAgain) {
     p->OnOperation(50 + i % 3, absl::MakeConstSpan(&t, 1));
   }
   EXPECT_GE(p->stats().pattern_changes, 1u);
-  Run(*p, 6, 8);
+  RunSteps(*p, 6, 8);
   EXPECT_TRUE(p->has_profile());
   EXPECT_EQ(p->profile()->period(), 4u);
   EXPECT_GE(p->stats().profiles, 2u);
@@ -145,7 +145,7 @@ TEST(IterationPlannerTest, PlansNothingWithPrefetchOffOrWithoutAProfile) {
   off.prefetch = false;
   auto p = Make(off);
   EXPECT_TRUE(p->Plan(64 * kMiB, 0).empty());
-  Run(*p, 0, 8);
+  RunSteps(*p, 0, 8);
   ASSERT_TRUE(p->has_profile());
   p->OnEvicted(100);
   EXPECT_TRUE(p->Plan(64 * kMiB, 0).empty());
@@ -155,7 +155,7 @@ TEST(IterationPlannerTest, PlansNothingWithPrefetchOffOrWithoutAProfile) {
 
 TEST(IterationPlannerTest, FetchesASwappedOutShardBeforeItsUse) {
   auto p = Make();
-  Run(*p, 0, 7);
+  RunSteps(*p, 0, 7);
   ASSERT_TRUE(p->has_profile());
   // Shard 100 is read again at step 8: swapped out now, it must be fetched
   // while step 7 runs.
