@@ -1,0 +1,157 @@
+#include "policy/iteration_planner.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+
+namespace stensor {
+
+absl::StatusOr<std::unique_ptr<IterationPlanner>> IterationPlanner::Create(Options options) {
+  if (!(options.bandwidth.h2d > 0) || !(options.bandwidth.d2h > 0) ||
+      !std::isfinite(options.bandwidth.h2d) || !std::isfinite(options.bandwidth.d2h)) {
+    return absl::InvalidArgumentError("the bandwidth must be positive in both directions");
+  }
+  absl::StatusOr<IterationDetector> detector = IterationDetector::Create(options.detector);
+  if (!detector.ok()) return detector.status();
+  return std::unique_ptr<IterationPlanner>(
+      new IterationPlanner(std::move(options), std::move(*detector)));
+}
+
+IterationPlanner::IterationPlanner(Options options, IterationDetector detector)
+    : options_(std::move(options)),
+      detector_(std::move(detector)),
+      planner_(options_.planner) {}
+
+void IterationPlanner::Forget() {
+  recording_.reset();
+  recording_done_ = false;
+  awaiting_ = 0;
+  timed_.clear();
+  profile_.reset();
+  planner_.SetProfile(nullptr, 0);
+  predictor_.Reset();
+}
+
+void IterationPlanner::BuildProfile() {
+  absl::StatusOr<AccessProfile> built =
+      std::move(*recording_).Build(options_.bandwidth, options_.profile);
+  recording_.reset();
+  recording_done_ = false;
+  timed_.clear();
+  awaiting_ = 0;
+  if (!built.ok()) {
+    ++stats_.abandoned_profiles;
+    return;
+  }
+  profile_ = std::make_shared<const AccessProfile>(std::move(*built));
+  ++stats_.profiles;
+  planner_.SetProfile(profile_, iteration_origin_);
+}
+
+uint64_t IterationPlanner::OnOperation(uint64_t key, absl::Span<const BufferTouch> touches,
+                                       std::vector<uint64_t>* next_uses) {
+  const uint64_t time = next_time_++;
+  ++stats_.operations;
+  const IterationDetector::Observation seen = detector_.Observe(key);
+  switch (seen.event) {
+    case IterationDetector::Event::kFound:
+      // Profile the first iteration of the pattern, from here.
+      Forget();
+      iteration_origin_ = time;
+      recording_.emplace();
+      record_origin_ = time;
+      break;
+    case IterationDetector::Event::kBoundary:
+      ++stats_.iterations;
+      iteration_origin_ = time;
+      planner_.OnIterationBoundary(time);
+      if (recording_ && !recording_done_) {
+        // The profiled iteration is complete: build it once its compute
+        // times are in, or after a grace period without the late ones.
+        recording_done_ = true;
+        build_deadline_ = time + options_.compute_grace_ops;
+      }
+      break;
+    case IterationDetector::Event::kChanged:
+      ++stats_.pattern_changes;
+      Forget();
+      break;
+    case IterationDetector::Event::kNone:
+      break;
+  }
+
+  profiling_now_ = false;
+  if (recording_ && !recording_done_) {
+    // One-off operations (tolerated by the detector) would shift the
+    // profile's phases against the detector's: such a recording is dropped
+    // and the next iteration profiled instead.
+    if (seen.known && seen.phase == recording_->size()) {
+      recording_->Add(key, touches);
+      timed_.push_back(false);
+      ++awaiting_;
+      profiling_now_ = true;
+    } else {
+      ++stats_.abandoned_profiles;
+      recording_.reset();
+      timed_.clear();
+      awaiting_ = 0;
+      // Try again from the next boundary.
+    }
+  }
+  if (!recording_ && !profile_ && seen.event == IterationDetector::Event::kBoundary) {
+    recording_.emplace();
+    record_origin_ = time;
+    if (seen.known && seen.phase == 0) {
+      recording_->Add(key, touches);
+      timed_.push_back(false);
+      ++awaiting_;
+      profiling_now_ = true;
+    }
+  }
+  if (recording_done_ && (awaiting_ == 0 || time >= build_deadline_)) BuildProfile();
+
+  // A buffer listed twice counts once, in its first slot.
+  absl::flat_hash_set<uint64_t> seen_ids;
+  for (size_t i = 0; i < touches.size(); ++i) {
+    const BufferTouch& t = touches[i];
+    std::optional<NextUsePredictor::Slot> slot;
+    if (seen.known) slot = NextUsePredictor::Slot{seen.phase, static_cast<uint32_t>(i)};
+    uint64_t next = predictor_.OnUse(t.id, time, slot);
+    if (seen_ids.insert(t.id).second) planner_.OnUse(t.id, t.bytes, time, next, t.write);
+    if (next_uses != nullptr) next_uses->push_back(next);
+  }
+  return time;
+}
+
+void IterationPlanner::OnComputeTime(uint64_t time, double seconds) {
+  if (!recording_ || time < record_origin_ || !std::isfinite(seconds) || seconds < 0) return;
+  const uint64_t phase = time - record_origin_;
+  if (phase >= timed_.size() || timed_[phase]) return;
+  if (!recording_->SetComputeSeconds(phase, seconds).ok()) return;
+  timed_[phase] = true;
+  --awaiting_;
+  if (recording_done_ && awaiting_ == 0) BuildProfile();
+}
+
+void IterationPlanner::OnFreed(uint64_t id) {
+  predictor_.OnFreed(id);
+  planner_.OnFreed(id);
+}
+
+std::vector<PlannedAction> IterationPlanner::Plan(uint64_t free_bytes,
+                                                  double h2d_queued_seconds) {
+  if (!options_.prefetch || profile_ == nullptr || next_time_ == 0) return {};
+  return planner_.Plan(next_time_ - 1, free_bytes, h2d_queued_seconds);
+}
+
+IterationPlanner::Stats IterationPlanner::stats() const {
+  Stats s = stats_;
+  s.period = profile_ != nullptr ? profile_->period() : 0;
+  s.unknown_phases = profile_ != nullptr ? profile_->unknown_phases() : 0;
+  s.planner = planner_.stats();
+  return s;
+}
+
+}  // namespace stensor

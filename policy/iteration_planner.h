@@ -1,0 +1,126 @@
+// IterationPlanner: S01/S02 and the planned swaps in one object, fed once per
+// operation (kernel launch, copy, memset) by the memory manager and by
+// `stensor sim` replaying an access log, so both run the same decisions.
+// Per operation it
+//   1. observes the operation's key with the IterationDetector (S01 order);
+//   2. predicts the next use of every buffer it touches (NextUsePredictor;
+//      the slot is the buffer's position among the touches), which the
+//      caller gives `belady` as EvictionCandidate::next_use;
+//   3. records the first whole iteration after the pattern is found into an
+//      AccessProfile (S02): keys, buffers, bytes, and compute times that the
+//      caller measures with events and hands back through OnComputeTime; the
+//      profile is built at the next iteration boundary, or as soon after as
+//      the last compute times arrived (never waiting for them), and a
+//      changed pattern drops it and profiles again;
+//   4. keeps the PrefetchPlanner's view current, and answers Plan().
+// Logical time is the operation count: the first operation is time 0.
+//
+// Thread-safety: not thread-safe; the caller serialises (the manager's lock).
+#ifndef STENSOR_POLICY_ITERATION_PLANNER_H_
+#define STENSOR_POLICY_ITERATION_PLANNER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "policy/access_profile.h"
+#include "policy/iteration_detector.h"
+#include "policy/next_use.h"
+#include "policy/prefetch_planner.h"
+
+namespace stensor {
+
+class IterationPlanner {
+ public:
+  struct Options {
+    Bandwidth bandwidth;  // both directions > 0
+    // false: next uses are still predicted (belady), Plan proposes nothing.
+    bool prefetch = true;
+    IterationDetector::Options detector;
+    PrefetchPlanner::Options planner;
+    AccessProfile::Options profile;
+    // After the profiled iteration ended, how many operations the profile
+    // waits for compute times still in flight before it is built without
+    // them (their phases then count as unknown).
+    uint64_t compute_grace_ops = 256;
+  };
+
+  struct Stats {
+    uint64_t operations = 0;
+    uint64_t iterations = 0;       // boundaries of a known pattern
+    uint64_t profiles = 0;         // profiles built
+    uint64_t pattern_changes = 0;  // known patterns that broke
+    uint64_t abandoned_profiles = 0;  // out of step with the detector
+    size_t period = 0;             // of the pattern in use; 0 when none
+    size_t unknown_phases = 0;     // of the current profile
+    PrefetchPlanner::Stats planner;
+  };
+
+  // Rejects a bandwidth that is not > 0 and bad detector options.
+  static absl::StatusOr<std::unique_ptr<IterationPlanner>> Create(Options options);
+
+  // One operation: `key` names the kernel and its argument shapes (not
+  // buffer ids), `touches` the buffers it uses in argument order. Appends
+  // each touch's predicted next use (kNoNextUse when unknown) to
+  // `*next_uses` when not null. Returns the operation's logical time.
+  uint64_t OnOperation(uint64_t key, absl::Span<const BufferTouch> touches,
+                       std::vector<uint64_t>* next_uses = nullptr);
+  // Whether the operation just observed is part of the iteration being
+  // profiled, so its compute time is wanted (time it; else do not).
+  bool profiling() const { return profiling_now_; }
+  // The compute time of the operation at logical time `time` (an event pair
+  // completed). Ignored when that operation is not in the profiled
+  // iteration, or the seconds are negative or not finite.
+  void OnComputeTime(uint64_t time, double seconds);
+  // STENSOR_ITERATION_MARKER: call before OnOperation of the marker kernel.
+  void MarkBoundary() { detector_.MarkBoundary(); }
+
+  // The planned swaps to issue before submitting the last observed
+  // operation (empty without a profile or with prefetch off).
+  std::vector<PlannedAction> Plan(uint64_t free_bytes, double h2d_queued_seconds);
+
+  // What happened to a buffer (see PrefetchPlanner).
+  void OnResident(uint64_t id) { planner_.OnResident(id); }
+  void OnEvicted(uint64_t id) { planner_.OnEvicted(id); }
+  void OnFreed(uint64_t id);
+  void SetPinned(uint64_t id, bool pinned) { planner_.SetPinned(id, pinned); }
+
+  // The last predicted next use of `id` (kNoNextUse when unknown).
+  uint64_t NextUse(uint64_t id) const { return predictor_.Predicted(id); }
+  bool has_profile() const { return profile_ != nullptr; }
+  const AccessProfile* profile() const { return profile_.get(); }
+  uint64_t now() const { return next_time_; }  // time of the next operation
+  Stats stats() const;
+
+ private:
+  IterationPlanner(Options options, IterationDetector detector);
+  // Drops the profile and whatever was being recorded.
+  void Forget();
+  // Builds the recorded profile and hands it to the planner.
+  void BuildProfile();
+
+  const Options options_;
+  IterationDetector detector_;
+  NextUsePredictor predictor_;
+  PrefetchPlanner planner_;
+  uint64_t next_time_ = 0;
+  bool profiling_now_ = false;
+  // The iteration being recorded: from `record_origin_` (its phase 0) on.
+  std::optional<AccessProfile::Builder> recording_;
+  uint64_t record_origin_ = 0;
+  bool recording_done_ = false;  // its last operation was seen
+  uint64_t build_deadline_ = 0;  // build without late compute times after
+  size_t awaiting_ = 0;          // compute times not yet arrived
+  std::vector<bool> timed_;      // per recorded phase: a compute time came
+  uint64_t iteration_origin_ = 0;  // phase 0 of the current iteration
+  std::shared_ptr<const AccessProfile> profile_;
+  Stats stats_;
+};
+
+}  // namespace stensor
+
+#endif  // STENSOR_POLICY_ITERATION_PLANNER_H_

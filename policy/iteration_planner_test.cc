@@ -1,0 +1,174 @@
+#include "policy/iteration_planner.h"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "policy/eviction_policy.h"
+
+namespace stensor {
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+constexpr uint64_t kNever = EvictionCandidate::kNoNextUse;
+
+IterationPlanner::Options Defaults() {
+  IterationPlanner::Options o;
+  o.bandwidth = Bandwidth{10e9, 10e9};
+  o.compute_grace_ops = 8;
+  return o;
+}
+
+std::unique_ptr<IterationPlanner> Make(IterationPlanner::Options o = Defaults()) {
+  auto planner = IterationPlanner::Create(o);
+  EXPECT_TRUE(planner.ok()) << planner.status();
+  return planner.ok() ? std::move(*planner) : nullptr;
+}
+
+// One training step of four operations: forward over two weights (0, 1)
+// reading the step's shard, backward, and an update. Shards are ids
+// 100..103, read in a cycle of 4 steps; the activation is a temporary with
+// a new id each step (1000 + step).
+struct Step {
+  uint64_t key;
+  std::vector<BufferTouch> touches;
+};
+std::vector<Step> StepOps(int step) {
+  const uint64_t shard = 100 + step % 4;
+  const uint64_t act = 1000 + step;
+  return {
+      {11, {{0, 4 * kMiB, false}, {shard, 2 * kMiB, false}, {act, 2 * kMiB, true}}},
+      {12, {{1, 4 * kMiB, false}, {act, 2 * kMiB, true}}},
+      {13, {{1, 4 * kMiB, true}, {act, 2 * kMiB, false}}},
+      {14, {{0, 4 * kMiB, true}, {act, 2 * kMiB, false}}},
+  };
+}
+
+// Runs `steps` steps, reporting a compute time of 1 ms for every profiled
+// operation at once; returns the predictions of every operation.
+std::vector<std::vector<uint64_t>> RunSteps(IterationPlanner& p, int first, int steps,
+                                       bool time_them = true) {
+  std::vector<std::vector<uint64_t>> predictions;
+  for (int s = first; s < first + steps; ++s) {
+    for (const Step& op : StepOps(s)) {
+      std::vector<uint64_t> next;
+      uint64_t t = p.OnOperation(op.key, op.touches, &next);
+      if (time_them && p.profiling()) p.OnComputeTime(t, 1e-3);
+      predictions.push_back(next);
+    }
+  }
+  return predictions;
+}
+
+TEST(IterationPlannerTest, RejectsABadBandwidth) {
+  IterationPlanner::Options o = Defaults();
+  o.bandwidth.d2h = 0;
+  EXPECT_FALSE(IterationPlanner::Create(o).ok());
+}
+
+TEST(IterationPlannerTest, ProfilesOneIterationAfterThePatternIsFound) {
+  auto p = Make();
+  int profiled = 0;
+  for (int s = 0; s < 6; ++s) {
+    for (const Step& op : StepOps(s)) {
+      uint64_t t = p->OnOperation(op.key, op.touches);
+      if (p->profiling()) {
+        ++profiled;
+        p->OnComputeTime(t, 2e-3);
+      }
+    }
+  }
+  // Exactly one iteration was timed, and the profile holds it.
+  EXPECT_EQ(profiled, 4);
+  ASSERT_TRUE(p->has_profile());
+  EXPECT_EQ(p->profile()->period(), 4u);
+  EXPECT_EQ(p->profile()->unknown_phases(), 0u);
+  EXPECT_DOUBLE_EQ(p->profile()->iteration_compute_seconds(), 8e-3);
+  EXPECT_EQ(p->stats().profiles, 1u);
+}
+
+TEST(IterationPlannerTest, WaitsForLateComputeTimesThenBuildsWithoutThem) {
+  auto p = Make();
+  std::vector<uint64_t> timed;
+  for (int s = 0; s < 4; ++s) {
+    for (const Step& op : StepOps(s)) {
+      uint64_t t = p->OnOperation(op.key, op.touches);
+      if (p->profiling()) timed.push_back(t);
+    }
+  }
+  ASSERT_EQ(timed.size(), 4u);
+  EXPECT_FALSE(p->has_profile());  // its compute times are still in flight
+  p->OnComputeTime(timed[0], 1e-3);
+  p->OnComputeTime(timed[1], 1e-3);
+  EXPECT_FALSE(p->has_profile());
+  RunSteps(*p, 4, 3, /*time_them=*/false);  // past the grace of 8 operations
+  ASSERT_TRUE(p->has_profile());
+  EXPECT_EQ(p->profile()->unknown_phases(), 2u);
+}
+
+TEST(IterationPlannerTest, PredictsWeightsShardsAndTemporaries) {
+  auto p = Make();
+  auto predictions = RunSteps(*p, 0, 12);
+  // Operations of step 10 start at time 40. Weight 0 (slot 0 of phase 0) is
+  // next used at phase 3 of the same step; the shard four steps (16
+  // operations) later; the new activation at phase 1, like last step's.
+  const std::vector<uint64_t>& first = predictions[40];
+  ASSERT_EQ(first.size(), 3u);
+  EXPECT_EQ(first[0], 43u);
+  EXPECT_EQ(first[1], 56u);
+  EXPECT_EQ(first[2], 41u);
+  // The activation's last use (phase 3) is followed by its free: no next use.
+  p->OnFreed(1000 + 11);
+  auto later = RunSteps(*p, 12, 2);
+  EXPECT_EQ(later[3][1], kNever);
+}
+
+TEST(IterationPlannerTest, AChangedPatternDropsTheProfileAndProfilesAgain) {
+  auto p = Make();
+  RunSteps(*p, 0, 6);
+  ASSERT_TRUE(p->has_profile());
+  // An evaluation phase: other kernels for a while.
+  for (int i = 0; i < 40; ++i) {
+    BufferTouch t{0, 4 * kMiB, false};
+    p->OnOperation(50 + i % 3, absl::MakeConstSpan(&t, 1));
+  }
+  EXPECT_GE(p->stats().pattern_changes, 1u);
+  RunSteps(*p, 6, 8);
+  EXPECT_TRUE(p->has_profile());
+  EXPECT_EQ(p->profile()->period(), 4u);
+  EXPECT_GE(p->stats().profiles, 2u);
+}
+
+TEST(IterationPlannerTest, PlansNothingWithPrefetchOffOrWithoutAProfile) {
+  IterationPlanner::Options off = Defaults();
+  off.prefetch = false;
+  auto p = Make(off);
+  EXPECT_TRUE(p->Plan(64 * kMiB, 0).empty());
+  RunSteps(*p, 0, 8);
+  ASSERT_TRUE(p->has_profile());
+  p->OnEvicted(100);
+  EXPECT_TRUE(p->Plan(64 * kMiB, 0).empty());
+  // Next uses are predicted all the same (belady needs them).
+  EXPECT_NE(p->NextUse(0), kNever);
+}
+
+TEST(IterationPlannerTest, FetchesASwappedOutShardBeforeItsUse) {
+  auto p = Make();
+  RunSteps(*p, 0, 7);
+  ASSERT_TRUE(p->has_profile());
+  // Shard 100 is read again at step 8: swapped out now, it must be fetched
+  // while step 7 runs.
+  p->OnEvicted(100);
+  bool fetched = false;
+  for (const Step& op : StepOps(7)) {
+    p->OnOperation(op.key, op.touches);
+    for (const PlannedAction& a : p->Plan(64 * kMiB, 0)) {
+      if (a.kind == PlannedAction::Kind::kFetch && a.id == 100) fetched = true;
+    }
+  }
+  EXPECT_TRUE(fetched);
+}
+
+}  // namespace
+}  // namespace stensor
