@@ -142,6 +142,19 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
   uint64_t demand = 0;                   // bytes due soon that do not fit
   uint64_t demand_until = now;           // latest next use among them
 
+  // Resident buffers whose predicted use passed without one predict nothing
+  // any more: re-keyed as unknown, they become victims again instead of
+  // looking needed soonest forever. Bounded like the rest of the scan.
+  while (!resident_.empty() && resident_.begin()->first < now &&
+         scanned < options_.max_scan) {
+    const uint64_t id = resident_.begin()->second;
+    Buffer& b = buffers_.at(id);
+    Unindex(id, b);
+    b.next_use = kNoNextUse;
+    Index(id, b);
+    ++scanned;
+  }
+
   // Room for `bytes` due at `due` from resident buffers needed strictly
   // later, farthest first; nothing if they cannot make it.
   const auto make_room = [&](uint64_t bytes, uint64_t due, bool planned,

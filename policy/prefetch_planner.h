@@ -46,6 +46,9 @@
 // Back-off: a fetched buffer evicted before its use is thrash; each one
 // doubles a pause (in operations) during which the planner proposes
 // nothing; a fetch that was used halves it. stats() counts all of it.
+// A prediction that passed without a use counts as "no next use" from then
+// on (the planner re-keys its own indexes; the caller's belady keys keep the
+// old value until the buffer's next use).
 // Without a profile (SetProfile not called) Plan proposes nothing.
 //
 // Work per Plan: bounded by Options::max_scan (index entries looked at) and

@@ -120,16 +120,17 @@ TEST(PrefetchPlannerTest, FetchesEarlyWhileMemoryIsFree) {
 TEST(PrefetchPlannerTest, NeverEvictsWhatIsNeededSooner) {
   PrefetchPlanner p;
   p.SetProfile(Profile(20, 1.0), 0);
-  SwappedOut(p, 1, 2 * kMB, 0, 8);
-  p.OnUse(2, kMB, 1, 6, true);  // needed before 1
-  p.OnUse(3, kMB, 1, 8, true);  // needed with 1: not later
-  p.OnUse(4, kMB, 1, 7, true);
-  for (uint64_t now = 2; now < 8; ++now) {
+  SwappedOut(p, 1, 5 * kMB, 0, 12);  // 5 ms lead: urgent at 7
+  p.OnUse(2, kMB, 1, 9, true);       // needed before 1
+  p.OnUse(3, kMB, 1, 12, true);      // needed with 1: not later
+  p.OnUse(4, kMB, 1, 10, true);
+  for (uint64_t now = 2; now <= 7; ++now) {
     EXPECT_TRUE(p.Plan(now, 0, 0).empty()) << now;
   }
-  // Something needed later appears: it goes, and only it.
-  p.OnUse(5, kMB, 6, 30, false);
-  p.OnUse(6, kMB, 6, kNone, false);
+  // Buffers needed later appear (used by the current op, 7): they go, and
+  // only they, farthest first.
+  p.OnUse(5, 3 * kMB, 7, 30, false);
+  p.OnUse(6, 3 * kMB, 7, kNone, false);
   p.OnResident(5);
   p.OnResident(6);
   EXPECT_EQ(p.Plan(7, 0, 0), (std::vector<PlannedAction>{
@@ -190,11 +191,14 @@ TEST(PrefetchPlannerTest, RandomizedNeverEvictsSoonerAndStaysInMemory) {
         size_t f = i + 1;
         while (f < actions.size() && actions[f].kind != Kind::kFetch) ++f;
         if (f < actions.size()) {
-          ASSERT_GT(m.next, bufs.at(actions[f].id).next)
+          // A prediction that passed counts as none (the planner says so).
+          const uint64_t next = m.next < now ? kNone : m.next;
+          ASSERT_GT(next, bufs.at(actions[f].id).next)
               << "evicted " << a.id << " needed sooner than " << actions[f].id;
         } else {
           // A planned eviction: never the current op's, never unknown.
           ASSERT_NE(a.id, id);
+          ASSERT_GE(m.next, now);
           ASSERT_NE(m.next, kNone);
         }
         m.resident = false;
@@ -291,6 +295,17 @@ TEST(PrefetchPlannerTest, PassedPredictionsDoNotBlockTheScan) {
     got = p.Plan(now, 10 * kMB, 0);
   }
   EXPECT_EQ(got, (std::vector<PlannedAction>{Fetch(1)}));
+}
+
+TEST(PrefetchPlannerTest, PassedResidentPredictionsMakeRoomAgain) {
+  PrefetchPlanner p;
+  p.SetProfile(Profile(100, 1.0), 0);
+  p.OnUse(2, kMB, 1, 3, true);  // predicted at 3, never used again
+  SwappedOut(p, 1, kMB, 0, 10);
+  // Before 3 passes, 2 is needed sooner than 1: it stays.
+  EXPECT_TRUE(p.Plan(2, 0, 0).empty());
+  EXPECT_EQ(p.Plan(9, 0, 0),
+            (std::vector<PlannedAction>{Evict(2, true), Fetch(1)}));
 }
 
 TEST(PrefetchPlannerTest, PinnedBuffersAreNeverEvicted) {
