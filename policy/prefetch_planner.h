@@ -86,7 +86,9 @@ struct PlannedAction {
 class PrefetchPlanner {
  public:
   struct Options {
-    size_t max_actions = 16;   // actions per Plan
+    // Fetches per Plan (the evictions making room for them come on top,
+    // bounded by max_scan).
+    size_t max_actions = 16;
     size_t max_scan = 64;      // index entries examined per Plan
     // Free memory an early (not yet urgent) fetch must leave untouched, for
     // the allocations of the step itself.
