@@ -139,8 +139,21 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
   size_t scanned = 0;
   absl::flat_hash_set<uint64_t> chosen;  // evicted by this plan
   std::vector<uint64_t> stale;           // predicted use passed, not used
-  uint64_t demand = 0;                   // bytes due within the horizon
+  uint64_t demand = 0;                   // bytes due soon that do not fit
   uint64_t demand_until = now;           // latest next use among them
+
+  // Resident buffers whose predicted use passed without one predict nothing
+  // any more: re-keyed as unknown, they become victims again instead of
+  // looking needed soonest forever. Bounded like the rest of the scan.
+  while (!resident_.empty() && resident_.begin()->first < now &&
+         scanned < options_.max_scan) {
+    const uint64_t id = resident_.begin()->second;
+    Buffer& b = buffers_.at(id);
+    Unindex(id, b);
+    b.next_use = kNoNextUse;
+    Index(id, b);
+    ++scanned;
+  }
 
   // Room for `bytes` due at `due` from resident buffers needed strictly
   // later, farthest first; nothing if they cannot make it.
@@ -154,7 +167,13 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
          ++r, ++scanned) {
       if (r->first <= due) break;  // all further ones are needed sooner
       const Buffer& v = buffers_.at(r->second);
-      if (v.last_use >= now || v.fetched || chosen.contains(r->second)) continue;
+      // A buffer of the current operation may go for an urgent fetch (its
+      // swap-out queues behind the operation, as every eviction does), not
+      // for a planned one, which exists to start early.
+      if (v.fetched || chosen.contains(r->second) ||
+          (v.last_use >= now && planned)) {
+        continue;
+      }
       if (planned) {
         // Unknown futures are left alone; a gap too short to write back and
         // fetch again under compute gains nothing.
@@ -198,8 +217,13 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
     const double t = profile_->H2dSeconds(b.bytes);
     // Waiting one more operation would leave less compute before the use
     // than the transfer plus what is queued ahead of it.
-    const bool urgent =
-        ComputeBetween(now + 1, due) < (queue + t) * options_.lead_factor;
+    const double need = (queue + t) * options_.lead_factor;
+    const double slack = ComputeBetween(now + 1, due);
+    const bool urgent = slack < need;
+    // Soon: within early_factor of its lead. Fetching earlier than that
+    // only holds memory the step's own allocations may want, which then
+    // costs evictions that would not have been needed.
+    if (!urgent && slack >= need * options_.early_factor) continue;
     bool fetch = false;
     if (urgent) {
       std::vector<PlannedAction> evictions;
@@ -221,7 +245,8 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
   }
 
   // Planned eviction: what is due soon does not fit; make the room now,
-  // from buffers needed after all of it, so write-backs overlap compute.
+  // from buffers needed after all of it, so write-backs overlap compute
+  // instead of delaying the urgent fetch that would otherwise evict them.
   if (demand > free && actions.size() < options_.max_actions) {
     make_room(demand, demand_until, true, actions);
   }

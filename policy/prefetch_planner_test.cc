@@ -95,34 +95,42 @@ TEST(PrefetchPlannerTest, FetchIsIssuedAtLeastItsTransferTimeAhead) {
   }
 }
 
+// With free memory a fetch may start early_factor (2) times its lead ahead:
+// a 1 ms buffer due at 15 goes at 13 (2 ms of compute before it), not
+// before, and only where it leaves the reserve free.
 TEST(PrefetchPlannerTest, FetchesEarlyWhileMemoryIsFree) {
   PrefetchPlanner p(PrefetchPlanner::Options{.free_reserve_bytes = 2 * kMB});
   p.SetProfile(Profile(20, 1.0), 0);
-  SwappedOut(p, 1, kMB, 0, 15);   // due within the iteration
-  SwappedOut(p, 2, kMB, 0, 25);   // beyond it: left for later
-  // 2 MB free is all reserve: not yet.
-  EXPECT_TRUE(p.Plan(1, 2 * kMB, 0).empty());
-  EXPECT_EQ(p.Plan(2, 3 * kMB, 0), (std::vector<PlannedAction>{Fetch(1)}));
+  SwappedOut(p, 1, kMB, 0, 15);
+  SwappedOut(p, 2, kMB, 0, 25);
+  for (uint64_t now = 1; now < 13; ++now) {
+    EXPECT_TRUE(p.Plan(now, 100 * kMB, 0).empty()) << now;
+  }
+  EXPECT_TRUE(p.Plan(13, 2 * kMB, 0).empty());  // all of it is reserve
+  EXPECT_EQ(p.Plan(13, 3 * kMB, 0), (std::vector<PlannedAction>{Fetch(1)}));
   p.OnResident(1);
-  EXPECT_TRUE(p.Plan(3, 3 * kMB, 0).empty());  // 2 is more than 20 ops away
+  EXPECT_TRUE(p.Plan(14, 3 * kMB, 0).empty());  // 2 is not due yet
   p.OnUse(1, kMB, 15, kNone, false);
   EXPECT_EQ(p.stats().fetch_hits, 1u);
   EXPECT_EQ(p.stats().on_demand, 0u);
+  // Urgent, the reserve does not hold it back.
+  EXPECT_EQ(p.Plan(24, 1 * kMB, 0), (std::vector<PlannedAction>{Fetch(2)}));
 }
 
 TEST(PrefetchPlannerTest, NeverEvictsWhatIsNeededSooner) {
   PrefetchPlanner p;
   p.SetProfile(Profile(20, 1.0), 0);
-  SwappedOut(p, 1, 2 * kMB, 0, 8);
-  p.OnUse(2, kMB, 1, 6, true);  // needed before 1
-  p.OnUse(3, kMB, 1, 8, true);  // needed with 1: not later
-  p.OnUse(4, kMB, 1, 7, true);
-  for (uint64_t now = 2; now < 8; ++now) {
+  SwappedOut(p, 1, 5 * kMB, 0, 12);  // 5 ms lead: urgent at 7
+  p.OnUse(2, kMB, 1, 9, true);       // needed before 1
+  p.OnUse(3, kMB, 1, 12, true);      // needed with 1: not later
+  p.OnUse(4, kMB, 1, 10, true);
+  for (uint64_t now = 2; now <= 7; ++now) {
     EXPECT_TRUE(p.Plan(now, 0, 0).empty()) << now;
   }
-  // Something needed later appears: it goes, and only it.
-  p.OnUse(5, kMB, 6, 30, false);
-  p.OnUse(6, kMB, 6, kNone, false);
+  // Buffers needed later appear (used by the current op, 7): they go, and
+  // only they, farthest first.
+  p.OnUse(5, 3 * kMB, 7, 30, false);
+  p.OnUse(6, 3 * kMB, 7, kNone, false);
   p.OnResident(5);
   p.OnResident(6);
   EXPECT_EQ(p.Plan(7, 0, 0), (std::vector<PlannedAction>{
@@ -173,11 +181,26 @@ TEST(PrefetchPlannerTest, RandomizedNeverEvictsSoonerAndStaysInMemory) {
     bufs[id] = Model{bytes, next, true};
     p.OnUse(id, bytes, now, next, rng() % 2 == 0);
     uint64_t free = kCap - used;
-    for (const PlannedAction& a : p.Plan(now, free, 0)) {
+    const std::vector<PlannedAction> actions = p.Plan(now, free, 0);
+    for (size_t i = 0; i < actions.size(); ++i) {
+      const PlannedAction& a = actions[i];
       Model& m = bufs.at(a.id);
       if (a.kind == Kind::kEvict) {
         ASSERT_TRUE(m.resident);
-        ASSERT_NE(a.id, id) << "evicted the buffer of the current op";
+        // The fetch it makes room for, if any: the next fetch in the list.
+        size_t f = i + 1;
+        while (f < actions.size() && actions[f].kind != Kind::kFetch) ++f;
+        if (f < actions.size()) {
+          // A prediction that passed counts as none (the planner says so).
+          const uint64_t next = m.next < now ? kNone : m.next;
+          ASSERT_GT(next, bufs.at(actions[f].id).next)
+              << "evicted " << a.id << " needed sooner than " << actions[f].id;
+        } else {
+          // A planned eviction: never the current op's, never unknown.
+          ASSERT_NE(a.id, id);
+          ASSERT_GE(m.next, now);
+          ASSERT_NE(m.next, kNone);
+        }
         m.resident = false;
         used -= m.bytes;
         free += m.bytes;
@@ -203,15 +226,18 @@ TEST(PrefetchPlannerTest, PlannedEvictionAfterLastUseBeforeALongGap) {
   p.SetProfile(Profile(100, 1.0), 0);
   p.OnUse(1, 4 * kMB, 1, 90, /*write=*/true);  // long gap after this use
   p.OnUse(2, 4 * kMB, 1, 3, true);             // short gap: stays
-  SwappedOut(p, 3, 4 * kMB, 0, 20);            // due, 20 ms ahead
-  // At 2 nothing is urgent, but 3 does not fit: 1 is written back now, so
-  // the copy overlaps compute.
-  EXPECT_EQ(p.Plan(2, 0, 0), (std::vector<PlannedAction>{Evict(1, true)}));
+  SwappedOut(p, 3, 4 * kMB, 0, 20);            // due at 20, 4 ms lead
+  for (uint64_t now = 2; now < 12; ++now) {
+    EXPECT_TRUE(p.Plan(now, 0, 0).empty()) << now;  // not due soon yet
+  }
+  // At 12 (within twice its lead) 3 does not fit, nothing is urgent: 1 is
+  // written back now, so the copy overlaps compute.
+  EXPECT_EQ(p.Plan(12, 0, 0), (std::vector<PlannedAction>{Evict(1, true)}));
   EXPECT_EQ(p.stats().planned_evictions, 1u);
   EXPECT_EQ(p.stats().planned_copies, 1u);
   p.OnEvicted(1);
-  // The memory it frees takes the fetch early.
-  EXPECT_EQ(p.Plan(3, 4 * kMB, 0), (std::vector<PlannedAction>{Fetch(3)}));
+  // The memory it frees takes the fetch before it is urgent.
+  EXPECT_EQ(p.Plan(13, 4 * kMB, 0), (std::vector<PlannedAction>{Fetch(3)}));
 }
 
 TEST(PrefetchPlannerTest, NoPlannedEvictionWithoutPressureOrForUnknownFutures) {
@@ -220,9 +246,10 @@ TEST(PrefetchPlannerTest, NoPlannedEvictionWithoutPressureOrForUnknownFutures) {
   p.OnUse(1, 4 * kMB, 1, 90, true);
   p.OnUse(2, 4 * kMB, 1, kNone, true);  // maybe a temporary about to be freed
   EXPECT_TRUE(p.Plan(2, 0, 0).empty());  // nothing needs the room
-  SwappedOut(p, 3, 8 * kMB, 0, 20);
+  SwappedOut(p, 3, 8 * kMB, 0, 20);      // 8 ms lead: soon from 5 on
+  EXPECT_TRUE(p.Plan(3, 0, 0).empty());
   // Pressure: only the predicted one goes, the unknown one stays.
-  EXPECT_EQ(p.Plan(3, 0, 0), (std::vector<PlannedAction>{Evict(1, true)}));
+  EXPECT_EQ(p.Plan(5, 0, 0), (std::vector<PlannedAction>{Evict(1, true)}));
 }
 
 TEST(PrefetchPlannerTest, BacksOffWhenFetchesAreEvictedBeforeUse) {
@@ -231,25 +258,27 @@ TEST(PrefetchPlannerTest, BacksOffWhenFetchesAreEvictedBeforeUse) {
   PrefetchPlanner p(options);
   p.SetProfile(Profile(100, 1.0), 0);
   SwappedOut(p, 1, kMB, 0, 30);
-  ASSERT_EQ(p.Plan(5, 10 * kMB, 0), (std::vector<PlannedAction>{Fetch(1)}));
+  SwappedOut(p, 2, kMB, 0, 45);
+  ASSERT_EQ(p.Plan(28, 10 * kMB, 0), (std::vector<PlannedAction>{Fetch(1)}));
   p.OnResident(1);
   p.OnEvicted(1);  // thrash: gone before its use
   EXPECT_EQ(p.stats().fetches_wasted, 1u);
   EXPECT_EQ(p.stats().backoffs, 1u);
-  for (uint64_t now = 6; now < 15; ++now) {
+  for (uint64_t now = 29; now < 38; ++now) {
     EXPECT_TRUE(p.Plan(now, 10 * kMB, 0).empty()) << now;
   }
   EXPECT_EQ(p.stats().plans_paused, 9u);
-  ASSERT_EQ(p.Plan(15, 10 * kMB, 0), (std::vector<PlannedAction>{Fetch(1)}));
-  p.OnResident(1);
-  p.OnEvicted(1);  // again: the pause doubles
-  for (uint64_t now = 16; now < 35; ++now) {
+  ASSERT_EQ(p.Plan(43, 10 * kMB, 0), (std::vector<PlannedAction>{Fetch(2)}));
+  p.OnResident(2);
+  p.OnEvicted(2);  // again: the pause doubles to 20
+  for (uint64_t now = 44; now < 63; ++now) {
     EXPECT_TRUE(p.Plan(now, 10 * kMB, 0).empty()) << now;
   }
   EXPECT_EQ(p.stats().backoffs, 2u);
-  // Its use passed while paused: an on-demand swap-in, counted.
+  EXPECT_EQ(p.stats().plans_paused, 9u + 19u);
+  // 1's use passes while paused: an on-demand swap-in, counted.
   p.OnResident(1);
-  p.OnUse(1, kMB, 30, 60, false);
+  p.OnUse(1, kMB, 63, 90, false);
   EXPECT_EQ(p.stats().on_demand, 1u);
 }
 
@@ -262,10 +291,21 @@ TEST(PrefetchPlannerTest, PassedPredictionsDoNotBlockTheScan) {
   for (uint64_t id = 10; id < 20; ++id) SwappedOut(p, id, kMB, 0, 3);
   SwappedOut(p, 1, kMB, 0, 50);
   std::vector<PlannedAction> got;
-  for (uint64_t now = 10; now < 20 && got.empty(); ++now) {
+  for (uint64_t now = 10; now < 50 && got.empty(); ++now) {
     got = p.Plan(now, 10 * kMB, 0);
   }
   EXPECT_EQ(got, (std::vector<PlannedAction>{Fetch(1)}));
+}
+
+TEST(PrefetchPlannerTest, PassedResidentPredictionsMakeRoomAgain) {
+  PrefetchPlanner p;
+  p.SetProfile(Profile(100, 1.0), 0);
+  p.OnUse(2, kMB, 1, 3, true);  // predicted at 3, never used again
+  SwappedOut(p, 1, kMB, 0, 10);
+  // Before 3 passes, 2 is needed sooner than 1: it stays.
+  EXPECT_TRUE(p.Plan(2, 0, 0).empty());
+  EXPECT_EQ(p.Plan(9, 0, 0),
+            (std::vector<PlannedAction>{Evict(2, true), Fetch(1)}));
 }
 
 TEST(PrefetchPlannerTest, PinnedBuffersAreNeverEvicted) {
