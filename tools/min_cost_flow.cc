@@ -47,16 +47,16 @@ int64_t MinCostFlow::Flow(int arc) const {
   return original_capacity_[arc] - adj_[from][index].capacity;
 }
 
-bool MinCostFlow::InitialPotentials(int source) {
-  // Bellman-Ford (queue-based) over arcs with room: costs may be negative.
+bool MinCostFlow::InitialPotentials() {
+  // Bellman-Ford (queue-based) over arcs with room, from every node at once
+  // (a virtual source): costs may be negative, and a negative cycle
+  // anywhere is found, reachable from the supplies or not.
   const int n = nodes_ + 2;
-  potential_.assign(n, kInf);
+  potential_.assign(n, 0);
   std::vector<int> relaxed(n, 0);
-  std::vector<bool> queued(n, false);
+  std::vector<bool> queued(n, true);
   std::deque<int> queue;
-  potential_[source] = 0;
-  queue.push_back(source);
-  queued[source] = true;
+  for (int v = 0; v < n; ++v) queue.push_back(v);
   while (!queue.empty()) {
     const int v = queue.front();
     queue.pop_front();
@@ -71,11 +71,27 @@ bool MinCostFlow::InitialPotentials(int source) {
       }
     }
   }
-  // Unreachable nodes stay unreachable: any finite potential will do.
-  for (int64_t& p : potential_) {
-    if (p == kInf) p = 0;
-  }
   return true;
+}
+
+int64_t MinCostFlow::Push(int v, int sink, int64_t limit, const std::vector<int>& level,
+                          std::vector<int>& next_arc, int64_t* cost) {
+  if (v == sink) return limit;
+  for (int& i = next_arc[v]; i < static_cast<int>(adj_[v].size()); ++i) {
+    Arc& a = adj_[v][i];
+    if (a.capacity <= 0 || level[a.to] != level[v] + 1 ||
+        a.cost + potential_[v] - potential_[a.to] != 0) {
+      continue;
+    }
+    const int64_t pushed = Push(a.to, sink, std::min(limit, a.capacity), level, next_arc, cost);
+    if (pushed > 0) {
+      a.capacity -= pushed;
+      adj_[a.to][a.rev].capacity += pushed;
+      *cost += pushed * a.cost;
+      return pushed;
+    }
+  }
+  return 0;
 }
 
 absl::StatusOr<int64_t> MinCostFlow::Solve() {
@@ -99,13 +115,14 @@ absl::StatusOr<int64_t> MinCostFlow::Solve() {
     return absl::InvalidArgumentError(
         absl::StrCat("min-cost flow: supplies and demands differ by ", balance));
   }
-  if (!InitialPotentials(source)) {
+  if (!InitialPotentials()) {
     return absl::FailedPreconditionError("min-cost flow: a cycle of negative cost");
   }
   const int n = nodes_ + 2;
   std::vector<int64_t> dist(n);
   std::vector<std::pair<int, int>> parent(n);  // (node, arc index in its list)
   std::vector<bool> done(n);
+  std::vector<int> level(n), next_arc(n);
   int64_t flow = 0, cost = 0;
   using Entry = std::pair<int64_t, int>;
   while (flow < total) {
@@ -139,18 +156,34 @@ absl::StatusOr<int64_t> MinCostFlow::Solve() {
     // Potentials stay feasible when nodes not finalised are charged the
     // sink's distance (the early stop above).
     for (int v = 0; v < n; ++v) potential_[v] += done[v] ? dist[v] : dist[sink];
-    int64_t push = total - flow;
-    for (int v = sink; v != source; v = parent[v].first) {
-      push = std::min(push, adj_[parent[v].first][parent[v].second].capacity);
+    // Every shortest path at once: a blocking flow (levels, as in Dinic's
+    // algorithm) over the arcs of zero reduced cost, so one Dijkstra serves
+    // all augmenting paths of the same length.
+    for (;;) {
+      std::fill(level.begin(), level.end(), -1);
+      std::deque<int> bfs{source};
+      level[source] = 0;
+      while (!bfs.empty()) {
+        const int v = bfs.front();
+        bfs.pop_front();
+        for (const Arc& a : adj_[v]) {
+          if (a.capacity > 0 && level[a.to] < 0 &&
+              a.cost + potential_[v] - potential_[a.to] == 0) {
+            level[a.to] = level[v] + 1;
+            bfs.push_back(a.to);
+          }
+        }
+      }
+      if (level[sink] < 0) break;
+      std::fill(next_arc.begin(), next_arc.end(), 0);
+      for (;;) {
+        const int64_t pushed = Push(source, sink, total - flow, level, next_arc, &cost);
+        if (pushed == 0) break;
+        flow += pushed;
+        ++augmentations_;
+      }
+      if (flow >= total) break;
     }
-    for (int v = sink; v != source; v = parent[v].first) {
-      Arc& a = adj_[parent[v].first][parent[v].second];
-      a.capacity -= push;
-      adj_[v][a.rev].capacity += push;
-      cost += push * a.cost;
-    }
-    flow += push;
-    ++augmentations_;
   }
   return cost;
 }

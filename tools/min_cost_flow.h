@@ -1,5 +1,6 @@
 // MinCostFlow: minimum-cost flow by successive shortest paths (Dijkstra on
-// reduced costs with node potentials, initialised by Bellman-Ford so that
+// reduced costs with node potentials, all paths of one length augmented at
+// once by a blocking flow, initialised by Bellman-Ford so that
 // negative arc costs are allowed as long as no cycle is negative). Nodes
 // have supplies (positive) and demands (negative) that must balance; Solve
 // routes all of them at least cost. Integer capacities and costs, so the
@@ -46,7 +47,11 @@ class MinCostFlow {
     int64_t capacity;
     int64_t cost;
   };
-  bool InitialPotentials(int source);
+  bool InitialPotentials();
+  // One augmenting path of admissible arcs (zero reduced cost, next level)
+  // from v; returns the units pushed (0: none left from v).
+  int64_t Push(int v, int sink, int64_t limit, const std::vector<int>& level,
+               std::vector<int>& next_arc, int64_t* cost);
 
   int nodes_;
   std::vector<std::vector<Arc>> adj_;

@@ -35,7 +35,7 @@ namespace stensor {
 
 struct OptimumOptions {
   uint64_t cap = 0;
-  int rounds = 8;  // Lagrangian rounds (each one min-cost flow)
+  int rounds = 8;  // Lagrangian rounds (each one min-cost flow); more tighten slowly
 };
 
 struct OptimumBound {
