@@ -43,6 +43,24 @@ class VersionPolicy final : public EvictionPolicy {
   }
 };
 
+// Belady's rule on predicted next uses: what is needed last (or never, as far
+// as anything predicts) goes first; at equal distance a clean buffer costs no
+// transfer; then the least recently used. kNoNextUse - next_use turns
+// "farthest" into "smallest key".
+class BeladyPolicy final : public EvictionPolicy {
+ public:
+  std::string_view name() const override { return "belady"; }
+  EvictionKey Key(const EvictionCandidate& c) const override {
+    return {EvictionCandidate::kNoNextUse - c.next_use, c.clean() ? 0u : 1u,
+            c.last_use};
+  }
+  bool Copies(const EvictionCandidate& c) const override { return !c.clean(); }
+  std::vector<Eviction> Choose(absl::Span<const EvictionCandidate> candidates,
+                               uint64_t needed) const override {
+    return ChooseInKeyOrder(*this, candidates, needed);
+  }
+};
+
 }  // namespace
 
 std::vector<Eviction> ChooseInKeyOrder(const EvictionPolicy& policy,
@@ -79,6 +97,10 @@ std::unique_ptr<EvictionPolicy> MakeLruPolicy() {
 
 std::unique_ptr<EvictionPolicy> MakeVersionPolicy() {
   return std::make_unique<VersionPolicy>();
+}
+
+std::unique_ptr<EvictionPolicy> MakeBeladyPolicy() {
+  return std::make_unique<BeladyPolicy>();
 }
 
 }  // namespace stensor

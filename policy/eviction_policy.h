@@ -95,6 +95,12 @@ std::unique_ptr<EvictionPolicy> MakeLruPolicy();
 // the rest least recently used first, copying only what is dirty.
 std::unique_ptr<EvictionPolicy> MakeVersionPolicy();
 
+// Belady's rule on the predicted future: the farthest next_use first
+// (kNoNextUse farthest of all), clean before dirty at equal distance (no
+// transfer), then least recently used; copies only what is dirty.
+// next_use comes from NextUsePredictor (policy/next_use.h).
+std::unique_ptr<EvictionPolicy> MakeBeladyPolicy();
+
 }  // namespace stensor
 
 #endif  // STENSOR_POLICY_EVICTION_POLICY_H_

@@ -62,15 +62,73 @@ std::vector<Taken> AsTaken(const std::vector<Eviction>& evictions) {
   return taken;
 }
 
-enum class Kind { kLru, kVersion };
+enum class Kind { kLru, kVersion, kBelady };
 
 std::unique_ptr<EvictionPolicy> MakePolicy(Kind kind) {
-  return kind == Kind::kLru ? MakeLruPolicy() : MakeVersionPolicy();
+  switch (kind) {
+    case Kind::kLru:
+      return MakeLruPolicy();
+    case Kind::kVersion:
+      return MakeVersionPolicy();
+    case Kind::kBelady:
+      return MakeBeladyPolicy();
+  }
+  return nullptr;
+}
+
+// A candidate with a predicted next use (what `belady` reads).
+EvictionCandidate WithNext(EvictionCandidate c, uint64_t next_use) {
+  c.next_use = next_use;
+  return c;
 }
 
 TEST(EvictionPolicyTest, NamesAreTheStensorPolicyValues) {
   EXPECT_EQ(MakeLruPolicy()->name(), "lru");
   EXPECT_EQ(MakeVersionPolicy()->name(), "version");
+  EXPECT_EQ(MakeBeladyPolicy()->name(), "belady");
+}
+
+constexpr uint64_t kNoNext = EvictionCandidate::kNoNextUse;
+
+// The farthest next use goes first, whatever the age; no prediction counts
+// as farthest of all.
+TEST(BeladyPolicyTest, FarthestNextUseFirstUnknownFarthest) {
+  const auto belady = MakeBeladyPolicy();
+  const std::vector<EvictionCandidate> c = {
+      WithNext(GpuOnly(1, 10, /*last_use=*/1), 50),
+      WithNext(GpuOnly(2, 10, 9), 500),
+      WithNext(GpuOnly(3, 10, 5), kNoNext),
+      WithNext(GpuOnly(4, 10, 0), 20)};
+  EXPECT_EQ(AsTaken(belady->Choose(c, 40)),
+            (std::vector<Taken>{Copied(3), Copied(2), Copied(1), Copied(4)}));
+  // LRU would take the oldest (4), the one needed soonest.
+  EXPECT_EQ(AsTaken(MakeLruPolicy()->Choose(c, 10)),
+            (std::vector<Taken>{Copied(4)}));
+  EXPECT_EQ(AsTaken(belady->Choose(c, 10)), (std::vector<Taken>{Copied(3)}));
+}
+
+// At equal distance a clean buffer is dropped before a dirty one is copied,
+// then the least recently used goes first.
+TEST(BeladyPolicyTest, CleanFirstThenLeastRecentlyUsedAtEqualDistance) {
+  const auto belady = MakeBeladyPolicy();
+  const std::vector<EvictionCandidate> c = {
+      WithNext(GpuOnly(1, 10, 1), 100), WithNext(Clean(2, 10, 8), 100),
+      WithNext(Stale(3, 10, 2), 100), WithNext(Clean(4, 10, 3), 100),
+      WithNext(Clean(5, 10, 0), 99)};
+  EXPECT_EQ(AsTaken(belady->Choose(c, 50)),
+            (std::vector<Taken>{Dropped(4), Dropped(2), Copied(1), Copied(3),
+                                Dropped(5)}));
+}
+
+// The Key is what a caller indexes by: it must agree with Choose.
+TEST(BeladyPolicyTest, KeyOrdersLikeChoose) {
+  const auto belady = MakeBeladyPolicy();
+  EXPECT_LT(belady->Key(WithNext(GpuOnly(1, 1, 1), kNoNext)),
+            belady->Key(WithNext(Clean(2, 1, 0), 1000)));
+  EXPECT_LT(belady->Key(WithNext(Clean(1, 1, 9), 5)),
+            belady->Key(WithNext(GpuOnly(2, 1, 0), 5)));
+  EXPECT_TRUE(belady->Copies(GpuOnly(1, 1, 1)));
+  EXPECT_FALSE(belady->Copies(Clean(1, 1, 1)));
 }
 
 // clean() decides whether an eviction costs a transfer, so every state is
@@ -219,6 +277,7 @@ std::vector<EvictionCandidate> RandomCandidates(std::mt19937_64& rng) {
   std::uniform_int_distribution<uint64_t> last_use(0, 8);
   std::uniform_int_distribution<int> location(0, 2);
   std::uniform_int_distribution<uint64_t> version(0, 3);
+  std::uniform_int_distribution<uint64_t> next_use(9, 14);  // 14: none
   std::bernoulli_distribution zero_bytes(0.1);
   std::bernoulli_distribution current(0.5);
 
@@ -233,16 +292,23 @@ std::vector<EvictionCandidate> RandomCandidates(std::mt19937_64& rng) {
     c.gpu_version = version(rng);
     c.host_version = current(rng) ? c.gpu_version : version(rng);
     c.last_use = last_use(rng);
+    c.next_use = next_use(rng);
+    if (c.next_use == 14) c.next_use = EvictionCandidate::kNoNextUse;
     candidates.push_back(c);
   }
   return candidates;
 }
 
-// The order a policy must evict in: (group, last_use, id), where the group
-// is 0 for all under LRU and clean-before-dirty under `version`.
-std::tuple<int, uint64_t, uint64_t> Key(Kind kind, const EvictionCandidate& c) {
-  const int group = kind == Kind::kVersion && !c.clean() ? 1 : 0;
-  return {group, c.last_use, c.id};
+// The order a policy must evict in: (distance, group, last_use, id), where
+// the distance ranks farthest next use first under `belady` only (no
+// prediction farthest of all), and the group is 0 for all under LRU and
+// clean-before-dirty otherwise.
+std::tuple<uint64_t, int, uint64_t, uint64_t> Key(Kind kind,
+                                                  const EvictionCandidate& c) {
+  const uint64_t distance =
+      kind == Kind::kBelady ? EvictionCandidate::kNoNextUse - c.next_use : 0;
+  const int group = kind != Kind::kLru && !c.clean() ? 1 : 0;
+  return {distance, group, c.last_use, c.id};
 }
 
 // Checks everything the header and the method promise about one result.
@@ -271,7 +337,8 @@ void CheckInvariants(Kind kind,
       EXPECT_EQ(e.copy, !c.clean()) << "id " << e.id;
     }
     // Strictly increasing keys: by last_use (and, under `version`, every
-    // clean buffer before any dirty one), ties by id.
+    // clean buffer before any dirty one; under `belady` by distance first),
+    // ties by id.
     if (previous != nullptr) {
       EXPECT_LT(Key(kind, *previous), Key(kind, c)) << "id " << e.id;
     }
@@ -312,7 +379,7 @@ TEST(EvictionPolicyPropertyTest, RandomCandidateSetsKeepInvariants) {
                  << "round " << round << ", " << candidates.size()
                  << " candidates, needed " << needed);
 
-    for (Kind kind : {Kind::kLru, Kind::kVersion}) {
+    for (Kind kind : {Kind::kLru, Kind::kVersion, Kind::kBelady}) {
       const auto policy = MakePolicy(kind);
       SCOPED_TRACE(std::string(policy->name()));
       const std::vector<Eviction> result = policy->Choose(candidates, needed);

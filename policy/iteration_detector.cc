@@ -1,0 +1,256 @@
+#include "policy/iteration_detector.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+
+namespace stensor {
+
+absl::StatusOr<IterationDetector> IterationDetector::Create(Options options) {
+  constexpr size_t kMaxPeriod = size_t{1} << 24;
+  if (options.max_period == 0 || options.max_period > kMaxPeriod) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("IterationDetector: max_period ", options.max_period,
+                     " is out of range; accepted: 1 to ", kMaxPeriod));
+  }
+  return IterationDetector(options);
+}
+
+IterationDetector::IterationDetector(Options options)
+    : options_(options), ring_(options.max_period + 1, 0) {
+  candidates_.reserve(kMaxCandidates);
+}
+
+IterationDetector::Observation IterationDetector::Observe(uint64_t key) {
+  Observation o = marker_mode_ ? FollowMarked(key)
+                  : state_ == State::kLocked ? Follow(key)
+                                             : Search(key);
+  ++n_;
+  return o;
+}
+
+void IterationDetector::MarkBoundary() {
+  if (!marker_mode_) {
+    // The marker overrides detection: whatever was found automatically is
+    // dropped, iterations are the stretches between markers from now on.
+    marker_mode_ = true;
+    Restart();
+    candidates_.clear();
+    seen_.clear();
+  }
+  marker_pending_ = true;
+}
+
+void IterationDetector::Restart() {
+  // Candidates are kept: they have been following the stream all along and
+  // may already hold the new pattern's period.
+  state_ = State::kSearching;
+  template_.clear();
+  phase_ = 0;
+  one_offs_ = 0;
+  one_off_seen_ = false;
+  iteration_ = 0;
+}
+
+IterationDetector::Observation IterationDetector::Locked(Event event) const {
+  Observation o;
+  o.event = event;
+  o.known = true;
+  o.period = template_.size();
+  o.iteration = iteration_;
+  return o;
+}
+
+IterationDetector::Seen& IterationDetector::Remember(uint64_t key) {
+  const uint64_t n = n_;
+  const size_t ring = ring_.size();
+  // The slot about to be overwritten held position n - ring; a key whose
+  // newest occurrence leaves the ring is forgotten, so seen_ stays bounded.
+  if (n >= ring) {
+    const uint64_t old = ring_[n % ring];
+    auto it = seen_.find(old);
+    if (it != seen_.end() && it->second.pos[0] == n - ring) seen_.erase(it);
+  }
+  ring_[n % ring] = key;
+  Seen& seen = seen_[key];
+  const size_t keep = std::min(seen.count, kOccurrences - 1);
+  std::move_backward(seen.pos, seen.pos + keep, seen.pos + keep + 1);
+  seen.pos[0] = n;
+  seen.count = keep + 1;
+  return seen;
+}
+
+size_t IterationDetector::UpdateCandidates(uint64_t key) {
+  const uint64_t n = n_;
+
+  // Extend the runs of the candidates that still hold; drop the others.
+  size_t kept = 0;
+  for (Candidate c : candidates_) {
+    if (KeyAt(n - c.period) == key) {
+      ++c.run;
+      candidates_[kept++] = c;
+    }
+  }
+  candidates_.resize(kept);
+
+  // New candidates: the distances to the earlier occurrences of this key.
+  Seen& seen = Remember(key);
+  for (size_t i = 1; i < seen.count; ++i) {
+    const uint64_t d = n - seen.pos[i];
+    if (d == 0 || d > options_.max_period) continue;
+    const bool present =
+        std::any_of(candidates_.begin(), candidates_.end(),
+                    [d](const Candidate& c) { return c.period == d; });
+    if (present) continue;
+    const Candidate fresh{static_cast<size_t>(d), 1};
+    if (candidates_.size() < kMaxCandidates) {
+      candidates_.push_back(fresh);
+    } else {
+      // Full: the candidate with the shortest run (the longest period at
+      // equal run) has the least evidence; replace it.
+      auto worst = std::min_element(
+          candidates_.begin(), candidates_.end(),
+          [](const Candidate& a, const Candidate& b) {
+            return a.run != b.run ? a.run < b.run : a.period > b.period;
+          });
+      if (worst->run <= 1) *worst = fresh;
+    }
+  }
+  // The last 2P keys repeat with period P (run >= P): smallest such P.
+  size_t best = 0;
+  for (const Candidate& c : candidates_) {
+    if (c.run >= c.period && c.run + c.period >= options_.min_span &&
+        (best == 0 || c.period < best)) {
+      best = c.period;
+    }
+  }
+  return best;
+}
+
+IterationDetector::Observation IterationDetector::Lock(uint64_t key,
+                                                       size_t p) {
+  // Phase 0 is this op: the iteration is this key followed by the P - 1 keys
+  // that followed its occurrence one period ago.
+  const uint64_t n = n_;
+  template_.resize(p);
+  template_[0] = key;
+  for (size_t i = 1; i < p; ++i) template_[i] = KeyAt(n - p + i);
+  state_ = State::kLocked;
+  phase_ = 1 % p;
+  one_offs_ = 0;
+  one_off_seen_ = false;
+  iteration_ = 1;
+  Observation o = Locked(Event::kFound);
+  o.phase = 0;
+  return o;
+}
+
+IterationDetector::Observation IterationDetector::Search(uint64_t key) {
+  const size_t p = UpdateCandidates(key);
+  return p == 0 ? Observation{} : Lock(key, p);
+}
+
+IterationDetector::Observation IterationDetector::Follow(uint64_t key) {
+  // Candidates keep running while an iteration is known: a shorter pattern
+  // inside the real iteration (identical layers) may have been found first,
+  // and is replaced once a longer period has repeated exactly over a stretch
+  // where the known one needed one-offs.
+  const uint64_t n = n_;
+  const size_t best = UpdateCandidates(key);
+  const size_t p = template_.size();
+  if (best > p && one_off_at_ + 2 * best > n && one_off_seen_) {
+    return Lock(key, best);
+  }
+  size_t phase;
+  if (key == template_[phase_]) {
+    phase = phase_;
+  } else {
+    ++one_offs_;
+    one_off_at_ = n;
+    one_off_seen_ = true;
+    if (one_offs_ > options_.max_one_offs) {
+      Restart();
+      Observation o;
+      o.event = Event::kChanged;
+      return o;
+    }
+    if (key != template_[(phase_ + 1) % p]) {
+      // An extra op (or a different one): it takes the expected phase's
+      // place without consuming it.
+      Observation o = Locked(Event::kNone);
+      o.phase = phase_;
+      return o;
+    }
+    phase = (phase_ + 1) % p;  // one expected op was skipped
+  }
+  phase_ = (phase + 1) % p;
+  Event event = Event::kNone;
+  if (phase == 0) {
+    event = Event::kBoundary;
+    ++iteration_;
+    one_offs_ = 0;
+  }
+  Observation o = Locked(event);
+  o.phase = phase;
+  return o;
+}
+
+IterationDetector::Observation IterationDetector::FollowMarked(uint64_t key) {
+  Event event = Event::kNone;
+  if (marker_pending_) {
+    marker_pending_ = false;
+    if (!marker_seen_) {
+      marker_seen_ = true;
+    } else if (stretch_overflow_ || stretch_.empty()) {
+      // Nothing usable to lock on; a known pattern broke.
+      if (state_ == State::kLocked) {
+        Restart();
+        event = Event::kChanged;
+      }
+    } else if (state_ != State::kLocked) {
+      template_ = stretch_;
+      state_ = State::kLocked;
+      iteration_ = 1;
+      event = Event::kFound;
+    } else {
+      const size_t common = std::min(stretch_.size(), template_.size());
+      size_t diff = std::max(stretch_.size(), template_.size()) - common;
+      for (size_t i = 0; i < common && diff <= options_.max_one_offs; ++i) {
+        diff += stretch_[i] != template_[i];
+      }
+      if (diff <= options_.max_one_offs) {
+        ++iteration_;
+        event = Event::kBoundary;
+      } else {
+        Restart();
+        event = Event::kChanged;
+      }
+    }
+    stretch_.clear();
+    stretch_overflow_ = false;
+  }
+  const size_t position = stretch_.size();
+  if (!marker_seen_) {
+    // Before the first marker nothing is an iteration.
+  } else if (stretch_.size() < options_.max_period) {
+    stretch_.push_back(key);
+  } else {
+    stretch_overflow_ = true;
+  }
+  if (state_ != State::kLocked) {
+    Observation o;
+    o.event = event;
+    return o;
+  }
+  Observation o = Locked(event);
+  o.phase = std::min(position, template_.size() - 1);
+  return o;
+}
+
+}  // namespace stensor

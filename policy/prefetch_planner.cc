@@ -1,0 +1,252 @@
+#include "policy/prefetch_planner.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "policy/eviction_policy.h"
+
+namespace stensor {
+namespace {
+constexpr uint64_t kNoNextUse = EvictionCandidate::kNoNextUse;
+}  // namespace
+
+void PrefetchPlanner::SetProfile(std::shared_ptr<const AccessProfile> profile,
+                                 uint64_t phase0_time) {
+  profile_ = std::move(profile);
+  origin_ = phase0_time;
+}
+
+void PrefetchPlanner::Unindex(uint64_t id, const Buffer& b) {
+  if (b.resident) {
+    resident_.erase({b.next_use, id});
+  } else {
+    swapped_.erase({b.next_use, id});
+  }
+}
+
+void PrefetchPlanner::Index(uint64_t id, const Buffer& b) {
+  if (!b.resident) {
+    swapped_.insert({b.next_use, id});
+  } else if (!b.pinned) {
+    resident_.insert({b.next_use, id});
+  }
+}
+
+void PrefetchPlanner::Thrashed() {
+  ++stats_.fetches_wasted;
+  ++stats_.backoffs;
+  backoff_ = backoff_ == 0 ? options_.min_backoff
+                           : std::min(options_.max_backoff, backoff_ * 2);
+  paused_until_ = last_plan_ + backoff_;
+}
+
+void PrefetchPlanner::OnUse(uint64_t id, uint64_t bytes, uint64_t now,
+                            uint64_t next_use, bool write) {
+  auto [it, inserted] = buffers_.try_emplace(id);
+  Buffer& b = it->second;
+  if (!inserted) {
+    Unindex(id, b);
+    if (!b.resident && !b.fetched) ++stats_.on_demand;  // no OnResident came
+  }
+  if (b.fetched) {
+    // A planned fetch arrived in time for its use: the pause shrinks.
+    ++stats_.fetch_hits;
+    b.fetched = false;
+    backoff_ /= 2;
+    if (backoff_ < options_.min_backoff) backoff_ = 0;
+  }
+  b.bytes = bytes;
+  b.next_use = next_use;
+  b.last_use = now;
+  b.resident = true;
+  if (write) b.dirty = true;  // a new buffer starts dirty: no host copy yet
+  Index(id, b);
+}
+
+void PrefetchPlanner::OnResident(uint64_t id) {
+  auto it = buffers_.find(id);
+  if (it == buffers_.end()) return;  // never used: nothing to plan for it
+  Buffer& b = it->second;
+  Unindex(id, b);
+  if (!b.fetched && !b.resident) ++stats_.on_demand;
+  b.resident = true;
+  b.dirty = false;  // just copied from its current host copy
+  Index(id, b);
+}
+
+void PrefetchPlanner::OnEvicted(uint64_t id) {
+  auto it = buffers_.find(id);
+  if (it == buffers_.end()) return;
+  Buffer& b = it->second;
+  Unindex(id, b);
+  if (b.fetched) {
+    b.fetched = false;
+    Thrashed();
+  }
+  b.resident = false;
+  b.dirty = false;  // the host copy is current (copied, or clean dropped)
+  Index(id, b);
+}
+
+void PrefetchPlanner::OnFreed(uint64_t id) {
+  auto it = buffers_.find(id);
+  if (it == buffers_.end()) return;
+  Unindex(id, it->second);
+  buffers_.erase(it);
+}
+
+void PrefetchPlanner::SetPinned(uint64_t id, bool pinned) {
+  auto it = buffers_.find(id);
+  if (it == buffers_.end()) return;
+  Unindex(id, it->second);
+  it->second.pinned = pinned;
+  Index(id, it->second);
+}
+
+void PrefetchPlanner::CancelFetch(uint64_t id) {
+  auto it = buffers_.find(id);
+  if (it == buffers_.end() || it->second.resident) return;
+  it->second.fetched = false;
+}
+
+double PrefetchPlanner::ComputeBetween(uint64_t from, uint64_t to) const {
+  if (to == kNoNextUse) return std::numeric_limits<double>::infinity();
+  return profile_->ComputeBetweenTimes(origin_, from, to);
+}
+
+std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
+                                                 uint64_t free_bytes,
+                                                 double h2d_queued_seconds) {
+  ++stats_.plans;
+  last_plan_ = now;
+  std::vector<PlannedAction> actions;
+  if (profile_ == nullptr) return actions;
+  if (now < paused_until_) {
+    ++stats_.plans_paused;
+    return actions;
+  }
+  const uint64_t period = profile_->period();
+  const uint64_t horizon =
+      now > kNoNextUse - period ? kNoNextUse : now + period;
+  uint64_t free = free_bytes;
+  double queue = std::max(0.0, h2d_queued_seconds);
+  size_t scanned = 0;
+  absl::flat_hash_set<uint64_t> chosen;  // evicted by this plan
+  std::vector<uint64_t> stale;           // predicted use passed, not used
+  uint64_t demand = 0;                   // bytes due soon that do not fit
+  uint64_t demand_until = now;           // latest next use among them
+
+  // Room for `bytes` due at `due` from resident buffers needed strictly
+  // later, farthest first; nothing if they cannot make it.
+  const auto make_room = [&](uint64_t bytes, uint64_t due, bool planned,
+                             std::vector<PlannedAction>& out) {
+    uint64_t gained = 0;
+    std::vector<uint64_t> victims;
+    for (auto r = resident_.rbegin();
+         r != resident_.rend() && free + gained < bytes &&
+         scanned < options_.max_scan;
+         ++r, ++scanned) {
+      if (r->first <= due) break;  // all further ones are needed sooner
+      const Buffer& v = buffers_.at(r->second);
+      // A buffer of the current operation may go for an urgent fetch (its
+      // swap-out queues behind the operation, as every eviction does), not
+      // for a planned one, which exists to start early.
+      if (v.fetched || chosen.contains(r->second) ||
+          (v.last_use >= now && planned)) {
+        continue;
+      }
+      if (planned) {
+        // Unknown futures are left alone; a gap too short to write back and
+        // fetch again under compute gains nothing.
+        if (r->first == kNoNextUse) continue;
+        const double cost =
+            (profile_->D2hSeconds(v.bytes) + profile_->H2dSeconds(v.bytes)) *
+            options_.lead_factor;
+        if (ComputeBetween(now, r->first) < cost) continue;
+      }
+      victims.push_back(r->second);
+      gained += v.bytes;
+    }
+    if (free + gained < bytes && !planned) return false;
+    for (uint64_t id : victims) {
+      const Buffer& v = buffers_.at(id);
+      chosen.insert(id);
+      out.push_back({PlannedAction::Kind::kEvict, id, v.dirty});
+      free += v.bytes;
+      if (planned) {
+        ++stats_.planned_evictions;
+        if (v.dirty) ++stats_.planned_copies;
+      } else {
+        ++stats_.fetch_evictions;
+      }
+    }
+    return free >= bytes;
+  };
+
+  for (auto s = swapped_.begin(); s != swapped_.end() &&
+                                  actions.size() < options_.max_actions &&
+                                  scanned < options_.max_scan;
+       ++s, ++scanned) {
+    const uint64_t due = s->first;
+    if (due <= now) {
+      stale.push_back(s->second);
+      continue;
+    }
+    if (due > horizon) break;  // sorted: nothing later is due this iteration
+    Buffer& b = buffers_.at(s->second);
+    if (b.fetched) continue;  // proposed already, its swap-in not reported
+    const double t = profile_->H2dSeconds(b.bytes);
+    // Waiting one more operation would leave less compute before the use
+    // than the transfer plus what is queued ahead of it.
+    const double need = (queue + t) * options_.lead_factor;
+    const double slack = ComputeBetween(now + 1, due);
+    const bool urgent = slack < need;
+    // Soon: within early_factor of its lead. Fetching earlier than that
+    // only holds memory the step's own allocations may want, which then
+    // costs evictions that would not have been needed.
+    if (!urgent && slack >= need * options_.early_factor) continue;
+    bool fetch = false;
+    if (urgent) {
+      std::vector<PlannedAction> evictions;
+      fetch = free >= b.bytes || make_room(b.bytes, due, false, evictions);
+      actions.insert(actions.end(), evictions.begin(), evictions.end());
+    } else {
+      fetch = free >= b.bytes + options_.free_reserve_bytes;
+    }
+    if (!fetch) {
+      demand += b.bytes;
+      demand_until = std::max(demand_until, due);
+      continue;
+    }
+    actions.push_back({PlannedAction::Kind::kFetch, s->second, false});
+    b.fetched = true;
+    ++stats_.fetches;
+    free -= b.bytes;
+    queue += t;
+  }
+
+  // Planned eviction: what is due soon does not fit; make the room now,
+  // from buffers needed after all of it, so write-backs overlap compute
+  // instead of delaying the urgent fetch that would otherwise evict them.
+  if (demand > free && actions.size() < options_.max_actions) {
+    make_room(demand, demand_until, true, actions);
+  }
+
+  // A prediction that passed without a use predicts nothing any more; moved
+  // to the far end so it no longer takes the scan's place every plan.
+  for (uint64_t id : stale) {
+    Buffer& b = buffers_.at(id);
+    Unindex(id, b);
+    b.next_use = kNoNextUse;
+    Index(id, b);
+  }
+  return actions;
+}
+
+}  // namespace stensor

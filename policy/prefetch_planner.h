@@ -1,0 +1,179 @@
+// PrefetchPlanner: the decisions of prefetch and planned eviction (issue 8,
+// deliverable 5), driven by the memory manager (or `stensor sim`) once per
+// operation. It decides; the caller does the swaps and reports back.
+//
+// The caller keeps the planner's view of its buffers current through
+// callbacks, made under the caller's lock:
+//   OnUse(id, bytes, now, next_use, write)  an operation at logical time
+//       `now` uses the buffer (it is resident from then on); next_use is the
+//       NextUsePredictor's prediction (kNoNextUse when unknown);
+//   OnResident(id)  a swap-in was issued (on demand or a planned fetch):
+//       the buffer is resident with a current host copy (clean);
+//   OnEvicted(id)   its device copy is gone (any reason);
+//   OnFreed(id)     the application freed it;
+//   SetPinned(id, pinned)  not evictable for now (in flight, below the
+//       granularity): the planner never proposes it;
+//   CancelFetch(id)  a proposed fetch the caller did not issue (no room after
+//       all, a failed copy): it may be proposed again.
+// and asks, before submitting the operation at logical time `now` (after its
+// OnUse calls and on-demand swap-ins):
+//   Plan(now, free_bytes, h2d_queued_seconds) -> actions, in order.
+//
+// Fetch: a swapped-out buffer with a predicted use u > now is fetched when
+// waiting one more operation would leave less compute before u (from the
+// profile) than its transfer time plus what is already queued on the
+// host->device link, i.e. the fetch starts at least t of compute ahead of the
+// use when the profile allows; or earlier (up to early_factor times that
+// lead, within one iteration) while free memory above
+// Options::free_reserve_bytes takes it without evicting.
+// Room for an urgent fetch comes from resident buffers whose next use is
+// strictly later than the fetched buffer's, farthest first (never one needed
+// sooner, never one fetched and not yet used); if they cannot make the room,
+// nothing is fetched. A buffer of the current operation may be among them:
+// the caller queues its swap-out behind that operation's completion, as for
+// every eviction, and the fetch into its memory then overlaps the operations
+// after it. (Excluding them made worse victims: in replay_test it cost 30 %
+// more weight traffic than belady alone.)
+// Planned eviction: while the swapped-out buffers due soon (within
+// early_factor times their lead) need more memory than is free, resident buffers whose last use has passed
+// (not used by the current operation), whose next use is predicted after
+// everything due and far enough that the compute before it covers a
+// write-back plus a fetch, are evicted early, farthest first (copied when
+// dirty, so the copy overlaps compute instead of delaying the fetch that
+// needs the room). Buffers with no predicted next use are left to the
+// eviction policy: they may be temporaries about to be freed, and a copy of
+// those is wasted.
+// Back-off: a fetched buffer evicted before its use is thrash; each one
+// doubles a pause (in operations) during which the planner proposes
+// nothing; a fetch that was used halves it. stats() counts all of it.
+// Without a profile (SetProfile not called) Plan proposes nothing.
+//
+// Work per Plan: bounded by Options::max_scan (index entries looked at) and
+// max_actions; callbacks are O(log n).
+//
+// Thread-safety: not thread-safe; the caller serialises (its lock).
+#ifndef STENSOR_POLICY_PREFETCH_PLANNER_H_
+#define STENSOR_POLICY_PREFETCH_PLANNER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "policy/access_profile.h"
+
+namespace stensor {
+
+struct PlannedAction {
+  enum class Kind : uint8_t {
+    kEvict,  // take the device copy off (copy to host first when `copy`)
+    kFetch,  // swap in now, ahead of its use
+  };
+  Kind kind = Kind::kFetch;
+  uint64_t id = 0;
+  bool copy = false;  // kEvict only: the device copy is dirty
+  bool operator==(const PlannedAction& o) const {
+    return kind == o.kind && id == o.id && copy == o.copy;
+  }
+};
+
+class PrefetchPlanner {
+ public:
+  struct Options {
+    size_t max_actions = 16;   // actions per Plan
+    size_t max_scan = 64;      // index entries examined per Plan
+    // Free memory an early (not yet urgent) fetch must leave untouched, for
+    // the allocations of the step itself.
+    uint64_t free_reserve_bytes = 0;
+    // Multiplies the transfer time a fetch must be ahead by (> 1 leaves a
+    // margin for a slower link than profiled).
+    double lead_factor = 1.0;
+    // How much earlier than strictly needed a fetch may start when memory
+    // is free, and how far ahead planned evictions make room: a multiple of
+    // the fetch's lead (transfer plus queue). Larger holds memory longer.
+    double early_factor = 2.0;
+    // First pause after thrash, in operations; doubled up to max_backoff.
+    uint64_t min_backoff = 16;
+    uint64_t max_backoff = uint64_t{1} << 16;
+  };
+
+  struct Stats {
+    uint64_t plans = 0;
+    uint64_t fetches = 0;            // kFetch proposed
+    uint64_t fetch_hits = 0;         // fetched and then used while resident
+    uint64_t fetches_wasted = 0;     // fetched, evicted before use (thrash)
+    uint64_t fetch_evictions = 0;    // kEvict proposed to make room
+    uint64_t planned_evictions = 0;  // kEvict after a last use
+    uint64_t planned_copies = 0;     // of those, dirty (written back)
+    uint64_t on_demand = 0;          // swapped in without a planned fetch
+    uint64_t backoffs = 0;           // pauses started
+    uint64_t plans_paused = 0;       // Plan calls that proposed nothing for it
+  };
+
+  PrefetchPlanner() : PrefetchPlanner(Options{}) {}
+  explicit PrefetchPlanner(Options options) : options_(options) {}
+
+  // The profile Plan reads compute times from, and the logical time of an
+  // operation with phase 0 (so phases of later times follow). nullptr
+  // removes it (the pattern changed): Plan proposes nothing until the next.
+  void SetProfile(std::shared_ptr<const AccessProfile> profile,
+                  uint64_t phase0_time);
+  // Re-anchors phase 0 at `now` (an iteration boundary): one-off operations
+  // do not shift the phases of later ones.
+  void OnIterationBoundary(uint64_t now) { origin_ = now; }
+
+  void OnUse(uint64_t id, uint64_t bytes, uint64_t now, uint64_t next_use,
+             bool write);
+  void OnResident(uint64_t id);
+  void OnEvicted(uint64_t id);
+  void OnFreed(uint64_t id);
+  void SetPinned(uint64_t id, bool pinned);
+  void CancelFetch(uint64_t id);
+
+  // Actions to take now, in order (an eviction before the fetch it makes
+  // room for). `free_bytes`: device memory free under the cap now;
+  // `h2d_queued_seconds`: host->device transfer time still queued on the
+  // link ahead of anything issued now.
+  std::vector<PlannedAction> Plan(uint64_t now, uint64_t free_bytes,
+                                  double h2d_queued_seconds);
+
+  const Stats& stats() const { return stats_; }
+  size_t resident() const { return resident_.size(); }
+  size_t swapped_out() const { return swapped_.size(); }
+
+ private:
+  using Entry = std::pair<uint64_t, uint64_t>;  // (next_use, id)
+  struct Buffer {
+    uint64_t bytes = 0;
+    uint64_t next_use = 0;
+    uint64_t last_use = 0;
+    bool resident = true;
+    bool dirty = true;
+    bool pinned = false;
+    bool fetched = false;  // fetched by the planner, not yet used
+  };
+  void Unindex(uint64_t id, const Buffer& b);
+  void Index(uint64_t id, const Buffer& b);
+  // A fetched buffer was lost before its use: pause, doubling the pause.
+  void Thrashed();
+  // Compute seconds of operations [from, to); kNoNextUse -> infinite.
+  double ComputeBetween(uint64_t from, uint64_t to) const;
+
+  Options options_;
+  std::shared_ptr<const AccessProfile> profile_;
+  uint64_t origin_ = 0;
+  absl::flat_hash_map<uint64_t, Buffer> buffers_;
+  std::set<Entry> resident_;  // evictable resident buffers by next use
+  std::set<Entry> swapped_;   // swapped-out buffers by next use
+  uint64_t last_plan_ = 0;    // `now` of the latest Plan
+  uint64_t backoff_ = 0;      // current pause length
+  uint64_t paused_until_ = 0;
+  Stats stats_;
+};
+
+}  // namespace stensor
+
+#endif  // STENSOR_POLICY_PREFETCH_PLANNER_H_

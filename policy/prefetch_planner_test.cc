@@ -1,0 +1,309 @@
+#include "policy/prefetch_planner.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "policy/access_profile.h"
+#include "policy/eviction_policy.h"
+
+namespace stensor {
+namespace {
+
+using Kind = PlannedAction::Kind;
+constexpr uint64_t kNone = EvictionCandidate::kNoNextUse;
+constexpr uint64_t kMB = 1000 * 1000;
+
+}  // namespace
+
+// Readable failure messages.
+void PrintTo(const PlannedAction& a, std::ostream* os) {
+  *os << (a.kind == PlannedAction::Kind::kFetch ? "Fetch(" : "Evict(") << a.id
+      << (a.kind == PlannedAction::Kind::kEvict ? (a.copy ? ", copy)" : ", drop)")
+                                                : ")");
+}
+
+namespace {
+
+PlannedAction Fetch(uint64_t id) { return {Kind::kFetch, id, false}; }
+PlannedAction Evict(uint64_t id, bool copy) { return {Kind::kEvict, id, copy}; }
+
+// `ops` operations of `ms` milliseconds each, on a 1 GB/s link both ways
+// (1 MB takes 1 ms).
+std::shared_ptr<const AccessProfile> Profile(size_t ops, double ms) {
+  AccessProfile::Builder b;
+  for (size_t i = 0; i < ops; ++i) {
+    b.Add(i, {});
+    EXPECT_TRUE(b.SetComputeSeconds(i, ms * 1e-3).ok());
+  }
+  auto p = std::move(b).Build({1e9, 1e9});
+  EXPECT_TRUE(p.ok());
+  return std::make_shared<const AccessProfile>(*std::move(p));
+}
+
+// A buffer used once at `time` and then swapped out.
+void SwappedOut(PrefetchPlanner& p, uint64_t id, uint64_t bytes,
+                uint64_t time, uint64_t next_use) {
+  p.OnUse(id, bytes, time, next_use, /*write=*/true);
+  p.OnEvicted(id);
+}
+
+TEST(PrefetchPlannerTest, NothingWithoutAProfile) {
+  PrefetchPlanner p;
+  SwappedOut(p, 1, kMB, 0, 5);
+  EXPECT_TRUE(p.Plan(1, 100 * kMB, 0).empty());
+  EXPECT_TRUE(p.Plan(4, 100 * kMB, 0).empty());
+  EXPECT_EQ(p.stats().fetches, 0u);
+  // And again after the profile is withdrawn (a changed pattern).
+  p.SetProfile(Profile(10, 1), 0);
+  p.SetProfile(nullptr, 0);
+  EXPECT_TRUE(p.Plan(4, 100 * kMB, 0).empty());
+}
+
+// Full memory: the fetch of a 3 ms buffer due at 108 is issued at the last
+// operation that still leaves 3 ms of compute (1 ms per op) before the use,
+// never later, and not needlessly early, after evicting a buffer needed
+// later to make room.
+TEST(PrefetchPlannerTest, FetchIsIssuedAtLeastItsTransferTimeAhead) {
+  for (double queued_ms : {0.0, 2.0}) {
+    SCOPED_TRACE(queued_ms);
+    PrefetchPlanner p;
+    auto profile = Profile(20, 1.0);
+    p.SetProfile(profile, 100);
+    SwappedOut(p, 1, 3 * kMB, 90, 108);
+    p.OnUse(2, 3 * kMB, 99, kNone, /*write=*/true);  // resident, not needed
+    uint64_t issued = 0;
+    for (uint64_t now = 100; now < 108 && issued == 0; ++now) {
+      const auto actions = p.Plan(now, /*free=*/0, queued_ms * 1e-3);
+      if (actions.empty()) continue;
+      EXPECT_EQ(actions, (std::vector<PlannedAction>{Evict(2, true), Fetch(1)}));
+      issued = now;
+    }
+    ASSERT_NE(issued, 0u);
+    const double ahead = profile->ComputeBetweenTimes(100, issued, 108);
+    EXPECT_GE(ahead, 3e-3 + queued_ms * 1e-3 - 1e-12);
+    // One op later would have been too late.
+    EXPECT_LT(profile->ComputeBetweenTimes(100, issued + 1, 108),
+              3e-3 + queued_ms * 1e-3);
+    EXPECT_EQ(p.stats().fetches, 1u);
+    EXPECT_EQ(p.stats().fetch_evictions, 1u);
+  }
+}
+
+// With free memory a fetch may start early_factor (2) times its lead ahead:
+// a 1 ms buffer due at 15 goes at 13 (2 ms of compute before it), not
+// before, and only where it leaves the reserve free.
+TEST(PrefetchPlannerTest, FetchesEarlyWhileMemoryIsFree) {
+  PrefetchPlanner p(PrefetchPlanner::Options{.free_reserve_bytes = 2 * kMB});
+  p.SetProfile(Profile(20, 1.0), 0);
+  SwappedOut(p, 1, kMB, 0, 15);
+  SwappedOut(p, 2, kMB, 0, 25);
+  for (uint64_t now = 1; now < 13; ++now) {
+    EXPECT_TRUE(p.Plan(now, 100 * kMB, 0).empty()) << now;
+  }
+  EXPECT_TRUE(p.Plan(13, 2 * kMB, 0).empty());  // all of it is reserve
+  EXPECT_EQ(p.Plan(13, 3 * kMB, 0), (std::vector<PlannedAction>{Fetch(1)}));
+  p.OnResident(1);
+  EXPECT_TRUE(p.Plan(14, 3 * kMB, 0).empty());  // 2 is not due yet
+  p.OnUse(1, kMB, 15, kNone, false);
+  EXPECT_EQ(p.stats().fetch_hits, 1u);
+  EXPECT_EQ(p.stats().on_demand, 0u);
+  // Urgent, the reserve does not hold it back.
+  EXPECT_EQ(p.Plan(24, 1 * kMB, 0), (std::vector<PlannedAction>{Fetch(2)}));
+}
+
+TEST(PrefetchPlannerTest, NeverEvictsWhatIsNeededSooner) {
+  PrefetchPlanner p;
+  p.SetProfile(Profile(20, 1.0), 0);
+  SwappedOut(p, 1, 2 * kMB, 0, 8);
+  p.OnUse(2, kMB, 1, 6, true);  // needed before 1
+  p.OnUse(3, kMB, 1, 8, true);  // needed with 1: not later
+  p.OnUse(4, kMB, 1, 7, true);
+  for (uint64_t now = 2; now < 8; ++now) {
+    EXPECT_TRUE(p.Plan(now, 0, 0).empty()) << now;
+  }
+  // Something needed later appears: it goes, and only it.
+  p.OnUse(5, kMB, 6, 30, false);
+  p.OnUse(6, kMB, 6, kNone, false);
+  p.OnResident(5);
+  p.OnResident(6);
+  EXPECT_EQ(p.Plan(7, 0, 0), (std::vector<PlannedAction>{
+                                 Evict(6, false), Evict(5, false), Fetch(1)}));
+}
+
+// A randomized check of the same rule and of the bookkeeping, against a
+// model of memory: each fetch's evictions have later next uses than the
+// fetched buffer, never one used by the current operation or fetched and
+// unused, and nothing is fetched that does not fit.
+TEST(PrefetchPlannerTest, RandomizedNeverEvictsSoonerAndStaysInMemory) {
+  std::mt19937_64 rng(7);
+  PrefetchPlanner p(PrefetchPlanner::Options{.max_actions = 8});
+  p.SetProfile(Profile(16, 1.0), 0);
+  constexpr uint64_t kCap = 12 * kMB;
+  struct Model {
+    uint64_t bytes;
+    uint64_t next;
+    bool resident;
+    bool fetched = false;
+  };
+  std::map<uint64_t, Model> bufs;
+  uint64_t used = 0;
+  uint64_t fetches = 0;
+  for (uint64_t now = 1; now < 6000; ++now) {
+    // The op: one buffer used (on demand if needed, evicting farthest).
+    const uint64_t id = rng() % 24;
+    const uint64_t bytes = (1 + id % 3) * kMB;
+    const uint64_t next = rng() % 5 == 0 ? kNone : now + 1 + rng() % 40;
+    auto it = bufs.find(id);
+    if (it == bufs.end() || !it->second.resident) {
+      while (used + bytes > kCap) {
+        uint64_t victim = 0, far = 0;
+        bool any = false;
+        for (auto& [vid, m] : bufs) {
+          if (m.resident && vid != id && (!any || m.next >= far)) {
+            victim = vid, far = m.next, any = true;
+          }
+        }
+        ASSERT_TRUE(any);
+        bufs[victim].resident = false;
+        used -= bufs[victim].bytes;
+        p.OnEvicted(victim);
+      }
+      used += bytes;
+      if (it != bufs.end()) p.OnResident(id);
+    }
+    bufs[id] = Model{bytes, next, true};
+    p.OnUse(id, bytes, now, next, rng() % 2 == 0);
+    uint64_t free = kCap - used;
+    const std::vector<PlannedAction> actions = p.Plan(now, free, 0);
+    for (size_t i = 0; i < actions.size(); ++i) {
+      const PlannedAction& a = actions[i];
+      Model& m = bufs.at(a.id);
+      if (a.kind == Kind::kEvict) {
+        ASSERT_TRUE(m.resident);
+        // The fetch it makes room for, if any: the next fetch in the list.
+        size_t f = i + 1;
+        while (f < actions.size() && actions[f].kind != Kind::kFetch) ++f;
+        if (f < actions.size()) {
+          ASSERT_GT(m.next, bufs.at(actions[f].id).next)
+              << "evicted " << a.id << " needed sooner than " << actions[f].id;
+        } else {
+          // A planned eviction: never the current op's, never unknown.
+          ASSERT_NE(a.id, id);
+          ASSERT_NE(m.next, kNone);
+        }
+        m.resident = false;
+        used -= m.bytes;
+        free += m.bytes;
+        p.OnEvicted(a.id);
+      } else {
+        ASSERT_FALSE(m.resident);
+        ASSERT_LE(m.bytes, free) << "fetch does not fit";
+        ASSERT_GT(m.next, now);
+        m.resident = true;
+        used += m.bytes;
+        free -= m.bytes;
+        p.OnResident(a.id);
+        ++fetches;
+      }
+    }
+  }
+  EXPECT_GT(fetches, 50u);  // the check exercised the planner
+  EXPECT_GT(p.stats().fetch_evictions + p.stats().planned_evictions, 50u);
+}
+
+TEST(PrefetchPlannerTest, PlannedEvictionAfterLastUseBeforeALongGap) {
+  PrefetchPlanner p;
+  p.SetProfile(Profile(100, 1.0), 0);
+  p.OnUse(1, 4 * kMB, 1, 90, /*write=*/true);  // long gap after this use
+  p.OnUse(2, 4 * kMB, 1, 3, true);             // short gap: stays
+  SwappedOut(p, 3, 4 * kMB, 0, 20);            // due at 20, 4 ms lead
+  for (uint64_t now = 2; now < 12; ++now) {
+    EXPECT_TRUE(p.Plan(now, 0, 0).empty()) << now;  // not due soon yet
+  }
+  // At 12 (within twice its lead) 3 does not fit, nothing is urgent: 1 is
+  // written back now, so the copy overlaps compute.
+  EXPECT_EQ(p.Plan(12, 0, 0), (std::vector<PlannedAction>{Evict(1, true)}));
+  EXPECT_EQ(p.stats().planned_evictions, 1u);
+  EXPECT_EQ(p.stats().planned_copies, 1u);
+  p.OnEvicted(1);
+  // The memory it frees takes the fetch before it is urgent.
+  EXPECT_EQ(p.Plan(13, 4 * kMB, 0), (std::vector<PlannedAction>{Fetch(3)}));
+}
+
+TEST(PrefetchPlannerTest, NoPlannedEvictionWithoutPressureOrForUnknownFutures) {
+  PrefetchPlanner p;
+  p.SetProfile(Profile(100, 1.0), 0);
+  p.OnUse(1, 4 * kMB, 1, 90, true);
+  p.OnUse(2, 4 * kMB, 1, kNone, true);  // maybe a temporary about to be freed
+  EXPECT_TRUE(p.Plan(2, 0, 0).empty());  // nothing needs the room
+  SwappedOut(p, 3, 8 * kMB, 0, 20);      // 8 ms lead: soon from 5 on
+  EXPECT_TRUE(p.Plan(3, 0, 0).empty());
+  // Pressure: only the predicted one goes, the unknown one stays.
+  EXPECT_EQ(p.Plan(5, 0, 0), (std::vector<PlannedAction>{Evict(1, true)}));
+}
+
+TEST(PrefetchPlannerTest, BacksOffWhenFetchesAreEvictedBeforeUse) {
+  PrefetchPlanner::Options options;
+  options.min_backoff = 10;
+  PrefetchPlanner p(options);
+  p.SetProfile(Profile(100, 1.0), 0);
+  SwappedOut(p, 1, kMB, 0, 30);
+  SwappedOut(p, 2, kMB, 0, 45);
+  ASSERT_EQ(p.Plan(28, 10 * kMB, 0), (std::vector<PlannedAction>{Fetch(1)}));
+  p.OnResident(1);
+  p.OnEvicted(1);  // thrash: gone before its use
+  EXPECT_EQ(p.stats().fetches_wasted, 1u);
+  EXPECT_EQ(p.stats().backoffs, 1u);
+  for (uint64_t now = 29; now < 38; ++now) {
+    EXPECT_TRUE(p.Plan(now, 10 * kMB, 0).empty()) << now;
+  }
+  EXPECT_EQ(p.stats().plans_paused, 9u);
+  ASSERT_EQ(p.Plan(43, 10 * kMB, 0), (std::vector<PlannedAction>{Fetch(2)}));
+  p.OnResident(2);
+  p.OnEvicted(2);  // again: the pause doubles to 20
+  for (uint64_t now = 44; now < 63; ++now) {
+    EXPECT_TRUE(p.Plan(now, 10 * kMB, 0).empty()) << now;
+  }
+  EXPECT_EQ(p.stats().backoffs, 2u);
+  EXPECT_EQ(p.stats().plans_paused, 9u + 19u);
+  // 1's use passes while paused: an on-demand swap-in, counted.
+  p.OnResident(1);
+  p.OnUse(1, kMB, 63, 90, false);
+  EXPECT_EQ(p.stats().on_demand, 1u);
+}
+
+TEST(PrefetchPlannerTest, PassedPredictionsDoNotBlockTheScan) {
+  PrefetchPlanner::Options options;
+  options.max_scan = 4;
+  PrefetchPlanner p(options);
+  p.SetProfile(Profile(100, 1.0), 0);
+  // Ten buffers whose predicted use at 3 never came.
+  for (uint64_t id = 10; id < 20; ++id) SwappedOut(p, id, kMB, 0, 3);
+  SwappedOut(p, 1, kMB, 0, 50);
+  std::vector<PlannedAction> got;
+  for (uint64_t now = 10; now < 50 && got.empty(); ++now) {
+    got = p.Plan(now, 10 * kMB, 0);
+  }
+  EXPECT_EQ(got, (std::vector<PlannedAction>{Fetch(1)}));
+}
+
+TEST(PrefetchPlannerTest, PinnedBuffersAreNeverEvicted) {
+  PrefetchPlanner p;
+  p.SetProfile(Profile(20, 1.0), 0);
+  SwappedOut(p, 1, kMB, 0, 4);
+  p.OnUse(2, kMB, 1, kNone, true);
+  p.SetPinned(2, true);
+  EXPECT_TRUE(p.Plan(3, 0, 0).empty());
+  p.SetPinned(2, false);
+  EXPECT_EQ(p.Plan(3, 0, 0),
+            (std::vector<PlannedAction>{Evict(2, true), Fetch(1)}));
+}
+
+}  // namespace
+}  // namespace stensor
