@@ -238,15 +238,19 @@ TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomTraces) {
       EXPECT_EQ(bound->bytes_moved, brute.bytes) << "trial " << trial << "\n" << log.Text();
     }
     // No policy beats the optimum of its rules.
-    for (bool lru : {false, true}) {
-      std::unique_ptr<EvictionPolicy> policy = lru ? MakeLruPolicy() : MakeVersionPolicy();
+    for (int which = 0; which < 6; ++which) {
+      const bool lru = which % 3 == 0;
+      std::unique_ptr<EvictionPolicy> policy =
+          lru ? MakeLruPolicy() : which % 3 == 1 ? MakeVersionPolicy() : MakeBeladyPolicy();
       ReplayOptions replay;
       replay.cap = cap;
       replay.policy = policy.get();
       replay.version_rules = !lru;
+      replay.prefetch = which >= 3;
       absl::StatusOr<ReplayResult> r = Replay(*trace, replay);
       ASSERT_TRUE(r.ok()) << "trial " << trial << ": " << r.status();
-      EXPECT_GE(r->bytes_moved(), brute.bytes) << "trial " << trial << " lru " << lru;
+      EXPECT_GE(r->bytes_moved(), brute.bytes)
+          << "trial " << trial << " policy " << policy->name() << " prefetch " << replay.prefetch;
     }
   }
   EXPECT_GT(checked, 150);

@@ -2,11 +2,18 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "policy/access_profile.h"
+#include "policy/iteration_detector.h"
+#include "policy/next_use.h"
+#include "policy/prefetch_planner.h"
 
 namespace stensor {
 namespace {
@@ -23,34 +30,14 @@ struct SimBuffer {
   bool written = false;
   bool has_host_copy = false;
   int pins = 0;
+  uint64_t next_use = EvictionCandidate::kNoNextUse;  // predicted
   bool clean() const { return location == Location::kCpuGpu && host_version == gpu_version; }
-};
-
-// Per buffer, the trace indices of the operations that touch it, for the
-// next-use prediction `belady` reads.
-class NextUses {
- public:
-  explicit NextUses(const Trace& trace) {
-    for (size_t i = 0; i < trace.ops.size(); ++i) {
-      for (uint64_t id : trace.ops[i].ids) uses_[id].push_back(i);
-    }
-  }
-  // Logical time (index + 1) of the first use of `id` after operation `now`.
-  uint64_t After(uint64_t id, size_t now) const {
-    auto it = uses_.find(id);
-    if (it == uses_.end()) return EvictionCandidate::kNoNextUse;
-    auto next = std::upper_bound(it->second.begin(), it->second.end(), now);
-    return next == it->second.end() ? EvictionCandidate::kNoNextUse : *next + 1;
-  }
-
- private:
-  absl::flat_hash_map<uint64_t, std::vector<size_t>> uses_;
 };
 
 class Simulator {
  public:
   Simulator(const Trace& trace, const ReplayOptions& options)
-      : trace_(trace), options_(options), next_uses_(trace) {
+      : trace_(trace), options_(options) {
     result_.cap = options.cap;
     // bytes / (GB/s) in microseconds.
     us_per_byte_ = 1.0 / (options.bandwidth_gbps * 1e3);
@@ -61,9 +48,9 @@ class Simulator {
       const TraceOp& op = trace_.ops[op_];
       ready_ = now_;
       room_ready_ = now_;
-      if (options_.prefetcher != nullptr) {
-        if (absl::Status s = Prefetch(); !s.ok()) return s;
-      }
+      const double compute =
+          op.launch ? op.compute_us.value_or(options_.kernel_us) : 0.0;
+      if (op.key != 0) Observe(op, compute);
       absl::Status s = absl::OkStatus();
       switch (op.kind) {
         case TraceOp::Kind::kAlloc: s = Alloc(op); break;
@@ -79,11 +66,13 @@ class Simulator {
       // The operation starts once what it waits for is there.
       const double start = std::max(now_, ready_);
       result_.stall_us += start - now_;
-      const double compute =
-          op.launch ? op.compute_us.value_or(options_.kernel_us) : 0.0;
       result_.compute_us += compute;
       now_ = start + compute;
+      if (options_.prefetch && op.key != 0) Plan();
     }
+    const PrefetchPlanner::Stats& planner = planner_.stats();
+    result_.planned_evictions = planner.planned_evictions + planner.fetch_evictions;
+    result_.fetches_wasted = planner.fetches_wasted;
     return result_;
   }
 
@@ -132,6 +121,7 @@ class Simulator {
     b.resident = false;
     b.location = Location::kCpuOnly;
     used_ -= b.info->charge;
+    if (options_.prefetch) planner_.OnEvicted(b.info->id);
   }
 
   // S403: the least recently used droppable buffer goes without a copy.
@@ -160,7 +150,7 @@ class Simulator {
       c.gpu_version = b.gpu_version;
       c.host_version = free ? b.gpu_version : b.host_version;
       c.last_use = b.last_use;
-      c.next_use = next_uses_.After(id, op_);
+      c.next_use = b.next_use;
       candidates.push_back(c);
     }
     if (candidates.empty()) return false;
@@ -204,6 +194,9 @@ class Simulator {
     SimBuffer& b = State(op.buffer);
     if (b.resident) used_ -= b.info->charge;
     state_.erase(op.buffer);
+    fetched_.erase(op.buffer);
+    predictor_.OnFreed(op.buffer);
+    if (options_.prefetch) planner_.OnFreed(op.buffer);
   }
 
   // SwapIn of the manager: room first, then the copy unless nothing needs one.
@@ -216,6 +209,7 @@ class Simulator {
     double done = room_ready_;
     if (copying) {
       ++result_.swap_ins;
+      if (!prefetch) ++result_.on_demand_swap_ins;
       result_.bytes_in += b.info->bytes;
       const double start = std::max({h2d_free_, now_, room_ready_});
       h2d_free_ = start + b.info->bytes * us_per_byte_;
@@ -232,24 +226,95 @@ class Simulator {
       ready_ = std::max(ready_, done);
     }
     b.location = Location::kCpuGpu;
+    if (options_.prefetch) planner_.OnResident(b.info->id);
     return absl::OkStatus();
   }
 
-  absl::Status Prefetch() {
-    std::vector<uint64_t> out;
-    for (auto& [id, b] : state_) {
-      if (b.live && b.info->swappable && !b.resident) out.push_back(id);
+  // The detector sees the operation; the first iteration it finds is
+  // profiled and, from the next boundary on, drives the planner (S02).
+  void Observe(const TraceOp& op, double compute_us) {
+    ++now_logical_;
+    observation_ = detector_.Observe(op.key);
+    using Event = IterationDetector::Event;
+    if (observation_.known) {
+      result_.iteration_period = std::max<uint64_t>(result_.iteration_period, observation_.period);
     }
-    std::sort(out.begin(), out.end());
-    for (uint64_t id : options_.prefetcher->Before(op_, out)) {
-      auto it = state_.find(id);
-      if (it == state_.end() || it->second.resident || !it->second.info->swappable) continue;
-      if (absl::Status s = SwapIn(it->second, /*copy=*/true, /*prefetch=*/true); !s.ok()) {
-        return s;
+    if (observation_.event == Event::kChanged) {
+      predictor_.Reset();
+      planner_.SetProfile(nullptr, 0);
+      builder_.reset();
+      return;
+    }
+    if (observation_.event == Event::kFound) {
+      builder_.emplace();
+    } else if (observation_.event == Event::kBoundary && builder_.has_value()) {
+      const double bytes_per_second = options_.bandwidth_gbps * 1e9;
+      absl::StatusOr<AccessProfile> profile =
+          std::move(*builder_).Build(Bandwidth{bytes_per_second, bytes_per_second});
+      builder_.reset();
+      if (profile.ok()) {
+        planner_.SetProfile(std::make_shared<const AccessProfile>(*std::move(profile)),
+                            now_logical_);
+      }
+    } else if (observation_.event == Event::kBoundary) {
+      planner_.OnIterationBoundary(now_logical_);
+    }
+    if (builder_.has_value()) {
+      std::vector<BufferTouch> touches;
+      for (uint64_t id : op.ids) {
+        const TraceBuffer& b = trace_.buffers.at(id);
+        const bool write = std::find(op.writes.begin(), op.writes.end(), id) != op.writes.end();
+        touches.push_back(BufferTouch{id, b.charge, write});
+      }
+      const size_t phase = builder_->Add(op.key, touches);
+      (void)builder_->SetComputeSeconds(phase, compute_us / 1e6);  // >= 0, finite
+    }
+  }
+
+  // Feeds the operation's uses to the predictor (and the planner).
+  void NoteUses(const TraceOp& op) {
+    for (size_t slot = 0; slot < op.ids.size(); ++slot) {
+      const uint64_t id = op.ids[slot];
+      SimBuffer& b = State(id);
+      if (!b.info->swappable) continue;
+      std::optional<NextUsePredictor::Slot> where;
+      if (observation_.known) {
+        where = NextUsePredictor::Slot{observation_.phase, static_cast<uint32_t>(slot)};
+      }
+      b.next_use = predictor_.OnUse(id, now_logical_, where);
+      if (options_.prefetch) {
+        const bool write = std::find(op.writes.begin(), op.writes.end(), id) != op.writes.end();
+        planner_.OnUse(id, b.info->charge, now_logical_, b.next_use, write);
       }
     }
-    room_ready_ = now_;  // the operation itself waits only for its own room
-    return absl::OkStatus();
+  }
+
+  // After the operation: the planner's evictions and fetches, their copies
+  // queued behind it.
+  void Plan() {
+    room_ready_ = now_;
+    const double queued_s = std::max(0.0, h2d_free_ - now_) / 1e6;
+    const uint64_t free_bytes = used_ < options_.cap ? options_.cap - used_ : 0;
+    for (const PlannedAction& a : planner_.Plan(now_logical_, free_bytes, queued_s)) {
+      auto it = state_.find(a.id);
+      if (it == state_.end() || !it->second.live || !it->second.info->swappable) {
+        if (a.kind == PlannedAction::Kind::kFetch) planner_.CancelFetch(a.id);
+        continue;
+      }
+      SimBuffer& b = it->second;
+      if (a.kind == PlannedAction::Kind::kEvict) {
+        if (!b.resident) continue;
+        // As the policy would copy it: lru always, version when dirty.
+        SwapOut(b, !options_.version_rules || !Droppable(b));
+        continue;
+      }
+      if (b.resident || used_ + b.info->charge > options_.cap) {
+        planner_.CancelFetch(a.id);
+        continue;
+      }
+      // Fits: SwapIn's MakeRoom evicts nothing.
+      (void)SwapIn(b, /*copy=*/true, /*prefetch=*/true);
+    }
   }
 
   // Prepare + Finish of the manager for one operation.
@@ -275,6 +340,7 @@ class Simulator {
       --b.pins;
       b.last_use = ++clock_;
     }
+    NoteUses(op);
     for (uint64_t id : op.writes) {
       SimBuffer& b = State(id);
       b.gpu_version = ++version_;
@@ -302,7 +368,12 @@ class Simulator {
 
   const Trace& trace_;
   const ReplayOptions& options_;
-  const NextUses next_uses_;
+  IterationDetector detector_;
+  IterationDetector::Observation observation_;
+  NextUsePredictor predictor_;
+  PrefetchPlanner planner_;
+  std::optional<AccessProfile::Builder> builder_;
+  uint64_t now_logical_ = 0;  // operations the detector has seen
   absl::flat_hash_map<uint64_t, SimBuffer> state_;
   absl::flat_hash_map<uint64_t, double> fetched_;  // prefetched: copy done at
   ReplayResult result_;

@@ -16,11 +16,16 @@
 // it needs (and the swap-outs that made room for them) completed, and the
 // difference is the stall.
 //
-// Next uses (for `belady`) come from the trace itself, fed to each
-// EvictionCandidate; a Prefetcher, when given, is asked before each
-// operation which buffers to bring in early.
+// Next uses (for `belady`) are predicted as the library predicts them: the
+// policy/ IterationDetector finds the iteration from the operations' keys,
+// the NextUsePredictor is fed every use with its phase and argument slot.
+// With prefetch, the S02 profile of the first detected iteration (compute
+// times of the time model, the modelled bandwidth) drives the policy/
+// PrefetchPlanner, asked after every operation; its fetches and planned
+// evictions are swaps like the others, their copies queued on the engines
+// behind the operation that asked.
 //
-// Thread-safety: Replay is reentrant; a Prefetcher is used by one replay.
+// Thread-safety: Replay is reentrant.
 #ifndef STENSOR_TOOLS_REPLAY_H_
 #define STENSOR_TOOLS_REPLAY_H_
 
@@ -34,19 +39,6 @@
 
 namespace stensor {
 
-// Asked before each operation which swapped-out buffers to start fetching
-// now, so that their copies overlap the compute before their use (the
-// policy/ prefetch planner plugs in here). A prefetch is a swap-in like any
-// other: it makes room under the cap by the same loop.
-class Prefetcher {
- public:
-  virtual ~Prefetcher() = default;
-  // `op` is the index in the trace about to run; `swapped_out` lists the
-  // buffers not resident now. Returns ids to fetch, in order.
-  virtual std::vector<uint64_t> Before(size_t op,
-                                       const std::vector<uint64_t>& swapped_out) = 0;
-};
-
 struct ReplayOptions {
   uint64_t cap = 0;                         // bytes
   const EvictionPolicy* policy = nullptr;   // required
@@ -57,7 +49,7 @@ struct ReplayOptions {
   bool host_vmm = true;
   double bandwidth_gbps = 16;  // each direction
   double kernel_us = 100;
-  Prefetcher* prefetcher = nullptr;
+  bool prefetch = false;  // the policy/ prefetch planner
 };
 
 struct ReplayResult {
@@ -69,7 +61,11 @@ struct ReplayResult {
   uint64_t swap_ins = 0, bytes_in = 0;    // host -> device copies
   uint64_t swap_ins_without_copy = 0;     // overwritten whole
   uint64_t swap_ins_never_written = 0;
-  uint64_t prefetches = 0;                // swap-ins issued by the prefetcher
+  uint64_t on_demand_swap_ins = 0;        // copied in for the operation at hand
+  uint64_t prefetches = 0;                // swap-ins issued by the planner
+  uint64_t planned_evictions = 0;         // swap-outs the planner asked for
+  uint64_t fetches_wasted = 0;            // prefetched, evicted before use
+  uint64_t iteration_period = 0;          // operations per detected iteration
   uint64_t reads_served_from_host = 0;
   // Time model, microseconds.
   double compute_us = 0;

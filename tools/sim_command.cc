@@ -21,11 +21,6 @@ constexpr char kUsage[] =
     "                   [--prefetch on|off] [--bandwidth GB/s] [--kernel-us US]\n"
     "                   [--compare] [--granularity BYTES] [--rounds N]\n";
 
-constexpr char kNoBelady[] =
-    "belady is not available in this build (policy/ has no MakeBeladyPolicy yet)";
-constexpr char kNoPrefetch[] =
-    "--prefetch on is not available in this build (policy/ has no prefetch planner yet)";
-
 double MiB(double bytes) { return bytes / (1 << 20); }
 
 absl::Status BadFlag(absl::string_view flag, absl::string_view value, absl::string_view forms) {
@@ -136,12 +131,8 @@ absl::StatusOr<SimFlags> ParseSimFlags(const std::vector<std::string>& args) {
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeSimPolicy(absl::string_view name) {
   if (name == "lru") return MakeLruPolicy();
   if (name == "version") return MakeVersionPolicy();
-  if (name == "belady") return absl::UnimplementedError(kNoBelady);
+  if (name == "belady") return MakeBeladyPolicy();
   return absl::InvalidArgumentError(absl::StrCat("unknown policy '", name, "'"));
-}
-
-absl::StatusOr<std::unique_ptr<Prefetcher>> MakeSimPrefetcher(const Trace&) {
-  return absl::UnimplementedError(kNoPrefetch);
 }
 
 namespace {
@@ -156,19 +147,13 @@ absl::StatusOr<ReplayResult> RunOne(const Trace& trace, const SimFlags& flags, u
                                     absl::string_view policy_name, bool prefetch) {
   absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy = MakeSimPolicy(policy_name);
   if (!policy.ok()) return policy.status();
-  std::unique_ptr<Prefetcher> prefetcher;
-  if (prefetch) {
-    absl::StatusOr<std::unique_ptr<Prefetcher>> p = MakeSimPrefetcher(trace);
-    if (!p.ok()) return p.status();
-    prefetcher = std::move(*p);
-  }
   ReplayOptions options;
   options.cap = cap;
   options.policy = policy->get();
   options.version_rules = policy_name != "lru";
   options.bandwidth_gbps = flags.bandwidth_gbps;
   options.kernel_us = flags.kernel_us;
-  options.prefetcher = prefetcher.get();
+  options.prefetch = prefetch;
   return Replay(trace, options);
 }
 
@@ -176,7 +161,7 @@ void PrintResult(const ReplayResult& r, std::ostream& out) {
   out << absl::StrFormat("device->host        %12u bytes (%.1f MiB) in %u swap-outs\n",
                          r.bytes_out, MiB(r.bytes_out), r.swap_outs);
   out << absl::StrFormat("host->device        %12u bytes (%.1f MiB) in %u swap-ins on demand\n",
-                         r.bytes_in, MiB(r.bytes_in), r.swap_ins - r.prefetches);
+                         r.bytes_in, MiB(r.bytes_in), r.on_demand_swap_ins);
   out << absl::StrFormat("moved               %12u bytes (%.1f MiB)\n", r.bytes_moved(),
                          MiB(r.bytes_moved()));
   out << absl::StrFormat("clean drops         %12u (%.1f MiB, no copy)\n", r.clean_drops,
@@ -186,7 +171,10 @@ void PrintResult(const ReplayResult& r, std::ostream& out) {
   out << absl::StrFormat("swap-ins, no copy   %12u (overwritten whole)\n",
                          r.swap_ins_without_copy);
   out << absl::StrFormat("swap-ins, never written %8u (no copy)\n", r.swap_ins_never_written);
-  out << absl::StrFormat("prefetches          %12u\n", r.prefetches);
+  out << absl::StrFormat("prefetches          %12u (%u evicted before use; %u planned evictions)\n",
+                         r.prefetches, r.fetches_wasted, r.planned_evictions);
+  out << absl::StrFormat("iteration           %12u operations (detected; 0: none)\n",
+                         r.iteration_period);
   out << absl::StrFormat("reads from host     %12u\n", r.reads_served_from_host);
   out << absl::StrFormat("peak resident       %12u bytes (%.1f MiB)\n", r.peak_resident,
                          MiB(r.peak_resident));
@@ -257,8 +245,9 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
       rows.push_back(Row{policy, prefetch, RunOne(*trace, *flags, *cap, policy, prefetch)});
     }
   }
-  out << absl::StrFormat("\n%-8s %-8s %10s %10s %10s %10s %10s\n", "policy", "prefetch",
-                         "D2H MiB", "H2D MiB", "moved MiB", "x optimum", "stall ms");
+  out << absl::StrFormat("\n%-8s %-8s %10s %10s %10s %10s %10s %10s\n", "policy", "prefetch",
+                         "D2H MiB", "H2D MiB", "moved MiB", "x optimum", "stall ms",
+                         "on-demand");
   for (const Row& row : rows) {
     out << absl::StrFormat("%-8s %-8s ", row.policy, row.prefetch ? "on" : "off");
     if (!row.result.ok()) {
@@ -272,8 +261,9 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
     } else if (optimum.ok()) {
       ratio = r.bytes_moved() == 0 ? "1.00" : "inf";
     }
-    out << absl::StrFormat("%10.1f %10.1f %10.1f %10s %10.3f\n", MiB(r.bytes_out),
-                           MiB(r.bytes_in), MiB(r.bytes_moved()), ratio, r.stall_us / 1e3);
+    out << absl::StrFormat("%10.1f %10.1f %10.1f %10s %10.3f %10u\n", MiB(r.bytes_out),
+                           MiB(r.bytes_in), MiB(r.bytes_moved()), ratio, r.stall_us / 1e3,
+                           r.on_demand_swap_ins);
   }
   if (optimum.ok()) {
     out << absl::StrFormat("%-8s %-8s %10.1f %10.1f %10.1f %10s %10s\n", "optimum", "-",

@@ -41,10 +41,8 @@ absl::StatusOr<SimFlags> ParseSimFlags(const std::vector<std::string>& args);
 // The cap in bytes for `limit` ("33554432", "32MiB", "40%" of `working_set`).
 absl::StatusOr<uint64_t> ParseLimit(absl::string_view limit, uint64_t working_set);
 
-// The library's policy by name; belady where this build's policy/ has it.
+// The library's policy by name: lru, version or belady.
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeSimPolicy(absl::string_view name);
-// The prefetch planner for `trace`, where this build's policy/ has one.
-absl::StatusOr<std::unique_ptr<Prefetcher>> MakeSimPrefetcher(const Trace& trace);
 
 // Runs the command; 0 on success, 1 on a failure (told on `err`), 2 on
 // bad arguments.

@@ -38,13 +38,14 @@ class TestLog {
   // A kernel reading `reads` and writing `writes` (listed in reads too, as
   // the library logs them).
   void Launch(std::vector<uint64_t> reads, const std::vector<uint64_t>& writes,
-              double compute_us = -1) {
+              double compute_us = -1, const std::string& kernel = "k") {
     for (uint64_t w : writes) {
       bool listed = false;
       for (uint64_t r : reads) listed |= r == w;
       if (!listed) reads.push_back(w);
     }
-    Add(absl::StrCat(R"({"type":"launch","api":"cuLaunchKernel","kernel":"k","demangled":"k",)",
+    Add(absl::StrCat(R"({"type":"launch","api":"cuLaunchKernel","kernel":")", kernel,
+                     R"(","demangled":"k",)",
                      R"("stream":"legacy","grid":[1,1,1],"block":[1,1,1],"reads":[)",
                      absl::StrJoin(reads, ","), R"(],"writes":[)", absl::StrJoin(writes, ","),
                      R"(],"inferred":true,"tables":[],"unknown_tables":false)",

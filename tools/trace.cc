@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 
@@ -16,6 +17,23 @@ namespace stensor {
 namespace {
 
 uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// The iteration detector's key of an operation: a hash of what stays the
+// same from one training step to the next. Never 0 (0 means "not observed").
+uint64_t OpKey(const JsonValue& r, absl::string_view type) {
+  std::string text(type);
+  for (absl::string_view field : {"kernel", "kind", "api"}) {
+    absl::StrAppend(&text, "|", r.StringOr(field, ""));
+  }
+  absl::StrAppend(&text, "|", r.Uint("bytes").value_or(0));
+  for (absl::string_view field : {"grid", "block"}) {
+    if (const JsonValue* dims = r.Find(field); dims != nullptr) {
+      for (const JsonValue& d : dims->array) absl::StrAppend(&text, ",", d.uint.value_or(0));
+    }
+  }
+  const uint64_t h = std::hash<std::string>()(text);
+  return h == 0 ? 1 : h;
+}
 
 std::optional<uint64_t> HexAddress(const JsonValue& record, absl::string_view key) {
   absl::string_view text = record.StringOr(key, "");
@@ -68,6 +86,7 @@ class Reader {
     if (type == "memset") return Memset(r, line);
     if (type == "graph_launch") {
       TraceOp op;
+      op.key = OpKey(r, type);
       op.kind = TraceOp::Kind::kUnknown;
       op.launch = true;
       op.line = line;
@@ -184,6 +203,7 @@ class Reader {
     TraceOp op;
     op.launch = true;
     op.line = line;
+    op.key = OpKey(r, "launch");
     op.compute_us = r.Number("compute_us");
     if (absl::Status s = Ids(r, "reads", line, &op.ids); !s.ok()) return s;
     if (absl::Status s = Ids(r, "writes", line, &op.writes); !s.ok()) return s;
@@ -221,6 +241,7 @@ class Reader {
     const uint64_t bytes = r.Uint("bytes").value_or(0);
     TraceOp op;
     op.line = line;
+    op.key = OpKey(r, "memcpy");
     const uint64_t dst = writes.empty() ? 0 : writes[0];
     const uint64_t src = reads.empty() ? 0 : reads[0];
     if (linear && r.StringOr("kind", "") == "DtoH" && !r.BoolOr("async", true) && src != 0 &&
@@ -250,6 +271,7 @@ class Reader {
     const bool linear = api.find("2D") == absl::string_view::npos;
     TraceOp op;
     op.line = line;
+    op.key = OpKey(r, "memset");
     op.ids = writes;
     op.writes = writes;
     if (linear && !writes.empty() &&

@@ -53,6 +53,10 @@ struct TraceOp {
   // whole buffer): a swapped-out one comes back without a copy.
   std::vector<uint64_t> overwritten;
   bool launch = false;            // a kernel (takes compute time)
+  // What the iteration detector sees of the operation: the kernel and its
+  // launch shape (or the copy's or memset's kind and size), never buffer
+  // ids, which change for per-step temporaries. 0 for allocations and frees.
+  uint64_t key = 0;
   std::optional<double> compute_us;  // the record's own compute time, if any
   size_t line = 0;  // in the log, for messages
 };
