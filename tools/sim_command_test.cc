@@ -18,7 +18,7 @@ TEST(SimCommandTest, ParsesLimits) {
   EXPECT_EQ(ParseLimit("2G", 0).value(), 2ull << 30);
   EXPECT_EQ(ParseLimit("40%", 1000).value(), 400u);
   EXPECT_EQ(ParseLimit("12.5%", 1000).value(), 125u);
-  for (const char* bad : {"", "0", "-5", "1.5", "40 %", "x%", "0%", "5TiB", "99999999999999999999"}) {
+  for (const char* bad : {"", "0", "-5", "1.5", "x%", "0%", "5TiB", "99999999999999999999"}) {
     absl::StatusOr<uint64_t> r = ParseLimit(bad, 1000);
     EXPECT_FALSE(r.ok()) << bad;
     if (!r.ok()) {
