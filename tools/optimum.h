@@ -1,0 +1,57 @@
+// OptimumBound: a lower bound on the bytes any eviction policy must move
+// (device->host plus host->device) to run a Trace under a cap with the
+// manager's swap rules, from the min-cost-flow (LP) relaxation of the
+// offline keep/evict problem:
+//
+//   - time points are the trace's operations; a swappable buffer must be
+//     resident at each operation that uses it (and at its allocation);
+//   - between two consecutive uses (a gap) it is kept, occupying its charge
+//     at every point of the gap, or evicted: then its next use swaps it in
+//     (its bytes, unless that use overwrites it whole or nothing has
+//     written it yet) and, once per written stretch (from a write to the
+//     next), it is written back (its bytes): a buffer written since its
+//     last write-back pays device->host when first evicted after the write;
+//   - at each point, the kept charges fit under the cap less the plain
+//     allocations and the buffers that point uses.
+//
+// The per-gap keep fractions form an interval LP, solved exactly as a flow
+// over the time line (kept charge rides an arc over its gap, free memory the
+// line). The once-per-stretch write-back is priced by Lagrangian weights
+// spread over the stretch's gaps (each weighting is a valid bound; several
+// rounds of multiplicative updates keep the best). The result is a lower
+// bound: fractional keeps are allowed, and unknown launches are not taken to
+// dirty anything (dirtier would only cost more).
+//
+// Thread-safety: reentrant.
+#ifndef STENSOR_TOOLS_OPTIMUM_H_
+#define STENSOR_TOOLS_OPTIMUM_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "tools/trace.h"
+
+namespace stensor {
+
+struct OptimumOptions {
+  uint64_t cap = 0;
+  int rounds = 8;  // Lagrangian rounds (each one min-cost flow); more tighten slowly
+};
+
+struct OptimumBound {
+  uint64_t bytes_moved = 0;  // the bound: no policy moves fewer
+  // How the best round's solution splits it (fractional).
+  double bytes_out = 0, bytes_in = 0;
+  // What the flow solved: gaps (arcs besides the time line), time points,
+  // augmenting paths of the best round, rounds run.
+  int64_t gaps = 0, points = 0, augmentations = 0;
+  int rounds = 0;
+};
+
+// FailedPrecondition when some operation alone cannot fit under the cap.
+absl::StatusOr<OptimumBound> ComputeOptimumBound(const Trace& trace,
+                                                 const OptimumOptions& options);
+
+}  // namespace stensor
+
+#endif  // STENSOR_TOOLS_OPTIMUM_H_

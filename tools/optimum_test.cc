@@ -1,0 +1,261 @@
+#include "tools/optimum.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "gtest/gtest.h"
+#include "policy/eviction_policy.h"
+#include "tools/replay.h"
+#include "tools/test_log.h"
+#include "tools/trace.h"
+
+namespace stensor {
+namespace {
+
+constexpr uint64_t kMiB = TestLog::kMiB;
+
+uint64_t Bound(const std::string& log, uint64_t cap) {
+  absl::StatusOr<Trace> trace = ParseTrace(log);
+  EXPECT_TRUE(trace.ok()) << trace.status();
+  OptimumOptions options;
+  options.cap = cap;
+  absl::StatusOr<OptimumBound> bound = ComputeOptimumBound(*trace, options);
+  EXPECT_TRUE(bound.ok()) << bound.status();
+  return bound.ok() ? bound->bytes_moved : 0;
+}
+
+// The replay test's three buffers under two granules, by hand: at the
+// allocation of C one of A, B must be out; keeping B over its gap and
+// evicting A once (write-back 2 MiB + swap-in 2 MiB; A is clean after, so
+// dropping it again is free) costs 4 MiB, what `version` moves; evicting
+// B instead costs 4 MiB too, plus C's write-back at the end.
+TEST(OptimumTest, HandCheckedThreeBuffers) {
+  TestLog log;
+  uint64_t a = log.Alloc(2 * kMiB), b = log.Alloc(2 * kMiB);
+  log.Launch({}, {a});
+  log.Launch({}, {b});
+  uint64_t c = log.Alloc(2 * kMiB);
+  log.Launch({a}, {});
+  log.Launch({}, {c});
+  log.Launch({b}, {});
+  EXPECT_EQ(Bound(log.Text(), 4 * kMiB), 4 * kMiB);
+  EXPECT_EQ(Bound(log.Text(), 6 * kMiB), 0u);
+}
+
+// A buffer read again and again while another needs the room: the
+// write-back is paid once, the swap-ins each time.
+TEST(OptimumTest, WriteBackOncePerWrittenStretch) {
+  TestLog log;
+  uint64_t a = log.Alloc(2 * kMiB);
+  log.Launch({}, {a});
+  uint64_t b = log.Alloc(2 * kMiB);
+  log.Launch({}, {b});
+  for (int i = 0; i < 3; ++i) {
+    log.Launch({a}, {});
+    log.Launch({b}, {});
+  }
+  // Cap of one granule: each of the 6 alternating reads swaps its buffer in
+  // (12 MiB); each buffer is written back once, at its first eviction after
+  // its write (4 MiB); the later evictions are clean drops.
+  EXPECT_EQ(Bound(log.Text(), 2 * kMiB), 2 * kMiB /*A out*/ + 2 * kMiB /*B out*/ + 6 * 2 * kMiB);
+}
+
+TEST(OptimumTest, TooSmallACapIsAnError) {
+  TestLog log;
+  uint64_t a = log.Alloc(2 * kMiB), b = log.Alloc(2 * kMiB);
+  log.Launch({a, b}, {});
+  absl::StatusOr<Trace> trace = ParseTrace(log.Text());
+  ASSERT_TRUE(trace.ok());
+  OptimumOptions options;
+  options.cap = 3 * kMiB;
+  EXPECT_EQ(ComputeOptimumBound(*trace, options).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// --- Brute force over every keep/evict choice, by walking each buffer's
+// timeline with the swap rules (independent of the flow's gap model).
+struct BruteResult {
+  bool feasible = false;
+  uint64_t bytes = 0;
+  bool one_gap_per_stretch = true;  // then the LP is exact for unit charges
+};
+
+BruteResult BruteForce(const Trace& trace, uint64_t cap) {
+  const int points = static_cast<int>(trace.ops.size());
+  struct Event {
+    int t;
+    bool write, overwritten;
+  };
+  struct Life {
+    const TraceBuffer* b;
+    int alloc, end;
+    std::vector<Event> uses;  // alloc first (not a write)
+  };
+  std::vector<Life> lives;
+  absl::flat_hash_map<uint64_t, size_t> index;
+  std::vector<int64_t> plain(points + 1, 0);
+  for (int t = 0; t < points; ++t) {
+    const TraceOp& op = trace.ops[t];
+    if (op.kind == TraceOp::Kind::kAlloc) {
+      const TraceBuffer& b = trace.buffers.at(op.buffer);
+      if (!b.swappable) {
+        for (int u = t; u <= points; ++u) plain[u] += b.charge;
+        continue;
+      }
+      index[b.id] = lives.size();
+      lives.push_back({&b, t, points, {{t, false, false}}});
+    } else if (op.kind == TraceOp::Kind::kFree) {
+      const TraceBuffer& b = trace.buffers.at(op.buffer);
+      if (!b.swappable) {
+        for (int u = t; u <= points; ++u) plain[u] -= b.charge;
+        continue;
+      }
+      lives[index[b.id]].end = t;
+    } else if (op.kind != TraceOp::Kind::kHostRead) {
+      for (uint64_t id : op.ids) {
+        if (!trace.buffers.at(id).swappable) continue;
+        auto has = [&](const std::vector<uint64_t>& v) {
+          return std::find(v.begin(), v.end(), id) != v.end();
+        };
+        lives[index[id]].uses.push_back({t, has(op.writes), has(op.overwritten)});
+      }
+    }
+  }
+  // Gaps with at least one point: (buffer, first, last).
+  struct Gap {
+    size_t life;
+    int first, last;
+  };
+  std::vector<Gap> gaps;
+  BruteResult result;
+  for (size_t i = 0; i < lives.size(); ++i) {
+    const Life& l = lives[i];
+    int gaps_in_stretch = 0;
+    for (size_t j = 0; j < l.uses.size(); ++j) {
+      if (l.uses[j].write) gaps_in_stretch = 0;
+      const int next = j + 1 < l.uses.size() ? l.uses[j + 1].t : l.end;
+      if (l.uses[j].t + 1 <= next - 1) {
+        gaps.push_back({i, l.uses[j].t + 1, next - 1});
+        bool written = false;
+        for (size_t k = 0; k <= j; ++k) written |= l.uses[k].write;
+        if (written && ++gaps_in_stretch > 1) result.one_gap_per_stretch = false;
+      }
+    }
+  }
+  EXPECT_LE(gaps.size(), 16u);
+  for (uint64_t mask = 0; mask < (uint64_t{1} << gaps.size()); ++mask) {
+    // Residency of each buffer at each point.
+    std::vector<std::vector<bool>> res(lives.size(), std::vector<bool>(points, false));
+    for (size_t i = 0; i < lives.size(); ++i) {
+      for (const Event& e : lives[i].uses) res[i][e.t] = true;
+    }
+    for (size_t k = 0; k < gaps.size(); ++k) {
+      if (mask >> k & 1) {
+        for (int t = gaps[k].first; t <= gaps[k].last; ++t) res[gaps[k].life][t] = true;
+      }
+    }
+    bool fits = true;
+    for (int t = 0; t < points && fits; ++t) {
+      uint64_t used = plain[t];
+      for (size_t i = 0; i < lives.size(); ++i) used += res[i][t] ? lives[i].b->charge : 0;
+      fits = used <= cap;
+    }
+    if (!fits) continue;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < lives.size(); ++i) {
+      const Life& l = lives[i];
+      bool prev = true, dirty = false, written = false;
+      size_t next_use = 0;
+      for (int t = l.alloc; t < l.end; ++t) {
+        const bool r = res[i][t];
+        const Event* use = next_use < l.uses.size() && l.uses[next_use].t == t
+                               ? &l.uses[next_use++]
+                               : nullptr;
+        if (prev && !r && dirty) {  // evicted: a dirty copy is written back
+          bytes += l.b->bytes;
+          dirty = false;
+        }
+        if (!prev && r && written && !use->overwritten) bytes += l.b->bytes;  // swapped in
+        if (use != nullptr && use->write) dirty = written = true;
+        prev = r;
+      }
+    }
+    if (!result.feasible || bytes < result.bytes) result.bytes = bytes;
+    result.feasible = true;
+  }
+  return result;
+}
+
+TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomTraces) {
+  std::mt19937 rng(1201);
+  int exact_checked = 0, checked = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    TestLog log;
+    const bool unit = trial % 2 == 0;  // every buffer one granule
+    std::vector<uint64_t> live;
+    const int buffers = 2 + rng() % 2;
+    for (int i = 0; i < buffers; ++i) {
+      uint64_t bytes = (unit ? 1 : 1 + rng() % 2) * 2 * kMiB - (rng() % 2) * 4096;
+      live.push_back(log.Alloc(bytes));
+    }
+    if (rng() % 3 == 0) log.Alloc(4096 * (1 + rng() % 3));  // a plain one
+    const int ops = 4 + rng() % 4;
+    for (int i = 0; i < ops; ++i) {
+      uint64_t x = live[rng() % live.size()];
+      switch (rng() % 5) {
+        case 0: log.Memset(x); break;
+        case 1: log.Launch({x}, {x}); break;
+        case 2: {
+          uint64_t y = live[rng() % live.size()];
+          log.Launch({x, y}, {y});
+          break;
+        }
+        default: log.Launch({x}, {}); break;
+      }
+    }
+    if (rng() % 2) log.Free(live[0]);
+    absl::StatusOr<Trace> trace = ParseTrace(log.Text());
+    ASSERT_TRUE(trace.ok()) << trace.status();
+    uint64_t cap = 2 * kMiB * (1 + rng() % 4) + (rng() % 2) * 12288;
+    BruteResult brute = BruteForce(*trace, cap);
+    OptimumOptions options;
+    options.cap = cap;
+    absl::StatusOr<OptimumBound> bound = ComputeOptimumBound(*trace, options);
+    if (!brute.feasible) {
+      EXPECT_FALSE(bound.ok()) << "trial " << trial;
+      continue;
+    }
+    ASSERT_TRUE(bound.ok()) << "trial " << trial << ": " << bound.status();
+    ++checked;
+    EXPECT_LE(bound->bytes_moved, brute.bytes) << "trial " << trial << "\n" << log.Text();
+    if (unit && brute.one_gap_per_stretch) {
+      ++exact_checked;
+      EXPECT_EQ(bound->bytes_moved, brute.bytes) << "trial " << trial << "\n" << log.Text();
+    }
+    // No policy beats the optimum of its rules.
+    for (int which = 0; which < 6; ++which) {
+      const bool lru = which % 3 == 0;
+      std::unique_ptr<EvictionPolicy> policy =
+          lru ? MakeLruPolicy() : which % 3 == 1 ? MakeVersionPolicy() : MakeBeladyPolicy();
+      ReplayOptions replay;
+      replay.cap = cap;
+      replay.policy = policy.get();
+      replay.version_rules = !lru;
+      replay.prefetch = which >= 3;
+      absl::StatusOr<ReplayResult> r = Replay(*trace, replay);
+      ASSERT_TRUE(r.ok()) << "trial " << trial << ": " << r.status();
+      EXPECT_GE(r->bytes_moved(), brute.bytes)
+          << "trial " << trial << " policy " << policy->name() << " prefetch " << replay.prefetch;
+    }
+  }
+  EXPECT_GT(checked, 150);
+  EXPECT_GT(exact_checked, 30);
+}
+
+}  // namespace
+}  // namespace stensor

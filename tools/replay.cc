@@ -1,0 +1,402 @@
+#include "tools/replay.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "policy/access_profile.h"
+#include "policy/iteration_detector.h"
+#include "policy/next_use.h"
+#include "policy/prefetch_planner.h"
+
+namespace stensor {
+namespace {
+
+// The manager's per-buffer state that its decisions read (S03).
+struct SimBuffer {
+  const TraceBuffer* info = nullptr;
+  bool live = false;
+  bool resident = false;
+  Location location = Location::kGpuOnly;
+  uint64_t gpu_version = 0;
+  uint64_t host_version = 0;
+  uint64_t last_use = 0;
+  bool written = false;
+  bool has_host_copy = false;
+  int pins = 0;
+  uint64_t next_use = EvictionCandidate::kNoNextUse;  // predicted
+  bool clean() const { return location == Location::kCpuGpu && host_version == gpu_version; }
+};
+
+class Simulator {
+ public:
+  Simulator(const Trace& trace, const ReplayOptions& options)
+      : trace_(trace), options_(options) {
+    result_.cap = options.cap;
+    // bytes / (GB/s) in microseconds.
+    us_per_byte_ = 1.0 / (options.bandwidth_gbps * 1e3);
+  }
+
+  absl::StatusOr<ReplayResult> Run() {
+    for (op_ = 0; op_ < trace_.ops.size(); ++op_) {
+      const TraceOp& op = trace_.ops[op_];
+      ready_ = now_;
+      room_ready_ = now_;
+      const double compute =
+          op.launch ? op.compute_us.value_or(options_.kernel_us) : 0.0;
+      if (op.key != 0) Observe(op, compute);
+      absl::Status s = absl::OkStatus();
+      switch (op.kind) {
+        case TraceOp::Kind::kAlloc: s = Alloc(op); break;
+        case TraceOp::Kind::kFree: Free(op); break;
+        case TraceOp::Kind::kHostRead: s = HostRead(op); break;
+        case TraceOp::Kind::kAccess: s = Access(op); break;
+        case TraceOp::Kind::kUnknown:
+          s = Access(op);
+          if (s.ok()) MarkAllWritten();
+          break;
+      }
+      if (!s.ok()) return s;
+      // The operation starts once what it waits for is there.
+      const double start = std::max(now_, ready_);
+      result_.stall_us += start - now_;
+      result_.compute_us += compute;
+      now_ = start + compute;
+      if (options_.prefetch && op.key != 0) Plan();
+    }
+    const PrefetchPlanner::Stats& planner = planner_.stats();
+    result_.planned_evictions = planner.planned_evictions + planner.fetch_evictions;
+    result_.fetches_wasted = planner.fetches_wasted;
+    return result_;
+  }
+
+ private:
+  SimBuffer& State(uint64_t id) {
+    SimBuffer& b = state_[id];
+    if (b.info == nullptr) b.info = &trace_.buffers.at(id);
+    return b;
+  }
+
+  absl::Status OutOfMemory(uint64_t need) const {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "out of memory at log line ", trace_.ops[op_].line, ": ", need,
+        " bytes more do not fit under the cap of ", options_.cap, " bytes (", used_,
+        " in use, nothing left to evict)"));
+  }
+
+  bool Droppable(const SimBuffer& b) const {
+    return b.clean() || (options_.version_rules && !b.written);
+  }
+  bool Evictable(const SimBuffer& b) const {
+    return b.live && b.info->swappable && b.resident && b.pins == 0;
+  }
+
+  // SwapOut of the manager, with its counters.
+  void SwapOut(SimBuffer& b, bool copy) {
+    if (!copy && !Droppable(b)) copy = true;  // never drop what is dirty
+    const bool never_written = !copy && !b.clean();
+    if (copy || (never_written && options_.host_vmm)) b.has_host_copy = true;
+    const uint64_t bytes = b.info->bytes;
+    if (copy) {
+      b.host_version = b.gpu_version;
+      ++result_.swap_outs;
+      result_.bytes_out += bytes;
+      // Queued on the device-to-host engine; its memory is free once done.
+      const double start = std::max(d2h_free_, now_);
+      d2h_free_ = start + bytes * us_per_byte_;
+      room_ready_ = std::max(room_ready_, d2h_free_);
+    } else if (never_written) {
+      ++result_.never_written_drops;
+      result_.bytes_never_written += bytes;
+    } else {
+      ++result_.clean_drops;
+      result_.bytes_dropped += bytes;
+    }
+    b.resident = false;
+    b.location = Location::kCpuOnly;
+    used_ -= b.info->charge;
+    if (options_.prefetch) planner_.OnEvicted(b.info->id);
+  }
+
+  // S403: the least recently used droppable buffer goes without a copy.
+  bool DropOneClean() {
+    SimBuffer* pick = nullptr;
+    for (auto& [id, b] : state_) {
+      if (!Evictable(b) || !Droppable(b)) continue;
+      if (pick == nullptr || b.last_use < pick->last_use) pick = &b;
+    }
+    if (pick == nullptr) return false;
+    SwapOut(*pick, /*copy=*/false);
+    return true;
+  }
+
+  // S405: the policy's first choice goes (the caller looks again after).
+  bool EvictByPolicy(uint64_t needed) {
+    std::vector<EvictionCandidate> candidates;
+    for (auto& [id, b] : state_) {
+      if (!Evictable(b)) continue;
+      // What may go without a copy is shown as clean, as the manager does.
+      const bool free = Droppable(b);
+      EvictionCandidate c;
+      c.id = id;
+      c.bytes = b.info->charge;
+      c.location = free ? Location::kCpuGpu : b.location;
+      c.gpu_version = b.gpu_version;
+      c.host_version = free ? b.gpu_version : b.host_version;
+      c.last_use = b.last_use;
+      c.next_use = b.next_use;
+      candidates.push_back(c);
+    }
+    if (candidates.empty()) return false;
+    std::vector<Eviction> chosen =
+        options_.policy->Choose(candidates, std::max<uint64_t>(needed, 1));
+    if (chosen.empty()) return false;
+    SimBuffer& b = state_.at(chosen.front().id);
+    SwapOut(b, chosen.front().copy || !Droppable(b));
+    return true;
+  }
+
+  // S401-S405 (no garbage: every free completes at once here).
+  absl::Status MakeRoom(uint64_t need) {
+    if (need > options_.cap) return OutOfMemory(need);
+    for (;;) {
+      if (used_ <= options_.cap - need) return absl::OkStatus();
+      if (options_.version_rules && DropOneClean()) continue;
+      if (EvictByPolicy(used_ - (options_.cap - need))) continue;
+      return OutOfMemory(need);
+    }
+  }
+
+  void Charge(uint64_t bytes) {
+    used_ += bytes;
+    result_.peak_resident = std::max(result_.peak_resident, used_);
+  }
+
+  absl::Status Alloc(const TraceOp& op) {
+    SimBuffer& b = State(op.buffer);
+    b.live = true;
+    b.gpu_version = ++version_;
+    b.last_use = ++clock_;
+    if (absl::Status s = MakeRoom(b.info->charge); !s.ok()) return s;
+    Charge(b.info->charge);
+    b.resident = true;
+    ready_ = std::max(ready_, room_ready_);  // its memory comes from the evictions
+    return absl::OkStatus();
+  }
+
+  void Free(const TraceOp& op) {
+    SimBuffer& b = State(op.buffer);
+    if (b.resident) used_ -= b.info->charge;
+    state_.erase(op.buffer);
+    fetched_.erase(op.buffer);
+    predictor_.OnFreed(op.buffer);
+    if (options_.prefetch) planner_.OnFreed(op.buffer);
+  }
+
+  // SwapIn of the manager: room first, then the copy unless nothing needs one.
+  absl::Status SwapIn(SimBuffer& b, bool copy, bool prefetch) {
+    if (absl::Status s = MakeRoom(b.info->charge); !s.ok()) return s;
+    Charge(b.info->charge);
+    b.resident = true;
+    const bool never_written = (options_.version_rules && !b.written) || !b.has_host_copy;
+    const bool copying = copy && !never_written;
+    double done = room_ready_;
+    if (copying) {
+      ++result_.swap_ins;
+      if (!prefetch) ++result_.on_demand_swap_ins;
+      result_.bytes_in += b.info->bytes;
+      const double start = std::max({h2d_free_, now_, room_ready_});
+      h2d_free_ = start + b.info->bytes * us_per_byte_;
+      done = h2d_free_;
+    } else if (copy) {
+      ++result_.swap_ins_never_written;
+    } else {
+      ++result_.swap_ins_without_copy;
+    }
+    if (prefetch) {
+      ++result_.prefetches;
+      fetched_[b.info->id] = done;  // its user waits for this copy
+    } else {
+      ready_ = std::max(ready_, done);
+    }
+    b.location = Location::kCpuGpu;
+    if (options_.prefetch) planner_.OnResident(b.info->id);
+    return absl::OkStatus();
+  }
+
+  // The detector sees the operation; the first iteration it finds is
+  // profiled and, from the next boundary on, drives the planner (S02).
+  void Observe(const TraceOp& op, double compute_us) {
+    ++now_logical_;
+    observation_ = detector_.Observe(op.key);
+    using Event = IterationDetector::Event;
+    if (observation_.known) {
+      result_.iteration_period = std::max<uint64_t>(result_.iteration_period, observation_.period);
+    }
+    if (observation_.event == Event::kChanged) {
+      predictor_.Reset();
+      planner_.SetProfile(nullptr, 0);
+      builder_.reset();
+      return;
+    }
+    if (observation_.event == Event::kFound) {
+      builder_.emplace();
+    } else if (observation_.event == Event::kBoundary && builder_.has_value()) {
+      const double bytes_per_second = options_.bandwidth_gbps * 1e9;
+      absl::StatusOr<AccessProfile> profile =
+          std::move(*builder_).Build(Bandwidth{bytes_per_second, bytes_per_second});
+      builder_.reset();
+      if (profile.ok()) {
+        planner_.SetProfile(std::make_shared<const AccessProfile>(*std::move(profile)),
+                            now_logical_);
+      }
+    } else if (observation_.event == Event::kBoundary) {
+      planner_.OnIterationBoundary(now_logical_);
+    }
+    if (builder_.has_value()) {
+      std::vector<BufferTouch> touches;
+      for (uint64_t id : op.ids) {
+        const TraceBuffer& b = trace_.buffers.at(id);
+        const bool write = std::find(op.writes.begin(), op.writes.end(), id) != op.writes.end();
+        touches.push_back(BufferTouch{id, b.charge, write});
+      }
+      const size_t phase = builder_->Add(op.key, touches);
+      (void)builder_->SetComputeSeconds(phase, compute_us / 1e6);  // >= 0, finite
+    }
+  }
+
+  // Feeds the operation's uses to the predictor (and the planner).
+  void NoteUses(const TraceOp& op) {
+    for (size_t slot = 0; slot < op.ids.size(); ++slot) {
+      const uint64_t id = op.ids[slot];
+      SimBuffer& b = State(id);
+      if (!b.info->swappable) continue;
+      std::optional<NextUsePredictor::Slot> where;
+      if (observation_.known) {
+        where = NextUsePredictor::Slot{observation_.phase, static_cast<uint32_t>(slot)};
+      }
+      b.next_use = predictor_.OnUse(id, now_logical_, where);
+      if (options_.prefetch) {
+        const bool write = std::find(op.writes.begin(), op.writes.end(), id) != op.writes.end();
+        planner_.OnUse(id, b.info->charge, now_logical_, b.next_use, write);
+      }
+    }
+  }
+
+  // After the operation: the planner's evictions and fetches, their copies
+  // queued behind it.
+  void Plan() {
+    room_ready_ = now_;
+    const double queued_s = std::max(0.0, h2d_free_ - now_) / 1e6;
+    const uint64_t free_bytes = used_ < options_.cap ? options_.cap - used_ : 0;
+    for (const PlannedAction& a : planner_.Plan(now_logical_, free_bytes, queued_s)) {
+      auto it = state_.find(a.id);
+      if (it == state_.end() || !it->second.live || !it->second.info->swappable) {
+        if (a.kind == PlannedAction::Kind::kFetch) planner_.CancelFetch(a.id);
+        continue;
+      }
+      SimBuffer& b = it->second;
+      if (a.kind == PlannedAction::Kind::kEvict) {
+        if (!b.resident) continue;
+        // As the policy would copy it: lru always, version when dirty.
+        SwapOut(b, !options_.version_rules || !Droppable(b));
+        continue;
+      }
+      if (b.resident || used_ + b.info->charge > options_.cap) {
+        planner_.CancelFetch(a.id);
+        continue;
+      }
+      // Fits: SwapIn's MakeRoom evicts nothing.
+      (void)SwapIn(b, /*copy=*/true, /*prefetch=*/true);
+    }
+  }
+
+  // Prepare + Finish of the manager for one operation.
+  absl::Status Access(const TraceOp& op) {
+    for (uint64_t id : op.ids) ++State(id).pins;
+    for (uint64_t id : op.ids) {
+      SimBuffer& b = State(id);
+      if (!b.info->swappable) continue;
+      if (b.resident) {
+        // Brought in early: the operation waits for that copy.
+        if (auto f = fetched_.find(id); f != fetched_.end()) {
+          ready_ = std::max(ready_, f->second);
+          fetched_.erase(f);
+        }
+        continue;
+      }
+      const bool whole =
+          std::find(op.overwritten.begin(), op.overwritten.end(), id) != op.overwritten.end();
+      if (absl::Status s = SwapIn(b, !whole, /*prefetch=*/false); !s.ok()) return s;
+    }
+    for (uint64_t id : op.ids) {
+      SimBuffer& b = State(id);
+      --b.pins;
+      b.last_use = ++clock_;
+    }
+    NoteUses(op);
+    for (uint64_t id : op.writes) {
+      SimBuffer& b = State(id);
+      b.gpu_version = ++version_;
+      b.written = true;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status HostRead(const TraceOp& op) {
+    SimBuffer& b = State(op.buffer);
+    if (!b.resident && b.has_host_copy) {
+      ++result_.reads_served_from_host;
+      return absl::OkStatus();
+    }
+    return Access(op);
+  }
+
+  // An operation of unknown accesses may have written anything.
+  void MarkAllWritten() {
+    for (auto& [id, b] : state_) {
+      if (b.resident) b.gpu_version = ++version_;
+      if (b.resident || (b.has_host_copy && options_.host_vmm)) b.written = true;
+    }
+  }
+
+  const Trace& trace_;
+  const ReplayOptions& options_;
+  IterationDetector detector_;
+  IterationDetector::Observation observation_;
+  NextUsePredictor predictor_;
+  PrefetchPlanner planner_;
+  std::optional<AccessProfile::Builder> builder_;
+  uint64_t now_logical_ = 0;  // operations the detector has seen
+  absl::flat_hash_map<uint64_t, SimBuffer> state_;
+  absl::flat_hash_map<uint64_t, double> fetched_;  // prefetched: copy done at
+  ReplayResult result_;
+  size_t op_ = 0;
+  uint64_t used_ = 0;
+  uint64_t clock_ = 0;
+  uint64_t version_ = 0;
+  double us_per_byte_ = 0;
+  double now_ = 0;         // the compute stream
+  double ready_ = 0;       // when the current operation's inputs are there
+  double room_ready_ = 0;  // when the memory freed for it is free
+  double h2d_free_ = 0, d2h_free_ = 0;  // the copy engines
+};
+
+}  // namespace
+
+absl::StatusOr<ReplayResult> Replay(const Trace& trace, const ReplayOptions& options) {
+  if (options.policy == nullptr) return absl::InvalidArgumentError("replay needs a policy");
+  if (!(options.bandwidth_gbps > 0)) {
+    return absl::InvalidArgumentError("bandwidth must be positive");
+  }
+  if (!(options.kernel_us >= 0)) return absl::InvalidArgumentError("kernel time must be >= 0");
+  return Simulator(trace, options).Run();
+}
+
+}  // namespace stensor

@@ -1,0 +1,82 @@
+// Replay: runs a Trace under a device-memory cap with the decisions of the
+// memory manager (core/memory_manager.cc) — the S401-S405 loop of
+// MakeRoom (under `version`: drop clean buffers least recently used first,
+// then garbage, then evict by the policy), its swap-in rules (no copy for an
+// operation that overwrites the buffer whole, none for a buffer never
+// written under `version`), device-to-host reads served from the host copy
+// — with the library's own EvictionPolicy (Key/Choose from policy/, shared,
+// not copied). Every operation is taken to have completed before the next
+// (the log's order), so nothing waits: the counts are those of the decisions
+// alone.
+//
+// On top, a time model of the compute stream: each launch computes for
+// `kernel_us` (or its record's `compute_us`); swaps use one copy engine per
+// direction at `bandwidth` and are queued behind each other; a swap-out frees
+// its memory when its copy completes; an operation starts once the swap-ins
+// it needs (and the swap-outs that made room for them) completed, and the
+// difference is the stall.
+//
+// Next uses (for `belady`) are predicted as the library predicts them: the
+// policy/ IterationDetector finds the iteration from the operations' keys,
+// the NextUsePredictor is fed every use with its phase and argument slot.
+// With prefetch, the S02 profile of the first detected iteration (compute
+// times of the time model, the modelled bandwidth) drives the policy/
+// PrefetchPlanner, asked after every operation; its fetches and planned
+// evictions are swaps like the others, their copies queued on the engines
+// behind the operation that asked.
+//
+// Thread-safety: Replay is reentrant.
+#ifndef STENSOR_TOOLS_REPLAY_H_
+#define STENSOR_TOOLS_REPLAY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "policy/eviction_policy.h"
+#include "tools/trace.h"
+
+namespace stensor {
+
+struct ReplayOptions {
+  uint64_t cap = 0;                         // bytes
+  const EvictionPolicy* policy = nullptr;   // required
+  // Version control (clean drops, never-written moves): every policy but lru.
+  bool version_rules = true;
+  // Host-located VMM (the default on the fake and current GPUs): swapped-out
+  // buffers read their host copy, so unknown work counts as writing them.
+  bool host_vmm = true;
+  double bandwidth_gbps = 16;  // each direction
+  double kernel_us = 100;
+  bool prefetch = false;  // the policy/ prefetch planner
+};
+
+struct ReplayResult {
+  uint64_t cap = 0;
+  uint64_t peak_resident = 0;
+  uint64_t swap_outs = 0, bytes_out = 0;  // device -> host copies
+  uint64_t clean_drops = 0, bytes_dropped = 0;
+  uint64_t never_written_drops = 0, bytes_never_written = 0;
+  uint64_t swap_ins = 0, bytes_in = 0;    // host -> device copies
+  uint64_t swap_ins_without_copy = 0;     // overwritten whole
+  uint64_t swap_ins_never_written = 0;
+  uint64_t on_demand_swap_ins = 0;        // copied in for the operation at hand
+  uint64_t prefetches = 0;                // swap-ins issued by the planner
+  uint64_t planned_evictions = 0;         // swap-outs the planner asked for
+  uint64_t fetches_wasted = 0;            // prefetched, evicted before use
+  uint64_t iteration_period = 0;          // operations per detected iteration
+  uint64_t reads_served_from_host = 0;
+  // Time model, microseconds.
+  double compute_us = 0;
+  double stall_us = 0;
+  uint64_t bytes_moved() const { return bytes_out + bytes_in; }
+};
+
+// Errors: no policy, a cap that some operation cannot fit under (out of
+// memory, naming the log line, as the library would return it).
+absl::StatusOr<ReplayResult> Replay(const Trace& trace, const ReplayOptions& options);
+
+}  // namespace stensor
+
+#endif  // STENSOR_TOOLS_REPLAY_H_

@@ -1,0 +1,218 @@
+#include "tools/replay.h"
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "policy/eviction_policy.h"
+#include "tools/test_log.h"
+#include "tools/trace.h"
+
+namespace stensor {
+namespace {
+
+constexpr uint64_t kMiB = TestLog::kMiB;
+
+absl::StatusOr<ReplayResult> Sim(const std::string& log, uint64_t cap, bool lru = false,
+                                 double bandwidth_gbps = 16, bool belady = false,
+                                 bool prefetch = false) {
+  absl::StatusOr<Trace> trace = ParseTrace(log);
+  if (!trace.ok()) return trace.status();
+  std::unique_ptr<EvictionPolicy> policy =
+      lru ? MakeLruPolicy() : belady ? MakeBeladyPolicy() : MakeVersionPolicy();
+  ReplayOptions options;
+  options.cap = cap;
+  options.policy = policy.get();
+  options.version_rules = !lru;
+  options.bandwidth_gbps = bandwidth_gbps;
+  options.prefetch = prefetch;
+  return Replay(*trace, options);
+}
+
+// Three buffers updated in a cycle (A B C A B C ...) by three kernels, two
+// fitting: LRU order evicts the one needed next every time; belady, on the
+// next uses the predictor learns once the iteration (three launches) is
+// detected, keeps the one needed next and evicts the other.
+std::string Cycle(int rounds) {
+  TestLog log;
+  std::vector<uint64_t> ids = {log.Alloc(2 * kMiB), log.Alloc(2 * kMiB), log.Alloc(2 * kMiB)};
+  for (int r = 0; r < rounds; ++r) {
+    for (int i = 0; i < 3; ++i) log.Launch({ids[i]}, {ids[i]}, -1, absl::StrCat("k", i));
+  }
+  return log.Text();
+}
+
+// With the planner, the profiled iteration's fetches are issued ahead of
+// their use (room made by planned evictions of what is needed later): most
+// swap-ins no longer stall the compute stream.
+TEST(ReplayTest, PrefetchHidesSwapIns) {
+  absl::StatusOr<ReplayResult> off = Sim(Cycle(20), 4 * kMiB);
+  absl::StatusOr<ReplayResult> on = Sim(Cycle(20), 4 * kMiB, false, 16, false, /*prefetch=*/true);
+  ASSERT_TRUE(off.ok() && on.ok());
+  EXPECT_EQ(off->prefetches, 0u);
+  EXPECT_GT(on->prefetches, 40u);
+  EXPECT_EQ(on->fetches_wasted, 0u);
+  EXPECT_LE(on->on_demand_swap_ins * 5, off->on_demand_swap_ins);  // 80 % fewer
+  EXPECT_LT(on->stall_us, off->stall_us * 0.6);
+}
+
+TEST(ReplayTest, BeladyUsesPredictedNextUses) {
+  absl::StatusOr<ReplayResult> version = Sim(Cycle(20), 4 * kMiB);
+  absl::StatusOr<ReplayResult> belady = Sim(Cycle(20), 4 * kMiB, false, 16, /*belady=*/true);
+  ASSERT_TRUE(version.ok() && belady.ok());
+  EXPECT_EQ(belady->iteration_period, 3u);
+  // version misses on each of the 57 uses after the first three.
+  EXPECT_EQ(version->on_demand_swap_ins, 57u);
+  EXPECT_LT(belady->on_demand_swap_ins, 57u * 3 / 4);
+  EXPECT_LT(belady->bytes_moved(), version->bytes_moved());
+}
+
+// Three 2 MiB buffers under a cap of two (worked by hand):
+//   version: allocating C evicts A (dirty: copied out); reading A drops C
+//   (never written: no copy) and copies A in; writing C drops A (clean
+//   now: no copy) and brings C back without a copy (never written).
+//   lru: copies every eviction: A at C's allocation, B for A, A for B.
+std::string ThreeBuffers() {
+  TestLog log;
+  uint64_t a = log.Alloc(2 * kMiB), b = log.Alloc(2 * kMiB);
+  log.Launch({}, {a});
+  log.Launch({}, {b});
+  uint64_t c = log.Alloc(2 * kMiB);
+  log.Launch({a}, {});
+  log.Launch({}, {c});
+  log.Launch({b}, {});
+  return log.Text();
+}
+
+TEST(ReplayTest, VersionDropsCleanAndNeverWrittenBuffersWithoutCopies) {
+  absl::StatusOr<ReplayResult> r = Sim(ThreeBuffers(), 4 * kMiB);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->swap_outs, 1u);
+  EXPECT_EQ(r->bytes_out, 2 * kMiB);
+  EXPECT_EQ(r->swap_ins, 1u);
+  EXPECT_EQ(r->bytes_in, 2 * kMiB);
+  EXPECT_EQ(r->clean_drops, 1u);
+  EXPECT_EQ(r->never_written_drops, 1u);
+  EXPECT_EQ(r->swap_ins_never_written, 1u);
+  EXPECT_EQ(r->peak_resident, 4 * kMiB);
+}
+
+TEST(ReplayTest, LruCopiesEveryEviction) {
+  absl::StatusOr<ReplayResult> r = Sim(ThreeBuffers(), 4 * kMiB, /*lru=*/true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->bytes_out, 6 * kMiB);
+  EXPECT_EQ(r->swap_outs, 3u);
+  EXPECT_EQ(r->bytes_in, 4 * kMiB);
+  EXPECT_EQ(r->clean_drops + r->never_written_drops, 0u);
+}
+
+TEST(ReplayTest, NothingMovesUncapped) {
+  absl::StatusOr<ReplayResult> r = Sim(ThreeBuffers(), 6 * kMiB);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->bytes_moved(), 0u);
+  EXPECT_EQ(r->stall_us, 0);
+  EXPECT_EQ(r->compute_us, 5 * 100.0);  // five launches at the default 100 us
+}
+
+// The stall of the version run at 1 GB/s: C's allocation waits for A's
+// swap-out (2 MiB), the read of A for its swap-in; nothing else copies.
+TEST(ReplayTest, TimeModelStallsOnDemandTransfers) {
+  absl::StatusOr<ReplayResult> r = Sim(ThreeBuffers(), 4 * kMiB, false, /*bandwidth=*/1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const double transfer_us = 2.0 * kMiB / 1e3;  // bytes / (1 GB/s) in us
+  EXPECT_NEAR(r->stall_us, 2 * transfer_us, 1e-6);
+}
+
+TEST(ReplayTest, RecordComputeTimeWins) {
+  TestLog log;
+  uint64_t a = log.Alloc(2 * kMiB);
+  log.Launch({}, {a}, /*compute_us=*/250);
+  log.Launch({a}, {});
+  absl::StatusOr<ReplayResult> r = Sim(log.Text(), 4 * kMiB);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->compute_us, 350.0);
+}
+
+// Whole overwrites come back without a copy; a device-to-host read of a
+// swapped-out buffer is served from its host copy.
+TEST(ReplayTest, OverwritesAndHostReads) {
+  TestLog log;
+  uint64_t a = log.Alloc(2 * kMiB);
+  log.Launch({}, {a});
+  uint64_t b = log.Alloc(2 * kMiB);  // evicts A: dirty, copied out
+  log.Memset(a);                     // A back without a copy; B dropped unwritten
+  log.ReadToHost(b);                 // served from B's host copy
+  log.ReadToHost(a);                 // resident: a plain access
+  log.WriteFromHost(b);              // B back without a copy; A (dirty) copied out
+  absl::StatusOr<ReplayResult> r = Sim(log.Text(), 2 * kMiB);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->bytes_out, 4 * kMiB);
+  EXPECT_EQ(r->swap_outs, 2u);
+  EXPECT_EQ(r->bytes_in, 0u);
+  EXPECT_EQ(r->swap_ins_without_copy, 2u);
+  EXPECT_EQ(r->never_written_drops, 1u);
+  EXPECT_EQ(r->reads_served_from_host, 1u);
+}
+
+// A partial memset is no overwrite: the old contents come back first.
+TEST(ReplayTest, PartialMemsetCopiesIn) {
+  TestLog log;
+  uint64_t a = log.Alloc(2 * kMiB);
+  log.Launch({}, {a});
+  log.Alloc(2 * kMiB);
+  log.Memset(a, kMiB);
+  absl::StatusOr<ReplayResult> r = Sim(log.Text(), 2 * kMiB);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->bytes_in, 2 * kMiB);
+}
+
+// After a launch of unknown accesses every buffer counts as written: the
+// never-written shortcut is gone and dirty copies move.
+TEST(ReplayTest, UnknownLaunchMakesEverythingWritten) {
+  auto make = [](bool unknown) {
+    TestLog log;
+    uint64_t a = log.Alloc(2 * kMiB);
+    log.Alloc(2 * kMiB);  // A dropped unwritten
+    if (unknown) log.UnknownLaunch();
+    log.Launch({a}, {});
+    return log.Text();
+  };
+  absl::StatusOr<ReplayResult> plain = Sim(make(false), 2 * kMiB);
+  absl::StatusOr<ReplayResult> unknown = Sim(make(true), 2 * kMiB);
+  ASSERT_TRUE(plain.ok() && unknown.ok());
+  EXPECT_EQ(plain->bytes_moved(), 0u);
+  EXPECT_EQ(unknown->bytes_out, 2 * kMiB);
+  EXPECT_EQ(unknown->bytes_in, 2 * kMiB);
+}
+
+TEST(ReplayTest, OutOfMemoryNamesTheLine) {
+  TestLog log;
+  uint64_t a = log.Alloc(2 * kMiB), b = log.Alloc(2 * kMiB);
+  log.Launch({a, b}, {});
+  absl::StatusOr<ReplayResult> r = Sim(log.Text(), 3 * kMiB);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(std::string(r.status().message()).find("log line 4"), std::string::npos)
+      << r.status();
+}
+
+// Small allocations are charged in pages and never swapped.
+TEST(ReplayTest, SmallAllocationsCountButStay) {
+  TestLog log;
+  uint64_t s = log.Alloc(100);  // one page
+  uint64_t a = log.Alloc(2 * kMiB);
+  log.Launch({s}, {a});
+  uint64_t b = log.Alloc(2 * kMiB);  // evicts A, never the small one
+  log.Launch({s}, {b});
+  absl::StatusOr<Trace> trace = ParseTrace(log.Text());
+  ASSERT_TRUE(trace.ok());
+  EXPECT_EQ(trace->working_set, 4 * kMiB + 4096);
+  absl::StatusOr<ReplayResult> r = Sim(log.Text(), 2 * kMiB + 4096);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->bytes_out, 2 * kMiB);
+  EXPECT_EQ(r->peak_resident, 2 * kMiB + 4096);
+  EXPECT_FALSE(Sim(log.Text(), 2 * kMiB).ok());  // the page does not fit beside B
+}
+
+}  // namespace
+}  // namespace stensor

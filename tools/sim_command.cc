@@ -1,0 +1,282 @@
+#include "tools/sim_command.h"
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "tools/optimum.h"
+
+namespace stensor {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: stensor sim LOG --limit BYTES|N% [--policy lru|version|belady]\n"
+    "                   [--prefetch on|off] [--bandwidth GB/s] [--kernel-us US]\n"
+    "                   [--compare] [--granularity BYTES] [--rounds N]\n";
+
+double MiB(double bytes) { return bytes / (1 << 20); }
+
+absl::Status BadFlag(absl::string_view flag, absl::string_view value, absl::string_view forms) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("stensor sim: ", flag, " '", value, "' is not valid; expected ", forms));
+}
+
+absl::StatusOr<uint64_t> ParseBytes(absl::string_view text) {
+  std::string s = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
+  uint64_t unit = 1;
+  for (const auto& [suffix, mult] :
+       std::vector<std::pair<std::string, uint64_t>>{{"kib", 1ull << 10}, {"mib", 1ull << 20},
+                                                     {"gib", 1ull << 30}, {"k", 1ull << 10},
+                                                     {"m", 1ull << 20}, {"g", 1ull << 30}}) {
+    if (s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      unit = mult;
+      s.resize(s.size() - suffix.size());
+      break;
+    }
+  }
+  uint64_t value = 0;
+  if (!absl::SimpleAtoi(s, &value) || value > UINT64_MAX / unit) {
+    return absl::InvalidArgumentError("not a byte count");
+  }
+  return value * unit;
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> ParseLimit(absl::string_view limit, uint64_t working_set) {
+  constexpr char kForms[] = "a byte count (33554432, 32MiB, 2G) or a percentage (40%)";
+  if (!limit.empty() && limit.back() == '%') {
+    double percent = 0;
+    if (!absl::SimpleAtod(limit.substr(0, limit.size() - 1), &percent) || !(percent > 0) ||
+        percent > 1000) {
+      return BadFlag("--limit", limit, kForms);
+    }
+    return static_cast<uint64_t>(std::floor(percent / 100.0 * static_cast<double>(working_set)));
+  }
+  absl::StatusOr<uint64_t> bytes = ParseBytes(limit);
+  if (!bytes.ok() || *bytes == 0) return BadFlag("--limit", limit, kForms);
+  return *bytes;
+}
+
+absl::StatusOr<SimFlags> ParseSimFlags(const std::vector<std::string>& args) {
+  SimFlags flags;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.size() < 2 || a.compare(0, 2, "--") != 0) {
+      if (!flags.log.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("stensor sim: one log only ('", flags.log, "' and '", a, "')"));
+      }
+      flags.log = a;
+      continue;
+    }
+    std::string name = a.substr(2), value;
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+    } else if (name != "compare") {
+      if (i + 1 >= args.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("stensor sim: --", name, " needs a value"));
+      }
+      value = args[++i];
+    }
+    if (name == "compare") {
+      flags.compare = true;
+    } else if (name == "limit") {
+      flags.limit = value;
+    } else if (name == "policy") {
+      if (value != "lru" && value != "version" && value != "belady") {
+        return BadFlag("--policy", value, "lru, version or belady");
+      }
+      flags.policy = value;
+    } else if (name == "prefetch") {
+      if (value != "on" && value != "off") return BadFlag("--prefetch", value, "on or off");
+      flags.prefetch = value == "on";
+    } else if (name == "bandwidth") {
+      if (!absl::SimpleAtod(value, &flags.bandwidth_gbps) || !(flags.bandwidth_gbps > 0) ||
+          !std::isfinite(flags.bandwidth_gbps)) {
+        return BadFlag("--bandwidth", value, "a positive number of GB/s (each direction)");
+      }
+    } else if (name == "kernel-us") {
+      if (!absl::SimpleAtod(value, &flags.kernel_us) || !(flags.kernel_us >= 0) ||
+          !std::isfinite(flags.kernel_us)) {
+        return BadFlag("--kernel-us", value, "microseconds per launch, 0 or more");
+      }
+    } else if (name == "granularity") {
+      absl::StatusOr<uint64_t> g = ParseBytes(value);
+      if (!g.ok() || *g == 0 || *g % kPageBytes != 0) {
+        return BadFlag("--granularity", value, "a positive multiple of 4096 bytes");
+      }
+      flags.granularity = *g;
+    } else if (name == "rounds") {
+      if (!absl::SimpleAtoi(value, &flags.rounds) || flags.rounds < 1 || flags.rounds > 1000) {
+        return BadFlag("--rounds", value, "1 to 1000");
+      }
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("stensor sim: unknown flag --", name));
+    }
+  }
+  if (flags.log.empty()) return absl::InvalidArgumentError("stensor sim: no access log given");
+  if (flags.limit.empty()) return absl::InvalidArgumentError("stensor sim: --limit is required");
+  return flags;
+}
+
+absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeSimPolicy(absl::string_view name) {
+  if (name == "lru") return MakeLruPolicy();
+  if (name == "version") return MakeVersionPolicy();
+  if (name == "belady") return MakeBeladyPolicy();
+  return absl::InvalidArgumentError(absl::StrCat("unknown policy '", name, "'"));
+}
+
+namespace {
+
+struct Row {
+  std::string policy;
+  bool prefetch = false;
+  absl::StatusOr<ReplayResult> result;
+};
+
+absl::StatusOr<ReplayResult> RunOne(const Trace& trace, const SimFlags& flags, uint64_t cap,
+                                    absl::string_view policy_name, bool prefetch) {
+  absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy = MakeSimPolicy(policy_name);
+  if (!policy.ok()) return policy.status();
+  ReplayOptions options;
+  options.cap = cap;
+  options.policy = policy->get();
+  options.version_rules = policy_name != "lru";
+  options.bandwidth_gbps = flags.bandwidth_gbps;
+  options.kernel_us = flags.kernel_us;
+  options.prefetch = prefetch;
+  return Replay(trace, options);
+}
+
+void PrintResult(const ReplayResult& r, std::ostream& out) {
+  out << absl::StrFormat("device->host        %12u bytes (%.1f MiB) in %u swap-outs\n",
+                         r.bytes_out, MiB(r.bytes_out), r.swap_outs);
+  out << absl::StrFormat("host->device        %12u bytes (%.1f MiB) in %u swap-ins on demand\n",
+                         r.bytes_in, MiB(r.bytes_in), r.on_demand_swap_ins);
+  out << absl::StrFormat("moved               %12u bytes (%.1f MiB)\n", r.bytes_moved(),
+                         MiB(r.bytes_moved()));
+  out << absl::StrFormat("clean drops         %12u (%.1f MiB, no copy)\n", r.clean_drops,
+                         MiB(r.bytes_dropped));
+  out << absl::StrFormat("never-written drops %12u (%.1f MiB, no copy)\n", r.never_written_drops,
+                         MiB(r.bytes_never_written));
+  out << absl::StrFormat("swap-ins, no copy   %12u (overwritten whole)\n",
+                         r.swap_ins_without_copy);
+  out << absl::StrFormat("swap-ins, never written %8u (no copy)\n", r.swap_ins_never_written);
+  out << absl::StrFormat("prefetches          %12u (%u evicted before use; %u planned evictions)\n",
+                         r.prefetches, r.fetches_wasted, r.planned_evictions);
+  out << absl::StrFormat("iteration           %12u operations (detected; 0: none)\n",
+                         r.iteration_period);
+  out << absl::StrFormat("reads from host     %12u\n", r.reads_served_from_host);
+  out << absl::StrFormat("peak resident       %12u bytes (%.1f MiB)\n", r.peak_resident,
+                         MiB(r.peak_resident));
+  out << absl::StrFormat("compute             %12.3f ms (modelled)\n", r.compute_us / 1e3);
+  out << absl::StrFormat("stall               %12.3f ms (compute stream waiting for swaps)\n",
+                         r.stall_us / 1e3);
+}
+
+}  // namespace
+
+int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  absl::StatusOr<SimFlags> flags = ParseSimFlags(args);
+  if (!flags.ok()) {
+    err << flags.status().message() << "\n" << kUsage;
+    return 2;
+  }
+  absl::StatusOr<Trace> trace = ReadTrace(flags->log, flags->granularity);
+  if (!trace.ok()) {
+    err << "stensor sim: " << trace.status().message() << "\n";
+    return 1;
+  }
+  absl::StatusOr<uint64_t> cap = ParseLimit(flags->limit, trace->working_set);
+  if (!cap.ok()) {
+    err << cap.status().message() << "\n" << kUsage;
+    return 2;
+  }
+  out << absl::StrFormat(
+      "log                 %s: %u operations, %u launches (%u of unknown accesses)\n",
+      flags->log, trace->ops.size(), trace->launches, trace->unknown_launches);
+  out << absl::StrFormat("working set         %12u bytes (%.1f MiB, peak of live charges)\n",
+                         trace->working_set, MiB(trace->working_set));
+  out << absl::StrFormat("cap                 %12u bytes (%.1f MiB, %.1f%% of the working set)\n",
+                         *cap, MiB(*cap),
+                         trace->working_set ? 100.0 * *cap / trace->working_set : 0.0);
+  out << absl::StrFormat("time model          %.3g GB/s each direction, %.3g us per launch\n",
+                         flags->bandwidth_gbps, flags->kernel_us);
+  OptimumOptions optimum_options;
+  optimum_options.cap = *cap;
+  optimum_options.rounds = flags->rounds;
+  absl::StatusOr<OptimumBound> optimum = ComputeOptimumBound(*trace, optimum_options);
+
+  if (!flags->compare) {
+    absl::StatusOr<ReplayResult> r =
+        RunOne(*trace, *flags, *cap, flags->policy, flags->prefetch);
+    if (!r.ok()) {
+      err << "stensor sim: " << r.status().message() << "\n";
+      return 1;
+    }
+    out << absl::StrFormat("policy              %s, prefetch %s\n", flags->policy,
+                           flags->prefetch ? "on" : "off");
+    PrintResult(*r, out);
+    if (optimum.ok()) {
+      out << absl::StrFormat(
+          "optimum             %12u bytes (%.1f MiB) at least: LP lower bound (fractional "
+          "min-cost flow); this run moves %.2fx that\n",
+          optimum->bytes_moved, MiB(optimum->bytes_moved),
+          optimum->bytes_moved ? static_cast<double>(r->bytes_moved()) / optimum->bytes_moved
+                               : 0.0);
+    } else {
+      out << "optimum             not computed: " << optimum.status().message() << "\n";
+    }
+    return 0;
+  }
+
+  std::vector<Row> rows;
+  for (const char* policy : {"lru", "version", "belady"}) {
+    for (bool prefetch : {false, true}) {
+      rows.push_back(Row{policy, prefetch, RunOne(*trace, *flags, *cap, policy, prefetch)});
+    }
+  }
+  out << absl::StrFormat("\n%-8s %-8s %10s %10s %10s %10s %10s %10s\n", "policy", "prefetch",
+                         "D2H MiB", "H2D MiB", "moved MiB", "x optimum", "stall ms",
+                         "on-demand");
+  for (const Row& row : rows) {
+    out << absl::StrFormat("%-8s %-8s ", row.policy, row.prefetch ? "on" : "off");
+    if (!row.result.ok()) {
+      out << row.result.status().message() << "\n";
+      continue;
+    }
+    const ReplayResult& r = *row.result;
+    std::string ratio = "-";
+    if (optimum.ok() && optimum->bytes_moved > 0) {
+      ratio = absl::StrFormat("%.2f", static_cast<double>(r.bytes_moved()) / optimum->bytes_moved);
+    } else if (optimum.ok()) {
+      ratio = r.bytes_moved() == 0 ? "1.00" : "inf";
+    }
+    out << absl::StrFormat("%10.1f %10.1f %10.1f %10s %10.3f %10u\n", MiB(r.bytes_out),
+                           MiB(r.bytes_in), MiB(r.bytes_moved()), ratio, r.stall_us / 1e3,
+                           r.on_demand_swap_ins);
+  }
+  if (optimum.ok()) {
+    out << absl::StrFormat("%-8s %-8s %10.1f %10.1f %10.1f %10s %10s\n", "optimum", "-",
+                           MiB(optimum->bytes_out), MiB(optimum->bytes_in),
+                           MiB(optimum->bytes_moved), "1.00", "-");
+    out << absl::StrFormat(
+        "optimum: a lower bound (LP relaxation by min-cost flow, fractional keeps): no policy "
+        "under these swap rules moves fewer than %u bytes; %d gaps over %d points, %d rounds\n",
+        optimum->bytes_moved, optimum->gaps, optimum->points, optimum->rounds);
+  } else {
+    out << "optimum  not computed: " << optimum.status().message() << "\n";
+  }
+  return 0;
+}
+
+}  // namespace stensor

@@ -1,0 +1,53 @@
+// `stensor sim`: replays an access log under a cap with the library's
+// policies (tools/replay.h) and prints what moved, with the offline optimum
+// as a lower bound (tools/optimum.h); `--compare` prints every policy with
+// prefetch off and on in one table. docs/sim.md describes the output.
+//
+// Thread-safety: RunSim is reentrant (it writes only to the given streams).
+#ifndef STENSOR_TOOLS_SIM_COMMAND_H_
+#define STENSOR_TOOLS_SIM_COMMAND_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "policy/eviction_policy.h"
+#include "tools/replay.h"
+#include "tools/trace.h"
+
+namespace stensor {
+
+struct SimFlags {
+  std::string log;
+  std::string limit;  // BYTES (with an optional K/M/G[iB] suffix) or N%
+  std::string policy = "version";
+  bool prefetch = false;
+  double bandwidth_gbps = 16;
+  double kernel_us = 100;
+  bool compare = false;
+  uint64_t granularity = kDefaultGranularity;
+  int rounds = 8;
+};
+
+// Parses the arguments after `sim`. Errors name the flag, the value and
+// the accepted forms.
+absl::StatusOr<SimFlags> ParseSimFlags(const std::vector<std::string>& args);
+
+// The cap in bytes for `limit` ("33554432", "32MiB", "40%" of `working_set`).
+absl::StatusOr<uint64_t> ParseLimit(absl::string_view limit, uint64_t working_set);
+
+// The library's policy by name: lru, version or belady.
+absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeSimPolicy(absl::string_view name);
+
+// Runs the command; 0 on success, 1 on a failure (told on `err`), 2 on
+// bad arguments.
+int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+}  // namespace stensor
+
+#endif  // STENSOR_TOOLS_SIM_COMMAND_H_

@@ -1,0 +1,90 @@
+#include "tools/sim_command.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tools/test_log.h"
+
+namespace stensor {
+namespace {
+
+TEST(SimCommandTest, ParsesLimits) {
+  EXPECT_EQ(ParseLimit("33554432", 0).value(), 33554432u);
+  EXPECT_EQ(ParseLimit("32MiB", 0).value(), 32u << 20);
+  EXPECT_EQ(ParseLimit("2G", 0).value(), 2ull << 30);
+  EXPECT_EQ(ParseLimit("40%", 1000).value(), 400u);
+  EXPECT_EQ(ParseLimit("12.5%", 1000).value(), 125u);
+  for (const char* bad : {"", "0", "-5", "1.5", "x%", "0%", "5TiB", "99999999999999999999"}) {
+    absl::StatusOr<uint64_t> r = ParseLimit(bad, 1000);
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_NE(std::string(r.status().message()).find("--limit"), std::string::npos);
+    }
+  }
+}
+
+TEST(SimCommandTest, FlagErrorsNameFlagValueAndForms) {
+  auto error = [](std::vector<std::string> args) {
+    absl::StatusOr<SimFlags> f = ParseSimFlags(args);
+    return f.ok() ? std::string("ok") : std::string(f.status().message());
+  };
+  EXPECT_EQ(error({"log", "--limit", "40%"}), "ok");
+  EXPECT_NE(error({"log", "--limit", "40%", "--policy", "fifo"}).find("'fifo'"), std::string::npos);
+  EXPECT_NE(error({"log", "--limit", "40%", "--prefetch", "yes"}).find("on or off"),
+            std::string::npos);
+  EXPECT_NE(error({"log", "--limit", "40%", "--bandwidth", "0"}).find("--bandwidth"),
+            std::string::npos);
+  EXPECT_NE(error({"log", "--limit"}).find("needs a value"), std::string::npos);
+  EXPECT_NE(error({"log"}).find("--limit is required"), std::string::npos);
+  EXPECT_NE(error({"--limit", "1"}).find("no access log"), std::string::npos);
+  EXPECT_NE(error({"a", "b", "--limit", "1"}).find("one log only"), std::string::npos);
+  EXPECT_NE(error({"a", "--limit=1", "--frobnicate=2"}).find("unknown flag"), std::string::npos);
+  absl::StatusOr<SimFlags> f =
+      ParseSimFlags({"log", "--limit=1G", "--policy=belady", "--prefetch", "on", "--compare",
+                     "--kernel-us", "20", "--bandwidth", "25"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_TRUE(f->prefetch && f->compare);
+  EXPECT_EQ(f->policy, "belady");
+  EXPECT_EQ(f->kernel_us, 20);
+  EXPECT_EQ(f->bandwidth_gbps, 25);
+}
+
+TEST(SimCommandTest, EveryPolicyIsAvailable) {
+  for (const char* name : {"lru", "version", "belady"}) {
+    absl::StatusOr<std::unique_ptr<EvictionPolicy>> p = MakeSimPolicy(name);
+    ASSERT_TRUE(p.ok()) << name << ": " << p.status();
+    EXPECT_EQ((*p)->name(), name);
+  }
+}
+
+TEST(SimCommandTest, CompareTableHasEveryRowAndTheBound) {
+  TestLog log;
+  uint64_t a = log.Alloc(2 * TestLog::kMiB), b = log.Alloc(2 * TestLog::kMiB);
+  for (int i = 0; i < 4; ++i) {
+    log.Launch({}, {a});
+    log.Launch({}, {b});
+  }
+  const std::string path = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") +
+                           "/sim_command_test.jsonl";
+  std::ofstream(path) << log.Text();
+  std::ostringstream out, err;
+  ASSERT_EQ(RunSim({path, "--limit", "50%", "--compare"}, out, err), 0) << err.str();
+  const std::string text = out.str();
+  for (const char* row : {"lru      off", "lru      on", "version  off", "version  on",
+                          "belady   off", "belady   on", "optimum  -", "lower bound"}) {
+    EXPECT_NE(text.find(row), std::string::npos) << row << " missing in\n" << text;
+  }
+  std::ostringstream out2, err2;
+  EXPECT_EQ(RunSim({path, "--limit", "1MiB"}, out2, err2), 1);  // too small: out of memory
+  EXPECT_NE(err2.str().find("out of memory"), std::string::npos) << err2.str();
+  std::ostringstream out3, err3;
+  EXPECT_EQ(RunSim({path + ".missing", "--limit", "1MiB"}, out3, err3), 1);
+  EXPECT_NE(err3.str().find("cannot open"), std::string::npos) << err3.str();
+}
+
+}  // namespace
+}  // namespace stensor

@@ -1,0 +1,95 @@
+// Trace: an access log (docs/access-log.md) read into the operations the
+// memory manager acts on, in log order, for replay (`stensor sim`) and the
+// offline optimum. Each buffer is classified as the manager classifies it:
+// swappable (cuMemAlloc of at least the VMM granularity, charged in whole
+// granules) or plain (charged in 4 KiB pages, never swapped: smaller
+// cuMemAlloc, cuMemAllocPitch, stream-ordered and the program's own VMM
+// memory). The manager's own records (swap_out, drop_clean, ...) are kept
+// apart as counts, for comparison.
+//
+// Thread-safety: plain data, built once by ReadTrace.
+#ifndef STENSOR_TOOLS_TRACE_H_
+#define STENSOR_TOOLS_TRACE_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+
+namespace stensor {
+
+inline constexpr uint64_t kDefaultGranularity = 2u << 20;  // VMM granule of current GPUs
+inline constexpr uint64_t kPageBytes = 4096;  // plain allocations' unit
+
+struct TraceBuffer {
+  uint64_t id = 0;
+  uint64_t addr = 0;
+  uint64_t bytes = 0;   // as the program asked
+  uint64_t charge = 0;  // against the cap: granules, or pages when plain
+  bool swappable = false;
+};
+
+struct TraceOp {
+  enum class Kind {
+    kAlloc,    // `buffer` allocated (charged)
+    kFree,     // `buffer` released
+    kAccess,   // a launch, copy or memset: `ids` made resident, `writes` written
+    kUnknown,  // a launch of unknown accesses: `ids` made resident, then every
+               // buffer counts as written (MarkAllWritten)
+    kHostRead, // a synchronous device-to-host copy from swappable `buffer`:
+               // served from its host copy while swapped out, else an access
+  };
+  Kind kind = Kind::kAccess;
+  uint64_t buffer = 0;
+  // In the order the manager prepares them; duplicates removed.
+  std::vector<uint64_t> ids;
+  std::vector<uint64_t> writes;
+  // Buffers the operation writes whole (a memset or linear copy of the
+  // whole buffer): a swapped-out one comes back without a copy.
+  std::vector<uint64_t> overwritten;
+  bool launch = false;            // a kernel (takes compute time)
+  // What the iteration detector sees of the operation: the kernel and its
+  // launch shape (or the copy's or memset's kind and size), never buffer
+  // ids, which change for per-step temporaries. 0 for allocations and frees.
+  uint64_t key = 0;
+  std::optional<double> compute_us;  // the record's own compute time, if any
+  size_t line = 0;  // in the log, for messages
+};
+
+// What the library itself did, from its swap records (a log taken under a cap).
+struct LoggedSwaps {
+  uint64_t swap_outs = 0, bytes_out = 0;
+  uint64_t clean_drops = 0, never_written_drops = 0;
+  uint64_t swap_ins_copied = 0, bytes_in = 0;
+  bool any() const { return swap_outs + clean_drops + never_written_drops + swap_ins_copied > 0; }
+};
+
+struct Trace {
+  uint64_t granularity = kDefaultGranularity;
+  absl::flat_hash_map<uint64_t, TraceBuffer> buffers;
+  std::vector<TraceOp> ops;
+  // Peak over the log of the charges of live allocations: what the
+  // program needs uncapped; `N%` limits are of this.
+  uint64_t working_set = 0;
+  std::string logged_policy;  // STENSOR_POLICY in the header, if any
+  std::string logged_limit;   // STENSOR_MEMORY_LIMIT in the header
+  LoggedSwaps logged;
+  size_t launches = 0;
+  size_t unknown_launches = 0;
+};
+
+// Reads the log's text (one JSON object per line). Lines that do not parse
+// are errors naming the line; record types it does not need are skipped.
+absl::StatusOr<Trace> ParseTrace(absl::string_view text,
+                                 uint64_t granularity = kDefaultGranularity);
+absl::StatusOr<Trace> ReadTrace(const std::string& path,
+                                uint64_t granularity = kDefaultGranularity);
+
+}  // namespace stensor
+
+#endif  // STENSOR_TOOLS_TRACE_H_
