@@ -29,8 +29,8 @@ TFM_HOST_DEVICE inline void InitParamsThread(long long i, float* w,
 }
 
 // Threads: batch * (seq + 1). The training tokens of step `step`.
-TFM_HOST_DEVICE inline void SynthTokensThread(long long i, int* tokens,
-                                              int seq, int vocab, int batch,
+TFM_HOST_DEVICE inline void SynthTokensThread(long long i, int* tokens, int seq,
+                                              int vocab, int batch,
                                               unsigned seed, int step) {
   const int width = seq + 1;
   const int b = static_cast<int>(i / width);
@@ -50,7 +50,8 @@ TFM_HOST_DEVICE inline void EmbedThread(long long i, const int* tokens,
   const int b = static_cast<int>(row / seq);
   const int t = static_cast<int>(row % seq);
   const int token = tokens[static_cast<long long>(b) * (seq + 1) + t];
-  x[i] = Add(table[static_cast<long long>(token) * dim + d], PositionCode(t, d));
+  x[i] =
+      Add(table[static_cast<long long>(token) * dim + d], PositionCode(t, d));
 }
 
 // Mean and 1 / standard deviation of row `row` of x [rows, dim].
@@ -66,8 +67,9 @@ TFM_HOST_DEVICE inline void RowMoments(const float* x, long long row, int dim,
     squares = MulAdd(squares, c, c);
   }
   *mean = mu;
-  *rstd = Div(1.0f, Sqrt(Add(Div(squares, static_cast<float>(dim)),
-                             kLayerNormEpsilon)));
+  *rstd =
+      Div(1.0f,
+          Sqrt(Add(Div(squares, static_cast<float>(dim)), kLayerNormEpsilon)));
 }
 
 // Threads: rows. y = (x - mean) * rstd * gain + bias per row; saves the
@@ -110,7 +112,8 @@ TFM_HOST_DEVICE inline void LayerNormBackwardThread(
     const int d = static_cast<int>(i % dim);
     const float xhat = Mul(Sub(xr[d], mu), rs);
     const float g = Mul(dyr[d], gain[d]);
-    dx[i] = Mul(rs, Sub(Sub(g, Div(sum_g, dim_f)), Mul(xhat, Div(sum_gx, dim_f))));
+    dx[i] =
+        Mul(rs, Sub(Sub(g, Div(sum_g, dim_f)), Mul(xhat, Div(sum_gx, dim_f))));
   } else if (i < elements + dim) {
     const int d = static_cast<int>(i - elements);
     float sum_gain = 0.0f, sum_bias = 0.0f;
@@ -298,12 +301,14 @@ TFM_HOST_DEVICE inline void AttentionBackwardQkThread(long long i,
   float acc = 0.0f;
   if (!key) {
     for (int u = 0; u <= s; ++u) {
-      acc = MulAdd(acc, dscores[row * seq + u], qkv[(b * seq + u) * stride + dim + d]);
+      acc = MulAdd(acc, dscores[row * seq + u],
+                   qkv[(b * seq + u) * stride + dim + d]);
     }
     dqkv[row * stride + d] = acc;
   } else {
     for (int t = s; t < seq; ++t) {
-      acc = MulAdd(acc, dscores[(b * seq + t) * seq + s], qkv[(b * seq + t) * stride + d]);
+      acc = MulAdd(acc, dscores[(b * seq + t) * seq + s],
+                   qkv[(b * seq + t) * stride + d]);
     }
     dqkv[row * stride + dim + d] = acc;
   }
@@ -341,7 +346,8 @@ TFM_HOST_DEVICE inline void SoftmaxXentThread(long long row,
   const float* l = logits + row * vocab;
   float* g = dlogits + row * vocab;
   float max_logit = l[0];
-  for (int c = 1; c < vocab; ++c) max_logit = l[c] > max_logit ? l[c] : max_logit;
+  for (int c = 1; c < vocab; ++c)
+    max_logit = l[c] > max_logit ? l[c] : max_logit;
   float sum = 0.0f;
   for (int c = 0; c < vocab; ++c) sum = Add(sum, Exp(Sub(l[c], max_logit)));
   const float rows_f = static_cast<float>(rows);
@@ -369,7 +375,8 @@ TFM_HOST_DEVICE inline void EmbedBackwardThread(long long i, const int* tokens,
   const int d = static_cast<int>(i % dim);
   float acc = 0.0f;
   for (int r = 0; r < rows; ++r) {
-    const int token = tokens[static_cast<long long>(r / seq) * (seq + 1) + r % seq];
+    const int token =
+        tokens[static_cast<long long>(r / seq) * (seq + 1) + r % seq];
     if (token == v) acc = Add(acc, dx[static_cast<long long>(r) * dim + d]);
   }
   dtable[i] = acc;

@@ -194,7 +194,7 @@ Options ParseFlags(int argc, char** argv) {
   const long long rows = static_cast<long long>(options.batch) * options.seq;
   const long long d = options.dim;
   const long long counts[] = {
-      12 * d * d + 13 * d,                // a block's parameters
+      12 * d * d + 13 * d,                 // a block's parameters
       rows * 16 * d + rows * options.seq,  // a block's stash
       rows * options.vocab,                // logits
       static_cast<long long>(options.vocab) * d,
@@ -345,8 +345,7 @@ class Kernels {
   }
   void SoftmaxXent(Ptr logits, Ptr tokens, Ptr dlogits, Ptr row_loss, int rows,
                    int seq, int vocab) const {
-    void* args[] = {&logits, &tokens, &dlogits, &row_loss,
-                    &rows,   &seq,    &vocab};
+    void* args[] = {&logits, &tokens, &dlogits, &row_loss, &rows, &seq, &vocab};
     Launch(softmax_xent_, "softmax_xent", rows, args);
   }
   void MeanLoss(Ptr row_loss, Ptr loss, int rows) const {
@@ -814,11 +813,10 @@ class Trainer {
                             At(g, block_.b1), rows, d, 4 * d);
     k_.MatmulBackwardInput(W(workspace_.dh), At(w, block_.w1),
                            W(workspace_.dln2), rows, d, 4 * d);
-    k_.LayerNormBackward(S(stash_.mid), At(w, block_.ln2_gain),
-                         S(stash_.ln2_mean), S(stash_.ln2_rstd),
-                         W(workspace_.dln2), W(workspace_.dx_branch),
-                         At(g, block_.ln2_gain), At(g, block_.ln2_bias), rows,
-                         d);
+    k_.LayerNormBackward(
+        S(stash_.mid), At(w, block_.ln2_gain), S(stash_.ln2_mean),
+        S(stash_.ln2_rstd), W(workspace_.dln2), W(workspace_.dx_branch),
+        At(g, block_.ln2_gain), At(g, block_.ln2_bias), rows, d);
     k_.AddVectors(dy, W(workspace_.dx_branch), W(workspace_.dmid), rows * d);
     memory_.FreeAsync(dy);
 
@@ -839,11 +837,10 @@ class Trainer {
                             3 * d);
     k_.MatmulBackwardInput(W(workspace_.dqkv), At(w, block_.wqkv),
                            W(workspace_.dln1), rows, d, 3 * d);
-    k_.LayerNormBackward(S(stash_.x), At(w, block_.ln1_gain),
-                         S(stash_.ln1_mean), S(stash_.ln1_rstd),
-                         W(workspace_.dln1), W(workspace_.dx_branch),
-                         At(g, block_.ln1_gain), At(g, block_.ln1_bias), rows,
-                         d);
+    k_.LayerNormBackward(
+        S(stash_.x), At(w, block_.ln1_gain), S(stash_.ln1_mean),
+        S(stash_.ln1_rstd), W(workspace_.dln1), W(workspace_.dx_branch),
+        At(g, block_.ln1_gain), At(g, block_.ln1_bias), rows, d);
     const Ptr dx = memory_.AllocAsync(1LL * rows * d);
     k_.AddVectors(W(workspace_.dmid), W(workspace_.dx_branch), dx, rows * d);
     memory_.Free(ws);
@@ -900,10 +897,9 @@ int main(int argc, char** argv) {
     for (int step = 0; step < options.steps; ++step) {
       const auto start = std::chrono::steady_clock::now();
       const float loss = trainer.Step(step);
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                        start)
-              .count();
+      const double seconds = std::chrono::duration<double>(
+                                 std::chrono::steady_clock::now() - start)
+                                 .count();
       // Step 0 has allocated everything a step allocates, so the peak is
       // known now.
       if (step == 0) std::printf("working_set %zu\n", trainer.working_set());
