@@ -126,6 +126,18 @@ def median(values):
     return statistics.median(values) if values else None
 
 
+def steady(results, key, what):
+    """per_step, but a time difference below 0 (or a step time of 0: noise on
+    a loaded machine swamping too few steps) is reported and counts as no
+    figure. A host wait may be 0."""
+    value = per_step(results, key)
+    if value is not None and (value < 0 or (value == 0 and key == "seconds")):
+        failures.append("%s: %s per step came out %.4g (noise: 2N-step runs were not slower "
+                        "than N-step runs); more --runs or --steps" % (what, key, value))
+        return None
+    return value
+
+
 def per_step(results, key):
     """Median over runs of (value at 2N - value at N) / N; runs pair by index."""
     short, long_ = results.get(steps, []), results.get(2 * steps, [])
@@ -187,15 +199,15 @@ res1 = measure(phase1)
 summary = {}
 for name, argv in active:
     u = res1[(name, "uncapped")]
-    summary[(name, "uncapped")] = {"step": per_step(u, "seconds"),
+    summary[(name, "uncapped")] = {"step": steady(u, "seconds", name + " uncapped"),
                                    "checksum": [r["checksum"] for r in u.get(2 * steps, []) if r]}
     for cap in caps:
         c = res1[(name, "cap%d" % cap)]
         out, in_ = per_step(c, "out_mib"), per_step(c, "in_mib")
         summary[(name, "cap%d" % cap)] = {
-            "step": per_step(c, "seconds"),
+            "step": steady(c, "seconds", "%s at %d %%" % (name, cap)),
             "moved_mib": None if out is None or in_ is None else out + in_,
-            "wait": per_step(c, "wait_s"),
+            "wait": steady(c, "wait_s", "%s at %d %%" % (name, cap)),
             "creates": per_step(c, "creates"),
             "releases": per_step(c, "releases"),
             "checksum": [r["checksum"] for r in c.get(2 * steps, []) if r],
@@ -278,7 +290,8 @@ for name, argv in active:
         row(name, label, "FAKECUDA_LINK, transfer-bound time", "%.1f ms at %.3f GB/s" % (bound * 1e3, gbps))
         for prefetch in ("on", "off"):
             r = res2.get((name, "link%d-prefetch-%s" % (cap, prefetch)), {})
-            ls, lw = per_step(r, "seconds"), per_step(r, "wait_s")
+            what = "%s at %d %%, link, prefetch %s" % (name, cap, prefetch)
+            ls, lw = steady(r, "seconds", what), steady(r, "wait_s", what)
             row(name, label, "step time, link, prefetch %s" % prefetch, fmt(ls and ls * 1e3, " ms"),
                 "<= %.1f ms" % (target * 1e3), None if ls is None else ls <= target)
             wait_pct = None if lw is None or not ls else 100 * lw / ls
@@ -301,7 +314,7 @@ for (name, tag), command in commands.items():
     print("  %-24s %-20s %s" % (name, tag, command))
 if failures:
     print()
-    print("Failed runs (left out of the medians):")
+    print("Failed runs and figures left out:")
     for f in failures:
         print("  " + f)
 PY
