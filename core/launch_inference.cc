@@ -215,20 +215,17 @@ void InferLaunchAccesses(const KernelInfo& kernel, void** params, void** extra,
     if (packed == nullptr) return;
   }
   // Candidate words with the access of the parameter they sit in, looked up
-  // a batch at a time (plain arrays: this is the launch hot path).
+  // a batch at a time (plain arrays: this is the launch hot path). Hits go
+  // straight into `out`, whose inline capacity holds a typical launch's.
   constexpr size_t kBatch = 64;
   uint64_t words[kBatch];
   ParamAccess access[kBatch];
   size_t n = 0;
   auto flush = [&] {
-    uint64_t reads[kBatch], writes[kBatch];
-    size_t n_reads = 0, n_writes = 0;
     registry.FindAll(words, n, [&](size_t i, uint64_t id) {
-      reads[n_reads++] = id;
-      if (access[i] == ParamAccess::kReadWrite) writes[n_writes++] = id;
+      out->reads.push_back(id);
+      if (access[i] == ParamAccess::kReadWrite) out->writes.push_back(id);
     });
-    out->reads.insert(out->reads.end(), reads, reads + n_reads);
-    out->writes.insert(out->writes.end(), writes, writes + n_writes);
     n = 0;
   };
   for (size_t i = 0; i < kernel.params.size(); ++i) {
