@@ -50,6 +50,8 @@ struct Buffer {
 };
 
 class BufferRegistry {
+  struct CacheEntry;  // below: one slot of the per-thread cache
+
  public:
   BufferRegistry() = default;
   BufferRegistry(const BufferRegistry&) = delete;
@@ -112,6 +114,34 @@ class BufferRegistry {
     }
   }
 
+  // Word-at-a-time lookups for the launch path, where a batch would cost
+  // more than it saves: the bounds and this thread's cache are fetched once,
+  // a cache hit takes no lock, each miss takes the reader lock on its own.
+  // Use on the thread that made it, within one operation.
+  class Reader {
+   public:
+    explicit Reader(const BufferRegistry& registry)
+        : registry_(registry),
+          lowest_(registry.lowest_atomic_.load(std::memory_order_relaxed)),
+          highest_(registry.highest_atomic_.load(std::memory_order_relaxed)),
+          cache_(ThreadCache()) {}
+    // The id of the live buffer containing `addr`, or 0.
+    uint64_t Lookup(uint64_t addr) const {
+      if (addr < lowest_ || addr >= highest_) return 0;  // a scalar, most likely
+      const CacheEntry& e = cache_[Slot(addr)];
+      if (e.owner == registry_.instance_ && addr - e.base < e.size &&
+          e.cell->load(std::memory_order_relaxed) == e.id) {
+        return e.id;
+      }
+      return registry_.LookupMissed(addr, cache_);
+    }
+
+   private:
+    const BufferRegistry& registry_;
+    const uint64_t lowest_, highest_;
+    CacheEntry* const cache_;
+  };
+
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -126,6 +156,10 @@ class BufferRegistry {
   // The index into bases_/entries_ of the buffer containing `addr`, or
   // kNotFound.
   size_t FindLocked(uint64_t addr) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Reader's miss path: looks `addr` up under the reader lock and caches a
+  // hit in `cache`.
+  uint64_t LookupMissed(uint64_t addr, CacheEntry* cache) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   Cell* TakeCell(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseCell(Cell* cell) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -214,6 +214,30 @@ void InferLaunchAccesses(const KernelInfo& kernel, void** params, void** extra,
     packed = ExtraBuffer(extra, &packed_size);
     if (packed == nullptr) return;
   }
+  if (params != nullptr && !kernel.has_tables) {
+    // The common form, the hot path: each word looked up as it is read, the
+    // hits appended straight to `out` (whose inline capacity holds a typical
+    // launch's).
+    const BufferRegistry::Reader reader(registry);
+    const size_t count = kernel.params.size();
+    const ParamSlot* const slots = kernel.params.data();
+    for (size_t i = 0; i < count; ++i) {
+      const ParamSlot& slot = slots[i];
+      if (slot.access == ParamAccess::kNone) continue;
+      const unsigned char* base = static_cast<const unsigned char*>(params[i]);
+      if (base == nullptr) continue;
+      const bool writes = slot.access == ParamAccess::kReadWrite;
+      for (uint32_t k = 0; k < slot.words; ++k) {
+        uint64_t word;
+        std::memcpy(&word, base + slot.first_word + 8 * k, sizeof(word));
+        if (const uint64_t id = reader.Lookup(word); id != 0) {
+          out->reads.push_back(id);
+          if (writes) out->writes.push_back(id);
+        }
+      }
+    }
+    return;
+  }
   // Candidate words with the access of the parameter they sit in, looked up
   // a batch at a time (plain arrays: this is the launch hot path). Hits go
   // straight into `out`, whose inline capacity holds a typical launch's.
