@@ -122,6 +122,7 @@ class BufferRegistry {
    public:
     explicit Reader(const BufferRegistry& registry)
         : registry_(registry),
+          instance_(registry.instance_),
           lowest_(registry.lowest_atomic_.load(std::memory_order_relaxed)),
           highest_(registry.highest_atomic_.load(std::memory_order_relaxed)),
           cache_(ThreadCache()) {}
@@ -129,7 +130,7 @@ class BufferRegistry {
     uint64_t Lookup(uint64_t addr) const {
       if (addr < lowest_ || addr >= highest_) return 0;  // a scalar, most likely
       const CacheEntry& e = cache_[Slot(addr)];
-      if (e.owner == registry_.instance_ && addr - e.base < e.size &&
+      if (e.owner == instance_ && addr - e.base < e.size &&
           e.cell->load(std::memory_order_relaxed) == e.id) {
         return e.id;
       }
@@ -137,8 +138,10 @@ class BufferRegistry {
     }
 
    private:
+    // Copies, so that the caller's stores (hits appended to a vector) do
+    // not make the compiler reload them from the registry for every word.
     const BufferRegistry& registry_;
-    const uint64_t lowest_, highest_;
+    const uint64_t instance_, lowest_, highest_;
     CacheEntry* const cache_;
   };
 
