@@ -39,6 +39,33 @@ void DedupeIds(absl::InlinedVector<uint64_t, 8>* ids) {
   ids->resize(kept);
 }
 
+// The common form, the hot path: kernelParams and no pointer-table
+// parameter. Each word is looked up as it is read and the hits go straight
+// to `out` (whose inline capacity holds a typical launch's). A function of
+// its own: without the batching arrays of the general path, its few live
+// values stay in registers.
+void InferFromParams(const KernelInfo& kernel, void** params,
+                     const BufferRegistry& registry, Accesses* out) {
+  const BufferRegistry::Reader reader(registry);
+  const size_t count = kernel.params.size();
+  const ParamSlot* const slots = kernel.params.data();
+  for (size_t i = 0; i < count; ++i) {
+    const ParamSlot& slot = slots[i];
+    if (slot.access == ParamAccess::kNone) continue;
+    const unsigned char* base = static_cast<const unsigned char*>(params[i]);
+    if (base == nullptr) continue;
+    const bool writes = slot.access == ParamAccess::kReadWrite;
+    for (uint32_t k = 0; k < slot.words; ++k) {
+      uint64_t word;
+      std::memcpy(&word, base + slot.first_word + 8 * k, sizeof(word));
+      if (const uint64_t id = reader.Lookup(word); id != 0) {
+        out->reads.push_back(id);
+        if (writes) out->writes.push_back(id);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void Accesses::Dedupe() {
@@ -215,27 +242,7 @@ void InferLaunchAccesses(const KernelInfo& kernel, void** params, void** extra,
     if (packed == nullptr) return;
   }
   if (params != nullptr && !kernel.has_tables) {
-    // The common form, the hot path: each word looked up as it is read, the
-    // hits appended straight to `out` (whose inline capacity holds a typical
-    // launch's).
-    const BufferRegistry::Reader reader(registry);
-    const size_t count = kernel.params.size();
-    const ParamSlot* const slots = kernel.params.data();
-    for (size_t i = 0; i < count; ++i) {
-      const ParamSlot& slot = slots[i];
-      if (slot.access == ParamAccess::kNone) continue;
-      const unsigned char* base = static_cast<const unsigned char*>(params[i]);
-      if (base == nullptr) continue;
-      const bool writes = slot.access == ParamAccess::kReadWrite;
-      for (uint32_t k = 0; k < slot.words; ++k) {
-        uint64_t word;
-        std::memcpy(&word, base + slot.first_word + 8 * k, sizeof(word));
-        if (const uint64_t id = reader.Lookup(word); id != 0) {
-          out->reads.push_back(id);
-          if (writes) out->writes.push_back(id);
-        }
-      }
-    }
+    InferFromParams(kernel, params, registry, out);
     return;
   }
   // Candidate words with the access of the parameter they sit in, looked up
