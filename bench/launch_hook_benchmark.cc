@@ -4,14 +4,21 @@
 //
 //   bazel run -c opt //bench:launch_hook_benchmark -- --benchmark_repetitions=10
 //
-// The added cost is the difference of the two medians; BM_InferOnly times
-// the hook's own work (registry lookups and read/write inference) without
-// the driver underneath.
+// The added cost is the difference of the two medians.
+//
+// With --count_launches=N (no benchmarks then) it makes N launches each way
+// in two loops of their own, LaunchLoopDirect and LaunchLoopHooked, for
+// callgrind to count the instructions of (scripts/bench.sh --instructions):
+//
+//   valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*LaunchLoop*'
+//     launch_hook_benchmark --count_launches=N
+//   callgrind_annotate --inclusive=yes callgrind.out.PID | grep LaunchLoop
 #include <dlfcn.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -117,6 +124,71 @@ void BM_LaunchHooked(benchmark::State& state) { Launch(state, GetSetup().hooked)
 BENCHMARK(BM_LaunchDirect)->MinTime(0.5);
 BENCHMARK(BM_LaunchHooked)->MinTime(0.5);
 
+// The launches alone, in functions of their own for callgrind to count:
+// noipa keeps them out of line and keeps the compiler from folding the two
+// identical bodies into one (callgrind tells them apart by name). The caller
+// drains the queue outside them.
+__attribute__((always_inline)) inline void LaunchN(LaunchFn launch, CUfunction kernel,
+                                                   void** params, int n) {
+  for (int i = 0; i < n; ++i) {
+    if (launch(kernel, 1, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr) != CUDA_SUCCESS) {
+      Die("cuLaunchKernel failed");
+    }
+  }
+}
+int loops_run[2];  // distinct side effects: the two bodies differ
+__attribute__((noipa)) void LaunchLoopDirect(LaunchFn f, CUfunction k, void** p, int n) {
+  LaunchN(f, k, p, n);
+  ++loops_run[0];
+}
+__attribute__((noipa)) void LaunchLoopHooked(LaunchFn f, CUfunction k, void** p, int n) {
+  LaunchN(f, k, p, n);
+  ++loops_run[1];
+}
+
+// --count_launches=N: N launches through each loop, the same arguments as
+// the benchmarks, a warm-up of each first (kernel descriptions, caches).
+void CountLaunches(int n) {
+  const Setup& s = GetSetup();
+  CUdeviceptr args[kParams];
+  for (int i = 0; i < kParams; ++i) {
+    args[i] = s.buffers[(i * 1663 + 17) % kLiveBuffers] + 64 * i;
+  }
+  void* params[kParams];
+  for (int i = 0; i < kParams; ++i) params[i] = &args[i];
+  auto drain = [&] {
+    if (s.sync(nullptr) != CUDA_SUCCESS) Die("cuStreamSynchronize failed");
+  };
+  for (int i = 0; i < 100; ++i) {
+    if (s.direct(s.kernel, 1, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr) != CUDA_SUCCESS ||
+        s.hooked(s.kernel, 1, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr) != CUDA_SUCCESS) {
+      Die("warm-up launch failed");
+    }
+  }
+  drain();
+  LaunchLoopDirect(s.direct, s.kernel, params, n);
+  drain();
+  LaunchLoopHooked(s.hooked, s.kernel, params, n);
+  drain();
+  std::printf("launches per loop: %d\n", n);
+}
+
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  constexpr char kFlag[] = "--count_launches=";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], kFlag, sizeof(kFlag) - 1) == 0) {
+      char* end = nullptr;
+      long n = std::strtol(argv[i] + sizeof(kFlag) - 1, &end, 10);
+      if (*end != '\0' || n <= 0 || n > 10000000) Die("--count_launches wants 1..10000000");
+      CountLaunches(static_cast<int>(n));
+      return 0;
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

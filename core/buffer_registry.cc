@@ -26,6 +26,7 @@ std::optional<uint64_t> BufferRegistry::Add(uint64_t base, uint64_t size,
   Buffer b{next_id_++, base, size, device, kind};
   bases_.insert(pos, base);
   entries_.insert(entries_.begin() + static_cast<std::ptrdiff_t>(i), b);
+  cells_.insert(cells_.begin() + static_cast<std::ptrdiff_t>(i), TakeCell(b.id));
   lowest_ = bases_.front();
   highest_end_ = std::max(highest_end_, base + size);
   Published();
@@ -38,8 +39,10 @@ std::optional<Buffer> BufferRegistry::Remove(uint64_t base) {
   if (pos == bases_.end() || *pos != base) return std::nullopt;
   size_t i = static_cast<size_t>(pos - bases_.begin());
   Buffer b = entries_[i];
+  ReleaseCell(cells_[i]);
   bases_.erase(pos);
   entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(i));
+  cells_.erase(cells_.begin() + static_cast<std::ptrdiff_t>(i));
   lowest_ = bases_.empty() ? UINT64_MAX : bases_.front();
   if (bases_.empty()) highest_end_ = 0;  // otherwise a harmless upper bound
   Published();
@@ -54,31 +57,62 @@ std::vector<Buffer> BufferRegistry::RemoveRange(uint64_t base, uint64_t size) {
   size_t j = static_cast<size_t>(last - bases_.begin());
   std::vector<Buffer> removed(entries_.begin() + static_cast<std::ptrdiff_t>(i),
                               entries_.begin() + static_cast<std::ptrdiff_t>(j));
+  for (size_t k = i; k < j; ++k) ReleaseCell(cells_[k]);
   bases_.erase(first, last);
   entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(i),
                  entries_.begin() + static_cast<std::ptrdiff_t>(j));
+  cells_.erase(cells_.begin() + static_cast<std::ptrdiff_t>(i),
+               cells_.begin() + static_cast<std::ptrdiff_t>(j));
   lowest_ = bases_.empty() ? UINT64_MAX : bases_.front();
   if (bases_.empty()) highest_end_ = 0;
   if (!removed.empty()) Published();
   return removed;
 }
 
-uint64_t BufferRegistry::NextGeneration() {
+uint64_t BufferRegistry::NextInstance() {
   static std::atomic<uint64_t> counter{0};
   return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+BufferRegistry::Cell* BufferRegistry::TakeCell(uint64_t id) {
+  if (free_cells_.empty()) {
+    // A new chunk; the old ones stay where they are (cached pointers).
+    cell_chunks_.push_back(std::make_unique<Cell[]>(kCellsPerChunk));
+    Cell* chunk = cell_chunks_.back().get();
+    for (size_t k = kCellsPerChunk; k-- > 0;) free_cells_.push_back(&chunk[k]);
+  }
+  Cell* cell = free_cells_.back();
+  free_cells_.pop_back();
+  cell->store(id, std::memory_order_relaxed);
+  return cell;
+}
+
+void BufferRegistry::ReleaseCell(Cell* cell) {
+  // From here no cached entry of the removed buffer is taken: a lookup that
+  // happens after this Remove sees 0 or a later buffer's (different) id.
+  cell->store(0, std::memory_order_relaxed);
+  free_cells_.push_back(cell);
 }
 
 void BufferRegistry::Published() {
   lowest_atomic_.store(lowest_, std::memory_order_relaxed);
   highest_atomic_.store(highest_end_, std::memory_order_relaxed);
-  generation_.store(NextGeneration(), std::memory_order_release);
 }
 
 std::optional<Buffer> BufferRegistry::Find(uint64_t addr) const {
   absl::ReaderMutexLock lock(&mu_);
-  const Buffer* b = FindLocked(addr);
-  if (b == nullptr) return std::nullopt;
-  return *b;
+  size_t i = FindLocked(addr);
+  if (i == kNotFound) return std::nullopt;
+  return entries_[i];
+}
+
+uint64_t BufferRegistry::LookupMissed(uint64_t addr, CacheEntry* cache) const {
+  absl::ReaderMutexLock lock(&mu_);
+  const size_t i = FindLocked(addr);
+  if (i == kNotFound) return 0;
+  const Buffer& b = entries_[i];
+  cache[Slot(addr)] = CacheEntry{instance_, b.base, b.size, b.id, cells_[i]};
+  return b.id;
 }
 
 size_t BufferRegistry::size() const {
@@ -86,13 +120,13 @@ size_t BufferRegistry::size() const {
   return bases_.size();
 }
 
-const Buffer* BufferRegistry::FindLocked(uint64_t addr) const {
+size_t BufferRegistry::FindLocked(uint64_t addr) const {
   // Most parameter words are scalars; this rejects them without searching.
-  if (addr < lowest_ || addr >= highest_end_) return nullptr;
+  if (addr < lowest_ || addr >= highest_end_) return kNotFound;
   auto pos = std::upper_bound(bases_.begin(), bases_.end(), addr);
-  if (pos == bases_.begin()) return nullptr;
-  const Buffer& b = entries_[static_cast<size_t>(pos - bases_.begin()) - 1];
-  return addr - b.base < b.size ? &b : nullptr;
+  if (pos == bases_.begin()) return kNotFound;
+  const size_t i = static_cast<size_t>(pos - bases_.begin()) - 1;
+  return addr - entries_[i].base < entries_[i].size ? i : kNotFound;
 }
 
 }  // namespace stensor

@@ -4,19 +4,26 @@
 // A buffer is a [base, base+size) range with a stable id (ids are never
 // reused within a process, so access logs can name buffers unambiguously).
 // Lookups accept interior pointers. The hot path, FindAll over a launch's
-// parameter words, first asks a small per-thread cache of recent hits, valid
-// while no buffer was added or removed since (a training step launches the
-// same kernels on the same buffers over and over); only misses take the
-// reader lock and binary-search the sorted array of base addresses.
+// parameter words, first asks a small per-thread cache of recent hits (a
+// training step launches the same kernels on the same buffers over and
+// over); only misses take the reader lock and binary-search the sorted array
+// of base addresses. A cached hit stays valid for as long as its buffer
+// lives, whatever else is added or removed meanwhile: each live buffer owns
+// a liveness cell holding its id, which Remove clears, and a hit is only
+// taken when the cell still holds the cached id (ids are never reused, so a
+// cell handed to a later buffer cannot revive an old entry).
 //
 // Thread-safety: all methods are thread-safe; lookups run concurrently with
-// each other and exclude only Add/Remove.
+// each other and exclude only Add/Remove on their miss path. A FindAll that
+// overlaps a Remove of a buffer it hits may report it or not, as a lookup
+// just before or just after the Remove would.
 #ifndef STENSOR_CORE_BUFFER_REGISTRY_H_
 #define STENSOR_CORE_BUFFER_REGISTRY_H_
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -43,6 +50,8 @@ struct Buffer {
 };
 
 class BufferRegistry {
+  struct CacheEntry;  // below: one slot of the per-thread cache
+
  public:
   BufferRegistry() = default;
   BufferRegistry(const BufferRegistry&) = delete;
@@ -70,7 +79,9 @@ class BufferRegistry {
   template <typename OnHit>
   void FindAll(const uint64_t* words, size_t count, OnHit&& on_hit) const
       ABSL_LOCKS_EXCLUDED(mu_) {
-    const uint64_t generation = generation_.load(std::memory_order_acquire);
+    // Relaxed is enough: a buffer whose address reached this thread was
+    // added before (happens-before), so these see its bounds or later ones,
+    // and later ones still cover every live buffer.
     const uint64_t lowest = lowest_atomic_.load(std::memory_order_relaxed);
     const uint64_t highest = highest_atomic_.load(std::memory_order_relaxed);
     CacheEntry* const cache = ThreadCache();  // one TLS access per call
@@ -82,7 +93,9 @@ class BufferRegistry {
         const uint64_t w = words[start + k];
         if (w < lowest || w >= highest) continue;  // a scalar, most likely
         const CacheEntry& e = cache[Slot(w)];
-        if (e.generation == generation && w - e.base < e.size) {
+        // The owner first: only this registry's cells may be read.
+        if (e.owner == instance_ && w - e.base < e.size &&
+            e.cell->load(std::memory_order_relaxed) == e.id) {
           on_hit(start + k, e.id);
         } else {
           missed |= uint64_t{1} << k;
@@ -90,30 +103,78 @@ class BufferRegistry {
       }
       if (missed == 0) continue;
       absl::ReaderMutexLock lock(&mu_);
-      const uint64_t now = generation_.load(std::memory_order_relaxed);
       for (; missed != 0; missed &= missed - 1) {
         const size_t k = static_cast<size_t>(__builtin_ctzll(missed));
-        const Buffer* b = FindLocked(words[start + k]);
-        if (b == nullptr) continue;
-        cache[Slot(words[start + k])] = CacheEntry{now, b->base, b->size, b->id};
-        on_hit(start + k, b->id);
+        const size_t i = FindLocked(words[start + k]);
+        if (i == kNotFound) continue;
+        const Buffer& b = entries_[i];
+        cache[Slot(words[start + k])] = CacheEntry{instance_, b.base, b.size, b.id, cells_[i]};
+        on_hit(start + k, b.id);
       }
     }
   }
 
+  // Word-at-a-time lookups for the launch path, where a batch would cost
+  // more than it saves: the bounds and this thread's cache are fetched once,
+  // a cache hit takes no lock, each miss takes the reader lock on its own.
+  // Use on the thread that made it, within one operation.
+  class Reader {
+   public:
+    explicit Reader(const BufferRegistry& registry)
+        : registry_(registry),
+          instance_(registry.instance_),
+          lowest_(registry.lowest_atomic_.load(std::memory_order_relaxed)),
+          highest_(registry.highest_atomic_.load(std::memory_order_relaxed)),
+          cache_(ThreadCache()) {}
+    // The id of the live buffer containing `addr`, or 0.
+    uint64_t Lookup(uint64_t addr) const {
+      if (addr < lowest_ || addr >= highest_) return 0;  // a scalar, most likely
+      const CacheEntry& e = cache_[Slot(addr)];
+      if (e.owner == instance_ && addr - e.base < e.size &&
+          e.cell->load(std::memory_order_relaxed) == e.id) {
+        return e.id;
+      }
+      return registry_.LookupMissed(addr, cache_);
+    }
+
+   private:
+    // Copies, so that the caller's stores (hits appended to a vector) do
+    // not make the compiler reload them from the registry for every word.
+    const BufferRegistry& registry_;
+    const uint64_t instance_, lowest_, highest_;
+    CacheEntry* const cache_;
+  };
+
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  const Buffer* FindLocked(uint64_t addr) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // A live buffer's liveness cell: its id while it lives, 0 once removed.
+  // Cells sit in chunks that never move or shrink while the registry lives,
+  // so a cached pointer to one stays readable; a cell is reused by a later
+  // buffer (with a new id) once its buffer is removed.
+  using Cell = std::atomic<uint64_t>;
+  static constexpr size_t kCellsPerChunk = 1024;
 
-  // One slot of the per-thread cache of recent lookups. Generations are
-  // unique across all registries, so the generation also names the owner.
+  static constexpr size_t kNotFound = SIZE_MAX;
+  // The index into bases_/entries_ of the buffer containing `addr`, or
+  // kNotFound.
+  size_t FindLocked(uint64_t addr) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Reader's miss path: looks `addr` up under the reader lock and caches a
+  // hit in `cache`.
+  uint64_t LookupMissed(uint64_t addr, CacheEntry* cache) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  Cell* TakeCell(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseCell(Cell* cell) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // One slot of the per-thread cache of recent lookups. `owner` is the
+  // registry's process-unique instance number (0: empty slot), so a registry
+  // built where another was destroyed never meets that one's entries.
   struct CacheEntry {
-    uint64_t generation = 0;
+    uint64_t owner = 0;
     uint64_t base = 0;
     uint64_t size = 0;
     uint64_t id = 0;
+    const Cell* cell = nullptr;
   };
   static constexpr size_t kCacheSlots = 256;
   struct ThreadCacheSlots;
@@ -123,20 +184,22 @@ class BufferRegistry {
     return static_cast<size_t>(((addr >> 12) * 0x9E3779B97F4A7C15ull) >> 56);
   }
   void Published() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static uint64_t NextGeneration();
+  static uint64_t NextInstance();
 
+  const uint64_t instance_ = NextInstance();
   mutable absl::Mutex mu_;
   // Parallel arrays sorted by base: the bases alone keep the binary search
-  // within few cache lines; entries_ holds the rest.
+  // within few cache lines; entries_ holds the rest, cells_ the liveness
+  // cells.
   std::vector<uint64_t> bases_ ABSL_GUARDED_BY(mu_);
   std::vector<Buffer> entries_ ABSL_GUARDED_BY(mu_);
+  std::vector<Cell*> cells_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Cell[]>> cell_chunks_ ABSL_GUARDED_BY(mu_);
+  std::vector<Cell*> free_cells_ ABSL_GUARDED_BY(mu_);
   uint64_t lowest_ ABSL_GUARDED_BY(mu_) = UINT64_MAX;  // quick reject
   uint64_t highest_end_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  // Changes with every change; cached lookups of other generations are
-  // stale. Drawn from a process-wide counter, so a registry built where
-  // another was destroyed never meets that one's cache entries.
-  std::atomic<uint64_t> generation_{NextGeneration()};
+  // Copies of lowest_ and highest_end_ for FindAll's lock-free reject.
   std::atomic<uint64_t> lowest_atomic_{UINT64_MAX};
   std::atomic<uint64_t> highest_atomic_{0};
 };

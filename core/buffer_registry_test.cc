@@ -1,6 +1,7 @@
 #include "core/buffer_registry.h"
 
 #include <algorithm>
+#include <atomic>
 #include <random>
 #include <map>
 #include <thread>
@@ -131,6 +132,99 @@ TEST(BufferRegistryTest, CachedHitsDieWithTheirBuffer) {
   auto again = r.Add(0x10000, 0x1000, 0, BufferKind::kDeviceAlloc);
   look();
   EXPECT_EQ(seen, *again);
+}
+
+// A removed buffer's liveness cell goes to the next buffer added: the old
+// buffer's cached entries must not come back with it, wherever it lies.
+TEST(BufferRegistryTest, ReusedCellsDoNotReviveCachedHits) {
+  BufferRegistry r;
+  auto a = r.Add(0x10000, 0x1000, 0, BufferKind::kDeviceAlloc);
+  uint64_t words[] = {0x10010, 0x10020};
+  std::vector<uint64_t> seen;
+  auto look = [&] {
+    seen.clear();
+    r.FindAll(words, 2, [&](size_t, uint64_t id) { seen.push_back(id); });
+  };
+  look();
+  look();  // cached
+  EXPECT_EQ(seen, (std::vector<uint64_t>{*a, *a}));
+  r.Remove(0x10000);
+  auto b = r.Add(0x80000, 0x1000, 0, BufferKind::kDeviceAlloc);  // takes a's cell
+  look();
+  EXPECT_TRUE(seen.empty());
+  // A smaller buffer at a's old place: only the word inside it hits.
+  auto c = r.Add(0x10000, 0x18, 0, BufferKind::kDeviceAlloc);
+  look();
+  EXPECT_EQ(seen, (std::vector<uint64_t>{*c}));
+  uint64_t inside_b = 0x80010;
+  seen.clear();
+  r.FindAll(&inside_b, 1, [&](size_t, uint64_t id) { seen.push_back(id); });
+  EXPECT_EQ(seen, (std::vector<uint64_t>{*b}));
+}
+
+// Caches are per thread and per registry: another registry at the same
+// address (this one destroyed) sees none of this one's entries.
+TEST(BufferRegistryTest, CachedHitsBelongToTheirRegistry) {
+  uint64_t word = 0x10010;
+  uint64_t first_id = 0;
+  {
+    BufferRegistry r;
+    first_id = *r.Add(0x10000, 0x1000, 0, BufferKind::kDeviceAlloc);
+    r.FindAll(&word, 1, [](size_t, uint64_t) {});  // cached now
+  }
+  BufferRegistry other;
+  ASSERT_TRUE(other.Add(0x90000, 0x1000, 0, BufferKind::kDeviceAlloc));
+  size_t hits = 0;
+  other.FindAll(&word, 1, [&](size_t, uint64_t) { ++hits; });
+  EXPECT_EQ(hits, 0u);
+  EXPECT_GT(first_id, 0u);
+}
+
+// Cached lookups on a thread while another thread frees and allocates: a
+// stable buffer is always found, a buffer freed before the lookup began is
+// never reported, and hits at a churned address only ever name a buffer that
+// was live there (ids there grow, so a reader never sees one go back).
+TEST(BufferRegistryTest, CachedLookupsDuringConcurrentAllocAndFree) {
+  for (int round = 0; round < 20; ++round) {
+    BufferRegistry r;
+    constexpr uint64_t kStable = 0x100000, kChurned = 0x200000;
+    auto stable = r.Add(kStable, 0x1000, 0, BufferKind::kDeviceAlloc);
+    ASSERT_TRUE(stable);
+    std::atomic<uint64_t> last_removed{0};  // id of the last churned buffer freed
+    std::atomic<bool> done{false};
+    std::thread writer([&] {
+      for (int i = 0; i < 3000; ++i) {
+        r.Add(kChurned, 0x1000, 0, BufferKind::kDeviceAlloc);
+        // Others come and go too, moving the arrays around.
+        r.Add(0x300000 + (i % 64) * 0x1000, 0x800, 0, BufferKind::kDeviceAlloc);
+        if (auto b = r.Remove(kChurned)) last_removed.store(b->id);
+        if (i % 3 == 0) r.Remove(0x300000 + ((i + 32) % 64) * 0x1000);
+      }
+      done.store(true);
+    });
+    uint64_t words[] = {kStable + 8, kChurned + 16, 42};
+    uint64_t newest_churned = 0;
+    while (!done.load()) {
+      const uint64_t removed_before = last_removed.load();
+      uint64_t stable_hits = 0, churned = 0;
+      r.FindAll(words, 3, [&](size_t i, uint64_t id) {
+        if (i == 0) stable_hits += id == *stable;
+        if (i == 1) churned = id;
+        EXPECT_NE(i, 2u);
+      });
+      ASSERT_EQ(stable_hits, 1u);
+      if (churned != 0) {
+        EXPECT_GT(churned, removed_before) << "a buffer freed before the lookup";
+        EXPECT_GE(churned, newest_churned);
+        newest_churned = churned;
+      }
+    }
+    writer.join();
+    // Everything at the churned address is gone now, cached or not.
+    size_t hits = 0;
+    r.FindAll(words + 1, 1, [&](size_t, uint64_t) { ++hits; });
+    EXPECT_EQ(hits, 0u);
+  }
 }
 
 TEST(BufferRegistryTest, ConcurrentLookupsAndUpdates) {

@@ -39,6 +39,33 @@ void DedupeIds(absl::InlinedVector<uint64_t, 8>* ids) {
   ids->resize(kept);
 }
 
+// The common form, the hot path: kernelParams and no pointer-table
+// parameter. Each word is looked up as it is read and the hits go straight
+// to `out` (whose inline capacity holds a typical launch's). A function of
+// its own: without the batching arrays of the general path, its few live
+// values stay in registers.
+void InferFromParams(const KernelInfo& kernel, void** params,
+                     const BufferRegistry& registry, Accesses* out) {
+  const BufferRegistry::Reader reader(registry);
+  const size_t count = kernel.params.size();
+  const ParamSlot* const slots = kernel.params.data();
+  for (size_t i = 0; i < count; ++i) {
+    const ParamSlot& slot = slots[i];
+    if (slot.access == ParamAccess::kNone) continue;
+    const unsigned char* base = static_cast<const unsigned char*>(params[i]);
+    if (base == nullptr) continue;
+    const bool writes = slot.access == ParamAccess::kReadWrite;
+    for (uint32_t k = 0; k < slot.words; ++k) {
+      uint64_t word;
+      std::memcpy(&word, base + slot.first_word + 8 * k, sizeof(word));
+      if (const uint64_t id = reader.Lookup(word); id != 0) {
+        out->reads.push_back(id);
+        if (writes) out->writes.push_back(id);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void Accesses::Dedupe() {
@@ -214,21 +241,22 @@ void InferLaunchAccesses(const KernelInfo& kernel, void** params, void** extra,
     packed = ExtraBuffer(extra, &packed_size);
     if (packed == nullptr) return;
   }
+  if (params != nullptr && !kernel.has_tables) {
+    InferFromParams(kernel, params, registry, out);
+    return;
+  }
   // Candidate words with the access of the parameter they sit in, looked up
-  // a batch at a time (plain arrays: this is the launch hot path).
+  // a batch at a time (plain arrays: this is the launch hot path). Hits go
+  // straight into `out`, whose inline capacity holds a typical launch's.
   constexpr size_t kBatch = 64;
   uint64_t words[kBatch];
   ParamAccess access[kBatch];
   size_t n = 0;
   auto flush = [&] {
-    uint64_t reads[kBatch], writes[kBatch];
-    size_t n_reads = 0, n_writes = 0;
     registry.FindAll(words, n, [&](size_t i, uint64_t id) {
-      reads[n_reads++] = id;
-      if (access[i] == ParamAccess::kReadWrite) writes[n_writes++] = id;
+      out->reads.push_back(id);
+      if (access[i] == ParamAccess::kReadWrite) out->writes.push_back(id);
     });
-    out->reads.insert(out->reads.end(), reads, reads + n_reads);
-    out->writes.insert(out->writes.end(), writes, writes + n_writes);
     n = 0;
   };
   for (size_t i = 0; i < kernel.params.size(); ++i) {

@@ -158,6 +158,9 @@ struct Accesses {
   // Under a cap: the device held from eviction while a launch of unknown
   // accesses is submitted (MemoryManager::BeginUnknown), or -1.
   int unknown_device = -1;
+  // Launches: the kernel's description, set by the tracker before the launch
+  // so that the end of it need not look the kernel up again.
+  const KernelInfo* kernel = nullptr;
 
   // Drops repeated ids, keeping first occurrences in order.
   void Dedupe();

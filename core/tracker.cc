@@ -154,6 +154,7 @@ void Tracker::MemInfo(int device, size_t* free_bytes, size_t* total_bytes) {
 CUresult Tracker::BeginLaunch(CUfunction f, StreamRef stream, void** params,
                               void** extra, Accesses* accesses) {
   const KernelInfo* kernel = kernels_.Get(f);
+  accesses->kernel = kernel;
   InferLaunchAccesses(*kernel, params, extra, registry_, accesses);
   if (tracks_tables() && (kernel->has_tables || !tables_.empty())) {
     ExpandTables(stream, accesses);
@@ -173,26 +174,27 @@ CUresult Tracker::BeginLaunch(CUfunction f, StreamRef stream, void** params,
 void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
                         const unsigned block[3], StreamRef stream,
                         const Accesses& accesses, bool submitted) {
+  // Set by BeginLaunch; looked up only for a caller that skipped it.
+  const KernelInfo* kernel = accesses.kernel != nullptr ? accesses.kernel : kernels_.Get(f);
   if (memory_) {
     memory_->Finish(accesses.reads, accesses.writes, Handle(stream), submitted);
     // Nothing known about what it wrote: no host copy can be trusted.
-    if (submitted && (!kernels_.Get(f)->layout_known || accesses.unknown_tables)) {
+    if (submitted && (!kernel->layout_known || accesses.unknown_tables)) {
       memory_->MarkAllWritten(Handle(stream));
     }
     memory_->EndUnknown(accesses.unknown_device);
     // Descriptions outlive the manager, so their names may be kept.
     if (submitted && memory_->verifying()) {
-      memory_->NoteKernel(accesses.reads, accesses.writes, kernels_.Get(f)->demangled.c_str());
+      memory_->NoteKernel(accesses.reads, accesses.writes, kernel->demangled.c_str());
     }
   }
   if (!submitted) return;
   // A kernel may rewrite the pointers of any table it writes; one whose
   // accesses are unknown, those of any table.
   tables_.OnDeviceWrite(accesses.writes);
-  if (!kernels_.Get(f)->layout_known || accesses.unknown_tables) tables_.MarkAllStale();
+  if (!kernel->layout_known || accesses.unknown_tables) tables_.MarkAllStale();
   Count(OpType::kLaunch);
   if (!log_) return;
-  const KernelInfo* kernel = kernels_.Get(f);
   Accesses unique = accesses;
   unique.Dedupe();
   uint64_t g[3] = {grid[0], grid[1], grid[2]};

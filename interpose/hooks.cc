@@ -213,10 +213,18 @@ CUresult Launch(const char* api, decltype(&::cuLaunchKernel) real, CUfunction f,
                 unsigned bz, unsigned shmem, CUstream s, void** params,
                 void** extra, bool per_thread) {
   if (real == nullptr) return kMissing;
+  // LaunchWith spelled out: the most frequent hook, and a closure over its
+  // eleven arguments cost more than the rest of the hook's own code.
+  Tracker& t = T();
+  const StreamRef stream{s, per_thread};
+  Accesses accesses;
+  if (CUresult r = t.BeginLaunch(f, stream, params, extra, &accesses); r != CUDA_SUCCESS) {
+    return r;
+  }
+  CUresult r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
   const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
-  return LaunchWith(api, f, grid, block, StreamRef{s, per_thread}, params, extra, [&] {
-    return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
-  });
+  t.EndLaunch(api, f, grid, block, stream, accesses, r == CUDA_SUCCESS);
+  return r;
 }
 
 CUresult LaunchEx(const char* api, decltype(&::cuLaunchKernelEx) real,
