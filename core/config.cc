@@ -168,7 +168,7 @@ absl::Status ParseSize(absl::string_view text, uint64_t* bytes) {
   if (!ConsumeDigits(&text, &number, &overflow)) {
     return overflow ? Invalid("too large for 64 bits") : Invalid();
   }
-  uint64_t unit;
+  uint64_t unit = 0;
   if (!ParseKeyword(absl::StripLeadingAsciiWhitespace(text), kSizeUnits, &unit)
            .ok()) {
     return Invalid();

@@ -290,10 +290,10 @@ class JsonParser {
           out->push_back('\t');
           break;
         case 'u': {
-          uint32_t cp;
+          uint32_t cp = 0;
           if (!Hex4(&cp)) return false;
           if (cp >= 0xd800 && cp < 0xdc00) {  // a surrogate pair
-            uint32_t low;
+            uint32_t low = 0;
             if (!Consume('\\') || !Consume('u') || !Hex4(&low) ||
                 low < 0xdc00 || low >= 0xe000) {
               return Fail("unpaired surrogate");
