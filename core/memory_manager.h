@@ -70,6 +70,23 @@ struct SwapStats {
   uint64_t garbage_released = 0;
   uint64_t ooms = 0;
   double host_wait_seconds = 0;  // waiting for in-flight work and copies
+  // host_wait_seconds split by what was waited for: the program's work on a
+  // buffer to be evicted (or freed), the swap stream's copies, work of
+  // unknown accesses.
+  double wait_program_seconds = 0;
+  double wait_swap_seconds = 0;
+  double wait_unknown_seconds = 0;
+  // Physical memory: cuMemCreate / cuMemRelease of stensor's own device
+  // memory, and chunks taken from the pool instead of created.
+  uint64_t physical_creates = 0;
+  uint64_t physical_releases = 0;
+  uint64_t pool_hits = 0;
+  uint64_t pooled_bytes = 0;  // in the pool now (charged), all devices
+  // Swap-outs and drops queued behind the buffer's in-flight work or copy
+  // without a host wait, and swap-ins that took back the device memory of
+  // their own swap-out still in flight (no copy).
+  uint64_t async_evictions = 0;
+  uint64_t swap_outs_cancelled = 0;
   // STENSOR_VERIFY: clean drops checked, those whose device contents
   // differed from the host copy, and those that could not be checked; the
   // last two were copied instead.
@@ -254,7 +271,10 @@ class MemoryManager {
   // cap on `dev`. Buffers with pins > 0 are never chosen. When no room can
   // be made, CUDA_ERROR_OUT_OF_MEMORY, or the driver error that kept the
   // last candidate from being evicted.
-  CUresult MakeRoom(Device& dev, uint64_t need) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With `chunk`, a pooled chunk of exactly that size is room enough too
+  // (the caller takes it; it is charged already).
+  CUresult MakeRoom(Device& dev, uint64_t need, uint64_t chunk = 0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The steps of MakeRoom. Each returns true when it made progress (or
   // waited without the lock, so the caller must look again); a candidate
   // that could not be evicted is skipped for the rest of the round and its
@@ -280,6 +300,31 @@ class MemoryManager {
   void ReleasePhysical(Device& dev, CUmemGenericAllocationHandle handle,
                        uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RetryReleases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The physical pool (per device, by exact size: training repeats its
+  // sizes, and one handle per buffer keeps mapping to one cuMemMap).
+  // Pooled chunks stay charged; a chunk may still be mapped at the address
+  // of a buffer whose swap-out copy is in flight ("shadowed"), so whoever
+  // takes it must order its work after that copy on the swap stream.
+  bool TakePooled(Device& dev, uint64_t bytes, CUmemGenericAllocationHandle* handle,
+                  bool* shadowed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PoolPhysical(Device& dev, CUmemGenericAllocationHandle handle, uint64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases one pooled chunk no address maps any more. False when none.
+  bool ReleaseOnePooled(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseAllPooled() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Old mappings of buffers swapped out asynchronously: unmapped (the host
+  // copy mapped there instead, with host-located VMM) once their swap-out
+  // copy is observed complete. With `wait`, waits for the swap stream first
+  // (without the lock). True when any was ended.
+  bool ReapOldMappings(Device& dev, bool wait, double* waited = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool EndOldMapping(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A host wait for the swap stream's latest work, without the lock (it may
+  // wait for the program's work since swap-outs wait on its events).
+  CUresult WaitSwapStream(Device& dev, double* waited) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Zeroes a reused chunk just mapped at `b.base` (fresh memory holds zeros)
+  // on the swap stream, as a use of `b` there.
+  CUresult ZeroReused(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // cuMemMap + cuMemSetAccess for `device`, unmapping again when the access
   // cannot be set. `*mapped` tells whether a mapping is left behind.
   CUresult MapAt(CUdeviceptr va, uint64_t bytes, CUmemGenericAllocationHandle h,
@@ -297,7 +342,23 @@ class MemoryManager {
   CUresult RestoreFromHost(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CUresult EnsureSwapStream(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Queued behind the buffer's in-flight uses on the swap stream (no host
+  // wait) where nothing of unknown accesses is pending and STENSOR_VERIFY
+  // is off; else the buffer must be idle. CUDA_ERROR_NOT_READY when its work
+  // could not be ordered on the device: the caller waits on the host.
   CUresult SwapOut(Device& dev, Buffer& b, bool copy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a busy buffer of `dev` may be evicted in stream order now.
+  bool CanQueue(Device& dev) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes the swap stream wait (on the device) for the buffer's uses on
+  // other streams not yet observed complete. False when one cannot be.
+  bool OrderSwapAfterUses(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands the buffer's device memory to the pool while it is still mapped
+  // at its address (until its swap-stream use `fence` is observed).
+  void DetachShadowed(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndShadow(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A host wait for the buffer's last use on the swap stream, without the
+  // lock (the buffer pinned meanwhile).
+  CUresult WaitSwapUse(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CUresult SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CUresult EnsureHostCopy(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -380,6 +441,10 @@ class MemoryManager {
   std::vector<Unreleased> unreleased_ ABSL_GUARDED_BY(mu_);
   // External allocations: base -> (device, charged bytes).
   absl::flat_hash_map<uint64_t, std::pair<int, uint64_t>> external_ ABSL_GUARDED_BY(mu_);
+  // Physical handles still mapped at the old address of buffers swapped out
+  // asynchronously: handle -> such mappings. Never released to the driver
+  // while any is left (the memory would outlive its charge).
+  absl::flat_hash_map<CUmemGenericAllocationHandle, int> shadows_ ABSL_GUARDED_BY(mu_);
   // The program's own device-located VMM handles (CreateAppMemory).
   struct AppHandle {
     int device = 0;
