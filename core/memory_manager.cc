@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
+#include <tuple>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -95,6 +97,13 @@ struct MemoryManager::Buffer {
   bool old_mapped = false;
   bool handed_on = false;
   CUmemGenericAllocationHandle old_handle = 0;
+  // Where it stands in its device's eviction order (Reindex).
+  uint64_t serial = 0;
+  uint64_t next_use = EvictionCandidate::kNoNextUse;
+  bool indexed = false;
+  std::tuple<EvictionKey, uint64_t, uint64_t> index_key;
+  bool drop_indexed = false;
+  std::pair<uint64_t, uint64_t> drop_key;  // (last use, serial)
 
   bool resident() const { return !vmm || device_handle != 0; }
   // A host copy that can be copied to and from (host_va mapped); the
@@ -125,7 +134,78 @@ struct MemoryManager::Device {
   uint64_t pooled = 0;
   // Buffers whose old mapping is still there (Buffer::old_mapped).
   std::vector<Buffer*> old_mappings;
+  // The eviction order (MemoryManager::Reindex).
+  std::map<std::tuple<EvictionKey, uint64_t, uint64_t>, Buffer*> evictable;
+  std::map<std::pair<uint64_t, uint64_t>, Buffer*> droppable;
 };
+
+class MemoryManager::ReindexAtExit {
+ public:
+  ReindexAtExit(MemoryManager* mm, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm->mu_)
+      : mm_(mm), b_(b) {}
+  ~ReindexAtExit() ABSL_NO_THREAD_SAFETY_ANALYSIS { mm_->Reindex(b_); }
+  ReindexAtExit(const ReindexAtExit&) = delete;
+  ReindexAtExit& operator=(const ReindexAtExit&) = delete;
+
+ private:
+  MemoryManager* const mm_;
+  Buffer& b_;
+};
+
+EvictionCandidate MemoryManager::CandidateOf(const Buffer& b) const {
+  // What may go without a copy is shown as clean (a current host copy).
+  bool free = Droppable(b);
+  EvictionCandidate c;
+  c.id = b.id;
+  c.bytes = b.reserved;
+  c.location = free ? Location::kCpuGpu : b.location;
+  c.gpu_version = b.gpu_version;
+  c.host_version = free ? b.gpu_version : b.host_version;
+  c.last_use = b.last_use;
+  c.next_use = b.next_use;
+  return c;
+}
+
+void MemoryManager::Unindex(Buffer& b) {
+  if (!b.indexed && !b.drop_indexed) return;
+  Device& dev = DeviceState(b.device);
+  if (b.indexed) dev.evictable.erase(b.index_key);
+  if (b.drop_indexed) dev.droppable.erase(b.drop_key);
+  b.indexed = false;
+  b.drop_indexed = false;
+}
+
+void MemoryManager::Reindex(Buffer& b) {
+  // Pins, failed rounds and idleness change all the time: checked when an
+  // eviction looks, not kept here.
+  const bool eligible = b.vmm && b.resident() && !b.garbage && !b.exported;
+  const bool droppable = eligible && Droppable(b);
+  Device& dev = DeviceState(b.device);
+  if (eligible) {
+    auto key = std::make_tuple(policy_->Key(CandidateOf(b)), b.id, b.serial);
+    if (!b.indexed || key != b.index_key) {
+      if (b.indexed) dev.evictable.erase(b.index_key);
+      b.index_key = key;
+      dev.evictable.emplace(key, &b);
+      b.indexed = true;
+    }
+  } else if (b.indexed) {
+    dev.evictable.erase(b.index_key);
+    b.indexed = false;
+  }
+  if (droppable) {
+    std::pair<uint64_t, uint64_t> key{b.last_use, b.serial};
+    if (!b.drop_indexed || key != b.drop_key) {
+      if (b.drop_indexed) dev.droppable.erase(b.drop_key);
+      b.drop_key = key;
+      dev.droppable.emplace(key, &b);
+      b.drop_indexed = true;
+    }
+  } else if (b.drop_indexed) {
+    dev.droppable.erase(b.drop_key);
+    b.drop_indexed = false;
+  }
+}
 
 std::unique_ptr<MemoryManager> MemoryManager::Create(const Config& config,
                                                      const Driver* driver,
@@ -162,6 +242,7 @@ MemoryManager::~MemoryManager() {
     Buffer& b = *by_base_.begin()->second;
     WaitIdle(b);  // an error here leaves nothing better to do than release
     if (!ReleaseBuffer(DeviceState(b.device), b)) {
+      Unindex(b);
       by_id_.erase(b.id);  // at exit: leak what the driver would not release
       by_base_.erase(by_base_.begin());
     }
@@ -476,7 +557,10 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr) {
     }
   }
   *dptr = b->base;
+  b->serial = ++serial_;
+  Buffer& added = *b;
   by_base_[b->base] = std::move(b);
+  Reindex(added);
   return CUDA_SUCCESS;
 }
 
@@ -524,6 +608,7 @@ void MemoryManager::Bind(CUdeviceptr base, uint64_t id) {
   if (it == by_base_.end() || id == 0) return;  // untracked: never looked up
   it->second->id = id;
   by_id_[id] = it->second.get();
+  Reindex(*it->second);
 }
 
 bool MemoryManager::Owns(CUdeviceptr base) const {
@@ -539,9 +624,10 @@ CUresult MemoryManager::Free(CUdeviceptr base) {
   if (b.garbage) return CUDA_ERROR_INVALID_VALUE;  // freed twice
   Device& dev = DeviceState(b.device);
   b.garbage = true;
+  Reindex(b);  // out of the eviction order
   // A release the driver refused is retried as garbage.
   if (b.pins > 0 || !Idle(b) || !ReleaseBuffer(dev, b)) {
-    ++garbage_;  // released once its work completed, or at S404
+    garbage_.push_back(&b);  // released once its work completed, or at S404
   }
   return CUDA_SUCCESS;
 }
@@ -557,9 +643,10 @@ CUresult MemoryManager::FreeAsync(CUdeviceptr base, CUstream stream) {
   // stream (or the context) has observed it (WaitForUse): still stream order.
   NoteUse(b.uses, stream, b.device);
   b.garbage = true;
+  Reindex(b);  // out of the eviction order
   // A release the driver refused is retried as garbage.
   if (b.pins > 0 || !Idle(b) || !ReleaseBuffer(DeviceState(b.device), b)) {
-    ++garbage_;  // released once the stream passed the free (S404)
+    garbage_.push_back(&b);  // released once the stream passed the free (S404)
   }
   return CUDA_SUCCESS;
 }
@@ -594,6 +681,7 @@ CUresult MemoryManager::CheckRange(uint64_t addr, uint64_t extent) const {
 // --- Handles that leave stensor's control -----------------------------------------
 
 CUresult MemoryManager::PinLocked(Buffer& b, const char* api) {
+  ReindexAtExit reindex(this, b);
   bool first = !b.exported;
   b.exported = true;  // from now on no eviction chooses it
   Device& dev = DeviceState(b.device);
@@ -1028,6 +1116,11 @@ bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
   for (const Use& u : b.uses) {
     if (u.event != nullptr) (void)Failed(driver_->cuEventDestroy_v2(u.event));
   }
+  Unindex(b);
+  if (b.garbage) {
+    auto g = std::find(garbage_.begin(), garbage_.end(), &b);
+    if (g != garbage_.end()) garbage_.erase(g);
+  }
   by_id_.erase(b.id);
   by_base_.erase(b.base);  // destroys b
   return true;
@@ -1084,14 +1177,13 @@ bool MemoryManager::Droppable(const Buffer& b) const {
 }
 
 bool MemoryManager::DropOneClean(Device& dev, CUresult* error) {
+  // The least recently used droppable buffer not pinned (those are few:
+  // an operation's own buffers) nor failed in this round.
   Buffer* pick = nullptr;
-  for (auto& [base, b] : by_base_) {
-    if (b->device != dev.ordinal || !b->vmm || !b->resident() || b->pins > 0 ||
-        b->garbage || b->exported || b->failed_round == round_ || !Droppable(*b) ||
-        (!CanQueue(dev) && !Idle(*b))) {
-      continue;
-    }
-    if (pick == nullptr || b->last_use < pick->last_use) pick = b.get();
+  for (auto& [key, b] : dev.droppable) {
+    if (b->pins > 0 || b->failed_round == round_ || (!CanQueue(dev) && !Idle(*b))) continue;
+    pick = b;
+    break;
   }
   if (pick == nullptr) return false;
   CUresult r = SwapOut(dev, *pick, /*copy=*/false);
@@ -1104,8 +1196,8 @@ bool MemoryManager::DropOneClean(Device& dev, CUresult* error) {
 }
 
 bool MemoryManager::ReleaseGarbage(Device& dev, bool wait, CUresult* error) {
-  if (garbage_ == 0) return false;
-  for (auto& [base, b] : by_base_) {
+  if (garbage_.empty()) return false;
+  for (Buffer* b : garbage_) {
     if (b->device != dev.ordinal || !b->garbage || b->pins > 0 ||
         b->failed_round == round_) {
       continue;
@@ -1123,7 +1215,6 @@ bool MemoryManager::ReleaseGarbage(Device& dev, bool wait, CUresult* error) {
     Buffer& g = *b;
     if (ReleaseBuffer(dev, g)) {
       ++stats_.garbage_released;
-      --garbage_;
       return true;
     }
     // Partly released, perhaps: progress if its device memory went.
@@ -1134,40 +1225,33 @@ bool MemoryManager::ReleaseGarbage(Device& dev, bool wait, CUresult* error) {
 }
 
 void MemoryManager::CollectGarbage() {
-  if (garbage_ == 0) return;
-  for (auto it = by_base_.begin(); it != by_base_.end();) {
-    Buffer& b = *(it++)->second;  // advance first: release erases
-    if (!b.garbage || b.pins > 0 || !Idle(b)) continue;
-    if (!ReleaseBuffer(DeviceState(b.device), b)) continue;  // retried later
+  if (garbage_.empty()) return;
+  std::vector<Buffer*> garbage = garbage_;  // a release edits the list
+  for (Buffer* b : garbage) {
+    if (b->pins > 0 || !Idle(*b)) continue;
+    if (!ReleaseBuffer(DeviceState(b->device), *b)) continue;  // retried later
     ++stats_.garbage_released;
-    --garbage_;
   }
 }
 
 bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, CUresult* error) {
-  // Candidates are named by their index here: ids are only unique once
-  // bound, and an allocation is bound after it returns.
-  std::vector<EvictionCandidate> candidates;
-  std::vector<Buffer*> buffers;
-  for (auto& [base, b] : by_base_) {
-    if (b->device != dev.ordinal || !b->vmm || !b->resident() || b->pins > 0 ||
-        b->garbage || b->exported || b->failed_round == round_) {
-      continue;
-    }
-    // What may go without a copy is shown as clean (a current host copy).
-    bool free = Droppable(*b);
-    candidates.push_back(EvictionCandidate{
-        buffers.size(), b->reserved, free ? Location::kCpuGpu : b->location,
-        b->gpu_version, free ? b->gpu_version : b->host_version, b->last_use});
-    buffers.push_back(b.get());
+  (void)needed;  // one at a time: the caller re-checks the cap after each
+  // The first in the policy's order not pinned (those are few: the buffers
+  // of operations being prepared) nor failed in this round.
+  Buffer* pick = nullptr;
+  for (auto& [key, b] : dev.evictable) {
+    if (b->pins > 0 || b->failed_round == round_) continue;
+    pick = b;
+    break;
   }
-  if (candidates.empty()) return false;
-  std::vector<Eviction> chosen = policy_->Choose(candidates, std::max<uint64_t>(needed, 1));
-  if (chosen.empty()) return false;
+  if (pick == nullptr) return false;
+  const bool copies = policy_->Copies(CandidateOf(*pick));
+  const Eviction chosen[] = {{pick->id, copies}};
+  std::vector<Buffer*> buffers = {pick};
   // One at a time: the caller re-checks the cap after each. A swap-out that
   // fails (the host limit, a driver error) is skipped in the next look.
   for (const Eviction& e : chosen) {
-    Buffer& b = *buffers[e.id];
+    Buffer& b = *buffers[0];
     if (!CanQueue(dev) && !Idle(b)) {
       // Unlocks: the caller looks again, from the start (without this
       // buffer, if its work could not be observed complete).
@@ -1307,6 +1391,7 @@ void MemoryManager::DetachShadowed(Device& dev, Buffer& b) {
 // the buffer's address until that is observed complete (ReapOldMappings),
 // and its next user runs after it on the swap stream.
 CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
+  ReindexAtExit reindex(this, b);
   const bool idle = Idle(b);
   // Nothing is evicted under pending work that may reach it unless it can
   // be queued behind that work (callers wait otherwise).
@@ -1497,6 +1582,10 @@ CUresult MemoryManager::UnmapDevice(Device& dev, Buffer& b) {
 // accesses that may read it is pending), the copy is ordered before the
 // consumer; a failure before the copy is submitted puts everything back.
 CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer) {
+  ReindexAtExit reindex(this, b);
+  // A second attempt takes fresh memory: zeroing a reused chunk failed.
+  for (int attempt = 0;; ++attempt) {
+  const bool reuse = attempt == 0;
   CUmemGenericAllocationHandle h = 0;
   bool pooled = false;
   bool shadowed = false;
@@ -1547,14 +1636,16 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
       // after its copy, as for any resident buffer.
       return OrderAfterSwap(dev, b, consumer);
     }
-    if (TakePooled(dev, b.reserved, &h, &shadowed)) {
+    if (reuse && TakePooled(dev, b.reserved, &h, &shadowed)) {
       pooled = true;
       break;  // charged already: no room to make
     }
-    if (CUresult r = MakeRoom(dev, b.reserved, b.reserved); r != CUDA_SUCCESS) return r;
+    if (CUresult r = MakeRoom(dev, b.reserved, reuse ? b.reserved : 0); r != CUDA_SUCCESS) {
+      return r;
+    }
     // MakeRoom may have waited without the lock.
     if (b.resident() || b.old_mapped || (b.host_at_base && !UnknownIdle(dev))) continue;
-    if (TakePooled(dev, b.reserved, &h, &shadowed)) {
+    if (reuse && TakePooled(dev, b.reserved, &h, &shadowed)) {
       pooled = true;
       break;
     }
@@ -1618,10 +1709,10 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
     // chunk is zeroed first.
     if (pooled) {
       if (CUresult r = ZeroReused(dev, b); r != CUDA_SUCCESS) {
-        if (UnmapDevice(dev, b) != CUDA_SUCCESS) {
-          b.stale_device = true;  // resident, holding nothing: restored at next use
-          b.location = Location::kCpuGpu;
-        }
+        // Swapped out again (the chunk back in the pool): try fresh memory.
+        if (UnmapDevice(dev, b) == CUDA_SUCCESS) continue;
+        b.stale_device = true;  // resident, holding nothing: restored at next use
+        b.location = Location::kCpuGpu;
         return r;
       }
     }
@@ -1646,6 +1737,7 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
   // An error here leaves the copy in flight and the buffer resident, with
   // its use on the swap stream not observed: consistent, and retried.
   return OrderAfterSwap(dev, b, consumer);  // nothing to do without swap-stream work
+  }
 }
 
 // --- Operations ---------------------------------------------------------------------
@@ -1723,6 +1815,15 @@ void MemoryManager::Finish(absl::Span<const uint64_t> ids,
       }
     }
   }
+  // Re-keyed once all their fields changed (unchanged keys cost a compare).
+  for (uint64_t id : ids) {
+    if (Buffer* b = ById(id)) Reindex(*b);
+  }
+  if (submitted) {
+    for (uint64_t id : written) {
+      if (Buffer* b = ById(id)) Reindex(*b);
+    }
+  }
 }
 
 int MemoryManager::BeginUnknown(CUstream stream) {
@@ -1763,6 +1864,7 @@ void MemoryManager::MarkAllWritten(CUstream stream) {
     // A swapped-out buffer is reachable only through its host copy at its
     // address (host-located VMM): without one, nothing could write it.
     if (b->resident() || b->host_at_base) b->written = true;
+    Reindex(*b);
   }
   CUdevice ordinal = 0;
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) {
@@ -1784,6 +1886,7 @@ void MemoryManager::MarkAllWritten(CUstream stream) {
 }
 
 CUresult MemoryManager::RestoreFromHost(Device& dev, Buffer& b) {
+  ReindexAtExit reindex(this, b);
   if (!b.resident()) return CUDA_SUCCESS;
   if ((version_policy_ && !b.written) || !b.has_host_copy()) {
     // Never written: the fresh device memory holds what it held.
@@ -1812,6 +1915,14 @@ CUresult MemoryManager::RestoreFromHost(Device& dev, Buffer& b) {
     b.stale_device = true;
   }
   return r;
+}
+
+void MemoryManager::SetNextUse(uint64_t id, uint64_t next_use) {
+  absl::MutexLock lock(&mu_);
+  Buffer* b = ById(id);
+  if (b == nullptr) return;
+  b->next_use = next_use;
+  Reindex(*b);
 }
 
 bool MemoryManager::ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst,

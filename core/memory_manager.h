@@ -233,6 +233,11 @@ class MemoryManager {
   CUresult ReadBack(uint64_t id, uint64_t offset, void* dst, uint64_t bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The predicted logical time of the buffer's next access (from the
+  // profiled iteration; EvictionCandidate::kNoNextUse when none), which
+  // `belady` evicts by. Re-keys that one buffer in the eviction order.
+  void SetNextUse(uint64_t id, uint64_t next_use) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Appends the ids of the swappable buffers of the current device whose
   // address a kernel stensor cannot see into could fault on: without
   // host-located VMM every one (any could be evicted before the kernel
@@ -405,6 +410,16 @@ class MemoryManager {
   // Ends the charge of an app handle once nothing keeps its memory alive.
   void MaybeUnchargeApp(CUmemGenericAllocationHandle handle)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The eviction order: per device, the resident, evictable buffers by
+  // (policy key, id, serial), and those whose device copy may go without a
+  // transfer by last use (S403), kept up to date wherever a key field
+  // changes, so one eviction costs O(log n) and never a walk of every
+  // buffer. Reindex puts `b` where its fields say now.
+  void Reindex(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unindex(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  EvictionCandidate CandidateOf(const Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Re-keys the buffer when the scope ends, however it ends.
+  class ReindexAtExit;
   // Counts a failed driver call of the swap path.
   CUresult Failed(CUresult r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Log(std::string line) const;
@@ -427,7 +442,10 @@ class MemoryManager {
   bool warned_no_host_vmm_ ABSL_GUARDED_BY(mu_) = false;
   bool warned_host_limit_ ABSL_GUARDED_BY(mu_) = false;
   int verify_warnings_ ABSL_GUARDED_BY(mu_) = 0;  // mismatches told on stderr
-  uint64_t garbage_ ABSL_GUARDED_BY(mu_) = 0;  // freed buffers not yet released
+  // Freed buffers not yet released (S404), so that releasing them walks
+  // them only.
+  std::vector<Buffer*> garbage_ ABSL_GUARDED_BY(mu_);
+  uint64_t serial_ ABSL_GUARDED_BY(mu_) = 0;  // allocation order: the last tie-break
   // Eviction rounds: a buffer whose eviction failed in this round is not
   // tried again in it (its driver call would likely fail again).
   uint64_t round_ ABSL_GUARDED_BY(mu_) = 1;
