@@ -22,6 +22,9 @@ constexpr uint64_t kSmallUnit = 4096;
 
 uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
+// The "consumer" of a prefetch's swap-in: nothing is ordered after it yet.
+const CUstream kNoConsumer = reinterpret_cast<CUstream>(~uintptr_t{0});
+
 double Seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
@@ -381,6 +384,7 @@ bool MemoryManager::Idle(Buffer& b) const {
 }
 
 CUresult MemoryManager::WaitIdle(Buffer& b, bool own_uses) {
+  if (no_block_) return CUDA_ERROR_NOT_READY;
   Device& dev = DeviceState(b.device);
   struct Pending {
     bool unknown;
@@ -445,7 +449,7 @@ CUresult MemoryManager::WaitIdle(Buffer& b, bool own_uses) {
 }
 
 CUresult MemoryManager::OrderAfterSwap(Device& dev, Buffer& b, CUstream consumer) {
-  if (dev.swap_stream == nullptr) return CUDA_SUCCESS;
+  if (dev.swap_stream == nullptr || consumer == kNoConsumer) return CUDA_SUCCESS;
   for (Use& u : b.uses) {
     if (u.stream != dev.swap_stream || Observed(u)) continue;
     // The consumer waits on the device; the host goes on.
@@ -468,6 +472,7 @@ CUresult MemoryManager::WaitSwapUse(Device& dev, Buffer& b) {
     if (dev.swap_stream != nullptr && u.stream == dev.swap_stream) use = &u;
   }
   if (use == nullptr || Observed(*use)) return CUDA_SUCCESS;
+  if (no_block_) return CUDA_ERROR_NOT_READY;
   const Use copy = *use;
   const CUstream swap_stream = dev.swap_stream;
   ++b.pins;
@@ -489,6 +494,7 @@ CUresult MemoryManager::WaitSwapUse(Device& dev, Buffer& b) {
 CUresult MemoryManager::WaitSwapStream(Device& dev, double* reason) {
   const CUstream swap_stream = dev.swap_stream;
   if (swap_stream == nullptr) return CUDA_SUCCESS;
+  if (no_block_) return CUDA_ERROR_NOT_READY;
   auto start = std::chrono::steady_clock::now();
   mu_.Unlock();
   CUresult r = driver_->cuStreamSynchronize(swap_stream);
@@ -1155,9 +1161,9 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, uint64_t chunk) {
     if (ReleaseOnePooled(dev)) continue;  // pooled chunks go first
     // What is pooled is still mapped at old addresses whose swap-out copies
     // are in flight: it is becoming free, so wait for it rather than evict more.
-    if (dev.pooled > 0 && dev.used - dev.pooled <= dev.cap - need &&
-        ReapOldMappings(dev, /*wait=*/true)) {
-      continue;
+    if (dev.pooled > 0 && dev.used - dev.pooled <= dev.cap - need) {
+      if (no_block_) return CUDA_ERROR_NOT_READY;  // it comes, but not without a wait
+      if (ReapOldMappings(dev, /*wait=*/true)) continue;
     }
     if (version_policy_ && DropOneClean(dev, &error)) continue;           // S403
     if (ReleaseGarbage(dev, /*wait=*/false, &error)) continue;            // S404
@@ -1917,6 +1923,36 @@ CUresult MemoryManager::RestoreFromHost(Device& dev, Buffer& b) {
   return r;
 }
 
+CUresult MemoryManager::Prefetch(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  Buffer* b = ById(id);
+  if (b == nullptr || b->garbage || !b->vmm) return CUDA_ERROR_NOT_FOUND;
+  if (b->resident() && !b->stale_device) return CUDA_SUCCESS;
+  Device& dev = DeviceState(b->device);
+  no_block_ = true;
+  ++b->pins;  // not evicted to make room for itself
+  CUresult r = b->resident() ? RestoreFromHost(dev, *b)
+                             : SwapIn(dev, *b, /*copy=*/true, kNoConsumer);
+  --b->pins;
+  no_block_ = false;
+  // Nothing to evict without waiting (or at all): not now.
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) r = CUDA_ERROR_NOT_READY;
+  return r;
+}
+
+CUresult MemoryManager::EvictAsync(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  Buffer* b = ById(id);
+  if (b == nullptr || b->garbage || !b->vmm) return CUDA_ERROR_NOT_FOUND;
+  if (!b->resident()) return CUDA_SUCCESS;
+  if (b->pins > 0 || b->exported) return CUDA_ERROR_NOT_READY;
+  Device& dev = DeviceState(b->device);
+  no_block_ = true;
+  CUresult r = SwapOut(dev, *b, policy_->Copies(CandidateOf(*b)) || !Droppable(*b));
+  no_block_ = false;
+  return r;
+}
+
 void MemoryManager::SetNextUse(uint64_t id, uint64_t next_use) {
   absl::MutexLock lock(&mu_);
   Buffer* b = ById(id);
@@ -2011,7 +2047,12 @@ void MemoryManager::MemInfo(int device, size_t* free_bytes, size_t* total_bytes)
   CollectGarbage();
   Device& dev = DeviceState(device);
   if (total_bytes != nullptr) *total_bytes = dev.cap;
-  // Pooled memory is free to the program: it goes first when room is needed.
+  // The program asks what is free (to size its allocations, or to watch the
+  // device): the pool's idle chunks go back to the driver, so the answer and
+  // the device agree. Chunks still mapped at an old address are about to be
+  // free and are counted so.
+  while (ReleaseOnePooled(dev)) {
+  }
   uint64_t used = dev.used - dev.pooled;
   if (free_bytes != nullptr) *free_bytes = used >= dev.cap ? 0 : dev.cap - used;
 }

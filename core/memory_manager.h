@@ -233,6 +233,23 @@ class MemoryManager {
   CUresult ReadBack(uint64_t id, uint64_t offset, void* dst, uint64_t bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // --- Primitives for prefetching (the planner decides when).
+  // Prefetch: an asynchronous swap-in of buffer `id` on the swap stream,
+  // with no consumer yet (the Prepare of its next operation orders that
+  // operation after the copy, on the device). Room is made as for any
+  // swap-in, queueing evictions behind in-flight work, but the host never
+  // blocks: CUDA_ERROR_NOT_READY ("not now") when no room can be made
+  // without waiting. CUDA_SUCCESS also when already resident;
+  // CUDA_ERROR_NOT_FOUND for an id this manager does not hold.
+  CUresult Prefetch(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  // EvictAsync: a planned swap-out (or drop, where the host copy is current
+  // or the buffer never written) of buffer `id`, idle or busy, queued on the
+  // swap stream behind its in-flight uses; never a host wait.
+  // CUDA_ERROR_NOT_READY when it cannot go now (pinned by an operation being
+  // prepared, work of unknown accesses pending, or its uses not orderable on
+  // the device); CUDA_SUCCESS also when already swapped out.
+  CUresult EvictAsync(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+
   // The predicted logical time of the buffer's next access (from the
   // profiled iteration; EvictionCandidate::kNoNextUse when none), which
   // `belady` evicts by. Re-keys that one buffer in the eviction order.
@@ -446,6 +463,9 @@ class MemoryManager {
   // them only.
   std::vector<Buffer*> garbage_ ABSL_GUARDED_BY(mu_);
   uint64_t serial_ ABSL_GUARDED_BY(mu_) = 0;  // allocation order: the last tie-break
+  // Set while a Prefetch or EvictAsync runs: every host wait answers
+  // CUDA_ERROR_NOT_READY instead of waiting.
+  bool no_block_ ABSL_GUARDED_BY(mu_) = false;
   // Eviction rounds: a buffer whose eviction failed in this round is not
   // tried again in it (its driver call would likely fail again).
   uint64_t round_ ABSL_GUARDED_BY(mu_) = 1;
