@@ -484,6 +484,12 @@ CUresult MemoryManager::WaitSwapUse(Device& dev, Buffer& b) {
   double waited = Seconds(std::chrono::steady_clock::now() - start);
   stats_.host_wait_seconds += waited;
   stats_.wait_swap_seconds += waited;
+  Log(JsonLine()
+          .Str("type", "swap_wait")
+          .Str("what", "buffer")
+          .Uint("id", b.id)
+          .Double("seconds", waited)
+          .Finish());
   if (Failed(r) != CUDA_SUCCESS) return r;
   for (Use& v : b.uses) {
     if (v.stream == copy.stream && v.seq == copy.seq) v.done = true;
@@ -502,6 +508,11 @@ CUresult MemoryManager::WaitSwapStream(Device& dev, double* reason) {
   double waited = Seconds(std::chrono::steady_clock::now() - start);
   stats_.host_wait_seconds += waited;
   *(reason != nullptr ? reason : &stats_.wait_swap_seconds) += waited;
+  Log(JsonLine()
+          .Str("type", "swap_wait")
+          .Str("what", reason == &stats_.wait_unknown_seconds ? "unknown" : "stream")
+          .Double("seconds", waited)
+          .Finish());
   return Failed(r);
 }
 
@@ -986,7 +997,8 @@ void MemoryManager::EndShadow(Device& dev, Buffer& b) {
   auto s = shadows_.find(b.old_handle);
   if (s != shadows_.end() && --s->second == 0) shadows_.erase(s);
   b.old_handle = 0;
-  dev.old_mappings.erase(std::find(dev.old_mappings.begin(), dev.old_mappings.end(), &b));
+  auto it = std::find(dev.old_mappings.begin(), dev.old_mappings.end(), &b);
+  if (it != dev.old_mappings.end()) dev.old_mappings.erase(it);
 }
 
 bool MemoryManager::EndOldMapping(Device& dev, Buffer& b) {

@@ -137,7 +137,10 @@ class MemoryManagerTest : public testing_support::FakeDeviceTest {
     std::vector<std::string> out;
     for (const std::string& line : Lines()) {
       std::string record = Summarize(line);
-      if (record != "limitation") out.push_back(std::move(record));
+      // Host waits for the swap stream depend on how fast its copies run.
+      if (record != "limitation" && record.rfind("swap_wait", 0) != 0) {
+        out.push_back(std::move(record));
+      }
     }
     return out;
   }
