@@ -1035,6 +1035,13 @@ bool MemoryManager::ReapOldMappings(Device& dev, bool wait, double* waited) {
   return any;
 }
 
+void MemoryManager::SettleOldMappings(int device) {
+  Device& dev = DeviceState(device);
+  while (!dev.old_mappings.empty() &&
+         ReapOldMappings(dev, /*wait=*/true, &stats_.wait_unknown_seconds)) {
+  }
+}
+
 CUresult MemoryManager::ZeroReused(Device& dev, Buffer& b) {
   if (CUresult r = EnsureSwapStream(dev); r != CUDA_SUCCESS) return r;
   if (CUresult r = Failed(driver_->cuMemsetD8Async(b.base, 0, b.reserved, dev.swap_stream));
@@ -1603,158 +1610,158 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
   ReindexAtExit reindex(this, b);
   // A second attempt takes fresh memory: zeroing a reused chunk failed.
   for (int attempt = 0;; ++attempt) {
-  const bool reuse = attempt == 0;
-  CUmemGenericAllocationHandle h = 0;
-  bool pooled = false;
-  bool shadowed = false;
-  for (;;) {
-    if (!b.resident() && b.old_mapped) {
-      if (!b.handed_on) {
-        // Its swap-out is still in flight and its device memory was not
-        // handed on: take it back; it holds the data (the copy only reads).
-        auto it = dev.pool.find(b.reserved);
-        auto chunk = it == dev.pool.end()
-                         ? std::vector<CUmemGenericAllocationHandle>::iterator()
-                         : std::find(it->second.begin(), it->second.end(), b.old_handle);
-        if (it != dev.pool.end() && chunk != it->second.end()) {
-          it->second.erase(chunk);
-          if (it->second.empty()) dev.pool.erase(it);
-          dev.pooled -= b.reserved;
-          stats_.pooled_bytes -= b.reserved;
-          CUmemGenericAllocationHandle back = b.old_handle;
-          EndShadow(dev, b);
-          b.device_handle = back;
-          b.location = Location::kCpuGpu;  // the host copy is current once the copy is done
-          ++stats_.swap_outs_cancelled;
-          Log(JsonLine()
-                  .Str("type", "swap_in")
-                  .Uint("id", b.id)
-                  .Uint("bytes", b.size)
-                  .Bool("copy", false)
-                  .Int("device", dev.ordinal)
-                  .Finish());
-          // The consumer may write it: after the swap-out's copy read it.
-          return OrderAfterSwap(dev, b, consumer);
+    const bool reuse = attempt == 0;
+    CUmemGenericAllocationHandle h = 0;
+    bool pooled = false;
+    bool shadowed = false;
+    for (;;) {
+      if (!b.resident() && b.old_mapped) {
+        if (!b.handed_on) {
+          // Its swap-out is still in flight and its device memory was not
+          // handed on: take it back; it holds the data (the copy only reads).
+          auto it = dev.pool.find(b.reserved);
+          auto chunk = it == dev.pool.end()
+                           ? std::vector<CUmemGenericAllocationHandle>::iterator()
+                           : std::find(it->second.begin(), it->second.end(), b.old_handle);
+          if (it != dev.pool.end() && chunk != it->second.end()) {
+            it->second.erase(chunk);
+            if (it->second.empty()) dev.pool.erase(it);
+            dev.pooled -= b.reserved;
+            stats_.pooled_bytes -= b.reserved;
+            CUmemGenericAllocationHandle back = b.old_handle;
+            EndShadow(dev, b);
+            b.device_handle = back;
+            b.location = Location::kCpuGpu;  // the host copy is current once the copy is done
+            ++stats_.swap_outs_cancelled;
+            Log(JsonLine()
+                    .Str("type", "swap_in")
+                    .Uint("id", b.id)
+                    .Uint("bytes", b.size)
+                    .Bool("copy", false)
+                    .Int("device", dev.ordinal)
+                    .Finish());
+            // The consumer may write it: after the swap-out's copy read it.
+            return OrderAfterSwap(dev, b, consumer);
+          }
         }
+        // Handed on: the address is unmapped once the copy is done (the GPU
+        // would fault before), only then can memory be mapped there.
+        if (CUresult r = WaitSwapUse(dev, b); r != CUDA_SUCCESS) return r;
+        if (b.old_mapped && !EndOldMapping(dev, b)) return CUDA_ERROR_UNKNOWN;
+        continue;  // unlocked: look again
       }
-      // Handed on: the address is unmapped once the copy is done (the GPU
-      // would fault before), only then can memory be mapped there.
-      if (CUresult r = WaitSwapUse(dev, b); r != CUDA_SUCCESS) return r;
-      if (b.old_mapped && !EndOldMapping(dev, b)) return CUDA_ERROR_UNKNOWN;
-      continue;  // unlocked: look again
-    }
-    if (!b.resident() && b.host_at_base && !UnknownIdle(dev)) {
-      // A kernel whose accesses are unknown may be reading the host copy
-      // through the address: it stays mapped until that work completed.
-      if (CUresult r = WaitIdle(b, /*own_uses=*/false); r != CUDA_SUCCESS) return r;
-      continue;  // unlocked: look again
-    }
-    if (b.resident()) {
-      // Another thread brought it in while the lock was released: order
-      // after its copy, as for any resident buffer.
-      return OrderAfterSwap(dev, b, consumer);
-    }
-    if (reuse && TakePooled(dev, b.reserved, &h, &shadowed)) {
-      pooled = true;
-      break;  // charged already: no room to make
-    }
-    if (CUresult r = MakeRoom(dev, b.reserved, reuse ? b.reserved : 0); r != CUDA_SUCCESS) {
-      return r;
-    }
-    // MakeRoom may have waited without the lock.
-    if (b.resident() || b.old_mapped || (b.host_at_base && !UnknownIdle(dev))) continue;
-    if (reuse && TakePooled(dev, b.reserved, &h, &shadowed)) {
-      pooled = true;
-      break;
-    }
-    if (CUresult r = CreatePhysical(dev, b.reserved, &h); r != CUDA_SUCCESS) return r;
-    // CreatePhysical may have waited without the lock.
-    if (!b.resident() && !b.old_mapped && !(b.host_at_base && !UnknownIdle(dev))) break;
-    PoolPhysical(dev, h, b.reserved);
-  }
-  // A buffer with no host copy was dropped never written (nothing to copy).
-  bool never_written = (version_policy_ && !b.written) || !b.has_host_copy();
-  bool copying = copy && !never_written;
-  if (copying) {
-    if (CUresult r = EnsureSwapStream(dev); r != CUDA_SUCCESS) {
-      PoolPhysical(dev, h, b.reserved);
-      return r;
-    }
-  }
-  if (b.host_at_base) {
-    if (CUresult r = Failed(driver_->cuMemUnmap(b.base, b.reserved)); r != CUDA_SUCCESS) {
-      PoolPhysical(dev, h, b.reserved);
-      return r;  // still swapped out, still readable
-    }
-    b.host_at_base = false;
-  }
-  bool mapped = false;
-  if (CUresult r = MapAt(b.base, b.reserved, h, dev.ordinal, &mapped); r != CUDA_SUCCESS) {
-    if (!mapped) {
-      // Still swapped out; readable again unless this fails too (then
-      // host_at_base says so).
-      if (b.has_vmm_host_copy()) (void)MapHostAtBase(b);
-      PoolPhysical(dev, h, b.reserved);
-      return r;
-    }
-    // Mapped without access and stuck there: resident, holding nothing.
-    b.device_handle = h;
-    b.stale_device = true;
-    b.location = Location::kCpuGpu;
-    return r;
-  }
-  b.device_handle = h;
-  if (copying) {
-    CUresult r = Failed(
-        b.host_handle != 0
-            ? driver_->cuMemcpyDtoDAsync_v2(b.base, b.host_va, b.size, dev.swap_stream)
-            : driver_->cuMemcpyHtoDAsync_v2(b.base, b.host_ptr, b.size, dev.swap_stream));
-    if (r != CUDA_SUCCESS) {
-      // The host copy stays the only one.
-      if (UnmapDevice(dev, b) != CUDA_SUCCESS) {
-        b.stale_device = true;  // resident, holding nothing: restored at next use
-        b.location = Location::kCpuGpu;
+      if (!b.resident() && b.host_at_base && !UnknownIdle(dev)) {
+        // A kernel whose accesses are unknown may be reading the host copy
+        // through the address: it stays mapped until that work completed.
+        if (CUresult r = WaitIdle(b, /*own_uses=*/false); r != CUDA_SUCCESS) return r;
+        continue;  // unlocked: look again
       }
-      return r;
+      if (b.resident()) {
+        // Another thread brought it in while the lock was released: order
+        // after its copy, as for any resident buffer.
+        return OrderAfterSwap(dev, b, consumer);
+      }
+      if (reuse && TakePooled(dev, b.reserved, &h, &shadowed)) {
+        pooled = true;
+        break;  // charged already: no room to make
+      }
+      if (CUresult r = MakeRoom(dev, b.reserved, reuse ? b.reserved : 0); r != CUDA_SUCCESS) {
+        return r;
+      }
+      // MakeRoom may have waited without the lock.
+      if (b.resident() || b.old_mapped || (b.host_at_base && !UnknownIdle(dev))) continue;
+      if (reuse && TakePooled(dev, b.reserved, &h, &shadowed)) {
+        pooled = true;
+        break;
+      }
+      if (CUresult r = CreatePhysical(dev, b.reserved, &h); r != CUDA_SUCCESS) return r;
+      // CreatePhysical may have waited without the lock.
+      if (!b.resident() && !b.old_mapped && !(b.host_at_base && !UnknownIdle(dev))) break;
+      PoolPhysical(dev, h, b.reserved);
     }
-    // The copy is in flight: the buffer is busy until it completed, and any
-    // stream that uses it before then waits for it (OrderAfterSwap).
-    NoteUse(b.uses, dev.swap_stream, dev.ordinal);
-    ++stats_.swap_ins;
-    stats_.bytes_copied_in += b.size;
-  } else if (copy) {
-    // Never written: fresh memory holds what it held (zeros), a reused
-    // chunk is zeroed first.
-    if (pooled) {
-      if (CUresult r = ZeroReused(dev, b); r != CUDA_SUCCESS) {
-        // Swapped out again (the chunk back in the pool): try fresh memory.
-        if (UnmapDevice(dev, b) == CUDA_SUCCESS) continue;
-        b.stale_device = true;  // resident, holding nothing: restored at next use
-        b.location = Location::kCpuGpu;
+    // A buffer with no host copy was dropped never written (nothing to copy).
+    bool never_written = (version_policy_ && !b.written) || !b.has_host_copy();
+    bool copying = copy && !never_written;
+    if (copying) {
+      if (CUresult r = EnsureSwapStream(dev); r != CUDA_SUCCESS) {
+        PoolPhysical(dev, h, b.reserved);
         return r;
       }
     }
-    ++stats_.swap_ins_never_written;
-  } else {
-    // Contents come from the operation about to run; until it is submitted
-    // the host copy stays the truth (see Finish).
-    b.pending_overwrite = true;
-    ++stats_.swap_ins_without_copy;
-    // Memory still in use by its last owner's queued work: the operation
-    // runs after that (an event on the swap stream, or a host wait there).
-    if (shadowed) NoteUse(b.uses, dev.swap_stream, dev.ordinal);
-  }
-  b.location = Location::kCpuGpu;
-  Log(JsonLine()
-          .Str("type", "swap_in")
-          .Uint("id", b.id)
-          .Uint("bytes", b.size)
-          .Bool("copy", copying)
-          .Int("device", dev.ordinal)
-          .Finish());
-  // An error here leaves the copy in flight and the buffer resident, with
-  // its use on the swap stream not observed: consistent, and retried.
-  return OrderAfterSwap(dev, b, consumer);  // nothing to do without swap-stream work
+    if (b.host_at_base) {
+      if (CUresult r = Failed(driver_->cuMemUnmap(b.base, b.reserved)); r != CUDA_SUCCESS) {
+        PoolPhysical(dev, h, b.reserved);
+        return r;  // still swapped out, still readable
+      }
+      b.host_at_base = false;
+    }
+    bool mapped = false;
+    if (CUresult r = MapAt(b.base, b.reserved, h, dev.ordinal, &mapped); r != CUDA_SUCCESS) {
+      if (!mapped) {
+        // Still swapped out; readable again unless this fails too (then
+        // host_at_base says so).
+        if (b.has_vmm_host_copy()) (void)MapHostAtBase(b);
+        PoolPhysical(dev, h, b.reserved);
+        return r;
+      }
+      // Mapped without access and stuck there: resident, holding nothing.
+      b.device_handle = h;
+      b.stale_device = true;
+      b.location = Location::kCpuGpu;
+      return r;
+    }
+    b.device_handle = h;
+    if (copying) {
+      CUresult r =
+          Failed(b.host_handle != 0
+                     ? driver_->cuMemcpyDtoDAsync_v2(b.base, b.host_va, b.size, dev.swap_stream)
+                     : driver_->cuMemcpyHtoDAsync_v2(b.base, b.host_ptr, b.size, dev.swap_stream));
+      if (r != CUDA_SUCCESS) {
+        // The host copy stays the only one.
+        if (UnmapDevice(dev, b) != CUDA_SUCCESS) {
+          b.stale_device = true;  // resident, holding nothing: restored at next use
+          b.location = Location::kCpuGpu;
+        }
+        return r;
+      }
+      // The copy is in flight: the buffer is busy until it completed, and any
+      // stream that uses it before then waits for it (OrderAfterSwap).
+      NoteUse(b.uses, dev.swap_stream, dev.ordinal);
+      ++stats_.swap_ins;
+      stats_.bytes_copied_in += b.size;
+    } else if (copy) {
+      // Never written: fresh memory holds what it held (zeros), a reused
+      // chunk is zeroed first.
+      if (pooled) {
+        if (CUresult r = ZeroReused(dev, b); r != CUDA_SUCCESS) {
+          // Swapped out again (the chunk back in the pool): try fresh memory.
+          if (UnmapDevice(dev, b) == CUDA_SUCCESS) continue;
+          b.stale_device = true;  // resident, holding nothing: restored at next use
+          b.location = Location::kCpuGpu;
+          return r;
+        }
+      }
+      ++stats_.swap_ins_never_written;
+    } else {
+      // Contents come from the operation about to run; until it is submitted
+      // the host copy stays the truth (see Finish).
+      b.pending_overwrite = true;
+      ++stats_.swap_ins_without_copy;
+      // Memory still in use by its last owner's queued work: the operation
+      // runs after that (an event on the swap stream, or a host wait there).
+      if (shadowed) NoteUse(b.uses, dev.swap_stream, dev.ordinal);
+    }
+    b.location = Location::kCpuGpu;
+    Log(JsonLine()
+            .Str("type", "swap_in")
+            .Uint("id", b.id)
+            .Uint("bytes", b.size)
+            .Bool("copy", copying)
+            .Int("device", dev.ordinal)
+            .Finish());
+    // An error here leaves the copy in flight and the buffer resident, with
+    // its use on the swap stream not observed: consistent, and retried.
+    return OrderAfterSwap(dev, b, consumer);  // nothing to do without swap-stream work
   }
 }
 
@@ -1853,9 +1860,7 @@ int MemoryManager::BeginUnknown(CUstream stream) {
   // It may reach a swapped-out buffer through its address, which must show
   // the host copy (or fault) rather than memory handed on: old mappings end
   // first, after their copies (the one host wait unknown work costs).
-  while (!dev.old_mappings.empty() &&
-         ReapOldMappings(dev, /*wait=*/true, &stats_.wait_unknown_seconds)) {
-  }
+  SettleOldMappings(ordinal);
   if (dev.swap_stream != nullptr) {
     // After every swap-in copy in flight: on the device, else on the host
     // (finite: nothing on the swap stream waits for the program's work).

@@ -266,6 +266,9 @@ class MemoryManager {
     if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return;
     absl::MutexLock lock(&mu_);
     const bool all = !HostVmm(ordinal);
+    // Buffers swapped out behind in-flight work get their host copy mapped
+    // once their copy is done: wait for that rather than list them all.
+    if (!all) SettleOldMappings(ordinal);
     for (const auto& [base, b] : by_base_) {
       if (IsSwappable(*b, ordinal) && (all || !Readable(*b))) ids->push_back(BufferId(*b));
     }
@@ -341,6 +344,9 @@ class MemoryManager {
   bool ReapOldMappings(Device& dev, bool wait, double* waited = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool EndOldMapping(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Before work of unknown accesses on `device`: ends every old mapping
+  // there, waiting for the swap stream (a wait counted for unknown work).
+  void SettleOldMappings(int device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A host wait for the swap stream's latest work, without the lock (it may
   // wait for the program's work since swap-outs wait on its events).
   CUresult WaitSwapStream(Device& dev, double* waited) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
