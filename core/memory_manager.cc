@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
+#include <tuple>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -19,6 +21,9 @@ namespace {
 constexpr uint64_t kSmallUnit = 4096;
 
 uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// The "consumer" of a prefetch's swap-in: nothing is ordered after it yet.
+const CUstream kNoConsumer = reinterpret_cast<CUstream>(~uintptr_t{0});
 
 double Seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
@@ -89,6 +94,19 @@ struct MemoryManager::Buffer {
   // the next use; evicted without a copy.
   bool stale_device = false;
   uint64_t failed_round = 0;  // round_ in which evicting it failed
+  // Swapped out asynchronously: `old_handle` (in the pool, or handed on
+  // when `handed_on`) is still mapped at `base` until the swap-out's copy,
+  // the buffer's use on the swap stream, is observed complete.
+  bool old_mapped = false;
+  bool handed_on = false;
+  CUmemGenericAllocationHandle old_handle = 0;
+  // Where it stands in its device's eviction order (Reindex).
+  uint64_t serial = 0;
+  uint64_t next_use = EvictionCandidate::kNoNextUse;
+  bool indexed = false;
+  std::tuple<EvictionKey, uint64_t, uint64_t> index_key;
+  bool drop_indexed = false;
+  std::pair<uint64_t, uint64_t> drop_key;  // (last use, serial)
 
   bool resident() const { return !vmm || device_handle != 0; }
   // A host copy that can be copied to and from (host_va mapped); the
@@ -114,7 +132,83 @@ struct MemoryManager::Device {
   bool host_vmm = false;
   CUstream swap_stream = nullptr;
   uint64_t host_bytes = 0;  // host copies
+  // The physical pool: reserved size -> handles, charged (in `used`).
+  std::map<uint64_t, std::vector<CUmemGenericAllocationHandle>> pool;
+  uint64_t pooled = 0;
+  // Buffers whose old mapping is still there (Buffer::old_mapped).
+  std::vector<Buffer*> old_mappings;
+  // The eviction order (MemoryManager::Reindex).
+  std::map<std::tuple<EvictionKey, uint64_t, uint64_t>, Buffer*> evictable;
+  std::map<std::pair<uint64_t, uint64_t>, Buffer*> droppable;
 };
+
+class MemoryManager::ReindexAtExit {
+ public:
+  ReindexAtExit(MemoryManager* mm, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm->mu_)
+      : mm_(mm), b_(b) {}
+  ~ReindexAtExit() ABSL_NO_THREAD_SAFETY_ANALYSIS { mm_->Reindex(b_); }
+  ReindexAtExit(const ReindexAtExit&) = delete;
+  ReindexAtExit& operator=(const ReindexAtExit&) = delete;
+
+ private:
+  MemoryManager* const mm_;
+  Buffer& b_;
+};
+
+EvictionCandidate MemoryManager::CandidateOf(const Buffer& b) const {
+  // What may go without a copy is shown as clean (a current host copy).
+  bool free = Droppable(b);
+  EvictionCandidate c;
+  c.id = b.id;
+  c.bytes = b.reserved;
+  c.location = free ? Location::kCpuGpu : b.location;
+  c.gpu_version = b.gpu_version;
+  c.host_version = free ? b.gpu_version : b.host_version;
+  c.last_use = b.last_use;
+  c.next_use = b.next_use;
+  return c;
+}
+
+void MemoryManager::Unindex(Buffer& b) {
+  if (!b.indexed && !b.drop_indexed) return;
+  Device& dev = DeviceState(b.device);
+  if (b.indexed) dev.evictable.erase(b.index_key);
+  if (b.drop_indexed) dev.droppable.erase(b.drop_key);
+  b.indexed = false;
+  b.drop_indexed = false;
+}
+
+void MemoryManager::Reindex(Buffer& b) {
+  // Pins, failed rounds and idleness change all the time: checked when an
+  // eviction looks, not kept here.
+  const bool eligible = b.vmm && b.resident() && !b.garbage && !b.exported;
+  const bool droppable = eligible && Droppable(b);
+  Device& dev = DeviceState(b.device);
+  if (eligible) {
+    auto key = std::make_tuple(policy_->Key(CandidateOf(b)), b.id, b.serial);
+    if (!b.indexed || key != b.index_key) {
+      if (b.indexed) dev.evictable.erase(b.index_key);
+      b.index_key = key;
+      dev.evictable.emplace(key, &b);
+      b.indexed = true;
+    }
+  } else if (b.indexed) {
+    dev.evictable.erase(b.index_key);
+    b.indexed = false;
+  }
+  if (droppable) {
+    std::pair<uint64_t, uint64_t> key{b.last_use, b.serial};
+    if (!b.drop_indexed || key != b.drop_key) {
+      if (b.drop_indexed) dev.droppable.erase(b.drop_key);
+      b.drop_key = key;
+      dev.droppable.emplace(key, &b);
+      b.drop_indexed = true;
+    }
+  } else if (b.drop_indexed) {
+    dev.droppable.erase(b.drop_key);
+    b.drop_indexed = false;
+  }
+}
 
 std::unique_ptr<MemoryManager> MemoryManager::Create(const Config& config,
                                                      const Driver* driver,
@@ -151,10 +245,12 @@ MemoryManager::~MemoryManager() {
     Buffer& b = *by_base_.begin()->second;
     WaitIdle(b);  // an error here leaves nothing better to do than release
     if (!ReleaseBuffer(DeviceState(b.device), b)) {
+      Unindex(b);
       by_id_.erase(b.id);  // at exit: leak what the driver would not release
       by_base_.erase(by_base_.begin());
     }
   }
+  ReleaseAllPooled();
   RetryReleases();
   for (auto& d : devices_) {
     if (!d) continue;
@@ -288,6 +384,7 @@ bool MemoryManager::Idle(Buffer& b) const {
 }
 
 CUresult MemoryManager::WaitIdle(Buffer& b, bool own_uses) {
+  if (no_block_) return CUDA_ERROR_NOT_READY;
   Device& dev = DeviceState(b.device);
   struct Pending {
     bool unknown;
@@ -340,6 +437,9 @@ CUresult MemoryManager::WaitIdle(Buffer& b, bool own_uses) {
   }
   double waited = Seconds(std::chrono::steady_clock::now() - start);
   stats_.host_wait_seconds += waited;
+  bool unknown = std::any_of(pending.begin(), pending.end(),
+                             [](const Pending& p) { return p.unknown; });
+  (unknown ? stats_.wait_unknown_seconds : stats_.wait_program_seconds) += waited;
   Log(JsonLine()
           .Str("type", own_uses ? "evict_wait" : "unknown_wait")
           .Uint("id", b.id)
@@ -349,7 +449,7 @@ CUresult MemoryManager::WaitIdle(Buffer& b, bool own_uses) {
 }
 
 CUresult MemoryManager::OrderAfterSwap(Device& dev, Buffer& b, CUstream consumer) {
-  if (dev.swap_stream == nullptr) return CUDA_SUCCESS;
+  if (dev.swap_stream == nullptr || consumer == kNoConsumer) return CUDA_SUCCESS;
   for (Use& u : b.uses) {
     if (u.stream != dev.swap_stream || Observed(u)) continue;
     // The consumer waits on the device; the host goes on.
@@ -357,15 +457,63 @@ CUresult MemoryManager::OrderAfterSwap(Device& dev, Buffer& b, CUstream consumer
         Failed(driver_->cuStreamWaitEvent(consumer, u.event, 0)) == CUDA_SUCCESS) {
       continue;
     }
-    // Else the host waits for the copy (finite: see WaitForUse), so the
-    // consumer cannot start before it.
-    auto start = std::chrono::steady_clock::now();
-    CUresult r = Failed(WaitForUse(u, dev.swap_stream));
-    stats_.host_wait_seconds += Seconds(std::chrono::steady_clock::now() - start);
-    if (r != CUDA_SUCCESS) return r;
-    u.done = true;
+    // Else the host waits for the copy, so the consumer cannot start
+    // before it (without the lock: the swap stream may be waiting for the
+    // program's work behind a queued swap-out).
+    if (CUresult r = WaitSwapUse(dev, b); r != CUDA_SUCCESS) return r;
+    break;  // the buffer has one use on the swap stream
   }
   return CUDA_SUCCESS;
+}
+
+CUresult MemoryManager::WaitSwapUse(Device& dev, Buffer& b) {
+  Use* use = nullptr;
+  for (Use& u : b.uses) {
+    if (dev.swap_stream != nullptr && u.stream == dev.swap_stream) use = &u;
+  }
+  if (use == nullptr || Observed(*use)) return CUDA_SUCCESS;
+  if (no_block_) return CUDA_ERROR_NOT_READY;
+  const Use copy = *use;
+  const CUstream swap_stream = dev.swap_stream;
+  ++b.pins;
+  auto start = std::chrono::steady_clock::now();
+  mu_.Unlock();
+  CUresult r = WaitForUse(copy, swap_stream);
+  mu_.Lock();
+  --b.pins;
+  double waited = Seconds(std::chrono::steady_clock::now() - start);
+  stats_.host_wait_seconds += waited;
+  stats_.wait_swap_seconds += waited;
+  Log(JsonLine()
+          .Str("type", "swap_wait")
+          .Str("what", "buffer")
+          .Uint("id", b.id)
+          .Double("seconds", waited)
+          .Finish());
+  if (Failed(r) != CUDA_SUCCESS) return r;
+  for (Use& v : b.uses) {
+    if (v.stream == copy.stream && v.seq == copy.seq) v.done = true;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult MemoryManager::WaitSwapStream(Device& dev, double* reason) {
+  const CUstream swap_stream = dev.swap_stream;
+  if (swap_stream == nullptr) return CUDA_SUCCESS;
+  if (no_block_) return CUDA_ERROR_NOT_READY;
+  auto start = std::chrono::steady_clock::now();
+  mu_.Unlock();
+  CUresult r = driver_->cuStreamSynchronize(swap_stream);
+  mu_.Lock();
+  double waited = Seconds(std::chrono::steady_clock::now() - start);
+  stats_.host_wait_seconds += waited;
+  *(reason != nullptr ? reason : &stats_.wait_swap_seconds) += waited;
+  Log(JsonLine()
+          .Str("type", "swap_wait")
+          .Str("what", reason == &stats_.wait_unknown_seconds ? "unknown" : "stream")
+          .Double("seconds", waited)
+          .Finish());
+  return Failed(r);
 }
 
 void MemoryManager::RecordUse(Buffer& b, CUstream stream) {
@@ -395,6 +543,7 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr) {
   b->gpu_version = ++version_;
   b->last_use = ++clock_;  // just used: not the first to go
   CollectGarbage();
+  ReapOldMappings(dev, /*wait=*/false);
   if (dev.granularity == 0 || bytes < dev.granularity) {
     // Too small to map on its own: the driver's allocator, charged, kept.
     b->reserved = AlignUp(bytes, kSmallUnit);
@@ -411,7 +560,7 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr) {
   } else {
     b->vmm = true;
     b->reserved = AlignUp(bytes, dev.granularity);
-    if (CUresult r = MakeRoom(dev, b->reserved); r != CUDA_SUCCESS) return r;
+    // Room is made (or a pooled chunk taken) once the range is reserved.
     if (CUresult r = driver_->cuMemAddressReserve(&b->base, b->reserved, 0, 0, 0);
         r != CUDA_SUCCESS) {
       return r;
@@ -425,7 +574,10 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr) {
     }
   }
   *dptr = b->base;
+  b->serial = ++serial_;
+  Buffer& added = *b;
   by_base_[b->base] = std::move(b);
+  Reindex(added);
   return CUDA_SUCCESS;
 }
 
@@ -473,6 +625,7 @@ void MemoryManager::Bind(CUdeviceptr base, uint64_t id) {
   if (it == by_base_.end() || id == 0) return;  // untracked: never looked up
   it->second->id = id;
   by_id_[id] = it->second.get();
+  Reindex(*it->second);
 }
 
 bool MemoryManager::Owns(CUdeviceptr base) const {
@@ -488,9 +641,10 @@ CUresult MemoryManager::Free(CUdeviceptr base) {
   if (b.garbage) return CUDA_ERROR_INVALID_VALUE;  // freed twice
   Device& dev = DeviceState(b.device);
   b.garbage = true;
+  Reindex(b);  // out of the eviction order
   // A release the driver refused is retried as garbage.
   if (b.pins > 0 || !Idle(b) || !ReleaseBuffer(dev, b)) {
-    ++garbage_;  // released once its work completed, or at S404
+    garbage_.push_back(&b);  // released once its work completed, or at S404
   }
   return CUDA_SUCCESS;
 }
@@ -506,9 +660,10 @@ CUresult MemoryManager::FreeAsync(CUdeviceptr base, CUstream stream) {
   // stream (or the context) has observed it (WaitForUse): still stream order.
   NoteUse(b.uses, stream, b.device);
   b.garbage = true;
+  Reindex(b);  // out of the eviction order
   // A release the driver refused is retried as garbage.
   if (b.pins > 0 || !Idle(b) || !ReleaseBuffer(DeviceState(b.device), b)) {
-    ++garbage_;  // released once the stream passed the free (S404)
+    garbage_.push_back(&b);  // released once the stream passed the free (S404)
   }
   return CUDA_SUCCESS;
 }
@@ -543,6 +698,7 @@ CUresult MemoryManager::CheckRange(uint64_t addr, uint64_t extent) const {
 // --- Handles that leave stensor's control -----------------------------------------
 
 CUresult MemoryManager::PinLocked(Buffer& b, const char* api) {
+  ReindexAtExit reindex(this, b);
   bool first = !b.exported;
   b.exported = true;  // from now on no eviction chooses it
   Device& dev = DeviceState(b.device);
@@ -711,12 +867,14 @@ CUresult MemoryManager::CreatePhysical(Device& dev, uint64_t bytes,
   // (Fresh physical memory is what a never-written buffer holds: zeros on
   // the fake, as cuMemAlloc's; undefined on a GPU, as cuMemAlloc's.)
   while ((r = driver_->cuMemCreate(handle, bytes, &prop, 0)) == CUDA_ERROR_OUT_OF_MEMORY) {
+    if (ReleaseOnePooled(dev)) continue;
     if (!EvictByPolicy(dev, bytes)) {
       LogOom(dev, bytes);  // the device itself is full
       return r;
     }
   }
   if (Failed(r) != CUDA_SUCCESS) return r;
+  ++stats_.physical_creates;
   Charge(dev, bytes);
   return CUDA_SUCCESS;
 }
@@ -725,6 +883,7 @@ void MemoryManager::ReleasePhysical(Device& dev, CUmemGenericAllocationHandle ha
                                     uint64_t bytes) {
   if (Failed(driver_->cuMemRelease(handle)) == CUDA_SUCCESS) {
     dev.used -= bytes;
+    ++stats_.physical_releases;
   } else {
     unreleased_.push_back({dev.ordinal, handle, bytes});  // still held: still charged
   }
@@ -734,6 +893,7 @@ void MemoryManager::RetryReleases() {
   for (size_t i = 0; i < unreleased_.size();) {
     if (Failed(driver_->cuMemRelease(unreleased_[i].handle)) == CUDA_SUCCESS) {
       DeviceState(unreleased_[i].device).used -= unreleased_[i].bytes;
+      ++stats_.physical_releases;
       unreleased_.erase(unreleased_.begin() + i);
     } else {
       ++i;
@@ -757,18 +917,183 @@ CUresult MemoryManager::MapAt(CUdeviceptr va, uint64_t bytes, CUmemGenericAlloca
   return r;
 }
 
-CUresult MemoryManager::MapDevice(Device& dev, Buffer& b) {
-  CUmemGenericAllocationHandle h = 0;
-  if (CUresult r = CreatePhysical(dev, b.reserved, &h); r != CUDA_SUCCESS) return r;
-  bool mapped = false;
-  if (CUresult r = MapAt(b.base, b.reserved, h, dev.ordinal, &mapped); r != CUDA_SUCCESS) {
-    // (A mapping left behind after a second failure keeps the memory in
-    // use; the handle is released all the same.)
-    ReleasePhysical(dev, h, b.reserved);
+// --- The physical pool ------------------------------------------------------------
+//
+// Exact reserved sizes rather than granule chunks: training allocates and
+// swaps the same sizes step after step, and one handle per buffer keeps a
+// swap to one cuMemMap/cuMemUnmap. The pool is bounded by the cap itself:
+// its chunks stay charged, and they are the first thing released whenever
+// room is needed (MakeRoom, a full device), so pooling never costs an
+// eviction; a size that does not recur is released the first time room is
+// short.
+
+bool MemoryManager::TakePooled(Device& dev, uint64_t bytes,
+                               CUmemGenericAllocationHandle* handle, bool* shadowed) {
+  auto it = dev.pool.find(bytes);
+  if (it == dev.pool.end()) return false;
+  std::vector<CUmemGenericAllocationHandle>& chunks = it->second;
+  // A chunk no old address maps first: its next user need not wait.
+  size_t pick = chunks.size() - 1;
+  for (size_t i = chunks.size(); i-- > 0;) {
+    if (!shadows_.contains(chunks[i])) {
+      pick = i;
+      break;
+    }
+  }
+  *handle = chunks[pick];
+  chunks.erase(chunks.begin() + pick);
+  if (chunks.empty()) dev.pool.erase(it);
+  dev.pooled -= bytes;
+  stats_.pooled_bytes -= bytes;
+  ++stats_.pool_hits;
+  *shadowed = shadows_.contains(*handle);
+  if (*shadowed) {
+    // Its old owner can no longer take it back (its contents will change).
+    for (Buffer* o : dev.old_mappings) {
+      if (o->old_handle == *handle) o->handed_on = true;
+    }
+  }
+  return true;
+}
+
+void MemoryManager::PoolPhysical(Device& dev, CUmemGenericAllocationHandle handle,
+                                 uint64_t bytes) {
+  dev.pool[bytes].push_back(handle);
+  dev.pooled += bytes;
+  stats_.pooled_bytes += bytes;
+}
+
+bool MemoryManager::ReleaseOnePooled(Device& dev) {
+  // The largest first: fewest calls for the room.
+  for (auto it = dev.pool.rbegin(); it != dev.pool.rend(); ++it) {
+    std::vector<CUmemGenericAllocationHandle>& chunks = it->second;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      if (shadows_.contains(chunks[i])) continue;  // still mapped at an old address
+      CUmemGenericAllocationHandle h = chunks[i];
+      uint64_t bytes = it->first;
+      chunks.erase(chunks.begin() + i);
+      if (chunks.empty()) dev.pool.erase(std::next(it).base());
+      dev.pooled -= bytes;
+      stats_.pooled_bytes -= bytes;
+      ReleasePhysical(dev, h, bytes);  // a failure is retried, still charged
+      return true;
+    }
+  }
+  return false;
+}
+
+void MemoryManager::ReleaseAllPooled() {
+  for (auto& d : devices_) {
+    if (!d) continue;
+    while (ReleaseOnePooled(*d)) {
+    }
+  }
+}
+
+void MemoryManager::EndShadow(Device& dev, Buffer& b) {
+  if (!b.old_mapped) return;
+  b.old_mapped = false;
+  b.handed_on = false;
+  auto s = shadows_.find(b.old_handle);
+  if (s != shadows_.end() && --s->second == 0) shadows_.erase(s);
+  b.old_handle = 0;
+  auto it = std::find(dev.old_mappings.begin(), dev.old_mappings.end(), &b);
+  if (it != dev.old_mappings.end()) dev.old_mappings.erase(it);
+}
+
+bool MemoryManager::EndOldMapping(Device& dev, Buffer& b) {
+  if (Failed(driver_->cuMemUnmap(b.base, b.reserved)) != CUDA_SUCCESS) return false;
+  EndShadow(dev, b);
+  // Never fault: the address reads the host copy from now on.
+  if (b.has_vmm_host_copy() && MapHostAtBase(b) != CUDA_SUCCESS) {
+    if (b.host_at_base && Failed(driver_->cuMemUnmap(b.base, b.reserved)) == CUDA_SUCCESS) {
+      b.host_at_base = false;
+    }
+    Log(JsonLine()
+            .Str("type", "limitation")
+            .Str("what", "the host copy could not be mapped at a swapped-out "
+                         "buffer's address")
+            .Uint("id", b.id)
+            .Finish());
+  }
+  return true;
+}
+
+bool MemoryManager::ReapOldMappings(Device& dev, bool wait, double* waited) {
+  if (dev.old_mappings.empty()) return false;
+  if (wait && WaitSwapStream(dev, waited) != CUDA_SUCCESS) return false;
+  bool any = false;
+  // Copy: ending one edits the list (and the wait released the lock).
+  std::vector<Buffer*> pending = dev.old_mappings;
+  for (Buffer* b : pending) {
+    bool observed = false;
+    for (Use& u : b->uses) {
+      if (u.stream == dev.swap_stream) observed = Observed(u);
+    }
+    if (observed && EndOldMapping(dev, *b)) any = true;
+  }
+  return any;
+}
+
+void MemoryManager::SettleOldMappings(int device) {
+  Device& dev = DeviceState(device);
+  while (!dev.old_mappings.empty() &&
+         ReapOldMappings(dev, /*wait=*/true, &stats_.wait_unknown_seconds)) {
+  }
+}
+
+CUresult MemoryManager::ZeroReused(Device& dev, Buffer& b) {
+  if (CUresult r = EnsureSwapStream(dev); r != CUDA_SUCCESS) return r;
+  if (CUresult r = Failed(driver_->cuMemsetD8Async(b.base, 0, b.reserved, dev.swap_stream));
+      r != CUDA_SUCCESS) {
     return r;
   }
-  b.device_handle = h;
+  // Consumers wait for it (OrderAfterSwap), as for a swap-in's copy.
+  NoteUse(b.uses, dev.swap_stream, dev.ordinal);
   return CUDA_SUCCESS;
+}
+
+CUresult MemoryManager::MapDevice(Device& dev, Buffer& b) {
+  // A pooled chunk first; fresh memory when there is none, or when zeroing
+  // the reused one failed.
+  for (bool reuse = true;; reuse = false) {
+    CUmemGenericAllocationHandle h = 0;
+    bool shadowed = false;
+    bool pooled = reuse && TakePooled(dev, b.reserved, &h, &shadowed);
+    if (!pooled) {
+      if (CUresult r = MakeRoom(dev, b.reserved, reuse ? b.reserved : 0);
+          r != CUDA_SUCCESS) {
+        return r;
+      }
+      pooled = reuse && TakePooled(dev, b.reserved, &h, &shadowed);
+      if (!pooled) {
+        if (CUresult r = CreatePhysical(dev, b.reserved, &h); r != CUDA_SUCCESS) return r;
+      }
+    }
+    bool mapped = false;
+    if (CUresult r = MapAt(b.base, b.reserved, h, dev.ordinal, &mapped); r != CUDA_SUCCESS) {
+      // (A mapping left behind after a second failure keeps the memory in
+      // use; the handle is released all the same.)
+      if (mapped) {
+        ReleasePhysical(dev, h, b.reserved);
+      } else {
+        PoolPhysical(dev, h, b.reserved);
+      }
+      return r;
+    }
+    b.device_handle = h;
+    // Fresh memory holds zeros on the fake (as cuMemAlloc's); a reused
+    // chunk is zeroed on the swap stream, after whatever its last owner
+    // queued there, and the buffer's first user waits for that.
+    if (!pooled) return CUDA_SUCCESS;
+    CUresult r = ZeroReused(dev, b);
+    if (r == CUDA_SUCCESS) return CUDA_SUCCESS;
+    if (Failed(driver_->cuMemUnmap(b.base, b.reserved)) != CUDA_SUCCESS) {
+      return r;  // mapped and holding old contents: the allocation fails
+    }
+    b.device_handle = 0;
+    PoolPhysical(dev, h, b.reserved);
+  }
 }
 
 bool MemoryManager::ReleaseHostCopy(Device& dev, Buffer& b) {
@@ -799,11 +1124,12 @@ bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
     if (Failed(driver_->cuMemFree_v2(b.base)) != CUDA_SUCCESS) return false;
     dev.used -= b.reserved;
   } else {
-    if (b.device_handle != 0 || b.host_at_base) {
+    if (b.device_handle != 0 || b.host_at_base || b.old_mapped) {
       if (Failed(driver_->cuMemUnmap(b.base, b.reserved)) != CUDA_SUCCESS) return false;
       b.host_at_base = false;
-      if (b.device_handle != 0) ReleasePhysical(dev, b.device_handle, b.reserved);
+      if (b.device_handle != 0) PoolPhysical(dev, b.device_handle, b.reserved);
       b.device_handle = 0;
+      EndShadow(dev, b);  // released only once idle: its swap-out copy is done
     }
     if (b.va_reserved) {
       if (Failed(driver_->cuMemAddressFree(b.base, b.reserved)) != CUDA_SUCCESS) return false;
@@ -814,6 +1140,11 @@ bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
   // A failed destroy leaks one event; nothing depends on it any more.
   for (const Use& u : b.uses) {
     if (u.event != nullptr) (void)Failed(driver_->cuEventDestroy_v2(u.event));
+  }
+  Unindex(b);
+  if (b.garbage) {
+    auto g = std::find(garbage_.begin(), garbage_.end(), &b);
+    if (g != garbage_.end()) garbage_.erase(g);
   }
   by_id_.erase(b.id);
   by_base_.erase(b.base);  // destroys b
@@ -833,7 +1164,7 @@ void MemoryManager::LogOom(Device& dev, uint64_t need) {
           .Finish());
 }
 
-CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need) {
+CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, uint64_t chunk) {
   if (need > dev.cap) {  // evicting everything would not make it fit
     LogOom(dev, need);
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -842,12 +1173,22 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need) {
   if (!unreleased_.empty()) RetryReleases();
   CUresult error = CUDA_SUCCESS;
   for (;;) {
+    ReapOldMappings(dev, /*wait=*/false);
     // Written so that no sum can wrap, whatever `need` is.
     if (dev.used <= dev.cap - need) return CUDA_SUCCESS;                   // S401/S402
+    if (chunk != 0 && dev.pool.count(chunk) != 0) return CUDA_SUCCESS;    // the caller takes it
+    if (ReleaseOnePooled(dev)) continue;  // pooled chunks go first
+    // What is pooled is still mapped at old addresses whose swap-out copies
+    // are in flight: it is becoming free, so wait for it rather than evict more.
+    if (dev.pooled > 0 && dev.used - dev.pooled <= dev.cap - need) {
+      if (no_block_) return CUDA_ERROR_NOT_READY;  // it comes, but not without a wait
+      if (ReapOldMappings(dev, /*wait=*/true)) continue;
+    }
     if (version_policy_ && DropOneClean(dev, &error)) continue;           // S403
     if (ReleaseGarbage(dev, /*wait=*/false, &error)) continue;            // S404
     if (ReleaseGarbage(dev, /*wait=*/true, &error)) continue;
     if (EvictByPolicy(dev, dev.used - (dev.cap - need), &error)) continue;  // S405
+    if (dev.pooled > 0 && ReapOldMappings(dev, /*wait=*/true)) continue;
     // Nothing was left to evict, or what was left could not be evicted
     // because the driver failed: then that is the error to see.
     if (error != CUDA_SUCCESS) return error;
@@ -861,26 +1202,27 @@ bool MemoryManager::Droppable(const Buffer& b) const {
 }
 
 bool MemoryManager::DropOneClean(Device& dev, CUresult* error) {
+  // The least recently used droppable buffer not pinned (those are few:
+  // an operation's own buffers) nor failed in this round.
   Buffer* pick = nullptr;
-  for (auto& [base, b] : by_base_) {
-    if (b->device != dev.ordinal || !b->vmm || !b->resident() || b->pins > 0 ||
-        b->garbage || b->exported || b->failed_round == round_ || !Droppable(*b) ||
-        !Idle(*b)) {
-      continue;
-    }
-    if (pick == nullptr || b->last_use < pick->last_use) pick = b.get();
+  for (auto& [key, b] : dev.droppable) {
+    if (b->pins > 0 || b->failed_round == round_ || (!CanQueue(dev) && !Idle(*b))) continue;
+    pick = b;
+    break;
   }
   if (pick == nullptr) return false;
   CUresult r = SwapOut(dev, *pick, /*copy=*/false);
   if (r == CUDA_SUCCESS) return true;
+  if (r == CUDA_ERROR_NOT_READY) r = WaitIdle(*pick);  // not orderable on the device
+  if (r == CUDA_SUCCESS) return true;  // unlocked: look again
   pick->failed_round = round_;
   if (error != nullptr) *error = r;
   return true;  // look again: the next clean buffer, or the next step
 }
 
 bool MemoryManager::ReleaseGarbage(Device& dev, bool wait, CUresult* error) {
-  if (garbage_ == 0) return false;
-  for (auto& [base, b] : by_base_) {
+  if (garbage_.empty()) return false;
+  for (Buffer* b : garbage_) {
     if (b->device != dev.ordinal || !b->garbage || b->pins > 0 ||
         b->failed_round == round_) {
       continue;
@@ -894,56 +1236,48 @@ bool MemoryManager::ReleaseGarbage(Device& dev, bool wait, CUresult* error) {
       }
       return true;
     }
-    uint64_t used = dev.used;
+    uint64_t used = dev.used - dev.pooled;  // what the pool holds is as good as free
     Buffer& g = *b;
     if (ReleaseBuffer(dev, g)) {
       ++stats_.garbage_released;
-      --garbage_;
       return true;
     }
     // Partly released, perhaps: progress if its device memory went.
     g.failed_round = round_;
-    if (dev.used < used) return true;
+    if (dev.used - dev.pooled < used) return true;
   }
   return false;
 }
 
 void MemoryManager::CollectGarbage() {
-  if (garbage_ == 0) return;
-  for (auto it = by_base_.begin(); it != by_base_.end();) {
-    Buffer& b = *(it++)->second;  // advance first: release erases
-    if (!b.garbage || b.pins > 0 || !Idle(b)) continue;
-    if (!ReleaseBuffer(DeviceState(b.device), b)) continue;  // retried later
+  if (garbage_.empty()) return;
+  std::vector<Buffer*> garbage = garbage_;  // a release edits the list
+  for (Buffer* b : garbage) {
+    if (b->pins > 0 || !Idle(*b)) continue;
+    if (!ReleaseBuffer(DeviceState(b->device), *b)) continue;  // retried later
     ++stats_.garbage_released;
-    --garbage_;
   }
 }
 
 bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, CUresult* error) {
-  // Candidates are named by their index here: ids are only unique once
-  // bound, and an allocation is bound after it returns.
-  std::vector<EvictionCandidate> candidates;
-  std::vector<Buffer*> buffers;
-  for (auto& [base, b] : by_base_) {
-    if (b->device != dev.ordinal || !b->vmm || !b->resident() || b->pins > 0 ||
-        b->garbage || b->exported || b->failed_round == round_) {
-      continue;
-    }
-    // What may go without a copy is shown as clean (a current host copy).
-    bool free = Droppable(*b);
-    candidates.push_back(EvictionCandidate{
-        buffers.size(), b->reserved, free ? Location::kCpuGpu : b->location,
-        b->gpu_version, free ? b->gpu_version : b->host_version, b->last_use});
-    buffers.push_back(b.get());
+  (void)needed;  // one at a time: the caller re-checks the cap after each
+  // The first in the policy's order not pinned (those are few: the buffers
+  // of operations being prepared) nor failed in this round.
+  Buffer* pick = nullptr;
+  for (auto& [key, b] : dev.evictable) {
+    if (b->pins > 0 || b->failed_round == round_) continue;
+    pick = b;
+    break;
   }
-  if (candidates.empty()) return false;
-  std::vector<Eviction> chosen = policy_->Choose(candidates, std::max<uint64_t>(needed, 1));
-  if (chosen.empty()) return false;
+  if (pick == nullptr) return false;
+  const bool copies = policy_->Copies(CandidateOf(*pick));
+  const Eviction chosen[] = {{pick->id, copies}};
+  std::vector<Buffer*> buffers = {pick};
   // One at a time: the caller re-checks the cap after each. A swap-out that
   // fails (the host limit, a driver error) is skipped in the next look.
   for (const Eviction& e : chosen) {
-    Buffer& b = *buffers[e.id];
-    if (!Idle(b)) {
+    Buffer& b = *buffers[0];
+    if (!CanQueue(dev) && !Idle(b)) {
       // Unlocks: the caller looks again, from the start (without this
       // buffer, if its work could not be observed complete).
       if (CUresult r = WaitIdle(b); r != CUDA_SUCCESS) {
@@ -954,6 +1288,14 @@ bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, CUresult* error)
     }
     CUresult r = SwapOut(dev, b, e.copy || !Droppable(b));
     if (r == CUDA_SUCCESS) return true;
+    if (r == CUDA_ERROR_NOT_READY) {
+      // Its work could not be ordered on the device: wait on the host.
+      if (r = WaitIdle(b); r != CUDA_SUCCESS) {
+        b.failed_round = round_;
+        if (error != nullptr) *error = r;
+      }
+      return true;
+    }
     // Look again without it: the policy chose only as much as was needed.
     b.failed_round = round_;
     if (error != nullptr && r != CUDA_ERROR_OUT_OF_MEMORY) *error = r;
@@ -1038,12 +1380,47 @@ CUresult MemoryManager::EnsureSwapStream(Device& dev) {
   return r;
 }
 
+bool MemoryManager::CanQueue(Device& dev) const {
+  // Work of unknown accesses may reach any buffer: it holds eviction off.
+  // STENSOR_VERIFY checks a drop on the device while it is idle.
+  return verifier_ == nullptr && UnknownIdle(dev);
+}
+
+bool MemoryManager::OrderSwapAfterUses(Device& dev, Buffer& b) {
+  for (Use& u : b.uses) {
+    if (u.stream == dev.swap_stream || Observed(u)) continue;  // FIFO / done
+    // An unrecorded use is known to no event: only a host wait tells.
+    if (!u.recorded ||
+        Failed(driver_->cuStreamWaitEvent(dev.swap_stream, u.event, 0)) != CUDA_SUCCESS) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void MemoryManager::DetachShadowed(Device& dev, Buffer& b) {
+  b.old_handle = b.device_handle;
+  b.old_mapped = true;
+  b.handed_on = false;
+  ++shadows_[b.device_handle];
+  dev.old_mappings.push_back(&b);
+  PoolPhysical(dev, b.device_handle, b.reserved);
+  b.device_handle = 0;
+}
+
 // resident -> swapped out. The steps that can fail come first (host copy,
-// copy, its completion observed, device memory off the address), the
-// metadata last; on a failure the buffer is still resident and consistent.
+// the swap stream ordered after the buffer's uses, the copy, the record of
+// its completion), the metadata last; on a failure the buffer is still
+// resident and consistent. The device memory reaches the pool at once: if
+// the copy (or the buffer's last use) is still in flight it stays mapped at
+// the buffer's address until that is observed complete (ReapOldMappings),
+// and its next user runs after it on the swap stream.
 CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
-  // Nothing is evicted under pending work that may reach it (callers wait).
-  if (!Idle(b)) return CUDA_ERROR_NOT_READY;
+  ReindexAtExit reindex(this, b);
+  const bool idle = Idle(b);
+  // Nothing is evicted under pending work that may reach it unless it can
+  // be queued behind that work (callers wait otherwise).
+  if (!idle && !CanQueue(dev)) return CUDA_ERROR_NOT_READY;
   if (b.stale_device) copy = false;         // the host copy is the data
   if (!copy && !Droppable(b)) copy = true;  // never drop what is dirty
   bool never_written = !copy && !b.stale_device && !b.clean();
@@ -1054,31 +1431,47 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
     if (CUresult r = EnsureHostCopy(b); r != CUDA_SUCCESS) return r;
   }
   // STENSOR_VERIFY: a clean drop is checked first; one that fails the check
-  // (or cannot be checked) is a copy.
+  // (or cannot be checked) is a copy. (Only idle buffers get here with it.)
   // Never-written buffers have no contents to compare; a stale device copy
   // is not the data.
   if (!copy && !never_written && !b.stale_device && verifier_ != nullptr &&
       !VerifiedClean(dev, b)) {
     copy = true;
   }
-  if (copy) {
+  const bool queued = copy || !idle;  // anything on the swap stream
+  if (queued) {
     if (CUresult r = EnsureSwapStream(dev); r != CUDA_SUCCESS) return r;
+    // A drop too: its memory may still be read by in-flight work, so its
+    // next user (on the swap stream) must come after that work.
+    if (!idle && !OrderSwapAfterUses(dev, b)) return CUDA_ERROR_NOT_READY;
+  }
+  if (copy) {
     CUresult r = Failed(
         b.host_handle != 0
             ? driver_->cuMemcpyDtoDAsync_v2(b.host_va, b.base, b.size, dev.swap_stream)
             : driver_->cuMemcpyDtoHAsync_v2(b.host_ptr, b.base, b.size, dev.swap_stream));
     if (r != CUDA_SUCCESS) return r;
-    // The copy reads the device memory: a use on the swap stream, which
-    // must be observed complete before that memory goes.
+  }
+  bool in_flight = false;
+  if (queued) {
+    // The copy (or the wait) is a use on the swap stream: the device memory
+    // is free once it is observed complete.
     NoteUse(b.uses, dev.swap_stream, dev.ordinal);
-    Use& use = *std::find_if(b.uses.begin(), b.uses.end(),
-                             [&](const Use& u) { return u.stream == dev.swap_stream; });
-    auto start = std::chrono::steady_clock::now();
-    r = Failed(WaitForUse(use, dev.swap_stream));
-    stats_.host_wait_seconds += Seconds(std::chrono::steady_clock::now() - start);
-    // Not observed: still resident, and not idle until the copy is seen done.
-    if (r != CUDA_SUCCESS) return r;
-    use.done = true;
+    Use* fence = nullptr;
+    for (Use& u : b.uses) {
+      if (u.stream == dev.swap_stream) fence = &u;
+    }
+    if (!fence->recorded) {
+      // No event tells when it is done: wait for the swap stream on the
+      // host. Not observed: still resident, not idle until seen done.
+      if (CUresult r = WaitSwapUse(dev, b); r != CUDA_SUCCESS) return r;
+      // Unlocked meanwhile: another operation may have used it since.
+      if (!b.resident() || b.pins > 0 || !Idle(b)) return CUDA_ERROR_NOT_READY;
+    } else {
+      in_flight = !Observed(*fence);
+    }
+  }
+  if (copy) {
     b.host_version = b.gpu_version;
     b.location = Location::kCpuGpu;  // a current copy on each side, for now
     if (verifier_ != nullptr) {
@@ -1089,7 +1482,14 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
     ++stats_.swap_outs_copied;
     stats_.bytes_copied_out += b.size;
   }
-  if (CUresult r = UnmapDevice(dev, b); r != CUDA_SUCCESS) return r;
+  if (in_flight) {
+    // The address keeps the device memory until the copy is done (the GPU
+    // would fault), and the memory goes to its next user in stream order.
+    DetachShadowed(dev, b);
+    ++stats_.async_evictions;
+  } else if (CUresult r = UnmapDevice(dev, b); r != CUDA_SUCCESS) {
+    return r;
+  }
   b.location = Location::kCpuOnly;
   b.stale_device = false;
   const char* type = "swap_out";
@@ -1197,7 +1597,7 @@ CUresult MemoryManager::UnmapDevice(Device& dev, Buffer& b) {
             .Uint("id", b.id)
             .Finish());
   }
-  ReleasePhysical(dev, b.device_handle, b.reserved);
+  PoolPhysical(dev, b.device_handle, b.reserved);
   b.device_handle = 0;
   return CUDA_SUCCESS;
 }
@@ -1207,95 +1607,162 @@ CUresult MemoryManager::UnmapDevice(Device& dev, Buffer& b) {
 // accesses that may read it is pending), the copy is ordered before the
 // consumer; a failure before the copy is submitted puts everything back.
 CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer) {
-  CUmemGenericAllocationHandle h = 0;
-  for (;;) {
-    if (CUresult r = MakeRoom(dev, b.reserved); r != CUDA_SUCCESS) return r;
-    if (!b.resident() && b.host_at_base && !UnknownIdle(dev)) {
-      // A kernel whose accesses are unknown may be reading the host copy
-      // through the address: it stays mapped until that work completed.
-      if (CUresult r = WaitIdle(b, /*own_uses=*/false); r != CUDA_SUCCESS) return r;
-      continue;  // unlocked: look again
-    }
-    if (b.resident()) {
-      // Another thread brought it in while the lock was released: order
-      // after its copy, as for any resident buffer.
-      return OrderAfterSwap(dev, b, consumer);
-    }
-    if (CUresult r = CreatePhysical(dev, b.reserved, &h); r != CUDA_SUCCESS) return r;
-    // CreatePhysical may have waited without the lock.
-    if (!b.resident() && !(b.host_at_base && !UnknownIdle(dev))) break;
-    ReleasePhysical(dev, h, b.reserved);
-  }
-  // A buffer with no host copy was dropped never written (nothing to copy).
-  bool never_written = (version_policy_ && !b.written) || !b.has_host_copy();
-  bool copying = copy && !never_written;
-  if (copying) {
-    if (CUresult r = EnsureSwapStream(dev); r != CUDA_SUCCESS) {
-      ReleasePhysical(dev, h, b.reserved);
-      return r;
-    }
-  }
-  if (b.host_at_base) {
-    if (CUresult r = Failed(driver_->cuMemUnmap(b.base, b.reserved)); r != CUDA_SUCCESS) {
-      ReleasePhysical(dev, h, b.reserved);
-      return r;  // still swapped out, still readable
-    }
-    b.host_at_base = false;
-  }
-  bool mapped = false;
-  if (CUresult r = MapAt(b.base, b.reserved, h, dev.ordinal, &mapped); r != CUDA_SUCCESS) {
-    if (!mapped) {
-      // Still swapped out; readable again unless this fails too (then
-      // host_at_base says so).
-      if (b.has_vmm_host_copy()) (void)MapHostAtBase(b);
-      ReleasePhysical(dev, h, b.reserved);
-      return r;
-    }
-    // Mapped without access and stuck there: resident, holding nothing.
-    b.device_handle = h;
-    b.stale_device = true;
-    b.location = Location::kCpuGpu;
-    return r;
-  }
-  b.device_handle = h;
-  if (copying) {
-    CUresult r = Failed(
-        b.host_handle != 0
-            ? driver_->cuMemcpyDtoDAsync_v2(b.base, b.host_va, b.size, dev.swap_stream)
-            : driver_->cuMemcpyHtoDAsync_v2(b.base, b.host_ptr, b.size, dev.swap_stream));
-    if (r != CUDA_SUCCESS) {
-      // The host copy stays the only one.
-      if (UnmapDevice(dev, b) != CUDA_SUCCESS) {
-        b.stale_device = true;  // resident, holding nothing: restored at next use
-        b.location = Location::kCpuGpu;
+  ReindexAtExit reindex(this, b);
+  // A second attempt takes fresh memory: zeroing a reused chunk failed.
+  for (int attempt = 0;; ++attempt) {
+    const bool reuse = attempt == 0;
+    CUmemGenericAllocationHandle h = 0;
+    bool pooled = false;
+    bool shadowed = false;
+    for (;;) {
+      if (!b.resident() && b.old_mapped) {
+        if (!b.handed_on) {
+          // Its swap-out is still in flight and its device memory was not
+          // handed on: take it back; it holds the data (the copy only reads).
+          auto it = dev.pool.find(b.reserved);
+          auto chunk = it == dev.pool.end()
+                           ? std::vector<CUmemGenericAllocationHandle>::iterator()
+                           : std::find(it->second.begin(), it->second.end(), b.old_handle);
+          if (it != dev.pool.end() && chunk != it->second.end()) {
+            it->second.erase(chunk);
+            if (it->second.empty()) dev.pool.erase(it);
+            dev.pooled -= b.reserved;
+            stats_.pooled_bytes -= b.reserved;
+            CUmemGenericAllocationHandle back = b.old_handle;
+            EndShadow(dev, b);
+            b.device_handle = back;
+            b.location = Location::kCpuGpu;  // the host copy is current once the copy is done
+            ++stats_.swap_outs_cancelled;
+            Log(JsonLine()
+                    .Str("type", "swap_in")
+                    .Uint("id", b.id)
+                    .Uint("bytes", b.size)
+                    .Bool("copy", false)
+                    .Int("device", dev.ordinal)
+                    .Finish());
+            // The consumer may write it: after the swap-out's copy read it.
+            return OrderAfterSwap(dev, b, consumer);
+          }
+        }
+        // Handed on: the address is unmapped once the copy is done (the GPU
+        // would fault before), only then can memory be mapped there.
+        if (CUresult r = WaitSwapUse(dev, b); r != CUDA_SUCCESS) return r;
+        if (b.old_mapped && !EndOldMapping(dev, b)) return CUDA_ERROR_UNKNOWN;
+        continue;  // unlocked: look again
       }
+      if (!b.resident() && b.host_at_base && !UnknownIdle(dev)) {
+        // A kernel whose accesses are unknown may be reading the host copy
+        // through the address: it stays mapped until that work completed.
+        if (CUresult r = WaitIdle(b, /*own_uses=*/false); r != CUDA_SUCCESS) return r;
+        continue;  // unlocked: look again
+      }
+      if (b.resident()) {
+        // Another thread brought it in while the lock was released: order
+        // after its copy, as for any resident buffer.
+        return OrderAfterSwap(dev, b, consumer);
+      }
+      if (reuse && TakePooled(dev, b.reserved, &h, &shadowed)) {
+        pooled = true;
+        break;  // charged already: no room to make
+      }
+      if (CUresult r = MakeRoom(dev, b.reserved, reuse ? b.reserved : 0); r != CUDA_SUCCESS) {
+        return r;
+      }
+      // MakeRoom may have waited without the lock.
+      if (b.resident() || b.old_mapped || (b.host_at_base && !UnknownIdle(dev))) continue;
+      if (reuse && TakePooled(dev, b.reserved, &h, &shadowed)) {
+        pooled = true;
+        break;
+      }
+      if (CUresult r = CreatePhysical(dev, b.reserved, &h); r != CUDA_SUCCESS) return r;
+      // CreatePhysical may have waited without the lock.
+      if (!b.resident() && !b.old_mapped && !(b.host_at_base && !UnknownIdle(dev))) break;
+      PoolPhysical(dev, h, b.reserved);
+    }
+    // A buffer with no host copy was dropped never written (nothing to copy).
+    bool never_written = (version_policy_ && !b.written) || !b.has_host_copy();
+    bool copying = copy && !never_written;
+    if (copying) {
+      if (CUresult r = EnsureSwapStream(dev); r != CUDA_SUCCESS) {
+        PoolPhysical(dev, h, b.reserved);
+        return r;
+      }
+    }
+    if (b.host_at_base) {
+      if (CUresult r = Failed(driver_->cuMemUnmap(b.base, b.reserved)); r != CUDA_SUCCESS) {
+        PoolPhysical(dev, h, b.reserved);
+        return r;  // still swapped out, still readable
+      }
+      b.host_at_base = false;
+    }
+    bool mapped = false;
+    if (CUresult r = MapAt(b.base, b.reserved, h, dev.ordinal, &mapped); r != CUDA_SUCCESS) {
+      if (!mapped) {
+        // Still swapped out; readable again unless this fails too (then
+        // host_at_base says so).
+        if (b.has_vmm_host_copy()) (void)MapHostAtBase(b);
+        PoolPhysical(dev, h, b.reserved);
+        return r;
+      }
+      // Mapped without access and stuck there: resident, holding nothing.
+      b.device_handle = h;
+      b.stale_device = true;
+      b.location = Location::kCpuGpu;
       return r;
     }
-    // The copy is in flight: the buffer is busy until it completed, and any
-    // stream that uses it before then waits for it (OrderAfterSwap).
-    NoteUse(b.uses, dev.swap_stream, dev.ordinal);
-    ++stats_.swap_ins;
-    stats_.bytes_copied_in += b.size;
-  } else if (copy) {
-    // Never written: fresh memory holds what it held.
-    ++stats_.swap_ins_never_written;
-  } else {
-    // Contents come from the operation about to run; until it is submitted
-    // the host copy stays the truth (see Finish).
-    b.pending_overwrite = true;
-    ++stats_.swap_ins_without_copy;
+    b.device_handle = h;
+    if (copying) {
+      CUresult r =
+          Failed(b.host_handle != 0
+                     ? driver_->cuMemcpyDtoDAsync_v2(b.base, b.host_va, b.size, dev.swap_stream)
+                     : driver_->cuMemcpyHtoDAsync_v2(b.base, b.host_ptr, b.size, dev.swap_stream));
+      if (r != CUDA_SUCCESS) {
+        // The host copy stays the only one.
+        if (UnmapDevice(dev, b) != CUDA_SUCCESS) {
+          b.stale_device = true;  // resident, holding nothing: restored at next use
+          b.location = Location::kCpuGpu;
+        }
+        return r;
+      }
+      // The copy is in flight: the buffer is busy until it completed, and any
+      // stream that uses it before then waits for it (OrderAfterSwap).
+      NoteUse(b.uses, dev.swap_stream, dev.ordinal);
+      ++stats_.swap_ins;
+      stats_.bytes_copied_in += b.size;
+    } else if (copy) {
+      // Never written: fresh memory holds what it held (zeros), a reused
+      // chunk is zeroed first.
+      if (pooled) {
+        if (CUresult r = ZeroReused(dev, b); r != CUDA_SUCCESS) {
+          // Swapped out again (the chunk back in the pool): try fresh memory.
+          if (UnmapDevice(dev, b) == CUDA_SUCCESS) continue;
+          b.stale_device = true;  // resident, holding nothing: restored at next use
+          b.location = Location::kCpuGpu;
+          return r;
+        }
+      }
+      ++stats_.swap_ins_never_written;
+    } else {
+      // Contents come from the operation about to run; until it is submitted
+      // the host copy stays the truth (see Finish).
+      b.pending_overwrite = true;
+      ++stats_.swap_ins_without_copy;
+      // Memory still in use by its last owner's queued work: the operation
+      // runs after that (an event on the swap stream, or a host wait there).
+      if (shadowed) NoteUse(b.uses, dev.swap_stream, dev.ordinal);
+    }
+    b.location = Location::kCpuGpu;
+    Log(JsonLine()
+            .Str("type", "swap_in")
+            .Uint("id", b.id)
+            .Uint("bytes", b.size)
+            .Bool("copy", copying)
+            .Int("device", dev.ordinal)
+            .Finish());
+    // An error here leaves the copy in flight and the buffer resident, with
+    // its use on the swap stream not observed: consistent, and retried.
+    return OrderAfterSwap(dev, b, consumer);  // nothing to do without swap-stream work
   }
-  b.location = Location::kCpuGpu;
-  Log(JsonLine()
-          .Str("type", "swap_in")
-          .Uint("id", b.id)
-          .Uint("bytes", b.size)
-          .Bool("copy", copying)
-          .Int("device", dev.ordinal)
-          .Finish());
-  // An error here leaves the copy in flight and the buffer resident, with
-  // its use on the swap stream not observed: consistent, and retried.
-  return copying ? OrderAfterSwap(dev, b, consumer) : CUDA_SUCCESS;
 }
 
 // --- Operations ---------------------------------------------------------------------
@@ -1305,6 +1772,9 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> ids,
                                 CUstream stream) {
   absl::MutexLock lock(&mu_);
   CollectGarbage();
+  for (auto& d : devices_) {
+    if (d) ReapOldMappings(*d, /*wait=*/false);
+  }
   std::vector<Buffer*> pinned;
   for (uint64_t id : ids) {
     Buffer* b = ById(id);
@@ -1370,6 +1840,15 @@ void MemoryManager::Finish(absl::Span<const uint64_t> ids,
       }
     }
   }
+  // Re-keyed once all their fields changed (unchanged keys cost a compare).
+  for (uint64_t id : ids) {
+    if (Buffer* b = ById(id)) Reindex(*b);
+  }
+  if (submitted) {
+    for (uint64_t id : written) {
+      if (Buffer* b = ById(id)) Reindex(*b);
+    }
+  }
 }
 
 int MemoryManager::BeginUnknown(CUstream stream) {
@@ -1377,7 +1856,11 @@ int MemoryManager::BeginUnknown(CUstream stream) {
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return -1;
   absl::MutexLock lock(&mu_);
   Device& dev = DeviceState(ordinal);
-  ++dev.unknown_submitting;
+  ++dev.unknown_submitting;  // from here on nothing new is evicted on `dev`
+  // It may reach a swapped-out buffer through its address, which must show
+  // the host copy (or fault) rather than memory handed on: old mappings end
+  // first, after their copies (the one host wait unknown work costs).
+  SettleOldMappings(ordinal);
   if (dev.swap_stream != nullptr) {
     // After every swap-in copy in flight: on the device, else on the host
     // (finite: nothing on the swap stream waits for the program's work).
@@ -1404,6 +1887,7 @@ void MemoryManager::MarkAllWritten(CUstream stream) {
     // A swapped-out buffer is reachable only through its host copy at its
     // address (host-located VMM): without one, nothing could write it.
     if (b->resident() || b->host_at_base) b->written = true;
+    Reindex(*b);
   }
   CUdevice ordinal = 0;
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) {
@@ -1425,6 +1909,7 @@ void MemoryManager::MarkAllWritten(CUstream stream) {
 }
 
 CUresult MemoryManager::RestoreFromHost(Device& dev, Buffer& b) {
+  ReindexAtExit reindex(this, b);
   if (!b.resident()) return CUDA_SUCCESS;
   if ((version_policy_ && !b.written) || !b.has_host_copy()) {
     // Never written: the fresh device memory holds what it held.
@@ -1455,6 +1940,44 @@ CUresult MemoryManager::RestoreFromHost(Device& dev, Buffer& b) {
   return r;
 }
 
+CUresult MemoryManager::Prefetch(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  Buffer* b = ById(id);
+  if (b == nullptr || b->garbage || !b->vmm) return CUDA_ERROR_NOT_FOUND;
+  if (b->resident() && !b->stale_device) return CUDA_SUCCESS;
+  Device& dev = DeviceState(b->device);
+  no_block_ = true;
+  ++b->pins;  // not evicted to make room for itself
+  CUresult r = b->resident() ? RestoreFromHost(dev, *b)
+                             : SwapIn(dev, *b, /*copy=*/true, kNoConsumer);
+  --b->pins;
+  no_block_ = false;
+  // Nothing to evict without waiting (or at all): not now.
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) r = CUDA_ERROR_NOT_READY;
+  return r;
+}
+
+CUresult MemoryManager::EvictAsync(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  Buffer* b = ById(id);
+  if (b == nullptr || b->garbage || !b->vmm) return CUDA_ERROR_NOT_FOUND;
+  if (!b->resident()) return CUDA_SUCCESS;
+  if (b->pins > 0 || b->exported) return CUDA_ERROR_NOT_READY;
+  Device& dev = DeviceState(b->device);
+  no_block_ = true;
+  CUresult r = SwapOut(dev, *b, policy_->Copies(CandidateOf(*b)) || !Droppable(*b));
+  no_block_ = false;
+  return r;
+}
+
+void MemoryManager::SetNextUse(uint64_t id, uint64_t next_use) {
+  absl::MutexLock lock(&mu_);
+  Buffer* b = ById(id);
+  if (b == nullptr) return;
+  b->next_use = next_use;
+  Reindex(*b);
+}
+
 bool MemoryManager::ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst,
                                      uint64_t bytes) {
   absl::MutexLock lock(&mu_);
@@ -1462,6 +1985,13 @@ bool MemoryManager::ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst,
   if (b == nullptr || !b->vmm || b->resident() || !b->has_host_copy() ||
       offset + bytes > b->size) {
     return false;
+  }
+  for (Use& u : b->uses) {
+    // Its swap-out copy is still in flight: not served from the host copy.
+    Device& dev = DeviceState(b->device);
+    if (dev.swap_stream != nullptr && u.stream == dev.swap_stream && !Observed(u)) {
+      return false;
+    }
   }
   CUresult r = b->host_handle != 0
                    ? Failed(driver_->cuMemcpyDtoH_v2(dst, b->host_va + offset, bytes))
@@ -1477,6 +2007,10 @@ CUresult MemoryManager::ReadBack(uint64_t id, uint64_t offset, void* dst, uint64
   Buffer* b = ById(id);
   if (b == nullptr) return CUDA_ERROR_NOT_FOUND;
   if (offset > b->size || bytes > b->size - offset) return CUDA_ERROR_INVALID_VALUE;
+  if (!b->resident() || b->stale_device) {
+    // The host copy holds the data once the swap-out's copy into it is done.
+    if (CUresult r = WaitSwapUse(DeviceState(b->device), *b); r != CUDA_SUCCESS) return r;
+  }
   if (!b->resident() || b->stale_device) {  // the host copy holds the data
     if (b->host_ptr != nullptr) {
       std::memcpy(dst, static_cast<char*>(b->host_ptr) + offset, bytes);
@@ -1530,7 +2064,14 @@ void MemoryManager::MemInfo(int device, size_t* free_bytes, size_t* total_bytes)
   CollectGarbage();
   Device& dev = DeviceState(device);
   if (total_bytes != nullptr) *total_bytes = dev.cap;
-  if (free_bytes != nullptr) *free_bytes = dev.used >= dev.cap ? 0 : dev.cap - dev.used;
+  // The program asks what is free (to size its allocations, or to watch the
+  // device): the pool's idle chunks go back to the driver, so the answer and
+  // the device agree. Chunks still mapped at an old address are about to be
+  // free and are counted so.
+  while (ReleaseOnePooled(dev)) {
+  }
+  uint64_t used = dev.used - dev.pooled;
+  if (free_bytes != nullptr) *free_bytes = used >= dev.cap ? 0 : dev.cap - used;
 }
 
 SwapStats MemoryManager::stats() const {
@@ -1554,12 +2095,22 @@ std::string MemoryManager::StatsText() const {
       "stensor: garbage released   %10u\n"
       "stensor: out of memory      %10u\n"
       "stensor: driver errors      %10u (in the swap path, recovered or returned)\n"
-      "stensor: host waited        %10.3f s\n%s",
+      "stensor: host waited        %10.3f s\n"
+      "stensor:  for program work  %10.3f s (buffers to evict or release still in use)\n"
+      "stensor:  for swap copies   %10.3f s\n"
+      "stensor:  for unknown work  %10.3f s (operations of unknown accesses)\n"
+      "stensor: queued evictions   %10u (behind in-flight work, no host wait)\n"
+      "stensor: swap-outs taken back %8u (swapped in before their copy was done)\n"
+      "stensor: physical creates   %10u (cuMemCreate of device memory)\n"
+      "stensor: physical releases  %10u (cuMemRelease)\n"
+      "stensor: pool hits          %10u (device memory reused)\n%s",
       std::string(policy_->name()), mib(s.peak_resident_bytes), s.swap_outs_copied,
       mib(s.bytes_copied_out), s.clean_drops, mib(s.bytes_dropped), s.never_written_drops,
       mib(s.bytes_never_written_dropped), s.swap_ins, mib(s.bytes_copied_in),
       s.swap_ins_without_copy, s.swap_ins_never_written, s.reads_served_from_host,
       s.garbage_released, s.ooms, s.driver_errors, s.host_wait_seconds,
+      s.wait_program_seconds, s.wait_swap_seconds, s.wait_unknown_seconds, s.async_evictions,
+      s.swap_outs_cancelled, s.physical_creates, s.physical_releases, s.pool_hits,
       verifier_ == nullptr
           ? std::string()
           : absl::StrFormat("stensor: verified drops     %10u (STENSOR_VERIFY=%s)\n"

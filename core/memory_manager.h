@@ -70,6 +70,23 @@ struct SwapStats {
   uint64_t garbage_released = 0;
   uint64_t ooms = 0;
   double host_wait_seconds = 0;  // waiting for in-flight work and copies
+  // host_wait_seconds split by what was waited for: the program's work on a
+  // buffer to be evicted (or freed), the swap stream's copies, work of
+  // unknown accesses.
+  double wait_program_seconds = 0;
+  double wait_swap_seconds = 0;
+  double wait_unknown_seconds = 0;
+  // Physical memory: cuMemCreate / cuMemRelease of stensor's own device
+  // memory, and chunks taken from the pool instead of created.
+  uint64_t physical_creates = 0;
+  uint64_t physical_releases = 0;
+  uint64_t pool_hits = 0;
+  uint64_t pooled_bytes = 0;  // in the pool now (charged), all devices
+  // Swap-outs and drops queued behind the buffer's in-flight work or copy
+  // without a host wait, and swap-ins that took back the device memory of
+  // their own swap-out still in flight (no copy).
+  uint64_t async_evictions = 0;
+  uint64_t swap_outs_cancelled = 0;
   // STENSOR_VERIFY: clean drops checked, those whose device contents
   // differed from the host copy, and those that could not be checked; the
   // last two were copied instead.
@@ -216,6 +233,28 @@ class MemoryManager {
   CUresult ReadBack(uint64_t id, uint64_t offset, void* dst, uint64_t bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // --- Primitives for prefetching (the planner decides when).
+  // Prefetch: an asynchronous swap-in of buffer `id` on the swap stream,
+  // with no consumer yet (the Prepare of its next operation orders that
+  // operation after the copy, on the device). Room is made as for any
+  // swap-in, queueing evictions behind in-flight work, but the host never
+  // blocks: CUDA_ERROR_NOT_READY ("not now") when no room can be made
+  // without waiting. CUDA_SUCCESS also when already resident;
+  // CUDA_ERROR_NOT_FOUND for an id this manager does not hold.
+  CUresult Prefetch(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  // EvictAsync: a planned swap-out (or drop, where the host copy is current
+  // or the buffer never written) of buffer `id`, idle or busy, queued on the
+  // swap stream behind its in-flight uses; never a host wait.
+  // CUDA_ERROR_NOT_READY when it cannot go now (pinned by an operation being
+  // prepared, work of unknown accesses pending, or its uses not orderable on
+  // the device); CUDA_SUCCESS also when already swapped out.
+  CUresult EvictAsync(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The predicted logical time of the buffer's next access (from the
+  // profiled iteration; EvictionCandidate::kNoNextUse when none), which
+  // `belady` evicts by. Re-keys that one buffer in the eviction order.
+  void SetNextUse(uint64_t id, uint64_t next_use) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Appends the ids of the swappable buffers of the current device whose
   // address a kernel stensor cannot see into could fault on: without
   // host-located VMM every one (any could be evicted before the kernel
@@ -227,6 +266,9 @@ class MemoryManager {
     if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return;
     absl::MutexLock lock(&mu_);
     const bool all = !HostVmm(ordinal);
+    // Buffers swapped out behind in-flight work get their host copy mapped
+    // once their copy is done: wait for that rather than list them all.
+    if (!all) SettleOldMappings(ordinal);
     for (const auto& [base, b] : by_base_) {
       if (IsSwappable(*b, ordinal) && (all || !Readable(*b))) ids->push_back(BufferId(*b));
     }
@@ -254,7 +296,10 @@ class MemoryManager {
   // cap on `dev`. Buffers with pins > 0 are never chosen. When no room can
   // be made, CUDA_ERROR_OUT_OF_MEMORY, or the driver error that kept the
   // last candidate from being evicted.
-  CUresult MakeRoom(Device& dev, uint64_t need) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With `chunk`, a pooled chunk of exactly that size is room enough too
+  // (the caller takes it; it is charged already).
+  CUresult MakeRoom(Device& dev, uint64_t need, uint64_t chunk = 0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The steps of MakeRoom. Each returns true when it made progress (or
   // waited without the lock, so the caller must look again); a candidate
   // that could not be evicted is skipped for the rest of the round and its
@@ -280,6 +325,34 @@ class MemoryManager {
   void ReleasePhysical(Device& dev, CUmemGenericAllocationHandle handle,
                        uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RetryReleases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The physical pool (per device, by exact size: training repeats its
+  // sizes, and one handle per buffer keeps mapping to one cuMemMap).
+  // Pooled chunks stay charged; a chunk may still be mapped at the address
+  // of a buffer whose swap-out copy is in flight ("shadowed"), so whoever
+  // takes it must order its work after that copy on the swap stream.
+  bool TakePooled(Device& dev, uint64_t bytes, CUmemGenericAllocationHandle* handle,
+                  bool* shadowed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PoolPhysical(Device& dev, CUmemGenericAllocationHandle handle, uint64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases one pooled chunk no address maps any more. False when none.
+  bool ReleaseOnePooled(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseAllPooled() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Old mappings of buffers swapped out asynchronously: unmapped (the host
+  // copy mapped there instead, with host-located VMM) once their swap-out
+  // copy is observed complete. With `wait`, waits for the swap stream first
+  // (without the lock). True when any was ended.
+  bool ReapOldMappings(Device& dev, bool wait, double* waited = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool EndOldMapping(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Before work of unknown accesses on `device`: ends every old mapping
+  // there, waiting for the swap stream (a wait counted for unknown work).
+  void SettleOldMappings(int device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A host wait for the swap stream's latest work, without the lock (it may
+  // wait for the program's work since swap-outs wait on its events).
+  CUresult WaitSwapStream(Device& dev, double* waited) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Zeroes a reused chunk just mapped at `b.base` (fresh memory holds zeros)
+  // on the swap stream, as a use of `b` there.
+  CUresult ZeroReused(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // cuMemMap + cuMemSetAccess for `device`, unmapping again when the access
   // cannot be set. `*mapped` tells whether a mapping is left behind.
   CUresult MapAt(CUdeviceptr va, uint64_t bytes, CUmemGenericAllocationHandle h,
@@ -297,7 +370,23 @@ class MemoryManager {
   CUresult RestoreFromHost(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CUresult EnsureSwapStream(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Queued behind the buffer's in-flight uses on the swap stream (no host
+  // wait) where nothing of unknown accesses is pending and STENSOR_VERIFY
+  // is off; else the buffer must be idle. CUDA_ERROR_NOT_READY when its work
+  // could not be ordered on the device: the caller waits on the host.
   CUresult SwapOut(Device& dev, Buffer& b, bool copy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a busy buffer of `dev` may be evicted in stream order now.
+  bool CanQueue(Device& dev) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes the swap stream wait (on the device) for the buffer's uses on
+  // other streams not yet observed complete. False when one cannot be.
+  bool OrderSwapAfterUses(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands the buffer's device memory to the pool while it is still mapped
+  // at its address (until its swap-stream use `fence` is observed).
+  void DetachShadowed(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndShadow(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A host wait for the buffer's last use on the swap stream, without the
+  // lock (the buffer pinned meanwhile).
+  CUresult WaitSwapUse(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CUresult SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CUresult EnsureHostCopy(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -344,6 +433,16 @@ class MemoryManager {
   // Ends the charge of an app handle once nothing keeps its memory alive.
   void MaybeUnchargeApp(CUmemGenericAllocationHandle handle)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The eviction order: per device, the resident, evictable buffers by
+  // (policy key, id, serial), and those whose device copy may go without a
+  // transfer by last use (S403), kept up to date wherever a key field
+  // changes, so one eviction costs O(log n) and never a walk of every
+  // buffer. Reindex puts `b` where its fields say now.
+  void Reindex(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unindex(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  EvictionCandidate CandidateOf(const Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Re-keys the buffer when the scope ends, however it ends.
+  class ReindexAtExit;
   // Counts a failed driver call of the swap path.
   CUresult Failed(CUresult r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Log(std::string line) const;
@@ -366,7 +465,13 @@ class MemoryManager {
   bool warned_no_host_vmm_ ABSL_GUARDED_BY(mu_) = false;
   bool warned_host_limit_ ABSL_GUARDED_BY(mu_) = false;
   int verify_warnings_ ABSL_GUARDED_BY(mu_) = 0;  // mismatches told on stderr
-  uint64_t garbage_ ABSL_GUARDED_BY(mu_) = 0;  // freed buffers not yet released
+  // Freed buffers not yet released (S404), so that releasing them walks
+  // them only.
+  std::vector<Buffer*> garbage_ ABSL_GUARDED_BY(mu_);
+  uint64_t serial_ ABSL_GUARDED_BY(mu_) = 0;  // allocation order: the last tie-break
+  // Set while a Prefetch or EvictAsync runs: every host wait answers
+  // CUDA_ERROR_NOT_READY instead of waiting.
+  bool no_block_ ABSL_GUARDED_BY(mu_) = false;
   // Eviction rounds: a buffer whose eviction failed in this round is not
   // tried again in it (its driver call would likely fail again).
   uint64_t round_ ABSL_GUARDED_BY(mu_) = 1;
@@ -380,6 +485,10 @@ class MemoryManager {
   std::vector<Unreleased> unreleased_ ABSL_GUARDED_BY(mu_);
   // External allocations: base -> (device, charged bytes).
   absl::flat_hash_map<uint64_t, std::pair<int, uint64_t>> external_ ABSL_GUARDED_BY(mu_);
+  // Physical handles still mapped at the old address of buffers swapped out
+  // asynchronously: handle -> such mappings. Never released to the driver
+  // while any is left (the memory would outlive its charge).
+  absl::flat_hash_map<CUmemGenericAllocationHandle, int> shadows_ ABSL_GUARDED_BY(mu_);
   // The program's own device-located VMM handles (CreateAppMemory).
   struct AppHandle {
     int device = 0;

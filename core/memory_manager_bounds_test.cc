@@ -66,7 +66,11 @@ class BoundsTest : public testing_support::FakeDeviceTest {
   }
   std::vector<std::string> Records() {
     std::vector<std::string> out;
-    for (const std::string& line : Lines()) out.push_back(Summarize(line));
+    for (const std::string& line : Lines()) {
+      // Host waits for the swap stream depend on how fast its copies run.
+      std::string record = Summarize(line);
+      if (record.rfind("swap_wait", 0) != 0) out.push_back(std::move(record));
+    }
     return out;
   }
   CUdeviceptr Alloc(MemoryManager& mm, uint64_t id, uint64_t bytes = kGranule) {
