@@ -69,7 +69,7 @@ MIB = float(1 << 20)
 number = r"([0-9]+(?:\.[0-9]*)?)"
 stat_patterns = {
     "out_mib": re.compile(r"^stensor: swap-outs copied\s+[0-9]+\s*\(\s*" + number + r"\s*MiB", re.M),
-    "in_mib": re.compile(r"^stensor: swap-ins on demand\s+[0-9]+\s*\(\s*" + number + r"\s*MiB", re.M),
+    "in_mib": re.compile(r"^stensor: swap-ins copied\s+[0-9]+\s*\(\s*" + number + r"\s*MiB", re.M),
     "wait_s": re.compile(r"^stensor: host waited\s+" + number + r"\s*s", re.M),
     "creates": re.compile(r"^fakecuda: calls cuMemCreate\s+([0-9]+)", re.M),
     "releases": re.compile(r"^fakecuda: calls cuMemRelease\s+([0-9]+)", re.M),

@@ -128,8 +128,9 @@ struct Config {
   std::optional<MemoryAmount> host_limit;
   // STENSOR_POLICY.
   EvictionPolicyKind policy = EvictionPolicyKind::kVersion;
-  // STENSOR_PREFETCH.
-  bool prefetch = true;
+  // STENSOR_PREFETCH. Off by default until its planned evictions stop
+  // thrashing (core/memory_manager.cc, NoteOperation).
+  bool prefetch = false;
   // STENSOR_BANDWIDTH; default: measured.
   BandwidthSetting bandwidth;
   // STENSOR_ITERATION_MARKER: the kernel whose launch starts an iteration,

@@ -158,6 +158,11 @@ struct Accesses {
   // Under a cap: the device held from eviction while a launch of unknown
   // accesses is submitted (MemoryManager::BeginUnknown), or -1.
   int unknown_device = -1;
+  // Under a cap: the launch's place in the profiled iteration while it is
+  // timed (MemoryManager::OpTicket: a Profiler token, -1 when untimed, and
+  // the operation's logical time).
+  int op_timing = -1;
+  uint64_t op_time = 0;
   // Launches: the kernel's description, set by the tracker before the launch
   // so that the end of it need not look the kernel up again.
   const KernelInfo* kernel = nullptr;

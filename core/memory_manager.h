@@ -44,8 +44,10 @@
 #include "absl/types/span.h"
 #include "core/config.h"
 #include "core/driver.h"
+#include "core/profiler.h"
 #include "core/verifier.h"
 #include "policy/eviction_policy.h"
+#include "policy/iteration_planner.h"
 
 namespace stensor {
 
@@ -87,6 +89,21 @@ struct SwapStats {
   // their own swap-out still in flight (no copy).
   uint64_t async_evictions = 0;
   uint64_t swap_outs_cancelled = 0;
+  // S02 and planned swaps (policy/iteration_planner): the iteration found
+  // and profiled (its length in operations), fetches and evictions the
+  // planner asked for and those issued, and the swap-ins that still had to
+  // happen on demand once a profile existed.
+  uint64_t profiled_period = 0;
+  uint64_t profiles = 0;
+  uint64_t pattern_changes = 0;
+  uint64_t prefetches_issued = 0;
+  uint64_t prefetches_refused = 0;  // not now: no room without waiting
+  uint64_t prefetches_used = 0;
+  uint64_t prefetches_wasted = 0;   // evicted again before their use
+  uint64_t planned_evictions_skipped = 0;
+  uint64_t on_demand_after_profile = 0;
+  double planner_bandwidth_h2d = 0;  // bytes/s the planner assumed
+  bool bandwidth_probed = false;
   // STENSOR_VERIFY: clean drops checked, those whose device contents
   // differed from the host copy, and those that could not be checked; the
   // last two were copied instead.
@@ -250,6 +267,26 @@ class MemoryManager {
   // the device); CUDA_SUCCESS also when already swapped out.
   CUresult EvictAsync(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // --- S02 and planned swaps. After Prepare of an operation (a launch, a
+  // copy, a memset) and before it is submitted: feeds it to the iteration
+  // planner (policy/iteration_planner.h) under `key` (the kernel or kind
+  // of transfer; the sizes of its buffers are mixed in here), gives every
+  // buffer its predicted next use (belady), times the operation while its
+  // iteration is profiled, and issues the planned evictions and fetches,
+  // none of which waits on the host. `marker`: the operation is
+  // STENSOR_ITERATION_MARKER's kernel. Nothing happens when neither
+  // prefetch nor belady needs it.
+  struct OpTicket {
+    int timing = -1;  // Profiler token, -1 when not timed
+    uint64_t time = 0;
+  };
+  void NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
+                     absl::Span<const uint64_t> written, bool marker, CUstream stream,
+                     OpTicket* ticket) ABSL_LOCKS_EXCLUDED(mu_);
+  // After the operation was submitted (or failed).
+  void EndOperation(const OpTicket& ticket, CUstream stream, bool submitted)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // The predicted logical time of the buffer's next access (from the
   // profiled iteration; EvictionCandidate::kNoNextUse when none), which
   // `belady` evicts by. Re-keys that one buffer in the eviction order.
@@ -375,6 +412,12 @@ class MemoryManager {
   // is off; else the buffer must be idle. CUDA_ERROR_NOT_READY when its work
   // could not be ordered on the device: the caller waits on the host.
   CUresult SwapOut(Device& dev, Buffer& b, bool copy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Prefetch and EvictAsync, locked.
+  CUresult PrefetchLocked(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  CUresult EvictAsyncLocked(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The planner, made at the first operation (bandwidth probed then, in
+  // memory free under the cap); null when nothing needs one.
+  IterationPlanner* Planner(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a busy buffer of `dev` may be evicted in stream order now.
   bool CanQueue(Device& dev) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes the swap stream wait (on the device) for the buffer's uses on
@@ -454,6 +497,8 @@ class MemoryManager {
   const bool version_policy_;
   // Null unless STENSOR_VERIFY is on. Called under mu_.
   const std::unique_ptr<Verifier> verifier_;
+  // Compute times of profiled operations (thread-safe on its own).
+  Profiler profiler_;
 
   mutable absl::Mutex mu_;
   std::map<uint64_t, std::unique_ptr<Buffer>> by_base_ ABSL_GUARDED_BY(mu_);
@@ -472,6 +517,13 @@ class MemoryManager {
   // Set while a Prefetch or EvictAsync runs: every host wait answers
   // CUDA_ERROR_NOT_READY instead of waiting.
   bool no_block_ ABSL_GUARDED_BY(mu_) = false;
+  std::unique_ptr<IterationPlanner> planner_ ABSL_GUARDED_BY(mu_);
+  bool planner_made_ ABSL_GUARDED_BY(mu_) = false;
+  // Set while MakeRoom may take buffers fetched ahead of their use.
+  bool spend_prefetched_ ABSL_GUARDED_BY(mu_) = false;
+  // When the host->device link is modelled to drain what was queued on it
+  // (seconds on the steady clock), for the planner's view of the queue.
+  double h2d_busy_until_ ABSL_GUARDED_BY(mu_) = 0;
   // Eviction rounds: a buffer whose eviction failed in this round is not
   // tried again in it (its driver call would likely fail again).
   uint64_t round_ ABSL_GUARDED_BY(mu_) = 1;

@@ -167,8 +167,25 @@ CUresult Tracker::BeginLaunch(CUfunction f, StreamRef stream, void** params,
   // completion is recorded (EndLaunch).
   if (!kernel->layout_known || accesses->unknown_tables) {
     accesses->unknown_device = memory_->BeginUnknown(Handle(stream));
+  } else {
+    // Known accesses: an operation of the iteration (S01/S02).
+    MemoryManager::OpTicket ticket;
+    memory_->NoteOperation(reinterpret_cast<uintptr_t>(f), accesses->reads, accesses->writes,
+                           IsMarker(*kernel), Handle(stream), &ticket);
+    accesses->op_timing = ticket.timing;
+    accesses->op_time = ticket.time;
   }
   return CUDA_SUCCESS;
+}
+
+bool Tracker::IsMarker(const KernelInfo& kernel) const {
+  const std::string& marker = config_.iteration_marker;
+  if (marker.empty()) return false;
+  if (kernel.name == marker) return true;
+  // The demangled name without its parameters, e.g. "mlp::update".
+  const std::string& d = kernel.demangled;
+  return d.size() > marker.size() && d.compare(0, marker.size(), marker) == 0 &&
+         d[marker.size()] == '(';
 }
 
 void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
@@ -183,6 +200,7 @@ void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
       memory_->MarkAllWritten(Handle(stream));
     }
     memory_->EndUnknown(accesses.unknown_device);
+    memory_->EndOperation({accesses.op_timing, accesses.op_time}, Handle(stream), submitted);
     // Descriptions outlive the manager, so their names may be kept.
     if (submitted && memory_->verifying()) {
       memory_->NoteKernel(accesses.reads, accesses.writes, kernel->demangled.c_str());
@@ -469,8 +487,17 @@ CUresult Tracker::BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes,
   bool whole = linear && d && dst == d->base && bytes == d->size &&
                scope->src_id != scope->dst_id;
   uint64_t overwritten[1] = {scope->dst_id};
-  return memory_->Prepare(absl::MakeSpan(ids, 2),
-                          absl::MakeSpan(overwritten, whole ? 1 : 0), Handle(stream));
+  if (CUresult r = memory_->Prepare(absl::MakeSpan(ids, 2),
+                                    absl::MakeSpan(overwritten, whole ? 1 : 0), Handle(stream));
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  // The transfer's key: its shape (the buffers' sizes are mixed in by the
+  // manager), not its addresses.
+  const uint64_t key = (bytes * 4 + (to_host ? 2 : 0) + (src == 0 ? 1 : 0)) ^ 0x7472616e73666572ull;
+  memory_->NoteOperation(key, absl::MakeSpan(ids, 2), absl::MakeSpan(overwritten, 1),
+                         /*marker=*/false, Handle(stream), &scope->op);
+  return CUDA_SUCCESS;
 }
 
 void Tracker::EndTransfer(const TransferScope& scope, StreamRef stream,
@@ -480,6 +507,7 @@ void Tracker::EndTransfer(const TransferScope& scope, StreamRef stream,
   uint64_t written[1] = {scope.dst_id};
   memory_->Finish(absl::MakeSpan(ids, 2), absl::MakeSpan(written, 1), Handle(stream),
                   submitted);
+  memory_->EndOperation(scope.op, Handle(stream), submitted);
 }
 
 uint64_t Tracker::OnAlloc(const char* api, uint64_t base, uint64_t size,

@@ -39,6 +39,7 @@ struct TransferScope {
   uint64_t dst_id = 0;
   uint64_t src_id = 0;
   bool served = false;  // done without the driver (read from a host copy)
+  MemoryManager::OpTicket op;  // its place in the profiled iteration
 };
 
 // The kinds of operation counted and logged.
@@ -183,6 +184,8 @@ class Tracker {
   // untracked device memory), after the stream's earlier work; under a cap
   // only. False when nobody can say what memory that is.
   bool ScanHostTable(uint64_t addr, StreamRef stream, std::vector<uint64_t>* words);
+  // Whether `kernel` is STENSOR_ITERATION_MARKER's.
+  bool IsMarker(const KernelInfo& kernel) const;
   // Whether host memory at `addr` is pinned memory the program allocated.
   bool IsPinnedHost(uint64_t addr) const;
 

@@ -47,6 +47,7 @@ void IterationPlanner::BuildProfile() {
   }
   profile_ = std::make_shared<const AccessProfile>(std::move(*built));
   ++stats_.profiles;
+  stats_.last_period = profile_->period();
   planner_.SetProfile(profile_, iteration_origin_);
 }
 
@@ -149,6 +150,7 @@ std::vector<PlannedAction> IterationPlanner::Plan(uint64_t free_bytes,
 IterationPlanner::Stats IterationPlanner::stats() const {
   Stats s = stats_;
   s.period = profile_ != nullptr ? profile_->period() : 0;
+  s.last_period = stats_.last_period;
   s.unknown_phases = profile_ != nullptr ? profile_->unknown_phases() : 0;
   s.planner = planner_.stats();
   return s;

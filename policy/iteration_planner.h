@@ -56,6 +56,7 @@ class IterationPlanner {
     uint64_t pattern_changes = 0;  // known patterns that broke
     uint64_t abandoned_profiles = 0;  // out of step with the detector
     size_t period = 0;             // of the pattern in use; 0 when none
+    size_t last_period = 0;        // of the last profile built
     size_t unknown_phases = 0;     // of the current profile
     PrefetchPlanner::Stats planner;
   };
@@ -88,6 +89,8 @@ class IterationPlanner {
   void OnEvicted(uint64_t id) { planner_.OnEvicted(id); }
   void OnFreed(uint64_t id);
   void SetPinned(uint64_t id, bool pinned) { planner_.SetPinned(id, pinned); }
+  // A proposed fetch the caller could not issue.
+  void CancelFetch(uint64_t id) { planner_.CancelFetch(id); }
 
   // The last predicted next use of `id` (kNoNextUse when unknown).
   uint64_t NextUse(uint64_t id) const { return predictor_.Predicted(id); }

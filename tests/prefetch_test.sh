@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The profiled iteration, belady and prefetch, on the fake driver: mlp_train
+# and transformer_train print their uncapped checksums under caps with
+# STENSOR_PREFETCH on and off, under every policy, with host-located VMM on
+# and off, with the fake's time model on and at the smallest cap; the
+# iteration is found and profiled; prefetching never moves more bytes than
+# swapping on demand does, and on transformer_train (whose temporaries leave
+# memory free between steps) buffers are fetched ahead of their use and
+# used, with fewer on-demand swap-ins than without.
+set -euo pipefail
+train=$1 fake=$2 stensor=$3 transformer=$4
+tmp=${TEST_TMPDIR:-$(mktemp -d)}
+fail() { echo "FAIL: $*" >&2; exit 1; }
+export LD_LIBRARY_PATH=$(cd "$(dirname "$fake")" && pwd)
+stensor=$(cd "$(dirname "$stensor")" && pwd)/$(basename "$stensor")
+steps=16
+
+"$train" --steps $steps > "$tmp/plain.txt"
+want=$(tail -n 1 "$tmp/plain.txt")
+ws=$(head -n 1 "$tmp/plain.txt" | cut -d' ' -f2)
+
+run() {  # run NAME PROGRAM WANT CAP PREFETCH POLICY [VAR=value...]: stats in NAME.err
+  local name=$1 program=$2 expect=$3 cap=$4 prefetch=$5 policy=$6
+  shift 6
+  env "$@" FAKECUDA_REPORT_PEAK=1 STENSOR_POLICY=$policy STENSOR_PREFETCH=$prefetch STENSOR_STATS=1 \
+    STENSOR_MEMORY_LIMIT=$cap LD_PRELOAD="$stensor" $program > "$tmp/$name.out" 2> "$tmp/$name.err" ||
+    { cat "$tmp/$name.err" >&2; fail "$name: $program failed"; }
+  [[ $(tail -n 1 "$tmp/$name.out") == "$expect" ]] ||
+    fail "$name: $(tail -n 1 "$tmp/$name.out"), want $expect"
+  local peak
+  peak=$(sed -n 's/^fakecuda: device 0 peak \([0-9]*\) bytes$/\1/p' "$tmp/$name.err")
+  (( peak <= cap )) || fail "$name: device high-water mark $peak above the cap $cap"
+}
+stat() { sed -n "s/^stensor: $2 *\([0-9]*\).*/\1/p" "$tmp/$1.err"; }
+
+for policy in version belady lru; do
+  for prefetch in on off; do
+    run "$policy-$prefetch" "$train --steps $steps" "$want" $((ws * 40 / 100)) $prefetch $policy
+  done
+done
+run belady-on-novmm "$train --steps $steps" "$want" $((ws * 40 / 100)) on belady FAKECUDA_HOST_VMM=0
+run belady-on-link "$train --steps $steps" "$want" $((ws * 50 / 100)) on belady FAKECUDA_LINK=20
+run belady-on-smallest "$train --steps $steps" "$want" 14000000 on belady
+
+period=$(stat belady-on "profiled iteration")
+[[ -n $period ]] && (( period > 0 )) || fail "no iteration profiled: $(grep 'stensor: profiled' "$tmp/belady-on.err")"
+mib_in() { sed -n 's/^stensor: swap-ins copied *[0-9]* (\([0-9.]*\) MiB.*/\1/p' "$tmp/$1.err"; }
+for policy in version belady; do
+  on=$(mib_in "$policy-on") off=$(mib_in "$policy-off")
+  echo "$policy at 40 %: $off MiB in with prefetch off, $on MiB with it on"
+  awk -v on="$on" -v off="$off" 'BEGIN { exit !(on <= off * 1.05 + 4) }' ||
+    fail "$policy: prefetch on moved $on MiB in, off $off MiB"
+done
+
+"$transformer" --steps 6 > "$tmp/tplain.txt"
+twant=$(tail -n 1 "$tmp/tplain.txt")
+tws=$(head -n 1 "$tmp/tplain.txt" | cut -d' ' -f2)
+for prefetch in on off; do
+  run "transformer-$prefetch" "$transformer --steps 6" "$twant" $((tws * 50 / 100)) $prefetch belady
+done
+used=$(sed -n 's/^stensor: prefetches *[0-9]* issued (\([0-9]*\) used.*/\1/p' "$tmp/transformer-on.err")
+(( used > 0 )) || fail "transformer: no prefetched buffer was used: $(grep prefetches "$tmp/transformer-on.err")"
+on=$(stat transformer-on "on-demand after profile") off=$(stat transformer-off "on-demand after profile")
+echo "transformer at 50 %: $used prefetches used; on-demand swap-ins once profiled: $off off, $on on"
+(( on < off )) || fail "transformer: prefetch on left $on on-demand swap-ins, off $off"
+on=$(mib_in transformer-on) off=$(mib_in transformer-off)
+awk -v on="$on" -v off="$off" 'BEGIN { exit !(on <= off * 1.05 + 4) }' ||
+  fail "transformer: prefetch on moved $on MiB in, off $off MiB"
+echo PASS
