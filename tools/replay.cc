@@ -10,10 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "policy/access_profile.h"
-#include "policy/iteration_detector.h"
-#include "policy/next_use.h"
-#include "policy/prefetch_planner.h"
+#include "policy/iteration_planner.h"
 
 namespace stensor {
 namespace {
@@ -44,13 +41,22 @@ class Simulator {
   }
 
   absl::StatusOr<ReplayResult> Run() {
+    // The library's own planner: detection, next uses, the profile, fetches.
+    IterationPlanner::Options planning;
+    const double bytes_per_second = options_.bandwidth_gbps * 1e9;
+    planning.bandwidth = Bandwidth{bytes_per_second, bytes_per_second};
+    planning.prefetch = options_.prefetch;
+    absl::StatusOr<std::unique_ptr<IterationPlanner>> planner =
+        IterationPlanner::Create(planning);
+    if (!planner.ok()) return planner.status();
+    planner_ = std::move(*planner);
     for (op_ = 0; op_ < trace_.ops.size(); ++op_) {
       const TraceOp& op = trace_.ops[op_];
       ready_ = now_;
       room_ready_ = now_;
       const double compute =
           op.launch ? op.compute_us.value_or(options_.kernel_us) : 0.0;
-      if (op.key != 0) Observe(op, compute);
+      compute_us_ = compute;
       absl::Status s = absl::OkStatus();
       switch (op.kind) {
         case TraceOp::Kind::kAlloc: s = Alloc(op); break;
@@ -70,9 +76,10 @@ class Simulator {
       now_ = start + compute;
       if (options_.prefetch && op.key != 0) Plan();
     }
-    const PrefetchPlanner::Stats& planner = planner_.stats();
-    result_.planned_evictions = planner.planned_evictions + planner.fetch_evictions;
-    result_.fetches_wasted = planner.fetches_wasted;
+    const IterationPlanner::Stats planned = planner_->stats();
+    result_.planned_evictions = planned.planner.planned_evictions + planned.planner.fetch_evictions;
+    result_.fetches_wasted = planned.planner.fetches_wasted;
+    result_.iteration_period = planned.last_period;
     return result_;
   }
 
@@ -121,7 +128,7 @@ class Simulator {
     b.resident = false;
     b.location = Location::kCpuOnly;
     used_ -= b.info->charge;
-    if (options_.prefetch) planner_.OnEvicted(b.info->id);
+    planner_->OnEvicted(b.info->id);
   }
 
   // S403: the least recently used droppable buffer goes without a copy.
@@ -195,8 +202,7 @@ class Simulator {
     if (b.resident) used_ -= b.info->charge;
     state_.erase(op.buffer);
     fetched_.erase(op.buffer);
-    predictor_.OnFreed(op.buffer);
-    if (options_.prefetch) planner_.OnFreed(op.buffer);
+    planner_->OnFreed(op.buffer);
   }
 
   // SwapIn of the manager: room first, then the copy unless nothing needs one.
@@ -226,66 +232,27 @@ class Simulator {
       ready_ = std::max(ready_, done);
     }
     b.location = Location::kCpuGpu;
-    if (options_.prefetch) planner_.OnResident(b.info->id);
+    planner_->OnResident(b.info->id);
     return absl::OkStatus();
   }
 
-  // The detector sees the operation; the first iteration it finds is
-  // profiled and, from the next boundary on, drives the planner (S02).
-  void Observe(const TraceOp& op, double compute_us) {
-    ++now_logical_;
-    observation_ = detector_.Observe(op.key);
-    using Event = IterationDetector::Event;
-    if (observation_.known) {
-      result_.iteration_period = std::max<uint64_t>(result_.iteration_period, observation_.period);
-    }
-    if (observation_.event == Event::kChanged) {
-      predictor_.Reset();
-      planner_.SetProfile(nullptr, 0);
-      builder_.reset();
-      return;
-    }
-    if (observation_.event == Event::kFound) {
-      builder_.emplace();
-    } else if (observation_.event == Event::kBoundary && builder_.has_value()) {
-      const double bytes_per_second = options_.bandwidth_gbps * 1e9;
-      absl::StatusOr<AccessProfile> profile =
-          std::move(*builder_).Build(Bandwidth{bytes_per_second, bytes_per_second});
-      builder_.reset();
-      if (profile.ok()) {
-        planner_.SetProfile(std::make_shared<const AccessProfile>(*std::move(profile)),
-                            now_logical_);
-      }
-    } else if (observation_.event == Event::kBoundary) {
-      planner_.OnIterationBoundary(now_logical_);
-    }
-    if (builder_.has_value()) {
-      std::vector<BufferTouch> touches;
-      for (uint64_t id : op.ids) {
-        const TraceBuffer& b = trace_.buffers.at(id);
-        const bool write = std::find(op.writes.begin(), op.writes.end(), id) != op.writes.end();
-        touches.push_back(BufferTouch{id, b.charge, write});
-      }
-      const size_t phase = builder_->Add(op.key, touches);
-      (void)builder_->SetComputeSeconds(phase, compute_us / 1e6);  // >= 0, finite
-    }
-  }
-
-  // Feeds the operation's uses to the predictor (and the planner).
+  // The operation, to the planner (as MemoryManager::NoteOperation does):
+  // its buffers' predicted next uses (belady), and its compute time while
+  // its iteration is profiled.
   void NoteUses(const TraceOp& op) {
-    for (size_t slot = 0; slot < op.ids.size(); ++slot) {
-      const uint64_t id = op.ids[slot];
-      SimBuffer& b = State(id);
-      if (!b.info->swappable) continue;
-      std::optional<NextUsePredictor::Slot> where;
-      if (observation_.known) {
-        where = NextUsePredictor::Slot{observation_.phase, static_cast<uint32_t>(slot)};
-      }
-      b.next_use = predictor_.OnUse(id, now_logical_, where);
-      if (options_.prefetch) {
-        const bool write = std::find(op.writes.begin(), op.writes.end(), id) != op.writes.end();
-        planner_.OnUse(id, b.info->charge, now_logical_, b.next_use, write);
-      }
+    if (op.key == 0) return;
+    std::vector<BufferTouch> touches;
+    for (uint64_t id : op.ids) {
+      const bool write = std::find(op.writes.begin(), op.writes.end(), id) != op.writes.end();
+      touches.push_back(BufferTouch{id, trace_.buffers.at(id).charge, write});
+    }
+    std::vector<uint64_t> next_uses;
+    const uint64_t time = planner_->OnOperation(op.key, touches, &next_uses);
+    if (planner_->profiling()) planner_->OnComputeTime(time, compute_us_ / 1e6);
+    for (size_t i = 0; i < op.ids.size(); ++i) {
+      SimBuffer& b = State(op.ids[i]);
+      b.next_use = next_uses[i];
+      if (!b.info->swappable) planner_->SetPinned(op.ids[i], true);
     }
   }
 
@@ -295,21 +262,23 @@ class Simulator {
     room_ready_ = now_;
     const double queued_s = std::max(0.0, h2d_free_ - now_) / 1e6;
     const uint64_t free_bytes = used_ < options_.cap ? options_.cap - used_ : 0;
-    for (const PlannedAction& a : planner_.Plan(now_logical_, free_bytes, queued_s)) {
+    for (const PlannedAction& a : planner_->Plan(free_bytes, queued_s)) {
       auto it = state_.find(a.id);
       if (it == state_.end() || !it->second.live || !it->second.info->swappable) {
-        if (a.kind == PlannedAction::Kind::kFetch) planner_.CancelFetch(a.id);
+        if (a.kind == PlannedAction::Kind::kFetch) planner_->CancelFetch(a.id);
         continue;
       }
       SimBuffer& b = it->second;
       if (a.kind == PlannedAction::Kind::kEvict) {
-        if (!b.resident) continue;
+        // Not issued by default, as in the library: fetches then only go
+        // into free memory.
+        if (!options_.planned_evictions || !b.resident) continue;
         // As the policy would copy it: lru always, version when dirty.
         SwapOut(b, !options_.version_rules || !Droppable(b));
         continue;
       }
       if (b.resident || used_ + b.info->charge > options_.cap) {
-        planner_.CancelFetch(a.id);
+        planner_->CancelFetch(a.id);
         continue;
       }
       // Fits: SwapIn's MakeRoom evicts nothing.
@@ -368,12 +337,8 @@ class Simulator {
 
   const Trace& trace_;
   const ReplayOptions& options_;
-  IterationDetector detector_;
-  IterationDetector::Observation observation_;
-  NextUsePredictor predictor_;
-  PrefetchPlanner planner_;
-  std::optional<AccessProfile::Builder> builder_;
-  uint64_t now_logical_ = 0;  // operations the detector has seen
+  std::unique_ptr<IterationPlanner> planner_;
+  double compute_us_ = 0;  // of the operation being replayed
   absl::flat_hash_map<uint64_t, SimBuffer> state_;
   absl::flat_hash_map<uint64_t, double> fetched_;  // prefetched: copy done at
   ReplayResult result_;

@@ -50,6 +50,10 @@ struct ReplayOptions {
   double bandwidth_gbps = 16;  // each direction
   double kernel_us = 100;
   bool prefetch = false;  // the policy/ prefetch planner
+  // Whether the planner's evictions are issued too (room for fetches,
+  // write-backs after a last use). The library does not issue them yet
+  // (MemoryManager::NoteOperation), so by default neither does the replay.
+  bool planned_evictions = false;
 };
 
 struct ReplayResult {

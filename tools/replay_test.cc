@@ -16,7 +16,7 @@ constexpr uint64_t kMiB = TestLog::kMiB;
 
 absl::StatusOr<ReplayResult> Sim(const std::string& log, uint64_t cap, bool lru = false,
                                  double bandwidth_gbps = 16, bool belady = false,
-                                 bool prefetch = false) {
+                                 bool prefetch = false, bool planned_evictions = false) {
   absl::StatusOr<Trace> trace = ParseTrace(log);
   if (!trace.ok()) return trace.status();
   std::unique_ptr<EvictionPolicy> policy =
@@ -27,6 +27,7 @@ absl::StatusOr<ReplayResult> Sim(const std::string& log, uint64_t cap, bool lru 
   options.version_rules = !lru;
   options.bandwidth_gbps = bandwidth_gbps;
   options.prefetch = prefetch;
+  options.planned_evictions = planned_evictions;
   return Replay(*trace, options);
 }
 
@@ -43,18 +44,30 @@ std::string Cycle(int rounds) {
   return log.Text();
 }
 
-// With the planner, the profiled iteration's fetches are issued ahead of
-// their use (room made by planned evictions of what is needed later): most
-// swap-ins no longer stall the compute stream.
-TEST(ReplayTest, PrefetchHidesSwapIns) {
+// With the planner and its evictions, the profiled iteration's fetches are
+// issued ahead of their use (room made by planned evictions of what is needed
+// later): most swap-ins no longer stall the compute stream.
+TEST(ReplayTest, PrefetchWithPlannedEvictionsHidesSwapIns) {
   absl::StatusOr<ReplayResult> off = Sim(Cycle(20), 4 * kMiB);
-  absl::StatusOr<ReplayResult> on = Sim(Cycle(20), 4 * kMiB, false, 16, false, /*prefetch=*/true);
+  absl::StatusOr<ReplayResult> on =
+      Sim(Cycle(20), 4 * kMiB, false, 16, false, /*prefetch=*/true, /*planned_evictions=*/true);
   ASSERT_TRUE(off.ok() && on.ok());
   EXPECT_EQ(off->prefetches, 0u);
   EXPECT_GT(on->prefetches, 40u);
   EXPECT_EQ(on->fetches_wasted, 0u);
   EXPECT_LE(on->on_demand_swap_ins * 5, off->on_demand_swap_ins);  // 80 % fewer
   EXPECT_LT(on->stall_us, off->stall_us * 0.6);
+}
+
+// As the library does it (no planned evictions): with the cap full nothing
+// can be fetched, and nothing changes.
+TEST(ReplayTest, PrefetchWithoutPlannedEvictionsOnlyUsesFreeMemory) {
+  absl::StatusOr<ReplayResult> off = Sim(Cycle(20), 4 * kMiB);
+  absl::StatusOr<ReplayResult> on = Sim(Cycle(20), 4 * kMiB, false, 16, false, /*prefetch=*/true);
+  ASSERT_TRUE(off.ok() && on.ok());
+  EXPECT_EQ(on->prefetches, 0u);
+  EXPECT_EQ(on->bytes_in, off->bytes_in);
+  EXPECT_EQ(on->bytes_out, off->bytes_out);
 }
 
 TEST(ReplayTest, BeladyUsesPredictedNextUses) {

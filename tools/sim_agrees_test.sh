@@ -29,7 +29,7 @@ for policy in version lru; do
   diff <(tail -n 1 "$tmp/uncapped.out") <(tail -n 1 "$tmp/$policy.out") > /dev/null ||
     fail "$policy: checksum differs from the uncapped run"
   lib_out=$(sed -n 's/.*swap-outs copied.*(\([0-9.]*\) MiB device->host).*/\1/p' "$tmp/$policy.err")
-  lib_in=$(sed -n 's/.*swap-ins copied.*(\([0-9.]*\) MiB host->device).*/\1/p' "$tmp/$policy.err")
+  lib_in=$(sed -n 's/.*swap-ins copied.*(\([0-9.]*\) MiB host->device.*/\1/p' "$tmp/$policy.err")
   [[ -n $lib_out && -n $lib_in ]] || fail "$policy: no statistics in: $(cat "$tmp/$policy.err")"
   "$sim" sim "$tmp/$policy.jsonl" --limit "$cap" --policy "$policy" > "$tmp/$policy.sim" ||
     fail "$policy: stensor sim exit $?"

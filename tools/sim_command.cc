@@ -19,7 +19,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: stensor sim LOG --limit BYTES|N% [--policy lru|version|belady]\n"
     "                   [--prefetch on|off] [--bandwidth GB/s] [--kernel-us US]\n"
-    "                   [--compare] [--granularity BYTES] [--rounds N]\n";
+    "                   [--compare] [--granularity BYTES] [--rounds N]\n"
+    "                   [--planned-evictions on|off]\n";
 
 double MiB(double bytes) { return bytes / (1 << 20); }
 
@@ -99,6 +100,11 @@ absl::StatusOr<SimFlags> ParseSimFlags(const std::vector<std::string>& args) {
     } else if (name == "prefetch") {
       if (value != "on" && value != "off") return BadFlag("--prefetch", value, "on or off");
       flags.prefetch = value == "on";
+    } else if (name == "planned-evictions") {
+      if (value != "on" && value != "off") {
+        return BadFlag("--planned-evictions", value, "on or off");
+      }
+      flags.planned_evictions = value == "on";
     } else if (name == "bandwidth") {
       if (!absl::SimpleAtod(value, &flags.bandwidth_gbps) || !(flags.bandwidth_gbps > 0) ||
           !std::isfinite(flags.bandwidth_gbps)) {
@@ -154,6 +160,7 @@ absl::StatusOr<ReplayResult> RunOne(const Trace& trace, const SimFlags& flags, u
   options.bandwidth_gbps = flags.bandwidth_gbps;
   options.kernel_us = flags.kernel_us;
   options.prefetch = prefetch;
+  options.planned_evictions = flags.planned_evictions;
   return Replay(trace, options);
 }
 

@@ -27,6 +27,7 @@ struct SimFlags {
   std::string limit;  // BYTES (with an optional K/M/G[iB] suffix) or N%
   std::string policy = "version";
   bool prefetch = false;
+  bool planned_evictions = false;  // issue the planner's evictions (the library does not)
   double bandwidth_gbps = 16;
   double kernel_us = 100;
   bool compare = false;
