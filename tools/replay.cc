@@ -100,8 +100,11 @@ class Simulator {
   bool Droppable(const SimBuffer& b) const {
     return b.clean() || (options_.version_rules && !b.written);
   }
+  // As in the library, a buffer fetched ahead of its use goes only when
+  // nothing else can (spend_fetched_).
   bool Evictable(const SimBuffer& b) const {
-    return b.live && b.info->swappable && b.resident && b.pins == 0;
+    return b.live && b.info->swappable && b.resident && b.pins == 0 &&
+           (spend_fetched_ || !fetched_.contains(b.info->id));
   }
 
   // SwapOut of the manager, with its counters.
@@ -129,6 +132,7 @@ class Simulator {
     b.location = Location::kCpuOnly;
     used_ -= b.info->charge;
     planner_->OnEvicted(b.info->id);
+    fetched_.erase(b.info->id);  // evicted before its use
   }
 
   // S403: the least recently used droppable buffer goes without a copy.
@@ -176,6 +180,13 @@ class Simulator {
       if (used_ <= options_.cap - need) return absl::OkStatus();
       if (options_.version_rules && DropOneClean()) continue;
       if (EvictByPolicy(used_ - (options_.cap - need))) continue;
+      if (!spend_fetched_ && !fetched_.empty()) {
+        spend_fetched_ = true;
+        const bool evicted = (options_.version_rules && DropOneClean()) ||
+                             EvictByPolicy(used_ - (options_.cap - need));
+        spend_fetched_ = false;
+        if (evicted) continue;
+      }
       return OutOfMemory(need);
     }
   }
@@ -339,6 +350,7 @@ class Simulator {
   const ReplayOptions& options_;
   std::unique_ptr<IterationPlanner> planner_;
   double compute_us_ = 0;  // of the operation being replayed
+  bool spend_fetched_ = false;  // MakeRoom may take fetched, unused buffers
   absl::flat_hash_map<uint64_t, SimBuffer> state_;
   absl::flat_hash_map<uint64_t, double> fetched_;  // prefetched: copy done at
   ReplayResult result_;
