@@ -2059,6 +2059,9 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
                                   absl::Span<const uint64_t> written, bool marker,
                                   CUstream stream, OpTicket* ticket) {
   *ticket = OpTicket{};
+  // Only prefetch and belady read what the planner learns: without them a
+  // launch pays no second lock.
+  if (!config_.prefetch && config_.policy != EvictionPolicyKind::kBelady) return;
   absl::MutexLock lock(&mu_);
   Buffer* first = nullptr;
   for (uint64_t id : ids) {
