@@ -2028,7 +2028,9 @@ IterationPlanner* MemoryManager::Planner(Device& dev) {
   constexpr double kDefaultBandwidth = 16e9;
   options.bandwidth = Bandwidth{kDefaultBandwidth, kDefaultBandwidth};
   if (!config_.bandwidth.measured()) {
-    options.bandwidth = Bandwidth{config_.bandwidth.h2d_mbps * 1e6, config_.bandwidth.d2h_mbps * 1e6};
+    // STENSOR_BANDWIDTH: taken as given, nothing probed.
+    absl::StatusOr<Bandwidth> configured = Profiler::MeasureBandwidth(config_, driver_);
+    if (configured.ok()) options.bandwidth = *configured;
   } else if (config_.prefetch) {
     // The probe's device buffer is charged like any other, in what is free
     // under the cap now (never evicting for it); too little room: default.
@@ -2037,10 +2039,10 @@ IterationPlanner* MemoryManager::Planner(Device& dev) {
     const uint64_t probe = std::min(kMaxProbe, room) & ~(kMinProbe - 1);
     if (probe >= kMinProbe) {
       dev.used += probe;
-      absl::StatusOr<LinkBandwidth> measured = Profiler::Bandwidth(config_, driver_, probe);
+      absl::StatusOr<Bandwidth> measured = Profiler::MeasureBandwidth(config_, driver_, probe);
       dev.used -= probe;
       if (measured.ok()) {
-        options.bandwidth = Bandwidth{measured->h2d, measured->d2h};
+        options.bandwidth = *measured;
         stats_.bandwidth_probed = true;
       }
     }

@@ -15,10 +15,11 @@ absl::Status DriverError(const char* call, CUresult r) {
 
 }  // namespace
 
-absl::StatusOr<LinkBandwidth> Profiler::Bandwidth(const Config& config, const Driver* driver,
-                                                  uint64_t probe_bytes) {
+absl::StatusOr<Bandwidth> Profiler::MeasureBandwidth(const Config& config,
+                                                     const Driver* driver,
+                                                     uint64_t probe_bytes) {
   if (!config.bandwidth.measured()) {
-    return LinkBandwidth{config.bandwidth.h2d_mbps * 1e6, config.bandwidth.d2h_mbps * 1e6};
+    return Bandwidth{config.bandwidth.h2d_mbps * 1e6, config.bandwidth.d2h_mbps * 1e6};
   }
   const Driver& d = *driver;
   if (d.cuMemAlloc_v2 == nullptr || d.cuMemFree_v2 == nullptr || d.cuMemAllocHost_v2 == nullptr ||
@@ -31,7 +32,7 @@ absl::StatusOr<LinkBandwidth> Profiler::Bandwidth(const Config& config, const Dr
   void* host = nullptr;
   CUstream stream = nullptr;
   absl::Status status;
-  LinkBandwidth result;
+  Bandwidth result;
   // One copy in each direction warms the pages and the engines; the best of
   // the timed ones is what the link can do.
   constexpr int kTimed = 3;
@@ -63,7 +64,7 @@ absl::StatusOr<LinkBandwidth> Profiler::Bandwidth(const Config& config, const Dr
         }
       }
     }
-    result = LinkBandwidth{best[0], best[1]};
+    result = Bandwidth{best[0], best[1]};
   }
   // Frees what was made whatever failed; a failure here is not the probe's.
   if (stream != nullptr) d.cuStreamDestroy_v2(stream);

@@ -20,14 +20,9 @@
 #include "absl/synchronization/mutex.h"
 #include "core/config.h"
 #include "core/driver.h"
+#include "policy/access_profile.h"
 
 namespace stensor {
-
-// Bytes per second in each direction.
-struct LinkBandwidth {
-  double h2d = 0;
-  double d2h = 0;
-};
 
 class Profiler {
  public:
@@ -35,8 +30,9 @@ class Profiler {
   // copies of `probe_bytes` between pinned host memory and a device buffer
   // (the best of a few, after a warm-up). An error when a driver call of the
   // probe failed; everything it allocated is freed either way.
-  static absl::StatusOr<LinkBandwidth> Bandwidth(const Config& config, const Driver* driver,
-                                                 uint64_t probe_bytes = 16ull << 20);
+  // Bytes per second in each direction (the profile's Bandwidth).
+  static absl::StatusOr<Bandwidth> MeasureBandwidth(const Config& config, const Driver* driver,
+                                                    uint64_t probe_bytes = 16ull << 20);
 
   explicit Profiler(const Driver* driver) : driver_(driver) {}
   ~Profiler();

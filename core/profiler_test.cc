@@ -34,19 +34,19 @@ class ProfilerTest : public FakeDeviceTest {};
 TEST_F(ProfilerTest, ConfiguredBandwidthIsNotProbed) {
   fakecuda_count_calls(1);
   uint64_t allocs = fakecuda_call_count("cuMemAllocHost_v2");
-  absl::StatusOr<LinkBandwidth> b = Profiler::Bandwidth(WithBandwidth("25,12.5"), &driver_);
+  absl::StatusOr<Bandwidth> b = Profiler::MeasureBandwidth(WithBandwidth("25,12.5"), &driver_);
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_DOUBLE_EQ(b->h2d, 25e9);
   EXPECT_DOUBLE_EQ(b->d2h, 12.5e9);
   EXPECT_EQ(fakecuda_call_count("cuMemAllocHost_v2"), allocs);
   // The probe itself does call it: the count above can tell.
-  ASSERT_TRUE(Profiler::Bandwidth(Config(), &driver_, 1 << 20).ok());
+  ASSERT_TRUE(Profiler::MeasureBandwidth(Config(), &driver_, 1 << 20).ok());
   EXPECT_EQ(fakecuda_call_count("cuMemAllocHost_v2"), allocs + 1);
   fakecuda_count_calls(0);
 }
 
 TEST_F(ProfilerTest, ProbeMeasuresBothDirectionsAndFreesEverything) {
-  absl::StatusOr<LinkBandwidth> b = Profiler::Bandwidth(Config(), &driver_, 4 << 20);
+  absl::StatusOr<Bandwidth> b = Profiler::MeasureBandwidth(Config(), &driver_, 4 << 20);
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_GT(b->h2d, 0);
   EXPECT_GT(b->d2h, 0);
@@ -58,7 +58,7 @@ TEST_F(ProfilerTest, AFailedProbeCallIsAnErrorAndLeaksNothing) {
                            "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuStreamSynchronize"}) {
     SCOPED_TRACE(call);
     fakecuda_fail_call(call, 1, CUDA_ERROR_UNKNOWN);  // the next call
-    absl::StatusOr<LinkBandwidth> b = Profiler::Bandwidth(Config(), &driver_, 1 << 20);
+    absl::StatusOr<Bandwidth> b = Profiler::MeasureBandwidth(Config(), &driver_, 1 << 20);
     EXPECT_FALSE(b.ok());
     fakecuda_clear_failures();
     EXPECT_EQ(Used(), 0u);
