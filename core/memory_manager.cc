@@ -72,8 +72,9 @@ struct MemoryManager::Buffer {
   // The last use on each stream that used it (a use on one stream says
   // nothing about another); a swap's copy is a use on the swap stream.
   std::vector<Use> uses;
-  // Device memory, when resident (mapped at base).
-  CUmemGenericAllocationHandle device_handle = 0;
+  // Device memory, when resident: granule-sized chunks of the device's pool
+  // mapped at consecutive offsets from base (empty when not resident).
+  std::vector<CUmemGenericAllocationHandle> device_chunks;
   // The host copy: host-located VMM memory (mapped at host_va, and at base
   // while swapped out), or pinned memory where that is unsupported.
   CUmemGenericAllocationHandle host_handle = 0;
@@ -95,12 +96,12 @@ struct MemoryManager::Buffer {
   // the next use; evicted without a copy.
   bool stale_device = false;
   uint64_t failed_round = 0;  // round_ in which evicting it failed
-  // Swapped out asynchronously: `old_handle` (in the pool, or handed on
-  // when `handed_on`) is still mapped at `base` until the swap-out's copy,
-  // the buffer's use on the swap stream, is observed complete.
+  // Swapped out asynchronously: `old_chunks` (in the pool, or some handed
+  // on when `handed_on`) are still mapped at `base` until the swap-out's
+  // copy, the buffer's use on the swap stream, is observed complete.
   bool old_mapped = false;
   bool handed_on = false;
-  CUmemGenericAllocationHandle old_handle = 0;
+  std::vector<CUmemGenericAllocationHandle> old_chunks;
   // Where it stands in its device's eviction order (Reindex).
   uint64_t serial = 0;
   uint64_t next_use = EvictionCandidate::kNoNextUse;
@@ -114,7 +115,7 @@ struct MemoryManager::Buffer {
   bool drop_indexed = false;
   std::pair<uint64_t, uint64_t> drop_key;  // (last use, serial)
 
-  bool resident() const { return !vmm || device_handle != 0; }
+  bool resident() const { return !vmm || !device_chunks.empty(); }
   // A host copy that can be copied to and from (host_va mapped); the
   // host-located VMM kind can also be mapped at `base`.
   bool has_vmm_host_copy() const { return host_handle != 0 && host_va_mapped; }
@@ -138,8 +139,9 @@ struct MemoryManager::Device {
   bool host_vmm = false;
   CUstream swap_stream = nullptr;
   uint64_t host_bytes = 0;  // host copies
-  // The physical pool: reserved size -> handles, charged (in `used`).
-  std::map<uint64_t, std::vector<CUmemGenericAllocationHandle>> pool;
+  // The physical pool: idle chunks of `granularity` bytes each, charged (in
+  // `used`); `pooled` is their bytes.
+  std::vector<CUmemGenericAllocationHandle> pool;
   uint64_t pooled = 0;
   // Buffers whose old mapping is still there (Buffer::old_mapped).
   std::vector<Buffer*> old_mappings;
@@ -777,7 +779,9 @@ bool MemoryManager::PinExportedHandle(CUmemGenericAllocationHandle handle,
   absl::MutexLock lock(&mu_);
   for (auto& [base, b] : by_base_) {
     // A handle is only ever the current device memory of a resident buffer.
-    if (b->vmm && b->device_handle == handle && handle != 0) {
+    if (b->vmm && handle != 0 &&
+        std::find(b->device_chunks.begin(), b->device_chunks.end(), handle) !=
+            b->device_chunks.end()) {
       // Resident already; a failure (a stale device copy not restored) is
       // still a pin, retried by the next pinning call.
       (void)PinLocked(*b, api);
@@ -916,10 +920,18 @@ void MemoryManager::RetryReleases() {
   }
 }
 
-CUresult MemoryManager::MapAt(CUdeviceptr va, uint64_t bytes, CUmemGenericAllocationHandle h,
-                              int device, bool* mapped) {
+CUresult MemoryManager::MapAt(CUdeviceptr va, absl::Span<const CUmemGenericAllocationHandle> chunks,
+                              uint64_t chunk_bytes, int device, bool* mapped) {
   *mapped = false;
-  if (CUresult r = Failed(driver_->cuMemMap(va, bytes, 0, h, 0)); r != CUDA_SUCCESS) return r;
+  const uint64_t bytes = chunks.size() * chunk_bytes;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    CUresult r = Failed(driver_->cuMemMap(va + i * chunk_bytes, chunk_bytes, 0, chunks[i], 0));
+    if (r == CUDA_SUCCESS) continue;
+    // Undo the chunks mapped so far (one call unmaps consecutive mappings);
+    // should that fail too, a mapping is left behind.
+    *mapped = i > 0 && Failed(driver_->cuMemUnmap(va, i * chunk_bytes)) != CUDA_SUCCESS;
+    return r;
+  }
   *mapped = true;
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -934,67 +946,102 @@ CUresult MemoryManager::MapAt(CUdeviceptr va, uint64_t bytes, CUmemGenericAlloca
 
 // --- The physical pool ------------------------------------------------------------
 //
-// Exact reserved sizes rather than granule chunks: training allocates and
-// swaps the same sizes step after step, and one handle per buffer keeps a
-// swap to one cuMemMap/cuMemUnmap. The pool is bounded by the cap itself:
-// its chunks stay charged, and they are the first thing released whenever
-// room is needed (MakeRoom, a full device), so pooling never costs an
-// eviction; a size that does not recur is released the first time room is
-// short.
+// Granule-sized chunks: a buffer is mapped from as many chunks as its
+// reserved size holds, at consecutive offsets, so memory freed by any buffer
+// serves any other, whatever the sizes (the transformer's per-step
+// temporaries, a swap-in replacing a smaller victim). The pool is bounded by
+// the cap itself: its chunks stay charged, the swap path takes them before
+// making room, and everything else that needs room (small allocations, the
+// program's own VMM memory) releases them first, so pooling never costs an
+// eviction.
 
-bool MemoryManager::TakePooled(Device& dev, uint64_t bytes,
-                               CUmemGenericAllocationHandle* handle, bool* shadowed) {
-  auto it = dev.pool.find(bytes);
-  if (it == dev.pool.end()) return false;
-  std::vector<CUmemGenericAllocationHandle>& chunks = it->second;
-  // A chunk no old address maps first: its next user need not wait.
-  size_t pick = chunks.size() - 1;
-  for (size_t i = chunks.size(); i-- > 0;) {
-    if (!shadows_.contains(chunks[i])) {
-      pick = i;
-      break;
-    }
+size_t MemoryManager::TakePooled(Device& dev, size_t n,
+                                 std::vector<CUmemGenericAllocationHandle>* chunks,
+                                 bool* shadowed) {
+  size_t taken = 0;
+  // Chunks no old address maps first (their next user need not wait), the
+  // most recently pooled first; then those still mapped at an old address,
+  // the longest pooled first: their swap-out copies come first on the swap
+  // stream, and their owners, evicted longest ago, are the least likely to
+  // be needed back before that copy is done (a buffer handed on memory it
+  // still maps waits on the host for its copy when it comes back).
+  for (size_t i = dev.pool.size(); i-- > 0 && taken < n;) {
+    const CUmemGenericAllocationHandle h = dev.pool[i];
+    if (shadows_.contains(h)) continue;
+    dev.pool.erase(dev.pool.begin() + i);
+    chunks->push_back(h);
+    ++taken;
   }
-  *handle = chunks[pick];
-  chunks.erase(chunks.begin() + pick);
-  if (chunks.empty()) dev.pool.erase(it);
-  dev.pooled -= bytes;
-  stats_.pooled_bytes -= bytes;
-  ++stats_.pool_hits;
-  *shadowed = shadows_.contains(*handle);
-  if (*shadowed) {
+  // What is left is all shadowed (the first pass took the rest).
+  const size_t more = std::min(n - taken, dev.pool.size());
+  for (size_t i = 0; i < more; ++i) {
+    const CUmemGenericAllocationHandle h = dev.pool[i];
+    chunks->push_back(h);
+    *shadowed = true;
     // Its old owner can no longer take it back (its contents will change).
     for (Buffer* o : dev.old_mappings) {
-      if (o->old_handle == *handle) o->handed_on = true;
+      if (std::find(o->old_chunks.begin(), o->old_chunks.end(), h) != o->old_chunks.end()) {
+        o->handed_on = true;
+      }
     }
   }
-  return true;
+  dev.pool.erase(dev.pool.begin(), dev.pool.begin() + more);
+  taken += more;
+  dev.pooled -= taken * dev.granularity;
+  stats_.pooled_bytes -= taken * dev.granularity;
+  stats_.pool_hits += taken;
+  return taken;
 }
 
-void MemoryManager::PoolPhysical(Device& dev, CUmemGenericAllocationHandle handle,
-                                 uint64_t bytes) {
-  dev.pool[bytes].push_back(handle);
-  dev.pooled += bytes;
-  stats_.pooled_bytes += bytes;
+void MemoryManager::PoolPhysical(Device& dev, CUmemGenericAllocationHandle handle) {
+  dev.pool.push_back(handle);
+  dev.pooled += dev.granularity;
+  stats_.pooled_bytes += dev.granularity;
+}
+
+void MemoryManager::PoolChunks(Device& dev, std::vector<CUmemGenericAllocationHandle>* chunks) {
+  for (CUmemGenericAllocationHandle h : *chunks) PoolPhysical(dev, h);
+  chunks->clear();
 }
 
 bool MemoryManager::ReleaseOnePooled(Device& dev) {
-  // The largest first: fewest calls for the room.
-  for (auto it = dev.pool.rbegin(); it != dev.pool.rend(); ++it) {
-    std::vector<CUmemGenericAllocationHandle>& chunks = it->second;
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      if (shadows_.contains(chunks[i])) continue;  // still mapped at an old address
-      CUmemGenericAllocationHandle h = chunks[i];
-      uint64_t bytes = it->first;
-      chunks.erase(chunks.begin() + i);
-      if (chunks.empty()) dev.pool.erase(std::next(it).base());
-      dev.pooled -= bytes;
-      stats_.pooled_bytes -= bytes;
-      ReleasePhysical(dev, h, bytes);  // a failure is retried, still charged
-      return true;
-    }
+  for (size_t i = 0; i < dev.pool.size(); ++i) {
+    if (shadows_.contains(dev.pool[i])) continue;  // still mapped at an old address
+    CUmemGenericAllocationHandle h = dev.pool[i];
+    dev.pool.erase(dev.pool.begin() + i);
+    dev.pooled -= dev.granularity;
+    stats_.pooled_bytes -= dev.granularity;
+    ReleasePhysical(dev, h, dev.granularity);  // a failure is retried, still charged
+    return true;
   }
   return false;
+}
+
+CUresult MemoryManager::AcquireChunks(Device& dev, size_t n, bool reuse,
+                                      std::vector<CUmemGenericAllocationHandle>* chunks,
+                                      bool* pooled, bool* shadowed) {
+  chunks->clear();
+  *pooled = false;
+  *shadowed = false;
+  if (reuse) *pooled = TakePooled(dev, n, chunks, shadowed) > 0;
+  if (chunks->size() < n) {
+    // Room for the rest; evictions meanwhile feed the pool, which counts.
+    if (CUresult r = MakeRoom(dev, (n - chunks->size()) * dev.granularity, reuse);
+        r != CUDA_SUCCESS) {
+      PoolChunks(dev, chunks);
+      return r;
+    }
+    if (reuse && TakePooled(dev, n - chunks->size(), chunks, shadowed) > 0) *pooled = true;
+  }
+  while (chunks->size() < n) {
+    CUmemGenericAllocationHandle h = 0;
+    if (CUresult r = CreatePhysical(dev, dev.granularity, &h); r != CUDA_SUCCESS) {
+      PoolChunks(dev, chunks);
+      return r;
+    }
+    chunks->push_back(h);
+  }
+  return CUDA_SUCCESS;
 }
 
 void MemoryManager::ReleaseAllPooled() {
@@ -1009,9 +1056,11 @@ void MemoryManager::EndShadow(Device& dev, Buffer& b) {
   if (!b.old_mapped) return;
   b.old_mapped = false;
   b.handed_on = false;
-  auto s = shadows_.find(b.old_handle);
-  if (s != shadows_.end() && --s->second == 0) shadows_.erase(s);
-  b.old_handle = 0;
+  for (CUmemGenericAllocationHandle h : b.old_chunks) {
+    auto s = shadows_.find(h);
+    if (s != shadows_.end() && --s->second == 0) shadows_.erase(s);
+  }
+  b.old_chunks.clear();
   auto it = std::find(dev.old_mappings.begin(), dev.old_mappings.end(), &b);
   if (it != dev.old_mappings.end()) dev.old_mappings.erase(it);
 }
@@ -1069,36 +1118,31 @@ CUresult MemoryManager::ZeroReused(Device& dev, Buffer& b) {
 }
 
 CUresult MemoryManager::MapDevice(Device& dev, Buffer& b) {
-  // A pooled chunk first; fresh memory when there is none, or when zeroing
-  // the reused one failed.
+  // Pooled chunks first; fresh memory for the rest, or for all of it when
+  // zeroing reused chunks failed.
+  const size_t n = b.reserved / dev.granularity;
   for (bool reuse = true;; reuse = false) {
-    CUmemGenericAllocationHandle h = 0;
-    bool shadowed = false;
-    bool pooled = reuse && TakePooled(dev, b.reserved, &h, &shadowed);
-    if (!pooled) {
-      if (CUresult r = MakeRoom(dev, b.reserved, reuse ? b.reserved : 0);
-          r != CUDA_SUCCESS) {
-        return r;
-      }
-      pooled = reuse && TakePooled(dev, b.reserved, &h, &shadowed);
-      if (!pooled) {
-        if (CUresult r = CreatePhysical(dev, b.reserved, &h); r != CUDA_SUCCESS) return r;
-      }
+    std::vector<CUmemGenericAllocationHandle> chunks;
+    bool pooled = false, shadowed = false;
+    if (CUresult r = AcquireChunks(dev, n, reuse, &chunks, &pooled, &shadowed);
+        r != CUDA_SUCCESS) {
+      return r;
     }
     bool mapped = false;
-    if (CUresult r = MapAt(b.base, b.reserved, h, dev.ordinal, &mapped); r != CUDA_SUCCESS) {
+    if (CUresult r = MapAt(b.base, chunks, dev.granularity, dev.ordinal, &mapped);
+        r != CUDA_SUCCESS) {
       // (A mapping left behind after a second failure keeps the memory in
-      // use; the handle is released all the same.)
+      // use; the chunks are released all the same.)
       if (mapped) {
-        ReleasePhysical(dev, h, b.reserved);
+        for (CUmemGenericAllocationHandle h : chunks) ReleasePhysical(dev, h, dev.granularity);
       } else {
-        PoolPhysical(dev, h, b.reserved);
+        PoolChunks(dev, &chunks);
       }
       return r;
     }
-    b.device_handle = h;
-    // Fresh memory holds zeros on the fake (as cuMemAlloc's); a reused
-    // chunk is zeroed on the swap stream, after whatever its last owner
+    b.device_chunks = std::move(chunks);
+    // Fresh memory holds zeros on the fake (as cuMemAlloc's); reused chunks
+    // are zeroed on the swap stream, after whatever their last owners
     // queued there, and the buffer's first user waits for that.
     if (!pooled) return CUDA_SUCCESS;
     CUresult r = ZeroReused(dev, b);
@@ -1106,8 +1150,7 @@ CUresult MemoryManager::MapDevice(Device& dev, Buffer& b) {
     if (Failed(driver_->cuMemUnmap(b.base, b.reserved)) != CUDA_SUCCESS) {
       return r;  // mapped and holding old contents: the allocation fails
     }
-    b.device_handle = 0;
-    PoolPhysical(dev, h, b.reserved);
+    PoolChunks(dev, &b.device_chunks);
   }
 }
 
@@ -1139,11 +1182,10 @@ bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
     if (Failed(driver_->cuMemFree_v2(b.base)) != CUDA_SUCCESS) return false;
     dev.used -= b.reserved;
   } else {
-    if (b.device_handle != 0 || b.host_at_base || b.old_mapped) {
+    if (!b.device_chunks.empty() || b.host_at_base || b.old_mapped) {
       if (Failed(driver_->cuMemUnmap(b.base, b.reserved)) != CUDA_SUCCESS) return false;
       b.host_at_base = false;
-      if (b.device_handle != 0) PoolPhysical(dev, b.device_handle, b.reserved);
-      b.device_handle = 0;
+      PoolChunks(dev, &b.device_chunks);
       EndShadow(dev, b);  // released only once idle: its swap-out copy is done
     }
     if (b.va_reserved) {
@@ -1179,7 +1221,7 @@ void MemoryManager::LogOom(Device& dev, uint64_t need) {
           .Finish());
 }
 
-CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, uint64_t chunk) {
+CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
   if (need > dev.cap) {  // evicting everything would not make it fit
     LogOom(dev, need);
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1189,15 +1231,21 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, uint64_t chunk) {
   CUresult error = CUDA_SUCCESS;
   for (;;) {
     ReapOldMappings(dev, /*wait=*/false);
-    // Written so that no sum can wrap, whatever `need` is.
-    if (dev.used <= dev.cap - need) return CUDA_SUCCESS;                   // S401/S402
-    if (chunk != 0 && dev.pool.count(chunk) != 0) return CUDA_SUCCESS;    // the caller takes it
-    if (ReleaseOnePooled(dev)) continue;  // pooled chunks go first
-    // What is pooled is still mapped at old addresses whose swap-out copies
-    // are in flight: it is becoming free, so wait for it rather than evict more.
-    if (dev.pooled > 0 && dev.used - dev.pooled <= dev.cap - need) {
-      if (no_block_) return CUDA_ERROR_NOT_READY;  // it comes, but not without a wait
-      if (ReapOldMappings(dev, /*wait=*/true)) continue;
+    // Written so that no sum can wrap, whatever `need` is. With
+    // `pool_counts` the caller takes pooled chunks (charged already), even
+    // those still mapped at old addresses (its work is ordered after theirs
+    // on the swap stream): only the rest must fit.
+    const uint64_t fresh = pool_counts ? need - std::min(need, dev.pooled) : need;
+    if (dev.used <= dev.cap - fresh) return CUDA_SUCCESS;                  // S401/S402
+    if (!pool_counts) {
+      if (ReleaseOnePooled(dev)) continue;  // pooled chunks go first
+      // What is pooled is still mapped at old addresses whose swap-out
+      // copies are in flight: it is becoming free, so wait for it rather
+      // than evict more.
+      if (dev.pooled > 0 && dev.used - dev.pooled <= dev.cap - need) {
+        if (no_block_) return CUDA_ERROR_NOT_READY;  // it comes, but not without a wait
+        if (ReapOldMappings(dev, /*wait=*/true)) continue;
+      }
     }
     if (version_policy_ && DropOneClean(dev, &error)) continue;           // S403
     if (ReleaseGarbage(dev, /*wait=*/false, &error)) continue;            // S404
@@ -1213,7 +1261,7 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, uint64_t chunk) {
       spend_prefetched_ = false;
       if (evicted) continue;
     }
-    if (dev.pooled > 0 && ReapOldMappings(dev, /*wait=*/true)) continue;
+    if (!pool_counts && dev.pooled > 0 && ReapOldMappings(dev, /*wait=*/true)) continue;
     // Nothing was left to evict, or what was left could not be evicted
     // because the driver failed: then that is the error to see.
     if (error != CUDA_SUCCESS) return error;
@@ -1373,7 +1421,7 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b) {
     dev.host_bytes += b.reserved;
     r = Failed(driver_->cuMemAddressReserve(&b.host_va, b.reserved, 0, 0, 0));
     if (r == CUDA_SUCCESS) {
-      r = MapAt(b.host_va, b.reserved, b.host_handle, b.device, &b.host_va_mapped);
+      r = MapAt(b.host_va, {b.host_handle}, b.reserved, b.device, &b.host_va_mapped);
     } else {
       b.host_va = 0;
     }
@@ -1429,13 +1477,12 @@ bool MemoryManager::OrderSwapAfterUses(Device& dev, Buffer& b) {
 }
 
 void MemoryManager::DetachShadowed(Device& dev, Buffer& b) {
-  b.old_handle = b.device_handle;
+  b.old_chunks = b.device_chunks;
   b.old_mapped = true;
   b.handed_on = false;
-  ++shadows_[b.device_handle];
+  for (CUmemGenericAllocationHandle h : b.old_chunks) ++shadows_[h];
   dev.old_mappings.push_back(&b);
-  PoolPhysical(dev, b.device_handle, b.reserved);
-  b.device_handle = 0;
+  PoolChunks(dev, &b.device_chunks);
 }
 
 // resident -> swapped out. The steps that can fail come first (host copy,
@@ -1598,7 +1645,7 @@ void MemoryManager::NoteKernel(absl::Span<const uint64_t> used,
 
 CUresult MemoryManager::MapHostAtBase(Buffer& b) {
   bool mapped = false;
-  CUresult r = MapAt(b.base, b.reserved, b.host_handle, b.device, &mapped);
+  CUresult r = MapAt(b.base, {b.host_handle}, b.reserved, b.device, &mapped);
   // A mapping without access after a second failure is still a mapping:
   // it has to be unmapped before device memory goes there.
   b.host_at_base = mapped;
@@ -1616,7 +1663,7 @@ CUresult MemoryManager::UnmapDevice(Device& dev, Buffer& b) {
     }
     bool mapped = false;
     if (!b.host_at_base &&
-        MapAt(b.base, b.reserved, b.device_handle, dev.ordinal, &mapped) == CUDA_SUCCESS) {
+        MapAt(b.base, b.device_chunks, dev.granularity, dev.ordinal, &mapped) == CUDA_SUCCESS) {
       return r;  // back as it was: resident
     }
     // Neither: swapped out with the address unmapped, as without host VMM.
@@ -1627,8 +1674,7 @@ CUresult MemoryManager::UnmapDevice(Device& dev, Buffer& b) {
             .Uint("id", b.id)
             .Finish());
   }
-  PoolPhysical(dev, b.device_handle, b.reserved);
-  b.device_handle = 0;
+  PoolChunks(dev, &b.device_chunks);
   return CUDA_SUCCESS;
 }
 
@@ -1636,43 +1682,49 @@ CUresult MemoryManager::UnmapDevice(Device& dev, Buffer& b) {
 // taken off the address only then (and only when no work of unknown
 // accesses that may read it is pending), the copy is ordered before the
 // consumer; a failure before the copy is submitted puts everything back.
+bool MemoryManager::TakeBack(Device& dev, Buffer& b) {
+  // Every old chunk must still be in the pool (none handed on).
+  std::vector<size_t> at;
+  for (CUmemGenericAllocationHandle h : b.old_chunks) {
+    auto it = std::find(dev.pool.begin(), dev.pool.end(), h);
+    if (it == dev.pool.end()) return false;
+    at.push_back(it - dev.pool.begin());
+  }
+  std::sort(at.begin(), at.end());
+  for (size_t i = at.size(); i-- > 0;) dev.pool.erase(dev.pool.begin() + at[i]);
+  dev.pooled -= b.reserved;
+  stats_.pooled_bytes -= b.reserved;
+  std::vector<CUmemGenericAllocationHandle> back = b.old_chunks;
+  EndShadow(dev, b);
+  b.device_chunks = std::move(back);
+  return true;
+}
+
 CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer) {
   ReindexAtExit reindex(this, b);
-  // A second attempt takes fresh memory: zeroing a reused chunk failed.
+  const size_t n = b.reserved / dev.granularity;
+  // A second attempt takes fresh memory: zeroing reused chunks failed.
   for (int attempt = 0;; ++attempt) {
     const bool reuse = attempt == 0;
-    CUmemGenericAllocationHandle h = 0;
+    std::vector<CUmemGenericAllocationHandle> h;
     bool pooled = false;
     bool shadowed = false;
     for (;;) {
       if (!b.resident() && b.old_mapped) {
-        if (!b.handed_on) {
+        if (!b.handed_on && TakeBack(dev, b)) {
           // Its swap-out is still in flight and its device memory was not
-          // handed on: take it back; it holds the data (the copy only reads).
-          auto it = dev.pool.find(b.reserved);
-          auto chunk = it == dev.pool.end()
-                           ? std::vector<CUmemGenericAllocationHandle>::iterator()
-                           : std::find(it->second.begin(), it->second.end(), b.old_handle);
-          if (it != dev.pool.end() && chunk != it->second.end()) {
-            it->second.erase(chunk);
-            if (it->second.empty()) dev.pool.erase(it);
-            dev.pooled -= b.reserved;
-            stats_.pooled_bytes -= b.reserved;
-            CUmemGenericAllocationHandle back = b.old_handle;
-            EndShadow(dev, b);
-            b.device_handle = back;
-            b.location = Location::kCpuGpu;  // the host copy is current once the copy is done
-            ++stats_.swap_outs_cancelled;
-            Log(JsonLine()
-                    .Str("type", "swap_in")
-                    .Uint("id", b.id)
-                    .Uint("bytes", b.size)
-                    .Bool("copy", false)
-                    .Int("device", dev.ordinal)
-                    .Finish());
-            // The consumer may write it: after the swap-out's copy read it.
-            return OrderAfterSwap(dev, b, consumer);
-          }
+          // handed on: taken back; it holds the data (the copy only reads).
+          b.location = Location::kCpuGpu;  // the host copy is current once the copy is done
+          ++stats_.swap_outs_cancelled;
+          Log(JsonLine()
+                  .Str("type", "swap_in")
+                  .Uint("id", b.id)
+                  .Uint("bytes", b.size)
+                  .Bool("copy", false)
+                  .Int("device", dev.ordinal)
+                  .Finish());
+          // The consumer may write it: after the swap-out's copy read it.
+          return OrderAfterSwap(dev, b, consumer);
         }
         // Handed on: the address is unmapped once the copy is done (the GPU
         // would fault before), only then can memory be mapped there.
@@ -1691,56 +1743,46 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
         // after its copy, as for any resident buffer.
         return OrderAfterSwap(dev, b, consumer);
       }
-      if (reuse && TakePooled(dev, b.reserved, &h, &shadowed)) {
-        pooled = true;
-        break;  // charged already: no room to make
-      }
-      if (CUresult r = MakeRoom(dev, b.reserved, reuse ? b.reserved : 0); r != CUDA_SUCCESS) {
+      if (CUresult r = AcquireChunks(dev, n, reuse, &h, &pooled, &shadowed);
+          r != CUDA_SUCCESS) {
         return r;
       }
-      // MakeRoom may have waited without the lock.
-      if (b.resident() || b.old_mapped || (b.host_at_base && !UnknownIdle(dev))) continue;
-      if (reuse && TakePooled(dev, b.reserved, &h, &shadowed)) {
-        pooled = true;
-        break;
-      }
-      if (CUresult r = CreatePhysical(dev, b.reserved, &h); r != CUDA_SUCCESS) return r;
-      // CreatePhysical may have waited without the lock.
+      // Making room may have waited without the lock.
       if (!b.resident() && !b.old_mapped && !(b.host_at_base && !UnknownIdle(dev))) break;
-      PoolPhysical(dev, h, b.reserved);
+      PoolChunks(dev, &h);
     }
     // A buffer with no host copy was dropped never written (nothing to copy).
     bool never_written = (version_policy_ && !b.written) || !b.has_host_copy();
     bool copying = copy && !never_written;
     if (copying) {
       if (CUresult r = EnsureSwapStream(dev); r != CUDA_SUCCESS) {
-        PoolPhysical(dev, h, b.reserved);
+        PoolChunks(dev, &h);
         return r;
       }
     }
     if (b.host_at_base) {
       if (CUresult r = Failed(driver_->cuMemUnmap(b.base, b.reserved)); r != CUDA_SUCCESS) {
-        PoolPhysical(dev, h, b.reserved);
+        PoolChunks(dev, &h);
         return r;  // still swapped out, still readable
       }
       b.host_at_base = false;
     }
     bool mapped = false;
-    if (CUresult r = MapAt(b.base, b.reserved, h, dev.ordinal, &mapped); r != CUDA_SUCCESS) {
+    if (CUresult r = MapAt(b.base, h, dev.granularity, dev.ordinal, &mapped); r != CUDA_SUCCESS) {
       if (!mapped) {
         // Still swapped out; readable again unless this fails too (then
         // host_at_base says so).
         if (b.has_vmm_host_copy()) (void)MapHostAtBase(b);
-        PoolPhysical(dev, h, b.reserved);
+        PoolChunks(dev, &h);
         return r;
       }
       // Mapped without access and stuck there: resident, holding nothing.
-      b.device_handle = h;
+      b.device_chunks = std::move(h);
       b.stale_device = true;
       b.location = Location::kCpuGpu;
       return r;
     }
-    b.device_handle = h;
+    b.device_chunks = std::move(h);
     if (copying) {
       CUresult r =
           Failed(b.host_handle != 0
@@ -2133,7 +2175,7 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
     // planner's evictions, which take only buffers needed later than it.
     Device& home = DeviceState(b->device);
     const bool fits = (home.used <= home.cap && b->reserved <= home.cap - home.used) ||
-                      home.pool.count(b->reserved) != 0;
+                      home.pooled >= b->reserved;
     if (!fits || PrefetchLocked(*b) != CUDA_SUCCESS || was_resident) {
       ++stats_.prefetches_refused;
       planner->CancelFetch(a.id);

@@ -333,9 +333,9 @@ class MemoryManager {
   // cap on `dev`. Buffers with pins > 0 are never chosen. When no room can
   // be made, CUDA_ERROR_OUT_OF_MEMORY, or the driver error that kept the
   // last candidate from being evicted.
-  // With `chunk`, a pooled chunk of exactly that size is room enough too
-  // (the caller takes it; it is charged already).
-  CUresult MakeRoom(Device& dev, uint64_t need, uint64_t chunk = 0)
+  // With `pool_counts`, pooled chunks are room too (the caller takes them;
+  // they are charged already), and none is released to make room.
+  CUresult MakeRoom(Device& dev, uint64_t need, bool pool_counts = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The steps of MakeRoom. Each returns true when it made progress (or
   // waited without the lock, so the caller must look again); a candidate
@@ -362,15 +362,29 @@ class MemoryManager {
   void ReleasePhysical(Device& dev, CUmemGenericAllocationHandle handle,
                        uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RetryReleases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The physical pool (per device, by exact size: training repeats its
-  // sizes, and one handle per buffer keeps mapping to one cuMemMap).
-  // Pooled chunks stay charged; a chunk may still be mapped at the address
-  // of a buffer whose swap-out copy is in flight ("shadowed"), so whoever
-  // takes it must order its work after that copy on the swap stream.
-  bool TakePooled(Device& dev, uint64_t bytes, CUmemGenericAllocationHandle* handle,
-                  bool* shadowed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PoolPhysical(Device& dev, CUmemGenericAllocationHandle handle, uint64_t bytes)
+  // The physical pool (per device): chunks of the allocation granularity,
+  // a buffer mapped from as many as it needs, so any freed memory serves any
+  // size. Pooled chunks stay charged; a chunk may still be mapped at the
+  // address of a buffer whose swap-out copy is in flight ("shadowed"), so
+  // whoever takes it must order its work after that copy on the swap stream.
+  // TakePooled appends up to `n` chunks (unshadowed first) and returns how
+  // many; `*shadowed` is set when one of them is shadowed.
+  size_t TakePooled(Device& dev, size_t n, std::vector<CUmemGenericAllocationHandle>* chunks,
+                    bool* shadowed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PoolPhysical(Device& dev, CUmemGenericAllocationHandle handle)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pools every chunk of `*chunks` and empties it.
+  void PoolChunks(Device& dev, std::vector<CUmemGenericAllocationHandle>* chunks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `n` chunks for one buffer: pooled ones first (with `reuse`), room made
+  // for the rest, then created. `*pooled`: some came from the pool (they
+  // hold old contents). On failure nothing is held.
+  CUresult AcquireChunks(Device& dev, size_t n, bool reuse,
+                         std::vector<CUmemGenericAllocationHandle>* chunks, bool* pooled,
+                         bool* shadowed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A buffer swapped out asynchronously takes its old chunks back from the
+  // pool (none was handed on). False, changing nothing, when one was.
+  bool TakeBack(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases one pooled chunk no address maps any more. False when none.
   bool ReleaseOnePooled(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseAllPooled() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -390,10 +404,13 @@ class MemoryManager {
   // Zeroes a reused chunk just mapped at `b.base` (fresh memory holds zeros)
   // on the swap stream, as a use of `b` there.
   CUresult ZeroReused(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // cuMemMap + cuMemSetAccess for `device`, unmapping again when the access
-  // cannot be set. `*mapped` tells whether a mapping is left behind.
-  CUresult MapAt(CUdeviceptr va, uint64_t bytes, CUmemGenericAllocationHandle h,
-                 int device, bool* mapped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // cuMemMap of each of `chunks` (`chunk_bytes` each) at consecutive
+  // offsets from `va`, then one cuMemSetAccess for `device` over them all,
+  // unmapping again when a step fails. `*mapped` tells whether a mapping is
+  // left behind.
+  CUresult MapAt(CUdeviceptr va, absl::Span<const CUmemGenericAllocationHandle> chunks,
+                 uint64_t chunk_bytes, int device, bool* mapped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Physical memory for a buffer at its VA (S401/S402 with retries through
   // the eviction loop when the device itself is full).
   CUresult MapDevice(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

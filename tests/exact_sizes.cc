@@ -59,7 +59,13 @@ constexpr size_t kGranule = 2u << 20;
 const bool kCapped = std::getenv("STENSOR_MEMORY_LIMIT") != nullptr;
 
 // The fake's device memory in use (0 on a real driver, which has no such call).
+// The fake's device memory in use. Asked what is free first, stensor hands
+// its idle pooled chunks back to the driver, so what is left is the memory
+// buffers hold (chunks freed by one buffer otherwise wait in the pool for
+// the next, whatever its size).
 size_t DeviceUsed() {
+  size_t free_bytes = 0, total = 0;
+  CHECK(cuMemGetInfo(&free_bytes, &total));
   using Fn = size_t (*)(int);
   static Fn fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "fakecuda_used_bytes"));
   return fn != nullptr ? fn(0) : 0;

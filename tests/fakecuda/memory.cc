@@ -8,6 +8,16 @@
 // device's capacity; host-located handles do not.
 // cuMemCreate, cuMemMap, cuMemUnmap and cuMemRelease take the host time
 // FAKECUDA_VMM_LATENCY_US gives them, as on a GPU where they are costly.
+//
+// Page tables: a GPU sets a mapping's page tables up in cuMemMap /
+// cuMemSetAccess, so its first touch costs nothing extra. A fresh mmap here
+// has no page-table entries, and under a paravirtualised kernel each one
+// costs microseconds at its first touch (2-5 ms per MiB measured, 30-70 times
+// a warm memcpy), which would bill every swap-in for the fake's emulation.
+// So each handle keeps a "home" mapping whose page tables persist, and the
+// first mapping given read-write access to the whole handle borrows them
+// (mremap moves whole page-table pages at 2 MiB alignment) and gives them
+// back at cuMemUnmap. Access rights and faults are unchanged.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -31,6 +41,11 @@ struct Handle {
   int refs = 1;       // user references plus one per mapping
   int user_refs = 1;  // cuMemCreate and each cuMemRetainAllocationHandle
   unsigned long long id = 0;  // CU_POINTER_ATTRIBUTE_BUFFER_ID of its mappings
+  // The home mapping (see the top of this file), 2 MiB aligned, made at the
+  // first read-write cuMemSetAccess; null until then or when it failed.
+  void* home = nullptr;
+  // The mapping's base that holds the home's page tables now, or 0.
+  uintptr_t lent_to = 0;
 };
 
 struct Mapping {
@@ -105,6 +120,7 @@ void DestroyHandleLocked(Memory& m, Handle* h) {
   if (h->prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
     GetDevice(h->prop.location.id)->Uncharge(h->size);
   }
+  if (h->home != nullptr) munmap(h->home, h->size);
   close(h->fd);
   m.handles.erase(h);
   delete h;
@@ -112,6 +128,45 @@ void DestroyHandleLocked(Memory& m, Handle* h) {
 
 void DropHandleRefLocked(Memory& m, Handle* h) {
   if (--h->refs == 0) DestroyHandleLocked(m, h);
+}
+
+// A shared read-write mapping of the handle at a 2 MiB-aligned address (so
+// mremap can move its page tables whole). False when it cannot be made.
+bool MakeHome(Handle* h) {
+  if (h->home != nullptr) return true;
+  size_t span = h->size + kGranularity;
+  void* raw = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+  if (raw == MAP_FAILED) return false;
+  uintptr_t start = AlignUp(reinterpret_cast<uintptr_t>(raw), kGranularity);
+  void* got = mmap(reinterpret_cast<void*>(start), h->size, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_FIXED, h->fd, 0);
+  // The slack on either side goes back; on failure, all of it.
+  uintptr_t lo = reinterpret_cast<uintptr_t>(raw);
+  if (got == MAP_FAILED) {
+    munmap(raw, span);
+    return false;
+  }
+  if (start > lo) munmap(raw, start - lo);
+  if (lo + span > start + h->size) {
+    munmap(reinterpret_cast<void*>(start + h->size), lo + span - (start + h->size));
+  }
+  h->home = got;
+  return true;
+}
+
+// Moves the home's page tables onto the mapping at p (which maps all of h),
+// read-write. False (nothing changed) when that cannot be done.
+bool BorrowHome(Handle* h, uintptr_t p) {
+  if (h->lent_to != 0 || !MakeHome(h)) return false;
+  // DONTUNMAP keeps the home's range mapped (empty), so no other mmap can
+  // take it before the page tables come back.
+  void* got = mremap(h->home, h->size, h->size,
+                     MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
+                     reinterpret_cast<void*>(p));
+  if (got == MAP_FAILED) return false;
+  h->lent_to = p;
+  return true;
 }
 
 // Puts an inaccessible placeholder back over [p, p+n), keeping the VA. If
@@ -608,8 +663,17 @@ FAKECUDA_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size,
     q += it->second.size;
     if (q > p + size) return CUDA_ERROR_INVALID_VALUE;
   }
-  if (mprotect(reinterpret_cast<void*>(p), size, prot) != 0) {
-    return CUDA_ERROR_INVALID_VALUE;
+  // Read-write over whole handles: each mapping borrows its handle's page
+  // tables where it can; the rest get their access by mprotect.
+  uintptr_t q = p;
+  for (Mapping* mp : covered) {
+    Handle* h = mp->handle;
+    const bool borrowed = prot == (PROT_READ | PROT_WRITE) && h->size == mp->size &&
+                          h->lent_to != q && BorrowHome(h, q);
+    if (!borrowed && mprotect(reinterpret_cast<void*>(q), mp->size, prot) != 0) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    q += mp->size;
   }
   for (Mapping* mp : covered) mp->accessible = prot != PROT_NONE;
   return CUDA_SUCCESS;
@@ -630,6 +694,19 @@ FAKECUDA_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     if (q > p + size) return CUDA_ERROR_INVALID_VALUE;
   }
   if (bases.empty()) return CUDA_ERROR_INVALID_VALUE;
+  for (uintptr_t b : bases) {
+    Handle* h = m.mappings[b].handle;
+    if (h->lent_to != b) continue;
+    // The page tables go home; the range is made inaccessible just below.
+    // Should the move fail, the home is dropped instead (it is re-made at
+    // the next borrow, its pages faulted in afresh).
+    if (mremap(reinterpret_cast<void*>(b), h->size, h->size,
+               MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, h->home) == MAP_FAILED) {
+      munmap(h->home, h->size);
+      h->home = nullptr;
+    }
+    h->lent_to = 0;
+  }
   Unback(p, size);
   for (uintptr_t b : bases) {
     Handle* h = m.mappings[b].handle;
