@@ -189,6 +189,70 @@ TEST_F(FakeCudaTest, VmmRejectsBadArguments) {
   ASSERT_CU(cuMemAddressFree(va, 2 * kGranule));
 }
 
+// Pages of [p, p+n) with a page-table entry now (/proc/self/pagemap bit 63),
+// or -1 when pagemap cannot be read.
+long PresentPages(uintptr_t p, size_t n) {
+  FILE* f = std::fopen("/proc/self/pagemap", "rb");
+  if (f == nullptr) return -1;
+  const long page = sysconf(_SC_PAGESIZE);
+  std::vector<uint64_t> entries(n / page);
+  long present = -1;
+  if (std::fseek(f, static_cast<long>(p / page * sizeof(uint64_t)), SEEK_SET) == 0 &&
+      std::fread(entries.data(), sizeof(uint64_t), entries.size(), f) == entries.size()) {
+    present = 0;
+    for (uint64_t e : entries) present += (e >> 63) & 1;
+  }
+  std::fclose(f);
+  return present;
+}
+
+// A GPU sets a mapping's page tables up at cuMemMap/cuMemSetAccess: its
+// first touch costs nothing extra. The fake's memory keeps its page tables
+// from one mapping to the next, at any address, so a remapped handle's
+// touched pages are present before anything touches them again; its data
+// and a second, simultaneous mapping stay right.
+TEST_F(FakeCudaTest, RemappedMemoryKeepsItsPageTables) {
+  CUmemGenericAllocationHandle h;
+  CUdeviceptr va = MapNew(2, &h);
+  const size_t n = 2 * kGranule;
+  std::vector<unsigned char> data(n);
+  for (size_t i = 0; i < n; ++i) data[i] = static_cast<unsigned char>(i * 13 + 1);
+  ASSERT_CU(cuMemcpyHtoD_v2(va, data.data(), n));  // touches every page
+  ASSERT_CU(cuMemUnmap(va, n));
+  CUdeviceptr other = 0;
+  ASSERT_CU(cuMemAddressReserve(&other, n, 0, 0, 0));
+  ASSERT_CU(cuMemMap(other, n, 0, h, 0));
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = 0;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  ASSERT_CU(cuMemSetAccess(other, n, &access, 1));
+  long present = PresentPages(other, n);
+  if (present < 0) GTEST_SKIP() << "no /proc/self/pagemap";
+  EXPECT_EQ(present, static_cast<long>(n / sysconf(_SC_PAGESIZE)));
+  // A second mapping of the same memory at the same time sees it too.
+  ASSERT_CU(cuMemMap(va, n, 0, h, 0));
+  ASSERT_CU(cuMemSetAccess(va, n, &access, 1));
+  std::vector<unsigned char> back(n);
+  ASSERT_CU(cuMemcpyDtoH_v2(back.data(), other, n));
+  EXPECT_EQ(back, data);
+  reinterpret_cast<volatile unsigned char*>(va)[5] = 99;
+  EXPECT_EQ(reinterpret_cast<volatile unsigned char*>(other)[5], 99);
+  // Back at the first address once the other is gone, with its page tables.
+  ASSERT_CU(cuMemUnmap(other, n));
+  ASSERT_CU(cuMemUnmap(va, n));
+  ASSERT_CU(cuMemMap(va, n, 0, h, 0));
+  ASSERT_CU(cuMemSetAccess(va, n, &access, 1));
+  EXPECT_EQ(PresentPages(va, n), static_cast<long>(n / sysconf(_SC_PAGESIZE)));
+  ASSERT_CU(cuMemcpyDtoH_v2(back.data(), va, n));
+  data[5] = 99;
+  EXPECT_EQ(back, data);
+  ASSERT_CU(cuMemUnmap(va, n));
+  ASSERT_CU(cuMemRelease(h));
+  ASSERT_CU(cuMemAddressFree(other, n));
+  ASSERT_CU(cuMemAddressFree(va, n));
+}
+
 using FakeCudaDeathTest = FakeCudaTest;
 
 TEST_F(FakeCudaDeathTest, TouchingAnUnmappedRangeFaults) {
