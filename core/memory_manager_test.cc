@@ -674,6 +674,45 @@ TEST_F(MemoryManagerTest, PoolServesSwapInsWithoutCreatingMemory) {
   FreeAll(*mm, {a, b, c, d});
 }
 
+// Granule chunks: memory freed or swapped out by buffers of one size
+// serves buffers of another. Under a cap of three granules, a two-granule
+// buffer and two one-granule buffers take turns (each swap-in evicts
+// buffers of other sizes), and per-step temporaries of both sizes come and
+// go: after the first round, nothing is created or released, and every
+// byte is right. (An exact-size pool misses at every turn here.)
+TEST_F(MemoryManagerTest, PoolChunksServeEverySize) {
+  auto mm = Make("6MiB", "lru");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr big = Alloc(*mm, 1, 2 * kGranule);
+  Write(*mm, 1, big, 1, 2 * kGranule);
+  CUdeviceptr a = Alloc(*mm, 2), b = Alloc(*mm, 3);  // big goes out
+  Write(*mm, 2, a, 2);
+  Write(*mm, 3, b, 3);
+  SwapStats before{};
+  for (int round = 0; round < 4; ++round) {
+    if (round == 1) before = mm->stats();
+    ExpectData(*mm, 1, big, 1, 2 * kGranule);  // a and b out
+    ExpectData(*mm, 2, a, 2);                  // big out
+    ExpectData(*mm, 3, b, 3);
+    // A temporary of each size, written and freed within the round.
+    for (uint64_t granules : {uint64_t{2}, uint64_t{1}}) {
+      const uint64_t id = 10 + 10 * round + granules;
+      CUdeviceptr t = Alloc(*mm, id, granules * kGranule);
+      ASSERT_NE(t, 0u);
+      Write(*mm, id, t, id, granules * kGranule);
+      ExpectData(*mm, id, t, id, granules * kGranule);
+      FreeAll(*mm, {t});
+    }
+  }
+  SwapStats after = mm->stats();
+  EXPECT_GE(after.swap_ins - before.swap_ins, 9u);
+  EXPECT_EQ(after.physical_creates, before.physical_creates);
+  EXPECT_EQ(after.physical_releases, before.physical_releases);
+  EXPECT_EQ(after.ooms, 0u);
+  EXPECT_LE(Peak(), kCap);
+  FreeAll(*mm, {big, a, b});
+}
+
 // Prefetch brings a swapped-out buffer in on the swap stream before any
 // operation asks for it; the operation then finds it resident (no second
 // swap-in) and waits for the copy on the device.
