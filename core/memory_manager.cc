@@ -139,10 +139,9 @@ struct MemoryManager::Device {
   bool host_vmm = false;
   CUstream swap_stream = nullptr;
   uint64_t host_bytes = 0;  // host copies
-  // The physical pool: idle chunks of `granularity` bytes each, charged (in
-  // `used`); `pooled` is their bytes.
-  std::vector<CUmemGenericAllocationHandle> pool;
-  uint64_t pooled = 0;
+  // Idle physical memory in chunks of `granularity` bytes, charged (in
+  // `used`).
+  PhysicalPool pool;
   // Buffers whose old mapping is still there (Buffer::old_mapped).
   std::vector<Buffer*> old_mappings;
   // The eviction order (MemoryManager::Reindex).
@@ -307,6 +306,7 @@ MemoryManager::Device& MemoryManager::DeviceState(int ordinal) {
           CUDA_SUCCESS) {
     d->granularity = granularity;
   }
+  d->pool = PhysicalPool(d->granularity);
   int host_vmm = 0;
   if (driver_->cuDeviceGetAttribute) {
     driver_->cuDeviceGetAttribute(
@@ -958,25 +958,9 @@ CUresult MemoryManager::MapAt(CUdeviceptr va, absl::Span<const CUmemGenericAlloc
 size_t MemoryManager::TakePooled(Device& dev, size_t n,
                                  std::vector<CUmemGenericAllocationHandle>* chunks,
                                  bool* shadowed) {
-  size_t taken = 0;
-  // Chunks no old address maps first (their next user need not wait), the
-  // most recently pooled first; then those still mapped at an old address,
-  // the longest pooled first: their swap-out copies come first on the swap
-  // stream, and their owners, evicted longest ago, are the least likely to
-  // be needed back before that copy is done (a buffer handed on memory it
-  // still maps waits on the host for its copy when it comes back).
-  for (size_t i = dev.pool.size(); i-- > 0 && taken < n;) {
-    const CUmemGenericAllocationHandle h = dev.pool[i];
-    if (shadows_.contains(h)) continue;
-    dev.pool.erase(dev.pool.begin() + i);
-    chunks->push_back(h);
-    ++taken;
-  }
-  // What is left is all shadowed (the first pass took the rest).
-  const size_t more = std::min(n - taken, dev.pool.size());
-  for (size_t i = 0; i < more; ++i) {
-    const CUmemGenericAllocationHandle h = dev.pool[i];
-    chunks->push_back(h);
+  std::vector<CUmemGenericAllocationHandle> handed;
+  const size_t taken = dev.pool.Take(n, chunks, &handed);
+  for (CUmemGenericAllocationHandle h : handed) {
     *shadowed = true;
     // Its old owner can no longer take it back (its contents will change).
     for (Buffer* o : dev.old_mappings) {
@@ -985,36 +969,27 @@ size_t MemoryManager::TakePooled(Device& dev, size_t n,
       }
     }
   }
-  dev.pool.erase(dev.pool.begin(), dev.pool.begin() + more);
-  taken += more;
-  dev.pooled -= taken * dev.granularity;
   stats_.pooled_bytes -= taken * dev.granularity;
   stats_.pool_hits += taken;
   return taken;
 }
 
 void MemoryManager::PoolPhysical(Device& dev, CUmemGenericAllocationHandle handle) {
-  dev.pool.push_back(handle);
-  dev.pooled += dev.granularity;
+  dev.pool.Put(handle);
   stats_.pooled_bytes += dev.granularity;
 }
 
 void MemoryManager::PoolChunks(Device& dev, std::vector<CUmemGenericAllocationHandle>* chunks) {
-  for (CUmemGenericAllocationHandle h : *chunks) PoolPhysical(dev, h);
-  chunks->clear();
+  stats_.pooled_bytes += chunks->size() * dev.granularity;
+  dev.pool.PutAll(chunks);
 }
 
 bool MemoryManager::ReleaseOnePooled(Device& dev) {
-  for (size_t i = 0; i < dev.pool.size(); ++i) {
-    if (shadows_.contains(dev.pool[i])) continue;  // still mapped at an old address
-    CUmemGenericAllocationHandle h = dev.pool[i];
-    dev.pool.erase(dev.pool.begin() + i);
-    dev.pooled -= dev.granularity;
-    stats_.pooled_bytes -= dev.granularity;
-    ReleasePhysical(dev, h, dev.granularity);  // a failure is retried, still charged
-    return true;
-  }
-  return false;
+  std::optional<CUmemGenericAllocationHandle> h = dev.pool.TakeIdle();
+  if (!h) return false;
+  stats_.pooled_bytes -= dev.granularity;
+  ReleasePhysical(dev, *h, dev.granularity);  // a failure is retried, still charged
+  return true;
 }
 
 CUresult MemoryManager::AcquireChunks(Device& dev, size_t n, bool reuse,
@@ -1056,10 +1031,7 @@ void MemoryManager::EndShadow(Device& dev, Buffer& b) {
   if (!b.old_mapped) return;
   b.old_mapped = false;
   b.handed_on = false;
-  for (CUmemGenericAllocationHandle h : b.old_chunks) {
-    auto s = shadows_.find(h);
-    if (s != shadows_.end() && --s->second == 0) shadows_.erase(s);
-  }
+  for (CUmemGenericAllocationHandle h : b.old_chunks) dev.pool.Unshadow(h);
   b.old_chunks.clear();
   auto it = std::find(dev.old_mappings.begin(), dev.old_mappings.end(), &b);
   if (it != dev.old_mappings.end()) dev.old_mappings.erase(it);
@@ -1235,14 +1207,14 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
     // `pool_counts` the caller takes pooled chunks (charged already), even
     // those still mapped at old addresses (its work is ordered after theirs
     // on the swap stream): only the rest must fit.
-    const uint64_t fresh = pool_counts ? need - std::min(need, dev.pooled) : need;
+    const uint64_t fresh = pool_counts ? need - std::min(need, dev.pool.bytes()) : need;
     if (dev.used <= dev.cap - fresh) return CUDA_SUCCESS;                  // S401/S402
     if (!pool_counts) {
       if (ReleaseOnePooled(dev)) continue;  // pooled chunks go first
       // What is pooled is still mapped at old addresses whose swap-out
       // copies are in flight: it is becoming free, so wait for it rather
       // than evict more.
-      if (dev.pooled > 0 && dev.used - dev.pooled <= dev.cap - need) {
+      if (dev.pool.bytes() > 0 && dev.used - dev.pool.bytes() <= dev.cap - need) {
         if (no_block_) return CUDA_ERROR_NOT_READY;  // it comes, but not without a wait
         if (ReapOldMappings(dev, /*wait=*/true)) continue;
       }
@@ -1261,7 +1233,7 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
       spend_prefetched_ = false;
       if (evicted) continue;
     }
-    if (!pool_counts && dev.pooled > 0 && ReapOldMappings(dev, /*wait=*/true)) continue;
+    if (!pool_counts && dev.pool.bytes() > 0 && ReapOldMappings(dev, /*wait=*/true)) continue;
     // Nothing was left to evict, or what was left could not be evicted
     // because the driver failed: then that is the error to see.
     if (error != CUDA_SUCCESS) return error;
@@ -1312,7 +1284,7 @@ bool MemoryManager::ReleaseGarbage(Device& dev, bool wait, CUresult* error) {
       }
       return true;
     }
-    uint64_t used = dev.used - dev.pooled;  // what the pool holds is as good as free
+    uint64_t used = dev.used - dev.pool.bytes();  // what the pool holds is as good as free
     Buffer& g = *b;
     if (ReleaseBuffer(dev, g)) {
       ++stats_.garbage_released;
@@ -1320,7 +1292,7 @@ bool MemoryManager::ReleaseGarbage(Device& dev, bool wait, CUresult* error) {
     }
     // Partly released, perhaps: progress if its device memory went.
     g.failed_round = round_;
-    if (dev.used - dev.pooled < used) return true;
+    if (dev.used - dev.pool.bytes() < used) return true;
   }
   return false;
 }
@@ -1480,7 +1452,7 @@ void MemoryManager::DetachShadowed(Device& dev, Buffer& b) {
   b.old_chunks = b.device_chunks;
   b.old_mapped = true;
   b.handed_on = false;
-  for (CUmemGenericAllocationHandle h : b.old_chunks) ++shadows_[h];
+  for (CUmemGenericAllocationHandle h : b.old_chunks) dev.pool.Shadow(h);
   dev.old_mappings.push_back(&b);
   PoolChunks(dev, &b.device_chunks);
 }
@@ -1683,16 +1655,7 @@ CUresult MemoryManager::UnmapDevice(Device& dev, Buffer& b) {
 // accesses that may read it is pending), the copy is ordered before the
 // consumer; a failure before the copy is submitted puts everything back.
 bool MemoryManager::TakeBack(Device& dev, Buffer& b) {
-  // Every old chunk must still be in the pool (none handed on).
-  std::vector<size_t> at;
-  for (CUmemGenericAllocationHandle h : b.old_chunks) {
-    auto it = std::find(dev.pool.begin(), dev.pool.end(), h);
-    if (it == dev.pool.end()) return false;
-    at.push_back(it - dev.pool.begin());
-  }
-  std::sort(at.begin(), at.end());
-  for (size_t i = at.size(); i-- > 0;) dev.pool.erase(dev.pool.begin() + at[i]);
-  dev.pooled -= b.reserved;
+  if (!dev.pool.TakeBack(b.old_chunks)) return false;
   stats_.pooled_bytes -= b.reserved;
   std::vector<CUmemGenericAllocationHandle> back = b.old_chunks;
   EndShadow(dev, b);
@@ -2175,7 +2138,7 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
     // planner's evictions, which take only buffers needed later than it.
     Device& home = DeviceState(b->device);
     const bool fits = (home.used <= home.cap && b->reserved <= home.cap - home.used) ||
-                      home.pooled >= b->reserved;
+                      home.pool.bytes() >= b->reserved;
     if (!fits || PrefetchLocked(*b) != CUDA_SUCCESS || was_resident) {
       ++stats_.prefetches_refused;
       planner->CancelFetch(a.id);
@@ -2293,7 +2256,7 @@ void MemoryManager::MemInfo(int device, size_t* free_bytes, size_t* total_bytes)
   // free and are counted so.
   while (ReleaseOnePooled(dev)) {
   }
-  uint64_t used = dev.used - dev.pooled;
+  uint64_t used = dev.used - dev.pool.bytes();
   if (free_bytes != nullptr) *free_bytes = used >= dev.cap ? 0 : dev.cap - used;
 }
 

@@ -44,6 +44,7 @@
 #include "absl/types/span.h"
 #include "core/config.h"
 #include "core/driver.h"
+#include "core/physical_pool.h"
 #include "core/profiler.h"
 #include "core/verifier.h"
 #include "policy/eviction_policy.h"
@@ -554,10 +555,6 @@ class MemoryManager {
   std::vector<Unreleased> unreleased_ ABSL_GUARDED_BY(mu_);
   // External allocations: base -> (device, charged bytes).
   absl::flat_hash_map<uint64_t, std::pair<int, uint64_t>> external_ ABSL_GUARDED_BY(mu_);
-  // Physical handles still mapped at the old address of buffers swapped out
-  // asynchronously: handle -> such mappings. Never released to the driver
-  // while any is left (the memory would outlive its charge).
-  absl::flat_hash_map<CUmemGenericAllocationHandle, int> shadows_ ABSL_GUARDED_BY(mu_);
   // The program's own device-located VMM handles (CreateAppMemory).
   struct AppHandle {
     int device = 0;
