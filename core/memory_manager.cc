@@ -13,6 +13,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/host_copy.h"
 #include "core/json.h"
 
 namespace stensor {
@@ -75,12 +76,9 @@ struct MemoryManager::Buffer {
   // Device memory, when resident: granule-sized chunks of the device's pool
   // mapped at consecutive offsets from base (empty when not resident).
   std::vector<CUmemGenericAllocationHandle> device_chunks;
-  // The host copy: host-located VMM memory (mapped at host_va, and at base
+  // The host copy: host-located VMM memory (mapped at its own VA, and at base
   // while swapped out), or pinned memory where that is unsupported.
-  CUmemGenericAllocationHandle host_handle = 0;
-  CUdeviceptr host_va = 0;
-  bool host_va_mapped = false;
-  void* host_ptr = nullptr;
+  HostCopy host;
   bool host_at_base = false;  // true only while the host copy is mapped there
   bool va_reserved = false;   // `base` is still reserved (VMM buffers)
   // Swapped in without a copy for an operation that overwrites it whole;
@@ -116,10 +114,6 @@ struct MemoryManager::Buffer {
   std::pair<uint64_t, uint64_t> drop_key;  // (last use, serial)
 
   bool resident() const { return !vmm || !device_chunks.empty(); }
-  // A host copy that can be copied to and from (host_va mapped); the
-  // host-located VMM kind can also be mapped at `base`.
-  bool has_vmm_host_copy() const { return host_handle != 0 && host_va_mapped; }
-  bool has_host_copy() const { return host_ptr != nullptr || has_vmm_host_copy(); }
   int refcount() const { return (garbage ? 0 : 1) + pins; }
   bool clean() const {
     return location == Location::kCpuGpu && host_version == gpu_version;
@@ -920,30 +914,6 @@ void MemoryManager::RetryReleases() {
   }
 }
 
-CUresult MemoryManager::MapAt(CUdeviceptr va, absl::Span<const CUmemGenericAllocationHandle> chunks,
-                              uint64_t chunk_bytes, int device, bool* mapped) {
-  *mapped = false;
-  const uint64_t bytes = chunks.size() * chunk_bytes;
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    CUresult r = Failed(driver_->cuMemMap(va + i * chunk_bytes, chunk_bytes, 0, chunks[i], 0));
-    if (r == CUDA_SUCCESS) continue;
-    // Undo the chunks mapped so far (one call unmaps consecutive mappings);
-    // should that fail too, a mapping is left behind.
-    *mapped = i > 0 && Failed(driver_->cuMemUnmap(va, i * chunk_bytes)) != CUDA_SUCCESS;
-    return r;
-  }
-  *mapped = true;
-  CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = device;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  CUresult r = Failed(driver_->cuMemSetAccess(va, bytes, &access, 1));
-  if (r != CUDA_SUCCESS && Failed(driver_->cuMemUnmap(va, bytes)) == CUDA_SUCCESS) {
-    *mapped = false;
-  }
-  return r;
-}
-
 // --- The physical pool ------------------------------------------------------------
 //
 // Granule-sized chunks: a buffer is mapped from as many chunks as its
@@ -1038,11 +1008,11 @@ void MemoryManager::EndShadow(Device& dev, Buffer& b) {
 }
 
 bool MemoryManager::EndOldMapping(Device& dev, Buffer& b) {
-  if (Failed(driver_->cuMemUnmap(b.base, b.reserved)) != CUDA_SUCCESS) return false;
+  if (vmm_.Unmap(b.base, b.reserved) != CUDA_SUCCESS) return false;
   EndShadow(dev, b);
   // Never fault: the address reads the host copy from now on.
-  if (b.has_vmm_host_copy() && MapHostAtBase(b) != CUDA_SUCCESS) {
-    if (b.host_at_base && Failed(driver_->cuMemUnmap(b.base, b.reserved)) == CUDA_SUCCESS) {
+  if (b.host.vmm() && MapHostAtBase(b) != CUDA_SUCCESS) {
+    if (b.host_at_base && vmm_.Unmap(b.base, b.reserved) == CUDA_SUCCESS) {
       b.host_at_base = false;
     }
     Log(JsonLine()
@@ -1101,7 +1071,7 @@ CUresult MemoryManager::MapDevice(Device& dev, Buffer& b) {
       return r;
     }
     bool mapped = false;
-    if (CUresult r = MapAt(b.base, chunks, dev.granularity, dev.ordinal, &mapped);
+    if (CUresult r = vmm_.Map(b.base, chunks, dev.granularity, dev.ordinal, &mapped);
         r != CUDA_SUCCESS) {
       // (A mapping left behind after a second failure keeps the memory in
       // use; the chunks are released all the same.)
@@ -1119,7 +1089,7 @@ CUresult MemoryManager::MapDevice(Device& dev, Buffer& b) {
     if (!pooled) return CUDA_SUCCESS;
     CUresult r = ZeroReused(dev, b);
     if (r == CUDA_SUCCESS) return CUDA_SUCCESS;
-    if (Failed(driver_->cuMemUnmap(b.base, b.reserved)) != CUDA_SUCCESS) {
+    if (vmm_.Unmap(b.base, b.reserved) != CUDA_SUCCESS) {
       return r;  // mapped and holding old contents: the allocation fails
     }
     PoolChunks(dev, &b.device_chunks);
@@ -1127,25 +1097,7 @@ CUresult MemoryManager::MapDevice(Device& dev, Buffer& b) {
 }
 
 bool MemoryManager::ReleaseHostCopy(Device& dev, Buffer& b) {
-  if (b.host_va_mapped) {
-    if (Failed(driver_->cuMemUnmap(b.host_va, b.reserved)) != CUDA_SUCCESS) return false;
-    b.host_va_mapped = false;
-  }
-  if (b.host_handle != 0) {
-    if (Failed(driver_->cuMemRelease(b.host_handle)) != CUDA_SUCCESS) return false;
-    b.host_handle = 0;
-    dev.host_bytes -= b.reserved;
-  }
-  if (b.host_va != 0) {
-    if (Failed(driver_->cuMemAddressFree(b.host_va, b.reserved)) != CUDA_SUCCESS) return false;
-    b.host_va = 0;
-  }
-  if (b.host_ptr != nullptr) {
-    if (Failed(driver_->cuMemFreeHost(b.host_ptr)) != CUDA_SUCCESS) return false;
-    b.host_ptr = nullptr;
-    dev.host_bytes -= b.reserved;
-  }
-  return true;
+  return b.host.Release(vmm_, b.reserved, &dev.host_bytes);
 }
 
 bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
@@ -1155,7 +1107,7 @@ bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
     dev.used -= b.reserved;
   } else {
     if (!b.device_chunks.empty() || b.host_at_base || b.old_mapped) {
-      if (Failed(driver_->cuMemUnmap(b.base, b.reserved)) != CUDA_SUCCESS) return false;
+      if (vmm_.Unmap(b.base, b.reserved) != CUDA_SUCCESS) return false;
       b.host_at_base = false;
       PoolChunks(dev, &b.device_chunks);
       EndShadow(dev, b);  // released only once idle: its swap-out copy is done
@@ -1357,7 +1309,7 @@ bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, CUresult* error)
 // --- Swapping ---------------------------------------------------------------------
 
 CUresult MemoryManager::EnsureHostCopy(Buffer& b) {
-  if (b.has_host_copy()) return CUDA_SUCCESS;
+  if (b.host.exists()) return CUDA_SUCCESS;
   Device& dev = DeviceState(b.device);
   // What a failed attempt could not undo goes first (or this one fails too).
   if (!ReleaseHostCopy(dev, b)) return CUDA_ERROR_UNKNOWN;
@@ -1381,46 +1333,16 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b) {
             .Finish());
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  if (dev.host_vmm) {
-    CUmemAllocationProp prop{};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
-    CUresult r = Failed(driver_->cuMemCreate(&b.host_handle, b.reserved, &prop, 0));
-    if (r != CUDA_SUCCESS) {
-      b.host_handle = 0;
-      return r;
-    }
-    dev.host_bytes += b.reserved;
-    r = Failed(driver_->cuMemAddressReserve(&b.host_va, b.reserved, 0, 0, 0));
-    if (r == CUDA_SUCCESS) {
-      r = MapAt(b.host_va, {b.host_handle}, b.reserved, b.device, &b.host_va_mapped);
-    } else {
-      b.host_va = 0;
-    }
-    if (r != CUDA_SUCCESS) {
-      // Undo what was made, so a later attempt starts afresh (what the
-      // driver refuses to undo now goes with the buffer's release).
-      ReleaseHostCopy(dev, b);
-      return r;
-    }
-  } else {
-    if (!warned_no_host_vmm_) {
-      warned_no_host_vmm_ = true;
-      Log(JsonLine()
-              .Str("type", "limitation")
-              .Str("what", "host-located VMM unsupported: swapped-out buffers are "
-                           "unmapped; a kernel reaching one through a pointer "
-                           "stensor cannot see would fault")
-              .Finish());
-    }
-    if (CUresult r = Failed(driver_->cuMemHostAlloc(&b.host_ptr, b.size, 0));
-        r != CUDA_SUCCESS) {
-      b.host_ptr = nullptr;
-      return r;
-    }
-    dev.host_bytes += b.reserved;
+  if (!dev.host_vmm && !warned_no_host_vmm_) {
+    warned_no_host_vmm_ = true;
+    Log(JsonLine()
+            .Str("type", "limitation")
+            .Str("what", "host-located VMM unsupported: swapped-out buffers are "
+                         "unmapped; a kernel reaching one through a pointer "
+                         "stensor cannot see would fault")
+            .Finish());
   }
-  return CUDA_SUCCESS;
+  return b.host.Create(vmm_, dev.host_vmm, b.reserved, b.size, b.device, &dev.host_bytes);
 }
 
 CUresult MemoryManager::EnsureSwapStream(Device& dev) {
@@ -1495,10 +1417,7 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
     if (!idle && !OrderSwapAfterUses(dev, b)) return CUDA_ERROR_NOT_READY;
   }
   if (copy) {
-    CUresult r = Failed(
-        b.host_handle != 0
-            ? driver_->cuMemcpyDtoDAsync_v2(b.host_va, b.base, b.size, dev.swap_stream)
-            : driver_->cuMemcpyDtoHAsync_v2(b.host_ptr, b.base, b.size, dev.swap_stream));
+    CUresult r = b.host.CopyFromDevice(vmm_, b.base, b.size, dev.swap_stream);
     if (r != CUDA_SUCCESS) return r;
   }
   bool in_flight = false;
@@ -1564,7 +1483,7 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
 
 bool MemoryManager::VerifiedClean(Device& dev, Buffer& b) {
   ++stats_.verify_checks;
-  Verifier::HostCopy host{b.has_vmm_host_copy() ? b.host_va : 0, b.host_ptr};
+  Verifier::HostCopy host{b.host.vmm() ? b.host.va() : 0, b.host.ptr()};
   auto start = std::chrono::steady_clock::now();
   Verifier::Result r =
       host.va == 0 && host.ptr == nullptr
@@ -1617,7 +1536,7 @@ void MemoryManager::NoteKernel(absl::Span<const uint64_t> used,
 
 CUresult MemoryManager::MapHostAtBase(Buffer& b) {
   bool mapped = false;
-  CUresult r = MapAt(b.base, {b.host_handle}, b.reserved, b.device, &mapped);
+  CUresult r = vmm_.Map(b.base, {b.host.handle()}, b.reserved, b.device, &mapped);
   // A mapping without access after a second failure is still a mapping:
   // it has to be unmapped before device memory goes there.
   b.host_at_base = mapped;
@@ -1625,17 +1544,17 @@ CUresult MemoryManager::MapHostAtBase(Buffer& b) {
 }
 
 CUresult MemoryManager::UnmapDevice(Device& dev, Buffer& b) {
-  if (CUresult r = Failed(driver_->cuMemUnmap(b.base, b.reserved)); r != CUDA_SUCCESS) {
+  if (CUresult r = vmm_.Unmap(b.base, b.reserved); r != CUDA_SUCCESS) {
     return r;  // still mapped: still resident
   }
   // Never fault: the address reads the host copy while swapped out.
-  if (CUresult r = b.has_vmm_host_copy() ? MapHostAtBase(b) : CUDA_SUCCESS; r != CUDA_SUCCESS) {
-    if (b.host_at_base && Failed(driver_->cuMemUnmap(b.base, b.reserved)) == CUDA_SUCCESS) {
+  if (CUresult r = b.host.vmm() ? MapHostAtBase(b) : CUDA_SUCCESS; r != CUDA_SUCCESS) {
+    if (b.host_at_base && vmm_.Unmap(b.base, b.reserved) == CUDA_SUCCESS) {
       b.host_at_base = false;
     }
     bool mapped = false;
     if (!b.host_at_base &&
-        MapAt(b.base, b.device_chunks, dev.granularity, dev.ordinal, &mapped) == CUDA_SUCCESS) {
+        vmm_.Map(b.base, b.device_chunks, dev.granularity, dev.ordinal, &mapped) == CUDA_SUCCESS) {
       return r;  // back as it was: resident
     }
     // Neither: swapped out with the address unmapped, as without host VMM.
@@ -1715,7 +1634,7 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
       PoolChunks(dev, &h);
     }
     // A buffer with no host copy was dropped never written (nothing to copy).
-    bool never_written = (version_policy_ && !b.written) || !b.has_host_copy();
+    bool never_written = (version_policy_ && !b.written) || !b.host.exists();
     bool copying = copy && !never_written;
     if (copying) {
       if (CUresult r = EnsureSwapStream(dev); r != CUDA_SUCCESS) {
@@ -1724,18 +1643,18 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
       }
     }
     if (b.host_at_base) {
-      if (CUresult r = Failed(driver_->cuMemUnmap(b.base, b.reserved)); r != CUDA_SUCCESS) {
+      if (CUresult r = vmm_.Unmap(b.base, b.reserved); r != CUDA_SUCCESS) {
         PoolChunks(dev, &h);
         return r;  // still swapped out, still readable
       }
       b.host_at_base = false;
     }
     bool mapped = false;
-    if (CUresult r = MapAt(b.base, h, dev.granularity, dev.ordinal, &mapped); r != CUDA_SUCCESS) {
+    if (CUresult r = vmm_.Map(b.base, h, dev.granularity, dev.ordinal, &mapped); r != CUDA_SUCCESS) {
       if (!mapped) {
         // Still swapped out; readable again unless this fails too (then
         // host_at_base says so).
-        if (b.has_vmm_host_copy()) (void)MapHostAtBase(b);
+        if (b.host.vmm()) (void)MapHostAtBase(b);
         PoolChunks(dev, &h);
         return r;
       }
@@ -1747,10 +1666,7 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
     }
     b.device_chunks = std::move(h);
     if (copying) {
-      CUresult r =
-          Failed(b.host_handle != 0
-                     ? driver_->cuMemcpyDtoDAsync_v2(b.base, b.host_va, b.size, dev.swap_stream)
-                     : driver_->cuMemcpyHtoDAsync_v2(b.base, b.host_ptr, b.size, dev.swap_stream));
+      CUresult r = b.host.CopyToDevice(vmm_, b.base, b.size, dev.swap_stream);
       if (r != CUDA_SUCCESS) {
         // The host copy stays the only one.
         if (UnmapDevice(dev, b) != CUDA_SUCCESS) {
@@ -1951,16 +1867,14 @@ void MemoryManager::MarkAllWritten(CUstream stream) {
 CUresult MemoryManager::RestoreFromHost(Device& dev, Buffer& b) {
   ReindexAtExit reindex(this, b);
   if (!b.resident()) return CUDA_SUCCESS;
-  if ((version_policy_ && !b.written) || !b.has_host_copy()) {
+  if ((version_policy_ && !b.written) || !b.host.exists()) {
     // Never written: the fresh device memory holds what it held.
     b.stale_device = false;
     return CUDA_SUCCESS;
   }
   CUresult r = EnsureSwapStream(dev);
   if (r == CUDA_SUCCESS) {
-    r = Failed(b.host_handle != 0
-                   ? driver_->cuMemcpyDtoDAsync_v2(b.base, b.host_va, b.size, dev.swap_stream)
-                   : driver_->cuMemcpyHtoDAsync_v2(b.base, b.host_ptr, b.size, dev.swap_stream));
+    r = b.host.CopyToDevice(vmm_, b.base, b.size, dev.swap_stream);
   }
   if (r == CUDA_SUCCESS) {
     // In flight: later uses wait for it (OrderAfterSwap), as after a swap-in.
@@ -2168,7 +2082,7 @@ bool MemoryManager::ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst,
                                      uint64_t bytes) {
   absl::MutexLock lock(&mu_);
   Buffer* b = ById(id);
-  if (b == nullptr || !b->vmm || b->resident() || !b->has_host_copy() ||
+  if (b == nullptr || !b->vmm || b->resident() || !b->host.exists() ||
       offset + bytes > b->size) {
     return false;
   }
@@ -2179,9 +2093,9 @@ bool MemoryManager::ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst,
       return false;
     }
   }
-  CUresult r = b->host_handle != 0
-                   ? Failed(driver_->cuMemcpyDtoH_v2(dst, b->host_va + offset, bytes))
-                   : (std::memcpy(dst, static_cast<char*>(b->host_ptr) + offset, bytes),
+  CUresult r = b->host.handle() != 0
+                   ? Failed(driver_->cuMemcpyDtoH_v2(dst, b->host.va() + offset, bytes))
+                   : (std::memcpy(dst, static_cast<char*>(b->host.ptr()) + offset, bytes),
                       CUDA_SUCCESS);
   if (r != CUDA_SUCCESS) return false;
   ++stats_.reads_served_from_host;
@@ -2198,17 +2112,17 @@ CUresult MemoryManager::ReadBack(uint64_t id, uint64_t offset, void* dst, uint64
     if (CUresult r = WaitSwapUse(DeviceState(b->device), *b); r != CUDA_SUCCESS) return r;
   }
   if (!b->resident() || b->stale_device) {  // the host copy holds the data
-    if (b->host_ptr != nullptr) {
-      std::memcpy(dst, static_cast<char*>(b->host_ptr) + offset, bytes);
+    if (b->host.ptr() != nullptr) {
+      std::memcpy(dst, static_cast<char*>(b->host.ptr()) + offset, bytes);
       return CUDA_SUCCESS;
     }
-    if (!b->has_vmm_host_copy()) {
+    if (!b->host.vmm()) {
       std::memset(dst, 0, bytes);  // dropped never written: fresh memory
       return CUDA_SUCCESS;
     }
     // A synchronous copy waits for the program's blocking streams: never
     // under the lock. The pin keeps the host copy where it is.
-    const CUdeviceptr from = b->host_va + offset;
+    const CUdeviceptr from = b->host.va() + offset;
     ++b->pins;
     mu_.Unlock();
     CUresult r = driver_->cuMemcpyDtoH_v2(dst, from, bytes);

@@ -45,6 +45,7 @@
 #include "core/config.h"
 #include "core/driver.h"
 #include "core/physical_pool.h"
+#include "core/vmm.h"
 #include "core/profiler.h"
 #include "core/verifier.h"
 #include "policy/eviction_policy.h"
@@ -405,13 +406,6 @@ class MemoryManager {
   // Zeroes a reused chunk just mapped at `b.base` (fresh memory holds zeros)
   // on the swap stream, as a use of `b` there.
   CUresult ZeroReused(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // cuMemMap of each of `chunks` (`chunk_bytes` each) at consecutive
-  // offsets from `va`, then one cuMemSetAccess for `device` over them all,
-  // unmapping again when a step fails. `*mapped` tells whether a mapping is
-  // left behind.
-  CUresult MapAt(CUdeviceptr va, absl::Span<const CUmemGenericAllocationHandle> chunks,
-                 uint64_t chunk_bytes, int device, bool* mapped)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Physical memory for a buffer at its VA (S401/S402 with retries through
   // the eviction loop when the device itself is full).
   CUresult MapDevice(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -525,6 +519,8 @@ class MemoryManager {
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;    // access order
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;  // modification times
   SwapStats stats_ ABSL_GUARDED_BY(mu_);
+  // The VMM driver calls, their failures counted in stats_ (under mu_).
+  const Vmm vmm_{driver_, &stats_.driver_errors};
   bool warned_no_host_vmm_ ABSL_GUARDED_BY(mu_) = false;
   bool warned_host_limit_ ABSL_GUARDED_BY(mu_) = false;
   int verify_warnings_ ABSL_GUARDED_BY(mu_) = 0;  // mismatches told on stderr

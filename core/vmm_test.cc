@@ -1,0 +1,174 @@
+// Vmm and HostCopy on the fake driver: chunks mapped at consecutive offsets
+// read as one buffer; every failed call is undone (or left for Release) and
+// counted; a host copy round-trips a buffer's bytes.
+#include "core/vmm.h"
+
+#include <dlfcn.h>
+
+#include <cstring>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/host_copy.h"
+#include "tests/fakecuda/fakecuda.h"
+
+namespace stensor {
+namespace {
+
+#define ASSERT_CU(expr) ASSERT_EQ((expr), CUDA_SUCCESS) << #expr
+#define EXPECT_CU(expr) EXPECT_EQ((expr), CUDA_SUCCESS) << #expr
+
+constexpr uint64_t kGranule = 2u << 20;
+
+class VmmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_CU(cuInit(0));
+    CUdevice dev = 0;
+    ASSERT_CU(cuDeviceGet(&dev, 0));
+    ASSERT_CU(cuDevicePrimaryCtxRetain(&ctx_, dev));
+    ASSERT_CU(cuCtxSetCurrent(ctx_));
+    void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    ASSERT_NE(handle, nullptr) << dlerror();
+    ASSERT_GT(LoadDriver(handle, &dlsym, &driver_), 0);
+    baseline_ = fakecuda_used_bytes(0);
+  }
+  void TearDown() override {
+    fakecuda_clear_failures();
+    EXPECT_EQ(fakecuda_used_bytes(0), baseline_) << "device memory left in use";
+    cuDevicePrimaryCtxRelease_v2(0);
+  }
+
+  std::vector<CUmemGenericAllocationHandle> Chunks(int n) {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    std::vector<CUmemGenericAllocationHandle> chunks(n);
+    for (auto& h : chunks) EXPECT_CU(cuMemCreate(&h, kGranule, &prop, 0));
+    return chunks;
+  }
+  void Release(const std::vector<CUmemGenericAllocationHandle>& chunks) {
+    for (auto h : chunks) EXPECT_CU(cuMemRelease(h));
+  }
+
+  Driver driver_;
+  CUcontext ctx_ = nullptr;
+  uint64_t errors_ = 0;
+  Vmm vmm_{&driver_, &errors_};
+  size_t baseline_ = 0;
+};
+
+TEST_F(VmmTest, ChunksMapAtConsecutiveOffsetsAsOneBuffer) {
+  auto chunks = Chunks(3);
+  CUdeviceptr va = 0;
+  ASSERT_CU(cuMemAddressReserve(&va, 3 * kGranule, 0, 0, 0));
+  bool mapped = false;
+  ASSERT_CU(vmm_.Map(va, chunks, kGranule, 0, &mapped));
+  EXPECT_TRUE(mapped);
+  std::vector<unsigned char> data(3 * kGranule), back(3 * kGranule);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<unsigned char>(i / 4096 + i);
+  ASSERT_CU(cuMemcpyHtoD_v2(va, data.data(), data.size()));  // crosses both seams
+  ASSERT_CU(cuMemcpyDtoH_v2(back.data(), va, back.size()));
+  EXPECT_EQ(back, data);
+  ASSERT_CU(vmm_.Unmap(va, 3 * kGranule));  // one call for all three
+  EXPECT_EQ(errors_, 0u);
+  EXPECT_CU(cuMemAddressFree(va, 3 * kGranule));
+  Release(chunks);
+}
+
+// A failed cuMemMap of any chunk, or a failed cuMemSetAccess, leaves
+// nothing mapped (the range can be mapped afresh), and counts one error.
+TEST_F(VmmTest, EveryFailedStepIsUndone) {
+  auto chunks = Chunks(3);
+  CUdeviceptr va = 0;
+  ASSERT_CU(cuMemAddressReserve(&va, 3 * kGranule, 0, 0, 0));
+  struct Case {
+    const char* call;
+    int nth;
+  };
+  for (Case c : {Case{"cuMemMap", 1}, Case{"cuMemMap", 2}, Case{"cuMemMap", 3},
+                 Case{"cuMemSetAccess", 1}}) {
+    SCOPED_TRACE(std::string(c.call) + " #" + std::to_string(c.nth));
+    errors_ = 0;
+    fakecuda_fail_call(c.call, c.nth, CUDA_ERROR_UNKNOWN);
+    bool mapped = true;
+    EXPECT_EQ(vmm_.Map(va, chunks, kGranule, 0, &mapped), CUDA_ERROR_UNKNOWN);
+    fakecuda_clear_failures();
+    EXPECT_FALSE(mapped);
+    EXPECT_EQ(errors_, 1u);
+    ASSERT_CU(vmm_.Map(va, chunks, kGranule, 0, &mapped));  // nothing was left
+    ASSERT_CU(vmm_.Unmap(va, 3 * kGranule));
+  }
+  // The undo failing too leaves the mapping, and says so.
+  fakecuda_fail_call("cuMemSetAccess", 1, CUDA_ERROR_UNKNOWN);
+  fakecuda_fail_call("cuMemUnmap", 1, CUDA_ERROR_UNKNOWN);
+  bool mapped = false;
+  EXPECT_EQ(vmm_.Map(va, chunks, kGranule, 0, &mapped), CUDA_ERROR_UNKNOWN);
+  fakecuda_clear_failures();
+  EXPECT_TRUE(mapped);
+  ASSERT_CU(vmm_.Unmap(va, 3 * kGranule));
+  EXPECT_CU(cuMemAddressFree(va, 3 * kGranule));
+  Release(chunks);
+}
+
+// A host copy (host-located VMM, or pinned memory) takes a buffer's bytes
+// and gives them back; each failed call of its making is undone, and
+// Release finishes what a failed release left.
+TEST_F(VmmTest, HostCopyRoundTripsAndUndoesEveryFailure) {
+  auto chunks = Chunks(1);
+  CUdeviceptr va = 0;
+  ASSERT_CU(cuMemAddressReserve(&va, kGranule, 0, 0, 0));
+  bool mapped = false;
+  ASSERT_CU(vmm_.Map(va, chunks, kGranule, 0, &mapped));
+  std::vector<unsigned char> data(kGranule, 0x5a), back(kGranule, 0);
+  data[7] = 1;
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  for (bool host_vmm : {true, false}) {
+    SCOPED_TRACE(host_vmm ? "host-located VMM" : "pinned");
+    for (const char* call : host_vmm ? std::vector<const char*>{"cuMemCreate",
+                                                                 "cuMemAddressReserve",
+                                                                 "cuMemMap", "cuMemSetAccess"}
+                                     : std::vector<const char*>{"cuMemHostAlloc"}) {
+      SCOPED_TRACE(call);
+      HostCopy failed;
+      uint64_t held = 0;
+      fakecuda_fail_call(call, 1, CUDA_ERROR_OUT_OF_MEMORY);
+      EXPECT_EQ(failed.Create(vmm_, host_vmm, kGranule, kGranule, 0, &held),
+                CUDA_ERROR_OUT_OF_MEMORY);
+      fakecuda_clear_failures();
+      EXPECT_FALSE(failed.exists());
+      EXPECT_EQ(held, 0u);
+      EXPECT_TRUE(failed.Release(vmm_, kGranule, &held));  // nothing left
+    }
+    HostCopy copy;
+    uint64_t held = 0;
+    ASSERT_CU(copy.Create(vmm_, host_vmm, kGranule, kGranule, 0, &held));
+    EXPECT_TRUE(copy.exists());
+    EXPECT_EQ(copy.vmm(), host_vmm);
+    EXPECT_EQ(held, kGranule);
+    ASSERT_CU(cuMemcpyHtoD_v2(va, data.data(), kGranule));
+    ASSERT_CU(copy.CopyFromDevice(vmm_, va, kGranule, s));
+    ASSERT_CU(cuStreamSynchronize(s));
+    ASSERT_CU(cuMemsetD8_v2(va, 0, kGranule));
+    ASSERT_CU(copy.CopyToDevice(vmm_, va, kGranule, s));
+    ASSERT_CU(cuStreamSynchronize(s));
+    ASSERT_CU(cuMemcpyDtoH_v2(back.data(), va, kGranule));
+    EXPECT_EQ(back, data);
+    // A release that fails half-way is finished by the next one.
+    fakecuda_fail_call(host_vmm ? "cuMemRelease" : "cuMemFreeHost", 1, CUDA_ERROR_UNKNOWN);
+    EXPECT_FALSE(copy.Release(vmm_, kGranule, &held));
+    fakecuda_clear_failures();
+    EXPECT_TRUE(copy.Release(vmm_, kGranule, &held));
+    EXPECT_FALSE(copy.exists());
+    EXPECT_EQ(held, 0u);
+  }
+  EXPECT_CU(cuStreamDestroy_v2(s));
+  ASSERT_CU(vmm_.Unmap(va, kGranule));
+  EXPECT_CU(cuMemAddressFree(va, kGranule));
+  Release(chunks);
+}
+
+}  // namespace
+}  // namespace stensor
