@@ -10,6 +10,7 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -928,8 +929,14 @@ void MemoryManager::RetryReleases() {
 size_t MemoryManager::TakePooled(Device& dev, size_t n,
                                  std::vector<CUmemGenericAllocationHandle>* chunks,
                                  bool* shadowed) {
+  // Chunks of freed buffers are handed on first: their owners never come
+  // back for them (a buffer that does waits on the host for its old copy).
+  absl::flat_hash_set<CUmemGenericAllocationHandle> freed;
+  for (const Buffer* o : dev.old_mappings) {
+    if (o->garbage) freed.insert(o->old_chunks.begin(), o->old_chunks.end());
+  }
   std::vector<CUmemGenericAllocationHandle> handed;
-  const size_t taken = dev.pool.Take(n, chunks, &handed);
+  const size_t taken = dev.pool.Take(n, chunks, &handed, &freed);
   for (CUmemGenericAllocationHandle h : handed) {
     *shadowed = true;
     // Its old owner can no longer take it back (its contents will change).
@@ -1010,8 +1017,9 @@ void MemoryManager::EndShadow(Device& dev, Buffer& b) {
 bool MemoryManager::EndOldMapping(Device& dev, Buffer& b) {
   if (vmm_.Unmap(b.base, b.reserved) != CUDA_SUCCESS) return false;
   EndShadow(dev, b);
-  // Never fault: the address reads the host copy from now on.
-  if (b.host.vmm() && MapHostAtBase(b) != CUDA_SUCCESS) {
+  // Never fault: the address reads the host copy from now on (a freed
+  // buffer's address is read by nothing).
+  if (!b.garbage && b.host.vmm() && MapHostAtBase(b) != CUDA_SUCCESS) {
     if (b.host_at_base && vmm_.Unmap(b.base, b.reserved) == CUDA_SUCCESS) {
       b.host_at_base = false;
     }
@@ -1228,7 +1236,12 @@ bool MemoryManager::ReleaseGarbage(Device& dev, bool wait, CUresult* error) {
       continue;
     }
     if (!Idle(*b)) {
-      if (!wait) continue;
+      // Its memory is free in stream order: handed on (below) rather than
+      // waited for.
+      if (!wait) {
+        if (QueueGarbage(dev, *b)) return true;
+        continue;
+      }
       // Unlocks: the caller looks again.
       if (CUresult r = WaitIdle(*b); r != CUDA_SUCCESS) {
         b->failed_round = round_;
@@ -1247,6 +1260,22 @@ bool MemoryManager::ReleaseGarbage(Device& dev, bool wait, CUresult* error) {
     if (dev.used - dev.pool.bytes() < used) return true;
   }
   return false;
+}
+
+bool MemoryManager::QueueGarbage(Device& dev, Buffer& b) {
+  if (!b.vmm || b.device_chunks.empty() || b.old_mapped || b.host_at_base ||
+      !CanQueue(dev) || EnsureSwapStream(dev) != CUDA_SUCCESS ||
+      !OrderSwapAfterUses(dev, b)) {
+    return false;
+  }
+  // The swap stream's point after the buffer's last uses: whoever takes its
+  // chunks works after it there; its address is unmapped once it is seen.
+  NoteUse(b.uses, dev.swap_stream, dev.ordinal);
+  for (const Use& u : b.uses) {
+    if (u.stream == dev.swap_stream && !u.recorded) return false;  // not observable
+  }
+  DetachShadowed(dev, b);
+  return true;
 }
 
 void MemoryManager::CollectGarbage() {

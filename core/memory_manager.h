@@ -351,6 +351,11 @@ class MemoryManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases every freed buffer whose last use has completed.
   void CollectGarbage() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A freed buffer still in use: its chunks go to the pool at once, mapped
+  // at its address until the swap stream, made to wait for its last uses,
+  // is seen past them (as for a queued swap-out). False, changing nothing
+  // the caller relies on, when its uses cannot be ordered on the device.
+  bool QueueGarbage(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogOom(Device& dev, uint64_t need) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the buffer's device copy may go without a transfer.
   bool Droppable(const Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -9,22 +9,30 @@ void PhysicalPool::PutAll(std::vector<Handle>* chunks) {
   chunks->clear();
 }
 
-size_t PhysicalPool::Take(size_t n, std::vector<Handle>* out, std::vector<Handle>* shadowed) {
+size_t PhysicalPool::Take(size_t n, std::vector<Handle>* out, std::vector<Handle>* shadowed,
+                          const absl::flat_hash_set<Handle>* first) {
   size_t taken = 0;
-  for (size_t i = chunks_.size(); i-- > 0 && taken < n;) {
-    if (shadows_.contains(chunks_[i])) continue;
+  auto take = [&](size_t i) {
     out->push_back(chunks_[i]);
+    if (shadowed != nullptr && shadows_.contains(chunks_[i])) shadowed->push_back(chunks_[i]);
     chunks_.erase(chunks_.begin() + i);
     ++taken;
+  };
+  for (size_t i = chunks_.size(); i-- > 0 && taken < n;) {
+    if (!shadows_.contains(chunks_[i])) take(i);
   }
   // What is left is all shadowed (the pass above took the rest).
-  const size_t more = std::min(n - taken, chunks_.size());
-  for (size_t i = 0; i < more; ++i) {
-    out->push_back(chunks_[i]);
-    if (shadowed != nullptr) shadowed->push_back(chunks_[i]);
+  if (first != nullptr) {
+    for (size_t i = 0; i < chunks_.size() && taken < n;) {
+      if (first->contains(chunks_[i])) {
+        take(i);
+      } else {
+        ++i;
+      }
+    }
   }
-  chunks_.erase(chunks_.begin(), chunks_.begin() + more);
-  return taken + more;
+  while (taken < n && !chunks_.empty()) take(0);
+  return taken;
 }
 
 bool PhysicalPool::TakeBack(absl::Span<const Handle> chunks) {

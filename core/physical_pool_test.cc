@@ -52,6 +52,21 @@ TEST(PhysicalPoolTest, ShadowedChunksGoLastLongestPooledFirst) {
   EXPECT_TRUE(pool.shadowed(4));
 }
 
+// Among shadowed chunks, those whose owner never takes them back (a freed
+// buffer's) go first.
+TEST(PhysicalPoolTest, ShadowedChunksOfFreedBuffersGoFirst) {
+  PhysicalPool pool(kChunk);
+  for (Handle h : {1, 2, 3}) {
+    pool.Put(h);
+    pool.Shadow(h);
+  }
+  absl::flat_hash_set<Handle> freed = {3};
+  Handles out, shadowed;
+  EXPECT_EQ(pool.Take(2, &out, &shadowed, &freed), 2u);
+  EXPECT_EQ(out, (Handles{3, 1}));
+  EXPECT_EQ(shadowed, (Handles{3, 1}));
+}
+
 // Release takes only chunks no old address maps; a chunk mapped at two old
 // addresses stays shadowed until both are gone.
 TEST(PhysicalPoolTest, TakeIdleSkipsShadowedChunks) {
