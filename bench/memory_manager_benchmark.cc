@@ -71,15 +71,17 @@ void BM_PrepareFinishResident(benchmark::State& state) {
   std::vector<CUdeviceptr> ptrs;
   for (uint64_t id = 1; id <= 32; ++id) {  // 64 MiB: the cap is full
     CUdeviceptr p = 0;
-    if (mm->Allocate(2 << 20, &p) != CUDA_SUCCESS) Die("Allocate");
-    mm->Bind(p, id);
+    if (mm->Allocate(2 << 20, &p, [id](CUdeviceptr) { return id; }) != CUDA_SUCCESS) {
+      Die("Allocate");
+    }
     ptrs.push_back(p);
   }
   std::vector<uint64_t> first = {1};
   mm->Finish(first, first, nullptr, true);  // written
   CUdeviceptr extra = 0;  // swaps buffer 1 out
-  if (mm->Allocate(2 << 20, &extra) != CUDA_SUCCESS) Die("Allocate");
-  mm->Bind(extra, 100);
+  if (mm->Allocate(2 << 20, &extra, [](CUdeviceptr) { return uint64_t{100}; }) != CUDA_SUCCESS) {
+    Die("Allocate");
+  }
   cuCtxSynchronize();
   std::vector<uint64_t> ids = {1, 2, 3, 4}, written = {2, 3};
   if (mm->Prepare(ids, {}, nullptr) != CUDA_SUCCESS) Die("Prepare");  // swaps 1 in
@@ -124,8 +126,9 @@ void BM_EvictOne(benchmark::State& state) {
   std::vector<CUdeviceptr> ptrs;
   for (uint64_t id = 1; id <= n + 1; ++id) {  // one more than fits
     CUdeviceptr p = 0;
-    if (mm->Allocate(kGranule, &p) != CUDA_SUCCESS) Die("Allocate");
-    mm->Bind(p, id);
+    if (mm->Allocate(kGranule, &p, [id](CUdeviceptr) { return id; }) != CUDA_SUCCESS) {
+      Die("Allocate");
+    }
     ptrs.push_back(p);
   }
   cuCtxSynchronize();

@@ -48,7 +48,8 @@ struct MemoryManager::Use {
 };
 
 struct MemoryManager::Buffer {
-  uint64_t id = 0;
+  uint64_t id = 0;   // the registry's; 0 when the registry could not track it
+  uint64_t key = 0;  // in buffers_: the id, or an internal key when untracked
   CUdeviceptr base = 0;
   uint64_t size = 0;      // as the application asked
   uint64_t reserved = 0;  // VA and physical size (granules), or the charge
@@ -255,8 +256,10 @@ MemoryManager::~MemoryManager() {
     WaitIdle(b);  // an error here leaves nothing better to do than release
     if (!ReleaseBuffer(DeviceState(b.device), b)) {
       Unindex(b);
-      by_id_.erase(b.id);  // at exit: leak what the driver would not release
+      // At exit: leak what the driver would not release.
+      const uint64_t key = b.key;
       by_base_.erase(by_base_.begin());
+      buffers_.erase(key);
     }
   }
   ReleaseAllPooled();
@@ -318,8 +321,9 @@ void MemoryManager::Charge(Device& dev, uint64_t bytes) {
 }
 
 MemoryManager::Buffer* MemoryManager::ById(uint64_t id) {
-  auto it = by_id_.find(id);
-  return it == by_id_.end() ? nullptr : it->second;
+  if (id == 0 || id >= kUntrackedKeys) return nullptr;  // never a registry id
+  auto it = buffers_.find(id);
+  return it == buffers_.end() ? nullptr : it->second.get();
 }
 
 CUresult MemoryManager::Failed(CUresult r) {
@@ -532,7 +536,7 @@ void MemoryManager::RecordUse(Buffer& b, CUstream stream) {
 
 // --- Allocation -----------------------------------------------------------------
 
-CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr) {
+CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId register_id) {
   if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   CUdevice ordinal = 0;
   if (CUresult r = driver_->cuCtxGetDevice(&ordinal); r != CUDA_SUCCESS) return r;
@@ -585,8 +589,14 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr) {
   }
   *dptr = b->base;
   b->serial = ++serial_;
+  // Named by the registry's id from here on, before any other thread can
+  // see it (the lock is held).
+  b->id = register_id(b->base);
+  b->key = b->id != 0 && b->id < kUntrackedKeys ? b->id : kUntrackedKeys + ++untracked_;
+  if (b->key != b->id) b->id = 0;
   Buffer& added = *b;
-  by_base_[b->base] = std::move(b);
+  by_base_[added.base] = &added;
+  buffers_[added.key] = std::move(b);
   Reindex(added);
   return CUDA_SUCCESS;
 }
@@ -627,15 +637,6 @@ void MemoryManager::ForgetExternal(CUdeviceptr base) {
   if (it == external_.end()) return;
   DeviceState(it->second.first).used -= it->second.second;
   external_.erase(it);
-}
-
-void MemoryManager::Bind(CUdeviceptr base, uint64_t id) {
-  absl::MutexLock lock(&mu_);
-  auto it = by_base_.find(base);
-  if (it == by_base_.end() || id == 0) return;  // untracked: never looked up
-  it->second->id = id;
-  by_id_[id] = it->second.get();
-  Reindex(*it->second);
 }
 
 bool MemoryManager::Owns(CUdeviceptr base) const {
@@ -684,7 +685,7 @@ MemoryManager::Buffer* MemoryManager::Containing(uint64_t addr) const {
   auto it = by_base_.upper_bound(addr);
   if (it == by_base_.begin()) return nullptr;
   --it;
-  Buffer* b = it->second.get();
+  Buffer* b = it->second;
   return b->vmm && addr - b->base < b->reserved ? b : nullptr;
 }
 
@@ -1135,8 +1136,9 @@ bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
     auto g = std::find(garbage_.begin(), garbage_.end(), &b);
     if (g != garbage_.end()) garbage_.erase(g);
   }
-  by_id_.erase(b.id);
-  by_base_.erase(b.base);  // destroys b
+  const uint64_t key = b.key;
+  by_base_.erase(b.base);
+  buffers_.erase(key);  // destroys b
   return true;
 }
 

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "core/config.h"
@@ -130,7 +131,14 @@ class MemoryManager {
   // below the allocation granularity a plain allocation that counts against
   // the cap and is never swapped. The driver's result code, or
   // CUDA_ERROR_OUT_OF_MEMORY when nothing is left to evict.
-  CUresult Allocate(uint64_t bytes, CUdeviceptr* dptr) ABSL_LOCKS_EXCLUDED(mu_);
+  // `register_id` is called once, with the new buffer's address, under the
+  // manager's lock (so no thread sees the buffer without its id): it
+  // registers the buffer and returns the registry's id, by which every later
+  // call names it; 0 when the registry could not track it (then no
+  // operation names it).
+  using RegisterId = absl::FunctionRef<uint64_t(CUdeviceptr base)>;
+  CUresult Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId register_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Allocations the driver makes itself under the cap (cuMemAllocPitch,
   // stream-ordered pools): never swapped, but counted. Reserve makes room
   // for `bytes` on the current device and charges them; Adopt ties the
@@ -161,8 +169,6 @@ class MemoryManager {
   // a cuMemAlloc allocation; else CUDA_SUCCESS. An extent of 0 is nothing.
   CUresult CheckRange(uint64_t addr, uint64_t extent) const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Gives the buffer at `base` its registry id (for the log and accesses).
-  void Bind(CUdeviceptr base, uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether `base` is a buffer this manager allocated.
   bool Owns(CUdeviceptr base) const ABSL_LOCKS_EXCLUDED(mu_);
   // cuMemFree of a buffer this manager allocated: released now if no work
@@ -518,8 +524,13 @@ class MemoryManager {
   Profiler profiler_;
 
   mutable absl::Mutex mu_;
-  std::map<uint64_t, std::unique_ptr<Buffer>> by_base_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, Buffer*> by_id_ ABSL_GUARDED_BY(mu_);
+  // The buffers, keyed by the registry's id from allocation on (untracked
+  // ones by keys from kUntrackedKeys up, which no registry id reaches), and
+  // the same buffers by base address, for lookups of an address.
+  static constexpr uint64_t kUntrackedKeys = uint64_t{1} << 63;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Buffer>> buffers_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, Buffer*> by_base_ ABSL_GUARDED_BY(mu_);
+  uint64_t untracked_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::unique_ptr<Device>> devices_ ABSL_GUARDED_BY(mu_);
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;    // access order
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;  // modification times

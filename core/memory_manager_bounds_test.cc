@@ -39,6 +39,9 @@
 namespace stensor {
 namespace {
 
+// The register_id of an allocation the registry could not track.
+constexpr auto kUntracked = [](CUdeviceptr) -> uint64_t { return 0; };
+
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
@@ -75,8 +78,7 @@ class BoundsTest : public testing_support::FakeDeviceTest {
   }
   CUdeviceptr Alloc(MemoryManager& mm, uint64_t id, uint64_t bytes = kGranule) {
     CUdeviceptr p = 0;
-    EXPECT_CU(mm.Allocate(bytes, &p));
-    if (p != 0) mm.Bind(p, id);
+    EXPECT_CU(mm.Allocate(bytes, &p, [id](CUdeviceptr) { return id; }));
     return p;
   }
   // A whole-buffer write of `seed`, wrapped as the tracker wraps a copy.
@@ -183,7 +185,7 @@ TEST_F(BoundsTest, SizeMaxIsOutOfMemoryWithoutEvicting) {
   for (uint64_t bytes : {uint64_t{SIZE_MAX}, uint64_t{SIZE_MAX} - kGranule + 2, kCap + 1,
                          uint64_t{1} << 63}) {
     CUdeviceptr p = 0;
-    EXPECT_EQ(mm->Allocate(bytes, &p), CUDA_ERROR_OUT_OF_MEMORY) << bytes;
+    EXPECT_EQ(mm->Allocate(bytes, &p, kUntracked), CUDA_ERROR_OUT_OF_MEMORY) << bytes;
     EXPECT_EQ(p, 0u);
     EXPECT_EQ(mm->ReserveExternal(bytes), CUDA_ERROR_OUT_OF_MEMORY) << bytes;
   }
@@ -434,7 +436,7 @@ TEST_F(BoundsTest, PinnedBuffersLeaveOutOfMemoryWhenNothingElseFits) {
     EXPECT_CU(r);
   }
   CUdeviceptr d = 0;
-  EXPECT_EQ(mm->Allocate(kGranule, &d), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(mm->Allocate(kGranule, &d, kUntracked), CUDA_ERROR_OUT_OF_MEMORY);
   ASSERT_CU(cuCtxSynchronize());
   for (CUdeviceptr p : {a, b, c}) EXPECT_CU(mm->Free(p));
 }

@@ -72,6 +72,9 @@
 namespace stensor {
 namespace {
 
+// The register_id of an allocation the registry could not track.
+constexpr auto kUntracked = [](CUdeviceptr) -> uint64_t { return 0; };
+
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
@@ -145,11 +148,10 @@ class MemoryManagerTest : public testing_support::FakeDeviceTest {
     return out;
   }
 
-  // Allocate + Bind, as the tracker does.
+  // Allocate, registered with `id`, as the tracker does.
   CUdeviceptr Alloc(MemoryManager& mm, uint64_t id, uint64_t bytes = kGranule) {
     CUdeviceptr p = 0;
-    EXPECT_CU(mm.Allocate(bytes, &p));
-    if (p != 0) mm.Bind(p, id);
+    EXPECT_CU(mm.Allocate(bytes, &p, [id](CUdeviceptr) { return id; }));
     return p;
   }
 
@@ -232,7 +234,7 @@ class MemoryManagerTest : public testing_support::FakeDeviceTest {
   // S404 comes before any eviction. For the end of a test.
   void ReleaseGarbage(MemoryManager& mm, uint64_t cap) {
     CUdeviceptr all = 0;
-    ASSERT_CU(mm.Allocate(cap, &all));
+    ASSERT_CU(mm.Allocate(cap, &all, kUntracked));
     // Reused chunks are zeroed on the swap stream: once that is done, the
     // free releases at once.
     ASSERT_CU(cuCtxSynchronize());
@@ -261,8 +263,8 @@ TEST_F(MemoryManagerTest, S401AllocatesUnderTheCapAtOnce) {
   EXPECT_EQ(FreeBytes(*mm), kCap);
 
   CUdeviceptr p = 0;
-  EXPECT_EQ(mm->Allocate(0, &p), CUDA_ERROR_INVALID_VALUE);
-  EXPECT_EQ(mm->Allocate(kGranule, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(mm->Allocate(0, &p, kUntracked), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(mm->Allocate(kGranule, nullptr, kUntracked), CUDA_ERROR_INVALID_VALUE);
 
   CUdeviceptr a = Alloc(*mm, 1);
   EXPECT_TRUE(mm->Owns(a));
@@ -995,7 +997,7 @@ TEST_F(MemoryManagerTest, PinnedBuffersAreNeverEvictedOomWhenNothingIsLeft) {
   size_t used = Used();
   ClearLog();
   CUdeviceptr e = 0;
-  EXPECT_EQ(mm->Allocate(kGranule, &e), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(mm->Allocate(kGranule, &e, kUntracked), CUDA_ERROR_OUT_OF_MEMORY);
   EXPECT_EQ(e, 0u);
   EXPECT_THAT(Lines(), ElementsAre(R"({"type":"oom","device":0,)"
                                    R"("bytes":2097152,"used":6291456,)"
@@ -1004,7 +1006,7 @@ TEST_F(MemoryManagerTest, PinnedBuffersAreNeverEvictedOomWhenNothingIsLeft) {
   EXPECT_EQ(mm->stats().swap_outs_copied, 1u);
   EXPECT_EQ(Used(), used);
   // A small allocation needs room too.
-  EXPECT_EQ(mm->Allocate(1000, &e), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(mm->Allocate(1000, &e, kUntracked), CUDA_ERROR_OUT_OF_MEMORY);
   EXPECT_EQ(mm->stats().ooms, 2u);
   mm->Finish(pin_all, {}, nullptr, /*submitted=*/true);
   Settle();
@@ -1170,15 +1172,9 @@ TEST_F(MemoryManagerTest, SwappedOutAddressReadsTheHostCopy) {
 // all the time. Each thread pins one buffer at a time, so three pinned
 // granules at most leave one to evict: no allocation may fail. Every read
 // must return the thread's last write, and the fake never holds more than
-// the cap. Allocate and Bind are separate calls, as in
-// Tracker::AllocateCapped.
-//
-// Currently fails on the cap (the data stays intact): between another
-// thread's Allocate and Bind its buffer has id 0, and a buffer evicted in
-// that window stays id 0 while swapped out; EvictByPolicy then looks the
-// chosen id 0 up among all buffers and may "evict" the swapped-out one
-// (see UnboundBuffersStayUnderTheCap below). With Allocate+Bind made atomic
-// by the test, it passes.
+// the cap. Each buffer has its id from its allocation on (registered under
+// the manager's lock, as in Tracker::AllocateCapped), so no other thread
+// ever sees one without it.
 TEST_F(MemoryManagerTest, ThreadsShareOneCapKeepingTheirData) {
   constexpr int kThreads = 4;
   constexpr int kIterations = 300;
@@ -1227,14 +1223,14 @@ TEST_F(MemoryManagerTest, ThreadsShareOneCapKeepingTheirData) {
         }
       }
       if (s.p == 0) {
-        CUresult r = mm->Allocate(kGranule, &s.p);
+        const uint64_t id = next_id.fetch_add(1);
+        CUresult r = mm->Allocate(kGranule, &s.p, [id](CUdeviceptr) { return id; });
         if (r != CUDA_SUCCESS) {
           s.p = 0;
           fail(absl::StrCat("Allocate: ", r));
           continue;
         }
-        s.id = next_id.fetch_add(1);
-        mm->Bind(s.p, s.id);
+        s.id = id;
       }
       s.seed = (uint64_t{1} + t) * 100000 + it;
       host = Pattern(s.seed);
@@ -1385,18 +1381,17 @@ TEST_F(MemoryManagerTest, DeviceFullWithNothingToEvictIsLoggedAsOom) {
   ASSERT_NE(mm, nullptr);
   fakecuda_fail_call("cuMemCreate", 1, CUDA_ERROR_OUT_OF_MEMORY);
   CUdeviceptr p = 0;
-  EXPECT_EQ(mm->Allocate(kGranule, &p), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(mm->Allocate(kGranule, &p, kUntracked), CUDA_ERROR_OUT_OF_MEMORY);
   EXPECT_EQ(Used(), 0u);
   EXPECT_EQ(FreeBytes(*mm), kCap);
   EXPECT_THAT(Records(), ElementsAre("oom"));
   EXPECT_EQ(mm->stats().ooms, 1u);
 }
 
-// Bug: EvictByPolicy (memory_manager.cc:343-346) finds the chosen buffer by
-// id among all buffers, not among the candidates. Buffers not bound yet all
-// have id 0, so it may pick one that is already swapped out: SwapOut then
-// "releases" device memory it does not hold (cuMemRelease(0) fails, `used`
-// drops by a granule anyway) and the manager maps past the cap.
+// Buffers the registry could not track all have id 0; eviction must still
+// pick among the resident ones (once, EvictByPolicy looked the chosen id up
+// among all buffers and could "evict" one already swapped out, mapping past
+// the cap).
 TEST_F(MemoryManagerTest, UnboundBuffersStayUnderTheCap) {
   auto mm = Make("6MiB");
   ASSERT_NE(mm, nullptr);
@@ -1404,7 +1399,7 @@ TEST_F(MemoryManagerTest, UnboundBuffersStayUnderTheCap) {
   std::vector<CUdeviceptr> ptrs;
   for (int i = 0; i < 5; ++i) {
     CUdeviceptr p = 0;
-    EXPECT_CU(mm->Allocate(kGranule, &p));  // no Bind: id 0
+    EXPECT_CU(mm->Allocate(kGranule, &p, kUntracked));  // untracked: id 0
     ptrs.push_back(p);
   }
   EXPECT_LE(Peak(), kCap);
@@ -1726,7 +1721,7 @@ TEST_F(MemoryManagerTest, FailedUnmapLeavesTheBufferUsableAndARetryWorks) {
   SwapStats before = mm->stats();
   fakecuda_fail_call("cuMemUnmap", 1, CUDA_ERROR_UNKNOWN);
   d = 0;
-  EXPECT_EQ(mm->Allocate(kGranule, &d), CUDA_ERROR_UNKNOWN);
+  EXPECT_EQ(mm->Allocate(kGranule, &d, kUntracked), CUDA_ERROR_UNKNOWN);
   fakecuda_clear_failures();
   EXPECT_THAT(Records(), IsEmpty());
   EXPECT_EQ(mm->stats().swap_outs_copied, before.swap_outs_copied);
@@ -1901,10 +1896,9 @@ class FaultSweepTest : public MemoryManagerTest {
           p[0] = 0;
         }
         id[0] = next_id++;
-        CUresult r = mm->Allocate(kGranule, &p[0]);
+        CUresult r = mm->Allocate(kGranule, &p[0], [&](CUdeviceptr) { return id[0]; });
         seen(r);
         if (r == CUDA_SUCCESS) {
-          mm->Bind(p[0], id[0]);
           ref[0].assign(kWords, 0);  // fresh memory
         } else {
           p[0] = 0;

@@ -132,11 +132,10 @@ CUstream Handle(StreamRef s) {
 
 CUresult Tracker::AllocateCapped(const char* api, CUdeviceptr* dptr,
                                  uint64_t bytes) {
-  CUresult r = memory_->Allocate(bytes, dptr);
-  if (r != CUDA_SUCCESS) return r;
-  uint64_t id = OnAlloc(api, *dptr, bytes, BufferKind::kDeviceAlloc);
-  memory_->Bind(*dptr, id);
-  return CUDA_SUCCESS;
+  // Registered under the manager's lock: the buffer has its id from the start.
+  return memory_->Allocate(bytes, dptr, [&](CUdeviceptr base) {
+    return OnAlloc(api, base, bytes, BufferKind::kDeviceAlloc);
+  });
 }
 
 bool Tracker::FreeCapped(const char* api, CUdeviceptr dptr, CUresult* result) {
