@@ -46,9 +46,9 @@
 #include "core/config.h"
 #include "core/driver.h"
 #include "core/physical_pool.h"
-#include "core/vmm.h"
 #include "core/profiler.h"
 #include "core/verifier.h"
+#include "core/vmm.h"
 #include "policy/eviction_policy.h"
 #include "policy/iteration_planner.h"
 
