@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "core/host_copy.h"
 #include "core/json.h"
+#include "core/stream_use.h"
 
 namespace stensor {
 namespace {
@@ -34,18 +35,6 @@ double Seconds(std::chrono::steady_clock::duration d) {
 
 }  // namespace
 
-// The last use of a buffer (or, for work of unknown accesses, of a device)
-// on one stream.
-struct MemoryManager::Use {
-  CUstream stream = nullptr;
-  int device = 0;           // whose context ran it
-  CUevent event = nullptr;  // null when it could not be created
-  // Whether `event` marks the latest use. False when recording failed: then
-  // only a wait for the swap stream or for the whole context tells.
-  bool recorded = false;
-  bool done = false;  // observed complete: no need to ask again
-  uint64_t seq = 0;   // bumped at each use, so a wait knows what it saw
-};
 
 struct MemoryManager::Buffer {
   uint64_t id = 0;   // the registry's; 0 when the registry could not track it
@@ -334,49 +323,13 @@ CUresult MemoryManager::Failed(CUresult r) {
 // --- Uses -------------------------------------------------------------------------
 
 void MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stream, int device) {
-  Use* u = nullptr;
-  for (Use& x : uses) {
-    if (x.stream == stream) u = &x;
-  }
-  if (u == nullptr) {
-    u = &uses.emplace_back();
-    u->stream = stream;
-  }
-  u->device = device;
-  ++u->seq;
-  u->done = false;
-  u->recorded = false;
-  if (u->event == nullptr &&
-      Failed(driver_->cuEventCreate(&u->event, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
-    u->event = nullptr;
-    return;  // not recorded: waits fall back to the stream or the context
-  }
-  u->recorded = Failed(driver_->cuEventRecord(u->event, stream)) == CUDA_SUCCESS;
+  RecordStreamUse(vmm_, &uses, stream, device);
 }
 
-bool MemoryManager::Observed(Use& u) const {
-  if (u.done) return true;
-  // A query that fails is no observation: not known idle.
-  if (!u.recorded || driver_->cuEventQuery(u.event) != CUDA_SUCCESS) return false;
-  u.done = true;
-  return true;
-}
+bool MemoryManager::Observed(Use& u) const { return ObservedComplete(*driver_, u); }
 
 CUresult MemoryManager::WaitForUse(const Use& u, CUstream swap_stream) const {
-  if (u.recorded && driver_->cuEventSynchronize(u.event) == CUDA_SUCCESS) {
-    return CUDA_SUCCESS;
-  }
-  // Nothing on the swap stream waits for the program's work: waiting for
-  // all of it is finite, and covers the use.
-  if (swap_stream != nullptr && u.stream == swap_stream) {
-    return driver_->cuStreamSynchronize(swap_stream);
-  }
-  // The program's stream may be a per-thread handle, which names another
-  // stream on this thread: only the whole context covers it.
-  CUdevice current = 0;
-  if (CUresult r = driver_->cuCtxGetDevice(&current); r != CUDA_SUCCESS) return r;
-  if (current != u.device) return CUDA_ERROR_INVALID_CONTEXT;
-  return driver_->cuCtxSynchronize();
+  return WaitForStreamUse(*driver_, u, swap_stream);
 }
 
 bool MemoryManager::UnknownIdle(Device& dev) const {

@@ -47,6 +47,7 @@
 #include "core/driver.h"
 #include "core/physical_pool.h"
 #include "core/profiler.h"
+#include "core/stream_use.h"
 #include "core/verifier.h"
 #include "core/vmm.h"
 #include "policy/eviction_policy.h"
@@ -331,7 +332,7 @@ class MemoryManager {
  private:
   struct Buffer;
   struct Device;
-  struct Use;
+  using Use = StreamUse;
 
   MemoryManager(const Config& config, const Driver* driver, LogSink log,
                 std::unique_ptr<EvictionPolicy> policy);

@@ -5,12 +5,16 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstring>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "core/host_copy.h"
+#include "core/stream_use.h"
 #include "tests/fakecuda/fakecuda.h"
 
 namespace stensor {
@@ -151,7 +155,7 @@ TEST_F(VmmTest, HostCopyRoundTripsAndUndoesEveryFailure) {
     ASSERT_CU(cuMemcpyHtoD_v2(va, data.data(), kGranule));
     ASSERT_CU(copy.CopyFromDevice(vmm_, va, kGranule, s));
     ASSERT_CU(cuStreamSynchronize(s));
-    ASSERT_CU(cuMemsetD8_v2(va, 0, kGranule));
+    ASSERT_CU(cuMemsetD8Async(va, 0, kGranule, s));  // in order before the copy back
     ASSERT_CU(copy.CopyToDevice(vmm_, va, kGranule, s));
     ASSERT_CU(cuStreamSynchronize(s));
     ASSERT_CU(cuMemcpyDtoH_v2(back.data(), va, kGranule));
@@ -168,6 +172,58 @@ TEST_F(VmmTest, HostCopyRoundTripsAndUndoesEveryFailure) {
   ASSERT_CU(vmm_.Unmap(va, kGranule));
   EXPECT_CU(cuMemAddressFree(va, kGranule));
   Release(chunks);
+}
+
+// A stream held at a known point until Open() (no timing involved).
+struct Gate {
+  static void CUDA_CB Wait(void* self) {
+    auto* g = static_cast<Gate*>(self);
+    while (!g->open.load()) std::this_thread::yield();
+  }
+  std::atomic<bool> open{false};
+};
+
+// A use is one event per stream, re-recorded at each use; it is observed
+// complete only once its stream passed it, and a wait for it returns then.
+// A failed record leaves it unobservable, and a wait falls back to the
+// context (or the swap stream, for a use there).
+TEST_F(VmmTest, StreamUsesAreObservedOnlyOnceTheStreamPassedThem) {
+  CUstream s = nullptr, swap = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamCreate(&swap, CU_STREAM_NON_BLOCKING));
+  std::vector<StreamUse> uses;
+  Gate gate;
+  ASSERT_CU(cuLaunchHostFunc(s, &Gate::Wait, &gate));
+  RecordStreamUse(vmm_, &uses, s, 0);
+  RecordStreamUse(vmm_, &uses, swap, 0);
+  RecordStreamUse(vmm_, &uses, s, 0);  // the same entry, used again
+  ASSERT_EQ(uses.size(), 2u);
+  EXPECT_EQ(uses[0].seq, 2u);
+  EXPECT_TRUE(uses[0].recorded);
+  EXPECT_FALSE(ObservedComplete(driver_, uses[0]));  // held
+  EXPECT_CU(WaitForStreamUse(driver_, uses[1], swap));
+  EXPECT_TRUE(ObservedComplete(driver_, uses[1]));
+  gate.open.store(true);
+  EXPECT_CU(WaitForStreamUse(driver_, uses[0], swap));
+  EXPECT_TRUE(ObservedComplete(driver_, uses[0]));
+  EXPECT_TRUE(uses[0].done);
+  EXPECT_EQ(errors_, 0u);
+
+  // A record that fails: not observable, counted; waits still end.
+  fakecuda_fail_call("cuEventRecord", 1, CUDA_ERROR_UNKNOWN);
+  RecordStreamUse(vmm_, &uses, s, 0);
+  fakecuda_clear_failures();
+  EXPECT_FALSE(uses[0].recorded);
+  EXPECT_FALSE(ObservedComplete(driver_, uses[0]));
+  EXPECT_EQ(errors_, 1u);
+  EXPECT_CU(WaitForStreamUse(driver_, uses[0], swap));  // the whole context
+  fakecuda_fail_call("cuEventRecord", 1, CUDA_ERROR_UNKNOWN);
+  RecordStreamUse(vmm_, &uses, swap, 0);
+  fakecuda_clear_failures();
+  EXPECT_CU(WaitForStreamUse(driver_, uses[1], swap));  // the swap stream
+  for (const StreamUse& u : uses) EXPECT_CU(cuEventDestroy_v2(u.event));
+  EXPECT_CU(cuStreamDestroy_v2(s));
+  EXPECT_CU(cuStreamDestroy_v2(swap));
 }
 
 }  // namespace
