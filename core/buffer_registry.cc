@@ -97,6 +97,7 @@ void BufferRegistry::ReleaseCell(Cell* cell) {
 void BufferRegistry::Published() {
   lowest_atomic_.store(lowest_, std::memory_order_relaxed);
   highest_atomic_.store(highest_end_, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
 }
 
 std::optional<Buffer> BufferRegistry::Find(uint64_t addr) const {

@@ -147,6 +147,16 @@ class BufferRegistry {
 
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // A process-unique number for this registry (never 0), and a count that
+  // grows with every Add and every Remove that changed something. Together
+  // they let a caller keep an answer computed from the registry (a launch's
+  // hits and misses) for as long as no buffer came or went. The same
+  // ordering argument as for FindAll's bounds holds: a buffer whose address
+  // reached this thread was added before, so a load here sees that Add's
+  // count or a later one.
+  uint64_t instance() const { return instance_; }
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
+
  private:
   // A live buffer's liveness cell: its id while it lives, 0 once removed.
   // Cells sit in chunks that never move or shrink while the registry lives,
@@ -202,6 +212,7 @@ class BufferRegistry {
   // Copies of lowest_ and highest_end_ for FindAll's lock-free reject.
   std::atomic<uint64_t> lowest_atomic_{UINT64_MAX};
   std::atomic<uint64_t> highest_atomic_{0};
+  std::atomic<uint64_t> generation_{0};  // bumped by Published()
 };
 
 // Out of the class so the TLS pointer behind it has external linkage (gold

@@ -29,7 +29,7 @@ const unsigned char* ExtraBuffer(void** extra, size_t* size) {
   return static_cast<const unsigned char*>(buffer);
 }
 
-void DedupeIds(absl::InlinedVector<uint64_t, 8>* ids) {
+void DedupeIds(IdList* ids) {
   size_t kept = 0;
   for (size_t i = 0; i < ids->size(); ++i) {
     bool seen = false;
@@ -39,34 +39,124 @@ void DedupeIds(absl::InlinedVector<uint64_t, 8>* ids) {
   ids->resize(kept);
 }
 
-// The common form, the hot path: kernelParams and no pointer-table
-// parameter. Each word is looked up as it is read and the hits go straight
-// to `out` (whose inline capacity holds a typical launch's). A function of
-// its own: without the batching arrays of the general path, its few live
-// values stay in registers.
-void InferFromParams(const KernelInfo& kernel, void** params,
-                     const BufferRegistry& registry, Accesses* out) {
+// Looks up every candidate word of a kernelParams launch and appends the
+// hits to `out` through local pointers (whose inline room holds a typical
+// launch's), both lists' sizes set once at the end. `words` holds the
+// probes' words already read (null parameters skipped); when `memo` is set,
+// the hits are recorded there too.
+void LookUpWords(const KernelInfo& kernel, void** params, const BufferRegistry& registry,
+                 const uint64_t* words, LaunchMemo* memo, Accesses* out) {
   const BufferRegistry::Reader reader(registry);
-  const size_t count = kernel.params.size();
-  const ParamSlot* const slots = kernel.params.data();
-  for (size_t i = 0; i < count; ++i) {
-    const ParamSlot& slot = slots[i];
-    if (slot.access == ParamAccess::kNone) continue;
-    const unsigned char* base = static_cast<const unsigned char*>(params[i]);
-    if (base == nullptr) continue;
-    const bool writes = slot.access == ParamAccess::kReadWrite;
-    for (uint32_t k = 0; k < slot.words; ++k) {
-      uint64_t word;
-      std::memcpy(&word, base + slot.first_word + 8 * k, sizeof(word));
-      if (const uint64_t id = reader.Lookup(word); id != 0) {
-        out->reads.push_back(id);
-        if (writes) out->writes.push_back(id);
-      }
+  uint64_t* r = out->reads.end();
+  uint64_t* r_room = out->reads.room_end();
+  uint64_t* w = out->writes.end();
+  uint64_t* w_room = out->writes.room_end();
+  const size_t n = kernel.probes.size();
+  uint32_t reads = 0, writes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const WordProbe& p = kernel.probes[i];
+    uint64_t word;
+    if (words != nullptr) {
+      word = words[i];
+    } else {
+      const unsigned char* base = static_cast<const unsigned char*>(params[p.param]);
+      if (base == nullptr) continue;
+      std::memcpy(&word, base + p.offset, sizeof(word));
     }
+    const uint64_t id = reader.Lookup(word);
+    if (id == 0) continue;
+    if (ABSL_PREDICT_FALSE(r == r_room)) {
+      r = out->reads.GrowAt(r);
+      r_room = out->reads.room_end();
+    }
+    *r++ = id;
+    if (memo != nullptr) memo->read[reads] = id;
+    ++reads;
+    if (p.writes) {
+      if (ABSL_PREDICT_FALSE(w == w_room)) {
+        w = out->writes.GrowAt(w);
+        w_room = out->writes.room_end();
+      }
+      *w++ = id;
+      if (memo != nullptr) memo->written[writes] = id;
+      ++writes;
+    }
+  }
+  out->reads.set_end(r);
+  out->writes.set_end(w);
+  if (memo != nullptr) {
+    memo->reads = reads;
+    memo->writes = writes;
   }
 }
 
+// The common form, the hot path: kernelParams and no pointer-table
+// parameter. A training step launches the same kernels on the same buffers
+// over and over, so the answer for a kernel's words is kept in a per-thread
+// memo (slot by kernel and first word) for as long as the registry's
+// generation says no buffer came or went; checking it costs a compare per
+// word instead of a lookup.
+void InferFromParams(const KernelInfo& kernel, void** params,
+                     const BufferRegistry& registry, Accesses* out) {
+  const size_t n = kernel.probes.size();
+  const WordProbe* const probes = kernel.probes.data();
+  // A null parameter pointer is skipped, not read: rare enough (the driver
+  // rejects such a launch) to go the long way, as do kernels with more
+  // candidate words than a memo holds.
+  if (n == 0 || n > LaunchMemo::kWords || params[probes[0].param] == nullptr) {
+    LookUpWords(kernel, params, registry, nullptr, nullptr, out);
+    return;
+  }
+  auto word_at = [&](size_t i, uint64_t* word) {
+    const unsigned char* base = static_cast<const unsigned char*>(params[probes[i].param]);
+    if (base == nullptr) return false;
+    std::memcpy(word, base + probes[i].offset, sizeof(*word));
+    return true;
+  };
+  uint64_t words[LaunchMemo::kWords];
+  word_at(0, &words[0]);
+  // Read before any lookup: a change during them makes the memo stale.
+  const uint64_t generation = registry.generation();
+  LaunchMemo& m = PerThread<LaunchMemos>::Get()
+                      .slots[((kernel.serial ^ (words[0] >> 8)) * 0x9E3779B97F4A7C15ull) >> 56];
+  bool same = m.registry == registry.instance() && m.kernel == kernel.serial &&
+              m.generation == generation && m.words[0] == words[0];
+  // Each word is compared as it is read; after a difference the rest are
+  // only read.
+  size_t i = 1;
+  for (; same && i < n; ++i) {
+    if (!word_at(i, &words[i])) break;
+    same = m.words[i] == words[i];
+  }
+  if (same && i == n) {
+    out->reads.append(m.read, m.read + m.reads);
+    out->writes.append(m.written, m.written + m.writes);
+    return;
+  }
+  for (; i < n; ++i) {
+    if (!word_at(i, &words[i])) break;
+  }
+  if (i < n) {  // a null parameter pointer
+    LookUpWords(kernel, params, registry, nullptr, nullptr, out);
+    return;
+  }
+  m.registry = registry.instance();
+  m.generation = generation;
+  m.kernel = kernel.serial;
+  std::copy(words, words + n, m.words);
+  LookUpWords(kernel, params, registry, words, &m, out);
+}
+
 }  // namespace
+
+void IdList::Grow(size_t n) {
+  const size_t capacity = std::max(n, 2 * capacity_);
+  auto* grown = new uint64_t[capacity];
+  std::copy(data_, data_ + size_, grown);
+  if (data_ != inline_) delete[] data_;
+  data_ = grown;
+  capacity_ = capacity;
+}
 
 void Accesses::Dedupe() {
   DedupeIds(&reads);
@@ -228,12 +318,32 @@ std::unique_ptr<KernelInfo> KernelCache::Describe(CUfunction f,
     }
     info->has_tables |= slot.pointees != Pointees::kNone;
   }
+  IndexProbes(info.get());
   return info;
 }
 
-void InferLaunchAccesses(const KernelInfo& kernel, void** params, void** extra,
-                         const BufferRegistry& registry, Accesses* out) {
-  if (!kernel.layout_known) return;
+void IndexProbes(KernelInfo* kernel) {
+  static std::atomic<uint64_t> serials{0};
+  kernel->serial = serials.fetch_add(1, std::memory_order_relaxed) + 1;
+  kernel->probes.clear();
+  for (size_t i = 0; i < kernel->params.size(); ++i) {
+    const ParamSlot& slot = kernel->params[i];
+    if (slot.access == ParamAccess::kNone) continue;
+    for (uint32_t k = 0; k < slot.words; ++k) {
+      kernel->probes.push_back({static_cast<uint32_t>(i), slot.first_word + 8 * k,
+                                slot.access == ParamAccess::kReadWrite});
+    }
+  }
+}
+
+namespace {
+
+// Every other form: the `extra` packed buffer, or kernels with pointer-table
+// parameters. Out of line, so that its batching arrays do not cost the hot
+// path's frame anything.
+ABSL_ATTRIBUTE_NOINLINE void InferGeneral(const KernelInfo& kernel, void** params,
+                                          void** extra, const BufferRegistry& registry,
+                                          Accesses* out) {
   const unsigned char* packed = nullptr;
   size_t packed_size = 0;
   if (params == nullptr) {
@@ -241,12 +351,8 @@ void InferLaunchAccesses(const KernelInfo& kernel, void** params, void** extra,
     packed = ExtraBuffer(extra, &packed_size);
     if (packed == nullptr) return;
   }
-  if (params != nullptr && !kernel.has_tables) {
-    InferFromParams(kernel, params, registry, out);
-    return;
-  }
   // Candidate words with the access of the parameter they sit in, looked up
-  // a batch at a time (plain arrays: this is the launch hot path). Hits go
+  // a batch at a time (plain arrays, no heap). Hits go
   // straight into `out`, whose inline capacity holds a typical launch's.
   constexpr size_t kBatch = 64;
   uint64_t words[kBatch];
@@ -290,6 +396,18 @@ void InferLaunchAccesses(const KernelInfo& kernel, void** params, void** extra,
     }
   }
   if (n > 0) flush();
+}
+
+}  // namespace
+
+void InferLaunchAccesses(const KernelInfo& kernel, void** params, void** extra,
+                         const BufferRegistry& registry, Accesses* out) {
+  if (!kernel.layout_known) return;
+  if (params != nullptr && !kernel.has_tables) {
+    InferFromParams(kernel, params, registry, out);
+    return;
+  }
+  InferGeneral(kernel, params, extra, registry, out);
 }
 
 }  // namespace stensor
