@@ -39,30 +39,30 @@ void DedupeIds(IdList* ids) {
   ids->resize(kept);
 }
 
-// Looks up every candidate word of a kernelParams launch and appends the
-// hits to `out` through local pointers (whose inline room holds a typical
-// launch's), both lists' sizes set once at the end. `words` holds the
-// probes' words already read (null parameters skipped); when `memo` is set,
-// the hits are recorded there too.
-void LookUpWords(const KernelInfo& kernel, void** params, const BufferRegistry& registry,
-                 const uint64_t* words, LaunchMemo* memo, Accesses* out) {
+// Looks up every candidate word of a kernelParams launch, skipping null
+// parameters, and appends the hits to `out` through local pointers (whose
+// inline room holds a typical launch's), both lists' sizes set once at the
+// end. With `words`, each word read is stored there too (probe order);
+// returns false when some parameter was null (then `words` is incomplete).
+bool LookUpWords(const KernelInfo& kernel, void** params, uint64_t* words,
+                 const BufferRegistry& registry, Accesses* out) {
   const BufferRegistry::Reader reader(registry);
   uint64_t* r = out->reads.end();
   uint64_t* r_room = out->reads.room_end();
   uint64_t* w = out->writes.end();
   uint64_t* w_room = out->writes.room_end();
   const size_t n = kernel.probes.size();
-  uint32_t reads = 0, writes = 0;
+  bool complete = true;
   for (size_t i = 0; i < n; ++i) {
     const WordProbe& p = kernel.probes[i];
-    uint64_t word;
-    if (words != nullptr) {
-      word = words[i];
-    } else {
-      const unsigned char* base = static_cast<const unsigned char*>(params[p.param]);
-      if (base == nullptr) continue;
-      std::memcpy(&word, base + p.offset, sizeof(word));
+    const unsigned char* base = static_cast<const unsigned char*>(params[p.param]);
+    if (base == nullptr) {
+      complete = false;
+      continue;
     }
+    uint64_t word;
+    std::memcpy(&word, base + p.offset, sizeof(word));
+    if (words != nullptr) words[i] = word;
     const uint64_t id = reader.Lookup(word);
     if (id == 0) continue;
     if (ABSL_PREDICT_FALSE(r == r_room)) {
@@ -70,24 +70,17 @@ void LookUpWords(const KernelInfo& kernel, void** params, const BufferRegistry& 
       r_room = out->reads.room_end();
     }
     *r++ = id;
-    if (memo != nullptr) memo->read[reads] = id;
-    ++reads;
     if (p.writes) {
       if (ABSL_PREDICT_FALSE(w == w_room)) {
         w = out->writes.GrowAt(w);
         w_room = out->writes.room_end();
       }
       *w++ = id;
-      if (memo != nullptr) memo->written[writes] = id;
-      ++writes;
     }
   }
   out->reads.set_end(r);
   out->writes.set_end(w);
-  if (memo != nullptr) {
-    memo->reads = reads;
-    memo->writes = writes;
-  }
+  return complete;
 }
 
 // The common form, the hot path: kernelParams and no pointer-table
@@ -100,51 +93,49 @@ void InferFromParams(const KernelInfo& kernel, void** params,
                      const BufferRegistry& registry, Accesses* out) {
   const size_t n = kernel.probes.size();
   const WordProbe* const probes = kernel.probes.data();
-  // A null parameter pointer is skipped, not read: rare enough (the driver
-  // rejects such a launch) to go the long way, as do kernels with more
-  // candidate words than a memo holds.
+  // Kernels with more candidate words than a memo holds go without one, as
+  // does a launch whose first parameter pointer is null (skipped, not read:
+  // the driver rejects such a launch).
   if (n == 0 || n > LaunchMemo::kWords || params[probes[0].param] == nullptr) {
-    LookUpWords(kernel, params, registry, nullptr, nullptr, out);
+    LookUpWords(kernel, params, nullptr, registry, out);
     return;
   }
-  auto word_at = [&](size_t i, uint64_t* word) {
-    const unsigned char* base = static_cast<const unsigned char*>(params[probes[i].param]);
-    if (base == nullptr) return false;
-    std::memcpy(word, base + probes[i].offset, sizeof(*word));
-    return true;
-  };
-  uint64_t words[LaunchMemo::kWords];
-  word_at(0, &words[0]);
+  uint64_t first;
+  std::memcpy(&first, static_cast<const unsigned char*>(params[probes[0].param]) +
+                          probes[0].offset, sizeof(first));
   // Read before any lookup: a change during them makes the memo stale.
   const uint64_t generation = registry.generation();
   LaunchMemo& m = PerThread<LaunchMemos>::Get()
-                      .slots[((kernel.serial ^ (words[0] >> 8)) * 0x9E3779B97F4A7C15ull) >> 56];
-  bool same = m.registry == registry.instance() && m.kernel == kernel.serial &&
-              m.generation == generation && m.words[0] == words[0];
-  // Each word is compared as it is read; after a difference the rest are
-  // only read.
-  size_t i = 1;
-  for (; same && i < n; ++i) {
-    if (!word_at(i, &words[i])) break;
-    same = m.words[i] == words[i];
+                      .slots[((kernel.serial ^ (first >> 8)) * 0x9E3779B97F4A7C15ull) >> 56];
+  if (m.registry == registry.instance() && m.kernel == kernel.serial &&
+      m.generation == generation && m.words[0] == first) {
+    // Each word is compared as it is read.
+    size_t i = 1;
+    for (; i < n; ++i) {
+      const unsigned char* base = static_cast<const unsigned char*>(params[probes[i].param]);
+      uint64_t word;
+      if (base == nullptr) break;
+      std::memcpy(&word, base + probes[i].offset, sizeof(word));
+      if (word != m.words[i]) break;
+    }
+    if (i == n) {
+      out->reads.append(m.read, m.read + m.reads);
+      out->writes.append(m.written, m.written + m.writes);
+      return;
+    }
   }
-  if (same && i == n) {
-    out->reads.append(m.read, m.read + m.reads);
-    out->writes.append(m.written, m.written + m.writes);
-    return;
-  }
-  for (; i < n; ++i) {
-    if (!word_at(i, &words[i])) break;
-  }
-  if (i < n) {  // a null parameter pointer
-    LookUpWords(kernel, params, registry, nullptr, nullptr, out);
-    return;
-  }
-  m.registry = registry.instance();
+  // Refilled as the words are looked up; valid only once all were read.
+  m.registry = 0;
+  const size_t reads_before = out->reads.size(), writes_before = out->writes.size();
+  if (!LookUpWords(kernel, params, m.words, registry, out)) return;
+  // At most one hit per word, so the memo's arrays hold them.
+  m.reads = static_cast<uint32_t>(out->reads.size() - reads_before);
+  m.writes = static_cast<uint32_t>(out->writes.size() - writes_before);
+  for (uint32_t k = 0; k < m.reads; ++k) m.read[k] = out->reads[reads_before + k];
+  for (uint32_t k = 0; k < m.writes; ++k) m.written[k] = out->writes[writes_before + k];
   m.generation = generation;
   m.kernel = kernel.serial;
-  std::copy(words, words + n, m.words);
-  LookUpWords(kernel, params, registry, words, &m, out);
+  m.registry = registry.instance();
 }
 
 }  // namespace

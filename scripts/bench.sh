@@ -25,12 +25,17 @@ if [[ "${1:-}" == "--instructions" ]]; then
   launches=${2:-20000}
   dir=$(mktemp -d)
   trap 'rm -rf "$dir"' EXIT
+  for words in same new; do
   # Only the two launch loops are counted (one pattern matches both); the
-  # inclusive count of each is read from the one profile.
+  # inclusive count of each is read from the one profile. "same": the same
+  # six words every launch, as a training step repeats its launches (the
+  # hook's memo applies); "new": other words every launch (it does not).
+  flag=""
+  [[ $words == new ]] && flag=--new_words
   (cd "$runfiles" &&
    valgrind --tool=callgrind --callgrind-out-file="$dir/cg" --collect-atstart=no \
      --toggle-collect='*LaunchLoop*' \
-     ../../launch_hook_benchmark --count_launches="$launches") >"$dir/log" 2>&1 || {
+     ../../launch_hook_benchmark --count_launches="$launches" $flag) >"$dir/log" 2>&1 || {
     cat "$dir/log" >&2
     exit 1
   }
@@ -39,9 +44,10 @@ if [[ "${1:-}" == "--instructions" ]]; then
   # differs between the loops by up to ~200 instructions (how often its
   # stream worker has to be woken), which is not the hook's.
   callgrind_annotate --inclusive=yes --tree=caller "$dir/cg" >"$dir/annotated"
-  python3 - "$dir/annotated" "$launches" <<'PY'
+  python3 - "$dir/annotated" "$launches" "$words" <<'PY'
 import re, sys
 n = int(sys.argv[2])
+words = sys.argv[3]
 loop, fake = {}, {}
 block = []
 for line in open(sys.argv[1]).read().split("\n") + [""]:
@@ -63,11 +69,13 @@ if len(loop) != 2 or len(fake) != 2:
     sys.exit("bench.sh: callgrind did not report both launch loops and the fake's share of each")
 direct, hooked = loop["LaunchLoopDirect"], loop["LaunchLoopHooked"]
 added = (hooked - fake["LaunchLoopHooked"]) - (direct - fake["LaunchLoopDirect"])
-print("instructions per cuLaunchKernel (callgrind, %d launches each)" % n)
+print("instructions per cuLaunchKernel (callgrind, %d launches each), %s words each launch"
+      % (n, words))
 print("  %-38s %7.0f   (of which the fake driver %.0f)" % ("fake driver directly", direct, fake["LaunchLoopDirect"]))
 print("  %-38s %7.0f   (of which the fake driver %.0f)" % ("through libstensor.so", hooked, fake["LaunchLoopHooked"]))
 print("  %-38s %7.0f   (target: at most 700)" % ("added by the launch hook", added))
 PY
+  done
   exit 0
 fi
 
