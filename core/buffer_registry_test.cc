@@ -244,5 +244,29 @@ TEST(BufferRegistryTest, ConcurrentLookupsAndUpdates) {
   EXPECT_EQ(found, 200u * ((1000 + 6) / 7));
 }
 
+// The launch memo keeps an answer while the generation stands still: it
+// must move with every change and only then.
+TEST(BufferRegistryTest, GenerationMovesWithEveryChangeAndOnlyThen) {
+  BufferRegistry r;
+  BufferRegistry other;
+  EXPECT_NE(r.instance(), 0u);
+  EXPECT_NE(r.instance(), other.instance());
+  uint64_t g = r.generation();
+  ASSERT_TRUE(r.Add(0x1000, 0x100, 0, BufferKind::kDeviceAlloc));
+  EXPECT_GT(r.generation(), g);
+  g = r.generation();
+  EXPECT_FALSE(r.Add(0x1080, 0x100, 0, BufferKind::kDeviceAlloc));  // overlaps
+  EXPECT_FALSE(r.Remove(0x1080));                                    // not a base
+  EXPECT_TRUE(r.RemoveRange(0x9000, 0x100).empty());
+  EXPECT_TRUE(r.Find(0x1010));
+  EXPECT_EQ(r.generation(), g);
+  ASSERT_TRUE(r.Remove(0x1000));
+  EXPECT_GT(r.generation(), g);
+  g = r.generation();
+  ASSERT_TRUE(r.Add(0x2000, 0x100, 0, BufferKind::kDeviceAlloc));
+  ASSERT_EQ(r.RemoveRange(0x2000, 0x100).size(), 1u);
+  EXPECT_GT(r.generation(), g + 1);
+}
+
 }  // namespace
 }  // namespace stensor
