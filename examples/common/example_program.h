@@ -37,27 +37,43 @@ const char* ProgramName();
 void CheckCu(CUresult result, const char* function);
 
 // Prints the message, then the usage, and exits with status 2.
-[[noreturn]] __attribute__((format(printf, 1, 2))) void UsageError(const char* format, ...);
+[[noreturn]] __attribute__((format(printf, 1, 2))) void UsageError(
+    const char* format, ...);
 
 // The value of --`flag`, `text`, as an integer in [min, max], or a usage
 // error.
-long long ParseInteger(const std::string& flag, const std::string& text, long long min,
-                       long long max);
-int ParseInt(const std::string& flag, const std::string& text, int min, int max);
+long long ParseInteger(const std::string& flag, const std::string& text,
+                       long long min, long long max);
+int ParseInt(const std::string& flag, const std::string& text, int min,
+             int max);
 // As a finite number in [min, max], or [min, max) when max_open.
-float ParseFloat(const std::string& flag, const std::string& text, float min, float max,
-                 bool max_open = false);
+float ParseFloat(const std::string& flag, const std::string& text, float min,
+                 float max, bool max_open = false);
+
+// A usage error unless every count (of a buffer's elements, or of a launch's
+// threads) fits the kernels' int parameters.
+void CheckElementCounts(const long long* counts, size_t n);
+template <size_t N>
+void CheckElementCounts(const long long (&counts)[N]) {
+  CheckElementCounts(counts, N);
+}
 
 // Walks argv: --help or -h prints the usage and exits 0; a name in
 // `switches` (written exactly `--name`) calls on_flag(name, nullptr);
 // `--name=value` and `--name value` call on_flag(name, &value); anything
 // else is a usage error. on_flag reports unknown names itself.
-void ForEachFlag(int argc, char** argv, const std::vector<std::string>& switches,
+void ForEachFlag(int argc, char** argv,
+                 const std::vector<std::string>& switches,
                  const std::function<void(const std::string& name,
                                           const std::string* value)>& on_flag);
 
 // The path of `file` in the directory of the running binary.
 std::string BesideBinary(const char* file);
+
+// cuInit, then device 0's primary context retained and made current on this
+// thread; sets `*device` (for the release at the end) and returns the
+// context.
+CUcontext UsePrimaryContext(CUdevice* device);
 
 // The module at `path`, loaded into the current context; exits naming the
 // path when the driver refuses it.

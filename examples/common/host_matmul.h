@@ -23,8 +23,8 @@ namespace exact {
 
 // y = x w + b: y[r][j] starts from b[j] and receives x[r][k] * w[k][j] in
 // ascending k.
-inline void MatmulForward(const float* x, const float* w, const float* b, float* y,
-                          int rows, int in, int out) {
+inline void MatmulForward(const float* x, const float* w, const float* b,
+                          float* y, int rows, int in, int out) {
   for (int r = 0; r < rows; ++r) {
     float* y_row = y + static_cast<long long>(r) * out;
     for (int j = 0; j < out; ++j) y_row[j] = b[j];
@@ -58,10 +58,11 @@ inline void MatmulForward(const float* x, const float* w, const float* b, float*
 
 // dx = dy w^T: dx[r][k] starts from 0 and receives dy[r][j] * w[k][j] in
 // ascending j.
-inline void MatmulBackwardInput(const float* dy, const float* w, float* dx, int rows,
-                                int in, int out) {
-  // With dy transposed, the sums for one k run over a contiguous vector while w's row k streams
-  // past once, so the innermost loop vectorises without reordering any sum.
+inline void MatmulBackwardInput(const float* dy, const float* w, float* dx,
+                                int rows, int in, int out) {
+  // With dy transposed, the sums for one k run over a contiguous vector while
+  // w's row k streams past once, so the innermost loop vectorises without
+  // reordering any sum.
   std::vector<float> dy_t(static_cast<size_t>(out) * rows);
   for (int r = 0; r < rows; ++r) {
     for (int j = 0; j < out; ++j) {
@@ -98,8 +99,8 @@ inline void MatmulBackwardInput(const float* dy, const float* w, float* dx, int 
 
 // dw = x^T dy and db = the column sums of dy, each element from 0 over the
 // rows in ascending order. Overwrites.
-inline void MatmulBackwardParams(const float* x, const float* dy, float* dw, float* db,
-                                 int rows, int in, int out) {
+inline void MatmulBackwardParams(const float* x, const float* dy, float* dw,
+                                 float* db, int rows, int in, int out) {
   for (int k = 0; k < in; ++k) {
     float* dw_row = dw + static_cast<long long>(k) * out;
     for (int j = 0; j < out; ++j) dw_row[j] = 0.0f;

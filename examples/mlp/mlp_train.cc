@@ -36,13 +36,6 @@
 
 namespace {
 
-using examples::CheckCu;
-using examples::Fnv1a64;
-using examples::ParseFloat;
-using examples::ParseInt;
-using examples::ParseInteger;
-using examples::UsageError;
-
 struct Options {
   std::string module;  // empty: mlp_kernels_host.so beside the binary
   int steps = 40;
@@ -88,47 +81,51 @@ constexpr char kUsage[] =
 
 Options ParseFlags(int argc, char** argv) {
   Options options;
-  examples::ForEachFlag(argc, argv, {}, [&](const std::string& name, const std::string* flag) {
-    const std::string& value = *flag;  // no switches: every flag has a value
-    // Widths are capped so that every buffer's element count, a kernel's
-    // `int n`, stays far from overflow; the products are checked later.
-    constexpr int kMaxWidth = 1 << 20;
-    if (name == "module") {
-      if (value.empty()) UsageError("--module needs a path");
-      options.module = value;
-    } else if (name == "steps") {
-      options.steps = ParseInt(name, value, 1, 1000000);
-    } else if (name == "batch") {
-      options.batch = ParseInt(name, value, 1, kMaxWidth);
-    } else if (name == "input") {
-      options.input = ParseInt(name, value, 1, kMaxWidth);
-    } else if (name == "hidden") {
-      options.hidden = ParseInt(name, value, 1, kMaxWidth);
-    } else if (name == "layers") {
-      options.layers = ParseInt(name, value, 1, 1000);
-    } else if (name == "classes") {
-      options.classes = ParseInt(name, value, 2, kMaxWidth);
-    } else if (name == "shards") {
-      options.shards = ParseInt(name, value, 1, 100000);
-    } else if (name == "shard-samples") {
-      options.shard_samples = ParseInt(name, value, 1, INT_MAX);
-    } else if (name == "lr") {
-      options.lr = ParseFloat(name, value, 0.0f, 10.0f, false);
-    } else if (name == "momentum") {
-      options.momentum = ParseFloat(name, value, 0.0f, 1.0f, true);
-    } else if (name == "noise") {
-      options.noise = ParseFloat(name, value, 0.0f, 1000.0f, false);
-    } else if (name == "seed") {
-      options.seed = ParseInteger(name, value, 0, UINT_MAX);
-    } else if (name == "threads") {
-      options.threads = ParseInt(name, value, 1, 64);
-    } else {
-      UsageError("unknown flag --%s", name.c_str());
-    }
-  });
+  examples::ForEachFlag(
+      argc, argv, {}, [&](const std::string& name, const std::string* flag) {
+        const std::string& value =
+            *flag;  // no switches: every flag has a value
+        // Widths are capped so that every buffer's element count, a kernel's
+        // `int n`, stays far from overflow; the products are checked later.
+        constexpr int kMaxWidth = 1 << 20;
+        if (name == "module") {
+          if (value.empty()) examples::UsageError("--module needs a path");
+          options.module = value;
+        } else if (name == "steps") {
+          options.steps = examples::ParseInt(name, value, 1, 1000000);
+        } else if (name == "batch") {
+          options.batch = examples::ParseInt(name, value, 1, kMaxWidth);
+        } else if (name == "input") {
+          options.input = examples::ParseInt(name, value, 1, kMaxWidth);
+        } else if (name == "hidden") {
+          options.hidden = examples::ParseInt(name, value, 1, kMaxWidth);
+        } else if (name == "layers") {
+          options.layers = examples::ParseInt(name, value, 1, 1000);
+        } else if (name == "classes") {
+          options.classes = examples::ParseInt(name, value, 2, kMaxWidth);
+        } else if (name == "shards") {
+          options.shards = examples::ParseInt(name, value, 1, 100000);
+        } else if (name == "shard-samples") {
+          options.shard_samples = examples::ParseInt(name, value, 1, INT_MAX);
+        } else if (name == "lr") {
+          options.lr = examples::ParseFloat(name, value, 0.0f, 10.0f, false);
+        } else if (name == "momentum") {
+          options.momentum =
+              examples::ParseFloat(name, value, 0.0f, 1.0f, true);
+        } else if (name == "noise") {
+          options.noise =
+              examples::ParseFloat(name, value, 0.0f, 1000.0f, false);
+        } else if (name == "seed") {
+          options.seed = examples::ParseInteger(name, value, 0, UINT_MAX);
+        } else if (name == "threads") {
+          options.threads = examples::ParseInt(name, value, 1, 64);
+        } else {
+          examples::UsageError("unknown flag --%s", name.c_str());
+        }
+      });
   if (options.shard_samples < options.batch) {
-    UsageError("--shard-samples=%d is smaller than --batch=%d",
-               options.shard_samples, options.batch);
+    examples::UsageError("--shard-samples=%d is smaller than --batch=%d",
+                         options.shard_samples, options.batch);
   }
   // Kernels take element counts and sample indices as int.
   const long long width =
@@ -141,11 +138,7 @@ Options ParseFlags(int argc, char** argv) {
       static_cast<long long>(options.shard_samples) * options.input,
       static_cast<long long>(options.shard_samples) * options.shards,
   };
-  for (long long count : counts) {
-    if (count > INT_MAX) {
-      UsageError("sizes too large: a buffer would hold %lld elements", count);
-    }
-  }
+  examples::CheckElementCounts(counts);
   return options;
 }
 
@@ -158,19 +151,21 @@ Options ParseFlags(int argc, char** argv) {
 class Kernels {
  public:
   explicit Kernels(CUmodule module) {
-    init_params_ = Get(module, "_ZN3mlp11init_paramsEPfijf");
-    synth_shard_ = Get(module, "_ZN3mlp11synth_shardEPfPiiiiijf");
-    gather_batch_ = Get(module, "_ZN3mlp12gather_batchEPKfPKiPfPiiii");
-    linear_forward_ = Get(module, "_ZN3mlp14linear_forwardEPKfS1_S1_Pfiii");
-    relu_forward_ = Get(module, "_ZN3mlp12relu_forwardEPKfPfi");
-    softmax_xent_ = Get(module, "_ZN3mlp12softmax_xentEPKfPKiPfS4_ii");
-    mean_loss_ = Get(module, "_ZN3mlp9mean_lossEPKfPfi");
-    linear_backward_input_ =
-        Get(module, "_ZN3mlp21linear_backward_inputEPKfS1_Pfiii");
+    const auto Get = [module](const char* name) {
+      return examples::GetKernel(module, name);
+    };
+    init_params_ = Get("_ZN3mlp11init_paramsEPfijf");
+    synth_shard_ = Get("_ZN3mlp11synth_shardEPfPiiiiijf");
+    gather_batch_ = Get("_ZN3mlp12gather_batchEPKfPKiPfPiiii");
+    linear_forward_ = Get("_ZN3mlp14linear_forwardEPKfS1_S1_Pfiii");
+    relu_forward_ = Get("_ZN3mlp12relu_forwardEPKfPfi");
+    softmax_xent_ = Get("_ZN3mlp12softmax_xentEPKfPKiPfS4_ii");
+    mean_loss_ = Get("_ZN3mlp9mean_lossEPKfPfi");
+    linear_backward_input_ = Get("_ZN3mlp21linear_backward_inputEPKfS1_Pfiii");
     linear_backward_params_ =
-        Get(module, "_ZN3mlp22linear_backward_paramsEPKfS1_PfS2_iii");
-    relu_backward_ = Get(module, "_ZN3mlp13relu_backwardEPKfPfi");
-    sgd_momentum_ = Get(module, "_ZN3mlp12sgd_momentumEPfS0_PKfffi");
+        Get("_ZN3mlp22linear_backward_paramsEPKfS1_PfS2_iii");
+    relu_backward_ = Get("_ZN3mlp13relu_backwardEPKfPfi");
+    sgd_momentum_ = Get("_ZN3mlp12sgd_momentumEPfS0_PKfffi");
   }
 
   // The same kernels, launched on `stream` (nullptr: the legacy stream).
@@ -241,10 +236,6 @@ class Kernels {
   }
 
  private:
-  static CUfunction Get(CUmodule module, const char* name) {
-    return examples::GetKernel(module, name);
-  }
-
   // One thread per element on stream_.
   void Launch(CUfunction function, const char* name, long long threads,
               void** args) const {
@@ -491,7 +482,7 @@ ThreadResult TrainOnThread(const Options& options, const Kernels& kernels,
   result.parameters =
       Train(options, kernels.OnStream(stream), seed, print_steps, model);
   CU_CHECK(cuStreamDestroy, stream);
-  Fnv1a64 checksum;
+  examples::Fnv1a64 checksum;
   checksum.Update(result.parameters.data(),
                   result.parameters.size() * sizeof(float));
   result.checksum = checksum.hash();
@@ -504,15 +495,12 @@ int main(int argc, char** argv) {
   examples::InitProgram("mlp_train", kUsage);
   const Options options = ParseFlags(argc, argv);
   const std::string module_path =
-      options.module.empty() ? examples::BesideBinary("mlp_kernels_host.so") : options.module;
+      options.module.empty() ? examples::BesideBinary("mlp_kernels_host.so")
+                             : options.module;
   const unsigned seed = static_cast<unsigned>(options.seed);
 
-  CU_CHECK(cuInit, 0);
   CUdevice device = 0;
-  CU_CHECK(cuDeviceGet, &device, 0);
-  CUcontext context = nullptr;
-  CU_CHECK(cuDevicePrimaryCtxRetain, &context, device);
-  CU_CHECK(cuCtxSetCurrent, context);
+  const CUcontext context = examples::UsePrimaryContext(&device);
   CUmodule module = examples::LoadModule(module_path);
   const Kernels kernels(module);
 
@@ -554,7 +542,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  Fnv1a64 checksum;
+  examples::Fnv1a64 checksum;
   for (const ThreadResult& result : results) {
     checksum.Update(result.parameters.data(),
                     result.parameters.size() * sizeof(float));

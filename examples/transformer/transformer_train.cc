@@ -49,13 +49,6 @@
 
 namespace {
 
-using examples::CheckCu;
-using examples::Fnv1a64;
-using examples::ParseFloat;
-using examples::ParseInt;
-using examples::ParseInteger;
-using examples::UsageError;
-
 struct Options {
   std::string module;  // empty: transformer_kernels_host.so beside the binary
   int steps = 8;
@@ -88,37 +81,38 @@ constexpr char kUsage[] =
 
 Options ParseFlags(int argc, char** argv) {
   Options options;
-  examples::ForEachFlag(argc, argv, {"step-times"}, [&](const std::string& name,
-                                                        const std::string* flag) {
-    if (flag == nullptr) {  // the only switch
-      options.step_times = true;
-      return;
-    }
-    const std::string& value = *flag;
-    constexpr int kMaxWidth = 1 << 16;
-    if (name == "module") {
-      if (value.empty()) UsageError("--module needs a path");
-      options.module = value;
-    } else if (name == "steps") {
-      options.steps = ParseInt(name, value, 1, 1000000);
-    } else if (name == "layers") {
-      options.layers = ParseInt(name, value, 1, 1000);
-    } else if (name == "dim") {
-      options.dim = ParseInt(name, value, 1, kMaxWidth);
-    } else if (name == "seq") {
-      options.seq = ParseInt(name, value, 1, kMaxWidth);
-    } else if (name == "batch") {
-      options.batch = ParseInt(name, value, 1, kMaxWidth);
-    } else if (name == "vocab") {
-      options.vocab = ParseInt(name, value, 2, 1 << 24);
-    } else if (name == "lr") {
-      options.lr = ParseFloat(name, value, 0.0f, 10.0f);
-    } else if (name == "seed") {
-      options.seed = ParseInteger(name, value, 0, UINT_MAX);
-    } else {
-      UsageError("unknown flag --%s", name.c_str());
-    }
-  });
+  examples::ForEachFlag(
+      argc, argv, {"step-times"},
+      [&](const std::string& name, const std::string* flag) {
+        if (flag == nullptr) {  // the only switch
+          options.step_times = true;
+          return;
+        }
+        const std::string& value = *flag;
+        constexpr int kMaxWidth = 1 << 16;
+        if (name == "module") {
+          if (value.empty()) examples::UsageError("--module needs a path");
+          options.module = value;
+        } else if (name == "steps") {
+          options.steps = examples::ParseInt(name, value, 1, 1000000);
+        } else if (name == "layers") {
+          options.layers = examples::ParseInt(name, value, 1, 1000);
+        } else if (name == "dim") {
+          options.dim = examples::ParseInt(name, value, 1, kMaxWidth);
+        } else if (name == "seq") {
+          options.seq = examples::ParseInt(name, value, 1, kMaxWidth);
+        } else if (name == "batch") {
+          options.batch = examples::ParseInt(name, value, 1, kMaxWidth);
+        } else if (name == "vocab") {
+          options.vocab = examples::ParseInt(name, value, 2, 1 << 24);
+        } else if (name == "lr") {
+          options.lr = examples::ParseFloat(name, value, 0.0f, 10.0f);
+        } else if (name == "seed") {
+          options.seed = examples::ParseInteger(name, value, 0, UINT_MAX);
+        } else {
+          examples::UsageError("unknown flag --%s", name.c_str());
+        }
+      });
   // Kernels take element counts as int and index with 64 bits; every buffer
   // and every thread count must stay below 2^31.
   const long long rows = static_cast<long long>(options.batch) * options.seq;
@@ -130,11 +124,7 @@ Options ParseFlags(int argc, char** argv) {
       static_cast<long long>(options.vocab) * d,
       rows * (options.seq + d),  // attention_backward_apply's threads
   };
-  for (long long count : counts) {
-    if (count > INT_MAX) {
-      UsageError("sizes too large: a buffer would hold %lld elements", count);
-    }
-  }
+  examples::CheckElementCounts(counts);
   return options;
 }
 
@@ -147,32 +137,32 @@ using Ptr = CUdeviceptr;
 class Kernels {
  public:
   Kernels(CUmodule module, CUstream stream) : stream_(stream) {
-    init_params_ = Get(module, "_ZN3tfm11init_paramsEPfijf");
-    synth_tokens_ = Get(module, "_ZN3tfm12synth_tokensEPiiiiji");
-    embed_ = Get(module, "_ZN3tfm5embedEPKiPKfPfiii");
-    layernorm_forward_ =
-        Get(module, "_ZN3tfm17layernorm_forwardEPKfS1_S1_PfS2_S2_ii");
+    const auto Get = [module](const char* name) {
+      return examples::GetKernel(module, name);
+    };
+    init_params_ = Get("_ZN3tfm11init_paramsEPfijf");
+    synth_tokens_ = Get("_ZN3tfm12synth_tokensEPiiiiji");
+    embed_ = Get("_ZN3tfm5embedEPKiPKfPfiii");
+    layernorm_forward_ = Get("_ZN3tfm17layernorm_forwardEPKfS1_S1_PfS2_S2_ii");
     layernorm_backward_ =
-        Get(module, "_ZN3tfm18layernorm_backwardEPKfS1_S1_S1_S1_PfS2_S2_ii");
-    matmul_forward_ = Get(module, "_ZN3tfm14matmul_forwardEPKfS1_S1_Pfiii");
-    matmul_backward_input_ =
-        Get(module, "_ZN3tfm21matmul_backward_inputEPKfS1_Pfiii");
+        Get("_ZN3tfm18layernorm_backwardEPKfS1_S1_S1_S1_PfS2_S2_ii");
+    matmul_forward_ = Get("_ZN3tfm14matmul_forwardEPKfS1_S1_Pfiii");
+    matmul_backward_input_ = Get("_ZN3tfm21matmul_backward_inputEPKfS1_Pfiii");
     matmul_backward_params_ =
-        Get(module, "_ZN3tfm22matmul_backward_paramsEPKfS1_PfS2_iii");
-    attention_scores_ = Get(module, "_ZN3tfm16attention_scoresEPKfPfiiif");
-    attention_apply_ = Get(module, "_ZN3tfm15attention_applyEPKfS1_Pfiii");
+        Get("_ZN3tfm22matmul_backward_paramsEPKfS1_PfS2_iii");
+    attention_scores_ = Get("_ZN3tfm16attention_scoresEPKfPfiiif");
+    attention_apply_ = Get("_ZN3tfm15attention_applyEPKfS1_Pfiii");
     attention_backward_apply_ =
-        Get(module, "_ZN3tfm24attention_backward_applyEPKfS1_S1_PfS2_iii");
-    softmax_backward_ = Get(module, "_ZN3tfm16softmax_backwardEPKfPfiif");
-    attention_backward_qk_ =
-        Get(module, "_ZN3tfm21attention_backward_qkEPKfS1_Pfiii");
-    add_ = Get(module, "_ZN3tfm3addEPKfS1_Pfi");
-    relu_forward_ = Get(module, "_ZN3tfm12relu_forwardEPKfPfi");
-    relu_backward_ = Get(module, "_ZN3tfm13relu_backwardEPKfPfi");
-    softmax_xent_ = Get(module, "_ZN3tfm12softmax_xentEPKfPKiPfS4_iii");
-    mean_loss_ = Get(module, "_ZN3tfm9mean_lossEPKfPfi");
-    embed_backward_ = Get(module, "_ZN3tfm14embed_backwardEPKiPKfPfiiii");
-    adam_ = Get(module, "_ZN3tfm4adamEPfS0_S0_PKffffffi");
+        Get("_ZN3tfm24attention_backward_applyEPKfS1_S1_PfS2_iii");
+    softmax_backward_ = Get("_ZN3tfm16softmax_backwardEPKfPfiif");
+    attention_backward_qk_ = Get("_ZN3tfm21attention_backward_qkEPKfS1_Pfiii");
+    add_ = Get("_ZN3tfm3addEPKfS1_Pfi");
+    relu_forward_ = Get("_ZN3tfm12relu_forwardEPKfPfi");
+    relu_backward_ = Get("_ZN3tfm13relu_backwardEPKfPfi");
+    softmax_xent_ = Get("_ZN3tfm12softmax_xentEPKfPKiPfS4_iii");
+    mean_loss_ = Get("_ZN3tfm9mean_lossEPKfPfi");
+    embed_backward_ = Get("_ZN3tfm14embed_backwardEPKiPKfPfiiii");
+    adam_ = Get("_ZN3tfm4adamEPfS0_S0_PKffffffi");
   }
 
   void InitParams(Ptr w, int n, unsigned seed, float scale) const {
@@ -285,10 +275,6 @@ class Kernels {
   CUstream stream() const { return stream_; }
 
  private:
-  static CUfunction Get(CUmodule module, const char* name) {
-    return examples::GetKernel(module, name);
-  }
-
   // One thread per element on stream_.
   void Launch(CUfunction function, const char* name, long long threads,
               void** args) const {
@@ -758,16 +744,13 @@ class Trainer {
 int main(int argc, char** argv) {
   examples::InitProgram("transformer_train", kUsage);
   const Options options = ParseFlags(argc, argv);
-  const std::string module_path = options.module.empty()
-                                      ? examples::BesideBinary("transformer_kernels_host.so")
-                                      : options.module;
+  const std::string module_path =
+      options.module.empty()
+          ? examples::BesideBinary("transformer_kernels_host.so")
+          : options.module;
 
-  CU_CHECK(cuInit, 0);
   CUdevice device = 0;
-  CU_CHECK(cuDeviceGet, &device, 0);
-  CUcontext context = nullptr;
-  CU_CHECK(cuDevicePrimaryCtxRetain, &context, device);
-  CU_CHECK(cuCtxSetCurrent, context);
+  examples::UsePrimaryContext(&device);
   CUmodule module = examples::LoadModule(module_path);
   CUstream stream = nullptr;
   CU_CHECK(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
@@ -790,7 +773,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     const std::vector<float> parameters = trainer.Parameters();
-    Fnv1a64 checksum;
+    examples::Fnv1a64 checksum;
     checksum.Update(parameters.data(), parameters.size() * sizeof(float));
     std::printf("checksum %016llx\n",
                 static_cast<unsigned long long>(checksum.hash()));
