@@ -1,9 +1,10 @@
 #include "core/launch_inference.h"
 
-#include "core/thread_cache.h"
-
 #include <algorithm>
 #include <cstring>
+
+#include "absl/base/attributes.h"
+#include "core/thread_cache.h"
 
 namespace stensor {
 namespace {

@@ -11,8 +11,13 @@
 // (extern "C"), whose name disagrees with the driver's parameter count, or
 // under STENSOR_WRITE_INFERENCE=conservative.
 //
+// The launch path keeps, per thread, the answer for a kernel's last words
+// (LaunchMemo): repeated launches on the same buffers, as a training step
+// makes them, cost a compare per word until a buffer is added or removed.
+//
 // Thread-safety: KernelCache (and UnloadScope) is thread-safe; KernelInfo is
-// immutable.
+// immutable; InferLaunchAccesses may run on any thread (the memo is the
+// calling thread's own); IdList and Accesses are plain values.
 #ifndef STENSOR_CORE_LAUNCH_INFERENCE_H_
 #define STENSOR_CORE_LAUNCH_INFERENCE_H_
 
@@ -25,9 +30,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/base/attributes.h"
 #include "absl/base/optimization.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/synchronization/mutex.h"
 #include "core/buffer_registry.h"
