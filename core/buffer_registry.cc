@@ -107,12 +107,14 @@ std::optional<Buffer> BufferRegistry::Find(uint64_t addr) const {
   return entries_[i];
 }
 
-uint64_t BufferRegistry::LookupMissed(uint64_t addr, CacheEntry* cache) const {
+uint64_t BufferRegistry::LookupMissed(uint64_t addr, CacheEntry* cache,
+                                      const Cell** cell) const {
   absl::ReaderMutexLock lock(&mu_);
   const size_t i = FindLocked(addr);
   if (i == kNotFound) return 0;
   const Buffer& b = entries_[i];
   cache[Slot(addr)] = CacheEntry{instance_, b.base, b.size, b.id, cells_[i]};
+  if (cell != nullptr) *cell = cells_[i];
   return b.id;
 }
 

@@ -53,6 +53,10 @@ class BufferRegistry {
   struct CacheEntry;  // below: one slot of the per-thread cache
 
  public:
+  // A live buffer's liveness cell: its id while it lives, 0 once removed
+  // (see StillLive).
+  using LivenessCell = std::atomic<uint64_t>;
+
   BufferRegistry() = default;
   BufferRegistry(const BufferRegistry&) = delete;
   BufferRegistry& operator=(const BufferRegistry&) = delete;
@@ -134,7 +138,19 @@ class BufferRegistry {
           e.cell->load(std::memory_order_relaxed) == e.id) {
         return e.id;
       }
-      return registry_.LookupMissed(addr, cache_);
+      return registry_.LookupMissed(addr, cache_, nullptr);
+    }
+    // The same, and on a hit the buffer's liveness cell in `*cell`, for an
+    // answer kept past generation changes (see StillLive).
+    uint64_t Lookup(uint64_t addr, const LivenessCell** cell) const {
+      if (addr < lowest_ || addr >= highest_) return 0;
+      const CacheEntry& e = cache_[Slot(addr)];
+      if (e.owner == instance_ && addr - e.base < e.size &&
+          e.cell->load(std::memory_order_relaxed) == e.id) {
+        *cell = e.cell;
+        return e.id;
+      }
+      return registry_.LookupMissed(addr, cache_, cell);
     }
 
    private:
@@ -157,12 +173,27 @@ class BufferRegistry {
   uint64_t instance() const { return instance_; }
   uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
 
+  // What lets such an answer outlive a generation change that did not touch
+  // it, checked word by word after reading generation() (whose acquire makes
+  // every earlier Add's bounds and Remove's cleared cell visible here):
+  // - a word that hit buffer `id` through `cell` (Reader::Lookup) still
+  //   hits it while StillLive(cell, id): buffers never change extent;
+  // - a word that hit nothing still hits nothing while OutsideBounds(word).
+  // A word in neither case must be looked up again.
+  static bool StillLive(const LivenessCell* cell, uint64_t id) {
+    return cell->load(std::memory_order_relaxed) == id;
+  }
+  bool OutsideBounds(uint64_t addr) const {
+    return addr < lowest_atomic_.load(std::memory_order_relaxed) ||
+           addr >= highest_atomic_.load(std::memory_order_relaxed);
+  }
+
  private:
   // A live buffer's liveness cell: its id while it lives, 0 once removed.
   // Cells sit in chunks that never move or shrink while the registry lives,
   // so a cached pointer to one stays readable; a cell is reused by a later
   // buffer (with a new id) once its buffer is removed.
-  using Cell = std::atomic<uint64_t>;
+  using Cell = LivenessCell;
   static constexpr size_t kCellsPerChunk = 1024;
 
   static constexpr size_t kNotFound = SIZE_MAX;
@@ -170,8 +201,8 @@ class BufferRegistry {
   // kNotFound.
   size_t FindLocked(uint64_t addr) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Reader's miss path: looks `addr` up under the reader lock and caches a
-  // hit in `cache`.
-  uint64_t LookupMissed(uint64_t addr, CacheEntry* cache) const
+  // hit in `cache`; with `cell`, stores the hit's liveness cell there.
+  uint64_t LookupMissed(uint64_t addr, CacheEntry* cache, const Cell** cell) const
       ABSL_LOCKS_EXCLUDED(mu_);
   Cell* TakeCell(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseCell(Cell* cell) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -43,27 +43,21 @@ void DedupeIds(IdList* ids) {
 // Looks up every candidate word of a kernelParams launch, skipping null
 // parameters, and appends the hits to `out` through local pointers (whose
 // inline room holds a typical launch's), both lists' sizes set once at the
-// end. With `words`, each word read is stored there too (probe order);
-// returns false when some parameter was null (then `words` is incomplete).
-bool LookUpWords(const KernelInfo& kernel, void** params, uint64_t* words,
-                 const BufferRegistry& registry, Accesses* out) {
+// end.
+void LookUpWords(const KernelInfo& kernel, void** params, const BufferRegistry& registry,
+                 Accesses* out) {
   const BufferRegistry::Reader reader(registry);
   uint64_t* r = out->reads.end();
   uint64_t* r_room = out->reads.room_end();
   uint64_t* w = out->writes.end();
   uint64_t* w_room = out->writes.room_end();
   const size_t n = kernel.probes.size();
-  bool complete = true;
   for (size_t i = 0; i < n; ++i) {
     const WordProbe& p = kernel.probes[i];
     const unsigned char* base = static_cast<const unsigned char*>(params[p.param]);
-    if (base == nullptr) {
-      complete = false;
-      continue;
-    }
+    if (base == nullptr) continue;
     uint64_t word;
     std::memcpy(&word, base + p.offset, sizeof(word));
-    if (words != nullptr) words[i] = word;
     const uint64_t id = reader.Lookup(word);
     if (id == 0) continue;
     if (ABSL_PREDICT_FALSE(r == r_room)) {
@@ -81,15 +75,81 @@ bool LookUpWords(const KernelInfo& kernel, void** params, uint64_t* words,
   }
   out->reads.set_end(r);
   out->writes.set_end(w);
-  return complete;
+}
+
+// Looks up the words of a launch of at most LaunchMemo::kWords of them
+// straight into `m` (words, hits and their liveness cells), then appends
+// the hits to `out`. `m` is valid afterwards only when no parameter was
+// null (then every word was read). Out of line: a steady state fills each
+// slot once.
+ABSL_ATTRIBUTE_NOINLINE void FillMemo(const KernelInfo& kernel, void** params,
+                                      uint64_t generation, const BufferRegistry& registry,
+                                      LaunchMemo* m, LaunchMemoCounts* counts, Accesses* out) {
+  const BufferRegistry::Reader reader(registry);
+  const size_t n = kernel.probes.size();
+  uint32_t reads = 0, writes = 0, hit_words = 0;
+  bool complete = true;
+  m->registry = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const WordProbe& p = kernel.probes[i];
+    const unsigned char* base = static_cast<const unsigned char*>(params[p.param]);
+    if (base == nullptr) {
+      complete = false;
+      continue;
+    }
+    uint64_t word;
+    std::memcpy(&word, base + p.offset, sizeof(word));
+    m->words[i] = word;
+    const BufferRegistry::LivenessCell* cell = nullptr;
+    const uint64_t id = reader.Lookup(word, &cell);
+    if (id == 0) continue;
+    // At most one hit per word, so the memo's arrays hold them.
+    hit_words |= uint32_t{1} << i;
+    m->cells[reads] = cell;
+    m->read[reads++] = id;
+    if (p.writes) m->written[writes++] = id;
+  }
+  m->reads = reads;
+  m->writes = writes;
+  m->hit_words = hit_words;
+  out->reads.append(m->read, m->read + reads);
+  out->writes.append(m->written, m->written + writes);
+  if (!complete) return;
+  m->generation = generation;
+  m->registry = registry.instance();
+  ++counts->fills;
+}
+
+// Whether the answer in `m` (filled, `n` words) still holds although the
+// registry's generation moved: a buffer came or went, most often one that
+// none of these words reaches (a per-step temporary). Out of line: once
+// per slot and generation.
+ABSL_ATTRIBUTE_NOINLINE bool StillValid(const LaunchMemo& m, size_t n,
+                                        const BufferRegistry& registry,
+                                        LaunchMemoCounts* counts) {
+  uint32_t k = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if ((m.hit_words >> i) & 1) {
+      if (!BufferRegistry::StillLive(m.cells[k], m.read[k])) return false;
+      ++k;
+    } else if (!registry.OutsideBounds(m.words[i])) {
+      return false;  // a buffer may have been added where it points
+    }
+  }
+  ++counts->revalidations;
+  return true;
 }
 
 // The common form, the hot path: kernelParams and no pointer-table
 // parameter. A training step launches the same kernels on the same buffers
 // over and over, so the answer for a kernel's words is kept in a per-thread
-// memo (slot by kernel and first word) for as long as the registry's
-// generation says no buffer came or went; checking it costs a compare per
-// word instead of a lookup.
+// memo (slot by kernel and first word); checking it costs a compare per
+// word instead of a lookup. A launch seen for the first time only tags its
+// slot (kernel and first word), and the second records the answer, so that
+// launches on ever new words (a kernel walking a buffer) cost a plain
+// lookup and a tag. While the registry's generation says no buffer came or
+// went, a recorded answer is used as it is; after a change, it is checked
+// once against its own buffers' liveness (StillValid) before it is used.
 void InferFromParams(const KernelInfo& kernel, void** params,
                      const BufferRegistry& registry, Accesses* out) {
   const size_t n = kernel.probes.size();
@@ -98,18 +158,25 @@ void InferFromParams(const KernelInfo& kernel, void** params,
   // does a launch whose first parameter pointer is null (skipped, not read:
   // the driver rejects such a launch).
   if (n == 0 || n > LaunchMemo::kWords || params[probes[0].param] == nullptr) {
-    LookUpWords(kernel, params, nullptr, registry, out);
+    LookUpWords(kernel, params, registry, out);
     return;
   }
   uint64_t first;
   std::memcpy(&first, static_cast<const unsigned char*>(params[probes[0].param]) +
                           probes[0].offset, sizeof(first));
-  // Read before any lookup: a change during them makes the memo stale.
+  // Read before any lookup or check: a change during them makes the memo
+  // stale.
   const uint64_t generation = registry.generation();
-  LaunchMemo& m = PerThread<LaunchMemos>::Get()
-                      .slots[((kernel.serial ^ (first >> 8)) * 0x9E3779B97F4A7C15ull) >> 56];
-  if (m.registry == registry.instance() && m.kernel == kernel.serial &&
-      m.generation == generation && m.words[0] == first) {
+  LaunchMemos& memos = PerThread<LaunchMemos>::Get();
+  LaunchMemo& m = memos.slots[((kernel.serial ^ (first >> 8)) * 0x9E3779B97F4A7C15ull) >> 56];
+  if (m.kernel != kernel.serial || m.words[0] != first) {
+    m.registry = 0;
+    m.kernel = kernel.serial;
+    m.words[0] = first;
+    LookUpWords(kernel, params, registry, out);
+    return;
+  }
+  if (m.registry == registry.instance()) {
     // Each word is compared as it is read.
     size_t i = 1;
     for (; i < n; ++i) {
@@ -119,24 +186,22 @@ void InferFromParams(const KernelInfo& kernel, void** params,
       std::memcpy(&word, base + probes[i].offset, sizeof(word));
       if (word != m.words[i]) break;
     }
-    if (i == n) {
+    if (i < n) {
+      // Other words after the same first one: a first sight of these, so
+      // the slot keeps only the tag.
+      m.registry = 0;
+      LookUpWords(kernel, params, registry, out);
+      return;
+    }
+    if (ABSL_PREDICT_TRUE(m.generation == generation) ||
+        StillValid(m, n, registry, &memos.counts)) {
+      m.generation = generation;
       out->reads.append(m.read, m.read + m.reads);
       out->writes.append(m.written, m.written + m.writes);
       return;
     }
   }
-  // Refilled as the words are looked up; valid only once all were read.
-  m.registry = 0;
-  const size_t reads_before = out->reads.size(), writes_before = out->writes.size();
-  if (!LookUpWords(kernel, params, m.words, registry, out)) return;
-  // At most one hit per word, so the memo's arrays hold them.
-  m.reads = static_cast<uint32_t>(out->reads.size() - reads_before);
-  m.writes = static_cast<uint32_t>(out->writes.size() - writes_before);
-  for (uint32_t k = 0; k < m.reads; ++k) m.read[k] = out->reads[reads_before + k];
-  for (uint32_t k = 0; k < m.writes; ++k) m.written[k] = out->writes[writes_before + k];
-  m.generation = generation;
-  m.kernel = kernel.serial;
-  m.registry = registry.instance();
+  FillMemo(kernel, params, generation, registry, &m, &memos.counts, out);
 }
 
 }  // namespace
@@ -149,6 +214,8 @@ void IdList::Grow(size_t n) {
   data_ = grown;
   capacity_ = capacity;
 }
+
+LaunchMemoCounts ThreadLaunchMemoCounts() { return PerThread<LaunchMemos>::Get().counts; }
 
 void Accesses::Dedupe() {
   DedupeIds(&reads);

@@ -13,7 +13,11 @@
 //
 // The launch path keeps, per thread, the answer for a kernel's last words
 // (LaunchMemo): repeated launches on the same buffers, as a training step
-// makes them, cost a compare per word until a buffer is added or removed.
+// makes them, cost a compare per word. It records an answer only at the
+// second launch with the same kernel and first word, so a stream of new
+// words pays almost nothing for it, and keeps an answer across buffers
+// added or removed elsewhere (per-step temporaries) by checking its own
+// buffers' liveness once.
 //
 // Thread-safety: KernelCache (and UnloadScope) is thread-safe; KernelInfo is
 // immutable; InferLaunchAccesses may run on any thread (the memo is the
@@ -92,22 +96,34 @@ struct KernelMemos {
 
 // One slot of the per-thread memo of the launch path (see InferFromParams
 // in launch_inference.cc): a kernel's candidate words at its last launch
-// with them and the buffers they hit, valid while the registry's instance
-// and generation are those recorded.
+// with them and the buffers they hit. `kernel` and words[0] alone are a tag
+// (a launch seen once, not filled: registry 0); once filled, the answer is
+// valid while the registry's instance and generation are those recorded,
+// and past a generation change while every hit's liveness cell still holds
+// its id and every missed word lies outside the registry's bounds.
 struct LaunchMemo {
   static constexpr size_t kWords = 8;  // kernels with more are not memoized
-  uint64_t registry = 0;  // BufferRegistry::instance(); 0 = empty
+  uint64_t registry = 0;  // BufferRegistry::instance(); 0 = not filled
   uint64_t generation = 0;
-  uint64_t kernel = 0;    // KernelInfo::serial
+  uint64_t kernel = 0;    // KernelInfo::serial; 0 = empty
   uint32_t reads = 0;     // read[0, reads)
   uint32_t writes = 0;    // written[0, writes)
+  uint32_t hit_words = 0;  // bit i: words[i] hit read[popcount below i]
   uint64_t words[kWords];
   uint64_t read[kWords];
   uint64_t written[kWords];
+  const BufferRegistry::LivenessCell* cells[kWords];  // of read[k]
+};
+// What the calling thread's launch memo did, for tests and benchmarks.
+struct LaunchMemoCounts {
+  uint64_t fills = 0;          // answers recorded (second sight of a launch)
+  uint64_t revalidations = 0;  // answers kept across a generation change
 };
 struct LaunchMemos {
   LaunchMemo slots[256];
+  LaunchMemoCounts counts;
 };
+LaunchMemoCounts ThreadLaunchMemoCounts();
 
 // Descriptions follow module lifetime: once a module is unloaded, the driver
 // may hand one of its function handles to a different kernel of a module
