@@ -127,12 +127,16 @@ class BufferRegistry {
     explicit Reader(const BufferRegistry& registry)
         : registry_(registry),
           instance_(registry.instance_),
-          lowest_(registry.lowest_atomic_.load(std::memory_order_relaxed)),
-          highest_(registry.highest_atomic_.load(std::memory_order_relaxed)),
-          cache_(ThreadCache()) {}
+          cache_(ThreadCache()) {
+      const uint64_t lowest = registry.lowest_atomic_.load(std::memory_order_relaxed);
+      const uint64_t highest = registry.highest_atomic_.load(std::memory_order_relaxed);
+      lowest_ = lowest;
+      span_ = highest > lowest ? highest - lowest : 0;
+    }
     // The id of the live buffer containing `addr`, or 0.
     uint64_t Lookup(uint64_t addr) const {
-      if (addr < lowest_ || addr >= highest_) return 0;  // a scalar, most likely
+      // [lowest, highest) in one compare; most misses are scalars.
+      if (addr - lowest_ >= span_) return 0;
       const CacheEntry& e = cache_[Slot(addr)];
       if (e.owner == instance_ && addr - e.base < e.size &&
           e.cell->load(std::memory_order_relaxed) == e.id) {
@@ -143,7 +147,7 @@ class BufferRegistry {
     // The same, and on a hit the buffer's liveness cell in `*cell`, for an
     // answer kept past generation changes (see StillLive).
     uint64_t Lookup(uint64_t addr, const LivenessCell** cell) const {
-      if (addr < lowest_ || addr >= highest_) return 0;
+      if (addr - lowest_ >= span_) return 0;
       const CacheEntry& e = cache_[Slot(addr)];
       if (e.owner == instance_ && addr - e.base < e.size &&
           e.cell->load(std::memory_order_relaxed) == e.id) {
@@ -157,8 +161,9 @@ class BufferRegistry {
     // Copies, so that the caller's stores (hits appended to a vector) do
     // not make the compiler reload them from the registry for every word.
     const BufferRegistry& registry_;
-    const uint64_t instance_, lowest_, highest_;
+    const uint64_t instance_;
     CacheEntry* const cache_;
+    uint64_t lowest_, span_;
   };
 
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);

@@ -41,17 +41,25 @@ void DedupeIds(IdList* ids) {
 }
 
 // Looks up every candidate word of a kernelParams launch, skipping null
-// parameters, and appends the hits to `out` through local pointers (whose
-// inline room holds a typical launch's), both lists' sizes set once at the
-// end.
-void LookUpWords(const KernelInfo& kernel, void** params, const BufferRegistry& registry,
-                 Accesses* out) {
+// parameters, and appends the hits to `out` through local pointers, both
+// lists' sizes set once at the end. `kFew`: at most LaunchMemo::kWords
+// words, so room for all of them is made once (inline room, for a fresh
+// `out`) and the loop checks none; otherwise the room is checked per hit,
+// since a large struct parameter has many words and few hits.
+template <bool kFew>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void LookUpWords(const KernelInfo& kernel, void** params,
+                                                     const BufferRegistry& registry,
+                                                     Accesses* out) {
   const BufferRegistry::Reader reader(registry);
+  const size_t n = kernel.probes.size();
+  if (kFew) {
+    out->reads.reserve(out->reads.size() + n);
+    out->writes.reserve(out->writes.size() + n);
+  }
   uint64_t* r = out->reads.end();
   uint64_t* r_room = out->reads.room_end();
   uint64_t* w = out->writes.end();
   uint64_t* w_room = out->writes.room_end();
-  const size_t n = kernel.probes.size();
   for (size_t i = 0; i < n; ++i) {
     const WordProbe& p = kernel.probes[i];
     const unsigned char* base = static_cast<const unsigned char*>(params[p.param]);
@@ -60,13 +68,13 @@ void LookUpWords(const KernelInfo& kernel, void** params, const BufferRegistry& 
     std::memcpy(&word, base + p.offset, sizeof(word));
     const uint64_t id = reader.Lookup(word);
     if (id == 0) continue;
-    if (ABSL_PREDICT_FALSE(r == r_room)) {
+    if (!kFew && ABSL_PREDICT_FALSE(r == r_room)) {
       r = out->reads.GrowAt(r);
       r_room = out->reads.room_end();
     }
     *r++ = id;
     if (p.writes) {
-      if (ABSL_PREDICT_FALSE(w == w_room)) {
+      if (!kFew && ABSL_PREDICT_FALSE(w == w_room)) {
         w = out->writes.GrowAt(w);
         w_room = out->writes.room_end();
       }
@@ -75,6 +83,13 @@ void LookUpWords(const KernelInfo& kernel, void** params, const BufferRegistry& 
   }
   out->reads.set_end(r);
   out->writes.set_end(w);
+}
+
+// Kernels with more words than a memo holds, and launches with a null
+// first parameter: out of line, off the hot path's frame.
+ABSL_ATTRIBUTE_NOINLINE void LookUpManyWords(const KernelInfo& kernel, void** params,
+                                             const BufferRegistry& registry, Accesses* out) {
+  LookUpWords<false>(kernel, params, registry, out);
 }
 
 // Looks up the words of a launch of at most LaunchMemo::kWords of them
@@ -158,7 +173,7 @@ void InferFromParams(const KernelInfo& kernel, void** params,
   // does a launch whose first parameter pointer is null (skipped, not read:
   // the driver rejects such a launch).
   if (n == 0 || n > LaunchMemo::kWords || params[probes[0].param] == nullptr) {
-    LookUpWords(kernel, params, registry, out);
+    LookUpManyWords(kernel, params, registry, out);
     return;
   }
   uint64_t first;
@@ -170,13 +185,15 @@ void InferFromParams(const KernelInfo& kernel, void** params,
   LaunchMemos& memos = PerThread<LaunchMemos>::Get();
   LaunchMemo& m = memos.slots[((kernel.serial ^ (first >> 8)) * 0x9E3779B97F4A7C15ull) >> 56];
   if (m.kernel != kernel.serial || m.words[0] != first) {
+    // A first sight: the tag only.
     m.registry = 0;
     m.kernel = kernel.serial;
     m.words[0] = first;
-    LookUpWords(kernel, params, registry, out);
+  } else if (m.registry != registry.instance()) {
+    // The second sight (or the first since the slot was invalidated).
+    FillMemo(kernel, params, generation, registry, &m, &memos.counts, out);
     return;
-  }
-  if (m.registry == registry.instance()) {
+  } else {
     // Each word is compared as it is read.
     size_t i = 1;
     for (; i < n; ++i) {
@@ -186,22 +203,22 @@ void InferFromParams(const KernelInfo& kernel, void** params,
       std::memcpy(&word, base + probes[i].offset, sizeof(word));
       if (word != m.words[i]) break;
     }
-    if (i < n) {
-      // Other words after the same first one: a first sight of these, so
-      // the slot keeps only the tag.
-      m.registry = 0;
-      LookUpWords(kernel, params, registry, out);
+    if (i == n) {
+      if (ABSL_PREDICT_TRUE(m.generation == generation) ||
+          StillValid(m, n, registry, &memos.counts)) {
+        m.generation = generation;
+        out->reads.append(m.read, m.read + m.reads);
+        out->writes.append(m.written, m.written + m.writes);
+      } else {
+        FillMemo(kernel, params, generation, registry, &m, &memos.counts, out);
+      }
       return;
     }
-    if (ABSL_PREDICT_TRUE(m.generation == generation) ||
-        StillValid(m, n, registry, &memos.counts)) {
-      m.generation = generation;
-      out->reads.append(m.read, m.read + m.reads);
-      out->writes.append(m.written, m.written + m.writes);
-      return;
-    }
+    // Other words after the same first one: a first sight of these, so the
+    // slot keeps only the tag.
+    m.registry = 0;
   }
-  FillMemo(kernel, params, generation, registry, &m, &memos.counts, out);
+  LookUpWords<true>(kernel, params, registry, out);
 }
 
 }  // namespace
@@ -227,21 +244,10 @@ uint64_t KernelCache::NextInstance() {
   return counter.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
-const KernelInfo* KernelCache::Get(CUfunction f) {
-  // Descriptions are immutable and live as long as the cache, so a
-  // per-thread memo of recent kernels can skip the shared lock on the launch
-  // path. Memo entries name the cache by a process-unique instance number:
-  // a cache built where another was destroyed never sees that one's entries.
-  // They also carry the generation: an unload since they were filled may
-  // have given their handle to another kernel.
-  KernelMemo& m = PerThread<KernelMemos>::Get()
-                      .slots[(reinterpret_cast<uintptr_t>(f) * 0x9E3779B97F4A7C15ull) >> 58];
-  // Read before the lookup: an unload that starts later makes it stale.
-  const uint64_t generation = generation_.load(std::memory_order_acquire);
-  if (m.cache == instance_ && m.f == f && m.generation == generation) return m.info;
+const KernelInfo* KernelCache::GetMissed(CUfunction f, uint64_t generation, KernelMemo* m) {
   bool cacheable = false;
   const KernelInfo* info = Lookup(f, generation, &cacheable);
-  m = cacheable ? KernelMemo{instance_, generation, f, info} : KernelMemo{};
+  *m = cacheable ? KernelMemo{instance_, generation, f, info} : KernelMemo{};
   return info;
 }
 

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/base/optimization.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
@@ -41,6 +42,7 @@
 #include "core/buffer_registry.h"
 #include "core/driver.h"
 #include "core/kernel_signature.h"
+#include "core/thread_cache.h"
 
 namespace stensor {
 
@@ -141,7 +143,23 @@ class KernelCache {
 
   // The description of `f`, built on first use. Never null; valid as long
   // as the cache.
-  const KernelInfo* Get(CUfunction f) ABSL_LOCKS_EXCLUDED(mu_);
+  const KernelInfo* Get(CUfunction f) ABSL_LOCKS_EXCLUDED(mu_) {
+    // Descriptions are immutable and live as long as the cache, so a
+    // per-thread memo of recent kernels can skip the shared lock on the
+    // launch path (inline here: one per launch). Memo entries name the cache
+    // by a process-unique instance number: a cache built where another was
+    // destroyed never sees that one's entries. They also carry the
+    // generation: an unload since they were filled may have given their
+    // handle to another kernel.
+    KernelMemo& m = PerThread<KernelMemos>::Get()
+                        .slots[(reinterpret_cast<uintptr_t>(f) * 0x9E3779B97F4A7C15ull) >> 58];
+    // Read before the lookup: an unload that starts later makes it stale.
+    const uint64_t generation = generation_.load(std::memory_order_acquire);
+    if (ABSL_PREDICT_TRUE(m.cache == instance_ && m.f == f && m.generation == generation)) {
+      return m.info;
+    }
+    return GetMissed(f, generation, &m);
+  }
 
   // Lives across one real cuModuleUnload (`module`) or cuLibraryUnload
   // (`module` null: every description is forgotten, since which functions
@@ -168,6 +186,9 @@ class KernelCache {
     CUmodule module = nullptr;  // null: unknown
   };
 
+  // Get's slow path: looks `f` up and memoizes it in `m` when it may be.
+  ABSL_ATTRIBUTE_NOINLINE const KernelInfo* GetMissed(CUfunction f, uint64_t generation,
+                                                      KernelMemo* m) ABSL_LOCKS_EXCLUDED(mu_);
   // `generation`: read before the call. `cacheable` is set false when an
   // unload overlapped: the answer must not be memoized.
   const KernelInfo* Lookup(CUfunction f, uint64_t generation, bool* cacheable)
