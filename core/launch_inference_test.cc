@@ -965,7 +965,7 @@ TEST(LaunchMemoTest, AddedAndRemovedBuffersAreSeenByTheNextLaunch) {
   ASSERT_TRUE(a);
   const KernelInfo k = PointerKernel(2, 1);
   const std::vector<uint64_t> args = {kBase + 0x10, kBase + 0x100000};
-  for (int round = 0; round < 2; ++round) {  // the second from the memo
+  for (int round = 0; round < 3; ++round) {  // recorded at the second, used at the third
     Accesses out = LaunchWith(k, args, registry);
     EXPECT_THAT(out.reads, ElementsAre(*a));
     EXPECT_THAT(out.writes, ElementsAre(*a));
@@ -1017,7 +1017,7 @@ TEST(LaunchMemoTest, NullParameterPointerIsSkipped) {
   const uint64_t b = *registry.Add(kBase + 0x10000, 0x1000, 0, BufferKind::kDeviceAlloc);
   const KernelInfo k = PointerKernel(2, 2);
   uint64_t args[] = {kBase, kBase + 0x10000};
-  for (int round = 0; round < 2; ++round) {
+  for (int round = 0; round < 3; ++round) {
     void* both[] = {&args[0], &args[1]};
     Accesses out;
     InferLaunchAccesses(k, both, nullptr, registry, &out);
@@ -1051,6 +1051,90 @@ TEST(LaunchMemoTest, LaunchWithMoreHitsThanInlineRoomKeepsThemAll) {
     EXPECT_THAT(out.reads, ElementsAreArray(ids));
     EXPECT_THAT(out.writes, ElementsAreArray(ids));
   }
+}
+
+// A launch is recorded at its second sight (same kernel, same first word),
+// not its first: a kernel walking a buffer with new words every launch
+// records nothing, and each launch still gets its own answer.
+TEST(LaunchMemoTest, RecordsALaunchWhenItsKernelAndFirstWordComeAgain) {
+  BufferRegistry& registry = *new BufferRegistry;
+  constexpr uint64_t kBase = 0x80000000;
+  const uint64_t a = *registry.Add(kBase, 0x10000, 0, BufferKind::kDeviceAlloc);
+  const uint64_t b = *registry.Add(kBase + 0x100000, 0x1000, 0, BufferKind::kDeviceAlloc);
+  const uint64_t c = *registry.Add(kBase + 0x200000, 0x1000, 0, BufferKind::kDeviceAlloc);
+  const KernelInfo k = PointerKernel(2, 1);
+  const uint64_t fills = ThreadLaunchMemoCounts().fills;
+  for (uint64_t step = 0; step < 40; ++step) {  // every first word new
+    Accesses out = LaunchWith(k, {kBase + 0x100 * step, kBase + 0x100000}, registry);
+    EXPECT_THAT(out.reads, ElementsAre(a, b));
+    EXPECT_THAT(out.writes, ElementsAre(a));
+  }
+  EXPECT_EQ(ThreadLaunchMemoCounts().fills, fills) << "a first sight was recorded";
+  const std::vector<uint64_t> same = {kBase + 0x8000, kBase + 0x100000};
+  for (int round = 0; round < 4; ++round) {
+    Accesses out = LaunchWith(k, same, registry);
+    EXPECT_THAT(out.reads, ElementsAre(a, b));
+    EXPECT_THAT(out.writes, ElementsAre(a));
+    EXPECT_EQ(ThreadLaunchMemoCounts().fills, fills + (round >= 1 ? 1 : 0)) << round;
+  }
+  // The same first word with another second one is a first sight too: it
+  // gets its answer, and is recorded when it comes again.
+  const std::vector<uint64_t> other = {kBase + 0x8000, kBase + 0x200000};
+  for (int round = 0; round < 3; ++round) {
+    Accesses out = LaunchWith(k, other, registry);
+    EXPECT_THAT(out.reads, ElementsAre(a, c));
+    EXPECT_EQ(ThreadLaunchMemoCounts().fills, fills + (round >= 1 ? 2 : 1)) << round;
+  }
+}
+
+// Buffers added and removed elsewhere (per-step temporaries) move the
+// registry's generation; a recorded answer whose buffers all still live and
+// whose misses lie outside the registry's bounds is kept, checked once per
+// change. A removed buffer, or one added where a miss pointed, is found.
+TEST(LaunchMemoTest, AnswerOutlivesChangesElsewhereButNotToItsOwnBuffers) {
+  BufferRegistry& registry = *new BufferRegistry;
+  constexpr uint64_t kBase = 0x90000000;
+  const uint64_t a = *registry.Add(kBase, 0x1000, 0, BufferKind::kDeviceAlloc);
+  const uint64_t b = *registry.Add(kBase + 0x10000, 0x1000, 0, BufferKind::kDeviceAlloc);
+  const KernelInfo k = PointerKernel(3, 1);
+  // The third word is a scalar, below every buffer.
+  const std::vector<uint64_t> args = {kBase + 0x10, kBase + 0x10008, 4096};
+  auto counts = [] { return ThreadLaunchMemoCounts(); };
+  for (int round = 0; round < 2; ++round) LaunchWith(k, args, registry);
+  const LaunchMemoCounts recorded = counts();
+  // A temporary beyond the buffers comes and goes, twice.
+  for (int step = 0; step < 2; ++step) {
+    const uint64_t base = kBase + 0x100000 * (step + 1);
+    ASSERT_TRUE(registry.Add(base, 0x1000, 0, BufferKind::kDeviceAlloc));
+    for (int round = 0; round < 2; ++round) {
+      Accesses out = LaunchWith(k, args, registry);
+      EXPECT_THAT(out.reads, ElementsAre(a, b));
+      EXPECT_THAT(out.writes, ElementsAre(a));
+    }
+    ASSERT_TRUE(registry.Remove(base));
+    Accesses out = LaunchWith(k, args, registry);
+    EXPECT_THAT(out.reads, ElementsAre(a, b));
+  }
+  // Checked once per change (four of them), never recorded again.
+  EXPECT_EQ(counts().revalidations, recorded.revalidations + 4);
+  EXPECT_EQ(counts().fills, recorded.fills);
+  // One of its own buffers removed, and another at the same place with a
+  // new id: the answer is looked up again.
+  ASSERT_TRUE(registry.Remove(kBase + 0x10000));
+  Accesses removed = LaunchWith(k, args, registry);
+  EXPECT_THAT(removed.reads, ElementsAre(a));
+  const uint64_t b2 = *registry.Add(kBase + 0x10000, 0x1000, 0, BufferKind::kDeviceAlloc);
+  Accesses readded = LaunchWith(k, args, registry);
+  EXPECT_THAT(readded.reads, ElementsAre(a, b2));
+  EXPECT_EQ(counts().revalidations, recorded.revalidations + 4);
+  // A buffer added below the others, where the scalar points: the miss is
+  // inside the bounds now, so it is looked up and hits.
+  for (int round = 0; round < 2; ++round) LaunchWith(k, args, registry);
+  const uint64_t low = *registry.Add(0, 0x2000, 0, BufferKind::kDeviceAlloc);
+  Accesses added = LaunchWith(k, args, registry);
+  EXPECT_THAT(added.reads, ElementsAre(a, b2, low));
+  EXPECT_THAT(added.writes, ElementsAre(a));
+  EXPECT_EQ(counts().revalidations, recorded.revalidations + 4);
 }
 
 TEST(IdListTest, GrowsCopiesMovesAndAppendsLikeAVector) {
