@@ -15,7 +15,8 @@
 //   callgrind_annotate --inclusive=yes callgrind.out.PID | grep LaunchLoop
 //
 // --new_words makes every launch's words differ from the last one's, so
-// that the hook's memo of a kernel's last launch never applies.
+// that the hook's memo of a kernel's last launch never applies; the
+// *NewWords benchmarks time that case.
 #include <dlfcn.h>
 
 #include <array>
@@ -93,21 +94,39 @@ const Setup& GetSetup() {
   return *s;
 }
 
-void Launch(benchmark::State& state, LaunchFn launch) {
-  const Setup& s = GetSetup();
-  // Six buffers spread over the registry, interior pointers included.
-  CUdeviceptr args[kParams];
-  for (int i = 0; i < kParams; ++i) {
-    args[i] = s.buffers[(i * 1663 + 17) % kLiveBuffers] + 64 * i;
+// The arguments of `sets` launches of the kernel: six buffers spread over
+// the registry, interior pointers included; set j's words lie 8*j bytes
+// further on, so that with sets > 1 each launch's words differ from the
+// last one's (the hook's memo of a launch does not apply).
+struct ArgSets {
+  explicit ArgSets(const Setup& s, int sets) : args(sets), params(sets), ring(sets) {
+    for (int j = 0; j < sets; ++j) {
+      for (int i = 0; i < kParams; ++i) {
+        args[j][i] = s.buffers[(i * 1663 + 17) % kLiveBuffers] + 64 * i + 8 * j;
+        params[j][i] = &args[j][i];
+      }
+      ring[j] = params[j].data();
+    }
   }
-  void* params[kParams];
-  for (int i = 0; i < kParams; ++i) params[i] = &args[i];
+  std::vector<std::array<CUdeviceptr, kParams>> args;
+  std::vector<std::array<void*, kParams>> params;
+  std::vector<void**> ring;
+};
+
+// Sets in turn with --new_words (and in the *NewWords benchmarks).
+constexpr int kNewWordSets = 24;
+
+void Launch(benchmark::State& state, LaunchFn launch, int sets) {
+  const Setup& s = GetSetup();
+  ArgSets a(s, sets);
   int64_t n = 0;
+  int set = 0;
   auto gate = std::make_unique<Gate>();
   s.host_func(nullptr, &Gate::Wait, gate.get());
   for (auto _ : state) {
-    CUresult r = launch(s.kernel, 1, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
+    CUresult r = launch(s.kernel, 1, 1, 1, 128, 1, 1, 0, nullptr, a.ring[set], nullptr);
     benchmark::DoNotOptimize(r);
+    if (++set == sets) set = 0;
     if ((++n & 4095) == 0) {
       // Drain the queue outside the timed region, then hold it again.
       state.PauseTiming();
@@ -122,11 +141,19 @@ void Launch(benchmark::State& state, LaunchFn launch) {
   s.sync(nullptr);
 }
 
-void BM_LaunchDirect(benchmark::State& state) { Launch(state, GetSetup().direct); }
-void BM_LaunchHooked(benchmark::State& state) { Launch(state, GetSetup().hooked); }
+void BM_LaunchDirect(benchmark::State& state) { Launch(state, GetSetup().direct, 1); }
+void BM_LaunchHooked(benchmark::State& state) { Launch(state, GetSetup().hooked, 1); }
+void BM_LaunchDirectNewWords(benchmark::State& state) {
+  Launch(state, GetSetup().direct, kNewWordSets);
+}
+void BM_LaunchHookedNewWords(benchmark::State& state) {
+  Launch(state, GetSetup().hooked, kNewWordSets);
+}
 
 BENCHMARK(BM_LaunchDirect)->MinTime(0.5);
 BENCHMARK(BM_LaunchHooked)->MinTime(0.5);
+BENCHMARK(BM_LaunchDirectNewWords)->MinTime(0.5);
+BENCHMARK(BM_LaunchHookedNewWords)->MinTime(0.5);
 
 // The launches alone, in functions of their own for callgrind to count:
 // noipa keeps them out of line and keeps the compiler from folding the two
@@ -160,17 +187,9 @@ __attribute__((noipa)) void LaunchLoopHooked(LaunchFn f, CUfunction k, void*** p
 // costs when the hook's memo of the last launch does not apply.
 void CountLaunches(int n, bool new_words) {
   const Setup& s = GetSetup();
-  const int sets = new_words ? 24 : 1;
-  std::vector<std::array<CUdeviceptr, kParams>> args(sets);
-  std::vector<std::array<void*, kParams>> params(sets);
-  std::vector<void**> ring(sets);
-  for (int j = 0; j < sets; ++j) {
-    for (int i = 0; i < kParams; ++i) {
-      args[j][i] = s.buffers[(i * 1663 + 17) % kLiveBuffers] + 64 * i + 8 * j;
-      params[j][i] = &args[j][i];
-    }
-    ring[j] = params[j].data();
-  }
+  const int sets = new_words ? kNewWordSets : 1;
+  ArgSets a(s, sets);
+  std::vector<void**>& ring = a.ring;
   auto drain = [&] {
     if (s.sync(nullptr) != CUDA_SUCCESS) Die("cuStreamSynchronize failed");
   };
