@@ -204,14 +204,15 @@ void InferFromParams(const KernelInfo& kernel, void** params,
       if (word != m.words[i]) break;
     }
     if (i == n) {
-      if (ABSL_PREDICT_TRUE(m.generation == generation) ||
-          StillValid(m, n, registry, &memos.counts)) {
+      if (ABSL_PREDICT_FALSE(m.generation != generation)) {
+        if (!StillValid(m, n, registry, &memos.counts)) {
+          FillMemo(kernel, params, generation, registry, &m, &memos.counts, out);
+          return;
+        }
         m.generation = generation;
-        out->reads.append(m.read, m.read + m.reads);
-        out->writes.append(m.written, m.written + m.writes);
-      } else {
-        FillMemo(kernel, params, generation, registry, &m, &memos.counts, out);
       }
+      out->reads.append(m.read, m.read + m.reads);
+      out->writes.append(m.written, m.written + m.writes);
       return;
     }
     // Other words after the same first one: a first sight of these, so the
