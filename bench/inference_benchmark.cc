@@ -30,6 +30,7 @@ struct Fixture {
       params[i] = &args[i];
     }
     kernel.args_size = 48;
+    IndexProbes(&kernel);
   }
 };
 

@@ -13,8 +13,13 @@
 //   valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*LaunchLoop*'
 //     launch_hook_benchmark --count_launches=N
 //   callgrind_annotate --inclusive=yes callgrind.out.PID | grep LaunchLoop
+//
+// --new_words makes every launch's words differ from the last one's, so
+// that the hook's memo of a kernel's last launch never applies; the
+// *NewWords benchmarks time that case.
 #include <dlfcn.h>
 
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -89,21 +94,39 @@ const Setup& GetSetup() {
   return *s;
 }
 
-void Launch(benchmark::State& state, LaunchFn launch) {
-  const Setup& s = GetSetup();
-  // Six buffers spread over the registry, interior pointers included.
-  CUdeviceptr args[kParams];
-  for (int i = 0; i < kParams; ++i) {
-    args[i] = s.buffers[(i * 1663 + 17) % kLiveBuffers] + 64 * i;
+// The arguments of `sets` launches of the kernel: six buffers spread over
+// the registry, interior pointers included; set j's words lie 8*j bytes
+// further on, so that with sets > 1 each launch's words differ from the
+// last one's (the hook's memo of a launch does not apply).
+struct ArgSets {
+  explicit ArgSets(const Setup& s, int sets) : args(sets), params(sets), ring(sets) {
+    for (int j = 0; j < sets; ++j) {
+      for (int i = 0; i < kParams; ++i) {
+        args[j][i] = s.buffers[(i * 1663 + 17) % kLiveBuffers] + 64 * i + 8 * j;
+        params[j][i] = &args[j][i];
+      }
+      ring[j] = params[j].data();
+    }
   }
-  void* params[kParams];
-  for (int i = 0; i < kParams; ++i) params[i] = &args[i];
+  std::vector<std::array<CUdeviceptr, kParams>> args;
+  std::vector<std::array<void*, kParams>> params;
+  std::vector<void**> ring;
+};
+
+// Sets in turn with --new_words (and in the *NewWords benchmarks).
+constexpr int kNewWordSets = 24;
+
+void Launch(benchmark::State& state, LaunchFn launch, int sets) {
+  const Setup& s = GetSetup();
+  ArgSets a(s, sets);
   int64_t n = 0;
+  int set = 0;
   auto gate = std::make_unique<Gate>();
   s.host_func(nullptr, &Gate::Wait, gate.get());
   for (auto _ : state) {
-    CUresult r = launch(s.kernel, 1, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
+    CUresult r = launch(s.kernel, 1, 1, 1, 128, 1, 1, 0, nullptr, a.ring[set], nullptr);
     benchmark::DoNotOptimize(r);
+    if (++set == sets) set = 0;
     if ((++n & 4095) == 0) {
       // Drain the queue outside the timed region, then hold it again.
       state.PauseTiming();
@@ -118,57 +141,70 @@ void Launch(benchmark::State& state, LaunchFn launch) {
   s.sync(nullptr);
 }
 
-void BM_LaunchDirect(benchmark::State& state) { Launch(state, GetSetup().direct); }
-void BM_LaunchHooked(benchmark::State& state) { Launch(state, GetSetup().hooked); }
+void BM_LaunchDirect(benchmark::State& state) { Launch(state, GetSetup().direct, 1); }
+void BM_LaunchHooked(benchmark::State& state) { Launch(state, GetSetup().hooked, 1); }
+void BM_LaunchDirectNewWords(benchmark::State& state) {
+  Launch(state, GetSetup().direct, kNewWordSets);
+}
+void BM_LaunchHookedNewWords(benchmark::State& state) {
+  Launch(state, GetSetup().hooked, kNewWordSets);
+}
 
 BENCHMARK(BM_LaunchDirect)->MinTime(0.5);
 BENCHMARK(BM_LaunchHooked)->MinTime(0.5);
+BENCHMARK(BM_LaunchDirectNewWords)->MinTime(0.5);
+BENCHMARK(BM_LaunchHookedNewWords)->MinTime(0.5);
 
 // The launches alone, in functions of their own for callgrind to count:
 // noipa keeps them out of line and keeps the compiler from folding the two
 // identical bodies into one (callgrind tells them apart by name). The caller
-// drains the queue outside them.
+// drains the queue outside them. Launch i takes params[i % sets].
 __attribute__((always_inline)) inline void LaunchN(LaunchFn launch, CUfunction kernel,
-                                                   void** params, int n) {
+                                                   void*** params, int sets, int n) {
   for (int i = 0; i < n; ++i) {
-    if (launch(kernel, 1, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr) != CUDA_SUCCESS) {
+    if (launch(kernel, 1, 1, 1, 128, 1, 1, 0, nullptr, params[i % sets], nullptr) !=
+        CUDA_SUCCESS) {
       Die("cuLaunchKernel failed");
     }
   }
 }
 int loops_run[2];  // distinct side effects: the two bodies differ
-__attribute__((noipa)) void LaunchLoopDirect(LaunchFn f, CUfunction k, void** p, int n) {
-  LaunchN(f, k, p, n);
+__attribute__((noipa)) void LaunchLoopDirect(LaunchFn f, CUfunction k, void*** p, int sets,
+                                             int n) {
+  LaunchN(f, k, p, sets, n);
   ++loops_run[0];
 }
-__attribute__((noipa)) void LaunchLoopHooked(LaunchFn f, CUfunction k, void** p, int n) {
-  LaunchN(f, k, p, n);
+__attribute__((noipa)) void LaunchLoopHooked(LaunchFn f, CUfunction k, void*** p, int sets,
+                                             int n) {
+  LaunchN(f, k, p, sets, n);
   ++loops_run[1];
 }
 
 // --count_launches=N: N launches through each loop, the same arguments as
 // the benchmarks, a warm-up of each first (kernel descriptions, caches).
-void CountLaunches(int n) {
+// With --new_words, each launch's six words differ from the last one's
+// (interior pointers 8 bytes further on, 24 sets in turn): what a launch
+// costs when the hook's memo of the last launch does not apply.
+void CountLaunches(int n, bool new_words) {
   const Setup& s = GetSetup();
-  CUdeviceptr args[kParams];
-  for (int i = 0; i < kParams; ++i) {
-    args[i] = s.buffers[(i * 1663 + 17) % kLiveBuffers] + 64 * i;
-  }
-  void* params[kParams];
-  for (int i = 0; i < kParams; ++i) params[i] = &args[i];
+  const int sets = new_words ? kNewWordSets : 1;
+  ArgSets a(s, sets);
+  std::vector<void**>& ring = a.ring;
   auto drain = [&] {
     if (s.sync(nullptr) != CUDA_SUCCESS) Die("cuStreamSynchronize failed");
   };
   for (int i = 0; i < 100; ++i) {
-    if (s.direct(s.kernel, 1, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr) != CUDA_SUCCESS ||
-        s.hooked(s.kernel, 1, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr) != CUDA_SUCCESS) {
+    if (s.direct(s.kernel, 1, 1, 1, 128, 1, 1, 0, nullptr, ring[i % sets], nullptr) !=
+            CUDA_SUCCESS ||
+        s.hooked(s.kernel, 1, 1, 1, 128, 1, 1, 0, nullptr, ring[i % sets], nullptr) !=
+            CUDA_SUCCESS) {
       Die("warm-up launch failed");
     }
   }
   drain();
-  LaunchLoopDirect(s.direct, s.kernel, params, n);
+  LaunchLoopDirect(s.direct, s.kernel, ring.data(), sets, n);
   drain();
-  LaunchLoopHooked(s.hooked, s.kernel, params, n);
+  LaunchLoopHooked(s.hooked, s.kernel, ring.data(), sets, n);
   drain();
   std::printf("launches per loop: %d\n", n);
 }
@@ -177,14 +213,23 @@ void CountLaunches(int n) {
 
 int main(int argc, char** argv) {
   constexpr char kFlag[] = "--count_launches=";
+  long count = 0;
+  bool new_words = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], kFlag, sizeof(kFlag) - 1) == 0) {
       char* end = nullptr;
-      long n = std::strtol(argv[i] + sizeof(kFlag) - 1, &end, 10);
-      if (*end != '\0' || n <= 0 || n > 10000000) Die("--count_launches wants 1..10000000");
-      CountLaunches(static_cast<int>(n));
-      return 0;
+      count = std::strtol(argv[i] + sizeof(kFlag) - 1, &end, 10);
+      if (*end != '\0' || count <= 0 || count > 10000000) {
+        Die("--count_launches wants 1..10000000");
+      }
+    } else if (std::strcmp(argv[i], "--new_words") == 0) {
+      new_words = true;
     }
+  }
+  if (new_words && count == 0) Die("--new_words goes with --count_launches=N");
+  if (count > 0) {
+    CountLaunches(static_cast<int>(count), new_words);
+    return 0;
   }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -97,6 +97,7 @@ void BufferRegistry::ReleaseCell(Cell* cell) {
 void BufferRegistry::Published() {
   lowest_atomic_.store(lowest_, std::memory_order_relaxed);
   highest_atomic_.store(highest_end_, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
 }
 
 std::optional<Buffer> BufferRegistry::Find(uint64_t addr) const {
@@ -106,12 +107,14 @@ std::optional<Buffer> BufferRegistry::Find(uint64_t addr) const {
   return entries_[i];
 }
 
-uint64_t BufferRegistry::LookupMissed(uint64_t addr, CacheEntry* cache) const {
+uint64_t BufferRegistry::LookupMissed(uint64_t addr, CacheEntry* cache,
+                                      const Cell** cell) const {
   absl::ReaderMutexLock lock(&mu_);
   const size_t i = FindLocked(addr);
   if (i == kNotFound) return 0;
   const Buffer& b = entries_[i];
   cache[Slot(addr)] = CacheEntry{instance_, b.base, b.size, b.id, cells_[i]};
+  if (cell != nullptr) *cell = cells_[i];
   return b.id;
 }
 

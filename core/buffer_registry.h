@@ -53,6 +53,10 @@ class BufferRegistry {
   struct CacheEntry;  // below: one slot of the per-thread cache
 
  public:
+  // A live buffer's liveness cell: its id while it lives, 0 once removed
+  // (see StillLive).
+  using LivenessCell = std::atomic<uint64_t>;
+
   BufferRegistry() = default;
   BufferRegistry(const BufferRegistry&) = delete;
   BufferRegistry& operator=(const BufferRegistry&) = delete;
@@ -123,36 +127,78 @@ class BufferRegistry {
     explicit Reader(const BufferRegistry& registry)
         : registry_(registry),
           instance_(registry.instance_),
-          lowest_(registry.lowest_atomic_.load(std::memory_order_relaxed)),
-          highest_(registry.highest_atomic_.load(std::memory_order_relaxed)),
-          cache_(ThreadCache()) {}
+          cache_(ThreadCache()) {
+      const uint64_t lowest = registry.lowest_atomic_.load(std::memory_order_relaxed);
+      const uint64_t highest = registry.highest_atomic_.load(std::memory_order_relaxed);
+      lowest_ = lowest;
+      span_ = highest > lowest ? highest - lowest : 0;
+    }
     // The id of the live buffer containing `addr`, or 0.
     uint64_t Lookup(uint64_t addr) const {
-      if (addr < lowest_ || addr >= highest_) return 0;  // a scalar, most likely
+      // [lowest, highest) in one compare; most misses are scalars.
+      if (addr - lowest_ >= span_) return 0;
       const CacheEntry& e = cache_[Slot(addr)];
       if (e.owner == instance_ && addr - e.base < e.size &&
           e.cell->load(std::memory_order_relaxed) == e.id) {
         return e.id;
       }
-      return registry_.LookupMissed(addr, cache_);
+      return registry_.LookupMissed(addr, cache_, nullptr);
+    }
+    // The same, and on a hit the buffer's liveness cell in `*cell`, for an
+    // answer kept past generation changes (see StillLive).
+    uint64_t Lookup(uint64_t addr, const LivenessCell** cell) const {
+      if (addr - lowest_ >= span_) return 0;
+      const CacheEntry& e = cache_[Slot(addr)];
+      if (e.owner == instance_ && addr - e.base < e.size &&
+          e.cell->load(std::memory_order_relaxed) == e.id) {
+        *cell = e.cell;
+        return e.id;
+      }
+      return registry_.LookupMissed(addr, cache_, cell);
     }
 
    private:
     // Copies, so that the caller's stores (hits appended to a vector) do
     // not make the compiler reload them from the registry for every word.
     const BufferRegistry& registry_;
-    const uint64_t instance_, lowest_, highest_;
+    const uint64_t instance_;
     CacheEntry* const cache_;
+    uint64_t lowest_, span_;
   };
 
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A process-unique number for this registry (never 0), and a count that
+  // grows with every Add and every Remove that changed something. Together
+  // they let a caller keep an answer computed from the registry (a launch's
+  // hits and misses) for as long as no buffer came or went. The same
+  // ordering argument as for FindAll's bounds holds: a buffer whose address
+  // reached this thread was added before, so a load here sees that Add's
+  // count or a later one.
+  uint64_t instance() const { return instance_; }
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
+
+  // What lets such an answer outlive a generation change that did not touch
+  // it, checked word by word after reading generation() (whose acquire makes
+  // every earlier Add's bounds and Remove's cleared cell visible here):
+  // - a word that hit buffer `id` through `cell` (Reader::Lookup) still
+  //   hits it while StillLive(cell, id): buffers never change extent;
+  // - a word that hit nothing still hits nothing while OutsideBounds(word).
+  // A word in neither case must be looked up again.
+  static bool StillLive(const LivenessCell* cell, uint64_t id) {
+    return cell->load(std::memory_order_relaxed) == id;
+  }
+  bool OutsideBounds(uint64_t addr) const {
+    return addr < lowest_atomic_.load(std::memory_order_relaxed) ||
+           addr >= highest_atomic_.load(std::memory_order_relaxed);
+  }
 
  private:
   // A live buffer's liveness cell: its id while it lives, 0 once removed.
   // Cells sit in chunks that never move or shrink while the registry lives,
   // so a cached pointer to one stays readable; a cell is reused by a later
   // buffer (with a new id) once its buffer is removed.
-  using Cell = std::atomic<uint64_t>;
+  using Cell = LivenessCell;
   static constexpr size_t kCellsPerChunk = 1024;
 
   static constexpr size_t kNotFound = SIZE_MAX;
@@ -160,8 +206,8 @@ class BufferRegistry {
   // kNotFound.
   size_t FindLocked(uint64_t addr) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Reader's miss path: looks `addr` up under the reader lock and caches a
-  // hit in `cache`.
-  uint64_t LookupMissed(uint64_t addr, CacheEntry* cache) const
+  // hit in `cache`; with `cell`, stores the hit's liveness cell there.
+  uint64_t LookupMissed(uint64_t addr, CacheEntry* cache, const Cell** cell) const
       ABSL_LOCKS_EXCLUDED(mu_);
   Cell* TakeCell(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseCell(Cell* cell) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -202,6 +248,7 @@ class BufferRegistry {
   // Copies of lowest_ and highest_end_ for FindAll's lock-free reject.
   std::atomic<uint64_t> lowest_atomic_{UINT64_MAX};
   std::atomic<uint64_t> highest_atomic_{0};
+  std::atomic<uint64_t> generation_{0};  // bumped by Published()
 };
 
 // Out of the class so the TLS pointer behind it has external linkage (gold

@@ -244,5 +244,68 @@ TEST(BufferRegistryTest, ConcurrentLookupsAndUpdates) {
   EXPECT_EQ(found, 200u * ((1000 + 6) / 7));
 }
 
+// The launch memo keeps an answer while the generation stands still: it
+// must move with every change and only then.
+TEST(BufferRegistryTest, GenerationMovesWithEveryChangeAndOnlyThen) {
+  BufferRegistry r;
+  BufferRegistry other;
+  EXPECT_NE(r.instance(), 0u);
+  EXPECT_NE(r.instance(), other.instance());
+  uint64_t g = r.generation();
+  ASSERT_TRUE(r.Add(0x1000, 0x100, 0, BufferKind::kDeviceAlloc));
+  EXPECT_GT(r.generation(), g);
+  g = r.generation();
+  EXPECT_FALSE(r.Add(0x1080, 0x100, 0, BufferKind::kDeviceAlloc));  // overlaps
+  EXPECT_FALSE(r.Remove(0x1080));                                    // not a base
+  EXPECT_TRUE(r.RemoveRange(0x9000, 0x100).empty());
+  EXPECT_TRUE(r.Find(0x1010));
+  EXPECT_EQ(r.generation(), g);
+  ASSERT_TRUE(r.Remove(0x1000));
+  EXPECT_GT(r.generation(), g);
+  g = r.generation();
+  ASSERT_TRUE(r.Add(0x2000, 0x100, 0, BufferKind::kDeviceAlloc));
+  ASSERT_EQ(r.RemoveRange(0x2000, 0x100).size(), 1u);
+  EXPECT_GT(r.generation(), g + 1);
+}
+
+// What lets the launch memo keep an answer across a change: a hit's cell
+// (from the miss path and from the cache alike) holds its id until that
+// buffer is removed, even when the cell is reused; OutsideBounds holds for
+// an address no live buffer can contain, and stops when one is added there.
+TEST(BufferRegistryTest, LivenessCellsAndBoundsTellWhatAChangeTouched) {
+  BufferRegistry r;
+  const uint64_t a = *r.Add(0x10000, 0x1000, 0, BufferKind::kDeviceAlloc);
+  const BufferRegistry::LivenessCell* missed = nullptr;
+  const BufferRegistry::LivenessCell* cached = nullptr;
+  {
+    const BufferRegistry::Reader reader(r);
+    EXPECT_EQ(reader.Lookup(0x10010, &missed), a);  // the lookup under the lock
+    EXPECT_EQ(reader.Lookup(0x10020, &cached), a);  // this thread's cache
+    const BufferRegistry::LivenessCell* untouched = nullptr;
+    EXPECT_EQ(reader.Lookup(0x20000, &untouched), 0u);
+    EXPECT_EQ(untouched, nullptr);
+  }
+  ASSERT_NE(missed, nullptr);
+  EXPECT_EQ(cached, missed);
+  EXPECT_TRUE(BufferRegistry::StillLive(missed, a));
+  EXPECT_TRUE(r.OutsideBounds(0x8000));
+  EXPECT_TRUE(r.OutsideBounds(0x11000));
+  EXPECT_FALSE(r.OutsideBounds(0x10800));
+  const uint64_t b = *r.Add(0x40000, 0x1000, 0, BufferKind::kDeviceAlloc);
+  EXPECT_TRUE(BufferRegistry::StillLive(missed, a));
+  EXPECT_FALSE(r.OutsideBounds(0x20000));  // between the buffers now
+  ASSERT_TRUE(r.Remove(0x10000));
+  EXPECT_FALSE(BufferRegistry::StillLive(missed, a));
+  EXPECT_TRUE(r.OutsideBounds(0x10010));  // below the lowest buffer now
+  // A later buffer may take the cell; a's id never comes back.
+  const uint64_t c = *r.Add(0x10000, 0x1000, 0, BufferKind::kDeviceAlloc);
+  EXPECT_FALSE(BufferRegistry::StillLive(missed, a));
+  EXPECT_NE(c, a);
+  ASSERT_TRUE(r.Remove(0x40000));
+  ASSERT_TRUE(r.Remove(0x10000));
+  EXPECT_TRUE(r.OutsideBounds(0x10010));  // empty
+  EXPECT_NE(b, c);
+}
+
 }  // namespace
 }  // namespace stensor

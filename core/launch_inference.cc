@@ -1,9 +1,10 @@
 #include "core/launch_inference.h"
 
-#include "core/thread_cache.h"
-
 #include <algorithm>
 #include <cstring>
+
+#include "absl/base/attributes.h"
+#include "core/thread_cache.h"
 
 namespace stensor {
 namespace {
@@ -29,7 +30,7 @@ const unsigned char* ExtraBuffer(void** extra, size_t* size) {
   return static_cast<const unsigned char*>(buffer);
 }
 
-void DedupeIds(absl::InlinedVector<uint64_t, 8>* ids) {
+void DedupeIds(IdList* ids) {
   size_t kept = 0;
   for (size_t i = 0; i < ids->size(); ++i) {
     bool seen = false;
@@ -39,34 +40,200 @@ void DedupeIds(absl::InlinedVector<uint64_t, 8>* ids) {
   ids->resize(kept);
 }
 
-// The common form, the hot path: kernelParams and no pointer-table
-// parameter. Each word is looked up as it is read and the hits go straight
-// to `out` (whose inline capacity holds a typical launch's). A function of
-// its own: without the batching arrays of the general path, its few live
-// values stay in registers.
-void InferFromParams(const KernelInfo& kernel, void** params,
-                     const BufferRegistry& registry, Accesses* out) {
+// Looks up every candidate word of a kernelParams launch, skipping null
+// parameters, and appends the hits to `out` through local pointers, both
+// lists' sizes set once at the end. `kFew`: at most LaunchMemo::kWords
+// words, so room for all of them is made once (inline room, for a fresh
+// `out`) and the loop checks none; otherwise the room is checked per hit,
+// since a large struct parameter has many words and few hits.
+template <bool kFew>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void LookUpWords(const KernelInfo& kernel, void** params,
+                                                     const BufferRegistry& registry,
+                                                     Accesses* out) {
   const BufferRegistry::Reader reader(registry);
-  const size_t count = kernel.params.size();
-  const ParamSlot* const slots = kernel.params.data();
-  for (size_t i = 0; i < count; ++i) {
-    const ParamSlot& slot = slots[i];
-    if (slot.access == ParamAccess::kNone) continue;
-    const unsigned char* base = static_cast<const unsigned char*>(params[i]);
+  const size_t n = kernel.probes.size();
+  if (kFew) {
+    out->reads.reserve(out->reads.size() + n);
+    out->writes.reserve(out->writes.size() + n);
+  }
+  uint64_t* r = out->reads.end();
+  uint64_t* r_room = out->reads.room_end();
+  uint64_t* w = out->writes.end();
+  uint64_t* w_room = out->writes.room_end();
+  for (size_t i = 0; i < n; ++i) {
+    const WordProbe& p = kernel.probes[i];
+    const unsigned char* base = static_cast<const unsigned char*>(params[p.param]);
     if (base == nullptr) continue;
-    const bool writes = slot.access == ParamAccess::kReadWrite;
-    for (uint32_t k = 0; k < slot.words; ++k) {
-      uint64_t word;
-      std::memcpy(&word, base + slot.first_word + 8 * k, sizeof(word));
-      if (const uint64_t id = reader.Lookup(word); id != 0) {
-        out->reads.push_back(id);
-        if (writes) out->writes.push_back(id);
+    uint64_t word;
+    std::memcpy(&word, base + p.offset, sizeof(word));
+    const uint64_t id = reader.Lookup(word);
+    if (id == 0) continue;
+    if (!kFew && ABSL_PREDICT_FALSE(r == r_room)) {
+      r = out->reads.GrowAt(r);
+      r_room = out->reads.room_end();
+    }
+    *r++ = id;
+    if (p.writes) {
+      if (!kFew && ABSL_PREDICT_FALSE(w == w_room)) {
+        w = out->writes.GrowAt(w);
+        w_room = out->writes.room_end();
       }
+      *w++ = id;
     }
   }
+  out->reads.set_end(r);
+  out->writes.set_end(w);
+}
+
+// Kernels with more words than a memo holds, and launches with a null
+// first parameter: out of line, off the hot path's frame.
+ABSL_ATTRIBUTE_NOINLINE void LookUpManyWords(const KernelInfo& kernel, void** params,
+                                             const BufferRegistry& registry, Accesses* out) {
+  LookUpWords<false>(kernel, params, registry, out);
+}
+
+// Looks up the words of a launch of at most LaunchMemo::kWords of them
+// straight into `m` (words, hits and their liveness cells), then appends
+// the hits to `out`. `m` is valid afterwards only when no parameter was
+// null (then every word was read). Out of line: a steady state fills each
+// slot once.
+ABSL_ATTRIBUTE_NOINLINE void FillMemo(const KernelInfo& kernel, void** params,
+                                      uint64_t generation, const BufferRegistry& registry,
+                                      LaunchMemo* m, LaunchMemoCounts* counts, Accesses* out) {
+  const BufferRegistry::Reader reader(registry);
+  const size_t n = kernel.probes.size();
+  uint32_t reads = 0, writes = 0, hit_words = 0;
+  bool complete = true;
+  m->registry = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const WordProbe& p = kernel.probes[i];
+    const unsigned char* base = static_cast<const unsigned char*>(params[p.param]);
+    if (base == nullptr) {
+      complete = false;
+      continue;
+    }
+    uint64_t word;
+    std::memcpy(&word, base + p.offset, sizeof(word));
+    m->words[i] = word;
+    const BufferRegistry::LivenessCell* cell = nullptr;
+    const uint64_t id = reader.Lookup(word, &cell);
+    if (id == 0) continue;
+    // At most one hit per word, so the memo's arrays hold them.
+    hit_words |= uint32_t{1} << i;
+    m->cells[reads] = cell;
+    m->read[reads++] = id;
+    if (p.writes) m->written[writes++] = id;
+  }
+  m->reads = reads;
+  m->writes = writes;
+  m->hit_words = hit_words;
+  out->reads.append(m->read, m->read + reads);
+  out->writes.append(m->written, m->written + writes);
+  if (!complete) return;
+  m->generation = generation;
+  m->registry = registry.instance();
+  ++counts->fills;
+}
+
+// Whether the answer in `m` (filled, `n` words) still holds although the
+// registry's generation moved: a buffer came or went, most often one that
+// none of these words reaches (a per-step temporary). Out of line: once
+// per slot and generation.
+ABSL_ATTRIBUTE_NOINLINE bool StillValid(const LaunchMemo& m, size_t n,
+                                        const BufferRegistry& registry,
+                                        LaunchMemoCounts* counts) {
+  uint32_t k = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if ((m.hit_words >> i) & 1) {
+      if (!BufferRegistry::StillLive(m.cells[k], m.read[k])) return false;
+      ++k;
+    } else if (!registry.OutsideBounds(m.words[i])) {
+      return false;  // a buffer may have been added where it points
+    }
+  }
+  ++counts->revalidations;
+  return true;
+}
+
+// The common form, the hot path: kernelParams and no pointer-table
+// parameter. A training step launches the same kernels on the same buffers
+// over and over, so the answer for a kernel's words is kept in a per-thread
+// memo (slot by kernel and first word); checking it costs a compare per
+// word instead of a lookup. A launch seen for the first time only tags its
+// slot (kernel and first word), and the second records the answer, so that
+// launches on ever new words (a kernel walking a buffer) cost a plain
+// lookup and a tag. While the registry's generation says no buffer came or
+// went, a recorded answer is used as it is; after a change, it is checked
+// once against its own buffers' liveness (StillValid) before it is used.
+void InferFromParams(const KernelInfo& kernel, void** params,
+                     const BufferRegistry& registry, Accesses* out) {
+  const size_t n = kernel.probes.size();
+  const WordProbe* const probes = kernel.probes.data();
+  // Kernels with more candidate words than a memo holds go without one, as
+  // does a launch whose first parameter pointer is null (skipped, not read:
+  // the driver rejects such a launch).
+  if (n == 0 || n > LaunchMemo::kWords || params[probes[0].param] == nullptr) {
+    LookUpManyWords(kernel, params, registry, out);
+    return;
+  }
+  uint64_t first;
+  std::memcpy(&first, static_cast<const unsigned char*>(params[probes[0].param]) +
+                          probes[0].offset, sizeof(first));
+  // Read before any lookup or check: a change during them makes the memo
+  // stale.
+  const uint64_t generation = registry.generation();
+  LaunchMemos& memos = PerThread<LaunchMemos>::Get();
+  LaunchMemo& m = memos.slots[((kernel.serial ^ (first >> 8)) * 0x9E3779B97F4A7C15ull) >> 56];
+  if (m.kernel != kernel.serial || m.words[0] != first) {
+    // A first sight: the tag only.
+    m.registry = 0;
+    m.kernel = kernel.serial;
+    m.words[0] = first;
+  } else if (m.registry != registry.instance()) {
+    // The second sight (or the first since the slot was invalidated).
+    FillMemo(kernel, params, generation, registry, &m, &memos.counts, out);
+    return;
+  } else {
+    // Each word is compared as it is read.
+    size_t i = 1;
+    for (; i < n; ++i) {
+      const unsigned char* base = static_cast<const unsigned char*>(params[probes[i].param]);
+      uint64_t word;
+      if (base == nullptr) break;
+      std::memcpy(&word, base + probes[i].offset, sizeof(word));
+      if (word != m.words[i]) break;
+    }
+    if (i == n) {
+      if (ABSL_PREDICT_FALSE(m.generation != generation)) {
+        if (!StillValid(m, n, registry, &memos.counts)) {
+          FillMemo(kernel, params, generation, registry, &m, &memos.counts, out);
+          return;
+        }
+        m.generation = generation;
+      }
+      out->reads.append(m.read, m.read + m.reads);
+      out->writes.append(m.written, m.written + m.writes);
+      return;
+    }
+    // Other words after the same first one: a first sight of these, so the
+    // slot keeps only the tag.
+    m.registry = 0;
+  }
+  LookUpWords<true>(kernel, params, registry, out);
 }
 
 }  // namespace
+
+void IdList::Grow(size_t n) {
+  const size_t capacity = std::max(n, 2 * capacity_);
+  auto* grown = new uint64_t[capacity];
+  std::copy(data_, data_ + size_, grown);
+  if (data_ != inline_) delete[] data_;
+  data_ = grown;
+  capacity_ = capacity;
+}
+
+LaunchMemoCounts ThreadLaunchMemoCounts() { return PerThread<LaunchMemos>::Get().counts; }
 
 void Accesses::Dedupe() {
   DedupeIds(&reads);
@@ -78,21 +245,10 @@ uint64_t KernelCache::NextInstance() {
   return counter.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
-const KernelInfo* KernelCache::Get(CUfunction f) {
-  // Descriptions are immutable and live as long as the cache, so a
-  // per-thread memo of recent kernels can skip the shared lock on the launch
-  // path. Memo entries name the cache by a process-unique instance number:
-  // a cache built where another was destroyed never sees that one's entries.
-  // They also carry the generation: an unload since they were filled may
-  // have given their handle to another kernel.
-  KernelMemo& m = PerThread<KernelMemos>::Get()
-                      .slots[(reinterpret_cast<uintptr_t>(f) * 0x9E3779B97F4A7C15ull) >> 58];
-  // Read before the lookup: an unload that starts later makes it stale.
-  const uint64_t generation = generation_.load(std::memory_order_acquire);
-  if (m.cache == instance_ && m.f == f && m.generation == generation) return m.info;
+const KernelInfo* KernelCache::GetMissed(CUfunction f, uint64_t generation, KernelMemo* m) {
   bool cacheable = false;
   const KernelInfo* info = Lookup(f, generation, &cacheable);
-  m = cacheable ? KernelMemo{instance_, generation, f, info} : KernelMemo{};
+  *m = cacheable ? KernelMemo{instance_, generation, f, info} : KernelMemo{};
   return info;
 }
 
@@ -228,12 +384,32 @@ std::unique_ptr<KernelInfo> KernelCache::Describe(CUfunction f,
     }
     info->has_tables |= slot.pointees != Pointees::kNone;
   }
+  IndexProbes(info.get());
   return info;
 }
 
-void InferLaunchAccesses(const KernelInfo& kernel, void** params, void** extra,
-                         const BufferRegistry& registry, Accesses* out) {
-  if (!kernel.layout_known) return;
+void IndexProbes(KernelInfo* kernel) {
+  static std::atomic<uint64_t> serials{0};
+  kernel->serial = serials.fetch_add(1, std::memory_order_relaxed) + 1;
+  kernel->probes.clear();
+  for (size_t i = 0; i < kernel->params.size(); ++i) {
+    const ParamSlot& slot = kernel->params[i];
+    if (slot.access == ParamAccess::kNone) continue;
+    for (uint32_t k = 0; k < slot.words; ++k) {
+      kernel->probes.push_back({static_cast<uint32_t>(i), slot.first_word + 8 * k,
+                                slot.access == ParamAccess::kReadWrite});
+    }
+  }
+}
+
+namespace {
+
+// Every other form: the `extra` packed buffer, or kernels with pointer-table
+// parameters. Out of line, so that its batching arrays do not cost the hot
+// path's frame anything.
+ABSL_ATTRIBUTE_NOINLINE void InferGeneral(const KernelInfo& kernel, void** params,
+                                          void** extra, const BufferRegistry& registry,
+                                          Accesses* out) {
   const unsigned char* packed = nullptr;
   size_t packed_size = 0;
   if (params == nullptr) {
@@ -241,12 +417,8 @@ void InferLaunchAccesses(const KernelInfo& kernel, void** params, void** extra,
     packed = ExtraBuffer(extra, &packed_size);
     if (packed == nullptr) return;
   }
-  if (params != nullptr && !kernel.has_tables) {
-    InferFromParams(kernel, params, registry, out);
-    return;
-  }
   // Candidate words with the access of the parameter they sit in, looked up
-  // a batch at a time (plain arrays: this is the launch hot path). Hits go
+  // a batch at a time (plain arrays, no heap). Hits go
   // straight into `out`, whose inline capacity holds a typical launch's.
   constexpr size_t kBatch = 64;
   uint64_t words[kBatch];
@@ -290,6 +462,18 @@ void InferLaunchAccesses(const KernelInfo& kernel, void** params, void** extra,
     }
   }
   if (n > 0) flush();
+}
+
+}  // namespace
+
+void InferLaunchAccesses(const KernelInfo& kernel, void** params, void** extra,
+                         const BufferRegistry& registry, Accesses* out) {
+  if (!kernel.layout_known) return;
+  if (params != nullptr && !kernel.has_tables) {
+    InferFromParams(kernel, params, registry, out);
+    return;
+  }
+  InferGeneral(kernel, params, extra, registry, out);
 }
 
 }  // namespace stensor

@@ -46,6 +46,7 @@ namespace stensor {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
 using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
 using ::testing::UnorderedElementsAreArray;
@@ -927,6 +928,241 @@ TEST(BufferRegistryCacheTest, RegistryBuiltWhereAnotherWasDestroyedStartsCold) {
          "(owner address, generation) and every registry's generation starts "
          "at 1";
   EXPECT_THAT(after.writes, ElementsAre(*b));
+}
+
+// ---------------------------------------------------------------------------
+// The launch path's per-thread memo (a kernel's words and their hits, kept
+// while no buffer comes or goes) and the id lists it fills.
+
+// A hand-built kernel of `count` 8-byte pointer parameters; the first
+// `writable` are written.
+KernelInfo PointerKernel(uint32_t count, uint32_t writable) {
+  KernelInfo k;
+  k.layout_known = true;
+  for (uint32_t i = 0; i < count; ++i) {
+    k.params.push_back(ParamSlot{8 * i, 8, i < writable ? kReadWrite : kRead, 0, 1});
+  }
+  k.args_size = 8 * count;
+  IndexProbes(&k);
+  return k;
+}
+
+Accesses LaunchWith(const KernelInfo& k, std::vector<uint64_t> args,
+                    const BufferRegistry& registry) {
+  std::vector<void*> params;
+  for (uint64_t& a : args) params.push_back(&a);
+  Accesses out;
+  InferLaunchAccesses(k, params.data(), nullptr, registry, &out);
+  return out;
+}
+
+// The memo keeps misses too: a word that hit nothing must hit a buffer
+// added at its address afterwards, and one removed must stop hitting.
+TEST(LaunchMemoTest, AddedAndRemovedBuffersAreSeenByTheNextLaunch) {
+  BufferRegistry& registry = *new BufferRegistry;  // immortal: see the top
+  constexpr uint64_t kBase = 0x40000000;
+  const std::optional<uint64_t> a = registry.Add(kBase, 0x1000, 0, BufferKind::kDeviceAlloc);
+  ASSERT_TRUE(a);
+  const KernelInfo k = PointerKernel(2, 1);
+  const std::vector<uint64_t> args = {kBase + 0x10, kBase + 0x100000};
+  for (int round = 0; round < 3; ++round) {  // recorded at the second, used at the third
+    Accesses out = LaunchWith(k, args, registry);
+    EXPECT_THAT(out.reads, ElementsAre(*a));
+    EXPECT_THAT(out.writes, ElementsAre(*a));
+  }
+  const std::optional<uint64_t> b =
+      registry.Add(kBase + 0x100000, 0x1000, 0, BufferKind::kDeviceAlloc);
+  ASSERT_TRUE(b);
+  Accesses added = LaunchWith(k, args, registry);
+  EXPECT_THAT(added.reads, ElementsAre(*a, *b));
+  EXPECT_THAT(added.writes, ElementsAre(*a));
+  ASSERT_TRUE(registry.Remove(kBase));
+  Accesses removed = LaunchWith(k, args, registry);
+  EXPECT_THAT(removed.reads, ElementsAre(*b));
+  EXPECT_THAT(removed.writes, IsEmpty());
+}
+
+// One kernel launched on different buffers in turn (a layer loop), and two
+// kernels on the same words: each launch gets its own answer.
+TEST(LaunchMemoTest, LaunchesOnOtherWordsOrOfOtherKernelsGetTheirOwnAnswer) {
+  BufferRegistry& registry = *new BufferRegistry;
+  constexpr uint64_t kBase = 0x50000000;
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 0; i < 6; ++i) {
+    ids.push_back(*registry.Add(kBase + i * 0x10000, 0x1000, 0, BufferKind::kDeviceAlloc));
+  }
+  const KernelInfo reads_first = PointerKernel(3, 1);
+  const KernelInfo reads_all = PointerKernel(3, 0);
+  for (int round = 0; round < 3; ++round) {
+    for (uint64_t layer = 0; layer < 2; ++layer) {
+      const uint64_t base = kBase + layer * 0x30000;
+      const std::vector<uint64_t> args = {base, base + 0x10000, base + 0x20000 + 8};
+      const uint64_t* l = &ids[3 * layer];
+      Accesses first = LaunchWith(reads_first, args, registry);
+      EXPECT_THAT(first.reads, ElementsAre(l[0], l[1], l[2]));
+      EXPECT_THAT(first.writes, ElementsAre(l[0]));
+      Accesses all = LaunchWith(reads_all, args, registry);
+      EXPECT_THAT(all.reads, ElementsAre(l[0], l[1], l[2]));
+      EXPECT_THAT(all.writes, IsEmpty());
+    }
+  }
+}
+
+// A null parameter pointer is skipped (its word is not read), whether or
+// not the same words were memoized before.
+TEST(LaunchMemoTest, NullParameterPointerIsSkipped) {
+  BufferRegistry& registry = *new BufferRegistry;
+  constexpr uint64_t kBase = 0x60000000;
+  const uint64_t a = *registry.Add(kBase, 0x1000, 0, BufferKind::kDeviceAlloc);
+  const uint64_t b = *registry.Add(kBase + 0x10000, 0x1000, 0, BufferKind::kDeviceAlloc);
+  const KernelInfo k = PointerKernel(2, 2);
+  uint64_t args[] = {kBase, kBase + 0x10000};
+  for (int round = 0; round < 3; ++round) {
+    void* both[] = {&args[0], &args[1]};
+    Accesses out;
+    InferLaunchAccesses(k, both, nullptr, registry, &out);
+    EXPECT_THAT(out.reads, ElementsAre(a, b));
+    void* second_null[] = {&args[0], nullptr};
+    Accesses partial;
+    InferLaunchAccesses(k, second_null, nullptr, registry, &partial);
+    EXPECT_THAT(partial.reads, ElementsAre(a));
+    EXPECT_THAT(partial.writes, ElementsAre(a));
+    void* first_null[] = {nullptr, &args[1]};
+    Accesses other;
+    InferLaunchAccesses(k, first_null, nullptr, registry, &other);
+    EXPECT_THAT(other.reads, ElementsAre(b));
+  }
+}
+
+// More hits than the id lists hold inline, and more words than a memo
+// holds: every hit is kept, in order, twice in a row.
+TEST(LaunchMemoTest, LaunchWithMoreHitsThanInlineRoomKeepsThemAll) {
+  BufferRegistry& registry = *new BufferRegistry;
+  constexpr uint64_t kBase = 0x70000000;
+  constexpr uint32_t kCount = IdList::kInline + 4;
+  std::vector<uint64_t> ids, args;
+  for (uint64_t i = 0; i < kCount; ++i) {
+    ids.push_back(*registry.Add(kBase + i * 0x10000, 0x1000, 0, BufferKind::kDeviceAlloc));
+    args.push_back(kBase + i * 0x10000 + 4 * i);
+  }
+  const KernelInfo k = PointerKernel(kCount, kCount);
+  for (int round = 0; round < 2; ++round) {
+    Accesses out = LaunchWith(k, args, registry);
+    EXPECT_THAT(out.reads, ElementsAreArray(ids));
+    EXPECT_THAT(out.writes, ElementsAreArray(ids));
+  }
+}
+
+// A launch is recorded at its second sight (same kernel, same first word),
+// not its first: a kernel walking a buffer with new words every launch
+// records nothing, and each launch still gets its own answer.
+TEST(LaunchMemoTest, RecordsALaunchWhenItsKernelAndFirstWordComeAgain) {
+  BufferRegistry& registry = *new BufferRegistry;
+  constexpr uint64_t kBase = 0x80000000;
+  const uint64_t a = *registry.Add(kBase, 0x10000, 0, BufferKind::kDeviceAlloc);
+  const uint64_t b = *registry.Add(kBase + 0x100000, 0x1000, 0, BufferKind::kDeviceAlloc);
+  const uint64_t c = *registry.Add(kBase + 0x200000, 0x1000, 0, BufferKind::kDeviceAlloc);
+  const KernelInfo k = PointerKernel(2, 1);
+  const uint64_t fills = ThreadLaunchMemoCounts().fills;
+  for (uint64_t step = 0; step < 40; ++step) {  // every first word new
+    Accesses out = LaunchWith(k, {kBase + 0x100 * step, kBase + 0x100000}, registry);
+    EXPECT_THAT(out.reads, ElementsAre(a, b));
+    EXPECT_THAT(out.writes, ElementsAre(a));
+  }
+  EXPECT_EQ(ThreadLaunchMemoCounts().fills, fills) << "a first sight was recorded";
+  const std::vector<uint64_t> same = {kBase + 0x8000, kBase + 0x100000};
+  for (int round = 0; round < 4; ++round) {
+    Accesses out = LaunchWith(k, same, registry);
+    EXPECT_THAT(out.reads, ElementsAre(a, b));
+    EXPECT_THAT(out.writes, ElementsAre(a));
+    EXPECT_EQ(ThreadLaunchMemoCounts().fills, fills + (round >= 1 ? 1 : 0)) << round;
+  }
+  // The same first word with another second one is a first sight too: it
+  // gets its answer, and is recorded when it comes again.
+  const std::vector<uint64_t> other = {kBase + 0x8000, kBase + 0x200000};
+  for (int round = 0; round < 3; ++round) {
+    Accesses out = LaunchWith(k, other, registry);
+    EXPECT_THAT(out.reads, ElementsAre(a, c));
+    EXPECT_EQ(ThreadLaunchMemoCounts().fills, fills + (round >= 1 ? 2 : 1)) << round;
+  }
+}
+
+// Buffers added and removed elsewhere (per-step temporaries) move the
+// registry's generation; a recorded answer whose buffers all still live and
+// whose misses lie outside the registry's bounds is kept, checked once per
+// change. A removed buffer, or one added where a miss pointed, is found.
+TEST(LaunchMemoTest, AnswerOutlivesChangesElsewhereButNotToItsOwnBuffers) {
+  BufferRegistry& registry = *new BufferRegistry;
+  constexpr uint64_t kBase = 0x90000000;
+  const uint64_t a = *registry.Add(kBase, 0x1000, 0, BufferKind::kDeviceAlloc);
+  const uint64_t b = *registry.Add(kBase + 0x10000, 0x1000, 0, BufferKind::kDeviceAlloc);
+  const KernelInfo k = PointerKernel(3, 1);
+  // The third word is a scalar, below every buffer.
+  const std::vector<uint64_t> args = {kBase + 0x10, kBase + 0x10008, 4096};
+  auto counts = [] { return ThreadLaunchMemoCounts(); };
+  for (int round = 0; round < 2; ++round) LaunchWith(k, args, registry);
+  const LaunchMemoCounts recorded = counts();
+  // A temporary beyond the buffers comes and goes, twice.
+  for (int step = 0; step < 2; ++step) {
+    const uint64_t base = kBase + 0x100000 * (step + 1);
+    ASSERT_TRUE(registry.Add(base, 0x1000, 0, BufferKind::kDeviceAlloc));
+    for (int round = 0; round < 2; ++round) {
+      Accesses out = LaunchWith(k, args, registry);
+      EXPECT_THAT(out.reads, ElementsAre(a, b));
+      EXPECT_THAT(out.writes, ElementsAre(a));
+    }
+    ASSERT_TRUE(registry.Remove(base));
+    Accesses out = LaunchWith(k, args, registry);
+    EXPECT_THAT(out.reads, ElementsAre(a, b));
+  }
+  // Checked once per change (four of them), never recorded again.
+  EXPECT_EQ(counts().revalidations, recorded.revalidations + 4);
+  EXPECT_EQ(counts().fills, recorded.fills);
+  // One of its own buffers removed, and another at the same place with a
+  // new id: the answer is looked up again.
+  ASSERT_TRUE(registry.Remove(kBase + 0x10000));
+  Accesses removed = LaunchWith(k, args, registry);
+  EXPECT_THAT(removed.reads, ElementsAre(a));
+  const uint64_t b2 = *registry.Add(kBase + 0x10000, 0x1000, 0, BufferKind::kDeviceAlloc);
+  Accesses readded = LaunchWith(k, args, registry);
+  EXPECT_THAT(readded.reads, ElementsAre(a, b2));
+  EXPECT_EQ(counts().revalidations, recorded.revalidations + 4);
+  // A buffer added below the others, where the scalar points: the miss is
+  // inside the bounds now, so it is looked up and hits.
+  for (int round = 0; round < 2; ++round) LaunchWith(k, args, registry);
+  const uint64_t low = *registry.Add(0, 0x2000, 0, BufferKind::kDeviceAlloc);
+  Accesses added = LaunchWith(k, args, registry);
+  EXPECT_THAT(added.reads, ElementsAre(a, b2, low));
+  EXPECT_THAT(added.writes, ElementsAre(a));
+  EXPECT_EQ(counts().revalidations, recorded.revalidations + 4);
+}
+
+TEST(IdListTest, GrowsCopiesMovesAndAppendsLikeAVector) {
+  IdList list;
+  std::vector<uint64_t> expected;
+  for (uint64_t i = 1; i <= 3 * IdList::kInline; ++i) {
+    list.push_back(i);
+    expected.push_back(i);
+    ASSERT_THAT(list, ElementsAreArray(expected));
+  }
+  IdList copy = list;
+  EXPECT_THAT(copy, ElementsAreArray(expected));
+  copy[0] = 99;
+  EXPECT_EQ(list[0], 1u);  // a copy owns its ids
+  IdList moved = std::move(copy);
+  EXPECT_EQ(moved[0], 99u);
+  EXPECT_THAT(copy, IsEmpty());  // NOLINT(bugprone-use-after-move): moved-from is empty
+  IdList small = {7, 8};
+  IdList small_moved = std::move(small);  // inline ids are copied over
+  EXPECT_THAT(small_moved, ElementsAre(7, 8));
+  small_moved = list;
+  EXPECT_THAT(small_moved, ElementsAreArray(expected));
+  small_moved = {4, 5, 6};
+  EXPECT_THAT(small_moved, ElementsAre(4, 5, 6));
+  small_moved.append(expected.begin(), expected.begin() + 2);
+  EXPECT_THAT(small_moved, ElementsAre(4, 5, 6, 1, 2));
+  small_moved.resize(2);
+  EXPECT_THAT(small_moved, ElementsAre(4, 5));
 }
 
 }  // namespace

@@ -159,18 +159,23 @@ CUresult Tracker::BeginLaunch(CUfunction f, StreamRef stream, void** params,
     ExpandTables(stream, accesses);
   }
   if (!memory_) return CUDA_SUCCESS;
+  return PrepareLaunch(f, *kernel, stream, accesses);
+}
+
+CUresult Tracker::PrepareLaunch(CUfunction f, const KernelInfo& kernel, StreamRef stream,
+                                Accesses* accesses) {
   if (CUresult r = memory_->Prepare(accesses->reads, {}, Handle(stream)); r != CUDA_SUCCESS) {
     return r;
   }
   // Accesses unknown: nothing is evicted from here until the launch's
   // completion is recorded (EndLaunch).
-  if (!kernel->layout_known || accesses->unknown_tables) {
+  if (!kernel.layout_known || accesses->unknown_tables) {
     accesses->unknown_device = memory_->BeginUnknown(Handle(stream));
   } else {
     // Known accesses: an operation of the iteration (S01/S02).
     MemoryManager::OpTicket ticket;
     memory_->NoteOperation(reinterpret_cast<uintptr_t>(f), accesses->reads, accesses->writes,
-                           IsMarker(*kernel), Handle(stream), &ticket);
+                           IsMarker(kernel), Handle(stream), &ticket);
     accesses->op_timing = ticket.timing;
     accesses->op_time = ticket.time;
   }
@@ -192,26 +197,33 @@ void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
                         const Accesses& accesses, bool submitted) {
   // Set by BeginLaunch; looked up only for a caller that skipped it.
   const KernelInfo* kernel = accesses.kernel != nullptr ? accesses.kernel : kernels_.Get(f);
-  if (memory_) {
-    memory_->Finish(accesses.reads, accesses.writes, Handle(stream), submitted);
-    // Nothing known about what it wrote: no host copy can be trusted.
-    if (submitted && (!kernel->layout_known || accesses.unknown_tables)) {
-      memory_->MarkAllWritten(Handle(stream));
-    }
-    memory_->EndUnknown(accesses.unknown_device);
-    memory_->EndOperation({accesses.op_timing, accesses.op_time}, Handle(stream), submitted);
-    // Descriptions outlive the manager, so their names may be kept.
-    if (submitted && memory_->verifying()) {
-      memory_->NoteKernel(accesses.reads, accesses.writes, kernel->demangled.c_str());
-    }
-  }
+  if (memory_) FinishLaunch(*kernel, stream, accesses, submitted);
   if (!submitted) return;
   // A kernel may rewrite the pointers of any table it writes; one whose
   // accesses are unknown, those of any table.
-  tables_.OnDeviceWrite(accesses.writes);
+  if (!tables_.empty()) tables_.OnDeviceWrite(accesses.writes);
   if (!kernel->layout_known || accesses.unknown_tables) tables_.MarkAllStale();
   Count(OpType::kLaunch);
-  if (!log_) return;
+  if (log_) LogLaunch(api, *kernel, grid, block, stream, accesses);
+}
+
+void Tracker::FinishLaunch(const KernelInfo& kernel, StreamRef stream,
+                           const Accesses& accesses, bool submitted) {
+  memory_->Finish(accesses.reads, accesses.writes, Handle(stream), submitted);
+  // Nothing known about what it wrote: no host copy can be trusted.
+  if (submitted && (!kernel.layout_known || accesses.unknown_tables)) {
+    memory_->MarkAllWritten(Handle(stream));
+  }
+  memory_->EndUnknown(accesses.unknown_device);
+  memory_->EndOperation({accesses.op_timing, accesses.op_time}, Handle(stream), submitted);
+  // Descriptions outlive the manager, so their names may be kept.
+  if (submitted && memory_->verifying()) {
+    memory_->NoteKernel(accesses.reads, accesses.writes, kernel.demangled.c_str());
+  }
+}
+
+void Tracker::LogLaunch(const char* api, const KernelInfo& kernel, const unsigned grid[3],
+                        const unsigned block[3], StreamRef stream, const Accesses& accesses) {
   Accesses unique = accesses;
   unique.Dedupe();
   uint64_t g[3] = {grid[0], grid[1], grid[2]};
@@ -219,14 +231,14 @@ void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
   Log(JsonLine()
           .Str("type", "launch")
           .Str("api", api)
-          .Str("kernel", kernel->name)
-          .Str("demangled", kernel->demangled)
+          .Str("kernel", kernel.name)
+          .Str("demangled", kernel.demangled)
           .Str("stream", StreamText(stream))
           .Uints("grid", g)
           .Uints("block", b)
           .Uints("reads", unique.reads)
           .Uints("writes", unique.writes)
-          .Bool("inferred", kernel->layout_known)
+          .Bool("inferred", kernel.layout_known)
           .Raw("tables", TablesJson(accesses))
           .Bool("unknown_tables", accesses.unknown_tables)
           .Finish());
@@ -328,7 +340,7 @@ void Tracker::ExpandTables(StreamRef stream, Accesses* a) {
   if (a->unknown_tables && memory_) {
     const size_t before = a->reads.size();
     memory_->AppendUnreadable(&a->reads);
-    a->writes.insert(a->writes.end(), a->reads.begin() + before, a->reads.end());
+    a->writes.append(a->reads.begin() + before, a->reads.end());
   }
 }
 

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 
+#include "absl/base/attributes.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "core/access_log.h"
@@ -184,6 +185,17 @@ class Tracker {
   // untracked device memory), after the stream's earlier work; under a cap
   // only. False when nobody can say what memory that is.
   bool ScanHostTable(uint64_t addr, StreamRef stream, std::vector<uint64_t>* words);
+  // The launch path's parts that only a cap or an access log needs, out of
+  // line so that the uncapped path keeps its few values in registers:
+  // BeginLaunch's residency and iteration bookkeeping, EndLaunch's
+  // completion and log record.
+  ABSL_ATTRIBUTE_NOINLINE CUresult PrepareLaunch(CUfunction f, const KernelInfo& kernel,
+                                                 StreamRef stream, Accesses* accesses);
+  ABSL_ATTRIBUTE_NOINLINE void FinishLaunch(const KernelInfo& kernel, StreamRef stream,
+                                            const Accesses& accesses, bool submitted);
+  ABSL_ATTRIBUTE_NOINLINE void LogLaunch(const char* api, const KernelInfo& kernel,
+                                         const unsigned grid[3], const unsigned block[3],
+                                         StreamRef stream, const Accesses& accesses);
   // Whether `kernel` is STENSOR_ITERATION_MARKER's.
   bool IsMarker(const KernelInfo& kernel) const;
   // Whether host memory at `addr` is pinned memory the program allocated.

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "interpose/state.h"
 
 #define STENSOR_EXPORT extern "C" __attribute__((visibility("default")))
@@ -208,10 +209,12 @@ CUresult LaunchWith(const char* api, CUfunction f, const unsigned grid[3],
   return r;
 }
 
-CUresult Launch(const char* api, decltype(&::cuLaunchKernel) real, CUfunction f,
-                unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                unsigned bz, unsigned shmem, CUstream s, void** params,
-                void** extra, bool per_thread) {
+// Inlined into both exports: passing thirteen arguments on to one more
+// call cost more than the copy of the code.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline CUresult Launch(
+    const char* api, decltype(&::cuLaunchKernel) real, CUfunction f, unsigned gx, unsigned gy,
+    unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream s,
+    void** params, void** extra, bool per_thread) {
   if (real == nullptr) return kMissing;
   // LaunchWith spelled out: the most frequent hook, and a closure over its
   // eleven arguments cost more than the rest of the hook's own code.

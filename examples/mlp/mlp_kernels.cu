@@ -7,16 +7,12 @@
 // computed by one thread that reduces in ascending index order, the order the
 // host twins keep too. Launch with a 1-D grid covering the element count the
 // comment of each kernel names; surplus threads return at once.
+#include "../common/launch_grid.h"
 #include "mlp_math.h"
 
 namespace mlp {
-namespace {
 
-__device__ inline long long GlobalThreadIndex() {
-  return static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-
-}  // namespace
+using examples::GlobalThreadIndex;
 
 // Threads: n. w[i] = scale * N(0, 1) from the hash RNG stream `seed`.
 __global__ void init_params(float* w, int n, unsigned seed, float scale) {

@@ -20,44 +20,21 @@
 //                              of all threads' models in thread order
 // Exit status: 0 on success, 1 on a failed driver call, 2 on bad flags.
 #include <cuda.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <climits>
 #include <cmath>
-#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
-// Every driver call goes through CU_CHECK so that a failure names the
-// function (the name as written, before cuda.h maps it to a _v2 symbol).
-#define CU_CHECK(fn, ...) CheckCu(fn(__VA_ARGS__), #fn)
+#include "examples/common/example_program.h"
 
 namespace {
-
-void CheckCu(CUresult result, const char* function) {
-  if (result == CUDA_SUCCESS) return;
-  // Training threads may fail together: the first reports and exits, the
-  // others wait here for the end of the process (exit must not run twice).
-  // Never destroyed, so no thread can find it gone during exit.
-  static std::mutex* const exiting = new std::mutex;
-  exiting->lock();
-  const char* name = nullptr;
-  if (cuGetErrorName(result, &name) != CUDA_SUCCESS || name == nullptr) {
-    name = "unrecognised error";
-  }
-  std::fflush(stdout);
-  std::fprintf(stderr, "mlp_train: %s failed: %s (%d)\n", function, name,
-               static_cast<int>(result));
-  std::exit(1);
-}
 
 struct Options {
   std::string module;  // empty: mlp_kernels_host.so beside the binary
@@ -102,112 +79,53 @@ constexpr char kUsage[] =
     "                       seed + T (mod 2^32); step lines are thread 0's\n"
     "                       (default 1)\n";
 
-[[noreturn]] __attribute__((format(printf, 1, 2))) void UsageError(
-    const char* format, ...) {
-  std::fputs("mlp_train: ", stderr);
-  va_list args;
-  va_start(args, format);
-  std::vfprintf(stderr, format, args);
-  va_end(args);
-  std::fputs("\n", stderr);
-  std::fputs(kUsage, stderr);
-  std::exit(2);
-}
-
-long long ParseInteger(const std::string& flag, const std::string& text,
-                       long long min, long long max) {
-  errno = 0;
-  char* end = nullptr;
-  const long long value = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || value < min ||
-      value > max) {
-    UsageError("--%s=%s: expected an integer in [%lld, %lld]", flag.c_str(),
-               text.c_str(), min, max);
-  }
-  return value;
-}
-
-int ParseInt(const std::string& flag, const std::string& text, int min,
-             int max) {
-  return static_cast<int>(ParseInteger(flag, text, min, max));
-}
-
-// Accepts [min, max], or [min, max) when max_open.
-float ParseFloat(const std::string& flag, const std::string& text, float min,
-                 float max, bool max_open) {
-  errno = 0;
-  char* end = nullptr;
-  const float value = std::strtof(text.c_str(), &end);
-  const bool in_range = std::isfinite(value) && value >= min &&
-                        (max_open ? value < max : value <= max);
-  if (text.empty() || *end != '\0' || errno != 0 || !in_range) {
-    UsageError("--%s=%s: expected a number in [%g, %g%c", flag.c_str(),
-               text.c_str(), min, max, max_open ? ')' : ']');
-  }
-  return value;
-}
-
 Options ParseFlags(int argc, char** argv) {
   Options options;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) {
-      UsageError("unexpected argument '%s'", arg.c_str());
-    }
-    std::string name = arg.substr(2);
-    std::string value;
-    const size_t equals = name.find('=');
-    if (equals != std::string::npos) {
-      value = name.substr(equals + 1);
-      name.resize(equals);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      UsageError("--%s needs a value", name.c_str());
-    }
-    // Widths are capped so that every buffer's element count, a kernel's
-    // `int n`, stays far from overflow; the products are checked later.
-    constexpr int kMaxWidth = 1 << 20;
-    if (name == "module") {
-      if (value.empty()) UsageError("--module needs a path");
-      options.module = value;
-    } else if (name == "steps") {
-      options.steps = ParseInt(name, value, 1, 1000000);
-    } else if (name == "batch") {
-      options.batch = ParseInt(name, value, 1, kMaxWidth);
-    } else if (name == "input") {
-      options.input = ParseInt(name, value, 1, kMaxWidth);
-    } else if (name == "hidden") {
-      options.hidden = ParseInt(name, value, 1, kMaxWidth);
-    } else if (name == "layers") {
-      options.layers = ParseInt(name, value, 1, 1000);
-    } else if (name == "classes") {
-      options.classes = ParseInt(name, value, 2, kMaxWidth);
-    } else if (name == "shards") {
-      options.shards = ParseInt(name, value, 1, 100000);
-    } else if (name == "shard-samples") {
-      options.shard_samples = ParseInt(name, value, 1, INT_MAX);
-    } else if (name == "lr") {
-      options.lr = ParseFloat(name, value, 0.0f, 10.0f, false);
-    } else if (name == "momentum") {
-      options.momentum = ParseFloat(name, value, 0.0f, 1.0f, true);
-    } else if (name == "noise") {
-      options.noise = ParseFloat(name, value, 0.0f, 1000.0f, false);
-    } else if (name == "seed") {
-      options.seed = ParseInteger(name, value, 0, UINT_MAX);
-    } else if (name == "threads") {
-      options.threads = ParseInt(name, value, 1, 64);
-    } else {
-      UsageError("unknown flag --%s", name.c_str());
-    }
-  }
+  examples::ForEachFlag(
+      argc, argv, {}, [&](const std::string& name, const std::string* flag) {
+        const std::string& value =
+            *flag;  // no switches: every flag has a value
+        // Widths are capped so that every buffer's element count, a kernel's
+        // `int n`, stays far from overflow; the products are checked later.
+        constexpr int kMaxWidth = 1 << 20;
+        if (name == "module") {
+          if (value.empty()) examples::UsageError("--module needs a path");
+          options.module = value;
+        } else if (name == "steps") {
+          options.steps = examples::ParseInt(name, value, 1, 1000000);
+        } else if (name == "batch") {
+          options.batch = examples::ParseInt(name, value, 1, kMaxWidth);
+        } else if (name == "input") {
+          options.input = examples::ParseInt(name, value, 1, kMaxWidth);
+        } else if (name == "hidden") {
+          options.hidden = examples::ParseInt(name, value, 1, kMaxWidth);
+        } else if (name == "layers") {
+          options.layers = examples::ParseInt(name, value, 1, 1000);
+        } else if (name == "classes") {
+          options.classes = examples::ParseInt(name, value, 2, kMaxWidth);
+        } else if (name == "shards") {
+          options.shards = examples::ParseInt(name, value, 1, 100000);
+        } else if (name == "shard-samples") {
+          options.shard_samples = examples::ParseInt(name, value, 1, INT_MAX);
+        } else if (name == "lr") {
+          options.lr = examples::ParseFloat(name, value, 0.0f, 10.0f, false);
+        } else if (name == "momentum") {
+          options.momentum =
+              examples::ParseFloat(name, value, 0.0f, 1.0f, true);
+        } else if (name == "noise") {
+          options.noise =
+              examples::ParseFloat(name, value, 0.0f, 1000.0f, false);
+        } else if (name == "seed") {
+          options.seed = examples::ParseInteger(name, value, 0, UINT_MAX);
+        } else if (name == "threads") {
+          options.threads = examples::ParseInt(name, value, 1, 64);
+        } else {
+          examples::UsageError("unknown flag --%s", name.c_str());
+        }
+      });
   if (options.shard_samples < options.batch) {
-    UsageError("--shard-samples=%d is smaller than --batch=%d",
-               options.shard_samples, options.batch);
+    examples::UsageError("--shard-samples=%d is smaller than --batch=%d",
+                         options.shard_samples, options.batch);
   }
   // Kernels take element counts and sample indices as int.
   const long long width =
@@ -220,24 +138,8 @@ Options ParseFlags(int argc, char** argv) {
       static_cast<long long>(options.shard_samples) * options.input,
       static_cast<long long>(options.shard_samples) * options.shards,
   };
-  for (long long count : counts) {
-    if (count > INT_MAX) {
-      UsageError("sizes too large: a buffer would hold %lld elements", count);
-    }
-  }
+  examples::CheckElementCounts(counts);
   return options;
-}
-
-std::string DefaultModulePath() {
-  char path[PATH_MAX];
-  const ssize_t length = readlink("/proc/self/exe", path, sizeof(path) - 1);
-  if (length <= 0) {
-    std::fprintf(stderr, "mlp_train: cannot read /proc/self/exe: %s\n",
-                 std::strerror(errno));
-    std::exit(1);
-  }
-  std::string exe(path, static_cast<size_t>(length));
-  return exe.substr(0, exe.rfind('/') + 1) + "mlp_kernels_host.so";
 }
 
 // Typed launchers, one per kernel of mlp_kernels.cu, each mirroring the
@@ -249,19 +151,21 @@ std::string DefaultModulePath() {
 class Kernels {
  public:
   explicit Kernels(CUmodule module) {
-    init_params_ = Get(module, "_ZN3mlp11init_paramsEPfijf");
-    synth_shard_ = Get(module, "_ZN3mlp11synth_shardEPfPiiiiijf");
-    gather_batch_ = Get(module, "_ZN3mlp12gather_batchEPKfPKiPfPiiii");
-    linear_forward_ = Get(module, "_ZN3mlp14linear_forwardEPKfS1_S1_Pfiii");
-    relu_forward_ = Get(module, "_ZN3mlp12relu_forwardEPKfPfi");
-    softmax_xent_ = Get(module, "_ZN3mlp12softmax_xentEPKfPKiPfS4_ii");
-    mean_loss_ = Get(module, "_ZN3mlp9mean_lossEPKfPfi");
-    linear_backward_input_ =
-        Get(module, "_ZN3mlp21linear_backward_inputEPKfS1_Pfiii");
+    const auto Get = [module](const char* name) {
+      return examples::GetKernel(module, name);
+    };
+    init_params_ = Get("_ZN3mlp11init_paramsEPfijf");
+    synth_shard_ = Get("_ZN3mlp11synth_shardEPfPiiiiijf");
+    gather_batch_ = Get("_ZN3mlp12gather_batchEPKfPKiPfPiiii");
+    linear_forward_ = Get("_ZN3mlp14linear_forwardEPKfS1_S1_Pfiii");
+    relu_forward_ = Get("_ZN3mlp12relu_forwardEPKfPfi");
+    softmax_xent_ = Get("_ZN3mlp12softmax_xentEPKfPKiPfS4_ii");
+    mean_loss_ = Get("_ZN3mlp9mean_lossEPKfPfi");
+    linear_backward_input_ = Get("_ZN3mlp21linear_backward_inputEPKfS1_Pfiii");
     linear_backward_params_ =
-        Get(module, "_ZN3mlp22linear_backward_paramsEPKfS1_PfS2_iii");
-    relu_backward_ = Get(module, "_ZN3mlp13relu_backwardEPKfPfi");
-    sgd_momentum_ = Get(module, "_ZN3mlp12sgd_momentumEPfS0_PKfffi");
+        Get("_ZN3mlp22linear_backward_paramsEPKfS1_PfS2_iii");
+    relu_backward_ = Get("_ZN3mlp13relu_backwardEPKfPfi");
+    sgd_momentum_ = Get("_ZN3mlp12sgd_momentumEPfS0_PKfffi");
   }
 
   // The same kernels, launched on `stream` (nullptr: the legacy stream).
@@ -332,30 +236,10 @@ class Kernels {
   }
 
  private:
-  static constexpr unsigned kBlock = 256;
-
-  static CUfunction Get(CUmodule module, const char* name) {
-    CUfunction function = nullptr;
-    const CUresult result = cuModuleGetFunction(&function, module, name);
-    if (result != CUDA_SUCCESS) {
-      std::fprintf(stderr, "mlp_train: kernel %s:\n", name);
-      CheckCu(result, "cuModuleGetFunction");
-    }
-    return function;
-  }
-
-  // One thread per element on stream_; the kernels guard the surplus
-  // threads of the last block.
+  // One thread per element on stream_.
   void Launch(CUfunction function, const char* name, long long threads,
               void** args) const {
-    const long long blocks = (threads + kBlock - 1) / kBlock;
-    const CUresult result =
-        cuLaunchKernel(function, static_cast<unsigned>(blocks), 1, 1, kBlock, 1,
-                       1, 0, stream_, args, nullptr);
-    if (result != CUDA_SUCCESS) {
-      std::fprintf(stderr, "mlp_train: launch of mlp::%s:\n", name);
-      CheckCu(result, "cuLaunchKernel");
-    }
+    examples::LaunchPerElement(function, "mlp", name, threads, stream_, args);
   }
 
   CUfunction init_params_, synth_shard_, gather_batch_, linear_forward_,
@@ -412,20 +296,6 @@ struct Layer {
 struct Shard {
   CUdeviceptr data = 0;    // [shard_samples, input]
   CUdeviceptr labels = 0;  // [shard_samples]
-};
-
-class Fnv1a64 {
- public:
-  void Update(const void* data, size_t size) {
-    const unsigned char* bytes = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < size; ++i) {
-      hash_ = (hash_ ^ bytes[i]) * 0x100000001b3ull;
-    }
-  }
-  uint64_t hash() const { return hash_; }
-
- private:
-  uint64_t hash_ = 0xcbf29ce484222325ull;
 };
 
 // One model's device buffers: its layers, its dataset and its batch.
@@ -612,7 +482,7 @@ ThreadResult TrainOnThread(const Options& options, const Kernels& kernels,
   result.parameters =
       Train(options, kernels.OnStream(stream), seed, print_steps, model);
   CU_CHECK(cuStreamDestroy, stream);
-  Fnv1a64 checksum;
+  examples::Fnv1a64 checksum;
   checksum.Update(result.parameters.data(),
                   result.parameters.size() * sizeof(float));
   result.checksum = checksum.hash();
@@ -622,25 +492,16 @@ ThreadResult TrainOnThread(const Options& options, const Kernels& kernels,
 }  // namespace
 
 int main(int argc, char** argv) {
+  examples::InitProgram("mlp_train", kUsage);
   const Options options = ParseFlags(argc, argv);
   const std::string module_path =
-      options.module.empty() ? DefaultModulePath() : options.module;
+      options.module.empty() ? examples::BesideBinary("mlp_kernels_host.so")
+                             : options.module;
   const unsigned seed = static_cast<unsigned>(options.seed);
 
-  CU_CHECK(cuInit, 0);
   CUdevice device = 0;
-  CU_CHECK(cuDeviceGet, &device, 0);
-  CUcontext context = nullptr;
-  CU_CHECK(cuDevicePrimaryCtxRetain, &context, device);
-  CU_CHECK(cuCtxSetCurrent, context);
-  CUmodule module = nullptr;
-  {
-    const CUresult result = cuModuleLoad(&module, module_path.c_str());
-    if (result != CUDA_SUCCESS) {
-      std::fprintf(stderr, "mlp_train: module %s:\n", module_path.c_str());
-      CheckCu(result, "cuModuleLoad");
-    }
-  }
+  const CUcontext context = examples::UsePrimaryContext(&device);
+  CUmodule module = examples::LoadModule(module_path);
   const Kernels kernels(module);
 
   // Every model is allocated here, in thread order, before any trains, so
@@ -681,7 +542,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  Fnv1a64 checksum;
+  examples::Fnv1a64 checksum;
   for (const ThreadResult& result : results) {
     checksum.Update(result.parameters.data(),
                     result.parameters.size() * sizeof(float));

@@ -9,16 +9,12 @@
 // computed by one thread that reduces in ascending index order. Launch with a
 // 1-D grid covering the thread count each kernel's comment in
 // transformer_ops.h names; surplus threads return at once.
+#include "../common/launch_grid.h"
 #include "transformer_ops.h"
 
 namespace tfm {
-namespace {
 
-__device__ inline long long GlobalThreadIndex() {
-  return static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-
-}  // namespace
+using examples::GlobalThreadIndex;
 
 __global__ void init_params(float* w, int n, unsigned seed, float scale) {
   const long long i = GlobalThreadIndex();

@@ -32,14 +32,11 @@
 //   checksum <16 hex digits>   FNV-1a 64 over the final parameters
 // Exit status: 0 on success, 1 on a failed driver call, 2 on bad flags.
 #include <cuda.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cmath>
-#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -48,23 +45,9 @@
 #include <string>
 #include <vector>
 
-// Every driver call goes through CU_CHECK so that a failure names the
-// function (the name as written, before cuda.h maps it to a _v2 symbol).
-#define CU_CHECK(fn, ...) CheckCu(fn(__VA_ARGS__), #fn)
+#include "examples/common/example_program.h"
 
 namespace {
-
-void CheckCu(CUresult result, const char* function) {
-  if (result == CUDA_SUCCESS) return;
-  const char* name = nullptr;
-  if (cuGetErrorName(result, &name) != CUDA_SUCCESS || name == nullptr) {
-    name = "unrecognised error";
-  }
-  std::fflush(stdout);
-  std::fprintf(stderr, "transformer_train: %s failed: %s (%d)\n", function,
-               name, static_cast<int>(result));
-  std::exit(1);
-}
 
 struct Options {
   std::string module;  // empty: transformer_kernels_host.so beside the binary
@@ -96,99 +79,40 @@ constexpr char kUsage[] =
     "(default 1)\n"
     "  --step-times    print 'step_time <n> <seconds>' after each step\n";
 
-[[noreturn]] __attribute__((format(printf, 1, 2))) void UsageError(
-    const char* format, ...) {
-  std::fputs("transformer_train: ", stderr);
-  va_list args;
-  va_start(args, format);
-  std::vfprintf(stderr, format, args);
-  va_end(args);
-  std::fputs("\n", stderr);
-  std::fputs(kUsage, stderr);
-  std::exit(2);
-}
-
-long long ParseInteger(const std::string& flag, const std::string& text,
-                       long long min, long long max) {
-  errno = 0;
-  char* end = nullptr;
-  const long long value = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || value < min ||
-      value > max) {
-    UsageError("--%s=%s: expected an integer in [%lld, %lld]", flag.c_str(),
-               text.c_str(), min, max);
-  }
-  return value;
-}
-
-int ParseInt(const std::string& flag, const std::string& text, int min,
-             int max) {
-  return static_cast<int>(ParseInteger(flag, text, min, max));
-}
-
-float ParseFloat(const std::string& flag, const std::string& text, float min,
-                 float max) {
-  errno = 0;
-  char* end = nullptr;
-  const float value = std::strtof(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || errno != 0 || !std::isfinite(value) ||
-      value < min || value > max) {
-    UsageError("--%s=%s: expected a number in [%g, %g]", flag.c_str(),
-               text.c_str(), min, max);
-  }
-  return value;
-}
-
 Options ParseFlags(int argc, char** argv) {
   Options options;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) {
-      UsageError("unexpected argument '%s'", arg.c_str());
-    }
-    std::string name = arg.substr(2);
-    if (name == "step-times") {
-      options.step_times = true;
-      continue;
-    }
-    std::string value;
-    const size_t equals = name.find('=');
-    if (equals != std::string::npos) {
-      value = name.substr(equals + 1);
-      name.resize(equals);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      UsageError("--%s needs a value", name.c_str());
-    }
-    constexpr int kMaxWidth = 1 << 16;
-    if (name == "module") {
-      if (value.empty()) UsageError("--module needs a path");
-      options.module = value;
-    } else if (name == "steps") {
-      options.steps = ParseInt(name, value, 1, 1000000);
-    } else if (name == "layers") {
-      options.layers = ParseInt(name, value, 1, 1000);
-    } else if (name == "dim") {
-      options.dim = ParseInt(name, value, 1, kMaxWidth);
-    } else if (name == "seq") {
-      options.seq = ParseInt(name, value, 1, kMaxWidth);
-    } else if (name == "batch") {
-      options.batch = ParseInt(name, value, 1, kMaxWidth);
-    } else if (name == "vocab") {
-      options.vocab = ParseInt(name, value, 2, 1 << 24);
-    } else if (name == "lr") {
-      options.lr = ParseFloat(name, value, 0.0f, 10.0f);
-    } else if (name == "seed") {
-      options.seed = ParseInteger(name, value, 0, UINT_MAX);
-    } else {
-      UsageError("unknown flag --%s", name.c_str());
-    }
-  }
+  examples::ForEachFlag(
+      argc, argv, {"step-times"},
+      [&](const std::string& name, const std::string* flag) {
+        if (flag == nullptr) {  // the only switch
+          options.step_times = true;
+          return;
+        }
+        const std::string& value = *flag;
+        constexpr int kMaxWidth = 1 << 16;
+        if (name == "module") {
+          if (value.empty()) examples::UsageError("--module needs a path");
+          options.module = value;
+        } else if (name == "steps") {
+          options.steps = examples::ParseInt(name, value, 1, 1000000);
+        } else if (name == "layers") {
+          options.layers = examples::ParseInt(name, value, 1, 1000);
+        } else if (name == "dim") {
+          options.dim = examples::ParseInt(name, value, 1, kMaxWidth);
+        } else if (name == "seq") {
+          options.seq = examples::ParseInt(name, value, 1, kMaxWidth);
+        } else if (name == "batch") {
+          options.batch = examples::ParseInt(name, value, 1, kMaxWidth);
+        } else if (name == "vocab") {
+          options.vocab = examples::ParseInt(name, value, 2, 1 << 24);
+        } else if (name == "lr") {
+          options.lr = examples::ParseFloat(name, value, 0.0f, 10.0f);
+        } else if (name == "seed") {
+          options.seed = examples::ParseInteger(name, value, 0, UINT_MAX);
+        } else {
+          examples::UsageError("unknown flag --%s", name.c_str());
+        }
+      });
   // Kernels take element counts as int and index with 64 bits; every buffer
   // and every thread count must stay below 2^31.
   const long long rows = static_cast<long long>(options.batch) * options.seq;
@@ -200,24 +124,8 @@ Options ParseFlags(int argc, char** argv) {
       static_cast<long long>(options.vocab) * d,
       rows * (options.seq + d),  // attention_backward_apply's threads
   };
-  for (long long count : counts) {
-    if (count > INT_MAX) {
-      UsageError("sizes too large: a buffer would hold %lld elements", count);
-    }
-  }
+  examples::CheckElementCounts(counts);
   return options;
-}
-
-std::string DefaultModulePath() {
-  char path[PATH_MAX];
-  const ssize_t length = readlink("/proc/self/exe", path, sizeof(path) - 1);
-  if (length <= 0) {
-    std::fprintf(stderr, "transformer_train: cannot read /proc/self/exe: %s\n",
-                 std::strerror(errno));
-    std::exit(1);
-  }
-  std::string exe(path, static_cast<size_t>(length));
-  return exe.substr(0, exe.rfind('/') + 1) + "transformer_kernels_host.so";
 }
 
 using Ptr = CUdeviceptr;
@@ -229,32 +137,32 @@ using Ptr = CUdeviceptr;
 class Kernels {
  public:
   Kernels(CUmodule module, CUstream stream) : stream_(stream) {
-    init_params_ = Get(module, "_ZN3tfm11init_paramsEPfijf");
-    synth_tokens_ = Get(module, "_ZN3tfm12synth_tokensEPiiiiji");
-    embed_ = Get(module, "_ZN3tfm5embedEPKiPKfPfiii");
-    layernorm_forward_ =
-        Get(module, "_ZN3tfm17layernorm_forwardEPKfS1_S1_PfS2_S2_ii");
+    const auto Get = [module](const char* name) {
+      return examples::GetKernel(module, name);
+    };
+    init_params_ = Get("_ZN3tfm11init_paramsEPfijf");
+    synth_tokens_ = Get("_ZN3tfm12synth_tokensEPiiiiji");
+    embed_ = Get("_ZN3tfm5embedEPKiPKfPfiii");
+    layernorm_forward_ = Get("_ZN3tfm17layernorm_forwardEPKfS1_S1_PfS2_S2_ii");
     layernorm_backward_ =
-        Get(module, "_ZN3tfm18layernorm_backwardEPKfS1_S1_S1_S1_PfS2_S2_ii");
-    matmul_forward_ = Get(module, "_ZN3tfm14matmul_forwardEPKfS1_S1_Pfiii");
-    matmul_backward_input_ =
-        Get(module, "_ZN3tfm21matmul_backward_inputEPKfS1_Pfiii");
+        Get("_ZN3tfm18layernorm_backwardEPKfS1_S1_S1_S1_PfS2_S2_ii");
+    matmul_forward_ = Get("_ZN3tfm14matmul_forwardEPKfS1_S1_Pfiii");
+    matmul_backward_input_ = Get("_ZN3tfm21matmul_backward_inputEPKfS1_Pfiii");
     matmul_backward_params_ =
-        Get(module, "_ZN3tfm22matmul_backward_paramsEPKfS1_PfS2_iii");
-    attention_scores_ = Get(module, "_ZN3tfm16attention_scoresEPKfPfiiif");
-    attention_apply_ = Get(module, "_ZN3tfm15attention_applyEPKfS1_Pfiii");
+        Get("_ZN3tfm22matmul_backward_paramsEPKfS1_PfS2_iii");
+    attention_scores_ = Get("_ZN3tfm16attention_scoresEPKfPfiiif");
+    attention_apply_ = Get("_ZN3tfm15attention_applyEPKfS1_Pfiii");
     attention_backward_apply_ =
-        Get(module, "_ZN3tfm24attention_backward_applyEPKfS1_S1_PfS2_iii");
-    softmax_backward_ = Get(module, "_ZN3tfm16softmax_backwardEPKfPfiif");
-    attention_backward_qk_ =
-        Get(module, "_ZN3tfm21attention_backward_qkEPKfS1_Pfiii");
-    add_ = Get(module, "_ZN3tfm3addEPKfS1_Pfi");
-    relu_forward_ = Get(module, "_ZN3tfm12relu_forwardEPKfPfi");
-    relu_backward_ = Get(module, "_ZN3tfm13relu_backwardEPKfPfi");
-    softmax_xent_ = Get(module, "_ZN3tfm12softmax_xentEPKfPKiPfS4_iii");
-    mean_loss_ = Get(module, "_ZN3tfm9mean_lossEPKfPfi");
-    embed_backward_ = Get(module, "_ZN3tfm14embed_backwardEPKiPKfPfiiii");
-    adam_ = Get(module, "_ZN3tfm4adamEPfS0_S0_PKffffffi");
+        Get("_ZN3tfm24attention_backward_applyEPKfS1_S1_PfS2_iii");
+    softmax_backward_ = Get("_ZN3tfm16softmax_backwardEPKfPfiif");
+    attention_backward_qk_ = Get("_ZN3tfm21attention_backward_qkEPKfS1_Pfiii");
+    add_ = Get("_ZN3tfm3addEPKfS1_Pfi");
+    relu_forward_ = Get("_ZN3tfm12relu_forwardEPKfPfi");
+    relu_backward_ = Get("_ZN3tfm13relu_backwardEPKfPfi");
+    softmax_xent_ = Get("_ZN3tfm12softmax_xentEPKfPKiPfS4_iii");
+    mean_loss_ = Get("_ZN3tfm9mean_lossEPKfPfi");
+    embed_backward_ = Get("_ZN3tfm14embed_backwardEPKiPKfPfiiii");
+    adam_ = Get("_ZN3tfm4adamEPfS0_S0_PKffffffi");
   }
 
   void InitParams(Ptr w, int n, unsigned seed, float scale) const {
@@ -367,30 +275,10 @@ class Kernels {
   CUstream stream() const { return stream_; }
 
  private:
-  static constexpr unsigned kBlock = 256;
-
-  static CUfunction Get(CUmodule module, const char* name) {
-    CUfunction function = nullptr;
-    const CUresult result = cuModuleGetFunction(&function, module, name);
-    if (result != CUDA_SUCCESS) {
-      std::fprintf(stderr, "transformer_train: kernel %s:\n", name);
-      CheckCu(result, "cuModuleGetFunction");
-    }
-    return function;
-  }
-
-  // One thread per element; the kernels guard the surplus threads of the
-  // last block.
+  // One thread per element on stream_.
   void Launch(CUfunction function, const char* name, long long threads,
               void** args) const {
-    const long long blocks = (threads + kBlock - 1) / kBlock;
-    const CUresult result =
-        cuLaunchKernel(function, static_cast<unsigned>(blocks), 1, 1, kBlock, 1,
-                       1, 0, stream_, args, nullptr);
-    if (result != CUDA_SUCCESS) {
-      std::fprintf(stderr, "transformer_train: launch of tfm::%s:\n", name);
-      CheckCu(result, "cuLaunchKernel");
-    }
+    examples::LaunchPerElement(function, "tfm", name, threads, stream_, args);
   }
 
   CUfunction init_params_, synth_tokens_, embed_, layernorm_forward_,
@@ -457,20 +345,6 @@ class DeviceMemory {
   std::map<Ptr, size_t> sizes_;
   size_t live_bytes_ = 0;
   size_t peak_bytes_ = 0;
-};
-
-class Fnv1a64 {
- public:
-  void Update(const void* data, size_t size) {
-    const unsigned char* bytes = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < size; ++i) {
-      hash_ = (hash_ ^ bytes[i]) * 0x100000001b3ull;
-    }
-  }
-  uint64_t hash() const { return hash_; }
-
- private:
-  uint64_t hash_ = 0xcbf29ce484222325ull;
 };
 
 // Offsets, in floats, of one block's parameters within its flat buffer (as
@@ -868,25 +742,16 @@ class Trainer {
 }  // namespace
 
 int main(int argc, char** argv) {
+  examples::InitProgram("transformer_train", kUsage);
   const Options options = ParseFlags(argc, argv);
   const std::string module_path =
-      options.module.empty() ? DefaultModulePath() : options.module;
+      options.module.empty()
+          ? examples::BesideBinary("transformer_kernels_host.so")
+          : options.module;
 
-  CU_CHECK(cuInit, 0);
   CUdevice device = 0;
-  CU_CHECK(cuDeviceGet, &device, 0);
-  CUcontext context = nullptr;
-  CU_CHECK(cuDevicePrimaryCtxRetain, &context, device);
-  CU_CHECK(cuCtxSetCurrent, context);
-  CUmodule module = nullptr;
-  {
-    const CUresult result = cuModuleLoad(&module, module_path.c_str());
-    if (result != CUDA_SUCCESS) {
-      std::fprintf(stderr, "transformer_train: module %s:\n",
-                   module_path.c_str());
-      CheckCu(result, "cuModuleLoad");
-    }
-  }
+  examples::UsePrimaryContext(&device);
+  CUmodule module = examples::LoadModule(module_path);
   CUstream stream = nullptr;
   CU_CHECK(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
   const Kernels kernels(module, stream);
@@ -908,7 +773,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     const std::vector<float> parameters = trainer.Parameters();
-    Fnv1a64 checksum;
+    examples::Fnv1a64 checksum;
     checksum.Update(parameters.data(), parameters.size() * sizeof(float));
     std::printf("checksum %016llx\n",
                 static_cast<unsigned long long>(checksum.hash()));

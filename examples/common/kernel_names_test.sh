@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The host kernels of the fake-device module must carry exactly the names nvcc
-# gives the CUDA kernels in transformer_kernels.cu, or the same program could
-# not find its kernels on both. Skipped (passes, saying so) where nvcc is absent.
+# The host kernels of an example's fake-device module must carry exactly the
+# names nvcc gives the CUDA kernels of its .cu file, or the same program could
+# not find its kernels on both. Skipped (passes, saying so) where nvcc is
+# absent.
+#
+#   kernel_names_test.sh KERNELS.cu HOST_MODULE.so LIST_KERNELS
 set -euo pipefail
 cu=$1 module=$2 list_kernels=$3
 nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
