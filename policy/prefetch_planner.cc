@@ -69,6 +69,14 @@ void PrefetchPlanner::OnUse(uint64_t id, uint64_t bytes, uint64_t now,
   Index(id, b);
 }
 
+void PrefetchPlanner::OnNextUse(uint64_t id, uint64_t next_use) {
+  auto it = buffers_.find(id);
+  if (it == buffers_.end()) return;
+  Unindex(id, it->second);
+  it->second.next_use = next_use;
+  Index(id, it->second);
+}
+
 void PrefetchPlanner::OnResident(uint64_t id) {
   auto it = buffers_.find(id);
   if (it == buffers_.end()) return;  // never used: nothing to plan for it
@@ -175,9 +183,17 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
         continue;
       }
       if (planned) {
-        // Unknown futures are left alone; a gap too short to write back and
-        // fetch again under compute gains nothing.
-        if (r->first == kNoNextUse) continue;
+        // Unknown futures are left alone unless clean (a drop costs no
+        // copy, and a buffer nothing predicts is the cheapest room there
+        // is); a dirty one may be a temporary about to be freed, whose copy
+        // would be wasted. A gap too short to write back and fetch again
+        // under compute gains nothing.
+        if (r->first == kNoNextUse) {
+          if (v.dirty) continue;
+          victims.push_back(r->second);
+          gained += v.bytes;
+          continue;
+        }
         const double cost =
             (profile_->D2hSeconds(v.bytes) + profile_->H2dSeconds(v.bytes)) *
             options_.lead_factor;

@@ -7,6 +7,7 @@
 //   OnUse(id, bytes, now, next_use, write)  an operation at logical time
 //       `now` uses the buffer (it is resident from then on); next_use is the
 //       NextUsePredictor's prediction (kNoNextUse when unknown);
+//   OnNextUse(id, next_use)  a new prediction without a use;
 //   OnResident(id)  a swap-in was issued (on demand or a planned fetch):
 //       the buffer is resident with a current host copy (clean);
 //   OnEvicted(id)   its device copy is gone (any reason);
@@ -132,6 +133,9 @@ class PrefetchPlanner {
 
   void OnUse(uint64_t id, uint64_t bytes, uint64_t now, uint64_t next_use,
              bool write);
+  // A buffer's predicted next use changed without a use (the predictor
+  // learnt more): re-keyed. Unknown ids are ignored.
+  void OnNextUse(uint64_t id, uint64_t next_use);
   void OnResident(uint64_t id);
   void OnEvicted(uint64_t id);
   void OnFreed(uint64_t id);

@@ -151,6 +151,7 @@ TEST(PrefetchPlannerTest, RandomizedNeverEvictsSoonerAndStaysInMemory) {
     uint64_t next;
     bool resident;
     bool fetched = false;
+    bool dirty = true;  // no current host copy
   };
   std::map<uint64_t, Model> bufs;
   uint64_t used = 0;
@@ -172,14 +173,20 @@ TEST(PrefetchPlannerTest, RandomizedNeverEvictsSoonerAndStaysInMemory) {
         }
         ASSERT_TRUE(any);
         bufs[victim].resident = false;
+        bufs[victim].dirty = false;
         used -= bufs[victim].bytes;
         p.OnEvicted(victim);
       }
       used += bytes;
-      if (it != bufs.end()) p.OnResident(id);
+      if (it != bufs.end()) {
+        p.OnResident(id);
+        it->second.dirty = false;
+      }
     }
-    bufs[id] = Model{bytes, next, true};
-    p.OnUse(id, bytes, now, next, rng() % 2 == 0);
+    const bool write = rng() % 2 == 0;
+    const bool dirty = it == bufs.end() || it->second.dirty || write;
+    bufs[id] = Model{bytes, next, true, false, dirty};
+    p.OnUse(id, bytes, now, next, write);
     uint64_t free = kCap - used;
     const std::vector<PlannedAction> actions = p.Plan(now, free, 0);
     for (size_t i = 0; i < actions.size(); ++i) {
@@ -196,12 +203,17 @@ TEST(PrefetchPlannerTest, RandomizedNeverEvictsSoonerAndStaysInMemory) {
           ASSERT_GT(next, bufs.at(actions[f].id).next)
               << "evicted " << a.id << " needed sooner than " << actions[f].id;
         } else {
-          // A planned eviction: never the current op's, never unknown.
+          // A planned eviction: never the current op's, never an unknown
+          // future unless clean (a drop).
           ASSERT_NE(a.id, id);
-          ASSERT_GE(m.next, now);
-          ASSERT_NE(m.next, kNone);
+          if (m.next < now || m.next == kNone) {
+            ASSERT_FALSE(m.dirty) << a.id;
+            ASSERT_FALSE(a.copy) << a.id;
+          }
         }
+        ASSERT_EQ(a.copy, m.dirty) << a.id;
         m.resident = false;
+        m.dirty = false;  // the host copy is current
         used -= m.bytes;
         free += m.bytes;
         p.OnEvicted(a.id);
@@ -210,6 +222,7 @@ TEST(PrefetchPlannerTest, RandomizedNeverEvictsSoonerAndStaysInMemory) {
         ASSERT_LE(m.bytes, free) << "fetch does not fit";
         ASSERT_GT(m.next, now);
         m.resident = true;
+        m.dirty = false;
         used += m.bytes;
         free -= m.bytes;
         p.OnResident(a.id);
@@ -250,6 +263,22 @@ TEST(PrefetchPlannerTest, NoPlannedEvictionWithoutPressureOrForUnknownFutures) {
   EXPECT_TRUE(p.Plan(3, 0, 0).empty());
   // Pressure: only the predicted one goes, the unknown one stays.
   EXPECT_EQ(p.Plan(5, 0, 0), (std::vector<PlannedAction>{Evict(1, true)}));
+}
+
+// A clean buffer nothing predicts (a shard read, its next read unknown) is
+// the cheapest room there is: dropped for what is due, before a dirty one
+// predicted later is written back.
+TEST(PrefetchPlannerTest, PlannedEvictionDropsACleanBufferNobodyPredicts) {
+  PrefetchPlanner p;
+  p.SetProfile(Profile(100, 1.0), 0);
+  p.OnUse(1, 4 * kMB, 1, 90, true);  // dirty, needed late
+  SwappedOut(p, 2, 4 * kMB, 0, kNone);
+  p.OnResident(2);                    // fetched back on demand: clean
+  p.OnUse(2, 4 * kMB, 1, kNone, false);
+  SwappedOut(p, 3, 4 * kMB, 0, 20);   // due at 20, 4 ms lead
+  EXPECT_TRUE(p.Plan(2, 0, 0).empty());
+  EXPECT_EQ(p.Plan(12, 0, 0), (std::vector<PlannedAction>{Evict(2, false)}));
+  EXPECT_EQ(p.stats().planned_copies, 0u);
 }
 
 TEST(PrefetchPlannerTest, BacksOffWhenFetchesAreEvictedBeforeUse) {
