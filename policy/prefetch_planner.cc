@@ -24,17 +24,17 @@ void PrefetchPlanner::SetProfile(std::shared_ptr<const AccessProfile> profile,
 
 void PrefetchPlanner::Unindex(uint64_t id, const Buffer& b) {
   if (b.resident) {
-    resident_.erase({b.next_use, id});
+    resident_.erase(Key(id, b));
   } else {
-    swapped_.erase({b.next_use, id});
+    swapped_.erase(Key(id, b));
   }
 }
 
 void PrefetchPlanner::Index(uint64_t id, const Buffer& b) {
   if (!b.resident) {
-    swapped_.insert({b.next_use, id});
+    swapped_.insert(Key(id, b));
   } else if (!b.pinned) {
-    resident_.insert({b.next_use, id});
+    resident_.insert(Key(id, b));
   }
 }
 
@@ -153,9 +153,9 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
   // Resident buffers whose predicted use passed without one predict nothing
   // any more: re-keyed as unknown, they become victims again instead of
   // looking needed soonest forever. Bounded like the rest of the scan.
-  while (!resident_.empty() && resident_.begin()->first < now &&
+  while (!resident_.empty() && resident_.begin()->next_use < now &&
          scanned < options_.max_scan) {
-    const uint64_t id = resident_.begin()->second;
+    const uint64_t id = resident_.begin()->id;
     Buffer& b = buffers_.at(id);
     Unindex(id, b);
     b.next_use = kNoNextUse;
@@ -173,12 +173,12 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
          r != resident_.rend() && free + gained < bytes &&
          scanned < options_.max_scan;
          ++r, ++scanned) {
-      if (r->first <= due) break;  // all further ones are needed sooner
-      const Buffer& v = buffers_.at(r->second);
+      if (r->next_use <= due) break;  // all further ones are needed sooner
+      const Buffer& v = buffers_.at(r->id);
       // A buffer of the current operation may go for an urgent fetch (its
       // swap-out queues behind the operation, as every eviction does), not
       // for a planned one, which exists to start early.
-      if (v.fetched || chosen.contains(r->second) ||
+      if (v.fetched || chosen.contains(r->id) ||
           (v.last_use >= now && planned)) {
         continue;
       }
@@ -188,18 +188,18 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
         // is); a dirty one may be a temporary about to be freed, whose copy
         // would be wasted. A gap too short to write back and fetch again
         // under compute gains nothing.
-        if (r->first == kNoNextUse) {
+        if (r->next_use == kNoNextUse) {
           if (v.dirty) continue;
-          victims.push_back(r->second);
+          victims.push_back(r->id);
           gained += v.bytes;
           continue;
         }
         const double cost =
             (profile_->D2hSeconds(v.bytes) + profile_->H2dSeconds(v.bytes)) *
             options_.lead_factor;
-        if (ComputeBetween(now, r->first) < cost) continue;
+        if (ComputeBetween(now, r->next_use) < cost) continue;
       }
-      victims.push_back(r->second);
+      victims.push_back(r->id);
       gained += v.bytes;
     }
     if (free + gained < bytes && !planned) return false;
@@ -222,13 +222,13 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
                                   actions.size() < options_.max_actions &&
                                   scanned < options_.max_scan;
        ++s, ++scanned) {
-    const uint64_t due = s->first;
+    const uint64_t due = s->next_use;
     if (due <= now) {
-      stale.push_back(s->second);
+      stale.push_back(s->id);
       continue;
     }
     if (due > horizon) break;  // sorted: nothing later is due this iteration
-    Buffer& b = buffers_.at(s->second);
+    Buffer& b = buffers_.at(s->id);
     if (b.fetched) continue;  // proposed already, its swap-in not reported
     const double t = profile_->H2dSeconds(b.bytes);
     // Waiting one more operation would leave less compute before the use
@@ -253,7 +253,7 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
       demand_until = std::max(demand_until, due);
       continue;
     }
-    actions.push_back({PlannedAction::Kind::kFetch, s->second, false});
+    actions.push_back({PlannedAction::Kind::kFetch, s->id, false});
     b.fetched = true;
     ++stats_.fetches;
     free -= b.bytes;

@@ -63,6 +63,7 @@
 #include <cstdint>
 #include <memory>
 #include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -154,7 +155,17 @@ class PrefetchPlanner {
   size_t swapped_out() const { return swapped_.size(); }
 
  private:
-  using Entry = std::pair<uint64_t, uint64_t>;  // (next_use, id)
+  // Index order: by next use; at equal next use a dirty buffer before a
+  // clean one, so that taking from the far end takes the clean one first
+  // (a drop, where the dirty one costs a write-back too); then by id.
+  struct Entry {
+    uint64_t next_use;
+    bool clean;
+    uint64_t id;
+    bool operator<(const Entry& o) const {
+      return std::tie(next_use, clean, id) < std::tie(o.next_use, o.clean, o.id);
+    }
+  };
   struct Buffer {
     uint64_t bytes = 0;
     uint64_t next_use = 0;
@@ -164,6 +175,7 @@ class PrefetchPlanner {
     bool pinned = false;
     bool fetched = false;  // fetched by the planner, not yet used
   };
+  static Entry Key(uint64_t id, const Buffer& b) { return {b.next_use, !b.dirty, id}; }
   void Unindex(uint64_t id, const Buffer& b);
   void Index(uint64_t id, const Buffer& b);
   // A fetched buffer was lost before its use: pause, doubling the pause.

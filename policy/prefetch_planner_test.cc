@@ -137,6 +137,20 @@ TEST(PrefetchPlannerTest, NeverEvictsWhatIsNeededSooner) {
                                  Evict(6, false), Evict(5, false), Fetch(1)}));
 }
 
+// At equal distance (here: both unknown) a clean buffer makes the room, not
+// a dirty one: the drop costs no write-back (a shard read and one written
+// at start and never read since, on mlp_train).
+TEST(PrefetchPlannerTest, RoomForAFetchTakesTheCleanBufferAtEqualDistance) {
+  PrefetchPlanner p;
+  p.SetProfile(Profile(20, 1.0), 0);
+  SwappedOut(p, 1, 4 * kMB, 0, 6);           // 4 ms lead: urgent at once
+  p.OnUse(9, 4 * kMB, 0, kNone, true);        // dirty; the larger id
+  SwappedOut(p, 2, 4 * kMB, 0, kNone);
+  p.OnResident(2);
+  p.OnUse(2, 4 * kMB, 1, kNone, false);       // clean
+  EXPECT_EQ(p.Plan(2, 0, 0), (std::vector<PlannedAction>{Evict(2, false), Fetch(1)}));
+}
+
 // A randomized check of the same rule and of the bookkeeping, against a
 // model of memory: each fetch's evictions have later next uses than the
 // fetched buffer, never one used by the current operation or fetched and
