@@ -128,9 +128,10 @@ struct Config {
   std::optional<MemoryAmount> host_limit;
   // STENSOR_POLICY.
   EvictionPolicyKind policy = EvictionPolicyKind::kVersion;
-  // STENSOR_PREFETCH. Off by default until its planned evictions stop
-  // thrashing (core/memory_manager.cc, NoteOperation).
-  bool prefetch = false;
+  // STENSOR_PREFETCH: fetches and planned evictions from the profiled
+  // iteration (policy/prefetch_planner.h). Nothing is planned before a
+  // profile exists, so an irregular program only pays the bookkeeping.
+  bool prefetch = true;
   // STENSOR_BANDWIDTH; default: measured.
   BandwidthSetting bandwidth;
   // STENSOR_ITERATION_MARKER: the kernel whose launch starts an iteration,

@@ -285,8 +285,7 @@ class Simulator {
       }
       SimBuffer& b = it->second;
       if (a.kind == PlannedAction::Kind::kEvict) {
-        // Not issued by default, as in the library: fetches then only go
-        // into free memory.
+        // Off (--planned-evictions off): fetches only go into free memory.
         if (!options_.planned_evictions || !b.resident) continue;
         // As the policy would copy it: lru always, version when dirty.
         SwapOut(b, !options_.version_rules || !Droppable(b));
