@@ -46,15 +46,33 @@ void PrefetchPlanner::Thrashed() {
   paused_until_ = last_plan_ + backoff_;
 }
 
+void PrefetchPlanner::Charge(uint64_t bytes) {
+  stats_.bytes_caused += bytes;
+  const double budget = options_.cost_share * stats_.bytes_moved + largest_;
+  if (!stats_.stopped && stats_.bytes_caused > budget) stats_.stopped = true;
+}
+
+void PrefetchPlanner::Returned(Buffer& b, uint64_t now) {
+  stats_.bytes_moved += b.bytes;
+  if (b.charge != 0 && now < b.charge_until) Charge(b.charge);
+  b.charge = 0;
+}
+
 void PrefetchPlanner::OnUse(uint64_t id, uint64_t bytes, uint64_t now,
                             uint64_t next_use, bool write) {
   auto [it, inserted] = buffers_.try_emplace(id);
   Buffer& b = it->second;
   if (!inserted) {
     Unindex(id, b);
-    if (!b.resident && !b.fetched) ++stats_.on_demand;  // no OnResident came
+    if (!b.resident) {  // no OnResident came
+      if (!b.fetched) ++stats_.on_demand;
+      Returned(b, now);
+    }
   }
+  b.charge = 0;  // used: its eviction's effect is over
+  largest_ = std::max(largest_, bytes);
   if (b.fetched) {
+    if (b.resident) fetched_resident_.erase({b.next_use, id});
     // A planned fetch arrived in time for its use: the pause shrinks.
     ++stats_.fetch_hits;
     b.fetched = false;
@@ -64,6 +82,7 @@ void PrefetchPlanner::OnUse(uint64_t id, uint64_t bytes, uint64_t now,
   b.bytes = bytes;
   b.next_use = next_use;
   b.last_use = now;
+  b.proposed_for = 0;
   b.resident = true;
   if (write) b.dirty = true;  // a new buffer starts dirty: no host copy yet
   Index(id, b);
@@ -72,9 +91,14 @@ void PrefetchPlanner::OnUse(uint64_t id, uint64_t bytes, uint64_t now,
 void PrefetchPlanner::OnNextUse(uint64_t id, uint64_t next_use) {
   auto it = buffers_.find(id);
   if (it == buffers_.end()) return;
-  Unindex(id, it->second);
-  it->second.next_use = next_use;
-  Index(id, it->second);
+  Buffer& b = it->second;
+  Unindex(id, b);
+  if (b.fetched && b.resident) {
+    fetched_resident_.erase({b.next_use, id});
+    fetched_resident_.insert({next_use, id});
+  }
+  b.next_use = next_use;
+  Index(id, b);
 }
 
 void PrefetchPlanner::OnResident(uint64_t id) {
@@ -82,7 +106,13 @@ void PrefetchPlanner::OnResident(uint64_t id) {
   if (it == buffers_.end()) return;  // never used: nothing to plan for it
   Buffer& b = it->second;
   Unindex(id, b);
-  if (!b.fetched && !b.resident) ++stats_.on_demand;
+  if (!b.resident) {
+    if (!b.fetched) ++stats_.on_demand;
+    if (b.fetched) fetched_resident_.insert({b.next_use, id});
+    // Swapped in for the coming operation (on demand) or after the latest
+    // plan (a fetch): either way not before the next operation.
+    Returned(b, last_plan_ + 1);
+  }
   b.resident = true;
   b.dirty = false;  // just copied from its current host copy
   Index(id, b);
@@ -93,10 +123,23 @@ void PrefetchPlanner::OnEvicted(uint64_t id) {
   if (it == buffers_.end()) return;
   Buffer& b = it->second;
   Unindex(id, b);
-  if (b.fetched) {
-    b.fetched = false;
-    Thrashed();
+  if (b.resident) {
+    const uint64_t cost = b.dirty ? 2 * b.bytes : b.bytes;
+    if (b.dirty) stats_.bytes_moved += b.bytes;
+    if (b.fetched) {
+      fetched_resident_.erase({b.next_use, id});
+      b.fetched = false;
+      Thrashed();
+      Charge(b.bytes);
+    } else if (b.proposed_for != 0) {
+      b.charge = cost;
+      b.charge_until = b.proposed_for;
+    } else if (!fetched_resident_.empty()) {
+      b.charge = cost;
+      b.charge_until = fetched_resident_.begin()->first;
+    }
   }
+  b.proposed_for = 0;
   b.resident = false;
   b.dirty = false;  // the host copy is current (copied, or clean dropped)
   Index(id, b);
@@ -106,6 +149,9 @@ void PrefetchPlanner::OnFreed(uint64_t id) {
   auto it = buffers_.find(id);
   if (it == buffers_.end()) return;
   Unindex(id, it->second);
+  if (it->second.fetched && it->second.resident) {
+    fetched_resident_.erase({it->second.next_use, id});
+  }
   buffers_.erase(it);
 }
 
@@ -135,6 +181,10 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
   last_plan_ = now;
   std::vector<PlannedAction> actions;
   if (profile_ == nullptr) return actions;
+  if (stats_.stopped) {
+    ++stats_.plans_paused;
+    return actions;
+  }
   if (now < paused_until_) {
     ++stats_.plans_paused;
     return actions;
@@ -156,10 +206,7 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
   while (!resident_.empty() && resident_.begin()->next_use < now &&
          scanned < options_.max_scan) {
     const uint64_t id = resident_.begin()->id;
-    Buffer& b = buffers_.at(id);
-    Unindex(id, b);
-    b.next_use = kNoNextUse;
-    Index(id, b);
+    OnNextUse(id, kNoNextUse);
     ++scanned;
   }
 
@@ -204,8 +251,9 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
     }
     if (free + gained < bytes && !planned) return false;
     for (uint64_t id : victims) {
-      const Buffer& v = buffers_.at(id);
+      Buffer& v = buffers_.at(id);
       chosen.insert(id);
+      v.proposed_for = due;
       out.push_back({PlannedAction::Kind::kEvict, id, v.dirty});
       free += v.bytes;
       if (planned) {
@@ -269,12 +317,7 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
 
   // A prediction that passed without a use predicts nothing any more; moved
   // to the far end so it no longer takes the scan's place every plan.
-  for (uint64_t id : stale) {
-    Buffer& b = buffers_.at(id);
-    Unindex(id, b);
-    b.next_use = kNoNextUse;
-    Index(id, b);
-  }
+  for (uint64_t id : stale) OnNextUse(id, kNoNextUse);
   return actions;
 }
 

@@ -47,6 +47,18 @@
 // Back-off: a fetched buffer evicted before its use is thrash; each one
 // doubles a pause (in operations) during which the planner proposes
 // nothing; a fetch that was used halves it. stats() counts all of it.
+// Cost cut-off: a fetch saves stall, never bytes (what it fetches would be
+// swapped in on demand anyway), so the bytes the planner causes are pure
+// cost. They are counted from the callbacks alone (no timing, so the same
+// sequence of events gives the same decisions): a fetch evicted unused
+// (its bytes); a victim that comes back (on demand or fetched) before the
+// use it was evicted for, i.e. one needed sooner than what took its room
+// (its bytes in, plus its write-back when it was dirty). Victims are the
+// planner's own evictions (charged until the use of what they made room
+// for) and the caller's evictions while fetched, unused buffers held memory
+// (charged until the earliest predicted use among those). Once they exceed Options::cost_share of the bytes moved so
+// far plus one largest buffer, the planner stops for good: prefetch falls
+// back to swapping on demand instead of thrashing (stats().stopped).
 // A prediction that passed without a use counts as "no next use" from then
 // on (the planner re-keys its own indexes; the caller's belady keys keep the
 // old value until the buffer's next use).
@@ -105,6 +117,9 @@ class PrefetchPlanner {
     // First pause after thrash, in operations; doubled up to max_backoff.
     uint64_t min_backoff = 16;
     uint64_t max_backoff = uint64_t{1} << 16;
+    // The share of the bytes moved that the planner's own extra bytes may
+    // reach (plus one largest buffer) before it stops for good.
+    double cost_share = 0.02;
   };
 
   struct Stats {
@@ -118,6 +133,9 @@ class PrefetchPlanner {
     uint64_t on_demand = 0;          // swapped in without a planned fetch
     uint64_t backoffs = 0;           // pauses started
     uint64_t plans_paused = 0;       // Plan calls that proposed nothing for it
+    uint64_t bytes_moved = 0;        // seen copied in and out (callbacks)
+    uint64_t bytes_caused = 0;       // of those, extra bytes the plans caused
+    bool stopped = false;            // the cost cut-off was reached
   };
 
   PrefetchPlanner() : PrefetchPlanner(Options{}) {}
@@ -174,12 +192,24 @@ class PrefetchPlanner {
     bool dirty = true;
     bool pinned = false;
     bool fetched = false;  // fetched by the planner, not yet used
+    // Swapped out by a planned eviction or while fetched buffers held
+    // memory: its return on demand is charged to the planner. Cleared by a
+    // use. `charge` is what its return costs (bytes in, plus the write-back
+    // when it was dirty); 0 when nothing is charged.
+    uint64_t charge = 0;
+    uint64_t charge_until = 0;  // a return before this time is charged
+    // A kEvict of it was proposed for a use at this time (0: none pending).
+    uint64_t proposed_for = 0;
   };
   static Entry Key(uint64_t id, const Buffer& b) { return {b.next_use, !b.dirty, id}; }
   void Unindex(uint64_t id, const Buffer& b);
   void Index(uint64_t id, const Buffer& b);
   // A fetched buffer was lost before its use: pause, doubling the pause.
   void Thrashed();
+  // Adds planner-caused bytes; stops the planner past the cut-off.
+  void Charge(uint64_t bytes);
+  // A non-resident buffer becomes resident without a planned fetch.
+  void Returned(Buffer& b, uint64_t now);
   // Compute seconds of operations [from, to); kNoNextUse -> infinite.
   double ComputeBetween(uint64_t from, uint64_t to) const;
 
@@ -192,6 +222,9 @@ class PrefetchPlanner {
   uint64_t last_plan_ = 0;    // `now` of the latest Plan
   uint64_t backoff_ = 0;      // current pause length
   uint64_t paused_until_ = 0;
+  // Fetched, resident, not yet used, by predicted next use.
+  std::set<std::pair<uint64_t, uint64_t>> fetched_resident_;
+  uint64_t largest_ = 0;                 // largest buffer seen
   Stats stats_;
 };
 

@@ -157,7 +157,10 @@ TEST(PrefetchPlannerTest, RoomForAFetchTakesTheCleanBufferAtEqualDistance) {
 // unused, and nothing is fetched that does not fit.
 TEST(PrefetchPlannerTest, RandomizedNeverEvictsSoonerAndStaysInMemory) {
   std::mt19937_64 rng(7);
-  PrefetchPlanner p(PrefetchPlanner::Options{.max_actions = 8});
+  // Random predictions are wrong all the time: without a cut-off, so that
+  // the rules are exercised all along.
+  PrefetchPlanner p(
+      PrefetchPlanner::Options{.max_actions = 8, .cost_share = 1e18});
   p.SetProfile(Profile(16, 1.0), 0);
   constexpr uint64_t kCap = 12 * kMB;
   struct Model {
@@ -361,6 +364,39 @@ TEST(PrefetchPlannerTest, PinnedBuffersAreNeverEvicted) {
   p.SetPinned(2, false);
   EXPECT_EQ(p.Plan(3, 0, 0),
             (std::vector<PlannedAction>{Evict(2, true), Fetch(1)}));
+}
+
+// A victim that comes back before the use it made room for was needed
+// sooner than what it made room for: its write-back and its return are bytes
+// the planner caused, and past the cut-off it proposes nothing more.
+TEST(PrefetchPlannerTest, StopsWhenItsVictimsComeBackSooner) {
+  PrefetchPlanner p;
+  p.SetProfile(Profile(100, 1.0), 0);
+  SwappedOut(p, 1, kMB, 0, 4);
+  p.OnUse(2, kMB, 1, 30, true);  // predicted at 30: room for 1, due at 4
+  ASSERT_EQ(p.Plan(2, 0, 0), (std::vector<PlannedAction>{Evict(2, true)}));
+  p.OnEvicted(2);
+  p.OnUse(2, kMB, 3, 30, false);  // wrong: needed at 3, on demand
+  EXPECT_EQ(p.stats().bytes_caused, 2 * kMB);
+  EXPECT_TRUE(p.stats().stopped);
+  SwappedOut(p, 3, kMB, 3, 6);
+  EXPECT_TRUE(p.Plan(4, 10 * kMB, 0).empty());
+  EXPECT_EQ(p.stats().fetches, 0u);
+}
+
+TEST(PrefetchPlannerTest, VictimsBackAfterTheirPredictedUseCostNothing) {
+  PrefetchPlanner p;
+  p.SetProfile(Profile(100, 1.0), 0);
+  SwappedOut(p, 1, kMB, 0, 4);
+  p.OnUse(2, kMB, 1, 30, true);
+  ASSERT_EQ(p.Plan(2, 0, 0), (std::vector<PlannedAction>{Evict(2, true)}));
+  p.OnEvicted(2);
+  p.OnUse(1, kMB, 4, 40, false);
+  p.OnUse(2, kMB, 30, 60, false);  // as predicted, after 1's use
+  EXPECT_EQ(p.stats().bytes_caused, 0u);
+  EXPECT_FALSE(p.stats().stopped);
+  SwappedOut(p, 3, kMB, 30, 33);
+  EXPECT_EQ(p.Plan(31, 10 * kMB, 0), (std::vector<PlannedAction>{Fetch(3)}));
 }
 
 }  // namespace
