@@ -284,6 +284,15 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
     const double need = (queue + t) * options_.lead_factor;
     const double slack = ComputeBetween(now + 1, due);
     const bool urgent = slack < need;
+    // Too late to hide a useful share of the transfer (no compute left
+    // before the use, or none at all in the profile): fetching now would
+    // only hold memory, and evict for it, for a stall it barely shortens;
+    // left to the on-demand swap-in.
+    if (urgent && ComputeBetween(now, due) < options_.min_cover * t) {
+      demand += b.bytes;
+      demand_until = std::max(demand_until, due);
+      continue;
+    }
     // Soon: within early_factor of its lead. Fetching earlier than that
     // only holds memory the step's own allocations may want, which then
     // costs evictions that would not have been needed.
@@ -301,7 +310,7 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
       demand_until = std::max(demand_until, due);
       continue;
     }
-    actions.push_back({PlannedAction::Kind::kFetch, s->id, false});
+      actions.push_back({PlannedAction::Kind::kFetch, s->id, false});
     b.fetched = true;
     ++stats_.fetches;
     free -= b.bytes;

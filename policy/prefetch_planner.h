@@ -27,6 +27,9 @@
 // use when the profile allows; or earlier (up to early_factor times that
 // lead, within one iteration) while free memory above
 // Options::free_reserve_bytes takes it without evicting.
+// A fetch whose use has less compute before it than Options::min_cover of
+// its transfer time is not made at all: it would barely shorten the stall
+// and only hold memory (with no compute in the profile, nothing is fetched).
 // Room for an urgent fetch comes from resident buffers whose next use is
 // strictly later than the fetched buffer's, farthest first (never one needed
 // sooner, never one fetched and not yet used); if they cannot make the room,
@@ -56,9 +59,10 @@
 // (its bytes in, plus its write-back when it was dirty). Victims are the
 // planner's own evictions (charged until the use of what they made room
 // for) and the caller's evictions while fetched, unused buffers held memory
-// (charged until the earliest predicted use among those). Once they exceed Options::cost_share of the bytes moved so
-// far plus one largest buffer, the planner stops for good: prefetch falls
-// back to swapping on demand instead of thrashing (stats().stopped).
+// (charged until the earliest predicted use among those). Once they exceed
+// Options::cost_share of the bytes moved so far plus one largest buffer, the
+// planner stops for good: prefetch falls back to swapping on demand instead
+// of thrashing (stats().stopped).
 // A prediction that passed without a use counts as "no next use" from then
 // on (the planner re-keys its own indexes; the caller's belady keys keep the
 // old value until the buffer's next use).
@@ -120,6 +124,9 @@ class PrefetchPlanner {
     // The share of the bytes moved that the planner's own extra bytes may
     // reach (plus one largest buffer) before it stops for good.
     double cost_share = 0.02;
+    // The share of its transfer time a fetch must be able to hide (compute
+    // before its use): a fetch that would hide less is left on demand.
+    double min_cover = 0.5;
   };
 
   struct Stats {

@@ -366,6 +366,21 @@ TEST(PrefetchPlannerTest, PinnedBuffersAreNeverEvicted) {
             (std::vector<PlannedAction>{Evict(2, true), Fetch(1)}));
 }
 
+// With no compute before the use to hide a transfer under, a fetch only
+// holds memory: none is made, even into free memory.
+TEST(PrefetchPlannerTest, NoFetchWithoutComputeToHideItUnder) {
+  PrefetchPlanner p;
+  p.SetProfile(Profile(20, 0.0), 0);
+  SwappedOut(p, 1, kMB, 0, 5);
+  for (uint64_t now = 1; now < 5; ++now) {
+    EXPECT_TRUE(p.Plan(now, 10 * kMB, 0).empty()) << now;
+  }
+  PrefetchPlanner q;
+  q.SetProfile(Profile(20, 1.0), 0);  // 1 ms per operation: 1 MB hides
+  SwappedOut(q, 1, kMB, 0, 5);
+  EXPECT_EQ(q.Plan(4, 10 * kMB, 0), (std::vector<PlannedAction>{Fetch(1)}));
+}
+
 // A victim that comes back before the use it made room for was needed
 // sooner than what it made room for: its write-back and its return are bytes
 // the planner caused, and past the cut-off it proposes nothing more.
