@@ -131,7 +131,9 @@ struct Config {
   // STENSOR_PREFETCH: fetches and planned evictions from the profiled
   // iteration (policy/prefetch_planner.h). Nothing is planned before a
   // profile exists, so an irregular program only pays the bookkeeping.
-  bool prefetch = true;
+  // Off by default: on some programs and caps the planner still moves more
+  // bytes than swapping on demand (README, Limits).
+  bool prefetch = false;
   // STENSOR_BANDWIDTH; default: measured.
   BandwidthSetting bandwidth;
   // STENSOR_ITERATION_MARKER: the kernel whose launch starts an iteration,
