@@ -39,14 +39,12 @@
 // after it. (Excluding them made worse victims: in replay_test it cost 30 %
 // more weight traffic than belady alone.)
 // Planned eviction: while the swapped-out buffers due soon (within
-// early_factor times their lead) need more memory than is free, resident buffers whose last use has passed
-// (not used by the current operation), whose next use is predicted after
-// everything due and far enough that the compute before it covers a
-// write-back plus a fetch, are evicted early, farthest first (copied when
-// dirty, so the copy overlaps compute instead of delaying the fetch that
-// needs the room). Buffers with no predicted next use are left to the
-// eviction policy: they may be temporaries about to be freed, and a copy of
-// those is wasted.
+// early_factor times their lead) need more memory than is free, clean
+// resident buffers whose last use has passed (not used by the current
+// operation) and whose next use is predicted after everything due (far
+// enough that the compute before it covers a fetch) or not at all are
+// dropped early, farthest first. Dirty ones are left to the eviction
+// policy: a planned write-back is a copy swapping on demand may never make.
 // Back-off: a fetched buffer evicted before its use is thrash; each one
 // doubles a pause (in operations) during which the planner proposes
 // nothing; a fetch that was used halves it. stats() counts all of it.

@@ -251,35 +251,59 @@ TEST(PrefetchPlannerTest, RandomizedNeverEvictsSoonerAndStaysInMemory) {
   EXPECT_GT(p.stats().fetch_evictions + p.stats().planned_evictions, 50u);
 }
 
+// A clean resident buffer (read since its last swap-in).
+void CleanResident(PrefetchPlanner& p, uint64_t id, uint64_t bytes,
+                   uint64_t time, uint64_t next_use) {
+  SwappedOut(p, id, bytes, 0, time);
+  p.OnResident(id);
+  p.OnUse(id, bytes, time, next_use, /*write=*/false);
+}
+
 TEST(PrefetchPlannerTest, PlannedEvictionAfterLastUseBeforeALongGap) {
   PrefetchPlanner p;
   p.SetProfile(Profile(100, 1.0), 0);
-  p.OnUse(1, 4 * kMB, 1, 90, /*write=*/true);  // long gap after this use
+  CleanResident(p, 1, 4 * kMB, 1, 90);         // long gap after this use
   p.OnUse(2, 4 * kMB, 1, 3, true);             // short gap: stays
   SwappedOut(p, 3, 4 * kMB, 0, 20);            // due at 20, 4 ms lead
   for (uint64_t now = 2; now < 12; ++now) {
     EXPECT_TRUE(p.Plan(now, 0, 0).empty()) << now;  // not due soon yet
   }
   // At 12 (within twice its lead) 3 does not fit, nothing is urgent: 1 is
-  // written back now, so the copy overlaps compute.
-  EXPECT_EQ(p.Plan(12, 0, 0), (std::vector<PlannedAction>{Evict(1, true)}));
+  // dropped now, ahead of the urgent fetch.
+  EXPECT_EQ(p.Plan(12, 0, 0), (std::vector<PlannedAction>{Evict(1, false)}));
   EXPECT_EQ(p.stats().planned_evictions, 1u);
-  EXPECT_EQ(p.stats().planned_copies, 1u);
+  EXPECT_EQ(p.stats().planned_copies, 0u);
   p.OnEvicted(1);
   // The memory it frees takes the fetch before it is urgent.
   EXPECT_EQ(p.Plan(13, 4 * kMB, 0), (std::vector<PlannedAction>{Fetch(3)}));
 }
 
+// A planned write-back is a copy swapping on demand may never make: a dirty
+// buffer is never evicted early, only for a fetch that is urgent.
+TEST(PrefetchPlannerTest, PlannedEvictionNeverWritesBack) {
+  PrefetchPlanner p;
+  p.SetProfile(Profile(100, 1.0), 0);
+  p.OnUse(1, 4 * kMB, 1, 90, /*write=*/true);
+  SwappedOut(p, 3, 4 * kMB, 0, 20);
+  for (uint64_t now = 2; now < 16; ++now) {
+    EXPECT_TRUE(p.Plan(now, 0, 0).empty()) << now;
+  }
+  EXPECT_EQ(p.stats().planned_evictions, 0u);
+  // Urgent (less than its 4 ms lead left): room from 1, written back.
+  EXPECT_EQ(p.Plan(16, 0, 0),
+            (std::vector<PlannedAction>{Evict(1, true), Fetch(3)}));
+}
+
 TEST(PrefetchPlannerTest, NoPlannedEvictionWithoutPressureOrForUnknownFutures) {
   PrefetchPlanner p;
   p.SetProfile(Profile(100, 1.0), 0);
-  p.OnUse(1, 4 * kMB, 1, 90, true);
+  CleanResident(p, 1, 4 * kMB, 1, 90);
   p.OnUse(2, 4 * kMB, 1, kNone, true);  // maybe a temporary about to be freed
   EXPECT_TRUE(p.Plan(2, 0, 0).empty());  // nothing needs the room
   SwappedOut(p, 3, 8 * kMB, 0, 20);      // 8 ms lead: soon from 5 on
   EXPECT_TRUE(p.Plan(3, 0, 0).empty());
-  // Pressure: only the predicted one goes, the unknown one stays.
-  EXPECT_EQ(p.Plan(5, 0, 0), (std::vector<PlannedAction>{Evict(1, true)}));
+  // Pressure: only the predicted one goes, the unknown (dirty) one stays.
+  EXPECT_EQ(p.Plan(5, 0, 0), (std::vector<PlannedAction>{Evict(1, false)}));
 }
 
 // A clean buffer nothing predicts (a shard read, its next read unknown) is
@@ -389,14 +413,17 @@ TEST(PrefetchPlannerTest, StopsWhenItsVictimsComeBackSooner) {
   p.SetProfile(Profile(100, 1.0), 0);
   SwappedOut(p, 1, kMB, 0, 4);
   p.OnUse(2, kMB, 1, 30, true);  // predicted at 30: room for 1, due at 4
-  ASSERT_EQ(p.Plan(2, 0, 0), (std::vector<PlannedAction>{Evict(2, true)}));
+  ASSERT_EQ(p.Plan(3, 0, 0),
+            (std::vector<PlannedAction>{Evict(2, true), Fetch(1)}));
   p.OnEvicted(2);
+  p.OnResident(1);
+  EXPECT_EQ(p.stats().bytes_caused, 0u);
   p.OnUse(2, kMB, 3, 30, false);  // wrong: needed at 3, on demand
   EXPECT_EQ(p.stats().bytes_caused, 2 * kMB);
   EXPECT_TRUE(p.stats().stopped);
   SwappedOut(p, 3, kMB, 3, 6);
   EXPECT_TRUE(p.Plan(4, 10 * kMB, 0).empty());
-  EXPECT_EQ(p.stats().fetches, 0u);
+  EXPECT_EQ(p.stats().fetches, 1u);
 }
 
 TEST(PrefetchPlannerTest, VictimsBackAfterTheirPredictedUseCostNothing) {
@@ -404,8 +431,10 @@ TEST(PrefetchPlannerTest, VictimsBackAfterTheirPredictedUseCostNothing) {
   p.SetProfile(Profile(100, 1.0), 0);
   SwappedOut(p, 1, kMB, 0, 4);
   p.OnUse(2, kMB, 1, 30, true);
-  ASSERT_EQ(p.Plan(2, 0, 0), (std::vector<PlannedAction>{Evict(2, true)}));
+  ASSERT_EQ(p.Plan(3, 0, 0),
+            (std::vector<PlannedAction>{Evict(2, true), Fetch(1)}));
   p.OnEvicted(2);
+  p.OnResident(1);
   p.OnUse(1, kMB, 4, 40, false);
   p.OnUse(2, kMB, 30, 60, false);  // as predicted, after 1's use
   EXPECT_EQ(p.stats().bytes_caused, 0u);

@@ -2,8 +2,8 @@
 # `stensor sim` agrees with the library: mlp_train --steps 20 runs under
 # libstensor.so at a cap of 40 % of its working set (as `stensor sim` computes
 # it from an uncapped log) with the access log and STENSOR_STATS=1, for the
-# `version`, `lru` and `belady` policies with prefetch on (the default: its
-# fetches and planned evictions) and `version` with it off; replaying each
+# `version`, `lru` and `belady` policies with prefetch on (its fetches and
+# planned evictions) and `version` with it off; replaying each
 # run's log at the same cap, policy and prefetch gives device->host and
 # host->device bytes within 5 % of the library's own statistics, and both
 # move something.
@@ -24,7 +24,7 @@ cap=$(awk '$1 == "cap" { print $2 }' "$tmp/uncapped.sim")
 # of rounding is allowed besides).
 within() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.05 * b + 0.05) }'; }
 
-# Each policy with the defaults (prefetch and its planned evictions on), and
+# Each policy with prefetch and its planned evictions on, and
 # version with prefetch off.
 for run in version lru belady version:off; do
   policy=${run%%:*} prefetch=on
