@@ -128,8 +128,11 @@ struct Config {
   std::optional<MemoryAmount> host_limit;
   // STENSOR_POLICY.
   EvictionPolicyKind policy = EvictionPolicyKind::kVersion;
-  // STENSOR_PREFETCH. Off by default until its planned evictions stop
-  // thrashing (core/memory_manager.cc, NoteOperation).
+  // STENSOR_PREFETCH: fetches and planned evictions from the profiled
+  // iteration (policy/prefetch_planner.h). Nothing is planned before a
+  // profile exists, so an irregular program only pays the bookkeeping.
+  // Off by default: on some programs and caps the planner still moves more
+  // bytes than swapping on demand (README, Limits).
   bool prefetch = false;
   // STENSOR_BANDWIDTH; default: measured.
   BandwidthSetting bandwidth;

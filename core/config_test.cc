@@ -327,7 +327,7 @@ TEST(ConfigTest, OptionTableIsComplete) {
 TEST(ConfigTest, ParsesIntoTypedFields) {
   const absl::StatusOr<Config> config = Config::Parse(Env({
       {"STENSOR_POLICY", "belady"},
-      {"STENSOR_PREFETCH", "on"},
+      {"STENSOR_PREFETCH", "on"},  // not the default
       {"STENSOR_LOG_LEVEL", "debug"},
       {"STENSOR_STATS", "on"},
       {"STENSOR_WRITE_INFERENCE", "conservative"},
@@ -481,7 +481,7 @@ TEST(ConfigFileTest, ReadsSettingsCommentsAndBlankLines) {
 TEST(ConfigFileTest, EnvironmentWinsOverTheFile) {
   const std::string path = WriteTempFile(
       "STENSOR_POLICY=lru\n"
-      "STENSOR_PREFETCH=on\n"
+      "STENSOR_PREFETCH=on\n"  // not the default: the file's value shows
       "STENSOR_STATS=on\n");
   const absl::StatusOr<Config> config = Config::Parse(Env({
       {"STENSOR_CONFIG", path},

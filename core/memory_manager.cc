@@ -1995,7 +1995,8 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
   }
   if (marker) planner->MarkBoundary();
   std::vector<uint64_t> next_uses;
-  const uint64_t time = planner->OnOperation(key, touches, &next_uses);
+  std::vector<std::pair<uint64_t, uint64_t>> repredicted;
+  const uint64_t time = planner->OnOperation(key, touches, &next_uses, &repredicted);
   for (size_t i = 0; i < buffers.size(); ++i) {
     Buffer& b = *buffers[i];
     // Never swapped: never planned for.
@@ -2004,6 +2005,14 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
       b.next_use = next_uses[i];
       Reindex(b);
     }
+  }
+  // Buffers the predictor learnt more about without a use (a shard's cycle,
+  // the next shard of a rotating slot): belady's order follows.
+  for (const auto& [id, next] : repredicted) {
+    Buffer* b = ById(id);
+    if (b == nullptr || b->garbage || b->next_use == next) continue;
+    b->next_use = next;
+    Reindex(*b);
   }
   if (planner->profiling()) {
     ticket->timing = profiler_.BeginTiming(stream);
@@ -2023,12 +2032,13 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
       continue;
     }
     if (a.kind == PlannedAction::Kind::kEvict) {
-      // Not issued: on mlp_train at caps of 40-75 % the planner's evictions
-      // (room for fetches, write-backs after a last use) moved 5-6 times the
-      // bytes of on-demand swapping, buffers evicted being needed again
-      // before the planner expected. Until that is understood, fetches only
-      // go into memory that is free.
-      ++stats_.planned_evictions_skipped;
+      // Queued behind the buffer's last use, never waited for here. One
+      // that cannot go now (pinned by this operation or in flight) stays;
+      // the fetch it made room for is then refused below if it no longer
+      // fits. (These thrashed while shards were predicted from their first
+      // gap, fetched far too early and held: policy/next_use.h.)
+      if (!b->resident()) continue;
+      if (EvictAsyncLocked(*b) != CUDA_SUCCESS) ++stats_.planned_evictions_skipped;
       continue;
     }
     const bool was_resident = b->resident();

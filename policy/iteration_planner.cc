@@ -51,8 +51,9 @@ void IterationPlanner::BuildProfile() {
   planner_.SetProfile(profile_, iteration_origin_);
 }
 
-uint64_t IterationPlanner::OnOperation(uint64_t key, absl::Span<const BufferTouch> touches,
-                                       std::vector<uint64_t>* next_uses) {
+uint64_t IterationPlanner::OnOperation(
+    uint64_t key, absl::Span<const BufferTouch> touches, std::vector<uint64_t>* next_uses,
+    std::vector<std::pair<uint64_t, uint64_t>>* repredicted) {
   const uint64_t time = next_time_++;
   ++stats_.operations;
   const IterationDetector::Observation seen = detector_.Observe(key);
@@ -119,9 +120,18 @@ uint64_t IterationPlanner::OnOperation(uint64_t key, absl::Span<const BufferTouc
     const BufferTouch& t = touches[i];
     std::optional<NextUsePredictor::Slot> slot;
     if (seen.known) slot = NextUsePredictor::Slot{seen.phase, static_cast<uint32_t>(i)};
-    uint64_t next = predictor_.OnUse(t.id, time, slot);
+    // The kind of use, whatever the phase: the operation and the position.
+    const uint64_t signature = (key ^ (uint64_t{i} + 1)) * 0x9e3779b97f4a7c15ull;
+    uint64_t next = predictor_.OnUse(t.id, time, slot, signature);
     if (seen_ids.insert(t.id).second) planner_.OnUse(t.id, t.bytes, time, next, t.write);
     if (next_uses != nullptr) next_uses->push_back(next);
+  }
+  // Buffers not used now whose prediction changed (a slot learnt a gap, a
+  // rotating slot named its next occupant, a free since the last operation).
+  for (const auto& [id, next] : predictor_.TakeChanged()) {
+    if (seen_ids.contains(id)) continue;  // used now: its own prediction holds
+    planner_.OnNextUse(id, next);
+    if (repredicted != nullptr) repredicted->emplace_back(id, next);
   }
   return time;
 }
@@ -139,6 +149,8 @@ void IterationPlanner::OnComputeTime(uint64_t time, double seconds) {
 void IterationPlanner::OnFreed(uint64_t id) {
   predictor_.OnFreed(id);
   planner_.OnFreed(id);
+  // What the free taught its slot (no next use) reaches the planner and the
+  // caller with the next operation's changes.
 }
 
 std::vector<PlannedAction> IterationPlanner::Plan(uint64_t free_bytes,

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -67,9 +68,14 @@ class IterationPlanner {
   // One operation: `key` names the kernel and its argument shapes (not
   // buffer ids), `touches` the buffers it uses in argument order. Appends
   // each touch's predicted next use (kNoNextUse when unknown) to
-  // `*next_uses` when not null. Returns the operation's logical time.
-  uint64_t OnOperation(uint64_t key, absl::Span<const BufferTouch> touches,
-                       std::vector<uint64_t>* next_uses = nullptr);
+  // `*next_uses` when not null, and (id, next use) of other buffers whose
+  // prediction changed (NextUsePredictor::TakeChanged; the last entry of an
+  // id counts) to `*repredicted` when not null. Returns the operation's
+  // logical time.
+  uint64_t OnOperation(
+      uint64_t key, absl::Span<const BufferTouch> touches,
+      std::vector<uint64_t>* next_uses = nullptr,
+      std::vector<std::pair<uint64_t, uint64_t>>* repredicted = nullptr);
   // Whether the operation just observed is part of the iteration being
   // profiled, so its compute time is wanted (time it; else do not).
   bool profiling() const { return profiling_now_; }

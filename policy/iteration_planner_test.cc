@@ -170,5 +170,52 @@ TEST(IterationPlannerTest, FetchesASwappedOutShardBeforeItsUse) {
   EXPECT_TRUE(fetched);
 }
 
+// Shards written one after another at start (key 20), then read one per
+// step: once the step is known and two reads showed the walk, the planner
+// names the shard of the next step before any shard was read twice, hands
+// it to the caller among the re-predicted buffers, and fetches it, swapped
+// out, within the step before its read.
+TEST(IterationPlannerTest, FetchesTheNextShardInItsFirstCycle) {
+  auto p = Make();
+  constexpr int kShards = 12;
+  for (int s = 0; s < kShards; ++s) {
+    BufferTouch init{uint64_t{100} + s, 2 * kMiB, true};
+    p->OnOperation(20, absl::MakeConstSpan(&init, 1));
+  }
+  // Steps as StepOps, but reading shard 100 + step of 12.
+  const auto step_ops = [](int step) {
+    std::vector<Step> ops = StepOps(step);
+    ops[0].touches[1].id = 100 + step % kShards;
+    return ops;
+  };
+  for (int s = 0; s < 6; ++s) {
+    for (const Step& op : step_ops(s)) {
+      uint64_t t = p->OnOperation(op.key, op.touches);
+      if (p->profiling()) p->OnComputeTime(t, 1e-3);
+    }
+  }
+  ASSERT_TRUE(p->has_profile());
+  p->OnEvicted(107);  // never read yet; read at step 7
+  bool named = false, fetched = false;
+  const std::vector<Step> ops = step_ops(6);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    std::vector<uint64_t> next;
+    std::vector<std::pair<uint64_t, uint64_t>> repredicted;
+    const uint64_t t = p->OnOperation(ops[i].key, ops[i].touches, &next, &repredicted);
+    for (const auto& [id, use] : repredicted) {
+      if (id == 107) {
+        named = true;
+        EXPECT_EQ(use, t + 4);  // phase 0 of the next step
+      }
+    }
+    for (const PlannedAction& a : p->Plan(64 * kMiB, 0)) {
+      if (a.kind == PlannedAction::Kind::kFetch && a.id == 107) fetched = true;
+    }
+  }
+  EXPECT_TRUE(named);
+  EXPECT_TRUE(fetched);
+  EXPECT_EQ(p->NextUse(107), 7u * 4 + kShards);
+}
+
 }  // namespace
 }  // namespace stensor

@@ -6,19 +6,38 @@
 //   (a) persistent weights used at fixed phases each iteration;
 //   (b) buffers used once every K iterations (dataset shards read in a
 //       cycle): the slot learns the gap K * period once the first shard
-//       comes round again;
+//       comes round again, and then every buffer whose last use was in that
+//       slot is re-predicted with it (last use + gap), not only the next one
+//       used there;
 //   (c) per-step temporaries that get new ids every iteration (an
 //       activation written in forward and read in backward): the slot
 //       learns the gap from the previous iteration's buffer, whatever its id.
-// Before an iteration is known (no phase), a buffer's own last gap is used.
+// Rotating slots: when a slot holds a different buffer each iteration and
+// its occupants walk, in order, through buffers last used together under one
+// signature (the same kernel and argument: shards written one after another
+// at start), or its occupant comes back to the use it had last time (a cycle
+// read again, buffers used in turn), the buffer following the current
+// occupant in that order of last uses is predicted for the slot's next
+// occurrence (now + the time since the previous occupant). That predicts a
+// cyclic dataset in its first cycle, before any shard was seen twice, and
+// across the wrap to the next.
+// Before an iteration is known (no phase), a buffer's own last gap is used,
+// but never its first: from the use after its allocation (an
+// initialisation) to the next says nothing about a period.
+// Once one is known, an own gap is not a prediction: it is one sample, often
+// spanning the program's set-up (a shard's first gap, from its
+// initialisation to its first read, says nothing about its next), and a
+// wrong "soon" makes the planner fetch and hold what is not needed.
 // A buffer freed after its use in a slot teaches that slot "no next use".
 // Nothing predicts -> EvictionCandidate::kNoNextUse.
 //
-// A prediction changes only when its buffer is used (OnUse returns it), so a
+// A buffer's prediction changes when it is used (OnUse returns it) or when
+// one of the two rules above names it; TakeChanged() lists the latter, so a
 // caller can keep buffers in an index ordered by next use.
 //
-// Work: O(1) expected per call (hash maps). Memory: one entry per live
-// buffer plus one per (phase, slot) seen since the last Reset().
+// Work: O(log n) per call (an ordered index of last uses), plus the buffers
+// re-predicted when a slot's learnt gap changes. Memory: a few entries per
+// live buffer plus one per (phase, slot) seen since the last Reset().
 //
 // Thread-safety: not thread-safe; the caller serialises.
 #ifndef STENSOR_POLICY_NEXT_USE_H_
@@ -28,8 +47,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <utility>
+#include <vector>
 
+#include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "policy/eviction_policy.h"
 
 namespace stensor {
@@ -45,10 +68,20 @@ class NextUsePredictor {
 
   // Records that buffer `id` is used at logical time `now` (times never
   // decrease) and returns its predicted next use (kNoNextUse when unknown).
-  // `slot` is nullopt while no iteration is known. Call once per buffer per
-  // operation, with the first slot it appears in; a second call at the same
-  // time returns the first prediction unchanged.
-  uint64_t OnUse(uint64_t id, uint64_t now, std::optional<Slot> slot);
+  // `slot` is nullopt while no iteration is known. `signature` names the
+  // kind of use (the operation's key and the argument position), known or
+  // not: rotating slots follow the order of uses of one signature. Call once
+  // per buffer per operation, with the first slot it appears in; a second
+  // call at the same time returns the first prediction unchanged.
+  uint64_t OnUse(uint64_t id, uint64_t now, std::optional<Slot> slot,
+                 uint64_t signature = 0);
+
+  // (id, new prediction) of the buffers other than the one used whose
+  // prediction OnUse or OnFreed changed since the last call, in order (a
+  // buffer may appear twice; the last entry counts).
+  std::vector<std::pair<uint64_t, uint64_t>> TakeChanged() {
+    return std::exchange(changed_, {});
+  }
 
   // The buffer is freed: its last slot learns "no next use" and the buffer
   // is forgotten.
@@ -57,8 +90,8 @@ class NextUsePredictor {
   // The last prediction made for `id` (kNoNextUse if unknown or untracked).
   uint64_t Predicted(uint64_t id) const;
 
-  // Forgets every learned slot gap (the pattern changed; phases mean
-  // something else now). Buffers keep their own last gap.
+  // Forgets every learned slot gap and slot occupant (the pattern changed;
+  // phases mean something else now). Buffers keep their own last gap.
   void Reset();
 
   size_t buffers() const { return buffers_.size(); }
@@ -68,18 +101,44 @@ class NextUsePredictor {
   static constexpr uint64_t kNoGap = EvictionCandidate::kNoNextUse;
   struct BufferState {
     uint64_t last_use = 0;
-    uint64_t own_gap = kNoGap;     // its last gap between uses
+    uint64_t signature = 0;        // of the last use
+    uint64_t uses = 0;
+    uint64_t own_gap = kNoGap;     // its last gap between uses, not the first
     bool has_slot = false;         // last use had a phase
     uint64_t slot_key = 0;         // (phase, slot) of the last use
     uint64_t predicted = 0;
+  };
+  // The last buffer used in a slot, and where its use before that was.
+  struct Occupant {
+    uint64_t id = 0;
+    uint64_t time = 0;
+    bool had_previous = false;
+    uint64_t previous_signature = 0;
+    uint64_t previous_time = 0;
   };
   // Slots past 2^20 - 1 share one key (no operation has that many buffers).
   static uint64_t SlotKey(Slot s) {
     return (uint64_t{s.phase} << 20) | std::min<uint32_t>(s.slot, (1u << 20) - 1);
   }
+  // `now + gap`, kNoNextUse when there is no gap or it would overflow.
+  static uint64_t After(uint64_t now, uint64_t gap) {
+    return gap == kNoGap || gap > EvictionCandidate::kNoNextUse - now
+               ? EvictionCandidate::kNoNextUse
+               : now + gap;
+  }
+  // Slot `key` learnt `gap`: its other members are re-predicted with it.
+  void Learn(uint64_t key, uint64_t gap, uint64_t now);
+  // Sets another buffer's prediction, noting the change.
+  void Repredict(uint64_t id, BufferState& b, uint64_t predicted);
 
   absl::flat_hash_map<uint64_t, BufferState> buffers_;
   absl::flat_hash_map<uint64_t, uint64_t> slot_gaps_;  // kNoGap = "freed"
+  // Buffers by the slot of their last use (for Learn).
+  absl::flat_hash_map<uint64_t, absl::flat_hash_set<uint64_t>> slot_members_;
+  absl::flat_hash_map<uint64_t, Occupant> occupants_;  // by slot key
+  // Every buffer by (signature, time) of its last use (for rotating slots).
+  absl::btree_map<std::pair<uint64_t, uint64_t>, uint64_t> by_last_use_;
+  std::vector<std::pair<uint64_t, uint64_t>> changed_;
 };
 
 }  // namespace stensor

@@ -24,17 +24,17 @@ void PrefetchPlanner::SetProfile(std::shared_ptr<const AccessProfile> profile,
 
 void PrefetchPlanner::Unindex(uint64_t id, const Buffer& b) {
   if (b.resident) {
-    resident_.erase({b.next_use, id});
+    resident_.erase(Key(id, b));
   } else {
-    swapped_.erase({b.next_use, id});
+    swapped_.erase(Key(id, b));
   }
 }
 
 void PrefetchPlanner::Index(uint64_t id, const Buffer& b) {
   if (!b.resident) {
-    swapped_.insert({b.next_use, id});
+    swapped_.insert(Key(id, b));
   } else if (!b.pinned) {
-    resident_.insert({b.next_use, id});
+    resident_.insert(Key(id, b));
   }
 }
 
@@ -46,15 +46,33 @@ void PrefetchPlanner::Thrashed() {
   paused_until_ = last_plan_ + backoff_;
 }
 
+void PrefetchPlanner::Charge(uint64_t bytes) {
+  stats_.bytes_caused += bytes;
+  const double budget = options_.cost_share * stats_.bytes_moved + largest_;
+  if (!stats_.stopped && stats_.bytes_caused > budget) stats_.stopped = true;
+}
+
+void PrefetchPlanner::Returned(Buffer& b, uint64_t now) {
+  stats_.bytes_moved += b.bytes;
+  if (b.charge != 0 && now < b.charge_until) Charge(b.charge);
+  b.charge = 0;
+}
+
 void PrefetchPlanner::OnUse(uint64_t id, uint64_t bytes, uint64_t now,
                             uint64_t next_use, bool write) {
   auto [it, inserted] = buffers_.try_emplace(id);
   Buffer& b = it->second;
   if (!inserted) {
     Unindex(id, b);
-    if (!b.resident && !b.fetched) ++stats_.on_demand;  // no OnResident came
+    if (!b.resident) {  // no OnResident came
+      if (!b.fetched) ++stats_.on_demand;
+      Returned(b, now);
+    }
   }
+  b.charge = 0;  // used: its eviction's effect is over
+  largest_ = std::max(largest_, bytes);
   if (b.fetched) {
+    if (b.resident) fetched_resident_.erase({b.next_use, id});
     // A planned fetch arrived in time for its use: the pause shrinks.
     ++stats_.fetch_hits;
     b.fetched = false;
@@ -64,8 +82,22 @@ void PrefetchPlanner::OnUse(uint64_t id, uint64_t bytes, uint64_t now,
   b.bytes = bytes;
   b.next_use = next_use;
   b.last_use = now;
+  b.proposed_for = 0;
   b.resident = true;
   if (write) b.dirty = true;  // a new buffer starts dirty: no host copy yet
+  Index(id, b);
+}
+
+void PrefetchPlanner::OnNextUse(uint64_t id, uint64_t next_use) {
+  auto it = buffers_.find(id);
+  if (it == buffers_.end()) return;
+  Buffer& b = it->second;
+  Unindex(id, b);
+  if (b.fetched && b.resident) {
+    fetched_resident_.erase({b.next_use, id});
+    fetched_resident_.insert({next_use, id});
+  }
+  b.next_use = next_use;
   Index(id, b);
 }
 
@@ -74,7 +106,13 @@ void PrefetchPlanner::OnResident(uint64_t id) {
   if (it == buffers_.end()) return;  // never used: nothing to plan for it
   Buffer& b = it->second;
   Unindex(id, b);
-  if (!b.fetched && !b.resident) ++stats_.on_demand;
+  if (!b.resident) {
+    if (!b.fetched) ++stats_.on_demand;
+    if (b.fetched) fetched_resident_.insert({b.next_use, id});
+    // Swapped in for the coming operation (on demand) or after the latest
+    // plan (a fetch): either way not before the next operation.
+    Returned(b, last_plan_ + 1);
+  }
   b.resident = true;
   b.dirty = false;  // just copied from its current host copy
   Index(id, b);
@@ -85,10 +123,23 @@ void PrefetchPlanner::OnEvicted(uint64_t id) {
   if (it == buffers_.end()) return;
   Buffer& b = it->second;
   Unindex(id, b);
-  if (b.fetched) {
-    b.fetched = false;
-    Thrashed();
+  if (b.resident) {
+    const uint64_t cost = b.dirty ? 2 * b.bytes : b.bytes;
+    if (b.dirty) stats_.bytes_moved += b.bytes;
+    if (b.fetched) {
+      fetched_resident_.erase({b.next_use, id});
+      b.fetched = false;
+      Thrashed();
+      Charge(b.bytes);
+    } else if (b.proposed_for != 0) {
+      b.charge = cost;
+      b.charge_until = b.proposed_for;
+    } else if (!fetched_resident_.empty()) {
+      b.charge = cost;
+      b.charge_until = fetched_resident_.begin()->first;
+    }
   }
+  b.proposed_for = 0;
   b.resident = false;
   b.dirty = false;  // the host copy is current (copied, or clean dropped)
   Index(id, b);
@@ -98,6 +149,9 @@ void PrefetchPlanner::OnFreed(uint64_t id) {
   auto it = buffers_.find(id);
   if (it == buffers_.end()) return;
   Unindex(id, it->second);
+  if (it->second.fetched && it->second.resident) {
+    fetched_resident_.erase({it->second.next_use, id});
+  }
   buffers_.erase(it);
 }
 
@@ -127,6 +181,10 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
   last_plan_ = now;
   std::vector<PlannedAction> actions;
   if (profile_ == nullptr) return actions;
+  if (stats_.stopped) {
+    ++stats_.plans_paused;
+    return actions;
+  }
   if (now < paused_until_) {
     ++stats_.plans_paused;
     return actions;
@@ -145,13 +203,10 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
   // Resident buffers whose predicted use passed without one predict nothing
   // any more: re-keyed as unknown, they become victims again instead of
   // looking needed soonest forever. Bounded like the rest of the scan.
-  while (!resident_.empty() && resident_.begin()->first < now &&
+  while (!resident_.empty() && resident_.begin()->next_use < now &&
          scanned < options_.max_scan) {
-    const uint64_t id = resident_.begin()->second;
-    Buffer& b = buffers_.at(id);
-    Unindex(id, b);
-    b.next_use = kNoNextUse;
-    Index(id, b);
+    const uint64_t id = resident_.begin()->id;
+    OnNextUse(id, kNoNextUse);
     ++scanned;
   }
 
@@ -165,31 +220,37 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
          r != resident_.rend() && free + gained < bytes &&
          scanned < options_.max_scan;
          ++r, ++scanned) {
-      if (r->first <= due) break;  // all further ones are needed sooner
-      const Buffer& v = buffers_.at(r->second);
+      if (r->next_use <= due) break;  // all further ones are needed sooner
+      const Buffer& v = buffers_.at(r->id);
       // A buffer of the current operation may go for an urgent fetch (its
       // swap-out queues behind the operation, as every eviction does), not
       // for a planned one, which exists to start early.
-      if (v.fetched || chosen.contains(r->second) ||
+      if (v.fetched || chosen.contains(r->id) ||
           (v.last_use >= now && planned)) {
         continue;
       }
       if (planned) {
-        // Unknown futures are left alone; a gap too short to write back and
-        // fetch again under compute gains nothing.
-        if (r->first == kNoNextUse) continue;
-        const double cost =
-            (profile_->D2hSeconds(v.bytes) + profile_->H2dSeconds(v.bytes)) *
-            options_.lead_factor;
-        if (ComputeBetween(now, r->first) < cost) continue;
+        // Only clean buffers (a drop, no copy): a planned write-back is a
+        // copy swapping on demand may never make (the cap may not bind
+        // before the buffer's use; in the library a dirty planned victim
+        // cost up to 7x the bytes of on demand at a 75 % cap). An unknown
+        // future is the cheapest room there is. Otherwise a gap too short
+        // to fetch again under compute gains nothing.
+        if (v.dirty) continue;
+        if (r->next_use != kNoNextUse &&
+            ComputeBetween(now, r->next_use) <
+                profile_->H2dSeconds(v.bytes) * options_.lead_factor) {
+          continue;
+        }
       }
-      victims.push_back(r->second);
+      victims.push_back(r->id);
       gained += v.bytes;
     }
     if (free + gained < bytes && !planned) return false;
     for (uint64_t id : victims) {
-      const Buffer& v = buffers_.at(id);
+      Buffer& v = buffers_.at(id);
       chosen.insert(id);
+      v.proposed_for = due;
       out.push_back({PlannedAction::Kind::kEvict, id, v.dirty});
       free += v.bytes;
       if (planned) {
@@ -206,13 +267,13 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
                                   actions.size() < options_.max_actions &&
                                   scanned < options_.max_scan;
        ++s, ++scanned) {
-    const uint64_t due = s->first;
+    const uint64_t due = s->next_use;
     if (due <= now) {
-      stale.push_back(s->second);
+      stale.push_back(s->id);
       continue;
     }
     if (due > horizon) break;  // sorted: nothing later is due this iteration
-    Buffer& b = buffers_.at(s->second);
+    Buffer& b = buffers_.at(s->id);
     if (b.fetched) continue;  // proposed already, its swap-in not reported
     const double t = profile_->H2dSeconds(b.bytes);
     // Waiting one more operation would leave less compute before the use
@@ -220,6 +281,15 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
     const double need = (queue + t) * options_.lead_factor;
     const double slack = ComputeBetween(now + 1, due);
     const bool urgent = slack < need;
+    // Too late to hide a useful share of the transfer (no compute left
+    // before the use, or none at all in the profile): fetching now would
+    // only hold memory, and evict for it, for a stall it barely shortens;
+    // left to the on-demand swap-in.
+    if (urgent && ComputeBetween(now, due) < options_.min_cover * t) {
+      demand += b.bytes;
+      demand_until = std::max(demand_until, due);
+      continue;
+    }
     // Soon: within early_factor of its lead. Fetching earlier than that
     // only holds memory the step's own allocations may want, which then
     // costs evictions that would not have been needed.
@@ -237,7 +307,7 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
       demand_until = std::max(demand_until, due);
       continue;
     }
-    actions.push_back({PlannedAction::Kind::kFetch, s->second, false});
+      actions.push_back({PlannedAction::Kind::kFetch, s->id, false});
     b.fetched = true;
     ++stats_.fetches;
     free -= b.bytes;
@@ -253,12 +323,7 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
 
   // A prediction that passed without a use predicts nothing any more; moved
   // to the far end so it no longer takes the scan's place every plan.
-  for (uint64_t id : stale) {
-    Buffer& b = buffers_.at(id);
-    Unindex(id, b);
-    b.next_use = kNoNextUse;
-    Index(id, b);
-  }
+  for (uint64_t id : stale) OnNextUse(id, kNoNextUse);
   return actions;
 }
 

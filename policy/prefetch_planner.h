@@ -7,6 +7,7 @@
 //   OnUse(id, bytes, now, next_use, write)  an operation at logical time
 //       `now` uses the buffer (it is resident from then on); next_use is the
 //       NextUsePredictor's prediction (kNoNextUse when unknown);
+//   OnNextUse(id, next_use)  a new prediction without a use;
 //   OnResident(id)  a swap-in was issued (on demand or a planned fetch):
 //       the buffer is resident with a current host copy (clean);
 //   OnEvicted(id)   its device copy is gone (any reason);
@@ -26,6 +27,9 @@
 // use when the profile allows; or earlier (up to early_factor times that
 // lead, within one iteration) while free memory above
 // Options::free_reserve_bytes takes it without evicting.
+// A fetch whose use has less compute before it than Options::min_cover of
+// its transfer time is not made at all: it would barely shorten the stall
+// and only hold memory (with no compute in the profile, nothing is fetched).
 // Room for an urgent fetch comes from resident buffers whose next use is
 // strictly later than the fetched buffer's, farthest first (never one needed
 // sooner, never one fetched and not yet used); if they cannot make the room,
@@ -35,17 +39,28 @@
 // after it. (Excluding them made worse victims: in replay_test it cost 30 %
 // more weight traffic than belady alone.)
 // Planned eviction: while the swapped-out buffers due soon (within
-// early_factor times their lead) need more memory than is free, resident buffers whose last use has passed
-// (not used by the current operation), whose next use is predicted after
-// everything due and far enough that the compute before it covers a
-// write-back plus a fetch, are evicted early, farthest first (copied when
-// dirty, so the copy overlaps compute instead of delaying the fetch that
-// needs the room). Buffers with no predicted next use are left to the
-// eviction policy: they may be temporaries about to be freed, and a copy of
-// those is wasted.
+// early_factor times their lead) need more memory than is free, clean
+// resident buffers whose last use has passed (not used by the current
+// operation) and whose next use is predicted after everything due (far
+// enough that the compute before it covers a fetch) or not at all are
+// dropped early, farthest first. Dirty ones are left to the eviction
+// policy: a planned write-back is a copy swapping on demand may never make.
 // Back-off: a fetched buffer evicted before its use is thrash; each one
 // doubles a pause (in operations) during which the planner proposes
 // nothing; a fetch that was used halves it. stats() counts all of it.
+// Cost cut-off: a fetch saves stall, never bytes (what it fetches would be
+// swapped in on demand anyway), so the bytes the planner causes are pure
+// cost. They are counted from the callbacks alone (no timing, so the same
+// sequence of events gives the same decisions): a fetch evicted unused
+// (its bytes); a victim that comes back (on demand or fetched) before the
+// use it was evicted for, i.e. one needed sooner than what took its room
+// (its bytes in, plus its write-back when it was dirty). Victims are the
+// planner's own evictions (charged until the use of what they made room
+// for) and the caller's evictions while fetched, unused buffers held memory
+// (charged until the earliest predicted use among those). Once they exceed
+// Options::cost_share of the bytes moved so far plus one largest buffer, the
+// planner stops for good: prefetch falls back to swapping on demand instead
+// of thrashing (stats().stopped).
 // A prediction that passed without a use counts as "no next use" from then
 // on (the planner re-keys its own indexes; the caller's belady keys keep the
 // old value until the buffer's next use).
@@ -62,6 +77,7 @@
 #include <cstdint>
 #include <memory>
 #include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -103,6 +119,12 @@ class PrefetchPlanner {
     // First pause after thrash, in operations; doubled up to max_backoff.
     uint64_t min_backoff = 16;
     uint64_t max_backoff = uint64_t{1} << 16;
+    // The share of the bytes moved that the planner's own extra bytes may
+    // reach (plus one largest buffer) before it stops for good.
+    double cost_share = 0.02;
+    // The share of its transfer time a fetch must be able to hide (compute
+    // before its use): a fetch that would hide less is left on demand.
+    double min_cover = 0.5;
   };
 
   struct Stats {
@@ -116,6 +138,9 @@ class PrefetchPlanner {
     uint64_t on_demand = 0;          // swapped in without a planned fetch
     uint64_t backoffs = 0;           // pauses started
     uint64_t plans_paused = 0;       // Plan calls that proposed nothing for it
+    uint64_t bytes_moved = 0;        // seen copied in and out (callbacks)
+    uint64_t bytes_caused = 0;       // of those, extra bytes the plans caused
+    bool stopped = false;            // the cost cut-off was reached
   };
 
   PrefetchPlanner() : PrefetchPlanner(Options{}) {}
@@ -132,6 +157,9 @@ class PrefetchPlanner {
 
   void OnUse(uint64_t id, uint64_t bytes, uint64_t now, uint64_t next_use,
              bool write);
+  // A buffer's predicted next use changed without a use (the predictor
+  // learnt more): re-keyed. Unknown ids are ignored.
+  void OnNextUse(uint64_t id, uint64_t next_use);
   void OnResident(uint64_t id);
   void OnEvicted(uint64_t id);
   void OnFreed(uint64_t id);
@@ -150,7 +178,17 @@ class PrefetchPlanner {
   size_t swapped_out() const { return swapped_.size(); }
 
  private:
-  using Entry = std::pair<uint64_t, uint64_t>;  // (next_use, id)
+  // Index order: by next use; at equal next use a dirty buffer before a
+  // clean one, so that taking from the far end takes the clean one first
+  // (a drop, where the dirty one costs a write-back too); then by id.
+  struct Entry {
+    uint64_t next_use;
+    bool clean;
+    uint64_t id;
+    bool operator<(const Entry& o) const {
+      return std::tie(next_use, clean, id) < std::tie(o.next_use, o.clean, o.id);
+    }
+  };
   struct Buffer {
     uint64_t bytes = 0;
     uint64_t next_use = 0;
@@ -159,11 +197,24 @@ class PrefetchPlanner {
     bool dirty = true;
     bool pinned = false;
     bool fetched = false;  // fetched by the planner, not yet used
+    // Swapped out by a planned eviction or while fetched buffers held
+    // memory: its return on demand is charged to the planner. Cleared by a
+    // use. `charge` is what its return costs (bytes in, plus the write-back
+    // when it was dirty); 0 when nothing is charged.
+    uint64_t charge = 0;
+    uint64_t charge_until = 0;  // a return before this time is charged
+    // A kEvict of it was proposed for a use at this time (0: none pending).
+    uint64_t proposed_for = 0;
   };
+  static Entry Key(uint64_t id, const Buffer& b) { return {b.next_use, !b.dirty, id}; }
   void Unindex(uint64_t id, const Buffer& b);
   void Index(uint64_t id, const Buffer& b);
   // A fetched buffer was lost before its use: pause, doubling the pause.
   void Thrashed();
+  // Adds planner-caused bytes; stops the planner past the cut-off.
+  void Charge(uint64_t bytes);
+  // A non-resident buffer becomes resident without a planned fetch.
+  void Returned(Buffer& b, uint64_t now);
   // Compute seconds of operations [from, to); kNoNextUse -> infinite.
   double ComputeBetween(uint64_t from, uint64_t to) const;
 
@@ -176,6 +227,9 @@ class PrefetchPlanner {
   uint64_t last_plan_ = 0;    // `now` of the latest Plan
   uint64_t backoff_ = 0;      // current pause length
   uint64_t paused_until_ = 0;
+  // Fetched, resident, not yet used, by predicted next use.
+  std::set<std::pair<uint64_t, uint64_t>> fetched_resident_;
+  uint64_t largest_ = 0;                 // largest buffer seen
   Stats stats_;
 };
 

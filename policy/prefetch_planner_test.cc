@@ -137,13 +137,30 @@ TEST(PrefetchPlannerTest, NeverEvictsWhatIsNeededSooner) {
                                  Evict(6, false), Evict(5, false), Fetch(1)}));
 }
 
+// At equal distance (here: both unknown) a clean buffer makes the room, not
+// a dirty one: the drop costs no write-back (a shard read and one written
+// at start and never read since, on mlp_train).
+TEST(PrefetchPlannerTest, RoomForAFetchTakesTheCleanBufferAtEqualDistance) {
+  PrefetchPlanner p;
+  p.SetProfile(Profile(20, 1.0), 0);
+  SwappedOut(p, 1, 4 * kMB, 0, 6);           // 4 ms lead: urgent at once
+  p.OnUse(9, 4 * kMB, 0, kNone, true);        // dirty; the larger id
+  SwappedOut(p, 2, 4 * kMB, 0, kNone);
+  p.OnResident(2);
+  p.OnUse(2, 4 * kMB, 1, kNone, false);       // clean
+  EXPECT_EQ(p.Plan(2, 0, 0), (std::vector<PlannedAction>{Evict(2, false), Fetch(1)}));
+}
+
 // A randomized check of the same rule and of the bookkeeping, against a
 // model of memory: each fetch's evictions have later next uses than the
 // fetched buffer, never one used by the current operation or fetched and
 // unused, and nothing is fetched that does not fit.
 TEST(PrefetchPlannerTest, RandomizedNeverEvictsSoonerAndStaysInMemory) {
   std::mt19937_64 rng(7);
-  PrefetchPlanner p(PrefetchPlanner::Options{.max_actions = 8});
+  // Random predictions are wrong all the time: without a cut-off, so that
+  // the rules are exercised all along.
+  PrefetchPlanner p(
+      PrefetchPlanner::Options{.max_actions = 8, .cost_share = 1e18});
   p.SetProfile(Profile(16, 1.0), 0);
   constexpr uint64_t kCap = 12 * kMB;
   struct Model {
@@ -151,6 +168,7 @@ TEST(PrefetchPlannerTest, RandomizedNeverEvictsSoonerAndStaysInMemory) {
     uint64_t next;
     bool resident;
     bool fetched = false;
+    bool dirty = true;  // no current host copy
   };
   std::map<uint64_t, Model> bufs;
   uint64_t used = 0;
@@ -172,14 +190,20 @@ TEST(PrefetchPlannerTest, RandomizedNeverEvictsSoonerAndStaysInMemory) {
         }
         ASSERT_TRUE(any);
         bufs[victim].resident = false;
+        bufs[victim].dirty = false;
         used -= bufs[victim].bytes;
         p.OnEvicted(victim);
       }
       used += bytes;
-      if (it != bufs.end()) p.OnResident(id);
+      if (it != bufs.end()) {
+        p.OnResident(id);
+        it->second.dirty = false;
+      }
     }
-    bufs[id] = Model{bytes, next, true};
-    p.OnUse(id, bytes, now, next, rng() % 2 == 0);
+    const bool write = rng() % 2 == 0;
+    const bool dirty = it == bufs.end() || it->second.dirty || write;
+    bufs[id] = Model{bytes, next, true, false, dirty};
+    p.OnUse(id, bytes, now, next, write);
     uint64_t free = kCap - used;
     const std::vector<PlannedAction> actions = p.Plan(now, free, 0);
     for (size_t i = 0; i < actions.size(); ++i) {
@@ -196,12 +220,17 @@ TEST(PrefetchPlannerTest, RandomizedNeverEvictsSoonerAndStaysInMemory) {
           ASSERT_GT(next, bufs.at(actions[f].id).next)
               << "evicted " << a.id << " needed sooner than " << actions[f].id;
         } else {
-          // A planned eviction: never the current op's, never unknown.
+          // A planned eviction: never the current op's, never an unknown
+          // future unless clean (a drop).
           ASSERT_NE(a.id, id);
-          ASSERT_GE(m.next, now);
-          ASSERT_NE(m.next, kNone);
+          if (m.next < now || m.next == kNone) {
+            ASSERT_FALSE(m.dirty) << a.id;
+            ASSERT_FALSE(a.copy) << a.id;
+          }
         }
+        ASSERT_EQ(a.copy, m.dirty) << a.id;
         m.resident = false;
+        m.dirty = false;  // the host copy is current
         used -= m.bytes;
         free += m.bytes;
         p.OnEvicted(a.id);
@@ -210,6 +239,7 @@ TEST(PrefetchPlannerTest, RandomizedNeverEvictsSoonerAndStaysInMemory) {
         ASSERT_LE(m.bytes, free) << "fetch does not fit";
         ASSERT_GT(m.next, now);
         m.resident = true;
+        m.dirty = false;
         used += m.bytes;
         free -= m.bytes;
         p.OnResident(a.id);
@@ -221,35 +251,75 @@ TEST(PrefetchPlannerTest, RandomizedNeverEvictsSoonerAndStaysInMemory) {
   EXPECT_GT(p.stats().fetch_evictions + p.stats().planned_evictions, 50u);
 }
 
+// A clean resident buffer (read since its last swap-in).
+void CleanResident(PrefetchPlanner& p, uint64_t id, uint64_t bytes,
+                   uint64_t time, uint64_t next_use) {
+  SwappedOut(p, id, bytes, 0, time);
+  p.OnResident(id);
+  p.OnUse(id, bytes, time, next_use, /*write=*/false);
+}
+
 TEST(PrefetchPlannerTest, PlannedEvictionAfterLastUseBeforeALongGap) {
   PrefetchPlanner p;
   p.SetProfile(Profile(100, 1.0), 0);
-  p.OnUse(1, 4 * kMB, 1, 90, /*write=*/true);  // long gap after this use
+  CleanResident(p, 1, 4 * kMB, 1, 90);         // long gap after this use
   p.OnUse(2, 4 * kMB, 1, 3, true);             // short gap: stays
   SwappedOut(p, 3, 4 * kMB, 0, 20);            // due at 20, 4 ms lead
   for (uint64_t now = 2; now < 12; ++now) {
     EXPECT_TRUE(p.Plan(now, 0, 0).empty()) << now;  // not due soon yet
   }
   // At 12 (within twice its lead) 3 does not fit, nothing is urgent: 1 is
-  // written back now, so the copy overlaps compute.
-  EXPECT_EQ(p.Plan(12, 0, 0), (std::vector<PlannedAction>{Evict(1, true)}));
+  // dropped now, ahead of the urgent fetch.
+  EXPECT_EQ(p.Plan(12, 0, 0), (std::vector<PlannedAction>{Evict(1, false)}));
   EXPECT_EQ(p.stats().planned_evictions, 1u);
-  EXPECT_EQ(p.stats().planned_copies, 1u);
+  EXPECT_EQ(p.stats().planned_copies, 0u);
   p.OnEvicted(1);
   // The memory it frees takes the fetch before it is urgent.
   EXPECT_EQ(p.Plan(13, 4 * kMB, 0), (std::vector<PlannedAction>{Fetch(3)}));
 }
 
+// A planned write-back is a copy swapping on demand may never make: a dirty
+// buffer is never evicted early, only for a fetch that is urgent.
+TEST(PrefetchPlannerTest, PlannedEvictionNeverWritesBack) {
+  PrefetchPlanner p;
+  p.SetProfile(Profile(100, 1.0), 0);
+  p.OnUse(1, 4 * kMB, 1, 90, /*write=*/true);
+  SwappedOut(p, 3, 4 * kMB, 0, 20);
+  for (uint64_t now = 2; now < 16; ++now) {
+    EXPECT_TRUE(p.Plan(now, 0, 0).empty()) << now;
+  }
+  EXPECT_EQ(p.stats().planned_evictions, 0u);
+  // Urgent (less than its 4 ms lead left): room from 1, written back.
+  EXPECT_EQ(p.Plan(16, 0, 0),
+            (std::vector<PlannedAction>{Evict(1, true), Fetch(3)}));
+}
+
 TEST(PrefetchPlannerTest, NoPlannedEvictionWithoutPressureOrForUnknownFutures) {
   PrefetchPlanner p;
   p.SetProfile(Profile(100, 1.0), 0);
-  p.OnUse(1, 4 * kMB, 1, 90, true);
+  CleanResident(p, 1, 4 * kMB, 1, 90);
   p.OnUse(2, 4 * kMB, 1, kNone, true);  // maybe a temporary about to be freed
   EXPECT_TRUE(p.Plan(2, 0, 0).empty());  // nothing needs the room
   SwappedOut(p, 3, 8 * kMB, 0, 20);      // 8 ms lead: soon from 5 on
   EXPECT_TRUE(p.Plan(3, 0, 0).empty());
-  // Pressure: only the predicted one goes, the unknown one stays.
-  EXPECT_EQ(p.Plan(5, 0, 0), (std::vector<PlannedAction>{Evict(1, true)}));
+  // Pressure: only the predicted one goes, the unknown (dirty) one stays.
+  EXPECT_EQ(p.Plan(5, 0, 0), (std::vector<PlannedAction>{Evict(1, false)}));
+}
+
+// A clean buffer nothing predicts (a shard read, its next read unknown) is
+// the cheapest room there is: dropped for what is due, before a dirty one
+// predicted later is written back.
+TEST(PrefetchPlannerTest, PlannedEvictionDropsACleanBufferNobodyPredicts) {
+  PrefetchPlanner p;
+  p.SetProfile(Profile(100, 1.0), 0);
+  p.OnUse(1, 4 * kMB, 1, 90, true);  // dirty, needed late
+  SwappedOut(p, 2, 4 * kMB, 0, kNone);
+  p.OnResident(2);                    // fetched back on demand: clean
+  p.OnUse(2, 4 * kMB, 1, kNone, false);
+  SwappedOut(p, 3, 4 * kMB, 0, 20);   // due at 20, 4 ms lead
+  EXPECT_TRUE(p.Plan(2, 0, 0).empty());
+  EXPECT_EQ(p.Plan(12, 0, 0), (std::vector<PlannedAction>{Evict(2, false)}));
+  EXPECT_EQ(p.stats().planned_copies, 0u);
 }
 
 TEST(PrefetchPlannerTest, BacksOffWhenFetchesAreEvictedBeforeUse) {
@@ -318,6 +388,59 @@ TEST(PrefetchPlannerTest, PinnedBuffersAreNeverEvicted) {
   p.SetPinned(2, false);
   EXPECT_EQ(p.Plan(3, 0, 0),
             (std::vector<PlannedAction>{Evict(2, true), Fetch(1)}));
+}
+
+// With no compute before the use to hide a transfer under, a fetch only
+// holds memory: none is made, even into free memory.
+TEST(PrefetchPlannerTest, NoFetchWithoutComputeToHideItUnder) {
+  PrefetchPlanner p;
+  p.SetProfile(Profile(20, 0.0), 0);
+  SwappedOut(p, 1, kMB, 0, 5);
+  for (uint64_t now = 1; now < 5; ++now) {
+    EXPECT_TRUE(p.Plan(now, 10 * kMB, 0).empty()) << now;
+  }
+  PrefetchPlanner q;
+  q.SetProfile(Profile(20, 1.0), 0);  // 1 ms per operation: 1 MB hides
+  SwappedOut(q, 1, kMB, 0, 5);
+  EXPECT_EQ(q.Plan(4, 10 * kMB, 0), (std::vector<PlannedAction>{Fetch(1)}));
+}
+
+// A victim that comes back before the use it made room for was needed
+// sooner than what it made room for: its write-back and its return are bytes
+// the planner caused, and past the cut-off it proposes nothing more.
+TEST(PrefetchPlannerTest, StopsWhenItsVictimsComeBackSooner) {
+  PrefetchPlanner p;
+  p.SetProfile(Profile(100, 1.0), 0);
+  SwappedOut(p, 1, kMB, 0, 4);
+  p.OnUse(2, kMB, 1, 30, true);  // predicted at 30: room for 1, due at 4
+  ASSERT_EQ(p.Plan(3, 0, 0),
+            (std::vector<PlannedAction>{Evict(2, true), Fetch(1)}));
+  p.OnEvicted(2);
+  p.OnResident(1);
+  EXPECT_EQ(p.stats().bytes_caused, 0u);
+  p.OnUse(2, kMB, 3, 30, false);  // wrong: needed at 3, on demand
+  EXPECT_EQ(p.stats().bytes_caused, 2 * kMB);
+  EXPECT_TRUE(p.stats().stopped);
+  SwappedOut(p, 3, kMB, 3, 6);
+  EXPECT_TRUE(p.Plan(4, 10 * kMB, 0).empty());
+  EXPECT_EQ(p.stats().fetches, 1u);
+}
+
+TEST(PrefetchPlannerTest, VictimsBackAfterTheirPredictedUseCostNothing) {
+  PrefetchPlanner p;
+  p.SetProfile(Profile(100, 1.0), 0);
+  SwappedOut(p, 1, kMB, 0, 4);
+  p.OnUse(2, kMB, 1, 30, true);
+  ASSERT_EQ(p.Plan(3, 0, 0),
+            (std::vector<PlannedAction>{Evict(2, true), Fetch(1)}));
+  p.OnEvicted(2);
+  p.OnResident(1);
+  p.OnUse(1, kMB, 4, 40, false);
+  p.OnUse(2, kMB, 30, 60, false);  // as predicted, after 1's use
+  EXPECT_EQ(p.stats().bytes_caused, 0u);
+  EXPECT_FALSE(p.stats().stopped);
+  SwappedOut(p, 3, kMB, 30, 33);
+  EXPECT_EQ(p.Plan(31, 10 * kMB, 0), (std::vector<PlannedAction>{Fetch(3)}));
 }
 
 }  // namespace

@@ -168,8 +168,17 @@ class Replay {
       if (u.write) b.gpu_version = now;
       std::optional<NextUsePredictor::Slot> where;
       if (o.known) where = NextUsePredictor::Slot{o.phase, static_cast<uint32_t>(slot)};
-      b.next_use = predictor_.OnUse(u.id, now, where);
+      // The signature as IterationPlanner makes it: the op and the position.
+      b.next_use = predictor_.OnUse(u.id, now, where, op.key * 64 + slot);
       planner_.OnUse(u.id, u.bytes, now, b.next_use, u.write);
+    }
+    // Other buffers the predictor re-predicted, as IterationPlanner passes
+    // them on.
+    for (const auto& [id, next] : predictor_.TakeChanged()) {
+      auto it = buffers_.find(id);
+      if (it == buffers_.end()) continue;
+      it->second.next_use = next;
+      planner_.OnNextUse(id, next);
     }
     if (prefetch_) {
       for (const PlannedAction& a : planner_.Plan(now, cap_ - used_, 0)) {

@@ -258,7 +258,11 @@ class Simulator {
       touches.push_back(BufferTouch{id, trace_.buffers.at(id).charge, write});
     }
     std::vector<uint64_t> next_uses;
-    const uint64_t time = planner_->OnOperation(op.key, touches, &next_uses);
+    std::vector<std::pair<uint64_t, uint64_t>> repredicted;
+    const uint64_t time = planner_->OnOperation(op.key, touches, &next_uses, &repredicted);
+    for (const auto& [id, next] : repredicted) {
+      if (auto it = state_.find(id); it != state_.end()) it->second.next_use = next;
+    }
     if (planner_->profiling()) planner_->OnComputeTime(time, compute_us_ / 1e6);
     for (size_t i = 0; i < op.ids.size(); ++i) {
       SimBuffer& b = State(op.ids[i]);
@@ -281,8 +285,7 @@ class Simulator {
       }
       SimBuffer& b = it->second;
       if (a.kind == PlannedAction::Kind::kEvict) {
-        // Not issued by default, as in the library: fetches then only go
-        // into free memory.
+        // Off (--planned-evictions off): fetches only go into free memory.
         if (!options_.planned_evictions || !b.resident) continue;
         // As the policy would copy it: lru always, version when dirty.
         SwapOut(b, !options_.version_rules || !Droppable(b));

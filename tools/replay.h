@@ -51,9 +51,9 @@ struct ReplayOptions {
   double kernel_us = 100;
   bool prefetch = false;  // the policy/ prefetch planner
   // Whether the planner's evictions are issued too (room for fetches,
-  // write-backs after a last use). The library does not issue them yet
-  // (MemoryManager::NoteOperation), so by default neither does the replay.
-  bool planned_evictions = false;
+  // write-backs after a last use), as the library does
+  // (MemoryManager::NoteOperation); off: fetches only go into free memory.
+  bool planned_evictions = true;
 };
 
 struct ReplayResult {

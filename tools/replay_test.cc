@@ -59,8 +59,8 @@ TEST(ReplayTest, PrefetchWithPlannedEvictionsHidesSwapIns) {
   EXPECT_LT(on->stall_us, off->stall_us * 0.6);
 }
 
-// As the library does it (no planned evictions): with the cap full nothing
-// can be fetched, and nothing changes.
+// Without planned evictions (--planned-evictions off): with the cap full
+// nothing can be fetched, and nothing changes.
 TEST(ReplayTest, PrefetchWithoutPlannedEvictionsOnlyUsesFreeMemory) {
   absl::StatusOr<ReplayResult> off = Sim(Cycle(20), 4 * kMiB);
   absl::StatusOr<ReplayResult> on = Sim(Cycle(20), 4 * kMiB, false, 16, false, /*prefetch=*/true);

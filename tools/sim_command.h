@@ -26,8 +26,8 @@ struct SimFlags {
   std::string log;
   std::string limit;  // BYTES (with an optional K/M/G[iB] suffix) or N%
   std::string policy = "version";
-  bool prefetch = false;
-  bool planned_evictions = false;  // issue the planner's evictions (the library does not)
+  bool prefetch = false;  // as the library's STENSOR_PREFETCH default
+  bool planned_evictions = true;  // issue the planner's evictions (as the library does)
   double bandwidth_gbps = 16;
   double kernel_us = 100;
   bool compare = false;
