@@ -2038,7 +2038,11 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
       // fits. (These thrashed while shards were predicted from their first
       // gap, fetched far too early and held: policy/next_use.h.)
       if (!b->resident()) continue;
-      if (EvictAsyncLocked(*b) != CUDA_SUCCESS) ++stats_.planned_evictions_skipped;
+      if (EvictAsyncLocked(*b) == CUDA_SUCCESS) {
+        ++stats_.planned_evictions_issued;
+      } else {
+        ++stats_.planned_evictions_skipped;
+      }
       continue;
     }
     const bool was_resident = b->resident();
@@ -2178,6 +2182,8 @@ SwapStats MemoryManager::stats() const {
     s.pattern_changes = p.pattern_changes;
     s.prefetches_used = p.planner.fetch_hits;
     s.prefetches_wasted = p.planner.fetches_wasted;
+    s.planner_bytes_caused = p.planner.bytes_caused;
+    s.planner_stopped = p.planner.stopped;
   }
   return s;
 }
@@ -2209,7 +2215,8 @@ std::string MemoryManager::StatsText() const {
       "stensor: pool hits          %10u (device memory reused)\n"
       "stensor: profiled iteration %10u operations (%u profiles, %u pattern changes)\n"
       "stensor: prefetches         %10u issued (%u used, %u evicted before use, %u not now)\n"
-      "stensor: planned evictions  %10u skipped (not issued: see core/memory_manager.cc)\n"
+      "stensor: planned evictions  %10u issued (%u could not go: in use or in flight)\n"
+      "stensor: planner cost       %10.1f MiB moved because of its plans (%s)\n"
       "stensor: on-demand after profile %5u (swap-ins copied on demand once profiled)\n"
       "stensor: link bandwidth     %10.2f GB/s host->device (%s)\n%s",
       std::string(policy_->name()), mib(s.peak_resident_bytes), s.swap_outs_copied,
@@ -2220,7 +2227,9 @@ std::string MemoryManager::StatsText() const {
       s.wait_program_seconds, s.wait_swap_seconds, s.wait_unknown_seconds, s.async_evictions,
       s.swap_outs_cancelled, s.physical_creates, s.physical_releases, s.pool_hits,
       s.profiled_period, s.profiles, s.pattern_changes, s.prefetches_issued, s.prefetches_used,
-      s.prefetches_wasted, s.prefetches_refused, s.planned_evictions_skipped, s.on_demand_after_profile,
+      s.prefetches_wasted, s.prefetches_refused, s.planned_evictions_issued, s.planned_evictions_skipped,
+      mib(s.planner_bytes_caused), s.planner_stopped ? "stopped: past its cut-off" : "running",
+      s.on_demand_after_profile,
       s.planner_bandwidth_h2d / 1e9,
       s.planner_bandwidth_h2d == 0                ? "no planner"
       : !config_.bandwidth.measured()             ? "STENSOR_BANDWIDTH"

@@ -104,7 +104,10 @@ struct SwapStats {
   uint64_t prefetches_refused = 0;  // not now: no room without waiting
   uint64_t prefetches_used = 0;
   uint64_t prefetches_wasted = 0;   // evicted again before their use
-  uint64_t planned_evictions_skipped = 0;
+  uint64_t planned_evictions_issued = 0;
+  uint64_t planned_evictions_skipped = 0;  // pinned now or already in flight
+  uint64_t planner_bytes_caused = 0;       // extra bytes its plans caused
+  bool planner_stopped = false;            // the cost cut-off was reached
   uint64_t on_demand_after_profile = 0;
   double planner_bandwidth_h2d = 0;  // bytes/s the planner assumed
   bool bandwidth_probed = false;

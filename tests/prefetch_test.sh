@@ -53,6 +53,10 @@ on=$(stat belady-on "on-demand after profile") off=$(stat belady-off "on-demand 
 echo "mlp_train at 40 %: on-demand swap-ins once profiled: $off with prefetch off, $on with it on"
 [[ -n $on && -n $off ]] && (( off > 0 )) || fail "no on-demand counts: on '$on', off '$off'"
 (( on * 5 <= off )) || fail "prefetch on left $on on-demand swap-ins, off $off: not 80 % fewer"
+# The planner's evictions are issued now, and counted.
+planned=$(stat belady-on "planned evictions")
+[[ -n $planned ]] && (( planned > 0 )) || fail "no planned eviction issued: $(grep 'planned evictions' "$tmp/belady-on.err")"
+grep -q '^stensor: planner cost' "$tmp/belady-on.err" || fail "no planner cost line"
 for policy in version belady; do
   on=$(mib_in "$policy-on") off=$(mib_in "$policy-off")
   echo "$policy at 40 %: $off MiB in with prefetch off, $on MiB with it on"
