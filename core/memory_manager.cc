@@ -1071,7 +1071,17 @@ bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
     if (!b.device_chunks.empty() || b.host_at_base || b.old_mapped) {
       if (vmm_.Unmap(b.base, b.reserved) != CUDA_SUCCESS) return false;
       b.host_at_base = false;
-      PoolChunks(dev, &b.device_chunks);
+      if (b.exported) {
+        // The program may still hold a retained handle to this memory:
+        // never hand it to another buffer (the driver keeps it alive for
+        // that handle; it is the program's now, and no longer charged).
+        for (CUmemGenericAllocationHandle h : b.device_chunks) {
+          ReleasePhysical(dev, h, dev.granularity);
+        }
+        b.device_chunks.clear();
+      } else {
+        PoolChunks(dev, &b.device_chunks);
+      }
       EndShadow(dev, b);  // released only once idle: its swap-out copy is done
     }
     if (b.va_reserved) {

@@ -424,6 +424,45 @@ TEST_F(BoundsTest, ExportedBufferIsResidentAndNeverEvicted) {
   for (CUdeviceptr p : {a, b, c, d}) EXPECT_CU(mm->Free(p));
 }
 
+// A program that retained an exported buffer's handle may keep using that
+// memory after cuMemFree (the driver keeps it alive for the handle): it is
+// never pooled and handed to another buffer.
+TEST_F(BoundsTest, FreedExportedMemoryIsNotHandedOn) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a = Alloc(*mm, 1);
+  Write(*mm, 1, a, 1);
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  ASSERT_TRUE(mm->PinExported(a, "cuMemRetainAllocationHandle", &r));
+  EXPECT_CU(r);
+  CUmemGenericAllocationHandle h = 0;
+  ASSERT_CU(cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(a)));
+  CUdeviceptr alias = 0;
+  ASSERT_CU(cuMemAddressReserve(&alias, kGranule, 0, 0, 0));
+  ASSERT_CU(cuMemMap(alias, kGranule, 0, h, 0));
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = 0;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  ASSERT_CU(cuMemSetAccess(alias, kGranule, &access, 1));
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_CU(mm->Free(a));
+
+  CUdeviceptr e = Alloc(*mm, 2);
+  Write(*mm, 2, e, 2);
+  ASSERT_CU(cuMemsetD8_v2(alias, 0x77, kGranule));  // the program's own memory
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_TRUE(Holds(*mm, 2, e, 2));
+  std::vector<uint8_t> mine(kGranule);
+  ASSERT_CU(cuMemcpyDtoH_v2(mine.data(), alias, kGranule));
+  EXPECT_EQ(mine.front(), 0x77);
+  EXPECT_EQ(mine.back(), 0x77);
+  ASSERT_CU(cuMemUnmap(alias, kGranule));
+  ASSERT_CU(cuMemRelease(h));
+  ASSERT_CU(cuMemAddressFree(alias, kGranule));
+  EXPECT_CU(mm->Free(e));
+}
+
 // With every other buffer pinned for good, a buffer that does not fit is
 // out of memory: pinned buffers are not evicted to make room.
 TEST_F(BoundsTest, PinnedBuffersLeaveOutOfMemoryWhenNothingElseFits) {

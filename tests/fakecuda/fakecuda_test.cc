@@ -253,6 +253,36 @@ TEST_F(FakeCudaTest, RemappedMemoryKeepsItsPageTables) {
   ASSERT_CU(cuMemAddressFree(va, n));
 }
 
+// A mapping made read-only and then unmapped leaves the handle as it was:
+// the next read-write mapping of it is writable. (The fake's page tables
+// move from mapping to mapping, and would carry the protection along.)
+TEST_F(FakeCudaTest, ReadOnlyMappingDoesNotLeaveItsHandleReadOnly) {
+  CUmemGenericAllocationHandle h;
+  CUdeviceptr va = MapNew(1, &h);  // read-write: borrows the page tables
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = 0;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READ;
+  ASSERT_CU(cuMemSetAccess(va, kGranule, &access, 1));
+  ASSERT_CU(cuMemUnmap(va, kGranule));
+  CUdeviceptr other = 0;
+  ASSERT_CU(cuMemAddressReserve(&other, kGranule, 0, 0, 0));
+  ASSERT_CU(cuMemMap(other, kGranule, 0, h, 0));
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  ASSERT_CU(cuMemSetAccess(other, kGranule, &access, 1));
+  ASSERT_CU(cuMemsetD8_v2(other, 0x5a, kGranule));  // faults if read-only
+  ASSERT_CU(cuCtxSynchronize());
+  reinterpret_cast<volatile unsigned char*>(other)[kGranule - 1] = 7;
+  std::vector<unsigned char> back(kGranule);
+  ASSERT_CU(cuMemcpyDtoH_v2(back.data(), other, kGranule));
+  EXPECT_EQ(back[0], 0x5a);
+  EXPECT_EQ(back[kGranule - 1], 7);
+  ASSERT_CU(cuMemUnmap(other, kGranule));
+  ASSERT_CU(cuMemRelease(h));
+  ASSERT_CU(cuMemAddressFree(other, kGranule));
+  ASSERT_CU(cuMemAddressFree(va, kGranule));
+}
+
 using FakeCudaDeathTest = FakeCudaTest;
 
 TEST_F(FakeCudaDeathTest, TouchingAnUnmappedRangeFaults) {

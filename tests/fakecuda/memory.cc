@@ -52,6 +52,7 @@ struct Mapping {
   size_t size = 0;
   Handle* handle = nullptr;
   bool accessible = false;
+  int prot = PROT_NONE;  // as cuMemSetAccess last set it
   int device = 0;
 };
 
@@ -675,7 +676,10 @@ FAKECUDA_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size,
     }
     q += mp->size;
   }
-  for (Mapping* mp : covered) mp->accessible = prot != PROT_NONE;
+  for (Mapping* mp : covered) {
+    mp->accessible = prot != PROT_NONE;
+    mp->prot = prot;
+  }
   return CUDA_SUCCESS;
 }
 
@@ -701,7 +705,11 @@ FAKECUDA_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     // Should the move fail, the home is dropped instead (it is re-made at
     // the next borrow, its pages faulted in afresh).
     if (mremap(reinterpret_cast<void*>(b), h->size, h->size,
-               MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, h->home) == MAP_FAILED) {
+               MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, h->home) == MAP_FAILED ||
+        // The move brings the mapping's protection along; a home is
+        // read-write, or the next borrower would inherit a read-only one.
+        (m.mappings[b].prot != (PROT_READ | PROT_WRITE) &&
+         mprotect(h->home, h->size, PROT_READ | PROT_WRITE) != 0)) {
       munmap(h->home, h->size);
       h->home = nullptr;
     }
