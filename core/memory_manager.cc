@@ -253,6 +253,7 @@ MemoryManager::~MemoryManager() {
   }
   ReleaseAllPooled();
   RetryReleases();
+  (void)FreeSparePinned();
   for (auto& d : devices_) {
     if (!d) continue;
     // Failures here leak a handle at exit; nothing is left to keep consistent.
@@ -534,9 +535,13 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
     }
     b->va_reserved = true;
     if (CUresult r = MapDevice(dev, *b); r != CUDA_SUCCESS) {
-      // A range that cannot be freed is only address space lost; the
-      // program sees why its allocation failed.
-      (void)Failed(driver_->cuMemAddressFree(b->base, b->reserved));
+      if (!stuck_.empty() && stuck_.back().va == b->base && stuck_.back().reserved == 0) {
+        stuck_.back().reserved = b->reserved;  // freed once unmapped
+      } else {
+        // A range that cannot be freed is only address space lost; the
+        // program sees why its allocation failed.
+        (void)Failed(driver_->cuMemAddressFree(b->base, b->reserved));
+      }
       return r;
     }
   }
@@ -858,6 +863,18 @@ void MemoryManager::ReleasePhysical(Device& dev, CUmemGenericAllocationHandle ha
 }
 
 void MemoryManager::RetryReleases() {
+  for (size_t i = 0; i < stuck_.size();) {
+    StuckMapping& m = stuck_[i];
+    if (m.mapped != 0 && vmm_.Unmap(m.va, m.mapped) != CUDA_SUCCESS) {
+      ++i;
+      continue;
+    }
+    m.mapped = 0;
+    Device& dev = DeviceState(m.device);
+    for (CUmemGenericAllocationHandle h : m.chunks) ReleasePhysical(dev, h, dev.granularity);
+    if (m.reserved != 0) (void)Failed(driver_->cuMemAddressFree(m.va, m.reserved));
+    stuck_.erase(stuck_.begin() + i);
+  }
   for (size_t i = 0; i < unreleased_.size();) {
     if (Failed(driver_->cuMemRelease(unreleased_[i].handle)) == CUDA_SUCCESS) {
       DeviceState(unreleased_[i].device).used -= unreleased_[i].bytes;
@@ -1033,12 +1050,13 @@ CUresult MemoryManager::MapDevice(Device& dev, Buffer& b) {
       return r;
     }
     bool mapped = false;
-    if (CUresult r = vmm_.Map(b.base, chunks, dev.granularity, dev.ordinal, &mapped);
+    uint64_t left_mapped = 0;
+    if (CUresult r = vmm_.Map(b.base, chunks, dev.granularity, dev.ordinal, &mapped, &left_mapped);
         r != CUDA_SUCCESS) {
-      // (A mapping left behind after a second failure keeps the memory in
-      // use; the chunks are released all the same.)
       if (mapped) {
-        for (CUmemGenericAllocationHandle h : chunks) ReleasePhysical(dev, h, dev.granularity);
+        // The undo failed too: the chunks stay charged (what is mapped is
+        // held) until a later retry unmaps them.
+        stuck_.push_back({dev.ordinal, b.base, left_mapped, 0, std::move(chunks)});
       } else {
         PoolChunks(dev, &chunks);
       }
@@ -1059,7 +1077,24 @@ CUresult MemoryManager::MapDevice(Device& dev, Buffer& b) {
 }
 
 bool MemoryManager::ReleaseHostCopy(Device& dev, Buffer& b) {
+  if (void* p = b.host.TakePinned(); p != nullptr) {
+    spare_pinned_.emplace(b.reserved, std::make_pair(dev.ordinal, p));
+  }
   return b.host.Release(vmm_, b.reserved, &dev.host_bytes);
+}
+
+bool MemoryManager::FreeSparePinned() {
+  bool freed = false;
+  for (auto it = spare_pinned_.begin(); it != spare_pinned_.end();) {
+    if (Failed(driver_->cuMemFreeHost(it->second.second)) != CUDA_SUCCESS) {
+      ++it;
+      continue;
+    }
+    DeviceState(it->second.first).host_bytes -= it->first;
+    it = spare_pinned_.erase(it);
+    freed = true;
+  }
+  return freed;
 }
 
 bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
@@ -1124,7 +1159,7 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   ++round_;  // buffers that failed to go before may go now
-  if (!unreleased_.empty()) RetryReleases();
+  if (!unreleased_.empty() || !stuck_.empty()) RetryReleases();
   CUresult error = CUDA_SUCCESS;
   for (;;) {
     ReapOldMappings(dev, /*wait=*/false);
@@ -1310,6 +1345,19 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b) {
   static const size_t host_total =
       static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
   std::optional<size_t> host_cap = config_.HostLimitBytes(host_total);
+  if (!dev.host_vmm) {
+    for (auto it = spare_pinned_.find(b.reserved); it != spare_pinned_.end() &&
+                                                   it->first == b.reserved;
+         ++it) {
+      if (it->second.first != dev.ordinal) continue;
+      b.host.AdoptPinned(it->second.second);  // still counted in host_bytes
+      spare_pinned_.erase(it);
+      return CUDA_SUCCESS;
+    }
+  }
+  if (host_cap && dev.host_bytes + b.reserved > *host_cap && !spare_pinned_.empty()) {
+    (void)FreeSparePinned();  // the room is needed: a synchronising free
+  }
   if (host_cap && dev.host_bytes + b.reserved > *host_cap) {
     if (!warned_host_limit_) {
       warned_host_limit_ = true;

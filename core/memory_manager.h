@@ -569,6 +569,25 @@ class MemoryManager {
     uint64_t bytes;
   };
   std::vector<Unreleased> unreleased_ ABSL_GUARDED_BY(mu_);
+  // Chunks a failed map left mapped at [va, va+mapped) because its undo
+  // failed too: still charged, unmapped and released by RetryReleases (and
+  // the range freed when `reserved`, the allocation's own, is not 0).
+  struct StuckMapping {
+    int device;
+    CUdeviceptr va;
+    uint64_t mapped;
+    uint64_t reserved;
+    std::vector<CUmemGenericAllocationHandle> chunks;
+  };
+  std::vector<StuckMapping> stuck_ ABSL_GUARDED_BY(mu_);
+  // Pinned host copies of released buffers, by reserved size, for the next
+  // host copy of that size: cuMemFreeHost synchronises every context, which
+  // inside a call the program expects not to block (cuMemGetInfo, cuMemAlloc)
+  // would deadlock a program whose stream waits on its own host thread.
+  // Still counted in host_bytes; freed when the host limit needs the room
+  // and at exit.
+  std::multimap<uint64_t, std::pair<int, void*>> spare_pinned_ ABSL_GUARDED_BY(mu_);
+  bool FreeSparePinned() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // External allocations: base -> (device, charged bytes).
   absl::flat_hash_map<uint64_t, std::pair<int, uint64_t>> external_ ABSL_GUARDED_BY(mu_);
   // The program's own device-located VMM handles (CreateAppMemory).

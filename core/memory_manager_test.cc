@@ -1325,6 +1325,27 @@ TEST_F(MemoryManagerTest, FailedSwapInKeepsTheHostCopyMappedAtTheAddress) {
   FreeAll(*mm, {a, b, c});
 }
 
+// A map that fails and whose undo fails too leaves memory mapped, which
+// cuMemRelease would not free: it stays charged, so the cap still bounds
+// what the device really holds, until a later retry unmaps it.
+TEST_F(MemoryManagerTest, MemoryLeftMappedByAFailedUndoStaysCharged) {
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  fakecuda_fail_call("cuMemMap", 2, CUDA_ERROR_OUT_OF_MEMORY);  // the second chunk
+  fakecuda_fail_call("cuMemUnmap", 1, CUDA_ERROR_UNKNOWN);      // and its undo
+  CUdeviceptr a = 0;
+  EXPECT_EQ(mm->Allocate(2 * kGranule, &a, kUntracked), CUDA_ERROR_OUT_OF_MEMORY);
+  fakecuda_clear_failures();
+  EXPECT_GT(Used(), 0u);  // the first chunk is still mapped
+  EXPECT_GE(kCap - FreeBytes(*mm), Used());
+  // The next time room is made, the mapping is undone and its memory
+  // released: nothing is lost for good.
+  CUdeviceptr b = 0;
+  ASSERT_CU(mm->Allocate(3 * kGranule, &b, kUntracked));
+  EXPECT_LE(Used(), kCap);
+  EXPECT_CU(mm->Free(b));
+}
+
 // Bug: Prepare with the buffer in `overwritten` swaps it in without a copy
 // and records it cpu-gpu with equal versions (memory_manager.cc:470-472);
 // when the operation is then not submitted, Finish (memory_manager.cc:

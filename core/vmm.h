@@ -34,9 +34,11 @@ class Vmm {
   // cuMemMap of each of `chunks` (`chunk_bytes` each) at consecutive
   // offsets from `va`, then one cuMemSetAccess (read-write for `device`)
   // over them all. A failed step unmaps what was mapped; `*mapped` tells
-  // whether a mapping is left behind all the same (the undo failed too).
+  // whether a mapping is left behind all the same (the undo failed too),
+  // and `*left_mapped` (when given) how much of it from `va` on after a
+  // failure.
   CUresult Map(CUdeviceptr va, absl::Span<const Handle> chunks, uint64_t chunk_bytes,
-               int device, bool* mapped) const;
+               int device, bool* mapped, uint64_t* left_mapped = nullptr) const;
 
   // cuMemUnmap of [va, va+bytes) (consecutive mappings: one call).
   CUresult Unmap(CUdeviceptr va, uint64_t bytes) const {

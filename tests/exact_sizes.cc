@@ -273,6 +273,10 @@ int Bounds(CUcontext ctx) {
 
   // cuMemFreeAsync: released once the stream passed the free, not before.
   CHECK(cuMemFree(x));
+  // x's memory settles first (its pooled chunk is handed back once seen
+  // idle), so what changes below is f's alone.
+  CHECK(cuCtxSynchronize());
+  (void)DeviceUsed();
   CUdeviceptr f;
   CHECK(cuMemAlloc(&f, kGranule));
   Gate gate;
