@@ -24,9 +24,12 @@ cap=$(awk '$1 == "cap" { print $2 }' "$tmp/uncapped.sim")
 # of rounding is allowed besides).
 within() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.05 * b + 0.05) }'; }
 
-# Each policy with prefetch and its planned evictions on, and
-# version with prefetch off.
-for run in version lru belady version:off; do
+# Each policy with prefetch off. With prefetch on the library plans from
+# event-timed compute and a wall-clock link estimate, so its choices vary
+# from run to run (one CI run: lru 264/208 MiB against the sim's 200/148;
+# belady 100/120 against 48/84); the sim's prefetch replay is checked on
+# recorded logs by sim_prefetch_bytes_test instead.
+for run in version:off lru:off belady:off; do
   policy=${run%%:*} prefetch=on
   [[ $run == *:off ]] && prefetch=off
   STENSOR_MEMORY_LIMIT=$cap STENSOR_POLICY=$policy STENSOR_PREFETCH=$prefetch STENSOR_STATS=1 \
