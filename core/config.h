@@ -126,8 +126,9 @@ struct Config {
   MemoryLimit memory_limit;
   // STENSOR_HOST_LIMIT; nullopt = no limit.
   std::optional<MemoryAmount> host_limit;
-  // STENSOR_POLICY.
-  EvictionPolicyKind policy = EvictionPolicyKind::kVersion;
+  // STENSOR_POLICY. `belady` by default: until an iteration is profiled it
+  // orders as `version` does, and once one is it evicts what is needed last.
+  EvictionPolicyKind policy = EvictionPolicyKind::kBelady;
   // STENSOR_PREFETCH: fetches and planned evictions from the profiled
   // iteration (policy/prefetch_planner.h). Nothing is planned before a
   // profile exists, so an irregular program only pays the bookkeeping.

@@ -284,7 +284,7 @@ TEST(ConfigTest, UnsetAndEmptyValuesGiveTheDefaults) {
 TEST(ConfigTest, DefaultsAreAsDocumented) {
   const std::map<std::string, std::string> kDefaults = {
       {"STENSOR_MEMORY_LIMIT", ""},  {"STENSOR_HOST_LIMIT", ""},
-      {"STENSOR_POLICY", "version"}, {"STENSOR_PREFETCH", "off"},
+      {"STENSOR_POLICY", "belady"}, {"STENSOR_PREFETCH", "off"},
       {"STENSOR_BANDWIDTH", ""},     {"STENSOR_ITERATION_MARKER", ""},
       {"STENSOR_ACCESS_LOG", ""},    {"STENSOR_LOG_LEVEL", "warn"},
       {"STENSOR_STATS", "off"},      {"STENSOR_WRITE_INFERENCE", "signature"},
@@ -300,7 +300,7 @@ TEST(ConfigTest, DefaultsAreAsDocumented) {
   const Config defaults;
   EXPECT_EQ(defaults.memory_limit.BytesFor(0, 80 * kGiB), std::nullopt);
   EXPECT_EQ(defaults.HostLimitBytes(512 * kGiB), std::nullopt);
-  EXPECT_EQ(defaults.policy, EvictionPolicyKind::kVersion);
+  EXPECT_EQ(defaults.policy, EvictionPolicyKind::kBelady);
   EXPECT_FALSE(defaults.prefetch);
   EXPECT_EQ(defaults.log_level, LogLevel::kWarn);
   EXPECT_FALSE(defaults.stats);
@@ -326,7 +326,7 @@ TEST(ConfigTest, OptionTableIsComplete) {
 
 TEST(ConfigTest, ParsesIntoTypedFields) {
   const absl::StatusOr<Config> config = Config::Parse(Env({
-      {"STENSOR_POLICY", "belady"},
+      {"STENSOR_POLICY", "version"},  // not the default
       {"STENSOR_PREFETCH", "on"},  // not the default
       {"STENSOR_LOG_LEVEL", "debug"},
       {"STENSOR_STATS", "on"},
@@ -335,7 +335,7 @@ TEST(ConfigTest, ParsesIntoTypedFields) {
       {"STENSOR_REAL_LIBCUDA", "/opt/libcuda.so.1"},
   }));
   ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_EQ(config->policy, EvictionPolicyKind::kBelady);
+  EXPECT_EQ(config->policy, EvictionPolicyKind::kVersion);
   EXPECT_TRUE(config->prefetch);
   EXPECT_EQ(config->log_level, LogLevel::kDebug);
   EXPECT_TRUE(config->stats);
@@ -601,7 +601,7 @@ TEST(ConfigFileTest, EveryOptionCanComeFromTheFile) {
 TEST(DescribeTest, RendersDefaultsAsOneJsonObject) {
   EXPECT_EQ(Config().Describe(),
             "{\"STENSOR_MEMORY_LIMIT\": \"\", \"STENSOR_HOST_LIMIT\": \"\", "
-            "\"STENSOR_POLICY\": \"version\", \"STENSOR_PREFETCH\": false, "
+            "\"STENSOR_POLICY\": \"belady\", \"STENSOR_PREFETCH\": false, "
             "\"STENSOR_BANDWIDTH\": \"\", \"STENSOR_ITERATION_MARKER\": \"\", "
             "\"STENSOR_ACCESS_LOG\": \"\", \"STENSOR_LOG_LEVEL\": \"warn\", "
             "\"STENSOR_STATS\": false, \"STENSOR_WRITE_INFERENCE\": "
