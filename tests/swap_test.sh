@@ -43,6 +43,12 @@ for vmm in 1 0; do
     run "version-$pct-$vmm" $((ws * pct / 100)) $vmm version
   done
   run "version-smallest-$vmm" $smallest $vmm version
+  # The default: version's order until the iteration is profiled, then
+  # the farthest predicted next use.
+  for pct in 60 40; do
+    run "belady-$pct-$vmm" $((ws * pct / 100)) $vmm belady
+  done
+  run "belady-smallest-$vmm" $smallest $vmm belady
 done
 for pct in 60 40; do run "lru-$pct" $((ws * pct / 100)) 1 lru; done
 

@@ -4,7 +4,7 @@
 # host and copied in every form, rewritten between steps, inside a swappable
 # buffer, copied on the device, written by a kernel, in pinned host memory),
 # prints the checksum of the run without stensor under caps of 100, 60 and
-# 40 % of its working set and the smallest cap, both policies, host-located
+# 40 % of its working set and the smallest cap, every policy, host-located
 # VMM on and off; short runs repeat 20 times to catch races; the device's
 # high-water mark stays under the cap; the access log records the tables.
 set -euo pipefail
@@ -40,7 +40,7 @@ run() {  # run NAME CAP HOST_VMM POLICY WANT [ARGS...]
 stat() { sed -n "s/^stensor: $2 *\([0-9]*\) .*/\1/p" "$tmp/$1.err"; }
 
 for vmm in 1 0; do
-  for policy in version lru; do
+  for policy in version belady lru; do
     for cap in $((ws)) $((ws * 60 / 100)) $((ws * 40 / 100)) $smallest; do
       run "$policy-$cap-$vmm" $cap $vmm $policy "$want"
     done
