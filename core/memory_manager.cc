@@ -1624,6 +1624,16 @@ bool MemoryManager::TakeBack(Device& dev, Buffer& b) {
   return true;
 }
 
+void MemoryManager::LogSwapIn(const Device& dev, const Buffer& b, bool copy) const {
+  Log(JsonLine()
+          .Str("type", "swap_in")
+          .Uint("id", b.id)
+          .Uint("bytes", b.size)
+          .Bool("copy", copy)
+          .Int("device", dev.ordinal)
+          .Finish());
+}
+
 CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer) {
   ReindexAtExit reindex(this, b);
   const size_t n = b.reserved / dev.granularity;
@@ -1640,13 +1650,7 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
           // handed on: taken back; it holds the data (the copy only reads).
           b.location = Location::kCpuGpu;  // the host copy is current once the copy is done
           ++stats_.swap_outs_cancelled;
-          Log(JsonLine()
-                  .Str("type", "swap_in")
-                  .Uint("id", b.id)
-                  .Uint("bytes", b.size)
-                  .Bool("copy", false)
-                  .Int("device", dev.ordinal)
-                  .Finish());
+          LogSwapIn(dev, b, /*copy=*/false);
           // The consumer may write it: after the swap-out's copy read it.
           return OrderAfterSwap(dev, b, consumer);
         }
@@ -1745,13 +1749,7 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
       if (shadowed) NoteUse(b.uses, dev.swap_stream, dev.ordinal);
     }
     b.location = Location::kCpuGpu;
-    Log(JsonLine()
-            .Str("type", "swap_in")
-            .Uint("id", b.id)
-            .Uint("bytes", b.size)
-            .Bool("copy", copying)
-            .Int("device", dev.ordinal)
-            .Finish());
+    LogSwapIn(dev, b, copying);
     // An error here leaves the copy in flight and the buffer resident, with
     // its use on the swap stream not observed: consistent, and retried.
     return OrderAfterSwap(dev, b, consumer);  // nothing to do without swap-stream work
