@@ -1,6 +1,7 @@
 #include "core/config.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -567,8 +568,20 @@ absl::StatusOr<std::string> ReadConfigFile(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(
         "stensor: cannot read ", kConfigOption, "=", Quote(path), ": ", why));
   };
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer, and the
+  // constructor of every preloaded process (the shell, `timeout`) reads it.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return failure(std::strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int error = errno;
+    close(fd);
+    return failure(std::strerror(error));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return failure("not a regular file (a FIFO, device or directory is never read)");
+  }
   std::string text;
   char buffer[4096];
   while (true) {

@@ -1,6 +1,7 @@
 #include "core/config.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -478,6 +479,22 @@ TEST(ConfigFileTest, ReadsSettingsCommentsAndBlankLines) {
   EXPECT_EQ(config->config_file, path);
 }
 
+// Only a regular file is read: opening a FIFO waited for a writer, so every
+// preloaded process (including `timeout` itself) hung in the constructor.
+TEST(ConfigFileTest, ReadsRegularFilesOnly) {
+  const std::string fifo = testing::TempDir() + "/stensor.fifo";
+  unlink(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& path : {fifo, std::string("/dev/zero"), std::string("/")}) {
+    SCOPED_TRACE(path);
+    const absl::StatusOr<Config> config = Config::Parse(Env({{"STENSOR_CONFIG", path}}));
+    ASSERT_FALSE(config.ok());
+    EXPECT_THAT(config.status().message(),
+                HasSubstr("cannot read STENSOR_CONFIG=\"" + path + "\": not a regular file"));
+  }
+  unlink(fifo.c_str());
+}
+
 TEST(ConfigFileTest, EnvironmentWinsOverTheFile) {
   const std::string path = WriteTempFile(
       "STENSOR_POLICY=lru\n"
@@ -562,7 +579,7 @@ TEST(ConfigFileTest, ReportsAFileThatCannotBeRead) {
       Config::Parse(Env({{"STENSOR_CONFIG", testing::TempDir()}}));
   EXPECT_THAT(directory.status().message(),
               HasSubstr("stensor: cannot read STENSOR_CONFIG="));
-  EXPECT_THAT(directory.status().message(), HasSubstr("Is a directory"));
+  EXPECT_THAT(directory.status().message(), HasSubstr("not a regular file"));
 
   const std::string path = WriteTempFile("STENSOR_POLICY=lru\n");
   ASSERT_EQ(chmod(path.c_str(), 0), 0);
