@@ -1,10 +1,12 @@
 #include "core/access_log.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 
 namespace stensor {
 
@@ -29,6 +31,10 @@ AccessLog::~AccessLog() {
 
 void AccessLog::Append(std::string line) {
   absl::MutexLock lock(&mu_);
+  auto room = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return closed_ || queue_.size() < kMaxQueued;
+  };
+  mu_.Await(absl::Condition(&room));
   if (closed_) {
     ++dropped_;
     return;
@@ -41,8 +47,14 @@ uint64_t AccessLog::dropped() const {
   return dropped_;
 }
 
+size_t AccessLog::queued() const {
+  absl::MutexLock lock(&mu_);
+  return queue_.size();
+}
+
 void AccessLog::Run() {
   std::vector<std::string> batch;
+  auto last_flush = std::chrono::steady_clock::now();
   for (;;) {
     bool stop;
     {
@@ -50,14 +62,39 @@ void AccessLog::Run() {
       auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
         return stopping_ || !queue_.empty();
       };
-      mu_.Await(absl::Condition(&ready));
+      // Unflushed lines reach the file within the interval even when
+      // nothing more comes.
+      if (unflushed_ > 0) {
+        mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(kFlushIntervalMs));
+      } else {
+        mu_.Await(absl::Condition(&ready));
+      }
       batch.swap(queue_);
       stop = stopping_ && batch.empty();
     }
     if (stop) return;
+    if (batch.empty()) {
+      Flush();
+      last_flush = std::chrono::steady_clock::now();
+      continue;
+    }
     for (const std::string& line : batch) WriteLine(line);
     batch.clear();
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_flush >= std::chrono::milliseconds(kFlushIntervalMs)) {
+      Flush();
+      last_flush = now;
+    }
   }
+}
+
+void AccessLog::Flush() {
+  if (file_ == nullptr || unflushed_ == 0) return;
+  if (std::fflush(file_) != 0) {
+    absl::MutexLock lock(&mu_);
+    dropped_ += unflushed_;
+  }
+  unflushed_ = 0;
 }
 
 void AccessLog::StopWriter() {
@@ -77,11 +114,14 @@ void AccessLog::WriteLine(const std::string& line) {
       std::fputc('\n', file_) == EOF) {
     absl::MutexLock lock(&mu_);
     ++dropped_;
+    return;
   }
+  ++unflushed_;
 }
 
 void AccessLog::FinishFile() {
   if (file_ == nullptr) return;
+  Flush();
   std::fclose(file_);
   file_ = nullptr;
 }

@@ -4,6 +4,12 @@
 // silently: a line that cannot be written is counted, and the final record
 // reports the count.
 //
+// What is written reaches the file within kFlushInterval, so a process that
+// ends abruptly loses at most its last fraction of a second. The queue holds
+// at most kMaxQueued lines: past that, Append waits for the writer (back-
+// pressure: a program that logs faster than the disk takes it slows down
+// rather than growing without bound or losing records).
+//
 // Thread-safety: Append may be called from any thread; Close once, after
 // which further lines are counted as dropped.
 #ifndef STENSOR_CORE_ACCESS_LOG_H_
@@ -23,6 +29,9 @@ namespace stensor {
 
 class AccessLog {
  public:
+  static constexpr size_t kMaxQueued = size_t{1} << 16;
+  static constexpr int kFlushIntervalMs = 100;
+
   // Opens (truncates) `path` and starts the writer.
   static absl::StatusOr<std::unique_ptr<AccessLog>> Open(
       const std::string& path);
@@ -41,12 +50,16 @@ class AccessLog {
   }
 
   uint64_t dropped() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Lines queued and not yet taken by the writer (at most kMaxQueued).
+  size_t queued() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   explicit AccessLog(std::FILE* file);
   void Run();
   void StopWriter() ABSL_LOCKS_EXCLUDED(mu_);
   void WriteLine(const std::string& line);
+  // fflush; the lines written since the last one count as dropped if it fails.
+  void Flush();
   void FinishFile();
 
   std::FILE* file_;
@@ -56,6 +69,8 @@ class AccessLog {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   // Lines that failed to write or came after Close.
   uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  // Written to the FILE but not yet flushed (the writer's own).
+  uint64_t unflushed_ = 0;
   std::thread writer_;
 };
 
