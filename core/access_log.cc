@@ -47,6 +47,16 @@ uint64_t AccessLog::dropped() const {
   return dropped_;
 }
 
+void AccessLog::BeforeFork() {
+  if (file_ == nullptr) return;
+  flockfile(file_);  // waits for a write in progress
+  (void)fflush_unlocked(file_);
+}
+
+void AccessLog::AfterFork() {
+  if (file_ != nullptr) funlockfile(file_);
+}
+
 size_t AccessLog::queued() const {
   absl::MutexLock lock(&mu_);
   return queue_.size();

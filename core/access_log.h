@@ -50,6 +50,15 @@ class AccessLog {
   }
 
   uint64_t dropped() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // fork(): BeforeFork flushes what the writer wrote and holds the file
+  // until AfterFork, so the child inherits no buffered lines (its exit would
+  // write them into the parent's log a second time). In the child the log
+  // is the parent's: the child never touches it again (no writer thread
+  // exists there).
+  void BeforeFork();
+  void AfterFork();
+
   // Lines queued and not yet taken by the writer (at most kMaxQueued).
   size_t queued() const ABSL_LOCKS_EXCLUDED(mu_);
 

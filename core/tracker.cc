@@ -829,6 +829,14 @@ bool Tracker::FreeAsyncCapped(const char* api, CUdeviceptr dptr, StreamRef strea
   return true;
 }
 
+void Tracker::BeforeFork() {
+  if (log_) log_->BeforeFork();
+}
+
+void Tracker::AfterFork() {
+  if (log_) log_->AfterFork();
+}
+
 void Tracker::Shutdown() {
   std::call_once(shutdown_once_, [this] {
     if (memory_ && config_.stats) {

@@ -155,6 +155,12 @@ class Tracker {
   // when STENSOR_STATS is on. Idempotent.
   void Shutdown();
 
+  // fork() (pthread_atfork): the log's buffered lines are written before
+  // the fork and none are inherited. In the child this tracker is the
+  // parent's and is never used again (the interposer builds a fresh one).
+  void BeforeFork();
+  void AfterFork();
+
   uint64_t count(OpType type) const {
     return counts_[static_cast<int>(type)].load(std::memory_order_relaxed);
   }

@@ -7,6 +7,7 @@
 // resolves the name, version and flags to one exact entry point, and that
 // entry point's address maps to the hook written for that exact symbol.
 #include <dlfcn.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -61,6 +62,12 @@ struct Globals {
 };
 
 std::atomic<Globals*> g_globals{nullptr};
+// Held while the state is built, and across fork() so that a child never
+// inherits a half-built state.
+std::mutex g_build_mu;
+bool g_exit_registered = false;  // under g_build_mu
+// This process is a child of fork() (of a parent that had loaded stensor).
+bool g_forked = false;
 
 spdlog::level::level_enum SpdlogLevel(LogLevel level) {
   switch (level) {
@@ -121,7 +128,9 @@ Globals* Build() {
   BuildingOnThisThread() = true;
   const Config& config = StartConfig();
   auto* g = new Globals;  // leaked: hooks may run during exit
-  g->logger = spdlog::stderr_logger_mt("stensor");
+  // Not registered by name: a child of fork() builds its own.
+  g->logger = std::make_shared<spdlog::logger>(
+      "stensor", std::make_shared<spdlog::sinks::stderr_sink_mt>());
   g->logger->set_pattern("stensor [%l] %v");
   g->logger->set_level(SpdlogLevel(config.log_level));
 
@@ -140,7 +149,16 @@ Globals* Build() {
       if (real != nullptr) g->hook_by_real.emplace(real, h.hook);
     }
   }
-  auto tracker = Tracker::Create(config, &g->state.driver);
+  Config own = config;
+  if (g_forked && !own.access_log.empty() &&
+      own.AccessLogPath(static_cast<int>(getpid())) == own.AccessLogPath(0)) {
+    // The parent's log (or a sibling's) has this path: opening it again
+    // would truncate it. %p gives each process its own.
+    RawLog("a child of fork() writes no access log: STENSOR_ACCESS_LOG=\"%s\" has no %%p",
+           own.access_log.c_str());
+    own.access_log.clear();
+  }
+  auto tracker = Tracker::Create(own, &g->state.driver);
   if (!tracker.ok()) {
     RawLog("%s", std::string(tracker.status().message()).c_str());
     std::_Exit(1);
@@ -168,12 +186,15 @@ bool IsHookedName(const char* name) {
 const InterposeState& State() {
   // Every hook comes here: after start-up this is one acquire load.
   if (Globals* g = g_globals.load(std::memory_order_acquire)) return g->state;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    g_globals.store(Build(), std::memory_order_release);
-    std::atexit(Shutdown);
-  });
-  return g_globals.load(std::memory_order_acquire)->state;
+  std::lock_guard<std::mutex> lock(g_build_mu);
+  if (Globals* g = g_globals.load(std::memory_order_acquire)) return g->state;
+  Globals* g = Build();
+  g_globals.store(g, std::memory_order_release);
+  if (!g_exit_registered) {
+    std::atexit(Shutdown);  // inherited by a child of fork(): it shuts down its own
+    g_exit_registered = true;
+  }
+  return g->state;
 }
 
 bool StateReady() { return g_globals.load() != nullptr; }
@@ -200,10 +221,35 @@ void* HookFor(void* real) {
 
 namespace {
 
+// fork(): the child starts with no stensor state and builds its own at its
+// first CUDA call (the real driver then answers as it does in a forked
+// child), with its own log; the parent's log gets no line from the child
+// and its statistics print once. The parent's state stays in the child's
+// memory, unused: its threads did not survive the fork.
+void BeforeFork() {
+  g_build_mu.lock();
+  if (Globals* g = g_globals.load()) g->state.tracker->BeforeFork();
+}
+
+void AfterForkInParent() {
+  if (Globals* g = g_globals.load()) g->state.tracker->AfterFork();
+  g_build_mu.unlock();
+}
+
+void AfterForkInChild() {
+  if (Globals* g = g_globals.load()) {
+    g->state.tracker->AfterFork();
+    g_globals.store(nullptr);
+  }
+  g_forked = true;
+  g_build_mu.unlock();
+}
+
 // The library is preloaded: check the configuration before main, so a bad
 // setting stops the program at start.
 __attribute__((constructor)) void Init() {
   CheckAccessLogWritable(StartConfig());
+  pthread_atfork(BeforeFork, AfterForkInParent, AfterForkInChild);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Fake driver: options, the call gate with fault injection, initialisation,
 // devices, contexts and error strings.
+#include <pthread.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -219,6 +220,10 @@ void ArmFromEnvironment() {
 }
 
 std::atomic<bool> g_initialized{false};
+// A child of fork() whose parent had initialised the driver: the real driver
+// answers CUDA_ERROR_NOT_INITIALIZED to everything there, cuInit included
+// (its state, threads and device mappings are the parent's).
+std::atomic<bool> g_forked_after_init{false};
 
 }  // namespace
 
@@ -253,6 +258,10 @@ CUresult Enter(const char* name, bool needs_init) {
     }
   }
   if (needs_init && !g_initialized.load(std::memory_order_acquire)) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  if ((needs_init || std::strcmp(name, "cuInit") == 0) &&
+      g_forked_after_init.load(std::memory_order_relaxed)) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   return CUDA_SUCCESS;
@@ -429,9 +438,16 @@ FAKECUDA_EXPORT CUresult cuInit(unsigned int flags) {
   std::call_once(once, [] {
     GetOptions();  // a bad FAKECUDA_* value stops the program here
     ArmFromEnvironment();
+    // The call counts' lock is never inherited held.
+    pthread_atfork([] { GetCalls().mu.lock(); }, [] { GetCalls().mu.unlock(); },
+                   [] {
+                     GetCalls().mu.unlock();
+                     g_forked_after_init.store(true);
+                   });
     // Tests of a whole program read the high-water mark from stderr.
     if (const char* v = std::getenv("FAKECUDA_REPORT_PEAK"); v && std::strcmp(v, "1") == 0) {
       std::atexit([] {
+        if (g_forked_after_init.load()) return;  // the parent's figures
         for (int d = 0; d < DeviceCount(); ++d) {
           std::fprintf(stderr, "fakecuda: device %d peak %zu bytes\n", d,
                        GetDevice(d)->peak.load());
@@ -442,6 +458,7 @@ FAKECUDA_EXPORT CUresult cuInit(unsigned int flags) {
     if (!GetOptions().report_calls.empty()) {
       GetCalls().counting.store(true);
       std::atexit([] {
+        if (g_forked_after_init.load()) return;
         for (const std::string& name : GetOptions().report_calls) {
           std::fprintf(stderr, "fakecuda: calls %s %llu\n", name.c_str(),
                        fakecuda_call_count(name.c_str()));

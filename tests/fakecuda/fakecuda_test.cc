@@ -2,6 +2,7 @@
 // on, checked against what the real driver documents.
 #include <dlfcn.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -284,6 +285,30 @@ TEST_F(FakeCudaTest, ReadOnlyMappingDoesNotLeaveItsHandleReadOnly) {
 }
 
 using FakeCudaDeathTest = FakeCudaTest;
+
+// As the real driver: in a child of fork() whose parent initialised the
+// driver, every call that needs it answers CUDA_ERROR_NOT_INITIALIZED, cuInit
+// included; the version query still works.
+TEST_F(FakeCudaTest, ForkedChildOfAnInitialisedParentIsNotInitialised) {
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int version = 0;
+    CUdeviceptr p = 0;
+    int code = 0;
+    if (cuInit(0) != CUDA_ERROR_NOT_INITIALIZED) code |= 1;
+    if (cuMemAlloc(&p, 4096) != CUDA_ERROR_NOT_INITIALIZED) code |= 2;
+    if (cuDriverGetVersion(&version) != CUDA_SUCCESS || version == 0) code |= 4;
+    _exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  CUdeviceptr p = 0;  // the parent is unaffected
+  ASSERT_EQ(cuMemAlloc(&p, 4096), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFree(p), CUDA_SUCCESS);
+}
 
 TEST_F(FakeCudaDeathTest, TouchingAnUnmappedRangeFaults) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
