@@ -8,6 +8,9 @@
 // entry point's address maps to the hook written for that exact symbol.
 #include <dlfcn.h>
 #include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,6 +18,7 @@
 #include <cstring>
 #include <cstdlib>
 #include <mutex>
+#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -84,6 +88,60 @@ spdlog::level::level_enum SpdlogLevel(LogLevel level) {
 
 void Shutdown() {
   if (Globals* g = g_globals.load()) g->state.tracker->Shutdown();
+}
+
+// SIGTERM, SIGINT and SIGHUP, where the program left them at their default
+// (ending the process): the access log's end record and the statistics are
+// written first, then the signal takes effect as it would have. A handler
+// may not take locks or allocate (the interrupted thread may hold them), so
+// it wakes a thread started for this, which shuts down, and waits for it a
+// bounded time: a shutdown stuck on a lock the interrupted thread holds
+// costs the statistics, never a process that does not end.
+constexpr int kEndingSignals[] = {SIGTERM, SIGINT, SIGHUP};
+sem_t g_signal_sem;
+std::atomic<bool> g_watching{false};  // the thread that shuts down runs
+std::atomic<bool> g_signal_seen{false};
+std::atomic<bool> g_signal_shutdown_done{false};
+
+void OnEndingSignal(int sig) {
+  if (g_watching.load() && !g_signal_seen.exchange(true)) {
+    sem_post(&g_signal_sem);
+    constexpr int kWaitMs = 5000, kStepMs = 10;
+    for (int waited = 0; waited < kWaitMs && !g_signal_shutdown_done.load(); waited += kStepMs) {
+      const timespec step{0, kStepMs * 1000000L};
+      nanosleep(&step, nullptr);
+    }
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);  // delivered once this handler returns (the signal is blocked in it)
+}
+
+void WatchEndingSignals() {
+  if (sem_init(&g_signal_sem, 0, 0) != 0) return;
+  std::thread([] {
+    // Delivered to the program's threads, never to this one (it must be
+    // free to shut down).
+    sigset_t mask;
+    sigemptyset(&mask);
+    for (int sig : kEndingSignals) sigaddset(&mask, sig);
+    pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+    while (sem_wait(&g_signal_sem) != 0) {
+    }
+    Shutdown();
+    g_signal_shutdown_done.store(true);
+  }).detach();
+  g_watching.store(true);
+  for (int sig : kEndingSignals) {
+    struct sigaction old {};
+    if (sigaction(sig, nullptr, &old) != 0 || (old.sa_flags & SA_SIGINFO) != 0 ||
+        old.sa_handler != SIG_DFL) {
+      continue;  // the program's own handler (or SIG_IGN) stays
+    }
+    struct sigaction act {};
+    act.sa_handler = OnEndingSignal;
+    sigemptyset(&act.sa_mask);
+    sigaction(sig, &act, nullptr);
+  }
 }
 
 // The configuration, parsed once. An invalid one stops the program: at
@@ -194,6 +252,7 @@ const InterposeState& State() {
     std::atexit(Shutdown);  // inherited by a child of fork(): it shuts down its own
     g_exit_registered = true;
   }
+  WatchEndingSignals();  // again in a child of fork(): threads do not survive it
   return g->state;
 }
 
@@ -242,6 +301,11 @@ void AfterForkInChild() {
     g_globals.store(nullptr);
   }
   g_forked = true;
+  // Its thread did not survive: until this process builds its own state, an
+  // ending signal ends it at once.
+  g_watching.store(false);
+  g_signal_seen.store(false);
+  g_signal_shutdown_done.store(false);
   g_build_mu.unlock();
 }
 
