@@ -49,8 +49,11 @@ __attribute__((visibility("hidden"))) inline LaunchGeometry& CurrentGeometry() {
 
 __attribute__((visibility("hidden"))) inline std::vector<fakecuda_kernel_desc>&
 Registry() {
-  static std::vector<fakecuda_kernel_desc> registry;
-  return registry;
+  // Leaked: a stream's thread may still run one of these kernels while
+  // exit() destroys the module's statics (a real module's code outlives
+  // them too).
+  static auto* registry = new std::vector<fakecuda_kernel_desc>;
+  return *registry;
 }
 
 constexpr std::size_t AlignUp(std::size_t v, std::size_t a) {
