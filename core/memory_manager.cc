@@ -212,10 +212,49 @@ void MemoryManager::Reindex(Buffer& b) {
   }
 }
 
+std::string MemoryManager::MissingEntryPoints(const Driver& d) {
+  // Every entry point the manager and its parts (vmm, host_copy,
+  // stream_use, profiler, verifier) call on their own.
+  const std::pair<const char*, bool> needed[] = {
+#define STENSOR_NEEDED(name) {#name, d.name != nullptr}
+      STENSOR_NEEDED(cuCtxGetCurrent),         STENSOR_NEEDED(cuCtxGetDevice),
+      STENSOR_NEEDED(cuCtxSynchronize),        STENSOR_NEEDED(cuDeviceGetAttribute),
+      STENSOR_NEEDED(cuDeviceGetCount),        STENSOR_NEEDED(cuDeviceTotalMem_v2),
+      STENSOR_NEEDED(cuEventCreate),           STENSOR_NEEDED(cuEventDestroy_v2),
+      STENSOR_NEEDED(cuEventElapsedTime_v2),   STENSOR_NEEDED(cuEventQuery),
+      STENSOR_NEEDED(cuEventRecord),           STENSOR_NEEDED(cuEventSynchronize),
+      STENSOR_NEEDED(cuMemAddressFree),        STENSOR_NEEDED(cuMemAddressReserve),
+      STENSOR_NEEDED(cuMemAlloc_v2),           STENSOR_NEEDED(cuMemCreate),
+      STENSOR_NEEDED(cuMemFree_v2),            STENSOR_NEEDED(cuMemFreeHost),
+      STENSOR_NEEDED(cuMemGetAllocationGranularity), STENSOR_NEEDED(cuMemHostAlloc),
+      STENSOR_NEEDED(cuMemMap),                STENSOR_NEEDED(cuMemRelease),
+      STENSOR_NEEDED(cuMemSetAccess),          STENSOR_NEEDED(cuMemUnmap),
+      STENSOR_NEEDED(cuMemcpyDtoDAsync_v2),    STENSOR_NEEDED(cuMemcpyDtoHAsync_v2),
+      STENSOR_NEEDED(cuMemcpyDtoH_v2),         STENSOR_NEEDED(cuMemcpyHtoDAsync_v2),
+      STENSOR_NEEDED(cuMemsetD8Async),         STENSOR_NEEDED(cuStreamCreate),
+      STENSOR_NEEDED(cuStreamDestroy_v2),      STENSOR_NEEDED(cuStreamSynchronize),
+      STENSOR_NEEDED(cuStreamWaitEvent),
+#undef STENSOR_NEEDED
+  };
+  std::string missing;
+  for (const auto& [name, found] : needed) {
+    if (!found) absl::StrAppend(&missing, missing.empty() ? "" : ", ", name);
+  }
+  return missing;
+}
+
 std::unique_ptr<MemoryManager> MemoryManager::Create(const Config& config,
                                                      const Driver* driver,
                                                      LogSink log) {
   if (!config.memory_limit.all_devices && config.memory_limit.per_device.empty()) {
+    return nullptr;
+  }
+  if (std::string missing = MissingEntryPoints(*driver); !missing.empty()) {
+    // Calling a null entry point later would crash the program: no cap.
+    std::fprintf(stderr,
+                 "stensor: STENSOR_MEMORY_LIMIT is not applied: the CUDA driver lacks %s, "
+                 "which swapping needs (STENSOR_REAL_LIBCUDA names another driver?)\n",
+                 missing.c_str());
     return nullptr;
   }
   std::unique_ptr<EvictionPolicy> policy =

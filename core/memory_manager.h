@@ -125,7 +125,9 @@ class MemoryManager {
   // Called with each finished access-log record (JSON object), if logging.
   using LogSink = std::function<void(std::string)>;
 
-  // Null when the configuration sets no memory limit.
+  // Null when the configuration sets no memory limit, or when the driver
+  // lacks an entry point swapping needs (said once on stderr: the program
+  // then runs uncapped rather than crashing on a missing call).
   static std::unique_ptr<MemoryManager> Create(const Config& config,
                                                const Driver* driver,
                                                LogSink log);
@@ -327,6 +329,9 @@ class MemoryManager {
   void MemInfo(int device, size_t* free_bytes, size_t* total_bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t CapFor(int device, size_t device_total) const;
+  // The entry points swapping needs that `driver` lacks, comma-separated;
+  // empty when it has them all.
+  static std::string MissingEntryPoints(const Driver& driver);
 
   SwapStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
   // The statistics block STENSOR_STATS=1 prints at exit.

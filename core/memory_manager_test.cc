@@ -76,6 +76,7 @@ namespace {
 constexpr auto kUntracked = [](CUdeviceptr) -> uint64_t { return 0; };
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 using testing_support::HeldStream;
@@ -254,6 +255,24 @@ class MemoryManagerTest : public testing_support::FakeDeviceTest {
 };
 
 // --- S401/S402 ---------------------------------------------------------------
+
+// A driver without an entry point swapping needs (an old driver, or
+// STENSOR_REAL_LIBCUDA naming something else): no manager, so the program
+// runs uncapped, with one line saying why, instead of calling a null
+// pointer at its first eviction.
+TEST_F(MemoryManagerTest, DriverLackingAnEntryPointGetsNoCap) {
+  EXPECT_EQ(MemoryManager::MissingEntryPoints(driver_), "");
+  driver_.cuMemMap = nullptr;
+  driver_.cuEventQuery = nullptr;
+  EXPECT_EQ(MemoryManager::MissingEntryPoints(driver_), "cuEventQuery, cuMemMap");
+  testing::internal::CaptureStderr();
+  std::unique_ptr<MemoryManager> mm =
+      MakeManager({{"STENSOR_MEMORY_LIMIT", "6MiB"}});
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(mm, nullptr);
+  EXPECT_THAT(err, HasSubstr("STENSOR_MEMORY_LIMIT is not applied: the CUDA driver lacks "
+                             "cuEventQuery, cuMemMap"));
+}
 
 // S401/S402: the cap has room, so Allocate maps at once, with no record; the
 // cap is the total MemInfo reports and cap minus use its free memory.

@@ -10,10 +10,10 @@
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <cstdlib>
@@ -93,24 +93,29 @@ void Shutdown() {
 // SIGTERM, SIGINT and SIGHUP, where the program left them at their default
 // (ending the process): the access log's end record and the statistics are
 // written first, then the signal takes effect as it would have. A handler
-// may not take locks or allocate (the interrupted thread may hold them), so
-// it wakes a thread started for this, which shuts down, and waits for it a
-// bounded time: a shutdown stuck on a lock the interrupted thread holds
-// costs the statistics, never a process that does not end.
+// may not take locks or allocate, and the thread it interrupted may hold
+// the locks a shutdown needs, so the handler only wakes a thread started
+// for this and returns; that thread shuts down and then ends the process
+// with the same signal. If the shutdown is stuck, a deadline ends it anyway
+// after 5 s (without the statistics, never a process that does not end). A
+// second signal meanwhile ends the process at once.
 constexpr int kEndingSignals[] = {SIGTERM, SIGINT, SIGHUP};
 sem_t g_signal_sem;
 std::atomic<bool> g_watching{false};  // the thread that shuts down runs
 std::atomic<bool> g_signal_seen{false};
-std::atomic<bool> g_signal_shutdown_done{false};
+std::atomic<int> g_signal_number{0};
+
+[[noreturn]] void EndWith(int sig) {
+  signal(sig, SIG_DFL);
+  kill(getpid(), sig);  // to the process: a thread not blocking it takes it
+  for (;;) pause();
+}
 
 void OnEndingSignal(int sig) {
   if (g_watching.load() && !g_signal_seen.exchange(true)) {
+    g_signal_number.store(sig);
     sem_post(&g_signal_sem);
-    constexpr int kWaitMs = 5000, kStepMs = 10;
-    for (int waited = 0; waited < kWaitMs && !g_signal_shutdown_done.load(); waited += kStepMs) {
-      const timespec step{0, kStepMs * 1000000L};
-      nanosleep(&step, nullptr);
-    }
+    return;
   }
   signal(sig, SIG_DFL);
   raise(sig);  // delivered once this handler returns (the signal is blocked in it)
@@ -127,8 +132,13 @@ void WatchEndingSignals() {
     pthread_sigmask(SIG_BLOCK, &mask, nullptr);
     while (sem_wait(&g_signal_sem) != 0) {
     }
+    const int sig = g_signal_number.load();
+    std::thread([sig] {
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      EndWith(sig);
+    }).detach();
     Shutdown();
-    g_signal_shutdown_done.store(true);
+    EndWith(sig);
   }).detach();
   g_watching.store(true);
   for (int sig : kEndingSignals) {
@@ -196,11 +206,23 @@ Globals* Build() {
       config.real_libcuda.empty() ? "libcuda.so.1" : config.real_libcuda;
   g->state.real_handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   int found = 0;
+  if (g->state.real_handle == nullptr && !config.real_libcuda.empty()) {
+    RawLog("cannot load STENSOR_REAL_LIBCUDA=\"%s\": %s", path.c_str(), dlerror());
+    std::_Exit(1);
+  }
   if (g->state.real_handle == nullptr) {
-    // Every hook then returns an error instead of calling anything.
+    // No driver installed: every hook then returns an error instead of
+    // calling anything, as the program would see without stensor.
     RawLog("cannot load the CUDA driver %s: %s", path.c_str(), dlerror());
   } else {
     found = LoadDriver(g->state.real_handle, RealDlsymFn(), &g->state.driver);
+    if (!config.real_libcuda.empty() && g->state.driver.cuInit == nullptr) {
+      // Named on purpose, and wrong: every call would answer
+      // CUDA_ERROR_NOT_SUPPORTED with nothing said.
+      RawLog("STENSOR_REAL_LIBCUDA=\"%s\" is not a CUDA driver (it has no cuInit)",
+             path.c_str());
+      std::_Exit(1);
+    }
     for (const HookEntry& h : kHooks) {
       g->hook_by_name.emplace(h.name, h.hook);
       void* real = RealDlsymFn()(g->state.real_handle, h.name);
@@ -305,7 +327,6 @@ void AfterForkInChild() {
   // ending signal ends it at once.
   g_watching.store(false);
   g_signal_seen.store(false);
-  g_signal_shutdown_done.store(false);
   g_build_mu.unlock();
 }
 

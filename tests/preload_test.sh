@@ -4,7 +4,8 @@
 # read and write sets; a program that reaches the driver as the CUDA runtime
 # does gets stensor's hooks for the exact ABIs it asks for; the library
 # exports only C symbols and links no spdlog or fmt; a bad setting stops the
-# program at start with one line.
+# program at start with one line, a STENSOR_REAL_LIBCUDA that is no CUDA
+# driver at its first CUDA call.
 set -euo pipefail
 train=$1 fake=$2 stensor=$3 runtime_path=$4 checker=$5
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
@@ -53,4 +54,15 @@ fi
 [[ ! -s $tmp/out.txt ]] || fail "the program ran despite an invalid setting"
 (( $(wc -l < "$tmp/err.txt") == 1 )) || { cat "$tmp/err.txt" >&2; fail "expected one line on stderr"; }
 grep -q 'STENSOR_POLICY="sometimes"' "$tmp/err.txt" || fail "the error does not name the variable and value: $(cat "$tmp/err.txt")"
+
+# STENSOR_REAL_LIBCUDA naming something that is not a CUDA driver, or
+# nothing: one line at the first CUDA call, never a run on which every call
+# fails unexplained.
+for lib in libm.so.6 "$tmp/no-such-libcuda.so"; do
+  if STENSOR_REAL_LIBCUDA=$lib LD_PRELOAD="$stensor" "$train" --steps 1 > "$tmp/out.txt" 2> "$tmp/err.txt"; then
+    fail "STENSOR_REAL_LIBCUDA=$lib was accepted"
+  fi
+  (( $(wc -l < "$tmp/err.txt") == 1 )) || { cat "$tmp/err.txt" >&2; fail "$lib: expected one line on stderr"; }
+  grep -q "STENSOR_REAL_LIBCUDA=\"$lib\"" "$tmp/err.txt" || fail "$lib: the error does not name it: $(cat "$tmp/err.txt")"
+done
 echo "PASS"
