@@ -124,6 +124,17 @@ struct MemoryManager::Device {
   bool host_vmm = false;
   CUstream swap_stream = nullptr;
   uint64_t host_bytes = 0;  // host copies
+  uint64_t spare_host_bytes = 0;  // of them kept for reuse, host-located VMM
+  // Allocations the driver serves (below the granularity, and external
+  // ones): `small_bytes` charged in 4 KiB pages, against `small_reserve`,
+  // the share of the cap held for them (in `used`, >= small_bytes). The
+  // reserve grows in whole granules where there is room and keeps what it
+  // grew to when they are freed, so a step's small temporaries do not
+  // release a pooled chunk every step that the next VMM allocation would
+  // create again. Given back (TrimSmallReserve) before an allocation would
+  // fail and when the program asks what is free.
+  uint64_t small_bytes = 0;
+  uint64_t small_reserve = 0;
   // Idle physical memory in chunks of `granularity` bytes, charged (in
   // `used`).
   PhysicalPool pool;
@@ -253,7 +264,7 @@ MemoryManager::~MemoryManager() {
   }
   ReleaseAllPooled();
   RetryReleases();
-  (void)FreeSparePinned();
+  (void)FreeSpareHostCopies();
   for (auto& d : devices_) {
     if (!d) continue;
     // Failures here leak a handle at exit; nothing is left to keep consistent.
@@ -512,19 +523,21 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
   b->last_use = ++clock_;  // just used: not the first to go
   CollectGarbage();
   ReapOldMappings(dev, /*wait=*/false);
-  if (dev.granularity == 0 || bytes < dev.granularity) {
+  if (dev.granularity == 0 || bytes < dev.granularity / 2) {
     // Too small to map on its own: the driver's allocator, charged, kept.
     b->reserved = AlignUp(bytes, kSmallUnit);
-    if (CUresult r = MakeRoom(dev, b->reserved); r != CUDA_SUCCESS) return r;
+    if (CUresult r = ChargeSmall(dev, b->reserved); r != CUDA_SUCCESS) return r;
     CUresult r;
     while ((r = driver_->cuMemAlloc_v2(&b->base, bytes)) == CUDA_ERROR_OUT_OF_MEMORY) {
       if (!EvictByPolicy(dev, b->reserved)) {  // the device is full
         LogOom(dev, b->reserved);
-        return r;
+        break;
       }
     }
-    if (r != CUDA_SUCCESS) return r;
-    Charge(dev, b->reserved);
+    if (r != CUDA_SUCCESS) {
+      UnchargeSmall(dev, b->reserved);
+      return r;
+    }
   } else {
     b->vmm = true;
     b->reserved = AlignUp(bytes, dev.granularity);
@@ -568,10 +581,7 @@ CUresult MemoryManager::ReserveExternal(uint64_t bytes) {
     LogOom(dev, bytes);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  uint64_t charge = AlignUp(bytes, kSmallUnit);
-  if (CUresult r = MakeRoom(dev, charge); r != CUDA_SUCCESS) return r;
-  Charge(dev, charge);
-  return CUDA_SUCCESS;
+  return ChargeSmall(dev, AlignUp(bytes, kSmallUnit));
 }
 
 void MemoryManager::UnreserveExternal(uint64_t bytes) {
@@ -579,7 +589,7 @@ void MemoryManager::UnreserveExternal(uint64_t bytes) {
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return;
   absl::MutexLock lock(&mu_);
   if (bytes > DeviceState(ordinal).cap) return;  // never charged
-  DeviceState(ordinal).used -= AlignUp(bytes, kSmallUnit);
+  UnchargeSmall(DeviceState(ordinal), AlignUp(bytes, kSmallUnit));
 }
 
 void MemoryManager::AdoptExternal(CUdeviceptr base, uint64_t bytes) {
@@ -593,7 +603,7 @@ void MemoryManager::ForgetExternal(CUdeviceptr base) {
   absl::MutexLock lock(&mu_);
   auto it = external_.find(base);
   if (it == external_.end()) return;
-  DeviceState(it->second.first).used -= it->second.second;
+  UnchargeSmall(DeviceState(it->second.first), it->second.second);
   external_.erase(it);
 }
 
@@ -1077,21 +1087,33 @@ CUresult MemoryManager::MapDevice(Device& dev, Buffer& b) {
 }
 
 bool MemoryManager::ReleaseHostCopy(Device& dev, Buffer& b) {
-  if (void* p = b.host.TakePinned(); p != nullptr) {
-    spare_pinned_.emplace(b.reserved, std::make_pair(dev.ordinal, p));
+  // A whole copy is kept for the next buffer of its size and device (a
+  // step's temporaries swapped out and freed would otherwise cost a
+  // cuMemCreate and a cuMemRelease each, every step). Host-located VMM
+  // copies are kept up to a device cap's worth; pinned ones always, since
+  // freeing them synchronises (see spare_host_).
+  const bool whole = b.host.vmm() || (b.host.ptr() != nullptr && b.host.handle() == 0);
+  if (whole && (!b.host.vmm() || dev.spare_host_bytes + b.reserved <= dev.cap)) {
+    if (b.host.vmm()) dev.spare_host_bytes += b.reserved;
+    spare_host_.emplace(std::make_pair(b.reserved, dev.ordinal), b.host);
+    b.host = HostCopy();
+    return true;
   }
   return b.host.Release(vmm_, b.reserved, &dev.host_bytes);
 }
 
-bool MemoryManager::FreeSparePinned() {
+bool MemoryManager::FreeSpareHostCopies() {
   bool freed = false;
-  for (auto it = spare_pinned_.begin(); it != spare_pinned_.end();) {
-    if (Failed(driver_->cuMemFreeHost(it->second.second)) != CUDA_SUCCESS) {
-      ++it;
+  for (auto it = spare_host_.begin(); it != spare_host_.end();) {
+    const auto [reserved, ordinal] = it->first;
+    Device& dev = DeviceState(ordinal);
+    const bool vmm = it->second.vmm();
+    if (!it->second.Release(vmm_, reserved, &dev.host_bytes)) {
+      ++it;  // kept (still counted) for a later attempt
       continue;
     }
-    DeviceState(it->second.first).host_bytes -= it->first;
-    it = spare_pinned_.erase(it);
+    if (vmm) dev.spare_host_bytes -= reserved;
+    it = spare_host_.erase(it);
     freed = true;
   }
   return freed;
@@ -1101,7 +1123,7 @@ bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
   // Each step is recorded as it succeeds, so a retry goes on from there.
   if (!b.vmm) {
     if (Failed(driver_->cuMemFree_v2(b.base)) != CUDA_SUCCESS) return false;
-    dev.used -= b.reserved;
+    UnchargeSmall(dev, b.reserved);
   } else {
     if (!b.device_chunks.empty() || b.host_at_base || b.old_mapped) {
       if (vmm_.Unmap(b.base, b.reserved) != CUDA_SUCCESS) return false;
@@ -1137,6 +1159,43 @@ bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
   const uint64_t key = b.key;
   by_base_.erase(b.base);
   buffers_.erase(key);  // destroys b
+  return true;
+}
+
+// --- Allocations the driver serves -------------------------------------------------
+
+CUresult MemoryManager::ChargeSmall(Device& dev, uint64_t bytes) {
+  if (bytes > dev.cap - std::min(dev.cap, dev.small_bytes)) {
+    LogOom(dev, bytes);  // more than the cap can hold beside the others
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (dev.small_bytes + bytes > dev.small_reserve) {
+    if (CUresult r = MakeRoom(dev, dev.small_bytes + bytes - dev.small_reserve);
+        r != CUDA_SUCCESS) {
+      return r;
+    }
+    // Recomputed: MakeRoom may have trimmed the reserve (and freed as much).
+    uint64_t grow = dev.small_bytes + bytes - dev.small_reserve;
+    // Whole granules where they fit without evicting anything: what is left
+    // of the last one serves the next small allocations.
+    const uint64_t unit = dev.granularity != 0 ? dev.granularity : kSmallUnit;
+    const uint64_t whole = AlignUp(dev.small_bytes + bytes, unit) - dev.small_reserve;
+    if (dev.used <= dev.cap - std::min(dev.cap, whole)) grow = whole;
+    Charge(dev, grow);
+    dev.small_reserve += grow;
+  }
+  dev.small_bytes += bytes;
+  return CUDA_SUCCESS;
+}
+
+void MemoryManager::UnchargeSmall(Device& dev, uint64_t bytes) {
+  dev.small_bytes -= bytes;  // the reserve stays for the next ones
+}
+
+bool MemoryManager::TrimSmallReserve(Device& dev) {
+  if (dev.small_reserve == dev.small_bytes) return false;
+  dev.used -= dev.small_reserve - dev.small_bytes;
+  dev.small_reserve = dev.small_bytes;
   return true;
 }
 
@@ -1194,6 +1253,7 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
       if (evicted) continue;
     }
     if (!pool_counts && dev.pool.bytes() > 0 && ReapOldMappings(dev, /*wait=*/true)) continue;
+    if (TrimSmallReserve(dev)) continue;  // what small allocations do not use now
     // Nothing was left to evict, or what was left could not be evicted
     // because the driver failed: then that is the error to see.
     if (error != CUDA_SUCCESS) return error;
@@ -1337,7 +1397,7 @@ bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, CUresult* error)
 
 // --- Swapping ---------------------------------------------------------------------
 
-CUresult MemoryManager::EnsureHostCopy(Buffer& b) {
+CUresult MemoryManager::EnsureHostCopy(Buffer& b, bool will_copy) {
   if (b.host.exists()) return CUDA_SUCCESS;
   Device& dev = DeviceState(b.device);
   // What a failed attempt could not undo goes first (or this one fails too).
@@ -1345,18 +1405,30 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b) {
   static const size_t host_total =
       static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
   std::optional<size_t> host_cap = config_.HostLimitBytes(host_total);
-  if (!dev.host_vmm) {
-    for (auto it = spare_pinned_.find(b.reserved); it != spare_pinned_.end() &&
-                                                   it->first == b.reserved;
-         ++it) {
-      if (it->second.first != dev.ordinal) continue;
-      b.host.AdoptPinned(it->second.second);  // still counted in host_bytes
-      spare_pinned_.erase(it);
+  // A kept copy holds an earlier buffer's bytes: one about to be copied
+  // into takes it as it is; a never-written buffer's (`will_copy` false)
+  // must hold what fresh memory holds, so it is zeroed first on the swap
+  // stream, as a use of the buffer there (what reads the address while it
+  // is swapped out is ordered after the swap stream).
+  if (auto it = spare_host_.find({b.reserved, dev.ordinal});
+      it != spare_host_.end() && it->second.vmm() == dev.host_vmm &&
+      (will_copy || it->second.vmm())) {
+    bool zeroed = will_copy;
+    if (!zeroed && EnsureSwapStream(dev) == CUDA_SUCCESS &&
+        Failed(driver_->cuMemsetD8Async(it->second.va(), 0, b.reserved, dev.swap_stream)) ==
+            CUDA_SUCCESS) {
+      NoteUse(b.uses, dev.swap_stream, dev.ordinal);
+      zeroed = true;
+    }
+    if (zeroed) {  // else a fresh copy after all; the spare stays kept
+      b.host = it->second;  // still counted in host_bytes
+      if (b.host.vmm()) dev.spare_host_bytes -= b.reserved;
+      spare_host_.erase(it);
       return CUDA_SUCCESS;
     }
   }
-  if (host_cap && dev.host_bytes + b.reserved > *host_cap && !spare_pinned_.empty()) {
-    (void)FreeSparePinned();  // the room is needed: a synchronising free
+  if (host_cap && dev.host_bytes + b.reserved > *host_cap && !spare_host_.empty()) {
+    (void)FreeSpareHostCopies();  // the room is needed (pinned ones: a synchronising free)
   }
   if (host_cap && dev.host_bytes + b.reserved > *host_cap) {
     if (!warned_host_limit_) {
@@ -1441,7 +1513,7 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
   // while swapped out, so even a never-written buffer gets one (fresh, so
   // holding what fresh device memory holds; nothing is copied into it).
   if (copy || (never_written && dev.host_vmm)) {
-    if (CUresult r = EnsureHostCopy(b); r != CUDA_SUCCESS) return r;
+    if (CUresult r = EnsureHostCopy(b, /*will_copy=*/copy); r != CUDA_SUCCESS) return r;
   }
   // STENSOR_VERIFY: a clean drop is checked first; one that fails the check
   // (or cannot be checked) is a copy. (Only idle buffers get here with it.)
@@ -2226,6 +2298,7 @@ void MemoryManager::MemInfo(int device, size_t* free_bytes, size_t* total_bytes)
   // free and are counted so.
   while (ReleaseOnePooled(dev)) {
   }
+  TrimSmallReserve(dev);
   uint64_t used = dev.used - dev.pool.bytes();
   if (free_bytes != nullptr) *free_bytes = used >= dev.cap ? 0 : dev.cap - used;
 }

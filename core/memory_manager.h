@@ -37,6 +37,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -45,6 +46,7 @@
 #include "absl/types/span.h"
 #include "core/config.h"
 #include "core/driver.h"
+#include "core/host_copy.h"
 #include "core/physical_pool.h"
 #include "core/profiler.h"
 #include "core/stream_use.h"
@@ -367,6 +369,13 @@ class MemoryManager {
   // the caller relies on, when its uses cannot be ordered on the device.
   bool QueueGarbage(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogOom(Device& dev, uint64_t need) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Allocations the driver serves (Device::small_reserve): ChargeSmall
+  // charges `bytes` (whole pages), making room when the reserve is short;
+  // UnchargeSmall ends a charge and keeps the reserve; TrimSmallReserve
+  // gives back what the reserve holds beyond the charges (true when any).
+  CUresult ChargeSmall(Device& dev, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnchargeSmall(Device& dev, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool TrimSmallReserve(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the buffer's device copy may go without a transfer.
   bool Droppable(const Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -459,7 +468,10 @@ class MemoryManager {
   CUresult WaitSwapUse(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CUresult SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  CUresult EnsureHostCopy(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A host copy for `b`, a kept one (spare_host_) where there is one; unless
+  // `will_copy` (the buffer's contents go there next), it holds zeros, as
+  // fresh memory does.
+  CUresult EnsureHostCopy(Buffer& b, bool will_copy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // STENSOR_VERIFY: whether a clean drop of `b` may go ahead (its device
   // contents equal the host copy); false means copy it instead.
   bool VerifiedClean(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -580,14 +592,17 @@ class MemoryManager {
     std::vector<CUmemGenericAllocationHandle> chunks;
   };
   std::vector<StuckMapping> stuck_ ABSL_GUARDED_BY(mu_);
-  // Pinned host copies of released buffers, by reserved size, for the next
-  // host copy of that size: cuMemFreeHost synchronises every context, which
-  // inside a call the program expects not to block (cuMemGetInfo, cuMemAlloc)
-  // would deadlock a program whose stream waits on its own host thread.
+  // Host copies of released buffers, by (reserved size, device), for the
+  // next host copy of that size there. Pinned ones always: cuMemFreeHost
+  // synchronises every context, which inside a call the program expects not
+  // to block (cuMemGetInfo, cuMemAlloc) would deadlock a program whose
+  // stream waits on its own host thread. Host-located VMM ones up to a
+  // device cap's worth per device (Device::spare_host_bytes), so a step's
+  // temporaries swapped out and freed make no cuMemCreate/cuMemRelease.
   // Still counted in host_bytes; freed when the host limit needs the room
   // and at exit.
-  std::multimap<uint64_t, std::pair<int, void*>> spare_pinned_ ABSL_GUARDED_BY(mu_);
-  bool FreeSparePinned() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::multimap<std::pair<uint64_t, int>, HostCopy> spare_host_ ABSL_GUARDED_BY(mu_);
+  bool FreeSpareHostCopies() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // External allocations: base -> (device, charged bytes).
   absl::flat_hash_map<uint64_t, std::pair<int, uint64_t>> external_ ABSL_GUARDED_BY(mu_);
   // The program's own device-located VMM handles (CreateAppMemory).

@@ -43,6 +43,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -713,6 +714,96 @@ TEST_F(MemoryManagerTest, PoolChunksServeEverySize) {
   EXPECT_EQ(after.ooms, 0u);
   EXPECT_LE(Peak(), kCap);
   FreeAll(*mm, {big, a, b});
+}
+
+// A training step's temporaries under a cap: small ones the driver serves
+// (below half a granule), a granule one that is swapped out before it is
+// freed, and a half-granule one (served from a whole chunk). After a warm-up
+// round nothing is created or released on the device or the host: small
+// allocations keep the share of the cap they grew to (so room for them no
+// longer releases a pooled chunk that the next VMM buffer creates again),
+// and the host copy of a freed buffer serves the next one of its size.
+TEST_F(MemoryManagerTest, SteadyTemporariesCreateAndReleaseNothingOnceWarm) {
+  fakecuda_count_calls(1);
+  auto mm = Make("6MiB", "lru");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a = Alloc(*mm, 1), b = Alloc(*mm, 2);
+  Write(*mm, 1, a, 1);
+  Write(*mm, 2, b, 2);
+  constexpr uint64_t kSmall = 100000 - 100000 % 8, kHalf = kGranule / 2;
+  unsigned long long creates = 0, releases = 0;
+  for (int round = 0; round < 5; ++round) {
+    if (round == 2) {
+      creates = fakecuda_call_count("cuMemCreate");
+      releases = fakecuda_call_count("cuMemRelease");
+    }
+    const uint64_t id = 100 + 10 * round;
+    CUdeviceptr s = Alloc(*mm, id, kSmall);
+    Write(*mm, id, s, id, kSmall);
+    CUdeviceptr t = Alloc(*mm, id + 1);  // the cap is full: a or b goes out
+    Write(*mm, id + 1, t, id + 1);
+    ExpectData(*mm, 1, a, 1);  // t goes out (a host copy) or b
+    ExpectData(*mm, 2, b, 2);
+    CUdeviceptr h = Alloc(*mm, id + 2, kHalf);
+    Write(*mm, id + 2, h, id + 2, kHalf);
+    ExpectData(*mm, id + 1, t, id + 1);
+    ExpectData(*mm, id, s, id, kSmall);
+    ExpectData(*mm, id + 2, h, id + 2, kHalf);
+    FreeAll(*mm, {s, t, h});
+  }
+  EXPECT_EQ(fakecuda_call_count("cuMemCreate"), creates);
+  EXPECT_EQ(fakecuda_call_count("cuMemRelease"), releases);
+  EXPECT_GT(mm->stats().swap_outs_copied, 4u);  // the loop did swap
+  EXPECT_EQ(mm->stats().ooms, 0u);
+  EXPECT_LE(Peak(), kCap);
+  fakecuda_count_calls(0);
+  FreeAll(*mm, {a, b});
+  EXPECT_EQ(FreeBytes(*mm), kCap);
+}
+
+// What small allocations hold beyond their use goes back before anything
+// fails, and when the program asks what is free: a small buffer freed, the
+// whole cap is still free and a cap-sized buffer still fits.
+TEST_F(MemoryManagerTest, SmallReserveIsGivenBackWhenTheRoomIsNeeded) {
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr s = Alloc(*mm, 1, 1000);
+  EXPECT_EQ(FreeBytes(*mm), kCap - 4096);  // charged in pages, as before
+  CUdeviceptr s2 = Alloc(*mm, 2, 5000);
+  FreeAll(*mm, {s, s2});
+  CUdeviceptr all = Alloc(*mm, 3, kCap);
+  EXPECT_NE(all, 0u);
+  FreeAll(*mm, {all});
+  CUdeviceptr s3 = Alloc(*mm, 4, 1000);
+  FreeAll(*mm, {s3});
+  EXPECT_EQ(FreeBytes(*mm), kCap);
+  EXPECT_EQ(mm->stats().ooms, 0u);
+}
+
+// A kept host copy serves a never-written buffer's eviction only once it is
+// zeroed: the address of a swapped-out buffer reads its host copy, which
+// must hold what fresh memory holds, not the bytes of the buffer that had
+// the copy before.
+TEST_F(MemoryManagerTest, KeptHostCopyOfAnotherBufferReadsZerosWhenNeverWritten) {
+  auto mm = Make("6MiB");  // version: a never-written buffer goes without a copy
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c, d;
+  FillAndSwapOutA(*mm, &a, &b, &c, &d);  // A has a host copy holding its data
+  FreeAll(*mm, {a, d});                   // the copy is kept; D's chunk pooled
+  CUdeviceptr e = Alloc(*mm, 5);          // never written
+  Read(*mm, 2, b);
+  Read(*mm, 3, c);
+  ClearLog();
+  CUdeviceptr f = Alloc(*mm, 6);  // evicts e: nothing to copy
+  EXPECT_THAT(Records(), ElementsAre("drop_unwritten:5"));
+  Write(*mm, 6, f, 6);
+  ASSERT_CU(cuCtxSynchronize());
+  std::vector<uint64_t> words(kWords, 1);
+  ASSERT_TRUE(mm->ReadFromHostCopy(5, 0, words.data(), kGranule));
+  EXPECT_EQ(std::count(words.begin(), words.end(), uint64_t{0}), static_cast<long>(kWords));
+  words = Read(*mm, 5, e);
+  EXPECT_EQ(std::count(words.begin(), words.end(), uint64_t{0}), static_cast<long>(kWords));
+  FreeAll(*mm, {b, c, e, f});
 }
 
 // Prefetch brings a swapped-out buffer in on the swap stream before any
