@@ -125,16 +125,6 @@ struct MemoryManager::Device {
   CUstream swap_stream = nullptr;
   uint64_t host_bytes = 0;  // host copies
   uint64_t spare_host_bytes = 0;  // of them kept for reuse, host-located VMM
-  // Allocations the driver serves (below the granularity, and external
-  // ones): `small_bytes` charged in 4 KiB pages, against `small_reserve`,
-  // the share of the cap held for them (in `used`, >= small_bytes). The
-  // reserve grows in whole granules where there is room and keeps what it
-  // grew to when they are freed, so a step's small temporaries do not
-  // release a pooled chunk every step that the next VMM allocation would
-  // create again. Given back (TrimSmallReserve) before an allocation would
-  // fail and when the program asks what is free.
-  uint64_t small_bytes = 0;
-  uint64_t small_reserve = 0;
   // Idle physical memory in chunks of `granularity` bytes, charged (in
   // `used`).
   PhysicalPool pool;
@@ -523,21 +513,23 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
   b->last_use = ++clock_;  // just used: not the first to go
   CollectGarbage();
   ReapOldMappings(dev, /*wait=*/false);
+  // From half a granule up a buffer maps a whole chunk (at most twice its
+  // size): the memory it frees serves any other buffer, where the driver's
+  // allocator would need a pooled chunk released for it (room for it) and
+  // created again for the next VMM buffer.
   if (dev.granularity == 0 || bytes < dev.granularity / 2) {
     // Too small to map on its own: the driver's allocator, charged, kept.
     b->reserved = AlignUp(bytes, kSmallUnit);
-    if (CUresult r = ChargeSmall(dev, b->reserved); r != CUDA_SUCCESS) return r;
+    if (CUresult r = MakeRoom(dev, b->reserved); r != CUDA_SUCCESS) return r;
     CUresult r;
     while ((r = driver_->cuMemAlloc_v2(&b->base, bytes)) == CUDA_ERROR_OUT_OF_MEMORY) {
       if (!EvictByPolicy(dev, b->reserved)) {  // the device is full
         LogOom(dev, b->reserved);
-        break;
+        return r;
       }
     }
-    if (r != CUDA_SUCCESS) {
-      UnchargeSmall(dev, b->reserved);
-      return r;
-    }
+    if (r != CUDA_SUCCESS) return r;
+    Charge(dev, b->reserved);
   } else {
     b->vmm = true;
     b->reserved = AlignUp(bytes, dev.granularity);
@@ -581,7 +573,10 @@ CUresult MemoryManager::ReserveExternal(uint64_t bytes) {
     LogOom(dev, bytes);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  return ChargeSmall(dev, AlignUp(bytes, kSmallUnit));
+  uint64_t charge = AlignUp(bytes, kSmallUnit);
+  if (CUresult r = MakeRoom(dev, charge); r != CUDA_SUCCESS) return r;
+  Charge(dev, charge);
+  return CUDA_SUCCESS;
 }
 
 void MemoryManager::UnreserveExternal(uint64_t bytes) {
@@ -589,7 +584,7 @@ void MemoryManager::UnreserveExternal(uint64_t bytes) {
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return;
   absl::MutexLock lock(&mu_);
   if (bytes > DeviceState(ordinal).cap) return;  // never charged
-  UnchargeSmall(DeviceState(ordinal), AlignUp(bytes, kSmallUnit));
+  DeviceState(ordinal).used -= AlignUp(bytes, kSmallUnit);
 }
 
 void MemoryManager::AdoptExternal(CUdeviceptr base, uint64_t bytes) {
@@ -603,7 +598,7 @@ void MemoryManager::ForgetExternal(CUdeviceptr base) {
   absl::MutexLock lock(&mu_);
   auto it = external_.find(base);
   if (it == external_.end()) return;
-  UnchargeSmall(DeviceState(it->second.first), it->second.second);
+  DeviceState(it->second.first).used -= it->second.second;
   external_.erase(it);
 }
 
@@ -1123,7 +1118,7 @@ bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
   // Each step is recorded as it succeeds, so a retry goes on from there.
   if (!b.vmm) {
     if (Failed(driver_->cuMemFree_v2(b.base)) != CUDA_SUCCESS) return false;
-    UnchargeSmall(dev, b.reserved);
+    dev.used -= b.reserved;
   } else {
     if (!b.device_chunks.empty() || b.host_at_base || b.old_mapped) {
       if (vmm_.Unmap(b.base, b.reserved) != CUDA_SUCCESS) return false;
@@ -1159,43 +1154,6 @@ bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
   const uint64_t key = b.key;
   by_base_.erase(b.base);
   buffers_.erase(key);  // destroys b
-  return true;
-}
-
-// --- Allocations the driver serves -------------------------------------------------
-
-CUresult MemoryManager::ChargeSmall(Device& dev, uint64_t bytes) {
-  if (bytes > dev.cap - std::min(dev.cap, dev.small_bytes)) {
-    LogOom(dev, bytes);  // more than the cap can hold beside the others
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  if (dev.small_bytes + bytes > dev.small_reserve) {
-    if (CUresult r = MakeRoom(dev, dev.small_bytes + bytes - dev.small_reserve);
-        r != CUDA_SUCCESS) {
-      return r;
-    }
-    // Recomputed: MakeRoom may have trimmed the reserve (and freed as much).
-    uint64_t grow = dev.small_bytes + bytes - dev.small_reserve;
-    // Whole granules where they fit without evicting anything: what is left
-    // of the last one serves the next small allocations.
-    const uint64_t unit = dev.granularity != 0 ? dev.granularity : kSmallUnit;
-    const uint64_t whole = AlignUp(dev.small_bytes + bytes, unit) - dev.small_reserve;
-    if (dev.used <= dev.cap - std::min(dev.cap, whole)) grow = whole;
-    Charge(dev, grow);
-    dev.small_reserve += grow;
-  }
-  dev.small_bytes += bytes;
-  return CUDA_SUCCESS;
-}
-
-void MemoryManager::UnchargeSmall(Device& dev, uint64_t bytes) {
-  dev.small_bytes -= bytes;  // the reserve stays for the next ones
-}
-
-bool MemoryManager::TrimSmallReserve(Device& dev) {
-  if (dev.small_reserve == dev.small_bytes) return false;
-  dev.used -= dev.small_reserve - dev.small_bytes;
-  dev.small_reserve = dev.small_bytes;
   return true;
 }
 
@@ -1253,7 +1211,6 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
       if (evicted) continue;
     }
     if (!pool_counts && dev.pool.bytes() > 0 && ReapOldMappings(dev, /*wait=*/true)) continue;
-    if (TrimSmallReserve(dev)) continue;  // what small allocations do not use now
     // Nothing was left to evict, or what was left could not be evicted
     // because the driver failed: then that is the error to see.
     if (error != CUDA_SUCCESS) return error;
@@ -1510,8 +1467,9 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
   if (!copy && !Droppable(b)) copy = true;  // never drop what is dirty
   bool never_written = !copy && !b.stale_device && !b.clean();
   // Never fault: with host-located VMM the address reads the host copy
-  // while swapped out, so even a never-written buffer gets one (fresh, so
-  // holding what fresh device memory holds; nothing is copied into it).
+  // while swapped out, so even a never-written buffer gets one (fresh, or
+  // a kept one zeroed: holding what fresh device memory holds; nothing is
+  // copied into it).
   if (copy || (never_written && dev.host_vmm)) {
     if (CUresult r = EnsureHostCopy(b, /*will_copy=*/copy); r != CUDA_SUCCESS) return r;
   }
@@ -2298,7 +2256,6 @@ void MemoryManager::MemInfo(int device, size_t* free_bytes, size_t* total_bytes)
   // free and are counted so.
   while (ReleaseOnePooled(dev)) {
   }
-  TrimSmallReserve(dev);
   uint64_t used = dev.used - dev.pool.bytes();
   if (free_bytes != nullptr) *free_bytes = used >= dev.cap ? 0 : dev.cap - used;
 }

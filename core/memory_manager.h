@@ -369,13 +369,6 @@ class MemoryManager {
   // the caller relies on, when its uses cannot be ordered on the device.
   bool QueueGarbage(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogOom(Device& dev, uint64_t need) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Allocations the driver serves (Device::small_reserve): ChargeSmall
-  // charges `bytes` (whole pages), making room when the reserve is short;
-  // UnchargeSmall ends a charge and keeps the reserve; TrimSmallReserve
-  // gives back what the reserve holds beyond the charges (true when any).
-  CUresult ChargeSmall(Device& dev, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void UnchargeSmall(Device& dev, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool TrimSmallReserve(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the buffer's device copy may go without a transfer.
   bool Droppable(const Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
