@@ -133,9 +133,10 @@ class MemoryManager {
                                                LogSink log);
   ~MemoryManager();
 
-  // cuMemAlloc under the cap: a VMM-backed, swappable buffer, or for sizes
-  // below the allocation granularity a plain allocation that counts against
-  // the cap and is never swapped. The driver's result code, or
+  // cuMemAlloc under the cap: a VMM-backed, swappable buffer (of whole
+  // granules, so from half a granule up), or for sizes below half the
+  // allocation granularity a plain allocation that counts against the cap
+  // and is never swapped. The driver's result code, or
   // CUDA_ERROR_OUT_OF_MEMORY when nothing is left to evict.
   // `register_id` is called once, with the new buffer's address, under the
   // manager's lock (so no thread sees the buffer without its id): it
