@@ -803,33 +803,47 @@ TEST_F(MemoryManagerTest, HalfGranuleTemporaryMapsAChunkSoNoStepCreatesOne) {
 // A kept host copy serves a never-written buffer's eviction only once it is
 // zeroed: the address of a swapped-out buffer reads its host copy, which
 // must hold what fresh memory holds, not the bytes of the buffer that had
-// the copy before.
+// the copy before. When that zeroing cannot be queued (the memset fails), a
+// fresh copy is made instead: the program sees no error and the same bytes.
 TEST_F(MemoryManagerTest, KeptHostCopyOfAnotherBufferReadsZerosWhenNeverWritten) {
-  auto mm = Make("6MiB");  // version: a never-written buffer goes without a copy
-  ASSERT_NE(mm, nullptr);
-  CUdeviceptr a, b, c, d;
-  FillAndSwapOutA(*mm, &a, &b, &c, &d);  // A has a host copy holding its data
-  FreeAll(*mm, {a, d});                   // the copy is kept; D's chunk pooled
-  CUdeviceptr e = Alloc(*mm, 5);          // never written
-  Read(*mm, 2, b);
-  Read(*mm, 3, c);
-  ClearLog();
-  CUdeviceptr f = Alloc(*mm, 6);  // evicts e: nothing to copy
-  EXPECT_THAT(Records(), ElementsAre("drop_unwritten:5"));
-  Write(*mm, 6, f, 6);
-  ASSERT_CU(cuCtxSynchronize());
   int host_vmm = 0;
   ASSERT_CU(cuDeviceGetAttribute(
       &host_vmm, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev_));
-  std::vector<uint64_t> words(kWords, 1);
-  // (Without host-located VMM a never-written buffer gets no host copy.)
-  EXPECT_EQ(mm->ReadFromHostCopy(5, 0, words.data(), kGranule), host_vmm != 0);
-  if (host_vmm != 0) {
+  for (bool fail_zeroing : {false, true}) {
+    SCOPED_TRACE(fail_zeroing ? "memset fails" : "no fault");
+    auto mm = Make("6MiB");  // version: a never-written buffer goes without a copy
+    ASSERT_NE(mm, nullptr);
+    CUdeviceptr a, b, c, d;
+    FillAndSwapOutA(*mm, &a, &b, &c, &d);  // A has a host copy holding its data
+    FreeAll(*mm, {a, d});                   // the copy is kept; D's chunk pooled
+    CUdeviceptr e = Alloc(*mm, 5);          // never written
+    Read(*mm, 2, b);
+    Read(*mm, 3, c);
+    ClearLog();
+    // The first memset from here on is the kept copy's zeroing (the chunk
+    // e leaves is zeroed for f after it), with host-located VMM.
+    if (fail_zeroing) fakecuda_fail_call("cuMemsetD8Async", 1, CUDA_ERROR_UNKNOWN);
+    CUdeviceptr f = Alloc(*mm, 6);  // evicts e: nothing to copy
+    fakecuda_clear_failures();
+    EXPECT_NE(f, 0u);
+    EXPECT_THAT(Records(), ElementsAre("drop_unwritten:5"));
+    // (Without host-located VMM the failed memset is the zeroing of f's
+    // reused chunk, which falls back to fresh memory likewise.)
+    EXPECT_EQ(mm->stats().driver_errors, fail_zeroing ? 1u : 0u);
+    Write(*mm, 6, f, 6);
+    ASSERT_CU(cuCtxSynchronize());
+    std::vector<uint64_t> words(kWords, 1);
+    // (Without host-located VMM a never-written buffer gets no host copy.)
+    EXPECT_EQ(mm->ReadFromHostCopy(5, 0, words.data(), kGranule), host_vmm != 0);
+    if (host_vmm != 0) {
+      EXPECT_EQ(std::count(words.begin(), words.end(), uint64_t{0}),
+                static_cast<long>(kWords));
+    }
+    words = Read(*mm, 5, e);
     EXPECT_EQ(std::count(words.begin(), words.end(), uint64_t{0}), static_cast<long>(kWords));
+    ExpectData(*mm, 6, f, 6);
+    FreeAll(*mm, {b, c, e, f});
   }
-  words = Read(*mm, 5, e);
-  EXPECT_EQ(std::count(words.begin(), words.end(), uint64_t{0}), static_cast<long>(kWords));
-  FreeAll(*mm, {b, c, e, f});
 }
 
 // Prefetch brings a swapped-out buffer in on the swap stream before any
