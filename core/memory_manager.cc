@@ -124,6 +124,7 @@ struct MemoryManager::Device {
   bool host_vmm = false;
   CUstream swap_stream = nullptr;
   uint64_t host_bytes = 0;  // host copies
+  uint64_t spare_host_bytes = 0;  // of them kept for reuse, host-located VMM
   // Idle physical memory in chunks of `granularity` bytes, charged (in
   // `used`).
   PhysicalPool pool;
@@ -292,7 +293,7 @@ MemoryManager::~MemoryManager() {
   }
   ReleaseAllPooled();
   RetryReleases();
-  (void)FreeSparePinned();
+  (void)FreeSpareHostCopies();
   for (auto& d : devices_) {
     if (!d) continue;
     // Failures here leak a handle at exit; nothing is left to keep consistent.
@@ -551,7 +552,11 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
   b->last_use = ++clock_;  // just used: not the first to go
   CollectGarbage();
   ReapOldMappings(dev, /*wait=*/false);
-  if (dev.granularity == 0 || bytes < dev.granularity) {
+  // From half a granule up a buffer maps a whole chunk (at most twice its
+  // size): the memory it frees serves any other buffer, where the driver's
+  // allocator would need a pooled chunk released for it (room for it) and
+  // created again for the next VMM buffer.
+  if (dev.granularity == 0 || bytes < dev.granularity / 2) {
     // Too small to map on its own: the driver's allocator, charged, kept.
     b->reserved = AlignUp(bytes, kSmallUnit);
     if (CUresult r = MakeRoom(dev, b->reserved); r != CUDA_SUCCESS) return r;
@@ -1116,21 +1121,33 @@ CUresult MemoryManager::MapDevice(Device& dev, Buffer& b) {
 }
 
 bool MemoryManager::ReleaseHostCopy(Device& dev, Buffer& b) {
-  if (void* p = b.host.TakePinned(); p != nullptr) {
-    spare_pinned_.emplace(b.reserved, std::make_pair(dev.ordinal, p));
+  // A whole copy is kept for the next buffer of its size and device (a
+  // step's temporaries swapped out and freed would otherwise cost a
+  // cuMemCreate and a cuMemRelease each, every step). Host-located VMM
+  // copies are kept up to a device cap's worth; pinned ones always, since
+  // freeing them synchronises (see spare_host_).
+  const bool whole = b.host.vmm() || (b.host.ptr() != nullptr && b.host.handle() == 0);
+  if (whole && (!b.host.vmm() || dev.spare_host_bytes + b.reserved <= dev.cap)) {
+    if (b.host.vmm()) dev.spare_host_bytes += b.reserved;
+    spare_host_.emplace(std::make_pair(b.reserved, dev.ordinal), b.host);
+    b.host = HostCopy();
+    return true;
   }
   return b.host.Release(vmm_, b.reserved, &dev.host_bytes);
 }
 
-bool MemoryManager::FreeSparePinned() {
+bool MemoryManager::FreeSpareHostCopies() {
   bool freed = false;
-  for (auto it = spare_pinned_.begin(); it != spare_pinned_.end();) {
-    if (Failed(driver_->cuMemFreeHost(it->second.second)) != CUDA_SUCCESS) {
-      ++it;
+  for (auto it = spare_host_.begin(); it != spare_host_.end();) {
+    const auto [reserved, ordinal] = it->first;
+    Device& dev = DeviceState(ordinal);
+    const bool vmm = it->second.vmm();
+    if (!it->second.Release(vmm_, reserved, &dev.host_bytes)) {
+      ++it;  // kept (still counted) for a later attempt
       continue;
     }
-    DeviceState(it->second.first).host_bytes -= it->first;
-    it = spare_pinned_.erase(it);
+    if (vmm) dev.spare_host_bytes -= reserved;
+    it = spare_host_.erase(it);
     freed = true;
   }
   return freed;
@@ -1376,7 +1393,7 @@ bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, CUresult* error)
 
 // --- Swapping ---------------------------------------------------------------------
 
-CUresult MemoryManager::EnsureHostCopy(Buffer& b) {
+CUresult MemoryManager::EnsureHostCopy(Buffer& b, bool will_copy) {
   if (b.host.exists()) return CUDA_SUCCESS;
   Device& dev = DeviceState(b.device);
   // What a failed attempt could not undo goes first (or this one fails too).
@@ -1384,18 +1401,30 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b) {
   static const size_t host_total =
       static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
   std::optional<size_t> host_cap = config_.HostLimitBytes(host_total);
-  if (!dev.host_vmm) {
-    for (auto it = spare_pinned_.find(b.reserved); it != spare_pinned_.end() &&
-                                                   it->first == b.reserved;
-         ++it) {
-      if (it->second.first != dev.ordinal) continue;
-      b.host.AdoptPinned(it->second.second);  // still counted in host_bytes
-      spare_pinned_.erase(it);
+  // A kept copy holds an earlier buffer's bytes: one about to be copied
+  // into takes it as it is; a never-written buffer's (`will_copy` false)
+  // must hold what fresh memory holds, so it is zeroed first on the swap
+  // stream, as a use of the buffer there (what reads the address while it
+  // is swapped out is ordered after the swap stream).
+  if (auto it = spare_host_.find({b.reserved, dev.ordinal});
+      it != spare_host_.end() && it->second.vmm() == dev.host_vmm &&
+      (will_copy || it->second.vmm())) {
+    bool zeroed = will_copy;
+    if (!zeroed && EnsureSwapStream(dev) == CUDA_SUCCESS &&
+        Failed(driver_->cuMemsetD8Async(it->second.va(), 0, b.reserved, dev.swap_stream)) ==
+            CUDA_SUCCESS) {
+      NoteUse(b.uses, dev.swap_stream, dev.ordinal);
+      zeroed = true;
+    }
+    if (zeroed) {  // else a fresh copy after all; the spare stays kept
+      b.host = it->second;  // still counted in host_bytes
+      if (b.host.vmm()) dev.spare_host_bytes -= b.reserved;
+      spare_host_.erase(it);
       return CUDA_SUCCESS;
     }
   }
-  if (host_cap && dev.host_bytes + b.reserved > *host_cap && !spare_pinned_.empty()) {
-    (void)FreeSparePinned();  // the room is needed: a synchronising free
+  if (host_cap && dev.host_bytes + b.reserved > *host_cap && !spare_host_.empty()) {
+    (void)FreeSpareHostCopies();  // the room is needed (pinned ones: a synchronising free)
   }
   if (host_cap && dev.host_bytes + b.reserved > *host_cap) {
     if (!warned_host_limit_) {
@@ -1477,10 +1506,11 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
   if (!copy && !Droppable(b)) copy = true;  // never drop what is dirty
   bool never_written = !copy && !b.stale_device && !b.clean();
   // Never fault: with host-located VMM the address reads the host copy
-  // while swapped out, so even a never-written buffer gets one (fresh, so
-  // holding what fresh device memory holds; nothing is copied into it).
+  // while swapped out, so even a never-written buffer gets one (fresh, or
+  // a kept one zeroed: holding what fresh device memory holds; nothing is
+  // copied into it).
   if (copy || (never_written && dev.host_vmm)) {
-    if (CUresult r = EnsureHostCopy(b); r != CUDA_SUCCESS) return r;
+    if (CUresult r = EnsureHostCopy(b, /*will_copy=*/copy); r != CUDA_SUCCESS) return r;
   }
   // STENSOR_VERIFY: a clean drop is checked first; one that fails the check
   // (or cannot be checked) is a copy. (Only idle buffers get here with it.)

@@ -37,6 +37,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -45,6 +46,7 @@
 #include "absl/types/span.h"
 #include "core/config.h"
 #include "core/driver.h"
+#include "core/host_copy.h"
 #include "core/physical_pool.h"
 #include "core/profiler.h"
 #include "core/stream_use.h"
@@ -133,9 +135,10 @@ class MemoryManager {
                                                LogSink log);
   ~MemoryManager();
 
-  // cuMemAlloc under the cap: a VMM-backed, swappable buffer, or for sizes
-  // below the allocation granularity a plain allocation that counts against
-  // the cap and is never swapped. The driver's result code, or
+  // cuMemAlloc under the cap: a VMM-backed, swappable buffer (of whole
+  // granules, so from half a granule up), or for sizes below half the
+  // allocation granularity a plain allocation that counts against the cap
+  // and is never swapped. The driver's result code, or
   // CUDA_ERROR_OUT_OF_MEMORY when nothing is left to evict.
   // `register_id` is called once, with the new buffer's address, under the
   // manager's lock (so no thread sees the buffer without its id): it
@@ -466,7 +469,10 @@ class MemoryManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The access log's record of a swap-in (`copy`: its contents copied in).
   void LogSwapIn(const Device& dev, const Buffer& b, bool copy) const;
-  CUresult EnsureHostCopy(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A host copy for `b`, a kept one (spare_host_) where there is one; unless
+  // `will_copy` (the buffer's contents go there next), it holds zeros, as
+  // fresh memory does.
+  CUresult EnsureHostCopy(Buffer& b, bool will_copy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // STENSOR_VERIFY: whether a clean drop of `b` may go ahead (its device
   // contents equal the host copy); false means copy it instead.
   bool VerifiedClean(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -587,14 +593,17 @@ class MemoryManager {
     std::vector<CUmemGenericAllocationHandle> chunks;
   };
   std::vector<StuckMapping> stuck_ ABSL_GUARDED_BY(mu_);
-  // Pinned host copies of released buffers, by reserved size, for the next
-  // host copy of that size: cuMemFreeHost synchronises every context, which
-  // inside a call the program expects not to block (cuMemGetInfo, cuMemAlloc)
-  // would deadlock a program whose stream waits on its own host thread.
+  // Host copies of released buffers, by (reserved size, device), for the
+  // next host copy of that size there. Pinned ones always: cuMemFreeHost
+  // synchronises every context, which inside a call the program expects not
+  // to block (cuMemGetInfo, cuMemAlloc) would deadlock a program whose
+  // stream waits on its own host thread. Host-located VMM ones up to a
+  // device cap's worth per device (Device::spare_host_bytes), so a step's
+  // temporaries swapped out and freed make no cuMemCreate/cuMemRelease.
   // Still counted in host_bytes; freed when the host limit needs the room
   // and at exit.
-  std::multimap<uint64_t, std::pair<int, void*>> spare_pinned_ ABSL_GUARDED_BY(mu_);
-  bool FreeSparePinned() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::multimap<std::pair<uint64_t, int>, HostCopy> spare_host_ ABSL_GUARDED_BY(mu_);
+  bool FreeSpareHostCopies() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // External allocations: base -> (device, charged bytes).
   absl::flat_hash_map<uint64_t, std::pair<int, uint64_t>> external_ ABSL_GUARDED_BY(mu_);
   // The program's own device-located VMM handles (CreateAppMemory).

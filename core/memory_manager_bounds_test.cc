@@ -174,6 +174,51 @@ TEST_F(BoundsTest, RangeIsTheRequestedSizeResidentOrSwappedOut) {
   EXPECT_FALSE(mm->Find(a).has_value());
 }
 
+// From half a granule up, a buffer below a granule maps a whole chunk: its
+// range is still what was asked for (the rest of the chunk is a tail no
+// transfer may reach), it is swapped like any other, and it keeps its
+// bytes. Just below half a granule it is the driver's allocation, as before
+// (not a buffer Find or CheckRange answers for).
+TEST_F(BoundsTest, HalfGranuleBufferMapsAChunkAndKeepsItsRange) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  const uint64_t size = kGranule / 2;
+  CUdeviceptr a = Alloc(*mm, 1, size);
+  std::optional<MemoryManager::BufferView> v = mm->Find(a + size + 10);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->base, a);
+  EXPECT_EQ(v->size, size);
+  EXPECT_EQ(v->reserved, kGranule);
+  EXPECT_EQ(a % kGranule, 0u);
+  EXPECT_CU(mm->CheckRange(a, size));
+  EXPECT_EQ(mm->CheckRange(a, size + 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(mm->CheckRange(a + size, 8), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(FreeBytes(*mm), 2 * kGranule);  // charged as the chunk it maps
+
+  CUdeviceptr small = Alloc(*mm, 2, size - 1);
+  EXPECT_TRUE(mm->Owns(small));
+  EXPECT_FALSE(mm->Find(small).has_value());  // the driver's, not a VMM range
+  EXPECT_EQ(FreeBytes(*mm), 2 * kGranule - size);
+
+  Write(*mm, 1, a, 7, size);
+  CUdeviceptr b = Alloc(*mm, 3);
+  Write(*mm, 3, b, 8);
+  ClearLog();
+  CUdeviceptr c = Alloc(*mm, 4);  // no room for c beside a, b and small: a goes
+  EXPECT_THAT(Records(), ElementsAre("swap_out:1"));
+  EXPECT_EQ(mm->Find(a)->size, size);
+  EXPECT_EQ(mm->CheckRange(a, size + 1), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_CU(mm->Free(c));
+  EXPECT_TRUE(Holds(*mm, 1, a, 7, size));
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_CU(mm->Free(a));
+  EXPECT_CU(mm->Free(b));
+  EXPECT_CU(mm->Free(small));
+  EXPECT_FALSE(mm->Find(a).has_value());
+  EXPECT_EQ(FreeBytes(*mm), kCap);
+}
+
 // No size arithmetic wraps: SIZE_MAX (and anything above the cap) is out of
 // memory at once, nothing evicted; the charge stays as it was.
 TEST_F(BoundsTest, SizeMaxIsOutOfMemoryWithoutEvicting) {

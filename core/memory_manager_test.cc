@@ -43,6 +43,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -732,6 +733,136 @@ TEST_F(MemoryManagerTest, PoolChunksServeEverySize) {
   EXPECT_EQ(after.ooms, 0u);
   EXPECT_LE(Peak(), kCap);
   FreeAll(*mm, {big, a, b});
+}
+
+// A training step's temporaries under a cap: a small one the driver serves
+// (below half a granule), a granule one that is swapped out before it is
+// freed, and a half-granule one (mapped on a whole chunk). After a warm-up
+// round nothing is created or released on the device or the host: the host
+// copy of a freed buffer serves the next one of its size.
+TEST_F(MemoryManagerTest, SteadyTemporariesCreateAndReleaseNothingOnceWarm) {
+  fakecuda_count_calls(1);
+  auto mm = Make("6MiB", "lru");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a = Alloc(*mm, 1), b = Alloc(*mm, 2);
+  Write(*mm, 1, a, 1);
+  Write(*mm, 2, b, 2);
+  constexpr uint64_t kSmall = 100000 - 100000 % 8, kHalf = kGranule / 2;
+  unsigned long long creates = 0, releases = 0;
+  for (int round = 0; round < 5; ++round) {
+    if (round == 2) {
+      creates = fakecuda_call_count("cuMemCreate");
+      releases = fakecuda_call_count("cuMemRelease");
+    }
+    const uint64_t id = 100 + 10 * round;
+    CUdeviceptr s = Alloc(*mm, id, kSmall);
+    Write(*mm, id, s, id, kSmall);
+    CUdeviceptr t = Alloc(*mm, id + 1);  // the cap is full: a or b goes out
+    Write(*mm, id + 1, t, id + 1);
+    ExpectData(*mm, 1, a, 1);  // t goes out (a host copy) or b
+    ExpectData(*mm, 2, b, 2);
+    CUdeviceptr h = Alloc(*mm, id + 2, kHalf);
+    Write(*mm, id + 2, h, id + 2, kHalf);
+    ExpectData(*mm, id + 1, t, id + 1);
+    ExpectData(*mm, id, s, id, kSmall);
+    ExpectData(*mm, id + 2, h, id + 2, kHalf);
+    FreeAll(*mm, {s, t, h});
+  }
+  EXPECT_EQ(fakecuda_call_count("cuMemCreate"), creates);
+  EXPECT_EQ(fakecuda_call_count("cuMemRelease"), releases);
+  EXPECT_GT(mm->stats().swap_outs_copied, 4u);  // the loop did swap
+  EXPECT_EQ(mm->stats().ooms, 0u);
+  EXPECT_LE(Peak(), kCap);
+  fakecuda_count_calls(0);
+  FreeAll(*mm, {a, b});
+  EXPECT_EQ(FreeBytes(*mm), kCap);
+}
+
+// The transformer's pattern: a temporary of more than half a granule (a
+// few per step, freed before the step's widest kernel) and a launch that
+// needs the whole cap at once. Driver memory for the temporary would leave
+// its share of the cap unused at that launch, where only a new chunk can
+// serve it, and take that share back next step by releasing a pooled chunk:
+// a cuMemCreate and a cuMemRelease every step. Mapped on a whole chunk, the
+// temporary's memory serves the launch's buffers itself.
+TEST_F(MemoryManagerTest, HalfGranuleTemporaryMapsAChunkSoNoStepCreatesOne) {
+  auto mm = Make("6MiB", "lru");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a = Alloc(*mm, 1), b = Alloc(*mm, 2);
+  Write(*mm, 1, a, 1);
+  Write(*mm, 2, b, 2);
+  constexpr uint64_t kHalf = kGranule / 2 + 4096;
+  SwapStats before{};
+  for (int round = 0; round < 5; ++round) {
+    if (round == 2) before = mm->stats();
+    const uint64_t id = 100 + 10 * round;
+    CUdeviceptr h = Alloc(*mm, id, kHalf);
+    Write(*mm, id, h, id, kHalf);
+    ExpectData(*mm, id, h, id, kHalf);
+    FreeAll(*mm, {h});
+    CUdeviceptr t = Alloc(*mm, id + 1);
+    Write(*mm, id + 1, t, id + 1);
+    const Ids all = {1, 2, id + 1};  // the whole cap at once
+    ASSERT_CU(mm->Prepare(all, {}, nullptr));
+    mm->Finish(all, {}, nullptr, true);
+    ExpectData(*mm, id + 1, t, id + 1);
+    FreeAll(*mm, {t});
+  }
+  const SwapStats after = mm->stats();
+  EXPECT_EQ(after.physical_creates, before.physical_creates);
+  EXPECT_EQ(after.physical_releases, before.physical_releases);
+  EXPECT_EQ(after.ooms, 0u);
+  ExpectData(*mm, 1, a, 1);
+  ExpectData(*mm, 2, b, 2);
+  EXPECT_LE(Peak(), kCap);
+  FreeAll(*mm, {a, b});
+  EXPECT_EQ(FreeBytes(*mm), kCap);
+}
+
+// A kept host copy serves a never-written buffer's eviction only once it is
+// zeroed: the address of a swapped-out buffer reads its host copy, which
+// must hold what fresh memory holds, not the bytes of the buffer that had
+// the copy before. When that zeroing cannot be queued (the memset fails), a
+// fresh copy is made instead: the program sees no error and the same bytes.
+TEST_F(MemoryManagerTest, KeptHostCopyOfAnotherBufferReadsZerosWhenNeverWritten) {
+  int host_vmm = 0;
+  ASSERT_CU(cuDeviceGetAttribute(
+      &host_vmm, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev_));
+  for (bool fail_zeroing : {false, true}) {
+    SCOPED_TRACE(fail_zeroing ? "memset fails" : "no fault");
+    auto mm = Make("6MiB");  // version: a never-written buffer goes without a copy
+    ASSERT_NE(mm, nullptr);
+    CUdeviceptr a, b, c, d;
+    FillAndSwapOutA(*mm, &a, &b, &c, &d);  // A has a host copy holding its data
+    FreeAll(*mm, {a, d});                   // the copy is kept; D's chunk pooled
+    CUdeviceptr e = Alloc(*mm, 5);          // never written
+    Read(*mm, 2, b);
+    Read(*mm, 3, c);
+    ClearLog();
+    // The first memset from here on is the kept copy's zeroing (the chunk
+    // e leaves is zeroed for f after it), with host-located VMM.
+    if (fail_zeroing) fakecuda_fail_call("cuMemsetD8Async", 1, CUDA_ERROR_UNKNOWN);
+    CUdeviceptr f = Alloc(*mm, 6);  // evicts e: nothing to copy
+    fakecuda_clear_failures();
+    EXPECT_NE(f, 0u);
+    EXPECT_THAT(Records(), ElementsAre("drop_unwritten:5"));
+    // (Without host-located VMM the failed memset is the zeroing of f's
+    // reused chunk, which falls back to fresh memory likewise.)
+    EXPECT_EQ(mm->stats().driver_errors, fail_zeroing ? 1u : 0u);
+    Write(*mm, 6, f, 6);
+    ASSERT_CU(cuCtxSynchronize());
+    std::vector<uint64_t> words(kWords, 1);
+    // (Without host-located VMM a never-written buffer gets no host copy.)
+    EXPECT_EQ(mm->ReadFromHostCopy(5, 0, words.data(), kGranule), host_vmm != 0);
+    if (host_vmm != 0) {
+      EXPECT_EQ(std::count(words.begin(), words.end(), uint64_t{0}),
+                static_cast<long>(kWords));
+    }
+    words = Read(*mm, 5, e);
+    EXPECT_EQ(std::count(words.begin(), words.end(), uint64_t{0}), static_cast<long>(kWords));
+    ExpectData(*mm, 6, f, 6);
+    FreeAll(*mm, {b, c, e, f});
+  }
 }
 
 // Prefetch brings a swapped-out buffer in on the swap stream before any
