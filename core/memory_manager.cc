@@ -2082,7 +2082,11 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
                          std::chrono::steady_clock::now().time_since_epoch())
                          .count();
   const double queued = std::max(0.0, h2d_busy_until_ - now);
-  const uint64_t free_bytes = dev.used < dev.cap ? dev.cap - dev.used : 0;
+  // Pooled chunks are room (a swap-in takes them before evicting anything,
+  // MakeRoom's pool_counts): counted as used, the planner evicted for
+  // fetches that on demand would have placed without an eviction.
+  const uint64_t held = dev.used - std::min(dev.used, dev.pool.bytes());
+  const uint64_t free_bytes = held < dev.cap ? dev.cap - held : 0;
   for (const PlannedAction& a : planner->Plan(free_bytes, queued)) {
     Buffer* b = ById(a.id);
     if (b == nullptr || b->garbage || !b->vmm) {
