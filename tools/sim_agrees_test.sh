@@ -29,7 +29,7 @@ within() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !
 # from run to run (one CI run: lru 264/208 MiB against the sim's 200/148;
 # belady 100/120 against 48/84); the sim's prefetch replay is checked on
 # recorded logs by sim_prefetch_bytes_test instead.
-for run in version:off lru:off belady:off; do
+for run in version:off lru:off belady:off version:on lru:on belady:on; do
   policy=${run%%:*} prefetch=on
   [[ $run == *:off ]] && prefetch=off
   STENSOR_MEMORY_LIMIT=$cap STENSOR_POLICY=$policy STENSOR_PREFETCH=$prefetch STENSOR_STATS=1 \
