@@ -229,18 +229,14 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
           (v.last_use >= now && planned)) {
         continue;
       }
-      // Only clean buffers (a drop, no copy): a planned write-back is a
-      // copy swapping on demand may never make (the cap may not bind
-      // before the buffer's use; in the library a dirty planned victim
-      // cost up to 7x the bytes of on demand at a 75 % cap). The same holds
-      // for an urgent fetch: memory freed before its use (the step's
-      // temporaries) would have taken it on demand with no eviction
-      // (transformer_train at 75 %: four activations written back and
-      // fetched again per run, 8 % more bytes than prefetch off).
-      if (v.dirty) continue;
       if (planned) {
-        // An unknown future is the cheapest room there is. Otherwise a gap
-        // too short to fetch again under compute gains nothing.
+        // Only clean buffers (a drop, no copy): a planned write-back is a
+        // copy swapping on demand may never make (the cap may not bind
+        // before the buffer's use; in the library a dirty planned victim
+        // cost up to 7x the bytes of on demand at a 75 % cap). An unknown
+        // future is the cheapest room there is. Otherwise a gap too short
+        // to fetch again under compute gains nothing.
+        if (v.dirty) continue;
         if (r->next_use != kNoNextUse &&
             ComputeBetween(now, r->next_use) <
                 profile_->H2dSeconds(v.bytes) * options_.lead_factor) {
