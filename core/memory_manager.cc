@@ -2078,10 +2078,6 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
   }
   for (const auto& [op, seconds] : profiler_.TakeCompleted()) planner->OnComputeTime(op, seconds);
 
-  const double now = std::chrono::duration<double>(
-                         std::chrono::steady_clock::now().time_since_epoch())
-                         .count();
-  const double queued = std::max(0.0, h2d_busy_until_ - now);
   // Pooled chunks and freed buffers' chunks are room: a swap-in takes them
   // before it evicts (MakeRoom), a freed buffer still in use hands its
   // chunks on in stream order, and the sim's replay counts a free at once.
@@ -2099,7 +2095,10 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
     return held < d.cap ? d.cap - held : 0;
   };
   const uint64_t free_bytes = free_under_cap(dev);
-  for (const PlannedAction& a : planner->Plan(free_bytes, queued)) {
+  // The link's queue is the planner's own model (in profiled compute time),
+  // never the clock: its decisions then follow from the profile and the
+  // operations, as in `stensor sim`.
+  for (const PlannedAction& a : planner->Plan(free_bytes, /*h2d_queued_seconds=*/0)) {
     Buffer* b = ById(a.id);
     if (b == nullptr || b->garbage || !b->vmm) {
       if (a.kind == PlannedAction::Kind::kFetch) planner->CancelFetch(a.id);
@@ -2131,8 +2130,6 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
     }
     ++stats_.prefetches_issued;
     b->prefetched = true;
-    h2d_busy_until_ = std::max(h2d_busy_until_, now) +
-                      static_cast<double>(b->size) / stats_.planner_bandwidth_h2d;
   }
 }
 
