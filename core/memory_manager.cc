@@ -2122,7 +2122,13 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
     // Only into memory that is free: room for a fetch comes from the
     // planner's evictions, which take only buffers needed later than it.
     Device& home = DeviceState(b->device);
-    const bool fits = b->reserved <= free_under_cap(home);
+    // Not counting freed buffers' chunks here: MakeRoom takes other room
+    // (clean drops, then evictions by the policy) before it releases them,
+    // and a fetch must never evict what the planner did not choose
+    // (transformer_train at 75 % under belady with the link: its weights
+    // were written back for fetches, 223 MiB moved against 183).
+    const bool fits = (home.used <= home.cap && b->reserved <= home.cap - home.used) ||
+                      home.pool.bytes() >= b->reserved;
     if (!fits || PrefetchLocked(*b) != CUDA_SUCCESS || was_resident) {
       ++stats_.prefetches_refused;
       planner->CancelFetch(a.id);
