@@ -2,8 +2,8 @@
 # `stensor sim` agrees with the library: mlp_train --steps 20 runs under
 # libstensor.so at a cap of 40 % of its working set (as `stensor sim` computes
 # it from an uncapped log) with the access log and STENSOR_STATS=1, for the
-# `version`, `lru` and `belady` policies with prefetch on (its fetches and
-# planned evictions) and `version` with it off; replaying each
+# `version`, `lru` and `belady` policies, each with prefetch off and on (its
+# fetches and planned evictions); replaying each
 # run's log at the same cap, policy and prefetch gives device->host and
 # host->device bytes within 5 % of the library's own statistics, and both
 # move something.
