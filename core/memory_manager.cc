@@ -2124,9 +2124,7 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
     Device& home = DeviceState(b->device);
     // Not counting freed buffers' chunks here: MakeRoom takes other room
     // (clean drops, then evictions by the policy) before it releases them,
-    // and a fetch must never evict what the planner did not choose
-    // (transformer_train at 75 % under belady with the link: its weights
-    // were written back for fetches, 223 MiB moved against 183).
+    // and a fetch must never evict what the planner did not choose.
     const bool fits = (home.used <= home.cap && b->reserved <= home.cap - home.used) ||
                       home.pool.bytes() >= b->reserved;
     if (!fits || PrefetchLocked(*b) != CUDA_SUCCESS || was_resident) {
