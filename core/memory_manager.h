@@ -568,9 +568,6 @@ class MemoryManager {
   bool planner_made_ ABSL_GUARDED_BY(mu_) = false;
   // Set while MakeRoom may take buffers fetched ahead of their use.
   bool spend_prefetched_ ABSL_GUARDED_BY(mu_) = false;
-  // When the host->device link is modelled to drain what was queued on it
-  // (seconds on the steady clock), for the planner's view of the queue.
-  double h2d_busy_until_ ABSL_GUARDED_BY(mu_) = 0;
   // Eviction rounds: a buffer whose eviction failed in this round is not
   // tried again in it (its driver call would likely fail again).
   uint64_t round_ ABSL_GUARDED_BY(mu_) = 1;

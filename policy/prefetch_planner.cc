@@ -71,7 +71,10 @@ void PrefetchPlanner::OnUse(uint64_t id, uint64_t bytes, uint64_t now,
   }
   b.charge = 0;  // used: its eviction's effect is over
   largest_ = std::max(largest_, bytes);
+  AdvanceStream(now);
   if (b.fetched) {
+    // The operation waits for the modelled copy.
+    stream_ = std::max(stream_, b.ready);
     if (b.resident) fetched_resident_.erase({b.next_use, id});
     // A planned fetch arrived in time for its use: the pause shrinks.
     ++stats_.fetch_hits;
@@ -109,6 +112,13 @@ void PrefetchPlanner::OnResident(uint64_t id) {
   if (!b.resident) {
     if (!b.fetched) ++stats_.on_demand;
     if (b.fetched) fetched_resident_.insert({b.next_use, id});
+    // On demand, the operation waits for its copy, queued behind everything
+    // on the link (a fetch's copy was queued when it was proposed).
+    if (!b.fetched && profile_ != nullptr) {
+      AdvanceStream(last_plan_ + 1);  // for the coming operation
+      link_free_ = std::max(link_free_, stream_) + profile_->H2dSeconds(b.bytes);
+      stream_ = link_free_;
+    }
     // Swapped in for the coming operation (on demand) or after the latest
     // plan (a fetch): either way not before the next operation.
     Returned(b, last_plan_ + 1);
@@ -126,6 +136,11 @@ void PrefetchPlanner::OnEvicted(uint64_t id) {
   if (b.resident) {
     const uint64_t cost = b.dirty ? 2 * b.bytes : b.bytes;
     if (b.dirty) stats_.bytes_moved += b.bytes;
+    // A write-back goes on the swap stream ahead of later fetches (and the
+    // fetch into its memory waits for it).
+    if (b.dirty && profile_ != nullptr) {
+      link_free_ = std::max(link_free_, stream_) + profile_->D2hSeconds(b.bytes);
+    }
     if (b.fetched) {
       fetched_resident_.erase({b.next_use, id});
       b.fetched = false;
@@ -166,7 +181,18 @@ void PrefetchPlanner::SetPinned(uint64_t id, bool pinned) {
 void PrefetchPlanner::CancelFetch(uint64_t id) {
   auto it = buffers_.find(id);
   if (it == buffers_.end() || it->second.resident) return;
+  // Not on the link after all (a later fetch queued behind it keeps its
+  // finish time: an upper bound).
+  if (it->second.fetched && profile_ != nullptr) {
+    link_free_ = std::max(stream_, link_free_ - profile_->H2dSeconds(it->second.bytes));
+  }
   it->second.fetched = false;
+}
+
+void PrefetchPlanner::AdvanceStream(uint64_t now) {
+  if (now <= stream_time_) return;
+  if (profile_ != nullptr) stream_ += profile_->ComputeBetweenTimes(origin_, stream_time_, now);
+  stream_time_ = now;
 }
 
 double PrefetchPlanner::ComputeBetween(uint64_t from, uint64_t to) const {
@@ -193,7 +219,8 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
   const uint64_t horizon =
       now > kNoNextUse - period ? kNoNextUse : now + period;
   uint64_t free = free_bytes;
-  double queue = std::max(0.0, h2d_queued_seconds);
+  AdvanceStream(now);
+  double queue = std::max(link_free_ - stream_, h2d_queued_seconds);
   size_t scanned = 0;
   absl::flat_hash_set<uint64_t> chosen;  // evicted by this plan
   std::vector<uint64_t> stale;           // predicted use passed, not used
@@ -307,11 +334,13 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
       demand_until = std::max(demand_until, due);
       continue;
     }
-      actions.push_back({PlannedAction::Kind::kFetch, s->id, false});
+    actions.push_back({PlannedAction::Kind::kFetch, s->id, false});
     b.fetched = true;
     ++stats_.fetches;
     free -= b.bytes;
     queue += t;
+    link_free_ = std::max(link_free_, stream_) + t;
+    b.ready = link_free_;
   }
 
   // Planned eviction: what is due soon does not fit; make the room now,

@@ -20,6 +20,18 @@
 // OnUse calls and on-demand swap-ins):
 //   Plan(now, free_bytes, h2d_queued_seconds) -> actions, in order.
 //
+// The link: the planner models the host->device queue itself, in its own
+// time, like `stensor sim`'s copy engine: a modelled compute stream advances
+// by each operation's profiled compute; a fetch queues its transfer time t
+// on the link behind what is queued, and so does a write-back (one swap
+// stream carries both in the library; the fetch into the memory a victim
+// leaves waits for its copy in the sim); an operation using a fetched buffer
+// whose modelled copy has not finished waits for it, and an on-demand swap-in
+// (OnResident of a buffer not fetched) makes the stream wait for everything
+// queued and for its own copy. The queue is what the link has left at the
+// stream's time. No clock is read, so the same profile and sequence of
+// operations give the same decisions (a queue read from the wall clock made
+// the library's choices differ from run to run).
 // Fetch: a swapped-out buffer with a predicted use u > now is fetched when
 // waiting one more operation would leave less compute before u (from the
 // profile) than its transfer time plus what is already queued on the
@@ -168,8 +180,9 @@ class PrefetchPlanner {
 
   // Actions to take now, in order (an eviction before the fetch it makes
   // room for). `free_bytes`: device memory free under the cap now;
-  // `h2d_queued_seconds`: host->device transfer time still queued on the
-  // link ahead of anything issued now.
+  // `h2d_queued_seconds`: host->device transfer time the caller knows to be
+  // queued beyond the planner's own model of the link (the larger counts);
+  // 0 leaves the decisions to the profile and the operations alone.
   std::vector<PlannedAction> Plan(uint64_t now, uint64_t free_bytes,
                                   double h2d_queued_seconds);
 
@@ -197,6 +210,7 @@ class PrefetchPlanner {
     bool dirty = true;
     bool pinned = false;
     bool fetched = false;  // fetched by the planner, not yet used
+    double ready = 0;      // fetched: when its modelled copy finishes
     // Swapped out by a planned eviction or while fetched buffers held
     // memory: its return on demand is charged to the planner. Cleared by a
     // use. `charge` is what its return costs (bytes in, plus the write-back
@@ -230,6 +244,13 @@ class PrefetchPlanner {
   // Fetched, resident, not yet used, by predicted next use.
   std::set<std::pair<uint64_t, uint64_t>> fetched_resident_;
   uint64_t largest_ = 0;                 // largest buffer seen
+  // The modelled compute stream and link, in seconds: the stream is at
+  // `stream_` when the operation at logical time `stream_time_` starts; the
+  // link is free from `link_free_` on.
+  void AdvanceStream(uint64_t now);
+  double stream_ = 0;
+  uint64_t stream_time_ = 0;
+  double link_free_ = 0;
   Stats stats_;
 };
 

@@ -95,6 +95,43 @@ TEST(PrefetchPlannerTest, FetchIsIssuedAtLeastItsTransferTimeAhead) {
   }
 }
 
+// The planner models the link itself: a write-back queued at 104 (4 ms)
+// is ahead of the fetch of a 3 ms buffer due at 110, so the fetch goes at
+// 104 (7 ms needed, 5 left), not at 107 as with an empty link, though the
+// caller reports no queue.
+TEST(PrefetchPlannerTest, WriteBacksQueueOnTheModelledLink) {
+  PrefetchPlanner p(PrefetchPlanner::Options{.early_factor = 1.0});
+  p.SetProfile(Profile(20, 1.0), 100);
+  SwappedOut(p, 1, 3 * kMB, 90, 110);
+  for (uint64_t now = 100; now < 104; ++now) {
+    EXPECT_TRUE(p.Plan(now, 100 * kMB, 0).empty()) << now;
+  }
+  p.OnUse(2, 4 * kMB, 104, kNone, /*write=*/true);
+  p.OnEvicted(2);  // dirty: written back
+  EXPECT_EQ(p.Plan(104, 100 * kMB, 0), (std::vector<PlannedAction>{Fetch(1)}));
+}
+
+// A fetch's copy stays on the modelled link across plans: a 6 ms buffer
+// due at 113 goes at 107; at 108, 5 ms of it are left ahead of a 1 ms
+// buffer due at 110, which then goes at once rather than at 109 (the last
+// operation that leaves it 1 ms on an empty link).
+TEST(PrefetchPlannerTest, FetchesStayQueuedAcrossPlans) {
+  PrefetchPlanner p(PrefetchPlanner::Options{.early_factor = 1.0});
+  p.SetProfile(Profile(20, 1.0), 100);
+  SwappedOut(p, 1, 6 * kMB, 90, 113);
+  SwappedOut(p, 2, 1 * kMB, 90, 110);
+  std::vector<uint64_t> when(3, 0);
+  for (uint64_t now = 100; now < 110; ++now) {
+    for (const PlannedAction& a : p.Plan(now, 100 * kMB, 0)) {
+      ASSERT_EQ(a.kind, Kind::kFetch);
+      when[a.id] = now;
+      p.OnResident(a.id);
+    }
+  }
+  EXPECT_EQ(when[1], 107u);  // 5 ms of compute left before 113 after it
+  EXPECT_EQ(when[2], 108u);
+}
+
 // With free memory a fetch may start early_factor (2) times its lead ahead:
 // a 1 ms buffer due at 15 goes at 13 (2 ms of compute before it), not
 // before, and only where it leaves the reserve free.
@@ -300,7 +337,11 @@ TEST(PrefetchPlannerTest, NoPlannedEvictionWithoutPressureOrForUnknownFutures) {
   CleanResident(p, 1, 4 * kMB, 1, 90);
   p.OnUse(2, 4 * kMB, 1, kNone, true);  // maybe a temporary about to be freed
   EXPECT_TRUE(p.Plan(2, 0, 0).empty());  // nothing needs the room
-  SwappedOut(p, 3, 8 * kMB, 0, 20);      // 8 ms lead: soon from 5 on
+  // 8 ms lead: soon from 5 on. Dropped clean, so no write-back of it is
+  // queued on the modelled link ahead of its fetch.
+  p.OnUse(3, 8 * kMB, 0, 20, /*write=*/false);
+  p.OnResident(3);
+  p.OnEvicted(3);
   EXPECT_TRUE(p.Plan(3, 0, 0).empty());
   // Pressure: only the predicted one goes, the unknown (dirty) one stays.
   EXPECT_EQ(p.Plan(5, 0, 0), (std::vector<PlannedAction>{Evict(1, false)}));
