@@ -26,6 +26,13 @@ AccessLog::AccessLog(std::FILE* file) : file_(file) {
 
 AccessLog::~AccessLog() {
   StopWriter();
+  std::lock_guard<std::mutex> lock(write_mu_);
+  FinishFile();
+}
+
+void AccessLog::WriteFinal(const std::string& line) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  WriteLine(line);
   FinishFile();
 }
 
@@ -48,14 +55,14 @@ uint64_t AccessLog::dropped() const {
 }
 
 void AccessLog::BeforeFork() {
-  if (file_ == nullptr) return;
-  flockfile(file_);  // waits for a write in progress
-  (void)fflush_unlocked(file_);
+  // Not the FILE's own lock: fork() takes the stdio list lock after this,
+  // and an fflush(NULL) on another thread holds that while it waits for
+  // each FILE's lock.
+  write_mu_.lock();  // waits for a batch being written; released by AfterFork
+  Flush();
 }
 
-void AccessLog::AfterFork() {
-  if (file_ != nullptr) funlockfile(file_);
-}
+void AccessLog::AfterFork() { write_mu_.unlock(); }
 
 size_t AccessLog::queued() const {
   absl::MutexLock lock(&mu_);
@@ -74,7 +81,7 @@ void AccessLog::Run() {
       };
       // Unflushed lines reach the file within the interval even when
       // nothing more comes.
-      if (unflushed_ > 0) {
+      if (unflushed_.load() > 0) {
         mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(kFlushIntervalMs));
       } else {
         mu_.Await(absl::Condition(&ready));
@@ -83,6 +90,7 @@ void AccessLog::Run() {
       stop = stopping_ && batch.empty();
     }
     if (stop) return;
+    std::lock_guard<std::mutex> lock(write_mu_);
     if (batch.empty()) {
       Flush();
       last_flush = std::chrono::steady_clock::now();
@@ -99,12 +107,12 @@ void AccessLog::Run() {
 }
 
 void AccessLog::Flush() {
-  if (file_ == nullptr || unflushed_ == 0) return;
+  if (file_ == nullptr || unflushed_.load() == 0) return;
+  const uint64_t lines = unflushed_.exchange(0);
   if (std::fflush(file_) != 0) {
     absl::MutexLock lock(&mu_);
-    dropped_ += unflushed_;
+    dropped_ += lines;
   }
-  unflushed_ = 0;
 }
 
 void AccessLog::StopWriter() {

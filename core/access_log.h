@@ -15,9 +15,11 @@
 #ifndef STENSOR_CORE_ACCESS_LOG_H_
 #define STENSOR_CORE_ACCESS_LOG_H_
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,14 +47,13 @@ class AccessLog {
   template <typename MakeFinal>
   void Close(MakeFinal&& make_final) ABSL_LOCKS_EXCLUDED(mu_) {
     StopWriter();
-    WriteLine(make_final(dropped()));
-    FinishFile();
+    WriteFinal(make_final(dropped()));
   }
 
   uint64_t dropped() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // fork(): BeforeFork flushes what the writer wrote and holds the file
-  // until AfterFork, so the child inherits no buffered lines (its exit would
+  // fork(): BeforeFork flushes what the writer wrote and keeps it from
+  // writing until AfterFork, so the child inherits no buffered lines (its exit would
   // write them into the parent's log a second time). In the child the log
   // is the parent's: the child never touches it again (no writer thread
   // exists there).
@@ -66,6 +67,8 @@ class AccessLog {
   explicit AccessLog(std::FILE* file);
   void Run();
   void StopWriter() ABSL_LOCKS_EXCLUDED(mu_);
+  void WriteFinal(const std::string& line);
+  // These three: with write_mu_ held.
   void WriteLine(const std::string& line);
   // fflush; the lines written since the last one count as dropped if it fails.
   void Flush();
@@ -78,8 +81,11 @@ class AccessLog {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   // Lines that failed to write or came after Close.
   uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
-  // Written to the FILE but not yet flushed (the writer's own).
-  uint64_t unflushed_ = 0;
+  // Held while writing to or flushing the FILE, and across fork() (so the
+  // child inherits an empty buffer); guards file_.
+  std::mutex write_mu_;
+  // Written to the FILE but not yet flushed.
+  std::atomic<uint64_t> unflushed_{0};
   std::thread writer_;
 };
 

@@ -6,7 +6,7 @@ CUresult HostCopy::Create(const Vmm& vmm, bool host_vmm, uint64_t reserved, uint
                           int device, uint64_t* held) {
   const Driver& driver = vmm.driver();
   if (!host_vmm) {
-    if (CUresult r = vmm.Check(driver.cuMemHostAlloc(&ptr_, size, 0)); r != CUDA_SUCCESS) {
+    if (CUresult r = vmm.Check(driver.cuMemHostAlloc(&ptr_, reserved, 0)); r != CUDA_SUCCESS) {
       ptr_ = nullptr;
       return r;
     }

@@ -865,6 +865,31 @@ TEST_F(MemoryManagerTest, KeptHostCopyOfAnotherBufferReadsZerosWhenNeverWritten)
   }
 }
 
+// A kept host copy is found by the granules it covers, so one left by a
+// buffer of 0.6 granule may serve a buffer of a whole granule: it must be
+// as large as its key (a pinned one was allocated at the smaller buffer's
+// size, and the next copy-out wrote past its end).
+TEST_F(MemoryManagerTest, KeptPinnedCopyServesAWholeGranuleBuffer) {
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  const uint64_t small = kGranule * 6 / 10 / sizeof(uint64_t) * sizeof(uint64_t);
+  CUdeviceptr a = Alloc(*mm, 1, small);
+  Write(*mm, 1, a, 1, small);
+  CUdeviceptr b = Alloc(*mm, 2), c = Alloc(*mm, 3);
+  Write(*mm, 2, b, 2);
+  Write(*mm, 3, c, 3);
+  CUdeviceptr d = Alloc(*mm, 4);  // swaps A out: its copy is made
+  Write(*mm, 4, d, 4);
+  FreeAll(*mm, {a});              // A's copy is kept
+  CUdeviceptr e = Alloc(*mm, 5);  // swaps B out into the kept copy
+  Write(*mm, 5, e, 5);
+  ExpectData(*mm, 2, b, 2);       // B back from it, whole
+  ExpectData(*mm, 3, c, 3);
+  ExpectData(*mm, 4, d, 4);
+  ExpectData(*mm, 5, e, 5);
+  FreeAll(*mm, {b, c, d, e});
+}
+
 // Prefetch brings a swapped-out buffer in on the swap stream before any
 // operation asks for it; the operation then finds it resident (no second
 // swap-in) and waits for the copy on the device.

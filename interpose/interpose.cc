@@ -149,6 +149,9 @@ void WatchEndingSignals() {
     }
     struct sigaction act {};
     act.sa_handler = OnEndingSignal;
+    // The default action interrupts no call; the program's threads run on
+    // while the shutdown runs, so their blocking calls are restarted.
+    act.sa_flags = SA_RESTART;
     sigemptyset(&act.sa_mask);
     sigaction(sig, &act, nullptr);
   }
