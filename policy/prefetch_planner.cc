@@ -172,7 +172,9 @@ void PrefetchPlanner::OnFreed(uint64_t id) {
 
 void PrefetchPlanner::SetPinned(uint64_t id, bool pinned) {
   auto it = buffers_.find(id);
-  if (it == buffers_.end()) return;
+  // Told again at every use of a buffer that is never swapped: re-indexing
+  // an unchanged entry would cost each launch two ordered-set updates.
+  if (it == buffers_.end() || it->second.pinned == pinned) return;
   Unindex(id, it->second);
   it->second.pinned = pinned;
   Index(id, it->second);
