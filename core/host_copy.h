@@ -35,15 +35,6 @@ class HostCopy {
   // On failure what was made is released again, as far as the driver lets.
   CUresult Create(const Vmm& vmm, bool host_vmm, uint64_t reserved, uint64_t size,
                   int device, uint64_t* held);
-  // Pinned memory (not host VMM) handed over to the caller, which then
-  // holds it (and its share of `held`); null when there is none. And the
-  // reverse: a pinned block of `reserved` bytes taken from the caller.
-  void* TakePinned() {
-    void* p = ptr_;
-    ptr_ = nullptr;
-    return p;
-  }
-  void AdoptPinned(void* p) { ptr_ = p; }
   // Releases all of it. False when a driver call failed (the rest stays for
   // a retry).
   bool Release(const Vmm& vmm, uint64_t reserved, uint64_t* held);

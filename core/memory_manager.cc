@@ -2165,7 +2165,7 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
   // The link's queue is the planner's own model (in profiled compute time),
   // never the clock: its decisions then follow from the profile and the
   // operations, as in `stensor sim`.
-  for (const PlannedAction& a : planner->Plan(free_bytes, /*h2d_queued_seconds=*/0)) {
+  for (const PlannedAction& a : planner->Plan(free_bytes)) {
     Buffer* b = ById(a.id);
     if (b == nullptr || b->garbage || !b->vmm) {
       if (a.kind == PlannedAction::Kind::kFetch) planner->CancelFetch(a.id);

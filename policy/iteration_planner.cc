@@ -153,10 +153,9 @@ void IterationPlanner::OnFreed(uint64_t id) {
   // caller with the next operation's changes.
 }
 
-std::vector<PlannedAction> IterationPlanner::Plan(uint64_t free_bytes,
-                                                  double h2d_queued_seconds) {
+std::vector<PlannedAction> IterationPlanner::Plan(uint64_t free_bytes) {
   if (!options_.prefetch || profile_ == nullptr || next_time_ == 0) return {};
-  return planner_.Plan(next_time_ - 1, free_bytes, h2d_queued_seconds);
+  return planner_.Plan(next_time_ - 1, free_bytes, /*h2d_queued_seconds=*/0);
 }
 
 IterationPlanner::Stats IterationPlanner::stats() const {

@@ -87,8 +87,9 @@ class IterationPlanner {
   void MarkBoundary() { detector_.MarkBoundary(); }
 
   // The planned swaps to issue before submitting the last observed
-  // operation (empty without a profile or with prefetch off).
-  std::vector<PlannedAction> Plan(uint64_t free_bytes, double h2d_queued_seconds);
+  // operation (empty without a profile or with prefetch off). The link's
+  // queue is the planner's own model (PrefetchPlanner), never the caller's.
+  std::vector<PlannedAction> Plan(uint64_t free_bytes);
 
   // What happened to a buffer (see PrefetchPlanner).
   void OnResident(uint64_t id) { planner_.OnResident(id); }

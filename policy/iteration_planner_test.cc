@@ -144,11 +144,11 @@ TEST(IterationPlannerTest, PlansNothingWithPrefetchOffOrWithoutAProfile) {
   IterationPlanner::Options off = Defaults();
   off.prefetch = false;
   auto p = Make(off);
-  EXPECT_TRUE(p->Plan(64 * kMiB, 0).empty());
+  EXPECT_TRUE(p->Plan(64 * kMiB).empty());
   RunSteps(*p, 0, 8);
   ASSERT_TRUE(p->has_profile());
   p->OnEvicted(100);
-  EXPECT_TRUE(p->Plan(64 * kMiB, 0).empty());
+  EXPECT_TRUE(p->Plan(64 * kMiB).empty());
   // Next uses are predicted all the same (belady needs them).
   EXPECT_NE(p->NextUse(0), kNever);
 }
@@ -163,7 +163,7 @@ TEST(IterationPlannerTest, FetchesASwappedOutShardBeforeItsUse) {
   bool fetched = false;
   for (const Step& op : StepOps(7)) {
     p->OnOperation(op.key, op.touches);
-    for (const PlannedAction& a : p->Plan(64 * kMiB, 0)) {
+    for (const PlannedAction& a : p->Plan(64 * kMiB)) {
       if (a.kind == PlannedAction::Kind::kFetch && a.id == 100) fetched = true;
     }
   }
@@ -208,7 +208,7 @@ TEST(IterationPlannerTest, FetchesTheNextShardInItsFirstCycle) {
         EXPECT_EQ(use, t + 4);  // phase 0 of the next step
       }
     }
-    for (const PlannedAction& a : p->Plan(64 * kMiB, 0)) {
+    for (const PlannedAction& a : p->Plan(64 * kMiB)) {
       if (a.kind == PlannedAction::Kind::kFetch && a.id == 107) fetched = true;
     }
   }

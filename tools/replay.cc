@@ -278,7 +278,7 @@ class Simulator {
     const uint64_t free_bytes = used_ < options_.cap ? options_.cap - used_ : 0;
     // The planner models the link's queue itself, as in the library (not
     // this replay's copy engines), so both make the same choices.
-    for (const PlannedAction& a : planner_->Plan(free_bytes, /*h2d_queued_seconds=*/0)) {
+    for (const PlannedAction& a : planner_->Plan(free_bytes)) {
       auto it = state_.find(a.id);
       if (it == state_.end() || !it->second.live || !it->second.info->swappable) {
         if (a.kind == PlannedAction::Kind::kFetch) planner_->CancelFetch(a.id);
