@@ -277,7 +277,10 @@ const InterposeState& State() {
     std::atexit(Shutdown);  // inherited by a child of fork(): it shuts down its own
     g_exit_registered = true;
   }
-  WatchEndingSignals();  // again in a child of fork(): threads do not survive it
+  // Only when a shutdown has something to write; again in a child of
+  // fork(): threads do not survive it.
+  const Config& config = StartConfig();
+  if (config.stats || !config.access_log.empty()) WatchEndingSignals();
   return g->state;
 }
 
@@ -337,7 +340,10 @@ void AfterForkInChild() {
 // setting stops the program at start.
 __attribute__((constructor)) void Init() {
   CheckAccessLogWritable(StartConfig());
-  pthread_atfork(BeforeFork, AfterForkInParent, AfterForkInChild);
+  if (pthread_atfork(BeforeFork, AfterForkInParent, AfterForkInChild) != 0) {
+    RawLog("cannot register fork handlers: a child of fork() would write into "
+           "this process's access log");
+  }
 }
 
 }  // namespace
