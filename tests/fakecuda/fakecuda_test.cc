@@ -254,6 +254,50 @@ TEST_F(FakeCudaTest, RemappedMemoryKeepsItsPageTables) {
   ASSERT_CU(cuMemAddressFree(va, n));
 }
 
+// Memory handed on while its old address is still mapped (a swap-out's copy
+// in flight) is mapped at two addresses at once, and is every step in a
+// swapping program: once both mappings were touched, the next two
+// mappings of it, anywhere, have their page tables at once too.
+TEST_F(FakeCudaTest, TwoMappingsAtOnceBothKeepTheirPageTables) {
+  CUmemGenericAllocationHandle h;
+  CUdeviceptr first = MapNew(1, &h);
+  const size_t n = kGranule;
+  const long pages = static_cast<long>(n / sysconf(_SC_PAGESIZE));
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = 0;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CUdeviceptr va[4] = {first, 0, 0, 0};
+  for (int i = 1; i < 4; ++i) ASSERT_CU(cuMemAddressReserve(&va[i], n, 0, 0, 0));
+  ASSERT_CU(cuMemMap(va[1], n, 0, h, 0));
+  ASSERT_CU(cuMemSetAccess(va[1], n, &access, 1));
+  ASSERT_CU(cuMemsetD8_v2(va[0], 0x11, n));  // touches both homes' pages
+  ASSERT_CU(cuMemsetD8_v2(va[1], 0x22, n));  // asynchronous, as on a GPU
+  ASSERT_CU(cuCtxSynchronize());
+  ASSERT_CU(cuMemUnmap(va[0], n));
+  ASSERT_CU(cuMemUnmap(va[1], n));
+  for (int i : {2, 3}) {
+    ASSERT_CU(cuMemMap(va[i], n, 0, h, 0));
+    ASSERT_CU(cuMemSetAccess(va[i], n, &access, 1));
+    long present = PresentPages(va[i], n);
+    if (present < 0) GTEST_SKIP() << "no /proc/self/pagemap";
+    EXPECT_EQ(present, pages) << "mapping " << i;
+  }
+  // One memory behind both; unmapped addresses fault as before.
+  reinterpret_cast<volatile unsigned char*>(va[2])[9] = 0x33;
+  unsigned char byte = 0;
+  ASSERT_CU(cuMemcpyDtoH_v2(&byte, va[3] + 9, 1));
+  EXPECT_EQ(byte, 0x33);
+  ASSERT_CU(cuMemcpyDtoH_v2(&byte, va[3] + 10, 1));
+  EXPECT_EQ(byte, 0x22);
+  EXPECT_EQ(PresentPages(va[0], n), 0);
+  EXPECT_EQ(cuMemcpyDtoH_v2(&byte, va[0], 1), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuMemUnmap(va[2], n));
+  ASSERT_CU(cuMemUnmap(va[3], n));
+  ASSERT_CU(cuMemRelease(h));
+  for (CUdeviceptr p : va) ASSERT_CU(cuMemAddressFree(p, n));
+}
+
 // A mapping made read-only and then unmapped leaves the handle as it was:
 // the next read-write mapping of it is writable. (The fake's page tables
 // move from mapping to mapping, and would carry the protection along.)

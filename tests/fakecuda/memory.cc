@@ -14,10 +14,12 @@
 // has no page-table entries, and under a paravirtualised kernel each one
 // costs microseconds at its first touch (2-5 ms per MiB measured, 30-70 times
 // a warm memcpy), which would bill every swap-in for the fake's emulation.
-// So each handle keeps a "home" mapping whose page tables persist, and the
-// first mapping given read-write access to the whole handle borrows them
-// (mremap moves whole page-table pages at 2 MiB alignment) and gives them
-// back at cuMemUnmap. Access rights and faults are unchanged.
+// So each handle keeps "home" mappings whose page tables persist, and a
+// mapping given read-write access to the whole handle borrows one (mremap
+// moves whole page-table pages at 2 MiB alignment) and gives it back at
+// cuMemUnmap. A handle mapped at two addresses at once (memory handed on
+// while its old address is still being read) takes a second home, and so
+// on up to kMaxHomes. Access rights and faults are unchanged.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -34,6 +36,17 @@
 namespace fakecuda {
 namespace {
 
+// Page tables kept for a handle: a mapping of it at `addr`, or, while lent,
+// empty there and held by the mapping at `lent_to`.
+struct Home {
+  void* addr = nullptr;
+  uintptr_t lent_to = 0;
+};
+
+// Homes per handle at most: one per simultaneous mapping; past that, a
+// mapping's pages fault in as usual.
+constexpr size_t kMaxHomes = 4;
+
 struct Handle {
   int fd = -1;
   size_t size = 0;
@@ -41,11 +54,9 @@ struct Handle {
   int refs = 1;       // user references plus one per mapping
   int user_refs = 1;  // cuMemCreate and each cuMemRetainAllocationHandle
   unsigned long long id = 0;  // CU_POINTER_ATTRIBUTE_BUFFER_ID of its mappings
-  // The home mapping (see the top of this file), 2 MiB aligned, made at the
-  // first read-write cuMemSetAccess; null until then or when it failed.
-  void* home = nullptr;
-  // The mapping's base that holds the home's page tables now, or 0.
-  uintptr_t lent_to = 0;
+  // The home mappings (see the top of this file), 2 MiB aligned, made at
+  // read-write cuMemSetAccess calls that found none free.
+  std::vector<Home> homes;
 };
 
 struct Mapping {
@@ -121,7 +132,7 @@ void DestroyHandleLocked(Memory& m, Handle* h) {
   if (h->prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
     GetDevice(h->prop.location.id)->Uncharge(h->size);
   }
-  if (h->home != nullptr) munmap(h->home, h->size);
+  for (const Home& home : h->homes) munmap(home.addr, h->size);
   close(h->fd);
   m.handles.erase(h);
   delete h;
@@ -132,13 +143,12 @@ void DropHandleRefLocked(Memory& m, Handle* h) {
 }
 
 // A shared read-write mapping of the handle at a 2 MiB-aligned address (so
-// mremap can move its page tables whole). False when it cannot be made.
-bool MakeHome(Handle* h) {
-  if (h->home != nullptr) return true;
+// mremap can move its page tables whole), or null when none can be made.
+void* MakeHome(Handle* h) {
   size_t span = h->size + kGranularity;
   void* raw = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
-  if (raw == MAP_FAILED) return false;
+  if (raw == MAP_FAILED) return nullptr;
   uintptr_t start = AlignUp(reinterpret_cast<uintptr_t>(raw), kGranularity);
   void* got = mmap(reinterpret_cast<void*>(start), h->size, PROT_READ | PROT_WRITE,
                    MAP_SHARED | MAP_FIXED, h->fd, 0);
@@ -146,27 +156,41 @@ bool MakeHome(Handle* h) {
   uintptr_t lo = reinterpret_cast<uintptr_t>(raw);
   if (got == MAP_FAILED) {
     munmap(raw, span);
-    return false;
+    return nullptr;
   }
   if (start > lo) munmap(raw, start - lo);
   if (lo + span > start + h->size) {
     munmap(reinterpret_cast<void*>(start + h->size), lo + span - (start + h->size));
   }
-  h->home = got;
-  return true;
+  return got;
 }
 
-// Moves the home's page tables onto the mapping at p (which maps all of h),
-// read-write. False (nothing changed) when that cannot be done.
+Home* HomeLentTo(Handle* h, uintptr_t p) {
+  for (Home& home : h->homes) {
+    if (home.lent_to == p) return &home;
+  }
+  return nullptr;
+}
+
+// Moves a free home's page tables (a new home's when none is free) onto the
+// mapping at p (which maps all of h), read-write. False (nothing changed)
+// when that cannot be done.
 bool BorrowHome(Handle* h, uintptr_t p) {
-  if (h->lent_to != 0 || !MakeHome(h)) return false;
+  if (HomeLentTo(h, p) != nullptr) return false;  // holds one already
+  Home* home = HomeLentTo(h, 0);
+  if (home == nullptr) {
+    if (h->homes.size() >= kMaxHomes) return false;
+    void* addr = MakeHome(h);
+    if (addr == nullptr) return false;
+    home = &h->homes.emplace_back(Home{addr, 0});
+  }
   // DONTUNMAP keeps the home's range mapped (empty), so no other mmap can
   // take it before the page tables come back.
-  void* got = mremap(h->home, h->size, h->size,
+  void* got = mremap(home->addr, h->size, h->size,
                      MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
                      reinterpret_cast<void*>(p));
   if (got == MAP_FAILED) return false;
-  h->lent_to = p;
+  home->lent_to = p;
   return true;
 }
 
@@ -670,7 +694,7 @@ FAKECUDA_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size,
   for (Mapping* mp : covered) {
     Handle* h = mp->handle;
     const bool borrowed = prot == (PROT_READ | PROT_WRITE) && h->size == mp->size &&
-                          h->lent_to != q && BorrowHome(h, q);
+                          BorrowHome(h, q);
     if (!borrowed && mprotect(reinterpret_cast<void*>(q), mp->size, prot) != 0) {
       return CUDA_ERROR_INVALID_VALUE;
     }
@@ -700,20 +724,22 @@ FAKECUDA_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   if (bases.empty()) return CUDA_ERROR_INVALID_VALUE;
   for (uintptr_t b : bases) {
     Handle* h = m.mappings[b].handle;
-    if (h->lent_to != b) continue;
+    Home* home = HomeLentTo(h, b);
+    if (home == nullptr) continue;
     // The page tables go home; the range is made inaccessible just below.
-    // Should the move fail, the home is dropped instead (it is re-made at
-    // the next borrow, its pages faulted in afresh).
+    // Should the move fail, the home is dropped instead (another is made at
+    // a later borrow, its pages faulted in afresh).
     if (mremap(reinterpret_cast<void*>(b), h->size, h->size,
-               MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, h->home) == MAP_FAILED ||
+               MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, home->addr) == MAP_FAILED ||
         // The move brings the mapping's protection along; a home is
         // read-write, or the next borrower would inherit a read-only one.
         (m.mappings[b].prot != (PROT_READ | PROT_WRITE) &&
-         mprotect(h->home, h->size, PROT_READ | PROT_WRITE) != 0)) {
-      munmap(h->home, h->size);
-      h->home = nullptr;
+         mprotect(home->addr, h->size, PROT_READ | PROT_WRITE) != 0)) {
+      munmap(home->addr, h->size);
+      h->homes.erase(h->homes.begin() + (home - h->homes.data()));
+    } else {
+      home->lent_to = 0;
     }
-    h->lent_to = 0;
   }
   Unback(p, size);
   for (uintptr_t b : bases) {
