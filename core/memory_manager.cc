@@ -117,12 +117,23 @@ struct MemoryManager::Device {
   // they completed, no buffer of this device counts as idle.
   std::vector<Use> unknown;
   int unknown_submitting = 0;  // such operations being submitted right now
-  std::vector<Use> swap_marks;  // one: the swap stream's latest point, for them
+  // One per swap stream (below): each one's latest point, for them.
+  std::vector<Use> swap_marks;
   uint64_t cap = 0;
   uint64_t used = 0;
   uint64_t granularity = 0;
   bool host_vmm = false;
+  // Stensor's own streams. The swap stream carries swap-outs, drops, zeroing
+  // and swap-ins into memory that earlier swap work still reads or writes
+  // (FIFO orders them). The fetch stream carries swap-ins into memory at
+  // rest, so that they do not queue behind swap-outs waiting for the
+  // program's work, and run beside them on the other copy direction.
   CUstream swap_stream = nullptr;
+  CUstream fetch_stream = nullptr;
+  bool fetch_stream_failed = false;  // its create failed: swap-ins stay FIFO
+  bool OwnStream(CUstream s) const {
+    return s != nullptr && (s == swap_stream || s == fetch_stream);
+  }
   uint64_t host_bytes = 0;  // host copies
   uint64_t spare_host_bytes = 0;  // of them kept for reuse, host-located VMM
   // Idle physical memory in chunks of `granularity` bytes, charged (in
@@ -298,6 +309,7 @@ MemoryManager::~MemoryManager() {
     if (!d) continue;
     // Failures here leak a handle at exit; nothing is left to keep consistent.
     if (d->swap_stream != nullptr) (void)driver_->cuStreamDestroy_v2(d->swap_stream);
+    if (d->fetch_stream != nullptr) (void)driver_->cuStreamDestroy_v2(d->fetch_stream);
     for (const Use& u : d->unknown) {
       if (u.event != nullptr) (void)driver_->cuEventDestroy_v2(u.event);
     }
@@ -369,8 +381,8 @@ void MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stream, int device)
 
 bool MemoryManager::Observed(Use& u) const { return ObservedComplete(*driver_, u); }
 
-CUresult MemoryManager::WaitForUse(const Use& u, CUstream swap_stream) const {
-  return WaitForStreamUse(*driver_, u, swap_stream);
+CUresult MemoryManager::WaitForUse(const Use& u, CUstream own_stream) const {
+  return WaitForStreamUse(*driver_, u, own_stream);
 }
 
 bool MemoryManager::UnknownIdle(Device& dev) const {
@@ -424,10 +436,12 @@ CUresult MemoryManager::WaitIdle(Buffer& b, bool own_uses) {
   // thread's next launch, which needs the lock. The pin keeps the buffer
   // (and its events) alive meanwhile; callers re-check everything after.
   ++b.pins;
-  CUstream swap_stream = dev.swap_stream;
+  const CUstream swap_stream = dev.swap_stream, fetch_stream = dev.fetch_stream;
   auto start = std::chrono::steady_clock::now();
   mu_.Unlock();
-  for (Pending& p : pending) p.result = WaitForUse(p.use, swap_stream);
+  for (Pending& p : pending) {
+    p.result = WaitForUse(p.use, p.use.stream == fetch_stream ? fetch_stream : swap_stream);
+  }
   mu_.Lock();
   --b.pins;
   CUresult result = CUDA_SUCCESS;
@@ -459,34 +473,34 @@ CUresult MemoryManager::WaitIdle(Buffer& b, bool own_uses) {
 CUresult MemoryManager::OrderAfterSwap(Device& dev, Buffer& b, CUstream consumer) {
   if (dev.swap_stream == nullptr || consumer == kNoConsumer) return CUDA_SUCCESS;
   for (Use& u : b.uses) {
-    if (u.stream != dev.swap_stream || Observed(u)) continue;
+    if (!dev.OwnStream(u.stream) || Observed(u)) continue;
     // The consumer waits on the device; the host goes on.
     if (u.recorded &&
         Failed(driver_->cuStreamWaitEvent(consumer, u.event, 0)) == CUDA_SUCCESS) {
       continue;
     }
-    // Else the host waits for the copy, so the consumer cannot start
-    // before it (without the lock: the swap stream may be waiting for the
-    // program's work behind a queued swap-out).
-    if (CUresult r = WaitSwapUse(dev, b); r != CUDA_SUCCESS) return r;
-    break;  // the buffer has one use on the swap stream
+    // Else the host waits for the copies, so the consumer cannot start
+    // before them (without the lock: the swap stream may be waiting for
+    // the program's work behind a queued swap-out).
+    return WaitSwapUse(dev, b);
   }
   return CUDA_SUCCESS;
 }
 
 CUresult MemoryManager::WaitSwapUse(Device& dev, Buffer& b) {
-  Use* use = nullptr;
+  std::vector<Use> copies;  // its unobserved uses on stensor's streams
   for (Use& u : b.uses) {
-    if (dev.swap_stream != nullptr && u.stream == dev.swap_stream) use = &u;
+    if (dev.OwnStream(u.stream) && !Observed(u)) copies.push_back(u);
   }
-  if (use == nullptr || Observed(*use)) return CUDA_SUCCESS;
+  if (copies.empty()) return CUDA_SUCCESS;
   if (no_block_) return CUDA_ERROR_NOT_READY;
-  const Use copy = *use;
-  const CUstream swap_stream = dev.swap_stream;
   ++b.pins;
   auto start = std::chrono::steady_clock::now();
   mu_.Unlock();
-  CUresult r = WaitForUse(copy, swap_stream);
+  CUresult r = CUDA_SUCCESS;
+  for (const Use& u : copies) {
+    if (r == CUDA_SUCCESS) r = WaitForUse(u, u.stream);
+  }
   mu_.Lock();
   --b.pins;
   double waited = Seconds(std::chrono::steady_clock::now() - start);
@@ -499,8 +513,10 @@ CUresult MemoryManager::WaitSwapUse(Device& dev, Buffer& b) {
           .Double("seconds", waited)
           .Finish());
   if (Failed(r) != CUDA_SUCCESS) return r;
-  for (Use& v : b.uses) {
-    if (v.stream == copy.stream && v.seq == copy.seq) v.done = true;
+  for (const Use& copy : copies) {
+    for (Use& v : b.uses) {
+      if (v.stream == copy.stream && v.seq == copy.seq) v.done = true;
+    }
   }
   return CUDA_SUCCESS;
 }
@@ -728,21 +744,20 @@ CUresult MemoryManager::PinLocked(Buffer& b, const char* api) {
     }
   }
   // Synchronously: whoever gets the handle reads the memory directly. The
-  // swap-in's copy is the buffer's use on the swap stream; wait for it
+  // swap-in's copy is the buffer's use on a stream of stensor's; wait for it
   // without the lock (the pin keeps the buffer and its uses alive).
   for (Use& u : b.uses) {
-    if (dev.swap_stream == nullptr || u.stream != dev.swap_stream || Observed(u)) continue;
+    if (!dev.OwnStream(u.stream) || Observed(u)) continue;
     const Use copy = u;
     ++b.pins;
     mu_.Unlock();
-    CUresult w = WaitForUse(copy, dev.swap_stream);
+    CUresult w = WaitForUse(copy, copy.stream);
     mu_.Lock();
     --b.pins;
     if (Failed(w) != CUDA_SUCCESS) return w;
     for (Use& v : b.uses) {
       if (v.stream == copy.stream && v.seq == copy.seq) v.done = true;
     }
-    break;
   }
   if (first) {
     Log(JsonLine()
@@ -1462,6 +1477,24 @@ CUresult MemoryManager::EnsureSwapStream(Device& dev) {
   return r;
 }
 
+CUstream MemoryManager::FetchStreamFor(Device& dev, Buffer& b, bool shadowed) {
+  // Memory still mapped at an old owner's address has that owner's copy or
+  // drop queued on the swap stream, and a use of the buffer not seen done
+  // (its own swap-out into the host copy, a zeroing) may be there too: FIFO.
+  if (shadowed || dev.fetch_stream_failed) return dev.swap_stream;
+  for (Use& u : b.uses) {
+    if (!Observed(u)) return dev.swap_stream;
+  }
+  if (dev.fetch_stream == nullptr &&
+      Failed(driver_->cuStreamCreate(&dev.fetch_stream, CU_STREAM_NON_BLOCKING)) !=
+          CUDA_SUCCESS) {
+    dev.fetch_stream = nullptr;
+    dev.fetch_stream_failed = true;  // not tried at every swap-in
+    return dev.swap_stream;
+  }
+  return dev.fetch_stream;
+}
+
 bool MemoryManager::CanQueue(Device& dev) const {
   // Work of unknown accesses may reach any buffer: it holds eviction off.
   // STENSOR_VERIFY checks a drop on the device while it is idle.
@@ -1781,7 +1814,8 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
     }
     b.device_chunks = std::move(h);
     if (copying) {
-      CUresult r = b.host.CopyToDevice(vmm_, b.base, b.size, dev.swap_stream);
+      const CUstream copy_stream = FetchStreamFor(dev, b, shadowed);
+      CUresult r = b.host.CopyToDevice(vmm_, b.base, b.size, copy_stream);
       if (r != CUDA_SUCCESS) {
         // The host copy stays the only one.
         if (UnmapDevice(dev, b) != CUDA_SUCCESS) {
@@ -1792,7 +1826,7 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
       }
       // The copy is in flight: the buffer is busy until it completed, and any
       // stream that uses it before then waits for it (OrderAfterSwap).
-      NoteUse(b.uses, dev.swap_stream, dev.ordinal);
+      NoteUse(b.uses, copy_stream, dev.ordinal);
       ++stats_.swap_ins;
       stats_.bytes_copied_in += b.size;
     } else if (copy) {
@@ -1926,14 +1960,18 @@ int MemoryManager::BeginUnknown(CUstream stream) {
   // the host copy (or fault) rather than memory handed on: old mappings end
   // first, after their copies (the one host wait unknown work costs).
   SettleOldMappings(ordinal);
-  if (dev.swap_stream != nullptr) {
+  for (CUstream own : {dev.swap_stream, dev.fetch_stream}) {
+    if (own == nullptr) continue;
     // After every swap-in copy in flight: on the device, else on the host
     // (finite: nothing on the swap stream waits for the program's work).
-    NoteUse(dev.swap_marks, dev.swap_stream, ordinal);
-    const Use& mark = dev.swap_marks.front();
-    if (!mark.recorded ||
-        Failed(driver_->cuStreamWaitEvent(stream, mark.event, 0)) != CUDA_SUCCESS) {
-      (void)Failed(driver_->cuStreamSynchronize(dev.swap_stream));
+    NoteUse(dev.swap_marks, own, ordinal);
+    const Use* mark = nullptr;
+    for (const Use& m : dev.swap_marks) {
+      if (m.stream == own) mark = &m;
+    }
+    if (!mark->recorded ||
+        Failed(driver_->cuStreamWaitEvent(stream, mark->event, 0)) != CUDA_SUCCESS) {
+      (void)Failed(driver_->cuStreamSynchronize(own));
     }
   }
   return ordinal;
@@ -2271,16 +2309,16 @@ CUresult MemoryManager::ReadBack(uint64_t id, uint64_t offset, void* dst, uint64
   }
   // Pinned, so it stays mapped while the copy runs without the lock; a
   // swap-in still copying its contents in is waited for first.
-  const CUstream swap_stream = DeviceState(b->device).swap_stream;
+  const Device& dev = DeviceState(b->device);
   std::vector<Use> copies;
   for (Use& u : b->uses) {
-    if (swap_stream != nullptr && u.stream == swap_stream && !Observed(u)) copies.push_back(u);
+    if (dev.OwnStream(u.stream) && !Observed(u)) copies.push_back(u);
   }
   ++b->pins;
   mu_.Unlock();
   CUresult r = CUDA_SUCCESS;
   for (const Use& u : copies) {
-    if (r == CUDA_SUCCESS) r = WaitForUse(u, swap_stream);
+    if (r == CUDA_SUCCESS) r = WaitForUse(u, u.stream);
   }
   if (r == CUDA_SUCCESS) r = driver_->cuMemcpyDtoH_v2(dst, b->base + offset, bytes);
   mu_.Lock();

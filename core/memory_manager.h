@@ -426,6 +426,10 @@ class MemoryManager {
   // A host wait for the swap stream's latest work, without the lock (it may
   // wait for the program's work since swap-outs wait on its events).
   CUresult WaitSwapStream(Device& dev, double* waited) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The stream a swap-in's copy into b goes on: the fetch stream when
+  // nothing queued on the swap stream touches its memory or host copy.
+  CUstream FetchStreamFor(Device& dev, Buffer& b, bool shadowed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Zeroes a reused chunk just mapped at `b.base` (fresh memory holds zeros)
   // on the swap stream, as a use of `b` there.
   CUresult ZeroReused(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -488,7 +492,9 @@ class MemoryManager {
   bool Observed(Use& use) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A host wait for one use (no lock needed): its event, else the swap
   // stream or the whole context, which cover it.
-  CUresult WaitForUse(const Use& use, CUstream swap_stream) const;
+  // A host wait for `use`; `own_stream`, when it is the use's stream (one of
+  // stensor's), is synchronised if the use's event cannot tell.
+  CUresult WaitForUse(const Use& use, CUstream own_stream) const;
   bool UnknownIdle(Device& dev) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Idle(Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits for the buffer's in-flight uses (with `own_uses`; always for the

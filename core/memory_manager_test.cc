@@ -1004,6 +1004,49 @@ TEST_F(MemoryManagerTest, SwapInOfAQueuedSwapOutTakesItsMemoryBack) {
   FreeAll(*mm, {a, b, c});
 }
 
+// A swap-in into memory at rest does not queue behind a swap-out still
+// waiting for the program's work (a held stream): it runs on the fetch
+// stream, while the swap stream waits. Here C was swapped out and its memory
+// is idle in the pool; B's swap-out waits behind a held memset. C comes in
+// and is read on another stream, which completes while B's stream is held;
+// with one swap stream for both, C's copy (and its reader) waited for B's.
+TEST_F(MemoryManagerTest, SwapInIntoIdleMemoryDoesNotQueueBehindAHeldSwapOut) {
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c;
+  FillThree(*mm, &a, &b, &c);
+  ASSERT_EQ(mm->EvictAsync(3), CUDA_SUCCESS);
+  Settle();  // C's copy done: its chunk is idle once that is seen
+  HeldStream held;
+  MemsetOn(*mm, 2, b, held.get());
+  ASSERT_EQ(mm->EvictAsync(2), CUDA_SUCCESS);  // queued behind the held memset
+  CUstream other;
+  ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  std::vector<uint64_t> got(kWords);
+  ClearLog();
+  {
+    OpenIfStuck guard(held);
+    Ids ids = {3};
+    ASSERT_CU(mm->Prepare(ids, {}, other));
+    CUresult r = cuMemcpyDtoHAsync_v2(got.data(), c, kGranule, other);
+    mm->Finish(ids, {}, other, r == CUDA_SUCCESS);
+    ASSERT_CU(r);
+    ASSERT_CU(cuStreamSynchronize(other));
+    EXPECT_FALSE(guard.Done()) << "C's swap-in waited for B's held swap-out";
+  }
+  EXPECT_THAT(Records(), ElementsAre("swap_in:3:copy"));
+  EXPECT_EQ(Mismatch(got, 3), "");
+  held.Open();
+  ExpectData(*mm, 1, a, 1);
+  got = Read(*mm, 2, b);
+  for (size_t i = 0; i < kWords; ++i) {
+    ASSERT_EQ(got[i], 0xdeadbeefdeadbeefull) << "B, word " << i;
+  }
+  ExpectData(*mm, 3, c, 3);
+  ASSERT_CU(cuStreamDestroy(other));
+  FreeAll(*mm, {a, b, c});
+}
+
 // The wait for in-flight work happens without the manager's lock: here the
 // work waited for (a held stream) is released only after another thread has
 // launched through the manager, as with kernels that wait on each other
