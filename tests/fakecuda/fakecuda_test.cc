@@ -254,6 +254,33 @@ TEST_F(FakeCudaTest, RemappedMemoryKeepsItsPageTables) {
   ASSERT_CU(cuMemAddressFree(va, n));
 }
 
+// cuMemAlloc memory has its page tables from the start, as on a GPU: a
+// program's per-step temporaries (freed, then allocated again at the same
+// size) are not billed a fault per page at each step. The new allocation
+// holds zeros, as fresh memory does, and the freed range is gone: a copy
+// from it is refused and its pages are unmapped.
+TEST_F(FakeCudaTest, ReallocatedMemoryHasItsPageTablesAndHoldsZeros) {
+  const size_t n = 3 * kGranule + 4096;
+  CUdeviceptr first = 0;
+  ASSERT_CU(cuMemAlloc_v2(&first, n));
+  ASSERT_CU(cuMemsetD8_v2(first, 0x7f, n));
+  ASSERT_CU(cuCtxSynchronize());
+  ASSERT_CU(cuMemFree_v2(first));
+  CUdeviceptr again = 0;
+  ASSERT_CU(cuMemAlloc_v2(&again, n));
+  EXPECT_NE(again, first);
+  long present = PresentPages(again, n);
+  if (present < 0) GTEST_SKIP() << "no /proc/self/pagemap";
+  EXPECT_EQ(present, static_cast<long>(n / sysconf(_SC_PAGESIZE)));
+  std::vector<unsigned char> back(n, 1);
+  ASSERT_CU(cuMemcpyDtoH_v2(back.data(), again, n));
+  EXPECT_EQ(back, std::vector<unsigned char>(n, 0));
+  unsigned char byte = 0;
+  EXPECT_EQ(cuMemcpyDtoH_v2(&byte, first, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(PresentPages(first, n), 0);
+  ASSERT_CU(cuMemFree_v2(again));
+}
+
 // Memory handed on while its old address is still mapped (a swap-out's copy
 // in flight) is mapped at two addresses at once, and is every step in a
 // swapping program: once both mappings were touched, the next two

@@ -96,7 +96,14 @@ struct Memory {
   std::map<uintptr_t, Mapping> mappings;        // guarded by mu
   std::unordered_set<Handle*> handles;          // guarded by mu
   std::map<uintptr_t, HostRange> pinned;        // guarded by mu
+  // Pages of freed allocations, moved away with their page tables, by
+  // size: the next allocation of that size takes them (see Allocate).
+  std::multimap<size_t, void*> freed_pages;     // guarded by mu
+  size_t freed_bytes = 0;                       // guarded by mu
 };
+
+// Freed pages kept at most: past this, a free unmaps.
+constexpr size_t kMaxFreedPages = size_t{512} << 20;
 
 Memory& GetMemory() {
   static Memory* m = new Memory;
@@ -215,14 +222,32 @@ CUresult Allocate(CUdeviceptr* dptr, size_t bytes, bool stream_ordered) {
   size_t charged = AlignUp(bytes, kPageSize);
   Device* dev = GetDevice(ctx->device);
   if (!dev->Charge(charged)) return CUDA_ERROR_OUT_OF_MEMORY;
-  void* p = mmap(nullptr, charged, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  Memory& m = GetMemory();
+  std::unique_lock<std::mutex> lock(m.mu);
+  // A GPU's allocation has its page tables from the start; a fresh mmap
+  // here faults at each page's first touch (microseconds each under a
+  // paravirtualised kernel, as for VMM memory above), which would bill a
+  // program's per-step temporaries for the fake's emulation. So the pages
+  // of a freed allocation of this size are taken, zeroed as fresh memory
+  // is, at the address they were moved to (never the freed one's).
+  void* p = MAP_FAILED;
+  if (auto it = m.freed_pages.find(charged); it != m.freed_pages.end()) {
+    p = it->second;
+    m.freed_bytes -= charged;
+    m.freed_pages.erase(it);
+    lock.unlock();
+    std::memset(p, 0, charged);  // ours alone now
+    lock.lock();
+  } else {
+    lock.unlock();
+    p = mmap(nullptr, charged, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    lock.lock();
+  }
   if (p == MAP_FAILED) {
     dev->Uncharge(charged);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  Memory& m = GetMemory();
-  std::lock_guard<std::mutex> lock(m.mu);
   m.allocations[reinterpret_cast<uintptr_t>(p)] =
       Allocation{bytes, charged, ctx->device, stream_ordered, ctx, NextBufferId()};
   *dptr = reinterpret_cast<CUdeviceptr>(p);
@@ -240,9 +265,31 @@ CUresult TakeAllocation(CUdeviceptr dptr, Allocation* out) {
   return CUDA_SUCCESS;
 }
 
+// Unmaps the allocation's range (a stale pointer into it faults, as before)
+// and keeps its pages for a later allocation when there is room for them.
 void ReleaseAllocation(CUdeviceptr dptr, const Allocation& a) {
-  munmap(reinterpret_cast<void*>(dptr), a.charged);
   GetDevice(a.device)->Uncharge(a.charged);
+  void* old = reinterpret_cast<void*>(dptr);
+  Memory& m = GetMemory();
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    if (m.freed_bytes + a.charged <= kMaxFreedPages) {
+      // A placeholder picks the new address; mremap moves pages and page
+      // tables onto it and leaves the old range unmapped.
+      void* to = mmap(nullptr, a.charged, PROT_NONE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      void* moved = to == MAP_FAILED
+                        ? MAP_FAILED
+                        : mremap(old, a.charged, a.charged, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+      if (moved != MAP_FAILED) {
+        m.freed_pages.emplace(a.charged, moved);
+        m.freed_bytes += a.charged;
+        return;
+      }
+      if (to != MAP_FAILED) munmap(to, a.charged);
+    }
+  }
+  munmap(old, a.charged);
 }
 
 bool ValidLocation(const CUmemLocation& loc, CUresult* error) {
