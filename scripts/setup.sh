@@ -14,6 +14,7 @@ packages=(
   libgtest-dev
   libgmock-dev
   libbenchmark-dev
+  clang                # thread-safety analysis only (scripts/thread_safety.sh)
 )
 
 missing=()

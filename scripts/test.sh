@@ -4,6 +4,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh || exit 1
+# Lock annotations first: a minute, and a violation is a failure of its own.
+scripts/thread_safety.sh || { echo "0 passed, 1 failed (scripts/thread_safety.sh)"; exit 1; }
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
