@@ -37,7 +37,7 @@ void AccessLog::WriteFinal(const std::string& line) {
 }
 
 void AccessLog::Append(std::string line) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto room = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return closed_ || queue_.size() < kMaxQueued;
   };
@@ -50,7 +50,7 @@ void AccessLog::Append(std::string line) {
 }
 
 uint64_t AccessLog::dropped() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return dropped_;
 }
 
@@ -65,7 +65,7 @@ void AccessLog::BeforeFork() {
 void AccessLog::AfterFork() { write_mu_.unlock(); }
 
 size_t AccessLog::queued() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return queue_.size();
 }
 
@@ -75,7 +75,7 @@ void AccessLog::Run() {
   for (;;) {
     bool stop;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
         return stopping_ || !queue_.empty();
       };
@@ -110,14 +110,14 @@ void AccessLog::Flush() {
   if (file_ == nullptr || unflushed_.load() == 0) return;
   const uint64_t lines = unflushed_.exchange(0);
   if (std::fflush(file_) != 0) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     dropped_ += lines;
   }
 }
 
 void AccessLog::StopWriter() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (closed_) return;
     closed_ = true;
     stopping_ = true;
@@ -130,7 +130,7 @@ void AccessLog::WriteLine(const std::string& line) {
   if (file_ == nullptr) return;
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() ||
       std::fputc('\n', file_) == EOF) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     ++dropped_;
     return;
   }

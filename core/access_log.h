@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "core/mutex.h"
 
 namespace stensor {
 
@@ -75,7 +75,7 @@ class AccessLog {
   void FinishFile();
 
   std::FILE* file_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::vector<std::string> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;

@@ -16,7 +16,7 @@ const char* BufferKindName(BufferKind kind) {
 std::optional<uint64_t> BufferRegistry::Add(uint64_t base, uint64_t size,
                                             int device, BufferKind kind) {
   if (size == 0 || base + size < base) return std::nullopt;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto pos = std::upper_bound(bases_.begin(), bases_.end(), base);
   size_t i = static_cast<size_t>(pos - bases_.begin());
   if (i > 0 && entries_[i - 1].base + entries_[i - 1].size > base) {
@@ -34,7 +34,7 @@ std::optional<uint64_t> BufferRegistry::Add(uint64_t base, uint64_t size,
 }
 
 std::optional<Buffer> BufferRegistry::Remove(uint64_t base) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto pos = std::lower_bound(bases_.begin(), bases_.end(), base);
   if (pos == bases_.end() || *pos != base) return std::nullopt;
   size_t i = static_cast<size_t>(pos - bases_.begin());
@@ -50,7 +50,7 @@ std::optional<Buffer> BufferRegistry::Remove(uint64_t base) {
 }
 
 std::vector<Buffer> BufferRegistry::RemoveRange(uint64_t base, uint64_t size) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto first = std::lower_bound(bases_.begin(), bases_.end(), base);
   auto last = std::lower_bound(first, bases_.end(), base + size);
   size_t i = static_cast<size_t>(first - bases_.begin());
@@ -101,7 +101,7 @@ void BufferRegistry::Published() {
 }
 
 std::optional<Buffer> BufferRegistry::Find(uint64_t addr) const {
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   size_t i = FindLocked(addr);
   if (i == kNotFound) return std::nullopt;
   return entries_[i];
@@ -109,7 +109,7 @@ std::optional<Buffer> BufferRegistry::Find(uint64_t addr) const {
 
 uint64_t BufferRegistry::LookupMissed(uint64_t addr, CacheEntry* cache,
                                       const Cell** cell) const {
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   const size_t i = FindLocked(addr);
   if (i == kNotFound) return 0;
   const Buffer& b = entries_[i];
@@ -119,7 +119,7 @@ uint64_t BufferRegistry::LookupMissed(uint64_t addr, CacheEntry* cache,
 }
 
 size_t BufferRegistry::size() const {
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   return bases_.size();
 }
 

@@ -27,7 +27,7 @@
 #include <optional>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include "core/mutex.h"
 #include "core/thread_cache.h"
 
 namespace stensor {
@@ -106,7 +106,7 @@ class BufferRegistry {
         }
       }
       if (missed == 0) continue;
-      absl::ReaderMutexLock lock(&mu_);
+      ReaderMutexLock lock(&mu_);
       for (; missed != 0; missed &= missed - 1) {
         const size_t k = static_cast<size_t>(__builtin_ctzll(missed));
         const size_t i = FindLocked(words[start + k]);
@@ -233,7 +233,7 @@ class BufferRegistry {
   static uint64_t NextInstance();
 
   const uint64_t instance_ = NextInstance();
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   // Parallel arrays sorted by base: the bases alone keep the binary search
   // within few cache lines; entries_ holds the rest, cells_ the liveness
   // cells.

@@ -257,7 +257,7 @@ const KernelInfo* KernelCache::Lookup(CUfunction f, uint64_t generation,
   {
     // Entries are safe even while an unload runs: those that could change
     // meaning were forgotten when it began, and none is added until it ends.
-    absl::ReaderMutexLock lock(&mu_);
+    ReaderMutexLock lock(&mu_);
     auto it = cache_.find(f);
     if (it != cache_.end()) {
       *cacheable = true;
@@ -266,7 +266,7 @@ const KernelInfo* KernelCache::Lookup(CUfunction f, uint64_t generation,
   }
   CUmodule module = nullptr;
   std::unique_ptr<KernelInfo> info = Describe(f, &module);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (unloading_ > 0 || generation_.load(std::memory_order_relaxed) != generation) {
     // An unload overlapped the description: the handle may have changed
     // meaning while it was built. Use it once, keep it alive for the
@@ -294,14 +294,14 @@ void KernelCache::Forget(CUmodule module) {
 
 KernelCache::UnloadScope::UnloadScope(KernelCache* cache, CUmodule module)
     : cache_(cache), module_(module) {
-  absl::MutexLock lock(&cache_->mu_);
+  MutexLock lock(&cache_->mu_);
   ++cache_->unloading_;
   cache_->Forget(module_);
   cache_->generation_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 KernelCache::UnloadScope::~UnloadScope() {
-  absl::MutexLock lock(&cache_->mu_);
+  MutexLock lock(&cache_->mu_);
   --cache_->unloading_;
   // A description begun while the scope was open and finished after it
   // closed must not be cached either: Lookup compares generations.

@@ -38,7 +38,7 @@
 #include "absl/base/optimization.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
-#include "absl/synchronization/mutex.h"
+#include "core/mutex.h"
 #include "core/buffer_registry.h"
 #include "core/driver.h"
 #include "core/kernel_signature.h"
@@ -204,7 +204,7 @@ class KernelCache {
   const uint64_t instance_;
   // Starts at 1 so that a memo filled for generation 0 never matches.
   std::atomic<uint64_t> generation_{1};
-  absl::Mutex mu_;
+  Mutex mu_;
   absl::flat_hash_map<CUfunction, Entry> cache_ ABSL_GUARDED_BY(mu_);
   int unloading_ ABSL_GUARDED_BY(mu_) = 0;  // open UnloadScopes
   std::vector<std::unique_ptr<KernelInfo>> retired_ ABSL_GUARDED_BY(mu_);

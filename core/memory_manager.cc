@@ -290,7 +290,7 @@ MemoryManager::MemoryManager(const Config& config, const Driver* driver,
       profiler_(driver) {}
 
 MemoryManager::~MemoryManager() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   while (!by_base_.empty()) {
     Buffer& b = *by_base_.begin()->second;
     WaitIdle(b);  // an error here leaves nothing better to do than release
@@ -552,7 +552,7 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
   if (CUresult r = driver_->cuCtxGetDevice(&ordinal); r != CUDA_SUCCESS) return r;
   CUcontext context = nullptr;
   if (CUresult r = driver_->cuCtxGetCurrent(&context); r != CUDA_SUCCESS) return r;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Device& dev = DeviceState(ordinal);
   // More than the cap can never fit (and rounding SIZE_MAX up would wrap):
   // out of memory, as the driver answers for more than the device has.
@@ -622,7 +622,7 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
 CUresult MemoryManager::ReserveExternal(uint64_t bytes) {
   CUdevice ordinal = 0;
   if (CUresult r = driver_->cuCtxGetDevice(&ordinal); r != CUDA_SUCCESS) return r;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Device& dev = DeviceState(ordinal);
   if (bytes > dev.cap) {  // never fits; AlignUp would wrap
     LogOom(dev, bytes);
@@ -637,7 +637,7 @@ CUresult MemoryManager::ReserveExternal(uint64_t bytes) {
 void MemoryManager::UnreserveExternal(uint64_t bytes) {
   CUdevice ordinal = 0;
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (bytes > DeviceState(ordinal).cap) return;  // never charged
   DeviceState(ordinal).used -= AlignUp(bytes, kSmallUnit);
 }
@@ -645,12 +645,12 @@ void MemoryManager::UnreserveExternal(uint64_t bytes) {
 void MemoryManager::AdoptExternal(CUdeviceptr base, uint64_t bytes) {
   CUdevice ordinal = 0;
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   external_[base] = {ordinal, AlignUp(bytes, kSmallUnit)};
 }
 
 void MemoryManager::ForgetExternal(CUdeviceptr base) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = external_.find(base);
   if (it == external_.end()) return;
   DeviceState(it->second.first).used -= it->second.second;
@@ -658,12 +658,12 @@ void MemoryManager::ForgetExternal(CUdeviceptr base) {
 }
 
 bool MemoryManager::Owns(CUdeviceptr base) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return by_base_.count(base) != 0;
 }
 
 CUresult MemoryManager::Free(CUdeviceptr base) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = by_base_.find(base);
   if (it == by_base_.end()) return CUDA_ERROR_INVALID_VALUE;
   Buffer& b = *it->second;
@@ -680,7 +680,7 @@ CUresult MemoryManager::Free(CUdeviceptr base) {
 }
 
 CUresult MemoryManager::FreeAsync(CUdeviceptr base, CUstream stream) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = by_base_.find(base);
   if (it == by_base_.end()) return CUDA_ERROR_INVALID_VALUE;
   Buffer& b = *it->second;
@@ -708,7 +708,7 @@ MemoryManager::Buffer* MemoryManager::Containing(uint64_t addr) const {
 }
 
 std::optional<MemoryManager::BufferView> MemoryManager::Find(CUdeviceptr addr) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   const Buffer* b = Containing(addr);
   if (b == nullptr) return std::nullopt;
   return BufferView{b->base, b->size, b->reserved, b->device, b->context, b->id, b->garbage};
@@ -716,7 +716,7 @@ std::optional<MemoryManager::BufferView> MemoryManager::Find(CUdeviceptr addr) c
 
 CUresult MemoryManager::CheckRange(uint64_t addr, uint64_t extent) const {
   if (extent == 0) return CUDA_SUCCESS;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   const Buffer* b = Containing(addr);
   if (b == nullptr) return CUDA_SUCCESS;  // not ours: the driver checks it
   uint64_t offset = addr - b->base;
@@ -780,7 +780,7 @@ CUresult MemoryManager::PinLocked(Buffer& b, const char* api) {
 }
 
 bool MemoryManager::PinExported(CUdeviceptr addr, const char* api, CUresult* result) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Buffer* b = Containing(addr);
   if (b == nullptr || b->garbage) return false;
   *result = PinLocked(*b, api);
@@ -789,7 +789,7 @@ bool MemoryManager::PinExported(CUdeviceptr addr, const char* api, CUresult* res
 
 bool MemoryManager::PinExportedHandle(CUmemGenericAllocationHandle handle,
                                       const char* api) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (auto& [base, b] : by_base_) {
     // A handle is only ever the current device memory of a resident buffer.
     if (b->vmm && handle != 0 &&
@@ -819,7 +819,7 @@ CUresult MemoryManager::CreateAppMemory(CUmemGenericAllocationHandle* handle, si
     return driver_->cuMemCreate(handle, size, prop, flags);  // the driver's error
   }
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     Device& dev = DeviceState(ordinal);
     if (dev.granularity != 0 && size % dev.granularity != 0) {
       return driver_->cuMemCreate(handle, size, prop, flags);  // INVALID_VALUE, nothing evicted
@@ -829,7 +829,7 @@ CUresult MemoryManager::CreateAppMemory(CUmemGenericAllocationHandle* handle, si
   }
   // Outside the lock: the charge holds the room meanwhile.
   CUresult r = driver_->cuMemCreate(handle, size, prop, flags);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   // The device itself may be full below the cap (other processes): evict
   // and retry while anything is left, as for stensor's own memory.
   while (r == CUDA_ERROR_OUT_OF_MEMORY && EvictByPolicy(DeviceState(ordinal), size)) {
@@ -852,13 +852,13 @@ void MemoryManager::MaybeUnchargeApp(CUmemGenericAllocationHandle handle) {
 }
 
 void MemoryManager::OnAppRetain(CUmemGenericAllocationHandle handle) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = app_handles_.find(handle);
   if (it != app_handles_.end()) ++it->second.refs;
 }
 
 void MemoryManager::OnAppRelease(CUmemGenericAllocationHandle handle) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = app_handles_.find(handle);
   if (it == app_handles_.end()) return;
   --it->second.refs;
@@ -867,7 +867,7 @@ void MemoryManager::OnAppRelease(CUmemGenericAllocationHandle handle) {
 
 void MemoryManager::OnAppMap(CUdeviceptr ptr, uint64_t size,
                              CUmemGenericAllocationHandle handle) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = app_handles_.find(handle);
   if (it == app_handles_.end()) return;
   ++it->second.mappings;
@@ -875,7 +875,7 @@ void MemoryManager::OnAppMap(CUdeviceptr ptr, uint64_t size,
 }
 
 void MemoryManager::OnAppUnmap(CUdeviceptr ptr, uint64_t size) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   // The driver unmaps whole mappings only, so each starts inside the range.
   for (auto it = app_mappings_.lower_bound(ptr);
        it != app_mappings_.end() && it->first < ptr + size;) {
@@ -1669,7 +1669,7 @@ bool MemoryManager::VerifiedClean(Device& dev, Buffer& b) {
 void MemoryManager::NoteKernel(absl::Span<const uint64_t> used,
                                absl::Span<const uint64_t> written, const char* kernel) {
   if (verifier_ == nullptr) return;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (uint64_t id : used) {
     if (Buffer* b = ById(id)) b->last_kernel = kernel;
   }
@@ -1864,7 +1864,7 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
 CUresult MemoryManager::Prepare(absl::Span<const uint64_t> ids,
                                 absl::Span<const uint64_t> overwritten,
                                 CUstream stream) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   CollectGarbage();
   for (auto& d : devices_) {
     if (d) ReapOldMappings(*d, /*wait=*/false);
@@ -1914,7 +1914,7 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> ids,
 void MemoryManager::Finish(absl::Span<const uint64_t> ids,
                            absl::Span<const uint64_t> written, CUstream stream,
                            bool submitted) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (uint64_t id : ids) {
     Buffer* b = ById(id);
     if (b == nullptr || b->pins == 0) continue;
@@ -1953,7 +1953,7 @@ void MemoryManager::Finish(absl::Span<const uint64_t> ids,
 int MemoryManager::BeginUnknown(CUstream stream) {
   CUdevice ordinal = 0;
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return -1;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Device& dev = DeviceState(ordinal);
   ++dev.unknown_submitting;  // from here on nothing new is evicted on `dev`
   // It may reach a swapped-out buffer through its address, which must show
@@ -1979,12 +1979,12 @@ int MemoryManager::BeginUnknown(CUstream stream) {
 
 void MemoryManager::EndUnknown(int device) {
   if (device < 0) return;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   --DeviceState(device).unknown_submitting;
 }
 
 void MemoryManager::MarkAllWritten(CUstream stream) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (auto& [base, b] : by_base_) {
     if (b->resident()) b->gpu_version = ++version_;
     // A swapped-out buffer is reachable only through its host copy at its
@@ -2042,7 +2042,7 @@ CUresult MemoryManager::RestoreFromHost(Device& dev, Buffer& b) {
 }
 
 CUresult MemoryManager::Prefetch(uint64_t id) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Buffer* b = ById(id);
   if (b == nullptr) return CUDA_ERROR_NOT_FOUND;
   return PrefetchLocked(*b);
@@ -2064,7 +2064,7 @@ CUresult MemoryManager::PrefetchLocked(Buffer& b) {
 }
 
 CUresult MemoryManager::EvictAsync(uint64_t id) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Buffer* b = ById(id);
   if (b == nullptr) return CUDA_ERROR_NOT_FOUND;
   return EvictAsyncLocked(*b);
@@ -2130,7 +2130,7 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
   // Only prefetch and belady read what the planner learns: without them a
   // launch pays no second lock.
   if (!config_.prefetch && config_.policy != EvictionPolicyKind::kBelady) return;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Buffer* first = nullptr;
   for (uint64_t id : ids) {
     if (Buffer* b = ById(id); b != nullptr && !b->garbage) {
@@ -2248,7 +2248,7 @@ void MemoryManager::EndOperation(const OpTicket& ticket, CUstream stream, bool s
 }
 
 void MemoryManager::SetNextUse(uint64_t id, uint64_t next_use) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Buffer* b = ById(id);
   if (b == nullptr) return;
   b->next_use = next_use;
@@ -2257,7 +2257,7 @@ void MemoryManager::SetNextUse(uint64_t id, uint64_t next_use) {
 
 bool MemoryManager::ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst,
                                      uint64_t bytes) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Buffer* b = ById(id);
   if (b == nullptr || !b->vmm || b->resident() || !b->host.exists() ||
       offset + bytes > b->size) {
@@ -2280,7 +2280,7 @@ bool MemoryManager::ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst,
 }
 
 CUresult MemoryManager::ReadBack(uint64_t id, uint64_t offset, void* dst, uint64_t bytes) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Buffer* b = ById(id);
   if (b == nullptr) return CUDA_ERROR_NOT_FOUND;
   if (offset > b->size || bytes > b->size - offset) return CUDA_ERROR_INVALID_VALUE;
@@ -2337,7 +2337,7 @@ bool MemoryManager::IsSwappable(const Buffer& b, int device) {
 uint64_t MemoryManager::BufferId(const Buffer& b) { return b.id; }
 
 void MemoryManager::MemInfo(int device, size_t* free_bytes, size_t* total_bytes) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   CollectGarbage();
   Device& dev = DeviceState(device);
   if (total_bytes != nullptr) *total_bytes = dev.cap;
@@ -2352,7 +2352,7 @@ void MemoryManager::MemInfo(int device, size_t* free_bytes, size_t* total_bytes)
 }
 
 SwapStats MemoryManager::stats() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   SwapStats s = stats_;
   if (planner_ != nullptr) {
     const IterationPlanner::Stats p = planner_->stats();

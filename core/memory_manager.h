@@ -42,7 +42,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
-#include "absl/synchronization/mutex.h"
+#include "core/mutex.h"
 #include "absl/types/span.h"
 #include "core/config.h"
 #include "core/driver.h"
@@ -318,7 +318,7 @@ class MemoryManager {
   void AppendUnreadable(Ids* ids) ABSL_LOCKS_EXCLUDED(mu_) {
     CUdevice ordinal = 0;
     if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return;
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     const bool all = !HostVmm(ordinal);
     // Buffers swapped out behind in-flight work get their host copy mapped
     // once their copy is done: wait for that rather than list them all.
@@ -546,7 +546,7 @@ class MemoryManager {
   // Compute times of profiled operations (thread-safe on its own).
   Profiler profiler_;
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   // The buffers, keyed by the registry's id from allocation on (untracked
   // ones by keys from kUntrackedKeys up, which no registry id reaches), and
   // the same buffers by base address, for lookups of an address.

@@ -27,7 +27,7 @@
 #include <cuda.h>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "core/mutex.h"
 #include "core/config.h"
 #include "core/driver.h"
 #include "core/memory_manager.h"

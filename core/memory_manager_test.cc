@@ -61,7 +61,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "core/mutex.h"
 #include "absl/types/span.h"
 #include "core/config.h"
 #include "core/driver.h"
@@ -1402,11 +1402,11 @@ TEST_F(MemoryManagerTest, ThreadsShareOneCapKeepingTheirData) {
   fakecuda_reset_peak_bytes(0);
   std::atomic<uint64_t> next_id{100};
   std::atomic<int> failures{0};
-  absl::Mutex first_mu;
+  Mutex first_mu;
   std::string first_failure;
   auto fail = [&](std::string what) {
     if (failures.fetch_add(1) == 0) {
-      absl::MutexLock lock(&first_mu);
+      MutexLock lock(&first_mu);
       first_failure = std::move(what);
     }
   };

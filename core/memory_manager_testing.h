@@ -22,7 +22,7 @@
 #include <cuda.h>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "core/mutex.h"
 #include "core/config.h"
 #include "core/driver.h"
 #include "core/memory_manager.h"
@@ -98,16 +98,16 @@ class FakeDeviceTest : public ::testing::Test {
     EXPECT_TRUE(config.ok()) << config.status();
     if (!config.ok()) return nullptr;
     return MemoryManager::Create(*config, &driver_, [this](std::string line) {
-      absl::MutexLock lock(&log_mu_);
+      MutexLock lock(&log_mu_);
       lines_.push_back(std::move(line));
     });
   }
   std::vector<std::string> Lines() {
-    absl::MutexLock lock(&log_mu_);
+    MutexLock lock(&log_mu_);
     return lines_;
   }
   void ClearLog() {
-    absl::MutexLock lock(&log_mu_);
+    MutexLock lock(&log_mu_);
     lines_.clear();
   }
   // The fake's device memory in use, and its high-water mark, since SetUp.
@@ -120,7 +120,7 @@ class FakeDeviceTest : public ::testing::Test {
   size_t baseline_ = 0;
 
  private:
-  absl::Mutex log_mu_;
+  Mutex log_mu_;
   std::vector<std::string> lines_ ABSL_GUARDED_BY(log_mu_);
 };
 

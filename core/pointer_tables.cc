@@ -46,13 +46,13 @@ void PointerTables::Publish() {
 }
 
 uint64_t PointerTables::Changes() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return changes_;
 }
 
 void PointerTables::MarkAllStale() {
   if (empty()) return;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (auto& [id, t] : by_id_) t.stale = true;
   Publish();
 }
@@ -62,7 +62,7 @@ size_t PointerTables::OnHostWrite(const Buffer& table, uint64_t dst, const void*
   // Most copies carry data, not pointers: scan before taking the lock.
   Table scanned;
   size_t found = Scan(scanned, dst, static_cast<const unsigned char*>(src), bytes, registry);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = by_id_.find(table.id);
   if (it == by_id_.end()) {
     if (found == 0) return 0;
@@ -81,7 +81,7 @@ size_t PointerTables::OnHostWrite(const Buffer& table, uint64_t dst, const void*
 void PointerTables::OnDeviceCopy(const Buffer& to, uint64_t dst, const Buffer* from,
                                  uint64_t src, uint64_t bytes) {
   if (empty()) return;  // nothing known anywhere, nothing to carry
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto from_it = from != nullptr ? by_id_.find(from->id) : by_id_.end();
   const bool from_table = from_it != by_id_.end();
   // Device data of unknown make may hold pointers the device wrote.
@@ -112,7 +112,7 @@ void PointerTables::OnDeviceCopy(const Buffer& to, uint64_t dst, const Buffer* f
 
 void PointerTables::OnClear(const Buffer& table, uint64_t dst, uint64_t bytes) {
   if (empty()) return;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = by_id_.find(table.id);
   if (it == by_id_.end()) return;
   EraseRange(it->second, dst, bytes);
@@ -123,7 +123,7 @@ void PointerTables::OnClear(const Buffer& table, uint64_t dst, uint64_t bytes) {
 
 void PointerTables::OnDeviceWrite(absl::Span<const uint64_t> ids) {
   if (empty()) return;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   bool changed = false;
   for (uint64_t id : ids) {
     auto it = by_id_.find(id);
@@ -136,7 +136,7 @@ void PointerTables::OnDeviceWrite(absl::Span<const uint64_t> ids) {
 
 void PointerTables::OnFree(uint64_t id) {
   if (empty()) return;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   by_id_.erase(id);
   Publish();
 }
@@ -147,7 +147,7 @@ size_t PointerTables::Rescan(const Buffer& table, const void* data, uint64_t sin
   size_t found = Scan(scanned, table.base, static_cast<const unsigned char*>(data),
                       table.size, registry);
   scanned.base = table.base;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = by_id_.find(table.id);
   if (changes_ == since) {
     if (found == 0) {
@@ -175,7 +175,7 @@ void PointerTables::DistinctWords(const Table& t, std::vector<uint64_t>* words) 
 
 PointerTables::State PointerTables::Get(uint64_t id, std::vector<uint64_t>* words,
                                         uint64_t* base) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = by_id_.find(id);
   if (it == by_id_.end()) return State::kNone;
   if (base != nullptr) *base = it->second.base;
@@ -184,7 +184,7 @@ PointerTables::State PointerTables::Get(uint64_t id, std::vector<uint64_t>* word
 }
 
 void PointerTables::Collect(absl::Span<const uint64_t> ids, std::vector<Found>* found) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (uint64_t id : ids) {
     auto it = by_id_.find(id);
     if (it == by_id_.end()) continue;

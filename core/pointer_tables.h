@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
+#include "core/mutex.h"
 #include "absl/types/span.h"
 #include "core/buffer_registry.h"
 
@@ -112,7 +112,7 @@ class PointerTables {
   void Prune(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Publish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   absl::flat_hash_map<uint64_t, Table> by_id_ ABSL_GUARDED_BY(mu_);
   uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<size_t> tables_{0};

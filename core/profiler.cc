@@ -78,7 +78,7 @@ absl::StatusOr<Bandwidth> Profiler::MeasureBandwidth(const Config& config,
 }
 
 Profiler::~Profiler() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (Timing& t : timings_) GivePair(&t);
   for (auto& [start, stop] : spare_) {
     driver_->cuEventDestroy_v2(start);
@@ -116,7 +116,7 @@ int Profiler::BeginTiming(CUstream stream) {
       driver_->cuEventElapsedTime_v2 == nullptr) {
     return -1;
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Timing t;
   if (!TakePair(&t)) return -1;
   if (driver_->cuEventRecord(t.start, stream) != CUDA_SUCCESS) {
@@ -138,7 +138,7 @@ int Profiler::BeginTiming(CUstream stream) {
 
 void Profiler::EndTiming(int token, CUstream stream, uint64_t op, bool submitted) {
   if (token < 0) return;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Timing& t = timings_[token];
   t.op = op;
   t.state = submitted && driver_->cuEventRecord(t.stop, stream) == CUDA_SUCCESS
@@ -148,7 +148,7 @@ void Profiler::EndTiming(int token, CUstream stream, uint64_t op, bool submitted
 
 std::vector<std::pair<uint64_t, double>> Profiler::TakeCompleted() {
   std::vector<std::pair<uint64_t, double>> done;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   size_t kept = 0;
   for (size_t i = 0; i < order_.size(); ++i) {
     const int token = order_[i];
@@ -180,7 +180,7 @@ std::vector<std::pair<uint64_t, double>> Profiler::TakeCompleted() {
 }
 
 size_t Profiler::pending() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return order_.size();
 }
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "core/mutex.h"
 #include "core/config.h"
 #include "core/driver.h"
 #include "policy/access_profile.h"
@@ -67,7 +67,7 @@ class Profiler {
   void GivePair(Timing* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Driver* const driver_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   // Slots by token; a free slot has no events.
   std::vector<Timing> timings_ ABSL_GUARDED_BY(mu_);
   std::vector<int> free_slots_ ABSL_GUARDED_BY(mu_);

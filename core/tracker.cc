@@ -386,7 +386,7 @@ bool Tracker::ReadBackTable(const Buffer& table, StreamRef stream,
 }
 
 bool Tracker::IsPinnedHost(uint64_t addr) const {
-  absl::MutexLock lock(&host_mu_);
+  MutexLock lock(&host_mu_);
   auto it = host_allocs_.upper_bound(addr);
   return it != host_allocs_.begin() && addr - std::prev(it)->first < std::prev(it)->second;
 }
@@ -397,7 +397,7 @@ bool Tracker::ScanHostTable(uint64_t addr, StreamRef stream, std::vector<uint64_
   uint64_t start = 0, bytes = 0;
   bool host = false;
   {
-    absl::MutexLock lock(&host_mu_);
+    MutexLock lock(&host_mu_);
     auto it = host_allocs_.upper_bound(addr);
     if (it != host_allocs_.begin() && addr - std::prev(it)->first < std::prev(it)->second) {
       start = std::prev(it)->first;
@@ -556,7 +556,7 @@ void Tracker::OnFree(const char* api, uint64_t base) {
 
 void Tracker::OnHostAlloc(const char* api, const void* p, uint64_t size) {
   {
-    absl::MutexLock lock(&host_mu_);
+    MutexLock lock(&host_mu_);
     host_allocs_[reinterpret_cast<uintptr_t>(p)] = size;
     host_pinned_bytes_ += size;
   }
@@ -572,7 +572,7 @@ void Tracker::OnHostAlloc(const char* api, const void* p, uint64_t size) {
 void Tracker::OnHostFree(const char* api, const void* p) {
   uint64_t size = 0;
   {
-    absl::MutexLock lock(&host_mu_);
+    MutexLock lock(&host_mu_);
     auto it = host_allocs_.find(reinterpret_cast<uintptr_t>(p));
     if (it != host_allocs_.end()) {
       size = it->second;
@@ -590,7 +590,7 @@ void Tracker::OnHostFree(const char* api, const void* p) {
 }
 
 uint64_t Tracker::host_pinned_bytes() const {
-  absl::MutexLock lock(&host_mu_);
+  MutexLock lock(&host_mu_);
   return host_pinned_bytes_;
 }
 

@@ -17,7 +17,7 @@
 
 #include "absl/base/attributes.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
+#include "core/mutex.h"
 #include "core/access_log.h"
 #include "core/buffer_registry.h"
 #include "core/config.h"
@@ -217,7 +217,7 @@ class Tracker {
   std::once_flag header_once_;
   std::once_flag shutdown_once_;
   std::atomic<uint64_t> counts_[static_cast<int>(OpType::kCount)] = {};
-  mutable absl::Mutex host_mu_;
+  mutable Mutex host_mu_;
   std::map<uint64_t, uint64_t> host_allocs_ ABSL_GUARDED_BY(host_mu_);  // base -> bytes
   uint64_t host_pinned_bytes_ ABSL_GUARDED_BY(host_mu_) = 0;
 };
