@@ -746,9 +746,13 @@ CUresult MemoryManager::PinLocked(Buffer& b, const char* api) {
   // Synchronously: whoever gets the handle reads the memory directly. The
   // swap-in's copy is the buffer's use on a stream of stensor's; wait for it
   // without the lock (the pin keeps the buffer and its uses alive).
+  // Copied first: another thread may add uses (reallocating b.uses) while
+  // the lock is released.
+  std::vector<Use> copies;
   for (Use& u : b.uses) {
-    if (!dev.OwnStream(u.stream) || Observed(u)) continue;
-    const Use copy = u;
+    if (dev.OwnStream(u.stream) && !Observed(u)) copies.push_back(u);
+  }
+  for (const Use& copy : copies) {
     ++b.pins;
     mu_.Unlock();
     CUresult w = WaitForUse(copy, copy.stream);
