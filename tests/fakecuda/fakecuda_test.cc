@@ -2,6 +2,7 @@
 // on, checked against what the real driver documents.
 #include <dlfcn.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1209,6 +1210,37 @@ TEST_F(FakeCudaTest, InterprocessHandlesFollowTheDriversRules) {
   EXPECT_EQ(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 1),
             CUDA_ERROR_INVALID_VALUE);
   ASSERT_CU(cuMemRelease(h));
+}
+
+// A freed allocation's range stays unmapped when later frees move their
+// pages away (each onto a placeholder the kernel places): a stale pointer
+// into it must fault, never read another allocation's freed pages.
+TEST_F(FakeCudaTest, FreedRangeStaysUnmappedWhenLaterPagesAreFreed) {
+  const size_t n = 3 * kGranule + 4096;
+  CUdeviceptr first = 0, second = 0, third = 0;
+  ASSERT_CU(cuMemAlloc_v2(&first, n));
+  ASSERT_CU(cuMemFree_v2(first));  // first's pages move to T1; first unmapped
+  ASSERT_CU(cuMemAlloc_v2(&second, n));  // takes T1
+  ASSERT_CU(cuMemAlloc_v2(&third, n));   // fresh
+  ASSERT_CU(cuMemsetD8_v2(third, 0x5c, n));
+  ASSERT_CU(cuCtxSynchronize());
+  ASSERT_CU(cuMemFree_v2(third));  // its pages move to a placeholder: where?
+  unsigned char vec = 0;
+  // mincore fails with ENOMEM on an unmapped range.
+  bool mapped = mincore(reinterpret_cast<void*>(first & ~uintptr_t{4095}), 4096, &vec) == 0;
+  bool readable = false;
+  if (FILE* maps = std::fopen("/proc/self/maps", "r")) {
+    unsigned long lo, hi;
+    char perms[8];
+    while (std::fscanf(maps, "%lx-%lx %7s%*[^\n]", &lo, &hi, perms) == 3) {
+      if (first >= lo && first < hi) readable = perms[0] == 'r';
+    }
+    std::fclose(maps);
+  }
+  bool holds_third = readable && reinterpret_cast<volatile unsigned char*>(first)[0] == 0x5c;
+  EXPECT_FALSE(mapped) << "the freed range of `first` is mapped again"
+                       << (holds_third ? " and holds the freed pages of `third`" : "");
+  ASSERT_CU(cuMemFree_v2(second));
 }
 
 }  // namespace

@@ -1,0 +1,264 @@
+// The fetch stream: swap-ins into memory at rest run beside the swap stream
+// (core/memory_manager.cc, FetchStreamFor). Races a hostile program makes
+// with those copies, and every driver call on that path failed in turn; the
+// *Slow* tests run with a slow link (FAKECUDA_LINK) so that copies are still
+// in flight when the next call comes.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cuda.h>
+
+#include "core/memory_manager.h"
+#include "core/memory_manager_testing.h"
+#include "gtest/gtest.h"
+#include "tests/fakecuda/fakecuda.h"
+
+namespace stensor {
+namespace {
+
+using testing_support::HeldStream;
+using testing_support::kCap;
+using testing_support::kGranule;
+constexpr size_t kWords = kGranule / sizeof(uint64_t);
+using Ids = std::vector<uint64_t>;
+
+std::vector<uint64_t> Pattern(uint64_t seed) {
+  std::vector<uint64_t> d(kWords);
+  for (size_t i = 0; i < kWords; ++i) d[i] = (seed << 40) ^ (i * 0x9E3779B97F4A7C15ull) ^ 0x5A5Aull;
+  return d;
+}
+
+std::string Mismatch(const std::vector<uint64_t>& got, const std::vector<uint64_t>& want) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want[i]) return "word " + std::to_string(i) + ": " + std::to_string(got[i]);
+  }
+  return "";
+}
+
+class FetchStreamTest : public testing_support::FakeDeviceTest {
+ protected:
+  std::unique_ptr<MemoryManager> Make(const char* policy = "version") {
+    return MakeManager({{"STENSOR_MEMORY_LIMIT", "6MiB"}, {"STENSOR_POLICY", policy}});
+  }
+  CUdeviceptr Alloc(MemoryManager& mm, uint64_t id) {
+    CUdeviceptr p = 0;
+    EXPECT_CU(mm.Allocate(kGranule, &p, [id](CUdeviceptr) { return id; }));
+    return p;
+  }
+  void Write(MemoryManager& mm, uint64_t id, CUdeviceptr p, uint64_t seed) {
+    std::vector<uint64_t> data = Pattern(seed);
+    Ids ids = {id};
+    ASSERT_CU(mm.Prepare(ids, {}, nullptr));
+    CUresult r = cuMemcpyHtoD_v2(p, data.data(), kGranule);
+    mm.Finish(ids, ids, nullptr, r == CUDA_SUCCESS);
+    ASSERT_CU(r);
+    ASSERT_CU(cuCtxSynchronize());
+  }
+  // Read on `stream` (async), then synchronise that stream only.
+  std::vector<uint64_t> ReadOn(MemoryManager& mm, uint64_t id, CUdeviceptr p, CUstream s,
+                               CUresult* err = nullptr) {
+    std::vector<uint64_t> got(kWords, 0x1111);
+    Ids ids = {id};
+    CUresult r = mm.Prepare(ids, {}, s);
+    if (r == CUDA_SUCCESS) {
+      r = cuMemcpyDtoHAsync_v2(got.data(), p, kGranule, s);
+      mm.Finish(ids, {}, s, r == CUDA_SUCCESS);
+      if (r == CUDA_SUCCESS) r = cuStreamSynchronize(s);
+    }
+    if (err != nullptr) *err = r;
+    EXPECT_CU(r);
+    return got;
+  }
+  void FillThree(MemoryManager& mm, CUdeviceptr* a, CUdeviceptr* b, CUdeviceptr* c) {
+    *a = Alloc(mm, 1);
+    *b = Alloc(mm, 2);
+    *c = Alloc(mm, 3);
+    Write(mm, 1, *a, 1);
+    Write(mm, 2, *b, 2);
+    Write(mm, 3, *c, 3);
+  }
+};
+
+// An export (cuIpcGetMemHandle) waits for the buffer's copies on stensor's
+// streams without the lock, while another thread adds uses on new streams,
+// which reallocates the buffer's list of uses: the wait must not walk that
+// list afterwards (it did once: heap-use-after-free in PinLocked, seen under
+// --config=asan).
+TEST_F(FetchStreamTest, ExportWaitsWhileOtherThreadsAddUses) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c;
+  FillThree(*mm, &a, &b, &c);
+  // B: uses [legacy]. Swap it out and back in so that its swap-stream entry
+  // is not its last one: [legacy, swap, fetch].
+  ASSERT_CU(mm->EvictAsync(2));
+  ASSERT_CU(cuCtxSynchronize());
+  CUstream s0;
+  ASSERT_CU(cuStreamCreate(&s0, CU_STREAM_NON_BLOCKING));
+  EXPECT_EQ(Mismatch(ReadOn(*mm, 2, b, s0), Pattern(2)), "");
+  HeldStream held;
+  {
+    Ids ids = {2};
+    ASSERT_CU(mm->Prepare(ids, {}, held.get()));
+    CUresult r = cuMemsetD32Async(b, 0xdeadbeef, kGranule / 4, held.get());
+    mm->Finish(ids, ids, held.get(), r == CUDA_SUCCESS);
+    ASSERT_CU(r);
+  }
+  // [legacy, swap, fetch, held]; the swap-out queues behind the held memset.
+  ASSERT_CU(mm->EvictAsync(2));
+  std::atomic<bool> pinned{false};
+  CUresult pin_result = CUDA_ERROR_UNKNOWN;
+  std::thread t([&] {
+    ASSERT_CU(cuCtxSetCurrent(ctx_));  // a program's exporting thread has one
+    ASSERT_TRUE(mm->PinExported(b, "cuIpcGetMemHandle", &pin_result));
+    pinned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(pinned.load()) << "the pin did not wait for the swap-out copy";
+  std::vector<CUstream> more(4);
+  for (CUstream& s : more) {
+    ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    Ids ids = {2};
+    ASSERT_CU(mm->Prepare(ids, {}, s));
+    mm->Finish(ids, {}, s, true);  // b.uses grows: reallocated
+  }
+  held.Open();
+  t.join();
+  EXPECT_CU(pin_result);
+  ASSERT_CU(cuCtxSynchronize());
+  std::vector<uint64_t> got = ReadOn(*mm, 2, b, s0);
+  EXPECT_EQ(got[0], 0xdeadbeefdeadbeefull);
+  for (CUstream s : more) cuStreamDestroy(s);
+  cuStreamDestroy(s0);
+  ASSERT_CU(cuCtxSynchronize());
+  for (CUdeviceptr p : {a, b, c}) EXPECT_CU(mm->Free(p));
+}
+
+// A failed driver call on the fetch path (the stream's create, the copy's
+// event record, the consumer's wait, the query) is worked around: no error,
+// data intact. C comes in on `other` into memory at rest.
+TEST_F(FetchStreamTest, FetchPathFailuresAreWorkedAround) {
+  for (const char* call : {"cuStreamCreate", "cuEventRecord", "cuStreamWaitEvent",
+                           "cuEventQuery", "cuEventSynchronize", "cuEventCreate"}) {
+    for (int nth = 1; nth <= 2; ++nth) {
+      SCOPED_TRACE(std::string(call) + " #" + std::to_string(nth));
+      auto mm = Make();
+      ASSERT_NE(mm, nullptr);
+      CUdeviceptr a, b, c;
+      FillThree(*mm, &a, &b, &c);
+      ASSERT_CU(mm->EvictAsync(3));
+      ASSERT_CU(cuCtxSynchronize());
+      CUstream other;
+      ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+      fakecuda_fail_call(call, nth, CUDA_ERROR_UNKNOWN);
+      CUresult r;
+      EXPECT_EQ(Mismatch(ReadOn(*mm, 3, c, other, &r), Pattern(3)), "");
+      // Evict it again and bring it back: still right.
+      CUresult e = mm->EvictAsync(3);  // NOT_READY: a use not observable without a host wait
+      EXPECT_TRUE(e == CUDA_SUCCESS || e == CUDA_ERROR_NOT_READY) << e;
+      EXPECT_EQ(Mismatch(ReadOn(*mm, 3, c, other, &r), Pattern(3)), "");
+      fakecuda_clear_failures();
+      cuStreamDestroy(other);
+      ASSERT_CU(cuCtxSynchronize());
+      for (CUdeviceptr p : {a, b, c}) EXPECT_CU(mm->Free(p));
+    }
+  }
+}
+
+// --- With a slow link (FAKECUDA_LINK in the Slow target): a fetch copy
+// stays in flight ~200 ms.
+
+// Prefetched C (fetch copy in flight) is dropped clean at once; its chunk,
+// shadowed, goes to a new allocation D, which must read zeros (the zeroing
+// memset on the swap stream must come after the fetch copy's writes).
+TEST_F(FetchStreamTest, SlowDropDuringFetchThenNewOwnerReadsZeros) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c;
+  FillThree(*mm, &a, &b, &c);
+  ASSERT_CU(mm->EvictAsync(3));
+  ASSERT_CU(cuCtxSynchronize());
+  ASSERT_CU(mm->Prefetch(3));
+  ASSERT_CU(mm->EvictAsync(3));  // clean: a drop behind the fetch copy
+  CUdeviceptr d = Alloc(*mm, 4);
+  CUstream other;
+  ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  std::vector<uint64_t> got = ReadOn(*mm, 4, d, other);
+  EXPECT_EQ(Mismatch(got, std::vector<uint64_t>(kWords, 0)), "") << "new allocation not zero";
+  EXPECT_CU(mm->Free(d));
+  EXPECT_EQ(Mismatch(ReadOn(*mm, 3, c, other), Pattern(3)), "");
+  cuStreamDestroy(other);
+  ASSERT_CU(cuCtxSynchronize());
+  for (CUdeviceptr p : {a, b, c}) EXPECT_CU(mm->Free(p));
+}
+
+// Prefetched C freed while its fetch copy is in flight: garbage, its chunk
+// handed on (QueueGarbage) to D, which must read zeros.
+TEST_F(FetchStreamTest, SlowFreeDuringFetchThenNewOwnerReadsZeros) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c;
+  FillThree(*mm, &a, &b, &c);
+  ASSERT_CU(mm->EvictAsync(3));
+  ASSERT_CU(cuCtxSynchronize());
+  ASSERT_CU(mm->Prefetch(3));
+  ASSERT_CU(mm->Free(c));
+  CUdeviceptr d = Alloc(*mm, 4);
+  CUstream other;
+  ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  std::vector<uint64_t> got = ReadOn(*mm, 4, d, other);
+  EXPECT_EQ(Mismatch(got, std::vector<uint64_t>(kWords, 0)), "") << "new allocation not zero";
+  cuStreamDestroy(other);
+  ASSERT_CU(cuCtxSynchronize());
+  for (CUdeviceptr p : {a, b, d}) EXPECT_CU(mm->Free(p));
+}
+
+// Host reads (ReadBack), exports (pin) and unknown work right after a
+// prefetch whose copy is in flight see the data.
+TEST_F(FetchStreamTest, SlowHostReadPinAndUnknownAfterPrefetch) {
+  for (int mode = 0; mode < 4; ++mode) {
+    SCOPED_TRACE(mode);
+    auto mm = Make();
+    ASSERT_NE(mm, nullptr);
+    CUdeviceptr a, b, c;
+    FillThree(*mm, &a, &b, &c);
+    ASSERT_CU(mm->EvictAsync(3));
+    ASSERT_CU(cuCtxSynchronize());
+    ASSERT_CU(mm->Prefetch(3));
+    std::vector<uint64_t> got(kWords, 0x1111);
+    CUstream other;
+    ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+    if (mode == 0) {
+      ASSERT_CU(mm->ReadBack(3, 0, got.data(), kGranule));
+    } else if (mode == 1) {
+      CUresult r;
+      ASSERT_TRUE(mm->PinExported(c, "cuIpcGetMemHandle", &r));
+      ASSERT_CU(r);
+      // Whoever holds the handle reads directly now (no stream order).
+      std::memcpy(got.data(), reinterpret_cast<void*>(c), kGranule);
+    } else if (mode == 3) {
+      got = ReadOn(*mm, 3, c, other);  // a use on another stream after the prefetch
+    } else {
+      int dev = mm->BeginUnknown(other);
+      CUresult r = cuMemcpyDtoHAsync_v2(got.data(), c, kGranule, other);
+      mm->MarkAllWritten(other);
+      mm->EndUnknown(dev);
+      ASSERT_CU(r);
+      ASSERT_CU(cuStreamSynchronize(other));
+    }
+    EXPECT_EQ(Mismatch(got, Pattern(3)), "");
+    cuStreamDestroy(other);
+    ASSERT_CU(cuCtxSynchronize());
+    for (CUdeviceptr p : {a, b, c}) EXPECT_CU(mm->Free(p));
+  }
+}
+
+}  // namespace
+}  // namespace stensor
