@@ -187,7 +187,7 @@ class Stream {
   // this stream. `label` says what it is, for the trace. Returns its
   // sequence number.
   uint64_t Enqueue(std::function<void()> work, std::vector<Dependency> deps,
-                   OpLabel label = {});
+                   const OpLabel& label = {});
   uint64_t last_submitted() const { return submitted_.load(); }
   bool Reached(uint64_t seq) const { return completed_.load() >= seq; }
   void WaitFor(uint64_t seq);
@@ -198,9 +198,13 @@ class Stream {
     uint64_t seq;
     std::function<void()> work;
     std::vector<Dependency> deps;
-    OpLabel label;
-    bool traced = false;      // FAKECUDA_TRACE was on at submission
-    int64_t enqueued_ns = 0;  // when traced
+    // What it is and when it was submitted, only while FAKECUDA_TRACE is on:
+    // off the heap otherwise, so an untraced operation stays small.
+    struct Traced {
+      OpLabel label;
+      int64_t enqueued_ns = 0;
+    };
+    std::unique_ptr<Traced> traced;
   };
   void Run();
   // Run's step for a traced operation: the same, timed and recorded.
@@ -231,10 +235,11 @@ CUresult ResolveStream(CUstream handle, bool per_thread,
 // blocking-stream work waits for the legacy stream. `label` says what the
 // work is, for the trace.
 uint64_t Submit(Stream* stream, std::function<void()> work,
-                std::vector<Stream::Dependency> deps = {}, OpLabel label = {});
+                std::vector<Stream::Dependency> deps = {},
+                const OpLabel& label = {});
 // Submit, then block until it has run (synchronous copies and memsets).
 void SubmitAndWait(Stream* stream, std::function<void()> work,
-                   OpLabel label = {});
+                   const OpLabel& label = {});
 
 // --- Memory ----------------------------------------------------------------
 // True when [ptr, ptr+bytes) lies in accessible device memory (cuMemAlloc

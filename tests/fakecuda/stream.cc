@@ -30,16 +30,15 @@ void Stream::Stop() {
 }
 
 uint64_t Stream::Enqueue(std::function<void()> work,
-                         std::vector<Dependency> deps, OpLabel label) {
-  bool traced = trace_track_ != 0;
-  int64_t enqueued_ns = traced ? TraceNowNs() : 0;
+                         std::vector<Dependency> deps, const OpLabel& label) {
+  std::unique_ptr<Op::Traced> traced;
+  if (trace_track_ != 0) traced.reset(new Op::Traced{label, TraceNowNs()});
   uint64_t seq;
   {
     std::lock_guard<std::mutex> lock(mu_);
     seq = submitted_.load() + 1;
     submitted_.store(seq);
-    queue_.push_back(Op{seq, std::move(work), std::move(deps), label, traced,
-                        enqueued_ns});
+    queue_.push_back(Op{seq, std::move(work), std::move(deps), std::move(traced)});
   }
   cv_.notify_all();
   return seq;
@@ -78,8 +77,8 @@ void Stream::Run() {
 void Stream::RunTraced(Op& op) {
   TracedOp t;
   t.track = trace_track_;
-  t.label = op.label;
-  t.enqueued_ns = op.enqueued_ns;
+  t.label = op.traced->label;
+  t.enqueued_ns = op.traced->enqueued_ns;
   t.ready_ns = TraceNowNs();
   for (const Dependency& d : op.deps) {
     // The last dependency not yet reached is the one that held it longest.
@@ -165,7 +164,7 @@ CUresult ResolveStream(CUstream handle, bool per_thread,
 }
 
 uint64_t Submit(Stream* stream, std::function<void()> work,
-                std::vector<Stream::Dependency> deps, OpLabel label) {
+                std::vector<Stream::Dependency> deps, const OpLabel& label) {
   Context* ctx = stream->context();
   // Holding the context lock makes the implicit dependencies and the enqueue
   // one step, so two threads cannot interleave between them.
@@ -183,7 +182,7 @@ uint64_t Submit(Stream* stream, std::function<void()> work,
 }
 
 void SubmitAndWait(Stream* stream, std::function<void()> work,
-                   OpLabel label) {
+                   const OpLabel& label) {
   stream->WaitFor(Submit(stream, std::move(work), {}, label));
 }
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -94,46 +95,89 @@ std::string ExpandPath(const std::string& value) {
 
 // --- Formatting (at exit only) ----------------------------------------------
 
-// Signed nanoseconds as microseconds with three exact decimals.
-std::string Us(int64_t ns) {
-  char buf[32];
-  uint64_t mag = ns < 0 ? 0 - static_cast<uint64_t>(ns) : static_cast<uint64_t>(ns);
-  std::snprintf(buf, sizeof(buf), "%s%" PRIu64 ".%03" PRIu64, ns < 0 ? "-" : "",
-                mag / 1000, mag % 1000);
-  return buf;
-}
+// Text of the file, built with appends and written in large blocks: a
+// million records must not take seconds of printf at exit.
+class Writer {
+ public:
+  explicit Writer(FILE* f) : f_(f) { buf_.reserve(kBlock + 4096); }
 
+  Writer& S(std::string_view s) {
+    buf_.append(s);
+    return *this;
+  }
+  Writer& U(uint64_t v) {
+    char b[24];
+    buf_.append(b, std::to_chars(b, b + sizeof(b), v).ptr);
+    return *this;
+  }
+  // Signed nanoseconds as microseconds with three exact decimals.
+  Writer& Us(int64_t ns) {
+    uint64_t mag = ns < 0 ? 0 - static_cast<uint64_t>(ns) : static_cast<uint64_t>(ns);
+    if (ns < 0) buf_ += '-';
+    U(mag / 1000);
+    char frac[4] = {'.', static_cast<char>('0' + mag % 1000 / 100),
+                    static_cast<char>('0' + mag % 100 / 10),
+                    static_cast<char>('0' + mag % 10)};
+    buf_.append(frac, 4);
+    return *this;
+  }
+  // A JSON string literal.
+  Writer& Q(std::string_view s) {
+    buf_ += '"';
+    for (unsigned char c : s) {
+      if (c == '"' || c == '\\') {
+        buf_ += '\\';
+        buf_ += static_cast<char>(c);
+      } else if (c < 0x20) {
+        static const char kHex[] = "0123456789abcdef";
+        buf_.append("\\u00");
+        buf_ += kHex[c >> 4];
+        buf_ += kHex[c & 15];
+      } else {
+        buf_ += static_cast<char>(c);
+      }
+    }
+    buf_ += '"';
+    return *this;
+  }
+  // Called between events: writes out a full block.
+  void Spill() {
+    if (buf_.size() >= kBlock) Write();
+  }
+  // Writes the rest; false on an I/O error (errno says which).
+  bool Finish() {
+    Write();
+    return ok_;
+  }
+
+ private:
+  static constexpr size_t kBlock = 1 << 20;
+  void Write() {
+    if (ok_ && !buf_.empty() &&
+        std::fwrite(buf_.data(), 1, buf_.size(), f_) != buf_.size()) {
+      ok_ = false;
+    }
+    buf_.clear();
+  }
+
+  FILE* f_;
+  std::string buf_;
+  bool ok_ = true;
+};
+
+// "4 MiB", "1.5 KiB", "100 B".
 std::string Bytes(uint64_t b) {
   static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
   while (u < 4 && b >= (uint64_t{1} << (10 * (u + 1)))) ++u;
-  char buf[48];
   uint64_t unit = uint64_t{1} << (10 * u);
-  if (b % unit == 0) {
-    std::snprintf(buf, sizeof(buf), "%" PRIu64 " %s", b / unit, kUnits[u]);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%.1f %s", static_cast<double>(b) / unit,
-                  kUnits[u]);
+  std::string out = std::to_string(b / unit);
+  if (b % unit != 0) {
+    // One decimal, rounded down: exact for what divides a tenth.
+    out += '.';
+    out += static_cast<char>('0' + (b % unit) * 10 / unit);
   }
-  return buf;
-}
-
-// A JSON string literal.
-std::string Quote(std::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
+  return out + " " + kUnits[u];
 }
 
 // A kernel's name as C++ source spells it (the symbol when it is not
@@ -201,91 +245,77 @@ bool WriteJson(FILE* f, const std::deque<Record>& records,
                const std::vector<Track>& tracks,
                const std::deque<std::string>& names, int64_t origin_ns,
                size_t max_records, uint64_t dropped, int64_t first_drop_ns) {
-  const int pid = static_cast<int>(getpid());
+  const uint64_t pid = static_cast<uint64_t>(getpid());
   std::vector<std::string> kernels;
   kernels.reserve(names.size());
   for (const std::string& n : names) kernels.push_back(Demangled(n));
-  auto track_name = [&](uint32_t tid) {
-    return tid < tracks.size() ? tracks[tid].name : std::string("unknown");
+  auto track_name = [&](uint32_t tid) -> std::string_view {
+    return tid < tracks.size() ? std::string_view(tracks[tid].name) : "unknown";
   };
 
-  std::fprintf(f, "{\"traceEvents\":[\n");
-  std::fprintf(f,
-               "{\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"name\":\"process_name\","
-               "\"args\":{\"name\":%s}}",
-               pid,
-               Quote(std::string("fakecuda: ") + program_invocation_short_name)
-                   .c_str());
+  Writer w(f);
+  w.S("{\"traceEvents\":[\n{\"ph\":\"M\",\"pid\":").U(pid)
+      .S(",\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":")
+      .Q(std::string("fakecuda: ") + program_invocation_short_name)
+      .S("}}");
   for (uint32_t tid = 1; tid < tracks.size(); ++tid) {
     const Track& t = tracks[tid];
     if (t.name.empty() || (!t.used && t.name.rfind("stream ", 0) != 0)) continue;
-    std::fprintf(f,
-                 ",\n{\"ph\":\"M\",\"pid\":%d,\"tid\":%u,\"name\":\"thread_name\","
-                 "\"args\":{\"name\":%s}}",
-                 pid, tid, Quote(t.name).c_str());
-    std::fprintf(f,
-                 ",\n{\"ph\":\"M\",\"pid\":%d,\"tid\":%u,"
-                 "\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":%u}}",
-                 pid, tid, tid);
+    w.S(",\n{\"ph\":\"M\",\"pid\":").U(pid).S(",\"tid\":").U(tid)
+        .S(",\"name\":\"thread_name\",\"args\":{\"name\":").Q(t.name).S("}}");
+    w.S(",\n{\"ph\":\"M\",\"pid\":").U(pid).S(",\"tid\":").U(tid)
+        .S(",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":").U(tid)
+        .S("}}");
   }
   std::string name;
   const char* cat = "";
   for (const Record& r : records) {
+    w.Spill();
+    w.S(",\n{\"ph\":\"X\",\"pid\":").U(pid).S(",\"tid\":");
     if (r.type == RecordType::kEngine) {
-      std::fprintf(
-          f,
-          ",\n{\"ph\":\"X\",\"pid\":%d,\"tid\":%u,\"ts\":%s,\"dur\":%s,"
-          "\"name\":\"%s %s\",\"cat\":\"engine\",\"args\":{\"bytes\":%" PRIu64
-          ",\"stream\":%s,\"stream_tid\":%u,\"reached_us\":%s,"
-          "\"engine_wait_us\":%s,\"overran_us\":%s}}",
-          pid, r.track, Us(r.begin_ns - origin_ns).c_str(),
-          Us(r.end_ns - r.begin_ns).c_str(),
-          r.link == Link::kDeviceToHost ? "D2H" : "H2D", Bytes(r.bytes).c_str(),
-          r.bytes, Quote(track_name(r.other)).c_str(), r.other,
-          Us(r.aux_ns - origin_ns).c_str(), Us(r.begin_ns - r.aux_ns).c_str(),
-          Us(r.aux2_ns > r.end_ns ? r.aux2_ns - r.end_ns : 0).c_str());
+      w.U(r.track).S(",\"ts\":").Us(r.begin_ns - origin_ns)
+          .S(",\"dur\":").Us(r.end_ns - r.begin_ns)
+          .S(r.link == Link::kDeviceToHost ? ",\"name\":\"D2H " : ",\"name\":\"H2D ")
+          .S(Bytes(r.bytes)).S("\",\"cat\":\"engine\",\"args\":{\"bytes\":").U(r.bytes)
+          .S(",\"stream\":").Q(track_name(r.other))
+          .S(",\"stream_tid\":").U(r.other)
+          .S(",\"reached_us\":").Us(r.aux_ns - origin_ns)
+          .S(",\"engine_wait_us\":").Us(r.begin_ns - r.aux_ns)
+          .S(",\"overran_us\":").Us(r.aux2_ns > r.end_ns ? r.aux2_ns - r.end_ns : 0)
+          .S("}}");
       continue;
     }
     Describe(r, kernels, &name, &cat);
     int64_t dep_wait = r.other != 0 ? r.begin_ns - r.aux2_ns : 0;
     if (dep_wait > 0) {
-      std::fprintf(f,
-                   ",\n{\"ph\":\"X\",\"pid\":%d,\"tid\":%u,\"ts\":%s,\"dur\":%s,"
-                   "\"name\":\"dep wait\",\"cat\":\"wait\",\"args\":{\"for\":%s,"
-                   "\"on\":%s,\"on_tid\":%u}}",
-                   pid, r.track, Us(r.aux2_ns - origin_ns).c_str(),
-                   Us(dep_wait).c_str(), Quote(name).c_str(),
-                   Quote(track_name(r.other)).c_str(), r.other);
+      w.U(r.track).S(",\"ts\":").Us(r.aux2_ns - origin_ns)
+          .S(",\"dur\":").Us(dep_wait)
+          .S(",\"name\":\"dep wait\",\"cat\":\"wait\",\"args\":{\"for\":").Q(name)
+          .S(",\"on\":").Q(track_name(r.other)).S(",\"on_tid\":").U(r.other)
+          .S("}},\n{\"ph\":\"X\",\"pid\":").U(pid).S(",\"tid\":");
     }
-    std::fprintf(f,
-                 ",\n{\"ph\":\"X\",\"pid\":%d,\"tid\":%u,\"ts\":%s,\"dur\":%s,"
-                 "\"name\":%s,\"cat\":\"%s\",\"args\":{\"enqueued_us\":%s,"
-                 "\"dep_wait_us\":%s",
-                 pid, r.track, Us(r.begin_ns - origin_ns).c_str(),
-                 Us(r.end_ns - r.begin_ns).c_str(), Quote(name).c_str(), cat,
-                 Us(r.aux_ns - origin_ns).c_str(),
-                 Us(dep_wait > 0 ? dep_wait : 0).c_str());
+    w.U(r.track).S(",\"ts\":").Us(r.begin_ns - origin_ns)
+        .S(",\"dur\":").Us(r.end_ns - r.begin_ns)
+        .S(",\"name\":").Q(name).S(",\"cat\":\"").S(cat)
+        .S("\",\"args\":{\"enqueued_us\":").Us(r.aux_ns - origin_ns)
+        .S(",\"dep_wait_us\":").Us(dep_wait > 0 ? dep_wait : 0);
     if (r.op_kind == OpKind::kCopy || r.op_kind == OpKind::kMemset) {
-      std::fprintf(f, ",\"bytes\":%" PRIu64, r.bytes);
+      w.S(",\"bytes\":").U(r.bytes);
     }
-    if (r.op_kind == OpKind::kKernel) {
-      std::fprintf(f, ",\"symbol\":%s", Quote(names[r.name]).c_str());
-    }
-    std::fprintf(f, "}}");
+    if (r.op_kind == OpKind::kKernel) w.S(",\"symbol\":").Q(names[r.name]);
+    w.S("}}");
   }
   if (dropped > 0) {
-    std::fprintf(f,
-                 ",\n{\"ph\":\"i\",\"s\":\"g\",\"pid\":%d,\"tid\":0,\"ts\":%s,"
-                 "\"name\":\"trace full: %" PRIu64
-                 " later events dropped (FAKECUDA_TRACE_EVENTS=%zu)\"}",
-                 pid, Us(first_drop_ns - origin_ns).c_str(), dropped,
-                 max_records);
+    w.S(",\n{\"ph\":\"i\",\"s\":\"g\",\"pid\":").U(pid)
+        .S(",\"tid\":0,\"ts\":").Us(first_drop_ns - origin_ns)
+        .S(",\"name\":\"trace full: ").U(dropped)
+        .S(" later events dropped (FAKECUDA_TRACE_EVENTS=").U(max_records)
+        .S(")\"}");
   }
-  std::fprintf(f,
-               "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"recorded\":%zu,"
-               "\"dropped\":%" PRIu64 ",\"max_events\":%zu}}\n",
-               records.size(), dropped, max_records);
-  return std::ferror(f) == 0;
+  w.S("\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"recorded\":")
+      .U(records.size()).S(",\"dropped\":").U(dropped)
+      .S(",\"max_events\":").U(max_records).S("}}\n");
+  return w.Finish();
 }
 
 }  // namespace
