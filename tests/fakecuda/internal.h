@@ -199,7 +199,8 @@ class Stream {
     std::function<void()> work;
     std::vector<Dependency> deps;
     // What it is and when it was submitted, only while FAKECUDA_TRACE is on:
-    // off the heap otherwise, so an untraced operation stays small.
+    // behind a pointer, so that an untraced operation stays as small as it
+    // was (a larger one costs the queue more allocations).
     struct Traced {
       OpLabel label;
       int64_t enqueued_ns = 0;

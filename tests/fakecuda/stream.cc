@@ -38,7 +38,8 @@ uint64_t Stream::Enqueue(std::function<void()> work,
     std::lock_guard<std::mutex> lock(mu_);
     seq = submitted_.load() + 1;
     submitted_.store(seq);
-    queue_.push_back(Op{seq, std::move(work), std::move(deps), std::move(traced)});
+    queue_.push_back(
+        Op{seq, std::move(work), std::move(deps), std::move(traced)});
   }
   cv_.notify_all();
   return seq;

@@ -62,10 +62,10 @@ void RunOnCopyEngine(int device, Link link, size_t bytes,
     return;
   }
   Engine& engine = EngineFor(device, link);
-  Clock::time_point reached = Clock::now();
-  Clock::time_point start, end;
+  Clock::time_point reached, start, end;
   {
     std::lock_guard<std::mutex> lock(engine.mu);
+    reached = Clock::now();
     start = std::max(reached, engine.free_at);
     end = start + TransferTime(bytes, bw);
     engine.free_at = end;
