@@ -6,7 +6,8 @@
 // a transfer waited, and for what, can be read off the picture.
 //
 // Off unless FAKECUDA_TRACE names a file; then cuInit opens it and the exit
-// handler writes it. When off, a submission costs one test of TraceEnabled().
+// handler writes it. When off, an operation costs a test of its stream's
+// track when it is submitted and one of its own record when it runs.
 // At most FAKECUDA_TRACE_EVENTS records are kept (later ones are counted and
 // dropped, and the file says so), so memory stays bounded.
 //
@@ -26,7 +27,8 @@
 namespace fakecuda {
 
 namespace trace_internal {
-// Set once by StartTrace, before any stream exists; read on every submission.
+// Set once by StartTrace, before any stream exists; read when a stream is
+// made and when a timed copy ends.
 inline std::atomic<bool> enabled{false};
 }  // namespace trace_internal
 
