@@ -7,6 +7,7 @@
 // The BUILD target sets FAKECUDA_LINK=0.01 for this binary: a 2 MiB copy
 // holds its direction's engine for about 210 ms.
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -407,6 +408,35 @@ void ManyThreadsThenExit() {
   std::exit(0);
 }
 
+// Two processes trace to the same path, both started before either ends:
+// the other one (many operations, a long file) ends first, this one (one
+// copy up and back) last. The file must be this one's whole trace.
+void TwoProcessesOnePathThenExit() {
+  int go[2];
+  if (pipe(go) != 0) std::exit(7);
+  pid_t other = fork();
+  if (other < 0) std::exit(7);
+  if (other == 0) {
+    char c;
+    if (read(go[0], &c, 1) != 1) _exit(8);  // this one has opened the file
+    CUcontext ctx = InitContext();
+    (void)ctx;
+    CUdeviceptr d = 0;
+    CHILD_CU(cuMemAlloc_v2(&d, 4));
+    for (int i = 0; i < 2000; ++i) CHILD_CU(cuMemsetD8_v2(d, 1, 4));
+    CHILD_CU(cuCtxSynchronize());
+    std::exit(0);
+  }
+  InitContext();
+  if (write(go[1], "g", 1) != 1) std::exit(7);
+  int status = 0;
+  if (waitpid(other, &status, 0) != other || !WIFEXITED(status) ||
+      WEXITSTATUS(status) != 0) {
+    std::exit(9);
+  }
+  SmallWorkThenExit();
+}
+
 std::vector<std::string> ReadLines(const std::string& path) {
   std::vector<std::string> lines;
   std::ifstream in(path);
@@ -581,6 +611,22 @@ TEST(FakeCudaTraceTest, BadValuesAreSaidAndTheProgramRunsOn) {
   EXPECT_EQ(t.other_data->Num("max_events"), 1000000);
   EXPECT_EQ(t.Named("memcpy HtoD 4 KiB").size(), 1u);
   EXPECT_EQ(t.Named("memcpy DtoH 4 KiB").size(), 1u);
+}
+
+TEST(FakeCudaTraceTest, TheFileIsOneWholeTraceWhenTwoProcessesShareItsPath) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string path = TmpPath("shared.json");
+  EXPECT_EXIT(
+      {
+        setenv("FAKECUDA_TRACE", path.c_str(), 1);
+        TwoProcessesOnePathThenExit();
+      },
+      ::testing::ExitedWithCode(0), "");
+  Trace t;
+  ASSERT_NO_FATAL_FAILURE(LoadTrace(path, &t));
+  EXPECT_EQ(t.Named("memcpy HtoD 4 KiB").size(), 1u);
+  EXPECT_EQ(t.Named("memcpy DtoH 4 KiB").size(), 1u);
+  EXPECT_TRUE(t.Named("memset 4 B").empty());
 }
 
 TEST(FakeCudaTraceTest, ManyHostThreadsEachGetTheirPerThreadStreamsTrack) {

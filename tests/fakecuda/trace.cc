@@ -9,6 +9,8 @@
 #include "tests/fakecuda/trace.h"
 
 #include <cxxabi.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -53,9 +55,9 @@ struct Track {
 
 struct Tracer {
   std::mutex mu;
-  FILE* file = nullptr;     // guarded by mu; taken by WriteTrace
+  bool started = false;     // guarded by mu; StartTrace could create the file
   bool written = false;     // guarded by mu; later records are dropped
-  std::string path;         // as opened (%p replaced)
+  std::string path;         // as created (%p replaced)
   int64_t origin_ns = 0;    // time 0 of the file; set before tracing starts
   size_t max_records = 0;   // set before tracing starts
   std::deque<Record> records;   // guarded by mu; a deque never moves them
@@ -337,10 +339,10 @@ void StartTrace() {
   }
   Tracer& t = GetTracer();
   std::string path = ExpandPath(o.trace_path);
-  // Opened now, so that a path that cannot be written is said at once; "e":
-  // not inherited by programs this one executes.
+  // Created now, empty, so that a path that cannot be written is said at
+  // once (and an empty file tells that the process never reached exit()).
   FILE* f = std::fopen(path.c_str(), "we");
-  if (f == nullptr) {
+  if (f == nullptr || std::fclose(f) != 0) {
     int err = errno;
     std::fprintf(stderr,
                  "fakecuda: FAKECUDA_TRACE=\"%s\": cannot open \"%s\" for "
@@ -350,7 +352,7 @@ void StartTrace() {
   }
   {
     std::lock_guard<std::mutex> lock(t.mu);
-    t.file = f;
+    t.started = true;
     t.path = path;
     t.origin_ns = TraceNowNs();
     t.max_records = o.trace_max_events;
@@ -446,7 +448,6 @@ void WriteTrace() {
   std::deque<Record> records;
   std::vector<Track> tracks;
   std::deque<std::string> names;
-  FILE* f;
   std::string path;
   uint64_t dropped;
   int64_t first_drop_ns;
@@ -454,10 +455,8 @@ void WriteTrace() {
     // Taken whole under the lock, then written without it: stream workers
     // still running at exit only ever wait for this copy, not for the disk.
     std::lock_guard<std::mutex> lock(t.mu);
-    if (t.written || t.file == nullptr) return;
+    if (t.written || !t.started) return;
     t.written = true;
-    f = t.file;
-    t.file = nullptr;
     path = t.path;
     records.swap(t.records);
     tracks = t.tracks;
@@ -465,13 +464,33 @@ void WriteTrace() {
     dropped = t.dropped;
     first_drop_ns = t.first_drop_ns;
   }
-  bool ok = WriteJson(f, records, tracks, names, t.origin_ns, t.max_records,
+  // A regular file is written beside itself and renamed over: whatever
+  // else writes the same path (another process given the same
+  // FAKECUDA_TRACE), the file is one whole trace, never two interleaved.
+  // Anything else (a symlink, /dev/stdout, a FIFO) is written in place.
+  struct stat st;
+  bool replace = lstat(path.c_str(), &st) == 0 ? S_ISREG(st.st_mode)
+                                               : errno == ENOENT;
+  std::string tmp = replace ? path + ".XXXXXX" : path;
+  int fd = replace ? mkostemp(tmp.data(), O_CLOEXEC)
+                   : open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                          0644);
+  FILE* f = fd < 0 ? nullptr : fdopen(fd, "w");
+  bool ok = f != nullptr && (!replace || fchmod(fd, 0644) == 0) &&
+            WriteJson(f, records, tracks, names, t.origin_ns, t.max_records,
                       dropped, first_drop_ns);
   int err = ok ? 0 : errno;
-  if (std::fclose(f) != 0 && ok) {
+  if (f != nullptr && std::fclose(f) != 0 && ok) {
+    ok = false;
+    err = errno;
+  } else if (f == nullptr && fd >= 0) {
+    close(fd);
+  }
+  if (ok && replace && std::rename(tmp.c_str(), path.c_str()) != 0) {
     ok = false;
     err = errno;
   }
+  if (!ok && replace && fd >= 0) unlink(tmp.c_str());
   if (!ok) {
     std::fprintf(stderr, "fakecuda: FAKECUDA_TRACE: writing \"%s\" failed: %s\n",
                  path.c_str(), std::strerror(err));
