@@ -95,6 +95,15 @@ std::function<void()> CopyWork(Stream* s, Side dst, Side src, Shape shape) {
   return [=] { RunOnCopyEngine(device, link, bytes, move); };
 }
 
+// What a copy is, for the trace: its direction as the call names it.
+OpLabel CopyLabel(const Side& dst, const Side& src, const Shape& shape) {
+  OpLabel label{OpKind::kCopy};
+  label.dir = src.device ? (dst.device ? CopyDir::kDtoD : CopyDir::kDtoH)
+                         : (dst.device ? CopyDir::kHtoD : CopyDir::kHtoH);
+  label.bytes = shape.width * shape.rows * shape.slices;  // bounded by Extent
+  return label;
+}
+
 CUresult Copy(Side dst, Side src, Shape shape, CUstream h, bool async,
               bool per_thread) {
   if (shape.width == 0 || shape.rows == 0 || shape.slices == 0) {
@@ -112,15 +121,16 @@ CUresult Copy(Side dst, Side src, Shape shape, CUstream h, bool async,
   if (CUresult r = CheckSide(src, shape); r != CUDA_SUCCESS) return r;
   Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
+  const OpLabel label = CopyLabel(dst, src, shape);
   // The driver's documented host-side behaviour ("API synchronization
   // behavior"): synchronous copies between device ranges do not block the
   // host; any other synchronous copy, and an asynchronous one between two
   // host ranges, completes before the call returns.
   if (!async || (!src.device && !dst.device)) {
     if (src.device && dst.device) {
-      Submit(s, CopyWork(s, dst, src, shape));
+      Submit(s, CopyWork(s, dst, src, shape), {}, label);
     } else {
-      SubmitAndWait(s, CopyWork(s, dst, src, shape));
+      SubmitAndWait(s, CopyWork(s, dst, src, shape), label);
     }
     return CUDA_SUCCESS;
   }
@@ -132,11 +142,11 @@ CUresult Copy(Side dst, Side src, Shape shape, CUstream h, bool async,
     Side packed{staged->data(), shape.width, shape.rows, false};
     CopyRows(packed, src, shape);
     auto work = CopyWork(s, dst, packed, shape);
-    Submit(s, [work, staged] { work(); });
+    Submit(s, [work, staged] { work(); }, {}, label);
   } else if (Pageable(dst, shape)) {
-    SubmitAndWait(s, CopyWork(s, dst, src, shape));
+    SubmitAndWait(s, CopyWork(s, dst, src, shape), label);
   } else {
-    Submit(s, CopyWork(s, dst, src, shape));
+    Submit(s, CopyWork(s, dst, src, shape), {}, label);
   }
   return CUDA_SUCCESS;
 }
@@ -270,8 +280,10 @@ CUresult Memset(CUdeviceptr dst, size_t pitch, unsigned value, size_t elem,
       }
     }
   };
+  OpLabel label{OpKind::kMemset};
+  label.bytes = row_bytes * rows;  // at most extent
   // Synchronous memsets of device memory do not block the host either.
-  Submit(s, fill);
+  Submit(s, fill, {}, label);
   return CUDA_SUCCESS;
 }
 

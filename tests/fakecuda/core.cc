@@ -14,6 +14,7 @@
 
 #include "tests/fakecuda/fakecuda.h"
 #include "tests/fakecuda/internal.h"
+#include "tests/fakecuda/trace.h"
 
 namespace fakecuda {
 namespace {
@@ -135,6 +136,31 @@ void ParseReportCalls(const char* v, Options* o) {
   o->report_calls = names;
 }
 
+// FAKECUDA_TRACE=PATH and FAKECUDA_TRACE_EVENTS=N. The trace is a
+// diagnostic: a bad value is said and the program runs on (StartTrace says
+// what is wrong with the path once it tries to open it).
+void ParseTrace(Options* o) {
+  if (const char* v = std::getenv("FAKECUDA_TRACE")) {
+    o->trace = true;
+    o->trace_path = v;
+  }
+  if (const char* v = std::getenv("FAKECUDA_TRACE_EVENTS")) {
+    constexpr unsigned long long kMax = 100'000'000;
+    std::string text(v);
+    bool ok = !text.empty() && text.size() <= 9 &&
+              text.find_first_not_of("0123456789") == std::string::npos;
+    unsigned long long n = ok ? std::strtoull(v, nullptr, 10) : 0;
+    if (ok && n >= 1 && n <= kMax) {
+      o->trace_max_events = static_cast<size_t>(n);
+    } else {
+      std::fprintf(stderr,
+                   "fakecuda: invalid FAKECUDA_TRACE_EVENTS=\"%s\"; expected an "
+                   "integer from 1 to %llu; the trace keeps at most %zu events\n",
+                   v, kMax, o->trace_max_events);
+    }
+  }
+}
+
 Options LoadOptions() {
   Options o;
   if (const char* v = std::getenv("FAKECUDA_DEVICE_MEMORY")) {
@@ -164,6 +190,7 @@ Options LoadOptions() {
   if (const char* v = std::getenv("FAKECUDA_REPORT_CALLS")) {
     ParseReportCalls(v, &o);
   }
+  ParseTrace(&o);
   return o;
 }
 
@@ -330,7 +357,7 @@ Context* NewContext(int device, unsigned flags, bool primary) {
   ctx->device = device;
   ctx->flags.store(flags);
   ctx->primary = primary;
-  ctx->legacy = new Stream(ctx, 0, 0, /*legacy=*/true);
+  ctx->legacy = new Stream(ctx, 0, 0, StreamKind::kLegacy);
   return ctx;
 }
 
@@ -463,6 +490,15 @@ FAKECUDA_EXPORT CUresult cuInit(unsigned int flags) {
           std::fprintf(stderr, "fakecuda: calls %s %llu\n", name.c_str(),
                        fakecuda_call_count(name.c_str()));
         }
+      });
+    }
+    // The timeline of the device, written when the program ends. Stream
+    // workers may still run then: records after the write are dropped.
+    StartTrace();
+    if (TraceEnabled()) {
+      std::atexit([] {
+        if (g_forked_after_init.load()) return;  // the parent's timeline
+        WriteTrace();
       });
     }
     // Each VMM handle holds a memfd; a real driver has no such limit, so

@@ -51,6 +51,11 @@ struct Options {
   // FAKECUDA_REPORT_CALLS: exported symbols whose call counts are printed
   // at exit.
   std::vector<std::string> report_calls;
+  // FAKECUDA_TRACE: the file a timeline is written to at exit (trace.h);
+  // FAKECUDA_TRACE_EVENTS: how many records it keeps at most.
+  bool trace = false;
+  std::string trace_path;
+  size_t trace_max_events = 1'000'000;
 };
 const Options& GetOptions();
 
@@ -98,6 +103,13 @@ int DeviceCount();
 
 class Stream;
 
+// How a stream came to be: named so in FAKECUDA_TRACE's timeline.
+enum class StreamKind {
+  kLegacy,     // a context's NULL stream
+  kPerThread,  // a thread's per-thread default stream
+  kCreated,    // cuStreamCreate
+};
+
 struct Context {
   int device = 0;
   std::atomic<unsigned> flags{0};
@@ -118,6 +130,29 @@ void SynchronizeContext(Context* ctx);
 void SynchronizeAllContexts();
 
 // --- Streams and events ----------------------------------------------------
+// What a stream operation is, for FAKECUDA_TRACE (trace.h). Made at every
+// submission, traced or not, so it holds no strings of its own.
+enum class OpKind : uint8_t {
+  kOther,
+  kKernel,
+  kCopy,
+  kMemset,
+  kHostFunc,
+  kEventRecord,
+  kWaitEvent,
+  kFree,  // cuMemFreeAsync
+};
+// A copy's direction as the call names it (where each pointer lies).
+enum class CopyDir : uint8_t { kHtoD, kDtoH, kDtoD, kHtoH };
+struct OpLabel {
+  OpKind kind = OpKind::kOther;
+  CopyDir dir = CopyDir::kHtoH;  // kCopy
+  size_t bytes = 0;              // kCopy, kMemset
+  // kKernel: its symbol name, alive until the launch has run (a module is
+  // unloaded only once all work is done).
+  const char* name = nullptr;
+};
+
 // A stream is a FIFO worker thread. Each submitted operation gets a sequence
 // number; `completed` reaches it when the operation has run. Operations may
 // depend on (stream, sequence) pairs of other streams: that is how events,
@@ -133,7 +168,7 @@ class Stream {
     uint64_t seq = 0;
   };
 
-  Stream(Context* ctx, unsigned flags, int priority, bool legacy);
+  Stream(Context* ctx, unsigned flags, int priority, StreamKind kind);
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
@@ -144,12 +179,15 @@ class Stream {
   Context* context() const { return ctx_; }
   unsigned flags() const { return flags_; }
   int priority() const { return priority_; }
-  bool legacy() const { return legacy_; }
+  bool legacy() const { return kind_ == StreamKind::kLegacy; }
+  uint32_t trace_track() const { return trace_track_; }  // 0: not traced
   bool blocking() const { return !(flags_ & CU_STREAM_NON_BLOCKING); }
 
   // Appends `work`; it runs after `deps` and after everything before it on
-  // this stream. Returns its sequence number.
-  uint64_t Enqueue(std::function<void()> work, std::vector<Dependency> deps);
+  // this stream. `label` says what it is, for the trace. Returns its
+  // sequence number.
+  uint64_t Enqueue(std::function<void()> work, std::vector<Dependency> deps,
+                   const OpLabel& label = {});
   uint64_t last_submitted() const { return submitted_.load(); }
   bool Reached(uint64_t seq) const { return completed_.load() >= seq; }
   void WaitFor(uint64_t seq);
@@ -160,13 +198,24 @@ class Stream {
     uint64_t seq;
     std::function<void()> work;
     std::vector<Dependency> deps;
+    // What it is and when it was submitted, only while FAKECUDA_TRACE is on:
+    // behind a pointer, so that an untraced operation stays as small as it
+    // was (a larger one costs the queue more allocations).
+    struct Traced {
+      OpLabel label;
+      int64_t enqueued_ns = 0;
+    };
+    std::unique_ptr<Traced> traced;
   };
   void Run();
+  // Run's step for a traced operation: the same, timed and recorded.
+  void RunTraced(Op& op);
 
   Context* const ctx_;
   const unsigned flags_;
   const int priority_;
-  const bool legacy_;
+  const StreamKind kind_;
+  const uint32_t trace_track_;
   std::mutex mu_;
   std::condition_variable cv_;       // queue changed or op completed
   std::deque<Op> queue_;             // guarded by mu_
@@ -184,12 +233,14 @@ CUresult ResolveStream(CUstream handle, bool per_thread,
                        Stream** out);
 // Submits `work` to `stream` with the default-stream ordering rules applied:
 // legacy-stream work waits for all blocking streams of the context, and
-// blocking-stream work waits for the legacy stream.
+// blocking-stream work waits for the legacy stream. `label` says what the
+// work is, for the trace.
 uint64_t Submit(Stream* stream, std::function<void()> work,
-                std::vector<Stream::Dependency> deps = {});
+                std::vector<Stream::Dependency> deps = {},
+                const OpLabel& label = {});
 // Submit, then block until it has run (synchronous copies and memsets).
-void SubmitAndWait(Stream* stream,
-                   std::function<void()> work);
+void SubmitAndWait(Stream* stream, std::function<void()> work,
+                   const OpLabel& label = {});
 
 // --- Memory ----------------------------------------------------------------
 // True when [ptr, ptr+bytes) lies in accessible device memory (cuMemAlloc

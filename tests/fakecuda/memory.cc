@@ -448,7 +448,8 @@ CUresult FreeAsync(CUdeviceptr dptr, CUstream h, bool pt) {
   if (CUresult r = ResolveStream(h, pt, &s); r != CUDA_SUCCESS) return r;
   Allocation a;
   if (CUresult r = TakeAllocation(dptr, &a); r != CUDA_SUCCESS) return r;
-  Submit(s, [dptr, a] { ReleaseAllocation(dptr, a); });
+  Submit(s, [dptr, a] { ReleaseAllocation(dptr, a); }, {},
+         OpLabel{OpKind::kFree});
   return CUDA_SUCCESS;
 }
 }  // namespace

@@ -136,9 +136,14 @@ CUresult Launch(CUfunction f, fakecuda_dim3 grid, fakecuda_dim3 block,
   }
   Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
-  Submit(s, [k, grid, block, args = std::move(packed)] {
-    k->invoke(k->fn, args.data(), grid, block);
-  });
+  OpLabel label{OpKind::kKernel};
+  label.name = k->name;
+  Submit(
+      s,
+      [k, grid, block, args = std::move(packed)] {
+        k->invoke(k->fn, args.data(), grid, block);
+      },
+      {}, label);
   return CUDA_SUCCESS;
 }
 

@@ -5,11 +5,17 @@
 #include <unordered_set>
 
 #include "tests/fakecuda/internal.h"
+#include "tests/fakecuda/trace.h"
 
 namespace fakecuda {
 
-Stream::Stream(Context* ctx, unsigned flags, int priority, bool legacy)
-    : ctx_(ctx), flags_(flags), priority_(priority), legacy_(legacy) {
+Stream::Stream(Context* ctx, unsigned flags, int priority, StreamKind kind)
+    : ctx_(ctx),
+      flags_(flags),
+      priority_(priority),
+      kind_(kind),
+      trace_track_(TraceEnabled() ? TraceStreamTrack(this, kind, ctx->device)
+                                  : 0) {
   worker_ = std::thread([this] { Run(); });
 }
 
@@ -24,13 +30,16 @@ void Stream::Stop() {
 }
 
 uint64_t Stream::Enqueue(std::function<void()> work,
-                         std::vector<Dependency> deps) {
+                         std::vector<Dependency> deps, const OpLabel& label) {
+  std::unique_ptr<Op::Traced> traced;
+  if (trace_track_ != 0) traced.reset(new Op::Traced{label, TraceNowNs()});
   uint64_t seq;
   {
     std::lock_guard<std::mutex> lock(mu_);
     seq = submitted_.load() + 1;
     submitted_.store(seq);
-    queue_.push_back(Op{seq, std::move(work), std::move(deps)});
+    queue_.push_back(
+        Op{seq, std::move(work), std::move(deps), std::move(traced)});
   }
   cv_.notify_all();
   return seq;
@@ -52,14 +61,40 @@ void Stream::Run() {
       op = std::move(queue_.front());
       queue_.pop_front();
     }
-    for (const Dependency& d : op.deps) d.stream->WaitFor(d.seq);
-    if (op.work) op.work();
+    if (op.traced) {
+      RunTraced(op);
+    } else {
+      for (const Dependency& d : op.deps) d.stream->WaitFor(d.seq);
+      if (op.work) op.work();
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       completed_.store(op.seq);
     }
     cv_.notify_all();
   }
+}
+
+void Stream::RunTraced(Op& op) {
+  TracedOp t;
+  t.track = trace_track_;
+  t.label = op.traced->label;
+  t.enqueued_ns = op.traced->enqueued_ns;
+  t.ready_ns = TraceNowNs();
+  for (const Dependency& d : op.deps) {
+    // The last dependency not yet reached is the one that held it longest.
+    if (d.stream->Reached(d.seq)) continue;
+    t.held_by = d.stream->trace_track();
+    d.stream->WaitFor(d.seq);
+  }
+  t.start_ns = TraceNowNs();
+  SetCurrentStreamTrack(trace_track_);  // copy engine records name this stream
+  if (op.work) op.work();
+  SetCurrentStreamTrack(0);
+  t.end_ns = TraceNowNs();
+  // Recorded before the operation counts as completed: a module is unloaded,
+  // and the kernel name freed, only once its launches have completed.
+  TraceStreamOp(t);
 }
 
 namespace {
@@ -98,7 +133,7 @@ thread_local PerThreadStreams t_per_thread;
 Stream* PerThreadStream(Context* ctx) {
   auto it = t_per_thread.by_context.find(ctx);
   if (it != t_per_thread.by_context.end()) return it->second;
-  auto* s = new Stream(ctx, 0, 0, /*legacy=*/false);
+  auto* s = new Stream(ctx, 0, 0, StreamKind::kPerThread);
   {
     std::lock_guard<std::mutex> lock(ctx->mu);
     ctx->streams.push_back(s);
@@ -129,9 +164,8 @@ CUresult ResolveStream(CUstream handle, bool per_thread,
   return CUDA_SUCCESS;
 }
 
-uint64_t Submit(Stream* stream,
-                std::function<void()> work,
-                std::vector<Stream::Dependency> deps) {
+uint64_t Submit(Stream* stream, std::function<void()> work,
+                std::vector<Stream::Dependency> deps, const OpLabel& label) {
   Context* ctx = stream->context();
   // Holding the context lock makes the implicit dependencies and the enqueue
   // one step, so two threads cannot interleave between them.
@@ -145,12 +179,12 @@ uint64_t Submit(Stream* stream,
   } else if (stream->blocking() && ctx->legacy->last_submitted() > 0) {
     deps.push_back({ctx->legacy, ctx->legacy->last_submitted()});
   }
-  return stream->Enqueue(std::move(work), std::move(deps));
+  return stream->Enqueue(std::move(work), std::move(deps), label);
 }
 
-void SubmitAndWait(Stream* stream,
-                   std::function<void()> work) {
-  stream->WaitFor(Submit(stream, std::move(work)));
+void SubmitAndWait(Stream* stream, std::function<void()> work,
+                   const OpLabel& label) {
+  stream->WaitFor(Submit(stream, std::move(work), {}, label));
 }
 
 }  // namespace fakecuda
@@ -169,7 +203,7 @@ FAKECUDA_EXPORT CUresult cuStreamCreateWithPriority(CUstream* phStream,
   if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
   // Priorities range over [-5, 0] as on current GPUs; others are clamped.
   priority = std::max(-5, std::min(0, priority));
-  auto s = new Stream(ctx, flags, priority, /*legacy=*/false);
+  auto s = new Stream(ctx, flags, priority, StreamKind::kCreated);
   {
     std::lock_guard<std::mutex> lock(ctx->mu);
     ctx->streams.push_back(s);
@@ -259,7 +293,7 @@ CUresult LaunchHostFunc(CUstream h, CUhostFn fn, void* data, bool per_thread) {
   if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
-  Submit(s, [fn, data] { fn(data); });
+  Submit(s, [fn, data] { fn(data); }, {}, OpLabel{OpKind::kHostFunc});
   return CUDA_SUCCESS;
 }
 
@@ -268,7 +302,8 @@ CUresult StreamAddCallback(CUstream h, CUstreamCallback cb, void* data,
   if (cb == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
-  Submit(s, [cb, h, data] { cb(h, CUDA_SUCCESS, data); });
+  Submit(s, [cb, h, data] { cb(h, CUDA_SUCCESS, data); }, {},
+         OpLabel{OpKind::kHostFunc});
   return CUDA_SUCCESS;
 }
 
@@ -371,7 +406,8 @@ CUresult EventRecord(CUevent h, CUstream hs, unsigned flags, bool per_thread) {
   Stream* s = nullptr;
   if (CUresult r = ResolveStream(hs, per_thread, &s); r != CUDA_SUCCESS) return r;
   auto reached = std::make_shared<std::atomic<int64_t>>(0);
-  uint64_t seq = Submit(s, [reached] { reached->store(NowNs()); });
+  uint64_t seq = Submit(s, [reached] { reached->store(NowNs()); }, {},
+                        OpLabel{OpKind::kEventRecord});
   std::lock_guard<std::mutex> lock(e->mu);
   e->stream = s;
   e->seq = seq;
@@ -394,7 +430,7 @@ CUresult StreamWaitEvent(CUstream hs, CUevent h, unsigned flags,
     if (e->stream == nullptr) return CUDA_SUCCESS;  // never recorded: no wait
     dep = {e->stream, e->seq};
   }
-  Submit(s, nullptr, {dep});
+  Submit(s, nullptr, {dep}, OpLabel{OpKind::kWaitEvent});
   return CUDA_SUCCESS;
 }
 

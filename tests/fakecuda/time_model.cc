@@ -9,11 +9,18 @@
 #include <thread>
 
 #include "tests/fakecuda/internal.h"
+#include "tests/fakecuda/trace.h"
 
 namespace fakecuda {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+int64_t Ns(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             t.time_since_epoch())
+      .count();
+}
 
 // One DMA engine: the copies that reached it are scheduled back to back.
 struct Engine {
@@ -55,10 +62,11 @@ void RunOnCopyEngine(int device, Link link, size_t bytes,
     return;
   }
   Engine& engine = EngineFor(device, link);
-  Clock::time_point start, end;
+  Clock::time_point reached, start, end;
   {
     std::lock_guard<std::mutex> lock(engine.mu);
-    start = std::max(Clock::now(), engine.free_at);
+    reached = Clock::now();
+    start = std::max(reached, engine.free_at);
     end = start + TransferTime(bytes, bw);
     engine.free_at = end;
   }
@@ -73,6 +81,10 @@ void RunOnCopyEngine(int device, Link link, size_t bytes,
     // when their own reservation says so).
     std::lock_guard<std::mutex> lock(engine.mu);
     engine.free_at = std::max(engine.free_at, done);
+  }
+  if (TraceEnabled()) {
+    TraceCopyEngine(device, link, bytes, Ns(reached), Ns(start), Ns(end),
+                    Ns(done));
   }
 }
 
