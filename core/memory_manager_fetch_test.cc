@@ -84,6 +84,15 @@ class FetchStreamTest : public testing_support::FakeDeviceTest {
     Write(mm, 2, *b, 2);
     Write(mm, 3, *c, 3);
   }
+  // FillThree, then C swapped out (its copy done) and prefetched: its copy
+  // back is in flight on the fetch stream (for ~200 ms on the slow link).
+  void FillThreeAndPrefetchC(MemoryManager& mm, CUdeviceptr* a, CUdeviceptr* b,
+                             CUdeviceptr* c) {
+    FillThree(mm, a, b, c);
+    ASSERT_CU(mm.EvictAsync(3));
+    ASSERT_CU(cuCtxSynchronize());
+    ASSERT_CU(mm.Prefetch(3));
+  }
 };
 
 // An export (cuIpcGetMemHandle) waits for the buffer's copies on stensor's
@@ -182,10 +191,7 @@ TEST_F(FetchStreamTest, SlowDropDuringFetchThenNewOwnerReadsZeros) {
   auto mm = Make();
   ASSERT_NE(mm, nullptr);
   CUdeviceptr a, b, c;
-  FillThree(*mm, &a, &b, &c);
-  ASSERT_CU(mm->EvictAsync(3));
-  ASSERT_CU(cuCtxSynchronize());
-  ASSERT_CU(mm->Prefetch(3));
+  FillThreeAndPrefetchC(*mm, &a, &b, &c);
   ASSERT_CU(mm->EvictAsync(3));  // clean: a drop behind the fetch copy
   CUdeviceptr d = Alloc(*mm, 4);
   CUstream other;
@@ -205,10 +211,7 @@ TEST_F(FetchStreamTest, SlowFreeDuringFetchThenNewOwnerReadsZeros) {
   auto mm = Make();
   ASSERT_NE(mm, nullptr);
   CUdeviceptr a, b, c;
-  FillThree(*mm, &a, &b, &c);
-  ASSERT_CU(mm->EvictAsync(3));
-  ASSERT_CU(cuCtxSynchronize());
-  ASSERT_CU(mm->Prefetch(3));
+  FillThreeAndPrefetchC(*mm, &a, &b, &c);
   ASSERT_CU(mm->Free(c));
   CUdeviceptr d = Alloc(*mm, 4);
   CUstream other;
@@ -228,10 +231,7 @@ TEST_F(FetchStreamTest, SlowHostReadPinAndUnknownAfterPrefetch) {
     auto mm = Make();
     ASSERT_NE(mm, nullptr);
     CUdeviceptr a, b, c;
-    FillThree(*mm, &a, &b, &c);
-    ASSERT_CU(mm->EvictAsync(3));
-    ASSERT_CU(cuCtxSynchronize());
-    ASSERT_CU(mm->Prefetch(3));
+    FillThreeAndPrefetchC(*mm, &a, &b, &c);
     std::vector<uint64_t> got(kWords, 0x1111);
     CUstream other;
     ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
