@@ -15,7 +15,9 @@
 // handle, and this machine allows 20,000 open files.)
 //
 //   bazel run -c opt //bench:memory_manager_benchmark -- --benchmark_repetitions=10
+#ifndef __CUDA_API_VERSION_INTERNAL  // core:driver defines it for its dependents
 #define __CUDA_API_VERSION_INTERNAL
+#endif
 #include <dlfcn.h>
 
 #include <atomic>
