@@ -7,7 +7,6 @@
 // resolves the name, version and flags to one exact entry point, and that
 // entry point's address maps to the hook written for that exact symbol.
 #include <dlfcn.h>
-#include <link.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
@@ -291,37 +290,6 @@ void* RealDlsym(void* handle, const char* name) {
   return RealDlsymFn()(handle, name);
 }
 
-namespace {
-
-// The object (link map entry) that holds address `p`, or null.
-link_map* ObjectOf(const void* p) {
-  Dl_info info;
-  link_map* object = nullptr;
-  if (dladdr1(p, &info, reinterpret_cast<void**>(&object), RTLD_DL_LINKMAP) == 0) return nullptr;
-  return object;
-}
-
-}  // namespace
-
-void* NextDefinition(const void* caller, const char* name, bool* found) {
-  *found = false;
-  link_map* from = ObjectOf(caller);
-  if (from == nullptr) return nullptr;
-  *found = true;
-  for (link_map* object = from->l_next; object != nullptr; object = object->l_next) {
-    // The handle of that object alone (no load: it is loaded); its lookup
-    // also searches its dependencies, so the answer counts only when it is
-    // the object's own definition.
-    void* handle = dlopen(object->l_name[0] != '\0' ? object->l_name : nullptr,
-                          RTLD_LAZY | RTLD_NOLOAD);
-    if (handle == nullptr) continue;  // the vDSO and the like
-    void* symbol = RealDlsymFn()(handle, name);
-    dlclose(handle);
-    if (symbol != nullptr && ObjectOf(symbol) == object) return symbol;
-  }
-  return nullptr;
-}
-
 void* HookFor(void* real) {
   Globals* g = g_globals.load();
   if (g == nullptr || real == nullptr) return nullptr;
@@ -384,18 +352,12 @@ __attribute__((constructor)) void Init() {
 using stensor::HookFor;
 using stensor::State;
 
-STENSOR_EXPORT void* dlsym(void* handle, const char* name) {
-  void* real = nullptr;
-  bool resolved = false;
-  if (handle == RTLD_NEXT) {
-    // "The next definition after the calling object": through this hook the
-    // C library would take libstensor.so for the caller, and hand an
-    // interposer loaded after it its own definition back (endless recursion
-    // for a wrapper of a C library function). So the search runs from the
-    // caller's object here.
-    real = stensor::NextDefinition(__builtin_return_address(0), name, &resolved);
-  }
-  if (!resolved) real = stensor::RealDlsym(handle, name);
+// dlsym of a driver entry point's name, any handle but RTLD_NEXT (the
+// exported dlsym, interpose/dlsym_entry.S, hands every other lookup to the
+// C library directly, so that it sees the true caller).
+extern "C" __attribute__((visibility("hidden"))) void* stensor_dlsym(void* handle,
+                                                                    const char* name) {
+  void* real = stensor::RealDlsym(handle, name);
   if (real == nullptr) return real;
   if (!stensor::StateReady()) {
     // Build the state for the first hooked name asked for; anything else,

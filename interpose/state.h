@@ -32,11 +32,6 @@ void* HookFor(void* real);
 
 // dlsym as the C library provides it, bypassing stensor's own dlsym.
 void* RealDlsym(void* handle, const char* name);
-// dlsym(RTLD_NEXT, name) as called from `caller` (an address in the calling
-// object): the first definition of `name` in an object loaded after the
-// caller's, in load order; null when there is none. *found is false when
-// the caller's object is unknown (then nothing was looked up).
-void* NextDefinition(const void* caller, const char* name, bool* found);
 
 }  // namespace stensor
 
