@@ -215,6 +215,20 @@ class Worker {
     checked_bytes_ += n;
   }
 
+  // Fills p with bytes from a splitmix64 stream seeded by rng_ (cheaper per
+  // byte than the engine itself, and as reproducible).
+  void Fill(uint8_t* p, size_t n) {
+    uint64_t x = rng_();
+    for (size_t i = 0; i < n; i += 8) {
+      x += 0x9e3779b97f4a7c15ull;
+      uint64_t z = x;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      z ^= z >> 31;
+      std::memcpy(p + i, &z, std::min<size_t>(8, n - i));
+    }
+  }
+
   uint64_t Rand(uint64_t lo, uint64_t hi) {  // inclusive
     return std::uniform_int_distribution<uint64_t>(lo, hi)(rng_);
   }
@@ -356,13 +370,7 @@ class Worker {
     if (live_ > peak_) peak_ = live_;
     // Random contents (freshly allocated memory is not defined).
     b->model.resize(size);
-    for (size_t i = 0; !zero && i + 8 <= size; i += 8) {
-      const uint64_t w = rng_();
-      std::memcpy(&b->model[i], &w, 8);
-    }
-    for (size_t i = size & ~size_t{7}; !zero && i < size; ++i) {
-      b->model[i] = static_cast<uint8_t>(rng_());
-    }
+    if (!zero) Fill(b->model.data(), size);
     if (Check(cuMemcpyHtoD(b->ptr, b->model.data(), size), "cuMemcpyHtoD (init)")) {
       b->last_write = 0;  // the DMA may still be in flight on the legacy stream
     } else {
@@ -469,8 +477,9 @@ class Worker {
     if (b.empty()) return;
     size_t off, len;
     Range(*b[0], 1, b[0]->size, &off, &len);
-    std::vector<uint8_t> src(len);
-    for (auto& c : src) c = static_cast<uint8_t>(rng_());
+    std::vector<uint8_t>& src = host_src_;
+    src.resize(len);
+    Fill(src.data(), len);
     const uint64_t how = Rand(0, 2);
     const int s = how == 0 ? 0 : AsyncStream();
     if (how == 2 && !PinnedFree()) return;
@@ -733,6 +742,7 @@ class Worker {
   int pinned_busy_ = -1;  // stream whose queued copy uses pinned_, or -1
   std::vector<PendingHostCheck> pending_;  // all on one stream, into pinned_
   std::vector<uint8_t> scratch_;
+  std::vector<uint8_t> host_src_;  // pageable source of host-to-device copies
   int count_[kKinds] = {};
   uint64_t checked_bytes_ = 0;
   int failed_calls_ = 0;

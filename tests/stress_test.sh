@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The seeded stress program (tests/stress.cc) on the fake driver: three
+# threads, each with its own buffers and three streams, allocating,
+# freeing, copying, setting and launching (directly and through pointer
+# tables) at random, every byte checked against a host model at every
+# synchronisation. For a few seeds: uncapped, then under libstensor.so at
+# the cap the program says always suffices (`min_cap`, ~44 % of the working
+# set) and at 50 %, prefetch off and on; once with slow copies
+# (FAKECUDA_LINK=4, so races show), once without host-located VMM, once
+# with another policy, once at 30 % (out-of-memory errors allowed: an
+# operation that fails is not applied, every byte still checked), and with
+# single driver failures injected (FAKECUDA_FAIL; the program may see the
+# injected error from its own calls, never another one, never a wrong
+# byte). Every run exits 0 and, where nothing failed, prints the uncapped
+# checksum.
+#
+#   stress_test.sh STRESS FAKE_LIBCUDA LIBSTENSOR KERNELS [--long]
+# --long (by hand): 20 seeds of 2,000 operations, four threads.
+set -euo pipefail
+prog=$1 fake=$2 stensor=$3 kernels=$4
+long=${5:-}
+tmp=${TEST_TMPDIR:-$(mktemp -d)}
+fail() { echo "FAIL: $*" >&2; exit 1; }
+export LD_LIBRARY_PATH=$(cd "$(dirname "$fake")" && pwd)
+stensor=$(cd "$(dirname "$stensor")" && pwd)/$(basename "$stensor")
+
+if [[ $long == --long ]]; then
+  seeds=$(seq 1 20) threads=4 ops=2000 ws=$((96 << 20)) fault_ops=1000
+else
+  seeds="1 2" threads=3 ops=200 ws=$((72 << 20)) fault_ops=120
+fi
+unknown=999  # CUDA_ERROR_UNKNOWN, what FAKECUDA_FAIL injects
+
+# stress NAME SEED OPS [ENV=VALUE...] -- [PROGRAM ARGS...]: runs it, exit 0
+# and no byte wrong, or fails the test.
+stress() {
+  local name=$1 seed=$2 n=$3
+  shift 3
+  local envs=()
+  while [[ $1 != -- ]]; do envs+=("$1"); shift; done
+  shift
+  local status=0
+  timeout 300 env "${envs[@]}" "$prog" "$kernels" --seed "$seed" --threads $threads \
+    --ops "$n" --working-set $ws "$@" > "$tmp/$name.out" 2> "$tmp/$name.err" || status=$?
+  if (( status != 0 )); then
+    tail -n 5 "$tmp/$name.err" >&2
+    fail "$name: exit status $status (reproduce: ${envs[*]} stress KERNELS --seed $seed" \
+      "--threads $threads --ops $n --working-set $ws $*)"
+  fi
+}
+checksum() { tail -n 1 "$tmp/$1.out"; }
+
+for seed in $seeds; do
+  stress "plain-$seed" "$seed" $ops --
+  want=$(checksum "plain-$seed")
+  min_cap=$(sed -n 's/.* min_cap \([0-9]*\)$/\1/p' "$tmp/plain-$seed.out")
+  (( min_cap <= ws / 2 )) || fail "min_cap $min_cap above half the working set $ws"
+  grep -q "alloc_oom [1-9]" "$tmp/plain-$seed.out" && fail "plain-$seed: out of memory uncapped"
+  capped=("LD_PRELOAD=$stensor" STENSOR_STATS=1)
+  for prefetch in off on; do
+    for cap in $min_cap $((ws / 2)); do
+      name="cap-$seed-$cap-$prefetch"
+      stress "$name" "$seed" $ops "${capped[@]}" STENSOR_MEMORY_LIMIT=$cap \
+        STENSOR_PREFETCH=$prefetch --
+      [[ $(checksum "$name") == "$want" ]] || fail "$name: $(checksum "$name"), want $want"
+    done
+  done
+  (( $(sed -n 's/^stensor: swap-outs copied *\([0-9]*\) .*/\1/p' \
+        "$tmp/cap-$seed-$min_cap-off.err") > 0 )) || fail "seed $seed: nothing swapped out"
+done
+
+seed=${seeds%% *}
+want=$(checksum "plain-$seed")
+base=("LD_PRELOAD=$stensor" STENSOR_MEMORY_LIMIT=$min_cap)
+stress link "$seed" $ops "${base[@]}" FAKECUDA_LINK=4 --
+stress novmm "$seed" $ops "${base[@]}" FAKECUDA_HOST_VMM=0 --
+stress lru "$seed" $ops "${base[@]}" STENSOR_POLICY=lru --
+for name in link novmm lru; do
+  [[ $(checksum $name) == "$want" ]] || fail "$name: $(checksum $name), want $want"
+done
+
+# Below min_cap: operations may fail with out of memory (2); none may
+# leave a wrong byte.
+stress tight "$seed" $ops "LD_PRELOAD=$stensor" STENSOR_MEMORY_LIMIT=$((ws * 30 / 100)) -- \
+  --tolerate 2
+
+# One injected failure per run, in the calls swapping makes (copies out
+# and in, maps, events) and in the program's own: each at an early and a
+# later call.
+fault_runs=0
+for fn in cuMemcpyDtoHAsync_v2 cuMemcpyHtoDAsync_v2 cuMemMap cuMemCreate cuEventRecord \
+    cuStreamWaitEvent cuLaunchKernel cuMemUnmap; do
+  for nth in 3 60; do
+    name="fail-$fn-$nth"
+    stress "$name" "$seed" $fault_ops "${base[@]}" FAKECUDA_FAIL=$fn:$nth -- --tolerate $unknown
+    fault_runs=$((fault_runs + 1))
+  done
+done
+echo "PASS: stress, seeds $(echo $seeds), every byte right in every run ($fault_runs with a fault)"
