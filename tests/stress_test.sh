@@ -27,7 +27,7 @@ stensor=$(cd "$(dirname "$stensor")" && pwd)/$(basename "$stensor")
 if [[ $long == --long ]]; then
   seeds=$(seq 1 20) threads=4 ops=2000 ws=$((96 << 20)) fault_ops=1000
 else
-  seeds="1 2" threads=3 ops=200 ws=$((72 << 20)) fault_ops=120
+  seeds="1 2" threads=3 ops=150 ws=$((72 << 20)) fault_ops=100
 fi
 unknown=999  # CUDA_ERROR_UNKNOWN, what FAKECUDA_FAIL injects
 
@@ -50,20 +50,42 @@ stress() {
 }
 checksum() { tail -n 1 "$tmp/$1.out"; }
 
+# Runs go three at a time (they mostly wait for their streams): spawn
+# queues one, drain waits for all and fails if one did.
+pids=()
+spawn() {
+  stress "$@" &
+  pids+=($!)
+  (( ${#pids[@]} < 3 )) || drain
+}
+drain() {
+  local pid status=0
+  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+  pids=()
+  (( status == 0 )) || fail "a run failed (see above)"
+}
+
+for seed in $seeds; do spawn "plain-$seed" "$seed" $ops --; done
+drain
 for seed in $seeds; do
-  stress "plain-$seed" "$seed" $ops --
   want=$(checksum "plain-$seed")
   min_cap=$(sed -n 's/.* min_cap \([0-9]*\)$/\1/p' "$tmp/plain-$seed.out")
   (( min_cap <= ws / 2 )) || fail "min_cap $min_cap above half the working set $ws"
   grep -q "alloc_oom [1-9]" "$tmp/plain-$seed.out" && fail "plain-$seed: out of memory uncapped"
   capped=("LD_PRELOAD=$stensor" STENSOR_STATS=1)
-  for prefetch in off on; do
-    for cap in $min_cap $((ws / 2)); do
-      name="cap-$seed-$cap-$prefetch"
-      stress "$name" "$seed" $ops "${capped[@]}" STENSOR_MEMORY_LIMIT=$cap \
-        STENSOR_PREFETCH=$prefetch --
-      [[ $(checksum "$name") == "$want" ]] || fail "$name: $(checksum "$name"), want $want"
-    done
+  for run in $min_cap:off $((ws / 2)):on; do
+    cap=${run%:*} prefetch=${run#*:}
+    spawn "cap-$seed-$cap-$prefetch" "$seed" $ops "${capped[@]}" STENSOR_MEMORY_LIMIT=$cap \
+      STENSOR_PREFETCH=$prefetch --
+  done
+done
+drain
+for seed in $seeds; do
+  want=$(checksum "plain-$seed")
+  min_cap=$(sed -n 's/.* min_cap \([0-9]*\)$/\1/p' "$tmp/plain-$seed.out")
+  for name in "$tmp"/cap-$seed-*.out; do
+    name=$(basename "$name" .out)
+    [[ $(checksum "$name") == "$want" ]] || fail "$name: $(checksum "$name"), want $want"
   done
   (( $(sed -n 's/^stensor: swap-outs copied *\([0-9]*\) .*/\1/p' \
         "$tmp/cap-$seed-$min_cap-off.err") > 0 )) || fail "seed $seed: nothing swapped out"
@@ -72,28 +94,34 @@ done
 seed=${seeds%% *}
 want=$(checksum "plain-$seed")
 base=("LD_PRELOAD=$stensor" STENSOR_MEMORY_LIMIT=$min_cap)
-stress link "$seed" $ops "${base[@]}" FAKECUDA_LINK=4 --
-stress novmm "$seed" $ops "${base[@]}" FAKECUDA_HOST_VMM=0 --
-stress lru "$seed" $ops "${base[@]}" STENSOR_POLICY=lru --
+spawn link "$seed" $ops "${base[@]}" FAKECUDA_LINK=4 --
+spawn novmm "$seed" $ops "${base[@]}" FAKECUDA_HOST_VMM=0 --
+spawn lru "$seed" $ops "${base[@]}" STENSOR_POLICY=lru --
+# Below min_cap: operations may fail with out of memory (2); none may
+# leave a wrong byte.
+spawn tight "$seed" $ops "LD_PRELOAD=$stensor" STENSOR_MEMORY_LIMIT=$((ws * 30 / 100)) -- \
+  --tolerate 2
+drain
 for name in link novmm lru; do
   [[ $(checksum $name) == "$want" ]] || fail "$name: $(checksum $name), want $want"
 done
 
-# Below min_cap: operations may fail with out of memory (2); none may
-# leave a wrong byte.
-stress tight "$seed" $ops "LD_PRELOAD=$stensor" STENSOR_MEMORY_LIMIT=$((ws * 30 / 100)) -- \
-  --tolerate 2
-
 # One injected failure per run, in the calls swapping makes (copies out
-# and in, maps, events) and in the program's own: each at an early and a
-# later call.
+# and in: device-to-device with host-located VMM; maps, events) and in the
+# program's own: each at its 3rd call and half way through a run without
+# faults (whose call counts the fake reports).
+fns="cuMemcpyDtoDAsync_v2 cuMemcpyHtoDAsync_v2 cuMemMap cuMemCreate cuEventRecord
+  cuStreamWaitEvent cuLaunchKernel cuMemUnmap"
+stress probe "$seed" $fault_ops "${base[@]}" FAKECUDA_REPORT_CALLS=$(echo $fns | tr ' ' ,) --
 fault_runs=0
-for fn in cuMemcpyDtoHAsync_v2 cuMemcpyHtoDAsync_v2 cuMemMap cuMemCreate cuEventRecord \
-    cuStreamWaitEvent cuLaunchKernel cuMemUnmap; do
-  for nth in 3 60; do
-    name="fail-$fn-$nth"
-    stress "$name" "$seed" $fault_ops "${base[@]}" FAKECUDA_FAIL=$fn:$nth -- --tolerate $unknown
+for fn in $fns; do
+  calls=$(sed -n "s/^fakecuda: calls $fn \([0-9]*\)$/\1/p" "$tmp/probe.err")
+  (( ${calls:-0} >= 6 )) || fail "probe: only ${calls:-0} calls of $fn"
+  for nth in 3 $((calls / 2)); do
+    spawn "fail-$fn-$nth" "$seed" $fault_ops "${base[@]}" FAKECUDA_FAIL=$fn:$nth -- \
+      --tolerate $unknown
     fault_runs=$((fault_runs + 1))
   done
 done
+drain
 echo "PASS: stress, seeds $(echo $seeds), every byte right in every run ($fault_runs with a fault)"
