@@ -25,7 +25,7 @@ export LD_LIBRARY_PATH=$(cd "$(dirname "$fake")" && pwd)
 stensor=$(cd "$(dirname "$stensor")" && pwd)/$(basename "$stensor")
 
 if [[ $long == --long ]]; then
-  seeds=$(seq 1 20) threads=4 ops=2000 ws=$((96 << 20)) fault_ops=1000
+  seeds=$(seq -s " " 1 20) threads=4 ops=2000 ws=$((96 << 20)) fault_ops=1000
 else
   seeds="1 2" threads=3 ops=150 ws=$((72 << 20)) fault_ops=100
 fi
