@@ -11,6 +11,13 @@
 //
 //   stress MODULE.so [--seed N] [--threads T] [--ops N] [--streams S]
 //                    [--working-set BYTES] [--op-bytes BYTES] [--tolerate ERROR_NUMBER]
+//                    [--keep-stale-entries]
+//
+// --keep-stale-entries: a table upload leaves the table's earlier entries
+// in place (by default the same copy zeroes them). stensor then keeps every
+// buffer a table ever pointed to resident for each launch through it, and a
+// run under a cap fails with CUDA_ERROR_OUT_OF_MEMORY once they exceed it
+// (a reproducer of that limitation: see tests/stress_test.sh).
 //
 // Memory: each thread keeps its buffers within its share of the working
 // set, at most two below 1 MiB (never swapped), and no operation touches
@@ -85,6 +92,7 @@ struct Options {
   size_t working_set = 64 * kMiB;
   size_t op_bytes = 8 * kMiB;  // most an operation's swappable buffers are charged
   int tolerate = -1;  // error number a call may fail with; -1: none
+  bool keep_stale_entries = false;  // table uploads leave earlier entries in place
 };
 
 struct Kernels {
@@ -124,6 +132,8 @@ struct PendingHostCheck {
   std::vector<uint8_t> want;
 };
 
+// One thread's share of the run: its buffers, streams, events, pinned
+// staging and random sequence. Thread-safety: used by one thread only.
 class Worker {
  public:
   Worker(const Options& o, int thread, CUcontext ctx, const Kernels& k)
@@ -625,8 +635,9 @@ class Worker {
   CUdeviceptr Upload(Buffer* t, int s, const std::vector<CUdeviceptr>& entries) {
     const size_t bytes = entries.size() * sizeof(CUdeviceptr);
     const size_t off = Rand(0, (t->size - bytes) / 8) * 8;
-    const size_t lo = t->entries_len == 0 ? off : std::min(off, t->entries_off);
-    const size_t hi = std::max(off + bytes, t->entries_off + t->entries_len);
+    const bool clear = t->entries_len != 0 && !o_.keep_stale_entries;
+    const size_t lo = clear ? std::min(off, t->entries_off) : off;
+    const size_t hi = clear ? std::max(off + bytes, t->entries_off + t->entries_len) : off + bytes;
     std::vector<uint8_t> region(hi - lo, 0);
     std::memcpy(&region[off - lo], entries.data(), bytes);
     const uint64_t how = Rand(0, 2);
@@ -785,7 +796,8 @@ int main(int argc, char** argv) {
   const char* usage =
       "usage: stress MODULE.so [--seed N] [--threads 1-16] [--ops N] [--streams 1-8]\n"
       "              [--working-set BYTES[KiB|MiB|GiB], >= 16 MiB per thread]\n"
-      "              [--op-bytes BYTES, >= 4 MiB] [--tolerate ERROR_NUMBER]\n";
+      "              [--op-bytes BYTES, >= 4 MiB] [--tolerate ERROR_NUMBER]\n"
+      "              [--keep-stale-entries]\n";
   if (argc < 2) {
     std::fputs(usage, stderr);
     return 2;
@@ -813,6 +825,10 @@ int main(int argc, char** argv) {
       ok = ParseSize(val, &o.working_set);
     } else if (a == "--op-bytes" && has) {
       ok = ParseSize(val, &o.op_bytes) && o.op_bytes >= 4 * kMiB;
+    } else if (a == "--keep-stale-entries") {
+      o.keep_stale_entries = true;
+      ok = true;
+      --i;  // takes no value
     } else if (a == "--tolerate" && has) {
       ok = ParseInt(val, 1, 100000, &v);
       o.tolerate = static_cast<int>(v);

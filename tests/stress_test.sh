@@ -124,4 +124,12 @@ for fn in $fns; do
   done
 done
 drain
+# Not run (a limitation, not a wrong byte): tables whose earlier entries
+# stay in place (--keep-stale-entries) make stensor keep every buffer they
+# ever pointed to resident for each launch through them; with granule
+# charging that exceeds a cap equal to the working set, although 28 MiB
+# suffices and the fake's uncapped peak is 24.9 MiB:
+#   STENSOR_MEMORY_LIMIT=24MiB LD_PRELOAD=libstensor.so stress stress_kernels.so \
+#     --seed 1 --ops 500 --threads 1 --working-set 24MiB --keep-stale-entries
+#   -> op 498: cuLaunchKernel failed: CUDA_ERROR_OUT_OF_MEMORY (default: passes)
 echo "PASS: stress, seeds $(echo $seeds), every byte right in every run ($fault_runs with a fault)"
