@@ -487,11 +487,16 @@ CUresult MemoryManager::OrderAfterSwap(Device& dev, Buffer& b, CUstream consumer
   return CUDA_SUCCESS;
 }
 
-CUresult MemoryManager::WaitSwapUse(Device& dev, Buffer& b) {
-  std::vector<Use> copies;  // its unobserved uses on stensor's streams
+std::vector<MemoryManager::Use> MemoryManager::PendingOwnUses(const Device& dev, Buffer& b) const {
+  std::vector<Use> pending;
   for (Use& u : b.uses) {
-    if (dev.OwnStream(u.stream) && !Observed(u)) copies.push_back(u);
+    if (dev.OwnStream(u.stream) && !Observed(u)) pending.push_back(u);
   }
+  return pending;
+}
+
+CUresult MemoryManager::WaitSwapUse(Device& dev, Buffer& b) {
+  const std::vector<Use> copies = PendingOwnUses(dev, b);
   if (copies.empty()) return CUDA_SUCCESS;
   if (no_block_) return CUDA_ERROR_NOT_READY;
   ++b.pins;
@@ -748,10 +753,7 @@ CUresult MemoryManager::PinLocked(Buffer& b, const char* api) {
   // without the lock (the pin keeps the buffer and its uses alive).
   // Copied first: another thread may add uses (reallocating b.uses) while
   // the lock is released.
-  std::vector<Use> copies;
-  for (Use& u : b.uses) {
-    if (dev.OwnStream(u.stream) && !Observed(u)) copies.push_back(u);
-  }
+  const std::vector<Use> copies = PendingOwnUses(dev, b);
   for (const Use& copy : copies) {
     ++b.pins;
     mu_.Unlock();
@@ -2313,11 +2315,7 @@ CUresult MemoryManager::ReadBack(uint64_t id, uint64_t offset, void* dst, uint64
   }
   // Pinned, so it stays mapped while the copy runs without the lock; a
   // swap-in still copying its contents in is waited for first.
-  const Device& dev = DeviceState(b->device);
-  std::vector<Use> copies;
-  for (Use& u : b->uses) {
-    if (dev.OwnStream(u.stream) && !Observed(u)) copies.push_back(u);
-  }
+  const std::vector<Use> copies = PendingOwnUses(DeviceState(b->device), *b);
   ++b->pins;
   mu_.Unlock();
   CUresult r = CUDA_SUCCESS;

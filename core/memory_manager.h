@@ -468,6 +468,10 @@ class MemoryManager {
   void EndShadow(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A host wait for the buffer's last use on the swap stream, without the
   // lock (the buffer pinned meanwhile).
+  // Copies of b's uses on stensor's streams not yet seen complete (copies:
+  // a wait without the lock must not walk b.uses, which others may grow).
+  std::vector<Use> PendingOwnUses(const Device& dev, Buffer& b) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CUresult WaitSwapUse(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CUresult SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
