@@ -26,40 +26,15 @@ namespace {
 using testing_support::HeldStream;
 using testing_support::kCap;
 using testing_support::kGranule;
-constexpr size_t kWords = kGranule / sizeof(uint64_t);
-using Ids = std::vector<uint64_t>;
+using testing_support::Ids;
+using testing_support::kWords;
+using testing_support::Mismatch;
+using testing_support::Pattern;
 
-std::vector<uint64_t> Pattern(uint64_t seed) {
-  std::vector<uint64_t> d(kWords);
-  for (size_t i = 0; i < kWords; ++i) d[i] = (seed << 40) ^ (i * 0x9E3779B97F4A7C15ull) ^ 0x5A5Aull;
-  return d;
-}
-
-std::string Mismatch(const std::vector<uint64_t>& got, const std::vector<uint64_t>& want) {
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (got[i] != want[i]) return "word " + std::to_string(i) + ": " + std::to_string(got[i]);
-  }
-  return "";
-}
-
-class FetchStreamTest : public testing_support::FakeDeviceTest {
+class FetchStreamTest : public testing_support::ManagerBufferTest {
  protected:
   std::unique_ptr<MemoryManager> Make(const char* policy = "version") {
     return MakeManager({{"STENSOR_MEMORY_LIMIT", "6MiB"}, {"STENSOR_POLICY", policy}});
-  }
-  CUdeviceptr Alloc(MemoryManager& mm, uint64_t id) {
-    CUdeviceptr p = 0;
-    EXPECT_CU(mm.Allocate(kGranule, &p, [id](CUdeviceptr) { return id; }));
-    return p;
-  }
-  void Write(MemoryManager& mm, uint64_t id, CUdeviceptr p, uint64_t seed) {
-    std::vector<uint64_t> data = Pattern(seed);
-    Ids ids = {id};
-    ASSERT_CU(mm.Prepare(ids, {}, nullptr));
-    CUresult r = cuMemcpyHtoD_v2(p, data.data(), kGranule);
-    mm.Finish(ids, ids, nullptr, r == CUDA_SUCCESS);
-    ASSERT_CU(r);
-    ASSERT_CU(cuCtxSynchronize());
   }
   // Read on `stream` (async), then synchronise that stream only.
   std::vector<uint64_t> ReadOn(MemoryManager& mm, uint64_t id, CUdeviceptr p, CUstream s,
@@ -75,14 +50,6 @@ class FetchStreamTest : public testing_support::FakeDeviceTest {
     if (err != nullptr) *err = r;
     EXPECT_CU(r);
     return got;
-  }
-  void FillThree(MemoryManager& mm, CUdeviceptr* a, CUdeviceptr* b, CUdeviceptr* c) {
-    *a = Alloc(mm, 1);
-    *b = Alloc(mm, 2);
-    *c = Alloc(mm, 3);
-    Write(mm, 1, *a, 1);
-    Write(mm, 2, *b, 2);
-    Write(mm, 3, *c, 3);
   }
   // FillThree, then C swapped out (its copy done) and prefetched: its copy
   // back is in flight on the fetch stream (for ~200 ms on the slow link).

@@ -28,9 +28,9 @@
 //     its first occurrences in a short program; every byte checked and the
 //     codes the program saw asserted (run with and without host-located
 //     VMM by the memory_manager_fault_test and _no_host_vmm_test targets).
-// The tests under "Failure paths" expose bugs found while writing these,
-// and fail until they are fixed (see the comment on each); so does the
-// threads test, through the same bug as UnboundBuffersStayUnderTheCap.
+// The tests under "Failure paths" are regressions: each failed before the
+// fix of the bug its comment describes (the threads test failed through the
+// same bug as UnboundBuffersStayUnderTheCap).
 //
 // The manager's log sink captures the JSON records; tests assert their exact
 // sequence in a short form ("swap_out:1", "swap_in:1:copy", "oom", ...).
@@ -84,30 +84,10 @@ using testing_support::HeldStream;
 using testing_support::kCap;
 using testing_support::kGranule;
 
-constexpr size_t kWords = kGranule / sizeof(uint64_t);
-
-using Ids = std::vector<uint64_t>;
-
-// The contents written with `seed`: distinct for every seed and word.
-std::vector<uint64_t> Pattern(uint64_t seed, size_t words = kWords) {
-  std::vector<uint64_t> data(words);
-  for (size_t i = 0; i < words; ++i) {
-    data[i] = (seed << 40) ^ (i * 0x9E3779B97F4A7C15ull) ^ 0x5A5A5A5Aull;
-  }
-  return data;
-}
-
-// "" when `got` holds Pattern(seed), else where it first differs.
-std::string Mismatch(const std::vector<uint64_t>& got, uint64_t seed) {
-  std::vector<uint64_t> want = Pattern(seed, got.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (got[i] != want[i]) {
-      return absl::StrCat("word ", i, ": got ", got[i], ", want ", want[i],
-                          " (seed ", seed, ")");
-    }
-  }
-  return "";
-}
+using testing_support::Ids;
+using testing_support::kWords;
+using testing_support::Mismatch;
+using testing_support::Pattern;
 
 // One record in short form: type, id, and for swap_in whether it copied.
 std::string Summarize(const std::string& json) {
@@ -124,7 +104,7 @@ std::string Summarize(const std::string& json) {
   return out;
 }
 
-class MemoryManagerTest : public testing_support::FakeDeviceTest {
+class MemoryManagerTest : public testing_support::ManagerBufferTest {
  protected:
   // A manager with STENSOR_MEMORY_LIMIT=`limit` and STENSOR_POLICY=`policy`,
   // logging into this fixture.
@@ -150,48 +130,6 @@ class MemoryManagerTest : public testing_support::FakeDeviceTest {
     return out;
   }
 
-  // Allocate, registered with `id`, as the tracker does.
-  CUdeviceptr Alloc(MemoryManager& mm, uint64_t id, uint64_t bytes = kGranule) {
-    CUdeviceptr p = 0;
-    EXPECT_CU(mm.Allocate(bytes, &p, [id](CUdeviceptr) { return id; }));
-    return p;
-  }
-
-  // The application waits for its work, so the last-use event Finish
-  // recorded has completed: which records an eviction logs (an evict_wait
-  // or not) then does not depend on timing.
-  void Settle() { EXPECT_CU(cuCtxSynchronize()); }
-
-  // A whole-buffer host-to-device copy, wrapped as the tracker wraps one.
-  void Write(MemoryManager& mm, uint64_t id, CUdeviceptr p, uint64_t seed,
-             uint64_t bytes = kGranule, bool overwritten = false) {
-    std::vector<uint64_t> data = Pattern(seed, bytes / sizeof(uint64_t));
-    Ids ids = {id};
-    ASSERT_CU(mm.Prepare(ids, overwritten ? ids : Ids{}, nullptr));
-    CUresult r = cuMemcpyHtoD_v2(p, data.data(), bytes);
-    mm.Finish(ids, ids, nullptr, r == CUDA_SUCCESS);
-    ASSERT_CU(r);
-    Settle();
-  }
-
-  // A device-to-host copy of the whole buffer, wrapped likewise.
-  std::vector<uint64_t> Read(MemoryManager& mm, uint64_t id, CUdeviceptr p,
-                             uint64_t bytes = kGranule) {
-    std::vector<uint64_t> data(bytes / sizeof(uint64_t));
-    Ids ids = {id};
-    EXPECT_CU(mm.Prepare(ids, {}, nullptr));
-    CUresult r = cuMemcpyDtoH_v2(data.data(), p, bytes);
-    mm.Finish(ids, {}, nullptr, r == CUDA_SUCCESS);
-    EXPECT_CU(r);
-    Settle();
-    return data;
-  }
-
-  void ExpectData(MemoryManager& mm, uint64_t id, CUdeviceptr p, uint64_t seed,
-                  uint64_t bytes = kGranule) {
-    EXPECT_EQ(Mismatch(Read(mm, id, p, bytes), seed), "") << "buffer " << id;
-  }
-
   // A memset of the whole buffer on `stream`, wrapped likewise: the
   // buffer's last use is then that memset.
   void MemsetOn(MemoryManager& mm, uint64_t id, CUdeviceptr p,
@@ -201,18 +139,6 @@ class MemoryManagerTest : public testing_support::FakeDeviceTest {
     CUresult r = cuMemsetD32Async(p, 0xdeadbeef, kGranule / 4, stream);
     mm.Finish(ids, ids, stream, r == CUDA_SUCCESS);
     ASSERT_CU(r);
-  }
-
-  // Allocates ids 1..3 (one granule each, filling the 6 MiB cap) and writes
-  // Pattern(id) into each, in that order (so 1 is least recently used).
-  void FillThree(MemoryManager& mm, CUdeviceptr* a, CUdeviceptr* b,
-                 CUdeviceptr* c) {
-    *a = Alloc(mm, 1);
-    *b = Alloc(mm, 2);
-    *c = Alloc(mm, 3);
-    Write(mm, 1, *a, 1);
-    Write(mm, 2, *b, 2);
-    Write(mm, 3, *c, 3);
   }
 
   // FillThree, then D (id 4) swaps A out (S405) and is written (seed 4).
@@ -1487,17 +1413,17 @@ TEST_F(MemoryManagerTest, ThreadsShareOneCapKeepingTheirData) {
   EXPECT_EQ(Held(*mm), 0u);
 }
 
-// --- Failure paths (bugs) ----------------------------------------------------
+// --- Failure paths (regressions) ---------------------------------------------
 //
-// Each test below fails with core/memory_manager.cc as of this writing; the
-// comment names the line and the scenario.
+// Each test below failed before the fix of the bug its comment describes;
+// the comment says what went wrong, and the test checks it no longer does.
 
-// Bug: SwapIn (memory_manager.cc:458-463) maps device memory and charges it,
-// then returns when the copy from the host copy fails, leaving the buffer
+// Was: SwapIn mapped device memory and charged it, then returned when the
+// copy from the host copy failed, leaving the buffer
 // "resident" (device_handle set) with uninitialised memory while its
-// location still says cpu-only. The next Prepare sees it resident and does
-// not swap it in again, so the application reads zeros: its data is lost
-// (and the next eviction copies the zeros over the host copy).
+// location still said cpu-only. The next Prepare saw it resident and did
+// not swap it in again, so the application read zeros: its data was lost
+// (and the next eviction copied the zeros over the host copy).
 TEST_F(MemoryManagerTest, FailedSwapInCopyKeepsTheDataSwappedOut) {
   auto mm = Make("6MiB");
   ASSERT_NE(mm, nullptr);
@@ -1515,11 +1441,10 @@ TEST_F(MemoryManagerTest, FailedSwapInCopyKeepsTheDataSwappedOut) {
   FreeAll(*mm, {a, b, c});
 }
 
-// Bug: SwapIn (memory_manager.cc:454-458) unmaps the host copy from the
-// buffer's address before MapDevice; when MapDevice then fails (the device
-// full with nothing evictable), the address is left unmapped, so the "never
-// fault" guarantee is lost: a kernel reaching the buffer through a pointer
-// would fault. (The fake's copy reports the unmapped range as invalid.)
+// Was: SwapIn unmapped the host copy from the buffer's address before
+// MapDevice; when MapDevice then failed (the device full with nothing
+// evictable), the address was left unmapped, so the "never fault" guarantee
+// was lost: a kernel reaching the buffer through a pointer would fault. (The fake's copy reports the unmapped range as invalid.)
 TEST_F(MemoryManagerTest, FailedSwapInKeepsTheHostCopyMappedAtTheAddress) {
   auto mm = Make("6MiB");
   ASSERT_NE(mm, nullptr);
@@ -1564,12 +1489,11 @@ TEST_F(MemoryManagerTest, MemoryLeftMappedByAFailedUndoStaysCharged) {
   EXPECT_CU(mm->Free(b));
 }
 
-// Bug: Prepare with the buffer in `overwritten` swaps it in without a copy
-// and records it cpu-gpu with equal versions (memory_manager.cc:470-472);
-// when the operation is then not submitted, Finish (memory_manager.cc:
-// 519-534) changes nothing, so the buffer counts as resident and clean
-// while its device memory holds nothing of its data. The application's copy
-// failed, yet its buffer now reads zeros.
+// Was: Prepare with the buffer in `overwritten` swapped it in without a
+// copy and recorded it cpu-gpu with equal versions; when the operation was
+// then not submitted, Finish changed nothing, so the buffer counted as
+// resident and clean while its device memory held nothing of its data. The
+// application's copy failed, yet its buffer read zeros.
 TEST_F(MemoryManagerTest, UnsubmittedOverwriteKeepsTheOldData) {
   auto mm = Make("6MiB");
   ASSERT_NE(mm, nullptr);
@@ -1585,13 +1509,13 @@ TEST_F(MemoryManagerTest, UnsubmittedOverwriteKeepsTheOldData) {
   FreeAll(*mm, {a, b, c});
 }
 
-// Bug: Free (memory_manager.cc:222-223) defers a buffer whose last use is
-// in flight (S404), but nothing releases it when that work completes, as the
-// header promises ("else when that work completed"): only MakeRoom does, the
-// next time the cap is short. Until then MemInfo, which is what cuMemGetInfo
-// returns to the application, and the device still count the freed buffer.
-// Finish records the last-use event after the operation, so even a buffer
-// freed right after a synchronous copy is usually deferred this way.
+// Was: Free deferred a buffer whose last use was in flight (S404), but
+// nothing released it when that work completed, as the header promises
+// ("else when that work completed"): only MakeRoom did, the next time the
+// cap was short. Until then MemInfo, which is what cuMemGetInfo returns to
+// the application, and the device still counted the freed buffer. Finish
+// records the last-use event after the operation, so even a buffer freed
+// right after a synchronous copy is usually deferred this way.
 TEST_F(MemoryManagerTest, CompletedGarbageIsNotCountedAsUsed) {
   auto mm = Make("6MiB");
   ASSERT_NE(mm, nullptr);
@@ -1609,12 +1533,11 @@ TEST_F(MemoryManagerTest, CompletedGarbageIsNotCountedAsUsed) {
   ReleaseGarbage(*mm, kCap);
 }
 
-// Bug: when the device is full below the cap and nothing can be evicted,
-// MapDevice (memory_manager.cc:235-236) returns CUDA_ERROR_OUT_OF_MEMORY to
-// the caller without the oom record and stats().ooms count that MakeRoom
-// (memory_manager.cc:292-300) gives the same outcome under the cap, so
-// STENSOR_STATS and the access log miss out-of-memory errors the
-// application saw.
+// Was: when the device was full below the cap and nothing could be
+// evicted, MapDevice returned CUDA_ERROR_OUT_OF_MEMORY to the caller without
+// the oom record and stats().ooms count that MakeRoom gives the same outcome
+// under the cap, so STENSOR_STATS and the access log missed out-of-memory
+// errors the application saw.
 TEST_F(MemoryManagerTest, DeviceFullWithNothingToEvictIsLoggedAsOom) {
   auto mm = Make("6MiB");
   ASSERT_NE(mm, nullptr);

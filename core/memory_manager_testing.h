@@ -22,6 +22,7 @@
 #include <cuda.h>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "core/mutex.h"
 #include "core/config.h"
 #include "core/driver.h"
@@ -122,6 +123,94 @@ class FakeDeviceTest : public ::testing::Test {
  private:
   Mutex log_mu_;
   std::vector<std::string> lines_ ABSL_GUARDED_BY(log_mu_);
+};
+
+
+constexpr size_t kWords = kGranule / sizeof(uint64_t);  // a granule's words
+using Ids = std::vector<uint64_t>;
+
+// The contents written with `seed`: distinct for every seed and word.
+inline std::vector<uint64_t> Pattern(uint64_t seed, size_t words = kWords) {
+  std::vector<uint64_t> data(words);
+  for (size_t i = 0; i < words; ++i) {
+    data[i] = (seed << 40) ^ (i * 0x9E3779B97F4A7C15ull) ^ 0x5A5A5A5Aull;
+  }
+  return data;
+}
+
+// "" when `got` equals `want`, else where it first differs.
+inline std::string Mismatch(const std::vector<uint64_t>& got, const std::vector<uint64_t>& want) {
+  if (got.size() != want.size()) {
+    return absl::StrCat("size: got ", got.size(), " words, want ", want.size());
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want[i]) return absl::StrCat("word ", i, ": got ", got[i], ", want ", want[i]);
+  }
+  return "";
+}
+
+// "" when `got` holds Pattern(seed), else where it first differs.
+inline std::string Mismatch(const std::vector<uint64_t>& got, uint64_t seed) {
+  std::string m = Mismatch(got, Pattern(seed, got.size()));
+  return m.empty() ? m : absl::StrCat(m, " (seed ", seed, ")");
+}
+
+// FakeDeviceTest plus the buffer operations of the manager's tests, each
+// wrapped in Prepare/Finish as the tracker wraps the application's calls.
+class ManagerBufferTest : public FakeDeviceTest {
+ protected:
+  // Allocate, registered with `id`, as the tracker does.
+  CUdeviceptr Alloc(MemoryManager& mm, uint64_t id, uint64_t bytes = kGranule) {
+    CUdeviceptr p = 0;
+    EXPECT_CU(mm.Allocate(bytes, &p, [id](CUdeviceptr) { return id; }));
+    return p;
+  }
+
+  // The application waits for its work, so the last-use event Finish
+  // recorded has completed: which records an eviction logs (an evict_wait
+  // or not) then does not depend on timing.
+  void Settle() { EXPECT_CU(cuCtxSynchronize()); }
+
+  // A whole-buffer host-to-device copy of Pattern(seed).
+  void Write(MemoryManager& mm, uint64_t id, CUdeviceptr p, uint64_t seed,
+             uint64_t bytes = kGranule, bool overwritten = false) {
+    std::vector<uint64_t> data = Pattern(seed, bytes / sizeof(uint64_t));
+    Ids ids = {id};
+    ASSERT_CU(mm.Prepare(ids, overwritten ? ids : Ids{}, nullptr));
+    CUresult r = cuMemcpyHtoD_v2(p, data.data(), bytes);
+    mm.Finish(ids, ids, nullptr, r == CUDA_SUCCESS);
+    ASSERT_CU(r);
+    Settle();
+  }
+
+  // A device-to-host copy of the whole buffer.
+  std::vector<uint64_t> Read(MemoryManager& mm, uint64_t id, CUdeviceptr p,
+                             uint64_t bytes = kGranule) {
+    std::vector<uint64_t> data(bytes / sizeof(uint64_t));
+    Ids ids = {id};
+    EXPECT_CU(mm.Prepare(ids, {}, nullptr));
+    CUresult r = cuMemcpyDtoH_v2(data.data(), p, bytes);
+    mm.Finish(ids, {}, nullptr, r == CUDA_SUCCESS);
+    EXPECT_CU(r);
+    Settle();
+    return data;
+  }
+
+  void ExpectData(MemoryManager& mm, uint64_t id, CUdeviceptr p, uint64_t seed,
+                  uint64_t bytes = kGranule) {
+    EXPECT_EQ(Mismatch(Read(mm, id, p, bytes), seed), "") << "buffer " << id;
+  }
+
+  // Allocates ids 1..3 (one granule each, filling a 6 MiB cap) and writes
+  // Pattern(id) into each, in that order (so 1 is least recently used).
+  void FillThree(MemoryManager& mm, CUdeviceptr* a, CUdeviceptr* b, CUdeviceptr* c) {
+    *a = Alloc(mm, 1);
+    *b = Alloc(mm, 2);
+    *c = Alloc(mm, 3);
+    Write(mm, 1, *a, 1);
+    Write(mm, 2, *b, 2);
+    Write(mm, 3, *c, 3);
+  }
 };
 
 }  // namespace testing_support
