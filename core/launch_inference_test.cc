@@ -39,11 +39,17 @@
 #include "core/buffer_registry.h"
 #include "core/driver.h"
 #include "core/kernel_signature.h"
+#include "core/scripted_driver_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace stensor {
 namespace {
+
+using testing_support::FindKernel;
+using testing_support::InstallScriptedKernels;
+using testing_support::ScriptedFuncNameQueries;
+using testing_support::ScriptedKernel;
 
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
@@ -85,21 +91,6 @@ const CUmodule kModuleB = reinterpret_cast<CUmodule>(0xb000);
 const CUmodule kModuleC = reinterpret_cast<CUmodule>(0xc000);  // the others
 
 constexpr char kSgdName[] = "_ZN3mlp12sgd_momentumEPfS0_PKfffi";
-
-struct ScriptedKernel {
-  uintptr_t handle;
-  // True: a CUkernel, which the cuFunc* queries reject.
-  bool is_cukernel;
-  const char* name;
-  // (offset, size) of each parameter; querying past the last one gives
-  // CUDA_ERROR_INVALID_VALUE, as the driver documents.
-  std::vector<std::pair<size_t, size_t>> params;
-  // From this parameter index on, the layout query fails with `error`.
-  size_t fail_from = SIZE_MAX;
-  CUresult error = CUDA_SUCCESS;
-  // Every index succeeds: a driver that never says where the list ends.
-  bool endless = false;
-};
 
 const std::vector<ScriptedKernel>& Script() {
   // The layout of mlp::sgd_momentum(float*, float*, float const*, float,
@@ -153,58 +144,7 @@ const ScriptedKernel* ReusedKernel() {
 
 const ScriptedKernel* Scripted(uintptr_t handle, bool is_cukernel) {
   if (handle == kReused && !is_cukernel) return ReusedKernel();
-  for (const ScriptedKernel& k : Script()) {
-    if (k.handle == handle && k.is_cukernel == is_cukernel) return &k;
-  }
-  return nullptr;
-}
-
-CUresult ParamInfo(const ScriptedKernel* k, size_t index, size_t* offset,
-                   size_t* size) {
-  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  if (offset == nullptr || size == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (index >= k->fail_from) return k->error;
-  if (k->endless) {
-    *offset = index * 8;
-    *size = 8;
-    return CUDA_SUCCESS;
-  }
-  if (index >= k->params.size()) return CUDA_ERROR_INVALID_VALUE;
-  *offset = k->params[index].first;
-  *size = k->params[index].second;
-  return CUDA_SUCCESS;
-}
-
-// How often cuFuncGetName was asked: once per description KernelCache builds.
-std::atomic<int> func_name_queries{0};
-
-CUresult FuncGetName(const char** name, CUfunction f) {
-  func_name_queries.fetch_add(1);
-  const ScriptedKernel* k =
-      Scripted(reinterpret_cast<uintptr_t>(f), /*is_cukernel=*/false);
-  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  *name = k->name;
-  return CUDA_SUCCESS;
-}
-
-CUresult FuncGetParamInfo(CUfunction f, size_t index, size_t* offset,
-                          size_t* size) {
-  return ParamInfo(Scripted(reinterpret_cast<uintptr_t>(f), false), index,
-                   offset, size);
-}
-
-CUresult KernelGetName(const char** name, CUkernel kernel) {
-  const ScriptedKernel* k =
-      Scripted(reinterpret_cast<uintptr_t>(kernel), /*is_cukernel=*/true);
-  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  *name = k->name;
-  return CUDA_SUCCESS;
-}
-
-CUresult KernelGetParamInfo(CUkernel kernel, size_t index, size_t* offset,
-                            size_t* size) {
-  return ParamInfo(Scripted(reinterpret_cast<uintptr_t>(kernel), true), index,
-                   offset, size);
+  return FindKernel(Script(), handle, is_cukernel);
 }
 
 CUresult FuncGetModule(CUmodule* module, CUfunction f) {
@@ -222,11 +162,8 @@ CUresult FuncGetModule(CUmodule* module, CUfunction f) {
 const Driver* ScriptedDriver() {
   static const Driver* const driver = [] {
     auto* d = new Driver;  // every other entry point stays null
-    d->cuFuncGetName = &FuncGetName;
-    d->cuFuncGetParamInfo = &FuncGetParamInfo;
+    InstallScriptedKernels(&Scripted, d);
     d->cuFuncGetModule = &FuncGetModule;
-    d->cuKernelGetName = &KernelGetName;
-    d->cuKernelGetParamInfo = &KernelGetParamInfo;
     return d;
   }();
   return driver;
@@ -554,9 +491,9 @@ TEST(InferenceTableSanityTest, WritesAreASubsetOfReads) {
 // Kernel descriptions.
 
 TEST(KernelCacheTest, DescribesAKernelOnceFromItsNameAndLayout) {
-  const int queries = func_name_queries.load();
+  const int queries = ScriptedFuncNameQueries();
   const KernelInfo* info = SignatureCache().Get(Handle(kSgdDescribedOnce));
-  EXPECT_EQ(func_name_queries.load(), queries + 1);
+  EXPECT_EQ(ScriptedFuncNameQueries(), queries + 1);
   EXPECT_EQ(info->name, kSgdName);
   EXPECT_EQ(info->demangled,
             "mlp::sgd_momentum(float*, float*, float const*, float, float, "
@@ -575,7 +512,7 @@ TEST(KernelCacheTest, DescribesAKernelOnceFromItsNameAndLayout) {
 
   // Cached: the same description, without asking the driver again.
   EXPECT_EQ(SignatureCache().Get(Handle(kSgdDescribedOnce)), info);
-  EXPECT_EQ(func_name_queries.load(), queries + 1);
+  EXPECT_EQ(ScriptedFuncNameQueries(), queries + 1);
 }
 
 TEST(KernelCacheTest, ConservativeMarksEveryPointerSizedParameterReadWrite) {
@@ -759,33 +696,33 @@ TEST(KernelCacheUnloadTest, OtherModulesKeepTheirDescriptionsUnknownOnesExpire) 
   KernelCache& cache = NewCache();
   const KernelInfo* sgd = cache.Get(Handle(kSgd));
   const KernelInfo* fill = cache.Get(Handle(kFill));  // module unknown
-  int queries = func_name_queries.load();
+  int queries = ScriptedFuncNameQueries();
   { KernelCache::UnloadScope unload(&cache, kModuleA); }
   EXPECT_EQ(cache.Get(Handle(kSgd)), sgd);
-  EXPECT_EQ(func_name_queries.load(), queries);
+  EXPECT_EQ(ScriptedFuncNameQueries(), queries);
   const KernelInfo* fill_again = cache.Get(Handle(kFill));
-  EXPECT_EQ(func_name_queries.load(), queries + 1) << "kFill's module could be anyone's";
+  EXPECT_EQ(ScriptedFuncNameQueries(), queries + 1) << "kFill's module could be anyone's";
   EXPECT_NE(fill_again, fill);
   EXPECT_EQ(fill->name, "_Z4fillPfi");  // retired, still readable
 
   // Its own module's unload expires kSgd.
-  queries = func_name_queries.load();
+  queries = ScriptedFuncNameQueries();
   { KernelCache::UnloadScope unload(&cache, kModuleC); }
   EXPECT_EQ(cache.Get(Handle(kSgd))->name, kSgdName);
-  EXPECT_EQ(func_name_queries.load(), queries + 1);
+  EXPECT_EQ(ScriptedFuncNameQueries(), queries + 1);
 }
 
 TEST(KernelCacheUnloadTest, LibraryUnloadExpiresEveryDescription) {
   KernelCache& cache = NewCache();
   cache.Get(Handle(kSgd));
   cache.Get(Handle(kCopyKernel));  // a CUkernel
-  const int queries = func_name_queries.load();
+  const int queries = ScriptedFuncNameQueries();
   { KernelCache::UnloadScope unload(&cache, /*module=*/nullptr); }
   cache.Get(Handle(kSgd));
-  EXPECT_EQ(func_name_queries.load(), queries + 1);
-  const int kernel_queries = func_name_queries.load();
+  EXPECT_EQ(ScriptedFuncNameQueries(), queries + 1);
+  const int kernel_queries = ScriptedFuncNameQueries();
   cache.Get(Handle(kCopyKernel));  // asked as a function first, then as a kernel
-  EXPECT_EQ(func_name_queries.load(), kernel_queries + 1);
+  EXPECT_EQ(ScriptedFuncNameQueries(), kernel_queries + 1);
 }
 
 // While the real unload runs the driver may already have reused a handle:
@@ -794,22 +731,22 @@ TEST(KernelCacheUnloadTest, NothingIsCachedWhileAnUnloadIsInFlight) {
   KernelCache& cache = NewCache();
   reused_meaning.store(0);
   const KernelInfo* sgd = cache.Get(Handle(kSgd));  // kModuleC: not unloaded
-  int queries = func_name_queries.load();
+  int queries = ScriptedFuncNameQueries();
   {
     KernelCache::UnloadScope unload(&cache, kModuleA);
     EXPECT_EQ(cache.Get(Handle(kReused))->name, "_Z4readPKf");
     reused_meaning.store(1);  // freed and reused before the unload returned
     EXPECT_EQ(cache.Get(Handle(kReused))->name, "_Z5writePf");
-    EXPECT_EQ(func_name_queries.load(), queries + 2);
+    EXPECT_EQ(ScriptedFuncNameQueries(), queries + 2);
     // Other modules' descriptions are still answered from the cache.
     EXPECT_EQ(cache.Get(Handle(kSgd)), sgd);
-    EXPECT_EQ(func_name_queries.load(), queries + 2);
+    EXPECT_EQ(ScriptedFuncNameQueries(), queries + 2);
   }
-  queries = func_name_queries.load();
+  queries = ScriptedFuncNameQueries();
   const KernelInfo* after = cache.Get(Handle(kReused));
   EXPECT_EQ(after->name, "_Z5writePf");
   EXPECT_EQ(cache.Get(Handle(kReused)), after);
-  EXPECT_EQ(func_name_queries.load(), queries + 1);
+  EXPECT_EQ(ScriptedFuncNameQueries(), queries + 1);
   reused_meaning.store(0);
 }
 
@@ -869,19 +806,19 @@ TEST(KernelCacheUnloadTest, ConcurrentLaunchesAndUnloads) {
 TEST(KernelCacheTest, CacheBuiltWhereAnotherWasDestroyedDescribesAgain) {
   std::optional<KernelCache> cache;
   cache.emplace(ScriptedDriver(), /*conservative=*/false);
-  int queries = func_name_queries.load();
+  int queries = ScriptedFuncNameQueries();
   const KernelInfo* first = cache->Get(Handle(kSgdForCacheBug));
-  ASSERT_EQ(func_name_queries.load(), queries + 1)
+  ASSERT_EQ(ScriptedFuncNameQueries(), queries + 1)
       << "a new KernelCache answered from an older one's per-thread memo";
   EXPECT_EQ(first->params[2].access, kRead);
 
   cache.reset();  // frees `first`
   // The same address, now conservative.
   cache.emplace(ScriptedDriver(), /*conservative=*/true);
-  queries = func_name_queries.load();
+  queries = ScriptedFuncNameQueries();
   const KernelInfo* second = cache->Get(Handle(kSgdForCacheBug));
   // Checked before `second` is used: on failure it points at freed memory.
-  ASSERT_EQ(func_name_queries.load(), queries + 1)
+  ASSERT_EQ(ScriptedFuncNameQueries(), queries + 1)
       << "KernelCache::Get answered from the per-thread memo left by the "
          "destroyed cache at the same address (the memo is keyed by `this`), "
          "returning a KernelInfo that cache freed";

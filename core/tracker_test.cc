@@ -29,6 +29,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -36,12 +37,16 @@
 #include "core/buffer_registry.h"
 #include "core/config.h"
 #include "core/driver.h"
+#include "core/scripted_driver_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace stensor {
 namespace {
 
+using testing_support::FindKernel;
+using testing_support::InstallScriptedKernels;
+using testing_support::ScriptedKernel;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
@@ -380,42 +385,19 @@ constexpr uint64_t kGiB = uint64_t{1} << 30;
 const char* const kDeviceNames[] = {"Scripted GPU 0", "Scripted \"GPU\" 1"};
 constexpr uint64_t kDeviceBytes[] = {16 * kGiB, 141 * kGiB};
 
-bool IsSgd(CUfunction f) {
-  const auto h = reinterpret_cast<uintptr_t>(f);
-  return h == kSgdInOrderTest || h == kSgdNoLogTest ||
-         h == kSgdConservativeTest;
-}
+// mlp::sgd_momentum(float*, float*, float const*, float, float, int).
+const std::vector<std::pair<size_t, size_t>> kSgdLayout = {
+    {0, 8}, {8, 8}, {16, 8}, {24, 4}, {28, 4}, {32, 4}};
 
-CUresult FuncGetName(const char** name, CUfunction f) {
-  if (IsSgd(f)) {
-    *name = kSgdName;
-  } else if (reinterpret_cast<uintptr_t>(f) == kOpaque) {
-    *name = "_Z4fillPfi";
-  } else {
-    return CUDA_ERROR_INVALID_HANDLE;
-  }
-  return CUDA_SUCCESS;
-}
-
-CUresult FuncGetParamInfo(CUfunction f, size_t index, size_t* offset,
-                          size_t* size) {
-  if (reinterpret_cast<uintptr_t>(f) == kOpaque)
-    return CUDA_ERROR_NOT_SUPPORTED;
-  if (!IsSgd(f)) return CUDA_ERROR_INVALID_HANDLE;
-  static constexpr size_t kOffsets[] = {0, 8, 16, 24, 28, 32};
-  static constexpr size_t kSizes[] = {8, 8, 8, 4, 4, 4};
-  if (index >= 6) return CUDA_ERROR_INVALID_VALUE;
-  *offset = kOffsets[index];
-  *size = kSizes[index];
-  return CUDA_SUCCESS;
-}
-
-CUresult KernelGetName(const char**, CUkernel) {
-  return CUDA_ERROR_INVALID_HANDLE;
-}
-
-CUresult KernelGetParamInfo(CUkernel, size_t, size_t*, size_t*) {
-  return CUDA_ERROR_INVALID_HANDLE;
+const ScriptedKernel* Scripted(uintptr_t handle, bool is_cukernel) {
+  static const auto* const kernels = new std::vector<ScriptedKernel>{
+      {kSgdInOrderTest, false, kSgdName, kSgdLayout},
+      {kSgdNoLogTest, false, kSgdName, kSgdLayout},
+      {kSgdConservativeTest, false, kSgdName, kSgdLayout},
+      // A driver without the parameter queries.
+      {kOpaque, false, "_Z4fillPfi", {}, 0, CUDA_ERROR_NOT_SUPPORTED},
+  };
+  return FindKernel(*kernels, handle, is_cukernel);
 }
 
 CUresult CtxGetDevice(CUdevice* device) {
@@ -443,10 +425,7 @@ CUresult DeviceTotalMem(size_t* bytes, CUdevice device) {
 const Driver* ScriptedDriver() {
   static const Driver* const driver = [] {
     auto* d = new Driver;  // every other entry point stays null
-    d->cuFuncGetName = &FuncGetName;
-    d->cuFuncGetParamInfo = &FuncGetParamInfo;
-    d->cuKernelGetName = &KernelGetName;
-    d->cuKernelGetParamInfo = &KernelGetParamInfo;
+    InstallScriptedKernels(&Scripted, d);
     d->cuCtxGetDevice = &CtxGetDevice;
     d->cuDeviceGetCount = &DeviceGetCount;
     d->cuDeviceGetName = &DeviceGetName;
