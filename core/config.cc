@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/json.h"
 
 namespace stensor {
 namespace {
@@ -674,62 +675,6 @@ absl::StatusOr<int> LookUpRank(const EnvLookup& getenv) {
   return 0;
 }
 
-// Appends `text` to `out` as the body of a JSON string. Invalid UTF-8 (a
-// path may hold any bytes) becomes U+FFFD so the header stays valid JSON.
-void AppendJsonString(absl::string_view text, std::string* out) {
-  out->push_back('"');
-  size_t i = 0;
-  while (i < text.size()) {
-    const unsigned char c = text[i];
-    if (c == '"' || c == '\\') {
-      out->push_back('\\');
-      out->push_back(c);
-      ++i;
-      continue;
-    }
-    if (c < 0x20 || c == 0x7f) {
-      absl::StrAppendFormat(out, "\\u%04x", static_cast<int>(c));
-      ++i;
-      continue;
-    }
-    if (c < 0x80) {
-      out->push_back(c);
-      ++i;
-      continue;
-    }
-    // The length of the UTF-8 sequence led by `c` and the range its second
-    // byte must fall in (RFC 3629: no overlong forms, no surrogates, nothing
-    // above U+10FFFF).
-    size_t length = 0;
-    unsigned char low = 0x80, high = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf) {
-      length = 2;
-    } else if (c >= 0xe0 && c <= 0xef) {
-      length = 3;
-      if (c == 0xe0) low = 0xa0;
-      if (c == 0xed) high = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-      length = 4;
-      if (c == 0xf0) low = 0x90;
-      if (c == 0xf4) high = 0x8f;
-    }
-    bool valid = length > 0 && i + length <= text.size();
-    for (size_t k = 1; valid && k < length; ++k) {
-      const unsigned char next = text[i + k];
-      valid =
-          k == 1 ? next >= low && next <= high : next >= 0x80 && next <= 0xbf;
-    }
-    if (valid) {
-      out->append(text.data() + i, length);
-      i += length;
-    } else {
-      out->append("\\ufffd");
-      ++i;
-    }
-  }
-  out->push_back('"');
-}
-
 }  // namespace
 
 size_t MemoryAmount::Resolve(size_t total) const {
@@ -813,13 +758,13 @@ std::string Config::Describe() const {
   std::string json = "{";
   for (const Option& option : kOptions) {
     if (json.size() > 1) json.append(", ");
-    AppendJsonString(option.name, &json);
+    AppendJsonString(&json, option.name);
     json.append(": ");
     if (option.is_boolean) {
       // A boolean's canonical text is "on" or "off".
       json.append(option.print(*this) == "on" ? "true" : "false");
     } else {
-      AppendJsonString(option.print(*this), &json);
+      AppendJsonString(&json, option.print(*this));
     }
   }
   json.append("}");

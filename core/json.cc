@@ -7,21 +7,55 @@
 
 namespace stensor {
 
-void AppendJsonString(std::string* out, std::string_view value) {
+void AppendJsonString(std::string* out, std::string_view text) {
   out->push_back('"');
-  for (char c : value) {
-    switch (c) {
-      case '"': out->append("\\\""); break;
-      case '\\': out->append("\\\\"); break;
-      case '\n': out->append("\\n"); break;
-      case '\r': out->append("\\r"); break;
-      case '\t': out->append("\\t"); break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          absl::StrAppendFormat(out, "\\u%04x", static_cast<unsigned char>(c));
-        } else {
-          out->push_back(c);
-        }
+  size_t i = 0;
+  while (i < text.size()) {
+    const unsigned char c = text[i];
+    if (c == '"' || c == '\\') {
+      out->push_back('\\');
+      out->push_back(c);
+      ++i;
+      continue;
+    }
+    if (c < 0x20 || c == 0x7f) {
+      absl::StrAppendFormat(out, "\\u%04x", static_cast<int>(c));
+      ++i;
+      continue;
+    }
+    if (c < 0x80) {
+      out->push_back(c);
+      ++i;
+      continue;
+    }
+    // The length of the UTF-8 sequence led by `c` and the range its second
+    // byte must fall in (RFC 3629: no overlong forms, no surrogates, nothing
+    // above U+10FFFF).
+    size_t length = 0;
+    unsigned char low = 0x80, high = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) {
+      length = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      length = 3;
+      if (c == 0xe0) low = 0xa0;
+      if (c == 0xed) high = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      length = 4;
+      if (c == 0xf0) low = 0x90;
+      if (c == 0xf4) high = 0x8f;
+    }
+    bool valid = length > 0 && i + length <= text.size();
+    for (size_t k = 1; valid && k < length; ++k) {
+      const unsigned char next = text[i + k];
+      valid =
+          k == 1 ? next >= low && next <= high : next >= 0x80 && next <= 0xbf;
+    }
+    if (valid) {
+      out->append(text.data() + i, length);
+      i += length;
+    } else {
+      out->append("\\ufffd");
+      ++i;
     }
   }
   out->push_back('"');

@@ -34,7 +34,9 @@ class JsonLine {
   std::string text_;
 };
 
-// Appends `value` as a JSON string literal, quotes included.
+// Appends `value` as a JSON string literal, quotes included. Control
+// characters and DEL become \u escapes; invalid UTF-8 (a path or a kernel
+// name may hold any bytes) becomes U+FFFD, so a line stays valid JSON.
 void AppendJsonString(std::string* out, std::string_view value);
 
 }  // namespace stensor
