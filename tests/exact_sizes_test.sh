@@ -16,6 +16,8 @@ tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export LD_LIBRARY_PATH=$(cd "$(dirname "$fake")" && pwd)
 stensor=$(cd "$(dirname "$stensor")" && pwd)/$(basename "$stensor")
+source "$(dirname "$0")/preload.bash"
+preload=$(preload_of "$stensor")
 
 granule=$((2 << 20))
 run() {  # run NAME MODE [VAR=value...]: output in NAME.out/.err
@@ -31,9 +33,9 @@ stat() { sed -n "s/^stensor: $2 *\([0-9]*\) .*/\1/p" "$tmp/$1.err"; }
 # bounds: three granules and a little; the 2 MiB + 1000 byte buffer reserves two.
 cap=$((3 * granule + (64 << 10)))
 run bounds-plain bounds
-run bounds-nocap bounds LD_PRELOAD="$stensor"
+run bounds-nocap bounds LD_PRELOAD="$preload"
 for vmm in 1 0; do
-  run "bounds-$vmm" bounds LD_PRELOAD="$stensor" STENSOR_MEMORY_LIMIT=$cap FAKECUDA_HOST_VMM=$vmm
+  run "bounds-$vmm" bounds LD_PRELOAD="$preload" STENSOR_MEMORY_LIMIT=$cap FAKECUDA_HOST_VMM=$vmm
   (( $(stat "bounds-$vmm" "swap-outs copied") >= 1 )) || fail "bounds-$vmm: nothing was swapped out"
   (( $(peak "bounds-$vmm") <= cap )) || fail "bounds-$vmm: peak $(peak "bounds-$vmm") above the cap $cap"
 done
@@ -43,7 +45,7 @@ cap=$((8 * granule))
 run vmm-plain vmm
 grep -qx "created 16" "$tmp/vmm-plain.out" || fail "vmm without stensor: $(head -1 "$tmp/vmm-plain.out")"
 for vmm in 1 0; do
-  run "vmm-$vmm" vmm LD_PRELOAD="$stensor" STENSOR_MEMORY_LIMIT=$cap FAKECUDA_HOST_VMM=$vmm
+  run "vmm-$vmm" vmm LD_PRELOAD="$preload" STENSOR_MEMORY_LIMIT=$cap FAKECUDA_HOST_VMM=$vmm
   grep -qx "created 8" "$tmp/vmm-$vmm.out" || fail "vmm-$vmm: $(head -1 "$tmp/vmm-$vmm.out"), want created 8"
   (( $(peak "vmm-$vmm") <= cap )) || fail "vmm-$vmm: peak $(peak "vmm-$vmm") above the cap $cap"
   (( $(stat "vmm-$vmm" "swap-outs copied") >= 4 )) || fail "vmm-$vmm: the buffers were not swapped out to make room"
@@ -54,7 +56,7 @@ cap=$((3 * granule + (64 << 10)))
 run pin-plain pin
 for vmm in 1 0; do
   log=$tmp/pin-$vmm.jsonl
-  run "pin-$vmm" pin LD_PRELOAD="$stensor" STENSOR_MEMORY_LIMIT=$cap FAKECUDA_HOST_VMM=$vmm \
+  run "pin-$vmm" pin LD_PRELOAD="$preload" STENSOR_MEMORY_LIMIT=$cap FAKECUDA_HOST_VMM=$vmm \
     STENSOR_ACCESS_LOG="$log"
   (( $(grep -c "stays on the device for good" "$tmp/pin-$vmm.err") == 2 )) ||
     fail "pin-$vmm: want two warnings on stderr"

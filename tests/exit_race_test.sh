@@ -9,12 +9,14 @@ tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export LD_LIBRARY_PATH=$(cd "$(dirname "$fake")" && pwd)
 stensor=$(cd "$(dirname "$stensor")" && pwd)/$(basename "$stensor")
+source "$(dirname "$0")/preload.bash"
+preload=$(preload_of "$stensor")
 
 for cap in "" 12MiB; do
   for i in $(seq 1 15); do
     status=0
     timeout 60 env STENSOR_MEMORY_LIMIT=$cap STENSOR_STATS=1 STENSOR_ACCESS_LOG="$tmp/log.jsonl" \
-      LD_PRELOAD="$stensor" "$prog" "$kernels" $((i * 3)) > /dev/null 2> "$tmp/err" || status=$?
+      LD_PRELOAD="$preload" "$prog" "$kernels" $((i * 3)) > /dev/null 2> "$tmp/err" || status=$?
     (( status == 0 )) || fail "cap '$cap', run $i: exit status $status: $(tail -3 "$tmp/err")"
     python3 - "$tmp/log.jsonl" <<'PY' || fail "cap '$cap', run $i: $(tail -c 300 "$tmp/log.jsonl")"
 import json, sys

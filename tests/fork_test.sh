@@ -11,6 +11,8 @@ tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export LD_LIBRARY_PATH=$(cd "$(dirname "$fake")" && pwd)
 stensor=$(cd "$(dirname "$stensor")" && pwd)/$(basename "$stensor")
+source "$(dirname "$0")/preload.bash"
+preload=$(preload_of "$stensor")
 
 check_log() {  # check_log FILE: one header, one end, valid JSON lines, no repeats
   python3 - "$1" <<'PY' || fail "$1: $(tail -c 300 "$1")"
@@ -28,7 +30,7 @@ PY
 for cap in "" 12MiB; do
   for i in $(seq 1 10); do
     rm -f "$tmp"/log.* "$tmp/child.err"
-    STENSOR_MEMORY_LIMIT=$cap STENSOR_STATS=1 STENSOR_ACCESS_LOG="$tmp/log.%p" LD_PRELOAD="$stensor" \
+    STENSOR_MEMORY_LIMIT=$cap STENSOR_STATS=1 STENSOR_ACCESS_LOG="$tmp/log.%p" LD_PRELOAD="$preload" \
       "$prog" "$tmp/child.err" > "$tmp/out" 2> "$tmp/err" || { cat "$tmp/err" >&2; fail "cap '$cap': run $i failed"; }
     [[ $(cat "$tmp/out") == ok ]] || fail "cap '$cap': $(cat "$tmp/out")"
     logs=("$tmp"/log.*)
@@ -43,7 +45,7 @@ for cap in "" 12MiB; do
 done
 
 # One path for every process: only the parent writes it.
-STENSOR_ACCESS_LOG="$tmp/single.jsonl" LD_PRELOAD="$stensor" "$prog" "$tmp/child.err" > "$tmp/out" 2> "$tmp/err" ||
+STENSOR_ACCESS_LOG="$tmp/single.jsonl" LD_PRELOAD="$preload" "$prog" "$tmp/child.err" > "$tmp/out" 2> "$tmp/err" ||
   { cat "$tmp/err" >&2; fail "single log: failed"; }
 check_log "$tmp/single.jsonl"
 grep -q 'a child of fork() writes no access log' "$tmp/child.err" ||

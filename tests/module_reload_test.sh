@@ -11,6 +11,8 @@ tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export LD_LIBRARY_PATH=$(cd "$(dirname "$fake")" && pwd)
 stensor=$(cd "$(dirname "$stensor")" && pwd)/$(basename "$stensor")
+source "$(dirname "$0")/preload.bash"
+preload=$(preload_of "$stensor")
 
 "$reload" "$module_a" "$module_b" > "$tmp/plain.out" || fail "without stensor: exit $?"
 
@@ -18,7 +20,7 @@ cap=$(( (4 << 20) + (64 << 10) ))
 for vmm in 1 0; do
   status=0
   FAKECUDA_HOST_VMM=$vmm STENSOR_POLICY=version STENSOR_STATS=1 STENSOR_MEMORY_LIMIT=$cap \
-    STENSOR_ACCESS_LOG="$tmp/log-$vmm.jsonl" LD_PRELOAD="$stensor" \
+    STENSOR_ACCESS_LOG="$tmp/log-$vmm.jsonl" LD_PRELOAD="$preload" \
     "$reload" "$module_a" "$module_b" > "$tmp/$vmm.out" 2> "$tmp/$vmm.err" || status=$?
   (( status == 0 )) || { cat "$tmp/$vmm.err" >&2; fail "host VMM $vmm: exit $status"; }
   grep -q "cuLibraryUnload not supported" "$tmp/$vmm.out" || fail "host VMM $vmm: cuLibraryUnload hook not reached"

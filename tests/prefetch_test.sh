@@ -14,6 +14,8 @@ tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export LD_LIBRARY_PATH=$(cd "$(dirname "$fake")" && pwd)
 stensor=$(cd "$(dirname "$stensor")" && pwd)/$(basename "$stensor")
+source "$(dirname "$0")/preload.bash"
+preload=$(preload_of "$stensor")
 steps=16
 
 "$train" --steps $steps > "$tmp/plain.txt"
@@ -24,7 +26,7 @@ run() {  # run NAME PROGRAM WANT CAP PREFETCH POLICY [VAR=value...]: stats in NA
   local name=$1 program=$2 expect=$3 cap=$4 prefetch=$5 policy=$6
   shift 6
   env "$@" FAKECUDA_REPORT_PEAK=1 STENSOR_POLICY=$policy STENSOR_PREFETCH=$prefetch STENSOR_STATS=1 \
-    STENSOR_MEMORY_LIMIT=$cap LD_PRELOAD="$stensor" $program > "$tmp/$name.out" 2> "$tmp/$name.err" ||
+    STENSOR_MEMORY_LIMIT=$cap LD_PRELOAD="$preload" $program > "$tmp/$name.out" 2> "$tmp/$name.err" ||
     { cat "$tmp/$name.err" >&2; fail "$name: $program failed"; }
   [[ $(tail -n 1 "$tmp/$name.out") == "$expect" ]] ||
     fail "$name: $(tail -n 1 "$tmp/$name.out"), want $expect"

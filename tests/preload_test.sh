@@ -12,9 +12,11 @@ tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export LD_LIBRARY_PATH=$(cd "$(dirname "$fake")" && pwd)
 stensor=$(cd "$(dirname "$stensor")" && pwd)/$(basename "$stensor")
+source "$(dirname "$0")/preload.bash"
+preload=$(preload_of "$stensor")
 
 "$train" --steps 5 > "$tmp/plain.txt"
-STENSOR_ACCESS_LOG="$tmp/log-%p.jsonl" LD_PRELOAD="$stensor" "$train" --steps 5 > "$tmp/preloaded.txt"
+STENSOR_ACCESS_LOG="$tmp/log-%p.jsonl" LD_PRELOAD="$preload" "$train" --steps 5 > "$tmp/preloaded.txt"
 cmp "$tmp/plain.txt" "$tmp/preloaded.txt" || { diff "$tmp/plain.txt" "$tmp/preloaded.txt" >&2; fail "output differs under the preload"; }
 logs=("$tmp"/log-*.jsonl)
 (( ${#logs[@]} == 1 )) || fail "expected one access log, found ${#logs[@]}"
@@ -25,14 +27,14 @@ python3 "$checker" "${logs[0]}" 5
 # uses CUDA, runs unaffected and writes no log of its own.
 fakedir=$LD_LIBRARY_PATH
 mkdir -p "$tmp/shell"
-env -u LD_LIBRARY_PATH STENSOR_ACCESS_LOG="$tmp/shell/log-%p.jsonl" LD_PRELOAD="$stensor" \
+env -u LD_LIBRARY_PATH STENSOR_ACCESS_LOG="$tmp/shell/log-%p.jsonl" LD_PRELOAD="$preload" \
   bash -c 'export LD_LIBRARY_PATH="$1"; exec "$2" --steps 5' _ "$fakedir" "$train" > "$tmp/shell.txt"
 cmp -s "$tmp/plain.txt" "$tmp/shell.txt" || fail "output differs when the preload starts in a shell"
 shell_logs=("$tmp"/shell/log-*.jsonl)
 (( ${#shell_logs[@]} == 1 )) || fail "expected one access log (the trainer's), found ${#shell_logs[@]}"
 
 # Conservative inference: every pointer parameter is written.
-STENSOR_WRITE_INFERENCE=conservative STENSOR_ACCESS_LOG="$tmp/cons.jsonl" LD_PRELOAD="$stensor" "$train" --steps 1 > /dev/null
+STENSOR_WRITE_INFERENCE=conservative STENSOR_ACCESS_LOG="$tmp/cons.jsonl" LD_PRELOAD="$preload" "$train" --steps 1 > /dev/null
 python3 - "$tmp/cons.jsonl" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
@@ -42,13 +44,13 @@ for line in open(sys.argv[1]):
 PY
 
 "$runtime_path"
-LD_PRELOAD="$stensor" "$runtime_path" --expect-hooks libstensor.so
+LD_PRELOAD="$preload" "$runtime_path" --expect-hooks libstensor.so
 
 bad=$(nm -D --defined-only "$stensor" | awk '{print $NF}' | grep -v -E '^(cu[A-Za-z0-9_]+|dlsym)$' || true)
 [[ -z $bad ]] || fail "libstensor.so exports more than C hooks: $(echo $bad | head -c 300)"
 if ldd "$stensor" | grep -E 'spdlog|fmt'; then fail "libstensor.so links spdlog or fmt dynamically"; fi
 
-if STENSOR_POLICY=sometimes LD_PRELOAD="$stensor" "$train" --steps 1 > "$tmp/out.txt" 2> "$tmp/err.txt"; then
+if STENSOR_POLICY=sometimes LD_PRELOAD="$preload" "$train" --steps 1 > "$tmp/out.txt" 2> "$tmp/err.txt"; then
   fail "an invalid STENSOR_POLICY was accepted"
 fi
 [[ ! -s $tmp/out.txt ]] || fail "the program ran despite an invalid setting"
@@ -59,7 +61,7 @@ grep -q 'STENSOR_POLICY="sometimes"' "$tmp/err.txt" || fail "the error does not 
 # nothing: one line at the first CUDA call, never a run on which every call
 # fails unexplained.
 for lib in libm.so.6 "$tmp/no-such-libcuda.so"; do
-  if STENSOR_REAL_LIBCUDA=$lib LD_PRELOAD="$stensor" "$train" --steps 1 > "$tmp/out.txt" 2> "$tmp/err.txt"; then
+  if STENSOR_REAL_LIBCUDA=$lib LD_PRELOAD="$preload" "$train" --steps 1 > "$tmp/out.txt" 2> "$tmp/err.txt"; then
     fail "STENSOR_REAL_LIBCUDA=$lib was accepted"
   fi
   (( $(wc -l < "$tmp/err.txt") == 1 )) || { cat "$tmp/err.txt" >&2; fail "$lib: expected one line on stderr"; }

@@ -11,13 +11,15 @@ tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export LD_LIBRARY_PATH=$(cd "$(dirname "$fake")" && pwd)
 stensor=$(cd "$(dirname "$stensor")" && pwd)/$(basename "$stensor")
+source "$(dirname "$0")/preload.bash"
+preload=$(preload_of "$stensor")
 
 ws=$("$train" --steps 1 | sed -n 's/^working_set \([0-9]*\)$/\1/p')
 cap=$((ws * 40 / 100))
 
 start() {  # start LOG: mlp_train in the background until killed; sets $pid
   rm -f "$1"
-  STENSOR_MEMORY_LIMIT=$cap STENSOR_STATS=1 STENSOR_ACCESS_LOG="$1" LD_PRELOAD="$stensor" \
+  STENSOR_MEMORY_LIMIT=$cap STENSOR_STATS=1 STENSOR_ACCESS_LOG="$1" LD_PRELOAD="$preload" \
     "$train" --steps 1000000 > /dev/null 2> "$tmp/err" &
   pid=$!
   # Until its log shows it is training (written within 100 ms of each record).

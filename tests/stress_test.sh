@@ -14,8 +14,9 @@
 # byte). Every run exits 0 and, where nothing failed, prints the uncapped
 # checksum.
 #
-#   stress_test.sh STRESS FAKE_LIBCUDA LIBSTENSOR KERNELS [--long]
+#   stress_test.sh STRESS FAKE_LIBCUDA LIBSTENSOR KERNELS [--long|--short]
 # --long (by hand): 20 seeds of 2,000 operations, four threads.
+# --short (under the sanitizers, scripts/test.sh): one seed, fewer runs.
 set -euo pipefail
 prog=$1 fake=$2 stensor=$3 kernels=$4
 long=${5:-}
@@ -23,9 +24,16 @@ tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export LD_LIBRARY_PATH=$(cd "$(dirname "$fake")" && pwd)
 stensor=$(cd "$(dirname "$stensor")" && pwd)/$(basename "$stensor")
+source "$(dirname "$0")/preload.bash"
+preload=$(preload_of "$stensor")
 
+fns="cuMemcpyDtoDAsync_v2 cuMemcpyHtoDAsync_v2 cuMemMap cuMemCreate cuEventRecord
+  cuStreamWaitEvent cuLaunchKernel cuMemUnmap"
 if [[ $long == --long ]]; then
   seeds=$(seq -s " " 1 20) threads=4 ops=2000 ws=$((96 << 20)) fault_ops=1000
+elif [[ $long == --short ]]; then
+  seeds=1 threads=3 ops=100 ws=$((72 << 20)) fault_ops=60
+  fns="cuMemcpyDtoDAsync_v2 cuMemMap cuEventRecord"
 else
   seeds="1 2" threads=3 ops=150 ws=$((72 << 20)) fault_ops=100
 fi
@@ -72,7 +80,7 @@ for seed in $seeds; do
   min_cap=$(sed -n 's/.* min_cap \([0-9]*\)$/\1/p' "$tmp/plain-$seed.out")
   (( min_cap <= ws / 2 )) || fail "min_cap $min_cap above half the working set $ws"
   grep -q "alloc_oom [1-9]" "$tmp/plain-$seed.out" && fail "plain-$seed: out of memory uncapped"
-  capped=("LD_PRELOAD=$stensor" STENSOR_STATS=1)
+  capped=("LD_PRELOAD=$preload" STENSOR_STATS=1)
   for run in $min_cap:off $((ws / 2)):on; do
     cap=${run%:*} prefetch=${run#*:}
     spawn "cap-$seed-$cap-$prefetch" "$seed" $ops "${capped[@]}" STENSOR_MEMORY_LIMIT=$cap \
@@ -93,16 +101,20 @@ done
 
 seed=${seeds%% *}
 want=$(checksum "plain-$seed")
-base=("LD_PRELOAD=$stensor" STENSOR_MEMORY_LIMIT=$min_cap)
+base=("LD_PRELOAD=$preload" STENSOR_MEMORY_LIMIT=$min_cap)
+others="link novmm lru"
+[[ $long == --short ]] && others=link
 spawn link "$seed" $ops "${base[@]}" FAKECUDA_LINK=4 --
-spawn novmm "$seed" $ops "${base[@]}" FAKECUDA_HOST_VMM=0 --
-spawn lru "$seed" $ops "${base[@]}" STENSOR_POLICY=lru --
+if [[ $others != link ]]; then
+  spawn novmm "$seed" $ops "${base[@]}" FAKECUDA_HOST_VMM=0 --
+  spawn lru "$seed" $ops "${base[@]}" STENSOR_POLICY=lru --
+fi
 # Below min_cap: operations may fail with out of memory (2); none may
 # leave a wrong byte.
-spawn tight "$seed" $ops "LD_PRELOAD=$stensor" STENSOR_MEMORY_LIMIT=$((ws * 30 / 100)) -- \
+spawn tight "$seed" $ops "LD_PRELOAD=$preload" STENSOR_MEMORY_LIMIT=$((ws * 30 / 100)) -- \
   --tolerate 2
 drain
-for name in link novmm lru; do
+for name in $others; do
   [[ $(checksum $name) == "$want" ]] || fail "$name: $(checksum $name), want $want"
 done
 
@@ -110,8 +122,6 @@ done
 # and in: device-to-device with host-located VMM; maps, events) and in the
 # program's own: each at its 3rd call and half way through a run without
 # faults (whose call counts the fake reports).
-fns="cuMemcpyDtoDAsync_v2 cuMemcpyHtoDAsync_v2 cuMemMap cuMemCreate cuEventRecord
-  cuStreamWaitEvent cuLaunchKernel cuMemUnmap"
 stress probe "$seed" $fault_ops "${base[@]}" FAKECUDA_REPORT_CALLS=$(echo $fns | tr ' ' ,) --
 fault_runs=0
 for fn in $fns; do

@@ -14,6 +14,8 @@ tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export LD_LIBRARY_PATH=$(cd "$(dirname "$fake")" && pwd)
 stensor=$(cd "$(dirname "$stensor")" && pwd)/$(basename "$stensor")
+source "$(dirname "$0")/preload.bash"
+preload=$(preload_of "$stensor")
 steps=2
 
 "$train" --steps $steps > "$tmp/plain.txt"
@@ -24,7 +26,7 @@ cap=$((ws * 40 / 100))
 one() {  # one VMM SYMBOL NTH: prints "recovered", "error" or fails
   local vmm=$1 sym=$2 nth=$3 name="$1-$2-$3" rc=0
   FAKECUDA_HOST_VMM=$vmm FAKECUDA_FAIL="$sym:$nth:999" STENSOR_MEMORY_LIMIT=$cap \
-    LD_PRELOAD="$stensor" "$train" --steps $steps > "$tmp/$name.out" 2> "$tmp/$name.err" || rc=$?
+    LD_PRELOAD="$preload" "$train" --steps $steps > "$tmp/$name.out" 2> "$tmp/$name.err" || rc=$?
   if (( rc == 0 )); then
     [[ $(tail -n 1 "$tmp/$name.out") == "$want" ]] ||
       { echo "FAIL $name: $(tail -n 1 "$tmp/$name.out"), want $want"; return; }

@@ -13,6 +13,8 @@ tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export LD_LIBRARY_PATH=$(cd "$(dirname "$fake")" && pwd)
 stensor=$(cd "$(dirname "$stensor")" && pwd)/$(basename "$stensor")
+source "$(dirname "$0")/preload.bash"
+preload=$(preload_of "$stensor")
 
 "$train" > "$tmp/plain.txt"
 want=$(tail -n 1 "$tmp/plain.txt")
@@ -28,7 +30,7 @@ smallest=14000000
 run() {  # run NAME CAP HOST_VMM POLICY: stats and peak in NAME.err
   local name=$1 cap=$2 vmm=$3 policy=$4
   FAKECUDA_HOST_VMM=$vmm FAKECUDA_REPORT_PEAK=1 STENSOR_POLICY=$policy STENSOR_STATS=1 \
-    STENSOR_MEMORY_LIMIT=$cap LD_PRELOAD="$stensor" "$train" > "$tmp/$name.out" 2> "$tmp/$name.err" ||
+    STENSOR_MEMORY_LIMIT=$cap LD_PRELOAD="$preload" "$train" > "$tmp/$name.out" 2> "$tmp/$name.err" ||
     { cat "$tmp/$name.err" >&2; fail "$name: mlp_train failed"; }
   [[ $(tail -n 1 "$tmp/$name.out") == "$want" ]] || fail "$name: $(tail -n 1 "$tmp/$name.out"), want $want"
   local peak
@@ -67,7 +69,7 @@ done
 "$train" --threads 4 --steps 10 > "$tmp/threads.txt"
 tws=$(head -n 1 "$tmp/threads.txt" | cut -d' ' -f2)
 tcap=$((tws * 40 / 100))
-FAKECUDA_REPORT_PEAK=1 STENSOR_STATS=1 STENSOR_MEMORY_LIMIT=$tcap LD_PRELOAD="$stensor" \
+FAKECUDA_REPORT_PEAK=1 STENSOR_STATS=1 STENSOR_MEMORY_LIMIT=$tcap LD_PRELOAD="$preload" \
   "$train" --threads 4 --steps 10 > "$tmp/threads-capped.txt" 2> "$tmp/threads.err" ||
   { cat "$tmp/threads.err" >&2; fail "four threads under a shared cap failed"; }
 cmp -s "$tmp/threads.txt" "$tmp/threads-capped.txt" || fail "four threads: output differs under the cap"
@@ -76,14 +78,14 @@ tpeak=$(sed -n 's/^fakecuda: device 0 peak \([0-9]*\) bytes$/\1/p' "$tmp/threads
 (( $(stat threads "swap-outs copied") > 0 )) || fail "four threads: nothing was swapped"
 
 # Below the smallest cap: an out-of-memory error from the driver call, no crash.
-if STENSOR_MEMORY_LIMIT=13000000 LD_PRELOAD="$stensor" "$train" > /dev/null 2> "$tmp/oom.err"; then
+if STENSOR_MEMORY_LIMIT=13000000 LD_PRELOAD="$preload" "$train" > /dev/null 2> "$tmp/oom.err"; then
   fail "13,000,000 bytes should not be enough"
 fi
 grep -q "CUDA_ERROR_OUT_OF_MEMORY" "$tmp/oom.err" || { cat "$tmp/oom.err" >&2; fail "expected an out-of-memory error"; }
 
 # A pointer stensor cannot see, into a swapped-out buffer.
 cap=$(( (4 << 20) + (64 << 10) ))
-STENSOR_STATS=1 STENSOR_MEMORY_LIMIT=$cap LD_PRELOAD="$stensor" "$indirect" "$kernels" > "$tmp/ind.out" 2> "$tmp/ind.err" ||
+STENSOR_STATS=1 STENSOR_MEMORY_LIMIT=$cap LD_PRELOAD="$preload" "$indirect" "$kernels" > "$tmp/ind.out" 2> "$tmp/ind.err" ||
   { cat "$tmp/ind.out" "$tmp/ind.err" >&2; fail "indirect read with host-located VMM"; }
 (( $(stat ind "swap-outs copied") >= 1 )) || fail "the indirect test did not swap its buffer out"
 echo "PASS ($(cat "$tmp/ind.out") through a pointer in device memory)"

@@ -13,6 +13,8 @@ tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export LD_LIBRARY_PATH=$(cd "$(dirname "$fake")" && pwd)
 stensor=$(cd "$(dirname "$stensor")" && pwd)/$(basename "$stensor")
+source "$(dirname "$0")/preload.bash"
+preload=$(preload_of "$stensor")
 
 "$train" "$kernels" > "$tmp/plain.txt"
 want=$(tail -n 1 "$tmp/plain.txt")
@@ -28,7 +30,7 @@ run() {  # run NAME CAP HOST_VMM POLICY WANT [ARGS...]
   local name=$1 cap=$2 vmm=$3 policy=$4 expect=$5
   shift 5
   FAKECUDA_HOST_VMM=$vmm FAKECUDA_REPORT_PEAK=1 STENSOR_POLICY=$policy STENSOR_STATS=1 \
-    STENSOR_MEMORY_LIMIT=$cap LD_PRELOAD="$stensor" "$train" "$kernels" "$@" \
+    STENSOR_MEMORY_LIMIT=$cap LD_PRELOAD="$preload" "$train" "$kernels" "$@" \
     > "$tmp/$name.out" 2> "$tmp/$name.err" ||
     { tail -n 20 "$tmp/$name.err" >&2; fail "$name: table_train failed"; }
   [[ $(tail -n 1 "$tmp/$name.out") == "$expect" ]] ||
@@ -68,7 +70,7 @@ for cap in $((ws)) $((ws * 40 / 100)) $smallest; do
   run "pageable-$cap" $cap 1 version "$want" --last-table pageable
 done
 run "pageable-novmm" $((ws + (1 << 20))) 0 version "$want" --last-table pageable
-if FAKECUDA_HOST_VMM=0 STENSOR_MEMORY_LIMIT=$((ws * 40 / 100)) LD_PRELOAD="$stensor" \
+if FAKECUDA_HOST_VMM=0 STENSOR_MEMORY_LIMIT=$((ws * 40 / 100)) LD_PRELOAD="$preload" \
     "$train" "$kernels" --last-table pageable > /dev/null 2> "$tmp/pageable-oom.err"; then
   fail "an unknown table without host VMM cannot fit 40 %"
 fi
@@ -82,7 +84,7 @@ grep -q "host_table_add.*CUDA_ERROR_OUT_OF_MEMORY\|cuLaunchKernel.*CUDA_ERROR_OU
 # wrong result.
 for fn in cuStreamSynchronize cuMemcpyDtoH_v2; do
   for n in 1 2 3 4 5 6; do
-    if FAKECUDA_FAIL=$fn:$n STENSOR_MEMORY_LIMIT=$((ws * 40 / 100)) LD_PRELOAD="$stensor" \
+    if FAKECUDA_FAIL=$fn:$n STENSOR_MEMORY_LIMIT=$((ws * 40 / 100)) LD_PRELOAD="$preload" \
         "$train" "$kernels" > "$tmp/fail.out" 2> "$tmp/fail.err"; then
       [[ $(tail -n 1 "$tmp/fail.out") == "$want" ]] || fail "$fn:$n: wrong result $(tail -n 1 "$tmp/fail.out")"
     else
@@ -100,7 +102,7 @@ for vmm in 1 0; do
 done
 
 # Below the smallest cap: a clean out-of-memory error, no crash.
-if STENSOR_MEMORY_LIMIT=12500000 LD_PRELOAD="$stensor" "$train" "$kernels" > /dev/null 2> "$tmp/oom.err"; then
+if STENSOR_MEMORY_LIMIT=12500000 LD_PRELOAD="$preload" "$train" "$kernels" > /dev/null 2> "$tmp/oom.err"; then
   fail "12,500,000 bytes should not be enough"
 fi
 grep -q "CUDA_ERROR_OUT_OF_MEMORY" "$tmp/oom.err" || { cat "$tmp/oom.err" >&2; fail "expected an out-of-memory error"; }
@@ -108,7 +110,7 @@ grep -q "CUDA_ERROR_OUT_OF_MEMORY" "$tmp/oom.err" || { cat "$tmp/oom.err" >&2; f
 # The access log: tables found in copies, table references on launches,
 # device-written tables read back, and the one table in memory nobody
 # tracks marked unknown.
-STENSOR_ACCESS_LOG="$tmp/log.jsonl" STENSOR_MEMORY_LIMIT=$smallest LD_PRELOAD="$stensor" \
+STENSOR_ACCESS_LOG="$tmp/log.jsonl" STENSOR_MEMORY_LIMIT=$smallest LD_PRELOAD="$preload" \
   "$train" "$kernels" --steps 2 --last-table pageable > /dev/null
 python3 - "$tmp/log.jsonl" <<'EOF'
 import json, sys

@@ -13,6 +13,8 @@ tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export LD_LIBRARY_PATH=$(cd "$(dirname "$fake")" && pwd)
 stensor=$(cd "$(dirname "$stensor")" && pwd)/$(basename "$stensor")
+source "$(dirname "$0")/preload.bash"
+preload=$(preload_of "$stensor")
 stat() { sed -n "s/^stensor: $2 *\([0-9]*\) .*/\1/p" "$tmp/$1.err"; }
 
 "$program" "$module" > "$tmp/plain.out"
@@ -21,7 +23,7 @@ cap=$(( (4 << 20) + (64 << 10) ))
 
 run() {  # run NAME VERIFY HOST_VMM
   FAKECUDA_HOST_VMM=$3 STENSOR_VERIFY=$2 STENSOR_POLICY=version STENSOR_STATS=1 \
-    STENSOR_MEMORY_LIMIT=$cap STENSOR_ACCESS_LOG="$tmp/$1.jsonl" LD_PRELOAD="$stensor" \
+    STENSOR_MEMORY_LIMIT=$cap STENSOR_ACCESS_LOG="$tmp/$1.jsonl" LD_PRELOAD="$preload" \
     "$program" "$module" > "$tmp/$1.out" 2> "$tmp/$1.err" ||
     { cat "$tmp/$1.err" >&2; fail "$1: exit $?"; }
 }
@@ -55,7 +57,7 @@ done
 ws=$(head -n 1 "$tmp/train.txt" | cut -d' ' -f2)
 for mode in off copy hash; do
   STENSOR_VERIFY=$mode STENSOR_STATS=1 STENSOR_MEMORY_LIMIT=$((ws * 40 / 100)) \
-    LD_PRELOAD="$stensor" "$train" --steps 10 > "$tmp/train-$mode.txt" 2> "$tmp/train-$mode.err" ||
+    LD_PRELOAD="$preload" "$train" --steps 10 > "$tmp/train-$mode.txt" 2> "$tmp/train-$mode.err" ||
     { cat "$tmp/train-$mode.err" >&2; fail "mlp_train under verify=$mode failed"; }
   cmp -s "$tmp/train.txt" "$tmp/train-$mode.txt" || fail "mlp_train: output differs under verify=$mode"
   if [[ $mode != off ]]; then

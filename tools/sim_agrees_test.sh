@@ -13,6 +13,8 @@ tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export LD_LIBRARY_PATH=$(cd "$(dirname "$fake")" && pwd)
 lib=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
+source "$(dirname "$0")/../tests/preload.bash"
+lib=$(preload_of "$lib")
 
 STENSOR_ACCESS_LOG="$tmp/uncapped.jsonl" LD_PRELOAD="$lib" "$train" --steps 20 > "$tmp/uncapped.out"
 "$sim" sim "$tmp/uncapped.jsonl" --limit 40% --policy version > "$tmp/uncapped.sim" ||

@@ -10,6 +10,8 @@ train=$1
 # As scripts/with-fake-gpu does: the binary names no path to its driver.
 export LD_LIBRARY_PATH=$(cd "$(dirname "$2")" && pwd)
 stensor=$(cd "$(dirname "$3")" && pwd)/$(basename "$3")
+source "$(dirname "$0")/../../tests/preload.bash"
+preload=$(preload_of "$stensor")
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 steps=6
@@ -45,7 +47,7 @@ cmp -s <(grep -v '^step_time ' "$tmp/times.txt") "$tmp/run1.txt" || fail "--step
 # with swapping, within the cap, and an access log to read.
 cap=$((ws / 2))
 FAKECUDA_REPORT_PEAK=1 STENSOR_STATS=1 STENSOR_MEMORY_LIMIT=$cap STENSOR_ACCESS_LOG="$tmp/log.jsonl" \
-  LD_PRELOAD="$stensor" "$train" --steps $steps > "$tmp/capped.txt" 2> "$tmp/capped.err" ||
+  LD_PRELOAD="$preload" "$train" --steps $steps > "$tmp/capped.txt" 2> "$tmp/capped.err" ||
   { cat "$tmp/capped.err" >&2; fail "transformer_train failed under a cap of $cap bytes"; }
 cmp -s "$tmp/capped.txt" "$tmp/run1.txt" || { diff "$tmp/run1.txt" "$tmp/capped.txt" >&2; fail "output under a 50 % cap differs"; }
 swapped=$(sed -n 's/^stensor: swap-outs copied *\([0-9]*\) .*/\1/p' "$tmp/capped.err")
