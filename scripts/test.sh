@@ -12,6 +12,18 @@ trap 'rm -f "$log"' EXIT
 bazel test //... "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 
+# A short stress run (every byte checked, faults injected, preloaded) under
+# AddressSanitizer and ThreadSanitizer. Each builds into its own output
+# directory (.bazelrc) and leaves bazel-bin pointing at the normal build.
+# STENSOR_TEST_SANITIZERS=0 skips them (e.g. when iterating).
+if [[ ${STENSOR_TEST_SANITIZERS:-1} != 0 ]]; then
+  for config in asan tsan; do
+    bazel test --config=$config --symlink_prefix=/ //tests:stress_short_test "$@" 2>&1 |
+      sed "s|^//tests:stress_short_test |//tests:stress_short_test[$config] |" | tee -a "$log"
+    ((PIPESTATUS[0] == 0)) || rc=1
+  done
+fi
+
 # One plain closing line for CI: counted from Bazel's per-target summary.
 passed=$(grep -Ec '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
 failed=$(grep -Ec '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|FLAKY|INCOMPLETE|NO STATUS|FAILED TO BUILD)' "$log")

@@ -384,8 +384,14 @@ TEST_F(FakeCudaTimeTest, OnlyCopiesBetweenHostAndDeviceMemoryCrossTheLink) {
     Clock::time_point start = Clock::now();
     ASSERT_CU(u.run()) << u.name;
     ASSERT_CU(cuCtxSynchronize()) << u.name;
-    // The memmove alone, warm: far below the modelled time.
+    // The memmove alone, warm: far below the modelled time. A sanitizer's
+    // instrumented copy runs several times slower (150 ms seen under ASan on
+    // a loaded machine), yet a copy the link timed can never end before kT.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    EXPECT_LT(MsSince(start), kT) << u.name;
+#else
     EXPECT_LT(MsSince(start), kT / 2) << u.name;
+#endif
   }
   Clock::time_point start = Clock::now();
   ASSERT_CU(cuMemcpyDtoD_v2(a, va, kH2D));
