@@ -16,7 +16,8 @@
 #
 #   stress_test.sh STRESS FAKE_LIBCUDA LIBSTENSOR KERNELS [--long|--short]
 # --long (by hand): 20 seeds of 2,000 operations, four threads.
-# --short (under the sanitizers, scripts/test.sh): one seed, fewer runs.
+# --short (under the sanitizers, scripts/test.sh): one seed, fewer runs,
+# three calls failed half way through.
 set -euo pipefail
 prog=$1 fake=$2 stensor=$3 kernels=$4
 long=${5:-}
@@ -127,7 +128,9 @@ fault_runs=0
 for fn in $fns; do
   calls=$(sed -n "s/^fakecuda: calls $fn \([0-9]*\)$/\1/p" "$tmp/probe.err")
   (( ${calls:-0} >= 6 )) || fail "probe: only ${calls:-0} calls of $fn"
-  for nth in 3 $((calls / 2)); do
+  nths="3 $((calls / 2))"
+  [[ $long == --short ]] && nths=$((calls / 2))
+  for nth in $nths; do
     spawn "fail-$fn-$nth" "$seed" $fault_ops "${base[@]}" FAKECUDA_FAIL=$fn:$nth -- \
       --tolerate $unknown
     fault_runs=$((fault_runs + 1))
