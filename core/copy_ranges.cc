@@ -45,6 +45,10 @@ CopySide Side(CUmemorytype type, const void* host, CUdeviceptr device, uint64_t 
 }
 
 // CUDA_MEMCPY3D and CUDA_MEMCPY3D_PEER share these field names.
+// The first byte is where the driver documents it, (Z * height + Y) * pitch
+// + X with the side's height as given (0 is allowed when Depth is 1); the
+// extent takes a height of 0 as Height, so that a descriptor the driver
+// refuses (Depth > 1 needs height >= Height + Y) still spans its rows.
 template <typename Params>
 CopyRanges Of3D(const Params& p) {
   const uint64_t src_slice = p.srcHeight != 0 ? p.srcHeight : p.Height;
@@ -52,10 +56,10 @@ CopyRanges Of3D(const Params& p) {
   CopyRanges r;
   r.kind = CopyKindOf(MemoryKindOf(p.srcMemoryType), MemoryKindOf(p.dstMemoryType));
   r.dst = Side(p.dstMemoryType, p.dstHost, p.dstDevice, p.dstXInBytes, p.dstY, p.dstZ,
-               p.dstPitch, dst_slice,
+               p.dstPitch, p.dstHeight,
                RegionExtent(p.WidthInBytes, Rows(p.Height, p.Depth, dst_slice), p.dstPitch));
   r.src = Side(p.srcMemoryType, p.srcHost, p.srcDevice, p.srcXInBytes, p.srcY, p.srcZ,
-               p.srcPitch, src_slice,
+               p.srcPitch, p.srcHeight,
                RegionExtent(p.WidthInBytes, Rows(p.Height, p.Depth, src_slice), p.srcPitch));
   r.bytes = Mul(Mul(p.WidthInBytes, p.Height), p.Depth);
   return r;

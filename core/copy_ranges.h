@@ -80,8 +80,8 @@ CopyRanges LinearCopyRanges(CopyKind kind, uint64_t dst, uint64_t src, uint64_t 
 // cuMemcpy2D: WidthInBytes x Height, each side's rows its pitch apart.
 CopyRanges CopyRangesOf(const CUDA_MEMCPY2D& p);
 // cuMemcpy3D and cuMemcpy3DPeer: Depth slices of Height rows; a side's
-// slices are its srcHeight/dstHeight rows apart (Height when 0). A peer copy
-// is named by its memory types, as a plain 3D copy.
+// slices are its srcHeight/dstHeight rows apart (for the extent, Height when
+// 0). A peer copy is named by its memory types, as a plain 3D copy.
 CopyRanges CopyRangesOf(const CUDA_MEMCPY3D& p);
 CopyRanges CopyRangesOf(const CUDA_MEMCPY3D_PEER& p);
 // One operation of cuMemcpy3DBatchAsync (kind kBatch3D): a pointer operand's

@@ -275,13 +275,22 @@ TEST(CopyRanges3DTest, SlicesTheirHeightApart) {
   EXPECT_EQ(r.bytes, 600u);
 }
 
-TEST(CopyRanges3DTest, ZeroSliceHeightMeansHeight) {
+TEST(CopyRanges3DTest, ZeroSliceHeight) {
+  // Allowed when Depth is 1: the start is the documented
+  // (srcZ * srcHeight + srcY) * srcPitch + srcXInBytes, so Z moves nothing.
   CUDA_MEMCPY3D p = DeviceToDevice3D();
+  p.Depth = 1;
   p.srcHeight = 0;
   p.srcZ = 1;
+  p.srcY = 1;
   CopyRanges r = CopyRangesOf(p);
+  EXPECT_EQ(r.src.start, kDev + 128);
+  EXPECT_EQ(r.src.extent, 2 * 128 + 100u);
+  // With Depth 2 the driver refuses it; the extent still spans both slices
+  // of Height rows.
+  p.Depth = 2;
+  r = CopyRangesOf(p);
   EXPECT_EQ(r.src.extent, (1 * 3 + 2) * 128 + 100u);
-  EXPECT_EQ(r.src.start, kDev + 3 * 128);  // slice 1 starts 3 rows in
 }
 
 TEST(CopyRanges3DTest, OffsetsInAllThreeDimensions) {
