@@ -4,7 +4,9 @@
 // it never changes arguments. Under a cap core/ may answer instead of the
 // driver where stensor's buffers must look like cuMemAlloc allocations
 // (allocation, exact sizes, pointer attributes, overruns). Entry points that exist as a legacy
-// and a per-thread-stream twin (_ptds/_ptsz) share one implementation.
+// and a per-thread-stream twin (_ptds/_ptsz) share one implementation. What
+// a copy descriptor touches (core/copy_ranges.h) and what an allocation the
+// driver makes is charged (core/external_allocations.h) are core's.
 #include <cstdint>
 #include <vector>
 
@@ -48,7 +50,7 @@ CUresult Free(const char* api, Fn real, CUdeviceptr dptr, Args... args) {
 // refused as the driver refuses it for a cuMemAlloc allocation (the VA behind
 // is rounded up to the granule, so the driver would not notice); the buffers
 // it touches are made resident first (under a cap), marked used after, and
-// the copy is logged. `r` says what it touches (core/copy_ranges.h).
+// the copy is logged. `c` says what it touches (core/copy_ranges.h).
 template <typename Fn, typename... Args>
 CUresult Transfer(const char* api, Fn real, const CopyRanges& c, StreamRef s, bool async,
                   bool linear, Args... args) {
