@@ -225,28 +225,10 @@ void MemoryManager::Reindex(Buffer& b) {
 }
 
 std::string MemoryManager::MissingEntryPoints(const Driver& d) {
-  // Every entry point the manager and its parts (vmm, host_copy,
-  // stream_use, profiler, verifier) call on their own.
   const std::pair<const char*, bool> needed[] = {
-#define STENSOR_NEEDED(name) {#name, d.name != nullptr}
-      STENSOR_NEEDED(cuCtxGetCurrent),         STENSOR_NEEDED(cuCtxGetDevice),
-      STENSOR_NEEDED(cuCtxSynchronize),        STENSOR_NEEDED(cuDeviceGetAttribute),
-      STENSOR_NEEDED(cuDeviceGetCount),        STENSOR_NEEDED(cuDeviceTotalMem_v2),
-      STENSOR_NEEDED(cuEventCreate),           STENSOR_NEEDED(cuEventDestroy_v2),
-      STENSOR_NEEDED(cuEventElapsedTime_v2),   STENSOR_NEEDED(cuEventQuery),
-      STENSOR_NEEDED(cuEventRecord),           STENSOR_NEEDED(cuEventSynchronize),
-      STENSOR_NEEDED(cuMemAddressFree),        STENSOR_NEEDED(cuMemAddressReserve),
-      STENSOR_NEEDED(cuMemAlloc_v2),           STENSOR_NEEDED(cuMemCreate),
-      STENSOR_NEEDED(cuMemFree_v2),            STENSOR_NEEDED(cuMemFreeHost),
-      STENSOR_NEEDED(cuMemGetAllocationGranularity), STENSOR_NEEDED(cuMemHostAlloc),
-      STENSOR_NEEDED(cuMemMap),                STENSOR_NEEDED(cuMemRelease),
-      STENSOR_NEEDED(cuMemSetAccess),          STENSOR_NEEDED(cuMemUnmap),
-      STENSOR_NEEDED(cuMemcpyDtoDAsync_v2),    STENSOR_NEEDED(cuMemcpyDtoHAsync_v2),
-      STENSOR_NEEDED(cuMemcpyDtoH_v2),         STENSOR_NEEDED(cuMemcpyHtoDAsync_v2),
-      STENSOR_NEEDED(cuMemsetD8Async),         STENSOR_NEEDED(cuStreamCreate),
-      STENSOR_NEEDED(cuStreamDestroy_v2),      STENSOR_NEEDED(cuStreamSynchronize),
-      STENSOR_NEEDED(cuStreamWaitEvent),
-#undef STENSOR_NEEDED
+#define STENSOR_SWAP_ENTRY(name) {#name, d.name != nullptr},
+#include "core/swap_entry_points.inc"
+#undef STENSOR_SWAP_ENTRY
   };
   std::string missing;
   for (const auto& [name, found] : needed) {

@@ -332,8 +332,8 @@ class MemoryManager {
   void MemInfo(int device, size_t* free_bytes, size_t* total_bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t CapFor(int device, size_t device_total) const;
-  // The entry points swapping needs that `driver` lacks, comma-separated;
-  // empty when it has them all.
+  // The entry points swapping needs (core/swap_entry_points.inc) that
+  // `driver` lacks, comma-separated; empty when it has them all.
   static std::string MissingEntryPoints(const Driver& driver);
 
   SwapStats stats() const ABSL_LOCKS_EXCLUDED(mu_);

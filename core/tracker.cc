@@ -437,13 +437,13 @@ bool Tracker::ScanHostTable(uint64_t addr, StreamRef stream, std::vector<uint64_
   return true;
 }
 
-size_t Tracker::OnCopyTables(const char* kind, uint64_t dst, uint64_t src, uint64_t bytes,
+size_t Tracker::OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t bytes,
                              bool linear) {
   std::optional<Buffer> to = registry_.Find(dst);
   if (!to) return 0;  // into host memory or untracked device memory
   std::optional<Buffer> from = registry_.Find(src);
-  bool from_host = std::strcmp(kind, "HtoD") == 0;
-  if (!from && std::strcmp(kind, "default") == 0) {
+  bool from_host = kind == CopyKind::kHostToDevice;
+  if (!from && kind == CopyKind::kDefault) {
     // Unified addressing: host memory if the driver does not know it as
     // device memory (pageable memory is unknown to it).
     unsigned type = 0;
@@ -617,7 +617,7 @@ void Tracker::OnLaunch(const char* api, CUfunction f, const unsigned grid[3],
   EndLaunch(api, f, grid, block, stream, accesses, r == CUDA_SUCCESS);
 }
 
-void Tracker::OnCopy(const char* api, const char* kind, uint64_t dst,
+void Tracker::OnCopy(const char* api, CopyKind kind, uint64_t dst,
                      uint64_t src, uint64_t bytes, StreamRef stream,
                      bool async, size_t table_entries) {
   Count(OpType::kMemcpy);
@@ -629,7 +629,7 @@ void Tracker::OnCopy(const char* api, const char* kind, uint64_t dst,
   JsonLine line;
   line.Str("type", "memcpy")
       .Str("api", api)
-      .Str("kind", kind)
+      .Str("kind", CopyKindName(kind))
       .Uint("bytes", bytes)
       .Str("dst", Hex(dst))
       .Str("src", Hex(src))

@@ -21,6 +21,7 @@
 #include "core/access_log.h"
 #include "core/buffer_registry.h"
 #include "core/config.h"
+#include "core/copy_ranges.h"
 #include "core/driver.h"
 #include "core/launch_inference.h"
 #include "core/memory_manager.h"
@@ -106,10 +107,10 @@ class Tracker {
                          TransferScope* scope);
   void EndTransfer(const TransferScope& scope, StreamRef stream, bool submitted);
   // A copy of `bytes` (for 2D/3D copies: the bytes of the whole region)
-  // between the ranges starting at dst and src. `kind` names the direction
-  // as the API states it (e.g. "HtoD", or "default" for unified copies).
+  // between the ranges starting at dst and src. `kind` is the direction as
+  // the API states it (e.g. kHostToDevice, or kDefault for unified copies).
   // `table_entries`: pointers found in the copied data (OnCopyTables).
-  void OnCopy(const char* api, const char* kind, uint64_t dst, uint64_t src,
+  void OnCopy(const char* api, CopyKind kind, uint64_t dst, uint64_t src,
               uint64_t bytes, StreamRef stream, bool async, size_t table_entries = 0);
   void OnMemset(const char* api, uint64_t dst, uint64_t bytes,
                 StreamRef stream, bool async);
@@ -129,7 +130,7 @@ class Tracker {
   // is scanned for pointers into live buffers, a device copy carries the
   // entries of its source along. Returns the number of entries found by a
   // scan (for the log).
-  size_t OnCopyTables(const char* kind, uint64_t dst, uint64_t src, uint64_t bytes,
+  size_t OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t bytes,
                       bool linear);
   // A successful memset: no pointers left in the range.
   void OnMemsetTables(uint64_t dst, uint64_t bytes, bool linear);

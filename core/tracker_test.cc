@@ -570,11 +570,11 @@ TEST(TrackerTest, LogsEveryOperationInOrderBetweenHeaderAndEnd) {
 
   unsigned char host[256];
   const CUstream stream = reinterpret_cast<CUstream>(0xabc0);
-  t.OnCopy("cuMemcpyDtoH_v2", "DtoH", HostAddress(host), kW + 0x10,
+  t.OnCopy("cuMemcpyDtoH_v2", CopyKind::kDeviceToHost, HostAddress(host), kW + 0x10,
            sizeof(host), StreamRef{}, /*async=*/false);
-  t.OnCopy("cuMemcpyHtoDAsync_v2", "HtoD", kV, HostAddress(host), sizeof(host),
+  t.OnCopy("cuMemcpyHtoDAsync_v2", CopyKind::kHostToDevice, kV, HostAddress(host), sizeof(host),
            StreamRef{stream, false}, /*async=*/true);
-  t.OnCopy("cuMemcpyDtoD_v2", "DtoD", kG, kW, 0x1000, StreamRef{}, false);
+  t.OnCopy("cuMemcpyDtoD_v2", CopyKind::kDeviceToDevice, kG, kW, 0x1000, StreamRef{}, false);
   t.OnMemset("cuMemsetD32_v2_ptds", kG + 0x100, 0x400,
              StreamRef{nullptr, /*per_thread=*/true}, false);
   t.OnSync("cuCtxSynchronize", StreamRef{});
@@ -783,7 +783,7 @@ TEST(TrackerTest, WithoutAnAccessLogNothingIsWrittenAndCountsAdvance) {
   t.OnLaunch("cuLaunchKernel", Handle(kSgdNoLogTest), grid, grid, StreamRef{},
              params, nullptr);
   unsigned char host[16];
-  t.OnCopy("cuMemcpyDtoH_v2", "DtoH", HostAddress(host), kA, sizeof(host),
+  t.OnCopy("cuMemcpyDtoH_v2", CopyKind::kDeviceToHost, HostAddress(host), kA, sizeof(host),
            StreamRef{}, false);
   t.OnMemset("cuMemsetD8_v2", kB, 16, StreamRef{}, false);
   t.OnSync("cuStreamSynchronize", StreamRef{});

@@ -4,13 +4,15 @@
 // it never changes arguments. Under a cap core/ may answer instead of the
 // driver where stensor's buffers must look like cuMemAlloc allocations
 // (allocation, exact sizes, pointer attributes, overruns). Entry points that exist as a legacy
-// and a per-thread-stream twin (_ptds/_ptsz) share one implementation.
-#include <array>
+// and a per-thread-stream twin (_ptds/_ptsz) share one implementation. What
+// a copy descriptor touches (core/copy_ranges.h) and what an allocation the
+// driver makes is charged (core/external_allocations.h) are core's.
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "absl/base/attributes.h"
+#include "core/copy_ranges.h"
+#include "core/external_allocations.h"
 #include "interpose/state.h"
 
 #define STENSOR_EXPORT extern "C" __attribute__((visibility("default")))
@@ -44,36 +46,23 @@ CUresult Free(const char* api, Fn real, CUdeviceptr dptr, Args... args) {
 }
 
 // --- Copies and memsets ---------------------------------------------------------
-// The bytes from a region's first byte to its last: `rows` rows of `width`
-// bytes, `pitch` apart. Saturates instead of wrapping (then it overruns).
-uint64_t Extent(uint64_t width, uint64_t rows, uint64_t pitch) {
-  if (width == 0 || rows == 0) return 0;
-  uint64_t out;
-  if (__builtin_mul_overflow(rows - 1, pitch, &out) ||
-      __builtin_add_overflow(out, width, &out)) {
-    return UINT64_MAX;
-  }
-  return out;
-}
-
 // Any transfer: one that runs past the requested end of a stensor buffer is
 // refused as the driver refuses it for a cuMemAlloc allocation (the VA behind
 // is rounded up to the granule, so the driver would not notice); the buffers
 // it touches are made resident first (under a cap), marked used after, and
-// the copy is logged. The extents are the bytes from dst (src) to the last
-// byte touched on that side.
+// the copy is logged. `c` says what it touches (core/copy_ranges.h).
 template <typename Fn, typename... Args>
-CUresult Transfer(const char* api, const char* kind, Fn real, uint64_t dst,
-                  uint64_t src, uint64_t bytes, uint64_t dst_extent,
-                  uint64_t src_extent, StreamRef s, bool async, bool linear,
-                  Args... args) {
+CUresult Transfer(const char* api, Fn real, const CopyRanges& c, StreamRef s, bool async,
+                  bool linear, Args... args) {
   if (real == nullptr) return kMissing;
-  if (CUresult r = T().CheckExtents(dst, dst_extent, src, src_extent); r != CUDA_SUCCESS) {
+  if (CUresult r = T().CheckExtents(c.dst.start, c.dst.extent, c.src.start, c.src.extent);
+      r != CUDA_SUCCESS) {
     return r;
   }
   TransferScope scope;
-  bool to_host = !async && std::strcmp(kind, "DtoH") == 0;
-  if (CUresult r = T().BeginTransfer(dst, src, bytes, s, linear, to_host, &scope);
+  bool to_host = !async && c.kind == CopyKind::kDeviceToHost;
+  if (CUresult r = T().BeginTransfer(c.dst.start, c.src.start, c.bytes, s, linear, to_host,
+                                     &scope);
       r != CUDA_SUCCESS) {
     return r;
   }
@@ -82,84 +71,27 @@ CUresult Transfer(const char* api, const char* kind, Fn real, uint64_t dst,
   if (r != CUDA_SUCCESS) return r;
   // A copy's pointers are learnt when it is submitted (its source must stay
   // unchanged until it ran).
-  size_t entries = T().tracks_tables() ? T().OnCopyTables(kind, dst, src, bytes, linear) : 0;
-  T().OnCopy(api, kind, dst, src, bytes, s, async, entries);
+  size_t entries = T().tracks_tables()
+                       ? T().OnCopyTables(c.kind, c.dst.start, c.src.start, c.bytes, linear)
+                       : 0;
+  T().OnCopy(api, c.kind, c.dst.start, c.src.start, c.bytes, s, async, entries);
   return r;
 }
 
 template <typename Fn, typename... Args>
-CUresult Copy(const char* api, const char* kind, Fn real, uint64_t dst,
-              uint64_t src, uint64_t bytes, StreamRef s, bool async,
-              Args... args) {
-  return Transfer(api, kind, real, dst, src, bytes, bytes, bytes, s, async,
+CUresult Copy(const char* api, CopyKind kind, Fn real, uint64_t dst, uint64_t src,
+              uint64_t bytes, StreamRef s, bool async, Args... args) {
+  return Transfer(api, real, LinearCopyRanges(kind, dst, src, bytes), s, async,
                   /*linear=*/true, args...);
 }
 
-// The start of one side of a 2D/3D copy, and a direction name.
-uint64_t Start(CUmemorytype type, const void* host, CUdeviceptr device,
-               size_t x, size_t y, size_t z, size_t pitch, size_t height) {
-  uint64_t base = type == CU_MEMORYTYPE_HOST ? Ptr(host)
-                  : (type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_UNIFIED)
-                      ? device
-                      : 0;  // arrays are not linear memory
-  if (base == 0) return 0;
-  return base + (z * height + y) * pitch + x;
-}
-
-const char* Direction(CUmemorytype dst, CUmemorytype src) {
-  auto side = [](CUmemorytype t) {
-    switch (t) {
-      case CU_MEMORYTYPE_HOST: return 'H';
-      case CU_MEMORYTYPE_DEVICE: return 'D';
-      case CU_MEMORYTYPE_ARRAY: return 'A';
-      default: return 'U';
-    }
-  };
-  static const char* const kNames[4][4] = {
-      {"HtoH", "HtoD", "HtoA", "HtoU"}, {"DtoH", "DtoD", "DtoA", "DtoU"},
-      {"AtoH", "AtoD", "AtoA", "AtoU"}, {"UtoH", "UtoD", "UtoA", "UtoU"}};
-  auto index = [](char c) { return c == 'H' ? 0 : c == 'D' ? 1 : c == 'A' ? 2 : 3; };
-  return kNames[index(side(src))][index(side(dst))];
-}
-
-// 2D and 3D copies (plain and peer share these field names): made resident
-// by their start addresses, logged as one copy of the whole region.
+// 2D and 3D copies (plain and peer): made resident by their start
+// addresses, logged as one copy of the whole region.
 template <typename Fn, typename Params, typename... Args>
-CUresult Copy3D(const char* api, Fn real, const Params* p, StreamRef s,
-                bool async, Args... args) {
-  if (p == nullptr) return real ? real(args...) : kMissing;
-  size_t src_height = p->srcHeight ? p->srcHeight : p->Height;
-  size_t dst_height = p->dstHeight ? p->dstHeight : p->Height;
-  // Slices are `height` rows apart: the last byte is in row
-  // (Depth - 1) * height + Height - 1.
-  auto rows = [&](size_t height) {
-    uint64_t r;
-    if (p->Depth == 0 || p->Height == 0) return uint64_t{0};
-    return __builtin_mul_overflow(uint64_t{p->Depth} - 1, height, &r) ||
-                   __builtin_add_overflow(r, uint64_t{p->Height}, &r)
-               ? UINT64_MAX
-               : r;
-  };
-  uint64_t dst_extent = p->Depth == 0 ? 0 : Extent(p->WidthInBytes, rows(dst_height), p->dstPitch);
-  uint64_t src_extent = p->Depth == 0 ? 0 : Extent(p->WidthInBytes, rows(src_height), p->srcPitch);
-  return Transfer(api, Direction(p->dstMemoryType, p->srcMemoryType), real,
-                  Start(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, p->dstZ, p->dstPitch, dst_height),
-                  Start(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, p->srcZ, p->srcPitch, src_height),
-                  uint64_t{p->WidthInBytes} * p->Height * p->Depth, dst_extent,
-                  src_extent, s, async, /*linear=*/false, args...);
-}
-
-template <typename Fn, typename... Args>
-CUresult Copy2D(const char* api, Fn real, const CUDA_MEMCPY2D* p, StreamRef s,
-                bool async, Args... args) {
-  if (p == nullptr) return real ? real(args...) : kMissing;
-  return Transfer(api, Direction(p->dstMemoryType, p->srcMemoryType), real,
-                  Start(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, 0, p->dstPitch, 0),
-                  Start(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, 0, p->srcPitch, 0),
-                  uint64_t{p->WidthInBytes} * p->Height,
-                  Extent(p->WidthInBytes, p->Height, p->dstPitch),
-                  Extent(p->WidthInBytes, p->Height, p->srcPitch), s, async,
-                  /*linear=*/false, args...);
+CUresult Region(const char* api, Fn real, const Params* p, StreamRef s, bool async,
+                Args... args) {
+  if (p == nullptr) return real ? real(args...) : kMissing;  // the driver's error
+  return Transfer(api, real, CopyRangesOf(*p), s, async, /*linear=*/false, args...);
 }
 
 // Calls `real` and, when it succeeded, `report()`.
@@ -171,14 +103,15 @@ CUresult CallThen(Fn real, Report&& report, Args... args) {
   return r;
 }
 
-// `extent`: the bytes from dst to the last one set (for 2D memsets, with the
-// pitch); past the requested end of a stensor buffer it is refused, as for
-// copies.
+// `range.extent`: the bytes from dst to the last one set (for 2D memsets,
+// with the pitch); past the requested end of a stensor buffer it is refused,
+// as for copies.
 template <typename Fn, typename... Args>
-CUresult Memset(const char* api, Fn real, CUdeviceptr dst, uint64_t bytes,
-                uint64_t extent, StreamRef s, bool async, Args... args) {
+CUresult Memset(const char* api, Fn real, CUdeviceptr dst, MemsetRange range,
+                StreamRef s, bool async, Args... args) {
   if (real == nullptr) return kMissing;
-  if (CUresult r = T().CheckExtents(dst, extent, 0, 0); r != CUDA_SUCCESS) return r;
+  const uint64_t bytes = range.bytes;
+  if (CUresult r = T().CheckExtents(dst, range.extent, 0, 0); r != CUDA_SUCCESS) return r;
   TransferScope scope;
   constexpr bool kLinear = sizeof...(Args) <= 3;  // (value, count[, stream])
   if (CUresult r = T().BeginTransfer(dst, 0, bytes, s, kLinear, false, &scope);
@@ -297,39 +230,15 @@ using namespace stensor;  // NOLINT: the exported C hooks below
 ONE(cuMemAlloc_v2, (CUdeviceptr* dptr, size_t bytes),
     T().capped() ? T().AllocateCapped(kApi, dptr, bytes)
                  : Alloc(kApi, real, dptr, bytes, BufferKind::kDeviceAlloc, bytes))
-// Under a cap, an allocation the driver makes itself is counted against it
-// (it is not swapped): room first, the charge released if the driver fails.
-template <typename Call>
-CUresult Counted(bool present, CUdeviceptr* dptr, uint64_t bytes, Call&& call) {
-  if (!present) return kMissing;
-  MemoryManager* memory = T().memory();
-  if (memory != nullptr) {
-    if (CUresult r = memory->ReserveExternal(bytes); r != CUDA_SUCCESS) return r;
-  }
-  CUresult r = call();
-  if (memory != nullptr) {
-    if (r == CUDA_SUCCESS && dptr != nullptr) {
-      memory->AdoptExternal(*dptr, bytes);
-    } else {
-      memory->UnreserveExternal(bytes);
-    }
-  }
-  return r;
-}
-
+// Under a cap, an allocation the driver makes itself is charged against it
+// (it is not swapped): core/external_allocations.h.
 STENSOR_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch,
                                            size_t width, size_t height,
                                            unsigned int element) {
-  // The pitch is the driver's choice, made inside the call: the charge
-  // assumes the usual 512-byte alignment.
-  uint64_t guess = 0;
   auto real = D().cuMemAllocPitch_v2;
-  if (width > UINT64_MAX - 511 ||
-      __builtin_mul_overflow((uint64_t{width} + 511) / 512 * 512, uint64_t{height}, &guess)) {
-    return real != nullptr ? real(dptr, pitch, width, height, element) : kMissing;  // its error
-  }
-  CUresult r = Counted(real != nullptr, dptr, guess,
-                       [&] { return real(dptr, pitch, width, height, element); });
+  if (real == nullptr) return kMissing;
+  CUresult r = ChargedPitchAllocation(T().memory(), dptr, width, height,
+                                      [&] { return real(dptr, pitch, width, height, element); });
   if (r == CUDA_SUCCESS && dptr != nullptr && pitch != nullptr) {
     T().OnAlloc("cuMemAllocPitch_v2", *dptr, uint64_t{*pitch} * height,
                 BufferKind::kDeviceAlloc);
@@ -345,12 +254,12 @@ STENSOR_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
 }
 // Stream-ordered allocations are counted against a cap, never swapped.
 PAIR(cuMemAllocAsync, _ptsz, (CUdeviceptr* dptr, size_t bytes, CUstream s),
-     Counted(real != nullptr, dptr, bytes, [&] {
+     real == nullptr ? kMissing : ChargedAllocation(T().memory(), dptr, bytes, [&] {
        return Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, s);
      }))
 PAIR(cuMemAllocFromPoolAsync, _ptsz,
      (CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream s),
-     Counted(real != nullptr, dptr, bytes, [&] {
+     real == nullptr ? kMissing : ChargedAllocation(T().memory(), dptr, bytes, [&] {
        return Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, pool, s);
      }))
 PAIR(cuMemFreeAsync, _ptsz, (CUdeviceptr dptr, CUstream s),
@@ -368,10 +277,7 @@ STENSOR_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
   auto real = D().cuMemGetInfo_v2;
   if (real == nullptr) return kMissing;
   CUresult r = real(free_bytes, total);
-  CUdevice dev = 0;
-  if (r == CUDA_SUCCESS && T().capped() && D().cuCtxGetDevice(&dev) == CUDA_SUCCESS) {
-    T().MemInfo(dev, free_bytes, total);
-  }
+  if (r == CUDA_SUCCESS && T().capped()) CappedMemInfo(*T().memory(), D(), free_bytes, total);
   return r;
 }
 STENSOR_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
@@ -500,88 +406,65 @@ STENSOR_EXPORT CUresult cuMemExportToShareableHandle(void* shareable,
 
 // --- Copies ---------------------------------------------------------------------
 PAIR(cuMemcpy, _ptds, (CUdeviceptr dst, CUdeviceptr src, size_t n),
-     Copy(kApi, "default", real, dst, src, n, StreamRef{nullptr, kPerThread}, false, dst, src, n))
+     Copy(kApi, CopyKind::kDefault, real, dst, src, n, StreamRef{nullptr, kPerThread}, false, dst, src, n))
 PAIR(cuMemcpyAsync, _ptsz, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s),
-     Copy(kApi, "default", real, dst, src, n, StreamRef{s, kPerThread}, true, dst, src, n, s))
+     Copy(kApi, CopyKind::kDefault, real, dst, src, n, StreamRef{s, kPerThread}, true, dst, src, n, s))
 PAIR(cuMemcpyPeer, _ptds,
      (CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n),
-     Copy(kApi, "peer", real, dst, src, n, StreamRef{nullptr, kPerThread}, false, dst, dc, src, sc, n))
+     Copy(kApi, CopyKind::kPeer, real, dst, src, n, StreamRef{nullptr, kPerThread}, false, dst, dc, src, sc, n))
 PAIR(cuMemcpyPeerAsync, _ptsz,
      (CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n, CUstream s),
-     Copy(kApi, "peer", real, dst, src, n, StreamRef{s, kPerThread}, true, dst, dc, src, sc, n, s))
+     Copy(kApi, CopyKind::kPeer, real, dst, src, n, StreamRef{s, kPerThread}, true, dst, dc, src, sc, n, s))
 PAIR(cuMemcpyHtoD_v2, _ptds, (CUdeviceptr dst, const void* src, size_t n),
-     Copy(kApi, "HtoD", real, dst, Ptr(src), n, StreamRef{nullptr, kPerThread}, false, dst, src, n))
+     Copy(kApi, CopyKind::kHostToDevice, real, dst, Ptr(src), n, StreamRef{nullptr, kPerThread}, false, dst, src, n))
 PAIR(cuMemcpyDtoH_v2, _ptds, (void* dst, CUdeviceptr src, size_t n),
-     Copy(kApi, "DtoH", real, Ptr(dst), src, n, StreamRef{nullptr, kPerThread}, false, dst, src, n))
+     Copy(kApi, CopyKind::kDeviceToHost, real, Ptr(dst), src, n, StreamRef{nullptr, kPerThread}, false, dst, src, n))
 PAIR(cuMemcpyDtoD_v2, _ptds, (CUdeviceptr dst, CUdeviceptr src, size_t n),
-     Copy(kApi, "DtoD", real, dst, src, n, StreamRef{nullptr, kPerThread}, false, dst, src, n))
+     Copy(kApi, CopyKind::kDeviceToDevice, real, dst, src, n, StreamRef{nullptr, kPerThread}, false, dst, src, n))
 PAIR(cuMemcpyHtoDAsync_v2, _ptsz, (CUdeviceptr dst, const void* src, size_t n, CUstream s),
-     Copy(kApi, "HtoD", real, dst, Ptr(src), n, StreamRef{s, kPerThread}, true, dst, src, n, s))
+     Copy(kApi, CopyKind::kHostToDevice, real, dst, Ptr(src), n, StreamRef{s, kPerThread}, true, dst, src, n, s))
 PAIR(cuMemcpyDtoHAsync_v2, _ptsz, (void* dst, CUdeviceptr src, size_t n, CUstream s),
-     Copy(kApi, "DtoH", real, Ptr(dst), src, n, StreamRef{s, kPerThread}, true, dst, src, n, s))
+     Copy(kApi, CopyKind::kDeviceToHost, real, Ptr(dst), src, n, StreamRef{s, kPerThread}, true, dst, src, n, s))
 PAIR(cuMemcpyDtoDAsync_v2, _ptsz, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s),
-     Copy(kApi, "DtoD", real, dst, src, n, StreamRef{s, kPerThread}, true, dst, src, n, s))
+     Copy(kApi, CopyKind::kDeviceToDevice, real, dst, src, n, StreamRef{s, kPerThread}, true, dst, src, n, s))
 PAIR(cuMemcpy2D_v2, _ptds, (const CUDA_MEMCPY2D* p),
-     Copy2D(kApi, real, p, StreamRef{nullptr, kPerThread}, false, p))
+     Region(kApi, real, p, StreamRef{nullptr, kPerThread}, false, p))
 PAIR(cuMemcpy2DUnaligned_v2, _ptds, (const CUDA_MEMCPY2D* p),
-     Copy2D(kApi, real, p, StreamRef{nullptr, kPerThread}, false, p))
+     Region(kApi, real, p, StreamRef{nullptr, kPerThread}, false, p))
 PAIR(cuMemcpy2DAsync_v2, _ptsz, (const CUDA_MEMCPY2D* p, CUstream s),
-     Copy2D(kApi, real, p, StreamRef{s, kPerThread}, true, p, s))
+     Region(kApi, real, p, StreamRef{s, kPerThread}, true, p, s))
 PAIR(cuMemcpy3D_v2, _ptds, (const CUDA_MEMCPY3D* p),
-     Copy3D(kApi, real, p, StreamRef{nullptr, kPerThread}, false, p))
+     Region(kApi, real, p, StreamRef{nullptr, kPerThread}, false, p))
 PAIR(cuMemcpy3DAsync_v2, _ptsz, (const CUDA_MEMCPY3D* p, CUstream s),
-     Copy3D(kApi, real, p, StreamRef{s, kPerThread}, true, p, s))
+     Region(kApi, real, p, StreamRef{s, kPerThread}, true, p, s))
 
 namespace stensor {
 namespace {
 
-// A batch is reported as its individual copies.
-void ReportBatch(const char* api, const CUdeviceptr* dsts, const CUdeviceptr* srcs,
-                 const size_t* sizes, size_t count, StreamRef s) {
-  if (dsts == nullptr || srcs == nullptr || sizes == nullptr) return;
-  for (size_t i = 0; i < count; ++i) {
-    size_t entries = T().tracks_tables()
-                         ? T().OnCopyTables("default", dsts[i], srcs[i], sizes[i], true)
-                         : 0;
-    T().OnCopy(api, "default", dsts[i], srcs[i], sizes[i], s, true, entries);
-  }
-}
-
-uint64_t OperandStart(const CUmemcpy3DOperand& o) {
-  return o.type == CU_MEMCPY_OPERAND_TYPE_POINTER ? o.op.ptr.ptr : 0;
-}
-
-// The bytes a pointer operand spans for extent `e` (elements of pointer
-// operands are bytes; a row length or layer height of 0 means packed).
-uint64_t OperandExtent(const CUmemcpy3DOperand& o, const CUextent3D& e) {
-  if (o.type != CU_MEMCPY_OPERAND_TYPE_POINTER || e.depth == 0 || e.height == 0) return 0;
-  uint64_t row = o.op.ptr.rowLength != 0 ? o.op.ptr.rowLength : e.width;
-  uint64_t layer = o.op.ptr.layerHeight != 0 ? o.op.ptr.layerHeight : e.height;
-  uint64_t rows;
-  if (__builtin_mul_overflow(uint64_t{e.depth} - 1, layer, &rows) ||
-      __builtin_add_overflow(rows, uint64_t{e.height}, &rows)) {
-    return UINT64_MAX;
-  }
-  return Extent(e.width, rows, row);
-}
-
 // A batch of copies: every operation's buffers resident before the one
-// driver call, released after it. `ends(i)` gives operation i's (dst, src,
-// dst extent, src extent); one that overruns a stensor buffer fails the
-// whole batch before the driver is called.
-template <typename Fn, typename Ends, typename Report, typename... Args>
-CUresult Batch(Fn real, StreamRef s, size_t count, Ends&& ends, bool valid,
-               Report&& report, Args... args) {
+// driver call, released after it, and each operation then reported as a
+// copy. `ranges(i)` says what operation i touches; one that overruns a
+// stensor buffer fails the whole batch before the driver is called.
+// `valid`: the operations can be read (else the driver answers alone).
+template <typename Fn, typename Ranges, typename... Args>
+CUresult Batch(const char* api, Fn real, StreamRef s, size_t count, bool valid,
+               Ranges&& ranges, Args... args) {
   if (real == nullptr) return kMissing;
-  std::vector<TransferScope> scopes(valid ? count : 0);
-  for (size_t i = 0; i < scopes.size(); ++i) {
-    std::array<uint64_t, 4> e = ends(i);
-    if (CUresult r = T().CheckExtents(e[0], e[2], e[1], e[3]); r != CUDA_SUCCESS) return r;
+  std::vector<CopyRanges> ops;
+  if (valid) {
+    ops.reserve(count);
+    for (size_t i = 0; i < count; ++i) ops.push_back(ranges(i));
   }
-  for (size_t i = 0; i < scopes.size(); ++i) {
-    std::array<uint64_t, 4> e = ends(i);
-    if (CUresult r = T().BeginTransfer(e[0], e[1], 0, s, /*linear=*/false,
-                                       /*to_host=*/false, &scopes[i]);
+  for (const CopyRanges& c : ops) {
+    if (CUresult r = T().CheckExtents(c.dst.start, c.dst.extent, c.src.start, c.src.extent);
+        r != CUDA_SUCCESS) {
+      return r;
+    }
+  }
+  std::vector<TransferScope> scopes(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (CUresult r = T().BeginTransfer(ops[i].dst.start, ops[i].src.start, 0, s,
+                                       /*linear=*/false, /*to_host=*/false, &scopes[i]);
         r != CUDA_SUCCESS) {
       for (size_t j = 0; j < i; ++j) T().EndTransfer(scopes[j], s, false);
       return r;
@@ -589,86 +472,71 @@ CUresult Batch(Fn real, StreamRef s, size_t count, Ends&& ends, bool valid,
   }
   CUresult r = real(args...);
   for (const TransferScope& scope : scopes) T().EndTransfer(scope, s, r == CUDA_SUCCESS);
-  if (r == CUDA_SUCCESS) report();
-  return r;
-}
-
-void Report3DBatch(const char* api, const CUDA_MEMCPY3D_BATCH_OP* ops,
-                   size_t count, StreamRef s) {
-  if (ops == nullptr) return;
-  for (size_t i = 0; i < count; ++i) {
-    const CUextent3D& e = ops[i].extent;
-    const uint64_t bytes = uint64_t{e.width} * e.height * e.depth;
-    if (T().tracks_tables()) {
-      T().OnCopyTables("default", OperandStart(ops[i].dst), OperandStart(ops[i].src), bytes,
-                       /*linear=*/false);
-    }
-    T().OnCopy(api, "batch3d", OperandStart(ops[i].dst), OperandStart(ops[i].src), bytes, s,
-               true);
+  if (r != CUDA_SUCCESS) return r;
+  for (const CopyRanges& c : ops) {
+    // 1D operations are contiguous: their tables are scanned; the rows of a
+    // 3D one are not.
+    const bool linear = c.kind != CopyKind::kBatch3D;
+    size_t entries = T().tracks_tables() ? T().OnCopyTables(c.kind, c.dst.start, c.src.start,
+                                                            c.bytes, linear)
+                                         : 0;
+    T().OnCopy(api, c.kind, c.dst.start, c.src.start, c.bytes, s, true, entries);
   }
+  return r;
 }
 }  // namespace
 }  // namespace stensor
 
 PAIR(cuMemcpy3DPeer, _ptds, (const CUDA_MEMCPY3D_PEER* p),
-     Copy3D(kApi, real, p, StreamRef{nullptr, kPerThread}, false, p))
+     Region(kApi, real, p, StreamRef{nullptr, kPerThread}, false, p))
 PAIR(cuMemcpy3DPeerAsync, _ptsz, (const CUDA_MEMCPY3D_PEER* p, CUstream s),
-     Copy3D(kApi, real, p, StreamRef{s, kPerThread}, true, p, s))
+     Region(kApi, real, p, StreamRef{s, kPerThread}, true, p, s))
 PAIR(cuMemcpyBatchAsync_v2, _ptsz,
      (CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
       CUmemcpyAttributes* attrs, size_t* attrs_idxs, size_t num_attrs, CUstream s),
-     Batch(real, StreamRef{s, kPerThread}, count,
+     Batch(kApi, real, StreamRef{s, kPerThread}, count, dsts != nullptr && srcs != nullptr,
            [&](size_t i) {
-             uint64_t n = sizes != nullptr ? sizes[i] : 0;
-             return std::array<uint64_t, 4>{dsts[i], srcs[i], n, n};
+             return LinearCopyRanges(CopyKind::kDefault, dsts[i], srcs[i],
+                                     sizes != nullptr ? sizes[i] : 0);
            },
-           dsts != nullptr && srcs != nullptr,
-           [&] { ReportBatch(kApi, dsts, srcs, sizes, count, StreamRef{s, kPerThread}); },
            dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, s))
 PAIR(cuMemcpy3DBatchAsync_v2, _ptsz,
      (size_t num_ops, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags, CUstream s),
-     Batch(real, StreamRef{s, kPerThread}, num_ops,
-           [&](size_t i) {
-             return std::array<uint64_t, 4>{OperandStart(ops[i].dst), OperandStart(ops[i].src),
-                                            OperandExtent(ops[i].dst, ops[i].extent),
-                                            OperandExtent(ops[i].src, ops[i].extent)};
-           },
-           ops != nullptr,
-           [&] { Report3DBatch(kApi, ops, num_ops, StreamRef{s, kPerThread}); },
-           num_ops, ops, flags, s))
+     Batch(kApi, real, StreamRef{s, kPerThread}, num_ops, ops != nullptr,
+           [&](size_t i) { return CopyRangesOf(ops[i]); }, num_ops, ops, flags, s))
 PAIR(cuMemcpyDtoA_v2, _ptds, (CUarray dst, size_t offset, CUdeviceptr src, size_t n),
-     Copy(kApi, "DtoA", real, 0, src, n, StreamRef{nullptr, kPerThread}, false, dst, offset, src, n))
+     Copy(kApi, CopyKind::kDeviceToArray, real, 0, src, n, StreamRef{nullptr, kPerThread}, false, dst, offset, src, n))
 PAIR(cuMemcpyAtoD_v2, _ptds, (CUdeviceptr dst, CUarray src, size_t offset, size_t n),
-     Copy(kApi, "AtoD", real, dst, 0, n, StreamRef{nullptr, kPerThread}, false, dst, src, offset, n))
+     Copy(kApi, CopyKind::kArrayToDevice, real, dst, 0, n, StreamRef{nullptr, kPerThread}, false, dst, src, offset, n))
 
 // --- Memsets --------------------------------------------------------------------
 PAIR(cuMemsetD8_v2, _ptds, (CUdeviceptr d, unsigned char v, size_t n),
-     Memset(kApi, real, d, n, n, StreamRef{nullptr, kPerThread}, false, v, n))
+     Memset(kApi, real, d, MemsetRangeOf(1, n, 1, 0), StreamRef{nullptr, kPerThread}, false, v, n))
 PAIR(cuMemsetD16_v2, _ptds, (CUdeviceptr d, unsigned short v, size_t n),
-     Memset(kApi, real, d, 2 * uint64_t{n}, 2 * uint64_t{n}, StreamRef{nullptr, kPerThread}, false, v, n))
+     Memset(kApi, real, d, MemsetRangeOf(2, n, 1, 0), StreamRef{nullptr, kPerThread}, false, v, n))
 PAIR(cuMemsetD32_v2, _ptds, (CUdeviceptr d, unsigned int v, size_t n),
-     Memset(kApi, real, d, 4 * uint64_t{n}, 4 * uint64_t{n}, StreamRef{nullptr, kPerThread}, false, v, n))
+     Memset(kApi, real, d, MemsetRangeOf(4, n, 1, 0), StreamRef{nullptr, kPerThread}, false, v, n))
 PAIR(cuMemsetD2D8_v2, _ptds, (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h),
-     Memset(kApi, real, d, uint64_t{w} * h, Extent(w, h, pitch), StreamRef{nullptr, kPerThread}, false, pitch, v, w, h))
+     Memset(kApi, real, d, MemsetRangeOf(1, w, h, pitch), StreamRef{nullptr, kPerThread}, false, pitch, v, w, h))
 PAIR(cuMemsetD2D16_v2, _ptds, (CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h),
-     Memset(kApi, real, d, 2 * uint64_t{w} * h, Extent(2 * uint64_t{w}, h, pitch), StreamRef{nullptr, kPerThread}, false, pitch, v, w, h))
+     Memset(kApi, real, d, MemsetRangeOf(2, w, h, pitch), StreamRef{nullptr, kPerThread}, false, pitch, v, w, h))
 PAIR(cuMemsetD2D32_v2, _ptds, (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h),
-     Memset(kApi, real, d, 4 * uint64_t{w} * h, Extent(4 * uint64_t{w}, h, pitch), StreamRef{nullptr, kPerThread}, false, pitch, v, w, h))
+     Memset(kApi, real, d, MemsetRangeOf(4, w, h, pitch), StreamRef{nullptr, kPerThread}, false, pitch, v, w, h))
 PAIR(cuMemsetD8Async, _ptsz, (CUdeviceptr d, unsigned char v, size_t n, CUstream s),
-     Memset(kApi, real, d, n, n, StreamRef{s, kPerThread}, true, v, n, s))
+     Memset(kApi, real, d, MemsetRangeOf(1, n, 1, 0), StreamRef{s, kPerThread}, true, v, n, s))
 PAIR(cuMemsetD16Async, _ptsz, (CUdeviceptr d, unsigned short v, size_t n, CUstream s),
-     Memset(kApi, real, d, 2 * uint64_t{n}, 2 * uint64_t{n}, StreamRef{s, kPerThread}, true, v, n, s))
+     Memset(kApi, real, d, MemsetRangeOf(2, n, 1, 0), StreamRef{s, kPerThread}, true, v, n, s))
 PAIR(cuMemsetD32Async, _ptsz, (CUdeviceptr d, unsigned int v, size_t n, CUstream s),
-     Memset(kApi, real, d, 4 * uint64_t{n}, 4 * uint64_t{n}, StreamRef{s, kPerThread}, true, v, n, s))
+     Memset(kApi, real, d, MemsetRangeOf(4, n, 1, 0), StreamRef{s, kPerThread}, true, v, n, s))
 PAIR(cuMemsetD2D8Async, _ptsz,
      (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s),
-     Memset(kApi, real, d, uint64_t{w} * h, Extent(w, h, pitch), StreamRef{s, kPerThread}, true, pitch, v, w, h, s))
+     Memset(kApi, real, d, MemsetRangeOf(1, w, h, pitch), StreamRef{s, kPerThread}, true, pitch, v, w, h, s))
 PAIR(cuMemsetD2D16Async, _ptsz,
      (CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h, CUstream s),
-     Memset(kApi, real, d, 2 * uint64_t{w} * h, Extent(2 * uint64_t{w}, h, pitch), StreamRef{s, kPerThread}, true, pitch, v, w, h, s))
+     Memset(kApi, real, d, MemsetRangeOf(2, w, h, pitch), StreamRef{s, kPerThread}, true, pitch, v, w, h, s))
 PAIR(cuMemsetD2D32Async, _ptsz,
      (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s),
-     Memset(kApi, real, d, 4 * uint64_t{w} * h, Extent(4 * uint64_t{w}, h, pitch), StreamRef{s, kPerThread}, true, pitch, v, w, h, s))
+     Memset(kApi, real, d, MemsetRangeOf(4, w, h, pitch), StreamRef{s, kPerThread}, true, pitch, v, w, h, s))
 
 // --- Launches -------------------------------------------------------------------
 PAIR(cuLaunchKernel, _ptsz,

@@ -187,6 +187,34 @@ void CheckAccessLogWritable(const Config& config) {
   }
 }
 
+// STENSOR_REAL_LIBCUDA was named on purpose; if it is wrong, every call
+// would answer an error with nothing said. A driver exports cuInit and
+// cuDriverGetVersion (every CUDA driver has both), and answers the latter
+// without initialisation; the toolkit's stub libcuda.so (lib64/stubs,
+// meant for linking only) exports everything and answers
+// CUDA_ERROR_STUB_LIBRARY. Any other answer is the driver's own business.
+void CheckNamedDriver(const std::string& path, void* handle, const Driver& driver) {
+  auto version_fn = reinterpret_cast<decltype(&::cuDriverGetVersion)>(
+      RealDlsymFn()(handle, "cuDriverGetVersion"));
+  std::string lacks;
+  if (driver.cuInit == nullptr) lacks = "cuInit";
+  if (version_fn == nullptr) {
+    lacks += lacks.empty() ? "cuDriverGetVersion" : ", cuDriverGetVersion";
+  }
+  if (!lacks.empty()) {
+    RawLog("STENSOR_REAL_LIBCUDA=\"%s\" is not a CUDA driver (it has no %s)", path.c_str(),
+           lacks.c_str());
+    std::_Exit(1);
+  }
+  int version = 0;
+  if (version_fn(&version) == CUDA_ERROR_STUB_LIBRARY) {
+    RawLog("STENSOR_REAL_LIBCUDA=\"%s\" is the CUDA toolkit's stub library, not a driver "
+           "(cuDriverGetVersion answers CUDA_ERROR_STUB_LIBRARY)",
+           path.c_str());
+    std::_Exit(1);
+  }
+}
+
 bool& BuildingOnThisThread() {
   static thread_local bool building = false;
   return building;
@@ -219,12 +247,8 @@ Globals* Build() {
     RawLog("cannot load the CUDA driver %s: %s", path.c_str(), dlerror());
   } else {
     found = LoadDriver(g->state.real_handle, RealDlsymFn(), &g->state.driver);
-    if (!config.real_libcuda.empty() && g->state.driver.cuInit == nullptr) {
-      // Named on purpose, and wrong: every call would answer
-      // CUDA_ERROR_NOT_SUPPORTED with nothing said.
-      RawLog("STENSOR_REAL_LIBCUDA=\"%s\" is not a CUDA driver (it has no cuInit)",
-             path.c_str());
-      std::_Exit(1);
+    if (!config.real_libcuda.empty()) {
+      CheckNamedDriver(path, g->state.real_handle, g->state.driver);
     }
     for (const HookEntry& h : kHooks) {
       g->hook_by_name.emplace(h.name, h.hook);

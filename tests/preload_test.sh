@@ -57,14 +57,25 @@ fi
 (( $(wc -l < "$tmp/err.txt") == 1 )) || { cat "$tmp/err.txt" >&2; fail "expected one line on stderr"; }
 grep -q 'STENSOR_POLICY="sometimes"' "$tmp/err.txt" || fail "the error does not name the variable and value: $(cat "$tmp/err.txt")"
 
-# STENSOR_REAL_LIBCUDA naming something that is not a CUDA driver, or
-# nothing: one line at the first CUDA call, never a run on which every call
-# fails unexplained.
-for lib in libm.so.6 "$tmp/no-such-libcuda.so"; do
-  if STENSOR_REAL_LIBCUDA=$lib LD_PRELOAD="$preload" "$train" --steps 1 > "$tmp/out.txt" 2> "$tmp/err.txt"; then
-    fail "STENSOR_REAL_LIBCUDA=$lib was accepted"
+# STENSOR_REAL_LIBCUDA naming something that is not a CUDA driver (a library
+# without cuInit and cuDriverGetVersion, stensor itself, the toolkit's stub
+# libcuda.so, whose cuDriverGetVersion answers CUDA_ERROR_STUB_LIBRARY = 34:
+# the fake made to answer so), or nothing: one line at the first CUDA call,
+# never a run on which every call fails unexplained. Naming the driver
+# itself runs as without it.
+fake_abs=$LD_LIBRARY_PATH/$(basename "$fake")
+STENSOR_REAL_LIBCUDA=$fake_abs LD_PRELOAD="$preload" "$train" --steps 5 > "$tmp/named.txt"
+cmp -s "$tmp/plain.txt" "$tmp/named.txt" || fail "output differs with STENSOR_REAL_LIBCUDA naming the driver"
+for lib in libm.so.6 "$stensor" "$tmp/no-such-libcuda.so" "stub:$fake_abs"; do
+  inject=()
+  if [[ $lib == stub:* ]]; then lib=${lib#stub:}; inject=(FAKECUDA_FAIL=cuDriverGetVersion:1:34); fi
+  if env "${inject[@]}" STENSOR_REAL_LIBCUDA="$lib" LD_PRELOAD="$preload" "$train" --steps 1 > "$tmp/out.txt" 2> "$tmp/err.txt"; then
+    fail "STENSOR_REAL_LIBCUDA=$lib ${inject[*]} was accepted"
   fi
   (( $(wc -l < "$tmp/err.txt") == 1 )) || { cat "$tmp/err.txt" >&2; fail "$lib: expected one line on stderr"; }
   grep -q "STENSOR_REAL_LIBCUDA=\"$lib\"" "$tmp/err.txt" || fail "$lib: the error does not name it: $(cat "$tmp/err.txt")"
+  if (( ${#inject[@]} )); then
+    grep -q "stub library" "$tmp/err.txt" || fail "the stub is not called one: $(cat "$tmp/err.txt")"
+  fi
 done
 echo "PASS"

@@ -1,0 +1,176 @@
+#include "core/external_allocations.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include <cuda.h>
+
+#include "core/memory_manager.h"
+#include "core/memory_manager_testing.h"
+#include "gtest/gtest.h"
+#include "tests/fakecuda/fakecuda.h"
+
+namespace stensor {
+namespace {
+
+using testing_support::FakeDeviceTest;
+using testing_support::kCap;
+using testing_support::kGranule;
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+TEST(PitchAllocationChargeTest, RowsRoundedUpTo512Bytes) {
+  EXPECT_EQ(PitchAllocationCharge(1, 1), 512u);
+  EXPECT_EQ(PitchAllocationCharge(512, 3), 1536u);
+  EXPECT_EQ(PitchAllocationCharge(513, 2), 2048u);
+  EXPECT_EQ(PitchAllocationCharge(0, 5), 0u);
+  EXPECT_EQ(PitchAllocationCharge(100, 0), 0u);
+  EXPECT_EQ(PitchAllocationCharge(UINT64_MAX - 511, 1), UINT64_MAX - 511);
+}
+
+TEST(PitchAllocationChargeTest, OverflowHasNoCharge) {
+  EXPECT_EQ(PitchAllocationCharge(UINT64_MAX - 510, 1), std::nullopt);  // rounding
+  EXPECT_EQ(PitchAllocationCharge(UINT64_MAX, 1), std::nullopt);
+  EXPECT_EQ(PitchAllocationCharge(uint64_t{1} << 40, uint64_t{1} << 40), std::nullopt);
+}
+
+class ExternalAllocationsTest : public FakeDeviceTest {
+ protected:
+  void SetUp() override {
+    FakeDeviceTest::SetUp();
+    memory_ = MakeManager({{"STENSOR_MEMORY_LIMIT", "6MiB"}});
+    ASSERT_NE(memory_, nullptr);
+  }
+  void TearDown() override {
+    memory_.reset();
+    FakeDeviceTest::TearDown();
+  }
+  // What cuMemGetInfo reports free under the cap.
+  size_t Free() {
+    size_t free_bytes = 0, total = 0;
+    CappedMemInfo(*memory_, driver_, &free_bytes, &total);
+    EXPECT_EQ(total, kCap);
+    return free_bytes;
+  }
+  // The fake's cuMemAlloc, counting its calls.
+  CUresult DriverAlloc(CUdeviceptr* dptr, uint64_t bytes) {
+    ++driver_calls_;
+    return driver_.cuMemAlloc_v2(dptr, bytes);
+  }
+
+  std::unique_ptr<MemoryManager> memory_;
+  int driver_calls_ = 0;
+};
+
+TEST_F(ExternalAllocationsTest, NoCapJustCallsTheDriver) {
+  CUdeviceptr p = 0;
+  EXPECT_EQ(ChargedAllocation(nullptr, &p, 4 * kMiB, [&] { return DriverAlloc(&p, 4 * kMiB); }),
+            CUDA_SUCCESS);
+  EXPECT_EQ(driver_calls_, 1);
+  EXPECT_EQ(Free(), kCap);  // the manager saw nothing
+  EXPECT_EQ(ChargedAllocation(nullptr, &p, 1, [] { return CUDA_ERROR_INVALID_VALUE; }),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_CU(driver_.cuMemFree_v2(p));
+}
+
+TEST_F(ExternalAllocationsTest, ChargedUntilFreedAndRefusedWhenItCannotFit) {
+  CUdeviceptr a = 0, b = 0;
+  ASSERT_EQ(ChargedAllocation(memory_.get(), &a, 4 * kMiB,
+                              [&] { return DriverAlloc(&a, 4 * kMiB); }),
+            CUDA_SUCCESS);
+  EXPECT_EQ(Free(), kCap - 4 * kMiB);
+  // Nothing of stensor's to evict: out of memory, and the driver is never
+  // asked.
+  EXPECT_EQ(ChargedAllocation(memory_.get(), &b, 4 * kMiB,
+                              [&] { return DriverAlloc(&b, 4 * kMiB); }),
+            CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(driver_calls_, 1);
+  EXPECT_EQ(Free(), kCap - 4 * kMiB);
+  // Charged in 4 KiB pages.
+  ASSERT_EQ(ChargedAllocation(memory_.get(), &b, 1000, [&] { return DriverAlloc(&b, 1000); }),
+            CUDA_SUCCESS);
+  EXPECT_EQ(Free(), kCap - 4 * kMiB - 4096);
+  // Freed by the program: the hooks' cuMemFree then releases the charge.
+  EXPECT_CU(driver_.cuMemFree_v2(a));
+  memory_->ForgetExternal(a);
+  EXPECT_EQ(Free(), kCap - 4096);
+  EXPECT_CU(driver_.cuMemFree_v2(b));
+  memory_->ForgetExternal(b);
+  EXPECT_EQ(Free(), kCap);
+  memory_->ForgetExternal(b);  // twice: nothing more to release
+  EXPECT_EQ(Free(), kCap);
+}
+
+TEST_F(ExternalAllocationsTest, AFailedDriverCallKeepsNoCharge) {
+  CUdeviceptr p = 0;
+  fakecuda_fail_call("cuMemAlloc_v2", 1, CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(ChargedAllocation(memory_.get(), &p, 4 * kMiB,
+                              [&] { return DriverAlloc(&p, 4 * kMiB); }),
+            CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(Free(), kCap);
+  // A success without a pointer to adopt: nothing can free it by address.
+  EXPECT_EQ(ChargedAllocation(memory_.get(), nullptr, 4 * kMiB, [] { return CUDA_SUCCESS; }),
+            CUDA_SUCCESS);
+  EXPECT_EQ(Free(), kCap);
+}
+
+TEST_F(ExternalAllocationsTest, RoomIsMadeByEvictingStensorsBuffers) {
+  // Two granules of stensor's own, swappable.
+  CUdeviceptr own[2] = {};
+  uint64_t next_id = 1;
+  for (CUdeviceptr& p : own) {
+    ASSERT_CU(memory_->Allocate(kGranule, &p, [&](CUdeviceptr) { return next_id++; }));
+  }
+  EXPECT_EQ(Free(), kCap - 2 * kGranule);
+  CUdeviceptr ext = 0;
+  ASSERT_EQ(ChargedAllocation(memory_.get(), &ext, 2 * kGranule,
+                              [&] { return DriverAlloc(&ext, 2 * kGranule); }),
+            CUDA_SUCCESS);
+  // One of stensor's buffers left the device (never written: without a copy).
+  const SwapStats stats = memory_->stats();
+  EXPECT_EQ(stats.swap_outs_copied + stats.clean_drops + stats.never_written_drops, 1u);
+  EXPECT_LE(Used(), kCap);
+  EXPECT_EQ(Free(), 0u);
+  EXPECT_CU(driver_.cuMemFree_v2(ext));
+  memory_->ForgetExternal(ext);
+  for (CUdeviceptr p : own) EXPECT_CU(memory_->Free(p));
+}
+
+TEST_F(ExternalAllocationsTest, PitchAllocationsAreChargedTheirGuess) {
+  CUdeviceptr p = 0;
+  size_t pitch = 0;
+  ASSERT_EQ(ChargedPitchAllocation(memory_.get(), &p, 1000, 1024,
+                                   [&] {
+                                     ++driver_calls_;
+                                     return driver_.cuMemAllocPitch_v2(&p, &pitch, 1000, 1024,
+                                                                       4);
+                                   }),
+            CUDA_SUCCESS);
+  EXPECT_EQ(Free(), kCap - 1024 * 1024);  // 1000 rounded to 1024, times 1024 rows
+  EXPECT_CU(driver_.cuMemFree_v2(p));
+  memory_->ForgetExternal(p);
+  // A request whose charge overflows goes to the driver uncharged, which
+  // answers it.
+  CUresult r = ChargedPitchAllocation(memory_.get(), &p, UINT64_MAX, 2, [&] {
+    ++driver_calls_;
+    return driver_.cuMemAllocPitch_v2(&p, &pitch, SIZE_MAX, 2, 4);
+  });
+  EXPECT_NE(r, CUDA_SUCCESS);
+  EXPECT_EQ(driver_calls_, 2);
+  EXPECT_EQ(Free(), kCap);
+}
+
+TEST_F(ExternalAllocationsTest, MemInfoWithoutAContextIsTheDriversAnswer) {
+  ASSERT_CU(cuCtxSetCurrent(nullptr));
+  size_t free_bytes = 11, total = 22;
+  CappedMemInfo(*memory_, driver_, &free_bytes, &total);
+  EXPECT_EQ(free_bytes, 11u);
+  EXPECT_EQ(total, 22u);
+  ASSERT_CU(cuCtxSetCurrent(ctx_));
+  CappedMemInfo(*memory_, driver_, nullptr, &total);  // either may be null
+  EXPECT_EQ(total, kCap);
+}
+
+}  // namespace
+}  // namespace stensor
