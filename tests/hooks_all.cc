@@ -667,10 +667,30 @@ void Launches(const char* kernels) {
   kernel("cuLaunchCooperativeKernel_ptsz", [&](CUstream s, void** p) {
     return CALL(cuLaunchCooperativeKernel_ptsz, "valid", g_axpy, 4, 1, 1, 32, 1, 1, 0, s, p); });
 
+  // The packed `extra` form: (float, pad, ptr, ptr, int) as laid out.
+  kernel("cuLaunchKernel", [&](CUstream s, void** p) {
+    struct {
+      float a;
+      CUdeviceptr x, y;
+      int n;
+    } packed{*static_cast<float*>(p[0]), *static_cast<CUdeviceptr*>(p[1]),
+             *static_cast<CUdeviceptr*>(p[2]), *static_cast<int*>(p[3])};
+    size_t size = sizeof packed;
+    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                     CU_LAUNCH_PARAM_END};
+    return CALL(cuLaunchKernel, "extra", g_axpy, 4, 1, 1, 32, 1, 1, 0, s, nullptr, extra); });
+
   float a = 1.0f;
   int n = kN;
   CUdeviceptr x = B.p, y = A.p;
   void* params[] = {&a, &x, &y, &n};
+  // Neither parameters nor `extra`, and both: the driver's error; stensor
+  // must not read them.
+  INVALID(cuLaunchKernel, "no-params", g_axpy, 1, 1, 1, 1, 1, 1, 0, g_stream, nullptr, nullptr);
+  void* extra_end[] = {CU_LAUNCH_PARAM_END};
+  INVALID(cuLaunchKernel_ptsz, "both", g_axpy, 1, 1, 1, 1, 1, 1, 0, nullptr, params, extra_end);
+  INVALID(cuLaunchKernel, "extra-empty", g_axpy, 1, 1, 1, 1, 1, 1, 0, g_stream, nullptr, extra_end);
+  INVALID(cuLaunchCooperativeKernel, "no-params", g_axpy, 1, 1, 1, 1, 1, 1, 0, g_stream, nullptr);
   INVALID(cuLaunchKernel, "null-function", nullptr, 1, 1, 1, 1, 1, 1, 0, g_stream, params, nullptr);
   INVALID(cuLaunchKernel_ptsz, "zero-grid", g_axpy, 0, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr);
   INVALID(cuLaunchKernelEx, "null-config", nullptr, g_axpy, params, nullptr);
@@ -908,6 +928,70 @@ void Attributes() {
   CALL(cuPointerGetAttributes, "zero", 0, attrs, data, A.p);  // compared only
 }
 
+// Edge cases whose answers are only compared with the driver's (the script
+// compares every `rc` line): zero sizes, null and unknown pointers, on
+// swapped-out buffers where stensor may answer itself under a cap.
+void Edges() {
+  CUdeviceptr p = 0;
+  size_t free_bytes = 0, total = 0, pitch = 0;
+  std::vector<uint8_t> host(64);
+  CALL(cuMemAlloc_v2, "huge", &p, SIZE_MAX);
+  CALL(cuMemAlloc_v2, "above-device", &p, size_t{64} << 30);
+  CALL(cuMemFree_v2, "zero", 0);
+  CALL(cuMemFreeAsync, "zero", 0, g_stream);
+  CALL(cuMemAllocPitch_v2, "zero-width", &p, &pitch, 0, 10, 4);
+  CALL(cuMemAllocPitch_v2, "huge", &p, &pitch, SIZE_MAX, 2, 4);
+  CALL(cuMemAllocAsync, "huge", &p, SIZE_MAX, g_stream);
+  CALL(cuMemGetInfo_v2, "null-total", &free_bytes, nullptr);
+  CALL(cuDeviceTotalMem_v2, "negative", &total, -1);
+  void* h = nullptr;
+  CALL(cuMemHostAlloc, "zero", &h, 0, 0);
+  CALL(cuMemFreeHost, "null", nullptr);
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  CUmemGenericAllocationHandle handle = 0;
+  CALL(cuMemCreate, "above-device", &handle, size_t{64} << 30, &prop, 0);
+  CALL(cuMemCreate, "null-handle", nullptr, kGranule, &prop, 0);
+  prop.location.id = 7;
+  CALL(cuMemCreate, "device", &handle, kGranule, &prop, 0);
+  CALL(cuMemMap, "zero-handle", A.p, kGranule, 0, 0, 0);
+  CALL(cuMemUnmap, "stensor-buffer-size", A.p, 4096);
+  CALL(cuMemRelease, "zero", 0);
+  int fd = -1;
+  CALL(cuMemExportToShareableHandle, "zero", &fd, 0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  CALL(cuMemRetainAllocationHandle, "null-addr", &handle, nullptr);
+  CALL(cuIpcGetMemHandle, "zero", nullptr, 0);
+
+  Evict({&A, &B});
+  CALL(cuMemGetAddressRange_v2, "null-both", nullptr, nullptr, A.p + 5);
+  CALL(cuMemGetAddressRange_v2, "end", &p, &total, A.p + kGranule);
+  unsigned long long token[2];
+  CALL(cuPointerGetAttribute, "p2p-tokens", token, CU_POINTER_ATTRIBUTE_P2P_TOKENS, A.p);
+  CALL(cuPointerGetAttribute, "bad-attribute", token, static_cast<CUpointer_attribute>(999), A.p);
+  int managed = -1;
+  CALL(cuPointerGetAttribute, "managed", &managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, A.p + 3);
+  Val("cuPointerGetAttribute/managed", std::to_string(managed));
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_P2P_TOKENS, CU_POINTER_ATTRIBUTE_MAPPED};
+  int mapped = -1;
+  void* data[] = {token, &mapped};
+  CALL(cuPointerGetAttributes, "unsupported", 2, attrs, data, A.p);
+  Val("cuPointerGetAttributes/mapped", std::to_string(mapped));
+  CALL(cuPointerGetAttributes, "unknown", 2, attrs, data, 0x1000);
+  // Null device pointers, a bad memory type and a region of no bytes.
+  CALL(cuMemcpyHtoD_v2, "null-dst", 0, host.data(), 16);
+  CALL(cuMemcpyDtoD_v2, "null-src", A.p, 0, 16);
+  CALL(cuMemsetD8_v2, "null", 0, 1, 16);
+  CUDA_MEMCPY2D q = Desc2D();
+  q.dstMemoryType = static_cast<CUmemorytype>(0);
+  CALL(cuMemcpy2D_v2, "bad-type", &q);
+  CUDA_MEMCPY3D r = Desc3D();
+  r.srcMemoryType = CU_MEMORYTYPE_ARRAY;  // with no array
+  CALL(cuMemcpy3D_v2, "no-array", &r);
+  CALL(cuMemcpyPeer, "null-context", A.p, nullptr, B.p, nullptr, 16);
+  CALL(cuEventRecord, "destroyed-stream", nullptr, nullptr);
+}
+
 // Handles that leave stensor's control; their buffers stay resident after
 // (under a cap, then two of the four slots are pinned), so this comes last.
 void Handles() {
@@ -1076,6 +1160,7 @@ int main(int argc, char** argv) {
   Allocations();
   Vmm();
   Attributes();
+  Edges();
   for (Buf& b : g_bufs) Verify(b, 0, kGranule);
   Handles();
   for (Buf& b : g_bufs) {
