@@ -77,6 +77,12 @@ void* Resolve(const char* name) {
       ++failures;
       return nullptr;
     }
+    // The CUDA runtime's way: dlopen("libcuda.so.1") and dlsym of that handle.
+    void* via_driver = dlsym(g_fake, name);
+    if (via_driver != nullptr && via_driver != p) {
+      std::fprintf(stderr, "dlsym(libcuda.so.1, %s) = %p, not the hook %p\n", name, via_driver, p);
+      ++failures;
+    }
     g_called.insert("dlsym");
   }
   return p;
@@ -352,6 +358,16 @@ void Copies() {
     return CALL(cuMemcpyDtoD_v2_ptds, "valid", d, s, n); });
   INVALID(cuMemcpyDtoD_v2, "overrun", A.p, B.p, kOver);
   INVALID(cuMemcpyDtoD_v2_ptds, "overrun", A.p, B.p + 8, kGranule);
+  // Within one buffer (swapped out): both sides are A.
+  {
+    const size_t src_off = 100, dst_off = kGranule / 2 + 4, n = 70000;
+    Evict({&A});
+    VALID(cuMemcpyDtoD_v2, "same-buffer", A.p + dst_off, A.p + src_off, n);
+    Rec("memcpy", "cuMemcpyDtoD_v2").S("kind", "DtoD").U("bytes", n).S("dst", Hex(A.p + dst_off))
+        .S("src", Hex(A.p + src_off)).Bufs("reads", {A.p}).Bufs("writes", {A.p});
+    std::memmove(A.model.data() + dst_off, A.model.data() + src_off, n);
+    Verify(A, 0, kGranule);
+  }
   DeviceCopy("cuMemcpyDtoDAsync_v2", "DtoD", true, false, g_stream, [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
     return CALL(cuMemcpyDtoDAsync_v2, "valid", d, s, n, g_stream); });
   DeviceCopy("cuMemcpyDtoDAsync_v2_ptsz", "DtoD", true, true, nullptr, [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
@@ -455,6 +471,45 @@ void Copies2D3D() {
     EXPECT_ERR(f.api, "wide", call(&wide, "wide"));
     EXPECT_ERR(f.api, "overrun", call(&past, "overrun"));
     EXPECT_ERR(f.api, "null", call(nullptr, "null"));
+  }
+
+  // Host to device and device (as unified memory) to host, 2D.
+  {
+    std::vector<uint8_t> host = Pattern(kH * kSrcPitch, 91), back(kH * kSrcPitch, 0);
+    CUDA_MEMCPY2D up = Desc2D();
+    up.srcMemoryType = CU_MEMORYTYPE_HOST;
+    up.srcHost = host.data();
+    up.srcXInBytes = 0;
+    up.srcY = 0;
+    Evict({&A});
+    VALID(cuMemcpy2D_v2, "host-to-device", &up);
+    Rec("memcpy", "cuMemcpy2D_v2").S("kind", "HtoD").U("bytes", kW * kH)
+        .S("dst", Hex(A.p + kDstY * kDstPitch + kDstX)).S("src", Hex(Ptr(host.data())))
+        .Bufs("reads", {}).Bufs("writes", {A.p});
+    for (size_t y = 0; y < kH; ++y) {
+      std::memcpy(A.model.data() + (kDstY + y) * kDstPitch + kDstX, host.data() + y * kSrcPitch, kW);
+    }
+    Verify(A, 0, kGranule);
+    CUDA_MEMCPY2D down{};
+    down.srcMemoryType = CU_MEMORYTYPE_UNIFIED;
+    down.srcDevice = A.p;
+    down.srcY = kDstY;
+    down.srcXInBytes = kDstX;
+    down.srcPitch = kDstPitch;
+    down.dstMemoryType = CU_MEMORYTYPE_HOST;
+    down.dstHost = back.data();
+    down.dstPitch = kSrcPitch;
+    down.WidthInBytes = kW;
+    down.Height = kH;
+    Evict({&A});
+    VALID(cuMemcpy2DAsync_v2_ptsz, "unified-to-host", &down, nullptr);
+    Rec("memcpy", "cuMemcpy2DAsync_v2_ptsz").S("kind", "UtoH").U("bytes", kW * kH)
+        .S("dst", Hex(Ptr(back.data()))).S("src", Hex(A.p + kDstY * kDstPitch + kDstX))
+        .Bufs("reads", {A.p}).Bufs("writes", {}).S("stream", "per_thread").B("async", true);
+    SyncStream(nullptr, true);
+    for (size_t y = 0; y < kH; ++y) {
+      EXPECT_TRUE(std::memcmp(back.data() + y * kSrcPitch, host.data() + y * kSrcPitch, kW) == 0);
+    }
   }
 
   CUDA_MEMCPY3D q = Desc3D();
@@ -800,6 +855,25 @@ void Allocations() {
     Rec("free", pt ? "cuMemFreeAsync_ptsz" : "cuMemFreeAsync").S("addr", Hex(q)).U("bytes", 65536);
     SyncStream(s, pt);
   }
+  // cuMemFreeAsync of cuMemAlloc memory (under a cap: stensor's), in stream
+  // order after work that uses it.
+  for (bool pt : {false, true}) {
+    CUstream s = pt ? nullptr : g_stream;
+    CUdeviceptr q = 0;
+    VALID(cuMemAlloc_v2, "for-free-async", &q, kGranule);
+    Rec("alloc", "cuMemAlloc_v2").S("addr", Hex(q)).U("bytes", kGranule).S("kind", "device");
+    if (pt) {
+      VALID(cuMemsetD8Async_ptsz, "before-free", q, 3, kGranule, s);
+      VALID(cuMemFreeAsync_ptsz, "device-memory", q, s);
+    } else {
+      VALID(cuMemsetD8Async, "before-free", q, 3, kGranule, s);
+      VALID(cuMemFreeAsync, "device-memory", q, s);
+    }
+    Rec("memset", pt ? "cuMemsetD8Async_ptsz" : "cuMemsetD8Async").U("bytes", kGranule)
+        .Bufs("writes", {q}).S("stream", StreamName(s, pt)).B("async", true);
+    Rec("free", pt ? "cuMemFreeAsync_ptsz" : "cuMemFreeAsync").S("addr", Hex(q)).U("bytes", kGranule);
+    SyncStream(s, pt);
+  }
   INVALID(cuMemAllocAsync, "null", nullptr, 65536, g_stream);
   INVALID(cuMemAllocAsync_ptsz, "zero", &p, 0, nullptr);
   INVALID(cuMemFreeAsync, "host", Ptr(&p), g_stream);
@@ -1077,8 +1151,8 @@ void ProcAddresses() {
       // unless a newer ABI replaced it (then both runs name that one).
       for (int version : {e.version, 13000}) {
         for (cuuint64_t flags : {cuuint64_t{CU_GET_PROC_ADDRESS_DEFAULT},
-                                 cuuint64_t{e.per_thread ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
-                                                         : CU_GET_PROC_ADDRESS_LEGACY_STREAM}}) {
+                                 cuuint64_t{CU_GET_PROC_ADDRESS_LEGACY_STREAM},
+                                 cuuint64_t{CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM}}) {
           const std::string label = std::string(e.name) + "/" + std::to_string(version) + "/" +
                                     std::to_string(flags);
           void* p = nullptr;
