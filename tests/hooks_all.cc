@@ -1052,6 +1052,18 @@ void Edges() {
   CALL(cuPointerGetAttributes, "unsupported", 2, attrs, data, A.p);
   Val("cuPointerGetAttributes/mapped", std::to_string(mapped));
   CALL(cuPointerGetAttributes, "unknown", 2, attrs, data, 0x1000);
+  CUpointer_attribute sizes[] = {CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR};
+  size_t range = 0;
+  void* null_entry[] = {&range, nullptr};
+  CALL(cuPointerGetAttributes, "null-entry", 2, sizes, null_entry, A.p + 16);
+  // The program's own memory mapped at a buffer's address (swapped out:
+  // under a cap its range is stensor's reservation, unmapped): not a
+  // reservation of the program's, refused.
+  prop.location.id = 0;
+  if (cuMemCreate(&handle, kGranule, &prop, 0) == CUDA_SUCCESS) {
+    CALL(cuMemMap, "buffer-address", A.p, kGranule, 0, handle, 0);
+    CALL(cuMemRelease, "after-buffer-address", handle);
+  }
   // Null device pointers, a bad memory type and a region of no bytes.
   CALL(cuMemcpyHtoD_v2, "null-dst", 0, host.data(), 16);
   CALL(cuMemcpyDtoD_v2, "null-src", A.p, 0, 16);
