@@ -127,15 +127,15 @@ CUresult InvokeHook(const char* sym, const std::string& label, Invoke&& invoke) 
   return r;
 }
 // A call that must succeed / must be refused.
-#define VALID(sym, label, ...) EXPECT_OK(#sym, label, CALL(sym, label, __VA_ARGS__))
-#define INVALID(sym, label, ...) EXPECT_ERR(#sym, label, CALL(sym, label, __VA_ARGS__))
-void EXPECT_OK(const char* sym, const std::string& label, CUresult r) {
+#define VALID(sym, label, ...) ExpectOk(#sym, label, CALL(sym, label, __VA_ARGS__))
+#define INVALID(sym, label, ...) ExpectRefused(#sym, label, CALL(sym, label, __VA_ARGS__))
+void ExpectOk(const char* sym, const std::string& label, CUresult r) {
   if (r != CUDA_SUCCESS && !(r == CUDA_ERROR_NOT_SUPPORTED && !FakeHas(sym))) {
     std::fprintf(stderr, "%s/%s failed: %d\n", sym, label.c_str(), r);
     ++failures;
   }
 }
-void EXPECT_ERR(const char* sym, const std::string& label, CUresult r) {
+void ExpectRefused(const char* sym, const std::string& label, CUresult r) {
   if (r == CUDA_SUCCESS) {
     std::fprintf(stderr, "%s/%s: invalid arguments accepted\n", sym, label.c_str());
     ++failures;
@@ -244,7 +244,7 @@ std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
 
 // --- Copies ---------------------------------------------------------------------
 // Device to device, [src_off, +n) of B to [dst_off, +n) of A, both swapped out
-// first. `call` makes the copy (`label` v: valid); `kind` is the record's.
+// first. `call` makes the copy; `kind` is the record's.
 template <typename Call>
 void DeviceCopy(const char* api, const char* kind, bool async, bool per_thread, CUstream s,
                 Call&& call) {
@@ -466,11 +466,11 @@ void Copies2D3D() {
       return CALL(cuMemcpy2DAsync_v2_ptsz, label, d, s);
     };
     Stage2D();
-    EXPECT_OK(f.api, "valid", call(&p, "valid"));
+    ExpectOk(f.api, "valid", call(&p, "valid"));
     Expect2D(f.api, f.async, f.per_thread, s);
-    EXPECT_ERR(f.api, "wide", call(&wide, "wide"));
-    EXPECT_ERR(f.api, "overrun", call(&past, "overrun"));
-    EXPECT_ERR(f.api, "null", call(nullptr, "null"));
+    ExpectRefused(f.api, "wide", call(&wide, "wide"));
+    ExpectRefused(f.api, "overrun", call(&past, "overrun"));
+    ExpectRefused(f.api, "null", call(nullptr, "null"));
   }
 
   // Host to device and device (as unified memory) to host, 2D.
@@ -531,12 +531,12 @@ void Copies2D3D() {
     };
     Stage2D();
     q = Desc3D();
-    EXPECT_OK(f.api, "valid", call(&q, "valid"));
+    ExpectOk(f.api, "valid", call(&q, "valid"));
     // Two slices of 20 rows, each `height` (20) rows apart: the same rows as
     // the 40-row 2D copy.
     Expect2D(f.api, f.async, f.per_thread, s);
-    EXPECT_ERR(f.api, "overrun", call(&q_past, "overrun"));
-    EXPECT_ERR(f.api, "null", call(nullptr, "null"));
+    ExpectRefused(f.api, "overrun", call(&q_past, "overrun"));
+    ExpectRefused(f.api, "null", call(nullptr, "null"));
   }
 
   // Entry points the fake does not implement: the hook answers
@@ -575,13 +575,13 @@ void Memset1D(const char* api, bool async, bool per_thread, T v, Call&& call) {
   CUstream s = async && !per_thread ? g_stream : nullptr;
   const size_t off = 4096 * 3, n = 50000;
   Evict({&A});
-  EXPECT_OK(api, "valid", call(A.p + off, v, n, s, "valid"));
+  ExpectOk(api, "valid", call(A.p + off, v, n, s, "valid"));
   Rec("memset", api).U("bytes", n * sizeof(T)).S("dst", Hex(A.p + off)).Bufs("writes", {A.p})
       .S("stream", StreamName(s, per_thread)).B("async", async);
   if (async) SyncStream(s, per_thread);
   ModelSet<T>(A, off, 0, v, n, 1);
   Verify(A, off, n * sizeof(T));
-  EXPECT_ERR(api, "overrun", call(A.p + sizeof(T), v, kGranule / sizeof(T), s, "overrun"));
+  ExpectRefused(api, "overrun", call(A.p + sizeof(T), v, kGranule / sizeof(T), s, "overrun"));
 }
 
 // A 2D memset of w x h elements, pitch 4096, and one too wide for its pitch.
@@ -590,14 +590,14 @@ void Memset2D(const char* api, bool async, bool per_thread, T v, Call&& call) {
   CUstream s = async && !per_thread ? g_stream : nullptr;
   const size_t off = 8192, pitch = 4096, w = 300, h = 30;
   Evict({&A});
-  EXPECT_OK(api, "valid", call(A.p + off, pitch, v, w, h, s, "valid"));
+  ExpectOk(api, "valid", call(A.p + off, pitch, v, w, h, s, "valid"));
   Rec("memset", api).U("bytes", w * h * sizeof(T)).S("dst", Hex(A.p + off)).Bufs("writes", {A.p})
       .S("stream", StreamName(s, per_thread)).B("async", async);
   if (async) SyncStream(s, per_thread);
   ModelSet<T>(A, off, pitch, v, w, h);
   Verify(A, off, h * pitch);
-  EXPECT_ERR(api, "wide", call(A.p + off, pitch, v, pitch / sizeof(T) + 1, 2, s, "wide"));
-  EXPECT_ERR(api, "overrun", call(A.p + off, pitch, v, w, kGranule / pitch, s, "overrun"));
+  ExpectRefused(api, "wide", call(A.p + off, pitch, v, pitch / sizeof(T) + 1, 2, s, "wide"));
+  ExpectRefused(api, "overrun", call(A.p + off, pitch, v, w, kGranule / pitch, s, "overrun"));
 }
 
 void Memsets() {
