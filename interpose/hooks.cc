@@ -371,8 +371,9 @@ STENSOR_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr pt
   auto real = D().cuIpcGetMemHandle;
   if (real == nullptr) return kMissing;
   CUresult r;
-  if (T().capped() && T().memory()->PinExported(ptr, "cuIpcGetMemHandle", &r) &&
-      r != CUDA_SUCCESS) {
+  // A null handle is the driver's error: nothing is handed out, nothing pinned.
+  if (handle != nullptr && T().capped() &&
+      T().memory()->PinExported(ptr, "cuIpcGetMemHandle", &r) && r != CUDA_SUCCESS) {
     return r;
   }
   return real(handle, ptr);
@@ -382,7 +383,7 @@ STENSOR_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle
   auto real = D().cuMemRetainAllocationHandle;
   if (real == nullptr) return kMissing;
   CUresult r;
-  if (T().capped() &&
+  if (handle != nullptr && T().capped() &&  // null: the driver's error, nothing pinned
       T().memory()->PinExported(Ptr(addr), "cuMemRetainAllocationHandle", &r)) {
     // Resident for good: the handle of its current physical memory, which
     // is never replaced.
