@@ -210,8 +210,10 @@ CUresult Copy3D(const CUDA_MEMCPY3D* p, CUstream h, bool async, bool pt) {
   }
   src.pitch = p->srcPitch;
   dst.pitch = p->dstPitch;
-  src.height = p->Depth > 1 ? p->srcHeight : p->Height + p->srcY;
-  dst.height = p->Depth > 1 ? p->dstHeight : p->Height + p->dstY;
+  // The first byte is at (Z * height + Y) * pitch + X with the height as
+  // given (the driver's documented start), also for one slice at Z > 0.
+  src.height = p->Depth > 1 || p->srcZ > 0 ? p->srcHeight : p->Height + p->srcY;
+  dst.height = p->Depth > 1 || p->dstZ > 0 ? p->dstHeight : p->Height + p->dstY;
   if (p->Depth > 1 &&
       (p->srcHeight < p->Height + p->srcY || p->dstHeight < p->Height + p->dstY)) {
     return CUDA_ERROR_INVALID_VALUE;

@@ -544,6 +544,40 @@ TEST_F(FakeCudaTest, CopiesAndMemsetsIn1DAnd2D) {
   ASSERT_CU(cuMemFree_v2(e));
 }
 
+// One slice of a 3D copy at Z > 0 starts at (Z * srcHeight + Y) * pitch + X,
+// with srcHeight as given, as the driver documents (once the fake used
+// Height + srcY as the slice height when Depth was 1).
+TEST_F(FakeCudaTest, OneSliceOfA3DCopyStartsAtItsSlice) {
+  constexpr size_t kPitch = 16, kSliceRows = 4, kSlices = 3;
+  std::vector<unsigned char> volume(kPitch * kSliceRows * kSlices);
+  for (size_t i = 0; i < volume.size(); ++i) volume[i] = static_cast<unsigned char>(i);
+  CUdeviceptr d;
+  ASSERT_CU(cuMemAlloc_v2(&d, volume.size()));
+  ASSERT_CU(cuMemcpyHtoD_v2(d, volume.data(), volume.size()));
+  unsigned char out[2 * 8] = {};
+  CUDA_MEMCPY3D c{};
+  c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.srcDevice = d;
+  c.srcPitch = kPitch;
+  c.srcHeight = kSliceRows;
+  c.srcZ = 2;
+  c.srcY = 1;
+  c.srcXInBytes = 3;
+  c.dstMemoryType = CU_MEMORYTYPE_HOST;
+  c.dstHost = out;
+  c.dstPitch = 8;
+  c.WidthInBytes = 8;
+  c.Height = 2;
+  c.Depth = 1;
+  ASSERT_CU(cuMemcpy3D_v2(&c));
+  for (size_t y = 0; y < 2; ++y) {
+    for (size_t x = 0; x < 8; ++x) {
+      EXPECT_EQ(out[y * 8 + x], volume[(2 * kSliceRows + 1 + y) * kPitch + 3 + x]) << y << "," << x;
+    }
+  }
+  ASSERT_CU(cuMemFree_v2(d));
+}
+
 TEST_F(FakeCudaTest, AsyncCopyFromPageableMemoryReadsItBeforeReturning) {
   CUstream s;
   ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
