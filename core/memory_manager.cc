@@ -49,13 +49,15 @@ bool NamesCurrentContextStream(CUstream s) {
 class ContextScope {
  public:
   // Pushes `target` unless it is null or already current; result() says
-  // whether the calls that follow run in it.
-  ContextScope(const Driver& driver, CUcontext target) : driver_(driver) {
+  // whether the calls that follow run in it. Each failed driver call is
+  // counted in `*errors`.
+  ContextScope(const Driver& driver, CUcontext target, uint64_t* errors)
+      : driver_(driver), errors_(errors) {
     if (target == nullptr) return;
     CUcontext current = nullptr;
-    result_ = driver_.cuCtxGetCurrent(&current);
+    result_ = Count(driver_.cuCtxGetCurrent(&current));
     if (result_ != CUDA_SUCCESS || current == target) return;
-    result_ = driver_.cuCtxPushCurrent_v2(target);
+    result_ = Count(driver_.cuCtxPushCurrent_v2(target));
     pushed_ = result_ == CUDA_SUCCESS;
   }
   ~ContextScope() { (void)Restore(); }
@@ -69,13 +71,19 @@ class ContextScope {
   CUresult Restore() {
     if (!pushed_) return CUDA_SUCCESS;
     pushed_ = false;
-    CUresult r = driver_.cuCtxPopCurrent_v2(nullptr);
-    if (r != CUDA_SUCCESS) r = driver_.cuCtxPopCurrent_v2(nullptr);
+    CUresult r = Count(driver_.cuCtxPopCurrent_v2(nullptr));
+    if (r != CUDA_SUCCESS) r = Count(driver_.cuCtxPopCurrent_v2(nullptr));
     return r;
   }
 
  private:
+  CUresult Count(CUresult r) {
+    if (r != CUDA_SUCCESS) ++*errors_;
+    return r;
+  }
+
   const Driver& driver_;
+  uint64_t* const errors_;
   CUresult result_ = CUDA_SUCCESS;
   bool pushed_ = false;
 };
@@ -464,11 +472,11 @@ MemoryManager::Use* MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stre
                Failed(driver_->cuStreamGetCtx(stream, &home)) != CUDA_SUCCESS) {
       return u;  // not recorded: waits fall back to the stream or the context
     }
-    ContextScope scope(*driver_, home);
-    CUresult r = Failed(scope.result());
+    ContextScope scope(*driver_, home, &stats_.driver_errors);
+    CUresult r = scope.result();
     if (r == CUDA_SUCCESS) r = Failed(driver_->cuEventCreate(&u->event, CU_EVENT_DISABLE_TIMING));
     if (r != CUDA_SUCCESS) u->event = nullptr;
-    (void)Failed(scope.Restore());
+    (void)scope.Restore();
     if (u->event == nullptr) return u;
   }
   u->recorded = Failed(driver_->cuEventRecord(u->event, stream)) == CUDA_SUCCESS;
@@ -1574,13 +1582,13 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b, bool will_copy) {
 }
 
 CUresult MemoryManager::CreateOwnStream(Device& dev, CUstream* stream) {
-  ContextScope scope(*driver_, dev.context);
-  CUresult r = Failed(scope.result());
+  ContextScope scope(*driver_, dev.context, &stats_.driver_errors);
+  CUresult r = scope.result();
   if (r == CUDA_SUCCESS) r = Failed(driver_->cuStreamCreate(stream, CU_STREAM_NON_BLOCKING));
   if (r != CUDA_SUCCESS) *stream = nullptr;
   // A stream made in the right context stays, even where the program's
   // context could not be made current again (counted as a driver error).
-  (void)Failed(scope.Restore());
+  (void)scope.Restore();
   return r;
 }
 
