@@ -1578,6 +1578,10 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b, bool will_copy) {
                          "stensor cannot see would fault")
             .Finish());
   }
+  // Page-locked memory from cuMemHostAlloc is pinned for the context that
+  // allocated it: the one whose streams copy it (host-located VMM memory
+  // belongs to no context).
+  ContextScope scope(*driver_, dev.host_vmm ? nullptr : dev.context, &stats_.driver_errors);
   return b.host.Create(vmm_, dev.host_vmm, b.reserved, b.size, b.device, &dev.host_bytes);
 }
 
@@ -1705,6 +1709,8 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
     b.location = Location::kCpuGpu;  // a current copy on each side, for now
     if (verifier_ != nullptr) {
       auto verify_start = std::chrono::steady_clock::now();
+      // Its kernel runs on the swap stream: in that stream's context.
+      ContextScope scope(*driver_, dev.context, &stats_.driver_errors);
       b.host_hash = verifier_->RecordHash(dev.ordinal, b.base, b.size, dev.swap_stream);
       stats_.verify_seconds += Seconds(std::chrono::steady_clock::now() - verify_start);
     }
@@ -1746,6 +1752,7 @@ bool MemoryManager::VerifiedClean(Device& dev, Buffer& b) {
   ++stats_.verify_checks;
   Verifier::HostCopy host{b.host.vmm() ? b.host.va() : 0, b.host.ptr()};
   auto start = std::chrono::steady_clock::now();
+  ContextScope scope(*driver_, dev.context, &stats_.driver_errors);  // as in RecordHash
   Verifier::Result r =
       host.va == 0 && host.ptr == nullptr
           ? Verifier::Result::kError  // no host copy to compare with
