@@ -33,6 +33,61 @@ double Seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
+// The handles that name a stream of the current context (its NULL stream,
+// or the calling thread's per-thread stream) rather than one stream.
+bool NamesCurrentContextStream(CUstream s) {
+  return s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
+}
+
+// Makes `target` the calling thread's current context for the calls in its
+// scope and the program's context current again at its end. A stream
+// belongs to the context current at its creation, and the driver records an
+// event only on a stream of the event's context (CUDA_ERROR_INVALID_HANDLE
+// otherwise), so each device's streams and events are made in that
+// device's context, whatever the program has current. Not thread-safe: one
+// thread's scope, on its own context stack.
+class ContextScope {
+ public:
+  // Pushes `target` unless it is null or already current; result() says
+  // whether the calls that follow run in it. Each failed driver call is
+  // counted in `*errors`.
+  ContextScope(const Driver& driver, CUcontext target, uint64_t* errors)
+      : driver_(driver), errors_(errors) {
+    if (target == nullptr) return;
+    CUcontext current = nullptr;
+    result_ = Count(driver_.cuCtxGetCurrent(&current));
+    if (result_ != CUDA_SUCCESS || current == target) return;
+    result_ = Count(driver_.cuCtxPushCurrent_v2(target));
+    pushed_ = result_ == CUDA_SUCCESS;
+  }
+  ~ContextScope() { (void)Restore(); }
+  ContextScope(const ContextScope&) = delete;
+  ContextScope& operator=(const ContextScope&) = delete;
+
+  CUresult result() const { return result_; }
+  // Pops what was pushed; once more if that fails, since a program left
+  // with stensor's context current would run its next work on another
+  // device. The last pop's result.
+  CUresult Restore() {
+    if (!pushed_) return CUDA_SUCCESS;
+    pushed_ = false;
+    CUresult r = Count(driver_.cuCtxPopCurrent_v2(nullptr));
+    if (r != CUDA_SUCCESS) r = Count(driver_.cuCtxPopCurrent_v2(nullptr));
+    return r;
+  }
+
+ private:
+  CUresult Count(CUresult r) {
+    if (r != CUDA_SUCCESS) ++*errors_;
+    return r;
+  }
+
+  const Driver& driver_;
+  uint64_t* const errors_;
+  CUresult result_ = CUDA_SUCCESS;
+  bool pushed_ = false;
+};
+
 }  // namespace
 
 
@@ -123,6 +178,10 @@ struct MemoryManager::Device {
   uint64_t used = 0;
   uint64_t granularity = 0;
   bool host_vmm = false;
+  // Where stensor's streams and events for this device live: the context of
+  // its first buffer (a context of this device, current at cuMemAlloc), so
+  // no context of stensor's own is created. Null until then (current).
+  CUcontext context = nullptr;
   // Stensor's own streams. The swap stream carries swap-outs, drops, zeroing
   // and swap-ins into memory that earlier swap work still reads or writes
   // (FIFO orders them). The fetch stream carries swap-ins into memory at
@@ -357,8 +416,52 @@ CUresult MemoryManager::Failed(CUresult r) {
 
 // --- Uses -------------------------------------------------------------------------
 
-void MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stream, int device) {
-  RecordStreamUse(vmm_, &uses, stream, device);
+MemoryManager::Use* MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stream,
+                                           int device) {
+  Device& dev = DeviceState(device);
+  // An entry per stream. A handle for the current context's stream names
+  // another stream in each context: keyed by the context too, so that a
+  // use from one context never hides another's (the key is never a handle
+  // of a real stream: contexts are aligned and CU_STREAM_LEGACY is 1).
+  CUstream key = stream;
+  CUcontext current = nullptr;
+  if (NamesCurrentContextStream(stream) &&
+      Failed(driver_->cuCtxGetCurrent(&current)) == CUDA_SUCCESS && current != nullptr) {
+    key = reinterpret_cast<CUstream>(reinterpret_cast<uintptr_t>(current) |
+                                     (stream == CU_STREAM_PER_THREAD ? 2 : 1));
+  }
+  Use* u = nullptr;
+  for (Use& x : uses) {
+    if (x.stream == key) u = &x;
+  }
+  if (u == nullptr) {
+    u = &uses.emplace_back();
+    u->stream = key;
+  }
+  u->device = device;
+  ++u->seq;
+  u->done = false;
+  u->recorded = false;
+  if (u->event == nullptr) {
+    // Made once, in the stream's context: stensor's streams are in the
+    // device's; the program's named ones say which (a copy may be issued to
+    // a stream of another context); the others are the current context's.
+    CUcontext home = nullptr;
+    if (dev.OwnStream(stream)) {
+      home = dev.context;
+    } else if (!NamesCurrentContextStream(stream) &&
+               Failed(driver_->cuStreamGetCtx(stream, &home)) != CUDA_SUCCESS) {
+      return u;  // not recorded: waits fall back to the stream or the context
+    }
+    ContextScope scope(*driver_, home, &stats_.driver_errors);
+    CUresult r = scope.result();
+    if (r == CUDA_SUCCESS) r = Failed(driver_->cuEventCreate(&u->event, CU_EVENT_DISABLE_TIMING));
+    if (r != CUDA_SUCCESS) u->event = nullptr;
+    (void)scope.Restore();
+    if (u->event == nullptr) return u;
+  }
+  u->recorded = Failed(driver_->cuEventRecord(u->event, stream)) == CUDA_SUCCESS;
+  return u;
 }
 
 bool MemoryManager::Observed(Use& u) const { return ObservedComplete(*driver_, u); }
@@ -551,6 +654,7 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
   b->size = bytes;
   b->device = ordinal;
   b->context = context;
+  if (dev.context == nullptr) dev.context = context;
   b->gpu_version = ++version_;
   b->last_use = ++clock_;  // just used: not the first to go
   CollectGarbage();
@@ -1455,14 +1559,27 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b, bool will_copy) {
                          "stensor cannot see would fault")
             .Finish());
   }
+  // Page-locked memory from cuMemHostAlloc is pinned for the context that
+  // allocated it: the one whose streams copy it (host-located VMM memory
+  // belongs to no context).
+  ContextScope scope(*driver_, dev.host_vmm ? nullptr : dev.context, &stats_.driver_errors);
   return b.host.Create(vmm_, dev.host_vmm, b.reserved, b.size, b.device, &dev.host_bytes);
+}
+
+CUresult MemoryManager::CreateOwnStream(Device& dev, CUstream* stream) {
+  ContextScope scope(*driver_, dev.context, &stats_.driver_errors);
+  CUresult r = scope.result();
+  if (r == CUDA_SUCCESS) r = Failed(driver_->cuStreamCreate(stream, CU_STREAM_NON_BLOCKING));
+  if (r != CUDA_SUCCESS) *stream = nullptr;
+  // A stream made in the right context stays, even where the program's
+  // context could not be made current again (counted as a driver error).
+  (void)scope.Restore();
+  return r;
 }
 
 CUresult MemoryManager::EnsureSwapStream(Device& dev) {
   if (dev.swap_stream != nullptr) return CUDA_SUCCESS;
-  CUresult r = Failed(driver_->cuStreamCreate(&dev.swap_stream, CU_STREAM_NON_BLOCKING));
-  if (r != CUDA_SUCCESS) dev.swap_stream = nullptr;
-  return r;
+  return CreateOwnStream(dev, &dev.swap_stream);
 }
 
 CUstream MemoryManager::FetchStreamFor(Device& dev, Buffer& b, bool shadowed) {
@@ -1473,10 +1590,7 @@ CUstream MemoryManager::FetchStreamFor(Device& dev, Buffer& b, bool shadowed) {
   for (Use& u : b.uses) {
     if (!Observed(u)) return dev.swap_stream;
   }
-  if (dev.fetch_stream == nullptr &&
-      Failed(driver_->cuStreamCreate(&dev.fetch_stream, CU_STREAM_NON_BLOCKING)) !=
-          CUDA_SUCCESS) {
-    dev.fetch_stream = nullptr;
+  if (dev.fetch_stream == nullptr && CreateOwnStream(dev, &dev.fetch_stream) != CUDA_SUCCESS) {
     dev.fetch_stream_failed = true;  // not tried at every swap-in
     return dev.swap_stream;
   }
@@ -1576,6 +1690,8 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
     b.location = Location::kCpuGpu;  // a current copy on each side, for now
     if (verifier_ != nullptr) {
       auto verify_start = std::chrono::steady_clock::now();
+      // Its kernel runs on the swap stream: in that stream's context.
+      ContextScope scope(*driver_, dev.context, &stats_.driver_errors);
       b.host_hash = verifier_->RecordHash(dev.ordinal, b.base, b.size, dev.swap_stream);
       stats_.verify_seconds += Seconds(std::chrono::steady_clock::now() - verify_start);
     }
@@ -1617,6 +1733,7 @@ bool MemoryManager::VerifiedClean(Device& dev, Buffer& b) {
   ++stats_.verify_checks;
   Verifier::HostCopy host{b.host.vmm() ? b.host.va() : 0, b.host.ptr()};
   auto start = std::chrono::steady_clock::now();
+  ContextScope scope(*driver_, dev.context, &stats_.driver_errors);  // as in RecordHash
   Verifier::Result r =
       host.va == 0 && host.ptr == nullptr
           ? Verifier::Result::kError  // no host copy to compare with
@@ -1952,11 +2069,7 @@ int MemoryManager::BeginUnknown(CUstream stream) {
     if (own == nullptr) continue;
     // After every swap-in copy in flight: on the device, else on the host
     // (finite: nothing on the swap stream waits for the program's work).
-    NoteUse(dev.swap_marks, own, ordinal);
-    const Use* mark = nullptr;
-    for (const Use& m : dev.swap_marks) {
-      if (m.stream == own) mark = &m;
-    }
+    const Use* mark = NoteUse(dev.swap_marks, own, ordinal);
     if (!mark->recorded ||
         Failed(driver_->cuStreamWaitEvent(stream, mark->event, 0)) != CUDA_SUCCESS) {
       (void)Failed(driver_->cuStreamSynchronize(own));
@@ -1987,10 +2100,7 @@ void MemoryManager::MarkAllWritten(CUstream stream) {
     ++stats_.driver_errors;
     for (auto& d : devices_) {
       if (!d) continue;
-      NoteUse(d->unknown, stream, d->ordinal);
-      for (Use& u : d->unknown) {
-        if (u.stream == stream) u.recorded = false;
-      }
+      NoteUse(d->unknown, stream, d->ordinal)->recorded = false;
     }
     return;
   }

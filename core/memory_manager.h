@@ -445,6 +445,9 @@ class MemoryManager {
   // not be undone): copies the host copy in, or swaps the buffer out again.
   CUresult RestoreFromHost(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CUresult EnsureSwapStream(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One of stensor's streams for `dev`, made in the device's context with
+  // the program's context current again after, failures included.
+  CUresult CreateOwnStream(Device& dev, CUstream* stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Queued behind the buffer's in-flight uses on the swap stream (no host
   // wait) where nothing of unknown accesses is pending and STENSOR_VERIFY
@@ -491,7 +494,10 @@ class MemoryManager {
   bool ReleaseBuffer(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Uses and what has been observed of them.
-  void NoteUse(std::vector<Use>& uses, CUstream stream, int device)
+  // Records a use now on `stream` (of `device`'s buffer or work) in its
+  // entry of `uses` (added if none), its event made once in that stream's
+  // context. A failed create or record leaves it unrecorded. The entry.
+  Use* NoteUse(std::vector<Use>& uses, CUstream stream, int device)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Observed(Use& use) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A host wait for one use (no lock needed): its event, else the swap

@@ -718,6 +718,85 @@ TEST_F(FakeCudaTest, EventsOrderWorkAcrossTwoStreams) {
   EXPECT_EQ(cuStreamDestroy_v2(consumer), CUDA_ERROR_INVALID_HANDLE);
 }
 
+// What the driver documents for streams and events of another context
+// (here device 1's primary context while device 0's is current):
+// cuEventRecord needs an event and a stream of one context
+// (CUDA_ERROR_INVALID_HANDLE otherwise); cuStreamWaitEvent, event queries and
+// synchronisation, and copies on another context's stream are allowed; a
+// kernel launch on another device's stream fails.
+TEST_F(FakeCudaTest, StreamsAndEventsBelongToTheirContext) {
+  CUcontext other = nullptr;
+  ASSERT_CU(cuDevicePrimaryCtxRetain(&other, 1));
+  ASSERT_CU(cuCtxPushCurrent_v2(other));
+  CUstream other_stream;
+  CUevent other_event;
+  ASSERT_CU(cuStreamCreate(&other_stream, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuEventCreate(&other_event, CU_EVENT_DISABLE_TIMING));
+  CUdeviceptr other_buf;
+  ASSERT_CU(cuMemAlloc_v2(&other_buf, 64));
+  CUcontext popped = nullptr;
+  ASSERT_CU(cuCtxPopCurrent_v2(&popped));
+  ASSERT_EQ(popped, other);
+
+  CUstream stream;
+  CUevent event;
+  ASSERT_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuEventCreate(&event, CU_EVENT_DISABLE_TIMING));
+  CUdeviceptr buf;
+  ASSERT_CU(cuMemAlloc_v2(&buf, 64));
+
+  // Record: same context only, the NULL stream being the current context's.
+  EXPECT_EQ(cuEventRecord(other_event, stream), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuEventRecord(event, other_stream), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuEventRecord(other_event, nullptr), CUDA_ERROR_INVALID_HANDLE);
+  using RecordPtsz = CUresult (*)(CUevent, CUstream);
+  EXPECT_EQ(Sym<RecordPtsz>("cuEventRecord_ptsz")(other_event, nullptr),
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuEventRecordWithFlags(other_event, stream, 0), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_CU(cuEventRecord(event, stream));
+  EXPECT_CU(cuEventRecord(other_event, other_stream));
+
+  // Waits across contexts (and devices) are allowed, as are queries.
+  EXPECT_CU(cuStreamWaitEvent(stream, other_event, 0));
+  EXPECT_CU(cuStreamWaitEvent(other_stream, event, 0));
+  EXPECT_CU(cuEventSynchronize(other_event));
+  EXPECT_CU(cuEventQuery(other_event));
+
+  // A copy on another context's stream is allowed.
+  const char text[] = "cross-context";
+  ASSERT_CU(cuMemcpyHtoD_v2(buf, text, sizeof(text)));
+  ASSERT_CU(cuMemcpyDtoDAsync_v2(other_buf, buf, sizeof(text), other_stream));
+  ASSERT_CU(cuStreamSynchronize(other_stream));
+  char back[sizeof(text)] = {};
+  ASSERT_CU(cuMemcpyDtoH_v2(back, other_buf, sizeof(text)));
+  EXPECT_STREQ(back, text);
+
+  // A launch must be on a stream of the current context.
+  CUfunction mixed = Function("_ZN5testk5mixedEcPds4Pair");
+  CUdeviceptr out;
+  ASSERT_CU(cuMemAlloc_v2(&out, 4 * sizeof(double)));
+  char c = 1;
+  short sh = 2;
+  struct {
+    int a;
+    double b;
+  } pair{3, 4};
+  void* params[] = {&c, &out, &sh, &pair};
+  EXPECT_EQ(cuLaunchKernel(mixed, 1, 1, 1, 1, 1, 1, 0, other_stream, params, nullptr),
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_CU(cuLaunchKernel(mixed, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr));
+  ASSERT_CU(cuStreamSynchronize(stream));
+
+  ASSERT_CU(cuMemFree_v2(out));
+  ASSERT_CU(cuMemFree_v2(buf));
+  ASSERT_CU(cuMemFree_v2(other_buf));
+  ASSERT_CU(cuEventDestroy_v2(event));
+  ASSERT_CU(cuEventDestroy_v2(other_event));
+  ASSERT_CU(cuStreamDestroy_v2(stream));
+  ASSERT_CU(cuStreamDestroy_v2(other_stream));
+  ASSERT_CU(cuDevicePrimaryCtxRelease(1));
+}
+
 TEST_F(FakeCudaTest, EventsMeasureElapsedTime) {
   CUfunction fill = Function("_ZN5testk9slow_fillEPiiii");
   CUevent start, stop, untimed;

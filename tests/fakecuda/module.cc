@@ -136,6 +136,13 @@ CUresult Launch(CUfunction f, fakecuda_dim3 grid, fakecuda_dim3 block,
   }
   Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
+  // A kernel runs in the current context: the programming guide's
+  // multi-device rules say a launch on a stream of another device fails
+  // (the runtime reports it as an invalid resource handle), while copies,
+  // stream waits and event queries across devices succeed.
+  Context* current = nullptr;
+  if (CUresult r = RequireContext(&current); r != CUDA_SUCCESS) return r;
+  if (s->context() != current) return CUDA_ERROR_INVALID_HANDLE;
   OpLabel label{OpKind::kKernel};
   label.name = k->name;
   Submit(

@@ -366,6 +366,11 @@ namespace {
 
 struct Event {
   unsigned flags = 0;
+  // The context current at cuEventCreate: the driver records an event only
+  // on a stream of that context (cuEventRecord: "hEvent and hStream must be
+  // from the same context otherwise CUDA_ERROR_INVALID_HANDLE is returned").
+  // Waits and queries take an event of any context.
+  Context* ctx = nullptr;
   std::mutex mu;
   // The latest record: its stream and sequence number, and the time at which
   // the stream reached it (written by the worker).
@@ -405,6 +410,7 @@ CUresult EventRecord(CUevent h, CUstream hs, unsigned flags, bool per_thread) {
   }
   Stream* s = nullptr;
   if (CUresult r = ResolveStream(hs, per_thread, &s); r != CUDA_SUCCESS) return r;
+  if (s->context() != e->ctx) return CUDA_ERROR_INVALID_HANDLE;
   auto reached = std::make_shared<std::atomic<int64_t>>(0);
   uint64_t seq = Submit(s, [reached] { reached->store(NowNs()); }, {},
                         OpLabel{OpKind::kEventRecord});
@@ -465,6 +471,7 @@ FAKECUDA_EXPORT CUresult cuEventCreate(CUevent* phEvent, unsigned int flags) {
   if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
   auto* e = new Event;
   e->flags = flags;
+  e->ctx = ctx;
   Events& all = GetEvents();
   std::lock_guard<std::mutex> lock(all.mu);
   all.live.insert(e);
