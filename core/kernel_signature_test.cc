@@ -823,6 +823,16 @@ TEST(KernelSignaturePointeesTest, ClassifiesPointerTables) {
       {"_Z1fPPKf", "c"},               // float const**
       {"_Z1fPfPKfi", "---"},           // no tables
       {"_Z1fRPPf", "w"},               // a reference to a table pointer
+      // A reference is one more level: the referenced `float const**`
+      // points to `float const*` entries the kernel may write. (Found by
+      // core/kernel_signature_differential_test.cc: these were "c".)
+      {"_Z1fRPPKf", "w"},              // float const**&
+      {"_Z1fOPPKPo", "w"},             // unsigned __int128* const**&&
+      {"_Z1fRPKPKf", "c"},             // float const* const*&: all const
+      {"_Z1fRKPKf", "c"},              // float const* const&
+      {"_Z1fRPf", "w"},                // float*&
+      // Reference collapsing: Args&& with Args = `int const&` is one level.
+      {"_Z1fIJRKiEEvDpOT_", "-"},
       {"_Z1fPPPf", "w"},               // float***
       {"_Z6kernelPPcS0_Pl", "ww-"},    // char**, char**, long*
       {"_Z6kernelPKPKvPKPvi", "cw-"},  // void const* const*, void* const*, int
@@ -850,6 +860,12 @@ TEST(KernelSignaturePointeesTest, PrintedTypesConfirmConstTargets) {
   EXPECT_FALSE(PrintedAsPointerToPointerToConst("float* const*"));
   EXPECT_FALSE(PrintedAsPointerToPointerToConst("float**"));
   EXPECT_FALSE(PrintedAsPointerToPointerToConst("float const*"));
+  EXPECT_TRUE(PrintedAsPointerToPointerToConst("float const* const&"));
+  EXPECT_TRUE(PrintedAsPointerToPointerToConst("float const* const&&"));
+  // The referenced `float const*` is the table's one entry.
+  EXPECT_TRUE(PrintedAsPointerToPointerToConst("float const*&"));
+  EXPECT_FALSE(PrintedAsPointerToPointerToConst("float*&"));
+  EXPECT_FALSE(PrintedAsPointerToPointerToConst("float const&"));
 }
 
 }  // namespace
