@@ -1529,15 +1529,20 @@ KernelSignature ParseKernelSignature(std::string_view mangled) {
       mangled.find('\0') != std::string_view::npos) {
     return signature;
   }
-  int status = 0;
-  std::unique_ptr<char, void (*)(void*)> demangled(nullptr, &std::free);
-  if (mangled.size() <= kernel_signature_internal::kMaxDemangleLength) {
-    demangled.reset(abi::__cxa_demangle(signature.demangled_name.c_str(),
-                                        nullptr, nullptr, &status));
-  }
   std::vector<Pointees> pointees;
   std::optional<std::vector<ParamAccess>> params =
       kernel_signature_internal::ClassifyMangledParams(mangled, &pointees);
+  // The demangler only sees names the parser accepted: libstdc++'s (GCC 12)
+  // runs for minutes or more on some short malformed names, such as
+  // _Z1hKfcgnstfssssssAsssssssssrssssssssrestrKffDn (found by
+  // core/kernel_signature_fuzz.cc), and a launch must not hang on a name.
+  // A name the parser rejects keeps its mangled spelling in logs.
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> demangled(nullptr, &std::free);
+  if (params && mangled.size() <= kernel_signature_internal::kMaxDemangleLength) {
+    demangled.reset(abi::__cxa_demangle(signature.demangled_name.c_str(),
+                                        nullptr, nullptr, &status));
+  }
   if (demangled != nullptr && status == 0) {
     signature.demangled_name = demangled.get();
     if (params && !kernel_signature_internal::DemangledParamsAgree(

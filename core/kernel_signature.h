@@ -79,7 +79,9 @@ enum class Pointees : uint8_t {
 const char* ParamAccessName(ParamAccess access);
 
 struct KernelSignature {
-  // The demangled name, or the raw name when it is not a mangled C++ name.
+  // The demangled name, or the raw name when it is not a mangled C++ name
+  // the parser accepts (the runtime's demangler is not asked about names the
+  // parser rejects: it can run for minutes on some malformed ones).
   std::string demangled_name;
   // True when `params` holds one entry per parameter. False for extern "C"
   // kernels and for names that could not be parsed; then For() answers
