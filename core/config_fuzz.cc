@@ -15,7 +15,8 @@
 // and fuzz_main.cc report as a crash.
 //
 // Built by //core:config_fuzz with fuzz_main.cc as a bounded regression test,
-// and by scripts/fuzz.sh with libFuzzer.
+// and by scripts/fuzz.sh config with libFuzzer. The seeds (every value also
+// runs as a file body, and a file body as a value) are at the end.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -35,6 +36,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "core/config.h"
+#include "core/fuzz_target.h"
 
 namespace stensor {
 namespace {
@@ -230,6 +232,126 @@ void FuzzFileBody(FuzzFile& file, absl::string_view body) {
 }
 
 }  // namespace
+
+namespace fuzz {
+namespace {
+
+// Values of every option, good and bad, and config file bodies. Each also
+// runs as the other kind: a value as a file body, a file body as a value.
+std::vector<std::string> Values() {
+  return {
+      "8GiB",
+      "512MiB",
+      "1073741824",
+      "8 gigs",
+      "4kb",
+      "16777215TiB",
+      "16777216TiB",
+      "99999999999999999999GiB",
+      "18446744073709551615",
+      "-1",
+      "0",
+      "75%",
+      "37.5%",
+      "0.000001%",
+      "100.000001%",
+      "12.3456789%",
+      "75.%",
+      "0=8GiB,1=4GiB",
+      "1=50%, 0 = 8g",
+      "0=1G,0=2G",
+      "64=1G",
+      "0=8GiB,",
+      "lru",
+      "version",
+      "BELADY",
+      "on",
+      "off",
+      "yes",
+      "False",
+      "1",
+      "/tmp/log.%p.%r",
+      "/tmp/100%%",
+      "/tmp/bad%",
+      "/tmp/%x",
+      "trace",
+      "critical",
+      "signature",
+      "conservative",
+      "7",
+      "\xc3\xa9 \xff\"\\\t\x7f",
+      "STENSOR_POLICY=lru\n# comment\n\nSTENSOR_MEMORY_LIMIT = "
+      "0=8GiB,1=50%\r\n",
+      "STENSOR_ACCESS_LOG=/tmp/%p\nSTENSOR_HOST_LIMIT=25%\nSTENSOR_PREFETCH=no"
+      "\nSTENSOR_LOG_LEVEL=debug\nSTENSOR_STATS=on\nSTENSOR_VERIFY=hash\n"
+      "STENSOR_WRITE_INFERENCE=conservative\nSTENSOR_REAL_LIBCUDA=/l.so\n",
+      "STENSOR_VERBOSE=1\n",
+      "STENSOR_CONFIG=/etc/stensor.conf\n",
+      "STENSOR_POLICY=lru\nSTENSOR_POLICY=lru\n",
+      "no equals sign\n",
+      std::string("STENSOR_ACCESS_LOG=/a\0b\n", 24),
+  };
+}
+
+// Pieces the mutator inserts: unit and placeholder spellings, separators,
+// boundary numbers and option names, which random bytes rarely hit.
+std::vector<std::string> Tokens() {
+  return {
+      "GiB",
+      "MiB",
+      "KiB",
+      "TiB",
+      "G",
+      "kb",
+      "%",
+      "%%",
+      "%p",
+      "%r",
+      "=",
+      ",",
+      ".",
+      "-",
+      " ",
+      "\t",
+      "\n",
+      "\r\n",
+      "#",
+      std::string(1, '\0'),
+      "\xff",
+      "\xc3",
+      "99999999999999999999",
+      "18446744073709551616",
+      "100",
+      "63",
+      "64",
+      "0.",
+      "STENSOR_MEMORY_LIMIT=",
+      "STENSOR_POLICY=",
+      "STENSOR_CONFIG=",
+      "\nSTENSOR_HOST_LIMIT=",
+  };
+}
+
+// The seeds, each behind every first byte that picks a different variable.
+std::vector<std::string> SeedInputs() {
+  std::vector<std::string> inputs;
+  for (const std::string& value : Values()) {
+    for (size_t selector = 0; selector < Options().size(); ++selector) {
+      inputs.push_back(std::string(1, static_cast<char>(selector)) + value);
+    }
+  }
+  return inputs;
+}
+
+}  // namespace
+
+const FuzzTarget& Target() {
+  static const FuzzTarget* const target =
+      new FuzzTarget{"config_fuzz", SeedInputs(), Tokens(), 4096, 0};
+  return *target;
+}
+
+}  // namespace fuzz
 }  // namespace stensor
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

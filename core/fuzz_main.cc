@@ -1,133 +1,45 @@
-// Standalone driver for core/config_fuzz.cc where it is not linked with
-// libFuzzer (the Bazel build, where //core:config_fuzz is a test):
+// Standalone driver for the fuzz targets (config_fuzz.cc, kernel_signature_fuzz.cc,
+// tools/log_fuzz.cc) where they are not linked with libFuzzer: the Bazel
+// build, where each is a test. Each target supplies its seeds and tokens
+// (core/fuzz_target.h); this file is shared.
 //
-//   config_fuzz                     the seeds, then deterministic mutations
-//   config_fuzz FILE...             each file once, e.g. a libFuzzer crash
-//   config_fuzz --write-seeds DIR   the seeds as files, a libFuzzer corpus
+//   NAME                     the seeds, then deterministic mutations
+//   NAME FILE...             each file once, e.g. a libFuzzer crash
+//   NAME --write-seeds DIR   the seeds as files, a libFuzzer corpus
 //
-// Every seed runs once per option (the input's first byte picks the
-// variable, see config_fuzz.cc), then mutants of the seeds follow. They come
+// Every seed runs once as it is, then mutants of the seeds follow. They come
 // from a fixed-seed generator, so a failure reproduces on every run; the run
 // stops after kMutations inputs or kTimeBudget, whichever comes first, which
 // keeps it to a few seconds even under sanitizers. A failed check aborts.
+// Inputs run on a thread with the target's stack size, so a target that
+// promises bounded stack use is held to it.
+#include <pthread.h>
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/config.h"
+#include "core/fuzz_target.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
+namespace stensor {
+namespace fuzz {
 namespace {
 
 constexpr int kMutations = 200000;
 constexpr std::chrono::seconds kTimeBudget(5);
-constexpr size_t kMaxInputBytes = 4096;
 
-// Values of every option, good and bad, and config file bodies. Each also
-// runs as the other kind: a value as a file body, a file body as a value.
-const std::vector<std::string>& Seeds() {
-  static const auto* const seeds = new std::vector<std::string>{
-      "8GiB",
-      "512MiB",
-      "1073741824",
-      "8 gigs",
-      "4kb",
-      "16777215TiB",
-      "16777216TiB",
-      "99999999999999999999GiB",
-      "18446744073709551615",
-      "-1",
-      "0",
-      "75%",
-      "37.5%",
-      "0.000001%",
-      "100.000001%",
-      "12.3456789%",
-      "75.%",
-      "0=8GiB,1=4GiB",
-      "1=50%, 0 = 8g",
-      "0=1G,0=2G",
-      "64=1G",
-      "0=8GiB,",
-      "lru",
-      "version",
-      "BELADY",
-      "on",
-      "off",
-      "yes",
-      "False",
-      "1",
-      "/tmp/log.%p.%r",
-      "/tmp/100%%",
-      "/tmp/bad%",
-      "/tmp/%x",
-      "trace",
-      "critical",
-      "signature",
-      "conservative",
-      "7",
-      "\xc3\xa9 \xff\"\\\t\x7f",
-      "STENSOR_POLICY=lru\n# comment\n\nSTENSOR_MEMORY_LIMIT = "
-      "0=8GiB,1=50%\r\n",
-      "STENSOR_ACCESS_LOG=/tmp/%p\nSTENSOR_HOST_LIMIT=25%\nSTENSOR_PREFETCH=no"
-      "\nSTENSOR_LOG_LEVEL=debug\nSTENSOR_STATS=on\nSTENSOR_VERIFY=hash\n"
-      "STENSOR_WRITE_INFERENCE=conservative\nSTENSOR_REAL_LIBCUDA=/l.so\n",
-      "STENSOR_VERBOSE=1\n",
-      "STENSOR_CONFIG=/etc/stensor.conf\n",
-      "STENSOR_POLICY=lru\nSTENSOR_POLICY=lru\n",
-      "no equals sign\n",
-      std::string("STENSOR_ACCESS_LOG=/a\0b\n", 24),
-  };
-  return *seeds;
-}
-
-// Pieces the mutator inserts: unit and placeholder spellings, separators,
-// boundary numbers and option names, which random bytes rarely hit.
-const std::vector<std::string>& Tokens() {
-  static const auto* const tokens = new std::vector<std::string>{
-      "GiB",
-      "MiB",
-      "KiB",
-      "TiB",
-      "G",
-      "kb",
-      "%",
-      "%%",
-      "%p",
-      "%r",
-      "=",
-      ",",
-      ".",
-      "-",
-      " ",
-      "\t",
-      "\n",
-      "\r\n",
-      "#",
-      std::string(1, '\0'),
-      "\xff",
-      "\xc3",
-      "99999999999999999999",
-      "18446744073709551616",
-      "100",
-      "63",
-      "64",
-      "0.",
-      "STENSOR_MEMORY_LIMIT=",
-      "STENSOR_POLICY=",
-      "STENSOR_CONFIG=",
-      "\nSTENSOR_HOST_LIMIT=",
-  };
-  return *tokens;
-}
+const char* Name() { return Target().name.c_str(); }
 
 void Run(const std::string& input) {
   LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(input.data()),
@@ -136,6 +48,7 @@ void Run(const std::string& input) {
 
 // One to four random edits of `input`.
 std::string Mutate(std::string input, std::mt19937_64& rng) {
+  const FuzzTarget& target = Target();
   const int edits = 1 + rng() % 4;
   for (int i = 0; i < edits; ++i) {
     const size_t at = rng() % (input.size() + 1);
@@ -150,46 +63,38 @@ std::string Mutate(std::string input, std::mt19937_64& rng) {
         input.erase(at, rng() % 8);
         break;
       case 3:
-        input.insert(at, Tokens()[rng() % Tokens().size()]);
+        if (!target.tokens.empty()) {
+          input.insert(at, target.tokens[rng() % target.tokens.size()]);
+        }
         break;
       case 4:
         input.insert(at, input.substr(at, rng() % 16));
         break;
       case 5: {
-        const std::string& other = Seeds()[rng() % Seeds().size()];
+        const std::string& other = target.seeds[rng() % target.seeds.size()];
         input = input.substr(0, at) + other.substr(rng() % (other.size() + 1));
         break;
       }
     }
   }
-  if (input.size() > kMaxInputBytes) input.resize(kMaxInputBytes);
+  if (input.size() > target.max_input_bytes) {
+    input.resize(target.max_input_bytes);
+  }
   return input;
 }
 
-// The seeds, each behind every first byte that picks a different variable.
-std::vector<std::string> SeedInputs() {
-  std::vector<std::string> inputs;
-  for (const std::string& seed : Seeds()) {
-    for (size_t selector = 0; selector < stensor::Options().size();
-         ++selector) {
-      inputs.push_back(std::string(1, static_cast<char>(selector)) + seed);
-    }
-  }
-  return inputs;
-}
-
 int WriteSeeds(const std::string& dir) {
-  const std::vector<std::string> inputs = SeedInputs();
-  for (size_t i = 0; i < inputs.size(); ++i) {
+  const std::vector<std::string>& seeds = Target().seeds;
+  for (size_t i = 0; i < seeds.size(); ++i) {
     const std::string path = absl::StrCat(dir, "/seed-", i);
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out << inputs[i];
+    out << seeds[i];
     if (!out) {
-      std::fprintf(stderr, "config_fuzz: cannot write %s\n", path.c_str());
+      std::fprintf(stderr, "%s: cannot write %s\n", Name(), path.c_str());
       return 1;
     }
   }
-  std::printf("config_fuzz: wrote %zu seeds to %s\n", inputs.size(),
+  std::printf("%s: wrote %zu seeds to %s\n", Name(), seeds.size(),
               dir.c_str());
   return 0;
 }
@@ -198,18 +103,22 @@ int RunFiles(int count, char** paths) {
   for (int i = 0; i < count; ++i) {
     std::ifstream in(paths[i], std::ios::binary);
     if (!in) {
-      std::fprintf(stderr, "config_fuzz: cannot read %s\n", paths[i]);
+      std::fprintf(stderr, "%s: cannot read %s\n", Name(), paths[i]);
       return 1;
     }
     Run(std::string(std::istreambuf_iterator<char>(in), {}));
   }
-  std::printf("config_fuzz: ran %d inputs\n", count);
+  std::printf("%s: ran %d inputs\n", Name(), count);
   return 0;
 }
 
 int RunSeedsAndMutations() {
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<std::string> seeds = SeedInputs();
+  const std::vector<std::string>& seeds = Target().seeds;
+  if (seeds.empty()) {
+    std::fprintf(stderr, "%s: no seeds\n", Name());
+    return 1;
+  }
   for (const std::string& seed : seeds) Run(seed);
 
   std::mt19937_64 rng(0x57e4503);
@@ -224,18 +133,60 @@ int RunSeedsAndMutations() {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
-  std::printf(
-      "config_fuzz: ran %zu inputs (%zu seeds, %d mutations) in %.1f s\n",
-      seeds.size() + mutations, seeds.size(), mutations, seconds);
+  std::printf("%s: ran %zu inputs (%zu seeds, %d mutations) in %.1f s\n",
+              Name(), seeds.size() + mutations, seeds.size(), mutations,
+              seconds);
   return 0;
 }
 
+// Runs `body` on a thread with `stack_bytes` of stack (0: on this thread).
+int OnStack(size_t stack_bytes, const std::function<int()>& body) {
+  if (stack_bytes == 0) return body();
+  struct Call {
+    const std::function<int()>* body;
+    int rc;
+  } call{&body, 1};
+  pthread_attr_t attr;
+  pthread_t thread;
+  int err = pthread_attr_init(&attr);
+  if (err == 0) err = pthread_attr_setstacksize(&attr, stack_bytes);
+  if (err == 0) {
+    err = pthread_create(
+        &thread, &attr,
+        [](void* arg) -> void* {
+          auto* c = static_cast<Call*>(arg);
+          c->rc = (*c->body)();
+          return nullptr;
+        },
+        &call);
+  }
+  pthread_attr_destroy(&attr);
+  if (err == 0) err = pthread_join(thread, nullptr);
+  if (err != 0) {
+    std::fprintf(stderr, "%s: cannot start the fuzzing thread: %s\n", Name(),
+                 std::strerror(err));
+    return 1;
+  }
+  return call.rc;
+}
+
 }  // namespace
+}  // namespace fuzz
+}  // namespace stensor
 
 int main(int argc, char** argv) {
+  using namespace stensor::fuzz;  // NOLINT: the driver's own functions
   if (argc == 3 && std::string(argv[1]) == "--write-seeds") {
     return WriteSeeds(argv[2]);
   }
-  if (argc > 1) return RunFiles(argc - 1, argv + 1);
-  return RunSeedsAndMutations();
+  size_t stack = Target().stack_bytes;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // Sanitizers grow every frame several times over; the bound is for the
+  // optimised build.
+  if (stack != 0) stack *= 8;
+#endif
+  return OnStack(stack, [&] {
+    if (argc > 1) return RunFiles(argc - 1, argv + 1);
+    return RunSeedsAndMutations();
+  });
 }

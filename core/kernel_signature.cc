@@ -1242,27 +1242,42 @@ std::optional<ParamAccess> Parser::Classify(int node, int element) const {
   return std::nullopt;
 }
 
-// Whether a parameter points to pointers (`T**`, `T* const*`, a reference
-// to either) and whether those pointers' targets are const. Anything not
-// understood counts as pointers to writable memory.
+// Whether a parameter points to pointers (`T**`, `T* const*`, `T*&`) and
+// whether those pointers' targets are const. Anything not understood counts
+// as pointers to writable memory.
+//
+// A reference is a level of indirection like a pointer: the word passed for
+// `float const**&` is the address of a `float const**`, so the buffer it
+// hits is a table whose entry points to `float const*` objects, which the
+// kernel may write (kWritable). Stripping the reference, as this did once,
+// answered kConst for it: a missed write the differential test found.
+// References to references collapse (`Args&&...` with `X const&` is
+// `X const&`), so they are one level.
 Pointees Parser::ClassifyPointees(int node, int element) const {
-  // Strips qualifiers and references down to the first pointer.
-  auto pointer_below = [&](int n) -> int {
+  // Strips qualifiers down to the first pointer (or reference).
+  auto pointer_below = [&](int n, bool references) -> int {
     for (int hops = 0; hops < kMaxResolveHops; ++hops) {
       n = Resolve(n, element);
       if (n < 0) return kFail;
       const Node& nd = nodes_[n];
-      if (nd.kind == Kind::kQualified || nd.kind == Kind::kReference) {
+      if (nd.kind == Kind::kQualified) {
         n = nd.child;
         continue;
       }
-      return nd.kind == Kind::kPointer ? n : kFail;
+      if (nd.kind == Kind::kPointer) return n;
+      return references && nd.kind == Kind::kReference ? n : kFail;
     }
     return kFail;
   };
-  const int outer = pointer_below(node);
+  int outer = pointer_below(node, true);
   if (outer < 0) return Pointees::kNone;
-  const int inner = pointer_below(nodes_[outer].child);
+  for (int hops = 0; nodes_[outer].kind == Kind::kReference; ++hops) {
+    const int referenced = Resolve(nodes_[outer].child, element);
+    if (referenced < 0 || hops >= kMaxResolveHops) return Pointees::kWritable;
+    if (nodes_[referenced].kind != Kind::kReference) break;
+    outer = referenced;
+  }
+  const int inner = pointer_below(nodes_[outer].child, false);
   if (inner < 0) return Pointees::kNone;
   return PointeeIsConst(nodes_[inner].child, element) == 1 ? Pointees::kConst
                                                             : Pointees::kWritable;
@@ -1438,8 +1453,12 @@ std::optional<std::vector<ParamAccess>> ClassifyMangledParams(
 
 bool PrintedAsPointerToPointerToConst(std::string_view type) {
   type = Trim(type);
-  if (type.empty() || type.back() != '*') return false;
-  type = Trim(type.substr(0, type.size() - 1));
+  // A reference to the table's pointer is a level like a pointer
+  // ("float const* const&"; ClassifyPointees).
+  if (type.empty() || (type.back() != '*' && type.back() != '&')) return false;
+  type.remove_suffix(1);
+  if (!type.empty() && type.back() == '&') type.remove_suffix(1);
+  type = Trim(type);
   for (;;) {  // the qualifiers of the table's entries do not matter
     if (EndsWithWord(type, "const")) {
       type = Trim(type.substr(0, type.size() - 5));
@@ -1510,15 +1529,20 @@ KernelSignature ParseKernelSignature(std::string_view mangled) {
       mangled.find('\0') != std::string_view::npos) {
     return signature;
   }
-  int status = 0;
-  std::unique_ptr<char, void (*)(void*)> demangled(nullptr, &std::free);
-  if (mangled.size() <= kernel_signature_internal::kMaxDemangleLength) {
-    demangled.reset(abi::__cxa_demangle(signature.demangled_name.c_str(),
-                                        nullptr, nullptr, &status));
-  }
   std::vector<Pointees> pointees;
   std::optional<std::vector<ParamAccess>> params =
       kernel_signature_internal::ClassifyMangledParams(mangled, &pointees);
+  // The demangler only sees names the parser accepted: libstdc++'s (GCC 12)
+  // runs for minutes or more on some short malformed names, such as
+  // _Z1hKfcgnstfssssssAsssssssssrssssssssrestrKffDn (found by
+  // core/kernel_signature_fuzz.cc), and a launch must not hang on a name.
+  // A name the parser rejects keeps its mangled spelling in logs.
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> demangled(nullptr, &std::free);
+  if (params && mangled.size() <= kernel_signature_internal::kMaxDemangleLength) {
+    demangled.reset(abi::__cxa_demangle(signature.demangled_name.c_str(),
+                                        nullptr, nullptr, &status));
+  }
   if (demangled != nullptr && status == 0) {
     signature.demangled_name = demangled.get();
     if (params && !kernel_signature_internal::DemangledParamsAgree(

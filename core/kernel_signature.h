@@ -65,19 +65,23 @@ enum class ParamAccess : uint8_t {
 };
 
 // What a parameter that points to pointers (a pointer table: `T**`,
-// `T* const*`, `T const* const*`) lets the kernel do to the buffers the
+// `T* const*`, `T const* const*`; a reference is a level like a pointer, so
+// `T*&` is one too) lets the kernel do to the buffers the
 // table's entries point to.
 enum class Pointees : uint8_t {
   kNone,      // not a pointer to pointers
-  kConst,     // `T const* const*`, `T const**`: the targets are only read
-  kWritable,  // `T**`, `T* const*`, or not understood
+  kConst,     // `T const* const*`, `T const**`, `T const* const&`: the
+              // targets are only read
+  kWritable,  // `T**`, `T* const*`, `T const**&`, or not understood
 };
 
 // "none", "read" or "read-write", for logs and test messages.
 const char* ParamAccessName(ParamAccess access);
 
 struct KernelSignature {
-  // The demangled name, or the raw name when it is not a mangled C++ name.
+  // The demangled name, or the raw name when it is not a mangled C++ name
+  // the parser accepts (the runtime's demangler is not asked about names the
+  // parser rejects: it can run for minutes on some malformed ones).
   std::string demangled_name;
   // True when `params` holds one entry per parameter. False for extern "C"
   // kernels and for names that could not be parsed; then For() answers
@@ -115,8 +119,9 @@ std::optional<std::vector<ParamAccess>> ClassifyMangledParams(
 std::optional<std::vector<ParamAccess>> ClassifyMangledParams(
     std::string_view mangled, std::vector<Pointees>* pointees);
 
-// True when the demangler printed `type` as a pointer to pointers to const
-// ("float const* const*", "float const**").
+// True when the demangler printed `type` as a pointer (or reference) to
+// pointers to const ("float const* const*", "float const**",
+// "float const* const&").
 bool PrintedAsPointerToPointerToConst(std::string_view type);
 
 // The cross-check: true when `demangled` (as printed by abi::__cxa_demangle)

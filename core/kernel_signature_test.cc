@@ -780,6 +780,16 @@ TEST(KernelSignatureRobustnessTest, RandomStrings) {
   }
 }
 
+// libstdc++'s demangler (GCC 12) does not return in minutes on this
+// malformed name (found by core/kernel_signature_fuzz.cc); the parser
+// rejects it, so the demangler is never asked and the call returns.
+TEST(KernelSignatureRobustnessTest, NameThatHangsTheRuntimeDemangler) {
+  const std::string name = "_Z1hKfcgnstfssssssAsssssssssrssssssssrestrKffDn";
+  const KernelSignature signature = ParseKernelSignature(name);
+  EXPECT_FALSE(signature.parsed);
+  EXPECT_EQ(signature.demangled_name, name);
+}
+
 TEST(KernelSignatureRobustnessTest, DeepNestingIsBounded) {
   const std::string pointers = "_Z1f" + std::string(100000, 'P') + "i";
   EXPECT_FALSE(ParseKernelSignature(pointers).parsed);
@@ -823,6 +833,16 @@ TEST(KernelSignaturePointeesTest, ClassifiesPointerTables) {
       {"_Z1fPPKf", "c"},               // float const**
       {"_Z1fPfPKfi", "---"},           // no tables
       {"_Z1fRPPf", "w"},               // a reference to a table pointer
+      // A reference is one more level: the referenced `float const**`
+      // points to `float const*` entries the kernel may write. (Found by
+      // core/kernel_signature_differential_test.cc: these were "c".)
+      {"_Z1fRPPKf", "w"},              // float const**&
+      {"_Z1fOPPKPo", "w"},             // unsigned __int128* const**&&
+      {"_Z1fRPKPKf", "c"},             // float const* const*&: all const
+      {"_Z1fRKPKf", "c"},              // float const* const&
+      {"_Z1fRPf", "w"},                // float*&
+      // Reference collapsing: Args&& with Args = `int const&` is one level.
+      {"_Z1fIJRKiEEvDpOT_", "-"},
       {"_Z1fPPPf", "w"},               // float***
       {"_Z6kernelPPcS0_Pl", "ww-"},    // char**, char**, long*
       {"_Z6kernelPKPKvPKPvi", "cw-"},  // void const* const*, void* const*, int
@@ -850,6 +870,12 @@ TEST(KernelSignaturePointeesTest, PrintedTypesConfirmConstTargets) {
   EXPECT_FALSE(PrintedAsPointerToPointerToConst("float* const*"));
   EXPECT_FALSE(PrintedAsPointerToPointerToConst("float**"));
   EXPECT_FALSE(PrintedAsPointerToPointerToConst("float const*"));
+  EXPECT_TRUE(PrintedAsPointerToPointerToConst("float const* const&"));
+  EXPECT_TRUE(PrintedAsPointerToPointerToConst("float const* const&&"));
+  // The referenced `float const*` is the table's one entry.
+  EXPECT_TRUE(PrintedAsPointerToPointerToConst("float const*&"));
+  EXPECT_FALSE(PrintedAsPointerToPointerToConst("float*&"));
+  EXPECT_FALSE(PrintedAsPointerToPointerToConst("float const&"));
 }
 
 }  // namespace

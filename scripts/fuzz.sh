@@ -1,35 +1,55 @@
 #!/usr/bin/env bash
-# Fuzzes the STENSOR_* option parser (core/config_fuzz.cc) with libFuzzer,
-# AddressSanitizer and UndefinedBehaviorSanitizer.
+# Runs one fuzz target under libFuzzer, AddressSanitizer and
+# UndefinedBehaviorSanitizer.
 #
-#   scripts/fuzz.sh [SECONDS] [LIBFUZZER_FLAG...]     (SECONDS: default 60)
+#   scripts/fuzz.sh [TARGET] [SECONDS] [LIBFUZZER_FLAG...]
+#     TARGET: config (core/config_fuzz.cc, the default), log
+#             (tools/log_fuzz.cc) or kernel_signature
+#             (core/kernel_signature_fuzz.cc); SECONDS: default 60
 #
 # Needs clang and its runtime (Debian: clang, libclang-rt-dev); CXX picks
-# another clang++. The corpus grows in $FUZZ_DIR/corpus (default
-# /tmp/stensor-fuzz), starting from the seeds of core/fuzz_main.cc, and a
-# crashing input is saved under $FUZZ_DIR/artifacts/. Replay one without
-# libFuzzer: bazel run //core:config_fuzz -- "$FUZZ_DIR"/artifacts/crash-...
+# another clang++. The corpus grows in $FUZZ_DIR/TARGET/corpus (default
+# FUZZ_DIR=/tmp/stensor-fuzz), starting from the target's seeds (written by
+# the standalone driver core/fuzz_main.cc), and a crashing input is saved
+# under $FUZZ_DIR/TARGET/artifacts/. Replay one without libFuzzer:
+#   bazel run //core:config_fuzz -- "$FUZZ_DIR"/config/artifacts/crash-...
+# (//tools:log_fuzz, //core:kernel_signature_fuzz for the others).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+target=config
+if [[ $# -gt 0 && ! $1 =~ ^[0-9]+$ && $1 != -* ]]; then
+  target=$1
+  shift
+fi
 seconds=${1:-60}
 [[ $# -gt 0 ]] && shift
+case "$target" in
+  config) srcs=(core/config_fuzz.cc core/config.cc); max_len=4096 ;;
+  log)
+    srcs=(tools/log_fuzz.cc tools/json_reader.cc tools/trace.cc core/json.cc)
+    max_len=8192 ;;
+  kernel_signature)
+    srcs=(core/kernel_signature_fuzz.cc core/kernel_signature.cc)
+    max_len=8192 ;;
+  *)
+    echo "fuzz.sh: unknown target '$target' (config, log, kernel_signature)" >&2
+    exit 2 ;;
+esac
 cxx=${CXX:-clang++}
-dir=${FUZZ_DIR:-${TMPDIR:-/tmp}/stensor-fuzz}
+dir=${FUZZ_DIR:-${TMPDIR:-/tmp}/stensor-fuzz}/$target
 mkdir -p "$dir/corpus" "$dir/artifacts"
 
 # The abseil libraries exactly as third_party/BUILD links them.
 mapfile -t absl < <(grep -o -- '-labsl_[a-z0-9_]*' third_party/BUILD)
-srcs=(core/config_fuzz.cc core/config.cc)
 flags=(-std=c++17 -g -O1 -I.)
 
-# The standalone driver writes its seeds as the starting corpus.
+# The standalone driver writes the target's seeds as the starting corpus.
 "$cxx" "${flags[@]}" "${srcs[@]}" core/fuzz_main.cc -o "$dir/seed_writer" \
-  "${absl[@]}"
+  "${absl[@]}" -pthread
 "$dir/seed_writer" --write-seeds "$dir/corpus"
 
 "$cxx" "${flags[@]}" -fsanitize=fuzzer,address,undefined \
-  -fno-sanitize-recover=undefined "${srcs[@]}" -o "$dir/config_fuzz" \
-  "${absl[@]}"
-exec "$dir/config_fuzz" -max_total_time="$seconds" -max_len=4096 \
+  -fno-sanitize-recover=undefined "${srcs[@]}" -o "$dir/fuzz" "${absl[@]}"
+exec "$dir/fuzz" -max_total_time="$seconds" -max_len="$max_len" \
   -artifact_prefix="$dir/artifacts/" "$@" "$dir/corpus"

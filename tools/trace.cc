@@ -18,6 +18,10 @@ namespace {
 
 uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
+// Ids for untracked allocations, far above any the library assigns; a log
+// naming one is rejected, so they never meet the log's own.
+constexpr uint64_t kUntrackedBase = uint64_t{1} << 62;
+
 // The iteration detector's key of an operation: a hash of what stays the
 // same from one training step to the next. Never 0 (0 means "not observed").
 uint64_t OpKey(const JsonValue& r, absl::string_view type) {
@@ -55,6 +59,10 @@ absl::Status Ids(const JsonValue& record, absl::string_view key, size_t line,
       return absl::InvalidArgumentError(
           absl::StrCat("line ", line, ": '", key, "' holds something other than buffer ids"));
     }
+    if (*v.uint >= kUntrackedBase) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "line ", line, ": buffer id ", *v.uint, " is out of range (2^62 or more)"));
+    }
     if (*v.uint != 0 && std::find(out->begin(), out->end(), *v.uint) == out->end()) {
       out->push_back(*v.uint);
     }
@@ -78,7 +86,7 @@ class Reader {
     if (type.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("line ", line, ": record without a type"));
     }
-    if (type == "header") return Header(r);
+    if (type == "header") return Header(r, line);
     if (type == "alloc") return Alloc(r, line);
     if (type == "free") return Free(r, line);
     if (type == "launch") return Launch(r, line);
@@ -113,10 +121,10 @@ class Reader {
   Trace Finish() && { return std::move(trace_); }
 
  private:
-  absl::Status Header(const JsonValue& r) {
+  absl::Status Header(const JsonValue& r, size_t line) {
     if (std::optional<uint64_t> format = r.Uint("format"); format && *format != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("access log format ", *format, " is not supported (only 1)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "line ", line, ": access log format ", *format, " is not supported (only 1)"));
     }
     if (const JsonValue* config = r.Find("config")) {
       trace_.logged_policy = std::string(config->StringOr("STENSOR_POLICY", ""));
@@ -130,6 +138,13 @@ class Reader {
     std::optional<uint64_t> bytes = r.Uint("bytes");
     if (!id || !bytes) {
       return absl::InvalidArgumentError(absl::StrCat("line ", line, ": alloc without id or bytes"));
+    }
+    // Ids from kUntrackedBase up are this reader's own (the library counts
+    // from 1); a byte count near 2^64 would wrap the charge.
+    if (absl::Status s = CheckId(*id, line); !s.ok()) return s;
+    if (*bytes > kMaxBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", line, ": alloc of ", *bytes, " bytes (more than 2^60)"));
     }
     absl::string_view kind = r.StringOr("kind", "device");
     absl::string_view api = r.StringOr("api", "");
@@ -156,6 +171,10 @@ class Reader {
       return absl::InvalidArgumentError(
           absl::StrCat("line ", line, ": buffer id ", *id, " allocated twice"));
     }
+    if (live_ > UINT64_MAX - b.charge) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", line, ": live allocations exceed 2^64 bytes"));
+    }
     live_ += b.charge;
     trace_.working_set = std::max(trace_.working_set, live_);
     TraceOp op;
@@ -170,6 +189,7 @@ class Reader {
   absl::Status Free(const JsonValue& r, size_t line) {
     std::optional<uint64_t> id = r.Uint("id");
     if (!id || *id == 0) return absl::OkStatus();  // untracked: charge kept (unknown which)
+    if (absl::Status s = CheckId(*id, line); !s.ok()) return s;
     auto it = trace_.buffers.find(*id);
     if (it == trace_.buffers.end()) {
       return absl::InvalidArgumentError(
@@ -282,8 +302,15 @@ class Reader {
     return absl::OkStatus();
   }
 
-  // Ids for untracked allocations, far above any the library assigns.
-  static constexpr uint64_t kUntrackedBase = uint64_t{1} << 62;
+  static absl::Status CheckId(uint64_t id, size_t line) {
+    if (id < kUntrackedBase) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("line ", line, ": buffer id ", id, " is out of range (2^62 or more)"));
+  }
+
+  // No device holds 2^60 bytes; bounding sizes keeps every charge and sum
+  // below 2^64.
+  static constexpr uint64_t kMaxBytes = uint64_t{1} << 60;
   Trace trace_;
   uint64_t live_ = 0;
   uint64_t untracked_ = 0;
@@ -293,7 +320,10 @@ class Reader {
 }  // namespace
 
 absl::StatusOr<Trace> ParseTrace(absl::string_view text, uint64_t granularity) {
-  if (granularity == 0) return absl::InvalidArgumentError("granularity must be positive");
+  // At most 1 TiB, so rounding a size up to it cannot wrap.
+  if (granularity == 0 || granularity > (uint64_t{1} << 40)) {
+    return absl::InvalidArgumentError("granularity must be positive and at most 1 TiB");
+  }
   Reader reader(granularity);
   size_t line = 0;
   for (absl::string_view l : absl::StrSplit(text, '\n')) {
