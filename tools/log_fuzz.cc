@@ -16,7 +16,8 @@
 // - a well-formed log that the input's bytes describe (allocations, frees,
 //   launches with kernel names made of the input's bytes, memsets, copies),
 //   written with core/json.h (the access log's own writer): ParseTrace reads
-//   back exactly the operations written, and each kernel name round-trips.
+//   back exactly the operations written, and each kernel name round-trips
+//   (invalid UTF-8 replaced by U+FFFD, as core/json.h promises).
 // A broken check aborts, which libFuzzer and fuzz_main.cc report as a crash.
 //
 // Built by //tools:log_fuzz with core/fuzz_main.cc as a bounded regression
@@ -51,6 +52,35 @@ void Require(bool condition, absl::string_view what, absl::string_view detail) {
   std::fprintf(stderr, "log_fuzz: %.*s\n  %.*s\n", static_cast<int>(what.size()),
                what.data(), static_cast<int>(shown), detail.data());
   std::abort();
+}
+
+// `name` as the access log's writer promises to store it: each byte that
+// does not start a well-formed UTF-8 sequence (RFC 3629) becomes U+FFFD.
+// Decoded by code point, independently of the writer's lead-byte table.
+std::string AsLogged(absl::string_view name) {
+  std::string out;
+  size_t i = 0;
+  while (i < name.size()) {
+    const unsigned char c = name[i];
+    const size_t length = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    uint32_t cp = length == 1 ? c : length == 2 ? c & 0x1f : length == 3 ? c & 0x0f : c & 0x07;
+    bool ok = length > 0 && i + length <= name.size();
+    for (size_t k = 1; ok && k < length; ++k) {
+      const unsigned char next = name[i + k];
+      ok = (next & 0xc0) == 0x80;
+      cp = (cp << 6) | (next & 0x3f);
+    }
+    static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    ok = ok && cp >= kMin[length] && cp <= 0x10ffff && !(cp >= 0xd800 && cp <= 0xdfff);
+    if (ok) {
+      out.append(name.data() + i, length);
+      i += length;
+    } else {
+      out.append("\xef\xbf\xbd");
+      ++i;
+    }
+  }
+  return out;
 }
 
 bool OneLine(absl::string_view message) {
@@ -104,6 +134,8 @@ void Print(const JsonValue& v, std::string* out) {
   }
 }
 
+// Whether `b`, read back from `a` printed, is `a`: strings as the writer
+// stores them (invalid UTF-8 the reader accepted comes back as U+FFFD).
 bool Same(const JsonValue& a, const JsonValue& b) {
   if (a.kind != b.kind) return false;
   switch (a.kind) {
@@ -112,7 +144,7 @@ bool Same(const JsonValue& a, const JsonValue& b) {
     case JsonValue::Kind::kNumber:
       // %.17g round-trips every double; integers print exactly.
       return a.uint == b.uint && (a.uint || a.number == b.number);
-    case JsonValue::Kind::kString: return a.string == b.string;
+    case JsonValue::Kind::kString: return AsLogged(a.string) == b.string;
     case JsonValue::Kind::kArray:
       if (a.array.size() != b.array.size()) return false;
       for (size_t i = 0; i < a.array.size(); ++i) {
@@ -122,7 +154,7 @@ bool Same(const JsonValue& a, const JsonValue& b) {
     case JsonValue::Kind::kObject:
       if (a.object.size() != b.object.size()) return false;
       for (size_t i = 0; i < a.object.size(); ++i) {
-        if (a.object[i].first != b.object[i].first ||
+        if (AsLogged(a.object[i].first) != b.object[i].first ||
             !Same(a.object[i].second, b.object[i].second)) {
           return false;
         }
@@ -360,7 +392,7 @@ void CheckWrittenLog(absl::string_view data) {
   for (absl::string_view l : absl::StrSplit(text, '\n')) {
     if (!absl::StrContains(l, "\"type\":\"launch\"")) continue;
     const absl::StatusOr<JsonValue> v = ParseJson(l);
-    Require(v.ok() && k < kernels.size() && v->StringOr("kernel", "\x01") == kernels[k],
+    Require(v.ok() && k < kernels.size() && v->StringOr("kernel", "\x01") == AsLogged(kernels[k]),
             "a kernel name does not round-trip", l);
     ++k;
   }
