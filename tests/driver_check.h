@@ -1,7 +1,8 @@
 // What the driver-API test programs under tests/ share: CHECK, which stops
 // the program on a failed driver call with the call, its place and the
-// error's name (test scripts grep for these), and the usual start on the
-// primary context of device 0.
+// error's name (test scripts grep for these), EXPECT_TRUE, which counts a
+// failed condition and goes on, and the usual start on the primary context
+// of device 0.
 #ifndef STENSOR_TESTS_DRIVER_CHECK_H_
 #define STENSOR_TESTS_DRIVER_CHECK_H_
 
@@ -22,7 +23,19 @@
     }                                                                             \
   } while (0)
 
+#define EXPECT_TRUE(cond)                                                          \
+  do {                                                                             \
+    if (!(cond)) {                                                                 \
+      std::fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);      \
+      ++stensor_tests::failures;                                                   \
+    }                                                                              \
+  } while (0)
+
 namespace stensor_tests {
+
+// Soft checks (EXPECT_TRUE) count here and the program goes on; its exit
+// status reports them.
+inline int failures = 0;
 
 // cuInit, then device 0's primary context made current.
 inline CUdevice StartOnDevice0() {

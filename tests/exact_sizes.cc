@@ -36,7 +36,7 @@
 
 namespace {
 
-int failures = 0;
+using stensor_tests::failures;
 
 #define EXPECT_RC(call, want)                                                 \
   do {                                                                        \
@@ -44,13 +44,6 @@ int failures = 0;
     if (r_ != (want)) {                                                       \
       std::fprintf(stderr, "%s:%d: %s returned %d, want %d\n", __FILE__,       \
                    __LINE__, #call, static_cast<int>(r_), static_cast<int>(want)); \
-      ++failures;                                                             \
-    }                                                                         \
-  } while (0)
-#define EXPECT_TRUE(cond)                                                     \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      std::fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond); \
       ++failures;                                                             \
     }                                                                         \
   } while (0)

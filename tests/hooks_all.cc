@@ -39,14 +39,7 @@
 
 namespace {
 
-int failures = 0;
-#define EXPECT_TRUE(cond)                                                     \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      std::fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                             \
-    }                                                                         \
-  } while (0)
+using stensor_tests::failures;
 
 constexpr size_t kGranule = 2u << 20;
 const bool kCapped = std::getenv("STENSOR_MEMORY_LIMIT") != nullptr;
