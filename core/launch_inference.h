@@ -363,6 +363,9 @@ struct Accesses {
   };
   absl::InlinedVector<TableUse, 1> tables;
   bool unknown_tables = false;
+  // Pushed into a stream being captured into a graph: recorded, not run
+  // (core/capture.h), so nothing is made resident or marked used for it.
+  bool captured = false;
   // Under a cap: the device held from eviction while a launch of unknown
   // accesses is submitted (MemoryManager::BeginUnknown), or -1.
   int unknown_device = -1;

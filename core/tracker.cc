@@ -80,7 +80,8 @@ absl::StatusOr<std::unique_ptr<Tracker>> Tracker::Create(const Config& config,
 Tracker::Tracker(const Config& config, const Driver* driver)
     : config_(config),
       driver_(driver),
-      kernels_(driver, config.write_inference == WriteInference::kConservative) {}
+      kernels_(driver, config.write_inference == WriteInference::kConservative),
+      capture_(driver) {}
 
 std::string Tracker::Header() const {
   std::string devices = "[";
@@ -125,13 +126,18 @@ uint64_t Tracker::IdAt(uint64_t addr) const {
 namespace {
 // The stream handle the driver understands for a StreamRef: handle 0 of a
 // per-thread entry point is the per-thread stream.
-CUstream Handle(StreamRef s) {
-  return s.handle == nullptr && s.per_thread ? CU_STREAM_PER_THREAD : s.handle;
+CUstream Handle(StreamRef s) { return Tracker::Handle(s); }
+
+// A copy's or memset's key for the iteration planner: its shape (the
+// buffers' sizes are mixed in by the manager), not its addresses.
+uint64_t TransferKey(uint64_t bytes, bool to_host, bool memset) {
+  return (bytes * 4 + (to_host ? 2 : 0) + (memset ? 1 : 0)) ^ 0x7472616e73666572ull;
 }
 }  // namespace
 
 CUresult Tracker::AllocateCapped(const char* api, CUdeviceptr* dptr,
                                  uint64_t bytes) {
+  RelaxedCaptureScope relaxed(capture_);
   // Registered under the manager's lock: the buffer has its id from the start.
   return memory_->Allocate(bytes, dptr, [&](CUdeviceptr base) {
     return OnAlloc(api, base, bytes, BufferKind::kDeviceAlloc);
@@ -140,6 +146,7 @@ CUresult Tracker::AllocateCapped(const char* api, CUdeviceptr* dptr,
 
 bool Tracker::FreeCapped(const char* api, CUdeviceptr dptr, CUresult* result) {
   if (!memory_->Owns(dptr)) return false;
+  RelaxedCaptureScope relaxed(capture_);
   // Forget the range before its address can be handed out again.
   if (registry_.Find(dptr)) OnFree(api, dptr);
   *result = memory_->Free(dptr);
@@ -159,11 +166,16 @@ CUresult Tracker::BeginLaunch(CUfunction f, StreamRef stream, void** params,
     ExpandTables(stream, accesses);
   }
   if (!memory_) return CUDA_SUCCESS;
+  if (ABSL_PREDICT_FALSE(capture_.Capturing(Handle(stream)))) {
+    accesses->captured = true;
+    return CUDA_SUCCESS;
+  }
   return PrepareLaunch(f, *kernel, stream, accesses);
 }
 
 CUresult Tracker::PrepareLaunch(CUfunction f, const KernelInfo& kernel, StreamRef stream,
                                 Accesses* accesses) {
+  RelaxedCaptureScope relaxed(capture_);
   if (CUresult r = memory_->Prepare(accesses->reads, {}, Handle(stream)); r != CUDA_SUCCESS) {
     return r;
   }
@@ -197,8 +209,13 @@ void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
                         const Accesses& accesses, bool submitted) {
   // Set by BeginLaunch; looked up only for a caller that skipped it.
   const KernelInfo* kernel = accesses.kernel != nullptr ? accesses.kernel : kernels_.Get(f);
-  if (memory_) FinishLaunch(*kernel, stream, accesses, submitted);
+  if (memory_ && !accesses.captured) FinishLaunch(*kernel, stream, accesses, submitted);
   if (!submitted) return;
+  if (ABSL_PREDICT_FALSE(accesses.captured)) {  // runs later, as a graph node
+    Count(OpType::kLaunch);
+    if (log_) LogLaunch(api, *kernel, grid, block, stream, accesses);
+    return;
+  }
   // A kernel may rewrite the pointers of any table it writes; one whose
   // accesses are unknown, those of any table.
   if (!tables_.empty()) tables_.OnDeviceWrite(accesses.writes);
@@ -209,6 +226,7 @@ void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
 
 void Tracker::FinishLaunch(const KernelInfo& kernel, StreamRef stream,
                            const Accesses& accesses, bool submitted) {
+  RelaxedCaptureScope relaxed(capture_);
   memory_->Finish(accesses.reads, accesses.writes, Handle(stream), submitted);
   // Nothing known about what it wrote: no host copy can be trusted.
   if (submitted && (!kernel.layout_known || accesses.unknown_tables)) {
@@ -228,8 +246,8 @@ void Tracker::LogLaunch(const char* api, const KernelInfo& kernel, const unsigne
   unique.Dedupe();
   uint64_t g[3] = {grid[0], grid[1], grid[2]};
   uint64_t b[3] = {block[0], block[1], block[2]};
-  Log(JsonLine()
-          .Str("type", "launch")
+  JsonLine line;
+  line.Str("type", "launch")
           .Str("api", api)
           .Str("kernel", kernel.name)
           .Str("demangled", kernel.demangled)
@@ -240,8 +258,9 @@ void Tracker::LogLaunch(const char* api, const KernelInfo& kernel, const unsigne
           .Uints("writes", unique.writes)
           .Bool("inferred", kernel.layout_known)
           .Raw("tables", TablesJson(accesses))
-          .Bool("unknown_tables", accesses.unknown_tables)
-          .Finish());
+          .Bool("unknown_tables", accesses.unknown_tables);
+  if (accesses.captured) line.Bool("captured", true);
+  Log(line.Finish());
 }
 
 void Tracker::ExpandTables(StreamRef stream, Accesses* a) {
@@ -346,7 +365,10 @@ void Tracker::ExpandTables(StreamRef stream, Accesses* a) {
 
 bool Tracker::WaitForTableWriters(StreamRef stream) {
   // A stream being captured into a graph cannot be waited for (and a wait
-  // would invalidate the capture): the table stays unknown.
+  // would invalidate the capture): the table stays unknown. So it does while
+  // any capture is in progress: a synchronisation of the context would wait
+  // for, or be refused by, the capturing stream.
+  if (capture_.any()) return false;
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
   if (driver_->cuStreamIsCapturing != nullptr &&
       (driver_->cuStreamIsCapturing(Handle(stream), &capture) != CUDA_SUCCESS ||
@@ -480,6 +502,11 @@ CUresult Tracker::BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes,
                                 StreamRef stream, bool linear, bool to_host,
                                 TransferScope* scope) {
   if (!memory_) return CUDA_SUCCESS;
+  if (ABSL_PREDICT_FALSE(capture_.Capturing(Handle(stream)))) {
+    scope->captured = true;  // runs later, as a graph node
+    return CUDA_SUCCESS;
+  }
+  RelaxedCaptureScope relaxed(capture_);
   std::optional<Buffer> d = registry_.Find(dst);
   std::optional<Buffer> s = src != 0 ? registry_.Find(src) : std::nullopt;
   scope->dst_id = d ? d->id : 0;
@@ -503,9 +530,7 @@ CUresult Tracker::BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes,
       r != CUDA_SUCCESS) {
     return r;
   }
-  // The transfer's key: its shape (the buffers' sizes are mixed in by the
-  // manager), not its addresses.
-  const uint64_t key = (bytes * 4 + (to_host ? 2 : 0) + (src == 0 ? 1 : 0)) ^ 0x7472616e73666572ull;
+  const uint64_t key = TransferKey(bytes, to_host, src == 0);
   memory_->NoteOperation(key, absl::MakeSpan(ids, 2), absl::MakeSpan(overwritten, 1),
                          /*marker=*/false, Handle(stream), &scope->op);
   return CUDA_SUCCESS;
@@ -513,7 +538,8 @@ CUresult Tracker::BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes,
 
 void Tracker::EndTransfer(const TransferScope& scope, StreamRef stream,
                           bool submitted) {
-  if (!memory_ || scope.served) return;
+  if (!memory_ || scope.served || scope.captured) return;
+  RelaxedCaptureScope relaxed(capture_);
   uint64_t ids[2] = {scope.dst_id, scope.src_id};
   uint64_t written[1] = {scope.dst_id};
   memory_->Finish(absl::MakeSpan(ids, 2), absl::MakeSpan(written, 1), Handle(stream),
@@ -638,6 +664,7 @@ void Tracker::OnCopy(const char* api, CopyKind kind, uint64_t dst,
       .Str("stream", StreamText(stream))
       .Bool("async", async);
   if (table_entries > 0) line.Uint("table_entries", table_entries);
+  if (capture_.Capturing(Handle(stream))) line.Bool("captured", true);
   Log(line.Finish());
 }
 
@@ -647,15 +674,16 @@ void Tracker::OnMemset(const char* api, uint64_t dst, uint64_t bytes,
   if (!log_) return;
   absl::InlinedVector<uint64_t, 1> writes;
   if (uint64_t id = IdAt(dst)) writes.push_back(id);
-  Log(JsonLine()
-          .Str("type", "memset")
-          .Str("api", api)
-          .Uint("bytes", bytes)
-          .Str("dst", Hex(dst))
-          .Uints("writes", writes)
-          .Str("stream", StreamText(stream))
-          .Bool("async", async)
-          .Finish());
+  JsonLine line;
+  line.Str("type", "memset")
+      .Str("api", api)
+      .Uint("bytes", bytes)
+      .Str("dst", Hex(dst))
+      .Uints("writes", writes)
+      .Str("stream", StreamText(stream))
+      .Bool("async", async);
+  if (capture_.Capturing(Handle(stream))) line.Bool("captured", true);
+  Log(line.Finish());
 }
 
 void Tracker::OnSync(const char* api, StreamRef stream) {
@@ -669,26 +697,167 @@ void Tracker::OnSync(const char* api, StreamRef stream) {
   Log(line.Finish());
 }
 
-int Tracker::BeginUnknownLaunch(StreamRef stream) {
-  return memory_ ? memory_->BeginUnknown(Handle(stream)) : -1;
-}
+// --- Graphs and stream capture ------------------------------------------------------
 
-void Tracker::EndUnknownLaunch(int device) {
-  if (memory_) memory_->EndUnknown(device);
-}
-
-void Tracker::OnGraphLaunch(const char* api, CUgraphExec graph,
-                            StreamRef stream) {
-  Count(OpType::kGraphLaunch);
-  tables_.MarkAllStale();  // its kernels and copies are not broken out yet
-  if (memory_) memory_->MarkAllWritten(Handle(stream));  // kernels not inferred yet
+void Tracker::OnGraphInstantiate(const char* api, CUgraphExec exec, CUgraph graph) {
+  if (!tracks_tables()) return;  // neither a cap nor a log reads plans
+  std::shared_ptr<const GraphPlan> plan = ReadGraphPlan(*driver_, &kernels_, graph);
+  graphs_.Set(exec, plan);
   if (!log_) return;
-  Log(JsonLine()
-          .Str("type", "graph_launch")
-          .Str("api", api)
-          .Str("graph", Hex(reinterpret_cast<uintptr_t>(graph)))
-          .Str("stream", StreamText(stream))
-          .Finish());
+  JsonLine line;
+  line.Str("type", "graph_instantiate")
+      .Str("api", api)
+      .Str("graph", Hex(reinterpret_cast<uintptr_t>(exec)))
+      .Uint("nodes", plan->nodes.size())
+      .Bool("inferred", !plan->unknown);
+  if (plan->unknown) line.Str("why", plan->why);
+  if (plan->alloc_nodes + plan->free_nodes > 0) {
+    line.Uint("alloc_nodes", plan->alloc_nodes).Uint("free_nodes", plan->free_nodes);
+  }
+  Log(line.Finish());
+}
+
+void Tracker::OnGraphExecNode(CUgraphExec exec, CUgraphNode handle, const GraphNodePlan* node,
+                              bool unknown) {
+  std::shared_ptr<const GraphPlan> plan = graphs_.Get(exec);
+  if (plan == nullptr || plan->unknown) return;
+  std::shared_ptr<const GraphPlan> updated;
+  if (node != nullptr && !unknown) updated = WithNode(*plan, handle, *node);
+  // A node the plan does not hold (a host or event node, say) changes no
+  // access; any other change stensor cannot follow makes the exec unknown.
+  if (updated == nullptr && node != nullptr && !unknown) return;
+  if (updated == nullptr) {
+    updated = MadeUnknown(*plan, "a node's parameters were changed in a way not followed");
+  }
+  graphs_.Set(exec, std::move(updated));
+}
+
+void Tracker::OnGraphExecUpdate(CUgraphExec exec, CUgraph graph) {
+  if (graphs_.Get(exec) == nullptr) return;
+  graphs_.Set(exec, ReadGraphPlan(*driver_, &kernels_, graph));
+}
+
+CUresult Tracker::BeginGraphLaunch(CUgraphExec exec, StreamRef stream, GraphLaunchScope* scope) {
+  if (!tracks_tables()) return CUDA_SUCCESS;
+  // Launched into a capture, it becomes a child graph node: nothing runs now.
+  if (capture_.Capturing(Handle(stream))) {
+    scope->captured = true;
+    return CUDA_SUCCESS;
+  }
+  RelaxedCaptureScope relaxed(capture_);
+  scope->plan = graphs_.Get(exec);
+  scope->unknown = scope->plan == nullptr || scope->plan->unknown;
+  if (!scope->unknown) {
+    Accesses& all = scope->accesses;
+    scope->nodes.reserve(scope->plan->nodes.size());
+    for (const GraphNodePlan& n : scope->plan->nodes) {
+      Accesses a;
+      switch (n.kind) {
+        case GraphNodePlan::Kind::kKernel:
+          InferKernelNode(n, registry_, &a);
+          if (n.kernel->has_tables || !tables_.empty()) ExpandTables(stream, &a);
+          all.unknown_tables |= a.unknown_tables;
+          all.tables.insert(all.tables.end(), a.tables.begin(), a.tables.end());
+          break;
+        case GraphNodePlan::Kind::kCopy:
+          if (uint64_t src = IdAt(n.copy.src.start); src != 0) a.reads.push_back(src);
+          if (uint64_t dst = IdAt(n.copy.dst.start); dst != 0) {
+            a.reads.push_back(dst);
+            a.writes.push_back(dst);
+          }
+          break;
+        case GraphNodePlan::Kind::kMemset:
+          if (uint64_t dst = IdAt(n.memset_dst); dst != 0) {
+            a.reads.push_back(dst);
+            a.writes.push_back(dst);
+          }
+          break;
+      }
+      all.reads.append(a.reads.begin(), a.reads.end());
+      all.writes.append(a.writes.begin(), a.writes.end());
+      scope->nodes.emplace_back(std::move(a.reads), std::move(a.writes));
+    }
+    all.Dedupe();
+    if (all.unknown_tables) scope->unknown = true;
+  }
+  if (!memory_) return CUDA_SUCCESS;
+  if (scope->unknown && scope->accesses.unknown_tables) {
+    // As for a launch through a table nobody can read: whatever could
+    // fault comes in first.
+    const size_t before = scope->accesses.reads.size();
+    memory_->AppendUnreadable(&scope->accesses.reads);
+    scope->accesses.writes.append(scope->accesses.reads.begin() + before,
+                                  scope->accesses.reads.end());
+  }
+  // Every node's buffers at once: a graph runs as one unit on the device.
+  if (CUresult r = memory_->Prepare(scope->accesses.reads, {}, Handle(stream));
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  if (scope->unknown) {
+    scope->unknown_device = memory_->BeginUnknown(Handle(stream));
+    return CUDA_SUCCESS;
+  }
+  // S01/S02: the planner sees the nodes in order, under the keys their
+  // direct forms would have. The graph is timed as a whole, against its
+  // first node (the nodes cannot be timed apart from the host).
+  for (size_t i = 0; i < scope->nodes.size(); ++i) {
+    const GraphNodePlan& n = scope->plan->nodes[i];
+    const auto& [reads, writes] = scope->nodes[i];
+    const uint64_t key = n.kind == GraphNodePlan::Kind::kKernel
+                             ? reinterpret_cast<uintptr_t>(n.function)
+                             : TransferKey(n.kind == GraphNodePlan::Kind::kCopy
+                                               ? n.copy.bytes
+                                               : n.memset_extent,
+                                           false, n.kind == GraphNodePlan::Kind::kMemset);
+    MemoryManager::OpTicket ticket;
+    memory_->NoteOperation(key, reads, writes, /*marker=*/false, Handle(stream), &ticket);
+    if (i == 0) {
+      scope->op = ticket;
+    } else {
+      memory_->EndOperation(ticket, Handle(stream), /*submitted=*/false);
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+void Tracker::EndGraphLaunch(const char* api, CUgraphExec exec, StreamRef stream,
+                             const GraphLaunchScope& scope, bool submitted) {
+  if (memory_ && !scope.captured) {
+    RelaxedCaptureScope relaxed(capture_);
+    memory_->Finish(scope.accesses.reads, scope.accesses.writes, Handle(stream), submitted);
+    // Nothing known about what it wrote: no host copy can be trusted.
+    if (submitted && scope.unknown) memory_->MarkAllWritten(Handle(stream));
+    memory_->EndUnknown(scope.unknown_device);
+    memory_->EndOperation(scope.op, Handle(stream), submitted);
+  }
+  if (!submitted) return;
+  Count(OpType::kGraphLaunch);
+  if (!scope.captured) {
+    if (scope.unknown) {
+      tables_.MarkAllStale();
+    } else if (!tables_.empty()) {
+      tables_.OnDeviceWrite(scope.accesses.writes);
+    }
+  }
+  if (!log_) return;
+  JsonLine line;
+  line.Str("type", "graph_launch")
+      .Str("api", api)
+      .Str("graph", Hex(reinterpret_cast<uintptr_t>(exec)))
+      .Str("stream", StreamText(stream));
+  if (scope.captured) {
+    line.Bool("captured", true);
+  } else {
+    line.Bool("inferred", !scope.unknown);
+    if (!scope.unknown) {
+      line.Uint("nodes", scope.nodes.size())
+          .Uints("reads", scope.accesses.reads)
+          .Uints("writes", scope.accesses.writes)
+          .Raw("tables", TablesJson(scope.accesses));
+    }
+  }
+  Log(line.Finish());
 }
 
 // --- Exact sizes -------------------------------------------------------------------
@@ -824,6 +993,7 @@ bool Tracker::PointerAttributes(unsigned int count, CUpointer_attribute* attribu
 bool Tracker::FreeAsyncCapped(const char* api, CUdeviceptr dptr, StreamRef stream,
                               CUresult* result) {
   if (!memory_->Owns(dptr)) return false;
+  RelaxedCaptureScope relaxed(capture_);
   if (registry_.Find(dptr)) OnFree(api, dptr);
   *result = memory_->FreeAsync(dptr, Handle(stream));
   return true;

@@ -20,9 +20,11 @@
 #include "core/mutex.h"
 #include "core/access_log.h"
 #include "core/buffer_registry.h"
+#include "core/capture.h"
 #include "core/config.h"
 #include "core/copy_ranges.h"
 #include "core/driver.h"
+#include "core/graph_plan.h"
 #include "core/launch_inference.h"
 #include "core/memory_manager.h"
 #include "core/pointer_tables.h"
@@ -41,7 +43,21 @@ struct TransferScope {
   uint64_t dst_id = 0;
   uint64_t src_id = 0;
   bool served = false;  // done without the driver (read from a host copy)
+  bool captured = false;  // pushed into a capturing stream: recorded, not run
   MemoryManager::OpTicket op;  // its place in the profiled iteration
+};
+
+// One cuGraphLaunch, between BeginGraphLaunch and EndGraphLaunch.
+struct GraphLaunchScope {
+  std::shared_ptr<const GraphPlan> plan;  // null: stensor has none
+  // What its nodes touch together (known plans only), and what each node
+  // touches, in order, for the iteration planner.
+  Accesses accesses;
+  std::vector<std::pair<IdList, IdList>> nodes;
+  bool unknown = true;      // treated as work of unknown accesses
+  bool captured = false;    // launched into a capturing stream: a child graph
+  int unknown_device = -1;  // MemoryManager::BeginUnknown's
+  MemoryManager::OpTicket op;  // times the whole graph while profiling
 };
 
 // The kinds of operation counted and logged.
@@ -116,11 +132,35 @@ class Tracker {
                 StreamRef stream, bool async);
   // A synchronisation that returned successfully.
   void OnSync(const char* api, StreamRef stream);
-  void OnGraphLaunch(const char* api, CUgraphExec graph, StreamRef stream);
-  // Bracket the submission of an operation whose accesses are unknown (a
-  // graph launch): see MemoryManager::BeginUnknown.
-  int BeginUnknownLaunch(StreamRef stream);
-  void EndUnknownLaunch(int device);
+
+  // --- Graphs and stream capture (core/graph_plan.h, core/capture.h).
+  // A capture began on (or, when the driver says so, ended at) `origin`.
+  void OnCaptureBegin(StreamRef origin) { capture_.OnBegin(Handle(origin)); }
+  void OnCaptureEnd(StreamRef origin) { capture_.OnEnd(Handle(origin)); }
+  // Whether work pushed into `stream` now is captured into a graph.
+  bool Capturing(StreamRef stream) const { return capture_.Capturing(Handle(stream)); }
+  // `exec` was instantiated from `graph` (by `api`): its nodes are read.
+  // Only while a cap or an access log needs them.
+  void OnGraphInstantiate(const char* api, CUgraphExec exec, CUgraph graph);
+  void OnGraphExecDestroy(CUgraphExec exec) { graphs_.Erase(exec); }
+  // One node of `exec` got new parameters, described by `node` (`unknown`:
+  // they cannot be); any other change of a node (`node` null) makes the
+  // whole exec's accesses unknown.
+  void OnGraphExecNode(CUgraphExec exec, CUgraphNode handle, const GraphNodePlan* node,
+                       bool unknown);
+  // cuGraphExecUpdate succeeded: `exec` now runs `graph`'s nodes.
+  void OnGraphExecUpdate(CUgraphExec exec, CUgraph graph);
+  // Before cuGraphLaunch: under a cap its nodes' buffers are made resident
+  // on `stream` (CUDA_ERROR_OUT_OF_MEMORY when they do not fit together:
+  // a graph cannot be split); with no plan, it is work of unknown accesses.
+  CUresult BeginGraphLaunch(CUgraphExec exec, StreamRef stream, GraphLaunchScope* scope);
+  void EndGraphLaunch(const char* api, CUgraphExec exec, StreamRef stream,
+                      const GraphLaunchScope& scope, bool submitted);
+  // The stream a handle names for the driver (CU_STREAM_PER_THREAD for a
+  // per-thread entry point's 0).
+  static CUstream Handle(StreamRef s) {
+    return s.handle == nullptr && s.per_thread ? CU_STREAM_PER_THREAD : s.handle;
+  }
 
   // Pointer tables (core/pointer_tables.h): kept while they matter, under a
   // cap or for the access log.
@@ -213,6 +253,8 @@ class Tracker {
   BufferRegistry registry_;
   PointerTables tables_;
   KernelCache kernels_;
+  CaptureState capture_;
+  GraphPlans graphs_;
   std::unique_ptr<AccessLog> log_;
   std::unique_ptr<MemoryManager> memory_;
   std::once_flag header_once_;

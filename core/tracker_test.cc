@@ -787,8 +787,10 @@ TEST(TrackerTest, WithoutAnAccessLogNothingIsWrittenAndCountsAdvance) {
            StreamRef{}, false);
   t.OnMemset("cuMemsetD8_v2", kB, 16, StreamRef{}, false);
   t.OnSync("cuStreamSynchronize", StreamRef{});
-  t.OnGraphLaunch("cuGraphLaunch", reinterpret_cast<CUgraphExec>(0x99),
-                  StreamRef{});
+  GraphLaunchScope graph;
+  const CUgraphExec exec = reinterpret_cast<CUgraphExec>(0x99);
+  ASSERT_EQ(t.BeginGraphLaunch(exec, StreamRef{}, &graph), CUDA_SUCCESS);
+  t.EndGraphLaunch("cuGraphLaunch", exec, StreamRef{}, graph, /*submitted=*/true);
   t.OnFree("cuMemFree_v2", kA);
 
   EXPECT_EQ(t.count(OpType::kAlloc), 2u);

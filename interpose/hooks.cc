@@ -193,6 +193,74 @@ CUresult Sync(const char* api, Fn real, StreamRef s, Args... args) {
   return r;
 }
 
+// --- Graphs -----------------------------------------------------------------------
+// Any instantiation form: `exec` and `graph` are its first two arguments.
+template <typename Fn, typename... Args>
+CUresult Instantiate(const char* api, Fn real, CUgraphExec* exec, CUgraph graph,
+                     Args... args) {
+  if (real == nullptr) return kMissing;
+  CUresult r = real(args...);
+  if (r == CUDA_SUCCESS && exec != nullptr) T().OnGraphInstantiate(api, *exec, graph);
+  return r;
+}
+
+CUresult GraphLaunch(const char* api, decltype(&::cuGraphLaunch) real, CUgraphExec g,
+                     StreamRef s) {
+  if (real == nullptr) return kMissing;
+  GraphLaunchScope scope;
+  if (CUresult r = T().BeginGraphLaunch(g, s, &scope); r != CUDA_SUCCESS) return r;
+  CUresult r = real(g, s.handle);
+  T().EndGraphLaunch(api, g, s, scope, r == CUDA_SUCCESS);
+  return r;
+}
+
+void KernelNodeChanged(CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* p) {
+  if (p == nullptr) return T().OnGraphExecNode(exec, node, nullptr, true);
+  bool unknown = false;
+  GraphNodePlan n = KernelNodePlan(&T().kernels(), node, *p, &unknown);
+  T().OnGraphExecNode(exec, node, &n, unknown);
+}
+
+// cuGraphExecNodeSetParams: kernel, copy and memset parameters are followed;
+// a change of any other node leaves what the graph touches as it was.
+void GenericNodeChanged(CUgraphExec exec, CUgraphNode node, const CUgraphNodeParams* p) {
+  if (p == nullptr) return;
+  switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      const CUDA_KERNEL_NODE_PARAMS_v3& k = p->kernel;
+      CUDA_KERNEL_NODE_PARAMS v2{};
+      v2.func = k.func;
+      v2.kernelParams = k.kernelParams;
+      v2.extra = k.extra;
+      v2.kern = k.kern;
+      return KernelNodeChanged(exec, node, &v2);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY: {
+      GraphNodePlan n = CopyNodePlan(node, p->memcpy.copyParams);
+      return T().OnGraphExecNode(exec, node, &n, false);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+      const CUDA_MEMSET_NODE_PARAMS_v2& m = p->memset;
+      CUDA_MEMSET_NODE_PARAMS v1{};
+      v1.dst = m.dst;
+      v1.pitch = m.pitch;
+      v1.value = m.value;
+      v1.elementSize = m.elementSize;
+      v1.width = m.width;
+      v1.height = m.height;
+      GraphNodePlan n = MemsetNodePlan(node, v1);
+      return T().OnGraphExecNode(exec, node, &n, false);
+    }
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+    case CU_GRAPH_NODE_TYPE_HOST:
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+      return;
+    default:
+      return T().OnGraphExecNode(exec, node, nullptr, true);
+  }
+}
+
 // --- Module lifetime ------------------------------------------------------------
 // The real unload runs inside an UnloadScope: from the moment the driver
 // frees the handles it may hand them to another module's kernels.
@@ -553,15 +621,74 @@ PAIR(cuLaunchCooperativeKernel, _ptsz,
       unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
       CUstream s, void** params),
      Cooperative(kApi, real, f, gx, gy, gz, bx, by, bz, shmem, s, params, kPerThread))
-// Graphs are only logged for now: their kernels' accesses are not inferred.
+// --- Graphs and stream capture --------------------------------------------------
+// A launch makes every node's buffers resident first (core/graph_plan.h).
 PAIR(cuGraphLaunch, _ptsz, (CUgraphExec g, CUstream s),
+     GraphLaunch(kApi, real, g, StreamRef{s, kPerThread}))
+// Instantiation reads the graph's nodes; every form.
+ONE(cuGraphInstantiate,
+    (CUgraphExec* exec, CUgraph g, CUgraphNode* error_node, char* log, size_t log_size),
+    Instantiate(kApi, real, exec, g, exec, g, error_node, log, log_size))
+ONE(cuGraphInstantiate_v2,
+    (CUgraphExec* exec, CUgraph g, CUgraphNode* error_node, char* log, size_t log_size),
+    Instantiate(kApi, real, exec, g, exec, g, error_node, log, log_size))
+ONE(cuGraphInstantiateWithFlags, (CUgraphExec* exec, CUgraph g, unsigned long long flags),
+    Instantiate(kApi, real, exec, g, exec, g, flags))
+PAIR(cuGraphInstantiateWithParams, _ptsz,
+     (CUgraphExec* exec, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* params),
+     Instantiate(kApi, real, exec, g, exec, g, params))
+ONE(cuGraphExecDestroy, (CUgraphExec exec),
+    CallThen(real, [&] { T().OnGraphExecDestroy(exec); }, exec))
+// Node parameters changed in an exec: that node's accesses are read again.
+ONE(cuGraphExecKernelNodeSetParams,
+    (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1* p),
+    CallThen(real, [&] {
+      CUDA_KERNEL_NODE_PARAMS v2{};
+      if (p != nullptr) {
+        v2.func = p->func;
+        v2.kernelParams = p->kernelParams;
+        v2.extra = p->extra;
+      }
+      KernelNodeChanged(exec, node, p != nullptr ? &v2 : nullptr);
+    }, exec, node, p))
+ONE(cuGraphExecKernelNodeSetParams_v2,
+    (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* p),
+    CallThen(real, [&] { KernelNodeChanged(exec, node, p); }, exec, node, p))
+ONE(cuGraphExecMemcpyNodeSetParams,
+    (CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D* p, CUcontext ctx),
+    CallThen(real, [&] {
+      GraphNodePlan n = p != nullptr ? CopyNodePlan(node, *p) : GraphNodePlan{};
+      T().OnGraphExecNode(exec, node, p != nullptr ? &n : nullptr, false);
+    }, exec, node, p, ctx))
+ONE(cuGraphExecMemsetNodeSetParams,
+    (CUgraphExec exec, CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS* p, CUcontext ctx),
+    CallThen(real, [&] {
+      GraphNodePlan n = p != nullptr ? MemsetNodePlan(node, *p) : GraphNodePlan{};
+      T().OnGraphExecNode(exec, node, p != nullptr ? &n : nullptr, false);
+    }, exec, node, p, ctx))
+ONE(cuGraphExecNodeSetParams, (CUgraphExec exec, CUgraphNode node, CUgraphNodeParams* p),
+    CallThen(real, [&] { GenericNodeChanged(exec, node, p); }, exec, node, p))
+// The exec now runs another graph's nodes.
+ONE(cuGraphExecUpdate,
+    (CUgraphExec exec, CUgraph g, CUgraphNode* error_node, CUgraphExecUpdateResult* result),
+    CallThen(real, [&] { T().OnGraphExecUpdate(exec, g); }, exec, g, error_node, result))
+ONE(cuGraphExecUpdate_v2, (CUgraphExec exec, CUgraph g, CUgraphExecUpdateResultInfo* info),
+    CallThen(real, [&] { T().OnGraphExecUpdate(exec, g); }, exec, g, info))
+// Captures begun and ended: while any is in progress, work is asked about.
+PAIR(cuStreamBeginCapture, _ptsz, (CUstream s),
+     CallThen(real, [&] { T().OnCaptureBegin(StreamRef{s, kPerThread}); }, s))
+PAIR(cuStreamBeginCapture_v2, _ptsz, (CUstream s, CUstreamCaptureMode mode),
+     CallThen(real, [&] { T().OnCaptureBegin(StreamRef{s, kPerThread}); }, s, mode))
+PAIR(cuStreamBeginCaptureToGraph, _ptsz,
+     (CUstream s, CUgraph g, const CUgraphNode* deps, const CUgraphEdgeData* data, size_t n,
+      CUstreamCaptureMode mode),
+     CallThen(real, [&] { T().OnCaptureBegin(StreamRef{s, kPerThread}); }, s, g, deps, data,
+              n, mode))
+PAIR(cuStreamEndCapture, _ptsz, (CUstream s, CUgraph* g),
      [&] {
        if (real == nullptr) return kMissing;
-       // Nothing evicted under it meanwhile, ordered after swap-ins.
-       int held = T().BeginUnknownLaunch(StreamRef{s, kPerThread});
-       CUresult r = real(g, s);
-       if (r == CUDA_SUCCESS) T().OnGraphLaunch(kApi, g, StreamRef{s, kPerThread});
-       T().EndUnknownLaunch(held);
+       CUresult r = real(s, g);
+       T().OnCaptureEnd(StreamRef{s, kPerThread});
        return r;
      }())
 

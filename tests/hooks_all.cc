@@ -745,8 +745,36 @@ void Launches(const char* kernels) {
   INVALID(cuLaunchKernelEx_ptsz, "null-config", nullptr, g_axpy, params, nullptr);
   INVALID(cuLaunchCooperativeKernel, "null-function", nullptr, 1, 1, 1, 1, 1, 1, 0, g_stream, params);
   INVALID(cuLaunchCooperativeKernel_ptsz, "zero-block", g_axpy, 1, 1, 1, 0, 1, 1, 0, nullptr, params);
-  VALID(cuGraphLaunch, "absent", nullptr, g_stream);
-  VALID(cuGraphLaunch_ptsz, "absent", nullptr, nullptr);
+  INVALID(cuGraphLaunch, "null-exec", nullptr, g_stream);
+  INVALID(cuGraphLaunch_ptsz, "null-exec", nullptr, nullptr);
+
+  // Graphs and capture: what the driver refuses (a graph of the program's
+  // own is tested by tests/graph_test); one capture begun and ended.
+  INVALID(cuGraphInstantiate, "null", nullptr, nullptr, nullptr, nullptr, 0);
+  INVALID(cuGraphInstantiate_v2, "null", nullptr, nullptr, nullptr, nullptr, 0);
+  INVALID(cuGraphInstantiateWithFlags, "null", nullptr, nullptr, 0);
+  INVALID(cuGraphInstantiateWithParams, "null", nullptr, nullptr, nullptr);
+  INVALID(cuGraphInstantiateWithParams_ptsz, "null", nullptr, nullptr, nullptr);
+  INVALID(cuGraphExecDestroy, "null", nullptr);
+  INVALID(cuGraphExecKernelNodeSetParams, "null", nullptr, nullptr, nullptr);
+  INVALID(cuGraphExecKernelNodeSetParams_v2, "null", nullptr, nullptr, nullptr);
+  INVALID(cuGraphExecMemcpyNodeSetParams, "null", nullptr, nullptr, nullptr, nullptr);
+  INVALID(cuGraphExecMemsetNodeSetParams, "null", nullptr, nullptr, nullptr, nullptr);
+  INVALID(cuGraphExecNodeSetParams, "null", nullptr, nullptr, nullptr);
+  INVALID(cuGraphExecUpdate, "null", nullptr, nullptr, nullptr, nullptr);
+  INVALID(cuGraphExecUpdate_v2, "null", nullptr, nullptr, nullptr);
+  INVALID(cuStreamBeginCapture, "legacy", nullptr);
+  INVALID(cuStreamBeginCapture_v2, "legacy", nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL);
+  INVALID(cuStreamBeginCapture_v2_ptsz, "bad-mode", g_stream,
+          static_cast<CUstreamCaptureMode>(99));
+  INVALID(cuStreamBeginCaptureToGraph, "null-graph", g_stream, nullptr, nullptr, nullptr, 0,
+          CU_STREAM_CAPTURE_MODE_GLOBAL);
+  INVALID(cuStreamBeginCaptureToGraph_ptsz, "null-graph", g_stream, nullptr, nullptr, nullptr,
+          0, CU_STREAM_CAPTURE_MODE_GLOBAL);
+  CUgraph captured = nullptr;
+  INVALID(cuStreamEndCapture, "not-capturing", g_stream, &captured);
+  VALID(cuStreamBeginCapture_ptsz, "valid", g_stream);
+  VALID(cuStreamEndCapture_ptsz, "valid", g_stream, &captured);
 
   // Module lifetime: a second instance of the module, unloaded; then a
   // handle already unloaded.

@@ -26,7 +26,7 @@ constexpr uint64_t kUntrackedBase = uint64_t{1} << 62;
 // same from one training step to the next. Never 0 (0 means "not observed").
 uint64_t OpKey(const JsonValue& r, absl::string_view type) {
   std::string text(type);
-  for (absl::string_view field : {"kernel", "kind", "api"}) {
+  for (absl::string_view field : {"kernel", "kind", "api", "graph"}) {
     absl::StrAppend(&text, "|", r.StringOr(field, ""));
   }
   absl::StrAppend(&text, "|", r.Uint("bytes").value_or(0));
@@ -87,11 +87,15 @@ class Reader {
       return absl::InvalidArgumentError(absl::StrCat("line ", line, ": record without a type"));
     }
     if (type == "header") return Header(r, line);
+    // Work pushed into a capturing stream ran later, as graph nodes.
+    if (r.BoolOr("captured", false)) return absl::OkStatus();
     if (type == "alloc") return Alloc(r, line);
     if (type == "free") return Free(r, line);
     if (type == "launch") return Launch(r, line);
     if (type == "memcpy") return Memcpy(r, line);
     if (type == "memset") return Memset(r, line);
+    // A graph whose nodes were read: one operation touching what they touch.
+    if (type == "graph_launch" && r.BoolOr("inferred", false)) return Launch(r, line);
     if (type == "graph_launch") {
       TraceOp op;
       op.key = OpKey(r, type);

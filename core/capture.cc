@@ -1,0 +1,45 @@
+#include "core/capture.h"
+
+namespace stensor {
+
+void CaptureState::OnBegin(CUstream origin) {
+  MutexLock lock(&mu_);
+  if (origins_.insert(origin).second) active_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void CaptureState::OnEnd(CUstream origin) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  // Unknown answer: the capture is taken as still going (the safe side:
+  // stensor keeps asking about streams, and keeps its calls relaxed).
+  if (driver_->cuStreamIsCapturing == nullptr ||
+      driver_->cuStreamIsCapturing(origin, &status) != CUDA_SUCCESS ||
+      status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+    return;
+  }
+  MutexLock lock(&mu_);
+  if (origins_.erase(origin) > 0) active_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+bool CaptureState::CapturingSlow(CUstream stream) const {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (driver_->cuStreamIsCapturing == nullptr) return false;
+  if (driver_->cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS) return true;
+  return status != CU_STREAM_CAPTURE_STATUS_NONE;  // active or invalidated
+}
+
+void RelaxedCaptureScope::Relax(const Driver* driver) {
+  if (driver->cuThreadExchangeStreamCaptureMode == nullptr) return;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (driver->cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS) return;
+  previous_ = mode;
+  driver_ = driver;
+}
+
+void RelaxedCaptureScope::Restore() {
+  CUstreamCaptureMode mode = previous_;
+  // A failure leaves the thread relaxed: its later unsafe calls then succeed
+  // where the driver would have refused them, which loses no data.
+  driver_->cuThreadExchangeStreamCaptureMode(&mode);
+}
+
+}  // namespace stensor

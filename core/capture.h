@@ -1,0 +1,88 @@
+// Stream capture as stensor must respect it. While a stream is being
+// captured into a CUDA graph, the work pushed into it does not run: it
+// becomes graph nodes, and runs at each cuGraphLaunch (core/graph_plan.h
+// handles it there). So an operation submitted to a capturing stream is
+// passed through untouched: nothing is swapped in for it, no event is
+// recorded or waited for in it (either would become part of the graph, or
+// break it), and it marks no buffer used or written.
+//
+// stensor's own driver calls during a capture (swap copies on its own
+// streams, event queries, VMM calls, a synchronisation for a table
+// read-back) are "potentially unsafe" calls in the driver's terms: a
+// thread whose capture mode is GLOBAL (the default) may not make them while
+// any GLOBAL capture is in progress, and doing so invalidates that capture.
+// RelaxedCaptureScope switches the calling thread to RELAXED for the
+// duration of stensor's own work, and back before the program's call runs,
+// so the program sees its own calls judged by its own mode.
+//
+// Thread-safety: CaptureState is thread-safe; a RelaxedCaptureScope belongs
+// to the thread that made it.
+#ifndef STENSOR_CORE_CAPTURE_H_
+#define STENSOR_CORE_CAPTURE_H_
+
+#include <atomic>
+#include <cstdint>
+
+#include "absl/container/flat_hash_set.h"
+#include "core/driver.h"
+#include "core/mutex.h"
+
+namespace stensor {
+
+class CaptureState {
+ public:
+  explicit CaptureState(const Driver* driver) : driver_(driver) {}
+
+  // Whether some capture may be in progress: the only question the hot
+  // paths ask (an atomic load) when none is.
+  bool any() const { return active_.load(std::memory_order_acquire) > 0; }
+
+  // A capture began on `origin` (cuStreamBeginCapture* succeeded).
+  void OnBegin(CUstream origin) ABSL_LOCKS_EXCLUDED(mu_);
+  // cuStreamEndCapture on `origin` returned (whatever its result: a failed
+  // end may still have ended the capture, e.g. an invalidated one): the
+  // driver is asked whether `origin` still captures.
+  void OnEnd(CUstream origin) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Whether work pushed into `stream` now is captured, not run. A stream
+  // the driver cannot answer for (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: the
+  // legacy stream while a blocking stream captures) counts as capturing:
+  // nothing may be inserted into it, and the driver refuses the program's
+  // operation there anyway.
+  bool Capturing(CUstream stream) const {
+    return any() && CapturingSlow(stream);
+  }
+
+  const Driver* driver() const { return driver_; }
+
+ private:
+  bool CapturingSlow(CUstream stream) const;
+
+  const Driver* const driver_;
+  std::atomic<int> active_{0};
+  Mutex mu_;
+  absl::flat_hash_set<CUstream> origins_ ABSL_GUARDED_BY(mu_);
+};
+
+class RelaxedCaptureScope {
+ public:
+  explicit RelaxedCaptureScope(const CaptureState& state) {
+    if (state.any()) Relax(state.driver());
+  }
+  ~RelaxedCaptureScope() {
+    if (driver_ != nullptr) Restore();
+  }
+  RelaxedCaptureScope(const RelaxedCaptureScope&) = delete;
+  RelaxedCaptureScope& operator=(const RelaxedCaptureScope&) = delete;
+
+ private:
+  void Relax(const Driver* driver);
+  void Restore();
+
+  const Driver* driver_ = nullptr;  // set once the mode was exchanged
+  CUstreamCaptureMode previous_ = CU_STREAM_CAPTURE_MODE_GLOBAL;
+};
+
+}  // namespace stensor
+
+#endif  // STENSOR_CORE_CAPTURE_H_

@@ -1,0 +1,110 @@
+// GraphPlan: what an instantiated CUDA graph does to device memory, read
+// from the graph when it is instantiated (S01: its kernel, copy and memset
+// nodes in a topological order), so that each cuGraphLaunch can be treated
+// like the sequence of launches, copies and memsets it runs: the buffers
+// its nodes touch made resident first, kept from eviction until it
+// completed, and the versions of what its nodes write bumped.
+//
+// A kernel node's argument values are copied out of the graph at
+// instantiation (the exec is a snapshot: later edits to the graph, or its
+// destruction, do not change it) and resolved against the live buffers at
+// each launch, exactly as a direct launch's arguments are
+// (core/launch_inference.h): interior pointers count, `const T*` reads.
+// A node stensor cannot describe (a kernel whose layout the driver does not
+// give, conditional or batch memory-operation nodes, external semaphores)
+// makes the whole plan unknown: its launches are then treated as work of
+// unknown accesses (MemoryManager::BeginUnknown), as every graph launch was
+// before plans existed.
+//
+// Thread-safety: ReadGraphPlan may run on any thread (the kernel cache is
+// thread-safe); a GraphPlan is immutable once built and shared read-only;
+// GraphPlans is thread-safe.
+#ifndef STENSOR_CORE_GRAPH_PLAN_H_
+#define STENSOR_CORE_GRAPH_PLAN_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "core/buffer_registry.h"
+#include "core/copy_ranges.h"
+#include "core/driver.h"
+#include "core/launch_inference.h"
+#include "core/mutex.h"
+
+namespace stensor {
+
+struct GraphNodePlan {
+  enum class Kind : uint8_t { kKernel, kCopy, kMemset };
+  Kind kind = Kind::kKernel;
+  CUgraphNode node = nullptr;  // in the instantiated graph (exec updates name it)
+  // kKernel: the description, and the argument bytes, each parameter at its
+  // offset (kernelParams form) or the packed buffer (`packed`: extra form).
+  CUfunction function = nullptr;
+  const KernelInfo* kernel = nullptr;
+  std::vector<unsigned char> args;
+  bool packed = false;
+  // kCopy: both sides; kMemset: the destination and the extent set.
+  CopyRanges copy;
+  uint64_t memset_dst = 0;
+  uint64_t memset_extent = 0;
+};
+
+struct GraphPlan {
+  std::vector<GraphNodePlan> nodes;  // topological order, child graphs inlined
+  // Some node's accesses cannot be inferred: `why` says which and how.
+  bool unknown = false;
+  std::string why;
+  // Nodes with no access to tracked memory, counted for the log.
+  uint64_t other_nodes = 0;
+  // Graph memory nodes (cuGraphAddMemAllocNode/FreeNode, or captured
+  // cuMemAllocAsync/FreeAsync): the driver's memory, counted, not swapped.
+  uint64_t alloc_nodes = 0;
+  uint64_t free_nodes = 0;
+};
+
+// Reads `graph` through the driver's graph queries. Never fails: what
+// cannot be read makes the plan unknown (with the reason).
+std::shared_ptr<const GraphPlan> ReadGraphPlan(const Driver& driver, KernelCache* kernels,
+                                               CUgraph graph);
+
+// The plan of one node with new parameters (cuGraphExec*NodeSetParams);
+// `unknown` set when they cannot be described.
+GraphNodePlan KernelNodePlan(KernelCache* kernels, CUgraphNode node,
+                             const CUDA_KERNEL_NODE_PARAMS& params, bool* unknown);
+GraphNodePlan CopyNodePlan(CUgraphNode node, const CUDA_MEMCPY3D& params);
+GraphNodePlan MemsetNodePlan(CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS& params);
+
+// `plan` with every node named `node` replaced by `replacement` (a node of
+// a child graph may appear once per use of that child). Null when the plan
+// has no such node.
+std::shared_ptr<const GraphPlan> WithNode(const GraphPlan& plan, CUgraphNode node,
+                                          const GraphNodePlan& replacement);
+// `plan` made unknown, saying why.
+std::shared_ptr<const GraphPlan> MadeUnknown(const GraphPlan& plan, std::string why);
+
+// The buffers one kernel node reaches directly through its arguments, as
+// for a launch (pointer tables are the caller's: Tracker::ExpandTables).
+void InferKernelNode(const GraphNodePlan& node, const BufferRegistry& registry,
+                     Accesses* out);
+
+// The plans of live graph execs, by handle.
+class GraphPlans {
+ public:
+  void Set(CUgraphExec exec, std::shared_ptr<const GraphPlan> plan) ABSL_LOCKS_EXCLUDED(mu_);
+  // Null for an exec stensor has no plan of.
+  std::shared_ptr<const GraphPlan> Get(CUgraphExec exec) const ABSL_LOCKS_EXCLUDED(mu_);
+  void Erase(CUgraphExec exec) ABSL_LOCKS_EXCLUDED(mu_);
+  size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable Mutex mu_;
+  absl::flat_hash_map<CUgraphExec, std::shared_ptr<const GraphPlan>> plans_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace stensor
+
+#endif  // STENSOR_CORE_GRAPH_PLAN_H_
