@@ -781,9 +781,9 @@ CUresult Tracker::BeginGraphLaunch(CUgraphExec exec, StreamRef stream, GraphLaun
     if (all.unknown_tables) scope->unknown = true;
   }
   if (!memory_) return CUDA_SUCCESS;
-  if (scope->unknown && scope->accesses.unknown_tables) {
+  if (scope->unknown) {
     // As for a launch through a table nobody can read: whatever could
-    // fault comes in first.
+    // fault if a node reached it comes in first.
     const size_t before = scope->accesses.reads.size();
     memory_->AppendUnreadable(&scope->accesses.reads);
     scope->accesses.writes.append(scope->accesses.reads.begin() + before,
