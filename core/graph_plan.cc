@@ -281,6 +281,76 @@ GraphNodePlan MemsetNodePlan(CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS& pa
   return n;
 }
 
+NodeChange PlanNode(KernelCache* kernels, CUgraphNode node, const CUgraphNodeParams& params,
+                    GraphNodePlan* plan) {
+  switch (params.type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      const CUDA_KERNEL_NODE_PARAMS_v3& k = params.kernel;
+      CUDA_KERNEL_NODE_PARAMS v2{};
+      v2.func = k.func;
+      v2.kernelParams = k.kernelParams;
+      v2.extra = k.extra;
+      v2.kern = k.kern;
+      bool unknown = false;
+      *plan = KernelNodePlan(kernels, node, v2, &unknown);
+      return unknown ? NodeChange::kUnknown : NodeChange::kPlanned;
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      *plan = CopyNodePlan(node, params.memcpy.copyParams);
+      return NodeChange::kPlanned;
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+      const CUDA_MEMSET_NODE_PARAMS_v2& m = params.memset;
+      *plan = MemsetNodePlan(node, CUDA_MEMSET_NODE_PARAMS{m.dst, m.pitch, m.value,
+                                                           m.elementSize, m.width, m.height});
+      return NodeChange::kPlanned;
+    }
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+    case CU_GRAPH_NODE_TYPE_HOST:
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+      return NodeChange::kNoAccess;
+    default:
+      return NodeChange::kUnknown;
+  }
+}
+
+CUgraphNodeParams NodeParams(const CUDA_KERNEL_NODE_PARAMS_v1& kernel) {
+  CUDA_KERNEL_NODE_PARAMS v2{};
+  v2.func = kernel.func;
+  v2.kernelParams = kernel.kernelParams;
+  v2.extra = kernel.extra;
+  return NodeParams(v2);
+}
+
+CUgraphNodeParams NodeParams(const CUDA_KERNEL_NODE_PARAMS& kernel) {
+  CUgraphNodeParams p{};
+  p.type = CU_GRAPH_NODE_TYPE_KERNEL;
+  p.kernel.func = kernel.func;
+  p.kernel.kernelParams = kernel.kernelParams;
+  p.kernel.extra = kernel.extra;
+  p.kernel.kern = kernel.kern;
+  return p;
+}
+
+CUgraphNodeParams NodeParams(const CUDA_MEMCPY3D& copy) {
+  CUgraphNodeParams p{};
+  p.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+  p.memcpy.copyParams = copy;
+  return p;
+}
+
+CUgraphNodeParams NodeParams(const CUDA_MEMSET_NODE_PARAMS& memset) {
+  CUgraphNodeParams p{};
+  p.type = CU_GRAPH_NODE_TYPE_MEMSET;
+  p.memset.dst = memset.dst;
+  p.memset.pitch = memset.pitch;
+  p.memset.value = memset.value;
+  p.memset.elementSize = memset.elementSize;
+  p.memset.width = memset.width;
+  p.memset.height = memset.height;
+  return p;
+}
+
 std::shared_ptr<const GraphPlan> ReadGraphPlan(const Driver& driver, KernelCache* kernels,
                                                CUgraph graph) {
   auto plan = std::make_shared<GraphPlan>();

@@ -70,12 +70,25 @@ struct GraphPlan {
 std::shared_ptr<const GraphPlan> ReadGraphPlan(const Driver& driver, KernelCache* kernels,
                                                CUgraph graph);
 
-// The plan of one node with new parameters (cuGraphExec*NodeSetParams);
-// `unknown` set when they cannot be described.
+// The plan of one node from its parameters; for a kernel, `unknown` is set
+// when they cannot be described.
 GraphNodePlan KernelNodePlan(KernelCache* kernels, CUgraphNode node,
                              const CUDA_KERNEL_NODE_PARAMS& params, bool* unknown);
 GraphNodePlan CopyNodePlan(CUgraphNode node, const CUDA_MEMCPY3D& params);
 GraphNodePlan MemsetNodePlan(CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS& params);
+
+// New parameters of a node of an exec (cuGraphExec*NodeSetParams, every
+// form, as cuGraphExecNodeSetParams gives them): its new plan (kPlanned),
+// nothing stensor tracks (host, event and empty nodes), or parameters that
+// cannot be described.
+enum class NodeChange { kPlanned, kNoAccess, kUnknown };
+NodeChange PlanNode(KernelCache* kernels, CUgraphNode node, const CUgraphNodeParams& params,
+                    GraphNodePlan* plan);
+// The typed setters' parameters in cuGraphExecNodeSetParams's form.
+CUgraphNodeParams NodeParams(const CUDA_KERNEL_NODE_PARAMS_v1& kernel);
+CUgraphNodeParams NodeParams(const CUDA_KERNEL_NODE_PARAMS& kernel);
+CUgraphNodeParams NodeParams(const CUDA_MEMCPY3D& copy);
+CUgraphNodeParams NodeParams(const CUDA_MEMSET_NODE_PARAMS& memset);
 
 // `plan` with every node named `node` replaced by `replacement` (a node of
 // a child graph may appear once per use of that child). Null when the plan

@@ -394,6 +394,47 @@ TEST_F(GraphPlanTest, NodeUpdatesReplaceEveryUseOfTheNode) {
   registry_.Remove(kZ);
 }
 
+TEST_F(GraphPlanTest, EverySetterFormIsPlannedAlike) {
+  const uint64_t z = *registry_.Add(kZ, 0x1000, 0, BufferKind::kDeviceAlloc);
+  uint64_t args[2] = {kX, kZ};
+  int n = 1;
+  void* pointers[] = {&args[0], &args[1], &n};
+  CUDA_KERNEL_NODE_PARAMS_v1 v1{};
+  v1.func = reinterpret_cast<CUfunction>(kAxpy);
+  v1.kernelParams = pointers;
+  GraphNodePlan plan;
+  ASSERT_EQ(PlanNode(&kernels_, NodeHandle(1), NodeParams(v1), &plan), NodeChange::kPlanned);
+  EXPECT_EQ(plan.node, NodeHandle(1));
+  EXPECT_THAT(Infer(plan).writes, ElementsAre(z));
+  CUDA_MEMSET_NODE_PARAMS m{};
+  m.dst = kZ + 8;
+  m.elementSize = 2;
+  m.width = 10;
+  m.height = 1;
+  ASSERT_EQ(PlanNode(&kernels_, NodeHandle(2), NodeParams(m), &plan), NodeChange::kPlanned);
+  EXPECT_EQ(plan.kind, GraphNodePlan::Kind::kMemset);
+  EXPECT_EQ(plan.memset_dst, kZ + 8);
+  EXPECT_EQ(plan.memset_extent, 20u);
+  CUDA_MEMCPY3D c{};
+  c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.dstDevice = kZ;
+  c.srcMemoryType = CU_MEMORYTYPE_HOST;
+  c.srcHost = &n;
+  c.WidthInBytes = 4;
+  c.Height = 1;
+  c.Depth = 1;
+  ASSERT_EQ(PlanNode(&kernels_, NodeHandle(3), NodeParams(c), &plan), NodeChange::kPlanned);
+  EXPECT_EQ(plan.copy.dst.start, kZ);
+  CUgraphNodeParams other{};
+  other.type = CU_GRAPH_NODE_TYPE_HOST;
+  EXPECT_EQ(PlanNode(&kernels_, NodeHandle(4), other, &plan), NodeChange::kNoAccess);
+  other.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+  EXPECT_EQ(PlanNode(&kernels_, NodeHandle(4), other, &plan), NodeChange::kUnknown);
+  v1.func = reinterpret_cast<CUfunction>(kOpaque);
+  EXPECT_EQ(PlanNode(&kernels_, NodeHandle(1), NodeParams(v1), &plan), NodeChange::kUnknown);
+  registry_.Remove(kZ);
+}
+
 TEST(CaptureStateTest, AsksTheDriverOnlyWhileACaptureIsInProgress) {
   CaptureState state(ScriptedDriver());
   const CUstream s = reinterpret_cast<CUstream>(0x10);

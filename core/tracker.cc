@@ -717,17 +717,25 @@ void Tracker::OnGraphInstantiate(const char* api, CUgraphExec exec, CUgraph grap
   Log(line.Finish());
 }
 
-void Tracker::OnGraphExecNode(CUgraphExec exec, CUgraphNode handle, const GraphNodePlan* node,
-                              bool unknown) {
+void Tracker::OnGraphExecNode(CUgraphExec exec, CUgraphNode node,
+                              const CUgraphNodeParams& params) {
   std::shared_ptr<const GraphPlan> plan = graphs_.Get(exec);
   if (plan == nullptr || plan->unknown) return;
+  GraphNodePlan replacement;
   std::shared_ptr<const GraphPlan> updated;
-  if (node != nullptr && !unknown) updated = WithNode(*plan, handle, *node);
-  // A node the plan does not hold (a host or event node, say) changes no
-  // access; any other change stensor cannot follow makes the exec unknown.
-  if (updated == nullptr && node != nullptr && !unknown) return;
-  if (updated == nullptr) {
-    updated = MadeUnknown(*plan, "a node's parameters were changed in a way not followed");
+  switch (PlanNode(&kernels_, node, params, &replacement)) {
+    case NodeChange::kNoAccess:
+      return;
+    case NodeChange::kPlanned:
+      updated = WithNode(*plan, node, replacement);
+      // A node the plan does not hold: one of a kind it does not plan for
+      // is now a kernel, copy or memset (the driver refuses that), or a
+      // node of another graph. Nothing known to follow.
+      if (updated != nullptr) break;
+      [[fallthrough]];
+    case NodeChange::kUnknown:
+      updated = MadeUnknown(*plan, "a node was given parameters stensor cannot follow");
+      break;
   }
   graphs_.Set(exec, std::move(updated));
 }

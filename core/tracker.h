@@ -143,11 +143,10 @@ class Tracker {
   // Only while a cap or an access log needs them.
   void OnGraphInstantiate(const char* api, CUgraphExec exec, CUgraph graph);
   void OnGraphExecDestroy(CUgraphExec exec) { graphs_.Erase(exec); }
-  // One node of `exec` got new parameters, described by `node` (`unknown`:
-  // they cannot be); any other change of a node (`node` null) makes the
-  // whole exec's accesses unknown.
-  void OnGraphExecNode(CUgraphExec exec, CUgraphNode handle, const GraphNodePlan* node,
-                       bool unknown);
+  // Node `node` of `exec` got new parameters (core/graph_plan.h NodeParams
+  // gives every setter's in this form): that node's accesses are read
+  // again, or the exec's become unknown when they cannot be described.
+  void OnGraphExecNode(CUgraphExec exec, CUgraphNode node, const CUgraphNodeParams& params);
   // cuGraphExecUpdate succeeded: `exec` now runs `graph`'s nodes.
   void OnGraphExecUpdate(CUgraphExec exec, CUgraph graph);
   // Before cuGraphLaunch: under a cap its nodes' buffers are made resident

@@ -214,51 +214,13 @@ CUresult GraphLaunch(const char* api, decltype(&::cuGraphLaunch) real, CUgraphEx
   return r;
 }
 
-void KernelNodeChanged(CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* p) {
-  if (p == nullptr) return T().OnGraphExecNode(exec, node, nullptr, true);
-  bool unknown = false;
-  GraphNodePlan n = KernelNodePlan(&T().kernels(), node, *p, &unknown);
-  T().OnGraphExecNode(exec, node, &n, unknown);
-}
-
-// cuGraphExecNodeSetParams: kernel, copy and memset parameters are followed;
-// a change of any other node leaves what the graph touches as it was.
-void GenericNodeChanged(CUgraphExec exec, CUgraphNode node, const CUgraphNodeParams* p) {
-  if (p == nullptr) return;
-  switch (p->type) {
-    case CU_GRAPH_NODE_TYPE_KERNEL: {
-      const CUDA_KERNEL_NODE_PARAMS_v3& k = p->kernel;
-      CUDA_KERNEL_NODE_PARAMS v2{};
-      v2.func = k.func;
-      v2.kernelParams = k.kernelParams;
-      v2.extra = k.extra;
-      v2.kern = k.kern;
-      return KernelNodeChanged(exec, node, &v2);
-    }
-    case CU_GRAPH_NODE_TYPE_MEMCPY: {
-      GraphNodePlan n = CopyNodePlan(node, p->memcpy.copyParams);
-      return T().OnGraphExecNode(exec, node, &n, false);
-    }
-    case CU_GRAPH_NODE_TYPE_MEMSET: {
-      const CUDA_MEMSET_NODE_PARAMS_v2& m = p->memset;
-      CUDA_MEMSET_NODE_PARAMS v1{};
-      v1.dst = m.dst;
-      v1.pitch = m.pitch;
-      v1.value = m.value;
-      v1.elementSize = m.elementSize;
-      v1.width = m.width;
-      v1.height = m.height;
-      GraphNodePlan n = MemsetNodePlan(node, v1);
-      return T().OnGraphExecNode(exec, node, &n, false);
-    }
-    case CU_GRAPH_NODE_TYPE_EMPTY:
-    case CU_GRAPH_NODE_TYPE_HOST:
-    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
-    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
-      return;
-    default:
-      return T().OnGraphExecNode(exec, node, nullptr, true);
-  }
+// A typed node setter: its parameters reported in cuGraphExecNodeSetParams's
+// form once the driver took them.
+template <typename Fn, typename Params, typename... Args>
+CUresult NodeChanged(Fn real, CUgraphExec exec, CUgraphNode node, const Params* p,
+                     Args... args) {
+  return CallThen(real, [&] { if (p) T().OnGraphExecNode(exec, node, NodeParams(*p)); },
+                  args...);
 }
 
 // --- Module lifetime ------------------------------------------------------------
@@ -642,32 +604,18 @@ ONE(cuGraphExecDestroy, (CUgraphExec exec),
 // Node parameters changed in an exec: that node's accesses are read again.
 ONE(cuGraphExecKernelNodeSetParams,
     (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1* p),
-    CallThen(real, [&] {
-      CUDA_KERNEL_NODE_PARAMS v2{};
-      if (p != nullptr) {
-        v2.func = p->func;
-        v2.kernelParams = p->kernelParams;
-        v2.extra = p->extra;
-      }
-      KernelNodeChanged(exec, node, p != nullptr ? &v2 : nullptr);
-    }, exec, node, p))
+    NodeChanged(real, exec, node, p, exec, node, p))
 ONE(cuGraphExecKernelNodeSetParams_v2,
     (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* p),
-    CallThen(real, [&] { KernelNodeChanged(exec, node, p); }, exec, node, p))
+    NodeChanged(real, exec, node, p, exec, node, p))
 ONE(cuGraphExecMemcpyNodeSetParams,
     (CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D* p, CUcontext ctx),
-    CallThen(real, [&] {
-      GraphNodePlan n = p != nullptr ? CopyNodePlan(node, *p) : GraphNodePlan{};
-      T().OnGraphExecNode(exec, node, p != nullptr ? &n : nullptr, false);
-    }, exec, node, p, ctx))
+    NodeChanged(real, exec, node, p, exec, node, p, ctx))
 ONE(cuGraphExecMemsetNodeSetParams,
     (CUgraphExec exec, CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS* p, CUcontext ctx),
-    CallThen(real, [&] {
-      GraphNodePlan n = p != nullptr ? MemsetNodePlan(node, *p) : GraphNodePlan{};
-      T().OnGraphExecNode(exec, node, p != nullptr ? &n : nullptr, false);
-    }, exec, node, p, ctx))
+    NodeChanged(real, exec, node, p, exec, node, p, ctx))
 ONE(cuGraphExecNodeSetParams, (CUgraphExec exec, CUgraphNode node, CUgraphNodeParams* p),
-    CallThen(real, [&] { GenericNodeChanged(exec, node, p); }, exec, node, p))
+    CallThen(real, [&] { if (p) T().OnGraphExecNode(exec, node, *p); }, exec, node, p))
 // The exec now runs another graph's nodes.
 ONE(cuGraphExecUpdate,
     (CUgraphExec exec, CUgraph g, CUgraphNode* error_node, CUgraphExecUpdateResult* result),
