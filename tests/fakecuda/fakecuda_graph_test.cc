@@ -130,8 +130,9 @@ class GraphTest : public ::testing::Test {
 // same operations do when run directly three times.
 TEST_F(GraphTest, CapturedKernelsCopiesAndMemsetsReplayLikeDirectRuns) {
   constexpr int n = 64;
-  CUdeviceptr x, y, yd;
+  CUdeviceptr x, xd, y, yd;
   ASSERT_CU(cuMemAlloc_v2(&x, n * sizeof(float)));
+  ASSERT_CU(cuMemAlloc_v2(&xd, n * sizeof(float)));
   ASSERT_CU(cuMemAlloc_v2(&y, n * sizeof(float)));
   ASSERT_CU(cuMemAlloc_v2(&yd, n * sizeof(float)));
   std::vector<float> init(n), out(n, -1), direct_out(n, -1);
@@ -142,17 +143,17 @@ TEST_F(GraphTest, CapturedKernelsCopiesAndMemsetsReplayLikeDirectRuns) {
   unsigned one_bits;
   std::memcpy(&one_bits, &one, 4);
 
-  auto ops = [&](CUstream s, CUdeviceptr yy, float* host_out) {
-    EXPECT_CU(cuMemsetD32Async(x, one_bits, n, s));
-    EXPECT_CU(Axpy(s, 2.0f, x, yy, n));
-    EXPECT_CU(cuMemcpyDtoDAsync_v2(x, yy, n * sizeof(float), s));
-    EXPECT_CU(Axpy(s, 0.5f, x, yy, n));
+  auto ops = [&](CUstream s, CUdeviceptr xx, CUdeviceptr yy, float* host_out) {
+    EXPECT_CU(cuMemsetD32Async(xx, one_bits, n, s));
+    EXPECT_CU(Axpy(s, 2.0f, xx, yy, n));
+    EXPECT_CU(cuMemcpyDtoDAsync_v2(xx, yy, n * sizeof(float), s));
+    EXPECT_CU(Axpy(s, 0.5f, xx, yy, n));
     EXPECT_CU(cuMemcpyDtoHAsync_v2(host_out, yy, n * sizeof(float), s));
   };
 
   ASSERT_CU(cuStreamBeginCapture(s1_, CU_STREAM_CAPTURE_MODE_GLOBAL));
   EXPECT_EQ(Status(s1_), CU_STREAM_CAPTURE_STATUS_ACTIVE);
-  ops(s1_, y, out.data());
+  ops(s1_, x, y, out.data());
   CUgraph graph = nullptr;
   ASSERT_CU(cuStreamEndCapture(s1_, &graph));
   ASSERT_NE(graph, nullptr);
@@ -165,7 +166,7 @@ TEST_F(GraphTest, CapturedKernelsCopiesAndMemsetsReplayLikeDirectRuns) {
   ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
   for (int i = 0; i < 3; ++i) {
     ASSERT_CU(cuGraphLaunch(exec, s1_));
-    ops(s2_, yd, direct_out.data());
+    ops(s2_, xd, yd, direct_out.data());
     ASSERT_CU(cuStreamSynchronize(s1_));
     ASSERT_CU(cuStreamSynchronize(s2_));
     EXPECT_EQ(out, direct_out) << "launch " << i;
@@ -175,6 +176,7 @@ TEST_F(GraphTest, CapturedKernelsCopiesAndMemsetsReplayLikeDirectRuns) {
   EXPECT_CU(cuGraphExecDestroy(exec));
   EXPECT_CU(cuGraphDestroy(graph));
   cuMemFree_v2(x);
+  cuMemFree_v2(xd);
   cuMemFree_v2(y);
   cuMemFree_v2(yd);
 }
