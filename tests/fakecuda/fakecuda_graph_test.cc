@@ -1117,4 +1117,109 @@ TEST_F(GraphTest, BeginCaptureToGraph) {
   cuGraphDestroy(g);
 }
 
+
+// cuGraphExecUpdate: a topologically identical graph's parameters replace
+// the exec's; a different topology or node type is refused.
+TEST_F(GraphTest, ExecUpdateTakesParametersOfAnIdenticalGraph) {
+  constexpr int n = 4;
+  CUdeviceptr d;
+  ASSERT_CU(cuMemAlloc_v2(&d, n * sizeof(int)));
+  auto capture = [&](int value, bool extra) {
+    EXPECT_CU(cuStreamBeginCapture(s1_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    EXPECT_CU(cuMemsetD32Async(d, 0, n, s1_));
+    EXPECT_CU(Fill(s1_, d, value, n, 0));
+    if (extra) EXPECT_CU(cuMemsetD8Async(d, 0, 1, s1_));
+    CUgraph g = nullptr;
+    EXPECT_CU(cuStreamEndCapture(s1_, &g));
+    return g;
+  };
+  CUgraph g1 = capture(1, false), g2 = capture(2, false), g3 = capture(3, true);
+  CUgraphExec exec;
+  ASSERT_CU(cuGraphInstantiate(&exec, g1, 0));
+  CUgraphExecUpdateResultInfo info{};
+  ASSERT_CU(cuGraphExecUpdate(exec, g2, &info));
+  EXPECT_EQ(info.result, CU_GRAPH_EXEC_UPDATE_SUCCESS);
+  ASSERT_CU(cuGraphLaunch(exec, s1_));
+  ASSERT_CU(cuStreamSynchronize(s1_));
+  EXPECT_EQ(ReadInts(d, n), std::vector<int>(n, 2));
+  EXPECT_EQ(cuGraphExecUpdate(exec, g3, &info), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+  EXPECT_EQ(info.result, CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED);
+  // The old form reports the same way.
+  using Update1 = CUresult (*)(CUgraphExec, CUgraph, CUgraphNode*,
+                               CUgraphExecUpdateResult*);
+  CUgraphNode err = nullptr;
+  CUgraphExecUpdateResult res;
+  ASSERT_CU(Sym<Update1>("cuGraphExecUpdate")(exec, g1, &err, &res));
+  EXPECT_EQ(res, CU_GRAPH_EXEC_UPDATE_SUCCESS);
+  ASSERT_CU(cuGraphLaunch(exec, s1_));
+  ASSERT_CU(cuStreamSynchronize(s1_));
+  EXPECT_EQ(ReadInts(d, n), std::vector<int>(n, 1));
+  // A node of another type in the same place.
+  CUgraph g4;
+  ASSERT_CU(cuGraphCreate(&g4, 0));
+  CUgraphNode a, b;
+  ASSERT_CU(cuGraphAddEmptyNode(&a, g4, nullptr, 0));
+  ASSERT_CU(cuGraphAddEmptyNode(&b, g4, &a, 1));
+  EXPECT_EQ(cuGraphExecUpdate(exec, g4, &info), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+  EXPECT_EQ(info.result, CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED);
+  EXPECT_EQ(info.errorNode, a);
+  for (CUgraph g : {g1, g2, g3, g4}) cuGraphDestroy(g);
+  cuGraphExecDestroy(exec);
+  cuMemFree_v2(d);
+}
+
+TEST_F(GraphTest, CloneSetParamsUploadAndCaptureDependencyUpdates) {
+  constexpr int n = 4;
+  CUdeviceptr d, other;
+  ASSERT_CU(cuMemAlloc_v2(&d, n * sizeof(int)));
+  ASSERT_CU(cuMemAlloc_v2(&other, n * sizeof(int)));
+  // cuStreamUpdateCaptureDependencies: SET to nothing makes the next node a
+  // root.
+  ASSERT_CU(cuStreamBeginCapture(s1_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuMemsetD32Async(other, 0, n, s1_));
+  ASSERT_CU(cuStreamUpdateCaptureDependencies(s1_, nullptr, nullptr, 0,
+                                              CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+  ASSERT_CU(Fill(s1_, d, 4, n, 0));
+  CUgraph g;
+  ASSERT_CU(cuStreamEndCapture(s1_, &g));
+  size_t roots = 0;
+  ASSERT_CU(cuGraphGetRootNodes(g, nullptr, &roots));
+  EXPECT_EQ(roots, 2u);
+  EXPECT_EQ(cuStreamUpdateCaptureDependencies(s1_, nullptr, nullptr, 0, 0),
+            CUDA_ERROR_ILLEGAL_STATE);
+
+  // A clone, its node found from the original's, its params set.
+  CUgraph clone;
+  ASSERT_CU(cuGraphClone(&clone, g));
+  CUgraphNode nodes[2];
+  size_t count = 2;
+  ASSERT_CU(cuGraphGetNodes(g, nodes, &count));
+  CUgraphNode kernel_in_clone;
+  ASSERT_CU(cuGraphNodeFindInClone(&kernel_in_clone, nodes[1], clone));
+  EXPECT_NE(kernel_in_clone, nodes[1]);
+  CUDA_KERNEL_NODE_PARAMS kp;
+  ASSERT_CU(cuGraphKernelNodeGetParams(kernel_in_clone, &kp));
+  int six = 6;
+  std::vector<void*> args(kp.kernelParams, kp.kernelParams + 4);
+  args[1] = &six;
+  kp.kernelParams = args.data();
+  ASSERT_CU(cuGraphKernelNodeSetParams(kernel_in_clone, &kp));
+  ASSERT_CU(cuGraphKernelNodeGetParams(nodes[1], &kp));
+  EXPECT_EQ(*static_cast<int*>(kp.kernelParams[1]), 4);  // the original's
+  CUgraphExec exec;
+  ASSERT_CU(cuGraphInstantiate(&exec, clone, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH));
+  cuuint64_t flags = 0;
+  ASSERT_CU(cuGraphExecGetFlags(exec, &flags));
+  EXPECT_EQ(flags, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+  ASSERT_CU(cuGraphUpload(exec, s1_));
+  ASSERT_CU(cuGraphLaunch(exec, s1_));
+  ASSERT_CU(cuStreamSynchronize(s1_));
+  EXPECT_EQ(ReadInts(d, n), std::vector<int>(n, 6));
+  cuGraphExecDestroy(exec);
+  cuGraphDestroy(clone);
+  cuGraphDestroy(g);
+  cuMemFree_v2(d);
+  cuMemFree_v2(other);
+}
+
 }  // namespace

@@ -36,6 +36,9 @@ struct Node {
 struct Graph {
   std::vector<std::unique_ptr<Node>> nodes;  // in the order added
   Node* owner = nullptr;  // set for the graph embedded in a child graph node
+  // cuGraphClone: the graph this was cloned from (nodes at the same
+  // positions correspond), for cuGraphNodeFindInClone.
+  const Graph* cloned_from = nullptr;
 };
 
 // An executable graph: a snapshot of the graph's nodes in a topological
@@ -43,6 +46,7 @@ struct Graph {
 struct Exec {
   std::vector<Node*> origins;  // the graph node each entry came from
   std::vector<std::shared_ptr<const NodeSpec>> specs;
+  unsigned long long flags = 0;  // as instantiated
 };
 
 struct StreamCapture;
@@ -1124,7 +1128,8 @@ FAKECUDA_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode,
 // --- Executable graphs -------------------------------------------------------------
 namespace {
 
-CUresult Instantiate(CUgraphExec* out, CUgraph hGraph) {
+CUresult Instantiate(CUgraphExec* out, CUgraph hGraph,
+                     unsigned long long flags = 0) {
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   State& st = GetState();
   std::lock_guard<std::mutex> lock(st.mu);
@@ -1132,6 +1137,7 @@ CUresult Instantiate(CUgraphExec* out, CUgraph hGraph) {
   if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto exec = std::make_unique<Exec>();
   if (!FlattenLocked(g, exec.get())) return CUDA_ERROR_INVALID_VALUE;  // a cycle
+  exec->flags = flags;
   Exec* e = exec.release();
   st.execs.insert(e);
   *out = reinterpret_cast<CUgraphExec>(e);
@@ -1165,7 +1171,7 @@ CUresult InstantiateWithParams(CUgraphExec* out, CUgraph hGraph,
       return r;
     }
   }
-  CUresult r = Instantiate(out, hGraph);
+  CUresult r = Instantiate(out, hGraph, p->flags);
   if (r == CUDA_SUCCESS) p->result_out = CUDA_GRAPH_INSTANTIATE_SUCCESS;
   return r;
 }
@@ -1246,7 +1252,7 @@ FAKECUDA_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec,
   FAKECUDA_ENTER("cuGraphInstantiateWithFlags");
   // Device launch and upload at instantiation are not modelled.
   if (flags & ~kInstantiateFlags) return CUDA_ERROR_INVALID_VALUE;
-  return Instantiate(phGraphExec, hGraph);
+  return Instantiate(phGraphExec, hGraph, flags);
 }
 
 FAKECUDA_STREAM_PAIR(cuGraphInstantiateWithParams,
@@ -1285,4 +1291,267 @@ FAKECUDA_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(
   NodeSpec spec;
   if (CUresult r = KernelSpec2(nodeParams, &spec); r != CUDA_SUCCESS) return r;
   return ExecKernelSetParams(hGraphExec, hNode, std::move(spec));
+}
+
+// --- Further graph and capture calls -------------------------------------------
+namespace {
+
+CUresult UpdateCaptureDependencies(CUstream h, CUgraphNode* deps,
+                                   const CUgraphEdgeData* data, size_t n,
+                                   unsigned flags, bool pt) {
+  if ((n > 0 && deps == nullptr) || !ZeroEdgeData(data, n) ||
+      (flags != CU_STREAM_ADD_CAPTURE_DEPENDENCIES &&
+       flags != CU_STREAM_SET_CAPTURE_DEPENDENCIES)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Stream* s = nullptr;
+  if (CUresult r = ResolveStream(h, pt, &s); r != CUDA_SUCCESS) return r;
+  State& st = GetState();
+  std::lock_guard<std::mutex> lock(st.mu);
+  auto it = st.streams.find(s);
+  if (it == st.streams.end()) return CUDA_ERROR_ILLEGAL_STATE;
+  StreamCapture& sc = it->second;
+  if (sc.capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  std::vector<Node*> add;
+  for (size_t i = 0; i < n; ++i) {
+    Node* node = LiveNode(st, deps[i]);
+    if (node == nullptr || node->graph != sc.capture->graph) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    add.push_back(node);
+  }
+  if (flags == CU_STREAM_SET_CAPTURE_DEPENDENCIES) sc.deps.clear();
+  for (Node* node : add) {
+    if (std::find(sc.deps.begin(), sc.deps.end(), node) == sc.deps.end()) {
+      sc.deps.push_back(node);
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult Impl_cuStreamUpdateCaptureDependencies(CUstream h, CUgraphNode* deps,
+                                                size_t n, unsigned flags,
+                                                bool pt) {
+  return UpdateCaptureDependencies(h, deps, nullptr, n, flags, pt);
+}
+CUresult Impl_cuStreamUpdateCaptureDependencies_v2(CUstream h,
+                                                   CUgraphNode* deps,
+                                                   const CUgraphEdgeData* data,
+                                                   size_t n, unsigned flags,
+                                                   bool pt) {
+  return UpdateCaptureDependencies(h, deps, data, n, flags, pt);
+}
+
+// Uploading prepares device resources; here there are none, but the exec
+// and the stream must be valid, and the stream must not be capturing.
+CUresult Impl_cuGraphUpload(CUgraphExec hExec, CUstream h, bool pt) {
+  {
+    State& st = GetState();
+    std::lock_guard<std::mutex> lock(st.mu);
+    if (LiveExec(st, hExec) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  }
+  Stream* s = nullptr;
+  if (CUresult r = ResolveStream(h, pt, &s); r != CUDA_SUCCESS) return r;
+  bool capturing = false;
+  if (CUresult r = CaptureCheck(s, &capturing); r != CUDA_SUCCESS) return r;
+  if (capturing) return CaptureUnsupported(s, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  return CUDA_SUCCESS;
+}
+
+// Whether `to` may replace `from` in an exec (cuGraphExecUpdate's rules
+// that the fake can see): same type; a copy keeps its memory types and a
+// kernel its context.
+CUgraphExecUpdateResult UpdateCheck(const NodeSpec& from, const NodeSpec& to) {
+  if (from.type != to.type) return CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+  switch (to.type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+      return from.ctx == to.ctx ? CU_GRAPH_EXEC_UPDATE_SUCCESS
+                                : CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE;
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      return from.copy.srcMemoryType == to.copy.srcMemoryType &&
+                     from.copy.dstMemoryType == to.copy.dstMemoryType
+                 ? CU_GRAPH_EXEC_UPDATE_SUCCESS
+                 : CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED;
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+      // "For 2d memsets, only address and assigned value may be updated."
+      return (from.memset.height > 1 || to.memset.height > 1) &&
+                     (from.memset.height != to.memset.height ||
+                      from.memset.width != to.memset.width ||
+                      from.memset.elementSize != to.memset.elementSize)
+                 ? CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED
+                 : CU_GRAPH_EXEC_UPDATE_SUCCESS;
+    default:
+      return CU_GRAPH_EXEC_UPDATE_SUCCESS;
+  }
+}
+
+// The positions, in the exec's order, of each entry's dependencies.
+std::vector<std::vector<size_t>> DepIndices(const Exec& e) {
+  std::unordered_map<const Node*, size_t> index;
+  for (size_t i = 0; i < e.origins.size(); ++i) index[e.origins[i]] = i;
+  std::vector<std::vector<size_t>> out(e.origins.size());
+  for (size_t i = 0; i < e.origins.size(); ++i) {
+    for (const Node* d : e.origins[i]->deps) {
+      auto it = index.find(d);
+      if (it != index.end()) out[i].push_back(it->second);
+    }
+  }
+  return out;
+}
+
+// cuGraphExecUpdate: nodes are paired in the exec's topological order (the
+// order of addition breaks ties, as at instantiation).
+CUresult ExecUpdate(CUgraphExec hExec, CUgraph hGraph,
+                    CUgraphExecUpdateResultInfo* info) {
+  info->result = CU_GRAPH_EXEC_UPDATE_ERROR;
+  info->errorNode = nullptr;
+  info->errorFromNode = nullptr;
+  State& st = GetState();
+  std::lock_guard<std::mutex> lock(st.mu);
+  Exec* e = LiveExec(st, hExec);
+  Graph* g = LiveGraph(st, hGraph);
+  if (e == nullptr || g == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Exec fresh;
+  if (!FlattenLocked(g, &fresh)) return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  if (fresh.specs.size() != e->specs.size()) {
+    info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  }
+  const auto old_deps = DepIndices(*e);
+  const auto new_deps = DepIndices(fresh);
+  for (size_t i = 0; i < fresh.specs.size(); ++i) {
+    CUgraphNode node = reinterpret_cast<CUgraphNode>(fresh.origins[i]);
+    if (old_deps[i] != new_deps[i]) {
+      info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+      info->errorNode = node;
+      return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    }
+    CUgraphExecUpdateResult r = UpdateCheck(*e->specs[i], *fresh.specs[i]);
+    if (r != CU_GRAPH_EXEC_UPDATE_SUCCESS) {
+      info->result = r;
+      info->errorNode = node;
+      return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    }
+  }
+  // The exec keeps its own nodes (the handles cuGraphExec*SetParams take
+  // are still those of the graph it was instantiated from).
+  e->specs = std::move(fresh.specs);
+  info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+FAKECUDA_STREAM_PAIR(cuStreamUpdateCaptureDependencies,
+                     (CUstream hStream, CUgraphNode* dependencies,
+                      size_t numDependencies, unsigned int flags),
+                     hStream, dependencies, numDependencies, flags)
+FAKECUDA_STREAM_PAIR(cuStreamUpdateCaptureDependencies_v2,
+                     (CUstream hStream, CUgraphNode* dependencies,
+                      const CUgraphEdgeData* dependencyData,
+                      size_t numDependencies, unsigned int flags),
+                     hStream, dependencies, dependencyData, numDependencies,
+                     flags)
+FAKECUDA_STREAM_PAIR(cuGraphUpload, (CUgraphExec hGraphExec, CUstream hStream),
+                     hGraphExec, hStream)
+
+FAKECUDA_EXPORT CUresult cuGraphExecUpdate_v2(
+    CUgraphExec hGraphExec, CUgraph hGraph,
+    CUgraphExecUpdateResultInfo* resultInfo) {
+  FAKECUDA_ENTER("cuGraphExecUpdate_v2");
+  if (resultInfo == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return ExecUpdate(hGraphExec, hGraph, resultInfo);
+}
+
+FAKECUDA_EXPORT CUresult cuGraphExecUpdate(CUgraphExec hGraphExec,
+                                           CUgraph hGraph,
+                                           CUgraphNode* hErrorNode_out,
+                                           CUgraphExecUpdateResult* updateResult_out) {
+  FAKECUDA_ENTER("cuGraphExecUpdate");
+  if (hErrorNode_out == nullptr || updateResult_out == nullptr) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  CUgraphExecUpdateResultInfo info{};
+  CUresult r = ExecUpdate(hGraphExec, hGraph, &info);
+  *hErrorNode_out = info.errorNode;
+  *updateResult_out = info.result;
+  return r;
+}
+
+FAKECUDA_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec,
+                                             cuuint64_t* flags) {
+  FAKECUDA_ENTER("cuGraphExecGetFlags");
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  State& st = GetState();
+  std::lock_guard<std::mutex> lock(st.mu);
+  Exec* e = LiveExec(st, hGraphExec);
+  if (e == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *flags = e->flags;
+  return CUDA_SUCCESS;
+}
+
+namespace {
+CUresult KernelNodeSetParams(CUgraphNode hNode, NodeSpec spec) {
+  State& st = GetState();
+  std::lock_guard<std::mutex> lock(st.mu);
+  Node* n = TypedNode(st, hNode, CU_GRAPH_NODE_TYPE_KERNEL);
+  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  n->spec = std::move(spec);
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+FAKECUDA_EXPORT CUresult cuGraphKernelNodeSetParams(
+    CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v1* nodeParams) {
+  FAKECUDA_ENTER("cuGraphKernelNodeSetParams");
+  NodeSpec spec;
+  if (CUresult r = KernelSpec(nodeParams, &spec); r != CUDA_SUCCESS) return r;
+  return KernelNodeSetParams(hNode, std::move(spec));
+}
+
+FAKECUDA_EXPORT CUresult cuGraphKernelNodeSetParams_v2(
+    CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v2* nodeParams) {
+  FAKECUDA_ENTER("cuGraphKernelNodeSetParams_v2");
+  NodeSpec spec;
+  if (CUresult r = KernelSpec2(nodeParams, &spec); r != CUDA_SUCCESS) return r;
+  return KernelNodeSetParams(hNode, std::move(spec));
+}
+
+FAKECUDA_EXPORT CUresult cuGraphClone(CUgraph* phGraphClone,
+                                      CUgraph originalGraph) {
+  FAKECUDA_ENTER("cuGraphClone");
+  if (phGraphClone == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  State& st = GetState();
+  std::lock_guard<std::mutex> lock(st.mu);
+  Graph* g = LiveGraph(st, originalGraph);
+  if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Graph* clone = NewGraphLocked(st);
+  CloneGraphLocked(st, g, clone);
+  clone->cloned_from = g;
+  *phGraphClone = reinterpret_cast<CUgraph>(clone);
+  return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode* phNode,
+                                                CUgraphNode hOriginalNode,
+                                                CUgraph hClonedGraph) {
+  FAKECUDA_ENTER("cuGraphNodeFindInClone");
+  if (phNode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  State& st = GetState();
+  std::lock_guard<std::mutex> lock(st.mu);
+  Graph* clone = LiveGraph(st, hClonedGraph);
+  Node* original = LiveNode(st, hOriginalNode);
+  if (clone == nullptr || original == nullptr ||
+      clone->cloned_from != original->graph) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  // A clone's nodes are in the original's order of addition.
+  const Graph* g = original->graph;
+  for (size_t i = 0; i < g->nodes.size() && i < clone->nodes.size(); ++i) {
+    if (g->nodes[i].get() == original) {
+      *phNode = reinterpret_cast<CUgraphNode>(clone->nodes[i].get());
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_INVALID_VALUE;
 }
