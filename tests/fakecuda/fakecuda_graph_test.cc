@@ -1222,4 +1222,58 @@ TEST_F(GraphTest, CloneSetParamsUploadAndCaptureDependencyUpdates) {
   cuMemFree_v2(other);
 }
 
+
+// Threads capture their own streams (THREAD_LOCAL) while others launch one
+// exec concurrently on their streams: captures stay apart, launches all run.
+TEST_F(GraphTest, ConcurrentCapturesAndLaunches) {
+  constexpr int kThreads = 4, kLaunches = 20, n = 16;
+  CUdeviceptr x;
+  ASSERT_CU(cuMemAlloc_v2(&x, n * sizeof(float)));
+  float one = 1.0f;
+  unsigned one_bits;
+  std::memcpy(&one_bits, &one, 4);
+  ASSERT_CU(cuMemsetD32_v2(x, one_bits, n));
+  std::vector<CUdeviceptr> ys(kThreads);
+  for (auto& y : ys) {
+    ASSERT_CU(cuMemAlloc_v2(&y, n * sizeof(float)));
+    ASSERT_CU(cuMemsetD32_v2(y, 0, n));
+  }
+  ASSERT_CU(cuCtxSynchronize());
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      cuCtxSetCurrent(ctx_);
+      CUstream s;
+      if (cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return void(++failures);
+      CUgraph g = nullptr;
+      CUgraphExec exec = nullptr;
+      bool ok =
+          cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) == CUDA_SUCCESS &&
+          Axpy(s, 1.0f, x, ys[t], n) == CUDA_SUCCESS &&
+          cuStreamEndCapture(s, &g) == CUDA_SUCCESS &&
+          cuGraphInstantiate(&exec, g, 0) == CUDA_SUCCESS;
+      for (int i = 0; ok && i < kLaunches; ++i) {
+        ok = cuGraphLaunch(exec, s) == CUDA_SUCCESS;
+      }
+      // Other threads' THREAD_LOCAL captures do not prohibit this.
+      CUdeviceptr scratch;
+      ok = ok && cuMemAlloc_v2(&scratch, 64) == CUDA_SUCCESS &&
+           cuMemFree_v2(scratch) == CUDA_SUCCESS &&
+           cuStreamSynchronize(s) == CUDA_SUCCESS;
+      if (!ok) ++failures;
+      cuGraphExecDestroy(exec);
+      cuGraphDestroy(g);
+      cuStreamDestroy(s);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  for (auto y : ys) {
+    EXPECT_EQ(ReadFloats(y, n), std::vector<float>(n, float(kLaunches)));
+    cuMemFree_v2(y);
+  }
+  cuMemFree_v2(x);
+}
+
 }  // namespace
