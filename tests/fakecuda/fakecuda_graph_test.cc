@@ -484,6 +484,7 @@ TEST_F(GraphTest, LegacyStreamUseWhileABlockingStreamCaptures) {
   EXPECT_EQ(Status(blocking), CU_STREAM_CAPTURE_STATUS_ACTIVE);
   // A non-blocking stream is unaffected.
   EXPECT_CU(cuMemsetD8Async(p, 1, 64, s2_));
+  EXPECT_CU(cuStreamSynchronize(s2_));
   // Work pushed into the legacy stream would depend on the capture.
   EXPECT_EQ(cuMemsetD8Async(p, 1, 64, nullptr), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
   EXPECT_EQ(Status(blocking), CU_STREAM_CAPTURE_STATUS_INVALIDATED);
