@@ -104,23 +104,72 @@ OpLabel CopyLabel(const Side& dst, const Side& src, const Shape& shape) {
   return label;
 }
 
-CUresult Copy(Side dst, Side src, Shape shape, CUstream h, bool async,
-              bool per_thread) {
-  if (shape.width == 0 || shape.rows == 0 || shape.slices == 0) {
-    return CUDA_SUCCESS;
-  }
+// Fills in the pitches of linear copies and checks both sides.
+CUresult PrepareCopy(Side* dst, Side* src, const Shape& shape) {
   // Linear copies come without pitches: one packed row.
-  for (Side* side : {&dst, &src}) {
+  for (Side* side : {dst, src}) {
     if (side->pitch == 0 && shape.rows == 1 && shape.slices == 1) {
       side->pitch = shape.width;
     }
     if (side->height == 0 && shape.slices == 1) side->height = shape.rows;
   }
-  if (dst.base == nullptr || src.base == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult r = CheckSide(dst, shape); r != CUDA_SUCCESS) return r;
-  if (CUresult r = CheckSide(src, shape); r != CUDA_SUCCESS) return r;
+  if (dst->base == nullptr || src->base == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = CheckSide(*dst, shape); r != CUDA_SUCCESS) return r;
+  return CheckSide(*src, shape);
+}
+
+// A prepared copy as a graph node, described as a 3D copy from and to each
+// side's first byte (device memory as CU_MEMORYTYPE_DEVICE, any other as
+// CU_MEMORYTYPE_HOST).
+NodeSpec CopyNode(const Side& dst, const Side& src, const Shape& shape) {
+  NodeSpec node;
+  node.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+  CUDA_MEMCPY3D& d = node.copy;
+  d.srcMemoryType = src.device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+  if (src.device) {
+    d.srcDevice = reinterpret_cast<CUdeviceptr>(src.base);
+  } else {
+    d.srcHost = src.base;
+  }
+  d.srcPitch = src.pitch;
+  d.srcHeight = src.height;
+  d.dstMemoryType = dst.device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+  if (dst.device) {
+    d.dstDevice = reinterpret_cast<CUdeviceptr>(dst.base);
+  } else {
+    d.dstHost = dst.base;
+  }
+  d.dstPitch = dst.pitch;
+  d.dstHeight = dst.height;
+  d.WidthInBytes = shape.width;
+  d.Height = shape.rows;
+  d.Depth = shape.slices;
+  node.run = [dst, src, shape](Stream* s) { CopyWork(s, dst, src, shape)(); };
+  node.label = CopyLabel(dst, src, shape);
+  return node;
+}
+
+CUresult Copy(Side dst, Side src, Shape shape, CUstream h, bool async,
+              bool per_thread) {
+  // A synchronous copy is a potentially unsafe call during stream capture.
+  if (!async) {
+    if (CUresult r = CheckUnsafeCall(); r != CUDA_SUCCESS) return r;
+  }
+  if (shape.width == 0 || shape.rows == 0 || shape.slices == 0) {
+    return CUDA_SUCCESS;
+  }
+  if (CUresult r = PrepareCopy(&dst, &src, shape); r != CUDA_SUCCESS) return r;
   Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
+  bool capturing = false;
+  if (CUresult r = CaptureCheck(s, &capturing, !async); r != CUDA_SUCCESS) {
+    return r;
+  }
+  if (capturing) {
+    NodeSpec node = CopyNode(dst, src, shape);
+    node.ctx = s->context();
+    return CaptureAdd(s, std::move(node));
+  }
   const OpLabel label = CopyLabel(dst, src, shape);
   // The driver's documented host-side behaviour ("API synchronization
   // behavior"): synchronous copies between device ranges do not block the
@@ -186,7 +235,9 @@ bool Offset(size_t z, size_t height, size_t y, size_t pitch, size_t x,
          !__builtin_add_overflow(bytes, x, out);
 }
 
-CUresult Copy3D(const CUDA_MEMCPY3D* p, CUstream h, bool async, bool pt) {
+// The sides and shape of a copy described as in cuMemcpy3D.
+CUresult Resolve3D(const CUDA_MEMCPY3D* p, Side* out_dst, Side* out_src,
+                   Shape* out_shape) {
   if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Side src, dst;
   if (CUresult r = SideOf(p->srcMemoryType, p->srcHost, p->srcDevice,
@@ -225,8 +276,20 @@ CUresult Copy3D(const CUDA_MEMCPY3D* p, CUstream h, bool async, bool pt) {
   }
   src.base += src_off;
   dst.base += dst_off;
-  return Copy(dst, src, Shape{p->WidthInBytes, p->Height, p->Depth}, h, async,
-              pt);
+  *out_dst = dst;
+  *out_src = src;
+  *out_shape = Shape{p->WidthInBytes, p->Height, p->Depth};
+  return CUDA_SUCCESS;
+}
+
+CUresult Copy3D(const CUDA_MEMCPY3D* p, CUstream h, bool async, bool pt) {
+  if (!async) {
+    if (CUresult r = CheckUnsafeCall(); r != CUDA_SUCCESS) return r;
+  }
+  Side dst, src;
+  Shape shape;
+  if (CUresult r = Resolve3D(p, &dst, &src, &shape); r != CUDA_SUCCESS) return r;
+  return Copy(dst, src, shape, h, async, pt);
 }
 
 CUresult Copy2D(const CUDA_MEMCPY2D* p, CUstream h, bool async, bool pt) {
@@ -254,23 +317,28 @@ CUresult Copy2D(const CUDA_MEMCPY2D* p, CUstream h, bool async, bool pt) {
   return Copy3D(&q, h, async, pt);
 }
 
-// Memset of `rows` rows of `width` elements of `elem` bytes each.
-CUresult Memset(CUdeviceptr dst, size_t pitch, unsigned value, size_t elem,
-                size_t width, size_t rows, CUstream h, bool pt) {
-  if (width == 0 || rows == 0) return CUDA_SUCCESS;
+// Memset of `rows` rows of `width` elements of `elem` bytes each, as a
+// graph node; false in *empty when there is nothing to set.
+CUresult MemsetNode(CUdeviceptr dst, size_t pitch, unsigned value, size_t elem,
+                    size_t width, size_t rows, NodeSpec* node) {
   if (dst % elem != 0) return CUDA_ERROR_INVALID_VALUE;
   size_t row_bytes, extent;
   if (__builtin_mul_overflow(width, elem, &row_bytes)) return CUDA_ERROR_INVALID_VALUE;
   if (rows > 1 && pitch < row_bytes) return CUDA_ERROR_INVALID_VALUE;
-  if (rows == 1) pitch = row_bytes;
+  if (rows == 1 && pitch < row_bytes) pitch = row_bytes;
   if (__builtin_mul_overflow(rows - 1, pitch, &extent) ||
       __builtin_add_overflow(extent, row_bytes, &extent) ||
       !IsDeviceRange(dst, extent)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  Stream* s = nullptr;
-  if (CUresult r = ResolveStream(h, pt, &s); r != CUDA_SUCCESS) return r;
-  auto fill = [=] {
+  node->type = CU_GRAPH_NODE_TYPE_MEMSET;
+  node->memset.dst = dst;
+  node->memset.pitch = pitch;
+  node->memset.value = value;
+  node->memset.elementSize = static_cast<unsigned>(elem);
+  node->memset.width = width;
+  node->memset.height = rows;
+  node->run = [=](Stream*) {
     for (size_t y = 0; y < rows; ++y) {
       auto* row = reinterpret_cast<unsigned char*>(dst + y * pitch);
       if (elem == 1) {
@@ -282,14 +350,63 @@ CUresult Memset(CUdeviceptr dst, size_t pitch, unsigned value, size_t elem,
       }
     }
   };
-  OpLabel label{OpKind::kMemset};
-  label.bytes = row_bytes * rows;  // at most extent
+  node->label = OpLabel{OpKind::kMemset};
+  node->label.bytes = row_bytes * rows;  // at most extent
+  return CUDA_SUCCESS;
+}
+
+CUresult Memset(CUdeviceptr dst, size_t pitch, unsigned value, size_t elem,
+                size_t width, size_t rows, CUstream h, bool async, bool pt) {
+  // A synchronous memset is a potentially unsafe call during stream capture.
+  if (!async) {
+    if (CUresult r = CheckUnsafeCall(); r != CUDA_SUCCESS) return r;
+  }
+  if (width == 0 || rows == 0) return CUDA_SUCCESS;
+  if (rows == 1) pitch = 0;
+  NodeSpec node;
+  if (CUresult r = MemsetNode(dst, pitch, value, elem, width, rows, &node);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  Stream* s = nullptr;
+  if (CUresult r = ResolveStream(h, pt, &s); r != CUDA_SUCCESS) return r;
+  bool capturing = false;
+  if (CUresult r = CaptureCheck(s, &capturing, !async); r != CUDA_SUCCESS) {
+    return r;
+  }
+  node.ctx = s->context();
+  if (capturing) return CaptureAdd(s, std::move(node));
   // Synchronous memsets of device memory do not block the host either.
-  Submit(s, fill, {}, label);
+  Submit(s, [run = std::move(node.run), s] { run(s); }, {}, node.label);
   return CUDA_SUCCESS;
 }
 
 }  // namespace
+
+CUresult MakeCopyNode(const CUDA_MEMCPY3D* p, NodeSpec* out) {
+  Side dst, src;
+  Shape shape;
+  if (CUresult r = Resolve3D(p, &dst, &src, &shape); r != CUDA_SUCCESS) return r;
+  if (shape.width == 0 || shape.rows == 0 || shape.slices == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (CUresult r = PrepareCopy(&dst, &src, shape); r != CUDA_SUCCESS) return r;
+  *out = CopyNode(dst, src, shape);
+  out->copy = *p;  // read back as given
+  return CUDA_SUCCESS;
+}
+
+CUresult MakeMemsetNode(const CUDA_MEMSET_NODE_PARAMS* p, NodeSpec* out) {
+  if (p == nullptr || p->width == 0 || p->height == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return MemsetNode(p->dst, p->height == 1 ? 0 : p->pitch, p->value,
+                    p->elementSize, p->width, p->height, out);
+}
+
 }  // namespace fakecuda
 
 using namespace fakecuda;  // NOLINT: the exported C API below
@@ -368,39 +485,39 @@ FAKECUDA_ASYNC(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D* p, CUstream s),
                Copy3D(p, s, true, kPerThread))
 
 FAKECUDA_SYNC(cuMemsetD8_v2, (CUdeviceptr d, unsigned char v, size_t n),
-              Memset(d, 0, v, 1, n, 1, nullptr, kPerThread))
+              Memset(d, 0, v, 1, n, 1, nullptr, false, kPerThread))
 FAKECUDA_SYNC(cuMemsetD16_v2, (CUdeviceptr d, unsigned short v, size_t n),
-              Memset(d, 0, v, 2, n, 1, nullptr, kPerThread))
+              Memset(d, 0, v, 2, n, 1, nullptr, false, kPerThread))
 FAKECUDA_SYNC(cuMemsetD32_v2, (CUdeviceptr d, unsigned int v, size_t n),
-              Memset(d, 0, v, 4, n, 1, nullptr, kPerThread))
+              Memset(d, 0, v, 4, n, 1, nullptr, false, kPerThread))
 FAKECUDA_SYNC(cuMemsetD2D8_v2,
               (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h),
-              Memset(d, pitch, v, 1, w, h, nullptr, kPerThread))
+              Memset(d, pitch, v, 1, w, h, nullptr, false, kPerThread))
 FAKECUDA_SYNC(cuMemsetD2D16_v2,
               (CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h),
-              Memset(d, pitch, v, 2, w, h, nullptr, kPerThread))
+              Memset(d, pitch, v, 2, w, h, nullptr, false, kPerThread))
 FAKECUDA_SYNC(cuMemsetD2D32_v2,
               (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h),
-              Memset(d, pitch, v, 4, w, h, nullptr, kPerThread))
+              Memset(d, pitch, v, 4, w, h, nullptr, false, kPerThread))
 
 FAKECUDA_ASYNC(cuMemsetD8Async,
                (CUdeviceptr d, unsigned char v, size_t n, CUstream s),
-               Memset(d, 0, v, 1, n, 1, s, kPerThread))
+               Memset(d, 0, v, 1, n, 1, s, true, kPerThread))
 FAKECUDA_ASYNC(cuMemsetD16Async,
                (CUdeviceptr d, unsigned short v, size_t n, CUstream s),
-               Memset(d, 0, v, 2, n, 1, s, kPerThread))
+               Memset(d, 0, v, 2, n, 1, s, true, kPerThread))
 FAKECUDA_ASYNC(cuMemsetD32Async,
                (CUdeviceptr d, unsigned int v, size_t n, CUstream s),
-               Memset(d, 0, v, 4, n, 1, s, kPerThread))
+               Memset(d, 0, v, 4, n, 1, s, true, kPerThread))
 FAKECUDA_ASYNC(cuMemsetD2D8Async,
                (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h,
                 CUstream s),
-               Memset(d, pitch, v, 1, w, h, s, kPerThread))
+               Memset(d, pitch, v, 1, w, h, s, true, kPerThread))
 FAKECUDA_ASYNC(cuMemsetD2D16Async,
                (CUdeviceptr d, size_t pitch, unsigned short v, size_t w,
                 size_t h, CUstream s),
-               Memset(d, pitch, v, 2, w, h, s, kPerThread))
+               Memset(d, pitch, v, 2, w, h, s, true, kPerThread))
 FAKECUDA_ASYNC(cuMemsetD2D32Async,
                (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h,
                 CUstream s),
-               Memset(d, pitch, v, 4, w, h, s, kPerThread))
+               Memset(d, pitch, v, 4, w, h, s, true, kPerThread))

@@ -826,6 +826,7 @@ FAKECUDA_EXPORT CUresult cuCtxSynchronize(void) {
   FAKECUDA_ENTER("cuCtxSynchronize");
   Context* ctx = nullptr;
   if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
+  if (CUresult r = CheckContextWait(ctx); r != CUDA_SUCCESS) return r;
   SynchronizeContext(ctx);
   return CUDA_SUCCESS;
 }
@@ -835,6 +836,7 @@ FAKECUDA_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   if (ctx == nullptr) return cuCtxSynchronize();
   auto* c = reinterpret_cast<Context*>(ctx);
   if (!IsLiveContext(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (CUresult r = CheckContextWait(c); r != CUDA_SUCCESS) return r;
   SynchronizeContext(c);
   return CUDA_SUCCESS;
 }

@@ -85,6 +85,18 @@ class CallScope {
   ::fakecuda::CallScope fakecuda_scope_(name, false);               \
   if (fakecuda_scope_.result() != CUDA_SUCCESS) return fakecuda_scope_.result()
 
+// Each stream entry point (defined as Impl_<name>(args..., per_thread)) exists in a legacy and a per-thread (_ptsz) form
+// that differ only in what stream handle 0 means.
+#define FAKECUDA_STREAM_PAIR(name, params, ...)           \
+  FAKECUDA_EXPORT CUresult name params {                  \
+    FAKECUDA_ENTER(#name);                                \
+    return Impl_##name(__VA_ARGS__, false);               \
+  }                                                       \
+  FAKECUDA_EXPORT CUresult name##_ptsz params {           \
+    FAKECUDA_ENTER(#name "_ptsz");                        \
+    return Impl_##name(__VA_ARGS__, true);                \
+  }
+
 // True when this library exports `symbol` (looked up in the library itself,
 // never through an interposer's dlsym).
 bool IsExportedSymbol(const char* symbol);
@@ -141,6 +153,7 @@ enum class OpKind : uint8_t {
   kEventRecord,
   kWaitEvent,
   kFree,  // cuMemFreeAsync
+  kGraph,  // cuGraphLaunch: all of the graph's nodes, in one operation
 };
 // A copy's direction as the call names it (where each pointer lies).
 enum class CopyDir : uint8_t { kHtoD, kDtoH, kDtoD, kHtoH };
@@ -250,6 +263,84 @@ bool IsDeviceRange(CUdeviceptr ptr, size_t bytes);
 bool IsDevicePointer(CUdeviceptr ptr);
 // True when [ptr, ptr+bytes) lies in page-locked host memory.
 bool IsPinnedHost(const void* ptr, size_t bytes);
+
+// --- Graphs and stream capture (graph.cc) ----------------------------------
+// What a graph node does: its type, the parameters the cuGraph*GetParams
+// calls read back, and how a stream worker runs it. A kernel node holds its
+// own copy of the argument values, packed in the function's parameter
+// layout, as a launch does.
+struct NodeSpec {
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  // CU_GRAPH_NODE_TYPE_KERNEL
+  CUfunction func = nullptr;
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block[3] = {1, 1, 1};
+  unsigned shared_mem = 0;
+  std::shared_ptr<const std::vector<unsigned char>> args;  // packed values
+  std::vector<size_t> param_offsets;  // each parameter's offset in `args`
+  // CU_GRAPH_NODE_TYPE_MEMCPY: the copy as a 3D description.
+  CUDA_MEMCPY3D copy{};
+  // CU_GRAPH_NODE_TYPE_MEMSET
+  CUDA_MEMSET_NODE_PARAMS memset{};
+  // CU_GRAPH_NODE_TYPE_HOST
+  CUDA_HOST_NODE_PARAMS host{};
+  // The context the node runs in (kernel, memcpy and memset nodes).
+  Context* ctx = nullptr;
+  // Runs the node on `stream`'s worker (copies use its device's engines).
+  std::function<void(Stream*)> run;
+  OpLabel label;
+};
+
+// Validates a launch and packs its parameters into a kernel node
+// (module.cc). Does not look at any stream.
+CUresult MakeKernelNode(CUfunction f, const unsigned grid[3],
+                        const unsigned block[3], unsigned shared_mem,
+                        void** params, void** extra, NodeSpec* out);
+// Validates a copy described as in cuMemcpy3D into a memcpy node (copy.cc).
+CUresult MakeCopyNode(const CUDA_MEMCPY3D* p, NodeSpec* out);
+// Validates a memset into a memset node (copy.cc).
+CUresult MakeMemsetNode(const CUDA_MEMSET_NODE_PARAMS* p, NodeSpec* out);
+
+// Stream capture. The driver's rules ("Stream capture" in the programming
+// guide; cuThreadExchangeStreamCaptureMode):
+//
+// CaptureCheck, before an operation is pushed into `s`: CUDA_SUCCESS with
+// *capturing false when it runs as usual, true when it must be recorded with
+// CaptureAdd instead; CUDA_ERROR_STREAM_CAPTURE_IMPLICIT for the legacy
+// stream while a blocking stream of its context captures, and
+// CUDA_ERROR_STREAM_CAPTURE_INVALIDATED for a stream whose capture was
+// invalidated. `sync` marks an operation that also waits for the stream
+// (synchronous copies): on a capturing stream it is unsupported.
+CUresult CaptureCheck(Stream* s, bool* capturing, bool sync = false);
+// Records `node` in the capture `s` takes part in: it depends on the
+// stream's current capture dependencies and becomes them.
+CUresult CaptureAdd(Stream* s, NodeSpec node);
+// Invalidates the capture `s` takes part in, if any, and returns `error`:
+// for an operation the driver cannot capture.
+CUresult CaptureUnsupported(Stream* s, CUresult error);
+// A potentially unsafe call (cuMemAlloc, cuMemFree, synchronous copies,
+// synchronisation and queries): CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and
+// the captures that prohibit it invalidated, when the calling thread's
+// capture mode prohibits it; else CUDA_SUCCESS.
+CUresult CheckUnsafeCall();
+// For cuStreamSynchronize/cuStreamQuery: a capturing stream cannot be
+// waited for or queried (its capture is invalidated); any other stream only
+// as CheckUnsafeCall allows.
+CUresult CheckStreamWait(Stream* s);
+// For cuCtxSynchronize: unsafe, and a context with a capturing stream
+// cannot be synchronised.
+CUresult CheckContextWait(Context* ctx);
+// cuEventRecord on a capturing stream: the stream's current capture
+// dependencies and the capture's id (the event becomes a capture event).
+CUresult CaptureEventRecord(Stream* s, uint64_t* capture_id,
+                            std::vector<CUgraphNode>* nodes);
+// cuStreamWaitEvent on a capture event: `s` joins the capture, or adds the
+// event's nodes to its dependencies.
+CUresult CaptureWaitEvent(Stream* s, uint64_t capture_id,
+                          const std::vector<CUgraphNode>& nodes);
+// Invalidates the capture with this id if it is still going (an invalid
+// use of one of its capture events).
+void InvalidateCapture(uint64_t capture_id);
 
 // --- Time model ------------------------------------------------------------
 // FAKECUDA_LINK gives each device one copy engine per direction, shared by all

@@ -365,6 +365,9 @@ using namespace fakecuda;  // NOLINT: the exported C API below
 // --- cuMemAlloc family -------------------------------------------------------
 FAKECUDA_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   FAKECUDA_ENTER("cuMemAlloc_v2");
+  // Potentially unsafe during stream capture, as cuMemAllocPitch and
+  // cuMemFree (cuThreadExchangeStreamCaptureMode).
+  if (CUresult r = CheckUnsafeCall(); r != CUDA_SUCCESS) return r;
   return Allocate(dptr, bytesize, false);
 }
 
@@ -372,6 +375,7 @@ FAKECUDA_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch,
                                             size_t width, size_t height,
                                             unsigned int element_size) {
   FAKECUDA_ENTER("cuMemAllocPitch_v2");
+  if (CUresult r = CheckUnsafeCall(); r != CUDA_SUCCESS) return r;
   if (pitch == nullptr || width == 0 || height == 0 ||
       (element_size != 4 && element_size != 8 && element_size != 16)) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -385,6 +389,7 @@ FAKECUDA_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch,
 
 FAKECUDA_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   FAKECUDA_ENTER("cuMemFree_v2");
+  if (CUresult r = CheckUnsafeCall(); r != CUDA_SUCCESS) return r;
   Allocation a;
   if (CUresult r = TakeAllocation(dptr, &a); r != CUDA_SUCCESS) return r;
   // Freeing waits for work that may still use the memory, except for
@@ -438,6 +443,10 @@ namespace {
 CUresult AllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream h, bool pt) {
   Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, pt, &s); r != CUDA_SUCCESS) return r;
+  bool capturing = false;
+  if (CUresult r = CaptureCheck(s, &capturing); r != CUDA_SUCCESS) return r;
+  // Memory allocation nodes are not modelled.
+  if (capturing) return CaptureUnsupported(s, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   // Memory is available at once; the real driver makes it usable in stream
   // order, which the same address satisfies.
   return Allocate(dptr, bytes, true);
@@ -446,6 +455,10 @@ CUresult AllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream h, bool pt) {
 CUresult FreeAsync(CUdeviceptr dptr, CUstream h, bool pt) {
   Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, pt, &s); r != CUDA_SUCCESS) return r;
+  bool capturing = false;
+  if (CUresult r = CaptureCheck(s, &capturing); r != CUDA_SUCCESS) return r;
+  // Memory free nodes are not modelled.
+  if (capturing) return CaptureUnsupported(s, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   Allocation a;
   if (CUresult r = TakeAllocation(dptr, &a); r != CUDA_SUCCESS) return r;
   Submit(s, [dptr, a] { ReleaseAllocation(dptr, a); }, {},

@@ -112,9 +112,10 @@ CUresult PackParams(const fakecuda_kernel_desc* k, void** params, void** extra,
   return CUDA_SUCCESS;
 }
 
-CUresult Launch(CUfunction f, fakecuda_dim3 grid, fakecuda_dim3 block,
-                unsigned shared_mem, CUstream h, void** params, void** extra,
-                bool per_thread) {
+// A launch's checks and its packed parameters, as a kernel node.
+CUresult KernelNode(CUfunction f, fakecuda_dim3 grid, fakecuda_dim3 block,
+                    unsigned shared_mem, void** params, void** extra,
+                    NodeSpec* out) {
   Function* fn = LookupFunction(f);
   if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   const fakecuda_kernel_desc* k = fn->desc;
@@ -130,8 +131,36 @@ CUresult Launch(CUfunction f, fakecuda_dim3 grid, fakecuda_dim3 block,
   if (shared_mem > static_cast<unsigned>(fn->max_dynamic_shared.load())) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  std::vector<unsigned char> packed;
-  if (CUresult r = PackParams(k, params, extra, &packed); r != CUDA_SUCCESS) {
+  auto packed = std::make_shared<std::vector<unsigned char>>();
+  if (CUresult r = PackParams(k, params, extra, packed.get());
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  out->type = CU_GRAPH_NODE_TYPE_KERNEL;
+  out->func = f;
+  out->grid[0] = grid.x;
+  out->grid[1] = grid.y;
+  out->grid[2] = grid.z;
+  out->block[0] = block.x;
+  out->block[1] = block.y;
+  out->block[2] = block.z;
+  out->shared_mem = shared_mem;
+  out->param_offsets.assign(k->param_offsets, k->param_offsets + k->num_params);
+  out->args = packed;
+  out->run = [k, grid, block, packed](Stream*) {
+    k->invoke(k->fn, packed->data(), grid, block);
+  };
+  out->label = OpLabel{OpKind::kKernel};
+  out->label.name = k->name;
+  return CUDA_SUCCESS;
+}
+
+CUresult Launch(CUfunction f, fakecuda_dim3 grid, fakecuda_dim3 block,
+                unsigned shared_mem, CUstream h, void** params, void** extra,
+                bool per_thread) {
+  NodeSpec node;
+  if (CUresult r = KernelNode(f, grid, block, shared_mem, params, extra, &node);
+      r != CUDA_SUCCESS) {
     return r;
   }
   Stream* s = nullptr;
@@ -143,14 +172,11 @@ CUresult Launch(CUfunction f, fakecuda_dim3 grid, fakecuda_dim3 block,
   Context* current = nullptr;
   if (CUresult r = RequireContext(&current); r != CUDA_SUCCESS) return r;
   if (s->context() != current) return CUDA_ERROR_INVALID_HANDLE;
-  OpLabel label{OpKind::kKernel};
-  label.name = k->name;
-  Submit(
-      s,
-      [k, grid, block, args = std::move(packed)] {
-        k->invoke(k->fn, args.data(), grid, block);
-      },
-      {}, label);
+  node.ctx = current;
+  bool capturing = false;
+  if (CUresult r = CaptureCheck(s, &capturing); r != CUDA_SUCCESS) return r;
+  if (capturing) return CaptureAdd(s, std::move(node));
+  Submit(s, [run = std::move(node.run), s] { run(s); }, {}, node.label);
   return CUDA_SUCCESS;
 }
 
@@ -212,6 +238,15 @@ bool IsHostSharedObject(const void* image) {
 }
 
 }  // namespace
+
+CUresult MakeKernelNode(CUfunction f, const unsigned grid[3],
+                        const unsigned block[3], unsigned shared_mem,
+                        void** params, void** extra, NodeSpec* out) {
+  return KernelNode(f, {grid[0], grid[1], grid[2]},
+                    {block[0], block[1], block[2]}, shared_mem, params, extra,
+                    out);
+}
+
 }  // namespace fakecuda
 
 using namespace fakecuda;  // NOLINT: the exported C API below

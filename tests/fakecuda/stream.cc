@@ -246,6 +246,7 @@ namespace {
 CUresult StreamSynchronize(CUstream h, bool per_thread) {
   Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
+  if (CUresult r = CheckStreamWait(s); r != CUDA_SUCCESS) return r;
   // A host-side wait: synchronising is not an action in the stream, so it
   // adds no ordering of its own.
   s->WaitIdle();
@@ -255,6 +256,7 @@ CUresult StreamSynchronize(CUstream h, bool per_thread) {
 CUresult StreamQuery(CUstream h, bool per_thread) {
   Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
+  if (CUresult r = CheckStreamWait(s); r != CUDA_SUCCESS) return r;
   return s->Reached(s->last_submitted()) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
@@ -293,6 +295,17 @@ CUresult LaunchHostFunc(CUstream h, CUhostFn fn, void* data, bool per_thread) {
   if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
+  bool capturing = false;
+  if (CUresult r = CaptureCheck(s, &capturing); r != CUDA_SUCCESS) return r;
+  if (capturing) {
+    NodeSpec node;
+    node.type = CU_GRAPH_NODE_TYPE_HOST;
+    node.host.fn = fn;
+    node.host.userData = data;
+    node.run = [fn, data](Stream*) { fn(data); };
+    node.label = OpLabel{OpKind::kHostFunc};
+    return CaptureAdd(s, std::move(node));
+  }
   Submit(s, [fn, data] { fn(data); }, {}, OpLabel{OpKind::kHostFunc});
   return CUDA_SUCCESS;
 }
@@ -302,24 +315,17 @@ CUresult StreamAddCallback(CUstream h, CUstreamCallback cb, void* data,
   if (cb == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
+  bool capturing = false;
+  if (CUresult r = CaptureCheck(s, &capturing); r != CUDA_SUCCESS) return r;
+  // cuStreamAddCallback is not captured (cuLaunchHostFunc is its graph
+  // form); the fake treats it as unsupported during capture.
+  if (capturing) return CaptureUnsupported(s, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   Submit(s, [cb, h, data] { cb(h, CUDA_SUCCESS, data); }, {},
          OpLabel{OpKind::kHostFunc});
   return CUDA_SUCCESS;
 }
 
 }  // namespace
-
-// Each stream entry point exists in a legacy and a per-thread (_ptsz) form
-// that differ only in what stream handle 0 means.
-#define FAKECUDA_STREAM_PAIR(name, params, ...)           \
-  FAKECUDA_EXPORT CUresult name params {                  \
-    FAKECUDA_ENTER(#name);                                \
-    return Impl_##name(__VA_ARGS__, false);               \
-  }                                                       \
-  FAKECUDA_EXPORT CUresult name##_ptsz params {           \
-    FAKECUDA_ENTER(#name "_ptsz");                        \
-    return Impl_##name(__VA_ARGS__, true);                \
-  }
 
 namespace {
 CUresult Impl_cuStreamSynchronize(CUstream h, bool pt) { return StreamSynchronize(h, pt); }
@@ -377,6 +383,10 @@ struct Event {
   Stream* stream = nullptr;  // guarded by mu; null until recorded
   uint64_t seq = 0;                // guarded by mu
   std::shared_ptr<std::atomic<int64_t>> reached_ns;  // guarded by mu
+  // Nonzero when last recorded in a capturing stream: the capture's id and
+  // the nodes the record stood for (a capture event).
+  uint64_t capture_id = 0;                  // guarded by mu
+  std::vector<CUgraphNode> capture_nodes;  // guarded by mu
 };
 
 struct Events {
@@ -402,6 +412,21 @@ int64_t NowNs() {
       .count();
 }
 
+// cuEventQuery and cuEventSynchronize on an event last recorded in a
+// capture: CUDA_ERROR_CAPTURED_EVENT ("the operation is not permitted on an
+// event which was last recorded in a capturing stream"), in every capture
+// mode, and the capture, if still going, is invalidated.
+CUresult CheckCapturedEvent(Event* e) {
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    id = e->capture_id;
+  }
+  if (id == 0) return CUDA_SUCCESS;
+  InvalidateCapture(id);
+  return CUDA_ERROR_CAPTURED_EVENT;
+}
+
 CUresult EventRecord(CUevent h, CUstream hs, unsigned flags, bool per_thread) {
   Event* e = LookupEvent(h);
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
@@ -411,6 +436,20 @@ CUresult EventRecord(CUevent h, CUstream hs, unsigned flags, bool per_thread) {
   Stream* s = nullptr;
   if (CUresult r = ResolveStream(hs, per_thread, &s); r != CUDA_SUCCESS) return r;
   if (s->context() != e->ctx) return CUDA_ERROR_INVALID_HANDLE;
+  bool capturing = false;
+  if (CUresult r = CaptureCheck(s, &capturing); r != CUDA_SUCCESS) return r;
+  if (capturing) {
+    // No node: the event now stands for the stream's capture dependencies.
+    uint64_t id = 0;
+    std::vector<CUgraphNode> nodes;
+    if (CUresult r = CaptureEventRecord(s, &id, &nodes); r != CUDA_SUCCESS) {
+      return r;
+    }
+    std::lock_guard<std::mutex> lock(e->mu);
+    e->capture_id = id;
+    e->capture_nodes = std::move(nodes);
+    return CUDA_SUCCESS;
+  }
   auto reached = std::make_shared<std::atomic<int64_t>>(0);
   uint64_t seq = Submit(s, [reached] { reached->store(NowNs()); }, {},
                         OpLabel{OpKind::kEventRecord});
@@ -418,6 +457,8 @@ CUresult EventRecord(CUevent h, CUstream hs, unsigned flags, bool per_thread) {
   e->stream = s;
   e->seq = seq;
   e->reached_ns = reached;
+  e->capture_id = 0;
+  e->capture_nodes.clear();
   return CUDA_SUCCESS;
 }
 
@@ -431,11 +472,27 @@ CUresult StreamWaitEvent(CUstream hs, CUevent h, unsigned flags,
   Stream* s = nullptr;
   if (CUresult r = ResolveStream(hs, per_thread, &s); r != CUDA_SUCCESS) return r;
   Stream::Dependency dep;
+  uint64_t capture_id = 0;
+  std::vector<CUgraphNode> capture_nodes;
   {
     std::lock_guard<std::mutex> lock(e->mu);
-    if (e->stream == nullptr) return CUDA_SUCCESS;  // never recorded: no wait
+    capture_id = e->capture_id;
+    capture_nodes = e->capture_nodes;
     dep = {e->stream, e->seq};
   }
+  // A capture event: fork or join within its capture.
+  if (capture_id != 0) return CaptureWaitEvent(s, capture_id, capture_nodes);
+  bool capturing = false;
+  if (CUresult r = CaptureCheck(s, &capturing); r != CUDA_SUCCESS) return r;
+  if (capturing) {
+    // "Waiting on a non-captured event from a stream which is being
+    // captured without specifying the cudaEventWaitExternal flag is
+    // invalid" (programming guide); event wait nodes are not modelled.
+    return CaptureUnsupported(s, (flags & CU_EVENT_WAIT_EXTERNAL)
+                                     ? CUDA_ERROR_NOT_SUPPORTED
+                                     : CUDA_ERROR_STREAM_CAPTURE_ISOLATION);
+  }
+  if (dep.stream == nullptr) return CUDA_SUCCESS;  // never recorded: no wait
   Submit(s, nullptr, {dep}, OpLabel{OpKind::kWaitEvent});
   return CUDA_SUCCESS;
 }
@@ -500,6 +557,8 @@ FAKECUDA_EXPORT CUresult cuEventQuery(CUevent hEvent) {
   FAKECUDA_ENTER("cuEventQuery");
   Event* e = LookupEvent(hEvent);
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult r = CheckCapturedEvent(e); r != CUDA_SUCCESS) return r;
+  if (CUresult r = CheckUnsafeCall(); r != CUDA_SUCCESS) return r;
   std::lock_guard<std::mutex> lock(e->mu);
   if (e->stream == nullptr) return CUDA_SUCCESS;
   return e->stream->Reached(e->seq) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
@@ -509,6 +568,8 @@ FAKECUDA_EXPORT CUresult cuEventSynchronize(CUevent hEvent) {
   FAKECUDA_ENTER("cuEventSynchronize");
   Event* e = LookupEvent(hEvent);
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult r = CheckCapturedEvent(e); r != CUDA_SUCCESS) return r;
+  if (CUresult r = CheckUnsafeCall(); r != CUDA_SUCCESS) return r;
   Stream* s = nullptr;
   uint64_t seq;
   {

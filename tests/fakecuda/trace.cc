@@ -235,6 +235,10 @@ void Describe(const Record& r, const std::vector<std::string>& kernels,
       *name = "free (stream-ordered)";
       *cat = "memory";
       return;
+    case OpKind::kGraph:
+      *name = "graph launch";
+      *cat = "graph";
+      return;
     case OpKind::kOther:
       break;
   }
