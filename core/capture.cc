@@ -27,6 +27,23 @@ bool CaptureState::CapturingSlow(CUstream stream) const {
   return status != CU_STREAM_CAPTURE_STATUS_NONE;  // active or invalidated
 }
 
+CUstream CaptureState::SideStream() {
+  CUcontext ctx = nullptr;
+  if (driver_->cuCtxGetCurrent == nullptr || driver_->cuStreamCreate == nullptr ||
+      driver_->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr) {
+    return nullptr;
+  }
+  MutexLock lock(&mu_);
+  auto it = side_.find(ctx);
+  if (it != side_.end()) return it->second;
+  CUstream stream = nullptr;
+  // Non-blocking: the legacy stream's implicit ordering would tie it to the
+  // capturing stream, which the driver refuses.
+  if (driver_->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return nullptr;
+  side_[ctx] = stream;
+  return stream;
+}
+
 void RelaxedCaptureScope::Relax(const Driver* driver) {
   if (driver->cuThreadExchangeStreamCaptureMode == nullptr) return;
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;

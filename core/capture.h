@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "core/driver.h"
 #include "core/mutex.h"
@@ -53,6 +54,12 @@ class CaptureState {
     return any() && CapturingSlow(stream);
   }
 
+  // A stream of stensor's own in the current context, outside every
+  // capture: the consumer of the swap-ins made for a captured copy or
+  // memset (nothing may be inserted into the capture itself). Null when
+  // none could be made.
+  CUstream SideStream() ABSL_LOCKS_EXCLUDED(mu_);
+
   const Driver* driver() const { return driver_; }
 
  private:
@@ -62,6 +69,7 @@ class CaptureState {
   std::atomic<int> active_{0};
   Mutex mu_;
   absl::flat_hash_set<CUstream> origins_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<CUcontext, CUstream> side_ ABSL_GUARDED_BY(mu_);
 };
 
 class RelaxedCaptureScope {

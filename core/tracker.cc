@@ -259,7 +259,10 @@ void Tracker::LogLaunch(const char* api, const KernelInfo& kernel, const unsigne
           .Bool("inferred", kernel.layout_known)
           .Raw("tables", TablesJson(accesses))
           .Bool("unknown_tables", accesses.unknown_tables);
-  if (accesses.captured) line.Bool("captured", true);
+  // Uncapped, nobody asked at the launch whether it was captured.
+  if (accesses.captured || (!memory_ && capture_.Capturing(Handle(stream)))) {
+    line.Bool("captured", true);
+  }
   Log(line.Finish());
 }
 
@@ -502,15 +505,25 @@ CUresult Tracker::BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes,
                                 StreamRef stream, bool linear, bool to_host,
                                 TransferScope* scope) {
   if (!memory_) return CUDA_SUCCESS;
-  if (ABSL_PREDICT_FALSE(capture_.Capturing(Handle(stream)))) {
-    scope->captured = true;  // runs later, as a graph node
-    return CUDA_SUCCESS;
-  }
+  const bool captured = ABSL_PREDICT_FALSE(capture_.Capturing(Handle(stream)));
   RelaxedCaptureScope relaxed(capture_);
   std::optional<Buffer> d = registry_.Find(dst);
   std::optional<Buffer> s = src != 0 ? registry_.Find(src) : std::nullopt;
   scope->dst_id = d ? d->id : 0;
   scope->src_id = s ? s->id : 0;
+  if (captured) {
+    // It runs later, as a graph node (whose launch brings its buffers in).
+    // But the driver checks a copy's or memset's addresses when it records
+    // the node, unlike a kernel's arguments: a swapped-out buffer whose
+    // address is unmapped would be refused. So they are made resident for
+    // the call, on a stream of stensor's own, and kept until it returned.
+    scope->captured = true;
+    if (scope->dst_id == 0 && scope->src_id == 0) return CUDA_SUCCESS;
+    scope->side = capture_.SideStream();
+    if (scope->side == nullptr) return CUDA_SUCCESS;  // the driver will say
+    uint64_t ids[2] = {scope->dst_id, scope->src_id};
+    return memory_->Prepare(absl::MakeSpan(ids, 2), {}, scope->side);
+  }
   if (linear && to_host && s && !d) {
     // A synchronous copy from a swapped-out buffer reads its host copy. It
     // waits for the stream first, as the driver's copy would.
@@ -538,9 +551,13 @@ CUresult Tracker::BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes,
 
 void Tracker::EndTransfer(const TransferScope& scope, StreamRef stream,
                           bool submitted) {
-  if (!memory_ || scope.served || scope.captured) return;
+  if (!memory_ || scope.served) return;
   RelaxedCaptureScope relaxed(capture_);
   uint64_t ids[2] = {scope.dst_id, scope.src_id};
+  if (scope.captured) {  // nothing ran: no use, no write
+    if (scope.side != nullptr) memory_->Finish(absl::MakeSpan(ids, 2), {}, scope.side, false);
+    return;
+  }
   uint64_t written[1] = {scope.dst_id};
   memory_->Finish(absl::MakeSpan(ids, 2), absl::MakeSpan(written, 1), Handle(stream),
                   submitted);

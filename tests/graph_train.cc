@@ -84,7 +84,7 @@ void BlockWork(const Kernels& k, const Block& b, CUdeviceptr in, const uint32_t*
   // Weight updates split over both streams; the gradient cleared on s1.
   for (int l = 0; l < kLayers; ++l) Mix(k, b.a[kLayers - 1], b.w[l], 3u + l, l % 2 ? s1 : s0);
   CHECK(cuMemsetD32Async(b.g, 0x01010101u, kWords, s1));
-  Mix(k, b.w[0], b.g, 5u, s1);
+  Mix(k, b.w[1], b.g, 5u, s1);  // w[1] is s1's own: no race with s0
   CHECK(cuEventRecord(join, s1));
   CHECK(cuStreamWaitEvent(s0, join, 0));
   Gather(k, b.table, b.y, kLayers, s0);  // reads a[] through the table
@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
     all.push_back(b.g = NewBuffer(seed++));
     all.push_back(b.y = NewBuffer(seed++));
     // The table: the block's activations, uploaded from the host.
-    all.push_back(b.table = NewBuffer(seed++));
+    b.table = NewBuffer(seed++);  // not in `all`: its pointers differ from run to run
     CHECK(cuMemcpyHtoD(b.table, b.a, sizeof(b.a)));
   }
   CUdeviceptr eval[kEval], side[kSide];
@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
     // the host changes it.
     CHECK(cuStreamSynchronize(s0));
     if (step % 2 == 1) {
-      for (int e = 0; e < kEval; ++e) Mix(k, blocks[e % kBlocks].w[0], eval[e], 11u + step, s1);
+      for (int e = 0; e < kEval; ++e) Mix(k, blocks[e % kBlocks].w[0], eval[e], 11u + step, s0);
     }
     if (update && step == 0) {
       // Block 1's first layer now reads block 3's output instead.
@@ -247,6 +247,7 @@ int main(int argc, char** argv) {
   std::printf("checksum %016llx\n", static_cast<unsigned long long>(h));
   for (Block& b : blocks) CHECK(cuGraphExecDestroy(b.exec));
   for (CUdeviceptr p : all) CHECK(cuMemFree(p));
+  for (Block& b : blocks) CHECK(cuMemFree(b.table));
   CHECK(cuMemFreeHost(pinned));
   return stensor_tests::failures == 0 ? 0 : 1;
 }
