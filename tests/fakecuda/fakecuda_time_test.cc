@@ -134,6 +134,41 @@ TEST_F(FakeCudaTimeTest, OneDirectionSerialisesAcrossStreams) {
   EXPECT_EQ(b2, 0x22);
 }
 
+// A copy in a graph takes its direction's engine like an ordinary copy: a
+// captured host-to-device copy and a direct one serialise; the launch itself
+// returns at once.
+TEST_F(FakeCudaTimeTest, GraphCopiesUseTheCopyEngines) {
+  CUdeviceptr d1 = Device(0), d2 = Device(1);
+  unsigned char* h1 = Pinned(0);
+  unsigned char* h2 = Pinned(1);
+  std::memset(h1, 0x33, kH2D);
+  std::memset(h2, 0x44, kH2D);
+  CUstream s1 = NewStream(), s2 = NewStream();
+  ASSERT_CU(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuMemcpyHtoDAsync_v2(d1, h1, kH2D, s1));
+  CUgraph g = nullptr;
+  ASSERT_CU(cuStreamEndCapture(s1, &g));
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, g, 0));
+
+  Clock::time_point start = Clock::now();
+  ASSERT_CU(cuGraphLaunch(exec, s1));
+  EXPECT_LT(MsSince(start), kT / 2);
+  ASSERT_CU(cuMemcpyHtoDAsync_v2(d2, h2, kH2D, s2));
+  ASSERT_CU(cuStreamSynchronize(s1));
+  ASSERT_CU(cuStreamSynchronize(s2));
+  double ms = MsSince(start);
+  EXPECT_GE(ms, 2 * kT);
+  EXPECT_LT(ms, 4 * kT);
+  unsigned char b1 = 0, b2 = 0;
+  ASSERT_CU(cuMemcpyDtoH_v2(&b1, d1 + kH2D - 1, 1));
+  ASSERT_CU(cuMemcpyDtoH_v2(&b2, d2 + kH2D - 1, 1));
+  EXPECT_EQ(b1, 0x33);
+  EXPECT_EQ(b2, 0x44);
+  EXPECT_CU(cuGraphExecDestroy(exec));
+  EXPECT_CU(cuGraphDestroy(g));
+}
+
 TEST_F(FakeCudaTimeTest, TheTwoDirectionsOverlap) {
   CUdeviceptr up = Device(0), down = Device(1);
   unsigned char* from = Pinned(0);
