@@ -13,7 +13,7 @@
 # it used (UUID, PCI bus id); every rank below its working set swapped; each
 # device's high-water mark stayed within its cap; every exit status is 0.
 # Then %r from LOCAL_RANK alone, a malformed RANK, and two processes given
-# one log path.
+# one log path (one writes it, the other says so and writes none).
 set -euo pipefail
 train=$1 fake=$2 stensor=$3
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
@@ -127,4 +127,38 @@ fi
 grep -q 'stensor: invalid RANK="one" (used for %r in STENSOR_ACCESS_LOG)' "$tmp/bad.err" ||
   fail "malformed RANK: $(cat "$tmp/bad.err")"
 [[ ! -s $tmp/bad.out ]] || fail "the program ran despite RANK=one"
+# Two processes given one log path (no %r or %p): the first to open it
+# writes it; the other says so on stderr and writes none, rather than both
+# truncating and overwriting each other's lines. Deterministic first: the
+# lock held by flock(1) while a process starts.
+echo "held" > "$tmp/shared.jsonl"
+flock "$tmp/shared.jsonl" env STENSOR_ACCESS_LOG="$tmp/shared.jsonl" LD_PRELOAD="$preload" \
+  "$train" --steps 1 > /dev/null 2> "$tmp/held.err"
+[[ $(cat "$tmp/shared.jsonl") == held ]] || fail "a log another process holds was written to"
+grep -q 'is being written by another process: this process writes no access log' "$tmp/held.err" ||
+  fail "no word that the log is held: $(cat "$tmp/held.err")"
+# Then two ranks at once: one whole log, whichever opened it first (both, one
+# after the other, if they did not overlap), and both trained as without it.
+rm "$tmp/shared.jsonl"
+for r in 0 1; do
+  RANK=$r STENSOR_ACCESS_LOG="$tmp/shared.jsonl" LD_PRELOAD="$preload" \
+    "$train" --steps "$steps" --seed $((r + 1)) --device "$r" > "$tmp/shared.$r.out" 2> "$tmp/shared.$r.err" &
+  pids[r]=$!
+done
+for r in 0 1; do
+  wait "${pids[r]}" || fail "rank $r exited with status $? sharing a log path"
+  cmp -s "$tmp/plain.$r.out" "$tmp/shared.$r.out" || fail "rank $r: other output sharing a log path"
+done
+python3 - "$tmp/shared.jsonl" "${pids[0]}" "${pids[1]}" <<'PY' || fail "shared log path (above)"
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+headers = [r for r in records if r["type"] == "header"]
+if len(headers) != 1 or records[0] is not headers[0] or records[-1]["type"] != "end" \
+        or sum(r["type"] == "end" for r in records) != 1:
+    sys.exit("not one whole log: %d headers" % len(headers))
+if str(headers[0]["pid"]) not in sys.argv[2:]:
+    sys.exit("header of pid %r" % headers[0]["pid"])
+PY
+warned=$(cat "$tmp"/shared.[01].err | grep -c 'is being written by another process' || true)
+echo "shared log path: one whole log, $warned process(es) said the log was taken"
 echo PASS
