@@ -4,9 +4,9 @@
 # LOCAL_RANK and WORLD_SIZE, ranks 0 and 1 restricted to their GPU by
 # CUDA_VISIBLE_DEVICES=$LOCAL_RANK, ranks 2 and 3 seeing all four and
 # choosing theirs with --device $LOCAL_RANK; each preloaded with
-# libstensor.so under a cap of its own (100 % and 60 % of its working set in
-# bytes, 30 % of the device in percent, and the per-device form for its
-# ordinal) and writing its own access log through %r. Checks: every rank
+# libstensor.so under a cap of its own (100 % of its working set in bytes,
+# 60 % in the per-device form for ordinal 0 behind CUDA_VISIBLE_DEVICES,
+# 30 % of the device in percent, 40 % in the per-device form for ordinal 3) and writing its own access log through %r. Checks: every rank
 # prints the checksum of its uncapped run without stensor, bit for bit; each
 # rank wrote exactly one log, named with its rank, whole (header with its
 # pid, end record, nothing dropped), whose header names the physical device
@@ -36,7 +36,9 @@ ws=$(sed -n 's/^working_set //p' "$tmp/plain.0.out")
 (( ws > 0 )) || fail "no working set in $(cat "$tmp/plain.0.out")"
 device=$((128 << 20))
 # The cap each rank is given, and the same in bytes.
-limit=("$ws" $((ws * 60 / 100)) "30%" "3=$((ws * 40 / 100))")
+# Rank 1's per-device entry is for device 0: the ordinal as the process
+# sees it, physical device 1 behind CUDA_VISIBLE_DEVICES=1.
+limit=("$ws" "0=$((ws * 60 / 100))" "30%" "3=$((ws * 40 / 100))")
 cap_bytes=("$ws" $((ws * 60 / 100)) $((device * 30 / 100)) $((ws * 40 / 100)))
 
 logs=$tmp/logs
