@@ -121,6 +121,7 @@ std::string Tracker::Header() const {
           driver_->cuDeviceGetPCIBusId(bus, sizeof(bus), d) != CUDA_SUCCESS) {
         bus[0] = '\0';
       }
+      bus[sizeof(bus) - 1] = '\0';
       if (d > 0) devices.push_back(',');
       devices += JsonLine()
                      .Int("ordinal", d)
