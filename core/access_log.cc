@@ -1,5 +1,10 @@
 #include "core/access_log.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -12,10 +17,33 @@ namespace stensor {
 
 absl::StatusOr<std::unique_ptr<AccessLog>> AccessLog::Open(
     const std::string& path) {
-  std::FILE* file = std::fopen(path.c_str(), "we");
-  if (file == nullptr) {
+  auto failure = [&path](int error) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "cannot open access log \"", path, "\": ", std::strerror(errno)));
+        "cannot open access log \"", path, "\": ", std::strerror(error)));
+  };
+  // Truncated only once this process holds the file's lock: another process
+  // writing the same path (STENSOR_ACCESS_LOG without %r or %p) keeps its
+  // log whole. A file system without flock leaves the file unlocked.
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) return failure(errno);
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+      close(fd);
+      return absl::AlreadyExistsError(absl::StrCat(
+          "access log \"", path, "\" is being written by another process"));
+    }
+    if (ftruncate(fd, 0) != 0) {
+      const int error = errno;
+      close(fd);
+      return failure(error);
+    }
+  }
+  std::FILE* file = fdopen(fd, "w");
+  if (file == nullptr) {
+    const int error = errno;
+    close(fd);
+    return failure(error);
   }
   return std::unique_ptr<AccessLog>(new AccessLog(file));
 }

@@ -34,7 +34,9 @@ class AccessLog {
   static constexpr size_t kMaxQueued = size_t{1} << 16;
   static constexpr int kFlushIntervalMs = 100;
 
-  // Opens (truncates) `path` and starts the writer.
+  // Opens (truncates) `path` and starts the writer. A regular file is
+  // locked (flock) for the life of the log: AlreadyExists, and the file left
+  // as it is, when another process holds it.
   static absl::StatusOr<std::unique_ptr<AccessLog>> Open(
       const std::string& path);
   ~AccessLog();  // closes if still open

@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
@@ -40,6 +41,31 @@ TEST(AccessLogTest, LinesReachTheFileWithoutClose) {
   EXPECT_EQ(Slurp(path), want);
   (*log)->Close([](uint64_t dropped) { return absl::StrCat(R"({"dropped":)", dropped, "}"); });
   EXPECT_EQ(Slurp(path), want + "{\"dropped\":0}\n");
+}
+
+// Another open log of the same path (another process's, or here another
+// open file description) is neither truncated nor written: the second Open
+// is AlreadyExists until the first is closed.
+TEST(AccessLogTest, PathInUseIsLeftAlone) {
+  const std::string path = testing::TempDir() + "/shared.jsonl";
+  auto first = AccessLog::Open(path);
+  ASSERT_TRUE(first.ok()) << first.status();
+  (*first)->Close([](uint64_t) { return std::string(R"({"old":1})"); });
+  first = AccessLog::Open(path);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(Slurp(path), "");  // truncated once held
+  (*first)->Append(R"({"n":1})");
+  auto second = AccessLog::Open(path);
+  EXPECT_TRUE(absl::IsAlreadyExists(second.status())) << second.status();
+  EXPECT_NE(second.status().message().find("being written by another process"),
+            std::string::npos);
+  (*first)->Close([](uint64_t) { return std::string(R"({"end":1})"); });
+  EXPECT_EQ(Slurp(path), "{\"n\":1}\n{\"end\":1}\n");
+  first->reset();
+  second = AccessLog::Open(path);
+  ASSERT_TRUE(second.ok()) << second.status();
+  (*second)->Close([](uint64_t) { return std::string(R"({"again":1})"); });
+  EXPECT_EQ(Slurp(path), "{\"again\":1}\n");
 }
 
 // A writer that cannot keep up (here: a pipe nobody reads yet) holds the

@@ -440,6 +440,11 @@ const RankCase kRankCases[] = {
      "",
      "stensor: invalid RANK=\"x\" (used for %r in STENSOR_ACCESS_LOG)"},
     {{{"STENSOR_ACCESS_LOG", "/l.%r"}, {"RANK", "-1"}}, "", "RANK=\"-1\""},
+    // RANK wins over LOCAL_RANK, malformed or not.
+    {{{"STENSOR_ACCESS_LOG", "/l.%r"}, {"RANK", "one"}, {"LOCAL_RANK", "1"}},
+     "",
+     "stensor: invalid RANK=\"one\" (used for %r in STENSOR_ACCESS_LOG): "
+     "expected an integer from 0 to 2147483647"},
     {{{"STENSOR_ACCESS_LOG", "/l.%r"}, {"LOCAL_RANK", "99999999999"}},
      "",
      "LOCAL_RANK=\"99999999999\""},

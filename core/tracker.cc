@@ -83,6 +83,18 @@ Tracker::Tracker(const Config& config, const Driver* driver)
       kernels_(driver, config.write_inference == WriteInference::kConservative),
       capture_(driver) {}
 
+namespace {
+// "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6", as nvidia-smi -L prints it.
+std::string UuidText(const CUuuid& uuid) {
+  std::string text = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) text.push_back('-');
+    absl::StrAppendFormat(&text, "%02x", static_cast<unsigned char>(uuid.bytes[i]));
+  }
+  return text;
+}
+}  // namespace
+
 std::string Tracker::Header() const {
   std::string devices = "[";
   int count = 0;
@@ -97,8 +109,28 @@ std::string Tracker::Header() const {
       if (driver_->cuDeviceTotalMem_v2 != nullptr) {
         driver_->cuDeviceTotalMem_v2(&total, d);
       }
+      // Which physical device the ordinal is (CUDA_VISIBLE_DEVICES
+      // renumbers them): "" when the driver cannot say.
+      CUuuid uuid;
+      std::string uuid_text;
+      if (driver_->cuDeviceGetUuid_v2 != nullptr &&
+          driver_->cuDeviceGetUuid_v2(&uuid, d) == CUDA_SUCCESS) {
+        uuid_text = UuidText(uuid);
+      }
+      char bus[32] = "";
+      if (driver_->cuDeviceGetPCIBusId == nullptr ||
+          driver_->cuDeviceGetPCIBusId(bus, sizeof(bus), d) != CUDA_SUCCESS) {
+        bus[0] = '\0';
+      }
+      bus[sizeof(bus) - 1] = '\0';
       if (d > 0) devices.push_back(',');
-      devices += JsonLine().Int("ordinal", d).Str("name", name).Uint("total_bytes", total).Finish();
+      devices += JsonLine()
+                     .Int("ordinal", d)
+                     .Str("name", name)
+                     .Uint("total_bytes", total)
+                     .Str("uuid", uuid_text)
+                     .Str("pci_bus_id", bus)
+                     .Finish();
     }
   }
   devices.push_back(']');

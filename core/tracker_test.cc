@@ -422,6 +422,21 @@ CUresult DeviceTotalMem(size_t* bytes, CUdevice device) {
   return CUDA_SUCCESS;
 }
 
+// Device 0 has a UUID; device 1's query fails (the header then says "").
+CUresult DeviceGetUuid(CUuuid* uuid, CUdevice device) {
+  if (device != 0) return CUDA_ERROR_NOT_SUPPORTED;
+  for (int i = 0; i < 16; ++i) uuid->bytes[i] = static_cast<char>(i * 0x11);
+  return CUDA_SUCCESS;
+}
+
+const char* const kDeviceBusIds[] = {"0000:17:00.0", "0000:2a:00.0"};
+
+CUresult DeviceGetPCIBusId(char* bus, int len, CUdevice device) {
+  if (device < 0 || device > 1 || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  std::snprintf(bus, static_cast<size_t>(len), "%s", kDeviceBusIds[device]);
+  return CUDA_SUCCESS;
+}
+
 const Driver* ScriptedDriver() {
   static const Driver* const driver = [] {
     auto* d = new Driver;  // every other entry point stays null
@@ -430,6 +445,8 @@ const Driver* ScriptedDriver() {
     d->cuDeviceGetCount = &DeviceGetCount;
     d->cuDeviceGetName = &DeviceGetName;
     d->cuDeviceTotalMem_v2 = &DeviceTotalMem;
+    d->cuDeviceGetUuid_v2 = &DeviceGetUuid;
+    d->cuDeviceGetPCIBusId = &DeviceGetPCIBusId;
     return d;
   }();
   return driver;
@@ -523,6 +540,9 @@ void ExpectHeader(const Json& header) {
     EXPECT_EQ(devices.items[d]["ordinal"].Uint(), d);
     EXPECT_EQ(devices.items[d]["name"].Str(), kDeviceNames[d]);
     EXPECT_EQ(devices.items[d]["total_bytes"].Uint(), kDeviceBytes[d]);
+    EXPECT_EQ(devices.items[d]["uuid"].Str(),
+              d == 0 ? "GPU-00112233-4455-6677-8899-aabbccddeeff" : "");
+    EXPECT_EQ(devices.items[d]["pci_bus_id"].Str(), kDeviceBusIds[d]);
   }
 }
 

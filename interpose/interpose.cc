@@ -22,6 +22,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
 #include "core/config.h"
 #include "interpose/raw_log.h"
 #include "interpose/state.h"
@@ -266,6 +267,14 @@ Globals* Build() {
     own.access_log.clear();
   }
   auto tracker = Tracker::Create(own, &g->state.driver);
+  if (absl::IsAlreadyExists(tracker.status())) {
+    // Another process writes that log (the same path, no %r or %p): this one
+    // writes none rather than mixing its records into it.
+    RawLog("%s: this process writes no access log (put %%r or %%p in STENSOR_ACCESS_LOG)",
+           std::string(tracker.status().message()).c_str());
+    own.access_log.clear();
+    tracker = Tracker::Create(own, &g->state.driver);
+  }
   if (!tracker.ok()) {
     RawLog("%s", std::string(tracker.status().message()).c_str());
     std::_Exit(1);

@@ -142,9 +142,9 @@ std::string BesideBinary(const char* file) {
   return exe.substr(0, exe.rfind('/') + 1) + file;
 }
 
-CUcontext UsePrimaryContext(CUdevice* device) {
+CUcontext UsePrimaryContext(CUdevice* device, int ordinal) {
   CU_CHECK(cuInit, 0);
-  CU_CHECK(cuDeviceGet, device, 0);
+  CU_CHECK(cuDeviceGet, device, ordinal);
   CUcontext context = nullptr;
   CU_CHECK(cuDevicePrimaryCtxRetain, &context, *device);
   CU_CHECK(cuCtxSetCurrent, context);

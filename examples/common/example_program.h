@@ -70,10 +70,10 @@ void ForEachFlag(int argc, char** argv,
 // The path of `file` in the directory of the running binary.
 std::string BesideBinary(const char* file);
 
-// cuInit, then device 0's primary context retained and made current on this
-// thread; sets `*device` (for the release at the end) and returns the
-// context.
-CUcontext UsePrimaryContext(CUdevice* device);
+// cuInit, then the primary context of device `ordinal` (0 unless given)
+// retained and made current on this thread; sets `*device` (for the release
+// at the end) and returns the context.
+CUcontext UsePrimaryContext(CUdevice* device, int ordinal = 0);
 
 // The module at `path`, loaded into the current context; exits naming the
 // path when the driver refuses it.

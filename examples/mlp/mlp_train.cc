@@ -51,6 +51,7 @@ struct Options {
   float noise = 2.0f;
   long long seed = 1;
   int threads = 1;
+  int device = 0;  // ordinal, among the devices the process sees
 };
 
 constexpr char kUsage[] =
@@ -77,7 +78,9 @@ constexpr char kUsage[] =
     "  --threads N          host threads, 1..64, each training a model of its\n"
     "                       own on a stream of its own; thread T seeds with\n"
     "                       seed + T (mod 2^32); step lines are thread 0's\n"
-    "                       (default 1)\n";
+    "                       (default 1)\n"
+    "  --device N           device ordinal, among the devices the process\n"
+    "                       sees (CUDA_VISIBLE_DEVICES) (default 0)\n";
 
 Options ParseFlags(int argc, char** argv) {
   Options options;
@@ -119,6 +122,8 @@ Options ParseFlags(int argc, char** argv) {
           options.seed = examples::ParseInteger(name, value, 0, UINT_MAX);
         } else if (name == "threads") {
           options.threads = examples::ParseInt(name, value, 1, 64);
+        } else if (name == "device") {
+          options.device = examples::ParseInt(name, value, 0, 1023);
         } else {
           examples::UsageError("unknown flag --%s", name.c_str());
         }
@@ -500,7 +505,8 @@ int main(int argc, char** argv) {
   const unsigned seed = static_cast<unsigned>(options.seed);
 
   CUdevice device = 0;
-  const CUcontext context = examples::UsePrimaryContext(&device);
+  const CUcontext context =
+      examples::UsePrimaryContext(&device, options.device);
   CUmodule module = examples::LoadModule(module_path);
   const Kernels kernels(module);
 

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -161,6 +162,107 @@ void ParseTrace(Options* o) {
   }
 }
 
+// Physical device `p`'s UUID: facecd1<p>-0000-0000-6661-6b6563756461
+// ("fakecuda"), distinct per device from its eighth hex digit on.
+void PhysicalUuid(int p, unsigned char bytes[16]) {
+  static constexpr unsigned char kUuid[16] = {0xfa, 0xce, 0xcd, 0x10, 0, 0,
+                                              0,    0,    'f',  'a',  'k', 'e',
+                                              'c',  'u',  'd',  'a'};
+  std::memcpy(bytes, kUuid, 16);
+  bytes[3] = static_cast<unsigned char>(0x10 + p);
+}
+
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L prints it.
+std::string UuidText(int p) {
+  unsigned char b[16];
+  PhysicalUuid(p, b);
+  char text[41];
+  std::snprintf(text, sizeof(text),
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+                "%02x%02x%02x%02x%02x%02x",
+                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9],
+                b[10], b[11], b[12], b[13], b[14], b[15]);
+  return text;
+}
+
+std::string Trim(const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t\n\r\f\v");
+  if (first == std::string::npos) return "";
+  return text.substr(first, text.find_last_not_of(" \t\n\r\f\v") + 1 - first);
+}
+
+// The physical device an ordinal entry names, read as strtoul reads it
+// (leading blanks, a sign, digits; the rest ignored: "1gpu" is 1), or -1.
+int OrdinalEntry(const std::string& entry, int physical_count) {
+  size_t i = 0;
+  bool negative = false;
+  if (i < entry.size() && (entry[i] == '+' || entry[i] == '-')) {
+    negative = entry[i++] == '-';
+  }
+  long long value = 0;
+  size_t digits = 0;
+  for (; i < entry.size() && entry[i] >= '0' && entry[i] <= '9'; ++i, ++digits) {
+    value = std::min<long long>(value * 10 + (entry[i] - '0'), physical_count);
+  }
+  if (digits == 0 || (negative && value != 0) || value >= physical_count) {
+    return -1;
+  }
+  return static_cast<int>(value);
+}
+
+// The physical device a UUID entry names (a unique prefix of a device's
+// "GPU-..." UUID, hex digits in any case), or -1 when none or several do.
+int UuidEntry(const std::string& entry, int physical_count) {
+  int found = -1;
+  for (int p = 0; p < physical_count; ++p) {
+    const std::string uuid = UuidText(p);
+    if (entry.size() > uuid.size()) continue;
+    bool match = true;
+    for (size_t i = 0; i < entry.size() && match; ++i) {
+      match = std::tolower(static_cast<unsigned char>(entry[i])) ==
+              std::tolower(static_cast<unsigned char>(uuid[i]));
+    }
+    if (!match) continue;
+    if (found >= 0) return -1;  // ambiguous
+    found = p;
+  }
+  return found;
+}
+
+// CUDA_VISIBLE_DEVICES as the driver reads it (CUDA Programming Guide,
+// "CUDA_VISIBLE_DEVICES"; the corner cases as PyTorch's
+// torch.cuda._parse_visible_devices models the driver): a comma-separated
+// list of ordinals or of GPU UUIDs (a unique prefix suffices), the kind set
+// by the first entry; the devices are renumbered from 0 in the listed
+// order. An entry that names no device (out of range, negative, not a
+// number, an unknown or ambiguous UUID, one of the other kind, a MIG
+// instance) ends the list there; a device listed twice leaves none. Unset:
+// every device; empty: none.
+std::vector<int> VisibleDevices(const char* value, int physical_count) {
+  std::vector<int> visible;
+  if (value == nullptr) {
+    for (int p = 0; p < physical_count; ++p) visible.push_back(p);
+    return visible;
+  }
+  std::vector<std::string> entries = SplitCommas(value);
+  const bool uuids = Trim(entries[0]).rfind("GPU-", 0) == 0;
+  for (const std::string& raw : entries) {
+    const std::string entry = Trim(raw);
+    int p = -1;
+    if (uuids) {
+      if (entry.rfind("GPU-", 0) == 0) p = UuidEntry(entry, physical_count);
+    } else {
+      p = OrdinalEntry(entry, physical_count);
+    }
+    if (p < 0) break;
+    if (std::find(visible.begin(), visible.end(), p) != visible.end()) {
+      return {};
+    }
+    visible.push_back(p);
+  }
+  return visible;
+}
+
 Options LoadOptions() {
   Options o;
   if (const char* v = std::getenv("FAKECUDA_DEVICE_MEMORY")) {
@@ -178,6 +280,7 @@ Options LoadOptions() {
     }
     o.devices = static_cast<int>(n);
   }
+  o.visible = VisibleDevices(std::getenv("CUDA_VISIBLE_DEVICES"), o.devices);
   if (const char* v = std::getenv("FAKECUDA_HOST_VMM")) {
     if (std::strcmp(v, "0") == 0) o.host_vmm = false;
     else if (std::strcmp(v, "1") == 0) o.host_vmm = true;
@@ -312,15 +415,19 @@ void Device::Uncharge(size_t bytes) { used.fetch_sub(bytes); }
 namespace {
 Device* Devices() {
   static Device* devices = [] {
-    auto* d = new Device[GetOptions().devices];
-    for (int i = 0; i < GetOptions().devices; ++i) d[i].ordinal = i;
+    const std::vector<int>& visible = GetOptions().visible;
+    auto* d = new Device[visible.size()];
+    for (size_t i = 0; i < visible.size(); ++i) {
+      d[i].ordinal = static_cast<int>(i);
+      d[i].physical = visible[i];
+    }
     return d;
   }();
   return devices;
 }
 }  // namespace
 
-int DeviceCount() { return GetOptions().devices; }
+int DeviceCount() { return static_cast<int>(GetOptions().visible.size()); }
 
 Device* GetDevice(int ordinal) {
   if (ordinal < 0 || ordinal >= DeviceCount()) return nullptr;
@@ -509,6 +616,8 @@ FAKECUDA_EXPORT CUresult cuInit(unsigned int flags) {
       setrlimit(RLIMIT_NOFILE, &files);
     }
   });
+  // CUDA_VISIBLE_DEVICES left none: the driver stays uninitialised.
+  if (DeviceCount() == 0) return CUDA_ERROR_NO_DEVICE;
   g_initialized.store(true, std::memory_order_release);
   return CUDA_SUCCESS;
 }
@@ -548,15 +657,58 @@ FAKECUDA_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
   FAKECUDA_ENTER("cuDeviceGetUuid_v2");
   if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
-  std::memset(uuid->bytes, 0, sizeof(uuid->bytes));
-  std::memcpy(uuid->bytes, "fakecuda", 8);
-  uuid->bytes[15] = static_cast<char>(dev);
+  unsigned char bytes[16];
+  PhysicalUuid(GetDevice(dev)->physical, bytes);
+  std::memcpy(uuid->bytes, bytes, sizeof(bytes));
   return CUDA_SUCCESS;
 }
 
 FAKECUDA_EXPORT CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
   FAKECUDA_ENTER("cuDeviceGetUuid");
   return cuDeviceGetUuid_v2(uuid, dev);
+}
+
+// Physical device p sits alone on PCI bus p + 1 of domain 0.
+FAKECUDA_EXPORT CUresult cuDeviceGetPCIBusId(char* pciBusId, int len,
+                                             CUdevice dev) {
+  FAKECUDA_ENTER("cuDeviceGetPCIBusId");
+  if (pciBusId == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  std::snprintf(pciBusId, static_cast<size_t>(len), "0000:%02x:00.0",
+                GetDevice(dev)->physical + 1);
+  return CUDA_SUCCESS;
+}
+
+// Accepts domain:bus:device.function, domain:bus:device and
+// bus:device.function, in hex.
+FAKECUDA_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice* dev,
+                                               const char* pciBusId) {
+  FAKECUDA_ENTER("cuDeviceGetByPCIBusId");
+  if (dev == nullptr || pciBusId == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  unsigned domain = 0, bus = 0, device = 0, function = 0;
+  int end = 0;
+  const std::string text(pciBusId);
+  auto whole = [&](int fields, int want) {
+    return fields == want && end == static_cast<int>(text.size());
+  };
+  if (!whole(std::sscanf(pciBusId, "%x:%x:%x.%x%n", &domain, &bus, &device,
+                         &function, &end), 4) &&
+      !whole(std::sscanf(pciBusId, "%x:%x:%x%n", &domain, &bus, &device, &end),
+             3)) {
+    domain = 0;
+    if (!whole(std::sscanf(pciBusId, "%x:%x.%x%n", &bus, &device, &function,
+                           &end), 3)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  for (int d = 0; d < DeviceCount(); ++d) {
+    if (domain == 0 && device == 0 && function == 0 &&
+        bus == static_cast<unsigned>(GetDevice(d)->physical + 1)) {
+      *dev = d;
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_INVALID_DEVICE;
 }
 
 FAKECUDA_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
@@ -595,7 +747,11 @@ FAKECUDA_EXPORT CUresult cuDeviceGetAttribute(int* value,
     case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: *value = 2; break;
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *value = 1; break;
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *value = 1; break;
-    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *value = dev; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
+      *value = GetDevice(dev)->physical + 1;
+      break;
+    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *value = 0; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *value = 0; break;
     case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: *value = 32; break;
     case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *value = 1; break;
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *value = 1; break;

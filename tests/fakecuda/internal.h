@@ -37,7 +37,10 @@ constexpr int kDriverVersion = 13000;
 
 struct Options {
   size_t device_memory = size_t{16} << 30;  // FAKECUDA_DEVICE_MEMORY
-  int devices = 1;                          // FAKECUDA_DEVICES
+  int devices = 1;                          // FAKECUDA_DEVICES: the machine's
+  // The physical index of each device the process sees, by ordinal:
+  // CUDA_VISIBLE_DEVICES applied to the machine's `devices`.
+  std::vector<int> visible;
   bool host_vmm = true;                     // FAKECUDA_HOST_VMM
   // FAKECUDA_LINK: bandwidth of each direction's copy engine in bytes per
   // second; 0 leaves that direction untimed.
@@ -103,7 +106,8 @@ bool IsExportedSymbol(const char* symbol);
 
 // --- Devices and contexts --------------------------------------------------
 struct Device {
-  int ordinal = 0;
+  int ordinal = 0;   // as the process numbers it
+  int physical = 0;  // in the machine, before CUDA_VISIBLE_DEVICES
   std::atomic<size_t> used{0};  // bytes of device memory in use
   std::atomic<size_t> peak{0};  // high-water mark of `used`
   // Reserves `bytes` of device capacity; false when the device is full.
@@ -111,7 +115,7 @@ struct Device {
   void Uncharge(size_t bytes);
 };
 Device* GetDevice(int ordinal);  // nullptr when out of range
-int DeviceCount();
+int DeviceCount();               // the visible devices
 
 class Stream;
 
