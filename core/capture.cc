@@ -23,7 +23,17 @@ void CaptureState::OnEnd(CUstream origin) {
 bool CaptureState::CapturingSlow(CUstream stream) const {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   if (driver_->cuStreamIsCapturing == nullptr) return false;
-  if (driver_->cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS) return true;
+  CUresult r = driver_->cuStreamIsCapturing(stream, &status);
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) {
+    r = driver_->cuStreamIsCapturing(stream, &status);  // once more: guessing costs
+  }
+  // The legacy stream while a blocking stream captures: the driver refuses
+  // the program's operation there as well, so nothing is to be done for it.
+  if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) return true;
+  // Any other failure: taken as not capturing. Its operation is then
+  // handled as run now, so its writes are never lost; were it captured
+  // after all, the driver refuses what stensor inserts, and says so.
+  if (r != CUDA_SUCCESS) return false;
   return status != CU_STREAM_CAPTURE_STATUS_NONE;  // active or invalidated
 }
 

@@ -45,11 +45,12 @@ class CaptureState {
   // driver is asked whether `origin` still captures.
   void OnEnd(CUstream origin) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Whether work pushed into `stream` now is captured, not run. A stream
-  // the driver cannot answer for (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: the
-  // legacy stream while a blocking stream captures) counts as capturing:
-  // nothing may be inserted into it, and the driver refuses the program's
-  // operation there anyway.
+  // Whether work pushed into `stream` now is captured, not run. The legacy
+  // stream while a blocking stream captures (CUDA_ERROR_STREAM_CAPTURE_
+  // IMPLICIT) counts as capturing: nothing may be inserted into it, and the
+  // driver refuses the program's operation there anyway. A query that
+  // fails otherwise counts as not capturing: the operation's writes are
+  // then recorded, never lost.
   bool Capturing(CUstream stream) const {
     return any() && CapturingSlow(stream);
   }

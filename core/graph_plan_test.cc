@@ -445,8 +445,10 @@ TEST(CaptureStateTest, AsksTheDriverOnlyWhileACaptureIsInProgress) {
   state.OnBegin(s);  // once per origin
   EXPECT_TRUE(state.any());
   EXPECT_TRUE(state.Capturing(s));
-  g_capture_query = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;  // the driver cannot say: capturing
+  g_capture_query = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;  // legacy stream: capturing
   EXPECT_TRUE(state.Capturing(nullptr));
+  g_capture_query = CUDA_ERROR_UNKNOWN;  // a failed query: run now, writes recorded
+  EXPECT_FALSE(state.Capturing(s));
   g_capture_query = CUDA_SUCCESS;
   state.OnEnd(s);  // the driver says it still captures (a failed end)
   EXPECT_TRUE(state.any());
