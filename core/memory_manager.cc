@@ -710,6 +710,14 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
   return CUDA_SUCCESS;
 }
 
+bool MemoryManager::Swappable(uint64_t bytes) {
+  CUdevice ordinal = 0;
+  if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return false;
+  MutexLock lock(&mu_);
+  const Device& dev = DeviceState(ordinal);
+  return dev.granularity != 0 && bytes >= dev.granularity / 2 && bytes <= dev.cap;
+}
+
 CUresult MemoryManager::ReserveExternal(uint64_t bytes) {
   CUdevice ordinal = 0;
   if (CUresult r = driver_->cuCtxGetDevice(&ordinal); r != CUDA_SUCCESS) return r;

@@ -148,6 +148,10 @@ class MemoryManager {
   using RegisterId = absl::FunctionRef<uint64_t(CUdeviceptr base)>;
   CUresult Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId register_id)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether Allocate(bytes) on the current context's device would make a
+  // VMM-backed, swappable buffer (at least half the granularity, at most the
+  // cap); false also when the device cannot be told.
+  bool Swappable(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // Allocations the driver makes itself under the cap (cuMemAllocPitch,
   // stream-ordered pools): never swapped, but counted. Reserve makes room
   // for `bytes` on the current device and charges them; Adopt ties the
