@@ -355,6 +355,11 @@ MemoryManager::~MemoryManager() {
       if (u.event != nullptr) (void)driver_->cuEventDestroy_v2(u.event);
     }
   }
+  for (const ExternalFree& f : external_frees_) {
+    for (const Use& u : f.uses) {
+      if (u.event != nullptr) (void)driver_->cuEventDestroy_v2(u.event);
+    }
+  }
 }
 
 void MemoryManager::Log(std::string line) const {
@@ -754,6 +759,62 @@ void MemoryManager::ForgetExternal(CUdeviceptr base) {
   if (it == external_.end()) return;
   DeviceState(it->second.first).used -= it->second.second;
   external_.erase(it);
+}
+
+void MemoryManager::ForgetExternalAsync(CUdeviceptr base, CUstream stream) {
+  MutexLock lock(&mu_);
+  auto it = external_.find(base);
+  if (it == external_.end()) return;
+  ExternalFree& f = external_frees_.emplace_back();
+  f.device = it->second.first;
+  f.bytes = it->second.second;
+  external_.erase(it);
+  // Unrecorded (a failed create or record): settled by a wait for the
+  // stream's whole context, still in stream order.
+  NoteUse(f.uses, stream, f.device);
+}
+
+bool MemoryManager::SettleExternalFrees(int device, bool wait) {
+  bool settled = false;
+  for (auto it = external_frees_.begin(); it != external_frees_.end();) {
+    ExternalFree& f = *it;
+    bool done = f.waiters == 0;
+    for (Use& u : f.uses) done = done && Observed(u);
+    if (!done) {
+      ++it;
+      continue;
+    }
+    DeviceState(f.device).used -= f.bytes;
+    for (const Use& u : f.uses) {
+      if (u.event != nullptr) (void)Failed(driver_->cuEventDestroy_v2(u.event));
+    }
+    settled |= f.device == device;
+    it = external_frees_.erase(it);
+  }
+  if (settled || !wait || no_block_) return settled;
+  for (ExternalFree& f : external_frees_) {
+    if (f.device != device || f.waiters > 0) continue;
+    // Without the lock (the stream may wait for another thread's next
+    // launch); the entry and its events stay while it is waited for.
+    ++f.waiters;
+    std::vector<Use> uses = f.uses;
+    const CUstream swap_stream = DeviceState(device).swap_stream;
+    auto start = std::chrono::steady_clock::now();
+    mu_.Unlock();
+    std::vector<CUresult> results;
+    for (const Use& u : uses) results.push_back(WaitForUse(u, swap_stream));
+    mu_.Lock();
+    --f.waiters;
+    const double waited = Seconds(std::chrono::steady_clock::now() - start);
+    stats_.host_wait_seconds += waited;
+    stats_.wait_program_seconds += waited;
+    for (size_t i = 0; i < uses.size() && i < f.uses.size(); ++i) {
+      if (Failed(results[i]) == CUDA_SUCCESS) f.uses[i].done = true;
+    }
+    (void)SettleExternalFrees(device, /*wait=*/false);
+    return true;  // callers look again
+  }
+  return false;
 }
 
 bool MemoryManager::Owns(CUdeviceptr base) const {
@@ -1350,9 +1411,12 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
         if (ReapOldMappings(dev, /*wait=*/true)) continue;
       }
     }
+    // Driver allocations freed in stream order whose free has run.
+    if (!external_frees_.empty() && SettleExternalFrees(dev.ordinal, false)) continue;
     if (version_policy_ && DropOneClean(dev, &error)) continue;           // S403
     if (ReleaseGarbage(dev, /*wait=*/false, &error)) continue;            // S404
     if (ReleaseGarbage(dev, /*wait=*/true, &error)) continue;
+    if (!external_frees_.empty() && SettleExternalFrees(dev.ordinal, true)) continue;
     if (EvictByPolicy(dev, dev.used - (dev.cap - need), &error)) continue;  // S405
     if (!spend_prefetched_) {
       // Last, what was fetched ahead of its use (not while prefetching:

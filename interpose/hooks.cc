@@ -280,7 +280,11 @@ PAIR(cuMemFreeAsync, _ptsz, (CUdeviceptr dptr, CUstream s),
          return r;
        }
        r = Free(kApi, real, dptr, s);
-       if (r == CUDA_SUCCESS && T().capped()) T().memory()->ForgetExternal(dptr);
+       // Charged until the stream reached the free, as the driver frees it.
+       if (r == CUDA_SUCCESS && T().capped()) {
+         T().memory()->ForgetExternalAsync(
+             dptr, s == nullptr && kPerThread ? CU_STREAM_PER_THREAD : s);
+       }
        return r;
      }())
 // Under a cap, the program sees the cap as the device's memory.
