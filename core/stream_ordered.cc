@@ -70,6 +70,19 @@ CUresult ContextForDevice(const Driver& driver, int ordinal, CUcontext* context)
   return CUDA_SUCCESS;
 }
 
+bool FromDefaultPool(const Driver& driver) {
+  // A driver without pool queries has no pool to set either.
+  if (driver.cuDeviceGetMemPool == nullptr || driver.cuDeviceGetDefaultMemPool == nullptr) {
+    return true;
+  }
+  CUdevice device = 0;
+  CUmemoryPool current = nullptr, default_pool = nullptr;
+  return driver.cuCtxGetDevice(&device) == CUDA_SUCCESS &&
+         driver.cuDeviceGetMemPool(&current, device) == CUDA_SUCCESS &&
+         driver.cuDeviceGetDefaultMemPool(&default_pool, device) == CUDA_SUCCESS &&
+         current == default_pool;
+}
+
 bool ServeStreamOrdered(const Driver& driver, MemoryManager& memory, CUdeviceptr* dptr,
                         uint64_t bytes, CUstream stream,
                         MemoryManager::RegisterId register_id, CUresult* result) {
@@ -89,6 +102,7 @@ bool ServeStreamOrdered(const Driver& driver, MemoryManager& memory, CUdeviceptr
   ContextScope scope(driver, context);
   if (scope.result() != CUDA_SUCCESS) return false;
   if (!memory.Swappable(bytes)) return false;
+  if (!FromDefaultPool(driver)) return false;
   *result = memory.Allocate(bytes, dptr, register_id);
   // The pop (retried once on failure) is the scope's; the program gets the
   // allocation's result either way: an error after a successful allocation

@@ -9,7 +9,8 @@
 // core/external_allocations.h): smaller allocations, a null result pointer
 // or 0 bytes (the driver's error), a stream being captured into a graph (the
 // allocation becomes a graph node there), a stream whose capture status or
-// context the driver will not tell (its error), and every
+// context the driver will not tell (its error), a device whose current pool
+// is not its default one (cuDeviceSetMemPool), and every
 // cuMemAllocFromPoolAsync.
 //
 // Thread-safety: the functions keep no state but ContextForDevice's cache of
@@ -59,6 +60,13 @@ CUresult StreamContext(const Driver& driver, CUstream stream, CUcontext* context
 // device and kept for the process (as the CUDA runtime keeps it). The
 // driver's error when the ordinal is invalid or the context cannot be had.
 CUresult ContextForDevice(const Driver& driver, int ordinal, CUcontext* context);
+
+// Whether cuMemAllocAsync in the current context allocates from its
+// device's default pool: false when the program made another pool current
+// (cuDeviceSetMemPool), whose properties (IPC handle types, a host
+// location, its own release threshold) stensor's memory would not have, or
+// when the driver will not say. True for a driver without pool queries.
+bool FromDefaultPool(const Driver& driver);
 
 // Whether stensor serves a cuMemAllocAsync of `bytes` on `stream` (a handle
 // the driver understands: CU_STREAM_PER_THREAD for handle 0 of a _ptsz entry

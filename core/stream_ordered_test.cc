@@ -147,5 +147,46 @@ TEST_F(StreamOrderedTest, ContextScopePushesOnlyWhatIsNotCurrentAndRestores) {
   ASSERT_CU(cuDevicePrimaryCtxRelease_v2(1));
 }
 
+// Pool queries the fake does not have, answered by the test.
+CUmemoryPool g_current_pool = nullptr;
+CUresult g_pool_result = CUDA_SUCCESS;
+CUmemoryPool const kDefaultPool = reinterpret_cast<CUmemoryPool>(0x1000);
+CUresult CurrentPool(CUmemoryPool* pool, CUdevice) {
+  *pool = g_current_pool;
+  return g_pool_result;
+}
+CUresult DefaultPool(CUmemoryPool* pool, CUdevice) {
+  *pool = kDefaultPool;
+  return CUDA_SUCCESS;
+}
+
+TEST_F(StreamOrderedTest, OnlyTheDefaultPoolIsServed) {
+  Driver driver = driver_;
+  driver.cuDeviceGetMemPool = &CurrentPool;
+  driver.cuDeviceGetDefaultMemPool = &DefaultPool;
+  g_current_pool = kDefaultPool;
+  g_pool_result = CUDA_SUCCESS;
+  EXPECT_TRUE(FromDefaultPool(driver));
+  CUdeviceptr p = 0;
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  ASSERT_TRUE(ServeStreamOrdered(driver, *mm_, &p, kGranule, nullptr,
+                                 [](CUdeviceptr) { return uint64_t{1}; }, &r));
+  ASSERT_CU(r);
+  // Another pool made current (cuDeviceSetMemPool): the driver's.
+  g_current_pool = reinterpret_cast<CUmemoryPool>(0x2000);
+  EXPECT_FALSE(FromDefaultPool(driver));
+  CUdeviceptr q = 0;
+  EXPECT_FALSE(ServeStreamOrdered(driver, *mm_, &q, kGranule, nullptr,
+                                  [](CUdeviceptr) { return uint64_t{2}; }, &r));
+  // A query the driver refuses: the driver's too.
+  g_current_pool = kDefaultPool;
+  g_pool_result = CUDA_ERROR_NOT_SUPPORTED;
+  EXPECT_FALSE(FromDefaultPool(driver));
+  // No pool queries at all (the fake): served.
+  driver.cuDeviceGetMemPool = nullptr;
+  EXPECT_TRUE(FromDefaultPool(driver));
+  EXPECT_CU(mm_->FreeAsync(p, nullptr));
+}
+
 }  // namespace
 }  // namespace stensor
