@@ -14,6 +14,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/context_scope.h"
 #include "core/host_copy.h"
 #include "core/json.h"
 #include "core/stream_use.h"
@@ -38,55 +39,6 @@ double Seconds(std::chrono::steady_clock::duration d) {
 bool NamesCurrentContextStream(CUstream s) {
   return s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
 }
-
-// Makes `target` the calling thread's current context for the calls in its
-// scope and the program's context current again at its end. A stream
-// belongs to the context current at its creation, and the driver records an
-// event only on a stream of the event's context (CUDA_ERROR_INVALID_HANDLE
-// otherwise), so each device's streams and events are made in that
-// device's context, whatever the program has current. Not thread-safe: one
-// thread's scope, on its own context stack.
-class ContextScope {
- public:
-  // Pushes `target` unless it is null or already current; result() says
-  // whether the calls that follow run in it. Each failed driver call is
-  // counted in `*errors`.
-  ContextScope(const Driver& driver, CUcontext target, uint64_t* errors)
-      : driver_(driver), errors_(errors) {
-    if (target == nullptr) return;
-    CUcontext current = nullptr;
-    result_ = Count(driver_.cuCtxGetCurrent(&current));
-    if (result_ != CUDA_SUCCESS || current == target) return;
-    result_ = Count(driver_.cuCtxPushCurrent_v2(target));
-    pushed_ = result_ == CUDA_SUCCESS;
-  }
-  ~ContextScope() { (void)Restore(); }
-  ContextScope(const ContextScope&) = delete;
-  ContextScope& operator=(const ContextScope&) = delete;
-
-  CUresult result() const { return result_; }
-  // Pops what was pushed; once more if that fails, since a program left
-  // with stensor's context current would run its next work on another
-  // device. The last pop's result.
-  CUresult Restore() {
-    if (!pushed_) return CUDA_SUCCESS;
-    pushed_ = false;
-    CUresult r = Count(driver_.cuCtxPopCurrent_v2(nullptr));
-    if (r != CUDA_SUCCESS) r = Count(driver_.cuCtxPopCurrent_v2(nullptr));
-    return r;
-  }
-
- private:
-  CUresult Count(CUresult r) {
-    if (r != CUDA_SUCCESS) ++*errors_;
-    return r;
-  }
-
-  const Driver& driver_;
-  uint64_t* const errors_;
-  CUresult result_ = CUDA_SUCCESS;
-  bool pushed_ = false;
-};
 
 }  // namespace
 

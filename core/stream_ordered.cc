@@ -5,25 +5,6 @@
 
 namespace stensor {
 
-ContextScope::ContextScope(const Driver& driver, CUcontext target) : driver_(driver) {
-  if (target == nullptr) return;
-  CUcontext current = nullptr;
-  result_ = driver_.cuCtxGetCurrent(&current);
-  if (result_ != CUDA_SUCCESS || current == target) return;
-  result_ = driver_.cuCtxPushCurrent_v2(target);
-  pushed_ = result_ == CUDA_SUCCESS;
-}
-
-CUresult ContextScope::Restore() {
-  if (!pushed_) return CUDA_SUCCESS;
-  pushed_ = false;
-  CUresult r = driver_.cuCtxPopCurrent_v2(nullptr);
-  // A program left with this context current would run its next work on
-  // another device: once more.
-  if (r != CUDA_SUCCESS) r = driver_.cuCtxPopCurrent_v2(nullptr);
-  return r;
-}
-
 CUresult StreamContext(const Driver& driver, CUstream stream, CUcontext* context) {
   *context = nullptr;
   if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) {

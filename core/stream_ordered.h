@@ -14,39 +14,17 @@
 // cuMemAllocFromPoolAsync.
 //
 // Thread-safety: the functions keep no state but ContextForDevice's cache of
-// retained primary contexts, which is guarded; a ContextScope is one
-// thread's.
+// retained primary contexts, which is guarded.
 #ifndef STENSOR_CORE_STREAM_ORDERED_H_
 #define STENSOR_CORE_STREAM_ORDERED_H_
 
 #include <cstdint>
 
+#include "core/context_scope.h"
 #include "core/driver.h"
 #include "core/memory_manager.h"
 
 namespace stensor {
-
-// Makes `target` the calling thread's current context for the calls in its
-// scope and the previous context current again at its end (a push and a
-// pop, each checked; a failed pop is retried once). Nothing is pushed when
-// `target` is null or already current.
-class ContextScope {
- public:
-  ContextScope(const Driver& driver, CUcontext target);
-  ~ContextScope() { (void)Restore(); }
-  ContextScope(const ContextScope&) = delete;
-  ContextScope& operator=(const ContextScope&) = delete;
-
-  // Whether the calls that follow run in `target`.
-  CUresult result() const { return result_; }
-  // Pops what was pushed; the last pop's result.
-  CUresult Restore();
-
- private:
-  const Driver& driver_;
-  CUresult result_ = CUDA_SUCCESS;
-  bool pushed_ = false;
-};
 
 // The context work on `stream` runs in: a named stream's own
 // (cuStreamGetCtx), else (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) the
