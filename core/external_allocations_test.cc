@@ -201,5 +201,34 @@ TEST_F(ExternalAllocationsTest, AStreamOrderedFreeIsChargedUntilItRan) {
   EXPECT_EQ(Free(), kCap);
 }
 
+// Pending stream-ordered frees are settled as more come, without a need
+// for room: their events do not pile up.
+TEST_F(ExternalAllocationsTest, CompletedStreamOrderedFreesAreSettledAsMoreCome) {
+  CUstream s;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  fakecuda_count_calls(1);
+  const auto created0 = fakecuda_call_count("cuEventCreate");
+  const auto destroyed0 = fakecuda_call_count("cuEventDestroy_v2");
+  for (int i = 0; i < 100; ++i) {
+    CUdeviceptr a = 0;
+    ASSERT_EQ(ChargedAllocation(memory_.get(), &a, 4096,
+                                [&] { return driver_.cuMemAllocAsync(&a, 4096, s); }),
+              CUDA_SUCCESS);
+    ASSERT_CU(driver_.cuMemFreeAsync(a, s));
+    memory_->ForgetExternalAsync(a, s);
+    ASSERT_CU(cuStreamSynchronize(s));
+  }
+  // Each free's event is destroyed once a batch is settled: at most a
+  // batch (32) alive, never all 100.
+  const auto created = fakecuda_call_count("cuEventCreate") - created0;
+  const auto destroyed = fakecuda_call_count("cuEventDestroy_v2") - destroyed0;
+  fakecuda_count_calls(0);
+  EXPECT_EQ(created, 100u);
+  EXPECT_GE(destroyed, 100u - 32u);
+  // None still charged once cuMemGetInfo looks.
+  EXPECT_EQ(Free(), kCap);
+  ASSERT_CU(cuStreamDestroy_v2(s));
+}
+
 }  // namespace
 }  // namespace stensor

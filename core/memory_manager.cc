@@ -25,6 +25,10 @@ namespace {
 // Small allocations are charged in whole host pages, as a driver hands them out.
 constexpr uint64_t kSmallUnit = 4096;
 
+// Stream-ordered frees of driver allocations pending before a free settles
+// those observed complete (MemoryManager::ForgetExternalAsync).
+constexpr size_t kSettleExternalFrees = 32;
+
 uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 // The "consumer" of a prefetch's swap-in: nothing is ordered after it yet.
@@ -724,6 +728,12 @@ void MemoryManager::ForgetExternalAsync(CUdeviceptr base, CUstream stream) {
   // Unrecorded (a failed create or record): settled by a wait for the
   // stream's whole context, still in stream order.
   NoteUse(f.uses, stream, f.device);
+  // Settled when room is needed or cuMemGetInfo asks; here too once a few
+  // are pending, so a program that never runs short keeps no more than
+  // that many events.
+  if (external_frees_.size() >= kSettleExternalFrees) {
+    (void)SettleExternalFrees(f.device, /*wait=*/false);
+  }
 }
 
 bool MemoryManager::SettleExternalFrees(int device, bool wait) {
@@ -2457,6 +2467,7 @@ uint64_t MemoryManager::BufferId(const Buffer& b) { return b.id; }
 void MemoryManager::MemInfo(int device, size_t* free_bytes, size_t* total_bytes) {
   MutexLock lock(&mu_);
   CollectGarbage();
+  if (!external_frees_.empty()) (void)SettleExternalFrees(device, /*wait=*/false);
   Device& dev = DeviceState(device);
   if (total_bytes != nullptr) *total_bytes = dev.cap;
   // The program asks what is free (to size its allocations, or to watch the
