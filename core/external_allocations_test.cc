@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <thread>
+#include <chrono>
 
 #include <cuda.h>
 
@@ -170,6 +172,62 @@ TEST_F(ExternalAllocationsTest, MemInfoWithoutAContextIsTheDriversAnswer) {
   ASSERT_CU(cuCtxSetCurrent(ctx_));
   CappedMemInfo(*memory_, driver_, nullptr, &total);  // either may be null
   EXPECT_EQ(total, kCap);
+}
+
+// cuMemFreeAsync: the driver frees in stream order, so the charge stays
+// until the stream passed the free; an allocation that needs the room
+// waits for that rather than failing or evicting.
+TEST_F(ExternalAllocationsTest, AStreamOrderedFreeIsChargedUntilItRan) {
+  testing_support::HeldStream held;
+  CUdeviceptr a = 0;
+  ASSERT_EQ(ChargedAllocation(memory_.get(), &a, 4 * kMiB,
+                              [&] { return driver_.cuMemAllocAsync(&a, 4 * kMiB, held.get()); }),
+            CUDA_SUCCESS);
+  ASSERT_CU(driver_.cuMemFreeAsync(a, held.get()));
+  memory_->ForgetExternalAsync(a, held.get());
+  EXPECT_EQ(Free(), kCap - 4 * kMiB) << "the free has not run yet";
+  // 4 MiB more fit only once the free ran: the reservation waits for it.
+  std::thread open([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    held.Open();
+  });
+  EXPECT_CU(memory_->ReserveExternal(4 * kMiB));
+  open.join();
+  EXPECT_EQ(Free(), kCap - 4 * kMiB);
+  memory_->UnreserveExternal(4 * kMiB);
+  EXPECT_EQ(Free(), kCap);
+  // Not an external allocation: nothing.
+  memory_->ForgetExternalAsync(0x1234, held.get());
+  EXPECT_EQ(Free(), kCap);
+}
+
+// Pending stream-ordered frees are settled as more come, without a need
+// for room: their events do not pile up.
+TEST_F(ExternalAllocationsTest, CompletedStreamOrderedFreesAreSettledAsMoreCome) {
+  CUstream s;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  fakecuda_count_calls(1);
+  const auto created0 = fakecuda_call_count("cuEventCreate");
+  const auto destroyed0 = fakecuda_call_count("cuEventDestroy_v2");
+  for (int i = 0; i < 100; ++i) {
+    CUdeviceptr a = 0;
+    ASSERT_EQ(ChargedAllocation(memory_.get(), &a, 4096,
+                                [&] { return driver_.cuMemAllocAsync(&a, 4096, s); }),
+              CUDA_SUCCESS);
+    ASSERT_CU(driver_.cuMemFreeAsync(a, s));
+    memory_->ForgetExternalAsync(a, s);
+    ASSERT_CU(cuStreamSynchronize(s));
+  }
+  // Each free's event is destroyed once a batch is settled: at most a
+  // batch (32) alive, never all 100.
+  const auto created = fakecuda_call_count("cuEventCreate") - created0;
+  const auto destroyed = fakecuda_call_count("cuEventDestroy_v2") - destroyed0;
+  fakecuda_count_calls(0);
+  EXPECT_EQ(created, 100u);
+  EXPECT_GE(destroyed, 100u - 32u);
+  // None still charged once cuMemGetInfo looks.
+  EXPECT_EQ(Free(), kCap);
+  ASSERT_CU(cuStreamDestroy_v2(s));
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/context_scope.h"
 #include "core/host_copy.h"
 #include "core/json.h"
 #include "core/stream_use.h"
@@ -23,6 +24,10 @@ namespace {
 
 // Small allocations are charged in whole host pages, as a driver hands them out.
 constexpr uint64_t kSmallUnit = 4096;
+
+// Stream-ordered frees of driver allocations pending before a free settles
+// those observed complete (MemoryManager::ForgetExternalAsync).
+constexpr size_t kSettleExternalFrees = 32;
 
 uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
@@ -38,55 +43,6 @@ double Seconds(std::chrono::steady_clock::duration d) {
 bool NamesCurrentContextStream(CUstream s) {
   return s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
 }
-
-// Makes `target` the calling thread's current context for the calls in its
-// scope and the program's context current again at its end. A stream
-// belongs to the context current at its creation, and the driver records an
-// event only on a stream of the event's context (CUDA_ERROR_INVALID_HANDLE
-// otherwise), so each device's streams and events are made in that
-// device's context, whatever the program has current. Not thread-safe: one
-// thread's scope, on its own context stack.
-class ContextScope {
- public:
-  // Pushes `target` unless it is null or already current; result() says
-  // whether the calls that follow run in it. Each failed driver call is
-  // counted in `*errors`.
-  ContextScope(const Driver& driver, CUcontext target, uint64_t* errors)
-      : driver_(driver), errors_(errors) {
-    if (target == nullptr) return;
-    CUcontext current = nullptr;
-    result_ = Count(driver_.cuCtxGetCurrent(&current));
-    if (result_ != CUDA_SUCCESS || current == target) return;
-    result_ = Count(driver_.cuCtxPushCurrent_v2(target));
-    pushed_ = result_ == CUDA_SUCCESS;
-  }
-  ~ContextScope() { (void)Restore(); }
-  ContextScope(const ContextScope&) = delete;
-  ContextScope& operator=(const ContextScope&) = delete;
-
-  CUresult result() const { return result_; }
-  // Pops what was pushed; once more if that fails, since a program left
-  // with stensor's context current would run its next work on another
-  // device. The last pop's result.
-  CUresult Restore() {
-    if (!pushed_) return CUDA_SUCCESS;
-    pushed_ = false;
-    CUresult r = Count(driver_.cuCtxPopCurrent_v2(nullptr));
-    if (r != CUDA_SUCCESS) r = Count(driver_.cuCtxPopCurrent_v2(nullptr));
-    return r;
-  }
-
- private:
-  CUresult Count(CUresult r) {
-    if (r != CUDA_SUCCESS) ++*errors_;
-    return r;
-  }
-
-  const Driver& driver_;
-  uint64_t* const errors_;
-  CUresult result_ = CUDA_SUCCESS;
-  bool pushed_ = false;
-};
 
 }  // namespace
 
@@ -352,6 +308,11 @@ MemoryManager::~MemoryManager() {
     if (d->swap_stream != nullptr) (void)driver_->cuStreamDestroy_v2(d->swap_stream);
     if (d->fetch_stream != nullptr) (void)driver_->cuStreamDestroy_v2(d->fetch_stream);
     for (const Use& u : d->unknown) {
+      if (u.event != nullptr) (void)driver_->cuEventDestroy_v2(u.event);
+    }
+  }
+  for (const ExternalFree& f : external_frees_) {
+    for (const Use& u : f.uses) {
       if (u.event != nullptr) (void)driver_->cuEventDestroy_v2(u.event);
     }
   }
@@ -710,6 +671,14 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
   return CUDA_SUCCESS;
 }
 
+bool MemoryManager::Swappable(uint64_t bytes) {
+  CUdevice ordinal = 0;
+  if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return false;
+  MutexLock lock(&mu_);
+  const Device& dev = DeviceState(ordinal);
+  return dev.granularity != 0 && bytes >= dev.granularity / 2 && bytes <= dev.cap;
+}
+
 CUresult MemoryManager::ReserveExternal(uint64_t bytes) {
   CUdevice ordinal = 0;
   if (CUresult r = driver_->cuCtxGetDevice(&ordinal); r != CUDA_SUCCESS) return r;
@@ -746,6 +715,68 @@ void MemoryManager::ForgetExternal(CUdeviceptr base) {
   if (it == external_.end()) return;
   DeviceState(it->second.first).used -= it->second.second;
   external_.erase(it);
+}
+
+void MemoryManager::ForgetExternalAsync(CUdeviceptr base, CUstream stream) {
+  MutexLock lock(&mu_);
+  auto it = external_.find(base);
+  if (it == external_.end()) return;
+  ExternalFree& f = external_frees_.emplace_back();
+  f.device = it->second.first;
+  f.bytes = it->second.second;
+  external_.erase(it);
+  // Unrecorded (a failed create or record): settled by a wait for the
+  // stream's whole context, still in stream order.
+  NoteUse(f.uses, stream, f.device);
+  // Settled when room is needed or cuMemGetInfo asks; here too once a few
+  // are pending, so a program that never runs short keeps no more than
+  // that many events.
+  if (external_frees_.size() >= kSettleExternalFrees) {
+    (void)SettleExternalFrees(f.device, /*wait=*/false);
+  }
+}
+
+bool MemoryManager::SettleExternalFrees(int device, bool wait) {
+  bool settled = false;
+  for (auto it = external_frees_.begin(); it != external_frees_.end();) {
+    ExternalFree& f = *it;
+    bool done = f.waiters == 0;
+    for (Use& u : f.uses) done = done && Observed(u);
+    if (!done) {
+      ++it;
+      continue;
+    }
+    DeviceState(f.device).used -= f.bytes;
+    for (const Use& u : f.uses) {
+      if (u.event != nullptr) (void)Failed(driver_->cuEventDestroy_v2(u.event));
+    }
+    settled |= f.device == device;
+    it = external_frees_.erase(it);
+  }
+  if (settled || !wait || no_block_) return settled;
+  for (ExternalFree& f : external_frees_) {
+    if (f.device != device || f.waiters > 0) continue;
+    // Without the lock (the stream may wait for another thread's next
+    // launch); the entry and its events stay while it is waited for.
+    ++f.waiters;
+    std::vector<Use> uses = f.uses;
+    const CUstream swap_stream = DeviceState(device).swap_stream;
+    auto start = std::chrono::steady_clock::now();
+    mu_.Unlock();
+    std::vector<CUresult> results;
+    for (const Use& u : uses) results.push_back(WaitForUse(u, swap_stream));
+    mu_.Lock();
+    --f.waiters;
+    const double waited = Seconds(std::chrono::steady_clock::now() - start);
+    stats_.host_wait_seconds += waited;
+    stats_.wait_program_seconds += waited;
+    for (size_t i = 0; i < uses.size() && i < f.uses.size(); ++i) {
+      if (Failed(results[i]) == CUDA_SUCCESS) f.uses[i].done = true;
+    }
+    (void)SettleExternalFrees(device, /*wait=*/false);
+    return true;  // callers look again
+  }
+  return false;
 }
 
 bool MemoryManager::Owns(CUdeviceptr base) const {
@@ -1342,9 +1373,12 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
         if (ReapOldMappings(dev, /*wait=*/true)) continue;
       }
     }
+    // Driver allocations freed in stream order whose free has run.
+    if (!external_frees_.empty() && SettleExternalFrees(dev.ordinal, false)) continue;
     if (version_policy_ && DropOneClean(dev, &error)) continue;           // S403
     if (ReleaseGarbage(dev, /*wait=*/false, &error)) continue;            // S404
     if (ReleaseGarbage(dev, /*wait=*/true, &error)) continue;
+    if (!external_frees_.empty() && SettleExternalFrees(dev.ordinal, true)) continue;
     if (EvictByPolicy(dev, dev.used - (dev.cap - need), &error)) continue;  // S405
     if (!spend_prefetched_) {
       // Last, what was fetched ahead of its use (not while prefetching:
@@ -2433,6 +2467,7 @@ uint64_t MemoryManager::BufferId(const Buffer& b) { return b.id; }
 void MemoryManager::MemInfo(int device, size_t* free_bytes, size_t* total_bytes) {
   MutexLock lock(&mu_);
   CollectGarbage();
+  if (!external_frees_.empty()) (void)SettleExternalFrees(device, /*wait=*/false);
   Device& dev = DeviceState(device);
   if (total_bytes != nullptr) *total_bytes = dev.cap;
   // The program asks what is free (to size its allocations, or to watch the

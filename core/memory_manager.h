@@ -148,6 +148,10 @@ class MemoryManager {
   using RegisterId = absl::FunctionRef<uint64_t(CUdeviceptr base)>;
   CUresult Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId register_id)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether Allocate(bytes) on the current context's device would make a
+  // VMM-backed, swappable buffer (at least half the granularity, at most the
+  // cap); false also when the device cannot be told.
+  bool Swappable(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // Allocations the driver makes itself under the cap (cuMemAllocPitch,
   // stream-ordered pools): never swapped, but counted. Reserve makes room
   // for `bytes` on the current device and charges them; Adopt ties the
@@ -157,6 +161,11 @@ class MemoryManager {
   void UnreserveExternal(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   void AdoptExternal(CUdeviceptr base, uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   void ForgetExternal(CUdeviceptr base) ABSL_LOCKS_EXCLUDED(mu_);
+  // cuMemFreeAsync of such an allocation on `stream`: the driver frees it
+  // when the stream reaches the free, so its charge stays until an event
+  // recorded there is observed complete (a room-making allocation waits for
+  // it before it evicts anything).
+  void ForgetExternalAsync(CUdeviceptr base, CUstream stream) ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- Exact sizes: a buffer looks like the cuMemAlloc allocation asked for.
   // What the program sees of one VMM-backed buffer, resident or swapped out.
@@ -619,6 +628,20 @@ class MemoryManager {
   bool FreeSpareHostCopies() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // External allocations: base -> (device, charged bytes).
   absl::flat_hash_map<uint64_t, std::pair<int, uint64_t>> external_ ABSL_GUARDED_BY(mu_);
+  // External allocations freed in stream order, charged until their free
+  // ran (ForgetExternalAsync). `waiters`: host waits on its events in
+  // progress, without the lock; the entry stays until they end.
+  struct ExternalFree {
+    int device = 0;
+    uint64_t bytes = 0;
+    std::vector<Use> uses;
+    int waiters = 0;
+  };
+  std::list<ExternalFree> external_frees_ ABSL_GUARDED_BY(mu_);
+  // Drops the charges of device `device`'s stream-ordered external frees
+  // observed complete; with `wait`, first waits (the lock released) for the
+  // oldest one pending. True when a charge was dropped or a wait made.
+  bool SettleExternalFrees(int device, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The program's own device-located VMM handles (CreateAppMemory).
   struct AppHandle {
     int device = 0;

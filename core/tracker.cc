@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/json.h"
+#include "core/stream_ordered.h"
 
 namespace stensor {
 namespace {
@@ -1054,6 +1055,15 @@ bool Tracker::FreeAsyncCapped(const char* api, CUdeviceptr dptr, StreamRef strea
   if (registry_.Find(dptr)) OnFree(api, dptr);
   *result = memory_->FreeAsync(dptr, Handle(stream));
   return true;
+}
+
+bool Tracker::AllocateAsyncCapped(const char* api, CUdeviceptr* dptr, uint64_t bytes,
+                                  StreamRef stream, CUresult* result) {
+  return ServeStreamOrdered(*driver_, *memory_, dptr, bytes, Handle(stream),
+                            [&](CUdeviceptr base) {
+                              return OnAlloc(api, base, bytes, BufferKind::kStreamOrdered);
+                            },
+                            result);
 }
 
 void Tracker::BeforeFork() {

@@ -193,6 +193,11 @@ class Tracker {
                          CUdeviceptr ptr, CUresult* result) const;
   // cuMemFreeAsync under the cap: freed in stream order.
   bool FreeAsyncCapped(const char* api, CUdeviceptr dptr, StreamRef stream, CUresult* result);
+  // cuMemAllocAsync under the cap: true when stensor served it, swappable
+  // (core/stream_ordered.h), with `*result` its outcome; false when the
+  // driver is to answer.
+  bool AllocateAsyncCapped(const char* api, CUdeviceptr* dptr, uint64_t bytes,
+                           StreamRef stream, CUresult* result);
 
   // Writes the final record and closes the access log; prints statistics
   // when STENSOR_STATS is on. Idempotent.

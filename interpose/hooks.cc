@@ -282,11 +282,22 @@ STENSOR_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   if (r == CUDA_SUCCESS && T().capped()) T().memory()->ForgetExternal(dptr);
   return r;
 }
-// Stream-ordered allocations are counted against a cap, never swapped.
+// Stream-ordered allocations under a cap: from half a granule up (default
+// pool, stream not captured) served by stensor, swappable
+// (core/stream_ordered.h); the others, and those of explicit pools, counted
+// against the cap and never swapped.
 PAIR(cuMemAllocAsync, _ptsz, (CUdeviceptr* dptr, size_t bytes, CUstream s),
-     real == nullptr ? kMissing : ChargedAllocation(T().memory(), dptr, bytes, [&] {
-       return Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, s);
-     }))
+     [&] {
+       if (real == nullptr) return kMissing;
+       CUresult r;
+       if (T().capped() &&
+           T().AllocateAsyncCapped(kApi, dptr, bytes, StreamRef{s, kPerThread}, &r)) {
+         return r;
+       }
+       return ChargedAllocation(T().memory(), dptr, bytes, [&] {
+         return Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, s);
+       });
+     }())
 PAIR(cuMemAllocFromPoolAsync, _ptsz,
      (CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream s),
      real == nullptr ? kMissing : ChargedAllocation(T().memory(), dptr, bytes, [&] {
@@ -299,7 +310,11 @@ PAIR(cuMemFreeAsync, _ptsz, (CUdeviceptr dptr, CUstream s),
          return r;
        }
        r = Free(kApi, real, dptr, s);
-       if (r == CUDA_SUCCESS && T().capped()) T().memory()->ForgetExternal(dptr);
+       // Charged until the stream reached the free, as the driver frees it.
+       if (r == CUDA_SUCCESS && T().capped()) {
+         T().memory()->ForgetExternalAsync(
+             dptr, s == nullptr && kPerThread ? CU_STREAM_PER_THREAD : s);
+       }
        return r;
      }())
 // Under a cap, the program sees the cap as the device's memory.

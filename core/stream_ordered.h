@@ -1,0 +1,61 @@
+// Stream-ordered allocation under a cap, and the device handling of the
+// PyTorch pluggable allocator (interpose/torch_allocator.cc).
+//
+// Under a cap, a cuMemAllocAsync of at least half the allocation granularity
+// is served by stensor (MemoryManager::Allocate: VMM-backed, swappable, the
+// same rule as cuMemAlloc), in the context of the stream's device, and its
+// cuMemFreeAsync frees it in stream order (MemoryManager::FreeAsync). What
+// stays with the driver (and is only charged against the cap,
+// core/external_allocations.h): smaller allocations, a null result pointer
+// or 0 bytes (the driver's error), a stream being captured into a graph (the
+// allocation becomes a graph node there), a stream whose capture status or
+// context the driver will not tell (its error), a device whose current pool
+// is not its default one (cuDeviceSetMemPool), and every
+// cuMemAllocFromPoolAsync.
+//
+// Thread-safety: the functions keep no state but ContextForDevice's cache of
+// retained primary contexts, which is guarded.
+#ifndef STENSOR_CORE_STREAM_ORDERED_H_
+#define STENSOR_CORE_STREAM_ORDERED_H_
+
+#include <cstdint>
+
+#include "core/context_scope.h"
+#include "core/driver.h"
+#include "core/memory_manager.h"
+
+namespace stensor {
+
+// The context work on `stream` runs in: a named stream's own
+// (cuStreamGetCtx), else (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) the
+// current one. The driver's error for a handle it refuses, or
+// CUDA_ERROR_INVALID_CONTEXT when no context is current for a stream that
+// names the current context's.
+CUresult StreamContext(const Driver& driver, CUstream stream, CUcontext* context);
+
+// The context to run device `ordinal`'s work in: the current one when it is
+// on that device, else the device's primary context, retained once per
+// device and kept for the process (as the CUDA runtime keeps it). The
+// driver's error when the ordinal is invalid or the context cannot be had.
+CUresult ContextForDevice(const Driver& driver, int ordinal, CUcontext* context);
+
+// Whether cuMemAllocAsync in the current context allocates from its
+// device's default pool: false when the program made another pool current
+// (cuDeviceSetMemPool), whose properties (IPC handle types, a host
+// location, its own release threshold) stensor's memory would not have, or
+// when the driver will not say. True for a driver without pool queries.
+bool FromDefaultPool(const Driver& driver);
+
+// Whether stensor serves a cuMemAllocAsync of `bytes` on `stream` (a handle
+// the driver understands: CU_STREAM_PER_THREAD for handle 0 of a _ptsz entry
+// point) under the cap of `memory`; if so it does, in the stream's context,
+// registering the buffer with `register_id` (MemoryManager::Allocate), and
+// `*result` is the outcome. False: the driver answers (see the top of this
+// file for which allocations those are).
+bool ServeStreamOrdered(const Driver& driver, MemoryManager& memory, CUdeviceptr* dptr,
+                        uint64_t bytes, CUstream stream,
+                        MemoryManager::RegisterId register_id, CUresult* result);
+
+}  // namespace stensor
+
+#endif  // STENSOR_CORE_STREAM_ORDERED_H_

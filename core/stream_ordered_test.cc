@@ -1,0 +1,192 @@
+#include "core/stream_ordered.h"
+
+#include <cuda.h>
+
+#include "core/memory_manager_testing.h"
+#include "gtest/gtest.h"
+
+namespace stensor {
+namespace {
+
+using testing_support::kGranule;
+
+class StreamOrderedTest : public testing_support::FakeDeviceTest {
+ protected:
+  void SetUp() override {
+    FakeDeviceTest::SetUp();
+    mm_ = MakeManager({{"STENSOR_MEMORY_LIMIT", "8MiB"}});
+    ASSERT_NE(mm_, nullptr);
+  }
+  void TearDown() override {
+    mm_.reset();
+    FakeDeviceTest::TearDown();
+  }
+  // ServeStreamOrdered as the tracker calls it; the buffer gets id `id`.
+  bool Serve(uint64_t bytes, CUstream stream, CUdeviceptr* p, CUresult* r, uint64_t id = 1) {
+    return ServeStreamOrdered(driver_, *mm_, p, bytes, stream,
+                              [id](CUdeviceptr) { return id; }, r);
+  }
+  CUcontext Current() {
+    CUcontext c = nullptr;
+    EXPECT_CU(cuCtxGetCurrent(&c));
+    return c;
+  }
+
+  std::unique_ptr<MemoryManager> mm_;
+};
+
+TEST_F(StreamOrderedTest, ServesFromHalfAGranuleAndLeavesSmallerOnesToTheDriver) {
+  CUstream s;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr p = 0;
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  ASSERT_TRUE(Serve(kGranule / 2, s, &p, &r));
+  ASSERT_CU(r);
+  EXPECT_TRUE(mm_->Owns(p));
+  ASSERT_TRUE(mm_->Find(p).has_value());
+  EXPECT_EQ(mm_->Find(p)->size, kGranule / 2);
+  EXPECT_EQ(mm_->Find(p)->device, 0);
+  // Below half a granule, a null result pointer, 0 bytes, more than the cap:
+  // the driver's (charged, or its error).
+  CUdeviceptr q = 0;
+  EXPECT_FALSE(Serve(kGranule / 2 - 1, s, &q, &r));
+  EXPECT_FALSE(Serve(kGranule, s, nullptr, &r));
+  EXPECT_FALSE(Serve(0, s, &q, &r));
+  EXPECT_FALSE(Serve(uint64_t{9} << 20, s, &q, &r));
+  EXPECT_EQ(q, 0u);
+  // The legacy and per-thread streams: the current context's.
+  CUdeviceptr l = 0, t = 0;
+  ASSERT_TRUE(Serve(kGranule, CU_STREAM_LEGACY, &l, &r, 2));
+  ASSERT_CU(r);
+  ASSERT_TRUE(Serve(kGranule, CU_STREAM_PER_THREAD, &t, &r, 3));
+  ASSERT_CU(r);
+  EXPECT_CU(mm_->FreeAsync(p, s));
+  EXPECT_CU(mm_->FreeAsync(l, CU_STREAM_LEGACY));
+  EXPECT_CU(mm_->FreeAsync(t, CU_STREAM_PER_THREAD));
+  EXPECT_EQ(mm_->FreeAsync(t, CU_STREAM_PER_THREAD), CUDA_ERROR_INVALID_VALUE);  // twice
+  ASSERT_CU(cuStreamSynchronize(s));
+  ASSERT_CU(cuStreamDestroy_v2(s));
+}
+
+TEST_F(StreamOrderedTest, NoCurrentContextAndALegacyStreamIsTheDriversError) {
+  ASSERT_CU(cuCtxSetCurrent(nullptr));
+  CUdeviceptr p = 0;
+  CUresult r = CUDA_SUCCESS;
+  EXPECT_FALSE(Serve(kGranule, nullptr, &p, &r));
+  ASSERT_CU(cuCtxSetCurrent(ctx_));
+}
+
+TEST_F(StreamOrderedTest, AStreamOfAnotherDeviceIsServedInItsContext) {
+  CUcontext other = nullptr;
+  ASSERT_CU(cuDevicePrimaryCtxRetain(&other, 1));
+  ASSERT_CU(cuCtxPushCurrent_v2(other));
+  CUstream s;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUcontext popped = nullptr;
+  ASSERT_CU(cuCtxPopCurrent_v2(&popped));
+  ASSERT_EQ(Current(), ctx_);
+  CUdeviceptr p = 0;
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  ASSERT_TRUE(Serve(kGranule, s, &p, &r));
+  ASSERT_CU(r);
+  EXPECT_EQ(Current(), ctx_) << "the program's context not restored";
+  ASSERT_TRUE(mm_->Find(p).has_value());
+  EXPECT_EQ(mm_->Find(p)->device, 1);
+  EXPECT_EQ(mm_->Find(p)->context, other);
+  EXPECT_CU(mm_->FreeAsync(p, s));
+  ASSERT_CU(cuStreamSynchronize(s));
+  ASSERT_CU(cuStreamDestroy_v2(s));
+  mm_.reset();
+  ASSERT_CU(cuDevicePrimaryCtxRelease_v2(1));
+}
+
+TEST_F(StreamOrderedTest, ContextForDeviceKeepsTheCurrentOneOnThatDevice) {
+  CUcontext c = nullptr;
+  ASSERT_CU(ContextForDevice(driver_, 0, &c));
+  EXPECT_EQ(c, ctx_);
+  // Another device: its primary context, with the current one left alone.
+  ASSERT_CU(ContextForDevice(driver_, 1, &c));
+  CUcontext primary = nullptr;
+  ASSERT_CU(cuDevicePrimaryCtxRetain(&primary, 1));
+  EXPECT_EQ(c, primary);
+  EXPECT_EQ(Current(), ctx_);
+  ASSERT_CU(cuDevicePrimaryCtxRelease_v2(1));
+  // No context current: the device's primary one.
+  ASSERT_CU(cuCtxSetCurrent(nullptr));
+  ASSERT_CU(ContextForDevice(driver_, 0, &c));
+  EXPECT_EQ(c, ctx_);
+  EXPECT_EQ(Current(), nullptr);
+  ASSERT_CU(cuCtxSetCurrent(ctx_));
+  EXPECT_EQ(ContextForDevice(driver_, 7, &c), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(ContextForDevice(driver_, -1, &c), CUDA_ERROR_INVALID_DEVICE);
+}
+
+TEST_F(StreamOrderedTest, ContextScopePushesOnlyWhatIsNotCurrentAndRestores) {
+  CUcontext other = nullptr;
+  ASSERT_CU(cuDevicePrimaryCtxRetain(&other, 1));
+  {
+    ContextScope same(driver_, ctx_);
+    EXPECT_CU(same.result());
+    EXPECT_EQ(Current(), ctx_);
+  }
+  {
+    ContextScope scope(driver_, other);
+    EXPECT_CU(scope.result());
+    EXPECT_EQ(Current(), other);
+  }
+  EXPECT_EQ(Current(), ctx_);
+  // A failed push leaves the program's context, and nothing to pop.
+  fakecuda_fail_call("cuCtxPushCurrent_v2", 1, CUDA_ERROR_INVALID_CONTEXT);
+  {
+    ContextScope scope(driver_, other);
+    EXPECT_EQ(scope.result(), CUDA_ERROR_INVALID_CONTEXT);
+    EXPECT_EQ(Current(), ctx_);
+  }
+  EXPECT_EQ(Current(), ctx_);
+  fakecuda_clear_failures();
+  ASSERT_CU(cuDevicePrimaryCtxRelease_v2(1));
+}
+
+// Pool queries the fake does not have, answered by the test.
+CUmemoryPool g_current_pool = nullptr;
+CUresult g_pool_result = CUDA_SUCCESS;
+CUmemoryPool const kDefaultPool = reinterpret_cast<CUmemoryPool>(0x1000);
+CUresult CurrentPool(CUmemoryPool* pool, CUdevice) {
+  *pool = g_current_pool;
+  return g_pool_result;
+}
+CUresult DefaultPool(CUmemoryPool* pool, CUdevice) {
+  *pool = kDefaultPool;
+  return CUDA_SUCCESS;
+}
+
+TEST_F(StreamOrderedTest, OnlyTheDefaultPoolIsServed) {
+  Driver driver = driver_;
+  driver.cuDeviceGetMemPool = &CurrentPool;
+  driver.cuDeviceGetDefaultMemPool = &DefaultPool;
+  g_current_pool = kDefaultPool;
+  g_pool_result = CUDA_SUCCESS;
+  EXPECT_TRUE(FromDefaultPool(driver));
+  CUdeviceptr p = 0;
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  ASSERT_TRUE(ServeStreamOrdered(driver, *mm_, &p, kGranule, nullptr,
+                                 [](CUdeviceptr) { return uint64_t{1}; }, &r));
+  ASSERT_CU(r);
+  // Another pool made current (cuDeviceSetMemPool): the driver's.
+  g_current_pool = reinterpret_cast<CUmemoryPool>(0x2000);
+  EXPECT_FALSE(FromDefaultPool(driver));
+  CUdeviceptr q = 0;
+  EXPECT_FALSE(ServeStreamOrdered(driver, *mm_, &q, kGranule, nullptr,
+                                  [](CUdeviceptr) { return uint64_t{2}; }, &r));
+  // A query the driver refuses: the driver's too.
+  g_current_pool = kDefaultPool;
+  g_pool_result = CUDA_ERROR_NOT_SUPPORTED;
+  EXPECT_FALSE(FromDefaultPool(driver));
+  // No pool queries at all (the fake): served.
+  driver.cuDeviceGetMemPool = nullptr;
+  EXPECT_TRUE(FromDefaultPool(driver));
+  EXPECT_CU(mm_->FreeAsync(p, nullptr));
+}
+
+}  // namespace
+}  // namespace stensor
