@@ -2,9 +2,13 @@
 
 namespace stensor {
 
+CaptureState::Origin CaptureState::OriginOf(CUstream stream) {
+  return {stream, stream == CU_STREAM_PER_THREAD ? std::this_thread::get_id() : std::thread::id()};
+}
+
 void CaptureState::OnBegin(CUstream origin) {
   MutexLock lock(&mu_);
-  if (origins_.insert(origin).second) active_.fetch_add(1, std::memory_order_acq_rel);
+  if (origins_.insert(OriginOf(origin)).second) active_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 void CaptureState::OnEnd(CUstream origin) {
@@ -17,7 +21,7 @@ void CaptureState::OnEnd(CUstream origin) {
     return;
   }
   MutexLock lock(&mu_);
-  if (origins_.erase(origin) > 0) active_.fetch_sub(1, std::memory_order_acq_rel);
+  if (origins_.erase(OriginOf(origin)) > 0) active_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 bool CaptureState::CapturingSlow(CUstream stream) const {

@@ -13,7 +13,15 @@
 // any GLOBAL capture is in progress, and doing so invalidates that capture.
 // RelaxedCaptureScope switches the calling thread to RELAXED for the
 // duration of stensor's own work, and back before the program's call runs,
-// so the program sees its own calls judged by its own mode.
+// so the program's calls to the driver are judged by its own mode. (A
+// cuMemAlloc or cuMemFree stensor serves itself under a cap does not reach
+// the driver: it succeeds during a capture where the driver, in the
+// program's mode, might refuse it.)
+//
+// A capture is counted from just before the driver begins it, so stensor's
+// work that starts after that is relaxed. Work already under way on another
+// thread when the capture begins is not: its unsafe calls may still
+// invalidate that capture (a race no test covers).
 //
 // Thread-safety: CaptureState is thread-safe; a RelaxedCaptureScope belongs
 // to the thread that made it.
@@ -22,6 +30,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <thread>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -38,7 +48,8 @@ class CaptureState {
   // paths ask (an atomic load) when none is.
   bool any() const { return active_.load(std::memory_order_acquire) > 0; }
 
-  // A capture began on `origin` (cuStreamBeginCapture* succeeded).
+  // A capture is about to begin on `origin` (before cuStreamBeginCapture*;
+  // OnEnd undoes it when the begin failed).
   void OnBegin(CUstream origin) ABSL_LOCKS_EXCLUDED(mu_);
   // cuStreamEndCapture on `origin` returned (whatever its result: a failed
   // end may still have ended the capture, e.g. an invalidated one): the
@@ -69,7 +80,11 @@ class CaptureState {
   const Driver* const driver_;
   std::atomic<int> active_{0};
   Mutex mu_;
-  absl::flat_hash_set<CUstream> origins_ ABSL_GUARDED_BY(mu_);
+  // A capture's origin: the stream, and for a per-thread stream (the same
+  // handle in every thread) the thread, whose own stream it is.
+  using Origin = std::pair<CUstream, std::thread::id>;
+  static Origin OriginOf(CUstream stream);
+  absl::flat_hash_set<Origin> origins_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<CUcontext, CUstream> side_ ABSL_GUARDED_BY(mu_);
 };
 

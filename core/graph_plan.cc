@@ -1,6 +1,8 @@
 #include "core/graph_plan.h"
 
 #include <cstring>
+#include <functional>
+#include <queue>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -87,13 +89,18 @@ class Reader {
     }
     nodes.resize(count);
     size_t edges = 0;
+    // Edge data is asked for too: without it the driver refuses a graph
+    // with edges of other kinds (programmatic dependencies) as a lossy
+    // query. Every kind orders its nodes for us.
+    std::vector<CUgraphEdgeData> data;
     auto get_edges = [&](CUgraphNode* from, CUgraphNode* to, size_t* n) {
       return driver_.cuGraphGetEdges_v2 != nullptr
-                 ? driver_.cuGraphGetEdges_v2(graph, from, to, nullptr, n)
+                 ? driver_.cuGraphGetEdges_v2(graph, from, to, from ? data.data() : nullptr, n)
                  : driver_.cuGraphGetEdges(graph, from, to, n);
     };
     if (Failed("cuGraphGetEdges", get_edges(nullptr, nullptr, &edges))) return false;
     std::vector<CUgraphNode> from(edges), to(edges);
+    data.resize(edges);
     if (edges > 0 && Failed("cuGraphGetEdges", get_edges(from.data(), to.data(), &edges))) {
       return false;
     }
@@ -113,27 +120,24 @@ class Reader {
       next[f->second].push_back(t->second);
       ++waiting[t->second];
     }
-    // Ready nodes in listing order: a min-heap would do, but graphs are
-    // small and this runs once per instantiation.
-    std::vector<bool> done(nodes.size(), false);
+    // Ready nodes by listing index (a whole step's capture may hold tens
+    // of thousands of nodes: no rescans).
+    std::priority_queue<size_t, std::vector<size_t>, std::greater<size_t>> ready;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (waiting[i] == 0) ready.push(i);
+    }
     order->reserve(nodes.size());
-    size_t emitted = 0;
-    while (emitted < nodes.size()) {
-      size_t pick = nodes.size();
-      for (size_t i = 0; i < nodes.size(); ++i) {
-        if (!done[i] && waiting[i] == 0) {
-          pick = i;
-          break;
-        }
-      }
-      if (pick == nodes.size()) {
-        Unknown("the graph's edges form a cycle");
-        return false;
-      }
-      done[pick] = true;
-      ++emitted;
+    while (!ready.empty()) {
+      const size_t pick = ready.top();
+      ready.pop();
       order->push_back(nodes[pick]);
-      for (size_t t : next[pick]) --waiting[t];
+      for (size_t t : next[pick]) {
+        if (--waiting[t] == 0) ready.push(t);
+      }
+    }
+    if (order->size() != nodes.size()) {
+      Unknown("the graph's edges form a cycle");
+      return false;
     }
     return true;
   }
@@ -276,8 +280,10 @@ GraphNodePlan MemsetNodePlan(CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS& pa
   n.kind = GraphNodePlan::Kind::kMemset;
   n.node = node;
   n.memset_dst = params.dst;
-  n.memset_extent =
-      MemsetRangeOf(params.elementSize, params.width, params.height, params.pitch).extent;
+  const MemsetRange range =
+      MemsetRangeOf(params.elementSize, params.width, params.height, params.pitch);
+  n.memset_extent = range.extent;
+  n.memset_linear = range.extent == range.bytes;
   return n;
 }
 

@@ -50,6 +50,7 @@ struct GraphNodePlan {
   CopyRanges copy;
   uint64_t memset_dst = 0;
   uint64_t memset_extent = 0;
+  bool memset_linear = true;  // one row: every byte of the extent is set
 };
 
 struct GraphPlan {
@@ -90,9 +91,8 @@ CUgraphNodeParams NodeParams(const CUDA_KERNEL_NODE_PARAMS& kernel);
 CUgraphNodeParams NodeParams(const CUDA_MEMCPY3D& copy);
 CUgraphNodeParams NodeParams(const CUDA_MEMSET_NODE_PARAMS& memset);
 
-// `plan` with every node named `node` replaced by `replacement` (a node of
-// a child graph may appear once per use of that child). Null when the plan
-// has no such node.
+// `plan` with the node named `node` replaced by `replacement`. Null when
+// the plan has no such node.
 std::shared_ptr<const GraphPlan> WithNode(const GraphPlan& plan, CUgraphNode node,
                                           const GraphNodePlan& replacement);
 // `plan` made unknown, saying why.

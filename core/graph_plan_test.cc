@@ -79,13 +79,12 @@ CUresult GetEdges(CUgraph g, CUgraphNode* from, CUgraphNode* to, CUgraphEdgeData
                   size_t* count) {
   if (g_fail_edges != CUDA_SUCCESS) return g_fail_edges;
   auto it = Graphs().find(g);
-  if (it == Graphs().end() || count == nullptr || data != nullptr) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
+  if (it == Graphs().end() || count == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (from != nullptr) {
     for (size_t i = 0; i < std::min(*count, it->second.edges.size()); ++i) {
       from[i] = it->second.edges[i].first;
       to[i] = it->second.edges[i].second;
+      if (data != nullptr) data[i] = CUgraphEdgeData{};
     }
   }
   *count = it->second.edges.size();

@@ -195,14 +195,15 @@ CUresult Tracker::BeginLaunch(CUfunction f, StreamRef stream, void** params,
   const KernelInfo* kernel = kernels_.Get(f);
   accesses->kernel = kernel;
   InferLaunchAccesses(*kernel, params, extra, registry_, accesses);
-  if (tracks_tables() && (kernel->has_tables || !tables_.empty())) {
-    ExpandTables(stream, accesses);
-  }
-  if (!memory_) return CUDA_SUCCESS;
+  // Captured: runs later, as a graph node; its tables are read then.
   if (ABSL_PREDICT_FALSE(capture_.Capturing(Handle(stream)))) {
     accesses->captured = true;
     return CUDA_SUCCESS;
   }
+  if (tracks_tables() && (kernel->has_tables || !tables_.empty())) {
+    ExpandTables(stream, accesses);
+  }
+  if (!memory_) return CUDA_SUCCESS;
   return PrepareLaunch(f, *kernel, stream, accesses);
 }
 
@@ -292,10 +293,7 @@ void Tracker::LogLaunch(const char* api, const KernelInfo& kernel, const unsigne
           .Bool("inferred", kernel.layout_known)
           .Raw("tables", TablesJson(accesses))
           .Bool("unknown_tables", accesses.unknown_tables);
-  // Uncapped, nobody asked at the launch whether it was captured.
-  if (accesses.captured || (!memory_ && capture_.Capturing(Handle(stream)))) {
-    line.Bool("captured", true);
-  }
+  if (accesses.captured) line.Bool("captured", true);
   Log(line.Finish());
 }
 
@@ -537,8 +535,11 @@ void Tracker::OnMemsetTables(uint64_t dst, uint64_t bytes, bool linear) {
 CUresult Tracker::BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes,
                                 StreamRef stream, bool linear, bool to_host,
                                 TransferScope* scope) {
-  if (!memory_) return CUDA_SUCCESS;
   const bool captured = ABSL_PREDICT_FALSE(capture_.Capturing(Handle(stream)));
+  if (!memory_) {
+    scope->captured = captured;  // its tables are its graph's business
+    return CUDA_SUCCESS;
+  }
   RelaxedCaptureScope relaxed(capture_);
   std::optional<Buffer> d = registry_.Find(dst);
   std::optional<Buffer> s = src != 0 ? registry_.Find(src) : std::nullopt;
@@ -749,9 +750,14 @@ void Tracker::OnSync(const char* api, StreamRef stream) {
 
 // --- Graphs and stream capture ------------------------------------------------------
 
-void Tracker::OnGraphInstantiate(const char* api, CUgraphExec exec, CUgraph graph) {
+void Tracker::OnGraphInstantiate(const char* api, CUgraphExec exec, CUgraph graph,
+                                 unsigned long long flags) {
   if (!tracks_tables()) return;  // neither a cap nor a log reads plans
+  RelaxedCaptureScope relaxed(capture_);
   std::shared_ptr<const GraphPlan> plan = ReadGraphPlan(*driver_, &kernels_, graph);
+  if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) {
+    plan = MadeUnknown(*plan, "instantiated for launches from the device, which are not seen");
+  }
   graphs_.Set(exec, plan);
   if (!log_) return;
   JsonLine line;
@@ -790,9 +796,79 @@ void Tracker::OnGraphExecNode(CUgraphExec exec, CUgraphNode node,
   graphs_.Set(exec, std::move(updated));
 }
 
+void Tracker::OnGraphExecChildChanged(CUgraphExec exec) {
+  std::shared_ptr<const GraphPlan> plan = graphs_.Get(exec);
+  if (plan == nullptr || plan->unknown) return;
+  graphs_.Set(exec, MadeUnknown(*plan, "a child graph node was given another graph"));
+}
+
 void Tracker::OnGraphExecUpdate(CUgraphExec exec, CUgraph graph) {
   if (graphs_.Get(exec) == nullptr) return;
   graphs_.Set(exec, ReadGraphPlan(*driver_, &kernels_, graph));
+}
+
+void Tracker::WalkGraph(StreamRef stream, GraphLaunchScope* scope) {
+  Accesses& all = scope->accesses;
+  // Buffers an earlier node of this launch writes on the device: a table
+  // among them holds, when a later node reads it, what no one can read now
+  // (a read-back would see its contents from before the launch).
+  absl::InlinedVector<uint64_t, 16> device_written;
+  auto written_here = [&](uint64_t id) {
+    return id != 0 &&
+           std::find(device_written.begin(), device_written.end(), id) != device_written.end();
+  };
+  scope->nodes.reserve(scope->plan->nodes.size());
+  for (const GraphNodePlan& n : scope->plan->nodes) {
+    Accesses a;
+    switch (n.kind) {
+      case GraphNodePlan::Kind::kKernel:
+        InferKernelNode(n, registry_, &a);
+        if (n.kernel->has_tables || !tables_.empty()) {
+          ExpandTables(stream, &a);
+          for (const Accesses::TableUse& t : a.tables) a.unknown_tables |= written_here(t.id);
+          for (const Accesses::TableParam& t : a.table_params) {
+            a.unknown_tables |= written_here(t.id);
+          }
+        }
+        all.unknown_tables |= a.unknown_tables;
+        all.tables.insert(all.tables.end(), a.tables.begin(), a.tables.end());
+        device_written.insert(device_written.end(), a.writes.begin(), a.writes.end());
+        scope->kernel_writes.append(a.writes.begin(), a.writes.end());
+        break;
+      case GraphNodePlan::Kind::kCopy: {
+        const uint64_t src = IdAt(n.copy.src.start), dst = IdAt(n.copy.dst.start);
+        if (src != 0) a.reads.push_back(src);
+        if (dst != 0) {
+          a.reads.push_back(dst);
+          a.writes.push_back(dst);
+        }
+        // The copy's pointers are learnt at the launch, as a direct copy's
+        // are at its submission; from device data an earlier node wrote,
+        // they are unknown.
+        if (tracks_tables() && dst != 0) {
+          const bool linear = n.copy.dst.extent == n.copy.bytes &&
+                              n.copy.src.extent == n.copy.bytes && !written_here(src);
+          OnCopyTables(n.copy.kind, n.copy.dst.start, n.copy.src.start, n.copy.bytes, linear);
+          scope->tables_changed = true;
+          if (written_here(src)) device_written.push_back(dst);
+        }
+        break;
+      }
+      case GraphNodePlan::Kind::kMemset:
+        if (uint64_t dst = IdAt(n.memset_dst); dst != 0) {
+          a.reads.push_back(dst);
+          a.writes.push_back(dst);
+          OnMemsetTables(n.memset_dst, n.memset_extent, n.memset_linear);
+          scope->tables_changed = true;
+        }
+        break;
+    }
+    all.reads.append(a.reads.begin(), a.reads.end());
+    all.writes.append(a.writes.begin(), a.writes.end());
+    scope->nodes.emplace_back(std::move(a.reads), std::move(a.writes));
+  }
+  all.Dedupe();
+  if (all.unknown_tables) scope->unknown = true;
 }
 
 CUresult Tracker::BeginGraphLaunch(CUgraphExec exec, StreamRef stream, GraphLaunchScope* scope) {
@@ -805,39 +881,7 @@ CUresult Tracker::BeginGraphLaunch(CUgraphExec exec, StreamRef stream, GraphLaun
   RelaxedCaptureScope relaxed(capture_);
   scope->plan = graphs_.Get(exec);
   scope->unknown = scope->plan == nullptr || scope->plan->unknown;
-  if (!scope->unknown) {
-    Accesses& all = scope->accesses;
-    scope->nodes.reserve(scope->plan->nodes.size());
-    for (const GraphNodePlan& n : scope->plan->nodes) {
-      Accesses a;
-      switch (n.kind) {
-        case GraphNodePlan::Kind::kKernel:
-          InferKernelNode(n, registry_, &a);
-          if (n.kernel->has_tables || !tables_.empty()) ExpandTables(stream, &a);
-          all.unknown_tables |= a.unknown_tables;
-          all.tables.insert(all.tables.end(), a.tables.begin(), a.tables.end());
-          break;
-        case GraphNodePlan::Kind::kCopy:
-          if (uint64_t src = IdAt(n.copy.src.start); src != 0) a.reads.push_back(src);
-          if (uint64_t dst = IdAt(n.copy.dst.start); dst != 0) {
-            a.reads.push_back(dst);
-            a.writes.push_back(dst);
-          }
-          break;
-        case GraphNodePlan::Kind::kMemset:
-          if (uint64_t dst = IdAt(n.memset_dst); dst != 0) {
-            a.reads.push_back(dst);
-            a.writes.push_back(dst);
-          }
-          break;
-      }
-      all.reads.append(a.reads.begin(), a.reads.end());
-      all.writes.append(a.writes.begin(), a.writes.end());
-      scope->nodes.emplace_back(std::move(a.reads), std::move(a.writes));
-    }
-    all.Dedupe();
-    if (all.unknown_tables) scope->unknown = true;
-  }
+  if (!scope->unknown) WalkGraph(stream, scope);
   if (!memory_) return CUDA_SUCCESS;
   if (scope->unknown) {
     // As for a launch through a table nobody can read: whatever could
@@ -889,13 +933,18 @@ void Tracker::EndGraphLaunch(const char* api, CUgraphExec exec, StreamRef stream
     memory_->EndUnknown(scope.unknown_device);
     memory_->EndOperation(scope.op, Handle(stream), submitted);
   }
-  if (!submitted) return;
+  if (!submitted) {
+    // Its copies and memsets were applied to the tables before it was
+    // submitted: undone the safe way.
+    if (scope.tables_changed) tables_.MarkAllStale();
+    return;
+  }
   Count(OpType::kGraphLaunch);
   if (!scope.captured) {
     if (scope.unknown) {
       tables_.MarkAllStale();
     } else if (!tables_.empty()) {
-      tables_.OnDeviceWrite(scope.accesses.writes);
+      tables_.OnDeviceWrite(scope.kernel_writes);
     }
   }
   if (!log_) return;
@@ -1051,6 +1100,13 @@ bool Tracker::PointerAttributes(unsigned int count, CUpointer_attribute* attribu
 bool Tracker::FreeAsyncCapped(const char* api, CUdeviceptr dptr, StreamRef stream,
                               CUresult* result) {
   if (!memory_->Owns(dptr)) return false;
+  if (capture_.Capturing(Handle(stream))) {
+    // A free node for a buffer stensor serves: the free would happen at
+    // each launch of the graph, behind nodes stensor does not order it
+    // after. Refused rather than guessed (README, CUDA graphs).
+    *result = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    return true;
+  }
   RelaxedCaptureScope relaxed(capture_);
   if (registry_.Find(dptr)) OnFree(api, dptr);
   *result = memory_->FreeAsync(dptr, Handle(stream));

@@ -57,6 +57,8 @@ struct GraphLaunchScope {
   // touches, in order, for the iteration planner.
   Accesses accesses;
   std::vector<std::pair<IdList, IdList>> nodes;
+  IdList kernel_writes;  // what its kernel nodes may write (tables go stale)
+  bool tables_changed = false;  // its copies and memsets were applied to tables
   bool unknown = true;      // treated as work of unknown accesses
   bool captured = false;    // launched into a capturing stream: a child graph
   int unknown_device = -1;  // MemoryManager::BeginUnknown's
@@ -144,7 +146,13 @@ class Tracker {
   bool Capturing(StreamRef stream) const { return capture_.Capturing(Handle(stream)); }
   // `exec` was instantiated from `graph` (by `api`): its nodes are read.
   // Only while a cap or an access log needs them.
-  void OnGraphInstantiate(const char* api, CUgraphExec exec, CUgraph graph);
+  // `flags`: the instantiation flags (an exec made for device launches is
+  // launched where stensor cannot see it: its accesses count as unknown).
+  void OnGraphInstantiate(const char* api, CUgraphExec exec, CUgraph graph,
+                          unsigned long long flags);
+  // A child graph node of `exec` was given another graph: its accesses
+  // become unknown.
+  void OnGraphExecChildChanged(CUgraphExec exec);
   void OnGraphExecDestroy(CUgraphExec exec) { graphs_.Erase(exec); }
   // Node `node` of `exec` got new parameters (core/graph_plan.h NodeParams
   // gives every setter's in this form): that node's accesses are read
@@ -250,6 +258,9 @@ class Tracker {
   ABSL_ATTRIBUTE_NOINLINE void LogLaunch(const char* api, const KernelInfo& kernel,
                                          const unsigned grid[3], const unsigned block[3],
                                          StreamRef stream, const Accesses& accesses);
+  // BeginGraphLaunch's walk of a known plan: every node's accesses at this
+  // launch, in order, and what its copies and memsets do to the tables.
+  void WalkGraph(StreamRef stream, GraphLaunchScope* scope);
   // Whether `kernel` is STENSOR_ITERATION_MARKER's.
   bool IsMarker(const KernelInfo& kernel) const;
   // Whether host memory at `addr` is pinned memory the program allocated.

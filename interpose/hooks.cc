@@ -71,7 +71,8 @@ CUresult Transfer(const char* api, Fn real, const CopyRanges& c, StreamRef s, bo
   if (r != CUDA_SUCCESS) return r;
   // A copy's pointers are learnt when it is submitted (its source must stay
   // unchanged until it ran).
-  size_t entries = T().tracks_tables()
+  // A captured copy runs at its graph's launch, which accounts for it.
+  size_t entries = T().tracks_tables() && !scope.captured
                        ? T().OnCopyTables(c.kind, c.dst.start, c.src.start, c.bytes, linear)
                        : 0;
   T().OnCopy(api, c.kind, c.dst.start, c.src.start, c.bytes, s, async, entries);
@@ -121,7 +122,7 @@ CUresult Memset(const char* api, Fn real, CUdeviceptr dst, MemsetRange range,
   CUresult r = real(dst, args...);
   T().EndTransfer(scope, s, r == CUDA_SUCCESS);
   if (r != CUDA_SUCCESS) return r;
-  T().OnMemsetTables(dst, bytes, kLinear);
+  if (!scope.captured) T().OnMemsetTables(dst, bytes, kLinear);
   T().OnMemset(api, dst, bytes, s, async);
   return r;
 }
@@ -194,13 +195,25 @@ CUresult Sync(const char* api, Fn real, StreamRef s, Args... args) {
 }
 
 // --- Graphs -----------------------------------------------------------------------
-// Any instantiation form: `exec` and `graph` are its first two arguments.
+// Any instantiation form: `exec` and `graph` are its first two arguments;
+// `flags` its instantiation flags.
 template <typename Fn, typename... Args>
 CUresult Instantiate(const char* api, Fn real, CUgraphExec* exec, CUgraph graph,
-                     Args... args) {
+                     unsigned long long flags, Args... args) {
   if (real == nullptr) return kMissing;
   CUresult r = real(args...);
-  if (r == CUDA_SUCCESS && exec != nullptr) T().OnGraphInstantiate(api, *exec, graph);
+  if (r == CUDA_SUCCESS && exec != nullptr) T().OnGraphInstantiate(api, *exec, graph, flags);
+  return r;
+}
+
+// A capture is counted before the driver begins it, so that stensor's own
+// calls on other threads are relaxed from the moment it may exist.
+template <typename Fn, typename... Args>
+CUresult BeginCapture(Fn real, StreamRef origin, Args... args) {
+  if (real == nullptr) return kMissing;
+  T().OnCaptureBegin(origin);
+  CUresult r = real(args...);
+  if (r != CUDA_SUCCESS) T().OnCaptureEnd(origin);
   return r;
 }
 
@@ -310,8 +323,9 @@ PAIR(cuMemFreeAsync, _ptsz, (CUdeviceptr dptr, CUstream s),
          return r;
        }
        r = Free(kApi, real, dptr, s);
-       // Charged until the stream reached the free, as the driver frees it.
-       if (r == CUDA_SUCCESS && T().capped()) {
+       // Charged until the stream reached the free, as the driver frees it
+       // (inside a capture: until stensor knows no more, for good).
+       if (r == CUDA_SUCCESS && T().capped() && !T().Capturing(StreamRef{s, kPerThread})) {
          T().memory()->ForgetExternalAsync(
              dptr, s == nullptr && kPerThread ? CU_STREAM_PER_THREAD : s);
        }
@@ -519,13 +533,14 @@ CUresult Batch(const char* api, Fn real, StreamRef s, size_t count, bool valid,
   CUresult r = real(args...);
   for (const TransferScope& scope : scopes) T().EndTransfer(scope, s, r == CUDA_SUCCESS);
   if (r != CUDA_SUCCESS) return r;
+  const bool captured = !scopes.empty() && scopes[0].captured;
   for (const CopyRanges& c : ops) {
     // 1D operations are contiguous: their tables are scanned; the rows of a
     // 3D one are not.
     const bool linear = c.kind != CopyKind::kBatch3D;
-    size_t entries = T().tracks_tables() ? T().OnCopyTables(c.kind, c.dst.start, c.src.start,
-                                                            c.bytes, linear)
-                                         : 0;
+    size_t entries = T().tracks_tables() && !captured
+                         ? T().OnCopyTables(c.kind, c.dst.start, c.src.start, c.bytes, linear)
+                         : 0;
     T().OnCopy(api, c.kind, c.dst.start, c.src.start, c.bytes, s, true, entries);
   }
   return r;
@@ -605,17 +620,22 @@ PAIR(cuGraphLaunch, _ptsz, (CUgraphExec g, CUstream s),
 // Instantiation reads the graph's nodes; every form.
 ONE(cuGraphInstantiate,
     (CUgraphExec* exec, CUgraph g, CUgraphNode* error_node, char* log, size_t log_size),
-    Instantiate(kApi, real, exec, g, exec, g, error_node, log, log_size))
+    Instantiate(kApi, real, exec, g, 0, exec, g, error_node, log, log_size))
 ONE(cuGraphInstantiate_v2,
     (CUgraphExec* exec, CUgraph g, CUgraphNode* error_node, char* log, size_t log_size),
-    Instantiate(kApi, real, exec, g, exec, g, error_node, log, log_size))
+    Instantiate(kApi, real, exec, g, 0, exec, g, error_node, log, log_size))
 ONE(cuGraphInstantiateWithFlags, (CUgraphExec* exec, CUgraph g, unsigned long long flags),
-    Instantiate(kApi, real, exec, g, exec, g, flags))
+    Instantiate(kApi, real, exec, g, flags, exec, g, flags))
 PAIR(cuGraphInstantiateWithParams, _ptsz,
      (CUgraphExec* exec, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* params),
-     Instantiate(kApi, real, exec, g, exec, g, params))
+     Instantiate(kApi, real, exec, g, params != nullptr ? params->flags : 0, exec, g, params))
+// Forgotten first: the driver may hand the handle to another thread's
+// instantiation as soon as it is destroyed.
 ONE(cuGraphExecDestroy, (CUgraphExec exec),
-    CallThen(real, [&] { T().OnGraphExecDestroy(exec); }, exec))
+    real == nullptr ? kMissing : (T().OnGraphExecDestroy(exec), real(exec)))
+// A child graph node given another graph: the exec's accesses become unknown.
+ONE(cuGraphExecChildGraphNodeSetParams, (CUgraphExec exec, CUgraphNode node, CUgraph child),
+    CallThen(real, [&] { T().OnGraphExecChildChanged(exec); }, exec, node, child))
 // Node parameters changed in an exec: that node's accesses are read again.
 ONE(cuGraphExecKernelNodeSetParams,
     (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1* p),
@@ -639,14 +659,13 @@ ONE(cuGraphExecUpdate_v2, (CUgraphExec exec, CUgraph g, CUgraphExecUpdateResultI
     CallThen(real, [&] { T().OnGraphExecUpdate(exec, g); }, exec, g, info))
 // Captures begun and ended: while any is in progress, work is asked about.
 PAIR(cuStreamBeginCapture, _ptsz, (CUstream s),
-     CallThen(real, [&] { T().OnCaptureBegin(StreamRef{s, kPerThread}); }, s))
+     BeginCapture(real, StreamRef{s, kPerThread}, s))
 PAIR(cuStreamBeginCapture_v2, _ptsz, (CUstream s, CUstreamCaptureMode mode),
-     CallThen(real, [&] { T().OnCaptureBegin(StreamRef{s, kPerThread}); }, s, mode))
+     BeginCapture(real, StreamRef{s, kPerThread}, s, mode))
 PAIR(cuStreamBeginCaptureToGraph, _ptsz,
      (CUstream s, CUgraph g, const CUgraphNode* deps, const CUgraphEdgeData* data, size_t n,
       CUstreamCaptureMode mode),
-     CallThen(real, [&] { T().OnCaptureBegin(StreamRef{s, kPerThread}); }, s, g, deps, data,
-              n, mode))
+     BeginCapture(real, StreamRef{s, kPerThread}, s, g, deps, data, n, mode))
 PAIR(cuStreamEndCapture, _ptsz, (CUstream s, CUgraph* g),
      [&] {
        if (real == nullptr) return kMissing;

@@ -7,7 +7,7 @@
 # swapping while the main thread captures in global mode, an exec whose
 # kernel arguments are changed, and the access log's graph records.
 set -euo pipefail
-program=$1 fake=$2 stensor=$3 kernels=$4
+program=$1 fake=$2 stensor=$3 kernels=$4 adversary=$5
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export LD_LIBRARY_PATH=$(cd "$(dirname "$fake")" && pwd)
@@ -88,6 +88,24 @@ done
 # buffer in: at the full working set it still runs right.
 FAKECUDA_FAIL="cuGraphKernelNodeGetParams_v2:2:999" run fail-novmm plain $working_set belady 0 \
   --steps 5
+
+# Programs aimed at single weak points (tests/graph_adversary.cc), under a
+# cap of 16 MiB (8 of their 2 MiB buffers), host VMM on and off, 3 runs
+# each: a table a graph's own copy rewrites between launches, a captured
+# copy that never ran, two threads capturing their per-thread streams.
+for mode in table-in-graph table-captured per-thread; do
+  "$adversary" "$kernels" $mode > "$tmp/$mode.want" || fail "$mode: plain run failed"
+  for vmm in 1 0; do
+    for i in 1 2 3; do
+      FAKECUDA_HOST_VMM=$vmm STENSOR_MEMORY_LIMIT=$((16 * mib)) LD_PRELOAD="$preload" \
+        "$adversary" "$kernels" $mode > "$tmp/$mode.out" 2> "$tmp/$mode.err" ||
+        { cat "$tmp/$mode.err" >&2; fail "$mode (host VMM $vmm): failed"; }
+      cmp -s "$tmp/$mode.out" "$tmp/$mode.want" ||
+        fail "$mode (host VMM $vmm): $(cat "$tmp/$mode.out"), want $(cat "$tmp/$mode.want")"
+    done
+  done
+  echo "$mode: $(cat "$tmp/$mode.want")"
+done
 
 # The access log: every graph read (inferred), every launch of one with its
 # buffers, and the captured operations marked as such.
