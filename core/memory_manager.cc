@@ -391,13 +391,17 @@ MemoryManager::Use* MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stre
     key = reinterpret_cast<CUstream>(reinterpret_cast<uintptr_t>(current) |
                                      (stream == CU_STREAM_PER_THREAD ? 2 : 1));
   }
+  // The per-thread stream is another stream in every thread: one entry per
+  // thread, or a second thread's use would hide the first's.
+  const uint64_t thread = stream == CU_STREAM_PER_THREAD ? ThreadTag() : 0;
   Use* u = nullptr;
   for (Use& x : uses) {
-    if (x.stream == key) u = &x;
+    if (x.stream == key && x.thread == thread) u = &x;
   }
   if (u == nullptr) {
     u = &uses.emplace_back();
     u->stream = key;
+    u->thread = thread;
   }
   u->device = device;
   ++u->seq;
@@ -498,7 +502,7 @@ CUresult MemoryManager::WaitIdle(Buffer& b, bool own_uses) {
     }
     // Observed, unless the stream was used again meanwhile.
     std::vector<Use>& uses = p.unknown ? dev.unknown : b.uses;
-    if (p.index < uses.size() && uses[p.index].stream == p.use.stream &&
+    if (p.index < uses.size() && SameStream(uses[p.index], p.use) &&
         uses[p.index].seq == p.use.seq) {
       uses[p.index].done = true;
     }
@@ -566,7 +570,7 @@ CUresult MemoryManager::WaitSwapUse(Device& dev, Buffer& b) {
   if (Failed(r) != CUDA_SUCCESS) return r;
   for (const Use& copy : copies) {
     for (Use& v : b.uses) {
-      if (v.stream == copy.stream && v.seq == copy.seq) v.done = true;
+      if (SameStream(v, copy) && v.seq == copy.seq) v.done = true;
     }
   }
   return CUDA_SUCCESS;
@@ -879,7 +883,7 @@ CUresult MemoryManager::PinLocked(Buffer& b, const char* api) {
     --b.pins;
     if (Failed(w) != CUDA_SUCCESS) return w;
     for (Use& v : b.uses) {
-      if (v.stream == copy.stream && v.seq == copy.seq) v.done = true;
+      if (SameStream(v, copy) && v.seq == copy.seq) v.done = true;
     }
   }
   if (first) {

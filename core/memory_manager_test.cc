@@ -569,6 +569,62 @@ TEST_F(MemoryManagerTest, SwapOutIsQueuedBehindUsesOnEveryStream) {
   FreeAll(*mm, {a, b, c, d});
 }
 
+// Was: uses were kept per stream handle, and the per-thread stream is one
+// handle for a stream of each thread's own: a second thread's use of a
+// buffer replaced the first's, so the buffer counted as idle while the
+// first thread's write was still queued, and was swapped out under it.
+TEST_F(MemoryManagerTest, PerThreadStreamUsesOfTwoThreadsAreKeptApart) {
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c;
+  FillThree(*mm, &a, &b, &c);
+  std::atomic<bool> open{false};
+  std::atomic<int> step{0};
+  // Thread 1: its own per-thread stream held, A's write queued behind it.
+  // It lives on until the end (its stream lives with it).
+  std::thread first([&] {
+    ASSERT_CU(cuCtxSetCurrent(ctx_));
+    ASSERT_CU(cuLaunchHostFunc(
+        CU_STREAM_PER_THREAD,
+        [](void* flag) {
+          while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::yield();
+        },
+        &open));
+    MemsetOn(*mm, 1, a, CU_STREAM_PER_THREAD);
+    step.store(1);
+    while (step.load() != 2) std::this_thread::yield();
+    ASSERT_CU(cuStreamSynchronize(CU_STREAM_PER_THREAD));
+  });
+  while (step.load() != 1) std::this_thread::yield();
+  // Thread 2: a use of A on its own per-thread stream, complete.
+  std::thread second([&] {
+    ASSERT_CU(cuCtxSetCurrent(ctx_));
+    Ids ids = {1};
+    ASSERT_CU(mm->Prepare(ids, {}, CU_STREAM_PER_THREAD));
+    mm->Finish(ids, {}, CU_STREAM_PER_THREAD, /*submitted=*/true);
+    ASSERT_CU(cuStreamSynchronize(CU_STREAM_PER_THREAD));
+  });
+  second.join();
+  // A is the only candidate; D needs its room. Its eviction must follow
+  // thread 1's write, however it is ordered (queued or waited for).
+  Ids others = {2, 3};
+  ASSERT_CU(mm->Prepare(others, {}, nullptr));
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    open.store(true);
+  });
+  CUdeviceptr d = Alloc(*mm, 4);
+  opener.join();
+  step.store(2);
+  first.join();
+  mm->Finish(others, {}, nullptr, /*submitted=*/true);
+  std::vector<uint64_t> got = Read(*mm, 1, a);
+  for (size_t i = 0; i < kWords; ++i) {
+    ASSERT_EQ(got[i], 0xdeadbeefdeadbeefull) << "A, word " << i;
+  }
+  FreeAll(*mm, {a, b, c, d});
+}
+
 // Opens a held stream after a long while unless Done() came first, so that
 // a test whose host blocked on the stream fails instead of hanging.
 class OpenIfStuck {

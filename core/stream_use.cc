@@ -1,5 +1,7 @@
 #include "core/stream_use.h"
 
+#include <atomic>
+
 namespace stensor {
 
 void RecordStreamUse(const Vmm& vmm, std::vector<StreamUse>* uses, CUstream stream,
@@ -30,6 +32,12 @@ bool ObservedComplete(const Driver& driver, StreamUse& u) {
   if (!u.recorded || driver.cuEventQuery(u.event) != CUDA_SUCCESS) return false;
   u.done = true;
   return true;
+}
+
+uint64_t ThreadTag() {
+  static std::atomic<uint64_t> next{1};
+  static thread_local const uint64_t tag = next.fetch_add(1, std::memory_order_relaxed);
+  return tag;
 }
 
 CUresult WaitForStreamUse(const Driver& driver, const StreamUse& u, CUstream swap_stream) {

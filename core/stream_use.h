@@ -20,6 +20,10 @@ namespace stensor {
 
 struct StreamUse {
   CUstream stream = nullptr;
+  // For a per-thread stream (one handle, a stream of each thread's own):
+  // the using thread's tag (ThreadTag), so that two threads' uses never
+  // share an entry; 0 for every other stream.
+  uint64_t thread = 0;
   int device = 0;           // whose context ran it
   CUevent event = nullptr;  // null when it could not be created
   // Whether `event` marks the latest use. False when recording failed: then
@@ -28,6 +32,15 @@ struct StreamUse {
   bool done = false;  // observed complete: no need to ask again
   uint64_t seq = 0;   // bumped at each use, so a wait knows what it saw
 };
+
+// The calling thread's tag for StreamUse::thread: unique in the process,
+// never 0.
+uint64_t ThreadTag();
+
+// Whether `a` and `b` are the entries of one stream (of one thread).
+inline bool SameStream(const StreamUse& a, const StreamUse& b) {
+  return a.stream == b.stream && a.thread == b.thread;
+}
 
 // A use now on `stream` (in `device`'s context): the entry for that stream
 // in `*uses` (added if none) gets a new sequence number and its event
