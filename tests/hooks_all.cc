@@ -756,6 +756,7 @@ void Launches(const char* kernels) {
   INVALID(cuGraphInstantiateWithParams, "null", nullptr, nullptr, nullptr);
   INVALID(cuGraphInstantiateWithParams_ptsz, "null", nullptr, nullptr, nullptr);
   INVALID(cuGraphExecDestroy, "null", nullptr);
+  INVALID(cuGraphExecChildGraphNodeSetParams, "null", nullptr, nullptr, nullptr);
   INVALID(cuGraphExecKernelNodeSetParams, "null", nullptr, nullptr, nullptr);
   INVALID(cuGraphExecKernelNodeSetParams_v2, "null", nullptr, nullptr, nullptr);
   INVALID(cuGraphExecMemcpyNodeSetParams, "null", nullptr, nullptr, nullptr, nullptr);
