@@ -687,6 +687,7 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
 
 MemoryManager::StreamOrderedUsage MemoryManager::StreamOrdered(int device) {
   MutexLock lock(&mu_);
+  CollectGarbage();  // freed buffers whose free ran hold no memory any more
   return DeviceState(device).stream_ordered;
 }
 

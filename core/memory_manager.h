@@ -158,6 +158,7 @@ class MemoryManager {
   // until the memory of a freed one is released to the chunk pool (once the
   // stream passed the free). The _high marks are high-water marks of each
   // since the last reset (ResetStreamOrderedHigh: to the current value).
+  // StreamOrdered first releases freed buffers whose work completed.
   struct StreamOrderedUsage {
     uint64_t used = 0;
     uint64_t reserved = 0;
