@@ -159,6 +159,9 @@ struct MemoryManager::Device {
   PhysicalPool pool;
   // Stensor's share of the default stream-ordered pool (StreamOrderedUsage).
   StreamOrderedUsage stream_ordered;
+  // The driver's default pool of the device (TrimDriverPool), looked up once.
+  CUmemoryPool default_pool = nullptr;
+  bool default_pool_looked_up = false;
   // Buffers whose old mapping is still there (Buffer::old_mapped).
   std::vector<Buffer*> old_mappings;
   // The eviction order (MemoryManager::Reindex).
@@ -634,6 +637,7 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
     // Too small to map on its own: the driver's allocator, charged, kept.
     b->reserved = AlignUp(bytes, kSmallUnit);
     if (CUresult r = MakeRoom(dev, b->reserved); r != CUDA_SUCCESS) return r;
+    TrimDriverPool(dev);
     CUresult r;
     while ((r = driver_->cuMemAlloc_v2(&b->base, bytes)) == CUDA_ERROR_OUT_OF_MEMORY) {
       if (!EvictByPolicy(dev, b->reserved)) {  // the device is full
@@ -1049,8 +1053,25 @@ void MemoryManager::OnAppUnmap(CUdeviceptr ptr, uint64_t size) {
   }
 }
 
+void MemoryManager::TrimDriverPool(Device& dev) {
+  if (driver_->cuMemPoolTrimTo == nullptr || driver_->cuDeviceGetDefaultMemPool == nullptr ||
+      driver_->cuDeviceGet == nullptr) {
+    return;  // a driver without pools keeps no freed memory
+  }
+  if (!dev.default_pool_looked_up) {
+    dev.default_pool_looked_up = true;
+    CUdevice device = 0;
+    if (Failed(driver_->cuDeviceGet(&device, dev.ordinal)) != CUDA_SUCCESS ||
+        Failed(driver_->cuDeviceGetDefaultMemPool(&dev.default_pool, device)) != CUDA_SUCCESS) {
+      dev.default_pool = nullptr;
+    }
+  }
+  if (dev.default_pool != nullptr) (void)Failed(driver_->cuMemPoolTrimTo(dev.default_pool, 0));
+}
+
 CUresult MemoryManager::CreatePhysical(Device& dev, uint64_t bytes,
                                        CUmemGenericAllocationHandle* handle) {
+  TrimDriverPool(dev);
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;

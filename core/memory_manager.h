@@ -416,6 +416,11 @@ class MemoryManager {
   CUresult CreatePhysical(Device& dev, uint64_t bytes,
                           CUmemGenericAllocationHandle* handle)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Before stensor takes device memory the cap counts (CreatePhysical, a
+  // small cuMemAlloc): the driver's default stream-ordered pool releases
+  // what it keeps reserved but unused (cuMemPoolTrimTo(pool, 0)), memory
+  // the cap no longer charges once its frees ran (ForgetExternalAsync).
+  void TrimDriverPool(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleasePhysical(Device& dev, CUmemGenericAllocationHandle handle,
                        uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RetryReleases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
