@@ -140,24 +140,28 @@ CUresult LookupPool(CUmemoryPool h, Pool** out) {
 
 using namespace fakecuda;  // NOLINT: the exported C API below
 
-FAKECUDA_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
-  FAKECUDA_ENTER("cuDeviceGetDefaultMemPool");
+namespace fakecuda {
+namespace {
+// cuDeviceGetDefaultMemPool (`current` false) and cuDeviceGetMemPool.
+CUresult DevicePool(CUmemoryPool* pool, CUdevice dev, bool current) {
   if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   Pools& ps = GetPools();
   std::lock_guard<std::mutex> lock(ps.mu);
-  *pool = reinterpret_cast<CUmemoryPool>(ps.default_pool[dev]);
+  *pool = reinterpret_cast<CUmemoryPool>(current ? ps.current[dev] : ps.default_pool[dev]);
   return CUDA_SUCCESS;
+}
+}  // namespace
+}  // namespace fakecuda
+
+FAKECUDA_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
+  FAKECUDA_ENTER("cuDeviceGetDefaultMemPool");
+  return DevicePool(pool, dev, false);
 }
 
 FAKECUDA_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) {
   FAKECUDA_ENTER("cuDeviceGetMemPool");
-  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
-  Pools& ps = GetPools();
-  std::lock_guard<std::mutex> lock(ps.mu);
-  *pool = reinterpret_cast<CUmemoryPool>(ps.current[dev]);
-  return CUDA_SUCCESS;
+  return DevicePool(pool, dev, true);
 }
 
 FAKECUDA_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
