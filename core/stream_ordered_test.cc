@@ -272,5 +272,31 @@ TEST_F(StreamOrderedTest, TheDefaultPoolAnswersIncludeStensorsShare) {
   ASSERT_CU(cuStreamDestroy_v2(s));
 }
 
+TEST_F(StreamOrderedTest, TheDriversKeptPoolMemoryIsTrimmedBeforeStensorTakesMemory) {
+  CUmemoryPool pool = nullptr;
+  ASSERT_CU(cuDeviceGetDefaultMemPool(&pool, 0));
+  cuuint64_t keep_all = ~cuuint64_t{0}, reserved = 0;
+  ASSERT_CU(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_all));
+  CUstream s;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr small = 0, p = 0;
+  ASSERT_CU(cuMemAllocAsync(&small, 3 * 4096, s));
+  ASSERT_CU(cuMemFreeAsync(small, s));
+  ASSERT_CU(cuStreamSynchronize(s));
+  // Kept by the pool (threshold), no longer in use: slack the cap cannot see.
+  ASSERT_CU(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved));
+  EXPECT_EQ(reserved, 3 * 4096u);
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  ASSERT_TRUE(Serve(kGranule, s, &p, &r));  // a chunk created
+  ASSERT_CU(r);
+  ASSERT_CU(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved));
+  EXPECT_EQ(reserved, 0u);
+  cuuint64_t zero = 0;
+  ASSERT_CU(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &zero));
+  EXPECT_CU(mm_->FreeAsync(p, s));
+  ASSERT_CU(cuStreamSynchronize(s));
+  ASSERT_CU(cuStreamDestroy_v2(s));
+}
+
 }  // namespace
 }  // namespace stensor
