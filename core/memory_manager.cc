@@ -56,6 +56,9 @@ struct MemoryManager::Buffer {
   int device = 0;
   CUcontext context = nullptr;  // current at allocation (pointer attributes)
   bool vmm = false;       // false: a small plain allocation, never swapped
+  // Served for cuMemAllocAsync from the device's default pool: counted in
+  // Device::stream_ordered until its memory is released.
+  bool stream_ordered = false;
   // A handle to its memory left stensor's control (PinExported): resident
   // and never evicted again.
   bool exported = false;
@@ -154,6 +157,11 @@ struct MemoryManager::Device {
   // Idle physical memory in chunks of `granularity` bytes, charged (in
   // `used`).
   PhysicalPool pool;
+  // Stensor's share of the default stream-ordered pool (StreamOrderedUsage).
+  StreamOrderedUsage stream_ordered;
+  // The driver's default pool of the device (TrimDriverPool), looked up once.
+  CUmemoryPool default_pool = nullptr;
+  bool default_pool_looked_up = false;
   // Buffers whose old mapping is still there (Buffer::old_mapped).
   std::vector<Buffer*> old_mappings;
   // The eviction order (MemoryManager::Reindex).
@@ -601,7 +609,8 @@ void MemoryManager::RecordUse(Buffer& b, CUstream stream) {
 
 // --- Allocation -----------------------------------------------------------------
 
-CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId register_id) {
+CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId register_id,
+                                 bool stream_ordered) {
   if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   CUdevice ordinal = 0;
   if (CUresult r = driver_->cuCtxGetDevice(&ordinal); r != CUDA_SUCCESS) return r;
@@ -632,6 +641,7 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
     // Too small to map on its own: the driver's allocator, charged, kept.
     b->reserved = AlignUp(bytes, kSmallUnit);
     if (CUresult r = MakeRoom(dev, b->reserved); r != CUDA_SUCCESS) return r;
+    TrimDriverPool(dev);
     CUresult r;
     while ((r = driver_->cuMemAlloc_v2(&b->base, bytes)) == CUDA_ERROR_OUT_OF_MEMORY) {
       if (!EvictByPolicy(dev, b->reserved)) {  // the device is full
@@ -672,7 +682,37 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
   by_base_[added.base] = &added;
   buffers_[added.key] = std::move(b);
   Reindex(added);
+  if (stream_ordered) {
+    added.stream_ordered = true;
+    StreamOrderedUsage& u = dev.stream_ordered;
+    u.used += added.size;
+    u.reserved += added.reserved;
+    u.used_high = std::max(u.used_high, u.used);
+    u.reserved_high = std::max(u.reserved_high, u.reserved);
+  }
   return CUDA_SUCCESS;
+}
+
+MemoryManager::StreamOrderedUsage MemoryManager::StreamOrdered(int device) {
+  MutexLock lock(&mu_);
+  CollectGarbage();  // freed buffers whose free ran hold no memory any more
+  return DeviceState(device).stream_ordered;
+}
+
+void MemoryManager::ResetStreamOrderedHigh(int device, bool used, bool reserved) {
+  MutexLock lock(&mu_);
+  StreamOrderedUsage& u = DeviceState(device).stream_ordered;
+  if (used) u.used_high = u.used;
+  if (reserved) u.reserved_high = u.reserved;
+}
+
+uint64_t MemoryManager::ReleaseIdlePooled(int device, uint64_t keep) {
+  MutexLock lock(&mu_);
+  CollectGarbage();
+  Device& dev = DeviceState(device);
+  uint64_t released = 0;
+  while (dev.pool.bytes() > keep && ReleaseOnePooled(dev)) released += dev.granularity;
+  return released;
 }
 
 bool MemoryManager::Swappable(uint64_t bytes) {
@@ -796,6 +836,7 @@ CUresult MemoryManager::Free(CUdeviceptr base) {
   if (b.garbage) return CUDA_ERROR_INVALID_VALUE;  // freed twice
   Device& dev = DeviceState(b.device);
   b.garbage = true;
+  if (b.stream_ordered) DeviceState(b.device).stream_ordered.used -= b.size;
   if (planner_ != nullptr) planner_->OnFreed(b.id);
   Reindex(b);  // out of the eviction order
   // A release the driver refused is retried as garbage.
@@ -816,6 +857,7 @@ CUresult MemoryManager::FreeAsync(CUdeviceptr base, CUstream stream) {
   // stream (or the context) has observed it (WaitForUse): still stream order.
   NoteUse(b.uses, stream, b.device);
   b.garbage = true;
+  if (b.stream_ordered) DeviceState(b.device).stream_ordered.used -= b.size;
   if (planner_ != nullptr) planner_->OnFreed(b.id);
   Reindex(b);  // out of the eviction order
   // A release the driver refused is retried as garbage.
@@ -1015,8 +1057,25 @@ void MemoryManager::OnAppUnmap(CUdeviceptr ptr, uint64_t size) {
   }
 }
 
+void MemoryManager::TrimDriverPool(Device& dev) {
+  if (driver_->cuMemPoolTrimTo == nullptr || driver_->cuDeviceGetDefaultMemPool == nullptr ||
+      driver_->cuDeviceGet == nullptr) {
+    return;  // a driver without pools keeps no freed memory
+  }
+  if (!dev.default_pool_looked_up) {
+    dev.default_pool_looked_up = true;
+    CUdevice device = 0;
+    if (Failed(driver_->cuDeviceGet(&device, dev.ordinal)) != CUDA_SUCCESS ||
+        Failed(driver_->cuDeviceGetDefaultMemPool(&dev.default_pool, device)) != CUDA_SUCCESS) {
+      dev.default_pool = nullptr;
+    }
+  }
+  if (dev.default_pool != nullptr) (void)Failed(driver_->cuMemPoolTrimTo(dev.default_pool, 0));
+}
+
 CUresult MemoryManager::CreatePhysical(Device& dev, uint64_t bytes,
                                        CUmemGenericAllocationHandle* handle) {
+  TrimDriverPool(dev);
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -1333,6 +1392,7 @@ bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
     if (g != garbage_.end()) garbage_.erase(g);
   }
   const uint64_t key = b.key;
+  if (b.stream_ordered) dev.stream_ordered.reserved -= b.reserved;
   by_base_.erase(b.base);
   buffers_.erase(key);  // destroys b
   return true;

@@ -145,9 +145,32 @@ class MemoryManager {
   // registers the buffer and returns the registry's id, by which every later
   // call names it; 0 when the registry could not track it (then no
   // operation names it).
+  // `stream_ordered`: served for cuMemAllocAsync from the device's default
+  // pool, so counted in StreamOrdered (VMM-backed buffers only).
   using RegisterId = absl::FunctionRef<uint64_t(CUdeviceptr base)>;
-  CUresult Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId register_id)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  CUresult Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId register_id,
+                    bool stream_ordered = false) ABSL_LOCKS_EXCLUDED(mu_);
+  // Stensor's share of a device's default stream-ordered pool: `used`, the
+  // requested bytes of its stream-ordered buffers the program has not freed
+  // (cuMemFreeAsync ends it at the call); `reserved`, the device memory
+  // those buffers take (whole granules, whether resident or swapped out at
+  // the moment: what the cap charges them when resident), from allocation
+  // until the memory of a freed one is released to the chunk pool (once the
+  // stream passed the free). The _high marks are high-water marks of each
+  // since the last reset (ResetStreamOrderedHigh: to the current value).
+  // StreamOrdered first releases freed buffers whose work completed.
+  struct StreamOrderedUsage {
+    uint64_t used = 0;
+    uint64_t reserved = 0;
+    uint64_t used_high = 0;
+    uint64_t reserved_high = 0;
+  };
+  StreamOrderedUsage StreamOrdered(int device) ABSL_LOCKS_EXCLUDED(mu_);
+  void ResetStreamOrderedHigh(int device, bool used, bool reserved) ABSL_LOCKS_EXCLUDED(mu_);
+  // Releases idle chunks of `device`'s physical pool (freed buffers whose
+  // work completed first) until at most `keep` bytes stay pooled; chunks
+  // still mapped at an old address stay. Returns the bytes released.
+  uint64_t ReleaseIdlePooled(int device, uint64_t keep) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether Allocate(bytes) on the current context's device would make a
   // VMM-backed, swappable buffer (at least half the granularity, at most the
   // cap); false also when the device cannot be told.
@@ -393,6 +416,11 @@ class MemoryManager {
   CUresult CreatePhysical(Device& dev, uint64_t bytes,
                           CUmemGenericAllocationHandle* handle)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Before stensor takes device memory the cap counts (CreatePhysical, a
+  // small cuMemAlloc): the driver's default stream-ordered pool releases
+  // what it keeps reserved but unused (cuMemPoolTrimTo(pool, 0)), memory
+  // the cap no longer charges once its frees ran (ForgetExternalAsync).
+  void TrimDriverPool(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleasePhysical(Device& dev, CUmemGenericAllocationHandle handle,
                        uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RetryReleases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

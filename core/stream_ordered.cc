@@ -84,11 +84,72 @@ bool ServeStreamOrdered(const Driver& driver, MemoryManager& memory, CUdeviceptr
   if (scope.result() != CUDA_SUCCESS) return false;
   if (!memory.Swappable(bytes)) return false;
   if (!FromDefaultPool(driver)) return false;
-  *result = memory.Allocate(bytes, dptr, register_id);
+  *result = memory.Allocate(bytes, dptr, register_id, /*stream_ordered=*/true);
   // The pop (retried once on failure) is the scope's; the program gets the
   // allocation's result either way: an error after a successful allocation
   // would leave a buffer it never frees.
   return true;
+}
+
+int DefaultPoolDevice(const Driver& driver, CUmemoryPool pool) {
+  if (pool == nullptr || driver.cuDeviceGetCount == nullptr || driver.cuDeviceGet == nullptr ||
+      driver.cuDeviceGetDefaultMemPool == nullptr) {
+    return -1;
+  }
+  int count = 0;
+  if (driver.cuDeviceGetCount(&count) != CUDA_SUCCESS) return -1;
+  for (int ordinal = 0; ordinal < count; ++ordinal) {
+    CUdevice device = 0;
+    CUmemoryPool default_pool = nullptr;
+    if (driver.cuDeviceGet(&device, ordinal) == CUDA_SUCCESS &&
+        driver.cuDeviceGetDefaultMemPool(&default_pool, device) == CUDA_SUCCESS &&
+        default_pool == pool) {
+      return ordinal;
+    }
+  }
+  return -1;
+}
+
+void AddStreamOrderedShare(MemoryManager& memory, const Driver& driver, CUmemoryPool pool,
+                           CUmemPool_attribute attr, void* value) {
+  if (value == nullptr) return;
+  if (attr != CU_MEMPOOL_ATTR_USED_MEM_CURRENT && attr != CU_MEMPOOL_ATTR_USED_MEM_HIGH &&
+      attr != CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT && attr != CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH) {
+    return;
+  }
+  int device = DefaultPoolDevice(driver, pool);
+  if (device < 0) return;
+  MemoryManager::StreamOrderedUsage ours = memory.StreamOrdered(device);
+  uint64_t add = attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT       ? ours.used
+                 : attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH        ? ours.used_high
+                 : attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT ? ours.reserved
+                                                                : ours.reserved_high;
+  *static_cast<cuuint64_t*>(value) += add;
+}
+
+void ResetStreamOrderedHigh(MemoryManager& memory, const Driver& driver, CUmemoryPool pool,
+                            CUmemPool_attribute attr) {
+  if (attr != CU_MEMPOOL_ATTR_USED_MEM_HIGH && attr != CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH) return;
+  int device = DefaultPoolDevice(driver, pool);
+  if (device < 0) return;
+  memory.ResetStreamOrderedHigh(device, attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+                                attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH);
+}
+
+uint64_t TrimStreamOrdered(MemoryManager& memory, const Driver& driver, CUmemoryPool pool,
+                           uint64_t keep) {
+  int device = DefaultPoolDevice(driver, pool);
+  if (device < 0) return 0;
+  // What the pool reports reserved counts toward `keep`; a driver that will
+  // not tell its own part leaves only stensor's.
+  cuuint64_t reported = 0;
+  if (driver.cuMemPoolGetAttribute == nullptr ||
+      driver.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reported) !=
+          CUDA_SUCCESS) {
+    reported = 0;
+  }
+  reported += memory.StreamOrdered(device).reserved;
+  return memory.ReleaseIdlePooled(device, keep > reported ? keep - reported : 0);
 }
 
 }  // namespace stensor

@@ -56,6 +56,37 @@ bool ServeStreamOrdered(const Driver& driver, MemoryManager& memory, CUdeviceptr
                         uint64_t bytes, CUstream stream,
                         MemoryManager::RegisterId register_id, CUresult* result);
 
+// --- The default pool's attributes under a cap. What stensor serves for a
+// device's default pool is not in the driver's pool, so the pool's answers
+// add stensor's share (MemoryManager::StreamOrderedUsage): each function is
+// called after the driver's call succeeded, and only for a device's default
+// pool.
+
+// The device whose default pool `pool` is; -1 when it is none's (an
+// explicit pool, a bad handle) or the driver will not say.
+int DefaultPoolDevice(const Driver& driver, CUmemoryPool pool);
+
+// cuMemPoolGetAttribute: adds stensor's share to the driver's `*value` for
+// USED_MEM_CURRENT/HIGH (requested bytes) and RESERVED_MEM_CURRENT/HIGH
+// (granules). A _HIGH answer is the driver's mark plus stensor's: the
+// driver's value at the moment stensor's share peaked is not known, so the
+// sum of the two marks bounds the high-water of the sum from above (exact
+// when only one side grew since the last reset).
+void AddStreamOrderedShare(MemoryManager& memory, const Driver& driver, CUmemoryPool pool,
+                           CUmemPool_attribute attr, void* value);
+
+// cuMemPoolSetAttribute of USED_MEM_HIGH or RESERVED_MEM_HIGH (the driver
+// accepted it, so the value was 0): stensor's mark restarts too.
+void ResetStreamOrderedHigh(MemoryManager& memory, const Driver& driver, CUmemoryPool pool,
+                            CUmemPool_attribute attr);
+
+// cuMemPoolTrimTo(pool, keep): idle chunks of stensor's physical pool for
+// the device go back to the driver, down to what `keep` leaves after the
+// pool's reported reservation (the driver's after its trim, plus
+// stensor's). Returns the bytes released.
+uint64_t TrimStreamOrdered(MemoryManager& memory, const Driver& driver, CUmemoryPool pool,
+                           uint64_t keep);
+
 }  // namespace stensor
 
 #endif  // STENSOR_CORE_STREAM_ORDERED_H_

@@ -188,5 +188,115 @@ TEST_F(StreamOrderedTest, OnlyTheDefaultPoolIsServed) {
   EXPECT_CU(mm_->FreeAsync(p, nullptr));
 }
 
+TEST_F(StreamOrderedTest, TheFakesPoolMadeCurrentIsLeftToTheDriver) {
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+  CUmemoryPool pool = nullptr, default_pool = nullptr;
+  ASSERT_CU(cuMemPoolCreate(&pool, &props));
+  ASSERT_CU(cuDeviceGetDefaultMemPool(&default_pool, 0));
+  EXPECT_TRUE(FromDefaultPool(driver_));
+  EXPECT_EQ(DefaultPoolDevice(driver_, default_pool), 0);
+  EXPECT_EQ(DefaultPoolDevice(driver_, pool), -1);
+  EXPECT_EQ(DefaultPoolDevice(driver_, nullptr), -1);
+  ASSERT_CU(cuDeviceSetMemPool(0, pool));
+  EXPECT_FALSE(FromDefaultPool(driver_));
+  CUdeviceptr q = 0;
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  EXPECT_FALSE(Serve(kGranule, nullptr, &q, &r));
+  ASSERT_CU(cuMemPoolDestroy(pool));  // the default one is current again
+  EXPECT_TRUE(FromDefaultPool(driver_));
+}
+
+TEST_F(StreamOrderedTest, TheDefaultPoolAnswersIncludeStensorsShare) {
+  CUmemoryPool pool = nullptr;
+  ASSERT_CU(cuDeviceGetDefaultMemPool(&pool, 0));
+  auto attr = [&](CUmemPool_attribute a) {
+    cuuint64_t v = 0;
+    EXPECT_CU(cuMemPoolGetAttribute(pool, a, &v));  // the fake's own answer
+    AddStreamOrderedShare(*mm_, driver_, pool, a, &v);
+    return v;
+  };
+  CUstream s;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr a = 0, b = 0, small = 0;
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  ASSERT_TRUE(Serve(kGranule / 2, s, &a, &r, 1));
+  ASSERT_CU(r);
+  ASSERT_TRUE(Serve(kGranule + 1, s, &b, &r, 2));
+  ASSERT_CU(r);
+  ASSERT_CU(cuMemAllocAsync(&small, 4096, s));  // the driver's own, one page
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_USED_MEM_CURRENT), kGranule / 2 + kGranule + 1 + 4096);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 3 * kGranule + 4096);
+  // Other attributes and other pools are the driver's alone.
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD), 0u);
+  EXPECT_CU(mm_->FreeAsync(b, s));
+  ASSERT_CU(cuMemFreeAsync(small, s));
+  ASSERT_CU(cuStreamSynchronize(s));
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_USED_MEM_CURRENT), kGranule / 2);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_USED_MEM_HIGH), kGranule / 2 + kGranule + 1 + 4096);
+  // b's memory is released (to stensor's chunk pool) once its free ran.
+  EXPECT_EQ(mm_->ReleaseIdlePooled(0, UINT64_MAX), 0u);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), kGranule);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH), 3 * kGranule + 4096);
+  // A reset restarts both marks from the current values.
+  cuuint64_t zero = 0;
+  ASSERT_CU(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero));
+  ResetStreamOrderedHigh(*mm_, driver_, pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_USED_MEM_HIGH), kGranule / 2);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH), 3 * kGranule + 4096);
+  ASSERT_CU(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero));
+  ResetStreamOrderedHigh(*mm_, driver_, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH), kGranule);
+  // Trim: b's two chunks idle in stensor's pool. Keeping what is reserved
+  // plus one chunk releases one; keeping nothing releases the other.
+  ASSERT_CU(cuMemPoolTrimTo(pool, kGranule + kGranule));
+  EXPECT_EQ(TrimStreamOrdered(*mm_, driver_, pool, kGranule + kGranule), kGranule);
+  EXPECT_EQ(mm_->stats().pooled_bytes, kGranule);
+  ASSERT_CU(cuMemPoolTrimTo(pool, 0));
+  EXPECT_EQ(TrimStreamOrdered(*mm_, driver_, pool, 0), kGranule);
+  EXPECT_EQ(mm_->stats().pooled_bytes, 0u);
+  // An explicit pool: nothing of stensor's.
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+  CUmemoryPool other = nullptr;
+  ASSERT_CU(cuMemPoolCreate(&other, &props));
+  cuuint64_t v = 0;
+  AddStreamOrderedShare(*mm_, driver_, other, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &v);
+  EXPECT_EQ(v, 0u);
+  EXPECT_EQ(TrimStreamOrdered(*mm_, driver_, other, 0), 0u);
+  ASSERT_CU(cuMemPoolDestroy(other));
+  EXPECT_CU(mm_->FreeAsync(a, s));
+  ASSERT_CU(cuStreamSynchronize(s));
+  ASSERT_CU(cuStreamDestroy_v2(s));
+}
+
+TEST_F(StreamOrderedTest, TheDriversKeptPoolMemoryIsTrimmedBeforeStensorTakesMemory) {
+  CUmemoryPool pool = nullptr;
+  ASSERT_CU(cuDeviceGetDefaultMemPool(&pool, 0));
+  cuuint64_t keep_all = ~cuuint64_t{0}, reserved = 0;
+  ASSERT_CU(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_all));
+  CUstream s;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr small = 0, p = 0;
+  ASSERT_CU(cuMemAllocAsync(&small, 3 * 4096, s));
+  ASSERT_CU(cuMemFreeAsync(small, s));
+  ASSERT_CU(cuStreamSynchronize(s));
+  // Kept by the pool (threshold), no longer in use: slack the cap cannot see.
+  ASSERT_CU(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved));
+  EXPECT_EQ(reserved, 3 * 4096u);
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  ASSERT_TRUE(Serve(kGranule, s, &p, &r));  // a chunk created
+  ASSERT_CU(r);
+  ASSERT_CU(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved));
+  EXPECT_EQ(reserved, 0u);
+  cuuint64_t zero = 0;
+  ASSERT_CU(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &zero));
+  EXPECT_CU(mm_->FreeAsync(p, s));
+  ASSERT_CU(cuStreamSynchronize(s));
+  ASSERT_CU(cuStreamDestroy_v2(s));
+}
+
 }  // namespace
 }  // namespace stensor

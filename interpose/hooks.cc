@@ -13,6 +13,7 @@
 #include "absl/base/attributes.h"
 #include "core/copy_ranges.h"
 #include "core/external_allocations.h"
+#include "core/stream_ordered.h"
 #include "interpose/state.h"
 
 #define STENSOR_EXPORT extern "C" __attribute__((visibility("default")))
@@ -331,6 +332,23 @@ PAIR(cuMemFreeAsync, _ptsz, (CUdeviceptr dptr, CUstream s),
        }
        return r;
      }())
+// Under a cap, a device's default pool answers for what stensor serves from
+// it too (core/stream_ordered.h), once the driver has answered.
+ONE(cuMemPoolGetAttribute, (CUmemoryPool pool, CUmemPool_attribute attr, void* value), [&] {
+  CUresult r = real == nullptr ? kMissing : real(pool, attr, value);
+  if (r == CUDA_SUCCESS && T().capped()) AddStreamOrderedShare(*T().memory(), D(), pool, attr, value);
+  return r;
+}())
+ONE(cuMemPoolSetAttribute, (CUmemoryPool pool, CUmemPool_attribute attr, void* value), [&] {
+  CUresult r = real == nullptr ? kMissing : real(pool, attr, value);
+  if (r == CUDA_SUCCESS && T().capped()) ResetStreamOrderedHigh(*T().memory(), D(), pool, attr);
+  return r;
+}())
+ONE(cuMemPoolTrimTo, (CUmemoryPool pool, size_t keep), [&] {
+  CUresult r = real == nullptr ? kMissing : real(pool, keep);
+  if (r == CUDA_SUCCESS && T().capped()) TrimStreamOrdered(*T().memory(), D(), pool, keep);
+  return r;
+}())
 // Under a cap, the program sees the cap as the device's memory.
 STENSOR_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
   auto real = D().cuMemGetInfo_v2;

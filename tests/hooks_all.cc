@@ -900,8 +900,46 @@ void Allocations() {
   INVALID(cuMemAllocAsync_ptsz, "zero", &p, 0, nullptr);
   INVALID(cuMemFreeAsync, "host", Ptr(&p), g_stream);
   INVALID(cuMemFreeAsync_ptsz, "host", Ptr(&p), nullptr);
-  VALID(cuMemAllocFromPoolAsync, "absent", &p, 65536, nullptr, g_stream);
-  VALID(cuMemAllocFromPoolAsync_ptsz, "absent", &p, 65536, nullptr, nullptr);
+  // Pools: an explicit allocation from the default pool (the driver's,
+  // counted under a cap), the pool's attributes and trim (under a cap they
+  // include stensor's share: core/stream_ordered.h).
+  CUmemoryPool pool = nullptr;
+  auto default_pool =
+      reinterpret_cast<decltype(&::cuDeviceGetDefaultMemPool)>(dlsym(g_fake, "cuDeviceGetDefaultMemPool"));
+  if (default_pool == nullptr || default_pool(&pool, 0) != CUDA_SUCCESS) ++failures;
+  for (bool pt : {false, true}) {
+    CUstream s = pt ? nullptr : g_stream;
+    CUdeviceptr q = 0;
+    if (pt) {
+      VALID(cuMemAllocFromPoolAsync_ptsz, "default", &q, 65536, pool, s);
+    } else {
+      VALID(cuMemAllocFromPoolAsync, "default", &q, 65536, pool, s);
+    }
+    Rec("alloc", pt ? "cuMemAllocFromPoolAsync_ptsz" : "cuMemAllocFromPoolAsync")
+        .S("addr", Hex(q)).U("bytes", 65536).S("kind", "stream_ordered");
+    if (pt) {
+      VALID(cuMemFreeAsync_ptsz, "from-pool", q, s);
+    } else {
+      VALID(cuMemFreeAsync, "from-pool", q, s);
+    }
+    Rec("free", pt ? "cuMemFreeAsync_ptsz" : "cuMemFreeAsync").S("addr", Hex(q)).U("bytes", 65536);
+    SyncStream(s, pt);
+  }
+  INVALID(cuMemAllocFromPoolAsync, "null-pool", &p, 65536, nullptr, g_stream);
+  INVALID(cuMemAllocFromPoolAsync_ptsz, "null-pool", &p, 65536, nullptr, nullptr);
+  cuuint64_t pool_value = 0, zero = 0, one = 1;
+  VALID(cuMemPoolGetAttribute, "used", pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &pool_value);
+  VALID(cuMemPoolGetAttribute, "reserved-high", pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
+        &pool_value);
+  INVALID(cuMemPoolGetAttribute, "null-pool", nullptr, CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
+          &pool_value);
+  INVALID(cuMemPoolGetAttribute, "attribute", pool, static_cast<CUmemPool_attribute>(99),
+          &pool_value);
+  VALID(cuMemPoolSetAttribute, "reset-high", pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero);
+  INVALID(cuMemPoolSetAttribute, "nonzero-high", pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &one);
+  INVALID(cuMemPoolSetAttribute, "current", pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &zero);
+  VALID(cuMemPoolTrimTo, "all", pool, 0);
+  INVALID(cuMemPoolTrimTo, "null-pool", nullptr, 0);
 
   // What the device reports: the cap under one, else the driver's numbers.
   const char* cap_text = std::getenv("STENSOR_MEMORY_LIMIT");

@@ -509,6 +509,7 @@ void SynchronizeContext(Context* ctx) {
   }
   ctx->legacy->WaitIdle();
   for (Stream* s : streams) s->WaitIdle();
+  ReleasePoolsAtSync();
 }
 
 void SynchronizeAllContexts() {

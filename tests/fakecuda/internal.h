@@ -346,6 +346,26 @@ CUresult CaptureWaitEvent(Stream* s, uint64_t capture_id,
 // use of one of its capture events).
 void InvalidateCapture(uint64_t capture_id);
 
+// --- Stream-ordered pools (pool.cc) ----------------------------------------
+struct Pool;
+// The pool cuMemAllocAsync on `device` takes from (cuDeviceSetMemPool).
+Pool* CurrentPool(int device);
+// The live pool of a handle, else CUDA_ERROR_INVALID_VALUE.
+CUresult LookupPool(CUmemoryPool handle, Pool** out);
+int PoolDevice(Pool* pool);
+// `bytes` more in use from `pool`: reserved (charged to its device) where
+// its unused reservation does not cover them. CUDA_ERROR_OUT_OF_MEMORY when
+// the device (or the pool's maxSize) has no room.
+CUresult PoolTake(Pool* pool, size_t bytes);
+// `bytes` no longer in use: kept reserved until a synchronisation or trim.
+void PoolGive(Pool* pool, size_t bytes);
+// A stream, event or context synchronisation: each pool releases reserved
+// memory above max(in use, its release threshold).
+void ReleasePoolsAtSync();
+// cuMemAllocAsync / cuMemAllocFromPoolAsync on stream `h` from `pool`
+// (null: the current pool of the stream's device).
+CUresult AllocAsyncFrom(CUdeviceptr* dptr, size_t bytes, Pool* pool, CUstream h, bool pt);
+
 // --- Time model ------------------------------------------------------------
 // FAKECUDA_LINK gives each device one copy engine per direction, shared by all
 // of its streams, as a GPU's DMA engines are: a host<->device copy occupies

@@ -72,6 +72,7 @@ struct Allocation {
   size_t charged = 0;  // page-rounded, what the mapping and the device use
   int device = 0;
   bool stream_ordered = false;  // from cuMemAllocAsync
+  Pool* pool = nullptr;         // the stream-ordered pool it came from
   Context* ctx = nullptr;       // where it was allocated
   unsigned long long id = 0;    // CU_POINTER_ATTRIBUTE_BUFFER_ID
 };
@@ -214,14 +215,22 @@ void Unback(uintptr_t p, size_t n) {
   }
 }
 
-CUresult Allocate(CUdeviceptr* dptr, size_t bytes, bool stream_ordered) {
+// A stream-ordered allocation from `pool` is charged to the pool (which
+// charges its device for what it reserves) and lives on the pool's device.
+CUresult Allocate(CUdeviceptr* dptr, size_t bytes, bool stream_ordered, Pool* pool = nullptr) {
   if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   Context* ctx = nullptr;
   if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
   if (bytes > GetOptions().device_memory) return CUDA_ERROR_OUT_OF_MEMORY;
   size_t charged = AlignUp(bytes, kPageSize);
-  Device* dev = GetDevice(ctx->device);
-  if (!dev->Charge(charged)) return CUDA_ERROR_OUT_OF_MEMORY;
+  int device = pool != nullptr ? PoolDevice(pool) : ctx->device;
+  Device* dev = GetDevice(device);
+  auto uncharge = [&] { pool != nullptr ? PoolGive(pool, charged) : dev->Uncharge(charged); };
+  if (pool != nullptr) {
+    if (CUresult r = PoolTake(pool, charged); r != CUDA_SUCCESS) return r;
+  } else if (!dev->Charge(charged)) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   Memory& m = GetMemory();
   std::unique_lock<std::mutex> lock(m.mu);
   // A GPU's allocation has its page tables from the start; a fresh mmap
@@ -245,11 +254,11 @@ CUresult Allocate(CUdeviceptr* dptr, size_t bytes, bool stream_ordered) {
     lock.lock();
   }
   if (p == MAP_FAILED) {
-    dev->Uncharge(charged);
+    uncharge();
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   m.allocations[reinterpret_cast<uintptr_t>(p)] =
-      Allocation{bytes, charged, ctx->device, stream_ordered, ctx, NextBufferId()};
+      Allocation{bytes, charged, device, stream_ordered, pool, ctx, NextBufferId()};
   *dptr = reinterpret_cast<CUdeviceptr>(p);
   return CUDA_SUCCESS;
 }
@@ -268,7 +277,11 @@ CUresult TakeAllocation(CUdeviceptr dptr, Allocation* out) {
 // Unmaps the allocation's range (a stale pointer into it faults, as before)
 // and keeps its pages for a later allocation when there is room for them.
 void ReleaseAllocation(CUdeviceptr dptr, const Allocation& a) {
-  GetDevice(a.device)->Uncharge(a.charged);
+  if (a.pool != nullptr) {
+    PoolGive(a.pool, a.charged);  // the pool keeps it reserved
+  } else {
+    GetDevice(a.device)->Uncharge(a.charged);
+  }
   void* old = reinterpret_cast<void*>(dptr);
   Memory& m = GetMemory();
   {
@@ -439,18 +452,22 @@ FAKECUDA_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase,
   return CUDA_SUCCESS;
 }
 
-namespace {
-CUresult AllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream h, bool pt) {
+CUresult fakecuda::AllocAsyncFrom(CUdeviceptr* dptr, size_t bytes, Pool* pool, CUstream h,
+                                  bool pt) {
   Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, pt, &s); r != CUDA_SUCCESS) return r;
   bool capturing = false;
   if (CUresult r = CaptureCheck(s, &capturing); r != CUDA_SUCCESS) return r;
   // Memory allocation nodes are not modelled.
   if (capturing) return CaptureUnsupported(s, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  // From the current pool of the stream's device.
+  if (pool == nullptr) pool = CurrentPool(s->context()->device);
   // Memory is available at once; the real driver makes it usable in stream
   // order, which the same address satisfies.
-  return Allocate(dptr, bytes, true);
+  return Allocate(dptr, bytes, true, pool);
 }
+
+namespace {
 
 CUresult FreeAsync(CUdeviceptr dptr, CUstream h, bool pt) {
   Stream* s = nullptr;
@@ -470,13 +487,13 @@ CUresult FreeAsync(CUdeviceptr dptr, CUstream h, bool pt) {
 FAKECUDA_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize,
                                          CUstream hStream) {
   FAKECUDA_ENTER("cuMemAllocAsync");
-  return AllocAsync(dptr, bytesize, hStream, false);
+  return AllocAsyncFrom(dptr, bytesize, nullptr, hStream, false);
 }
 FAKECUDA_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr,
                                               size_t bytesize,
                                               CUstream hStream) {
   FAKECUDA_ENTER("cuMemAllocAsync_ptsz");
-  return AllocAsync(dptr, bytesize, hStream, true);
+  return AllocAsyncFrom(dptr, bytesize, nullptr, hStream, true);
 }
 FAKECUDA_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
   FAKECUDA_ENTER("cuMemFreeAsync");

@@ -328,7 +328,11 @@ CUresult StreamAddCallback(CUstream h, CUstreamCallback cb, void* data,
 }  // namespace
 
 namespace {
-CUresult Impl_cuStreamSynchronize(CUstream h, bool pt) { return StreamSynchronize(h, pt); }
+CUresult Impl_cuStreamSynchronize(CUstream h, bool pt) {
+  CUresult r = StreamSynchronize(h, pt);
+  if (r == CUDA_SUCCESS) ReleasePoolsAtSync();  // pools release at synchronisation
+  return r;
+}
 CUresult Impl_cuStreamQuery(CUstream h, bool pt) { return StreamQuery(h, pt); }
 CUresult Impl_cuStreamGetFlags(CUstream h, unsigned* f, bool pt) { return StreamGetFlags(h, f, pt); }
 CUresult Impl_cuStreamGetPriority(CUstream h, int* p, bool pt) { return StreamGetPriority(h, p, pt); }
@@ -578,6 +582,7 @@ FAKECUDA_EXPORT CUresult cuEventSynchronize(CUevent hEvent) {
     seq = e->seq;
   }
   if (s != nullptr) s->WaitFor(seq);
+  ReleasePoolsAtSync();
   return CUDA_SUCCESS;
 }
 
