@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/context_scope.h"
+#include "core/driver_pool.h"
 #include "core/host_copy.h"
 #include "core/json.h"
 #include "core/stream_use.h"
@@ -159,9 +160,8 @@ struct MemoryManager::Device {
   PhysicalPool pool;
   // Stensor's share of the default stream-ordered pool (StreamOrderedUsage).
   StreamOrderedUsage stream_ordered;
-  // The driver's default pool of the device (TrimDriverPool), looked up once.
-  CUmemoryPool default_pool = nullptr;
-  bool default_pool_looked_up = false;
+  // The driver's default pool of the device (TrimDriverPool).
+  DriverPool driver_pool;
   // Buffers whose old mapping is still there (Buffer::old_mapped).
   std::vector<Buffer*> old_mappings;
   // The eviction order (MemoryManager::Reindex).
@@ -1058,19 +1058,7 @@ void MemoryManager::OnAppUnmap(CUdeviceptr ptr, uint64_t size) {
 }
 
 void MemoryManager::TrimDriverPool(Device& dev) {
-  if (driver_->cuMemPoolTrimTo == nullptr || driver_->cuDeviceGetDefaultMemPool == nullptr ||
-      driver_->cuDeviceGet == nullptr) {
-    return;  // a driver without pools keeps no freed memory
-  }
-  if (!dev.default_pool_looked_up) {
-    dev.default_pool_looked_up = true;
-    CUdevice device = 0;
-    if (Failed(driver_->cuDeviceGet(&device, dev.ordinal)) != CUDA_SUCCESS ||
-        Failed(driver_->cuDeviceGetDefaultMemPool(&dev.default_pool, device)) != CUDA_SUCCESS) {
-      dev.default_pool = nullptr;
-    }
-  }
-  if (dev.default_pool != nullptr) (void)Failed(driver_->cuMemPoolTrimTo(dev.default_pool, 0));
+  dev.driver_pool.Trim(*driver_, dev.ordinal, &stats_.driver_errors);
 }
 
 CUresult MemoryManager::CreatePhysical(Device& dev, uint64_t bytes,
