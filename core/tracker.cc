@@ -157,10 +157,6 @@ uint64_t Tracker::IdAt(uint64_t addr) const {
 }
 
 namespace {
-// The stream handle the driver understands for a StreamRef: handle 0 of a
-// per-thread entry point is the per-thread stream.
-CUstream Handle(StreamRef s) { return Tracker::Handle(s); }
-
 // A copy's or memset's key for the iteration planner: its shape (the
 // buffers' sizes are mixed in by the manager), not its addresses.
 uint64_t TransferKey(uint64_t bytes, bool to_host, bool memset) {
