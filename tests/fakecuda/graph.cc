@@ -1077,40 +1077,35 @@ FAKECUDA_EXPORT CUresult cuGraphKernelNodeGetParams_v2(
   return CUDA_SUCCESS;
 }
 
+// A node's parameters of one kind, copied out.
+template <typename Params>
+CUresult NodeParamsOut(CUgraphNode hNode, CUgraphNodeType type, Params NodeSpec::*field,
+                       Params* out) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  State& st = GetState();
+  std::lock_guard<std::mutex> lock(st.mu);
+  Node* n = TypedNode(st, hNode, type);
+  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *out = n->spec.*field;
+  return CUDA_SUCCESS;
+}
+
 FAKECUDA_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode,
                                                     CUDA_MEMCPY3D* nodeParams) {
   FAKECUDA_ENTER("cuGraphMemcpyNodeGetParams");
-  if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  State& st = GetState();
-  std::lock_guard<std::mutex> lock(st.mu);
-  Node* n = TypedNode(st, hNode, CU_GRAPH_NODE_TYPE_MEMCPY);
-  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *nodeParams = n->spec.copy;
-  return CUDA_SUCCESS;
+  return NodeParamsOut(hNode, CU_GRAPH_NODE_TYPE_MEMCPY, &NodeSpec::copy, nodeParams);
 }
 
 FAKECUDA_EXPORT CUresult cuGraphMemsetNodeGetParams(
     CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS* nodeParams) {
   FAKECUDA_ENTER("cuGraphMemsetNodeGetParams");
-  if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  State& st = GetState();
-  std::lock_guard<std::mutex> lock(st.mu);
-  Node* n = TypedNode(st, hNode, CU_GRAPH_NODE_TYPE_MEMSET);
-  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *nodeParams = n->spec.memset;
-  return CUDA_SUCCESS;
+  return NodeParamsOut(hNode, CU_GRAPH_NODE_TYPE_MEMSET, &NodeSpec::memset, nodeParams);
 }
 
 FAKECUDA_EXPORT CUresult cuGraphHostNodeGetParams(
     CUgraphNode hNode, CUDA_HOST_NODE_PARAMS* nodeParams) {
   FAKECUDA_ENTER("cuGraphHostNodeGetParams");
-  if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  State& st = GetState();
-  std::lock_guard<std::mutex> lock(st.mu);
-  Node* n = TypedNode(st, hNode, CU_GRAPH_NODE_TYPE_HOST);
-  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *nodeParams = n->spec.host;
-  return CUDA_SUCCESS;
+  return NodeParamsOut(hNode, CU_GRAPH_NODE_TYPE_HOST, &NodeSpec::host, nodeParams);
 }
 
 FAKECUDA_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode,
