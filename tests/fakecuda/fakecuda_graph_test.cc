@@ -692,7 +692,9 @@ TEST_F(GraphTest, CapturedGraphIsIntrospectable) {
     nd = 1;
     ASSERT_CU(cuGraphNodeGetDependencies(nodes[i], &dep, nullptr, &nd));
     EXPECT_EQ(nd, i == 0 ? 0u : 1u);
-    if (i > 0) EXPECT_EQ(dep, nodes[i - 1]);
+    if (i > 0) {
+      EXPECT_EQ(dep, nodes[i - 1]);
+    }
   }
   CUDA_MEMSET_NODE_PARAMS mp;
   ASSERT_CU(cuGraphMemsetNodeGetParams(nodes[0], &mp));
@@ -1129,7 +1131,9 @@ TEST_F(GraphTest, ExecUpdateTakesParametersOfAnIdenticalGraph) {
     EXPECT_CU(cuStreamBeginCapture(s1_, CU_STREAM_CAPTURE_MODE_GLOBAL));
     EXPECT_CU(cuMemsetD32Async(d, 0, n, s1_));
     EXPECT_CU(Fill(s1_, d, value, n, 0));
-    if (extra) EXPECT_CU(cuMemsetD8Async(d, 0, 1, s1_));
+    if (extra) {
+      EXPECT_CU(cuMemsetD8Async(d, 0, 1, s1_));
+    }
     CUgraph g = nullptr;
     EXPECT_CU(cuStreamEndCapture(s1_, &g));
     return g;
