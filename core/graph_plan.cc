@@ -418,9 +418,4 @@ void GraphPlans::Erase(CUgraphExec exec) {
   plans_.erase(exec);
 }
 
-size_t GraphPlans::size() const {
-  MutexLock lock(&mu_);
-  return plans_.size();
-}
-
 }  // namespace stensor

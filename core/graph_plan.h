@@ -110,7 +110,6 @@ class GraphPlans {
   // Null for an exec stensor has no plan of.
   std::shared_ptr<const GraphPlan> Get(CUgraphExec exec) const ABSL_LOCKS_EXCLUDED(mu_);
   void Erase(CUgraphExec exec) ABSL_LOCKS_EXCLUDED(mu_);
-  size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   mutable Mutex mu_;

@@ -692,7 +692,7 @@ void Tracker::OnLaunch(const char* api, CUfunction f, const unsigned grid[3],
 
 void Tracker::OnCopy(const char* api, CopyKind kind, uint64_t dst,
                      uint64_t src, uint64_t bytes, StreamRef stream,
-                     bool async, size_t table_entries) {
+                     bool async, size_t table_entries, bool captured) {
   Count(OpType::kMemcpy);
   if (!log_) return;
   uint64_t dst_id = IdAt(dst), src_id = IdAt(src);
@@ -711,12 +711,12 @@ void Tracker::OnCopy(const char* api, CopyKind kind, uint64_t dst,
       .Str("stream", StreamText(stream))
       .Bool("async", async);
   if (table_entries > 0) line.Uint("table_entries", table_entries);
-  if (capture_.Capturing(Handle(stream))) line.Bool("captured", true);
+  if (captured) line.Bool("captured", true);
   Log(line.Finish());
 }
 
 void Tracker::OnMemset(const char* api, uint64_t dst, uint64_t bytes,
-                       StreamRef stream, bool async) {
+                       StreamRef stream, bool async, bool captured) {
   Count(OpType::kMemset);
   if (!log_) return;
   absl::InlinedVector<uint64_t, 1> writes;
@@ -729,7 +729,7 @@ void Tracker::OnMemset(const char* api, uint64_t dst, uint64_t bytes,
       .Uints("writes", writes)
       .Str("stream", StreamText(stream))
       .Bool("async", async);
-  if (capture_.Capturing(Handle(stream))) line.Bool("captured", true);
+  if (captured) line.Bool("captured", true);
   Log(line.Finish());
 }
 

@@ -131,10 +131,12 @@ class Tracker {
   // between the ranges starting at dst and src. `kind` is the direction as
   // the API states it (e.g. kHostToDevice, or kDefault for unified copies).
   // `table_entries`: pointers found in the copied data (OnCopyTables).
+  // `captured`: pushed into a capturing stream (TransferScope::captured).
   void OnCopy(const char* api, CopyKind kind, uint64_t dst, uint64_t src,
-              uint64_t bytes, StreamRef stream, bool async, size_t table_entries = 0);
+              uint64_t bytes, StreamRef stream, bool async, size_t table_entries = 0,
+              bool captured = false);
   void OnMemset(const char* api, uint64_t dst, uint64_t bytes,
-                StreamRef stream, bool async);
+                StreamRef stream, bool async, bool captured = false);
   // A synchronisation that returned successfully.
   void OnSync(const char* api, StreamRef stream);
 

@@ -76,7 +76,7 @@ CUresult Transfer(const char* api, Fn real, const CopyRanges& c, StreamRef s, bo
   size_t entries = T().tracks_tables() && !scope.captured
                        ? T().OnCopyTables(c.kind, c.dst.start, c.src.start, c.bytes, linear)
                        : 0;
-  T().OnCopy(api, c.kind, c.dst.start, c.src.start, c.bytes, s, async, entries);
+  T().OnCopy(api, c.kind, c.dst.start, c.src.start, c.bytes, s, async, entries, scope.captured);
   return r;
 }
 
@@ -124,7 +124,7 @@ CUresult Memset(const char* api, Fn real, CUdeviceptr dst, MemsetRange range,
   T().EndTransfer(scope, s, r == CUDA_SUCCESS);
   if (r != CUDA_SUCCESS) return r;
   if (!scope.captured) T().OnMemsetTables(dst, bytes, kLinear);
-  T().OnMemset(api, dst, bytes, s, async);
+  T().OnMemset(api, dst, bytes, s, async, scope.captured);
   return r;
 }
 
@@ -559,7 +559,7 @@ CUresult Batch(const char* api, Fn real, StreamRef s, size_t count, bool valid,
     size_t entries = T().tracks_tables() && !captured
                          ? T().OnCopyTables(c.kind, c.dst.start, c.src.start, c.bytes, linear)
                          : 0;
-    T().OnCopy(api, c.kind, c.dst.start, c.src.start, c.bytes, s, true, entries);
+    T().OnCopy(api, c.kind, c.dst.start, c.src.start, c.bytes, s, true, entries, captured);
   }
   return r;
 }
