@@ -14,6 +14,7 @@ packages=(
   libgtest-dev
   libgmock-dev
   libbenchmark-dev
+  libglpk-dev          # exact offline optimum in `stensor sim`
   clang                # thread-safety analysis only (scripts/thread_safety.sh)
 )
 

@@ -1,18 +1,9 @@
 // OptimumBound: a lower bound on the bytes any eviction policy must move
 // (device->host plus host->device) to run a Trace under a cap with the
-// manager's swap rules, from the min-cost-flow (LP) relaxation of the
-// offline keep/evict problem:
-//
-//   - time points are the trace's operations; a swappable buffer must be
-//     resident at each operation that uses it (and at its allocation);
-//   - between two consecutive uses (a gap) it is kept, occupying its charge
-//     at every point of the gap, or evicted: then its next use swaps it in
-//     (its bytes, unless that use overwrites it whole or nothing has
-//     written it yet) and, once per written stretch (from a write to the
-//     next), it is written back (its bytes): a buffer written since its
-//     last write-back pays device->host when first evicted after the write;
-//   - at each point, the kept charges fit under the cap less the plain
-//     allocations and the buffers that point uses.
+// manager's swap rules (the KeepProblem of tools/keep_problem.h), from the
+// min-cost-flow (LP) relaxation of that problem. ExactOptimum
+// (tools/exact_optimum.h) solves it in whole buffers; this bound needs no
+// solver and scales to any trace.
 //
 // The per-gap keep fractions form an interval LP, solved exactly as a flow
 // over the time line (kept charge rides an arc over its gap, free memory the

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -11,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "tools/exact_optimum.h"
 #include "tools/optimum.h"
 
 namespace stensor {
@@ -20,7 +23,7 @@ constexpr char kUsage[] =
     "usage: stensor sim LOG --limit BYTES|N% [--policy lru|version|belady]\n"
     "                   [--prefetch on|off] [--bandwidth GB/s] [--kernel-us US]\n"
     "                   [--compare] [--granularity BYTES] [--rounds N]\n"
-    "                   [--planned-evictions on|off]\n";
+    "                   [--planned-evictions on|off] [--exact-seconds S]\n";
 
 double MiB(double bytes) { return bytes / (1 << 20); }
 
@@ -121,6 +124,11 @@ absl::StatusOr<SimFlags> ParseSimFlags(const std::vector<std::string>& args) {
         return BadFlag("--granularity", value, "a positive multiple of 4096 bytes");
       }
       flags.granularity = *g;
+    } else if (name == "exact-seconds") {
+      if (!absl::SimpleAtoi(value, &flags.exact_seconds) || flags.exact_seconds < 0 ||
+          flags.exact_seconds > 86400) {
+        return BadFlag("--exact-seconds", value, "0 (LP bound only) to 86400 seconds");
+      }
     } else if (name == "rounds") {
       if (!absl::SimpleAtoi(value, &flags.rounds) || flags.rounds < 1 || flags.rounds > 1000) {
         return BadFlag("--rounds", value, "1 to 1000");
@@ -129,6 +137,7 @@ absl::StatusOr<SimFlags> ParseSimFlags(const std::vector<std::string>& args) {
       return absl::InvalidArgumentError(absl::StrCat("stensor sim: unknown flag --", name));
     }
   }
+  if (flags.exact_seconds < 0) flags.exact_seconds = flags.compare ? 30 : 0;
   if (flags.log.empty()) return absl::InvalidArgumentError("stensor sim: no access log given");
   if (flags.limit.empty()) return absl::InvalidArgumentError("stensor sim: --limit is required");
   return flags;
@@ -190,6 +199,23 @@ void PrintResult(const ReplayResult& r, std::ostream& out) {
                          r.stall_us / 1e3);
 }
 
+// The exact optimum's line: proven, a schedule found within the time limit,
+// or why there is none.
+void PrintExact(const std::optional<absl::StatusOr<ExactOptimum>>& exact, std::ostream& out) {
+  if (!exact) return;
+  if (!exact->ok()) {
+    out << "exact: not computed: " << exact->status().message() << "\n";
+    return;
+  }
+  const ExactOptimum& e = **exact;
+  out << absl::StrFormat(
+      "exact: %s %u bytes (%.1f MiB: %.1f device->host, %.1f host->device) in whole buffers "
+      "(0-1 program, GLPK); %d of %d gaps kept, %d rows\n",
+      e.proven ? "the optimum moves" : "not proven within the time limit; a schedule moving",
+      e.bytes_moved, MiB(e.bytes_moved), MiB(e.bytes_out), MiB(e.bytes_in), e.kept_gaps, e.gaps,
+      e.rows);
+}
+
 }  // namespace
 
 int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -222,6 +248,17 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
   optimum_options.cap = *cap;
   optimum_options.rounds = flags->rounds;
   absl::StatusOr<OptimumBound> optimum = ComputeOptimumBound(*trace, optimum_options);
+  std::optional<absl::StatusOr<ExactOptimum>> exact;
+  if (flags->exact_seconds > 0 && optimum.ok()) {
+    ExactOptions exact_options;
+    exact_options.cap = *cap;
+    exact_options.time_limit_ms = flags->exact_seconds * 1000;
+    exact = ComputeExactOptimum(*trace, exact_options);
+  }
+  // Ratios are to the exact optimum when it was proven, else to the bound.
+  const bool exact_proven = exact && exact->ok() && (*exact)->proven;
+  const uint64_t reference = exact_proven ? (*exact)->bytes_moved
+                                          : optimum.ok() ? optimum->bytes_moved : 0;
 
   if (!flags->compare) {
     absl::StatusOr<ReplayResult> r =
@@ -236,12 +273,16 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
     if (optimum.ok()) {
       out << absl::StrFormat(
           "optimum             %12u bytes (%.1f MiB) at least: LP lower bound (fractional "
-          "min-cost flow); this run moves %.2fx that\n",
-          optimum->bytes_moved, MiB(optimum->bytes_moved),
-          optimum->bytes_moved ? static_cast<double>(r->bytes_moved()) / optimum->bytes_moved
-                               : 0.0);
+          "min-cost flow)\n",
+          optimum->bytes_moved, MiB(optimum->bytes_moved));
     } else {
       out << "optimum             not computed: " << optimum.status().message() << "\n";
+    }
+    PrintExact(exact, out);
+    if (reference > 0) {
+      out << absl::StrFormat("x optimum           %12.2f (this run against the %s)\n",
+                             static_cast<double>(r->bytes_moved()) / reference,
+                             exact_proven ? "exact optimum" : "LP bound");
     }
     return 0;
   }
@@ -263,8 +304,8 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
     }
     const ReplayResult& r = *row.result;
     std::string ratio = "-";
-    if (optimum.ok() && optimum->bytes_moved > 0) {
-      ratio = absl::StrFormat("%.2f", static_cast<double>(r.bytes_moved()) / optimum->bytes_moved);
+    if (reference > 0) {
+      ratio = absl::StrFormat("%.2f", static_cast<double>(r.bytes_moved()) / reference);
     } else if (optimum.ok()) {
       ratio = r.bytes_moved() == 0 ? "1.00" : "inf";
     }
@@ -272,17 +313,28 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
                            MiB(r.bytes_in), MiB(r.bytes_moved()), ratio, r.stall_us / 1e3,
                            r.on_demand_swap_ins);
   }
+  if (exact_proven) {
+    const ExactOptimum& e = **exact;
+    out << absl::StrFormat("%-8s %-8s %10.1f %10.1f %10.1f %10s %10s\n", "exact", "-",
+                           MiB(e.bytes_out), MiB(e.bytes_in), MiB(e.bytes_moved), "1.00", "-");
+  }
   if (optimum.ok()) {
-    out << absl::StrFormat("%-8s %-8s %10.1f %10.1f %10.1f %10s %10s\n", "optimum", "-",
+    out << absl::StrFormat("%-8s %-8s %10.1f %10.1f %10.1f %10s %10s\n", "LP bound", "-",
                            MiB(optimum->bytes_out), MiB(optimum->bytes_in),
-                           MiB(optimum->bytes_moved), "1.00", "-");
+                           MiB(optimum->bytes_moved),
+                           reference > 0 ? absl::StrFormat("%.2f", static_cast<double>(
+                                                                       optimum->bytes_moved) /
+                                                                       reference)
+                                         : "-",
+                           "-");
     out << absl::StrFormat(
-        "optimum: a lower bound (LP relaxation by min-cost flow, fractional keeps): no policy "
+        "LP bound: a lower bound (LP relaxation by min-cost flow, fractional keeps): no policy "
         "under these swap rules moves fewer than %u bytes; %d gaps over %d points, %d rounds\n",
         optimum->bytes_moved, optimum->gaps, optimum->points, optimum->rounds);
   } else {
     out << "optimum  not computed: " << optimum.status().message() << "\n";
   }
+  PrintExact(exact, out);
   return 0;
 }
 

@@ -33,6 +33,9 @@ struct SimFlags {
   bool compare = false;
   uint64_t granularity = kDefaultGranularity;
   int rounds = 8;
+  // Time limit of the exact optimum; 0: the LP bound only; -1: 30 s with
+  // --compare, else 0.
+  int exact_seconds = -1;
 };
 
 // Parses the arguments after `sim`. Errors name the flag, the value and

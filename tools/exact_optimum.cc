@@ -1,0 +1,144 @@
+#include "tools/exact_optimum.h"
+
+#include <glpk.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "tools/keep_problem.h"
+
+namespace stensor {
+namespace {
+
+// Costs in MiB keep the solver's numbers small; the bytes are counted again
+// from the chosen schedule, exactly.
+constexpr double kMiB = 1024.0 * 1024.0;
+
+struct ProblemDeleter {
+  void operator()(glp_prob* p) const { glp_delete_prob(p); }
+};
+
+}  // namespace
+
+absl::StatusOr<ExactOptimum> ComputeExactOptimum(const Trace& trace,
+                                                 const ExactOptions& options) {
+  absl::StatusOr<KeepProblem> problem = BuildKeepProblem(trace, options.cap);
+  if (!problem.ok()) return problem.status();
+  const std::vector<KeepGap>& gaps = problem->gaps;
+  const int points = problem->points;
+  ExactOptimum result;
+  result.gaps = static_cast<int64_t>(gaps.size());
+
+  // Columns 1..n: keep gap i; n+1..: write-back of stretch s.
+  std::unique_ptr<glp_prob, ProblemDeleter> lp(glp_create_prob());
+  glp_set_obj_dir(lp.get(), GLP_MIN);
+  const int n = static_cast<int>(gaps.size());
+  const int stretches = static_cast<int>(problem->stretch_bytes.size());
+  if (n + stretches > 0) glp_add_cols(lp.get(), n + stretches);
+  for (int i = 0; i < n; ++i) {
+    glp_set_col_kind(lp.get(), i + 1, GLP_BV);
+    // Keeping saves the swap-in (the constant "every gap evicted" is added back below).
+    glp_set_obj_coef(lp.get(), i + 1, -static_cast<double>(gaps[i].swap_in) / kMiB);
+  }
+  for (int s = 0; s < stretches; ++s) {
+    // Continuous in [0, 1]: at an optimum it is the largest "evicted" of its gaps.
+    glp_set_col_bnds(lp.get(), n + s + 1, GLP_DB, 0.0, 1.0);
+    glp_set_obj_coef(lp.get(), n + s + 1, static_cast<double>(problem->stretch_bytes[s]) / kMiB);
+  }
+
+  std::vector<int> ia{0}, ja{0};
+  std::vector<double> ar{0.0};
+  auto add_row = [&](double upper, double lower, int type) {
+    const int row = glp_add_rows(lp.get(), 1);
+    glp_set_row_bnds(lp.get(), row, type, lower, upper);
+    return row;
+  };
+  // Capacity: gaps covering each point, swept along the time line. A point
+  // that starts no gap and has no less room than the one before it is
+  // implied by that one; a row whose gaps all fit is never binding.
+  std::vector<std::vector<int>> starts(points + 1), ends(points + 1);
+  for (int i = 0; i < n; ++i) {
+    starts[gaps[i].first].push_back(i);
+    ends[gaps[i].last + 1].push_back(i);
+  }
+  std::vector<char> open(n, 0);
+  std::vector<int> covering;
+  int64_t covered_units = 0;
+  for (int t = 0; t < points; ++t) {
+    for (int i : ends[t]) {
+      open[i] = 0;
+      covered_units -= gaps[i].units;
+    }
+    for (int i : starts[t]) {
+      open[i] = 1;
+      covered_units += gaps[i].units;
+      covering.push_back(i);
+    }
+    const bool implied = starts[t].empty() && t > 0 && problem->room[t] >= problem->room[t - 1];
+    if (implied || covered_units <= problem->room[t]) continue;
+    // Gaps that ended leave `covering` here, not at every point.
+    covering.erase(std::remove_if(covering.begin(), covering.end(), [&](int i) { return !open[i]; }),
+                   covering.end());
+    const int row = add_row(static_cast<double>(problem->room[t]), 0.0, GLP_UP);
+    for (int i : covering) {
+      ia.push_back(row);
+      ja.push_back(i + 1);
+      ar.push_back(static_cast<double>(gaps[i].units));
+    }
+  }
+  // Write-back: w_s + keep_i >= 1 for every gap of a written stretch.
+  for (int i = 0; i < n; ++i) {
+    if (gaps[i].stretch < 0) continue;
+    const int row = add_row(0.0, 1.0, GLP_LO);
+    ia.push_back(row), ja.push_back(i + 1), ar.push_back(1.0);
+    ia.push_back(row), ja.push_back(n + gaps[i].stretch + 1), ar.push_back(1.0);
+  }
+  result.rows = glp_get_num_rows(lp.get());
+
+  std::vector<char> kept(n, 0);
+  if (n > 0) {
+    glp_load_matrix(lp.get(), static_cast<int>(ia.size()) - 1, ia.data(), ja.data(), ar.data());
+    glp_iocp parm;
+    glp_init_iocp(&parm);
+    parm.msg_lev = GLP_MSG_OFF;
+    parm.presolve = GLP_ON;
+    parm.mir_cuts = GLP_ON;
+    parm.cov_cuts = GLP_ON;
+    parm.gmi_cuts = GLP_ON;
+    parm.tm_lim = std::max(1, options.time_limit_ms);
+    const int rc = glp_intopt(lp.get(), &parm);
+    const int status = glp_mip_status(lp.get());
+    if ((rc != 0 && rc != GLP_ETMLIM) || (status != GLP_OPT && status != GLP_FEAS)) {
+      return absl::InternalError(
+          absl::StrCat("GLPK could not solve the keep/evict program (glp_intopt ", rc,
+                       ", status ", status, ")"));
+    }
+    result.proven = rc == 0 && status == GLP_OPT;
+    for (int i = 0; i < n; ++i) kept[i] = glp_mip_col_val(lp.get(), i + 1) > 0.5;
+  } else {
+    result.proven = true;
+  }
+
+  // The bytes of the chosen schedule, counted exactly.
+  std::vector<char> written_back(stretches, 0);
+  for (int i = 0; i < n; ++i) {
+    if (kept[i]) {
+      ++result.kept_gaps;
+      continue;
+    }
+    result.bytes_in += static_cast<uint64_t>(gaps[i].swap_in);
+    if (gaps[i].stretch >= 0 && !written_back[gaps[i].stretch]) {
+      written_back[gaps[i].stretch] = 1;
+      result.bytes_out += problem->stretch_bytes[gaps[i].stretch];
+    }
+  }
+  result.bytes_moved = result.bytes_in + result.bytes_out;
+  return result;
+}
+
+}  // namespace stensor

@@ -1,0 +1,44 @@
+// ExactOptimum: the fewest bytes any eviction policy can move (device->host
+// plus host->device) to run a Trace under a cap with the manager's swap
+// rules, in whole buffers: the KeepProblem (tools/keep_problem.h) solved as
+// a 0-1 program by GLPK's branch and cut. One binary per gap (kept or
+// evicted), one write-back variable per written stretch (paid when any of
+// its gaps is evicted), one capacity row per point where the kept charges
+// could exceed the room.
+//
+// The LP bound (tools/optimum.h) lets gaps be kept in part, so a policy's
+// ratio to it overstates how far the policy is from what is reachable; this
+// is the reachable figure. A time limit bounds the search: past it the best
+// schedule found is returned, marked not proven.
+//
+// Thread-safety: reentrant (GLPK keeps its state per thread).
+#ifndef STENSOR_TOOLS_EXACT_OPTIMUM_H_
+#define STENSOR_TOOLS_EXACT_OPTIMUM_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "tools/trace.h"
+
+namespace stensor {
+
+struct ExactOptions {
+  uint64_t cap = 0;
+  int time_limit_ms = 30000;
+};
+
+struct ExactOptimum {
+  uint64_t bytes_moved = 0;  // of the best schedule found
+  uint64_t bytes_out = 0, bytes_in = 0;
+  bool proven = false;       // no schedule moves fewer (else: the time limit ended the search)
+  int64_t gaps = 0, rows = 0;
+  int64_t kept_gaps = 0;
+};
+
+// FailedPrecondition when some operation alone cannot fit under the cap;
+// Internal when the solver fails.
+absl::StatusOr<ExactOptimum> ComputeExactOptimum(const Trace& trace, const ExactOptions& options);
+
+}  // namespace stensor
+
+#endif  // STENSOR_TOOLS_EXACT_OPTIMUM_H_

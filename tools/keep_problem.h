@@ -1,0 +1,50 @@
+// KeepProblem: the offline keep/evict problem of a Trace under a cap, with the
+// manager's swap rules, in the form both optimum solvers read (the LP bound
+// in optimum.cc, the exact one in exact_optimum.cc):
+//
+//   - time points are the trace's operations; a swappable buffer must be
+//     resident at each operation that uses it (and at its allocation);
+//   - between two consecutive uses (a gap) it is kept, occupying its charge
+//     at every point of the gap, or evicted: then its next use swaps it in
+//     (its bytes, unless that use overwrites it whole or nothing has
+//     written it yet) and, once per written stretch (from a write to the
+//     next), it is written back (its bytes);
+//   - at each point, the kept charges fit in `room`: the cap less the plain
+//     allocations and the buffers that point uses, in granules.
+//
+// Unknown launches are not taken to dirty anything (dirtier would only cost
+// more), so an optimum of this problem is a lower bound for those too.
+//
+// Thread-safety: reentrant.
+#ifndef STENSOR_TOOLS_KEEP_PROBLEM_H_
+#define STENSOR_TOOLS_KEEP_PROBLEM_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tools/trace.h"
+
+namespace stensor {
+
+struct KeepGap {
+  int first = 0, last = 0;  // points covered, inclusive
+  int64_t units = 0;        // charge in granules
+  uint64_t bytes = 0;       // the buffer's size
+  int64_t swap_in = 0;      // bytes its eviction makes the next use copy in
+  int stretch = -1;         // the written stretch it lies in, if any
+};
+
+struct KeepProblem {
+  int points = 0;
+  std::vector<KeepGap> gaps;
+  std::vector<int64_t> room;            // per point, granules
+  std::vector<uint64_t> stretch_bytes;  // write-back cost of each stretch
+};
+
+// FailedPrecondition when some operation alone cannot fit under the cap.
+absl::StatusOr<KeepProblem> BuildKeepProblem(const Trace& trace, uint64_t cap);
+
+}  // namespace stensor
+
+#endif  // STENSOR_TOOLS_KEEP_PROBLEM_H_
