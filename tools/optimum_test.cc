@@ -196,6 +196,39 @@ BruteResult BruteForce(const Trace& trace, uint64_t cap) {
   return result;
 }
 
+// Three buffers written, then read in a cycle, two fitting. Before an
+// iteration is detected nothing predicts, and belady falls back to least
+// recently used: the one needed next goes every time. With the true future
+// (ReplayOptions::oracle) the rule moves what the exact optimum moves.
+TEST(OptimumTest, BeladyOnTheTrueFutureReachesTheOptimumWherePredictionCannot) {
+  TestLog log;
+  std::vector<uint64_t> ids = {log.Alloc(2 * kMiB), log.Alloc(2 * kMiB), log.Alloc(2 * kMiB)};
+  for (uint64_t id : ids) log.Launch({}, {id});
+  for (int round = 0; round < 2; ++round) {
+    for (uint64_t id : ids) log.Launch({id}, {});
+  }
+  absl::StatusOr<Trace> trace = ParseTrace(log.Text());
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ExactOptions exact_options;
+  exact_options.cap = 4 * kMiB;
+  absl::StatusOr<ExactOptimum> exact = ComputeExactOptimum(*trace, exact_options);
+  ASSERT_TRUE(exact.ok()) << exact.status();
+  ASSERT_TRUE(exact->proven);
+  uint64_t moved[2];
+  for (bool oracle : {false, true}) {
+    std::unique_ptr<EvictionPolicy> belady = MakeBeladyPolicy();
+    ReplayOptions replay;
+    replay.cap = 4 * kMiB;
+    replay.policy = belady.get();
+    replay.oracle = oracle;
+    absl::StatusOr<ReplayResult> r = Replay(*trace, replay);
+    ASSERT_TRUE(r.ok()) << r.status();
+    moved[oracle] = r->bytes_moved();
+  }
+  EXPECT_EQ(moved[true], exact->bytes_moved);
+  EXPECT_GT(moved[false], moved[true]);
+}
+
 TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomTraces) {
   std::mt19937 rng(1201);
   int exact_checked = 0, checked = 0, bound_below_exact = 0;
@@ -250,8 +283,8 @@ TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomTraces) {
       ++exact_checked;
       EXPECT_EQ(bound->bytes_moved, brute.bytes) << "trial " << trial << "\n" << log.Text();
     }
-    // No policy beats the optimum of its rules.
-    for (int which = 0; which < 6; ++which) {
+    // No policy beats the optimum of its rules, even knowing the future.
+    for (int which = 0; which < 7; ++which) {
       const bool lru = which % 3 == 0;
       std::unique_ptr<EvictionPolicy> policy =
           lru ? MakeLruPolicy() : which % 3 == 1 ? MakeVersionPolicy() : MakeBeladyPolicy();
@@ -259,7 +292,8 @@ TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomTraces) {
       replay.cap = cap;
       replay.policy = policy.get();
       replay.version_rules = !lru;
-      replay.prefetch = which >= 3;
+      replay.prefetch = which >= 3 && which < 6;
+      replay.oracle = which == 6;
       absl::StatusOr<ReplayResult> r = Replay(*trace, replay);
       ASSERT_TRUE(r.ok()) << "trial " << trial << ": " << r.status();
       EXPECT_GE(r->bytes_moved(), brute.bytes)

@@ -41,6 +41,7 @@ class Simulator {
   }
 
   absl::StatusOr<ReplayResult> Run() {
+    if (options_.oracle) ReadFuture();
     // The library's own planner: detection, next uses, the profile, fetches.
     IterationPlanner::Options planning;
     const double bytes_per_second = options_.bandwidth_gbps * 1e9;
@@ -133,6 +134,26 @@ class Simulator {
     used_ -= b.info->charge;
     planner_->OnEvicted(b.info->id);
     fetched_.erase(b.info->id);  // evicted before its use
+  }
+
+  // ReplayOptions::oracle: per operation, the next use of each of its
+  // buffers (the index of the operation that uses it next; kNoNextUse when
+  // none does before it is freed or the trace ends).
+  void ReadFuture() {
+    future_.resize(trace_.ops.size());
+    absl::flat_hash_map<uint64_t, uint64_t> next;
+    for (size_t i = trace_.ops.size(); i-- > 0;) {
+      const TraceOp& op = trace_.ops[i];
+      if (op.kind == TraceOp::Kind::kFree) {
+        next.erase(op.buffer);
+        continue;
+      }
+      for (uint64_t id : op.ids) {
+        auto it = next.find(id);
+        future_[i].push_back(it == next.end() ? EvictionCandidate::kNoNextUse : it->second);
+        next[id] = i;
+      }
+    }
   }
 
   // S403: the least recently used droppable buffer goes without a copy.
@@ -261,12 +282,13 @@ class Simulator {
     std::vector<std::pair<uint64_t, uint64_t>> repredicted;
     const uint64_t time = planner_->OnOperation(op.key, touches, &next_uses, &repredicted);
     for (const auto& [id, next] : repredicted) {
+      if (options_.oracle) break;
       if (auto it = state_.find(id); it != state_.end()) it->second.next_use = next;
     }
     if (planner_->profiling()) planner_->OnComputeTime(time, compute_us_ / 1e6);
     for (size_t i = 0; i < op.ids.size(); ++i) {
       SimBuffer& b = State(op.ids[i]);
-      b.next_use = next_uses[i];
+      b.next_use = options_.oracle ? future_[op_][i] : next_uses[i];
       if (!b.info->swappable) planner_->SetPinned(op.ids[i], true);
     }
   }
@@ -359,6 +381,7 @@ class Simulator {
   absl::flat_hash_map<uint64_t, double> fetched_;  // prefetched: copy done at
   ReplayResult result_;
   size_t op_ = 0;
+  std::vector<std::vector<uint64_t>> future_;  // ReplayOptions::oracle
   uint64_t used_ = 0;
   uint64_t clock_ = 0;
   uint64_t version_ = 0;

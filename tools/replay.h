@@ -50,6 +50,10 @@ struct ReplayOptions {
   double bandwidth_gbps = 16;  // each direction
   double kernel_us = 100;
   bool prefetch = false;  // the policy/ prefetch planner
+  // The policy sees each buffer's true next use, read from the trace's
+  // future, instead of the predictor's: Belady's rule as no online policy
+  // can run it, to tell a prediction's cost from the rule's.
+  bool oracle = false;
   // Whether the planner's evictions are issued too (room for fetches,
   // write-backs after a last use), as the library does
   // (MemoryManager::NoteOperation); off: fetches only go into free memory.

@@ -20,7 +20,7 @@ namespace stensor {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: stensor sim LOG --limit BYTES|N% [--policy lru|version|belady]\n"
+    "usage: stensor sim LOG --limit BYTES|N% [--policy lru|version|belady|oracle]\n"
     "                   [--prefetch on|off] [--bandwidth GB/s] [--kernel-us US]\n"
     "                   [--compare] [--granularity BYTES] [--rounds N]\n"
     "                   [--planned-evictions on|off] [--exact-seconds S]\n";
@@ -96,8 +96,8 @@ absl::StatusOr<SimFlags> ParseSimFlags(const std::vector<std::string>& args) {
     } else if (name == "limit") {
       flags.limit = value;
     } else if (name == "policy") {
-      if (value != "lru" && value != "version" && value != "belady") {
-        return BadFlag("--policy", value, "lru, version or belady");
+      if (value != "lru" && value != "version" && value != "belady" && value != "oracle") {
+        return BadFlag("--policy", value, "lru, version, belady or oracle");
       }
       flags.policy = value;
     } else if (name == "prefetch") {
@@ -146,7 +146,8 @@ absl::StatusOr<SimFlags> ParseSimFlags(const std::vector<std::string>& args) {
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeSimPolicy(absl::string_view name) {
   if (name == "lru") return MakeLruPolicy();
   if (name == "version") return MakeVersionPolicy();
-  if (name == "belady") return MakeBeladyPolicy();
+  // oracle: belady's rule on the trace's true next uses (ReplayOptions::oracle).
+  if (name == "belady" || name == "oracle") return MakeBeladyPolicy();
   return absl::InvalidArgumentError(absl::StrCat("unknown policy '", name, "'"));
 }
 
@@ -170,6 +171,7 @@ absl::StatusOr<ReplayResult> RunOne(const Trace& trace, const SimFlags& flags, u
   options.kernel_us = flags.kernel_us;
   options.prefetch = prefetch;
   options.planned_evictions = flags.planned_evictions;
+  options.oracle = policy_name == "oracle";
   return Replay(trace, options);
 }
 
@@ -293,6 +295,9 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
       rows.push_back(Row{policy, prefetch, RunOne(*trace, *flags, *cap, policy, prefetch)});
     }
   }
+  // What belady would move knowing the future: the part of the distance to
+  // the optimum that is prediction.
+  rows.push_back(Row{"oracle", false, RunOne(*trace, *flags, *cap, "oracle", false)});
   out << absl::StrFormat("\n%-8s %-8s %10s %10s %10s %10s %10s %10s\n", "policy", "prefetch",
                          "D2H MiB", "H2D MiB", "moved MiB", "x optimum", "stall ms",
                          "on-demand");
