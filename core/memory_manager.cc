@@ -1,16 +1,20 @@
-#include "core/memory_manager.h"
+// MemoryManager's decisions: the eviction order, allocation under the cap
+// and the S401-S405 loop that makes room, swapping out and in (the state
+// transitions), and the Prepare/Finish of the program's operations with
+// the planned swaps around them. The plumbing they drive lives apart:
+// memory_manager_uses.cc (uses on streams, waits, stensor's streams),
+// memory_manager_physical.cc (physical memory, the chunk pool, mappings),
+// memory_manager_host.cc (host copies), memory_manager_external.cc (memory
+// counted but not swapped); the shared state is memory_manager_internal.h.
 
-#include <unistd.h>
+#include "core/memory_manager.h"
 
 #include <algorithm>
 #include <chrono>
 #include <set>
 #include <tuple>
 #include <cstdio>
-#include <cstring>
-#include <thread>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -18,169 +22,15 @@
 #include "core/driver_pool.h"
 #include "core/host_copy.h"
 #include "core/json.h"
+#include "core/memory_manager_internal.h"
 #include "core/stream_use.h"
 
 namespace stensor {
-namespace {
 
-// Small allocations are charged in whole host pages, as a driver hands them out.
-constexpr uint64_t kSmallUnit = 4096;
-
-// Stream-ordered frees of driver allocations pending before a free settles
-// those observed complete (MemoryManager::ForgetExternalAsync).
-constexpr size_t kSettleExternalFrees = 32;
-
-uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-
-// The "consumer" of a prefetch's swap-in: nothing is ordered after it yet.
-const CUstream kNoConsumer = reinterpret_cast<CUstream>(~uintptr_t{0});
-
-double Seconds(std::chrono::steady_clock::duration d) {
-  return std::chrono::duration<double>(d).count();
-}
-
-// The handles that name a stream of the current context (its NULL stream,
-// or the calling thread's per-thread stream) rather than one stream.
-bool NamesCurrentContextStream(CUstream s) {
-  return s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
-}
-
-}  // namespace
-
-
-struct MemoryManager::Buffer {
-  uint64_t id = 0;   // the registry's; 0 when the registry could not track it
-  uint64_t key = 0;  // in buffers_: the id, or an internal key when untracked
-  CUdeviceptr base = 0;
-  uint64_t size = 0;      // as the application asked
-  uint64_t reserved = 0;  // VA and physical size (granules), or the charge
-  int device = 0;
-  CUcontext context = nullptr;  // current at allocation (pointer attributes)
-  bool vmm = false;       // false: a small plain allocation, never swapped
-  // Served for cuMemAllocAsync from the device's default pool: counted in
-  // Device::stream_ordered until its memory is released.
-  bool stream_ordered = false;
-  // A handle to its memory left stensor's control (PinExported): resident
-  // and never evicted again.
-  bool exported = false;
-  // S03 fields. `pins` counts operations being prepared or submitted right
-  // now (non-evictable while > 0); the application's own reference ends
-  // with cuMemFree, after which a buffer still in use is garbage.
-  int pins = 0;
-  bool garbage = false;
-  Location location = Location::kGpuOnly;
-  uint64_t gpu_version = 0;
-  uint64_t host_version = 0;
-  uint64_t last_use = 0;
-  // Whether any operation may have written it since allocation (allocation
-  // itself does not count): a never-written buffer holds what fresh memory
-  // holds, so under `version` it moves without any copy.
-  bool written = false;
-  // The last use on each stream that used it (a use on one stream says
-  // nothing about another); a swap's copy is a use on the swap stream.
-  std::vector<Use> uses;
-  // Device memory, when resident: granule-sized chunks of the device's pool
-  // mapped at consecutive offsets from base (empty when not resident).
-  std::vector<CUmemGenericAllocationHandle> device_chunks;
-  // The host copy: host-located VMM memory (mapped at its own VA, and at base
-  // while swapped out), or pinned memory where that is unsupported.
-  HostCopy host;
-  bool host_at_base = false;  // true only while the host copy is mapped there
-  bool va_reserved = false;   // `base` is still reserved (VMM buffers)
-  // Swapped in without a copy for an operation that overwrites it whole;
-  // cleared when that operation is submitted (or undone if it is not).
-  bool pending_overwrite = false;
-  // STENSOR_VERIFY: the hash of the host copy, taken when it was copied out
-  // (hash mode), and the kernels named by a mismatch.
-  std::optional<uint64_t> host_hash;
-  const char* last_kernel = nullptr;
-  const char* last_writer = nullptr;
-  // Resident, but the device memory does not hold the data: the host copy
-  // does (a restore that failed and could not be undone). Brought in before
-  // the next use; evicted without a copy.
-  bool stale_device = false;
-  uint64_t failed_round = 0;  // round_ in which evicting it failed
-  // Swapped out asynchronously: `old_chunks` (in the pool, or some handed
-  // on when `handed_on`) are still mapped at `base` until the swap-out's
-  // copy, the buffer's use on the swap stream, is observed complete.
-  bool old_mapped = false;
-  bool handed_on = false;
-  std::vector<CUmemGenericAllocationHandle> old_chunks;
-  // Where it stands in its device's eviction order (Reindex).
-  uint64_t serial = 0;
-  uint64_t next_use = EvictionCandidate::kNoNextUse;
-  // Resident as the planner was last told (Reindex tells it of changes).
-  bool planner_resident = true;
-  // Fetched ahead of its use and not used yet: evicted only when nothing
-  // else can go (else prefetching would just feed the next eviction).
-  bool prefetched = false;
-  bool indexed = false;
-  std::tuple<EvictionKey, uint64_t, uint64_t> index_key;
-  bool drop_indexed = false;
-  std::pair<uint64_t, uint64_t> drop_key;  // (last use, serial)
-
-  bool resident() const { return !vmm || !device_chunks.empty(); }
-  int refcount() const { return (garbage ? 0 : 1) + pins; }
-  bool clean() const {
-    return location == Location::kCpuGpu && host_version == gpu_version;
-  }
-};
-
-struct MemoryManager::Device {
-  int ordinal = 0;
-  // Operations whose accesses are unknown, their last one per stream: until
-  // they completed, no buffer of this device counts as idle.
-  std::vector<Use> unknown;
-  int unknown_submitting = 0;  // such operations being submitted right now
-  // One per swap stream (below): each one's latest point, for them.
-  std::vector<Use> swap_marks;
-  uint64_t cap = 0;
-  uint64_t used = 0;
-  uint64_t granularity = 0;
-  bool host_vmm = false;
-  // Where stensor's streams and events for this device live: the context of
-  // its first buffer (a context of this device, current at cuMemAlloc), so
-  // no context of stensor's own is created. Null until then (current).
-  CUcontext context = nullptr;
-  // Stensor's own streams. The swap stream carries swap-outs, drops, zeroing
-  // and swap-ins into memory that earlier swap work still reads or writes
-  // (FIFO orders them). The fetch stream carries swap-ins into memory at
-  // rest, so that they do not queue behind swap-outs waiting for the
-  // program's work, and run beside them on the other copy direction.
-  CUstream swap_stream = nullptr;
-  CUstream fetch_stream = nullptr;
-  bool fetch_stream_failed = false;  // its create failed: swap-ins stay FIFO
-  bool OwnStream(CUstream s) const {
-    return s != nullptr && (s == swap_stream || s == fetch_stream);
-  }
-  uint64_t host_bytes = 0;  // host copies
-  uint64_t spare_host_bytes = 0;  // of them kept for reuse, host-located VMM
-  // Idle physical memory in chunks of `granularity` bytes, charged (in
-  // `used`).
-  PhysicalPool pool;
-  // Stensor's share of the default stream-ordered pool (StreamOrderedUsage).
-  StreamOrderedUsage stream_ordered;
-  // The driver's default pool of the device (TrimDriverPool).
-  DriverPool driver_pool;
-  // Buffers whose old mapping is still there (Buffer::old_mapped).
-  std::vector<Buffer*> old_mappings;
-  // The eviction order (MemoryManager::Reindex).
-  std::map<std::tuple<EvictionKey, uint64_t, uint64_t>, Buffer*> evictable;
-  std::map<std::pair<uint64_t, uint64_t>, Buffer*> droppable;
-};
-
-class MemoryManager::ReindexAtExit {
- public:
-  ReindexAtExit(MemoryManager* mm, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm->mu_)
-      : mm_(mm), b_(b) {}
-  ~ReindexAtExit() ABSL_NO_THREAD_SAFETY_ANALYSIS { mm_->Reindex(b_); }
-  ReindexAtExit(const ReindexAtExit&) = delete;
-  ReindexAtExit& operator=(const ReindexAtExit&) = delete;
-
- private:
-  MemoryManager* const mm_;
-  Buffer& b_;
-};
+using memory_manager_internal::AlignUp;
+using memory_manager_internal::kNoConsumer;
+using memory_manager_internal::kSmallUnit;
+using memory_manager_internal::Seconds;
 
 EvictionCandidate MemoryManager::CandidateOf(const Buffer& b) const {
   // What may go without a copy is shown as clean (a current host copy).
@@ -383,230 +233,6 @@ CUresult MemoryManager::Failed(CUresult r) {
   return r;
 }
 
-// --- Uses -------------------------------------------------------------------------
-
-MemoryManager::Use* MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stream,
-                                           int device) {
-  Device& dev = DeviceState(device);
-  // An entry per stream. A handle for the current context's stream names
-  // another stream in each context: keyed by the context too, so that a
-  // use from one context never hides another's (the key is never a handle
-  // of a real stream: contexts are aligned and CU_STREAM_LEGACY is 1).
-  CUstream key = stream;
-  CUcontext current = nullptr;
-  if (NamesCurrentContextStream(stream) &&
-      Failed(driver_->cuCtxGetCurrent(&current)) == CUDA_SUCCESS && current != nullptr) {
-    key = reinterpret_cast<CUstream>(reinterpret_cast<uintptr_t>(current) |
-                                     (stream == CU_STREAM_PER_THREAD ? 2 : 1));
-  }
-  // The per-thread stream is another stream in every thread: one entry per
-  // thread, or a second thread's use would hide the first's.
-  const uint64_t thread = stream == CU_STREAM_PER_THREAD ? ThreadTag() : 0;
-  Use* u = nullptr;
-  for (Use& x : uses) {
-    if (x.stream == key && x.thread == thread) u = &x;
-  }
-  if (u == nullptr) {
-    u = &uses.emplace_back();
-    u->stream = key;
-    u->thread = thread;
-  }
-  u->device = device;
-  ++u->seq;
-  u->done = false;
-  u->recorded = false;
-  if (u->event == nullptr) {
-    // Made once, in the stream's context: stensor's streams are in the
-    // device's; the program's named ones say which (a copy may be issued to
-    // a stream of another context); the others are the current context's.
-    CUcontext home = nullptr;
-    if (dev.OwnStream(stream)) {
-      home = dev.context;
-    } else if (!NamesCurrentContextStream(stream) &&
-               Failed(driver_->cuStreamGetCtx(stream, &home)) != CUDA_SUCCESS) {
-      return u;  // not recorded: waits fall back to the stream or the context
-    }
-    ContextScope scope(*driver_, home, &stats_.driver_errors);
-    CUresult r = scope.result();
-    if (r == CUDA_SUCCESS) r = Failed(driver_->cuEventCreate(&u->event, CU_EVENT_DISABLE_TIMING));
-    if (r != CUDA_SUCCESS) u->event = nullptr;
-    (void)scope.Restore();
-    if (u->event == nullptr) return u;
-  }
-  u->recorded = Failed(driver_->cuEventRecord(u->event, stream)) == CUDA_SUCCESS;
-  return u;
-}
-
-bool MemoryManager::Observed(Use& u) const { return ObservedComplete(*driver_, u); }
-
-CUresult MemoryManager::WaitForUse(const Use& u, CUstream own_stream) const {
-  return WaitForStreamUse(*driver_, u, own_stream);
-}
-
-bool MemoryManager::UnknownIdle(Device& dev) const {
-  if (dev.unknown_submitting > 0) return false;
-  for (Use& u : dev.unknown) {
-    if (!Observed(u)) return false;
-  }
-  return true;
-}
-
-bool MemoryManager::Idle(Buffer& b) const {
-  for (Use& u : b.uses) {
-    if (!Observed(u)) return false;
-  }
-  const Device* dev = static_cast<size_t>(b.device) < devices_.size()
-                          ? devices_[b.device].get()
-                          : nullptr;
-  return dev == nullptr || UnknownIdle(*devices_[b.device]);
-}
-
-CUresult MemoryManager::WaitIdle(Buffer& b, bool own_uses) {
-  if (no_block_) return CUDA_ERROR_NOT_READY;
-  Device& dev = DeviceState(b.device);
-  struct Pending {
-    bool unknown;
-    size_t index;
-    Use use;
-    CUresult result = CUDA_SUCCESS;
-  };
-  std::vector<Pending> pending;
-  if (own_uses) {
-    for (size_t i = 0; i < b.uses.size(); ++i) {
-      if (!Observed(b.uses[i])) pending.push_back({false, i, b.uses[i]});
-    }
-  }
-  for (size_t i = 0; i < dev.unknown.size(); ++i) {
-    if (!Observed(dev.unknown[i])) pending.push_back({true, i, dev.unknown[i]});
-  }
-  if (pending.empty() && dev.unknown_submitting > 0) {
-    // An operation of unknown accesses is being submitted: its event comes
-    // in a moment, recorded under the lock this thread must let go of.
-    ++b.pins;
-    mu_.Unlock();
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
-    mu_.Lock();
-    --b.pins;
-    return CUDA_SUCCESS;  // callers look again
-  }
-  if (pending.empty()) return CUDA_SUCCESS;
-  // Wait without the lock: the work waited for may depend on another
-  // thread's next launch, which needs the lock. The pin keeps the buffer
-  // (and its events) alive meanwhile; callers re-check everything after.
-  ++b.pins;
-  const CUstream swap_stream = dev.swap_stream, fetch_stream = dev.fetch_stream;
-  auto start = std::chrono::steady_clock::now();
-  mu_.Unlock();
-  for (Pending& p : pending) {
-    p.result = WaitForUse(p.use, p.use.stream == fetch_stream ? fetch_stream : swap_stream);
-  }
-  mu_.Lock();
-  --b.pins;
-  CUresult result = CUDA_SUCCESS;
-  for (const Pending& p : pending) {
-    if (Failed(p.result) != CUDA_SUCCESS) {
-      if (result == CUDA_SUCCESS) result = p.result;
-      continue;
-    }
-    // Observed, unless the stream was used again meanwhile.
-    std::vector<Use>& uses = p.unknown ? dev.unknown : b.uses;
-    if (p.index < uses.size() && SameStream(uses[p.index], p.use) &&
-        uses[p.index].seq == p.use.seq) {
-      uses[p.index].done = true;
-    }
-  }
-  double waited = Seconds(std::chrono::steady_clock::now() - start);
-  stats_.host_wait_seconds += waited;
-  bool unknown = std::any_of(pending.begin(), pending.end(),
-                             [](const Pending& p) { return p.unknown; });
-  (unknown ? stats_.wait_unknown_seconds : stats_.wait_program_seconds) += waited;
-  Log(JsonLine()
-          .Str("type", own_uses ? "evict_wait" : "unknown_wait")
-          .Uint("id", b.id)
-          .Double("seconds", waited)
-          .Finish());
-  return result;
-}
-
-CUresult MemoryManager::OrderAfterSwap(Device& dev, Buffer& b, CUstream consumer) {
-  if (dev.swap_stream == nullptr || consumer == kNoConsumer) return CUDA_SUCCESS;
-  for (Use& u : b.uses) {
-    if (!dev.OwnStream(u.stream) || Observed(u)) continue;
-    // The consumer waits on the device; the host goes on.
-    if (u.recorded &&
-        Failed(driver_->cuStreamWaitEvent(consumer, u.event, 0)) == CUDA_SUCCESS) {
-      continue;
-    }
-    // Else the host waits for the copies, so the consumer cannot start
-    // before them (without the lock: the swap stream may be waiting for
-    // the program's work behind a queued swap-out).
-    return WaitSwapUse(dev, b);
-  }
-  return CUDA_SUCCESS;
-}
-
-std::vector<MemoryManager::Use> MemoryManager::PendingOwnUses(const Device& dev, Buffer& b) const {
-  std::vector<Use> pending;
-  for (Use& u : b.uses) {
-    if (dev.OwnStream(u.stream) && !Observed(u)) pending.push_back(u);
-  }
-  return pending;
-}
-
-CUresult MemoryManager::WaitSwapUse(Device& dev, Buffer& b) {
-  const std::vector<Use> copies = PendingOwnUses(dev, b);
-  if (copies.empty()) return CUDA_SUCCESS;
-  if (no_block_) return CUDA_ERROR_NOT_READY;
-  ++b.pins;
-  auto start = std::chrono::steady_clock::now();
-  mu_.Unlock();
-  CUresult r = CUDA_SUCCESS;
-  for (const Use& u : copies) {
-    if (r == CUDA_SUCCESS) r = WaitForUse(u, u.stream);
-  }
-  mu_.Lock();
-  --b.pins;
-  double waited = Seconds(std::chrono::steady_clock::now() - start);
-  stats_.host_wait_seconds += waited;
-  stats_.wait_swap_seconds += waited;
-  Log(JsonLine()
-          .Str("type", "swap_wait")
-          .Str("what", "buffer")
-          .Uint("id", b.id)
-          .Double("seconds", waited)
-          .Finish());
-  if (Failed(r) != CUDA_SUCCESS) return r;
-  for (const Use& copy : copies) {
-    for (Use& v : b.uses) {
-      if (SameStream(v, copy) && v.seq == copy.seq) v.done = true;
-    }
-  }
-  return CUDA_SUCCESS;
-}
-
-CUresult MemoryManager::WaitSwapStream(Device& dev, double* reason) {
-  const CUstream swap_stream = dev.swap_stream;
-  if (swap_stream == nullptr) return CUDA_SUCCESS;
-  if (no_block_) return CUDA_ERROR_NOT_READY;
-  auto start = std::chrono::steady_clock::now();
-  mu_.Unlock();
-  CUresult r = driver_->cuStreamSynchronize(swap_stream);
-  mu_.Lock();
-  double waited = Seconds(std::chrono::steady_clock::now() - start);
-  stats_.host_wait_seconds += waited;
-  *(reason != nullptr ? reason : &stats_.wait_swap_seconds) += waited;
-  Log(JsonLine()
-          .Str("type", "swap_wait")
-          .Str("what", reason == &stats_.wait_unknown_seconds ? "unknown" : "stream")
-          .Double("seconds", waited)
-          .Finish());
-  return Failed(r);
-}
-
-void MemoryManager::RecordUse(Buffer& b, CUstream stream) {
-  NoteUse(b.uses, stream, b.device);
-}
-
 // --- Allocation -----------------------------------------------------------------
 
 CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId register_id,
@@ -706,121 +332,12 @@ void MemoryManager::ResetStreamOrderedHigh(int device, bool used, bool reserved)
   if (reserved) u.reserved_high = u.reserved;
 }
 
-uint64_t MemoryManager::ReleaseIdlePooled(int device, uint64_t keep) {
-  MutexLock lock(&mu_);
-  CollectGarbage();
-  Device& dev = DeviceState(device);
-  uint64_t released = 0;
-  while (dev.pool.bytes() > keep && ReleaseOnePooled(dev)) released += dev.granularity;
-  return released;
-}
-
 bool MemoryManager::Swappable(uint64_t bytes) {
   CUdevice ordinal = 0;
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return false;
   MutexLock lock(&mu_);
   const Device& dev = DeviceState(ordinal);
   return dev.granularity != 0 && bytes >= dev.granularity / 2 && bytes <= dev.cap;
-}
-
-CUresult MemoryManager::ReserveExternal(uint64_t bytes) {
-  CUdevice ordinal = 0;
-  if (CUresult r = driver_->cuCtxGetDevice(&ordinal); r != CUDA_SUCCESS) return r;
-  MutexLock lock(&mu_);
-  Device& dev = DeviceState(ordinal);
-  if (bytes > dev.cap) {  // never fits; AlignUp would wrap
-    LogOom(dev, bytes);
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  uint64_t charge = AlignUp(bytes, kSmallUnit);
-  if (CUresult r = MakeRoom(dev, charge); r != CUDA_SUCCESS) return r;
-  Charge(dev, charge);
-  return CUDA_SUCCESS;
-}
-
-void MemoryManager::UnreserveExternal(uint64_t bytes) {
-  CUdevice ordinal = 0;
-  if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return;
-  MutexLock lock(&mu_);
-  if (bytes > DeviceState(ordinal).cap) return;  // never charged
-  DeviceState(ordinal).used -= AlignUp(bytes, kSmallUnit);
-}
-
-void MemoryManager::AdoptExternal(CUdeviceptr base, uint64_t bytes) {
-  CUdevice ordinal = 0;
-  if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return;
-  MutexLock lock(&mu_);
-  external_[base] = {ordinal, AlignUp(bytes, kSmallUnit)};
-}
-
-void MemoryManager::ForgetExternal(CUdeviceptr base) {
-  MutexLock lock(&mu_);
-  auto it = external_.find(base);
-  if (it == external_.end()) return;
-  DeviceState(it->second.first).used -= it->second.second;
-  external_.erase(it);
-}
-
-void MemoryManager::ForgetExternalAsync(CUdeviceptr base, CUstream stream) {
-  MutexLock lock(&mu_);
-  auto it = external_.find(base);
-  if (it == external_.end()) return;
-  ExternalFree& f = external_frees_.emplace_back();
-  f.device = it->second.first;
-  f.bytes = it->second.second;
-  external_.erase(it);
-  // Unrecorded (a failed create or record): settled by a wait for the
-  // stream's whole context, still in stream order.
-  NoteUse(f.uses, stream, f.device);
-  // Settled when room is needed or cuMemGetInfo asks; here too once a few
-  // are pending, so a program that never runs short keeps no more than
-  // that many events.
-  if (external_frees_.size() >= kSettleExternalFrees) {
-    (void)SettleExternalFrees(f.device, /*wait=*/false);
-  }
-}
-
-bool MemoryManager::SettleExternalFrees(int device, bool wait) {
-  bool settled = false;
-  for (auto it = external_frees_.begin(); it != external_frees_.end();) {
-    ExternalFree& f = *it;
-    bool done = f.waiters == 0;
-    for (Use& u : f.uses) done = done && Observed(u);
-    if (!done) {
-      ++it;
-      continue;
-    }
-    DeviceState(f.device).used -= f.bytes;
-    for (const Use& u : f.uses) {
-      if (u.event != nullptr) (void)Failed(driver_->cuEventDestroy_v2(u.event));
-    }
-    settled |= f.device == device;
-    it = external_frees_.erase(it);
-  }
-  if (settled || !wait || no_block_) return settled;
-  for (ExternalFree& f : external_frees_) {
-    if (f.device != device || f.waiters > 0) continue;
-    // Without the lock (the stream may wait for another thread's next
-    // launch); the entry and its events stay while it is waited for.
-    ++f.waiters;
-    std::vector<Use> uses = f.uses;
-    const CUstream swap_stream = DeviceState(device).swap_stream;
-    auto start = std::chrono::steady_clock::now();
-    mu_.Unlock();
-    std::vector<CUresult> results;
-    for (const Use& u : uses) results.push_back(WaitForUse(u, swap_stream));
-    mu_.Lock();
-    --f.waiters;
-    const double waited = Seconds(std::chrono::steady_clock::now() - start);
-    stats_.host_wait_seconds += waited;
-    stats_.wait_program_seconds += waited;
-    for (size_t i = 0; i < uses.size() && i < f.uses.size(); ++i) {
-      if (Failed(results[i]) == CUDA_SUCCESS) f.uses[i].done = true;
-    }
-    (void)SettleExternalFrees(device, /*wait=*/false);
-    return true;  // callers look again
-  }
-  return false;
 }
 
 bool MemoryManager::Owns(CUdeviceptr base) const {
@@ -892,498 +409,6 @@ CUresult MemoryManager::CheckRange(uint64_t addr, uint64_t extent) const {
     return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
-}
-
-// --- Handles that leave stensor's control -----------------------------------------
-
-CUresult MemoryManager::PinLocked(Buffer& b, const char* api) {
-  ReindexAtExit reindex(this, b);
-  bool first = !b.exported;
-  b.exported = true;  // from now on no eviction chooses it
-  Device& dev = DeviceState(b.device);
-  if (!b.resident() || b.stale_device) {
-    ++b.pins;
-    CUresult r = b.resident() ? RestoreFromHost(dev, b) : SwapIn(dev, b, /*copy=*/true,
-                                                                 /*consumer=*/nullptr);
-    --b.pins;
-    if (r != CUDA_SUCCESS) {
-      if (first) b.exported = false;  // still swapped out: a later call tries again
-      return r;
-    }
-  }
-  // Synchronously: whoever gets the handle reads the memory directly. The
-  // swap-in's copy is the buffer's use on a stream of stensor's; wait for it
-  // without the lock (the pin keeps the buffer and its uses alive).
-  // Copied first: another thread may add uses (reallocating b.uses) while
-  // the lock is released.
-  const std::vector<Use> copies = PendingOwnUses(dev, b);
-  for (const Use& copy : copies) {
-    ++b.pins;
-    mu_.Unlock();
-    CUresult w = WaitForUse(copy, copy.stream);
-    mu_.Lock();
-    --b.pins;
-    if (Failed(w) != CUDA_SUCCESS) return w;
-    for (Use& v : b.uses) {
-      if (SameStream(v, copy) && v.seq == copy.seq) v.done = true;
-    }
-  }
-  if (first) {
-    Log(JsonLine()
-            .Str("type", "pin")
-            .Str("api", api)
-            .Uint("id", b.id)
-            .Uint("bytes", b.size)
-            .Int("device", b.device)
-            .Finish());
-    if (config_.log_level <= LogLevel::kWarn) {
-      std::fprintf(stderr,
-                   "stensor [warning] buffer %llu (%llu bytes at 0x%llx) stays on the "
-                   "device for good: %s hands its memory out of stensor's control\n",
-                   static_cast<unsigned long long>(b.id),
-                   static_cast<unsigned long long>(b.size),
-                   static_cast<unsigned long long>(b.base), api);
-    }
-  }
-  return CUDA_SUCCESS;
-}
-
-bool MemoryManager::PinExported(CUdeviceptr addr, const char* api, CUresult* result) {
-  MutexLock lock(&mu_);
-  Buffer* b = Containing(addr);
-  if (b == nullptr || b->garbage) return false;
-  *result = PinLocked(*b, api);
-  return true;
-}
-
-bool MemoryManager::PinExportedHandle(CUmemGenericAllocationHandle handle,
-                                      const char* api) {
-  MutexLock lock(&mu_);
-  for (auto& [base, b] : by_base_) {
-    // A handle is only ever the current device memory of a resident buffer.
-    if (b->vmm && handle != 0 &&
-        std::find(b->device_chunks.begin(), b->device_chunks.end(), handle) !=
-            b->device_chunks.end()) {
-      // Resident already; a failure (a stale device copy not restored) is
-      // still a pin, retried by the next pinning call.
-      (void)PinLocked(*b, api);
-      return true;
-    }
-  }
-  return false;
-}
-
-// --- The program's own VMM memory --------------------------------------------------
-
-CUresult MemoryManager::CreateAppMemory(CUmemGenericAllocationHandle* handle, size_t size,
-                                        const CUmemAllocationProp* prop,
-                                        unsigned long long flags) {
-  bool device_located = prop != nullptr && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE;
-  if (!device_located || handle == nullptr || size == 0) {
-    return driver_->cuMemCreate(handle, size, prop, flags);  // host memory, or the driver's error
-  }
-  int ordinal = prop->location.id;
-  int count = 0;
-  if (driver_->cuDeviceGetCount(&count) != CUDA_SUCCESS || ordinal < 0 || ordinal >= count) {
-    return driver_->cuMemCreate(handle, size, prop, flags);  // the driver's error
-  }
-  {
-    MutexLock lock(&mu_);
-    Device& dev = DeviceState(ordinal);
-    if (dev.granularity != 0 && size % dev.granularity != 0) {
-      return driver_->cuMemCreate(handle, size, prop, flags);  // INVALID_VALUE, nothing evicted
-    }
-    if (CUresult r = MakeRoom(dev, size); r != CUDA_SUCCESS) return r;
-    Charge(dev, size);
-  }
-  // Outside the lock: the charge holds the room meanwhile.
-  CUresult r = driver_->cuMemCreate(handle, size, prop, flags);
-  MutexLock lock(&mu_);
-  // The device itself may be full below the cap (other processes): evict
-  // and retry while anything is left, as for stensor's own memory.
-  while (r == CUDA_ERROR_OUT_OF_MEMORY && EvictByPolicy(DeviceState(ordinal), size)) {
-    r = driver_->cuMemCreate(handle, size, prop, flags);
-  }
-  if (r != CUDA_SUCCESS) {
-    DeviceState(ordinal).used -= size;
-    if (r == CUDA_ERROR_OUT_OF_MEMORY) LogOom(DeviceState(ordinal), size);
-    return r;
-  }
-  app_handles_[*handle] = AppHandle{ordinal, size, 1, 0};
-  return CUDA_SUCCESS;
-}
-
-void MemoryManager::MaybeUnchargeApp(CUmemGenericAllocationHandle handle) {
-  auto it = app_handles_.find(handle);
-  if (it == app_handles_.end() || it->second.refs > 0 || it->second.mappings > 0) return;
-  DeviceState(it->second.device).used -= it->second.bytes;
-  app_handles_.erase(it);
-}
-
-void MemoryManager::OnAppRetain(CUmemGenericAllocationHandle handle) {
-  MutexLock lock(&mu_);
-  auto it = app_handles_.find(handle);
-  if (it != app_handles_.end()) ++it->second.refs;
-}
-
-void MemoryManager::OnAppRelease(CUmemGenericAllocationHandle handle) {
-  MutexLock lock(&mu_);
-  auto it = app_handles_.find(handle);
-  if (it == app_handles_.end()) return;
-  --it->second.refs;
-  MaybeUnchargeApp(handle);
-}
-
-void MemoryManager::OnAppMap(CUdeviceptr ptr, uint64_t size,
-                             CUmemGenericAllocationHandle handle) {
-  MutexLock lock(&mu_);
-  auto it = app_handles_.find(handle);
-  if (it == app_handles_.end()) return;
-  ++it->second.mappings;
-  app_mappings_[ptr] = {size, handle};
-}
-
-void MemoryManager::OnAppUnmap(CUdeviceptr ptr, uint64_t size) {
-  MutexLock lock(&mu_);
-  // The driver unmaps whole mappings only, so each starts inside the range.
-  for (auto it = app_mappings_.lower_bound(ptr);
-       it != app_mappings_.end() && it->first < ptr + size;) {
-    CUmemGenericAllocationHandle handle = it->second.second;
-    it = app_mappings_.erase(it);
-    auto h = app_handles_.find(handle);
-    if (h == app_handles_.end()) continue;
-    --h->second.mappings;
-    MaybeUnchargeApp(handle);
-  }
-}
-
-void MemoryManager::TrimDriverPool(Device& dev) {
-  dev.driver_pool.Trim(*driver_, dev.ordinal, &stats_.driver_errors);
-}
-
-CUresult MemoryManager::CreatePhysical(Device& dev, uint64_t bytes,
-                                       CUmemGenericAllocationHandle* handle) {
-  TrimDriverPool(dev);
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = dev.ordinal;
-  CUresult r;
-  // The device itself may be full below the cap: the same loop applies.
-  // (Fresh physical memory is what a never-written buffer holds: zeros on
-  // the fake, as cuMemAlloc's; undefined on a GPU, as cuMemAlloc's.)
-  while ((r = driver_->cuMemCreate(handle, bytes, &prop, 0)) == CUDA_ERROR_OUT_OF_MEMORY) {
-    if (ReleaseOnePooled(dev)) continue;
-    if (!EvictByPolicy(dev, bytes)) {
-      LogOom(dev, bytes);  // the device itself is full
-      return r;
-    }
-  }
-  if (Failed(r) != CUDA_SUCCESS) return r;
-  ++stats_.physical_creates;
-  Charge(dev, bytes);
-  return CUDA_SUCCESS;
-}
-
-void MemoryManager::ReleasePhysical(Device& dev, CUmemGenericAllocationHandle handle,
-                                    uint64_t bytes) {
-  if (Failed(driver_->cuMemRelease(handle)) == CUDA_SUCCESS) {
-    dev.used -= bytes;
-    ++stats_.physical_releases;
-  } else {
-    unreleased_.push_back({dev.ordinal, handle, bytes});  // still held: still charged
-  }
-}
-
-void MemoryManager::RetryReleases() {
-  for (size_t i = 0; i < stuck_.size();) {
-    StuckMapping& m = stuck_[i];
-    if (m.mapped != 0 && vmm_.Unmap(m.va, m.mapped) != CUDA_SUCCESS) {
-      ++i;
-      continue;
-    }
-    m.mapped = 0;
-    Device& dev = DeviceState(m.device);
-    for (CUmemGenericAllocationHandle h : m.chunks) ReleasePhysical(dev, h, dev.granularity);
-    if (m.reserved != 0) (void)Failed(driver_->cuMemAddressFree(m.va, m.reserved));
-    stuck_.erase(stuck_.begin() + i);
-  }
-  for (size_t i = 0; i < unreleased_.size();) {
-    if (Failed(driver_->cuMemRelease(unreleased_[i].handle)) == CUDA_SUCCESS) {
-      DeviceState(unreleased_[i].device).used -= unreleased_[i].bytes;
-      ++stats_.physical_releases;
-      unreleased_.erase(unreleased_.begin() + i);
-    } else {
-      ++i;
-    }
-  }
-}
-
-// --- The physical pool ------------------------------------------------------------
-//
-// Granule-sized chunks: a buffer is mapped from as many chunks as its
-// reserved size holds, at consecutive offsets, so memory freed by any buffer
-// serves any other, whatever the sizes (the transformer's per-step
-// temporaries, a swap-in replacing a smaller victim). The pool is bounded by
-// the cap itself: its chunks stay charged, the swap path takes them before
-// making room, and everything else that needs room (small allocations, the
-// program's own VMM memory) releases them first, so pooling never costs an
-// eviction.
-
-size_t MemoryManager::TakePooled(Device& dev, size_t n,
-                                 std::vector<CUmemGenericAllocationHandle>* chunks,
-                                 bool* shadowed) {
-  // Chunks of freed buffers are handed on first: their owners never come
-  // back for them (a buffer that does waits on the host for its old copy).
-  absl::flat_hash_set<CUmemGenericAllocationHandle> freed;
-  for (const Buffer* o : dev.old_mappings) {
-    if (o->garbage) freed.insert(o->old_chunks.begin(), o->old_chunks.end());
-  }
-  std::vector<CUmemGenericAllocationHandle> handed;
-  const size_t taken = dev.pool.Take(n, chunks, &handed, &freed);
-  for (CUmemGenericAllocationHandle h : handed) {
-    *shadowed = true;
-    // Its old owner can no longer take it back (its contents will change).
-    for (Buffer* o : dev.old_mappings) {
-      if (std::find(o->old_chunks.begin(), o->old_chunks.end(), h) != o->old_chunks.end()) {
-        o->handed_on = true;
-      }
-    }
-  }
-  stats_.pooled_bytes -= taken * dev.granularity;
-  stats_.pool_hits += taken;
-  return taken;
-}
-
-void MemoryManager::PoolPhysical(Device& dev, CUmemGenericAllocationHandle handle) {
-  dev.pool.Put(handle);
-  stats_.pooled_bytes += dev.granularity;
-}
-
-void MemoryManager::PoolChunks(Device& dev, std::vector<CUmemGenericAllocationHandle>* chunks) {
-  stats_.pooled_bytes += chunks->size() * dev.granularity;
-  dev.pool.PutAll(chunks);
-}
-
-bool MemoryManager::ReleaseOnePooled(Device& dev) {
-  std::optional<CUmemGenericAllocationHandle> h = dev.pool.TakeIdle();
-  if (!h) return false;
-  stats_.pooled_bytes -= dev.granularity;
-  ReleasePhysical(dev, *h, dev.granularity);  // a failure is retried, still charged
-  return true;
-}
-
-CUresult MemoryManager::AcquireChunks(Device& dev, size_t n, bool reuse,
-                                      std::vector<CUmemGenericAllocationHandle>* chunks,
-                                      bool* pooled, bool* shadowed) {
-  chunks->clear();
-  *pooled = false;
-  *shadowed = false;
-  if (reuse) *pooled = TakePooled(dev, n, chunks, shadowed) > 0;
-  if (chunks->size() < n) {
-    // Room for the rest; evictions meanwhile feed the pool, which counts.
-    if (CUresult r = MakeRoom(dev, (n - chunks->size()) * dev.granularity, reuse);
-        r != CUDA_SUCCESS) {
-      PoolChunks(dev, chunks);
-      return r;
-    }
-    if (reuse && TakePooled(dev, n - chunks->size(), chunks, shadowed) > 0) *pooled = true;
-  }
-  while (chunks->size() < n) {
-    CUmemGenericAllocationHandle h = 0;
-    if (CUresult r = CreatePhysical(dev, dev.granularity, &h); r != CUDA_SUCCESS) {
-      PoolChunks(dev, chunks);
-      return r;
-    }
-    chunks->push_back(h);
-  }
-  return CUDA_SUCCESS;
-}
-
-void MemoryManager::ReleaseAllPooled() {
-  for (auto& d : devices_) {
-    if (!d) continue;
-    while (ReleaseOnePooled(*d)) {
-    }
-  }
-}
-
-void MemoryManager::EndShadow(Device& dev, Buffer& b) {
-  if (!b.old_mapped) return;
-  b.old_mapped = false;
-  b.handed_on = false;
-  for (CUmemGenericAllocationHandle h : b.old_chunks) dev.pool.Unshadow(h);
-  b.old_chunks.clear();
-  auto it = std::find(dev.old_mappings.begin(), dev.old_mappings.end(), &b);
-  if (it != dev.old_mappings.end()) dev.old_mappings.erase(it);
-}
-
-bool MemoryManager::EndOldMapping(Device& dev, Buffer& b) {
-  if (vmm_.Unmap(b.base, b.reserved) != CUDA_SUCCESS) return false;
-  EndShadow(dev, b);
-  // Never fault: the address reads the host copy from now on (a freed
-  // buffer's address is read by nothing).
-  if (!b.garbage && b.host.vmm() && MapHostAtBase(b) != CUDA_SUCCESS) {
-    if (b.host_at_base && vmm_.Unmap(b.base, b.reserved) == CUDA_SUCCESS) {
-      b.host_at_base = false;
-    }
-    Log(JsonLine()
-            .Str("type", "limitation")
-            .Str("what", "the host copy could not be mapped at a swapped-out "
-                         "buffer's address")
-            .Uint("id", b.id)
-            .Finish());
-  }
-  return true;
-}
-
-bool MemoryManager::ReapOldMappings(Device& dev, bool wait, double* waited) {
-  if (dev.old_mappings.empty()) return false;
-  if (wait && WaitSwapStream(dev, waited) != CUDA_SUCCESS) return false;
-  bool any = false;
-  // Copy: ending one edits the list (and the wait released the lock).
-  std::vector<Buffer*> pending = dev.old_mappings;
-  for (Buffer* b : pending) {
-    bool observed = false;
-    for (Use& u : b->uses) {
-      if (u.stream == dev.swap_stream) observed = Observed(u);
-    }
-    if (observed && EndOldMapping(dev, *b)) any = true;
-  }
-  return any;
-}
-
-void MemoryManager::SettleOldMappings(int device) {
-  Device& dev = DeviceState(device);
-  while (!dev.old_mappings.empty() &&
-         ReapOldMappings(dev, /*wait=*/true, &stats_.wait_unknown_seconds)) {
-  }
-}
-
-CUresult MemoryManager::ZeroReused(Device& dev, Buffer& b) {
-  if (CUresult r = EnsureSwapStream(dev); r != CUDA_SUCCESS) return r;
-  if (CUresult r = Failed(driver_->cuMemsetD8Async(b.base, 0, b.reserved, dev.swap_stream));
-      r != CUDA_SUCCESS) {
-    return r;
-  }
-  // Consumers wait for it (OrderAfterSwap), as for a swap-in's copy.
-  NoteUse(b.uses, dev.swap_stream, dev.ordinal);
-  return CUDA_SUCCESS;
-}
-
-CUresult MemoryManager::MapDevice(Device& dev, Buffer& b) {
-  // Pooled chunks first; fresh memory for the rest, or for all of it when
-  // zeroing reused chunks failed.
-  const size_t n = b.reserved / dev.granularity;
-  for (bool reuse = true;; reuse = false) {
-    std::vector<CUmemGenericAllocationHandle> chunks;
-    bool pooled = false, shadowed = false;
-    if (CUresult r = AcquireChunks(dev, n, reuse, &chunks, &pooled, &shadowed);
-        r != CUDA_SUCCESS) {
-      return r;
-    }
-    bool mapped = false;
-    uint64_t left_mapped = 0;
-    if (CUresult r = vmm_.Map(b.base, chunks, dev.granularity, dev.ordinal, &mapped, &left_mapped);
-        r != CUDA_SUCCESS) {
-      if (mapped) {
-        // The undo failed too: the chunks stay charged (what is mapped is
-        // held) until a later retry unmaps them.
-        stuck_.push_back({dev.ordinal, b.base, left_mapped, 0, std::move(chunks)});
-      } else {
-        PoolChunks(dev, &chunks);
-      }
-      return r;
-    }
-    b.device_chunks = std::move(chunks);
-    // Fresh memory holds zeros on the fake (as cuMemAlloc's); reused chunks
-    // are zeroed on the swap stream, after whatever their last owners
-    // queued there, and the buffer's first user waits for that.
-    if (!pooled) return CUDA_SUCCESS;
-    CUresult r = ZeroReused(dev, b);
-    if (r == CUDA_SUCCESS) return CUDA_SUCCESS;
-    if (vmm_.Unmap(b.base, b.reserved) != CUDA_SUCCESS) {
-      return r;  // mapped and holding old contents: the allocation fails
-    }
-    PoolChunks(dev, &b.device_chunks);
-  }
-}
-
-bool MemoryManager::ReleaseHostCopy(Device& dev, Buffer& b) {
-  // A whole copy is kept for the next buffer of its size and device (a
-  // step's temporaries swapped out and freed would otherwise cost a
-  // cuMemCreate and a cuMemRelease each, every step). Host-located VMM
-  // copies are kept up to a device cap's worth; pinned ones always, since
-  // freeing them synchronises (see spare_host_).
-  const bool whole = b.host.vmm() || (b.host.ptr() != nullptr && b.host.handle() == 0);
-  if (whole && (!b.host.vmm() || dev.spare_host_bytes + b.reserved <= dev.cap)) {
-    if (b.host.vmm()) dev.spare_host_bytes += b.reserved;
-    spare_host_.emplace(std::make_pair(b.reserved, dev.ordinal), b.host);
-    b.host = HostCopy();
-    return true;
-  }
-  return b.host.Release(vmm_, b.reserved, &dev.host_bytes);
-}
-
-bool MemoryManager::FreeSpareHostCopies() {
-  bool freed = false;
-  for (auto it = spare_host_.begin(); it != spare_host_.end();) {
-    const auto [reserved, ordinal] = it->first;
-    Device& dev = DeviceState(ordinal);
-    const bool vmm = it->second.vmm();
-    if (!it->second.Release(vmm_, reserved, &dev.host_bytes)) {
-      ++it;  // kept (still counted) for a later attempt
-      continue;
-    }
-    if (vmm) dev.spare_host_bytes -= reserved;
-    it = spare_host_.erase(it);
-    freed = true;
-  }
-  return freed;
-}
-
-bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
-  // Each step is recorded as it succeeds, so a retry goes on from there.
-  if (!b.vmm) {
-    if (Failed(driver_->cuMemFree_v2(b.base)) != CUDA_SUCCESS) return false;
-    dev.used -= b.reserved;
-  } else {
-    if (!b.device_chunks.empty() || b.host_at_base || b.old_mapped) {
-      if (vmm_.Unmap(b.base, b.reserved) != CUDA_SUCCESS) return false;
-      b.host_at_base = false;
-      if (b.exported) {
-        // The program may still hold a retained handle to this memory:
-        // never hand it to another buffer (the driver keeps it alive for
-        // that handle; it is the program's now, and no longer charged).
-        for (CUmemGenericAllocationHandle h : b.device_chunks) {
-          ReleasePhysical(dev, h, dev.granularity);
-        }
-        b.device_chunks.clear();
-      } else {
-        PoolChunks(dev, &b.device_chunks);
-      }
-      EndShadow(dev, b);  // released only once idle: its swap-out copy is done
-    }
-    if (b.va_reserved) {
-      if (Failed(driver_->cuMemAddressFree(b.base, b.reserved)) != CUDA_SUCCESS) return false;
-      b.va_reserved = false;
-    }
-    if (!ReleaseHostCopy(dev, b)) return false;
-  }
-  // A failed destroy leaks one event; nothing depends on it any more.
-  for (const Use& u : b.uses) {
-    if (u.event != nullptr) (void)Failed(driver_->cuEventDestroy_v2(u.event));
-  }
-  Unindex(b);
-  if (b.garbage) {
-    auto g = std::find(garbage_.begin(), garbage_.end(), &b);
-    if (g != garbage_.end()) garbage_.erase(g);
-  }
-  const uint64_t key = b.key;
-  if (b.stream_ordered) dev.stream_ordered.reserved -= b.reserved;
-  by_base_.erase(b.base);
-  buffers_.erase(key);  // destroys b
-  return true;
 }
 
 // --- S401-S405 --------------------------------------------------------------------
@@ -1586,128 +611,10 @@ bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, CUresult* error)
 
 // --- Swapping ---------------------------------------------------------------------
 
-CUresult MemoryManager::EnsureHostCopy(Buffer& b, bool will_copy) {
-  if (b.host.exists()) return CUDA_SUCCESS;
-  Device& dev = DeviceState(b.device);
-  // What a failed attempt could not undo goes first (or this one fails too).
-  if (!ReleaseHostCopy(dev, b)) return CUDA_ERROR_UNKNOWN;
-  static const size_t host_total =
-      static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  std::optional<size_t> host_cap = config_.HostLimitBytes(host_total);
-  // A kept copy holds an earlier buffer's bytes: one about to be copied
-  // into takes it as it is; a never-written buffer's (`will_copy` false)
-  // must hold what fresh memory holds, so it is zeroed first on the swap
-  // stream, as a use of the buffer there (what reads the address while it
-  // is swapped out is ordered after the swap stream).
-  if (auto it = spare_host_.find({b.reserved, dev.ordinal});
-      it != spare_host_.end() && it->second.vmm() == dev.host_vmm &&
-      (will_copy || it->second.vmm())) {
-    bool zeroed = will_copy;
-    if (!zeroed && EnsureSwapStream(dev) == CUDA_SUCCESS &&
-        Failed(driver_->cuMemsetD8Async(it->second.va(), 0, b.reserved, dev.swap_stream)) ==
-            CUDA_SUCCESS) {
-      NoteUse(b.uses, dev.swap_stream, dev.ordinal);
-      zeroed = true;
-    }
-    if (zeroed) {  // else a fresh copy after all; the spare stays kept
-      b.host = it->second;  // still counted in host_bytes
-      if (b.host.vmm()) dev.spare_host_bytes -= b.reserved;
-      spare_host_.erase(it);
-      return CUDA_SUCCESS;
-    }
-  }
-  if (host_cap && dev.host_bytes + b.reserved > *host_cap && !spare_host_.empty()) {
-    (void)FreeSpareHostCopies();  // the room is needed (pinned ones: a synchronising free)
-  }
-  if (host_cap && dev.host_bytes + b.reserved > *host_cap) {
-    if (!warned_host_limit_) {
-      warned_host_limit_ = true;
-      std::fprintf(stderr,
-                   "stensor: out of memory: the device cap (STENSOR_MEMORY_LIMIT, %llu "
-                   "bytes on device %d) and the host limit (STENSOR_HOST_LIMIT, %zu "
-                   "bytes) are both exhausted\n",
-                   static_cast<unsigned long long>(dev.cap), dev.ordinal, *host_cap);
-    }
-    Log(JsonLine()
-            .Str("type", "oom")
-            .Str("what", "host")
-            .Uint("bytes", b.reserved)
-            .Uint("host_used", dev.host_bytes)
-            .Finish());
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  if (!dev.host_vmm && !warned_no_host_vmm_) {
-    warned_no_host_vmm_ = true;
-    Log(JsonLine()
-            .Str("type", "limitation")
-            .Str("what", "host-located VMM unsupported: swapped-out buffers are "
-                         "unmapped; a kernel reaching one through a pointer "
-                         "stensor cannot see would fault")
-            .Finish());
-  }
-  // Page-locked memory from cuMemHostAlloc is pinned for the context that
-  // allocated it: the one whose streams copy it (host-located VMM memory
-  // belongs to no context).
-  ContextScope scope(*driver_, dev.host_vmm ? nullptr : dev.context, &stats_.driver_errors);
-  return b.host.Create(vmm_, dev.host_vmm, b.reserved, b.size, b.device, &dev.host_bytes);
-}
-
-CUresult MemoryManager::CreateOwnStream(Device& dev, CUstream* stream) {
-  ContextScope scope(*driver_, dev.context, &stats_.driver_errors);
-  CUresult r = scope.result();
-  if (r == CUDA_SUCCESS) r = Failed(driver_->cuStreamCreate(stream, CU_STREAM_NON_BLOCKING));
-  if (r != CUDA_SUCCESS) *stream = nullptr;
-  // A stream made in the right context stays, even where the program's
-  // context could not be made current again (counted as a driver error).
-  (void)scope.Restore();
-  return r;
-}
-
-CUresult MemoryManager::EnsureSwapStream(Device& dev) {
-  if (dev.swap_stream != nullptr) return CUDA_SUCCESS;
-  return CreateOwnStream(dev, &dev.swap_stream);
-}
-
-CUstream MemoryManager::FetchStreamFor(Device& dev, Buffer& b, bool shadowed) {
-  // Memory still mapped at an old owner's address has that owner's copy or
-  // drop queued on the swap stream, and a use of the buffer not seen done
-  // (its own swap-out into the host copy, a zeroing) may be there too: FIFO.
-  if (shadowed || dev.fetch_stream_failed) return dev.swap_stream;
-  for (Use& u : b.uses) {
-    if (!Observed(u)) return dev.swap_stream;
-  }
-  if (dev.fetch_stream == nullptr && CreateOwnStream(dev, &dev.fetch_stream) != CUDA_SUCCESS) {
-    dev.fetch_stream_failed = true;  // not tried at every swap-in
-    return dev.swap_stream;
-  }
-  return dev.fetch_stream;
-}
-
 bool MemoryManager::CanQueue(Device& dev) const {
   // Work of unknown accesses may reach any buffer: it holds eviction off.
   // STENSOR_VERIFY checks a drop on the device while it is idle.
   return verifier_ == nullptr && UnknownIdle(dev);
-}
-
-bool MemoryManager::OrderSwapAfterUses(Device& dev, Buffer& b) {
-  for (Use& u : b.uses) {
-    if (u.stream == dev.swap_stream || Observed(u)) continue;  // FIFO / done
-    // An unrecorded use is known to no event: only a host wait tells.
-    if (!u.recorded ||
-        Failed(driver_->cuStreamWaitEvent(dev.swap_stream, u.event, 0)) != CUDA_SUCCESS) {
-      return false;
-    }
-  }
-  return true;
-}
-
-void MemoryManager::DetachShadowed(Device& dev, Buffer& b) {
-  b.old_chunks = b.device_chunks;
-  b.old_mapped = true;
-  b.handed_on = false;
-  for (CUmemGenericAllocationHandle h : b.old_chunks) dev.pool.Shadow(h);
-  dev.old_mappings.push_back(&b);
-  PoolChunks(dev, &b.device_chunks);
 }
 
 // resident -> swapped out. The steps that can fail come first (host copy,
@@ -1813,110 +720,6 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
   return CUDA_SUCCESS;
 }
 
-// --- STENSOR_VERIFY ------------------------------------------------------------------
-
-bool MemoryManager::VerifiedClean(Device& dev, Buffer& b) {
-  ++stats_.verify_checks;
-  Verifier::HostCopy host{b.host.vmm() ? b.host.va() : 0, b.host.ptr()};
-  auto start = std::chrono::steady_clock::now();
-  ContextScope scope(*driver_, dev.context, &stats_.driver_errors);  // as in RecordHash
-  Verifier::Result r =
-      host.va == 0 && host.ptr == nullptr
-          ? Verifier::Result::kError  // no host copy to compare with
-          : verifier_->Check(dev.ordinal, b.base, b.size, host, b.host_hash, dev.swap_stream);
-  stats_.verify_seconds += Seconds(std::chrono::steady_clock::now() - start);
-  if (r == Verifier::Result::kMatch) return true;
-  if (r == Verifier::Result::kError) {
-    ++stats_.verify_errors;
-    return false;
-  }
-  ++stats_.verify_mismatches;
-  const char* mode = verifier_->mode() == VerifyMode::kHash ? "hash" : "copy";
-  auto name = [](const char* kernel) { return kernel != nullptr ? kernel : "(none)"; };
-  Log(JsonLine()
-          .Str("type", "verify_mismatch")
-          .Uint("id", b.id)
-          .Uint("bytes", b.size)
-          .Int("device", dev.ordinal)
-          .Str("mode", mode)
-          .Str("last_kernel", name(b.last_kernel))
-          .Str("last_writer", name(b.last_writer))
-          .Finish());
-  constexpr int kMaxWarnings = 10;
-  if (verify_warnings_ < kMaxWarnings) {
-    ++verify_warnings_;
-    std::fprintf(stderr,
-                 "stensor: STENSOR_VERIFY=%s: buffer %llu (%llu bytes) changed on the device "
-                 "although no write to it was inferred; copied instead of dropped. Last kernel "
-                 "that used it: %s; last inferred writer: %s%s\n",
-                 mode, static_cast<unsigned long long>(b.id),
-                 static_cast<unsigned long long>(b.size), name(b.last_kernel),
-                 name(b.last_writer),
-                 verify_warnings_ == kMaxWarnings ? " (further mismatches are only counted)" : "");
-  }
-  return false;
-}
-
-void MemoryManager::NoteKernel(absl::Span<const uint64_t> used,
-                               absl::Span<const uint64_t> written, const char* kernel) {
-  if (verifier_ == nullptr) return;
-  MutexLock lock(&mu_);
-  for (uint64_t id : used) {
-    if (Buffer* b = ById(id)) b->last_kernel = kernel;
-  }
-  for (uint64_t id : written) {
-    if (Buffer* b = ById(id)) b->last_writer = kernel;
-  }
-}
-
-CUresult MemoryManager::MapHostAtBase(Buffer& b) {
-  bool mapped = false;
-  CUresult r = vmm_.Map(b.base, {b.host.handle()}, b.reserved, b.device, &mapped);
-  // A mapping without access after a second failure is still a mapping:
-  // it has to be unmapped before device memory goes there.
-  b.host_at_base = mapped;
-  return r;
-}
-
-CUresult MemoryManager::UnmapDevice(Device& dev, Buffer& b) {
-  if (CUresult r = vmm_.Unmap(b.base, b.reserved); r != CUDA_SUCCESS) {
-    return r;  // still mapped: still resident
-  }
-  // Never fault: the address reads the host copy while swapped out.
-  if (CUresult r = b.host.vmm() ? MapHostAtBase(b) : CUDA_SUCCESS; r != CUDA_SUCCESS) {
-    if (b.host_at_base && vmm_.Unmap(b.base, b.reserved) == CUDA_SUCCESS) {
-      b.host_at_base = false;
-    }
-    bool mapped = false;
-    if (!b.host_at_base &&
-        vmm_.Map(b.base, b.device_chunks, dev.granularity, dev.ordinal, &mapped) == CUDA_SUCCESS) {
-      return r;  // back as it was: resident
-    }
-    // Neither: swapped out with the address unmapped, as without host VMM.
-    Log(JsonLine()
-            .Str("type", "limitation")
-            .Str("what", "the host copy could not be mapped at a swapped-out "
-                         "buffer's address")
-            .Uint("id", b.id)
-            .Finish());
-  }
-  PoolChunks(dev, &b.device_chunks);
-  return CUDA_SUCCESS;
-}
-
-// swapped out -> resident. Device memory is made first, the host copy is
-// taken off the address only then (and only when no work of unknown
-// accesses that may read it is pending), the copy is ordered before the
-// consumer; a failure before the copy is submitted puts everything back.
-bool MemoryManager::TakeBack(Device& dev, Buffer& b) {
-  if (!dev.pool.TakeBack(b.old_chunks)) return false;
-  stats_.pooled_bytes -= b.reserved;
-  std::vector<CUmemGenericAllocationHandle> back = b.old_chunks;
-  EndShadow(dev, b);
-  b.device_chunks = std::move(back);
-  return true;
-}
-
 void MemoryManager::LogSwapIn(const Device& dev, const Buffer& b, bool copy) const {
   Log(JsonLine()
           .Str("type", "swap_in")
@@ -1927,6 +730,10 @@ void MemoryManager::LogSwapIn(const Device& dev, const Buffer& b, bool copy) con
           .Finish());
 }
 
+// swapped out -> resident. Device memory is made first, the host copy is
+// taken off the address only then (and only when no work of unknown
+// accesses that may read it is pending), the copy is ordered before the
+// consumer; a failure before the copy is submitted puts everything back.
 CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer) {
   ReindexAtExit reindex(this, b);
   const size_t n = b.reserved / dev.granularity;
@@ -2047,6 +854,62 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
     // An error here leaves the copy in flight and the buffer resident, with
     // its use on the swap stream not observed: consistent, and retried.
     return OrderAfterSwap(dev, b, consumer);  // nothing to do without swap-stream work
+  }
+}
+
+// --- STENSOR_VERIFY ------------------------------------------------------------------
+
+bool MemoryManager::VerifiedClean(Device& dev, Buffer& b) {
+  ++stats_.verify_checks;
+  Verifier::HostCopy host{b.host.vmm() ? b.host.va() : 0, b.host.ptr()};
+  auto start = std::chrono::steady_clock::now();
+  ContextScope scope(*driver_, dev.context, &stats_.driver_errors);  // as in RecordHash
+  Verifier::Result r =
+      host.va == 0 && host.ptr == nullptr
+          ? Verifier::Result::kError  // no host copy to compare with
+          : verifier_->Check(dev.ordinal, b.base, b.size, host, b.host_hash, dev.swap_stream);
+  stats_.verify_seconds += Seconds(std::chrono::steady_clock::now() - start);
+  if (r == Verifier::Result::kMatch) return true;
+  if (r == Verifier::Result::kError) {
+    ++stats_.verify_errors;
+    return false;
+  }
+  ++stats_.verify_mismatches;
+  const char* mode = verifier_->mode() == VerifyMode::kHash ? "hash" : "copy";
+  auto name = [](const char* kernel) { return kernel != nullptr ? kernel : "(none)"; };
+  Log(JsonLine()
+          .Str("type", "verify_mismatch")
+          .Uint("id", b.id)
+          .Uint("bytes", b.size)
+          .Int("device", dev.ordinal)
+          .Str("mode", mode)
+          .Str("last_kernel", name(b.last_kernel))
+          .Str("last_writer", name(b.last_writer))
+          .Finish());
+  constexpr int kMaxWarnings = 10;
+  if (verify_warnings_ < kMaxWarnings) {
+    ++verify_warnings_;
+    std::fprintf(stderr,
+                 "stensor: STENSOR_VERIFY=%s: buffer %llu (%llu bytes) changed on the device "
+                 "although no write to it was inferred; copied instead of dropped. Last kernel "
+                 "that used it: %s; last inferred writer: %s%s\n",
+                 mode, static_cast<unsigned long long>(b.id),
+                 static_cast<unsigned long long>(b.size), name(b.last_kernel),
+                 name(b.last_writer),
+                 verify_warnings_ == kMaxWarnings ? " (further mismatches are only counted)" : "");
+  }
+  return false;
+}
+
+void MemoryManager::NoteKernel(absl::Span<const uint64_t> used,
+                               absl::Span<const uint64_t> written, const char* kernel) {
+  if (verifier_ == nullptr) return;
+  MutexLock lock(&mu_);
+  for (uint64_t id : used) {
+    if (Buffer* b = ById(id)) b->last_kernel = kernel;
+  }
+  for (uint64_t id : written) {
+    if (Buffer* b = ById(id)) b->last_writer = kernel;
   }
 }
 
@@ -2437,73 +1300,6 @@ void MemoryManager::SetNextUse(uint64_t id, uint64_t next_use) {
   if (b == nullptr) return;
   b->next_use = next_use;
   Reindex(*b);
-}
-
-bool MemoryManager::ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst,
-                                     uint64_t bytes) {
-  MutexLock lock(&mu_);
-  Buffer* b = ById(id);
-  if (b == nullptr || !b->vmm || b->resident() || !b->host.exists() ||
-      offset + bytes > b->size) {
-    return false;
-  }
-  for (Use& u : b->uses) {
-    // Its swap-out copy is still in flight: not served from the host copy.
-    Device& dev = DeviceState(b->device);
-    if (dev.swap_stream != nullptr && u.stream == dev.swap_stream && !Observed(u)) {
-      return false;
-    }
-  }
-  CUresult r = b->host.handle() != 0
-                   ? Failed(driver_->cuMemcpyDtoH_v2(dst, b->host.va() + offset, bytes))
-                   : (std::memcpy(dst, static_cast<char*>(b->host.ptr()) + offset, bytes),
-                      CUDA_SUCCESS);
-  if (r != CUDA_SUCCESS) return false;
-  ++stats_.reads_served_from_host;
-  return true;
-}
-
-CUresult MemoryManager::ReadBack(uint64_t id, uint64_t offset, void* dst, uint64_t bytes) {
-  MutexLock lock(&mu_);
-  Buffer* b = ById(id);
-  if (b == nullptr) return CUDA_ERROR_NOT_FOUND;
-  if (offset > b->size || bytes > b->size - offset) return CUDA_ERROR_INVALID_VALUE;
-  if (!b->resident() || b->stale_device) {
-    // The host copy holds the data once the swap-out's copy into it is done.
-    if (CUresult r = WaitSwapUse(DeviceState(b->device), *b); r != CUDA_SUCCESS) return r;
-  }
-  if (!b->resident() || b->stale_device) {  // the host copy holds the data
-    if (b->host.ptr() != nullptr) {
-      std::memcpy(dst, static_cast<char*>(b->host.ptr()) + offset, bytes);
-      return CUDA_SUCCESS;
-    }
-    if (!b->host.vmm()) {
-      std::memset(dst, 0, bytes);  // dropped never written: fresh memory
-      return CUDA_SUCCESS;
-    }
-    // A synchronous copy waits for the program's blocking streams: never
-    // under the lock. The pin keeps the host copy where it is.
-    const CUdeviceptr from = b->host.va() + offset;
-    ++b->pins;
-    mu_.Unlock();
-    CUresult r = driver_->cuMemcpyDtoH_v2(dst, from, bytes);
-    mu_.Lock();
-    --b->pins;
-    return r;
-  }
-  // Pinned, so it stays mapped while the copy runs without the lock; a
-  // swap-in still copying its contents in is waited for first.
-  const std::vector<Use> copies = PendingOwnUses(DeviceState(b->device), *b);
-  ++b->pins;
-  mu_.Unlock();
-  CUresult r = CUDA_SUCCESS;
-  for (const Use& u : copies) {
-    if (r == CUDA_SUCCESS) r = WaitForUse(u, u.stream);
-  }
-  if (r == CUDA_SUCCESS) r = driver_->cuMemcpyDtoH_v2(dst, b->base + offset, bytes);
-  mu_.Lock();
-  --b->pins;
-  return r;
 }
 
 bool MemoryManager::Readable(const Buffer& b) { return b.resident() || b.host_at_base; }

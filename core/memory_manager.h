@@ -380,7 +380,33 @@ class MemoryManager {
   MemoryManager(const Config& config, const Driver* driver, LogSink log,
                 std::unique_ptr<EvictionPolicy> policy);
 
+  // --- State and bookkeeping (memory_manager.cc).
   Device& DeviceState(int ordinal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Charge(Device& dev, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Buffer* ById(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The VMM buffer whose reserved range contains addr, or null.
+  Buffer* Containing(uint64_t addr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static bool IsSwappable(const Buffer& b, int device);
+  bool HostVmm(int device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Resident, or swapped out with its host copy mapped at its address.
+  static bool Readable(const Buffer& b);
+  static uint64_t BufferId(const Buffer& b);
+  // Counts a failed driver call of the swap path.
+  CUresult Failed(CUresult r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Log(std::string line) const;
+
+  // The eviction order: per device, the resident, evictable buffers by
+  // (policy key, id, serial), and those whose device copy may go without a
+  // transfer by last use (S403), kept up to date wherever a key field
+  // changes, so one eviction costs O(log n) and never a walk of every
+  // buffer. Reindex puts `b` where its fields say now.
+  void Reindex(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unindex(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  EvictionCandidate CandidateOf(const Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Re-keys the buffer when the scope ends, however it ends.
+  class ReindexAtExit;
+
+  // --- The decisions (memory_manager.cc).
   // S401-S405: frees device memory until `need` more bytes fit under the
   // cap on `dev`. Buffers with pins > 0 are never chosen. When no room can
   // be made, CUDA_ERROR_OUT_OF_MEMORY, or the driver error that kept the
@@ -410,6 +436,81 @@ class MemoryManager {
   // Whether the buffer's device copy may go without a transfer.
   bool Droppable(const Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Whether a busy buffer of `dev` may be evicted in stream order now.
+  bool CanQueue(Device& dev) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queued behind the buffer's in-flight uses on the swap stream (no host
+  // wait) where nothing of unknown accesses is pending and STENSOR_VERIFY
+  // is off; else the buffer must be idle. CUDA_ERROR_NOT_READY when its work
+  // could not be ordered on the device: the caller waits on the host.
+  CUresult SwapOut(Device& dev, Buffer& b, bool copy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  CUresult SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The access log's record of a swap-in (`copy`: its contents copied in).
+  void LogSwapIn(const Device& dev, const Buffer& b, bool copy) const;
+  // The buffer is resident but its device memory does not hold its data
+  // (an overwrite that was not submitted, a failed swap-in copy that could
+  // not be undone): copies the host copy in, or swaps the buffer out again.
+  CUresult RestoreFromHost(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Prefetch and EvictAsync, locked.
+  CUresult PrefetchLocked(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  CUresult EvictAsyncLocked(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The planner, made at the first operation (bandwidth probed then, in
+  // memory free under the cap); null when nothing needs one.
+  IterationPlanner* Planner(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // STENSOR_VERIFY: whether a clean drop of `b` may go ahead (its device
+  // contents equal the host copy); false means copy it instead.
+  bool VerifiedClean(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // --- Uses and what has been observed of them, stensor's streams
+  // (memory_manager_uses.cc).
+  // Records a use now on `stream` (of `device`'s buffer or work) in its
+  // entry of `uses` (added if none), its event made once in that stream's
+  // context. A failed create or record leaves it unrecorded. The entry.
+  Use* NoteUse(std::vector<Use>& uses, CUstream stream, int device)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records the buffer's last use on `stream` (one event per stream).
+  void RecordUse(Buffer& b, CUstream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Observed(Use& use) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A host wait for one use (no lock needed): its event, else the swap
+  // stream or the whole context, which cover it.
+  // A host wait for `use`; `own_stream`, when it is the use's stream (one of
+  // stensor's), is synchronised if the use's event cannot tell.
+  CUresult WaitForUse(const Use& use, CUstream own_stream) const;
+  bool UnknownIdle(Device& dev) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Idle(Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits for the buffer's in-flight uses (with `own_uses`; always for the
+  // device's work of unknown accesses), releasing the mutex meanwhile:
+  // anything may have changed when it returns. An error when some use could
+  // not be observed complete.
+  CUresult WaitIdle(Buffer& b, bool own_uses = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes `consumer` wait for the swap stream's copies into `b`: on the
+  // device, or on the host where the device-side wait failed.
+  CUresult OrderAfterSwap(Device& dev, Buffer& b, CUstream consumer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes the swap stream wait (on the device) for the buffer's uses on
+  // other streams not yet observed complete. False when one cannot be.
+  bool OrderSwapAfterUses(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies of b's uses on stensor's streams not yet seen complete (copies:
+  // a wait without the lock must not walk b.uses, which others may grow).
+  std::vector<Use> PendingOwnUses(const Device& dev, Buffer& b) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A host wait for the buffer's last use on the swap stream, without the
+  // lock (the buffer pinned meanwhile).
+  CUresult WaitSwapUse(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A host wait for the swap stream's latest work, without the lock (it may
+  // wait for the program's work since swap-outs wait on its events).
+  CUresult WaitSwapStream(Device& dev, double* waited) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  CUresult EnsureSwapStream(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One of stensor's streams for `dev`, made in the device's context with
+  // the program's context current again after, failures included.
+  CUresult CreateOwnStream(Device& dev, CUstream* stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The stream a swap-in's copy into b goes on: the fetch stream when
+  // nothing queued on the swap stream touches its memory or host copy.
+  CUstream FetchStreamFor(Device& dev, Buffer& b, bool shadowed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // --- Device memory: physical memory, the chunk pool, mappings at a buffer's
+  // address (memory_manager_physical.cc).
   // Physical memory. CreatePhysical charges it (evicting when the device
   // itself is full); ReleasePhysical uncharges it once the driver released
   // it, and keeps it (charged) for a retry when it did not.
@@ -450,6 +551,19 @@ class MemoryManager {
   // Releases one pooled chunk no address maps any more. False when none.
   bool ReleaseOnePooled(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseAllPooled() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Zeroes a reused chunk just mapped at `b.base` (fresh memory holds zeros)
+  // on the swap stream, as a use of `b` there.
+  CUresult ZeroReused(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Physical memory for a buffer at its VA (S401/S402 with retries through
+  // the eviction loop when the device itself is full).
+  CUresult MapDevice(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Device memory off a buffer's address, the host copy mapped there instead
+  // where that is supported. On failure the buffer stays resident.
+  CUresult UnmapDevice(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands the buffer's device memory to the pool while it is still mapped
+  // at its address (until its swap-stream use `fence` is observed).
+  void DetachShadowed(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndShadow(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Old mappings of buffers swapped out asynchronously: unmapped (the host
   // copy mapped there instead, with host-located VMM) once their swap-out
   // copy is observed complete. With `wait`, waits for the swap stream first
@@ -460,128 +574,30 @@ class MemoryManager {
   // Before work of unknown accesses on `device`: ends every old mapping
   // there, waiting for the swap stream (a wait counted for unknown work).
   void SettleOldMappings(int device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A host wait for the swap stream's latest work, without the lock (it may
-  // wait for the program's work since swap-outs wait on its events).
-  CUresult WaitSwapStream(Device& dev, double* waited) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The stream a swap-in's copy into b goes on: the fetch stream when
-  // nothing queued on the swap stream touches its memory or host copy.
-  CUstream FetchStreamFor(Device& dev, Buffer& b, bool shadowed)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Zeroes a reused chunk just mapped at `b.base` (fresh memory holds zeros)
-  // on the swap stream, as a use of `b` there.
-  CUresult ZeroReused(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Physical memory for a buffer at its VA (S401/S402 with retries through
-  // the eviction loop when the device itself is full).
-  CUresult MapDevice(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Device memory off a buffer's address, the host copy mapped there instead
-  // where that is supported. On failure the buffer stays resident.
-  CUresult UnmapDevice(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  CUresult MapHostAtBase(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The buffer is resident but its device memory does not hold its data
-  // (an overwrite that was not submitted, a failed swap-in copy that could
-  // not be undone): copies the host copy in, or swaps the buffer out again.
-  CUresult RestoreFromHost(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  CUresult EnsureSwapStream(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // One of stensor's streams for `dev`, made in the device's context with
-  // the program's context current again after, failures included.
-  CUresult CreateOwnStream(Device& dev, CUstream* stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // Queued behind the buffer's in-flight uses on the swap stream (no host
-  // wait) where nothing of unknown accesses is pending and STENSOR_VERIFY
-  // is off; else the buffer must be idle. CUDA_ERROR_NOT_READY when its work
-  // could not be ordered on the device: the caller waits on the host.
-  CUresult SwapOut(Device& dev, Buffer& b, bool copy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Prefetch and EvictAsync, locked.
-  CUresult PrefetchLocked(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  CUresult EvictAsyncLocked(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The planner, made at the first operation (bandwidth probed then, in
-  // memory free under the cap); null when nothing needs one.
-  IterationPlanner* Planner(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether a busy buffer of `dev` may be evicted in stream order now.
-  bool CanQueue(Device& dev) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Makes the swap stream wait (on the device) for the buffer's uses on
-  // other streams not yet observed complete. False when one cannot be.
-  bool OrderSwapAfterUses(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Hands the buffer's device memory to the pool while it is still mapped
-  // at its address (until its swap-stream use `fence` is observed).
-  void DetachShadowed(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EndShadow(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A host wait for the buffer's last use on the swap stream, without the
-  // lock (the buffer pinned meanwhile).
-  // Copies of b's uses on stensor's streams not yet seen complete (copies:
-  // a wait without the lock must not walk b.uses, which others may grow).
-  std::vector<Use> PendingOwnUses(const Device& dev, Buffer& b) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  CUresult WaitSwapUse(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  CUresult SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The access log's record of a swap-in (`copy`: its contents copied in).
-  void LogSwapIn(const Device& dev, const Buffer& b, bool copy) const;
-  // A host copy for `b`, a kept one (spare_host_) where there is one; unless
-  // `will_copy` (the buffer's contents go there next), it holds zeros, as
-  // fresh memory does.
-  CUresult EnsureHostCopy(Buffer& b, bool will_copy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // STENSOR_VERIFY: whether a clean drop of `b` may go ahead (its device
-  // contents equal the host copy); false means copy it instead.
-  bool VerifiedClean(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool ReleaseHostCopy(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unmaps and releases everything of a freed buffer and forgets it. False
   // when a driver call failed: the buffer stays (garbage) for a retry, with
   // the steps already done recorded.
   bool ReleaseBuffer(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Uses and what has been observed of them.
-  // Records a use now on `stream` (of `device`'s buffer or work) in its
-  // entry of `uses` (added if none), its event made once in that stream's
-  // context. A failed create or record leaves it unrecorded. The entry.
-  Use* NoteUse(std::vector<Use>& uses, CUstream stream, int device)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool Observed(Use& use) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A host wait for one use (no lock needed): its event, else the swap
-  // stream or the whole context, which cover it.
-  // A host wait for `use`; `own_stream`, when it is the use's stream (one of
-  // stensor's), is synchronised if the use's event cannot tell.
-  CUresult WaitForUse(const Use& use, CUstream own_stream) const;
-  bool UnknownIdle(Device& dev) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool Idle(Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Waits for the buffer's in-flight uses (with `own_uses`; always for the
-  // device's work of unknown accesses), releasing the mutex meanwhile:
-  // anything may have changed when it returns. An error when some use could
-  // not be observed complete.
-  CUresult WaitIdle(Buffer& b, bool own_uses = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Makes `consumer` wait for the swap stream's copies into `b`: on the
-  // device, or on the host where the device-side wait failed.
-  CUresult OrderAfterSwap(Device& dev, Buffer& b, CUstream consumer)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records the buffer's last use on `stream` (one event per stream).
-  void RecordUse(Buffer& b, CUstream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Charge(Device& dev, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Buffer* ById(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static bool IsSwappable(const Buffer& b, int device);
-  bool HostVmm(int device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Resident, or swapped out with its host copy mapped at its address.
-  static bool Readable(const Buffer& b);
-  static uint64_t BufferId(const Buffer& b);
-  // The VMM buffer whose reserved range contains addr, or null.
-  Buffer* Containing(uint64_t addr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // --- Host copies (memory_manager_host.cc).
+  // A host copy for `b`, a kept one (spare_host_) where there is one; unless
+  // `will_copy` (the buffer's contents go there next), it holds zeros, as
+  // fresh memory does.
+  CUresult EnsureHostCopy(Buffer& b, bool will_copy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  CUresult MapHostAtBase(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ReleaseHostCopy(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool FreeSpareHostCopies() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // --- Memory counted but not swapped (memory_manager_external.cc).
+  // Drops the charges of device `device`'s stream-ordered external frees
+  // observed complete; with `wait`, first waits (the lock released) for the
+  // oldest one pending. True when a charge was dropped or a wait made.
+  bool SettleExternalFrees(int device, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes `b` resident and never evicted again (PinExported).
   CUresult PinLocked(Buffer& b, const char* api) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the charge of an app handle once nothing keeps its memory alive.
   void MaybeUnchargeApp(CUmemGenericAllocationHandle handle)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The eviction order: per device, the resident, evictable buffers by
-  // (policy key, id, serial), and those whose device copy may go without a
-  // transfer by last use (S403), kept up to date wherever a key field
-  // changes, so one eviction costs O(log n) and never a walk of every
-  // buffer. Reindex puts `b` where its fields say now.
-  void Reindex(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Unindex(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  EvictionCandidate CandidateOf(const Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Re-keys the buffer when the scope ends, however it ends.
-  class ReindexAtExit;
-  // Counts a failed driver call of the swap path.
-  CUresult Failed(CUresult r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Log(std::string line) const;
 
   const Config config_;
   const Driver* const driver_;
@@ -653,7 +669,6 @@ class MemoryManager {
   // Still counted in host_bytes; freed when the host limit needs the room
   // and at exit.
   std::multimap<std::pair<uint64_t, int>, HostCopy> spare_host_ ABSL_GUARDED_BY(mu_);
-  bool FreeSpareHostCopies() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // External allocations: base -> (device, charged bytes).
   absl::flat_hash_map<uint64_t, std::pair<int, uint64_t>> external_ ABSL_GUARDED_BY(mu_);
   // External allocations freed in stream order, charged until their free
@@ -666,10 +681,6 @@ class MemoryManager {
     int waiters = 0;
   };
   std::list<ExternalFree> external_frees_ ABSL_GUARDED_BY(mu_);
-  // Drops the charges of device `device`'s stream-ordered external frees
-  // observed complete; with `wait`, first waits (the lock released) for the
-  // oldest one pending. True when a charge was dropped or a wait made.
-  bool SettleExternalFrees(int device, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The program's own device-located VMM handles (CreateAppMemory).
   struct AppHandle {
     int device = 0;

@@ -1,5 +1,5 @@
 // The fetch stream: swap-ins into memory at rest run beside the swap stream
-// (core/memory_manager.cc, FetchStreamFor). Races a hostile program makes
+// (core/memory_manager_uses.cc, FetchStreamFor). Races a hostile program makes
 // with those copies, and every driver call on that path failed in turn; the
 // *Slow* tests run with a slow link (FAKECUDA_LINK) so that copies are still
 // in flight when the next call comes.

@@ -2,7 +2,7 @@
 // charged and capped on their own, swapped on that device's own streams,
 // made in that device's context whatever context the program has current,
 // with the program's context current again after every call, failures
-// included (core/memory_manager.cc, ContextScope and CreateOwnStream).
+// included (core/memory_manager_uses.cc, ContextScope and CreateOwnStream).
 #include <atomic>
 #include <cstdint>
 #include <map>

@@ -1,0 +1,180 @@
+// The memory manager's state per buffer and per device (MemoryManager::Buffer,
+// MemoryManager::Device) and the helpers its translation units share: the
+// decisions in memory_manager.cc and the plumbing in memory_manager_*.cc
+// all read and change the same fields. Internal to //core:memory_manager
+// (a private header of that library); nothing else includes it.
+//
+// Thread-safety: every field here is guarded by MemoryManager::mu_; the
+// member functions that touch them say so (ABSL_EXCLUSIVE_LOCKS_REQUIRED).
+#ifndef STENSOR_CORE_MEMORY_MANAGER_INTERNAL_H_
+#define STENSOR_CORE_MEMORY_MANAGER_INTERNAL_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/driver_pool.h"
+#include "core/host_copy.h"
+#include "core/memory_manager.h"
+#include "core/physical_pool.h"
+#include "core/stream_use.h"
+#include "policy/eviction_policy.h"
+
+namespace stensor {
+namespace memory_manager_internal {
+
+// Small allocations are charged in whole host pages, as a driver hands them out.
+inline constexpr uint64_t kSmallUnit = 4096;
+
+inline uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// The "consumer" of a prefetch's swap-in: nothing is ordered after it yet.
+inline const CUstream kNoConsumer = reinterpret_cast<CUstream>(~uintptr_t{0});
+
+inline double Seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+}  // namespace memory_manager_internal
+
+struct MemoryManager::Buffer {
+  uint64_t id = 0;   // the registry's; 0 when the registry could not track it
+  uint64_t key = 0;  // in buffers_: the id, or an internal key when untracked
+  CUdeviceptr base = 0;
+  uint64_t size = 0;      // as the application asked
+  uint64_t reserved = 0;  // VA and physical size (granules), or the charge
+  int device = 0;
+  CUcontext context = nullptr;  // current at allocation (pointer attributes)
+  bool vmm = false;       // false: a small plain allocation, never swapped
+  // Served for cuMemAllocAsync from the device's default pool: counted in
+  // Device::stream_ordered until its memory is released.
+  bool stream_ordered = false;
+  // A handle to its memory left stensor's control (PinExported): resident
+  // and never evicted again.
+  bool exported = false;
+  // S03 fields. `pins` counts operations being prepared or submitted right
+  // now (non-evictable while > 0); the application's own reference ends
+  // with cuMemFree, after which a buffer still in use is garbage.
+  int pins = 0;
+  bool garbage = false;
+  Location location = Location::kGpuOnly;
+  uint64_t gpu_version = 0;
+  uint64_t host_version = 0;
+  uint64_t last_use = 0;
+  // Whether any operation may have written it since allocation (allocation
+  // itself does not count): a never-written buffer holds what fresh memory
+  // holds, so under `version` it moves without any copy.
+  bool written = false;
+  // The last use on each stream that used it (a use on one stream says
+  // nothing about another); a swap's copy is a use on the swap stream.
+  std::vector<Use> uses;
+  // Device memory, when resident: granule-sized chunks of the device's pool
+  // mapped at consecutive offsets from base (empty when not resident).
+  std::vector<CUmemGenericAllocationHandle> device_chunks;
+  // The host copy: host-located VMM memory (mapped at its own VA, and at base
+  // while swapped out), or pinned memory where that is unsupported.
+  HostCopy host;
+  bool host_at_base = false;  // true only while the host copy is mapped there
+  bool va_reserved = false;   // `base` is still reserved (VMM buffers)
+  // Swapped in without a copy for an operation that overwrites it whole;
+  // cleared when that operation is submitted (or undone if it is not).
+  bool pending_overwrite = false;
+  // STENSOR_VERIFY: the hash of the host copy, taken when it was copied out
+  // (hash mode), and the kernels named by a mismatch.
+  std::optional<uint64_t> host_hash;
+  const char* last_kernel = nullptr;
+  const char* last_writer = nullptr;
+  // Resident, but the device memory does not hold the data: the host copy
+  // does (a restore that failed and could not be undone). Brought in before
+  // the next use; evicted without a copy.
+  bool stale_device = false;
+  uint64_t failed_round = 0;  // round_ in which evicting it failed
+  // Swapped out asynchronously: `old_chunks` (in the pool, or some handed
+  // on when `handed_on`) are still mapped at `base` until the swap-out's
+  // copy, the buffer's use on the swap stream, is observed complete.
+  bool old_mapped = false;
+  bool handed_on = false;
+  std::vector<CUmemGenericAllocationHandle> old_chunks;
+  // Where it stands in its device's eviction order (Reindex).
+  uint64_t serial = 0;
+  uint64_t next_use = EvictionCandidate::kNoNextUse;
+  // Resident as the planner was last told (Reindex tells it of changes).
+  bool planner_resident = true;
+  // Fetched ahead of its use and not used yet: evicted only when nothing
+  // else can go (else prefetching would just feed the next eviction).
+  bool prefetched = false;
+  bool indexed = false;
+  std::tuple<EvictionKey, uint64_t, uint64_t> index_key;
+  bool drop_indexed = false;
+  std::pair<uint64_t, uint64_t> drop_key;  // (last use, serial)
+
+  bool resident() const { return !vmm || !device_chunks.empty(); }
+  int refcount() const { return (garbage ? 0 : 1) + pins; }
+  bool clean() const {
+    return location == Location::kCpuGpu && host_version == gpu_version;
+  }
+};
+
+struct MemoryManager::Device {
+  int ordinal = 0;
+  // Operations whose accesses are unknown, their last one per stream: until
+  // they completed, no buffer of this device counts as idle.
+  std::vector<Use> unknown;
+  int unknown_submitting = 0;  // such operations being submitted right now
+  // One per swap stream (below): each one's latest point, for them.
+  std::vector<Use> swap_marks;
+  uint64_t cap = 0;
+  uint64_t used = 0;
+  uint64_t granularity = 0;
+  bool host_vmm = false;
+  // Where stensor's streams and events for this device live: the context of
+  // its first buffer (a context of this device, current at cuMemAlloc), so
+  // no context of stensor's own is created. Null until then (current).
+  CUcontext context = nullptr;
+  // Stensor's own streams. The swap stream carries swap-outs, drops, zeroing
+  // and swap-ins into memory that earlier swap work still reads or writes
+  // (FIFO orders them). The fetch stream carries swap-ins into memory at
+  // rest, so that they do not queue behind swap-outs waiting for the
+  // program's work, and run beside them on the other copy direction.
+  CUstream swap_stream = nullptr;
+  CUstream fetch_stream = nullptr;
+  bool fetch_stream_failed = false;  // its create failed: swap-ins stay FIFO
+  bool OwnStream(CUstream s) const {
+    return s != nullptr && (s == swap_stream || s == fetch_stream);
+  }
+  uint64_t host_bytes = 0;  // host copies
+  uint64_t spare_host_bytes = 0;  // of them kept for reuse, host-located VMM
+  // Idle physical memory in chunks of `granularity` bytes, charged (in
+  // `used`).
+  PhysicalPool pool;
+  // Stensor's share of the default stream-ordered pool (StreamOrderedUsage).
+  StreamOrderedUsage stream_ordered;
+  // The driver's default pool of the device (TrimDriverPool).
+  DriverPool driver_pool;
+  // Buffers whose old mapping is still there (Buffer::old_mapped).
+  std::vector<Buffer*> old_mappings;
+  // The eviction order (MemoryManager::Reindex).
+  std::map<std::tuple<EvictionKey, uint64_t, uint64_t>, Buffer*> evictable;
+  std::map<std::pair<uint64_t, uint64_t>, Buffer*> droppable;
+};
+
+class MemoryManager::ReindexAtExit {
+ public:
+  ReindexAtExit(MemoryManager* mm, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm->mu_)
+      : mm_(mm), b_(b) {}
+  ~ReindexAtExit() ABSL_NO_THREAD_SAFETY_ANALYSIS { mm_->Reindex(b_); }
+  ReindexAtExit(const ReindexAtExit&) = delete;
+  ReindexAtExit& operator=(const ReindexAtExit&) = delete;
+
+ private:
+  MemoryManager* const mm_;
+  Buffer& b_;
+};
+
+}  // namespace stensor
+
+#endif  // STENSOR_CORE_MEMORY_MANAGER_INTERNAL_H_

@@ -1,0 +1,378 @@
+// MemoryManager: the device memory behind buffers' addresses. Creating and
+// releasing physical memory (retrying what the driver refused), the pool
+// of granule-sized chunks, mapping chunks at a buffer's address and taking
+// them off, the old mappings a swap-out in flight still reads, and the
+// release of a freed buffer. The S401-S405 loop in memory_manager.cc
+// decides what goes and when; these are the driver steps that carry it out.
+
+#include "core/memory_manager.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "core/json.h"
+#include "core/memory_manager_internal.h"
+
+namespace stensor {
+
+// --- Physical memory -------------------------------------------------------------
+
+void MemoryManager::TrimDriverPool(Device& dev) {
+  dev.driver_pool.Trim(*driver_, dev.ordinal, &stats_.driver_errors);
+}
+
+CUresult MemoryManager::CreatePhysical(Device& dev, uint64_t bytes,
+                                       CUmemGenericAllocationHandle* handle) {
+  TrimDriverPool(dev);
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev.ordinal;
+  CUresult r;
+  // The device itself may be full below the cap: the same loop applies.
+  // (Fresh physical memory is what a never-written buffer holds: zeros on
+  // the fake, as cuMemAlloc's; undefined on a GPU, as cuMemAlloc's.)
+  while ((r = driver_->cuMemCreate(handle, bytes, &prop, 0)) == CUDA_ERROR_OUT_OF_MEMORY) {
+    if (ReleaseOnePooled(dev)) continue;
+    if (!EvictByPolicy(dev, bytes)) {
+      LogOom(dev, bytes);  // the device itself is full
+      return r;
+    }
+  }
+  if (Failed(r) != CUDA_SUCCESS) return r;
+  ++stats_.physical_creates;
+  Charge(dev, bytes);
+  return CUDA_SUCCESS;
+}
+
+void MemoryManager::ReleasePhysical(Device& dev, CUmemGenericAllocationHandle handle,
+                                    uint64_t bytes) {
+  if (Failed(driver_->cuMemRelease(handle)) == CUDA_SUCCESS) {
+    dev.used -= bytes;
+    ++stats_.physical_releases;
+  } else {
+    unreleased_.push_back({dev.ordinal, handle, bytes});  // still held: still charged
+  }
+}
+
+void MemoryManager::RetryReleases() {
+  for (size_t i = 0; i < stuck_.size();) {
+    StuckMapping& m = stuck_[i];
+    if (m.mapped != 0 && vmm_.Unmap(m.va, m.mapped) != CUDA_SUCCESS) {
+      ++i;
+      continue;
+    }
+    m.mapped = 0;
+    Device& dev = DeviceState(m.device);
+    for (CUmemGenericAllocationHandle h : m.chunks) ReleasePhysical(dev, h, dev.granularity);
+    if (m.reserved != 0) (void)Failed(driver_->cuMemAddressFree(m.va, m.reserved));
+    stuck_.erase(stuck_.begin() + i);
+  }
+  for (size_t i = 0; i < unreleased_.size();) {
+    if (Failed(driver_->cuMemRelease(unreleased_[i].handle)) == CUDA_SUCCESS) {
+      DeviceState(unreleased_[i].device).used -= unreleased_[i].bytes;
+      ++stats_.physical_releases;
+      unreleased_.erase(unreleased_.begin() + i);
+    } else {
+      ++i;
+    }
+  }
+}
+
+// --- The physical pool ------------------------------------------------------------
+//
+// Granule-sized chunks: a buffer is mapped from as many chunks as its
+// reserved size holds, at consecutive offsets, so memory freed by any buffer
+// serves any other, whatever the sizes (the transformer's per-step
+// temporaries, a swap-in replacing a smaller victim). The pool is bounded by
+// the cap itself: its chunks stay charged, the swap path takes them before
+// making room, and everything else that needs room (small allocations, the
+// program's own VMM memory) releases them first, so pooling never costs an
+// eviction.
+
+size_t MemoryManager::TakePooled(Device& dev, size_t n,
+                                 std::vector<CUmemGenericAllocationHandle>* chunks,
+                                 bool* shadowed) {
+  // Chunks of freed buffers are handed on first: their owners never come
+  // back for them (a buffer that does waits on the host for its old copy).
+  absl::flat_hash_set<CUmemGenericAllocationHandle> freed;
+  for (const Buffer* o : dev.old_mappings) {
+    if (o->garbage) freed.insert(o->old_chunks.begin(), o->old_chunks.end());
+  }
+  std::vector<CUmemGenericAllocationHandle> handed;
+  const size_t taken = dev.pool.Take(n, chunks, &handed, &freed);
+  for (CUmemGenericAllocationHandle h : handed) {
+    *shadowed = true;
+    // Its old owner can no longer take it back (its contents will change).
+    for (Buffer* o : dev.old_mappings) {
+      if (std::find(o->old_chunks.begin(), o->old_chunks.end(), h) != o->old_chunks.end()) {
+        o->handed_on = true;
+      }
+    }
+  }
+  stats_.pooled_bytes -= taken * dev.granularity;
+  stats_.pool_hits += taken;
+  return taken;
+}
+
+void MemoryManager::PoolPhysical(Device& dev, CUmemGenericAllocationHandle handle) {
+  dev.pool.Put(handle);
+  stats_.pooled_bytes += dev.granularity;
+}
+
+void MemoryManager::PoolChunks(Device& dev, std::vector<CUmemGenericAllocationHandle>* chunks) {
+  stats_.pooled_bytes += chunks->size() * dev.granularity;
+  dev.pool.PutAll(chunks);
+}
+
+bool MemoryManager::ReleaseOnePooled(Device& dev) {
+  std::optional<CUmemGenericAllocationHandle> h = dev.pool.TakeIdle();
+  if (!h) return false;
+  stats_.pooled_bytes -= dev.granularity;
+  ReleasePhysical(dev, *h, dev.granularity);  // a failure is retried, still charged
+  return true;
+}
+
+CUresult MemoryManager::AcquireChunks(Device& dev, size_t n, bool reuse,
+                                      std::vector<CUmemGenericAllocationHandle>* chunks,
+                                      bool* pooled, bool* shadowed) {
+  chunks->clear();
+  *pooled = false;
+  *shadowed = false;
+  if (reuse) *pooled = TakePooled(dev, n, chunks, shadowed) > 0;
+  if (chunks->size() < n) {
+    // Room for the rest; evictions meanwhile feed the pool, which counts.
+    if (CUresult r = MakeRoom(dev, (n - chunks->size()) * dev.granularity, reuse);
+        r != CUDA_SUCCESS) {
+      PoolChunks(dev, chunks);
+      return r;
+    }
+    if (reuse && TakePooled(dev, n - chunks->size(), chunks, shadowed) > 0) *pooled = true;
+  }
+  while (chunks->size() < n) {
+    CUmemGenericAllocationHandle h = 0;
+    if (CUresult r = CreatePhysical(dev, dev.granularity, &h); r != CUDA_SUCCESS) {
+      PoolChunks(dev, chunks);
+      return r;
+    }
+    chunks->push_back(h);
+  }
+  return CUDA_SUCCESS;
+}
+
+void MemoryManager::ReleaseAllPooled() {
+  for (auto& d : devices_) {
+    if (!d) continue;
+    while (ReleaseOnePooled(*d)) {
+    }
+  }
+}
+
+uint64_t MemoryManager::ReleaseIdlePooled(int device, uint64_t keep) {
+  MutexLock lock(&mu_);
+  CollectGarbage();
+  Device& dev = DeviceState(device);
+  uint64_t released = 0;
+  while (dev.pool.bytes() > keep && ReleaseOnePooled(dev)) released += dev.granularity;
+  return released;
+}
+
+// --- Device memory at a buffer's address -----------------------------------------
+
+CUresult MemoryManager::ZeroReused(Device& dev, Buffer& b) {
+  if (CUresult r = EnsureSwapStream(dev); r != CUDA_SUCCESS) return r;
+  if (CUresult r = Failed(driver_->cuMemsetD8Async(b.base, 0, b.reserved, dev.swap_stream));
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  // Consumers wait for it (OrderAfterSwap), as for a swap-in's copy.
+  NoteUse(b.uses, dev.swap_stream, dev.ordinal);
+  return CUDA_SUCCESS;
+}
+
+CUresult MemoryManager::MapDevice(Device& dev, Buffer& b) {
+  // Pooled chunks first; fresh memory for the rest, or for all of it when
+  // zeroing reused chunks failed.
+  const size_t n = b.reserved / dev.granularity;
+  for (bool reuse = true;; reuse = false) {
+    std::vector<CUmemGenericAllocationHandle> chunks;
+    bool pooled = false, shadowed = false;
+    if (CUresult r = AcquireChunks(dev, n, reuse, &chunks, &pooled, &shadowed);
+        r != CUDA_SUCCESS) {
+      return r;
+    }
+    bool mapped = false;
+    uint64_t left_mapped = 0;
+    if (CUresult r = vmm_.Map(b.base, chunks, dev.granularity, dev.ordinal, &mapped, &left_mapped);
+        r != CUDA_SUCCESS) {
+      if (mapped) {
+        // The undo failed too: the chunks stay charged (what is mapped is
+        // held) until a later retry unmaps them.
+        stuck_.push_back({dev.ordinal, b.base, left_mapped, 0, std::move(chunks)});
+      } else {
+        PoolChunks(dev, &chunks);
+      }
+      return r;
+    }
+    b.device_chunks = std::move(chunks);
+    // Fresh memory holds zeros on the fake (as cuMemAlloc's); reused chunks
+    // are zeroed on the swap stream, after whatever their last owners
+    // queued there, and the buffer's first user waits for that.
+    if (!pooled) return CUDA_SUCCESS;
+    CUresult r = ZeroReused(dev, b);
+    if (r == CUDA_SUCCESS) return CUDA_SUCCESS;
+    if (vmm_.Unmap(b.base, b.reserved) != CUDA_SUCCESS) {
+      return r;  // mapped and holding old contents: the allocation fails
+    }
+    PoolChunks(dev, &b.device_chunks);
+  }
+}
+
+CUresult MemoryManager::UnmapDevice(Device& dev, Buffer& b) {
+  if (CUresult r = vmm_.Unmap(b.base, b.reserved); r != CUDA_SUCCESS) {
+    return r;  // still mapped: still resident
+  }
+  // Never fault: the address reads the host copy while swapped out.
+  if (CUresult r = b.host.vmm() ? MapHostAtBase(b) : CUDA_SUCCESS; r != CUDA_SUCCESS) {
+    if (b.host_at_base && vmm_.Unmap(b.base, b.reserved) == CUDA_SUCCESS) {
+      b.host_at_base = false;
+    }
+    bool mapped = false;
+    if (!b.host_at_base &&
+        vmm_.Map(b.base, b.device_chunks, dev.granularity, dev.ordinal, &mapped) == CUDA_SUCCESS) {
+      return r;  // back as it was: resident
+    }
+    // Neither: swapped out with the address unmapped, as without host VMM.
+    Log(JsonLine()
+            .Str("type", "limitation")
+            .Str("what", "the host copy could not be mapped at a swapped-out "
+                         "buffer's address")
+            .Uint("id", b.id)
+            .Finish());
+  }
+  PoolChunks(dev, &b.device_chunks);
+  return CUDA_SUCCESS;
+}
+
+void MemoryManager::DetachShadowed(Device& dev, Buffer& b) {
+  b.old_chunks = b.device_chunks;
+  b.old_mapped = true;
+  b.handed_on = false;
+  for (CUmemGenericAllocationHandle h : b.old_chunks) dev.pool.Shadow(h);
+  dev.old_mappings.push_back(&b);
+  PoolChunks(dev, &b.device_chunks);
+}
+
+bool MemoryManager::TakeBack(Device& dev, Buffer& b) {
+  if (!dev.pool.TakeBack(b.old_chunks)) return false;
+  stats_.pooled_bytes -= b.reserved;
+  std::vector<CUmemGenericAllocationHandle> back = b.old_chunks;
+  EndShadow(dev, b);
+  b.device_chunks = std::move(back);
+  return true;
+}
+
+// --- Old mappings (swap-outs in flight) ------------------------------------------
+
+void MemoryManager::EndShadow(Device& dev, Buffer& b) {
+  if (!b.old_mapped) return;
+  b.old_mapped = false;
+  b.handed_on = false;
+  for (CUmemGenericAllocationHandle h : b.old_chunks) dev.pool.Unshadow(h);
+  b.old_chunks.clear();
+  auto it = std::find(dev.old_mappings.begin(), dev.old_mappings.end(), &b);
+  if (it != dev.old_mappings.end()) dev.old_mappings.erase(it);
+}
+
+bool MemoryManager::EndOldMapping(Device& dev, Buffer& b) {
+  if (vmm_.Unmap(b.base, b.reserved) != CUDA_SUCCESS) return false;
+  EndShadow(dev, b);
+  // Never fault: the address reads the host copy from now on (a freed
+  // buffer's address is read by nothing).
+  if (!b.garbage && b.host.vmm() && MapHostAtBase(b) != CUDA_SUCCESS) {
+    if (b.host_at_base && vmm_.Unmap(b.base, b.reserved) == CUDA_SUCCESS) {
+      b.host_at_base = false;
+    }
+    Log(JsonLine()
+            .Str("type", "limitation")
+            .Str("what", "the host copy could not be mapped at a swapped-out "
+                         "buffer's address")
+            .Uint("id", b.id)
+            .Finish());
+  }
+  return true;
+}
+
+bool MemoryManager::ReapOldMappings(Device& dev, bool wait, double* waited) {
+  if (dev.old_mappings.empty()) return false;
+  if (wait && WaitSwapStream(dev, waited) != CUDA_SUCCESS) return false;
+  bool any = false;
+  // Copy: ending one edits the list (and the wait released the lock).
+  std::vector<Buffer*> pending = dev.old_mappings;
+  for (Buffer* b : pending) {
+    bool observed = false;
+    for (Use& u : b->uses) {
+      if (u.stream == dev.swap_stream) observed = Observed(u);
+    }
+    if (observed && EndOldMapping(dev, *b)) any = true;
+  }
+  return any;
+}
+
+void MemoryManager::SettleOldMappings(int device) {
+  Device& dev = DeviceState(device);
+  while (!dev.old_mappings.empty() &&
+         ReapOldMappings(dev, /*wait=*/true, &stats_.wait_unknown_seconds)) {
+  }
+}
+
+// --- Releasing a freed buffer ----------------------------------------------------
+
+bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
+  // Each step is recorded as it succeeds, so a retry goes on from there.
+  if (!b.vmm) {
+    if (Failed(driver_->cuMemFree_v2(b.base)) != CUDA_SUCCESS) return false;
+    dev.used -= b.reserved;
+  } else {
+    if (!b.device_chunks.empty() || b.host_at_base || b.old_mapped) {
+      if (vmm_.Unmap(b.base, b.reserved) != CUDA_SUCCESS) return false;
+      b.host_at_base = false;
+      if (b.exported) {
+        // The program may still hold a retained handle to this memory:
+        // never hand it to another buffer (the driver keeps it alive for
+        // that handle; it is the program's now, and no longer charged).
+        for (CUmemGenericAllocationHandle h : b.device_chunks) {
+          ReleasePhysical(dev, h, dev.granularity);
+        }
+        b.device_chunks.clear();
+      } else {
+        PoolChunks(dev, &b.device_chunks);
+      }
+      EndShadow(dev, b);  // released only once idle: its swap-out copy is done
+    }
+    if (b.va_reserved) {
+      if (Failed(driver_->cuMemAddressFree(b.base, b.reserved)) != CUDA_SUCCESS) return false;
+      b.va_reserved = false;
+    }
+    if (!ReleaseHostCopy(dev, b)) return false;
+  }
+  // A failed destroy leaks one event; nothing depends on it any more.
+  for (const Use& u : b.uses) {
+    if (u.event != nullptr) (void)Failed(driver_->cuEventDestroy_v2(u.event));
+  }
+  Unindex(b);
+  if (b.garbage) {
+    auto g = std::find(garbage_.begin(), garbage_.end(), &b);
+    if (g != garbage_.end()) garbage_.erase(g);
+  }
+  const uint64_t key = b.key;
+  if (b.stream_ordered) dev.stream_ordered.reserved -= b.reserved;
+  by_base_.erase(b.base);
+  buffers_.erase(key);  // destroys b
+  return true;
+}
+
+}  // namespace stensor

@@ -1,0 +1,302 @@
+// MemoryManager: the uses of buffers on streams, and waits for them. Every
+// decision in memory_manager.cc asks whether a buffer's work is done, or
+// orders one stream after another; here are the events that record those
+// uses, what has been observed of them, the host waits (each made without
+// the lock), and stensor's own swap and fetch streams. Apart so that the
+// decisions read as decisions, not as event bookkeeping.
+
+#include "core/memory_manager.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "core/context_scope.h"
+#include "core/json.h"
+#include "core/memory_manager_internal.h"
+#include "core/stream_use.h"
+
+namespace stensor {
+
+using memory_manager_internal::kNoConsumer;
+using memory_manager_internal::Seconds;
+
+namespace {
+
+// The handles that name a stream of the current context (its NULL stream,
+// or the calling thread's per-thread stream) rather than one stream.
+bool NamesCurrentContextStream(CUstream s) {
+  return s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
+}
+
+}  // namespace
+
+MemoryManager::Use* MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stream,
+                                           int device) {
+  Device& dev = DeviceState(device);
+  // An entry per stream. A handle for the current context's stream names
+  // another stream in each context: keyed by the context too, so that a
+  // use from one context never hides another's (the key is never a handle
+  // of a real stream: contexts are aligned and CU_STREAM_LEGACY is 1).
+  CUstream key = stream;
+  CUcontext current = nullptr;
+  if (NamesCurrentContextStream(stream) &&
+      Failed(driver_->cuCtxGetCurrent(&current)) == CUDA_SUCCESS && current != nullptr) {
+    key = reinterpret_cast<CUstream>(reinterpret_cast<uintptr_t>(current) |
+                                     (stream == CU_STREAM_PER_THREAD ? 2 : 1));
+  }
+  // The per-thread stream is another stream in every thread: one entry per
+  // thread, or a second thread's use would hide the first's.
+  const uint64_t thread = stream == CU_STREAM_PER_THREAD ? ThreadTag() : 0;
+  Use* u = nullptr;
+  for (Use& x : uses) {
+    if (x.stream == key && x.thread == thread) u = &x;
+  }
+  if (u == nullptr) {
+    u = &uses.emplace_back();
+    u->stream = key;
+    u->thread = thread;
+  }
+  u->device = device;
+  ++u->seq;
+  u->done = false;
+  u->recorded = false;
+  if (u->event == nullptr) {
+    // Made once, in the stream's context: stensor's streams are in the
+    // device's; the program's named ones say which (a copy may be issued to
+    // a stream of another context); the others are the current context's.
+    CUcontext home = nullptr;
+    if (dev.OwnStream(stream)) {
+      home = dev.context;
+    } else if (!NamesCurrentContextStream(stream) &&
+               Failed(driver_->cuStreamGetCtx(stream, &home)) != CUDA_SUCCESS) {
+      return u;  // not recorded: waits fall back to the stream or the context
+    }
+    ContextScope scope(*driver_, home, &stats_.driver_errors);
+    CUresult r = scope.result();
+    if (r == CUDA_SUCCESS) r = Failed(driver_->cuEventCreate(&u->event, CU_EVENT_DISABLE_TIMING));
+    if (r != CUDA_SUCCESS) u->event = nullptr;
+    (void)scope.Restore();
+    if (u->event == nullptr) return u;
+  }
+  u->recorded = Failed(driver_->cuEventRecord(u->event, stream)) == CUDA_SUCCESS;
+  return u;
+}
+
+bool MemoryManager::Observed(Use& u) const { return ObservedComplete(*driver_, u); }
+
+CUresult MemoryManager::WaitForUse(const Use& u, CUstream own_stream) const {
+  return WaitForStreamUse(*driver_, u, own_stream);
+}
+
+bool MemoryManager::UnknownIdle(Device& dev) const {
+  if (dev.unknown_submitting > 0) return false;
+  for (Use& u : dev.unknown) {
+    if (!Observed(u)) return false;
+  }
+  return true;
+}
+
+bool MemoryManager::Idle(Buffer& b) const {
+  for (Use& u : b.uses) {
+    if (!Observed(u)) return false;
+  }
+  const Device* dev = static_cast<size_t>(b.device) < devices_.size()
+                          ? devices_[b.device].get()
+                          : nullptr;
+  return dev == nullptr || UnknownIdle(*devices_[b.device]);
+}
+
+CUresult MemoryManager::WaitIdle(Buffer& b, bool own_uses) {
+  if (no_block_) return CUDA_ERROR_NOT_READY;
+  Device& dev = DeviceState(b.device);
+  struct Pending {
+    bool unknown;
+    size_t index;
+    Use use;
+    CUresult result = CUDA_SUCCESS;
+  };
+  std::vector<Pending> pending;
+  if (own_uses) {
+    for (size_t i = 0; i < b.uses.size(); ++i) {
+      if (!Observed(b.uses[i])) pending.push_back({false, i, b.uses[i]});
+    }
+  }
+  for (size_t i = 0; i < dev.unknown.size(); ++i) {
+    if (!Observed(dev.unknown[i])) pending.push_back({true, i, dev.unknown[i]});
+  }
+  if (pending.empty() && dev.unknown_submitting > 0) {
+    // An operation of unknown accesses is being submitted: its event comes
+    // in a moment, recorded under the lock this thread must let go of.
+    ++b.pins;
+    mu_.Unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    mu_.Lock();
+    --b.pins;
+    return CUDA_SUCCESS;  // callers look again
+  }
+  if (pending.empty()) return CUDA_SUCCESS;
+  // Wait without the lock: the work waited for may depend on another
+  // thread's next launch, which needs the lock. The pin keeps the buffer
+  // (and its events) alive meanwhile; callers re-check everything after.
+  ++b.pins;
+  const CUstream swap_stream = dev.swap_stream, fetch_stream = dev.fetch_stream;
+  auto start = std::chrono::steady_clock::now();
+  mu_.Unlock();
+  for (Pending& p : pending) {
+    p.result = WaitForUse(p.use, p.use.stream == fetch_stream ? fetch_stream : swap_stream);
+  }
+  mu_.Lock();
+  --b.pins;
+  CUresult result = CUDA_SUCCESS;
+  for (const Pending& p : pending) {
+    if (Failed(p.result) != CUDA_SUCCESS) {
+      if (result == CUDA_SUCCESS) result = p.result;
+      continue;
+    }
+    // Observed, unless the stream was used again meanwhile.
+    std::vector<Use>& uses = p.unknown ? dev.unknown : b.uses;
+    if (p.index < uses.size() && SameStream(uses[p.index], p.use) &&
+        uses[p.index].seq == p.use.seq) {
+      uses[p.index].done = true;
+    }
+  }
+  double waited = Seconds(std::chrono::steady_clock::now() - start);
+  stats_.host_wait_seconds += waited;
+  bool unknown = std::any_of(pending.begin(), pending.end(),
+                             [](const Pending& p) { return p.unknown; });
+  (unknown ? stats_.wait_unknown_seconds : stats_.wait_program_seconds) += waited;
+  Log(JsonLine()
+          .Str("type", own_uses ? "evict_wait" : "unknown_wait")
+          .Uint("id", b.id)
+          .Double("seconds", waited)
+          .Finish());
+  return result;
+}
+
+CUresult MemoryManager::OrderAfterSwap(Device& dev, Buffer& b, CUstream consumer) {
+  if (dev.swap_stream == nullptr || consumer == kNoConsumer) return CUDA_SUCCESS;
+  for (Use& u : b.uses) {
+    if (!dev.OwnStream(u.stream) || Observed(u)) continue;
+    // The consumer waits on the device; the host goes on.
+    if (u.recorded &&
+        Failed(driver_->cuStreamWaitEvent(consumer, u.event, 0)) == CUDA_SUCCESS) {
+      continue;
+    }
+    // Else the host waits for the copies, so the consumer cannot start
+    // before them (without the lock: the swap stream may be waiting for
+    // the program's work behind a queued swap-out).
+    return WaitSwapUse(dev, b);
+  }
+  return CUDA_SUCCESS;
+}
+
+std::vector<MemoryManager::Use> MemoryManager::PendingOwnUses(const Device& dev, Buffer& b) const {
+  std::vector<Use> pending;
+  for (Use& u : b.uses) {
+    if (dev.OwnStream(u.stream) && !Observed(u)) pending.push_back(u);
+  }
+  return pending;
+}
+
+CUresult MemoryManager::WaitSwapUse(Device& dev, Buffer& b) {
+  const std::vector<Use> copies = PendingOwnUses(dev, b);
+  if (copies.empty()) return CUDA_SUCCESS;
+  if (no_block_) return CUDA_ERROR_NOT_READY;
+  ++b.pins;
+  auto start = std::chrono::steady_clock::now();
+  mu_.Unlock();
+  CUresult r = CUDA_SUCCESS;
+  for (const Use& u : copies) {
+    if (r == CUDA_SUCCESS) r = WaitForUse(u, u.stream);
+  }
+  mu_.Lock();
+  --b.pins;
+  double waited = Seconds(std::chrono::steady_clock::now() - start);
+  stats_.host_wait_seconds += waited;
+  stats_.wait_swap_seconds += waited;
+  Log(JsonLine()
+          .Str("type", "swap_wait")
+          .Str("what", "buffer")
+          .Uint("id", b.id)
+          .Double("seconds", waited)
+          .Finish());
+  if (Failed(r) != CUDA_SUCCESS) return r;
+  for (const Use& copy : copies) {
+    for (Use& v : b.uses) {
+      if (SameStream(v, copy) && v.seq == copy.seq) v.done = true;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult MemoryManager::WaitSwapStream(Device& dev, double* reason) {
+  const CUstream swap_stream = dev.swap_stream;
+  if (swap_stream == nullptr) return CUDA_SUCCESS;
+  if (no_block_) return CUDA_ERROR_NOT_READY;
+  auto start = std::chrono::steady_clock::now();
+  mu_.Unlock();
+  CUresult r = driver_->cuStreamSynchronize(swap_stream);
+  mu_.Lock();
+  double waited = Seconds(std::chrono::steady_clock::now() - start);
+  stats_.host_wait_seconds += waited;
+  *(reason != nullptr ? reason : &stats_.wait_swap_seconds) += waited;
+  Log(JsonLine()
+          .Str("type", "swap_wait")
+          .Str("what", reason == &stats_.wait_unknown_seconds ? "unknown" : "stream")
+          .Double("seconds", waited)
+          .Finish());
+  return Failed(r);
+}
+
+void MemoryManager::RecordUse(Buffer& b, CUstream stream) {
+  NoteUse(b.uses, stream, b.device);
+}
+
+bool MemoryManager::OrderSwapAfterUses(Device& dev, Buffer& b) {
+  for (Use& u : b.uses) {
+    if (u.stream == dev.swap_stream || Observed(u)) continue;  // FIFO / done
+    // An unrecorded use is known to no event: only a host wait tells.
+    if (!u.recorded ||
+        Failed(driver_->cuStreamWaitEvent(dev.swap_stream, u.event, 0)) != CUDA_SUCCESS) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// --- Stensor's own streams -------------------------------------------------------
+
+CUresult MemoryManager::CreateOwnStream(Device& dev, CUstream* stream) {
+  ContextScope scope(*driver_, dev.context, &stats_.driver_errors);
+  CUresult r = scope.result();
+  if (r == CUDA_SUCCESS) r = Failed(driver_->cuStreamCreate(stream, CU_STREAM_NON_BLOCKING));
+  if (r != CUDA_SUCCESS) *stream = nullptr;
+  // A stream made in the right context stays, even where the program's
+  // context could not be made current again (counted as a driver error).
+  (void)scope.Restore();
+  return r;
+}
+
+CUresult MemoryManager::EnsureSwapStream(Device& dev) {
+  if (dev.swap_stream != nullptr) return CUDA_SUCCESS;
+  return CreateOwnStream(dev, &dev.swap_stream);
+}
+
+CUstream MemoryManager::FetchStreamFor(Device& dev, Buffer& b, bool shadowed) {
+  // Memory still mapped at an old owner's address has that owner's copy or
+  // drop queued on the swap stream, and a use of the buffer not seen done
+  // (its own swap-out into the host copy, a zeroing) may be there too: FIFO.
+  if (shadowed || dev.fetch_stream_failed) return dev.swap_stream;
+  for (Use& u : b.uses) {
+    if (!Observed(u)) return dev.swap_stream;
+  }
+  if (dev.fetch_stream == nullptr && CreateOwnStream(dev, &dev.fetch_stream) != CUDA_SUCCESS) {
+    dev.fetch_stream_failed = true;  // not tried at every swap-in
+    return dev.swap_stream;
+  }
+  return dev.fetch_stream;
+}
+
+}  // namespace stensor
