@@ -471,9 +471,7 @@ class MemoryManager {
   // Records the buffer's last use on `stream` (one event per stream).
   void RecordUse(Buffer& b, CUstream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Observed(Use& use) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A host wait for one use (no lock needed): its event, else the swap
-  // stream or the whole context, which cover it.
-  // A host wait for `use`; `own_stream`, when it is the use's stream (one of
+  // A host wait for `use` (no lock needed); `own_stream`, when it is the use's stream (one of
   // stensor's), is synchronised if the use's event cannot tell.
   CUresult WaitForUse(const Use& use, CUstream own_stream) const;
   bool UnknownIdle(Device& dev) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -561,7 +559,7 @@ class MemoryManager {
   // where that is supported. On failure the buffer stays resident.
   CUresult UnmapDevice(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands the buffer's device memory to the pool while it is still mapped
-  // at its address (until its swap-stream use `fence` is observed).
+  // at its address (until its use on the swap stream is observed).
   void DetachShadowed(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndShadow(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Old mappings of buffers swapped out asynchronously: unmapped (the host

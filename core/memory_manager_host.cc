@@ -133,13 +133,13 @@ bool MemoryManager::ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst,
                                      uint64_t bytes) {
   MutexLock lock(&mu_);
   Buffer* b = ById(id);
-  if (b == nullptr || !b->vmm || b->resident() || !b->host.exists() ||
-      offset + bytes > b->size) {
+  if (b == nullptr || !b->vmm || b->resident() || !b->host.exists() || offset > b->size ||
+      bytes > b->size - offset) {
     return false;
   }
+  Device& dev = DeviceState(b->device);
   for (Use& u : b->uses) {
     // Its swap-out copy is still in flight: not served from the host copy.
-    Device& dev = DeviceState(b->device);
     if (dev.swap_stream != nullptr && u.stream == dev.swap_stream && !Observed(u)) {
       return false;
     }

@@ -1286,6 +1286,8 @@ TEST_F(MemoryManagerTest, ReadFromHostCopyServesSwappedOutBuffersOnly) {
   std::vector<uint64_t> want = Pattern(1);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(words[i], want[1000 + i]);
   EXPECT_FALSE(mm->ReadFromHostCopy(1, kGranule - 8, words, 16));  // past end
+  EXPECT_FALSE(mm->ReadFromHostCopy(1, 8, words, UINT64_MAX - 4));  // wraps past end
+  EXPECT_FALSE(mm->ReadFromHostCopy(1, UINT64_MAX, words, 2));
   EXPECT_FALSE(mm->ReadFromHostCopy(2, 0, words, 8));   // resident
   EXPECT_FALSE(mm->ReadFromHostCopy(99, 0, words, 8));  // unknown
   EXPECT_EQ(mm->stats().reads_served_from_host, 2u);

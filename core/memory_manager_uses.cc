@@ -102,10 +102,9 @@ bool MemoryManager::Idle(Buffer& b) const {
   for (Use& u : b.uses) {
     if (!Observed(u)) return false;
   }
-  const Device* dev = static_cast<size_t>(b.device) < devices_.size()
-                          ? devices_[b.device].get()
-                          : nullptr;
-  return dev == nullptr || UnknownIdle(*devices_[b.device]);
+  Device* dev =
+      static_cast<size_t>(b.device) < devices_.size() ? devices_[b.device].get() : nullptr;
+  return dev == nullptr || UnknownIdle(*dev);
 }
 
 CUresult MemoryManager::WaitIdle(Buffer& b, bool own_uses) {
