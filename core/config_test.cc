@@ -285,7 +285,7 @@ TEST(ConfigTest, UnsetAndEmptyValuesGiveTheDefaults) {
 TEST(ConfigTest, DefaultsAreAsDocumented) {
   const std::map<std::string, std::string> kDefaults = {
       {"STENSOR_MEMORY_LIMIT", ""},  {"STENSOR_HOST_LIMIT", ""},
-      {"STENSOR_POLICY", "belady"}, {"STENSOR_PREFETCH", "off"},
+      {"STENSOR_POLICY", "belady"}, {"STENSOR_PREFETCH", "on"},
       {"STENSOR_BANDWIDTH", ""},     {"STENSOR_ITERATION_MARKER", ""},
       {"STENSOR_ACCESS_LOG", ""},    {"STENSOR_LOG_LEVEL", "warn"},
       {"STENSOR_STATS", "off"},      {"STENSOR_WRITE_INFERENCE", "signature"},
@@ -302,7 +302,7 @@ TEST(ConfigTest, DefaultsAreAsDocumented) {
   EXPECT_EQ(defaults.memory_limit.BytesFor(0, 80 * kGiB), std::nullopt);
   EXPECT_EQ(defaults.HostLimitBytes(512 * kGiB), std::nullopt);
   EXPECT_EQ(defaults.policy, EvictionPolicyKind::kBelady);
-  EXPECT_FALSE(defaults.prefetch);
+  EXPECT_TRUE(defaults.prefetch);
   EXPECT_EQ(defaults.log_level, LogLevel::kWarn);
   EXPECT_FALSE(defaults.stats);
   EXPECT_EQ(defaults.write_inference, WriteInference::kSignature);
@@ -328,7 +328,7 @@ TEST(ConfigTest, OptionTableIsComplete) {
 TEST(ConfigTest, ParsesIntoTypedFields) {
   const absl::StatusOr<Config> config = Config::Parse(Env({
       {"STENSOR_POLICY", "version"},  // not the default
-      {"STENSOR_PREFETCH", "on"},  // not the default
+      {"STENSOR_PREFETCH", "off"},  // not the default
       {"STENSOR_LOG_LEVEL", "debug"},
       {"STENSOR_STATS", "on"},
       {"STENSOR_WRITE_INFERENCE", "conservative"},
@@ -337,7 +337,7 @@ TEST(ConfigTest, ParsesIntoTypedFields) {
   }));
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->policy, EvictionPolicyKind::kVersion);
-  EXPECT_TRUE(config->prefetch);
+  EXPECT_FALSE(config->prefetch);
   EXPECT_EQ(config->log_level, LogLevel::kDebug);
   EXPECT_TRUE(config->stats);
   EXPECT_EQ(config->write_inference, WriteInference::kConservative);
@@ -503,7 +503,7 @@ TEST(ConfigFileTest, ReadsRegularFilesOnly) {
 TEST(ConfigFileTest, EnvironmentWinsOverTheFile) {
   const std::string path = WriteTempFile(
       "STENSOR_POLICY=lru\n"
-      "STENSOR_PREFETCH=on\n"  // not the default: the file's value shows
+      "STENSOR_PREFETCH=off\n"  // not the default: the file's value shows
       "STENSOR_STATS=on\n");
   const absl::StatusOr<Config> config = Config::Parse(Env({
       {"STENSOR_CONFIG", path},
@@ -512,7 +512,7 @@ TEST(ConfigFileTest, EnvironmentWinsOverTheFile) {
   }));
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->policy, EvictionPolicyKind::kBelady);
-  EXPECT_TRUE(config->prefetch);
+  EXPECT_FALSE(config->prefetch);
   EXPECT_TRUE(config->stats);
 }
 
@@ -623,7 +623,7 @@ TEST(ConfigFileTest, EveryOptionCanComeFromTheFile) {
 TEST(DescribeTest, RendersDefaultsAsOneJsonObject) {
   EXPECT_EQ(Config().Describe(),
             "{\"STENSOR_MEMORY_LIMIT\": \"\", \"STENSOR_HOST_LIMIT\": \"\", "
-            "\"STENSOR_POLICY\": \"belady\", \"STENSOR_PREFETCH\": false, "
+            "\"STENSOR_POLICY\": \"belady\", \"STENSOR_PREFETCH\": true, "
             "\"STENSOR_BANDWIDTH\": \"\", \"STENSOR_ITERATION_MARKER\": \"\", "
             "\"STENSOR_ACCESS_LOG\": \"\", \"STENSOR_LOG_LEVEL\": \"warn\", "
             "\"STENSOR_STATS\": false, \"STENSOR_WRITE_INFERENCE\": "

@@ -201,6 +201,45 @@ TEST_F(ExternalAllocationsTest, AStreamOrderedFreeIsChargedUntilItRan) {
   EXPECT_EQ(Free(), kCap);
 }
 
+// A driver allocation freed in stream order whose free has run gives its
+// room back before a pooled chunk is released for a new one: otherwise the
+// chunk is released now and created again at the next swap-in or
+// allocation (transformer_train's small stream-ordered temporaries cost a
+// cuMemCreate and a cuMemRelease a step).
+TEST_F(ExternalAllocationsTest, ACompletedStreamOrderedFreeMakesRoomBeforeThePool) {
+  CUstream s;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  // A granule in the pool: allocated by stensor, freed.
+  CUdeviceptr pooled = 0;
+  ASSERT_CU(memory_->Allocate(kGranule, &pooled, [](CUdeviceptr) { return 1; }));
+  ASSERT_CU(memory_->Free(pooled));
+  // The rest of the cap in a driver allocation, freed on the stream; the
+  // free has run, but nothing has settled it yet.
+  CUdeviceptr a = 0;
+  const uint64_t rest = kCap - kGranule;
+  ASSERT_EQ(ChargedAllocation(memory_.get(), &a, rest,
+                              [&] { return driver_.cuMemAllocAsync(&a, rest, s); }),
+            CUDA_SUCCESS);
+  ASSERT_CU(driver_.cuMemFreeAsync(a, s));
+  memory_->ForgetExternalAsync(a, s);
+  // The free has run (and anything queued for the pooled chunk).
+  ASSERT_CU(cuCtxSynchronize());
+  fakecuda_count_calls(1);
+  const auto releases = fakecuda_call_count("cuMemRelease");
+  const auto creates = fakecuda_call_count("cuMemCreate");
+  EXPECT_CU(memory_->ReserveExternal(4096));
+  EXPECT_EQ(memory_->stats().pooled_bytes, kGranule) << "the chunk left the pool";
+  // The pooled chunk serves the next buffer: nothing created either.
+  CUdeviceptr next = 0;
+  ASSERT_CU(memory_->Allocate(kGranule, &next, [](CUdeviceptr) { return 2; }));
+  EXPECT_EQ(fakecuda_call_count("cuMemRelease"), releases);
+  EXPECT_EQ(fakecuda_call_count("cuMemCreate"), creates);
+  fakecuda_count_calls(0);
+  ASSERT_CU(memory_->Free(next));
+  memory_->UnreserveExternal(4096);
+  ASSERT_CU(cuStreamDestroy_v2(s));
+}
+
 // Pending stream-ordered frees are settled as more come, without a need
 // for room: their events do not pile up.
 TEST_F(ExternalAllocationsTest, CompletedStreamOrderedFreesAreSettledAsMoreCome) {

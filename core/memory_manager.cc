@@ -440,6 +440,11 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
     // on the swap stream): only the rest must fit.
     const uint64_t fresh = pool_counts ? need - std::min(need, dev.pool.bytes()) : need;
     if (dev.used <= dev.cap - fresh) return CUDA_SUCCESS;                  // S401/S402
+    // Driver allocations freed in stream order whose free has run: their
+    // charge is gone already, so they go before any pooled chunk (a chunk
+    // released here is created again at the next swap-in: the transformer's
+    // small stream-ordered temporaries cost a create and a release a step).
+    if (!external_frees_.empty() && SettleExternalFrees(dev.ordinal, false)) continue;
     if (!pool_counts) {
       if (ReleaseOnePooled(dev)) continue;  // pooled chunks go first
       // What is pooled is still mapped at old addresses whose swap-out
@@ -450,8 +455,6 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
         if (ReapOldMappings(dev, /*wait=*/true)) continue;
       }
     }
-    // Driver allocations freed in stream order whose free has run.
-    if (!external_frees_.empty() && SettleExternalFrees(dev.ordinal, false)) continue;
     if (version_policy_ && DropOneClean(dev, &error)) continue;           // S403
     if (ReleaseGarbage(dev, /*wait=*/false, &error)) continue;            // S404
     if (ReleaseGarbage(dev, /*wait=*/true, &error)) continue;

@@ -26,7 +26,7 @@ struct SimFlags {
   std::string log;
   std::string limit;  // BYTES (with an optional K/M/G[iB] suffix) or N%
   std::string policy = "version";
-  bool prefetch = false;  // as the library's STENSOR_PREFETCH default
+  bool prefetch = true;  // as the library's STENSOR_PREFETCH default
   bool planned_evictions = true;  // issue the planner's evictions (as the library does)
   double bandwidth_gbps = 16;
   double kernel_us = 100;
