@@ -77,6 +77,9 @@ struct SwapStats {
   uint64_t reads_served_from_host = 0;
   uint64_t garbage_released = 0;
   uint64_t ooms = 0;
+  // Stream-ordered driver allocations given the room of a free queued
+  // before them on their stream, with no host wait (ReserveExternal).
+  uint64_t stream_order_reuses = 0;
   double host_wait_seconds = 0;  // waiting for in-flight work and copies
   // host_wait_seconds split by what was waited for: the program's work on a
   // buffer to be evicted (or freed), the swap stream's copies, work of
@@ -180,9 +183,27 @@ class MemoryManager {
   // for `bytes` on the current device and charges them; Adopt ties the
   // charge to the allocation at `base` (or Unreserve when the driver failed);
   // Forget releases it when the program frees that allocation.
-  CUresult ReserveExternal(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  //
+  // `ordered`: a stream-ordered allocation (cuMemAllocAsync and kin) on
+  // `stream` from `pool`. The driver hands such an allocation memory that a
+  // free of the same pool queued earlier on the same stream gives back, in
+  // stream order, before that free has run; so, where room is short, the
+  // charge of such a pending free (ForgetExternalAsync) is taken over
+  // rather than waited for on the host.
+  struct StreamOrder {
+    CUstream stream = nullptr;  // CU_STREAM_PER_THREAD for the per-thread one
+    // The pool: its handle, or kCurrentPool for the device's current pool
+    // (cuMemAllocAsync), which the program may change (cuDeviceSetMemPool):
+    // then a free of the old one could be taken for the new one's, and the
+    // cap be passed by that much until the free runs.
+    uint64_t pool = 0;
+    static constexpr uint64_t kCurrentPool = 1;
+  };
+  CUresult ReserveExternal(uint64_t bytes, const StreamOrder* ordered = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void UnreserveExternal(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
-  void AdoptExternal(CUdeviceptr base, uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  void AdoptExternal(CUdeviceptr base, uint64_t bytes, const StreamOrder* ordered = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void ForgetExternal(CUdeviceptr base) ABSL_LOCKS_EXCLUDED(mu_);
   // cuMemFreeAsync of such an allocation on `stream`: the driver frees it
   // when the stream reaches the free, so its charge stays until an event
@@ -468,6 +489,10 @@ class MemoryManager {
   // context. A failed create or record leaves it unrecorded. The entry.
   Use* NoteUse(std::vector<Use>& uses, CUstream stream, int device)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The key and thread a use on `stream` is kept under (Use::stream,
+  // Use::thread): the handle, or for the handles that name a stream of the
+  // current context, that context's (and the calling thread's) own.
+  std::pair<CUstream, uint64_t> UseKey(CUstream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records the buffer's last use on `stream` (one event per stream).
   void RecordUse(Buffer& b, CUstream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Observed(Use& use) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -591,6 +616,13 @@ class MemoryManager {
   // observed complete; with `wait`, first waits (the lock released) for the
   // oldest one pending. True when a charge was dropped or a wait made.
   bool SettleExternalFrees(int device, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The charges of device `device`'s stream-ordered external frees pending.
+  uint64_t QueuedExternalBytes(int device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves up to `charge` bytes of the charge of a pending free that
+  // `ordered` may take over (ReserveExternal) off the device's count. True
+  // when one was found.
+  bool TakeQueuedFree(Device& dev, const StreamOrder& ordered, uint64_t charge)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes `b` resident and never evicted again (PinExported).
   CUresult PinLocked(Buffer& b, const char* api) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the charge of an app handle once nothing keeps its memory alive.
@@ -667,14 +699,21 @@ class MemoryManager {
   // Still counted in host_bytes; freed when the host limit needs the room
   // and at exit.
   std::multimap<std::pair<uint64_t, int>, HostCopy> spare_host_ ABSL_GUARDED_BY(mu_);
-  // External allocations: base -> (device, charged bytes).
-  absl::flat_hash_map<uint64_t, std::pair<int, uint64_t>> external_ ABSL_GUARDED_BY(mu_);
+  // External allocations by base: device, charged bytes, and the pool of a
+  // stream-ordered one (StreamOrder::pool; 0 for the others).
+  struct External {
+    int device = 0;
+    uint64_t bytes = 0;
+    uint64_t pool = 0;
+  };
+  absl::flat_hash_map<uint64_t, External> external_ ABSL_GUARDED_BY(mu_);
   // External allocations freed in stream order, charged until their free
   // ran (ForgetExternalAsync). `waiters`: host waits on its events in
   // progress, without the lock; the entry stays until they end.
   struct ExternalFree {
     int device = 0;
     uint64_t bytes = 0;
+    uint64_t pool = 0;
     std::vector<Use> uses;
     int waiters = 0;
   };

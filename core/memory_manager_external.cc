@@ -32,7 +32,7 @@ constexpr size_t kSettleExternalFrees = 32;
 
 // --- Allocations the driver makes itself -----------------------------------------
 
-CUresult MemoryManager::ReserveExternal(uint64_t bytes) {
+CUresult MemoryManager::ReserveExternal(uint64_t bytes, const StreamOrder* ordered) {
   CUdevice ordinal = 0;
   if (CUresult r = driver_->cuCtxGetDevice(&ordinal); r != CUDA_SUCCESS) return r;
   MutexLock lock(&mu_);
@@ -42,9 +42,40 @@ CUresult MemoryManager::ReserveExternal(uint64_t bytes) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   uint64_t charge = AlignUp(bytes, kSmallUnit);
+  // Short of room: what a free queued before it on its stream gives back
+  // comes first (in stream order, no wait), before MakeRoom's evictions
+  // and host waits.
+  if (ordered != nullptr && (charge > dev.cap || dev.used > dev.cap - charge)) {
+    (void)TakeQueuedFree(dev, *ordered, charge);
+  }
   if (CUresult r = MakeRoom(dev, charge); r != CUDA_SUCCESS) return r;
   Charge(dev, charge);
   return CUDA_SUCCESS;
+}
+
+bool MemoryManager::TakeQueuedFree(Device& dev, const StreamOrder& ordered, uint64_t charge) {
+  if (ordered.pool == 0) return false;
+  const auto [key, thread] = UseKey(ordered.stream);
+  for (auto it = external_frees_.begin(); it != external_frees_.end(); ++it) {
+    ExternalFree& f = *it;
+    // Its one use is the free itself, on this stream; a waiter holds it.
+    if (f.device != dev.ordinal || f.pool != ordered.pool || f.waiters > 0 ||
+        f.uses.size() != 1 || f.uses[0].stream != key || f.uses[0].thread != thread) {
+      continue;
+    }
+    // Only what the new allocation takes: the rest of a larger block is
+    // free to others only once the free has run.
+    const uint64_t taken = std::min(charge, f.bytes);
+    f.bytes -= taken;
+    dev.used -= taken;
+    ++stats_.stream_order_reuses;
+    if (f.bytes == 0) {
+      if (f.uses[0].event != nullptr) (void)Failed(driver_->cuEventDestroy_v2(f.uses[0].event));
+      external_frees_.erase(it);
+    }
+    return true;
+  }
+  return false;
 }
 
 void MemoryManager::UnreserveExternal(uint64_t bytes) {
@@ -55,18 +86,18 @@ void MemoryManager::UnreserveExternal(uint64_t bytes) {
   DeviceState(ordinal).used -= AlignUp(bytes, kSmallUnit);
 }
 
-void MemoryManager::AdoptExternal(CUdeviceptr base, uint64_t bytes) {
+void MemoryManager::AdoptExternal(CUdeviceptr base, uint64_t bytes, const StreamOrder* ordered) {
   CUdevice ordinal = 0;
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return;
   MutexLock lock(&mu_);
-  external_[base] = {ordinal, AlignUp(bytes, kSmallUnit)};
+  external_[base] = {ordinal, AlignUp(bytes, kSmallUnit), ordered != nullptr ? ordered->pool : 0};
 }
 
 void MemoryManager::ForgetExternal(CUdeviceptr base) {
   MutexLock lock(&mu_);
   auto it = external_.find(base);
   if (it == external_.end()) return;
-  DeviceState(it->second.first).used -= it->second.second;
+  DeviceState(it->second.device).used -= it->second.bytes;
   external_.erase(it);
 }
 
@@ -75,8 +106,9 @@ void MemoryManager::ForgetExternalAsync(CUdeviceptr base, CUstream stream) {
   auto it = external_.find(base);
   if (it == external_.end()) return;
   ExternalFree& f = external_frees_.emplace_back();
-  f.device = it->second.first;
-  f.bytes = it->second.second;
+  f.device = it->second.device;
+  f.bytes = it->second.bytes;
+  f.pool = it->second.pool;
   external_.erase(it);
   // Unrecorded (a failed create or record): settled by a wait for the
   // stream's whole context, still in stream order.
@@ -87,6 +119,14 @@ void MemoryManager::ForgetExternalAsync(CUdeviceptr base, CUstream stream) {
   if (external_frees_.size() >= kSettleExternalFrees) {
     (void)SettleExternalFrees(f.device, /*wait=*/false);
   }
+}
+
+uint64_t MemoryManager::QueuedExternalBytes(int device) const {
+  uint64_t bytes = 0;
+  for (const ExternalFree& f : external_frees_) {
+    if (f.device == device) bytes += f.bytes;
+  }
+  return bytes;
 }
 
 bool MemoryManager::SettleExternalFrees(int device, bool wait) {

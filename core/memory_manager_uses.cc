@@ -32,9 +32,7 @@ bool NamesCurrentContextStream(CUstream s) {
 
 }  // namespace
 
-MemoryManager::Use* MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stream,
-                                           int device) {
-  Device& dev = DeviceState(device);
+std::pair<CUstream, uint64_t> MemoryManager::UseKey(CUstream stream) {
   // An entry per stream. A handle for the current context's stream names
   // another stream in each context: keyed by the context too, so that a
   // use from one context never hides another's (the key is never a handle
@@ -48,7 +46,13 @@ MemoryManager::Use* MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stre
   }
   // The per-thread stream is another stream in every thread: one entry per
   // thread, or a second thread's use would hide the first's.
-  const uint64_t thread = stream == CU_STREAM_PER_THREAD ? ThreadTag() : 0;
+  return {key, stream == CU_STREAM_PER_THREAD ? ThreadTag() : 0};
+}
+
+MemoryManager::Use* MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stream,
+                                           int device) {
+  Device& dev = DeviceState(device);
+  const auto [key, thread] = UseKey(stream);
   Use* u = nullptr;
   for (Use& x : uses) {
     if (x.stream == key && x.thread == thread) u = &x;

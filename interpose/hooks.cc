@@ -237,6 +237,12 @@ CUresult NodeChanged(Fn real, CUgraphExec exec, CUgraphNode node, const Params* 
                   args...);
 }
 
+// The stream a stream-ordered call's handle names for the manager: handle
+// 0 of a per-thread-default-stream entry point is the per-thread stream.
+CUstream OrderStream(CUstream s, bool per_thread) {
+  return s == nullptr && per_thread ? CU_STREAM_PER_THREAD : s;
+}
+
 // --- Module lifetime ------------------------------------------------------------
 // The real unload runs inside an UnloadScope: from the moment the driver
 // frees the handles it may hand them to another module's kernels.
@@ -308,15 +314,24 @@ PAIR(cuMemAllocAsync, _ptsz, (CUdeviceptr* dptr, size_t bytes, CUstream s),
            T().AllocateAsyncCapped(kApi, dptr, bytes, StreamRef{s, kPerThread}, &r)) {
          return r;
        }
-       return ChargedAllocation(T().memory(), dptr, bytes, [&] {
-         return Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, s);
-       });
+       const MemoryManager::StreamOrder ordered{OrderStream(s, kPerThread),
+                                                MemoryManager::StreamOrder::kCurrentPool};
+       return ChargedAllocation(
+           T().memory(), dptr, bytes,
+           [&] { return Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, s); },
+           &ordered);
      }())
 PAIR(cuMemAllocFromPoolAsync, _ptsz,
      (CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream s),
-     real == nullptr ? kMissing : ChargedAllocation(T().memory(), dptr, bytes, [&] {
-       return Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, pool, s);
-     }))
+     [&] {
+       if (real == nullptr) return kMissing;
+       const MemoryManager::StreamOrder ordered{OrderStream(s, kPerThread),
+                                                reinterpret_cast<uint64_t>(pool)};
+       return ChargedAllocation(
+           T().memory(), dptr, bytes,
+           [&] { return Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, pool, s); },
+           pool != nullptr ? &ordered : nullptr);
+     }())
 PAIR(cuMemFreeAsync, _ptsz, (CUdeviceptr dptr, CUstream s),
      [&] {
        CUresult r;
@@ -327,8 +342,7 @@ PAIR(cuMemFreeAsync, _ptsz, (CUdeviceptr dptr, CUstream s),
        // Charged until the stream reached the free, as the driver frees it
        // (inside a capture: until stensor knows no more, for good).
        if (r == CUDA_SUCCESS && T().capped() && !T().Capturing(StreamRef{s, kPerThread})) {
-         T().memory()->ForgetExternalAsync(
-             dptr, s == nullptr && kPerThread ? CU_STREAM_PER_THREAD : s);
+         T().memory()->ForgetExternalAsync(dptr, OrderStream(s, kPerThread));
        }
        return r;
      }())
