@@ -587,6 +587,9 @@ class MemoryManager {
   // at its address (until its use on the swap stream is observed).
   void DetachShadowed(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndShadow(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Logs that swapped-out `b`'s address could not be given its host copy
+  // (it faults until swapped in).
+  void LogHostUnmapped(const Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Old mappings of buffers swapped out asynchronously: unmapped (the host
   // copy mapped there instead, with host-located VMM) once their swap-out
   // copy is observed complete. With `wait`, waits for the swap stream first

@@ -246,12 +246,7 @@ CUresult MemoryManager::UnmapDevice(Device& dev, Buffer& b) {
       return r;  // back as it was: resident
     }
     // Neither: swapped out with the address unmapped, as without host VMM.
-    Log(JsonLine()
-            .Str("type", "limitation")
-            .Str("what", "the host copy could not be mapped at a swapped-out "
-                         "buffer's address")
-            .Uint("id", b.id)
-            .Finish());
+    LogHostUnmapped(b);
   }
   PoolChunks(dev, &b.device_chunks);
   return CUDA_SUCCESS;
@@ -287,6 +282,14 @@ void MemoryManager::EndShadow(Device& dev, Buffer& b) {
   if (it != dev.old_mappings.end()) dev.old_mappings.erase(it);
 }
 
+void MemoryManager::LogHostUnmapped(const Buffer& b) const {
+  Log(JsonLine()
+          .Str("type", "limitation")
+          .Str("what", "the host copy could not be mapped at a swapped-out buffer's address")
+          .Uint("id", b.id)
+          .Finish());
+}
+
 bool MemoryManager::EndOldMapping(Device& dev, Buffer& b) {
   if (vmm_.Unmap(b.base, b.reserved) != CUDA_SUCCESS) return false;
   EndShadow(dev, b);
@@ -296,12 +299,7 @@ bool MemoryManager::EndOldMapping(Device& dev, Buffer& b) {
     if (b.host_at_base && vmm_.Unmap(b.base, b.reserved) == CUDA_SUCCESS) {
       b.host_at_base = false;
     }
-    Log(JsonLine()
-            .Str("type", "limitation")
-            .Str("what", "the host copy could not be mapped at a swapped-out "
-                         "buffer's address")
-            .Uint("id", b.id)
-            .Finish());
+    LogHostUnmapped(b);
   }
   return true;
 }
