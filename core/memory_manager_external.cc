@@ -64,7 +64,9 @@ bool MemoryManager::TakeQueuedFree(Device& dev, const StreamOrder& ordered, uint
       continue;
     }
     // Only what the new allocation takes: the rest of a larger block is
-    // free to others only once the free has run.
+    // free to others only once the free has run. (Should the driver then
+    // fail the allocation, the part taken is uncharged before its free ran:
+    // the count is short by it until then.)
     const uint64_t taken = std::min(charge, f.bytes);
     f.bytes -= taken;
     dev.used -= taken;
