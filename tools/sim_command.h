@@ -25,7 +25,7 @@ namespace stensor {
 struct SimFlags {
   std::string log;
   std::string limit;  // BYTES (with an optional K/M/G[iB] suffix) or N%
-  std::string policy = "version";
+  std::string policy = "belady";  // as the library's STENSOR_POLICY default
   bool prefetch = true;  // as the library's STENSOR_PREFETCH default
   bool planned_evictions = true;  // issue the planner's evictions (as the library does)
   double bandwidth_gbps = 16;

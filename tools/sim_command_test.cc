@@ -48,10 +48,11 @@ TEST(SimCommandTest, FlagErrorsNameFlagValueAndForms) {
                      "--kernel-us", "20", "--bandwidth", "25", "--planned-evictions", "off"});
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_TRUE(f->prefetch && f->compare && !f->planned_evictions);
-  // The defaults are the library's: prefetch on, with its evictions.
+  // The defaults are the library's: belady, prefetch on, with its evictions.
   absl::StatusOr<SimFlags> defaults = ParseSimFlags({"log", "--limit=1G"});
   ASSERT_TRUE(defaults.ok()) << defaults.status();
   EXPECT_TRUE(defaults->prefetch && defaults->planned_evictions);
+  EXPECT_EQ(defaults->policy, "belady");
   EXPECT_EQ(f->policy, "belady");
   EXPECT_EQ(f->kernel_us, 20);
   EXPECT_EQ(f->bandwidth_gbps, 25);
