@@ -721,6 +721,9 @@ class MemoryManager {
     int waiters = 0;
   };
   std::list<ExternalFree> external_frees_ ABSL_GUARDED_BY(mu_);
+  // Destroys the entry's events and erases it; the entry after it.
+  std::list<ExternalFree>::iterator DropExternalFree(std::list<ExternalFree>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The program's own device-located VMM handles (CreateAppMemory).
   struct AppHandle {
     int device = 0;

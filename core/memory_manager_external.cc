@@ -71,10 +71,7 @@ bool MemoryManager::TakeQueuedFree(Device& dev, const StreamOrder& ordered, uint
     f.bytes -= taken;
     dev.used -= taken;
     ++stats_.stream_order_reuses;
-    if (f.bytes == 0) {
-      if (f.uses[0].event != nullptr) (void)Failed(driver_->cuEventDestroy_v2(f.uses[0].event));
-      external_frees_.erase(it);
-    }
+    if (f.bytes == 0) DropExternalFree(it);
     return true;
   }
   return false;
@@ -123,6 +120,15 @@ void MemoryManager::ForgetExternalAsync(CUdeviceptr base, CUstream stream) {
   }
 }
 
+std::list<MemoryManager::ExternalFree>::iterator MemoryManager::DropExternalFree(
+    std::list<ExternalFree>::iterator it) {
+  // A failed destroy leaks one event; nothing waits on it any more.
+  for (const Use& u : it->uses) {
+    if (u.event != nullptr) (void)Failed(driver_->cuEventDestroy_v2(u.event));
+  }
+  return external_frees_.erase(it);
+}
+
 uint64_t MemoryManager::QueuedExternalBytes(int device) const {
   uint64_t bytes = 0;
   for (const ExternalFree& f : external_frees_) {
@@ -142,11 +148,8 @@ bool MemoryManager::SettleExternalFrees(int device, bool wait) {
       continue;
     }
     DeviceState(f.device).used -= f.bytes;
-    for (const Use& u : f.uses) {
-      if (u.event != nullptr) (void)Failed(driver_->cuEventDestroy_v2(u.event));
-    }
     settled |= f.device == device;
-    it = external_frees_.erase(it);
+    it = DropExternalFree(it);
   }
   if (settled || !wait || no_block_) return settled;
   for (ExternalFree& f : external_frees_) {

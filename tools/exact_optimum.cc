@@ -3,7 +3,6 @@
 #include <glpk.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <vector>
