@@ -228,6 +228,45 @@ TEST_F(ExternalAllocationsTest, AFreeQueuedOnItsStreamServesTheNextAllocationWit
   memory_->UnreserveExternal(3 * kMiB);
 }
 
+// Driver failures around a take-over: the allocation that took a queued
+// free's charge fails in the driver, and the event of the free taken whole
+// fails to be destroyed. Nothing is charged twice or left charged, and the
+// count is whole again once the stream ran.
+TEST_F(ExternalAllocationsTest, ATakeOverSurvivesAFailedAllocationAndEventDestroy) {
+  auto held = std::make_unique<testing_support::HeldStream>();
+  const MemoryManager::StreamOrder ordered{held->get(), MemoryManager::StreamOrder::kCurrentPool};
+  CUdeviceptr a = 0, b = 0;
+  ASSERT_EQ(ChargedAllocation(
+                memory_.get(), &a, 4 * kMiB,
+                [&] { return driver_.cuMemAllocAsync(&a, 4 * kMiB, held->get()); }, &ordered),
+            CUDA_SUCCESS);
+  ASSERT_CU(driver_.cuMemFreeAsync(a, held->get()));
+  memory_->ForgetExternalAsync(a, held->get());
+  fakecuda_fail_call("cuMemAllocAsync", 1, CUDA_ERROR_OUT_OF_MEMORY);
+  fakecuda_fail_call("cuEventDestroy_v2", 1, CUDA_ERROR_UNKNOWN);
+  EXPECT_EQ(ChargedAllocation(
+                memory_.get(), &b, 4 * kMiB,
+                [&] { return driver_.cuMemAllocAsync(&b, 4 * kMiB, held->get()); }, &ordered),
+            CUDA_ERROR_OUT_OF_MEMORY);
+  fakecuda_clear_failures();
+  EXPECT_EQ(memory_->stats().stream_order_reuses, 1u);
+  // Short by the free until it runs (the documented cost), never negative.
+  EXPECT_EQ(Free(), kCap);
+  held.reset();  // opened and synchronised
+  EXPECT_EQ(Free(), kCap);
+  // And the cap still holds: all of it, then nothing more.
+  CUdeviceptr c = 0, d = 0;
+  ASSERT_EQ(ChargedAllocation(memory_.get(), &c, kCap,
+                              [&] { return driver_.cuMemAlloc_v2(&c, kCap); }),
+            CUDA_SUCCESS);
+  EXPECT_EQ(ChargedAllocation(memory_.get(), &d, 4096,
+                              [&] { return driver_.cuMemAlloc_v2(&d, 4096); }),
+            CUDA_ERROR_OUT_OF_MEMORY);
+  ASSERT_CU(driver_.cuMemFree_v2(c));
+  memory_->ForgetExternal(c);
+  EXPECT_EQ(Free(), kCap);
+}
+
 // From another pool, or on another stream, the queued free is not the
 // allocation's: it waits for the free to run, as before.
 TEST_F(ExternalAllocationsTest, AFreeQueuedOnAnotherStreamOrPoolIsWaitedFor) {
