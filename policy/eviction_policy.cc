@@ -46,13 +46,22 @@ class VersionPolicy final : public EvictionPolicy {
 // Belady's rule on predicted next uses: what is needed last (or never, as far
 // as anything predicts) goes first; at equal distance a clean buffer costs no
 // transfer; then the least recently used. kNoNextUse - next_use turns
-// "farthest" into "smallest key".
+// "farthest" into "smallest key". Without a predicted time, buffers of a
+// sequence (kInSequence) go before those nothing predicts.
 class BeladyPolicy final : public EvictionPolicy {
  public:
   std::string_view name() const override { return "belady"; }
   EvictionKey Key(const EvictionCandidate& c) const override {
-    return {EvictionCandidate::kNoNextUse - c.next_use, c.clean() ? 0u : 1u,
-            c.last_use};
+    const uint64_t dirty = c.clean() ? 0u : 1u;
+    if (c.next_use_is_time()) {
+      // At least 2^63: after everything that has no predicted time.
+      return {EvictionCandidate::kNoNextUse - c.next_use, dirty, c.last_use};
+    }
+    if (c.next_use == EvictionCandidate::kNoNextUse) return {1, dirty, c.last_use};
+    // In a sequence: before anything unknown (a buffer nothing predicts
+    // may be needed next; this one is needed after the rest of its
+    // sequence), the last written first.
+    return {0, dirty, EvictionCandidate::kNoNextUse - c.next_use};
   }
   bool Copies(const EvictionCandidate& c) const override { return !c.clean(); }
   std::vector<Eviction> Choose(absl::Span<const EvictionCandidate> candidates,

@@ -45,6 +45,16 @@ struct EvictionCandidate {
   // iteration), kNoNextUse when nothing predicts one. Only `belady` reads it.
   uint64_t next_use = kNoNextUse;
   static constexpr uint64_t kNoNextUse = std::numeric_limits<uint64_t>::max();
+  // next_use from kInSequence up (kNoNextUse excepted) is not a time:
+  // nothing predicts when the buffer is used next, but it was first used in
+  // a burst of operations of one kind on fresh buffers and not used since (a
+  // dataset written shard by shard, a stack of same-shaped layers
+  // initialised). Such buffers are read in the order they were written, so
+  // the one written last is needed last. The value is kInSequence + the
+  // logical time of that first use. Logical times stay below 2^63.
+  static constexpr uint64_t kInSequence = uint64_t{1} << 63;
+  // Whether next_use is a predicted time (not unknown, not a sequence rank).
+  bool next_use_is_time() const { return next_use < kInSequence; }
   // True when the host copy exists and is current: dropping the device copy
   // costs no transfer.
   bool clean() const {
@@ -97,7 +107,10 @@ std::unique_ptr<EvictionPolicy> MakeVersionPolicy();
 
 // Belady's rule on the predicted future: the farthest next_use first
 // (kNoNextUse farthest of all), clean before dirty at equal distance (no
-// transfer), then least recently used; copies only what is dirty.
+// transfer), then least recently used; copies only what is dirty. Buffers
+// with no predicted time but a place in a sequence (kInSequence) go before
+// all others, the last written first: an LRU order would evict first the
+// shard of a cyclic dataset that is read first.
 // next_use comes from NextUsePredictor (policy/next_use.h).
 std::unique_ptr<EvictionPolicy> MakeBeladyPolicy();
 

@@ -120,6 +120,24 @@ TEST(BeladyPolicyTest, CleanFirstThenLeastRecentlyUsedAtEqualDistance) {
                                 Dropped(5)}));
 }
 
+// Without a predicted time, buffers of a sequence (written in a burst, not
+// read since) go first, the last written first, then those nothing
+// predicts least recently used first; a predicted time comes last.
+TEST(BeladyPolicyTest, ASequenceGoesFirstLastWrittenFirst) {
+  const auto belady = MakeBeladyPolicy();
+  constexpr uint64_t kSequence = EvictionCandidate::kInSequence;
+  const std::vector<EvictionCandidate> c = {
+      WithNext(GpuOnly(1, 10, 1), kSequence + 1), WithNext(GpuOnly(2, 10, 3), kSequence + 3),
+      WithNext(GpuOnly(3, 10, 2), kSequence + 2), WithNext(GpuOnly(4, 10, 0), kNoNext),
+      WithNext(GpuOnly(5, 10, 4), kNoNext),       WithNext(GpuOnly(6, 10, 5), 1000)};
+  EXPECT_EQ(AsTaken(belady->Choose(c, 60)),
+            (std::vector<Taken>{Copied(2), Copied(3), Copied(1), Copied(4), Copied(5),
+                                Copied(6)}));
+  EXPECT_FALSE(WithNext(GpuOnly(1, 1, 1), kSequence).next_use_is_time());
+  EXPECT_FALSE(WithNext(GpuOnly(1, 1, 1), kNoNext).next_use_is_time());
+  EXPECT_TRUE(WithNext(GpuOnly(1, 1, 1), kSequence - 1).next_use_is_time());
+}
+
 // The Key is what a caller indexes by: it must agree with Choose.
 TEST(BeladyPolicyTest, KeyOrdersLikeChoose) {
   const auto belady = MakeBeladyPolicy();
@@ -277,7 +295,7 @@ std::vector<EvictionCandidate> RandomCandidates(std::mt19937_64& rng) {
   std::uniform_int_distribution<uint64_t> last_use(0, 8);
   std::uniform_int_distribution<int> location(0, 2);
   std::uniform_int_distribution<uint64_t> version(0, 3);
-  std::uniform_int_distribution<uint64_t> next_use(9, 14);  // 14: none
+  std::uniform_int_distribution<uint64_t> next_use(9, 16);  // 14: none, 15-16: sequence
   std::bernoulli_distribution zero_bytes(0.1);
   std::bernoulli_distribution current(0.5);
 
@@ -294,21 +312,26 @@ std::vector<EvictionCandidate> RandomCandidates(std::mt19937_64& rng) {
     c.last_use = last_use(rng);
     c.next_use = next_use(rng);
     if (c.next_use == 14) c.next_use = EvictionCandidate::kNoNextUse;
+    if (c.next_use > 14) c.next_use = EvictionCandidate::kInSequence + c.next_use - 15;
     candidates.push_back(c);
   }
   return candidates;
 }
 
-// The order a policy must evict in: (distance, group, last_use, id), where
-// the distance ranks farthest next use first under `belady` only (no
-// prediction farthest of all), and the group is 0 for all under LRU and
-// clean-before-dirty otherwise.
-std::tuple<uint64_t, int, uint64_t, uint64_t> Key(Kind kind,
-                                                  const EvictionCandidate& c) {
-  const uint64_t distance =
-      kind == Kind::kBelady ? EvictionCandidate::kNoNextUse - c.next_use : 0;
+// The order a policy must evict in: (class, distance, group, age, id). Under
+// `belady` only, the class puts buffers of a sequence first, then those
+// nothing predicts, then predicted times farthest first (the distance); the
+// group is 0 for all under LRU and clean-before-dirty otherwise; the age is
+// the last use, except in a sequence, where the last written goes first.
+std::tuple<int, uint64_t, int, int64_t, uint64_t> Key(Kind kind, const EvictionCandidate& c) {
   const int group = kind != Kind::kLru && !c.clean() ? 1 : 0;
-  return {distance, group, c.last_use, c.id};
+  const int64_t age = static_cast<int64_t>(c.last_use);
+  if (kind != Kind::kBelady) return {0, 0, group, age, c.id};
+  if (c.next_use == EvictionCandidate::kNoNextUse) return {1, 0, group, age, c.id};
+  if (c.next_use >= EvictionCandidate::kInSequence) {
+    return {0, 0, group, -static_cast<int64_t>(c.next_use - EvictionCandidate::kInSequence), c.id};
+  }
+  return {2, EvictionCandidate::kNoNextUse - c.next_use, group, age, c.id};
 }
 
 // Checks everything the header and the method promise about one result.

@@ -51,6 +51,14 @@ void IterationPlanner::BuildProfile() {
   planner_.SetProfile(profile_, iteration_origin_);
 }
 
+namespace {
+// The prefetch planner schedules by time: a sequence rank (kInSequence) is
+// no time to fetch by.
+uint64_t AsTime(uint64_t next_use) {
+  return next_use < EvictionCandidate::kInSequence ? next_use : EvictionCandidate::kNoNextUse;
+}
+}  // namespace
+
 uint64_t IterationPlanner::OnOperation(
     uint64_t key, absl::Span<const BufferTouch> touches, std::vector<uint64_t>* next_uses,
     std::vector<std::pair<uint64_t, uint64_t>>* repredicted) {
@@ -123,14 +131,14 @@ uint64_t IterationPlanner::OnOperation(
     // The kind of use, whatever the phase: the operation and the position.
     const uint64_t signature = (key ^ (uint64_t{i} + 1)) * 0x9e3779b97f4a7c15ull;
     uint64_t next = predictor_.OnUse(t.id, time, slot, signature);
-    if (seen_ids.insert(t.id).second) planner_.OnUse(t.id, t.bytes, time, next, t.write);
+    if (seen_ids.insert(t.id).second) planner_.OnUse(t.id, t.bytes, time, AsTime(next), t.write);
     if (next_uses != nullptr) next_uses->push_back(next);
   }
   // Buffers not used now whose prediction changed (a slot learnt a gap, a
   // rotating slot named its next occupant, a free since the last operation).
   for (const auto& [id, next] : predictor_.TakeChanged()) {
     if (seen_ids.contains(id)) continue;  // used now: its own prediction holds
-    planner_.OnNextUse(id, next);
+    planner_.OnNextUse(id, AsTime(next));
     if (repredicted != nullptr) repredicted->emplace_back(id, next);
   }
   return time;

@@ -31,6 +31,30 @@ void NextUsePredictor::Learn(uint64_t key, uint64_t gap, uint64_t now) {
   }
 }
 
+bool NextUsePredictor::InBurst(uint64_t id, uint64_t signature, uint64_t now) {
+  Burst& burst = bursts_[signature];
+  if (burst.length > 0 && burst.last + 1 == now) {
+    ++burst.length;
+  } else {
+    burst = Burst{now, now, 1};
+  }
+  burst.last = now;
+  if (burst.length < kMinBurst) return false;
+  if (burst.length == kMinBurst) {
+    // The burst's earlier members that nothing predicts and that were not
+    // used since join it.
+    for (auto it = by_last_use_.lower_bound({signature, burst.start});
+         it != by_last_use_.end() && it->first.first == signature && it->first.second < now;
+         ++it) {
+      BufferState& m = buffers_.at(it->second);
+      if (it->second != id && m.uses == 1 && m.predicted == EvictionCandidate::kNoNextUse) {
+        Repredict(it->second, m, EvictionCandidate::kInSequence + m.last_use);
+      }
+    }
+  }
+  return true;
+}
+
 uint64_t NextUsePredictor::OnUse(uint64_t id, uint64_t now,
                                  std::optional<Slot> slot, uint64_t signature) {
   auto [it, inserted] = buffers_.try_emplace(id);
@@ -92,6 +116,10 @@ uint64_t NextUsePredictor::OnUse(uint64_t id, uint64_t now,
     gap = b.own_gap;
   }
   b.predicted = After(now, gap);
+  if (inserted && InBurst(id, signature, now) &&
+      b.predicted == EvictionCandidate::kNoNextUse) {
+    b.predicted = EvictionCandidate::kInSequence + now;
+  }
   return b.predicted;
 }
 

@@ -29,6 +29,12 @@
 // initialisation to its first read, says nothing about its next), and a
 // wrong "soon" makes the planner fetch and hold what is not needed.
 // A buffer freed after its use in a slot teaches that slot "no next use".
+// Bursts: a buffer first used in the fourth or a later of consecutive
+// operations that each first-use a buffer under one signature (a dataset
+// written shard by shard, same-shaped layers initialised in a row), and
+// nothing predicts, is given its place in that sequence
+// (EvictionCandidate::kInSequence + the time of its first use) until it is
+// used again; the burst's first three get it too when the fourth comes.
 // Nothing predicts -> EvictionCandidate::kNoNextUse.
 //
 // A buffer's prediction changes when it is used (OnUse returns it) or when
@@ -120,9 +126,10 @@ class NextUsePredictor {
   static uint64_t SlotKey(Slot s) {
     return (uint64_t{s.phase} << 20) | std::min<uint32_t>(s.slot, (1u << 20) - 1);
   }
-  // `now + gap`, kNoNextUse when there is no gap or it would overflow.
+  // `now + gap`, kNoNextUse when there is no gap or it would leave the
+  // range of times (EvictionCandidate::kInSequence and up are no times).
   static uint64_t After(uint64_t now, uint64_t gap) {
-    return gap == kNoGap || gap > EvictionCandidate::kNoNextUse - now
+    return gap == kNoGap || gap >= EvictionCandidate::kInSequence - std::min(now, EvictionCandidate::kInSequence)
                ? EvictionCandidate::kNoNextUse
                : now + gap;
   }
@@ -138,6 +145,19 @@ class NextUsePredictor {
   absl::flat_hash_map<uint64_t, Occupant> occupants_;  // by slot key
   // Every buffer by (signature, time) of its last use (for rotating slots).
   absl::btree_map<std::pair<uint64_t, uint64_t>, uint64_t> by_last_use_;
+  // Per signature, the current burst of first uses in consecutive
+  // operations (for EvictionCandidate::kInSequence).
+  struct Burst {
+    uint64_t start = 0;
+    uint64_t last = 0;
+    uint64_t length = 0;
+  };
+  static constexpr uint64_t kMinBurst = 4;
+  absl::flat_hash_map<uint64_t, Burst> bursts_;
+  // Notes a first use of `id` under `signature` at `now`; true when it is
+  // part of a burst (the burst's earlier members are re-predicted when it
+  // becomes one).
+  bool InBurst(uint64_t id, uint64_t signature, uint64_t now);
   std::vector<std::pair<uint64_t, uint64_t>> changed_;
 };
 

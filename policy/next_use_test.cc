@@ -82,6 +82,7 @@ TEST(NextUseTest, ALearntGapRepredictsEveryBufferLastUsedInTheSlot) {
 TEST(NextUseTest, ARotatingSlotNamesItsNextOccupant) {
   NextUsePredictor p;
   for (uint64_t s = 0; s < 6; ++s) p.OnUse(100 + s, s, std::nullopt, 7);
+  EXPECT_EQ(p.TakeChanged().size(), 3u);  // the burst's first three join it
   EXPECT_EQ(p.OnUse(100, 11, At(11, 0), 9), kNone);
   EXPECT_TRUE(p.TakeChanged().empty());  // one occupant: no walk yet
   p.OnUse(101, 21, At(21, 0), 9);
@@ -187,6 +188,70 @@ TEST(NextUseTest, NoOverflowNearTheEndOfTime) {
   p.OnUse(1, 1, std::nullopt);
   p.OnUse(1, kNone - 10, std::nullopt);
   EXPECT_EQ(p.Predicted(1), kNone);
+}
+
+constexpr uint64_t kSequence = EvictionCandidate::kInSequence;
+
+// Twelve shards written one per operation at start, nothing read yet: from
+// the fourth on, each is placed in the sequence by the time it was written,
+// and the first three join when the fourth comes.
+TEST(NextUseTest, ABurstOfFirstUsesIsASequence) {
+  NextUsePredictor p;
+  const uint64_t write = 77;  // the signature: one kernel, one argument
+  for (uint64_t t = 0; t < 3; ++t) EXPECT_EQ(p.OnUse(100 + t, t, std::nullopt, write), kNone);
+  EXPECT_TRUE(p.TakeChanged().empty());
+  EXPECT_EQ(p.OnUse(103, 3, std::nullopt, write), kSequence + 3);
+  EXPECT_EQ(p.TakeChanged(), (std::vector<std::pair<uint64_t, uint64_t>>{
+                                 {100, kSequence + 0}, {101, kSequence + 1}, {102, kSequence + 2}}));
+  for (uint64_t t = 4; t < 12; ++t) EXPECT_EQ(p.OnUse(100 + t, t, std::nullopt, write), kSequence + t);
+  EXPECT_EQ(p.Predicted(100), kSequence);
+  EXPECT_EQ(p.Predicted(111), kSequence + 11);
+  // Read: out of the sequence, and its first gap predicts nothing.
+  EXPECT_EQ(p.OnUse(100, 20, std::nullopt, /*signature=*/5), kNone);
+  EXPECT_EQ(p.Predicted(101), kSequence + 1);
+}
+
+// Three in a row are no burst; another operation in between ends one; a
+// buffer used before does not join one.
+TEST(NextUseTest, OnlyFourOrMoreConsecutiveFirstUsesMakeABurst) {
+  NextUsePredictor p;
+  for (uint64_t t = 0; t < 3; ++t) EXPECT_EQ(p.OnUse(1 + t, t, std::nullopt, 7), kNone);
+  p.OnUse(50, 3, std::nullopt, 8);  // another kind of operation
+  EXPECT_EQ(p.OnUse(4, 4, std::nullopt, 7), kNone);
+  EXPECT_EQ(p.OnUse(5, 5, std::nullopt, 7), kNone);
+  EXPECT_EQ(p.OnUse(1, 6, std::nullopt, 7), kNone);  // used before
+  EXPECT_EQ(p.OnUse(6, 7, std::nullopt, 7), kNone);  // not consecutive
+  EXPECT_TRUE(p.TakeChanged().empty());
+  EXPECT_EQ(p.OnUse(7, 8, std::nullopt, 7), kNone);
+  EXPECT_EQ(p.OnUse(8, 9, std::nullopt, 7), kNone);
+  EXPECT_EQ(p.OnUse(9, 10, std::nullopt, 7), kSequence + 10);
+  // 6, 7 and 8 join; 1 (used twice) and 4, 5 (an earlier run) do not.
+  EXPECT_EQ(p.TakeChanged(), (std::vector<std::pair<uint64_t, uint64_t>>{
+                                 {6, kSequence + 7}, {7, kSequence + 8}, {8, kSequence + 9}}));
+}
+
+// Whatever predicts a time wins over the sequence: a per-step temporary
+// whose slot learnt its gap keeps that gap even when it is written in a
+// burst.
+TEST(NextUseTest, APredictedTimeWinsOverABurst) {
+  NextUsePredictor p;
+  p.OnUse(1, 0, At(0, 0), 7);
+  p.OnUse(1, 10, At(10, 0), 3);  // the slot learns 10
+  for (uint64_t t = 20; t < 24; ++t) p.OnUse(100 + t, t, At(t, 0), 9);
+  EXPECT_EQ(p.Predicted(120), 30u);  // phase 0, slot 0: learnt
+  EXPECT_EQ(p.Predicted(121), kSequence + 21);  // phases 1-3: unlearnt
+  EXPECT_EQ(p.Predicted(123), kSequence + 23);
+}
+
+// No prediction reaches the values that mean "in a sequence".
+TEST(NextUseTest, TimesStayBelowTheSequenceRange) {
+  NextUsePredictor p;
+  p.OnUse(1, kSequence - 30, std::nullopt);
+  p.OnUse(1, kSequence - 20, std::nullopt);
+  EXPECT_EQ(p.OnUse(1, kSequence - 10, std::nullopt), kNone);
+  p.OnUse(2, 0, std::nullopt);
+  p.OnUse(2, 1, std::nullopt);
+  EXPECT_EQ(p.OnUse(2, kSequence - 5, std::nullopt), kNone);  // would be 2^64 - 11
 }
 
 }  // namespace

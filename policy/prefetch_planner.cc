@@ -245,12 +245,28 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
                              std::vector<PlannedAction>& out) {
     uint64_t gained = 0;
     std::vector<uint64_t> victims;
+    // Two passes for an urgent fetch. First the clean buffers not needed
+    // again this iteration (beyond the horizon), farthest first: a drop
+    // costs no write-back, which a dirty one needed later may never have
+    // needed (a shard of mlp_train --steps 20 next read after the run's
+    // end: 4 MiB more than the optimum at a 60 % cap). Then everything
+    // needed after the fetched buffer, farthest first: within the
+    // iteration, taking a nearer clean buffer over a farther dirty one
+    // brought it back sooner (5 % more bytes in replay_test). A planned
+    // eviction takes clean ones only, in one pass.
+    for (int pass = 0; pass < (planned ? 1 : 2); ++pass)
     for (auto r = resident_.rbegin();
          r != resident_.rend() && free + gained < bytes &&
          scanned < options_.max_scan;
          ++r, ++scanned) {
       if (r->next_use <= due) break;  // all further ones are needed sooner
       const Buffer& v = buffers_.at(r->id);
+      if (!planned && pass == 0) {
+        if (r->next_use <= horizon) break;  // needed this iteration
+        if (v.dirty) continue;
+      } else if (!planned && std::find(victims.begin(), victims.end(), r->id) != victims.end()) {
+        continue;  // taken in the first pass
+      }
       // A buffer of the current operation may go for an urgent fetch (its
       // swap-out queues behind the operation, as every eviction does), not
       // for a planned one, which exists to start early.

@@ -43,9 +43,10 @@
 // its transfer time is not made at all: it would barely shorten the stall
 // and only hold memory (with no compute in the profile, nothing is fetched).
 // Room for an urgent fetch comes from resident buffers whose next use is
-// strictly later than the fetched buffer's, farthest first (never one needed
-// sooner, never one fetched and not yet used); if they cannot make the room,
-// nothing is fetched. A buffer of the current operation may be among them:
+// strictly later than the fetched buffer's, clean ones farthest first, then
+// dirty ones farthest first (never one needed sooner, never one fetched and
+// not yet used; a clean victim costs no write-back); if they cannot make the
+// room, nothing is fetched. A buffer of the current operation may be among them:
 // the caller queues its swap-out behind that operation's completion, as for
 // every eviction, and the fetch into its memory then overlaps the operations
 // after it. (Excluding them made worse victims: in replay_test it cost 30 %

@@ -188,6 +188,32 @@ TEST(PrefetchPlannerTest, RoomForAFetchTakesTheCleanBufferAtEqualDistance) {
   EXPECT_EQ(p.Plan(2, 0, 0), (std::vector<PlannedAction>{Evict(2, false), Fetch(1)}));
 }
 
+// Every buffer needed after the fetched one may make its room. Those not
+// needed again this iteration that are clean go first, even when a dirty
+// one is needed later: its write-back is a copy on-demand swapping may never
+// make (a shard of mlp_train read again only after the run's end, at a 60 %
+// cap). Dirty ones follow when the clean ones do not suffice. Within the
+// iteration the farthest goes first, clean or not.
+TEST(PrefetchPlannerTest, RoomForAFetchTakesCleanBuffersBeyondTheIterationFirst) {
+  struct Case {
+    uint64_t fetched_bytes, clean_next_use;
+    std::vector<PlannedAction> expected;
+  };
+  // The profile's iteration is 20 operations: the horizon at 2 is 22.
+  for (const Case& c : {Case{4 * kMB, 30, {Evict(2, false), Fetch(1)}},
+                        Case{8 * kMB, 30, {Evict(2, false), Evict(9, true), Fetch(1)}},
+                        Case{4 * kMB, 15, {Evict(9, true), Fetch(1)}}}) {
+    PrefetchPlanner p;
+    p.SetProfile(Profile(20, 1.0), 0);
+    SwappedOut(p, 1, c.fetched_bytes, 0, c.fetched_bytes == 4 * kMB ? 6 : 10);  // urgent
+    p.OnUse(9, 4 * kMB, 0, 50, true);  // dirty, needed last
+    SwappedOut(p, 2, 4 * kMB, 0, c.clean_next_use);
+    p.OnResident(2);
+    p.OnUse(2, 4 * kMB, 1, c.clean_next_use, false);  // clean, needed sooner
+    EXPECT_EQ(p.Plan(2, 0, 0), c.expected) << c.fetched_bytes << " " << c.clean_next_use;
+  }
+}
+
 // A randomized check of the same rule and of the bookkeeping, against a
 // model of memory: each fetch's evictions have later next uses than the
 // fetched buffer, never one used by the current operation or fetched and
