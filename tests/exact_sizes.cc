@@ -355,6 +355,11 @@ int Pin() {
   }
   CHECK(cuMemAlloc(&q, kGranule));  // under a cap of three granules: p[0] goes out
   Fill(q, kGranule, 30);
+  // Read the last two: whatever the policy, p[1] now goes first (the least
+  // recently used, or under belady the one of the burst of writes still
+  // unread), so that both pins below find their buffer swapped out.
+  EXPECT_TRUE(Holds(p[2], kGranule, 22));
+  EXPECT_TRUE(Holds(q, kGranule, 30));
   size_t before = DeviceUsed();
 
   CUipcMemHandle ipc;
