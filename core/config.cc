@@ -2,8 +2,9 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
+#include <unistd.h>  // environ
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -555,6 +556,37 @@ const Option* FindOption(absl::string_view name) {
   return nullptr;
 }
 
+// Edits (insert, delete, replace, swap two neighbours) turning `a` into `b`.
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1,
+                          d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// The option whose name is fewest edits from `name` (the first of equals).
+absl::string_view ClosestOption(absl::string_view name) {
+  absl::string_view best;
+  size_t best_distance = SIZE_MAX;
+  for (const Option& option : kOptions) {
+    const size_t distance = EditDistance(name, option.name);
+    if (distance < best_distance) {
+      best = option.name;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
 // ---------------------------------------------------------------------------
 // The config file.
 
@@ -735,8 +767,30 @@ absl::StatusOr<Config> Config::Parse(const EnvLookup& getenv) {
   return config;
 }
 
+absl::Status CheckVariableNames(absl::Span<const std::string> names,
+                                const EnvLookup& getenv) {
+  for (const std::string& name : names) {
+    if (!absl::StartsWith(name, "STENSOR_") || FindOption(name) != nullptr) continue;
+    const char* value = getenv(name.c_str());
+    std::vector<absl::string_view> known;
+    for (const Option& o : kOptions) known.push_back(o.name);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stensor: unknown variable ", name, "=", Quote(value == nullptr ? "" : value),
+        " in the environment: did you mean ", ClosestOption(name),
+        "? (stensor's options are ", absl::StrJoin(known, ", "), ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Config> Config::FromEnvironment() {
-  return Parse([](const char* name) { return std::getenv(name); });
+  std::vector<std::string> names;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const absl::string_view text(*entry);
+    names.emplace_back(text.substr(0, text.find('=')));
+  }
+  const EnvLookup lookup = [](const char* name) { return std::getenv(name); };
+  if (absl::Status s = CheckVariableNames(names, lookup); !s.ok()) return s;
+  return Parse(lookup);
 }
 
 std::optional<size_t> Config::HostLimitBytes(size_t host_total) const {

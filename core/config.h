@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "absl/strings/string_view.h"
 
 namespace stensor {
@@ -186,6 +187,14 @@ struct Config {
   friend bool operator==(const Config& a, const Config& b);
   friend bool operator!=(const Config& a, const Config& b) { return !(a == b); }
 };
+
+// Checks the names of the environment's variables: every STENSOR_* one must
+// be an option (a misspelled STENSOR_MEMRY_LIMIT would otherwise leave the
+// run uncapped without a word). The error names the variable, its value
+// (from `getenv`) and the closest option. FromEnvironment checks the process
+// environment with it before parsing.
+absl::Status CheckVariableNames(absl::Span<const std::string> names,
+                                const EnvLookup& getenv);
 
 // One row of the option table.
 struct OptionInfo {

@@ -380,6 +380,37 @@ TEST(MemoryLimitTest, BytesForResolvesPercentagesAndDevices) {
   }
 }
 
+// The environment is read as strictly as the config file: a STENSOR_*
+// variable that is no option is an error naming the closest one.
+TEST(VariableNamesTest, AMisspelledOptionNamesTheClosest) {
+  const std::map<std::string, std::string> vars = {
+      {"STENSOR_MEMRY_LIMIT", "8MiB"}, {"STENSOR_POLICYY", "lru"},
+      {"STENSOR_PERFETCH", "off"}, {"STENSOR_ACESS_LOG", "x"}};
+  for (const auto& [name, meant] :
+       std::vector<std::pair<std::string, std::string>>{{"STENSOR_MEMRY_LIMIT", "STENSOR_MEMORY_LIMIT"},
+                                                        {"STENSOR_POLICYY", "STENSOR_POLICY"},
+                                                        {"STENSOR_PERFETCH", "STENSOR_PREFETCH"},
+                                                        {"STENSOR_ACESS_LOG", "STENSOR_ACCESS_LOG"}}) {
+    const absl::Status s = CheckVariableNames({"PATH", name}, Env(vars));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(std::string(s.message()),
+                StartsWith(absl::StrCat("stensor: unknown variable ", name, "=\"",
+                                        vars.at(name), "\" in the environment: did you mean ",
+                                        meant, "?")));
+    EXPECT_EQ(std::string(s.message()).find('\n'), std::string::npos);
+  }
+}
+
+TEST(VariableNamesTest, OptionsAndOtherVariablesPass) {
+  std::vector<std::string> names = {"PATH", "STENSOR", "STENSORX", "MY_STENSOR_X", "stensor_policy"};
+  for (const OptionInfo& o : Options()) names.push_back(o.name);
+  EXPECT_TRUE(CheckVariableNames(names, Env({})).ok());
+  EXPECT_TRUE(CheckVariableNames({}, Env({})).ok());
+  // Set but empty, or unset by the time it is looked up: still named.
+  EXPECT_THAT(std::string(CheckVariableNames({"STENSOR_X"}, Env({})).message()),
+              HasSubstr("STENSOR_X=\"\""));
+}
+
 TEST(ConfigTest, HostLimitResolvesAgainstHostMemory) {
   const absl::StatusOr<Config> share =
       Config::Parse(Env({{"STENSOR_HOST_LIMIT", "25%"}}));

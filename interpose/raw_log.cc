@@ -4,6 +4,7 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 
 namespace stensor {
 
@@ -19,6 +20,12 @@ void RawLog(const char* format, ...) {
   va_end(args);
   size_t len = static_cast<size_t>(n) + (m < 0 ? 0 : static_cast<size_t>(m));
   if (len > sizeof(buffer) - 2) len = sizeof(buffer) - 2;
+  // One prefix: messages made by core/ (a Config error) carry theirs.
+  const size_t prefix = static_cast<size_t>(n);
+  if (len >= 2 * prefix && std::memcmp(buffer, buffer + prefix, prefix) == 0) {
+    std::memmove(buffer, buffer + prefix, len - prefix);
+    len -= prefix;
+  }
   buffer[len++] = '\n';
   ssize_t ignored = write(2, buffer, len);
   (void)ignored;

@@ -15,8 +15,8 @@ rc=${PIPESTATUS[0]}
 # A short stress run (every byte checked, faults injected, preloaded) under
 # AddressSanitizer and ThreadSanitizer. Each builds into its own output
 # directory (.bazelrc) and leaves bazel-bin pointing at the normal build.
-# STENSOR_TEST_SANITIZERS=0 skips them (e.g. when iterating).
-if [[ ${STENSOR_TEST_SANITIZERS:-1} != 0 ]]; then
+# TEST_SANITIZERS=0 skips them (e.g. when iterating).
+if [[ ${TEST_SANITIZERS:-1} != 0 ]]; then
   for config in asan tsan; do
     bazel test --config=$config --symlink_prefix=/ //tests:stress_short_test "$@" 2>&1 |
       sed "s|^//tests:stress_short_test |//tests:stress_short_test[$config] |" | tee -a "$log"

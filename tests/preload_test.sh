@@ -58,6 +58,21 @@ fi
 [[ ! -s $tmp/out.txt ]] || fail "the program ran despite an invalid setting"
 (( $(wc -l < "$tmp/err.txt") == 1 )) || { cat "$tmp/err.txt" >&2; fail "expected one line on stderr"; }
 grep -q 'STENSOR_POLICY="sometimes"' "$tmp/err.txt" || fail "the error does not name the variable and value: $(cat "$tmp/err.txt")"
+grep -q '^stensor: invalid' "$tmp/err.txt" && ! grep -q 'stensor: stensor:' "$tmp/err.txt" ||
+  fail "the error does not carry exactly one prefix: $(cat "$tmp/err.txt")"
+
+# A misspelled option would leave the run uncapped without a word: it stops
+# the program with one line naming the variable, its value and the option
+# meant. Other variables are no business of stensor's.
+if STENSOR_MEMRY_LIMIT=8MiB LD_PRELOAD="$preload" "$train" --steps 1 > "$tmp/out.txt" 2> "$tmp/err.txt"; then
+  fail "a misspelled STENSOR_MEMRY_LIMIT was accepted"
+fi
+[[ ! -s $tmp/out.txt ]] || fail "the program ran despite a misspelled variable"
+(( $(wc -l < "$tmp/err.txt") == 1 )) || { cat "$tmp/err.txt" >&2; fail "misspelled: expected one line on stderr"; }
+grep -q '^stensor: unknown variable STENSOR_MEMRY_LIMIT="8MiB" .*did you mean STENSOR_MEMORY_LIMIT?' "$tmp/err.txt" ||
+  fail "the error does not name the variable, its value and the option: $(cat "$tmp/err.txt")"
+NOT_STENSOR_X=1 STENSORX=1 LD_PRELOAD="$preload" "$train" --steps 5 > "$tmp/other.txt"
+cmp -s "$tmp/plain.txt" "$tmp/other.txt" || fail "a variable that is not STENSOR_* changed the run"
 
 # STENSOR_REAL_LIBCUDA naming something that is not a CUDA driver (a library
 # without cuInit and cuDriverGetVersion, stensor itself, the toolkit's stub
