@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -45,10 +46,10 @@ absl::StatusOr<std::unique_ptr<AccessLog>> AccessLog::Open(
     close(fd);
     return failure(error);
   }
-  return std::unique_ptr<AccessLog>(new AccessLog(file));
+  return std::unique_ptr<AccessLog>(new AccessLog(file, path));
 }
 
-AccessLog::AccessLog(std::FILE* file) : file_(file) {
+AccessLog::AccessLog(std::FILE* file, std::string path) : file_(file), path_(std::move(path)) {
   writer_ = std::thread([this] { Run(); });
 }
 
@@ -59,9 +60,31 @@ AccessLog::~AccessLog() {
 }
 
 void AccessLog::WriteFinal(const std::string& line) {
+  {
+    MutexLock lock(&mu_);
+    ++appended_;
+  }
   std::lock_guard<std::mutex> lock(write_mu_);
   WriteLine(line);
   FinishFile();
+}
+
+void AccessLog::NoteError(int error) {
+  MutexLock lock(&mu_);
+  if (first_error_ == 0) first_error_ = error != 0 ? error : EIO;
+}
+
+std::string AccessLog::LossReport() const {
+  MutexLock lock(&mu_);
+  if (unlinked_) {
+    return absl::StrCat("stensor: the access log \"", path_,
+                        "\" (STENSOR_ACCESS_LOG) was deleted while it was written: its ",
+                        appended_, " records are lost");
+  }
+  if (dropped_ == 0) return "";
+  return absl::StrCat("stensor: the access log \"", path_, "\" (STENSOR_ACCESS_LOG) lost ",
+                      dropped_, " of ", appended_, " records",
+                      first_error_ != 0 ? absl::StrCat(": ", std::strerror(first_error_)) : "");
 }
 
 void AccessLog::Append(std::string line) {
@@ -70,6 +93,7 @@ void AccessLog::Append(std::string line) {
     return closed_ || queue_.size() < kMaxQueued;
   };
   mu_.Await(absl::Condition(&room));
+  ++appended_;
   if (closed_) {
     ++dropped_;
     return;
@@ -138,6 +162,7 @@ void AccessLog::Flush() {
   if (file_ == nullptr || unflushed_.load() == 0) return;
   const uint64_t lines = unflushed_.exchange(0);
   if (std::fflush(file_) != 0) {
+    NoteError(errno);
     MutexLock lock(&mu_);
     dropped_ += lines;
   }
@@ -158,6 +183,7 @@ void AccessLog::WriteLine(const std::string& line) {
   if (file_ == nullptr) return;
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() ||
       std::fputc('\n', file_) == EOF) {
+    NoteError(errno);
     MutexLock lock(&mu_);
     ++dropped_;
     return;
@@ -168,7 +194,12 @@ void AccessLog::WriteLine(const std::string& line) {
 void AccessLog::FinishFile() {
   if (file_ == nullptr) return;
   Flush();
-  std::fclose(file_);
+  struct stat st;
+  if (fstat(fileno(file_), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 0) {
+    MutexLock lock(&mu_);
+    unlinked_ = true;
+  }
+  if (std::fclose(file_) != 0) NoteError(errno);
   file_ = nullptr;
 }
 

@@ -54,6 +54,11 @@ class AccessLog {
 
   uint64_t dropped() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // After Close: one line for the user when records were lost (a full disk,
+  // a write error, the file deleted while written), naming the path, how
+  // many of how many records and why; "" when the log is whole.
+  std::string LossReport() const ABSL_LOCKS_EXCLUDED(mu_);
+
   // fork(): BeforeFork flushes what the writer wrote and keeps it from
   // writing until AfterFork, so the child inherits no buffered lines (its exit would
   // write them into the parent's log a second time). In the child the log
@@ -66,7 +71,10 @@ class AccessLog {
   size_t queued() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  explicit AccessLog(std::FILE* file);
+  AccessLog(std::FILE* file, std::string path);
+  // A write or flush failed with `error` (errno): the first one is kept for
+  // LossReport.
+  void NoteError(int error) ABSL_LOCKS_EXCLUDED(mu_);
   void Run();
   void StopWriter() ABSL_LOCKS_EXCLUDED(mu_);
   void WriteFinal(const std::string& line);
@@ -83,6 +91,12 @@ class AccessLog {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   // Lines that failed to write or came after Close.
   uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t appended_ ABSL_GUARDED_BY(mu_) = 0;  // every line offered, the final one too
+  int first_error_ ABSL_GUARDED_BY(mu_) = 0;    // errno of the first failed write
+  // The file had no name left when it was closed (deleted while written):
+  // every line written went with it.
+  bool unlinked_ ABSL_GUARDED_BY(mu_) = false;
+  const std::string path_;
   // Held while writing to or flushing the FILE, and across fork() (so the
   // child inherits an empty buffer); guards file_.
   std::mutex write_mu_;

@@ -105,5 +105,41 @@ TEST(AccessLogTest, QueueIsBoundedAndLosesNothing) {
   EXPECT_EQ(text, want + "end 0\n");
 }
 
+// A full disk loses every record; the log says how many and why, once.
+TEST(AccessLogTest, AFullDiskIsReportedWithTheRecordsLost) {
+  auto log = AccessLog::Open("/dev/full");
+  ASSERT_TRUE(log.ok()) << log.status();
+  for (int i = 0; i < 100; ++i) (*log)->Append(absl::StrCat(R"({"i":)", i, "}"));
+  (*log)->Close([](uint64_t) { return std::string(R"({"type":"end"})"); });
+  EXPECT_EQ((*log)->dropped(), 101u);
+  EXPECT_EQ((*log)->LossReport(),
+            "stensor: the access log \"/dev/full\" (STENSOR_ACCESS_LOG) lost 101 of 101 "
+            "records: No space left on device");
+}
+
+// Deleted while written: the writes succeed into a file nobody can read.
+TEST(AccessLogTest, AFileDeletedWhileWrittenIsReported) {
+  const std::string path = testing::TempDir() + "/deleted.jsonl";
+  auto log = AccessLog::Open(path);
+  ASSERT_TRUE(log.ok()) << log.status();
+  (*log)->Append(R"({"type":"a"})");
+  ASSERT_EQ(unlink(path.c_str()), 0);
+  (*log)->Append(R"({"type":"b"})");
+  (*log)->Close([](uint64_t) { return std::string(R"({"type":"end"})"); });
+  EXPECT_EQ((*log)->LossReport(),
+            absl::StrCat("stensor: the access log \"", path,
+                         "\" (STENSOR_ACCESS_LOG) was deleted while it was written: its 3 "
+                         "records are lost"));
+}
+
+TEST(AccessLogTest, AWholeLogReportsNothing) {
+  const std::string path = testing::TempDir() + "/whole.jsonl";
+  auto log = AccessLog::Open(path);
+  ASSERT_TRUE(log.ok()) << log.status();
+  (*log)->Append(R"({"type":"a"})");
+  (*log)->Close([](uint64_t) { return std::string(R"({"type":"end"})"); });
+  EXPECT_EQ((*log)->LossReport(), "");
+}
+
 }  // namespace
 }  // namespace stensor

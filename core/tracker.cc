@@ -1147,6 +1147,12 @@ void Tracker::Shutdown() {
           .Uint("dropped", dropped)
           .Finish();
     });
+    // A log that lost records says so once, on stderr (a full disk or a
+    // deleted file would otherwise pass unnoticed: the program exits 0).
+    if (std::string loss = log_->LossReport(); !loss.empty()) {
+      loss.push_back('\n');
+      std::fwrite(loss.data(), 1, loss.size(), stderr);
+    }
   });
 }
 

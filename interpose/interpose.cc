@@ -178,10 +178,14 @@ const Config& StartConfig() {
 void CheckAccessLogWritable(const Config& config) {
   std::string path = config.AccessLogPath(static_cast<int>(getpid()));
   if (path.empty()) return;
+  // An existing file must be writable (a device such as /dev/full, or a
+  // file in a directory the program may not write); a new one needs its
+  // directory writable.
   std::string dir = path.find('/') == std::string::npos
                         ? "."
                         : path.substr(0, path.rfind('/') + 1);
-  if (access(dir.c_str(), W_OK) != 0) {
+  const bool exists = access(path.c_str(), F_OK) == 0;
+  if (access(exists ? path.c_str() : dir.c_str(), W_OK) != 0) {
     RawLog("cannot write the access log \"%s\" (STENSOR_ACCESS_LOG): %s",
            path.c_str(), std::strerror(errno));
     std::_Exit(1);

@@ -74,6 +74,29 @@ grep -q '^stensor: unknown variable STENSOR_MEMRY_LIMIT="8MiB" .*did you mean ST
 NOT_STENSOR_X=1 STENSORX=1 LD_PRELOAD="$preload" "$train" --steps 5 > "$tmp/other.txt"
 cmp -s "$tmp/plain.txt" "$tmp/other.txt" || fail "a variable that is not STENSOR_* changed the run"
 
+# A log that cannot be created (no such directory; an existing read-only
+# file) stops the program at start with one line.
+touch "$tmp/readonly.jsonl" && chmod a-w "$tmp/readonly.jsonl"
+for log in "$tmp/no-such-dir/log.jsonl" "$tmp/readonly.jsonl"; do
+  if [[ $log == *readonly* && -w $log ]]; then continue; fi  # root writes anyway
+  if STENSOR_ACCESS_LOG=$log LD_PRELOAD="$preload" "$train" --steps 1 > "$tmp/out.txt" 2> "$tmp/err.txt"; then
+    fail "an access log at $log was accepted"
+  fi
+  [[ ! -s $tmp/out.txt ]] || fail "$log: the program ran without its log"
+  (( $(wc -l < "$tmp/err.txt") == 1 )) || { cat "$tmp/err.txt" >&2; fail "$log: expected one line on stderr"; }
+  grep -q "^stensor: cannot write the access log \"$log\" (STENSOR_ACCESS_LOG): " "$tmp/err.txt" ||
+    fail "$log: $(cat "$tmp/err.txt")"
+done
+
+# A log on a full disk: the run is unchanged and one line says how many
+# records were lost (it used to lose them all with nothing said).
+STENSOR_ACCESS_LOG=/dev/full LD_PRELOAD="$preload" "$train" --steps 5 > "$tmp/full.txt" 2> "$tmp/err.txt" ||
+  fail "full disk: exit $?: $(cat "$tmp/err.txt")"
+cmp -s "$tmp/plain.txt" "$tmp/full.txt" || fail "output differs with the log on a full disk"
+(( $(wc -l < "$tmp/err.txt") == 1 )) || { cat "$tmp/err.txt" >&2; fail "full disk: expected one line on stderr"; }
+grep -qE '^stensor: the access log "/dev/full" \(STENSOR_ACCESS_LOG\) lost [0-9]+ of [0-9]+ records: No space left on device$' \
+  "$tmp/err.txt" || fail "full disk: $(cat "$tmp/err.txt")"
+
 # STENSOR_REAL_LIBCUDA naming something that is not a CUDA driver (a library
 # without cuInit and cuDriverGetVersion, stensor itself, the toolkit's stub
 # libcuda.so, whose cuDriverGetVersion answers CUDA_ERROR_STUB_LIBRARY = 34:
