@@ -22,6 +22,7 @@
 #include "core/driver_pool.h"
 #include "core/host_copy.h"
 #include "core/json.h"
+#include "core/log.h"
 #include "core/memory_manager_internal.h"
 #include "core/stream_use.h"
 
@@ -118,10 +119,9 @@ std::unique_ptr<MemoryManager> MemoryManager::Create(const Config& config,
   }
   if (std::string missing = MissingEntryPoints(*driver); !missing.empty()) {
     // Calling a null entry point later would crash the program: no cap.
-    std::fprintf(stderr,
-                 "stensor: STENSOR_MEMORY_LIMIT is not applied: the CUDA driver lacks %s, "
-                 "which swapping needs (STENSOR_REAL_LIBCUDA names another driver?)\n",
-                 missing.c_str());
+    SayOnce(LogLevel::kWarn, "cap-not-applied",
+            absl::StrCat("STENSOR_MEMORY_LIMIT is not applied: the CUDA driver lacks ", missing,
+                         ", which swapping needs (STENSOR_REAL_LIBCUDA names another driver?)"));
     return nullptr;
   }
   std::unique_ptr<EvictionPolicy> policy =
@@ -898,18 +898,11 @@ bool MemoryManager::VerifiedClean(Device& dev, Buffer& b) {
           .Str("last_kernel", name(b.last_kernel))
           .Str("last_writer", name(b.last_writer))
           .Finish());
-  constexpr int kMaxWarnings = 10;
-  if (verify_warnings_ < kMaxWarnings) {
-    ++verify_warnings_;
-    std::fprintf(stderr,
-                 "stensor: STENSOR_VERIFY=%s: buffer %llu (%llu bytes) changed on the device "
-                 "although no write to it was inferred; copied instead of dropped. Last kernel "
-                 "that used it: %s; last inferred writer: %s%s\n",
-                 mode, static_cast<unsigned long long>(b.id),
-                 static_cast<unsigned long long>(b.size), name(b.last_kernel),
-                 name(b.last_writer),
-                 verify_warnings_ == kMaxWarnings ? " (further mismatches are only counted)" : "");
-  }
+  Say(LogLevel::kWarn, "verify-mismatch",
+      absl::StrCat("STENSOR_VERIFY=", mode, ": buffer ", b.id, " (", b.size,
+                   " bytes) changed on the device although no write to it was inferred; "
+                   "copied instead of dropped. Last kernel that used it: ",
+                   name(b.last_kernel), "; last inferred writer: ", name(b.last_writer)));
   return false;
 }
 

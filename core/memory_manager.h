@@ -658,7 +658,6 @@ class MemoryManager {
   const Vmm vmm_{driver_, &stats_.driver_errors};
   bool warned_no_host_vmm_ ABSL_GUARDED_BY(mu_) = false;
   bool warned_host_limit_ ABSL_GUARDED_BY(mu_) = false;
-  int verify_warnings_ ABSL_GUARDED_BY(mu_) = 0;  // mismatches told on stderr
   // Freed buffers not yet released (S404), so that releasing them walks
   // them only.
   std::vector<Buffer*> garbage_ ABSL_GUARDED_BY(mu_);

@@ -12,7 +12,9 @@
 #include <cstdio>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "core/json.h"
+#include "core/log.h"
 #include "core/memory_manager_internal.h"
 #include "core/stream_use.h"
 
@@ -219,14 +221,10 @@ CUresult MemoryManager::PinLocked(Buffer& b, const char* api) {
             .Uint("bytes", b.size)
             .Int("device", b.device)
             .Finish());
-    if (config_.log_level <= LogLevel::kWarn) {
-      std::fprintf(stderr,
-                   "stensor [warning] buffer %llu (%llu bytes at 0x%llx) stays on the "
-                   "device for good: %s hands its memory out of stensor's control\n",
-                   static_cast<unsigned long long>(b.id),
-                   static_cast<unsigned long long>(b.size),
-                   static_cast<unsigned long long>(b.base), api);
-    }
+    Say(LogLevel::kWarn, "pin",
+        absl::StrFormat("buffer %u (%u bytes at 0x%x) stays on the device for good: %s hands its "
+                        "memory out of stensor's control",
+                        b.id, b.size, b.base, api));
   }
   return CUDA_SUCCESS;
 }

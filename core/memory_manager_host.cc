@@ -13,8 +13,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/context_scope.h"
 #include "core/json.h"
+#include "core/log.h"
 #include "core/memory_manager_internal.h"
 
 namespace stensor {
@@ -55,11 +57,10 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b, bool will_copy) {
   if (host_cap && dev.host_bytes + b.reserved > *host_cap) {
     if (!warned_host_limit_) {
       warned_host_limit_ = true;
-      std::fprintf(stderr,
-                   "stensor: out of memory: the device cap (STENSOR_MEMORY_LIMIT, %llu "
-                   "bytes on device %d) and the host limit (STENSOR_HOST_LIMIT, %zu "
-                   "bytes) are both exhausted\n",
-                   static_cast<unsigned long long>(dev.cap), dev.ordinal, *host_cap);
+      Say(LogLevel::kWarn, "host-limit",
+          absl::StrCat("out of memory: the device cap (STENSOR_MEMORY_LIMIT, ", dev.cap,
+                       " bytes on device ", dev.ordinal, ") and the host limit (STENSOR_HOST_LIMIT, ",
+                       *host_cap, " bytes) are both exhausted"));
     }
     Log(JsonLine()
             .Str("type", "oom")
@@ -71,6 +72,10 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b, bool will_copy) {
   }
   if (!dev.host_vmm && !warned_no_host_vmm_) {
     warned_no_host_vmm_ = true;
+    SayOnce(LogLevel::kWarn, "no-host-vmm",
+            "this driver has no host-located VMM: swapped-out buffers are unmapped, and a "
+            "kernel that reaches one through a pointer stensor cannot see (one kept in device "
+            "memory) faults (README, Limits)");
     Log(JsonLine()
             .Str("type", "limitation")
             .Str("what", "host-located VMM unsupported: swapped-out buffers are "

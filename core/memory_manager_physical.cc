@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "core/json.h"
+#include "core/log.h"
 #include "core/memory_manager_internal.h"
 
 namespace stensor {
@@ -283,6 +285,10 @@ void MemoryManager::EndShadow(Device& dev, Buffer& b) {
 }
 
 void MemoryManager::LogHostUnmapped(const Buffer& b) const {
+  Say(LogLevel::kWarn, "host-unmapped",
+      absl::StrCat("the host copy of buffer ", b.id,
+                   " could not be mapped at its address while it is swapped out: a kernel "
+                   "reaching it through a pointer stensor cannot see would fault"));
   Log(JsonLine()
           .Str("type", "limitation")
           .Str("what", "the host copy could not be mapped at a swapped-out buffer's address")

@@ -9,7 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "core/json.h"
+#include "core/log.h"
 #include "core/stream_ordered.h"
 
 namespace stensor {
@@ -1150,8 +1152,7 @@ void Tracker::Shutdown() {
     // A log that lost records says so once, on stderr (a full disk or a
     // deleted file would otherwise pass unnoticed: the program exits 0).
     if (std::string loss = log_->LossReport(); !loss.empty()) {
-      loss.push_back('\n');
-      std::fwrite(loss.data(), 1, loss.size(), stderr);
+      Say(LogLevel::kError, "access-log-loss", absl::StripPrefix(loss, "stensor: "));
     }
   });
 }

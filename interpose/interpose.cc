@@ -23,11 +23,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "core/config.h"
+#include "core/log.h"
 #include "interpose/raw_log.h"
 #include "interpose/state.h"
-#include "spdlog/sinks/stdout_sinks.h"
-#include "spdlog/spdlog.h"
 
 #define STENSOR_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -63,7 +63,6 @@ struct Globals {
   InterposeState state;
   absl::flat_hash_map<void*, void*> hook_by_real;     // real entry -> hook
   absl::flat_hash_map<std::string, void*> hook_by_name;
-  std::shared_ptr<spdlog::logger> logger;             // alive until exit
 };
 
 std::atomic<Globals*> g_globals{nullptr};
@@ -73,19 +72,6 @@ std::mutex g_build_mu;
 bool g_exit_registered = false;  // under g_build_mu
 // This process is a child of fork() (of a parent that had loaded stensor).
 bool g_forked = false;
-
-spdlog::level::level_enum SpdlogLevel(LogLevel level) {
-  switch (level) {
-    case LogLevel::kTrace: return spdlog::level::trace;
-    case LogLevel::kDebug: return spdlog::level::debug;
-    case LogLevel::kInfo: return spdlog::level::info;
-    case LogLevel::kWarn: return spdlog::level::warn;
-    case LogLevel::kError: return spdlog::level::err;
-    case LogLevel::kCritical: return spdlog::level::critical;
-    case LogLevel::kOff: return spdlog::level::off;
-  }
-  return spdlog::level::warn;
-}
 
 void Shutdown() {
   if (Globals* g = g_globals.load()) g->state.tracker->Shutdown();
@@ -232,11 +218,7 @@ Globals* Build() {
   BuildingOnThisThread() = true;
   const Config& config = StartConfig();
   auto* g = new Globals;  // leaked: hooks may run during exit
-  // Not registered by name: a child of fork() builds its own.
-  g->logger = std::make_shared<spdlog::logger>(
-      "stensor", std::make_shared<spdlog::sinks::stderr_sink_mt>());
-  g->logger->set_pattern("stensor [%l] %v");
-  g->logger->set_level(SpdlogLevel(config.log_level));
+  SetLogLevel(config.log_level);
 
   const std::string path =
       config.real_libcuda.empty() ? "libcuda.so.1" : config.real_libcuda;
@@ -284,8 +266,8 @@ Globals* Build() {
     std::_Exit(1);
   }
   g->state.tracker = tracker->release();
-  g->logger->info("intercepting {} ({} of the driver's entry points found)",
-                  path, found);
+  Say(LogLevel::kInfo, "start",
+      absl::StrCat("intercepting ", path, " (", found, " of the driver's entry points found)"));
   BuildingOnThisThread() = false;
   return g;
 }

@@ -38,7 +38,14 @@ for vmm in 1 0; do
   run "bounds-$vmm" bounds LD_PRELOAD="$preload" STENSOR_MEMORY_LIMIT=$cap FAKECUDA_HOST_VMM=$vmm
   (( $(stat "bounds-$vmm" "swap-outs copied") >= 1 )) || fail "bounds-$vmm: nothing was swapped out"
   (( $(peak "bounds-$vmm") <= cap )) || fail "bounds-$vmm: peak $(peak "bounds-$vmm") above the cap $cap"
+  # Without host-located VMM a hidden pointer to a swapped-out buffer
+  # faults: said once on stderr, not only in the access log.
+  warned=$(grep -c "^stensor: this driver has no host-located VMM" "$tmp/bounds-$vmm.err" || true)
+  (( warned == 1 - vmm )) || fail "bounds-$vmm: the no-host-VMM warning appeared $warned times"
 done
+run bounds-quiet bounds LD_PRELOAD="$preload" STENSOR_MEMORY_LIMIT=$cap FAKECUDA_HOST_VMM=0 \
+  STENSOR_LOG_LEVEL=error
+! grep -q "host-located VMM" "$tmp/bounds-quiet.err" || fail "STENSOR_LOG_LEVEL=error did not silence a warning"
 
 # vmm: 16 MiB cap, four 2 MiB buffers, up to sixteen 2 MiB handles.
 cap=$((8 * granule))
