@@ -73,6 +73,7 @@ absl::StatusOr<std::unique_ptr<Tracker>> Tracker::Create(const Config& config,
     if (!log.ok()) return log.status();
     t->log_ = std::move(*log);
   }
+  if (config.stats || t->log_) t->leaks_ = std::make_unique<Leaks>();
   Tracker* raw = t.get();
   t->memory_ = MemoryManager::Create(config, driver, [raw](std::string line) {
     if (raw->log_) raw->Log(std::move(line));
@@ -252,6 +253,8 @@ void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
   // accesses are unknown, those of any table.
   if (!tables_.empty()) tables_.OnDeviceWrite(accesses.writes);
   if (!kernel->layout_known || accesses.unknown_tables) tables_.MarkAllStale();
+  // Descriptions outlive the tracker, so their names may be kept.
+  if (leaks_) leaks_->OnLaunch(kernel->demangled.c_str(), accesses.reads, accesses.writes);
   Count(OpType::kLaunch);
   if (log_) LogLaunch(api, *kernel, grid, block, stream, accesses);
 }
@@ -602,6 +605,7 @@ uint64_t Tracker::OnAlloc(const char* api, uint64_t base, uint64_t size,
   CUdevice device = 0;
   if (driver_->cuCtxGetDevice != nullptr) driver_->cuCtxGetDevice(&device);
   std::optional<uint64_t> id = registry_.Add(base, size, device, kind);
+  if (leaks_ && id && kind != BufferKind::kAppVmm) leaks_->OnAlloc(*id, api, size, device);
   if (!log_) return id.value_or(0);
   Log(JsonLine()
           .Str("type", "alloc")
@@ -619,6 +623,7 @@ void Tracker::OnFree(const char* api, uint64_t base) {
   Count(OpType::kFree);
   std::optional<Buffer> b = registry_.Remove(base);
   if (b) tables_.OnFree(b->id);
+  if (b && leaks_) leaks_->OnFree(b->id);
   if (!log_) return;
   Log(JsonLine()
           .Str("type", "free")
@@ -673,6 +678,7 @@ void Tracker::OnUnmap(const char* api, uint64_t base, uint64_t size) {
   for (const Buffer& b : registry_.RemoveRange(base, size)) {
     Count(OpType::kFree);
     tables_.OnFree(b.id);
+    if (leaks_) leaks_->OnFree(b.id);
     if (!log_) continue;
     Log(JsonLine()
             .Str("type", "free")
@@ -1133,6 +1139,10 @@ void Tracker::Shutdown() {
     if (memory_ && config_.stats) {
       std::string text = memory_->StatsText();
       std::fwrite(text.data(), 1, text.size(), stderr);
+    }
+    // At most 9 lines: within the logger's 10 of a kind.
+    if (leaks_) {
+      for (const std::string& line : leaks_->Report(/*shown=*/7)) Say(LogLevel::kWarn, "leak", line);
     }
     if (!log_) return;
     std::call_once(header_once_, [this] { log_->Append(Header()); });

@@ -26,6 +26,7 @@
 #include "core/driver.h"
 #include "core/graph_plan.h"
 #include "core/launch_inference.h"
+#include "core/leaks.h"
 #include "core/memory_manager.h"
 #include "core/pointer_tables.h"
 
@@ -276,6 +277,8 @@ class Tracker {
   CaptureState capture_;
   GraphPlans graphs_;
   std::unique_ptr<AccessLog> log_;
+  // Buffers never freed, when a report is wanted (STENSOR_STATS or a log).
+  std::unique_ptr<Leaks> leaks_;
   std::unique_ptr<MemoryManager> memory_;
   std::once_flag header_once_;
   std::once_flag shutdown_once_;
