@@ -1,0 +1,1125 @@
+#include "tools/report.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "core/config.h"
+#include "nlohmann/json.hpp"
+
+namespace stensor {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr char kUsage[] =
+    "usage: stensor report LOG -o OUT.html|OUT.svg [--format html|svg] [--top N]\n"
+    "                      [--granularity BYTES] [--partial]\n";
+
+constexpr char kHelp[] =
+    "\n"
+    "Reads an access log (STENSOR_ACCESS_LOG, docs/access-log.md) and writes a\n"
+    "self-contained report of the run: no scripts, no fonts or anything else\n"
+    "fetched from the network. docs/report.md tells how to read it.\n"
+    "\n"
+    "  LOG                  the access log (JSON lines; decompress a .gz first)\n"
+    "  -o, --output PATH    where to write: a page (.html, .htm) with the summary,\n"
+    "                       the tables and the plot, or the plot alone (.svg)\n"
+    "  --format html|svg    the output's kind when PATH's extension says neither\n"
+    "  --top N              rows of the buffer and kernel tables (default 10)\n"
+    "  --granularity BYTES  the VMM granule that swappable allocations are\n"
+    "                       charged in whole (default 2097152, as current GPUs)\n"
+    "  --partial            report on a log that lacks its `end` record (the\n"
+    "                       program did not exit normally) instead of failing\n"
+    "  -h, --help           this text\n"
+    "\n"
+    "Shown: peak resident bytes per device against the cap (STENSOR_MEMORY_LIMIT\n"
+    "from the log's header); swap-outs and swap-ins with a copy (bytes moved),\n"
+    "clean and never-written drops and swap-ins without a copy (no bytes moved);\n"
+    "the clean-drop share of evictions; the host's waits (swap_wait, evict_wait,\n"
+    "unknown_wait); the buffers that moved most bytes; the kernels whose launch\n"
+    "followed the longest swap waits; device resident bytes over the run\n"
+    "(x: operation index) with the cap, and bytes out / in per bucket of\n"
+    "operations beneath.\n"
+    "\n"
+    "Exit status: 0 written; 1 the log is unreadable, not an access log or\n"
+    "truncated, or OUT cannot be written (one line names the file and line);\n"
+    "2 bad arguments.\n";
+
+enum class Format { kUnset, kHtml, kSvg };
+
+struct ReportFlags {
+  std::string log;
+  std::string output;
+  Format format = Format::kUnset;
+  int top = 10;
+  uint64_t granularity = uint64_t{2} << 20;
+  bool partial = false;
+  bool help = false;
+};
+
+absl::StatusOr<ReportFlags> ParseFlags(const std::vector<std::string>& args) {
+  ReportFlags flags;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      flags.help = true;
+      continue;
+    }
+    if (a == "--partial") {
+      flags.partial = true;
+      continue;
+    }
+    if (a.empty() || a[0] != '-' || a == "-") {
+      if (!flags.log.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("one log only ('", flags.log, "' and '", a, "')"));
+      }
+      flags.log = a;
+      continue;
+    }
+    std::string name = a, value;
+    if (size_t eq = name.find('='); eq != std::string::npos && absl::StartsWith(name, "--")) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+    } else {
+      if (i + 1 >= args.size()) return absl::InvalidArgumentError(absl::StrCat(name, " needs a value"));
+      value = args[++i];
+    }
+    if (name == "-o" || name == "--output") {
+      if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(name, " needs a path"));
+      flags.output = value;
+    } else if (name == "--format") {
+      if (value == "html") {
+        flags.format = Format::kHtml;
+      } else if (value == "svg") {
+        flags.format = Format::kSvg;
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--format '", value, "' is not valid; expected html or svg"));
+      }
+    } else if (name == "--top") {
+      if (!absl::SimpleAtoi(value, &flags.top) || flags.top < 1 || flags.top > 1000) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--top '", value, "' is not valid; expected 1 to 1000"));
+      }
+    } else if (name == "--granularity") {
+      if (!absl::SimpleAtoi(value, &flags.granularity) || flags.granularity == 0 ||
+          flags.granularity % 4096 != 0 || flags.granularity > (uint64_t{1} << 40)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--granularity '", value, "' is not valid; expected a positive multiple of 4096 bytes"));
+      }
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", name));
+    }
+  }
+  if (flags.help) return flags;
+  if (flags.log.empty()) return absl::InvalidArgumentError("no access log given");
+  if (flags.output.empty()) return absl::InvalidArgumentError("-o OUT.html or -o OUT.svg is required");
+  if (flags.format == Format::kUnset) {
+    std::string lower = flags.output;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (absl::EndsWith(lower, ".svg")) {
+      flags.format = Format::kSvg;
+    } else if (absl::EndsWith(lower, ".html") || absl::EndsWith(lower, ".htm")) {
+      flags.format = Format::kHtml;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot tell the output's kind from '", flags.output,
+          "'; name it .html or .svg, or give --format html|svg"));
+    }
+  }
+  return flags;
+}
+
+// ---------------------------------------------------------------------------
+// Reading the log.
+
+std::optional<uint64_t> Uint(const Json& r, const char* key) {
+  auto it = r.find(key);
+  if (it == r.end() || !it->is_number_unsigned()) return std::nullopt;
+  return it->get<uint64_t>();
+}
+
+std::optional<double> Number(const Json& r, const char* key) {
+  auto it = r.find(key);
+  if (it == r.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+
+std::string String(const Json& r, const char* key) {
+  auto it = r.find(key);
+  if (it == r.end() || !it->is_string()) return "";
+  return it->get<std::string>();
+}
+
+// A header value as text: strings as they are, anything else as JSON.
+std::string ValueText(const Json& r, const char* key) {
+  auto it = r.find(key);
+  if (it == r.end()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  return it->dump();
+}
+
+uint64_t AlignUp(uint64_t v, uint64_t unit) { return (v + unit - 1) / unit * unit; }
+
+// One point of a plotted series: a bucket of operations on one device.
+struct Point {
+  uint64_t max_resident = 0;
+  uint64_t last_resident = 0;
+  uint64_t bytes_in = 0;   // host->device, swap-ins with a copy
+  uint64_t bytes_out = 0;  // device->host, swap-outs
+};
+
+// Resident bytes and traffic per bucket of operations, for every device,
+// in at most kMaxPlotBuckets buckets: when the log outgrows them, adjacent
+// buckets are merged and the width doubles.
+class Timeline {
+ public:
+  // Device slot `slot`'s resident bytes became `bytes` at operation `op`.
+  void Resident(uint64_t op, size_t slot, uint64_t bytes) {
+    Point& p = At(op, slot);
+    p.max_resident = std::max(p.max_resident, bytes);
+    p.last_resident = bytes;
+    Current(slot) = bytes;
+  }
+  void Traffic(uint64_t op, size_t slot, uint64_t in, uint64_t out) {
+    Point& p = At(op, slot);
+    p.bytes_in += in;
+    p.bytes_out += out;
+  }
+  // Makes the buckets reach operation `op` (the last one of the log).
+  void Reach(uint64_t op) {
+    for (size_t slot = 0; slot < current_.size(); ++slot) At(op, slot);
+  }
+
+  uint64_t width() const { return width_; }
+  size_t buckets() const { return columns_.size(); }
+  // Bucket `b` of device slot `slot` (zero before the device appeared).
+  Point Get(size_t b, size_t slot) const {
+    return slot < columns_[b].size() ? columns_[b][slot] : Point{};
+  }
+
+ private:
+  uint64_t& Current(size_t slot) {
+    if (slot >= current_.size()) current_.resize(slot + 1, 0);
+    return current_[slot];
+  }
+
+  Point& At(uint64_t op, size_t slot) {
+    Current(slot);
+    while (op / width_ >= kMaxPlotBuckets) Merge();
+    const size_t b = op / width_;
+    while (columns_.size() <= b) {
+      std::vector<Point> column(current_.size());
+      for (size_t s = 0; s < current_.size(); ++s) {
+        column[s].max_resident = column[s].last_resident = current_[s];
+      }
+      columns_.push_back(std::move(column));
+    }
+    std::vector<Point>& column = columns_[b];
+    if (column.size() <= slot) column.resize(slot + 1);
+    return column[slot];
+  }
+
+  void Merge() {
+    std::vector<std::vector<Point>> merged((columns_.size() + 1) / 2);
+    for (size_t i = 0; i < columns_.size(); ++i) {
+      std::vector<Point>& into = merged[i / 2];
+      const std::vector<Point>& from = columns_[i];
+      if (into.size() < from.size()) into.resize(from.size());
+      for (size_t s = 0; s < from.size(); ++s) {
+        into[s].max_resident = std::max(into[s].max_resident, from[s].max_resident);
+        into[s].last_resident = from[s].last_resident;
+        into[s].bytes_in += from[s].bytes_in;
+        into[s].bytes_out += from[s].bytes_out;
+      }
+    }
+    columns_ = std::move(merged);
+    width_ *= 2;
+  }
+
+  uint64_t width_ = 1;
+  std::vector<std::vector<Point>> columns_;
+  std::vector<uint64_t> current_;  // per slot
+};
+
+struct BufferStats {
+  uint64_t id = 0;
+  uint64_t bytes = 0;
+  uint64_t charge = 0;
+  size_t slot = 0;
+  bool resident = true;
+  std::string kind;
+  uint64_t bytes_out = 0;  // swap-outs
+  uint64_t bytes_in = 0;   // swap-ins with a copy
+  uint64_t swap_outs = 0;
+  uint64_t swap_ins = 0;  // all, with a copy or not
+  uint64_t drops = 0;     // clean and never-written
+  int first_kernel = -1;  // index into Report::kernels
+  uint64_t moved() const { return bytes_out + bytes_in; }
+};
+
+struct KernelStats {
+  std::string name;  // demangled where the log has it
+  uint64_t launches = 0;
+  uint64_t waits = 0;  // swap_wait records before its launches
+  double wait_seconds = 0;
+};
+
+struct Count {
+  uint64_t records = 0;
+  uint64_t bytes = 0;
+  void Add(uint64_t b) {
+    ++records;
+    bytes += b;
+  }
+};
+
+struct DeviceInfo {
+  int64_t ordinal = 0;
+  std::string name;
+  uint64_t total_bytes = 0;
+  std::optional<uint64_t> cap;
+  uint64_t resident = 0;
+  uint64_t peak = 0;
+  uint64_t peak_op = 0;
+  uint64_t oom_cap = 0;  // the cap an `oom` record stated, if any
+};
+
+struct Report {
+  std::string log;
+  uint64_t pid = 0;
+  std::string limit_text;  // STENSOR_MEMORY_LIMIT as the header has it
+  std::string policy, prefetch;
+  std::vector<DeviceInfo> devices;  // slots
+  uint64_t lines = 0;
+  uint64_t operations = 0;
+  uint64_t launches = 0;
+  bool ended = false;
+  uint64_t dropped = 0;
+  std::optional<uint64_t> live_at_end;
+
+  Count swap_out, swap_in_copy, swap_in_no_copy, drop_clean, drop_unwritten;
+  Count pins, ooms, verify_mismatches, table_read_backs;
+  std::map<std::string, std::pair<uint64_t, double>> swap_waits;  // by `what`
+  std::pair<uint64_t, double> evict_waits{0, 0}, unknown_waits{0, 0};
+  double pending_wait = 0;  // swap_wait seconds not yet followed by a launch
+  uint64_t pending_waits = 0;
+  uint64_t inconsistent = 0;  // swap records that contradict the buffer's state
+
+  absl::flat_hash_map<uint64_t, BufferStats> live;  // by id
+  absl::flat_hash_map<std::string, BufferStats> untracked;  // id 0, by address
+  std::vector<BufferStats> freed;  // freed buffers that moved bytes, trimmed
+  std::vector<KernelStats> kernels;
+  absl::flat_hash_map<std::string, int> kernel_index;
+  Timeline timeline;
+};
+
+class Reader {
+ public:
+  Reader(std::string log, uint64_t granularity, int top) : granularity_(granularity), top_(top) {
+    report_.log = std::move(log);
+  }
+
+  absl::Status Line(absl::string_view text, uint64_t line) {
+    report_.lines = line;
+    Json r;
+    try {
+      r = Json::parse(text.begin(), text.end());
+    } catch (const Json::parse_error& e) {
+      if (line == 1) return NotALog(line);
+      return Error(line, absl::StrCat("not a JSON record (a truncated or corrupt log): ",
+                                      Explain(e.what())));
+    }
+    if (!r.is_object() || !r.contains("type") || !r["type"].is_string()) {
+      if (line == 1) return NotALog(line);
+      return Error(line, "not an access-log record (no \"type\")");
+    }
+    const std::string type = r["type"].get<std::string>();
+    if (line == 1) {
+      if (type != "header") return NotALog(line);
+      return Header(r, line);
+    }
+    if (report_.ended) return Error(line, "a record after the `end` record");
+    if (type == "header") return Error(line, "a second `header` record (two logs in one file?)");
+    if (type == "end") return End(r);
+    if (type == "alloc") return Alloc(r, line);
+    if (type == "free") return Free(r, line);
+    if (type == "swap_out" || type == "drop_clean" || type == "drop_unwritten") {
+      return Evict(type, r, line);
+    }
+    if (type == "swap_in") return SwapIn(r, line);
+    if (type == "launch" || type == "graph_launch") return Launch(type, r);
+    if (type == "swap_wait") {
+      const double s = Number(r, "seconds").value_or(0);
+      auto& w = report_.swap_waits[String(r, "what")];
+      ++w.first;
+      w.second += s;
+      report_.pending_wait += s;
+      ++report_.pending_waits;
+    } else if (type == "evict_wait" || type == "unknown_wait") {
+      auto& w = type == "evict_wait" ? report_.evict_waits : report_.unknown_waits;
+      ++w.first;
+      w.second += Number(r, "seconds").value_or(0);
+    } else if (type == "oom") {
+      report_.ooms.Add(Uint(r, "bytes").value_or(0));
+      if (String(r, "what") != "host") {
+        const size_t slot = Slot(Uint(r, "device").value_or(0));
+        report_.devices[slot].oom_cap = Uint(r, "cap").value_or(0);
+      }
+    } else if (type == "pin") {
+      report_.pins.Add(Uint(r, "bytes").value_or(0));
+    } else if (type == "verify_mismatch") {
+      report_.verify_mismatches.Add(Uint(r, "bytes").value_or(0));
+    } else if (type == "table_read_back") {
+      report_.table_read_backs.Add(Uint(r, "bytes").value_or(0));
+    } else if (type == "memcpy" || type == "memset" || type == "sync" ||
+               type == "host_alloc" || type == "host_free") {
+      ++report_.operations;
+    }
+    // graph_instantiate, limitation and record types newer than this reader
+    // carry nothing the report shows.
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Report> Finish(bool partial) && {
+    if (report_.lines == 0) return Error(1, "an empty file, not an access log");
+    if (!report_.ended && !partial) {
+      return Error(report_.lines,
+                   "the log ends without its `end` record (truncated: the program did not exit "
+                   "normally, or the file was cut); --partial reports what is there");
+    }
+    report_.timeline.Reach(report_.operations == 0 ? 0 : report_.operations - 1);
+    if (report_.pending_waits > 0) {
+      KernelStats& k = Kernel("(no launch after the wait)");
+      k.waits += report_.pending_waits;
+      k.wait_seconds += report_.pending_wait;
+    }
+    for (auto& [id, b] : report_.live) report_.freed.push_back(std::move(b));
+    report_.live.clear();
+    Trim(report_.freed, static_cast<size_t>(top_));
+    return std::move(report_);
+  }
+
+ private:
+  static std::string Explain(absl::string_view what) {
+    // nlohmann's message starts "[json.exception.parse_error.101] "; the rest
+    // says where and why.
+    if (size_t close = what.find("] "); close != absl::string_view::npos) {
+      what.remove_prefix(close + 2);
+    }
+    return std::string(what);
+  }
+
+  absl::Status Error(uint64_t line, absl::string_view what) const {
+    return absl::InvalidArgumentError(absl::StrCat(report_.log, ": line ", line, ": ", what));
+  }
+
+  absl::Status NotALog(uint64_t line) const {
+    return Error(line,
+                 "not a stensor access log: its first line must be a `header` record "
+                 "(docs/access-log.md)");
+  }
+
+  absl::Status Header(const Json& r, uint64_t line) {
+    if (Uint(r, "format").value_or(0) != 1) {
+      return Error(line, absl::StrCat("access-log format ", ValueText(r, "format"),
+                                      "; this report reads format 1"));
+    }
+    report_.pid = Uint(r, "pid").value_or(0);
+    if (auto config = r.find("config"); config != r.end() && config->is_object()) {
+      report_.limit_text = ValueText(*config, "STENSOR_MEMORY_LIMIT");
+      report_.policy = ValueText(*config, "STENSOR_POLICY");
+      report_.prefetch = ValueText(*config, "STENSOR_PREFETCH");
+    }
+    if (!report_.limit_text.empty()) {
+      const std::string text = report_.limit_text;
+      absl::StatusOr<Config> parsed = Config::Parse([&text](const char* name) -> const char* {
+        return absl::string_view(name) == "STENSOR_MEMORY_LIMIT" ? text.c_str() : nullptr;
+      });
+      if (!parsed.ok()) {
+        return Error(line, absl::StrCat("STENSOR_MEMORY_LIMIT '", text,
+                                        "' in the header does not parse: ",
+                                        parsed.status().message()));
+      }
+      memory_limit_ = parsed->memory_limit;
+    }
+    if (auto devices = r.find("devices"); devices != r.end() && devices->is_array()) {
+      for (const Json& d : *devices) {
+        if (!d.is_object()) continue;
+        const size_t slot = Slot(Uint(d, "ordinal").value_or(0));
+        report_.devices[slot].name = String(d, "name");
+        report_.devices[slot].total_bytes = Uint(d, "total_bytes").value_or(0);
+        report_.devices[slot].cap = CapOf(report_.devices[slot]);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  std::optional<uint64_t> CapOf(const DeviceInfo& d) const {
+    std::optional<size_t> cap =
+        memory_limit_.BytesFor(static_cast<int>(d.ordinal), d.total_bytes);
+    if (!cap) return std::nullopt;
+    return static_cast<uint64_t>(*cap);
+  }
+
+  size_t Slot(uint64_t ordinal) {
+    for (size_t i = 0; i < report_.devices.size(); ++i) {
+      if (report_.devices[i].ordinal == static_cast<int64_t>(ordinal)) return i;
+    }
+    DeviceInfo d;
+    d.ordinal = static_cast<int64_t>(ordinal);
+    d.name = absl::StrCat("device ", ordinal);
+    d.cap = CapOf(d);
+    report_.devices.push_back(std::move(d));
+    return report_.devices.size() - 1;
+  }
+
+  void SetResident(size_t slot, int64_t delta) {
+    DeviceInfo& d = report_.devices[slot];
+    if (delta < 0 && static_cast<uint64_t>(-delta) > d.resident) {
+      ++report_.inconsistent;
+      d.resident = 0;
+    } else {
+      d.resident += delta;
+    }
+    if (d.resident > d.peak) {
+      d.peak = d.resident;
+      d.peak_op = report_.operations;
+    }
+    report_.timeline.Resident(report_.operations, slot, d.resident);
+  }
+
+  absl::Status End(const Json& r) {
+    report_.ended = true;
+    report_.dropped = Uint(r, "dropped").value_or(0);
+    report_.live_at_end = Uint(r, "live_buffers");
+    return absl::OkStatus();
+  }
+
+  absl::Status Alloc(const Json& r, uint64_t line) {
+    std::optional<uint64_t> id = Uint(r, "id");
+    std::optional<uint64_t> bytes = Uint(r, "bytes");
+    if (!id || !bytes) return Error(line, "an `alloc` without `id` or `bytes`");
+    if (*bytes > (uint64_t{1} << 60)) return Error(line, "an `alloc` of more than 2^60 bytes");
+    BufferStats b;
+    b.id = *id;
+    b.bytes = *bytes;
+    b.kind = String(r, "kind");
+    if (b.kind.empty()) b.kind = "device";
+    b.slot = Slot(Uint(r, "device").value_or(0));
+    // As the manager charges them (tools/trace.h): whole granules for
+    // cuMemAlloc of a granule or more, pages for the rest, the program's
+    // own VMM memory as it is.
+    const bool mem_alloc = b.kind == "device" && !absl::StrContains(String(r, "api"), "Pitch");
+    if (b.kind == "app_vmm") {
+      b.charge = b.bytes;
+    } else if (mem_alloc && b.bytes >= granularity_) {
+      b.charge = AlignUp(b.bytes, granularity_);
+    } else {
+      b.charge = AlignUp(b.bytes, 4096);
+    }
+    const size_t slot = b.slot;
+    const uint64_t charge = b.charge;
+    if (*id == 0) {
+      report_.untracked[String(r, "addr")] = std::move(b);
+    } else if (!report_.live.emplace(*id, std::move(b)).second) {
+      return Error(line, absl::StrCat("buffer ", *id, " allocated twice"));
+    }
+    SetResident(slot, static_cast<int64_t>(charge));
+    ++report_.operations;
+    return absl::OkStatus();
+  }
+
+  absl::Status Free(const Json& r, uint64_t line) {
+    std::optional<uint64_t> id = Uint(r, "id");
+    if (!id) return Error(line, "a `free` without `id`");
+    BufferStats b;
+    if (*id == 0) {
+      auto it = report_.untracked.find(String(r, "addr"));
+      if (it != report_.untracked.end()) {
+        b = std::move(it->second);
+        report_.untracked.erase(it);
+        if (b.resident) SetResident(b.slot, -static_cast<int64_t>(b.charge));
+      }
+    } else {
+      auto it = report_.live.find(*id);
+      if (it == report_.live.end()) {
+        return Error(line, absl::StrCat("a `free` of buffer ", *id, ", never allocated"));
+      }
+      b = std::move(it->second);
+      report_.live.erase(it);
+      if (b.resident) SetResident(b.slot, -static_cast<int64_t>(b.charge));
+      if (b.moved() > 0) {
+        report_.freed.push_back(std::move(b));
+        if (report_.freed.size() > 4 * static_cast<size_t>(top_) + 64) {
+          Trim(report_.freed, static_cast<size_t>(top_));
+        }
+      }
+    }
+    ++report_.operations;
+    return absl::OkStatus();
+  }
+
+  absl::Status Evict(const std::string& type, const Json& r, uint64_t line) {
+    std::optional<uint64_t> id = Uint(r, "id");
+    const uint64_t bytes = Uint(r, "bytes").value_or(0);
+    if (!id) return Error(line, absl::StrCat("a `", type, "` without `id`"));
+    Count& count = type == "swap_out"     ? report_.swap_out
+                   : type == "drop_clean" ? report_.drop_clean
+                                          : report_.drop_unwritten;
+    count.Add(bytes);
+    auto it = report_.live.find(*id);
+    if (it == report_.live.end() || !it->second.resident) {
+      // Records of concurrent threads can meet in the log out of order; the
+      // report says how many did (resident bytes are then approximate).
+      ++report_.inconsistent;
+      if (type == "swap_out") {
+        report_.timeline.Traffic(report_.operations, Slot(Uint(r, "device").value_or(0)), 0, bytes);
+      }
+      return absl::OkStatus();
+    }
+    BufferStats& b = it->second;
+    b.resident = false;
+    if (type == "swap_out") {
+      b.bytes_out += bytes;
+      ++b.swap_outs;
+      report_.timeline.Traffic(report_.operations, b.slot, 0, bytes);
+    } else {
+      ++b.drops;
+    }
+    SetResident(b.slot, -static_cast<int64_t>(b.charge));
+    return absl::OkStatus();
+  }
+
+  absl::Status SwapIn(const Json& r, uint64_t line) {
+    std::optional<uint64_t> id = Uint(r, "id");
+    const uint64_t bytes = Uint(r, "bytes").value_or(0);
+    if (!id) return Error(line, "a `swap_in` without `id`");
+    auto copy = r.find("copy");
+    const bool copied = copy == r.end() || !copy->is_boolean() || copy->get<bool>();
+    (copied ? report_.swap_in_copy : report_.swap_in_no_copy).Add(bytes);
+    auto it = report_.live.find(*id);
+    if (it == report_.live.end() || it->second.resident) {
+      ++report_.inconsistent;
+      if (copied) {
+        report_.timeline.Traffic(report_.operations, Slot(Uint(r, "device").value_or(0)), bytes, 0);
+      }
+      return absl::OkStatus();
+    }
+    BufferStats& b = it->second;
+    b.resident = true;
+    ++b.swap_ins;
+    if (copied) {
+      b.bytes_in += bytes;
+      report_.timeline.Traffic(report_.operations, b.slot, bytes, 0);
+    }
+    SetResident(b.slot, static_cast<int64_t>(b.charge));
+    return absl::OkStatus();
+  }
+
+  KernelStats& Kernel(const std::string& name) {
+    auto [it, inserted] = report_.kernel_index.emplace(name, report_.kernels.size());
+    if (inserted) report_.kernels.push_back(KernelStats{name});
+    return report_.kernels[it->second];
+  }
+
+  absl::Status Launch(const std::string& type, const Json& r) {
+    std::string name;
+    if (type == "launch") {
+      name = String(r, "demangled");
+      if (name.empty()) name = String(r, "kernel");
+      if (name.empty()) name = "(unnamed kernel)";
+    } else {
+      name = absl::StrCat("graph ", String(r, "graph"), " (graph launch)");
+    }
+    KernelStats& k = Kernel(name);
+    const int index = report_.kernel_index[name];
+    ++k.launches;
+    k.waits += report_.pending_waits;
+    k.wait_seconds += report_.pending_wait;
+    report_.pending_waits = 0;
+    report_.pending_wait = 0;
+    ++report_.launches;
+    if (auto reads = r.find("reads"); reads != r.end() && reads->is_array()) {
+      for (const Json& id : *reads) {
+        if (!id.is_number_unsigned()) continue;
+        auto it = report_.live.find(id.get<uint64_t>());
+        if (it != report_.live.end() && it->second.first_kernel < 0) {
+          it->second.first_kernel = index;
+        }
+      }
+    }
+    ++report_.operations;
+    return absl::OkStatus();
+  }
+
+  // Keeps the `top` buffers that moved most (ties: the lower id first).
+  static void Trim(std::vector<BufferStats>& buffers, size_t top) {
+    auto more = [](const BufferStats& a, const BufferStats& b) {
+      return a.moved() != b.moved() ? a.moved() > b.moved() : a.id < b.id;
+    };
+    buffers.erase(std::remove_if(buffers.begin(), buffers.end(),
+                                 [](const BufferStats& b) { return b.moved() == 0; }),
+                  buffers.end());
+    const size_t n = std::min(top, buffers.size());
+    std::partial_sort(buffers.begin(), buffers.begin() + n, buffers.end(), more);
+    buffers.resize(n);
+  }
+
+  const uint64_t granularity_;
+  const int top_;
+  MemoryLimit memory_limit_;
+  Report report_;
+};
+
+absl::StatusOr<Report> ReadReport(const ReportFlags& flags) {
+  std::ifstream in(flags.log, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot open access log ", flags.log, ": ", std::strerror(errno)));
+  }
+  Reader reader(flags.log, flags.granularity, flags.top);
+  std::string text;
+  uint64_t line = 0;
+  while (std::getline(in, text)) {
+    ++line;
+    if (absl::Status s = reader.Line(text, line); !s.ok()) return s;
+  }
+  if (in.bad()) {
+    return absl::DataLossError(absl::StrCat(flags.log, ": line ", line + 1, ": cannot read: ",
+                                            std::strerror(errno)));
+  }
+  return std::move(reader).Finish(flags.partial);
+}
+
+// ---------------------------------------------------------------------------
+// Writing it.
+
+// Escapes text for HTML and XML alike (element content and attributes);
+// control characters XML does not allow become U+FFFD.
+std::string Escape(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') {
+          out += "\xEF\xBF\xBD";
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+std::string Bytes(double bytes) {
+  constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 5) {
+    bytes /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrFormat("%.0f B", bytes) : absl::StrFormat("%.1f %s", bytes, kUnits[u]);
+}
+
+// A round step for about `target` ticks over [0, span].
+double TickStep(double span, int target) {
+  if (span <= 0) return 1;
+  const double raw = span / target;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    if (raw <= m * mag) return m * mag;
+  }
+  return 10 * mag;
+}
+
+// A round byte step (powers of two of KiB/MiB/GiB times 1, 2, 5).
+double ByteStep(double span, int target) {
+  if (span <= 0) return 1;
+  const double raw = span / target;
+  double unit = 1;
+  while (unit * 1024 <= raw) unit *= 1024;
+  for (double m : {1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1024.0}) {
+    if (raw <= m * unit) return m * unit;
+  }
+  return 1024 * unit;
+}
+
+std::string Num(double v) { return absl::StrFormat("%.1f", v); }
+
+constexpr char kResidentColor[] = "#1f77b4";
+constexpr char kCapColor[] = "#d62728";
+constexpr char kOutColor[] = "#ff7f0e";
+constexpr char kInColor[] = "#2ca02c";
+
+// One panel per device: resident bytes (a step line, the maximum of each
+// bucket) and the cap above, bytes out (up) and in (down) per bucket below.
+std::string Svg(const Report& r) {
+  constexpr double kWidth = 1100, kLeft = 90, kRight = 30, kPlotH = 250, kBarsH = 120;
+  constexpr double kPanelH = 40 + kPlotH + 30 + kBarsH + 50;
+  const double plot_w = kWidth - kLeft - kRight;
+  const Timeline& t = r.timeline;
+  const size_t n = t.buckets();
+  const double ops = std::max<double>(1, static_cast<double>(n) * t.width());
+  const size_t panels = std::max<size_t>(1, r.devices.size());
+  const double height = panels * kPanelH + 30;
+  std::string s = absl::StrFormat(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+      "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"12\" "
+      "role=\"img\" aria-labelledby=\"plot-title\">\n"
+      "<title id=\"plot-title\">Device resident bytes over the run of %s</title>\n"
+      "<rect width=\"100%%\" height=\"100%%\" fill=\"#ffffff\"/>\n",
+      kWidth, height, kWidth, height, Escape(r.log));
+  if (r.devices.empty()) {
+    absl::StrAppend(&s, "<text x=\"", kLeft, "\" y=\"40\">No device allocations in the log.</text>\n");
+  }
+  for (size_t slot = 0; slot < r.devices.size(); ++slot) {
+    const DeviceInfo& d = r.devices[slot];
+    const double top = 30 + slot * kPanelH;
+    const double base = top + 40 + kPlotH;  // the resident plot's zero line
+    const double bars_mid = base + 30 + kBarsH / 2;
+    double ymax = std::max<double>({1, static_cast<double>(d.peak),
+                                    d.cap ? static_cast<double>(*d.cap) : 0.0});
+    ymax *= 1.08;
+    auto x_of = [&](double op) { return kLeft + op / ops * plot_w; };
+    auto y_of = [&](double bytes) { return base - bytes / ymax * kPlotH; };
+    absl::StrAppend(
+        &s, "<g class=\"device\">\n",
+        absl::StrFormat("<text x=\"%s\" y=\"%s\" font-size=\"14\" font-weight=\"bold\">%s</text>\n",
+                        Num(kLeft), Num(top + 16),
+                        Escape(absl::StrCat("Device ", d.ordinal, " (", d.name, "): resident bytes, peak ",
+                                            Bytes(d.peak),
+                                            d.cap ? absl::StrCat(", cap ", Bytes(*d.cap))
+                                                  : std::string(", no cap")))));
+    // Axes and grid.
+    const double ystep = ByteStep(ymax, 5);
+    for (double v = 0; v <= ymax; v += ystep) {
+      absl::StrAppend(&s, absl::StrFormat(
+          "<line x1=\"%s\" x2=\"%s\" y1=\"%s\" y2=\"%s\" stroke=\"#e4e4e4\"/>"
+          "<text x=\"%s\" y=\"%s\" text-anchor=\"end\" fill=\"#444\">%s</text>\n",
+          Num(kLeft), Num(kLeft + plot_w), Num(y_of(v)), Num(y_of(v)), Num(kLeft - 6),
+          Num(y_of(v) + 4), Bytes(v)));
+    }
+    const double xstep = TickStep(ops, 8);
+    for (double v = 0; v <= ops; v += xstep) {
+      absl::StrAppend(&s, absl::StrFormat(
+          "<line x1=\"%s\" x2=\"%s\" y1=\"%s\" y2=\"%s\" stroke=\"#e4e4e4\"/>"
+          "<text x=\"%s\" y=\"%s\" text-anchor=\"middle\" fill=\"#444\">%.0f</text>\n",
+          Num(x_of(v)), Num(x_of(v)), Num(top + 40), Num(base), Num(x_of(v)), Num(base + 16), v));
+    }
+    absl::StrAppend(&s, absl::StrFormat(
+        "<rect x=\"%s\" y=\"%s\" width=\"%s\" height=\"%s\" fill=\"none\" stroke=\"#888\"/>\n",
+        Num(kLeft), Num(top + 40), Num(plot_w), Num(kPlotH)));
+    // Resident bytes: an area and its outline, a step per bucket.
+    std::string points;
+    for (size_t b = 0; b < n; ++b) {
+      const double y = y_of(static_cast<double>(t.Get(b, slot).max_resident));
+      absl::StrAppend(&points, Num(x_of(static_cast<double>(b) * t.width())), ",", Num(y), " ",
+                      Num(x_of(static_cast<double>(b + 1) * t.width())), ",", Num(y), " ");
+    }
+    if (!points.empty()) points.pop_back();
+    absl::StrAppend(&s, absl::StrFormat(
+        "<polygon class=\"resident-area\" points=\"%s,%s %s %s,%s\" fill=\"%s\" "
+        "fill-opacity=\"0.15\" stroke=\"none\"/>\n",
+        Num(kLeft), Num(base), points, Num(x_of(ops)), Num(base), kResidentColor));
+    absl::StrAppend(&s, absl::StrFormat(
+        "<polyline class=\"resident\" points=\"%s\" fill=\"none\" stroke=\"%s\" "
+        "stroke-width=\"2\" stroke-linejoin=\"round\"/>\n",
+        points, kResidentColor));
+    if (d.cap) {
+      absl::StrAppend(&s, absl::StrFormat(
+          "<line class=\"cap\" x1=\"%s\" x2=\"%s\" y1=\"%s\" y2=\"%s\" stroke=\"%s\" "
+          "stroke-width=\"2\" stroke-dasharray=\"8 4\"/>"
+          "<text x=\"%s\" y=\"%s\" text-anchor=\"end\" fill=\"%s\">cap %s</text>\n",
+          Num(kLeft), Num(kLeft + plot_w), Num(y_of(*d.cap)), Num(y_of(*d.cap)), kCapColor,
+          Num(kLeft + plot_w - 4), Num(y_of(*d.cap) - 5), kCapColor, Escape(Bytes(*d.cap))));
+    }
+    // Traffic: out above the middle line, in below, on one scale.
+    uint64_t tmax = 1;
+    for (size_t b = 0; b < n; ++b) {
+      const Point p = t.Get(b, slot);
+      tmax = std::max({tmax, p.bytes_in, p.bytes_out});
+    }
+    const double half = kBarsH / 2 - 4;
+    std::string out_path, in_path;
+    const double bw = std::max(plot_w / static_cast<double>(std::max<size_t>(n, 1)), 0.6);
+    for (size_t b = 0; b < n; ++b) {
+      const Point p = t.Get(b, slot);
+      const double x = x_of(static_cast<double>(b) * t.width());
+      if (p.bytes_out > 0) {
+        const double h = std::max(1.0, p.bytes_out / static_cast<double>(tmax) * half);
+        absl::StrAppend(&out_path, "M", Num(x), " ", Num(bars_mid - h), "h", Num(bw), "v", Num(h),
+                        "h-", Num(bw), "z");
+      }
+      if (p.bytes_in > 0) {
+        const double h = std::max(1.0, p.bytes_in / static_cast<double>(tmax) * half);
+        absl::StrAppend(&in_path, "M", Num(x), " ", Num(bars_mid), "h", Num(bw), "v", Num(h),
+                        "h-", Num(bw), "z");
+      }
+    }
+    absl::StrAppend(&s, absl::StrFormat(
+        "<rect x=\"%s\" y=\"%s\" width=\"%s\" height=\"%s\" fill=\"none\" stroke=\"#888\"/>\n"
+        "<line x1=\"%s\" x2=\"%s\" y1=\"%s\" y2=\"%s\" stroke=\"#888\"/>\n"
+        "<path class=\"swap-out\" d=\"%s\" fill=\"%s\"/>\n"
+        "<path class=\"swap-in\" d=\"%s\" fill=\"%s\"/>\n"
+        "<text x=\"%s\" y=\"%s\" text-anchor=\"end\" fill=\"#444\">out %s</text>\n"
+        "<text x=\"%s\" y=\"%s\" text-anchor=\"end\" fill=\"#444\">in %s</text>\n",
+        Num(kLeft), Num(bars_mid - kBarsH / 2), Num(plot_w), Num(kBarsH), Num(kLeft),
+        Num(kLeft + plot_w), Num(bars_mid), Num(bars_mid), out_path, kOutColor, in_path,
+        kInColor, Num(kLeft - 6), Num(bars_mid - half + 8), Bytes(tmax), Num(kLeft - 6),
+        Num(bars_mid + half), Bytes(tmax)));
+    // Legend and axis label.
+    const double ly = bars_mid + kBarsH / 2 + 22;
+    absl::StrAppend(&s, absl::StrFormat(
+        "<text x=\"%s\" y=\"%s\" text-anchor=\"middle\" fill=\"#444\">operation index "
+        "(%u per bucket)</text>\n",
+        Num(kLeft + plot_w / 2), Num(ly + 18), t.width()));
+    double lx = kLeft;
+    auto legend = [&](const char* color, const std::string& label, bool dashed) {
+      absl::StrAppend(&s, absl::StrFormat(
+          "<line x1=\"%s\" x2=\"%s\" y1=\"%s\" y2=\"%s\" stroke=\"%s\" stroke-width=\"%s\"%s/>"
+          "<text x=\"%s\" y=\"%s\">%s</text>\n",
+          Num(lx), Num(lx + 22), Num(ly - 4), Num(ly - 4), color, dashed ? "2" : "8",
+          dashed ? " stroke-dasharray=\"8 4\"" : "", Num(lx + 28), Num(ly), Escape(label)));
+      lx += 40 + 7 * label.size();
+    };
+    legend(kResidentColor, "resident bytes (max per bucket)", false);
+    if (d.cap) legend(kCapColor, "cap (STENSOR_MEMORY_LIMIT)", true);
+    legend(kOutColor, "swap-out bytes, device to host (per bucket, up)", false);
+    legend(kInColor, "swap-in bytes copied, host to device (down)", false);
+    absl::StrAppend(&s, "</g>\n");
+  }
+  absl::StrAppend(&s, "</svg>\n");
+  return s;
+}
+
+std::string Share(double part, double whole) {
+  return whole > 0 ? absl::StrFormat("%.1f%%", 100.0 * part / whole) : "-";
+}
+
+std::string Row(absl::string_view label, absl::string_view value, absl::string_view note = "") {
+  return absl::StrCat("<tr><th>", Escape(label), "</th><td>", Escape(value), "</td><td>",
+                      Escape(note), "</td></tr>\n");
+}
+
+std::string CountRow(absl::string_view label, const Count& c, absl::string_view note) {
+  return Row(label, absl::StrCat(c.records, " (", Bytes(c.bytes), ", ", c.bytes, " bytes)"), note);
+}
+
+std::string Html(const Report& r, const std::vector<const KernelStats*>& kernels, int top) {
+  std::string h =
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
+  absl::StrAppend(&h, "<title>stensor report: ", Escape(r.log), "</title>\n");
+  absl::StrAppend(
+      &h,
+      "<style>\n"
+      "body{font-family:sans-serif;margin:24px auto;max-width:1140px;color:#222;"
+      "background:#fff;line-height:1.4}\n"
+      "h1{font-size:22px;margin-bottom:4px}h2{font-size:18px;margin-top:28px;"
+      "border-bottom:1px solid #ddd;padding-bottom:4px}\n"
+      "table{border-collapse:collapse;margin:8px 0}\n"
+      "th,td{padding:3px 10px;text-align:left;vertical-align:top;border-bottom:1px solid #eee}\n"
+      "td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}\n"
+      "table.summary th{font-weight:normal;color:#444;white-space:nowrap}\n"
+      "table.summary td:nth-child(3){color:#666;font-size:13px}\n"
+      "code,.kernel{font-family:monospace;font-size:13px;overflow-wrap:anywhere}\n"
+      ".note{color:#666;font-size:13px}.warn{color:#a33}\n"
+      "svg{max-width:100%;height:auto}\n"
+      "</style>\n</head>\n<body>\n");
+  absl::StrAppend(&h, "<h1>stensor report</h1>\n<p class=\"note\">", Escape(r.log), ": ", r.lines,
+                  " lines, ", r.operations, " operations (", r.launches, " launches), pid ", r.pid,
+                  ". Policy ", Escape(r.policy.empty() ? "(unset)" : r.policy), ", prefetch ",
+                  Escape(r.prefetch.empty() ? "(unset)" : r.prefetch), ".</p>\n");
+  if (!r.ended) {
+    absl::StrAppend(&h, "<p class=\"warn\">The log has no <code>end</code> record: it was "
+                        "truncated (--partial); figures cover the lines read.</p>\n");
+  }
+
+  // Summary.
+  absl::StrAppend(&h, "<h2>Summary</h2>\n<table class=\"summary\">\n");
+  absl::StrAppend(&h, Row("STENSOR_MEMORY_LIMIT", r.limit_text.empty() ? "(unset: no cap)" : r.limit_text));
+  for (const DeviceInfo& d : r.devices) {
+    absl::StrAppend(
+        &h, Row(absl::StrCat("device ", d.ordinal, " peak resident"),
+                absl::StrCat(Bytes(d.peak), " (", d.peak, " bytes) at operation ", d.peak_op),
+                d.cap ? absl::StrCat(Share(d.peak, *d.cap), " of the cap") : "no cap"));
+    absl::StrAppend(&h, Row(absl::StrCat("device ", d.ordinal, " cap"),
+                            d.cap ? absl::StrCat(Bytes(*d.cap), " (", *d.cap, " bytes)") : "none",
+                            absl::StrCat(d.name, d.total_bytes ? absl::StrCat(", ", Bytes(d.total_bytes), " total") : "")));
+  }
+  const Count& out = r.swap_out;
+  const Count& in = r.swap_in_copy;
+  absl::StrAppend(&h, CountRow("swap_out", out, "device to host copies (bytes moved)"));
+  absl::StrAppend(&h, CountRow("swap_in with copy", in, "host to device copies (bytes moved)"));
+  absl::StrAppend(&h, Row("bytes moved", absl::StrCat(Bytes(out.bytes + in.bytes), " (",
+                                                      out.bytes + in.bytes, " bytes)"),
+                          "swap_out plus swap_in with copy"));
+  absl::StrAppend(&h, CountRow("drop_clean", r.drop_clean, "host copy current: no copy"));
+  absl::StrAppend(&h, CountRow("drop_unwritten", r.drop_unwritten, "never written: no copy"));
+  absl::StrAppend(&h, CountRow("swap_in without copy", r.swap_in_no_copy,
+                               "overwritten whole or never written: no copy"));
+  const uint64_t evictions = out.records + r.drop_clean.records + r.drop_unwritten.records;
+  absl::StrAppend(&h, Row("clean-drop share of evictions", Share(r.drop_clean.records, evictions),
+                          absl::StrCat("drop_clean of ", evictions,
+                                       " evictions (swap_out + drop_clean + drop_unwritten)")));
+  absl::StrAppend(&h, Row("evictions without a copy",
+                          Share(r.drop_clean.records + r.drop_unwritten.records, evictions),
+                          "drop_clean and drop_unwritten"));
+  double swap_wait = 0;
+  uint64_t swap_waits = 0;
+  std::string by_what;
+  for (const auto& [what, w] : r.swap_waits) {
+    swap_wait += w.second;
+    swap_waits += w.first;
+    absl::StrAppend(&by_what, by_what.empty() ? "" : ", ", what.empty() ? "?" : what, " ",
+                    w.first, " (", absl::StrFormat("%.3f s", w.second), ")");
+  }
+  absl::StrAppend(&h, Row("time waited for swaps", absl::StrFormat("%.3f s in %u swap_wait", swap_wait, swap_waits),
+                          by_what.empty() ? "the host never waited for stensor's streams" : by_what));
+  absl::StrAppend(&h, Row("time waited to evict",
+                          absl::StrFormat("%.3f s in %u evict_wait", r.evict_waits.second, r.evict_waits.first),
+                          "for the program's work on buffers about to be evicted"));
+  if (r.unknown_waits.first > 0) {
+    absl::StrAppend(&h, Row("time waited for unknown work",
+                            absl::StrFormat("%.3f s in %u unknown_wait", r.unknown_waits.second,
+                                            r.unknown_waits.first)));
+  }
+  if (r.ooms.records > 0) absl::StrAppend(&h, CountRow("oom", r.ooms, "allocations refused: nothing left to evict"));
+  if (r.pins.records > 0) absl::StrAppend(&h, CountRow("pin", r.pins, "buffers made resident for good"));
+  if (r.verify_mismatches.records > 0) {
+    absl::StrAppend(&h, CountRow("verify_mismatch", r.verify_mismatches, "clean drops that were not clean"));
+  }
+  if (r.table_read_backs.records > 0) {
+    absl::StrAppend(&h, CountRow("table_read_back", r.table_read_backs, "pointer tables read back"));
+  }
+  if (r.live_at_end) absl::StrAppend(&h, Row("live buffers at exit", absl::StrCat(*r.live_at_end)));
+  if (r.dropped > 0) {
+    absl::StrAppend(&h, Row("records lost", absl::StrCat(r.dropped), "the log is incomplete: figures are lower bounds"));
+  }
+  if (r.inconsistent > 0) {
+    absl::StrAppend(&h, Row("records out of order", absl::StrCat(r.inconsistent),
+                            "swap records that did not match the buffer's state: resident bytes are approximate"));
+  }
+  absl::StrAppend(&h, "</table>\n");
+
+  // The plot.
+  absl::StrAppend(&h, "<h2>Resident bytes and swap traffic</h2>\n<p class=\"note\">Device memory "
+                      "held by the program's buffers (as the manager charges them: whole granules, "
+                      "or pages) after each operation, the highest of each bucket of ",
+                  r.timeline.width(),
+                  " operation(s); the dashed line is the cap. Beneath: bytes copied out (up) and "
+                  "in (down) in each bucket. Drops and swap-ins without a copy move no bytes and "
+                  "show only in the line.</p>\n");
+  absl::StrAppend(&h, Svg(r));
+
+  // Buffers.
+  absl::StrAppend(&h, "<h2>Buffers that moved most</h2>\n");
+  if (r.freed.empty()) {
+    absl::StrAppend(&h, "<p>No buffer was copied in or out.</p>\n");
+  } else {
+    absl::StrAppend(&h, "<table class=\"buffers\">\n<tr><th>buffer</th><th>size</th><th>moved</th>"
+                        "<th>swap-outs</th><th>out</th><th>swap-ins</th><th>in (copied)</th>"
+                        "<th>drops</th><th>first used by</th></tr>\n");
+    for (const BufferStats& b : r.freed) {
+      absl::StrAppend(
+          &h, "<tr><td class=\"n\">", b.id, "</td><td class=\"n\">", Escape(Bytes(b.bytes)),
+          "</td><td class=\"n\">", Escape(Bytes(b.moved())), "</td><td class=\"n\">", b.swap_outs,
+          "</td><td class=\"n\">", Escape(Bytes(b.bytes_out)), "</td><td class=\"n\">", b.swap_ins,
+          "</td><td class=\"n\">", Escape(Bytes(b.bytes_in)), "</td><td class=\"n\">", b.drops,
+          "</td><td class=\"kernel\">",
+          b.first_kernel >= 0 ? Escape(r.kernels[b.first_kernel].name) : "(no launch)",
+          "</td></tr>\n");
+    }
+    absl::StrAppend(&h, "</table>\n");
+  }
+  absl::StrAppend(&h, "<p class=\"note\">Top ", top,
+                  " by bytes moved (swap-outs plus swap-ins with a copy). Drops and swap-ins "
+                  "without a copy are counted but move nothing.</p>\n");
+
+  // Kernels.
+  absl::StrAppend(&h, "<h2>Kernels that waited longest</h2>\n");
+  if (kernels.empty()) {
+    absl::StrAppend(&h, "<p>No swap_wait record: the host never waited for a swap.</p>\n");
+  } else {
+    absl::StrAppend(&h, "<table class=\"kernels\">\n<tr><th>kernel</th><th>waited</th>"
+                        "<th>waits</th><th>launches</th></tr>\n");
+    for (const KernelStats* k : kernels) {
+      absl::StrAppend(&h, "<tr><td class=\"kernel\">", Escape(k->name), "</td><td class=\"n\">",
+                      absl::StrFormat("%.3f s", k->wait_seconds), "</td><td class=\"n\">",
+                      k->waits, "</td><td class=\"n\">", k->launches, "</td></tr>\n");
+    }
+    absl::StrAppend(&h, "</table>\n");
+  }
+  absl::StrAppend(&h, "<p class=\"note\">Each swap_wait (the host waiting for stensor's swap "
+                      "streams) is charged to the next kernel launched after it: the launch it "
+                      "held up.</p>\n</body>\n</html>\n");
+  return h;
+}
+
+}  // namespace
+
+int RunReport(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  absl::StatusOr<ReportFlags> flags = ParseFlags(args);
+  if (!flags.ok()) {
+    err << "stensor report: " << flags.status().message() << "\n" << kUsage;
+    return 2;
+  }
+  if (flags->help) {
+    out << kUsage << kHelp;
+    return 0;
+  }
+  absl::StatusOr<Report> report = ReadReport(*flags);
+  if (!report.ok()) {
+    err << "stensor report: " << report.status().message() << "\n";
+    return 1;
+  }
+  std::vector<const KernelStats*> kernels;
+  for (const KernelStats& k : report->kernels) {
+    if (k.waits > 0) kernels.push_back(&k);
+  }
+  std::sort(kernels.begin(), kernels.end(), [](const KernelStats* a, const KernelStats* b) {
+    return a->wait_seconds != b->wait_seconds ? a->wait_seconds > b->wait_seconds
+                                              : a->name < b->name;
+  });
+  if (kernels.size() > static_cast<size_t>(flags->top)) kernels.resize(flags->top);
+  const std::string document = flags->format == Format::kSvg
+                                   ? absl::StrCat("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n",
+                                                  Svg(*report))
+                                   : Html(*report, kernels, flags->top);
+  std::ofstream file(flags->output, std::ios::binary | std::ios::trunc);
+  if (file) file << document;
+  if (file) file.close();
+  if (!file) {
+    err << "stensor report: cannot write " << flags->output << ": " << std::strerror(errno) << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace stensor
