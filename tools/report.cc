@@ -96,12 +96,21 @@ absl::StatusOr<ReportFlags> ParseFlags(const std::vector<std::string>& args) {
       continue;
     }
     std::string name = a, value;
+    std::optional<std::string> inline_value;
     if (size_t eq = name.find('='); eq != std::string::npos && absl::StartsWith(name, "--")) {
-      value = name.substr(eq + 1);
+      inline_value = name.substr(eq + 1);
       name.resize(eq);
-    } else {
-      if (i + 1 >= args.size()) return absl::InvalidArgumentError(absl::StrCat(name, " needs a value"));
+    }
+    if (name != "-o" && name != "--output" && name != "--format" && name != "--top" &&
+        name != "--granularity") {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", name));
+    }
+    if (inline_value) {
+      value = *inline_value;
+    } else if (i + 1 < args.size()) {
       value = args[++i];
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(name, " needs a value"));
     }
     if (name == "-o" || name == "--output") {
       if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(name, " needs a path"));
@@ -120,14 +129,12 @@ absl::StatusOr<ReportFlags> ParseFlags(const std::vector<std::string>& args) {
         return absl::InvalidArgumentError(
             absl::StrCat("--top '", value, "' is not valid; expected 1 to 1000"));
       }
-    } else if (name == "--granularity") {
+    } else {  // --granularity
       if (!absl::SimpleAtoi(value, &flags.granularity) || flags.granularity == 0 ||
           flags.granularity % 4096 != 0 || flags.granularity > (uint64_t{1} << 40)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--granularity '", value, "' is not valid; expected a positive multiple of 4096 bytes"));
       }
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", name));
     }
   }
   if (flags.help) return flags;
@@ -781,7 +788,7 @@ constexpr char kInColor[] = "#2ca02c";
 // bucket) and the cap above, bytes out (up) and in (down) per bucket below.
 std::string Svg(const Report& r) {
   constexpr double kWidth = 1100, kLeft = 90, kRight = 30, kPlotH = 250, kBarsH = 120;
-  constexpr double kPanelH = 40 + kPlotH + 30 + kBarsH + 50;
+  constexpr double kPanelH = 50 + kPlotH + 28 + kBarsH + 36;
   const double plot_w = kWidth - kLeft - kRight;
   const Timeline& t = r.timeline;
   const size_t n = t.buckets();
@@ -801,8 +808,9 @@ std::string Svg(const Report& r) {
   for (size_t slot = 0; slot < r.devices.size(); ++slot) {
     const DeviceInfo& d = r.devices[slot];
     const double top = 30 + slot * kPanelH;
-    const double base = top + 40 + kPlotH;  // the resident plot's zero line
-    const double bars_mid = base + 30 + kBarsH / 2;
+    const double plot_top = top + 50;
+    const double base = plot_top + kPlotH;  // the resident plot's zero line
+    const double bars_mid = base + 28 + kBarsH / 2;
     double ymax = std::max<double>({1, static_cast<double>(d.peak),
                                     d.cap ? static_cast<double>(*d.cap) : 0.0});
     ymax *= 1.08;
@@ -830,11 +838,11 @@ std::string Svg(const Report& r) {
       absl::StrAppend(&s, absl::StrFormat(
           "<line x1=\"%s\" x2=\"%s\" y1=\"%s\" y2=\"%s\" stroke=\"#e4e4e4\"/>"
           "<text x=\"%s\" y=\"%s\" text-anchor=\"middle\" fill=\"#444\">%.0f</text>\n",
-          Num(x_of(v)), Num(x_of(v)), Num(top + 40), Num(base), Num(x_of(v)), Num(base + 16), v));
+          Num(x_of(v)), Num(x_of(v)), Num(plot_top), Num(base), Num(x_of(v)), Num(base + 16), v));
     }
     absl::StrAppend(&s, absl::StrFormat(
         "<rect x=\"%s\" y=\"%s\" width=\"%s\" height=\"%s\" fill=\"none\" stroke=\"#888\"/>\n",
-        Num(kLeft), Num(top + 40), Num(plot_w), Num(kPlotH)));
+        Num(kLeft), Num(plot_top), Num(plot_w), Num(kPlotH)));
     // Resident bytes: an area and its outline, a step per bucket.
     std::string points;
     for (size_t b = 0; b < n; ++b) {
@@ -894,11 +902,11 @@ std::string Svg(const Report& r) {
         kInColor, Num(kLeft - 6), Num(bars_mid - half + 8), Bytes(tmax), Num(kLeft - 6),
         Num(bars_mid + half), Bytes(tmax)));
     // Legend and axis label.
-    const double ly = bars_mid + kBarsH / 2 + 22;
     absl::StrAppend(&s, absl::StrFormat(
         "<text x=\"%s\" y=\"%s\" text-anchor=\"middle\" fill=\"#444\">operation index "
-        "(%u per bucket)</text>\n",
-        Num(kLeft + plot_w / 2), Num(ly + 18), t.width()));
+        "(x axis; %u operation(s) per bucket)</text>\n",
+        Num(kLeft + plot_w / 2), Num(bars_mid + kBarsH / 2 + 18), t.width()));
+    const double ly = top + 36;
     double lx = kLeft;
     auto legend = [&](const char* color, const std::string& label, bool dashed) {
       absl::StrAppend(&s, absl::StrFormat(
@@ -906,11 +914,11 @@ std::string Svg(const Report& r) {
           "<text x=\"%s\" y=\"%s\">%s</text>\n",
           Num(lx), Num(lx + 22), Num(ly - 4), Num(ly - 4), color, dashed ? "2" : "8",
           dashed ? " stroke-dasharray=\"8 4\"" : "", Num(lx + 28), Num(ly), Escape(label)));
-      lx += 40 + 7 * label.size();
+      lx += 44 + 6.5 * label.size();
     };
     legend(kResidentColor, "resident bytes (max per bucket)", false);
-    if (d.cap) legend(kCapColor, "cap (STENSOR_MEMORY_LIMIT)", true);
-    legend(kOutColor, "swap-out bytes, device to host (per bucket, up)", false);
+    if (d.cap) legend(kCapColor, "cap", true);
+    legend(kOutColor, "swap-out bytes, device to host (up)", false);
     legend(kInColor, "swap-in bytes copied, host to device (down)", false);
     absl::StrAppend(&s, "</g>\n");
   }
@@ -949,7 +957,7 @@ std::string Html(const Report& r, const std::vector<const KernelStats*>& kernels
       "table.summary th{font-weight:normal;color:#444;white-space:nowrap}\n"
       "table.summary td:nth-child(3){color:#666;font-size:13px}\n"
       "code,.kernel{font-family:monospace;font-size:13px;overflow-wrap:anywhere}\n"
-      ".note{color:#666;font-size:13px}.warn{color:#a33}\n"
+      ".note{color:#666;font-size:13px}.warn{color:#a33}.headline{font-size:16px}\n"
       "svg{max-width:100%;height:auto}\n"
       "</style>\n</head>\n<body>\n");
   absl::StrAppend(&h, "<h1>stensor report</h1>\n<p class=\"note\">", Escape(r.log), ": ", r.lines,
@@ -960,6 +968,32 @@ std::string Html(const Report& r, const std::vector<const KernelStats*>& kernels
     absl::StrAppend(&h, "<p class=\"warn\">The log has no <code>end</code> record: it was "
                         "truncated (--partial); figures cover the lines read.</p>\n");
   }
+
+  // The headline, then the plot.
+  std::string peaks;
+  for (const DeviceInfo& d : r.devices) {
+    absl::StrAppend(&peaks, peaks.empty() ? "Device " : "; device ", d.ordinal, " peaked at ",
+                    Bytes(d.peak),
+                    d.cap ? absl::StrCat(" under a cap of ", Bytes(*d.cap)) : " with no cap");
+  }
+  double waited = 0;
+  for (const auto& [what, w] : r.swap_waits) waited += w.second;
+  absl::StrAppend(
+      &h, "<p class=\"headline\">", Escape(peaks.empty() ? "No device memory allocated" : peaks),
+      ". Moved ", Escape(Bytes(r.swap_out.bytes + r.swap_in_copy.bytes)), " (",
+      Escape(Bytes(r.swap_out.bytes)), " out, ", Escape(Bytes(r.swap_in_copy.bytes)),
+      " in); ", r.drop_clean.records + r.drop_unwritten.records,
+      " evictions needed no copy; the host waited ", absl::StrFormat("%.3f s", waited),
+      " for swaps.</p>\n");
+  // The plot.
+  absl::StrAppend(&h, "<h2>Resident bytes and swap traffic</h2>\n<p class=\"note\">Device memory "
+                      "held by the program's buffers (as the manager charges them: whole granules, "
+                      "or pages) after each operation, the highest of each bucket of ",
+                  r.timeline.width(),
+                  " operation(s); the dashed line is the cap. Beneath: bytes copied out (up) and "
+                  "in (down) in each bucket. Drops and swap-ins without a copy move no bytes and "
+                  "show only in the line.</p>\n");
+  absl::StrAppend(&h, Svg(r));
 
   // Summary.
   absl::StrAppend(&h, "<h2>Summary</h2>\n<table class=\"summary\">\n");
@@ -1027,16 +1061,6 @@ std::string Html(const Report& r, const std::vector<const KernelStats*>& kernels
                             "swap records that did not match the buffer's state: resident bytes are approximate"));
   }
   absl::StrAppend(&h, "</table>\n");
-
-  // The plot.
-  absl::StrAppend(&h, "<h2>Resident bytes and swap traffic</h2>\n<p class=\"note\">Device memory "
-                      "held by the program's buffers (as the manager charges them: whole granules, "
-                      "or pages) after each operation, the highest of each bucket of ",
-                  r.timeline.width(),
-                  " operation(s); the dashed line is the cap. Beneath: bytes copied out (up) and "
-                  "in (down) in each bucket. Drops and swap-ins without a copy move no bytes and "
-                  "show only in the line.</p>\n");
-  absl::StrAppend(&h, Svg(r));
 
   // Buffers.
   absl::StrAppend(&h, "<h2>Buffers that moved most</h2>\n");
