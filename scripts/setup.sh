@@ -16,6 +16,7 @@ packages=(
   libbenchmark-dev
   libglpk-dev          # exact offline optimum in `stensor sim`
   clang                # thread-safety analysis only (scripts/thread_safety.sh)
+  chromium             # renders `stensor report`'s page headless (tools:report_screenshot_test)
 )
 
 missing=()

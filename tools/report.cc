@@ -433,7 +433,12 @@ class Reader {
     if (size_t close = what.find("] "); close != absl::string_view::npos) {
       what.remove_prefix(close + 2);
     }
-    return std::string(what);
+    // The parser saw one line: its "line 1, " says nothing.
+    std::string text(what);
+    if (size_t at = text.find("at line 1, column "); at != std::string::npos) {
+      text.erase(at + 3, std::strlen("line 1, "));
+    }
+    return text;
   }
 
   absl::Status Error(uint64_t line, absl::string_view what) const {

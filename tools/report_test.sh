@@ -269,7 +269,7 @@ lines=$(wc -l < "$tmp/capped.jsonl")
 # Cut in the middle of line 100; and cut after whole lines (no `end`).
 head -n 99 "$tmp/capped.jsonl" > "$tmp/cut.jsonl"
 sed -n 100p "$tmp/capped.jsonl" | head -c 40 >> "$tmp/cut.jsonl"
-expect_error 1 "cut\.jsonl: line 100: not a JSON record" "$tmp/cut.jsonl" -o "$tmp/x.html"
+expect_error 1 "cut\.jsonl: line 100: not a JSON record.*at column 41" "$tmp/cut.jsonl" -o "$tmp/x.html"
 head -n $((lines - 1)) "$tmp/capped.jsonl" > "$tmp/noend.jsonl"
 expect_error 1 "noend\.jsonl: line $((lines - 1)): .*without its .end. record" "$tmp/noend.jsonl" -o "$tmp/x.html"
 "$report" "$tmp/noend.jsonl" -o "$tmp/partial.html" --partial || fail "--partial: exit $?"
