@@ -132,14 +132,16 @@ absl::StatusOr<ReportFlags> ParseFlags(const std::vector<std::string>& args) {
     } else {  // --granularity
       if (!absl::SimpleAtoi(value, &flags.granularity) || flags.granularity == 0 ||
           flags.granularity % 4096 != 0 || flags.granularity > (uint64_t{1} << 40)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--granularity '", value, "' is not valid; expected a positive multiple of 4096 bytes"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--granularity '", value,
+                         "' is not valid; expected a positive multiple of 4096 bytes"));
       }
     }
   }
   if (flags.help) return flags;
   if (flags.log.empty()) return absl::InvalidArgumentError("no access log given");
-  if (flags.output.empty()) return absl::InvalidArgumentError("-o OUT.html or -o OUT.svg is required");
+  if (flags.output.empty())
+    return absl::InvalidArgumentError("-o OUT.html or -o OUT.svg is required");
   if (flags.format == Format::kUnset) {
     std::string lower = flags.output;
     for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -148,9 +150,9 @@ absl::StatusOr<ReportFlags> ParseFlags(const std::vector<std::string>& args) {
     } else if (absl::EndsWith(lower, ".html") || absl::EndsWith(lower, ".htm")) {
       flags.format = Format::kHtml;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cannot tell the output's kind from '", flags.output,
-          "'; name it .html or .svg, or give --format html|svg"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot tell the output's kind from '", flags.output,
+                       "'; name it .html or .svg, or give --format html|svg"));
     }
   }
   return flags;
@@ -332,7 +334,7 @@ struct Report {
   uint64_t pending_waits = 0;
   uint64_t inconsistent = 0;  // swap records that contradict the buffer's state
 
-  absl::flat_hash_map<uint64_t, BufferStats> live;  // by id
+  absl::flat_hash_map<uint64_t, BufferStats> live;          // by id
   absl::flat_hash_map<std::string, BufferStats> untracked;  // id 0, by address
   std::vector<BufferStats> freed;  // freed buffers that moved bytes, trimmed
   std::vector<KernelStats> kernels;
@@ -398,8 +400,8 @@ class Reader {
       report_.verify_mismatches.Add(Uint(r, "bytes").value_or(0));
     } else if (type == "table_read_back") {
       report_.table_read_backs.Add(Uint(r, "bytes").value_or(0));
-    } else if (type == "memcpy" || type == "memset" || type == "sync" ||
-               type == "host_alloc" || type == "host_free") {
+    } else if (type == "memcpy" || type == "memset" || type == "sync" || type == "host_alloc" ||
+               type == "host_free") {
       ++report_.operations;
     }
     // graph_instantiate, limitation and record types newer than this reader
@@ -468,9 +470,9 @@ class Reader {
         return absl::string_view(name) == "STENSOR_MEMORY_LIMIT" ? text.c_str() : nullptr;
       });
       if (!parsed.ok()) {
-        return Error(line, absl::StrCat("STENSOR_MEMORY_LIMIT '", text,
-                                        "' in the header does not parse: ",
-                                        parsed.status().message()));
+        return Error(line,
+                     absl::StrCat("STENSOR_MEMORY_LIMIT '", text,
+                                  "' in the header does not parse: ", parsed.status().message()));
       }
       memory_limit_ = parsed->memory_limit;
     }
@@ -487,8 +489,7 @@ class Reader {
   }
 
   std::optional<uint64_t> CapOf(const DeviceInfo& d) const {
-    std::optional<size_t> cap =
-        memory_limit_.BytesFor(static_cast<int>(d.ordinal), d.total_bytes);
+    std::optional<size_t> cap = memory_limit_.BytesFor(static_cast<int>(d.ordinal), d.total_bytes);
     if (!cap) return std::nullopt;
     return static_cast<uint64_t>(*cap);
   }
@@ -717,8 +718,8 @@ absl::StatusOr<Report> ReadReport(const ReportFlags& flags) {
     if (absl::Status s = reader.Line(text, line); !s.ok()) return s;
   }
   if (in.bad()) {
-    return absl::DataLossError(absl::StrCat(flags.log, ": line ", line + 1, ": cannot read: ",
-                                            std::strerror(errno)));
+    return absl::DataLossError(
+        absl::StrCat(flags.log, ": line ", line + 1, ": cannot read: ", std::strerror(errno)));
   }
   return std::move(reader).Finish(flags.partial);
 }
@@ -733,11 +734,21 @@ std::string Escape(absl::string_view text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') {
           out += "\xEF\xBF\xBD";
@@ -808,7 +819,8 @@ std::string Svg(const Report& r) {
       "<rect width=\"100%%\" height=\"100%%\" fill=\"#ffffff\"/>\n",
       kWidth, height, kWidth, height, Escape(r.log));
   if (r.devices.empty()) {
-    absl::StrAppend(&s, "<text x=\"", kLeft, "\" y=\"40\">No device allocations in the log.</text>\n");
+    absl::StrAppend(&s, "<text x=\"", kLeft,
+                    "\" y=\"40\">No device allocations in the log.</text>\n");
   }
   for (size_t slot = 0; slot < r.devices.size(); ++slot) {
     const DeviceInfo& d = r.devices[slot];
@@ -816,38 +828,43 @@ std::string Svg(const Report& r) {
     const double plot_top = top + 50;
     const double base = plot_top + kPlotH;  // the resident plot's zero line
     const double bars_mid = base + 28 + kBarsH / 2;
-    double ymax = std::max<double>({1, static_cast<double>(d.peak),
-                                    d.cap ? static_cast<double>(*d.cap) : 0.0});
+    double ymax = std::max<double>(
+        {1, static_cast<double>(d.peak), d.cap ? static_cast<double>(*d.cap) : 0.0});
     ymax *= 1.08;
     auto x_of = [&](double op) { return kLeft + op / ops * plot_w; };
     auto y_of = [&](double bytes) { return base - bytes / ymax * kPlotH; };
     absl::StrAppend(
         &s, "<g class=\"device\">\n",
-        absl::StrFormat("<text x=\"%s\" y=\"%s\" font-size=\"14\" font-weight=\"bold\">%s</text>\n",
-                        Num(kLeft), Num(top + 16),
-                        Escape(absl::StrCat("Device ", d.ordinal, " (", d.name, "): resident bytes, peak ",
-                                            Bytes(d.peak),
-                                            d.cap ? absl::StrCat(", cap ", Bytes(*d.cap))
-                                                  : std::string(", no cap")))));
+        absl::StrFormat(
+            "<text x=\"%s\" y=\"%s\" font-size=\"14\" font-weight=\"bold\">%s</text>\n", Num(kLeft),
+            Num(top + 16),
+            Escape(absl::StrCat(
+                "Device ", d.ordinal, " (", d.name, "): resident bytes, peak ", Bytes(d.peak),
+                d.cap ? absl::StrCat(", cap ", Bytes(*d.cap)) : std::string(", no cap")))));
     // Axes and grid.
     const double ystep = ByteStep(ymax, 5);
     for (double v = 0; v <= ymax; v += ystep) {
-      absl::StrAppend(&s, absl::StrFormat(
-          "<line x1=\"%s\" x2=\"%s\" y1=\"%s\" y2=\"%s\" stroke=\"#e4e4e4\"/>"
-          "<text x=\"%s\" y=\"%s\" text-anchor=\"end\" fill=\"#444\">%s</text>\n",
-          Num(kLeft), Num(kLeft + plot_w), Num(y_of(v)), Num(y_of(v)), Num(kLeft - 6),
-          Num(y_of(v) + 4), Bytes(v)));
+      absl::StrAppend(
+          &s,
+          absl::StrFormat("<line x1=\"%s\" x2=\"%s\" y1=\"%s\" y2=\"%s\" stroke=\"#e4e4e4\"/>"
+                          "<text x=\"%s\" y=\"%s\" text-anchor=\"end\" fill=\"#444\">%s</text>\n",
+                          Num(kLeft), Num(kLeft + plot_w), Num(y_of(v)), Num(y_of(v)),
+                          Num(kLeft - 6), Num(y_of(v) + 4), Bytes(v)));
     }
     const double xstep = TickStep(ops, 8);
     for (double v = 0; v <= ops; v += xstep) {
-      absl::StrAppend(&s, absl::StrFormat(
-          "<line x1=\"%s\" x2=\"%s\" y1=\"%s\" y2=\"%s\" stroke=\"#e4e4e4\"/>"
-          "<text x=\"%s\" y=\"%s\" text-anchor=\"middle\" fill=\"#444\">%.0f</text>\n",
-          Num(x_of(v)), Num(x_of(v)), Num(plot_top), Num(base), Num(x_of(v)), Num(base + 16), v));
+      absl::StrAppend(
+          &s, absl::StrFormat(
+                  "<line x1=\"%s\" x2=\"%s\" y1=\"%s\" y2=\"%s\" stroke=\"#e4e4e4\"/>"
+                  "<text x=\"%s\" y=\"%s\" text-anchor=\"middle\" fill=\"#444\">%.0f</text>\n",
+                  Num(x_of(v)), Num(x_of(v)), Num(plot_top), Num(base), Num(x_of(v)),
+                  Num(base + 16), v));
     }
-    absl::StrAppend(&s, absl::StrFormat(
-        "<rect x=\"%s\" y=\"%s\" width=\"%s\" height=\"%s\" fill=\"none\" stroke=\"#888\"/>\n",
-        Num(kLeft), Num(plot_top), Num(plot_w), Num(kPlotH)));
+    absl::StrAppend(
+        &s,
+        absl::StrFormat(
+            "<rect x=\"%s\" y=\"%s\" width=\"%s\" height=\"%s\" fill=\"none\" stroke=\"#888\"/>\n",
+            Num(kLeft), Num(plot_top), Num(plot_w), Num(kPlotH)));
     // Resident bytes: an area and its outline, a step per bucket.
     std::string points;
     for (size_t b = 0; b < n; ++b) {
@@ -856,21 +873,25 @@ std::string Svg(const Report& r) {
                       Num(x_of(static_cast<double>(b + 1) * t.width())), ",", Num(y), " ");
     }
     if (!points.empty()) points.pop_back();
-    absl::StrAppend(&s, absl::StrFormat(
-        "<polygon class=\"resident-area\" points=\"%s,%s %s %s,%s\" fill=\"%s\" "
-        "fill-opacity=\"0.15\" stroke=\"none\"/>\n",
-        Num(kLeft), Num(base), points, Num(x_of(ops)), Num(base), kResidentColor));
-    absl::StrAppend(&s, absl::StrFormat(
-        "<polyline class=\"resident\" points=\"%s\" fill=\"none\" stroke=\"%s\" "
-        "stroke-width=\"2\" stroke-linejoin=\"round\"/>\n",
-        points, kResidentColor));
+    absl::StrAppend(
+        &s,
+        absl::StrFormat("<polygon class=\"resident-area\" points=\"%s,%s %s %s,%s\" fill=\"%s\" "
+                        "fill-opacity=\"0.15\" stroke=\"none\"/>\n",
+                        Num(kLeft), Num(base), points, Num(x_of(ops)), Num(base), kResidentColor));
+    absl::StrAppend(
+        &s,
+        absl::StrFormat("<polyline class=\"resident\" points=\"%s\" fill=\"none\" stroke=\"%s\" "
+                        "stroke-width=\"2\" stroke-linejoin=\"round\"/>\n",
+                        points, kResidentColor));
     if (d.cap) {
-      absl::StrAppend(&s, absl::StrFormat(
-          "<line class=\"cap\" x1=\"%s\" x2=\"%s\" y1=\"%s\" y2=\"%s\" stroke=\"%s\" "
-          "stroke-width=\"2\" stroke-dasharray=\"8 4\"/>"
-          "<text x=\"%s\" y=\"%s\" text-anchor=\"end\" fill=\"%s\">cap %s</text>\n",
-          Num(kLeft), Num(kLeft + plot_w), Num(y_of(*d.cap)), Num(y_of(*d.cap)), kCapColor,
-          Num(kLeft + plot_w - 4), Num(y_of(*d.cap) - 5), kCapColor, Escape(Bytes(*d.cap))));
+      absl::StrAppend(
+          &s,
+          absl::StrFormat(
+              "<line class=\"cap\" x1=\"%s\" x2=\"%s\" y1=\"%s\" y2=\"%s\" stroke=\"%s\" "
+              "stroke-width=\"2\" stroke-dasharray=\"8 4\"/>"
+              "<text x=\"%s\" y=\"%s\" text-anchor=\"end\" fill=\"%s\">cap %s</text>\n",
+              Num(kLeft), Num(kLeft + plot_w), Num(y_of(*d.cap)), Num(y_of(*d.cap)), kCapColor,
+              Num(kLeft + plot_w - 4), Num(y_of(*d.cap) - 5), kCapColor, Escape(Bytes(*d.cap))));
     }
     // Traffic: out above the middle line, in below, on one scale.
     uint64_t tmax = 1;
@@ -891,34 +912,39 @@ std::string Svg(const Report& r) {
       }
       if (p.bytes_in > 0) {
         const double h = std::max(1.0, p.bytes_in / static_cast<double>(tmax) * half);
-        absl::StrAppend(&in_path, "M", Num(x), " ", Num(bars_mid), "h", Num(bw), "v", Num(h),
-                        "h-", Num(bw), "z");
+        absl::StrAppend(&in_path, "M", Num(x), " ", Num(bars_mid), "h", Num(bw), "v", Num(h), "h-",
+                        Num(bw), "z");
       }
     }
-    absl::StrAppend(&s, absl::StrFormat(
-        "<rect x=\"%s\" y=\"%s\" width=\"%s\" height=\"%s\" fill=\"none\" stroke=\"#888\"/>\n"
-        "<line x1=\"%s\" x2=\"%s\" y1=\"%s\" y2=\"%s\" stroke=\"#888\"/>\n"
-        "<path class=\"swap-out\" d=\"%s\" fill=\"%s\"/>\n"
-        "<path class=\"swap-in\" d=\"%s\" fill=\"%s\"/>\n"
-        "<text x=\"%s\" y=\"%s\" text-anchor=\"end\" fill=\"#444\">out %s</text>\n"
-        "<text x=\"%s\" y=\"%s\" text-anchor=\"end\" fill=\"#444\">in %s</text>\n",
-        Num(kLeft), Num(bars_mid - kBarsH / 2), Num(plot_w), Num(kBarsH), Num(kLeft),
-        Num(kLeft + plot_w), Num(bars_mid), Num(bars_mid), out_path, kOutColor, in_path,
-        kInColor, Num(kLeft - 6), Num(bars_mid - half + 8), Bytes(tmax), Num(kLeft - 6),
-        Num(bars_mid + half), Bytes(tmax)));
+    absl::StrAppend(
+        &s,
+        absl::StrFormat(
+            "<rect x=\"%s\" y=\"%s\" width=\"%s\" height=\"%s\" fill=\"none\" stroke=\"#888\"/>\n"
+            "<line x1=\"%s\" x2=\"%s\" y1=\"%s\" y2=\"%s\" stroke=\"#888\"/>\n"
+            "<path class=\"swap-out\" d=\"%s\" fill=\"%s\"/>\n"
+            "<path class=\"swap-in\" d=\"%s\" fill=\"%s\"/>\n"
+            "<text x=\"%s\" y=\"%s\" text-anchor=\"end\" fill=\"#444\">out %s</text>\n"
+            "<text x=\"%s\" y=\"%s\" text-anchor=\"end\" fill=\"#444\">in %s</text>\n",
+            Num(kLeft), Num(bars_mid - kBarsH / 2), Num(plot_w), Num(kBarsH), Num(kLeft),
+            Num(kLeft + plot_w), Num(bars_mid), Num(bars_mid), out_path, kOutColor, in_path,
+            kInColor, Num(kLeft - 6), Num(bars_mid - half + 8), Bytes(tmax), Num(kLeft - 6),
+            Num(bars_mid + half), Bytes(tmax)));
     // Legend and axis label.
-    absl::StrAppend(&s, absl::StrFormat(
-        "<text x=\"%s\" y=\"%s\" text-anchor=\"middle\" fill=\"#444\">operation index "
-        "(x axis; %u operation(s) per bucket)</text>\n",
-        Num(kLeft + plot_w / 2), Num(bars_mid + kBarsH / 2 + 18), t.width()));
+    absl::StrAppend(
+        &s, absl::StrFormat(
+                "<text x=\"%s\" y=\"%s\" text-anchor=\"middle\" fill=\"#444\">operation index "
+                "(x axis; %u operation(s) per bucket)</text>\n",
+                Num(kLeft + plot_w / 2), Num(bars_mid + kBarsH / 2 + 18), t.width()));
     const double ly = top + 36;
     double lx = kLeft;
     auto legend = [&](const char* color, const std::string& label, bool dashed) {
-      absl::StrAppend(&s, absl::StrFormat(
-          "<line x1=\"%s\" x2=\"%s\" y1=\"%s\" y2=\"%s\" stroke=\"%s\" stroke-width=\"%s\"%s/>"
-          "<text x=\"%s\" y=\"%s\">%s</text>\n",
-          Num(lx), Num(lx + 22), Num(ly - 4), Num(ly - 4), color, dashed ? "2" : "8",
-          dashed ? " stroke-dasharray=\"8 4\"" : "", Num(lx + 28), Num(ly), Escape(label)));
+      absl::StrAppend(
+          &s,
+          absl::StrFormat(
+              "<line x1=\"%s\" x2=\"%s\" y1=\"%s\" y2=\"%s\" stroke=\"%s\" stroke-width=\"%s\"%s/>"
+              "<text x=\"%s\" y=\"%s\">%s</text>\n",
+              Num(lx), Num(lx + 22), Num(ly - 4), Num(ly - 4), color, dashed ? "2" : "8",
+              dashed ? " stroke-dasharray=\"8 4\"" : "", Num(lx + 28), Num(ly), Escape(label)));
       lx += 44 + 6.5 * label.size();
     };
     legend(kResidentColor, "resident bytes (max per bucket)", false);
@@ -970,8 +996,9 @@ std::string Html(const Report& r, const std::vector<const KernelStats*>& kernels
                   ". Policy ", Escape(r.policy.empty() ? "(unset)" : r.policy), ", prefetch ",
                   Escape(r.prefetch.empty() ? "(unset)" : r.prefetch), ".</p>\n");
   if (!r.ended) {
-    absl::StrAppend(&h, "<p class=\"warn\">The log has no <code>end</code> record: it was "
-                        "truncated (--partial); figures cover the lines read.</p>\n");
+    absl::StrAppend(&h,
+                    "<p class=\"warn\">The log has no <code>end</code> record: it was "
+                    "truncated (--partial); figures cover the lines read.</p>\n");
   }
 
   // The headline, then the plot.
@@ -983,17 +1010,18 @@ std::string Html(const Report& r, const std::vector<const KernelStats*>& kernels
   }
   double waited = 0;
   for (const auto& [what, w] : r.swap_waits) waited += w.second;
-  absl::StrAppend(
-      &h, "<p class=\"headline\">", Escape(peaks.empty() ? "No device memory allocated" : peaks),
-      ". Moved ", Escape(Bytes(r.swap_out.bytes + r.swap_in_copy.bytes)), " (",
-      Escape(Bytes(r.swap_out.bytes)), " out, ", Escape(Bytes(r.swap_in_copy.bytes)),
-      " in); ", r.drop_clean.records + r.drop_unwritten.records,
-      " evictions needed no copy; the host waited ", absl::StrFormat("%.3f s", waited),
-      " for swaps.</p>\n");
+  absl::StrAppend(&h, "<p class=\"headline\">",
+                  Escape(peaks.empty() ? "No device memory allocated" : peaks), ". Moved ",
+                  Escape(Bytes(r.swap_out.bytes + r.swap_in_copy.bytes)), " (",
+                  Escape(Bytes(r.swap_out.bytes)), " out, ", Escape(Bytes(r.swap_in_copy.bytes)),
+                  " in); ", r.drop_clean.records + r.drop_unwritten.records,
+                  " evictions needed no copy; the host waited ", absl::StrFormat("%.3f s", waited),
+                  " for swaps.</p>\n");
   // The plot.
-  absl::StrAppend(&h, "<h2>Resident bytes and swap traffic</h2>\n<p class=\"note\">Device memory "
-                      "held by the program's buffers (as the manager charges them: whole granules, "
-                      "or pages) after each operation, the highest of each bucket of ",
+  absl::StrAppend(&h,
+                  "<h2>Resident bytes and swap traffic</h2>\n<p class=\"note\">Device memory "
+                  "held by the program's buffers (as the manager charges them: whole granules, "
+                  "or pages) after each operation, the highest of each bucket of ",
                   r.timeline.width(),
                   " operation(s); the dashed line is the cap. Beneath: bytes copied out (up) and "
                   "in (down) in each bucket. Drops and swap-ins without a copy move no bytes and "
@@ -1002,23 +1030,28 @@ std::string Html(const Report& r, const std::vector<const KernelStats*>& kernels
 
   // Summary.
   absl::StrAppend(&h, "<h2>Summary</h2>\n<table class=\"summary\">\n");
-  absl::StrAppend(&h, Row("STENSOR_MEMORY_LIMIT", r.limit_text.empty() ? "(unset: no cap)" : r.limit_text));
+  absl::StrAppend(
+      &h, Row("STENSOR_MEMORY_LIMIT", r.limit_text.empty() ? "(unset: no cap)" : r.limit_text));
   for (const DeviceInfo& d : r.devices) {
     absl::StrAppend(
         &h, Row(absl::StrCat("device ", d.ordinal, " peak resident"),
                 absl::StrCat(Bytes(d.peak), " (", d.peak, " bytes) at operation ", d.peak_op),
                 d.cap ? absl::StrCat(Share(d.peak, *d.cap), " of the cap") : "no cap"));
-    absl::StrAppend(&h, Row(absl::StrCat("device ", d.ordinal, " cap"),
-                            d.cap ? absl::StrCat(Bytes(*d.cap), " (", *d.cap, " bytes)") : "none",
-                            absl::StrCat(d.name, d.total_bytes ? absl::StrCat(", ", Bytes(d.total_bytes), " total") : "")));
+    absl::StrAppend(
+        &h,
+        Row(absl::StrCat("device ", d.ordinal, " cap"),
+            d.cap ? absl::StrCat(Bytes(*d.cap), " (", *d.cap, " bytes)") : "none",
+            absl::StrCat(d.name,
+                         d.total_bytes ? absl::StrCat(", ", Bytes(d.total_bytes), " total") : "")));
   }
   const Count& out = r.swap_out;
   const Count& in = r.swap_in_copy;
   absl::StrAppend(&h, CountRow("swap_out", out, "device to host copies (bytes moved)"));
   absl::StrAppend(&h, CountRow("swap_in with copy", in, "host to device copies (bytes moved)"));
-  absl::StrAppend(&h, Row("bytes moved", absl::StrCat(Bytes(out.bytes + in.bytes), " (",
-                                                      out.bytes + in.bytes, " bytes)"),
-                          "swap_out plus swap_in with copy"));
+  absl::StrAppend(
+      &h, Row("bytes moved",
+              absl::StrCat(Bytes(out.bytes + in.bytes), " (", out.bytes + in.bytes, " bytes)"),
+              "swap_out plus swap_in with copy"));
   absl::StrAppend(&h, CountRow("drop_clean", r.drop_clean, "host copy current: no copy"));
   absl::StrAppend(&h, CountRow("drop_unwritten", r.drop_unwritten, "never written: no copy"));
   absl::StrAppend(&h, CountRow("swap_in without copy", r.swap_in_no_copy,
@@ -1036,34 +1069,44 @@ std::string Html(const Report& r, const std::vector<const KernelStats*>& kernels
   for (const auto& [what, w] : r.swap_waits) {
     swap_wait += w.second;
     swap_waits += w.first;
-    absl::StrAppend(&by_what, by_what.empty() ? "" : ", ", what.empty() ? "?" : what, " ",
-                    w.first, " (", absl::StrFormat("%.3f s", w.second), ")");
+    absl::StrAppend(&by_what, by_what.empty() ? "" : ", ", what.empty() ? "?" : what, " ", w.first,
+                    " (", absl::StrFormat("%.3f s", w.second), ")");
   }
-  absl::StrAppend(&h, Row("time waited for swaps", absl::StrFormat("%.3f s in %u swap_wait", swap_wait, swap_waits),
-                          by_what.empty() ? "the host never waited for stensor's streams" : by_what));
-  absl::StrAppend(&h, Row("time waited to evict",
-                          absl::StrFormat("%.3f s in %u evict_wait", r.evict_waits.second, r.evict_waits.first),
-                          "for the program's work on buffers about to be evicted"));
+  absl::StrAppend(
+      &h,
+      Row("time waited for swaps", absl::StrFormat("%.3f s in %u swap_wait", swap_wait, swap_waits),
+          by_what.empty() ? "the host never waited for stensor's streams" : by_what));
+  absl::StrAppend(
+      &h, Row("time waited to evict",
+              absl::StrFormat("%.3f s in %u evict_wait", r.evict_waits.second, r.evict_waits.first),
+              "for the program's work on buffers about to be evicted"));
   if (r.unknown_waits.first > 0) {
     absl::StrAppend(&h, Row("time waited for unknown work",
                             absl::StrFormat("%.3f s in %u unknown_wait", r.unknown_waits.second,
                                             r.unknown_waits.first)));
   }
-  if (r.ooms.records > 0) absl::StrAppend(&h, CountRow("oom", r.ooms, "allocations refused: nothing left to evict"));
-  if (r.pins.records > 0) absl::StrAppend(&h, CountRow("pin", r.pins, "buffers made resident for good"));
+  if (r.ooms.records > 0)
+    absl::StrAppend(&h, CountRow("oom", r.ooms, "allocations refused: nothing left to evict"));
+  if (r.pins.records > 0)
+    absl::StrAppend(&h, CountRow("pin", r.pins, "buffers made resident for good"));
   if (r.verify_mismatches.records > 0) {
-    absl::StrAppend(&h, CountRow("verify_mismatch", r.verify_mismatches, "clean drops that were not clean"));
+    absl::StrAppend(
+        &h, CountRow("verify_mismatch", r.verify_mismatches, "clean drops that were not clean"));
   }
   if (r.table_read_backs.records > 0) {
-    absl::StrAppend(&h, CountRow("table_read_back", r.table_read_backs, "pointer tables read back"));
+    absl::StrAppend(&h,
+                    CountRow("table_read_back", r.table_read_backs, "pointer tables read back"));
   }
   if (r.live_at_end) absl::StrAppend(&h, Row("live buffers at exit", absl::StrCat(*r.live_at_end)));
   if (r.dropped > 0) {
-    absl::StrAppend(&h, Row("records lost", absl::StrCat(r.dropped), "the log is incomplete: figures are lower bounds"));
+    absl::StrAppend(&h, Row("records lost", absl::StrCat(r.dropped),
+                            "the log is incomplete: figures are lower bounds"));
   }
   if (r.inconsistent > 0) {
-    absl::StrAppend(&h, Row("records out of order", absl::StrCat(r.inconsistent),
-                            "swap records that did not match the buffer's state: resident bytes are approximate"));
+    absl::StrAppend(
+        &h,
+        Row("records out of order", absl::StrCat(r.inconsistent),
+            "swap records that did not match the buffer's state: resident bytes are approximate"));
   }
   absl::StrAppend(&h, "</table>\n");
 
@@ -1072,18 +1115,19 @@ std::string Html(const Report& r, const std::vector<const KernelStats*>& kernels
   if (r.freed.empty()) {
     absl::StrAppend(&h, "<p>No buffer was copied in or out.</p>\n");
   } else {
-    absl::StrAppend(&h, "<table class=\"buffers\">\n<tr><th>buffer</th><th>size</th><th>moved</th>"
-                        "<th>swap-outs</th><th>out</th><th>swap-ins</th><th>in (copied)</th>"
-                        "<th>drops</th><th>first used by</th></tr>\n");
+    absl::StrAppend(&h,
+                    "<table class=\"buffers\">\n<tr><th>buffer</th><th>size</th><th>moved</th>"
+                    "<th>swap-outs</th><th>out</th><th>swap-ins</th><th>in (copied)</th>"
+                    "<th>drops</th><th>first used by</th></tr>\n");
     for (const BufferStats& b : r.freed) {
-      absl::StrAppend(
-          &h, "<tr><td class=\"n\">", b.id, "</td><td class=\"n\">", Escape(Bytes(b.bytes)),
-          "</td><td class=\"n\">", Escape(Bytes(b.moved())), "</td><td class=\"n\">", b.swap_outs,
-          "</td><td class=\"n\">", Escape(Bytes(b.bytes_out)), "</td><td class=\"n\">", b.swap_ins,
-          "</td><td class=\"n\">", Escape(Bytes(b.bytes_in)), "</td><td class=\"n\">", b.drops,
-          "</td><td class=\"kernel\">",
-          b.first_kernel >= 0 ? Escape(r.kernels[b.first_kernel].name) : "(no launch)",
-          "</td></tr>\n");
+      absl::StrAppend(&h, "<tr><td class=\"n\">", b.id, "</td><td class=\"n\">",
+                      Escape(Bytes(b.bytes)), "</td><td class=\"n\">", Escape(Bytes(b.moved())),
+                      "</td><td class=\"n\">", b.swap_outs, "</td><td class=\"n\">",
+                      Escape(Bytes(b.bytes_out)), "</td><td class=\"n\">", b.swap_ins,
+                      "</td><td class=\"n\">", Escape(Bytes(b.bytes_in)), "</td><td class=\"n\">",
+                      b.drops, "</td><td class=\"kernel\">",
+                      b.first_kernel >= 0 ? Escape(r.kernels[b.first_kernel].name) : "(no launch)",
+                      "</td></tr>\n");
     }
     absl::StrAppend(&h, "</table>\n");
   }
@@ -1096,18 +1140,20 @@ std::string Html(const Report& r, const std::vector<const KernelStats*>& kernels
   if (kernels.empty()) {
     absl::StrAppend(&h, "<p>No swap_wait record: the host never waited for a swap.</p>\n");
   } else {
-    absl::StrAppend(&h, "<table class=\"kernels\">\n<tr><th>kernel</th><th>waited</th>"
-                        "<th>waits</th><th>launches</th></tr>\n");
+    absl::StrAppend(&h,
+                    "<table class=\"kernels\">\n<tr><th>kernel</th><th>waited</th>"
+                    "<th>waits</th><th>launches</th></tr>\n");
     for (const KernelStats* k : kernels) {
       absl::StrAppend(&h, "<tr><td class=\"kernel\">", Escape(k->name), "</td><td class=\"n\">",
-                      absl::StrFormat("%.3f s", k->wait_seconds), "</td><td class=\"n\">",
-                      k->waits, "</td><td class=\"n\">", k->launches, "</td></tr>\n");
+                      absl::StrFormat("%.3f s", k->wait_seconds), "</td><td class=\"n\">", k->waits,
+                      "</td><td class=\"n\">", k->launches, "</td></tr>\n");
     }
     absl::StrAppend(&h, "</table>\n");
   }
-  absl::StrAppend(&h, "<p class=\"note\">Each swap_wait (the host waiting for stensor's swap "
-                      "streams) is charged to the next kernel launched after it: the launch it "
-                      "held up.</p>\n</body>\n</html>\n");
+  absl::StrAppend(&h,
+                  "<p class=\"note\">Each swap_wait (the host waiting for stensor's swap "
+                  "streams) is charged to the next kernel launched after it: the launch it "
+                  "held up.</p>\n</body>\n</html>\n");
   return h;
 }
 
@@ -1137,10 +1183,10 @@ int RunReport(const std::vector<std::string>& args, std::ostream& out, std::ostr
                                               : a->name < b->name;
   });
   if (kernels.size() > static_cast<size_t>(flags->top)) kernels.resize(flags->top);
-  const std::string document = flags->format == Format::kSvg
-                                   ? absl::StrCat("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n",
-                                                  Svg(*report))
-                                   : Html(*report, kernels, flags->top);
+  const std::string document =
+      flags->format == Format::kSvg
+          ? absl::StrCat("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n", Svg(*report))
+          : Html(*report, kernels, flags->top);
   std::ofstream file(flags->output, std::ios::binary | std::ios::trunc);
   if (file) file << document;
   if (file) file.close();
