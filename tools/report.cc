@@ -490,7 +490,8 @@ class Reader {
 
   std::optional<uint64_t> CapOf(const DeviceInfo& d) const {
     std::optional<size_t> cap = memory_limit_.BytesFor(static_cast<int>(d.ordinal), d.total_bytes);
-    if (!cap) return std::nullopt;
+    // A percentage of a device the header did not describe says nothing.
+    if (!cap || (*cap == 0 && d.total_bytes == 0)) return std::nullopt;
     return static_cast<uint64_t>(*cap);
   }
 
@@ -894,24 +895,25 @@ std::string Svg(const Report& r) {
               Num(kLeft + plot_w - 4), Num(y_of(*d.cap) - 5), kCapColor, Escape(Bytes(*d.cap))));
     }
     // Traffic: out above the middle line, in below, on one scale.
-    uint64_t tmax = 1;
+    uint64_t tmax = 0;  // the scale: the largest bucket of either direction
     for (size_t b = 0; b < n; ++b) {
       const Point p = t.Get(b, slot);
       tmax = std::max({tmax, p.bytes_in, p.bytes_out});
     }
     const double half = kBarsH / 2 - 4;
+    const double scale = static_cast<double>(std::max<uint64_t>(tmax, 1));
     std::string out_path, in_path;
     const double bw = std::max(plot_w / static_cast<double>(std::max<size_t>(n, 1)), 0.6);
     for (size_t b = 0; b < n; ++b) {
       const Point p = t.Get(b, slot);
       const double x = x_of(static_cast<double>(b) * t.width());
       if (p.bytes_out > 0) {
-        const double h = std::max(1.0, p.bytes_out / static_cast<double>(tmax) * half);
+        const double h = std::max(1.0, p.bytes_out / scale * half);
         absl::StrAppend(&out_path, "M", Num(x), " ", Num(bars_mid - h), "h", Num(bw), "v", Num(h),
                         "h-", Num(bw), "z");
       }
       if (p.bytes_in > 0) {
-        const double h = std::max(1.0, p.bytes_in / static_cast<double>(tmax) * half);
+        const double h = std::max(1.0, p.bytes_in / scale * half);
         absl::StrAppend(&in_path, "M", Num(x), " ", Num(bars_mid), "h", Num(bw), "v", Num(h), "h-",
                         Num(bw), "z");
       }
@@ -984,7 +986,7 @@ std::string Html(const Report& r, const std::vector<const KernelStats*>& kernels
       "border-bottom:1px solid #ddd;padding-bottom:4px}\n"
       "table{border-collapse:collapse;margin:8px 0}\n"
       "th,td{padding:3px 10px;text-align:left;vertical-align:top;border-bottom:1px solid #eee}\n"
-      "td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}\n"
+      "td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}\n"
       "table.summary th{font-weight:normal;color:#444;white-space:nowrap}\n"
       "table.summary td:nth-child(3){color:#666;font-size:13px}\n"
       "code,.kernel{font-family:monospace;font-size:13px;overflow-wrap:anywhere}\n"
@@ -1069,8 +1071,8 @@ std::string Html(const Report& r, const std::vector<const KernelStats*>& kernels
   for (const auto& [what, w] : r.swap_waits) {
     swap_wait += w.second;
     swap_waits += w.first;
-    absl::StrAppend(&by_what, by_what.empty() ? "" : ", ", what.empty() ? "?" : what, " ", w.first,
-                    " (", absl::StrFormat("%.3f s", w.second), ")");
+    absl::StrAppend(&by_what, by_what.empty() ? "what: " : "; ", what.empty() ? "?" : what, " ",
+                    w.first, absl::StrFormat(" (%.3f s)", w.second));
   }
   absl::StrAppend(
       &h,
@@ -1115,10 +1117,12 @@ std::string Html(const Report& r, const std::vector<const KernelStats*>& kernels
   if (r.freed.empty()) {
     absl::StrAppend(&h, "<p>No buffer was copied in or out.</p>\n");
   } else {
-    absl::StrAppend(&h,
-                    "<table class=\"buffers\">\n<tr><th>buffer</th><th>size</th><th>moved</th>"
-                    "<th>swap-outs</th><th>out</th><th>swap-ins</th><th>in (copied)</th>"
-                    "<th>drops</th><th>first used by</th></tr>\n");
+    absl::StrAppend(
+        &h,
+        "<table class=\"buffers\">\n<tr><th class=\"n\">buffer</th><th class=\"n\">size</th>"
+        "<th class=\"n\">moved</th><th class=\"n\">swap-outs</th><th class=\"n\">out</th>"
+        "<th class=\"n\">swap-ins</th><th class=\"n\">in (copied)</th>"
+        "<th class=\"n\">drops</th><th>first used by</th></tr>\n");
     for (const BufferStats& b : r.freed) {
       absl::StrAppend(&h, "<tr><td class=\"n\">", b.id, "</td><td class=\"n\">",
                       Escape(Bytes(b.bytes)), "</td><td class=\"n\">", Escape(Bytes(b.moved())),
@@ -1141,8 +1145,8 @@ std::string Html(const Report& r, const std::vector<const KernelStats*>& kernels
     absl::StrAppend(&h, "<p>No swap_wait record: the host never waited for a swap.</p>\n");
   } else {
     absl::StrAppend(&h,
-                    "<table class=\"kernels\">\n<tr><th>kernel</th><th>waited</th>"
-                    "<th>waits</th><th>launches</th></tr>\n");
+                    "<table class=\"kernels\">\n<tr><th>kernel</th><th class=\"n\">waited</th>"
+                    "<th class=\"n\">waits</th><th class=\"n\">launches</th></tr>\n");
     for (const KernelStats* k : kernels) {
       absl::StrAppend(&h, "<tr><td class=\"kernel\">", Escape(k->name), "</td><td class=\"n\">",
                       absl::StrFormat("%.3f s", k->wait_seconds), "</td><td class=\"n\">", k->waits,
