@@ -21,13 +21,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
-#include "core/config.h"
-#include "nlohmann/json.hpp"
+#include "tools/run_summary.h"
 
 namespace stensor {
 namespace {
-
-using Json = nlohmann::json;
 
 constexpr char kUsage[] =
     "usage: stensor report LOG -o OUT.html|OUT.svg [--format html|svg] [--top N]\n"
@@ -158,576 +155,6 @@ absl::StatusOr<ReportFlags> ParseFlags(const std::vector<std::string>& args) {
   return flags;
 }
 
-// ---------------------------------------------------------------------------
-// Reading the log.
-
-std::optional<uint64_t> Uint(const Json& r, const char* key) {
-  auto it = r.find(key);
-  if (it == r.end() || !it->is_number_unsigned()) return std::nullopt;
-  return it->get<uint64_t>();
-}
-
-std::optional<double> Number(const Json& r, const char* key) {
-  auto it = r.find(key);
-  if (it == r.end() || !it->is_number()) return std::nullopt;
-  return it->get<double>();
-}
-
-std::string String(const Json& r, const char* key) {
-  auto it = r.find(key);
-  if (it == r.end() || !it->is_string()) return "";
-  return it->get<std::string>();
-}
-
-// A header value as text: strings as they are, anything else as JSON.
-std::string ValueText(const Json& r, const char* key) {
-  auto it = r.find(key);
-  if (it == r.end()) return "";
-  if (it->is_string()) return it->get<std::string>();
-  return it->dump();
-}
-
-uint64_t AlignUp(uint64_t v, uint64_t unit) { return (v + unit - 1) / unit * unit; }
-
-// One point of a plotted series: a bucket of operations on one device.
-struct Point {
-  uint64_t max_resident = 0;
-  uint64_t last_resident = 0;
-  uint64_t bytes_in = 0;   // host->device, swap-ins with a copy
-  uint64_t bytes_out = 0;  // device->host, swap-outs
-};
-
-// Resident bytes and traffic per bucket of operations, for every device,
-// in at most kMaxPlotBuckets buckets: when the log outgrows them, adjacent
-// buckets are merged and the width doubles.
-class Timeline {
- public:
-  // Device slot `slot`'s resident bytes became `bytes` at operation `op`.
-  void Resident(uint64_t op, size_t slot, uint64_t bytes) {
-    Point& p = At(op, slot);
-    p.max_resident = std::max(p.max_resident, bytes);
-    p.last_resident = bytes;
-    Current(slot) = bytes;
-  }
-  void Traffic(uint64_t op, size_t slot, uint64_t in, uint64_t out) {
-    Point& p = At(op, slot);
-    p.bytes_in += in;
-    p.bytes_out += out;
-  }
-  // Makes the buckets reach operation `op` (the last one of the log).
-  void Reach(uint64_t op) {
-    for (size_t slot = 0; slot < current_.size(); ++slot) At(op, slot);
-  }
-
-  uint64_t width() const { return width_; }
-  size_t buckets() const { return columns_.size(); }
-  // Bucket `b` of device slot `slot` (zero before the device appeared).
-  Point Get(size_t b, size_t slot) const {
-    return slot < columns_[b].size() ? columns_[b][slot] : Point{};
-  }
-
- private:
-  uint64_t& Current(size_t slot) {
-    if (slot >= current_.size()) current_.resize(slot + 1, 0);
-    return current_[slot];
-  }
-
-  Point& At(uint64_t op, size_t slot) {
-    Current(slot);
-    while (op / width_ >= kMaxPlotBuckets) Merge();
-    const size_t b = op / width_;
-    while (columns_.size() <= b) {
-      std::vector<Point> column(current_.size());
-      for (size_t s = 0; s < current_.size(); ++s) {
-        column[s].max_resident = column[s].last_resident = current_[s];
-      }
-      columns_.push_back(std::move(column));
-    }
-    std::vector<Point>& column = columns_[b];
-    if (column.size() <= slot) column.resize(slot + 1);
-    return column[slot];
-  }
-
-  void Merge() {
-    std::vector<std::vector<Point>> merged((columns_.size() + 1) / 2);
-    for (size_t i = 0; i < columns_.size(); ++i) {
-      std::vector<Point>& into = merged[i / 2];
-      const std::vector<Point>& from = columns_[i];
-      if (into.size() < from.size()) into.resize(from.size());
-      for (size_t s = 0; s < from.size(); ++s) {
-        into[s].max_resident = std::max(into[s].max_resident, from[s].max_resident);
-        into[s].last_resident = from[s].last_resident;
-        into[s].bytes_in += from[s].bytes_in;
-        into[s].bytes_out += from[s].bytes_out;
-      }
-    }
-    columns_ = std::move(merged);
-    width_ *= 2;
-  }
-
-  uint64_t width_ = 1;
-  std::vector<std::vector<Point>> columns_;
-  std::vector<uint64_t> current_;  // per slot
-};
-
-struct BufferStats {
-  uint64_t id = 0;
-  uint64_t bytes = 0;
-  uint64_t charge = 0;
-  size_t slot = 0;
-  bool resident = true;
-  std::string kind;
-  uint64_t bytes_out = 0;  // swap-outs
-  uint64_t bytes_in = 0;   // swap-ins with a copy
-  uint64_t swap_outs = 0;
-  uint64_t swap_ins = 0;  // all, with a copy or not
-  uint64_t drops = 0;     // clean and never-written
-  int first_kernel = -1;  // index into Report::kernels
-  uint64_t moved() const { return bytes_out + bytes_in; }
-};
-
-struct KernelStats {
-  std::string name;  // demangled where the log has it
-  uint64_t launches = 0;
-  uint64_t waits = 0;  // swap_wait records before its launches
-  double wait_seconds = 0;
-};
-
-struct Count {
-  uint64_t records = 0;
-  uint64_t bytes = 0;
-  void Add(uint64_t b) {
-    ++records;
-    bytes += b;
-  }
-};
-
-struct DeviceInfo {
-  int64_t ordinal = 0;
-  std::string name;
-  uint64_t total_bytes = 0;
-  std::optional<uint64_t> cap;
-  uint64_t resident = 0;
-  uint64_t peak = 0;
-  uint64_t peak_op = 0;
-  uint64_t oom_cap = 0;  // the cap an `oom` record stated, if any
-};
-
-struct Report {
-  std::string log;
-  uint64_t pid = 0;
-  std::string limit_text;  // STENSOR_MEMORY_LIMIT as the header has it
-  std::string policy, prefetch;
-  std::vector<DeviceInfo> devices;  // slots
-  uint64_t lines = 0;
-  uint64_t operations = 0;
-  uint64_t launches = 0;
-  bool ended = false;
-  uint64_t dropped = 0;
-  std::optional<uint64_t> live_at_end;
-
-  Count swap_out, swap_in_copy, swap_in_no_copy, drop_clean, drop_unwritten;
-  Count pins, ooms, verify_mismatches, table_read_backs;
-  std::map<std::string, std::pair<uint64_t, double>> swap_waits;  // by `what`
-  std::pair<uint64_t, double> evict_waits{0, 0}, unknown_waits{0, 0};
-  double pending_wait = 0;  // swap_wait seconds not yet followed by a launch
-  uint64_t pending_waits = 0;
-  uint64_t inconsistent = 0;  // swap records that contradict the buffer's state
-
-  absl::flat_hash_map<uint64_t, BufferStats> live;          // by id
-  absl::flat_hash_map<std::string, BufferStats> untracked;  // id 0, by address
-  std::vector<BufferStats> freed;  // freed buffers that moved bytes, trimmed
-  std::vector<KernelStats> kernels;
-  absl::flat_hash_map<std::string, int> kernel_index;
-  Timeline timeline;
-};
-
-class Reader {
- public:
-  Reader(std::string log, uint64_t granularity, int top) : granularity_(granularity), top_(top) {
-    report_.log = std::move(log);
-  }
-
-  absl::Status Line(absl::string_view text, uint64_t line) {
-    report_.lines = line;
-    Json r;
-    try {
-      r = Json::parse(text.begin(), text.end());
-    } catch (const Json::parse_error& e) {
-      if (line == 1) return NotALog(line);
-      return Error(line, absl::StrCat("not a JSON record (a truncated or corrupt log): ",
-                                      Explain(e.what())));
-    }
-    if (!r.is_object() || !r.contains("type") || !r["type"].is_string()) {
-      if (line == 1) return NotALog(line);
-      return Error(line, "not an access-log record (no \"type\")");
-    }
-    const std::string type = r["type"].get<std::string>();
-    if (line == 1) {
-      if (type != "header") return NotALog(line);
-      return Header(r, line);
-    }
-    if (report_.ended) return Error(line, "a record after the `end` record");
-    if (type == "header") return Error(line, "a second `header` record (two logs in one file?)");
-    if (type == "end") return End(r);
-    if (type == "alloc") return Alloc(r, line);
-    if (type == "free") return Free(r, line);
-    if (type == "swap_out" || type == "drop_clean" || type == "drop_unwritten") {
-      return Evict(type, r, line);
-    }
-    if (type == "swap_in") return SwapIn(r, line);
-    if (type == "launch" || type == "graph_launch") return Launch(type, r);
-    if (type == "swap_wait") {
-      const double s = Number(r, "seconds").value_or(0);
-      auto& w = report_.swap_waits[String(r, "what")];
-      ++w.first;
-      w.second += s;
-      report_.pending_wait += s;
-      ++report_.pending_waits;
-    } else if (type == "evict_wait" || type == "unknown_wait") {
-      auto& w = type == "evict_wait" ? report_.evict_waits : report_.unknown_waits;
-      ++w.first;
-      w.second += Number(r, "seconds").value_or(0);
-    } else if (type == "oom") {
-      report_.ooms.Add(Uint(r, "bytes").value_or(0));
-      if (String(r, "what") != "host") {
-        const size_t slot = Slot(Uint(r, "device").value_or(0));
-        report_.devices[slot].oom_cap = Uint(r, "cap").value_or(0);
-      }
-    } else if (type == "pin") {
-      report_.pins.Add(Uint(r, "bytes").value_or(0));
-    } else if (type == "verify_mismatch") {
-      report_.verify_mismatches.Add(Uint(r, "bytes").value_or(0));
-    } else if (type == "table_read_back") {
-      report_.table_read_backs.Add(Uint(r, "bytes").value_or(0));
-    } else if (type == "memcpy" || type == "memset" || type == "sync" || type == "host_alloc" ||
-               type == "host_free") {
-      ++report_.operations;
-    }
-    // graph_instantiate, limitation and record types newer than this reader
-    // carry nothing the report shows.
-    return absl::OkStatus();
-  }
-
-  absl::StatusOr<Report> Finish(bool partial) && {
-    if (report_.lines == 0) return Error(1, "an empty file, not an access log");
-    if (!report_.ended && !partial) {
-      return Error(report_.lines,
-                   "the log ends without its `end` record (truncated: the program did not exit "
-                   "normally, or the file was cut); --partial reports what is there");
-    }
-    report_.timeline.Reach(report_.operations == 0 ? 0 : report_.operations - 1);
-    if (report_.pending_waits > 0) {
-      KernelStats& k = Kernel("(no launch after the wait)");
-      k.waits += report_.pending_waits;
-      k.wait_seconds += report_.pending_wait;
-    }
-    for (auto& [id, b] : report_.live) report_.freed.push_back(std::move(b));
-    report_.live.clear();
-    Trim(report_.freed, static_cast<size_t>(top_));
-    return std::move(report_);
-  }
-
- private:
-  static std::string Explain(absl::string_view what) {
-    // nlohmann's message starts "[json.exception.parse_error.101] "; the rest
-    // says where and why.
-    if (size_t close = what.find("] "); close != absl::string_view::npos) {
-      what.remove_prefix(close + 2);
-    }
-    // The parser saw one line: its "line 1, " says nothing.
-    std::string text(what);
-    if (size_t at = text.find("at line 1, column "); at != std::string::npos) {
-      text.erase(at + 3, std::strlen("line 1, "));
-    }
-    return text;
-  }
-
-  absl::Status Error(uint64_t line, absl::string_view what) const {
-    return absl::InvalidArgumentError(absl::StrCat(report_.log, ": line ", line, ": ", what));
-  }
-
-  absl::Status NotALog(uint64_t line) const {
-    return Error(line,
-                 "not a stensor access log: its first line must be a `header` record "
-                 "(docs/access-log.md)");
-  }
-
-  absl::Status Header(const Json& r, uint64_t line) {
-    if (Uint(r, "format").value_or(0) != 1) {
-      return Error(line, absl::StrCat("access-log format ", ValueText(r, "format"),
-                                      "; this report reads format 1"));
-    }
-    report_.pid = Uint(r, "pid").value_or(0);
-    if (auto config = r.find("config"); config != r.end() && config->is_object()) {
-      report_.limit_text = ValueText(*config, "STENSOR_MEMORY_LIMIT");
-      report_.policy = ValueText(*config, "STENSOR_POLICY");
-      report_.prefetch = ValueText(*config, "STENSOR_PREFETCH");
-    }
-    if (!report_.limit_text.empty()) {
-      const std::string text = report_.limit_text;
-      absl::StatusOr<Config> parsed = Config::Parse([&text](const char* name) -> const char* {
-        return absl::string_view(name) == "STENSOR_MEMORY_LIMIT" ? text.c_str() : nullptr;
-      });
-      if (!parsed.ok()) {
-        return Error(line,
-                     absl::StrCat("STENSOR_MEMORY_LIMIT '", text,
-                                  "' in the header does not parse: ", parsed.status().message()));
-      }
-      memory_limit_ = parsed->memory_limit;
-    }
-    if (auto devices = r.find("devices"); devices != r.end() && devices->is_array()) {
-      for (const Json& d : *devices) {
-        if (!d.is_object()) continue;
-        const size_t slot = Slot(Uint(d, "ordinal").value_or(0));
-        report_.devices[slot].name = String(d, "name");
-        report_.devices[slot].total_bytes = Uint(d, "total_bytes").value_or(0);
-        report_.devices[slot].cap = CapOf(report_.devices[slot]);
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  std::optional<uint64_t> CapOf(const DeviceInfo& d) const {
-    std::optional<size_t> cap = memory_limit_.BytesFor(static_cast<int>(d.ordinal), d.total_bytes);
-    // A percentage of a device the header did not describe says nothing.
-    if (!cap || (*cap == 0 && d.total_bytes == 0)) return std::nullopt;
-    return static_cast<uint64_t>(*cap);
-  }
-
-  size_t Slot(uint64_t ordinal) {
-    for (size_t i = 0; i < report_.devices.size(); ++i) {
-      if (report_.devices[i].ordinal == static_cast<int64_t>(ordinal)) return i;
-    }
-    DeviceInfo d;
-    d.ordinal = static_cast<int64_t>(ordinal);
-    d.name = absl::StrCat("device ", ordinal);
-    d.cap = CapOf(d);
-    report_.devices.push_back(std::move(d));
-    return report_.devices.size() - 1;
-  }
-
-  void SetResident(size_t slot, int64_t delta) {
-    DeviceInfo& d = report_.devices[slot];
-    if (delta < 0 && static_cast<uint64_t>(-delta) > d.resident) {
-      ++report_.inconsistent;
-      d.resident = 0;
-    } else {
-      d.resident += delta;
-    }
-    if (d.resident > d.peak) {
-      d.peak = d.resident;
-      d.peak_op = report_.operations;
-    }
-    report_.timeline.Resident(report_.operations, slot, d.resident);
-  }
-
-  absl::Status End(const Json& r) {
-    report_.ended = true;
-    report_.dropped = Uint(r, "dropped").value_or(0);
-    report_.live_at_end = Uint(r, "live_buffers");
-    return absl::OkStatus();
-  }
-
-  absl::Status Alloc(const Json& r, uint64_t line) {
-    std::optional<uint64_t> id = Uint(r, "id");
-    std::optional<uint64_t> bytes = Uint(r, "bytes");
-    if (!id || !bytes) return Error(line, "an `alloc` without `id` or `bytes`");
-    if (*bytes > (uint64_t{1} << 60)) return Error(line, "an `alloc` of more than 2^60 bytes");
-    BufferStats b;
-    b.id = *id;
-    b.bytes = *bytes;
-    b.kind = String(r, "kind");
-    if (b.kind.empty()) b.kind = "device";
-    b.slot = Slot(Uint(r, "device").value_or(0));
-    // As the manager charges them (tools/trace.h): whole granules for
-    // cuMemAlloc of a granule or more, pages for the rest, the program's
-    // own VMM memory as it is.
-    const bool mem_alloc = b.kind == "device" && !absl::StrContains(String(r, "api"), "Pitch");
-    if (b.kind == "app_vmm") {
-      b.charge = b.bytes;
-    } else if (mem_alloc && b.bytes >= granularity_) {
-      b.charge = AlignUp(b.bytes, granularity_);
-    } else {
-      b.charge = AlignUp(b.bytes, 4096);
-    }
-    const size_t slot = b.slot;
-    const uint64_t charge = b.charge;
-    if (*id == 0) {
-      report_.untracked[String(r, "addr")] = std::move(b);
-    } else if (!report_.live.emplace(*id, std::move(b)).second) {
-      return Error(line, absl::StrCat("buffer ", *id, " allocated twice"));
-    }
-    SetResident(slot, static_cast<int64_t>(charge));
-    ++report_.operations;
-    return absl::OkStatus();
-  }
-
-  absl::Status Free(const Json& r, uint64_t line) {
-    std::optional<uint64_t> id = Uint(r, "id");
-    if (!id) return Error(line, "a `free` without `id`");
-    BufferStats b;
-    if (*id == 0) {
-      auto it = report_.untracked.find(String(r, "addr"));
-      if (it != report_.untracked.end()) {
-        b = std::move(it->second);
-        report_.untracked.erase(it);
-        if (b.resident) SetResident(b.slot, -static_cast<int64_t>(b.charge));
-      }
-    } else {
-      auto it = report_.live.find(*id);
-      if (it == report_.live.end()) {
-        return Error(line, absl::StrCat("a `free` of buffer ", *id, ", never allocated"));
-      }
-      b = std::move(it->second);
-      report_.live.erase(it);
-      if (b.resident) SetResident(b.slot, -static_cast<int64_t>(b.charge));
-      if (b.moved() > 0) {
-        report_.freed.push_back(std::move(b));
-        if (report_.freed.size() > 4 * static_cast<size_t>(top_) + 64) {
-          Trim(report_.freed, static_cast<size_t>(top_));
-        }
-      }
-    }
-    ++report_.operations;
-    return absl::OkStatus();
-  }
-
-  absl::Status Evict(const std::string& type, const Json& r, uint64_t line) {
-    std::optional<uint64_t> id = Uint(r, "id");
-    const uint64_t bytes = Uint(r, "bytes").value_or(0);
-    if (!id) return Error(line, absl::StrCat("a `", type, "` without `id`"));
-    Count& count = type == "swap_out"     ? report_.swap_out
-                   : type == "drop_clean" ? report_.drop_clean
-                                          : report_.drop_unwritten;
-    count.Add(bytes);
-    auto it = report_.live.find(*id);
-    if (it == report_.live.end() || !it->second.resident) {
-      // Records of concurrent threads can meet in the log out of order; the
-      // report says how many did (resident bytes are then approximate).
-      ++report_.inconsistent;
-      if (type == "swap_out") {
-        report_.timeline.Traffic(report_.operations, Slot(Uint(r, "device").value_or(0)), 0, bytes);
-      }
-      return absl::OkStatus();
-    }
-    BufferStats& b = it->second;
-    b.resident = false;
-    if (type == "swap_out") {
-      b.bytes_out += bytes;
-      ++b.swap_outs;
-      report_.timeline.Traffic(report_.operations, b.slot, 0, bytes);
-    } else {
-      ++b.drops;
-    }
-    SetResident(b.slot, -static_cast<int64_t>(b.charge));
-    return absl::OkStatus();
-  }
-
-  absl::Status SwapIn(const Json& r, uint64_t line) {
-    std::optional<uint64_t> id = Uint(r, "id");
-    const uint64_t bytes = Uint(r, "bytes").value_or(0);
-    if (!id) return Error(line, "a `swap_in` without `id`");
-    auto copy = r.find("copy");
-    const bool copied = copy == r.end() || !copy->is_boolean() || copy->get<bool>();
-    (copied ? report_.swap_in_copy : report_.swap_in_no_copy).Add(bytes);
-    auto it = report_.live.find(*id);
-    if (it == report_.live.end() || it->second.resident) {
-      ++report_.inconsistent;
-      if (copied) {
-        report_.timeline.Traffic(report_.operations, Slot(Uint(r, "device").value_or(0)), bytes, 0);
-      }
-      return absl::OkStatus();
-    }
-    BufferStats& b = it->second;
-    b.resident = true;
-    ++b.swap_ins;
-    if (copied) {
-      b.bytes_in += bytes;
-      report_.timeline.Traffic(report_.operations, b.slot, bytes, 0);
-    }
-    SetResident(b.slot, static_cast<int64_t>(b.charge));
-    return absl::OkStatus();
-  }
-
-  KernelStats& Kernel(const std::string& name) {
-    auto [it, inserted] = report_.kernel_index.emplace(name, report_.kernels.size());
-    if (inserted) report_.kernels.push_back(KernelStats{name});
-    return report_.kernels[it->second];
-  }
-
-  absl::Status Launch(const std::string& type, const Json& r) {
-    std::string name;
-    if (type == "launch") {
-      name = String(r, "demangled");
-      if (name.empty()) name = String(r, "kernel");
-      if (name.empty()) name = "(unnamed kernel)";
-    } else {
-      name = absl::StrCat("graph ", String(r, "graph"), " (graph launch)");
-    }
-    KernelStats& k = Kernel(name);
-    const int index = report_.kernel_index[name];
-    ++k.launches;
-    k.waits += report_.pending_waits;
-    k.wait_seconds += report_.pending_wait;
-    report_.pending_waits = 0;
-    report_.pending_wait = 0;
-    ++report_.launches;
-    if (auto reads = r.find("reads"); reads != r.end() && reads->is_array()) {
-      for (const Json& id : *reads) {
-        if (!id.is_number_unsigned()) continue;
-        auto it = report_.live.find(id.get<uint64_t>());
-        if (it != report_.live.end() && it->second.first_kernel < 0) {
-          it->second.first_kernel = index;
-        }
-      }
-    }
-    ++report_.operations;
-    return absl::OkStatus();
-  }
-
-  // Keeps the `top` buffers that moved most (ties: the lower id first).
-  static void Trim(std::vector<BufferStats>& buffers, size_t top) {
-    auto more = [](const BufferStats& a, const BufferStats& b) {
-      return a.moved() != b.moved() ? a.moved() > b.moved() : a.id < b.id;
-    };
-    buffers.erase(std::remove_if(buffers.begin(), buffers.end(),
-                                 [](const BufferStats& b) { return b.moved() == 0; }),
-                  buffers.end());
-    const size_t n = std::min(top, buffers.size());
-    std::partial_sort(buffers.begin(), buffers.begin() + n, buffers.end(), more);
-    buffers.resize(n);
-  }
-
-  const uint64_t granularity_;
-  const int top_;
-  MemoryLimit memory_limit_;
-  Report report_;
-};
-
-absl::StatusOr<Report> ReadReport(const ReportFlags& flags) {
-  std::ifstream in(flags.log, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot open access log ", flags.log, ": ", std::strerror(errno)));
-  }
-  Reader reader(flags.log, flags.granularity, flags.top);
-  std::string text;
-  uint64_t line = 0;
-  while (std::getline(in, text)) {
-    ++line;
-    if (absl::Status s = reader.Line(text, line); !s.ok()) return s;
-  }
-  if (in.bad()) {
-    return absl::DataLossError(
-        absl::StrCat(flags.log, ": line ", line + 1, ": cannot read: ", std::strerror(errno)));
-  }
-  return std::move(reader).Finish(flags.partial);
-}
-
-// ---------------------------------------------------------------------------
-// Writing it.
-
 // Escapes text for HTML and XML alike (element content and attributes);
 // control characters XML does not allow become U+FFFD.
 std::string Escape(absl::string_view text) {
@@ -803,11 +230,11 @@ constexpr char kInColor[] = "#2ca02c";
 
 // One panel per device: resident bytes (a step line, the maximum of each
 // bucket) and the cap above, bytes out (up) and in (down) per bucket below.
-std::string Svg(const Report& r) {
+std::string Svg(const RunSummary& r) {
   constexpr double kWidth = 1100, kLeft = 90, kRight = 30, kPlotH = 250, kBarsH = 120;
   constexpr double kPanelH = 50 + kPlotH + 28 + kBarsH + 36;
   const double plot_w = kWidth - kLeft - kRight;
-  const Timeline& t = r.timeline;
+  const ResidentTimeline& t = r.timeline;
   const size_t n = t.buckets();
   const double ops = std::max<double>(1, static_cast<double>(n) * t.width());
   const size_t panels = std::max<size_t>(1, r.devices.size());
@@ -824,7 +251,7 @@ std::string Svg(const Report& r) {
                     "\" y=\"40\">No device allocations in the log.</text>\n");
   }
   for (size_t slot = 0; slot < r.devices.size(); ++slot) {
-    const DeviceInfo& d = r.devices[slot];
+    const DeviceSummary& d = r.devices[slot];
     const double top = 30 + slot * kPanelH;
     const double plot_top = top + 50;
     const double base = plot_top + kPlotH;  // the resident plot's zero line
@@ -897,7 +324,7 @@ std::string Svg(const Report& r) {
     // Traffic: out above the middle line, in below, on one scale.
     uint64_t tmax = 0;  // the scale: the largest bucket of either direction
     for (size_t b = 0; b < n; ++b) {
-      const Point p = t.Get(b, slot);
+      const PlotPoint p = t.Get(b, slot);
       tmax = std::max({tmax, p.bytes_in, p.bytes_out});
     }
     const double half = kBarsH / 2 - 4;
@@ -905,7 +332,7 @@ std::string Svg(const Report& r) {
     std::string out_path, in_path;
     const double bw = std::max(plot_w / static_cast<double>(std::max<size_t>(n, 1)), 0.6);
     for (size_t b = 0; b < n; ++b) {
-      const Point p = t.Get(b, slot);
+      const PlotPoint p = t.Get(b, slot);
       const double x = x_of(static_cast<double>(b) * t.width());
       if (p.bytes_out > 0) {
         const double h = std::max(1.0, p.bytes_out / scale * half);
@@ -968,11 +395,11 @@ std::string Row(absl::string_view label, absl::string_view value, absl::string_v
                       Escape(note), "</td></tr>\n");
 }
 
-std::string CountRow(absl::string_view label, const Count& c, absl::string_view note) {
+std::string CountRow(absl::string_view label, const RecordCount& c, absl::string_view note) {
   return Row(label, absl::StrCat(c.records, " (", Bytes(c.bytes), ", ", c.bytes, " bytes)"), note);
 }
 
-std::string Html(const Report& r, const std::vector<const KernelStats*>& kernels, int top) {
+std::string Html(const RunSummary& r, const std::vector<const KernelSummary*>& kernels, int top) {
   std::string h =
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
       "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
@@ -1005,7 +432,7 @@ std::string Html(const Report& r, const std::vector<const KernelStats*>& kernels
 
   // The headline, then the plot.
   std::string peaks;
-  for (const DeviceInfo& d : r.devices) {
+  for (const DeviceSummary& d : r.devices) {
     absl::StrAppend(&peaks, peaks.empty() ? "Device " : "; device ", d.ordinal, " peaked at ",
                     Bytes(d.peak),
                     d.cap ? absl::StrCat(" under a cap of ", Bytes(*d.cap)) : " with no cap");
@@ -1034,7 +461,7 @@ std::string Html(const Report& r, const std::vector<const KernelStats*>& kernels
   absl::StrAppend(&h, "<h2>Summary</h2>\n<table class=\"summary\">\n");
   absl::StrAppend(
       &h, Row("STENSOR_MEMORY_LIMIT", r.limit_text.empty() ? "(unset: no cap)" : r.limit_text));
-  for (const DeviceInfo& d : r.devices) {
+  for (const DeviceSummary& d : r.devices) {
     absl::StrAppend(
         &h, Row(absl::StrCat("device ", d.ordinal, " peak resident"),
                 absl::StrCat(Bytes(d.peak), " (", d.peak, " bytes) at operation ", d.peak_op),
@@ -1046,8 +473,8 @@ std::string Html(const Report& r, const std::vector<const KernelStats*>& kernels
             absl::StrCat(d.name,
                          d.total_bytes ? absl::StrCat(", ", Bytes(d.total_bytes), " total") : "")));
   }
-  const Count& out = r.swap_out;
-  const Count& in = r.swap_in_copy;
+  const RecordCount& out = r.swap_out;
+  const RecordCount& in = r.swap_in_copy;
   absl::StrAppend(&h, CountRow("swap_out", out, "device to host copies (bytes moved)"));
   absl::StrAppend(&h, CountRow("swap_in with copy", in, "host to device copies (bytes moved)"));
   absl::StrAppend(
@@ -1114,7 +541,7 @@ std::string Html(const Report& r, const std::vector<const KernelStats*>& kernels
 
   // Buffers.
   absl::StrAppend(&h, "<h2>Buffers that moved most</h2>\n");
-  if (r.freed.empty()) {
+  if (r.top_buffers.empty()) {
     absl::StrAppend(&h, "<p>No buffer was copied in or out.</p>\n");
   } else {
     absl::StrAppend(
@@ -1123,7 +550,7 @@ std::string Html(const Report& r, const std::vector<const KernelStats*>& kernels
         "<th class=\"n\">moved</th><th class=\"n\">swap-outs</th><th class=\"n\">out</th>"
         "<th class=\"n\">swap-ins</th><th class=\"n\">in (copied)</th>"
         "<th class=\"n\">drops</th><th>first used by</th></tr>\n");
-    for (const BufferStats& b : r.freed) {
+    for (const BufferSummary& b : r.top_buffers) {
       absl::StrAppend(&h, "<tr><td class=\"n\">", b.id, "</td><td class=\"n\">",
                       Escape(Bytes(b.bytes)), "</td><td class=\"n\">", Escape(Bytes(b.moved())),
                       "</td><td class=\"n\">", b.swap_outs, "</td><td class=\"n\">",
@@ -1147,7 +574,7 @@ std::string Html(const Report& r, const std::vector<const KernelStats*>& kernels
     absl::StrAppend(&h,
                     "<table class=\"kernels\">\n<tr><th>kernel</th><th class=\"n\">waited</th>"
                     "<th class=\"n\">waits</th><th class=\"n\">launches</th></tr>\n");
-    for (const KernelStats* k : kernels) {
+    for (const KernelSummary* k : kernels) {
       absl::StrAppend(&h, "<tr><td class=\"kernel\">", Escape(k->name), "</td><td class=\"n\">",
                       absl::StrFormat("%.3f s", k->wait_seconds), "</td><td class=\"n\">", k->waits,
                       "</td><td class=\"n\">", k->launches, "</td></tr>\n");
@@ -1173,16 +600,20 @@ int RunReport(const std::vector<std::string>& args, std::ostream& out, std::ostr
     out << kUsage << kHelp;
     return 0;
   }
-  absl::StatusOr<Report> report = ReadReport(*flags);
+  SummaryOptions options;
+  options.granularity = flags->granularity;
+  options.top = flags->top;
+  options.partial = flags->partial;
+  absl::StatusOr<RunSummary> report = SummarizeLog(flags->log, options);
   if (!report.ok()) {
     err << "stensor report: " << report.status().message() << "\n";
     return 1;
   }
-  std::vector<const KernelStats*> kernels;
-  for (const KernelStats& k : report->kernels) {
+  std::vector<const KernelSummary*> kernels;
+  for (const KernelSummary& k : report->kernels) {
     if (k.waits > 0) kernels.push_back(&k);
   }
-  std::sort(kernels.begin(), kernels.end(), [](const KernelStats* a, const KernelStats* b) {
+  std::sort(kernels.begin(), kernels.end(), [](const KernelSummary* a, const KernelSummary* b) {
     return a->wait_seconds != b->wait_seconds ? a->wait_seconds > b->wait_seconds
                                               : a->name < b->name;
   });

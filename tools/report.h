@@ -4,26 +4,18 @@
 // moved most, the kernels that waited longest for swaps, and device
 // resident bytes over the run against the cap with the swap traffic beneath.
 // docs/report.md describes what is shown and how to read it.
-//
-// Memory is bounded whatever the log's length: per live buffer state, the
-// few freed buffers that may still make the top list, one entry per kernel
-// name, and at most kMaxPlotBuckets plot buckets (their width in operations
-// doubles as the log grows).
+// The log is read in one pass, in bounded memory (tools/run_summary.h).
 //
 // Thread-safety: RunReport is reentrant (it writes only to the given streams
 // and the output file).
 #ifndef STENSOR_TOOLS_REPORT_H_
 #define STENSOR_TOOLS_REPORT_H_
 
-#include <cstddef>
 #include <ostream>
 #include <string>
 #include <vector>
 
 namespace stensor {
-
-// At most this many buckets of operations per plotted series.
-inline constexpr size_t kMaxPlotBuckets = 2000;
 
 // Runs the command on the arguments after `report`; 0 on success, 1 on a
 // failure (an unreadable, foreign or truncated log, an unwritable output;

@@ -1,0 +1,501 @@
+#include "tools/run_summary.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <istream>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "core/config.h"
+#include "nlohmann/json.hpp"
+
+namespace stensor {
+
+void ResidentTimeline::Resident(uint64_t op, size_t slot, uint64_t bytes) {
+  PlotPoint& p = At(op, slot);
+  p.max_resident = std::max(p.max_resident, bytes);
+  p.last_resident = bytes;
+  current_[slot] = bytes;
+}
+
+void ResidentTimeline::Traffic(uint64_t op, size_t slot, uint64_t in, uint64_t out) {
+  PlotPoint& p = At(op, slot);
+  p.bytes_in += in;
+  p.bytes_out += out;
+}
+
+void ResidentTimeline::Reach(uint64_t op) {
+  for (size_t slot = 0; slot < current_.size(); ++slot) At(op, slot);
+}
+
+PlotPoint& ResidentTimeline::At(uint64_t op, size_t slot) {
+  if (slot >= current_.size()) current_.resize(slot + 1, 0);
+  while (op / width_ >= kMaxPlotBuckets) Merge();
+  const size_t b = op / width_;
+  while (columns_.size() <= b) {
+    std::vector<PlotPoint> column(current_.size());
+    for (size_t s = 0; s < current_.size(); ++s) {
+      column[s].max_resident = column[s].last_resident = current_[s];
+    }
+    columns_.push_back(std::move(column));
+  }
+  std::vector<PlotPoint>& column = columns_[b];
+  if (column.size() <= slot) column.resize(slot + 1);
+  return column[slot];
+}
+
+void ResidentTimeline::Merge() {
+  std::vector<std::vector<PlotPoint>> merged((columns_.size() + 1) / 2);
+  for (size_t i = 0; i < columns_.size(); ++i) {
+    std::vector<PlotPoint>& into = merged[i / 2];
+    const std::vector<PlotPoint>& from = columns_[i];
+    if (into.size() < from.size()) into.resize(from.size());
+    for (size_t s = 0; s < from.size(); ++s) {
+      into[s].max_resident = std::max(into[s].max_resident, from[s].max_resident);
+      into[s].last_resident = from[s].last_resident;
+      into[s].bytes_in += from[s].bytes_in;
+      into[s].bytes_out += from[s].bytes_out;
+    }
+  }
+  columns_ = std::move(merged);
+  width_ *= 2;
+}
+
+namespace {
+
+using Json = nlohmann::json;
+
+std::optional<uint64_t> Uint(const Json& r, const char* key) {
+  auto it = r.find(key);
+  if (it == r.end() || !it->is_number_unsigned()) return std::nullopt;
+  return it->get<uint64_t>();
+}
+
+std::optional<double> Number(const Json& r, const char* key) {
+  auto it = r.find(key);
+  if (it == r.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+
+std::string String(const Json& r, const char* key) {
+  auto it = r.find(key);
+  if (it == r.end() || !it->is_string()) return "";
+  return it->get<std::string>();
+}
+
+// A header value as text: strings as they are, anything else as JSON.
+std::string ValueText(const Json& r, const char* key) {
+  auto it = r.find(key);
+  if (it == r.end()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  return it->dump();
+}
+
+uint64_t AlignUp(uint64_t v, uint64_t unit) { return (v + unit - 1) / unit * unit; }
+
+class Reader {
+ public:
+  Reader(std::string log, const SummaryOptions& options)
+      : granularity_(options.granularity), top_(options.top) {
+    report_.log = std::move(log);
+  }
+
+  absl::Status Line(absl::string_view text, uint64_t line) {
+    report_.lines = line;
+    Json r;
+    try {
+      r = Json::parse(text.begin(), text.end());
+    } catch (const Json::parse_error& e) {
+      if (line == 1) return NotALog(line);
+      return Error(line, absl::StrCat("not a JSON record (a truncated or corrupt log): ",
+                                      Explain(e.what())));
+    }
+    if (!r.is_object() || !r.contains("type") || !r["type"].is_string()) {
+      if (line == 1) return NotALog(line);
+      return Error(line, "not an access-log record (no \"type\")");
+    }
+    const std::string type = r["type"].get<std::string>();
+    if (line == 1) {
+      if (type != "header") return NotALog(line);
+      return Header(r, line);
+    }
+    if (report_.ended) return Error(line, "a record after the `end` record");
+    if (type == "header") return Error(line, "a second `header` record (two logs in one file?)");
+    if (type == "end") return End(r);
+    if (type == "alloc") return Alloc(r, line);
+    if (type == "free") return Free(r, line);
+    if (type == "swap_out" || type == "drop_clean" || type == "drop_unwritten") {
+      return Evict(type, r, line);
+    }
+    if (type == "swap_in") return SwapIn(r, line);
+    if (type == "launch" || type == "graph_launch") return Launch(type, r);
+    if (type == "swap_wait") {
+      const double s = Number(r, "seconds").value_or(0);
+      auto& w = report_.swap_waits[String(r, "what")];
+      ++w.first;
+      w.second += s;
+      pending_wait_ += s;
+      ++pending_waits_;
+    } else if (type == "evict_wait" || type == "unknown_wait") {
+      auto& w = type == "evict_wait" ? report_.evict_waits : report_.unknown_waits;
+      ++w.first;
+      w.second += Number(r, "seconds").value_or(0);
+    } else if (type == "oom") {
+      report_.ooms.Add(Uint(r, "bytes").value_or(0));
+    } else if (type == "pin") {
+      report_.pins.Add(Uint(r, "bytes").value_or(0));
+    } else if (type == "verify_mismatch") {
+      report_.verify_mismatches.Add(Uint(r, "bytes").value_or(0));
+    } else if (type == "table_read_back") {
+      report_.table_read_backs.Add(Uint(r, "bytes").value_or(0));
+    } else if (type == "memcpy" || type == "memset" || type == "sync" || type == "host_alloc" ||
+               type == "host_free") {
+      ++report_.operations;
+    }
+    // graph_instantiate, limitation and record types newer than this reader
+    // carry nothing the report shows.
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<RunSummary> Finish(bool partial) && {
+    if (report_.lines == 0) return Error(1, "an empty file, not an access log");
+    if (!report_.ended && !partial) {
+      return Error(report_.lines,
+                   "the log ends without its `end` record (truncated: the program did not exit "
+                   "normally, or the file was cut); --partial reports what is there");
+    }
+    report_.timeline.Reach(report_.operations == 0 ? 0 : report_.operations - 1);
+    if (pending_waits_ > 0) {
+      KernelSummary& k = Kernel("(no launch after the wait)");
+      k.waits += pending_waits_;
+      k.wait_seconds += pending_wait_;
+    }
+    for (auto& [id, b] : live_) freed_.push_back(std::move(b));
+    live_.clear();
+    Trim(freed_, static_cast<size_t>(top_));
+    report_.top_buffers = std::move(freed_);
+    return std::move(report_);
+  }
+
+ private:
+  static std::string Explain(absl::string_view what) {
+    // nlohmann's message starts "[json.exception.parse_error.101] "; the rest
+    // says where and why.
+    if (size_t close = what.find("] "); close != absl::string_view::npos) {
+      what.remove_prefix(close + 2);
+    }
+    // The parser saw one line: its "line 1, " says nothing.
+    std::string text(what);
+    if (size_t at = text.find("at line 1, column "); at != std::string::npos) {
+      text.erase(at + 3, std::strlen("line 1, "));
+    }
+    return text;
+  }
+
+  absl::Status Error(uint64_t line, absl::string_view what) const {
+    return absl::InvalidArgumentError(absl::StrCat(report_.log, ": line ", line, ": ", what));
+  }
+
+  absl::Status NotALog(uint64_t line) const {
+    return Error(line,
+                 "not a stensor access log: its first line must be a `header` record "
+                 "(docs/access-log.md)");
+  }
+
+  absl::Status Header(const Json& r, uint64_t line) {
+    if (Uint(r, "format").value_or(0) != 1) {
+      return Error(line, absl::StrCat("access-log format ", ValueText(r, "format"),
+                                      "; this report reads format 1"));
+    }
+    report_.pid = Uint(r, "pid").value_or(0);
+    if (auto config = r.find("config"); config != r.end() && config->is_object()) {
+      report_.limit_text = ValueText(*config, "STENSOR_MEMORY_LIMIT");
+      report_.policy = ValueText(*config, "STENSOR_POLICY");
+      report_.prefetch = ValueText(*config, "STENSOR_PREFETCH");
+    }
+    if (!report_.limit_text.empty()) {
+      const std::string text = report_.limit_text;
+      absl::StatusOr<Config> parsed = Config::Parse([&text](const char* name) -> const char* {
+        return absl::string_view(name) == "STENSOR_MEMORY_LIMIT" ? text.c_str() : nullptr;
+      });
+      if (!parsed.ok()) {
+        return Error(line,
+                     absl::StrCat("STENSOR_MEMORY_LIMIT '", text,
+                                  "' in the header does not parse: ", parsed.status().message()));
+      }
+      memory_limit_ = parsed->memory_limit;
+    }
+    if (auto devices = r.find("devices"); devices != r.end() && devices->is_array()) {
+      for (const Json& d : *devices) {
+        if (!d.is_object()) continue;
+        const size_t slot = Slot(Uint(d, "ordinal").value_or(0));
+        report_.devices[slot].name = String(d, "name");
+        report_.devices[slot].total_bytes = Uint(d, "total_bytes").value_or(0);
+        report_.devices[slot].cap = CapOf(report_.devices[slot]);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  std::optional<uint64_t> CapOf(const DeviceSummary& d) const {
+    std::optional<size_t> cap = memory_limit_.BytesFor(static_cast<int>(d.ordinal), d.total_bytes);
+    // A percentage of a device the header did not describe says nothing.
+    if (!cap || (*cap == 0 && d.total_bytes == 0)) return std::nullopt;
+    return static_cast<uint64_t>(*cap);
+  }
+
+  size_t Slot(uint64_t ordinal) {
+    for (size_t i = 0; i < report_.devices.size(); ++i) {
+      if (report_.devices[i].ordinal == static_cast<int64_t>(ordinal)) return i;
+    }
+    DeviceSummary d;
+    d.ordinal = static_cast<int64_t>(ordinal);
+    d.name = absl::StrCat("device ", ordinal);
+    d.cap = CapOf(d);
+    report_.devices.push_back(std::move(d));
+    return report_.devices.size() - 1;
+  }
+
+  void SetResident(size_t slot, int64_t delta) {
+    DeviceSummary& d = report_.devices[slot];
+    if (delta < 0 && static_cast<uint64_t>(-delta) > d.resident) {
+      ++report_.inconsistent;
+      d.resident = 0;
+    } else {
+      d.resident += delta;
+    }
+    if (d.resident > d.peak) {
+      d.peak = d.resident;
+      d.peak_op = report_.operations;
+    }
+    report_.timeline.Resident(report_.operations, slot, d.resident);
+  }
+
+  absl::Status End(const Json& r) {
+    report_.ended = true;
+    report_.dropped = Uint(r, "dropped").value_or(0);
+    report_.live_at_end = Uint(r, "live_buffers");
+    return absl::OkStatus();
+  }
+
+  absl::Status Alloc(const Json& r, uint64_t line) {
+    std::optional<uint64_t> id = Uint(r, "id");
+    std::optional<uint64_t> bytes = Uint(r, "bytes");
+    if (!id || !bytes) return Error(line, "an `alloc` without `id` or `bytes`");
+    if (*bytes > (uint64_t{1} << 60)) return Error(line, "an `alloc` of more than 2^60 bytes");
+    BufferSummary b;
+    b.id = *id;
+    b.bytes = *bytes;
+    std::string kind = String(r, "kind");
+    if (kind.empty()) kind = "device";
+    b.slot = Slot(Uint(r, "device").value_or(0));
+    // As the manager charges them (tools/trace.h): whole granules for
+    // cuMemAlloc of a granule or more, pages for the rest, the program's
+    // own VMM memory as it is.
+    const bool mem_alloc = kind == "device" && !absl::StrContains(String(r, "api"), "Pitch");
+    if (kind == "app_vmm") {
+      b.charge = b.bytes;
+    } else if (mem_alloc && b.bytes >= granularity_) {
+      b.charge = AlignUp(b.bytes, granularity_);
+    } else {
+      b.charge = AlignUp(b.bytes, 4096);
+    }
+    const size_t slot = b.slot;
+    const uint64_t charge = b.charge;
+    if (*id == 0) {
+      untracked_[String(r, "addr")] = std::move(b);
+    } else if (!live_.emplace(*id, std::move(b)).second) {
+      return Error(line, absl::StrCat("buffer ", *id, " allocated twice"));
+    }
+    SetResident(slot, static_cast<int64_t>(charge));
+    ++report_.operations;
+    return absl::OkStatus();
+  }
+
+  absl::Status Free(const Json& r, uint64_t line) {
+    std::optional<uint64_t> id = Uint(r, "id");
+    if (!id) return Error(line, "a `free` without `id`");
+    BufferSummary b;
+    if (*id == 0) {
+      auto it = untracked_.find(String(r, "addr"));
+      if (it != untracked_.end()) {
+        b = std::move(it->second);
+        untracked_.erase(it);
+        if (b.resident) SetResident(b.slot, -static_cast<int64_t>(b.charge));
+      }
+    } else {
+      auto it = live_.find(*id);
+      if (it == live_.end()) {
+        return Error(line, absl::StrCat("a `free` of buffer ", *id, ", never allocated"));
+      }
+      b = std::move(it->second);
+      live_.erase(it);
+      if (b.resident) SetResident(b.slot, -static_cast<int64_t>(b.charge));
+      if (b.moved() > 0) {
+        freed_.push_back(std::move(b));
+        if (freed_.size() > 4 * static_cast<size_t>(top_) + 64) {
+          Trim(freed_, static_cast<size_t>(top_));
+        }
+      }
+    }
+    ++report_.operations;
+    return absl::OkStatus();
+  }
+
+  absl::Status Evict(const std::string& type, const Json& r, uint64_t line) {
+    std::optional<uint64_t> id = Uint(r, "id");
+    const uint64_t bytes = Uint(r, "bytes").value_or(0);
+    if (!id) return Error(line, absl::StrCat("a `", type, "` without `id`"));
+    RecordCount& count = type == "swap_out"     ? report_.swap_out
+                         : type == "drop_clean" ? report_.drop_clean
+                                                : report_.drop_unwritten;
+    count.Add(bytes);
+    auto it = live_.find(*id);
+    if (it == live_.end() || !it->second.resident) {
+      // Records of concurrent threads can meet in the log out of order; the
+      // report says how many did (resident bytes are then approximate).
+      ++report_.inconsistent;
+      if (type == "swap_out") {
+        report_.timeline.Traffic(report_.operations, Slot(Uint(r, "device").value_or(0)), 0, bytes);
+      }
+      return absl::OkStatus();
+    }
+    BufferSummary& b = it->second;
+    b.resident = false;
+    if (type == "swap_out") {
+      b.bytes_out += bytes;
+      ++b.swap_outs;
+      report_.timeline.Traffic(report_.operations, b.slot, 0, bytes);
+    } else {
+      ++b.drops;
+    }
+    SetResident(b.slot, -static_cast<int64_t>(b.charge));
+    return absl::OkStatus();
+  }
+
+  absl::Status SwapIn(const Json& r, uint64_t line) {
+    std::optional<uint64_t> id = Uint(r, "id");
+    const uint64_t bytes = Uint(r, "bytes").value_or(0);
+    if (!id) return Error(line, "a `swap_in` without `id`");
+    auto copy = r.find("copy");
+    const bool copied = copy == r.end() || !copy->is_boolean() || copy->get<bool>();
+    (copied ? report_.swap_in_copy : report_.swap_in_no_copy).Add(bytes);
+    auto it = live_.find(*id);
+    if (it == live_.end() || it->second.resident) {
+      ++report_.inconsistent;
+      if (copied) {
+        report_.timeline.Traffic(report_.operations, Slot(Uint(r, "device").value_or(0)), bytes, 0);
+      }
+      return absl::OkStatus();
+    }
+    BufferSummary& b = it->second;
+    b.resident = true;
+    ++b.swap_ins;
+    if (copied) {
+      b.bytes_in += bytes;
+      report_.timeline.Traffic(report_.operations, b.slot, bytes, 0);
+    }
+    SetResident(b.slot, static_cast<int64_t>(b.charge));
+    return absl::OkStatus();
+  }
+
+  KernelSummary& Kernel(const std::string& name) {
+    auto [it, inserted] = kernel_index_.emplace(name, report_.kernels.size());
+    if (inserted) report_.kernels.push_back(KernelSummary{name});
+    return report_.kernels[it->second];
+  }
+
+  absl::Status Launch(const std::string& type, const Json& r) {
+    std::string name;
+    if (type == "launch") {
+      name = String(r, "demangled");
+      if (name.empty()) name = String(r, "kernel");
+      if (name.empty()) name = "(unnamed kernel)";
+    } else {
+      name = absl::StrCat("graph ", String(r, "graph"), " (graph launch)");
+    }
+    KernelSummary& k = Kernel(name);
+    const int index = kernel_index_[name];
+    ++k.launches;
+    k.waits += pending_waits_;
+    k.wait_seconds += pending_wait_;
+    pending_waits_ = 0;
+    pending_wait_ = 0;
+    ++report_.launches;
+    if (auto reads = r.find("reads"); reads != r.end() && reads->is_array()) {
+      for (const Json& id : *reads) {
+        if (!id.is_number_unsigned()) continue;
+        auto it = live_.find(id.get<uint64_t>());
+        if (it != live_.end() && it->second.first_kernel < 0) {
+          it->second.first_kernel = index;
+        }
+      }
+    }
+    ++report_.operations;
+    return absl::OkStatus();
+  }
+
+  // Keeps the `top` buffers that moved most (ties: the lower id first).
+  static void Trim(std::vector<BufferSummary>& buffers, size_t top) {
+    auto more = [](const BufferSummary& a, const BufferSummary& b) {
+      return a.moved() != b.moved() ? a.moved() > b.moved() : a.id < b.id;
+    };
+    buffers.erase(std::remove_if(buffers.begin(), buffers.end(),
+                                 [](const BufferSummary& b) { return b.moved() == 0; }),
+                  buffers.end());
+    const size_t n = std::min(top, buffers.size());
+    std::partial_sort(buffers.begin(), buffers.begin() + n, buffers.end(), more);
+    buffers.resize(n);
+  }
+
+  const uint64_t granularity_;
+  const int top_;
+  MemoryLimit memory_limit_;
+  RunSummary report_;
+  absl::flat_hash_map<uint64_t, BufferSummary> live_;          // by id
+  absl::flat_hash_map<std::string, BufferSummary> untracked_;  // id 0, by address
+  std::vector<BufferSummary> freed_;  // buffers that moved bytes, trimmed to the top now and then
+  absl::flat_hash_map<std::string, int> kernel_index_;  // into report_.kernels
+  double pending_wait_ = 0;  // swap_wait seconds not yet followed by a launch
+  uint64_t pending_waits_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<RunSummary> SummarizeLog(std::istream& in, const std::string& name,
+                                        const SummaryOptions& options) {
+  Reader reader(name, options);
+  std::string text;
+  uint64_t line = 0;
+  while (std::getline(in, text)) {
+    ++line;
+    if (absl::Status s = reader.Line(text, line); !s.ok()) return s;
+  }
+  if (in.bad()) {
+    return absl::DataLossError(
+        absl::StrCat(name, ": line ", line + 1, ": cannot read: ", std::strerror(errno)));
+  }
+  return std::move(reader).Finish(options.partial);
+}
+
+absl::StatusOr<RunSummary> SummarizeLog(const std::string& path, const SummaryOptions& options) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot open access log ", path, ": ", std::strerror(errno)));
+  }
+  return SummarizeLog(in, path, options);
+}
+
+}  // namespace stensor
