@@ -590,6 +590,21 @@ std::string Html(const RunSummary& r, const std::vector<const KernelSummary*>& k
 
 }  // namespace
 
+std::string ReportSvg(const RunSummary& summary) { return Svg(summary); }
+
+std::string ReportHtml(const RunSummary& summary, int top) {
+  std::vector<const KernelSummary*> kernels;
+  for (const KernelSummary& k : summary.kernels) {
+    if (k.waits > 0) kernels.push_back(&k);
+  }
+  std::sort(kernels.begin(), kernels.end(), [](const KernelSummary* a, const KernelSummary* b) {
+    return a->wait_seconds != b->wait_seconds ? a->wait_seconds > b->wait_seconds
+                                              : a->name < b->name;
+  });
+  if (kernels.size() > static_cast<size_t>(top)) kernels.resize(top);
+  return Html(summary, kernels, top);
+}
+
 int RunReport(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   absl::StatusOr<ReportFlags> flags = ParseFlags(args);
   if (!flags.ok()) {
@@ -609,19 +624,10 @@ int RunReport(const std::vector<std::string>& args, std::ostream& out, std::ostr
     err << "stensor report: " << report.status().message() << "\n";
     return 1;
   }
-  std::vector<const KernelSummary*> kernels;
-  for (const KernelSummary& k : report->kernels) {
-    if (k.waits > 0) kernels.push_back(&k);
-  }
-  std::sort(kernels.begin(), kernels.end(), [](const KernelSummary* a, const KernelSummary* b) {
-    return a->wait_seconds != b->wait_seconds ? a->wait_seconds > b->wait_seconds
-                                              : a->name < b->name;
-  });
-  if (kernels.size() > static_cast<size_t>(flags->top)) kernels.resize(flags->top);
   const std::string document =
       flags->format == Format::kSvg
-          ? absl::StrCat("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n", Svg(*report))
-          : Html(*report, kernels, flags->top);
+          ? absl::StrCat("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n", ReportSvg(*report))
+          : ReportHtml(*report, flags->top);
   std::ofstream file(flags->output, std::ios::binary | std::ios::trunc);
   if (file) file << document;
   if (file) file.close();

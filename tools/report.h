@@ -15,7 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "tools/run_summary.h"
+
 namespace stensor {
+
+// The page (summary, plot, the top `top` buffers and kernels) and the plot
+// alone (an <svg> element, without an XML declaration), every string from
+// the log escaped.
+std::string ReportHtml(const RunSummary& summary, int top);
+std::string ReportSvg(const RunSummary& summary);
 
 // Runs the command on the arguments after `report`; 0 on success, 1 on a
 // failure (an unreadable, foreign or truncated log, an unwritable output;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -35,8 +36,8 @@ void ResidentTimeline::Traffic(uint64_t op, size_t slot, uint64_t in, uint64_t o
   p.bytes_out += out;
 }
 
-void ResidentTimeline::Reach(uint64_t op) {
-  for (size_t slot = 0; slot < current_.size(); ++slot) At(op, slot);
+void ResidentTimeline::Reach(uint64_t op, size_t slots) {
+  for (size_t slot = 0; slot < std::max(slots, current_.size()); ++slot) At(op, slot);
 }
 
 PlotPoint& ResidentTimeline::At(uint64_t op, size_t slot) {
@@ -88,6 +89,12 @@ std::optional<double> Number(const Json& r, const char* key) {
   return it->get<double>();
 }
 
+// A wait's seconds; 0 for a value no clock gives (negative, infinite).
+double Seconds(const Json& r) {
+  const double s = Number(r, "seconds").value_or(0);
+  return std::isfinite(s) && s > 0 ? s : 0;
+}
+
 std::string String(const Json& r, const char* key) {
   auto it = r.find(key);
   if (it == r.end() || !it->is_string()) return "";
@@ -116,7 +123,7 @@ class Reader {
     Json r;
     try {
       r = Json::parse(text.begin(), text.end());
-    } catch (const Json::parse_error& e) {
+    } catch (const Json::exception& e) {  // a syntax error, a number out of range
       if (line == 1) return NotALog(line);
       return Error(line, absl::StrCat("not a JSON record (a truncated or corrupt log): ",
                                       Explain(e.what())));
@@ -141,7 +148,7 @@ class Reader {
     if (type == "swap_in") return SwapIn(r, line);
     if (type == "launch" || type == "graph_launch") return Launch(type, r);
     if (type == "swap_wait") {
-      const double s = Number(r, "seconds").value_or(0);
+      const double s = Seconds(r);
       auto& w = report_.swap_waits[String(r, "what")];
       ++w.first;
       w.second += s;
@@ -150,7 +157,7 @@ class Reader {
     } else if (type == "evict_wait" || type == "unknown_wait") {
       auto& w = type == "evict_wait" ? report_.evict_waits : report_.unknown_waits;
       ++w.first;
-      w.second += Number(r, "seconds").value_or(0);
+      w.second += Seconds(r);
     } else if (type == "oom") {
       report_.ooms.Add(Uint(r, "bytes").value_or(0));
     } else if (type == "pin") {
@@ -175,7 +182,8 @@ class Reader {
                    "the log ends without its `end` record (truncated: the program did not exit "
                    "normally, or the file was cut); --partial reports what is there");
     }
-    report_.timeline.Reach(report_.operations == 0 ? 0 : report_.operations - 1);
+    report_.timeline.Reach(report_.operations == 0 ? 0 : report_.operations - 1,
+                           report_.devices.size());
     if (pending_waits_ > 0) {
       KernelSummary& k = Kernel("(no launch after the wait)");
       k.waits += pending_waits_;
@@ -203,8 +211,13 @@ class Reader {
     return text;
   }
 
+  // One line: control characters from the log's values become spaces.
   absl::Status Error(uint64_t line, absl::string_view what) const {
-    return absl::InvalidArgumentError(absl::StrCat(report_.log, ": line ", line, ": ", what));
+    std::string text(what);
+    for (char& c : text) {
+      if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+    }
+    return absl::InvalidArgumentError(absl::StrCat(report_.log, ": line ", line, ": ", text));
   }
 
   absl::Status NotALog(uint64_t line) const {

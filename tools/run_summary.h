@@ -47,8 +47,9 @@ class ResidentTimeline {
   void Resident(uint64_t op, size_t slot, uint64_t bytes);
   // Bytes copied in and out for `slot` at operation `op`.
   void Traffic(uint64_t op, size_t slot, uint64_t in, uint64_t out);
-  // Makes the buckets of every slot reach operation `op` (the log's last).
-  void Reach(uint64_t op);
+  // Makes the buckets of slots 0 to `slots` - 1 (and any other seen) reach
+  // operation `op` (the log's last).
+  void Reach(uint64_t op, size_t slots);
 
   // Operations per bucket: a power of two.
   uint64_t width() const { return width_; }
