@@ -4,8 +4,9 @@
 #
 #   scripts/fuzz.sh [TARGET] [SECONDS] [LIBFUZZER_FLAG...]
 #     TARGET: config (core/config_fuzz.cc, the default), log
-#             (tools/log_fuzz.cc) or kernel_signature
-#             (core/kernel_signature_fuzz.cc); SECONDS: default 60
+#             (tools/log_fuzz.cc), report (tools/report_fuzz.cc) or
+#             kernel_signature (core/kernel_signature_fuzz.cc); SECONDS:
+#             default 60
 #
 # Needs clang and its runtime (Debian: clang, libclang-rt-dev); CXX picks
 # another clang++. The corpus grows in $FUZZ_DIR/TARGET/corpus (default
@@ -13,7 +14,8 @@
 # the standalone driver core/fuzz_main.cc), and a crashing input is saved
 # under $FUZZ_DIR/TARGET/artifacts/. Replay one without libFuzzer:
 #   bazel run //core:config_fuzz -- "$FUZZ_DIR"/config/artifacts/crash-...
-# (//tools:log_fuzz, //core:kernel_signature_fuzz for the others).
+# (//tools:log_fuzz, //tools:report_fuzz, //core:kernel_signature_fuzz for
+# the others).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,11 +31,14 @@ case "$target" in
   log)
     srcs=(tools/log_fuzz.cc tools/json_reader.cc tools/trace.cc core/json.cc)
     max_len=8192 ;;
+  report)
+    srcs=(tools/report_fuzz.cc tools/report.cc tools/run_summary.cc core/config.cc core/json.cc)
+    max_len=8192 ;;
   kernel_signature)
     srcs=(core/kernel_signature_fuzz.cc core/kernel_signature.cc)
     max_len=8192 ;;
   *)
-    echo "fuzz.sh: unknown target '$target' (config, log, kernel_signature)" >&2
+    echo "fuzz.sh: unknown target '$target' (config, log, report, kernel_signature)" >&2
     exit 2 ;;
 esac
 cxx=${CXX:-clang++}
