@@ -109,6 +109,9 @@ std::string ValueText(const Json& r, const char* key) {
   return it->dump();
 }
 
+// No device holds 2^60 bytes; bounding sizes keeps every sum exact.
+constexpr uint64_t kMaxBytes = uint64_t{1} << 60;
+
 uint64_t AlignUp(uint64_t v, uint64_t unit) { return (v + unit - 1) / unit * unit; }
 
 class Reader {
@@ -138,6 +141,11 @@ class Reader {
       return Header(r, line);
     }
     if (report_.ended) return Error(line, "a record after the `end` record");
+    if (absl::Status s = CheckDevice(r, "device", line); !s.ok()) return s;
+    if (auto bytes = r.find("bytes");
+        bytes != r.end() && bytes->is_number_unsigned() && bytes->get<uint64_t>() > kMaxBytes) {
+      return Error(line, absl::StrCat("`", type, "` of more than 2^60 bytes"));
+    }
     if (type == "header") return Error(line, "a second `header` record (two logs in one file?)");
     if (type == "end") return End(r);
     if (type == "alloc") return Alloc(r, line);
@@ -252,6 +260,7 @@ class Reader {
     if (auto devices = r.find("devices"); devices != r.end() && devices->is_array()) {
       for (const Json& d : *devices) {
         if (!d.is_object()) continue;
+        if (absl::Status s = CheckDevice(d, "ordinal", line); !s.ok()) return s;
         const size_t slot = Slot(Uint(d, "ordinal").value_or(0));
         report_.devices[slot].name = String(d, "name");
         report_.devices[slot].total_bytes = Uint(d, "total_bytes").value_or(0);
@@ -259,6 +268,15 @@ class Reader {
       }
     }
     return absl::OkStatus();
+  }
+
+  // Device ordinals name at most MemoryLimit::kMaxDevices devices (each is
+  // a plot and a column of every bucket).
+  absl::Status CheckDevice(const Json& r, const char* key, uint64_t line) const {
+    std::optional<uint64_t> ordinal = Uint(r, key);
+    if (!ordinal || *ordinal < MemoryLimit::kMaxDevices) return absl::OkStatus();
+    return Error(line, absl::StrCat("device ", *ordinal, " is out of range 0..",
+                                    MemoryLimit::kMaxDevices - 1));
   }
 
   std::optional<uint64_t> CapOf(const DeviceSummary& d) const {
@@ -285,6 +303,9 @@ class Reader {
     if (delta < 0 && static_cast<uint64_t>(-delta) > d.resident) {
       ++report_.inconsistent;
       d.resident = 0;
+    } else if (delta > 0 && d.resident > UINT64_MAX - static_cast<uint64_t>(delta)) {
+      ++report_.inconsistent;  // more than 2^64 bytes live: held at the most
+      d.resident = UINT64_MAX;
     } else {
       d.resident += delta;
     }
@@ -306,7 +327,6 @@ class Reader {
     std::optional<uint64_t> id = Uint(r, "id");
     std::optional<uint64_t> bytes = Uint(r, "bytes");
     if (!id || !bytes) return Error(line, "an `alloc` without `id` or `bytes`");
-    if (*bytes > (uint64_t{1} << 60)) return Error(line, "an `alloc` of more than 2^60 bytes");
     BufferSummary b;
     b.id = *id;
     b.bytes = *bytes;

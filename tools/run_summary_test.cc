@@ -174,6 +174,10 @@ TEST(RunSummaryTest, ErrorsNameTheFileAndTheLine) {
   EXPECT_THAT(s.status().message(), HasSubstr("line 3: a record after the `end` record"));
   s = Summarize(absl::StrCat(R"({"type":"header","format":2})", "\n", kEnd));
   EXPECT_THAT(s.status().message(), HasSubstr("line 1: access-log format 2"));
+  s = Summarize(Header() + Alloc(1, kMiB, 64) + kEnd);
+  EXPECT_THAT(s.status().message(), HasSubstr("line 2: device 64 is out of range 0..63"));
+  s = Summarize(Header() + Alloc(1, uint64_t{1} << 61) + kEnd);
+  EXPECT_THAT(s.status().message(), HasSubstr("line 2: `alloc` of more than 2^60 bytes"));
   s = Summarize(Header("lots") + kEnd);
   EXPECT_THAT(s.status().message(), HasSubstr("line 1: STENSOR_MEMORY_LIMIT 'lots'"));
 
