@@ -16,6 +16,7 @@ packages=(
   libbenchmark-dev
   libglpk-dev          # exact offline optimum in `stensor sim`
   clang                # thread-safety analysis only (scripts/thread_safety.sh)
+  patchelf             # RUNPATH $ORIGIN in the GPU bundle (scripts/gpu_bundle.sh)
 )
 
 missing=()
