@@ -14,6 +14,14 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 lib=$(readlink -f "$lib")
 other=$(readlink -f "$other")
 unset LD_PRELOAD STENSOR_CONFIG
+# An ASan-built library (--config=asan) needs the ASan runtime preloaded
+# before it: that is the LD_PRELOAD every command here starts with, and
+# stensor run keeps it.
+source "$(dirname "$0")/../tests/preload.bash"
+base=$(preload_of "$lib")
+base=${base%"$lib"}
+base=${base%:}
+[[ -z $base ]] || export LD_PRELOAD=$base
 
 # run EXPECTED_RC ARGS...: runs stensor, output in $tmp/out and $tmp/err.
 run() {
@@ -29,17 +37,19 @@ run 0 run --limit 1GiB --host-limit 50% --policy lru --prefetch off \
   sh -c 'for a in "$@"; do echo "arg [$a]"; done; env' sh 'two words' --limit ''
 for want in STENSOR_MEMORY_LIMIT=1GiB STENSOR_HOST_LIMIT=50% STENSOR_POLICY=lru \
   STENSOR_PREFETCH=off "STENSOR_ACCESS_LOG=$tmp/never.%p.jsonl" STENSOR_STATS=1 \
-  STENSOR_VERIFY=hash "LD_PRELOAD=$lib" 'arg [two words]' 'arg [--limit]' 'arg []'; do
+  STENSOR_VERIFY=hash "LD_PRELOAD=${base:+$base:}$lib" 'arg [two words]' 'arg [--limit]' 'arg []'; do
   grep -qxF -- "$want" "$tmp/out" || fail "no line '$want' in: $(cat "$tmp/out")"
 done
 (($(grep -c '^arg ' "$tmp/out") == 3)) || fail "expected 3 arguments: $(cat "$tmp/out")"
 echo "PASS: settings, arguments and LD_PRELOAD=$lib reach the command"
 
 # A preload already there is kept, ours after it; ours is not added twice.
-LD_PRELOAD=$other run 0 run -- sh -c 'echo "$LD_PRELOAD"'
-[[ $(cat "$tmp/out") == "$other:$lib" ]] || fail "LD_PRELOAD=$other became $(cat "$tmp/out")"
-LD_PRELOAD="$lib $other" run 0 run --library "$lib" -- sh -c 'echo "$LD_PRELOAD"'
-[[ $(cat "$tmp/out") == "$lib $other" ]] || fail "LD_PRELOAD='$lib $other' became $(cat "$tmp/out")"
+given=${base:+$base:}$other
+LD_PRELOAD=$given run 0 run -- sh -c 'echo "$LD_PRELOAD"'
+[[ $(cat "$tmp/out") == "$given:$lib" ]] || fail "LD_PRELOAD=$given became $(cat "$tmp/out")"
+given="${base:+$base }$lib $other"
+LD_PRELOAD=$given run 0 run --library "$lib" -- sh -c 'echo "$LD_PRELOAD"'
+[[ $(cat "$tmp/out") == "$given" ]] || fail "LD_PRELOAD='$given' became $(cat "$tmp/out")"
 echo "PASS: an existing LD_PRELOAD is kept"
 
 # Exit statuses: the command's, 128+N for signal N, 127 when not found.
