@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
-#include <unistd.h>
+#include <unistd.h>  // environ (_GNU_SOURCE), fork, execvpe
 
 #include <atomic>
 #include <cerrno>
@@ -26,8 +26,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "core/config.h"
-
-extern char** environ;
 
 namespace stensor {
 namespace {
