@@ -145,14 +145,27 @@ std::map<std::string, std::string> ByName(const std::vector<std::string>& enviro
   return values;
 }
 
-// Config::Parse over `environment`: OK when the library would start with it.
-absl::Status CheckWithLibrary(const std::vector<std::string>& environment) {
-  const std::map<std::string, std::string> values = ByName(environment);
-  auto lookup = [&values](const char* name) -> const char* {
+// `values` (by name) as getenv would answer for them.
+EnvLookup LookupIn(const std::map<std::string, std::string>& values) {
+  return [&values](const char* name) -> const char* {
     const auto it = values.find(name);
     return it == values.end() ? nullptr : it->second.c_str();
   };
-  return Config::Parse(lookup).status();
+}
+
+// Config::Parse over `environment`: OK when the library takes its values.
+absl::Status CheckValues(const std::vector<std::string>& environment) {
+  const std::map<std::string, std::string> values = ByName(environment);
+  return Config::Parse(LookupIn(values)).status();
+}
+
+// OK when every STENSOR_* variable of `environment` is an option
+// (CheckVariableNames): the library stops at start on any other.
+absl::Status CheckNames(const std::vector<std::string>& environment) {
+  const std::map<std::string, std::string> values = ByName(environment);
+  std::vector<std::string> names;
+  for (const auto& [name, value] : values) names.push_back(name);
+  return CheckVariableNames(names, LookupIn(values));
 }
 
 bool SameFile(const std::string& a, const std::string& b) {
@@ -313,8 +326,9 @@ std::string RunHelp() {
       Wrap("Runs CMD under libstensor.so: sets the library's STENSOR_* variables the flags "
            "name, adds the library to LD_PRELOAD (after any preload already there) and "
            "returns CMD's exit status. Variables no flag sets are inherited (STENSOR_CONFIG "
-           "and the file it names too); all of them are checked with the library's own "
-           "parser before CMD starts, so a bad value stops nothing but stensor run. "
+           "and the file it names too). All are checked as the library checks them at start "
+           "(core/config.h: a value it would refuse, a STENSOR_* variable that is not an "
+           "option) before CMD starts, so a mistake stops nothing but stensor run. "
            "SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to stensor run are "
            "passed on to CMD (not those from the terminal, which CMD gets itself). Flags "
            "end at `--` or at the first argument that is not one; --name=value also works.",
@@ -462,7 +476,7 @@ absl::StatusOr<std::vector<std::string>> CommandEnvironment(
   // Each flag alone first, so that its error names the flag.
   for (const auto& [variable, value] : flags.settings) {
     const std::vector<std::string> alone = {absl::StrCat(variable, "=", value)};
-    if (absl::Status status = CheckWithLibrary(alone); !status.ok()) {
+    if (absl::Status status = CheckValues(alone); !status.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "stensor run: ", FlagFor(variable), ": ", WithoutPrefix(status.message())));
     }
@@ -483,7 +497,11 @@ absl::StatusOr<std::vector<std::string>> CommandEnvironment(
                                 PreloadWith(preload != inherited.end() ? preload->second : "", library)));
 
   // Then everything the command starts with.
-  if (absl::Status status = CheckWithLibrary(result); !status.ok()) {
+  if (absl::Status status = CheckNames(result); !status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stensor run: ", WithoutPrefix(status.message())));
+  }
+  if (absl::Status status = CheckValues(result); !status.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("stensor run: from the environment: ",
                                                    WithoutPrefix(status.message())));
   }

@@ -162,6 +162,13 @@ TEST(RunCommandTest, InheritedSettingsAreCheckedToo) {
   ASSERT_FALSE(env.ok());
   EXPECT_THAT(std::string(env.status().message()),
               HasSubstr("stensor run: from the environment: invalid STENSOR_LOG_LEVEL=\"loud\""));
+  // A STENSOR_* variable that is not an option stops the library too.
+  env = CommandEnvironment(flags, {"STENSOR_MEMRY_LIMIT=8MiB"}, "/l.so");
+  ASSERT_FALSE(env.ok());
+  EXPECT_THAT(std::string(env.status().message()),
+              HasSubstr("stensor run: unknown variable "
+                        "STENSOR_MEMRY_LIMIT=\"8MiB\" in the environment: did you mean "
+                        "STENSOR_MEMORY_LIMIT?"));
   // A flag wins over a bad inherited value of its variable.
   EXPECT_TRUE(CommandEnvironment(flags, {"STENSOR_MEMORY_LIMIT=lots"}, "/l.so").ok());
   // The file STENSOR_CONFIG names is read as the library would.

@@ -104,6 +104,8 @@ run 2 run --stats
 one_line 'stensor run: no command given'
 STENSOR_PREFETCH=sometimes run 2 run -- touch "$tmp/ran"
 one_line 'stensor run: from the environment: invalid STENSOR_PREFETCH="sometimes"'
+STENSOR_MEMRY_LIMIT=1GiB run 2 run -- touch "$tmp/ran"
+one_line 'unknown variable STENSOR_MEMRY_LIMIT="1GiB" in the environment: did you mean STENSOR_MEMORY_LIMIT?'
 run 2 frobnicate
 one_line "stensor: unknown command 'frobnicate'"
 echo "PASS: bad values, flags and commands refused"
