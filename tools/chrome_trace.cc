@@ -103,6 +103,47 @@ std::string MiBText(uint64_t bytes) {
   return absl::StrFormat("%.1f MiB", static_cast<double>(bytes) / (1 << 20));
 }
 
+// A field of the wrong type or range (a number nlohmann::json would convert
+// with undefined behaviour, a float where a count belongs).
+struct BadField {
+  std::string what;
+};
+
+// r[key] as an unsigned integer; `fallback` when there is no such field.
+uint64_t Uint(const json& r, const char* key, std::optional<uint64_t> fallback = std::nullopt) {
+  auto it = r.find(key);
+  if (it == r.end()) {
+    if (fallback) return *fallback;
+    throw BadField{absl::StrCat("no \"", key, "\"")};
+  }
+  if (!it->is_number_unsigned()) {
+    throw BadField{absl::StrCat("\"", key, "\" is not a count: ", it->dump())};
+  }
+  return it->get<uint64_t>();
+}
+
+// r[key] as a device ordinal (0 when absent).
+int Ordinal(const json& r, const char* key) {
+  const uint64_t ordinal = Uint(r, key, 0);
+  if (ordinal > 1024) throw BadField{absl::StrCat("\"", key, "\" is not a device: ", ordinal)};
+  return static_cast<int>(ordinal);
+}
+
+// Records are flat: a few levels of objects and arrays. Deeper ones are not
+// from stensor, and would take the recursive copy and dump of nlohmann::json
+// deep into the stack.
+constexpr int kMaxDepth = 16;
+
+struct TooDeep {};
+
+// One line as JSON; throws json::exception, or TooDeep.
+json ParseLine(const std::string& line) {
+  return json::parse(line, [](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxDepth) throw TooDeep();
+    return true;
+  });
+}
+
 // The record's fields but `type`, as an event's args; `line` besides, so a
 // slice leads back to the log.
 json ArgsOf(const json& record, uint64_t line) {
@@ -130,7 +171,7 @@ class Converter {
                                                      r["format"].dump(),
                                                      "; this stensor reads format 1"));
     }
-    pid_ = r.value("pid", 0);
+    pid_ = Uint(r, "pid", 0);
     std::string memory_limit, host_limit;
     if (const json& config = r.value("config", json::object()); config.is_object()) {
       memory_limit = config.value("STENSOR_MEMORY_LIMIT", "");
@@ -170,7 +211,7 @@ class Converter {
     if (const json& devices = r.value("devices", json::array()); devices.is_array()) {
       for (const json& d : devices) {
         if (!d.is_object()) continue;
-        Device(d.value("ordinal", 0), d.value("total_bytes", uint64_t{0}));
+        Device(Ordinal(d, "ordinal"), Uint(d, "total_bytes", 0));
       }
     }
     return absl::OkStatus();
@@ -189,7 +230,9 @@ class Converter {
       if (name.empty()) name = r.value("kernel", "");
       if (name.empty()) name = "launch";
       double dur = options_.op_us;
-      if (const json& c = r.value("compute_us", json()); c.is_number() && c.get<double>() >= 0) {
+      // A logged compute time, if it is one (up to 1000 s).
+      if (const json& c = r.value("compute_us", json());
+          c.is_number() && c.get<double>() >= 0 && c.get<double>() <= 1e9) {
         dur = c.get<double>();
       }
       StreamOp(r, name, "kernel", dur);
@@ -207,7 +250,7 @@ class Converter {
     } else if (type == "free") {
       Free(r);
     } else if (type == "host_alloc" || type == "host_free") {
-      const uint64_t bytes = r.value("bytes", uint64_t{0});
+      const uint64_t bytes = Uint(r, "bytes", 0);
       if (type == "host_alloc") {
         program_pinned_ += bytes;
       } else {
@@ -222,7 +265,7 @@ class Converter {
       std::string name = type == "evict_wait" ? "evict wait"
                          : type == "unknown_wait" ? "unknown-access wait"
                                                   : absl::StrCat("swap wait (", r.value("what", ""), ")");
-      if (r.contains("id")) absl::StrAppend(&name, " #", r["id"].get<uint64_t>());
+      if (r.contains("id")) absl::StrAppend(&name, " #", Uint(r, "id"));
       Slice(kSwapTid, name, type, options_.op_us, ArgsOf(r, line_));
     } else if (type == "oom" || type == "pin" || type == "limitation" ||
                type == "table_read_back" || type == "verify_mismatch" ||
@@ -230,7 +273,7 @@ class Converter {
       Instant(type == "graph_instantiate" ? kHostTid : kSwapTid, type, type, ArgsOf(r, line_));
     } else if (type == "end") {
       ended_ = true;
-      dropped_ = r.value("dropped", uint64_t{0});
+      dropped_ = Uint(r, "dropped", 0);
       Instant(kHostTid, "end", "end", ArgsOf(r, line_));
     } else if (type == "header") {
       return absl::InvalidArgumentError(
@@ -364,7 +407,7 @@ class Converter {
 
   // The live buffer `r` names: by id, or by address for an untracked one.
   BufferState* Find(const json& r) {
-    const uint64_t id = r.value("id", uint64_t{0});
+    const uint64_t id = Uint(r, "id", 0);
     if (id != 0) {
       auto it = buffers_.find(id);
       return it == buffers_.end() ? nullptr : &it->second;
@@ -374,10 +417,10 @@ class Converter {
   }
 
   void Alloc(const json& r) {
-    const uint64_t id = r.at("id").get<uint64_t>();
+    const uint64_t id = Uint(r, "id");
     BufferState b;
-    b.bytes = r.at("bytes").get<uint64_t>();
-    b.device = r.value("device", 0);
+    b.bytes = Uint(r, "bytes");
+    b.device = Ordinal(r, "device");
     // An id reused (not done by the library) replaces the old buffer.
     if (BufferState* old = Find(r)) Release(*old);
     if (id != 0) {
@@ -392,7 +435,7 @@ class Converter {
   }
 
   void Free(const json& r) {
-    const uint64_t id = r.value("id", uint64_t{0});
+    const uint64_t id = Uint(r, "id", 0);
     Instant(kHostTid, absl::StrCat("free #", id), "free", ArgsOf(r, line_));
     BufferState* b = Find(r);
     if (b == nullptr) return;
@@ -418,9 +461,9 @@ class Converter {
   }
 
   void Swap(const json& r, const std::string& type) {
-    const uint64_t id = r.at("id").get<uint64_t>();
-    const uint64_t bytes = r.at("bytes").get<uint64_t>();
-    const int device = r.value("device", 0);
+    const uint64_t id = Uint(r, "id");
+    const uint64_t bytes = Uint(r, "bytes");
+    const int device = Ordinal(r, "device");
     const bool in = type == "swap_in";
     const std::string name = type == "swap_in"      ? "swap-in"
                              : type == "swap_out"   ? "swap-out"
@@ -473,6 +516,15 @@ class Converter {
   absl::flat_hash_map<uint64_t, BufferState> buffers_;
   absl::flat_hash_map<uint64_t, BufferState> untracked_;  // id 0, by address
 };
+
+// The error for a record with a field of the wrong type.
+absl::Status Malformed(absl::string_view log_name, uint64_t line, const json& record,
+                       absl::string_view what) {
+  const json type = record.is_object() ? record.value("type", json()) : json();
+  return absl::InvalidArgumentError(absl::StrCat(log_name, ":", line, ": a malformed ",
+                                                 type.is_string() ? type.dump() : "",
+                                                 " record: ", what));
+}
 
 }  // namespace
 
@@ -534,8 +586,12 @@ absl::StatusOr<ChromeTraceSummary> WriteChromeTrace(std::istream& in, absl::stri
     read += line.size() + 1;
     json record;
     try {
-      record = json::parse(line);
-    } catch (const json::parse_error& e) {
+      record = ParseLine(line);
+    } catch (const TooDeep&) {
+      return absl::InvalidArgumentError(absl::StrCat(log_name, ":", summary.lines,
+                                                     ": not an access-log record (nested over ",
+                                                     kMaxDepth, " levels deep)"));
+    } catch (const json::exception& e) {  // parse_error; out_of_range for 1e999
       if (summary.lines == 1) {
         return absl::InvalidArgumentError(
             absl::StrCat(log_name, ":1: not a stensor access log: the first line is not a JSON "
@@ -549,11 +605,10 @@ absl::StatusOr<ChromeTraceSummary> WriteChromeTrace(std::istream& in, absl::stri
     try {
       status = summary.lines == 1 ? converter.Header(record)
                                   : converter.Record(record, summary.lines);
+    } catch (const BadField& e) {
+      status = Malformed(log_name, summary.lines, record, e.what);
     } catch (const json::exception& e) {
-      const json type = record.is_object() ? record.value("type", json()) : json();
-      status = absl::InvalidArgumentError(absl::StrCat(
-          log_name, ":", summary.lines, ": a malformed ", type.is_string() ? type.dump() : "",
-          " record: ", ExceptionText(e)));
+      status = Malformed(log_name, summary.lines, record, ExceptionText(e));
     }
     if (!status.ok()) return status;
     if (report && read >= next_report) {
