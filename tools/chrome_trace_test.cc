@@ -193,6 +193,15 @@ TEST(ChromeTraceTest, MalformedRecordsNameTheLine) {
                 .rfind("run.jsonl:2: a malformed \"alloc\" record: ", 0),
             0u);
   EXPECT_EQ(ErrorOf(head + "[]\n"), "run.jsonl:2: not an access-log record (no \"type\")");
+  // Counts are unsigned integers, never converted from other numbers.
+  EXPECT_EQ(ErrorOf(head + "{\"type\":\"alloc\",\"id\":1,\"bytes\":1e70}\n"),
+            "run.jsonl:2: a malformed \"alloc\" record: \"bytes\" is not a count: 1e+70");
+  EXPECT_EQ(ErrorOf(head + "{\"type\":\"swap_in\",\"id\":-1,\"bytes\":4}\n"),
+            "run.jsonl:2: a malformed \"swap_in\" record: \"id\" is not a count: -1");
+  EXPECT_EQ(ErrorOf(head + "{\"type\":\"x\",\"a\":" + std::string(40, '[') + std::string(40, ']') +
+                    "}\n"),
+            "run.jsonl:2: not an access-log record (nested over 16 levels deep)");
+  EXPECT_EQ(ErrorOf(head + "{\"type\":\"x\",\"a\":\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\\\"\"}\n"), "ok");
   EXPECT_EQ(ErrorOf(head + head).rfind("run.jsonl:2: a second \"header\"", 0), 0u);
   // Types of a newer library are skipped.
   EXPECT_EQ(ErrorOf(head + "{\"type\":\"future_thing\",\"x\":1}\n"), "ok");
