@@ -31,7 +31,8 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr char kUsage[] = "usage: stensor trace LOG -o TRACE.json [--op-us US]   (--help for more)\n";
+constexpr char kUsage[] =
+    "usage: stensor trace LOG -o TRACE.json [--op-us US]   (--help for more)\n";
 
 constexpr char kHelp[] = R"(usage: stensor trace LOG -o TRACE.json [--op-us US]
 
@@ -83,8 +84,8 @@ absl::Status BadFlag(absl::string_view flag, absl::string_view value, absl::stri
 // The message of a nlohmann exception without its "[json.exception.x.n] ".
 std::string ExceptionText(const json::exception& e) {
   std::string what = e.what();
-  if (size_t close = what.find("] "); what.rfind("[json.exception", 0) == 0 &&
-                                      close != std::string::npos) {
+  if (size_t close = what.find("] ");
+      what.rfind("[json.exception", 0) == 0 && close != std::string::npos) {
     what.erase(0, close + 2);
   }
   return what;
@@ -184,9 +185,10 @@ class Converter {
   // Line 1: must be a header. Writes the trace's opening and metadata.
   absl::Status Header(const json& r) {
     if (!r.is_object() || r.value("type", json()) != "header" || !r.contains("format")) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          log_name_, ":1: not a stensor access log: the first line is not a \"header\" "
-                     "record with a \"format\" (docs/access-log.md)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(log_name_,
+                       ":1: not a stensor access log: the first line is not a \"header\" "
+                       "record with a \"format\" (docs/access-log.md)"));
     }
     if (r["format"] != 1) {
       return absl::InvalidArgumentError(absl::StrCat(log_name_, ":1: access log format ",
@@ -212,8 +214,8 @@ class Converter {
         host_limit_ = config->host_limit->value;
       }
     } else {
-      notes_.push_back(absl::StrCat("the header's limits do not parse (",
-                                    config.status().message(), "): no cap shown"));
+      notes_.push_back(absl::StrCat("the header's limits do not parse (", config.status().message(),
+                                    "): no cap shown"));
     }
     memory_limit_text_ = memory_limit;
     if (config.ok() && config->host_limit && !host_limit_) {
@@ -236,10 +238,12 @@ class Converter {
         Device(Ordinal(d, "ordinal"), Uint(d, "total_bytes", 0));
       }
     }
+    if (host_limit_) Counter("host limit", *host_limit_);
     return absl::OkStatus();
   }
 
-  // Any later line. Throws json::exception on a field of the wrong type.
+  // Any later line. Throws json::exception or BadField on a field of the
+  // wrong type.
   absl::Status Record(const json& r, uint64_t line) {
     if (!r.is_object() || !r.contains("type") || !r["type"].is_string()) {
       return absl::InvalidArgumentError(
@@ -285,8 +289,9 @@ class Converter {
       Swap(r, type);
     } else if (type == "evict_wait" || type == "unknown_wait" || type == "swap_wait") {
       std::string name = type == "evict_wait" ? "evict wait"
-                         : type == "unknown_wait" ? "unknown-access wait"
-                                                  : absl::StrCat("swap wait (", r.value("what", ""), ")");
+                         : type == "unknown_wait"
+                             ? "unknown-access wait"
+                             : absl::StrCat("swap wait (", r.value("what", ""), ")");
       if (r.contains("id")) absl::StrAppend(&name, " #", Uint(r, "id"));
       Slice(kSwapTid, name, type, options_.op_us, ArgsOf(r, line_));
     } else if (type == "oom" || type == "pin" || type == "limitation" ||
@@ -298,8 +303,8 @@ class Converter {
       dropped_ = Uint(r, "dropped", 0);
       Instant(kHostTid, "end", "end", ArgsOf(r, line_));
     } else if (type == "header") {
-      return absl::InvalidArgumentError(
-          absl::StrCat(log_name_, ":", line, ": a second \"header\" record (two logs in one file?)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          log_name_, ":", line, ": a second \"header\" record (two logs in one file?)"));
     }
     // Other types are from a newer library: skipped.
     return absl::OkStatus();
@@ -362,19 +367,30 @@ class Converter {
   }
 
   void Slice(int tid, const std::string& name, const std::string& cat, double dur, json args) {
-    Emit({{"ph", "X"}, {"name", name}, {"cat", cat}, {"pid", pid_}, {"tid", tid},
-          {"ts", now_}, {"dur", dur}, {"args", std::move(args)}});
+    Emit({{"ph", "X"},
+          {"name", name},
+          {"cat", cat},
+          {"pid", pid_},
+          {"tid", tid},
+          {"ts", now_},
+          {"dur", dur},
+          {"args", std::move(args)}});
     now_ += dur;
   }
 
   void Instant(int tid, const std::string& name, const std::string& cat, json args) {
-    Emit({{"ph", "i"}, {"s", "t"}, {"name", name}, {"cat", cat}, {"pid", pid_}, {"tid", tid},
-          {"ts", now_}, {"args", std::move(args)}});
+    Emit({{"ph", "i"},
+          {"s", "t"},
+          {"name", name},
+          {"cat", cat},
+          {"pid", pid_},
+          {"tid", tid},
+          {"ts", now_},
+          {"args", std::move(args)}});
   }
 
   void Counter(const std::string& name, uint64_t bytes) {
-    Emit({{"ph", "C"}, {"name", name}, {"pid", pid_}, {"ts", now_},
-          {"args", {{"bytes", bytes}}}});
+    Emit({{"ph", "C"}, {"name", name}, {"pid", pid_}, {"ts", now_}, {"args", {{"bytes", bytes}}}});
   }
 
   static std::string DeviceCounter(int ordinal, absl::string_view what) {
@@ -406,7 +422,8 @@ class Converter {
 
   int StreamTid(const json& stream) {
     std::string name = stream.is_string() ? stream.get<std::string>() : stream.dump();
-    auto [it, added] = streams_.try_emplace(name, kFirstStreamTid + static_cast<int>(streams_.size()));
+    auto [it, added] =
+        streams_.try_emplace(name, kFirstStreamTid + static_cast<int>(streams_.size()));
     if (added) {
       const std::string label = name == "legacy"       ? "stream legacy (default)"
                                 : name == "per_thread" ? "stream per-thread (default)"
@@ -616,8 +633,10 @@ absl::StatusOr<ChromeTraceSummary> WriteChromeTrace(std::istream& in, absl::stri
     } catch (const json::exception& e) {  // parse_error; out_of_range for 1e999
       if (summary.lines == 1) {
         return absl::InvalidArgumentError(
-            absl::StrCat(log_name, ":1: not a stensor access log: the first line is not a JSON "
-                                   "record (", ExceptionText(e), ")"));
+            absl::StrCat(log_name,
+                         ":1: not a stensor access log: the first line is not a JSON "
+                         "record (",
+                         ExceptionText(e), ")"));
       }
       return absl::InvalidArgumentError(absl::StrCat(
           log_name, ":", summary.lines, ": not a complete JSON record",
@@ -625,8 +644,8 @@ absl::StatusOr<ChromeTraceSummary> WriteChromeTrace(std::istream& in, absl::stri
     }
     absl::Status status;
     try {
-      status = summary.lines == 1 ? converter.Header(record)
-                                  : converter.Record(record, summary.lines);
+      status =
+          summary.lines == 1 ? converter.Header(record) : converter.Record(record, summary.lines);
     } catch (const BadField& e) {
       status = Malformed(log_name, summary.lines, record, e.what);
     } catch (const json::exception& e) {
@@ -634,8 +653,8 @@ absl::StatusOr<ChromeTraceSummary> WriteChromeTrace(std::istream& in, absl::stri
     }
     if (!status.ok()) return status;
     if (report && read >= next_report) {
-      progress << absl::StrFormat("stensor trace: %s: %u of %u MiB read\n", log_name,
-                                  read >> 20, options.input_bytes >> 20);
+      progress << absl::StrFormat("stensor trace: %s: %u of %u MiB read\n", log_name, read >> 20,
+                                  options.input_bytes >> 20);
       while (next_report <= read) next_report += options.progress_every;
     }
   }
@@ -644,8 +663,7 @@ absl::StatusOr<ChromeTraceSummary> WriteChromeTrace(std::istream& in, absl::stri
                                             ": ", std::strerror(errno)));
   }
   if (summary.lines == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(log_name, ": empty: not a stensor access log"));
+    return absl::InvalidArgumentError(absl::StrCat(log_name, ": empty: not a stensor access log"));
   }
   converter.Finish(summary.lines);
   summary.events = converter.events();

@@ -54,7 +54,7 @@ struct ChromeTraceOptions {
 struct ChromeTraceSummary {
   uint64_t lines = 0;
   uint64_t events = 0;
-  bool ended = false;  // the log's `end` record was read
+  bool ended = false;    // the log's `end` record was read
   uint64_t dropped = 0;  // records the library could not write (`end`)
 };
 

@@ -56,8 +56,7 @@ void CheckError(absl::string_view text, absl::string_view message) {
   const size_t colon = rest.find(':', 1);
   Require(colon != absl::string_view::npos, "error without a line number", message);
   uint64_t line = 0;
-  Require(absl::SimpleAtoi(rest.substr(1, colon - 1), &line), "line number not a number",
-          message);
+  Require(absl::SimpleAtoi(rest.substr(1, colon - 1), &line), "line number not a number", message);
   const uint64_t lines = std::count(text.begin(), text.end(), '\n') + 1;
   Require(line >= 1 && line <= lines, "line number outside the text", message);
 }
@@ -136,7 +135,8 @@ std::vector<std::string> Seeds() {
   seeds.push_back(std::string(kHeader) + "\n" +
                   R"({"type":"launch","stream":7,"compute_us":1e308,"demangled":null})");
   seeds.push_back(R"({"type":"header","format":2})");
-  seeds.push_back(R"({"type":"header","format":1,"config":{"STENSOR_MEMORY_LIMIT":"0=1GiB,1=50%"}})");
+  seeds.push_back(
+      R"({"type":"header","format":1,"config":{"STENSOR_MEMORY_LIMIT":"0=1GiB,1=50%"}})");
   seeds.push_back(std::string(kHeader) + "\n" + std::string(40, '[') + std::string(40, ']'));
   seeds.push_back("{\n \"traceEvents\": []\n}\n");
   return seeds;

@@ -121,9 +121,9 @@ TEST(ChromeTraceTest, TracksSlicesAndCounters) {
     ts.push_back(e["ts"]);
     dur.push_back(e["dur"]);
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"step(float*)", "swap-out #1", "plain_c",
-                                             "drop clean #2", "swap-in #1", "memcpy DtoH",
-                                             "swap wait (stream)"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"step(float*)", "swap-out #1", "plain_c", "drop clean #2",
+                                      "swap-in #1", "memcpy DtoH", "swap wait (stream)"}));
   EXPECT_EQ(tids, (std::vector<int>{legacy, swap, other, swap, swap, legacy, swap}));
   EXPECT_EQ(ts, (std::vector<double>{0, 10, 20, 75.5, 85.5, 95.5, 105.5}));
   EXPECT_EQ(dur, (std::vector<double>{10, 10, 55.5, 10, 10, 10, 10}));
@@ -158,6 +158,20 @@ TEST(ChromeTraceTest, NoCapWithoutLimitAndByteCaps) {
   ASSERT_TRUE(c.summary.ok());
   EXPECT_EQ(CounterValues(json::parse(c.trace)["traceEvents"], "device 0 cap"),
             (std::vector<uint64_t>{1024, 1024}));
+
+  // A host limit in bytes is drawn; a share of host memory cannot be.
+  std::string host = log;
+  host.replace(host.find("\"STENSOR_POLICY\""), 0, "\"STENSOR_HOST_LIMIT\":\"2KiB\",");
+  c = Convert(host);
+  ASSERT_TRUE(c.summary.ok());
+  EXPECT_EQ(CounterValues(json::parse(c.trace)["traceEvents"], "host limit"),
+            (std::vector<uint64_t>{2048, 2048}));
+  host.replace(host.find("2KiB"), 4, "50%");
+  c = Convert(host);
+  ASSERT_TRUE(c.summary.ok());
+  const json trace = json::parse(c.trace);
+  EXPECT_TRUE(CounterValues(trace["traceEvents"], "host limit").empty());
+  EXPECT_NE(trace["otherData"]["notes"].dump().find("STENSOR_HOST_LIMIT=50%"), std::string::npos);
 }
 
 TEST(ChromeTraceTest, TruncatedLogNamesTheLine) {
@@ -177,12 +191,15 @@ TEST(ChromeTraceTest, TruncatedLogNamesTheLine) {
 
 TEST(ChromeTraceTest, ForeignFilesFailOnLineOne) {
   EXPECT_EQ(ErrorOf("").rfind("run.jsonl: empty", 0), 0u);
-  EXPECT_EQ(ErrorOf("{\n \"traceEvents\": []\n}\n").rfind("run.jsonl:1: not a stensor access log", 0),
-            0u);
+  EXPECT_EQ(
+      ErrorOf("{\n \"traceEvents\": []\n}\n").rfind("run.jsonl:1: not a stensor access log", 0),
+      0u);
   EXPECT_EQ(ErrorOf("[1,2]\n").rfind("run.jsonl:1: not a stensor access log", 0), 0u);
-  EXPECT_EQ(ErrorOf("{\"type\":\"alloc\",\"id\":1}\n").rfind("run.jsonl:1: not a stensor access log", 0),
+  EXPECT_EQ(
+      ErrorOf("{\"type\":\"alloc\",\"id\":1}\n").rfind("run.jsonl:1: not a stensor access log", 0),
+      0u);
+  EXPECT_EQ(ErrorOf("{\"type\":\"header\"}\n").rfind("run.jsonl:1: not a stensor access log", 0),
             0u);
-  EXPECT_EQ(ErrorOf("{\"type\":\"header\"}\n").rfind("run.jsonl:1: not a stensor access log", 0), 0u);
   EXPECT_EQ(ErrorOf("{\"type\":\"header\",\"format\":2}\n"),
             "run.jsonl:1: access log format 2; this stensor reads format 1");
 }
@@ -201,7 +218,8 @@ TEST(ChromeTraceTest, MalformedRecordsNameTheLine) {
   EXPECT_EQ(ErrorOf(head + "{\"type\":\"x\",\"a\":" + std::string(40, '[') + std::string(40, ']') +
                     "}\n"),
             "run.jsonl:2: not an access-log record (nested over 16 levels deep)");
-  EXPECT_EQ(ErrorOf(head + "{\"type\":\"x\",\"a\":\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\\\"\"}\n"), "ok");
+  EXPECT_EQ(ErrorOf(head + "{\"type\":\"x\",\"a\":\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\\\"\"}\n"),
+            "ok");
   EXPECT_EQ(ErrorOf(head + head).rfind("run.jsonl:2: a second \"header\"", 0), 0u);
   // Types of a newer library are skipped.
   EXPECT_EQ(ErrorOf(head + "{\"type\":\"future_thing\",\"x\":1}\n"), "ok");
