@@ -63,7 +63,8 @@ of the device's memory) and host copies (bytes of buffers with a host copy
 made by a swap-out); besides, the program's own pinned host memory and
 STENSOR_HOST_LIMIT when it is a byte count.
 
-A log over 64 MiB gets a progress line on stderr every 64 MiB.
+A log over 64 MiB (or read from a pipe) gets a progress line on stderr
+every 64 MiB.
 
 Exit status: 0 done; 1 the log could not be read, is truncated or is not an
 access log (one line naming the file and the line), or the trace could not
@@ -617,7 +618,9 @@ absl::StatusOr<ChromeTraceSummary> WriteChromeTrace(std::istream& in, absl::stri
                                                     std::ostream& out, std::ostream& progress) {
   Converter converter(log_name, options, out);
   ChromeTraceSummary summary;
-  const bool report = options.progress_every > 0 && options.input_bytes > options.progress_every;
+  // An input of unknown size (a pipe) is reported on as it goes.
+  const bool report = options.progress_every > 0 && (options.input_bytes == 0 ||
+                                                      options.input_bytes > options.progress_every);
   uint64_t read = 0, next_report = options.progress_every;
   std::string line;
   while (std::getline(in, line)) {
@@ -653,8 +656,12 @@ absl::StatusOr<ChromeTraceSummary> WriteChromeTrace(std::istream& in, absl::stri
     }
     if (!status.ok()) return status;
     if (report && read >= next_report) {
-      progress << absl::StrFormat("stensor trace: %s: %u of %u MiB read\n", log_name, read >> 20,
-                                  options.input_bytes >> 20);
+      if (options.input_bytes > 0) {
+        progress << absl::StrFormat("stensor trace: %s: %u of %u MiB read\n", log_name, read >> 20,
+                                    options.input_bytes >> 20);
+      } else {
+        progress << absl::StrFormat("stensor trace: %s: %u MiB read\n", log_name, read >> 20);
+      }
       while (next_report <= read) next_report += options.progress_every;
     }
   }

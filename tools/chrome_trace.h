@@ -46,7 +46,7 @@ struct ChromeTraceOptions {
   // The input's size when known (0: unknown), for progress lines.
   uint64_t input_bytes = 0;
   // A progress line on `progress` every this many bytes read, when the
-  // input is larger than this (0: never).
+  // input is larger than this or of unknown size (0: never).
   uint64_t progress_every = 64ull << 20;
 };
 

@@ -237,6 +237,11 @@ TEST(ChromeTraceTest, ReportsProgressOnLargeInputs) {
   // Small inputs are quiet.
   options.progress_every = 64ull << 20;
   EXPECT_TRUE(Convert(log, options).progress.empty());
+  // An input of unknown size is reported on without a total.
+  options.input_bytes = 0;
+  options.progress_every = 256;
+  c = Convert(log, options);
+  EXPECT_NE(c.progress.find("stensor trace: run.jsonl: 0 MiB read\n"), std::string::npos);
 }
 
 TEST(ChromeTraceTest, FlagErrors) {
