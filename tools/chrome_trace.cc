@@ -702,7 +702,16 @@ int RunTrace(const std::vector<std::string>& args, std::ostream& out, std::ostre
       return 1;
     }
     struct stat st;
-    if (stat(flags->log.c_str(), &st) == 0 && S_ISREG(st.st_mode)) options.input_bytes = st.st_size;
+    if (stat(flags->log.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      options.input_bytes = st.st_size;
+      // -o the log itself would empty it before it is read.
+      struct stat out_st;
+      if (flags->output != "-" && stat(flags->output.c_str(), &out_st) == 0 &&
+          out_st.st_dev == st.st_dev && out_st.st_ino == st.st_ino) {
+        err << "stensor trace: -o " << flags->output << " is the log itself\n" << kUsage;
+        return 2;
+      }
+    }
     in = &file;
   }
   const bool to_stdout = flags->output == "-";

@@ -71,6 +71,9 @@ expect_error 1 "missing.jsonl: cannot open" "$tmp/missing.jsonl" -o "$tmp/bad.js
 expect_error 2 "usage: stensor trace" "$tmp/mlp20.jsonl"
 expect_error 2 "unknown flag --bogus" "$tmp/mlp20.jsonl" -o "$tmp/bad.json" --bogus
 expect_error 2 "--op-us '0'" "$tmp/mlp20.jsonl" -o "$tmp/bad.json" --op-us 0
+cp "$tmp/mlp20.jsonl" "$tmp/self.jsonl"
+expect_error 2 "is the log itself" "$tmp/self.jsonl" -o "$tmp/self.jsonl"
+cmp -s "$tmp/mlp20.jsonl" "$tmp/self.jsonl" || fail "-o LOG changed the log"
 "$trace" --help > "$tmp/help" || fail "--help: exit $?"
 grep -q "ui.perfetto.dev" "$tmp/help" || fail "--help does not say how to open the trace"
 echo "PASS"
