@@ -15,6 +15,7 @@ packages=(
   libgmock-dev
   libbenchmark-dev
   libglpk-dev          # exact offline optimum in `stensor sim`
+  nlohmann-json3-dev   # JSON reader of `stensor trace`, header-only
   clang                # thread-safety analysis only (scripts/thread_safety.sh)
   patchelf             # RUNPATH $ORIGIN in the GPU bundle (scripts/gpu_bundle.sh)
 )

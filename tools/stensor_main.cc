@@ -1,7 +1,8 @@
 // stensor: the command line. `stensor run` runs a program under
 // libstensor.so with the library's settings given as flags
 // (tools/run_command.h); `stensor sim` replays an access log under a cap
-// (tools/sim_command.h, docs/sim.md); `stensor version` prints the version
+// (tools/sim_command.h, docs/sim.md); `stensor trace` turns one into a
+// Chrome trace (tools/chrome_trace.h, docs/trace.md); `stensor version` prints the version
 // and the CUDA toolkit the build used; `stensor help` lists the commands.
 #include <cuda.h>
 
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/chrome_trace.h"
 #include "tools/run_command.h"
 #include "tools/sim_command.h"
 
@@ -30,6 +32,9 @@ constexpr char kHelp[] =
     "  sim LOG --limit BYTES|N% [flags]\n"
     "              replay an access log under a cap with the library's policies and\n"
     "              bound it by the offline optimum; `stensor sim --help`\n"
+    "  trace LOG -o FILE\n"
+    "              an access log as a Chrome trace for Perfetto or chrome://tracing;\n"
+    "              `stensor trace --help`\n"
     "  version     print stensor's version and the CUDA toolkit it was built with\n"
     "  help [COMMAND]\n"
     "              print this help, or a command's\n"
@@ -50,6 +55,7 @@ int Help(const std::vector<std::string>& args) {
   }
   if (args[0] == "run") return RunRun({"--help"}, std::cout, std::cerr);
   if (args[0] == "sim") return RunSim({"--help"}, std::cout, std::cerr);
+  if (args[0] == "trace") return RunTrace({"--help"}, std::cout, std::cerr);
   if (args[0] == "version" || args[0] == "help") {
     std::cout << kHelp;
     return 0;
@@ -69,6 +75,7 @@ int Main(std::vector<std::string> args) {
   if (command == "--version" || command == "version") return Version(std::cout);
   if (command == "run") return RunRun(args, std::cout, std::cerr);
   if (command == "sim") return RunSim(args, std::cout, std::cerr);
+  if (command == "trace") return RunTrace(args, std::cout, std::cerr);
   std::cerr << "stensor: unknown command '" << command << "' (stensor help lists them)\n";
   return 2;
 }
