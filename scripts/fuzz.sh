@@ -4,9 +4,10 @@
 #
 #   scripts/fuzz.sh [TARGET] [SECONDS] [LIBFUZZER_FLAG...]
 #     TARGET: config (core/config_fuzz.cc, the default), log
-#             (tools/log_fuzz.cc), report (tools/report_fuzz.cc) or
-#             kernel_signature (core/kernel_signature_fuzz.cc); SECONDS:
-#             default 60
+#             (tools/log_fuzz.cc), kernel_signature
+#             (core/kernel_signature_fuzz.cc), chrome_trace
+#             (tools/chrome_trace_fuzz.cc) or report (tools/report_fuzz.cc);
+#             SECONDS: default 60
 #
 # Needs clang and its runtime (Debian: clang, libclang-rt-dev); CXX picks
 # another clang++. The corpus grows in $FUZZ_DIR/TARGET/corpus (default
@@ -14,8 +15,8 @@
 # the standalone driver core/fuzz_main.cc), and a crashing input is saved
 # under $FUZZ_DIR/TARGET/artifacts/. Replay one without libFuzzer:
 #   bazel run //core:config_fuzz -- "$FUZZ_DIR"/config/artifacts/crash-...
-# (//tools:log_fuzz, //tools:report_fuzz, //core:kernel_signature_fuzz for
-# the others).
+# (//tools:log_fuzz, //core:kernel_signature_fuzz, //tools:chrome_trace_fuzz,
+# //tools:report_fuzz for the others).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,8 +38,11 @@ case "$target" in
   kernel_signature)
     srcs=(core/kernel_signature_fuzz.cc core/kernel_signature.cc)
     max_len=8192 ;;
+  chrome_trace)
+    srcs=(tools/chrome_trace_fuzz.cc tools/chrome_trace.cc core/config.cc core/json.cc)
+    max_len=8192 ;;
   *)
-    echo "fuzz.sh: unknown target '$target' (config, log, report, kernel_signature)" >&2
+    echo "fuzz.sh: unknown target '$target' (config, log, kernel_signature, chrome_trace, report)" >&2
     exit 2 ;;
 esac
 cxx=${CXX:-clang++}

@@ -12,6 +12,21 @@ trap 'rm -f "$log"' EXIT
 bazel test //... "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 
+# The GPU bundle builds whenever the toolkit is here (nvcc), and the check
+# it carries runs on the fake driver (scripts/gpu_bundle.sh, gpu_check.sh).
+if [[ -x ${NVCC:-/usr/local/cuda/bin/nvcc} ]]; then
+  bundle=$(mktemp -d)
+  if scripts/gpu_bundle.sh --out "$bundle/gpu" > "$bundle/log" 2>&1 &&
+     "$bundle/gpu/gpu_check.sh" --dry-run --out "$bundle/check.json" >> "$bundle/log" 2>&1; then
+    echo "//scripts:gpu_bundle                                                     PASSED" | tee -a "$log"
+  else
+    tail -n 20 "$bundle/log"
+    echo "//scripts:gpu_bundle                                                     FAILED" | tee -a "$log"
+    rc=1
+  fi
+  rm -rf "$bundle"
+fi
+
 # A short stress run (every byte checked, faults injected, preloaded) under
 # AddressSanitizer and ThreadSanitizer. Each builds into its own output
 # directory (.bazelrc) and leaves bazel-bin pointing at the normal build.

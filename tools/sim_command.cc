@@ -25,6 +25,38 @@ constexpr char kUsage[] =
     "                   [--compare] [--granularity BYTES] [--rounds N]\n"
     "                   [--planned-evictions on|off] [--exact-seconds S]\n";
 
+// Every flag with its meaning (docs/sim.md has the same table).
+constexpr char kHelp[] =
+    "\n"
+    "Replays an access log (STENSOR_ACCESS_LOG) under a cap with the library's\n"
+    "own policy code and prints what moved, a modelled stall, and the least any\n"
+    "policy could move (the exact offline optimum, and a lower bound). docs/sim.md\n"
+    "describes the output.\n"
+    "\n"
+    "  LOG                   the access log (JSON Lines, docs/access-log.md)\n"
+    "  --limit BYTES|N%      the cap: bytes (33554432, 32MiB, 2G) or a percentage\n"
+    "                        of the log's working set (required)\n"
+    "  --policy P            lru, version, belady (default, as STENSOR_POLICY) or\n"
+    "                        oracle (belady told each buffer's true next use)\n"
+    "  --prefetch on|off     drive the prefetch planner (default on, as\n"
+    "                        STENSOR_PREFETCH)\n"
+    "  --planned-evictions on|off\n"
+    "                        issue the planner's evictions too, as the library\n"
+    "                        does (default on); off: fetches into free memory only\n"
+    "  --bandwidth GB/s      host<->device bandwidth of the time model, each\n"
+    "                        direction (default 16)\n"
+    "  --kernel-us US        compute time of a launch in the time model (default\n"
+    "                        100); a launch record's own compute_us wins\n"
+    "  --compare             one table: every policy with prefetch off and on,\n"
+    "                        oracle, the exact optimum and the bound\n"
+    "  --exact-seconds S     time limit of the exact optimum (default 30 with\n"
+    "                        --compare, else 0: not computed)\n"
+    "  --granularity BYTES   VMM granularity (default 2 MiB, a multiple of 4096)\n"
+    "  --rounds N            Lagrangian rounds of the LP bound (default 8)\n"
+    "  -h, --help            this help\n"
+    "\n"
+    "Exit status: 0; 1 when the log cannot be read; 2 for a bad flag or value.\n";
+
 double MiB(double bytes) { return bytes / (1 << 20); }
 
 absl::Status BadFlag(absl::string_view flag, absl::string_view value, absl::string_view forms) {
@@ -221,6 +253,12 @@ void PrintExact(const std::optional<absl::StatusOr<ExactOptimum>>& exact, std::o
 }  // namespace
 
 int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  for (const std::string& arg : args) {
+    if (arg == "--help" || arg == "-h") {
+      out << kUsage << kHelp;
+      return 0;
+    }
+  }
   absl::StatusOr<SimFlags> flags = ParseSimFlags(args);
   if (!flags.ok()) {
     err << flags.status().message() << "\n" << kUsage;

@@ -20,6 +20,7 @@
 //                              of all threads' models in thread order
 // Exit status: 0 on success, 1 on a failed driver call, 2 on bad flags.
 #include <cuda.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <climits>
@@ -52,6 +53,9 @@ struct Options {
   long long seed = 1;
   int threads = 1;
   int device = 0;  // ordinal, among the devices the process sees
+  // cuMemAllocManaged instead of cuMemAlloc: the unified-memory baseline
+  // stensor is compared with on a GPU (scripts/gpu_check.sh).
+  bool managed = false;
 };
 
 constexpr char kUsage[] =
@@ -80,7 +84,9 @@ constexpr char kUsage[] =
     "                       seed + T (mod 2^32); step lines are thread 0's\n"
     "                       (default 1)\n"
     "  --device N           device ordinal, among the devices the process\n"
-    "                       sees (CUDA_VISIBLE_DEVICES) (default 0)\n";
+    "                       sees (CUDA_VISIBLE_DEVICES) (default 0)\n"
+    "  --memory KIND        device (cuMemAlloc) or managed (cuMemAllocManaged,\n"
+    "                       unified memory; a GPU driver only) (default device)\n";
 
 Options ParseFlags(int argc, char** argv) {
   Options options;
@@ -124,6 +130,11 @@ Options ParseFlags(int argc, char** argv) {
           options.threads = examples::ParseInt(name, value, 1, 64);
         } else if (name == "device") {
           options.device = examples::ParseInt(name, value, 0, 1023);
+        } else if (name == "memory") {
+          if (value != "device" && value != "managed") {
+            examples::UsageError("--memory=%s: expected device or managed", value.c_str());
+          }
+          options.managed = value == "managed";
         } else {
           examples::UsageError("unknown flag --%s", name.c_str());
         }
@@ -257,9 +268,23 @@ class Kernels {
 // and all can be freed at the end.
 class DeviceMemory {
  public:
+  void set_managed(bool managed) { managed_ = managed; }
   CUdeviceptr Alloc(size_t bytes) {
     CUdeviceptr ptr = 0;
-    CU_CHECK(cuMemAlloc, &ptr, bytes);
+    if (managed_) {
+      // Looked up when asked for: the fake driver has no unified memory, and
+      // a direct reference would not link against it.
+      using AllocManaged = CUresult (*)(CUdeviceptr*, size_t, unsigned int);
+      static const auto alloc_managed =
+          reinterpret_cast<AllocManaged>(dlsym(RTLD_DEFAULT, "cuMemAllocManaged"));
+      if (alloc_managed == nullptr) {
+        std::fprintf(stderr, "mlp_train: --memory managed: this driver has no cuMemAllocManaged\n");
+        std::exit(1);
+      }
+      CU_CHECK(alloc_managed, &ptr, bytes, CU_MEM_ATTACH_GLOBAL);
+    } else {
+      CU_CHECK(cuMemAlloc, &ptr, bytes);
+    }
     buffers_.push_back(ptr);
     total_bytes_ += bytes;
     return ptr;
@@ -279,6 +304,7 @@ class DeviceMemory {
  private:
   std::vector<CUdeviceptr> buffers_;
   size_t total_bytes_ = 0;
+  bool managed_ = false;
 };
 
 // A fully connected layer: parameters, their gradients and momentum each in
@@ -317,6 +343,7 @@ struct Model {
 void AllocateModel(const Options& options, Model* model) {
   const int batch = options.batch;
   DeviceMemory& memory = model->memory;
+  memory.set_managed(options.managed);
   model->layers.resize(options.layers + 1);
   for (int l = 0; l <= options.layers; ++l) {
     Layer& layer = model->layers[l];

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Builds here, into build/gpu/ (ignored by git), everything a machine with
+# only an NVIDIA driver needs to check stensor on its GPU
+# (scripts/gpu_check.sh, copied in):
+#   libstensor.so and the stensor tool, with the shared libraries they link
+#     beside them (RUNPATH $ORIGIN: abseil, libstdc++; not glibc or the
+#     driver);
+#   mlp_train with its kernels as a fatbin for sm_80 and sm_90
+#     (mlp_kernels.fatbin, for --module), and mlp_kernels_host.so for a dry
+#     run on the fake driver;
+#   runtime_probe, built by nvcc with the static CUDA runtime (it reaches
+#     the driver through cudart's cuGetProcAddress, as most programs do), with
+#     a pinned-copy bandwidth probe and the driver/toolkit version check;
+#   the fake driver (fake/libcuda.so.1), for gpu_check.sh --dry-run here;
+#   MANIFEST: the commit and the toolkit it was built with.
+# usage: scripts/gpu_bundle.sh [--out DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=build/gpu
+while (($#)); do
+  case $1 in
+    --out) out=${2:?--out needs a directory}; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu_bundle.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
+[[ -x $nvcc ]] || { echo "gpu_bundle.sh: no nvcc at $nvcc (set NVCC)" >&2; exit 1; }
+
+scripts/setup.sh
+bazel build //interpose:libstensor.so //examples/mlp:mlp_train //examples/mlp:mlp_kernels_host.so \
+  //tools:stensor //tests/fakecuda:libcuda.so.1
+bin=$(bazel info bazel-bin 2>/dev/null)
+
+rm -rf "$out"
+mkdir -p "$out/fake"
+install -m 755 "$bin/interpose/libstensor.so" "$bin/tools/stensor" "$bin/examples/mlp/mlp_train" \
+  "$bin/examples/mlp/mlp_kernels_host.so" scripts/gpu_check.sh "$out/"
+install -m 755 "$bin/tests/fakecuda/libcuda.so.1" "$out/fake/"
+
+# The shared libraries the bundle's programs link, beside them: what a
+# machine with only a driver may lack (glibc and the driver it has).
+for elf in "$out/libstensor.so" "$out/stensor" "$out/mlp_train" "$out/mlp_kernels_host.so"; do
+  ldd "$elf" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' |
+    grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcuda)\.so' || true
+done | sort -u | while read -r lib; do
+  install -m 644 "$(readlink -f "$lib")" "$out/$(basename "$lib")"
+done
+for elf in "$out"/*.so* "$out/stensor" "$out/mlp_train"; do
+  patchelf --set-rpath '$ORIGIN' "$elf"
+done
+
+# Kernels for Ampere and Hopper in one fatbin; cuModuleLoad picks the one
+# for the device.
+"$nvcc" -fatbin -O3 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+  -o "$out/mlp_kernels.fatbin" examples/mlp/mlp_kernels.cu
+"$nvcc" -O2 -cudart static -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+  -o "$out/runtime_probe" examples/gpu/runtime_probe.cu
+
+toolkit=$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+{
+  echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
+  echo "toolkit $toolkit"
+  echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+} > "$out/MANIFEST"
+# Every library the programs need is in the bundle or the base system.
+for elf in "$out/libstensor.so" "$out/stensor" "$out/mlp_train"; do
+  if LD_LIBRARY_PATH= ldd "$elf" | grep 'not found' | grep -v libcuda; then
+    echo "gpu_bundle.sh: $elf misses a library" >&2
+    exit 1
+  fi
+done
+echo "gpu_bundle: $(du -sh "$out" | cut -f1) in $out; on the GPU machine: ./gpu_check.sh [--out result.json]"
