@@ -1,11 +1,14 @@
 #include "tools/report.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <optional>
 #include <ostream>
@@ -13,7 +16,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -36,7 +38,8 @@ constexpr char kHelp[] =
     "self-contained report of the run: no scripts, no fonts or anything else\n"
     "fetched from the network. docs/report.md tells how to read it.\n"
     "\n"
-    "  LOG                  the access log (JSON lines; decompress a .gz first)\n"
+    "  LOG                  the access log (JSON lines); - reads standard input\n"
+    "                       (gzip -dc run.jsonl.gz | stensor report - -o r.html)\n"
     "  -o, --output PATH    where to write: a page (.html, .htm) with the summary,\n"
     "                       the tables and the plot, or the plot alone (.svg)\n"
     "  --format html|svg    the output's kind when PATH's extension says neither\n"
@@ -139,6 +142,15 @@ absl::StatusOr<ReportFlags> ParseFlags(const std::vector<std::string>& args) {
   if (flags.log.empty()) return absl::InvalidArgumentError("no access log given");
   if (flags.output.empty())
     return absl::InvalidArgumentError("-o OUT.html or -o OUT.svg is required");
+  // Writing the page over the log would lose the log.
+  struct stat log_stat, output_stat;
+  if (flags.log != "-" &&
+      (flags.output == flags.log ||
+       (stat(flags.log.c_str(), &log_stat) == 0 && stat(flags.output.c_str(), &output_stat) == 0 &&
+        log_stat.st_dev == output_stat.st_dev && log_stat.st_ino == output_stat.st_ino))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("-o '", flags.output, "' is the log itself; write the report elsewhere"));
+  }
   if (flags.format == Format::kUnset) {
     std::string lower = flags.output;
     for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -619,7 +631,9 @@ int RunReport(const std::vector<std::string>& args, std::ostream& out, std::ostr
   options.granularity = flags->granularity;
   options.top = flags->top;
   options.partial = flags->partial;
-  absl::StatusOr<RunSummary> report = SummarizeLog(flags->log, options);
+  absl::StatusOr<RunSummary> report = flags->log == "-"
+                                          ? SummarizeLog(std::cin, "(standard input)", options)
+                                          : SummarizeLog(flags->log, options);
   if (!report.ok()) {
     err << "stensor report: " << report.status().message() << "\n";
     return 1;

@@ -294,6 +294,15 @@ expect_error 2 "--format 'png' is not valid" "$tmp/capped.jsonl" -o "$tmp/x.html
 expect_error 2 "--top '0' is not valid" "$tmp/capped.jsonl" -o "$tmp/x.html" --top 0
 expect_error 2 "--granularity '1000' is not valid" "$tmp/capped.jsonl" -o "$tmp/x.html" --granularity 1000
 expect_error 2 "-o needs a value" "$tmp/capped.jsonl" -o
+cp "$tmp/capped.jsonl" "$tmp/keep.jsonl"
+expect_error 2 "-o '.*keep.jsonl' is the log itself" "$tmp/keep.jsonl" -o "$tmp/keep.jsonl" --format html
+ln -s keep.jsonl "$tmp/link.html"
+expect_error 2 "-o '.*link.html' is the log itself" "$tmp/keep.jsonl" -o "$tmp/link.html"
+cmp -s "$tmp/capped.jsonl" "$tmp/keep.jsonl" || fail "a refused -o changed the log"
+# Standard input: the same page as from the file, but for its name.
+"$report" - -o "$tmp/stdin.html" < "$tmp/mlp20.jsonl" || fail "report - exit $?"
+diff <(sed "s|$tmp/mlp20.jsonl|(standard input)|g" "$tmp/mlp20.html") "$tmp/stdin.html" > /dev/null ||
+  fail "the page from standard input differs from the page from the file"
 "$report" "$tmp/capped.jsonl" -o "$tmp/x.out" --format svg || fail "--format svg: exit $?"
 head -c 200 "$tmp/x.out" | grep -q "<svg" || fail "--format svg wrote no svg"
 "$report" --help > "$tmp/help.txt" || fail "--help: exit $?"
