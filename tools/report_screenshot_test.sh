@@ -7,7 +7,8 @@
 # Without chromium the test fails (scripts/setup.sh installs it): a picture
 # nobody looked at is not a pass.
 set -euo pipefail
-report=$1 log=$2
+report() { "$stensor" report "$@"; }
+stensor=$1 log=$2
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
@@ -16,7 +17,7 @@ chromium=$(command -v chromium || command -v chromium-browser || true)
   fail "chromium is not installed (PATH=$PATH): run scripts/setup.sh, or apt-get install --no-install-recommends chromium"
 
 gzip -dc "$log" > "$tmp/run.jsonl" || fail "$log: cannot decompress"
-"$report" "$tmp/run.jsonl" -o "$tmp/report.html" || fail "report exit $?"
+report "$tmp/run.jsonl" -o "$tmp/report.html" || fail "report exit $?"
 
 # chromium wants a writable home and profile; its own sandbox needs user
 # namespaces the test sandbox may not grant (--no-sandbox: the page is ours

@@ -15,7 +15,8 @@
 # truncated, foreign and empty logs fail with one line naming the file and
 # the line; bad flags print the usage (exit 2); --help documents every flag.
 set -euo pipefail
-report=$1 mlp20=$2 train=$3 fake=$4 lib=$5
+report() { "$stensor" report "$@"; }
+stensor=$1 mlp20=$2 train=$3 fake=$4 lib=$5
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
@@ -182,8 +183,8 @@ EOF
 }
 
 for name in mlp20 capped; do
-  "$report" "$tmp/$name.jsonl" -o "$tmp/$name.html" || fail "$name: report exit $?"
-  "$report" "$tmp/$name.jsonl" -o "$tmp/$name.svg" || fail "$name: report -o svg exit $?"
+  report "$tmp/$name.jsonl" -o "$tmp/$name.html" || fail "$name: report exit $?"
+  report "$tmp/$name.jsonl" -o "$tmp/$name.svg" || fail "$name: report -o svg exit $?"
   check "$tmp/$name.jsonl" "$tmp/$name.html" "$tmp/$name.svg" $([[ $name == capped ]] && echo 1 || echo 0)
 done
 grep -q '"type":"swap_out"' "$tmp/capped.jsonl" || fail "the capped run swapped nothing (the check would be empty)"
@@ -204,8 +205,8 @@ for line in open(sys.argv[1]):
     out.append(json.dumps(r))
 open(sys.argv[2], "w").write("\n".join(out) + "\n")
 EOF
-"$report" "$esc" -o "$tmp/esc.html" || fail "escaping: report exit $?"
-"$report" "$esc" -o "$tmp/esc.svg" || fail "escaping: report -o svg exit $?"
+report "$esc" -o "$tmp/esc.html" || fail "escaping: report exit $?"
+report "$esc" -o "$tmp/esc.svg" || fail "escaping: report -o svg exit $?"
 python3 - "$tmp/esc.html" "$tmp/esc.svg" << 'EOF'
 import sys
 import xml.etree.ElementTree as ET
@@ -242,7 +243,7 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps({"type": "free", "id": i, "addr": hex(i << 24)}) + "\n")
     f.write(json.dumps({"type": "end", "counts": {}, "live_buffers": 0, "dropped": 0}) + "\n")
 EOF
-"$report" "$tmp/long.jsonl" -o "$tmp/long.svg" || fail "long log: report exit $?"
+report "$tmp/long.jsonl" -o "$tmp/long.svg" || fail "long log: report exit $?"
 python3 - "$tmp/long.svg" << 'EOF'
 import sys
 import xml.etree.ElementTree as ET
@@ -261,7 +262,7 @@ EOF
 expect_error() {
   local want=$1 pattern=$2 rc=0
   shift 2
-  "$report" "$@" > "$tmp/err.out" 2> "$tmp/err.txt" || rc=$?
+  report "$@" > "$tmp/err.out" 2> "$tmp/err.txt" || rc=$?
   [[ $rc == "$want" ]] || fail "report $*: exit $rc, expected $want: $(cat "$tmp/err.txt")"
   head -n 1 "$tmp/err.txt" | grep -Eq -- "$pattern" || fail "report $*: said '$(cat "$tmp/err.txt")', expected /$pattern/"
   echo "ok: $(head -n 1 "$tmp/err.txt" | sed "s|$tmp/||g")"
@@ -273,7 +274,7 @@ sed -n 100p "$tmp/capped.jsonl" | head -c 40 >> "$tmp/cut.jsonl"
 expect_error 1 "cut\.jsonl: line 100: not a JSON record.*at column 41" "$tmp/cut.jsonl" -o "$tmp/x.html"
 head -n $((lines - 1)) "$tmp/capped.jsonl" > "$tmp/noend.jsonl"
 expect_error 1 "noend\.jsonl: line $((lines - 1)): .*without its .end. record" "$tmp/noend.jsonl" -o "$tmp/x.html"
-"$report" "$tmp/noend.jsonl" -o "$tmp/partial.html" --partial || fail "--partial: exit $?"
+report "$tmp/noend.jsonl" -o "$tmp/partial.html" --partial || fail "--partial: exit $?"
 grep -q "no <code>end</code> record" "$tmp/partial.html" || fail "--partial: no warning in the page"
 echo '{"hello": "world"}' > "$tmp/foreign.jsonl"
 expect_error 1 "foreign\.jsonl: line 1: not a stensor access log" "$tmp/foreign.jsonl" -o "$tmp/x.html"
@@ -300,12 +301,12 @@ ln -s keep.jsonl "$tmp/link.html"
 expect_error 2 "-o '.*link.html' is the log itself" "$tmp/keep.jsonl" -o "$tmp/link.html"
 cmp -s "$tmp/capped.jsonl" "$tmp/keep.jsonl" || fail "a refused -o changed the log"
 # Standard input: the same page as from the file, but for its name.
-"$report" - -o "$tmp/stdin.html" < "$tmp/mlp20.jsonl" || fail "report - exit $?"
+report - -o "$tmp/stdin.html" < "$tmp/mlp20.jsonl" || fail "report - exit $?"
 diff <(sed "s|$tmp/mlp20.jsonl|(standard input)|g" "$tmp/mlp20.html") "$tmp/stdin.html" > /dev/null ||
   fail "the page from standard input differs from the page from the file"
-"$report" "$tmp/capped.jsonl" -o "$tmp/x.out" --format svg || fail "--format svg: exit $?"
+report "$tmp/capped.jsonl" -o "$tmp/x.out" --format svg || fail "--format svg: exit $?"
 head -c 200 "$tmp/x.out" | grep -q "<svg" || fail "--format svg wrote no svg"
-"$report" --help > "$tmp/help.txt" || fail "--help: exit $?"
+report --help > "$tmp/help.txt" || fail "--help: exit $?"
 for word in -o --output --format --top --granularity --partial --help "Exit status"; do
   grep -q -- "$word" "$tmp/help.txt" || fail "--help does not document $word"
 done

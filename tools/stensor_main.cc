@@ -2,7 +2,9 @@
 // libstensor.so with the library's settings given as flags
 // (tools/run_command.h); `stensor sim` replays an access log under a cap
 // (tools/sim_command.h, docs/sim.md); `stensor trace` turns one into a
-// Chrome trace (tools/chrome_trace.h, docs/trace.md); `stensor version` prints the version
+// Chrome trace (tools/chrome_trace.h, docs/trace.md); `stensor report` into
+// an HTML page or SVG plot (tools/report.h, docs/report.md); `stensor
+// version` prints the version
 // and the CUDA toolkit the build used; `stensor help` lists the commands.
 #include <cuda.h>
 
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "tools/chrome_trace.h"
+#include "tools/report.h"
 #include "tools/run_command.h"
 #include "tools/sim_command.h"
 
@@ -35,6 +38,9 @@ constexpr char kHelp[] =
     "  trace LOG -o FILE\n"
     "              an access log as a Chrome trace for Perfetto or chrome://tracing;\n"
     "              `stensor trace --help`\n"
+    "  report LOG -o OUT.html|OUT.svg\n"
+    "              a summary of a run and a plot of device memory against the cap,\n"
+    "              with the swap traffic beneath; `stensor report --help`\n"
     "  version     print stensor's version and the CUDA toolkit it was built with\n"
     "  help [COMMAND]\n"
     "              print this help, or a command's\n"
@@ -56,6 +62,7 @@ int Help(const std::vector<std::string>& args) {
   if (args[0] == "run") return RunRun({"--help"}, std::cout, std::cerr);
   if (args[0] == "sim") return RunSim({"--help"}, std::cout, std::cerr);
   if (args[0] == "trace") return RunTrace({"--help"}, std::cout, std::cerr);
+  if (args[0] == "report") return RunReport({"--help"}, std::cout, std::cerr);
   if (args[0] == "version" || args[0] == "help") {
     std::cout << kHelp;
     return 0;
@@ -76,6 +83,7 @@ int Main(std::vector<std::string> args) {
   if (command == "run") return RunRun(args, std::cout, std::cerr);
   if (command == "sim") return RunSim(args, std::cout, std::cerr);
   if (command == "trace") return RunTrace(args, std::cout, std::cerr);
+  if (command == "report") return RunReport(args, std::cout, std::cerr);
   std::cerr << "stensor: unknown command '" << command << "' (stensor help lists them)\n";
   return 2;
 }
