@@ -27,6 +27,20 @@ if [[ -x ${NVCC:-/usr/local/cuda/bin/nvcc} ]]; then
   rm -rf "$bundle"
 fi
 
+# The README's first command: the demo finishes with matching checksums and
+# leaves its access log, trace and report.
+demo=$(mktemp -d)
+if scripts/demo.sh --steps 6 --out "$demo/out" > "$demo/log" 2>&1 &&
+   grep -q '^demo: same checksum' "$demo/log" &&
+   [[ -s $demo/out/access.jsonl && -s $demo/out/trace.json && -s $demo/out/report.html ]]; then
+  echo "//scripts:demo                                                           PASSED" | tee -a "$log"
+else
+  tail -n 20 "$demo/log"
+  echo "//scripts:demo                                                           FAILED" | tee -a "$log"
+  rc=1
+fi
+rm -rf "$demo"
+
 # A short stress run (every byte checked, faults injected, preloaded) under
 # AddressSanitizer and ThreadSanitizer. Each builds into its own output
 # directory (.bazelrc) and leaves bazel-bin pointing at the normal build.
