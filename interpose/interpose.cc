@@ -231,7 +231,8 @@ Globals* Build() {
   if (g->state.real_handle == nullptr) {
     // No driver installed: every hook then returns an error instead of
     // calling anything, as the program would see without stensor.
-    RawLog("cannot load the CUDA driver %s: %s", path.c_str(), dlerror());
+    Say(LogLevel::kError, "no-driver",
+        absl::StrCat("cannot load the CUDA driver ", path, ": ", dlerror()));
   } else {
     found = LoadDriver(g->state.real_handle, RealDlsymFn(), &g->state.driver);
     if (!config.real_libcuda.empty()) {
@@ -248,16 +249,18 @@ Globals* Build() {
       own.AccessLogPath(static_cast<int>(getpid())) == own.AccessLogPath(0)) {
     // The parent's log (or a sibling's) has this path: opening it again
     // would truncate it. %p gives each process its own.
-    RawLog("a child of fork() writes no access log: STENSOR_ACCESS_LOG=\"%s\" has no %%p",
-           own.access_log.c_str());
+    Say(LogLevel::kWarn, "fork-log",
+        absl::StrCat("a child of fork() writes no access log: STENSOR_ACCESS_LOG=\"",
+                     own.access_log, "\" has no %p"));
     own.access_log.clear();
   }
   auto tracker = Tracker::Create(own, &g->state.driver);
   if (absl::IsAlreadyExists(tracker.status())) {
     // Another process writes that log (the same path, no %r or %p): this one
     // writes none rather than mixing its records into it.
-    RawLog("%s: this process writes no access log (put %%r or %%p in STENSOR_ACCESS_LOG)",
-           std::string(tracker.status().message()).c_str());
+    Say(LogLevel::kWarn, "shared-log",
+        absl::StrCat(tracker.status().message(),
+                     ": this process writes no access log (put %r or %p in STENSOR_ACCESS_LOG)"));
     own.access_log.clear();
     tracker = Tracker::Create(own, &g->state.driver);
   }

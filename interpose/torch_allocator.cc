@@ -22,13 +22,13 @@
 // Thread-safety: as the hooks (any thread).
 #include <sys/types.h>
 
-#include <atomic>
 #include <cstdint>
 
 #include <cuda.h>
 
+#include "absl/strings/str_format.h"
+#include "core/log.h"
 #include "core/stream_ordered.h"
-#include "interpose/raw_log.h"
 #include "interpose/state.h"
 
 #define STENSOR_EXPORT extern "C" __attribute__((visibility("default")))
@@ -37,16 +37,11 @@ namespace stensor {
 namespace {
 
 // A failure PyTorch cannot be told about beyond a null pointer: said on
-// stderr (STENSOR_LOG_LEVEL warn or finer), the first few times.
+// stderr (STENSOR_LOG_LEVEL warn or finer), the first few times (core/log.h).
 void Warn(const char* what, int device, int64_t size, CUresult r) {
-  static std::atomic<int> said{0};
-  constexpr int kMaxSaid = 8;
-  if (State().tracker->config().log_level > LogLevel::kWarn) return;
-  const int n = said.fetch_add(1, std::memory_order_relaxed);
-  if (n >= kMaxSaid) return;
-  RawLog("%s(size %lld, device %d) failed: CUresult %d%s", what,
-         static_cast<long long>(size), device, static_cast<int>(r),
-         n + 1 == kMaxSaid ? " (further failures not reported)" : "");
+  Say(LogLevel::kWarn, "torch-alloc",
+      absl::StrFormat("%s(size %d, device %d) failed: CUresult %d", what, size, device,
+                      static_cast<int>(r)));
 }
 
 // Runs `call` with device `device`'s context current (the current one when
