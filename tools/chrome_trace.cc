@@ -25,6 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "core/config.h"
 #include "nlohmann/json.hpp"
+#include "tools/log_json.h"
 
 namespace stensor {
 namespace {
@@ -131,36 +132,10 @@ int Ordinal(const json& r, const char* key) {
   return static_cast<int>(ordinal);
 }
 
-// Records are flat: a few levels of objects and arrays. Deeper ones are not
-// from stensor, and would take the recursive copy and dump of nlohmann::json
-// deep into the stack.
-constexpr int kMaxDepth = 16;
+// Records are flat (tools/log_json.h bounds their nesting).
+constexpr int kMaxDepth = kMaxLogJsonDepth;
 
 struct TooDeep {};
-
-// Whether `line` nests objects and arrays deeper than kMaxDepth, strings
-// skipped. (A scan: a parser callback would slow every parse by a third.)
-bool NestsTooDeep(absl::string_view line) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    const char c = line[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxDepth) return true;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return false;
-}
 
 // One line as JSON; throws json::exception, or TooDeep.
 json ParseLine(const std::string& line) {

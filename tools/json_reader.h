@@ -1,8 +1,8 @@
-// JsonValue and ParseJson: a small reader for the access log's lines (one
-// JSON object each; docs/access-log.md). It accepts any JSON text (objects,
-// arrays, strings with escapes, numbers, true/false/null), keeps unsigned
-// integers exact (buffer ids, byte counts) and rejects trailing garbage,
-// so a truncated or corrupt line is an error naming where it broke.
+// JsonValue and ParseJson: the access log's lines (one JSON object each;
+// docs/access-log.md) as plain values for `stensor sim`, parsed by
+// nlohmann::json (tools/log_json.h). Unsigned integers stay exact (buffer
+// ids, byte counts); trailing garbage is rejected, so a truncated or corrupt
+// line is an error naming where it broke.
 //
 // Thread-safety: values are plain data; ParseJson is reentrant.
 #ifndef STENSOR_TOOLS_JSON_READER_H_

@@ -27,7 +27,8 @@ TEST(JsonReaderTest, ReadsALogRecord) {
 
 TEST(JsonReaderTest, RejectsBrokenText) {
   for (const char* bad : {"", "{", R"({"a":})", R"({"a":1,})", R"({"a":1} x)", R"(["a)",
-                          R"({"a":tru})", R"({"a":"\q"})", "[1 2]", R"({"a":01e})", "-"}) {
+                          R"({"a":tru})", R"({"a":"\q"})", "[1 2]", R"({"a":01e})", "-",
+                          R"({"a":1e999})", "[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]"}) {
     absl::StatusOr<JsonValue> v = ParseJson(bad);
     EXPECT_FALSE(v.ok()) << "accepted: " << bad;
     if (!v.ok()) {
@@ -36,6 +37,22 @@ TEST(JsonReaderTest, RejectsBrokenText) {
   }
   // Nesting is bounded rather than recursing without limit.
   EXPECT_FALSE(ParseJson(std::string(100000, '[')).ok());
+  EXPECT_EQ(ParseJson(R"({"a":1e999})").status().message(),
+            "JSON: number overflow parsing '1e999' at offset 5");
+}
+
+// Members keep their order in the text; unsigned integers past 2^53 stay
+// exact; negative and fractional numbers have no unsigned value.
+TEST(JsonReaderTest, KeepsOrderAndExactIntegers) {
+  absl::StatusOr<JsonValue> v = ParseJson(R"({"z":1,"a":9007199254740993,"m":-1,"f":2.5})");
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_EQ(v->object.size(), 4u);
+  EXPECT_EQ(v->object[0].first, "z");
+  EXPECT_EQ(v->object[3].first, "f");
+  EXPECT_EQ(v->Uint("a"), 9007199254740993ull);
+  EXPECT_FALSE(v->Uint("m").has_value());
+  EXPECT_FALSE(v->Uint("f").has_value());
+  EXPECT_EQ(v->Number("f"), 2.5);
 }
 
 }  // namespace

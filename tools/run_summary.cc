@@ -20,6 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "core/config.h"
 #include "nlohmann/json.hpp"
+#include "tools/log_json.h"
 
 namespace stensor {
 
@@ -124,6 +125,11 @@ class Reader {
   absl::Status Line(absl::string_view text, uint64_t line) {
     report_.lines = line;
     Json r;
+    if (NestsTooDeep(text)) {
+      if (line == 1) return NotALog(line);
+      return Error(line, absl::StrCat("not an access-log record (nested deeper than ",
+                                      kMaxLogJsonDepth, " levels)"));
+    }
     try {
       r = Json::parse(text.begin(), text.end());
     } catch (const Json::exception& e) {  // a syntax error, a number out of range
