@@ -1,5 +1,7 @@
 #include "core/log.h"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -34,10 +36,20 @@ struct State {
   std::shared_ptr<spdlog::logger> logger;
 };
 
+State* g_state = nullptr;
+
+// fork(): no message is being written while the process forks (Write holds
+// the mutex throughout), so the child's logger, its sink's lock included, is
+// free; the child would otherwise block at its first message.
+void LockForFork() { g_state->mu.lock(); }
+void UnlockAfterFork() { g_state->mu.unlock(); }
+
 // Leaked: messages may come from exit-time code and other threads' hooks.
 State& GetState() {
   static State* state = [] {
     auto* s = new State;
+    g_state = s;
+    pthread_atfork(LockForFork, UnlockAfterFork, UnlockAfterFork);
     // Not registered by name: nothing else can reach or drop it.
     s->logger = std::make_shared<spdlog::logger>(
         "stensor", std::make_shared<spdlog::sinks::stderr_sink_mt>());
@@ -48,18 +60,17 @@ State& GetState() {
   return *state;
 }
 
-// Counts the message; true when it should be written, with `note` set when
-// it is the last one written for its kind.
-bool Admit(absl::string_view kind, uint64_t limit, bool* last) {
-  State& s = GetState();
-  std::lock_guard<std::mutex> lock(s.mu);
+// Counts the message (the caller holds s.mu); true when it should be
+// written, with `last` set when it is the last one written for its kind.
+bool Admit(State& s, absl::string_view kind, uint64_t limit, bool* last) {
   const uint64_t n = ++s.counts[std::string(kind)];
   *last = n == limit;
   return n <= limit;
 }
 
-void Write(LogLevel level, absl::string_view message) {
-  GetState().logger->log(SpdlogLevel(level), "{}", std::string(message));
+// With s.mu held (see LockForFork).
+void Write(State& s, LogLevel level, absl::string_view message) {
+  s.logger->log(SpdlogLevel(level), "{}", std::string(message));
 }
 
 }  // namespace
@@ -71,19 +82,23 @@ bool LogEnabled(LogLevel level) {
 }
 
 void Say(LogLevel level, absl::string_view kind, absl::string_view message) {
+  State& s = GetState();
+  std::lock_guard<std::mutex> lock(s.mu);
   bool last = false;
-  if (!Admit(kind, kMaxMessagesPerKind, &last) || !LogEnabled(level)) return;
+  if (!Admit(s, kind, kMaxMessagesPerKind, &last) || !LogEnabled(level)) return;
   if (!last) {
-    Write(level, message);
+    Write(s, level, message);
     return;
   }
-  Write(level, absl::StrCat(message, " (further messages of this kind are not shown)"));
+  Write(s, level, absl::StrCat(message, " (further messages of this kind are not shown)"));
 }
 
 void SayOnce(LogLevel level, absl::string_view kind, absl::string_view message) {
+  State& s = GetState();
+  std::lock_guard<std::mutex> lock(s.mu);
   bool last = false;
-  if (!Admit(kind, 1, &last) || !LogEnabled(level)) return;
-  Write(level, message);
+  if (!Admit(s, kind, 1, &last) || !LogEnabled(level)) return;
+  Write(s, level, message);
 }
 
 uint64_t MessagesOfKind(absl::string_view kind) {

@@ -1,12 +1,15 @@
 #include "core/log.h"
 
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -76,6 +79,29 @@ TEST(LogTest, OnceIsOnce) {
     for (int i = 0; i < 3; ++i) SayOnce(LogLevel::kWarn, "limitation", "said once");
   });
   EXPECT_EQ(lines, (std::vector<std::string>{"stensor: said once"}));
+}
+
+// A child forked while another thread keeps logging can log too: no lock of
+// the logger is inherited held.
+TEST(LogTest, AForkedChildLogs) {
+  SetLogLevel(LogLevel::kWarn);
+  std::atomic<bool> stop{false};
+  std::thread chatter([&] {
+    while (!stop.load()) Say(LogLevel::kDebug, "chatter", "filtered, but counted under the lock");
+  });
+  for (int i = 0; i < 50; ++i) {
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      SayOnce(LogLevel::kDebug, "child", "from the child");  // takes the lock
+      _exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  stop.store(true);
+  chatter.join();
 }
 
 }  // namespace
