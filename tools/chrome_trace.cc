@@ -25,6 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "core/config.h"
 #include "nlohmann/json.hpp"
+#include "tools/charge.h"
 #include "tools/log_json.h"
 
 namespace stensor {
@@ -59,7 +60,8 @@ memsets, graph launches; synchronisations as instants), "swap" (stensor's
 swap-ins, swap-outs, clean and never-written drops and waits; OOMs, pins and
 limitations as instants) and "host" (allocations and frees as instants).
 Counters per device: resident bytes (tracked allocations whose device memory
-is mapped), the cap (STENSOR_MEMORY_LIMIT from the log's header, percentages
+is mapped, charged as the library charges them: whole 2 MiB granules for
+cuMemAlloc buffers of a granule or more, 4 KiB pages otherwise), the cap (STENSOR_MEMORY_LIMIT from the log's header, percentages
 of the device's memory) and host copies (bytes of buffers with a host copy
 made by a swap-out); besides, the program's own pinned host memory and
 STENSOR_HOST_LIMIT when it is a byte count.
@@ -313,7 +315,8 @@ class Converter {
 
  private:
   struct BufferState {
-    uint64_t bytes = 0;
+    uint64_t bytes = 0;   // as the program asked
+    uint64_t charge = 0;  // resident, as the manager charges it (tools/charge.h)
     int device = 0;
     bool resident = true;
     bool host_copy = false;
@@ -435,6 +438,8 @@ class Converter {
     const uint64_t id = Uint(r, "id");
     BufferState b;
     b.bytes = Uint(r, "bytes");
+    b.charge = ChargeOf(r.value("kind", std::string()), r.value("api", std::string()), b.bytes)
+                   .bytes;
     b.device = Ordinal(r, "device");
     // An id reused (not done by the library) replaces the old buffer.
     if (BufferState* old = Find(r)) Release(*old);
@@ -444,7 +449,7 @@ class Converter {
       untracked_[ParseAddr(r.value("addr", json()))] = b;
     }
     DeviceState& d = Device(b.device, 0);
-    d.resident += b.bytes;
+    d.resident += b.charge;
     Instant(kHostTid, absl::StrCat("alloc #", id), "alloc", ArgsOf(r, line_));
     Counter(DeviceCounter(b.device, "resident"), d.resident);
   }
@@ -466,7 +471,7 @@ class Converter {
   void Release(const BufferState& b) {
     DeviceState& d = Device(b.device, 0);
     if (b.resident) {
-      d.resident -= std::min(b.bytes, d.resident);
+      d.resident -= std::min(b.charge, d.resident);
       Counter(DeviceCounter(b.device, "resident"), d.resident);
     }
     if (b.host_copy) {
@@ -490,10 +495,11 @@ class Converter {
     auto it = buffers_.find(id);
     BufferState* b = it == buffers_.end() ? nullptr : &it->second;
     if (b == nullptr || b->resident != in) {
+      const uint64_t charge = b != nullptr ? b->charge : bytes;
       if (in) {
-        d.resident += bytes;
+        d.resident += charge;
       } else {
-        d.resident -= std::min(bytes, d.resident);
+        d.resident -= std::min(charge, d.resident);
       }
       Counter(DeviceCounter(device, "resident"), d.resident);
       if (b != nullptr) b->resident = in;

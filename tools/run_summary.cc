@@ -20,6 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "core/config.h"
 #include "nlohmann/json.hpp"
+#include "tools/charge.h"
 #include "tools/log_json.h"
 
 namespace stensor {
@@ -113,7 +114,6 @@ std::string ValueText(const Json& r, const char* key) {
 // No device holds 2^60 bytes; bounding sizes keeps every sum exact.
 constexpr uint64_t kMaxBytes = uint64_t{1} << 60;
 
-uint64_t AlignUp(uint64_t v, uint64_t unit) { return (v + unit - 1) / unit * unit; }
 
 class Reader {
  public:
@@ -339,17 +339,8 @@ class Reader {
     std::string kind = String(r, "kind");
     if (kind.empty()) kind = "device";
     b.slot = Slot(Uint(r, "device").value_or(0));
-    // As the manager charges them (tools/trace.h): whole granules for
-    // cuMemAlloc of a granule or more, pages for the rest, the program's
-    // own VMM memory as it is.
-    const bool mem_alloc = kind == "device" && !absl::StrContains(String(r, "api"), "Pitch");
-    if (kind == "app_vmm") {
-      b.charge = b.bytes;
-    } else if (mem_alloc && b.bytes >= granularity_) {
-      b.charge = AlignUp(b.bytes, granularity_);
-    } else {
-      b.charge = AlignUp(b.bytes, 4096);
-    }
+    // As the manager charges them (tools/charge.h).
+    b.charge = ChargeOf(kind, String(r, "api"), b.bytes, granularity_).bytes;
     const size_t slot = b.slot;
     const uint64_t charge = b.charge;
     if (*id == 0) {

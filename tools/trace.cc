@@ -16,7 +16,6 @@
 namespace stensor {
 namespace {
 
-uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 // Ids for untracked allocations, far above any the library assigns; a log
 // naming one is rejected, so they never meet the log's own.
@@ -156,18 +155,10 @@ class Reader {
     b.id = *id;
     b.addr = HexAddress(r, "addr").value_or(0);
     b.bytes = *bytes;
-    // As the manager serves them: cuMemAlloc of a granule or more on the
-    // VMM API (swappable); smaller ones, pitched, stream-ordered and the
-    // program's own VMM memory only counted.
-    const bool mem_alloc = kind == "device" && api.find("Pitch") == absl::string_view::npos;
-    if (kind == "app_vmm") {
-      b.charge = b.bytes;
-    } else if (mem_alloc && b.bytes >= trace_.granularity) {
-      b.swappable = *id != 0;
-      b.charge = AlignUp(b.bytes, trace_.granularity);
-    } else {
-      b.charge = AlignUp(b.bytes, kPageBytes);
-    }
+    // As the manager serves them (tools/charge.h).
+    const AllocationCharge charge = ChargeOf(kind, api, b.bytes, trace_.granularity);
+    b.charge = charge.bytes;
+    b.swappable = charge.swappable && *id != 0;
     if (*id == 0) {
       // Untracked (overlapping a live range): charged, never named again.
       b.id = kUntrackedBase + untracked_++;

@@ -20,11 +20,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "tools/charge.h"
 
 namespace stensor {
 
-inline constexpr uint64_t kDefaultGranularity = 2u << 20;  // VMM granule of current GPUs
-inline constexpr uint64_t kPageBytes = 4096;  // plain allocations' unit
 
 struct TraceBuffer {
   uint64_t id = 0;

@@ -1,0 +1,40 @@
+// How the memory manager charges an allocation against the cap, for every
+// tool that reads its access logs (`stensor sim`, `trace`, `report`), so
+// they count resident bytes as the library's own statistics do: cuMemAlloc
+// buffers of a granule or more are swappable and take whole granules; the
+// rest (smaller, pitched, stream-ordered) take 4 KiB pages; the program's
+// own VMM memory counts as it is.
+//
+// Thread-safety: a pure function.
+#ifndef STENSOR_TOOLS_CHARGE_H_
+#define STENSOR_TOOLS_CHARGE_H_
+
+#include <cstdint>
+
+#include "absl/strings/string_view.h"
+
+namespace stensor {
+
+inline constexpr uint64_t kDefaultGranularity = 2u << 20;  // VMM granule of current GPUs
+inline constexpr uint64_t kPageBytes = 4096;  // plain allocations' unit
+
+struct AllocationCharge {
+  uint64_t bytes = 0;      // against the cap
+  bool swappable = false;  // a VMM buffer stensor may evict
+};
+
+// An `alloc` record's charge: `kind` and `api` as logged (an empty kind is
+// "device"), `bytes` below 2^60 (callers refuse larger ones first).
+inline AllocationCharge ChargeOf(absl::string_view kind, absl::string_view api, uint64_t bytes,
+                                 uint64_t granularity = kDefaultGranularity) {
+  auto align_up = [](uint64_t v, uint64_t unit) { return (v + unit - 1) / unit * unit; };
+  if (kind == "app_vmm") return {bytes, false};
+  const bool mem_alloc =
+      (kind.empty() || kind == "device") && api.find("Pitch") == absl::string_view::npos;
+  if (mem_alloc && bytes >= granularity) return {align_up(bytes, granularity), true};
+  return {align_up(bytes, kPageBytes), false};
+}
+
+}  // namespace stensor
+
+#endif  // STENSOR_TOOLS_CHARGE_H_
