@@ -1,9 +1,10 @@
 // How the memory manager charges an allocation against the cap, for every
 // tool that reads its access logs (`stensor sim`, `trace`, `report`), so
-// they count resident bytes as the library's own statistics do: cuMemAlloc
-// buffers of a granule or more are swappable and take whole granules; the
-// rest (smaller, pitched, stream-ordered) take 4 KiB pages; the program's
-// own VMM memory counts as it is.
+// they count resident bytes as the library's own statistics do
+// (core/memory_manager.cc): from half a granule up, a cuMemAlloc buffer and
+// a cuMemAllocAsync one from the default pool are swappable VMM buffers that
+// take whole granules; the rest (smaller, pitched, from an explicit pool)
+// take 4 KiB pages; the program's own VMM memory counts as it is.
 //
 // Thread-safety: a pure function.
 #ifndef STENSOR_TOOLS_CHARGE_H_
@@ -11,6 +12,7 @@
 
 #include <cstdint>
 
+#include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
 
 namespace stensor {
@@ -31,7 +33,10 @@ inline AllocationCharge ChargeOf(absl::string_view kind, absl::string_view api, 
   if (kind == "app_vmm") return {bytes, false};
   const bool mem_alloc =
       (kind.empty() || kind == "device") && api.find("Pitch") == absl::string_view::npos;
-  if (mem_alloc && bytes >= granularity) return {align_up(bytes, granularity), true};
+  const bool default_pool = kind == "stream_ordered" && absl::StartsWith(api, "cuMemAllocAsync");
+  if ((mem_alloc || default_pool) && bytes >= granularity / 2) {
+    return {align_up(bytes, granularity), true};
+  }
   return {align_up(bytes, kPageBytes), false};
 }
 
