@@ -4,16 +4,20 @@
 // (core/memory_manager.cc): from half a granule up, a cuMemAlloc buffer and
 // a cuMemAllocAsync one from the default pool are swappable VMM buffers that
 // take whole granules; the rest (smaller, pitched, from an explicit pool)
-// take 4 KiB pages; the program's own VMM memory counts as it is.
+// take 4 KiB pages; the program's own VMM memory counts as it is. And the
+// caps a log's header recorded, read as the library reads them.
 //
-// Thread-safety: a pure function.
+// Thread-safety: pure functions.
 #ifndef STENSOR_TOOLS_CHARGE_H_
 #define STENSOR_TOOLS_CHARGE_H_
 
 #include <cstdint>
+#include <string>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
+#include "core/config.h"
 
 namespace stensor {
 
@@ -38,6 +42,19 @@ inline AllocationCharge ChargeOf(absl::string_view kind, absl::string_view api, 
     return {align_up(bytes, granularity), true};
   }
   return {align_up(bytes, kPageBytes), false};
+}
+
+// The caps a log's header recorded (its STENSOR_MEMORY_LIMIT and
+// STENSOR_HOST_LIMIT texts; "" = unset), parsed as the library parses them
+// (core/config.h). Nothing else is read: no file, no environment.
+inline absl::StatusOr<Config> LimitsFromHeader(const std::string& memory_limit,
+                                               const std::string& host_limit) {
+  return Config::Parse([&](const char* name) -> const char* {
+    const absl::string_view option(name);
+    if (option == "STENSOR_MEMORY_LIMIT") return memory_limit.c_str();
+    if (option == "STENSOR_HOST_LIMIT") return host_limit.c_str();
+    return nullptr;
+  });
 }
 
 }  // namespace stensor

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -181,11 +180,7 @@ class Converter {
     }
     // The caps as the library reads them (core/config.h), from the header's
     // canonical values.
-    absl::StatusOr<Config> config = Config::Parse([&](const char* name) -> const char* {
-      if (std::strcmp(name, "STENSOR_MEMORY_LIMIT") == 0) return memory_limit.c_str();
-      if (std::strcmp(name, "STENSOR_HOST_LIMIT") == 0) return host_limit.c_str();
-      return nullptr;
-    });
+    absl::StatusOr<Config> config = LimitsFromHeader(memory_limit, host_limit);
     if (config.ok()) {
       limit_ = config->memory_limit;
       if (config->host_limit && config->host_limit->unit == MemoryAmount::Unit::kBytes) {

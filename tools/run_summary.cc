@@ -253,9 +253,7 @@ class Reader {
     }
     if (!report_.limit_text.empty()) {
       const std::string text = report_.limit_text;
-      absl::StatusOr<Config> parsed = Config::Parse([&text](const char* name) -> const char* {
-        return absl::string_view(name) == "STENSOR_MEMORY_LIMIT" ? text.c_str() : nullptr;
-      });
+      absl::StatusOr<Config> parsed = LimitsFromHeader(text, "");
       if (!parsed.ok()) {
         return Error(line,
                      absl::StrCat("STENSOR_MEMORY_LIMIT '", text,
