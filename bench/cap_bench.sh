@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark of issue 8, "Fast under a cap": how fast mlp_train
+# The benchmark "Fast under a cap": how fast mlp_train
 # (--hidden 2048) and transformer_train train under stensor on the fake
 # device, capped at 50 % and 75 % of the working set each prints, against the
 # same programs uncapped. Measured in one run, medians over interleaved runs:

@@ -1,6 +1,6 @@
 // Tests for the parts of core/memory_manager that make stensor's buffers look
-// like the driver's own (issue 7, items 5, 6 and 9), on the fake CUDA driver
-// with 2 MiB granules and a cap of three granules:
+// like the driver's own, on the fake CUDA driver with 2 MiB granules and a
+// cap of three granules:
 //   - exact sizes: a buffer's range is the size asked for, not the granules
 //     reserved behind it (Find, CheckRange), resident or swapped out; size
 //     arithmetic never wraps (SIZE_MAX is out of memory);

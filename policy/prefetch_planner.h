@@ -1,6 +1,6 @@
-// PrefetchPlanner: the decisions of prefetch and planned eviction (issue 8,
-// deliverable 5), driven by the memory manager (or `stensor sim`) once per
-// operation. It decides; the caller does the swaps and reports back.
+// PrefetchPlanner: the decisions of prefetch and planned eviction, driven by
+// the memory manager (or `stensor sim`) once per operation. It decides; the
+// caller does the swaps and reports back.
 //
 // The caller keeps the planner's view of its buffers current through
 // callbacks, made under the caller's lock:

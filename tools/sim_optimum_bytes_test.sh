@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The default policy against the exact optimum (issue 8's bytes target): the
+# The default policy against the exact optimum (the bytes target): the
 # recorded uncapped log of mlp_train --steps 20 (tools/testdata) replayed by
 # `stensor sim --compare` at caps of 40, 50 and 60 % of its working set;
 # belady, with prefetch (the default) and without, moves at most 1.1 times
-# the bytes of the exact optimum, proven by the 0-1 program. Before buffers
-# written in a burst were kept in sequence, the shards of the dataset were
-# evicted first-written first at start (the ones read first): 1.24 x at 60 %.
+# the bytes of the exact optimum, proven by the 0-1 program. Without buffers
+# written in a burst kept in sequence, the dataset's shards are evicted
+# first-written first at start (the ones read first): 1.24 x at 60 %.
 set -euo pipefail
 sim=$1 log=$2
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
