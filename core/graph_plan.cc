@@ -201,8 +201,11 @@ class Reader {
         return Read(child, depth + 1);
       }
       // Host code, ordering and event nodes touch no device buffer.
-      case CU_GRAPH_NODE_TYPE_EMPTY:
       case CU_GRAPH_NODE_TYPE_HOST:
+        ++plan_->host_nodes;
+        ++plan_->other_nodes;
+        return;
+      case CU_GRAPH_NODE_TYPE_EMPTY:
       case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
       case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
         ++plan_->other_nodes;

@@ -60,6 +60,9 @@ struct GraphPlan {
   std::string why;
   // Nodes with no access to tracked memory, counted for the log.
   uint64_t other_nodes = 0;
+  // Host nodes among them: code that may write any host memory, e.g. the
+  // source of a later host-to-device copy node.
+  uint64_t host_nodes = 0;
   // Graph memory nodes (cuGraphAddMemAllocNode/FreeNode, or captured
   // cuMemAllocAsync/FreeAsync): the driver's memory, counted, not swapped.
   uint64_t alloc_nodes = 0;

@@ -58,7 +58,8 @@ void PointerTables::MarkAllStale() {
 }
 
 size_t PointerTables::OnHostWrite(const Buffer& table, uint64_t dst, const void* src,
-                                  uint64_t bytes, const BufferRegistry& registry) {
+                                  uint64_t bytes, bool settled,
+                                  const BufferRegistry& registry) {
   // Most copies carry data, not pointers: scan before taking the lock.
   Table scanned;
   size_t found = Scan(scanned, dst, static_cast<const unsigned char*>(src), bytes, registry);
@@ -71,8 +72,14 @@ size_t PointerTables::OnHostWrite(const Buffer& table, uint64_t dst, const void*
   Table& t = it->second;
   EraseRange(t, dst, bytes);
   t.entries.merge(scanned.entries);
-  // A copy over the whole buffer leaves nothing of what the device wrote.
-  if (dst == table.base && bytes >= table.size) t.stale = false;
+  if (!settled) {
+    // What lands may differ from what the source holds now: known only once
+    // read back after the copy ran.
+    t.stale = true;
+  } else if (dst == table.base && bytes >= table.size) {
+    // A copy over the whole buffer leaves nothing of what the device wrote.
+    t.stale = false;
+  }
   Prune(table.id);
   Publish();
   return found;

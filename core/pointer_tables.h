@@ -9,9 +9,12 @@
 //
 // A table entry is an 8-byte-aligned word of device memory that points into
 // a live buffer. Entries are learnt where their contents are known on the
-// host: the source of a host-to-device copy is scanned once, when the copy is
-// submitted (CUDA requires it to stay unchanged until the copy ran), and
-// device memory read back by stensor is scanned the same way. A device copy
+// host: the source of a host-to-device copy is scanned when the copy is
+// submitted, and device memory read back by stensor is scanned the same way.
+// The program may not change a source after submitting its copy, but work
+// queued ahead of the copy may (a host function, a kernel writing mapped
+// memory, a copy into pinned memory): such a scan is only a guess, and the
+// table stays stale until read back after the copy ran. A device copy
 // carries entries along; a memset clears them. Whatever a kernel may have
 // written makes a buffer's entries stale: its contents are no longer known,
 // and a consumer has to read it back (or treat its accesses as unknown).
@@ -45,9 +48,13 @@ class PointerTables {
 
   // The entries of `table` in [dst, dst+bytes) are replaced by the words of
   // `src` (host memory about to land there) that point into live buffers.
-  // Returns the number of entries found.
+  // `settled`: `src` holds what the copy will copy. Otherwise (work queued
+  // ahead of the copy may still write its source) the words found are only a
+  // guess, and a table that has a record after the update is stale: its
+  // contents are learnt by reading it back once the copy ran. Returns the
+  // number of entries found.
   size_t OnHostWrite(const Buffer& table, uint64_t dst, const void* src,
-                     uint64_t bytes, const BufferRegistry& registry)
+                     uint64_t bytes, bool settled, const BufferRegistry& registry)
       ABSL_LOCKS_EXCLUDED(mu_);
   // A device copy of [src, src+bytes) into `to` at dst: the destination gets
   // the source's entries (shifted). A source whose contents are not known

@@ -42,7 +42,7 @@ TEST_F(PointerTablesTest, HostCopyRecordsWordsThatPointIntoBuffers) {
   // An interior pointer, a scalar, a pointer past every buffer, and the
   // start of another.
   uint64_t host[4] = {a_.base + 100, 42, 0x900000, b_.base};
-  EXPECT_EQ(tables_.OnHostWrite(table_, table_.base, host, sizeof(host), registry_), 2u);
+  EXPECT_EQ(tables_.OnHostWrite(table_, table_.base, host, sizeof(host), true, registry_), 2u);
   EXPECT_FALSE(tables_.empty());
   State state;
   EXPECT_EQ(Words(table_.id, &state), (std::vector<uint64_t>{a_.base + 100, b_.base}));
@@ -51,7 +51,7 @@ TEST_F(PointerTablesTest, HostCopyRecordsWordsThatPointIntoBuffers) {
 
 TEST_F(PointerTablesTest, DataWithoutPointersRecordsNothing) {
   std::vector<float> data(64, 1.5f);
-  EXPECT_EQ(tables_.OnHostWrite(table_, table_.base, data.data(), 256, registry_), 0u);
+  EXPECT_EQ(tables_.OnHostWrite(table_, table_.base, data.data(), 256, true, registry_), 0u);
   EXPECT_TRUE(tables_.empty());
   EXPECT_EQ(tables_.Get(table_.id, nullptr, nullptr), State::kNone);
 }
@@ -63,20 +63,20 @@ TEST_F(PointerTablesTest, EntriesSitAtAlignedDeviceAddressesWhateverTheSourceAli
   unsigned char* src = bytes.data() + 1;
   const uint64_t p = a_.base + 8;
   std::memcpy(src + 4, &p, 8);
-  EXPECT_EQ(tables_.OnHostWrite(table_, table_.base + 4, src, 64, registry_), 1u);
+  EXPECT_EQ(tables_.OnHostWrite(table_, table_.base + 4, src, 64, true, registry_), 1u);
   EXPECT_EQ(Words(table_.id), (std::vector<uint64_t>{p}));
   // The same pointer at a misaligned device address is no entry.
   PointerTables other;
   std::memcpy(src, &p, 8);
-  EXPECT_EQ(other.OnHostWrite(table_, table_.base + 4, src, 12, registry_), 0u);
+  EXPECT_EQ(other.OnHostWrite(table_, table_.base + 4, src, 12, true, registry_), 0u);
 }
 
 TEST_F(PointerTablesTest, RewritingARangeReplacesItsEntriesOnly) {
   uint64_t first[4] = {a_.base, a_.base + 8, b_.base, b_.base + 8};
-  tables_.OnHostWrite(table_, table_.base, first, sizeof(first), registry_);
+  tables_.OnHostWrite(table_, table_.base, first, sizeof(first), true, registry_);
   // Entries 1 and 2 rewritten: one to data, one to another buffer.
   uint64_t second[2] = {7, other_.base};
-  tables_.OnHostWrite(table_, table_.base + 8, second, sizeof(second), registry_);
+  tables_.OnHostWrite(table_, table_.base + 8, second, sizeof(second), true, registry_);
   EXPECT_EQ(Words(table_.id),
             (std::vector<uint64_t>{a_.base, b_.base + 8, other_.base}));
   // A memset clears its range; clearing everything forgets the table.
@@ -89,14 +89,14 @@ TEST_F(PointerTablesTest, RewritingARangeReplacesItsEntriesOnly) {
 
 TEST_F(PointerTablesTest, ADeviceWriteMakesEntriesStaleUntilReadBack) {
   uint64_t host[1] = {a_.base};
-  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), registry_);
+  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), true, registry_);
   tables_.OnDeviceWrite({table_.id});
   State state;
   EXPECT_EQ(Words(table_.id, &state), (std::vector<uint64_t>{a_.base}));  // last known
   EXPECT_EQ(state, State::kStale);
   // A partial host write does not vouch for the rest.
   uint64_t more[1] = {b_.base};
-  tables_.OnHostWrite(table_, table_.base + 8, more, sizeof(more), registry_);
+  tables_.OnHostWrite(table_, table_.base + 8, more, sizeof(more), true, registry_);
   Words(table_.id, &state);
   EXPECT_EQ(state, State::kStale);
   // Read back whole: known again, with what the device holds now.
@@ -109,14 +109,14 @@ TEST_F(PointerTablesTest, ADeviceWriteMakesEntriesStaleUntilReadBack) {
   tables_.OnDeviceWrite({table_.id});
   std::vector<uint64_t> whole(table_.size / 8, 0);
   whole[0] = a_.base;
-  tables_.OnHostWrite(table_, table_.base, whole.data(), table_.size, registry_);
+  tables_.OnHostWrite(table_, table_.base, whole.data(), table_.size, true, registry_);
   EXPECT_EQ(Words(table_.id, &state), (std::vector<uint64_t>{a_.base}));
   EXPECT_EQ(state, State::kKnown);
 }
 
 TEST_F(PointerTablesTest, DeviceWritesToOtherBuffersChangeNothing) {
   uint64_t host[1] = {a_.base};
-  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), registry_);
+  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), true, registry_);
   tables_.OnDeviceWrite({a_.id});
   tables_.OnDeviceWrite({other_.id});
   State state;
@@ -127,7 +127,7 @@ TEST_F(PointerTablesTest, DeviceWritesToOtherBuffersChangeNothing) {
 
 TEST_F(PointerTablesTest, DeviceCopiesCarryEntries) {
   uint64_t host[4] = {0, a_.base, b_.base, 0};
-  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), registry_);
+  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), true, registry_);
   // Entries 1..2 copied to other+64.
   tables_.OnDeviceCopy(other_, other_.base + 64, &table_, table_.base + 8, 16);
   State state;
@@ -149,7 +149,7 @@ TEST_F(PointerTablesTest, DeviceCopiesCarryEntries) {
 
 TEST_F(PointerTablesTest, ATableOverwrittenWholeOnTheDeviceStaysATable) {
   uint64_t host[2] = {a_.base, b_.base};
-  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), registry_);
+  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), true, registry_);
   // Every entry overwritten by device data: nothing known, but a kernel
   // that reads it as a table must read it back.
   tables_.OnDeviceCopy(table_, table_.base, &other_, other_.base, 16);
@@ -165,7 +165,7 @@ TEST_F(PointerTablesTest, ATableOverwrittenWholeOnTheDeviceStaysATable) {
 
 TEST_F(PointerTablesTest, ACopyFromAStaleTableIsStale) {
   uint64_t host[1] = {a_.base};
-  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), registry_);
+  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), true, registry_);
   tables_.OnDeviceWrite({table_.id});
   tables_.OnDeviceCopy(other_, other_.base, &table_, table_.base, 8);
   State state;
@@ -178,11 +178,11 @@ TEST_F(PointerTablesTest, ACopyFromAStaleTableIsStale) {
 // nothing is vouched for.
 TEST_F(PointerTablesTest, ARescanOlderThanAChangeKeepsTheNewerEntries) {
   uint64_t host[1] = {a_.base};
-  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), registry_);
+  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), true, registry_);
   tables_.OnDeviceWrite({table_.id});
   const uint64_t since = tables_.Changes();
   uint64_t newer[1] = {b_.base};  // submitted during the read-back
-  tables_.OnHostWrite(table_, table_.base + 8, newer, sizeof(newer), registry_);
+  tables_.OnHostWrite(table_, table_.base + 8, newer, sizeof(newer), true, registry_);
   std::vector<uint64_t> device(table_.size / 8, 0);
   device[2] = other_.base;  // what the device held when read
   tables_.Rescan(table_, device.data(), since, registry_);
@@ -193,8 +193,8 @@ TEST_F(PointerTablesTest, ARescanOlderThanAChangeKeepsTheNewerEntries) {
 
 TEST_F(PointerTablesTest, UnknownWorkMakesEveryTableStale) {
   uint64_t host[1] = {a_.base};
-  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), registry_);
-  tables_.OnHostWrite(other_, other_.base, host, sizeof(host), registry_);
+  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), true, registry_);
+  tables_.OnHostWrite(other_, other_.base, host, sizeof(host), true, registry_);
   tables_.MarkAllStale();
   EXPECT_EQ(tables_.Get(table_.id, nullptr, nullptr), State::kStale);
   EXPECT_EQ(tables_.Get(other_.id, nullptr, nullptr), State::kStale);
@@ -202,7 +202,7 @@ TEST_F(PointerTablesTest, UnknownWorkMakesEveryTableStale) {
 
 TEST_F(PointerTablesTest, AMisalignedDeviceCopyCarriesNoEntries) {
   uint64_t host[2] = {a_.base, b_.base};
-  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), registry_);
+  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), true, registry_);
   tables_.OnDeviceCopy(other_, other_.base + 4, &table_, table_.base, 16);
   State state;
   EXPECT_TRUE(Words(other_.id, &state).empty());
@@ -211,7 +211,7 @@ TEST_F(PointerTablesTest, AMisalignedDeviceCopyCarriesNoEntries) {
 
 TEST_F(PointerTablesTest, FreeForgetsTheTable) {
   uint64_t host[1] = {a_.base};
-  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), registry_);
+  tables_.OnHostWrite(table_, table_.base, host, sizeof(host), true, registry_);
   tables_.OnFree(table_.id);
   EXPECT_EQ(tables_.Get(table_.id, nullptr, nullptr), State::kNone);
   EXPECT_TRUE(tables_.empty());
@@ -222,8 +222,34 @@ TEST_F(PointerTablesTest, LargeCopiesAreScannedWhole) {
   std::vector<uint64_t> host(5000, 3);
   host.back() = b_.base + 4095;
   Buffer big = Add(0x10000000, host.size() * 8);
-  EXPECT_EQ(tables_.OnHostWrite(big, big.base, host.data(), host.size() * 8, registry_), 1u);
+  EXPECT_EQ(tables_.OnHostWrite(big, big.base, host.data(), host.size() * 8, true, registry_), 1u);
   EXPECT_EQ(Words(big.id), (std::vector<uint64_t>{b_.base + 4095}));
+}
+
+// A source that queued work may still rewrite (a host function, a kernel
+// through mapped memory): what it holds at submission is only a guess, so
+// the table is stale until read back, even over the whole buffer; a buffer
+// without a record and without pointers in the guess stays no table.
+TEST_F(PointerTablesTest, AnUnsettledSourceLeavesTheTableStale) {
+  uint64_t host[2] = {a_.base, 0};
+  EXPECT_EQ(tables_.OnHostWrite(table_, table_.base, host, sizeof(host), false, registry_), 1u);
+  State state;
+  EXPECT_EQ(Words(table_.id, &state), (std::vector<uint64_t>{a_.base}));
+  EXPECT_EQ(state, State::kStale);
+  // Read back after the copy ran: what landed is known.
+  std::vector<uint64_t> device(table_.size / 8, 0);
+  device[0] = b_.base;
+  tables_.Rescan(table_, device.data(), tables_.Changes(), registry_);
+  EXPECT_EQ(Words(table_.id, &state), (std::vector<uint64_t>{b_.base}));
+  EXPECT_EQ(state, State::kKnown);
+  // A later unsettled upload over the whole buffer with no pointers now.
+  std::vector<uint64_t> zeros(table_.size / 8, 0);
+  EXPECT_EQ(tables_.OnHostWrite(table_, table_.base, zeros.data(), table_.size, false,
+                                registry_), 0u);
+  EXPECT_EQ(tables_.Get(table_.id, nullptr, nullptr), State::kStale);
+  EXPECT_EQ(tables_.OnHostWrite(other_, other_.base, zeros.data(), other_.size, false,
+                                registry_), 0u);
+  EXPECT_EQ(tables_.Get(other_.id, nullptr, nullptr), State::kNone);
 }
 
 }  // namespace

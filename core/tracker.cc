@@ -442,6 +442,20 @@ bool Tracker::ReadBackTable(const Buffer& table, StreamRef stream,
   return true;
 }
 
+bool Tracker::ArgsReachHost(absl::Span<const unsigned char> args) const {
+  MutexLock lock(&host_mu_);
+  if (host_allocs_.empty()) return false;
+  for (size_t at = 0; at + 8 <= args.size(); at += 8) {
+    uint64_t word;
+    std::memcpy(&word, args.data() + at, 8);
+    auto it = host_allocs_.upper_bound(word);
+    if (it != host_allocs_.begin() && word - std::prev(it)->first < std::prev(it)->second) {
+      return true;
+    }
+  }
+  return false;
+}
+
 bool Tracker::IsPinnedHost(uint64_t addr) const {
   MutexLock lock(&host_mu_);
   auto it = host_allocs_.upper_bound(addr);
@@ -494,8 +508,45 @@ bool Tracker::ScanHostTable(uint64_t addr, StreamRef stream, std::vector<uint64_
   return true;
 }
 
+bool Tracker::IsDeviceReachableHost(uint64_t addr) const {
+  if (IsPinnedHost(addr)) return true;
+  unsigned type = 0;
+  return driver_->cuPointerGetAttribute != nullptr &&
+         driver_->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, addr) ==
+             CUDA_SUCCESS &&
+         type == CU_MEMORYTYPE_HOST;
+}
+
+bool Tracker::StreamIdle(StreamRef stream) {
+  const CUstream h = Handle(stream);
+  // The legacy stream also waits for every blocking stream, which cannot
+  // all be asked.
+  if (h == nullptr || h == CU_STREAM_LEGACY || driver_->cuStreamQuery == nullptr) return false;
+  RelaxedCaptureScope relaxed(capture_);
+  if (driver_->cuStreamQuery(h) != CUDA_SUCCESS) return false;
+  // A blocking stream (the per-thread default stream is one) waits for the
+  // legacy stream's work too.
+  unsigned flags = 0;
+  const bool non_blocking = h != CU_STREAM_PER_THREAD && driver_->cuStreamGetFlags != nullptr &&
+                            driver_->cuStreamGetFlags(h, &flags) == CUDA_SUCCESS &&
+                            (flags & CU_STREAM_NON_BLOCKING) != 0;
+  return non_blocking || driver_->cuStreamQuery(CU_STREAM_LEGACY) == CUDA_SUCCESS;
+}
+
+bool Tracker::HostSourceSettled(CopyKind kind, uint64_t dst, uint64_t src, StreamRef stream,
+                                bool async) {
+  // Uncapped, nothing is read back on the program's behalf: the log keeps
+  // what the source held at submission.
+  if (!memory_ || !async) return true;
+  if (kind != CopyKind::kHostToDevice && kind != CopyKind::kDefault) return true;
+  if (!registry_.Find(dst)) return true;  // lands in no tracked buffer
+  if (kind == CopyKind::kDefault && registry_.Find(src)) return true;  // a device copy
+  if (!IsDeviceReachableHost(src)) return true;  // pageable: read at the call
+  return StreamIdle(stream);
+}
+
 size_t Tracker::OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t bytes,
-                             bool linear) {
+                             bool linear, bool settled) {
   std::optional<Buffer> to = registry_.Find(dst);
   if (!to) return 0;  // into host memory or untracked device memory
   std::optional<Buffer> from = registry_.Find(src);
@@ -516,7 +567,8 @@ size_t Tracker::OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t
     return 0;
   }
   if (from_host) {
-    return tables_.OnHostWrite(*to, dst, reinterpret_cast<const void*>(src), bytes, registry_);
+    return tables_.OnHostWrite(*to, dst, reinterpret_cast<const void*>(src), bytes, settled,
+                               registry_);
   }
   tables_.OnDeviceCopy(*to, dst, from ? &*from : nullptr, src, bytes);
   return 0;
@@ -821,11 +873,16 @@ void Tracker::WalkGraph(StreamRef stream, GraphLaunchScope* scope) {
     return id != 0 &&
            std::find(device_written.begin(), device_written.end(), id) != device_written.end();
   };
+  // Host memory an earlier node (or one of unknown place: a host node) may
+  // write: a later copy's host source is then only known once it ran.
+  bool host_written = scope->plan->host_nodes > 0;
+  int stream_idle = -1;  // asked once, at the first copy from host memory
   scope->nodes.reserve(scope->plan->nodes.size());
   for (const GraphNodePlan& n : scope->plan->nodes) {
     Accesses a;
     switch (n.kind) {
       case GraphNodePlan::Kind::kKernel:
+        if (!host_written) host_written = ArgsReachHost(n.args);
         InferKernelNode(n, registry_, &a);
         if (n.kernel->has_tables || !tables_.empty()) {
           ExpandTables(stream, &a);
@@ -849,16 +906,27 @@ void Tracker::WalkGraph(StreamRef stream, GraphLaunchScope* scope) {
         // The copy's pointers are learnt at the launch, as a direct copy's
         // are at its submission; from device data an earlier node wrote,
         // they are unknown.
+        bool settled = true;
+        if (memory_ && dst != 0 && src == 0 && IsDeviceReachableHost(n.copy.src.start)) {
+          if (stream_idle < 0) stream_idle = StreamIdle(stream) ? 1 : 0;
+          settled = stream_idle == 1 && !host_written;
+        }
         if (tracks_tables() && dst != 0) {
           const bool linear = n.copy.dst.extent == n.copy.bytes &&
                               n.copy.src.extent == n.copy.bytes && !written_here(src);
-          OnCopyTables(n.copy.kind, n.copy.dst.start, n.copy.src.start, n.copy.bytes, linear);
+          OnCopyTables(n.copy.kind, n.copy.dst.start, n.copy.src.start, n.copy.bytes, linear,
+                       settled);
           scope->tables_changed = true;
-          if (written_here(src)) device_written.push_back(dst);
+          // What lands is unknown until this launch ran, as for device data.
+          if (written_here(src) || !settled) device_written.push_back(dst);
         }
+        if (dst == 0 && !host_written) host_written = IsDeviceReachableHost(n.copy.dst.start);
         break;
       }
       case GraphNodePlan::Kind::kMemset:
+        if (IdAt(n.memset_dst) == 0 && !host_written) {
+          host_written = IsDeviceReachableHost(n.memset_dst);
+        }
         if (uint64_t dst = IdAt(n.memset_dst); dst != 0) {
           a.reads.push_back(dst);
           a.writes.push_back(dst);

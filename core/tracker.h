@@ -183,8 +183,19 @@ class Tracker {
   // is scanned for pointers into live buffers, a device copy carries the
   // entries of its source along. Returns the number of entries found by a
   // scan (for the log).
+  // `settled` (HostSourceSettled, asked before the copy was submitted):
+  // false when work queued ahead of it may still write a host source, whose
+  // scan is then only a guess.
   size_t OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t bytes,
-                      bool linear);
+                      bool linear, bool settled = true);
+  // Asked before a copy is submitted on `stream`: false when its source is
+  // host memory that work queued ahead of the copy may still write (pinned,
+  // mapped or registered memory, and an asynchronous copy with work ahead
+  // of it), so the words it holds now need not be what lands. Pageable
+  // memory is read by the driver at the call, and a synchronous copy has
+  // run when the call returns: both settled.
+  bool HostSourceSettled(CopyKind kind, uint64_t dst, uint64_t src, StreamRef stream,
+                         bool async);
   // A successful memset: no pointers left in the range.
   void OnMemsetTables(uint64_t dst, uint64_t bytes, bool linear);
   // --- Exact sizes under a cap: stensor's VMM-backed buffers answer as the
@@ -268,6 +279,15 @@ class Tracker {
   bool IsMarker(const KernelInfo& kernel) const;
   // Whether host memory at `addr` is pinned memory the program allocated.
   bool IsPinnedHost(uint64_t addr) const;
+  // Whether a kernel node's argument words point into such memory, which
+  // the kernel may then write through its mapping.
+  bool ArgsReachHost(absl::Span<const unsigned char> args) const;
+  // Host memory the driver can reach (pinned, mapped, registered), which
+  // device work may write; false for pageable memory.
+  bool IsDeviceReachableHost(uint64_t addr) const;
+  // True when nothing is queued on `stream` nor on what it waits for
+  // implicitly (the legacy stream); false when that cannot be told.
+  bool StreamIdle(StreamRef stream);
 
   const Config config_;
   const Driver* const driver_;

@@ -67,15 +67,20 @@ CUresult Transfer(const char* api, Fn real, const CopyRanges& c, StreamRef s, bo
       r != CUDA_SUCCESS) {
     return r;
   }
+  // Asked before the copy joins its stream: work queued ahead of it may
+  // still write a host source, which is then scanned as a guess only.
+  const bool settled = scope.served || scope.captured ||
+                       T().HostSourceSettled(c.kind, c.dst.start, c.src.start, s, async);
   CUresult r = scope.served ? CUDA_SUCCESS : real(args...);
   T().EndTransfer(scope, s, r == CUDA_SUCCESS);
   if (r != CUDA_SUCCESS) return r;
-  // A copy's pointers are learnt when it is submitted (its source must stay
-  // unchanged until it ran).
-  // A captured copy runs at its graph's launch, which accounts for it.
-  size_t entries = T().tracks_tables() && !scope.captured
-                       ? T().OnCopyTables(c.kind, c.dst.start, c.src.start, c.bytes, linear)
-                       : 0;
+  // A copy's pointers are learnt when it is submitted (the program may not
+  // change its source until it ran). A captured copy runs at its graph's
+  // launch, which accounts for it.
+  size_t entries =
+      T().tracks_tables() && !scope.captured
+          ? T().OnCopyTables(c.kind, c.dst.start, c.src.start, c.bytes, linear, settled)
+          : 0;
   T().OnCopy(api, c.kind, c.dst.start, c.src.start, c.bytes, s, async, entries, scope.captured);
   return r;
 }
@@ -571,17 +576,24 @@ CUresult Batch(const char* api, Fn real, StreamRef s, size_t count, bool valid,
       return r;
     }
   }
+  const bool captured = !scopes.empty() && scopes[0].captured;
+  std::vector<bool> settled(ops.size(), true);
+  for (size_t i = 0; i < ops.size() && !captured; ++i) {
+    settled[i] = T().HostSourceSettled(ops[i].kind, ops[i].dst.start, ops[i].src.start, s,
+                                       /*async=*/true);
+  }
   CUresult r = real(args...);
   for (const TransferScope& scope : scopes) T().EndTransfer(scope, s, r == CUDA_SUCCESS);
   if (r != CUDA_SUCCESS) return r;
-  const bool captured = !scopes.empty() && scopes[0].captured;
-  for (const CopyRanges& c : ops) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const CopyRanges& c = ops[i];
     // 1D operations are contiguous: their tables are scanned; the rows of a
     // 3D one are not.
     const bool linear = c.kind != CopyKind::kBatch3D;
-    size_t entries = T().tracks_tables() && !captured
-                         ? T().OnCopyTables(c.kind, c.dst.start, c.src.start, c.bytes, linear)
-                         : 0;
+    size_t entries =
+        T().tracks_tables() && !captured
+            ? T().OnCopyTables(c.kind, c.dst.start, c.src.start, c.bytes, linear, settled[i])
+            : 0;
     T().OnCopy(api, c.kind, c.dst.start, c.src.start, c.bytes, s, true, entries, captured);
   }
   return r;

@@ -1,0 +1,25 @@
+// Kernels for tests/table_sources.cc (host kernels for the fake driver; the
+// names are those nvcc gives the same __global__ functions).
+#include <cstdint>
+
+#include "tests/fakecuda/fake_kernel.h"
+
+namespace sources {
+
+// (*t)[j] += 1 for j < n: writes the buffer the table's first entry names.
+FAKECUDA_KERNEL(add_through, float* const* t, int n) {
+  for (int j = 0; j < n; ++j) t[0][j] += 1.0f;
+}
+
+// acc[j] += x[j] for j < n: reads a buffer (pressure under a cap).
+FAKECUDA_KERNEL(sum_into, const float* x, float* acc, int n) {
+  for (int j = 0; j < n; ++j) acc[j] += x[j];
+}
+
+// *slot = b, through device-mapped host memory: the kernel only reads b's
+// address, it writes no device buffer.
+FAKECUDA_KERNEL(store_ptr, uint64_t* slot, const float* b) {
+  *slot = reinterpret_cast<uint64_t>(b);
+}
+
+}  // namespace sources
