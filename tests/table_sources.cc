@@ -8,12 +8,15 @@
 //
 //   table_sources MODULE.so --source hostfunc|kernel|dtoh|graph
 //                 [--stream nonblocking|blocking|legacy] [--steps N]
+//                 [--memory pinned|registered] [--copy htod|unified]
 //
 // hostfunc: cuLaunchHostFunc stores the address; kernel: a kernel stores it
 // through device-mapped pinned memory; dtoh: an asynchronous device-to-host
 // copy brings it from a table of all targets; graph: a captured host node,
 // copy and kernel, launched every step. Between steps every buffer is read
-// (pressure under a cap). Nothing synchronises until the end.
+// (pressure under a cap). Nothing synchronises until the end. The source is
+// cuMemHostAlloc'd (pinned) or malloc'd and cuMemHostRegister'd; the upload
+// is cuMemcpyHtoDAsync (htod) or cuMemcpyAsync (unified addressing).
 // Prints `working_set <bytes>` first and `checksum <hex>` (FNV-1a over every
 // buffer's final contents) last.
 #include <cinttypes>
@@ -63,18 +66,23 @@ void Launch(CUfunction f, CUstream s, std::vector<void*> params) {
 int main(int argc, char** argv) {
   const char* usage =
       "usage: table_sources MODULE.so --source hostfunc|kernel|dtoh|graph "
-      "[--stream nonblocking|blocking|legacy] [--steps N]\n";
+      "[--stream nonblocking|blocking|legacy] [--steps N] [--memory pinned|registered] "
+      "[--copy htod|unified]\n";
   if (argc < 2) {
     std::fputs(usage, stderr);
     return 2;
   }
-  std::string source, stream_kind = "nonblocking";
+  std::string source, stream_kind = "nonblocking", memory = "pinned", copy = "htod";
   int steps = 24;
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--source") == 0 && i + 1 < argc) {
       source = argv[++i];
     } else if (std::strcmp(argv[i], "--stream") == 0 && i + 1 < argc) {
       stream_kind = argv[++i];
+    } else if (std::strcmp(argv[i], "--memory") == 0 && i + 1 < argc) {
+      memory = argv[++i];
+    } else if (std::strcmp(argv[i], "--copy") == 0 && i + 1 < argc) {
+      copy = argv[++i];
     } else if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
       steps = std::atoi(argv[++i]);
     } else {
@@ -84,6 +92,7 @@ int main(int argc, char** argv) {
   }
   if ((source != "hostfunc" && source != "kernel" && source != "dtoh" && source != "graph") ||
       (stream_kind != "nonblocking" && stream_kind != "blocking" && stream_kind != "legacy") ||
+      (memory != "pinned" && memory != "registered") || (copy != "htod" && copy != "unified") ||
       steps < 1 || (source == "graph" && stream_kind == "legacy")) {
     std::fputs(usage, stderr);
     return 2;
@@ -125,7 +134,12 @@ int main(int argc, char** argv) {
   CHECK(cuMemAlloc(&all, kBuffers * sizeof(CUdeviceptr)));
   CHECK(cuMemcpyHtoD(all, b.data(), kBuffers * sizeof(CUdeviceptr)));
   uint64_t* pinned = nullptr;
-  CHECK(cuMemHostAlloc(reinterpret_cast<void**>(&pinned), 64, CU_MEMHOSTALLOC_DEVICEMAP));
+  if (memory == "pinned") {
+    CHECK(cuMemHostAlloc(reinterpret_cast<void**>(&pinned), 64, CU_MEMHOSTALLOC_DEVICEMAP));
+  } else {
+    pinned = static_cast<uint64_t*>(std::aligned_alloc(4096, 4096));
+    CHECK(cuMemHostRegister(pinned, 4096, CU_MEMHOSTREGISTER_DEVICEMAP));
+  }
   std::memset(pinned, 0, 64);
   // The source names the first target before anything runs: every step's
   // copy is submitted while it still names the previous step's.
@@ -152,7 +166,11 @@ int main(int argc, char** argv) {
     } else {
       CHECK(cuLaunchHostFunc(s, StoreNext, &store));
     }
-    CHECK(cuMemcpyHtoDAsync(table, pinned, sizeof(CUdeviceptr), s));
+    if (copy == "htod") {
+      CHECK(cuMemcpyHtoDAsync(table, pinned, sizeof(CUdeviceptr), s));
+    } else {
+      CHECK(cuMemcpyAsync(table, reinterpret_cast<CUdeviceptr>(pinned), sizeof(CUdeviceptr), s));
+    }
     Launch(add_through, s, {&table, &n});
   };
 
@@ -189,7 +207,12 @@ int main(int argc, char** argv) {
   CHECK(cuMemFree(acc));
   CHECK(cuMemFree(table));
   CHECK(cuMemFree(all));
-  CHECK(cuMemFreeHost(pinned));
+  if (memory == "pinned") {
+    CHECK(cuMemFreeHost(pinned));
+  } else {
+    CHECK(cuMemHostUnregister(pinned));
+    std::free(pinned);
+  }
   if (s != nullptr) CHECK(cuStreamDestroy(s));
   CHECK(cuDevicePrimaryCtxRelease(dev));
   std::printf("checksum %016" PRIx64 "\n", h);

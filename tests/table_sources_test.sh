@@ -5,7 +5,8 @@
 # device-to-host copy, and by a graph's host node. Each form on a
 # non-blocking, a blocking and the legacy stream, at 100, 60 and 40 % of the
 # working set and the smallest cap, every policy, host-located VMM on and
-# off, prints the checksum of the run without stensor; short runs repeat 20
+# off, and from registered memory or by cuMemcpyAsync, prints the checksum
+# of the run without stensor; short runs repeat 20
 # times at the smallest cap to catch races. A graph whose host node writes a
 # table's source cannot be read before it runs: without host-located VMM
 # every buffer it could reach must then be resident, so below that it is a
@@ -68,6 +69,16 @@ for vmm in 1 0; do
           run "$name" $cap $vmm $policy "$want" --source $source --stream $stream
         done
       done
+    done
+  done
+done
+
+# The source in registered memory, and the upload by cuMemcpyAsync.
+for vmm in 1 0; do
+  for source in hostfunc kernel dtoh; do
+    for cap in $((all * 40 / 100)) $smallest; do
+      run "registered-$source-$cap-$vmm" $cap $vmm belady "$want" --source $source --memory registered
+      run "unified-$source-$cap-$vmm" $cap $vmm version "$want" --source $source --copy unified
     done
   done
 done
