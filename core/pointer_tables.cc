@@ -57,32 +57,45 @@ void PointerTables::MarkAllStale() {
   Publish();
 }
 
-size_t PointerTables::OnHostWrite(const Buffer& table, uint64_t dst, const void* src,
-                                  uint64_t bytes, bool settled,
-                                  const BufferRegistry& registry) {
-  // Most copies carry data, not pointers: scan before taking the lock.
-  Table scanned;
-  size_t found = Scan(scanned, dst, static_cast<const unsigned char*>(src), bytes, registry);
+PointerTables::HostScan PointerTables::ScanHost(uint64_t dst, const void* src, uint64_t bytes,
+                                                const BufferRegistry& registry) {
+  HostScan scan;
+  scan.dst = dst;
+  scan.bytes = bytes;
+  Table t;
+  scan.found = Scan(t, dst, static_cast<const unsigned char*>(src), bytes, registry);
+  scan.entries = std::move(t.entries);
+  return scan;
+}
+
+size_t PointerTables::ApplyHostWrite(const Buffer& table, HostScan scan, bool settled) {
   MutexLock lock(&mu_);
   auto it = by_id_.find(table.id);
   if (it == by_id_.end()) {
-    if (found == 0) return 0;
+    if (scan.found == 0) return 0;
     it = by_id_.emplace(table.id, Table{table.base, {}, false}).first;
   }
   Table& t = it->second;
-  EraseRange(t, dst, bytes);
-  t.entries.merge(scanned.entries);
+  EraseRange(t, scan.dst, scan.bytes);
+  t.entries.merge(scan.entries);
   if (!settled) {
     // What lands may differ from what the source holds now: known only once
     // read back after the copy ran.
     t.stale = true;
-  } else if (dst == table.base && bytes >= table.size) {
+  } else if (scan.dst == table.base && scan.bytes >= table.size) {
     // A copy over the whole buffer leaves nothing of what the device wrote.
     t.stale = false;
   }
   Prune(table.id);
   Publish();
-  return found;
+  return scan.found;
+}
+
+size_t PointerTables::OnHostWrite(const Buffer& table, uint64_t dst, const void* src,
+                                  uint64_t bytes, bool settled,
+                                  const BufferRegistry& registry) {
+  // Most copies carry data, not pointers: scan before taking the lock.
+  return ApplyHostWrite(table, ScanHost(dst, src, bytes, registry), settled);
 }
 
 void PointerTables::OnDeviceCopy(const Buffer& to, uint64_t dst, const Buffer* from,

@@ -14,7 +14,8 @@
 // The program may not change a source after submitting its copy, but work
 // queued ahead of the copy may (a host function, a kernel writing mapped
 // memory, a copy into pinned memory): such a scan is only a guess, and the
-// table stays stale until read back after the copy ran. A device copy
+// table stays stale until the caller learns what landed (Tracker waits for
+// the copy's stream and scans again, or reads the table back). A device copy
 // carries entries along; a memset clears them. Whatever a kernel may have
 // written makes a buffer's entries stale: its contents are no longer known,
 // and a consumer has to read it back (or treat its accesses as unknown).
@@ -55,6 +56,19 @@ class PointerTables {
   // number of entries found.
   size_t OnHostWrite(const Buffer& table, uint64_t dst, const void* src,
                      uint64_t bytes, bool settled, const BufferRegistry& registry)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // OnHostWrite in two steps, so that a caller can look at what a source
+  // holds before deciding whether it is settled: the scan (no lock), and
+  // its application to `table`.
+  struct HostScan {
+    uint64_t dst = 0;
+    uint64_t bytes = 0;
+    size_t found = 0;
+    std::map<uint64_t, uint64_t> entries;  // device address -> pointer
+  };
+  static HostScan ScanHost(uint64_t dst, const void* src, uint64_t bytes,
+                           const BufferRegistry& registry);
+  size_t ApplyHostWrite(const Buffer& table, HostScan scan, bool settled)
       ABSL_LOCKS_EXCLUDED(mu_);
   // A device copy of [src, src+bytes) into `to` at dst: the destination gets
   // the source's entries (shifted). A source whose contents are not known

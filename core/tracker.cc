@@ -545,8 +545,20 @@ bool Tracker::HostSourceSettled(CopyKind kind, uint64_t dst, uint64_t src, Strea
   return StreamIdle(stream);
 }
 
+bool Tracker::WaitForStream(StreamRef stream) {
+  // As WaitForTableWriters: never while anything is being captured.
+  if (capture_.any() || driver_->cuStreamSynchronize == nullptr) return false;
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (driver_->cuStreamIsCapturing != nullptr &&
+      (driver_->cuStreamIsCapturing(Handle(stream), &capture) != CUDA_SUCCESS ||
+       capture != CU_STREAM_CAPTURE_STATUS_NONE)) {
+    return false;
+  }
+  return driver_->cuStreamSynchronize(Handle(stream)) == CUDA_SUCCESS;
+}
+
 size_t Tracker::OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t bytes,
-                             bool linear, bool settled) {
+                             bool linear, HostCopy* host) {
   std::optional<Buffer> to = registry_.Find(dst);
   if (!to) return 0;  // into host memory or untracked device memory
   std::optional<Buffer> from = registry_.Find(src);
@@ -567,8 +579,20 @@ size_t Tracker::OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t
     return 0;
   }
   if (from_host) {
-    return tables_.OnHostWrite(*to, dst, reinterpret_cast<const void*>(src), bytes, settled,
-                               registry_);
+    const void* p = reinterpret_cast<const void*>(src);
+    PointerTables::HostScan scan = PointerTables::ScanHost(dst, p, bytes, registry_);
+    bool settled = host == nullptr || host->settled;
+    // A table lands (the destination is one, or the source holds pointers
+    // now) from a source that queued work may still write: once the stream
+    // ran all of that, the source holds what the copy copied.
+    if (!settled && host->wait != nullptr &&
+        (scan.found > 0 || tables_.Get(to->id, nullptr, nullptr) != PointerTables::State::kNone) &&
+        WaitForStream(*host->wait)) {
+      scan = PointerTables::ScanHost(dst, p, bytes, registry_);
+      settled = true;
+    }
+    if (host != nullptr) host->settled = settled;
+    return tables_.ApplyHostWrite(*to, std::move(scan), settled);
   }
   tables_.OnDeviceCopy(*to, dst, from ? &*from : nullptr, src, bytes);
   return 0;
@@ -906,19 +930,24 @@ void Tracker::WalkGraph(StreamRef stream, GraphLaunchScope* scope) {
         // The copy's pointers are learnt at the launch, as a direct copy's
         // are at its submission; from device data an earlier node wrote,
         // they are unknown.
-        bool settled = true;
+        // A host source that work queued ahead of the graph may write is
+        // settled by waiting for the stream (before the launch); one that
+        // a node of the graph may write is known only once the graph ran.
+        HostCopy host;
         if (memory_ && dst != 0 && src == 0 && IsDeviceReachableHost(n.copy.src.start)) {
           if (stream_idle < 0) stream_idle = StreamIdle(stream) ? 1 : 0;
-          settled = stream_idle == 1 && !host_written;
+          host.settled = stream_idle == 1 && !host_written;
+          if (!host_written) host.wait = &stream;
         }
         if (tracks_tables() && dst != 0) {
           const bool linear = n.copy.dst.extent == n.copy.bytes &&
                               n.copy.src.extent == n.copy.bytes && !written_here(src);
           OnCopyTables(n.copy.kind, n.copy.dst.start, n.copy.src.start, n.copy.bytes, linear,
-                       settled);
+                       &host);
+          if (host.settled && host.wait != nullptr) stream_idle = 1;  // waited for
           scope->tables_changed = true;
           // What lands is unknown until this launch ran, as for device data.
-          if (written_here(src) || !settled) device_written.push_back(dst);
+          if (written_here(src) || !host.settled) device_written.push_back(dst);
         }
         if (dst == 0 && !host_written) host_written = IsDeviceReachableHost(n.copy.dst.start);
         break;

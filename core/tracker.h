@@ -183,11 +183,18 @@ class Tracker {
   // is scanned for pointers into live buffers, a device copy carries the
   // entries of its source along. Returns the number of entries found by a
   // scan (for the log).
-  // `settled` (HostSourceSettled, asked before the copy was submitted):
-  // false when work queued ahead of it may still write a host source, whose
-  // scan is then only a guess.
+  // `host`, for a host source: `settled` (HostSourceSettled, asked before
+  // the copy was submitted) is false when work queued ahead of the copy may
+  // still write the source, whose scan is then only a guess. If a table
+  // lands there, the copy's stream `wait` (when not null) is waited for, the
+  // source scanned again and `settled` set; otherwise the table stays stale
+  // until read back.
+  struct HostCopy {
+    bool settled = true;
+    const StreamRef* wait = nullptr;
+  };
   size_t OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t bytes,
-                      bool linear, bool settled = true);
+                      bool linear, HostCopy* host = nullptr);
   // Asked before a copy is submitted on `stream`: false when its source is
   // host memory that work queued ahead of the copy may still write (pinned,
   // mapped or registered memory, and an asynchronous copy with work ahead
@@ -256,6 +263,9 @@ class Tracker {
   // Waits for all submitted work of the context, where that is allowed
   // (not while `stream` is being captured).
   bool WaitForTableWriters(StreamRef stream);
+  // Waits for the work submitted to `stream` so far, where that is allowed
+  // (nothing being captured).
+  bool WaitForStream(StreamRef stream);
   // The words of the allocation at `addr` that a kernel reads as a table
   // though stensor does not track it (pinned or registered host memory,
   // untracked device memory), after the stream's earlier work; under a cap
