@@ -6,14 +6,17 @@
 // submitted is the previous step's target, so only what the copy actually
 // copied names the buffer written.
 //
-//   table_sources MODULE.so --source hostfunc|kernel|dtoh|graph
+//   table_sources MODULE.so --source hostfunc|kernel|dtoh|graph|hostgraph
 //                 [--stream nonblocking|blocking|legacy] [--steps N]
 //                 [--memory pinned|registered] [--copy htod|unified]
 //
 // hostfunc: cuLaunchHostFunc stores the address; kernel: a kernel stores it
 // through device-mapped pinned memory; dtoh: an asynchronous device-to-host
 // copy brings it from a table of all targets; graph: a captured host node,
-// copy and kernel, launched every step. Between steps every buffer is read
+// copy and kernel, launched every step; hostgraph: a captured copy and
+// kernel, the host storing the address after synchronising, then queueing
+// the step's reads before the launch (a graph launched on a busy stream
+// whose source nothing queued writes). Between steps every buffer is read
 // (pressure under a cap). Nothing synchronises until the end. The source is
 // cuMemHostAlloc'd (pinned) or malloc'd and cuMemHostRegister'd; the upload
 // is cuMemcpyHtoDAsync (htod) or cuMemcpyAsync (unified addressing).
@@ -65,7 +68,7 @@ void Launch(CUfunction f, CUstream s, std::vector<void*> params) {
 
 int main(int argc, char** argv) {
   const char* usage =
-      "usage: table_sources MODULE.so --source hostfunc|kernel|dtoh|graph "
+      "usage: table_sources MODULE.so --source hostfunc|kernel|dtoh|graph|hostgraph "
       "[--stream nonblocking|blocking|legacy] [--steps N] [--memory pinned|registered] "
       "[--copy htod|unified]\n";
   if (argc < 2) {
@@ -90,10 +93,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if ((source != "hostfunc" && source != "kernel" && source != "dtoh" && source != "graph") ||
+  const bool graphed = source == "graph" || source == "hostgraph";
+  if ((source != "hostfunc" && source != "kernel" && source != "dtoh" && !graphed) ||
       (stream_kind != "nonblocking" && stream_kind != "blocking" && stream_kind != "legacy") ||
       (memory != "pinned" && memory != "registered") || (copy != "htod" && copy != "unified") ||
-      steps < 1 || (source == "graph" && stream_kind == "legacy")) {
+      steps < 1 || (graphed && stream_kind == "legacy")) {
     std::fputs(usage, stderr);
     return 2;
   }
@@ -163,7 +167,7 @@ int main(int argc, char** argv) {
     } else if (source == "dtoh") {
       CHECK(cuMemcpyDtoHAsync(pinned, all + (k % kBuffers) * sizeof(CUdeviceptr),
                               sizeof(CUdeviceptr), s));
-    } else {
+    } else if (source == "graph") {
       CHECK(cuLaunchHostFunc(s, StoreNext, &store));
     }
     if (copy == "htod") {
@@ -175,7 +179,7 @@ int main(int argc, char** argv) {
   };
 
   CUgraphExec exec = nullptr;
-  if (source == "graph") {
+  if (graphed) {
     CHECK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
     step(0);
     CUgraph graph;
@@ -184,6 +188,10 @@ int main(int argc, char** argv) {
     CHECK(cuGraphDestroy(graph));
   }
   for (int k = 0; k < steps; ++k) {
+    if (source == "hostgraph") {
+      CHECK(cuStreamSynchronize(s));  // the last launch's copy has read it
+      *store.slot = store.targets[k % kBuffers];
+    }
     read_all();
     if (exec != nullptr) {
       CHECK(cuGraphLaunch(exec, s));
