@@ -808,8 +808,11 @@ void Tracker::OnGraphExecChildChanged(CUgraphExec exec) {
 }
 
 void Tracker::OnGraphExecUpdate(CUgraphExec exec, CUgraph graph) {
-  if (graphs_.Get(exec) == nullptr) return;
-  graphs_.Set(exec, ReadGraphPlan(*driver_, &kernels_, graph));
+  std::shared_ptr<const GraphPlan> plan = graphs_.Get(exec);
+  if (plan == nullptr) return;
+  RelaxedCaptureScope relaxed(capture_);
+  // The update's nodes, named by the exec's own (which its setters name).
+  graphs_.Set(exec, UpdatedPlan(*plan, *ReadGraphPlan(*driver_, &kernels_, graph)));
 }
 
 void Tracker::WalkGraph(StreamRef stream, GraphLaunchScope* scope) {

@@ -162,7 +162,8 @@ class Tracker {
   // gives every setter's in this form): that node's accesses are read
   // again, or the exec's become unknown when they cannot be described.
   void OnGraphExecNode(CUgraphExec exec, CUgraphNode node, const CUgraphNodeParams& params);
-  // cuGraphExecUpdate succeeded: `exec` now runs `graph`'s nodes.
+  // cuGraphExecUpdate succeeded: `exec` now runs `graph`'s nodes, still
+  // named by its own (UpdatedPlan).
   void OnGraphExecUpdate(CUgraphExec exec, CUgraph graph);
   // Before cuGraphLaunch: under a cap its nodes' buffers are made resident
   // on `stream` (CUDA_ERROR_OUT_OF_MEMORY when they do not fit together:
