@@ -367,9 +367,13 @@ CUresult MemoryManager::Free(CUdeviceptr base) {
 CUresult MemoryManager::FreeAsync(CUdeviceptr base, CUstream stream,
                                   absl::FunctionRef<void()> forget) {
   // A use recorded on a stream that is none would be lost, and the buffer
-  // freed where the driver refuses: asked without side effects.
+  // freed where the driver refuses: asked without side effects (a driver
+  // that cannot be asked, without cuStreamGetCtx, is taken at its word).
   CUcontext context = nullptr;
-  if (CUresult r = StreamContext(*driver_, stream, &context); r != CUDA_SUCCESS) return r;
+  if (CUresult r = StreamContext(*driver_, stream, &context);
+      r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_SUPPORTED) {
+    return r;
+  }
   MutexLock lock(&mu_);
   auto it = by_base_.find(base);
   if (it == by_base_.end()) return CUDA_ERROR_INVALID_VALUE;
