@@ -6,6 +6,9 @@
 //     cuMemFreeAsync and cuMemAllocAsync on a destroyed stream and on a
 //     handle that never was one: the driver's CUDA_ERROR_INVALID_HANDLE, and
 //     the buffers keep their data (they are then swapped out and back).
+//   handle_adversary KERNELS_SO refused-work
+//     the same, and then a copy, a memset and a launch on such streams
+//     into the swapped-out buffers: refused, nothing of them shows.
 //   handle_adversary KERNELS_SO graph-update
 //     an exec updated from another graph (cuGraphExecUpdate), then one of
 //     its kernel nodes given new arguments through the ORIGINAL graph's
@@ -92,7 +95,7 @@ void FreeAll(const std::vector<CUdeviceptr>& f) {
   for (CUdeviceptr p : f) CHECK(cuMemFree(p));
 }
 
-uint64_t FreeAsync() {
+uint64_t FreeAsync(bool refused_work) {
   CUstream s, gone;
   CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CHECK(cuStreamCreate(&gone, CU_STREAM_NON_BLOCKING));
@@ -115,6 +118,17 @@ uint64_t FreeAsync() {
   Say("alloc-async bogus stream", cuMemAllocAsync(&c, kBytes, bogus));
   std::vector<CUdeviceptr> f = Buffers(8, 10);
   Churn(f, s);  // a and b swapped out under the cap, and back for the checksum
+  if (refused_work) {
+    // Work on them the driver refuses: nothing of it may show.
+    std::vector<uint32_t> zeros(kWords, 0);
+    Say("whole copy, bogus stream", cuMemcpyHtoDAsync(a, zeros.data(), kBytes, bogus));
+    Say("memset, destroyed stream", cuMemsetD32Async(b, 0, kWords, gone));
+    uint32_t k = 1;
+    int64_t n = kWords;
+    void* args[] = {&a, &b, &k, &n};
+    Say("launch, bogus stream", cuLaunchKernel(g_mix, 1, 1, 1, 1, 1, 1, 0, bogus, args, nullptr));
+    Churn(f, s);
+  }
   const uint64_t h = Checksum({a, b});
   Say("free-async", cuMemFreeAsync(a, s));
   CHECK(cuStreamSynchronize(s));
@@ -210,11 +224,11 @@ uint64_t ContextEnds(CUdevice dev, CUcontext ctx, End&& end) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc == 3 ? argv[2] : "";
-  if (mode != "free-async" && mode != "graph-update" && mode != "ctx-destroy" &&
-      mode != "ctx-reset" && mode != "ctx-release") {
+  if (mode != "free-async" && mode != "refused-work" && mode != "graph-update" &&
+      mode != "ctx-destroy" && mode != "ctx-reset" && mode != "ctx-release") {
     std::fprintf(stderr,
                  "usage: handle_adversary KERNELS_SO "
-                 "free-async|graph-update|ctx-destroy|ctx-reset|ctx-release\n");
+                 "free-async|refused-work|graph-update|ctx-destroy|ctx-reset|ctx-release\n");
     return 2;
   }
   CUdevice dev = stensor_tests::StartOnDevice0();
@@ -222,8 +236,8 @@ int main(int argc, char** argv) {
   CHECK(cuModuleLoad(&m, argv[1]));
   CHECK(cuModuleGetFunction(&g_mix, m, "_ZN6stress3mixEPKjPjjl"));
   uint64_t h = 0;
-  if (mode == "free-async") {
-    h = FreeAsync();
+  if (mode == "free-async" || mode == "refused-work") {
+    h = FreeAsync(mode == "refused-work");
   } else if (mode == "graph-update") {
     h = GraphUpdate();
   } else if (mode == "ctx-destroy") {
