@@ -117,6 +117,45 @@ class MultiDeviceTest : public testing_support::FakeDeviceTest {
     mm.AfterContextEnds(ctx, ends && r == CUDA_SUCCESS);
     return r;
   }
+  // StreamsAreMadeAgainAfterTheirContextIsDestroyed, below; `fail_wait`
+  // fails the wait for the context's work before its end.
+  void DestroyTheContextOfTheStreams(bool fail_wait) {
+    auto mm = MakeManager({{"STENSOR_MEMORY_LIMIT", "0=6MiB"}});
+    ASSERT_NE(mm, nullptr);
+    CUcontext created = nullptr;
+    ASSERT_CU(cuCtxCreate_v4(&created, nullptr, 0, 0));
+    CUdeviceptr c[4];
+    for (uint64_t id = 1; id <= 4; ++id) {
+      c[id - 1] = AllocIn(*mm, created, id);
+      Write(*mm, id, c[id - 1], id);
+    }
+    EXPECT_EQ(Mismatch(Read(*mm, 1, c[0]), Pattern(1)), "");  // swapped back in
+    CUdeviceptr kept = AllocIn(*mm, ctx_, 9);  // the primary context's
+    Write(*mm, 9, kept, 9);
+    ASSERT_CU(cuCtxSetCurrent(created));
+    for (CUdeviceptr b : c) ASSERT_CU(mm->Free(b));
+    ASSERT_CU(mm->EvictAsync(9));  // queued on the created context's swap stream
+    fakecuda_count_calls(1);
+    const unsigned long long stream_waits = fakecuda_call_count("cuStreamSynchronize");
+    if (fail_wait) fakecuda_fail_call("cuCtxSynchronize", 1, CUDA_ERROR_UNKNOWN);
+    ASSERT_CU(EndContext(*mm, created, [&] { return cuCtxDestroy_v2(created); }));
+    // The swap stream, and the fetch stream if it was made.
+    const unsigned long long waited = fakecuda_call_count("cuStreamSynchronize") - stream_waits;
+    if (fail_wait) {
+      EXPECT_GE(waited, 1u);
+    } else {
+      EXPECT_EQ(waited, 0u);
+    }
+    fakecuda_clear_failures();
+    fakecuda_count_calls(0);
+    ASSERT_EQ(Current(), ctx_);
+    EXPECT_EQ(Mismatch(Read(*mm, 9, kept), Pattern(9)), "");
+    SixRoundsOfEvictions(*mm, ctx_);
+    EXPECT_EQ(Mismatch(Read(*mm, 9, kept), Pattern(9)), "");
+    EXPECT_GE(mm->stats().swap_outs_copied, 6u);
+    EXPECT_EQ(mm->stats().driver_errors, fail_wait ? 1u : 0u);
+    ASSERT_CU(mm->Free(kept));
+  }
   // Six rounds of four buffers of device 0 under a cap of three, with
   // `ctx` current: every allocation past the third evicts; each buffer is
   // written, read back after the others (a swap-in) and freed.
@@ -192,29 +231,13 @@ TEST_F(MultiDeviceTest, DeviceStreamsAndEventsLiveInTheDevicesContext) {
 // a destroyed context are invalid: the old code failed its swaps with
 // CUDA_ERROR_CONTEXT_IS_DESTROYED, its garbage never idle.)
 TEST_F(MultiDeviceTest, StreamsAreMadeAgainAfterTheirContextIsDestroyed) {
-  auto mm = MakeManager({{"STENSOR_MEMORY_LIMIT", "0=6MiB"}});
-  ASSERT_NE(mm, nullptr);
-  CUcontext created = nullptr;
-  ASSERT_CU(cuCtxCreate_v4(&created, nullptr, 0, 0));
-  CUdeviceptr c[4];
-  for (uint64_t id = 1; id <= 4; ++id) {
-    c[id - 1] = AllocIn(*mm, created, id);
-    Write(*mm, id, c[id - 1], id);
-  }
-  EXPECT_EQ(Mismatch(Read(*mm, 1, c[0]), Pattern(1)), "");  // swapped back in
-  CUdeviceptr kept = AllocIn(*mm, ctx_, 9);  // the primary context's
-  Write(*mm, 9, kept, 9);
-  ASSERT_CU(cuCtxSetCurrent(created));
-  for (CUdeviceptr b : c) ASSERT_CU(mm->Free(b));
-  ASSERT_CU(mm->EvictAsync(9));  // queued on the created context's swap stream
-  ASSERT_CU(EndContext(*mm, created, [&] { return cuCtxDestroy_v2(created); }));
-  ASSERT_EQ(Current(), ctx_);
-  EXPECT_EQ(Mismatch(Read(*mm, 9, kept), Pattern(9)), "");
-  SixRoundsOfEvictions(*mm, ctx_);
-  EXPECT_EQ(Mismatch(Read(*mm, 9, kept), Pattern(9)), "");
-  EXPECT_GE(mm->stats().swap_outs_copied, 6u);
-  EXPECT_EQ(mm->stats().driver_errors, 0u);
-  ASSERT_CU(mm->Free(kept));
+  DestroyTheContextOfTheStreams(/*fail_wait=*/false);
+}
+
+// The wait for the context's work failing (cuCtxSynchronize): stensor's
+// own streams there are waited for one by one instead, the failure counted.
+TEST_F(MultiDeviceTest, AFailedWaitBeforeTheEndWaitsForStensorsOwnStreams) {
+  DestroyTheContextOfTheStreams(/*fail_wait=*/true);
 }
 
 // The same when the context is device 0's primary one and the program

@@ -330,17 +330,17 @@ void MemoryManager::BeforeContextEnds(CUcontext ctx) {
   // Everything queued there completes first, swap copies included: the
   // driver's end of the context would otherwise take them with it. Without
   // the lock, as every wait for the program's work.
-  uint64_t errors = 0;
+  uint64_t errors = 0;  // the scope counts its own
   CUresult r;
   {
     ContextScope scope(*driver_, ctx, &errors);
     r = scope.result();
-    if (r == CUDA_SUCCESS && driver_->cuCtxSynchronize() != CUDA_SUCCESS) {
-      ++errors;
-      // At least stensor's own copies (the program's work is the driver's).
-      for (CUstream s : retiring) {
-        if (driver_->cuStreamSynchronize(s) != CUDA_SUCCESS) ++errors;
-      }
+    if (r == CUDA_SUCCESS && (r = driver_->cuCtxSynchronize()) != CUDA_SUCCESS) ++errors;
+  }
+  if (r != CUDA_SUCCESS) {
+    // At least stensor's own copies (the program's work is the driver's).
+    for (CUstream s : retiring) {
+      if (driver_->cuStreamSynchronize(s) != CUDA_SUCCESS) ++errors;
     }
   }
   MutexLock lock(&mu_);

@@ -1161,7 +1161,8 @@ CUresult Tracker::DestroyContext(CUcontext ctx, absl::FunctionRef<CUresult()> ca
 
 CUresult Tracker::EndPrimaryContext(CUdevice device, bool reset,
                                     absl::FunctionRef<CUresult()> call) {
-  // Inactive (or not to be told): nothing of stensor's can be in it.
+  // Null when inactive (nothing of stensor's is in it), or when the driver
+  // will not say which context it is (then nothing is retired).
   CUcontext primary = ActivePrimaryContext(*driver_, device);
   return EndContext(primary, call, [&](CUresult r) {
     if (r != CUDA_SUCCESS) return false;
