@@ -197,7 +197,6 @@ class Stream {
   unsigned flags() const { return flags_; }
   int priority() const { return priority_; }
   bool legacy() const { return kind_ == StreamKind::kLegacy; }
-  bool created() const { return kind_ == StreamKind::kCreated; }
   uint32_t trace_track() const { return trace_track_; }  // 0: not traced
   bool blocking() const { return !(flags_ & CU_STREAM_NON_BLOCKING); }
 
