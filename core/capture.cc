@@ -58,6 +58,11 @@ CUstream CaptureState::SideStream() {
   return stream;
 }
 
+void CaptureState::ForgetContext(CUcontext ctx) {
+  MutexLock lock(&mu_);
+  side_.erase(ctx);
+}
+
 void RelaxedCaptureScope::Relax(const Driver* driver) {
   if (driver->cuThreadExchangeStreamCaptureMode == nullptr) return;
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;

@@ -71,6 +71,9 @@ class CaptureState {
   // memset (nothing may be inserted into the capture itself). Null when
   // none could be made.
   CUstream SideStream() ABSL_LOCKS_EXCLUDED(mu_);
+  // `ctx` ended, and its side stream with it: a context made later at the
+  // same address gets a new one.
+  void ForgetContext(CUcontext ctx) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Driver* driver() const { return driver_; }
 

@@ -381,6 +381,21 @@ std::shared_ptr<const GraphPlan> WithNode(const GraphPlan& plan, CUgraphNode nod
   return updated;
 }
 
+std::shared_ptr<const GraphPlan> UpdatedPlan(const GraphPlan& exec, const GraphPlan& update) {
+  auto updated = std::make_shared<GraphPlan>(update);
+  if (exec.unknown || update.unknown) return updated;
+  if (exec.nodes.size() != update.nodes.size()) {
+    return MadeUnknown(update, "an update whose nodes do not pair with the exec's");
+  }
+  for (size_t i = 0; i < exec.nodes.size(); ++i) {
+    if (exec.nodes[i].kind != update.nodes[i].kind) {
+      return MadeUnknown(update, "an update whose nodes do not pair with the exec's");
+    }
+    updated->nodes[i].node = exec.nodes[i].node;
+  }
+  return updated;
+}
+
 std::shared_ptr<const GraphPlan> MadeUnknown(const GraphPlan& plan, std::string why) {
   auto updated = std::make_shared<GraphPlan>(plan);
   updated->unknown = true;

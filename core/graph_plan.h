@@ -39,7 +39,9 @@ namespace stensor {
 struct GraphNodePlan {
   enum class Kind : uint8_t { kKernel, kCopy, kMemset };
   Kind kind = Kind::kKernel;
-  CUgraphNode node = nullptr;  // in the instantiated graph (exec updates name it)
+  // In the instantiated graph: the exec's setters name it, after an update
+  // too (UpdatedPlan).
+  CUgraphNode node = nullptr;
   // kKernel: the description, and the argument bytes, each parameter at its
   // offset (kernelParams form) or the packed buffer (`packed`: extra form).
   CUfunction function = nullptr;
@@ -98,6 +100,19 @@ CUgraphNodeParams NodeParams(const CUDA_MEMSET_NODE_PARAMS& memset);
 // the plan has no such node.
 std::shared_ptr<const GraphPlan> WithNode(const GraphPlan& plan, CUgraphNode node,
                                           const GraphNodePlan& replacement);
+// The plan of an exec after cuGraphExecUpdate from a graph whose plan is
+// `update`, `exec` its plan until then. The update's parameters run, but
+// the exec's nodes keep the handles of the graph it was instantiated from:
+// the exec setters take those ("the corresponding node hNode in the
+// non-executable graph from which the executable graph was instantiated"),
+// the driver refuses the update graph's. The driver pairs the two graphs'
+// nodes by topology and order of addition, from which a plan's order is
+// made, so the nodes at one position correspond: each of the update's
+// nodes is named by the exec node at its position. Plans that do not pair
+// (other kinds, another count) make it unknown; an unknown exec plan has
+// no nodes to name them by, and the update's plan is kept as read (a
+// setter then finds no node: unknown from there, WithNode).
+std::shared_ptr<const GraphPlan> UpdatedPlan(const GraphPlan& exec, const GraphPlan& update);
 // `plan` made unknown, saying why.
 std::shared_ptr<const GraphPlan> MadeUnknown(const GraphPlan& plan, std::string why);
 

@@ -393,6 +393,63 @@ TEST_F(GraphPlanTest, NodeUpdatesReplaceEveryUseOfTheNode) {
   registry_.Remove(kZ);
 }
 
+// cuGraphExecUpdate: the update graph's parameters, named by the exec's
+// nodes (those of the graph it was instantiated from), which the setters
+// go on naming.
+TEST_F(GraphPlanTest, AnUpdateKeepsTheExecsNodeHandles) {
+  const uint64_t x = *registry_.Add(kX, 0x1000, 0, BufferKind::kDeviceAlloc);
+  const uint64_t y = *registry_.Add(kY, 0x1000, 0, BufferKind::kDeviceAlloc);
+  const uint64_t z = *registry_.Add(kZ, 0x1000, 0, BufferKind::kDeviceAlloc);
+  // Instantiated from a -> m -> b (m a memset); updated from c -> n -> d.
+  CUgraphNode a = AddAxpy(1, kX, kY, 1), b = AddAxpy(2, kY, kX, 1);
+  CUgraphNode m = AddNode(3, CU_GRAPH_NODE_TYPE_MEMSET);
+  Nodes()[m].memset = CUDA_MEMSET_NODE_PARAMS{kX, 0, 0, 1, 16, 1};
+  Graphs()[GraphHandle(100)] = {{a, m, b}, {{a, m}, {m, b}}};
+  CUgraphNode c = AddAxpy(11, kZ, kX, 1), d = AddAxpy(12, kX, kZ, 1);
+  CUgraphNode n = AddNode(13, CU_GRAPH_NODE_TYPE_MEMSET);
+  Nodes()[n].memset = CUDA_MEMSET_NODE_PARAMS{kZ, 0, 0, 1, 16, 1};
+  Graphs()[GraphHandle(200)] = {{c, n, d}, {{c, n}, {n, d}}};
+  auto exec = Read(100);
+  auto updated = UpdatedPlan(*exec, *Read(200));
+  ASSERT_FALSE(updated->unknown) << updated->why;
+  ASSERT_EQ(updated->nodes.size(), 3u);
+  EXPECT_EQ(updated->nodes[0].node, a);
+  EXPECT_EQ(updated->nodes[1].node, m);
+  EXPECT_EQ(updated->nodes[2].node, b);
+  EXPECT_THAT(Infer(updated->nodes[0]).writes, ElementsAre(x));  // c's arguments
+  EXPECT_EQ(updated->nodes[1].memset_dst, kZ);
+  // The setters name the original nodes: b is now axpy(x, y).
+  uint64_t args[2] = {kX, kY};
+  int count = 1;
+  void* pointers[] = {&args[0], &args[1], &count};
+  CUDA_KERNEL_NODE_PARAMS p{};
+  p.func = reinterpret_cast<CUfunction>(kAxpy);
+  p.kernelParams = pointers;
+  bool unknown = true;
+  auto set = WithNode(*updated, b, KernelNodePlan(&kernels_, b, p, &unknown));
+  ASSERT_FALSE(unknown);
+  ASSERT_NE(set, nullptr);
+  EXPECT_THAT(Infer(set->nodes[2]).writes, ElementsAre(y));
+  EXPECT_EQ(WithNode(*updated, d, set->nodes[2]), nullptr);  // the driver refuses d
+  // A second update: still a, m, b.
+  auto again = UpdatedPlan(*set, *Read(100));
+  ASSERT_FALSE(again->unknown);
+  EXPECT_EQ(again->nodes[2].node, b);
+  EXPECT_THAT(Infer(again->nodes[2]).writes, ElementsAre(x));
+  // Plans that do not pair: unknown; an unknown exec plan names nothing.
+  Graphs()[GraphHandle(300)] = {{c, d}, {{c, d}}};
+  EXPECT_TRUE(UpdatedPlan(*exec, *Read(300))->unknown);
+  Graphs()[GraphHandle(400)] = {{c, d, n}, {{c, d}, {d, n}}};
+  EXPECT_TRUE(UpdatedPlan(*exec, *Read(400))->unknown);
+  auto from_unknown = UpdatedPlan(*MadeUnknown(*exec, "why"), *Read(200));
+  ASSERT_FALSE(from_unknown->unknown);
+  EXPECT_EQ(from_unknown->nodes[0].node, c);
+  (void)z;
+  registry_.Remove(kX);
+  registry_.Remove(kY);
+  registry_.Remove(kZ);
+}
+
 TEST_F(GraphPlanTest, EverySetterFormIsPlannedAlike) {
   const uint64_t z = *registry_.Add(kZ, 0x1000, 0, BufferKind::kDeviceAlloc);
   uint64_t args[2] = {kX, kZ};

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/context_scope.h"
+#include "core/device_context.h"
 #include "core/driver_pool.h"
 #include "core/host_copy.h"
 #include "core/json.h"
@@ -363,12 +364,22 @@ CUresult MemoryManager::Free(CUdeviceptr base) {
   return CUDA_SUCCESS;
 }
 
-CUresult MemoryManager::FreeAsync(CUdeviceptr base, CUstream stream) {
+CUresult MemoryManager::FreeAsync(CUdeviceptr base, CUstream stream,
+                                  absl::FunctionRef<void()> forget) {
+  // A use recorded on a stream that is none would be lost, and the buffer
+  // freed where the driver refuses: asked without side effects (a driver
+  // that cannot be asked, without cuStreamGetCtx, is taken at its word).
+  CUcontext context = nullptr;
+  if (CUresult r = StreamContext(*driver_, stream, &context);
+      r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_SUPPORTED) {
+    return r;
+  }
   MutexLock lock(&mu_);
   auto it = by_base_.find(base);
   if (it == by_base_.end()) return CUDA_ERROR_INVALID_VALUE;
   Buffer& b = *it->second;
   if (b.garbage) return CUDA_ERROR_INVALID_VALUE;  // freed twice
+  forget();
   // The free's place in `stream`: a use recorded there.
   // A use that could not be recorded is not idle until a host wait for the
   // stream (or the context) has observed it (WaitForUse): still stream order.

@@ -238,8 +238,14 @@ class MemoryManager {
   CUresult Free(CUdeviceptr base) ABSL_LOCKS_EXCLUDED(mu_);
   // cuMemFreeAsync: freed in stream order. A use is recorded on `stream`, so
   // the buffer is released (its memory reused) only once the stream passed
-  // this point; until then it is garbage (S404).
-  CUresult FreeAsync(CUdeviceptr base, CUstream stream) ABSL_LOCKS_EXCLUDED(mu_);
+  // this point; until then it is garbage (S404). A stream the driver does
+  // not take (destroyed, never one, no context current for the NULL stream)
+  // is its error, asked first as the driver checks it, and the buffer stays
+  // as it was. `forget` runs under the lock just before the buffer counts
+  // as freed (the caller forgets its range there, before its address can
+  // be handed out again).
+  CUresult FreeAsync(CUdeviceptr base, CUstream stream,
+                     absl::FunctionRef<void()> forget = [] {}) ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- Handles that leave stensor's control (cuIpcGetMemHandle,
   // cuMemExportToShareableHandle, cuMemRetainAllocationHandle): the buffer
@@ -380,6 +386,21 @@ class MemoryManager {
       if (IsSwappable(*b, ordinal) && (all || !Readable(*b))) ids->push_back(BufferId(*b));
     }
   }
+
+  // --- A context that ends (cuCtxDestroy, a primary context's reset or
+  // last release) takes its streams and events with it, and any later use
+  // of their handles is undefined ("the context or its resources are not
+  // accessed or passed in subsequent API calls"). BeforeContextEnds, before
+  // the program's call: stensor's own streams in `ctx` are taken out of
+  // service (later swaps make new ones in a live context of the device when
+  // first needed: the current one there, else its primary one) and, where
+  // stensor has work there, the context's work is waited for, swap copies
+  // included. AfterContextEnds: when `ended`, every use recorded by an event
+  // of `ctx` is complete (waited for, and nothing of a context runs after
+  // its end) and those handles are forgotten; else the streams taken out of
+  // service are destroyed, and the context's events stay.
+  void BeforeContextEnds(CUcontext ctx) ABSL_LOCKS_EXCLUDED(mu_);
+  void AfterContextEnds(CUcontext ctx, bool ended) ABSL_LOCKS_EXCLUDED(mu_);
 
   // cuMemGetInfo / cuDeviceTotalMem under the cap.
   void MemInfo(int device, size_t* free_bytes, size_t* total_bytes)
@@ -524,8 +545,12 @@ class MemoryManager {
   // wait for the program's work since swap-outs wait on its events).
   CUresult WaitSwapStream(Device& dev, double* waited) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CUresult EnsureSwapStream(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // One of stensor's streams for `dev`, made in the device's context with
-  // the program's context current again after, failures included.
+  // Every use the manager keeps: buffers', unknown work's, the swap marks,
+  // pending external frees'.
+  void ForEachUse(absl::FunctionRef<void(Use&)> f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One of stensor's streams for `dev`, made in the device's context (chosen
+  // anew when the last one ended) with the program's context current again
+  // after, failures included.
   CUresult CreateOwnStream(Device& dev, CUstream* stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The stream a swap-in's copy into b goes on: the fetch stream when
   // nothing queued on the swap stream touches its memory or host copy.
@@ -691,6 +716,9 @@ class MemoryManager {
     std::vector<CUmemGenericAllocationHandle> chunks;
   };
   std::vector<StuckMapping> stuck_ ABSL_GUARDED_BY(mu_);
+  // Own streams BeforeContextEnds took out of service, with their context,
+  // until AfterContextEnds.
+  std::vector<std::pair<CUcontext, CUstream>> retiring_ ABSL_GUARDED_BY(mu_);
   // Host copies of released buffers, by (reserved size, device), for the
   // next host copy of that size there. Pinned ones always: cuMemFreeHost
   // synchronises every context, which inside a call the program expects not

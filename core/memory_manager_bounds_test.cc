@@ -5,7 +5,8 @@
 //     reserved behind it (Find, CheckRange), resident or swapped out; size
 //     arithmetic never wraps (SIZE_MAX is out of memory);
 //   - cuMemFreeAsync: freed in stream order, its memory reused only after
-//     the stream passed the free;
+//     the stream passed the free; on a stream the driver refuses, its error
+//     and nothing freed;
 //   - the program's own VMM memory counts against the cap from cuMemCreate
 //     until released and unmapped, and makes room first (S403-S405);
 //   - buffers whose handles leave stensor's control are resident and never
@@ -311,6 +312,59 @@ TEST_F(BoundsTest, FreeAsyncOfAnIdleBufferReleasesAtOnce) {
   ASSERT_CU(cuCtxSynchronize());
   ASSERT_CU(mm->Free(c));
   EXPECT_EQ(FreeBytes(*mm), kCap);
+}
+
+// A stream the driver refuses (destroyed, never a stream, the NULL stream
+// with no context current): its error, asked before anything is freed, as
+// the driver checks it; the buffer stays as it was, live and with its data
+// through a swap-out and back.
+TEST_F(BoundsTest, FreeAsyncOnAStreamTheDriverRefusesKeepsTheBuffer) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a = Alloc(*mm, 1);
+  Write(*mm, 1, a, 7);
+  CUstream gone;
+  ASSERT_CU(cuStreamCreate(&gone, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamDestroy_v2(gone));
+  const CUstream bogus = reinterpret_cast<CUstream>(uintptr_t{0x5eed1});
+  EXPECT_EQ(mm->FreeAsync(a, gone), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(mm->FreeAsync(a, bogus), CUDA_ERROR_INVALID_HANDLE);
+  ASSERT_CU(cuCtxSetCurrent(nullptr));
+  EXPECT_EQ(mm->FreeAsync(a, nullptr), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(mm->FreeAsync(a, CU_STREAM_PER_THREAD), CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_CU(cuCtxSetCurrent(ctx_));
+  ASSERT_TRUE(mm->Find(a).has_value());
+  EXPECT_FALSE(mm->Find(a)->freed);
+  EXPECT_CU(mm->CheckRange(a, kGranule));
+  // Three more buffers under the cap of three: `a` goes out and comes back.
+  CUdeviceptr b = Alloc(*mm, 2), c = Alloc(*mm, 3), d = Alloc(*mm, 4);
+  Write(*mm, 2, b, 2);
+  Write(*mm, 3, c, 3);
+  Write(*mm, 4, d, 4);
+  EXPECT_GE(mm->stats().swap_outs_copied, 1u);
+  EXPECT_TRUE(Holds(*mm, 1, a, 7));
+  EXPECT_EQ(mm->stats().driver_errors, 0u);
+  ASSERT_CU(mm->FreeAsync(a, nullptr));
+  ASSERT_CU(cuCtxSynchronize());
+  for (CUdeviceptr p : {b, c, d}) EXPECT_CU(mm->Free(p));
+}
+
+// The caller's `forget` (the tracker drops the buffer's range there) runs
+// once, for a free the manager took, never for one it refused.
+TEST_F(BoundsTest, FreeAsyncForgetsOnlyWhatItFrees) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a = Alloc(*mm, 1);
+  int forgotten = 0;
+  auto forget = [&] { ++forgotten; };
+  EXPECT_EQ(mm->FreeAsync(a, reinterpret_cast<CUstream>(uintptr_t{0x5eed1}), forget),
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(forgotten, 0);
+  ASSERT_CU(mm->FreeAsync(a, nullptr, forget));
+  EXPECT_EQ(forgotten, 1);
+  EXPECT_EQ(mm->FreeAsync(a, nullptr, forget), CUDA_ERROR_INVALID_VALUE);  // freed twice
+  EXPECT_EQ(forgotten, 1);
+  ASSERT_CU(cuCtxSynchronize());
 }
 
 // --- The program's own VMM memory ----------------------------------------------

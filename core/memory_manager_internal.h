@@ -133,7 +133,8 @@ struct MemoryManager::Device {
   bool host_vmm = false;
   // Where stensor's streams and events for this device live: the context of
   // its first buffer (a context of this device, current at cuMemAlloc), so
-  // no context of stensor's own is created. Null until then (current).
+  // no context of stensor's own is created. Null until then, and once that
+  // context ended (AfterContextEnds): CreateOwnStream picks a live one.
   CUcontext context = nullptr;
   // Stensor's own streams. The swap stream carries swap-outs, drops, zeroing
   // and swap-ins into memory that earlier swap work still reads or writes

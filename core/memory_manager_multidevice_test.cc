@@ -108,6 +108,73 @@ class MultiDeviceTest : public testing_support::FakeDeviceTest {
     return got;
   }
   size_t Peak1() const { return fakecuda_peak_bytes(1) - baseline1_; }
+  // The program's call `end` that ends `ctx` (`ends`: when it succeeds), as
+  // the hooks wrap it (Tracker::DestroyContext, EndPrimaryContext).
+  template <typename End>
+  CUresult EndContext(MemoryManager& mm, CUcontext ctx, End&& end, bool ends = true) {
+    mm.BeforeContextEnds(ctx);
+    const CUresult r = end();
+    mm.AfterContextEnds(ctx, ends && r == CUDA_SUCCESS);
+    return r;
+  }
+  // StreamsAreMadeAgainAfterTheirContextIsDestroyed, below; `fail_wait`
+  // fails the wait for the context's work before its end.
+  void DestroyTheContextOfTheStreams(bool fail_wait) {
+    auto mm = MakeManager({{"STENSOR_MEMORY_LIMIT", "0=6MiB"}});
+    ASSERT_NE(mm, nullptr);
+    CUcontext created = nullptr;
+    ASSERT_CU(cuCtxCreate_v4(&created, nullptr, 0, 0));
+    CUdeviceptr c[4];
+    for (uint64_t id = 1; id <= 4; ++id) {
+      c[id - 1] = AllocIn(*mm, created, id);
+      Write(*mm, id, c[id - 1], id);
+    }
+    EXPECT_EQ(Mismatch(Read(*mm, 1, c[0]), Pattern(1)), "");  // swapped back in
+    CUdeviceptr kept = AllocIn(*mm, ctx_, 9);  // the primary context's
+    Write(*mm, 9, kept, 9);
+    ASSERT_CU(cuCtxSetCurrent(created));
+    for (CUdeviceptr b : c) ASSERT_CU(mm->Free(b));
+    ASSERT_CU(mm->EvictAsync(9));  // queued on the created context's swap stream
+    fakecuda_count_calls(1);
+    const unsigned long long stream_waits = fakecuda_call_count("cuStreamSynchronize");
+    if (fail_wait) fakecuda_fail_call("cuCtxSynchronize", 1, CUDA_ERROR_UNKNOWN);
+    ASSERT_CU(EndContext(*mm, created, [&] { return cuCtxDestroy_v2(created); }));
+    // The swap stream, and the fetch stream if it was made.
+    const unsigned long long waited = fakecuda_call_count("cuStreamSynchronize") - stream_waits;
+    if (fail_wait) {
+      EXPECT_GE(waited, 1u);
+    } else {
+      EXPECT_EQ(waited, 0u);
+    }
+    fakecuda_clear_failures();
+    fakecuda_count_calls(0);
+    ASSERT_EQ(Current(), ctx_);
+    EXPECT_EQ(Mismatch(Read(*mm, 9, kept), Pattern(9)), "");
+    SixRoundsOfEvictions(*mm, ctx_);
+    EXPECT_EQ(Mismatch(Read(*mm, 9, kept), Pattern(9)), "");
+    EXPECT_GE(mm->stats().swap_outs_copied, 6u);
+    EXPECT_EQ(mm->stats().driver_errors, fail_wait ? 1u : 0u);
+    ASSERT_CU(mm->Free(kept));
+  }
+  // Six rounds of four buffers of device 0 under a cap of three, with
+  // `ctx` current: every allocation past the third evicts; each buffer is
+  // written, read back after the others (a swap-in) and freed.
+  void SixRoundsOfEvictions(MemoryManager& mm, CUcontext ctx) {
+    for (uint64_t round = 0; round < 6; ++round) {
+      SCOPED_TRACE(round);
+      const uint64_t first = 100 + 10 * round;
+      CUdeviceptr p[4];
+      for (uint64_t i = 0; i < 4; ++i) {
+        p[i] = AllocIn(mm, ctx, first + i);
+        ASSERT_NE(p[i], 0u);
+        Write(mm, first + i, p[i], first + i);
+      }
+      for (uint64_t i = 0; i < 4; ++i) {
+        EXPECT_EQ(Mismatch(Read(mm, first + i, p[i]), Pattern(first + i)), "") << "buffer " << i;
+      }
+      for (CUdeviceptr b : p) ASSERT_CU(mm.Free(b));
+    }
+  }
 
   CUcontext ctx1_ = nullptr;
   size_t baseline1_ = 0;
@@ -142,8 +209,9 @@ TEST_F(MultiDeviceTest, DeviceStreamsAndEventsLiveInTheDevicesContext) {
   EXPECT_EQ(mm->stats().driver_errors, 0u);
 
   // Gone, and device 0 still swaps (its streams were never the created
-  // context's); the destroy pops it, leaving device 0's context current.
-  ASSERT_CU(cuCtxDestroy_v2(created));
+  // context's; the events of the uses made with it current end with it);
+  // the destroy pops it, leaving device 0's context current.
+  ASSERT_CU(EndContext(*mm, created, [&] { return cuCtxDestroy_v2(created); }));
   ASSERT_EQ(Current(), ctx_);
   for (uint64_t id = 1; id <= 4; ++id) ASSERT_CU(mm->EvictAsync(id));
   for (uint64_t id = 1; id <= 4; ++id) {
@@ -151,6 +219,69 @@ TEST_F(MultiDeviceTest, DeviceStreamsAndEventsLiveInTheDevicesContext) {
   }
   EXPECT_EQ(mm->stats().driver_errors, 0u);
   EXPECT_GT(mm->stats().swap_outs_copied, 0u);
+  for (CUdeviceptr b : p) ASSERT_CU(mm->Free(b));
+}
+
+// The context stensor made device 0's streams and events in (the first
+// buffer's, a created one) is destroyed once its buffers were freed (some
+// still in use on those streams), with a swap-out of a buffer of another
+// context queued there: that copy completes first, and afterwards every
+// allocation that needs an eviction works, on streams made anew in the live
+// context, six rounds, every byte kept, no failed driver call. (Handles of
+// a destroyed context are invalid: the old code failed its swaps with
+// CUDA_ERROR_CONTEXT_IS_DESTROYED, its garbage never idle.)
+TEST_F(MultiDeviceTest, StreamsAreMadeAgainAfterTheirContextIsDestroyed) {
+  DestroyTheContextOfTheStreams(/*fail_wait=*/false);
+}
+
+// The wait for the context's work failing (cuCtxSynchronize): stensor's
+// own streams there are waited for one by one instead, the failure counted.
+TEST_F(MultiDeviceTest, AFailedWaitBeforeTheEndWaitsForStensorsOwnStreams) {
+  DestroyTheContextOfTheStreams(/*fail_wait=*/true);
+}
+
+// The same when the context is device 0's primary one and the program
+// resets it (it ends whatever its count), then retains it again: the same
+// handle, a new context, whose streams stensor makes anew.
+TEST_F(MultiDeviceTest, StreamsAreMadeAgainAfterAPrimaryContextReset) {
+  auto mm = MakeManager({{"STENSOR_MEMORY_LIMIT", "0=6MiB"}});
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr p[4];
+  for (uint64_t id = 1; id <= 4; ++id) {
+    p[id - 1] = AllocIn(*mm, ctx_, id);
+    Write(*mm, id, p[id - 1], id);
+  }
+  EXPECT_EQ(Mismatch(Read(*mm, 1, p[0]), Pattern(1)), "");
+  for (CUdeviceptr b : p) ASSERT_CU(mm->Free(b));
+  ASSERT_CU(EndContext(*mm, ctx_, [&] { return cuDevicePrimaryCtxReset_v2(0); }));
+  CUcontext again = nullptr;
+  ASSERT_CU(cuDevicePrimaryCtxRetain(&again, 0));  // the fixture's reference, reset
+  ASSERT_EQ(again, ctx_);
+  SixRoundsOfEvictions(*mm, again);
+  EXPECT_EQ(mm->stats().driver_errors, 0u);
+}
+
+// A release that leaves a reference ends nothing: stensor's streams are
+// made again all the same, and the events of uses in the context, still
+// valid, are kept.
+TEST_F(MultiDeviceTest, AReleaseThatEndsNothingKeepsEverything) {
+  auto mm = MakeManager({{"STENSOR_MEMORY_LIMIT", "0=6MiB"}});
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr p[3];
+  for (uint64_t id = 1; id <= 3; ++id) {
+    p[id - 1] = AllocIn(*mm, ctx_, id);
+    Write(*mm, id, p[id - 1], id);
+  }
+  ASSERT_CU(mm->EvictAsync(1));
+  CUcontext again = nullptr;
+  ASSERT_CU(cuDevicePrimaryCtxRetain(&again, 0));
+  ASSERT_CU(EndContext(*mm, ctx_, [&] { return cuDevicePrimaryCtxRelease_v2(0); },
+                       /*ends=*/false));
+  SixRoundsOfEvictions(*mm, ctx_);
+  for (uint64_t id = 1; id <= 3; ++id) {
+    EXPECT_EQ(Mismatch(Read(*mm, id, p[id - 1]), Pattern(id)), "") << "buffer " << id;
+  }
+  EXPECT_EQ(mm->stats().driver_errors, 0u);
   for (CUdeviceptr b : p) ASSERT_CU(mm->Free(b));
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/context_scope.h"
+#include "core/device_context.h"
 #include "core/json.h"
 #include "core/memory_manager_internal.h"
 #include "core/stream_use.h"
@@ -73,8 +74,7 @@ MemoryManager::Use* MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stre
     CUcontext home = nullptr;
     if (dev.OwnStream(stream)) {
       home = dev.context;
-    } else if (!NamesCurrentContextStream(stream) &&
-               Failed(driver_->cuStreamGetCtx(stream, &home)) != CUDA_SUCCESS) {
+    } else if (Failed(StreamContext(*driver_, stream, &home)) != CUDA_SUCCESS) {
       return u;  // not recorded: waits fall back to the stream or the context
     }
     ContextScope scope(*driver_, home, &stats_.driver_errors);
@@ -83,6 +83,7 @@ MemoryManager::Use* MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stre
     if (r != CUDA_SUCCESS) u->event = nullptr;
     (void)scope.Restore();
     if (u->event == nullptr) return u;
+    u->context = home;  // the event ends with it (AfterContextEnds)
   }
   u->recorded = Failed(driver_->cuEventRecord(u->event, stream)) == CUDA_SUCCESS;
   return u;
@@ -272,6 +273,16 @@ bool MemoryManager::OrderSwapAfterUses(Device& dev, Buffer& b) {
 // --- Stensor's own streams -------------------------------------------------------
 
 CUresult MemoryManager::CreateOwnStream(Device& dev, CUstream* stream) {
+  *stream = nullptr;
+  if (dev.context == nullptr) {
+    // The context the device's streams lived in ended (AfterContextEnds):
+    // a live one of the device, the current one where it is on the device.
+    CUcontext home = nullptr;
+    if (CUresult r = Failed(ContextForDevice(*driver_, dev.ordinal, &home)); r != CUDA_SUCCESS) {
+      return r;
+    }
+    dev.context = home;
+  }
   ContextScope scope(*driver_, dev.context, &stats_.driver_errors);
   CUresult r = scope.result();
   if (r == CUDA_SUCCESS) r = Failed(driver_->cuStreamCreate(stream, CU_STREAM_NON_BLOCKING));
@@ -280,6 +291,99 @@ CUresult MemoryManager::CreateOwnStream(Device& dev, CUstream* stream) {
   // context could not be made current again (counted as a driver error).
   (void)scope.Restore();
   return r;
+}
+
+void MemoryManager::ForEachUse(absl::FunctionRef<void(Use&)> f) {
+  for (auto& [key, b] : buffers_) {
+    for (Use& u : b->uses) f(u);
+  }
+  for (auto& d : devices_) {
+    if (!d) continue;
+    for (Use& u : d->unknown) f(u);
+    for (Use& u : d->swap_marks) f(u);
+  }
+  for (ExternalFree& x : external_frees_) {
+    for (Use& u : x.uses) f(u);
+  }
+}
+
+void MemoryManager::BeforeContextEnds(CUcontext ctx) {
+  if (ctx == nullptr) return;
+  std::vector<CUstream> retiring;
+  bool pending = false;
+  {
+    MutexLock lock(&mu_);
+    for (auto& d : devices_) {
+      if (!d || d->context != ctx) continue;
+      // New swap work goes to streams made when next needed, elsewhere.
+      for (CUstream* own : {&d->swap_stream, &d->fetch_stream}) {
+        if (*own != nullptr) retiring.push_back(*own);
+        *own = nullptr;
+      }
+      d->context = nullptr;
+      d->fetch_stream_failed = false;
+    }
+    for (CUstream s : retiring) retiring_.emplace_back(ctx, s);
+    ForEachUse([&](Use& u) { pending |= u.context == ctx && !u.done; });
+  }
+  if (retiring.empty() && !pending) return;
+  // Everything queued there completes first, swap copies included: the
+  // driver's end of the context would otherwise take them with it. Without
+  // the lock, as every wait for the program's work.
+  uint64_t errors = 0;  // the scope counts its own
+  CUresult r;
+  {
+    ContextScope scope(*driver_, ctx, &errors);
+    r = scope.result();
+    if (r == CUDA_SUCCESS && (r = driver_->cuCtxSynchronize()) != CUDA_SUCCESS) ++errors;
+  }
+  if (r != CUDA_SUCCESS) {
+    // At least stensor's own copies (the program's work is the driver's).
+    for (CUstream s : retiring) {
+      if (driver_->cuStreamSynchronize(s) != CUDA_SUCCESS) ++errors;
+    }
+  }
+  MutexLock lock(&mu_);
+  stats_.driver_errors += errors;
+}
+
+void MemoryManager::AfterContextEnds(CUcontext ctx, bool ended) {
+  if (ctx == nullptr) return;
+  MutexLock lock(&mu_);
+  std::vector<CUstream> retired;
+  for (auto it = retiring_.begin(); it != retiring_.end();) {
+    if (it->first != ctx) {
+      ++it;
+      continue;
+    }
+    retired.push_back(it->second);
+    it = retiring_.erase(it);
+  }
+  if (!ended) {
+    // It lives on (a release that was not the last): its events stay valid;
+    // the streams taken out of service, idle, go.
+    for (CUstream s : retired) (void)Failed(driver_->cuStreamDestroy_v2(s));
+    return;
+  }
+  // Its events are gone with it, and so is its work: what was queued there
+  // was waited for, and nothing of it runs after its end.
+  ForEachUse([&](Use& u) {
+    if (u.context != ctx) return;
+    u.done = true;
+    u.recorded = false;
+    u.event = nullptr;
+    u.context = nullptr;
+  });
+  for (auto& d : devices_) {
+    if (!d) continue;
+    auto& marks = d->swap_marks;
+    marks.erase(std::remove_if(marks.begin(), marks.end(),
+                               [&](const Use& u) {
+                                 return std::find(retired.begin(), retired.end(), u.stream) !=
+                                        retired.end();
+                               }),
+                marks.end());
+  }
 }
 
 CUresult MemoryManager::EnsureSwapStream(Device& dev) {

@@ -1,55 +1,6 @@
 #include "core/stream_ordered.h"
 
-#include <mutex>
-#include <vector>
-
 namespace stensor {
-
-CUresult StreamContext(const Driver& driver, CUstream stream, CUcontext* context) {
-  *context = nullptr;
-  if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) {
-    if (CUresult r = driver.cuCtxGetCurrent(context); r != CUDA_SUCCESS) return r;
-    return *context != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
-  }
-  if (driver.cuStreamGetCtx == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
-  return driver.cuStreamGetCtx(stream, context);
-}
-
-CUresult ContextForDevice(const Driver& driver, int ordinal, CUcontext* context) {
-  *context = nullptr;
-  if (driver.cuDeviceGet == nullptr || driver.cuDevicePrimaryCtxRetain == nullptr) {
-    return CUDA_ERROR_NOT_SUPPORTED;
-  }
-  CUdevice device = 0;
-  if (CUresult r = driver.cuDeviceGet(&device, ordinal); r != CUDA_SUCCESS) return r;
-  CUcontext current = nullptr;
-  if (CUresult r = driver.cuCtxGetCurrent(&current); r != CUDA_SUCCESS) return r;
-  if (current != nullptr) {
-    CUdevice on = 0;
-    if (CUresult r = driver.cuCtxGetDevice(&on); r != CUDA_SUCCESS) return r;
-    if (on == device) {
-      *context = current;
-      return CUDA_SUCCESS;
-    }
-  }
-  // Retained once and never released: releasing the last reference would
-  // destroy the context and every allocation in it.
-  static std::mutex mu;
-  static std::vector<CUcontext>* retained = new std::vector<CUcontext>;
-  std::lock_guard<std::mutex> lock(mu);
-  if (static_cast<size_t>(ordinal) < retained->size() && (*retained)[ordinal] != nullptr) {
-    *context = (*retained)[ordinal];
-    return CUDA_SUCCESS;
-  }
-  CUcontext primary = nullptr;
-  if (CUresult r = driver.cuDevicePrimaryCtxRetain(&primary, device); r != CUDA_SUCCESS) {
-    return r;
-  }
-  if (static_cast<size_t>(ordinal) >= retained->size()) retained->resize(ordinal + 1);
-  (*retained)[ordinal] = primary;
-  *context = primary;
-  return CUDA_SUCCESS;
-}
 
 bool FromDefaultPool(const Driver& driver) {
   // A driver without pool queries has no pool to set either.

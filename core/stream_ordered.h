@@ -13,31 +13,19 @@
 // is not its default one (cuDeviceSetMemPool), and every
 // cuMemAllocFromPoolAsync.
 //
-// Thread-safety: the functions keep no state but ContextForDevice's cache of
-// retained primary contexts, which is guarded.
+// Thread-safety: the functions keep no state (ContextForDevice's cache is
+// core/device_context's).
 #ifndef STENSOR_CORE_STREAM_ORDERED_H_
 #define STENSOR_CORE_STREAM_ORDERED_H_
 
 #include <cstdint>
 
 #include "core/context_scope.h"
+#include "core/device_context.h"
 #include "core/driver.h"
 #include "core/memory_manager.h"
 
 namespace stensor {
-
-// The context work on `stream` runs in: a named stream's own
-// (cuStreamGetCtx), else (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) the
-// current one. The driver's error for a handle it refuses, or
-// CUDA_ERROR_INVALID_CONTEXT when no context is current for a stream that
-// names the current context's.
-CUresult StreamContext(const Driver& driver, CUstream stream, CUcontext* context);
-
-// The context to run device `ordinal`'s work in: the current one when it is
-// on that device, else the device's primary context, retained once per
-// device and kept for the process (as the CUDA runtime keeps it). The
-// driver's error when the ordinal is invalid or the context cannot be had.
-CUresult ContextForDevice(const Driver& driver, int ordinal, CUcontext* context);
 
 // Whether cuMemAllocAsync in the current context allocates from its
 // device's default pool: false when the program made another pool current

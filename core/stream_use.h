@@ -26,6 +26,9 @@ struct StreamUse {
   uint64_t thread = 0;
   int device = 0;           // whose context ran it
   CUevent event = nullptr;  // null when it could not be created
+  // The context `event` was made in (null when unknown): the event ends
+  // with it (MemoryManager::AfterContextEnds).
+  CUcontext context = nullptr;
   // Whether `event` marks the latest use. False when recording failed: then
   // only a wait for the swap stream or for the whole context tells.
   bool recorded = false;

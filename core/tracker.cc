@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "core/device_context.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "core/stream_ordered.h"
@@ -883,8 +884,11 @@ void Tracker::OnGraphExecChildChanged(CUgraphExec exec) {
 }
 
 void Tracker::OnGraphExecUpdate(CUgraphExec exec, CUgraph graph) {
-  if (graphs_.Get(exec) == nullptr) return;
-  graphs_.Set(exec, ReadGraphPlan(*driver_, &kernels_, graph));
+  std::shared_ptr<const GraphPlan> plan = graphs_.Get(exec);
+  if (plan == nullptr) return;
+  RelaxedCaptureScope relaxed(capture_);
+  // The update's nodes, named by the exec's own (which its setters name).
+  graphs_.Set(exec, UpdatedPlan(*plan, *ReadGraphPlan(*driver_, &kernels_, graph)));
 }
 
 void Tracker::WalkGraph(StreamRef stream, GraphLaunchScope* scope) {
@@ -1209,8 +1213,11 @@ bool Tracker::FreeAsyncCapped(const char* api, CUdeviceptr dptr, StreamRef strea
     return true;
   }
   RelaxedCaptureScope relaxed(capture_);
-  if (registry_.Find(dptr)) OnFree(api, dptr);
-  *result = memory_->FreeAsync(dptr, Handle(stream));
+  // Forgotten only once the manager took the free (a stream the driver
+  // refuses leaves the buffer as it was).
+  *result = memory_->FreeAsync(dptr, Handle(stream), [&] {
+    if (registry_.Find(dptr)) OnFree(api, dptr);
+  });
   return true;
 }
 
@@ -1221,6 +1228,49 @@ bool Tracker::AllocateAsyncCapped(const char* api, CUdeviceptr* dptr, uint64_t b
                               return OnAlloc(api, base, bytes, BufferKind::kStreamOrdered);
                             },
                             result);
+}
+
+// --- Contexts that end -------------------------------------------------------------
+
+CUresult Tracker::EndContext(CUcontext ctx, absl::FunctionRef<CUresult()> call,
+                             absl::FunctionRef<bool(CUresult)> ended) {
+  if (memory_ && ctx != nullptr) {
+    RelaxedCaptureScope relaxed(capture_);
+    memory_->BeforeContextEnds(ctx);
+  }
+  // The program's call, in its own capture mode.
+  const CUresult r = call();
+  const bool gone = ctx != nullptr && ended(r);
+  if (memory_ && ctx != nullptr) {
+    RelaxedCaptureScope relaxed(capture_);
+    memory_->AfterContextEnds(ctx, gone);
+  }
+  if (gone) {
+    capture_.ForgetContext(ctx);
+    ForgetRetainedContext(ctx);
+  }
+  return r;
+}
+
+CUresult Tracker::DestroyContext(CUcontext ctx, absl::FunctionRef<CUresult()> call) {
+  return EndContext(ctx, call, [](CUresult r) { return r == CUDA_SUCCESS; });
+}
+
+CUresult Tracker::EndPrimaryContext(CUdevice device, bool reset,
+                                    absl::FunctionRef<CUresult()> call) {
+  // Null when inactive (nothing of stensor's is in it), or when the driver
+  // will not say which context it is (then nothing is retired).
+  CUcontext primary = ActivePrimaryContext(*driver_, device);
+  return EndContext(primary, call, [&](CUresult r) {
+    if (r != CUDA_SUCCESS) return false;
+    if (reset) return true;
+    // A release ends it only with the last reference; a state the driver
+    // will not tell is taken as ended (its handles are then never used).
+    unsigned flags = 0;
+    int active = 0;
+    return driver_->cuDevicePrimaryCtxGetState(device, &flags, &active) != CUDA_SUCCESS ||
+           !active;
+  });
 }
 
 void Tracker::BeforeFork() {

@@ -17,6 +17,7 @@
 
 #include "absl/base/attributes.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "core/mutex.h"
 #include "core/access_log.h"
 #include "core/buffer_registry.h"
@@ -161,7 +162,8 @@ class Tracker {
   // gives every setter's in this form): that node's accesses are read
   // again, or the exec's become unknown when they cannot be described.
   void OnGraphExecNode(CUgraphExec exec, CUgraphNode node, const CUgraphNodeParams& params);
-  // cuGraphExecUpdate succeeded: `exec` now runs `graph`'s nodes.
+  // cuGraphExecUpdate succeeded: `exec` now runs `graph`'s nodes, still
+  // named by its own (UpdatedPlan).
   void OnGraphExecUpdate(CUgraphExec exec, CUgraph graph);
   // Before cuGraphLaunch: under a cap its nodes' buffers are made resident
   // on `stream` (CUDA_ERROR_OUT_OF_MEMORY when they do not fit together:
@@ -228,6 +230,16 @@ class Tracker {
   bool AllocateAsyncCapped(const char* api, CUdeviceptr* dptr, uint64_t bytes,
                            StreamRef stream, CUresult* result);
 
+  // --- Contexts that end, taking their streams and events with them
+  // (MemoryManager::BeforeContextEnds). `call` is the program's call, whose
+  // result is returned: cuCtxDestroy of `ctx`; cuDevicePrimaryCtxReset
+  // (`reset`) or cuDevicePrimaryCtxRelease of device `device`'s primary
+  // context, which a release ends only when it was the last reference.
+  // stensor's streams and events in it are retired around the call and
+  // made again in a live context of the device when next needed.
+  CUresult DestroyContext(CUcontext ctx, absl::FunctionRef<CUresult()> call);
+  CUresult EndPrimaryContext(CUdevice device, bool reset, absl::FunctionRef<CUresult()> call);
+
   // Writes the final record and closes the access log; prints statistics
   // when STENSOR_STATS is on. Idempotent.
   void Shutdown();
@@ -287,6 +299,9 @@ class Tracker {
   void WalkGraph(StreamRef stream, GraphLaunchScope* scope);
   // Whether `kernel` is STENSOR_ITERATION_MARKER's.
   bool IsMarker(const KernelInfo& kernel) const;
+  // `call` may end `ctx`; `ended(result)` says whether it did.
+  CUresult EndContext(CUcontext ctx, absl::FunctionRef<CUresult()> call,
+                      absl::FunctionRef<bool(CUresult)> ended);
   // Whether host memory at `addr` is pinned memory the program allocated.
   bool IsPinnedHost(uint64_t addr) const;
   // Whether a kernel node's argument words point into such memory, which

@@ -743,6 +743,17 @@ PAIR(cuEventRecordWithFlags, _ptsz, (CUevent e, CUstream s, unsigned int flags),
 PAIR(cuStreamWaitEvent, _ptsz, (CUstream s, CUevent e, unsigned int flags),
      Sync(kApi, real, StreamRef{s, kPerThread}, s, e, flags))
 
+// --- Contexts that end --------------------------------------------------------
+// stensor's streams and events in the context are retired around the call.
+ONE(cuCtxDestroy_v2, (CUcontext ctx),
+    real == nullptr ? kMissing : T().DestroyContext(ctx, [&] { return real(ctx); }))
+ONE(cuDevicePrimaryCtxReset_v2, (CUdevice dev),
+    real == nullptr ? kMissing
+                    : T().EndPrimaryContext(dev, /*reset=*/true, [&] { return real(dev); }))
+ONE(cuDevicePrimaryCtxRelease_v2, (CUdevice dev),
+    real == nullptr ? kMissing
+                    : T().EndPrimaryContext(dev, /*reset=*/false, [&] { return real(dev); }))
+
 // --- Module lifetime ------------------------------------------------------------
 ONE(cuModuleUnload, (CUmodule m), Unload(real, m, m))
 // Which functions a library's kernels became is not asked: all are forgotten.

@@ -824,6 +824,23 @@ void Syncs() {
   CHECK(cuEventDestroy_v2(e));
 }
 
+// --- Contexts that end -------------------------------------------------------------
+// Last: the reset ends the primary context everything before ran in.
+void Contexts() {
+  CUdevice dev;
+  CHECK(cuCtxGetDevice(&dev));
+  CUcontext created;
+  CHECK(cuCtxCreate_v2(&created, 0, dev));
+  VALID(cuCtxDestroy_v2, "valid", created);
+  INVALID(cuCtxDestroy_v2, "destroyed", created);
+  CUcontext primary;
+  CHECK(cuDevicePrimaryCtxRetain(&primary, dev));
+  VALID(cuDevicePrimaryCtxRelease_v2, "valid", dev);  // a reference is left
+  INVALID(cuDevicePrimaryCtxRelease_v2, "device", 99);
+  INVALID(cuDevicePrimaryCtxReset_v2, "device", 99);
+  VALID(cuDevicePrimaryCtxReset_v2, "valid", dev);
+}
+
 // --- Allocation, reporting, host memory, VMM --------------------------------------
 void Allocations() {
   // cuMemAlloc: a swappable buffer (2 MiB) and a small one (the driver's).
@@ -1314,6 +1331,7 @@ int main(int argc, char** argv) {
     Rec("free", "cuMemFree_v2").S("addr", Hex(b.p)).U("bytes", kGranule);
   }
   CHECK(cuStreamDestroy_v2(g_stream));
+  Contexts();
   for (const std::string& s : g_called) std::printf("called %s\n", s.c_str());
   if (failures != 0) {
     std::fprintf(stderr, "%d failures\n", failures);

@@ -468,9 +468,13 @@ Context* NewContext(int device, unsigned flags, bool primary) {
   return ctx;
 }
 
-// Waits for the context's work. Device memory is process-wide in the fake,
-// so nothing else is reclaimed.
-void Deactivate(Context* ctx) { SynchronizeContext(ctx); }
+// A primary context's end (reset, last release): its work completed, its
+// streams' and events' handles invalid. Device memory is process-wide in
+// the fake, so nothing else is reclaimed.
+void Deactivate(Context* ctx) {
+  SynchronizeContext(ctx);
+  EndContextHandles(ctx);
+}
 
 }  // namespace
 
@@ -888,7 +892,8 @@ FAKECUDA_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
     all.created.erase(std::find(all.created.begin(), all.created.end(), c));
   }
   SynchronizeContext(c);
-  std::vector<Stream*> streams;
+  EndContextHandles(c);
+  std::vector<Stream*> streams;  // its per-thread streams
   {
     std::lock_guard<std::mutex> lock(c->mu);
     streams.swap(c->streams);

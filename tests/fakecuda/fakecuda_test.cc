@@ -664,6 +664,54 @@ TEST_F(FakeCudaTest, PrimaryContextKeepsItsIdentityAcrossRelease) {
   ASSERT_CU(cuMemFree_v2(p));
 }
 
+// A context's streams and events end with it (cuCtxDestroy: "Destroys and
+// cleans up all resources associated with the context"; a primary
+// context's reset or last release ends it too): their handles are invalid
+// from then on, also once the primary context is retained again, whose
+// NULL stream works as before.
+TEST_F(FakeCudaTest, StreamsAndEventsEndWithTheirContext) {
+  auto expect_gone = [](CUstream s, CUevent e) {
+    EXPECT_EQ(cuStreamQuery(s), CUDA_ERROR_INVALID_HANDLE);
+    CUcontext c;
+    EXPECT_EQ(cuStreamGetCtx(s, &c), CUDA_ERROR_INVALID_HANDLE);
+    EXPECT_EQ(cuEventQuery(e), CUDA_ERROR_INVALID_HANDLE);
+    EXPECT_EQ(cuEventRecord(e, nullptr), CUDA_ERROR_INVALID_HANDLE);
+    EXPECT_EQ(cuStreamDestroy_v2(s), CUDA_ERROR_INVALID_HANDLE);
+    EXPECT_EQ(cuEventDestroy_v2(e), CUDA_ERROR_INVALID_HANDLE);
+  };
+  CUcontext created = nullptr;
+  ASSERT_CU(cuCtxCreate_v4(&created, nullptr, 0, dev_));
+  CUstream s;
+  CUevent e;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+  ASSERT_CU(cuEventRecord(e, s));
+  ASSERT_CU(cuCtxDestroy_v2(created));  // popped: the primary context is current
+  expect_gone(s, e);
+  // The primary context's, once it is reset, and once it is released for good.
+  for (bool reset : {true, false}) {
+    CUstream kept;
+    ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    ASSERT_CU(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    ASSERT_CU(cuEventRecord(e, s));
+    CUcontext again;
+    ASSERT_CU(cuDevicePrimaryCtxRetain(&again, dev_));  // one more reference
+    if (reset) {
+      ASSERT_CU(cuDevicePrimaryCtxReset_v2(dev_));
+    } else {
+      ASSERT_CU(cuDevicePrimaryCtxRelease_v2(dev_));
+      ASSERT_CU(cuStreamSynchronize(s));  // still alive: a reference is left
+      ASSERT_CU(cuStreamCreate(&kept, 0));
+      ASSERT_CU(cuStreamDestroy_v2(kept));
+      ASSERT_CU(cuDevicePrimaryCtxRelease_v2(dev_));
+    }
+    ASSERT_CU(cuDevicePrimaryCtxRetain(&again, dev_));  // TearDown releases it
+    ASSERT_EQ(again, ctx_);
+    expect_gone(s, e);
+    ASSERT_CU(cuStreamSynchronize(nullptr));
+  }
+}
+
 TEST_F(FakeCudaTest, DynamicSharedMemoryAbove48KiBNeedsTheAttribute) {
   CUfunction f = Function("_ZN5testk9slow_fillEPiiii");
   CUdeviceptr d;

@@ -248,6 +248,13 @@ class Stream {
 // stream.
 CUresult ResolveStream(CUstream handle, bool per_thread,
                        Stream** out);
+// A context ends (cuCtxDestroy, a primary context's reset or last release),
+// its work completed: the handles of its created streams and of its events
+// become invalid, as the driver destroys them with it ("Destroys and cleans
+// up all resources associated with the context"); those streams stop. Its
+// default streams (legacy, per-thread) have no handle of their own and stay
+// for the primary context's next life.
+void EndContextHandles(Context* ctx);
 // Submits `work` to `stream` with the default-stream ordering rules applied:
 // legacy-stream work waits for all blocking streams of the context, and
 // blocking-stream work waits for the legacy stream. `label` says what the

@@ -621,3 +621,34 @@ FAKECUDA_EXPORT CUresult cuEventElapsedTime(float* ms, CUevent hStart,
   FAKECUDA_ENTER("cuEventElapsedTime");
   return cuEventElapsedTime_v2(ms, hStart, hEnd);
 }
+
+namespace fakecuda {
+
+void EndContextHandles(Context* ctx) {
+  std::vector<Stream*> ended;
+  {
+    Streams& all = GetStreams();
+    std::lock_guard<std::mutex> lock(all.mu);
+    for (auto it = all.live.begin(); it != all.live.end();) {
+      if ((*it)->context() == ctx) {
+        ended.push_back(*it);
+        it = all.live.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  {
+    Events& all = GetEvents();
+    std::lock_guard<std::mutex> lock(all.mu);
+    for (auto it = all.live.begin(); it != all.live.end();) {
+      it = (*it)->ctx == ctx ? all.live.erase(it) : std::next(it);
+    }
+  }
+  for (Stream* s : ended) {
+    Unlist(s);
+    s->Stop();
+  }
+}
+
+}  // namespace fakecuda
