@@ -8,8 +8,10 @@
 //   kernel: cuMemAllocAsync, a kernel filling its first and last 4 KiB
 //           (tests/fakecuda/test_kernels.so's slow_fill), cuMemFreeAsync.
 //
-//   free_backlog MODE ITERATIONS LIVE KERNELS.so
+//   free_backlog MODE ITERATIONS LIVE KERNELS.so [mixed]
 //
+// `mixed`: buffers of 2, 4 and 6 MiB in turn, so that a free's memory
+// serves a buffer of another size.
 // Only the last cuStreamSynchronize, after the loop, waits for anything.
 // Every 1,000 iterations it prints a line
 //   block B seconds S maps M rss R creates C queries Q
@@ -37,7 +39,7 @@
 
 namespace {
 
-constexpr size_t kBytes = size_t{2} << 20;
+constexpr size_t kMiB2 = size_t{2} << 20;
 constexpr size_t kRecord = 4096;  // bytes copied out per iteration
 constexpr int kBlock = 1000;
 
@@ -66,10 +68,13 @@ uint32_t Value(int i) { return 0x5a000000u | static_cast<uint32_t>(i + 1); }
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5 || (std::strcmp(argv[1], "memset") != 0 && std::strcmp(argv[1], "kernel") != 0)) {
-    std::fprintf(stderr, "usage: free_backlog memset|kernel ITERATIONS LIVE KERNELS.so\n");
+  if (argc < 5 || argc > 6 ||
+      (std::strcmp(argv[1], "memset") != 0 && std::strcmp(argv[1], "kernel") != 0) ||
+      (argc == 6 && std::strcmp(argv[5], "mixed") != 0)) {
+    std::fprintf(stderr, "usage: free_backlog memset|kernel ITERATIONS LIVE KERNELS.so [mixed]\n");
     return 2;
   }
+  const bool mixed = argc == 6;
   const bool memset_mode = std::strcmp(argv[1], "memset") == 0;
   const int iterations = std::atoi(argv[2]);
   const int live = std::atoi(argv[3]);
@@ -102,20 +107,21 @@ int main(int argc, char** argv) {
   for (int i = 0; i < iterations; ++i) {
     CUdeviceptr p = 0;
     const uint32_t value = Value(i);
+    const size_t bytes = mixed ? kMiB2 * (1 + i % 3) : kMiB2;
     if (memset_mode) {
-      CHECK(cuMemAlloc(&p, kBytes));
-      CHECK(cuMemsetD32Async(p, value, kBytes / 4, stream));
+      CHECK(cuMemAlloc(&p, bytes));
+      CHECK(cuMemsetD32Async(p, value, bytes / 4, stream));
     } else {
-      CHECK(cuMemAllocAsync(&p, kBytes, stream));
+      CHECK(cuMemAllocAsync(&p, bytes, stream));
       int n = static_cast<int>(kRecord / 4), delay_ms = 0;
       int v = static_cast<int>(value);
-      for (CUdeviceptr at : {p, p + kBytes - kRecord}) {
+      for (CUdeviceptr at : {p, p + bytes - kRecord}) {
         void* params[] = {&at, &v, &n, &delay_ms};
         CHECK(cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr));
       }
     }
     CHECK(cuMemcpyDtoHAsync(static_cast<char*>(records) + static_cast<size_t>(i) * kRecord,
-                            p + kBytes - kRecord, kRecord, stream));
+                            p + bytes - kRecord, kRecord, stream));
     held.push_back(p);
     if (static_cast<int>(held.size()) == live) {
       if (memset_mode) {
