@@ -366,7 +366,7 @@ CUresult MemoryManager::Free(CUdeviceptr base) {
   Reindex(b);  // out of the eviction order
   // Released once its work completed (or a release the driver refused is
   // retried), or its memory reused in stream order before then (S404).
-  ReleaseOrQueueGarbage(dev, b);
+  if (b.pins > 0 || !Idle(b) || !ReleaseBuffer(dev, b)) EnqueueGarbage(dev, b);
   // Earlier frees whose work completed since: a program that never
   // synchronises holds only those still in flight.
   CollectGarbage(dev);
@@ -391,7 +391,7 @@ CUresult MemoryManager::FreeAsync(CUdeviceptr base, CUstream stream) {
   // Released once the stream passed the free, or reused in stream order
   // before then (S404).
   Device& dev = DeviceState(b.device);
-  ReleaseOrQueueGarbage(dev, b);
+  if (b.pins > 0 || !Idle(b) || !ReleaseBuffer(dev, b)) EnqueueGarbage(dev, b);
   CollectGarbage(dev);
   ReapOldMappings(dev, /*wait=*/false);
   return CUDA_SUCCESS;
@@ -657,14 +657,6 @@ bool MemoryManager::CollectGarbage(Device& dev) {
   }
   // A release that failed after pooling the memory made room too.
   return released || dev.pool.bytes() > pooled;
-}
-
-void MemoryManager::ReleaseOrQueueGarbage(Device& dev, Buffer& b) {
-  if (b.pins == 0 && Idle(b) && ReleaseBuffer(dev, b)) {
-    ++stats_.garbage_released;
-    return;
-  }
-  EnqueueGarbage(dev, b);
 }
 
 void MemoryManager::EnqueueGarbage(Device& dev, Buffer& b) {

@@ -350,8 +350,14 @@ bool MemoryManager::ReapOldMappings(Device& dev, bool wait, double* waited) {
       continue;
     }
     any = true;
-    // A freed buffer whose memory was handed on: its address goes too.
-    if (b->garbage) ReleaseOrQueueGarbage(dev, *b);
+    // A freed buffer whose memory was handed on: its address goes too (or,
+    // not idle yet or refused by the driver, it waits as a pending free).
+    if (!b->garbage) continue;
+    if (b->pins == 0 && Idle(*b) && ReleaseBuffer(dev, *b)) {
+      ++stats_.garbage_released;
+    } else {
+      EnqueueGarbage(dev, *b);
+    }
   }
   return any;
 }
