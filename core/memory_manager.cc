@@ -651,6 +651,7 @@ bool MemoryManager::CollectGarbage(Device& dev) {
         released = true;
         continue;
       }
+      b.failed_round = round_;  // not waited for in this round (ReleaseGarbage)
       queue.splice(queue.end(), queue, b.garbage_at);
     }
     it = queue.empty() ? dev.garbage.erase(it) : std::next(it);
