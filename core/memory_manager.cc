@@ -571,15 +571,18 @@ bool MemoryManager::QueueGarbage(Device& dev, Buffer& b) {
 bool MemoryManager::HandOnGarbage(Device& dev) {
   if (dev.garbage.empty() || !CanQueue(dev)) return false;
   // The oldest of each queue with device memory (a swapped-out one has
-  // none to give): one that cannot be ordered now is left for the next call.
+  // none to give). One that cannot be ordered now goes last, so that it
+  // holds back no other (a host wait for it stays possible: ReleaseGarbage).
   for (auto& [key, queue] : dev.garbage) {
-    for (Buffer* b : queue) {
+    auto it = queue.begin();
+    for (size_t left = queue.size(); left > 0 && it != queue.end(); --left) {
+      Buffer* b = *it++;
       if (b->pins > 0 || b->failed_round == round_ || !b->vmm || b->exported ||
           b->device_chunks.empty()) {
         continue;
       }
       if (QueueGarbage(dev, *b)) return true;  // b left the queue
-      break;
+      queue.splice(queue.end(), queue, b->garbage_at);
     }
   }
   return false;
@@ -596,13 +599,15 @@ bool MemoryManager::TakeOverGarbage(Device& dev, Buffer& b) {
       continue;
     }
     // Its work still queued comes first on the swap stream (no host wait);
-    // where it cannot be ordered there, it is not taken.
-    if (!Idle(g) && (!CanQueue(dev) || EnsureSwapStream(dev) != CUDA_SUCCESS ||
-                     !OrderSwapAfterUses(dev, g))) {
+    // where it cannot be ordered there (or its host copy, stale for the new
+    // owner, cannot be let go as at a release), it is not taken, and goes
+    // last so that it holds back no other.
+    if ((!Idle(g) && (!CanQueue(dev) || EnsureSwapStream(dev) != CUDA_SUCCESS ||
+                      !OrderSwapAfterUses(dev, g))) ||
+        !ReleaseHostCopy(dev, g)) {
+      queue.splice(queue.end(), queue, g.garbage_at);
       continue;
     }
-    // Its host copy (stale for the new owner) is kept or freed as at a release.
-    if (!ReleaseHostCopy(dev, g)) continue;
     b.base = g.base;
     b.va_reserved = true;
     b.device_chunks = std::move(g.device_chunks);
@@ -664,17 +669,21 @@ void MemoryManager::EnqueueGarbage(Device& dev, Buffer& b) {
   if (b.garbage_queue != nullptr) return;
   // The queue of the one stream its work not seen done is on; work on
   // several (or none known: a pin, work of unknown accesses, a release the
-  // driver refused) shares another.
+  // driver refused) shares another. A use no event records is never seen
+  // done by a query (only a host wait tells): such frees wait apart, so
+  // that they hold back no other.
   static constexpr Device::StreamKey kSeveral{nullptr, ~uint64_t{0}};
+  static constexpr Device::StreamKey kUnrecorded{nullptr, ~uint64_t{0} - 1};
   std::optional<Device::StreamKey> key;
   for (Use& u : b.uses) {
     if (Observed(u)) continue;
-    const Device::StreamKey k{u.stream, u.thread};
-    if (key.has_value() && *key != k) {
-      key = kSeveral;
+    if (!u.recorded) {
+      key = kUnrecorded;
       break;
     }
-    key = k;
+    const Device::StreamKey k{u.stream, u.thread};
+    if (key.has_value() && *key != k) key = kSeveral;
+    if (!key.has_value()) key = k;
   }
   std::list<Buffer*>& queue = dev.garbage[key.value_or(kSeveral)];
   b.garbage_at = queue.insert(queue.end(), &b);
