@@ -69,6 +69,12 @@ struct Phase {
 
 class PendingFreeTest : public testing_support::FakeDeviceTest {
  protected:
+  // A buffer the loop left alive.
+  struct Held {
+    uint64_t id;
+    CUdeviceptr p;
+    uint64_t bytes;
+  };
   void SetUp() override {
     FakeDeviceTest::SetUp();
     fakecuda_count_calls(1);
@@ -126,6 +132,19 @@ class PendingFreeTest : public testing_support::FakeDeviceTest {
     }
     return bad;
   }
+  // Once the stream may run: every record holds its iteration's value, and
+  // each buffer still alive its own tail, after zeros (its memset ran after
+  // its zeroing, which ran after the old owner's work); then frees them.
+  void CheckAndFree(MemoryManager& mm, const std::deque<Held>& held) {
+    ASSERT_CU(cuCtxSynchronize());
+    EXPECT_EQ(BadRecords(), 0);
+    for (const Held& h : held) {
+      EXPECT_TRUE(All(ReadAt(mm, h.id, h.p, h.bytes - kTail), static_cast<uint32_t>(h.id)))
+          << "buffer " << h.id << ": its memset did not run after the old owner's";
+      EXPECT_TRUE(All(ReadAt(mm, h.id, h.p, 0), 0u)) << "buffer " << h.id << " not zeroed";
+      EXPECT_CU(mm.Free(h.p));
+    }
+  }
   static Phase Now() {
     return Phase{fakecuda_call_count("cuEventQuery"), fakecuda_call_count("cuMemCreate"),
                  Mappings()};
@@ -138,11 +157,6 @@ class PendingFreeTest : public testing_support::FakeDeviceTest {
   // stream-ordered free on `stream`). Returns the cost of the first and of
   // the last `phase` iterations; `*held` are the buffers still alive, oldest
   // first, with their ids and sizes.
-  struct Held {
-    uint64_t id;
-    CUdeviceptr p;
-    uint64_t bytes;
-  };
   std::pair<Phase, Phase> Loop(MemoryManager& mm, int iterations, int live,
                                const std::vector<uint64_t>& sizes, CUstream stream, int phase,
                                std::deque<Held>* held) {
@@ -220,15 +234,7 @@ TEST_P(BacklogTest, PendingFreesOfOneSizeAreTakenOverWhole) {
     EXPECT_EQ(stats.driver_errors, 0u);
 
     held_stream->Open();
-    ASSERT_CU(cuCtxSynchronize());
-    EXPECT_EQ(BadRecords(), 0);
-    for (const Held& h : held) {
-      EXPECT_TRUE(All(ReadAt(*mm, h.id, h.p, h.bytes - kTail), static_cast<uint32_t>(h.id)))
-          << "buffer " << h.id << ": its memset did not run after the old owner's";
-      EXPECT_TRUE(All(ReadAt(*mm, h.id, h.p, 0), 0u)) << "buffer " << h.id << " not zeroed";
-      EXPECT_CU(mm->Free(h.p));
-    }
-    held_stream.reset();
+    CheckAndFree(*mm, held);
   }
 }
 
@@ -249,14 +255,7 @@ TEST_P(BacklogTest, PendingFreesServeOtherSizesBeforeAnyChunkIsCreated) {
   EXPECT_EQ(stats.host_wait_seconds, 0.0);
   EXPECT_EQ(stats.driver_errors, 0u);
   held_stream->Open();
-  ASSERT_CU(cuCtxSynchronize());
-  EXPECT_EQ(BadRecords(), 0);
-  for (const Held& h : held) {
-    EXPECT_TRUE(All(ReadAt(*mm, h.id, h.p, h.bytes - kTail), static_cast<uint32_t>(h.id)));
-    EXPECT_TRUE(All(ReadAt(*mm, h.id, h.p, 0), 0u));
-    EXPECT_CU(mm->Free(h.p));
-  }
-  held_stream.reset();
+  CheckAndFree(*mm, held);
 }
 
 INSTANTIATE_TEST_SUITE_P(Caps, BacklogTest, ::testing::Values("16GiB", "1GiB"),
