@@ -307,14 +307,15 @@ TEST_F(PendingFreeTest, AHeldStreamHoldsBackOnlyItsOwnPendingFrees) {
   auto mm = Make("64MiB");
   ASSERT_NE(mm, nullptr);
   auto held = std::make_unique<HeldStream>();
-  CUstream other;
-  ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  auto other = std::make_unique<HeldStream>();  // opened first
   CUdeviceptr a = Alloc(*mm, 1), b = Alloc(*mm, 2);
   SetTail(*mm, 1, a, kGranule, 1, held->get());
-  SetTail(*mm, 2, b, kGranule, 2, other);
+  SetTail(*mm, 2, b, kGranule, 2, other->get());
   ASSERT_CU(mm->Free(a));  // first: the oldest pending free
   ASSERT_CU(mm->Free(b));
-  ASSERT_CU(cuStreamSynchronize(other));
+  EXPECT_TRUE(mm->Owns(b));  // pending
+  other->Open();
+  ASSERT_CU(cuStreamSynchronize(other->get()));
   // A small allocation takes over nothing: only what completed is released.
   CUdeviceptr s = Alloc(*mm, 3, 4096);
   EXPECT_TRUE(mm->Owns(a));
@@ -326,7 +327,6 @@ TEST_F(PendingFreeTest, AHeldStreamHoldsBackOnlyItsOwnPendingFrees) {
   EXPECT_CU(mm->Free(s));
   EXPECT_FALSE(mm->Owns(a));
   EXPECT_EQ(mm->stats().garbage_released, 2u);
-  ASSERT_CU(cuStreamDestroy(other));
 }
 
 // Each driver call of this path failed once, at each of its first three
