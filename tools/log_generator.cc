@@ -24,8 +24,7 @@ class Writer {
              .Str("type", "header")
              .Uint("format", 1)
              .Uint("pid", 1)
-             .Raw("devices",
-                  R"([{"ordinal":0,"name":"generated","total_bytes":17179869184}])")
+             .Raw("devices", R"([{"ordinal":0,"name":"generated","total_bytes":17179869184}])")
              .Raw("config", R"({"STENSOR_MEMORY_LIMIT":"","STENSOR_POLICY":"belady"})")
              .Finish());
   }
@@ -133,11 +132,7 @@ class Writer {
   }
 
   uint64_t End() {
-    Line(JsonLine()
-             .Str("type", "end")
-             .Uint("live_buffers", 0)
-             .Uint("dropped", 0)
-             .Finish());
+    Line(JsonLine().Str("type", "end").Uint("live_buffers", 0).Uint("dropped", 0).Finish());
     return lines_;
   }
 
@@ -221,8 +216,7 @@ void WriteMlp(const GeneratedLog& spec, Writer& w) {
       }
     }
     const Layer& top = layers.back();
-    w.Launch("_ZN3mlp12softmax_xentEPKfPKiPfS4_ii", {top.pre, y}, {top.grad, sample_loss},
-             kBatch);
+    w.Launch("_ZN3mlp12softmax_xentEPKfPKiPfS4_ii", {top.pre, y}, {top.grad, sample_loss}, kBatch);
     w.Launch("_ZN3mlp9mean_lossEPKfPfi", {sample_loss}, {loss}, kBatch);
     for (size_t l = layers.size(); l-- > 0;) {
       const Layer& layer = layers[l];
@@ -231,8 +225,8 @@ void WriteMlp(const GeneratedLog& spec, Writer& w) {
                {layer.dw, layer.db}, layer.in * layer.out);
       if (l > 0) {
         const Layer& below = layers[l - 1];
-        w.Launch("_ZN3mlp21linear_backward_inputEPKfS1_Pfiii", {layer.grad, layer.w},
-                 {below.grad}, kBatch * layer.in);
+        w.Launch("_ZN3mlp21linear_backward_inputEPKfS1_Pfiii", {layer.grad, layer.w}, {below.grad},
+                 kBatch * layer.in);
         w.Launch("_ZN3mlp13relu_backwardEPKfPfi", {below.pre}, {below.grad}, kBatch * below.out);
       }
     }
@@ -278,9 +272,15 @@ absl::StatusOr<GeneratedLog::Shape> ParseLogShape(absl::string_view name) {
 uint64_t WriteGeneratedLog(const GeneratedLog& spec, std::ostream& out) {
   Writer w(out);
   switch (spec.shape) {
-    case GeneratedLog::Shape::kMlp: WriteMlp(spec, w); break;
-    case GeneratedLog::Shape::kLive: WriteLive(spec, w); break;
-    case GeneratedLog::Shape::kWide: WriteWide(spec, w); break;
+    case GeneratedLog::Shape::kMlp:
+      WriteMlp(spec, w);
+      break;
+    case GeneratedLog::Shape::kLive:
+      WriteLive(spec, w);
+      break;
+    case GeneratedLog::Shape::kWide:
+      WriteWide(spec, w);
+      break;
   }
   return w.End();
 }
@@ -343,9 +343,9 @@ std::vector<std::string> ScaleLogSeeds(const std::vector<std::string>& lines) {
     for (int v : values) seed.push_back(static_cast<char>(v));
     return seed;
   };
-  std::vector<std::string> seeds = {
-      bytes({0, 0, 0, 0}), bytes({0, 0xff, 0xff, 2}),    bytes({1, 0, 0, 0}),
-      bytes({1, 0xff, 0xff, 0x32}), bytes({2, 0, 0, 0}), bytes({2, 0xff, 0xff, 0x0f})};
+  std::vector<std::string> seeds = {bytes({0, 0, 0, 0}), bytes({0, 0xff, 0xff, 2}),
+                                    bytes({1, 0, 0, 0}), bytes({1, 0xff, 0xff, 0x32}),
+                                    bytes({2, 0, 0, 0}), bytes({2, 0xff, 0xff, 0x0f})};
   // After line 4,096 of a training log of 6,000.
   for (const std::string& line : lines) seeds.push_back(bytes({0, 1, 0, 5, 0x10, 0}) + line);
   return seeds;

@@ -123,8 +123,8 @@ TEST(LogJsonTest, CutsBelowTheRecordOnly) {
   LogLine<Json> a = ParseLogLine<Json>(array + "]");
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a.record.size(), kMaxLogJsonElements);
-  EXPECT_EQ(a.left_out, (std::vector<std::pair<std::string, uint64_t>>{
-                            {"", 2 * kMaxLogJsonElements}}));
+  EXPECT_EQ(a.left_out,
+            (std::vector<std::pair<std::string, uint64_t>>{{"", 2 * kMaxLogJsonElements}}));
 }
 
 // A member named twice keeps its last value, as nlohmann's own parser does.

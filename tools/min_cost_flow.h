@@ -97,7 +97,7 @@ class MinCostFlow {
   std::vector<int64_t> supply_;
   std::vector<std::pair<int, int64_t>> repriced_;  // SetCost's, for the next Solve
   bool built_ = false;
-  std::vector<int> first_;     // arcs_ of node v: [first_[v], first_[v + 1])
+  std::vector<int> first_;  // arcs_ of node v: [first_[v], first_[v + 1])
   std::vector<Arc> arcs_;
   std::vector<int> position_;  // input arc -> its place in arcs_
   std::vector<int64_t> potential_;

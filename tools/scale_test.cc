@@ -3,9 +3,9 @@
 // 70,000 records replayed with the exact optimum on an ordinary stack,
 // 100,000 buffers live at once, and one launch listing ten million reads,
 // whose peak memory each command keeps within the bound docs/sim.md,
-// trace.md and report.md give. Speed is
-// guarded by the test's size (its timeout), not by timed assertions;
-// docs/sim.md has the measured times and the command that measures them.
+// trace.md and report.md give. Speed is guarded by the test's size (its
+// timeout), not by timed assertions; docs/sim.md has the measured times and
+// the commands that measure them.
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -154,8 +154,7 @@ TEST(ScaleTest, HundredThousandLiveBuffers) {
   // the first launch, which needs two, is out of memory.
   const Outcome tight = Stensor({"sim", path, "--limit", "3MiB"});
   ASSERT_EQ(tight.exit_code(), 1) << "status " << tight.status << ": " << tight.err;
-  EXPECT_NE(tight.err.find("out of memory at log line 100002:"), std::string::npos)
-      << tight.err;
+  EXPECT_NE(tight.err.find("out of memory at log line 100002:"), std::string::npos) << tight.err;
 }
 
 // One launch listing ten million reads (of 16 buffers): a line of 24 MB.
@@ -186,8 +185,7 @@ TEST(ScaleTest, WideRecordInBoundedMemory) {
     const Outcome run = Stensor(command);
     EXPECT_EQ(run.exit_code(), 0) << command[0] << ": status " << run.status << ": " << run.err;
     EXPECT_LE(run.peak, bound) << command[0] << " peaked at " << run.peak / kMiB << " MiB, over "
-                               << bound / kMiB << " MiB for a line of " << longest / kMiB
-                               << " MiB";
+                               << bound / kMiB << " MiB for a line of " << longest / kMiB << " MiB";
   }
 }
 
