@@ -7,6 +7,11 @@
 #             (tools/log_fuzz.cc), kernel_signature
 #             (core/kernel_signature_fuzz.cc), chrome_trace
 #             (tools/chrome_trace_fuzz.cc) or report (tools/report_fuzz.cc);
+#             log_scale, chrome_trace_scale, report_scale: the same three
+#             built with STENSOR_FUZZ_SCALE, whose inputs describe logs of
+#             scale (tools/log_generator.h: thousands of records, a
+#             thousand buffers live, a launch of a quarter of a million
+#             reads, a line of the input spliced in);
 #             SECONDS: default 60
 #
 # Needs clang and its runtime (Debian: clang, libclang-rt-dev); CXX picks
@@ -16,7 +21,8 @@
 # under $FUZZ_DIR/TARGET/artifacts/. Replay one without libFuzzer:
 #   bazel run //core:config_fuzz -- "$FUZZ_DIR"/config/artifacts/crash-...
 # (//tools:log_fuzz, //core:kernel_signature_fuzz, //tools:chrome_trace_fuzz,
-# //tools:report_fuzz for the others).
+# //tools:report_fuzz for the others; //tools:log_fuzz_scale and the like
+# for the scale targets).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,22 +33,33 @@ if [[ $# -gt 0 && ! $1 =~ ^[0-9]+$ && $1 != -* ]]; then
 fi
 seconds=${1:-60}
 [[ $# -gt 0 ]] && shift
+# What `stensor sim` replays and bounds, for the log targets.
+sim_srcs=(tools/trace.cc tools/log_json.cc tools/optimum.cc tools/keep_problem.cc
+  tools/min_cost_flow.cc tools/replay.cc policy/eviction_policy.cc policy/iteration_planner.cc
+  policy/iteration_detector.cc policy/next_use.cc policy/prefetch_planner.cc
+  policy/access_profile.cc)
+defines=()
+case "$target" in
+  *_scale)
+    defines=(-DSTENSOR_FUZZ_SCALE)
+    max_len=512 ;;
+  *) max_len=8192 ;;
+esac
 case "$target" in
   config) srcs=(core/config_fuzz.cc core/config.cc); max_len=4096 ;;
-  log)
-    srcs=(tools/log_fuzz.cc tools/json_reader.cc tools/trace.cc core/json.cc)
-    max_len=8192 ;;
-  report)
-    srcs=(tools/report_fuzz.cc tools/report.cc tools/run_summary.cc core/config.cc core/json.cc)
-    max_len=8192 ;;
+  log | log_scale)
+    srcs=(tools/log_fuzz.cc "${sim_srcs[@]}" tools/log_generator.cc core/json.cc) ;;
+  report | report_scale)
+    srcs=(tools/report_fuzz.cc tools/report.cc tools/run_summary.cc tools/log_json.cc
+      tools/log_generator.cc core/config.cc core/json.cc) ;;
   kernel_signature)
-    srcs=(core/kernel_signature_fuzz.cc core/kernel_signature.cc)
-    max_len=8192 ;;
-  chrome_trace)
-    srcs=(tools/chrome_trace_fuzz.cc tools/chrome_trace.cc core/config.cc core/json.cc)
-    max_len=8192 ;;
+    srcs=(core/kernel_signature_fuzz.cc core/kernel_signature.cc) ;;
+  chrome_trace | chrome_trace_scale)
+    srcs=(tools/chrome_trace_fuzz.cc tools/chrome_trace.cc tools/log_json.cc
+      tools/log_generator.cc core/config.cc core/json.cc) ;;
   *)
-    echo "fuzz.sh: unknown target '$target' (config, log, kernel_signature, chrome_trace, report)" >&2
+    echo "fuzz.sh: unknown target '$target' (config, log, kernel_signature, chrome_trace," \
+      "report, log_scale, chrome_trace_scale, report_scale)" >&2
     exit 2 ;;
 esac
 cxx=${CXX:-clang++}
@@ -51,7 +68,7 @@ mkdir -p "$dir/corpus" "$dir/artifacts"
 
 # The abseil libraries exactly as third_party/BUILD links them.
 mapfile -t absl < <(grep -o -- '-labsl_[a-z0-9_]*' third_party/BUILD)
-flags=(-std=c++17 -g -O1 -I.)
+flags=(-std=c++17 -g -O1 -I. "${defines[@]}")
 
 # The standalone driver writes the target's seeds as the starting corpus.
 "$cxx" "${flags[@]}" "${srcs[@]}" core/fuzz_main.cc -o "$dir/seed_writer" \

@@ -84,15 +84,15 @@ absl::Status BadFlag(absl::string_view flag, absl::string_view value, absl::stri
       absl::StrCat("stensor trace: ", flag, " '", value, "' is not valid; expected ", forms));
 }
 
-// The message of a nlohmann exception without its "[json.exception.x.n] ".
-std::string ExceptionText(const json::exception& e) {
-  std::string what = e.what();
+// A nlohmann exception's message without its "[json.exception.x.n] ".
+std::string ExceptionText(std::string what) {
   if (size_t close = what.find("] ");
       what.rfind("[json.exception", 0) == 0 && close != std::string::npos) {
     what.erase(0, close + 2);
   }
   return what;
 }
+std::string ExceptionText(const json::exception& e) { return ExceptionText(e.what()); }
 
 uint64_t ParseAddr(const json& value) {
   if (!value.is_string()) return 0;
@@ -131,26 +131,6 @@ int Ordinal(const json& r, const char* key) {
   const uint64_t ordinal = Uint(r, key, 0);
   if (ordinal > 1024) throw BadField{absl::StrCat("\"", key, "\" is not a device: ", ordinal)};
   return static_cast<int>(ordinal);
-}
-
-// Records are flat (tools/log_json.h bounds their nesting).
-constexpr int kMaxDepth = kMaxLogJsonDepth;
-
-struct TooDeep {};
-
-// One line as JSON; throws json::exception, or TooDeep.
-json ParseLine(const std::string& line) {
-  if (NestsTooDeep(line)) throw TooDeep();
-  return json::parse(line);
-}
-
-// The record's fields but `type`, as an event's args; `line` besides, so a
-// slice leads back to the log.
-json ArgsOf(const json& record, uint64_t line) {
-  json args = record;
-  args.erase("type");
-  args["line"] = line;
-  return args;
 }
 
 // One access log turned into trace events, record by record.
@@ -213,6 +193,11 @@ class Converter {
     }
     if (host_limit_) Counter("host limit", *host_limit_);
     return absl::OkStatus();
+  }
+
+  // What the parse of the next record left out of its DOM (tools/log_json.h).
+  void SetLeftOut(std::vector<std::pair<std::string, uint64_t>> left_out) {
+    left_out_ = std::move(left_out);
   }
 
   // Any later line. Throws json::exception or BadField on a field of the
@@ -321,6 +306,19 @@ class Converter {
     uint64_t host_copies = 0;
     std::optional<uint64_t> cap;
   };
+
+  // The record's fields but `type`, as an event's args; `line` besides, so
+  // a slice leads back to the log, and for a list cut short (log_json.h:
+  // the first kMaxLogJsonElements kept) how many elements are not shown.
+  json ArgsOf(const json& record, uint64_t line) const {
+    json args = record;
+    args.erase("type");
+    args["line"] = line;
+    for (const auto& [member, count] : left_out_) {
+      if (!member.empty()) args[absl::StrCat(member, "_not_shown")] = count;
+    }
+    return args;
+  }
 
   static std::string Dump(const json& j) {
     return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -526,6 +524,7 @@ class Converter {
   bool ended_ = false;
   uint64_t dropped_ = 0;
   uint64_t program_pinned_ = 0;
+  std::vector<std::pair<std::string, uint64_t>> left_out_;  // of the record at hand
 
   std::map<int, DeviceState> devices_;
   std::map<std::string, int> streams_;
@@ -602,25 +601,27 @@ absl::StatusOr<ChromeTraceSummary> WriteChromeTrace(std::istream& in, absl::stri
   while (std::getline(in, line)) {
     ++summary.lines;
     read += line.size() + 1;
-    json record;
-    try {
-      record = ParseLine(line);
-    } catch (const TooDeep&) {
-      return absl::InvalidArgumentError(absl::StrCat(log_name, ":", summary.lines,
-                                                     ": not an access-log record (nested over ",
-                                                     kMaxDepth, " levels deep)"));
-    } catch (const json::exception& e) {  // parse_error; out_of_range for 1e999
+    LogLine<json> parsed = ParseLogLine<json>(line);
+    if (!parsed.ok()) {
+      const LogJsonError& e = *parsed.error;
+      if (e.kind == LogJsonError::Kind::kTooDeep) {
+        return absl::InvalidArgumentError(absl::StrCat(log_name, ":", summary.lines,
+                                                       ": not an access-log record (nested over ",
+                                                       kMaxLogJsonDepth, " levels deep)"));
+      }
       if (summary.lines == 1) {
         return absl::InvalidArgumentError(
             absl::StrCat(log_name,
                          ":1: not a stensor access log: the first line is not a JSON "
                          "record (",
-                         ExceptionText(e), ")"));
+                         ExceptionText(e.what), ")"));
       }
       return absl::InvalidArgumentError(absl::StrCat(
           log_name, ":", summary.lines, ": not a complete JSON record",
-          in.eof() ? " (the log ends mid-line: truncated?)" : "", ": ", ExceptionText(e)));
+          in.eof() ? " (the log ends mid-line: truncated?)" : "", ": ", ExceptionText(e.what)));
     }
+    const json& record = parsed.record;
+    converter.SetLeftOut(std::move(parsed.left_out));
     absl::Status status;
     try {
       status =

@@ -7,10 +7,15 @@
 // traceEvents each have a phase and a pid, whose complete events have a
 // numeric ts and dur, both at least 0, in clock order, and whose counters
 // have a numeric `bytes`.
+// Built with STENSOR_FUZZ_SCALE, the input describes a log of scale instead
+// (tools/log_generator.h, ScaleLogFromBytes: long, many buffers live, a
+// launch of up to 263,164 reads), converted on a 128 KiB stack; the
+// wide launch's slice keeps kMaxLogJsonElements reads and counts the rest.
 // A broken check aborts, which libFuzzer and fuzz_main.cc report as a crash.
 //
-// Built by //tools:chrome_trace_fuzz with core/fuzz_main.cc as a bounded
-// regression test, and by `scripts/fuzz.sh chrome_trace` with libFuzzer.
+// Built by //tools:chrome_trace_fuzz (and _scale) with core/fuzz_main.cc as
+// a bounded regression test, and by `scripts/fuzz.sh chrome_trace`
+// (chrome_trace_scale) with libFuzzer.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -26,6 +31,8 @@
 #include "core/fuzz_target.h"
 #include "nlohmann/json.hpp"
 #include "tools/chrome_trace.h"
+#include "tools/log_generator.h"
+#include "tools/log_json.h"
 
 namespace stensor {
 namespace {
@@ -88,6 +95,38 @@ void CheckTrace(absl::string_view text, const std::string& trace) {
   (void)text;
 }
 
+// A log of scale (STENSOR_FUZZ_SCALE, tools/log_generator.h): the trace
+// is checked as any other; unspliced, the wide launch's slice shows the
+// first kMaxLogJsonElements reads and counts the rest as not shown.
+void CheckScale(absl::string_view data) {
+  const ScaleLog log = ScaleLogFromBytes(data);
+  std::istringstream in(log.text);
+  std::ostringstream out, progress;
+  ChromeTraceOptions options;
+  options.input_bytes = log.text.size();
+  absl::StatusOr<ChromeTraceSummary> summary =
+      WriteChromeTrace(in, "fuzz.jsonl", options, out, progress);
+  if (!summary.ok()) {
+    CheckError(log.text, summary.status().message());
+    return;
+  }
+  CheckTrace(log.text, out.str());
+  if (log.spliced || log.spec.shape != GeneratedLog::Shape::kWide) return;
+  const json t = json::parse(out.str());
+  bool seen = false;
+  for (const json& e : t["traceEvents"]) {
+    if (e.value("cat", "") != "kernel") continue;
+    const json& args = e["args"];
+    const uint64_t shown = std::min<uint64_t>(log.spec.reads, kMaxLogJsonElements);
+    Require(args["reads"].size() == shown, "the wide launch shows other reads", args.dump());
+    Require(log.spec.reads <= shown ? !args.contains("reads_not_shown")
+                                    : args["reads_not_shown"] == log.spec.reads - shown,
+            "the reads not shown are miscounted", args.dump());
+    seen = true;
+  }
+  Require(seen, "no slice for the wide launch", "");
+}
+
 }  // namespace
 
 namespace fuzz {
@@ -142,9 +181,20 @@ std::vector<std::string> Seeds() {
   return seeds;
 }
 
+
 }  // namespace
 
 const FuzzTarget& Target() {
+#ifdef STENSOR_FUZZ_SCALE
+  static const FuzzTarget* const target = new FuzzTarget{
+      "chrome_trace_fuzz_scale",
+      ScaleLogSeeds({R"({"type":"swap_in","id":3,"bytes":4194304})"}),
+      {"\n", "{", "}", "\"reads\":[", "\"id\":"},
+      512,
+      128 << 10,
+  };
+  return *target;
+#else
   static const FuzzTarget* const target = new FuzzTarget{
       "chrome_trace_fuzz",
       Seeds(),
@@ -157,12 +207,17 @@ const FuzzTarget& Target() {
       0,
   };
   return *target;
+#endif
 }
 
 }  // namespace fuzz
 }  // namespace stensor
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+#ifdef STENSOR_FUZZ_SCALE
+  stensor::CheckScale(absl::string_view(reinterpret_cast<const char*>(data), size));
+  return 0;
+#endif
   const std::string text(reinterpret_cast<const char*>(data), size);
   std::istringstream in(text);
   std::ostringstream out, progress;

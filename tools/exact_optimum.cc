@@ -18,9 +18,26 @@ namespace {
 // from the chosen schedule, exactly.
 constexpr double kMiB = 1024.0 * 1024.0;
 
+// A capacity row lists every gap open at its point: with 100,000 buffers
+// live, that is billions of coefficients, past any memory and any search.
+// GLPK takes about 250 bytes a coefficient: this bound is 250 MiB.
+constexpr size_t kMaxCoefficients = size_t{1} << 20;
+
 struct ProblemDeleter {
   void operator()(glp_prob* p) const { glp_delete_prob(p); }
 };
+
+// The result of schedule `kept`, its bytes counted exactly.
+ExactOptimum FromSchedule(const KeepProblem& problem, const std::vector<bool>& kept) {
+  const ScheduleBytes bytes = CountSchedule(problem, kept);
+  ExactOptimum result;
+  result.gaps = static_cast<int64_t>(problem.gaps.size());
+  result.kept_gaps = bytes.kept_gaps;
+  result.bytes_out = bytes.out;
+  result.bytes_in = bytes.in;
+  result.bytes_moved = bytes.moved();
+  return result;
+}
 
 }  // namespace
 
@@ -28,8 +45,22 @@ absl::StatusOr<ExactOptimum> ComputeExactOptimum(const Trace& trace,
                                                  const ExactOptions& options) {
   absl::StatusOr<KeepProblem> problem = BuildKeepProblem(trace, options.cap);
   if (!problem.ok()) return problem.status();
-  const std::vector<KeepGap>& gaps = problem->gaps;
-  const int points = problem->points;
+  return ComputeExactOptimum(*problem, options);
+}
+
+absl::StatusOr<ExactOptimum> ComputeExactOptimum(const KeepProblem& problem,
+                                                 const ExactOptions& options) {
+  const std::vector<KeepGap>& gaps = problem.gaps;
+  const int points = problem.points;
+  const OptimumBound* bound = options.bound;
+  const bool bound_fits = bound != nullptr && bound->has_schedule &&
+                          bound->schedule.size() == gaps.size();
+  if (bound_fits && bound->proven()) {
+    ExactOptimum result = FromSchedule(problem, bound->schedule);
+    result.proven = true;
+    result.by_bound = true;
+    return result;
+  }
   ExactOptimum result;
   result.gaps = static_cast<int64_t>(gaps.size());
 
@@ -37,7 +68,7 @@ absl::StatusOr<ExactOptimum> ComputeExactOptimum(const Trace& trace,
   std::unique_ptr<glp_prob, ProblemDeleter> lp(glp_create_prob());
   glp_set_obj_dir(lp.get(), GLP_MIN);
   const int n = static_cast<int>(gaps.size());
-  const int stretches = static_cast<int>(problem->stretch_bytes.size());
+  const int stretches = static_cast<int>(problem.stretch_bytes.size());
   if (n + stretches > 0) glp_add_cols(lp.get(), n + stretches);
   for (int i = 0; i < n; ++i) {
     glp_set_col_kind(lp.get(), i + 1, GLP_BV);
@@ -47,7 +78,7 @@ absl::StatusOr<ExactOptimum> ComputeExactOptimum(const Trace& trace,
   for (int s = 0; s < stretches; ++s) {
     // Continuous in [0, 1]: at an optimum it is the largest "evicted" of its gaps.
     glp_set_col_bnds(lp.get(), n + s + 1, GLP_DB, 0.0, 1.0);
-    glp_set_obj_coef(lp.get(), n + s + 1, static_cast<double>(problem->stretch_bytes[s]) / kMiB);
+    glp_set_obj_coef(lp.get(), n + s + 1, static_cast<double>(problem.stretch_bytes[s]) / kMiB);
   }
 
   std::vector<int> ia{0}, ja{0};
@@ -65,6 +96,8 @@ absl::StatusOr<ExactOptimum> ComputeExactOptimum(const Trace& trace,
     starts[gaps[i].first].push_back(i);
     ends[gaps[i].last + 1].push_back(i);
   }
+  size_t write_back_coefficients = 0;  // two a gap in a written stretch (below)
+  for (const KeepGap& gap : gaps) write_back_coefficients += gap.stretch >= 0 ? 2 : 0;
   std::vector<char> open(n, 0);
   std::vector<int> covering;
   int64_t covered_units = 0;
@@ -78,12 +111,18 @@ absl::StatusOr<ExactOptimum> ComputeExactOptimum(const Trace& trace,
       covered_units += gaps[i].units;
       covering.push_back(i);
     }
-    const bool implied = starts[t].empty() && t > 0 && problem->room[t] >= problem->room[t - 1];
-    if (implied || covered_units <= problem->room[t]) continue;
+    const bool implied = starts[t].empty() && t > 0 && problem.room[t] >= problem.room[t - 1];
+    if (implied || covered_units <= problem.room[t]) continue;
     // Gaps that ended leave `covering` here, not at every point.
     covering.erase(std::remove_if(covering.begin(), covering.end(), [&](int i) { return !open[i]; }),
                    covering.end());
-    const int row = add_row(static_cast<double>(problem->room[t]), 0.0, GLP_UP);
+    if (ia.size() + covering.size() + write_back_coefficients > kMaxCoefficients) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the 0-1 program would take more than ", kMaxCoefficients,
+          " coefficients (its capacity rows reach that at operation ", t + 1, " of ", points,
+          "): not attempted"));
+    }
+    const int row = add_row(static_cast<double>(problem.room[t]), 0.0, GLP_UP);
     for (int i : covering) {
       ia.push_back(row);
       ja.push_back(i + 1);
@@ -99,7 +138,8 @@ absl::StatusOr<ExactOptimum> ComputeExactOptimum(const Trace& trace,
   }
   result.rows = glp_get_num_rows(lp.get());
 
-  std::vector<char> kept(n, 0);
+  std::vector<bool> kept(n, false);
+  bool proven = true;
   if (n > 0) {
     glp_load_matrix(lp.get(), static_cast<int>(ia.size()) - 1, ia.data(), ja.data(), ar.data());
     glp_iocp parm;
@@ -110,33 +150,36 @@ absl::StatusOr<ExactOptimum> ComputeExactOptimum(const Trace& trace,
     parm.cov_cuts = GLP_ON;
     parm.gmi_cuts = GLP_ON;
     parm.tm_lim = std::max(1, options.time_limit_ms);
+    // The cut generators print counts on stdout whatever msg_lev says; the
+    // command's own output is there.
+    const int terminal = glp_term_out(GLP_OFF);
     const int rc = glp_intopt(lp.get(), &parm);
+    glp_term_out(terminal);
     const int status = glp_mip_status(lp.get());
-    if ((rc != 0 && rc != GLP_ETMLIM) || (status != GLP_OPT && status != GLP_FEAS)) {
+    const bool found = (rc == 0 || rc == GLP_ETMLIM) && (status == GLP_OPT || status == GLP_FEAS);
+    if (!found && rc == GLP_ETMLIM && bound_fits) {
+      // Nothing found in time: the bound's whole schedule is one.
+      ExactOptimum fallback = FromSchedule(problem, bound->schedule);
+      fallback.rows = result.rows;
+      return fallback;
+    }
+    if (!found && rc == GLP_ETMLIM) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "no schedule found within the time limit of ", parm.tm_lim / 1000.0,
+          " s (--exact-seconds)"));
+    }
+    if (!found) {
       return absl::InternalError(
           absl::StrCat("GLPK could not solve the keep/evict program (glp_intopt ", rc,
                        ", status ", status, ")"));
     }
-    result.proven = rc == 0 && status == GLP_OPT;
+    proven = rc == 0 && status == GLP_OPT;
     for (int i = 0; i < n; ++i) kept[i] = glp_mip_col_val(lp.get(), i + 1) > 0.5;
-  } else {
-    result.proven = true;
   }
-
-  // The bytes of the chosen schedule, counted exactly.
-  std::vector<char> written_back(stretches, 0);
-  for (int i = 0; i < n; ++i) {
-    if (kept[i]) {
-      ++result.kept_gaps;
-      continue;
-    }
-    result.bytes_in += static_cast<uint64_t>(gaps[i].swap_in);
-    if (gaps[i].stretch >= 0 && !written_back[gaps[i].stretch]) {
-      written_back[gaps[i].stretch] = 1;
-      result.bytes_out += problem->stretch_bytes[gaps[i].stretch];
-    }
-  }
-  result.bytes_moved = result.bytes_in + result.bytes_out;
+  const int64_t rows = result.rows;
+  result = FromSchedule(problem, kept);
+  result.rows = rows;
+  result.proven = proven;
   return result;
 }
 

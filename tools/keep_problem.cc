@@ -68,7 +68,8 @@ absl::StatusOr<KeepProblem> BuildKeepProblem(const Trace& trace, uint64_t cap) {
       case TraceOp::Kind::kHostRead:
         break;  // served from the host copy if evicted: no residency needed
       case TraceOp::Kind::kAccess:
-      case TraceOp::Kind::kUnknown:
+      case TraceOp::Kind::kUnknown: {
+        const WriteSet writes(op);
         for (uint64_t id : op.ids) {
           const TraceBuffer& b = trace.buffers.at(id);
           if (!b.swappable) continue;
@@ -80,17 +81,23 @@ absl::StatusOr<KeepProblem> BuildKeepProblem(const Trace& trace, uint64_t cap) {
           close_gap(b, life, t, /*use=*/true, overwritten);
           life.last_use = t;
           mandatory[t] += static_cast<int64_t>(b.charge / g);
-          if (std::find(op.writes.begin(), op.writes.end(), id) != op.writes.end()) {
+          if (writes.Contains(id)) {
             life.written = true;
             life.last_write = static_cast<int>(stretch_bytes.size());
             stretch_bytes.push_back(b.bytes);
           }
         }
         break;
+      }
     }
   }
-  // Still live at the end: the last gap runs to the end of the trace.
-  for (auto& [id, life] : lives) close_gap(trace.buffers.at(id), life, points, false, false);
+  // Still live at the end: the last gap runs to the end of the trace. By id,
+  // so the gaps' order does not depend on the hash map's.
+  std::vector<uint64_t> remaining;
+  remaining.reserve(lives.size());
+  for (const auto& [id, life] : lives) remaining.push_back(id);
+  std::sort(remaining.begin(), remaining.end());
+  for (uint64_t id : remaining) close_gap(trace.buffers.at(id), lives[id], points, false, false);
 
   // Room for kept charges at each point, in granules.
   std::vector<int64_t> room(points, 0);
@@ -112,6 +119,24 @@ absl::StatusOr<KeepProblem> BuildKeepProblem(const Trace& trace, uint64_t cap) {
   problem.room = std::move(room);
   problem.stretch_bytes = std::move(stretch_bytes);
   return problem;
+}
+
+ScheduleBytes CountSchedule(const KeepProblem& problem, const std::vector<bool>& kept) {
+  ScheduleBytes bytes;
+  std::vector<char> written_back(problem.stretch_bytes.size(), 0);
+  for (size_t i = 0; i < problem.gaps.size(); ++i) {
+    const KeepGap& gap = problem.gaps[i];
+    if (i < kept.size() && kept[i]) {
+      ++bytes.kept_gaps;
+      continue;
+    }
+    bytes.in += static_cast<uint64_t>(gap.swap_in);
+    if (gap.stretch >= 0 && !written_back[gap.stretch]) {
+      written_back[gap.stretch] = 1;
+      bytes.out += problem.stretch_bytes[gap.stretch];
+    }
+  }
+  return bytes;
 }
 
 }  // namespace stensor

@@ -43,7 +43,18 @@ struct KeepProblem {
 };
 
 // FailedPrecondition when some operation alone cannot fit under the cap.
+// Gaps come in the same order for the same trace and cap.
 absl::StatusOr<KeepProblem> BuildKeepProblem(const Trace& trace, uint64_t cap);
+
+// What a schedule in whole buffers moves, counted exactly: `kept[i]` says
+// whether gap i is kept; each evicted gap costs its swap-in, each written
+// stretch with an evicted gap its write-back, once.
+struct ScheduleBytes {
+  uint64_t out = 0, in = 0;
+  int64_t kept_gaps = 0;
+  uint64_t moved() const { return out + in; }
+};
+ScheduleBytes CountSchedule(const KeepProblem& problem, const std::vector<bool>& kept);
 
 }  // namespace stensor
 

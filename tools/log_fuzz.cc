@@ -1,11 +1,13 @@
-// Fuzz target for the access-log reader: tools/json_reader.h (ParseJson,
+// Fuzz target for the access-log reader: tools/log_json.h (ParseLogLine,
 // one record per line) and tools/trace.h (ParseTrace, the log read into the
 // operations `stensor sim` replays and the optimum bounds).
 //
 // Input: the bytes are a log. Checked on every input:
-// - each line through ParseJson: it returns; an error is one line
+// - each line through ParseLogLine: it returns; an error is one line
 //   "JSON: ... at offset N" with N within the line; a value prints back
-//   (a canonical writer here) as text that parses to the same value;
+//   (a canonical writer here) as text that parses to the same value; no
+//   array of the record is kept past kMaxLogJsonElements, and the visitor
+//   saw at least what was kept;
 // - the whole text through ParseTrace, at two granularities: it returns; an
 //   error is one printable line that names the log line ("line N: ", N
 //   within the text); a Trace is consistent: operations in line order, each
@@ -18,10 +20,16 @@
 //   written with core/json.h (the access log's own writer): ParseTrace reads
 //   back exactly the operations written, and each kernel name round-trips
 //   (invalid UTF-8 replaced by U+FFFD, as core/json.h promises).
+// Built with STENSOR_FUZZ_SCALE, the input instead describes a log of scale
+// (CheckScale below, tools/log_generator.h): a training log thousands of
+// records long, a thousand buffers live, a launch of a quarter of a million
+// reads, with the input's own line spliced in; it is read, bounded and
+// replayed on a 128 KiB stack.
 // A broken check aborts, which libFuzzer and fuzz_main.cc report as a crash.
 //
-// Built by //tools:log_fuzz with core/fuzz_main.cc as a bounded regression
-// test, and by `scripts/fuzz.sh log` with libFuzzer.
+// Built by //tools:log_fuzz (and //tools:log_fuzz_scale) with
+// core/fuzz_main.cc as a bounded regression test, and by `scripts/fuzz.sh
+// log` (log_scale) with libFuzzer.
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
@@ -29,10 +37,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -40,7 +50,12 @@
 #include "absl/strings/string_view.h"
 #include "core/fuzz_target.h"
 #include "core/json.h"
-#include "tools/json_reader.h"
+#include "nlohmann/json.hpp"
+#include "policy/eviction_policy.h"
+#include "tools/log_generator.h"
+#include "tools/log_json.h"
+#include "tools/optimum.h"
+#include "tools/replay.h"
 #include "tools/trace.h"
 
 namespace stensor {
@@ -90,100 +105,129 @@ bool OneLine(absl::string_view message) {
   return true;
 }
 
-// ---- ParseJson: canonical printing and structural equality ----
+// ---- ParseLogLine: canonical printing and structural equality ----
 
-void Print(const JsonValue& v, std::string* out) {
-  switch (v.kind) {
-    case JsonValue::Kind::kNull: out->append("null"); break;
-    case JsonValue::Kind::kBool: out->append(v.boolean ? "true" : "false"); break;
-    case JsonValue::Kind::kNumber:
-      if (v.uint) {
-        absl::StrAppend(out, *v.uint);
-      } else if (std::isinf(v.number)) {
-        out->append(v.number > 0 ? "1e999" : "-1e999");  // what parsed to it
-      } else {
-        char buffer[40];
-        std::snprintf(buffer, sizeof(buffer), "%.17g", v.number);
-        out->append(buffer);
-        // The reader keeps `uint` only for integer literals, so a value
-        // written "1.0" or "0e5" must not print back as "1" or "0".
-        if (absl::string_view(buffer).find_first_of(".e") == absl::string_view::npos) {
-          out->append("e0");
-        }
+using Json = nlohmann::ordered_json;
+
+void Print(const Json& v, std::string* out) {
+  switch (v.type()) {
+    case Json::value_t::null:
+    case Json::value_t::discarded:
+    case Json::value_t::binary:  // never from text
+      out->append("null");
+      break;
+    case Json::value_t::boolean: out->append(v.get<bool>() ? "true" : "false"); break;
+    case Json::value_t::number_unsigned: absl::StrAppend(out, v.get<uint64_t>()); break;
+    case Json::value_t::number_integer: {
+      // Only a literal with a minus sign is signed: 0 was "-0".
+      const int64_t i = v.get<int64_t>();
+      absl::StrAppend(out, i == 0 ? "-0" : absl::StrCat(i));
+      break;
+    }
+    case Json::value_t::number_float: {
+      char buffer[40];
+      std::snprintf(buffer, sizeof(buffer), "%.17g", v.get<double>());
+      out->append(buffer);
+      // A float stays one: "1.0" must not print back as the integer "1".
+      if (absl::string_view(buffer).find_first_of(".e") == absl::string_view::npos) {
+        out->append("e0");
       }
       break;
-    case JsonValue::Kind::kString: AppendJsonString(out, v.string); break;
-    case JsonValue::Kind::kArray:
+    }
+    case Json::value_t::string: AppendJsonString(out, v.get_ref<const std::string&>()); break;
+    case Json::value_t::array: {
       out->push_back('[');
-      for (size_t i = 0; i < v.array.size(); ++i) {
-        if (i > 0) out->push_back(',');
-        Print(v.array[i], out);
+      bool first = true;
+      for (const Json& item : v) {
+        if (!first) out->push_back(',');
+        first = false;
+        Print(item, out);
       }
       out->push_back(']');
       break;
-    case JsonValue::Kind::kObject:
+    }
+    case Json::value_t::object: {
       out->push_back('{');
-      for (size_t i = 0; i < v.object.size(); ++i) {
-        if (i > 0) out->push_back(',');
-        AppendJsonString(out, v.object[i].first);
+      bool first = true;
+      for (const auto& [key, item] : v.items()) {
+        if (!first) out->push_back(',');
+        first = false;
+        AppendJsonString(out, key);
         out->push_back(':');
-        Print(v.object[i].second, out);
+        Print(item, out);
       }
       out->push_back('}');
       break;
+    }
   }
 }
 
 // Whether `b`, read back from `a` printed, is `a`: strings as the writer
 // stores them (invalid UTF-8 the reader accepted comes back as U+FFFD).
-bool Same(const JsonValue& a, const JsonValue& b) {
-  if (a.kind != b.kind) return false;
-  switch (a.kind) {
-    case JsonValue::Kind::kNull: return true;
-    case JsonValue::Kind::kBool: return a.boolean == b.boolean;
-    case JsonValue::Kind::kNumber:
-      // %.17g round-trips every double; integers print exactly.
-      return a.uint == b.uint && (a.uint || a.number == b.number);
-    case JsonValue::Kind::kString: return AsLogged(a.string) == b.string;
-    case JsonValue::Kind::kArray:
-      if (a.array.size() != b.array.size()) return false;
-      for (size_t i = 0; i < a.array.size(); ++i) {
-        if (!Same(a.array[i], b.array[i])) return false;
+bool Same(const Json& a, const Json& b) {
+  if (a.type() != b.type()) return false;
+  switch (a.type()) {
+    case Json::value_t::boolean: return a.get<bool>() == b.get<bool>();
+    case Json::value_t::number_unsigned: return a.get<uint64_t>() == b.get<uint64_t>();
+    case Json::value_t::number_integer: return a.get<int64_t>() == b.get<int64_t>();
+    // %.17g round-trips every double.
+    case Json::value_t::number_float: return a.get<double>() == b.get<double>();
+    case Json::value_t::string:
+      return AsLogged(a.get_ref<const std::string&>()) == b.get_ref<const std::string&>();
+    case Json::value_t::array: {
+      if (a.size() != b.size()) return false;
+      for (size_t i = 0; i < a.size(); ++i) {
+        if (!Same(a[i], b[i])) return false;
       }
       return true;
-    case JsonValue::Kind::kObject:
-      if (a.object.size() != b.object.size()) return false;
-      for (size_t i = 0; i < a.object.size(); ++i) {
-        if (AsLogged(a.object[i].first) != b.object[i].first ||
-            !Same(a.object[i].second, b.object[i].second)) {
-          return false;
-        }
+    }
+    case Json::value_t::object: {
+      if (a.size() != b.size()) return false;
+      auto x = a.items().begin();
+      auto y = b.items().begin();
+      for (; x != a.items().end(); ++x, ++y) {
+        if (AsLogged(x.key()) != y.key() || !Same(x.value(), y.value())) return false;
       }
       return true;
+    }
+    default: return true;
   }
-  return false;
 }
 
 void CheckLine(absl::string_view line) {
-  const absl::StatusOr<JsonValue> v = ParseJson(line);
+  // The visitor sees every element of the record's array members.
+  absl::flat_hash_map<std::string, uint64_t> visited;
+  const LogArrayVisitor<Json> visit = [&](absl::string_view member, const Json&) {
+    ++visited[std::string(member)];
+  };
+  const LogLine<Json> v = ParseLogLine<Json>(line, visit);
   if (!v.ok()) {
-    const absl::string_view m = v.status().message();
+    const std::string m(v.error->ToStatus().message());
     Require(absl::StartsWith(m, "JSON: ") && OneLine(m), "a JSON error is not one line", m);
-    const size_t at = m.rfind(" at offset ");
-    uint64_t offset = 0;
-    Require(at != absl::string_view::npos &&
-                absl::SimpleAtoi(m.substr(at + 11), &offset) && offset <= line.size(),
-            "a JSON error does not name an offset in the line", m);
+    Require(v.error->offset <= line.size(), "a JSON error names an offset past the line", m);
     return;
   }
   std::string printed;
-  Print(*v, &printed);
-  const absl::StatusOr<JsonValue> again = ParseJson(printed);
+  Print(v.record, &printed);
+  const LogLine<Json> again = ParseLogLine<Json>(printed);
   Require(again.ok(), "a printed value does not parse", printed);
-  Require(Same(*v, *again), "a printed value parses differently", printed);
+  Require(Same(v.record, again.record), "a printed value parses differently", printed);
+  // What a parse keeps is bounded; what it cut is counted.
+  for (const auto& [member, count] : v.left_out) {
+    Require(count > 0, "a member with nothing left out is listed", member);
+  }
+  if (v.record.is_object()) {
+    for (const auto& [key, value] : v.record.items()) {
+      if (!value.is_array()) continue;
+      Require(value.size() <= kMaxLogJsonElements, "an array kept whole past the cap", key);
+      Require(visited[key] >= value.size(), "array elements not visited", key);
+    }
+  }
 }
 
 // ---- ParseTrace: errors name a line; a Trace is consistent ----
+
+void CheckTraceOf(const Trace& t, size_t lines);
 
 void CheckTrace(absl::string_view text, uint64_t granularity) {
   const size_t lines = std::count(text.begin(), text.end(), '\n') + 1;
@@ -198,7 +242,11 @@ void CheckTrace(absl::string_view text, uint64_t granularity) {
             "a log error does not name a line of the log", m);
     return;
   }
-  const Trace& t = *trace;
+  CheckTraceOf(*trace, lines);
+}
+
+// A Trace of a log of `lines` lines is consistent.
+void CheckTraceOf(const Trace& t, size_t lines) {
   size_t last_line = 0, allocs = 0, launches = 0, unknown = 0;
   uint64_t live = 0, peak = 0;
   std::set<uint64_t> allocated, freed;
@@ -391,12 +439,69 @@ void CheckWrittenLog(absl::string_view data) {
   size_t k = 0;
   for (absl::string_view l : absl::StrSplit(text, '\n')) {
     if (!absl::StrContains(l, "\"type\":\"launch\"")) continue;
-    const absl::StatusOr<JsonValue> v = ParseJson(l);
-    Require(v.ok() && k < kernels.size() && v->StringOr("kernel", "\x01") == AsLogged(kernels[k]),
+    const LogLine<Json> v = ParseLogLine<Json>(l);
+    Require(v.ok() && k < kernels.size() && v.record.is_object() && v.record.contains("kernel") &&
+                v.record["kernel"] == AsLogged(kernels[k]),
             "a kernel name does not round-trip", l);
     ++k;
   }
   Require(k == kernels.size(), "launch lines lost", text);
+}
+
+// ---- Logs of scale (STENSOR_FUZZ_SCALE): long, wide, many buffers ----
+
+// A generated log (tools/log_generator.h, ScaleLogFromBytes) read and
+// replayed whole, on the driver's bounded stack (Target().stack_bytes):
+// nothing may recurse as deep as the log is long. The trace is consistent
+// (CheckTrace); unspliced, it holds every record as an operation and the
+// wide launch its buffers once each; the LP bound runs, and no policy moves
+// less than it, nor less than a whole schedule proven optimal.
+void CheckScale(absl::string_view data) {
+  const ScaleLog log = ScaleLogFromBytes(data);
+  const absl::StatusOr<Trace> trace = ParseTrace(log.text);
+  const size_t lines = std::count(log.text.begin(), log.text.end(), '\n') + 1;
+  if (!trace.ok()) {
+    CheckTrace(log.text, kDefaultGranularity);  // the error names a line
+    return;
+  }
+  CheckTraceOf(*trace, lines);
+  if (!log.spliced) {
+    const size_t records = lines - 3;  // not the header, the end, the empty last
+    Require(trace->ops.size() == records, "a generated log reads back other operations",
+            absl::StrCat(trace->ops.size(), " of ", records));
+    if (log.spec.shape == GeneratedLog::Shape::kWide) {
+      std::vector<uint64_t> all;
+      for (uint64_t id = 1; id <= log.spec.buffers; ++id) all.push_back(id);
+      const auto launch = std::find_if(trace->ops.begin(), trace->ops.end(),
+                                       [](const TraceOp& op) { return op.launch; });
+      Require(launch != trace->ops.end() && launch->ids == all,
+              "the wide launch does not name each of its buffers once", "");
+    }
+  }
+  // Wide: the launch needs every buffer at once.
+  const uint64_t percent =
+      log.spec.shape == GeneratedLog::Shape::kWide ? 100 : 30 + log.knob % 71;
+  OptimumOptions options;
+  options.cap = trace->working_set / 100 * percent;
+  options.rounds = 1;
+  const absl::StatusOr<OptimumBound> bound = ComputeOptimumBound(*trace, options);
+  if (!bound.ok()) {
+    Require(bound.status().code() == absl::StatusCode::kFailedPrecondition,
+            "the bound failed otherwise than for a cap too small", bound.status().message());
+    return;
+  }
+  std::unique_ptr<EvictionPolicy> belady = MakeBeladyPolicy();
+  ReplayOptions replay;
+  replay.cap = options.cap;
+  replay.policy = belady.get();
+  const absl::StatusOr<ReplayResult> moved = Replay(*trace, replay);
+  if (!moved.ok()) return;  // out of memory: what the bound does not model
+  Require(moved->bytes_moved() >= bound->bytes_moved, "a policy moved less than the bound",
+          absl::StrCat(moved->bytes_moved(), " < ", bound->bytes_moved));
+  if (bound->proven()) {
+    Require(moved->bytes_moved() >= bound->schedule_bytes.moved(),
+            "a policy moved less than the optimum", "");
+  }
 }
 
 }  // namespace
@@ -459,7 +564,23 @@ std::vector<std::string> Seeds() {
 
 }  // namespace
 
+
 const FuzzTarget& Target() {
+#ifdef STENSOR_FUZZ_SCALE
+  // Past the first thousands of operations, a recursion as deep as the log
+  // overflows this stack.
+  static const FuzzTarget* const target = new FuzzTarget{
+      "log_fuzz_scale",
+      // A free and a launch of buffers never allocated, a cut record.
+      ScaleLogSeeds({R"({"type":"free","api":"cuMemFree_v2","id":7})",
+                     R"({"type":"launch","reads":[1,999999],"writes":[]})",
+                     R"({"type":"alloc","id":1,"bytes":)"}),
+      {"\n", "{", "}", "\"reads\":[", "\"type\":\"free\""},
+      512,
+      128 << 10,
+  };
+  return *target;
+#else
   static const FuzzTarget* const target = new FuzzTarget{
       "log_fuzz",
       Seeds(),
@@ -473,6 +594,7 @@ const FuzzTarget& Target() {
       0,
   };
   return *target;
+#endif
 }
 
 }  // namespace fuzz
@@ -480,6 +602,10 @@ const FuzzTarget& Target() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view text(reinterpret_cast<const char*>(data), size);
+#ifdef STENSOR_FUZZ_SCALE
+  stensor::CheckScale(text);
+  return 0;
+#endif
   for (absl::string_view line : absl::StrSplit(text, '\n')) stensor::CheckLine(line);
   stensor::CheckTrace(text, stensor::kDefaultGranularity);
   stensor::CheckTrace(text, 4096);

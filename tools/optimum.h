@@ -19,13 +19,16 @@
 
 #include <cstdint>
 
+#include <vector>
+
 #include "absl/status/statusor.h"
+#include "tools/keep_problem.h"
 #include "tools/trace.h"
 
 namespace stensor {
 
 struct OptimumOptions {
-  uint64_t cap = 0;
+  uint64_t cap = 0;  // unused when given the KeepProblem
   int rounds = 8;  // Lagrangian rounds (each one min-cost flow); more tighten slowly
 };
 
@@ -34,13 +37,24 @@ struct OptimumBound {
   // How the best round's solution splits it (fractional).
   double bytes_out = 0, bytes_in = 0;
   // What the flow solved: gaps (arcs besides the time line), time points,
-  // augmenting paths of the best round, rounds run.
-  int64_t gaps = 0, points = 0, augmentations = 0;
+  // shortest-path phases of all rounds, rounds run.
+  int64_t gaps = 0, points = 0, phases = 0;
   int rounds = 0;
+  // The cheapest of the rounds' solutions that keep every gap whole or not
+  // at all, as a schedule (a keep flag per KeepProblem gap) and what it
+  // moves, counted exactly: one any policy could follow. When it moves no
+  // more than the bound it is an optimum (proven()), and the rounds stop.
+  bool has_schedule = false;
+  std::vector<bool> schedule;
+  ScheduleBytes schedule_bytes;
+  bool proven() const { return has_schedule && schedule_bytes.moved() <= bytes_moved; }
 };
 
 // FailedPrecondition when some operation alone cannot fit under the cap.
 absl::StatusOr<OptimumBound> ComputeOptimumBound(const Trace& trace,
+                                                 const OptimumOptions& options);
+// The same over a problem built already.
+absl::StatusOr<OptimumBound> ComputeOptimumBound(const KeepProblem& problem,
                                                  const OptimumOptions& options);
 
 }  // namespace stensor

@@ -4,10 +4,11 @@
 // then garbage, then evict by the policy), its swap-in rules (no copy for an
 // operation that overwrites the buffer whole, none for a buffer never
 // written under `version`), device-to-host reads served from the host copy
-// — with the library's own EvictionPolicy (Key/Choose from policy/, shared,
-// not copied). Every operation is taken to have completed before the next
-// (the log's order), so nothing waits: the counts are those of the decisions
-// alone.
+// — with the library's own EvictionPolicy (Key/Copies from policy/,
+// shared, not copied), its order kept in an index as the manager keeps it,
+// so an eviction costs O(log n) however many buffers are live. Every
+// operation is taken to have completed before the next (the log's order),
+// so nothing waits: the counts are those of the decisions alone.
 //
 // On top, a time model of the compute stream: each launch computes for
 // `kernel_us` (or its record's `compute_us`); swaps use one copy engine per

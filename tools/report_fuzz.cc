@@ -13,10 +13,14 @@
 // - the page and the plot hold every string from the log escaped: as many
 //   '<' as '>' (each one a tag of the report's own), no '&' that does not
 //   start an entity.
+// Built with STENSOR_FUZZ_SCALE, the input describes a log of scale instead
+// (tools/log_generator.h, ScaleLogFromBytes: long, many buffers live, a
+// launch of up to 263,164 reads), summarised on a 128 KiB stack.
 // A broken check aborts, which libFuzzer and fuzz_main.cc report as a crash.
 //
-// Built by //tools:report_fuzz with core/fuzz_main.cc as a bounded
-// regression test.
+// Built by //tools:report_fuzz (and _scale) with core/fuzz_main.cc as a
+// bounded regression test, and by `scripts/fuzz.sh report` (report_scale)
+// with libFuzzer.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -31,6 +35,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "core/fuzz_target.h"
+#include "tools/log_generator.h"
 #include "tools/report.h"
 #include "tools/run_summary.h"
 
@@ -99,6 +104,26 @@ void CheckSummary(absl::string_view text, const SummaryOptions& options) {
   CheckEscaped(ReportSvg(*s));
 }
 
+// A log of scale (STENSOR_FUZZ_SCALE, tools/log_generator.h): summarised
+// as any other (a long log merges the plot's buckets); unspliced, every
+// launch is counted, the wide one's millions of reads included.
+void CheckScale(absl::string_view data) {
+  const ScaleLog log = ScaleLogFromBytes(data);
+  SummaryOptions options;
+  CheckSummary(log.text, options);
+  if (log.spliced) return;
+  std::istringstream in(log.text);
+  absl::StatusOr<RunSummary> s = SummarizeLog(in, "fuzz.jsonl", options);
+  Require(s.ok(), "a generated log does not summarise", s.status().message());
+  const uint64_t lines = std::count(log.text.begin(), log.text.end(), '\n');
+  Require(s->launches > 0 && s->launches < lines && s->ended, "launches miscounted",
+          absl::StrCat(s->launches));
+  if (log.spec.shape == GeneratedLog::Shape::kWide) {
+    Require(s->launches == 1 && s->kernels.size() == 1, "the wide launch miscounted",
+            absl::StrCat(s->launches));
+  }
+}
+
 constexpr char kHeader[] =
     R"({"type":"header","format":1,"pid":9,"devices":[{"ordinal":0,"name":"fake <0> & co","total_bytes":1073741824}],"config":{"STENSOR_MEMORY_LIMIT":"0=4MiB","STENSOR_POLICY":"belady","STENSOR_PREFETCH":true}})";
 
@@ -135,11 +160,22 @@ std::vector<std::string> Seeds() {
   return seeds;
 }
 
+
 }  // namespace
 
 namespace fuzz {
 
 const FuzzTarget& Target() {
+#ifdef STENSOR_FUZZ_SCALE
+  static const FuzzTarget* const target = new FuzzTarget{
+      "report_fuzz_scale",
+      ScaleLogSeeds({R"({"type":"swap_out","id":2,"bytes":4096})"}),
+      {"\n", "{", "}", "\"reads\":[", "\"id\":"},
+      512,
+      128 << 10,
+  };
+  return *target;
+#else
   static const FuzzTarget* const target = new FuzzTarget{
       "report_fuzz",
       Seeds(),
@@ -181,6 +217,7 @@ const FuzzTarget& Target() {
       0,
   };
   return *target;
+#endif
 }
 
 }  // namespace fuzz
@@ -188,6 +225,10 @@ const FuzzTarget& Target() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view text(reinterpret_cast<const char*>(data), size);
+#ifdef STENSOR_FUZZ_SCALE
+  stensor::CheckScale(text);
+  return 0;
+#endif
   for (int top : {1, 10}) {
     for (bool partial : {false, true}) {
       stensor::SummaryOptions options;

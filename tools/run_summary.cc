@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -120,23 +121,28 @@ class Reader {
   Reader(std::string log, const SummaryOptions& options)
       : granularity_(options.granularity), top_(options.top) {
     report_.log = std::move(log);
+    reads_visitor_ = [this](absl::string_view member, const Json& id) {
+      if (member != "reads" || !id.is_number_unsigned()) return;
+      auto it = live_.find(id.get<uint64_t>());
+      if (it != live_.end() && it->second.first_kernel < 0) launch_reads_.insert(it->first);
+    };
   }
 
   absl::Status Line(absl::string_view text, uint64_t line) {
     report_.lines = line;
-    Json r;
-    if (NestsTooDeep(text)) {
+    launch_reads_.clear();
+    LogLine<Json> parsed = ParseLogLine<Json>(text, reads_visitor_);
+    if (!parsed.ok()) {
       if (line == 1) return NotALog(line);
-      return Error(line, absl::StrCat("not an access-log record (nested deeper than ",
-                                      kMaxLogJsonDepth, " levels)"));
-    }
-    try {
-      r = Json::parse(text.begin(), text.end());
-    } catch (const Json::exception& e) {  // a syntax error, a number out of range
-      if (line == 1) return NotALog(line);
+      if (parsed.error->kind == LogJsonError::Kind::kTooDeep) {
+        return Error(line, absl::StrCat("not an access-log record (nested deeper than ",
+                                        kMaxLogJsonDepth, " levels)"));
+      }
+      // A syntax error, a number out of range.
       return Error(line, absl::StrCat("not a JSON record (a truncated or corrupt log): ",
-                                      Explain(e.what())));
+                                      Explain(parsed.error->what)));
     }
+    Json& r = parsed.record;
     if (!r.is_object() || !r.contains("type") || !r["type"].is_string()) {
       if (line == 1) return NotALog(line);
       return Error(line, "not an access-log record (no \"type\")");
@@ -461,15 +467,7 @@ class Reader {
     pending_waits_ = 0;
     pending_wait_ = 0;
     ++report_.launches;
-    if (auto reads = r.find("reads"); reads != r.end() && reads->is_array()) {
-      for (const Json& id : *reads) {
-        if (!id.is_number_unsigned()) continue;
-        auto it = live_.find(id.get<uint64_t>());
-        if (it != live_.end() && it->second.first_kernel < 0) {
-          it->second.first_kernel = index;
-        }
-      }
-    }
+    for (uint64_t id : launch_reads_) live_.at(id).first_kernel = index;
     ++report_.operations;
     return absl::OkStatus();
   }
@@ -495,6 +493,10 @@ class Reader {
   absl::flat_hash_map<std::string, BufferSummary> untracked_;  // id 0, by address
   std::vector<BufferSummary> freed_;  // buffers that moved bytes, trimmed to the top now and then
   absl::flat_hash_map<std::string, int> kernel_index_;  // into report_.kernels
+  // Live buffers in the line's `reads` never launched with yet, taken as
+  // the line is parsed (a launch may list millions of ids: log_json.h).
+  absl::flat_hash_set<uint64_t> launch_reads_;
+  LogArrayVisitor<Json> reads_visitor_;
   double pending_wait_ = 0;  // swap_wait seconds not yet followed by a launch
   uint64_t pending_waits_ = 0;
 };

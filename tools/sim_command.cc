@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "tools/exact_optimum.h"
+#include "tools/keep_problem.h"
 #include "tools/optimum.h"
 
 namespace stensor {
@@ -244,10 +245,40 @@ void PrintExact(const std::optional<absl::StatusOr<ExactOptimum>>& exact, std::o
   const ExactOptimum& e = **exact;
   out << absl::StrFormat(
       "exact: %s %u bytes (%.1f MiB: %.1f device->host, %.1f host->device) in whole buffers "
-      "(0-1 program, GLPK); %d of %d gaps kept, %d rows\n",
+      "(%s); %d of %d gaps kept\n",
       e.proven ? "the optimum moves" : "not proven within the time limit; a schedule moving",
-      e.bytes_moved, MiB(e.bytes_moved), MiB(e.bytes_out), MiB(e.bytes_in), e.kept_gaps, e.gaps,
-      e.rows);
+      e.bytes_moved, MiB(e.bytes_moved), MiB(e.bytes_out), MiB(e.bytes_in),
+      e.by_bound ? "the LP bound's own schedule, which moves the bound"
+                 : absl::StrFormat("0-1 program, GLPK, %d rows", e.rows),
+      e.kept_gaps, e.gaps);
+}
+
+// The offline optimum: the LP bound and, when asked for, the exact one,
+// over one KeepProblem, freed before the replays.
+struct Optima {
+  absl::StatusOr<OptimumBound> bound = absl::UnknownError("not computed");
+  std::optional<absl::StatusOr<ExactOptimum>> exact;
+};
+
+Optima ComputeOptima(const Trace& trace, const SimFlags& flags, uint64_t cap) {
+  Optima optima;
+  absl::StatusOr<KeepProblem> problem = BuildKeepProblem(trace, cap);
+  if (!problem.ok()) {
+    optima.bound = problem.status();
+    return optima;
+  }
+  OptimumOptions optimum_options;
+  optimum_options.cap = cap;
+  optimum_options.rounds = flags.rounds;
+  optima.bound = ComputeOptimumBound(*problem, optimum_options);
+  if (flags.exact_seconds > 0 && optima.bound.ok()) {
+    ExactOptions exact_options;
+    exact_options.cap = cap;
+    exact_options.time_limit_ms = flags.exact_seconds * 1000;
+    exact_options.bound = &*optima.bound;
+    optima.exact = ComputeExactOptimum(*problem, exact_options);
+  }
+  return optima;
 }
 
 }  // namespace
@@ -284,17 +315,9 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
                          trace->working_set ? 100.0 * *cap / trace->working_set : 0.0);
   out << absl::StrFormat("time model          %.3g GB/s each direction, %.3g us per launch\n",
                          flags->bandwidth_gbps, flags->kernel_us);
-  OptimumOptions optimum_options;
-  optimum_options.cap = *cap;
-  optimum_options.rounds = flags->rounds;
-  absl::StatusOr<OptimumBound> optimum = ComputeOptimumBound(*trace, optimum_options);
-  std::optional<absl::StatusOr<ExactOptimum>> exact;
-  if (flags->exact_seconds > 0 && optimum.ok()) {
-    ExactOptions exact_options;
-    exact_options.cap = *cap;
-    exact_options.time_limit_ms = flags->exact_seconds * 1000;
-    exact = ComputeExactOptimum(*trace, exact_options);
-  }
+  Optima optima = ComputeOptima(*trace, *flags, *cap);
+  const absl::StatusOr<OptimumBound>& optimum = optima.bound;
+  const std::optional<absl::StatusOr<ExactOptimum>>& exact = optima.exact;
   // Ratios are to the exact optimum when it was proven, else to the bound.
   const bool exact_proven = exact && exact->ok() && (*exact)->proven;
   const uint64_t reference = exact_proven ? (*exact)->bytes_moved

@@ -4,97 +4,201 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
-#include <sstream>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "tools/json_reader.h"
+#include "nlohmann/json.hpp"
+#include "tools/log_json.h"
 
 namespace stensor {
 namespace {
 
+using Json = nlohmann::ordered_json;
 
 // Ids for untracked allocations, far above any the library assigns; a log
 // naming one is rejected, so they never meet the log's own.
 constexpr uint64_t kUntrackedBase = uint64_t{1} << 62;
 
+const Json* Find(const Json& r, absl::string_view key) {
+  if (!r.is_object()) return nullptr;
+  auto it = r.find(std::string(key));
+  return it == r.end() ? nullptr : &*it;
+}
+
+absl::string_view StringOr(const Json& r, absl::string_view key, absl::string_view fallback) {
+  const Json* v = Find(r, key);
+  return v != nullptr && v->is_string() ? absl::string_view(v->get_ref<const std::string&>())
+                                        : fallback;
+}
+
+// Exact: unsigned integers never pass through a double.
+std::optional<uint64_t> Uint(const Json& r, absl::string_view key) {
+  const Json* v = Find(r, key);
+  if (v == nullptr || !v->is_number_unsigned()) return std::nullopt;
+  return v->get<uint64_t>();
+}
+
+bool BoolOr(const Json& r, absl::string_view key, bool fallback) {
+  const Json* v = Find(r, key);
+  return v != nullptr && v->is_boolean() ? v->get<bool>() : fallback;
+}
+
+std::optional<double> Number(const Json& r, absl::string_view key) {
+  const Json* v = Find(r, key);
+  if (v == nullptr || !v->is_number()) return std::nullopt;
+  return v->get<double>();
+}
+
 // The iteration detector's key of an operation: a hash of what stays the
 // same from one training step to the next. Never 0 (0 means "not observed").
-uint64_t OpKey(const JsonValue& r, absl::string_view type) {
+uint64_t OpKey(const Json& r, absl::string_view type) {
   std::string text(type);
   for (absl::string_view field : {"kernel", "kind", "api", "graph"}) {
-    absl::StrAppend(&text, "|", r.StringOr(field, ""));
+    absl::StrAppend(&text, "|", StringOr(r, field, ""));
   }
-  absl::StrAppend(&text, "|", r.Uint("bytes").value_or(0));
+  absl::StrAppend(&text, "|", Uint(r, "bytes").value_or(0));
   for (absl::string_view field : {"grid", "block"}) {
-    if (const JsonValue* dims = r.Find(field); dims != nullptr) {
-      for (const JsonValue& d : dims->array) absl::StrAppend(&text, ",", d.uint.value_or(0));
+    if (const Json* dims = Find(r, field); dims != nullptr && dims->is_array()) {
+      for (const Json& d : *dims) {
+        absl::StrAppend(&text, ",", d.is_number_unsigned() ? d.get<uint64_t>() : 0);
+      }
     }
   }
   const uint64_t h = std::hash<std::string>()(text);
   return h == 0 ? 1 : h;
 }
 
-std::optional<uint64_t> HexAddress(const JsonValue& record, absl::string_view key) {
-  absl::string_view text = record.StringOr(key, "");
+std::optional<uint64_t> HexAddress(const Json& record, absl::string_view key) {
+  absl::string_view text = StringOr(record, key, "");
   if (text.substr(0, 2) != "0x") return std::nullopt;
   uint64_t value = 0;
   if (!absl::SimpleHexAtoi(text.substr(2), &value)) return std::nullopt;
   return value;
 }
 
-absl::Status Ids(const JsonValue& record, absl::string_view key, size_t line,
-                 std::vector<uint64_t>* out) {
-  const JsonValue* list = record.Find(key);
-  if (list == nullptr) return absl::OkStatus();
-  if (list->kind != JsonValue::Kind::kArray) {
-    return absl::InvalidArgumentError(absl::StrCat("line ", line, ": '", key, "' is not a list"));
+// One of a record's id lists (`reads`, `writes`), taken element by element
+// as the line is parsed (tools/log_json.h), so a launch listing millions of
+// ids costs its distinct live ones, not a DOM of all: in text order, zeros
+// and repeats dropped, with the first element that is no buffer id and the
+// first id that is not live. Past that id nothing more is kept: the record
+// is an error wherever the list is used.
+class IdList {
+ public:
+  explicit IdList(absl::string_view key) : key_(key) {}
+
+  void Clear() {
+    ids_.clear();
+    seen_.clear();
+    bad_.reset();
+    not_live_.reset();
   }
-  for (const JsonValue& v : list->array) {
-    if (v.kind != JsonValue::Kind::kNumber || !v.uint) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("line ", line, ": '", key, "' holds something other than buffer ids"));
+
+  // `live` tells whether an id names a live buffer.
+  template <typename Live>
+  void Add(const Json& v, const Live& live) {
+    if (bad_) return;
+    if (!v.is_number_unsigned()) {
+      bad_ = absl::StrCat("'", key_, "' holds something other than buffer ids");
+      return;
     }
-    if (*v.uint >= kUntrackedBase) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "line ", line, ": buffer id ", *v.uint, " is out of range (2^62 or more)"));
+    const uint64_t id = v.get<uint64_t>();
+    if (id >= kUntrackedBase) {
+      bad_ = absl::StrCat("buffer id ", id, " is out of range (2^62 or more)");
+      return;
     }
-    if (*v.uint != 0 && std::find(out->begin(), out->end(), *v.uint) == out->end()) {
-      out->push_back(*v.uint);
+    if (id == 0 || not_live_ || Contains(id)) return;
+    if (!live(id)) {
+      not_live_ = id;
+      return;
+    }
+    Insert(id);
+  }
+
+  // A live id not in the list yet.
+  void Insert(uint64_t id) {
+    ids_.push_back(id);
+    if (!seen_.empty()) {
+      seen_.insert(id);
+    } else if (ids_.size() > kLinear) {
+      seen_.insert(ids_.begin(), ids_.end());
     }
   }
-  return absl::OkStatus();
-}
+
+  bool Contains(uint64_t id) const {
+    if (!seen_.empty()) return seen_.contains(id);
+    return std::find(ids_.begin(), ids_.end(), id) != ids_.end();
+  }
+
+  // What makes the list unusable, as a message naming the line.
+  absl::Status Check(size_t line) const {
+    if (!bad_) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("line ", line, ": ", *bad_));
+  }
+  absl::Status Live(size_t line) const {
+    if (!not_live_) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("line ", line, ": buffer ", *not_live_, " is not live"));
+  }
+
+  absl::string_view key() const { return key_; }
+  const std::vector<uint64_t>& ids() const { return ids_; }
+  std::vector<uint64_t> Take() { return std::move(ids_); }
+
+ private:
+  // Lists up to this long are searched; longer ones get a set.
+  static constexpr size_t kLinear = 16;
+  const std::string key_;
+  std::vector<uint64_t> ids_;
+  absl::flat_hash_set<uint64_t> seen_;
+  std::optional<std::string> bad_;
+  std::optional<uint64_t> not_live_;
+};
 
 class Reader {
  public:
-  explicit Reader(uint64_t granularity) { trace_.granularity = granularity; }
+  explicit Reader(uint64_t granularity) {
+    trace_.granularity = granularity;
+    visitor_ = [this](absl::string_view member, const Json& element) {
+      auto live = [this](uint64_t id) { return Live(id); };
+      if (member == "reads") {
+        reads_.Add(element, live);
+      } else if (member == "writes") {
+        writes_.Add(element, live);
+      }
+    };
+  }
 
   absl::Status Line(absl::string_view text, size_t line) {
     if (text.find_first_not_of(" \t\r") == absl::string_view::npos) return absl::OkStatus();
-    absl::StatusOr<JsonValue> parsed = ParseJson(text);
+    reads_.Clear();
+    writes_.Clear();
+    LogLine<Json> parsed = ParseLogLine<Json>(text, visitor_);
     if (!parsed.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("line ", line, ": ", parsed.status().message()));
+          absl::StrCat("line ", line, ": ", parsed.error->ToStatus().message()));
     }
-    const JsonValue& r = *parsed;
-    absl::string_view type = r.StringOr("type", "");
+    const Json& r = parsed.record;
+    absl::string_view type = StringOr(r, "type", "");
     if (type.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("line ", line, ": record without a type"));
     }
     if (type == "header") return Header(r, line);
     // Work pushed into a capturing stream ran later, as graph nodes.
-    if (r.BoolOr("captured", false)) return absl::OkStatus();
+    if (BoolOr(r, "captured", false)) return absl::OkStatus();
     if (type == "alloc") return Alloc(r, line);
     if (type == "free") return Free(r, line);
     if (type == "launch") return Launch(r, line);
     if (type == "memcpy") return Memcpy(r, line);
     if (type == "memset") return Memset(r, line);
     // A graph whose nodes were read: one operation touching what they touch.
-    if (type == "graph_launch" && r.BoolOr("inferred", false)) return Launch(r, line);
+    if (type == "graph_launch" && BoolOr(r, "inferred", false)) return Launch(r, line);
     if (type == "graph_launch") {
       TraceOp op;
       op.key = OpKey(r, type);
@@ -109,14 +213,14 @@ class Reader {
     LoggedSwaps& l = trace_.logged;
     if (type == "swap_out") {
       ++l.swap_outs;
-      l.bytes_out += r.Uint("bytes").value_or(0);
+      l.bytes_out += Uint(r, "bytes").value_or(0);
     } else if (type == "drop_clean") {
       ++l.clean_drops;
     } else if (type == "drop_unwritten") {
       ++l.never_written_drops;
-    } else if (type == "swap_in" && r.BoolOr("copy", false)) {
+    } else if (type == "swap_in" && BoolOr(r, "copy", false)) {
       ++l.swap_ins_copied;
-      l.bytes_in += r.Uint("bytes").value_or(0);
+      l.bytes_in += Uint(r, "bytes").value_or(0);
     }
     return absl::OkStatus();  // sync, host allocations, waits: nothing to replay
   }
@@ -124,21 +228,21 @@ class Reader {
   Trace Finish() && { return std::move(trace_); }
 
  private:
-  absl::Status Header(const JsonValue& r, size_t line) {
-    if (std::optional<uint64_t> format = r.Uint("format"); format && *format != 1) {
+  absl::Status Header(const Json& r, size_t line) {
+    if (std::optional<uint64_t> format = Uint(r, "format"); format && *format != 1) {
       return absl::InvalidArgumentError(absl::StrCat(
           "line ", line, ": access log format ", *format, " is not supported (only 1)"));
     }
-    if (const JsonValue* config = r.Find("config")) {
-      trace_.logged_policy = std::string(config->StringOr("STENSOR_POLICY", ""));
-      trace_.logged_limit = std::string(config->StringOr("STENSOR_MEMORY_LIMIT", ""));
+    if (const Json* config = Find(r, "config")) {
+      trace_.logged_policy = std::string(StringOr(*config, "STENSOR_POLICY", ""));
+      trace_.logged_limit = std::string(StringOr(*config, "STENSOR_MEMORY_LIMIT", ""));
     }
     return absl::OkStatus();
   }
 
-  absl::Status Alloc(const JsonValue& r, size_t line) {
-    std::optional<uint64_t> id = r.Uint("id");
-    std::optional<uint64_t> bytes = r.Uint("bytes");
+  absl::Status Alloc(const Json& r, size_t line) {
+    std::optional<uint64_t> id = Uint(r, "id");
+    std::optional<uint64_t> bytes = Uint(r, "bytes");
     if (!id || !bytes) {
       return absl::InvalidArgumentError(absl::StrCat("line ", line, ": alloc without id or bytes"));
     }
@@ -149,8 +253,8 @@ class Reader {
       return absl::InvalidArgumentError(
           absl::StrCat("line ", line, ": alloc of ", *bytes, " bytes (more than 2^60)"));
     }
-    absl::string_view kind = r.StringOr("kind", "device");
-    absl::string_view api = r.StringOr("api", "");
+    absl::string_view kind = StringOr(r, "kind", "device");
+    absl::string_view api = StringOr(r, "api", "");
     TraceBuffer b;
     b.id = *id;
     b.addr = HexAddress(r, "addr").value_or(0);
@@ -181,8 +285,8 @@ class Reader {
     return absl::OkStatus();
   }
 
-  absl::Status Free(const JsonValue& r, size_t line) {
-    std::optional<uint64_t> id = r.Uint("id");
+  absl::Status Free(const Json& r, size_t line) {
+    std::optional<uint64_t> id = Uint(r, "id");
     if (!id || *id == 0) return absl::OkStatus();  // untracked: charge kept (unknown which)
     if (absl::Status s = CheckId(*id, line); !s.ok()) return s;
     auto it = trace_.buffers.find(*id);
@@ -194,7 +298,7 @@ class Reader {
       return absl::InvalidArgumentError(absl::StrCat("line ", line, ": buffer ", *id,
                                                      " freed twice"));
     }
-    freed_[*id] = true;
+    freed_.insert(*id);
     live_ -= it->second.charge;
     TraceOp op;
     op.kind = TraceOp::Kind::kFree;
@@ -204,31 +308,37 @@ class Reader {
     return absl::OkStatus();
   }
 
-  absl::Status Known(const std::vector<uint64_t>& ids, size_t line) const {
-    for (uint64_t id : ids) {
-      if (trace_.buffers.count(id) == 0 || freed_.count(id) != 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("line ", line, ": buffer ", id, " is not live"));
-      }
+  bool Live(uint64_t id) const { return trace_.buffers.contains(id) && !freed_.contains(id); }
+
+  // The record's list as read (IdList): an error when its member is
+  // there but no list, or holds something other than ids.
+  absl::Status ListOk(const Json& r, const IdList& list, size_t line) const {
+    if (const Json* v = Find(r, list.key()); v != nullptr && !v->is_array()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", line, ": '", list.key(), "' is not a list"));
     }
-    return absl::OkStatus();
+    return list.Check(line);
   }
 
-  absl::Status Launch(const JsonValue& r, size_t line) {
+  absl::Status Launch(const Json& r, size_t line) {
+    if (absl::Status s = ListOk(r, reads_, line); !s.ok()) return s;
+    if (absl::Status s = ListOk(r, writes_, line); !s.ok()) return s;
+    // Reads first, as the manager prepares them.
+    if (absl::Status s = reads_.Live(line); !s.ok()) return s;
+    if (absl::Status s = writes_.Live(line); !s.ok()) return s;
     TraceOp op;
     op.launch = true;
     op.line = line;
     op.key = OpKey(r, "launch");
-    op.compute_us = r.Number("compute_us");
-    if (absl::Status s = Ids(r, "reads", line, &op.ids); !s.ok()) return s;
-    if (absl::Status s = Ids(r, "writes", line, &op.writes); !s.ok()) return s;
+    op.compute_us = Number(r, "compute_us");
+    op.writes = writes_.ids();
     // Every written buffer was prepared too (the log lists it in reads).
     for (uint64_t id : op.writes) {
-      if (std::find(op.ids.begin(), op.ids.end(), id) == op.ids.end()) op.ids.push_back(id);
+      if (!reads_.Contains(id)) reads_.Insert(id);
     }
-    if (absl::Status s = Known(op.ids, line); !s.ok()) return s;
+    op.ids = reads_.Take();
     ++trace_.launches;
-    if (!r.BoolOr("inferred", true) || r.BoolOr("unknown_tables", false)) {
+    if (!BoolOr(r, "inferred", true) || BoolOr(r, "unknown_tables", false)) {
       op.kind = TraceOp::Kind::kUnknown;
       ++trace_.unknown_launches;
     }
@@ -243,24 +353,25 @@ class Reader {
            bytes == it->second.bytes;
   }
 
-  absl::Status Memcpy(const JsonValue& r, size_t line) {
-    std::vector<uint64_t> reads, writes;
-    if (absl::Status s = Ids(r, "reads", line, &reads); !s.ok()) return s;
-    if (absl::Status s = Ids(r, "writes", line, &writes); !s.ok()) return s;
-    if (absl::Status s = Known(reads, line); !s.ok()) return s;
-    if (absl::Status s = Known(writes, line); !s.ok()) return s;
-    absl::string_view api = r.StringOr("api", "");
+  absl::Status Memcpy(const Json& r, size_t line) {
+    if (absl::Status s = ListOk(r, reads_, line); !s.ok()) return s;
+    if (absl::Status s = ListOk(r, writes_, line); !s.ok()) return s;
+    if (absl::Status s = reads_.Live(line); !s.ok()) return s;
+    if (absl::Status s = writes_.Live(line); !s.ok()) return s;
+    const std::vector<uint64_t>& reads = reads_.ids();
+    const std::vector<uint64_t>& writes = writes_.ids();
+    absl::string_view api = StringOr(r, "api", "");
     // 2D/3D copies are rows of a region: never "whole", never served.
     const bool linear = api.find("2D") == absl::string_view::npos &&
                         api.find("3D") == absl::string_view::npos;
-    const uint64_t bytes = r.Uint("bytes").value_or(0);
+    const uint64_t bytes = Uint(r, "bytes").value_or(0);
     TraceOp op;
     op.line = line;
     op.key = OpKey(r, "memcpy");
     const uint64_t dst = writes.empty() ? 0 : writes[0];
     const uint64_t src = reads.empty() ? 0 : reads[0];
-    if (linear && r.StringOr("kind", "") == "DtoH" && !r.BoolOr("async", true) && src != 0 &&
-        dst == 0 && trace_.buffers[src].swappable) {
+    if (linear && StringOr(r, "kind", "") == "DtoH" && !BoolOr(r, "async", true) && src != 0 &&
+        dst == 0 && trace_.buffers.at(src).swappable) {
       op.kind = TraceOp::Kind::kHostRead;
       op.buffer = src;
       op.ids = {src};
@@ -278,21 +389,21 @@ class Reader {
     return absl::OkStatus();
   }
 
-  absl::Status Memset(const JsonValue& r, size_t line) {
-    std::vector<uint64_t> writes;
-    if (absl::Status s = Ids(r, "writes", line, &writes); !s.ok()) return s;
-    if (absl::Status s = Known(writes, line); !s.ok()) return s;
-    absl::string_view api = r.StringOr("api", "");
+  absl::Status Memset(const Json& r, size_t line) {
+    if (absl::Status s = ListOk(r, writes_, line); !s.ok()) return s;
+    if (absl::Status s = writes_.Live(line); !s.ok()) return s;
+    std::vector<uint64_t> writes = writes_.Take();
+    absl::string_view api = StringOr(r, "api", "");
     const bool linear = api.find("2D") == absl::string_view::npos;
     TraceOp op;
     op.line = line;
     op.key = OpKey(r, "memset");
-    op.ids = writes;
-    op.writes = writes;
     if (linear && !writes.empty() &&
-        Whole(writes[0], HexAddress(r, "dst"), r.Uint("bytes").value_or(0))) {
+        Whole(writes[0], HexAddress(r, "dst"), Uint(r, "bytes").value_or(0))) {
       op.overwritten.push_back(writes[0]);
     }
+    op.ids = writes;
+    op.writes = std::move(writes);
     trace_.ops.push_back(std::move(op));
     return absl::OkStatus();
   }
@@ -309,16 +420,30 @@ class Reader {
   Trace trace_;
   uint64_t live_ = 0;
   uint64_t untracked_ = 0;
-  absl::flat_hash_map<uint64_t, bool> freed_;
+  absl::flat_hash_set<uint64_t> freed_;
+  IdList reads_{"reads"}, writes_{"writes"};  // of the line being read
+  LogArrayVisitor<Json> visitor_;
 };
+
+// At most 1 TiB, so rounding a size up to it cannot wrap.
+absl::Status CheckGranularity(uint64_t granularity) {
+  if (granularity > 0 && granularity <= (uint64_t{1} << 40)) return absl::OkStatus();
+  return absl::InvalidArgumentError("granularity must be positive and at most 1 TiB");
+}
 
 }  // namespace
 
+WriteSet::WriteSet(const TraceOp& op) : writes_(op.writes) {
+  if (writes_.size() > kScanned) set_.insert(writes_.begin(), writes_.end());
+}
+
+bool WriteSet::Contains(uint64_t id) const {
+  if (writes_.size() > kScanned) return set_.contains(id);
+  return std::find(writes_.begin(), writes_.end(), id) != writes_.end();
+}
+
 absl::StatusOr<Trace> ParseTrace(absl::string_view text, uint64_t granularity) {
-  // At most 1 TiB, so rounding a size up to it cannot wrap.
-  if (granularity == 0 || granularity > (uint64_t{1} << 40)) {
-    return absl::InvalidArgumentError("granularity must be positive and at most 1 TiB");
-  }
+  if (absl::Status s = CheckGranularity(granularity); !s.ok()) return s;
   Reader reader(granularity);
   size_t line = 0;
   for (absl::string_view l : absl::StrSplit(text, '\n')) {
@@ -329,16 +454,21 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view text, uint64_t granularity) {
 }
 
 absl::StatusOr<Trace> ReadTrace(const std::string& path, uint64_t granularity) {
+  if (absl::Status s = CheckGranularity(granularity); !s.ok()) return s;
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open access log ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read access log ", path));
-  absl::StatusOr<Trace> trace = ParseTrace(text.str(), granularity);
-  if (!trace.ok()) {
-    return absl::Status(trace.status().code(), absl::StrCat(path, ": ", trace.status().message()));
+  // Line by line: a log is held as its operations, never as its text.
+  Reader reader(granularity);
+  std::string text;
+  size_t line = 0;
+  while (std::getline(in, text)) {
+    ++line;
+    if (absl::Status s = reader.Line(text, line); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+    }
   }
-  return trace;
+  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read access log ", path));
+  return std::move(reader).Finish();
 }
 
 }  // namespace stensor

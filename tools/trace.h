@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "tools/charge.h"
 
@@ -58,6 +59,20 @@ struct TraceOp {
   uint64_t key = 0;
   std::optional<double> compute_us;  // the record's own compute time, if any
   size_t line = 0;  // in the log, for messages
+};
+
+// Which buffers an operation writes, asked id by id: a scan of `writes` when
+// it is short, a set when it is long, so a launch writing thousands of
+// buffers costs no more a question than one writing two.
+class WriteSet {
+ public:
+  explicit WriteSet(const TraceOp& op);
+  bool Contains(uint64_t id) const;
+
+ private:
+  static constexpr size_t kScanned = 16;
+  const std::vector<uint64_t>& writes_;
+  absl::flat_hash_set<uint64_t> set_;  // when writes_ is longer than kScanned
 };
 
 // What the library itself did, from its swap records (a log taken under a cap).
