@@ -29,6 +29,10 @@
 
 namespace stensor {
 
+// Pins this thread's operations hold (Prepare to Finish), in any manager:
+// what MakeRoom need not wait for.
+thread_local int t_operation_pins = 0;
+
 using memory_manager_internal::AlignUp;
 using memory_manager_internal::kNoConsumer;
 using memory_manager_internal::kSmallUnit;
@@ -456,6 +460,7 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
   ++round_;  // buffers that failed to go before may go now
   if (!unreleased_.empty() || !stuck_.empty()) RetryReleases();
   CUresult error = CUDA_SUCCESS;
+  absl::Duration waited_for_pins;
   for (;;) {
     ReapOldMappings(dev, /*wait=*/false);
     // Written so that no sum can wrap, whatever `need` is. With
@@ -507,9 +512,34 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
     // Nothing was left to evict, or what was left could not be evicted
     // because the driver failed: then that is the error to see.
     if (error != CUDA_SUCCESS) return error;
+    // What other threads' operations hold while they are prepared or
+    // submitted becomes evictable when they finish: wait for that rather
+    // than refuse work the cap could hold one operation at a time. Bounded,
+    // since two threads holding pins could each wait for the other.
+    if (!no_block_ && OthersPin(dev) && WaitForUnpin(&waited_for_pins)) continue;
     LogOom(dev, need);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+}
+
+bool MemoryManager::OthersPin(const Device& dev) const {
+  int pins = 0;
+  for (const auto& [id, b] : buffers_) {
+    if (b->device == dev.ordinal) pins += b->pins;
+  }
+  return pins > t_operation_pins;
+}
+
+bool MemoryManager::WaitForUnpin(absl::Duration* waited) {
+  constexpr absl::Duration kMostWait = absl::Seconds(2);
+  if (*waited >= kMostWait) return false;
+  const uint64_t seen = unpins_;
+  const absl::Time start = absl::Now();
+  auto unpinned = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return unpins_ != seen; };
+  mu_.AwaitWithTimeout(absl::Condition(&unpinned), absl::Milliseconds(5));
+  *waited += absl::Now() - start;
+  ++round_;  // buffers that failed to go may go now
+  return true;
 }
 
 bool MemoryManager::Droppable(const Buffer& b) const {
@@ -1077,6 +1107,7 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> ids,
     Buffer* b = ById(id);
     if (b == nullptr || b->garbage) continue;
     ++b->pins;  // none of the operation's buffers may be evicted for another
+    ++t_operation_pins;
     pinned.push_back(b);
   }
   for (Buffer* b : pinned) {
@@ -1103,6 +1134,8 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> ids,
     if (r != CUDA_SUCCESS) {
       for (Buffer* p : pinned) {
         --p->pins;
+        --t_operation_pins;
+        ++unpins_;
         if (p->pending_overwrite) {  // the overwrite will not happen
           p->pending_overwrite = false;
           RestoreFromHost(DeviceState(p->device), *p);
@@ -1122,6 +1155,8 @@ void MemoryManager::Finish(absl::Span<const uint64_t> ids,
     Buffer* b = ById(id);
     if (b == nullptr || b->pins == 0) continue;
     --b->pins;
+    if (t_operation_pins > 0) --t_operation_pins;
+    ++unpins_;
     if (b->pending_overwrite) {
       b->pending_overwrite = false;
       // The overwrite did not happen: the device memory holds nothing yet,

@@ -453,13 +453,20 @@ class MemoryManager {
 
   // --- The decisions (memory_manager.cc).
   // S401-S405: frees device memory until `need` more bytes fit under the
-  // cap on `dev`. Buffers with pins > 0 are never chosen. When no room can
-  // be made, CUDA_ERROR_OUT_OF_MEMORY, or the driver error that kept the
-  // last candidate from being evicted.
+  // cap on `dev`. Buffers with pins > 0 are never chosen; while other
+  // threads' operations hold some, it waits (up to 2 s in all) for them to
+  // finish before giving up. When no room can be made,
+  // CUDA_ERROR_OUT_OF_MEMORY, or the driver error that kept the last
+  // candidate from being evicted.
   // With `pool_counts`, pooled chunks are room too (the caller takes them;
   // they are charged already), and none is released to make room.
   CUresult MakeRoom(Device& dev, uint64_t need, bool pool_counts = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether operations of other threads hold pins on `dev`'s buffers.
+  bool OthersPin(const Device& dev) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits (releasing the lock) until a pin is dropped, a few milliseconds
+  // at most; false once `*waited` reached the bound.
+  bool WaitForUnpin(absl::Duration* waited) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The steps of MakeRoom. Each returns true when it made progress (or
   // waited without the lock, so the caller must look again); a candidate
   // that could not be evicted is skipped for the rest of the round and its
@@ -713,6 +720,9 @@ class MemoryManager {
   // Set while a Prefetch or EvictAsync runs: every host wait answers
   // CUDA_ERROR_NOT_READY instead of waiting.
   bool no_block_ ABSL_GUARDED_BY(mu_) = false;
+  // Pins dropped by operations that finished (or failed to prepare): what
+  // an allocation that found everything pinned waits to change.
+  uint64_t unpins_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<IterationPlanner> planner_ ABSL_GUARDED_BY(mu_);
   bool planner_made_ ABSL_GUARDED_BY(mu_) = false;
   // Set while MakeRoom may take buffers fetched ahead of their use.

@@ -1179,6 +1179,34 @@ TEST_F(MemoryManagerTest, S404CompletedGarbageIsReleasedWithoutWaiting) {
 // Buffers between Prepare and Finish are never evicted, even when least
 // recently used; when only pinned buffers remain, Allocate fails with
 // CUDA_ERROR_OUT_OF_MEMORY and logs an oom record.
+// Another thread's operation holds every buffer while it is prepared and
+// submitted: an allocation waits for it to finish, then evicts, instead of
+// refusing what fits once that operation is done. (Pins of the allocating
+// thread's own operation are never waited for: the test above.)
+TEST_F(MemoryManagerTest, AllocationWaitsForAnotherThreadsOperation) {
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c;
+  FillThree(*mm, &a, &b, &c);
+  Ids pin_all = {1, 2, 3};
+  std::atomic<bool> pinned{false};
+  std::thread op([&] {
+    ASSERT_EQ(cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
+    ASSERT_EQ(mm->Prepare(pin_all, {}, nullptr), CUDA_SUCCESS);
+    pinned = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    mm->Finish(pin_all, {}, nullptr, /*submitted=*/true);
+  });
+  while (!pinned) std::this_thread::yield();
+  CUdeviceptr d = 0;
+  EXPECT_EQ(mm->Allocate(kGranule, &d, kUntracked), CUDA_SUCCESS);
+  op.join();
+  EXPECT_EQ(mm->stats().ooms, 0u);
+  EXPECT_GE(mm->stats().swap_outs_copied, 1u);
+  if (d != 0) EXPECT_CU(mm->Free(d));
+  Settle();
+}
+
 TEST_F(MemoryManagerTest, PinnedBuffersAreNeverEvictedOomWhenNothingIsLeft) {
   auto mm = Make("6MiB");
   ASSERT_NE(mm, nullptr);
