@@ -516,17 +516,20 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
     // submitted becomes evictable when they finish: wait for that rather
     // than refuse work the cap could hold one operation at a time. Bounded,
     // since two threads holding pins could each wait for the other.
-    if (!no_block_ && OthersPin(dev) && WaitForUnpin(&waited_for_pins)) continue;
+    // Only a caller holding no pins of its own waits here (Prepare lets go
+    // of its own first): two waiting for each other would never finish.
+    if (!no_block_ && t_operation_pins == 0 && OthersPin() &&
+        WaitForUnpin(&waited_for_pins)) {
+      continue;
+    }
     LogOom(dev, need);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
 }
 
-bool MemoryManager::OthersPin(const Device& dev) const {
+bool MemoryManager::OthersPin() const {
   int pins = 0;
-  for (const auto& [id, b] : buffers_) {
-    if (b->device == dev.ordinal) pins += b->pins;
-  }
+  for (const auto& [id, b] : buffers_) pins += b->pins;
   return pins > t_operation_pins;
 }
 
@@ -1098,6 +1101,23 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> ids,
                                 absl::Span<const uint64_t> overwritten,
                                 CUstream stream) {
   MutexLock lock(&mu_);
+  absl::Duration waited;
+  for (;;) {
+    CUresult r = PrepareOnce(ids, overwritten, stream);
+    // Out of room while other threads' operations hold buffers: this one
+    // let go of its own (PrepareOnce unpins on failure), so that two
+    // operations never wait for each other; it waits for one of theirs
+    // to finish, then tries again.
+    if (r != CUDA_ERROR_OUT_OF_MEMORY || no_block_ || !OthersPin() ||
+        !WaitForUnpin(&waited)) {
+      return r;
+    }
+  }
+}
+
+CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
+                                    absl::Span<const uint64_t> overwritten,
+                                    CUstream stream) {
   CollectGarbage();
   for (auto& d : devices_) {
     if (d) ReapOldMappings(*d, /*wait=*/false);

@@ -454,16 +454,20 @@ class MemoryManager {
   // --- The decisions (memory_manager.cc).
   // S401-S405: frees device memory until `need` more bytes fit under the
   // cap on `dev`. Buffers with pins > 0 are never chosen; while other
-  // threads' operations hold some, it waits (up to 2 s in all) for them to
-  // finish before giving up. When no room can be made,
+  // threads' operations hold some, a caller holding none waits (up to 2 s
+  // in all) for them to finish before giving up. When no room can be made,
   // CUDA_ERROR_OUT_OF_MEMORY, or the driver error that kept the last
   // candidate from being evicted.
   // With `pool_counts`, pooled chunks are room too (the caller takes them;
   // they are charged already), and none is released to make room.
   CUresult MakeRoom(Device& dev, uint64_t need, bool pool_counts = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether operations of other threads hold pins on `dev`'s buffers.
-  bool OthersPin(const Device& dev) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether operations of other threads hold pins.
+  bool OthersPin() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Prepare's one attempt; on failure nothing of it stays pinned.
+  CUresult PrepareOnce(absl::Span<const uint64_t> ids,
+                       absl::Span<const uint64_t> overwritten, CUstream stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits (releasing the lock) until a pin is dropped, a few milliseconds
   // at most; false once `*waited` reached the bound.
   bool WaitForUnpin(absl::Duration* waited) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

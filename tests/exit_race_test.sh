@@ -17,7 +17,7 @@ for cap in "" 12MiB; do
     status=0
     timeout 60 env STENSOR_MEMORY_LIMIT=$cap STENSOR_STATS=1 STENSOR_ACCESS_LOG="$tmp/log.jsonl" \
       LD_PRELOAD="$preload" "$prog" "$kernels" $((i * 3)) > /dev/null 2> "$tmp/err" || status=$?
-    (( status == 0 )) || fail "cap '$cap', run $i: exit status $status: $(tail -3 "$tmp/err")"
+    (( status == 0 )) || fail "cap '$cap', run $i: exit status $status: $(grep -v "^stensor:  " "$tmp/err" | head -40)"
     python3 - "$tmp/log.jsonl" <<'PY' || fail "cap '$cap', run $i: $(tail -c 300 "$tmp/log.jsonl")"
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1]).read().splitlines()]
