@@ -229,8 +229,8 @@ TEST_F(MultiDeviceTest, DeviceStreamsAndEventsLiveInTheDevicesContext) {
 // context queued there: that copy completes first, and afterwards every
 // allocation that needs an eviction works, on streams made anew in the live
 // context, six rounds, every byte kept, no failed driver call. (Handles of
-// a destroyed context are invalid: the old code failed its swaps with
-// CUDA_ERROR_CONTEXT_IS_DESTROYED, its garbage never idle.)
+// a destroyed context are invalid: kept, they fail every swap with
+// CUDA_ERROR_CONTEXT_IS_DESTROYED, and garbage is never idle.)
 TEST_F(MultiDeviceTest, StreamsAreMadeAgainAfterTheirContextIsDestroyed) {
   DestroyTheContextOfTheStreams(/*fail_wait=*/false);
 }
