@@ -85,6 +85,19 @@ for vmm in 1 0; do
   done
 done
 
+# The calls stensor makes to tell whether a source is settled and to wait
+# for it (stream queries and flags, the stream wait, the pointer query),
+# failed at their early occurrences: the table is then read back or counted
+# unknown, never guessed; the program never calls them itself here.
+for fn in cuStreamQuery cuStreamGetFlags cuStreamSynchronize cuPointerGetAttribute; do
+  for n in 1 2 3 5; do
+    for vmm in 1 0; do
+      FAKECUDA_FAIL=$fn:$n run "fail-$fn-$n-$vmm" $smallest $vmm belady "$want_short" \
+        --source hostfunc --steps 6 --stream blocking
+    done
+  done
+done
+
 # Races: 20 short runs per form at the smallest cap, two at a time.
 for source in hostfunc kernel dtoh graph; do
   vmm=0
