@@ -399,20 +399,21 @@ void Tracker::ExpandTables(StreamRef stream, Accesses* a) {
   }
 }
 
-bool Tracker::WaitForTableWriters(StreamRef stream) {
+bool Tracker::MayWait(StreamRef stream) {
   // A stream being captured into a graph cannot be waited for (and a wait
   // would invalidate the capture): the table stays unknown. So it does while
-  // any capture is in progress: a synchronisation of the context would wait
-  // for, or be refused by, the capturing stream.
+  // any capture is in progress: a synchronisation would wait for, or be
+  // refused by, the capturing stream.
   if (capture_.any()) return false;
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (driver_->cuStreamIsCapturing != nullptr &&
-      (driver_->cuStreamIsCapturing(Handle(stream), &capture) != CUDA_SUCCESS ||
-       capture != CU_STREAM_CAPTURE_STATUS_NONE)) {
-    return false;
-  }
+  return driver_->cuStreamIsCapturing == nullptr ||
+         (driver_->cuStreamIsCapturing(Handle(stream), &capture) == CUDA_SUCCESS &&
+          capture == CU_STREAM_CAPTURE_STATUS_NONE);
+}
+
+bool Tracker::WaitForTableWriters(StreamRef stream) {
   // Whatever wrote the table may have run on any stream: all of it.
-  return driver_->cuCtxSynchronize() == CUDA_SUCCESS;
+  return MayWait(stream) && driver_->cuCtxSynchronize() == CUDA_SUCCESS;
 }
 
 bool Tracker::ReadBackTable(const Buffer& table, StreamRef stream,
@@ -534,28 +535,22 @@ bool Tracker::StreamIdle(StreamRef stream) {
   return non_blocking || driver_->cuStreamQuery(CU_STREAM_LEGACY) == CUDA_SUCCESS;
 }
 
-bool Tracker::HostSourceSettled(CopyKind kind, uint64_t dst, uint64_t src, StreamRef stream,
-                                bool async) {
+bool Tracker::HostSourceSettled(CopyKind kind, const TransferScope& scope, uint64_t src,
+                                StreamRef stream, bool async) {
   // Uncapped, nothing is read back on the program's behalf: the log keeps
   // what the source held at submission.
-  if (!memory_ || !async) return true;
+  if (!memory_ || !async || scope.served || scope.captured) return true;
   if (kind != CopyKind::kHostToDevice && kind != CopyKind::kDefault) return true;
-  if (!registry_.Find(dst)) return true;  // lands in no tracked buffer
-  if (kind == CopyKind::kDefault && registry_.Find(src)) return true;  // a device copy
+  // BeginTransfer looked both sides up: into no tracked buffer, or a
+  // device copy.
+  if (scope.dst_id == 0 || scope.src_id != 0) return true;
   if (!IsDeviceReachableHost(src)) return true;  // pageable: read at the call
   return StreamIdle(stream);
 }
 
 bool Tracker::WaitForStream(StreamRef stream) {
-  // As WaitForTableWriters: never while anything is being captured.
-  if (capture_.any() || driver_->cuStreamSynchronize == nullptr) return false;
-  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (driver_->cuStreamIsCapturing != nullptr &&
-      (driver_->cuStreamIsCapturing(Handle(stream), &capture) != CUDA_SUCCESS ||
-       capture != CU_STREAM_CAPTURE_STATUS_NONE)) {
-    return false;
-  }
-  return driver_->cuStreamSynchronize(Handle(stream)) == CUDA_SUCCESS;
+  return driver_->cuStreamSynchronize != nullptr && MayWait(stream) &&
+         driver_->cuStreamSynchronize(Handle(stream)) == CUDA_SUCCESS;
 }
 
 size_t Tracker::OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t bytes,

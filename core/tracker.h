@@ -203,8 +203,9 @@ class Tracker {
   // of it), so the words it holds now need not be what lands. Pageable
   // memory is read by the driver at the call, and a synchronous copy has
   // run when the call returns: both settled.
-  bool HostSourceSettled(CopyKind kind, uint64_t dst, uint64_t src, StreamRef stream,
-                         bool async);
+  // `scope` is the copy's, from BeginTransfer.
+  bool HostSourceSettled(CopyKind kind, const TransferScope& scope, uint64_t src,
+                         StreamRef stream, bool async);
   // A successful memset: no pointers left in the range.
   void OnMemsetTables(uint64_t dst, uint64_t bytes, bool linear);
   // --- Exact sizes under a cap: stensor's VMM-backed buffers answer as the
@@ -278,6 +279,9 @@ class Tracker {
   // Waits for the work submitted to `stream` so far, where that is allowed
   // (nothing being captured).
   bool WaitForStream(StreamRef stream);
+  // Whether a host wait on the program's behalf is allowed now: no capture
+  // in progress anywhere, and `stream` not capturing (a failed query: no).
+  bool MayWait(StreamRef stream);
   // The words of the allocation at `addr` that a kernel reads as a table
   // though stensor does not track it (pinned or registered host memory,
   // untracked device memory), after the stream's earlier work; under a cap

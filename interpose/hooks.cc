@@ -69,8 +69,7 @@ CUresult Transfer(const char* api, Fn real, const CopyRanges& c, StreamRef s, bo
   }
   // Asked before the copy joins its stream: work queued ahead of it may
   // still write a host source, which is then scanned as a guess only.
-  const bool settled = scope.served || scope.captured ||
-                       T().HostSourceSettled(c.kind, c.dst.start, c.src.start, s, async);
+  const bool settled = T().HostSourceSettled(c.kind, scope, c.src.start, s, async);
   CUresult r = scope.served ? CUDA_SUCCESS : real(args...);
   T().EndTransfer(scope, s, r == CUDA_SUCCESS);
   if (r != CUDA_SUCCESS) return r;
@@ -580,7 +579,7 @@ CUresult Batch(const char* api, Fn real, StreamRef s, size_t count, bool valid,
   const bool captured = !scopes.empty() && scopes[0].captured;
   std::vector<bool> settled(ops.size(), true);
   for (size_t i = 0; i < ops.size() && !captured; ++i) {
-    settled[i] = T().HostSourceSettled(ops[i].kind, ops[i].dst.start, ops[i].src.start, s,
+    settled[i] = T().HostSourceSettled(ops[i].kind, scopes[i], ops[i].src.start, s,
                                        /*async=*/true);
   }
   CUresult r = real(args...);
