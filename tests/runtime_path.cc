@@ -96,8 +96,6 @@ int main(int argc, char** argv) {
       {"cuLaunchKernel", 4000, 0, "cuLaunchKernel", true},
       {"cuLaunchKernel", 7000, 0, "cuLaunchKernel", true},
       {"cuLaunchKernel", 7000, kPT, "cuLaunchKernel_ptsz", true},
-      // An older version: the ABI of that version, without a per-thread twin.
-      {"cuMemcpy", 4000, kPT, "cuMemcpy", true},
       {"cuMemcpy", 7000, kPT, "cuMemcpy_ptds", true},
       {"cuMemcpyHtoD", 3020, 0, "cuMemcpyHtoD_v2", true},
       {"cuMemcpyHtoD", 12000, kPT, "cuMemcpyHtoD_v2_ptds", true},
@@ -122,6 +120,16 @@ int main(int argc, char** argv) {
     void* fn5 = nullptr;
     get5(c.name, &fn5, c.version, c.flags, &status);
     if (fn5 != fn) Fail(what + ": the two cuGetProcAddress forms disagree");
+  }
+
+  // The per-thread flag at a version before cuMemcpy had a per-thread
+  // twin: not found, as the driver answers (not the legacy-stream one).
+  {
+    void* fn = nullptr;
+    CUresult r = get4("cuMemcpy", &fn, 4000, kPT);
+    if (r != CUDA_ERROR_NOT_FOUND || fn != nullptr) {
+      Fail("cuMemcpy@4000/per-thread: returned " + std::to_string(r) + ", want not found");
+    }
   }
 
   // Use them: the per-thread entry points must keep meaning this thread's

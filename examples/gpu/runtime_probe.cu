@@ -6,8 +6,6 @@
 //                             driver is older than the runtime
 //   runtime_probe check       allocate, fill, add, copy back: prints
 //                             "checksum <hex>" (same on every GPU)
-//   runtime_probe bandwidth   pinned-copy bandwidth per direction, best of 5
-//                             copies of 256 MiB: "h2d_gbps X d2h_gbps Y"
 // Exit status: 0 on success, 1 on a failed CUDA call, 2 on bad usage.
 #include <cuda_runtime.h>
 
@@ -81,42 +79,11 @@ int Check() {
   return 0;
 }
 
-int Bandwidth() {
-  constexpr size_t kBytes = size_t{256} << 20;
-  void* host = nullptr;
-  void* device = nullptr;
-  OK(cudaMallocHost(&host, kBytes));
-  OK(cudaMalloc(&device, kBytes));
-  std::memset(host, 1, kBytes);
-  cudaEvent_t start, stop;
-  OK(cudaEventCreate(&start));
-  OK(cudaEventCreate(&stop));
-  double best[2] = {0, 0};
-  for (int direction = 0; direction < 2; ++direction) {
-    for (int i = 0; i < 5; ++i) {
-      OK(cudaEventRecord(start));
-      OK(direction == 0 ? cudaMemcpyAsync(device, host, kBytes, cudaMemcpyHostToDevice)
-                        : cudaMemcpyAsync(host, device, kBytes, cudaMemcpyDeviceToHost));
-      OK(cudaEventRecord(stop));
-      OK(cudaEventSynchronize(stop));
-      float ms = 0;
-      OK(cudaEventElapsedTime(&ms, start, stop));
-      const double gbps = kBytes / (ms * 1e-3) / 1e9;
-      if (gbps > best[direction]) best[direction] = gbps;
-    }
-  }
-  std::printf("h2d_gbps %.2f d2h_gbps %.2f\n", best[0], best[1]);
-  OK(cudaFreeHost(host));
-  OK(cudaFree(device));
-  return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc == 2 && std::strcmp(argv[1], "version") == 0) return Version();
   if (argc == 2 && std::strcmp(argv[1], "check") == 0) return Check();
-  if (argc == 2 && std::strcmp(argv[1], "bandwidth") == 0) return Bandwidth();
-  std::fprintf(stderr, "usage: runtime_probe version|check|bandwidth\n");
+  std::fprintf(stderr, "usage: runtime_probe version|check\n");
   return 2;
 }

@@ -12,6 +12,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <cuda.h>
@@ -940,7 +941,6 @@ TEST_F(FakeCudaTest, ProcAddressMapsNameVersionAndFlagsToTheAbi) {
       {"cuLaunchKernel", 12000, 0, "cuLaunchKernel"},
       {"cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuLaunchKernel_ptsz"},
       {"cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, "cuLaunchKernel"},
-      {"cuMemcpy", 4000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemcpy"},
       {"cuMemcpy", 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemcpy_ptds"},
       {"cuMemcpyHtoD", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemcpyHtoD_v2_ptds"},
       {"cuCtxCreate", 3020, 0, "cuCtxCreate_v2"},
@@ -966,6 +966,18 @@ TEST_F(FakeCudaTest, ProcAddressMapsNameVersionAndFlagsToTheAbi) {
     ASSERT_CU(Sym<GetProcAddress4>("cuGetProcAddress")(c.name, &fn4,
                                                        c.version, c.flags));
     EXPECT_EQ(fn4, fn);
+  }
+  // The per-thread flag before an entry point had a per-thread variant: not
+  // found, not the legacy-stream one (driver 580 on an H200 answers so).
+  for (auto [name, version] : {std::pair{"cuMemcpy", 4000}, {"cuMemsetD8", 3020},
+                               {"cuStreamSynchronize", 2000}}) {
+    void* fn = reinterpret_cast<void*>(1);
+    CUdriverProcAddressQueryResult status;
+    EXPECT_EQ(cuGetProcAddress_v2(name, &fn, version,
+                                  CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status),
+              CUDA_ERROR_NOT_FOUND) << name;
+    EXPECT_EQ(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT) << name;
+    EXPECT_EQ(fn, nullptr) << name;
   }
   void* fn = reinterpret_cast<void*>(1);
   CUdriverProcAddressQueryResult status;

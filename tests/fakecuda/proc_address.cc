@@ -59,6 +59,14 @@ DlsymFn LibcDlsym() {
   return fn;
 }
 
+template <typename Range>
+bool HasPerThread(const Range& range) {
+  for (auto it = range.first; it != range.second; ++it) {
+    if (it->second->per_thread) return true;
+  }
+  return false;
+}
+
 CUresult Lookup(const char* symbol, void** pfn, int version,
                 cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
   if (symbol == nullptr || pfn == nullptr ||
@@ -82,10 +90,15 @@ CUresult Lookup(const char* symbol, void** pfn, int version,
   }
   const ProcEntry* chosen = plain;
   // The per-thread variant only where it has the same ABI as the newest
-  // plain one available at this version.
+  // plain one available at this version. An entry point that has per-thread
+  // variants but none yet at this version is not found with the per-thread
+  // flag (the real driver answers so: cuMemcpy at 4000, cuMemsetD8 at 3020),
+  // rather than given its legacy-stream variant.
   if (per_thread && threaded != nullptr &&
       (plain == nullptr || threaded->version >= plain->version)) {
     chosen = threaded;
+  } else if (per_thread && threaded == nullptr && HasPerThread(range)) {
+    chosen = nullptr;
   }
   void* fn = chosen ? dlsym(Self(), chosen->symbol) : nullptr;
   if (status != nullptr) {
