@@ -7,7 +7,9 @@
 //                             VMM and host-VMM attributes, granularities
 //   device_probe vmm          p50/p99 microseconds of cuMemCreate, cuMemMap,
 //                             cuMemSetAccess, cuMemUnmap, cuMemRelease for
-//                             one 2 MiB granule, device- and host-located
+//                             one 2 MiB granule, device- and host-located;
+//                             a 64 MiB range of 32 granules mapped, access
+//                             set once and per granule, and one 64 MiB handle
 //   device_probe bandwidth    pinned copies of 256 MiB: GB/s host to device,
 //                             device to host, and each while the other runs
 //   device_probe mapped       GB/s of a kernel reading and writing 256 MiB
@@ -196,12 +198,75 @@ int TimeVmm(const char* label, CUmemLocationType type, int id, bool comma) {
   return 0;
 }
 
+// Whether mapping cost goes by call or by granule: 32 granule handles mapped
+// side by side into one 64 MiB range, then access set once over the range
+// and once per granule, against one 64 MiB handle mapped whole. Median
+// microseconds of 20 rounds, as a JSON member.
+int TimeRanges() {
+  size_t g = Granularity(CU_MEM_LOCATION_TYPE_DEVICE, g_dev, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  constexpr int kChunks = 32, kRounds = 20;
+  const size_t bytes = g * kChunks;
+  CUmemAllocationProp prop = Prop(CU_MEM_LOCATION_TYPE_DEVICE, g_dev);
+  CUmemAccessDesc desc{};
+  desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  desc.location.id = g_dev;
+  desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CUdeviceptr va = 0;
+  OK(cuMemAddressReserve(&va, bytes, 0, 0, 0));
+  std::vector<CUmemGenericAllocationHandle> h(kChunks);
+  for (auto& x : h) OK(cuMemCreate(&x, g, &prop, 0));
+  std::vector<double> map_each, access_once, access_each, unmap_once, whole_map, whole_access,
+      whole_unmap;
+  for (int r = 0; r < kRounds; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kChunks; ++i) OK(cuMemMap(va + i * g, g, 0, h[i], 0));
+    auto t1 = std::chrono::steady_clock::now();
+    OK(cuMemSetAccess(va, bytes, &desc, 1));
+    auto t2 = std::chrono::steady_clock::now();
+    OK(cuMemUnmap(va, bytes));
+    auto t3 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kChunks; ++i) OK(cuMemMap(va + i * g, g, 0, h[i], 0));
+    auto t4 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kChunks; ++i) OK(cuMemSetAccess(va + i * g, g, &desc, 1));
+    auto t5 = std::chrono::steady_clock::now();
+    OK(cuMemUnmap(va, bytes));
+    map_each.push_back(Micros(t0, t1));
+    access_once.push_back(Micros(t1, t2));
+    unmap_once.push_back(Micros(t2, t3));
+    access_each.push_back(Micros(t4, t5));
+  }
+  for (auto& x : h) OK(cuMemRelease(x));
+  CUmemGenericAllocationHandle big;
+  OK(cuMemCreate(&big, bytes, &prop, 0));
+  for (int r = 0; r < kRounds; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    OK(cuMemMap(va, bytes, 0, big, 0));
+    auto t1 = std::chrono::steady_clock::now();
+    OK(cuMemSetAccess(va, bytes, &desc, 1));
+    auto t2 = std::chrono::steady_clock::now();
+    OK(cuMemUnmap(va, bytes));
+    auto t3 = std::chrono::steady_clock::now();
+    whole_map.push_back(Micros(t0, t1));
+    whole_access.push_back(Micros(t1, t2));
+    whole_unmap.push_back(Micros(t2, t3));
+  }
+  OK(cuMemRelease(big));
+  OK(cuMemAddressFree(va, bytes));
+  std::printf(", \"range_64mib_us\": {\"map_32_granules\": %.1f, \"set_access_once\": %.1f, "
+              "\"set_access_per_granule\": %.1f, \"unmap_once\": %.1f, \"one_handle_map\": %.1f, "
+              "\"one_handle_set_access\": %.1f, \"one_handle_unmap\": %.1f}",
+              Of(map_each).p50, Of(access_once).p50, Of(access_each).p50, Of(unmap_once).p50,
+              Of(whole_map).p50, Of(whole_access).p50, Of(whole_unmap).p50);
+  return 0;
+}
+
 int Vmm() {
   int numa = Attr(CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID);
   std::printf("{");
   if (TimeVmm("device", CU_MEM_LOCATION_TYPE_DEVICE, g_dev, false)) return 1;
   if (TimeVmm("host", CU_MEM_LOCATION_TYPE_HOST, 0, true)) return 1;
   if (TimeVmm("host_numa", CU_MEM_LOCATION_TYPE_HOST_NUMA, numa < 0 ? 0 : numa, true)) return 1;
+  if (TimeRanges()) return 1;
   std::printf("}\n");
   return 0;
 }
