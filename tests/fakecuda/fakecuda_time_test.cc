@@ -5,10 +5,11 @@
 // machines that run this are loaded).
 //
 // The BUILD target sets FAKECUDA_LINK=0.0625,0.03125 and
-// FAKECUDA_VMM_LATENCY_US=40000,10000,20000,30000 for this binary, so that
+// FAKECUDA_VMM_LATENCY_US=40000,10000,20000,30000,15000 for this binary, so that
 // kH2D bytes host-to-device and kD2H bytes device-to-host both take kT.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -452,6 +453,12 @@ TEST_F(FakeCudaTimeTest, VmmCallsTakeTheirConfiguredHostTime) {
   ASSERT_CU(cuMemMap(va, kGranule, 0, handle, 0));
   EXPECT_GE(MsSince(t), 10.0);
   t = Clock::now();
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  ASSERT_CU(cuMemSetAccess(va, kGranule, &access, 1));
+  EXPECT_GE(MsSince(t), 15.0);
+  t = Clock::now();
   ASSERT_CU(cuMemUnmap(va, kGranule));
   EXPECT_GE(MsSince(t), 20.0);
   t = Clock::now();
@@ -495,7 +502,8 @@ TEST(FakeCudaTimeDeathTest, MalformedValuesStopTheProgramNamingTheVariable) {
       {"FAKECUDA_LINK", "1,2,3", "expected H2D_GBps"},
       {"FAKECUDA_LINK", "", "expected H2D_GBps"},
       {"FAKECUDA_VMM_LATENCY_US", "1,2,3", "expected create,map,unmap,release"},
-      {"FAKECUDA_VMM_LATENCY_US", "1,2,3,4,5", "expected create,map,unmap,release"},
+      {"FAKECUDA_VMM_LATENCY_US", "1,2,3,4,5,6", "expected create,map,unmap,release"},
+      {"FAKECUDA_VMM_LATENCY_US", "H200", "expected create,map,unmap,release"},
       {"FAKECUDA_VMM_LATENCY_US", "a,0,0,0", "expected create,map,unmap,release"},
       {"FAKECUDA_VMM_LATENCY_US", "-1,0,0,0", "expected create,map,unmap,release"},
       {"FAKECUDA_VMM_LATENCY_US", "1.5,0,0,0", "expected create,map,unmap,release"},

@@ -46,11 +46,9 @@ struct Options {
   // second; 0 leaves that direction untimed.
   double h2d_bytes_per_s = 0;
   double d2h_bytes_per_s = 0;
-  // FAKECUDA_VMM_LATENCY_US: host time each call costs.
-  std::chrono::microseconds create_latency{0};   // cuMemCreate
-  std::chrono::microseconds map_latency{0};      // cuMemMap
-  std::chrono::microseconds unmap_latency{0};    // cuMemUnmap
-  std::chrono::microseconds release_latency{0};  // cuMemRelease
+  // FAKECUDA_VMM_LATENCY_US: host time each call costs, by VmmCall, for
+  // device-located memory [0] and host-located memory [1].
+  std::chrono::microseconds vmm_latency[2][5] = {};
   // FAKECUDA_REPORT_CALLS: exported symbols whose call counts are printed
   // at exit.
   std::vector<std::string> report_calls;
@@ -400,10 +398,26 @@ bool LinkTimed(Link link);
 void RunOnCopyEngine(int device, Link link, size_t bytes,
                      const std::function<void()>& move);
 
-// The VMM calls FAKECUDA_VMM_LATENCY_US charges; sleeps on the calling
-// thread for the configured time (on a GPU these are costly host calls).
-enum class VmmCall { kCreate, kMap, kUnmap, kRelease };
-void ChargeVmmLatency(VmmCall call);
+// The VMM calls FAKECUDA_VMM_LATENCY_US charges: the calling thread is busy
+// for the configured time (on a GPU these are costly host calls), host-
+// located memory's figure where the call's memory is on the host.
+enum class VmmCall { kCreate, kMap, kSetAccess, kUnmap, kRelease };
+void ChargeVmmLatency(VmmCall call, bool host_located);
+
+// Charges one call when it goes out of scope: declared before the call takes
+// its locks, so that the time is spent after they are released.
+class VmmLatency {
+ public:
+  explicit VmmLatency(VmmCall call) : call_(call) {}
+  ~VmmLatency() { ChargeVmmLatency(call_, host_located_); }
+  VmmLatency(const VmmLatency&) = delete;
+  VmmLatency& operator=(const VmmLatency&) = delete;
+  void set_host_located(bool host) { host_located_ = host; }
+
+ private:
+  VmmCall call_;
+  bool host_located_ = false;
+};
 
 }  // namespace fakecuda
 

@@ -655,7 +655,9 @@ FAKECUDA_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle,
                                      const CUmemAllocationProp* prop,
                                      unsigned long long flags) {
   FAKECUDA_ENTER("cuMemCreate");
-  ChargeVmmLatency(VmmCall::kCreate);  // FAKECUDA_VMM_LATENCY_US
+  VmmLatency latency(VmmCall::kCreate);  // FAKECUDA_VMM_LATENCY_US
+  latency.set_host_located(prop != nullptr &&
+                           prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE);
   if (handle == nullptr || size == 0 || size % kGranularity != 0 ||
       flags != 0) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -686,11 +688,12 @@ FAKECUDA_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle,
 
 FAKECUDA_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   FAKECUDA_ENTER("cuMemRelease");
-  ChargeVmmLatency(VmmCall::kRelease);  // FAKECUDA_VMM_LATENCY_US
+  VmmLatency latency(VmmCall::kRelease);  // FAKECUDA_VMM_LATENCY_US
   Memory& m = GetMemory();
   std::lock_guard<std::mutex> lock(m.mu);
   auto* h = reinterpret_cast<Handle*>(handle);
   if (m.handles.count(h) == 0 || h->user_refs == 0) return CUDA_ERROR_INVALID_VALUE;
+  latency.set_host_located(h->prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE);
   // Physical memory lives on until its last mapping is unmapped.
   --h->user_refs;
   DropHandleRefLocked(m, h);
@@ -701,7 +704,7 @@ FAKECUDA_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                                   CUmemGenericAllocationHandle handle,
                                   unsigned long long flags) {
   FAKECUDA_ENTER("cuMemMap");
-  ChargeVmmLatency(VmmCall::kMap);  // FAKECUDA_VMM_LATENCY_US
+  VmmLatency latency(VmmCall::kMap);  // FAKECUDA_VMM_LATENCY_US
   uintptr_t p = static_cast<uintptr_t>(ptr);
   // As in the real driver, the offset must be 0 and sizes whole granules.
   if (flags != 0 || offset != 0 || size == 0 || size % kGranularity != 0 ||
@@ -714,6 +717,7 @@ FAKECUDA_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   if (m.handles.count(h) == 0 || h->user_refs == 0 || size > h->size) {
     return CUDA_ERROR_INVALID_VALUE;
   }
+  latency.set_host_located(h->prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE);
   auto r = Containing(m.reservations, p, RangeSize);
   if (r == m.reservations.end() || p + size > r->first + r->second) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -738,6 +742,7 @@ FAKECUDA_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size,
                                         const CUmemAccessDesc* desc,
                                         size_t count) {
   FAKECUDA_ENTER("cuMemSetAccess");
+  VmmLatency latency(VmmCall::kSetAccess);  // FAKECUDA_VMM_LATENCY_US
   if (desc == nullptr || count == 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
   int prot = PROT_NONE;
   for (size_t i = 0; i < count; ++i) {
@@ -771,6 +776,7 @@ FAKECUDA_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size,
   uintptr_t q = p;
   for (Mapping* mp : covered) {
     Handle* h = mp->handle;
+    if (h->prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE) latency.set_host_located(true);
     const bool borrowed = prot == (PROT_READ | PROT_WRITE) && h->size == mp->size &&
                           BorrowHome(h, q);
     if (!borrowed && mprotect(reinterpret_cast<void*>(q), mp->size, prot) != 0) {
@@ -787,7 +793,7 @@ FAKECUDA_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size,
 
 FAKECUDA_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   FAKECUDA_ENTER("cuMemUnmap");
-  ChargeVmmLatency(VmmCall::kUnmap);  // FAKECUDA_VMM_LATENCY_US
+  VmmLatency latency(VmmCall::kUnmap);  // FAKECUDA_VMM_LATENCY_US
   Memory& m = GetMemory();
   std::lock_guard<std::mutex> lock(m.mu);
   uintptr_t p = static_cast<uintptr_t>(ptr);
@@ -795,6 +801,9 @@ FAKECUDA_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   for (uintptr_t q = p; q < p + size;) {
     auto it = m.mappings.find(q);
     if (it == m.mappings.end()) return CUDA_ERROR_INVALID_VALUE;
+    if (it->second.handle->prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+      latency.set_host_located(true);
+    }
     bases.push_back(q);
     q += it->second.size;
     if (q > p + size) return CUDA_ERROR_INVALID_VALUE;

@@ -88,16 +88,19 @@ void RunOnCopyEngine(int device, Link link, size_t bytes,
   }
 }
 
-void ChargeVmmLatency(VmmCall call) {
-  const Options& o = GetOptions();
-  std::chrono::microseconds t{0};
-  switch (call) {
-    case VmmCall::kCreate: t = o.create_latency; break;
-    case VmmCall::kMap: t = o.map_latency; break;
-    case VmmCall::kUnmap: t = o.unmap_latency; break;
-    case VmmCall::kRelease: t = o.release_latency; break;
+void ChargeVmmLatency(VmmCall call, bool host_located) {
+  const std::chrono::microseconds t =
+      GetOptions().vmm_latency[host_located ? 1 : 0][static_cast<int>(call)];
+  if (t.count() <= 0) return;
+  // Short times by spinning: a sleep overshoots tens of microseconds, which
+  // would double the figures of the cheap calls.
+  const Clock::time_point end = Clock::now() + t;
+  if (t < std::chrono::microseconds(200)) {
+    while (Clock::now() < end) {
+    }
+  } else {
+    std::this_thread::sleep_until(end);
   }
-  if (t.count() > 0) std::this_thread::sleep_for(t);
 }
 
 }  // namespace fakecuda
