@@ -1383,20 +1383,33 @@ bool MemoryManager::IsSwappable(const Buffer& b, int device) {
 
 uint64_t MemoryManager::BufferId(const Buffer& b) { return b.id; }
 
-void MemoryManager::MemInfo(int device, size_t* free_bytes, size_t* total_bytes) {
-  MutexLock lock(&mu_);
+MemoryManager::Usage MemoryManager::SettledUsage(int device) {
   CollectGarbage();
   if (!external_frees_.empty()) (void)SettleExternalFrees(device, /*wait=*/false);
   Device& dev = DeviceState(device);
-  if (total_bytes != nullptr) *total_bytes = dev.cap;
+  // Chunks still mapped at an old address are about to be free and are
+  // counted so.
+  return Usage{dev.cap, dev.used - dev.pool.bytes()};
+}
+
+void MemoryManager::MemInfo(int device, size_t* free_bytes, size_t* total_bytes) {
+  MutexLock lock(&mu_);
+  const Usage usage = SettledUsage(device);
+  if (total_bytes != nullptr) *total_bytes = usage.cap;
   // The program asks what is free (to size its allocations, or to watch the
   // device): the pool's idle chunks go back to the driver, so the answer and
-  // the device agree. Chunks still mapped at an old address are about to be
-  // free and are counted so.
+  // the device agree.
+  Device& dev = DeviceState(device);
   while (ReleaseOnePooled(dev)) {
   }
-  uint64_t used = dev.used - dev.pool.bytes();
-  if (free_bytes != nullptr) *free_bytes = used >= dev.cap ? 0 : dev.cap - used;
+  if (free_bytes != nullptr) {
+    *free_bytes = usage.used >= usage.cap ? 0 : usage.cap - usage.used;
+  }
+}
+
+MemoryManager::Usage MemoryManager::DeviceUsage(int device) {
+  MutexLock lock(&mu_);
+  return SettledUsage(device);
 }
 
 SwapStats MemoryManager::stats() const {
