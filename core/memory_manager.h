@@ -47,6 +47,7 @@
 #include "core/config.h"
 #include "core/driver.h"
 #include "core/host_copy.h"
+#include "core/json.h"
 #include "core/physical_pool.h"
 #include "core/profiler.h"
 #include "core/stream_use.h"
@@ -422,6 +423,10 @@ class MemoryManager {
   SwapStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
   // The statistics block STENSOR_STATS=1 prints at exit.
   std::string StatsText() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The same numbers as fields of the JSON object `out`, for a program to
+  // log as it runs (stensor_stats_json): the counters under SwapStats'
+  // names, bytes as bytes and times in seconds, and the policy's name.
+  void AppendStatsJson(JsonLine* out) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Buffer;
