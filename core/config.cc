@@ -767,10 +767,24 @@ absl::StatusOr<Config> Config::Parse(const EnvLookup& getenv) {
   return config;
 }
 
+// stensor's variables that set nothing in the library: STENSOR_LIBRARY
+// names it for the Python package (python/stensor).
+constexpr const char* kOtherVariables[] = {"STENSOR_LIBRARY"};
+
+bool IsOtherVariable(absl::string_view name) {
+  for (const char* other : kOtherVariables) {
+    if (name == other) return true;
+  }
+  return false;
+}
+
 absl::Status CheckVariableNames(absl::Span<const std::string> names,
                                 const EnvLookup& getenv) {
   for (const std::string& name : names) {
-    if (!absl::StartsWith(name, "STENSOR_") || FindOption(name) != nullptr) continue;
+    if (!absl::StartsWith(name, "STENSOR_") || FindOption(name) != nullptr ||
+        IsOtherVariable(name)) {
+      continue;
+    }
     const char* value = getenv(name.c_str());
     std::vector<absl::string_view> known;
     for (const Option& o : kOptions) known.push_back(o.name);

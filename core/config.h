@@ -189,8 +189,8 @@ struct Config {
 };
 
 // Checks the names of the environment's variables: every STENSOR_* one must
-// be an option (a misspelled STENSOR_MEMRY_LIMIT would otherwise leave the
-// run uncapped without a word). The error names the variable, its value
+// be an option or STENSOR_LIBRARY, the Python package's (a misspelled
+// STENSOR_MEMRY_LIMIT would otherwise leave the run uncapped without a word). The error names the variable, its value
 // (from `getenv`) and the closest option. FromEnvironment checks the process
 // environment with it before parsing.
 absl::Status CheckVariableNames(absl::Span<const std::string> names,

@@ -402,7 +402,9 @@ TEST(VariableNamesTest, AMisspelledOptionNamesTheClosest) {
 }
 
 TEST(VariableNamesTest, OptionsAndOtherVariablesPass) {
-  std::vector<std::string> names = {"PATH", "STENSOR", "STENSORX", "MY_STENSOR_X", "stensor_policy"};
+  std::vector<std::string> names = {"PATH",           "STENSOR",        "STENSORX",
+                                    "MY_STENSOR_X",   "stensor_policy",
+                                    "STENSOR_LIBRARY"};  // the Python package's
   for (const OptionInfo& o : Options()) names.push_back(o.name);
   EXPECT_TRUE(CheckVariableNames(names, Env({})).ok());
   EXPECT_TRUE(CheckVariableNames({}, Env({})).ok());

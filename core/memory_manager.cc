@@ -1383,20 +1383,33 @@ bool MemoryManager::IsSwappable(const Buffer& b, int device) {
 
 uint64_t MemoryManager::BufferId(const Buffer& b) { return b.id; }
 
-void MemoryManager::MemInfo(int device, size_t* free_bytes, size_t* total_bytes) {
-  MutexLock lock(&mu_);
+MemoryManager::Usage MemoryManager::SettledUsage(int device) {
   CollectGarbage();
   if (!external_frees_.empty()) (void)SettleExternalFrees(device, /*wait=*/false);
   Device& dev = DeviceState(device);
-  if (total_bytes != nullptr) *total_bytes = dev.cap;
+  // Chunks still mapped at an old address are about to be free and are
+  // counted so.
+  return Usage{dev.cap, dev.used - dev.pool.bytes()};
+}
+
+void MemoryManager::MemInfo(int device, size_t* free_bytes, size_t* total_bytes) {
+  MutexLock lock(&mu_);
+  const Usage usage = SettledUsage(device);
+  if (total_bytes != nullptr) *total_bytes = usage.cap;
   // The program asks what is free (to size its allocations, or to watch the
   // device): the pool's idle chunks go back to the driver, so the answer and
-  // the device agree. Chunks still mapped at an old address are about to be
-  // free and are counted so.
+  // the device agree.
+  Device& dev = DeviceState(device);
   while (ReleaseOnePooled(dev)) {
   }
-  uint64_t used = dev.used - dev.pool.bytes();
-  if (free_bytes != nullptr) *free_bytes = used >= dev.cap ? 0 : dev.cap - used;
+  if (free_bytes != nullptr) {
+    *free_bytes = usage.used >= usage.cap ? 0 : usage.cap - usage.used;
+  }
+}
+
+MemoryManager::Usage MemoryManager::DeviceUsage(int device) {
+  MutexLock lock(&mu_);
+  return SettledUsage(device);
 }
 
 SwapStats MemoryManager::stats() const {
@@ -1472,6 +1485,58 @@ std::string MemoryManager::StatsText() const {
                             s.verify_checks,
                             verifier_->mode() == VerifyMode::kHash ? "hash" : "copy",
                             s.verify_mismatches, s.verify_errors, s.verify_seconds));
+}
+
+void MemoryManager::AppendStatsJson(JsonLine* out) const {
+  SwapStats s = stats();
+  JsonLine& j = *out;
+  j.Str("policy", policy_->name())
+      .Uint("peak_resident_bytes", s.peak_resident_bytes)
+      .Uint("swap_outs_copied", s.swap_outs_copied)
+      .Uint("bytes_copied_out", s.bytes_copied_out)
+      .Uint("clean_drops", s.clean_drops)
+      .Uint("bytes_dropped", s.bytes_dropped)
+      .Uint("never_written_drops", s.never_written_drops)
+      .Uint("bytes_never_written_dropped", s.bytes_never_written_dropped)
+      .Uint("swap_ins", s.swap_ins)
+      .Uint("bytes_copied_in", s.bytes_copied_in)
+      .Uint("swap_ins_without_copy", s.swap_ins_without_copy)
+      .Uint("swap_ins_never_written", s.swap_ins_never_written)
+      .Uint("reads_served_from_host", s.reads_served_from_host)
+      .Uint("garbage_released", s.garbage_released)
+      .Uint("ooms", s.ooms)
+      .Uint("driver_errors", s.driver_errors)
+      .Double("host_wait_seconds", s.host_wait_seconds)
+      .Double("wait_program_seconds", s.wait_program_seconds)
+      .Double("wait_swap_seconds", s.wait_swap_seconds)
+      .Double("wait_unknown_seconds", s.wait_unknown_seconds)
+      .Uint("async_evictions", s.async_evictions)
+      .Uint("stream_order_reuses", s.stream_order_reuses)
+      .Uint("swap_outs_cancelled", s.swap_outs_cancelled)
+      .Uint("physical_creates", s.physical_creates)
+      .Uint("physical_releases", s.physical_releases)
+      .Uint("pool_hits", s.pool_hits)
+      .Uint("pooled_bytes", s.pooled_bytes)
+      .Uint("profiled_period", s.profiled_period)
+      .Uint("profiles", s.profiles)
+      .Uint("pattern_changes", s.pattern_changes)
+      .Uint("prefetches_issued", s.prefetches_issued)
+      .Uint("prefetches_used", s.prefetches_used)
+      .Uint("prefetches_wasted", s.prefetches_wasted)
+      .Uint("prefetches_refused", s.prefetches_refused)
+      .Uint("planned_evictions_issued", s.planned_evictions_issued)
+      .Uint("planned_evictions_skipped", s.planned_evictions_skipped)
+      .Uint("planner_bytes_caused", s.planner_bytes_caused)
+      .Bool("planner_stopped", s.planner_stopped)
+      .Uint("on_demand_after_profile", s.on_demand_after_profile)
+      .Double("planner_bandwidth_h2d", s.planner_bandwidth_h2d)
+      .Bool("bandwidth_probed", s.bandwidth_probed);
+  if (verifier_ != nullptr) {
+    j.Uint("verify_checks", s.verify_checks)
+        .Uint("verify_mismatches", s.verify_mismatches)
+        .Uint("verify_errors", s.verify_errors)
+        .Double("verify_seconds", s.verify_seconds);
+  }
 }
 
 }  // namespace stensor

@@ -47,6 +47,7 @@
 #include "core/config.h"
 #include "core/driver.h"
 #include "core/host_copy.h"
+#include "core/json.h"
 #include "core/physical_pool.h"
 #include "core/profiler.h"
 #include "core/stream_use.h"
@@ -405,6 +406,15 @@ class MemoryManager {
   // cuMemGetInfo / cuDeviceTotalMem under the cap.
   void MemInfo(int device, size_t* free_bytes, size_t* total_bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // What MemInfo reports, as the cap and the bytes in use under it (so
+  // free is cap - used, or 0 past the cap), without handing the pool's
+  // idle chunks back to the driver: for observers that may poll (NVML),
+  // whose asking must not cost the pool.
+  struct Usage {
+    uint64_t cap = 0;
+    uint64_t used = 0;
+  };
+  Usage DeviceUsage(int device) ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t CapFor(int device, size_t device_total) const;
   // The entry points swapping needs (core/swap_entry_points.inc) that
   // `driver` lacks, comma-separated; empty when it has them all.
@@ -413,6 +423,10 @@ class MemoryManager {
   SwapStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
   // The statistics block STENSOR_STATS=1 prints at exit.
   std::string StatsText() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The same numbers as fields of the JSON object `out`, for a program to
+  // log as it runs (stensor_stats_json): the counters under SwapStats'
+  // names, bytes as bytes and times in seconds, and the policy's name.
+  void AppendStatsJson(JsonLine* out) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Buffer;
@@ -609,6 +623,9 @@ class MemoryManager {
   bool TakeBack(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases one pooled chunk no address maps any more. False when none.
   bool ReleaseOnePooled(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // DeviceUsage's answer, once collected garbage and settled frees are
+  // counted; chunks in the pool count as free.
+  Usage SettledUsage(int device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseAllPooled() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Zeroes a reused chunk just mapped at `b.base` (fresh memory holds zeros)
   // on the swap stream, as a use of `b` there.

@@ -1,8 +1,8 @@
 /* libstensor.so's exported dlsym. Only a lookup of a driver entry point
-   ("cu" and a capital, any handle but RTLD_NEXT) goes to stensor_dlsym
-   (interpose/interpose.cc), which hands out stensor's hooks; every other
-   one jumps to the C library's dlsym with the caller's return address in
-   place. That matters twice. dlsym(RTLD_NEXT, name) means "the next
+   ("cu" and a capital) or of an NVML one ("nvml"), any handle but
+   RTLD_NEXT, goes to stensor_dlsym (interpose/interpose.cc), which hands
+   out stensor's hooks; every other one jumps to the C library's dlsym
+   with the caller's return address in place. That matters twice. dlsym(RTLD_NEXT, name) means "the next
    definition after the calling object", told by that return address: a
    hook that called the C library's dlsym would make libstensor.so the
    caller, handing an interposer loaded after stensor its own definition
@@ -19,13 +19,22 @@ dlsym:
         testq   %rsi, %rsi
         jz      0f
         cmpb    $'c', (%rsi)
-        jne     0f
+        jne     4f
         cmpb    $'u', 1(%rsi)
         jne     0f
         movzbl  2(%rsi), %eax
         subl    $'A', %eax
         cmpl    $25, %eax
         jbe     stensor_dlsym                /* "cu" + capital: a driver name */
+        jmp     0f
+4:      cmpb    $'n', (%rsi)                 /* byte by byte: stops at a NUL */
+        jne     0f
+        cmpb    $'v', 1(%rsi)
+        jne     0f
+        cmpb    $'m', 2(%rsi)
+        jne     0f
+        cmpb    $'l', 3(%rsi)
+        je      stensor_dlsym                /* "nvml": an NVML name */
 0:      movq    stensor_real_dlsym(%rip), %rax
         testq   %rax, %rax
         jz      1f

@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "interpose/nvml_hooks.h"
 #include "interpose/raw_log.h"
 #include "interpose/state.h"
 
@@ -308,6 +309,25 @@ const InterposeState& State() {
 
 bool StateReady() { return g_globals.load() != nullptr; }
 
+const InterposeState* StateIfCudaInUse() {
+  if (!StateReady()) {
+    const Config& config = StartConfig();
+    const std::string path =
+        config.real_libcuda.empty() ? "libcuda.so.1" : config.real_libcuda;
+    void* loaded = dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+    if (loaded == nullptr) return nullptr;
+    // Answers CUDA_ERROR_NOT_INITIALIZED before cuInit, and initialises
+    // nothing.
+    auto count_fn = reinterpret_cast<decltype(&::cuDeviceGetCount)>(
+        RealDlsymFn()(loaded, "cuDeviceGetCount"));
+    int count = 0;
+    const bool initialised = count_fn != nullptr && count_fn(&count) == CUDA_SUCCESS;
+    dlclose(loaded);
+    if (!initialised) return nullptr;
+  }
+  return &State();
+}
+
 void* RealDlsym(void* handle, const char* name) {
   return RealDlsymFn()(handle, name);
 }
@@ -374,13 +394,14 @@ __attribute__((constructor)) void Init() {
 using stensor::HookFor;
 using stensor::State;
 
-// dlsym of a driver entry point's name, any handle but RTLD_NEXT (the
-// exported dlsym, interpose/dlsym_entry.S, hands every other lookup to the
-// C library directly, so that it sees the true caller).
+// dlsym of a driver entry point's name or an NVML name, any handle but
+// RTLD_NEXT (the exported dlsym, interpose/dlsym_entry.S, hands every other
+// lookup to the C library directly, so that it sees the true caller).
 extern "C" __attribute__((visibility("hidden"))) void* stensor_dlsym(void* handle,
                                                                     const char* name) {
   void* real = stensor::RealDlsym(handle, name);
   if (real == nullptr) return real;
+  if (name[0] == 'n') return stensor::NvmlDlsym(name, real);  // "nvml..."
   if (!stensor::StateReady()) {
     // Build the state for the first hooked name asked for; anything else,
     // and anything asked while the state is being built, passes through.

@@ -26,6 +26,14 @@ const InterposeState& State();
 // instead of building the state from inside the loader.
 bool StateReady();
 
+// The state, built if need be, when this process uses CUDA: the state is
+// built already, or the driver is loaded and initialised (cuInit). Else
+// null, and nothing is loaded, initialised or built: for observers such as
+// NVML's hooks, which a process may call without ever using CUDA, or before
+// it does (a process that initialised CUDA cannot use it in a child of
+// fork(), so stensor never initialises it on its own).
+const InterposeState* StateIfCudaInUse();
+
 // The hook libstensor.so exports for the real driver function `real`, or
 // null when that function is not hooked.
 void* HookFor(void* real);

@@ -27,12 +27,13 @@ preload=$(preload_of "$stensor")
 
 # The hooks, from the library itself: its defined dynamic functions but dlsym
 # and PyTorch's allocator pair (not driver entry points: called by
-# tests/torch_allocator_test.sh), which must be there.
+# tests/torch_allocator_test.sh), which must be there, NVML's hooks
+# (tests/nvml_test.sh) and the statistics (python/stensor's tests).
 nm -D --defined-only "$stensor" | awk '$2 == "T" || $2 == "W" { print $3 }' | sort > "$tmp/all"
 for name in stensor_torch_malloc stensor_torch_free; do
   grep -qx "$name" "$tmp/all" || fail "libstensor.so does not export $name"
 done
-grep -Evx 'stensor_torch_(malloc|free)' "$tmp/all" > "$tmp/exported"
+grep -Evx 'stensor_torch_(malloc|free)|stensor_stats_json|nvml.*' "$tmp/all" > "$tmp/exported"
 grep '^cu' "$tmp/exported" > "$tmp/hooks" || fail "libstensor.so exports no cu* symbol"
 grep -qx dlsym "$tmp/exported" || fail "libstensor.so does not export dlsym"
 (( $(wc -l < "$tmp/hooks") >= 100 )) || fail "only $(wc -l < "$tmp/hooks") hooks exported"

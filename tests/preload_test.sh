@@ -46,9 +46,10 @@ PY
 "$runtime_path"
 LD_PRELOAD="$preload" "$runtime_path" --expect-hooks libstensor.so
 
-# The C hooks, and the pair PyTorch's pluggable allocator loads.
+# The C hooks, NVML's two, the pair PyTorch's pluggable allocator loads and
+# the statistics.
 bad=$(nm -D --defined-only "$stensor" | awk '{print $NF}' |
-  grep -v -E '^(cu[A-Za-z0-9_]+|dlsym|stensor_torch_malloc|stensor_torch_free)$' || true)
+  grep -v -E '^(cu[A-Za-z0-9_]+|dlsym|nvmlDeviceGetMemoryInfo(_v2)?|stensor_torch_malloc|stensor_torch_free|stensor_stats_json)$' || true)
 [[ -z $bad ]] || fail "libstensor.so exports more than C hooks: $(echo $bad | head -c 300)"
 if ldd "$stensor" | grep -E 'spdlog|fmt'; then fail "libstensor.so links spdlog or fmt dynamically"; fi
 

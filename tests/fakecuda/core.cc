@@ -15,6 +15,7 @@
 
 #include "tests/fakecuda/fakecuda.h"
 #include "tests/fakecuda/internal.h"
+#include "tests/fakecuda/physical_devices.h"
 #include "tests/fakecuda/trace.h"
 
 namespace fakecuda {
@@ -25,23 +26,6 @@ namespace {
   std::fprintf(stderr, "fakecuda: invalid %s=\"%s\"; expected %s\n", name,
                value, accepted);
   std::exit(2);
-}
-
-bool ParseSize(const char* text, size_t* out) {
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long v = std::strtoull(text, &end, 10);
-  if (end == text || errno != 0 || text[0] == '-') return false;
-  std::string unit(end);
-  unsigned shift = 0;
-  if (unit.empty() || unit == "B") shift = 0;
-  else if (unit == "K" || unit == "KiB") shift = 10;
-  else if (unit == "M" || unit == "MiB") shift = 20;
-  else if (unit == "G" || unit == "GiB") shift = 30;
-  else return false;
-  if (shift != 0 && v > (~0ull >> shift)) return false;
-  *out = static_cast<size_t>(v << shift);
-  return *out > 0;
 }
 
 std::vector<std::string> SplitCommas(const std::string& text) {
@@ -176,29 +160,6 @@ void ParseTrace(Options* o) {
                    v, kMax, o->trace_max_events);
     }
   }
-}
-
-// Physical device `p`'s UUID: facecd1<p>-0000-0000-6661-6b6563756461
-// ("fakecuda"), distinct per device from its eighth hex digit on.
-void PhysicalUuid(int p, unsigned char bytes[16]) {
-  static constexpr unsigned char kUuid[16] = {0xfa, 0xce, 0xcd, 0x10, 0, 0,
-                                              0,    0,    'f',  'a',  'k', 'e',
-                                              'c',  'u',  'd',  'a'};
-  std::memcpy(bytes, kUuid, 16);
-  bytes[3] = static_cast<unsigned char>(0x10 + p);
-}
-
-// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L prints it.
-std::string UuidText(int p) {
-  unsigned char b[16];
-  PhysicalUuid(p, b);
-  char text[41];
-  std::snprintf(text, sizeof(text),
-                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
-                "%02x%02x%02x%02x%02x%02x",
-                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9],
-                b[10], b[11], b[12], b[13], b[14], b[15]);
-  return text;
 }
 
 std::string Trim(const std::string& text) {
@@ -689,14 +650,14 @@ FAKECUDA_EXPORT CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
   return cuDeviceGetUuid_v2(uuid, dev);
 }
 
-// Physical device p sits alone on PCI bus p + 1 of domain 0.
+// Each physical device on a PCI bus of its own (PhysicalPciBus).
 FAKECUDA_EXPORT CUresult cuDeviceGetPCIBusId(char* pciBusId, int len,
                                              CUdevice dev) {
   FAKECUDA_ENTER("cuDeviceGetPCIBusId");
   if (pciBusId == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   std::snprintf(pciBusId, static_cast<size_t>(len), "0000:%02x:00.0",
-                GetDevice(dev)->physical + 1);
+                PhysicalPciBus(GetDevice(dev)->physical));
   return CUDA_SUCCESS;
 }
 
@@ -724,7 +685,7 @@ FAKECUDA_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice* dev,
   }
   for (int d = 0; d < DeviceCount(); ++d) {
     if (domain == 0 && device == 0 && function == 0 &&
-        bus == static_cast<unsigned>(GetDevice(d)->physical + 1)) {
+        bus == PhysicalPciBus(GetDevice(d)->physical)) {
       *dev = d;
       return CUDA_SUCCESS;
     }
@@ -769,7 +730,7 @@ FAKECUDA_EXPORT CUresult cuDeviceGetAttribute(int* value,
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *value = 1; break;
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *value = 1; break;
     case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
-      *value = GetDevice(dev)->physical + 1;
+      *value = static_cast<int>(PhysicalPciBus(GetDevice(dev)->physical));
       break;
     case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *value = 0; break;
     case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *value = 0; break;
