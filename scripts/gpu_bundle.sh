@@ -17,7 +17,8 @@
 #     (tests/gpu/hooks_kernels.cu) and as the fake's module, the list of the
 #     library's exported hooks (hooks.list), and the fake driver's answers to
 #     its calls (hooks.fake), to compare with the real driver's;
-#   torch_check.py (examples/gpu), run where python3 has PyTorch;
+#   torch_check.py (examples/gpu), run where python3 has PyTorch, with the
+#     stensor package (python/stensor) it uses;
 #   the fake driver (fake/libcuda.so.1), for gpu_check.sh --dry-run here;
 #   MANIFEST: the commit and the toolkit it was built with.
 set -euo pipefail
@@ -47,6 +48,8 @@ install -m 755 "$bin/interpose/libstensor.so" "$bin/tools/stensor" "$bin/example
   "$bin/examples/transformer/transformer_kernels_host.so" "$bin/tests/hooks_all" \
   "$bin/tests/fakecuda/test_kernels.so" scripts/gpu_check.sh examples/gpu/torch_check.py "$out/"
 strip --strip-debug "$out/libstensor.so" "$out/stensor"
+mkdir -p "$out/python/stensor"
+cp python/stensor/*.py "$out/python/stensor/"
 install -m 755 "$bin/tests/fakecuda/libcuda.so.1" "$out/fake/"
 
 # The shared libraries the bundle's programs link, beside them: what a

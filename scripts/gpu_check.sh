@@ -20,6 +20,8 @@
 #   hooks       tests/hooks_all on the real driver: every refused argument's
 #               CUresult against the fake driver's answers (recorded in the
 #               bundle), and unchanged by stensor, uncapped and capped
+#   nvml        what NVML (nvidia-ml-py, where python3 has it) reports for
+#               device 0's memory without stensor and under a cap: the cap
 #   torch       whether python3 imports torch and sees the GPU; if so a
 #               small training loop through stensor's pluggable allocator,
 #               plain, uncapped and under caps, checksums compared
@@ -40,7 +42,7 @@
 set -uo pipefail
 dir=$(cd "$(dirname "$0")" && pwd)
 out=$dir/gpu_check.json dry=0 quick=0 only= keep=
-sections=(device vmm bandwidth mapped launch mlp transformer runtime_program hooks torch)
+sections=(device vmm bandwidth mapped launch mlp transformer runtime_program hooks nvml torch)
 while (($#)); do
   case $1 in
     --out) out=${2:?--out needs a file}; shift ;;
@@ -276,6 +278,32 @@ sec_hooks() {
   printf ', "first_errors": %s}' "$(json_str "$(grep -v '^stensor' "$work/hooks.plain.err" | head -n 5)")"
 }
 
+# NVML's memory figures for device 0, CUDA initialised first (stensor answers
+# NVML for a process that uses CUDA): "total used" in bytes.
+sec_nvml() {
+  command -v python3 > /dev/null || { printf '{"skipped": "no python3"}'; return 0; }
+  local query='
+import ctypes, sys
+cuda = ctypes.CDLL("libcuda.so.1")
+if cuda.cuInit(0) != 0: sys.exit("cuInit failed")
+import pynvml
+pynvml.nvmlInit()
+h = pynvml.nvmlDeviceGetHandleByIndex(0)
+m = pynvml.nvmlDeviceGetMemoryInfo(h)
+print(m.total, m.used)'
+  if ! python3 -c 'import pynvml' 2> /dev/null; then
+    printf '{"skipped": "python3 has no pynvml (nvidia-ml-py)"}'
+    return 0
+  fi
+  local plain capped cap=$((8 << 30))
+  plain=$(python3 -c "$query" 2> "$work/nvml.err") || { err_json "$(tail -n 1 "$work/nvml.err")"; return 0; }
+  capped=$(LD_PRELOAD="$preload" STENSOR_MEMORY_LIMIT=$cap python3 -c "$query" 2>> "$work/nvml.err") ||
+    { err_json "$(tail -n 1 "$work/nvml.err")"; return 0; }
+  printf '{"plain_total": %s, "plain_used": %s, "cap": %s, "capped_total": %s, "capped_used": %s, "reports_cap": %s}' \
+    "$(json_num "${plain% *}")" "$(json_num "${plain#* }")" "$cap" "$(json_num "${capped% *}")" \
+    "$(json_num "${capped#* }")" "$([[ ${capped% *} == "$cap" ]] && echo true || echo false)"
+}
+
 sec_torch() {
   need torch_check.py || return 0
   command -v python3 > /dev/null || { printf '{"import": false, "error": "no python3"}'; return 0; }
@@ -338,7 +366,7 @@ sec_torch() {
 # Each section in its own shell under its own limit; what it printed is
 # kept only if it is one JSON value.
 declare -A limit=([device]=60 [vmm]=60 [bandwidth]=60 [mapped]=60 [launch]=90 [mlp]=150
-  [transformer]=120 [runtime_program]=60 [hooks]=90 [torch]=240)
+  [transformer]=120 [runtime_program]=60 [hooks]=90 [nvml]=60 [torch]=240)
 for s in "${sections[@]}"; do
   if [[ -n $only && ",$only," != *",$s,"* ]]; then
     continue

@@ -1,9 +1,10 @@
 """A small PyTorch training loop, deterministic, that prints its checksum.
 
 Run plainly it uses PyTorch's caching allocator; with --stensor it routes
-every tensor through libstensor.so's pluggable-allocator pair (the library
-must be preloaded: LD_PRELOAD), so a cap (STENSOR_MEMORY_LIMIT) swaps
-tensors. The checksum is the SHA-256 of every parameter's bytes after the
+every tensor through libstensor.so's pluggable-allocator pair with the
+stensor package (stensor.torch.use_allocator(); the library must be
+preloaded: LD_PRELOAD), so a cap (STENSOR_MEMORY_LIMIT) swaps tensors, and
+prints a counter read with stensor.stats(). The checksum is the SHA-256 of every parameter's bytes after the
 last step: runs that differ in one bit differ in it.
 
 usage: torch_check.py [--stensor] [--steps N] [--hidden N] [--layers N] [--batch N]
@@ -26,13 +27,17 @@ def main():
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     import torch
 
+    stensor = None
     if a.stensor:
-        lib = os.environ.get("LD_PRELOAD", "").split(":")[0]
-        if not lib:
-            sys.exit("torch_check.py: --stensor needs libstensor.so in LD_PRELOAD")
-        alloc = torch.cuda.memory.CUDAPluggableAllocator(
-            lib, "stensor_torch_malloc", "stensor_torch_free")
-        torch.cuda.memory.change_current_allocator(alloc)
+        # The stensor package in the GPU bundle (python/ beside this file) or
+        # the source tree (python/ two folders up), else an installed one.
+        here = os.path.dirname(os.path.abspath(__file__))
+        for d in (os.path.join(here, "..", "..", "python"), os.path.join(here, "python")):
+            sys.path.insert(0, os.path.normpath(d))
+        import stensor
+        import stensor.torch
+
+        stensor.torch.use_allocator()
     torch.use_deterministic_algorithms(True)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -60,6 +65,9 @@ def main():
     print(f"loss {loss.item():.6f}")
     print(f"steps_per_s {a.steps / wall:.3f}")
     print(f"max_reserved_bytes {torch.cuda.max_memory_reserved() if not a.stensor else 0}")
+    if stensor is not None:
+        counters = stensor.stats()
+        print(f"stensor_swap_ins {counters.get('swap_ins', 0)}")
     print(f"checksum {h.hexdigest()[:16]}")
 
 
