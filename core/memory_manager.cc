@@ -642,12 +642,17 @@ bool MemoryManager::TakeOverGarbage(Device& dev, Buffer& b) {
         g.old_mapped || g.host_at_base || g.device_chunks.size() != n) {
       continue;
     }
-    // Its work still queued comes first on the swap stream (no host wait);
-    // where it cannot be ordered there (or its host copy, stale for the new
-    // owner, cannot be let go as at a release), it is not taken, and goes
-    // last so that it holds back no other.
-    if ((!Idle(g) && (!CanQueue(dev) || EnsureSwapStream(dev) != CUDA_SUCCESS ||
-                      !OrderSwapAfterUses(dev, g))) ||
+    // Its work still queued comes first on the swap stream (no host wait).
+    // Its host copy, stale for the new owner, is let go only once that work
+    // is done, as at a release: a swap copy from or into it, or a kernel
+    // reading it at the address while it was swapped out, may still be
+    // queued, and letting it go releases its memory at once (or keeps it
+    // for a release that does not wait). Where its work cannot be ordered,
+    // it holds a host copy with work queued, or its host copy cannot be let
+    // go, it is not taken, and goes last so that it holds back no other
+    // (its device memory can still be handed on: HandOnGarbage).
+    if ((!Idle(g) && (g.host.exists() || !CanQueue(dev) ||
+                      EnsureSwapStream(dev) != CUDA_SUCCESS || !OrderSwapAfterUses(dev, g))) ||
         !ReleaseHostCopy(dev, g)) {
       queue.splice(queue.end(), queue, g.garbage_at);
       continue;

@@ -13,6 +13,8 @@
 //     (and after the zeroing), with no host wait;
 //   - buffers of other sizes are served from pending frees' chunks before
 //     any chunk is created;
+//   - a pending free whose host copy its queued work still uses keeps that
+//     host copy until the work ran (its device memory is handed on);
 //   - a stream held back holds back only its own pending frees: another
 //     stream's are released once that stream passed them;
 //   - a driver call of that path failed once (each of them, at each of its
@@ -298,6 +300,59 @@ TEST_F(PendingFreeTest, TakenOverMemoryIsUsedAfterTheOldOwnersWork) {
   ASSERT_CU(cuCtxSynchronize());
   EXPECT_CU(mm->Free(b));
   ASSERT_CU(cuStreamDestroy(other));
+}
+
+// A pending free whose host copy its queued work still uses (its swap-out
+// copy, queued behind the held stream, then taken back by a use there)
+// while device memory of its size is freed: its host copy is not let go
+// before that work ran. With the spare host copies full (a 4 MiB one kept
+// under a 4 MiB cap), letting it go would release its host memory under the
+// queued copy into it. The allocation of its size is served from the pool
+// meanwhile, nothing is released until the stream runs, and the use's
+// record then holds the old owner's value.
+TEST_F(PendingFreeTest, AHostCopyInUseIsNotLetGoWithItsPendingFree) {
+  auto mm = Make("4MiB");
+  ASSERT_NE(mm, nullptr);
+  // A swapped-out buffer of 4 MiB freed idle: its host copy is kept, and
+  // the spare host copies hold a cap's worth.
+  CUdeviceptr c = Alloc(*mm, 1, 2 * kGranule);
+  SetTail(*mm, 1, c, 2 * kGranule, 1, nullptr);
+  ASSERT_CU(cuCtxSynchronize());
+  ASSERT_CU(mm->EvictAsync(1));
+  ASSERT_CU(cuCtxSynchronize());
+  ASSERT_CU(mm->Free(c));
+  ASSERT_FALSE(mm->Owns(c));
+  auto held = std::make_unique<HeldStream>();
+  uint32_t* record = nullptr;
+  ASSERT_CU(cuMemAllocHost_v2(reinterpret_cast<void**>(&record), kTail));
+  // Written on the held stream, evicted behind that write (its copy into a
+  // fresh host copy queued), taken back by a read on the held stream.
+  CUdeviceptr a = Alloc(*mm, 2);
+  SetTail(*mm, 2, a, kGranule, 2, held->get());
+  ASSERT_CU(mm->EvictAsync(2));
+  {
+    Ids ids = {2};
+    ASSERT_CU(mm->Prepare(ids, {}, held->get()));
+    CUresult r = cuMemcpyDtoHAsync_v2(record, a + kGranule - kTail, kTail, held->get());
+    mm->Finish(ids, {}, held->get(), r == CUDA_SUCCESS);
+    ASSERT_CU(r);
+  }
+  EXPECT_EQ(mm->stats().swap_outs_cancelled, 1u);
+  ASSERT_CU(mm->Free(a));
+  const unsigned long long releases = fakecuda_call_count("cuMemRelease");
+  CUdeviceptr b = Alloc(*mm, 3);
+  ASSERT_NE(b, 0u);
+  SetTail(*mm, 3, b, kGranule, 3, nullptr);
+  EXPECT_EQ(fakecuda_call_count("cuMemRelease"), releases)
+      << "memory released while the held stream's work may use it";
+  EXPECT_EQ(mm->stats().host_wait_seconds, 0.0);
+  held->Open();
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_TRUE(All(std::vector<uint32_t>(record, record + kTail / 4), 2u));
+  EXPECT_TRUE(All(ReadAt(*mm, 3, b, kGranule - kTail), 3u));
+  EXPECT_TRUE(All(ReadAt(*mm, 3, b, 0), 0u));
+  EXPECT_CU(mm->Free(b));
+  EXPECT_CU(cuMemFreeHost(record));
 }
 
 // Pending frees queue per stream: one held back does not hold back the
