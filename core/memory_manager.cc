@@ -156,6 +156,7 @@ MemoryManager::~MemoryManager() {
     WaitIdle(b);  // an error here leaves nothing better to do than release
     if (!ReleaseBuffer(DeviceState(b.device), b)) {
       Unindex(b);
+      DequeueGarbage(DeviceState(b.device), b);
       // At exit: leak what the driver would not release.
       const uint64_t key = b.key;
       by_base_.erase(by_base_.begin());
@@ -262,13 +263,21 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
   if (dev.context == nullptr) dev.context = context;
   b->gpu_version = ++version_;
   b->last_use = ++clock_;  // just used: not the first to go
-  CollectGarbage();
-  ReapOldMappings(dev, /*wait=*/false);
   // From half a granule up a buffer maps a whole chunk (at most twice its
   // size): the memory it frees serves any other buffer, where the driver's
   // allocator would need a pooled chunk released for it (room for it) and
   // created again for the next VMM buffer.
-  if (dev.granularity == 0 || bytes < dev.granularity / 2) {
+  const bool vmm_sized = dev.granularity != 0 && bytes >= dev.granularity / 2;
+  if (vmm_sized) b->reserved = AlignUp(bytes, dev.granularity);
+  // A pending free of the same size serves first, before it is released
+  // (which would unmap and free what a new reservation then maps again).
+  bool taken_over = vmm_sized && TakeOverGarbage(dev, *b);
+  CollectGarbage();
+  ReapOldMappings(dev, /*wait=*/false);
+  if (vmm_sized && !taken_over) taken_over = TakeOverGarbage(dev, *b);
+  if (taken_over) {
+    b->vmm = true;
+  } else if (!vmm_sized) {
     // Too small to map on its own: the driver's allocator, charged, kept.
     b->reserved = AlignUp(bytes, kSmallUnit);
     if (CUresult r = MakeRoom(dev, b->reserved); r != CUDA_SUCCESS) return r;
@@ -284,7 +293,6 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
     Charge(dev, b->reserved);
   } else {
     b->vmm = true;
-    b->reserved = AlignUp(bytes, dev.granularity);
     // Room is made (or a pooled chunk taken) once the range is reserved.
     if (CUresult r = driver_->cuMemAddressReserve(&b->base, b->reserved, 0, 0, 0);
         r != CUDA_SUCCESS) {
@@ -361,10 +369,13 @@ CUresult MemoryManager::Free(CUdeviceptr base) {
   if (b.stream_ordered) DeviceState(b.device).stream_ordered.used -= b.size;
   if (planner_ != nullptr) planner_->OnFreed(b.id);
   Reindex(b);  // out of the eviction order
-  // A release the driver refused is retried as garbage.
-  if (b.pins > 0 || !Idle(b) || !ReleaseBuffer(dev, b)) {
-    garbage_.push_back(&b);  // released once its work completed, or at S404
-  }
+  // Released once its work completed (or a release the driver refused is
+  // retried), or its memory reused in stream order before then (S404).
+  if (b.pins > 0 || !Idle(b) || !ReleaseBuffer(dev, b)) EnqueueGarbage(dev, b);
+  // Earlier frees whose work completed since: a program that never
+  // synchronises holds only those still in flight.
+  CollectGarbage(dev);
+  ReapOldMappings(dev, /*wait=*/false);
   return CUDA_SUCCESS;
 }
 
@@ -392,10 +403,12 @@ CUresult MemoryManager::FreeAsync(CUdeviceptr base, CUstream stream,
   if (b.stream_ordered) DeviceState(b.device).stream_ordered.used -= b.size;
   if (planner_ != nullptr) planner_->OnFreed(b.id);
   Reindex(b);  // out of the eviction order
-  // A release the driver refused is retried as garbage.
-  if (b.pins > 0 || !Idle(b) || !ReleaseBuffer(DeviceState(b.device), b)) {
-    garbage_.push_back(&b);  // released once the stream passed the free (S404)
-  }
+  // Released once the stream passed the free, or reused in stream order
+  // before then (S404).
+  Device& dev = DeviceState(b.device);
+  if (b.pins > 0 || !Idle(b) || !ReleaseBuffer(dev, b)) EnqueueGarbage(dev, b);
+  CollectGarbage(dev);
+  ReapOldMappings(dev, /*wait=*/false);
   return CUDA_SUCCESS;
 }
 
@@ -559,41 +572,29 @@ bool MemoryManager::DropOneClean(Device& dev, CUresult* error) {
 }
 
 bool MemoryManager::ReleaseGarbage(Device& dev, bool wait, CUresult* error) {
-  if (garbage_.empty()) return false;
-  for (Buffer* b : garbage_) {
-    if (b->device != dev.ordinal || !b->garbage || b->pins > 0 ||
-        b->failed_round == round_) {
-      continue;
-    }
-    if (!Idle(*b)) {
-      // Its memory is free in stream order: handed on (below) rather than
-      // waited for.
-      if (!wait) {
-        if (QueueGarbage(dev, *b)) return true;
-        continue;
-      }
-      // Unlocks: the caller looks again.
+  if (dev.garbage.empty()) return false;
+  // What completed is released; the memory of what did not is free in stream
+  // order: handed on (QueueGarbage) rather than waited for.
+  if (!wait) return CollectGarbage(dev) || HandOnGarbage(dev);
+  // A host wait for the oldest one that could not go otherwise. Unlocks:
+  // the caller looks again.
+  for (auto& [key, queue] : dev.garbage) {
+    for (Buffer* b : queue) {
+      if (b->pins > 0 || b->failed_round == round_) continue;
       if (CUresult r = WaitIdle(*b); r != CUDA_SUCCESS) {
         b->failed_round = round_;
         if (error != nullptr) *error = r;
       }
       return true;
     }
-    uint64_t used = dev.used - dev.pool.bytes();  // what the pool holds is as good as free
-    Buffer& g = *b;
-    if (ReleaseBuffer(dev, g)) {
-      ++stats_.garbage_released;
-      return true;
-    }
-    // Partly released, perhaps: progress if its device memory went.
-    g.failed_round = round_;
-    if (dev.used - dev.pool.bytes() < used) return true;
   }
   return false;
 }
 
 bool MemoryManager::QueueGarbage(Device& dev, Buffer& b) {
-  if (!b.vmm || b.device_chunks.empty() || b.old_mapped || b.host_at_base ||
+  // Exported memory may still be mapped by whoever holds its handle: never
+  // another buffer's.
+  if (!b.vmm || b.exported || b.device_chunks.empty() || b.old_mapped || b.host_at_base ||
       !CanQueue(dev) || EnsureSwapStream(dev) != CUDA_SUCCESS ||
       !OrderSwapAfterUses(dev, b)) {
     return false;
@@ -604,18 +605,155 @@ bool MemoryManager::QueueGarbage(Device& dev, Buffer& b) {
   for (const Use& u : b.uses) {
     if (u.stream == dev.swap_stream && !u.recorded) return false;  // not observable
   }
+  // Released from the old mappings once the swap stream passed that point
+  // (ReapOldMappings), no longer a pending free of its streams.
+  DequeueGarbage(dev, b);
   DetachShadowed(dev, b);
   return true;
 }
 
-void MemoryManager::CollectGarbage() {
-  if (garbage_.empty()) return;
-  std::vector<Buffer*> garbage = garbage_;  // a release edits the list
-  for (Buffer* b : garbage) {
-    if (b->pins > 0 || !Idle(*b)) continue;
-    if (!ReleaseBuffer(DeviceState(b->device), *b)) continue;  // retried later
-    ++stats_.garbage_released;
+bool MemoryManager::HandOnGarbage(Device& dev) {
+  if (dev.garbage.empty() || !CanQueue(dev)) return false;
+  // The oldest of each queue with device memory (a swapped-out one has
+  // none to give). One that cannot be ordered now goes last, so that it
+  // holds back no other (a host wait for it stays possible: ReleaseGarbage).
+  for (auto& [key, queue] : dev.garbage) {
+    auto it = queue.begin();
+    for (size_t left = queue.size(); left > 0 && it != queue.end(); --left) {
+      Buffer* b = *it++;
+      if (b->pins > 0 || b->failed_round == round_ || !b->vmm || b->exported ||
+          b->device_chunks.empty()) {
+        continue;
+      }
+      if (QueueGarbage(dev, *b)) return true;  // b left the queue
+      queue.splice(queue.end(), queue, b->garbage_at);
+    }
   }
+  return false;
+}
+
+bool MemoryManager::TakeOverGarbage(Device& dev, Buffer& b) {
+  if (dev.garbage.empty()) return false;
+  const size_t n = b.reserved / dev.granularity;
+  for (auto& [key, queue] : dev.garbage) {
+    if (queue.empty()) continue;
+    Buffer& g = *queue.front();
+    if (g.reserved != b.reserved || !g.vmm || g.exported || g.pins > 0 || !g.va_reserved ||
+        g.old_mapped || g.host_at_base || g.device_chunks.size() != n) {
+      continue;
+    }
+    // Its work still queued comes first on the swap stream (no host wait).
+    // Its host copy, stale for the new owner, is let go only once that work
+    // is done, as at a release: a swap copy from or into it, or a kernel
+    // reading it at the address while it was swapped out, may still be
+    // queued, and letting it go releases its memory at once (or keeps it
+    // for a release that does not wait). Where its work cannot be ordered,
+    // it holds a host copy with work queued, or its host copy cannot be let
+    // go, it is not taken, and goes last so that it holds back no other
+    // (its device memory can still be handed on: HandOnGarbage).
+    if ((!Idle(g) && (g.host.exists() || !CanQueue(dev) ||
+                      EnsureSwapStream(dev) != CUDA_SUCCESS || !OrderSwapAfterUses(dev, g))) ||
+        !ReleaseHostCopy(dev, g)) {
+      queue.splice(queue.end(), queue, g.garbage_at);
+      continue;
+    }
+    b.base = g.base;
+    b.va_reserved = true;
+    b.device_chunks = std::move(g.device_chunks);
+    // The old owner's uses stay the new owner's: evicting it, or releasing
+    // it once freed, waits for them as for its own.
+    b.uses = std::move(g.uses);
+    if (ZeroReused(dev, b) != CUDA_SUCCESS) {
+      // Holding the old contents: back to the freed buffer, taken no further.
+      g.device_chunks = std::move(b.device_chunks);
+      g.uses = std::move(b.uses);
+      b.device_chunks.clear();
+      b.uses.clear();
+      b.base = 0;
+      b.va_reserved = false;
+      return false;
+    }
+    DequeueGarbage(dev, g);
+    Unindex(g);
+    if (g.stream_ordered) dev.stream_ordered.reserved -= g.reserved;
+    by_base_.erase(g.base);
+    buffers_.erase(g.key);  // destroys g
+    ++stats_.garbage_taken_over;
+    return true;
+  }
+  return false;
+}
+
+void MemoryManager::CollectGarbage() {
+  for (auto& d : devices_) {
+    if (d) CollectGarbage(*d);
+  }
+}
+
+bool MemoryManager::CollectGarbage(Device& dev) {
+  const uint64_t pooled = dev.pool.bytes();
+  bool released = false;
+  for (auto it = dev.garbage.begin(); it != dev.garbage.end();) {
+    std::list<Buffer*>& queue = it->second;
+    // Oldest first, up to the first not done (work on one stream completes
+    // in order). One the driver would not release goes last, for a retry.
+    for (size_t left = queue.size(); left > 0 && !queue.empty(); --left) {
+      Buffer& b = *queue.front();
+      if (b.pins > 0 || !Idle(b)) break;
+      if (ReleaseBuffer(dev, b)) {  // takes it off the queue
+        ++stats_.garbage_released;
+        released = true;
+        continue;
+      }
+      b.failed_round = round_;  // not waited for in this round (ReleaseGarbage)
+      queue.splice(queue.end(), queue, b.garbage_at);
+    }
+    it = queue.empty() ? dev.garbage.erase(it) : std::next(it);
+  }
+  // A release that failed after pooling the memory made room too.
+  return released || dev.pool.bytes() > pooled;
+}
+
+void MemoryManager::EnqueueGarbage(Device& dev, Buffer& b) {
+  if (b.garbage_queue != nullptr) return;
+  // The queue of the one stream its work not seen done is on; work on
+  // several (or none known: a pin, work of unknown accesses, a release the
+  // driver refused) shares another. A use no event records is never seen
+  // done by a query (only a host wait tells): such frees wait apart, so
+  // that they hold back no other.
+  static constexpr Device::StreamKey kSeveral{nullptr, ~uint64_t{0}};
+  static constexpr Device::StreamKey kUnrecorded{nullptr, ~uint64_t{0} - 1};
+  std::optional<Device::StreamKey> key;
+  for (Use& u : b.uses) {
+    if (Observed(u)) continue;
+    if (!u.recorded) {
+      key = kUnrecorded;
+      break;
+    }
+    const Device::StreamKey k{u.stream, u.thread};
+    if (key.has_value() && *key != k) key = kSeveral;
+    if (!key.has_value()) key = k;
+  }
+  std::list<Buffer*>& queue = dev.garbage[key.value_or(kSeveral)];
+  b.garbage_at = queue.insert(queue.end(), &b);
+  b.garbage_queue = &queue;
+  RecountGarbage(dev, b);
+}
+
+void MemoryManager::DequeueGarbage(Device& dev, Buffer& b) {
+  if (b.garbage_queue == nullptr) return;
+  dev.garbage_bytes -= b.garbage_counted;
+  b.garbage_counted = 0;
+  // An emptied queue is erased by the next CollectGarbage.
+  b.garbage_queue->erase(b.garbage_at);
+  b.garbage_queue = nullptr;
+}
+
+void MemoryManager::RecountGarbage(Device& dev, Buffer& b) {
+  if (b.garbage_queue == nullptr) return;
+  const uint64_t now = b.vmm && !b.exported ? b.device_chunks.size() * dev.granularity : 0;
+  dev.garbage_bytes = dev.garbage_bytes - b.garbage_counted + now;
+  b.garbage_counted = now;
 }
 
 bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, CUresult* error) {
@@ -1307,13 +1445,8 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
   // Counted as used, the planner evicted for fetches that on demand went
   // into them with no eviction (mlp_train --hidden 2048 at 50 %: 1272-1384
   // MiB moved against 888 with prefetch off).
-  const auto free_under_cap = [this](const Device& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    uint64_t room = d.pool.bytes();
-    for (const Buffer* g : garbage_) {
-      if (g->device == d.ordinal && g->vmm && !g->exported) {
-        room += g->device_chunks.size() * d.granularity;
-      }
-    }
+  const auto free_under_cap = [](const Device& d) {
+    const uint64_t room = d.pool.bytes() + d.garbage_bytes;
     const uint64_t held = d.used - std::min(d.used, room);
     return held < d.cap ? d.cap - held : 0;
   };
@@ -1442,6 +1575,7 @@ std::string MemoryManager::StatsText() const {
       "stensor: swap-ins, never written %5u (no copy)\n"
       "stensor: reads from host    %10u (device->host copies served from the host copy)\n"
       "stensor: garbage released   %10u\n"
+      "stensor: garbage taken over %10u (freed buffers reused whole in stream order)\n"
       "stensor: out of memory      %10u\n"
       "stensor: driver errors      %10u (in the swap path, recovered or returned)\n"
       "stensor: host waited        %10.3f s\n"
@@ -1464,7 +1598,7 @@ std::string MemoryManager::StatsText() const {
       mib(s.bytes_copied_out), s.clean_drops, mib(s.bytes_dropped), s.never_written_drops,
       mib(s.bytes_never_written_dropped), s.swap_ins, mib(s.bytes_copied_in),
       s.swap_ins_without_copy, s.swap_ins_never_written, s.reads_served_from_host,
-      s.garbage_released, s.ooms, s.driver_errors, s.host_wait_seconds,
+      s.garbage_released, s.garbage_taken_over, s.ooms, s.driver_errors, s.host_wait_seconds,
       s.wait_program_seconds, s.wait_swap_seconds, s.wait_unknown_seconds, s.async_evictions,
       s.stream_order_reuses, s.swap_outs_cancelled, s.physical_creates, s.physical_releases, s.pool_hits,
       s.profiled_period, s.profiles, s.pattern_changes, s.prefetches_issued, s.prefetches_used,

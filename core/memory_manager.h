@@ -77,6 +77,9 @@ struct SwapStats {
   uint64_t driver_errors = 0;
   uint64_t reads_served_from_host = 0;
   uint64_t garbage_released = 0;
+  // Freed buffers whose address and device memory a new allocation of
+  // their size took over, in stream order (their work may still be queued).
+  uint64_t garbage_taken_over = 0;
   uint64_t ooms = 0;
   // Stream-ordered driver allocations given the room of a free queued
   // before them on their stream, with no host wait (ReserveExternal).
@@ -492,13 +495,36 @@ class MemoryManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool EvictByPolicy(Device& dev, uint64_t needed, CUresult* error = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Releases every freed buffer whose last use has completed.
+  // Releases the freed buffers whose last uses were seen complete, oldest
+  // first in each of the device's queues (Device::garbage), up to the first
+  // not done: event queries, never a host wait. True when device memory
+  // came free (released, or pooled by a release that then failed).
   void CollectGarbage() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool CollectGarbage(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A freed buffer still in use: its chunks go to the pool at once, mapped
   // at its address until the swap stream, made to wait for its last uses,
-  // is seen past them (as for a queued swap-out). False, changing nothing
-  // the caller relies on, when its uses cannot be ordered on the device.
+  // is seen past them (as for a queued swap-out); it leaves its queue of
+  // pending frees. False, changing nothing the caller relies on, when its
+  // uses cannot be ordered on the device.
   bool QueueGarbage(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // QueueGarbage of the oldest pending free of `dev` that can go (its
+  // memory then pooled, shadowed). False when none can.
+  bool HandOnGarbage(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new VMM buffer `b` (its size and reservation set, nothing mapped)
+  // takes over the address, device memory and uses of the oldest pending
+  // free of the same reservation in one of `dev`'s queues: no reservation,
+  // map or unmap, and no new chunk. Its zeroing on the swap stream runs
+  // after the old owner's work still queued (the swap stream waits for it),
+  // and its first users wait for the zeroing (OrderAfterSwap). False,
+  // `b` unchanged, when no pending free can serve.
+  bool TakeOverGarbage(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pending frees (Device::garbage): a freed buffer not released joins the
+  // queue of the stream its unfinished work is on, and leaves it when
+  // released, handed on or taken over. RecountGarbage updates its device
+  // memory counted in Device::garbage_bytes.
+  void EnqueueGarbage(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DequeueGarbage(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecountGarbage(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogOom(Device& dev, uint64_t need) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the buffer's device copy may go without a transfer.
   bool Droppable(const Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -711,9 +737,6 @@ class MemoryManager {
   const Vmm vmm_{driver_, &stats_.driver_errors};
   bool warned_no_host_vmm_ ABSL_GUARDED_BY(mu_) = false;
   bool warned_host_limit_ ABSL_GUARDED_BY(mu_) = false;
-  // Freed buffers not yet released (S404), so that releasing them walks
-  // them only.
-  std::vector<Buffer*> garbage_ ABSL_GUARDED_BY(mu_);
   uint64_t serial_ ABSL_GUARDED_BY(mu_) = 0;  // allocation order: the last tie-break
   // Set while a Prefetch or EvictAsync runs: every host wait answers
   // CUDA_ERROR_NOT_READY instead of waiting.

@@ -11,12 +11,15 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
+#include <list>
 #include <map>
 #include <optional>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "core/driver_pool.h"
 #include "core/host_copy.h"
 #include "core/memory_manager.h"
@@ -61,6 +64,12 @@ struct MemoryManager::Buffer {
   // with cuMemFree, after which a buffer still in use is garbage.
   int pins = 0;
   bool garbage = false;
+  // While garbage and not handed on: its place in its device's queue of
+  // pending frees (Device::garbage), and the chunk bytes counted for it
+  // there (Device::garbage_bytes).
+  std::list<Buffer*>* garbage_queue = nullptr;
+  std::list<Buffer*>::iterator garbage_at;
+  uint64_t garbage_counted = 0;
   Location location = Location::kGpuOnly;
   uint64_t gpu_version = 0;
   uint64_t host_version = 0;
@@ -156,8 +165,21 @@ struct MemoryManager::Device {
   StreamOrderedUsage stream_ordered;
   // The driver's default pool of the device (TrimDriverPool).
   DriverPool driver_pool;
-  // Buffers whose old mapping is still there (Buffer::old_mapped).
-  std::vector<Buffer*> old_mappings;
+  // Buffers whose old mapping is still there (Buffer::old_mapped), in the
+  // order of their uses on the swap stream, which complete in that order:
+  // reaping looks at the oldest first and stops at the first not done.
+  std::deque<Buffer*> old_mappings;
+  // The old owners (old_mappings) of each chunk still mapped at an old
+  // address: whom handing it on concerns, found without a walk.
+  absl::flat_hash_map<CUmemGenericAllocationHandle, std::vector<Buffer*>> shadow_owners;
+  // Freed buffers whose work was still queued (S404), not handed on: a FIFO
+  // per stream that work is on (one more for work on several streams or
+  // none known), in the order of their frees. Work on a stream completes in
+  // order, so each call releases from the oldest of each queue and stops at
+  // the first not done: its cost follows what completed, not the backlog.
+  using StreamKey = std::pair<CUstream, uint64_t>;  // Use::stream, Use::thread
+  std::map<StreamKey, std::list<Buffer*>> garbage;
+  uint64_t garbage_bytes = 0;  // their device memory, for the planner's room
   // The eviction order (MemoryManager::Reindex).
   std::map<std::tuple<EvictionKey, uint64_t, uint64_t>, Buffer*> evictable;
   std::map<std::pair<uint64_t, uint64_t>, Buffer*> droppable;

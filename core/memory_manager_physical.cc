@@ -12,7 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "core/json.h"
 #include "core/log.h"
@@ -100,20 +99,20 @@ size_t MemoryManager::TakePooled(Device& dev, size_t n,
                                  bool* shadowed) {
   // Chunks of freed buffers are handed on first: their owners never come
   // back for them (a buffer that does waits on the host for its old copy).
-  absl::flat_hash_set<CUmemGenericAllocationHandle> freed;
-  for (const Buffer* o : dev.old_mappings) {
-    if (o->garbage) freed.insert(o->old_chunks.begin(), o->old_chunks.end());
-  }
+  auto freed = [&dev](CUmemGenericAllocationHandle h) {
+    auto it = dev.shadow_owners.find(h);
+    return it != dev.shadow_owners.end() &&
+           std::any_of(it->second.begin(), it->second.end(),
+                       [](const Buffer* o) { return o->garbage; });
+  };
   std::vector<CUmemGenericAllocationHandle> handed;
-  const size_t taken = dev.pool.Take(n, chunks, &handed, &freed);
+  const size_t taken = dev.pool.Take(n, chunks, &handed, freed);
   for (CUmemGenericAllocationHandle h : handed) {
     *shadowed = true;
-    // Its old owner can no longer take it back (its contents will change).
-    for (Buffer* o : dev.old_mappings) {
-      if (std::find(o->old_chunks.begin(), o->old_chunks.end(), h) != o->old_chunks.end()) {
-        o->handed_on = true;
-      }
-    }
+    // Its old owners can no longer take it back (its contents will change).
+    auto it = dev.shadow_owners.find(h);
+    if (it == dev.shadow_owners.end()) continue;
+    for (Buffer* o : it->second) o->handed_on = true;
   }
   stats_.pooled_bytes -= taken * dev.granularity;
   stats_.pool_hits += taken;
@@ -145,6 +144,12 @@ CUresult MemoryManager::AcquireChunks(Device& dev, size_t n, bool reuse,
   *pooled = false;
   *shadowed = false;
   if (reuse) *pooled = TakePooled(dev, n, chunks, shadowed) > 0;
+  // Memory of freed buffers whose work is still queued comes next, handed
+  // on in stream order: a new chunk only when nothing freed can serve, so
+  // a program that frees faster than its work completes does not grow.
+  while (reuse && chunks->size() < n && HandOnGarbage(dev)) {
+    if (TakePooled(dev, n - chunks->size(), chunks, shadowed) > 0) *pooled = true;
+  }
   if (chunks->size() < n) {
     // Room for the rest; evictions meanwhile feed the pool, which counts.
     if (CUresult r = MakeRoom(dev, (n - chunks->size()) * dev.granularity, reuse);
@@ -258,7 +263,10 @@ void MemoryManager::DetachShadowed(Device& dev, Buffer& b) {
   b.old_chunks = b.device_chunks;
   b.old_mapped = true;
   b.handed_on = false;
-  for (CUmemGenericAllocationHandle h : b.old_chunks) dev.pool.Shadow(h);
+  for (CUmemGenericAllocationHandle h : b.old_chunks) {
+    dev.pool.Shadow(h);
+    dev.shadow_owners[h].push_back(&b);
+  }
   dev.old_mappings.push_back(&b);
   PoolChunks(dev, &b.device_chunks);
 }
@@ -278,8 +286,16 @@ void MemoryManager::EndShadow(Device& dev, Buffer& b) {
   if (!b.old_mapped) return;
   b.old_mapped = false;
   b.handed_on = false;
-  for (CUmemGenericAllocationHandle h : b.old_chunks) dev.pool.Unshadow(h);
+  for (CUmemGenericAllocationHandle h : b.old_chunks) {
+    dev.pool.Unshadow(h);
+    auto owners = dev.shadow_owners.find(h);
+    if (owners == dev.shadow_owners.end()) continue;
+    std::vector<Buffer*>& o = owners->second;
+    o.erase(std::remove(o.begin(), o.end(), &b), o.end());
+    if (o.empty()) dev.shadow_owners.erase(owners);
+  }
   b.old_chunks.clear();
+  // Mostly the oldest: reaped in order.
   auto it = std::find(dev.old_mappings.begin(), dev.old_mappings.end(), &b);
   if (it != dev.old_mappings.end()) dev.old_mappings.erase(it);
 }
@@ -314,14 +330,34 @@ bool MemoryManager::ReapOldMappings(Device& dev, bool wait, double* waited) {
   if (dev.old_mappings.empty()) return false;
   if (wait && WaitSwapStream(dev, waited) != CUDA_SUCCESS) return false;
   bool any = false;
-  // Copy: ending one edits the list (and the wait released the lock).
-  std::vector<Buffer*> pending = dev.old_mappings;
-  for (Buffer* b : pending) {
+  // Oldest first: their copies complete in the swap stream's order, so
+  // without a wait the first not seen done ends the look (the cost follows
+  // what completed, not how many are in flight). One whose unmap failed
+  // stays for a retry.
+  for (size_t i = 0; i < dev.old_mappings.size();) {
+    Buffer* b = dev.old_mappings[i];
     bool observed = false;
     for (Use& u : b->uses) {
       if (u.stream == dev.swap_stream) observed = Observed(u);
     }
-    if (observed && EndOldMapping(dev, *b)) any = true;
+    if (!observed) {
+      if (!wait) break;
+      ++i;
+      continue;
+    }
+    if (!EndOldMapping(dev, *b)) {
+      ++i;
+      continue;
+    }
+    any = true;
+    // A freed buffer whose memory was handed on: its address goes too (or,
+    // not idle yet or refused by the driver, it waits as a pending free).
+    if (!b->garbage) continue;
+    if (b->pins == 0 && Idle(*b) && ReleaseBuffer(dev, *b)) {
+      ++stats_.garbage_released;
+    } else {
+      EnqueueGarbage(dev, *b);
+    }
   }
   return any;
 }
@@ -355,6 +391,7 @@ bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
       } else {
         PoolChunks(dev, &b.device_chunks);
       }
+      RecountGarbage(dev, b);  // should a later step fail
       EndShadow(dev, b);  // released only once idle: its swap-out copy is done
     }
     if (b.va_reserved) {
@@ -368,10 +405,7 @@ bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
     if (u.event != nullptr) (void)Failed(driver_->cuEventDestroy_v2(u.event));
   }
   Unindex(b);
-  if (b.garbage) {
-    auto g = std::find(garbage_.begin(), garbage_.end(), &b);
-    if (g != garbage_.end()) garbage_.erase(g);
-  }
+  DequeueGarbage(dev, b);
   const uint64_t key = b.key;
   if (b.stream_ordered) dev.stream_ordered.reserved -= b.reserved;
   by_base_.erase(b.base);

@@ -10,7 +10,7 @@ void PhysicalPool::PutAll(std::vector<Handle>* chunks) {
 }
 
 size_t PhysicalPool::Take(size_t n, std::vector<Handle>* out, std::vector<Handle>* shadowed,
-                          const absl::flat_hash_set<Handle>* first) {
+                          absl::FunctionRef<bool(Handle)> first) {
   size_t taken = 0;
   auto take = [&](size_t i) {
     out->push_back(chunks_[i]);
@@ -22,13 +22,11 @@ size_t PhysicalPool::Take(size_t n, std::vector<Handle>* out, std::vector<Handle
     if (!shadows_.contains(chunks_[i])) take(i);
   }
   // What is left is all shadowed (the pass above took the rest).
-  if (first != nullptr) {
-    for (size_t i = 0; i < chunks_.size() && taken < n;) {
-      if (first->contains(chunks_[i])) {
-        take(i);
-      } else {
-        ++i;
-      }
+  for (size_t i = 0; i < chunks_.size() && taken < n;) {
+    if (first(chunks_[i])) {
+      take(i);
+    } else {
+      ++i;
     }
   }
   while (taken < n && !chunks_.empty()) take(0);

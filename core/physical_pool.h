@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/types/span.h"
 
 namespace stensor {
@@ -46,11 +46,11 @@ class PhysicalPool {
   // pooled first (their swap-out copies come first on the swap stream, and
   // their owners, evicted longest ago, are the least likely to be needed back
   // before those copies are done). The shadowed ones taken are also appended
-  // to `*shadowed` (when not null). Shadowed chunks in `first` (when not
-  // null: those whose old owner will never take them back) go before the
-  // other shadowed ones.
+  // to `*shadowed` (when not null). Shadowed chunks for which `first` holds
+  // (those whose old owners will never take them back) go before the other
+  // shadowed ones; it is asked only once no unshadowed chunk is left.
   size_t Take(size_t n, std::vector<Handle>* out, std::vector<Handle>* shadowed = nullptr,
-              const absl::flat_hash_set<Handle>* first = nullptr);
+              absl::FunctionRef<bool(Handle)> first = [](Handle) { return false; });
 
   // Takes exactly `chunks` out of the pool if every one is there; false, and
   // nothing changed, when one is not (it was handed on).

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/container/flat_hash_set.h"
+
 namespace stensor {
 namespace {
 
@@ -62,7 +64,7 @@ TEST(PhysicalPoolTest, ShadowedChunksOfFreedBuffersGoFirst) {
   }
   absl::flat_hash_set<Handle> freed = {3};
   Handles out, shadowed;
-  EXPECT_EQ(pool.Take(2, &out, &shadowed, &freed), 2u);
+  EXPECT_EQ(pool.Take(2, &out, &shadowed, [&](Handle h) { return freed.contains(h); }), 2u);
   EXPECT_EQ(out, (Handles{3, 1}));
   EXPECT_EQ(shadowed, (Handles{3, 1}));
 }
