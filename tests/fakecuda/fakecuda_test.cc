@@ -968,26 +968,35 @@ TEST_F(FakeCudaTest, ProcAddressMapsNameVersionAndFlagsToTheAbi) {
     EXPECT_EQ(fn4, fn);
   }
   // The per-thread flag before an entry point had a per-thread variant: not
-  // found, not the legacy-stream one (driver 580 on an H200 answers so).
+  // found, not the legacy-stream one. Not found is CUDA_SUCCESS with a null
+  // pointer and the reason in the status for cuGetProcAddress_v2,
+  // CUDA_ERROR_NOT_FOUND for the 4-argument form (driver 580 on an H200
+  // answers so).
+  auto get4 = Sym<GetProcAddress4>("cuGetProcAddress");
   for (auto [name, version] : {std::pair{"cuMemcpy", 4000}, {"cuMemsetD8", 3020},
                                {"cuStreamSynchronize", 2000}}) {
     void* fn = reinterpret_cast<void*>(1);
     CUdriverProcAddressQueryResult status;
     EXPECT_EQ(cuGetProcAddress_v2(name, &fn, version,
                                   CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status),
-              CUDA_ERROR_NOT_FOUND) << name;
+              CUDA_SUCCESS) << name;
     EXPECT_EQ(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT) << name;
+    EXPECT_EQ(fn, nullptr) << name;
+    fn = reinterpret_cast<void*>(1);
+    EXPECT_EQ(get4(name, &fn, version, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM),
+              CUDA_ERROR_NOT_FOUND) << name;
     EXPECT_EQ(fn, nullptr) << name;
   }
   void* fn = reinterpret_cast<void*>(1);
   CUdriverProcAddressQueryResult status;
-  EXPECT_EQ(cuGetProcAddress_v2("cuNoSuchEntryPoint", &fn, 13000, 0, &status),
-            CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(cuGetProcAddress_v2("cuNoSuchEntryPoint", &fn, 13000, 0, &status), CUDA_SUCCESS);
   EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
   EXPECT_EQ(fn, nullptr);
-  EXPECT_EQ(cuGetProcAddress_v2("cuMemAllocAsync", &fn, 10000, 0, &status),
-            CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(get4("cuNoSuchEntryPoint", &fn, 13000, 0), CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(cuGetProcAddress_v2("cuMemAllocAsync", &fn, 10000, 0, &status), CUDA_SUCCESS);
   EXPECT_EQ(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+  EXPECT_EQ(fn, nullptr);
+  EXPECT_EQ(get4("cuMemAllocAsync", &fn, 10000, 0), CUDA_ERROR_NOT_FOUND);
   EXPECT_EQ(cuGetProcAddress_v2("cuMemAlloc", &fn, 13000, 4, &status),
             CUDA_ERROR_INVALID_VALUE);
   dlclose(self);
