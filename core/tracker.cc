@@ -692,6 +692,7 @@ uint64_t Tracker::OnAlloc(const char* api, uint64_t base, uint64_t size,
 }
 
 void Tracker::OnFree(const char* api, uint64_t base) {
+  if (base == 0) return;  // a free of null frees nothing (CUDA_SUCCESS on a GPU)
   Count(OpType::kFree);
   std::optional<Buffer> b = registry_.Remove(base);
   if (b) tables_.OnFree(b->id);
@@ -707,6 +708,7 @@ void Tracker::OnFree(const char* api, uint64_t base) {
 }
 
 void Tracker::OnHostAlloc(const char* api, const void* p, uint64_t size) {
+  if (p == nullptr) return;  // 0 bytes asked: nothing allocated
   {
     MutexLock lock(&host_mu_);
     host_allocs_[reinterpret_cast<uintptr_t>(p)] = size;
@@ -722,6 +724,7 @@ void Tracker::OnHostAlloc(const char* api, const void* p, uint64_t size) {
 }
 
 void Tracker::OnHostFree(const char* api, const void* p) {
+  if (p == nullptr) return;  // a free of null frees nothing (CUDA_SUCCESS on a GPU)
   uint64_t size = 0;
   {
     MutexLock lock(&host_mu_);
@@ -1165,7 +1168,9 @@ bool Tracker::PointerAttribute(void* data, CUpointer_attribute attribute, CUdevi
 
 bool Tracker::PointerAttributes(unsigned int count, CUpointer_attribute* attributes,
                                 void** data, CUdeviceptr ptr, CUresult* result) const {
-  if (!memory_ || (count > 0 && (attributes == nullptr || data == nullptr))) return false;
+  // No attributes, or no arrays: the driver's error (count 0 is
+  // CUDA_ERROR_INVALID_VALUE on a GPU).
+  if (!memory_ || count == 0 || attributes == nullptr || data == nullptr) return false;
   std::optional<MemoryManager::BufferView> v = memory_->Find(ptr);
   if (!v) return false;
   bool live = !v->freed && ptr - v->base < v->size;

@@ -34,7 +34,11 @@ CUresult Alloc(const char* api, Fn real, CUdeviceptr* dptr, size_t bytes,
                BufferKind kind, Args... args) {
   if (real == nullptr) return kMissing;
   CUresult r = real(dptr, args...);
-  if (r == CUDA_SUCCESS && dptr != nullptr) T().OnAlloc(api, *dptr, bytes, kind);
+  // No bytes asked, no buffer (a stream-ordered allocation of 0 bytes
+  // succeeds on a GPU).
+  if (r == CUDA_SUCCESS && dptr != nullptr && *dptr != 0 && bytes != 0) {
+    T().OnAlloc(api, *dptr, bytes, kind);
+  }
   return r;
 }
 
@@ -98,7 +102,14 @@ template <typename Fn, typename Params, typename... Args>
 CUresult Region(const char* api, Fn real, const Params* p, StreamRef s, bool async,
                 Args... args) {
   if (p == nullptr) return real ? real(args...) : kMissing;  // the driver's error
-  return Transfer(api, real, CopyRangesOf(*p), s, async, /*linear=*/false, args...);
+  // A memory type the driver does not know: its error, before anything is
+  // made resident or served from a host copy (a copy served so would
+  // succeed where the driver refuses it).
+  const CopyRanges c = CopyRangesOf(*p);
+  if (c.src.memory == MemoryKind::kUnknown || c.dst.memory == MemoryKind::kUnknown) {
+    return real ? real(args...) : kMissing;
+  }
+  return Transfer(api, real, c, s, async, /*linear=*/false, args...);
 }
 
 // Calls `real` and, when it succeeded, `report()`.

@@ -8,6 +8,10 @@
 # Checked:
 #   - every hook the library exports (nm -D) was called in both preloaded
 #     runs: a hook added without a case here fails the test;
+#   - the fake's CUresults (the plain run's) are a real driver's, recorded
+#     on a GPU (tests/gpu/driver_580_h200.answers, compared by label with
+#     tests/driver_answers.py, which lists the few labels allowed to differ
+#     and why);
 #   - each call's CUresult, and the values the program prints, are the
 #     fake's (the plain run's), line for line; under the cap, the few that
 #     must differ are listed below and checked by the program itself;
@@ -17,7 +21,7 @@
 #     (tests/hooks_check.py), and under the cap each marked buffer was
 #     swapped out when its call began.
 set -euo pipefail
-prog=$1 fake=$2 stensor=$3 kernels=$4 checker=$5
+prog=$1 fake=$2 stensor=$3 kernels=$4 checker=$5 driver_answers=$6 compare=$7
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export LD_LIBRARY_PATH=$(cd "$(dirname "$fake")" && pwd)
@@ -48,6 +52,7 @@ run() {  # run NAME [VAR=value...]
   grep -qx ok "$tmp/$name.out" || fail "$name: no ok"
 }
 run plain
+python3 "$compare" "$driver_answers" "$tmp/plain.out" || fail "the fake's answers are not the driver's"
 run nocap LD_PRELOAD="$preload" STENSOR_ACCESS_LOG="$tmp/nocap.jsonl"
 # lru and no prefetch: the program swaps a buffer out by writing two others.
 run cap LD_PRELOAD="$preload" STENSOR_ACCESS_LOG="$tmp/cap.jsonl" STENSOR_MEMORY_LIMIT=$cap \
@@ -63,12 +68,15 @@ results() { grep -E '^(rc|val) ' "$tmp/$1.out" | grep -Ev "${2:-^$}" || true; }
 diff <(results plain) <(results nocap) > "$tmp/nocap.diff" ||
   { head -20 "$tmp/nocap.diff" >&2; fail "stensor without a cap answers differently from the driver"; }
 # Under the cap: the device's size is the cap (checked by the program); the
-# buffers are VMM memory, so IPC is refused and cuMemRetainAllocationHandle
-# works (README "Limits"), and its handle is released.
-differs='^(val cuMemGetInfo_v2/total|val cuDeviceTotalMem_v2/total|rc cuIpcGetMemHandle/valid|rc cuMemRetainAllocationHandle/stensor-buffer|rc cuMemRelease/stensor-buffer) '
+# buffers are VMM memory, so IPC is refused (at the base and inside),
+# P2P tokens are refused, and cuMemRetainAllocationHandle works (README
+# "Limits"), and its handle is released.
+differs='^(val cuMemGetInfo_v2/total|val cuDeviceTotalMem_v2/total|rc cuIpcGetMemHandle/(valid|interior)|rc cuPointerGetAttribute/p2p-tokens|rc cuMemRetainAllocationHandle/stensor-buffer|rc cuMemRelease/stensor-buffer) '
 diff <(results plain "$differs") <(results cap "$differs") > "$tmp/cap.diff" ||
   { head -20 "$tmp/cap.diff" >&2; fail "stensor under a cap answers differently from the driver"; }
-(( $(grep -Ec "$differs" "$tmp/cap.out") == 3 )) || fail "cap: the expected differences are not all there"
+(( $(grep -Ec "$differs" "$tmp/cap.out") == 5 )) || fail "cap: the expected differences are not all there"
+diff <(grep -E "$differs" "$tmp/plain.out" | grep '^rc ') <(grep -E "$differs" "$tmp/cap.out") \
+  > /dev/null && fail "cap: the expected differences are not different"
 
 python3 "$checker" "$tmp/nocap.jsonl" "$tmp/nocap.out" 0 || fail "nocap: access log"
 python3 "$checker" "$tmp/cap.jsonl" "$tmp/cap.out" 1 | tee "$tmp/cap.check" || fail "cap: access log"

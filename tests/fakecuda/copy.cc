@@ -212,6 +212,13 @@ Side Unified(CUdeviceptr p) {
 }
 Shape Linear(size_t n) { return Shape{n, 1, 1}; }
 
+// A context a peer copy accepts: a live one, or none (driver 580 on an H200
+// copies between two pointers given null contexts: with unified addressing
+// the pointers name their memory).
+bool PeerContext(CUcontext ctx) {
+  return ctx == nullptr || IsLiveContext(reinterpret_cast<Context*>(ctx));
+}
+
 CUresult SideOf(CUmemorytype type, const void* host, CUdeviceptr device,
                 CUarray array, Side* out) {
   switch (type) {
@@ -219,8 +226,9 @@ CUresult SideOf(CUmemorytype type, const void* host, CUdeviceptr device,
     case CU_MEMORYTYPE_DEVICE: *out = Dev(device); return CUDA_SUCCESS;
     case CU_MEMORYTYPE_UNIFIED: *out = Unified(device); return CUDA_SUCCESS;
     case CU_MEMORYTYPE_ARRAY:
-      (void)array;
-      return CUDA_ERROR_NOT_SUPPORTED;  // CUDA arrays are not modelled
+      // No array is CUDA_ERROR_INVALID_VALUE (driver 580 on an H200); CUDA
+      // arrays themselves are not modelled.
+      return array == nullptr ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_SUPPORTED;
     default: return CUDA_ERROR_INVALID_VALUE;
   }
 }
@@ -448,8 +456,7 @@ FAKECUDA_SYNC(cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t n),
 FAKECUDA_SYNC(cuMemcpyPeer,
               (CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src,
                CUcontext src_ctx, size_t n),
-              (IsLiveContext(reinterpret_cast<Context*>(dst_ctx)) &&
-               IsLiveContext(reinterpret_cast<Context*>(src_ctx)))
+              (PeerContext(dst_ctx) && PeerContext(src_ctx))
                   ? Copy(Dev(dst), Dev(src), Linear(n), nullptr, false,
                          kPerThread)
                   : CUDA_ERROR_INVALID_CONTEXT)
@@ -475,8 +482,7 @@ FAKECUDA_ASYNC(cuMemcpyAsync,
 FAKECUDA_ASYNC(cuMemcpyPeerAsync,
                (CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src,
                 CUcontext src_ctx, size_t n, CUstream s),
-               (IsLiveContext(reinterpret_cast<Context*>(dst_ctx)) &&
-                IsLiveContext(reinterpret_cast<Context*>(src_ctx)))
+               (PeerContext(dst_ctx) && PeerContext(src_ctx))
                    ? Copy(Dev(dst), Dev(src), Linear(n), s, true, kPerThread)
                    : CUDA_ERROR_INVALID_CONTEXT)
 FAKECUDA_ASYNC(cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D* p, CUstream s),

@@ -182,12 +182,26 @@ TEST_F(FakeCudaTest, VmmRejectsBadArguments) {
   EXPECT_EQ(va % kGranule, 0u);
   prop.location.id = 0;
   ASSERT_CU(cuMemCreate(&h, kGranule, &prop, 0));
-  EXPECT_EQ(cuMemMap(va + 4096, kGranule, 0, h, 0), CUDA_ERROR_INVALID_VALUE);
+  // Not whole granules: CUDA_ERROR_NOT_SUPPORTED, before whether the range
+  // is free (driver 580 on an H200); mapped already: CUDA_ERROR_INVALID_VALUE.
+  EXPECT_EQ(cuMemMap(va + 4096, kGranule, 0, h, 0), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(cuMemMap(va, kGranule + 4096, 0, h, 0), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(cuMemMap(va, 0, 0, h, 0), CUDA_ERROR_INVALID_VALUE);
   ASSERT_CU(cuMemMap(va, kGranule, 0, h, 0));
   EXPECT_EQ(cuMemMap(va, kGranule, 0, h, 0), CUDA_ERROR_INVALID_VALUE);
-  EXPECT_EQ(cuMemUnmap(va + kGranule, kGranule), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemMap(va + 4096, 4096, 0, h, 0), CUDA_ERROR_NOT_SUPPORTED);
+  // Unmapping: nothing mapped in a reservation's range is CUDA_SUCCESS (as
+  // on that GPU, even for 4 KiB) and leaves the mapping before it; a range
+  // that cuts a mapping, or outside any reservation, is refused.
+  EXPECT_CU(cuMemUnmap(va + kGranule, kGranule));
+  EXPECT_CU(cuMemUnmap(va + kGranule, 4096));
+  EXPECT_EQ(cuMemUnmap(va, 4096), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemUnmap(va + 4096, kGranule), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemUnmap(va, 0), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuMemAddressFree(va, 2 * kGranule), CUDA_ERROR_INVALID_VALUE);
-  ASSERT_CU(cuMemUnmap(va, kGranule));
+  // The whole reservation: its one mapping goes.
+  ASSERT_CU(cuMemUnmap(va, 2 * kGranule));
+  EXPECT_CU(cuMemUnmap(va, kGranule));
   ASSERT_CU(cuMemRelease(h));
   ASSERT_CU(cuMemAddressFree(va, 2 * kGranule));
 }
@@ -968,26 +982,35 @@ TEST_F(FakeCudaTest, ProcAddressMapsNameVersionAndFlagsToTheAbi) {
     EXPECT_EQ(fn4, fn);
   }
   // The per-thread flag before an entry point had a per-thread variant: not
-  // found, not the legacy-stream one (driver 580 on an H200 answers so).
+  // found, not the legacy-stream one. Not found is CUDA_SUCCESS with a null
+  // pointer and the reason in the status for cuGetProcAddress_v2,
+  // CUDA_ERROR_NOT_FOUND for the 4-argument form (driver 580 on an H200
+  // answers so).
+  auto get4 = Sym<GetProcAddress4>("cuGetProcAddress");
   for (auto [name, version] : {std::pair{"cuMemcpy", 4000}, {"cuMemsetD8", 3020},
                                {"cuStreamSynchronize", 2000}}) {
     void* fn = reinterpret_cast<void*>(1);
     CUdriverProcAddressQueryResult status;
     EXPECT_EQ(cuGetProcAddress_v2(name, &fn, version,
                                   CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status),
-              CUDA_ERROR_NOT_FOUND) << name;
+              CUDA_SUCCESS) << name;
     EXPECT_EQ(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT) << name;
+    EXPECT_EQ(fn, nullptr) << name;
+    fn = reinterpret_cast<void*>(1);
+    EXPECT_EQ(get4(name, &fn, version, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM),
+              CUDA_ERROR_NOT_FOUND) << name;
     EXPECT_EQ(fn, nullptr) << name;
   }
   void* fn = reinterpret_cast<void*>(1);
   CUdriverProcAddressQueryResult status;
-  EXPECT_EQ(cuGetProcAddress_v2("cuNoSuchEntryPoint", &fn, 13000, 0, &status),
-            CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(cuGetProcAddress_v2("cuNoSuchEntryPoint", &fn, 13000, 0, &status), CUDA_SUCCESS);
   EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
   EXPECT_EQ(fn, nullptr);
-  EXPECT_EQ(cuGetProcAddress_v2("cuMemAllocAsync", &fn, 10000, 0, &status),
-            CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(get4("cuNoSuchEntryPoint", &fn, 13000, 0), CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(cuGetProcAddress_v2("cuMemAllocAsync", &fn, 10000, 0, &status), CUDA_SUCCESS);
   EXPECT_EQ(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+  EXPECT_EQ(fn, nullptr);
+  EXPECT_EQ(get4("cuMemAllocAsync", &fn, 10000, 0), CUDA_ERROR_NOT_FOUND);
   EXPECT_EQ(cuGetProcAddress_v2("cuMemAlloc", &fn, 13000, 4, &status),
             CUDA_ERROR_INVALID_VALUE);
   dlclose(self);
@@ -1150,6 +1173,22 @@ TEST_F(FakeCudaTest, LaunchesPassParametersBothWays) {
   EXPECT_EQ(got[2], 8);
 
   EXPECT_EQ(cuLaunchKernel(mixed, 1, 1, 1, 1, 1, 1, 0, nullptr, params, extra),
+            CUDA_ERROR_INVALID_VALUE);
+  // The size must be the parameters' exactly (driver 580 on an H200 refused
+  // a struct's tail padding with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES).
+  for (size_t wrong : {sizeof(buffer) + 8, sizeof(buffer) - 8}) {
+    size = wrong;
+    EXPECT_EQ(cuLaunchKernel(mixed, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, extra),
+              CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES) << wrong;
+  }
+  // An `extra` of only its end is none: with kernelParams the kernel runs
+  // (as on that GPU), alone it is no parameters.
+  void* end_only[] = {CU_LAUNCH_PARAM_END};
+  c = 9;
+  ASSERT_CU(cuLaunchKernel(mixed, 1, 1, 1, 1, 1, 1, 0, nullptr, params, end_only));
+  ASSERT_CU(cuMemcpyDtoH_v2(got, out, sizeof(got)));
+  EXPECT_EQ(got[0], 9);
+  EXPECT_EQ(cuLaunchKernel(mixed, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, end_only),
             CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuLaunchKernel(mixed, 0, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr),
             CUDA_ERROR_INVALID_VALUE);
@@ -1347,15 +1386,18 @@ TEST_F(FakeCudaTest, PointerAttributesDescribeEachKindOfMemory) {
   ASSERT_CU(cuMemFreeHost(pinned));
 }
 
-// cuIpcGetMemHandle: the base of a cuMemAlloc allocation only; VMM memory,
-// interior pointers and stream-ordered memory are refused, as by the driver.
+// cuIpcGetMemHandle: cuMemAlloc memory, at its base or inside it (driver 580
+// on an H200), the allocation's handle; VMM memory, stream-ordered memory
+// and past the requested end are refused, as by the driver.
 // cuMemExportToShareableHandle: only the types requested at cuMemCreate.
 TEST_F(FakeCudaTest, InterprocessHandlesFollowTheDriversRules) {
   CUdeviceptr a = 0;
   ASSERT_CU(cuMemAlloc(&a, kGranule));
   CUipcMemHandle ipc{}, ipc2{};
   EXPECT_CU(cuIpcGetMemHandle(&ipc, a));
-  EXPECT_EQ(cuIpcGetMemHandle(&ipc, a + 64), CUDA_ERROR_INVALID_VALUE);
+  CUipcMemHandle inside{};
+  EXPECT_CU(cuIpcGetMemHandle(&inside, a + 64));
+  EXPECT_EQ(std::memcmp(&ipc, &inside, sizeof(ipc)), 0);
   EXPECT_EQ(cuIpcGetMemHandle(nullptr, a), CUDA_ERROR_INVALID_VALUE);
   ASSERT_CU(cuMemFree(a));
   ASSERT_CU(cuMemAlloc(&a, kGranule));
@@ -1416,6 +1458,69 @@ TEST_F(FakeCudaTest, FreedRangeStaysUnmappedWhenLaterPagesAreFreed) {
   EXPECT_FALSE(mapped) << "the freed range of `first` is mapped again"
                        << (holds_third ? " and holds the freed pages of `third`" : "");
   ASSERT_CU(cuMemFree_v2(second));
+}
+
+// Null and empty arguments that driver 580 on an H200 accepted
+// (tests/gpu/driver_580_h200.answers), and the P2P-token attribute.
+TEST_F(FakeCudaTest, NullAndEmptyArgumentsAsTheDriverAnswers) {
+  EXPECT_CU(cuMemFree_v2(0));
+  EXPECT_CU(cuMemFreeAsync(0, nullptr));
+  EXPECT_CU(cuMemFreeHost(nullptr));
+  CUdeviceptr p = 1;
+  EXPECT_CU(cuMemAllocAsync(&p, 0, nullptr));
+  EXPECT_EQ(p, 0u);
+  EXPECT_EQ(cuMemAllocAsync(nullptr, 0, nullptr), CUDA_ERROR_INVALID_VALUE);
+  void* h = &h;
+  EXPECT_CU(cuMemHostAlloc(&h, 0, 0));
+  EXPECT_EQ(h, nullptr);
+  EXPECT_EQ(cuMemAlloc_v2(&p, 0), CUDA_ERROR_INVALID_VALUE);
+  size_t free_bytes = 0, total = 0;
+  EXPECT_CU(cuMemGetInfo_v2(nullptr, &total));
+  EXPECT_GT(total, 0u);
+  EXPECT_CU(cuMemGetInfo_v2(&free_bytes, nullptr));
+  EXPECT_GT(free_bytes, 0u);
+  EXPECT_CU(cuMemGetInfo_v2(nullptr, nullptr));
+
+  // Peer copies with null contexts copy; 3D with an array type and no array
+  // is refused as a bad value.
+  CUdeviceptr a = 0, b = 0;
+  ASSERT_CU(cuMemAlloc(&a, 4096));
+  ASSERT_CU(cuMemAlloc(&b, 4096));
+  EXPECT_EQ(cuMemUnmap(a, 4096), CUDA_ERROR_INVALID_VALUE);  // no reservation
+  ASSERT_CU(cuMemsetD8_v2(b, 7, 4096));
+  EXPECT_CU(cuMemcpyPeer(a, nullptr, b, nullptr, 16));
+  unsigned char got[16] = {};
+  ASSERT_CU(cuMemcpyDtoH_v2(got, a, sizeof(got)));
+  EXPECT_EQ(got[15], 7);
+  CUDA_MEMCPY3D q{};
+  q.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+  q.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  q.dstDevice = a;
+  q.WidthInBytes = q.Height = q.Depth = 1;
+  EXPECT_EQ(cuMemcpy3D_v2(&q), CUDA_ERROR_INVALID_VALUE);
+
+  // P2P tokens: cuMemAlloc memory only (VMM memory refused, as on that GPU);
+  // the plural form refuses the attribute, and no attributes, outright.
+  CUDA_POINTER_ATTRIBUTE_P2P_TOKENS tokens{};
+  EXPECT_CU(cuPointerGetAttribute(&tokens, CU_POINTER_ATTRIBUTE_P2P_TOKENS, a + 8));
+  CUmemGenericAllocationHandle handle = 0;
+  CUdeviceptr va = MapNew(1, &handle);
+  EXPECT_EQ(cuPointerGetAttribute(&tokens, CU_POINTER_ATTRIBUTE_P2P_TOKENS, va),
+            CUDA_ERROR_INVALID_VALUE);
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_P2P_TOKENS, CU_POINTER_ATTRIBUTE_MAPPED};
+  int mapped = -1;
+  void* data[] = {&tokens, &mapped};
+  EXPECT_EQ(cuPointerGetAttributes(2, attrs, data, a), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuPointerGetAttributes(2, attrs, data, 0x1000), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(mapped, -1);
+  EXPECT_EQ(cuPointerGetAttributes(0, attrs + 1, data + 1, a), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_CU(cuPointerGetAttributes(1, attrs + 1, data + 1, a));
+  EXPECT_EQ(mapped, 1);
+  ASSERT_CU(cuMemUnmap(va, kGranule));
+  ASSERT_CU(cuMemRelease(handle));
+  ASSERT_CU(cuMemAddressFree(va, kGranule));
+  ASSERT_CU(cuMemFree(a));
+  ASSERT_CU(cuMemFree(b));
 }
 
 }  // namespace

@@ -403,6 +403,7 @@ FAKECUDA_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch,
 FAKECUDA_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   FAKECUDA_ENTER("cuMemFree_v2");
   if (CUresult r = CheckUnsafeCall(); r != CUDA_SUCCESS) return r;
+  if (dptr == 0) return CUDA_SUCCESS;  // as free(NULL): driver 580 on an H200
   Allocation a;
   if (CUresult r = TakeAllocation(dptr, &a); r != CUDA_SUCCESS) return r;
   // Freeing waits for work that may still use the memory, except for
@@ -416,14 +417,13 @@ FAKECUDA_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
 FAKECUDA_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes,
                                          size_t* total_bytes) {
   FAKECUDA_ENTER("cuMemGetInfo_v2");
-  if (free_bytes == nullptr || total_bytes == nullptr) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
+  // Either output may be null: driver 580 on an H200 answers CUDA_SUCCESS
+  // and fills in the other.
   Context* ctx = nullptr;
   if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
   size_t total = GetOptions().device_memory;
-  *total_bytes = total;
-  *free_bytes = total - GetDevice(ctx->device)->used.load();
+  if (total_bytes != nullptr) *total_bytes = total;
+  if (free_bytes != nullptr) *free_bytes = total - GetDevice(ctx->device)->used.load();
   return CUDA_SUCCESS;
 }
 
@@ -460,6 +460,12 @@ CUresult fakecuda::AllocAsyncFrom(CUdeviceptr* dptr, size_t bytes, Pool* pool, C
   if (CUresult r = CaptureCheck(s, &capturing); r != CUDA_SUCCESS) return r;
   // Memory allocation nodes are not modelled.
   if (capturing) return CaptureUnsupported(s, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  // No bytes: CUDA_SUCCESS (driver 580 on an H200) and, assumed here, a null
+  // pointer, which cuMemFreeAsync takes back as a no-op.
+  if (bytes == 0 && dptr != nullptr) {
+    *dptr = 0;
+    return CUDA_SUCCESS;
+  }
   // From the current pool of the stream's device.
   if (pool == nullptr) pool = CurrentPool(s->context()->device);
   // Memory is available at once; the real driver makes it usable in stream
@@ -476,6 +482,7 @@ CUresult FreeAsync(CUdeviceptr dptr, CUstream h, bool pt) {
   if (CUresult r = CaptureCheck(s, &capturing); r != CUDA_SUCCESS) return r;
   // Memory free nodes are not modelled.
   if (capturing) return CaptureUnsupported(s, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  if (dptr == 0) return CUDA_SUCCESS;  // as cuMemFree(0): driver 580 on an H200
   Allocation a;
   if (CUresult r = TakeAllocation(dptr, &a); r != CUDA_SUCCESS) return r;
   Submit(s, [dptr, a] { ReleaseAllocation(dptr, a); }, {},
@@ -512,11 +519,15 @@ FAKECUDA_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytesize,
   constexpr unsigned kKnown = CU_MEMHOSTALLOC_PORTABLE |
                               CU_MEMHOSTALLOC_DEVICEMAP |
                               CU_MEMHOSTALLOC_WRITECOMBINED;
-  if (pp == nullptr || bytesize == 0 || (flags & ~kKnown) != 0) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
+  if (pp == nullptr || (flags & ~kKnown) != 0) return CUDA_ERROR_INVALID_VALUE;
   Context* ctx = nullptr;
   if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
+  // No bytes: CUDA_SUCCESS (driver 580 on an H200) and, assumed here, a null
+  // pointer, which cuMemFreeHost takes back as a no-op.
+  if (bytesize == 0) {
+    *pp = nullptr;
+    return CUDA_SUCCESS;
+  }
   size_t size = AlignUp(bytesize, kPageSize);
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -535,6 +546,7 @@ FAKECUDA_EXPORT CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) {
 
 FAKECUDA_EXPORT CUresult cuMemFreeHost(void* p) {
   FAKECUDA_ENTER("cuMemFreeHost");
+  if (p == nullptr) return CUDA_SUCCESS;  // as free(NULL): driver 580 on an H200
   size_t size = 0;
   {
     Memory& m = GetMemory();
@@ -707,10 +719,12 @@ FAKECUDA_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   VmmLatency latency(VmmCall::kMap);  // FAKECUDA_VMM_LATENCY_US
   uintptr_t p = static_cast<uintptr_t>(ptr);
   // As in the real driver, the offset must be 0 and sizes whole granules.
-  if (flags != 0 || offset != 0 || size == 0 || size % kGranularity != 0 ||
-      p % kGranularity != 0) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
+  if (flags != 0 || offset != 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  // An address or size that is not whole granules is CUDA_ERROR_NOT_SUPPORTED,
+  // checked before whether the range is free: driver 580 on an H200 answered
+  // so for 4 KiB at 4 KiB into a mapped granule, and CUDA_ERROR_INVALID_VALUE
+  // for the whole granule mapped again.
+  if (size % kGranularity != 0 || p % kGranularity != 0) return CUDA_ERROR_NOT_SUPPORTED;
   Memory& m = GetMemory();
   std::lock_guard<std::mutex> lock(m.mu);
   auto* h = reinterpret_cast<Handle*>(handle);
@@ -797,18 +811,28 @@ FAKECUDA_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   Memory& m = GetMemory();
   std::lock_guard<std::mutex> lock(m.mu);
   uintptr_t p = static_cast<uintptr_t>(ptr);
+  // The range must begin in a reservation; the mappings in it are unmapped,
+  // and one that crosses its start or end is CUDA_ERROR_INVALID_VALUE. A
+  // range with nothing mapped in it is CUDA_SUCCESS: driver 580 on an H200
+  // answered so for 4 KiB at the start of a reservation whose one mapping
+  // had been unmapped (a range of cuMemAlloc memory is refused).
+  if (size == 0 || p + size < p ||
+      Containing(m.reservations, p, RangeSize) == m.reservations.end()) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (Containing(m.mappings, p, MapSize) != m.mappings.end() && m.mappings.count(p) == 0) {
+    return CUDA_ERROR_INVALID_VALUE;  // a mapping begins before the range
+  }
   std::vector<uintptr_t> bases;
-  for (uintptr_t q = p; q < p + size;) {
-    auto it = m.mappings.find(q);
-    if (it == m.mappings.end()) return CUDA_ERROR_INVALID_VALUE;
+  for (auto it = m.mappings.lower_bound(p); it != m.mappings.end() && it->first < p + size;
+       ++it) {
+    if (it->first + it->second.size > p + size) return CUDA_ERROR_INVALID_VALUE;
     if (it->second.handle->prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
       latency.set_host_located(true);
     }
-    bases.push_back(q);
-    q += it->second.size;
-    if (q > p + size) return CUDA_ERROR_INVALID_VALUE;
+    bases.push_back(it->first);
   }
-  if (bases.empty()) return CUDA_ERROR_INVALID_VALUE;
+  if (bases.empty()) return CUDA_SUCCESS;
   for (uintptr_t b : bases) {
     Handle* h = m.mappings[b].handle;
     Home* home = HomeLentTo(h, b);
@@ -828,7 +852,7 @@ FAKECUDA_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
       home->lent_to = 0;
     }
   }
-  Unback(p, size);
+  for (uintptr_t b : bases) Unback(b, m.mappings[b].size);
   for (uintptr_t b : bases) {
     Handle* h = m.mappings[b].handle;
     m.mappings.erase(b);
@@ -935,6 +959,7 @@ size_t AttributeSize(CUpointer_attribute attr) {
     case CU_POINTER_ATTRIBUTE_BUFFER_ID: return sizeof(unsigned long long);
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: return sizeof(CUdeviceptr);
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE: return sizeof(size_t);
+    case CU_POINTER_ATTRIBUTE_P2P_TOKENS: return sizeof(CUDA_POINTER_ATTRIBUTE_P2P_TOKENS);
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
@@ -1000,6 +1025,14 @@ CUresult Attribute(const PointerInfo& info, uintptr_t p, CUpointer_attribute att
       return Put(data, info.size);
     case CU_POINTER_ATTRIBUTE_MAPPED:
       return Put(data, static_cast<unsigned int>(!vmm || info.mapped));
+    case CU_POINTER_ATTRIBUTE_P2P_TOKENS:
+      // "ptr must be a pointer to memory obtained from cuMemAlloc()": driver
+      // 580 on an H200 answers CUDA_SUCCESS there and CUDA_ERROR_INVALID_VALUE
+      // for VMM memory. The tokens (for nv-p2p.h) mean nothing here.
+      if (info.kind != PointerInfo::kAlloc || info.stream_ordered) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      return Put(data, CUDA_POINTER_ATTRIBUTE_P2P_TOKENS{info.id, 1});
     default:
       return CUDA_ERROR_NOT_SUPPORTED;
   }
@@ -1027,7 +1060,14 @@ FAKECUDA_EXPORT CUresult cuPointerGetAttributes(unsigned int count,
                                                 CUpointer_attribute* attributes,
                                                 void** data, CUdeviceptr ptr) {
   FAKECUDA_ENTER("cuPointerGetAttributes");
-  if (count > 0 && (attributes == nullptr || data == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  // No attributes is CUDA_ERROR_INVALID_VALUE, and so is P2P_TOKENS, which
+  // this form's documentation does not list, whatever the pointer (driver
+  // 580 on an H200; that the whole list is checked before any attribute is
+  // written is assumed).
+  if (count == 0 || attributes == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned int i = 0; i < count; ++i) {
+    if (attributes[i] == CU_POINTER_ATTRIBUTE_P2P_TOKENS) return CUDA_ERROR_INVALID_VALUE;
+  }
   uintptr_t p = static_cast<uintptr_t>(ptr);
   PointerInfo info = Describe(p);
   for (unsigned int i = 0; i < count; ++i) {
@@ -1055,10 +1095,16 @@ FAKECUDA_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr d
   if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
   Memory& m = GetMemory();
   std::lock_guard<std::mutex> lock(m.mu);
-  // "the base of an existing device memory allocation created with
-  // cuMemAlloc": not an interior pointer, not VMM or stream-ordered memory.
-  auto a = m.allocations.find(static_cast<uintptr_t>(dptr));
-  if (a == m.allocations.end() || a->second.stream_ordered) return CUDA_ERROR_INVALID_VALUE;
+  // cuMemAlloc memory, not VMM or stream-ordered memory. The documentation
+  // asks for "the base of an existing device memory allocation", but driver
+  // 580 on an H200 gives a handle for a pointer 64 bytes into one too: the
+  // handle names the allocation.
+  const uintptr_t p = static_cast<uintptr_t>(dptr);
+  auto a = Containing(m.allocations, p, AllocSize);
+  if (a == m.allocations.end() || p >= a->first + a->second.size ||
+      a->second.stream_ordered) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   IpcContents c{{'f', 'a', 'k', 'e', 'i', 'p', 'c', 0}, a->first, a->second.id};
   std::memset(handle, 0, sizeof(*handle));
   std::memcpy(handle->reserved, &c, sizeof(c));

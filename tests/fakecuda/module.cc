@@ -80,8 +80,17 @@ Function* LookupFunction(CUfunction f) {
 // Packs the parameters into one buffer laid out as the kernel expects,
 // from either kernelParams or the `extra` buffer form. The copy is taken at
 // launch time, as the real driver does.
+// An `extra` that holds only CU_LAUNCH_PARAM_END is no `extra`: driver 580
+// launched kernelParams given with one (on an H200, docs/gpu.md), and
+// refuses it alone as it refuses no parameters at all. The packed buffer's
+// size must be the kernel's parameter size exactly, without tail padding
+// (sizeof of a struct of the parameters is often larger): any other is
+// CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, as driver 580 answered for 32 bytes
+// to a kernel whose parameters take 28 (LLVM's offload plugin met the same:
+// llvm/llvm-project#156229); a smaller size is assumed to be refused alike.
 CUresult PackParams(const fakecuda_kernel_desc* k, void** params, void** extra,
                     std::vector<unsigned char>* out) {
+  if (extra != nullptr && extra[0] == CU_LAUNCH_PARAM_END) extra = nullptr;
   if (params != nullptr && extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
   out->assign(k->args_size, 0);
   if (k->num_params == 0) return CUDA_SUCCESS;
@@ -105,9 +114,8 @@ CUresult PackParams(const fakecuda_kernel_desc* k, void** params, void** extra,
       return CUDA_ERROR_INVALID_VALUE;
     }
   }
-  if (buffer == nullptr || size == nullptr || *size < k->args_size) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
+  if (buffer == nullptr || size == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (*size != k->args_size) return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
   std::memcpy(out->data(), buffer, k->args_size);
   return CUDA_SUCCESS;
 }

@@ -67,8 +67,12 @@ bool HasPerThread(const Range& range) {
   return false;
 }
 
+// A name not found at this version: the 4-argument form answers
+// CUDA_ERROR_NOT_FOUND, cuGetProcAddress_v2 (`v2`) CUDA_SUCCESS with a null
+// pointer and the reason in its status, as documented and as driver 580
+// answered on an H200.
 CUresult Lookup(const char* symbol, void** pfn, int version,
-                cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
+                cuuint64_t flags, CUdriverProcAddressQueryResult* status, bool v2) {
   if (symbol == nullptr || pfn == nullptr ||
       (flags & ~static_cast<cuuint64_t>(
                    CU_GET_PROC_ADDRESS_LEGACY_STREAM |
@@ -107,7 +111,7 @@ CUresult Lookup(const char* symbol, void** pfn, int version,
                   ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
                   : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
   }
-  if (fn == nullptr) return CUDA_ERROR_NOT_FOUND;
+  if (fn == nullptr) return v2 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
   *pfn = fn;
   return CUDA_SUCCESS;
 }
@@ -130,11 +134,11 @@ FAKECUDA_EXPORT CUresult cuGetProcAddress_v2(
     const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
     CUdriverProcAddressQueryResult* symbolStatus) {
   FAKECUDA_ENTER_NO_INIT("cuGetProcAddress_v2");
-  return fakecuda::Lookup(symbol, pfn, cudaVersion, flags, symbolStatus);
+  return fakecuda::Lookup(symbol, pfn, cudaVersion, flags, symbolStatus, /*v2=*/true);
 }
 
 FAKECUDA_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn,
                                           int cudaVersion, cuuint64_t flags) {
   FAKECUDA_ENTER_NO_INIT("cuGetProcAddress");
-  return fakecuda::Lookup(symbol, pfn, cudaVersion, flags, nullptr);
+  return fakecuda::Lookup(symbol, pfn, cudaVersion, flags, nullptr, /*v2=*/false);
 }
