@@ -65,8 +65,8 @@ TEST(FakeCudaVmmLatencyTest, H200FiguresByCallAndLocation) {
   const Figures d = Time(CU_MEM_LOCATION_TYPE_DEVICE);
   EXPECT_GE(d.create, 12);
   EXPECT_GE(d.map, 1);
-  EXPECT_GE(d.set_access, 30);
-  EXPECT_GE(d.unmap, 19);
+  EXPECT_GE(d.set_access, 20);
+  EXPECT_GE(d.unmap, 13);
   EXPECT_GE(d.release, 14);
   const Figures h = Time(CU_MEM_LOCATION_TYPE_HOST);
   EXPECT_GE(h.create, 306);
@@ -74,6 +74,40 @@ TEST(FakeCudaVmmLatencyTest, H200FiguresByCallAndLocation) {
   EXPECT_GE(h.set_access, 83);
   EXPECT_GE(h.unmap, 46);
   EXPECT_GE(h.release, 55);
+  ASSERT_CU(cuDevicePrimaryCtxRelease(dev));
+}
+
+// Access set, and unmapped, over 8 granule mappings side by side: 8 times
+// the cost of one, as on the GPU.
+TEST(FakeCudaVmmLatencyTest, RangeCallsCostByMapping) {
+  ASSERT_CU(cuInit(0));
+  CUdevice dev;
+  CUcontext ctx;
+  ASSERT_CU(cuDeviceGet(&dev, 0));
+  ASSERT_CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+  ASSERT_CU(cuCtxSetCurrent(ctx));
+  constexpr int kN = 8;
+  CUdeviceptr va = 0;
+  ASSERT_CU(cuMemAddressReserve(&va, kN * kGranule, 0, 0, 0));
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  CUmemGenericAllocationHandle h[kN];
+  for (int i = 0; i < kN; ++i) {
+    ASSERT_CU(cuMemCreate(&h[i], kGranule, &prop, 0));
+    ASSERT_CU(cuMemMap(va + i * kGranule, kGranule, 0, h[i], 0));
+  }
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  Clock::time_point t = Clock::now();
+  ASSERT_CU(cuMemSetAccess(va, kN * kGranule, &access, 1));
+  EXPECT_GE(UsSince(t), kN * 20);
+  t = Clock::now();
+  ASSERT_CU(cuMemUnmap(va, kN * kGranule));
+  EXPECT_GE(UsSince(t), kN * 13);
+  for (int i = 0; i < kN; ++i) ASSERT_CU(cuMemRelease(h[i]));
+  ASSERT_CU(cuMemAddressFree(va, kN * kGranule));
   ASSERT_CU(cuDevicePrimaryCtxRelease(dev));
 }
 

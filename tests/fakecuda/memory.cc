@@ -785,6 +785,7 @@ FAKECUDA_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size,
     q += it->second.size;
     if (q > p + size) return CUDA_ERROR_INVALID_VALUE;
   }
+  latency.set_mappings(static_cast<int>(covered.size()));
   // Read-write over whole handles: each mapping borrows its handle's page
   // tables where it can; the rest get their access by mprotect.
   uintptr_t q = p;
@@ -832,6 +833,7 @@ FAKECUDA_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     }
     bases.push_back(it->first);
   }
+  latency.set_mappings(static_cast<int>(bases.size()));
   if (bases.empty()) return CUDA_SUCCESS;
   for (uintptr_t b : bases) {
     Handle* h = m.mappings[b].handle;
