@@ -250,9 +250,12 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
   if (CUresult r = driver_->cuCtxGetCurrent(&context); r != CUDA_SUCCESS) return r;
   MutexLock lock(&mu_);
   Device& dev = DeviceState(ordinal);
-  // More than the cap can never fit (and rounding SIZE_MAX up would wrap):
-  // out of memory, as the driver answers for more than the device has.
-  if (bytes > dev.cap) {
+  // More than the cap can never be resident: with host-located VMM it is
+  // born in host memory and served from there (below); without, out of
+  // memory, as the driver answers for more than the device has. (Past 2^50
+  // bytes, rounding up could wrap.)
+  const bool over_cap = bytes > dev.cap;
+  if (over_cap && (!dev.host_vmm || dev.granularity == 0 || bytes > (uint64_t{1} << 50))) {
     LogOom(dev, bytes);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -271,10 +274,10 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
   if (vmm_sized) b->reserved = AlignUp(bytes, dev.granularity);
   // A pending free of the same size serves first, before it is released
   // (which would unmap and free what a new reservation then maps again).
-  bool taken_over = vmm_sized && TakeOverGarbage(dev, *b);
+  bool taken_over = vmm_sized && !over_cap && TakeOverGarbage(dev, *b);
   CollectGarbage();
   ReapOldMappings(dev, /*wait=*/false);
-  if (vmm_sized && !taken_over) taken_over = TakeOverGarbage(dev, *b);
+  if (vmm_sized && !taken_over && !over_cap) taken_over = TakeOverGarbage(dev, *b);
   if (taken_over) {
     b->vmm = true;
   } else if (!vmm_sized) {
@@ -299,7 +302,20 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
       return r;
     }
     b->va_reserved = true;
-    if (CUresult r = MapDevice(dev, *b); r != CUDA_SUCCESS) {
+    serve_fallback_ = dev.host_vmm;  // no room is no refusal: born on the host
+    CUresult r = over_cap ? CUDA_ERROR_OUT_OF_MEMORY : MapDevice(dev, *b);
+    serve_fallback_ = false;
+    // No room for it on the device: born on the host, swapped out, its
+    // (zeroed) host copy mapped at its address, served from there. (Not
+    // where a failed undo left memory mapped at the address.)
+    const bool stuck_here = !stuck_.empty() && stuck_.back().va == b->base;
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && dev.host_vmm && b->device_chunks.empty() &&
+        !stuck_here) {
+      r = AllocateOnHost(dev, *b);
+    } else if (r == CUDA_ERROR_OUT_OF_MEMORY && dev.host_vmm) {
+      LogOom(dev, b->reserved);
+    }
+    if (r != CUDA_SUCCESS) {
       if (!stuck_.empty() && stuck_.back().va == b->base && stuck_.back().reserved == 0) {
         stuck_.back().reserved = b->reserved;  // freed once unmapped
       } else {
@@ -442,6 +458,7 @@ CUresult MemoryManager::CheckRange(uint64_t addr, uint64_t extent) const {
 // --- S401-S405 --------------------------------------------------------------------
 
 void MemoryManager::LogOom(Device& dev, uint64_t need) {
+  if (serve_fallback_) return;  // not a refusal: served from host instead
   ++stats_.ooms;
   Log(JsonLine()
           .Str("type", "oom")
@@ -954,10 +971,19 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
         if (b.old_mapped && !EndOldMapping(dev, b)) return CUDA_ERROR_UNKNOWN;
         continue;  // unlocked: look again
       }
+      // Served from host to an operation being prepared or submitted: the
+      // address stays on the host copy until it finished.
+      if (!b.resident() && b.serving > 0) return CUDA_ERROR_NOT_READY;
       if (!b.resident() && b.host_at_base && !UnknownIdle(dev)) {
         // A kernel whose accesses are unknown may be reading the host copy
         // through the address: it stays mapped until that work completed.
         if (CUresult r = WaitIdle(b, /*own_uses=*/false); r != CUDA_SUCCESS) return r;
+        continue;  // unlocked: look again
+      }
+      if (!b.resident() && b.host_at_base && !Idle(b)) {
+        // An operation it was served to may still read or write the host
+        // copy through the address: likewise.
+        if (CUresult r = WaitIdle(b); r != CUDA_SUCCESS) return r;
         continue;  // unlocked: look again
       }
       if (b.resident()) {
@@ -970,7 +996,9 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
         return r;
       }
       // Making room may have waited without the lock.
-      if (!b.resident() && !b.old_mapped && !(b.host_at_base && !UnknownIdle(dev))) break;
+      if (!b.resident() && !b.old_mapped && b.serving == 0 && !(b.host_at_base && !Idle(b))) {
+        break;
+      }
       PoolChunks(dev, &h);
     }
     // A buffer with no host copy was dropped never written (nothing to copy).
@@ -1107,22 +1135,62 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> ids,
                                 CUstream stream) {
   MutexLock lock(&mu_);
   absl::Duration waited;
+  bool waited_enough = false;
   for (;;) {
-    CUresult r = PrepareOnce(ids, overwritten, stream);
+    // While other threads' operations hold buffers, room may come when they
+    // finish: serving from host (slower for the kernel) only once waiting
+    // for them gave nothing.
+    const bool may_wait = !no_block_ && !waited_enough && OthersPin();
+    CUresult r = PrepareOnce(ids, overwritten, stream, /*may_serve=*/!may_wait);
     // Out of room while other threads' operations hold buffers: this one
     // let go of its own (PrepareOnce unpins on failure), so that two
     // operations never wait for each other; it waits for one of theirs
     // to finish, then tries again.
-    if (r != CUDA_ERROR_OUT_OF_MEMORY || no_block_ || !OthersPin() ||
-        !WaitForUnpin(&waited)) {
-      return r;
-    }
+    if (r != CUDA_ERROR_OUT_OF_MEMORY || !may_wait) return r;
+    if (!WaitForUnpin(&waited)) waited_enough = true;
   }
+}
+
+CUresult MemoryManager::AllocateOnHost(Device& dev, Buffer& b) {
+  if (CUresult r = EnsureHostCopy(b, /*will_copy=*/false); r != CUDA_SUCCESS) {
+    LogOom(dev, b.reserved);
+    return r;
+  }
+  if (CUresult r = MapHostAtBase(b); r != CUDA_SUCCESS) {
+    if (!b.host_at_base) (void)ReleaseHostCopy(dev, b);
+    return r;
+  }
+  b.location = Location::kCpuOnly;
+  b.host_version = b.gpu_version;
+  Log(JsonLine()
+          .Str("type", "alloc_host")
+          .Uint("bytes", b.size)
+          .Int("device", dev.ordinal)
+          .Uint("cap", dev.cap)
+          .Finish());
+  return CUDA_SUCCESS;
+}
+
+bool MemoryManager::Servable(const Buffer& b) const {
+  return b.vmm && !b.resident() && b.host_at_base && !b.old_mapped && b.host.vmm() &&
+         !b.exported;
+}
+
+void MemoryManager::Serve(Device& dev, Buffer& b) {
+  ++b.serving;
+  ++stats_.served_from_host;
+  stats_.bytes_served_from_host += b.size;
+  Log(JsonLine()
+          .Str("type", "serve_host")
+          .Uint("id", b.id)
+          .Uint("bytes", b.size)
+          .Int("device", dev.ordinal)
+          .Finish());
 }
 
 CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
                                     absl::Span<const uint64_t> overwritten,
-                                    CUstream stream) {
+                                    CUstream stream, bool may_serve) {
   CollectGarbage();
   for (auto& d : devices_) {
     if (d) ReapOldMappings(*d, /*wait=*/false);
@@ -1146,14 +1214,31 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
       if (r == CUDA_SUCCESS && !b->resident()) {
         r = SwapIn(dev, *b, /*copy=*/true, stream);  // the restore swapped it out
       }
+    } else if (b->serving > 0 && Servable(*b)) {
+      // Another operation in flight reaches it through the host copy: this
+      // one does too (bringing it in would remap the address under it).
+      Serve(dev, *b);
     } else {
       bool whole = std::find(overwritten.begin(), overwritten.end(), b->id) !=
                    overwritten.end();
       const uint64_t copies = stats_.swap_ins;
+      // (Servable may only become true in SwapIn: a swap-out in flight ends.)
+      serve_fallback_ = may_serve && dev.host_vmm;
       r = SwapIn(dev, *b, !whole, stream);
+      serve_fallback_ = false;
       // What prefetch exists to avoid: a copy in, on demand, once planned.
       if (stats_.swap_ins > copies && planner_ != nullptr && planner_->has_profile()) {
         ++stats_.on_demand_after_profile;
+      }
+      // No room with the operation's other buffers: served from host rather
+      // than refused (SwapIn leaves it swapped out, its copy at the address).
+      if (r == CUDA_ERROR_OUT_OF_MEMORY && may_serve && dev.host_vmm) {
+        if (Servable(*b)) {
+          Serve(dev, *b);
+          r = CUDA_SUCCESS;
+        } else {
+          LogOom(dev, b->reserved);  // a refusal after all
+        }
       }
     }
     if (r != CUDA_SUCCESS) {
@@ -1161,6 +1246,7 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
         --p->pins;
         --t_operation_pins;
         ++unpins_;
+        if (p->serving > 0 && !p->resident()) --p->serving;
         if (p->pending_overwrite) {  // the overwrite will not happen
           p->pending_overwrite = false;
           RestoreFromHost(DeviceState(p->device), *p);
@@ -1182,6 +1268,9 @@ void MemoryManager::Finish(absl::Span<const uint64_t> ids,
     --b->pins;
     if (t_operation_pins > 0) --t_operation_pins;
     ++unpins_;
+    // Pinned and not resident: this operation was served from host.
+    const bool served = b->serving > 0 && !b->resident();
+    if (served) --b->serving;
     if (b->pending_overwrite) {
       b->pending_overwrite = false;
       // The overwrite did not happen: the device memory holds nothing yet,
@@ -1197,6 +1286,12 @@ void MemoryManager::Finish(absl::Span<const uint64_t> ids,
   if (submitted) {
     for (uint64_t id : written) {
       if (Buffer* b = ById(id)) {
+        if (b->vmm && !b->resident()) {
+          // Served from host: written there, the host copy is the newest.
+          b->host_version = b->gpu_version = ++version_;
+          b->written = true;
+          continue;
+        }
         b->gpu_version = ++version_;  // host copy now stale
         b->written = true;
       }
@@ -1574,6 +1669,8 @@ std::string MemoryManager::StatsText() const {
       "stensor: swap-ins, no copy  %10u (buffer overwritten whole)\n"
       "stensor: swap-ins, never written %5u (no copy)\n"
       "stensor: reads from host    %10u (device->host copies served from the host copy)\n"
+      "stensor: served from host   %10u (%.1f MiB: buffers an operation reached in host memory, "
+      "over the cap with its others)\n"
       "stensor: garbage released   %10u\n"
       "stensor: garbage taken over %10u (freed buffers reused whole in stream order)\n"
       "stensor: out of memory      %10u\n"
@@ -1598,6 +1695,7 @@ std::string MemoryManager::StatsText() const {
       mib(s.bytes_copied_out), s.clean_drops, mib(s.bytes_dropped), s.never_written_drops,
       mib(s.bytes_never_written_dropped), s.swap_ins, mib(s.bytes_copied_in),
       s.swap_ins_without_copy, s.swap_ins_never_written, s.reads_served_from_host,
+      s.served_from_host, mib(s.bytes_served_from_host),
       s.garbage_released, s.garbage_taken_over, s.ooms, s.driver_errors, s.host_wait_seconds,
       s.wait_program_seconds, s.wait_swap_seconds, s.wait_unknown_seconds, s.async_evictions,
       s.stream_order_reuses, s.swap_outs_cancelled, s.physical_creates, s.physical_releases, s.pool_hits,
@@ -1637,6 +1735,8 @@ void MemoryManager::AppendStatsJson(JsonLine* out) const {
       .Uint("swap_ins_without_copy", s.swap_ins_without_copy)
       .Uint("swap_ins_never_written", s.swap_ins_never_written)
       .Uint("reads_served_from_host", s.reads_served_from_host)
+      .Uint("served_from_host", s.served_from_host)
+      .Uint("bytes_served_from_host", s.bytes_served_from_host)
       .Uint("garbage_released", s.garbage_released)
       .Uint("ooms", s.ooms)
       .Uint("driver_errors", s.driver_errors)

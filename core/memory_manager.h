@@ -76,6 +76,10 @@ struct SwapStats {
   // Swap-path driver calls that failed; each was undone or worked around.
   uint64_t driver_errors = 0;
   uint64_t reads_served_from_host = 0;
+  // Buffers an operation reached through their host copy, mapped at their
+  // address, because they did not fit under the cap with its others.
+  uint64_t served_from_host = 0;
+  uint64_t bytes_served_from_host = 0;
   uint64_t garbage_released = 0;
   // Freed buffers whose address and device memory a new allocation of
   // their size took over, in stream order (their work may still be queued).
@@ -281,7 +285,13 @@ class MemoryManager {
   // Before an operation on `stream`: makes every buffer of `ids` resident
   // (swapping in, the stream waiting for the copy) and keeps them from being
   // evicted until Finish. Buffers in `overwritten` will be written whole, so
-  // a swapped-out one comes back without copying its old contents.
+  // a swapped-out one comes back without copying its old contents. Where
+  // the device has host-located VMM, a swapped-out buffer that does not fit
+  // under the cap with the others is served from its host copy instead,
+  // mapped at its address, for this operation (and any other that serves
+  // it meanwhile): the operation reaches it over the link, and what it
+  // writes there is the newest version. Out of memory only where no room
+  // can be made and nothing can be served.
   CUresult Prepare(absl::Span<const uint64_t> ids,
                    absl::Span<const uint64_t> overwritten, CUstream stream)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -478,10 +488,21 @@ class MemoryManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether operations of other threads hold pins.
   bool OthersPin() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Prepare's one attempt; on failure nothing of it stays pinned.
+  // Prepare's one attempt; on failure nothing of it stays pinned. With
+  // `may_serve`, a buffer that cannot be brought in is served from host.
   CUresult PrepareOnce(absl::Span<const uint64_t> ids,
-                       absl::Span<const uint64_t> overwritten, CUstream stream)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                       absl::Span<const uint64_t> overwritten, CUstream stream,
+                       bool may_serve) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Set while a swap-in that would be served from host on failure runs: its
+  // lack of room is no refusal, so LogOom neither counts nor logs it.
+  bool serve_fallback_ ABSL_GUARDED_BY(mu_) = false;
+  // Whether swapped-out `b` can be served from its host copy: host-located
+  // VMM, and the copy mapped at its address.
+  bool Servable(const Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Serve(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new VMM buffer with no room on the device (host-located VMM only):
+  // swapped out from birth, a zeroed host copy mapped at its address.
+  CUresult AllocateOnHost(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits (releasing the lock) until a pin is dropped, a few milliseconds
   // at most; false once `*waited` reached the bound.
   bool WaitForUnpin(absl::Duration* waited) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

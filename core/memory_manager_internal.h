@@ -63,6 +63,10 @@ struct MemoryManager::Buffer {
   // now (non-evictable while > 0); the application's own reference ends
   // with cuMemFree, after which a buffer still in use is garbage.
   int pins = 0;
+  // Of those operations, the ones that reach it through its host copy at its
+  // address (Serve): while any is pinned it is not brought in, so that all
+  // of them see the same memory.
+  int serving = 0;
   bool garbage = false;
   // While garbage and not handed on: its place in its device's queue of
   // pending frees (Device::garbage), and the chunk bytes counted for it

@@ -1207,6 +1207,8 @@ TEST_F(MemoryManagerTest, AllocationWaitsForAnotherThreadsOperation) {
   Settle();
 }
 
+bool HostVmm();
+
 TEST_F(MemoryManagerTest, PinnedBuffersAreNeverEvictedOomWhenNothingIsLeft) {
   auto mm = Make("6MiB");
   ASSERT_NE(mm, nullptr);
@@ -1224,17 +1226,30 @@ TEST_F(MemoryManagerTest, PinnedBuffersAreNeverEvictedOomWhenNothingIsLeft) {
   size_t used = Used();
   ClearLog();
   CUdeviceptr e = 0;
-  EXPECT_EQ(mm->Allocate(kGranule, &e, kUntracked), CUDA_ERROR_OUT_OF_MEMORY);
-  EXPECT_EQ(e, 0u);
-  EXPECT_THAT(Lines(), ElementsAre(R"({"type":"oom","device":0,)"
-                                   R"("bytes":2097152,"used":6291456,)"
-                                   R"("cap":6291456})"));
-  EXPECT_EQ(mm->stats().ooms, 1u);
+  uint64_t ooms = 0;
+  if (HostVmm()) {
+    // No room on the device: born in host memory (served from there), not
+    // refused; nothing charged.
+    ASSERT_CU(mm->Allocate(kGranule, &e, kUntracked));
+    EXPECT_NE(e, 0u);
+    EXPECT_THAT(Lines(), ElementsAre(R"({"type":"alloc_host","bytes":2097152,)"
+                                     R"("device":0,"cap":6291456})"));
+    EXPECT_CU(mm->Free(e));
+    e = 0;
+  } else {
+    EXPECT_EQ(mm->Allocate(kGranule, &e, kUntracked), CUDA_ERROR_OUT_OF_MEMORY);
+    EXPECT_EQ(e, 0u);
+    EXPECT_THAT(Lines(), ElementsAre(R"({"type":"oom","device":0,)"
+                                     R"("bytes":2097152,"used":6291456,)"
+                                     R"("cap":6291456})"));
+    ooms = 1;
+  }
+  EXPECT_EQ(mm->stats().ooms, ooms);
   EXPECT_EQ(mm->stats().swap_outs_copied, 1u);
   EXPECT_EQ(Used(), used);
-  // A small allocation needs room too.
+  // A small allocation needs room too (never host memory: the driver's).
   EXPECT_EQ(mm->Allocate(1000, &e, kUntracked), CUDA_ERROR_OUT_OF_MEMORY);
-  EXPECT_EQ(mm->stats().ooms, 2u);
+  EXPECT_EQ(mm->stats().ooms, ooms + 1);
   mm->Finish(pin_all, {}, nullptr, /*submitted=*/true);
   Settle();
 
@@ -1544,7 +1559,14 @@ TEST_F(MemoryManagerTest, FailedSwapInKeepsTheHostCopyMappedAtTheAddress) {
   // D's memory is pooled, so the swap-in creates nothing: its map fails.
   fakecuda_fail_call("cuMemMap", 1, CUDA_ERROR_OUT_OF_MEMORY);
   Ids ids = {1, 2, 3};  // B and C pinned: nothing to evict
-  EXPECT_EQ(mm->Prepare(ids, {}, nullptr), CUDA_ERROR_OUT_OF_MEMORY);
+  if (HostVmm()) {
+    // Not refused: A is served from its host copy at its address.
+    EXPECT_CU(mm->Prepare(ids, {}, nullptr));
+    EXPECT_EQ(mm->stats().served_from_host, 1u);
+    mm->Finish(ids, {}, nullptr, /*submitted=*/true);
+  } else {
+    EXPECT_EQ(mm->Prepare(ids, {}, nullptr), CUDA_ERROR_OUT_OF_MEMORY);
+  }
   fakecuda_clear_failures();
   word = 0;
   EXPECT_CU(cuMemcpyDtoH_v2(&word, a, sizeof(word)));
@@ -1628,6 +1650,15 @@ TEST_F(MemoryManagerTest, DeviceFullWithNothingToEvictIsLoggedAsOom) {
   ASSERT_NE(mm, nullptr);
   fakecuda_fail_call("cuMemCreate", 1, CUDA_ERROR_OUT_OF_MEMORY);
   CUdeviceptr p = 0;
+  if (HostVmm()) {
+    // Born in host memory instead: no refusal, nothing charged.
+    ASSERT_CU(mm->Allocate(kGranule, &p, kUntracked));
+    EXPECT_THAT(Records(), ElementsAre("alloc_host"));
+    EXPECT_EQ(mm->stats().ooms, 0u);
+    EXPECT_EQ(Used(), 0u);
+    EXPECT_CU(mm->Free(p));
+    return;
+  }
   EXPECT_EQ(mm->Allocate(kGranule, &p, kUntracked), CUDA_ERROR_OUT_OF_MEMORY);
   EXPECT_EQ(Used(), 0u);
   EXPECT_EQ(FreeBytes(*mm), kCap);
