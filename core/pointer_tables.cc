@@ -159,10 +159,15 @@ size_t PointerTables::OnHostWrite(const Buffer& table, uint64_t dst, const void*
 }
 
 void PointerTables::OnDeviceCopy(const Buffer& to, uint64_t dst, const Buffer* from,
-                                 uint64_t src, uint64_t bytes, Mark landing) {
+                                 uint64_t src, uint64_t bytes) {
+  OnDeviceCopy(to, dst, from, src, bytes, [] { return AnyWriter(); });
+}
+
+void PointerTables::OnDeviceCopy(const Buffer& to, uint64_t dst, const Buffer* from,
+                                 uint64_t src, uint64_t bytes,
+                                 absl::FunctionRef<Mark()> make_landing) {
   if (empty() || bytes == 0) return;  // nothing known anywhere, nothing to carry
   MutexLock lock(&mu_);
-  if (!landing) landing = AnyWriter();
   // Entries shifted off 8-byte alignment are no pointers a kernel reads.
   const bool aligned = (dst - src) % 8 == 0;
   // The source's ranges in the copied bytes, shifted to the destination.
@@ -214,6 +219,9 @@ void PointerTables::OnDeviceCopy(const Buffer& to, uint64_t dst, const Buffer* f
   EraseRange(t, dst, bytes);
   Cut(t, dst, dst + bytes);
   t.entries.merge(carried);
+  Mark landing;
+  if (!pieces.empty() || !unknown.empty()) landing = make_landing();
+  if (!landing) landing = AnyWriter();
   for (const std::vector<Piece>* list : {&pieces, &unknown}) {
     for (const Piece& p : *list) {
       Range& r = t.ranges.emplace(p.lo, Range{p.hi, p.stale, false, {}}).first->second;

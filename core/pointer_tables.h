@@ -114,10 +114,13 @@ class PointerTables {
   // the source's entries (shifted) and ranges. Source bytes of unknown
   // contents (outside the source's current ranges, or untracked memory:
   // from == nullptr) make the destination's ranges they land on stale.
-  // `landing`: what tells that the copy ran (AnyWriter() when unknown).
+  // `landing` makes what tells that the copy ran (called at most once, only
+  // if a range lands; AnyWriter() when unknown, as without it).
   void OnDeviceCopy(const Buffer& to, uint64_t dst, const Buffer* from,
-                    uint64_t src, uint64_t bytes, Mark landing = AnyWriter())
+                    uint64_t src, uint64_t bytes, absl::FunctionRef<Mark()> landing)
       ABSL_LOCKS_EXCLUDED(mu_);
+  void OnDeviceCopy(const Buffer& to, uint64_t dst, const Buffer* from,
+                    uint64_t src, uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // A memset of [dst, dst+bytes): no pointers there any more.
   void OnClear(const Buffer& table, uint64_t dst, uint64_t bytes)
       ABSL_LOCKS_EXCLUDED(mu_);

@@ -364,12 +364,12 @@ TEST_F(TableRangesTest, TooManyWritersCountAsUnknownUnlessDone) {
 }
 
 TEST_F(TableRangesTest, CopiesAndMemsetsBesideTheTableLeaveItCurrent) {
-  tables_.OnDeviceCopy(segment_, at_ + 16, &a_, a_.base, 64, NewMark());
-  tables_.OnDeviceCopy(segment_, segment_.base, nullptr, 0x900000, 4096, NewMark());
+  tables_.OnDeviceCopy(segment_, at_ + 16, &a_, a_.base, 64, NewMark);
+  tables_.OnDeviceCopy(segment_, segment_.base, nullptr, 0x900000, 4096, NewMark);
   tables_.OnClear(segment_, at_ + 16, 1024);
   EXPECT_EQ(tables_.Get(segment_.id, nullptr, nullptr), State::kKnown);
   // A copy of plain data over half of it: that half is stale.
-  tables_.OnDeviceCopy(segment_, at_, &a_, a_.base, 8, NewMark());
+  tables_.OnDeviceCopy(segment_, at_, &a_, a_.base, 8, NewMark);
   EXPECT_EQ(tables_.Ranges(segment_.id),
             (std::vector<std::array<uint64_t, 3>>{{at_, at_ + 8, 1}, {at_ + 8, at_ + 16, 0}}));
 }
@@ -377,7 +377,7 @@ TEST_F(TableRangesTest, CopiesAndMemsetsBesideTheTableLeaveItCurrent) {
 TEST_F(TableRangesTest, ADeviceCopyCarriesRangesAndTheirState) {
   Write(at_ + 8, NewMark());
   const PointerTables::Mark copy = NewMark();
-  tables_.OnDeviceCopy(other_, other_.base, &segment_, at_, 16, copy);
+  tables_.OnDeviceCopy(other_, other_.base, &segment_, at_, 16, [&] { return copy; });
   EXPECT_EQ(tables_.Ranges(other_.id),
             (std::vector<std::array<uint64_t, 3>>{{other_.base, other_.base + 8, 0},
                                                   {other_.base + 8, other_.base + 16, 1}}));
