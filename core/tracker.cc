@@ -280,7 +280,7 @@ void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
   // pointers it writes through on; one whose accesses are unknown, those of
   // any table.
   if (!tables_.empty()) {
-    std::vector<PointerTables::Reach> writes;
+    absl::InlinedVector<PointerTables::Reach, 8> writes;
     for (const Accesses::Reach& w : accesses.write_reach) writes.push_back({w.id, w.from});
     // Written buffers the reach was not found for (no tables when the
     // launch began): whole.
@@ -339,7 +339,7 @@ void Tracker::LogLaunch(const char* api, const KernelInfo& kernel, const unsigne
 }
 
 void Tracker::FindParamReach(const KernelInfo& kernel, void** params, void** extra,
-                             std::vector<ParamReach>* reach) const {
+                             ParamReaches* reach) const {
   const unsigned char* packed = nullptr;
   size_t packed_size = 0;
   if (params == nullptr) {
@@ -391,7 +391,7 @@ void Tracker::ExpandTables(const KernelInfo& kernel, void** params, void** extra
   // buffer from the lowest pointer into it that it is given on.
   constexpr int kMaxDepth = 4;
   const size_t direct_end = a->reads.size();  // targets are appended after
-  std::vector<ParamReach> direct;
+  ParamReaches direct;
   FindParamReach(kernel, params, extra, &direct);
   a->write_reach.clear();
   for (const ParamReach& p : direct) {
@@ -422,15 +422,16 @@ void Tracker::ExpandTables(const KernelInfo& kernel, void** params, void** extra
     }
     a->write_reach.push_back({id, from});
   };
-  std::vector<PointerTables::Reach> level;
-  absl::flat_hash_map<uint64_t, uint64_t> seen;  // id -> lowest address followed
+  using Reaches = absl::InlinedVector<PointerTables::Reach, 8>;
+  Reaches level;
+  Reaches seen;  // the lowest address each buffer was followed from
   for (const ParamReach& p : direct) {
     level.push_back({p.id, p.from});
-    seen[p.id] = p.from;
+    seen.push_back({p.id, p.from});
   }
   std::vector<PointerTables::Found> found;
   std::vector<uint64_t> words;
-  auto add_refs = [&](uint64_t table, bool writes, std::vector<PointerTables::Reach>* next) {
+  auto add_refs = [&](uint64_t table, bool writes, Reaches* next) {
     Accesses::TableUse use{table, writes, {}};
     registry_.FindAll(words.data(), words.size(), [&](size_t k, uint64_t id) {
       const uint64_t at = words[k];
@@ -440,9 +441,14 @@ void Tracker::ExpandTables(const KernelInfo& kernel, void** params, void** extra
         if (writes) a->writes.push_back(id);
       }
       if (writes) write_from(id, at);
-      auto s = seen.find(id);
-      if (s != seen.end() && s->second <= at) return;
-      seen[id] = at;
+      auto s = std::find_if(seen.begin(), seen.end(),
+                            [&](const PointerTables::Reach& r) { return r.id == id; });
+      if (s != seen.end() && s->from <= at) return;
+      if (s == seen.end()) {
+        seen.push_back({id, at});
+      } else {
+        s->from = at;
+      }
       auto n = std::find_if(next->begin(), next->end(),
                             [&](const PointerTables::Reach& r) { return r.id == id; });
       if (n == next->end()) {
@@ -458,7 +464,7 @@ void Tracker::ExpandTables(const KernelInfo& kernel, void** params, void** extra
     tables_.Collect(level, &found);
     // Where a read-back learns a new range: a table parameter at the first
     // level into bytes no range covers is a table of unknown contents.
-    std::vector<uint64_t> learn(found.size(), 0);
+    absl::InlinedVector<uint64_t, 8> learn(found.size(), 0);
     if (depth == 0) {
       for (const Accesses::TableParam& p : a->table_params) {
         if (p.id == 0 || tables_.Covers(p.id, p.address)) continue;
@@ -473,7 +479,7 @@ void Tracker::ExpandTables(const KernelInfo& kernel, void** params, void** extra
         }
       }
     }
-    std::vector<PointerTables::Reach> next;
+    Reaches next;
     for (size_t i = 0; i < found.size(); ++i) {
       PointerTables::Found& f = found[i];
       // The targets are only read when every direct hit on this buffer came
@@ -520,7 +526,7 @@ void Tracker::ExpandTables(const KernelInfo& kernel, void** params, void** extra
       a->unknown_tables = true;
       continue;
     }
-    std::vector<PointerTables::Reach> ignored;  // targets of host tables: one level
+    Reaches ignored;  // targets of host tables: one level
     if (!words.empty()) add_refs(0, p.pointees != Pointees::kConst, &ignored);
   }
   // A table nobody can read: every buffer whose address would fault if

@@ -281,8 +281,9 @@ class Tracker {
     uint64_t from = 0;
     uint64_t write_from = UINT64_MAX;  // none
   };
+  using ParamReaches = absl::InlinedVector<ParamReach, 8>;
   void FindParamReach(const KernelInfo& kernel, void** params, void** extra,
-                      std::vector<ParamReach>* reach) const;
+                      ParamReaches* reach) const;
   // The stale ranges `stale` of `table` (and a window from `learn_from` to
   // the end of the buffer, when not 0: a pointer-to-pointer parameter into
   // bytes no range covers) read back from the device, after the work that
