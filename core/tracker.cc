@@ -579,7 +579,8 @@ bool Tracker::WaitForRangeWriters(const std::vector<PointerTables::StaleRange>& 
 }
 
 PointerTables::Mark Tracker::MarkAfter(StreamRef stream) {
-  if (driver_->cuEventCreate == nullptr || driver_->cuEventRecord == nullptr ||
+  // Uncapped, nothing is read back: no wait needs an event.
+  if (!memory_ || driver_->cuEventCreate == nullptr || driver_->cuEventRecord == nullptr ||
       driver_->cuEventDestroy_v2 == nullptr) {
     return PointerTables::AnyWriter();
   }
