@@ -350,7 +350,8 @@ TEST_F(TableRangesTest, AReadBackWaitsForTheWritersSinceTheRangeWasLearnt) {
 TEST_F(TableRangesTest, TooManyWritersCountAsUnknownUnlessDone) {
   Write(segment_.base, NewMark());
   PointerTables::Mark done = std::make_shared<int>(1);
-  tables_.SetMarkDone([](const PointerTables::Mark& m) { return *static_cast<const int*>(m.get()) == 1; });
+  tables_.SetMarkDone(
+      [](const PointerTables::Mark& m) { return *static_cast<const int*>(m.get()) == 1; });
   Write(segment_.base, done);
   for (size_t i = 2; i < PointerTables::kMaxMarks; ++i) Write(segment_.base, NewMark());
   Write(segment_.base, NewMark());  // the completed one makes room
@@ -397,8 +398,8 @@ TEST_F(TableRangesTest, ALearningReadBackAddsARangeToItsLastEntry) {
             1u);
   EXPECT_TRUE(tables_.Covers(segment_.id, segment_.base + 8192));
   EXPECT_EQ(tables_.Ranges(segment_.id),
-            (std::vector<std::array<uint64_t, 3>>{{at_, at_ + 16, 0},
-                                                  {segment_.base + 8192, segment_.base + 8224, 0}}));
+            (std::vector<std::array<uint64_t, 3>>{
+                {at_, at_ + 16, 0}, {segment_.base + 8192, segment_.base + 8224, 0}}));
 }
 
 }  // namespace
