@@ -393,6 +393,15 @@ void Tracker::ExpandTables(const KernelInfo& kernel, void** params, void** extra
   const size_t direct_end = a->reads.size();  // targets are appended after
   ParamReaches direct;
   FindParamReach(kernel, params, extra, &direct);
+  // Conservative inference trusts no pointer to bound a kernel's reach
+  // either: whole buffers.
+  const bool whole = config_.write_inference == WriteInference::kConservative;
+  if (whole) {
+    for (ParamReach& p : direct) {
+      p.from = 0;
+      if (p.write_from != UINT64_MAX) p.write_from = 0;
+    }
+  }
   a->write_reach.clear();
   for (const ParamReach& p : direct) {
     if (p.write_from != UINT64_MAX) a->write_reach.push_back({p.id, p.write_from});
@@ -434,7 +443,7 @@ void Tracker::ExpandTables(const KernelInfo& kernel, void** params, void** extra
   auto add_refs = [&](uint64_t table, bool writes, Reaches* next) {
     Accesses::TableUse use{table, writes, {}};
     registry_.FindAll(words.data(), words.size(), [&](size_t k, uint64_t id) {
-      const uint64_t at = words[k];
+      const uint64_t at = whole ? 0 : words[k];
       if (std::find(use.refs.begin(), use.refs.end(), id) == use.refs.end()) {
         use.refs.push_back(id);
         a->reads.push_back(id);
