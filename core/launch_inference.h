@@ -363,6 +363,16 @@ struct Accesses {
   };
   absl::InlinedVector<TableUse, 1> tables;
   bool unknown_tables = false;
+  // Filled by the tracker while tables exist (`reach_known`): for each
+  // buffer the launch may write, the lowest address it writes through (a
+  // parameter, or a table's entry); a kernel reaches its buffer from that
+  // address on (core/pointer_tables.h).
+  struct Reach {
+    uint64_t id = 0;
+    uint64_t from = 0;
+  };
+  absl::InlinedVector<Reach, 4> write_reach;
+  bool reach_known = false;
   // Pushed into a stream being captured into a graph: recorded, not run
   // (core/capture.h), so nothing is made resident or marked used for it.
   bool captured = false;

@@ -33,11 +33,65 @@ size_t PointerTables::Scan(Table& t, uint64_t dst, const unsigned char* src,
   return found;
 }
 
+const PointerTables::Mark& PointerTables::AnyWriter() {
+  static const char anchor = 0;
+  static const Mark* any = new Mark(&anchor, [](const void*) {});
+  return *any;
+}
+
+void PointerTables::Split(Table& t, uint64_t at) {
+  auto it = t.ranges.upper_bound(at);
+  if (it == t.ranges.begin()) return;
+  --it;
+  if (it->first >= at || it->second.end <= at) return;
+  Range tail = it->second;
+  it->second.end = at;
+  t.ranges.emplace(at, std::move(tail));
+}
+
+std::map<uint64_t, PointerTables::Range>::iterator PointerTables::Isolate(Table& t, uint64_t lo,
+                                                                          uint64_t hi) {
+  Split(t, lo);
+  Split(t, hi);
+  return t.ranges.lower_bound(lo);
+}
+
+void PointerTables::Cut(Table& t, uint64_t lo, uint64_t hi) {
+  auto it = Isolate(t, lo, hi);
+  while (it != t.ranges.end() && it->first < hi) it = t.ranges.erase(it);
+}
+
+void PointerTables::AddMark(Range& r, const Mark& mark) const {
+  if (!mark || r.any) return;
+  if (mark == AnyWriter()) {
+    r.any = true;
+    r.marks.clear();
+    return;
+  }
+  if (std::find(r.marks.begin(), r.marks.end(), mark) != r.marks.end()) return;
+  if (r.marks.size() >= kMaxMarks && done_) {
+    r.marks.erase(std::remove_if(r.marks.begin(), r.marks.end(), done_), r.marks.end());
+  }
+  if (r.marks.size() >= kMaxMarks) {
+    r.any = true;
+    r.marks.clear();
+    return;
+  }
+  r.marks.push_back(mark);
+}
+
 void PointerTables::Prune(uint64_t id) {
   auto it = by_id_.find(id);
-  if (it != by_id_.end() && it->second.entries.empty() && !it->second.stale) {
-    by_id_.erase(it);
+  if (it == by_id_.end()) return;
+  Table& t = it->second;
+  // A current range without entries holds plain data, as the rest of the
+  // buffer does; a stale one may hold pointers written meanwhile.
+  for (auto r = t.ranges.begin(); r != t.ranges.end();) {
+    auto e = t.entries.lower_bound(r->first);
+    const bool holds = e != t.entries.end() && e->first < r->second.end;
+    r = !r->second.stale && !holds ? t.ranges.erase(r) : std::next(r);
   }
+  if (t.ranges.empty()) by_id_.erase(it);
 }
 
 void PointerTables::Publish() {
@@ -53,7 +107,12 @@ uint64_t PointerTables::Changes() const {
 void PointerTables::MarkAllStale() {
   if (empty()) return;
   MutexLock lock(&mu_);
-  for (auto& [id, t] : by_id_) t.stale = true;
+  for (auto& [id, t] : by_id_) {
+    for (auto& [start, r] : t.ranges) {
+      r.stale = true;
+      AddMark(r, AnyWriter());
+    }
+  }
   Publish();
 }
 
@@ -68,23 +127,24 @@ PointerTables::HostScan PointerTables::ScanHost(uint64_t dst, const void* src, u
   return scan;
 }
 
-size_t PointerTables::ApplyHostWrite(const Buffer& table, HostScan scan, bool settled) {
+size_t PointerTables::ApplyHostWrite(const Buffer& table, HostScan scan, bool settled,
+                                     Mark landing) {
   MutexLock lock(&mu_);
   auto it = by_id_.find(table.id);
   if (it == by_id_.end()) {
     if (scan.found == 0) return 0;
-    it = by_id_.emplace(table.id, Table{table.base, {}, false}).first;
+    it = by_id_.emplace(table.id, Table{table.base, {}, {}}).first;
   }
   Table& t = it->second;
+  const uint64_t end = scan.dst + scan.bytes;
   EraseRange(t, scan.dst, scan.bytes);
+  Cut(t, scan.dst, end);
   t.entries.merge(scan.entries);
-  if (!settled) {
-    // What lands may differ from what the source holds now: known only once
-    // read back after the copy ran.
-    t.stale = true;
-  } else if (scan.dst == table.base && scan.bytes >= table.size) {
-    // A copy over the whole buffer leaves nothing of what the device wrote.
-    t.stale = false;
+  // What lands may differ from what the source holds now: known only once
+  // read back after the copy ran.
+  if ((scan.found > 0 || !settled) && scan.bytes > 0) {
+    Range& r = t.ranges.emplace(scan.dst, Range{end, !settled, false, {}}).first->second;
+    AddMark(r, !settled && !landing ? AnyWriter() : landing);
   }
   Prune(table.id);
   Publish();
@@ -93,39 +153,81 @@ size_t PointerTables::ApplyHostWrite(const Buffer& table, HostScan scan, bool se
 
 size_t PointerTables::OnHostWrite(const Buffer& table, uint64_t dst, const void* src,
                                   uint64_t bytes, bool settled,
-                                  const BufferRegistry& registry) {
+                                  const BufferRegistry& registry, Mark landing) {
   // Most copies carry data, not pointers: scan before taking the lock.
-  return ApplyHostWrite(table, ScanHost(dst, src, bytes, registry), settled);
+  return ApplyHostWrite(table, ScanHost(dst, src, bytes, registry), settled, std::move(landing));
 }
 
 void PointerTables::OnDeviceCopy(const Buffer& to, uint64_t dst, const Buffer* from,
                                  uint64_t src, uint64_t bytes) {
-  if (empty()) return;  // nothing known anywhere, nothing to carry
+  OnDeviceCopy(to, dst, from, src, bytes, [] { return AnyWriter(); });
+}
+
+void PointerTables::OnDeviceCopy(const Buffer& to, uint64_t dst, const Buffer* from,
+                                 uint64_t src, uint64_t bytes,
+                                 absl::FunctionRef<Mark()> make_landing) {
+  if (empty() || bytes == 0) return;  // nothing known anywhere, nothing to carry
   MutexLock lock(&mu_);
-  auto from_it = from != nullptr ? by_id_.find(from->id) : by_id_.end();
-  const bool from_table = from_it != by_id_.end();
-  // Device data of unknown make may hold pointers the device wrote.
-  const bool source_unknown = !from_table || from_it->second.stale;
-  std::map<uint64_t, uint64_t> carried;
   // Entries shifted off 8-byte alignment are no pointers a kernel reads.
   const bool aligned = (dst - src) % 8 == 0;
-  if (from_table && aligned) {
-    const auto& e = from_it->second.entries;
-    for (auto it = e.lower_bound(src); it != e.end() && it->first - src < bytes; ++it) {
-      carried[it->first - src + dst] = it->second;
+  // The source's ranges in the copied bytes, shifted to the destination.
+  struct Piece {
+    uint64_t lo, hi;
+    bool stale;
+  };
+  std::vector<Piece> pieces;
+  std::map<uint64_t, uint64_t> carried;
+  auto from_it = from != nullptr ? by_id_.find(from->id) : by_id_.end();
+  if (from_it != by_id_.end()) {
+    const Table& f = from_it->second;
+    auto r = f.ranges.upper_bound(src);
+    if (r != f.ranges.begin()) --r;
+    for (; r != f.ranges.end() && r->first < src + bytes; ++r) {
+      const uint64_t lo = std::max(r->first, src);
+      const uint64_t hi = std::min(r->second.end, src + bytes);
+      if (lo >= hi) continue;
+      pieces.push_back({lo - src + dst, hi - src + dst, r->second.stale || !aligned});
+    }
+    if (aligned) {
+      for (auto e = f.entries.lower_bound(src); e != f.entries.end() && e->first - src < bytes;
+           ++e) {
+        carried[e->first - src + dst] = e->second;
+      }
     }
   }
   auto it = by_id_.find(to.id);  // may invalidate from_it
   if (it == by_id_.end()) {
-    if (!from_table) return;  // plain data onto plain data
-    it = by_id_.emplace(to.id, Table{to.base, {}, false}).first;
+    if (pieces.empty()) return;  // plain data onto plain data
+    it = by_id_.emplace(to.id, Table{to.base, {}, {}}).first;
   }
   Table& t = it->second;
+  // Destination ranges overwritten by bytes of unknown make (device data
+  // that may hold pointers the device wrote) stay ranges, now stale.
+  std::vector<Piece> unknown;
+  {
+    auto r = Isolate(t, dst, dst + bytes);
+    for (; r != t.ranges.end() && r->first < dst + bytes; ++r) {
+      uint64_t lo = r->first;
+      for (const Piece& p : pieces) {
+        if (p.hi <= lo || p.lo >= r->second.end) continue;
+        if (p.lo > lo) unknown.push_back({lo, p.lo, true});
+        lo = std::max(lo, p.hi);
+      }
+      if (lo < r->second.end) unknown.push_back({lo, r->second.end, true});
+    }
+  }
   EraseRange(t, dst, bytes);
+  Cut(t, dst, dst + bytes);
   t.entries.merge(carried);
-  // A table overwritten with device data of unknown make (it may hold
-  // pointers the device wrote) stays a table, of unknown contents.
-  if (source_unknown || (from_table && !aligned)) t.stale = true;
+  Mark landing;
+  if (!pieces.empty() || !unknown.empty()) landing = make_landing();
+  if (!landing) landing = AnyWriter();
+  for (const std::vector<Piece>* list : {&pieces, &unknown}) {
+    for (const Piece& p : *list) {
+      Range& r = t.ranges.emplace(p.lo, Range{p.hi, p.stale, false, {}}).first->second;
+      AddMark(r, landing);
+    }
+  }
   Prune(to.id);
   Publish();
 }
@@ -136,22 +238,40 @@ void PointerTables::OnClear(const Buffer& table, uint64_t dst, uint64_t bytes) {
   auto it = by_id_.find(table.id);
   if (it == by_id_.end()) return;
   EraseRange(it->second, dst, bytes);
-  if (dst == table.base && bytes >= table.size) it->second.stale = false;
+  Cut(it->second, dst, bytes > UINT64_MAX - dst ? UINT64_MAX : dst + bytes);
   Prune(table.id);
   Publish();
 }
 
-void PointerTables::OnDeviceWrite(absl::Span<const uint64_t> ids) {
+void PointerTables::OnDeviceWrite(absl::Span<const Reach> writes,
+                                  absl::FunctionRef<Mark()> mark) {
   if (empty()) return;
   MutexLock lock(&mu_);
   bool changed = false;
-  for (uint64_t id : ids) {
-    auto it = by_id_.find(id);
+  Mark m;
+  for (const Reach& w : writes) {
+    auto it = by_id_.find(w.id);
     if (it == by_id_.end()) continue;
-    it->second.stale = true;
-    changed = true;
+    Table& t = it->second;
+    // Nothing before the pointer written through is reached.
+    Split(t, w.from);
+    for (auto r = t.ranges.lower_bound(w.from); r != t.ranges.end(); ++r) {
+      if (!changed) {
+        m = mark();
+        if (!m) m = AnyWriter();
+        changed = true;
+      }
+      r->second.stale = true;
+      AddMark(r->second, m);
+    }
   }
   if (changed) Publish();
+}
+
+void PointerTables::OnDeviceWrite(absl::Span<const uint64_t> ids) {
+  std::vector<Reach> writes;
+  for (uint64_t id : ids) writes.push_back({id, 0});
+  OnDeviceWrite(writes, [] { return AnyWriter(); });
 }
 
 void PointerTables::OnFree(uint64_t id) {
@@ -161,34 +281,72 @@ void PointerTables::OnFree(uint64_t id) {
   Publish();
 }
 
-size_t PointerTables::Rescan(const Buffer& table, const void* data, uint64_t since,
-                             const BufferRegistry& registry) {
-  Table scanned;
-  size_t found = Scan(scanned, table.base, static_cast<const unsigned char*>(data),
-                      table.size, registry);
-  scanned.base = table.base;
+size_t PointerTables::Rescan(const Buffer& table, absl::Span<const Window> windows,
+                             const void* data, uint64_t since, const BufferRegistry& registry) {
+  std::vector<Table> scanned(windows.size());
+  size_t found = 0;
+  {
+    const unsigned char* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < windows.size(); ++i) {
+      const uint64_t bytes = windows[i].end - windows[i].start;
+      found += Scan(scanned[i], windows[i].start, p, bytes, registry);
+      p += bytes;
+    }
+  }
   MutexLock lock(&mu_);
   auto it = by_id_.find(table.id);
-  if (changes_ == since) {
-    if (found == 0) {
-      by_id_.erase(table.id);
-    } else {
-      by_id_[table.id] = std::move(scanned);
-    }
-  } else if (it != by_id_.end()) {
-    // Newer entries win over what was read; nothing is vouched for.
-    it->second.entries.merge(scanned.entries);
-  } else if (found > 0) {
-    scanned.stale = true;
-    by_id_.emplace(table.id, std::move(scanned));
+  if (it == by_id_.end()) {
+    if (found == 0) return 0;
+    it = by_id_.emplace(table.id, Table{table.base, {}, {}}).first;
   }
+  Table& t = it->second;
+  const bool current = changes_ == since;
+  for (size_t i = 0; i < windows.size(); ++i) {
+    const Window& w = windows[i];
+    std::map<uint64_t, uint64_t>& e = scanned[i].entries;
+    const uint64_t last = e.empty() ? w.start : std::prev(e.end())->first + 8;
+    if (current) {
+      // What the device holds now: the ranges read are current, with no
+      // writer left to wait for.
+      EraseRange(t, w.start, w.end - w.start);
+      t.entries.merge(e);
+      auto r = Isolate(t, w.start, w.end);
+      for (; r != t.ranges.end() && r->first < w.end; ++r) {
+        r->second.stale = false;
+        r->second.any = false;
+        r->second.marks.clear();
+      }
+      if (w.learn && last > w.start) {
+        Cut(t, w.start, last);
+        t.ranges.emplace(w.start, Range{last, false, false, {}});
+      }
+    } else {
+      // Newer entries win over what was read; nothing is vouched for.
+      for (const auto& [addr, word] : e) {
+        if (!t.entries.emplace(addr, word).second) continue;
+        auto r = t.ranges.upper_bound(addr);
+        if (r != t.ranges.begin() && std::prev(r)->second.end > addr) continue;
+        Range& added = t.ranges.emplace(addr, Range{addr + 8, true, false, {}}).first->second;
+        AddMark(added, AnyWriter());
+      }
+    }
+  }
+  Prune(table.id);
   Publish();
   return found;
 }
 
-void PointerTables::DistinctWords(const Table& t, std::vector<uint64_t>* words) {
+size_t PointerTables::Rescan(const Buffer& table, const void* data, uint64_t since,
+                             const BufferRegistry& registry) {
+  const Window whole{table.base, table.base + table.size, true};
+  return Rescan(table, absl::MakeConstSpan(&whole, 1), data, since, registry);
+}
+
+void PointerTables::DistinctWords(const Table& t, uint64_t from, std::vector<uint64_t>* words) {
   const size_t first = words->size();
-  for (const auto& [addr, word] : t.entries) words->push_back(word);
+  for (auto e = t.entries.lower_bound(from); e != t.entries.end(); ++e) {
+    words->push_back(e->second);
+  }
   std::sort(words->begin() + first, words->end());
   words->erase(std::unique(words->begin() + first, words->end()), words->end());
 }
@@ -199,22 +357,70 @@ PointerTables::State PointerTables::Get(uint64_t id, std::vector<uint64_t>* word
   auto it = by_id_.find(id);
   if (it == by_id_.end()) return State::kNone;
   if (base != nullptr) *base = it->second.base;
-  if (words != nullptr) DistinctWords(it->second, words);
-  return it->second.stale ? State::kStale : State::kKnown;
+  if (words != nullptr) DistinctWords(it->second, 0, words);
+  for (const auto& [start, r] : it->second.ranges) {
+    if (r.stale) return State::kStale;
+  }
+  return State::kKnown;
+}
+
+void PointerTables::CollectOne(const Reach& reach, std::vector<Found>* found) const {
+  auto it = by_id_.find(reach.id);
+  if (it == by_id_.end()) return;
+  const Table& t = it->second;
+  auto r = t.ranges.upper_bound(reach.from);
+  if (r != t.ranges.begin() && std::prev(r)->second.end > reach.from) --r;
+  if (r == t.ranges.end()) return;  // every range lies before the pointer
+  Found f;
+  f.id = reach.id;
+  f.base = t.base;
+  f.from = reach.from;
+  f.state = State::kKnown;
+  for (; r != t.ranges.end(); ++r) {
+    if (!r->second.stale) continue;
+    f.state = State::kStale;
+    const uint64_t lo = std::max(r->first, reach.from);
+    if (!f.stale.empty() && f.stale.back().end == lo) {
+      // Adjacent: one read.
+      StaleRange& s = f.stale.back();
+      s.end = r->second.end;
+      s.any |= r->second.any;
+      s.marks.insert(s.marks.end(), r->second.marks.begin(), r->second.marks.end());
+    } else {
+      f.stale.push_back({lo, r->second.end, r->second.any, r->second.marks});
+    }
+  }
+  DistinctWords(t, reach.from, &f.words);
+  found->push_back(std::move(f));
+}
+
+void PointerTables::Collect(absl::Span<const Reach> reach, std::vector<Found>* found) const {
+  MutexLock lock(&mu_);
+  for (const Reach& r : reach) CollectOne(r, found);
 }
 
 void PointerTables::Collect(absl::Span<const uint64_t> ids, std::vector<Found>* found) const {
   MutexLock lock(&mu_);
-  for (uint64_t id : ids) {
-    auto it = by_id_.find(id);
-    if (it == by_id_.end()) continue;
-    Found f;
-    f.id = id;
-    f.state = it->second.stale ? State::kStale : State::kKnown;
-    f.base = it->second.base;
-    DistinctWords(it->second, &f.words);
-    found->push_back(std::move(f));
+  for (uint64_t id : ids) CollectOne({id, 0}, found);
+}
+
+bool PointerTables::Covers(uint64_t id, uint64_t addr) const {
+  MutexLock lock(&mu_);
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) return false;
+  auto r = it->second.ranges.upper_bound(addr);
+  return r != it->second.ranges.begin() && std::prev(r)->second.end > addr;
+}
+
+std::vector<std::array<uint64_t, 3>> PointerTables::Ranges(uint64_t id) const {
+  MutexLock lock(&mu_);
+  std::vector<std::array<uint64_t, 3>> out;
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) return out;
+  for (const auto& [start, r] : it->second.ranges) {
+    out.push_back({start, r.end, r.stale ? 1u : 0u});
   }
+  return out;
 }
 
 }  // namespace stensor

@@ -252,5 +252,155 @@ TEST_F(PointerTablesTest, AnUnsettledSourceLeavesTheTableStale) {
   EXPECT_EQ(tables_.Get(other_.id, nullptr, nullptr), State::kNone);
 }
 
+// A caching allocator's segment: a table of two entries uploaded into a
+// block in the middle, data tensors before and after it.
+class TableRangesTest : public PointerTablesTest {
+ protected:
+  void SetUp() override {
+    PointerTablesTest::SetUp();
+    segment_ = Add(0x1000000, 64 * 1024);
+    at_ = segment_.base + 4096;
+    uint64_t host[2] = {a_.base, b_.base};
+    tables_.OnHostWrite(segment_, at_, host, sizeof(host), true, registry_);
+  }
+  std::vector<PointerTables::Found> Reached(uint64_t from) {
+    std::vector<PointerTables::Found> found;
+    PointerTables::Reach r{segment_.id, from};
+    tables_.Collect(absl::MakeConstSpan(&r, 1), &found);
+    return found;
+  }
+  void Write(uint64_t from, PointerTables::Mark mark = nullptr) {
+    PointerTables::Reach r{segment_.id, from};
+    tables_.OnDeviceWrite(absl::MakeConstSpan(&r, 1), [&] { return mark; });
+  }
+  static PointerTables::Mark NewMark() { return std::make_shared<int>(0); }
+
+  Buffer segment_;
+  uint64_t at_ = 0;
+};
+
+TEST_F(TableRangesTest, AWriteThroughAPointerPastTheTableLeavesItCurrent) {
+  Write(segment_.base + 8192);
+  Write(at_ + 16);  // the first byte after the table
+  EXPECT_EQ(tables_.Get(segment_.id, nullptr, nullptr), State::kKnown);
+  EXPECT_EQ(tables_.Ranges(segment_.id),
+            (std::vector<std::array<uint64_t, 3>>{{at_, at_ + 16, 0}}));
+}
+
+TEST_F(TableRangesTest, AWriteThroughAPointerBeforeTheTableMayReachIt) {
+  // The kernel's extent is unknown, and the program's allocator may have
+  // coalesced the blocks in between: up to the end of the buffer.
+  Write(segment_.base);
+  EXPECT_EQ(tables_.Get(segment_.id, nullptr, nullptr), State::kStale);
+  auto found = Reached(segment_.base);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].state, State::kStale);
+  ASSERT_EQ(found[0].stale.size(), 1u);
+  EXPECT_EQ(found[0].stale[0].start, at_);
+  EXPECT_EQ(found[0].stale[0].end, at_ + 16);
+  // Unknown writers (no mark): a read-back waits for everything.
+  EXPECT_TRUE(found[0].stale[0].any);
+}
+
+TEST_F(TableRangesTest, AWriteIntoTheTableStalesWhatFollowsThePointerOnly) {
+  Write(at_ + 8, NewMark());
+  EXPECT_EQ(tables_.Ranges(segment_.id),
+            (std::vector<std::array<uint64_t, 3>>{{at_, at_ + 8, 0}, {at_ + 8, at_ + 16, 1}}));
+  auto found = Reached(at_);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].words, (std::vector<uint64_t>{a_.base, b_.base}));
+  ASSERT_EQ(found[0].stale.size(), 1u);
+  EXPECT_EQ(found[0].stale[0].start, at_ + 8);
+  // A launch reaching only the first entry finds it current.
+  found = Reached(at_ + 8);
+  EXPECT_EQ(found[0].words, (std::vector<uint64_t>{b_.base}));
+}
+
+TEST_F(TableRangesTest, ALaunchWhosePointersLieAfterTheTableDoesNotReachIt) {
+  Write(segment_.base);
+  EXPECT_TRUE(Reached(at_ + 16).empty());
+  EXPECT_EQ(Reached(at_ + 8).size(), 1u);
+  EXPECT_EQ(Reached(0).size(), 1u);  // the whole buffer
+}
+
+TEST_F(TableRangesTest, AReadBackWaitsForTheWritersSinceTheRangeWasLearnt) {
+  const PointerTables::Mark upload = NewMark(), k1 = NewMark(), k2 = NewMark();
+  uint64_t host[2] = {a_.base, b_.base};
+  tables_.OnHostWrite(segment_, at_, host, sizeof(host), true, registry_, upload);
+  Write(segment_.base, k1);
+  Write(segment_.base + 64, k2);
+  auto found = Reached(segment_.base);
+  ASSERT_EQ(found[0].stale.size(), 1u);
+  // The upload may not have landed when the kernels ran on other streams.
+  EXPECT_EQ(found[0].stale[0].marks, (std::vector<PointerTables::Mark>{upload, k1, k2}));
+  EXPECT_FALSE(found[0].stale[0].any);
+  // Read back (the stale range only): current, nothing to wait for.
+  uint64_t device[2] = {other_.base, 0};
+  const PointerTables::Window w{at_, at_ + 16, false};
+  EXPECT_EQ(tables_.Rescan(segment_, absl::MakeConstSpan(&w, 1), device, tables_.Changes(),
+                           registry_),
+            1u);
+  found = Reached(segment_.base);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].state, State::kKnown);
+  EXPECT_EQ(found[0].words, (std::vector<uint64_t>{other_.base}));
+  EXPECT_EQ(upload.use_count(), 1);  // released by the range
+}
+
+TEST_F(TableRangesTest, TooManyWritersCountAsUnknownUnlessDone) {
+  Write(segment_.base, NewMark());
+  PointerTables::Mark done = std::make_shared<int>(1);
+  tables_.SetMarkDone(
+      [](const PointerTables::Mark& m) { return *static_cast<const int*>(m.get()) == 1; });
+  Write(segment_.base, done);
+  for (size_t i = 2; i < PointerTables::kMaxMarks; ++i) Write(segment_.base, NewMark());
+  Write(segment_.base, NewMark());  // the completed one makes room
+  auto found = Reached(segment_.base);
+  EXPECT_FALSE(found[0].stale[0].any);
+  EXPECT_EQ(found[0].stale[0].marks.size(), PointerTables::kMaxMarks);
+  Write(segment_.base, NewMark());
+  found = Reached(segment_.base);
+  EXPECT_TRUE(found[0].stale[0].any);
+  EXPECT_TRUE(found[0].stale[0].marks.empty());
+}
+
+TEST_F(TableRangesTest, CopiesAndMemsetsBesideTheTableLeaveItCurrent) {
+  tables_.OnDeviceCopy(segment_, at_ + 16, &a_, a_.base, 64, NewMark);
+  tables_.OnDeviceCopy(segment_, segment_.base, nullptr, 0x900000, 4096, NewMark);
+  tables_.OnClear(segment_, at_ + 16, 1024);
+  EXPECT_EQ(tables_.Get(segment_.id, nullptr, nullptr), State::kKnown);
+  // A copy of plain data over half of it: that half is stale.
+  tables_.OnDeviceCopy(segment_, at_, &a_, a_.base, 8, NewMark);
+  EXPECT_EQ(tables_.Ranges(segment_.id),
+            (std::vector<std::array<uint64_t, 3>>{{at_, at_ + 8, 1}, {at_ + 8, at_ + 16, 0}}));
+}
+
+TEST_F(TableRangesTest, ADeviceCopyCarriesRangesAndTheirState) {
+  Write(at_ + 8, NewMark());
+  const PointerTables::Mark copy = NewMark();
+  tables_.OnDeviceCopy(other_, other_.base, &segment_, at_, 16, [&] { return copy; });
+  EXPECT_EQ(tables_.Ranges(other_.id),
+            (std::vector<std::array<uint64_t, 3>>{{other_.base, other_.base + 8, 0},
+                                                  {other_.base + 8, other_.base + 16, 1}}));
+  std::vector<PointerTables::Found> found;
+  tables_.Collect({other_.id}, &found);
+  // What landed is known once the copy ran.
+  EXPECT_EQ(found[0].stale[0].marks, (std::vector<PointerTables::Mark>{copy}));
+}
+
+TEST_F(TableRangesTest, ALearningReadBackAddsARangeToItsLastEntry) {
+  // A pointer-to-pointer parameter into bytes no range covers.
+  std::vector<uint64_t> device(64, 0);
+  device[3] = a_.base;
+  const PointerTables::Window w{segment_.base + 8192, segment_.base + 8192 + 512, true};
+  EXPECT_EQ(tables_.Rescan(segment_, absl::MakeConstSpan(&w, 1), device.data(),
+                           tables_.Changes(), registry_),
+            1u);
+  EXPECT_TRUE(tables_.Covers(segment_.id, segment_.base + 8192));
+  EXPECT_EQ(tables_.Ranges(segment_.id),
+            (std::vector<std::array<uint64_t, 3>>{
+                {at_, at_ + 16, 0}, {segment_.base + 8192, segment_.base + 8224, 0}}));
+}
+
 }  // namespace
 }  // namespace stensor

@@ -45,8 +45,26 @@ std::string TablesJson(const Accesses& a) {
 // launch's accesses count as unknown instead.
 constexpr uint64_t kMaxTableReadBack = 16 << 20;
 
-void AddUnique(absl::InlinedVector<uint64_t, 8>* ids, uint64_t id) {
-  if (std::find(ids->begin(), ids->end(), id) == ids->end()) ids->push_back(id);
+CUevent EventOf(const PointerTables::Mark& m) {
+  return reinterpret_cast<CUevent>(const_cast<void*>(m.get()));
+}
+
+// The packed argument buffer of the `extra` launch form, or null.
+const unsigned char* PackedArgs(void** extra, size_t* size) {
+  const void* buffer = nullptr;
+  const size_t* buffer_size = nullptr;
+  for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+    if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+      buffer = extra[i + 1];
+    } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+      buffer_size = static_cast<const size_t*>(extra[i + 1]);
+    } else {
+      return nullptr;
+    }
+  }
+  if (buffer == nullptr || buffer_size == nullptr) return nullptr;
+  *size = *buffer_size;
+  return static_cast<const unsigned char*>(buffer);
 }
 
 }  // namespace
@@ -86,7 +104,15 @@ Tracker::Tracker(const Config& config, const Driver* driver)
     : config_(config),
       driver_(driver),
       kernels_(driver, config.write_inference == WriteInference::kConservative),
-      capture_(driver) {}
+      capture_(driver) {
+  // A range's marks are events (MarkAfter); one observed complete needs no
+  // wait. Asked while a capture may be in progress elsewhere: relaxed.
+  tables_.SetMarkDone([this](const PointerTables::Mark& m) {
+    if (driver_->cuEventQuery == nullptr) return false;
+    RelaxedCaptureScope relaxed(capture_);
+    return driver_->cuEventQuery(EventOf(m)) == CUDA_SUCCESS;
+  });
+}
 
 namespace {
 // "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6", as nvidia-smi -L prints it.
@@ -201,7 +227,7 @@ CUresult Tracker::BeginLaunch(CUfunction f, StreamRef stream, void** params,
     return CUDA_SUCCESS;
   }
   if (tracks_tables() && (kernel->has_tables || !tables_.empty())) {
-    ExpandTables(stream, accesses);
+    ExpandTables(*kernel, params, extra, stream, accesses);
   }
   if (!memory_) return CUDA_SUCCESS;
   return PrepareLaunch(f, *kernel, stream, accesses);
@@ -250,9 +276,22 @@ void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
     if (log_) LogLaunch(api, *kernel, grid, block, stream, accesses);
     return;
   }
-  // A kernel may rewrite the pointers of any table it writes; one whose
-  // accesses are unknown, those of any table.
-  if (!tables_.empty()) tables_.OnDeviceWrite(accesses.writes);
+  // A kernel may rewrite the pointers of any table it writes, from the
+  // pointers it writes through on; one whose accesses are unknown, those of
+  // any table.
+  if (!tables_.empty()) {
+    absl::InlinedVector<PointerTables::Reach, 8> writes;
+    for (const Accesses::Reach& w : accesses.write_reach) writes.push_back({w.id, w.from});
+    // Written buffers the reach was not found for (no tables when the
+    // launch began): whole.
+    for (uint64_t id : accesses.writes) {
+      if (std::none_of(writes.begin(), writes.end(),
+                       [&](const PointerTables::Reach& w) { return w.id == id; })) {
+        writes.push_back({id, 0});
+      }
+    }
+    tables_.OnDeviceWrite(writes, [&] { return MarkAfter(stream); });
+  }
   if (!kernel->layout_known || accesses.unknown_tables) tables_.MarkAllStale();
   // Descriptions outlive the tracker, so their names may be kept.
   if (leaks_) leaks_->OnLaunch(kernel->demangled.c_str(), accesses.reads, accesses.writes);
@@ -299,48 +338,159 @@ void Tracker::LogLaunch(const char* api, const KernelInfo& kernel, const unsigne
   Log(line.Finish());
 }
 
-void Tracker::ExpandTables(StreamRef stream, Accesses* a) {
+void Tracker::FindParamReach(const KernelInfo& kernel, void** params, void** extra,
+                             ParamReaches* reach) const {
+  const unsigned char* packed = nullptr;
+  size_t packed_size = 0;
+  if (params == nullptr) {
+    if (extra == nullptr) return;
+    packed = PackedArgs(extra, &packed_size);
+    if (packed == nullptr) return;
+  }
+  constexpr size_t kBatch = 64;
+  uint64_t words[kBatch];
+  bool written[kBatch];
+  size_t n = 0;
+  auto flush = [&] {
+    registry_.FindAll(words, n, [&](size_t i, uint64_t id) {
+      auto it = std::find_if(reach->begin(), reach->end(),
+                             [&](const ParamReach& r) { return r.id == id; });
+      if (it == reach->end()) {
+        reach->push_back({id, words[i], UINT64_MAX});
+        it = reach->end() - 1;
+      }
+      it->from = std::min(it->from, words[i]);
+      if (written[i]) it->write_from = std::min(it->write_from, words[i]);
+    });
+    n = 0;
+  };
+  for (size_t i = 0; i < kernel.params.size(); ++i) {
+    const ParamSlot& slot = kernel.params[i];
+    if (slot.access == ParamAccess::kNone) continue;
+    const unsigned char* base;
+    if (packed != nullptr) {
+      if (slot.offset + slot.size > packed_size) continue;
+      base = packed + slot.offset;
+    } else {
+      base = static_cast<const unsigned char*>(params[i]);
+      if (base == nullptr) continue;
+    }
+    for (uint32_t k = 0; k < slot.words; ++k) {
+      std::memcpy(&words[n], base + slot.first_word + 8 * k, sizeof(uint64_t));
+      written[n] = slot.access == ParamAccess::kReadWrite;
+      if (++n == kBatch) flush();
+    }
+  }
+  if (n > 0) flush();
+}
+
+void Tracker::ExpandTables(const KernelInfo& kernel, void** params, void** extra,
+                           StreamRef stream, Accesses* a) {
   // Every buffer the launch reaches directly may be a table, and so may the
-  // targets of a table (`T***`), a few levels deep.
+  // targets of a table (`T***`), a few levels deep. A kernel reaches a
+  // buffer from the lowest pointer into it that it is given on.
   constexpr int kMaxDepth = 4;
   const size_t direct_end = a->reads.size();  // targets are appended after
-  absl::InlinedVector<uint64_t, 8> level, seen;
-  for (uint64_t id : a->reads) AddUnique(&level, id);
-  seen = level;
-  std::vector<PointerTables::Found> found;
-  std::vector<uint64_t> words;
-  auto add_refs = [&](uint64_t table, bool writes, absl::InlinedVector<uint64_t, 8>* next) {
-    Accesses::TableUse use{table, writes, {}};
-    registry_.FindAll(words.data(), words.size(), [&](size_t, uint64_t id) {
-      if (std::find(use.refs.begin(), use.refs.end(), id) == use.refs.end()) {
-        use.refs.push_back(id);
-      }
-    });
-    for (uint64_t id : use.refs) {
-      a->reads.push_back(id);
-      if (writes) a->writes.push_back(id);
-      if (std::find(seen.begin(), seen.end(), id) == seen.end()) {
-        seen.push_back(id);
-        next->push_back(id);
+  ParamReaches direct;
+  FindParamReach(kernel, params, extra, &direct);
+  // Conservative inference trusts no pointer to bound a kernel's reach
+  // either: whole buffers.
+  const bool whole = config_.write_inference == WriteInference::kConservative;
+  if (whole) {
+    for (ParamReach& p : direct) {
+      p.from = 0;
+      if (p.write_from != UINT64_MAX) p.write_from = 0;
+    }
+  }
+  a->write_reach.clear();
+  for (const ParamReach& p : direct) {
+    if (p.write_from != UINT64_MAX) a->write_reach.push_back({p.id, p.write_from});
+  }
+  // What inference found and this walk did not (it reads the same words):
+  // whole buffers.
+  for (size_t i = 0; i < direct_end; ++i) {
+    const uint64_t id = a->reads[i];
+    if (std::none_of(direct.begin(), direct.end(),
+                     [&](const ParamReach& p) { return p.id == id; })) {
+      direct.push_back({id, 0, UINT64_MAX});
+    }
+  }
+  for (uint64_t id : a->writes) {
+    if (std::none_of(a->write_reach.begin(), a->write_reach.end(),
+                     [&](const Accesses::Reach& w) { return w.id == id; })) {
+      a->write_reach.push_back({id, 0});
+    }
+  }
+  a->reach_known = true;
+  auto write_from = [&](uint64_t id, uint64_t from) {
+    for (Accesses::Reach& w : a->write_reach) {
+      if (w.id == id) {
+        w.from = std::min(w.from, from);
+        return;
       }
     }
+    a->write_reach.push_back({id, from});
+  };
+  using Reaches = absl::InlinedVector<PointerTables::Reach, 8>;
+  Reaches level;
+  Reaches seen;  // the lowest address each buffer was followed from
+  for (const ParamReach& p : direct) {
+    level.push_back({p.id, p.from});
+    seen.push_back({p.id, p.from});
+  }
+  std::vector<PointerTables::Found> found;
+  std::vector<uint64_t> words;
+  auto add_refs = [&](uint64_t table, bool writes, Reaches* next) {
+    Accesses::TableUse use{table, writes, {}};
+    registry_.FindAll(words.data(), words.size(), [&](size_t k, uint64_t id) {
+      const uint64_t at = whole ? 0 : words[k];
+      if (std::find(use.refs.begin(), use.refs.end(), id) == use.refs.end()) {
+        use.refs.push_back(id);
+        a->reads.push_back(id);
+        if (writes) a->writes.push_back(id);
+      }
+      if (writes) write_from(id, at);
+      auto s = std::find_if(seen.begin(), seen.end(),
+                            [&](const PointerTables::Reach& r) { return r.id == id; });
+      if (s != seen.end() && s->from <= at) return;
+      if (s == seen.end()) {
+        seen.push_back({id, at});
+      } else {
+        s->from = at;
+      }
+      auto n = std::find_if(next->begin(), next->end(),
+                            [&](const PointerTables::Reach& r) { return r.id == id; });
+      if (n == next->end()) {
+        next->push_back({id, at});
+      } else {
+        n->from = std::min(n->from, at);
+      }
+    });
     a->tables.push_back(std::move(use));
   };
   for (int depth = 0; depth < kMaxDepth && !level.empty(); ++depth) {
     found.clear();
     tables_.Collect(level, &found);
-    // At the first level, a table parameter into a buffer with no known
-    // entries is a table of unknown contents too.
+    // Where a read-back learns a new range: a table parameter at the first
+    // level into bytes no range covers is a table of unknown contents.
+    absl::InlinedVector<uint64_t, 8> learn(found.size(), 0);
     if (depth == 0) {
       for (const Accesses::TableParam& p : a->table_params) {
-        if (p.id == 0) continue;
+        if (p.id == 0 || tables_.Covers(p.id, p.address)) continue;
         auto known = std::find_if(found.begin(), found.end(),
                                   [&](const PointerTables::Found& f) { return f.id == p.id; });
-        if (known == found.end()) found.push_back({p.id, PointerTables::State::kNone, 0, {}});
+        if (known == found.end()) {
+          found.push_back({p.id, PointerTables::State::kNone, 0, p.address, {}, {}});
+          learn.push_back(p.address);
+        } else {
+          uint64_t& l = learn[known - found.begin()];
+          l = l == 0 ? p.address : std::min(l, p.address);
+        }
       }
     }
-    absl::InlinedVector<uint64_t, 8> next;
-    for (PointerTables::Found& f : found) {
+    Reaches next;
+    for (size_t i = 0; i < found.size(); ++i) {
+      PointerTables::Found& f = found[i];
       // The targets are only read when every direct hit on this buffer came
       // through a parameter that makes them const (`T const* const*`).
       bool writes = true;
@@ -356,11 +506,12 @@ void Tracker::ExpandTables(StreamRef stream, Accesses* a) {
         writes = const_hits < hits;
       }
       words = std::move(f.words);
-      if (f.state != PointerTables::State::kKnown) {
+      if (f.state == PointerTables::State::kStale || learn[i] != 0) {
         // Written on the device since its pointers were known (or never
         // known): read it back, or count the launch's accesses as unknown.
         std::optional<Buffer> table = registry_.Find(address);
-        if (!table || table->id != f.id || !ReadBackTable(*table, stream, &words)) {
+        if (!table || table->id != f.id ||
+            !ReadBackTable(*table, f.stale, learn[i], f.from, stream, &words)) {
           a->unknown_tables = true;
         }
       }
@@ -384,7 +535,7 @@ void Tracker::ExpandTables(StreamRef stream, Accesses* a) {
       a->unknown_tables = true;
       continue;
     }
-    absl::InlinedVector<uint64_t, 8> ignored;  // targets of host tables: one level
+    Reaches ignored;  // targets of host tables: one level
     if (!words.empty()) add_refs(0, p.pointees != Pointees::kConst, &ignored);
   }
   // A table nobody can read: every buffer whose address would fault if
@@ -416,28 +567,106 @@ bool Tracker::WaitForTableWriters(StreamRef stream) {
   return MayWait(stream) && driver_->cuCtxSynchronize() == CUDA_SUCCESS;
 }
 
-bool Tracker::ReadBackTable(const Buffer& table, StreamRef stream,
-                            std::vector<uint64_t>* words) {
-  if (!memory_ || table.size > kMaxTableReadBack) return false;
-  const uint64_t since = tables_.Changes();
-  if (!WaitForTableWriters(stream)) return false;
-  std::vector<unsigned char> data(table.size);
-  CUresult r = memory_->ReadBack(table.id, 0, data.data(), data.size());
-  if (r == CUDA_ERROR_NOT_FOUND) {  // not the manager's: never swapped
-    r = driver_->cuMemcpyDtoH_v2(data.data(), table.base, data.size());
+bool Tracker::WaitForRangeWriters(const std::vector<PointerTables::StaleRange>& stale,
+                                  StreamRef stream, bool* context) {
+  if (!MayWait(stream)) return false;
+  bool any = driver_->cuEventSynchronize == nullptr;
+  std::vector<const void*> waited;
+  for (const PointerTables::StaleRange& r : stale) {
+    any |= r.any;
+    for (const PointerTables::Mark& m : r.marks) {
+      if (any) break;
+      if (std::find(waited.begin(), waited.end(), m.get()) != waited.end()) continue;
+      waited.push_back(m.get());
+      // A wait that fails tells nothing: the context's instead.
+      any |= driver_->cuEventSynchronize(EventOf(m)) != CUDA_SUCCESS;
+    }
   }
-  if (r != CUDA_SUCCESS) return false;
+  if (!any) return true;
+  *context = true;
+  return driver_->cuCtxSynchronize() == CUDA_SUCCESS;
+}
+
+PointerTables::Mark Tracker::MarkAfter(StreamRef stream) {
+  // Uncapped, nothing is read back: no wait needs an event.
+  if (!memory_ || driver_->cuEventCreate == nullptr || driver_->cuEventRecord == nullptr ||
+      driver_->cuEventDestroy_v2 == nullptr) {
+    return PointerTables::AnyWriter();
+  }
+  RelaxedCaptureScope relaxed(capture_);
+  CUevent e = nullptr;
+  if (driver_->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+    return PointerTables::AnyWriter();
+  }
+  if (driver_->cuEventRecord(e, Handle(stream)) != CUDA_SUCCESS) {
+    driver_->cuEventDestroy_v2(e);
+    return PointerTables::AnyWriter();
+  }
+  const Driver* driver = driver_;
+  return PointerTables::Mark(static_cast<const void*>(e), [driver](const void* p) {
+    driver->cuEventDestroy_v2(reinterpret_cast<CUevent>(const_cast<void*>(p)));
+  });
+}
+
+bool Tracker::ReadBackTable(const Buffer& table,
+                            const std::vector<PointerTables::StaleRange>& stale,
+                            uint64_t learn_from, uint64_t from, StreamRef stream,
+                            std::vector<uint64_t>* words) {
+  if (!memory_) return false;
+  const uint64_t end = table.base + table.size;
+  // The stale ranges, and the bytes a pointer-to-pointer parameter reads
+  // where no range is known (up to the end of the buffer).
+  std::vector<PointerTables::Window> windows;
+  for (const PointerTables::StaleRange& r : stale) {
+    const uint64_t hi = learn_from != 0 ? std::min(r.end, learn_from) : r.end;
+    if (r.start < hi) windows.push_back({r.start, hi, false});
+  }
+  if (learn_from != 0 && learn_from < end) windows.push_back({learn_from, end, true});
+  uint64_t bytes = 0;
+  for (const PointerTables::Window& w : windows) bytes += w.end - w.start;
+  if (bytes > kMaxTableReadBack) return false;
+  const uint64_t since = tables_.Changes();
+  bool context = false;
+  if (learn_from != 0) {
+    // Written by anything, on any stream.
+    context = true;
+    if (!WaitForTableWriters(stream)) return false;
+  } else if (!WaitForRangeWriters(stale, stream, &context)) {
+    return false;
+  }
+  std::vector<unsigned char> data(bytes);
+  uint64_t at = 0;
+  for (const PointerTables::Window& w : windows) {
+    const uint64_t n = w.end - w.start;
+    CUresult r = memory_->ReadBack(table.id, w.start - table.base, data.data() + at, n);
+    if (r == CUDA_ERROR_NOT_FOUND) {  // not the manager's: never swapped
+      r = driver_->cuMemcpyDtoH_v2(data.data() + at, w.start, n);
+    }
+    if (r != CUDA_SUCCESS) return false;
+    at += n;
+  }
   // Freed meanwhile (another thread): nothing to remember.
   std::optional<Buffer> live = registry_.Find(table.base);
   if (!live || live->id != table.id) return false;
-  tables_.Rescan(table, data.data(), since, registry_);
+  tables_.Rescan(table, windows, data.data(), since, registry_);
   words->clear();
-  tables_.Get(table.id, words, nullptr);
+  std::vector<PointerTables::Found> found;
+  const PointerTables::Reach reach{table.id, from};
+  tables_.Collect(absl::MakeConstSpan(&reach, 1), &found);
+  if (!found.empty()) *words = std::move(found[0].words);
   if (log_) {
+    std::string ranges = "[";
+    for (const PointerTables::Window& w : windows) {
+      if (ranges.size() > 1) ranges.push_back(',');
+      absl::StrAppend(&ranges, "[", w.start - table.base, ",", w.end - w.start, "]");
+    }
+    ranges.push_back(']');
     Log(JsonLine()
             .Str("type", "table_read_back")
             .Uint("id", table.id)
-            .Uint("bytes", table.size)
+            .Uint("bytes", bytes)
+            .Raw("ranges", ranges)
+            .Str("waited", context ? "context" : "writers")
             .Uint("entries", words->size())
             .Finish());
   }
@@ -569,9 +798,18 @@ size_t Tracker::OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t
     from_host = IsPinnedHost(src) || r == CUDA_ERROR_INVALID_VALUE ||
                 (r == CUDA_SUCCESS && type == CU_MEMORYTYPE_HOST);
   }
+  // What tells that the copy landed: an event after it on its stream; for
+  // a graph's node, or a caller that names no stream, nothing (unknown).
+  auto landing = [&]() -> PointerTables::Mark {
+    if (host == nullptr || host->wait == nullptr || host->in_graph) {
+      return PointerTables::AnyWriter();
+    }
+    return MarkAfter(*host->wait);
+  };
   if (!linear) {
     // Rows of a region: whatever landed there is not scanned.
-    tables_.OnDeviceWrite({to->id});
+    const PointerTables::Reach reach{to->id, dst};
+    tables_.OnDeviceWrite(absl::MakeConstSpan(&reach, 1), landing);
     return 0;
   }
   if (from_host) {
@@ -581,16 +819,22 @@ size_t Tracker::OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t
     // A table lands (the destination is one, or the source holds pointers
     // now) from a source that queued work may still write: once the stream
     // ran all of that, the source holds what the copy copied.
-    if (!settled && host->wait != nullptr &&
-        (scan.found > 0 || tables_.Get(to->id, nullptr, nullptr) != PointerTables::State::kNone) &&
-        WaitForStream(*host->wait)) {
+    const bool lands =
+        scan.found > 0 ||
+        (!settled && tables_.Get(to->id, nullptr, nullptr) != PointerTables::State::kNone);
+    bool waited = false;
+    if (!settled && host->wait != nullptr && lands && WaitForStream(*host->wait)) {
       scan = PointerTables::ScanHost(dst, p, bytes, registry_);
       settled = true;
+      waited = true;
     }
     if (host != nullptr) host->settled = settled;
-    return tables_.ApplyHostWrite(*to, std::move(scan), settled);
+    // A range learnt from a copy still in flight: a read-back of it, once
+    // something may have written it, waits for the copy too.
+    PointerTables::Mark mark = lands && !waited ? landing() : nullptr;
+    return tables_.ApplyHostWrite(*to, std::move(scan), settled, std::move(mark));
   }
-  tables_.OnDeviceCopy(*to, dst, from ? &*from : nullptr, src, bytes);
+  tables_.OnDeviceCopy(*to, dst, from ? &*from : nullptr, src, bytes, landing);
   return 0;
 }
 
@@ -601,7 +845,9 @@ void Tracker::OnMemsetTables(uint64_t dst, uint64_t bytes, bool linear) {
   if (linear) {
     tables_.OnClear(*b, dst, bytes);
   } else {
-    tables_.OnDeviceWrite({b->id});
+    const PointerTables::Reach reach{b->id, dst};
+    tables_.OnDeviceWrite(absl::MakeConstSpan(&reach, 1),
+                          [] { return PointerTables::AnyWriter(); });
   }
 }
 
@@ -911,7 +1157,12 @@ void Tracker::WalkGraph(StreamRef stream, GraphLaunchScope* scope) {
         if (!host_written) host_written = ArgsReachHost(n.args);
         InferKernelNode(n, registry_, &a);
         if (n.kernel->has_tables || !tables_.empty()) {
-          ExpandTables(stream, &a);
+          // The node's arguments at their offsets, as a packed buffer.
+          size_t size = n.args.size();
+          void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER,
+                           const_cast<unsigned char*>(n.args.data()),
+                           CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+          ExpandTables(*n.kernel, nullptr, extra, stream, &a);
           for (const Accesses::TableUse& t : a.tables) a.unknown_tables |= written_here(t.id);
           for (const Accesses::TableParam& t : a.table_params) {
             a.unknown_tables |= written_here(t.id);
@@ -936,6 +1187,7 @@ void Tracker::WalkGraph(StreamRef stream, GraphLaunchScope* scope) {
         // settled by waiting for the stream (before the launch); one that
         // a node of the graph may write is known only once the graph ran.
         HostCopy host;
+        host.in_graph = true;
         if (memory_ && dst != 0 && src == 0 && IsDeviceReachableHost(n.copy.src.start)) {
           if (stream_idle < 0) stream_idle = StreamIdle(stream) ? 1 : 0;
           host.settled = stream_idle == 1 && !host_written;

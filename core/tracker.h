@@ -191,9 +191,12 @@ class Tracker {
   // lands there, the copy's stream `wait` (when not null) is waited for, the
   // source scanned again and `settled` set; otherwise the table stays stale
   // until read back.
+  // `in_graph`: a node of a graph launched after this call, so nothing
+  // recorded on the stream now tells when the copy landed.
   struct HostCopy {
     bool settled = true;
     const StreamRef* wait = nullptr;
+    bool in_graph = false;
   };
   size_t OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t bytes,
                       bool linear, HostCopy* host = nullptr);
@@ -267,15 +270,40 @@ class Tracker {
   // The buffer id containing `addr`, or 0.
   uint64_t IdAt(uint64_t addr) const;
   // Adds to `accesses` the buffers reached through the pointer tables the
-  // launch touches (see BeginLaunch).
-  void ExpandTables(StreamRef stream, Accesses* accesses);
-  // The entries of `table`, whose contents stensor does not know, read back
-  // from the device once all submitted work completed (under a cap
-  // only). False when that cannot be done.
-  bool ReadBackTable(const Buffer& table, StreamRef stream, std::vector<uint64_t>* words);
+  // launch touches (see BeginLaunch), and the lowest address it writes
+  // each buffer through (Accesses::write_reach).
+  void ExpandTables(const KernelInfo& kernel, void** params, void** extra, StreamRef stream,
+                    Accesses* accesses);
+  // The lowest address at which the launch's parameters reach each buffer,
+  // and whether some parameter reaching it is written through.
+  struct ParamReach {
+    uint64_t id = 0;
+    uint64_t from = 0;
+    uint64_t write_from = UINT64_MAX;  // none
+  };
+  using ParamReaches = absl::InlinedVector<ParamReach, 8>;
+  void FindParamReach(const KernelInfo& kernel, void** params, void** extra,
+                      ParamReaches* reach) const;
+  // The stale ranges `stale` of `table` (and a window from `learn_from` to
+  // the end of the buffer, when not 0: a pointer-to-pointer parameter into
+  // bytes no range covers) read back from the device, after the work that
+  // could have written them (MarkWait); `words` gets the table's entries at
+  // and after `from`. Under a cap only. False when that cannot be done.
+  bool ReadBackTable(const Buffer& table, const std::vector<PointerTables::StaleRange>& stale,
+                     uint64_t learn_from, uint64_t from, StreamRef stream,
+                     std::vector<uint64_t>* words);
   // Waits for all submitted work of the context, where that is allowed
   // (not while `stream` is being captured).
   bool WaitForTableWriters(StreamRef stream);
+  // Waits for what could have written `stale` since it was learnt: the
+  // events of its marks, or (writers unknown, or an event wait failed)
+  // the context. Sets `context` when it waited for the context.
+  bool WaitForRangeWriters(const std::vector<PointerTables::StaleRange>& stale,
+                           StreamRef stream, bool* context);
+  // A mark for the pointer tables: an event recorded on `stream` now
+  // (after the operation just submitted there), or AnyWriter() when none
+  // can be recorded.
+  PointerTables::Mark MarkAfter(StreamRef stream);
   // Waits for the work submitted to `stream` so far, where that is allowed
   // (nothing being captured).
   bool WaitForStream(StreamRef stream);
