@@ -200,6 +200,7 @@ MemoryManager::Device& MemoryManager::DeviceState(int ordinal) {
   d->ordinal = ordinal;
   size_t total = 0;
   if (driver_->cuDeviceTotalMem_v2) driver_->cuDeviceTotalMem_v2(&total, ordinal);
+  d->total = total;
   d->cap = CapFor(ordinal, total);
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -252,10 +253,12 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
   Device& dev = DeviceState(ordinal);
   // More than the cap can never be resident: with host-located VMM it is
   // born in host memory and served from there (below); without, out of
-  // memory, as the driver answers for more than the device has. (Past 2^50
-  // bytes, rounding up could wrap.)
+  // memory. More than the device has is out of memory either way, as the
+  // driver answers (a program probing for the largest allocation must not
+  // be handed host memory without end; rounding SIZE_MAX up would wrap).
   const bool over_cap = bytes > dev.cap;
-  if (over_cap && (!dev.host_vmm || dev.granularity == 0 || bytes > (uint64_t{1} << 50))) {
+  if (over_cap && (!dev.host_vmm || dev.granularity == 0 || dev.total == 0 ||
+                   bytes > dev.total)) {
     LogOom(dev, bytes);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }

@@ -141,6 +141,7 @@ struct MemoryManager::Device {
   // One per swap stream (below): each one's latest point, for them.
   std::vector<Use> swap_marks;
   uint64_t cap = 0;
+  uint64_t total = 0;  // the device's memory (cuDeviceTotalMem)
   uint64_t used = 0;
   uint64_t granularity = 0;
   bool host_vmm = false;

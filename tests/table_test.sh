@@ -101,9 +101,14 @@ for vmm in 1 0; do
   run "registered-$vmm" $smallest $vmm version "$want" --last-table registered
 done
 
-# Below the smallest cap: a clean out-of-memory error, no crash.
-if STENSOR_MEMORY_LIMIT=12500000 LD_PRELOAD="$preload" "$train" "$kernels" > /dev/null 2> "$tmp/oom.err"; then
-  fail "12,500,000 bytes should not be enough"
+# Below the smallest cap: with host-located VMM what does not fit is served
+# from host memory, same checksum; without, a clean out-of-memory error, no
+# crash.
+run below-1 12500000 1 version "$want"
+grep -Eq '^stensor: served from host +[1-9]' "$tmp/below-1.err" || fail "below-1: nothing served from host"
+if FAKECUDA_HOST_VMM=0 STENSOR_MEMORY_LIMIT=12500000 LD_PRELOAD="$preload" "$train" "$kernels" \
+    > /dev/null 2> "$tmp/oom.err"; then
+  fail "12,500,000 bytes should not be enough without host-located VMM"
 fi
 grep -q "CUDA_ERROR_OUT_OF_MEMORY" "$tmp/oom.err" || { cat "$tmp/oom.err" >&2; fail "expected an out-of-memory error"; }
 
