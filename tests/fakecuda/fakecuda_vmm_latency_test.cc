@@ -18,6 +18,17 @@ double UsSince(Clock::time_point t) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
 }
 
+// cuInit and device 0's primary context made current.
+CUdevice StartOnDevice0() {
+  CUdevice dev = 0;
+  CUcontext ctx;
+  EXPECT_EQ(cuInit(0), CUDA_SUCCESS);
+  EXPECT_EQ(cuDeviceGet(&dev, 0), CUDA_SUCCESS);
+  EXPECT_EQ(cuDevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+  return dev;
+}
+
 struct Figures {
   double create = 1e9, map = 1e9, set_access = 1e9, unmap = 1e9, release = 1e9;
 };
@@ -56,12 +67,7 @@ Figures Time(CUmemLocationType type) {
 }
 
 TEST(FakeCudaVmmLatencyTest, H200FiguresByCallAndLocation) {
-  ASSERT_CU(cuInit(0));
-  CUdevice dev;
-  CUcontext ctx;
-  ASSERT_CU(cuDeviceGet(&dev, 0));
-  ASSERT_CU(cuDevicePrimaryCtxRetain(&ctx, dev));
-  ASSERT_CU(cuCtxSetCurrent(ctx));
+  const CUdevice dev = StartOnDevice0();
   const Figures d = Time(CU_MEM_LOCATION_TYPE_DEVICE);
   EXPECT_GE(d.create, 12);
   EXPECT_GE(d.map, 1);
@@ -80,12 +86,7 @@ TEST(FakeCudaVmmLatencyTest, H200FiguresByCallAndLocation) {
 // Access set, and unmapped, over 8 granule mappings side by side: 8 times
 // the cost of one, as on the GPU.
 TEST(FakeCudaVmmLatencyTest, RangeCallsCostByMapping) {
-  ASSERT_CU(cuInit(0));
-  CUdevice dev;
-  CUcontext ctx;
-  ASSERT_CU(cuDeviceGet(&dev, 0));
-  ASSERT_CU(cuDevicePrimaryCtxRetain(&ctx, dev));
-  ASSERT_CU(cuCtxSetCurrent(ctx));
+  const CUdevice dev = StartOnDevice0();
   constexpr int kN = 8;
   CUdeviceptr va = 0;
   ASSERT_CU(cuMemAddressReserve(&va, kN * kGranule, 0, 0, 0));
