@@ -1182,7 +1182,9 @@ bool MemoryManager::ReleaseOrKeep(Device& dev, Buffer& b) {
 }
 
 bool MemoryManager::Keep(Device& dev, Buffer& b) {
-  if (!b.vmm || b.exported || b.kept || b.device_chunks.empty() || b.old_mapped ||
+  // Stream-ordered allocations only (cuMemAllocAsync, PyTorch's pluggable
+  // allocator): what a pool would keep; cuMemFree'd memory goes back.
+  if (!b.stream_ordered || !b.vmm || b.exported || b.kept || b.device_chunks.empty() || b.old_mapped ||
       b.host_at_base || b.stale_device || !b.va_reserved || b.pins > 0 ||
       b.device_chunks.size() * dev.granularity != b.reserved || !Idle(b)) {
     return false;
@@ -1196,6 +1198,10 @@ bool MemoryManager::Keep(Device& dev, Buffer& b) {
   b.uses.clear();
   DequeueGarbage(dev, b);
   Unindex(b);
+  // Stensor's idle memory from here on, as its chunk pool: no longer the
+  // default pool's reserved share (a trim releases it).
+  dev.stream_ordered.reserved -= b.reserved;
+  b.stream_ordered = false;
   b.kept = true;
   dev.kept.emplace(b.reserved, &b);
   dev.kept_bytes += b.reserved;
@@ -1220,7 +1226,6 @@ bool MemoryManager::TakeKept(Device& dev, Buffer& b) {
   }
   dev.kept.erase(it);
   dev.kept_bytes -= g.reserved;
-  if (g.stream_ordered) dev.stream_ordered.reserved -= g.reserved;
   by_base_.erase(g.base);
   buffers_.erase(g.key);  // destroys g
   ++stats_.kept_reused;
