@@ -277,10 +277,12 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
   if (vmm_sized) b->reserved = AlignUp(bytes, dev.granularity);
   // A pending free of the same size serves first, before it is released
   // (which would unmap and free what a new reservation then maps again).
-  bool taken_over = vmm_sized && !over_cap && TakeOverGarbage(dev, *b);
+  bool taken_over = vmm_sized && !over_cap && (TakeKept(dev, *b) || TakeOverGarbage(dev, *b));
   CollectGarbage();
   ReapOldMappings(dev, /*wait=*/false);
-  if (vmm_sized && !taken_over && !over_cap) taken_over = TakeOverGarbage(dev, *b);
+  if (vmm_sized && !taken_over && !over_cap) {
+    taken_over = TakeKept(dev, *b) || TakeOverGarbage(dev, *b);
+  }
   if (taken_over) {
     b->vmm = true;
   } else if (!vmm_sized) {
@@ -390,7 +392,7 @@ CUresult MemoryManager::Free(CUdeviceptr base) {
   Reindex(b);  // out of the eviction order
   // Released once its work completed (or a release the driver refused is
   // retried), or its memory reused in stream order before then (S404).
-  if (b.pins > 0 || !Idle(b) || !ReleaseBuffer(dev, b)) EnqueueGarbage(dev, b);
+  if (b.pins > 0 || !Idle(b) || !ReleaseOrKeep(dev, b)) EnqueueGarbage(dev, b);
   // Earlier frees whose work completed since: a program that never
   // synchronises holds only those still in flight.
   CollectGarbage(dev);
@@ -425,7 +427,7 @@ CUresult MemoryManager::FreeAsync(CUdeviceptr base, CUstream stream,
   // Released once the stream passed the free, or reused in stream order
   // before then (S404).
   Device& dev = DeviceState(b.device);
-  if (b.pins > 0 || !Idle(b) || !ReleaseBuffer(dev, b)) EnqueueGarbage(dev, b);
+  if (b.pins > 0 || !Idle(b) || !ReleaseOrKeep(dev, b)) EnqueueGarbage(dev, b);
   CollectGarbage(dev);
   ReapOldMappings(dev, /*wait=*/false);
   return CUDA_SUCCESS;
@@ -494,6 +496,7 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
     // released here is created again at the next swap-in: the transformer's
     // small stream-ordered temporaries cost a create and a release a step).
     if (!external_frees_.empty() && SettleExternalFrees(dev.ordinal, false)) continue;
+    if (ReleaseOneKept(dev)) continue;  // freed and kept: no copy, no wait
     if (!pool_counts) {
       if (ReleaseOnePooled(dev)) continue;  // pooled chunks go first
       // What is pooled is still mapped at old addresses whose swap-out
@@ -720,7 +723,7 @@ bool MemoryManager::CollectGarbage(Device& dev) {
     for (size_t left = queue.size(); left > 0 && !queue.empty(); --left) {
       Buffer& b = *queue.front();
       if (b.pins > 0 || !Idle(b)) break;
-      if (ReleaseBuffer(dev, b)) {  // takes it off the queue
+      if (ReleaseOrKeep(dev, b)) {  // takes it off the queue
         ++stats_.garbage_released;
         released = true;
         continue;
@@ -1174,6 +1177,75 @@ CUresult MemoryManager::AllocateOnHost(Device& dev, Buffer& b) {
   return CUDA_SUCCESS;
 }
 
+bool MemoryManager::ReleaseOrKeep(Device& dev, Buffer& b) {
+  return Keep(dev, b) || ReleaseBuffer(dev, b);
+}
+
+bool MemoryManager::Keep(Device& dev, Buffer& b) {
+  // Stream-ordered allocations only (cuMemAllocAsync, PyTorch's pluggable
+  // allocator): what a pool would keep; cuMemFree'd memory goes back.
+  if (!b.stream_ordered || !b.vmm || b.exported || b.kept || b.device_chunks.empty() || b.old_mapped ||
+      b.host_at_base || b.stale_device || !b.va_reserved || b.pins > 0 ||
+      b.device_chunks.size() * dev.granularity != b.reserved || !Idle(b)) {
+    return false;
+  }
+  // Its host copy is stale for whoever takes it (kept for a buffer of its
+  // size, as at a release).
+  if (!ReleaseHostCopy(dev, b)) return false;
+  for (const Use& u : b.uses) {
+    if (u.event != nullptr) (void)Failed(driver_->cuEventDestroy_v2(u.event));
+  }
+  b.uses.clear();
+  DequeueGarbage(dev, b);
+  Unindex(b);
+  // Stensor's idle memory from here on, as its chunk pool: no longer the
+  // default pool's reserved share (a trim releases it).
+  dev.stream_ordered.reserved -= b.reserved;
+  b.stream_ordered = false;
+  b.kept = true;
+  dev.kept.emplace(b.reserved, &b);
+  dev.kept_bytes += b.reserved;
+  return true;
+}
+
+bool MemoryManager::TakeKept(Device& dev, Buffer& b) {
+  auto it = dev.kept.find(b.reserved);
+  if (it == dev.kept.end()) return false;
+  Buffer& g = *it->second;
+  b.base = g.base;
+  b.va_reserved = true;
+  b.device_chunks = std::move(g.device_chunks);
+  g.device_chunks.clear();
+  if (ZeroReused(dev, b) != CUDA_SUCCESS) {
+    // Holding the old contents: back to the kept buffer, released later.
+    g.device_chunks = std::move(b.device_chunks);
+    b.device_chunks.clear();
+    b.base = 0;
+    b.va_reserved = false;
+    return false;
+  }
+  dev.kept.erase(it);
+  dev.kept_bytes -= g.reserved;
+  by_base_.erase(g.base);
+  buffers_.erase(g.key);  // destroys g
+  ++stats_.kept_reused;
+  return true;
+}
+
+bool MemoryManager::ReleaseOneKept(Device& dev) {
+  for (auto it = dev.kept.begin(); it != dev.kept.end(); ++it) {
+    Buffer& g = *it->second;
+    if (g.failed_round == round_) continue;
+    if (ReleaseBuffer(dev, g)) {  // takes it out of `kept`
+      ++stats_.garbage_released;
+      return true;
+    }
+    g.failed_round = round_;
+    return false;  // retried in a later round
+  }
+  return false;
+}
+
 bool MemoryManager::Servable(const Buffer& b) const {
   return b.vmm && !b.resident() && b.host_at_base && !b.old_mapped && b.host.vmm() &&
          !b.exported;
@@ -1544,7 +1616,7 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
   // into them with no eviction (mlp_train --hidden 2048 at 50 %: 1272-1384
   // MiB moved against 888 with prefetch off).
   const auto free_under_cap = [](const Device& d) {
-    const uint64_t room = d.pool.bytes() + d.garbage_bytes;
+    const uint64_t room = d.pool.bytes() + d.garbage_bytes + d.kept_bytes;
     const uint64_t held = d.used - std::min(d.used, room);
     return held < d.cap ? d.cap - held : 0;
   };
@@ -1620,7 +1692,7 @@ MemoryManager::Usage MemoryManager::SettledUsage(int device) {
   Device& dev = DeviceState(device);
   // Chunks still mapped at an old address are about to be free and are
   // counted so.
-  return Usage{dev.cap, dev.used - dev.pool.bytes()};
+  return Usage{dev.cap, dev.used - dev.pool.bytes() - dev.kept_bytes};
 }
 
 void MemoryManager::MemInfo(int device, size_t* free_bytes, size_t* total_bytes) {
@@ -1674,6 +1746,7 @@ std::string MemoryManager::StatsText() const {
       "stensor: reads from host    %10u (device->host copies served from the host copy)\n"
       "stensor: served from host   %10u (%.1f MiB: buffers an operation reached in host memory, "
       "over the cap with its others)\n"
+      "stensor: kept mapped, reused %9u (freed buffers' device memory taken whole, no remap)\n"
       "stensor: garbage released   %10u\n"
       "stensor: garbage taken over %10u (freed buffers reused whole in stream order)\n"
       "stensor: out of memory      %10u\n"
@@ -1698,7 +1771,7 @@ std::string MemoryManager::StatsText() const {
       mib(s.bytes_copied_out), s.clean_drops, mib(s.bytes_dropped), s.never_written_drops,
       mib(s.bytes_never_written_dropped), s.swap_ins, mib(s.bytes_copied_in),
       s.swap_ins_without_copy, s.swap_ins_never_written, s.reads_served_from_host,
-      s.served_from_host, mib(s.bytes_served_from_host),
+      s.served_from_host, mib(s.bytes_served_from_host), s.kept_reused,
       s.garbage_released, s.garbage_taken_over, s.ooms, s.driver_errors, s.host_wait_seconds,
       s.wait_program_seconds, s.wait_swap_seconds, s.wait_unknown_seconds, s.async_evictions,
       s.stream_order_reuses, s.swap_outs_cancelled, s.physical_creates, s.physical_releases, s.pool_hits,
@@ -1740,6 +1813,7 @@ void MemoryManager::AppendStatsJson(JsonLine* out) const {
       .Uint("reads_served_from_host", s.reads_served_from_host)
       .Uint("served_from_host", s.served_from_host)
       .Uint("bytes_served_from_host", s.bytes_served_from_host)
+      .Uint("kept_reused", s.kept_reused)
       .Uint("garbage_released", s.garbage_released)
       .Uint("ooms", s.ooms)
       .Uint("driver_errors", s.driver_errors)

@@ -84,6 +84,9 @@ struct SwapStats {
   // Freed buffers whose address and device memory a new allocation of
   // their size took over, in stream order (their work may still be queued).
   uint64_t garbage_taken_over = 0;
+  // Allocations that took a freed buffer kept mapped (no map, no access
+  // set, no unmap of the old one).
+  uint64_t kept_reused = 0;
   uint64_t ooms = 0;
   // Stream-ordered driver allocations given the room of a free queued
   // before them on their stream, with no host wait (ReserveExternal).
@@ -496,6 +499,16 @@ class MemoryManager {
   // Set while a swap-in that would be served from host on failure runs: its
   // lack of room is no refusal, so LogOom neither counts nor logs it.
   bool serve_fallback_ ABSL_GUARDED_BY(mu_) = false;
+  // Freed `b`, idle: kept mapped for the next allocation of its size
+  // (Device::kept) where it can be, else released. True when it is one or
+  // the other.
+  bool ReleaseOrKeep(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Keep(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new buffer of a kept one's size takes its address and device memory
+  // (zeroed first, as fresh memory is); false when none is kept.
+  bool TakeKept(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases one kept buffer (its chunks to the pool); true when one went.
+  bool ReleaseOneKept(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether swapped-out `b` can be served from its host copy: host-located
   // VMM, and the copy mapped at its address.
   bool Servable(const Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

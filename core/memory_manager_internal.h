@@ -68,6 +68,9 @@ struct MemoryManager::Buffer {
   // of them see the same memory.
   int serving = 0;
   bool garbage = false;
+  // Freed, idle, and kept mapped for the next allocation of its size
+  // (Device::kept).
+  bool kept = false;
   // While garbage and not handed on: its place in its device's queue of
   // pending frees (Device::garbage), and the chunk bytes counted for it
   // there (Device::garbage_bytes).
@@ -185,6 +188,14 @@ struct MemoryManager::Device {
   using StreamKey = std::pair<CUstream, uint64_t>;  // Use::stream, Use::thread
   std::map<StreamKey, std::list<Buffer*>> garbage;
   uint64_t garbage_bytes = 0;  // their device memory, for the planner's room
+  // Freed buffers whose work is done, kept mapped at their address (device
+  // memory mapped, access set) for the next allocation of their reserved
+  // size, which takes one whole: on a GPU mapping and setting access cost
+  // by granule (docs/gpu.md), and a training step frees and allocates the
+  // same sizes again. Charged, but counted free; released first when room
+  // is needed.
+  std::multimap<uint64_t, Buffer*> kept;
+  uint64_t kept_bytes = 0;
   // The eviction order (MemoryManager::Reindex).
   std::map<std::tuple<EvictionKey, uint64_t, uint64_t>, Buffer*> evictable;
   std::map<std::pair<uint64_t, uint64_t>, Buffer*> droppable;

@@ -37,6 +37,7 @@ CUresult MemoryManager::CreatePhysical(Device& dev, uint64_t bytes,
   // (Fresh physical memory is what a never-written buffer holds: zeros on
   // the fake, as cuMemAlloc's; undefined on a GPU, as cuMemAlloc's.)
   while ((r = driver_->cuMemCreate(handle, bytes, &prop, 0)) == CUDA_ERROR_OUT_OF_MEMORY) {
+    if (ReleaseOneKept(dev)) continue;
     if (ReleaseOnePooled(dev)) continue;
     if (!EvictByPolicy(dev, bytes)) {
       LogOom(dev, bytes);  // the device itself is full
@@ -183,6 +184,9 @@ uint64_t MemoryManager::ReleaseIdlePooled(int device, uint64_t keep) {
   CollectGarbage();
   Device& dev = DeviceState(device);
   uint64_t released = 0;
+  // Kept buffers are idle memory too: their chunks go to the pool, then out.
+  while (!dev.kept.empty() && dev.pool.bytes() + dev.kept_bytes > keep && ReleaseOneKept(dev)) {
+  }
   while (dev.pool.bytes() > keep && ReleaseOnePooled(dev)) released += dev.granularity;
   return released;
 }
@@ -372,6 +376,19 @@ void MemoryManager::SettleOldMappings(int device) {
 // --- Releasing a freed buffer ----------------------------------------------------
 
 bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
+  if (b.kept) {
+    // Out of the kept ones first: a step that fails leaves it garbage,
+    // retried as any other (it is idle).
+    for (auto it = dev.kept.find(b.reserved); it != dev.kept.end() && it->first == b.reserved;
+         ++it) {
+      if (it->second == &b) {
+        dev.kept.erase(it);
+        break;
+      }
+    }
+    dev.kept_bytes -= b.reserved;
+    b.kept = false;
+  }
   // Each step is recorded as it succeeds, so a retry goes on from there.
   if (!b.vmm) {
     if (Failed(driver_->cuMemFree_v2(b.base)) != CUDA_SUCCESS) return false;

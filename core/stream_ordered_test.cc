@@ -1,5 +1,8 @@
 #include "core/stream_ordered.h"
 
+#include <algorithm>
+#include <vector>
+
 #include <cuda.h>
 
 #include "core/memory_manager_testing.h"
@@ -294,6 +297,61 @@ TEST_F(StreamOrderedTest, TheDriversKeptPoolMemoryIsTrimmedBeforeStensorTakesMem
   cuuint64_t zero = 0;
   ASSERT_CU(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &zero));
   EXPECT_CU(mm_->FreeAsync(p, s));
+  ASSERT_CU(cuStreamSynchronize(s));
+  ASSERT_CU(cuStreamDestroy_v2(s));
+}
+
+}  // namespace
+}  // namespace stensor
+
+namespace stensor {
+namespace {
+
+// A stream-ordered buffer freed, its free run, is kept mapped: the next
+// allocation of its size takes its address and device memory whole (no
+// cuMemMap, no cuMemSetAccess: on a GPU they cost by granule), zeroed as
+// fresh memory is. When room is needed, kept memory goes before any live
+// buffer is evicted; a trim of the default pool releases it.
+TEST_F(StreamOrderedTest, AFreedBufferIsKeptMappedForTheNextOfItsSize) {
+  CUstream s;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr a = 0, b = 0;
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  ASSERT_TRUE(Serve(2 * kGranule, s, &a, &r, 1));
+  ASSERT_CU(r);
+  ASSERT_CU(cuMemsetD8Async(a, 0xab, 2 * kGranule, s));
+  EXPECT_CU(mm_->FreeAsync(a, s));
+  ASSERT_CU(cuStreamSynchronize(s));
+  // A query collects what completed: the free is kept, counted free.
+  size_t free_bytes = 0, total = 0;
+  mm_->MemInfo(0, &free_bytes, &total);
+  EXPECT_EQ(free_bytes, total);
+  const unsigned long long maps = fakecuda_call_count("cuMemMap");
+  const unsigned long long access = fakecuda_call_count("cuMemSetAccess");
+  ASSERT_TRUE(Serve(2 * kGranule, s, &b, &r, 2));
+  ASSERT_CU(r);
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(fakecuda_call_count("cuMemMap"), maps);
+  EXPECT_EQ(fakecuda_call_count("cuMemSetAccess"), access);
+  EXPECT_EQ(mm_->stats().kept_reused, 1u);
+  ASSERT_CU(cuCtxSynchronize());
+  std::vector<unsigned char> bytes(2 * kGranule, 1);
+  ASSERT_CU(cuMemcpyDtoH_v2(bytes.data(), b, bytes.size()));
+  EXPECT_EQ(std::count(bytes.begin(), bytes.end(), 0), static_cast<long>(bytes.size()));
+
+  // Kept again once freed; four live one-granule buffers fill the 8 MiB cap
+  // beside it: the kept one is released for them, nothing is evicted.
+  EXPECT_CU(mm_->FreeAsync(b, s));
+  ASSERT_CU(cuStreamSynchronize(s));
+  CUdeviceptr live[4] = {};
+  for (uint64_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(Serve(kGranule, s, &live[i], &r, 3 + i));
+    ASSERT_CU(r);
+    ASSERT_CU(cuMemsetD8Async(live[i], 1, kGranule, s));
+  }
+  EXPECT_EQ(mm_->stats().swap_outs_copied, 0u);
+  EXPECT_EQ(mm_->stats().clean_drops + mm_->stats().never_written_drops, 0u);
+  for (CUdeviceptr p : live) EXPECT_CU(mm_->FreeAsync(p, s));
   ASSERT_CU(cuStreamSynchronize(s));
   ASSERT_CU(cuStreamDestroy_v2(s));
 }
