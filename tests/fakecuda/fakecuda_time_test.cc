@@ -209,6 +209,44 @@ TEST_F(FakeCudaTimeTest, AKernelOverlapsACopy) {
   EXPECT_LT(ms, 1.5 * kT);
 }
 
+// A kernel whose pointer reaches host-located VMM memory (a buffer served
+// from host) reads it over the link: the mapping's bytes on the
+// host-to-device engine. The same kernel on device memory does not wait.
+TEST_F(FakeCudaTimeTest, AKernelReachingHostLocatedMemoryUsesTheLink) {
+  CUfunction fill = SlowFill();
+  constexpr size_t kBytes = 6 * kGranule;  // about kT at 0.0625 GB/s
+  CUdeviceptr va = 0;
+  ASSERT_CU(cuMemAddressReserve(&va, kBytes, 0, 0, 0));
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
+  CUmemGenericAllocationHandle h;
+  ASSERT_CU(cuMemCreate(&h, kBytes, &prop, 0));
+  ASSERT_CU(cuMemMap(va, kBytes, 0, h, 0));
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  ASSERT_CU(cuMemSetAccess(va, kBytes, &access, 1));
+  CUstream s = NewStream();
+  int value = 7, n = 16, delay_ms = 0;
+  auto launch_ms = [&](CUdeviceptr out) {
+    void* params[] = {&out, &value, &n, &delay_ms};
+    Clock::time_point start = Clock::now();
+    EXPECT_CU(cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, s, params, nullptr));
+    EXPECT_CU(cuStreamSynchronize(s));
+    return MsSince(start);
+  };
+  const double host_ms = launch_ms(va);
+  EXPECT_GE(host_ms, 0.95 * kT);
+  EXPECT_LT(launch_ms(Device(0)), 0.5 * kT);
+  int first = 0;
+  ASSERT_CU(cuMemcpyDtoH_v2(&first, va, sizeof(first)));
+  EXPECT_EQ(first, 7);
+  ASSERT_CU(cuMemUnmap(va, kBytes));
+  ASSERT_CU(cuMemRelease(h));
+  ASSERT_CU(cuMemAddressFree(va, kBytes));
+}
+
 TEST_F(FakeCudaTimeTest, EachDeviceHasItsOwnEngines) {
   CUdeviceptr d0 = Device(0);
   unsigned char* h0 = Pinned(0);

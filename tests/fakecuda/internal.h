@@ -272,6 +272,10 @@ bool IsDeviceRange(CUdeviceptr ptr, size_t bytes);
 bool IsDevicePointer(CUdeviceptr ptr);
 // True when [ptr, ptr+bytes) lies in page-locked host memory.
 bool IsPinnedHost(const void* ptr, size_t bytes);
+// The bytes of the host-located VMM mappings the words point into, each
+// mapping counted once: what a kernel given those pointers reaches over the
+// link (the time model charges it, FAKECUDA_LINK).
+size_t HostMappedBytes(const uint64_t* words, size_t n);
 
 // --- Graphs and stream capture (graph.cc) ----------------------------------
 // What a graph node does: its type, the parameters the cuGraph*GetParams

@@ -371,6 +371,24 @@ bool IsPinnedHost(const void* ptr, size_t bytes) {
          mp->second.handle->prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE;
 }
 
+size_t HostMappedBytes(const uint64_t* words, size_t n) {
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  std::vector<uintptr_t> seen;
+  size_t bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    auto mp = Containing(m.mappings, static_cast<uintptr_t>(words[i]), MapSize);
+    if (mp == m.mappings.end() ||
+        mp->second.handle->prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE ||
+        std::find(seen.begin(), seen.end(), mp->first) != seen.end()) {
+      continue;
+    }
+    seen.push_back(mp->first);
+    bytes += mp->second.size;
+  }
+  return bytes;
+}
+
 }  // namespace fakecuda
 
 using namespace fakecuda;  // NOLINT: the exported C API below

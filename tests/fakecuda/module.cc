@@ -155,8 +155,29 @@ CUresult KernelNode(CUfunction f, fakecuda_dim3 grid, fakecuda_dim3 block,
   out->shared_mem = shared_mem;
   out->param_offsets.assign(k->param_offsets, k->param_offsets + k->num_params);
   out->args = packed;
-  out->run = [k, grid, block, packed](Stream*) {
-    k->invoke(k->fn, packed->data(), grid, block);
+  out->run = [k, grid, block, packed](Stream* s) {
+    auto invoke = [&] { k->invoke(k->fn, packed->data(), grid, block); };
+    // Under FAKECUDA_LINK, a kernel whose pointer parameters reach
+    // host-located VMM memory (a buffer served from host) reads it over the
+    // link, as on a GPU (about 50 GB/s on an H200): each such mapping whole,
+    // once, on the host-to-device engine before the kernel runs.
+    size_t bytes = 0;
+    if (LinkTimed(Link::kHostToDevice) && s != nullptr) {
+      std::vector<uint64_t> words;
+      for (unsigned i = 0; i < k->num_params; ++i) {
+        if (k->param_sizes[i] != sizeof(uint64_t)) continue;
+        uint64_t w;
+        std::memcpy(&w, packed->data() + k->param_offsets[i], sizeof(w));
+        words.push_back(w);
+      }
+      bytes = HostMappedBytes(words.data(), words.size());
+    }
+    if (bytes == 0) {
+      invoke();
+      return;
+    }
+    RunOnCopyEngine(s->context()->device, Link::kHostToDevice, bytes, [] {});
+    invoke();
   };
   out->label = OpLabel{OpKind::kKernel};
   out->label.name = k->name;
