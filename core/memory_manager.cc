@@ -1668,14 +1668,6 @@ void MemoryManager::EndOperation(const OpTicket& ticket, CUstream stream, bool s
   profiler_.EndTiming(ticket.timing, stream, ticket.time, submitted);
 }
 
-void MemoryManager::SetNextUse(uint64_t id, uint64_t next_use) {
-  MutexLock lock(&mu_);
-  Buffer* b = ById(id);
-  if (b == nullptr) return;
-  b->next_use = next_use;
-  Reindex(*b);
-}
-
 bool MemoryManager::Readable(const Buffer& b) { return b.resident() || b.host_at_base; }
 
 bool MemoryManager::HostVmm(int device) { return DeviceState(device).host_vmm; }

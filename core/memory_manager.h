@@ -380,11 +380,6 @@ class MemoryManager {
   void EndOperation(const OpTicket& ticket, CUstream stream, bool submitted)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The predicted logical time of the buffer's next access (from the
-  // profiled iteration; EvictionCandidate::kNoNextUse when none), which
-  // `belady` evicts by. Re-keys that one buffer in the eviction order.
-  void SetNextUse(uint64_t id, uint64_t next_use) ABSL_LOCKS_EXCLUDED(mu_);
-
   // Appends the ids of the swappable buffers of the current device whose
   // address a kernel stensor cannot see into could fault on: without
   // host-located VMM every one (any could be evicted before the kernel
@@ -667,8 +662,6 @@ class MemoryManager {
   // many; `*shadowed` is set when one of them is shadowed.
   size_t TakePooled(Device& dev, size_t n, std::vector<CUmemGenericAllocationHandle>* chunks,
                     bool* shadowed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PoolPhysical(Device& dev, CUmemGenericAllocationHandle handle)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pools every chunk of `*chunks` and empties it.
   void PoolChunks(Device& dev, std::vector<CUmemGenericAllocationHandle>* chunks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -120,11 +120,6 @@ size_t MemoryManager::TakePooled(Device& dev, size_t n,
   return taken;
 }
 
-void MemoryManager::PoolPhysical(Device& dev, CUmemGenericAllocationHandle handle) {
-  dev.pool.Put(handle);
-  stats_.pooled_bytes += dev.granularity;
-}
-
 void MemoryManager::PoolChunks(Device& dev, std::vector<CUmemGenericAllocationHandle>* chunks) {
   stats_.pooled_bytes += chunks->size() * dev.granularity;
   dev.pool.PutAll(chunks);

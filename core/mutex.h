@@ -50,7 +50,6 @@ class ABSL_LOCKABLE StdMutex {
   }
   void ReaderLock() ABSL_SHARED_LOCK_FUNCTION() { mu_.lock(); }
   void ReaderUnlock() ABSL_UNLOCK_FUNCTION() { Unlock(); }
-  void AssertHeld() const ABSL_ASSERT_EXCLUSIVE_LOCK() {}
 
   void Await(const absl::Condition& cond) ABSL_EXCLUSIVE_LOCKS_REQUIRED(this) {
     std::unique_lock<std::mutex> held(mu_, std::adopt_lock);

@@ -46,8 +46,8 @@ struct TransferScope {
   uint64_t src_id = 0;
   bool served = false;  // done without the driver (read from a host copy)
   bool captured = false;  // pushed into a capturing stream: recorded, not run
-  // For a captured one: the stream of stensor's own its buffers were made
-  // resident on while the driver records it (null: none were).
+  // For a captured one: stensor's own stream on which its buffers were
+  // made resident while the driver records it (null: none were).
   CUstream side = nullptr;
   MemoryManager::OpTicket op;  // its place in the profiled iteration
 };
