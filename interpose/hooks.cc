@@ -107,6 +107,14 @@ CUresult Region(const char* api, Fn real, const Params* p, StreamRef s, bool asy
   // succeed where the driver refuses it).
   const CopyRanges c = CopyRangesOf(*p);
   if (c.src.memory == MemoryKind::kUnknown || c.dst.memory == MemoryKind::kUnknown) {
+    // Into or out of a buffer stensor serves (VMM memory under a cap): the
+    // answer the program would get for the cuMemAlloc allocation it thinks
+    // it has. (Driver 580 refuses such a copy for cuMemAlloc memory but
+    // makes it for VMM memory, where stensor would never see the write.)
+    if (MemoryManager* m = T().memory();
+        m != nullptr && (m->Find(p->srcDevice) || m->Find(p->dstDevice))) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
     return real ? real(args...) : kMissing;
   }
   return Transfer(api, real, c, s, async, /*linear=*/false, args...);

@@ -229,6 +229,14 @@ CUresult SideOf(CUmemorytype type, const void* host, CUdeviceptr device,
       // No array is CUDA_ERROR_INVALID_VALUE (driver 580 on an H200); CUDA
       // arrays themselves are not modelled.
       return array == nullptr ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_SUPPORTED;
+    case 0:
+      // No type: driver 580 on an H200 refused it for cuMemAlloc memory and
+      // made the copy for VMM memory, taking the pointer as a device one.
+      if (InVmmMapping(device)) {
+        *out = Dev(device);
+        return CUDA_SUCCESS;
+      }
+      return CUDA_ERROR_INVALID_VALUE;
     default: return CUDA_ERROR_INVALID_VALUE;
   }
 }

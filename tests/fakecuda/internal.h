@@ -276,6 +276,8 @@ bool IsPinnedHost(const void* ptr, size_t bytes);
 // mapping counted once: what a kernel given those pointers reaches over the
 // link (the time model charges it, FAKECUDA_LINK).
 size_t HostMappedBytes(const uint64_t* words, size_t n);
+// Whether `p` lies in a VMM mapping (cuMemMap), device- or host-located.
+bool InVmmMapping(CUdeviceptr p);
 
 // --- Graphs and stream capture (graph.cc) ----------------------------------
 // What a graph node does: its type, the parameters the cuGraph*GetParams

@@ -371,6 +371,12 @@ bool IsPinnedHost(const void* ptr, size_t bytes) {
          mp->second.handle->prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE;
 }
 
+bool InVmmMapping(CUdeviceptr p) {
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  return Containing(m.mappings, static_cast<uintptr_t>(p), MapSize) != m.mappings.end();
+}
+
 size_t HostMappedBytes(const uint64_t* words, size_t n) {
   Memory& m = GetMemory();
   std::lock_guard<std::mutex> lock(m.mu);
