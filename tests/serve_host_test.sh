@@ -4,8 +4,9 @@
 # together, and buffers larger than the cap, run, and every word matches the
 # host model and the uncapped run, under each policy, with frees behind
 # queued work (cuMemFree and cuMemFreeAsync), and in runs two at a time;
-# the statistics count what was served and no out-of-memory error. Without
-# host-located VMM the same program gets a clean CUDA_ERROR_OUT_OF_MEMORY.
+# the statistics count what was served and no out-of-memory error; with
+# stensor's own driver calls failing one at a time. Without host-located
+# VMM the same program gets a clean CUDA_ERROR_OUT_OF_MEMORY.
 set -euo pipefail
 program=$1 fake=$2 stensor=$3 kernels=$4
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
@@ -58,6 +59,32 @@ for i in $(seq 1 8); do
   fi
 done
 echo "8 racing runs: same checksum"
+
+# stensor's own driver calls on these paths failing, one at a time, at
+# early, middle and late occurrences (counted from cuInit; the program's own
+# calls among them fail too): each run either gives the uncapped checksum,
+# every word checked, or stops on a driver error it was handed (exit 1, or
+# 3 for out of memory); never a wrong word, never a crash.
+failed=0 passed=0
+for spec in cuMemCreate:2 cuMemCreate:8 cuMemCreate:14 cuMemMap:5 cuMemMap:60 cuMemMap:120 \
+    cuMemSetAccess:3 cuMemSetAccess:12 cuMemSetAccess:20 cuMemUnmap:4 cuMemUnmap:15 \
+    cuMemsetD8Async:1 cuMemsetD8Async:3 cuMemcpyDtoHAsync_v2:2 cuMemcpyHtoDAsync_v2:3 \
+    cuEventRecord:5 cuEventRecord:20 cuStreamWaitEvent:4 cuMemAddressReserve:6; do
+  name=fail-${spec/:/-}
+  if run "$name" 1 "" FAKECUDA_HOST_VMM=1 FAKECUDA_FAIL="$spec"; then
+    [[ $(grep '^checksum' "$tmp/$name.out") == "$want1" ]] || fail "$name: checksum differs"
+    grep -qx ok "$tmp/$name.out" || fail "$name: no ok"
+    passed=$((passed + 1))
+  else
+    rc=$?
+    (( rc == 1 || rc == 3 )) || { tail -n 5 "$tmp/$name.err" >&2; fail "$name: exit $rc"; }
+    grep -Eq 'failed|wrong' "$tmp/$name.err" || grep -q '^oom ' "$tmp/$name.out" ||
+      { tail -n 5 "$tmp/$name.err" >&2; fail "$name: exit $rc without the error said"; }
+    ! grep -q 'words wrong' "$tmp/$name.err" || fail "$name: wrong words"
+    failed=$((failed + 1))
+  fi
+done
+echo "injected failures: $passed runs recovered with the uncapped checksum, $failed stopped on the error"
 
 # Without host-located VMM: the error the driver gives, said once.
 if run nohost 1 "" FAKECUDA_HOST_VMM=0; then
