@@ -680,31 +680,50 @@ bool MemoryManager::TakeOverGarbage(Device& dev, Buffer& b) {
       queue.splice(queue.end(), queue, g.garbage_at);
       continue;
     }
-    b.base = g.base;
-    b.va_reserved = true;
-    b.device_chunks = std::move(g.device_chunks);
-    // The old owner's uses stay the new owner's: evicting it, or releasing
-    // it once freed, waits for them as for its own.
-    b.uses = std::move(g.uses);
-    if (ZeroReused(dev, b) != CUDA_SUCCESS) {
-      // Holding the old contents: back to the freed buffer, taken no further.
-      g.device_chunks = std::move(b.device_chunks);
-      g.uses = std::move(b.uses);
-      b.device_chunks.clear();
-      b.uses.clear();
-      b.base = 0;
-      b.va_reserved = false;
-      return false;
-    }
-    DequeueGarbage(dev, g);
-    Unindex(g);
-    if (g.stream_ordered) dev.stream_ordered.reserved -= g.reserved;
-    by_base_.erase(g.base);
-    buffers_.erase(g.key);  // destroys g
+    if (!Adopt(dev, b, g)) return false;
     ++stats_.garbage_taken_over;
     return true;
   }
   return false;
+}
+
+bool MemoryManager::Adopt(Device& dev, Buffer& b, Buffer& g) {
+  b.base = g.base;
+  b.va_reserved = true;
+  b.device_chunks = std::move(g.device_chunks);
+  // The old owner's uses stay the new owner's: evicting it, or releasing
+  // it once freed, waits for them as for its own.
+  b.uses = std::move(g.uses);
+  if (ZeroReused(dev, b) != CUDA_SUCCESS) {
+    // Holding the old contents: back to the freed buffer, taken no further.
+    g.device_chunks = std::move(b.device_chunks);
+    g.uses = std::move(b.uses);
+    b.device_chunks.clear();
+    b.uses.clear();
+    b.base = 0;
+    b.va_reserved = false;
+    return false;
+  }
+  DequeueGarbage(dev, g);
+  Unkeep(dev, g);
+  Unindex(g);
+  if (g.stream_ordered) dev.stream_ordered.reserved -= g.reserved;
+  by_base_.erase(g.base);
+  buffers_.erase(g.key);  // destroys g
+  return true;
+}
+
+void MemoryManager::Unkeep(Device& dev, Buffer& b) {
+  if (!b.kept) return;
+  for (auto it = dev.kept.find(b.reserved); it != dev.kept.end() && it->first == b.reserved;
+       ++it) {
+    if (it->second == &b) {
+      dev.kept.erase(it);
+      break;
+    }
+  }
+  dev.kept_bytes -= b.reserved;
+  b.kept = false;
 }
 
 void MemoryManager::CollectGarbage() {
@@ -1210,24 +1229,7 @@ bool MemoryManager::Keep(Device& dev, Buffer& b) {
 
 bool MemoryManager::TakeKept(Device& dev, Buffer& b) {
   auto it = dev.kept.find(b.reserved);
-  if (it == dev.kept.end()) return false;
-  Buffer& g = *it->second;
-  b.base = g.base;
-  b.va_reserved = true;
-  b.device_chunks = std::move(g.device_chunks);
-  g.device_chunks.clear();
-  if (ZeroReused(dev, b) != CUDA_SUCCESS) {
-    // Holding the old contents: back to the kept buffer, released later.
-    g.device_chunks = std::move(b.device_chunks);
-    b.device_chunks.clear();
-    b.base = 0;
-    b.va_reserved = false;
-    return false;
-  }
-  dev.kept.erase(it);
-  dev.kept_bytes -= g.reserved;
-  by_base_.erase(g.base);
-  buffers_.erase(g.key);  // destroys g
+  if (it == dev.kept.end() || !Adopt(dev, b, *it->second)) return false;
   ++stats_.kept_reused;
   return true;
 }

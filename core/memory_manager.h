@@ -502,6 +502,12 @@ class MemoryManager {
   // A new buffer of a kept one's size takes its address and device memory
   // (zeroed first, as fresh memory is); false when none is kept.
   bool TakeKept(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `b` takes freed `g`'s address, device memory and uses (zeroed first, as
+  // fresh memory is), and `g` is destroyed; false, nothing changed, when
+  // the zeroing could not be queued.
+  bool Adopt(Device& dev, Buffer& b, Buffer& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes `b` out of Device::kept, if it is there.
+  void Unkeep(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases one kept buffer (its chunks to the pool); true when one went.
   bool ReleaseOneKept(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether swapped-out `b` can be served from its host copy: host-located

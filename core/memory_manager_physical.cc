@@ -371,19 +371,9 @@ void MemoryManager::SettleOldMappings(int device) {
 // --- Releasing a freed buffer ----------------------------------------------------
 
 bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
-  if (b.kept) {
-    // Out of the kept ones first: a step that fails leaves it garbage,
-    // retried as any other (it is idle).
-    for (auto it = dev.kept.find(b.reserved); it != dev.kept.end() && it->first == b.reserved;
-         ++it) {
-      if (it->second == &b) {
-        dev.kept.erase(it);
-        break;
-      }
-    }
-    dev.kept_bytes -= b.reserved;
-    b.kept = false;
-  }
+  // Out of the kept ones first: a step that fails leaves it garbage,
+  // retried as any other (it is idle).
+  Unkeep(dev, b);
   // Each step is recorded as it succeeds, so a retry goes on from there.
   if (!b.vmm) {
     if (Failed(driver_->cuMemFree_v2(b.base)) != CUDA_SUCCESS) return false;
