@@ -106,6 +106,13 @@ bool Profiler::TakePair(Timing* t) {
   return true;
 }
 
+void Profiler::DropPair(Timing* t) {
+  // A destroy that fails leaks one event; nothing depends on it any more.
+  if (t->start != nullptr) (void)driver_->cuEventDestroy_v2(t->start);
+  if (t->stop != nullptr) (void)driver_->cuEventDestroy_v2(t->stop);
+  *t = Timing{};
+}
+
 void Profiler::GivePair(Timing* t) {
   if (t->start != nullptr) spare_.emplace_back(t->start, t->stop);
   *t = Timing{};
@@ -120,7 +127,9 @@ int Profiler::BeginTiming(CUstream stream) {
   Timing t;
   if (!TakePair(&t)) return -1;
   if (driver_->cuEventRecord(t.start, stream) != CUDA_SUCCESS) {
-    GivePair(&t);
+    // Not kept for reuse: the driver may have lost them (their context
+    // ended); the next timing creates a pair in the current one.
+    DropPair(&t);
     return -1;
   }
   int token;
@@ -166,6 +175,7 @@ std::vector<std::pair<uint64_t, double>> Profiler::TakeCompleted() {
         finished = true;
       } else if (r != CUDA_ERROR_NOT_READY) {
         finished = true;  // an event the driver lost: drop the timing
+        DropPair(&t);     // and the pair
       }
     }
     if (finished) {

@@ -65,6 +65,9 @@ class Profiler {
   // An event pair from the free list or new; false when none could be made.
   bool TakePair(Timing* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void GivePair(Timing* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Destroys the pair instead of keeping it (GivePair of the emptied
+  // Timing then keeps nothing).
+  void DropPair(Timing* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Driver* const driver_;
   mutable Mutex mu_;

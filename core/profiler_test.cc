@@ -115,3 +115,40 @@ TEST_F(ProfilerTest, OpenTimingsAreKeptAndFailedOnesDropped) {
 
 }  // namespace
 }  // namespace stensor
+
+namespace stensor {
+namespace {
+
+// Timing events kept for reuse belong to the context they were made in:
+// once it ended, the one record that finds them dead drops them, and the
+// next timing makes a pair in the current context (not -1 for ever).
+TEST_F(ProfilerTest, EventsOfAnEndedContextAreNotReused) {
+  Profiler profiler(&driver_);
+  CUcontext home = nullptr, other = nullptr;
+  ASSERT_EQ(cuCtxGetCurrent(&home), CUDA_SUCCESS);
+  CUdevice dev = 0;
+  ASSERT_EQ(cuCtxGetDevice(&dev), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxCreate_v4(&other, nullptr, 0, dev), CUDA_SUCCESS);
+  CUstream s_other;
+  ASSERT_EQ(cuStreamCreate(&s_other, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  int token = profiler.BeginTiming(s_other);
+  ASSERT_GE(token, 0);
+  profiler.EndTiming(token, s_other, 1, /*submitted=*/true);
+  ASSERT_EQ(cuStreamSynchronize(s_other), CUDA_SUCCESS);
+  ASSERT_EQ(profiler.TakeCompleted().size(), 1u);  // its pair kept for reuse
+  ASSERT_EQ(cuCtxDestroy_v2(other), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSetCurrent(home), CUDA_SUCCESS);
+  CUstream s_home;
+  ASSERT_EQ(cuStreamCreate(&s_home, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  int first = profiler.BeginTiming(s_home);
+  if (first >= 0) profiler.EndTiming(first, s_home, 2, /*submitted=*/true);
+  int second = profiler.BeginTiming(s_home);
+  EXPECT_GE(second, 0);
+  if (second >= 0) profiler.EndTiming(second, s_home, 3, /*submitted=*/true);
+  ASSERT_EQ(cuStreamSynchronize(s_home), CUDA_SUCCESS);
+  (void)profiler.TakeCompleted();
+  ASSERT_EQ(cuStreamDestroy_v2(s_home), CUDA_SUCCESS);
+}
+
+}  // namespace
+}  // namespace stensor

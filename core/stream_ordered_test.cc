@@ -339,10 +339,26 @@ TEST_F(StreamOrderedTest, AFreedBufferIsKeptMappedForTheNextOfItsSize) {
   ASSERT_CU(cuMemcpyDtoH_v2(bytes.data(), b, bytes.size()));
   EXPECT_EQ(std::count(bytes.begin(), bytes.end(), 0), static_cast<long>(bytes.size()));
 
-  // Kept again once freed; four live one-granule buffers fill the 8 MiB cap
-  // beside it: the kept one is released for them, nothing is evicted.
+  // The zeroing of a kept buffer failing: that try takes nothing (the kept
+  // buffer stays as it was), the allocation still succeeds and holds zeros.
   EXPECT_CU(mm_->FreeAsync(b, s));
   ASSERT_CU(cuStreamSynchronize(s));
+  mm_->MemInfo(0, &free_bytes, &total);
+  fakecuda_fail_call("cuMemsetD8Async", 1, CUDA_ERROR_UNKNOWN);
+  CUdeviceptr c = 0;
+  ASSERT_TRUE(Serve(2 * kGranule, s, &c, &r, 3));
+  fakecuda_clear_failures();
+  ASSERT_CU(r);
+  ASSERT_CU(cuCtxSynchronize());
+  std::fill(bytes.begin(), bytes.end(), 1);
+  ASSERT_CU(cuMemcpyDtoH_v2(bytes.data(), c, bytes.size()));
+  EXPECT_EQ(std::count(bytes.begin(), bytes.end(), 0), static_cast<long>(bytes.size()));
+  EXPECT_CU(mm_->FreeAsync(c, s));
+  ASSERT_CU(cuStreamSynchronize(s));
+  b = c;
+
+  // Kept again once freed; four live one-granule buffers fill the 8 MiB cap
+  // beside it: the kept ones are released for them, nothing is evicted.
   CUdeviceptr live[4] = {};
   for (uint64_t i = 0; i < 4; ++i) {
     ASSERT_TRUE(Serve(kGranule, s, &live[i], &r, 3 + i));

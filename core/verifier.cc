@@ -135,6 +135,9 @@ absl::Status Verifier::Wait(CUstream stream) {
     return absl::UnavailableError("no cuEventRecord/cuEventSynchronize");
   }
   if (CUresult r = driver_->cuEventRecord(event_, stream); r != CUDA_SUCCESS) {
+    // Perhaps lost with the context it was made in: made again next time.
+    if (driver_->cuEventDestroy_v2 != nullptr) (void)driver_->cuEventDestroy_v2(event_);
+    event_ = nullptr;
     return Failed(driver_, "cuEventRecord", r);
   }
   if (CUresult r = driver_->cuEventSynchronize(event_); r != CUDA_SUCCESS) {
