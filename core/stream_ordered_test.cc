@@ -346,7 +346,7 @@ TEST_F(StreamOrderedTest, AFreedBufferIsKeptMappedForTheNextOfItsSize) {
   mm_->MemInfo(0, &free_bytes, &total);
   fakecuda_fail_call("cuMemsetD8Async", 1, CUDA_ERROR_UNKNOWN);
   CUdeviceptr c = 0;
-  ASSERT_TRUE(Serve(2 * kGranule, s, &c, &r, 3));
+  ASSERT_TRUE(Serve(2 * kGranule, s, &c, &r, 9));  // ids are never reused
   fakecuda_clear_failures();
   ASSERT_CU(r);
   ASSERT_CU(cuCtxSynchronize());
