@@ -24,7 +24,7 @@ CUresult HostCopy::Create(const Vmm& vmm, bool host_vmm, uint64_t reserved, uint
   *held += reserved;
   r = vmm.Check(driver.cuMemAddressReserve(&va_, reserved, 0, 0, 0));
   if (r == CUDA_SUCCESS) {
-    r = vmm.Map(va_, {handle_}, reserved, device, &va_mapped_);
+    r = vmm.Map(va_, {PhysicalChunk{handle_, reserved}}, device, &va_mapped_);
   } else {
     va_ = 0;
   }

@@ -213,7 +213,6 @@ MemoryManager::Device& MemoryManager::DeviceState(int ordinal) {
           CUDA_SUCCESS) {
     d->granularity = granularity;
   }
-  d->pool = PhysicalPool(d->granularity);
   int host_vmm = 0;
   if (driver_->cuDeviceGetAttribute) {
     driver_->cuDeviceGetAttribute(
@@ -486,10 +485,11 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
   for (;;) {
     ReapOldMappings(dev, /*wait=*/false);
     // Written so that no sum can wrap, whatever `need` is. With
-    // `pool_counts` the caller takes pooled chunks (charged already), even
-    // those still mapped at old addresses (its work is ordered after theirs
-    // on the swap stream): only the rest must fit.
-    const uint64_t fresh = pool_counts ? need - std::min(need, dev.pool.bytes()) : need;
+    // `pool_counts` the caller takes the pooled chunks that fit the need
+    // (charged already), even those still mapped at old addresses (its work
+    // is ordered after theirs on the swap stream): only the rest must fit.
+    const uint64_t fits = pool_counts ? PoolFits(dev, need) : 0;
+    const uint64_t fresh = need - std::min(need, fits);
     if (dev.used <= dev.cap - fresh) return CUDA_SUCCESS;                  // S401/S402
     // Driver allocations freed in stream order whose free has run: their
     // charge is gone already, so they go before any pooled chunk (a chunk
@@ -497,15 +497,17 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
     // small stream-ordered temporaries cost a create and a release a step).
     if (!external_frees_.empty() && SettleExternalFrees(dev.ordinal, false)) continue;
     if (ReleaseOneKept(dev)) continue;  // freed and kept: no copy, no wait
-    if (!pool_counts) {
-      if (ReleaseOnePooled(dev)) continue;  // pooled chunks go first
-      // What is pooled is still mapped at old addresses whose swap-out
-      // copies are in flight: it is becoming free, so wait for it rather
-      // than evict more.
-      if (dev.pool.bytes() > 0 && dev.used - dev.pool.bytes() <= dev.cap - need) {
-        if (no_block_) return CUDA_ERROR_NOT_READY;  // it comes, but not without a wait
-        if (ReapOldMappings(dev, /*wait=*/true)) continue;
-      }
+    // A pooled chunk the need cannot use (larger than it, or left over):
+    // released, it makes room at no copy.
+    if (pool_counts && ReleaseOneUnfit(dev, need) > 0) continue;
+    if (!pool_counts && ReleaseOnePooled(dev) > 0) continue;  // pooled chunks go first
+    // What is pooled and not taken is still mapped at old addresses whose
+    // swap-out copies are in flight: it is becoming free, so wait for it
+    // rather than evict more.
+    if (const uint64_t unfit = dev.pool.bytes() - fits;
+        unfit > 0 && dev.used - unfit <= dev.cap - fresh) {
+      if (no_block_) return CUDA_ERROR_NOT_READY;  // it comes, but not without a wait
+      if (ReapOldMappings(dev, /*wait=*/true)) continue;
     }
     if (version_policy_ && DropOneClean(dev, &error)) continue;           // S403
     if (ReleaseGarbage(dev, /*wait=*/false, &error)) continue;            // S404
@@ -530,7 +532,9 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
       spend_prefetched_ = false;
       if (evicted) continue;
     }
-    if (!pool_counts && dev.pool.bytes() > 0 && ReapOldMappings(dev, /*wait=*/true)) continue;
+    // Pooled memory the need cannot take is still mapped at old addresses:
+    // once their copies are done it can go.
+    if (dev.pool.bytes() > fits && ReapOldMappings(dev, /*wait=*/true)) continue;
     if (!external_frees_.empty() && SettleExternalFrees(dev.ordinal, true)) continue;
     // Nothing was left to evict, or what was left could not be evicted
     // because the driver failed: then that is the error to see.
@@ -657,12 +661,11 @@ bool MemoryManager::HandOnGarbage(Device& dev) {
 
 bool MemoryManager::TakeOverGarbage(Device& dev, Buffer& b) {
   if (dev.garbage.empty()) return false;
-  const size_t n = b.reserved / dev.granularity;
   for (auto& [key, queue] : dev.garbage) {
     if (queue.empty()) continue;
     Buffer& g = *queue.front();
     if (g.reserved != b.reserved || !g.vmm || g.exported || g.pins > 0 || !g.va_reserved ||
-        g.old_mapped || g.host_at_base || g.device_chunks.size() != n) {
+        g.old_mapped || g.host_at_base || ChunkBytes(g.device_chunks) != b.reserved) {
       continue;
     }
     // Its work still queued comes first on the swap stream (no host wait).
@@ -793,7 +796,7 @@ void MemoryManager::DequeueGarbage(Device& dev, Buffer& b) {
 
 void MemoryManager::RecountGarbage(Device& dev, Buffer& b) {
   if (b.garbage_queue == nullptr) return;
-  const uint64_t now = b.vmm && !b.exported ? b.device_chunks.size() * dev.granularity : 0;
+  const uint64_t now = b.vmm && !b.exported ? ChunkBytes(b.device_chunks) : 0;
   dev.garbage_bytes = dev.garbage_bytes - b.garbage_counted + now;
   b.garbage_counted = now;
 }
@@ -972,11 +975,10 @@ void MemoryManager::LogSwapIn(const Device& dev, const Buffer& b, bool copy) con
 // consumer; a failure before the copy is submitted puts everything back.
 CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer) {
   ReindexAtExit reindex(this, b);
-  const size_t n = b.reserved / dev.granularity;
   // A second attempt takes fresh memory: zeroing reused chunks failed.
   for (int attempt = 0;; ++attempt) {
     const bool reuse = attempt == 0;
-    std::vector<CUmemGenericAllocationHandle> h;
+    std::vector<PhysicalChunk> h;
     bool pooled = false;
     bool shadowed = false;
     for (;;) {
@@ -1016,7 +1018,7 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
         // after its copy, as for any resident buffer.
         return OrderAfterSwap(dev, b, consumer);
       }
-      if (CUresult r = AcquireChunks(dev, n, reuse, &h, &pooled, &shadowed);
+      if (CUresult r = AcquireChunks(dev, b.reserved, reuse, &h, &pooled, &shadowed);
           r != CUDA_SUCCESS) {
         return r;
       }
@@ -1043,7 +1045,7 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
       b.host_at_base = false;
     }
     bool mapped = false;
-    if (CUresult r = vmm_.Map(b.base, h, dev.granularity, dev.ordinal, &mapped); r != CUDA_SUCCESS) {
+    if (CUresult r = vmm_.Map(b.base, h, dev.ordinal, &mapped); r != CUDA_SUCCESS) {
       if (!mapped) {
         // Still swapped out; readable again unless this fails too (then
         // host_at_base says so).
@@ -1205,7 +1207,7 @@ bool MemoryManager::Keep(Device& dev, Buffer& b) {
   // allocator): what a pool would keep; cuMemFree'd memory goes back.
   if (!b.stream_ordered || !b.vmm || b.exported || b.kept || b.device_chunks.empty() || b.old_mapped ||
       b.host_at_base || b.stale_device || !b.va_reserved || b.pins > 0 ||
-      b.device_chunks.size() * dev.granularity != b.reserved || !Idle(b)) {
+      ChunkBytes(b.device_chunks) != b.reserved || !Idle(b)) {
     return false;
   }
   // Its host copy is stale for whoever takes it (kept for a buffer of its

@@ -182,7 +182,8 @@ class MemoryManager {
   StreamOrderedUsage StreamOrdered(int device) ABSL_LOCKS_EXCLUDED(mu_);
   void ResetStreamOrderedHigh(int device, bool used, bool reserved) ABSL_LOCKS_EXCLUDED(mu_);
   // Releases idle chunks of `device`'s physical pool (freed buffers whose
-  // work completed first) until at most `keep` bytes stay pooled; chunks
+  // work completed first) while more than `keep` bytes stay pooled, never
+  // leaving fewer (cuMemPoolTrimTo's promise; a chunk goes whole); chunks
   // still mapped at an old address stay. Returns the bytes released.
   uint64_t ReleaseIdlePooled(int device, uint64_t keep) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether Allocate(bytes) on the current context's device would make a
@@ -659,29 +660,39 @@ class MemoryManager {
   void ReleasePhysical(Device& dev, CUmemGenericAllocationHandle handle,
                        uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RetryReleases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The physical pool (per device): chunks of the allocation granularity,
-  // a buffer mapped from as many as it needs, so any freed memory serves any
-  // size. Pooled chunks stay charged; a chunk may still be mapped at the
-  // address of a buffer whose swap-out copy is in flight ("shadowed"), so
-  // whoever takes it must order its work after that copy on the swap stream.
-  // TakePooled appends up to `n` chunks (unshadowed first) and returns how
-  // many; `*shadowed` is set when one of them is shadowed.
-  size_t TakePooled(Device& dev, size_t n, std::vector<CUmemGenericAllocationHandle>* chunks,
-                    bool* shadowed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The physical pool (per device): chunks of whole granules, each as large
+  // as the buffer that made it, a buffer mapped from one chunk of its size
+  // or from several that add up to it (PhysicalPool says which). Pooled
+  // chunks stay charged; a chunk may still be mapped at the address of a
+  // buffer whose swap-out copy is in flight ("shadowed"), so whoever takes
+  // it must order its work after that copy on the swap stream.
+  // TakePooled appends chunks of up to `need` bytes and returns their
+  // bytes; `*shadowed` is set when one of them is shadowed. PoolFits is
+  // what it would take.
+  uint64_t TakePooled(Device& dev, uint64_t need, std::vector<PhysicalChunk>* chunks,
+                      bool* shadowed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t PoolFits(const Device& dev, uint64_t need) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pools every chunk of `*chunks` and empties it.
-  void PoolChunks(Device& dev, std::vector<CUmemGenericAllocationHandle>* chunks)
+  void PoolChunks(Device& dev, std::vector<PhysicalChunk>* chunks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `n` chunks for one buffer: pooled ones first (with `reuse`), room made
-  // for the rest, then created. `*pooled`: some came from the pool (they
-  // hold old contents). On failure nothing is held.
-  CUresult AcquireChunks(Device& dev, size_t n, bool reuse,
-                         std::vector<CUmemGenericAllocationHandle>* chunks, bool* pooled,
-                         bool* shadowed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `bytes` of device memory for one buffer: pooled chunks first (with
+  // `reuse`), room made for the rest, then created as one chunk.
+  // `*pooled`: some came from the pool (they hold old contents). On failure
+  // nothing is held.
+  CUresult AcquireChunks(Device& dev, uint64_t bytes, bool reuse,
+                         std::vector<PhysicalChunk>* chunks, bool* pooled, bool* shadowed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A buffer swapped out asynchronously takes its old chunks back from the
   // pool (none was handed on). False, changing nothing, when one was.
   bool TakeBack(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Releases one pooled chunk no address maps any more. False when none.
-  bool ReleaseOnePooled(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases one pooled chunk no address maps any more and returns its
+  // bytes; 0 when none. ReleaseOneUnfit releases one that a need of
+  // `need` bytes could not use (larger than it, or left over).
+  uint64_t ReleaseOnePooled(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases a chunk taken out of the pool (none: 0) and returns its bytes.
+  uint64_t ReleasePooled(Device& dev, std::optional<PhysicalChunk> taken)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t ReleaseOneUnfit(Device& dev, uint64_t need) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // DeviceUsage's answer, once collected garbage and settled frees are
   // counted; chunks in the pool count as free.
   Usage SettledUsage(int device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -800,7 +811,7 @@ class MemoryManager {
     CUdeviceptr va;
     uint64_t mapped;
     uint64_t reserved;
-    std::vector<CUmemGenericAllocationHandle> chunks;
+    std::vector<PhysicalChunk> chunks;
   };
   std::vector<StuckMapping> stuck_ ABSL_GUARDED_BY(mu_);
   // Own streams BeforeContextEnds took out of service, with their context,

@@ -243,8 +243,8 @@ bool MemoryManager::PinExportedHandle(CUmemGenericAllocationHandle handle,
   for (auto& [base, b] : by_base_) {
     // A handle is only ever the current device memory of a resident buffer.
     if (b->vmm && handle != 0 &&
-        std::find(b->device_chunks.begin(), b->device_chunks.end(), handle) !=
-            b->device_chunks.end()) {
+        std::any_of(b->device_chunks.begin(), b->device_chunks.end(),
+                    [&](const PhysicalChunk& c) { return c.handle == handle; })) {
       // Resident already; a failure (a stale device copy not restored) is
       // still a pin, retried by the next pinning call.
       (void)PinLocked(*b, api);

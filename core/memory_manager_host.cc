@@ -92,7 +92,7 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b, bool will_copy) {
 
 CUresult MemoryManager::MapHostAtBase(Buffer& b) {
   bool mapped = false;
-  CUresult r = vmm_.Map(b.base, {b.host.handle()}, b.reserved, b.device, &mapped);
+  CUresult r = vmm_.Map(b.base, {PhysicalChunk{b.host.handle(), b.reserved}}, b.device, &mapped);
   // A mapping without access after a second failure is still a mapping:
   // it has to be unmapped before device memory goes there.
   b.host_at_base = mapped;

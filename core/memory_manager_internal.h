@@ -9,6 +9,7 @@
 #ifndef STENSOR_CORE_MEMORY_MANAGER_INTERNAL_H_
 #define STENSOR_CORE_MEMORY_MANAGER_INTERNAL_H_
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -88,9 +89,10 @@ struct MemoryManager::Buffer {
   // The last use on each stream that used it (a use on one stream says
   // nothing about another); a swap's copy is a use on the swap stream.
   std::vector<Use> uses;
-  // Device memory, when resident: granule-sized chunks of the device's pool
-  // mapped at consecutive offsets from base (empty when not resident).
-  std::vector<CUmemGenericAllocationHandle> device_chunks;
+  // Device memory, when resident: chunks of the device's pool mapped at
+  // consecutive offsets from base, adding up to `reserved` (empty when not
+  // resident).
+  std::vector<PhysicalChunk> device_chunks;
   // The host copy: host-located VMM memory (mapped at its own VA, and at base
   // while swapped out), or pinned memory where that is unsupported.
   HostCopy host;
@@ -114,7 +116,7 @@ struct MemoryManager::Buffer {
   // copy, the buffer's use on the swap stream, is observed complete.
   bool old_mapped = false;
   bool handed_on = false;
-  std::vector<CUmemGenericAllocationHandle> old_chunks;
+  std::vector<PhysicalChunk> old_chunks;
   // Where it stands in its device's eviction order (Reindex).
   uint64_t serial = 0;
   uint64_t next_use = EvictionCandidate::kNoNextUse;
@@ -166,8 +168,7 @@ struct MemoryManager::Device {
   }
   uint64_t host_bytes = 0;  // host copies
   uint64_t spare_host_bytes = 0;  // of them kept for reuse, host-located VMM
-  // Idle physical memory in chunks of `granularity` bytes, charged (in
-  // `used`).
+  // Idle physical memory in chunks of whole granules, charged (in `used`).
   PhysicalPool pool;
   // Stensor's share of the default stream-ordered pool (StreamOrderedUsage).
   StreamOrderedUsage stream_ordered;
@@ -180,6 +181,15 @@ struct MemoryManager::Device {
   // The old owners (old_mappings) of each chunk still mapped at an old
   // address: whom handing it on concerns, found without a walk.
   absl::flat_hash_map<CUmemGenericAllocationHandle, std::vector<Buffer*>> shadow_owners;
+  // Whether a shadowed chunk's old owners include a freed buffer: such
+  // chunks are handed on first, since that owner never comes back for them
+  // (one that does waits on the host for its old copy).
+  bool OfFreedOwner(CUmemGenericAllocationHandle h) const {
+    auto it = shadow_owners.find(h);
+    return it != shadow_owners.end() &&
+           std::any_of(it->second.begin(), it->second.end(),
+                       [](const Buffer* o) { return o->garbage; });
+  }
   // Freed buffers whose work was still queued (S404), not handed on: a FIFO
   // per stream that work is on (one more for work on several streams or
   // none known), in the order of their frees. Work on a stream completes in

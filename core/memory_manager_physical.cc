@@ -1,6 +1,6 @@
 // MemoryManager: the device memory behind buffers' addresses. Creating and
 // releasing physical memory (retrying what the driver refused), the pool
-// of granule-sized chunks, mapping chunks at a buffer's address and taking
+// of chunks, mapping chunks at a buffer's address and taking
 // them off, the old mappings a swap-out in flight still reads, and the
 // release of a freed buffer. The S401-S405 loop in memory_manager.cc
 // decides what goes and when; these are the driver steps that carry it out.
@@ -69,7 +69,7 @@ void MemoryManager::RetryReleases() {
     }
     m.mapped = 0;
     Device& dev = DeviceState(m.device);
-    for (CUmemGenericAllocationHandle h : m.chunks) ReleasePhysical(dev, h, dev.granularity);
+    for (const PhysicalChunk& c : m.chunks) ReleasePhysical(dev, c.handle, c.bytes);
     if (m.reserved != 0) (void)Failed(driver_->cuMemAddressFree(m.va, m.reserved));
     stuck_.erase(stuck_.begin() + i);
   }
@@ -86,28 +86,24 @@ void MemoryManager::RetryReleases() {
 
 // --- The physical pool ------------------------------------------------------------
 //
-// Granule-sized chunks: a buffer is mapped from as many chunks as its
-// reserved size holds, at consecutive offsets, so memory freed by any buffer
-// serves any other, whatever the sizes (the transformer's per-step
-// temporaries, a swap-in replacing a smaller victim). The pool is bounded by
-// the cap itself: its chunks stay charged, the swap path takes them before
-// making room, and everything else that needs room (small allocations, the
+// Chunks as large as the buffers that made them: on a GPU each handle
+// mapped costs its own access setting and unmapping, so a buffer of one
+// chunk swaps in and out at a fraction of the cost of one made of granules
+// (docs/gpu.md). Sizes that recur are served whole; other sizes from chunks
+// that add up to them, so memory freed by a buffer of one size still serves
+// others. The pool is bounded by the cap itself: its chunks stay charged,
+// the swap path takes them before making room (releasing those it cannot
+// use), and everything else that needs room (small allocations, the
 // program's own VMM memory) releases them first, so pooling never costs an
 // eviction.
 
-size_t MemoryManager::TakePooled(Device& dev, size_t n,
-                                 std::vector<CUmemGenericAllocationHandle>* chunks,
-                                 bool* shadowed) {
-  // Chunks of freed buffers are handed on first: their owners never come
-  // back for them (a buffer that does waits on the host for its old copy).
-  auto freed = [&dev](CUmemGenericAllocationHandle h) {
-    auto it = dev.shadow_owners.find(h);
-    return it != dev.shadow_owners.end() &&
-           std::any_of(it->second.begin(), it->second.end(),
-                       [](const Buffer* o) { return o->garbage; });
-  };
+uint64_t MemoryManager::TakePooled(Device& dev, uint64_t need, std::vector<PhysicalChunk>* chunks,
+                                   bool* shadowed) {
+  const size_t had = chunks->size();
+  // Shadowed chunks of freed buffers are handed on first.
+  auto freed = [&dev](CUmemGenericAllocationHandle h) { return dev.OfFreedOwner(h); };
   std::vector<CUmemGenericAllocationHandle> handed;
-  const size_t taken = dev.pool.Take(n, chunks, &handed, freed);
+  const uint64_t taken = dev.pool.Take(need, chunks, &handed, freed);
   for (CUmemGenericAllocationHandle h : handed) {
     *shadowed = true;
     // Its old owners can no longer take it back (its contents will change).
@@ -115,53 +111,70 @@ size_t MemoryManager::TakePooled(Device& dev, size_t n,
     if (it == dev.shadow_owners.end()) continue;
     for (Buffer* o : it->second) o->handed_on = true;
   }
-  stats_.pooled_bytes -= taken * dev.granularity;
-  stats_.pool_hits += taken;
+  stats_.pooled_bytes -= taken;
+  stats_.pool_hits += chunks->size() - had;
   return taken;
 }
 
-void MemoryManager::PoolChunks(Device& dev, std::vector<CUmemGenericAllocationHandle>* chunks) {
-  stats_.pooled_bytes += chunks->size() * dev.granularity;
+uint64_t MemoryManager::PoolFits(const Device& dev, uint64_t need) const {
+  auto freed = [&dev](CUmemGenericAllocationHandle h) { return dev.OfFreedOwner(h); };
+  return dev.pool.Fits(need, freed);
+}
+
+void MemoryManager::PoolChunks(Device& dev, std::vector<PhysicalChunk>* chunks) {
+  stats_.pooled_bytes += ChunkBytes(*chunks);
   dev.pool.PutAll(chunks);
 }
 
-bool MemoryManager::ReleaseOnePooled(Device& dev) {
-  std::optional<CUmemGenericAllocationHandle> h = dev.pool.TakeIdle();
-  if (!h) return false;
-  stats_.pooled_bytes -= dev.granularity;
-  ReleasePhysical(dev, *h, dev.granularity);  // a failure is retried, still charged
-  return true;
+uint64_t MemoryManager::ReleasePooled(Device& dev, std::optional<PhysicalChunk> taken) {
+  if (!taken) return 0;
+  stats_.pooled_bytes -= taken->bytes;
+  ReleasePhysical(dev, taken->handle, taken->bytes);  // a failure is retried, still charged
+  return taken->bytes;
 }
 
-CUresult MemoryManager::AcquireChunks(Device& dev, size_t n, bool reuse,
-                                      std::vector<CUmemGenericAllocationHandle>* chunks,
-                                      bool* pooled, bool* shadowed) {
+uint64_t MemoryManager::ReleaseOnePooled(Device& dev) {
+  return ReleasePooled(dev, dev.pool.TakeIdle());
+}
+
+uint64_t MemoryManager::ReleaseOneUnfit(Device& dev, uint64_t need) {
+  auto freed = [&dev](CUmemGenericAllocationHandle h) { return dev.OfFreedOwner(h); };
+  return ReleasePooled(dev, dev.pool.TakeUnfit(need, freed));
+}
+
+CUresult MemoryManager::AcquireChunks(Device& dev, uint64_t bytes, bool reuse,
+                                      std::vector<PhysicalChunk>* chunks, bool* pooled,
+                                      bool* shadowed) {
   chunks->clear();
   *pooled = false;
   *shadowed = false;
-  if (reuse) *pooled = TakePooled(dev, n, chunks, shadowed) > 0;
+  uint64_t have = 0;
+  auto take = [&] {
+    const uint64_t taken = TakePooled(dev, bytes - have, chunks, shadowed);
+    have += taken;
+    if (taken > 0) *pooled = true;
+  };
+  if (reuse) take();
   // Memory of freed buffers whose work is still queued comes next, handed
   // on in stream order: a new chunk only when nothing freed can serve, so
   // a program that frees faster than its work completes does not grow.
-  while (reuse && chunks->size() < n && HandOnGarbage(dev)) {
-    if (TakePooled(dev, n - chunks->size(), chunks, shadowed) > 0) *pooled = true;
-  }
-  if (chunks->size() < n) {
+  while (reuse && have < bytes && HandOnGarbage(dev)) take();
+  if (have < bytes) {
     // Room for the rest; evictions meanwhile feed the pool, which counts.
-    if (CUresult r = MakeRoom(dev, (n - chunks->size()) * dev.granularity, reuse);
-        r != CUDA_SUCCESS) {
+    if (CUresult r = MakeRoom(dev, bytes - have, reuse); r != CUDA_SUCCESS) {
       PoolChunks(dev, chunks);
       return r;
     }
-    if (reuse && TakePooled(dev, n - chunks->size(), chunks, shadowed) > 0) *pooled = true;
+    if (reuse) take();
   }
-  while (chunks->size() < n) {
-    CUmemGenericAllocationHandle h = 0;
-    if (CUresult r = CreatePhysical(dev, dev.granularity, &h); r != CUDA_SUCCESS) {
+  if (have < bytes) {
+    // The rest as one chunk: one handle to map.
+    PhysicalChunk fresh{0, bytes - have};
+    if (CUresult r = CreatePhysical(dev, fresh.bytes, &fresh.handle); r != CUDA_SUCCESS) {
       PoolChunks(dev, chunks);
       return r;
     }
-    chunks->push_back(h);
+    chunks->push_back(fresh);
   }
   return CUDA_SUCCESS;
 }
@@ -169,7 +182,7 @@ CUresult MemoryManager::AcquireChunks(Device& dev, size_t n, bool reuse,
 void MemoryManager::ReleaseAllPooled() {
   for (auto& d : devices_) {
     if (!d) continue;
-    while (ReleaseOnePooled(*d)) {
+    while (ReleaseOnePooled(*d) > 0) {
     }
   }
 }
@@ -182,7 +195,11 @@ uint64_t MemoryManager::ReleaseIdlePooled(int device, uint64_t keep) {
   // Kept buffers are idle memory too: their chunks go to the pool, then out.
   while (!dev.kept.empty() && dev.pool.bytes() + dev.kept_bytes > keep && ReleaseOneKept(dev)) {
   }
-  while (dev.pool.bytes() > keep && ReleaseOnePooled(dev)) released += dev.granularity;
+  while (dev.pool.bytes() > keep) {
+    const uint64_t bytes = ReleasePooled(dev, dev.pool.TakeIdle(dev.pool.bytes() - keep));
+    if (bytes == 0) break;
+    released += bytes;
+  }
   return released;
 }
 
@@ -202,17 +219,16 @@ CUresult MemoryManager::ZeroReused(Device& dev, Buffer& b) {
 CUresult MemoryManager::MapDevice(Device& dev, Buffer& b) {
   // Pooled chunks first; fresh memory for the rest, or for all of it when
   // zeroing reused chunks failed.
-  const size_t n = b.reserved / dev.granularity;
   for (bool reuse = true;; reuse = false) {
-    std::vector<CUmemGenericAllocationHandle> chunks;
+    std::vector<PhysicalChunk> chunks;
     bool pooled = false, shadowed = false;
-    if (CUresult r = AcquireChunks(dev, n, reuse, &chunks, &pooled, &shadowed);
+    if (CUresult r = AcquireChunks(dev, b.reserved, reuse, &chunks, &pooled, &shadowed);
         r != CUDA_SUCCESS) {
       return r;
     }
     bool mapped = false;
     uint64_t left_mapped = 0;
-    if (CUresult r = vmm_.Map(b.base, chunks, dev.granularity, dev.ordinal, &mapped, &left_mapped);
+    if (CUresult r = vmm_.Map(b.base, chunks, dev.ordinal, &mapped, &left_mapped);
         r != CUDA_SUCCESS) {
       if (mapped) {
         // The undo failed too: the chunks stay charged (what is mapped is
@@ -248,7 +264,7 @@ CUresult MemoryManager::UnmapDevice(Device& dev, Buffer& b) {
     }
     bool mapped = false;
     if (!b.host_at_base &&
-        vmm_.Map(b.base, b.device_chunks, dev.granularity, dev.ordinal, &mapped) == CUDA_SUCCESS) {
+        vmm_.Map(b.base, b.device_chunks, dev.ordinal, &mapped) == CUDA_SUCCESS) {
       return r;  // back as it was: resident
     }
     // Neither: swapped out with the address unmapped, as without host VMM.
@@ -262,9 +278,9 @@ void MemoryManager::DetachShadowed(Device& dev, Buffer& b) {
   b.old_chunks = b.device_chunks;
   b.old_mapped = true;
   b.handed_on = false;
-  for (CUmemGenericAllocationHandle h : b.old_chunks) {
-    dev.pool.Shadow(h);
-    dev.shadow_owners[h].push_back(&b);
+  for (const PhysicalChunk& c : b.old_chunks) {
+    dev.pool.Shadow(c.handle);
+    dev.shadow_owners[c.handle].push_back(&b);
   }
   dev.old_mappings.push_back(&b);
   PoolChunks(dev, &b.device_chunks);
@@ -273,7 +289,7 @@ void MemoryManager::DetachShadowed(Device& dev, Buffer& b) {
 bool MemoryManager::TakeBack(Device& dev, Buffer& b) {
   if (!dev.pool.TakeBack(b.old_chunks)) return false;
   stats_.pooled_bytes -= b.reserved;
-  std::vector<CUmemGenericAllocationHandle> back = b.old_chunks;
+  std::vector<PhysicalChunk> back = b.old_chunks;
   EndShadow(dev, b);
   b.device_chunks = std::move(back);
   return true;
@@ -285,9 +301,9 @@ void MemoryManager::EndShadow(Device& dev, Buffer& b) {
   if (!b.old_mapped) return;
   b.old_mapped = false;
   b.handed_on = false;
-  for (CUmemGenericAllocationHandle h : b.old_chunks) {
-    dev.pool.Unshadow(h);
-    auto owners = dev.shadow_owners.find(h);
+  for (const PhysicalChunk& c : b.old_chunks) {
+    dev.pool.Unshadow(c.handle);
+    auto owners = dev.shadow_owners.find(c.handle);
     if (owners == dev.shadow_owners.end()) continue;
     std::vector<Buffer*>& o = owners->second;
     o.erase(std::remove(o.begin(), o.end(), &b), o.end());
@@ -386,9 +402,7 @@ bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
         // The program may still hold a retained handle to this memory:
         // never hand it to another buffer (the driver keeps it alive for
         // that handle; it is the program's now, and no longer charged).
-        for (CUmemGenericAllocationHandle h : b.device_chunks) {
-          ReleasePhysical(dev, h, dev.granularity);
-        }
+        for (const PhysicalChunk& c : b.device_chunks) ReleasePhysical(dev, c.handle, c.bytes);
         b.device_chunks.clear();
       } else {
         PoolChunks(dev, &b.device_chunks);

@@ -717,6 +717,61 @@ TEST_F(MemoryManagerTest, PoolChunksServeEverySize) {
   FreeAll(*mm, {big, a, b});
 }
 
+// Chunks as large as their buffers: on a GPU each handle mapped costs its
+// own access setting and unmapping (docs/gpu.md), so a four-granule buffer
+// is made of one handle, and two of them taking turns under a cap that
+// holds one swap each into the other's chunk: one chunk per swap-in,
+// nothing created or released once warm, every byte right.
+TEST_F(MemoryManagerTest, ABufferMapsOneHandleOfItsSize) {
+  auto mm = Make("8MiB", "lru");
+  ASSERT_NE(mm, nullptr);
+  constexpr uint64_t kBig = 4 * kGranule;
+  CUdeviceptr a = Alloc(*mm, 1, kBig);
+  EXPECT_EQ(mm->stats().physical_creates, 1u);
+  Write(*mm, 1, a, 1, kBig);
+  CUdeviceptr b = Alloc(*mm, 2, kBig);  // a goes out
+  Write(*mm, 2, b, 2, kBig);
+  ExpectData(*mm, 1, a, 1, kBig);  // b goes out, a comes in
+  const SwapStats before = mm->stats();
+  for (int round = 0; round < 3; ++round) {
+    ExpectData(*mm, 2, b, 2, kBig);
+    ExpectData(*mm, 1, a, 1, kBig);
+  }
+  const SwapStats after = mm->stats();
+  const uint64_t swap_ins = after.swap_ins - before.swap_ins;
+  EXPECT_EQ(swap_ins, 6u);
+  EXPECT_EQ(after.pool_hits - before.pool_hits, swap_ins);  // one chunk each
+  EXPECT_EQ(after.physical_creates, before.physical_creates);
+  EXPECT_EQ(after.physical_releases, before.physical_releases);
+  EXPECT_LE(Peak(), 8u << 20);
+  FreeAll(*mm, {a, b});
+}
+
+// A chunk too large for what is asked serves nothing (a handle maps whole):
+// under a full cap it is released and the need made afresh, never evicting
+// for room the pool holds. A four-granule buffer freed, then two of two.
+TEST_F(MemoryManagerTest, APooledChunkTooLargeIsReleasedForRoom) {
+  auto mm = Make("8MiB", "lru");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr big = Alloc(*mm, 1, 4 * kGranule);
+  Write(*mm, 1, big, 1, 4 * kGranule);
+  FreeAll(*mm, {big});
+  ASSERT_EQ(mm->stats().pooled_bytes, 4 * kGranule);
+  CUdeviceptr a = Alloc(*mm, 2, 2 * kGranule);
+  Write(*mm, 2, a, 2, 2 * kGranule);
+  CUdeviceptr b = Alloc(*mm, 3, 2 * kGranule);
+  Write(*mm, 3, b, 3, 2 * kGranule);
+  const SwapStats s = mm->stats();
+  EXPECT_EQ(s.swap_outs_copied, 0u);  // both fit: nothing evicted
+  EXPECT_EQ(s.pooled_bytes, 0u);
+  EXPECT_GE(s.physical_releases, 1u);
+  EXPECT_EQ(s.ooms, 0u);
+  EXPECT_LE(Peak(), 8u << 20);
+  ExpectData(*mm, 2, a, 2, 2 * kGranule);
+  ExpectData(*mm, 3, b, 3, 2 * kGranule);
+  FreeAll(*mm, {a, b});
+}
+
 // A training step's temporaries under a cap: a small one the driver serves
 // (below half a granule), a granule one that is swapped out before it is
 // freed, and a half-granule one (mapped on a whole chunk). After a warm-up
@@ -1581,6 +1636,11 @@ TEST_F(MemoryManagerTest, FailedSwapInKeepsTheHostCopyMappedAtTheAddress) {
 TEST_F(MemoryManagerTest, MemoryLeftMappedByAFailedUndoStaysCharged) {
   auto mm = Make("6MiB");
   ASSERT_NE(mm, nullptr);
+  // A granule in the pool: the next buffer of two maps it and a new chunk.
+  CUdeviceptr pooled = 0;
+  ASSERT_CU(mm->Allocate(kGranule, &pooled, kUntracked));
+  ASSERT_CU(mm->Free(pooled));
+  ASSERT_EQ(mm->stats().pooled_bytes, kGranule);
   fakecuda_fail_call("cuMemMap", 2, CUDA_ERROR_OUT_OF_MEMORY);  // the second chunk
   fakecuda_fail_call("cuMemUnmap", 1, CUDA_ERROR_UNKNOWN);      // and its undo
   CUdeviceptr a = 0;

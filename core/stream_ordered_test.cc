@@ -251,13 +251,15 @@ TEST_F(StreamOrderedTest, TheDefaultPoolAnswersIncludeStensorsShare) {
   ASSERT_CU(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero));
   ResetStreamOrderedHigh(*mm_, driver_, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH);
   EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH), kGranule);
-  // Trim: b's two chunks idle in stensor's pool. Keeping what is reserved
-  // plus one chunk releases one; keeping nothing releases the other.
+  // Trim: b's memory idle in stensor's pool, one chunk of two granules.
+  // Keeping what is reserved plus one granule releases nothing (a chunk
+  // goes whole, and the pool keeps at least what was asked); keeping
+  // nothing releases it.
   ASSERT_CU(cuMemPoolTrimTo(pool, kGranule + kGranule));
-  EXPECT_EQ(TrimStreamOrdered(*mm_, driver_, pool, kGranule + kGranule), kGranule);
-  EXPECT_EQ(mm_->stats().pooled_bytes, kGranule);
+  EXPECT_EQ(TrimStreamOrdered(*mm_, driver_, pool, kGranule + kGranule), 0u);
+  EXPECT_EQ(mm_->stats().pooled_bytes, 2 * kGranule);
   ASSERT_CU(cuMemPoolTrimTo(pool, 0));
-  EXPECT_EQ(TrimStreamOrdered(*mm_, driver_, pool, 0), kGranule);
+  EXPECT_EQ(TrimStreamOrdered(*mm_, driver_, pool, 0), 2 * kGranule);
   EXPECT_EQ(mm_->stats().pooled_bytes, 0u);
   // An explicit pool: nothing of stensor's.
   CUmemPoolProps props{};

@@ -13,6 +13,7 @@
 
 #include "absl/types/span.h"
 #include "core/driver.h"
+#include "core/physical_pool.h"
 
 namespace stensor {
 
@@ -31,14 +32,13 @@ class Vmm {
     return r;
   }
 
-  // cuMemMap of each of `chunks` (`chunk_bytes` each) at consecutive
-  // offsets from `va`, then one cuMemSetAccess (read-write for `device`)
-  // over them all. A failed step unmaps what was mapped; `*mapped` tells
+  // cuMemMap of each of `chunks` (whole) at consecutive offsets from `va`,
+  // then one cuMemSetAccess (read-write for `device`) over them all. A failed step unmaps what was mapped; `*mapped` tells
   // whether a mapping is left behind all the same (the undo failed too),
   // and `*left_mapped` (when given) how much of it from `va` on after a
   // failure.
-  CUresult Map(CUdeviceptr va, absl::Span<const Handle> chunks, uint64_t chunk_bytes,
-               int device, bool* mapped, uint64_t* left_mapped = nullptr) const;
+  CUresult Map(CUdeviceptr va, absl::Span<const PhysicalChunk> chunks, int device, bool* mapped,
+               uint64_t* left_mapped = nullptr) const;
 
   // cuMemUnmap of [va, va+bytes) (consecutive mappings: one call).
   CUresult Unmap(CUdeviceptr va, uint64_t bytes) const {

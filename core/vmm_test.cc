@@ -44,16 +44,21 @@ class VmmTest : public ::testing::Test {
     cuDevicePrimaryCtxRelease_v2(0);
   }
 
-  std::vector<CUmemGenericAllocationHandle> Chunks(int n) {
+  // Chunks of the given sizes in granules.
+  std::vector<PhysicalChunk> Chunks(std::vector<uint64_t> granules) {
     CUmemAllocationProp prop{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    std::vector<CUmemGenericAllocationHandle> chunks(n);
-    for (auto& h : chunks) EXPECT_CU(cuMemCreate(&h, kGranule, &prop, 0));
+    std::vector<PhysicalChunk> chunks;
+    for (uint64_t g : granules) {
+      PhysicalChunk c{0, g * kGranule};
+      EXPECT_CU(cuMemCreate(&c.handle, c.bytes, &prop, 0));
+      chunks.push_back(c);
+    }
     return chunks;
   }
-  void Release(const std::vector<CUmemGenericAllocationHandle>& chunks) {
-    for (auto h : chunks) EXPECT_CU(cuMemRelease(h));
+  void Release(const std::vector<PhysicalChunk>& chunks) {
+    for (const PhysicalChunk& c : chunks) EXPECT_CU(cuMemRelease(c.handle));
   }
 
   Driver driver_;
@@ -63,28 +68,29 @@ class VmmTest : public ::testing::Test {
   size_t baseline_ = 0;
 };
 
+// Chunks of different sizes (2, 1 and 3 granules) side by side.
 TEST_F(VmmTest, ChunksMapAtConsecutiveOffsetsAsOneBuffer) {
-  auto chunks = Chunks(3);
+  auto chunks = Chunks({2, 1, 3});
   CUdeviceptr va = 0;
-  ASSERT_CU(cuMemAddressReserve(&va, 3 * kGranule, 0, 0, 0));
+  ASSERT_CU(cuMemAddressReserve(&va, 6 * kGranule, 0, 0, 0));
   bool mapped = false;
-  ASSERT_CU(vmm_.Map(va, chunks, kGranule, 0, &mapped));
+  ASSERT_CU(vmm_.Map(va, chunks, 0, &mapped));
   EXPECT_TRUE(mapped);
-  std::vector<unsigned char> data(3 * kGranule), back(3 * kGranule);
+  std::vector<unsigned char> data(6 * kGranule), back(6 * kGranule);
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<unsigned char>(i / 4096 + i);
   ASSERT_CU(cuMemcpyHtoD_v2(va, data.data(), data.size()));  // crosses both seams
   ASSERT_CU(cuMemcpyDtoH_v2(back.data(), va, back.size()));
   EXPECT_EQ(back, data);
-  ASSERT_CU(vmm_.Unmap(va, 3 * kGranule));  // one call for all three
+  ASSERT_CU(vmm_.Unmap(va, 6 * kGranule));  // one call for all three
   EXPECT_EQ(errors_, 0u);
-  EXPECT_CU(cuMemAddressFree(va, 3 * kGranule));
+  EXPECT_CU(cuMemAddressFree(va, 6 * kGranule));
   Release(chunks);
 }
 
 // A failed cuMemMap of any chunk, or a failed cuMemSetAccess, leaves
 // nothing mapped (the range can be mapped afresh), and counts one error.
 TEST_F(VmmTest, EveryFailedStepIsUndone) {
-  auto chunks = Chunks(3);
+  auto chunks = Chunks({1, 1, 1});
   CUdeviceptr va = 0;
   ASSERT_CU(cuMemAddressReserve(&va, 3 * kGranule, 0, 0, 0));
   struct Case {
@@ -97,18 +103,18 @@ TEST_F(VmmTest, EveryFailedStepIsUndone) {
     errors_ = 0;
     fakecuda_fail_call(c.call, c.nth, CUDA_ERROR_UNKNOWN);
     bool mapped = true;
-    EXPECT_EQ(vmm_.Map(va, chunks, kGranule, 0, &mapped), CUDA_ERROR_UNKNOWN);
+    EXPECT_EQ(vmm_.Map(va, chunks, 0, &mapped), CUDA_ERROR_UNKNOWN);
     fakecuda_clear_failures();
     EXPECT_FALSE(mapped);
     EXPECT_EQ(errors_, 1u);
-    ASSERT_CU(vmm_.Map(va, chunks, kGranule, 0, &mapped));  // nothing was left
+    ASSERT_CU(vmm_.Map(va, chunks, 0, &mapped));  // nothing was left
     ASSERT_CU(vmm_.Unmap(va, 3 * kGranule));
   }
   // The undo failing too leaves the mapping, and says so.
   fakecuda_fail_call("cuMemSetAccess", 1, CUDA_ERROR_UNKNOWN);
   fakecuda_fail_call("cuMemUnmap", 1, CUDA_ERROR_UNKNOWN);
   bool mapped = false;
-  EXPECT_EQ(vmm_.Map(va, chunks, kGranule, 0, &mapped), CUDA_ERROR_UNKNOWN);
+  EXPECT_EQ(vmm_.Map(va, chunks, 0, &mapped), CUDA_ERROR_UNKNOWN);
   fakecuda_clear_failures();
   EXPECT_TRUE(mapped);
   ASSERT_CU(vmm_.Unmap(va, 3 * kGranule));
@@ -120,11 +126,11 @@ TEST_F(VmmTest, EveryFailedStepIsUndone) {
 // and gives them back; each failed call of its making is undone, and
 // Release finishes what a failed release left.
 TEST_F(VmmTest, HostCopyRoundTripsAndUndoesEveryFailure) {
-  auto chunks = Chunks(1);
+  auto chunks = Chunks({1});
   CUdeviceptr va = 0;
   ASSERT_CU(cuMemAddressReserve(&va, kGranule, 0, 0, 0));
   bool mapped = false;
-  ASSERT_CU(vmm_.Map(va, chunks, kGranule, 0, &mapped));
+  ASSERT_CU(vmm_.Map(va, chunks, 0, &mapped));
   std::vector<unsigned char> data(kGranule, 0x5a), back(kGranule, 0);
   data[7] = 1;
   CUstream s = nullptr;
