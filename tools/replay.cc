@@ -91,6 +91,15 @@ class Simulator {
       result_.stall_us += start - now_;
       result_.compute_us += compute;
       now_ = start + compute;
+      if (served_bytes_ > 0) {
+        // What it read in host memory, over the link once it ran (as the
+        // fake driver charges it), behind the swap-ins queued there.
+        const double link_start = std::max(now_, h2d_free_);
+        h2d_free_ = link_start + served_bytes_ * us_per_byte_;
+        result_.serve_us += h2d_free_ - now_;
+        now_ = h2d_free_;
+        served_bytes_ = 0;
+      }
       if (options_.prefetch && op.key != 0) Plan();
     }
     const IterationPlanner::Stats planned = planner_->stats();
@@ -259,12 +268,41 @@ class Simulator {
     result_.peak_resident = std::max(result_.peak_resident, used_);
   }
 
+  // Serving from host memory: where the device maps host memory (host_vmm),
+  // what does not fit is not refused (MemoryManager::Servable holds for
+  // every swapped-out buffer there: its host copy is mapped at its address).
+  bool Servable(const SimBuffer& b) const {
+    return options_.host_vmm && b.info->swappable && !b.resident && b.has_host_copy;
+  }
+
+  // MemoryManager::Serve: the operation reaches `b` in host memory.
+  void Serve(SimBuffer& b) {
+    ++result_.served_from_host;
+    result_.bytes_served += b.info->bytes;
+    served_bytes_ += b.info->bytes;
+  }
+
+  // MemoryManager::AllocateOnHost: no room for a swappable buffer, so it is
+  // born swapped out, its (zeroed) host copy at its address.
+  void AllocateOnHost(SimBuffer& b) {
+    b.resident = false;
+    b.location = Location::kCpuOnly;
+    b.has_host_copy = true;
+    b.host_version = b.gpu_version;
+    ++result_.born_on_host;
+    result_.bytes_born_on_host += b.info->bytes;
+  }
+
   absl::Status Alloc(const TraceOp& op) {
     SimBuffer& b = State(op.buffer);
     b.live = true;
     b.gpu_version = ++version_;
     b.last_use = ++clock_;
-    if (absl::Status s = MakeRoom(b.info->charge); !s.ok()) return s;
+    if (absl::Status s = MakeRoom(b.info->charge); !s.ok()) {
+      if (!options_.host_vmm || !b.info->swappable) return s;
+      AllocateOnHost(b);
+      return absl::OkStatus();
+    }
     Charge(b.info->charge);
     b.resident = true;
     Reindex(b);
@@ -392,7 +430,12 @@ class Simulator {
       }
       const bool whole =
           std::find(op.overwritten.begin(), op.overwritten.end(), id) != op.overwritten.end();
-      if (absl::Status s = SwapIn(b, !whole, /*prefetch=*/false); !s.ok()) return s;
+      if (absl::Status s = SwapIn(b, !whole, /*prefetch=*/false); !s.ok()) {
+        // No room with the operation's other buffers (all it could evict
+        // went): served from host rather than refused.
+        if (!Servable(b)) return s;
+        Serve(b);
+      }
     }
     for (uint64_t id : op.ids) {
       SimBuffer& b = State(id);
@@ -404,6 +447,8 @@ class Simulator {
       SimBuffer& b = State(id);
       b.gpu_version = ++version_;
       b.written = true;
+      // Served from host: written there, the host copy is the newest.
+      if (b.info->swappable && !b.resident) b.host_version = b.gpu_version;
     }
     for (uint64_t id : op.ids) Reindex(State(id));
     return absl::OkStatus();
@@ -442,6 +487,7 @@ class Simulator {
   uint64_t clock_ = 0;
   uint64_t version_ = 0;
   double us_per_byte_ = 0;
+  uint64_t served_bytes_ = 0;  // of the operation being replayed
   double now_ = 0;         // the compute stream
   double ready_ = 0;       // when the current operation's inputs are there
   double room_ready_ = 0;  // when the memory freed for it is free

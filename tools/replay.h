@@ -10,6 +10,17 @@
 // operation is taken to have completed before the next (the log's order),
 // so nothing waits: the counts are those of the decisions alone.
 //
+// Serving from host memory (with host_vmm), as MemoryManager::PrepareOnce
+// and Allocate do: a swapped-out buffer of an operation that finds no room
+// (the eviction loop evicted all it could, the operation's own buffers
+// pinned) is not refused but served from its host copy, mapped at its
+// address; a swappable allocation that finds no room (or is larger than the
+// cap) is born in host memory. Only buffers that cannot be swapped and do
+// not fit are out of memory. In the time model a served buffer's bytes are
+// read over the link by the operation, whole (the library does not know
+// which pages a kernel touches), on the host-to-device engine after its
+// compute, as the fake driver charges it (FAKECUDA_LINK).
+//
 // On top, a time model of the compute stream: each launch computes for
 // `kernel_us` (or its record's `compute_us`); swaps use one copy engine per
 // direction at `bandwidth` and are queued behind each other; a swap-out frees
@@ -76,14 +87,21 @@ struct ReplayResult {
   uint64_t fetches_wasted = 0;            // prefetched, evicted before use
   uint64_t iteration_period = 0;          // operations per detected iteration
   uint64_t reads_served_from_host = 0;
+  // Served from host memory (host_vmm): one per buffer and operation that
+  // reached it there (serve_host), with their bytes; buffers born in host
+  // memory (alloc_host).
+  uint64_t served_from_host = 0, bytes_served = 0;
+  uint64_t born_on_host = 0, bytes_born_on_host = 0;
   // Time model, microseconds.
   double compute_us = 0;
   double stall_us = 0;
+  double serve_us = 0;  // operations reading served bytes over the link
   uint64_t bytes_moved() const { return bytes_out + bytes_in; }
 };
 
 // Errors: no policy, a cap that some operation cannot fit under (out of
-// memory, naming the log line, as the library would return it).
+// memory, naming the log line, as the library would return it): without
+// host_vmm any, with it only buffers that cannot be swapped.
 absl::StatusOr<ReplayResult> Replay(const Trace& trace, const ReplayOptions& options);
 
 }  // namespace stensor

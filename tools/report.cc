@@ -457,7 +457,13 @@ std::string Html(const RunSummary& r, const std::vector<const KernelSummary*>& k
                   Escape(Bytes(r.swap_out.bytes)), " out, ", Escape(Bytes(r.swap_in_copy.bytes)),
                   " in); ", r.drop_clean.records + r.drop_unwritten.records,
                   " evictions needed no copy; the host waited ", absl::StrFormat("%.3f s", waited),
-                  " for swaps.</p>\n");
+                  " for swaps",
+                  r.served_from_host.records + r.born_on_host.records == 0
+                      ? ""
+                      : absl::StrCat("; ", r.buffers_served, " buffers served from host memory (",
+                                     Escape(Bytes(r.served_from_host.bytes)),
+                                     " reached over the link)"),
+                  ".</p>\n");
   // The plot.
   absl::StrAppend(&h,
                   "<h2>Resident bytes and swap traffic</h2>\n<p class=\"note\">Device memory "
@@ -530,6 +536,17 @@ std::string Html(const RunSummary& r, const std::vector<const KernelSummary*>& k
     absl::StrAppend(&h, CountRow("oom", r.ooms, "allocations refused: nothing left to evict"));
   if (r.pins.records > 0)
     absl::StrAppend(&h, CountRow("pin", r.pins, "buffers made resident for good"));
+  if (r.served_from_host.records > 0) {
+    absl::StrAppend(&h, CountRow("serve_host", r.served_from_host,
+                                 "operations that reached a buffer in host memory, over the "
+                                 "link (bytes per operation)"));
+    absl::StrAppend(&h, Row("buffers served from host", absl::StrCat(r.buffers_served),
+                            "distinct buffers among the serve_host records"));
+  }
+  if (r.born_on_host.records > 0) {
+    absl::StrAppend(&h, CountRow("alloc_host", r.born_on_host,
+                                 "buffers born in host memory: no room on the device"));
+  }
   if (r.verify_mismatches.records > 0) {
     absl::StrAppend(
         &h, CountRow("verify_mismatch", r.verify_mismatches, "clean drops that were not clean"));

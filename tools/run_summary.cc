@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <istream>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -115,6 +116,10 @@ std::string ValueText(const Json& r, const char* key) {
 // No device holds 2^60 bytes; bounding sizes keeps every sum exact.
 constexpr uint64_t kMaxBytes = uint64_t{1} << 60;
 
+// `alloc_host` records kept waiting for their `alloc` (a log that never
+// brings them stays in bounded memory).
+constexpr size_t kMaxPendingBirths = 4096;
+
 
 class Reader {
  public:
@@ -166,6 +171,17 @@ class Reader {
       return Evict(type, r, line);
     }
     if (type == "swap_in") return SwapIn(r, line);
+    if (type == "serve_host") return ServeHost(r, line);
+    if (type == "alloc_host") {
+      // Logged as the buffer is made, before its `alloc` record: that
+      // record's buffer is not resident.
+      const uint64_t bytes = Uint(r, "bytes").value_or(0);
+      report_.born_on_host.Add(bytes);
+      if (born_on_host_.size() < kMaxPendingBirths) {
+        ++born_on_host_[{Uint(r, "device").value_or(0), bytes}];
+      }
+      return absl::OkStatus();
+    }
     if (type == "launch" || type == "graph_launch") return Launch(type, r);
     if (type == "swap_wait") {
       const double s = Seconds(r);
@@ -346,7 +362,14 @@ class Reader {
     // As the manager charges them (tools/charge.h).
     b.charge = ChargeOf(kind, String(r, "api"), b.bytes, granularity_).bytes;
     const size_t slot = b.slot;
-    const uint64_t charge = b.charge;
+    // Born in host memory (an `alloc_host` of its device and size came
+    // first): charged once brought in.
+    if (auto born = born_on_host_.find({Uint(r, "device").value_or(0), b.bytes});
+        born != born_on_host_.end()) {
+      b.resident = false;
+      if (--born->second == 0) born_on_host_.erase(born);
+    }
+    const uint64_t charge = b.resident ? b.charge : 0;
     if (*id == 0) {
       untracked_[String(r, "addr")] = std::move(b);
     } else if (!live_.emplace(*id, std::move(b)).second) {
@@ -444,6 +467,19 @@ class Reader {
     return absl::OkStatus();
   }
 
+  absl::Status ServeHost(const Json& r, uint64_t line) {
+    std::optional<uint64_t> id = Uint(r, "id");
+    if (!id) return Error(line, "a `serve_host` without `id`");
+    report_.served_from_host.Add(Uint(r, "bytes").value_or(0));
+    auto it = live_.find(*id);
+    if (it == live_.end()) {
+      ++report_.inconsistent;
+      return absl::OkStatus();
+    }
+    if (it->second.served++ == 0) ++report_.buffers_served;
+    return absl::OkStatus();
+  }
+
   KernelSummary& Kernel(const std::string& name) {
     auto [it, inserted] = kernel_index_.emplace(name, report_.kernels.size());
     if (inserted) report_.kernels.push_back(KernelSummary{name});
@@ -492,6 +528,9 @@ class Reader {
   absl::flat_hash_map<uint64_t, BufferSummary> live_;          // by id
   absl::flat_hash_map<std::string, BufferSummary> untracked_;  // id 0, by address
   std::vector<BufferSummary> freed_;  // buffers that moved bytes, trimmed to the top now and then
+  // `alloc_host` records whose `alloc` has not come yet, by (device,
+  // bytes): at most one per thread allocating at once.
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> born_on_host_;
   absl::flat_hash_map<std::string, int> kernel_index_;  // into report_.kernels
   // Live buffers in the line's `reads` never launched with yet, taken as
   // the line is parsed (a launch may list millions of ids: log_json.h).

@@ -89,6 +89,7 @@ struct BufferSummary {
   uint64_t swap_outs = 0;
   uint64_t swap_ins = 0;  // with a copy or not
   uint64_t drops = 0;     // clean and never-written
+  uint64_t served = 0;    // operations that reached it in host memory (serve_host)
   int first_kernel = -1;  // index into RunSummary::kernels; -1: never launched with
   uint64_t moved() const { return bytes_out + bytes_in; }
 };
@@ -125,6 +126,12 @@ struct RunSummary {
 
   RecordCount swap_out, swap_in_copy, swap_in_no_copy, drop_clean, drop_unwritten;
   RecordCount pins, ooms, verify_mismatches, table_read_backs;
+  // Served from host memory (host-located VMM): `serve_host` records, one
+  // per buffer and operation that reached it there (its bytes over the
+  // link), the distinct buffers among them, and `alloc_host` records
+  // (buffers born in host memory, not charged until brought in).
+  RecordCount served_from_host, born_on_host;
+  uint64_t buffers_served = 0;
   std::map<std::string, std::pair<uint64_t, double>> swap_waits;  // by `what`: count, seconds
   std::pair<uint64_t, double> evict_waits{0, 0}, unknown_waits{0, 0};
   // Swap records that contradict the buffer's state (concurrent threads'

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tools/report.h"
 
 namespace stensor {
 namespace {
@@ -77,6 +78,33 @@ TEST(RunSummaryTest, ResidentBytesAreChargesMovedBySwapRecords) {
   EXPECT_EQ(s->top_buffers[0].moved(), 6 * kMiB);
   EXPECT_EQ(s->top_buffers[0].drops, 1u);
   EXPECT_EQ(s->top_buffers[0].swap_ins, 2u);
+}
+
+// Serving from host memory: `serve_host` per buffer and operation (bytes
+// over the link), `alloc_host` before the `alloc` of a buffer born in host
+// memory, which is charged only once brought in.
+TEST(RunSummaryTest, ServingFromHostIsCountedAndBornOnHostIsNotResident) {
+  const std::string log =
+      Header("0=8MiB") + Alloc(1, 6 * kMiB) +
+      R"({"type":"alloc_host","bytes":10485760,"device":0,"cap":8388608})" "\n" +
+      Alloc(2, 10 * kMiB) + Swap("serve_host", 2, 10 * kMiB) + Launch("k()", 2) +
+      Swap("swap_out", 1, 6 * kMiB) + Swap("serve_host", 1, 6 * kMiB) +
+      Swap("serve_host", 2, 10 * kMiB) + Launch("k()", 1) + Swap("swap_in", 1, 6 * kMiB) +
+      Free(1) + Free(2) + kEnd;
+  absl::StatusOr<RunSummary> s = Summarize(log);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->served_from_host.records, 3u);
+  EXPECT_EQ(s->served_from_host.bytes, 26 * kMiB);
+  EXPECT_EQ(s->buffers_served, 2u);
+  EXPECT_EQ(s->born_on_host.records, 1u);
+  EXPECT_EQ(s->born_on_host.bytes, 10 * kMiB);
+  EXPECT_EQ(s->devices[0].peak, 6 * kMiB);  // buffer 2 never resident
+  EXPECT_EQ(s->devices[0].resident, 0u);
+  EXPECT_EQ(s->inconsistent, 0u);
+  const std::string html = ReportHtml(*s, 10);
+  EXPECT_THAT(html, HasSubstr("2 buffers served from host memory (26.0 MiB reached over the link)"));
+  EXPECT_THAT(html, HasSubstr("serve_host"));
+  EXPECT_THAT(html, HasSubstr("alloc_host"));
 }
 
 TEST(RunSummaryTest, NoCapWhenUnsetOrForAnotherDevice) {

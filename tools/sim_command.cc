@@ -24,7 +24,8 @@ constexpr char kUsage[] =
     "usage: stensor sim LOG --limit BYTES|N% [--policy lru|version|belady|oracle]\n"
     "                   [--prefetch on|off] [--bandwidth GB/s] [--kernel-us US]\n"
     "                   [--compare] [--granularity BYTES] [--rounds N]\n"
-    "                   [--planned-evictions on|off] [--exact-seconds S]\n";
+    "                   [--planned-evictions on|off] [--exact-seconds S]\n"
+    "                   [--host-vmm on|off]\n";
 
 // Every flag with its meaning (docs/sim.md has the same table).
 constexpr char kHelp[] =
@@ -44,6 +45,10 @@ constexpr char kHelp[] =
     "  --planned-evictions on|off\n"
     "                        issue the planner's evictions too, as the library\n"
     "                        does (default on); off: fetches into free memory only\n"
+    "  --host-vmm on|off     the device maps host memory (default on, as current\n"
+    "                        GPUs): what does not fit under the cap is served\n"
+    "                        from host memory, as the library does, and read\n"
+    "                        over the link; off: it is out of memory\n"
     "  --bandwidth GB/s      host<->device bandwidth of the time model, each\n"
     "                        direction (default 16)\n"
     "  --kernel-us US        compute time of a launch in the time model (default\n"
@@ -141,6 +146,9 @@ absl::StatusOr<SimFlags> ParseSimFlags(const std::vector<std::string>& args) {
         return BadFlag("--planned-evictions", value, "on or off");
       }
       flags.planned_evictions = value == "on";
+    } else if (name == "host-vmm") {
+      if (value != "on" && value != "off") return BadFlag("--host-vmm", value, "on or off");
+      flags.host_vmm = value == "on";
     } else if (name == "bandwidth") {
       if (!absl::SimpleAtod(value, &flags.bandwidth_gbps) || !(flags.bandwidth_gbps > 0) ||
           !std::isfinite(flags.bandwidth_gbps)) {
@@ -204,6 +212,7 @@ absl::StatusOr<ReplayResult> RunOne(const Trace& trace, const SimFlags& flags, u
   options.kernel_us = flags.kernel_us;
   options.prefetch = prefetch;
   options.planned_evictions = flags.planned_evictions;
+  options.host_vmm = flags.host_vmm;
   options.oracle = policy_name == "oracle";
   return Replay(trace, options);
 }
@@ -227,11 +236,19 @@ void PrintResult(const ReplayResult& r, std::ostream& out) {
   out << absl::StrFormat("iteration           %12u operations (detected; 0: none)\n",
                          r.iteration_period);
   out << absl::StrFormat("reads from host     %12u\n", r.reads_served_from_host);
+  out << absl::StrFormat(
+      "served from host    %12u bytes (%.1f MiB) over the link in %u buffer uses; %u buffers "
+      "born in host memory (%.1f MiB)\n",
+      r.bytes_served, MiB(r.bytes_served), r.served_from_host, r.born_on_host,
+      MiB(r.bytes_born_on_host));
   out << absl::StrFormat("peak resident       %12u bytes (%.1f MiB)\n", r.peak_resident,
                          MiB(r.peak_resident));
   out << absl::StrFormat("compute             %12.3f ms (modelled)\n", r.compute_us / 1e3);
   out << absl::StrFormat("stall               %12.3f ms (compute stream waiting for swaps)\n",
                          r.stall_us / 1e3);
+  out << absl::StrFormat("serving             %12.3f ms (operations reading served bytes over "
+                         "the link)\n",
+                         r.serve_us / 1e3);
 }
 
 // The exact optimum's line: proven, a schedule found within the time limit,
@@ -359,9 +376,9 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
   // What belady would move knowing the future: the part of the distance to
   // the optimum that is prediction.
   rows.push_back(Row{"oracle", false, RunOne(*trace, *flags, *cap, "oracle", false)});
-  out << absl::StrFormat("\n%-8s %-8s %10s %10s %10s %10s %10s %10s\n", "policy", "prefetch",
-                         "D2H MiB", "H2D MiB", "moved MiB", "x optimum", "stall ms",
-                         "on-demand");
+  out << absl::StrFormat("\n%-8s %-8s %10s %10s %10s %10s %10s %10s %10s\n", "policy",
+                         "prefetch", "D2H MiB", "H2D MiB", "moved MiB", "x optimum", "stall ms",
+                         "on-demand", "served MiB");
   for (const Row& row : rows) {
     out << absl::StrFormat("%-8s %-8s ", row.policy, row.prefetch ? "on" : "off");
     if (!row.result.ok()) {
@@ -375,9 +392,9 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
     } else if (optimum.ok()) {
       ratio = r.bytes_moved() == 0 ? "1.00" : "inf";
     }
-    out << absl::StrFormat("%10.1f %10.1f %10.1f %10s %10.3f %10u\n", MiB(r.bytes_out),
+    out << absl::StrFormat("%10.1f %10.1f %10.1f %10s %10.3f %10u %10.1f\n", MiB(r.bytes_out),
                            MiB(r.bytes_in), MiB(r.bytes_moved()), ratio, r.stall_us / 1e3,
-                           r.on_demand_swap_ins);
+                           r.on_demand_swap_ins, MiB(r.bytes_served));
   }
   if (exact_proven) {
     const ExactOptimum& e = **exact;

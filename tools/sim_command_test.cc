@@ -85,8 +85,16 @@ TEST(SimCommandTest, CompareTableHasEveryRowAndTheBound) {
     EXPECT_NE(text.find(row), std::string::npos) << row << " missing in\n" << text;
   }
   std::ostringstream out2, err2;
-  EXPECT_EQ(RunSim({path, "--limit", "1MiB"}, out2, err2), 1);  // too small: out of memory
+  // Too small, without host-located VMM: out of memory.
+  EXPECT_EQ(RunSim({path, "--limit", "1MiB", "--host-vmm", "off"}, out2, err2), 1);
   EXPECT_NE(err2.str().find("out of memory"), std::string::npos) << err2.str();
+  // With it (the default): both born in host memory and served there.
+  std::ostringstream out4, err4;
+  ASSERT_EQ(RunSim({path, "--limit", "1MiB"}, out4, err4), 0) << err4.str();
+  EXPECT_NE(out4.str().find("served from host        16777216 bytes (16.0 MiB) over the link "
+                            "in 8 buffer uses; 2 buffers born in host memory (4.0 MiB)"),
+            std::string::npos)
+      << out4.str();
   std::ostringstream out3, err3;
   EXPECT_EQ(RunSim({path + ".missing", "--limit", "1MiB"}, out3, err3), 1);
   EXPECT_NE(err3.str().find("cannot open"), std::string::npos) << err3.str();

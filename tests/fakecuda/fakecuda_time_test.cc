@@ -15,6 +15,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <cuda.h>
@@ -31,6 +32,7 @@ constexpr double kT = 200;                 // ms: one modelled transfer
 constexpr size_t kH2D = 12'500'000;        // bytes in kT at 0.0625 GB/s
 constexpr size_t kD2H = 6'250'000;         // bytes in kT at 0.03125 GB/s
 constexpr size_t kGranule = 2u << 20;
+constexpr size_t kPage = 4096;
 constexpr char kModule[] = "tests/fakecuda/test_kernels.so";
 
 double MsSince(Clock::time_point start) {
@@ -209,42 +211,98 @@ TEST_F(FakeCudaTimeTest, AKernelOverlapsACopy) {
   EXPECT_LT(ms, 1.5 * kT);
 }
 
-// A kernel whose pointer reaches host-located VMM memory (a buffer served
-// from host) reads it over the link: the mapping's bytes on the
-// host-to-device engine. The same kernel on device memory does not wait.
-TEST_F(FakeCudaTimeTest, AKernelReachingHostLocatedMemoryUsesTheLink) {
+// Host-located VMM memory (a buffer served from host) of `bytes`, mapped
+// read-write at a device address; Unmap() ends it.
+class HostMapping {
+ public:
+  explicit HostMapping(size_t bytes) : bytes_(bytes) {
+    EXPECT_CU(cuMemAddressReserve(&va_, bytes, 0, 0, 0));
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
+    EXPECT_CU(cuMemCreate(&handle_, bytes, &prop, 0));
+    EXPECT_CU(cuMemMap(va_, bytes, 0, handle_, 0));
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    EXPECT_CU(cuMemSetAccess(va_, bytes, &access, 1));
+  }
+  ~HostMapping() {
+    EXPECT_CU(cuMemUnmap(va_, bytes_));
+    EXPECT_CU(cuMemRelease(handle_));
+    EXPECT_CU(cuMemAddressFree(va_, bytes_));
+  }
+  CUdeviceptr va() const { return va_; }
+
+ private:
+  size_t bytes_;
+  CUdeviceptr va_ = 0;
+  CUmemGenericAllocationHandle handle_ = 0;
+};
+
+// A kernel whose pointer reaches host-located VMM memory reads it over the
+// link, as a GPU does: the pages it touches there, on the host-to-device
+// engine. Of a 64 MiB mapping (whole: 1.07 s at 0.0625 GB/s), one page is
+// charged one page (66 us), all of it the whole; the same kernel on device
+// memory does not wait.
+TEST_F(FakeCudaTimeTest, AKernelReachingHostLocatedMemoryPaysForThePagesItTouches) {
   CUfunction fill = SlowFill();
-  constexpr size_t kBytes = 6 * kGranule;  // about kT at 0.0625 GB/s
-  CUdeviceptr va = 0;
-  ASSERT_CU(cuMemAddressReserve(&va, kBytes, 0, 0, 0));
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
-  CUmemGenericAllocationHandle h;
-  ASSERT_CU(cuMemCreate(&h, kBytes, &prop, 0));
-  ASSERT_CU(cuMemMap(va, kBytes, 0, h, 0));
-  CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  ASSERT_CU(cuMemSetAccess(va, kBytes, &access, 1));
+  constexpr size_t kBytes = 32 * kGranule;
+  constexpr double kWholeMs = kBytes / 0.0625e6;  // 1073.7 ms
+  HostMapping host(kBytes);
   CUstream s = NewStream();
-  int value = 7, n = 16, delay_ms = 0;
-  auto launch_ms = [&](CUdeviceptr out) {
+  int value = 7, delay_ms = 0;
+  auto launch_ms = [&](CUdeviceptr out, int n) {
     void* params[] = {&out, &value, &n, &delay_ms};
     Clock::time_point start = Clock::now();
     EXPECT_CU(cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, s, params, nullptr));
     EXPECT_CU(cuStreamSynchronize(s));
     return MsSince(start);
   };
-  const double host_ms = launch_ms(va);
-  EXPECT_GE(host_ms, 0.95 * kT);
-  EXPECT_LT(launch_ms(Device(0)), 0.5 * kT);
-  int first = 0;
-  ASSERT_CU(cuMemcpyDtoH_v2(&first, va, sizeof(first)));
-  EXPECT_EQ(first, 7);
-  ASSERT_CU(cuMemUnmap(va, kBytes));
-  ASSERT_CU(cuMemRelease(h));
-  ASSERT_CU(cuMemAddressFree(va, kBytes));
+  // One page, in the middle of the mapping.
+  const double one_page_ms = launch_ms(host.va() + kBytes / 2, 1024);
+  EXPECT_LT(one_page_ms, 0.05 * kWholeMs);
+  // Every page.
+  value = 9;
+  const double all_ms = launch_ms(host.va(), static_cast<int>(kBytes / sizeof(int)));
+  EXPECT_GE(all_ms, 0.95 * kWholeMs);
+  EXPECT_LT(all_ms, 1.5 * kWholeMs);
+  EXPECT_LT(launch_ms(Device(0), 16), 0.05 * kWholeMs);
+  // What the kernels wrote is there, through the device address.
+  std::vector<int> words(kBytes / sizeof(int));
+  ASSERT_CU(cuMemcpyDtoH_v2(words.data(), host.va(), kBytes));
+  EXPECT_EQ(words[0], 9);
+  EXPECT_EQ(words[kBytes / 2 / sizeof(int)], 9);
+  EXPECT_EQ(words.back(), 9);
+}
+
+// While a kernel's pages are counted, other threads touching the same
+// mapping proceed (their touches are not the kernel's): the kernel, which
+// touches one page, is charged one page.
+TEST_F(FakeCudaTimeTest, OtherThreadsTouchingAWatchedMappingProceedUncounted) {
+  CUfunction fill = SlowFill();
+  constexpr size_t kBytes = 32 * kGranule;
+  constexpr double kWholeMs = kBytes / 0.0625e6;
+  HostMapping host(kBytes);
+  CUstream s = NewStream();
+  CUdeviceptr out = host.va();
+  int value = 5, n = 16, delay_ms = 300;
+  void* params[] = {&out, &value, &n, &delay_ms};
+  Clock::time_point start = Clock::now();
+  ASSERT_CU(cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, s, params, nullptr));
+  // While it sleeps: this thread writes every page but the kernel's.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto* words = reinterpret_cast<volatile int*>(host.va());
+  for (size_t i = kPage / sizeof(int); i < kBytes / sizeof(int); i += kPage / sizeof(int)) {
+    words[i] = 3;
+  }
+  ASSERT_CU(cuStreamSynchronize(s));
+  const double ms = MsSince(start);
+  EXPECT_GE(ms, 300);
+  EXPECT_LT(ms, 300 + 0.2 * kWholeMs);
+  EXPECT_EQ(words[0], 5);
+  EXPECT_EQ(words[kPage / sizeof(int)], 3);
+  EXPECT_EQ(words[kBytes / sizeof(int) - kPage / sizeof(int)], 3);
 }
 
 TEST_F(FakeCudaTimeTest, EachDeviceHasItsOwnEngines) {

@@ -384,6 +384,41 @@ void SmallWorkThenExit() {
   std::exit(0);
 }
 
+// slow_fill over host-located VMM memory (8 MiB, read-write at a device
+// address): one page, then 2.5 pages straddling three.
+void HostTouchesThenExit() {
+  InitContext();
+  constexpr size_t kMapped = 8u << 20;
+  CUdeviceptr va = 0;
+  CHILD_CU(cuMemAddressReserve(&va, kMapped, 0, 0, 0));
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
+  CUmemGenericAllocationHandle h = 0;
+  CHILD_CU(cuMemCreate(&h, kMapped, &prop, 0));
+  CHILD_CU(cuMemMap(va, kMapped, 0, h, 0));
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CHILD_CU(cuMemSetAccess(va, kMapped, &access, 1));
+  CUmodule module = nullptr;
+  CHILD_CU(cuModuleLoad(&module, kModule));
+  CUfunction fill = nullptr;
+  CHILD_CU(cuModuleGetFunction(&fill, module, kSlowFill));
+  int value = 1, delay_ms = 0;
+  for (auto [offset, n] : {std::pair<size_t, int>{4096 * 100, 1024},
+                           std::pair<size_t, int>{4096 * 200 + 2048, 2560}}) {
+    CUdeviceptr out = va + offset;
+    void* params[] = {&out, &value, &n, &delay_ms};
+    CHILD_CU(cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr));
+    CHILD_CU(cuCtxSynchronize());
+  }
+  CHILD_CU(cuMemUnmap(va, kMapped));
+  CHILD_CU(cuMemRelease(h));
+  CHILD_CU(cuMemAddressFree(va, kMapped));
+  std::exit(0);
+}
+
 constexpr int kThreads = 4;
 constexpr int kMemsetsPerThread = 250;
 
@@ -551,6 +586,30 @@ TEST(FakeCudaTraceTest, StreamsAndCopyEnginesAreTracksOfTheirOperations) {
     EXPECT_GE(c.end() + kSlack, e->end()) << e->name;
     EXPECT_GE(e->args->Num("engine_wait_us"), 0);
   }
+}
+
+// A kernel reaching host-located memory says how much of it it touched
+// (whole pages), and the host-to-device engine carries that much.
+TEST(FakeCudaTraceTest, AKernelsRecordSaysTheHostBytesItTouched) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string path = TmpPath("host_touch.json");
+  std::remove(path.c_str());
+  EXPECT_EXIT(
+      {
+        setenv("FAKECUDA_TRACE", path.c_str(), 1);
+        HostTouchesThenExit();
+      },
+      ::testing::ExitedWithCode(0), "");
+  Trace t;
+  ASSERT_NO_FATAL_FAILURE(LoadTrace(path, &t));
+  std::vector<Slice> kernels = t.Named("testk::slow_fill(int*, int, int, int)");
+  ASSERT_EQ(kernels.size(), 2u);
+  EXPECT_EQ(kernels[0].args->Num("host_bytes_touched"), 4096);
+  EXPECT_EQ(kernels[1].args->Num("host_bytes_touched"), 3 * 4096);
+  std::vector<Slice> one = t.Named("H2D 4 KiB");
+  std::vector<Slice> three = t.Named("H2D 12 KiB");
+  EXPECT_EQ(one.size(), 1u);
+  EXPECT_EQ(three.size(), 1u);
 }
 
 TEST(FakeCudaTraceTest, UnsetWritesNoFile) {

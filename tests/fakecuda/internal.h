@@ -272,10 +272,11 @@ bool IsDeviceRange(CUdeviceptr ptr, size_t bytes);
 bool IsDevicePointer(CUdeviceptr ptr);
 // True when [ptr, ptr+bytes) lies in page-locked host memory.
 bool IsPinnedHost(const void* ptr, size_t bytes);
-// The bytes of the host-located VMM mappings the words point into, each
-// mapping counted once: what a kernel given those pointers reaches over the
-// link (the time model charges it, FAKECUDA_LINK).
-size_t HostMappedBytes(const uint64_t* words, size_t n);
+// Has `touches` watch the host-located VMM mappings the words point into,
+// each once: what a kernel given those pointers reaches over the link, of
+// which the time model charges the pages it touches (FAKECUDA_LINK).
+class HostTouches;
+void WatchHostMapped(const uint64_t* words, size_t n, HostTouches* touches);
 // Whether `p` lies in a VMM mapping (cuMemMap), device- or host-located.
 bool InVmmMapping(CUdeviceptr p);
 
@@ -401,8 +402,11 @@ bool LinkTimed(Link link);
 // start of that window and returns no earlier than its end (later if the
 // move itself takes longer). Called on the stream worker (or the thread that
 // waits for it), which is thereby busy until the copy has completed.
+// `spent`: time the transfer already took on the calling thread (a kernel's
+// page faults while its touches were counted), taken off the window.
 void RunOnCopyEngine(int device, Link link, size_t bytes,
-                     const std::function<void()>& move);
+                     const std::function<void()>& move,
+                     std::chrono::nanoseconds spent = std::chrono::nanoseconds(0));
 
 // The VMM calls FAKECUDA_VMM_LATENCY_US charges: the calling thread is busy
 // for the configured time (on a GPU these are costly host calls), host-

@@ -31,6 +31,7 @@
 #include <cstring>
 #include <unordered_set>
 
+#include "tests/fakecuda/host_touch.h"
 #include "tests/fakecuda/internal.h"
 
 namespace fakecuda {
@@ -377,11 +378,10 @@ bool InVmmMapping(CUdeviceptr p) {
   return Containing(m.mappings, static_cast<uintptr_t>(p), MapSize) != m.mappings.end();
 }
 
-size_t HostMappedBytes(const uint64_t* words, size_t n) {
+void WatchHostMapped(const uint64_t* words, size_t n, HostTouches* touches) {
   Memory& m = GetMemory();
-  std::lock_guard<std::mutex> lock(m.mu);
+  std::lock_guard<std::mutex> lock(m.mu);  // the mappings stay as they are watched
   std::vector<uintptr_t> seen;
-  size_t bytes = 0;
   for (size_t i = 0; i < n; ++i) {
     auto mp = Containing(m.mappings, static_cast<uintptr_t>(words[i]), MapSize);
     if (mp == m.mappings.end() ||
@@ -390,9 +390,8 @@ size_t HostMappedBytes(const uint64_t* words, size_t n) {
       continue;
     }
     seen.push_back(mp->first);
-    bytes += mp->second.size;
+    touches->Watch(mp->first, mp->second.size, mp->second.prot);
   }
-  return bytes;
 }
 
 }  // namespace fakecuda
@@ -772,7 +771,11 @@ FAKECUDA_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   int device = h->prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE
                    ? h->prop.location.id
                    : 0;
-  m.mappings[p] = Mapping{size, h, false, device};
+  Mapping mapping;
+  mapping.size = size;
+  mapping.handle = h;
+  mapping.device = device;  // no access (prot) until cuMemSetAccess
+  m.mappings[p] = mapping;
   return CUDA_SUCCESS;
 }
 
@@ -810,6 +813,8 @@ FAKECUDA_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size,
     if (q > p + size) return CUDA_ERROR_INVALID_VALUE;
   }
   latency.set_mappings(static_cast<int>(covered.size()));
+  // A kernel's page counting lets go of them first (host_touch.h).
+  ForgetHostTouches(p, size);
   // Read-write over whole handles: each mapping borrows its handle's page
   // tables where it can; the rest get their access by mprotect.
   uintptr_t q = p;
@@ -859,6 +864,8 @@ FAKECUDA_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   }
   latency.set_mappings(static_cast<int>(bases.size()));
   if (bases.empty()) return CUDA_SUCCESS;
+  // A kernel's page counting lets go of them first (host_touch.h).
+  for (uintptr_t b : bases) ForgetHostTouches(b, m.mappings[b].size);
   for (uintptr_t b : bases) {
     Handle* h = m.mappings[b].handle;
     Home* home = HomeLentTo(h, b);

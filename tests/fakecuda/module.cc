@@ -10,8 +10,10 @@
 #include <cstring>
 #include <unordered_set>
 
-#include "tests/fakecuda/module_abi.h"
+#include "tests/fakecuda/host_touch.h"
 #include "tests/fakecuda/internal.h"
+#include "tests/fakecuda/module_abi.h"
+#include "tests/fakecuda/trace.h"
 
 namespace fakecuda {
 namespace {
@@ -159,25 +161,31 @@ CUresult KernelNode(CUfunction f, fakecuda_dim3 grid, fakecuda_dim3 block,
     auto invoke = [&] { k->invoke(k->fn, packed->data(), grid, block); };
     // Under FAKECUDA_LINK, a kernel whose pointer parameters reach
     // host-located VMM memory (a buffer served from host) reads it over the
-    // link, as on a GPU (about 50 GB/s on an H200): each such mapping whole,
-    // once, on the host-to-device engine before the kernel runs.
-    size_t bytes = 0;
-    if (LinkTimed(Link::kHostToDevice) && s != nullptr) {
-      std::vector<uint64_t> words;
-      for (unsigned i = 0; i < k->num_params; ++i) {
-        if (k->param_sizes[i] != sizeof(uint64_t)) continue;
-        uint64_t w;
-        std::memcpy(&w, packed->data() + k->param_offsets[i], sizeof(w));
-        words.push_back(w);
-      }
-      bytes = HostMappedBytes(words.data(), words.size());
-    }
-    if (bytes == 0) {
+    // link, as on a GPU (about 50 GB/s on an H200): the pages it touches
+    // there (host_touch.h), on the host-to-device engine once it has run.
+    if (!LinkTimed(Link::kHostToDevice) || s == nullptr) {
       invoke();
       return;
     }
-    RunOnCopyEngine(s->context()->device, Link::kHostToDevice, bytes, [] {});
+    std::vector<uint64_t> words;
+    for (unsigned i = 0; i < k->num_params; ++i) {
+      if (k->param_sizes[i] != sizeof(uint64_t)) continue;
+      uint64_t w;
+      std::memcpy(&w, packed->data() + k->param_offsets[i], sizeof(w));
+      words.push_back(w);
+    }
+    HostTouches touches;
+    WatchHostMapped(words.data(), words.size(), &touches);
+    if (touches.empty()) {
+      invoke();
+      return;
+    }
     invoke();
+    const HostTouches::Result touched = touches.Finish();
+    NoteHostBytesTouched(touched.bytes);  // the kernel's trace record
+    // The time the counting's faults took is the link's time already spent.
+    RunOnCopyEngine(s->context()->device, Link::kHostToDevice, touched.bytes, [] {},
+                    touched.faults);
   };
   out->label = OpLabel{OpKind::kKernel};
   out->label.name = k->name;

@@ -92,6 +92,8 @@ void Stream::RunTraced(Op& op) {
   if (op.work) op.work();
   SetCurrentStreamTrack(0);
   t.end_ns = TraceNowNs();
+  const size_t host_bytes = TakeHostBytesTouched();
+  if (t.label.kind == OpKind::kKernel) t.label.bytes = host_bytes;
   // Recorded before the operation counts as completed: a module is unloaded,
   // and the kernel name freed, only once its launches have completed.
   TraceStreamOp(t);

@@ -55,7 +55,8 @@ Clock::duration TransferTime(size_t bytes, double bytes_per_s) {
 bool LinkTimed(Link link) { return BytesPerSecond(link) > 0; }
 
 void RunOnCopyEngine(int device, Link link, size_t bytes,
-                     const std::function<void()>& move) {
+                     const std::function<void()>& move,
+                     std::chrono::nanoseconds spent) {
   double bw = BytesPerSecond(link);
   if (bw <= 0 || device < 0 || device >= DeviceCount()) {
     move();
@@ -67,7 +68,9 @@ void RunOnCopyEngine(int device, Link link, size_t bytes,
     std::lock_guard<std::mutex> lock(engine.mu);
     reached = Clock::now();
     start = std::max(reached, engine.free_at);
-    end = start + TransferTime(bytes, bw);
+    end = start + std::max<Clock::duration>(
+                      TransferTime(bytes, bw) - std::chrono::duration_cast<Clock::duration>(spent),
+                      Clock::duration::zero());
     engine.free_at = end;
   }
   // Sleeping, not spinning: a DMA engine does not use a core.

@@ -308,7 +308,11 @@ bool WriteJson(FILE* f, const std::deque<Record>& records,
     if (r.op_kind == OpKind::kCopy || r.op_kind == OpKind::kMemset) {
       w.S(",\"bytes\":").U(r.bytes);
     }
-    if (r.op_kind == OpKind::kKernel) w.S(",\"symbol\":").Q(names[r.name]);
+    if (r.op_kind == OpKind::kKernel) {
+      w.S(",\"symbol\":").Q(names[r.name]);
+      // Host-located memory it read over the link (pages touched).
+      if (r.bytes > 0) w.S(",\"host_bytes_touched\":").U(r.bytes);
+    }
     w.S("}}");
   }
   if (dropped > 0) {
@@ -385,6 +389,20 @@ uint32_t TraceStreamTrack(const void* handle, StreamKind kind, int device) {
 }
 
 uint32_t CurrentStreamTrack() { return t_current_track; }
+
+namespace {
+thread_local size_t t_host_bytes_touched = 0;
+}  // namespace
+
+void NoteHostBytesTouched(size_t bytes) {
+  if (TraceEnabled()) t_host_bytes_touched += bytes;
+}
+
+size_t TakeHostBytesTouched() {
+  size_t bytes = t_host_bytes_touched;
+  t_host_bytes_touched = 0;
+  return bytes;
+}
 void SetCurrentStreamTrack(uint32_t track) { t_current_track = track; }
 
 namespace {

@@ -60,6 +60,13 @@ uint32_t TraceStreamTrack(const void* handle, StreamKind kind, int device);
 uint32_t CurrentStreamTrack();
 void SetCurrentStreamTrack(uint32_t track);
 
+// The kernel the calling thread runs touched `bytes` of host-located memory
+// (host_touch.h): its record says so. Read and reset by the stream worker
+// once the operation has run (TakeHostBytesTouched); cheap when tracing is
+// off.
+void NoteHostBytesTouched(size_t bytes);
+size_t TakeHostBytesTouched();
+
 // One operation of the stream whose track is `track`: submitted at
 // `enqueued_ns`, at the head of its stream from `ready_ns`, held until
 // `start_ns` by dependencies (the last of which was `held_by`'s, 0 if none
