@@ -100,7 +100,7 @@ struct Options {
   int seq = 32;
   int batch = 2;
   int vocab = 1024;
-  int buckets = 32768;
+  int buckets = 49152;
   int experts = 16;
   int ffn = 1024;
   int eval_every = 2;
@@ -128,7 +128,7 @@ constexpr char kUsage[] =
     "  --seq N           tokens per sequence (default 32)\n"
     "  --batch N         sequences per micro-batch (default 2)\n"
     "  --vocab N         vocabulary, at least 2 (default 1024)\n"
-    "  --buckets N       embedding rows (default 32768)\n"
+    "  --buckets N       embedding rows (default 49152)\n"
     "  --experts N       mixture-of-experts experts (default 16)\n"
     "  --ffn N           expert hidden width (default 1024)\n"
     "  --eval-every N    evaluate after every Nth step (default 2)\n"
@@ -452,7 +452,7 @@ class TensorMemory {
       CU_CHECK(cuMemAlloc, &p, bytes);
     }
     std::lock_guard<std::mutex> lock(mu_);
-    live_[p] = {bytes, stream};
+    live_[p] = Live{bytes, stream, {}};
     charged_ += Charge(bytes);
     peak_charged_ = std::max(peak_charged_, charged_);
     return p;
@@ -475,6 +475,13 @@ class TensorMemory {
     if (mode_ == AllocMode::kCaching) {
       caching_.Free(p);
     } else if (torch_free_ != nullptr) {
+      for (CUstream use : live.uses) {
+        CUevent used;
+        CU_CHECK(cuEventCreate, &used, CU_EVENT_DISABLE_TIMING);
+        CU_CHECK(cuEventRecord, used, use);
+        CU_CHECK(cuStreamWaitEvent, live.stream, used, 0);
+        CU_CHECK(cuEventDestroy, used);
+      }
       torch_free_(reinterpret_cast<void*>(p),
                   static_cast<ssize_t>(live.bytes), 0, live.stream);
     } else {
@@ -482,11 +489,19 @@ class TensorMemory {
     }
   }
 
-  // The tensor is used on `stream` too. Per-tensor: nothing to do (PyTorch's
-  // pluggable allocator calls nothing; stensor orders the free behind every
-  // use it saw).
+  // The tensor is used on `stream` too. Caching: Tensor.record_stream.
+  // Per-tensor: PyTorch's pluggable allocator ignores record_stream and
+  // frees on the allocation's stream, so the program orders that stream
+  // after the other one's use before the free (loader.wait_stream(compute)),
+  // as a careful user must: without it the driver's stream-ordered free
+  // releases the memory while the other stream still reads it.
   void RecordStream(Ptr p, CUstream stream) {
-    if (mode_ == AllocMode::kCaching) caching_.RecordStream(p, stream);
+    if (mode_ == AllocMode::kCaching) {
+      caching_.RecordStream(p, stream);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.at(p).uses.push_back(stream);
   }
 
   void EmptyCache() {
@@ -512,6 +527,7 @@ class TensorMemory {
   struct Live {
     size_t bytes;
     CUstream stream;
+    std::vector<CUstream> uses;  // other streams (per-tensor mode)
   };
 
   // What a cap charges a tensor of its own: granules from half a granule
