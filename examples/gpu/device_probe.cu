@@ -251,12 +251,26 @@ int TimeRanges() {
     whole_unmap.push_back(Micros(t2, t3));
   }
   OK(cuMemRelease(big));
+  // Creating and releasing one 64 MiB handle: what a pooled chunk of the
+  // wrong size costs to replace.
+  std::vector<double> whole_create, whole_release;
+  for (int r = 0; r < kRounds; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    OK(cuMemCreate(&big, bytes, &prop, 0));
+    auto t1 = std::chrono::steady_clock::now();
+    OK(cuMemRelease(big));
+    auto t2 = std::chrono::steady_clock::now();
+    whole_create.push_back(Micros(t0, t1));
+    whole_release.push_back(Micros(t1, t2));
+  }
   OK(cuMemAddressFree(va, bytes));
   std::printf(", \"range_64mib_us\": {\"map_32_granules\": %.1f, \"set_access_once\": %.1f, "
               "\"set_access_per_granule\": %.1f, \"unmap_once\": %.1f, \"one_handle_map\": %.1f, "
-              "\"one_handle_set_access\": %.1f, \"one_handle_unmap\": %.1f}",
+              "\"one_handle_set_access\": %.1f, \"one_handle_unmap\": %.1f, "
+              "\"one_handle_create\": %.1f, \"one_handle_release\": %.1f}",
               Of(map_each).p50, Of(access_once).p50, Of(access_each).p50, Of(unmap_once).p50,
-              Of(whole_map).p50, Of(whole_access).p50, Of(whole_unmap).p50);
+              Of(whole_map).p50, Of(whole_access).p50, Of(whole_unmap).p50, Of(whole_create).p50,
+              Of(whole_release).p50);
   return 0;
 }
 
