@@ -282,12 +282,27 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
   if (vmm_sized && !taken_over && !over_cap) {
     taken_over = TakeKept(dev, *b) || TakeOverGarbage(dev, *b);
   }
+  // With host-located VMM, a small one finding no room under the cap is
+  // no refusal either: made a buffer of one granule, born on the host
+  // (below), it is swapped in when a granule is free.
+  const bool small_fallback = !vmm_sized && dev.host_vmm && dev.granularity != 0;
+  bool small_on_host = false;
+  if (!vmm_sized) {
+    b->reserved = AlignUp(bytes, kSmallUnit);
+    serve_fallback_ = small_fallback;
+    CUresult r = MakeRoom(dev, b->reserved);
+    serve_fallback_ = false;
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && small_fallback) {
+      small_on_host = true;
+      b->reserved = AlignUp(bytes, dev.granularity);
+    } else if (r != CUDA_SUCCESS) {
+      return r;
+    }
+  }
   if (taken_over) {
     b->vmm = true;
-  } else if (!vmm_sized) {
+  } else if (!vmm_sized && !small_on_host) {
     // Too small to map on its own: the driver's allocator, charged, kept.
-    b->reserved = AlignUp(bytes, kSmallUnit);
-    if (CUresult r = MakeRoom(dev, b->reserved); r != CUDA_SUCCESS) return r;
     TrimDriverPool(dev);
     CUresult r;
     while ((r = driver_->cuMemAlloc_v2(&b->base, bytes)) == CUDA_ERROR_OUT_OF_MEMORY) {
@@ -307,7 +322,7 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
     }
     b->va_reserved = true;
     serve_fallback_ = dev.host_vmm;  // no room is no refusal: born on the host
-    CUresult r = over_cap ? CUDA_ERROR_OUT_OF_MEMORY : MapDevice(dev, *b);
+    CUresult r = over_cap || small_on_host ? CUDA_ERROR_OUT_OF_MEMORY : MapDevice(dev, *b);
     serve_fallback_ = false;
     // No room for it on the device: born on the host, swapped out, its
     // (zeroed) host copy mapped at its address, served from there. (Not
@@ -370,7 +385,10 @@ bool MemoryManager::Swappable(uint64_t bytes) {
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return false;
   MutexLock lock(&mu_);
   const Device& dev = DeviceState(ordinal);
-  return dev.granularity != 0 && bytes >= dev.granularity / 2 && bytes <= dev.cap;
+  if (dev.granularity == 0) return false;
+  if (bytes >= dev.granularity / 2) return bytes <= dev.cap;
+  const uint64_t charge = AlignUp(bytes, kSmallUnit);
+  return dev.host_vmm && (charge > dev.cap || dev.used > dev.cap - charge);
 }
 
 bool MemoryManager::Owns(CUdeviceptr base) const {

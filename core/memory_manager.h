@@ -186,9 +186,12 @@ class MemoryManager {
   // leaving fewer (cuMemPoolTrimTo's promise; a chunk goes whole); chunks
   // still mapped at an old address stay. Returns the bytes released.
   uint64_t ReleaseIdlePooled(int device, uint64_t keep) ABSL_LOCKS_EXCLUDED(mu_);
-  // Whether Allocate(bytes) on the current context's device would make a
-  // VMM-backed, swappable buffer (at least half the granularity, at most the
-  // cap); false also when the device cannot be told.
+  // Whether a stream-ordered allocation of `bytes` on the current context's
+  // device is stensor's to serve with Allocate: one that makes a swappable
+  // buffer (at least half the granularity, at most the cap), or, with
+  // host-located VMM, a smaller one finding the cap full (Allocate makes
+  // room for it, or serves it from host memory; the driver's pool would
+  // refuse it). False also when the device cannot be told.
   bool Swappable(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // Allocations the driver makes itself under the cap (cuMemAllocPitch,
   // stream-ordered pools): never swapped, but counted. Reserve makes room

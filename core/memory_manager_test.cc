@@ -274,6 +274,48 @@ TEST_F(MemoryManagerTest, S402SmallAllocationIsChargedInPagesAndNeverSwapped) {
   EXPECT_EQ(FreeBytes(*mm), kCap);
 }
 
+bool HostVmm();  // memory_manager_bounds_test.cc
+
+// A cap full of small buffers (never swapped): with host-located VMM one
+// more is no refusal but a buffer of one granule born in host memory,
+// right to the byte, brought in when a granule is free; without, out of
+// memory as the driver would say.
+TEST_F(MemoryManagerTest, SmallAllocationFindingTheCapFullIsBornOnTheHost) {
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  constexpr uint64_t kSmall = 512 * 1024;
+  std::vector<CUdeviceptr> held;
+  for (uint64_t id = 1; id <= 12; ++id) {  // 6 MiB of them
+    held.push_back(Alloc(*mm, id, kSmall));
+    Write(*mm, id, held.back(), id, kSmall);
+  }
+  EXPECT_EQ(FreeBytes(*mm), 0u);
+  CUdeviceptr extra = 0;
+  const CUresult r = mm->Allocate(kSmall, &extra, [](CUdeviceptr) { return uint64_t{20}; });
+  auto free_held = [&] {
+    Settle();
+    for (CUdeviceptr p : held) EXPECT_CU(mm->Free(p));
+  };
+  if (!HostVmm()) {
+    EXPECT_EQ(r, CUDA_ERROR_OUT_OF_MEMORY);
+    free_held();
+    return;
+  }
+  ASSERT_CU(r);
+  EXPECT_LE(Peak(), kCap);
+  Write(*mm, 20, extra, 20, kSmall);  // served from the host copy
+  EXPECT_GE(mm->stats().served_from_host, 1u);
+  ExpectData(*mm, 1, held[0], 1, kSmall);
+  // Room for its granule: it comes in, every byte its own.
+  FreeAll(*mm, {held[0], held[1], held[2], held[3]});
+  held.erase(held.begin(), held.begin() + 4);
+  ExpectData(*mm, 20, extra, 20, kSmall);
+  EXPECT_LE(Peak(), kCap);
+  held.push_back(extra);
+  free_held();
+  EXPECT_EQ(FreeBytes(*mm), kCap);
+}
+
 // --- S405 --------------------------------------------------------------------
 
 // S405: the cap is full and nothing is clean or garbage, so the least
@@ -1262,8 +1304,6 @@ TEST_F(MemoryManagerTest, AllocationWaitsForAnotherThreadsOperation) {
   Settle();
 }
 
-bool HostVmm();
-
 TEST_F(MemoryManagerTest, PinnedBuffersAreNeverEvictedOomWhenNothingIsLeft) {
   auto mm = Make("6MiB");
   ASSERT_NE(mm, nullptr);
@@ -1302,9 +1342,17 @@ TEST_F(MemoryManagerTest, PinnedBuffersAreNeverEvictedOomWhenNothingIsLeft) {
   EXPECT_EQ(mm->stats().ooms, ooms);
   EXPECT_EQ(mm->stats().swap_outs_copied, 1u);
   EXPECT_EQ(Used(), used);
-  // A small allocation needs room too (never host memory: the driver's).
-  EXPECT_EQ(mm->Allocate(1000, &e, kUntracked), CUDA_ERROR_OUT_OF_MEMORY);
-  EXPECT_EQ(mm->stats().ooms, ooms + 1);
+  // A small allocation likewise: a granule born in host memory, or refused.
+  if (HostVmm()) {
+    ASSERT_CU(mm->Allocate(1000, &e, kUntracked));
+    EXPECT_CU(mm->Free(e));
+    e = 0;
+    EXPECT_EQ(mm->stats().ooms, ooms);
+  } else {
+    EXPECT_EQ(mm->Allocate(1000, &e, kUntracked), CUDA_ERROR_OUT_OF_MEMORY);
+    EXPECT_EQ(mm->stats().ooms, ooms + 1);
+  }
+  EXPECT_EQ(Used(), used);
   mm->Finish(pin_all, {}, nullptr, /*submitted=*/true);
   Settle();
 

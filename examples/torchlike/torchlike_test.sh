@@ -47,11 +47,7 @@ full=${TORCHLIKE_FULL:-0}
 # either variable empty in the environment to make them fail the test.
 #
 # KNOWN_FAILURES: cases (MODE-PCT-vHOSTVMM) that fail.
-#   pertensor-eager-25-v1: refused with host VMM on: stensor_torch_malloc of
-#     a 512 KiB tensor returns null (tensors under half a granule are never
-#     swapped and count against the cap; the 32 experts' weights and AdamW
-#     moments alone are 48 MiB of them, above the 43 MiB cap).
-KNOWN_FAILURES=${KNOWN_FAILURES-"pertensor-eager-25-v1"}
+KNOWN_FAILURES=${KNOWN_FAILURES-""}
 # KNOWN_PEAK_OVERSHOOT: modes whose device high-water mark may exceed
 #   STENSOR_MEMORY_LIMIT (by up to about 300 KB, depending on timing) while
 #   their output is still right: per-tensor tensors under half a granule are
