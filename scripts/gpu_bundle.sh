@@ -5,7 +5,7 @@
 #   libstensor.so and the stensor tool, with the shared libraries they link
 #     beside them (RUNPATH $ORIGIN: abseil, libstdc++; not glibc or the
 #     driver), debug sections stripped;
-#   mlp_train and transformer_train with their kernels as fatbins for sm_80
+#   mlp_train, transformer_train and torchlike_train with their kernels as fatbins for sm_80
 #     and sm_90 (for --module), and their host-kernel modules for a dry run
 #     on the fake driver;
 #   runtime_probe, built by nvcc with the static CUDA runtime (it reaches
@@ -38,6 +38,7 @@ nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
 scripts/setup.sh
 bazel build //interpose:libstensor.so //examples/mlp:mlp_train //examples/mlp:mlp_kernels_host.so \
   //examples/transformer:transformer_train //examples/transformer:transformer_kernels_host.so \
+  //examples/torchlike:torchlike_train //examples/torchlike:torchlike_kernels_host.so \
   //tests:hooks_all //tests/fakecuda:test_kernels.so //tools:stensor //tests/fakecuda:libcuda.so.1
 bin=$(bazel info bazel-bin 2>/dev/null)
 
@@ -45,7 +46,8 @@ rm -rf "$out"
 mkdir -p "$out/fake"
 install -m 755 "$bin/interpose/libstensor.so" "$bin/tools/stensor" "$bin/examples/mlp/mlp_train" \
   "$bin/examples/mlp/mlp_kernels_host.so" "$bin/examples/transformer/transformer_train" \
-  "$bin/examples/transformer/transformer_kernels_host.so" "$bin/tests/hooks_all" \
+  "$bin/examples/transformer/transformer_kernels_host.so" "$bin/examples/torchlike/torchlike_train" \
+  "$bin/examples/torchlike/torchlike_kernels_host.so" "$bin/tests/hooks_all" \
   "$bin/tests/fakecuda/test_kernels.so" scripts/gpu_check.sh examples/gpu/torch_check.py "$out/"
 strip --strip-debug "$out/libstensor.so" "$out/stensor"
 mkdir -p "$out/python/stensor"
@@ -55,14 +57,16 @@ install -m 755 "$bin/tests/fakecuda/libcuda.so.1" "$out/fake/"
 # The shared libraries the bundle's programs link, beside them: what a
 # machine with only a driver may lack (glibc and the driver it has).
 elves=("$out/libstensor.so" "$out/stensor" "$out/mlp_train" "$out/mlp_kernels_host.so"
-  "$out/transformer_train" "$out/transformer_kernels_host.so" "$out/hooks_all" "$out/test_kernels.so")
+  "$out/transformer_train" "$out/transformer_kernels_host.so" "$out/torchlike_train"
+  "$out/torchlike_kernels_host.so" "$out/hooks_all" "$out/test_kernels.so")
 for elf in "${elves[@]}"; do
   LD_LIBRARY_PATH="$bin/tests/fakecuda" ldd "$elf" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' |
     grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcuda)\.so' || true
 done | sort -u | while read -r lib; do
   install -m 644 "$(readlink -f "$lib")" "$out/$(basename "$lib")"
 done
-for elf in "$out"/*.so* "$out/stensor" "$out/mlp_train" "$out/transformer_train" "$out/hooks_all"; do
+for elf in "$out"/*.so* "$out/stensor" "$out/mlp_train" "$out/transformer_train" \
+    "$out/torchlike_train" "$out/hooks_all"; do
   patchelf --set-rpath '$ORIGIN' "$elf"
 done
 
@@ -72,6 +76,8 @@ done
   -o "$out/mlp_kernels.fatbin" examples/mlp/mlp_kernels.cu
 "$nvcc" -fatbin -O3 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
   -o "$out/transformer_kernels.fatbin" examples/transformer/transformer_kernels.cu
+"$nvcc" -fatbin -O3 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+  -o "$out/torchlike_kernels.fatbin" examples/torchlike/torchlike_kernels.cu
 "$nvcc" -fatbin -O3 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
   -o "$out/hooks_kernels.fatbin" tests/gpu/hooks_kernels.cu
 for probe in runtime_probe device_probe; do
@@ -98,7 +104,7 @@ toolkit=$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
 } > "$out/MANIFEST"
 # Every library the programs need is in the bundle or the base system.
 for elf in "$out/libstensor.so" "$out/stensor" "$out/mlp_train" "$out/transformer_train" \
-    "$out/hooks_all" "$out/runtime_probe" "$out/device_probe"; do
+    "$out/torchlike_train" "$out/hooks_all" "$out/runtime_probe" "$out/device_probe"; do
   if LD_LIBRARY_PATH= ldd "$elf" | grep 'not found' | grep -v libcuda; then
     echo "gpu_bundle.sh: $elf misses a library" >&2
     exit 1

@@ -16,6 +16,9 @@
 #               its working set (checksums, steps per second, bytes moved,
 #               reads served from host), and on unified memory
 #   transformer transformer_train likewise (no unified-memory run)
+#   torchlike   examples/torchlike likewise (PyTorch-shaped: its caching
+#               allocator, fused AdamW, pointer tables), eager and with the
+#               whole step as one CUDA graph (torchlike_graph)
 #   runtime_program  a static-cudart program intercepted through cuGetProcAddress
 #   hooks       tests/hooks_all on the real driver: every refused argument's
 #               CUresult against the fake driver's answers (recorded in the
@@ -42,7 +45,8 @@
 set -uo pipefail
 dir=$(cd "$(dirname "$0")" && pwd)
 out=$dir/gpu_check.json dry=0 quick=0 only= keep=
-sections=(device vmm bandwidth mapped launch mlp transformer runtime_program hooks nvml torch)
+sections=(device vmm bandwidth mapped launch mlp transformer torchlike torchlike_graph
+  runtime_program hooks nvml torch)
 while (($#)); do
   case $1 in
     --out) out=${2:?--out needs a file}; shift ;;
@@ -96,18 +100,20 @@ else
   read -r _ driver _ runtime < "$work/version.txt"
 fi
 if ((quick)); then
-  caps=(50 25) steps_mlp=10 steps_tf=6
+  caps=(50 25) steps_mlp=10 steps_tf=6 steps_tl=4
 else
-  caps=(100 75 50 25) steps_mlp=20 steps_tf=10
+  caps=(100 75 50 25) steps_mlp=20 steps_tf=10 steps_tl=6
 fi
 if ((dry)); then
   mlp_flags=(--hidden 512 --layers 2) tf_flags=(--layers 2 --dim 128 --seq 64 --batch 4)
-  steps_mlp=6 steps_tf=4
+  steps_mlp=6 steps_tf=4 steps_tl=3
   mlp_module=$dir/mlp_kernels_host.so tf_module=$dir/transformer_kernels_host.so
+  tl_module=$dir/torchlike_kernels_host.so
   hooks_module=$dir/test_kernels.so
 else
   mlp_flags=(--hidden 4096 --layers 8) tf_flags=(--layers 4 --dim 512 --seq 256 --batch 8)
   mlp_module=$dir/mlp_kernels.fatbin tf_module=$dir/transformer_kernels.fatbin
+  tl_module=$dir/torchlike_kernels.fatbin
   hooks_module=$dir/hooks_kernels.fatbin
 fi
 
@@ -210,6 +216,12 @@ model() {
 }
 sec_mlp() { model mlp_train "$mlp_module" "$steps_mlp" 1 "${mlp_flags[@]}"; }
 sec_transformer() { model transformer_train "$tf_module" "$steps_tf" 0 "${tf_flags[@]}"; }
+sec_torchlike() { model torchlike_train "$tl_module" "$steps_tl" 0 --alloc caching --graphs eager; }
+# The same program under another name, so that its runs' files are its own.
+sec_torchlike_graph() {
+  [[ -e $dir/torchlike_graph ]] || ln -s torchlike_train "$dir/torchlike_graph" 2> /dev/null
+  model torchlike_graph "$tl_module" "$steps_tl" 0 --alloc caching --graphs step
+}
 
 sec_runtime_program() {
   gpu_only && return
@@ -366,14 +378,15 @@ sec_torch() {
 # Each section in its own shell under its own limit; what it printed is
 # kept only if it is one JSON value.
 declare -A limit=([device]=60 [vmm]=60 [bandwidth]=60 [mapped]=60 [launch]=90 [mlp]=150
-  [transformer]=120 [runtime_program]=60 [hooks]=90 [nvml]=60 [torch]=240)
+  [transformer]=120 [torchlike]=120 [torchlike_graph]=120 [runtime_program]=60 [hooks]=90 [nvml]=60 [torch]=240)
 for s in "${sections[@]}"; do
   if [[ -n $only && ",$only," != *",$s,"* ]]; then
     continue
   fi
   t0=$(date +%s)
   timeout "${limit[$s]}" bash -c "$(declare -f); $(declare -p dir work dry quick preload caps \
-    steps_mlp steps_tf mlp_flags tf_flags mlp_module tf_module hooks_module 2> /dev/null); sec_$s" \
+    steps_mlp steps_tf steps_tl mlp_flags tf_flags mlp_module tf_module tl_module hooks_module \
+    2> /dev/null); sec_$s" \
     > "$work/sec.$s.json" 2> "$work/sec.$s.err"
   rc=$?
   if ((rc == 124)); then
@@ -418,7 +431,7 @@ for k in ("vmm", "bandwidth", "mapped", "launch", "runtime_program", "hooks"):
     if k in r:
         s = json.dumps(r[k])
         print(f"  {k:<11} {s[:150]}{'...' if len(s) > 150 else ''}")
-for k in ("mlp", "transformer", "torch"):
+for k in ("mlp", "transformer", "torchlike", "torchlike_graph", "torch"):
     m = r.get(k)
     if not isinstance(m, dict): continue
     if "error" in m or "skipped" in m or m.get("import") is False:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu_check.sh --dry-run on the fake driver, from a bundle laid out as
 # scripts/gpu_bundle.sh lays it out (without the nvcc-built probes, whose
-# sections say so): one JSON file; mlp_train and transformer_train give the
+# sections say so): one JSON file; mlp_train, transformer_train and
+# torchlike_train (eager, and its whole step as one graph) give the
 # plain run's checksum preloaded and under every cap they finish at, and
 # swap under the caps; hooks_all's answers are the fake's own, unchanged by
 # stensor; a section that cannot run reports why and the rest still run;
@@ -36,7 +37,9 @@ for s in ("device", "vmm", "bandwidth"):
 for s in ("mapped", "launch", "runtime_program"):
     assert r[s] == {"skipped": "needs a GPU"}, (s, r[s])
 for model, must_finish in (("mlp", ("cap100", "cap75", "cap50", "cap25")),
-                           ("transformer", ("cap100", "cap75", "cap50"))):
+                           ("transformer", ("cap100", "cap75", "cap50")),
+                           ("torchlike", ("cap100", "cap75", "cap50", "cap25")),
+                           ("torchlike_graph", ("cap100", "cap75", "cap50"))):
     m = r[model]
     assert m["working_set_bytes"] > 0, m
     plain = m["plain"]["checksum"]
