@@ -1,9 +1,10 @@
 // The per-thread work of the transformer example's kernels: one function per
-// kernel that computes the output element(s) of global thread index `i`.
-// The CUDA kernels (transformer_kernels.cu) call it for their own thread; the
-// host twins (transformer_kernels_host.cc) call it for every thread of the
-// grid, except the matrix products and the embedding gradient, which they
-// compute with cache-friendly loops that keep the same order of terms.
+// kernel that computes the output element(s) of global thread index `i`
+// (those of the kernels it shares with other examples are in
+// examples/common/thread_ops.h). The CUDA kernels (transformer_kernels.cu)
+// call it for their own thread; the host twins (transformer_kernels_host.cc)
+// call it for every thread of the grid, except the embedding gradient, which
+// they compute with a cache-friendly loop that keeps the same order of terms.
 //
 // Shapes, row-major: rows = batch * seq tokens; `qkv` is [rows, 3 dim] with
 // q, k, v side by side per row; `probs` is [batch, seq, seq], causal (zero
@@ -21,12 +22,6 @@
 namespace tfm {
 
 constexpr float kLayerNormEpsilon = 1e-5f;
-
-// Threads: n. w[i] = scale * N(0, 1) from the hash RNG stream `seed`.
-TFM_HOST_DEVICE inline void InitParamsThread(long long i, float* w,
-                                             unsigned seed, float scale) {
-  w[i] = InitialParam(seed, static_cast<int>(i), scale);
-}
 
 // Threads: batch * (seq + 1). The training tokens of step `step`.
 TFM_HOST_DEVICE inline void SynthTokensThread(long long i, int* tokens, int seq,
@@ -125,60 +120,6 @@ TFM_HOST_DEVICE inline void LayerNormBackwardThread(
     }
     dgain[d] = sum_gain;
     dbias[d] = sum_bias;
-  }
-}
-
-// Threads: rows * out. y = x w + b: x [rows, in], w [in, out], y [rows, out];
-// each sum starts from the bias.
-TFM_HOST_DEVICE inline void MatmulForwardThread(long long i, const float* x,
-                                                const float* w, const float* b,
-                                                float* y, int in, int out) {
-  const long long row = i / out;
-  const int col = static_cast<int>(i % out);
-  const float* xr = x + row * in;
-  float acc = b[col];
-  for (int k = 0; k < in; ++k) {
-    acc = MulAdd(acc, xr[k], w[static_cast<long long>(k) * out + col]);
-  }
-  y[i] = acc;
-}
-
-// Threads: rows * in. dx = dy w^T.
-TFM_HOST_DEVICE inline void MatmulBackwardInputThread(long long i,
-                                                      const float* dy,
-                                                      const float* w, float* dx,
-                                                      int in, int out) {
-  const long long row = i / in;
-  const int k = static_cast<int>(i % in);
-  const float* dyr = dy + row * out;
-  const float* wr = w + static_cast<long long>(k) * out;
-  float acc = 0.0f;
-  for (int j = 0; j < out; ++j) acc = MulAdd(acc, dyr[j], wr[j]);
-  dx[i] = acc;
-}
-
-// Threads: in * out + out. dw = x^T dy and db = column sums of dy, over the
-// rows in ascending order. Overwrites.
-TFM_HOST_DEVICE inline void MatmulBackwardParamsThread(
-    long long i, const float* x, const float* dy, float* dw, float* db,
-    int rows, int in, int out) {
-  const long long weights = static_cast<long long>(in) * out;
-  if (i < weights) {
-    const int k = static_cast<int>(i / out);
-    const int col = static_cast<int>(i % out);
-    float acc = 0.0f;
-    for (int r = 0; r < rows; ++r) {
-      acc = MulAdd(acc, x[static_cast<long long>(r) * in + k],
-                   dy[static_cast<long long>(r) * out + col]);
-    }
-    dw[i] = acc;
-  } else if (i < weights + out) {
-    const int col = static_cast<int>(i - weights);
-    float acc = 0.0f;
-    for (int r = 0; r < rows; ++r) {
-      acc = Add(acc, dy[static_cast<long long>(r) * out + col]);
-    }
-    db[col] = acc;
   }
 }
 
@@ -312,24 +253,6 @@ TFM_HOST_DEVICE inline void AttentionBackwardQkThread(long long i,
     }
     dqkv[row * stride + dim + d] = acc;
   }
-}
-
-// Threads: n. y = a + b.
-TFM_HOST_DEVICE inline void AddThread(long long i, const float* a,
-                                      const float* b, float* y) {
-  y[i] = Add(a[i], b[i]);
-}
-
-// Threads: n. post = max(pre, 0).
-TFM_HOST_DEVICE inline void ReluForwardThread(long long i, const float* pre,
-                                              float* post) {
-  post[i] = Relu(pre[i]);
-}
-
-// Threads: n. In place on grad: the gradient through max(pre, 0).
-TFM_HOST_DEVICE inline void ReluBackwardThread(long long i, const float* pre,
-                                               float* grad) {
-  if (!(pre[i] > 0.0f)) grad[i] = 0.0f;
 }
 
 // Threads: rows. Softmax cross-entropy of token row `row` against the next
