@@ -1,6 +1,6 @@
 // The per-thread work of the kernels that several examples share (parameter
 // initialisation, the matrix products of a dense layer, elementwise add and
-// ReLU): one function per kernel that computes the output element(s) of
+// ReLU, a row of causal attention): one function per kernel that computes the output element(s) of
 // global thread index `i`. The examples' CUDA kernels call it for their own
 // thread; their host twins call it for every thread of the grid, or keep its
 // order of terms in a cache-friendly loop (host_matmul.h).
@@ -100,6 +100,31 @@ EXACT_HOST_DEVICE inline void ReluForwardThread(long long i, const float* pre,
 EXACT_HOST_DEVICE inline void ReluBackwardThread(long long i, const float* pre,
                                                  float* grad) {
   if (!(pre[i] > 0.0f)) grad[i] = 0.0f;
+}
+
+// Row t of causal attention probabilities for query row q: p[u] = softmax
+// over keys u <= t of q . k_u * scale, k_u being the `dim` floats at
+// k + u * k_stride; zero for u in (t, seq).
+EXACT_HOST_DEVICE inline void CausalAttentionRow(const float* q,
+                                                 const float* k,
+                                                 long long k_stride, int dim,
+                                                 int t, int seq, float scale,
+                                                 float* p) {
+  float max_score = 0.0f;
+  for (int u = 0; u <= t; ++u) {
+    const float* ku = k + u * k_stride;
+    float dot = 0.0f;
+    for (int d = 0; d < dim; ++d) dot = exact::MulAdd(dot, q[d], ku[d]);
+    p[u] = exact::Mul(dot, scale);
+    max_score = u == 0 || p[u] > max_score ? p[u] : max_score;
+  }
+  float sum = 0.0f;
+  for (int u = 0; u <= t; ++u) {
+    p[u] = exact::Exp(exact::Sub(p[u], max_score));
+    sum = exact::Add(sum, p[u]);
+  }
+  for (int u = 0; u <= t; ++u) p[u] = exact::Div(p[u], sum);
+  for (int u = t + 1; u < seq; ++u) p[u] = 0.0f;
 }
 
 }  // namespace examples

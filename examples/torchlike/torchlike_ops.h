@@ -23,6 +23,7 @@
 
 // Relative, so that nvcc finds it beside torchlike_kernels.cu too.
 #include "../common/exact_math.h"
+#include "../common/thread_ops.h"
 
 #define TL_HOST_DEVICE EXACT_HOST_DEVICE
 
@@ -113,21 +114,7 @@ TL_HOST_DEVICE inline void AttentionForwardThread(
   const float* v = in[2 * count + n];
   float* o = out[n] + static_cast<long long>(t) * out_stride;
   float* p = out[count + n] + static_cast<long long>(t) * seq;
-  float max_score = 0.0f;
-  for (int u = 0; u <= t; ++u) {
-    const float* ku = k + static_cast<long long>(u) * stride;
-    float dot = 0.0f;
-    for (int d = 0; d < head_dim; ++d) dot = MulAdd(dot, q[d], ku[d]);
-    p[u] = Mul(dot, scale);
-    max_score = u == 0 || p[u] > max_score ? p[u] : max_score;
-  }
-  float sum = 0.0f;
-  for (int u = 0; u <= t; ++u) {
-    p[u] = Exp(Sub(p[u], max_score));
-    sum = Add(sum, p[u]);
-  }
-  for (int u = 0; u <= t; ++u) p[u] = Div(p[u], sum);
-  for (int u = t + 1; u < seq; ++u) p[u] = 0.0f;
+  examples::CausalAttentionRow(q, k, stride, head_dim, t, seq, scale, p);
   for (int d = 0; d < head_dim; ++d) {
     float acc = 0.0f;
     for (int u = 0; u <= t; ++u) {

@@ -17,6 +17,7 @@
 #define STENSOR_EXAMPLES_TRANSFORMER_TRANSFORMER_OPS_H_
 
 // Relative, so that nvcc finds it beside transformer_kernels.cu too.
+#include "../common/thread_ops.h"
 #include "transformer_math.h"
 
 namespace tfm {
@@ -133,22 +134,9 @@ TFM_HOST_DEVICE inline void AttentionScoresThread(long long i, const float* qkv,
   const int t = static_cast<int>(i % seq);
   const long long stride = 3LL * dim;
   const float* q = qkv + (b * seq + t) * stride;
-  float* p = probs + i * seq;
-  float max_score = 0.0f;
-  for (int u = 0; u <= t; ++u) {
-    const float* k = qkv + (b * seq + u) * stride + dim;
-    float dot = 0.0f;
-    for (int d = 0; d < dim; ++d) dot = MulAdd(dot, q[d], k[d]);
-    p[u] = Mul(dot, scale);
-    max_score = u == 0 || p[u] > max_score ? p[u] : max_score;
-  }
-  float sum = 0.0f;
-  for (int u = 0; u <= t; ++u) {
-    p[u] = Exp(Sub(p[u], max_score));
-    sum = Add(sum, p[u]);
-  }
-  for (int u = 0; u <= t; ++u) p[u] = Div(p[u], sum);
-  for (int u = t + 1; u < seq; ++u) p[u] = 0.0f;
+  const float* k = qkv + b * seq * stride + dim;
+  examples::CausalAttentionRow(q, k, stride, dim, t, seq, scale,
+                               probs + i * seq);
 }
 
 // Threads: batch * seq * dim. out[b, t, d] = sum over u <= t of
