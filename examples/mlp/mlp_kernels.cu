@@ -1,13 +1,15 @@
 // CUDA kernels of the MLP example (examples/mlp/mlp_train.cc), built into a
 // cubin for a real GPU. mlp_kernels_host.cc defines the same kernels, with
 // the same C++ signatures and so the same mangled names, as host functions
-// for the fake driver.
+// for the fake driver. The per-thread work of the kernels it shares with
+// other examples is in examples/common/thread_ops.h.
 //
 // Deterministic by construction: no atomics, and every output element is
 // computed by one thread that reduces in ascending index order, the order the
 // host twins keep too. Launch with a 1-D grid covering the element count the
 // comment of each kernel names; surplus threads return at once.
 #include "../common/launch_grid.h"
+#include "../common/thread_ops.h"
 #include "mlp_math.h"
 
 namespace mlp {
@@ -18,7 +20,7 @@ using examples::GlobalThreadIndex;
 __global__ void init_params(float* w, int n, unsigned seed, float scale) {
   const long long i = GlobalThreadIndex();
   if (i >= n) return;
-  w[i] = InitialParam(seed, static_cast<int>(i), scale);
+  examples::InitParamsThread(i, w, seed, scale);
 }
 
 // Threads: count * features. Fills one dataset shard with samples
@@ -53,21 +55,14 @@ __global__ void linear_forward(const float* x, const float* w, const float* b,
                                float* y, int batch, int in, int out) {
   const long long i = GlobalThreadIndex();
   if (i >= static_cast<long long>(batch) * out) return;
-  const int row = static_cast<int>(i / out);
-  const int col = static_cast<int>(i % out);
-  const float* x_row = x + static_cast<long long>(row) * in;
-  float acc = b[col];
-  for (int k = 0; k < in; ++k) {
-    acc = MulAdd(acc, x_row[k], w[static_cast<long long>(k) * out + col]);
-  }
-  y[i] = acc;
+  examples::MatmulForwardThread(i, x, w, b, y, in, out);
 }
 
 // Threads: n. post = max(pre, 0).
 __global__ void relu_forward(const float* pre, float* post, int n) {
   const long long i = GlobalThreadIndex();
   if (i >= n) return;
-  post[i] = Relu(pre[i]);
+  examples::ReluForwardThread(i, pre, post);
 }
 
 // Threads: batch. Per sample: its cross-entropy loss and the gradient of the
@@ -95,13 +90,7 @@ __global__ void linear_backward_input(const float* dy, const float* w,
                                       float* dx, int batch, int in, int out) {
   const long long i = GlobalThreadIndex();
   if (i >= static_cast<long long>(batch) * in) return;
-  const int row = static_cast<int>(i / in);
-  const int k = static_cast<int>(i % in);
-  const float* dy_row = dy + static_cast<long long>(row) * out;
-  const float* w_row = w + static_cast<long long>(k) * out;
-  float acc = 0.0f;
-  for (int j = 0; j < out; ++j) acc = MulAdd(acc, dy_row[j], w_row[j]);
-  dx[i] = acc;
+  examples::MatmulBackwardInputThread(i, dy, w, dx, in, out);
 }
 
 // Threads: in * out + out. dw = x^T dy (threads [0, in * out)) and
@@ -111,31 +100,16 @@ __global__ void linear_backward_params(const float* x, const float* dy,
                                        float* dw, float* db, int batch, int in,
                                        int out) {
   const long long i = GlobalThreadIndex();
-  const long long weights = static_cast<long long>(in) * out;
-  if (i < weights) {
-    const int k = static_cast<int>(i / out);
-    const int col = static_cast<int>(i % out);
-    float acc = 0.0f;
-    for (int r = 0; r < batch; ++r) {
-      acc = MulAdd(acc, x[static_cast<long long>(r) * in + k],
-                   dy[static_cast<long long>(r) * out + col]);
-    }
-    dw[i] = acc;
-  } else if (i < weights + out) {
-    const int col = static_cast<int>(i - weights);
-    float acc = 0.0f;
-    for (int r = 0; r < batch; ++r) {
-      acc = Add(acc, dy[static_cast<long long>(r) * out + col]);
-    }
-    db[col] = acc;
-  }
+  if (i >= static_cast<long long>(in) * out + out) return;
+  examples::MatmulBackwardParamsThread(i, x, dy, dw, db, batch, in, out,
+                                       /*accumulate=*/0);
 }
 
 // Threads: n. In place on grad: the gradient through max(pre, 0).
 __global__ void relu_backward(const float* pre, float* grad, int n) {
   const long long i = GlobalThreadIndex();
   if (i >= n) return;
-  if (!(pre[i] > 0.0f)) grad[i] = 0.0f;
+  examples::ReluBackwardThread(i, pre, grad);
 }
 
 // Threads: n. v = momentum * v + g; w -= lr * v.

@@ -8,13 +8,15 @@
 // ascending order of the reduction index, starting from the same value as on
 // the GPU, so results match the CUDA kernels bit for bit.
 #include "examples/common/host_matmul.h"
+#include "examples/common/thread_ops.h"
 #include "examples/mlp/mlp_math.h"
 #include "tests/fakecuda/fake_kernel.h"
 
 namespace mlp {
 
 FAKECUDA_KERNEL(init_params, float* w, int n, unsigned seed, float scale) {
-  for (int i = 0; i < n; ++i) w[i] = InitialParam(seed, i, scale);
+  for (long long i = 0; i < n; ++i)
+    examples::InitParamsThread(i, w, seed, scale);
 }
 
 FAKECUDA_KERNEL(synth_shard, float* data, int* labels, int first_sample,
@@ -44,7 +46,7 @@ FAKECUDA_KERNEL(linear_forward, const float* x, const float* w, const float* b,
 }
 
 FAKECUDA_KERNEL(relu_forward, const float* pre, float* post, int n) {
-  for (int i = 0; i < n; ++i) post[i] = Relu(pre[i]);
+  for (long long i = 0; i < n; ++i) examples::ReluForwardThread(i, pre, post);
 }
 
 FAKECUDA_KERNEL(softmax_xent, const float* logits, const int* labels,
@@ -73,9 +75,7 @@ FAKECUDA_KERNEL(linear_backward_params, const float* x, const float* dy,
 }
 
 FAKECUDA_KERNEL(relu_backward, const float* pre, float* grad, int n) {
-  for (int i = 0; i < n; ++i) {
-    if (!(pre[i] > 0.0f)) grad[i] = 0.0f;
-  }
+  for (long long i = 0; i < n; ++i) examples::ReluBackwardThread(i, pre, grad);
 }
 
 FAKECUDA_KERNEL(sgd_momentum, float* w, float* v, const float* g, float lr,

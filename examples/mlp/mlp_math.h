@@ -24,12 +24,10 @@ using exact::Exp;
 using exact::FloatFromBits;
 using exact::Gaussian;
 using exact::Hash;
-using exact::InitialParam;
 using exact::Key;
 using exact::Log;
 using exact::Mul;
 using exact::MulAdd;
-using exact::Relu;
 using exact::Sub;
 
 // Seeds of the independent random streams of the example.

@@ -1,5 +1,6 @@
 // CUDA kernels of the torchlike example (examples/torchlike/
-// torchlike_train.cc), built into a cubin for a real GPU.
+// torchlike_train.cc), built into a cubin for a real GPU, with the kernels
+// it shares with other examples (examples/common/layer_kernels.cuh).
 // torchlike_kernels_host.cc defines the same kernels, with the same C++
 // signatures and so the same mangled names, as host functions for the fake
 // driver. Each kernel is one thread's share of the work, written once in
@@ -11,17 +12,12 @@
 // torchlike_ops.h names (adamw_fused: one block per chunk, as ATen's
 // multi_tensor_apply launches); surplus threads return at once.
 #include "../common/launch_grid.h"
+#include "../common/layer_kernels.cuh"
 #include "torchlike_ops.h"
 
 namespace torchlike {
 
 using examples::GlobalThreadIndex;
-
-__global__ void init_params(float* w, int n, unsigned seed, float scale) {
-  const long long i = GlobalThreadIndex();
-  if (i >= n) return;
-  InitParamsThread(i, w, seed, scale);
-}
 
 __global__ void embed_forward(const int* tokens, const float* table, float* x,
                               int rows, int seq, int vocab, int buckets,
@@ -38,46 +34,6 @@ __global__ void embed_backward(const int* tokens, const float* dx,
   if (i >= static_cast<long long>(buckets) * dim) return;
   EmbedBackwardThread(i, tokens, dx, dtable, rows, seq, vocab, buckets, dim,
                       accumulate);
-}
-
-__global__ void matmul_forward(const float* x, const float* w, const float* b,
-                               float* y, int rows, int in, int out) {
-  const long long i = GlobalThreadIndex();
-  if (i >= static_cast<long long>(rows) * out) return;
-  MatmulForwardThread(i, x, w, b, y, in, out);
-}
-
-__global__ void matmul_backward_input(const float* dy, const float* w,
-                                      float* dx, int rows, int in, int out) {
-  const long long i = GlobalThreadIndex();
-  if (i >= static_cast<long long>(rows) * in) return;
-  MatmulBackwardInputThread(i, dy, w, dx, in, out);
-}
-
-__global__ void matmul_backward_params(const float* x, const float* dy,
-                                       float* dw, float* db, int rows, int in,
-                                       int out, int accumulate) {
-  const long long i = GlobalThreadIndex();
-  if (i >= static_cast<long long>(in) * out + out) return;
-  MatmulBackwardParamsThread(i, x, dy, dw, db, rows, in, out, accumulate);
-}
-
-__global__ void add(const float* a, const float* b, float* y, int n) {
-  const long long i = GlobalThreadIndex();
-  if (i >= n) return;
-  AddThread(i, a, b, y);
-}
-
-__global__ void relu_forward(const float* pre, float* post, int n) {
-  const long long i = GlobalThreadIndex();
-  if (i >= n) return;
-  ReluForwardThread(i, pre, post);
-}
-
-__global__ void relu_backward(const float* pre, float* grad, int n) {
-  const long long i = GlobalThreadIndex();
-  if (i >= n) return;
-  ReluBackwardThread(i, pre, grad);
 }
 
 __global__ void attention_forward(const float* const* in, float* const* out,

@@ -1,5 +1,7 @@
 // The per-thread work of the torchlike example's kernels: one function per
-// kernel that computes the output element(s) of global thread index `i`.
+// kernel that computes the output element(s) of global thread index `i`
+// (those of the kernels it shares with other examples are in
+// examples/common/thread_ops.h).
 // The CUDA kernels (torchlike_kernels.cu) call it for their own thread; the
 // host twins (torchlike_kernels_host.cc) call it for every thread of the grid,
 // except where a comment there says how a cache-friendly loop keeps the same
@@ -21,6 +23,7 @@
 
 // Relative, so that nvcc finds it beside torchlike_kernels.cu too.
 #include "../common/exact_math.h"
+#include "../common/thread_ops.h"
 
 #define TL_HOST_DEVICE EXACT_HOST_DEVICE
 
@@ -52,12 +55,6 @@ struct TensorListMetadata {
   int block_to_chunk[kListMaxBlocks];
   int start_tensor_this_launch;
 };
-
-// Threads: n. w[i] = scale * N(0, 1) from the hash RNG stream `seed`.
-TL_HOST_DEVICE inline void InitParamsThread(long long i, float* w,
-                                            unsigned seed, float scale) {
-  w[i] = exact::InitialParam(seed, static_cast<int>(i), scale);
-}
 
 // The embedding row of token row (b, t): a hash of the token and the one
 // before it (a bigram hash embedding), `vocab` standing for "no token".
@@ -101,78 +98,6 @@ TL_HOST_DEVICE inline void EmbedBackwardThread(long long i, const int* tokens,
   dtable[i] = accumulate ? Add(dtable[i], acc) : acc;
 }
 
-// Threads: rows * out. y = x w + b; each sum starts from the bias.
-TL_HOST_DEVICE inline void MatmulForwardThread(long long i, const float* x,
-                                               const float* w, const float* b,
-                                               float* y, int in, int out) {
-  const long long row = i / out;
-  const int col = static_cast<int>(i % out);
-  const float* xr = x + row * in;
-  float acc = b[col];
-  for (int k = 0; k < in; ++k) {
-    acc = MulAdd(acc, xr[k], w[static_cast<long long>(k) * out + col]);
-  }
-  y[i] = acc;
-}
-
-// Threads: rows * in. dx = dy w^T.
-TL_HOST_DEVICE inline void MatmulBackwardInputThread(long long i,
-                                                     const float* dy,
-                                                     const float* w, float* dx,
-                                                     int in, int out) {
-  const long long row = i / in;
-  const int k = static_cast<int>(i % in);
-  const float* dyr = dy + row * out;
-  const float* wr = w + static_cast<long long>(k) * out;
-  float acc = 0.0f;
-  for (int j = 0; j < out; ++j) acc = MulAdd(acc, dyr[j], wr[j]);
-  dx[i] = acc;
-}
-
-// Threads: in * out + out. dw = x^T dy and db = column sums of dy, each from
-// 0 over the rows in ascending order, then added to the old value when
-// `accumulate` (gradient accumulation over micro-batches).
-TL_HOST_DEVICE inline void MatmulBackwardParamsThread(
-    long long i, const float* x, const float* dy, float* dw, float* db,
-    int rows, int in, int out, int accumulate) {
-  const long long weights = static_cast<long long>(in) * out;
-  if (i < weights) {
-    const int k = static_cast<int>(i / out);
-    const int col = static_cast<int>(i % out);
-    float acc = 0.0f;
-    for (int r = 0; r < rows; ++r) {
-      acc = MulAdd(acc, x[static_cast<long long>(r) * in + k],
-                   dy[static_cast<long long>(r) * out + col]);
-    }
-    dw[i] = accumulate ? Add(dw[i], acc) : acc;
-  } else if (i < weights + out) {
-    const int col = static_cast<int>(i - weights);
-    float acc = 0.0f;
-    for (int r = 0; r < rows; ++r) {
-      acc = Add(acc, dy[static_cast<long long>(r) * out + col]);
-    }
-    db[col] = accumulate ? Add(db[col], acc) : acc;
-  }
-}
-
-// Threads: n. y = a + b (y may be a).
-TL_HOST_DEVICE inline void AddThread(long long i, const float* a,
-                                     const float* b, float* y) {
-  y[i] = Add(a[i], b[i]);
-}
-
-// Threads: n. post = max(pre, 0).
-TL_HOST_DEVICE inline void ReluForwardThread(long long i, const float* pre,
-                                             float* post) {
-  post[i] = exact::Relu(pre[i]);
-}
-
-// Threads: n. In place on grad: the gradient through max(pre, 0).
-TL_HOST_DEVICE inline void ReluBackwardThread(long long i, const float* pre,
-                                              float* grad) {
-  if (!(pre[i] > 0.0f)) grad[i] = 0.0f;
-}
-
 // Threads: count * seq, one per (instance, query row). Causal attention of
 // one head of one sequence (an instance), through tables of `count` entries
 // each: in = [q | k | v] (3 count pointers; rows `stride` floats apart),
@@ -189,21 +114,7 @@ TL_HOST_DEVICE inline void AttentionForwardThread(
   const float* v = in[2 * count + n];
   float* o = out[n] + static_cast<long long>(t) * out_stride;
   float* p = out[count + n] + static_cast<long long>(t) * seq;
-  float max_score = 0.0f;
-  for (int u = 0; u <= t; ++u) {
-    const float* ku = k + static_cast<long long>(u) * stride;
-    float dot = 0.0f;
-    for (int d = 0; d < head_dim; ++d) dot = MulAdd(dot, q[d], ku[d]);
-    p[u] = Mul(dot, scale);
-    max_score = u == 0 || p[u] > max_score ? p[u] : max_score;
-  }
-  float sum = 0.0f;
-  for (int u = 0; u <= t; ++u) {
-    p[u] = Exp(Sub(p[u], max_score));
-    sum = Add(sum, p[u]);
-  }
-  for (int u = 0; u <= t; ++u) p[u] = Div(p[u], sum);
-  for (int u = t + 1; u < seq; ++u) p[u] = 0.0f;
+  examples::CausalAttentionRow(q, k, stride, head_dim, t, seq, scale, p);
   for (int d = 0; d < head_dim; ++d) {
     float acc = 0.0f;
     for (int u = 0; u <= t; ++u) {

@@ -80,6 +80,7 @@
 #include <vector>
 
 #include "examples/common/example_program.h"
+#include "examples/common/layer_kernels.h"
 #include "examples/torchlike/caching_allocator.h"
 #include "examples/torchlike/torchlike_ops.h"
 
@@ -234,27 +235,19 @@ Ptr At(Ptr base, long long floats) {
   return base + static_cast<Ptr>(floats) * sizeof(float);
 }
 
-// Typed launchers, one per kernel of torchlike_kernels.cu, each mirroring
-// the kernel's C++ signature (CUdeviceptr standing for a pointer, including
+// Typed launchers, one per kernel of torchlike_kernels.cu (those it shares
+// with other examples from examples::LayerKernels), each mirroring the
+// kernel's C++ signature (CUdeviceptr standing for a pointer, including
 // pointer tables) so no call can pass a parameter of the wrong size. All
 // launch on the compute stream.
-class Kernels {
+class Kernels : public examples::LayerKernels {
  public:
-  Kernels(CUmodule module, CUstream stream) : stream_(stream) {
+  Kernels(CUmodule module, CUstream stream) : LayerKernels(module, stream) {
     const auto Get = [module](const char* name) {
       return examples::GetKernel(module, name);
     };
-    init_params_ = Get("_ZN9torchlike11init_paramsEPfijf");
     embed_forward_ = Get("_ZN9torchlike13embed_forwardEPKiPKfPfiiiii");
     embed_backward_ = Get("_ZN9torchlike14embed_backwardEPKiPKfPfiiiiii");
-    matmul_forward_ = Get("_ZN9torchlike14matmul_forwardEPKfS1_S1_Pfiii");
-    matmul_backward_input_ =
-        Get("_ZN9torchlike21matmul_backward_inputEPKfS1_Pfiii");
-    matmul_backward_params_ =
-        Get("_ZN9torchlike22matmul_backward_paramsEPKfS1_PfS2_iiii");
-    add_ = Get("_ZN9torchlike3addEPKfS1_Pfi");
-    relu_forward_ = Get("_ZN9torchlike12relu_forwardEPKfPfi");
-    relu_backward_ = Get("_ZN9torchlike13relu_backwardEPKfPfi");
     attention_forward_ =
         Get("_ZN9torchlike17attention_forwardEPKPKfPKPfiiiiif");
     attention_backward_ =
@@ -274,10 +267,6 @@ class Kernels {
         Get("_ZN9torchlike11adamw_fusedENS_18TensorListMetadataEiPKifffff");
   }
 
-  void InitParams(Ptr w, int n, unsigned seed, float scale) const {
-    void* args[] = {&w, &n, &seed, &scale};
-    Launch(init_params_, "init_params", n, args);
-  }
   void EmbedForward(Ptr tokens, Ptr table, Ptr x, int rows, int seq, int vocab,
                     int buckets, int dim) const {
     void* args[] = {&tokens, &table, &x, &rows, &seq, &vocab, &buckets, &dim};
@@ -288,35 +277,6 @@ class Kernels {
     void* args[] = {&tokens,  &dx,  &dtable, &rows,      &seq,
                     &vocab, &buckets, &dim,   &accumulate};
     Launch(embed_backward_, "embed_backward", 1LL * buckets * dim, args);
-  }
-  void MatmulForward(Ptr x, Ptr w, Ptr b, Ptr y, int rows, int in,
-                     int out) const {
-    void* args[] = {&x, &w, &b, &y, &rows, &in, &out};
-    Launch(matmul_forward_, "matmul_forward", 1LL * rows * out, args);
-  }
-  void MatmulBackwardInput(Ptr dy, Ptr w, Ptr dx, int rows, int in,
-                           int out) const {
-    void* args[] = {&dy, &w, &dx, &rows, &in, &out};
-    Launch(matmul_backward_input_, "matmul_backward_input", 1LL * rows * in,
-           args);
-  }
-  void MatmulBackwardParams(Ptr x, Ptr dy, Ptr dw, Ptr db, int rows, int in,
-                            int out, int accumulate) const {
-    void* args[] = {&x, &dy, &dw, &db, &rows, &in, &out, &accumulate};
-    Launch(matmul_backward_params_, "matmul_backward_params",
-           1LL * in * out + out, args);
-  }
-  void AddVectors(Ptr a, Ptr b, Ptr y, int n) const {
-    void* args[] = {&a, &b, &y, &n};
-    Launch(add_, "add", n, args);
-  }
-  void ReluForward(Ptr pre, Ptr post, int n) const {
-    void* args[] = {&pre, &post, &n};
-    Launch(relu_forward_, "relu_forward", n, args);
-  }
-  void ReluBackward(Ptr pre, Ptr grad, int n) const {
-    void* args[] = {&pre, &grad, &n};
-    Launch(relu_backward_, "relu_backward", n, args);
   }
   void AttentionForward(Ptr in, Ptr out, int count, int seq, int head_dim,
                         int stride, int out_stride, float scale) const {
@@ -390,7 +350,7 @@ class Kernels {
                     &beta1, &beta2,     &eps,  &weight_decay};
     const CUresult r =
         cuLaunchKernel(adamw_fused_, static_cast<unsigned>(blocks), 1, 1, 512,
-                       1, 1, 0, stream_, args, nullptr);
+                       1, 1, 0, stream(), args, nullptr);
     if (r != CUDA_SUCCESS) {
       std::fprintf(stderr, "%s: launch of torchlike::adamw_fused:\n",
                    examples::ProgramName());
@@ -398,21 +358,17 @@ class Kernels {
     }
   }
 
-  CUstream stream() const { return stream_; }
-
  private:
   void Launch(CUfunction function, const char* name, long long threads,
               void** args) const {
-    examples::LaunchPerElement(function, "torchlike", name, threads, stream_,
+    examples::LaunchPerElement(function, "torchlike", name, threads, stream(),
                                args);
   }
 
-  CUfunction init_params_, embed_forward_, embed_backward_, matmul_forward_,
-      matmul_backward_input_, matmul_backward_params_, add_, relu_forward_,
-      relu_backward_, attention_forward_, attention_backward_, router_forward_,
-      moe_forward_, moe_backward_, moe_backward_params_, router_backward_,
-      softmax_xent_, loss_accumulate_, step_increment_, adamw_, adamw_fused_;
-  CUstream stream_;
+  CUfunction embed_forward_, embed_backward_, attention_forward_,
+      attention_backward_, router_forward_, moe_forward_, moe_backward_,
+      moe_backward_params_, router_backward_, softmax_xent_, loss_accumulate_,
+      step_increment_, adamw_, adamw_fused_;
 };
 
 // Where tensors come from: the caching allocator, or libstensor.so's

@@ -1,26 +1,22 @@
 // CUDA kernels of the transformer example
 // (examples/transformer/transformer_train.cc), built into a cubin for a real
-// GPU. transformer_kernels_host.cc defines the same kernels, with the same
-// C++ signatures and so the same mangled names, as host functions for the
-// fake driver. Each kernel is one thread's share of the work, written once in
-// transformer_ops.h for both.
+// GPU, with the kernels it shares with other examples
+// (examples/common/layer_kernels.cuh). transformer_kernels_host.cc defines
+// the same kernels, with the same C++ signatures and so the same mangled
+// names, as host functions for the fake driver. Each kernel is one thread's
+// share of the work, written once in transformer_ops.h for both.
 //
 // Deterministic by construction: no atomics, and every output element is
 // computed by one thread that reduces in ascending index order. Launch with a
 // 1-D grid covering the thread count each kernel's comment in
 // transformer_ops.h names; surplus threads return at once.
 #include "../common/launch_grid.h"
+#include "../common/layer_kernels.cuh"
 #include "transformer_ops.h"
 
 namespace tfm {
 
 using examples::GlobalThreadIndex;
-
-__global__ void init_params(float* w, int n, unsigned seed, float scale) {
-  const long long i = GlobalThreadIndex();
-  if (i >= n) return;
-  InitParamsThread(i, w, seed, scale);
-}
 
 __global__ void synth_tokens(int* tokens, int batch, int seq, int vocab,
                              unsigned seed, int step) {
@@ -52,28 +48,6 @@ __global__ void layernorm_backward(const float* x, const float* gain,
   if (i >= static_cast<long long>(rows) * dim + dim) return;
   LayerNormBackwardThread(i, x, gain, mean, rstd, dy, dx, dgain, dbias, rows,
                           dim);
-}
-
-__global__ void matmul_forward(const float* x, const float* w, const float* b,
-                               float* y, int rows, int in, int out) {
-  const long long i = GlobalThreadIndex();
-  if (i >= static_cast<long long>(rows) * out) return;
-  MatmulForwardThread(i, x, w, b, y, in, out);
-}
-
-__global__ void matmul_backward_input(const float* dy, const float* w,
-                                      float* dx, int rows, int in, int out) {
-  const long long i = GlobalThreadIndex();
-  if (i >= static_cast<long long>(rows) * in) return;
-  MatmulBackwardInputThread(i, dy, w, dx, in, out);
-}
-
-__global__ void matmul_backward_params(const float* x, const float* dy,
-                                       float* dw, float* db, int rows, int in,
-                                       int out) {
-  const long long i = GlobalThreadIndex();
-  if (i >= static_cast<long long>(in) * out + out) return;
-  MatmulBackwardParamsThread(i, x, dy, dw, db, rows, in, out);
 }
 
 __global__ void attention_scores(const float* qkv, float* probs, int batch,
@@ -113,24 +87,6 @@ __global__ void attention_backward_qk(const float* qkv, const float* dscores,
   const long long i = GlobalThreadIndex();
   if (i >= 2LL * batch * seq * dim) return;
   AttentionBackwardQkThread(i, qkv, dscores, dqkv, batch, seq, dim);
-}
-
-__global__ void add(const float* a, const float* b, float* y, int n) {
-  const long long i = GlobalThreadIndex();
-  if (i >= n) return;
-  AddThread(i, a, b, y);
-}
-
-__global__ void relu_forward(const float* pre, float* post, int n) {
-  const long long i = GlobalThreadIndex();
-  if (i >= n) return;
-  ReluForwardThread(i, pre, post);
-}
-
-__global__ void relu_backward(const float* pre, float* grad, int n) {
-  const long long i = GlobalThreadIndex();
-  if (i >= n) return;
-  ReluBackwardThread(i, pre, grad);
 }
 
 __global__ void softmax_xent(const float* logits, const int* tokens,

@@ -1,23 +1,18 @@
 // Host twins of the CUDA kernels in transformer_kernels.cu, built into a
-// module for the fake driver (tests/fakecuda). Each kernel has exactly the
-// C++ signature of its CUDA original, so both carry the same mangled name,
-// and does the work of the whole grid in one call: most run the per-thread
+// module for the fake driver (tests/fakecuda) together with those of the
+// kernels it shares with other examples
+// (examples/common/layer_kernels_host.cc). Each kernel has exactly the C++
+// signature of its CUDA original, so both carry the same mangled name, and
+// does the work of the whole grid in one call: most run the per-thread
 // function of transformer_ops.h for every thread index, the same code the GPU
-// runs. The matrix products (examples/common/host_matmul.h) and the
-// embedding gradient are reordered for the cache, but every output element
-// still receives its terms one at a time in ascending order of the reduction
-// index, starting from the same value as on the GPU, so results match bit
-// for bit.
-#include "examples/common/host_matmul.h"
+// runs. The embedding gradient is reordered for the cache, but every output
+// element still receives its terms one at a time in ascending order of the
+// reduction index, starting from the same value as on the GPU, so results
+// match bit for bit.
 #include "examples/transformer/transformer_ops.h"
 #include "tests/fakecuda/fake_kernel.h"
 
 namespace tfm {
-
-FAKECUDA_KERNEL(init_params, float* w, int n, unsigned seed, float scale) {
-  const long long threads = n;
-  for (long long i = 0; i < threads; ++i) InitParamsThread(i, w, seed, scale);
-}
 
 FAKECUDA_KERNEL(synth_tokens, int* tokens, int batch, int seq, int vocab,
                 unsigned seed, int step) {
@@ -87,21 +82,6 @@ FAKECUDA_KERNEL(attention_backward_qk, const float* qkv, const float* dscores,
     AttentionBackwardQkThread(i, qkv, dscores, dqkv, batch, seq, dim);
 }
 
-FAKECUDA_KERNEL(add, const float* a, const float* b, float* y, int n) {
-  const long long threads = n;
-  for (long long i = 0; i < threads; ++i) AddThread(i, a, b, y);
-}
-
-FAKECUDA_KERNEL(relu_forward, const float* pre, float* post, int n) {
-  const long long threads = n;
-  for (long long i = 0; i < threads; ++i) ReluForwardThread(i, pre, post);
-}
-
-FAKECUDA_KERNEL(relu_backward, const float* pre, float* grad, int n) {
-  const long long threads = n;
-  for (long long i = 0; i < threads; ++i) ReluBackwardThread(i, pre, grad);
-}
-
 FAKECUDA_KERNEL(softmax_xent, const float* logits, const int* tokens,
                 float* dlogits, float* row_loss, int rows, int seq, int vocab) {
   const long long threads = rows;
@@ -114,21 +94,6 @@ FAKECUDA_KERNEL(adam, float* w, float* m, float* v, const float* g, float lr,
   const long long threads = n;
   for (long long i = 0; i < threads; ++i)
     AdamThread(i, w, m, v, g, lr, beta1, beta2, c1, c2);
-}
-
-FAKECUDA_KERNEL(matmul_forward, const float* x, const float* w, const float* b,
-                float* y, int rows, int in, int out) {
-  exact::MatmulForward(x, w, b, y, rows, in, out);
-}
-
-FAKECUDA_KERNEL(matmul_backward_input, const float* dy, const float* w,
-                float* dx, int rows, int in, int out) {
-  exact::MatmulBackwardInput(dy, w, dx, rows, in, out);
-}
-
-FAKECUDA_KERNEL(matmul_backward_params, const float* x, const float* dy,
-                float* dw, float* db, int rows, int in, int out) {
-  exact::MatmulBackwardParams(x, dy, dw, db, rows, in, out);
 }
 
 FAKECUDA_KERNEL(mean_loss, const float* row_loss, float* loss, int rows) {

@@ -25,12 +25,10 @@ using exact::Exp;
 using exact::FloatFromBits;
 using exact::Gaussian;
 using exact::Hash;
-using exact::InitialParam;
 using exact::Key;
 using exact::Log;
 using exact::Mul;
 using exact::MulAdd;
-using exact::Relu;
 using exact::Sqrt;
 using exact::Sub;
 

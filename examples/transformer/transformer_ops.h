@@ -1,9 +1,10 @@
 // The per-thread work of the transformer example's kernels: one function per
-// kernel that computes the output element(s) of global thread index `i`.
-// The CUDA kernels (transformer_kernels.cu) call it for their own thread; the
-// host twins (transformer_kernels_host.cc) call it for every thread of the
-// grid, except the matrix products and the embedding gradient, which they
-// compute with cache-friendly loops that keep the same order of terms.
+// kernel that computes the output element(s) of global thread index `i`
+// (those of the kernels it shares with other examples are in
+// examples/common/thread_ops.h). The CUDA kernels (transformer_kernels.cu)
+// call it for their own thread; the host twins (transformer_kernels_host.cc)
+// call it for every thread of the grid, except the embedding gradient, which
+// they compute with a cache-friendly loop that keeps the same order of terms.
 //
 // Shapes, row-major: rows = batch * seq tokens; `qkv` is [rows, 3 dim] with
 // q, k, v side by side per row; `probs` is [batch, seq, seq], causal (zero
@@ -16,17 +17,12 @@
 #define STENSOR_EXAMPLES_TRANSFORMER_TRANSFORMER_OPS_H_
 
 // Relative, so that nvcc finds it beside transformer_kernels.cu too.
+#include "../common/thread_ops.h"
 #include "transformer_math.h"
 
 namespace tfm {
 
 constexpr float kLayerNormEpsilon = 1e-5f;
-
-// Threads: n. w[i] = scale * N(0, 1) from the hash RNG stream `seed`.
-TFM_HOST_DEVICE inline void InitParamsThread(long long i, float* w,
-                                             unsigned seed, float scale) {
-  w[i] = InitialParam(seed, static_cast<int>(i), scale);
-}
 
 // Threads: batch * (seq + 1). The training tokens of step `step`.
 TFM_HOST_DEVICE inline void SynthTokensThread(long long i, int* tokens, int seq,
@@ -128,60 +124,6 @@ TFM_HOST_DEVICE inline void LayerNormBackwardThread(
   }
 }
 
-// Threads: rows * out. y = x w + b: x [rows, in], w [in, out], y [rows, out];
-// each sum starts from the bias.
-TFM_HOST_DEVICE inline void MatmulForwardThread(long long i, const float* x,
-                                                const float* w, const float* b,
-                                                float* y, int in, int out) {
-  const long long row = i / out;
-  const int col = static_cast<int>(i % out);
-  const float* xr = x + row * in;
-  float acc = b[col];
-  for (int k = 0; k < in; ++k) {
-    acc = MulAdd(acc, xr[k], w[static_cast<long long>(k) * out + col]);
-  }
-  y[i] = acc;
-}
-
-// Threads: rows * in. dx = dy w^T.
-TFM_HOST_DEVICE inline void MatmulBackwardInputThread(long long i,
-                                                      const float* dy,
-                                                      const float* w, float* dx,
-                                                      int in, int out) {
-  const long long row = i / in;
-  const int k = static_cast<int>(i % in);
-  const float* dyr = dy + row * out;
-  const float* wr = w + static_cast<long long>(k) * out;
-  float acc = 0.0f;
-  for (int j = 0; j < out; ++j) acc = MulAdd(acc, dyr[j], wr[j]);
-  dx[i] = acc;
-}
-
-// Threads: in * out + out. dw = x^T dy and db = column sums of dy, over the
-// rows in ascending order. Overwrites.
-TFM_HOST_DEVICE inline void MatmulBackwardParamsThread(
-    long long i, const float* x, const float* dy, float* dw, float* db,
-    int rows, int in, int out) {
-  const long long weights = static_cast<long long>(in) * out;
-  if (i < weights) {
-    const int k = static_cast<int>(i / out);
-    const int col = static_cast<int>(i % out);
-    float acc = 0.0f;
-    for (int r = 0; r < rows; ++r) {
-      acc = MulAdd(acc, x[static_cast<long long>(r) * in + k],
-                   dy[static_cast<long long>(r) * out + col]);
-    }
-    dw[i] = acc;
-  } else if (i < weights + out) {
-    const int col = static_cast<int>(i - weights);
-    float acc = 0.0f;
-    for (int r = 0; r < rows; ++r) {
-      acc = Add(acc, dy[static_cast<long long>(r) * out + col]);
-    }
-    db[col] = acc;
-  }
-}
-
 // Threads: batch * seq. Row (b, query t) of the causal attention
 // probabilities: softmax over keys u <= t of q_t . k_u / sqrt(dim); zero for
 // u > t.
@@ -192,22 +134,9 @@ TFM_HOST_DEVICE inline void AttentionScoresThread(long long i, const float* qkv,
   const int t = static_cast<int>(i % seq);
   const long long stride = 3LL * dim;
   const float* q = qkv + (b * seq + t) * stride;
-  float* p = probs + i * seq;
-  float max_score = 0.0f;
-  for (int u = 0; u <= t; ++u) {
-    const float* k = qkv + (b * seq + u) * stride + dim;
-    float dot = 0.0f;
-    for (int d = 0; d < dim; ++d) dot = MulAdd(dot, q[d], k[d]);
-    p[u] = Mul(dot, scale);
-    max_score = u == 0 || p[u] > max_score ? p[u] : max_score;
-  }
-  float sum = 0.0f;
-  for (int u = 0; u <= t; ++u) {
-    p[u] = Exp(Sub(p[u], max_score));
-    sum = Add(sum, p[u]);
-  }
-  for (int u = 0; u <= t; ++u) p[u] = Div(p[u], sum);
-  for (int u = t + 1; u < seq; ++u) p[u] = 0.0f;
+  const float* k = qkv + b * seq * stride + dim;
+  examples::CausalAttentionRow(q, k, stride, dim, t, seq, scale,
+                               probs + i * seq);
 }
 
 // Threads: batch * seq * dim. out[b, t, d] = sum over u <= t of
@@ -312,24 +241,6 @@ TFM_HOST_DEVICE inline void AttentionBackwardQkThread(long long i,
     }
     dqkv[row * stride + dim + d] = acc;
   }
-}
-
-// Threads: n. y = a + b.
-TFM_HOST_DEVICE inline void AddThread(long long i, const float* a,
-                                      const float* b, float* y) {
-  y[i] = Add(a[i], b[i]);
-}
-
-// Threads: n. post = max(pre, 0).
-TFM_HOST_DEVICE inline void ReluForwardThread(long long i, const float* pre,
-                                              float* post) {
-  post[i] = Relu(pre[i]);
-}
-
-// Threads: n. In place on grad: the gradient through max(pre, 0).
-TFM_HOST_DEVICE inline void ReluBackwardThread(long long i, const float* pre,
-                                               float* grad) {
-  if (!(pre[i] > 0.0f)) grad[i] = 0.0f;
 }
 
 // Threads: rows. Softmax cross-entropy of token row `row` against the next

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "examples/common/example_program.h"
+#include "examples/common/layer_kernels.h"
 
 namespace {
 
@@ -130,45 +131,34 @@ Options ParseFlags(int argc, char** argv) {
 
 using Ptr = CUdeviceptr;
 
-// Typed launchers, one per kernel of transformer_kernels.cu, each mirroring
-// the kernel's C++ signature (CUdeviceptr standing for a pointer) so no call
-// can pass a parameter of the wrong size. Functions are looked up by their
+// Typed launchers, one per kernel of transformer_kernels.cu (those it shares
+// with other examples from examples::LayerKernels), each mirroring the
+// kernel's C++ signature (CUdeviceptr standing for a pointer) so no call can
+// pass a parameter of the wrong size. Functions are looked up by their
 // mangled names, which encode those signatures. All launch on one stream.
-class Kernels {
+class Kernels : public examples::LayerKernels {
  public:
-  Kernels(CUmodule module, CUstream stream) : stream_(stream) {
+  Kernels(CUmodule module, CUstream stream) : LayerKernels(module, stream) {
     const auto Get = [module](const char* name) {
       return examples::GetKernel(module, name);
     };
-    init_params_ = Get("_ZN3tfm11init_paramsEPfijf");
     synth_tokens_ = Get("_ZN3tfm12synth_tokensEPiiiiji");
     embed_ = Get("_ZN3tfm5embedEPKiPKfPfiii");
     layernorm_forward_ = Get("_ZN3tfm17layernorm_forwardEPKfS1_S1_PfS2_S2_ii");
     layernorm_backward_ =
         Get("_ZN3tfm18layernorm_backwardEPKfS1_S1_S1_S1_PfS2_S2_ii");
-    matmul_forward_ = Get("_ZN3tfm14matmul_forwardEPKfS1_S1_Pfiii");
-    matmul_backward_input_ = Get("_ZN3tfm21matmul_backward_inputEPKfS1_Pfiii");
-    matmul_backward_params_ =
-        Get("_ZN3tfm22matmul_backward_paramsEPKfS1_PfS2_iii");
     attention_scores_ = Get("_ZN3tfm16attention_scoresEPKfPfiiif");
     attention_apply_ = Get("_ZN3tfm15attention_applyEPKfS1_Pfiii");
     attention_backward_apply_ =
         Get("_ZN3tfm24attention_backward_applyEPKfS1_S1_PfS2_iii");
     softmax_backward_ = Get("_ZN3tfm16softmax_backwardEPKfPfiif");
     attention_backward_qk_ = Get("_ZN3tfm21attention_backward_qkEPKfS1_Pfiii");
-    add_ = Get("_ZN3tfm3addEPKfS1_Pfi");
-    relu_forward_ = Get("_ZN3tfm12relu_forwardEPKfPfi");
-    relu_backward_ = Get("_ZN3tfm13relu_backwardEPKfPfi");
     softmax_xent_ = Get("_ZN3tfm12softmax_xentEPKfPKiPfS4_iii");
     mean_loss_ = Get("_ZN3tfm9mean_lossEPKfPfi");
     embed_backward_ = Get("_ZN3tfm14embed_backwardEPKiPKfPfiiii");
     adam_ = Get("_ZN3tfm4adamEPfS0_S0_PKffffffi");
   }
 
-  void InitParams(Ptr w, int n, unsigned seed, float scale) const {
-    void* args[] = {&w, &n, &seed, &scale};
-    Launch(init_params_, "init_params", n, args);
-  }
   void SynthTokens(Ptr tokens, int batch, int seq, int vocab, unsigned seed,
                    int step) const {
     void* args[] = {&tokens, &batch, &seq, &vocab, &seed, &step};
@@ -190,24 +180,6 @@ class Kernels {
                     &dx, &dgain, &dbias, &rows, &dim};
     Launch(layernorm_backward_, "layernorm_backward",
            static_cast<long long>(rows) * dim + dim, args);
-  }
-  void MatmulForward(Ptr x, Ptr w, Ptr b, Ptr y, int rows, int in,
-                     int out) const {
-    void* args[] = {&x, &w, &b, &y, &rows, &in, &out};
-    Launch(matmul_forward_, "matmul_forward",
-           static_cast<long long>(rows) * out, args);
-  }
-  void MatmulBackwardInput(Ptr dy, Ptr w, Ptr dx, int rows, int in,
-                           int out) const {
-    void* args[] = {&dy, &w, &dx, &rows, &in, &out};
-    Launch(matmul_backward_input_, "matmul_backward_input",
-           static_cast<long long>(rows) * in, args);
-  }
-  void MatmulBackwardParams(Ptr x, Ptr dy, Ptr dw, Ptr db, int rows, int in,
-                            int out) const {
-    void* args[] = {&x, &dy, &dw, &db, &rows, &in, &out};
-    Launch(matmul_backward_params_, "matmul_backward_params",
-           static_cast<long long>(in) * out + out, args);
   }
   void AttentionScores(Ptr qkv, Ptr probs, int batch, int seq, int dim,
                        float scale) const {
@@ -239,18 +211,6 @@ class Kernels {
     Launch(attention_backward_qk_, "attention_backward_qk",
            2LL * batch * seq * dim, args);
   }
-  void AddVectors(Ptr a, Ptr b, Ptr y, int n) const {
-    void* args[] = {&a, &b, &y, &n};
-    Launch(add_, "add", n, args);
-  }
-  void ReluForward(Ptr pre, Ptr post, int n) const {
-    void* args[] = {&pre, &post, &n};
-    Launch(relu_forward_, "relu_forward", n, args);
-  }
-  void ReluBackward(Ptr pre, Ptr grad, int n) const {
-    void* args[] = {&pre, &grad, &n};
-    Launch(relu_backward_, "relu_backward", n, args);
-  }
   void SoftmaxXent(Ptr logits, Ptr tokens, Ptr dlogits, Ptr row_loss, int rows,
                    int seq, int vocab) const {
     void* args[] = {&logits, &tokens, &dlogits, &row_loss, &rows, &seq, &vocab};
@@ -272,22 +232,17 @@ class Kernels {
     Launch(adam_, "adam", n, args);
   }
 
-  CUstream stream() const { return stream_; }
-
  private:
-  // One thread per element on stream_.
+  // One thread per element on stream().
   void Launch(CUfunction function, const char* name, long long threads,
               void** args) const {
-    examples::LaunchPerElement(function, "tfm", name, threads, stream_, args);
+    examples::LaunchPerElement(function, "tfm", name, threads, stream(), args);
   }
 
-  CUfunction init_params_, synth_tokens_, embed_, layernorm_forward_,
-      layernorm_backward_, matmul_forward_, matmul_backward_input_,
-      matmul_backward_params_, attention_scores_, attention_apply_,
-      attention_backward_apply_, softmax_backward_, attention_backward_qk_,
-      add_, relu_forward_, relu_backward_, softmax_xent_, mean_loss_,
+  CUfunction synth_tokens_, embed_, layernorm_forward_, layernorm_backward_,
+      attention_scores_, attention_apply_, attention_backward_apply_,
+      softmax_backward_, attention_backward_qk_, softmax_xent_, mean_loss_,
       embed_backward_, adam_;
-  CUstream stream_;
 };
 
 // The program's device allocations, with the live total and its peak: the
@@ -581,7 +536,7 @@ class Trainer {
     const Ptr dhead = memory_.Alloc(head_.n);
     const Ptr dhead_small = memory_.Alloc(head_small_.n);
     k_.MatmulBackwardParams(hln, dlogits, dhead, At(dhead_small, 2LL * d), rows,
-                            d, vocab);
+                            d, vocab, /*accumulate=*/0);
     const Ptr dln = memory_.AllocAsync(1LL * rows * d);
     k_.MatmulBackwardInput(dlogits, head_.w, dln, rows, d, vocab);
     memory_.Free(dlogits);
@@ -679,12 +634,12 @@ class Trainer {
 
     // out = mid + mlp(ln2(mid)): dy reaches mid directly and through the MLP.
     k_.MatmulBackwardParams(S(stash_.h_post), dy, At(g, block_.w2),
-                            At(g, block_.b2), rows, 4 * d, d);
+                            At(g, block_.b2), rows, 4 * d, d, /*accumulate=*/0);
     k_.MatmulBackwardInput(dy, At(w, block_.w2), W(workspace_.dh), rows, 4 * d,
                            d);
     k_.ReluBackward(S(stash_.h_pre), W(workspace_.dh), rows * 4 * d);
     k_.MatmulBackwardParams(S(stash_.ln2), W(workspace_.dh), At(g, block_.w1),
-                            At(g, block_.b1), rows, d, 4 * d);
+                            At(g, block_.b1), rows, d, 4 * d, /*accumulate=*/0);
     k_.MatmulBackwardInput(W(workspace_.dh), At(w, block_.w1),
                            W(workspace_.dln2), rows, d, 4 * d);
     k_.LayerNormBackward(
@@ -696,7 +651,8 @@ class Trainer {
 
     // mid = x + attn(ln1(x)) wo + bo.
     k_.MatmulBackwardParams(S(stash_.attn), W(workspace_.dmid),
-                            At(g, block_.wo), At(g, block_.bo), rows, d, d);
+                            At(g, block_.wo), At(g, block_.bo), rows, d, d,
+                            /*accumulate=*/0);
     k_.MatmulBackwardInput(W(workspace_.dmid), At(w, block_.wo),
                            W(workspace_.dattn), rows, d, d);
     k_.AttentionBackwardApply(S(stash_.qkv), S(stash_.probs),
@@ -708,7 +664,7 @@ class Trainer {
                            W(workspace_.dqkv), batch, seq, d);
     k_.MatmulBackwardParams(S(stash_.ln1), W(workspace_.dqkv),
                             At(g, block_.wqkv), At(g, block_.bqkv), rows, d,
-                            3 * d);
+                            3 * d, /*accumulate=*/0);
     k_.MatmulBackwardInput(W(workspace_.dqkv), At(w, block_.wqkv),
                            W(workspace_.dln1), rows, d, 3 * d);
     k_.LayerNormBackward(
