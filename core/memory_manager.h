@@ -88,9 +88,6 @@ struct SwapStats {
   // set, no unmap of the old one).
   uint64_t kept_reused = 0;
   uint64_t ooms = 0;
-  // Stream-ordered driver allocations given the room of a free queued
-  // before them on their stream, with no host wait (ReserveExternal).
-  uint64_t stream_order_reuses = 0;
   double host_wait_seconds = 0;  // waiting for in-flight work and copies
   // host_wait_seconds split by what was waited for: the program's work on a
   // buffer to be evicted (or freed), the swap stream's copies, work of
@@ -197,11 +194,8 @@ class MemoryManager {
   // Forget releases it when the program frees that allocation.
   //
   // `ordered`: a stream-ordered allocation (cuMemAllocAsync and kin) on
-  // `stream` from `pool`. The driver hands such an allocation memory that a
-  // free of the same pool queued earlier on the same stream gives back, in
-  // stream order, before that free has run; so, where room is short, the
-  // charge of such a pending free (ForgetExternalAsync) is taken over
-  // rather than waited for on the host.
+  // `stream` from `pool`; charged as any other (a free queued before it
+  // stays charged until it ran: ForgetExternalAsync).
   struct StreamOrder {
     CUstream stream = nullptr;  // CU_STREAM_PER_THREAD for the per-thread one
     // The pool: its handle, or kCurrentPool for the device's current pool
@@ -744,11 +738,6 @@ class MemoryManager {
   bool SettleExternalFrees(int device, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The charges of device `device`'s stream-ordered external frees pending.
   uint64_t QueuedExternalBytes(int device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Moves up to `charge` bytes of the charge of a pending free that
-  // `ordered` may take over (ReserveExternal) off the device's count. True
-  // when one was found.
-  bool TakeQueuedFree(Device& dev, const StreamOrder& ordered, uint64_t charge)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes `b` resident and never evicted again (PinExported).
   CUresult PinLocked(Buffer& b, const char* api) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the charge of an app handle once nothing keeps its memory alive.

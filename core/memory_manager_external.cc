@@ -44,39 +44,14 @@ CUresult MemoryManager::ReserveExternal(uint64_t bytes, const StreamOrder* order
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   uint64_t charge = AlignUp(bytes, kSmallUnit);
-  // Short of room: what a free queued before it on its stream gives back
-  // comes first (in stream order, no wait), before MakeRoom's evictions
-  // and host waits.
-  if (ordered != nullptr && (charge > dev.cap || dev.used > dev.cap - charge)) {
-    (void)TakeQueuedFree(dev, *ordered, charge);
-  }
+  // A free queued before it, even on its own stream and pool, stays charged
+  // until it is observed run: the driver reserves fresh memory for this
+  // allocation until then (wherever the freed block does not fit it), so
+  // the room it needs comes from MakeRoom, which waits for such frees when
+  // they would make it.
   if (CUresult r = MakeRoom(dev, charge); r != CUDA_SUCCESS) return r;
   Charge(dev, charge);
   return CUDA_SUCCESS;
-}
-
-bool MemoryManager::TakeQueuedFree(Device& dev, const StreamOrder& ordered, uint64_t charge) {
-  if (ordered.pool == 0) return false;
-  const auto [key, thread] = UseKey(ordered.stream);
-  for (auto it = external_frees_.begin(); it != external_frees_.end(); ++it) {
-    ExternalFree& f = *it;
-    // Its one use is the free itself, on this stream; a waiter holds it.
-    if (f.device != dev.ordinal || f.pool != ordered.pool || f.waiters > 0 ||
-        f.uses.size() != 1 || f.uses[0].stream != key || f.uses[0].thread != thread) {
-      continue;
-    }
-    // Only what the new allocation takes: the rest of a larger block is
-    // free to others only once the free has run. (Should the driver then
-    // fail the allocation, the part taken is uncharged before its free ran:
-    // the count is short by it until then.)
-    const uint64_t taken = std::min(charge, f.bytes);
-    f.bytes -= taken;
-    dev.used -= taken;
-    ++stats_.stream_order_reuses;
-    if (f.bytes == 0) DropExternalFree(it);
-    return true;
-  }
-  return false;
 }
 
 void MemoryManager::UnreserveExternal(uint64_t bytes) {
