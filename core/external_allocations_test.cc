@@ -245,23 +245,20 @@ class OpenedByAHostWait {
 // free's charge over instead let torchlike_train per-tensor at 100 % of its
 // working set hold 256 KiB above the cap.
 TEST_F(ExternalAllocationsTest, AFreeQueuedOnItsStreamStaysChargedUntilItRan) {
-  const MemoryManager::StreamOrder ordered{nullptr, MemoryManager::StreamOrder::kCurrentPool};
   for (uint64_t next : {4 * kMiB, 3 * kMiB, 5 * kMiB}) {
     testing_support::HeldStream held;
     OpenedByAHostWait opens(&driver_, &held);
-    MemoryManager::StreamOrder on_held = ordered;
-    on_held.stream = held.get();
     CUdeviceptr a = 0, b = 0;
     ASSERT_EQ(ChargedAllocation(
                   memory_.get(), &a, 4 * kMiB,
-                  [&] { return driver_.cuMemAllocAsync(&a, 4 * kMiB, held.get()); }, &on_held),
+                  [&] { return driver_.cuMemAllocAsync(&a, 4 * kMiB, held.get()); }),
               CUDA_SUCCESS);
     ASSERT_CU(driver_.cuMemFreeAsync(a, held.get()));
     memory_->ForgetExternalAsync(a, held.get());
     // 4 MiB queued, `next` more: above the 6 MiB cap until the free ran.
     ASSERT_EQ(ChargedAllocation(
                   memory_.get(), &b, next,
-                  [&] { return driver_.cuMemAllocAsync(&b, next, held.get()); }, &on_held),
+                  [&] { return driver_.cuMemAllocAsync(&b, next, held.get()); }),
               CUDA_SUCCESS);
     EXPECT_TRUE(OpenedByAHostWait::opened()) << next << " bytes: no wait for the queued free";
     EXPECT_LE(Peak(), kCap) << next << " bytes after a queued free of 4 MiB";

@@ -193,23 +193,13 @@ class MemoryManager {
   // charge to the allocation at `base` (or Unreserve when the driver failed);
   // Forget releases it when the program frees that allocation.
   //
-  // `ordered`: a stream-ordered allocation (cuMemAllocAsync and kin) on
-  // `stream` from `pool`; charged as any other (a free queued before it
-  // stays charged until it ran: ForgetExternalAsync).
-  struct StreamOrder {
-    CUstream stream = nullptr;  // CU_STREAM_PER_THREAD for the per-thread one
-    // The pool: its handle, or kCurrentPool for the device's current pool
-    // (cuMemAllocAsync), which the program may change (cuDeviceSetMemPool):
-    // then a free of the old one could be taken for the new one's, and the
-    // cap be passed by that much until the free runs.
-    uint64_t pool = 0;
-    static constexpr uint64_t kCurrentPool = 1;
-  };
-  CUresult ReserveExternal(uint64_t bytes, const StreamOrder* ordered = nullptr)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // A stream-ordered one (cuMemAllocAsync and kin) is charged as any other:
+  // the driver reserves fresh memory for it wherever a free queued before
+  // it (even on its own stream, from its own pool) has not run, so that
+  // free stays charged until it is observed run (ForgetExternalAsync).
+  CUresult ReserveExternal(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   void UnreserveExternal(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
-  void AdoptExternal(CUdeviceptr base, uint64_t bytes, const StreamOrder* ordered = nullptr)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void AdoptExternal(CUdeviceptr base, uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   void ForgetExternal(CUdeviceptr base) ABSL_LOCKS_EXCLUDED(mu_);
   // cuMemFreeAsync of such an allocation on `stream`: the driver frees it
   // when the stream reaches the free, so its charge stays until an event
@@ -816,12 +806,10 @@ class MemoryManager {
   // Still counted in host_bytes; freed when the host limit needs the room
   // and at exit.
   std::multimap<std::pair<uint64_t, int>, HostCopy> spare_host_ ABSL_GUARDED_BY(mu_);
-  // External allocations by base: device, charged bytes, and the pool of a
-  // stream-ordered one (StreamOrder::pool; 0 for the others).
+  // External allocations by base: device and charged bytes.
   struct External {
     int device = 0;
     uint64_t bytes = 0;
-    uint64_t pool = 0;
   };
   absl::flat_hash_map<uint64_t, External> external_ ABSL_GUARDED_BY(mu_);
   // External allocations freed in stream order, charged until their free
@@ -830,7 +818,6 @@ class MemoryManager {
   struct ExternalFree {
     int device = 0;
     uint64_t bytes = 0;
-    uint64_t pool = 0;
     std::vector<Use> uses;
     int waiters = 0;
   };

@@ -34,7 +34,7 @@ constexpr size_t kSettleExternalFrees = 32;
 
 // --- Allocations the driver makes itself -----------------------------------------
 
-CUresult MemoryManager::ReserveExternal(uint64_t bytes, const StreamOrder* ordered) {
+CUresult MemoryManager::ReserveExternal(uint64_t bytes) {
   CUdevice ordinal = 0;
   if (CUresult r = driver_->cuCtxGetDevice(&ordinal); r != CUDA_SUCCESS) return r;
   MutexLock lock(&mu_);
@@ -44,11 +44,8 @@ CUresult MemoryManager::ReserveExternal(uint64_t bytes, const StreamOrder* order
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   uint64_t charge = AlignUp(bytes, kSmallUnit);
-  // A free queued before it, even on its own stream and pool, stays charged
-  // until it is observed run: the driver reserves fresh memory for this
-  // allocation until then (wherever the freed block does not fit it), so
-  // the room it needs comes from MakeRoom, which waits for such frees when
-  // they would make it.
+  // Frees queued before it stay charged (the header): MakeRoom waits for
+  // them where they would make the room.
   if (CUresult r = MakeRoom(dev, charge); r != CUDA_SUCCESS) return r;
   Charge(dev, charge);
   return CUDA_SUCCESS;
@@ -62,11 +59,11 @@ void MemoryManager::UnreserveExternal(uint64_t bytes) {
   DeviceState(ordinal).used -= AlignUp(bytes, kSmallUnit);
 }
 
-void MemoryManager::AdoptExternal(CUdeviceptr base, uint64_t bytes, const StreamOrder* ordered) {
+void MemoryManager::AdoptExternal(CUdeviceptr base, uint64_t bytes) {
   CUdevice ordinal = 0;
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return;
   MutexLock lock(&mu_);
-  external_[base] = {ordinal, AlignUp(bytes, kSmallUnit), ordered != nullptr ? ordered->pool : 0};
+  external_[base] = {ordinal, AlignUp(bytes, kSmallUnit)};
 }
 
 void MemoryManager::ForgetExternal(CUdeviceptr base) {
@@ -84,7 +81,6 @@ void MemoryManager::ForgetExternalAsync(CUdeviceptr base, CUstream stream) {
   ExternalFree& f = external_frees_.emplace_back();
   f.device = it->second.device;
   f.bytes = it->second.bytes;
-  f.pool = it->second.pool;
   external_.erase(it);
   // Unrecorded (a failed create or record): settled by a wait for the
   // stream's whole context, still in stream order.
