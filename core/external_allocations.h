@@ -32,16 +32,14 @@ std::optional<uint64_t> PitchAllocationCharge(uint64_t width, uint64_t height);
 // `memory` (null: no cap; `allocate` is just called). When no room can be
 // made, returns the manager's error (CUDA_ERROR_OUT_OF_MEMORY) and
 // `allocate` is not called; when the driver fails, the charge is dropped.
-// `ordered`: a stream-ordered allocation (MemoryManager::StreamOrder).
 template <typename Allocate>
 CUresult ChargedAllocation(MemoryManager* memory, CUdeviceptr* dptr, uint64_t bytes,
-                           Allocate&& allocate,
-                           const MemoryManager::StreamOrder* ordered = nullptr) {
+                           Allocate&& allocate) {
   if (memory == nullptr) return allocate();
-  if (CUresult r = memory->ReserveExternal(bytes, ordered); r != CUDA_SUCCESS) return r;
+  if (CUresult r = memory->ReserveExternal(bytes); r != CUDA_SUCCESS) return r;
   CUresult r = allocate();
   if (r == CUDA_SUCCESS && dptr != nullptr) {
-    memory->AdoptExternal(*dptr, bytes, ordered);
+    memory->AdoptExternal(*dptr, bytes);
   } else {
     memory->UnreserveExternal(bytes);
   }

@@ -1770,7 +1770,6 @@ std::string MemoryManager::StatsText() const {
       "stensor:  for swap copies   %10.3f s\n"
       "stensor:  for unknown work  %10.3f s (operations of unknown accesses)\n"
       "stensor: queued evictions   %10u (behind in-flight work, no host wait)\n"
-      "stensor: stream-order reuse %10u (driver allocations given a free queued on their stream)\n"
       "stensor: swap-outs taken back %8u (swapped in before their copy was done)\n"
       "stensor: physical creates   %10u (cuMemCreate of device memory)\n"
       "stensor: physical releases  %10u (cuMemRelease)\n"
@@ -1788,7 +1787,7 @@ std::string MemoryManager::StatsText() const {
       s.served_from_host, mib(s.bytes_served_from_host), s.kept_reused,
       s.garbage_released, s.garbage_taken_over, s.ooms, s.driver_errors, s.host_wait_seconds,
       s.wait_program_seconds, s.wait_swap_seconds, s.wait_unknown_seconds, s.async_evictions,
-      s.stream_order_reuses, s.swap_outs_cancelled, s.physical_creates, s.physical_releases, s.pool_hits,
+      s.swap_outs_cancelled, s.physical_creates, s.physical_releases, s.pool_hits,
       s.profiled_period, s.profiles, s.pattern_changes, s.prefetches_issued, s.prefetches_used,
       s.prefetches_wasted, s.prefetches_refused, s.planned_evictions_issued, s.planned_evictions_skipped,
       mib(s.planner_bytes_caused), s.planner_stopped ? "stopped: past its cut-off" : "running",
@@ -1836,7 +1835,6 @@ void MemoryManager::AppendStatsJson(JsonLine* out) const {
       .Double("wait_swap_seconds", s.wait_swap_seconds)
       .Double("wait_unknown_seconds", s.wait_unknown_seconds)
       .Uint("async_evictions", s.async_evictions)
-      .Uint("stream_order_reuses", s.stream_order_reuses)
       .Uint("swap_outs_cancelled", s.swap_outs_cancelled)
       .Uint("physical_creates", s.physical_creates)
       .Uint("physical_releases", s.physical_releases)

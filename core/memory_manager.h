@@ -88,9 +88,6 @@ struct SwapStats {
   // set, no unmap of the old one).
   uint64_t kept_reused = 0;
   uint64_t ooms = 0;
-  // Stream-ordered driver allocations given the room of a free queued
-  // before them on their stream, with no host wait (ReserveExternal).
-  uint64_t stream_order_reuses = 0;
   double host_wait_seconds = 0;  // waiting for in-flight work and copies
   // host_wait_seconds split by what was waited for: the program's work on a
   // buffer to be evicted (or freed), the swap stream's copies, work of
@@ -199,26 +196,13 @@ class MemoryManager {
   // charge to the allocation at `base` (or Unreserve when the driver failed);
   // Forget releases it when the program frees that allocation.
   //
-  // `ordered`: a stream-ordered allocation (cuMemAllocAsync and kin) on
-  // `stream` from `pool`. The driver hands such an allocation memory that a
-  // free of the same pool queued earlier on the same stream gives back, in
-  // stream order, before that free has run; so, where room is short, the
-  // charge of such a pending free (ForgetExternalAsync) is taken over
-  // rather than waited for on the host.
-  struct StreamOrder {
-    CUstream stream = nullptr;  // CU_STREAM_PER_THREAD for the per-thread one
-    // The pool: its handle, or kCurrentPool for the device's current pool
-    // (cuMemAllocAsync), which the program may change (cuDeviceSetMemPool):
-    // then a free of the old one could be taken for the new one's, and the
-    // cap be passed by that much until the free runs.
-    uint64_t pool = 0;
-    static constexpr uint64_t kCurrentPool = 1;
-  };
-  CUresult ReserveExternal(uint64_t bytes, const StreamOrder* ordered = nullptr)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // A stream-ordered one (cuMemAllocAsync and kin) is charged as any other:
+  // the driver reserves fresh memory for it wherever a free queued before
+  // it (even on its own stream, from its own pool) has not run, so that
+  // free stays charged until it is observed run (ForgetExternalAsync).
+  CUresult ReserveExternal(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   void UnreserveExternal(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
-  void AdoptExternal(CUdeviceptr base, uint64_t bytes, const StreamOrder* ordered = nullptr)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void AdoptExternal(CUdeviceptr base, uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   void ForgetExternal(CUdeviceptr base) ABSL_LOCKS_EXCLUDED(mu_);
   // cuMemFreeAsync of such an allocation on `stream`: the driver frees it
   // when the stream reaches the free, so its charge stays until an event
@@ -747,11 +731,6 @@ class MemoryManager {
   bool SettleExternalFrees(int device, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The charges of device `device`'s stream-ordered external frees pending.
   uint64_t QueuedExternalBytes(int device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Moves up to `charge` bytes of the charge of a pending free that
-  // `ordered` may take over (ReserveExternal) off the device's count. True
-  // when one was found.
-  bool TakeQueuedFree(Device& dev, const StreamOrder& ordered, uint64_t charge)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes `b` resident and never evicted again (PinExported).
   CUresult PinLocked(Buffer& b, const char* api) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the charge of an app handle once nothing keeps its memory alive.
@@ -830,12 +809,10 @@ class MemoryManager {
   // Still counted in host_bytes; freed when the host limit needs the room
   // and at exit.
   std::multimap<std::pair<uint64_t, int>, HostCopy> spare_host_ ABSL_GUARDED_BY(mu_);
-  // External allocations by base: device, charged bytes, and the pool of a
-  // stream-ordered one (StreamOrder::pool; 0 for the others).
+  // External allocations by base: device and charged bytes.
   struct External {
     int device = 0;
     uint64_t bytes = 0;
-    uint64_t pool = 0;
   };
   absl::flat_hash_map<uint64_t, External> external_ ABSL_GUARDED_BY(mu_);
   // External allocations freed in stream order, charged until their free
@@ -844,7 +821,6 @@ class MemoryManager {
   struct ExternalFree {
     int device = 0;
     uint64_t bytes = 0;
-    uint64_t pool = 0;
     std::vector<Use> uses;
     int waiters = 0;
   };

@@ -34,7 +34,7 @@ constexpr size_t kSettleExternalFrees = 32;
 
 // --- Allocations the driver makes itself -----------------------------------------
 
-CUresult MemoryManager::ReserveExternal(uint64_t bytes, const StreamOrder* ordered) {
+CUresult MemoryManager::ReserveExternal(uint64_t bytes) {
   CUdevice ordinal = 0;
   if (CUresult r = driver_->cuCtxGetDevice(&ordinal); r != CUDA_SUCCESS) return r;
   MutexLock lock(&mu_);
@@ -44,39 +44,11 @@ CUresult MemoryManager::ReserveExternal(uint64_t bytes, const StreamOrder* order
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   uint64_t charge = AlignUp(bytes, kSmallUnit);
-  // Short of room: what a free queued before it on its stream gives back
-  // comes first (in stream order, no wait), before MakeRoom's evictions
-  // and host waits.
-  if (ordered != nullptr && (charge > dev.cap || dev.used > dev.cap - charge)) {
-    (void)TakeQueuedFree(dev, *ordered, charge);
-  }
+  // Frees queued before it stay charged (the header): MakeRoom waits for
+  // them where they would make the room.
   if (CUresult r = MakeRoom(dev, charge); r != CUDA_SUCCESS) return r;
   Charge(dev, charge);
   return CUDA_SUCCESS;
-}
-
-bool MemoryManager::TakeQueuedFree(Device& dev, const StreamOrder& ordered, uint64_t charge) {
-  if (ordered.pool == 0) return false;
-  const auto [key, thread] = UseKey(ordered.stream);
-  for (auto it = external_frees_.begin(); it != external_frees_.end(); ++it) {
-    ExternalFree& f = *it;
-    // Its one use is the free itself, on this stream; a waiter holds it.
-    if (f.device != dev.ordinal || f.pool != ordered.pool || f.waiters > 0 ||
-        f.uses.size() != 1 || f.uses[0].stream != key || f.uses[0].thread != thread) {
-      continue;
-    }
-    // Only what the new allocation takes: the rest of a larger block is
-    // free to others only once the free has run. (Should the driver then
-    // fail the allocation, the part taken is uncharged before its free ran:
-    // the count is short by it until then.)
-    const uint64_t taken = std::min(charge, f.bytes);
-    f.bytes -= taken;
-    dev.used -= taken;
-    ++stats_.stream_order_reuses;
-    if (f.bytes == 0) DropExternalFree(it);
-    return true;
-  }
-  return false;
 }
 
 void MemoryManager::UnreserveExternal(uint64_t bytes) {
@@ -87,11 +59,11 @@ void MemoryManager::UnreserveExternal(uint64_t bytes) {
   DeviceState(ordinal).used -= AlignUp(bytes, kSmallUnit);
 }
 
-void MemoryManager::AdoptExternal(CUdeviceptr base, uint64_t bytes, const StreamOrder* ordered) {
+void MemoryManager::AdoptExternal(CUdeviceptr base, uint64_t bytes) {
   CUdevice ordinal = 0;
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return;
   MutexLock lock(&mu_);
-  external_[base] = {ordinal, AlignUp(bytes, kSmallUnit), ordered != nullptr ? ordered->pool : 0};
+  external_[base] = {ordinal, AlignUp(bytes, kSmallUnit)};
 }
 
 void MemoryManager::ForgetExternal(CUdeviceptr base) {
@@ -109,7 +81,6 @@ void MemoryManager::ForgetExternalAsync(CUdeviceptr base, CUstream stream) {
   ExternalFree& f = external_frees_.emplace_back();
   f.device = it->second.device;
   f.bytes = it->second.bytes;
-  f.pool = it->second.pool;
   external_.erase(it);
   // Unrecorded (a failed create or record): settled by a wait for the
   // stream's whole context, still in stream order.

@@ -267,17 +267,6 @@ CUstream OrderStream(CUstream s, bool per_thread) {
   return s == nullptr && per_thread ? CU_STREAM_PER_THREAD : s;
 }
 
-// The stream order of an allocation from `pool` on `s`, for the manager
-// (MemoryManager::StreamOrder), in `*order`; none while `s` is captured: the
-// allocation then runs at the graph's launch, which need not follow the
-// frees queued on `s` now.
-const MemoryManager::StreamOrder* StreamOrderOf(MemoryManager::StreamOrder* order, CUstream s,
-                                                bool per_thread, uint64_t pool) {
-  if (pool == 0 || !T().capped() || T().Capturing(StreamRef{s, per_thread})) return nullptr;
-  *order = {OrderStream(s, per_thread), pool};
-  return order;
-}
-
 // --- Module lifetime ------------------------------------------------------------
 // The real unload runs inside an UnloadScope: from the moment the driver
 // frees the handles it may hand them to another module's kernels.
@@ -349,21 +338,17 @@ PAIR(cuMemAllocAsync, _ptsz, (CUdeviceptr* dptr, size_t bytes, CUstream s),
            T().AllocateAsyncCapped(kApi, dptr, bytes, StreamRef{s, kPerThread}, &r)) {
          return r;
        }
-       MemoryManager::StreamOrder order;
        return ChargedAllocation(
            T().memory(), dptr, bytes,
-           [&] { return Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, s); },
-           StreamOrderOf(&order, s, kPerThread, MemoryManager::StreamOrder::kCurrentPool));
+           [&] { return Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, s); });
      }())
 PAIR(cuMemAllocFromPoolAsync, _ptsz,
      (CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream s),
      [&] {
        if (real == nullptr) return kMissing;
-       MemoryManager::StreamOrder order;
        return ChargedAllocation(
            T().memory(), dptr, bytes,
-           [&] { return Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, pool, s); },
-           StreamOrderOf(&order, s, kPerThread, reinterpret_cast<uint64_t>(pool)));
+           [&] { return Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, pool, s); });
      }())
 PAIR(cuMemFreeAsync, _ptsz, (CUdeviceptr dptr, CUstream s),
      [&] {

@@ -26,11 +26,6 @@
 #   caching  layer fused      100    50
 # each with host VMM on and off. TORCHLIKE_FULL=1 runs every mode at every
 # cap (and more steps, TORCHLIKE_STEPS).
-#
-# A case that fails because of a stensor bug stays in the matrix; to keep
-# the suite green while it is being fixed, name it in KNOWN_FAILURES below
-# (it is then reported as a known failure, and the test fails if it passes,
-# so the list cannot go stale).
 set -euo pipefail
 train=$1
 # As scripts/with-fake-gpu does: the binary names no path to its driver.
@@ -42,19 +37,6 @@ tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 steps=${TORCHLIKE_STEPS:-4}
 full=${TORCHLIKE_FULL:-0}
-
-# Known stensor bugs, kept visible rather than removed from the matrix; set
-# either variable empty in the environment to make them fail the test.
-#
-# KNOWN_FAILURES: cases (MODE-PCT-vHOSTVMM) that fail.
-KNOWN_FAILURES=${KNOWN_FAILURES-""}
-# KNOWN_PEAK_OVERSHOOT: modes whose device high-water mark may exceed
-#   STENSOR_MEMORY_LIMIT (by up to about 300 KB, depending on timing) while
-#   their output is still right: per-tensor tensors under half a granule are
-#   stream-ordered allocations, and the driver's pool keeps freed bytes
-#   reserved until the next synchronisation; the cap does not count them.
-#   Each overshoot is still reported and counted.
-KNOWN_PEAK_OVERSHOOT=${KNOWN_PEAK_OVERSHOOT-"pertensor-eager pertensor-eager-perparam"}
 
 declare -A mode_flags=(
   [caching-eager]="--alloc caching --graphs eager"
@@ -106,7 +88,7 @@ echo "PASS: under stensor without a cap, caching and per-tensor (stensor_torch_m
 
 # 3. Caps.
 stat() { sed -n "s/^stensor: $2 *\([0-9]*\) .*/\1/p" "$1"; }
-passed=0 refused=0 known=0 overshoots=0
+passed=0 refused=0
 table=""
 run_case() {  # MODE PCT VMM
   local mode=$1 pct=$2 vmm=$3
@@ -122,7 +104,7 @@ run_case() {  # MODE PCT VMM
   end=$(date +%s.%N)
   local wall
   wall=$(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.2f", e - s }')
-  local problem="" note=""
+  local problem=""
   if (( status != 0 )); then
     if (( status == 1 )) && grep -q 'CUDA_ERROR_OUT_OF_MEMORY' "$tmp/$name.err"; then
       if (( vmm == 0 )); then
@@ -142,37 +124,21 @@ run_case() {  # MODE PCT VMM
     peak=$(sed -n 's/^fakecuda: device 0 peak \([0-9]*\) bytes$/\1/p' "$tmp/$name.err")
     evicted=$(( $(stat "$tmp/$name.err" "swap-outs copied") + $(stat "$tmp/$name.err" "clean drops") ))
     if (( peak > cap )); then
-      if [[ " $KNOWN_PEAK_OVERSHOOT " == *" $mode "* ]]; then
-        echo "KNOWN FAILURE: $name: device high-water mark $peak above the cap $cap (output right)"
-        overshoots=$((overshoots + 1))
-        note=" KNOWN FAILURE: peak $peak > cap $cap"
-      else
-        problem="device high-water mark $peak above the cap $cap"
-      fi
+      problem="device high-water mark $peak above the cap $cap"
     elif (( pct < 100 && evicted == 0 )); then
       problem="nothing evicted under a cap of $cap"
     fi
   fi
-  local known_case=0
-  [[ " $KNOWN_FAILURES " == *" $name "* ]] && known_case=1
   if [[ -n $problem ]]; then
-    if (( known_case )); then
-      known=$((known + 1))
-      echo "KNOWN FAILURE: $name: $problem"
-      table+=$(printf '%-24s %4s%% vmm=%s  KNOWN FAILURE' "$mode" "$pct" "$vmm")$'\n'
-      return
-    fi
     echo "--- $name stderr:" >&2
     grep -v '^stensor: ' "$tmp/$name.err" | tail -n 20 >&2
     fail "$name (STENSOR_MEMORY_LIMIT=$cap FAKECUDA_HOST_VMM=$vmm $train --steps $steps ${mode_flags[$mode]}): $problem"
   fi
-  # A known failure that passes this time (timing) is said, not failed.
-  (( known_case )) && echo "NOTE: $name is listed in KNOWN_FAILURES but passed"
   passed=$((passed + 1))
   local secs
   secs=$(field "$tmp/$name.out" train_seconds)
-  table+=$(printf '%-24s %4s%% vmm=%s  pass     %5.2f steps/s (wall %ss)%s' "$mode" "$pct" "$vmm" \
-    "$(awk -v n=$steps -v s="$secs" 'BEGIN { print n / s }')" "$wall" "$note")$'\n'
+  table+=$(printf '%-24s %4s%% vmm=%s  pass     %5.2f steps/s (wall %ss)' "$mode" "$pct" "$vmm" \
+    "$(awk -v n=$steps -v s="$secs" 'BEGIN { print n / s }')" "$wall")$'\n'
 }
 
 declare -A caps=(
@@ -197,7 +163,7 @@ for mode in $modes; do
     "$(awk -v n=$steps -v s="$(field "$tmp/$mode.plain" train_seconds)" 'BEGIN { print n / s }')"
 done
 printf '%s' "$table"
-echo "PASS: $passed cases bit-identical ($overshoots of them with the known peak overshoot), $refused refused with host VMM off, $known known failures"
+echo "PASS: $passed cases bit-identical, each within its cap, $refused refused with host VMM off"
 
 # 4. Bad flags are rejected with a usage message, not ignored.
 for bad in "--steps nope" "--alloc bogus" "--graphs x" "--optimizer y" "--layers 1" \
