@@ -32,11 +32,13 @@ std::optional<uint64_t> PitchAllocationCharge(uint64_t width, uint64_t height);
 // `memory` (null: no cap; `allocate` is just called). When no room can be
 // made, returns the manager's error (CUDA_ERROR_OUT_OF_MEMORY) and
 // `allocate` is not called; when the driver fails, the charge is dropped.
+// `source`: MemoryManager::ReserveExternal's.
 template <typename Allocate>
-CUresult ChargedAllocation(MemoryManager* memory, CUdeviceptr* dptr, uint64_t bytes,
-                           Allocate&& allocate) {
+CUresult ChargedAllocation(
+    MemoryManager* memory, CUdeviceptr* dptr, uint64_t bytes, Allocate&& allocate,
+    MemoryManager::ExternalSource source = MemoryManager::ExternalSource::kFresh) {
   if (memory == nullptr) return allocate();
-  if (CUresult r = memory->ReserveExternal(bytes); r != CUDA_SUCCESS) return r;
+  if (CUresult r = memory->ReserveExternal(bytes, source); r != CUDA_SUCCESS) return r;
   CUresult r = allocate();
   if (r == CUDA_SUCCESS && dptr != nullptr) {
     memory->AdoptExternal(*dptr, bytes);

@@ -251,14 +251,16 @@ TEST_F(ExternalAllocationsTest, AFreeQueuedOnItsStreamStaysChargedUntilItRan) {
     CUdeviceptr a = 0, b = 0;
     ASSERT_EQ(ChargedAllocation(
                   memory_.get(), &a, 4 * kMiB,
-                  [&] { return driver_.cuMemAllocAsync(&a, 4 * kMiB, held.get()); }),
+                  [&] { return driver_.cuMemAllocAsync(&a, 4 * kMiB, held.get()); },
+                  MemoryManager::ExternalSource::kDefaultPool),
               CUDA_SUCCESS);
     ASSERT_CU(driver_.cuMemFreeAsync(a, held.get()));
     memory_->ForgetExternalAsync(a, held.get());
     // 4 MiB queued, `next` more: above the 6 MiB cap until the free ran.
     ASSERT_EQ(ChargedAllocation(
                   memory_.get(), &b, next,
-                  [&] { return driver_.cuMemAllocAsync(&b, next, held.get()); }),
+                  [&] { return driver_.cuMemAllocAsync(&b, next, held.get()); },
+                  MemoryManager::ExternalSource::kDefaultPool),
               CUDA_SUCCESS);
     EXPECT_TRUE(OpenedByAHostWait::opened()) << next << " bytes: no wait for the queued free";
     EXPECT_LE(Peak(), kCap) << next << " bytes after a queued free of 4 MiB";
@@ -366,6 +368,77 @@ TEST_F(ExternalAllocationsTest, CompletedStreamOrderedFreesAreSettledAsMoreCome)
   // None still charged once cuMemGetInfo looks.
   EXPECT_EQ(Free(), kCap);
   ASSERT_CU(cuStreamDestroy_v2(s));
+}
+
+// Memory of the program's own that the driver creates (cuMemCreate,
+// cuMemAllocPitch, another pool's cuMemAllocFromPoolAsync) is fresh device
+// memory: a completed stream-ordered free of the default pool is settled
+// (no longer charged) while that pool keeps its memory reserved until a
+// synchronisation, so the pool gives it back first.
+TEST_F(ExternalAllocationsTest, FreshDriverMemoryComesAfterTheDefaultPoolsKeptMemory) {
+  enum Kind { kAppHandle, kPitch, kOtherPool };
+  for (Kind kind : {kAppHandle, kPitch, kOtherPool}) {
+    fakecuda_reset_peak_bytes(0);
+    CUstream s;
+    ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr a = 0;
+    ASSERT_EQ(ChargedAllocation(memory_.get(), &a, 4 * kMiB,
+                                [&] { return driver_.cuMemAllocAsync(&a, 4 * kMiB, s); },
+                                MemoryManager::ExternalSource::kDefaultPool),
+              CUDA_SUCCESS);
+    ASSERT_CU(driver_.cuMemFreeAsync(a, s));
+    memory_->ForgetExternalAsync(a, s);
+    CUevent ran;
+    ASSERT_CU(cuEventCreate(&ran, CU_EVENT_DEFAULT));
+    ASSERT_CU(cuEventRecord(ran, s));
+    while (cuEventQuery(ran) == CUDA_ERROR_NOT_READY) std::this_thread::yield();  // no sync
+    EXPECT_EQ(Free(), kCap) << kind << ": the free is settled";
+    EXPECT_EQ(Used(), 4 * kMiB) << kind << ": the pool still holds it";
+    if (kind == kAppHandle) {
+      CUmemAllocationProp prop{};
+      prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+      prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      prop.location.id = 0;
+      CUmemGenericAllocationHandle h = 0;
+      ASSERT_CU(memory_->CreateAppMemory(&h, 2 * kGranule, &prop, 0));
+      EXPECT_LE(Peak(), kCap) << "cuMemCreate";
+      ASSERT_CU(driver_.cuMemRelease(h));
+      memory_->OnAppRelease(h);
+    } else if (kind == kPitch) {
+      CUdeviceptr p = 0;
+      size_t pitch = 0;
+      ASSERT_EQ(ChargedPitchAllocation(memory_.get(), &p, 4096, 1024,
+                                       [&] {
+                                         return driver_.cuMemAllocPitch_v2(&p, &pitch, 4096,
+                                                                           1024, 4);
+                                       }),
+                CUDA_SUCCESS);
+      EXPECT_LE(Peak(), kCap) << "cuMemAllocPitch";
+      ASSERT_CU(driver_.cuMemFree_v2(p));
+      memory_->ForgetExternal(p);
+    } else {
+      CUmemPoolProps props{};
+      props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+      props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      props.location.id = 0;
+      CUmemoryPool pool;
+      ASSERT_CU(cuMemPoolCreate(&pool, &props));
+      CUdeviceptr p = 0;
+      ASSERT_EQ(ChargedAllocation(
+                    memory_.get(), &p, 4 * kMiB,
+                    [&] { return driver_.cuMemAllocFromPoolAsync(&p, 4 * kMiB, pool, s); }),
+                CUDA_SUCCESS);
+      EXPECT_LE(Peak(), kCap) << "cuMemAllocFromPoolAsync";
+      ASSERT_CU(driver_.cuMemFreeAsync(p, s));
+      memory_->ForgetExternalAsync(p, s);
+      ASSERT_CU(cuStreamSynchronize(s));
+      ASSERT_CU(cuMemPoolDestroy(pool));
+    }
+    ASSERT_CU(cuEventDestroy_v2(ran));
+    ASSERT_CU(cuStreamSynchronize(s));
+    ASSERT_CU(cuStreamDestroy_v2(s));
+    EXPECT_EQ(Free(), kCap);
+  }
 }
 
 }  // namespace

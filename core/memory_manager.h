@@ -200,7 +200,15 @@ class MemoryManager {
   // the driver reserves fresh memory for it wherever a free queued before
   // it (even on its own stream, from its own pool) has not run, so that
   // free stays charged until it is observed run (ForgetExternalAsync).
-  CUresult ReserveExternal(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  //
+  // `source`: where the driver takes the memory from. Fresh device memory
+  // (cuMemCreate, cuMemAllocPitch, an explicit pool) comes after the
+  // default pool gave back what it keeps reserved of settled frees (as
+  // stensor's own memory does: TrimDriverPool); an allocation from the
+  // default pool takes that kept memory first, so it is left there.
+  enum class ExternalSource { kFresh, kDefaultPool };
+  CUresult ReserveExternal(uint64_t bytes, ExternalSource source = ExternalSource::kFresh)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void UnreserveExternal(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   void AdoptExternal(CUdeviceptr base, uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   void ForgetExternal(CUdeviceptr base) ABSL_LOCKS_EXCLUDED(mu_);

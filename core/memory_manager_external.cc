@@ -34,7 +34,7 @@ constexpr size_t kSettleExternalFrees = 32;
 
 // --- Allocations the driver makes itself -----------------------------------------
 
-CUresult MemoryManager::ReserveExternal(uint64_t bytes) {
+CUresult MemoryManager::ReserveExternal(uint64_t bytes, ExternalSource source) {
   CUdevice ordinal = 0;
   if (CUresult r = driver_->cuCtxGetDevice(&ordinal); r != CUDA_SUCCESS) return r;
   MutexLock lock(&mu_);
@@ -47,6 +47,7 @@ CUresult MemoryManager::ReserveExternal(uint64_t bytes) {
   // Frees queued before it stay charged (the header): MakeRoom waits for
   // them where they would make the room.
   if (CUresult r = MakeRoom(dev, charge); r != CUDA_SUCCESS) return r;
+  if (source == ExternalSource::kFresh) TrimDriverPool(dev);
   Charge(dev, charge);
   return CUDA_SUCCESS;
 }
@@ -246,6 +247,7 @@ CUresult MemoryManager::CreateAppMemory(CUmemGenericAllocationHandle* handle, si
       return driver_->cuMemCreate(handle, size, prop, flags);  // INVALID_VALUE, nothing evicted
     }
     if (CUresult r = MakeRoom(dev, size); r != CUDA_SUCCESS) return r;
+    TrimDriverPool(dev);  // fresh memory: after what the default pool keeps
     Charge(dev, size);
   }
   // Outside the lock: the charge holds the room meanwhile.

@@ -340,7 +340,9 @@ PAIR(cuMemAllocAsync, _ptsz, (CUdeviceptr* dptr, size_t bytes, CUstream s),
        }
        return ChargedAllocation(
            T().memory(), dptr, bytes,
-           [&] { return Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, s); });
+           [&] { return Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, s); },
+           T().capped() && FromDefaultPool(D()) ? MemoryManager::ExternalSource::kDefaultPool
+                                                : MemoryManager::ExternalSource::kFresh);
      }())
 PAIR(cuMemAllocFromPoolAsync, _ptsz,
      (CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream s),
