@@ -15,6 +15,7 @@
 #include <tuple>
 #include <cstdio>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -389,6 +390,27 @@ bool MemoryManager::Swappable(uint64_t bytes) {
   if (bytes >= dev.granularity / 2) return bytes <= dev.cap;
   const uint64_t charge = AlignUp(bytes, kSmallUnit);
   return dev.host_vmm && (charge > dev.cap || dev.used > dev.cap - charge);
+}
+
+MemoryManager::Footprint MemoryManager::FootprintOf(absl::Span<const uint64_t> ids) const {
+  MutexLock lock(&mu_);
+  Footprint f;
+  absl::flat_hash_set<const Buffer*> seen;
+  for (uint64_t id : ids) {
+    if (id == 0 || id >= kUntrackedKeys) continue;  // never a registry id
+    auto it = buffers_.find(id);
+    if (it == buffers_.end() || it->second->garbage) continue;
+    const Buffer& b = *it->second;
+    if (!seen.insert(&b).second) continue;
+    if (seen.size() == 1) f.device = b.device;
+    f.bytes += b.reserved;
+    ++f.buffers;
+  }
+  if (f.device >= 0 && static_cast<size_t>(f.device) < devices_.size() && devices_[f.device]) {
+    f.cap = devices_[f.device]->cap;
+    f.host_vmm = devices_[f.device]->host_vmm;
+  }
+  return f;
 }
 
 bool MemoryManager::Owns(CUdeviceptr base) const {

@@ -190,6 +190,18 @@ class MemoryManager {
   // room for it, or serves it from host memory; the driver's pool would
   // refuse it). False also when the device cannot be told.
   bool Swappable(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  // What an operation over `ids` needs on the device at once (each buffer
+  // counted once, by what the cap charges it), the cap of that device, and
+  // whether it has host-located VMM: the words of a refusal. The device
+  // is the first buffer's.
+  struct Footprint {
+    uint64_t bytes = 0;
+    size_t buffers = 0;
+    uint64_t cap = 0;
+    int device = 0;
+    bool host_vmm = false;
+  };
+  Footprint FootprintOf(absl::Span<const uint64_t> ids) const ABSL_LOCKS_EXCLUDED(mu_);
   // Allocations the driver makes itself under the cap (cuMemAllocPitch,
   // stream-ordered pools): never swapped, but counted. Reserve makes room
   // for `bytes` on the current device and charges them; Adopt ties the

@@ -149,24 +149,22 @@ CUresult MemoryManager::AcquireChunks(Device& dev, uint64_t bytes, bool reuse,
   *pooled = false;
   *shadowed = false;
   uint64_t have = 0;
-  auto take = [&] {
-    const uint64_t taken = TakePooled(dev, bytes - have, chunks, shadowed);
-    have += taken;
-    if (taken > 0) *pooled = true;
-  };
-  if (reuse) take();
+  if (reuse) have += TakePooled(dev, bytes, chunks, shadowed);
   // Memory of freed buffers whose work is still queued comes next, handed
   // on in stream order: a new chunk only when nothing freed can serve, so
   // a program that frees faster than its work completes does not grow.
-  while (reuse && have < bytes && HandOnGarbage(dev)) take();
+  while (reuse && have < bytes && HandOnGarbage(dev)) {
+    have += TakePooled(dev, bytes - have, chunks, shadowed);
+  }
   if (have < bytes) {
     // Room for the rest; evictions meanwhile feed the pool, which counts.
     if (CUresult r = MakeRoom(dev, bytes - have, reuse); r != CUDA_SUCCESS) {
       PoolChunks(dev, chunks);
       return r;
     }
-    if (reuse) take();
+    if (reuse) have += TakePooled(dev, bytes - have, chunks, shadowed);
   }
+  *pooled = !chunks->empty();
   if (have < bytes) {
     // The rest as one chunk: one handle to map.
     PhysicalChunk fresh{0, bytes - have};

@@ -237,6 +237,7 @@ CUresult Tracker::PrepareLaunch(CUfunction f, const KernelInfo& kernel, StreamRe
                                 Accesses* accesses) {
   RelaxedCaptureScope relaxed(capture_);
   if (CUresult r = memory_->Prepare(accesses->reads, {}, Handle(stream)); r != CUDA_SUCCESS) {
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) SayRefusal(kernel, *accesses);
     return r;
   }
   // Accesses unknown: nothing is evicted from here until the launch's
@@ -252,6 +253,18 @@ CUresult Tracker::PrepareLaunch(CUfunction f, const KernelInfo& kernel, StreamRe
     accesses->op_time = ticket.time;
   }
   return CUDA_SUCCESS;
+}
+
+void Tracker::SayRefusal(const KernelInfo& kernel, const Accesses& accesses) const {
+  const MemoryManager::Footprint f = memory_->FootprintOf(accesses.reads);
+  SayOnce(LogLevel::kWarn, "launch-refused",
+          absl::StrFormat("a launch of %s was refused (CUDA_ERROR_OUT_OF_MEMORY): its %zu "
+                          "buffers take %.1f MiB on device %d together, the cap is %.1f MiB%s",
+                          kernel.demangled, f.buffers, f.bytes / 1048576.0, f.device,
+                          f.cap / 1048576.0,
+                          f.host_vmm ? ""
+                                     : "; without host-located VMM what does not fit cannot be "
+                                       "served from host memory (README, Limits)"));
 }
 
 bool Tracker::IsMarker(const KernelInfo& kernel) const {

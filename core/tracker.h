@@ -331,6 +331,9 @@ class Tracker {
   void WalkGraph(StreamRef stream, GraphLaunchScope* scope);
   // Whether `kernel` is STENSOR_ITERATION_MARKER's.
   bool IsMarker(const KernelInfo& kernel) const;
+  // The first launch refused for lack of room, named on stderr with its
+  // footprint and the cap (once for the process).
+  void SayRefusal(const KernelInfo& kernel, const Accesses& accesses) const;
   // `call` may end `ctx`; `ended(result)` says whether it did.
   CUresult EndContext(CUcontext ctx, absl::FunctionRef<CUresult()> call,
                       absl::FunctionRef<bool(CUresult)> ended);

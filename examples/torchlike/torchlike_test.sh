@@ -108,6 +108,12 @@ run_case() {  # MODE PCT VMM
   if (( status != 0 )); then
     if (( status == 1 )) && grep -q 'CUDA_ERROR_OUT_OF_MEMORY' "$tmp/$name.err"; then
       if (( vmm == 0 )); then
+        # A refused launch is named by stensor, once, with its footprint.
+        local said
+        said=$(grep -c 'stensor: a launch of .* was refused (CUDA_ERROR_OUT_OF_MEMORY): its [0-9]* buffers take [0-9.]* MiB on device 0 together, the cap is [0-9.]* MiB' "$tmp/$name.err" || true)
+        if grep -q 'cuLaunchKernel failed' "$tmp/$name.err" && [[ $said != 1 ]]; then
+          fail "$name: a refused launch named $said times by stensor, want once: $(grep '^stensor: a launch' "$tmp/$name.err")"
+        fi
         refused=$((refused + 1))
         table+=$(printf '%-24s %4s%% vmm=%s  refused  (%s)' "$mode" "$pct" "$vmm" \
           "$(grep -m1 -B1 'CUDA_ERROR_OUT_OF_MEMORY' "$tmp/$name.err" | grep -v '^stensor:' | tr '\n' ' ' | sed 's/torchlike_train: //g')")$'\n'
