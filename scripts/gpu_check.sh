@@ -106,12 +106,14 @@ else
 fi
 if ((dry)); then
   mlp_flags=(--hidden 512 --layers 2) tf_flags=(--layers 2 --dim 128 --seq 64 --batch 4)
+  tl_flags=(--buckets 8192 --experts 4 --ffn 256)
   steps_mlp=6 steps_tf=4 steps_tl=3
   mlp_module=$dir/mlp_kernels_host.so tf_module=$dir/transformer_kernels_host.so
   tl_module=$dir/torchlike_kernels_host.so
   hooks_module=$dir/test_kernels.so
 else
   mlp_flags=(--hidden 4096 --layers 8) tf_flags=(--layers 4 --dim 512 --seq 256 --batch 8)
+  tl_flags=()
   mlp_module=$dir/mlp_kernels.fatbin tf_module=$dir/transformer_kernels.fatbin
   tl_module=$dir/torchlike_kernels.fatbin
   hooks_module=$dir/hooks_kernels.fatbin
@@ -216,11 +218,13 @@ model() {
 }
 sec_mlp() { model mlp_train "$mlp_module" "$steps_mlp" 1 "${mlp_flags[@]}"; }
 sec_transformer() { model transformer_train "$tf_module" "$steps_tf" 0 "${tf_flags[@]}"; }
-sec_torchlike() { model torchlike_train "$tl_module" "$steps_tl" 0 --alloc caching --graphs eager; }
+sec_torchlike() {
+  model torchlike_train "$tl_module" "$steps_tl" 0 --alloc caching --graphs eager "${tl_flags[@]}"
+}
 # The same program under another name, so that its runs' files are its own.
 sec_torchlike_graph() {
   [[ -e $dir/torchlike_graph ]] || ln -s torchlike_train "$dir/torchlike_graph" 2> /dev/null
-  model torchlike_graph "$tl_module" "$steps_tl" 0 --alloc caching --graphs step
+  model torchlike_graph "$tl_module" "$steps_tl" 0 --alloc caching --graphs step "${tl_flags[@]}"
 }
 
 sec_runtime_program() {
@@ -385,7 +389,7 @@ for s in "${sections[@]}"; do
   fi
   t0=$(date +%s)
   timeout "${limit[$s]}" bash -c "$(declare -f); $(declare -p dir work dry quick preload caps \
-    steps_mlp steps_tf steps_tl mlp_flags tf_flags mlp_module tf_module tl_module hooks_module \
+    steps_mlp steps_tf steps_tl mlp_flags tf_flags tl_flags mlp_module tf_module tl_module hooks_module \
     2> /dev/null); sec_$s" \
     > "$work/sec.$s.json" 2> "$work/sec.$s.err"
   rc=$?
