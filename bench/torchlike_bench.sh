@@ -349,8 +349,9 @@ def table(suffix, title):
                 o_text, x_text = "n/a (%s)" % note, "n/a"
             else:
                 o_text = fmt(o) + (" (%s)" % note if note else "")
-                x_text = ("n/a (0 / 0)" if o <= 0 and moved is not None and moved <= 0 else
-                          "n/a" if moved is None or o <= 0 else "%.2f" % (moved / o))
+                x_text = ("n/a" if moved is None else
+                          "n/a (0 / 0)" if o <= 0 and moved <= 0 else
+                          "n/a (optimum 0)" if o <= 0 else "%.2f" % (moved / o))
             syncs, reads = per_step(c, "syncs"), per_step(c, "reads")
             syncs = None if syncs is None or base_syncs is None else syncs - base_syncs
             reads = None if reads is None or base_reads is None else reads - base_reads
@@ -377,9 +378,15 @@ print("Medians of %d interleaved run(s) of N = %d and 2N = %d steps; per step = 
       "MiB = 2^20 bytes. FAKECUDA_VMM_LATENCY_US=h200 in every run." % (runs, steps, 2 * steps))
 print()
 for mode in active:
-    print("- %s: working set %.1f MiB; FAKECUDA_LINK %s" % (
+    # The link is set from the uncapped step without it; against the uncapped
+    # step measured with it (noise, load), moving the working set takes:
+    ul = step_time(res.get((mode, "uncapped-link"), {}), "%s uncapped-link" % mode_name(mode))
+    took = "" if mode not in bandwidth or not ul else (
+        " (the working set once: %.2f x the uncapped step measured with the link)" %
+        (working_set[mode] / (bandwidth[mode] * 1e9) / ul))
+    print("- %s: working set %.1f MiB; FAKECUDA_LINK %s%s" % (
         mode_name(mode), working_set[mode] / MIB,
-        "%.3f GB/s" % bandwidth[mode] if mode in bandwidth else "n/a"))
+        "%.3f GB/s" % bandwidth[mode] if mode in bandwidth else "n/a", took))
 print()
 table("-link", "With FAKECUDA_LINK (the working set once in half the uncapped step)")
 table("", "Without the link")
