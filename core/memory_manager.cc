@@ -386,10 +386,15 @@ bool MemoryManager::Swappable(uint64_t bytes) {
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return false;
   MutexLock lock(&mu_);
   const Device& dev = DeviceState(ordinal);
-  if (dev.granularity == 0) return false;
-  if (bytes >= dev.granularity / 2) return bytes <= dev.cap;
-  const uint64_t charge = AlignUp(bytes, kSmallUnit);
-  return dev.host_vmm && (charge > dev.cap || dev.used > dev.cap - charge);
+  return dev.granularity != 0 && bytes >= dev.granularity / 2 && bytes <= dev.cap;
+}
+
+bool MemoryManager::SmallServedFromHost(uint64_t bytes) {
+  CUdevice ordinal = 0;
+  if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return false;
+  MutexLock lock(&mu_);
+  const Device& dev = DeviceState(ordinal);
+  return dev.host_vmm && dev.granularity != 0 && bytes < dev.granularity / 2;
 }
 
 MemoryManager::Footprint MemoryManager::FootprintOf(absl::Span<const uint64_t> ids) const {

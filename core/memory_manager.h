@@ -183,13 +183,15 @@ class MemoryManager {
   // leaving fewer (cuMemPoolTrimTo's promise; a chunk goes whole); chunks
   // still mapped at an old address stay. Returns the bytes released.
   uint64_t ReleaseIdlePooled(int device, uint64_t keep) ABSL_LOCKS_EXCLUDED(mu_);
-  // Whether a stream-ordered allocation of `bytes` on the current context's
-  // device is stensor's to serve with Allocate: one that makes a swappable
-  // buffer (at least half the granularity, at most the cap), or, with
-  // host-located VMM, a smaller one finding the cap full (Allocate makes
-  // room for it, or serves it from host memory; the driver's pool would
-  // refuse it). False also when the device cannot be told.
+  // Whether Allocate(bytes) on the current context's device would make a
+  // VMM-backed, swappable buffer (at least half the granularity, at most the
+  // cap); false also when the device cannot be told.
   bool Swappable(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether Allocate(bytes) of a smaller one, finding no room, serves it
+  // from host memory rather than refusing it (host-located VMM): what a
+  // stream-ordered allocation the driver's pool could not be given room for
+  // falls back to.
+  bool SmallServedFromHost(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // What an operation over `ids` needs on the device at once (each buffer
   // counted once, by what the cap charges it), the cap of that device, and
   // whether it has host-located VMM: the words of a refusal. The device

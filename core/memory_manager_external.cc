@@ -45,8 +45,14 @@ CUresult MemoryManager::ReserveExternal(uint64_t bytes, ExternalSource source) {
   }
   uint64_t charge = AlignUp(bytes, kSmallUnit);
   // Frees queued before it stay charged (the header): MakeRoom waits for
-  // them where they would make the room.
-  if (CUresult r = MakeRoom(dev, charge); r != CUDA_SUCCESS) return r;
+  // them where they would make the room. A small one of the default pool
+  // finding no room is served from host memory instead (ServeStreamOrdered):
+  // not a refusal yet.
+  serve_fallback_ = source == ExternalSource::kDefaultPool && dev.host_vmm &&
+                    dev.granularity != 0 && bytes < dev.granularity / 2;
+  const CUresult room = MakeRoom(dev, charge);
+  serve_fallback_ = false;
+  if (room != CUDA_SUCCESS) return room;
   if (source == ExternalSource::kFresh) TrimDriverPool(dev);
   Charge(dev, charge);
   return CUDA_SUCCESS;

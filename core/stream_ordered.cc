@@ -17,7 +17,8 @@ bool FromDefaultPool(const Driver& driver) {
 
 bool ServeStreamOrdered(const Driver& driver, MemoryManager& memory, CUdeviceptr* dptr,
                         uint64_t bytes, CUstream stream,
-                        MemoryManager::RegisterId register_id, CUresult* result) {
+                        MemoryManager::RegisterId register_id, CUresult* result,
+                        bool no_room) {
   if (dptr == nullptr || bytes == 0) return false;  // the driver's error
   // Captured: the driver makes a graph allocation node of it. The call also
   // checks the handle (the driver answers for one it refuses).
@@ -33,7 +34,7 @@ bool ServeStreamOrdered(const Driver& driver, MemoryManager& memory, CUdeviceptr
   if (StreamContext(driver, stream, &context) != CUDA_SUCCESS) return false;
   ContextScope scope(driver, context);
   if (scope.result() != CUDA_SUCCESS) return false;
-  if (!memory.Swappable(bytes)) return false;
+  if (!memory.Swappable(bytes) && !(no_room && memory.SmallServedFromHost(bytes))) return false;
   if (!FromDefaultPool(driver)) return false;
   *result = memory.Allocate(bytes, dptr, register_id, /*stream_ordered=*/true);
   // The pop (retried once on failure) is the scope's; the program gets the

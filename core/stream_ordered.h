@@ -40,9 +40,14 @@ bool FromDefaultPool(const Driver& driver);
 // registering the buffer with `register_id` (MemoryManager::Allocate), and
 // `*result` is the outcome. False: the driver answers (see the top of this
 // file for which allocations those are).
+// `no_room`: the driver's pool could not be given room for it (the cap is
+// full of what stensor cannot swap): a smaller one is then stensor's too,
+// served from host memory where the device has host-located VMM
+// (MemoryManager::SmallServedFromHost).
 bool ServeStreamOrdered(const Driver& driver, MemoryManager& memory, CUdeviceptr* dptr,
                         uint64_t bytes, CUstream stream,
-                        MemoryManager::RegisterId register_id, CUresult* result);
+                        MemoryManager::RegisterId register_id, CUresult* result,
+                        bool no_room = false);
 
 // --- The default pool's attributes under a cap. What stensor serves for a
 // device's default pool is not in the driver's pool, so the pool's answers

@@ -71,6 +71,44 @@ TEST_F(StreamOrderedTest, ServesFromHalfAGranuleAndLeavesSmallerOnesToTheDriver)
   ASSERT_CU(cuStreamDestroy_v2(s));
 }
 
+// A small one whose driver allocation found no room (the cap full of what
+// stensor cannot swap) is stensor's then: with host-located VMM a buffer
+// born in host memory, every byte readable and writable at its address,
+// the device untouched; without, left to the driver's refusal.
+TEST_F(StreamOrderedTest, ASmallOneFindingNoRoomIsServedFromHostMemory) {
+  CUstream s;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  constexpr uint64_t kSmall = 64 * 1024;
+  ASSERT_CU(mm_->ReserveExternal(8 << 20));  // the whole cap, unswappable
+  const size_t used = fakecuda_used_bytes(0);
+  CUdeviceptr p = 0;
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  EXPECT_FALSE(Serve(kSmall, s, &p, &r));  // room not yet asked for: the driver's
+  const bool served = ServeStreamOrdered(
+      driver_, *mm_, &p, kSmall, s, [](CUdeviceptr) { return uint64_t{5}; }, &r,
+      /*no_room=*/true);
+  int host_vmm = 0;
+  ASSERT_CU(cuDeviceGetAttribute(
+      &host_vmm, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
+  if (!host_vmm) {
+    EXPECT_FALSE(served);
+  } else {
+    ASSERT_TRUE(served);
+    ASSERT_CU(r);
+    EXPECT_TRUE(mm_->Owns(p));
+    std::vector<uint8_t> in(kSmall), out(kSmall, 0);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(i * 7 + 1);
+    ASSERT_CU(cuMemcpyHtoD_v2(p, in.data(), in.size()));
+    ASSERT_CU(cuMemcpyDtoH_v2(out.data(), p, out.size()));
+    EXPECT_EQ(out, in);
+    EXPECT_EQ(fakecuda_used_bytes(0), used);  // no device memory taken
+    EXPECT_CU(mm_->FreeAsync(p, s));
+  }
+  mm_->UnreserveExternal(8 << 20);
+  ASSERT_CU(cuStreamSynchronize(s));
+  ASSERT_CU(cuStreamDestroy_v2(s));
+}
+
 TEST_F(StreamOrderedTest, NoCurrentContextAndALegacyStreamIsTheDriversError) {
   ASSERT_CU(cuCtxSetCurrent(nullptr));
   CUdeviceptr p = 0;

@@ -1487,12 +1487,12 @@ bool Tracker::FreeAsyncCapped(const char* api, CUdeviceptr dptr, StreamRef strea
 }
 
 bool Tracker::AllocateAsyncCapped(const char* api, CUdeviceptr* dptr, uint64_t bytes,
-                                  StreamRef stream, CUresult* result) {
+                                  StreamRef stream, CUresult* result, bool no_room) {
   return ServeStreamOrdered(*driver_, *memory_, dptr, bytes, Handle(stream),
                             [&](CUdeviceptr base) {
                               return OnAlloc(api, base, bytes, BufferKind::kStreamOrdered);
                             },
-                            result);
+                            result, no_room);
 }
 
 // --- Contexts that end -------------------------------------------------------------

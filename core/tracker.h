@@ -231,8 +231,10 @@ class Tracker {
   // cuMemAllocAsync under the cap: true when stensor served it, swappable
   // (core/stream_ordered.h), with `*result` its outcome; false when the
   // driver is to answer.
+  // `no_room`: the driver's pool was refused room for it
+  // (ServeStreamOrdered's).
   bool AllocateAsyncCapped(const char* api, CUdeviceptr* dptr, uint64_t bytes,
-                           StreamRef stream, CUresult* result);
+                           StreamRef stream, CUresult* result, bool no_room = false);
 
   // --- Contexts that end, taking their streams and events with them
   // (MemoryManager::BeforeContextEnds). `call` is the program's call, whose

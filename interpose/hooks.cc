@@ -329,7 +329,8 @@ STENSOR_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
 // Stream-ordered allocations under a cap: from half a granule up (default
 // pool, stream not captured) served by stensor, swappable
 // (core/stream_ordered.h); the others, and those of explicit pools, counted
-// against the cap and never swapped.
+// against the cap and never swapped; a smaller one of the default pool that
+// finds no room is stensor's too, served from host memory.
 PAIR(cuMemAllocAsync, _ptsz, (CUdeviceptr* dptr, size_t bytes, CUstream s),
      [&] {
        if (real == nullptr) return kMissing;
@@ -338,11 +339,18 @@ PAIR(cuMemAllocAsync, _ptsz, (CUdeviceptr* dptr, size_t bytes, CUstream s),
            T().AllocateAsyncCapped(kApi, dptr, bytes, StreamRef{s, kPerThread}, &r)) {
          return r;
        }
-       return ChargedAllocation(
+       r = ChargedAllocation(
            T().memory(), dptr, bytes,
            [&] { return Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, s); },
            T().capped() && FromDefaultPool(D()) ? MemoryManager::ExternalSource::kDefaultPool
                                                 : MemoryManager::ExternalSource::kFresh);
+       CUresult served;
+       if (r == CUDA_ERROR_OUT_OF_MEMORY && T().capped() &&
+           T().AllocateAsyncCapped(kApi, dptr, bytes, StreamRef{s, kPerThread}, &served,
+                                   /*no_room=*/true)) {
+         return served;
+       }
+       return r;
      }())
 PAIR(cuMemAllocFromPoolAsync, _ptsz,
      (CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream s),
