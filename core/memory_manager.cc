@@ -572,10 +572,16 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
   }
 }
 
-bool MemoryManager::OthersPin() const {
-  int pins = 0;
-  for (const auto& [id, b] : buffers_) pins += b->pins;
-  return pins > t_operation_pins;
+bool MemoryManager::OthersPin() const { return pinned_ > t_operation_pins; }
+
+void MemoryManager::Pin(Buffer& b) {
+  ++b.pins;
+  ++pinned_;
+}
+
+void MemoryManager::Unpin(Buffer& b) {
+  --b.pins;
+  --pinned_;
 }
 
 bool MemoryManager::WaitForUnpin(absl::Duration* waited) {
@@ -1296,7 +1302,7 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
   for (uint64_t id : ids) {
     Buffer* b = ById(id);
     if (b == nullptr || b->garbage) continue;
-    ++b->pins;  // none of the operation's buffers may be evicted for another
+    Pin(*b);  // none of the operation's buffers may be evicted for another
     ++t_operation_pins;
     pinned.push_back(b);
   }
@@ -1340,7 +1346,7 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
     }
     if (r != CUDA_SUCCESS) {
       for (Buffer* p : pinned) {
-        --p->pins;
+        Unpin(*p);
         --t_operation_pins;
         ++unpins_;
         if (p->serving > 0 && !p->resident()) --p->serving;
@@ -1362,7 +1368,7 @@ void MemoryManager::Finish(absl::Span<const uint64_t> ids,
   for (uint64_t id : ids) {
     Buffer* b = ById(id);
     if (b == nullptr || b->pins == 0) continue;
-    --b->pins;
+    Unpin(*b);
     if (t_operation_pins > 0) --t_operation_pins;
     ++unpins_;
     // Pinned and not resident: this operation was served from host.
@@ -1501,10 +1507,10 @@ CUresult MemoryManager::PrefetchLocked(Buffer& b) {
   if (b.resident() && !b.stale_device) return CUDA_SUCCESS;
   Device& dev = DeviceState(b.device);
   no_block_ = true;
-  ++b.pins;  // not evicted to make room for itself
+  Pin(b);  // not evicted to make room for itself
   CUresult r = b.resident() ? RestoreFromHost(dev, b)
                             : SwapIn(dev, b, /*copy=*/true, kNoConsumer);
-  --b.pins;
+  Unpin(b);
   no_block_ = false;
   // Nothing to evict without waiting (or at all): not now.
   if (r == CUDA_ERROR_OUT_OF_MEMORY) r = CUDA_ERROR_NOT_READY;

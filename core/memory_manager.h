@@ -480,8 +480,15 @@ class MemoryManager {
   // they are charged already), and none is released to make room.
   CUresult MakeRoom(Device& dev, uint64_t need, bool pool_counts = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether operations of other threads hold pins.
+  // Whether operations of other threads hold pins: more pins held in all
+  // (pinned_) than this thread's operations hold. O(1), so every Prepare
+  // may ask.
   bool OthersPin() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every change of a buffer's `pins` goes through these, which keep
+  // pinned_, their sum over all buffers, current.
+  void Pin(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unpin(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int pinned_ ABSL_GUARDED_BY(mu_) = 0;
   // Prepare's one attempt; on failure nothing of it stays pinned. With
   // `may_serve`, a buffer that cannot be brought in is served from host.
   CUresult PrepareOnce(absl::Span<const uint64_t> ids,
