@@ -1298,7 +1298,8 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
   for (auto& d : devices_) {
     if (d) ReapOldMappings(*d, /*wait=*/false);
   }
-  std::vector<Buffer*> pinned;
+  // An operation's buffers fit inline: no allocation per launch.
+  absl::InlinedVector<Buffer*, 16> pinned;
   for (uint64_t id : ids) {
     Buffer* b = ById(id);
     if (b == nullptr || b->garbage) continue;
@@ -1365,8 +1366,13 @@ void MemoryManager::Finish(absl::Span<const uint64_t> ids,
                            absl::Span<const uint64_t> written, CUstream stream,
                            bool submitted) {
   MutexLock lock(&mu_);
+  // Each buffer looked up once (inline: no allocation per launch), unless a
+  // restore ran, which may release garbage buffers: then by id again.
+  absl::InlinedVector<Buffer*, 16> held;
+  bool restored = false;
   for (uint64_t id : ids) {
     Buffer* b = ById(id);
+    held.push_back(b);
     if (b == nullptr || b->pins == 0) continue;
     Unpin(*b);
     if (t_operation_pins > 0) --t_operation_pins;
@@ -1379,35 +1385,34 @@ void MemoryManager::Finish(absl::Span<const uint64_t> ids,
       // The overwrite did not happen: the device memory holds nothing yet,
       // so bring the host copy's contents in after all (or, failing that,
       // keep the buffer stale or swapped out: never wrong).
-      if (!submitted) RestoreFromHost(DeviceState(b->device), *b);
+      if (!submitted) {
+        RestoreFromHost(DeviceState(b->device), *b);
+        restored = true;
+      }
     }
     if (submitted) {
       if (b->vmm) RecordUse(*b, stream);  // small buffers are never evicted
       b->last_use = ++clock_;  // distinct ticks: LRU order has no ties
     }
   }
+  // Re-keyed once all their fields changed (unchanged keys cost a compare):
+  // a written buffer right after its version, the others after.
   if (submitted) {
     for (uint64_t id : written) {
-      if (Buffer* b = ById(id)) {
-        if (b->vmm && !b->resident()) {
-          // Served from host: written there, the host copy is the newest.
-          b->host_version = b->gpu_version = ++version_;
-          b->written = true;
-          continue;
-        }
+      Buffer* b = ById(id);
+      if (b == nullptr) continue;
+      if (b->vmm && !b->resident()) {
+        // Served from host: written there, the host copy is the newest.
+        b->host_version = b->gpu_version = ++version_;
+      } else {
         b->gpu_version = ++version_;  // host copy now stale
-        b->written = true;
       }
+      b->written = true;
+      Reindex(*b);
     }
   }
-  // Re-keyed once all their fields changed (unchanged keys cost a compare).
-  for (uint64_t id : ids) {
-    if (Buffer* b = ById(id)) Reindex(*b);
-  }
-  if (submitted) {
-    for (uint64_t id : written) {
-      if (Buffer* b = ById(id)) Reindex(*b);
-    }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (Buffer* b = restored ? ById(ids[i]) : held[i]) Reindex(*b);
   }
 }
 
@@ -1585,34 +1590,31 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
   // launch pays no second lock.
   if (!config_.prefetch && config_.policy != EvictionPolicyKind::kBelady) return;
   MutexLock lock(&mu_);
-  Buffer* first = nullptr;
-  for (uint64_t id : ids) {
-    if (Buffer* b = ById(id); b != nullptr && !b->garbage) {
-      if (first == nullptr) first = b;
-      b->prefetched = false;  // used now
-    }
-  }
-  if (first == nullptr) return;  // nothing the manager holds
-  Device& dev = DeviceState(first->device);
-  IterationPlanner* planner = Planner(dev);
-  if (planner == nullptr) return;
-
   // The key names the kernel (or transfer) and the shapes of its buffers,
   // never their ids: temporaries get new ids every step.
-  absl::InlinedVector<BufferTouch, 8> touches;
-  absl::InlinedVector<Buffer*, 8> buffers;
+  absl::InlinedVector<BufferTouch, 16> touches;
+  absl::InlinedVector<Buffer*, 16> buffers;
   for (uint64_t id : ids) {
     Buffer* b = ById(id);
     if (b == nullptr || b->garbage) continue;
+    b->prefetched = false;  // used now
     key = (key ^ b->size) * 0x9e3779b97f4a7c15ull;  // order matters: a slot per argument
     key ^= key >> 29;
     const bool write = std::find(written.begin(), written.end(), id) != written.end();
     touches.push_back(BufferTouch{id, b->reserved, write});
     buffers.push_back(b);
   }
+  if (buffers.empty()) return;  // nothing the manager holds
+  Device& dev = DeviceState(buffers.front()->device);
+  IterationPlanner* planner = Planner(dev);
+  if (planner == nullptr) return;
+
   if (marker) planner->MarkBoundary();
-  std::vector<uint64_t> next_uses;
-  std::vector<std::pair<uint64_t, uint64_t>> repredicted;
+  // Kept between operations, so a launch allocates nothing here.
+  std::vector<uint64_t>& next_uses = next_uses_scratch_;
+  std::vector<std::pair<uint64_t, uint64_t>>& repredicted = repredicted_scratch_;
+  next_uses.clear();
+  repredicted.clear();
   const uint64_t time = planner->OnOperation(key, touches, &next_uses, &repredicted);
   for (size_t i = 0; i < buffers.size(); ++i) {
     Buffer& b = *buffers[i];
