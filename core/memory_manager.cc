@@ -75,6 +75,8 @@ void MemoryManager::Reindex(Buffer& b) {
   // Pins, failed rounds and idleness change all the time: checked when an
   // eviction looks, not kept here.
   const bool eligible = b.vmm && b.resident() && !b.garbage && !b.exported;
+  // Never in either index (a small buffer, one swapped out): nothing to do.
+  if (!eligible && !b.indexed && !b.drop_indexed) return;
   const bool droppable = eligible && Droppable(b);
   Device& dev = DeviceState(b.device);
   if (eligible) {
