@@ -149,7 +149,7 @@ CUresult MemoryManager::AcquireChunks(Device& dev, uint64_t bytes, bool reuse,
   *pooled = false;
   *shadowed = false;
   uint64_t have = 0;
-  auto take = [&] {
+  auto take = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const uint64_t taken = TakePooled(dev, bytes - have, chunks, shadowed);
     have += taken;
     if (taken > 0) *pooled = true;
