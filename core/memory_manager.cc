@@ -1185,7 +1185,8 @@ void MemoryManager::NoteKernel(absl::Span<const uint64_t> used,
 
 CUresult MemoryManager::Prepare(absl::Span<const uint64_t> ids,
                                 absl::Span<const uint64_t> overwritten,
-                                CUstream stream) {
+                                CUstream stream, const Operation* note) {
+  if (note != nullptr) *note->ticket = OpTicket{};
   MutexLock lock(&mu_);
   absl::Duration waited;
   bool waited_enough = false;
@@ -1195,6 +1196,9 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> ids,
     // for them gave nothing.
     const bool may_wait = !no_block_ && !waited_enough && OthersPin();
     CUresult r = PrepareOnce(ids, overwritten, stream, /*may_serve=*/!may_wait);
+    if (r == CUDA_SUCCESS && note != nullptr && Plans()) {
+      NoteOperationLocked(note->key, ids, note->written, note->marker, stream, note->ticket);
+    }
     // Out of room while other threads' operations hold buffers: this one
     // let go of its own (PrepareOnce unpins on failure), so that two
     // operations never wait for each other; it waits for one of theirs
@@ -1302,11 +1306,12 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
   }
   // An operation's buffers fit inline: no allocation per launch.
   absl::InlinedVector<Buffer*, 16> pinned;
+  int& operation_pins = t_operation_pins;  // one look-up of the thread's
   for (uint64_t id : ids) {
     Buffer* b = ById(id);
     if (b == nullptr || b->garbage) continue;
     Pin(*b);  // none of the operation's buffers may be evicted for another
-    ++t_operation_pins;
+    ++operation_pins;
     pinned.push_back(b);
   }
   for (Buffer* b : pinned) {
@@ -1372,12 +1377,13 @@ void MemoryManager::Finish(absl::Span<const uint64_t> ids,
   // restore ran, which may release garbage buffers: then by id again.
   absl::InlinedVector<Buffer*, 16> held;
   bool restored = false;
+  int& operation_pins = t_operation_pins;  // one look-up of the thread's
   for (uint64_t id : ids) {
     Buffer* b = ById(id);
     held.push_back(b);
     if (b == nullptr || b->pins == 0) continue;
     Unpin(*b);
-    if (t_operation_pins > 0) --t_operation_pins;
+    if (operation_pins > 0) --operation_pins;
     ++unpins_;
     // Pinned and not resident: this operation was served from host.
     const bool served = b->serving > 0 && !b->resident();
@@ -1547,8 +1553,7 @@ CUresult MemoryManager::EvictAsyncLocked(Buffer& b) {
 IterationPlanner* MemoryManager::Planner(Device& dev) {
   if (planner_made_) return planner_.get();
   planner_made_ = true;
-  // Only prefetch and belady read what the planner learns.
-  if (!config_.prefetch && config_.policy != EvictionPolicyKind::kBelady) return nullptr;
+  if (!Plans()) return nullptr;
   IterationPlanner::Options options;
   options.prefetch = config_.prefetch;
   // Without a measurement, a PCIe 4.0 x16 link's practical rate.
@@ -1590,8 +1595,14 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
   *ticket = OpTicket{};
   // Only prefetch and belady read what the planner learns: without them a
   // launch pays no second lock.
-  if (!config_.prefetch && config_.policy != EvictionPolicyKind::kBelady) return;
+  if (!Plans()) return;
   MutexLock lock(&mu_);
+  NoteOperationLocked(key, ids, written, marker, stream, ticket);
+}
+
+void MemoryManager::NoteOperationLocked(uint64_t key, absl::Span<const uint64_t> ids,
+                                        absl::Span<const uint64_t> written, bool marker,
+                                        CUstream stream, OpTicket* ticket) {
   // The key names the kernel (or transfer) and the shapes of its buffers,
   // never their ids: temporaries get new ids every step.
   absl::InlinedVector<BufferTouch, 16> touches;

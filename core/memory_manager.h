@@ -291,9 +291,12 @@ class MemoryManager {
   // it meanwhile): the operation reaches it over the link, and what it
   // writes there is the newest version. Out of memory only where no room
   // can be made and nothing can be served.
+  // With `note`, the operation is also noted (NoteOperation, below) once
+  // it is prepared, under the same lock: a launch takes it once for both.
+  struct Operation;
   CUresult Prepare(absl::Span<const uint64_t> ids,
-                   absl::Span<const uint64_t> overwritten, CUstream stream)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                   absl::Span<const uint64_t> overwritten, CUstream stream,
+                   const Operation* note = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
   // After the operation was submitted (or failed): marks the last use of
   // `ids` on `stream`, bumps the device version of `written`, makes them
   // evictable again.
@@ -372,6 +375,13 @@ class MemoryManager {
   void NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
                      absl::Span<const uint64_t> written, bool marker, CUstream stream,
                      OpTicket* ticket) ABSL_LOCKS_EXCLUDED(mu_);
+  // NoteOperation's arguments, for Prepare (its `ids` are Prepare's).
+  struct Operation {
+    uint64_t key = 0;
+    absl::Span<const uint64_t> written;
+    bool marker = false;
+    OpTicket* ticket = nullptr;
+  };
   // After the operation was submitted (or failed).
   void EndOperation(const OpTicket& ticket, CUstream stream, bool submitted)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -582,6 +592,14 @@ class MemoryManager {
   // (an overwrite that was not submitted, a failed swap-in copy that could
   // not be undone): copies the host copy in, or swaps the buffer out again.
   CUresult RestoreFromHost(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether anything reads what the planner learns: prefetch and belady.
+  bool Plans() const {
+    return config_.prefetch || config_.policy == EvictionPolicyKind::kBelady;
+  }
+  // NoteOperation under the lock, once a planner is wanted.
+  void NoteOperationLocked(uint64_t key, absl::Span<const uint64_t> ids,
+                           absl::Span<const uint64_t> written, bool marker, CUstream stream,
+                           OpTicket* ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Prefetch and EvictAsync, locked.
   CUresult PrefetchLocked(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CUresult EvictAsyncLocked(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
