@@ -76,6 +76,8 @@ void MemoryManager::Reindex(Buffer& b) {
   // Pins, failed rounds and idleness change all the time: checked when an
   // eviction looks, not kept here.
   const bool eligible = b.vmm && b.resident() && !b.garbage && !b.exported;
+  // Never in either index (a small buffer, one swapped out): nothing to do.
+  if (!eligible && !b.indexed && !b.drop_indexed) return;
   const bool droppable = eligible && Droppable(b);
   Device& dev = DeviceState(b.device);
   if (eligible) {
@@ -599,10 +601,16 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
   }
 }
 
-bool MemoryManager::OthersPin() const {
-  int pins = 0;
-  for (const auto& [id, b] : buffers_) pins += b->pins;
-  return pins > t_operation_pins;
+bool MemoryManager::OthersPin() const { return pinned_ > t_operation_pins; }
+
+void MemoryManager::Pin(Buffer& b) {
+  ++b.pins;
+  ++pinned_;
+}
+
+void MemoryManager::Unpin(Buffer& b) {
+  --b.pins;
+  --pinned_;
 }
 
 bool MemoryManager::WaitForUnpin(absl::Duration* waited) {
@@ -1204,7 +1212,8 @@ void MemoryManager::NoteKernel(absl::Span<const uint64_t> used,
 
 CUresult MemoryManager::Prepare(absl::Span<const uint64_t> ids,
                                 absl::Span<const uint64_t> overwritten,
-                                CUstream stream) {
+                                CUstream stream, const Operation* note) {
+  if (note != nullptr) *note->ticket = OpTicket{};
   MutexLock lock(&mu_);
   absl::Duration waited;
   bool waited_enough = false;
@@ -1214,6 +1223,9 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> ids,
     // for them gave nothing.
     const bool may_wait = !no_block_ && !waited_enough && OthersPin();
     CUresult r = PrepareOnce(ids, overwritten, stream, /*may_serve=*/!may_wait);
+    if (r == CUDA_SUCCESS && note != nullptr && Plans()) {
+      NoteOperationLocked(note->key, ids, note->written, note->marker, stream, note->ticket);
+    }
     // Out of room while other threads' operations hold buffers: this one
     // let go of its own (PrepareOnce unpins on failure), so that two
     // operations never wait for each other; it waits for one of theirs
@@ -1319,12 +1331,14 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
   for (auto& d : devices_) {
     if (d) ReapOldMappings(*d, /*wait=*/false);
   }
-  std::vector<Buffer*> pinned;
+  // An operation's buffers fit inline: no allocation per launch.
+  absl::InlinedVector<Buffer*, 16> pinned;
+  int& operation_pins = t_operation_pins;  // one look-up of the thread's
   for (uint64_t id : ids) {
     Buffer* b = ById(id);
     if (b == nullptr || b->garbage) continue;
-    ++b->pins;  // none of the operation's buffers may be evicted for another
-    ++t_operation_pins;
+    Pin(*b);  // none of the operation's buffers may be evicted for another
+    ++operation_pins;
     pinned.push_back(b);
   }
   for (Buffer* b : pinned) {
@@ -1367,7 +1381,7 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
     }
     if (r != CUDA_SUCCESS) {
       for (Buffer* p : pinned) {
-        --p->pins;
+        Unpin(*p);
         --t_operation_pins;
         ++unpins_;
         if (p->serving > 0 && !p->resident()) --p->serving;
@@ -1386,11 +1400,17 @@ void MemoryManager::Finish(absl::Span<const uint64_t> ids,
                            absl::Span<const uint64_t> written, CUstream stream,
                            bool submitted) {
   MutexLock lock(&mu_);
+  // Each buffer looked up once (inline: no allocation per launch), unless a
+  // restore ran, which may release garbage buffers: then by id again.
+  absl::InlinedVector<Buffer*, 16> held;
+  bool restored = false;
+  int& operation_pins = t_operation_pins;  // one look-up of the thread's
   for (uint64_t id : ids) {
     Buffer* b = ById(id);
+    held.push_back(b);
     if (b == nullptr || b->pins == 0) continue;
-    --b->pins;
-    if (t_operation_pins > 0) --t_operation_pins;
+    Unpin(*b);
+    if (operation_pins > 0) --operation_pins;
     ++unpins_;
     // Pinned and not resident: this operation was served from host.
     const bool served = b->serving > 0 && !b->resident();
@@ -1400,35 +1420,34 @@ void MemoryManager::Finish(absl::Span<const uint64_t> ids,
       // The overwrite did not happen: the device memory holds nothing yet,
       // so bring the host copy's contents in after all (or, failing that,
       // keep the buffer stale or swapped out: never wrong).
-      if (!submitted) RestoreFromHost(DeviceState(b->device), *b);
+      if (!submitted) {
+        RestoreFromHost(DeviceState(b->device), *b);
+        restored = true;
+      }
     }
     if (submitted) {
       if (b->vmm) RecordUse(*b, stream);  // small buffers are never evicted
       b->last_use = ++clock_;  // distinct ticks: LRU order has no ties
     }
   }
+  // Re-keyed once all their fields changed (unchanged keys cost a compare):
+  // a written buffer right after its version, the others after.
   if (submitted) {
     for (uint64_t id : written) {
-      if (Buffer* b = ById(id)) {
-        if (b->vmm && !b->resident()) {
-          // Served from host: written there, the host copy is the newest.
-          b->host_version = b->gpu_version = ++version_;
-          b->written = true;
-          continue;
-        }
+      Buffer* b = ById(id);
+      if (b == nullptr) continue;
+      if (b->vmm && !b->resident()) {
+        // Served from host: written there, the host copy is the newest.
+        b->host_version = b->gpu_version = ++version_;
+      } else {
         b->gpu_version = ++version_;  // host copy now stale
-        b->written = true;
       }
+      b->written = true;
+      Reindex(*b);
     }
   }
-  // Re-keyed once all their fields changed (unchanged keys cost a compare).
-  for (uint64_t id : ids) {
-    if (Buffer* b = ById(id)) Reindex(*b);
-  }
-  if (submitted) {
-    for (uint64_t id : written) {
-      if (Buffer* b = ById(id)) Reindex(*b);
-    }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (Buffer* b = restored ? ById(ids[i]) : held[i]) Reindex(*b);
   }
 }
 
@@ -1528,10 +1547,10 @@ CUresult MemoryManager::PrefetchLocked(Buffer& b) {
   if (b.resident() && !b.stale_device) return CUDA_SUCCESS;
   Device& dev = DeviceState(b.device);
   no_block_ = true;
-  ++b.pins;  // not evicted to make room for itself
+  Pin(b);  // not evicted to make room for itself
   CUresult r = b.resident() ? RestoreFromHost(dev, b)
                             : SwapIn(dev, b, /*copy=*/true, kNoConsumer);
-  --b.pins;
+  Unpin(b);
   no_block_ = false;
   // Nothing to evict without waiting (or at all): not now.
   if (r == CUDA_ERROR_OUT_OF_MEMORY) r = CUDA_ERROR_NOT_READY;
@@ -1561,8 +1580,7 @@ CUresult MemoryManager::EvictAsyncLocked(Buffer& b) {
 IterationPlanner* MemoryManager::Planner(Device& dev) {
   if (planner_made_) return planner_.get();
   planner_made_ = true;
-  // Only prefetch and belady read what the planner learns.
-  if (!config_.prefetch && config_.policy != EvictionPolicyKind::kBelady) return nullptr;
+  if (!Plans()) return nullptr;
   IterationPlanner::Options options;
   options.prefetch = config_.prefetch;
   // Without a measurement, a PCIe 4.0 x16 link's practical rate.
@@ -1604,36 +1622,39 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
   *ticket = OpTicket{};
   // Only prefetch and belady read what the planner learns: without them a
   // launch pays no second lock.
-  if (!config_.prefetch && config_.policy != EvictionPolicyKind::kBelady) return;
+  if (!Plans()) return;
   MutexLock lock(&mu_);
-  Buffer* first = nullptr;
-  for (uint64_t id : ids) {
-    if (Buffer* b = ById(id); b != nullptr && !b->garbage) {
-      if (first == nullptr) first = b;
-      b->prefetched = false;  // used now
-    }
-  }
-  if (first == nullptr) return;  // nothing the manager holds
-  Device& dev = DeviceState(first->device);
-  IterationPlanner* planner = Planner(dev);
-  if (planner == nullptr) return;
+  NoteOperationLocked(key, ids, written, marker, stream, ticket);
+}
 
+void MemoryManager::NoteOperationLocked(uint64_t key, absl::Span<const uint64_t> ids,
+                                        absl::Span<const uint64_t> written, bool marker,
+                                        CUstream stream, OpTicket* ticket) {
   // The key names the kernel (or transfer) and the shapes of its buffers,
   // never their ids: temporaries get new ids every step.
-  absl::InlinedVector<BufferTouch, 8> touches;
-  absl::InlinedVector<Buffer*, 8> buffers;
+  absl::InlinedVector<BufferTouch, 16> touches;
+  absl::InlinedVector<Buffer*, 16> buffers;
   for (uint64_t id : ids) {
     Buffer* b = ById(id);
     if (b == nullptr || b->garbage) continue;
+    b->prefetched = false;  // used now
     key = (key ^ b->size) * 0x9e3779b97f4a7c15ull;  // order matters: a slot per argument
     key ^= key >> 29;
     const bool write = std::find(written.begin(), written.end(), id) != written.end();
     touches.push_back(BufferTouch{id, b->reserved, write});
     buffers.push_back(b);
   }
+  if (buffers.empty()) return;  // nothing the manager holds
+  Device& dev = DeviceState(buffers.front()->device);
+  IterationPlanner* planner = Planner(dev);
+  if (planner == nullptr) return;
+
   if (marker) planner->MarkBoundary();
-  std::vector<uint64_t> next_uses;
-  std::vector<std::pair<uint64_t, uint64_t>> repredicted;
+  // Kept between operations, so a launch allocates nothing here.
+  std::vector<uint64_t>& next_uses = next_uses_scratch_;
+  std::vector<std::pair<uint64_t, uint64_t>>& repredicted = repredicted_scratch_;
+  next_uses.clear();
+  repredicted.clear();
   const uint64_t time = planner->OnOperation(key, touches, &next_uses, &repredicted);
   for (size_t i = 0; i < buffers.size(); ++i) {
     Buffer& b = *buffers[i];

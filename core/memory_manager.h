@@ -305,9 +305,12 @@ class MemoryManager {
   // it meanwhile): the operation reaches it over the link, and what it
   // writes there is the newest version. Out of memory only where no room
   // can be made and nothing can be served.
+  // With `note`, the operation is also noted (NoteOperation, below) once
+  // it is prepared, under the same lock: a launch takes it once for both.
+  struct Operation;
   CUresult Prepare(absl::Span<const uint64_t> ids,
-                   absl::Span<const uint64_t> overwritten, CUstream stream)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                   absl::Span<const uint64_t> overwritten, CUstream stream,
+                   const Operation* note = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
   // After the operation was submitted (or failed): marks the last use of
   // `ids` on `stream`, bumps the device version of `written`, makes them
   // evictable again.
@@ -386,6 +389,13 @@ class MemoryManager {
   void NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
                      absl::Span<const uint64_t> written, bool marker, CUstream stream,
                      OpTicket* ticket) ABSL_LOCKS_EXCLUDED(mu_);
+  // NoteOperation's arguments, for Prepare (its `ids` are Prepare's).
+  struct Operation {
+    uint64_t key = 0;
+    absl::Span<const uint64_t> written;
+    bool marker = false;
+    OpTicket* ticket = nullptr;
+  };
   // After the operation was submitted (or failed).
   void EndOperation(const OpTicket& ticket, CUstream stream, bool submitted)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -494,8 +504,15 @@ class MemoryManager {
   // they are charged already), and none is released to make room.
   CUresult MakeRoom(Device& dev, uint64_t need, bool pool_counts = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether operations of other threads hold pins.
+  // Whether operations of other threads hold pins: more pins held in all
+  // (pinned_) than this thread's operations hold. O(1), so every Prepare
+  // may ask.
   bool OthersPin() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every change of a buffer's `pins` goes through these, which keep
+  // pinned_, their sum over all buffers, current.
+  void Pin(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unpin(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int pinned_ ABSL_GUARDED_BY(mu_) = 0;
   // Prepare's one attempt; on failure nothing of it stays pinned. With
   // `may_serve`, a buffer that cannot be brought in is served from host.
   CUresult PrepareOnce(absl::Span<const uint64_t> ids,
@@ -589,6 +606,14 @@ class MemoryManager {
   // (an overwrite that was not submitted, a failed swap-in copy that could
   // not be undone): copies the host copy in, or swaps the buffer out again.
   CUresult RestoreFromHost(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether anything reads what the planner learns: prefetch and belady.
+  bool Plans() const {
+    return config_.prefetch || config_.policy == EvictionPolicyKind::kBelady;
+  }
+  // NoteOperation under the lock, once a planner is wanted.
+  void NoteOperationLocked(uint64_t key, absl::Span<const uint64_t> ids,
+                           absl::Span<const uint64_t> written, bool marker, CUstream stream,
+                           OpTicket* ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Prefetch and EvictAsync, locked.
   CUresult PrefetchLocked(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CUresult EvictAsyncLocked(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -793,6 +818,10 @@ class MemoryManager {
   // an allocation that found everything pinned waits to change.
   uint64_t unpins_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<IterationPlanner> planner_ ABSL_GUARDED_BY(mu_);
+  // NoteOperation's answers from the planner, kept so that their capacity
+  // is reused (no allocation per operation).
+  std::vector<uint64_t> next_uses_scratch_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<uint64_t, uint64_t>> repredicted_scratch_ ABSL_GUARDED_BY(mu_);
   bool planner_made_ ABSL_GUARDED_BY(mu_) = false;
   // Set while MakeRoom may take buffers fetched ahead of their use.
   bool spend_prefetched_ ABSL_GUARDED_BY(mu_) = false;

@@ -165,10 +165,10 @@ CUresult MemoryManager::PinLocked(Buffer& b, const char* api) {
   b.exported = true;  // from now on no eviction chooses it
   Device& dev = DeviceState(b.device);
   if (!b.resident() || b.stale_device) {
-    ++b.pins;
+    Pin(b);
     CUresult r = b.resident() ? RestoreFromHost(dev, b) : SwapIn(dev, b, /*copy=*/true,
                                                                  /*consumer=*/nullptr);
-    --b.pins;
+    Unpin(b);
     if (r != CUDA_SUCCESS) {
       if (first) b.exported = false;  // still swapped out: a later call tries again
       return r;
@@ -181,11 +181,11 @@ CUresult MemoryManager::PinLocked(Buffer& b, const char* api) {
   // the lock is released.
   const std::vector<Use> copies = PendingOwnUses(dev, b);
   for (const Use& copy : copies) {
-    ++b.pins;
+    Pin(b);
     mu_.Unlock();
     CUresult w = WaitForUse(copy, copy.stream);
     mu_.Lock();
-    --b.pins;
+    Unpin(b);
     if (Failed(w) != CUDA_SUCCESS) return w;
     for (Use& v : b.uses) {
       if (SameStream(v, copy) && v.seq == copy.seq) v.done = true;

@@ -179,17 +179,17 @@ CUresult MemoryManager::ReadBack(uint64_t id, uint64_t offset, void* dst, uint64
     // A synchronous copy waits for the program's blocking streams: never
     // under the lock. The pin keeps the host copy where it is.
     const CUdeviceptr from = b->host.va() + offset;
-    ++b->pins;
+    Pin(*b);
     mu_.Unlock();
     CUresult r = driver_->cuMemcpyDtoH_v2(dst, from, bytes);
     mu_.Lock();
-    --b->pins;
+    Unpin(*b);
     return r;
   }
   // Pinned, so it stays mapped while the copy runs without the lock; a
   // swap-in still copying its contents in is waited for first.
   const std::vector<Use> copies = PendingOwnUses(DeviceState(b->device), *b);
-  ++b->pins;
+  Pin(*b);
   mu_.Unlock();
   CUresult r = CUDA_SUCCESS;
   for (const Use& u : copies) {
@@ -197,7 +197,7 @@ CUresult MemoryManager::ReadBack(uint64_t id, uint64_t offset, void* dst, uint64
   }
   if (r == CUDA_SUCCESS) r = driver_->cuMemcpyDtoH_v2(dst, b->base + offset, bytes);
   mu_.Lock();
-  --b->pins;
+  Unpin(*b);
   return r;
 }
 

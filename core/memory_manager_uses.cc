@@ -133,18 +133,18 @@ CUresult MemoryManager::WaitIdle(Buffer& b, bool own_uses) {
   if (pending.empty() && dev.unknown_submitting > 0) {
     // An operation of unknown accesses is being submitted: its event comes
     // in a moment, recorded under the lock this thread must let go of.
-    ++b.pins;
+    Pin(b);
     mu_.Unlock();
     std::this_thread::sleep_for(std::chrono::microseconds(20));
     mu_.Lock();
-    --b.pins;
+    Unpin(b);
     return CUDA_SUCCESS;  // callers look again
   }
   if (pending.empty()) return CUDA_SUCCESS;
   // Wait without the lock: the work waited for may depend on another
   // thread's next launch, which needs the lock. The pin keeps the buffer
   // (and its events) alive meanwhile; callers re-check everything after.
-  ++b.pins;
+  Pin(b);
   const CUstream swap_stream = dev.swap_stream, fetch_stream = dev.fetch_stream;
   auto start = std::chrono::steady_clock::now();
   mu_.Unlock();
@@ -152,7 +152,7 @@ CUresult MemoryManager::WaitIdle(Buffer& b, bool own_uses) {
     p.result = WaitForUse(p.use, p.use.stream == fetch_stream ? fetch_stream : swap_stream);
   }
   mu_.Lock();
-  --b.pins;
+  Unpin(b);
   CUresult result = CUDA_SUCCESS;
   for (const Pending& p : pending) {
     if (Failed(p.result) != CUDA_SUCCESS) {
@@ -208,7 +208,7 @@ CUresult MemoryManager::WaitSwapUse(Device& dev, Buffer& b) {
   const std::vector<Use> copies = PendingOwnUses(dev, b);
   if (copies.empty()) return CUDA_SUCCESS;
   if (no_block_) return CUDA_ERROR_NOT_READY;
-  ++b.pins;
+  Pin(b);
   auto start = std::chrono::steady_clock::now();
   mu_.Unlock();
   CUresult r = CUDA_SUCCESS;
@@ -216,7 +216,7 @@ CUresult MemoryManager::WaitSwapUse(Device& dev, Buffer& b) {
     if (r == CUDA_SUCCESS) r = WaitForUse(u, u.stream);
   }
   mu_.Lock();
-  --b.pins;
+  Unpin(b);
   double waited = Seconds(std::chrono::steady_clock::now() - start);
   stats_.host_wait_seconds += waited;
   stats_.wait_swap_seconds += waited;

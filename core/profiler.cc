@@ -142,6 +142,7 @@ int Profiler::BeginTiming(CUstream stream) {
     timings_.push_back(t);
   }
   order_.push_back(token);
+  open_.store(order_.size(), std::memory_order_release);
   return token;
 }
 
@@ -157,6 +158,7 @@ void Profiler::EndTiming(int token, CUstream stream, uint64_t op, bool submitted
 
 std::vector<std::pair<uint64_t, double>> Profiler::TakeCompleted() {
   std::vector<std::pair<uint64_t, double>> done;
+  if (open_.load(std::memory_order_acquire) == 0) return done;
   MutexLock lock(&mu_);
   size_t kept = 0;
   for (size_t i = 0; i < order_.size(); ++i) {
@@ -186,6 +188,7 @@ std::vector<std::pair<uint64_t, double>> Profiler::TakeCompleted() {
     }
   }
   order_.resize(kept);
+  open_.store(kept, std::memory_order_release);
   return done;
 }
 

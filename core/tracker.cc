@@ -236,19 +236,22 @@ CUresult Tracker::BeginLaunch(CUfunction f, StreamRef stream, void** params,
 CUresult Tracker::PrepareLaunch(CUfunction f, const KernelInfo& kernel, StreamRef stream,
                                 Accesses* accesses) {
   RelaxedCaptureScope relaxed(capture_);
-  if (CUresult r = memory_->Prepare(accesses->reads, {}, Handle(stream)); r != CUDA_SUCCESS) {
+  // Known accesses: an operation of the iteration (S01/S02), noted under
+  // the lock that prepares it.
+  const bool known = kernel.layout_known && !accesses->unknown_tables;
+  MemoryManager::OpTicket ticket;
+  const MemoryManager::Operation op{reinterpret_cast<uintptr_t>(f), accesses->writes,
+                                    known && IsMarker(kernel), &ticket};
+  if (CUresult r = memory_->Prepare(accesses->reads, {}, Handle(stream), known ? &op : nullptr);
+      r != CUDA_SUCCESS) {
     if (r == CUDA_ERROR_OUT_OF_MEMORY) SayRefusal(kernel, *accesses);
     return r;
   }
-  // Accesses unknown: nothing is evicted from here until the launch's
-  // completion is recorded (EndLaunch).
-  if (!kernel.layout_known || accesses->unknown_tables) {
+  if (!known) {
+    // Accesses unknown: nothing is evicted from here until the launch's
+    // completion is recorded (EndLaunch).
     accesses->unknown_device = memory_->BeginUnknown(Handle(stream));
   } else {
-    // Known accesses: an operation of the iteration (S01/S02).
-    MemoryManager::OpTicket ticket;
-    memory_->NoteOperation(reinterpret_cast<uintptr_t>(f), accesses->reads, accesses->writes,
-                           IsMarker(kernel), Handle(stream), &ticket);
     accesses->op_timing = ticket.timing;
     accesses->op_time = ticket.time;
   }

@@ -1,5 +1,6 @@
 #include "policy/iteration_planner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -122,8 +123,23 @@ uint64_t IterationPlanner::OnOperation(
   }
   if (recording_done_ && (awaiting_ == 0 || time >= build_deadline_)) BuildProfile();
 
-  // A buffer listed twice counts once, in its first slot.
+  // A buffer listed twice counts once, in its first slot. A usual operation
+  // has few buffers: scanned for, with no set (and no allocation).
+  constexpr size_t kScanned = 16;
+  const bool few = touches.size() <= kScanned;
   absl::flat_hash_set<uint64_t> seen_ids;
+  const auto first_in_op = [&](size_t i) {
+    if (!few) return seen_ids.insert(touches[i].id).second;
+    for (size_t j = 0; j < i; ++j) {
+      if (touches[j].id == touches[i].id) return false;
+    }
+    return true;
+  };
+  const auto used_now = [&](uint64_t id) {
+    if (!few) return seen_ids.contains(id);
+    return std::any_of(touches.begin(), touches.end(),
+                       [id](const BufferTouch& t) { return t.id == id; });
+  };
   for (size_t i = 0; i < touches.size(); ++i) {
     const BufferTouch& t = touches[i];
     std::optional<NextUsePredictor::Slot> slot;
@@ -131,13 +147,13 @@ uint64_t IterationPlanner::OnOperation(
     // The kind of use, whatever the phase: the operation and the position.
     const uint64_t signature = (key ^ (uint64_t{i} + 1)) * 0x9e3779b97f4a7c15ull;
     uint64_t next = predictor_.OnUse(t.id, time, slot, signature);
-    if (seen_ids.insert(t.id).second) planner_.OnUse(t.id, t.bytes, time, AsTime(next), t.write);
+    if (first_in_op(i)) planner_.OnUse(t.id, t.bytes, time, AsTime(next), t.write);
     if (next_uses != nullptr) next_uses->push_back(next);
   }
   // Buffers not used now whose prediction changed (a slot learnt a gap, a
   // rotating slot named its next occupant, a free since the last operation).
   for (const auto& [id, next] : predictor_.TakeChanged()) {
-    if (seen_ids.contains(id)) continue;  // used now: its own prediction holds
+    if (used_now(id)) continue;  // used now: its own prediction holds
     planner_.OnNextUse(id, AsTime(next));
     if (repredicted != nullptr) repredicted->emplace_back(id, next);
   }

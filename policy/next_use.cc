@@ -60,35 +60,57 @@ uint64_t NextUsePredictor::OnUse(uint64_t id, uint64_t now,
   auto [it, inserted] = buffers_.try_emplace(id);
   BufferState& b = it->second;
   std::optional<std::pair<uint64_t, uint64_t>> previous;  // (signature, time)
+  // Used again in the slot of its last use, which learns nothing new (the
+  // steady state of a repeating pattern): it stays that slot's member, so
+  // no set changes and no other buffer is re-predicted.
+  bool same_slot = false;
   if (!inserted) {
     if (now == b.last_use) return b.predicted;  // second slot of the same op
     previous.emplace(b.signature, b.last_use);
-    by_last_use_.erase(*previous);
+    // Its entry moves from its last use to this one; where this is the
+    // last use of its signature (as it is in a repeating pattern), the
+    // hint puts the new entry in place without a search.
+    if (auto last = by_last_use_.find(*previous); last != by_last_use_.end()) {
+      by_last_use_.insert(by_last_use_.erase(last), {{signature, now}, id});
+    } else {
+      by_last_use_[{signature, now}] = id;
+    }
     const uint64_t gap = now - b.last_use;
     // The first gap, from the use after allocation (an initialisation) to
     // the next, is not a period of anything.
     if (b.uses > 1) b.own_gap = gap;
     if (b.has_slot) {
-      slot_members_[b.slot_key].erase(id);
-      // The slot this buffer was last used in learns the gap to this use:
-      // the next buffer in that slot (this one or a successor with a new
-      // id), and every other buffer last used there, is predicted with it.
-      Learn(b.slot_key, gap, now);
+      if (slot.has_value() && SlotKey(*slot) == b.slot_key) {
+        auto learnt = slot_gaps_.find(b.slot_key);
+        same_slot = learnt != slot_gaps_.end() && learnt->second == gap;
+      }
+      if (!same_slot) {
+        slot_members_[b.slot_key].erase(id);
+        // The slot this buffer was last used in learns the gap to this use:
+        // the next buffer in that slot (this one or a successor with a new
+        // id), and every other buffer last used there, is predicted with it.
+        Learn(b.slot_key, gap, now);
+      }
     }
+  } else {
+    by_last_use_[{signature, now}] = id;
   }
   ++b.uses;
   b.last_use = now;
   b.signature = signature;
-  by_last_use_[{signature, now}] = id;
   uint64_t gap = kNoGap;
   if (slot.has_value()) {
-    b.has_slot = true;
-    b.slot_key = SlotKey(*slot);
-    slot_members_[b.slot_key].insert(id);
-    auto s = slot_gaps_.find(b.slot_key);
-    // May be kNoGap: buffers in this slot get freed. Unlearnt: unknown, not
-    // the own gap (see the header).
-    if (s != slot_gaps_.end()) gap = s->second;
+    if (same_slot) {
+      gap = now - previous->second;  // what the slot had learnt already
+    } else {
+      b.has_slot = true;
+      b.slot_key = SlotKey(*slot);
+      slot_members_[b.slot_key].insert(id);
+      auto s = slot_gaps_.find(b.slot_key);
+      // May be kNoGap: buffers in this slot get freed. Unlearnt: unknown,
+      // not the own gap (see the header).
+      if (s != slot_gaps_.end()) gap = s->second;
+    }
 
     // A rotating slot: the previous occupant was another buffer, and either
     // both came to this slot from one order of earlier uses (the same

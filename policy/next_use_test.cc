@@ -75,6 +75,29 @@ TEST(NextUseTest, ALearntGapRepredictsEveryBufferLastUsedInTheSlot) {
   EXPECT_TRUE(p.TakeChanged().empty());
 }
 
+// A buffer used again in the slot of its last use, which learns nothing new
+// there (the steady state, where OnUse skips the slot's bookkeeping), is
+// still that slot's member: a gap the slot learns later re-predicts it.
+TEST(NextUseTest, ABufferUsedAgainInItsSlotStaysItsMember) {
+  NextUsePredictor p;
+  const Slot s{0, 0};
+  // Two kinds of use (signatures), so that no rotation names anyone.
+  constexpr uint64_t kOne = 9, kTwo = 5;
+  p.OnUse(1, 0, s, kOne);
+  EXPECT_EQ(p.OnUse(1, 10, s, kOne), 20u);  // the slot learns 10
+  EXPECT_EQ(p.OnUse(1, 20, s, kOne), 30u);
+  EXPECT_EQ(p.OnUse(2, 21, s, kTwo), 31u);
+  EXPECT_TRUE(p.TakeChanged().empty());
+  EXPECT_EQ(p.OnUse(1, 30, s, kOne), 40u);  // the same slot, the same gap
+  EXPECT_TRUE(p.TakeChanged().empty());
+  // Buffer 2 comes back 30 later, elsewhere: the slot learns 30, and buffer
+  // 1, last used there at 30, is now expected at 60.
+  p.OnUse(2, 51, Slot{5, 0}, kTwo);
+  const std::vector<std::pair<uint64_t, uint64_t>> expected = {{1, 60}};
+  EXPECT_EQ(p.TakeChanged(), expected);
+  EXPECT_EQ(p.Predicted(1), 60u);
+}
+
 // A rotating slot in its first cycle: shards written one after another at
 // start (signature 7), then read one per iteration at phase 1 (signature
 // 9). Two reads show the walk; the shard written after the one read now is

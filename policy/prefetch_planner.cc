@@ -23,8 +23,10 @@ void PrefetchPlanner::SetProfile(std::shared_ptr<const AccessProfile> profile,
 }
 
 void PrefetchPlanner::Unindex(uint64_t id, const Buffer& b) {
+  // As Index put it: a pinned resident buffer is in neither set (no search
+  // for it at each use of a buffer that is never swapped).
   if (b.resident) {
-    resident_.erase(Key(id, b));
+    if (!b.pinned) resident_.erase(Key(id, b));
   } else {
     swapped_.erase(Key(id, b));
   }
