@@ -24,6 +24,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "interpose/nvml_hooks.h"
@@ -382,6 +383,14 @@ void AfterForkInChild() {
 // setting stops the program at start.
 __attribute__((constructor)) void Init() {
   CheckAccessLogWritable(StartConfig());
+  // absl::Mutex's deadlock detection keeps a global lock graph, allocated
+  // under an internal spin lock at nearly every lock operation: a fork()
+  // while any thread holds that spin lock leaves it held in the child for
+  // ever, and the child's first new thread that locks a mutex (its access
+  // log's writer) blocks (tests/fork_test, about one run in a few hundred
+  // under load). stensor's lock order is checked by clang's analysis and
+  // TSan instead; off, it also costs every lock less.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   if (pthread_atfork(BeforeFork, AfterForkInParent, AfterForkInChild) != 0) {
     RawLog("cannot register fork handlers: a child of fork() would write into "
            "this process's access log");
