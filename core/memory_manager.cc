@@ -535,9 +535,10 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
     // `pool_counts` the caller takes the pooled chunks that fit the need
     // (charged already), even those still mapped at old addresses (its work
     // is ordered after theirs on the swap stream): only the rest must fit.
-    const uint64_t fits = pool_counts ? PoolFits(dev, need) : 0;
+    if (dev.used <= dev.cap - need) return CUDA_SUCCESS;                   // S401/S402
+    const uint64_t fits = pool_counts ? PoolFits(dev, need) : 0;  // walks the pool: not first
     const uint64_t fresh = need - std::min(need, fits);
-    if (dev.used <= dev.cap - fresh) return CUDA_SUCCESS;                  // S401/S402
+    if (dev.used <= dev.cap - fresh) return CUDA_SUCCESS;
     // Driver allocations freed in stream order whose free has run: their
     // charge is gone already, so they go before any pooled chunk (a chunk
     // released here is created again at the next swap-in: the transformer's
