@@ -349,6 +349,16 @@ class MemoryManager {
   bool ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst, uint64_t bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // A host wait for every operation that may have written buffer `id` so
+  // far: its last use on each of the program's streams, and the device's
+  // work of unknown accesses. A reader of device memory whose writers are
+  // not known more precisely waits for these streams, not the context.
+  // CUDA_ERROR_NOT_FOUND when the buffer is not this manager's,
+  // CUDA_ERROR_NOT_READY while an operation of unknown accesses is being
+  // submitted (its event does not exist yet): the caller waits for the
+  // context instead.
+  CUresult WaitForWriters(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Copies [offset, offset+bytes) of buffer `id` to host memory `dst` from
   // wherever its contents are (device memory, kept from eviction meanwhile,
   // or the host copy). CUDA_ERROR_NOT_FOUND when the buffer is not this

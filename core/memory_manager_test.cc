@@ -541,6 +541,42 @@ TEST_F(MemoryManagerTest, ExternalAllocationsCountAgainstTheCap) {
 
 // --- S404 --------------------------------------------------------------------
 
+// WaitForWriters waits for the streams that used the buffer, not for the
+// context: with another stream held, a wait for a buffer written on an
+// open stream returns; one for a buffer written on the held stream returns
+// only once it opens. Not the manager's: CUDA_ERROR_NOT_FOUND.
+TEST_F(MemoryManagerTest, WaitForWritersWaitsForTheBuffersStreamsOnly) {
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a = Alloc(*mm, 1);
+  CUdeviceptr b = Alloc(*mm, 2);
+  HeldStream held_a, held_b;
+  MemsetOn(*mm, 1, a, held_a.get());
+  MemsetOn(*mm, 2, b, held_b.get());
+  std::atomic<bool> waited_a{false};
+  std::thread waiter([&] {
+    EXPECT_CU(mm->WaitForWriters(1));
+    waited_a.store(true);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(waited_a.load()) << "returned while the buffer's stream was held";
+  held_a.Open();
+  waiter.join();  // hangs (the test times out) if it waits for held_b too
+  EXPECT_TRUE(waited_a.load());
+  std::atomic<bool> waited_b{false};
+  std::thread other([&] {
+    EXPECT_CU(mm->WaitForWriters(2));
+    waited_b.store(true);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(waited_b.load()) << "returned while the buffer's stream was held";
+  held_b.Open();
+  other.join();
+  EXPECT_EQ(mm->WaitForWriters(99), CUDA_ERROR_NOT_FOUND);
+  EXPECT_CU(mm->Free(a));
+  EXPECT_CU(mm->Free(b));
+}
+
 // S404: a buffer freed while work using it is still queued (a memset on a
 // held stream) stays charged as garbage. When room is needed, the garbage is
 // released before anything is evicted, waiting for its work: the wait is

@@ -95,6 +95,34 @@ CUresult MemoryManager::WaitForUse(const Use& u, CUstream own_stream) const {
   return WaitForStreamUse(*driver_, u, own_stream);
 }
 
+CUresult MemoryManager::WaitForWriters(uint64_t id) {
+  MutexLock lock(&mu_);
+  Buffer* b = ById(id);
+  if (b == nullptr || b->garbage) return CUDA_ERROR_NOT_FOUND;
+  Device& dev = DeviceState(b->device);
+  if (dev.unknown_submitting > 0) return CUDA_ERROR_NOT_READY;
+  std::vector<Use> pending;  // copies: others may grow the lists meanwhile
+  for (Use& u : b->uses) {
+    if (!Observed(u)) pending.push_back(u);
+  }
+  for (Use& u : dev.unknown) {
+    if (!Observed(u)) pending.push_back(u);
+  }
+  if (pending.empty()) return CUDA_SUCCESS;
+  // Without the lock (the work may wait on another thread's next launch);
+  // the pin keeps the buffer and its events alive. A use whose event cannot
+  // tell is waited for with its context (WaitForStreamUse).
+  Pin(*b);
+  mu_.Unlock();
+  CUresult r = CUDA_SUCCESS;
+  for (const Use& u : pending) {
+    if (r == CUDA_SUCCESS) r = WaitForUse(u, nullptr);
+  }
+  mu_.Lock();
+  Unpin(*b);
+  return r;
+}
+
 bool MemoryManager::UnknownIdle(Device& dev) const {
   if (dev.unknown_submitting > 0) return false;
   for (Use& u : dev.unknown) {

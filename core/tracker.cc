@@ -583,24 +583,36 @@ bool Tracker::WaitForTableWriters(StreamRef stream) {
   return MayWait(stream) && driver_->cuCtxSynchronize() == CUDA_SUCCESS;
 }
 
-bool Tracker::WaitForRangeWriters(const std::vector<PointerTables::StaleRange>& stale,
-                                  StreamRef stream, bool* context) {
+bool Tracker::WaitForRangeWriters(const Buffer& table,
+                                  const std::vector<PointerTables::StaleRange>& stale,
+                                  StreamRef stream, const char** waited) {
   if (!MayWait(stream)) return false;
   bool any = driver_->cuEventSynchronize == nullptr;
-  std::vector<const void*> waited;
+  std::vector<const void*> seen;
   for (const PointerTables::StaleRange& r : stale) {
     any |= r.any;
     for (const PointerTables::Mark& m : r.marks) {
       if (any) break;
-      if (std::find(waited.begin(), waited.end(), m.get()) != waited.end()) continue;
-      waited.push_back(m.get());
-      // A wait that fails tells nothing: the context's instead.
+      if (std::find(seen.begin(), seen.end(), m.get()) != seen.end()) continue;
+      seen.push_back(m.get());
+      // A wait that fails tells nothing: the buffer's writers instead.
       any |= driver_->cuEventSynchronize(EventOf(m)) != CUDA_SUCCESS;
     }
   }
-  if (!any) return true;
-  *context = true;
-  return driver_->cuCtxSynchronize() == CUDA_SUCCESS;
+  *waited = "writers";
+  return !any || WaitForBufferWriters(table.id, stream, waited);
+}
+
+bool Tracker::WaitForBufferWriters(uint64_t id, StreamRef stream, const char** waited) {
+  if (!MayWait(stream)) return false;
+  // Every device write of a buffer the manager tracks is an operation it
+  // prepared (a use on its stream) or one of unknown accesses.
+  if (memory_ && memory_->WaitForWriters(id) == CUDA_SUCCESS) {
+    *waited = "buffer";
+    return true;
+  }
+  *waited = "context";
+  return WaitForTableWriters(stream);
 }
 
 PointerTables::Mark Tracker::MarkAfter(StreamRef stream) {
@@ -642,12 +654,11 @@ bool Tracker::ReadBackTable(const Buffer& table,
   for (const PointerTables::Window& w : windows) bytes += w.end - w.start;
   if (bytes > kMaxTableReadBack) return false;
   const uint64_t since = tables_.Changes();
-  bool context = false;
+  const char* waited = "writers";
   if (learn_from != 0) {
-    // Written by anything, on any stream.
-    context = true;
-    if (!WaitForTableWriters(stream)) return false;
-  } else if (!WaitForRangeWriters(stale, stream, &context)) {
+    // Bytes no range covers: written by whatever wrote the buffer.
+    if (!WaitForBufferWriters(table.id, stream, &waited)) return false;
+  } else if (!WaitForRangeWriters(table, stale, stream, &waited)) {
     return false;
   }
   std::vector<unsigned char> data(bytes);
@@ -682,7 +693,7 @@ bool Tracker::ReadBackTable(const Buffer& table,
             .Uint("id", table.id)
             .Uint("bytes", bytes)
             .Raw("ranges", ranges)
-            .Str("waited", context ? "context" : "writers")
+            .Str("waited", waited)
             .Uint("entries", words->size())
             .Finish());
   }

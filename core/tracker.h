@@ -289,19 +289,26 @@ class Tracker {
   // The stale ranges `stale` of `table` (and a window from `learn_from` to
   // the end of the buffer, when not 0: a pointer-to-pointer parameter into
   // bytes no range covers) read back from the device, after the work that
-  // could have written them (MarkWait); `words` gets the table's entries at
-  // and after `from`. Under a cap only. False when that cannot be done.
+  // could have written them (WaitForRangeWriters, WaitForBufferWriters);
+  // `words` gets the table's entries at and after `from`. Under a cap only.
+  // False when that cannot be done.
   bool ReadBackTable(const Buffer& table, const std::vector<PointerTables::StaleRange>& stale,
                      uint64_t learn_from, uint64_t from, StreamRef stream,
                      std::vector<uint64_t>* words);
   // Waits for all submitted work of the context, where that is allowed
   // (not while `stream` is being captured).
   bool WaitForTableWriters(StreamRef stream);
-  // Waits for what could have written `stale` since it was learnt: the
-  // events of its marks, or (writers unknown, or an event wait failed)
-  // the context. Sets `context` when it waited for the context.
-  bool WaitForRangeWriters(const std::vector<PointerTables::StaleRange>& stale,
-                           StreamRef stream, bool* context);
+  // Waits for what could have written `stale` (ranges of `table`) since it
+  // was learnt: the events of its marks, or (writers unknown, or an event
+  // wait failed) WaitForBufferWriters. Sets `waited` to what it waited for.
+  bool WaitForRangeWriters(const Buffer& table,
+                           const std::vector<PointerTables::StaleRange>& stale,
+                           StreamRef stream, const char** waited);
+  // Waits for every operation that may have written buffer `id`: the
+  // streams that used it and the work of unknown accesses (the memory
+  // manager's record), or where that record cannot tell, the context. Sets
+  // `waited` to "buffer" or "context".
+  bool WaitForBufferWriters(uint64_t id, StreamRef stream, const char** waited);
   // A mark for the pointer tables: an event recorded on `stream` now
   // (after the operation just submitted there), or AnyWriter() when none
   // can be recorded.
