@@ -1353,10 +1353,16 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
       if (r == CUDA_SUCCESS && !b->resident()) {
         r = SwapIn(dev, *b, /*copy=*/true, stream);  // the restore swapped it out
       }
-    } else if (b->serving > 0 && Servable(*b)) {
-      // Another operation in flight reaches it through the host copy: this
-      // one does too (bringing it in would remap the address under it).
-      Serve(dev, *b);
+    } else if (Servable(*b) &&
+               (b->serving > 0 || (may_serve && dev.host_vmm && !Idle(*b)))) {
+      // Another operation reaches it through the host copy (being prepared,
+      // or submitted and not yet observed complete): this one does too.
+      // Bringing it in would remap the address under the first, so it would
+      // wait for it on the host, and a host that waits for the device at
+      // every launch loses the lead that hides the link. Copies of
+      // stensor's own into the host copy still in flight come first.
+      r = OrderAfterSwap(dev, *b, stream);
+      if (r == CUDA_SUCCESS) Serve(dev, *b);
     } else {
       bool whole = std::find(overwritten.begin(), overwritten.end(), b->id) !=
                    overwritten.end();

@@ -353,7 +353,8 @@ class MemoryManager {
   // far: its last use on each of the program's streams, and the device's
   // work of unknown accesses. A reader of device memory whose writers are
   // not known more precisely waits for these streams, not the context.
-  // CUDA_ERROR_NOT_FOUND when the buffer is not this manager's,
+  // CUDA_ERROR_NOT_FOUND when the buffer is not this manager's or a small
+  // one (not VMM: no uses recorded),
   // CUDA_ERROR_NOT_READY while an operation of unknown accesses is being
   // submitted (its event does not exist yet): the caller waits for the
   // context instead.

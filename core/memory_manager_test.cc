@@ -1680,6 +1680,60 @@ TEST_F(MemoryManagerTest, FailedSwapInCopyKeepsTheDataSwappedOut) {
   FreeAll(*mm, {a, b, c});
 }
 
+// A buffer served from its host copy to work still in flight is served to
+// the next operation too: bringing it in would remap its address under that
+// work, so it would wait for it on the host, even with room to make. Once
+// that work is done it comes in, every byte its own.
+TEST_F(MemoryManagerTest, ABufferServedToWorkInFlightIsServedAgainWithoutAHostWait) {
+  if (!HostVmm()) GTEST_SKIP() << "no host-located VMM";
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c, d;
+  FillAndSwapOutA(*mm, &a, &b, &c, &d);
+  // B, C and D held by an operation: A, written on a held stream, is
+  // served from its host copy, the write in flight through it.
+  Ids others = {2, 3, 4};
+  ASSERT_CU(mm->Prepare(others, {}, nullptr));
+  HeldStream stream;
+  Ids ids = {1};
+  ASSERT_CU(mm->Prepare(ids, {}, stream.get()));
+  EXPECT_EQ(mm->stats().served_from_host, 1u);
+  CUresult r = cuMemsetD32Async(a, 0x5eed, kGranule / 4, stream.get());
+  mm->Finish(ids, ids, stream.get(), r == CUDA_SUCCESS);
+  ASSERT_CU(r);
+  mm->Finish(others, {}, nullptr, /*submitted=*/true);  // room can be made now
+  std::atomic<bool> done{false}, opened_late{false};
+  std::thread opener([&] {
+    for (int i = 0; i < 500 && !done.load(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!done.load()) {
+      opened_late.store(true);
+      stream.Open();
+    }
+  });
+  CUstream other;
+  ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(mm->Prepare(ids, {}, other));
+  done.store(true);
+  opener.join();
+  EXPECT_FALSE(opened_late.load()) << "the host waited for the work in flight";
+  EXPECT_EQ(mm->stats().served_from_host, 2u);
+  mm->Finish(ids, {}, other, /*submitted=*/true);
+  stream.Open();
+  ASSERT_CU(cuStreamSynchronize(stream.get()));
+  ASSERT_CU(cuStreamSynchronize(other));
+  ASSERT_CU(cuStreamDestroy_v2(other));
+  // Idle now: brought in, holding what the served write wrote.
+  std::vector<uint32_t> words(kGranule / 4);
+  ASSERT_CU(mm->Prepare(ids, {}, nullptr));
+  EXPECT_EQ(mm->stats().served_from_host, 2u);
+  ASSERT_CU(cuMemcpyDtoH_v2(words.data(), a, kGranule));
+  mm->Finish(ids, {}, nullptr, /*submitted=*/true);
+  EXPECT_TRUE(std::all_of(words.begin(), words.end(), [](uint32_t w) { return w == 0x5eed; }));
+  FreeAll(*mm, {a, b, c, d});
+}
+
 // Was: SwapIn unmapped the host copy from the buffer's address before
 // MapDevice; when MapDevice then failed (the device full with nothing
 // evictable), the address was left unmapped, so the "never fault" guarantee

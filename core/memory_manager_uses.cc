@@ -98,7 +98,8 @@ CUresult MemoryManager::WaitForUse(const Use& u, CUstream own_stream) const {
 CUresult MemoryManager::WaitForWriters(uint64_t id) {
   MutexLock lock(&mu_);
   Buffer* b = ById(id);
-  if (b == nullptr || b->garbage) return CUDA_ERROR_NOT_FOUND;
+  // Small buffers (not VMM) record no uses: nothing to tell their writers.
+  if (b == nullptr || b->garbage || !b->vmm) return CUDA_ERROR_NOT_FOUND;
   Device& dev = DeviceState(b->device);
   if (dev.unknown_submitting > 0) return CUDA_ERROR_NOT_READY;
   std::vector<Use> pending;  // copies: others may grow the lists meanwhile
