@@ -1354,7 +1354,7 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
         r = SwapIn(dev, *b, /*copy=*/true, stream);  // the restore swapped it out
       }
     } else if (Servable(*b) &&
-               (b->serving > 0 || (may_serve && dev.host_vmm && !Idle(*b)))) {
+               (b->serving > 0 || (may_serve && dev.host_vmm && InUse(*b)))) {
       // Another operation reaches it through the host copy (being prepared,
       // or submitted and not yet observed complete): this one does too.
       // Bringing it in would remap the address under the first, so it would

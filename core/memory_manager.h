@@ -654,6 +654,9 @@ class MemoryManager {
   CUresult WaitForUse(const Use& use, CUstream own_stream) const;
   bool UnknownIdle(Device& dev) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Idle(Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Some use of `b` itself not yet observed complete (work of unknown
+  // accesses aside, which Idle also counts).
+  bool InUse(Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits for the buffer's in-flight uses (with `own_uses`; always for the
   // device's work of unknown accesses), releasing the mutex meanwhile:
   // anything may have changed when it returns. An error when some use could

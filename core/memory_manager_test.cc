@@ -553,25 +553,23 @@ TEST_F(MemoryManagerTest, WaitForWritersWaitsForTheBuffersStreamsOnly) {
   HeldStream held_a, held_b;
   MemsetOn(*mm, 1, a, held_a.get());
   MemsetOn(*mm, 2, b, held_b.get());
-  std::atomic<bool> waited_a{false};
-  std::thread waiter([&] {
-    EXPECT_CU(mm->WaitForWriters(1));
-    waited_a.store(true);
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_FALSE(waited_a.load()) << "returned while the buffer's stream was held";
-  held_a.Open();
-  waiter.join();  // hangs (the test times out) if it waits for held_b too
-  EXPECT_TRUE(waited_a.load());
-  std::atomic<bool> waited_b{false};
-  std::thread other([&] {
-    EXPECT_CU(mm->WaitForWriters(2));
-    waited_b.store(true);
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_FALSE(waited_b.load()) << "returned while the buffer's stream was held";
-  held_b.Open();
-  other.join();
+  // Waits for buffer `id` on a thread of its own: not done while `held`
+  // is, done once it opens. (A wait for the other stream too would hang:
+  // the test times out.)
+  auto expect_waits_for = [&](uint64_t id, HeldStream& held) {
+    std::atomic<bool> waited{false};
+    std::thread waiter([&] {
+      EXPECT_CU(mm->WaitForWriters(id));
+      waited.store(true);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_FALSE(waited.load()) << id << ": returned while its stream was held";
+    held.Open();
+    waiter.join();
+    EXPECT_TRUE(waited.load());
+  };
+  expect_waits_for(1, held_a);  // held_b still held
+  expect_waits_for(2, held_b);
   EXPECT_EQ(mm->WaitForWriters(99), CUDA_ERROR_NOT_FOUND);
   EXPECT_CU(mm->Free(a));
   EXPECT_CU(mm->Free(b));

@@ -132,6 +132,13 @@ bool MemoryManager::UnknownIdle(Device& dev) const {
   return true;
 }
 
+bool MemoryManager::InUse(Buffer& b) const {
+  for (Use& u : b.uses) {
+    if (!Observed(u)) return true;
+  }
+  return false;
+}
+
 bool MemoryManager::Idle(Buffer& b) const {
   for (Use& u : b.uses) {
     if (!Observed(u)) return false;
