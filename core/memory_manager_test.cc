@@ -1700,22 +1700,11 @@ TEST_F(MemoryManagerTest, ABufferServedToWorkInFlightIsServedAgainWithoutAHostWa
   mm->Finish(ids, ids, stream.get(), r == CUDA_SUCCESS);
   ASSERT_CU(r);
   mm->Finish(others, {}, nullptr, /*submitted=*/true);  // room can be made now
-  std::atomic<bool> done{false}, opened_late{false};
-  std::thread opener([&] {
-    for (int i = 0; i < 500 && !done.load(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (!done.load()) {
-      opened_late.store(true);
-      stream.Open();
-    }
-  });
   CUstream other;
   ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  OpenIfStuck opener(stream);
   ASSERT_CU(mm->Prepare(ids, {}, other));
-  done.store(true);
-  opener.join();
-  EXPECT_FALSE(opened_late.load()) << "the host waited for the work in flight";
+  EXPECT_FALSE(opener.Done()) << "the host waited for the work in flight";
   EXPECT_EQ(mm->stats().served_from_host, 2u);
   mm->Finish(ids, {}, other, /*submitted=*/true);
   stream.Open();
