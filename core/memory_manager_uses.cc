@@ -140,9 +140,7 @@ bool MemoryManager::InUse(Buffer& b) const {
 }
 
 bool MemoryManager::Idle(Buffer& b) const {
-  for (Use& u : b.uses) {
-    if (!Observed(u)) return false;
-  }
+  if (InUse(b)) return false;
   Device* dev =
       static_cast<size_t>(b.device) < devices_.size() ? devices_[b.device].get() : nullptr;
   return dev == nullptr || UnknownIdle(*dev);
