@@ -1342,7 +1342,11 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
     ++operation_pins;
     pinned.push_back(b);
   }
-  for (Buffer* b : pinned) {
+  // Which of them this operation serves: a failure undoes its own serving
+  // only, never that of another operation serving the same buffer.
+  absl::InlinedVector<bool, 16> served(pinned.size(), false);
+  for (size_t i = 0; i < pinned.size(); ++i) {
+    Buffer* b = pinned[i];
     Device& dev = DeviceState(b->device);
     CUresult r = CUDA_SUCCESS;
     if (b->resident()) {
@@ -1362,7 +1366,10 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
       // every launch loses the lead that hides the link. Copies of
       // stensor's own into the host copy still in flight come first.
       r = OrderAfterSwap(dev, *b, stream);
-      if (r == CUDA_SUCCESS) Serve(dev, *b);
+      if (r == CUDA_SUCCESS) {
+        Serve(dev, *b);
+        served[i] = true;
+      }
     } else {
       bool whole = std::find(overwritten.begin(), overwritten.end(), b->id) !=
                    overwritten.end();
@@ -1380,6 +1387,7 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
       if (r == CUDA_ERROR_OUT_OF_MEMORY && may_serve && dev.host_vmm) {
         if (Servable(*b)) {
           Serve(dev, *b);
+          served[i] = true;
           r = CUDA_SUCCESS;
         } else {
           LogOom(dev, b->reserved);  // a refusal after all
@@ -1387,11 +1395,12 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
       }
     }
     if (r != CUDA_SUCCESS) {
-      for (Buffer* p : pinned) {
+      for (size_t k = 0; k < pinned.size(); ++k) {
+        Buffer* p = pinned[k];
         Unpin(*p);
         --t_operation_pins;
         ++unpins_;
-        if (p->serving > 0 && !p->resident()) --p->serving;
+        if (served[k]) --p->serving;
         if (p->pending_overwrite) {  // the overwrite will not happen
           p->pending_overwrite = false;
           RestoreFromHost(DeviceState(p->device), *p);

@@ -1721,6 +1721,44 @@ TEST_F(MemoryManagerTest, ABufferServedToWorkInFlightIsServedAgainWithoutAHostWa
   FreeAll(*mm, {a, b, c, d});
 }
 
+// Was: an operation that failed unwound every buffer it had pinned as if
+// it had served it, so a buffer another operation was serving (between its
+// Prepare and its Finish) lost that count when the failure came from a
+// buffer listed before it; the next operation then brought it in, remapping
+// its address under the work still reaching its host copy.
+TEST_F(MemoryManagerTest, AFailedOperationLeavesAnotherOperationsServingAlone) {
+  if (!HostVmm()) GTEST_SKIP() << "no host-located VMM";
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c, d;
+  FillAndSwapOutA(*mm, &a, &b, &c, &d);
+  // A served to an operation that has not finished (B, C and D held).
+  Ids others = {2, 3, 4};
+  ASSERT_CU(mm->Prepare(others, {}, nullptr));
+  Ids served = {1};
+  ASSERT_CU(mm->Prepare(served, {}, nullptr));
+  ASSERT_EQ(mm->stats().served_from_host, 1u);
+  mm->Finish(others, {}, nullptr, /*submitted=*/true);
+  // E swaps B out: B's next swap-in copies, and that copy fails.
+  ClearLog();
+  CUdeviceptr e = Alloc(*mm, 5);
+  ASSERT_THAT(Records(), ElementsAre("swap_out:2"));
+  fakecuda_fail_call("cuMemcpyDtoDAsync_v2", 1, CUDA_ERROR_LAUNCH_FAILED);
+  Ids failing = {2, 1};
+  EXPECT_EQ(mm->Prepare(failing, {}, nullptr), CUDA_ERROR_LAUNCH_FAILED);
+  fakecuda_clear_failures();
+  // A is still served to the first operation: the next one is served too.
+  const uint64_t swap_ins = mm->stats().swap_ins;
+  ASSERT_CU(mm->Prepare(served, {}, nullptr));
+  EXPECT_EQ(mm->stats().served_from_host, 2u);
+  EXPECT_EQ(mm->stats().swap_ins, swap_ins) << "A was brought in while served";
+  mm->Finish(served, {}, nullptr, /*submitted=*/true);
+  mm->Finish(served, {}, nullptr, /*submitted=*/true);
+  ExpectData(*mm, 1, a, 1);
+  ExpectData(*mm, 2, b, 2);
+  FreeAll(*mm, {a, b, c, d, e});
+}
+
 // Was: SwapIn unmapped the host copy from the buffer's address before
 // MapDevice; when MapDevice then failed (the device full with nothing
 // evictable), the address was left unmapped, so the "never fault" guarantee
