@@ -575,6 +575,34 @@ TEST_F(MemoryManagerTest, WaitForWritersWaitsForTheBuffersStreamsOnly) {
   EXPECT_CU(mm->Free(b));
 }
 
+// A writer whose event cannot tell (its synchronisation fails) is waited for
+// with the context: the wait still ends only after the write, never before.
+TEST_F(MemoryManagerTest, AWriterWaitWhoseEventFailsWaitsForTheContext) {
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a = Alloc(*mm, 1);
+  HeldStream held;
+  MemsetOn(*mm, 1, a, held.get());
+  fakecuda_fail_call("cuEventSynchronize", 1, CUDA_ERROR_UNKNOWN);
+  CUcontext ctx = nullptr;
+  ASSERT_CU(cuCtxGetCurrent(&ctx));
+  std::atomic<bool> waited{false};
+  std::thread waiter([&] {
+    EXPECT_CU(cuCtxSetCurrent(ctx));  // as the application's thread has
+    EXPECT_CU(mm->WaitForWriters(1));
+    waited.store(true);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(waited.load()) << "returned while the write was held";
+  held.Open();
+  waiter.join();
+  fakecuda_clear_failures();
+  uint32_t word = 0;
+  ASSERT_CU(cuMemcpyDtoH_v2(&word, a, sizeof(word)));
+  EXPECT_EQ(word, 0xdeadbeefu);
+  EXPECT_CU(mm->Free(a));
+}
+
 // S404: a buffer freed while work using it is still queued (a memset on a
 // held stream) stays charged as garbage. When room is needed, the garbage is
 // released before anything is evicted, waiting for its work: the wait is
