@@ -235,6 +235,8 @@ GraphNodePlan KernelNodePlan(KernelCache* kernels, CUgraphNode node,
   n.kind = GraphNodePlan::Kind::kKernel;
   n.node = node;
   n.function = NodeFunction(params);
+  n.grid[0] = params.gridDimX, n.grid[1] = params.gridDimY, n.grid[2] = params.gridDimZ;
+  n.block[0] = params.blockDimX, n.block[1] = params.blockDimY, n.block[2] = params.blockDimZ;
   *unknown = n.function == nullptr;
   if (*unknown) return n;
   n.kernel = kernels->Get(n.function);

@@ -46,6 +46,8 @@ struct GraphNodePlan {
   // offset (kernelParams form) or the packed buffer (`packed`: extra form).
   CUfunction function = nullptr;
   const KernelInfo* kernel = nullptr;
+  unsigned grid[3] = {0, 0, 0};   // the launch's shape: part of the planner's
+  unsigned block[3] = {0, 0, 0};  // key, as for a direct launch
   std::vector<unsigned char> args;
   bool packed = false;
   // kCopy: both sides; kMemset: the destination and the extent set.

@@ -1646,16 +1646,15 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
 void MemoryManager::NoteOperationLocked(uint64_t key, absl::Span<const uint64_t> ids,
                                         absl::Span<const uint64_t> written, bool marker,
                                         CUstream stream, OpTicket* ticket) {
-  // The key names the kernel (or transfer) and the shapes of its buffers,
-  // never their ids: temporaries get new ids every step.
+  // The key names the operation and its shape (Tracker's LaunchKey and
+  // TransferKey), never the buffers: temporaries get new ids every step,
+  // and a caching allocator's tensors other segments.
   absl::InlinedVector<BufferTouch, 16> touches;
   absl::InlinedVector<Buffer*, 16> buffers;
   for (uint64_t id : ids) {
     Buffer* b = ById(id);
     if (b == nullptr || b->garbage) continue;
     b->prefetched = false;  // used now
-    key = (key ^ b->size) * 0x9e3779b97f4a7c15ull;  // order matters: a slot per argument
-    key ^= key >> 29;
     const bool write = std::find(written.begin(), written.end(), id) != written.end();
     touches.push_back(BufferTouch{id, b->reserved, write});
     buffers.push_back(b);

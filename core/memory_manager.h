@@ -386,8 +386,8 @@ class MemoryManager {
 
   // --- S02 and planned swaps. After Prepare of an operation (a launch, a
   // copy, a memset) and before it is submitted: feeds it to the iteration
-  // planner (policy/iteration_planner.h) under `key` (the kernel or kind
-  // of transfer; the sizes of its buffers are mixed in here), gives every
+  // planner (policy/iteration_planner.h) under `key` (the operation and its
+  // shape, never its buffers: the same from one step to the next), gives every
   // buffer its predicted next use (belady), times the operation while its
   // iteration is profiled, and issues the planned evictions and fetches,
   // none of which waits on the host. `marker`: the operation is

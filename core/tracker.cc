@@ -187,10 +187,27 @@ uint64_t Tracker::IdAt(uint64_t addr) const {
 }
 
 namespace {
-// A copy's or memset's key for the iteration planner: its shape (the
-// buffers' sizes are mixed in by the manager), not its addresses.
+// The iteration planner's keys: what an operation is and its shape, never
+// its addresses nor the sizes of the buffers it reaches. A caching
+// allocator (PyTorch's) places a tensor in whichever segment has room, so
+// the same operation of two steps reaches segments of other sizes, and a
+// key holding them would never repeat.
+// A copy or memset: its extent and direction.
 uint64_t TransferKey(uint64_t bytes, bool to_host, bool memset) {
   return (bytes * 4 + (to_host ? 2 : 0) + (memset ? 1 : 0)) ^ 0x7472616e73666572ull;
+}
+
+// A launch: the kernel and its grid and block (`stensor sim` keys a logged
+// launch by the same three).
+uint64_t LaunchKey(CUfunction f, const unsigned grid[3], const unsigned block[3]) {
+  uint64_t key = reinterpret_cast<uintptr_t>(f);
+  for (const unsigned* dims : {grid, block}) {
+    for (int i = 0; i < 3; ++i) {
+      key = (key ^ dims[i]) * 0x9e3779b97f4a7c15ull;
+      key ^= key >> 29;
+    }
+  }
+  return key;
 }
 }  // namespace
 
@@ -216,7 +233,8 @@ void Tracker::MemInfo(int device, size_t* free_bytes, size_t* total_bytes) {
   memory_->MemInfo(device, free_bytes, total_bytes);
 }
 
-CUresult Tracker::BeginLaunch(CUfunction f, StreamRef stream, void** params,
+CUresult Tracker::BeginLaunch(CUfunction f, const unsigned grid[3], const unsigned block[3],
+                              StreamRef stream, void** params,
                               void** extra, Accesses* accesses) {
   const KernelInfo* kernel = kernels_.Get(f);
   accesses->kernel = kernel;
@@ -230,17 +248,17 @@ CUresult Tracker::BeginLaunch(CUfunction f, StreamRef stream, void** params,
     ExpandTables(*kernel, params, extra, stream, accesses);
   }
   if (!memory_) return CUDA_SUCCESS;
-  return PrepareLaunch(f, *kernel, stream, accesses);
+  return PrepareLaunch(LaunchKey(f, grid, block), *kernel, stream, accesses);
 }
 
-CUresult Tracker::PrepareLaunch(CUfunction f, const KernelInfo& kernel, StreamRef stream,
+CUresult Tracker::PrepareLaunch(uint64_t key, const KernelInfo& kernel, StreamRef stream,
                                 Accesses* accesses) {
   RelaxedCaptureScope relaxed(capture_);
   // Known accesses: an operation of the iteration (S01/S02), noted under
   // the lock that prepares it.
   const bool known = kernel.layout_known && !accesses->unknown_tables;
   MemoryManager::OpTicket ticket;
-  const MemoryManager::Operation op{reinterpret_cast<uintptr_t>(f), accesses->writes,
+  const MemoryManager::Operation op{key, accesses->writes,
                                     known && IsMarker(kernel), &ticket};
   if (CUresult r = memory_->Prepare(accesses->reads, {}, Handle(stream), known ? &op : nullptr);
       r != CUDA_SUCCESS) {
@@ -1042,7 +1060,7 @@ void Tracker::OnLaunch(const char* api, CUfunction f, const unsigned grid[3],
                        const unsigned block[3], StreamRef stream,
                        void** params, void** extra) {
   Accesses accesses;
-  CUresult r = BeginLaunch(f, stream, params, extra, &accesses);
+  CUresult r = BeginLaunch(f, grid, block, stream, params, extra, &accesses);
   EndLaunch(api, f, grid, block, stream, accesses, r == CUDA_SUCCESS);
 }
 
@@ -1289,7 +1307,7 @@ CUresult Tracker::BeginGraphLaunch(CUgraphExec exec, StreamRef stream, GraphLaun
     const GraphNodePlan& n = scope->plan->nodes[i];
     const auto& [reads, writes] = scope->nodes[i];
     const uint64_t key = n.kind == GraphNodePlan::Kind::kKernel
-                             ? reinterpret_cast<uintptr_t>(n.function)
+                             ? LaunchKey(n.function, n.grid, n.block)
                              : TransferKey(n.kind == GraphNodePlan::Kind::kCopy
                                                ? n.copy.bytes
                                                : n.memset_extent,

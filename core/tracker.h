@@ -107,10 +107,11 @@ class Tracker {
   // The application unmapped [base, base+size): every mapping in it is gone.
   void OnUnmap(const char* api, uint64_t base, uint64_t size);
 
-  // Before a launch: infers its accesses into `accesses` and, under a cap,
-  // makes the buffers resident on `stream`. An error means: do not launch.
-  CUresult BeginLaunch(CUfunction f, StreamRef stream, void** params,
-                       void** extra, Accesses* accesses);
+  // Before a launch of `f` over `grid` blocks of `block` threads: infers
+  // its accesses into `accesses` and, under a cap, makes the buffers
+  // resident on `stream`. An error means: do not launch.
+  CUresult BeginLaunch(CUfunction f, const unsigned grid[3], const unsigned block[3],
+                       StreamRef stream, void** params, void** extra, Accesses* accesses);
   // After it: `submitted` when the driver accepted it.
   void EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
                  const unsigned block[3], StreamRef stream,
@@ -328,7 +329,8 @@ class Tracker {
   // line so that the uncapped path keeps its few values in registers:
   // BeginLaunch's residency and iteration bookkeeping, EndLaunch's
   // completion and log record.
-  ABSL_ATTRIBUTE_NOINLINE CUresult PrepareLaunch(CUfunction f, const KernelInfo& kernel,
+  // `key` names the launch for the iteration planner.
+  ABSL_ATTRIBUTE_NOINLINE CUresult PrepareLaunch(uint64_t key, const KernelInfo& kernel,
                                                  StreamRef stream, Accesses* accesses);
   ABSL_ATTRIBUTE_NOINLINE void FinishLaunch(const KernelInfo& kernel, StreamRef stream,
                                             const Accesses& accesses, bool submitted);

@@ -160,7 +160,8 @@ CUresult LaunchWith(const char* api, CUfunction f, const unsigned grid[3],
                     const unsigned block[3], StreamRef stream, void** params,
                     void** extra, Call&& call) {
   Accesses accesses;
-  if (CUresult r = T().BeginLaunch(f, stream, params, extra, &accesses); r != CUDA_SUCCESS) {
+  if (CUresult r = T().BeginLaunch(f, grid, block, stream, params, extra, &accesses);
+      r != CUDA_SUCCESS) {
     return r;
   }
   CUresult r = call();
@@ -179,12 +180,13 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline CUresult Launch(
   // eleven arguments cost more than the rest of the hook's own code.
   Tracker& t = T();
   const StreamRef stream{s, per_thread};
+  const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
   Accesses accesses;
-  if (CUresult r = t.BeginLaunch(f, stream, params, extra, &accesses); r != CUDA_SUCCESS) {
+  if (CUresult r = t.BeginLaunch(f, grid, block, stream, params, extra, &accesses);
+      r != CUDA_SUCCESS) {
     return r;
   }
   CUresult r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
-  const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
   t.EndLaunch(api, f, grid, block, stream, accesses, r == CUDA_SUCCESS);
   return r;
 }

@@ -86,14 +86,20 @@ IterationDetector::Seen& IterationDetector::Remember(uint64_t key) {
   return seen;
 }
 
-size_t IterationDetector::UpdateCandidates(uint64_t key) {
+size_t IterationDetector::UpdateCandidates(uint64_t key, size_t* exact) {
   const uint64_t n = n_;
 
   // Extend the runs of the candidates that still hold; drop the others.
   size_t kept = 0;
   for (Candidate c : candidates_) {
-    if (KeyAt(n - c.period) == key) {
+    if (c.run - c.window_run >= c.period) {  // a new window of one period
+      c.window_run = c.run;
+      c.misses = 0;
+    }
+    const bool match = KeyAt(n - c.period) == key;
+    if (match || ++c.misses <= MissBudget(c.period)) {
       ++c.run;
+      c.exact = c.exact && match;
       candidates_[kept++] = c;
     }
   }
@@ -108,7 +114,7 @@ size_t IterationDetector::UpdateCandidates(uint64_t key) {
         std::any_of(candidates_.begin(), candidates_.end(),
                     [d](const Candidate& c) { return c.period == d; });
     if (present) continue;
-    const Candidate fresh{static_cast<size_t>(d), 1};
+    const Candidate fresh{static_cast<size_t>(d), 1, 0, 0, true};
     if (candidates_.size() < kMaxCandidates) {
       candidates_.push_back(fresh);
     } else {
@@ -124,11 +130,11 @@ size_t IterationDetector::UpdateCandidates(uint64_t key) {
   }
   // The last 2P keys repeat with period P (run >= P): smallest such P.
   size_t best = 0;
+  *exact = 0;
   for (const Candidate& c : candidates_) {
-    if (c.run >= c.period && c.run + c.period >= options_.min_span &&
-        (best == 0 || c.period < best)) {
-      best = c.period;
-    }
+    if (c.run < c.period || c.run + c.period < options_.min_span) continue;
+    if (best == 0 || c.period < best) best = c.period;
+    if (c.exact && (*exact == 0 || c.period < *exact)) *exact = c.period;
   }
   return best;
 }
@@ -143,6 +149,7 @@ IterationDetector::Observation IterationDetector::Lock(uint64_t key,
   for (size_t i = 1; i < p; ++i) template_[i] = KeyAt(n - p + i);
   state_ = State::kLocked;
   phase_ = 1 % p;
+  misaligned_ = 0;
   one_offs_ = 0;
   one_off_seen_ = false;
   iteration_ = 1;
@@ -152,7 +159,8 @@ IterationDetector::Observation IterationDetector::Lock(uint64_t key,
 }
 
 IterationDetector::Observation IterationDetector::Search(uint64_t key) {
-  const size_t p = UpdateCandidates(key);
+  size_t exact;
+  const size_t p = UpdateCandidates(key, &exact);
   return p == 0 ? Observation{} : Lock(key, p);
 }
 
@@ -160,9 +168,11 @@ IterationDetector::Observation IterationDetector::Follow(uint64_t key) {
   // Candidates keep running while an iteration is known: a shorter pattern
   // inside the real iteration (identical layers) may have been found first,
   // and is replaced once a longer period has repeated exactly over a stretch
-  // where the known one needed one-offs.
+  // where the known one needed one-offs. (Not one that repeats only
+  // nearly: multiples of the layers' period would pass, one after another.)
   const uint64_t n = n_;
-  const size_t best = UpdateCandidates(key);
+  size_t best;
+  UpdateCandidates(key, &best);
   const size_t p = template_.size();
   if (best > p && one_off_at_ + 2 * best > n && one_off_seen_) {
     return Lock(key, best);
@@ -170,24 +180,44 @@ IterationDetector::Observation IterationDetector::Follow(uint64_t key) {
   size_t phase;
   if (key == template_[phase_]) {
     phase = phase_;
+    misaligned_ = 0;
   } else {
     ++one_offs_;
     one_off_at_ = n;
     one_off_seen_ = true;
-    if (one_offs_ > options_.max_one_offs) {
+    if (one_offs_ > std::max(options_.max_one_offs, MissBudget(p))) {
       Restart();
       Observation o;
       o.event = Event::kChanged;
       return o;
     }
-    if (key != template_[(phase_ + 1) % p]) {
+    size_t realigned = p;  // none
+    if (key == template_[(phase_ + 1) % p]) {
+      realigned = (phase_ + 1) % p;  // one expected op was skipped
+    } else if (++misaligned_ >= kRealign) {
+      // The last kRealign ops ran on past where the iteration was expected
+      // to be (ops skipped, or an op of another thread that came early
+      // and was taken for an extra): where they stand consecutively in the
+      // template a little ahead, the iteration goes on from there.
+      for (size_t q = phase_ + kRealign - 1; q < p && q < phase_ + kLookAhead; ++q) {
+        size_t i = 0;
+        while (i < kRealign && KeyAt(n - i) == template_[q - i]) ++i;
+        if (i == kRealign) {
+          realigned = q;
+          break;
+        }
+      }
+    }
+    if (realigned == p) {
       // An extra op (or a different one): it takes the expected phase's
       // place without consuming it.
       Observation o = Locked(Event::kNone);
       o.phase = phase_;
+      o.extra = true;
       return o;
     }
-    phase = (phase_ + 1) % p;  // one expected op was skipped
+    phase = realigned;
+    misaligned_ = 0;
   }
   phase_ = (phase + 1) % p;
   Event event = Event::kNone;

@@ -5,14 +5,18 @@
 // where iterations start and which phase (0..period-1) each operation has.
 //
 // Detection: the period is the smallest P <= max_period such that the last
-// 2P keys repeat with period P. Candidate periods come from the distances to
+// 2P keys repeat with period P (a long period allowed one mismatch in
+// MissBudget's spacing: a data loader on its own thread issues its copies a
+// few operations earlier or later from one step to the next). Candidate periods come from the distances to
 // the last few occurrences of the current key; each candidate is checked
 // against the key P operations back, so the work per operation is bounded by
 // the number of candidates (O(1), not O(max_period)). A noisy prefix (warm-up,
 // initialisation copies) only delays detection until two clean periods were
 // seen. Once found, the detector follows the iteration and tolerates a few
-// one-off operations per iteration (an extra copy, a skipped kernel); more
-// than `max_one_offs` mismatches in one iteration report kChanged and restart
+// one-off operations per iteration (an extra copy, a skipped kernel, an
+// operation a few places early: the ones up to it count as skipped); more
+// than `max_one_offs` (or MissBudget of the period, if larger) mismatches in
+// one iteration report kChanged and restart
 // detection (an evaluation step, a new batch shape), so the caller
 // re-profiles.
 //
@@ -78,6 +82,9 @@ class IterationDetector {
     // Number of iteration starts seen since the pattern was found (1 at
     // kFound, +1 per kBoundary).
     uint64_t iteration = 0;
+    // An operation the known iteration does not hold at this place (taken
+    // for an extra one: `phase` is the expected phase, still to come).
+    bool extra = false;
   };
 
   // Rejects max_period == 0 or max_period > 1 << 24 (memory bound).
@@ -103,8 +110,24 @@ class IterationDetector {
   enum class State : uint8_t { kSearching, kLocked };
   struct Candidate {
     size_t period;
-    size_t run;  // consecutive ops with key[i] == key[i - period]
+    size_t run;  // ops since it began, each key[i] == key[i - period] but
+                 // at most MissBudget(period) of each period's
+    size_t misses = 0;       // mismatches in the current window
+    size_t window_run = 0;   // `run` when the current window began
+    bool exact = true;       // no mismatch since it began
   };
+  // Mismatches a period of `period` ops may hold and still count as
+  // repeating (in detection) or as the same iteration (once known): none
+  // for short periods, one in kMissSpacing for long ones, whose operations
+  // issued by other threads (a data loader's copies) land a few places off
+  // from one iteration to the next.
+  static constexpr size_t kMissSpacing = 32;
+  static size_t MissBudget(size_t period) { return period / kMissSpacing; }
+  // Once kRealign operations in a row missed the template (none the one
+  // expected, nor the one after it), the known iteration goes on from
+  // where they stand consecutively in it, up to kLookAhead places ahead.
+  static constexpr size_t kRealign = 3;
+  static constexpr size_t kLookAhead = 16;
   static constexpr size_t kOccurrences = 4;    // distances tried per key
   static constexpr size_t kMaxCandidates = 32;  // periods checked per op
   struct Seen {
@@ -117,8 +140,9 @@ class IterationDetector {
   // becomes n_; pos[1..] are the earlier occurrences).
   Seen& Remember(uint64_t key);
   // Advances the candidate periods by op n_; returns the smallest period
-  // that now repeats twice (0 if none).
-  size_t UpdateCandidates(uint64_t key);
+  // that now repeats twice (0 if none), and in `*exact` the smallest that
+  // repeats twice with no mismatch.
+  size_t UpdateCandidates(uint64_t key, size_t* exact);
   Observation Lock(uint64_t key, size_t period);
   Observation Search(uint64_t key);
   Observation Follow(uint64_t key);
@@ -136,6 +160,7 @@ class IterationDetector {
   std::vector<uint64_t> template_;
   size_t phase_ = 0;        // phase of the next op
   size_t one_offs_ = 0;     // mismatches in the current iteration
+  size_t misaligned_ = 0;   // consecutive ops that missed the template
   uint64_t one_off_at_ = 0;   // position of the latest mismatch
   bool one_off_seen_ = false;
   uint64_t iteration_ = 0;

@@ -236,5 +236,58 @@ TEST(IterationDetectorTest, LongIterationReplacesRepeatedLayer) {
   EXPECT_EQ(boundaries, (r.obs.size() - 1 - last_found) / step.size());
 }
 
+// A step of 300 launches of 40 kernels (each used many times, in no
+// shorter repeating order) and a data loader's two copies, issued on another
+// thread: from one step to the next they land 0-3 operations later or earlier.
+std::vector<uint64_t> LoaderStep(int step) {
+  std::mt19937_64 rng(7);  // the same launches every step
+  std::vector<uint64_t> keys;
+  for (int k = 0; k < 300; ++k) keys.push_back(1 + rng() % 40);
+  const int at = 120 + (step * 3) % 4;
+  keys.insert(keys.begin() + at, {900, 901});
+  return keys;
+}
+
+TEST(IterationDetectorTest, OperationsOfAnotherThreadLandingAFewPlacesOffKeepTheIteration) {
+  std::vector<uint64_t> keys;
+  for (int step = 0; step < 12; ++step) {
+    const std::vector<uint64_t> s = LoaderStep(step);
+    keys.insert(keys.end(), s.begin(), s.end());
+  }
+  IterationDetector d;
+  const Trace r = Feed(d, keys);
+  long found = -1;  // the step's period found
+  for (size_t i = 0; i < r.obs.size() && found < 0; ++i) {
+    if (r.obs[i].event == Event::kFound && r.obs[i].period == 302) found = static_cast<long>(i);
+  }
+  ASSERT_GE(found, 0) << "never found the step";
+  EXPECT_LE(static_cast<size_t>(found), 4 * 302u);
+  // Followed to the end: a boundary every step, never a change.
+  size_t boundaries = 0, changes = 0;
+  for (size_t i = found + 1; i < r.obs.size(); ++i) {
+    boundaries += r.obs[i].event == Event::kBoundary;
+    changes += r.obs[i].event == Event::kChanged;
+  }
+  EXPECT_EQ(changes, 0u);
+  EXPECT_GE(boundaries, (r.obs.size() - found) / 302 - 1);
+  EXPECT_EQ(d.period(), 302u);
+}
+
+// Short periods stay exact: a 12-op step whose one op moves is a change of
+// pattern's worth of mismatches, not a repetition.
+TEST(IterationDetectorTest, ShortPeriodsAreNotFoundFromNearRepeats) {
+  std::vector<uint64_t> keys;
+  for (int step = 0; step < 6; ++step) {
+    std::vector<uint64_t> s = Step();
+    s.insert(s.begin() + 1 + step % 3, 77);
+    keys.insert(keys.end(), s.begin(), s.end());
+  }
+  IterationDetector d;
+  const Trace r = Feed(d, keys);
+  for (const auto& o : r.obs) {
+    if (o.event == Event::kFound) EXPECT_NE(o.period, 13u);
+  }
+}
+
 }  // namespace
 }  // namespace stensor

@@ -30,6 +30,7 @@ void IterationPlanner::Forget() {
   recording_done_ = false;
   awaiting_ = 0;
   timed_.clear();
+  recorded_at_.clear();
   profile_.reset();
   planner_.SetProfile(nullptr, 0);
   predictor_.Reset();
@@ -41,6 +42,7 @@ void IterationPlanner::BuildProfile() {
   recording_.reset();
   recording_done_ = false;
   timed_.clear();
+  recorded_at_.clear();
   awaiting_ = 0;
   if (!built.ok()) {
     ++stats_.abandoned_profiles;
@@ -72,15 +74,16 @@ uint64_t IterationPlanner::OnOperation(
       Forget();
       iteration_origin_ = time;
       recording_.emplace();
-      record_origin_ = time;
       break;
     case IterationDetector::Event::kBoundary:
       ++stats_.iterations;
       iteration_origin_ = time;
       planner_.OnIterationBoundary(time);
       if (recording_ && !recording_done_) {
-        // The profiled iteration is complete: build it once its compute
-        // times are in, or after a grace period without the late ones.
+        // The profiled iteration is complete (its last phases skipped, if
+        // the detector saw them skipped): build it once its compute times
+        // are in, or after a grace period without the late ones.
+        RecordSkipped(seen.period, time);
         recording_done_ = true;
         build_deadline_ = time + options_.compute_grace_ops;
       }
@@ -95,31 +98,27 @@ uint64_t IterationPlanner::OnOperation(
 
   profiling_now_ = false;
   if (recording_ && !recording_done_) {
-    // One-off operations (tolerated by the detector) would shift the
-    // profile's phases against the detector's: such a recording is dropped
-    // and the next iteration profiled instead.
-    if (seen.known && seen.phase == recording_->size()) {
-      recording_->Add(key, touches);
-      timed_.push_back(false);
-      ++awaiting_;
-      profiling_now_ = true;
+    // The profile keeps the detector's phases: an operation the detector
+    // took for an extra is left out, phases it saw skipped are recorded
+    // without buffers. Anything else out of step with it drops the
+    // recording, and the next iteration is profiled instead.
+    if (seen.known && seen.extra && seen.phase == recording_->size()) {
+      // Not part of the iteration.
+    } else if (seen.known && !seen.extra && seen.phase >= recording_->size()) {
+      RecordSkipped(seen.phase, time);
+      Record(key, touches, time);
     } else {
       ++stats_.abandoned_profiles;
       recording_.reset();
       timed_.clear();
+      recorded_at_.clear();
       awaiting_ = 0;
       // Try again from the next boundary.
     }
   }
   if (!recording_ && !profile_ && seen.event == IterationDetector::Event::kBoundary) {
     recording_.emplace();
-    record_origin_ = time;
-    if (seen.known && seen.phase == 0) {
-      recording_->Add(key, touches);
-      timed_.push_back(false);
-      ++awaiting_;
-      profiling_now_ = true;
-    }
+    if (seen.known && seen.phase == 0) Record(key, touches, time);
   }
   if (recording_done_ && (awaiting_ == 0 || time >= build_deadline_)) BuildProfile();
 
@@ -160,10 +159,32 @@ uint64_t IterationPlanner::OnOperation(
   return time;
 }
 
+void IterationPlanner::Record(uint64_t key, absl::Span<const BufferTouch> touches,
+                              uint64_t time) {
+  recording_->Add(key, touches);
+  timed_.push_back(false);
+  recorded_at_.push_back(time);
+  ++awaiting_;
+  profiling_now_ = true;
+}
+
+void IterationPlanner::RecordSkipped(size_t phase, uint64_t time) {
+  const std::vector<uint64_t>& pattern = detector_.pattern();
+  while (recording_->size() < phase && recording_->size() < pattern.size()) {
+    recording_->Add(pattern[recording_->size()], {});
+    timed_.push_back(true);  // no operation: no compute time will come
+    recorded_at_.push_back(time);
+  }
+}
+
 void IterationPlanner::OnComputeTime(uint64_t time, double seconds) {
-  if (!recording_ || time < record_origin_ || !std::isfinite(seconds) || seconds < 0) return;
-  const uint64_t phase = time - record_origin_;
-  if (phase >= timed_.size() || timed_[phase]) return;
+  if (!recording_ || !std::isfinite(seconds) || seconds < 0) return;
+  // The phase recorded at `time`: the last one (skipped phases before an
+  // operation share its time).
+  auto it = std::upper_bound(recorded_at_.begin(), recorded_at_.end(), time);
+  if (it == recorded_at_.begin() || *(it - 1) != time) return;
+  const size_t phase = static_cast<size_t>(it - recorded_at_.begin()) - 1;
+  if (timed_[phase]) return;
   if (!recording_->SetComputeSeconds(phase, seconds).ok()) return;
   timed_[phase] = true;
   --awaiting_;

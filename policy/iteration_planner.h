@@ -119,13 +119,19 @@ class IterationPlanner {
   PrefetchPlanner planner_;
   uint64_t next_time_ = 0;
   bool profiling_now_ = false;
-  // The iteration being recorded: from `record_origin_` (its phase 0) on.
+  // The operation at `time` as the recording's next phase.
+  void Record(uint64_t key, absl::Span<const BufferTouch> touches, uint64_t time);
+  // Phases up to `phase` (excluded) the detector saw skipped, recorded
+  // without buffers.
+  void RecordSkipped(size_t phase, uint64_t time);
+
+  // The iteration being recorded.
   std::optional<AccessProfile::Builder> recording_;
-  uint64_t record_origin_ = 0;
   bool recording_done_ = false;  // its last operation was seen
   uint64_t build_deadline_ = 0;  // build without late compute times after
   size_t awaiting_ = 0;          // compute times not yet arrived
   std::vector<bool> timed_;      // per recorded phase: a compute time came
+  std::vector<uint64_t> recorded_at_;  // per recorded phase: its time
   uint64_t iteration_origin_ = 0;  // phase 0 of the current iteration
   std::shared_ptr<const AccessProfile> profile_;
   Stats stats_;

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -215,6 +216,33 @@ TEST(IterationPlannerTest, FetchesTheNextShardInItsFirstCycle) {
   EXPECT_TRUE(named);
   EXPECT_TRUE(fetched);
   EXPECT_EQ(p->NextUse(107), 7u * 4 + kShards);
+}
+
+// A step whose loader copy (another thread's) lands a place or two off from
+// one step to the next: the detector keeps the iteration, and the profile is
+// built anyway, at the detector's phases (the copy where the first
+// iteration had it; a phase skipped in the recorded one holds no buffers).
+TEST(IterationPlannerTest, ProfilesAnIterationWhoseOperationsLandAFewPlacesOff) {
+  auto p = Make();
+  auto step_ops = [](int step) {
+    std::mt19937_64 rng(7);  // the same launches every step, in no shorter order
+    std::vector<Step> ops;
+    for (int k = 0; k < 96; ++k) {
+      ops.push_back({20 + rng() % 12, {{rng() % 5, kMiB, false}}});
+    }
+    const int at = 40 + (step * 3) % 4;
+    ops.insert(ops.begin() + at, Step{99, {{50, kMiB, true}}});
+    return ops;
+  };
+  for (int s = 0; s < 14; ++s) {
+    for (const Step& op : step_ops(s)) {
+      uint64_t t = p->OnOperation(op.key, op.touches);
+      if (p->profiling()) p->OnComputeTime(t, 1e-3);
+    }
+  }
+  ASSERT_TRUE(p->has_profile()) << "profiles abandoned: " << p->stats().abandoned_profiles;
+  EXPECT_EQ(p->profile()->period(), 97u);
+  EXPECT_EQ(p->stats().pattern_changes, 0u);
 }
 
 }  // namespace
