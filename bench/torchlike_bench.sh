@@ -274,8 +274,11 @@ def optimum(mode, cap):
 
 # Phase 1: without the link, uncapped (no stensor) and capped.
 def configs_for(link):
+    """Every mode's runs; with `link`, those of the modes it has a rate for."""
     out = []
     for mode in active:
+        if link is not None and mode not in link:
+            continue
         extra = {} if link is None else {"FAKECUDA_LINK": "%.3f" % link[mode]}
         out.append((mode, "uncapped" + ("" if link is None else "-link"), dict(extra)))
         for cap in caps:
@@ -295,7 +298,7 @@ for mode in active:
         failures.append("%s: no uncapped step time; link runs left out" % mode_name(mode))
         continue
     bandwidth[mode] = working_set[mode] / (0.5 * us) / 1e9
-res.update(measure([c for c in configs_for(bandwidth) if c[0] in bandwidth] if bandwidth else [], "link"))
+res.update(measure(configs_for(bandwidth), "link"))
 
 opt = {(mode, cap): optimum(mode, cap) for mode in active for cap in caps}
 

@@ -288,7 +288,7 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
   // With host-located VMM, a small one finding no room under the cap is
   // no refusal either: made a buffer of one granule, born on the host
   // (below), it is swapped in when a granule is free.
-  const bool small_fallback = !vmm_sized && dev.host_vmm && dev.granularity != 0;
+  const bool small_fallback = ServesSmallFromHost(dev, bytes);
   bool small_on_host = false;
   if (!vmm_sized) {
     b->reserved = AlignUp(bytes, kSmallUnit);
@@ -395,7 +395,10 @@ bool MemoryManager::SmallServedFromHost(uint64_t bytes) {
   CUdevice ordinal = 0;
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return false;
   MutexLock lock(&mu_);
-  const Device& dev = DeviceState(ordinal);
+  return ServesSmallFromHost(DeviceState(ordinal), bytes);
+}
+
+bool MemoryManager::ServesSmallFromHost(const Device& dev, uint64_t bytes) {
   return dev.host_vmm && dev.granularity != 0 && bytes < dev.granularity / 2;
 }
 

@@ -551,6 +551,10 @@ class MemoryManager {
   // Whether swapped-out `b` can be served from its host copy: host-located
   // VMM, and the copy mapped at its address.
   bool Servable(const Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether an allocation of `bytes`, too small to map on its own, finding
+  // no room is served from host memory (made a buffer of one granule, born
+  // on the host) rather than refused.
+  static bool ServesSmallFromHost(const Device& dev, uint64_t bytes);
   void Serve(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A new VMM buffer with no room on the device (host-located VMM only):
   // swapped out from birth, a zeroed host copy mapped at its address.
@@ -676,6 +680,13 @@ class MemoryManager {
   // A host wait for the buffer's last use on the swap stream, without the
   // lock (the buffer pinned meanwhile).
   CUresult WaitSwapUse(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A host wait for `uses` (copies) of `b`, in order until one fails,
+  // without the lock: the pin keeps `b` and its events alive meanwhile.
+  // `on_their_streams`: uses on stensor's own streams, waited for with
+  // their stream (WaitForStreamUse's `swap_stream`) where an event cannot
+  // tell; else with the context.
+  CUresult WaitUnlocked(Buffer& b, const std::vector<Use>& uses, bool on_their_streams)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A host wait for the swap stream's latest work, without the lock (it may
   // wait for the program's work since swap-outs wait on its events).
   CUresult WaitSwapStream(Device& dev, double* waited) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

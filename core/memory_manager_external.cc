@@ -48,8 +48,7 @@ CUresult MemoryManager::ReserveExternal(uint64_t bytes, ExternalSource source) {
   // them where they would make the room. A small one of the default pool
   // finding no room is served from host memory instead (ServeStreamOrdered):
   // not a refusal yet.
-  serve_fallback_ = source == ExternalSource::kDefaultPool && dev.host_vmm &&
-                    dev.granularity != 0 && bytes < dev.granularity / 2;
+  serve_fallback_ = source == ExternalSource::kDefaultPool && ServesSmallFromHost(dev, bytes);
   const CUresult room = MakeRoom(dev, charge);
   serve_fallback_ = false;
   if (room != CUDA_SUCCESS) return room;

@@ -151,6 +151,17 @@ class MemoryManagerTest : public testing_support::ManagerBufferTest {
     Write(mm, 4, *d, 4);
   }
 
+  // FillAndSwapOutA, then B, C and D (kOthers) held by an operation, not
+  // finished: with no room to make, an operation on A (kServed) is served
+  // from its host copy.
+  void HoldAllButSwappedOutA(MemoryManager& mm, CUdeviceptr* a, CUdeviceptr* b, CUdeviceptr* c,
+                             CUdeviceptr* d) {
+    FillAndSwapOutA(mm, a, b, c, d);
+    ASSERT_CU(mm.Prepare(kOthers, {}, nullptr));
+  }
+  const Ids kOthers = {2, 3, 4};
+  const Ids kServed = {1};
+
   // Frees buffers whose work has completed (the context is synchronised
   // first), so each is released at once instead of becoming garbage.
   void FreeAll(MemoryManager& mm, std::initializer_list<CUdeviceptr> ptrs) {
@@ -1714,14 +1725,13 @@ TEST_F(MemoryManagerTest, ABufferServedToWorkInFlightIsServedAgainWithoutAHostWa
   if (!HostVmm()) GTEST_SKIP() << "no host-located VMM";
   auto mm = Make("6MiB");
   ASSERT_NE(mm, nullptr);
-  CUdeviceptr a, b, c, d;
-  FillAndSwapOutA(*mm, &a, &b, &c, &d);
   // B, C and D held by an operation: A, written on a held stream, is
   // served from its host copy, the write in flight through it.
-  Ids others = {2, 3, 4};
-  ASSERT_CU(mm->Prepare(others, {}, nullptr));
+  CUdeviceptr a, b, c, d;
+  ASSERT_NO_FATAL_FAILURE(HoldAllButSwappedOutA(*mm, &a, &b, &c, &d));
+  const Ids& others = kOthers;
+  const Ids& ids = kServed;
   HeldStream stream;
-  Ids ids = {1};
   ASSERT_CU(mm->Prepare(ids, {}, stream.get()));
   EXPECT_EQ(mm->stats().served_from_host, 1u);
   CUresult r = cuMemsetD32Async(a, 0x5eed, kGranule / 4, stream.get());
@@ -1758,15 +1768,13 @@ TEST_F(MemoryManagerTest, AFailedOperationLeavesAnotherOperationsServingAlone) {
   if (!HostVmm()) GTEST_SKIP() << "no host-located VMM";
   auto mm = Make("6MiB");
   ASSERT_NE(mm, nullptr);
-  CUdeviceptr a, b, c, d;
-  FillAndSwapOutA(*mm, &a, &b, &c, &d);
   // A served to an operation that has not finished (B, C and D held).
-  Ids others = {2, 3, 4};
-  ASSERT_CU(mm->Prepare(others, {}, nullptr));
-  Ids served = {1};
+  CUdeviceptr a, b, c, d;
+  ASSERT_NO_FATAL_FAILURE(HoldAllButSwappedOutA(*mm, &a, &b, &c, &d));
+  const Ids& served = kServed;
   ASSERT_CU(mm->Prepare(served, {}, nullptr));
   ASSERT_EQ(mm->stats().served_from_host, 1u);
-  mm->Finish(others, {}, nullptr, /*submitted=*/true);
+  mm->Finish(kOthers, {}, nullptr, /*submitted=*/true);
   // E swaps B out: B's next swap-in copies, and that copy fails.
   ClearLog();
   CUdeviceptr e = Alloc(*mm, 5);

@@ -110,17 +110,20 @@ CUresult MemoryManager::WaitForWriters(uint64_t id) {
     if (!Observed(u)) pending.push_back(u);
   }
   if (pending.empty()) return CUDA_SUCCESS;
-  // Without the lock (the work may wait on another thread's next launch);
-  // the pin keeps the buffer and its events alive. A use whose event cannot
-  // tell is waited for with its context (WaitForStreamUse).
-  Pin(*b);
+  // Without the lock: the work may wait on another thread's next launch.
+  return WaitUnlocked(*b, pending, /*on_their_streams=*/false);
+}
+
+CUresult MemoryManager::WaitUnlocked(Buffer& b, const std::vector<Use>& uses,
+                                     bool on_their_streams) {
+  Pin(b);
   mu_.Unlock();
   CUresult r = CUDA_SUCCESS;
-  for (const Use& u : pending) {
-    if (r == CUDA_SUCCESS) r = WaitForUse(u, nullptr);
+  for (const Use& u : uses) {
+    if (r == CUDA_SUCCESS) r = WaitForUse(u, on_their_streams ? u.stream : nullptr);
   }
   mu_.Lock();
-  Unpin(*b);
+  Unpin(b);
   return r;
 }
 
@@ -242,15 +245,8 @@ CUresult MemoryManager::WaitSwapUse(Device& dev, Buffer& b) {
   const std::vector<Use> copies = PendingOwnUses(dev, b);
   if (copies.empty()) return CUDA_SUCCESS;
   if (no_block_) return CUDA_ERROR_NOT_READY;
-  Pin(b);
   auto start = std::chrono::steady_clock::now();
-  mu_.Unlock();
-  CUresult r = CUDA_SUCCESS;
-  for (const Use& u : copies) {
-    if (r == CUDA_SUCCESS) r = WaitForUse(u, u.stream);
-  }
-  mu_.Lock();
-  Unpin(b);
+  CUresult r = WaitUnlocked(b, copies, /*on_their_streams=*/true);
   double waited = Seconds(std::chrono::steady_clock::now() - start);
   stats_.host_wait_seconds += waited;
   stats_.wait_swap_seconds += waited;

@@ -86,7 +86,7 @@ IterationDetector::Seen& IterationDetector::Remember(uint64_t key) {
   return seen;
 }
 
-size_t IterationDetector::UpdateCandidates(uint64_t key, size_t* exact) {
+IterationDetector::Repeating IterationDetector::UpdateCandidates(uint64_t key) {
   const uint64_t n = n_;
 
   // Extend the runs of the candidates that still hold; drop the others.
@@ -129,12 +129,11 @@ size_t IterationDetector::UpdateCandidates(uint64_t key, size_t* exact) {
     }
   }
   // The last 2P keys repeat with period P (run >= P): smallest such P.
-  size_t best = 0;
-  *exact = 0;
+  Repeating best;
   for (const Candidate& c : candidates_) {
     if (c.run < c.period || c.run + c.period < options_.min_span) continue;
-    if (best == 0 || c.period < best) best = c.period;
-    if (c.exact && (*exact == 0 || c.period < *exact)) *exact = c.period;
+    if (best.nearly == 0 || c.period < best.nearly) best.nearly = c.period;
+    if (c.exact && (best.exactly == 0 || c.period < best.exactly)) best.exactly = c.period;
   }
   return best;
 }
@@ -159,8 +158,7 @@ IterationDetector::Observation IterationDetector::Lock(uint64_t key,
 }
 
 IterationDetector::Observation IterationDetector::Search(uint64_t key) {
-  size_t exact;
-  const size_t p = UpdateCandidates(key, &exact);
+  const size_t p = UpdateCandidates(key).nearly;
   return p == 0 ? Observation{} : Lock(key, p);
 }
 
@@ -171,8 +169,7 @@ IterationDetector::Observation IterationDetector::Follow(uint64_t key) {
   // where the known one needed one-offs. (Not one that repeats only
   // nearly: multiples of the layers' period would pass, one after another.)
   const uint64_t n = n_;
-  size_t best;
-  UpdateCandidates(key, &best);
+  const size_t best = UpdateCandidates(key).exactly;
   const size_t p = template_.size();
   if (best > p && one_off_at_ + 2 * best > n && one_off_seen_) {
     return Lock(key, best);

@@ -139,10 +139,14 @@ class IterationDetector {
   // Writes the key of op n_ into the ring and its occurrence list (pos[0]
   // becomes n_; pos[1..] are the earlier occurrences).
   Seen& Remember(uint64_t key);
-  // Advances the candidate periods by op n_; returns the smallest period
-  // that now repeats twice (0 if none), and in `*exact` the smallest that
-  // repeats twice with no mismatch.
-  size_t UpdateCandidates(uint64_t key, size_t* exact);
+  // The smallest candidate periods that now repeat twice (0 if none): with
+  // at most MissBudget mismatches per period, and with none.
+  struct Repeating {
+    size_t nearly = 0;
+    size_t exactly = 0;
+  };
+  // Advances the candidate periods by op n_.
+  Repeating UpdateCandidates(uint64_t key);
   Observation Lock(uint64_t key, size_t period);
   Observation Search(uint64_t key);
   Observation Follow(uint64_t key);

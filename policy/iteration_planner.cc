@@ -25,12 +25,16 @@ IterationPlanner::IterationPlanner(Options options, IterationDetector detector)
       detector_(std::move(detector)),
       planner_(options_.planner) {}
 
-void IterationPlanner::Forget() {
+void IterationPlanner::DropRecording() {
   recording_.reset();
   recording_done_ = false;
   awaiting_ = 0;
   timed_.clear();
   recorded_at_.clear();
+}
+
+void IterationPlanner::Forget() {
+  DropRecording();
   profile_.reset();
   planner_.SetProfile(nullptr, 0);
   predictor_.Reset();
@@ -39,11 +43,7 @@ void IterationPlanner::Forget() {
 void IterationPlanner::BuildProfile() {
   absl::StatusOr<AccessProfile> built =
       std::move(*recording_).Build(options_.bandwidth, options_.profile);
-  recording_.reset();
-  recording_done_ = false;
-  timed_.clear();
-  recorded_at_.clear();
-  awaiting_ = 0;
+  DropRecording();
   if (!built.ok()) {
     ++stats_.abandoned_profiles;
     return;
@@ -109,11 +109,7 @@ uint64_t IterationPlanner::OnOperation(
       Record(key, touches, time);
     } else {
       ++stats_.abandoned_profiles;
-      recording_.reset();
-      timed_.clear();
-      recorded_at_.clear();
-      awaiting_ = 0;
-      // Try again from the next boundary.
+      DropRecording();  // tried again from the next boundary
     }
   }
   if (!recording_ && !profile_ && seen.event == IterationDetector::Event::kBoundary) {

@@ -110,6 +110,8 @@ class IterationPlanner {
   IterationPlanner(Options options, IterationDetector detector);
   // Drops the profile and whatever was being recorded.
   void Forget();
+  // Drops what was being recorded.
+  void DropRecording();
   // Builds the recorded profile and hands it to the planner.
   void BuildProfile();
 

@@ -123,7 +123,7 @@ run_case() {  # MODE PCT VMM
         fi
         refused=$((refused + 1))
         table+=$(printf '%-24s %4s%% vmm=%s  refused  (%s)' "$mode" "$pct" "$vmm" \
-          "$(grep -m1 -B1 'CUDA_ERROR_OUT_OF_MEMORY' "$tmp/$name.err" | grep -v '^stensor:' | tr '\n' ' ' | sed 's/torchlike_train: //g')")$'\n'
+          "$(grep -v '^stensor:' "$tmp/$name.err" | grep -m1 -B1 'CUDA_ERROR_OUT_OF_MEMORY' | tr '\n' ' ' | sed 's/torchlike_train: //g')")$'\n'
         return
       fi
       problem="refused with host VMM on: $(grep -m1 CUDA_ERROR_OUT_OF_MEMORY "$tmp/$name.err")"
@@ -143,7 +143,11 @@ run_case() {  # MODE PCT VMM
     elif [[ $mode == caching-* ]]; then
       local syncs
       syncs=$(sed -n 's/^fakecuda: calls cuCtxSynchronize \([0-9]*\)$/\1/p' "$tmp/$name.err")
-      (( syncs <= 1 )) || problem="$syncs cuCtxSynchronize, want at most 1 (the context's end)"
+      if [[ ! $syncs =~ ^[0-9]+$ ]]; then
+        problem="no cuCtxSynchronize count in the fake's report"
+      elif (( syncs > 1 )); then
+        problem="$syncs cuCtxSynchronize, want at most 1 (the context's end)"
+      fi
     fi
   fi
   if [[ -n $problem ]]; then
