@@ -1800,7 +1800,7 @@ SwapStats MemoryManager::stats() const {
   SwapStats s = stats_;
   if (planner_ != nullptr) {
     const IterationPlanner::Stats p = planner_->stats();
-    s.profiled_period = p.last_period;
+    s.profiled_period = p.main_period;
     s.profiles = p.profiles;
     s.pattern_changes = p.pattern_changes;
     s.prefetches_used = p.planner.fetch_hits;

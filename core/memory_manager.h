@@ -107,7 +107,8 @@ struct SwapStats {
   uint64_t async_evictions = 0;
   uint64_t swap_outs_cancelled = 0;
   // S02 and planned swaps (policy/iteration_planner): the iteration found
-  // and profiled (its length in operations), fetches and evictions the
+  // and profiled (its length in operations; of the profile in use for the
+  // most operations), fetches and evictions the
   // planner asked for and those issued, and the swap-ins that still had to
   // happen on demand once a profile existed.
   uint64_t profiled_period = 0;

@@ -33,8 +33,17 @@ void IterationPlanner::DropRecording() {
   recorded_at_.clear();
 }
 
+void IterationPlanner::RetireProfile() {
+  if (profile_ != nullptr && profile_ops_ > main_ops_) {
+    main_ops_ = profile_ops_;
+    stats_.main_period = profile_->period();
+  }
+  profile_ops_ = 0;
+}
+
 void IterationPlanner::Forget() {
   DropRecording();
+  RetireProfile();
   profile_.reset();
   planner_.SetProfile(nullptr, 0);
   predictor_.Reset();
@@ -48,6 +57,7 @@ void IterationPlanner::BuildProfile() {
     ++stats_.abandoned_profiles;
     return;
   }
+  RetireProfile();
   profile_ = std::make_shared<const AccessProfile>(std::move(*built));
   ++stats_.profiles;
   stats_.last_period = profile_->period();
@@ -67,6 +77,7 @@ uint64_t IterationPlanner::OnOperation(
     std::vector<std::pair<uint64_t, uint64_t>>* repredicted) {
   const uint64_t time = next_time_++;
   ++stats_.operations;
+  if (profile_ != nullptr) ++profile_ops_;
   const IterationDetector::Observation seen = detector_.Observe(key);
   switch (seen.event) {
     case IterationDetector::Event::kFound:
@@ -203,6 +214,7 @@ IterationPlanner::Stats IterationPlanner::stats() const {
   Stats s = stats_;
   s.period = profile_ != nullptr ? profile_->period() : 0;
   s.last_period = stats_.last_period;
+  if (profile_ != nullptr && profile_ops_ > main_ops_) s.main_period = profile_->period();
   s.unknown_phases = profile_ != nullptr ? profile_->unknown_phases() : 0;
   s.planner = planner_.stats();
   return s;

@@ -58,6 +58,10 @@ class IterationPlanner {
     uint64_t abandoned_profiles = 0;  // out of step with the detector
     size_t period = 0;             // of the pattern in use; 0 when none
     size_t last_period = 0;        // of the last profile built
+    // Of the profile in use for the most operations: the program's
+    // iteration, where a short pattern at its end (a loop of identical
+    // read-backs) is profiled last.
+    size_t main_period = 0;
     size_t unknown_phases = 0;     // of the current profile
     PrefetchPlanner::Stats planner;
   };
@@ -112,6 +116,8 @@ class IterationPlanner {
   void Forget();
   // Drops what was being recorded.
   void DropRecording();
+  // Before the profile in use is dropped or replaced: counts what it served.
+  void RetireProfile();
   // Builds the recorded profile and hands it to the planner.
   void BuildProfile();
 
@@ -136,6 +142,8 @@ class IterationPlanner {
   std::vector<uint64_t> recorded_at_;  // per recorded phase: its time
   uint64_t iteration_origin_ = 0;  // phase 0 of the current iteration
   std::shared_ptr<const AccessProfile> profile_;
+  uint64_t profile_ops_ = 0;  // operations observed while profile_ was in use
+  uint64_t main_ops_ = 0;     // the most any retired profile was in use for
   Stats stats_;
 };
 

@@ -245,5 +245,17 @@ TEST(IterationPlannerTest, ProfilesAnIterationWhoseOperationsLandAFewPlacesOff) 
   EXPECT_EQ(p->stats().pattern_changes, 0u);
 }
 
+// The iteration reported is the one profiled for the most operations, not
+// the last: a run that ends in a loop of identical read-backs profiles a
+// pattern of one operation there.
+TEST(IterationPlannerTest, ReportsTheIterationInUseLongestNotTheLastOne) {
+  auto p = Make();
+  RunSteps(*p, 0, 20);
+  ASSERT_TRUE(p->has_profile());
+  for (int i = 0; i < 40; ++i) p->OnOperation(77, {{500, kMiB, false}});
+  EXPECT_EQ(p->stats().last_period, 1u);
+  EXPECT_EQ(p->stats().main_period, 4u);
+}
+
 }  // namespace
 }  // namespace stensor

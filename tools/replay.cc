@@ -105,7 +105,7 @@ class Simulator {
     const IterationPlanner::Stats planned = planner_->stats();
     result_.planned_evictions = planned.planner.planned_evictions + planned.planner.fetch_evictions;
     result_.fetches_wasted = planned.planner.fetches_wasted;
-    result_.iteration_period = planned.last_period;
+    result_.iteration_period = planned.main_period;
     return result_;
   }
 

@@ -85,7 +85,8 @@ struct ReplayResult {
   uint64_t prefetches = 0;                // swap-ins issued by the planner
   uint64_t planned_evictions = 0;         // swap-outs the planner asked for
   uint64_t fetches_wasted = 0;            // prefetched, evicted before use
-  uint64_t iteration_period = 0;          // operations per detected iteration
+  uint64_t iteration_period = 0;          // operations per detected iteration (the
+                                          // profile in use for the most of them)
   uint64_t reads_served_from_host = 0;
   // Served from host memory (host_vmm): one per buffer and operation that
   // reached it there (serve_host), with their bytes; buffers born in host
