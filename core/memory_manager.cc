@@ -1318,6 +1318,10 @@ bool MemoryManager::Servable(const Buffer& b) const {
 
 void MemoryManager::Serve(Device& dev, Buffer& b) {
   ++b.serving;
+  CountServed(dev, b);
+}
+
+void MemoryManager::CountServed(Device& dev, Buffer& b) {
   ++stats_.served_from_host;
   stats_.bytes_served_from_host += b.size;
   Log(JsonLine()
@@ -1367,12 +1371,13 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
       // Bringing it in would remap the address under the first, so it would
       // wait for it on the host, and a host that waits for the device at
       // every launch loses the lead that hides the link. Copies of
-      // stensor's own into the host copy still in flight come first.
+      // stensor's own into the host copy still in flight come first; the
+      // serving is claimed before, since ordering after them may wait on
+      // the host without the lock, and no swap-in may take the buffer then.
+      ++b->serving;
+      served[i] = true;
       r = OrderAfterSwap(dev, *b, stream);
-      if (r == CUDA_SUCCESS) {
-        Serve(dev, *b);
-        served[i] = true;
-      }
+      if (r == CUDA_SUCCESS) CountServed(dev, *b);
     } else {
       bool whole = std::find(overwritten.begin(), overwritten.end(), b->id) !=
                    overwritten.end();

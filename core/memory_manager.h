@@ -557,6 +557,8 @@ class MemoryManager {
   // on the host) rather than refused.
   static bool ServesSmallFromHost(const Device& dev, uint64_t bytes);
   void Serve(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Serve's statistics and log record, for a serving claimed already.
+  void CountServed(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A new VMM buffer with no room on the device (host-located VMM only):
   // swapped out from birth, a zeroed host copy mapped at its address.
   CUresult AllocateOnHost(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

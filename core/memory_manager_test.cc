@@ -1795,6 +1795,82 @@ TEST_F(MemoryManagerTest, AFailedOperationLeavesAnotherOperationsServingAlone) {
   FreeAll(*mm, {a, b, c, d, e});
 }
 
+// A buffer born on the host in a kept host copy is zeroed on the swap
+// stream. Served to an operation before that zeroing ran, the operation's
+// stream waits for it; when that wait cannot be queued (cuStreamWaitEvent
+// fails), the host waits instead: the operation's write lands after the
+// zeros, every byte, and the buffer is brought in afterwards (its serving
+// ended with the operation).
+TEST_F(MemoryManagerTest, AServedBufferWhoseZeroingCannotBeWaitedOnTheDeviceIsWaitedOnTheHost) {
+  if (!HostVmm()) GTEST_SKIP() << "no host-located VMM";
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c;
+  FillThree(*mm, &a, &b, &c);
+  CUdeviceptr d = Alloc(*mm, 4);  // A out (copied: it was written)
+  Write(*mm, 4, d, 4);
+  CUdeviceptr e = Alloc(*mm, 5);  // B out
+  Write(*mm, 5, e, 5);
+  FreeAll(*mm, {a, b});           // their two host copies kept
+  HeldStream held;
+  MemsetOn(*mm, 3, c, held.get());  // C's last write, held
+  for (uint64_t id : {4, 5}) {  // used since (no synchronisation: C's is held)
+    Ids touched = {id};
+    ASSERT_CU(mm->Prepare(touched, {}, nullptr));
+    mm->Finish(touched, {}, nullptr, /*submitted=*/true);
+  }
+  // X takes C's room: C's swap-out waits behind the held write on the swap
+  // stream, and everything after it there waits too.
+  CUdeviceptr x = Alloc(*mm, 6);
+  Ids resident = {4, 5, 6};
+  ASSERT_CU(mm->Prepare(resident, {}, nullptr));
+  // No room for Y: born on the host, in the other kept copy, zeroed behind
+  // C's swap-out.
+  CUdeviceptr y = Alloc(*mm, 7);
+  ClearLog();
+  CUstream other;
+  ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    held.Open();
+  });
+  fakecuda_fail_call("cuStreamWaitEvent", 1, CUDA_ERROR_UNKNOWN);
+  Ids ids = {7};
+  CUresult r = mm->Prepare(ids, {}, other);
+  fakecuda_clear_failures();
+  opener.join();
+  ASSERT_CU(r);
+  EXPECT_EQ(mm->stats().served_from_host, 1u);
+  const std::vector<std::string> lines = Lines();
+  EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+    return Summarize(l) == "swap_wait:7";
+  })) << "no host wait for Y's zeroing";
+  r = cuMemsetD32Async(y, 0x77777777, kGranule / 8, other);  // its first half
+  mm->Finish(ids, ids, other, r == CUDA_SUCCESS);
+  ASSERT_CU(r);
+  ASSERT_CU(cuStreamSynchronize(other));
+  ASSERT_CU(cuStreamDestroy_v2(other));
+  mm->Finish(resident, {}, nullptr, /*submitted=*/true);
+  // Brought in now: its serving is over.
+  const uint64_t swap_ins = mm->stats().swap_ins;
+  std::vector<uint32_t> words(kGranule / 4);
+  ASSERT_CU(mm->Prepare(ids, {}, nullptr));
+  ASSERT_CU(cuMemcpyDtoH_v2(words.data(), y, kGranule));
+  mm->Finish(ids, {}, nullptr, /*submitted=*/true);
+  EXPECT_GT(mm->stats().swap_ins, swap_ins) << "Y still served";
+  for (size_t i = 0; i < words.size(); ++i) {
+    ASSERT_EQ(words[i], i < words.size() / 2 ? 0x77777777u : 0u) << "word " << i;
+  }
+  std::vector<uint32_t> c_words(kGranule / 4);
+  Ids c_ids = {3};
+  ASSERT_CU(mm->Prepare(c_ids, {}, nullptr));
+  ASSERT_CU(cuMemcpyDtoH_v2(c_words.data(), c, kGranule));
+  mm->Finish(c_ids, {}, nullptr, /*submitted=*/true);
+  EXPECT_TRUE(std::all_of(c_words.begin(), c_words.end(),
+                          [](uint32_t w) { return w == 0xdeadbeef; }));
+  FreeAll(*mm, {c, d, e, x, y});
+}
+
 // Was: SwapIn unmapped the host copy from the buffer's address before
 // MapDevice; when MapDevice then failed (the device full with nothing
 // evictable), the address was left unmapped, so the "never fault" guarantee
