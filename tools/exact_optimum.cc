@@ -36,6 +36,7 @@ ExactOptimum FromSchedule(const KeepProblem& problem, const std::vector<bool>& k
   result.bytes_out = bytes.out;
   result.bytes_in = bytes.in;
   result.bytes_moved = bytes.moved();
+  result.schedule = kept;
   return result;
 }
 

@@ -21,6 +21,7 @@
 #define STENSOR_TOOLS_EXACT_OPTIMUM_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "tools/keep_problem.h"
@@ -44,6 +45,7 @@ struct ExactOptimum {
   bool by_bound = false;     // the LP bound's whole schedule, proven by the bound: no search
   int64_t gaps = 0, rows = 0;
   int64_t kept_gaps = 0;
+  std::vector<bool> schedule;  // its keep flag per KeepProblem gap
 };
 
 // FailedPrecondition when some operation alone cannot fit under the cap;

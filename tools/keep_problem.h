@@ -15,6 +15,13 @@
 // Unknown launches are not taken to dirty anything (dirtier would only cost
 // more), so an optimum of this problem is a lower bound for those too.
 //
+// With host-located VMM an operation may also reach a swapped-out buffer
+// through its host copy mapped at its address (served): the problem then
+// lists each buffer's uses and the links between consecutive ones as well
+// (KeepUse, KeepLink), so that a use may be resident or served
+// (tools/serving_optimum.h). Built for serving, an operation whose buffers
+// exceed the cap is no error: only plain allocations past the cap are.
+//
 // Thread-safety: reentrant.
 #ifndef STENSOR_TOOLS_KEEP_PROBLEM_H_
 #define STENSOR_TOOLS_KEEP_PROBLEM_H_
@@ -35,16 +42,43 @@ struct KeepGap {
   int stretch = -1;         // the written stretch it lies in, if any
 };
 
+// One use of a swappable buffer: its allocation or an operation reaching it.
+struct KeepUse {
+  int point = 0;
+  int64_t units = 0;     // charge in granules
+  uint64_t bytes = 0;    // the buffer's size
+  int64_t swap_in = 0;   // copied in when resident here but not kept since its last use
+  bool allocation = false;  // born here: served, it costs nothing
+};
+
+// From one use of a buffer to its next (or to its free, or the trace's end):
+// kept resident throughout, or not.
+struct KeepLink {
+  int from = 0;      // use
+  int to = -1;       // the next use; -1: none
+  int gap = -1;      // the points between (KeepProblem::gaps), -1 when none
+  int stretch = -1;  // the written stretch in force (KeepGap::stretch)
+};
+
 struct KeepProblem {
   int points = 0;
   std::vector<KeepGap> gaps;
   std::vector<int64_t> room;            // per point, granules
   std::vector<uint64_t> stretch_bytes;  // write-back cost of each stretch
+  // Every use and link, in the order of the trace; the use whose write
+  // starts each stretch; per point the cap less the plain allocations, in
+  // granules (room is that less the units of the point's uses).
+  std::vector<KeepUse> uses;
+  std::vector<KeepLink> links;
+  std::vector<int> stretch_writer;
+  std::vector<int64_t> free_units;
 };
 
-// FailedPrecondition when some operation alone cannot fit under the cap.
-// Gaps come in the same order for the same trace and cap.
-absl::StatusOr<KeepProblem> BuildKeepProblem(const Trace& trace, uint64_t cap);
+// FailedPrecondition when some operation alone cannot fit under the cap
+// (`serving`: when the plain allocations alone do not). Gaps come in the
+// same order for the same trace and cap.
+absl::StatusOr<KeepProblem> BuildKeepProblem(const Trace& trace, uint64_t cap,
+                                             bool serving = false);
 
 // What a schedule in whole buffers moves, counted exactly: `kept[i]` says
 // whether gap i is kept; each evicted gap costs its swap-in, each written
@@ -55,6 +89,21 @@ struct ScheduleBytes {
   uint64_t moved() const { return out + in; }
 };
 ScheduleBytes CountSchedule(const KeepProblem& problem, const std::vector<bool>& kept);
+
+// What a schedule with serving moves, counted exactly: `resident[u]` per use
+// and `kept[l]` per link (kept only where both its uses are resident). A
+// resident use not kept since its last one costs its swap-in; a served use
+// its bytes over the link (none at allocation); a written stretch its
+// write-back, once, when the buffer leaves the device after a resident
+// write of it (a served write leaves the host copy the newest).
+struct ServeScheduleBytes {
+  uint64_t out = 0, in = 0, served = 0;
+  int64_t served_uses = 0, kept_links = 0;
+  uint64_t moved() const { return out + in + served; }
+};
+ServeScheduleBytes CountServeSchedule(const KeepProblem& problem,
+                                      const std::vector<bool>& resident,
+                                      const std::vector<bool>& kept);
 
 }  // namespace stensor
 

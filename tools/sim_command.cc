@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "tools/exact_optimum.h"
+#include "tools/serving_optimum.h"
 #include "tools/keep_problem.h"
 #include "tools/optimum.h"
 
@@ -55,8 +56,9 @@ constexpr char kHelp[] =
     "                        100); a launch record's own compute_us wins\n"
     "  --compare             one table: every policy with prefetch off and on,\n"
     "                        oracle, the exact optimum and the bound\n"
-    "  --exact-seconds S     time limit of the exact optimum (default 30 with\n"
-    "                        --compare, else 0: not computed)\n"
+    "  --exact-seconds S     time limit of the exact optimum, and of the one\n"
+    "                        with serving (--host-vmm on), each (default 30\n"
+    "                        with --compare, else 0: not computed)\n"
     "  --granularity BYTES   VMM granularity (default 2 MiB, a multiple of 4096)\n"
     "  --rounds N            Lagrangian rounds of the LP bound (default 8)\n"
     "  -h, --help            this help\n"
@@ -270,11 +272,35 @@ void PrintExact(const std::optional<absl::StatusOr<ExactOptimum>>& exact, std::o
       e.kept_gaps, e.gaps);
 }
 
+// The optimum with serving's line: bytes copied each way and served, and
+// how far it is proven.
+void PrintServing(const std::optional<absl::StatusOr<ServingOptimum>>& serving,
+                  std::ostream& out) {
+  if (!serving) return;
+  if (!serving->ok()) {
+    out << "serving: not computed: " << serving->status().message() << "\n";
+    return;
+  }
+  const ServingOptimum& s = **serving;
+  out << absl::StrFormat(
+      "serving: %s %u bytes (%.1f MiB: %.1f device->host, %.1f host->device, %.1f served over "
+      "the link in %d of %d uses)%s; 0-1 program, GLPK, %d rows\n",
+      s.proven ? "the optimum with serving moves"
+               : "not proven within the time limit; a schedule with serving moving",
+      s.moved(), MiB(s.moved()), MiB(s.bytes_out), MiB(s.bytes_in), MiB(s.bytes_served),
+      s.served_uses, s.uses,
+      s.proven ? "" : absl::StrFormat(", no schedule below %.1f MiB", MiB(s.lower_bound)),
+      s.rows);
+}
+
 // The offline optimum: the LP bound and, when asked for, the exact one,
-// over one KeepProblem, freed before the replays.
+// over one KeepProblem, freed before the replays; with --host-vmm on, the
+// exact one with serving too (a schedule exists for any cap above the
+// plain allocations, where the others may have none).
 struct Optima {
   absl::StatusOr<OptimumBound> bound = absl::UnknownError("not computed");
   std::optional<absl::StatusOr<ExactOptimum>> exact;
+  std::optional<absl::StatusOr<ServingOptimum>> serving;
 };
 
 Optima ComputeOptima(const Trace& trace, const SimFlags& flags, uint64_t cap) {
@@ -282,6 +308,12 @@ Optima ComputeOptima(const Trace& trace, const SimFlags& flags, uint64_t cap) {
   absl::StatusOr<KeepProblem> problem = BuildKeepProblem(trace, cap);
   if (!problem.ok()) {
     optima.bound = problem.status();
+    if (flags.exact_seconds > 0 && flags.host_vmm) {
+      ServingOptions serving_options;
+      serving_options.cap = cap;
+      serving_options.time_limit_ms = flags.exact_seconds * 1000;
+      optima.serving = ComputeServingOptimum(trace, serving_options);
+    }
     return optima;
   }
   OptimumOptions optimum_options;
@@ -294,6 +326,19 @@ Optima ComputeOptima(const Trace& trace, const SimFlags& flags, uint64_t cap) {
     exact_options.time_limit_ms = flags.exact_seconds * 1000;
     exact_options.bound = &*optima.bound;
     optima.exact = ComputeExactOptimum(*problem, exact_options);
+  }
+  if (flags.exact_seconds > 0 && flags.host_vmm) {
+    problem = absl::UnknownError("freed");  // the one with serving is larger
+    ServingOptions serving_options;
+    serving_options.cap = cap;
+    serving_options.time_limit_ms = flags.exact_seconds * 1000;
+    // The best whole-buffer schedule known to start from.
+    if (optima.exact && optima.exact->ok()) {
+      serving_options.whole_schedule = &(*optima.exact)->schedule;
+    } else if (optima.bound.ok() && optima.bound->has_schedule) {
+      serving_options.whole_schedule = &optima.bound->schedule;
+    }
+    optima.serving = ComputeServingOptimum(trace, serving_options);
   }
   return optima;
 }
@@ -339,6 +384,19 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
   const bool exact_proven = exact && exact->ok() && (*exact)->proven;
   const uint64_t reference = exact_proven ? (*exact)->bytes_moved
                                           : optimum.ok() ? optimum->bytes_moved : 0;
+  // With serving: moved and served bytes against its optimum when proven,
+  // else its lower bound.
+  const std::optional<absl::StatusOr<ServingOptimum>>& serving = optima.serving;
+  const bool serving_ok = serving && serving->ok();
+  const bool serving_proven = serving_ok && (*serving)->proven;
+  const uint64_t serving_reference =
+      !serving_ok ? 0 : serving_proven ? (*serving)->moved() : (*serving)->lower_bound;
+  auto serving_ratio = [&](const ReplayResult& r) -> std::string {
+    if (!serving_ok) return "-";
+    const uint64_t with = r.bytes_moved() + r.bytes_served;
+    if (serving_reference == 0) return with == 0 ? "1.00" : "inf";
+    return absl::StrFormat("%.2f", static_cast<double>(with) / serving_reference);
+  };
 
   if (!flags->compare) {
     absl::StatusOr<ReplayResult> r =
@@ -364,6 +422,13 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
                              static_cast<double>(r->bytes_moved()) / reference,
                              exact_proven ? "exact optimum" : "LP bound");
     }
+    PrintServing(serving, out);
+    if (serving_ok) {
+      out << absl::StrFormat(
+          "x serving optimum   %12s (this run's moved and served bytes against the %s)\n",
+          serving_ratio(*r),
+          serving_proven ? "optimum with serving" : "lower bound with serving");
+    }
     return 0;
   }
 
@@ -376,9 +441,9 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
   // What belady would move knowing the future: the part of the distance to
   // the optimum that is prediction.
   rows.push_back(Row{"oracle", false, RunOne(*trace, *flags, *cap, "oracle", false)});
-  out << absl::StrFormat("\n%-8s %-8s %10s %10s %10s %10s %10s %10s %10s\n", "policy",
+  out << absl::StrFormat("\n%-8s %-8s %10s %10s %10s %10s %10s %10s %10s %10s\n", "policy",
                          "prefetch", "D2H MiB", "H2D MiB", "moved MiB", "x optimum", "stall ms",
-                         "on-demand", "served MiB");
+                         "on-demand", "served MiB", "x serving");
   for (const Row& row : rows) {
     out << absl::StrFormat("%-8s %-8s ", row.policy, row.prefetch ? "on" : "off");
     if (!row.result.ok()) {
@@ -392,9 +457,10 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
     } else if (optimum.ok()) {
       ratio = r.bytes_moved() == 0 ? "1.00" : "inf";
     }
-    out << absl::StrFormat("%10.1f %10.1f %10.1f %10s %10.3f %10u %10.1f\n", MiB(r.bytes_out),
-                           MiB(r.bytes_in), MiB(r.bytes_moved()), ratio, r.stall_us / 1e3,
-                           r.on_demand_swap_ins, MiB(r.bytes_served));
+    out << absl::StrFormat("%10.1f %10.1f %10.1f %10s %10.3f %10u %10.1f %10s\n",
+                           MiB(r.bytes_out), MiB(r.bytes_in), MiB(r.bytes_moved()), ratio,
+                           r.stall_us / 1e3, r.on_demand_swap_ins, MiB(r.bytes_served),
+                           serving_ratio(r));
   }
   if (exact_proven) {
     const ExactOptimum& e = **exact;
@@ -418,6 +484,14 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
     out << "optimum  not computed: " << optimum.status().message() << "\n";
   }
   PrintExact(exact, out);
+  if (serving_ok) {
+    const ServingOptimum& o = **serving;
+    out << absl::StrFormat("%-8s %-8s %10.1f %10.1f %10.1f %10s %10s %10s %10.1f %10s\n",
+                           "serving", "-", MiB(o.bytes_out), MiB(o.bytes_in),
+                           MiB(o.bytes_out + o.bytes_in), "-", "-", "-", MiB(o.bytes_served),
+                           serving_proven ? "1.00" : "-");
+  }
+  PrintServing(serving, out);
   return 0;
 }
 
