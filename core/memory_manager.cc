@@ -858,18 +858,33 @@ void MemoryManager::RecountGarbage(Device& dev, Buffer& b) {
   b.garbage_counted = now;
 }
 
-bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, CUresult* error) {
-  (void)needed;  // one at a time: the caller re-checks the cap after each
+MemoryManager::Buffer* MemoryManager::PolicyVictim(Device& dev) {
   // The first in the policy's order not pinned (those are few: the buffers
   // of operations being prepared) nor failed in this round.
-  Buffer* pick = nullptr;
   for (auto& [key, b] : dev.evictable) {
     if (b->pins > 0 || b->failed_round == round_ || (b->prefetched && !spend_prefetched_)) {
       continue;
     }
-    pick = b;
-    break;
+    return b;
   }
+  return nullptr;
+}
+
+uint64_t MemoryManager::FreeUnderCap(const Device& dev) {
+  const uint64_t room = dev.pool.bytes() + dev.garbage_bytes + dev.kept_bytes;
+  const uint64_t held = dev.used - std::min(dev.used, room);
+  return held < dev.cap ? dev.cap - held : 0;
+}
+
+bool MemoryManager::ServesRatherThanFetches(Device& dev, Buffer& b, uint64_t next_use) {
+  if (FreeUnderCap(dev) >= b.reserved) return false;  // room without displacing anything
+  const Buffer* victim = PolicyVictim(dev);
+  return victim != nullptr && policy_->ServeRatherThanFetch(next_use, CandidateOf(*victim));
+}
+
+bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, CUresult* error) {
+  (void)needed;  // one at a time: the caller re-checks the cap after each
+  Buffer* pick = PolicyVictim(dev);
   if (pick == nullptr) return false;
   const bool copies = policy_->Copies(CandidateOf(*pick));
   const Eviction chosen[] = {{pick->id, copies}};
@@ -1219,6 +1234,19 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> ids,
                                 CUstream stream, const Operation* note) {
   if (note != nullptr) *note->ticket = OpTicket{};
   MutexLock lock(&mu_);
+  // The planner first: each buffer's next use after this operation decides
+  // whether a swapped-out one is worth bringing in (ServesRatherThanFetches).
+  // Kept here (inline), not in the planner's scratch, which other threads'
+  // operations reuse while this one waits without the lock.
+  Noted noted;
+  bool predicted = false;
+  absl::InlinedVector<uint64_t, 16> next_after;
+  if (note != nullptr && Plans()) {
+    next_after.assign(ids.size(), EvictionCandidate::kNoNextUse);
+    predicted = PredictLocked(note->key, ids, note->written, note->marker, &noted,
+                              absl::MakeSpan(next_after));
+    if (!predicted) next_after.clear();
+  }
   absl::Duration waited;
   bool waited_enough = false;
   for (;;) {
@@ -1226,10 +1254,8 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> ids,
     // finish: serving from host (slower for the kernel) only once waiting
     // for them gave nothing.
     const bool may_wait = !no_block_ && !waited_enough && OthersPin();
-    CUresult r = PrepareOnce(ids, overwritten, stream, /*may_serve=*/!may_wait);
-    if (r == CUDA_SUCCESS && note != nullptr && Plans()) {
-      NoteOperationLocked(note->key, ids, note->written, note->marker, stream, note->ticket);
-    }
+    CUresult r = PrepareOnce(ids, overwritten, stream, /*may_serve=*/!may_wait, next_after);
+    if (r == CUDA_SUCCESS && predicted) ApplyNotedLocked(noted, stream, note->ticket);
     // Out of room while other threads' operations hold buffers: this one
     // let go of its own (PrepareOnce unpins on failure), so that two
     // operations never wait for each other; it waits for one of theirs
@@ -1334,20 +1360,23 @@ void MemoryManager::CountServed(Device& dev, Buffer& b) {
 
 CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
                                     absl::Span<const uint64_t> overwritten,
-                                    CUstream stream, bool may_serve) {
+                                    CUstream stream, bool may_serve,
+                                    absl::Span<const uint64_t> next_after) {
   CollectGarbage();
   for (auto& d : devices_) {
     if (d) ReapOldMappings(*d, /*wait=*/false);
   }
   // An operation's buffers fit inline: no allocation per launch.
   absl::InlinedVector<Buffer*, 16> pinned;
+  absl::InlinedVector<uint32_t, 16> pinned_at;  // where in `ids`
   int& operation_pins = t_operation_pins;  // one look-up of the thread's
-  for (uint64_t id : ids) {
-    Buffer* b = ById(id);
+  for (size_t k = 0; k < ids.size(); ++k) {
+    Buffer* b = ById(ids[k]);
     if (b == nullptr || b->garbage) continue;
     Pin(*b);  // none of the operation's buffers may be evicted for another
     ++operation_pins;
     pinned.push_back(b);
+    pinned_at.push_back(static_cast<uint32_t>(k));
   }
   // Which of them this operation serves: a failure undoes its own serving
   // only, never that of another operation serving the same buffer.
@@ -1378,6 +1407,14 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
       served[i] = true;
       r = OrderAfterSwap(dev, *b, stream);
       if (r == CUDA_SUCCESS) CountServed(dev, *b);
+    } else if (may_serve && dev.host_vmm && !next_after.empty() && Servable(*b) &&
+               std::find(overwritten.begin(), overwritten.end(), b->id) == overwritten.end() &&
+               ServesRatherThanFetches(dev, *b, next_after[pinned_at[i]])) {
+      // Brought in, it would go again before its next use, and push out
+      // one needed sooner: it moves its bytes once, over the link.
+      Serve(dev, *b);
+      served[i] = true;
+      ++stats_.served_by_choice;
     } else {
       bool whole = std::find(overwritten.begin(), overwritten.end(), b->id) !=
                    overwritten.end();
@@ -1654,23 +1691,34 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
 void MemoryManager::NoteOperationLocked(uint64_t key, absl::Span<const uint64_t> ids,
                                         absl::Span<const uint64_t> written, bool marker,
                                         CUstream stream, OpTicket* ticket) {
+  Noted noted;
+  if (PredictLocked(key, ids, written, marker, &noted, {})) {
+    ApplyNotedLocked(noted, stream, ticket);
+  }
+}
+
+bool MemoryManager::PredictLocked(uint64_t key, absl::Span<const uint64_t> ids,
+                                  absl::Span<const uint64_t> written, bool marker, Noted* noted,
+                                  absl::Span<uint64_t> next_after) {
   // The key names the operation and its shape (Tracker's LaunchKey and
   // TransferKey), never the buffers: temporaries get new ids every step,
   // and a caching allocator's tensors other segments.
   absl::InlinedVector<BufferTouch, 16> touches;
   absl::InlinedVector<Buffer*, 16> buffers;
-  for (uint64_t id : ids) {
-    Buffer* b = ById(id);
+  absl::InlinedVector<size_t, 16> at;  // where in `ids`
+  for (size_t k = 0; k < ids.size(); ++k) {
+    Buffer* b = ById(ids[k]);
     if (b == nullptr || b->garbage) continue;
     b->prefetched = false;  // used now
-    const bool write = std::find(written.begin(), written.end(), id) != written.end();
-    touches.push_back(BufferTouch{id, b->reserved, write});
+    const bool write = std::find(written.begin(), written.end(), ids[k]) != written.end();
+    touches.push_back(BufferTouch{ids[k], b->reserved, write});
     buffers.push_back(b);
+    at.push_back(k);
   }
-  if (buffers.empty()) return;  // nothing the manager holds
+  if (buffers.empty()) return false;  // nothing the manager holds
   Device& dev = DeviceState(buffers.front()->device);
   IterationPlanner* planner = Planner(dev);
-  if (planner == nullptr) return;
+  if (planner == nullptr) return false;
 
   if (marker) planner->MarkBoundary();
   // Kept between operations, so a launch allocates nothing here.
@@ -1678,9 +1726,13 @@ void MemoryManager::NoteOperationLocked(uint64_t key, absl::Span<const uint64_t>
   std::vector<std::pair<uint64_t, uint64_t>>& repredicted = repredicted_scratch_;
   next_uses.clear();
   repredicted.clear();
-  const uint64_t time = planner->OnOperation(key, touches, &next_uses, &repredicted);
+  noted->time = planner->Predict(key, touches, &next_uses, &repredicted);
+  noted->planner = planner;
+  noted->device = dev.ordinal;
+  noted->profiling = planner->profiling();
   for (size_t i = 0; i < buffers.size(); ++i) {
     Buffer& b = *buffers[i];
+    if (!next_after.empty()) next_after[at[i]] = next_uses[i];
     // Never swapped: never planned for.
     if (!b.vmm || b.exported) planner->SetPinned(b.id, true);
     if (b.next_use != next_uses[i]) {
@@ -1696,9 +1748,17 @@ void MemoryManager::NoteOperationLocked(uint64_t key, absl::Span<const uint64_t>
     b->next_use = next;
     Reindex(*b);
   }
-  if (planner->profiling()) {
+  return true;
+}
+
+void MemoryManager::ApplyNotedLocked(const Noted& noted, CUstream stream, OpTicket* ticket) {
+  IterationPlanner* planner = noted.planner;
+  Device& dev = DeviceState(noted.device);
+  // Its uses, to the prefetch planner, after the swap-ins it made.
+  planner->Commit();
+  if (noted.profiling) {
     ticket->timing = profiler_.BeginTiming(stream);
-    ticket->time = time;
+    ticket->time = noted.time;
   }
   for (const auto& [op, seconds] : profiler_.TakeCompleted()) planner->OnComputeTime(op, seconds);
 
@@ -1708,12 +1768,7 @@ void MemoryManager::NoteOperationLocked(uint64_t key, absl::Span<const uint64_t>
   // Counted as used, the planner evicted for fetches that on demand went
   // into them with no eviction (mlp_train --hidden 2048 at 50 %: 1272-1384
   // MiB moved against 888 with prefetch off).
-  const auto free_under_cap = [](const Device& d) {
-    const uint64_t room = d.pool.bytes() + d.garbage_bytes + d.kept_bytes;
-    const uint64_t held = d.used - std::min(d.used, room);
-    return held < d.cap ? d.cap - held : 0;
-  };
-  const uint64_t free_bytes = free_under_cap(dev);
+  const uint64_t free_bytes = FreeUnderCap(dev);
   // The link's queue is the planner's own model (in profiled compute time),
   // never the clock: its decisions then follow from the profile and the
   // operations, as in `stensor sim`.
@@ -1830,7 +1885,8 @@ std::string MemoryManager::StatsText() const {
       "stensor: swap-ins, never written %5u (no copy)\n"
       "stensor: reads from host    %10u (device->host copies served from the host copy)\n"
       "stensor: served from host   %10u (%.1f MiB: buffers an operation reached in host memory, "
-      "over the cap with its others)\n"
+      "over the cap with its others, or by choice: %u needed later than what their room would "
+      "displace)\n"
       "stensor: kept mapped, reused %9u (freed buffers' device memory taken whole, no remap)\n"
       "stensor: garbage released   %10u\n"
       "stensor: garbage taken over %10u (freed buffers reused whole in stream order)\n"
@@ -1855,7 +1911,7 @@ std::string MemoryManager::StatsText() const {
       mib(s.bytes_copied_out), s.clean_drops, mib(s.bytes_dropped), s.never_written_drops,
       mib(s.bytes_never_written_dropped), s.swap_ins, mib(s.bytes_copied_in),
       s.swap_ins_without_copy, s.swap_ins_never_written, s.reads_served_from_host,
-      s.served_from_host, mib(s.bytes_served_from_host), s.kept_reused,
+      s.served_from_host, mib(s.bytes_served_from_host), s.served_by_choice, s.kept_reused,
       s.garbage_released, s.garbage_taken_over, s.ooms, s.driver_errors, s.host_wait_seconds,
       s.wait_program_seconds, s.wait_swap_seconds, s.wait_unknown_seconds, s.async_evictions,
       s.swap_outs_cancelled, s.physical_creates, s.physical_releases, s.pool_hits,
@@ -1897,6 +1953,7 @@ void MemoryManager::AppendStatsJson(JsonLine* out) const {
       .Uint("reads_served_from_host", s.reads_served_from_host)
       .Uint("served_from_host", s.served_from_host)
       .Uint("bytes_served_from_host", s.bytes_served_from_host)
+      .Uint("served_by_choice", s.served_by_choice)
       .Uint("kept_reused", s.kept_reused)
       .Uint("garbage_released", s.garbage_released)
       .Uint("ooms", s.ooms)

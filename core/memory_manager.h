@@ -80,6 +80,9 @@ struct SwapStats {
   // address, because they did not fit under the cap with its others.
   uint64_t served_from_host = 0;
   uint64_t bytes_served_from_host = 0;
+  // Of those, served although room could have been made: brought in, they
+  // would have displaced a buffer the policy predicts is needed sooner.
+  uint64_t served_by_choice = 0;
   uint64_t garbage_released = 0;
   // Freed buffers whose address and device memory a new allocation of
   // their size took over, in stream order (their work may still be queued).
@@ -306,8 +309,12 @@ class MemoryManager {
   // it meanwhile): the operation reaches it over the link, and what it
   // writes there is the newest version. Out of memory only where no room
   // can be made and nothing can be served.
-  // With `note`, the operation is also noted (NoteOperation, below) once
-  // it is prepared, under the same lock: a launch takes it once for both.
+  // With `note`, the operation is also noted (NoteOperation, below), under
+  // the same lock: a launch takes it once for both. The planner sees it
+  // first, so that a swapped-out buffer whose next use after it is
+  // predicted later than that of the buffer its room would displace is
+  // served rather than brought in (belady with bypass); the planner's
+  // evictions and fetches follow once it is prepared.
   struct Operation;
   CUresult Prepare(absl::Span<const uint64_t> ids,
                    absl::Span<const uint64_t> overwritten, CUstream stream,
@@ -527,9 +534,12 @@ class MemoryManager {
   int pinned_ ABSL_GUARDED_BY(mu_) = 0;
   // Prepare's one attempt; on failure nothing of it stays pinned. With
   // `may_serve`, a buffer that cannot be brought in is served from host.
+  // `next_after`: each of `ids`' next use after this operation (empty when
+  // not predicted), for ServesRatherThanFetches.
   CUresult PrepareOnce(absl::Span<const uint64_t> ids,
                        absl::Span<const uint64_t> overwritten, CUstream stream,
-                       bool may_serve) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                       bool may_serve, absl::Span<const uint64_t> next_after)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Set while a swap-in that would be served from host on failure runs: its
   // lack of room is no refusal, so LogOom neither counts nor logs it.
   bool serve_fallback_ ABSL_GUARDED_BY(mu_) = false;
@@ -628,10 +638,41 @@ class MemoryManager {
   bool Plans() const {
     return config_.prefetch || config_.policy == EvictionPolicyKind::kBelady;
   }
-  // NoteOperation under the lock, once a planner is wanted.
+  // NoteOperation under the lock, once a planner is wanted: PredictLocked
+  // then ApplyNotedLocked.
   void NoteOperationLocked(uint64_t key, absl::Span<const uint64_t> ids,
                            absl::Span<const uint64_t> written, bool marker, CUstream stream,
                            OpTicket* ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Its two halves. PredictLocked feeds the operation to the planner and
+  // gives its buffers (and those the planner repredicted) their next uses;
+  // `next_after`, when not empty, receives each of `ids`' next use after
+  // this operation (kNoNextUse where none is known), which a launch's
+  // Prepare reads to choose between fetching and serving. False when the
+  // manager holds none of the buffers or no planner is wanted.
+  // ApplyNotedLocked, once the operation is prepared: times it while its
+  // iteration is profiled and issues the planner's evictions and fetches.
+  struct Noted {
+    IterationPlanner* planner = nullptr;
+    int device = 0;
+    uint64_t time = 0;
+    bool profiling = false;
+  };
+  bool PredictLocked(uint64_t key, absl::Span<const uint64_t> ids,
+                     absl::Span<const uint64_t> written, bool marker, Noted* noted,
+                     absl::Span<uint64_t> next_after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyNotedLocked(const Noted& noted, CUstream stream, OpTicket* ticket)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What is free under the cap on `dev` for a swap-in: pooled chunks, freed
+  // buffers' and kept ones' count as free (MakeRoom takes them first).
+  static uint64_t FreeUnderCap(const Device& dev);
+  // The buffer EvictByPolicy would take first on `dev`, or null.
+  Buffer* PolicyVictim(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether swapped-out `b`, needed by an operation and next needed at
+  // `next_use` after it, is served rather than brought in: its room would
+  // displace a buffer the policy says is needed sooner
+  // (EvictionPolicy::ServeRatherThanFetch).
+  bool ServesRatherThanFetches(Device& dev, Buffer& b, uint64_t next_use)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Prefetch and EvictAsync, locked.
   CUresult PrefetchLocked(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CUresult EvictAsyncLocked(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -2,7 +2,8 @@
 // (core/memory_manager_uses.cc, FetchStreamFor). Races a hostile program makes
 // with those copies, and every driver call on that path failed in turn; the
 // *Slow* tests run with a slow link (FAKECUDA_LINK) so that copies are still
-// in flight when the next call comes.
+// in flight when the next call comes. And whether a swapped-out buffer is
+// fetched at all, or served from host (MemoryManager::ServesRatherThanFetches).
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -225,6 +226,69 @@ TEST_F(FetchStreamTest, SlowHostReadPinAndUnknownAfterPrefetch) {
     ASSERT_CU(cuCtxSynchronize());
     for (CUdeviceptr p : {a, b, c}) EXPECT_CU(mm->Free(p));
   }
+}
+
+// Belady with bypass, on a repeating program under a cap of two buffers:
+// A, B read, X written, A, B read again. Once the planner predicts next uses,
+// X (needed next in the next iteration) is served where its room would
+// displace B (needed two operations later), rather than brought in, written
+// back and fetched again; what it writes there is kept, every byte. Under
+// `version`, which predicts nothing, X is always brought in.
+class BypassTest : public testing_support::ManagerBufferTest {
+ protected:
+  // One operation on buffer `id`, noted with its Prepare as a launch is:
+  // read, or written whole with Pattern(seed) when `seed` is not 0.
+  void Op(MemoryManager& mm, uint64_t key, uint64_t id, CUdeviceptr p, uint64_t seed) {
+    Ids ids = {id};
+    Ids written = seed != 0 ? ids : Ids{};
+    MemoryManager::OpTicket ticket;
+    MemoryManager::Operation op;
+    op.key = key;
+    op.written = written;
+    op.ticket = &ticket;
+    ASSERT_CU(mm.Prepare(ids, {}, nullptr, &op));
+    std::vector<uint64_t> data = Pattern(seed);
+    CUresult r = seed != 0 ? cuMemcpyHtoD_v2(p, data.data(), kGranule)
+                           : cuMemcpyDtoH_v2(data.data(), p, kGranule);
+    mm.Finish(ids, written, nullptr, r == CUDA_SUCCESS);
+    mm.EndOperation(ticket, nullptr, r == CUDA_SUCCESS);
+    ASSERT_CU(r);
+    Settle();
+  }
+  SwapStats Run(const char* policy) {
+    auto mm = MakeManager({{"STENSOR_MEMORY_LIMIT", "4MiB"},
+                           {"STENSOR_POLICY", policy},
+                           {"STENSOR_PREFETCH", "off"}});
+    EXPECT_NE(mm, nullptr);
+    if (mm == nullptr) return {};
+    const CUdeviceptr a = Alloc(*mm, 1), b = Alloc(*mm, 2), x = Alloc(*mm, 3);
+    Write(*mm, 1, a, 1);
+    Write(*mm, 2, b, 2);
+    constexpr int kIterations = 12;
+    for (int i = 0; i < kIterations; ++i) {
+      Op(*mm, 10, 1, a, 0);
+      Op(*mm, 11, 2, b, 0);
+      Op(*mm, 12, 3, x, 100 + i);
+      Op(*mm, 13, 1, a, 0);
+      Op(*mm, 14, 2, b, 0);
+    }
+    ExpectData(*mm, 1, a, 1);
+    ExpectData(*mm, 2, b, 2);
+    ExpectData(*mm, 3, x, 100 + kIterations - 1);
+    SwapStats stats = mm->stats();
+    for (CUdeviceptr p : {a, b, x}) EXPECT_CU(mm->Free(p));
+    return stats;
+  }
+};
+
+TEST_F(BypassTest, ABufferNeededAfterWhatItWouldDisplaceIsServed) {
+  const SwapStats belady = Run("belady");
+  const SwapStats version = Run("version");
+  EXPECT_GE(belady.served_by_choice, 5u);
+  EXPECT_EQ(version.served_by_choice, 0u);
+  // Served, X is not fetched (and `version` keeps it, dropping clean A and
+  // B, which then come back): fewer copies in.
+  EXPECT_LT(belady.bytes_copied_in, version.bytes_copied_in);
 }
 
 }  // namespace

@@ -936,15 +936,14 @@ CUresult Tracker::BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes,
   bool whole = linear && d && dst == d->base && bytes == d->size &&
                scope->src_id != scope->dst_id;
   uint64_t overwritten[1] = {scope->dst_id};
-  if (CUresult r = memory_->Prepare(absl::MakeSpan(ids, 2),
-                                    absl::MakeSpan(overwritten, whole ? 1 : 0), Handle(stream));
-      r != CUDA_SUCCESS) {
-    return r;
-  }
-  const uint64_t key = TransferKey(bytes, to_host, src == 0);
-  memory_->NoteOperation(key, absl::MakeSpan(ids, 2), absl::MakeSpan(overwritten, 1),
-                         /*marker=*/false, Handle(stream), &scope->op);
-  return CUDA_SUCCESS;
+  // Noted with its Prepare, as a launch is: the planner's next uses decide
+  // whether a swapped-out buffer is brought in for it or served.
+  MemoryManager::Operation op;
+  op.key = TransferKey(bytes, to_host, src == 0);
+  op.written = absl::MakeSpan(overwritten, 1);
+  op.ticket = &scope->op;
+  return memory_->Prepare(absl::MakeSpan(ids, 2), absl::MakeSpan(overwritten, whole ? 1 : 0),
+                          Handle(stream), &op);
 }
 
 void Tracker::EndTransfer(const TransferScope& scope, StreamRef stream,

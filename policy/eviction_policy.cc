@@ -64,6 +64,12 @@ class BeladyPolicy final : public EvictionPolicy {
     return {0, dirty, EvictionCandidate::kNoNextUse - c.next_use};
   }
   bool Copies(const EvictionCandidate& c) const override { return !c.clean(); }
+  bool ServeRatherThanFetch(uint64_t next_use, const EvictionCandidate& displaced) const override {
+    // Only between predicted times: an unknown next use may be the next
+    // operation, and a displaced buffer never used again is the one to go.
+    return next_use < EvictionCandidate::kInSequence && displaced.next_use_is_time() &&
+           next_use > displaced.next_use;
+  }
   std::vector<Eviction> Choose(absl::Span<const EvictionCandidate> candidates,
                                uint64_t needed) const override {
     return ChooseInKeyOrder(*this, candidates, needed);

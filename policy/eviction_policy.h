@@ -83,6 +83,20 @@ class EvictionPolicy {
   // control).
   virtual bool Copies(const EvictionCandidate& c) const = 0;
 
+  // Where the device can reach a swapped-out buffer in host memory (served
+  // at its address, over the link): whether an operation should be served
+  // the buffer rather than have it brought in, when its room would displace
+  // `displaced` (the first in this policy's order). `next_use` is the
+  // buffer's predicted next use after this operation's. A buffer fetched
+  // only to be evicted before its next use moves its bytes in (and, when
+  // written, out again) where serving moves them once, and displaces one
+  // that was needed sooner: belady with bypass. False unless the policy
+  // predicts next uses.
+  virtual bool ServeRatherThanFetch(uint64_t next_use, const EvictionCandidate& displaced) const {
+    (void)next_use;
+    (void)displaced;
+    return false;
+  }
   // Picks buffers to evict, in the order to evict them, whose bytes add up
   // to at least `needed` (all candidates when they do not suffice). Every
   // returned id is one of the candidates; none twice.
@@ -111,7 +125,9 @@ std::unique_ptr<EvictionPolicy> MakeVersionPolicy();
 // with no predicted time but a place in a sequence (kInSequence) go before
 // all others, the last written first: an LRU order would evict first the
 // shard of a cyclic dataset that is read first.
-// next_use comes from NextUsePredictor (policy/next_use.h).
+// next_use comes from NextUsePredictor (policy/next_use.h). Serves rather
+// than fetches a buffer whose next use is predicted later than the
+// displaced one's (both predicted times).
 std::unique_ptr<EvictionPolicy> MakeBeladyPolicy();
 
 }  // namespace stensor

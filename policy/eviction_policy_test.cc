@@ -149,6 +149,24 @@ TEST(BeladyPolicyTest, KeyOrdersLikeChoose) {
   EXPECT_FALSE(belady->Copies(Clean(1, 1, 1)));
 }
 
+// Belady with bypass: a buffer needed again only after the one its room would
+// displace is served, not fetched; unknown or sequence ranks never decide it.
+TEST(BeladyPolicyTest, ServesWhatIsNeededLaterThanWhatItWouldDisplace) {
+  const auto belady = MakeBeladyPolicy();
+  constexpr uint64_t kSequence = EvictionCandidate::kInSequence;
+  const EvictionCandidate displaced = WithNext(GpuOnly(1, 10, 1), 500);
+  EXPECT_TRUE(belady->ServeRatherThanFetch(501, displaced));
+  EXPECT_FALSE(belady->ServeRatherThanFetch(500, displaced));
+  EXPECT_FALSE(belady->ServeRatherThanFetch(100, displaced));
+  EXPECT_FALSE(belady->ServeRatherThanFetch(kNoNext, displaced));
+  EXPECT_FALSE(belady->ServeRatherThanFetch(kSequence + 5, displaced));
+  EXPECT_FALSE(belady->ServeRatherThanFetch(600, WithNext(GpuOnly(1, 10, 1), kNoNext)));
+  EXPECT_FALSE(belady->ServeRatherThanFetch(600, WithNext(GpuOnly(1, 10, 1), kSequence + 1)));
+  // Policies that predict nothing never serve by choice.
+  EXPECT_FALSE(MakeLruPolicy()->ServeRatherThanFetch(501, displaced));
+  EXPECT_FALSE(MakeVersionPolicy()->ServeRatherThanFetch(501, displaced));
+}
+
 // clean() decides whether an eviction costs a transfer, so every state is
 // pinned down here, including the ones whose version fields look current.
 TEST(EvictionCandidateTest, CleanOnlyWhenBothCopiesExistAndMatch) {

@@ -65,6 +65,9 @@ void IterationPlanner::BuildProfile() {
 }
 
 namespace {
+// Past this many buffers an operation's are looked up in a set, not scanned.
+constexpr size_t kScanned = 16;
+
 // The prefetch planner schedules by time: a sequence rank (kInSequence) is
 // no time to fetch by.
 uint64_t AsTime(uint64_t next_use) {
@@ -75,6 +78,15 @@ uint64_t AsTime(uint64_t next_use) {
 uint64_t IterationPlanner::OnOperation(
     uint64_t key, absl::Span<const BufferTouch> touches, std::vector<uint64_t>* next_uses,
     std::vector<std::pair<uint64_t, uint64_t>>* repredicted) {
+  const uint64_t time = Predict(key, touches, next_uses, repredicted);
+  Commit();
+  return time;
+}
+
+uint64_t IterationPlanner::Predict(
+    uint64_t key, absl::Span<const BufferTouch> touches, std::vector<uint64_t>* next_uses,
+    std::vector<std::pair<uint64_t, uint64_t>>* repredicted) {
+  Commit();
   const uint64_t time = next_time_++;
   ++stats_.operations;
   if (profile_ != nullptr) ++profile_ops_;
@@ -129,23 +141,23 @@ uint64_t IterationPlanner::OnOperation(
   }
   if (recording_done_ && (awaiting_ == 0 || time >= build_deadline_)) BuildProfile();
 
-  // A buffer listed twice counts once, in its first slot. A usual operation
-  // has few buffers: scanned for, with no set (and no allocation).
-  constexpr size_t kScanned = 16;
+  // A usual operation has few buffers: scanned for, with no set (and no
+  // allocation).
   const bool few = touches.size() <= kScanned;
   absl::flat_hash_set<uint64_t> seen_ids;
-  const auto first_in_op = [&](size_t i) {
-    if (!few) return seen_ids.insert(touches[i].id).second;
-    for (size_t j = 0; j < i; ++j) {
-      if (touches[j].id == touches[i].id) return false;
-    }
-    return true;
-  };
+  if (!few) {
+    for (const BufferTouch& t : touches) seen_ids.insert(t.id);
+  }
   const auto used_now = [&](uint64_t id) {
     if (!few) return seen_ids.contains(id);
     return std::any_of(touches.begin(), touches.end(),
                        [id](const BufferTouch& t) { return t.id == id; });
   };
+  pending_ = true;
+  pending_time_ = time;
+  pending_touches_.assign(touches.begin(), touches.end());
+  pending_next_.clear();
+  pending_changed_.clear();
   for (size_t i = 0; i < touches.size(); ++i) {
     const BufferTouch& t = touches[i];
     std::optional<NextUsePredictor::Slot> slot;
@@ -153,17 +165,39 @@ uint64_t IterationPlanner::OnOperation(
     // The kind of use, whatever the phase: the operation and the position.
     const uint64_t signature = (key ^ (uint64_t{i} + 1)) * 0x9e3779b97f4a7c15ull;
     uint64_t next = predictor_.OnUse(t.id, time, slot, signature);
-    if (first_in_op(i)) planner_.OnUse(t.id, t.bytes, time, AsTime(next), t.write);
+    pending_next_.push_back(next);
     if (next_uses != nullptr) next_uses->push_back(next);
   }
   // Buffers not used now whose prediction changed (a slot learnt a gap, a
   // rotating slot named its next occupant, a free since the last operation).
   for (const auto& [id, next] : predictor_.TakeChanged()) {
     if (used_now(id)) continue;  // used now: its own prediction holds
-    planner_.OnNextUse(id, AsTime(next));
+    pending_changed_.emplace_back(id, next);
     if (repredicted != nullptr) repredicted->emplace_back(id, next);
   }
   return time;
+}
+
+void IterationPlanner::Commit() {
+  if (!pending_) return;
+  pending_ = false;
+  const uint64_t time = pending_time_;
+  const absl::Span<const BufferTouch> touches = pending_touches_;
+  // Once per buffer, in its first slot: scanned for in a usual operation,
+  // which has few buffers (no set, no allocation).
+  const bool few = touches.size() <= kScanned;
+  absl::flat_hash_set<uint64_t> seen_ids;
+  for (size_t i = 0; i < touches.size(); ++i) {
+    const BufferTouch& t = touches[i];
+    bool first = true;
+    if (!few) {
+      first = seen_ids.insert(t.id).second;
+    } else {
+      for (size_t j = 0; j < i && first; ++j) first = touches[j].id != t.id;
+    }
+    if (first) planner_.OnUse(t.id, t.bytes, time, AsTime(pending_next_[i]), t.write);
+  }
+  for (const auto& [id, next] : pending_changed_) planner_.OnNextUse(id, AsTime(next));
 }
 
 void IterationPlanner::Record(uint64_t key, absl::Span<const BufferTouch> touches,

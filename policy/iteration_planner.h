@@ -80,6 +80,19 @@ class IterationPlanner {
       uint64_t key, absl::Span<const BufferTouch> touches,
       std::vector<uint64_t>* next_uses = nullptr,
       std::vector<std::pair<uint64_t, uint64_t>>* repredicted = nullptr);
+  // OnOperation in two halves, for a caller that decides with the
+  // predictions before the operation's buffers are made resident (serving a
+  // buffer rather than fetching it: EvictionPolicy::ServeRatherThanFetch).
+  // Predict observes the operation and predicts, as OnOperation does; the
+  // prefetch planner hears of its uses at Commit, after the OnResident
+  // calls of its swap-ins, in the order OnOperation after them gives. A
+  // Predict with one still uncommitted (another thread's operation, or one
+  // that failed) commits that one first.
+  uint64_t Predict(
+      uint64_t key, absl::Span<const BufferTouch> touches,
+      std::vector<uint64_t>* next_uses = nullptr,
+      std::vector<std::pair<uint64_t, uint64_t>>* repredicted = nullptr);
+  void Commit();
   // Whether the operation just observed is part of the iteration being
   // profiled, so its compute time is wanted (time it; else do not).
   bool profiling() const { return profiling_now_; }
@@ -138,6 +151,12 @@ class IterationPlanner {
   bool recording_done_ = false;  // its last operation was seen
   uint64_t build_deadline_ = 0;  // build without late compute times after
   size_t awaiting_ = 0;          // compute times not yet arrived
+  // Predict's uses for Commit (kept between operations: no allocation).
+  bool pending_ = false;
+  uint64_t pending_time_ = 0;
+  std::vector<BufferTouch> pending_touches_;
+  std::vector<uint64_t> pending_next_;
+  std::vector<std::pair<uint64_t, uint64_t>> pending_changed_;
   std::vector<bool> timed_;      // per recorded phase: a compute time came
   std::vector<uint64_t> recorded_at_;  // per recorded phase: its time
   uint64_t iteration_origin_ = 0;  // phase 0 of the current iteration

@@ -47,7 +47,12 @@ run belady-on-smallest "$train --steps $steps" "$want" 14000000 on belady
 
 period=$(stat belady-on "profiled iteration")
 [[ -n $period ]] && (( period > 0 )) || fail "no iteration profiled: $(grep 'stensor: profiled' "$tmp/belady-on.err")"
-mib_in() { sed -n 's/^stensor: swap-ins copied *[0-9]* (\([0-9.]*\) MiB.*/\1/p' "$tmp/$1.err"; }
+# Bytes brought to the device's operations: swap-ins copied plus bytes served
+# from host (under belady a buffer needed after the one its room would
+# displace is served rather than fetched: either way it crosses the link).
+mib_in() { awk -v c="$(sed -n 's/^stensor: swap-ins copied *[0-9]* (\([0-9.]*\) MiB.*/\1/p' "$tmp/$1.err")" \
+  -v s="$(sed -n 's/^stensor: served from host *[0-9]* (\([0-9.]*\) MiB.*/\1/p' "$tmp/$1.err")" \
+  'BEGIN { print c + s }'; }
 # Prefetch pays off: once the iteration is profiled (from the third
 # iteration or so on), at least 80 % fewer swap-ins wait on demand than
 # without prefetch (belady keeps the planner, and so the count, either way).

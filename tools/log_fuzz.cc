@@ -494,6 +494,7 @@ void CheckScale(absl::string_view data) {
   ReplayOptions replay;
   replay.cap = options.cap;
   replay.policy = belady.get();
+  replay.host_vmm = false;  // the bound's rules: whole buffers, nothing served
   const absl::StatusOr<ReplayResult> moved = Replay(*trace, replay);
   if (!moved.ok()) return;  // out of memory: what the bound does not model
   Require(moved->bytes_moved() >= bound->bytes_moved, "a policy moved less than the bound",

@@ -221,6 +221,7 @@ TEST(OptimumTest, BeladyOnTheTrueFutureReachesTheOptimumWherePredictionCannot) {
     replay.cap = 4 * kMiB;
     replay.policy = belady.get();
     replay.oracle = oracle;
+    replay.host_vmm = false;  // the optimum's rules: nothing served
     absl::StatusOr<ReplayResult> r = Replay(*trace, replay);
     ASSERT_TRUE(r.ok()) << r.status();
     moved[oracle] = r->bytes_moved();
@@ -308,6 +309,7 @@ TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomTraces) {
       replay.version_rules = !lru;
       replay.prefetch = which >= 3 && which < 6;
       replay.oracle = which == 6;
+      replay.host_vmm = false;  // the optimum's rules: nothing served
       absl::StatusOr<ReplayResult> r = Replay(*trace, replay);
       ASSERT_TRUE(r.ok()) << "trial " << trial << ": " << r.status();
       EXPECT_GE(r->bytes_moved(), brute.bytes)

@@ -351,10 +351,13 @@ class Simulator {
     return absl::OkStatus();
   }
 
-  // The operation, to the planner (as MemoryManager::NoteOperation does):
-  // its buffers' predicted next uses (belady), and its compute time while
-  // its iteration is profiled.
-  void NoteUses(const TraceOp& op) {
+  // The operation, to the planner (as MemoryManager::PredictLocked does):
+  // its buffers' predicted next uses after it (belady), kept in
+  // next_after_ for the swap-in choices of a launch's Prepare, which sees
+  // them first; buffers the planner repredicted follow at once.
+  void Predict(const TraceOp& op) {
+    predicted_ = true;
+    next_after_.clear();
     if (op.key == 0) return;
     std::vector<BufferTouch> touches;
     const WriteSet writes(op);
@@ -362,9 +365,16 @@ class Simulator {
     for (uint64_t id : op.ids) {
       touches.push_back(BufferTouch{id, trace_.buffers.at(id).charge, writes.Contains(id)});
     }
-    std::vector<uint64_t> next_uses;
     std::vector<std::pair<uint64_t, uint64_t>> repredicted;
-    const uint64_t time = planner_->OnOperation(op.key, touches, &next_uses, &repredicted);
+    noted_time_ = planner_->Predict(op.key, touches, &next_after_, &repredicted);
+    noted_profiling_ = planner_->profiling();
+    for (size_t i = 0; i < op.ids.size(); ++i) {
+      SimBuffer& b = State(op.ids[i]);
+      if (options_.oracle) next_after_[i] = future_[op_][i];
+      b.next_use = next_after_[i];
+      Reindex(b);
+      if (!b.info->swappable) planner_->SetPinned(op.ids[i], true);
+    }
     for (const auto& [id, next] : repredicted) {
       if (options_.oracle) break;
       if (auto it = state_.find(id); it != state_.end()) {
@@ -372,12 +382,16 @@ class Simulator {
         Reindex(it->second);
       }
     }
-    if (planner_->profiling()) planner_->OnComputeTime(time, compute_us_ / 1e6);
-    for (size_t i = 0; i < op.ids.size(); ++i) {
-      SimBuffer& b = State(op.ids[i]);
-      b.next_use = options_.oracle ? future_[op_][i] : next_uses[i];
-      if (!b.info->swappable) planner_->SetPinned(op.ids[i], true);
-    }
+  }
+
+  // Once prepared (as MemoryManager::ApplyNotedLocked): its compute time
+  // while its iteration is profiled.
+  void NoteUses(const TraceOp& op) {
+    if (!predicted_) Predict(op);
+    predicted_ = false;
+    if (op.key == 0) return;
+    planner_->Commit();  // after the swap-ins it made, as the manager does
+    if (noted_profiling_) planner_->OnComputeTime(noted_time_, compute_us_ / 1e6);
   }
 
   // After the operation: the planner's evictions and fetches, their copies
@@ -412,12 +426,18 @@ class Simulator {
 
   // Prepare + Finish of the manager for one operation.
   absl::Status Access(const TraceOp& op) {
+    // A launch's, copy's or memset's Prepare sees the planner's predictions
+    // (MemoryManager::Prepare with its Operation); a graph's nodes are
+    // noted after, and work of unknown accesses not at all.
+    const bool noted_first = !op.graph && op.kind == TraceOp::Kind::kAccess;
+    if (noted_first) Predict(op);
     for (uint64_t id : op.ids) {
       SimBuffer& b = State(id);
       ++b.pins;
       Unindex(b);
     }
-    for (uint64_t id : op.ids) {
+    for (size_t i = 0; i < op.ids.size(); ++i) {
+      const uint64_t id = op.ids[i];
       SimBuffer& b = State(id);
       if (!b.info->swappable) continue;
       if (b.resident) {
@@ -430,6 +450,18 @@ class Simulator {
       }
       const bool whole =
           std::find(op.overwritten.begin(), op.overwritten.end(), id) != op.overwritten.end();
+      // MemoryManager::ServesRatherThanFetches: no room without displacing
+      // one the policy predicts is needed sooner.
+      if (noted_first && op.key != 0 && !whole && Servable(b) &&
+          used_ + b.info->charge > options_.cap) {
+        const SimBuffer* victim = First(&EvictionOrders::evict);
+        if (victim != nullptr &&
+            options_.policy->ServeRatherThanFetch(next_after_[i], CandidateOf(*victim))) {
+          Serve(b);
+          ++result_.served_by_choice;
+          continue;
+        }
+      }
       if (absl::Status s = SwapIn(b, !whole, /*prefetch=*/false); !s.ok()) {
         // No room with the operation's other buffers (all it could evict
         // went): served from host rather than refused.
@@ -488,6 +520,12 @@ class Simulator {
   uint64_t version_ = 0;
   double us_per_byte_ = 0;
   uint64_t served_bytes_ = 0;  // of the operation being replayed
+  // Predict's: the operation's buffers' next uses after it, its planner
+  // time, whether it is profiled; set until NoteUses takes them.
+  bool predicted_ = false;
+  std::vector<uint64_t> next_after_;
+  uint64_t noted_time_ = 0;
+  bool noted_profiling_ = false;
   double now_ = 0;         // the compute stream
   double ready_ = 0;       // when the current operation's inputs are there
   double room_ready_ = 0;  // when the memory freed for it is free

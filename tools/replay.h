@@ -92,6 +92,9 @@ struct ReplayResult {
   // reached it there (serve_host), with their bytes; buffers born in host
   // memory (alloc_host).
   uint64_t served_from_host = 0, bytes_served = 0;
+  // Of them, served although room could have been made (belady with bypass:
+  // EvictionPolicy::ServeRatherThanFetch).
+  uint64_t served_by_choice = 0;
   uint64_t born_on_host = 0, bytes_born_on_host = 0;
   // Time model, microseconds.
   double compute_us = 0;

@@ -198,7 +198,12 @@ class Reader {
     if (type == "memcpy") return Memcpy(r, line);
     if (type == "memset") return Memset(r, line);
     // A graph whose nodes were read: one operation touching what they touch.
-    if (type == "graph_launch" && BoolOr(r, "inferred", false)) return Launch(r, line);
+    if (type == "graph_launch" && BoolOr(r, "inferred", false)) {
+      const size_t before = trace_.ops.size();
+      absl::Status s = Launch(r, line);
+      if (trace_.ops.size() > before) trace_.ops.back().graph = true;
+      return s;
+    }
     if (type == "graph_launch") {
       TraceOp op;
       op.key = OpKey(r, type);

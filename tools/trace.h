@@ -53,6 +53,7 @@ struct TraceOp {
   // whole buffer): a swapped-out one comes back without a copy.
   std::vector<uint64_t> overwritten;
   bool launch = false;            // a kernel (takes compute time)
+  bool graph = false;             // of them, a graph launch (its nodes read)
   // What the iteration detector sees of the operation: the kernel and its
   // launch shape (or the copy's or memset's kind and size), never buffer
   // ids, which change for per-step temporaries. 0 for allocations and frees.
