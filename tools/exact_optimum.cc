@@ -9,23 +9,19 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "tools/glpk_program.h"
 #include "tools/keep_problem.h"
 
 namespace stensor {
 namespace {
 
-// Costs in MiB keep the solver's numbers small; the bytes are counted again
-// from the chosen schedule, exactly.
-constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kMiB = kGlpkCostUnit;
 
 // A capacity row lists every gap open at its point: with 100,000 buffers
 // live, that is billions of coefficients, past any memory and any search.
 // GLPK takes about 250 bytes a coefficient: this bound is 250 MiB.
 constexpr size_t kMaxCoefficients = size_t{1} << 20;
 
-struct ProblemDeleter {
-  void operator()(glp_prob* p) const { glp_delete_prob(p); }
-};
 
 // The result of schedule `kept`, its bytes counted exactly.
 ExactOptimum FromSchedule(const KeepProblem& problem, const std::vector<bool>& kept) {
@@ -66,7 +62,7 @@ absl::StatusOr<ExactOptimum> ComputeExactOptimum(const KeepProblem& problem,
   result.gaps = static_cast<int64_t>(gaps.size());
 
   // Columns 1..n: keep gap i; n+1..: write-back of stretch s.
-  std::unique_ptr<glp_prob, ProblemDeleter> lp(glp_create_prob());
+  GlpkProblem lp(glp_create_prob());
   glp_set_obj_dir(lp.get(), GLP_MIN);
   const int n = static_cast<int>(gaps.size());
   const int stretches = static_cast<int>(problem.stretch_bytes.size());

@@ -7,12 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "gtest/gtest.h"
 #include "policy/eviction_policy.h"
 #include "tools/exact_optimum.h"
 #include "tools/replay.h"
 #include "tools/test_log.h"
+#include "tools/trace_lives_testing.h"
 #include "tools/trace.h"
 
 namespace stensor {
@@ -92,45 +92,11 @@ struct BruteResult {
 
 BruteResult BruteForce(const Trace& trace, uint64_t cap) {
   const int points = static_cast<int>(trace.ops.size());
-  struct Event {
-    int t;
-    bool write, overwritten;
-  };
-  struct Life {
-    const TraceBuffer* b;
-    int alloc, end;
-    std::vector<Event> uses;  // alloc first (not a write)
-  };
-  std::vector<Life> lives;
-  absl::flat_hash_map<uint64_t, size_t> index;
-  std::vector<int64_t> plain(points + 1, 0);
-  for (int t = 0; t < points; ++t) {
-    const TraceOp& op = trace.ops[t];
-    if (op.kind == TraceOp::Kind::kAlloc) {
-      const TraceBuffer& b = trace.buffers.at(op.buffer);
-      if (!b.swappable) {
-        for (int u = t; u <= points; ++u) plain[u] += b.charge;
-        continue;
-      }
-      index[b.id] = lives.size();
-      lives.push_back({&b, t, points, {{t, false, false}}});
-    } else if (op.kind == TraceOp::Kind::kFree) {
-      const TraceBuffer& b = trace.buffers.at(op.buffer);
-      if (!b.swappable) {
-        for (int u = t; u <= points; ++u) plain[u] -= b.charge;
-        continue;
-      }
-      lives[index[b.id]].end = t;
-    } else if (op.kind != TraceOp::Kind::kHostRead) {
-      for (uint64_t id : op.ids) {
-        if (!trace.buffers.at(id).swappable) continue;
-        auto has = [&](const std::vector<uint64_t>& v) {
-          return std::find(v.begin(), v.end(), id) != v.end();
-        };
-        lives[index[id]].uses.push_back({t, has(op.writes), has(op.overwritten)});
-      }
-    }
-  }
+  using Event = TraceLives::Use;
+  const TraceLives read = ReadLives(trace);
+  const std::vector<int64_t>& plain = read.plain;
+  std::vector<TraceLives::Life> lives = read.lives;
+  for (TraceLives::Life& l : lives) l.uses.insert(l.uses.begin(), {l.alloc, false, false});
   // Gaps with at least one point: (buffer, first, last).
   struct Gap {
     size_t life;
@@ -139,7 +105,7 @@ BruteResult BruteForce(const Trace& trace, uint64_t cap) {
   std::vector<Gap> gaps;
   BruteResult result;
   for (size_t i = 0; i < lives.size(); ++i) {
-    const Life& l = lives[i];
+    const TraceLives::Life& l = lives[i];
     int gaps_in_stretch = 0;
     for (size_t j = 0; j < l.uses.size(); ++j) {
       if (l.uses[j].write) gaps_in_stretch = 0;
@@ -173,7 +139,7 @@ BruteResult BruteForce(const Trace& trace, uint64_t cap) {
     if (!fits) continue;
     uint64_t bytes = 0;
     for (size_t i = 0; i < lives.size(); ++i) {
-      const Life& l = lives[i];
+      const TraceLives::Life& l = lives[i];
       bool prev = true, dirty = false, written = false;
       size_t next_use = 0;
       for (int t = l.alloc; t < l.end; ++t) {

@@ -11,22 +11,18 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "tools/glpk_program.h"
 #include "tools/keep_problem.h"
 
 namespace stensor {
 namespace {
 
-// Costs in MiB keep the solver's numbers small; the bytes are counted again
-// from the chosen schedule, exactly.
-constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kMiB = kGlpkCostUnit;
 
 // As in exact_optimum.cc: past this many coefficients GLPK's memory (about
 // 250 bytes each) and search are out of reach.
 constexpr size_t kMaxCoefficients = size_t{1} << 21;
 
-struct ProblemDeleter {
-  void operator()(glp_prob* p) const { glp_delete_prob(p); }
-};
 
 // A schedule: residency per use, keep per link.
 struct Schedule {
@@ -116,7 +112,7 @@ absl::StatusOr<ServingOptimum> ComputeServingOptimum(const KeepProblem& problem,
     return result;
   }
 
-  std::unique_ptr<glp_prob, ProblemDeleter> lp(glp_create_prob());
+  GlpkProblem lp(glp_create_prob());
   glp_set_obj_dir(lp.get(), GLP_MIN);
   glp_add_cols(lp.get(), uses + links + stretches);
   double served_all = 0;

@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "gtest/gtest.h"
 #include "policy/eviction_policy.h"
 #include "tools/exact_optimum.h"
 #include "tools/keep_problem.h"
 #include "tools/replay.h"
 #include "tools/test_log.h"
+#include "tools/trace_lives_testing.h"
 #include "tools/trace.h"
 
 namespace stensor {
@@ -130,45 +130,9 @@ struct BruteResult {
 
 BruteResult BruteForce(const Trace& trace, uint64_t cap) {
   const int points = static_cast<int>(trace.ops.size());
-  struct Event {
-    int t;
-    bool write, overwritten;
-  };
-  struct Life {
-    const TraceBuffer* b;
-    int alloc, end;
-    std::vector<Event> uses;  // not the allocation
-  };
-  std::vector<Life> lives;
-  absl::flat_hash_map<uint64_t, size_t> index;
-  std::vector<int64_t> plain(points + 1, 0);
-  for (int t = 0; t < points; ++t) {
-    const TraceOp& op = trace.ops[t];
-    if (op.kind == TraceOp::Kind::kAlloc) {
-      const TraceBuffer& b = trace.buffers.at(op.buffer);
-      if (!b.swappable) {
-        for (int u = t; u <= points; ++u) plain[u] += b.charge;
-        continue;
-      }
-      index[b.id] = lives.size();
-      lives.push_back({&b, t, points, {}});
-    } else if (op.kind == TraceOp::Kind::kFree) {
-      const TraceBuffer& b = trace.buffers.at(op.buffer);
-      if (!b.swappable) {
-        for (int u = t; u <= points; ++u) plain[u] -= b.charge;
-        continue;
-      }
-      lives[index[b.id]].end = t;
-    } else if (op.kind != TraceOp::Kind::kHostRead) {
-      for (uint64_t id : op.ids) {
-        if (!trace.buffers.at(id).swappable) continue;
-        auto has = [&](const std::vector<uint64_t>& v) {
-          return std::find(v.begin(), v.end(), id) != v.end();
-        };
-        lives[index[id]].uses.push_back({t, has(op.writes), has(op.overwritten)});
-      }
-    }
-  }
+  const TraceLives read = ReadLives(trace);
+  const std::vector<TraceLives::Life>& lives = read.lives;
+  const std::vector<int64_t>& plain = read.plain;
   // One bit per buffer and point of its life.
   std::vector<int> offset(lives.size());
   int bits = 0;
@@ -192,12 +156,12 @@ BruteResult BruteForce(const Trace& trace, uint64_t cap) {
     if (!fits) continue;
     uint64_t bytes = 0;
     for (size_t i = 0; i < lives.size(); ++i) {
-      const Life& l = lives[i];
+      const TraceLives::Life& l = lives[i];
       bool prev = resident(i, l.alloc), dirty = false, written = false;
       size_t next_use = 0;
       for (int t = l.alloc; t < l.end; ++t) {
         const bool r = resident(i, t);
-        const Event* use =
+        const TraceLives::Use* use =
             next_use < l.uses.size() && l.uses[next_use].t == t ? &l.uses[next_use++] : nullptr;
         if (t > l.alloc) {
           if (prev && !r && dirty) {
