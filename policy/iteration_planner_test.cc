@@ -1,10 +1,13 @@
 #include "policy/iteration_planner.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "policy/eviction_policy.h"
 
@@ -169,6 +172,72 @@ TEST(IterationPlannerTest, FetchesASwappedOutShardBeforeItsUse) {
     }
   }
   EXPECT_TRUE(fetched);
+}
+
+// Predict, the swap-ins' OnResident, then Commit gives the predictions and
+// the plans that OnResident then OnOperation gives (the prefetch planner
+// hears of the uses after the swap-ins either way); a Predict left
+// uncommitted (an operation that failed, another thread's) is committed by
+// the next one. Shards are evicted and brought back on demand so that both
+// orders have swap-ins to place and the planner fetches to propose.
+TEST(IterationPlannerTest, PredictThenCommitPlansAsOnOperationAfterTheSwapIns) {
+  auto whole = Make();
+  auto split = Make();
+  std::vector<std::string> plans[2];
+  auto plan_of = [](IterationPlanner& p) {
+    std::string text;
+    for (const PlannedAction& a : p.Plan(12 * kMiB)) {
+      absl::StrAppend(&text, a.kind == PlannedAction::Kind::kFetch ? "F" : "E", a.id, " ");
+      if (a.kind == PlannedAction::Kind::kFetch) p.CancelFetch(a.id);
+    }
+    return text;
+  };
+  int op_index = 0;
+  for (int s = 0; s < 12; ++s) {
+    for (const Step& op : StepOps(s)) {
+      // From step 6, the shard read two steps later goes once step s's
+      // forward started, and comes back on demand (its fetches cancelled).
+      const bool reads_shard = op.key == 11 && s >= 6;
+      const uint64_t shard = 100 + s % 4;
+      if (op.key == 12 && s >= 4) {
+        whole->OnEvicted(100 + (s + 2) % 4);
+        split->OnEvicted(100 + (s + 2) % 4);
+      }
+      std::vector<uint64_t> a, b;
+      if (reads_shard) whole->OnResident(shard);
+      const uint64_t ta = whole->OnOperation(op.key, op.touches, &a);
+      uint64_t tb = 0;
+      if (op_index % 5 == 3) {
+        // Left uncommitted, as a failed Prepare leaves it: the next
+        // operation's Predict commits it first.
+        tb = split->Predict(op.key, op.touches, &b);
+        if (reads_shard) split->OnResident(shard);
+      } else {
+        tb = split->Predict(op.key, op.touches, &b);
+        if (reads_shard) split->OnResident(shard);
+        split->Commit();
+      }
+      EXPECT_EQ(ta, tb);
+      EXPECT_EQ(a, b) << "operation " << op_index;
+      if (whole->profiling()) whole->OnComputeTime(ta, 1e-3);
+      if (split->profiling()) split->OnComputeTime(tb, 1e-3);
+      if (op_index % 5 != 3) {
+        plans[0].push_back(plan_of(*whole));
+        plans[1].push_back(plan_of(*split));
+      }
+      ++op_index;
+    }
+  }
+  EXPECT_TRUE(split->has_profile());
+  EXPECT_EQ(plans[0], plans[1]);
+  // The prefetch planner counted the same swap-ins, fetches and bytes.
+  const PrefetchPlanner::Stats w = whole->stats().planner, p = split->stats().planner;
+  EXPECT_EQ(w.on_demand, p.on_demand);
+  EXPECT_EQ(w.bytes_moved, p.bytes_moved);
+  EXPECT_EQ(w.fetches, p.fetches);
+  // Not empty: the planner fetched the evicted shards.
+  EXPECT_TRUE(std::any_of(plans[1].begin(), plans[1].end(),
+                          [](const std::string& p) { return !p.empty(); }));
 }
 
 // Shards written one after another at start (key 20), then read one per
