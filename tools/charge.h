@@ -27,6 +27,10 @@ inline constexpr uint64_t kPageBytes = 4096;  // plain allocations' unit
 struct AllocationCharge {
   uint64_t bytes = 0;      // against the cap
   bool swappable = false;  // a VMM buffer stensor may evict
+  // Below half a granule, from cuMemAlloc or the default pool: where the
+  // device maps host memory and no room is left, the manager makes it a
+  // buffer of one granule born in host memory (ServesSmallFromHost).
+  bool small = false;
 };
 
 // An `alloc` record's charge: `kind` and `api` as logged (an empty kind is
@@ -39,9 +43,9 @@ inline AllocationCharge ChargeOf(absl::string_view kind, absl::string_view api, 
       (kind.empty() || kind == "device") && api.find("Pitch") == absl::string_view::npos;
   const bool default_pool = kind == "stream_ordered" && absl::StartsWith(api, "cuMemAllocAsync");
   if ((mem_alloc || default_pool) && bytes >= granularity / 2) {
-    return {align_up(bytes, granularity), true};
+    return {align_up(bytes, granularity), true, false};
   }
-  return {align_up(bytes, kPageBytes), false};
+  return {align_up(bytes, kPageBytes), false, mem_alloc || default_pool};
 }
 
 // The caps a log's header recorded (its STENSOR_MEMORY_LIMIT and

@@ -19,6 +19,9 @@ namespace {
 // The manager's per-buffer state that its decisions read (S03).
 struct SimBuffer {
   const TraceBuffer* info = nullptr;
+  // A small allocation made a buffer of one granule in host memory (no
+  // room at its allocation): what `info` points to instead of the trace's.
+  std::unique_ptr<TraceBuffer> own_info;
   bool live = false;
   bool resident = false;
   Location location = Location::kGpuOnly;
@@ -299,7 +302,15 @@ class Simulator {
     b.gpu_version = ++version_;
     b.last_use = ++clock_;
     if (absl::Status s = MakeRoom(b.info->charge); !s.ok()) {
-      if (!options_.host_vmm || !b.info->swappable) return s;
+      if (!options_.host_vmm || !(b.info->swappable || b.info->small)) return s;
+      if (!b.info->swappable) {
+        // MemoryManager::Allocate: a small one finding no room becomes a
+        // swappable buffer of one granule, born on the host.
+        b.own_info = std::make_unique<TraceBuffer>(*b.info);
+        b.own_info->charge = trace_.granularity;
+        b.own_info->swappable = true;
+        b.info = b.own_info.get();
+      }
       AllocateOnHost(b);
       return absl::OkStatus();
     }
@@ -363,7 +374,7 @@ class Simulator {
     const WriteSet writes(op);
     touches.reserve(op.ids.size());
     for (uint64_t id : op.ids) {
-      touches.push_back(BufferTouch{id, trace_.buffers.at(id).charge, writes.Contains(id)});
+      touches.push_back(BufferTouch{id, State(id).info->charge, writes.Contains(id)});
     }
     std::vector<std::pair<uint64_t, uint64_t>> repredicted;
     noted_time_ = planner_->Predict(op.key, touches, &next_after_, &repredicted);

@@ -236,8 +236,10 @@ TEST(ReplayTest, WhatDoesNotFitIsServedFromHost) {
 }
 
 // A buffer larger than the cap (or with no room at all) is born in host
-// memory (MemoryManager::AllocateOnHost) and served there at every use; a
-// small one that does not fit is still out of memory.
+// memory (MemoryManager::AllocateOnHost) and served there at every use; so
+// is a small one that does not fit, made a buffer of one granule
+// (MemoryManager::Allocate), which is brought in once a granule is free.
+// Without host-located VMM a small one that does not fit is out of memory.
 TEST(ReplayTest, ABufferOverTheCapIsBornOnHostAndServed) {
   TestLog log;
   uint64_t big = log.Alloc(8 * kMiB);
@@ -254,8 +256,22 @@ TEST(ReplayTest, ABufferOverTheCapIsBornOnHostAndServed) {
   EXPECT_NEAR(r->serve_us, 3 * 8.0 * kMiB / 16e3, 1e-6);
 
   TestLog small;
-  small.Alloc(600 * 1024);  // under half a granule: never swapped, charged in pages
-  absl::StatusOr<ReplayResult> refused = Sim(small.Text(), 512 * 1024);
+  // Under half a granule: charged in pages, 2,000 KiB of a 2 MiB cap.
+  const uint64_t s1 = small.Alloc(1000 * 1024), s2 = small.Alloc(1000 * 1024);
+  const uint64_t s3 = small.Alloc(600 * 1024);  // no room: one granule on the host
+  small.Launch({s1, s3}, {s3});
+  small.Free(s1);
+  small.Free(s2);
+  small.Launch({s3}, {});  // a granule is free now: brought in
+  absl::StatusOr<ReplayResult> hosted = Sim(small.Text(), 2 * kMiB);
+  ASSERT_TRUE(hosted.ok()) << hosted.status();
+  EXPECT_EQ(hosted->born_on_host, 1u);
+  EXPECT_EQ(hosted->bytes_born_on_host, 600u * 1024);
+  EXPECT_EQ(hosted->served_from_host, 1u);
+  EXPECT_EQ(hosted->bytes_in, 600u * 1024);  // written on the host, copied in
+  EXPECT_EQ(hosted->peak_resident, 2 * kMiB);
+  absl::StatusOr<ReplayResult> refused =
+      Sim(small.Text(), 2 * kMiB, false, 16, false, false, false, /*host_vmm=*/false);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
 }
 

@@ -268,6 +268,7 @@ class Reader {
     const AllocationCharge charge = ChargeOf(kind, api, b.bytes, trace_.granularity);
     b.charge = charge.bytes;
     b.swappable = charge.swappable && *id != 0;
+    b.small = charge.small && *id != 0;
     if (*id == 0) {
       // Untracked (overlapping a live range): charged, never named again.
       b.id = kUntrackedBase + untracked_++;

@@ -32,6 +32,7 @@ struct TraceBuffer {
   uint64_t bytes = 0;   // as the program asked
   uint64_t charge = 0;  // against the cap: granules, or pages when plain
   bool swappable = false;
+  bool small = false;   // AllocationCharge::small (tools/charge.h)
 };
 
 struct TraceOp {
