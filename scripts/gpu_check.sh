@@ -159,7 +159,7 @@ train() {
   flags=("$@")
   local o=$work/$prog.$name.out e=$work/$prog.$name.err start end
   start=$(date +%s.%N)
-  if ! env "${vars[@]}" "$dir/$prog" "${flags[@]}" > "$o" 2> "$e"; then
+  if ! env "${vars[@]}" "$dir/${exe:-$prog}" "${flags[@]}" > "$o" 2> "$e"; then
     err_json "$(grep -v '^stensor: ' "$e" | tail -n 2) $(grep -E '^stensor: (out of memory|peak resident)' "$e")"
     return
   fi
@@ -183,12 +183,12 @@ train() {
   printf '}'
   echo "$checksum" > "$work/$prog.$name.sum"
 }
-# model PROGRAM MODULE STEPS MANAGED FLAG...: plain, preloaded, the caps.
-model() {
-  local prog=$1 module=$2 managed=$4
+model() {  # model LABEL[=PROGRAM] MODULE STEPS MANAGED FLAGS...: files named by LABEL
+  local prog=${1%%=*} module=$2 managed=$4
+  local exe=${1#*=}  # the program train runs (bash: visible to it)
   steps=$3
   shift 4
-  need "$prog" "$(basename "$module")" || return 0
+  need "$exe" "$(basename "$module")" || return 0
   local flags=(--module "$module" --steps "$steps" "$@")
   local plain ws
   plain=$(train "$prog" plain -- "${flags[@]}")
@@ -221,10 +221,11 @@ sec_transformer() { model transformer_train "$tf_module" "$steps_tf" 0 "${tf_fla
 sec_torchlike() {
   model torchlike_train "$tl_module" "$steps_tl" 0 --alloc caching --graphs eager "${tl_flags[@]}"
 }
-# The same program under another name, so that its runs' files are its own.
+# The same program under its own label, so that its runs' files are its own
+# (nothing is written into the bundle, which may be read-only).
 sec_torchlike_graph() {
-  [[ -e $dir/torchlike_graph ]] || ln -s torchlike_train "$dir/torchlike_graph" 2> /dev/null
-  model torchlike_graph "$tl_module" "$steps_tl" 0 --alloc caching --graphs step "${tl_flags[@]}"
+  model torchlike_graph=torchlike_train "$tl_module" "$steps_tl" 0 --alloc caching --graphs step \
+    "${tl_flags[@]}"
 }
 
 sec_runtime_program() {

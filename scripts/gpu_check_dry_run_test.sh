@@ -6,6 +6,7 @@
 # plain run's checksum preloaded and under every cap they finish at, and
 # swap under the caps; hooks_all's answers are the fake's own, unchanged by
 # stensor; a section that cannot run reports why and the rest still run;
+# nothing is written into the bundle;
 # bad arguments exit 2 without running anything.
 set -euo pipefail
 check=$1 lib=$2 fake=$3
@@ -24,8 +25,12 @@ nm -D --defined-only "$bundle/libstensor.so" | awk '$2 == "T" || $2 == "W" { pri
 LD_LIBRARY_PATH="$bundle/fake" "$bundle/hooks_all" "$bundle/test_kernels.so" "$bundle/hooks.list" |
   grep -E '^(rc|val) ' > "$bundle/hooks.fake"
 
+(cd "$bundle" && find . | sort) > "$tmp/bundle.before"
 "$bundle/gpu_check.sh" --dry-run --out "$tmp/check.json" > "$tmp/out.txt" 2> "$tmp/err.txt" ||
   fail "gpu_check.sh --dry-run: exit $?: $(cat "$tmp/err.txt") $(cat "$tmp/check.json")"
+# Nothing is written into the bundle (on a GPU machine it may be read-only).
+(cd "$bundle" && find . | sort) | diff "$tmp/bundle.before" - ||
+  fail "gpu_check.sh wrote into the bundle"
 grep -q '^gpu_check: ok ' "$tmp/out.txt" || fail "no summary: $(cat "$tmp/out.txt")"
 python3 - "$tmp/check.json" <<'PY' || fail "the JSON: $(cat "$tmp/check.json")"
 import json, sys
