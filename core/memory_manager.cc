@@ -1448,7 +1448,9 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
         if (served[k]) --p->serving;
         if (p->pending_overwrite) {  // the overwrite will not happen
           p->pending_overwrite = false;
-          RestoreFromHost(DeviceState(p->device), *p);
+          RestoreFromHost(DeviceState(p->device), *p);  // re-keys it
+        } else {
+          Reindex(*p);  // a next use predicted for it (PredictLocked)
         }
       }
       return r;
@@ -1735,10 +1737,9 @@ bool MemoryManager::PredictLocked(uint64_t key, absl::Span<const uint64_t> ids,
     if (!next_after.empty()) next_after[at[i]] = next_uses[i];
     // Never swapped: never planned for.
     if (!b.vmm || b.exported) planner->SetPinned(b.id, true);
-    if (b.next_use != next_uses[i]) {
-      b.next_use = next_uses[i];
-      Reindex(b);
-    }
+    // Re-keyed once, with its last use, by Finish (or by a failed Prepare's
+    // unwind): the operation pins it meanwhile, so no eviction looks at it.
+    b.next_use = next_uses[i];
   }
   // Buffers the predictor learnt more about without a use (a shard's cycle,
   // the next shard of a rotating slot): belady's order follows.
