@@ -1342,19 +1342,21 @@ bool MemoryManager::Servable(const Buffer& b) const {
          !b.exported;
 }
 
-void MemoryManager::Serve(Device& dev, Buffer& b) {
+void MemoryManager::Serve(Device& dev, Buffer& b, bool by_choice) {
   ++b.serving;
-  CountServed(dev, b);
+  CountServed(dev, b, by_choice);
 }
 
-void MemoryManager::CountServed(Device& dev, Buffer& b) {
+void MemoryManager::CountServed(Device& dev, Buffer& b, bool by_choice) {
   ++stats_.served_from_host;
   stats_.bytes_served_from_host += b.size;
+  if (by_choice) ++stats_.served_by_choice;
   Log(JsonLine()
           .Str("type", "serve_host")
           .Uint("id", b.id)
           .Uint("bytes", b.size)
           .Int("device", dev.ordinal)
+          .Bool("by_choice", by_choice)
           .Finish());
 }
 
@@ -1412,9 +1414,8 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
                ServesRatherThanFetches(dev, *b, next_after[pinned_at[i]])) {
       // Brought in, it would go again before its next use, and push out
       // one needed sooner: it moves its bytes once, over the link.
-      Serve(dev, *b);
+      Serve(dev, *b, /*by_choice=*/true);
       served[i] = true;
-      ++stats_.served_by_choice;
     } else {
       bool whole = std::find(overwritten.begin(), overwritten.end(), b->id) !=
                    overwritten.end();

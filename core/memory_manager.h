@@ -566,9 +566,11 @@ class MemoryManager {
   // no room is served from host memory (made a buffer of one granule, born
   // on the host) rather than refused.
   static bool ServesSmallFromHost(const Device& dev, uint64_t bytes);
-  void Serve(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `by_choice`: room could have been made (ServesRatherThanFetches).
+  void Serve(Device& dev, Buffer& b, bool by_choice = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Serve's statistics and log record, for a serving claimed already.
-  void CountServed(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CountServed(Device& dev, Buffer& b, bool by_choice = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A new VMM buffer with no room on the device (host-located VMM only):
   // swapped out from birth, a zeroed host copy mapped at its address.
   CUresult AllocateOnHost(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -261,6 +261,7 @@ class BypassTest : public testing_support::ManagerBufferTest {
                            {"STENSOR_PREFETCH", "off"}});
     EXPECT_NE(mm, nullptr);
     if (mm == nullptr) return {};
+    ClearLog();
     const CUdeviceptr a = Alloc(*mm, 1), b = Alloc(*mm, 2), x = Alloc(*mm, 3);
     Write(*mm, 1, a, 1);
     Write(*mm, 2, b, 2);
@@ -276,6 +277,13 @@ class BypassTest : public testing_support::ManagerBufferTest {
     ExpectData(*mm, 2, b, 2);
     ExpectData(*mm, 3, x, 100 + kIterations - 1);
     SwapStats stats = mm->stats();
+    // Each one logged as such (serve_host with by_choice).
+    uint64_t logged = 0;
+    for (const std::string& line : Lines()) {
+      logged += line.find("\"type\":\"serve_host\"") != std::string::npos &&
+                line.find("\"by_choice\":true") != std::string::npos;
+    }
+    EXPECT_EQ(logged, stats.served_by_choice);
     for (CUdeviceptr p : {a, b, x}) EXPECT_CU(mm->Free(p));
     return stats;
   }

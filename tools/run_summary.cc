@@ -471,6 +471,10 @@ class Reader {
     std::optional<uint64_t> id = Uint(r, "id");
     if (!id) return Error(line, "a `serve_host` without `id`");
     report_.served_from_host.Add(Uint(r, "bytes").value_or(0));
+    auto choice = r.find("by_choice");
+    if (choice != r.end() && choice->is_boolean() && choice->get<bool>()) {
+      ++report_.served_by_choice;
+    }
     auto it = live_.find(*id);
     if (it == live_.end()) {
       ++report_.inconsistent;

@@ -131,6 +131,7 @@ struct RunSummary {
   // link), the distinct buffers among them, and `alloc_host` records
   // (buffers born in host memory, not charged until brought in).
   RecordCount served_from_host, born_on_host;
+  uint64_t served_by_choice = 0;  // serve_host records with by_choice
   uint64_t buffers_served = 0;
   std::map<std::string, std::pair<uint64_t, double>> swap_waits;  // by `what`: count, seconds
   std::pair<uint64_t, double> evict_waits{0, 0}, unknown_waits{0, 0};

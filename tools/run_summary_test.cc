@@ -89,13 +89,14 @@ TEST(RunSummaryTest, ServingFromHostIsCountedAndBornOnHostIsNotResident) {
       R"({"type":"alloc_host","bytes":10485760,"device":0,"cap":8388608})" "\n" +
       Alloc(2, 10 * kMiB) + Swap("serve_host", 2, 10 * kMiB) + Launch("k()", 2) +
       Swap("swap_out", 1, 6 * kMiB) + Swap("serve_host", 1, 6 * kMiB) +
-      Swap("serve_host", 2, 10 * kMiB) + Launch("k()", 1) + Swap("swap_in", 1, 6 * kMiB) +
-      Free(1) + Free(2) + kEnd;
+      R"({"type":"serve_host","id":2,"bytes":10485760,"device":0,"by_choice":true})" "\n" +
+      Launch("k()", 1) + Swap("swap_in", 1, 6 * kMiB) + Free(1) + Free(2) + kEnd;
   absl::StatusOr<RunSummary> s = Summarize(log);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->served_from_host.records, 3u);
   EXPECT_EQ(s->served_from_host.bytes, 26 * kMiB);
   EXPECT_EQ(s->buffers_served, 2u);
+  EXPECT_EQ(s->served_by_choice, 1u);
   EXPECT_EQ(s->born_on_host.records, 1u);
   EXPECT_EQ(s->born_on_host.bytes, 10 * kMiB);
   EXPECT_EQ(s->devices[0].peak, 6 * kMiB);  // buffer 2 never resident
@@ -104,6 +105,7 @@ TEST(RunSummaryTest, ServingFromHostIsCountedAndBornOnHostIsNotResident) {
   const std::string html = ReportHtml(*s, 10);
   EXPECT_THAT(html, HasSubstr("2 buffers served from host memory (26.0 MiB reached over the link)"));
   EXPECT_THAT(html, HasSubstr("serve_host"));
+  EXPECT_THAT(html, HasSubstr("served by choice"));
   EXPECT_THAT(html, HasSubstr("alloc_host"));
 }
 
