@@ -139,14 +139,7 @@ absl::StatusOr<ExactOptimum> ComputeExactOptimum(const KeepProblem& problem,
   bool proven = true;
   if (n > 0) {
     glp_load_matrix(lp.get(), static_cast<int>(ia.size()) - 1, ia.data(), ja.data(), ar.data());
-    glp_iocp parm;
-    glp_init_iocp(&parm);
-    parm.msg_lev = GLP_MSG_OFF;
-    parm.presolve = GLP_ON;
-    parm.mir_cuts = GLP_ON;
-    parm.cov_cuts = GLP_ON;
-    parm.gmi_cuts = GLP_ON;
-    parm.tm_lim = std::max(1, options.time_limit_ms);
+    glp_iocp parm = BranchAndCut(/*presolve=*/true, options.time_limit_ms);
     // The cut generators print counts on stdout whatever msg_lev says; the
     // command's own output is there.
     const int terminal = glp_term_out(GLP_OFF);

@@ -210,19 +210,7 @@ TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomTraces) {
     }
     if (rng() % 3 == 0) log.Alloc(4096 * (1 + rng() % 3));  // a plain one
     const int ops = 4 + rng() % 4;
-    for (int i = 0; i < ops; ++i) {
-      uint64_t x = live[rng() % live.size()];
-      switch (rng() % 5) {
-        case 0: log.Memset(x); break;
-        case 1: log.Launch({x}, {x}); break;
-        case 2: {
-          uint64_t y = live[rng() % live.size()];
-          log.Launch({x, y}, {y});
-          break;
-        }
-        default: log.Launch({x}, {}); break;
-      }
-    }
+    log.RandomOps(rng, live, ops);
     if (rng() % 2) log.Free(live[0]);
     absl::StatusOr<Trace> trace = ParseTrace(log.Text());
     ASSERT_TRUE(trace.ok()) << trace.status();

@@ -248,18 +248,12 @@ absl::StatusOr<ServingOptimum> ComputeServingOptimum(const KeepProblem& problem,
 
   const std::vector<double> start_columns = Columns(problem, start);
   Search search{&start_columns, false};
-  glp_iocp parm;
-  glp_init_iocp(&parm);
-  parm.msg_lev = GLP_MSG_OFF;
-  parm.presolve = GLP_OFF;
-  parm.mir_cuts = GLP_ON;
-  parm.cov_cuts = GLP_ON;
-  parm.gmi_cuts = GLP_ON;
   // What the root LP left of the time limit, a second at least.
   const int spent_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                             std::chrono::steady_clock::now() - began)
                                             .count());
-  parm.tm_lim = std::max(1000, options.time_limit_ms - spent_ms);
+  glp_iocp parm =
+      BranchAndCut(/*presolve=*/false, std::max(1000, options.time_limit_ms - spent_ms));
   // The feasibility pump finds schedules on training logs where branching
   // alone finds none better than the start within a minute.
   parm.fp_heur = GLP_ON;

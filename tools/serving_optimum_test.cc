@@ -200,19 +200,7 @@ TEST(ServingOptimumTest, MatchesBruteForceOnRandomTraces) {
     }
     if (rng() % 3 == 0) log.Alloc(4096 * (1 + rng() % 3));  // a plain one
     const int ops = buffers == 2 ? 4 + rng() % 4 : 3 + rng() % 2;
-    for (int i = 0; i < ops; ++i) {
-      const uint64_t x = live[rng() % live.size()];
-      switch (rng() % 5) {
-        case 0: log.Memset(x); break;
-        case 1: log.Launch({x}, {x}); break;
-        case 2: {
-          const uint64_t y = live[rng() % live.size()];
-          log.Launch({x, y}, {y});
-          break;
-        }
-        default: log.Launch({x}, {}); break;
-      }
-    }
+    log.RandomOps(rng, live, ops);
     if (rng() % 2) log.Free(live[0]);
     absl::StatusOr<Trace> trace = ParseTrace(log.Text());
     ASSERT_TRUE(trace.ok()) << trace.status();

@@ -75,6 +75,26 @@ class TestLog {
                      R"(],"stream":"legacy","async":false})"));
   }
 
+  // `ops` operations on buffers drawn from `live`: a whole memset, a kernel
+  // reading and writing one, reading one and writing another, or reading
+  // one. For the optimum tests' random logs.
+  template <typename Rng>
+  void RandomOps(Rng& rng, const std::vector<uint64_t>& live, int ops) {
+    for (int i = 0; i < ops; ++i) {
+      const uint64_t x = live[rng() % live.size()];
+      switch (rng() % 5) {
+        case 0: Memset(x); break;
+        case 1: Launch({x}, {x}); break;
+        case 2: {
+          const uint64_t y = live[rng() % live.size()];
+          Launch({x, y}, {y});
+          break;
+        }
+        default: Launch({x}, {}); break;
+      }
+    }
+  }
+
   std::string Text() const { return text_; }
 
  private:
