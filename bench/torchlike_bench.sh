@@ -8,9 +8,13 @@
 # interleaved runs; every run has FAKECUDA_VMM_LATENCY_US=h200 (VMM calls
 # cost what they cost on an H200):
 #   - steady-state step time: runs of N and 2N steps, (train_seconds(2N) -
-#     train_seconds(N)) / N, which leaves out the first N steps (the profiled
-#     iteration, graph capture, warm-up); a step includes its share of the
-#     evaluation pass and empty_cache that follow every 2nd step;
+#     train_seconds(N)) / N, which leaves out the first N steps (graph
+#     capture, warm-up, and finding and profiling the iteration: the program
+#     repeats every 2 steps, as the evaluation pass and empty_cache follow
+#     every 2nd step, so the iteration is known after 4 steps and profiled
+#     in the next 2; N = 4 measured those steps and overstated the cost, at
+#     50 % by a quarter); a step includes its share of the evaluation pass
+#     and empty_cache;
 #   - with FAKECUDA_LINK (both directions) at working set / (0.5 x uncapped
 #     step time without the link), so that moving the whole working set
 #     once takes half the uncapped step: step time against uncapped (also
@@ -28,7 +32,10 @@
 #   - optimum: `stensor sim LOG --limit CAP --exact-seconds S` on access logs
 #     (STENSOR_ACCESS_LOG, under a cap of 4 x the working set, which never
 #     binds, so that pointer tables are read and launches through them
-#     known) of N and 2N steps, differenced: the least that any
+#     known) of M and 2M steps (--optimum-steps; fewer than N, since GLPK's
+#     0-1 program grows with the log and the per-step optimum of a
+#     repeating program does not depend on which steps), differenced: the
+#     least that any
 #     schedule can move (device->host plus host->device plus bytes served
 #     over the link, a served use costing its buffer's bytes as the
 #     library counts it) when each use of a buffer is either resident or
@@ -51,20 +58,23 @@
 # left out, not fatal.
 #
 # usage: bench/torchlike_bench.sh [--quick] [--runs R] [--steps N]
-#                                 [--exact-seconds S]
-#   --quick            one run of each, N = 2 (a smoke test of the script)
+#                                 [--optimum-steps M] [--exact-seconds S]
+#   --quick            one run of each, N = M = 2 (a smoke test of the script)
 #   --runs R           runs per configuration (default 5)
-#   --steps N          the shorter run's steps (default 4); the longer runs 2N
+#   --steps N          the shorter run's steps (default 8); the longer runs 2N
+#   --optimum-steps M  the shorter access log's steps (default 4); the
+#                      longer one 2M
 #   --exact-seconds S  time limit of each exact optimum (default 60)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-runs=5 steps=4 exact_seconds=60
+runs=5 steps=8 optimum_steps=4 exact_seconds=60
 while (($#)); do
   case $1 in
-    --quick) runs=1 steps=2 ;;
+    --quick) runs=1 steps=2 optimum_steps=2 ;;
     --runs) runs=${2:?--runs needs a value}; shift ;;
     --steps) steps=${2:?--steps needs a value}; shift ;;
+    --optimum-steps) optimum_steps=${2:?--optimum-steps needs a value}; shift ;;
     --exact-seconds) exact_seconds=${2:?--exact-seconds needs a value}; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "torchlike_bench.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
@@ -74,6 +84,7 @@ done
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "torchlike_bench.sh: --runs '$runs': expected a positive integer" >&2; exit 2; }
 [[ $steps =~ ^[1-9][0-9]*$ ]] || { echo "torchlike_bench.sh: --steps '$steps': expected a positive integer" >&2; exit 2; }
 (( steps >= 2 )) || { echo "torchlike_bench.sh: --steps $steps: at least 2, so the first 2 steps stay out" >&2; exit 2; }
+[[ $optimum_steps =~ ^[1-9][0-9]*$ ]] || { echo "torchlike_bench.sh: --optimum-steps '$optimum_steps': expected a positive integer" >&2; exit 2; }
 [[ $exact_seconds =~ ^[1-9][0-9]*$ ]] || { echo "torchlike_bench.sh: --exact-seconds '$exact_seconds': expected a positive integer" >&2; exit 2; }
 
 scripts/setup.sh
@@ -83,11 +94,11 @@ bin=$(bazel info -c opt bazel-bin 2>/dev/null)
 work=$(mktemp -d)
 echo "torchlike_bench: logs in $work"
 
-python3 - "$bin" "$work" "$runs" "$steps" "$exact_seconds" <<'PY'
+python3 - "$bin" "$work" "$runs" "$steps" "$optimum_steps" "$exact_seconds" <<'PY'
 import os, re, statistics, subprocess, sys, time
 
 bin_dir, work = sys.argv[1], sys.argv[2]
-runs, steps, exact_seconds = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+runs, steps, optimum_steps, exact_seconds = (int(a) for a in sys.argv[3:7])
 fake_dir = os.path.join(bin_dir, "tests/fakecuda")
 stensor = os.path.join(bin_dir, "interpose/libstensor.so")
 train = os.path.join(bin_dir, "examples/torchlike/torchlike_train")
@@ -100,6 +111,7 @@ modes = [  # (allocator, graphs)
 ]
 caps = [100, 75, 50, 25]
 lengths = [steps, 2 * steps]
+log_lengths = [optimum_steps, 2 * optimum_steps]
 timeout_s = 600
 MIB = float(1 << 20)
 SYNCS = ["cuCtxSynchronize", "cuCtxSynchronize_v2"]
@@ -138,7 +150,7 @@ def run_once(mode, tag, extra_env, length):
     argv = mode_argv(mode)
     shown = {k: v.replace(bin_dir, "bazel-bin") for k, v in dict(base_env, **extra_env).items()}
     commands.setdefault((mode_name(mode), tag), shell_words(
-        shown, [a.replace(bin_dir, "bazel-bin") for a in argv] + ["--steps", "N|2N"]))
+        shown, [a.replace(bin_dir, "bazel-bin") for a in argv] + ["--steps", "M|2M" if tag == "access-log" else "N|2N"]))
     what = "%s, %s, %d steps" % (mode_name(mode), tag, length)
     log = os.path.join(work, "%s-%s-%d-%d" % (mode_name(mode), tag, length, len(os.listdir(work))))
     start = time.monotonic()
@@ -222,8 +234,8 @@ def capped_env(ws, cap):
 
 
 # Phase 0: each mode's working set (a probe of N steps: the whole-step graph
-# is captured in step 1, in a private pool), and access logs of N
-# and 2N steps under stensor with a cap that never binds (a cap changes
+# is captured in step 1, in a private pool), and access logs of M
+# and 2M steps under stensor with a cap that never binds (a cap changes
 # nothing the program does) for the optimum.
 working_set, logs = {}, {}
 for mode in modes:
@@ -232,7 +244,7 @@ for mode in modes:
         failures.append("%s: no working_set line; mode left out" % mode_name(mode))
         continue
     working_set[mode] = r["ws"]
-    for length in lengths:
+    for length in log_lengths:
         path = os.path.join(work, "%s-%d.jsonl" % (mode_name(mode), length))
         # Under a cap that never binds: without one the library reads no
         # pointer table back, and logs the launches that reach them as of
@@ -246,12 +258,12 @@ active = [m for m in modes if m in working_set]
 
 def optimum(mode, cap):
     """((low, high) MiB per step or None, note): the optimum with serving of
-    the 2N-step log less the N-step one's. Proven, low == high; else each
+    the 2M-step log less the M-step one's. Proven, low == high; else each
     log's optimum lies between its lower bound and the schedule found, so
     the difference lies between (low 2N - found N) and (found 2N - low N)."""
     cap_bytes = working_set[mode] * cap // 100
     found, low, notes = [], [], []
-    for length in lengths:
+    for length in log_lengths:
         path = logs.get((mode, length))
         if path is None:
             return None, "no access log"
@@ -284,7 +296,7 @@ def optimum(mode, cap):
         last = (out.strip().splitlines() or ["no output"])[-1]
         failures.append("%s at %d %%: optimum: %s" % (mode_name(mode), cap, last))
         return None, "sim: " + re.sub(r"^stensor sim: ", "", last).split(":")[0]
-    return ((max(0.0, low[1] - found[0]) / steps, (found[1] - low[0]) / steps),
+    return ((max(0.0, low[1] - found[0]) / optimum_steps, (found[1] - low[0]) / optimum_steps),
             "; ".join(sorted(set(notes))))
 
 
@@ -402,8 +414,10 @@ def table(suffix, title):
 
 
 print()
-print("Medians of %d interleaved run(s) of N = %d and 2N = %d steps; per step = (2N - N) / N. "
-      "MiB = 2^20 bytes. FAKECUDA_VMM_LATENCY_US=h200 in every run." % (runs, steps, 2 * steps))
+print("Medians of %d interleaved run(s) of N = %d and 2N = %d steps; per step = (2N - N) / N; "
+      "the optimum on access logs of M = %d and 2M = %d steps. "
+      "MiB = 2^20 bytes. FAKECUDA_VMM_LATENCY_US=h200 in every run." %
+      (runs, steps, 2 * steps, optimum_steps, 2 * optimum_steps))
 print()
 for mode in active:
     # The link is set from the uncapped step without it; against the uncapped
