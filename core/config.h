@@ -134,7 +134,7 @@ struct Config {
   // iteration (policy/prefetch_planner.h). Nothing is planned before a
   // profile exists, so an irregular program only pays the bookkeeping.
   // On by default: with a link to hide, it shortens capped steps by a third
-  // and more (README, Measured), for a few percent more bytes moved.
+  // and more (docs/measurements.md), for a few percent more bytes moved.
   bool prefetch = true;
   // STENSOR_BANDWIDTH; default: measured.
   BandwidthSetting bandwidth;

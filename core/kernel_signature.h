@@ -11,7 +11,7 @@
 //     = mlp::sgd_momentum(float*, float*, float const*, float, float, int)
 //     -> {kReadWrite, kReadWrite, kRead, kNone, kNone, kNone}
 //
-// The rule (README, "How it works"): a pointer to const (`PK...`) is a
+// The rule (docs/design.md, S01): a pointer to const (`PK...`) is a
 // read; a non-const pointer, a reference, anything passed by value that may
 // hold a pointer (struct, class, union, enum, array, unknown types) is a
 // read-write; an arithmetic builtin is kNone. Names that are not mangled C++

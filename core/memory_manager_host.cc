@@ -75,7 +75,7 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b, bool will_copy) {
     SayOnce(LogLevel::kWarn, "no-host-vmm",
             "this driver has no host-located VMM: swapped-out buffers are unmapped, and a "
             "kernel that reaches one through a pointer stensor cannot see (one kept in device "
-            "memory) faults (README, Limits)");
+            "memory) faults (docs/limits.md)");
     Log(JsonLine()
             .Str("type", "limitation")
             .Str("what", "host-located VMM unsupported: swapped-out buffers are "

@@ -1,5 +1,5 @@
 // Tests for core/memory_manager: the device-memory cap and the allocation
-// loop of the method (S401-S405, README "How it works") on the fake CUDA driver
+// loop of the method (S401-S405, docs/design.md) on the fake CUDA driver
 // (tests/fakecuda), with 2 MiB granules and a cap of a few granules.
 //
 // Covered, one step per test where the method names one:

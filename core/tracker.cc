@@ -285,7 +285,7 @@ void Tracker::SayRefusal(const KernelInfo& kernel, const Accesses& accesses) con
                           f.cap / 1048576.0,
                           f.host_vmm ? ""
                                      : "; without host-located VMM what does not fit cannot be "
-                                       "served from host memory (README, Limits)"));
+                                       "served from host memory (docs/limits.md)"));
 }
 
 bool Tracker::IsMarker(const KernelInfo& kernel) const {
@@ -1504,7 +1504,7 @@ bool Tracker::FreeAsyncCapped(const char* api, CUdeviceptr dptr, StreamRef strea
   if (capture_.Capturing(Handle(stream))) {
     // A free node for a buffer stensor serves: the free would happen at
     // each launch of the graph, behind nodes stensor does not order it
-    // after. Refused rather than guessed (README, CUDA graphs).
+    // after. Refused rather than guessed (docs/usage.md, CUDA graphs).
     *result = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     return true;
   }

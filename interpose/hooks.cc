@@ -487,7 +487,7 @@ STENSOR_EXPORT CUresult cuPointerGetAttributes(unsigned int count,
 // The buffer they reach is made resident and never evicted again (another
 // process, or NCCL, maps its physical memory directly), then the driver
 // answers. For cuIpcGetMemHandle that answer is the driver's for VMM memory
-// (CUDA_ERROR_INVALID_VALUE on a GPU): see README "Limits".
+// (CUDA_ERROR_INVALID_VALUE on a GPU): see docs/limits.md.
 STENSOR_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr ptr) {
   auto real = D().cuIpcGetMemHandle;
   if (real == nullptr) return kMissing;

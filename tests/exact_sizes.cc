@@ -15,7 +15,7 @@
 //                        `pinned ipc 0x.. retain 0x..`, then churns the others
 //                        through the cap and checks every byte.
 // Under a cap (STENSOR_MEMORY_LIMIT set) the answers stensor cannot make the
-// driver's (IPC on VMM memory) are checked as documented in README "Limits".
+// driver's (IPC on VMM memory) are checked as documented in docs/limits.md.
 // On the fake driver, fakecuda_used_bytes tells where buffers are. Exits 0
 // when every check held, else prints each failure.
 #include <dlfcn.h>
@@ -364,7 +364,7 @@ int Pin() {
 
   CUipcMemHandle ipc;
   // stensor's buffers are VMM memory, which the driver refuses to export
-  // this way; the buffer is pinned all the same (README "Limits").
+  // this way; the buffer is pinned all the same (docs/limits.md).
   EXPECT_RC(cuIpcGetMemHandle(&ipc, p[0]), kCapped ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS);
   if (kCapped && OnFake()) EXPECT_TRUE(DeviceUsed() == before);  // p[0] in, another out
   CUmemGenericAllocationHandle h = 0;

@@ -1231,7 +1231,7 @@ void Handles() {
   CUresult r = CALL(cuIpcGetMemHandle, "valid", &ipc, A.p);
   if (kCapped) {
     // The buffer is made resident and pinned; the driver then refuses IPC
-    // on VMM memory (README "Limits").
+    // on VMM memory (docs/limits.md).
     Rec("pin", "cuIpcGetMemHandle").U("bytes", kGranule).S("id_of", Hex(A.p));
     EXPECT_TRUE(r == CUDA_ERROR_INVALID_VALUE);
   } else {
@@ -1240,7 +1240,7 @@ void Handles() {
   // Refused by the driver: nothing handed out, so nothing pinned (B must
   // stay evictable). An interior pointer is refused too, but under a cap
   // stensor pins the buffer it reaches first (as for any IPC call there:
-  // README "Limits"), so it is asked of A, pinned already.
+  // docs/limits.md), so it is asked of A, pinned already.
   INVALID(cuIpcGetMemHandle, "null", nullptr, B.p);
   // An interior pointer: the driver gives the allocation's handle (driver
   // 580 on an H200); under a cap refused as VMM memory, like the base.

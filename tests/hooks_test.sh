@@ -69,8 +69,8 @@ diff <(results plain) <(results nocap) > "$tmp/nocap.diff" ||
   { head -20 "$tmp/nocap.diff" >&2; fail "stensor without a cap answers differently from the driver"; }
 # Under the cap: the device's size is the cap (checked by the program); the
 # buffers are VMM memory, so IPC is refused (at the base and inside),
-# P2P tokens are refused, and cuMemRetainAllocationHandle works (README
-# "Limits"), and its handle is released; an allocation above the device's
+# P2P tokens are refused, and cuMemRetainAllocationHandle works
+# (docs/limits.md), and its handle is released; an allocation above the device's
 # size as the program sees it (the cap) but within its memory is born in
 # host memory, not refused.
 differs='^(val cuMemGetInfo_v2/total|val cuDeviceTotalMem_v2/total|rc cuIpcGetMemHandle/(valid|interior)|rc cuPointerGetAttribute/p2p-tokens|rc cuMemRetainAllocationHandle/stensor-buffer|rc cuMemRelease/stensor-buffer|rc cuMemAlloc_v2/above-device) '

@@ -15,7 +15,7 @@
 # - The steps' time under the 100 % cap over the time without stensor (best
 #   of five runs each, interleaved) is printed, not asserted: a time on a
 #   shared machine is no pass/fail (the counts above are what the rule
-#   guarantees; the README has the figure on a quiet machine).
+#   guarantees; docs/measurements.md has the figure on a quiet machine).
 set -euo pipefail
 program=$1 fake=$2 stensor=$3 kernels=$4
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
