@@ -6,8 +6,8 @@
 
 #include <benchmark/benchmark.h>
 
-#include "core/buffer_registry.h"
-#include "core/launch_inference.h"
+#include "core/inference/buffer_registry.h"
+#include "core/inference/launch_inference.h"
 
 namespace stensor {
 namespace {

@@ -32,9 +32,9 @@
 #include <benchmark/benchmark.h>
 #include <cuda.h>
 
-#include "core/config.h"
-#include "core/driver.h"
-#include "core/memory_manager.h"
+#include "core/base/config.h"
+#include "core/driver/driver.h"
+#include "core/swap/memory_manager.h"
 
 namespace {
 

@@ -1,19 +1,19 @@
 // The exported hooks: one function per STENSOR_HOOK entry of
-// core/driver_symbols.inc, each with the exact ABI of the symbol it replaces.
+// core/driver/driver_symbols.inc, each with the exact ABI of the symbol it replaces.
 // A hook calls the real entry point and reports what happened to the tracker;
 // it never changes arguments. Under a cap core/ may answer instead of the
 // driver where stensor's buffers must look like cuMemAlloc allocations
 // (allocation, exact sizes, pointer attributes, overruns). Entry points that exist as a legacy
 // and a per-thread-stream twin (_ptds/_ptsz) share one implementation. What
-// a copy descriptor touches (core/copy_ranges.h) and what an allocation the
-// driver makes is charged (core/external_allocations.h) are core's.
+// a copy descriptor touches (core/inference/copy_ranges.h) and what an allocation the
+// driver makes is charged (core/swap/external_allocations.h) are core's.
 #include <cstdint>
 #include <vector>
 
 #include "absl/base/attributes.h"
-#include "core/copy_ranges.h"
-#include "core/external_allocations.h"
-#include "core/stream_ordered.h"
+#include "core/inference/copy_ranges.h"
+#include "core/swap/external_allocations.h"
+#include "core/swap/stream_ordered.h"
 #include "interpose/state.h"
 
 #define STENSOR_EXPORT extern "C" __attribute__((visibility("default")))
@@ -55,7 +55,7 @@ CUresult Free(const char* api, Fn real, CUdeviceptr dptr, Args... args) {
 // refused as the driver refuses it for a cuMemAlloc allocation (the VA behind
 // is rounded up to the granule, so the driver would not notice); the buffers
 // it touches are made resident first (under a cap), marked used after, and
-// the copy is logged. `c` says what it touches (core/copy_ranges.h).
+// the copy is logged. `c` says what it touches (core/inference/copy_ranges.h).
 template <typename Fn, typename... Args>
 CUresult Transfer(const char* api, Fn real, const CopyRanges& c, StreamRef s, bool async,
                   bool linear, Args... args) {
@@ -330,7 +330,7 @@ STENSOR_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
 }
 // Stream-ordered allocations under a cap: from half a granule up (default
 // pool, stream not captured) served by stensor, swappable
-// (core/stream_ordered.h); the others, and those of explicit pools, counted
+// (core/swap/stream_ordered.h); the others, and those of explicit pools, counted
 // against the cap and never swapped; a smaller one of the default pool that
 // finds no room is stensor's too, served from host memory.
 PAIR(cuMemAllocAsync, _ptsz, (CUdeviceptr* dptr, size_t bytes, CUstream s),
@@ -377,7 +377,7 @@ PAIR(cuMemFreeAsync, _ptsz, (CUdeviceptr dptr, CUstream s),
        return r;
      }())
 // Under a cap, a device's default pool answers for what stensor serves from
-// it too (core/stream_ordered.h), once the driver has answered.
+// it too (core/swap/stream_ordered.h), once the driver has answered.
 ONE(cuMemPoolGetAttribute, (CUmemoryPool pool, CUmemPool_attribute attr, void* value), [&] {
   CUresult r = real == nullptr ? kMissing : real(pool, attr, value);
   if (r == CUDA_SUCCESS && T().capped()) AddStreamOrderedShare(*T().memory(), D(), pool, attr, value);
@@ -684,7 +684,7 @@ PAIR(cuLaunchCooperativeKernel, _ptsz,
       CUstream s, void** params),
      Cooperative(kApi, real, f, gx, gy, gz, bx, by, bz, shmem, s, params, kPerThread))
 // --- Graphs and stream capture --------------------------------------------------
-// A launch makes every node's buffers resident first (core/graph_plan.h).
+// A launch makes every node's buffers resident first (core/inference/graph_plan.h).
 PAIR(cuGraphLaunch, _ptsz, (CUgraphExec g, CUstream s),
      GraphLaunch(kApi, real, g, StreamRef{s, kPerThread}))
 // Instantiation reads the graph's nodes; every form.

@@ -25,8 +25,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "core/config.h"
-#include "core/log.h"
+#include "core/base/config.h"
+#include "core/base/log.h"
 #include "interpose/nvml_hooks.h"
 #include "interpose/raw_log.h"
 #include "interpose/state.h"
@@ -56,7 +56,7 @@ struct HookEntry {
 const HookEntry kHooks[] = {
 #define STENSOR_HOOK(name) {#name, reinterpret_cast<void*>(&::name)},
 #define STENSOR_CALL(name)
-#include "core/driver_symbols.inc"
+#include "core/driver/driver_symbols.inc"
 #undef STENSOR_HOOK
 #undef STENSOR_CALL
 };

@@ -7,8 +7,8 @@
 #ifndef STENSOR_INTERPOSE_STATE_H_
 #define STENSOR_INTERPOSE_STATE_H_
 
-#include "core/driver.h"
-#include "core/tracker.h"
+#include "core/driver/driver.h"
+#include "core/tracker/tracker.h"
 
 namespace stensor {
 

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/json.h"
+#include "core/base/json.h"
 #include "interpose/state.h"
 
 #define STENSOR_EXPORT extern "C" __attribute__((visibility("default")))

@@ -16,7 +16,7 @@
 // Both are the stream-ordered hooks with the device's context current:
 // cuMemAllocAsync on `stream`, and cuMemFreeAsync on `stream`, which under a
 // cap frees in stream order behind every use stensor saw on any stream
-// (core/stream_ordered.h) and without a cap is the driver's stream-ordered
+// (core/swap/stream_ordered.h) and without a cap is the driver's stream-ordered
 // free. Logged and tracked as those calls.
 //
 // Thread-safety: as the hooks (any thread).
@@ -27,8 +27,8 @@
 #include <cuda.h>
 
 #include "absl/strings/str_format.h"
-#include "core/log.h"
-#include "core/stream_ordered.h"
+#include "core/base/log.h"
+#include "core/swap/stream_ordered.h"
 #include "interpose/state.h"
 
 #define STENSOR_EXPORT extern "C" __attribute__((visibility("default")))
@@ -37,7 +37,7 @@ namespace stensor {
 namespace {
 
 // A failure PyTorch cannot be told about beyond a null pointer: said on
-// stderr (STENSOR_LOG_LEVEL warn or finer), the first few times (core/log.h).
+// stderr (STENSOR_LOG_LEVEL warn or finer), the first few times (core/base/log.h).
 void Warn(const char* what, int device, int64_t size, CUresult r) {
   Say(LogLevel::kWarn, "torch-alloc",
       absl::StrFormat("%s(size %d, device %d) failed: CUresult %d", what, size, device,

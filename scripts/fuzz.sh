@@ -3,9 +3,9 @@
 # UndefinedBehaviorSanitizer.
 #
 #   scripts/fuzz.sh [TARGET] [SECONDS] [LIBFUZZER_FLAG...]
-#     TARGET: config (core/config_fuzz.cc, the default), log
+#     TARGET: config (core/base/config_fuzz.cc, the default), log
 #             (tools/log_fuzz.cc), kernel_signature
-#             (core/kernel_signature_fuzz.cc), chrome_trace
+#             (core/inference/kernel_signature_fuzz.cc), chrome_trace
 #             (tools/chrome_trace_fuzz.cc) or report (tools/report_fuzz.cc);
 #             log_scale, chrome_trace_scale, report_scale: the same three
 #             built with STENSOR_FUZZ_SCALE, whose inputs describe logs of
@@ -17,10 +17,10 @@
 # Needs clang and its runtime (Debian: clang, libclang-rt-dev); CXX picks
 # another clang++. The corpus grows in $FUZZ_DIR/TARGET/corpus (default
 # FUZZ_DIR=/tmp/stensor-fuzz), starting from the target's seeds (written by
-# the standalone driver core/fuzz_main.cc), and a crashing input is saved
+# the standalone driver tests/support/fuzz_main.cc), and a crashing input is saved
 # under $FUZZ_DIR/TARGET/artifacts/. Replay one without libFuzzer:
-#   bazel run //core:config_fuzz -- "$FUZZ_DIR"/config/artifacts/crash-...
-# (//tools:log_fuzz, //core:kernel_signature_fuzz, //tools:chrome_trace_fuzz,
+#   bazel run //core/base:config_fuzz -- "$FUZZ_DIR"/config/artifacts/crash-...
+# (//tools:log_fuzz, //core/inference:kernel_signature_fuzz, //tools:chrome_trace_fuzz,
 # //tools:report_fuzz for the others; //tools:log_fuzz_scale and the like
 # for the scale targets).
 set -euo pipefail
@@ -46,17 +46,17 @@ case "$target" in
   *) max_len=8192 ;;
 esac
 case "$target" in
-  config) srcs=(core/config_fuzz.cc core/config.cc); max_len=4096 ;;
+  config) srcs=(core/base/config_fuzz.cc core/base/config.cc); max_len=4096 ;;
   log | log_scale)
-    srcs=(tools/log_fuzz.cc "${sim_srcs[@]}" tools/log_generator.cc core/json.cc) ;;
+    srcs=(tools/log_fuzz.cc "${sim_srcs[@]}" tools/log_generator.cc core/base/json.cc) ;;
   report | report_scale)
     srcs=(tools/report_fuzz.cc tools/report.cc tools/run_summary.cc tools/log_json.cc
-      tools/log_generator.cc core/config.cc core/json.cc) ;;
+      tools/log_generator.cc core/base/config.cc core/base/json.cc) ;;
   kernel_signature)
-    srcs=(core/kernel_signature_fuzz.cc core/kernel_signature.cc) ;;
+    srcs=(core/inference/kernel_signature_fuzz.cc core/inference/kernel_signature.cc) ;;
   chrome_trace | chrome_trace_scale)
     srcs=(tools/chrome_trace_fuzz.cc tools/chrome_trace.cc tools/log_json.cc
-      tools/log_generator.cc core/config.cc core/json.cc) ;;
+      tools/log_generator.cc core/base/config.cc core/base/json.cc) ;;
   *)
     echo "fuzz.sh: unknown target '$target' (config, log, kernel_signature, chrome_trace," \
       "report, log_scale, chrome_trace_scale, report_scale)" >&2
@@ -71,7 +71,7 @@ mapfile -t absl < <(grep -o -- '-labsl_[a-z0-9_]*' third_party/BUILD)
 flags=(-std=c++17 -g -O1 -I. "${defines[@]}")
 
 # The standalone driver writes the target's seeds as the starting corpus.
-"$cxx" "${flags[@]}" "${srcs[@]}" core/fuzz_main.cc -o "$dir/seed_writer" \
+"$cxx" "${flags[@]}" "${srcs[@]}" tests/support/fuzz_main.cc -o "$dir/seed_writer" \
   "${absl[@]}" -pthread
 "$dir/seed_writer" --write-seeds "$dir/corpus"
 

@@ -3,11 +3,11 @@
 # corpus of core/kernel_signature_differential_test.cc.
 #
 #   scripts/kernel_corpus.sh [OUT] [CUDA_LIB_DIR]
-#       OUT: default core/testdata/kernel_names.txt.gz (the committed corpus)
+#       OUT: default core/inference/testdata/kernel_names.txt.gz (the committed corpus)
 #       CUDA_LIB_DIR: default /usr/local/cuda/lib64
 #   By hand over another toolkit (or lib directory):
 #       scripts/kernel_corpus.sh /tmp/names.txt.gz /opt/cuda-12/lib64
-#       bazel run //core:kernel_signature_differential_test -- /tmp/names.txt.gz
+#       bazel run //core/inference:kernel_signature_differential_test -- /tmp/names.txt.gz
 #
 # How: cuobjdump is not part of every toolkit install (it is not in this
 # one), and the device code inside the fat binaries is compressed, so the
@@ -20,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-out=${1:-core/testdata/kernel_names.txt.gz}
+out=${1:-core/inference/testdata/kernel_names.txt.gz}
 libdir=${2:-/usr/local/cuda/lib64}
 
 tmp=$(mktemp -d)

@@ -12,6 +12,15 @@ trap 'rm -f "$log"' EXIT
 bazel test //... "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 
+# The packages' direction (core/base -> core/driver -> core/{inference,
+# swap} -> core/tracker -> interpose) on the build graph.
+if scripts/layering.sh; then
+  echo "//scripts:layering                                                       PASSED" | tee -a "$log"
+else
+  echo "//scripts:layering                                                       FAILED" | tee -a "$log"
+  rc=1
+fi
+
 # The GPU bundle builds whenever the toolkit is here (nvcc), and the check
 # it carries runs on the fake driver (scripts/gpu_bundle.sh, gpu_check.sh).
 if [[ -x ${NVCC:-/usr/local/cuda/bin/nvcc} ]]; then

@@ -1,5 +1,5 @@
 // Calls every entry point libstensor.so exports (the STENSOR_HOOK lines of
-// core/driver_symbols.inc, and dlsym) on the fake driver, with valid
+// core/driver/driver_symbols.inc, and dlsym) on the fake driver, with valid
 // arguments and with arguments the driver rejects, run with and without
 // stensor (tests/hooks_test.sh). It prints, on stdout:
 //   rc LABEL N        the CUresult of one call: the same in every run (the
@@ -959,7 +959,7 @@ void Allocations() {
   INVALID(cuMemFreeAsync_ptsz, "host", Ptr(&p), nullptr);
   // Pools: an explicit allocation from the default pool (the driver's,
   // counted under a cap), the pool's attributes and trim (under a cap they
-  // include stensor's share: core/stream_ordered.h).
+  // include stensor's share: core/swap/stream_ordered.h).
   CUmemoryPool pool = nullptr;
   auto default_pool =
       reinterpret_cast<decltype(&::cuDeviceGetDefaultMemPool)>(dlsym(g_fake, "cuDeviceGetDefaultMemPool"));

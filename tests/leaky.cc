@@ -1,5 +1,5 @@
 // Leaves device buffers allocated at exit, for the leak report
-// (core/leaks.h): a 2 MiB and a 1 MiB buffer used by a kernel, a 64 KiB
+// (core/tracker/leaks.h): a 2 MiB and a 1 MiB buffer used by a kernel, a 64 KiB
 // stream-ordered one never used, and a 4 KiB one that is freed.
 #include <cstdio>
 

@@ -7,7 +7,7 @@
 # recovered) or stop with the injected error or CUDA_ERROR_OUT_OF_MEMORY
 # reported by the driver call that saw it; never crash, never print another
 # checksum. The in-process sweep over every occurrence is in
-# core/memory_manager_test.cc; this one checks the boundary (hooks, tracker).
+# core/swap/memory_manager_test.cc; this one checks the boundary (hooks, tracker).
 set -euo pipefail
 train=$1 fake=$2 stensor=$3
 tmp=${TEST_TMPDIR:-$(mktemp -d)}

@@ -1,7 +1,7 @@
 // How the memory manager charges an allocation against the cap, for every
 // tool that reads its access logs (`stensor sim`, `trace`, `report`), so
 // they count resident bytes as the library's own statistics do
-// (core/memory_manager.cc): from half a granule up, a cuMemAlloc buffer and
+// (core/swap/memory_manager.cc): from half a granule up, a cuMemAlloc buffer and
 // a cuMemAllocAsync one from the default pool are swappable VMM buffers that
 // take whole granules; the rest (smaller, pitched, from an explicit pool)
 // take 4 KiB pages; the program's own VMM memory counts as it is. And the
@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
-#include "core/config.h"
+#include "core/base/config.h"
 
 namespace stensor {
 
@@ -50,7 +50,7 @@ inline AllocationCharge ChargeOf(absl::string_view kind, absl::string_view api, 
 
 // The caps a log's header recorded (its STENSOR_MEMORY_LIMIT and
 // STENSOR_HOST_LIMIT texts; "" = unset), parsed as the library parses them
-// (core/config.h). Nothing else is read: no file, no environment.
+// (core/base/config.h). Nothing else is read: no file, no environment.
 inline absl::StatusOr<Config> LimitsFromHeader(const std::string& memory_limit,
                                                const std::string& host_limit) {
   return Config::Parse([&](const char* name) -> const char* {

@@ -7,7 +7,7 @@ namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
 
-// As core/memory_manager.cc serves allocations under a cap.
+// As core/swap/memory_manager.cc serves allocations under a cap.
 TEST(ChargeTest, AsTheManagerCharges) {
   struct Case {
     const char* kind;

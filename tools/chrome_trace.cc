@@ -22,7 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/config.h"
+#include "core/base/config.h"
 #include "nlohmann/json.hpp"
 #include "tools/charge.h"
 #include "tools/log_json.h"
@@ -158,7 +158,7 @@ class Converter {
       memory_limit = config.value("STENSOR_MEMORY_LIMIT", "");
       host_limit = config.value("STENSOR_HOST_LIMIT", "");
     }
-    // The caps as the library reads them (core/config.h), from the header's
+    // The caps as the library reads them (core/base/config.h), from the header's
     // canonical values.
     absl::StatusOr<Config> config = LimitsFromHeader(memory_limit, host_limit);
     if (config.ok()) {

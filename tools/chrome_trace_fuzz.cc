@@ -13,7 +13,7 @@
 // wide launch's slice keeps kMaxLogJsonElements reads and counts the rest.
 // A broken check aborts, which libFuzzer and fuzz_main.cc report as a crash.
 //
-// Built by //tools:chrome_trace_fuzz (and _scale) with core/fuzz_main.cc as
+// Built by //tools:chrome_trace_fuzz (and _scale) with tests/support/fuzz_main.cc as
 // a bounded regression test, and by `scripts/fuzz.sh chrome_trace`
 // (chrome_trace_scale) with libFuzzer.
 #include <algorithm>
@@ -28,7 +28,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "core/fuzz_target.h"
+#include "tests/support/fuzz_target.h"
 #include "nlohmann/json.hpp"
 #include "tools/chrome_trace.h"
 #include "tools/log_generator.h"

@@ -17,9 +17,9 @@
 //   launch counts, and a working set equal to the peak of the live charges;
 // - a well-formed log that the input's bytes describe (allocations, frees,
 //   launches with kernel names made of the input's bytes, memsets, copies),
-//   written with core/json.h (the access log's own writer): ParseTrace reads
+//   written with core/base/json.h (the access log's own writer): ParseTrace reads
 //   back exactly the operations written, and each kernel name round-trips
-//   (invalid UTF-8 replaced by U+FFFD, as core/json.h promises).
+//   (invalid UTF-8 replaced by U+FFFD, as core/base/json.h promises).
 // Built with STENSOR_FUZZ_SCALE, the input instead describes a log of scale
 // (CheckScale below, tools/log_generator.h): a training log thousands of
 // records long, a thousand buffers live, a launch of a quarter of a million
@@ -28,7 +28,7 @@
 // A broken check aborts, which libFuzzer and fuzz_main.cc report as a crash.
 //
 // Built by //tools:log_fuzz (and //tools:log_fuzz_scale) with
-// core/fuzz_main.cc as a bounded regression test, and by `scripts/fuzz.sh
+// tests/support/fuzz_main.cc as a bounded regression test, and by `scripts/fuzz.sh
 // log` (log_scale) with libFuzzer.
 #include <algorithm>
 #include <cinttypes>
@@ -48,8 +48,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "core/fuzz_target.h"
-#include "core/json.h"
+#include "tests/support/fuzz_target.h"
+#include "core/base/json.h"
 #include "nlohmann/json.hpp"
 #include "policy/eviction_policy.h"
 #include "tools/log_generator.h"

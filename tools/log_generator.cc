@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "core/json.h"
+#include "core/base/json.h"
 
 namespace stensor {
 namespace {

@@ -1,5 +1,5 @@
 // WriteGeneratedLog: access logs (docs/access-log.md) made to order, written
-// with the library's own record writer (core/json.h), so the tools can be
+// with the library's own record writer (core/base/json.h), so the tools can be
 // tested and measured on logs of any length and width without storing them:
 //
 //   - kMlp: the operations of examples/mlp's training loop (dataset shards

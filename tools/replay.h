@@ -1,5 +1,5 @@
 // Replay: runs a Trace under a device-memory cap with the decisions of the
-// memory manager (core/memory_manager.cc) — the S401-S405 loop of
+// memory manager (core/swap/memory_manager.cc) — the S401-S405 loop of
 // MakeRoom (under `version`: drop clean buffers least recently used first,
 // then garbage, then evict by the policy), its swap-in rules (no copy for an
 // operation that overwrites the buffer whole, none for a buffer never

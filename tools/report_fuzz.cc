@@ -18,7 +18,7 @@
 // launch of up to 263,164 reads), summarised on a 128 KiB stack.
 // A broken check aborts, which libFuzzer and fuzz_main.cc report as a crash.
 //
-// Built by //tools:report_fuzz (and _scale) with core/fuzz_main.cc as a
+// Built by //tools:report_fuzz (and _scale) with tests/support/fuzz_main.cc as a
 // bounded regression test, and by `scripts/fuzz.sh report` (report_scale)
 // with libFuzzer.
 #include <algorithm>
@@ -34,7 +34,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "core/fuzz_target.h"
+#include "tests/support/fuzz_target.h"
 #include "tools/log_generator.h"
 #include "tools/report.h"
 #include "tools/run_summary.h"

@@ -25,7 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "core/config.h"
+#include "core/base/config.h"
 
 namespace stensor {
 namespace {
@@ -327,7 +327,7 @@ std::string RunHelp() {
            "name, adds the library to LD_PRELOAD (after any preload already there) and "
            "returns CMD's exit status. Variables no flag sets are inherited (STENSOR_CONFIG "
            "and the file it names too). All are checked as the library checks them at start "
-           "(core/config.h: a value it would refuse, a STENSOR_* variable that is not an "
+           "(core/base/config.h: a value it would refuse, a STENSOR_* variable that is not an "
            "option) before CMD starts, so a mistake stops nothing but stensor run. "
            "SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to stensor run are "
            "passed on to CMD (not those from the terminal, which CMD gets itself). Flags "

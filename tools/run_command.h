@@ -1,6 +1,6 @@
 // `stensor run`: runs a command under libstensor.so. The flags become the
 // library's STENSOR_* variables (checked with the library's own parser,
-// core/config.h, before anything runs), the library is added to LD_PRELOAD
+// core/base/config.h, before anything runs), the library is added to LD_PRELOAD
 // after any preload already there, and the command's exit status is
 // returned, 128+N when signal N ends it, as shells report it. Ending
 // signals sent to `stensor run` are passed on to the command.

@@ -20,7 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "core/config.h"
+#include "core/base/config.h"
 #include "nlohmann/json.hpp"
 #include "tools/charge.h"
 #include "tools/log_json.h"

@@ -1,0 +1,1995 @@
+// MemoryManager's decisions: the eviction order, allocation under the cap
+// and the S401-S405 loop that makes room, swapping out and in (the state
+// transitions), and the Prepare/Finish of the program's operations with
+// the planned swaps around them. The plumbing they drive lives apart:
+// memory_manager_uses.cc (uses on streams, waits, stensor's streams),
+// memory_manager_physical.cc (physical memory, the chunk pool, mappings),
+// memory_manager_host.cc (host copies), memory_manager_external.cc (memory
+// counted but not swapped); the shared state is memory_manager_internal.h.
+
+#include "core/swap/memory_manager.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <tuple>
+#include <cstdio>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/driver/context_scope.h"
+#include "core/driver/device_context.h"
+#include "core/swap/driver_pool.h"
+#include "core/swap/host_copy.h"
+#include "core/base/json.h"
+#include "core/base/log.h"
+#include "core/swap/memory_manager_internal.h"
+#include "core/swap/stream_use.h"
+
+namespace stensor {
+
+// Pins this thread's operations hold (Prepare to Finish), in any manager:
+// what MakeRoom need not wait for.
+thread_local int t_operation_pins = 0;
+
+using memory_manager_internal::AlignUp;
+using memory_manager_internal::kNoConsumer;
+using memory_manager_internal::kSmallUnit;
+using memory_manager_internal::Seconds;
+
+EvictionCandidate MemoryManager::CandidateOf(const Buffer& b) const {
+  // What may go without a copy is shown as clean (a current host copy).
+  bool free = Droppable(b);
+  EvictionCandidate c;
+  c.id = b.id;
+  c.bytes = b.reserved;
+  c.location = free ? Location::kCpuGpu : b.location;
+  c.gpu_version = b.gpu_version;
+  c.host_version = free ? b.gpu_version : b.host_version;
+  c.last_use = b.last_use;
+  c.next_use = b.next_use;
+  return c;
+}
+
+void MemoryManager::Unindex(Buffer& b) {
+  if (!b.indexed && !b.drop_indexed) return;
+  Device& dev = DeviceState(b.device);
+  if (b.indexed) dev.evictable.erase(b.index_key);
+  if (b.drop_indexed) dev.droppable.erase(b.drop_key);
+  b.indexed = false;
+  b.drop_indexed = false;
+}
+
+void MemoryManager::Reindex(Buffer& b) {
+  // Every change of residency passes here: the planner hears of it.
+  if (!b.resident()) b.prefetched = false;
+  if (planner_ != nullptr && b.vmm && !b.garbage && b.planner_resident != b.resident()) {
+    b.planner_resident = b.resident();
+    if (b.resident()) {
+      planner_->OnResident(b.id);
+    } else {
+      planner_->OnEvicted(b.id);
+    }
+  }
+  // Pins, failed rounds and idleness change all the time: checked when an
+  // eviction looks, not kept here.
+  const bool eligible = b.vmm && b.resident() && !b.garbage && !b.exported;
+  // Never in either index (a small buffer, one swapped out): nothing to do.
+  if (!eligible && !b.indexed && !b.drop_indexed) return;
+  const bool droppable = eligible && Droppable(b);
+  Device& dev = DeviceState(b.device);
+  if (eligible) {
+    auto key = std::make_tuple(policy_->Key(CandidateOf(b)), b.id, b.serial);
+    if (!b.indexed || key != b.index_key) {
+      if (b.indexed) dev.evictable.erase(b.index_key);
+      b.index_key = key;
+      dev.evictable.emplace(key, &b);
+      b.indexed = true;
+    }
+  } else if (b.indexed) {
+    dev.evictable.erase(b.index_key);
+    b.indexed = false;
+  }
+  if (droppable) {
+    std::pair<uint64_t, uint64_t> key{b.last_use, b.serial};
+    if (!b.drop_indexed || key != b.drop_key) {
+      if (b.drop_indexed) dev.droppable.erase(b.drop_key);
+      b.drop_key = key;
+      dev.droppable.emplace(key, &b);
+      b.drop_indexed = true;
+    }
+  } else if (b.drop_indexed) {
+    dev.droppable.erase(b.drop_key);
+    b.drop_indexed = false;
+  }
+}
+
+std::string MemoryManager::MissingEntryPoints(const Driver& d) {
+  const std::pair<const char*, bool> needed[] = {
+#define STENSOR_SWAP_ENTRY(name) {#name, d.name != nullptr},
+#include "core/swap/swap_entry_points.inc"
+#undef STENSOR_SWAP_ENTRY
+  };
+  std::string missing;
+  for (const auto& [name, found] : needed) {
+    if (!found) absl::StrAppend(&missing, missing.empty() ? "" : ", ", name);
+  }
+  return missing;
+}
+
+std::unique_ptr<MemoryManager> MemoryManager::Create(const Config& config,
+                                                     const Driver* driver,
+                                                     LogSink log) {
+  if (!config.memory_limit.all_devices && config.memory_limit.per_device.empty()) {
+    return nullptr;
+  }
+  if (std::string missing = MissingEntryPoints(*driver); !missing.empty()) {
+    // Calling a null entry point later would crash the program: no cap.
+    SayOnce(LogLevel::kWarn, "cap-not-applied",
+            absl::StrCat("STENSOR_MEMORY_LIMIT is not applied: the CUDA driver lacks ", missing,
+                         ", which swapping needs (STENSOR_REAL_LIBCUDA names another driver?)"));
+    return nullptr;
+  }
+  std::unique_ptr<EvictionPolicy> policy =
+      config.policy == EvictionPolicyKind::kLru      ? MakeLruPolicy()
+      : config.policy == EvictionPolicyKind::kBelady ? MakeBeladyPolicy()
+                                                     : MakeVersionPolicy();
+  return std::unique_ptr<MemoryManager>(
+      new MemoryManager(config, driver, std::move(log), std::move(policy)));
+}
+
+MemoryManager::MemoryManager(const Config& config, const Driver* driver,
+                             LogSink log, std::unique_ptr<EvictionPolicy> policy)
+    : config_(config),
+      driver_(driver),
+      log_(std::move(log)),
+      policy_(std::move(policy)),
+      version_policy_(config.policy != EvictionPolicyKind::kLru),
+      verifier_(config.verify == VerifyMode::kOff
+                    ? nullptr
+                    : std::make_unique<Verifier>(config.verify, driver)),
+      profiler_(driver) {}
+
+MemoryManager::~MemoryManager() {
+  MutexLock lock(&mu_);
+  while (!by_base_.empty()) {
+    Buffer& b = *by_base_.begin()->second;
+    WaitIdle(b);  // an error here leaves nothing better to do than release
+    if (!ReleaseBuffer(DeviceState(b.device), b)) {
+      Unindex(b);
+      DequeueGarbage(DeviceState(b.device), b);
+      // At exit: leak what the driver would not release.
+      const uint64_t key = b.key;
+      by_base_.erase(by_base_.begin());
+      buffers_.erase(key);
+    }
+  }
+  ReleaseAllPooled();
+  RetryReleases();
+  (void)FreeSpareHostCopies();
+  for (auto& d : devices_) {
+    if (!d) continue;
+    // Failures here leak a handle at exit; nothing is left to keep consistent.
+    if (d->swap_stream != nullptr) (void)driver_->cuStreamDestroy_v2(d->swap_stream);
+    if (d->fetch_stream != nullptr) (void)driver_->cuStreamDestroy_v2(d->fetch_stream);
+    for (const Use& u : d->unknown) {
+      if (u.event != nullptr) (void)driver_->cuEventDestroy_v2(u.event);
+    }
+  }
+  for (const ExternalFree& f : external_frees_) {
+    for (const Use& u : f.uses) {
+      if (u.event != nullptr) (void)driver_->cuEventDestroy_v2(u.event);
+    }
+  }
+}
+
+void MemoryManager::Log(std::string line) const {
+  if (log_) log_(std::move(line));
+}
+
+uint64_t MemoryManager::CapFor(int device, size_t device_total) const {
+  std::optional<size_t> cap = config_.memory_limit.BytesFor(device, device_total);
+  return cap ? *cap : device_total;
+}
+
+MemoryManager::Device& MemoryManager::DeviceState(int ordinal) {
+  if (ordinal < 0) ordinal = 0;
+  if (static_cast<size_t>(ordinal) >= devices_.size()) devices_.resize(ordinal + 1);
+  std::unique_ptr<Device>& d = devices_[ordinal];
+  if (d) return *d;
+  d = std::make_unique<Device>();
+  d->ordinal = ordinal;
+  size_t total = 0;
+  if (driver_->cuDeviceTotalMem_v2) driver_->cuDeviceTotalMem_v2(&total, ordinal);
+  d->total = total;
+  d->cap = CapFor(ordinal, total);
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = ordinal;
+  size_t granularity = 0;
+  if (driver_->cuMemGetAllocationGranularity &&
+      driver_->cuMemGetAllocationGranularity(&granularity, &prop,
+                                             CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) ==
+          CUDA_SUCCESS) {
+    d->granularity = granularity;
+  }
+  int host_vmm = 0;
+  if (driver_->cuDeviceGetAttribute) {
+    driver_->cuDeviceGetAttribute(
+        &host_vmm, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+        ordinal);
+  }
+  d->host_vmm = host_vmm != 0;
+  return *d;
+}
+
+void MemoryManager::Charge(Device& dev, uint64_t bytes) {
+  dev.used += bytes;
+  stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, dev.used);
+}
+
+MemoryManager::Buffer* MemoryManager::ById(uint64_t id) {
+  if (id == 0 || id >= kUntrackedKeys) return nullptr;  // never a registry id
+  auto it = buffers_.find(id);
+  return it == buffers_.end() ? nullptr : it->second.get();
+}
+
+CUresult MemoryManager::Failed(CUresult r) {
+  if (r != CUDA_SUCCESS) ++stats_.driver_errors;
+  return r;
+}
+
+// --- Allocation -----------------------------------------------------------------
+
+CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId register_id,
+                                 bool stream_ordered) {
+  if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  CUdevice ordinal = 0;
+  if (CUresult r = driver_->cuCtxGetDevice(&ordinal); r != CUDA_SUCCESS) return r;
+  CUcontext context = nullptr;
+  if (CUresult r = driver_->cuCtxGetCurrent(&context); r != CUDA_SUCCESS) return r;
+  MutexLock lock(&mu_);
+  Device& dev = DeviceState(ordinal);
+  // More than the cap can never be resident: with host-located VMM it is
+  // born in host memory and served from there (below); without, out of
+  // memory. More than the device has is out of memory either way, as the
+  // driver answers (a program probing for the largest allocation must not
+  // be handed host memory without end; rounding SIZE_MAX up would wrap).
+  const bool over_cap = bytes > dev.cap;
+  if (over_cap && (!dev.host_vmm || dev.granularity == 0 || dev.total == 0 ||
+                   bytes > dev.total)) {
+    LogOom(dev, bytes);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  auto b = std::make_unique<Buffer>();
+  b->size = bytes;
+  b->device = ordinal;
+  b->context = context;
+  if (dev.context == nullptr) dev.context = context;
+  b->gpu_version = ++version_;
+  b->last_use = ++clock_;  // just used: not the first to go
+  // From half a granule up a buffer maps a whole chunk (at most twice its
+  // size): the memory it frees serves any other buffer, where the driver's
+  // allocator would need a pooled chunk released for it (room for it) and
+  // created again for the next VMM buffer.
+  const bool vmm_sized = dev.granularity != 0 && bytes >= dev.granularity / 2;
+  if (vmm_sized) b->reserved = AlignUp(bytes, dev.granularity);
+  // A pending free of the same size serves first, before it is released
+  // (which would unmap and free what a new reservation then maps again).
+  bool taken_over = vmm_sized && !over_cap && (TakeKept(dev, *b) || TakeOverGarbage(dev, *b));
+  CollectGarbage();
+  ReapOldMappings(dev, /*wait=*/false);
+  if (vmm_sized && !taken_over && !over_cap) {
+    taken_over = TakeKept(dev, *b) || TakeOverGarbage(dev, *b);
+  }
+  // With host-located VMM, a small one finding no room under the cap is
+  // no refusal either: made a buffer of one granule, born on the host
+  // (below), it is swapped in when a granule is free.
+  const bool small_fallback = ServesSmallFromHost(dev, bytes);
+  bool small_on_host = false;
+  if (!vmm_sized) {
+    b->reserved = AlignUp(bytes, kSmallUnit);
+    serve_fallback_ = small_fallback;
+    CUresult r = MakeRoom(dev, b->reserved);
+    serve_fallback_ = false;
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && small_fallback) {
+      small_on_host = true;
+      b->reserved = AlignUp(bytes, dev.granularity);
+    } else if (r != CUDA_SUCCESS) {
+      return r;
+    }
+  }
+  if (taken_over) {
+    b->vmm = true;
+  } else if (!vmm_sized && !small_on_host) {
+    // Too small to map on its own: the driver's allocator, charged, kept.
+    TrimDriverPool(dev);
+    CUresult r;
+    while ((r = driver_->cuMemAlloc_v2(&b->base, bytes)) == CUDA_ERROR_OUT_OF_MEMORY) {
+      if (!EvictByPolicy(dev, b->reserved)) {  // the device is full
+        LogOom(dev, b->reserved);
+        return r;
+      }
+    }
+    if (r != CUDA_SUCCESS) return r;
+    Charge(dev, b->reserved);
+  } else {
+    b->vmm = true;
+    // Room is made (or a pooled chunk taken) once the range is reserved.
+    if (CUresult r = driver_->cuMemAddressReserve(&b->base, b->reserved, 0, 0, 0);
+        r != CUDA_SUCCESS) {
+      return r;
+    }
+    b->va_reserved = true;
+    serve_fallback_ = dev.host_vmm;  // no room is no refusal: born on the host
+    CUresult r = over_cap || small_on_host ? CUDA_ERROR_OUT_OF_MEMORY : MapDevice(dev, *b);
+    serve_fallback_ = false;
+    // No room for it on the device: born on the host, swapped out, its
+    // (zeroed) host copy mapped at its address, served from there. (Not
+    // where a failed undo left memory mapped at the address.)
+    const bool stuck_here = !stuck_.empty() && stuck_.back().va == b->base;
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && dev.host_vmm && b->device_chunks.empty() &&
+        !stuck_here) {
+      r = AllocateOnHost(dev, *b);
+    } else if (r == CUDA_ERROR_OUT_OF_MEMORY && dev.host_vmm) {
+      LogOom(dev, b->reserved);
+    }
+    if (r != CUDA_SUCCESS) {
+      if (!stuck_.empty() && stuck_.back().va == b->base && stuck_.back().reserved == 0) {
+        stuck_.back().reserved = b->reserved;  // freed once unmapped
+      } else {
+        // A range that cannot be freed is only address space lost; the
+        // program sees why its allocation failed.
+        (void)Failed(driver_->cuMemAddressFree(b->base, b->reserved));
+      }
+      return r;
+    }
+  }
+  *dptr = b->base;
+  b->serial = ++serial_;
+  // Named by the registry's id from here on, before any other thread can
+  // see it (the lock is held).
+  b->id = register_id(b->base);
+  b->key = b->id != 0 && b->id < kUntrackedKeys ? b->id : kUntrackedKeys + ++untracked_;
+  if (b->key != b->id) b->id = 0;
+  Buffer& added = *b;
+  by_base_[added.base] = &added;
+  buffers_[added.key] = std::move(b);
+  Reindex(added);
+  if (stream_ordered) {
+    added.stream_ordered = true;
+    StreamOrderedUsage& u = dev.stream_ordered;
+    u.used += added.size;
+    u.reserved += added.reserved;
+    u.used_high = std::max(u.used_high, u.used);
+    u.reserved_high = std::max(u.reserved_high, u.reserved);
+  }
+  return CUDA_SUCCESS;
+}
+
+MemoryManager::StreamOrderedUsage MemoryManager::StreamOrdered(int device) {
+  MutexLock lock(&mu_);
+  CollectGarbage();  // freed buffers whose free ran hold no memory any more
+  return DeviceState(device).stream_ordered;
+}
+
+void MemoryManager::ResetStreamOrderedHigh(int device, bool used, bool reserved) {
+  MutexLock lock(&mu_);
+  StreamOrderedUsage& u = DeviceState(device).stream_ordered;
+  if (used) u.used_high = u.used;
+  if (reserved) u.reserved_high = u.reserved;
+}
+
+bool MemoryManager::Swappable(uint64_t bytes) {
+  CUdevice ordinal = 0;
+  if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return false;
+  MutexLock lock(&mu_);
+  const Device& dev = DeviceState(ordinal);
+  return dev.granularity != 0 && bytes >= dev.granularity / 2 && bytes <= dev.cap;
+}
+
+bool MemoryManager::SmallServedFromHost(uint64_t bytes) {
+  CUdevice ordinal = 0;
+  if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return false;
+  MutexLock lock(&mu_);
+  return ServesSmallFromHost(DeviceState(ordinal), bytes);
+}
+
+bool MemoryManager::ServesSmallFromHost(const Device& dev, uint64_t bytes) {
+  return dev.host_vmm && dev.granularity != 0 && bytes < dev.granularity / 2;
+}
+
+MemoryManager::Footprint MemoryManager::FootprintOf(absl::Span<const uint64_t> ids) const {
+  MutexLock lock(&mu_);
+  Footprint f;
+  absl::flat_hash_set<const Buffer*> seen;
+  for (uint64_t id : ids) {
+    if (id == 0 || id >= kUntrackedKeys) continue;  // never a registry id
+    auto it = buffers_.find(id);
+    if (it == buffers_.end() || it->second->garbage) continue;
+    const Buffer& b = *it->second;
+    if (!seen.insert(&b).second) continue;
+    if (seen.size() == 1) f.device = b.device;
+    f.bytes += b.reserved;
+    ++f.buffers;
+  }
+  if (f.device >= 0 && static_cast<size_t>(f.device) < devices_.size() && devices_[f.device]) {
+    f.cap = devices_[f.device]->cap;
+    f.host_vmm = devices_[f.device]->host_vmm;
+  }
+  return f;
+}
+
+bool MemoryManager::Owns(CUdeviceptr base) const {
+  MutexLock lock(&mu_);
+  return by_base_.count(base) != 0;
+}
+
+CUresult MemoryManager::Free(CUdeviceptr base) {
+  MutexLock lock(&mu_);
+  auto it = by_base_.find(base);
+  if (it == by_base_.end()) return CUDA_ERROR_INVALID_VALUE;
+  Buffer& b = *it->second;
+  if (b.garbage) return CUDA_ERROR_INVALID_VALUE;  // freed twice
+  Device& dev = DeviceState(b.device);
+  b.garbage = true;
+  if (b.stream_ordered) DeviceState(b.device).stream_ordered.used -= b.size;
+  if (planner_ != nullptr) planner_->OnFreed(b.id);
+  Reindex(b);  // out of the eviction order
+  // Released once its work completed (or a release the driver refused is
+  // retried), or its memory reused in stream order before then (S404).
+  if (b.pins > 0 || !Idle(b) || !ReleaseOrKeep(dev, b)) EnqueueGarbage(dev, b);
+  // Earlier frees whose work completed since: a program that never
+  // synchronises holds only those still in flight.
+  CollectGarbage(dev);
+  ReapOldMappings(dev, /*wait=*/false);
+  return CUDA_SUCCESS;
+}
+
+CUresult MemoryManager::FreeAsync(CUdeviceptr base, CUstream stream,
+                                  absl::FunctionRef<void()> forget) {
+  // A use recorded on a stream that is none would be lost, and the buffer
+  // freed where the driver refuses: asked without side effects (a driver
+  // that cannot be asked, without cuStreamGetCtx, is taken at its word).
+  CUcontext context = nullptr;
+  if (CUresult r = StreamContext(*driver_, stream, &context);
+      r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_SUPPORTED) {
+    return r;
+  }
+  MutexLock lock(&mu_);
+  auto it = by_base_.find(base);
+  if (it == by_base_.end()) return CUDA_ERROR_INVALID_VALUE;
+  Buffer& b = *it->second;
+  if (b.garbage) return CUDA_ERROR_INVALID_VALUE;  // freed twice
+  forget();
+  // The free's place in `stream`: a use recorded there.
+  // A use that could not be recorded is not idle until a host wait for the
+  // stream (or the context) has observed it (WaitForUse): still stream order.
+  NoteUse(b.uses, stream, b.device);
+  b.garbage = true;
+  if (b.stream_ordered) DeviceState(b.device).stream_ordered.used -= b.size;
+  if (planner_ != nullptr) planner_->OnFreed(b.id);
+  Reindex(b);  // out of the eviction order
+  // Released once the stream passed the free, or reused in stream order
+  // before then (S404).
+  Device& dev = DeviceState(b.device);
+  if (b.pins > 0 || !Idle(b) || !ReleaseOrKeep(dev, b)) EnqueueGarbage(dev, b);
+  CollectGarbage(dev);
+  ReapOldMappings(dev, /*wait=*/false);
+  return CUDA_SUCCESS;
+}
+
+MemoryManager::Buffer* MemoryManager::Containing(uint64_t addr) const {
+  auto it = by_base_.upper_bound(addr);
+  if (it == by_base_.begin()) return nullptr;
+  --it;
+  Buffer* b = it->second;
+  return b->vmm && addr - b->base < b->reserved ? b : nullptr;
+}
+
+std::optional<MemoryManager::BufferView> MemoryManager::Find(CUdeviceptr addr) const {
+  MutexLock lock(&mu_);
+  const Buffer* b = Containing(addr);
+  if (b == nullptr) return std::nullopt;
+  return BufferView{b->base, b->size, b->reserved, b->device, b->context, b->id, b->garbage};
+}
+
+CUresult MemoryManager::CheckRange(uint64_t addr, uint64_t extent) const {
+  if (extent == 0) return CUDA_SUCCESS;
+  MutexLock lock(&mu_);
+  const Buffer* b = Containing(addr);
+  if (b == nullptr) return CUDA_SUCCESS;  // not ours: the driver checks it
+  uint64_t offset = addr - b->base;
+  if (b->garbage || offset >= b->size || extent > b->size - offset) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+// --- S401-S405 --------------------------------------------------------------------
+
+void MemoryManager::LogOom(Device& dev, uint64_t need) {
+  if (serve_fallback_) return;  // not a refusal: served from host instead
+  ++stats_.ooms;
+  Log(JsonLine()
+          .Str("type", "oom")
+          .Int("device", dev.ordinal)
+          .Uint("bytes", need)
+          .Uint("used", dev.used)
+          .Uint("cap", dev.cap)
+          .Finish());
+}
+
+CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
+  if (need > dev.cap) {  // evicting everything would not make it fit
+    LogOom(dev, need);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  ++round_;  // buffers that failed to go before may go now
+  if (!unreleased_.empty() || !stuck_.empty()) RetryReleases();
+  CUresult error = CUDA_SUCCESS;
+  absl::Duration waited_for_pins;
+  for (;;) {
+    ReapOldMappings(dev, /*wait=*/false);
+    // Written so that no sum can wrap, whatever `need` is. With
+    // `pool_counts` the caller takes the pooled chunks that fit the need
+    // (charged already), even those still mapped at old addresses (its work
+    // is ordered after theirs on the swap stream): only the rest must fit.
+    if (dev.used <= dev.cap - need) return CUDA_SUCCESS;                   // S401/S402
+    const uint64_t fits = pool_counts ? PoolFits(dev, need) : 0;  // walks the pool: not first
+    const uint64_t fresh = need - std::min(need, fits);
+    if (dev.used <= dev.cap - fresh) return CUDA_SUCCESS;
+    // Driver allocations freed in stream order whose free has run: their
+    // charge is gone already, so they go before any pooled chunk (a chunk
+    // released here is created again at the next swap-in: the transformer's
+    // small stream-ordered temporaries cost a create and a release a step).
+    if (!external_frees_.empty() && SettleExternalFrees(dev.ordinal, false)) continue;
+    if (ReleaseOneKept(dev)) continue;  // freed and kept: no copy, no wait
+    // A pooled chunk the need cannot use (larger than it, or left over):
+    // released, it makes room at no copy.
+    if (pool_counts && ReleaseOneUnfit(dev, need) > 0) continue;
+    if (!pool_counts && ReleaseOnePooled(dev) > 0) continue;  // pooled chunks go first
+    // What is pooled and not taken is still mapped at old addresses whose
+    // swap-out copies are in flight: it is becoming free, so wait for it
+    // rather than evict more.
+    if (const uint64_t unfit = dev.pool.bytes() - fits;
+        unfit > 0 && dev.used - unfit <= dev.cap - fresh) {
+      if (no_block_) return CUDA_ERROR_NOT_READY;  // it comes, but not without a wait
+      if (ReapOldMappings(dev, /*wait=*/true)) continue;
+    }
+    if (version_policy_ && DropOneClean(dev, &error)) continue;           // S403
+    if (ReleaseGarbage(dev, /*wait=*/false, &error)) continue;            // S404
+    if (ReleaseGarbage(dev, /*wait=*/true, &error)) continue;
+    // A host wait for driver frees still queued on the program's streams
+    // only when they would make the room: else evicting is needed anyway,
+    // and they settle by themselves meanwhile (transformer_train at 50 %
+    // waited for a 128 KiB free a few times a step, then evicted).
+    if (!external_frees_.empty() &&
+        QueuedExternalBytes(dev.ordinal) >= dev.used - (dev.cap - fresh) &&
+        SettleExternalFrees(dev.ordinal, true)) {
+      continue;
+    }
+    if (EvictByPolicy(dev, dev.used - (dev.cap - need), &error)) continue;  // S405
+    if (!spend_prefetched_) {
+      // Last, what was fetched ahead of its use (not while prefetching:
+      // a fetch never evicts another's).
+      if (no_block_) return CUDA_ERROR_NOT_READY;
+      spend_prefetched_ = true;
+      const bool evicted = (version_policy_ && DropOneClean(dev, &error)) ||
+                           EvictByPolicy(dev, dev.used - (dev.cap - need), &error);
+      spend_prefetched_ = false;
+      if (evicted) continue;
+    }
+    // Pooled memory the need cannot take is still mapped at old addresses:
+    // once their copies are done it can go.
+    if (dev.pool.bytes() > fits && ReapOldMappings(dev, /*wait=*/true)) continue;
+    if (!external_frees_.empty() && SettleExternalFrees(dev.ordinal, true)) continue;
+    // Nothing was left to evict, or what was left could not be evicted
+    // because the driver failed: then that is the error to see.
+    if (error != CUDA_SUCCESS) return error;
+    // What other threads' operations hold while they are prepared or
+    // submitted becomes evictable when they finish: wait for that rather
+    // than refuse work the cap could hold one operation at a time. Bounded,
+    // since two threads holding pins could each wait for the other.
+    // Only a caller holding no pins of its own waits here (Prepare lets go
+    // of its own first): two waiting for each other would never finish.
+    if (!no_block_ && t_operation_pins == 0 && OthersPin() &&
+        WaitForUnpin(&waited_for_pins)) {
+      continue;
+    }
+    LogOom(dev, need);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+}
+
+bool MemoryManager::OthersPin() const { return pinned_ > t_operation_pins; }
+
+void MemoryManager::Pin(Buffer& b) {
+  ++b.pins;
+  ++pinned_;
+}
+
+void MemoryManager::Unpin(Buffer& b) {
+  --b.pins;
+  --pinned_;
+}
+
+bool MemoryManager::WaitForUnpin(absl::Duration* waited) {
+  constexpr absl::Duration kMostWait = absl::Seconds(2);
+  if (*waited >= kMostWait) return false;
+  const uint64_t seen = unpins_;
+  const absl::Time start = absl::Now();
+  auto unpinned = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return unpins_ != seen; };
+  mu_.AwaitWithTimeout(absl::Condition(&unpinned), absl::Milliseconds(5));
+  *waited += absl::Now() - start;
+  ++round_;  // buffers that failed to go may go now
+  return true;
+}
+
+bool MemoryManager::Droppable(const Buffer& b) const {
+  return b.stale_device || b.clean() || (version_policy_ && !b.written);
+}
+
+bool MemoryManager::DropOneClean(Device& dev, CUresult* error) {
+  // The least recently used droppable buffer not pinned (those are few:
+  // an operation's own buffers) nor failed in this round.
+  Buffer* pick = nullptr;
+  for (auto& [key, b] : dev.droppable) {
+    if (b->pins > 0 || b->failed_round == round_ || (!CanQueue(dev) && !Idle(*b)) ||
+        (b->prefetched && !spend_prefetched_)) {
+      continue;
+    }
+    pick = b;
+    break;
+  }
+  if (pick == nullptr) return false;
+  CUresult r = SwapOut(dev, *pick, /*copy=*/false);
+  if (r == CUDA_SUCCESS) return true;
+  if (r == CUDA_ERROR_NOT_READY) r = WaitIdle(*pick);  // not orderable on the device
+  if (r == CUDA_SUCCESS) return true;  // unlocked: look again
+  pick->failed_round = round_;
+  if (error != nullptr) *error = r;
+  return true;  // look again: the next clean buffer, or the next step
+}
+
+bool MemoryManager::ReleaseGarbage(Device& dev, bool wait, CUresult* error) {
+  if (dev.garbage.empty()) return false;
+  // What completed is released; the memory of what did not is free in stream
+  // order: handed on (QueueGarbage) rather than waited for.
+  if (!wait) return CollectGarbage(dev) || HandOnGarbage(dev);
+  // A host wait for the oldest one that could not go otherwise. Unlocks:
+  // the caller looks again.
+  for (auto& [key, queue] : dev.garbage) {
+    for (Buffer* b : queue) {
+      if (b->pins > 0 || b->failed_round == round_) continue;
+      if (CUresult r = WaitIdle(*b); r != CUDA_SUCCESS) {
+        b->failed_round = round_;
+        if (error != nullptr) *error = r;
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
+bool MemoryManager::QueueGarbage(Device& dev, Buffer& b) {
+  // Exported memory may still be mapped by whoever holds its handle: never
+  // another buffer's.
+  if (!b.vmm || b.exported || b.device_chunks.empty() || b.old_mapped || b.host_at_base ||
+      !CanQueue(dev) || EnsureSwapStream(dev) != CUDA_SUCCESS ||
+      !OrderSwapAfterUses(dev, b)) {
+    return false;
+  }
+  // The swap stream's point after the buffer's last uses: whoever takes its
+  // chunks works after it there; its address is unmapped once it is seen.
+  NoteUse(b.uses, dev.swap_stream, dev.ordinal);
+  for (const Use& u : b.uses) {
+    if (u.stream == dev.swap_stream && !u.recorded) return false;  // not observable
+  }
+  // Released from the old mappings once the swap stream passed that point
+  // (ReapOldMappings), no longer a pending free of its streams.
+  DequeueGarbage(dev, b);
+  DetachShadowed(dev, b);
+  return true;
+}
+
+bool MemoryManager::HandOnGarbage(Device& dev) {
+  if (dev.garbage.empty() || !CanQueue(dev)) return false;
+  // The oldest of each queue with device memory (a swapped-out one has
+  // none to give). One that cannot be ordered now goes last, so that it
+  // holds back no other (a host wait for it stays possible: ReleaseGarbage).
+  for (auto& [key, queue] : dev.garbage) {
+    auto it = queue.begin();
+    for (size_t left = queue.size(); left > 0 && it != queue.end(); --left) {
+      Buffer* b = *it++;
+      if (b->pins > 0 || b->failed_round == round_ || !b->vmm || b->exported ||
+          b->device_chunks.empty()) {
+        continue;
+      }
+      if (QueueGarbage(dev, *b)) return true;  // b left the queue
+      queue.splice(queue.end(), queue, b->garbage_at);
+    }
+  }
+  return false;
+}
+
+bool MemoryManager::TakeOverGarbage(Device& dev, Buffer& b) {
+  if (dev.garbage.empty()) return false;
+  for (auto& [key, queue] : dev.garbage) {
+    if (queue.empty()) continue;
+    Buffer& g = *queue.front();
+    if (g.reserved != b.reserved || !g.vmm || g.exported || g.pins > 0 || !g.va_reserved ||
+        g.old_mapped || g.host_at_base || ChunkBytes(g.device_chunks) != b.reserved) {
+      continue;
+    }
+    // Its work still queued comes first on the swap stream (no host wait).
+    // Its host copy, stale for the new owner, is let go only once that work
+    // is done, as at a release: a swap copy from or into it, or a kernel
+    // reading it at the address while it was swapped out, may still be
+    // queued, and letting it go releases its memory at once (or keeps it
+    // for a release that does not wait). Where its work cannot be ordered,
+    // it holds a host copy with work queued, or its host copy cannot be let
+    // go, it is not taken, and goes last so that it holds back no other
+    // (its device memory can still be handed on: HandOnGarbage).
+    if ((!Idle(g) && (g.host.exists() || !CanQueue(dev) ||
+                      EnsureSwapStream(dev) != CUDA_SUCCESS || !OrderSwapAfterUses(dev, g))) ||
+        !ReleaseHostCopy(dev, g)) {
+      queue.splice(queue.end(), queue, g.garbage_at);
+      continue;
+    }
+    if (!Adopt(dev, b, g)) return false;
+    ++stats_.garbage_taken_over;
+    return true;
+  }
+  return false;
+}
+
+bool MemoryManager::Adopt(Device& dev, Buffer& b, Buffer& g) {
+  b.base = g.base;
+  b.va_reserved = true;
+  b.device_chunks = std::move(g.device_chunks);
+  // The old owner's uses stay the new owner's: evicting it, or releasing
+  // it once freed, waits for them as for its own.
+  b.uses = std::move(g.uses);
+  if (ZeroReused(dev, b) != CUDA_SUCCESS) {
+    // Holding the old contents: back to the freed buffer, taken no further.
+    g.device_chunks = std::move(b.device_chunks);
+    g.uses = std::move(b.uses);
+    b.device_chunks.clear();
+    b.uses.clear();
+    b.base = 0;
+    b.va_reserved = false;
+    return false;
+  }
+  DequeueGarbage(dev, g);
+  Unkeep(dev, g);
+  Unindex(g);
+  if (g.stream_ordered) dev.stream_ordered.reserved -= g.reserved;
+  by_base_.erase(g.base);
+  buffers_.erase(g.key);  // destroys g
+  return true;
+}
+
+void MemoryManager::Unkeep(Device& dev, Buffer& b) {
+  if (!b.kept) return;
+  for (auto it = dev.kept.find(b.reserved); it != dev.kept.end() && it->first == b.reserved;
+       ++it) {
+    if (it->second == &b) {
+      dev.kept.erase(it);
+      break;
+    }
+  }
+  dev.kept_bytes -= b.reserved;
+  b.kept = false;
+}
+
+void MemoryManager::CollectGarbage() {
+  for (auto& d : devices_) {
+    if (d) CollectGarbage(*d);
+  }
+}
+
+bool MemoryManager::CollectGarbage(Device& dev) {
+  const uint64_t pooled = dev.pool.bytes();
+  bool released = false;
+  for (auto it = dev.garbage.begin(); it != dev.garbage.end();) {
+    std::list<Buffer*>& queue = it->second;
+    // Oldest first, up to the first not done (work on one stream completes
+    // in order). One the driver would not release goes last, for a retry.
+    for (size_t left = queue.size(); left > 0 && !queue.empty(); --left) {
+      Buffer& b = *queue.front();
+      if (b.pins > 0 || !Idle(b)) break;
+      if (ReleaseOrKeep(dev, b)) {  // takes it off the queue
+        ++stats_.garbage_released;
+        released = true;
+        continue;
+      }
+      b.failed_round = round_;  // not waited for in this round (ReleaseGarbage)
+      queue.splice(queue.end(), queue, b.garbage_at);
+    }
+    it = queue.empty() ? dev.garbage.erase(it) : std::next(it);
+  }
+  // A release that failed after pooling the memory made room too.
+  return released || dev.pool.bytes() > pooled;
+}
+
+void MemoryManager::EnqueueGarbage(Device& dev, Buffer& b) {
+  if (b.garbage_queue != nullptr) return;
+  // The queue of the one stream its work not seen done is on; work on
+  // several (or none known: a pin, work of unknown accesses, a release the
+  // driver refused) shares another. A use no event records is never seen
+  // done by a query (only a host wait tells): such frees wait apart, so
+  // that they hold back no other.
+  static constexpr Device::StreamKey kSeveral{nullptr, ~uint64_t{0}};
+  static constexpr Device::StreamKey kUnrecorded{nullptr, ~uint64_t{0} - 1};
+  std::optional<Device::StreamKey> key;
+  for (Use& u : b.uses) {
+    if (Observed(u)) continue;
+    if (!u.recorded) {
+      key = kUnrecorded;
+      break;
+    }
+    const Device::StreamKey k{u.stream, u.thread};
+    if (key.has_value() && *key != k) key = kSeveral;
+    if (!key.has_value()) key = k;
+  }
+  std::list<Buffer*>& queue = dev.garbage[key.value_or(kSeveral)];
+  b.garbage_at = queue.insert(queue.end(), &b);
+  b.garbage_queue = &queue;
+  RecountGarbage(dev, b);
+}
+
+void MemoryManager::DequeueGarbage(Device& dev, Buffer& b) {
+  if (b.garbage_queue == nullptr) return;
+  dev.garbage_bytes -= b.garbage_counted;
+  b.garbage_counted = 0;
+  // An emptied queue is erased by the next CollectGarbage.
+  b.garbage_queue->erase(b.garbage_at);
+  b.garbage_queue = nullptr;
+}
+
+void MemoryManager::RecountGarbage(Device& dev, Buffer& b) {
+  if (b.garbage_queue == nullptr) return;
+  const uint64_t now = b.vmm && !b.exported ? ChunkBytes(b.device_chunks) : 0;
+  dev.garbage_bytes = dev.garbage_bytes - b.garbage_counted + now;
+  b.garbage_counted = now;
+}
+
+MemoryManager::Buffer* MemoryManager::PolicyVictim(Device& dev) {
+  // The first in the policy's order not pinned (those are few: the buffers
+  // of operations being prepared) nor failed in this round.
+  for (auto& [key, b] : dev.evictable) {
+    if (b->pins > 0 || b->failed_round == round_ || (b->prefetched && !spend_prefetched_)) {
+      continue;
+    }
+    return b;
+  }
+  return nullptr;
+}
+
+uint64_t MemoryManager::FreeUnderCap(const Device& dev) {
+  const uint64_t room = dev.pool.bytes() + dev.garbage_bytes + dev.kept_bytes;
+  const uint64_t held = dev.used - std::min(dev.used, room);
+  return held < dev.cap ? dev.cap - held : 0;
+}
+
+bool MemoryManager::ServesRatherThanFetches(Device& dev, Buffer& b, uint64_t next_use) {
+  if (FreeUnderCap(dev) >= b.reserved) return false;  // room without displacing anything
+  const Buffer* victim = PolicyVictim(dev);
+  return victim != nullptr && policy_->ServeRatherThanFetch(next_use, CandidateOf(*victim));
+}
+
+bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, CUresult* error) {
+  (void)needed;  // one at a time: the caller re-checks the cap after each
+  Buffer* pick = PolicyVictim(dev);
+  if (pick == nullptr) return false;
+  const bool copies = policy_->Copies(CandidateOf(*pick));
+  const Eviction chosen[] = {{pick->id, copies}};
+  std::vector<Buffer*> buffers = {pick};
+  // One at a time: the caller re-checks the cap after each. A swap-out that
+  // fails (the host limit, a driver error) is skipped in the next look.
+  for (const Eviction& e : chosen) {
+    Buffer& b = *buffers[0];
+    if (!CanQueue(dev) && !Idle(b)) {
+      // Unlocks: the caller looks again, from the start (without this
+      // buffer, if its work could not be observed complete).
+      if (CUresult r = WaitIdle(b); r != CUDA_SUCCESS) {
+        b.failed_round = round_;
+        if (error != nullptr) *error = r;
+      }
+      return true;
+    }
+    CUresult r = SwapOut(dev, b, e.copy || !Droppable(b));
+    if (r == CUDA_SUCCESS) return true;
+    if (r == CUDA_ERROR_NOT_READY) {
+      // Its work could not be ordered on the device: wait on the host.
+      if (r = WaitIdle(b); r != CUDA_SUCCESS) {
+        b.failed_round = round_;
+        if (error != nullptr) *error = r;
+      }
+      return true;
+    }
+    // Look again without it: the policy chose only as much as was needed.
+    b.failed_round = round_;
+    if (error != nullptr && r != CUDA_ERROR_OUT_OF_MEMORY) *error = r;
+    return true;
+  }
+  return false;
+}
+
+// --- Swapping ---------------------------------------------------------------------
+
+bool MemoryManager::CanQueue(Device& dev) const {
+  // Work of unknown accesses may reach any buffer: it holds eviction off.
+  // STENSOR_VERIFY checks a drop on the device while it is idle.
+  return verifier_ == nullptr && UnknownIdle(dev);
+}
+
+// resident -> swapped out. The steps that can fail come first (host copy,
+// the swap stream ordered after the buffer's uses, the copy, the record of
+// its completion), the metadata last; on a failure the buffer is still
+// resident and consistent. The device memory reaches the pool at once: if
+// the copy (or the buffer's last use) is still in flight it stays mapped at
+// the buffer's address until that is observed complete (ReapOldMappings),
+// and its next user runs after it on the swap stream.
+CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
+  ReindexAtExit reindex(this, b);
+  const bool idle = Idle(b);
+  // Nothing is evicted under pending work that may reach it unless it can
+  // be queued behind that work (callers wait otherwise).
+  if (!idle && !CanQueue(dev)) return CUDA_ERROR_NOT_READY;
+  if (b.stale_device) copy = false;         // the host copy is the data
+  if (!copy && !Droppable(b)) copy = true;  // never drop what is dirty
+  bool never_written = !copy && !b.stale_device && !b.clean();
+  // Never fault: with host-located VMM the address reads the host copy
+  // while swapped out, so even a never-written buffer gets one (fresh, or
+  // a kept one zeroed: holding what fresh device memory holds; nothing is
+  // copied into it).
+  if (copy || (never_written && dev.host_vmm)) {
+    if (CUresult r = EnsureHostCopy(b, /*will_copy=*/copy); r != CUDA_SUCCESS) return r;
+  }
+  // STENSOR_VERIFY: a clean drop is checked first; one that fails the check
+  // (or cannot be checked) is a copy. (Only idle buffers get here with it.)
+  // Never-written buffers have no contents to compare; a stale device copy
+  // is not the data.
+  if (!copy && !never_written && !b.stale_device && verifier_ != nullptr &&
+      !VerifiedClean(dev, b)) {
+    copy = true;
+  }
+  const bool queued = copy || !idle;  // anything on the swap stream
+  if (queued) {
+    if (CUresult r = EnsureSwapStream(dev); r != CUDA_SUCCESS) return r;
+    // A drop too: its memory may still be read by in-flight work, so its
+    // next user (on the swap stream) must come after that work.
+    if (!idle && !OrderSwapAfterUses(dev, b)) return CUDA_ERROR_NOT_READY;
+  }
+  if (copy) {
+    CUresult r = b.host.CopyFromDevice(vmm_, b.base, b.size, dev.swap_stream);
+    if (r != CUDA_SUCCESS) return r;
+  }
+  bool in_flight = false;
+  if (queued) {
+    // The copy (or the wait) is a use on the swap stream: the device memory
+    // is free once it is observed complete.
+    NoteUse(b.uses, dev.swap_stream, dev.ordinal);
+    Use* fence = nullptr;
+    for (Use& u : b.uses) {
+      if (u.stream == dev.swap_stream) fence = &u;
+    }
+    if (!fence->recorded) {
+      // No event tells when it is done: wait for the swap stream on the
+      // host. Not observed: still resident, not idle until seen done.
+      if (CUresult r = WaitSwapUse(dev, b); r != CUDA_SUCCESS) return r;
+      // Unlocked meanwhile: another operation may have used it since.
+      if (!b.resident() || b.pins > 0 || !Idle(b)) return CUDA_ERROR_NOT_READY;
+    } else {
+      in_flight = !Observed(*fence);
+    }
+  }
+  if (copy) {
+    b.host_version = b.gpu_version;
+    b.location = Location::kCpuGpu;  // a current copy on each side, for now
+    if (verifier_ != nullptr) {
+      auto verify_start = std::chrono::steady_clock::now();
+      // Its kernel runs on the swap stream: in that stream's context.
+      ContextScope scope(*driver_, dev.context, &stats_.driver_errors);
+      b.host_hash = verifier_->RecordHash(dev.ordinal, b.base, b.size, dev.swap_stream);
+      stats_.verify_seconds += Seconds(std::chrono::steady_clock::now() - verify_start);
+    }
+    ++stats_.swap_outs_copied;
+    stats_.bytes_copied_out += b.size;
+  }
+  if (in_flight) {
+    // The address keeps the device memory until the copy is done (the GPU
+    // would fault), and the memory goes to its next user in stream order.
+    DetachShadowed(dev, b);
+    ++stats_.async_evictions;
+  } else if (CUresult r = UnmapDevice(dev, b); r != CUDA_SUCCESS) {
+    return r;
+  }
+  b.location = Location::kCpuOnly;
+  b.stale_device = false;
+  const char* type = "swap_out";
+  if (never_written) {
+    type = "drop_unwritten";
+    ++stats_.never_written_drops;
+    stats_.bytes_never_written_dropped += b.size;
+  } else if (!copy) {
+    type = "drop_clean";
+    ++stats_.clean_drops;
+    stats_.bytes_dropped += b.size;
+  }
+  Log(JsonLine()
+          .Str("type", type)
+          .Uint("id", b.id)
+          .Uint("bytes", b.size)
+          .Int("device", dev.ordinal)
+          .Finish());
+  return CUDA_SUCCESS;
+}
+
+void MemoryManager::LogSwapIn(const Device& dev, const Buffer& b, bool copy) const {
+  Log(JsonLine()
+          .Str("type", "swap_in")
+          .Uint("id", b.id)
+          .Uint("bytes", b.size)
+          .Bool("copy", copy)
+          .Int("device", dev.ordinal)
+          .Finish());
+}
+
+// swapped out -> resident. Device memory is made first, the host copy is
+// taken off the address only then (and only when no work of unknown
+// accesses that may read it is pending), the copy is ordered before the
+// consumer; a failure before the copy is submitted puts everything back.
+CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer) {
+  ReindexAtExit reindex(this, b);
+  // A second attempt takes fresh memory: zeroing reused chunks failed.
+  for (int attempt = 0;; ++attempt) {
+    const bool reuse = attempt == 0;
+    std::vector<PhysicalChunk> h;
+    bool pooled = false;
+    bool shadowed = false;
+    for (;;) {
+      if (!b.resident() && b.old_mapped) {
+        if (!b.handed_on && TakeBack(dev, b)) {
+          // Its swap-out is still in flight and its device memory was not
+          // handed on: taken back; it holds the data (the copy only reads).
+          b.location = Location::kCpuGpu;  // the host copy is current once the copy is done
+          ++stats_.swap_outs_cancelled;
+          LogSwapIn(dev, b, /*copy=*/false);
+          // The consumer may write it: after the swap-out's copy read it.
+          return OrderAfterSwap(dev, b, consumer);
+        }
+        // Handed on: the address is unmapped once the copy is done (the GPU
+        // would fault before), only then can memory be mapped there.
+        if (CUresult r = WaitSwapUse(dev, b); r != CUDA_SUCCESS) return r;
+        if (b.old_mapped && !EndOldMapping(dev, b)) return CUDA_ERROR_UNKNOWN;
+        continue;  // unlocked: look again
+      }
+      // Served from host to an operation being prepared or submitted: the
+      // address stays on the host copy until it finished.
+      if (!b.resident() && b.serving > 0) return CUDA_ERROR_NOT_READY;
+      if (!b.resident() && b.host_at_base && !UnknownIdle(dev)) {
+        // A kernel whose accesses are unknown may be reading the host copy
+        // through the address: it stays mapped until that work completed.
+        if (CUresult r = WaitIdle(b, /*own_uses=*/false); r != CUDA_SUCCESS) return r;
+        continue;  // unlocked: look again
+      }
+      if (!b.resident() && b.host_at_base && !Idle(b)) {
+        // An operation it was served to may still read or write the host
+        // copy through the address: likewise.
+        if (CUresult r = WaitIdle(b); r != CUDA_SUCCESS) return r;
+        continue;  // unlocked: look again
+      }
+      if (b.resident()) {
+        // Another thread brought it in while the lock was released: order
+        // after its copy, as for any resident buffer.
+        return OrderAfterSwap(dev, b, consumer);
+      }
+      if (CUresult r = AcquireChunks(dev, b.reserved, reuse, &h, &pooled, &shadowed);
+          r != CUDA_SUCCESS) {
+        return r;
+      }
+      // Making room may have waited without the lock.
+      if (!b.resident() && !b.old_mapped && b.serving == 0 && !(b.host_at_base && !Idle(b))) {
+        break;
+      }
+      PoolChunks(dev, &h);
+    }
+    // A buffer with no host copy was dropped never written (nothing to copy).
+    bool never_written = (version_policy_ && !b.written) || !b.host.exists();
+    bool copying = copy && !never_written;
+    if (copying) {
+      if (CUresult r = EnsureSwapStream(dev); r != CUDA_SUCCESS) {
+        PoolChunks(dev, &h);
+        return r;
+      }
+    }
+    if (b.host_at_base) {
+      if (CUresult r = vmm_.Unmap(b.base, b.reserved); r != CUDA_SUCCESS) {
+        PoolChunks(dev, &h);
+        return r;  // still swapped out, still readable
+      }
+      b.host_at_base = false;
+    }
+    bool mapped = false;
+    if (CUresult r = vmm_.Map(b.base, h, dev.ordinal, &mapped); r != CUDA_SUCCESS) {
+      if (!mapped) {
+        // Still swapped out; readable again unless this fails too (then
+        // host_at_base says so).
+        if (b.host.vmm()) (void)MapHostAtBase(b);
+        PoolChunks(dev, &h);
+        return r;
+      }
+      // Mapped without access and stuck there: resident, holding nothing.
+      b.device_chunks = std::move(h);
+      b.stale_device = true;
+      b.location = Location::kCpuGpu;
+      return r;
+    }
+    b.device_chunks = std::move(h);
+    if (copying) {
+      const CUstream copy_stream = FetchStreamFor(dev, b, shadowed);
+      CUresult r = b.host.CopyToDevice(vmm_, b.base, b.size, copy_stream);
+      if (r != CUDA_SUCCESS) {
+        // The host copy stays the only one.
+        if (UnmapDevice(dev, b) != CUDA_SUCCESS) {
+          b.stale_device = true;  // resident, holding nothing: restored at next use
+          b.location = Location::kCpuGpu;
+        }
+        return r;
+      }
+      // The copy is in flight: the buffer is busy until it completed, and any
+      // stream that uses it before then waits for it (OrderAfterSwap).
+      NoteUse(b.uses, copy_stream, dev.ordinal);
+      ++stats_.swap_ins;
+      stats_.bytes_copied_in += b.size;
+    } else if (copy) {
+      // Never written: fresh memory holds what it held (zeros), a reused
+      // chunk is zeroed first.
+      if (pooled) {
+        if (CUresult r = ZeroReused(dev, b); r != CUDA_SUCCESS) {
+          // Swapped out again (the chunk back in the pool): try fresh memory.
+          if (UnmapDevice(dev, b) == CUDA_SUCCESS) continue;
+          b.stale_device = true;  // resident, holding nothing: restored at next use
+          b.location = Location::kCpuGpu;
+          return r;
+        }
+      }
+      ++stats_.swap_ins_never_written;
+    } else {
+      // Contents come from the operation about to run; until it is submitted
+      // the host copy stays the truth (see Finish).
+      b.pending_overwrite = true;
+      ++stats_.swap_ins_without_copy;
+      // Memory still in use by its last owner's queued work: the operation
+      // runs after that (an event on the swap stream, or a host wait there).
+      if (shadowed) NoteUse(b.uses, dev.swap_stream, dev.ordinal);
+    }
+    b.location = Location::kCpuGpu;
+    LogSwapIn(dev, b, copying);
+    // An error here leaves the copy in flight and the buffer resident, with
+    // its use on the swap stream not observed: consistent, and retried.
+    return OrderAfterSwap(dev, b, consumer);  // nothing to do without swap-stream work
+  }
+}
+
+// --- STENSOR_VERIFY ------------------------------------------------------------------
+
+bool MemoryManager::VerifiedClean(Device& dev, Buffer& b) {
+  ++stats_.verify_checks;
+  Verifier::HostCopy host{b.host.vmm() ? b.host.va() : 0, b.host.ptr()};
+  auto start = std::chrono::steady_clock::now();
+  ContextScope scope(*driver_, dev.context, &stats_.driver_errors);  // as in RecordHash
+  Verifier::Result r =
+      host.va == 0 && host.ptr == nullptr
+          ? Verifier::Result::kError  // no host copy to compare with
+          : verifier_->Check(dev.ordinal, b.base, b.size, host, b.host_hash, dev.swap_stream);
+  stats_.verify_seconds += Seconds(std::chrono::steady_clock::now() - start);
+  if (r == Verifier::Result::kMatch) return true;
+  if (r == Verifier::Result::kError) {
+    ++stats_.verify_errors;
+    return false;
+  }
+  ++stats_.verify_mismatches;
+  const char* mode = verifier_->mode() == VerifyMode::kHash ? "hash" : "copy";
+  auto name = [](const char* kernel) { return kernel != nullptr ? kernel : "(none)"; };
+  Log(JsonLine()
+          .Str("type", "verify_mismatch")
+          .Uint("id", b.id)
+          .Uint("bytes", b.size)
+          .Int("device", dev.ordinal)
+          .Str("mode", mode)
+          .Str("last_kernel", name(b.last_kernel))
+          .Str("last_writer", name(b.last_writer))
+          .Finish());
+  Say(LogLevel::kWarn, "verify-mismatch",
+      absl::StrCat("STENSOR_VERIFY=", mode, ": buffer ", b.id, " (", b.size,
+                   " bytes) changed on the device although no write to it was inferred; "
+                   "copied instead of dropped. Last kernel that used it: ",
+                   name(b.last_kernel), "; last inferred writer: ", name(b.last_writer)));
+  return false;
+}
+
+void MemoryManager::NoteKernel(absl::Span<const uint64_t> used,
+                               absl::Span<const uint64_t> written, const char* kernel) {
+  if (verifier_ == nullptr) return;
+  MutexLock lock(&mu_);
+  for (uint64_t id : used) {
+    if (Buffer* b = ById(id)) b->last_kernel = kernel;
+  }
+  for (uint64_t id : written) {
+    if (Buffer* b = ById(id)) b->last_writer = kernel;
+  }
+}
+
+// --- Operations ---------------------------------------------------------------------
+
+CUresult MemoryManager::Prepare(absl::Span<const uint64_t> ids,
+                                absl::Span<const uint64_t> overwritten,
+                                CUstream stream, const Operation* note) {
+  if (note != nullptr) *note->ticket = OpTicket{};
+  MutexLock lock(&mu_);
+  // The planner first: each buffer's next use after this operation decides
+  // whether a swapped-out one is worth bringing in (ServesRatherThanFetches).
+  // Kept here (inline), not in the planner's scratch, which other threads'
+  // operations reuse while this one waits without the lock.
+  Noted noted;
+  bool predicted = false;
+  absl::InlinedVector<uint64_t, 16> next_after;
+  if (note != nullptr && Plans()) {
+    next_after.assign(ids.size(), EvictionCandidate::kNoNextUse);
+    predicted = PredictLocked(note->key, ids, note->written, note->marker, &noted,
+                              absl::MakeSpan(next_after));
+    if (!predicted) next_after.clear();
+  }
+  absl::Duration waited;
+  bool waited_enough = false;
+  for (;;) {
+    // While other threads' operations hold buffers, room may come when they
+    // finish: serving from host (slower for the kernel) only once waiting
+    // for them gave nothing.
+    const bool may_wait = !no_block_ && !waited_enough && OthersPin();
+    CUresult r = PrepareOnce(ids, overwritten, stream, /*may_serve=*/!may_wait, next_after);
+    if (r == CUDA_SUCCESS && predicted) ApplyNotedLocked(noted, stream, note->ticket);
+    // Out of room while other threads' operations hold buffers: this one
+    // let go of its own (PrepareOnce unpins on failure), so that two
+    // operations never wait for each other; it waits for one of theirs
+    // to finish, then tries again.
+    if (r != CUDA_ERROR_OUT_OF_MEMORY || !may_wait) return r;
+    if (!WaitForUnpin(&waited)) waited_enough = true;
+  }
+}
+
+CUresult MemoryManager::AllocateOnHost(Device& dev, Buffer& b) {
+  if (CUresult r = EnsureHostCopy(b, /*will_copy=*/false); r != CUDA_SUCCESS) {
+    LogOom(dev, b.reserved);
+    return r;
+  }
+  if (CUresult r = MapHostAtBase(b); r != CUDA_SUCCESS) {
+    if (!b.host_at_base) (void)ReleaseHostCopy(dev, b);
+    return r;
+  }
+  b.location = Location::kCpuOnly;
+  b.host_version = b.gpu_version;
+  Log(JsonLine()
+          .Str("type", "alloc_host")
+          .Uint("bytes", b.size)
+          .Int("device", dev.ordinal)
+          .Uint("cap", dev.cap)
+          .Finish());
+  return CUDA_SUCCESS;
+}
+
+bool MemoryManager::ReleaseOrKeep(Device& dev, Buffer& b) {
+  return Keep(dev, b) || ReleaseBuffer(dev, b);
+}
+
+bool MemoryManager::Keep(Device& dev, Buffer& b) {
+  // Stream-ordered allocations only (cuMemAllocAsync, PyTorch's pluggable
+  // allocator): what a pool would keep; cuMemFree'd memory goes back.
+  if (!b.stream_ordered || !b.vmm || b.exported || b.kept || b.device_chunks.empty() || b.old_mapped ||
+      b.host_at_base || b.stale_device || !b.va_reserved || b.pins > 0 ||
+      ChunkBytes(b.device_chunks) != b.reserved || !Idle(b)) {
+    return false;
+  }
+  // Its host copy is stale for whoever takes it (kept for a buffer of its
+  // size, as at a release).
+  if (!ReleaseHostCopy(dev, b)) return false;
+  for (const Use& u : b.uses) {
+    if (u.event != nullptr) (void)Failed(driver_->cuEventDestroy_v2(u.event));
+  }
+  b.uses.clear();
+  DequeueGarbage(dev, b);
+  Unindex(b);
+  // Stensor's idle memory from here on, as its chunk pool: no longer the
+  // default pool's reserved share (a trim releases it).
+  dev.stream_ordered.reserved -= b.reserved;
+  b.stream_ordered = false;
+  b.kept = true;
+  dev.kept.emplace(b.reserved, &b);
+  dev.kept_bytes += b.reserved;
+  return true;
+}
+
+bool MemoryManager::TakeKept(Device& dev, Buffer& b) {
+  auto it = dev.kept.find(b.reserved);
+  if (it == dev.kept.end() || !Adopt(dev, b, *it->second)) return false;
+  ++stats_.kept_reused;
+  return true;
+}
+
+bool MemoryManager::ReleaseOneKept(Device& dev) {
+  for (auto it = dev.kept.begin(); it != dev.kept.end(); ++it) {
+    Buffer& g = *it->second;
+    if (g.failed_round == round_) continue;
+    if (ReleaseBuffer(dev, g)) {  // takes it out of `kept`
+      ++stats_.garbage_released;
+      return true;
+    }
+    g.failed_round = round_;
+    return false;  // retried in a later round
+  }
+  return false;
+}
+
+bool MemoryManager::Servable(const Buffer& b) const {
+  return b.vmm && !b.resident() && b.host_at_base && !b.old_mapped && b.host.vmm() &&
+         !b.exported;
+}
+
+void MemoryManager::Serve(Device& dev, Buffer& b, bool by_choice) {
+  ++b.serving;
+  CountServed(dev, b, by_choice);
+}
+
+void MemoryManager::CountServed(Device& dev, Buffer& b, bool by_choice) {
+  ++stats_.served_from_host;
+  stats_.bytes_served_from_host += b.size;
+  if (by_choice) ++stats_.served_by_choice;
+  Log(JsonLine()
+          .Str("type", "serve_host")
+          .Uint("id", b.id)
+          .Uint("bytes", b.size)
+          .Int("device", dev.ordinal)
+          .Bool("by_choice", by_choice)
+          .Finish());
+}
+
+CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
+                                    absl::Span<const uint64_t> overwritten,
+                                    CUstream stream, bool may_serve,
+                                    absl::Span<const uint64_t> next_after) {
+  CollectGarbage();
+  for (auto& d : devices_) {
+    if (d) ReapOldMappings(*d, /*wait=*/false);
+  }
+  // An operation's buffers fit inline: no allocation per launch.
+  absl::InlinedVector<Buffer*, 16> pinned;
+  absl::InlinedVector<uint32_t, 16> pinned_at;  // where in `ids`
+  int& operation_pins = t_operation_pins;  // one look-up of the thread's
+  for (size_t k = 0; k < ids.size(); ++k) {
+    Buffer* b = ById(ids[k]);
+    if (b == nullptr || b->garbage) continue;
+    Pin(*b);  // none of the operation's buffers may be evicted for another
+    ++operation_pins;
+    pinned.push_back(b);
+    pinned_at.push_back(static_cast<uint32_t>(k));
+  }
+  // Which of them this operation serves: a failure undoes its own serving
+  // only, never that of another operation serving the same buffer.
+  absl::InlinedVector<bool, 16> served(pinned.size(), false);
+  for (size_t i = 0; i < pinned.size(); ++i) {
+    Buffer* b = pinned[i];
+    Device& dev = DeviceState(b->device);
+    CUresult r = CUDA_SUCCESS;
+    if (b->resident()) {
+      // Brought in for another stream: this one waits for that copy too.
+      // (Uses observed complete cost nothing here: the fast path.)
+      if (b->stale_device) r = RestoreFromHost(dev, *b);
+      if (r == CUDA_SUCCESS && b->resident()) r = OrderAfterSwap(dev, *b, stream);
+      if (r == CUDA_SUCCESS && !b->resident()) {
+        r = SwapIn(dev, *b, /*copy=*/true, stream);  // the restore swapped it out
+      }
+    } else if (Servable(*b) &&
+               (b->serving > 0 || (may_serve && dev.host_vmm && InUse(*b)))) {
+      // Another operation reaches it through the host copy (being prepared,
+      // or submitted and not yet observed complete): this one does too.
+      // Bringing it in would remap the address under the first, so it would
+      // wait for it on the host, and a host that waits for the device at
+      // every launch loses the lead that hides the link. Copies of
+      // stensor's own into the host copy still in flight come first; the
+      // serving is claimed before, since ordering after them may wait on
+      // the host without the lock, and no swap-in may take the buffer then.
+      ++b->serving;
+      served[i] = true;
+      r = OrderAfterSwap(dev, *b, stream);
+      if (r == CUDA_SUCCESS) CountServed(dev, *b);
+    } else if (may_serve && dev.host_vmm && !next_after.empty() && Servable(*b) &&
+               std::find(overwritten.begin(), overwritten.end(), b->id) == overwritten.end() &&
+               ServesRatherThanFetches(dev, *b, next_after[pinned_at[i]])) {
+      // Brought in, it would go again before its next use, and push out
+      // one needed sooner: it moves its bytes once, over the link.
+      Serve(dev, *b, /*by_choice=*/true);
+      served[i] = true;
+    } else {
+      bool whole = std::find(overwritten.begin(), overwritten.end(), b->id) !=
+                   overwritten.end();
+      const uint64_t copies = stats_.swap_ins;
+      // (Servable may only become true in SwapIn: a swap-out in flight ends.)
+      serve_fallback_ = may_serve && dev.host_vmm;
+      r = SwapIn(dev, *b, !whole, stream);
+      serve_fallback_ = false;
+      // What prefetch exists to avoid: a copy in, on demand, once planned.
+      if (stats_.swap_ins > copies && planner_ != nullptr && planner_->has_profile()) {
+        ++stats_.on_demand_after_profile;
+      }
+      // No room with the operation's other buffers: served from host rather
+      // than refused (SwapIn leaves it swapped out, its copy at the address).
+      if (r == CUDA_ERROR_OUT_OF_MEMORY && may_serve && dev.host_vmm) {
+        if (Servable(*b)) {
+          Serve(dev, *b);
+          served[i] = true;
+          r = CUDA_SUCCESS;
+        } else {
+          LogOom(dev, b->reserved);  // a refusal after all
+        }
+      }
+    }
+    if (r != CUDA_SUCCESS) {
+      for (size_t k = 0; k < pinned.size(); ++k) {
+        Buffer* p = pinned[k];
+        Unpin(*p);
+        --t_operation_pins;
+        ++unpins_;
+        if (served[k]) --p->serving;
+        if (p->pending_overwrite) {  // the overwrite will not happen
+          p->pending_overwrite = false;
+          RestoreFromHost(DeviceState(p->device), *p);  // re-keys it
+        } else {
+          Reindex(*p);  // a next use predicted for it (PredictLocked)
+        }
+      }
+      return r;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+void MemoryManager::Finish(absl::Span<const uint64_t> ids,
+                           absl::Span<const uint64_t> written, CUstream stream,
+                           bool submitted) {
+  MutexLock lock(&mu_);
+  // Each buffer looked up once (inline: no allocation per launch), unless a
+  // restore ran, which may release garbage buffers: then by id again.
+  absl::InlinedVector<Buffer*, 16> held;
+  bool restored = false;
+  int& operation_pins = t_operation_pins;  // one look-up of the thread's
+  for (uint64_t id : ids) {
+    Buffer* b = ById(id);
+    held.push_back(b);
+    if (b == nullptr || b->pins == 0) continue;
+    Unpin(*b);
+    if (operation_pins > 0) --operation_pins;
+    ++unpins_;
+    // Pinned and not resident: this operation was served from host.
+    const bool served = b->serving > 0 && !b->resident();
+    if (served) --b->serving;
+    if (b->pending_overwrite) {
+      b->pending_overwrite = false;
+      // The overwrite did not happen: the device memory holds nothing yet,
+      // so bring the host copy's contents in after all (or, failing that,
+      // keep the buffer stale or swapped out: never wrong).
+      if (!submitted) {
+        RestoreFromHost(DeviceState(b->device), *b);
+        restored = true;
+      }
+    }
+    if (submitted) {
+      if (b->vmm) RecordUse(*b, stream);  // small buffers are never evicted
+      b->last_use = ++clock_;  // distinct ticks: LRU order has no ties
+    }
+  }
+  // Re-keyed once all their fields changed (unchanged keys cost a compare):
+  // a written buffer right after its version, the others after.
+  if (submitted) {
+    for (uint64_t id : written) {
+      Buffer* b = ById(id);
+      if (b == nullptr) continue;
+      if (b->vmm && !b->resident()) {
+        // Served from host: written there, the host copy is the newest.
+        b->host_version = b->gpu_version = ++version_;
+      } else {
+        b->gpu_version = ++version_;  // host copy now stale
+      }
+      b->written = true;
+      Reindex(*b);
+    }
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (Buffer* b = restored ? ById(ids[i]) : held[i]) Reindex(*b);
+  }
+}
+
+int MemoryManager::BeginUnknown(CUstream stream) {
+  CUdevice ordinal = 0;
+  if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return -1;
+  MutexLock lock(&mu_);
+  Device& dev = DeviceState(ordinal);
+  ++dev.unknown_submitting;  // from here on nothing new is evicted on `dev`
+  // It may reach a swapped-out buffer through its address, which must show
+  // the host copy (or fault) rather than memory handed on: old mappings end
+  // first, after their copies (the one host wait unknown work costs).
+  SettleOldMappings(ordinal);
+  for (CUstream own : {dev.swap_stream, dev.fetch_stream}) {
+    if (own == nullptr) continue;
+    // After every swap-in copy in flight: on the device, else on the host
+    // (finite: nothing on the swap stream waits for the program's work).
+    const Use* mark = NoteUse(dev.swap_marks, own, ordinal);
+    if (!mark->recorded ||
+        Failed(driver_->cuStreamWaitEvent(stream, mark->event, 0)) != CUDA_SUCCESS) {
+      (void)Failed(driver_->cuStreamSynchronize(own));
+    }
+  }
+  return ordinal;
+}
+
+void MemoryManager::EndUnknown(int device) {
+  if (device < 0) return;
+  MutexLock lock(&mu_);
+  --DeviceState(device).unknown_submitting;
+}
+
+void MemoryManager::MarkAllWritten(CUstream stream) {
+  MutexLock lock(&mu_);
+  for (auto& [base, b] : by_base_) {
+    if (b->resident()) b->gpu_version = ++version_;
+    // A swapped-out buffer is reachable only through its host copy at its
+    // address (host-located VMM): without one, nothing could write it.
+    if (b->resident() || b->host_at_base) b->written = true;
+    Reindex(*b);
+  }
+  CUdevice ordinal = 0;
+  if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) {
+    // Which device ran it is unknown: none is idle until a wait for the
+    // context shows it (a failed record, on every device).
+    ++stats_.driver_errors;
+    for (auto& d : devices_) {
+      if (!d) continue;
+      NoteUse(d->unknown, stream, d->ordinal)->recorded = false;
+    }
+    return;
+  }
+  // Until it completed, nothing on this device may be evicted. A record
+  // that failed leaves the entry unrecorded: not idle until observed.
+  NoteUse(DeviceState(ordinal).unknown, stream, ordinal);
+}
+
+CUresult MemoryManager::RestoreFromHost(Device& dev, Buffer& b) {
+  ReindexAtExit reindex(this, b);
+  if (!b.resident()) return CUDA_SUCCESS;
+  if ((version_policy_ && !b.written) || !b.host.exists()) {
+    // Never written: the fresh device memory holds what it held.
+    b.stale_device = false;
+    return CUDA_SUCCESS;
+  }
+  CUresult r = EnsureSwapStream(dev);
+  if (r == CUDA_SUCCESS) {
+    r = b.host.CopyToDevice(vmm_, b.base, b.size, dev.swap_stream);
+  }
+  if (r == CUDA_SUCCESS) {
+    // In flight: later uses wait for it (OrderAfterSwap), as after a swap-in.
+    NoteUse(b.uses, dev.swap_stream, dev.ordinal);
+    b.stale_device = false;
+    b.location = Location::kCpuGpu;
+    return CUDA_SUCCESS;
+  }
+  // Keep the host copy as the only one; where even that fails, the device
+  // memory stays, marked as holding nothing.
+  if (b.pins == 0 && Idle(b) && UnmapDevice(dev, b) == CUDA_SUCCESS) {
+    b.location = Location::kCpuOnly;
+    b.stale_device = false;
+  } else {
+    b.stale_device = true;
+  }
+  return r;
+}
+
+CUresult MemoryManager::Prefetch(uint64_t id) {
+  MutexLock lock(&mu_);
+  Buffer* b = ById(id);
+  if (b == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return PrefetchLocked(*b);
+}
+
+CUresult MemoryManager::PrefetchLocked(Buffer& b) {
+  if (b.garbage || !b.vmm) return CUDA_ERROR_NOT_FOUND;
+  if (b.resident() && !b.stale_device) return CUDA_SUCCESS;
+  Device& dev = DeviceState(b.device);
+  no_block_ = true;
+  Pin(b);  // not evicted to make room for itself
+  CUresult r = b.resident() ? RestoreFromHost(dev, b)
+                            : SwapIn(dev, b, /*copy=*/true, kNoConsumer);
+  Unpin(b);
+  no_block_ = false;
+  // Nothing to evict without waiting (or at all): not now.
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) r = CUDA_ERROR_NOT_READY;
+  return r;
+}
+
+CUresult MemoryManager::EvictAsync(uint64_t id) {
+  MutexLock lock(&mu_);
+  Buffer* b = ById(id);
+  if (b == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return EvictAsyncLocked(*b);
+}
+
+CUresult MemoryManager::EvictAsyncLocked(Buffer& b) {
+  if (b.garbage || !b.vmm) return CUDA_ERROR_NOT_FOUND;
+  if (!b.resident()) return CUDA_SUCCESS;
+  if (b.pins > 0 || b.exported) return CUDA_ERROR_NOT_READY;
+  Device& dev = DeviceState(b.device);
+  no_block_ = true;
+  CUresult r = SwapOut(dev, b, policy_->Copies(CandidateOf(b)) || !Droppable(b));
+  no_block_ = false;
+  return r;
+}
+
+// --- S02 and planned swaps -------------------------------------------------------
+
+IterationPlanner* MemoryManager::Planner(Device& dev) {
+  if (planner_made_) return planner_.get();
+  planner_made_ = true;
+  if (!Plans()) return nullptr;
+  IterationPlanner::Options options;
+  options.prefetch = config_.prefetch;
+  // Without a measurement, a PCIe 4.0 x16 link's practical rate.
+  constexpr double kDefaultBandwidth = 16e9;
+  options.bandwidth = Bandwidth{kDefaultBandwidth, kDefaultBandwidth};
+  if (!config_.bandwidth.measured()) {
+    // STENSOR_BANDWIDTH: taken as given, nothing probed.
+    absl::StatusOr<Bandwidth> configured = Profiler::MeasureBandwidth(config_, driver_);
+    if (configured.ok()) options.bandwidth = *configured;
+  } else if (config_.prefetch) {
+    // The probe's device buffer is charged like any other, in what is free
+    // under the cap now (never evicting for it); too little room: default.
+    constexpr uint64_t kMinProbe = uint64_t{1} << 20, kMaxProbe = uint64_t{16} << 20;
+    const uint64_t room = dev.used < dev.cap ? dev.cap - dev.used : 0;
+    const uint64_t probe = std::min(kMaxProbe, room) & ~(kMinProbe - 1);
+    if (probe >= kMinProbe) {
+      dev.used += probe;
+      absl::StatusOr<Bandwidth> measured = Profiler::MeasureBandwidth(config_, driver_, probe);
+      dev.used -= probe;
+      if (measured.ok()) {
+        options.bandwidth = *measured;
+        stats_.bandwidth_probed = true;
+      }
+    }
+  }
+  stats_.planner_bandwidth_h2d = options.bandwidth.h2d;
+  absl::StatusOr<std::unique_ptr<IterationPlanner>> planner =
+      IterationPlanner::Create(std::move(options));
+  if (!planner.ok()) return nullptr;  // a bandwidth the probe got wrong: no planning
+  planner_ = std::move(*planner);
+  // Buffers already evicted before the planner existed are its to fetch.
+  for (auto& [base, b] : by_base_) b->planner_resident = true;
+  return planner_.get();
+}
+
+void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
+                                  absl::Span<const uint64_t> written, bool marker,
+                                  CUstream stream, OpTicket* ticket) {
+  *ticket = OpTicket{};
+  // Only prefetch and belady read what the planner learns: without them a
+  // launch pays no second lock.
+  if (!Plans()) return;
+  MutexLock lock(&mu_);
+  NoteOperationLocked(key, ids, written, marker, stream, ticket);
+}
+
+void MemoryManager::NoteOperationLocked(uint64_t key, absl::Span<const uint64_t> ids,
+                                        absl::Span<const uint64_t> written, bool marker,
+                                        CUstream stream, OpTicket* ticket) {
+  Noted noted;
+  if (PredictLocked(key, ids, written, marker, &noted, {})) {
+    ApplyNotedLocked(noted, stream, ticket);
+  }
+}
+
+bool MemoryManager::PredictLocked(uint64_t key, absl::Span<const uint64_t> ids,
+                                  absl::Span<const uint64_t> written, bool marker, Noted* noted,
+                                  absl::Span<uint64_t> next_after) {
+  // The key names the operation and its shape (Tracker's LaunchKey and
+  // TransferKey), never the buffers: temporaries get new ids every step,
+  // and a caching allocator's tensors other segments.
+  absl::InlinedVector<BufferTouch, 16> touches;
+  absl::InlinedVector<Buffer*, 16> buffers;
+  absl::InlinedVector<size_t, 16> at;  // where in `ids`
+  for (size_t k = 0; k < ids.size(); ++k) {
+    Buffer* b = ById(ids[k]);
+    if (b == nullptr || b->garbage) continue;
+    b->prefetched = false;  // used now
+    const bool write = std::find(written.begin(), written.end(), ids[k]) != written.end();
+    touches.push_back(BufferTouch{ids[k], b->reserved, write});
+    buffers.push_back(b);
+    at.push_back(k);
+  }
+  if (buffers.empty()) return false;  // nothing the manager holds
+  Device& dev = DeviceState(buffers.front()->device);
+  IterationPlanner* planner = Planner(dev);
+  if (planner == nullptr) return false;
+
+  if (marker) planner->MarkBoundary();
+  // Kept between operations, so a launch allocates nothing here.
+  std::vector<uint64_t>& next_uses = next_uses_scratch_;
+  std::vector<std::pair<uint64_t, uint64_t>>& repredicted = repredicted_scratch_;
+  next_uses.clear();
+  repredicted.clear();
+  noted->time = planner->Predict(key, touches, &next_uses, &repredicted);
+  noted->planner = planner;
+  noted->device = dev.ordinal;
+  noted->profiling = planner->profiling();
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    Buffer& b = *buffers[i];
+    if (!next_after.empty()) next_after[at[i]] = next_uses[i];
+    // Never swapped: never planned for.
+    if (!b.vmm || b.exported) planner->SetPinned(b.id, true);
+    // Re-keyed once, with its last use, by Finish (or by a failed Prepare's
+    // unwind): the operation pins it meanwhile, so no eviction looks at it.
+    b.next_use = next_uses[i];
+  }
+  // Buffers the predictor learnt more about without a use (a shard's cycle,
+  // the next shard of a rotating slot): belady's order follows.
+  for (const auto& [id, next] : repredicted) {
+    Buffer* b = ById(id);
+    if (b == nullptr || b->garbage || b->next_use == next) continue;
+    b->next_use = next;
+    Reindex(*b);
+  }
+  return true;
+}
+
+void MemoryManager::ApplyNotedLocked(const Noted& noted, CUstream stream, OpTicket* ticket) {
+  IterationPlanner* planner = noted.planner;
+  Device& dev = DeviceState(noted.device);
+  // Its uses, to the prefetch planner, after the swap-ins it made.
+  planner->Commit();
+  if (noted.profiling) {
+    ticket->timing = profiler_.BeginTiming(stream);
+    ticket->time = noted.time;
+  }
+  for (const auto& [op, seconds] : profiler_.TakeCompleted()) planner->OnComputeTime(op, seconds);
+
+  // Pooled chunks and freed buffers' chunks are room: a swap-in takes them
+  // before it evicts (MakeRoom), a freed buffer still in use hands its
+  // chunks on in stream order, and the sim's replay counts a free at once.
+  // Counted as used, the planner evicted for fetches that on demand went
+  // into them with no eviction (mlp_train --hidden 2048 at 50 %: 1272-1384
+  // MiB moved against 888 with prefetch off).
+  const uint64_t free_bytes = FreeUnderCap(dev);
+  // The link's queue is the planner's own model (in profiled compute time),
+  // never the clock: its decisions then follow from the profile and the
+  // operations, as in `stensor sim`.
+  for (const PlannedAction& a : planner->Plan(free_bytes)) {
+    Buffer* b = ById(a.id);
+    if (b == nullptr || b->garbage || !b->vmm) {
+      if (a.kind == PlannedAction::Kind::kFetch) planner->CancelFetch(a.id);
+      continue;
+    }
+    if (a.kind == PlannedAction::Kind::kEvict) {
+      // Queued behind the buffer's last use, never waited for here. One
+      // that cannot go now (pinned by this operation or in flight) stays;
+      // the fetch it made room for is then refused below if it no longer
+      // fits. (These thrashed while shards were predicted from their first
+      // gap, fetched far too early and held: policy/next_use.h.)
+      if (!b->resident()) continue;
+      if (EvictAsyncLocked(*b) == CUDA_SUCCESS) {
+        ++stats_.planned_evictions_issued;
+      } else {
+        ++stats_.planned_evictions_skipped;
+      }
+      continue;
+    }
+    const bool was_resident = b->resident();
+    // Only into memory that is free: room for a fetch comes from the
+    // planner's evictions, which take only buffers needed later than it.
+    Device& home = DeviceState(b->device);
+    // Not counting freed buffers' chunks here: MakeRoom takes other room
+    // (clean drops, then evictions by the policy) before it releases them,
+    // and a fetch must never evict what the planner did not choose.
+    const bool fits = (home.used <= home.cap && b->reserved <= home.cap - home.used) ||
+                      home.pool.bytes() >= b->reserved;
+    if (!fits || PrefetchLocked(*b) != CUDA_SUCCESS || was_resident) {
+      ++stats_.prefetches_refused;
+      planner->CancelFetch(a.id);
+      continue;
+    }
+    ++stats_.prefetches_issued;
+    b->prefetched = true;
+  }
+}
+
+void MemoryManager::EndOperation(const OpTicket& ticket, CUstream stream, bool submitted) {
+  if (ticket.timing < 0) return;
+  profiler_.EndTiming(ticket.timing, stream, ticket.time, submitted);
+}
+
+bool MemoryManager::Readable(const Buffer& b) { return b.resident() || b.host_at_base; }
+
+bool MemoryManager::HostVmm(int device) { return DeviceState(device).host_vmm; }
+
+bool MemoryManager::IsSwappable(const Buffer& b, int device) {
+  return b.vmm && !b.garbage && b.id != 0 && b.device == device;
+}
+
+uint64_t MemoryManager::BufferId(const Buffer& b) { return b.id; }
+
+MemoryManager::Usage MemoryManager::SettledUsage(int device) {
+  CollectGarbage();
+  if (!external_frees_.empty()) (void)SettleExternalFrees(device, /*wait=*/false);
+  Device& dev = DeviceState(device);
+  // Chunks still mapped at an old address are about to be free and are
+  // counted so.
+  return Usage{dev.cap, dev.used - dev.pool.bytes() - dev.kept_bytes};
+}
+
+void MemoryManager::MemInfo(int device, size_t* free_bytes, size_t* total_bytes) {
+  MutexLock lock(&mu_);
+  const Usage usage = SettledUsage(device);
+  if (total_bytes != nullptr) *total_bytes = usage.cap;
+  // The program asks what is free (to size its allocations, or to watch the
+  // device): the pool's idle chunks go back to the driver, so the answer and
+  // the device agree.
+  Device& dev = DeviceState(device);
+  while (ReleaseOnePooled(dev)) {
+  }
+  if (free_bytes != nullptr) {
+    *free_bytes = usage.used >= usage.cap ? 0 : usage.cap - usage.used;
+  }
+}
+
+MemoryManager::Usage MemoryManager::DeviceUsage(int device) {
+  MutexLock lock(&mu_);
+  return SettledUsage(device);
+}
+
+SwapStats MemoryManager::stats() const {
+  MutexLock lock(&mu_);
+  SwapStats s = stats_;
+  if (planner_ != nullptr) {
+    const IterationPlanner::Stats p = planner_->stats();
+    s.profiled_period = p.main_period;
+    s.profiles = p.profiles;
+    s.pattern_changes = p.pattern_changes;
+    s.prefetches_used = p.planner.fetch_hits;
+    s.prefetches_wasted = p.planner.fetches_wasted;
+    s.planner_bytes_caused = p.planner.bytes_caused;
+    s.planner_stopped = p.planner.stopped;
+  }
+  return s;
+}
+
+std::string MemoryManager::StatsText() const {
+  SwapStats s = stats();
+  auto mib = [](uint64_t b) { return static_cast<double>(b) / (1 << 20); };
+  return absl::StrFormat(
+      "stensor: policy %s\n"
+      "stensor: peak resident      %10.1f MiB\n"
+      "stensor: swap-outs copied   %10u (%.1f MiB device->host)\n"
+      "stensor: clean drops        %10u (%.1f MiB, no copy)\n"
+      "stensor: never-written drops %9u (%.1f MiB, no copy)\n"
+      "stensor: swap-ins copied    %10u (%.1f MiB host->device, on demand or prefetched)\n"
+      "stensor: swap-ins, no copy  %10u (buffer overwritten whole)\n"
+      "stensor: swap-ins, never written %5u (no copy)\n"
+      "stensor: reads from host    %10u (device->host copies served from the host copy)\n"
+      "stensor: served from host   %10u (%.1f MiB: buffers an operation reached in host memory, "
+      "over the cap with its others, or by choice: %u needed later than what their room would "
+      "displace)\n"
+      "stensor: kept mapped, reused %9u (freed buffers' device memory taken whole, no remap)\n"
+      "stensor: garbage released   %10u\n"
+      "stensor: garbage taken over %10u (freed buffers reused whole in stream order)\n"
+      "stensor: out of memory      %10u\n"
+      "stensor: driver errors      %10u (in the swap path, recovered or returned)\n"
+      "stensor: host waited        %10.3f s\n"
+      "stensor:  for program work  %10.3f s (buffers to evict or release still in use)\n"
+      "stensor:  for swap copies   %10.3f s\n"
+      "stensor:  for unknown work  %10.3f s (operations of unknown accesses)\n"
+      "stensor: queued evictions   %10u (behind in-flight work, no host wait)\n"
+      "stensor: swap-outs taken back %8u (swapped in before their copy was done)\n"
+      "stensor: physical creates   %10u (cuMemCreate of device memory)\n"
+      "stensor: physical releases  %10u (cuMemRelease)\n"
+      "stensor: pool hits          %10u (device memory reused)\n"
+      "stensor: profiled iteration %10u operations (%u profiles, %u pattern changes)\n"
+      "stensor: prefetches         %10u issued (%u used, %u evicted before use, %u not now)\n"
+      "stensor: planned evictions  %10u issued (%u could not go: in use or in flight)\n"
+      "stensor: planner cost       %10.1f MiB moved because of its plans (%s)\n"
+      "stensor: on-demand after profile %5u (swap-ins copied on demand once profiled)\n"
+      "stensor: link bandwidth     %10.2f GB/s host->device (%s)\n%s",
+      std::string(policy_->name()), mib(s.peak_resident_bytes), s.swap_outs_copied,
+      mib(s.bytes_copied_out), s.clean_drops, mib(s.bytes_dropped), s.never_written_drops,
+      mib(s.bytes_never_written_dropped), s.swap_ins, mib(s.bytes_copied_in),
+      s.swap_ins_without_copy, s.swap_ins_never_written, s.reads_served_from_host,
+      s.served_from_host, mib(s.bytes_served_from_host), s.served_by_choice, s.kept_reused,
+      s.garbage_released, s.garbage_taken_over, s.ooms, s.driver_errors, s.host_wait_seconds,
+      s.wait_program_seconds, s.wait_swap_seconds, s.wait_unknown_seconds, s.async_evictions,
+      s.swap_outs_cancelled, s.physical_creates, s.physical_releases, s.pool_hits,
+      s.profiled_period, s.profiles, s.pattern_changes, s.prefetches_issued, s.prefetches_used,
+      s.prefetches_wasted, s.prefetches_refused, s.planned_evictions_issued, s.planned_evictions_skipped,
+      mib(s.planner_bytes_caused), s.planner_stopped ? "stopped: past its cut-off" : "running",
+      s.on_demand_after_profile,
+      s.planner_bandwidth_h2d / 1e9,
+      s.planner_bandwidth_h2d == 0                ? "no planner"
+      : !config_.bandwidth.measured()             ? "STENSOR_BANDWIDTH"
+      : s.bandwidth_probed                        ? "probed"
+                                                  : "assumed: no room to probe",
+      verifier_ == nullptr
+          ? std::string()
+          : absl::StrFormat("stensor: verified drops     %10u (STENSOR_VERIFY=%s)\n"
+                            "stensor: verify mismatches  %10u (copied instead)\n"
+                            "stensor: verify errors      %10u (not checkable: copied)\n"
+                            "stensor: verify time        %10.3f s\n",
+                            s.verify_checks,
+                            verifier_->mode() == VerifyMode::kHash ? "hash" : "copy",
+                            s.verify_mismatches, s.verify_errors, s.verify_seconds));
+}
+
+void MemoryManager::AppendStatsJson(JsonLine* out) const {
+  SwapStats s = stats();
+  JsonLine& j = *out;
+  j.Str("policy", policy_->name())
+      .Uint("peak_resident_bytes", s.peak_resident_bytes)
+      .Uint("swap_outs_copied", s.swap_outs_copied)
+      .Uint("bytes_copied_out", s.bytes_copied_out)
+      .Uint("clean_drops", s.clean_drops)
+      .Uint("bytes_dropped", s.bytes_dropped)
+      .Uint("never_written_drops", s.never_written_drops)
+      .Uint("bytes_never_written_dropped", s.bytes_never_written_dropped)
+      .Uint("swap_ins", s.swap_ins)
+      .Uint("bytes_copied_in", s.bytes_copied_in)
+      .Uint("swap_ins_without_copy", s.swap_ins_without_copy)
+      .Uint("swap_ins_never_written", s.swap_ins_never_written)
+      .Uint("reads_served_from_host", s.reads_served_from_host)
+      .Uint("served_from_host", s.served_from_host)
+      .Uint("bytes_served_from_host", s.bytes_served_from_host)
+      .Uint("served_by_choice", s.served_by_choice)
+      .Uint("kept_reused", s.kept_reused)
+      .Uint("garbage_released", s.garbage_released)
+      .Uint("ooms", s.ooms)
+      .Uint("driver_errors", s.driver_errors)
+      .Double("host_wait_seconds", s.host_wait_seconds)
+      .Double("wait_program_seconds", s.wait_program_seconds)
+      .Double("wait_swap_seconds", s.wait_swap_seconds)
+      .Double("wait_unknown_seconds", s.wait_unknown_seconds)
+      .Uint("async_evictions", s.async_evictions)
+      .Uint("swap_outs_cancelled", s.swap_outs_cancelled)
+      .Uint("physical_creates", s.physical_creates)
+      .Uint("physical_releases", s.physical_releases)
+      .Uint("pool_hits", s.pool_hits)
+      .Uint("pooled_bytes", s.pooled_bytes)
+      .Uint("profiled_period", s.profiled_period)
+      .Uint("profiles", s.profiles)
+      .Uint("pattern_changes", s.pattern_changes)
+      .Uint("prefetches_issued", s.prefetches_issued)
+      .Uint("prefetches_used", s.prefetches_used)
+      .Uint("prefetches_wasted", s.prefetches_wasted)
+      .Uint("prefetches_refused", s.prefetches_refused)
+      .Uint("planned_evictions_issued", s.planned_evictions_issued)
+      .Uint("planned_evictions_skipped", s.planned_evictions_skipped)
+      .Uint("planner_bytes_caused", s.planner_bytes_caused)
+      .Bool("planner_stopped", s.planner_stopped)
+      .Uint("on_demand_after_profile", s.on_demand_after_profile)
+      .Double("planner_bandwidth_h2d", s.planner_bandwidth_h2d)
+      .Bool("bandwidth_probed", s.bandwidth_probed);
+  if (verifier_ != nullptr) {
+    j.Uint("verify_checks", s.verify_checks)
+        .Uint("verify_mismatches", s.verify_mismatches)
+        .Uint("verify_errors", s.verify_errors)
+        .Double("verify_seconds", s.verify_seconds);
+  }
+}
+
+}  // namespace stensor

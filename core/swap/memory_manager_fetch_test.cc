@@ -1,0 +1,350 @@
+// The fetch stream: swap-ins into memory at rest run beside the swap stream
+// (core/swap/memory_manager_uses.cc, FetchStreamFor). Races a hostile program makes
+// with those copies, and every driver call on that path failed in turn; the
+// *Slow* tests run with a slow link (FAKECUDA_LINK) so that copies are still
+// in flight when the next call comes. And whether a swapped-out buffer is
+// fetched at all, or served from host (MemoryManager::ServesRatherThanFetches).
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cuda.h>
+
+#include "core/swap/memory_manager.h"
+#include "tests/support/memory_manager_testing.h"
+#include "gtest/gtest.h"
+#include "tests/fakecuda/fakecuda.h"
+
+namespace stensor {
+namespace {
+
+using testing_support::HeldStream;
+using testing_support::kCap;
+using testing_support::kGranule;
+using testing_support::Ids;
+using testing_support::kWords;
+using testing_support::Mismatch;
+using testing_support::Pattern;
+
+class FetchStreamTest : public testing_support::ManagerBufferTest {
+ protected:
+  std::unique_ptr<MemoryManager> Make(const char* policy = "version") {
+    return MakeManager({{"STENSOR_MEMORY_LIMIT", "6MiB"}, {"STENSOR_POLICY", policy}});
+  }
+  // Read on `stream` (async), then synchronise that stream only.
+  std::vector<uint64_t> ReadOn(MemoryManager& mm, uint64_t id, CUdeviceptr p, CUstream s,
+                               CUresult* err = nullptr) {
+    std::vector<uint64_t> got(kWords, 0x1111);
+    Ids ids = {id};
+    CUresult r = mm.Prepare(ids, {}, s);
+    if (r == CUDA_SUCCESS) {
+      r = cuMemcpyDtoHAsync_v2(got.data(), p, kGranule, s);
+      mm.Finish(ids, {}, s, r == CUDA_SUCCESS);
+      if (r == CUDA_SUCCESS) r = cuStreamSynchronize(s);
+    }
+    if (err != nullptr) *err = r;
+    EXPECT_CU(r);
+    return got;
+  }
+  // FillThree, then C swapped out (its copy done) and prefetched: its copy
+  // back is in flight on the fetch stream (for ~200 ms on the slow link).
+  void FillThreeAndPrefetchC(MemoryManager& mm, CUdeviceptr* a, CUdeviceptr* b,
+                             CUdeviceptr* c) {
+    FillThree(mm, a, b, c);
+    ASSERT_CU(mm.EvictAsync(3));
+    ASSERT_CU(cuCtxSynchronize());
+    ASSERT_CU(mm.Prefetch(3));
+  }
+};
+
+// An export (cuIpcGetMemHandle) waits for the buffer's copies on stensor's
+// streams without the lock, while another thread adds uses on new streams,
+// which reallocates the buffer's list of uses: the wait must not walk that
+// list afterwards (it did once: heap-use-after-free in PinLocked, seen under
+// --config=asan).
+TEST_F(FetchStreamTest, ExportWaitsWhileOtherThreadsAddUses) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c;
+  FillThree(*mm, &a, &b, &c);
+  // B: uses [legacy]. Swap it out and back in so that its swap-stream entry
+  // is not its last one: [legacy, swap, fetch].
+  ASSERT_CU(mm->EvictAsync(2));
+  ASSERT_CU(cuCtxSynchronize());
+  CUstream s0;
+  ASSERT_CU(cuStreamCreate(&s0, CU_STREAM_NON_BLOCKING));
+  EXPECT_EQ(Mismatch(ReadOn(*mm, 2, b, s0), Pattern(2)), "");
+  HeldStream held;
+  {
+    Ids ids = {2};
+    ASSERT_CU(mm->Prepare(ids, {}, held.get()));
+    CUresult r = cuMemsetD32Async(b, 0xdeadbeef, kGranule / 4, held.get());
+    mm->Finish(ids, ids, held.get(), r == CUDA_SUCCESS);
+    ASSERT_CU(r);
+  }
+  // [legacy, swap, fetch, held]; the swap-out queues behind the held memset.
+  ASSERT_CU(mm->EvictAsync(2));
+  std::atomic<bool> pinned{false};
+  CUresult pin_result = CUDA_ERROR_UNKNOWN;
+  std::thread t([&] {
+    ASSERT_CU(cuCtxSetCurrent(ctx_));  // a program's exporting thread has one
+    ASSERT_TRUE(mm->PinExported(b, "cuIpcGetMemHandle", &pin_result));
+    pinned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(pinned.load()) << "the pin did not wait for the swap-out copy";
+  std::vector<CUstream> more(4);
+  for (CUstream& s : more) {
+    ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    Ids ids = {2};
+    ASSERT_CU(mm->Prepare(ids, {}, s));
+    mm->Finish(ids, {}, s, true);  // b.uses grows: reallocated
+  }
+  held.Open();
+  t.join();
+  EXPECT_CU(pin_result);
+  ASSERT_CU(cuCtxSynchronize());
+  std::vector<uint64_t> got = ReadOn(*mm, 2, b, s0);
+  EXPECT_EQ(got[0], 0xdeadbeefdeadbeefull);
+  for (CUstream s : more) cuStreamDestroy(s);
+  cuStreamDestroy(s0);
+  ASSERT_CU(cuCtxSynchronize());
+  for (CUdeviceptr p : {a, b, c}) EXPECT_CU(mm->Free(p));
+}
+
+// A failed driver call on the fetch path (the stream's create, the copy's
+// event record, the consumer's wait, the query) is worked around: no error,
+// data intact. C comes in on `other` into memory at rest.
+TEST_F(FetchStreamTest, FetchPathFailuresAreWorkedAround) {
+  for (const char* call : {"cuStreamCreate", "cuEventRecord", "cuStreamWaitEvent",
+                           "cuEventQuery", "cuEventSynchronize", "cuEventCreate"}) {
+    for (int nth = 1; nth <= 2; ++nth) {
+      SCOPED_TRACE(std::string(call) + " #" + std::to_string(nth));
+      auto mm = Make();
+      ASSERT_NE(mm, nullptr);
+      CUdeviceptr a, b, c;
+      FillThree(*mm, &a, &b, &c);
+      ASSERT_CU(mm->EvictAsync(3));
+      ASSERT_CU(cuCtxSynchronize());
+      CUstream other;
+      ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+      fakecuda_fail_call(call, nth, CUDA_ERROR_UNKNOWN);
+      CUresult r;
+      EXPECT_EQ(Mismatch(ReadOn(*mm, 3, c, other, &r), Pattern(3)), "");
+      // Evict it again and bring it back: still right.
+      CUresult e = mm->EvictAsync(3);  // NOT_READY: a use not observable without a host wait
+      EXPECT_TRUE(e == CUDA_SUCCESS || e == CUDA_ERROR_NOT_READY) << e;
+      EXPECT_EQ(Mismatch(ReadOn(*mm, 3, c, other, &r), Pattern(3)), "");
+      fakecuda_clear_failures();
+      cuStreamDestroy(other);
+      ASSERT_CU(cuCtxSynchronize());
+      for (CUdeviceptr p : {a, b, c}) EXPECT_CU(mm->Free(p));
+    }
+  }
+}
+
+// --- With a slow link (FAKECUDA_LINK in the Slow target): a fetch copy
+// stays in flight ~200 ms.
+
+// Prefetched C (fetch copy in flight) is dropped clean at once; its chunk,
+// shadowed, goes to a new allocation D, which must read zeros (the zeroing
+// memset on the swap stream must come after the fetch copy's writes).
+TEST_F(FetchStreamTest, SlowDropDuringFetchThenNewOwnerReadsZeros) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c;
+  FillThreeAndPrefetchC(*mm, &a, &b, &c);
+  ASSERT_CU(mm->EvictAsync(3));  // clean: a drop behind the fetch copy
+  CUdeviceptr d = Alloc(*mm, 4);
+  CUstream other;
+  ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  std::vector<uint64_t> got = ReadOn(*mm, 4, d, other);
+  EXPECT_EQ(Mismatch(got, std::vector<uint64_t>(kWords, 0)), "") << "new allocation not zero";
+  EXPECT_CU(mm->Free(d));
+  EXPECT_EQ(Mismatch(ReadOn(*mm, 3, c, other), Pattern(3)), "");
+  cuStreamDestroy(other);
+  ASSERT_CU(cuCtxSynchronize());
+  for (CUdeviceptr p : {a, b, c}) EXPECT_CU(mm->Free(p));
+}
+
+// Prefetched C freed while its fetch copy is in flight: garbage, its chunk
+// handed on (QueueGarbage) to D, which must read zeros.
+TEST_F(FetchStreamTest, SlowFreeDuringFetchThenNewOwnerReadsZeros) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c;
+  FillThreeAndPrefetchC(*mm, &a, &b, &c);
+  ASSERT_CU(mm->Free(c));
+  CUdeviceptr d = Alloc(*mm, 4);
+  CUstream other;
+  ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  std::vector<uint64_t> got = ReadOn(*mm, 4, d, other);
+  EXPECT_EQ(Mismatch(got, std::vector<uint64_t>(kWords, 0)), "") << "new allocation not zero";
+  cuStreamDestroy(other);
+  ASSERT_CU(cuCtxSynchronize());
+  for (CUdeviceptr p : {a, b, d}) EXPECT_CU(mm->Free(p));
+}
+
+// Host reads (ReadBack), exports (pin) and unknown work right after a
+// prefetch whose copy is in flight see the data.
+TEST_F(FetchStreamTest, SlowHostReadPinAndUnknownAfterPrefetch) {
+  for (int mode = 0; mode < 4; ++mode) {
+    SCOPED_TRACE(mode);
+    auto mm = Make();
+    ASSERT_NE(mm, nullptr);
+    CUdeviceptr a, b, c;
+    FillThreeAndPrefetchC(*mm, &a, &b, &c);
+    std::vector<uint64_t> got(kWords, 0x1111);
+    CUstream other;
+    ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+    if (mode == 0) {
+      ASSERT_CU(mm->ReadBack(3, 0, got.data(), kGranule));
+    } else if (mode == 1) {
+      CUresult r;
+      ASSERT_TRUE(mm->PinExported(c, "cuIpcGetMemHandle", &r));
+      ASSERT_CU(r);
+      // Whoever holds the handle reads directly now (no stream order).
+      std::memcpy(got.data(), reinterpret_cast<void*>(c), kGranule);
+    } else if (mode == 3) {
+      got = ReadOn(*mm, 3, c, other);  // a use on another stream after the prefetch
+    } else {
+      int dev = mm->BeginUnknown(other);
+      CUresult r = cuMemcpyDtoHAsync_v2(got.data(), c, kGranule, other);
+      mm->MarkAllWritten(other);
+      mm->EndUnknown(dev);
+      ASSERT_CU(r);
+      ASSERT_CU(cuStreamSynchronize(other));
+    }
+    EXPECT_EQ(Mismatch(got, Pattern(3)), "");
+    cuStreamDestroy(other);
+    ASSERT_CU(cuCtxSynchronize());
+    for (CUdeviceptr p : {a, b, c}) EXPECT_CU(mm->Free(p));
+  }
+}
+
+// Belady with bypass, on a repeating program under a cap of two buffers:
+// A, B read, X written, A, B read again. Once the planner predicts next uses,
+// X (needed next in the next iteration) is served where its room would
+// displace B (needed two operations later), rather than brought in, written
+// back and fetched again; what it writes there is kept, every byte. Under
+// `version`, which predicts nothing, X is always brought in.
+class BypassTest : public testing_support::ManagerBufferTest {
+ protected:
+  // One operation on buffer `id`, noted with its Prepare as a launch is:
+  // read, or written whole with Pattern(seed) when `seed` is not 0.
+  void Op(MemoryManager& mm, uint64_t key, uint64_t id, CUdeviceptr p, uint64_t seed) {
+    Ids ids = {id};
+    Ids written = seed != 0 ? ids : Ids{};
+    MemoryManager::OpTicket ticket;
+    MemoryManager::Operation op;
+    op.key = key;
+    op.written = written;
+    op.ticket = &ticket;
+    ASSERT_CU(mm.Prepare(ids, {}, nullptr, &op));
+    std::vector<uint64_t> data = Pattern(seed);
+    CUresult r = seed != 0 ? cuMemcpyHtoD_v2(p, data.data(), kGranule)
+                           : cuMemcpyDtoH_v2(data.data(), p, kGranule);
+    mm.Finish(ids, written, nullptr, r == CUDA_SUCCESS);
+    mm.EndOperation(ticket, nullptr, r == CUDA_SUCCESS);
+    ASSERT_CU(r);
+    Settle();
+  }
+  SwapStats Run(const char* policy) {
+    auto mm = MakeManager({{"STENSOR_MEMORY_LIMIT", "4MiB"},
+                           {"STENSOR_POLICY", policy},
+                           {"STENSOR_PREFETCH", "off"}});
+    EXPECT_NE(mm, nullptr);
+    if (mm == nullptr) return {};
+    ClearLog();
+    const CUdeviceptr a = Alloc(*mm, 1), b = Alloc(*mm, 2), x = Alloc(*mm, 3);
+    Write(*mm, 1, a, 1);
+    Write(*mm, 2, b, 2);
+    constexpr int kIterations = 12;
+    for (int i = 0; i < kIterations; ++i) {
+      Op(*mm, 10, 1, a, 0);
+      Op(*mm, 11, 2, b, 0);
+      Op(*mm, 12, 3, x, 100 + i);
+      Op(*mm, 13, 1, a, 0);
+      Op(*mm, 14, 2, b, 0);
+    }
+    ExpectData(*mm, 1, a, 1);
+    ExpectData(*mm, 2, b, 2);
+    ExpectData(*mm, 3, x, 100 + kIterations - 1);
+    SwapStats stats = mm->stats();
+    // Each one logged as such (serve_host with by_choice).
+    uint64_t logged = 0;
+    for (const std::string& line : Lines()) {
+      logged += line.find("\"type\":\"serve_host\"") != std::string::npos &&
+                line.find("\"by_choice\":true") != std::string::npos;
+    }
+    EXPECT_EQ(logged, stats.served_by_choice);
+    for (CUdeviceptr p : {a, b, x}) EXPECT_CU(mm->Free(p));
+    return stats;
+  }
+};
+
+// Two threads, each repeating its own loop of that shape on its own three
+// buffers under a cap of four, prefetch on: their operations are predicted,
+// committed and prepared interleaved (one's Predict commits the other's
+// between its unlocked waits), buffers are served by choice, fetched and
+// evicted under each other; every read sees the last write, every byte.
+TEST_F(BypassTest, TwoThreadsInterleavedKeepEveryByte) {
+  auto mm = MakeManager({{"STENSOR_MEMORY_LIMIT", "8MiB"}, {"STENSOR_POLICY", "belady"}});
+  ASSERT_NE(mm, nullptr);
+  std::atomic<int> mismatches{0};
+  auto loop = [&](uint64_t first_id, uint64_t key_base) {
+    ASSERT_CU(cuCtxSetCurrent(ctx_));
+    CUdeviceptr p[3];
+    for (int k = 0; k < 3; ++k) p[k] = Alloc(*mm, first_id + k);
+    for (int k = 0; k < 2; ++k) Write(*mm, first_id + k, p[k], first_id + k);
+    auto read = [&](int k, uint64_t key, uint64_t seed) {
+      Ids ids = {first_id + k};
+      MemoryManager::OpTicket ticket;
+      MemoryManager::Operation op;
+      op.key = key;
+      op.ticket = &ticket;
+      ASSERT_CU(mm->Prepare(ids, {}, nullptr, &op));
+      std::vector<uint64_t> got(kWords);
+      CUresult r = cuMemcpyDtoH_v2(got.data(), p[k], kGranule);
+      mm->Finish(ids, {}, nullptr, r == CUDA_SUCCESS);
+      mm->EndOperation(ticket, nullptr, r == CUDA_SUCCESS);
+      ASSERT_CU(r);
+      if (!Mismatch(got, seed).empty()) ++mismatches;
+    };
+    for (int i = 0; i < 10; ++i) {
+      const uint64_t seed = first_id * 1000 + i + 1;
+      read(0, key_base, first_id);
+      read(1, key_base + 1, first_id + 1);
+      Op(*mm, key_base + 2, first_id + 2, p[2], seed);
+      read(2, key_base + 3, seed);
+      read(0, key_base + 4, first_id);
+      read(1, key_base + 5, first_id + 1);
+    }
+    for (CUdeviceptr q : p) EXPECT_CU(mm->Free(q));
+  };
+  std::thread t1(loop, 1, 100), t2(loop, 11, 200);
+  t1.join();
+  t2.join();
+  EXPECT_EQ(mismatches.load(), 0);
+  // Six buffers under a cap of four: the loops did swap or serve.
+  EXPECT_GT(mm->stats().bytes_copied_in + mm->stats().bytes_served_from_host, 0u);
+}
+
+TEST_F(BypassTest, ABufferNeededAfterWhatItWouldDisplaceIsServed) {
+  const SwapStats belady = Run("belady");
+  const SwapStats version = Run("version");
+  EXPECT_GE(belady.served_by_choice, 5u);
+  EXPECT_EQ(version.served_by_choice, 0u);
+  // Served, X is not fetched (and `version` keeps it, dropping clean A and
+  // B, which then come back): fewer copies in.
+  EXPECT_LT(belady.bytes_copied_in, version.bytes_copied_in);
+}
+
+}  // namespace
+}  // namespace stensor

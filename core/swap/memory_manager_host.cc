@@ -1,0 +1,204 @@
+// MemoryManager: host copies, where a swapped-out buffer's data lives. Made
+// (a kept one reused where it fits), mapped at the buffer's address, kept
+// for reuse or released, and read from when the program copies a buffer to
+// the host. Which buffer goes out, and when, is decided in
+// memory_manager.cc; this is where its bytes are kept meanwhile.
+
+#include "core/swap/memory_manager.h"
+
+#include <unistd.h>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/driver/context_scope.h"
+#include "core/base/json.h"
+#include "core/base/log.h"
+#include "core/swap/memory_manager_internal.h"
+
+namespace stensor {
+
+CUresult MemoryManager::EnsureHostCopy(Buffer& b, bool will_copy) {
+  if (b.host.exists()) return CUDA_SUCCESS;
+  Device& dev = DeviceState(b.device);
+  // What a failed attempt could not undo goes first (or this one fails too).
+  if (!ReleaseHostCopy(dev, b)) return CUDA_ERROR_UNKNOWN;
+  static const size_t host_total =
+      static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::optional<size_t> host_cap = config_.HostLimitBytes(host_total);
+  // A kept copy holds an earlier buffer's bytes: one about to be copied
+  // into takes it as it is; a never-written buffer's (`will_copy` false)
+  // must hold what fresh memory holds, so it is zeroed first on the swap
+  // stream, as a use of the buffer there (what reads the address while it
+  // is swapped out is ordered after the swap stream).
+  if (auto it = spare_host_.find({b.reserved, dev.ordinal});
+      it != spare_host_.end() && it->second.vmm() == dev.host_vmm &&
+      (will_copy || it->second.vmm())) {
+    bool zeroed = will_copy;
+    if (!zeroed && EnsureSwapStream(dev) == CUDA_SUCCESS &&
+        Failed(driver_->cuMemsetD8Async(it->second.va(), 0, b.reserved, dev.swap_stream)) ==
+            CUDA_SUCCESS) {
+      NoteUse(b.uses, dev.swap_stream, dev.ordinal);
+      zeroed = true;
+    }
+    if (zeroed) {  // else a fresh copy after all; the spare stays kept
+      b.host = it->second;  // still counted in host_bytes
+      if (b.host.vmm()) dev.spare_host_bytes -= b.reserved;
+      spare_host_.erase(it);
+      return CUDA_SUCCESS;
+    }
+  }
+  if (host_cap && dev.host_bytes + b.reserved > *host_cap && !spare_host_.empty()) {
+    (void)FreeSpareHostCopies();  // the room is needed (pinned ones: a synchronising free)
+  }
+  if (host_cap && dev.host_bytes + b.reserved > *host_cap) {
+    if (!warned_host_limit_) {
+      warned_host_limit_ = true;
+      Say(LogLevel::kWarn, "host-limit",
+          absl::StrCat("out of memory: the device cap (STENSOR_MEMORY_LIMIT, ", dev.cap,
+                       " bytes on device ", dev.ordinal, ") and the host limit (STENSOR_HOST_LIMIT, ",
+                       *host_cap, " bytes) are both exhausted"));
+    }
+    Log(JsonLine()
+            .Str("type", "oom")
+            .Str("what", "host")
+            .Uint("bytes", b.reserved)
+            .Uint("host_used", dev.host_bytes)
+            .Finish());
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (!dev.host_vmm && !warned_no_host_vmm_) {
+    warned_no_host_vmm_ = true;
+    SayOnce(LogLevel::kWarn, "no-host-vmm",
+            "this driver has no host-located VMM: swapped-out buffers are unmapped, and a "
+            "kernel that reaches one through a pointer stensor cannot see (one kept in device "
+            "memory) faults (docs/limits.md)");
+    Log(JsonLine()
+            .Str("type", "limitation")
+            .Str("what", "host-located VMM unsupported: swapped-out buffers are "
+                         "unmapped; a kernel reaching one through a pointer "
+                         "stensor cannot see would fault")
+            .Finish());
+  }
+  // Page-locked memory from cuMemHostAlloc is pinned for the context that
+  // allocated it: the one whose streams copy it (host-located VMM memory
+  // belongs to no context).
+  ContextScope scope(*driver_, dev.host_vmm ? nullptr : dev.context, &stats_.driver_errors);
+  return b.host.Create(vmm_, dev.host_vmm, b.reserved, b.size, b.device, &dev.host_bytes);
+}
+
+CUresult MemoryManager::MapHostAtBase(Buffer& b) {
+  bool mapped = false;
+  CUresult r = vmm_.Map(b.base, {PhysicalChunk{b.host.handle(), b.reserved}}, b.device, &mapped);
+  // A mapping without access after a second failure is still a mapping:
+  // it has to be unmapped before device memory goes there.
+  b.host_at_base = mapped;
+  return r;
+}
+
+bool MemoryManager::ReleaseHostCopy(Device& dev, Buffer& b) {
+  // A whole copy is kept for the next buffer of its size and device (a
+  // step's temporaries swapped out and freed would otherwise cost a
+  // cuMemCreate and a cuMemRelease each, every step). Host-located VMM
+  // copies are kept up to a device cap's worth; pinned ones always, since
+  // freeing them synchronises (see spare_host_).
+  const bool whole = b.host.vmm() || (b.host.ptr() != nullptr && b.host.handle() == 0);
+  if (whole && (!b.host.vmm() || dev.spare_host_bytes + b.reserved <= dev.cap)) {
+    if (b.host.vmm()) dev.spare_host_bytes += b.reserved;
+    spare_host_.emplace(std::make_pair(b.reserved, dev.ordinal), b.host);
+    b.host = HostCopy();
+    return true;
+  }
+  return b.host.Release(vmm_, b.reserved, &dev.host_bytes);
+}
+
+bool MemoryManager::FreeSpareHostCopies() {
+  bool freed = false;
+  for (auto it = spare_host_.begin(); it != spare_host_.end();) {
+    const auto [reserved, ordinal] = it->first;
+    Device& dev = DeviceState(ordinal);
+    const bool vmm = it->second.vmm();
+    if (!it->second.Release(vmm_, reserved, &dev.host_bytes)) {
+      ++it;  // kept (still counted) for a later attempt
+      continue;
+    }
+    if (vmm) dev.spare_host_bytes -= reserved;
+    it = spare_host_.erase(it);
+    freed = true;
+  }
+  return freed;
+}
+
+// --- Host reads of a buffer ------------------------------------------------------
+
+bool MemoryManager::ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst,
+                                     uint64_t bytes) {
+  MutexLock lock(&mu_);
+  Buffer* b = ById(id);
+  if (b == nullptr || !b->vmm || b->resident() || !b->host.exists() || offset > b->size ||
+      bytes > b->size - offset) {
+    return false;
+  }
+  Device& dev = DeviceState(b->device);
+  for (Use& u : b->uses) {
+    // Its swap-out copy is still in flight: not served from the host copy.
+    if (dev.swap_stream != nullptr && u.stream == dev.swap_stream && !Observed(u)) {
+      return false;
+    }
+  }
+  CUresult r = b->host.handle() != 0
+                   ? Failed(driver_->cuMemcpyDtoH_v2(dst, b->host.va() + offset, bytes))
+                   : (std::memcpy(dst, static_cast<char*>(b->host.ptr()) + offset, bytes),
+                      CUDA_SUCCESS);
+  if (r != CUDA_SUCCESS) return false;
+  ++stats_.reads_served_from_host;
+  return true;
+}
+
+CUresult MemoryManager::ReadBack(uint64_t id, uint64_t offset, void* dst, uint64_t bytes) {
+  MutexLock lock(&mu_);
+  Buffer* b = ById(id);
+  if (b == nullptr) return CUDA_ERROR_NOT_FOUND;
+  if (offset > b->size || bytes > b->size - offset) return CUDA_ERROR_INVALID_VALUE;
+  if (!b->resident() || b->stale_device) {
+    // The host copy holds the data once the swap-out's copy into it is done.
+    if (CUresult r = WaitSwapUse(DeviceState(b->device), *b); r != CUDA_SUCCESS) return r;
+  }
+  if (!b->resident() || b->stale_device) {  // the host copy holds the data
+    if (b->host.ptr() != nullptr) {
+      std::memcpy(dst, static_cast<char*>(b->host.ptr()) + offset, bytes);
+      return CUDA_SUCCESS;
+    }
+    if (!b->host.vmm()) {
+      std::memset(dst, 0, bytes);  // dropped never written: fresh memory
+      return CUDA_SUCCESS;
+    }
+    // A synchronous copy waits for the program's blocking streams: never
+    // under the lock. The pin keeps the host copy where it is.
+    const CUdeviceptr from = b->host.va() + offset;
+    Pin(*b);
+    mu_.Unlock();
+    CUresult r = driver_->cuMemcpyDtoH_v2(dst, from, bytes);
+    mu_.Lock();
+    Unpin(*b);
+    return r;
+  }
+  // Pinned, so it stays mapped while the copy runs without the lock; a
+  // swap-in still copying its contents in is waited for first.
+  const std::vector<Use> copies = PendingOwnUses(DeviceState(b->device), *b);
+  Pin(*b);
+  mu_.Unlock();
+  CUresult r = CUDA_SUCCESS;
+  for (const Use& u : copies) {
+    if (r == CUDA_SUCCESS) r = WaitForUse(u, u.stream);
+  }
+  if (r == CUDA_SUCCESS) r = driver_->cuMemcpyDtoH_v2(dst, b->base + offset, bytes);
+  mu_.Lock();
+  Unpin(*b);
+  return r;
+}
+
+}  // namespace stensor

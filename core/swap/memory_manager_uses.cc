@@ -1,0 +1,439 @@
+// MemoryManager: the uses of buffers on streams, and waits for them. Every
+// decision in memory_manager.cc asks whether a buffer's work is done, or
+// orders one stream after another; here are the events that record those
+// uses, what has been observed of them, the host waits (each made without
+// the lock), and stensor's own swap and fetch streams. Apart so that the
+// decisions read as decisions, not as event bookkeeping.
+
+#include "core/swap/memory_manager.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "core/driver/context_scope.h"
+#include "core/driver/device_context.h"
+#include "core/base/json.h"
+#include "core/swap/memory_manager_internal.h"
+#include "core/swap/stream_use.h"
+
+namespace stensor {
+
+using memory_manager_internal::kNoConsumer;
+using memory_manager_internal::Seconds;
+
+namespace {
+
+// The handles that name a stream of the current context (its NULL stream,
+// or the calling thread's per-thread stream) rather than one stream.
+bool NamesCurrentContextStream(CUstream s) {
+  return s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
+}
+
+}  // namespace
+
+std::pair<CUstream, uint64_t> MemoryManager::UseKey(CUstream stream) {
+  // An entry per stream. A handle for the current context's stream names
+  // another stream in each context: keyed by the context too, so that a
+  // use from one context never hides another's (the key is never a handle
+  // of a real stream: contexts are aligned and CU_STREAM_LEGACY is 1).
+  CUstream key = stream;
+  CUcontext current = nullptr;
+  if (NamesCurrentContextStream(stream) &&
+      Failed(driver_->cuCtxGetCurrent(&current)) == CUDA_SUCCESS && current != nullptr) {
+    key = reinterpret_cast<CUstream>(reinterpret_cast<uintptr_t>(current) |
+                                     (stream == CU_STREAM_PER_THREAD ? 2 : 1));
+  }
+  // The per-thread stream is another stream in every thread: one entry per
+  // thread, or a second thread's use would hide the first's.
+  return {key, stream == CU_STREAM_PER_THREAD ? ThreadTag() : 0};
+}
+
+MemoryManager::Use* MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stream,
+                                           int device) {
+  Device& dev = DeviceState(device);
+  const auto [key, thread] = UseKey(stream);
+  Use* u = nullptr;
+  for (Use& x : uses) {
+    if (x.stream == key && x.thread == thread) u = &x;
+  }
+  if (u == nullptr) {
+    u = &uses.emplace_back();
+    u->stream = key;
+    u->thread = thread;
+  }
+  u->device = device;
+  ++u->seq;
+  u->done = false;
+  u->recorded = false;
+  if (u->event == nullptr) {
+    // Made once, in the stream's context: stensor's streams are in the
+    // device's; the program's named ones say which (a copy may be issued to
+    // a stream of another context); the others are the current context's.
+    CUcontext home = nullptr;
+    if (dev.OwnStream(stream)) {
+      home = dev.context;
+    } else if (Failed(StreamContext(*driver_, stream, &home)) != CUDA_SUCCESS) {
+      return u;  // not recorded: waits fall back to the stream or the context
+    }
+    ContextScope scope(*driver_, home, &stats_.driver_errors);
+    CUresult r = scope.result();
+    if (r == CUDA_SUCCESS) r = Failed(driver_->cuEventCreate(&u->event, CU_EVENT_DISABLE_TIMING));
+    if (r != CUDA_SUCCESS) u->event = nullptr;
+    (void)scope.Restore();
+    if (u->event == nullptr) return u;
+    u->context = home;  // the event ends with it (AfterContextEnds)
+  }
+  u->recorded = Failed(driver_->cuEventRecord(u->event, stream)) == CUDA_SUCCESS;
+  return u;
+}
+
+bool MemoryManager::Observed(Use& u) const { return ObservedComplete(*driver_, u); }
+
+CUresult MemoryManager::WaitForUse(const Use& u, CUstream own_stream) const {
+  return WaitForStreamUse(*driver_, u, own_stream);
+}
+
+CUresult MemoryManager::WaitForWriters(uint64_t id) {
+  MutexLock lock(&mu_);
+  Buffer* b = ById(id);
+  // Small buffers (not VMM) record no uses: nothing to tell their writers.
+  if (b == nullptr || b->garbage || !b->vmm) return CUDA_ERROR_NOT_FOUND;
+  Device& dev = DeviceState(b->device);
+  if (dev.unknown_submitting > 0) return CUDA_ERROR_NOT_READY;
+  std::vector<Use> pending;  // copies: others may grow the lists meanwhile
+  for (Use& u : b->uses) {
+    if (!Observed(u)) pending.push_back(u);
+  }
+  for (Use& u : dev.unknown) {
+    if (!Observed(u)) pending.push_back(u);
+  }
+  if (pending.empty()) return CUDA_SUCCESS;
+  // Without the lock: the work may wait on another thread's next launch.
+  return WaitUnlocked(*b, pending, /*on_their_streams=*/false);
+}
+
+CUresult MemoryManager::WaitUnlocked(Buffer& b, const std::vector<Use>& uses,
+                                     bool on_their_streams) {
+  Pin(b);
+  mu_.Unlock();
+  CUresult r = CUDA_SUCCESS;
+  for (const Use& u : uses) {
+    if (r == CUDA_SUCCESS) r = WaitForUse(u, on_their_streams ? u.stream : nullptr);
+  }
+  mu_.Lock();
+  Unpin(b);
+  return r;
+}
+
+bool MemoryManager::UnknownIdle(Device& dev) const {
+  if (dev.unknown_submitting > 0) return false;
+  for (Use& u : dev.unknown) {
+    if (!Observed(u)) return false;
+  }
+  return true;
+}
+
+bool MemoryManager::InUse(Buffer& b) const {
+  for (Use& u : b.uses) {
+    if (!Observed(u)) return true;
+  }
+  return false;
+}
+
+bool MemoryManager::Idle(Buffer& b) const {
+  if (InUse(b)) return false;
+  Device* dev =
+      static_cast<size_t>(b.device) < devices_.size() ? devices_[b.device].get() : nullptr;
+  return dev == nullptr || UnknownIdle(*dev);
+}
+
+CUresult MemoryManager::WaitIdle(Buffer& b, bool own_uses) {
+  if (no_block_) return CUDA_ERROR_NOT_READY;
+  Device& dev = DeviceState(b.device);
+  struct Pending {
+    bool unknown;
+    size_t index;
+    Use use;
+    CUresult result = CUDA_SUCCESS;
+  };
+  std::vector<Pending> pending;
+  if (own_uses) {
+    for (size_t i = 0; i < b.uses.size(); ++i) {
+      if (!Observed(b.uses[i])) pending.push_back({false, i, b.uses[i]});
+    }
+  }
+  for (size_t i = 0; i < dev.unknown.size(); ++i) {
+    if (!Observed(dev.unknown[i])) pending.push_back({true, i, dev.unknown[i]});
+  }
+  if (pending.empty() && dev.unknown_submitting > 0) {
+    // An operation of unknown accesses is being submitted: its event comes
+    // in a moment, recorded under the lock this thread must let go of.
+    Pin(b);
+    mu_.Unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    mu_.Lock();
+    Unpin(b);
+    return CUDA_SUCCESS;  // callers look again
+  }
+  if (pending.empty()) return CUDA_SUCCESS;
+  // Wait without the lock: the work waited for may depend on another
+  // thread's next launch, which needs the lock. The pin keeps the buffer
+  // (and its events) alive meanwhile; callers re-check everything after.
+  Pin(b);
+  const CUstream swap_stream = dev.swap_stream, fetch_stream = dev.fetch_stream;
+  auto start = std::chrono::steady_clock::now();
+  mu_.Unlock();
+  for (Pending& p : pending) {
+    p.result = WaitForUse(p.use, p.use.stream == fetch_stream ? fetch_stream : swap_stream);
+  }
+  mu_.Lock();
+  Unpin(b);
+  CUresult result = CUDA_SUCCESS;
+  for (const Pending& p : pending) {
+    if (Failed(p.result) != CUDA_SUCCESS) {
+      if (result == CUDA_SUCCESS) result = p.result;
+      continue;
+    }
+    // Observed, unless the stream was used again meanwhile.
+    std::vector<Use>& uses = p.unknown ? dev.unknown : b.uses;
+    if (p.index < uses.size() && SameStream(uses[p.index], p.use) &&
+        uses[p.index].seq == p.use.seq) {
+      uses[p.index].done = true;
+    }
+  }
+  double waited = Seconds(std::chrono::steady_clock::now() - start);
+  stats_.host_wait_seconds += waited;
+  bool unknown = std::any_of(pending.begin(), pending.end(),
+                             [](const Pending& p) { return p.unknown; });
+  (unknown ? stats_.wait_unknown_seconds : stats_.wait_program_seconds) += waited;
+  Log(JsonLine()
+          .Str("type", own_uses ? "evict_wait" : "unknown_wait")
+          .Uint("id", b.id)
+          .Double("seconds", waited)
+          .Finish());
+  return result;
+}
+
+CUresult MemoryManager::OrderAfterSwap(Device& dev, Buffer& b, CUstream consumer) {
+  if (dev.swap_stream == nullptr || consumer == kNoConsumer) return CUDA_SUCCESS;
+  for (Use& u : b.uses) {
+    if (!dev.OwnStream(u.stream) || Observed(u)) continue;
+    // The consumer waits on the device; the host goes on.
+    if (u.recorded &&
+        Failed(driver_->cuStreamWaitEvent(consumer, u.event, 0)) == CUDA_SUCCESS) {
+      continue;
+    }
+    // Else the host waits for the copies, so the consumer cannot start
+    // before them (without the lock: the swap stream may be waiting for
+    // the program's work behind a queued swap-out).
+    return WaitSwapUse(dev, b);
+  }
+  return CUDA_SUCCESS;
+}
+
+std::vector<MemoryManager::Use> MemoryManager::PendingOwnUses(const Device& dev, Buffer& b) const {
+  std::vector<Use> pending;
+  for (Use& u : b.uses) {
+    if (dev.OwnStream(u.stream) && !Observed(u)) pending.push_back(u);
+  }
+  return pending;
+}
+
+CUresult MemoryManager::WaitSwapUse(Device& dev, Buffer& b) {
+  const std::vector<Use> copies = PendingOwnUses(dev, b);
+  if (copies.empty()) return CUDA_SUCCESS;
+  if (no_block_) return CUDA_ERROR_NOT_READY;
+  auto start = std::chrono::steady_clock::now();
+  CUresult r = WaitUnlocked(b, copies, /*on_their_streams=*/true);
+  double waited = Seconds(std::chrono::steady_clock::now() - start);
+  stats_.host_wait_seconds += waited;
+  stats_.wait_swap_seconds += waited;
+  Log(JsonLine()
+          .Str("type", "swap_wait")
+          .Str("what", "buffer")
+          .Uint("id", b.id)
+          .Double("seconds", waited)
+          .Finish());
+  if (Failed(r) != CUDA_SUCCESS) return r;
+  for (const Use& copy : copies) {
+    for (Use& v : b.uses) {
+      if (SameStream(v, copy) && v.seq == copy.seq) v.done = true;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult MemoryManager::WaitSwapStream(Device& dev, double* reason) {
+  const CUstream swap_stream = dev.swap_stream;
+  if (swap_stream == nullptr) return CUDA_SUCCESS;
+  if (no_block_) return CUDA_ERROR_NOT_READY;
+  auto start = std::chrono::steady_clock::now();
+  mu_.Unlock();
+  CUresult r = driver_->cuStreamSynchronize(swap_stream);
+  mu_.Lock();
+  double waited = Seconds(std::chrono::steady_clock::now() - start);
+  stats_.host_wait_seconds += waited;
+  *(reason != nullptr ? reason : &stats_.wait_swap_seconds) += waited;
+  Log(JsonLine()
+          .Str("type", "swap_wait")
+          .Str("what", reason == &stats_.wait_unknown_seconds ? "unknown" : "stream")
+          .Double("seconds", waited)
+          .Finish());
+  return Failed(r);
+}
+
+void MemoryManager::RecordUse(Buffer& b, CUstream stream) {
+  NoteUse(b.uses, stream, b.device);
+}
+
+bool MemoryManager::OrderSwapAfterUses(Device& dev, Buffer& b) {
+  for (Use& u : b.uses) {
+    if (u.stream == dev.swap_stream || Observed(u)) continue;  // FIFO / done
+    // An unrecorded use is known to no event: only a host wait tells.
+    if (!u.recorded ||
+        Failed(driver_->cuStreamWaitEvent(dev.swap_stream, u.event, 0)) != CUDA_SUCCESS) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// --- Stensor's own streams -------------------------------------------------------
+
+CUresult MemoryManager::CreateOwnStream(Device& dev, CUstream* stream) {
+  *stream = nullptr;
+  if (dev.context == nullptr) {
+    // The context the device's streams lived in ended (AfterContextEnds):
+    // a live one of the device, the current one where it is on the device.
+    CUcontext home = nullptr;
+    if (CUresult r = Failed(ContextForDevice(*driver_, dev.ordinal, &home)); r != CUDA_SUCCESS) {
+      return r;
+    }
+    dev.context = home;
+  }
+  ContextScope scope(*driver_, dev.context, &stats_.driver_errors);
+  CUresult r = scope.result();
+  if (r == CUDA_SUCCESS) r = Failed(driver_->cuStreamCreate(stream, CU_STREAM_NON_BLOCKING));
+  if (r != CUDA_SUCCESS) *stream = nullptr;
+  // A stream made in the right context stays, even where the program's
+  // context could not be made current again (counted as a driver error).
+  (void)scope.Restore();
+  return r;
+}
+
+void MemoryManager::ForEachUse(absl::FunctionRef<void(Use&)> f) {
+  for (auto& [key, b] : buffers_) {
+    for (Use& u : b->uses) f(u);
+  }
+  for (auto& d : devices_) {
+    if (!d) continue;
+    for (Use& u : d->unknown) f(u);
+    for (Use& u : d->swap_marks) f(u);
+  }
+  for (ExternalFree& x : external_frees_) {
+    for (Use& u : x.uses) f(u);
+  }
+}
+
+void MemoryManager::BeforeContextEnds(CUcontext ctx) {
+  if (ctx == nullptr) return;
+  std::vector<CUstream> retiring;
+  bool pending = false;
+  {
+    MutexLock lock(&mu_);
+    for (auto& d : devices_) {
+      if (!d || d->context != ctx) continue;
+      // New swap work goes to streams made when next needed, elsewhere.
+      for (CUstream* own : {&d->swap_stream, &d->fetch_stream}) {
+        if (*own != nullptr) retiring.push_back(*own);
+        *own = nullptr;
+      }
+      d->context = nullptr;
+      d->fetch_stream_failed = false;
+    }
+    for (CUstream s : retiring) retiring_.emplace_back(ctx, s);
+    ForEachUse([&](Use& u) { pending |= u.context == ctx && !u.done; });
+  }
+  if (retiring.empty() && !pending) return;
+  // Everything queued there completes first, swap copies included: the
+  // driver's end of the context would otherwise take them with it. Without
+  // the lock, as every wait for the program's work.
+  uint64_t errors = 0;  // the scope counts its own
+  CUresult r;
+  {
+    ContextScope scope(*driver_, ctx, &errors);
+    r = scope.result();
+    if (r == CUDA_SUCCESS && (r = driver_->cuCtxSynchronize()) != CUDA_SUCCESS) ++errors;
+  }
+  if (r != CUDA_SUCCESS) {
+    // At least stensor's own copies (the program's work is the driver's).
+    for (CUstream s : retiring) {
+      if (driver_->cuStreamSynchronize(s) != CUDA_SUCCESS) ++errors;
+    }
+  }
+  MutexLock lock(&mu_);
+  stats_.driver_errors += errors;
+}
+
+void MemoryManager::AfterContextEnds(CUcontext ctx, bool ended) {
+  if (ctx == nullptr) return;
+  MutexLock lock(&mu_);
+  std::vector<CUstream> retired;
+  for (auto it = retiring_.begin(); it != retiring_.end();) {
+    if (it->first != ctx) {
+      ++it;
+      continue;
+    }
+    retired.push_back(it->second);
+    it = retiring_.erase(it);
+  }
+  if (!ended) {
+    // It lives on (a release that was not the last): its events stay valid;
+    // the streams taken out of service, idle, go.
+    for (CUstream s : retired) (void)Failed(driver_->cuStreamDestroy_v2(s));
+    return;
+  }
+  // Its events are gone with it, and so is its work: what was queued there
+  // was waited for, and nothing of it runs after its end.
+  ForEachUse([&](Use& u) {
+    if (u.context != ctx) return;
+    u.done = true;
+    u.recorded = false;
+    u.event = nullptr;
+    u.context = nullptr;
+  });
+  for (auto& d : devices_) {
+    if (!d) continue;
+    auto& marks = d->swap_marks;
+    marks.erase(std::remove_if(marks.begin(), marks.end(),
+                               [&](const Use& u) {
+                                 return std::find(retired.begin(), retired.end(), u.stream) !=
+                                        retired.end();
+                               }),
+                marks.end());
+  }
+}
+
+CUresult MemoryManager::EnsureSwapStream(Device& dev) {
+  if (dev.swap_stream != nullptr) return CUDA_SUCCESS;
+  return CreateOwnStream(dev, &dev.swap_stream);
+}
+
+CUstream MemoryManager::FetchStreamFor(Device& dev, Buffer& b, bool shadowed) {
+  // Memory still mapped at an old owner's address has that owner's copy or
+  // drop queued on the swap stream, and a use of the buffer not seen done
+  // (its own swap-out into the host copy, a zeroing) may be there too: FIFO.
+  if (shadowed || dev.fetch_stream_failed) return dev.swap_stream;
+  for (Use& u : b.uses) {
+    if (!Observed(u)) return dev.swap_stream;
+  }
+  if (dev.fetch_stream == nullptr && CreateOwnStream(dev, &dev.fetch_stream) != CUDA_SUCCESS) {
+    dev.fetch_stream_failed = true;  // not tried at every swap-in
+    return dev.swap_stream;
+  }
+  return dev.fetch_stream;
+}
+
+}  // namespace stensor

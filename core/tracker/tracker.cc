@@ -1,0 +1,1613 @@
+#include "core/tracker/tracker.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <iterator>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "core/driver/device_context.h"
+#include "core/base/json.h"
+#include "core/base/log.h"
+#include "core/swap/stream_ordered.h"
+
+namespace stensor {
+namespace {
+
+constexpr int kLogFormatVersion = 1;
+
+std::string StreamText(StreamRef s) {
+  if (s.handle == nullptr) return s.per_thread ? "per_thread" : "legacy";
+  if (s.handle == CU_STREAM_LEGACY) return "legacy";
+  if (s.handle == CU_STREAM_PER_THREAD) return "per_thread";
+  return absl::StrFormat("0x%x", reinterpret_cast<uintptr_t>(s.handle));
+}
+
+std::string Hex(uint64_t v) { return absl::StrFormat("0x%x", v); }
+
+// The launch record's "tables": each table reached and the buffers it
+// referred to.
+std::string TablesJson(const Accesses& a) {
+  std::string out = "[";
+  for (const Accesses::TableUse& t : a.tables) {
+    if (out.size() > 1) out.push_back(',');
+    out += JsonLine().Uint("id", t.id).Uints("refs", t.refs).Bool("writes", t.writes).Finish();
+  }
+  out.push_back(']');
+  return out;
+}
+
+// Past this size a table whose contents are unknown is not read back: the
+// launch's accesses count as unknown instead.
+constexpr uint64_t kMaxTableReadBack = 16 << 20;
+
+CUevent EventOf(const PointerTables::Mark& m) {
+  return reinterpret_cast<CUevent>(const_cast<void*>(m.get()));
+}
+
+// The packed argument buffer of the `extra` launch form, or null.
+const unsigned char* PackedArgs(void** extra, size_t* size) {
+  const void* buffer = nullptr;
+  const size_t* buffer_size = nullptr;
+  for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+    if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+      buffer = extra[i + 1];
+    } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+      buffer_size = static_cast<const size_t*>(extra[i + 1]);
+    } else {
+      return nullptr;
+    }
+  }
+  if (buffer == nullptr || buffer_size == nullptr) return nullptr;
+  *size = *buffer_size;
+  return static_cast<const unsigned char*>(buffer);
+}
+
+}  // namespace
+
+const char* OpTypeName(OpType type) {
+  switch (type) {
+    case OpType::kAlloc: return "alloc";
+    case OpType::kFree: return "free";
+    case OpType::kLaunch: return "launch";
+    case OpType::kMemcpy: return "memcpy";
+    case OpType::kMemset: return "memset";
+    case OpType::kSync: return "sync";
+    case OpType::kGraphLaunch: return "graph_launch";
+    case OpType::kCount: break;
+  }
+  return "unknown";
+}
+
+absl::StatusOr<std::unique_ptr<Tracker>> Tracker::Create(const Config& config,
+                                                         const Driver* driver) {
+  std::unique_ptr<Tracker> t(new Tracker(config, driver));
+  std::string path = config.AccessLogPath(static_cast<int>(getpid()));
+  if (!path.empty()) {
+    auto log = AccessLog::Open(path);
+    if (!log.ok()) return log.status();
+    t->log_ = std::move(*log);
+  }
+  if (config.stats || t->log_) t->leaks_ = std::make_unique<Leaks>();
+  Tracker* raw = t.get();
+  t->memory_ = MemoryManager::Create(config, driver, [raw](std::string line) {
+    if (raw->log_) raw->Log(std::move(line));
+  });
+  return t;
+}
+
+Tracker::Tracker(const Config& config, const Driver* driver)
+    : config_(config),
+      driver_(driver),
+      kernels_(driver, config.write_inference == WriteInference::kConservative),
+      capture_(driver) {
+  // A range's marks are events (MarkAfter); one observed complete needs no
+  // wait. Asked while a capture may be in progress elsewhere: relaxed.
+  tables_.SetMarkDone([this](const PointerTables::Mark& m) {
+    if (driver_->cuEventQuery == nullptr) return false;
+    RelaxedCaptureScope relaxed(capture_);
+    return driver_->cuEventQuery(EventOf(m)) == CUDA_SUCCESS;
+  });
+}
+
+namespace {
+// "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6", as nvidia-smi -L prints it.
+std::string UuidText(const CUuuid& uuid) {
+  std::string text = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) text.push_back('-');
+    absl::StrAppendFormat(&text, "%02x", static_cast<unsigned char>(uuid.bytes[i]));
+  }
+  return text;
+}
+}  // namespace
+
+std::string Tracker::Header() const {
+  std::string devices = "[";
+  int count = 0;
+  if (driver_->cuDeviceGetCount != nullptr &&
+      driver_->cuDeviceGetCount(&count) == CUDA_SUCCESS) {
+    for (int d = 0; d < count; ++d) {
+      char name[256] = "";
+      size_t total = 0;
+      if (driver_->cuDeviceGetName != nullptr) {
+        driver_->cuDeviceGetName(name, sizeof(name), d);
+      }
+      if (driver_->cuDeviceTotalMem_v2 != nullptr) {
+        driver_->cuDeviceTotalMem_v2(&total, d);
+      }
+      // Which physical device the ordinal is (CUDA_VISIBLE_DEVICES
+      // renumbers them): "" when the driver cannot say.
+      CUuuid uuid;
+      std::string uuid_text;
+      if (driver_->cuDeviceGetUuid_v2 != nullptr &&
+          driver_->cuDeviceGetUuid_v2(&uuid, d) == CUDA_SUCCESS) {
+        uuid_text = UuidText(uuid);
+      }
+      char bus[32] = "";
+      if (driver_->cuDeviceGetPCIBusId == nullptr ||
+          driver_->cuDeviceGetPCIBusId(bus, sizeof(bus), d) != CUDA_SUCCESS) {
+        bus[0] = '\0';
+      }
+      bus[sizeof(bus) - 1] = '\0';
+      if (d > 0) devices.push_back(',');
+      devices += JsonLine()
+                     .Int("ordinal", d)
+                     .Str("name", name)
+                     .Uint("total_bytes", total)
+                     .Str("uuid", uuid_text)
+                     .Str("pci_bus_id", bus)
+                     .Finish();
+    }
+  }
+  devices.push_back(']');
+  return JsonLine()
+      .Str("type", "header")
+      .Int("format", kLogFormatVersion)
+      .Int("pid", getpid())
+      .Raw("devices", devices)
+      .Raw("config", config_.Describe())
+      .Finish();
+}
+
+void Tracker::Log(std::string line) {
+  // The header waits for the first record: by then the application has
+  // called cuInit, so the devices can be listed.
+  std::call_once(header_once_, [this] { log_->Append(Header()); });
+  log_->Append(std::move(line));
+}
+
+uint64_t Tracker::IdAt(uint64_t addr) const {
+  auto b = registry_.Find(addr);
+  return b ? b->id : 0;
+}
+
+namespace {
+// The iteration planner's keys: what an operation is and its shape, never
+// its addresses nor the sizes of the buffers it reaches. A caching
+// allocator (PyTorch's) places a tensor in whichever segment has room, so
+// the same operation of two steps reaches segments of other sizes, and a
+// key holding them would never repeat.
+// A copy or memset: its extent and direction.
+uint64_t TransferKey(uint64_t bytes, bool to_host, bool memset) {
+  return (bytes * 4 + (to_host ? 2 : 0) + (memset ? 1 : 0)) ^ 0x7472616e73666572ull;
+}
+
+// A launch: the kernel and its grid and block (`stensor sim` keys a logged
+// launch by the same three).
+uint64_t LaunchKey(CUfunction f, const unsigned grid[3], const unsigned block[3]) {
+  uint64_t key = reinterpret_cast<uintptr_t>(f);
+  for (const unsigned* dims : {grid, block}) {
+    for (int i = 0; i < 3; ++i) {
+      key = (key ^ dims[i]) * 0x9e3779b97f4a7c15ull;
+      key ^= key >> 29;
+    }
+  }
+  return key;
+}
+}  // namespace
+
+CUresult Tracker::AllocateCapped(const char* api, CUdeviceptr* dptr,
+                                 uint64_t bytes) {
+  RelaxedCaptureScope relaxed(capture_);
+  // Registered under the manager's lock: the buffer has its id from the start.
+  return memory_->Allocate(bytes, dptr, [&](CUdeviceptr base) {
+    return OnAlloc(api, base, bytes, BufferKind::kDeviceAlloc);
+  });
+}
+
+bool Tracker::FreeCapped(const char* api, CUdeviceptr dptr, CUresult* result) {
+  if (!memory_->Owns(dptr)) return false;
+  RelaxedCaptureScope relaxed(capture_);
+  // Forget the range before its address can be handed out again.
+  if (registry_.Find(dptr)) OnFree(api, dptr);
+  *result = memory_->Free(dptr);
+  return true;
+}
+
+void Tracker::MemInfo(int device, size_t* free_bytes, size_t* total_bytes) {
+  memory_->MemInfo(device, free_bytes, total_bytes);
+}
+
+CUresult Tracker::BeginLaunch(CUfunction f, const unsigned grid[3], const unsigned block[3],
+                              StreamRef stream, void** params,
+                              void** extra, Accesses* accesses) {
+  const KernelInfo* kernel = kernels_.Get(f);
+  accesses->kernel = kernel;
+  InferLaunchAccesses(*kernel, params, extra, registry_, accesses);
+  // Captured: runs later, as a graph node; its tables are read then.
+  if (ABSL_PREDICT_FALSE(capture_.Capturing(Handle(stream)))) {
+    accesses->captured = true;
+    return CUDA_SUCCESS;
+  }
+  if (tracks_tables() && (kernel->has_tables || !tables_.empty())) {
+    ExpandTables(*kernel, params, extra, stream, accesses);
+  }
+  if (!memory_) return CUDA_SUCCESS;
+  return PrepareLaunch(LaunchKey(f, grid, block), *kernel, stream, accesses);
+}
+
+CUresult Tracker::PrepareLaunch(uint64_t key, const KernelInfo& kernel, StreamRef stream,
+                                Accesses* accesses) {
+  RelaxedCaptureScope relaxed(capture_);
+  // Known accesses: an operation of the iteration (S01/S02), noted under
+  // the lock that prepares it.
+  const bool known = kernel.layout_known && !accesses->unknown_tables;
+  MemoryManager::OpTicket ticket;
+  const MemoryManager::Operation op{key, accesses->writes,
+                                    known && IsMarker(kernel), &ticket};
+  if (CUresult r = memory_->Prepare(accesses->reads, {}, Handle(stream), known ? &op : nullptr);
+      r != CUDA_SUCCESS) {
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) SayRefusal(kernel, *accesses);
+    return r;
+  }
+  if (!known) {
+    // Accesses unknown: nothing is evicted from here until the launch's
+    // completion is recorded (EndLaunch).
+    accesses->unknown_device = memory_->BeginUnknown(Handle(stream));
+  } else {
+    accesses->op_timing = ticket.timing;
+    accesses->op_time = ticket.time;
+  }
+  return CUDA_SUCCESS;
+}
+
+void Tracker::SayRefusal(const KernelInfo& kernel, const Accesses& accesses) const {
+  const MemoryManager::Footprint f = memory_->FootprintOf(accesses.reads);
+  SayOnce(LogLevel::kWarn, "launch-refused",
+          absl::StrFormat("a launch of %s was refused (CUDA_ERROR_OUT_OF_MEMORY): its %zu "
+                          "buffers take %.1f MiB on device %d together, the cap is %.1f MiB%s",
+                          kernel.demangled, f.buffers, f.bytes / 1048576.0, f.device,
+                          f.cap / 1048576.0,
+                          f.host_vmm ? ""
+                                     : "; without host-located VMM what does not fit cannot be "
+                                       "served from host memory (docs/limits.md)"));
+}
+
+bool Tracker::IsMarker(const KernelInfo& kernel) const {
+  const std::string& marker = config_.iteration_marker;
+  if (marker.empty()) return false;
+  if (kernel.name == marker) return true;
+  // The demangled name without its parameters, e.g. "mlp::update".
+  const std::string& d = kernel.demangled;
+  return d.size() > marker.size() && d.compare(0, marker.size(), marker) == 0 &&
+         d[marker.size()] == '(';
+}
+
+void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
+                        const unsigned block[3], StreamRef stream,
+                        const Accesses& accesses, bool submitted) {
+  // Set by BeginLaunch; looked up only for a caller that skipped it.
+  const KernelInfo* kernel = accesses.kernel != nullptr ? accesses.kernel : kernels_.Get(f);
+  if (memory_ && !accesses.captured) FinishLaunch(*kernel, stream, accesses, submitted);
+  if (!submitted) return;
+  if (ABSL_PREDICT_FALSE(accesses.captured)) {  // runs later, as a graph node
+    Count(OpType::kLaunch);
+    if (log_) LogLaunch(api, *kernel, grid, block, stream, accesses);
+    return;
+  }
+  // A kernel may rewrite the pointers of any table it writes, from the
+  // pointers it writes through on; one whose accesses are unknown, those of
+  // any table.
+  if (!tables_.empty()) {
+    absl::InlinedVector<PointerTables::Reach, 8> writes;
+    for (const Accesses::Reach& w : accesses.write_reach) writes.push_back({w.id, w.from});
+    // Written buffers the reach was not found for (no tables when the
+    // launch began): whole.
+    for (uint64_t id : accesses.writes) {
+      if (std::none_of(writes.begin(), writes.end(),
+                       [&](const PointerTables::Reach& w) { return w.id == id; })) {
+        writes.push_back({id, 0});
+      }
+    }
+    tables_.OnDeviceWrite(writes, [&] { return MarkAfter(stream); });
+  }
+  if (!kernel->layout_known || accesses.unknown_tables) tables_.MarkAllStale();
+  // Descriptions outlive the tracker, so their names may be kept.
+  if (leaks_) leaks_->OnLaunch(kernel->demangled.c_str(), accesses.reads, accesses.writes);
+  Count(OpType::kLaunch);
+  if (log_) LogLaunch(api, *kernel, grid, block, stream, accesses);
+}
+
+void Tracker::FinishLaunch(const KernelInfo& kernel, StreamRef stream,
+                           const Accesses& accesses, bool submitted) {
+  RelaxedCaptureScope relaxed(capture_);
+  memory_->Finish(accesses.reads, accesses.writes, Handle(stream), submitted);
+  // Nothing known about what it wrote: no host copy can be trusted.
+  if (submitted && (!kernel.layout_known || accesses.unknown_tables)) {
+    memory_->MarkAllWritten(Handle(stream));
+  }
+  memory_->EndUnknown(accesses.unknown_device);
+  memory_->EndOperation({accesses.op_timing, accesses.op_time}, Handle(stream), submitted);
+  // Descriptions outlive the manager, so their names may be kept.
+  if (submitted && memory_->verifying()) {
+    memory_->NoteKernel(accesses.reads, accesses.writes, kernel.demangled.c_str());
+  }
+}
+
+void Tracker::LogLaunch(const char* api, const KernelInfo& kernel, const unsigned grid[3],
+                        const unsigned block[3], StreamRef stream, const Accesses& accesses) {
+  Accesses unique = accesses;
+  unique.Dedupe();
+  uint64_t g[3] = {grid[0], grid[1], grid[2]};
+  uint64_t b[3] = {block[0], block[1], block[2]};
+  JsonLine line;
+  line.Str("type", "launch")
+          .Str("api", api)
+          .Str("kernel", kernel.name)
+          .Str("demangled", kernel.demangled)
+          .Str("stream", StreamText(stream))
+          .Uints("grid", g)
+          .Uints("block", b)
+          .Uints("reads", unique.reads)
+          .Uints("writes", unique.writes)
+          .Bool("inferred", kernel.layout_known)
+          .Raw("tables", TablesJson(accesses))
+          .Bool("unknown_tables", accesses.unknown_tables);
+  if (accesses.captured) line.Bool("captured", true);
+  Log(line.Finish());
+}
+
+void Tracker::FindParamReach(const KernelInfo& kernel, void** params, void** extra,
+                             ParamReaches* reach) const {
+  const unsigned char* packed = nullptr;
+  size_t packed_size = 0;
+  if (params == nullptr) {
+    if (extra == nullptr) return;
+    packed = PackedArgs(extra, &packed_size);
+    if (packed == nullptr) return;
+  }
+  constexpr size_t kBatch = 64;
+  uint64_t words[kBatch];
+  bool written[kBatch];
+  size_t n = 0;
+  auto flush = [&] {
+    registry_.FindAll(words, n, [&](size_t i, uint64_t id) {
+      auto it = std::find_if(reach->begin(), reach->end(),
+                             [&](const ParamReach& r) { return r.id == id; });
+      if (it == reach->end()) {
+        reach->push_back({id, words[i], UINT64_MAX});
+        it = reach->end() - 1;
+      }
+      it->from = std::min(it->from, words[i]);
+      if (written[i]) it->write_from = std::min(it->write_from, words[i]);
+    });
+    n = 0;
+  };
+  for (size_t i = 0; i < kernel.params.size(); ++i) {
+    const ParamSlot& slot = kernel.params[i];
+    if (slot.access == ParamAccess::kNone) continue;
+    const unsigned char* base;
+    if (packed != nullptr) {
+      if (slot.offset + slot.size > packed_size) continue;
+      base = packed + slot.offset;
+    } else {
+      base = static_cast<const unsigned char*>(params[i]);
+      if (base == nullptr) continue;
+    }
+    for (uint32_t k = 0; k < slot.words; ++k) {
+      std::memcpy(&words[n], base + slot.first_word + 8 * k, sizeof(uint64_t));
+      written[n] = slot.access == ParamAccess::kReadWrite;
+      if (++n == kBatch) flush();
+    }
+  }
+  if (n > 0) flush();
+}
+
+void Tracker::ExpandTables(const KernelInfo& kernel, void** params, void** extra,
+                           StreamRef stream, Accesses* a) {
+  // Every buffer the launch reaches directly may be a table, and so may the
+  // targets of a table (`T***`), a few levels deep. A kernel reaches a
+  // buffer from the lowest pointer into it that it is given on.
+  constexpr int kMaxDepth = 4;
+  const size_t direct_end = a->reads.size();  // targets are appended after
+  ParamReaches direct;
+  FindParamReach(kernel, params, extra, &direct);
+  // Conservative inference trusts no pointer to bound a kernel's reach
+  // either: whole buffers.
+  const bool whole = config_.write_inference == WriteInference::kConservative;
+  if (whole) {
+    for (ParamReach& p : direct) {
+      p.from = 0;
+      if (p.write_from != UINT64_MAX) p.write_from = 0;
+    }
+  }
+  a->write_reach.clear();
+  for (const ParamReach& p : direct) {
+    if (p.write_from != UINT64_MAX) a->write_reach.push_back({p.id, p.write_from});
+  }
+  // What inference found and this walk did not (it reads the same words):
+  // whole buffers.
+  for (size_t i = 0; i < direct_end; ++i) {
+    const uint64_t id = a->reads[i];
+    if (std::none_of(direct.begin(), direct.end(),
+                     [&](const ParamReach& p) { return p.id == id; })) {
+      direct.push_back({id, 0, UINT64_MAX});
+    }
+  }
+  for (uint64_t id : a->writes) {
+    if (std::none_of(a->write_reach.begin(), a->write_reach.end(),
+                     [&](const Accesses::Reach& w) { return w.id == id; })) {
+      a->write_reach.push_back({id, 0});
+    }
+  }
+  a->reach_known = true;
+  auto write_from = [&](uint64_t id, uint64_t from) {
+    for (Accesses::Reach& w : a->write_reach) {
+      if (w.id == id) {
+        w.from = std::min(w.from, from);
+        return;
+      }
+    }
+    a->write_reach.push_back({id, from});
+  };
+  using Reaches = absl::InlinedVector<PointerTables::Reach, 8>;
+  Reaches level;
+  Reaches seen;  // the lowest address each buffer was followed from
+  for (const ParamReach& p : direct) {
+    level.push_back({p.id, p.from});
+    seen.push_back({p.id, p.from});
+  }
+  std::vector<PointerTables::Found> found;
+  std::vector<uint64_t> words;
+  auto add_refs = [&](uint64_t table, bool writes, Reaches* next) {
+    Accesses::TableUse use{table, writes, {}};
+    registry_.FindAll(words.data(), words.size(), [&](size_t k, uint64_t id) {
+      const uint64_t at = whole ? 0 : words[k];
+      if (std::find(use.refs.begin(), use.refs.end(), id) == use.refs.end()) {
+        use.refs.push_back(id);
+        a->reads.push_back(id);
+        if (writes) a->writes.push_back(id);
+      }
+      if (writes) write_from(id, at);
+      auto s = std::find_if(seen.begin(), seen.end(),
+                            [&](const PointerTables::Reach& r) { return r.id == id; });
+      if (s != seen.end() && s->from <= at) return;
+      if (s == seen.end()) {
+        seen.push_back({id, at});
+      } else {
+        s->from = at;
+      }
+      auto n = std::find_if(next->begin(), next->end(),
+                            [&](const PointerTables::Reach& r) { return r.id == id; });
+      if (n == next->end()) {
+        next->push_back({id, at});
+      } else {
+        n->from = std::min(n->from, at);
+      }
+    });
+    a->tables.push_back(std::move(use));
+  };
+  for (int depth = 0; depth < kMaxDepth && !level.empty(); ++depth) {
+    found.clear();
+    tables_.Collect(level, &found);
+    // Where a read-back learns a new range: a table parameter at the first
+    // level into bytes no range covers is a table of unknown contents.
+    absl::InlinedVector<uint64_t, 8> learn(found.size(), 0);
+    if (depth == 0) {
+      for (const Accesses::TableParam& p : a->table_params) {
+        if (p.id == 0 || tables_.Covers(p.id, p.address)) continue;
+        auto known = std::find_if(found.begin(), found.end(),
+                                  [&](const PointerTables::Found& f) { return f.id == p.id; });
+        if (known == found.end()) {
+          found.push_back({p.id, PointerTables::State::kNone, 0, p.address, {}, {}});
+          learn.push_back(p.address);
+        } else {
+          uint64_t& l = learn[known - found.begin()];
+          l = l == 0 ? p.address : std::min(l, p.address);
+        }
+      }
+    }
+    Reaches next;
+    for (size_t i = 0; i < found.size(); ++i) {
+      PointerTables::Found& f = found[i];
+      // The targets are only read when every direct hit on this buffer came
+      // through a parameter that makes them const (`T const* const*`).
+      bool writes = true;
+      uint64_t address = f.base;
+      if (depth == 0) {
+        size_t hits = std::count(a->reads.begin(), a->reads.begin() + direct_end, f.id);
+        size_t const_hits = 0;
+        for (const Accesses::TableParam& p : a->table_params) {
+          if (p.id != f.id) continue;
+          if (address == 0) address = p.address;
+          if (p.pointees == Pointees::kConst) ++const_hits;
+        }
+        writes = const_hits < hits;
+      }
+      words = std::move(f.words);
+      if (f.state == PointerTables::State::kStale || learn[i] != 0) {
+        // Written on the device since its pointers were known (or never
+        // known): read it back, or count the launch's accesses as unknown.
+        std::optional<Buffer> table = registry_.Find(address);
+        if (!table || table->id != f.id ||
+            !ReadBackTable(*table, f.stale, learn[i], f.from, stream, &words)) {
+          a->unknown_tables = true;
+        }
+      }
+      if (!words.empty()) add_refs(f.id, writes, &next);
+    }
+    level = std::move(next);
+  }
+  // Targets deeper than followed may be tables too.
+  if (!level.empty() && !tables_.empty()) {
+    found.clear();
+    tables_.Collect(level, &found);
+    if (!found.empty()) a->unknown_tables = true;
+  }
+  // Tables outside tracked buffers: memory the driver can describe (pinned
+  // or registered host memory, device memory stensor does not track) is
+  // read; anything else is memory nobody knows.
+  for (const Accesses::TableParam& p : a->table_params) {
+    if (p.id != 0) continue;
+    words.clear();
+    if (!ScanHostTable(p.address, stream, &words)) {
+      a->unknown_tables = true;
+      continue;
+    }
+    Reaches ignored;  // targets of host tables: one level
+    if (!words.empty()) add_refs(0, p.pointees != Pointees::kConst, &ignored);
+  }
+  // A table nobody can read: every buffer whose address would fault if
+  // the kernel reached it comes in first (without host-located VMM, every
+  // swappable one, since any could be evicted before the launch; the launch
+  // fails with out of memory if that does not fit under the cap); the rest
+  // of the care is BeginUnknown's and MarkAllWritten's.
+  if (a->unknown_tables && memory_) {
+    const size_t before = a->reads.size();
+    memory_->AppendUnreadable(&a->reads);
+    a->writes.append(a->reads.begin() + before, a->reads.end());
+  }
+}
+
+bool Tracker::MayWait(StreamRef stream) {
+  // A stream being captured into a graph cannot be waited for (and a wait
+  // would invalidate the capture): the table stays unknown. So it does while
+  // any capture is in progress: a synchronisation would wait for, or be
+  // refused by, the capturing stream.
+  if (capture_.any()) return false;
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  return driver_->cuStreamIsCapturing == nullptr ||
+         (driver_->cuStreamIsCapturing(Handle(stream), &capture) == CUDA_SUCCESS &&
+          capture == CU_STREAM_CAPTURE_STATUS_NONE);
+}
+
+bool Tracker::WaitForTableWriters(StreamRef stream) {
+  // Whatever wrote the table may have run on any stream: all of it.
+  return MayWait(stream) && driver_->cuCtxSynchronize() == CUDA_SUCCESS;
+}
+
+bool Tracker::WaitForRangeWriters(const Buffer& table,
+                                  const std::vector<PointerTables::StaleRange>& stale,
+                                  StreamRef stream, const char** waited) {
+  if (!MayWait(stream)) return false;
+  bool any = driver_->cuEventSynchronize == nullptr;
+  std::vector<const void*> seen;
+  for (const PointerTables::StaleRange& r : stale) {
+    any |= r.any;
+    for (const PointerTables::Mark& m : r.marks) {
+      if (any) break;
+      if (std::find(seen.begin(), seen.end(), m.get()) != seen.end()) continue;
+      seen.push_back(m.get());
+      // A wait that fails tells nothing: the buffer's writers instead.
+      any |= driver_->cuEventSynchronize(EventOf(m)) != CUDA_SUCCESS;
+    }
+  }
+  *waited = "writers";
+  return !any || WaitForBufferWriters(table.id, stream, waited);
+}
+
+bool Tracker::WaitForBufferWriters(uint64_t id, StreamRef stream, const char** waited) {
+  if (!MayWait(stream)) return false;
+  // Every device write of a buffer the manager tracks is an operation it
+  // prepared (a use on its stream) or one of unknown accesses.
+  if (memory_ && memory_->WaitForWriters(id) == CUDA_SUCCESS) {
+    *waited = "buffer";
+    return true;
+  }
+  *waited = "context";
+  return WaitForTableWriters(stream);
+}
+
+PointerTables::Mark Tracker::MarkAfter(StreamRef stream) {
+  // Uncapped, nothing is read back: no wait needs an event.
+  if (!memory_ || driver_->cuEventCreate == nullptr || driver_->cuEventRecord == nullptr ||
+      driver_->cuEventDestroy_v2 == nullptr) {
+    return PointerTables::AnyWriter();
+  }
+  RelaxedCaptureScope relaxed(capture_);
+  CUevent e = nullptr;
+  if (driver_->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+    return PointerTables::AnyWriter();
+  }
+  if (driver_->cuEventRecord(e, Handle(stream)) != CUDA_SUCCESS) {
+    driver_->cuEventDestroy_v2(e);
+    return PointerTables::AnyWriter();
+  }
+  const Driver* driver = driver_;
+  return PointerTables::Mark(static_cast<const void*>(e), [driver](const void* p) {
+    driver->cuEventDestroy_v2(reinterpret_cast<CUevent>(const_cast<void*>(p)));
+  });
+}
+
+bool Tracker::ReadBackTable(const Buffer& table,
+                            const std::vector<PointerTables::StaleRange>& stale,
+                            uint64_t learn_from, uint64_t from, StreamRef stream,
+                            std::vector<uint64_t>* words) {
+  if (!memory_) return false;
+  const uint64_t end = table.base + table.size;
+  // The stale ranges, and the bytes a pointer-to-pointer parameter reads
+  // where no range is known (up to the end of the buffer).
+  std::vector<PointerTables::Window> windows;
+  for (const PointerTables::StaleRange& r : stale) {
+    const uint64_t hi = learn_from != 0 ? std::min(r.end, learn_from) : r.end;
+    if (r.start < hi) windows.push_back({r.start, hi, false});
+  }
+  if (learn_from != 0 && learn_from < end) windows.push_back({learn_from, end, true});
+  uint64_t bytes = 0;
+  for (const PointerTables::Window& w : windows) bytes += w.end - w.start;
+  if (bytes > kMaxTableReadBack) return false;
+  const uint64_t since = tables_.Changes();
+  const char* waited = "writers";
+  if (learn_from != 0) {
+    // Bytes no range covers: written by whatever wrote the buffer.
+    if (!WaitForBufferWriters(table.id, stream, &waited)) return false;
+  } else if (!WaitForRangeWriters(table, stale, stream, &waited)) {
+    return false;
+  }
+  std::vector<unsigned char> data(bytes);
+  uint64_t at = 0;
+  for (const PointerTables::Window& w : windows) {
+    const uint64_t n = w.end - w.start;
+    CUresult r = memory_->ReadBack(table.id, w.start - table.base, data.data() + at, n);
+    if (r == CUDA_ERROR_NOT_FOUND) {  // not the manager's: never swapped
+      r = driver_->cuMemcpyDtoH_v2(data.data() + at, w.start, n);
+    }
+    if (r != CUDA_SUCCESS) return false;
+    at += n;
+  }
+  // Freed meanwhile (another thread): nothing to remember.
+  std::optional<Buffer> live = registry_.Find(table.base);
+  if (!live || live->id != table.id) return false;
+  tables_.Rescan(table, windows, data.data(), since, registry_);
+  words->clear();
+  std::vector<PointerTables::Found> found;
+  const PointerTables::Reach reach{table.id, from};
+  tables_.Collect(absl::MakeConstSpan(&reach, 1), &found);
+  if (!found.empty()) *words = std::move(found[0].words);
+  if (log_) {
+    std::string ranges = "[";
+    for (const PointerTables::Window& w : windows) {
+      if (ranges.size() > 1) ranges.push_back(',');
+      absl::StrAppend(&ranges, "[", w.start - table.base, ",", w.end - w.start, "]");
+    }
+    ranges.push_back(']');
+    Log(JsonLine()
+            .Str("type", "table_read_back")
+            .Uint("id", table.id)
+            .Uint("bytes", bytes)
+            .Raw("ranges", ranges)
+            .Str("waited", waited)
+            .Uint("entries", words->size())
+            .Finish());
+  }
+  return true;
+}
+
+bool Tracker::ArgsReachHost(absl::Span<const unsigned char> args) const {
+  MutexLock lock(&host_mu_);
+  if (host_allocs_.empty()) return false;
+  for (size_t at = 0; at + 8 <= args.size(); at += 8) {
+    uint64_t word;
+    std::memcpy(&word, args.data() + at, 8);
+    auto it = host_allocs_.upper_bound(word);
+    if (it != host_allocs_.begin() && word - std::prev(it)->first < std::prev(it)->second) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Tracker::IsPinnedHost(uint64_t addr) const {
+  MutexLock lock(&host_mu_);
+  auto it = host_allocs_.upper_bound(addr);
+  return it != host_allocs_.begin() && addr - std::prev(it)->first < std::prev(it)->second;
+}
+
+bool Tracker::ScanHostTable(uint64_t addr, StreamRef stream, std::vector<uint64_t>* words) {
+  if (!memory_) return false;  // uncapped runs never wait on the program's behalf
+  // The allocation holding the table, as stensor or else the driver knows it.
+  uint64_t start = 0, bytes = 0;
+  bool host = false;
+  {
+    MutexLock lock(&host_mu_);
+    auto it = host_allocs_.upper_bound(addr);
+    if (it != host_allocs_.begin() && addr - std::prev(it)->first < std::prev(it)->second) {
+      start = std::prev(it)->first;
+      bytes = std::prev(it)->second;
+      host = true;
+    }
+  }
+  if (!host) {
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    unsigned type = 0;
+    if (driver_->cuPointerGetAttribute == nullptr ||
+        driver_->cuPointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, addr) !=
+            CUDA_SUCCESS ||
+        driver_->cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, addr) !=
+            CUDA_SUCCESS ||
+        driver_->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, addr) !=
+            CUDA_SUCCESS) {
+      return false;  // memory nobody knows
+    }
+    start = base;
+    bytes = size;
+    host = type == CU_MEMORYTYPE_HOST;
+  }
+  // The kernel may index from the start of the allocation.
+  if (bytes == 0 || bytes > kMaxTableReadBack) return false;
+  if (!WaitForTableWriters(stream)) return false;
+  std::vector<uint64_t> data(bytes / 8);
+  if (host) {
+    // Device-mapped host memory (unified addressing: the same address).
+    std::memcpy(data.data(), reinterpret_cast<const void*>(start), data.size() * 8);
+  } else if (driver_->cuMemcpyDtoH_v2(data.data(), start, data.size() * 8) != CUDA_SUCCESS) {
+    return false;
+  }
+  // Only the words that hit a buffer become references (add_refs).
+  words->insert(words->end(), data.begin(), data.end());
+  return true;
+}
+
+bool Tracker::IsDeviceReachableHost(uint64_t addr) const {
+  if (IsPinnedHost(addr)) return true;
+  unsigned type = 0;
+  return driver_->cuPointerGetAttribute != nullptr &&
+         driver_->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, addr) ==
+             CUDA_SUCCESS &&
+         type == CU_MEMORYTYPE_HOST;
+}
+
+bool Tracker::StreamIdle(StreamRef stream) {
+  const CUstream h = Handle(stream);
+  // The legacy stream also waits for every blocking stream, which cannot
+  // all be asked.
+  if (h == nullptr || h == CU_STREAM_LEGACY || driver_->cuStreamQuery == nullptr) return false;
+  RelaxedCaptureScope relaxed(capture_);
+  if (driver_->cuStreamQuery(h) != CUDA_SUCCESS) return false;
+  // A blocking stream (the per-thread default stream is one) waits for the
+  // legacy stream's work too.
+  unsigned flags = 0;
+  const bool non_blocking = h != CU_STREAM_PER_THREAD && driver_->cuStreamGetFlags != nullptr &&
+                            driver_->cuStreamGetFlags(h, &flags) == CUDA_SUCCESS &&
+                            (flags & CU_STREAM_NON_BLOCKING) != 0;
+  return non_blocking || driver_->cuStreamQuery(CU_STREAM_LEGACY) == CUDA_SUCCESS;
+}
+
+bool Tracker::HostSourceSettled(CopyKind kind, const TransferScope& scope, uint64_t src,
+                                StreamRef stream, bool async) {
+  // Uncapped, nothing is read back on the program's behalf: the log keeps
+  // what the source held at submission.
+  if (!memory_ || !async || scope.served || scope.captured) return true;
+  if (kind != CopyKind::kHostToDevice && kind != CopyKind::kDefault) return true;
+  // BeginTransfer looked both sides up: into no tracked buffer, or a
+  // device copy.
+  if (scope.dst_id == 0 || scope.src_id != 0) return true;
+  if (!IsDeviceReachableHost(src)) return true;  // pageable: read at the call
+  return StreamIdle(stream);
+}
+
+bool Tracker::WaitForStream(StreamRef stream) {
+  return driver_->cuStreamSynchronize != nullptr && MayWait(stream) &&
+         driver_->cuStreamSynchronize(Handle(stream)) == CUDA_SUCCESS;
+}
+
+size_t Tracker::OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t bytes,
+                             bool linear, HostCopy* host) {
+  std::optional<Buffer> to = registry_.Find(dst);
+  if (!to) return 0;  // into host memory or untracked device memory
+  std::optional<Buffer> from = registry_.Find(src);
+  bool from_host = kind == CopyKind::kHostToDevice;
+  if (!from && kind == CopyKind::kDefault) {
+    // Unified addressing: host memory if the driver does not know it as
+    // device memory (pageable memory is unknown to it).
+    unsigned type = 0;
+    CUresult r = driver_->cuPointerGetAttribute != nullptr
+                     ? driver_->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, src)
+                     : CUDA_ERROR_NOT_FOUND;
+    from_host = IsPinnedHost(src) || r == CUDA_ERROR_INVALID_VALUE ||
+                (r == CUDA_SUCCESS && type == CU_MEMORYTYPE_HOST);
+  }
+  // What tells that the copy landed: an event after it on its stream; for
+  // a graph's node, or a caller that names no stream, nothing (unknown).
+  auto landing = [&]() -> PointerTables::Mark {
+    if (host == nullptr || host->wait == nullptr || host->in_graph) {
+      return PointerTables::AnyWriter();
+    }
+    return MarkAfter(*host->wait);
+  };
+  if (!linear) {
+    // Rows of a region: whatever landed there is not scanned.
+    const PointerTables::Reach reach{to->id, dst};
+    tables_.OnDeviceWrite(absl::MakeConstSpan(&reach, 1), landing);
+    return 0;
+  }
+  if (from_host) {
+    const void* p = reinterpret_cast<const void*>(src);
+    PointerTables::HostScan scan = PointerTables::ScanHost(dst, p, bytes, registry_);
+    bool settled = host == nullptr || host->settled;
+    // A table lands (the destination is one, or the source holds pointers
+    // now) from a source that queued work may still write: once the stream
+    // ran all of that, the source holds what the copy copied.
+    const bool lands =
+        scan.found > 0 ||
+        (!settled && tables_.Get(to->id, nullptr, nullptr) != PointerTables::State::kNone);
+    bool waited = false;
+    if (!settled && host->wait != nullptr && lands && WaitForStream(*host->wait)) {
+      scan = PointerTables::ScanHost(dst, p, bytes, registry_);
+      settled = true;
+      waited = true;
+    }
+    if (host != nullptr) host->settled = settled;
+    // A range learnt from a copy still in flight: a read-back of it, once
+    // something may have written it, waits for the copy too.
+    PointerTables::Mark mark = lands && !waited ? landing() : nullptr;
+    return tables_.ApplyHostWrite(*to, std::move(scan), settled, std::move(mark));
+  }
+  tables_.OnDeviceCopy(*to, dst, from ? &*from : nullptr, src, bytes, landing);
+  return 0;
+}
+
+void Tracker::OnMemsetTables(uint64_t dst, uint64_t bytes, bool linear) {
+  if (tables_.empty()) return;
+  std::optional<Buffer> b = registry_.Find(dst);
+  if (!b) return;
+  if (linear) {
+    tables_.OnClear(*b, dst, bytes);
+  } else {
+    const PointerTables::Reach reach{b->id, dst};
+    tables_.OnDeviceWrite(absl::MakeConstSpan(&reach, 1),
+                          [] { return PointerTables::AnyWriter(); });
+  }
+}
+
+CUresult Tracker::BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes,
+                                StreamRef stream, bool linear, bool to_host,
+                                TransferScope* scope) {
+  const bool captured = ABSL_PREDICT_FALSE(capture_.Capturing(Handle(stream)));
+  if (!memory_) {
+    scope->captured = captured;  // its tables are its graph's business
+    return CUDA_SUCCESS;
+  }
+  RelaxedCaptureScope relaxed(capture_);
+  std::optional<Buffer> d = registry_.Find(dst);
+  std::optional<Buffer> s = src != 0 ? registry_.Find(src) : std::nullopt;
+  scope->dst_id = d ? d->id : 0;
+  scope->src_id = s ? s->id : 0;
+  if (captured) {
+    // It runs later, as a graph node (whose launch brings its buffers in).
+    // But the driver checks a copy's or memset's addresses when it records
+    // the node, unlike a kernel's arguments: a swapped-out buffer whose
+    // address is unmapped would be refused. So they are made resident for
+    // the call, on a stream of stensor's own, and kept until it returned.
+    scope->captured = true;
+    if (scope->dst_id == 0 && scope->src_id == 0) return CUDA_SUCCESS;
+    scope->side = capture_.SideStream();
+    if (scope->side == nullptr) return CUDA_SUCCESS;  // the driver will say
+    uint64_t ids[2] = {scope->dst_id, scope->src_id};
+    return memory_->Prepare(absl::MakeSpan(ids, 2), {}, scope->side);
+  }
+  if (linear && to_host && s && !d) {
+    // A synchronous copy from a swapped-out buffer reads its host copy. It
+    // waits for the stream first, as the driver's copy would.
+    if (driver_->cuStreamSynchronize != nullptr &&
+        driver_->cuStreamSynchronize(Handle(stream)) == CUDA_SUCCESS &&
+        memory_->ReadFromHostCopy(s->id, src - s->base, reinterpret_cast<void*>(dst), bytes)) {
+      scope->served = true;
+      return CUDA_SUCCESS;
+    }
+  }
+  uint64_t ids[2] = {scope->dst_id, scope->src_id};
+  bool whole = linear && d && dst == d->base && bytes == d->size &&
+               scope->src_id != scope->dst_id;
+  uint64_t overwritten[1] = {scope->dst_id};
+  // Noted with its Prepare, as a launch is: the planner's next uses decide
+  // whether a swapped-out buffer is brought in for it or served.
+  MemoryManager::Operation op;
+  op.key = TransferKey(bytes, to_host, src == 0);
+  op.written = absl::MakeSpan(overwritten, 1);
+  op.ticket = &scope->op;
+  return memory_->Prepare(absl::MakeSpan(ids, 2), absl::MakeSpan(overwritten, whole ? 1 : 0),
+                          Handle(stream), &op);
+}
+
+void Tracker::EndTransfer(const TransferScope& scope, StreamRef stream,
+                          bool submitted) {
+  if (!memory_ || scope.served) return;
+  RelaxedCaptureScope relaxed(capture_);
+  uint64_t ids[2] = {scope.dst_id, scope.src_id};
+  if (scope.captured) {  // nothing ran: no use, no write
+    if (scope.side != nullptr) memory_->Finish(absl::MakeSpan(ids, 2), {}, scope.side, false);
+    return;
+  }
+  uint64_t written[1] = {scope.dst_id};
+  memory_->Finish(absl::MakeSpan(ids, 2), absl::MakeSpan(written, 1), Handle(stream),
+                  submitted);
+  memory_->EndOperation(scope.op, Handle(stream), submitted);
+}
+
+uint64_t Tracker::OnAlloc(const char* api, uint64_t base, uint64_t size,
+                          BufferKind kind) {
+  Count(OpType::kAlloc);
+  CUdevice device = 0;
+  if (driver_->cuCtxGetDevice != nullptr) driver_->cuCtxGetDevice(&device);
+  std::optional<uint64_t> id = registry_.Add(base, size, device, kind);
+  if (leaks_ && id && kind != BufferKind::kAppVmm) leaks_->OnAlloc(*id, api, size, device);
+  if (!log_) return id.value_or(0);
+  Log(JsonLine()
+          .Str("type", "alloc")
+          .Str("api", api)
+          .Uint("id", id.value_or(0))
+          .Str("addr", Hex(base))
+          .Uint("bytes", size)
+          .Int("device", device)
+          .Str("kind", BufferKindName(kind))
+          .Finish());
+  return id.value_or(0);
+}
+
+void Tracker::OnFree(const char* api, uint64_t base) {
+  if (base == 0) return;  // a free of null frees nothing (CUDA_SUCCESS on a GPU)
+  Count(OpType::kFree);
+  std::optional<Buffer> b = registry_.Remove(base);
+  if (b) tables_.OnFree(b->id);
+  if (b && leaks_) leaks_->OnFree(b->id);
+  if (!log_) return;
+  Log(JsonLine()
+          .Str("type", "free")
+          .Str("api", api)
+          .Uint("id", b ? b->id : 0)
+          .Str("addr", Hex(base))
+          .Uint("bytes", b ? b->size : 0)
+          .Finish());
+}
+
+void Tracker::OnHostAlloc(const char* api, const void* p, uint64_t size) {
+  if (p == nullptr) return;  // 0 bytes asked: nothing allocated
+  {
+    MutexLock lock(&host_mu_);
+    host_allocs_[reinterpret_cast<uintptr_t>(p)] = size;
+    host_pinned_bytes_ += size;
+  }
+  if (!log_) return;
+  Log(JsonLine()
+          .Str("type", "host_alloc")
+          .Str("api", api)
+          .Str("addr", Hex(reinterpret_cast<uintptr_t>(p)))
+          .Uint("bytes", size)
+          .Finish());
+}
+
+void Tracker::OnHostFree(const char* api, const void* p) {
+  if (p == nullptr) return;  // a free of null frees nothing (CUDA_SUCCESS on a GPU)
+  uint64_t size = 0;
+  {
+    MutexLock lock(&host_mu_);
+    auto it = host_allocs_.find(reinterpret_cast<uintptr_t>(p));
+    if (it != host_allocs_.end()) {
+      size = it->second;
+      host_pinned_bytes_ -= size;
+      host_allocs_.erase(it);
+    }
+  }
+  if (!log_) return;
+  Log(JsonLine()
+          .Str("type", "host_free")
+          .Str("api", api)
+          .Str("addr", Hex(reinterpret_cast<uintptr_t>(p)))
+          .Uint("bytes", size)
+          .Finish());
+}
+
+uint64_t Tracker::host_pinned_bytes() const {
+  MutexLock lock(&host_mu_);
+  return host_pinned_bytes_;
+}
+
+void Tracker::OnUnmap(const char* api, uint64_t base, uint64_t size) {
+  for (const Buffer& b : registry_.RemoveRange(base, size)) {
+    Count(OpType::kFree);
+    tables_.OnFree(b.id);
+    if (leaks_) leaks_->OnFree(b.id);
+    if (!log_) continue;
+    Log(JsonLine()
+            .Str("type", "free")
+            .Str("api", api)
+            .Uint("id", b.id)
+            .Str("addr", Hex(b.base))
+            .Uint("bytes", b.size)
+            .Finish());
+  }
+}
+
+void Tracker::OnLaunch(const char* api, CUfunction f, const unsigned grid[3],
+                       const unsigned block[3], StreamRef stream,
+                       void** params, void** extra) {
+  Accesses accesses;
+  CUresult r = BeginLaunch(f, grid, block, stream, params, extra, &accesses);
+  EndLaunch(api, f, grid, block, stream, accesses, r == CUDA_SUCCESS);
+}
+
+void Tracker::OnCopy(const char* api, CopyKind kind, uint64_t dst,
+                     uint64_t src, uint64_t bytes, StreamRef stream,
+                     bool async, size_t table_entries, bool captured) {
+  Count(OpType::kMemcpy);
+  if (!log_) return;
+  uint64_t dst_id = IdAt(dst), src_id = IdAt(src);
+  absl::InlinedVector<uint64_t, 1> reads, writes;
+  if (src_id != 0) reads.push_back(src_id);
+  if (dst_id != 0) writes.push_back(dst_id);
+  JsonLine line;
+  line.Str("type", "memcpy")
+      .Str("api", api)
+      .Str("kind", CopyKindName(kind))
+      .Uint("bytes", bytes)
+      .Str("dst", Hex(dst))
+      .Str("src", Hex(src))
+      .Uints("reads", reads)
+      .Uints("writes", writes)
+      .Str("stream", StreamText(stream))
+      .Bool("async", async);
+  if (table_entries > 0) line.Uint("table_entries", table_entries);
+  if (captured) line.Bool("captured", true);
+  Log(line.Finish());
+}
+
+void Tracker::OnMemset(const char* api, uint64_t dst, uint64_t bytes,
+                       StreamRef stream, bool async, bool captured) {
+  Count(OpType::kMemset);
+  if (!log_) return;
+  absl::InlinedVector<uint64_t, 1> writes;
+  if (uint64_t id = IdAt(dst)) writes.push_back(id);
+  JsonLine line;
+  line.Str("type", "memset")
+      .Str("api", api)
+      .Uint("bytes", bytes)
+      .Str("dst", Hex(dst))
+      .Uints("writes", writes)
+      .Str("stream", StreamText(stream))
+      .Bool("async", async);
+  if (captured) line.Bool("captured", true);
+  Log(line.Finish());
+}
+
+void Tracker::OnSync(const char* api, StreamRef stream) {
+  Count(OpType::kSync);
+  if (!log_) return;
+  JsonLine line;
+  line.Str("type", "sync").Str("api", api);
+  if (stream.handle != nullptr || stream.per_thread) {
+    line.Str("stream", StreamText(stream));
+  }
+  Log(line.Finish());
+}
+
+// --- Graphs and stream capture ------------------------------------------------------
+
+void Tracker::OnGraphInstantiate(const char* api, CUgraphExec exec, CUgraph graph,
+                                 unsigned long long flags) {
+  if (!tracks_tables()) return;  // neither a cap nor a log reads plans
+  RelaxedCaptureScope relaxed(capture_);
+  std::shared_ptr<const GraphPlan> plan = ReadGraphPlan(*driver_, &kernels_, graph);
+  if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) {
+    plan = MadeUnknown(*plan, "instantiated for launches from the device, which are not seen");
+  }
+  graphs_.Set(exec, plan);
+  if (!log_) return;
+  JsonLine line;
+  line.Str("type", "graph_instantiate")
+      .Str("api", api)
+      .Str("graph", Hex(reinterpret_cast<uintptr_t>(exec)))
+      .Uint("nodes", plan->nodes.size())
+      .Bool("inferred", !plan->unknown);
+  if (plan->unknown) line.Str("why", plan->why);
+  if (plan->alloc_nodes + plan->free_nodes > 0) {
+    line.Uint("alloc_nodes", plan->alloc_nodes).Uint("free_nodes", plan->free_nodes);
+  }
+  Log(line.Finish());
+}
+
+void Tracker::OnGraphExecNode(CUgraphExec exec, CUgraphNode node,
+                              const CUgraphNodeParams& params) {
+  std::shared_ptr<const GraphPlan> plan = graphs_.Get(exec);
+  if (plan == nullptr || plan->unknown) return;
+  GraphNodePlan replacement;
+  std::shared_ptr<const GraphPlan> updated;
+  switch (PlanNode(&kernels_, node, params, &replacement)) {
+    case NodeChange::kNoAccess:
+      return;
+    case NodeChange::kPlanned:
+      updated = WithNode(*plan, node, replacement);
+      // A node the plan does not hold: one of a kind it does not plan for
+      // is now a kernel, copy or memset (the driver refuses that), or a
+      // node of another graph. Nothing known to follow.
+      if (updated != nullptr) break;
+      [[fallthrough]];
+    case NodeChange::kUnknown:
+      updated = MadeUnknown(*plan, "a node was given parameters stensor cannot follow");
+      break;
+  }
+  graphs_.Set(exec, std::move(updated));
+}
+
+void Tracker::OnGraphExecChildChanged(CUgraphExec exec) {
+  std::shared_ptr<const GraphPlan> plan = graphs_.Get(exec);
+  if (plan == nullptr || plan->unknown) return;
+  graphs_.Set(exec, MadeUnknown(*plan, "a child graph node was given another graph"));
+}
+
+void Tracker::OnGraphExecUpdate(CUgraphExec exec, CUgraph graph) {
+  std::shared_ptr<const GraphPlan> plan = graphs_.Get(exec);
+  if (plan == nullptr) return;
+  RelaxedCaptureScope relaxed(capture_);
+  // The update's nodes, named by the exec's own (which its setters name).
+  graphs_.Set(exec, UpdatedPlan(*plan, *ReadGraphPlan(*driver_, &kernels_, graph)));
+}
+
+void Tracker::WalkGraph(StreamRef stream, GraphLaunchScope* scope) {
+  Accesses& all = scope->accesses;
+  // Buffers an earlier node of this launch writes on the device: a table
+  // among them holds, when a later node reads it, what no one can read now
+  // (a read-back would see its contents from before the launch).
+  absl::InlinedVector<uint64_t, 16> device_written;
+  auto written_here = [&](uint64_t id) {
+    return id != 0 &&
+           std::find(device_written.begin(), device_written.end(), id) != device_written.end();
+  };
+  // Host memory an earlier node (or one of unknown place: a host node) may
+  // write: a later copy's host source is then only known once it ran.
+  bool host_written = scope->plan->host_nodes > 0;
+  int stream_idle = -1;  // asked once, at the first copy from host memory
+  scope->nodes.reserve(scope->plan->nodes.size());
+  for (const GraphNodePlan& n : scope->plan->nodes) {
+    Accesses a;
+    switch (n.kind) {
+      case GraphNodePlan::Kind::kKernel:
+        if (!host_written) host_written = ArgsReachHost(n.args);
+        InferKernelNode(n, registry_, &a);
+        if (n.kernel->has_tables || !tables_.empty()) {
+          // The node's arguments at their offsets, as a packed buffer.
+          size_t size = n.args.size();
+          void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER,
+                           const_cast<unsigned char*>(n.args.data()),
+                           CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+          ExpandTables(*n.kernel, nullptr, extra, stream, &a);
+          for (const Accesses::TableUse& t : a.tables) a.unknown_tables |= written_here(t.id);
+          for (const Accesses::TableParam& t : a.table_params) {
+            a.unknown_tables |= written_here(t.id);
+          }
+        }
+        all.unknown_tables |= a.unknown_tables;
+        all.tables.insert(all.tables.end(), a.tables.begin(), a.tables.end());
+        device_written.insert(device_written.end(), a.writes.begin(), a.writes.end());
+        scope->kernel_writes.append(a.writes.begin(), a.writes.end());
+        break;
+      case GraphNodePlan::Kind::kCopy: {
+        const uint64_t src = IdAt(n.copy.src.start), dst = IdAt(n.copy.dst.start);
+        if (src != 0) a.reads.push_back(src);
+        if (dst != 0) {
+          a.reads.push_back(dst);
+          a.writes.push_back(dst);
+        }
+        // The copy's pointers are learnt at the launch, as a direct copy's
+        // are at its submission; from device data an earlier node wrote,
+        // they are unknown.
+        // A host source that work queued ahead of the graph may write is
+        // settled by waiting for the stream (before the launch); one that
+        // a node of the graph may write is known only once the graph ran.
+        HostCopy host;
+        host.in_graph = true;
+        if (memory_ && dst != 0 && src == 0 && IsDeviceReachableHost(n.copy.src.start)) {
+          if (stream_idle < 0) stream_idle = StreamIdle(stream) ? 1 : 0;
+          host.settled = stream_idle == 1 && !host_written;
+          if (!host_written) host.wait = &stream;
+        }
+        if (tracks_tables() && dst != 0) {
+          const bool linear = n.copy.dst.extent == n.copy.bytes &&
+                              n.copy.src.extent == n.copy.bytes && !written_here(src);
+          OnCopyTables(n.copy.kind, n.copy.dst.start, n.copy.src.start, n.copy.bytes, linear,
+                       &host);
+          if (host.settled && host.wait != nullptr) stream_idle = 1;  // waited for
+          scope->tables_changed = true;
+          // What lands is unknown until this launch ran, as for device data.
+          if (written_here(src) || !host.settled) device_written.push_back(dst);
+        }
+        if (dst == 0 && !host_written) host_written = IsDeviceReachableHost(n.copy.dst.start);
+        break;
+      }
+      case GraphNodePlan::Kind::kMemset:
+        if (IdAt(n.memset_dst) == 0 && !host_written) {
+          host_written = IsDeviceReachableHost(n.memset_dst);
+        }
+        if (uint64_t dst = IdAt(n.memset_dst); dst != 0) {
+          a.reads.push_back(dst);
+          a.writes.push_back(dst);
+          OnMemsetTables(n.memset_dst, n.memset_extent, n.memset_linear);
+          scope->tables_changed = true;
+        }
+        break;
+    }
+    all.reads.append(a.reads.begin(), a.reads.end());
+    all.writes.append(a.writes.begin(), a.writes.end());
+    scope->nodes.emplace_back(std::move(a.reads), std::move(a.writes));
+  }
+  all.Dedupe();
+  if (all.unknown_tables) scope->unknown = true;
+}
+
+CUresult Tracker::BeginGraphLaunch(CUgraphExec exec, StreamRef stream, GraphLaunchScope* scope) {
+  if (!tracks_tables()) return CUDA_SUCCESS;
+  // Launched into a capture, it becomes a child graph node: nothing runs now.
+  if (capture_.Capturing(Handle(stream))) {
+    scope->captured = true;
+    return CUDA_SUCCESS;
+  }
+  RelaxedCaptureScope relaxed(capture_);
+  scope->plan = graphs_.Get(exec);
+  scope->unknown = scope->plan == nullptr || scope->plan->unknown;
+  if (!scope->unknown) WalkGraph(stream, scope);
+  if (!memory_) return CUDA_SUCCESS;
+  if (scope->unknown) {
+    // As for a launch through a table nobody can read: whatever could
+    // fault if a node reached it comes in first.
+    const size_t before = scope->accesses.reads.size();
+    memory_->AppendUnreadable(&scope->accesses.reads);
+    scope->accesses.writes.append(scope->accesses.reads.begin() + before,
+                                  scope->accesses.reads.end());
+  }
+  // Every node's buffers at once: a graph runs as one unit on the device.
+  if (CUresult r = memory_->Prepare(scope->accesses.reads, {}, Handle(stream));
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  if (scope->unknown) {
+    scope->unknown_device = memory_->BeginUnknown(Handle(stream));
+    return CUDA_SUCCESS;
+  }
+  // S01/S02: the planner sees the nodes in order, under the keys their
+  // direct forms would have. The graph is timed as a whole, against its
+  // first node (the nodes cannot be timed apart from the host).
+  for (size_t i = 0; i < scope->nodes.size(); ++i) {
+    const GraphNodePlan& n = scope->plan->nodes[i];
+    const auto& [reads, writes] = scope->nodes[i];
+    const uint64_t key = n.kind == GraphNodePlan::Kind::kKernel
+                             ? LaunchKey(n.function, n.grid, n.block)
+                             : TransferKey(n.kind == GraphNodePlan::Kind::kCopy
+                                               ? n.copy.bytes
+                                               : n.memset_extent,
+                                           false, n.kind == GraphNodePlan::Kind::kMemset);
+    MemoryManager::OpTicket ticket;
+    memory_->NoteOperation(key, reads, writes, /*marker=*/false, Handle(stream), &ticket);
+    if (i == 0) {
+      scope->op = ticket;
+    } else {
+      memory_->EndOperation(ticket, Handle(stream), /*submitted=*/false);
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+void Tracker::EndGraphLaunch(const char* api, CUgraphExec exec, StreamRef stream,
+                             const GraphLaunchScope& scope, bool submitted) {
+  if (memory_ && !scope.captured) {
+    RelaxedCaptureScope relaxed(capture_);
+    memory_->Finish(scope.accesses.reads, scope.accesses.writes, Handle(stream), submitted);
+    // Nothing known about what it wrote: no host copy can be trusted.
+    if (submitted && scope.unknown) memory_->MarkAllWritten(Handle(stream));
+    memory_->EndUnknown(scope.unknown_device);
+    memory_->EndOperation(scope.op, Handle(stream), submitted);
+  }
+  if (!submitted) {
+    // Its copies and memsets were applied to the tables before it was
+    // submitted: undone the safe way.
+    if (scope.tables_changed) tables_.MarkAllStale();
+    return;
+  }
+  Count(OpType::kGraphLaunch);
+  if (!scope.captured) {
+    if (scope.unknown) {
+      tables_.MarkAllStale();
+    } else if (!tables_.empty()) {
+      tables_.OnDeviceWrite(scope.kernel_writes);
+    }
+  }
+  if (!log_) return;
+  JsonLine line;
+  line.Str("type", "graph_launch")
+      .Str("api", api)
+      .Str("graph", Hex(reinterpret_cast<uintptr_t>(exec)))
+      .Str("stream", StreamText(stream));
+  if (scope.captured) {
+    line.Bool("captured", true);
+  } else {
+    line.Bool("inferred", !scope.unknown);
+    if (!scope.unknown) {
+      line.Uint("nodes", scope.nodes.size())
+          .Uints("reads", scope.accesses.reads)
+          .Uints("writes", scope.accesses.writes)
+          .Raw("tables", TablesJson(scope.accesses));
+    }
+  }
+  Log(line.Finish());
+}
+
+// --- Exact sizes -------------------------------------------------------------------
+
+namespace {
+
+// Ids stensor answers for CU_POINTER_ATTRIBUTE_BUFFER_ID: stable across
+// swaps (the driver's id would change with each new physical memory), in a
+// range apart from the driver's own counter.
+constexpr unsigned long long kBufferIdBase = 1ull << 62;
+
+// Bytes written for the attributes stensor answers itself; 0 for the rest,
+// which the driver answers about the buffer's current mapping.
+size_t OwnAttributeSize(CUpointer_attribute attribute) {
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: return sizeof(CUcontext);
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: return sizeof(CUdeviceptr);
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER: return sizeof(void*);
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: return sizeof(unsigned long long);
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: return sizeof(CUdeviceptr);
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: return sizeof(size_t);
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+      return sizeof(unsigned int);
+    default: return 0;
+  }
+}
+
+template <typename T>
+CUresult Put(void* data, T value) {
+  if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::memcpy(data, &value, sizeof(value));
+  return CUDA_SUCCESS;
+}
+
+// One attribute of `ptr` in buffer `v`, as for a cuMemAlloc allocation of
+// v.size bytes; `live` is false past that size or after cuMemFree, where the
+// driver knows no allocation.
+CUresult OwnAttribute(const MemoryManager::BufferView& v, bool live, CUdeviceptr ptr,
+                      CUpointer_attribute attribute, void* data) {
+  if (!live) return CUDA_ERROR_INVALID_VALUE;
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: return Put(data, v.context);
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      return Put(data, static_cast<unsigned int>(CU_MEMORYTYPE_DEVICE));
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: return Put(data, ptr);
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER: return CUDA_ERROR_INVALID_VALUE;  // device memory
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      return Put(data, static_cast<unsigned long long>(kBufferIdBase | v.id));
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: return Put(data, 0u);
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: return Put(data, v.device);
+    // The memory is VMM memory, which cuIpcGetMemHandle refuses: saying so
+    // lets a program that asks first (NCCL does) take another path.
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: return Put(data, 0u);
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: return Put(data, v.base);
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: return Put(data, static_cast<size_t>(v.size));
+    // Always usable: a swapped-out buffer comes back before any use.
+    case CU_POINTER_ATTRIBUTE_MAPPED: return Put(data, 1u);
+    default: return CUDA_ERROR_NOT_SUPPORTED;  // not reached: OwnAttributeSize is 0
+  }
+}
+
+}  // namespace
+
+CUresult Tracker::CheckExtents(uint64_t dst, uint64_t dst_extent, uint64_t src,
+                               uint64_t src_extent) const {
+  if (!memory_) return CUDA_SUCCESS;
+  if (CUresult r = memory_->CheckRange(dst, dst_extent); r != CUDA_SUCCESS) return r;
+  return memory_->CheckRange(src, src_extent);
+}
+
+bool Tracker::AddressRange(CUdeviceptr ptr, CUdeviceptr* base, size_t* size,
+                           CUresult* result) const {
+  if (!memory_) return false;
+  std::optional<MemoryManager::BufferView> v = memory_->Find(ptr);
+  if (!v) return false;
+  if (v->freed || ptr - v->base >= v->size) {
+    *result = CUDA_ERROR_NOT_FOUND;  // as past the end of a cuMemAlloc allocation
+    return true;
+  }
+  if (base != nullptr) *base = v->base;
+  if (size != nullptr) *size = v->size;
+  *result = CUDA_SUCCESS;
+  return true;
+}
+
+bool Tracker::PointerAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr,
+                               CUresult* result) const {
+  if (!memory_ || OwnAttributeSize(attribute) == 0) return false;
+  std::optional<MemoryManager::BufferView> v = memory_->Find(ptr);
+  if (!v) return false;
+  *result = OwnAttribute(*v, !v->freed && ptr - v->base < v->size, ptr, attribute, data);
+  return true;
+}
+
+bool Tracker::PointerAttributes(unsigned int count, CUpointer_attribute* attributes,
+                                void** data, CUdeviceptr ptr, CUresult* result) const {
+  // No attributes, or no arrays: the driver's error (count 0 is
+  // CUDA_ERROR_INVALID_VALUE on a GPU).
+  if (!memory_ || count == 0 || attributes == nullptr || data == nullptr) return false;
+  std::optional<MemoryManager::BufferView> v = memory_->Find(ptr);
+  if (!v) return false;
+  bool live = !v->freed && ptr - v->base < v->size;
+  for (unsigned int i = 0; i < count; ++i) {
+    size_t bytes = OwnAttributeSize(attributes[i]);
+    CUresult r;
+    if (bytes == 0) {
+      // Not answered here: the driver's answer about the current mapping.
+      r = driver_->cuPointerGetAttributes != nullptr
+              ? driver_->cuPointerGetAttributes(1, &attributes[i], &data[i], ptr)
+              : CUDA_ERROR_NOT_SUPPORTED;
+    } else if (data[i] == nullptr) {
+      r = CUDA_ERROR_INVALID_VALUE;
+    } else {
+      r = OwnAttribute(*v, live, ptr, attributes[i], data[i]);
+      // The plural form assigns "default NULL values" where the singular
+      // one would fail on the pointer.
+      if (r == CUDA_ERROR_INVALID_VALUE) {
+        std::memset(data[i], 0, bytes);
+        r = CUDA_SUCCESS;
+      }
+    }
+    if (r != CUDA_SUCCESS) {
+      *result = r;
+      return true;
+    }
+  }
+  *result = CUDA_SUCCESS;
+  return true;
+}
+
+bool Tracker::FreeAsyncCapped(const char* api, CUdeviceptr dptr, StreamRef stream,
+                              CUresult* result) {
+  if (!memory_->Owns(dptr)) return false;
+  if (capture_.Capturing(Handle(stream))) {
+    // A free node for a buffer stensor serves: the free would happen at
+    // each launch of the graph, behind nodes stensor does not order it
+    // after. Refused rather than guessed (docs/usage.md, CUDA graphs).
+    *result = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    return true;
+  }
+  RelaxedCaptureScope relaxed(capture_);
+  // Forgotten only once the manager took the free (a stream the driver
+  // refuses leaves the buffer as it was).
+  *result = memory_->FreeAsync(dptr, Handle(stream), [&] {
+    if (registry_.Find(dptr)) OnFree(api, dptr);
+  });
+  return true;
+}
+
+bool Tracker::AllocateAsyncCapped(const char* api, CUdeviceptr* dptr, uint64_t bytes,
+                                  StreamRef stream, CUresult* result, bool no_room) {
+  return ServeStreamOrdered(*driver_, *memory_, dptr, bytes, Handle(stream),
+                            [&](CUdeviceptr base) {
+                              return OnAlloc(api, base, bytes, BufferKind::kStreamOrdered);
+                            },
+                            result, no_room);
+}
+
+// --- Contexts that end -------------------------------------------------------------
+
+CUresult Tracker::EndContext(CUcontext ctx, absl::FunctionRef<CUresult()> call,
+                             absl::FunctionRef<bool(CUresult)> ended) {
+  if (memory_ && ctx != nullptr) {
+    RelaxedCaptureScope relaxed(capture_);
+    memory_->BeforeContextEnds(ctx);
+  }
+  // The program's call, in its own capture mode.
+  const CUresult r = call();
+  const bool gone = ctx != nullptr && ended(r);
+  if (memory_ && ctx != nullptr) {
+    RelaxedCaptureScope relaxed(capture_);
+    memory_->AfterContextEnds(ctx, gone);
+  }
+  if (gone) {
+    capture_.ForgetContext(ctx);
+    ForgetRetainedContext(ctx);
+  }
+  return r;
+}
+
+CUresult Tracker::DestroyContext(CUcontext ctx, absl::FunctionRef<CUresult()> call) {
+  return EndContext(ctx, call, [](CUresult r) { return r == CUDA_SUCCESS; });
+}
+
+CUresult Tracker::EndPrimaryContext(CUdevice device, bool reset,
+                                    absl::FunctionRef<CUresult()> call) {
+  // Null when inactive (nothing of stensor's is in it), or when the driver
+  // will not say which context it is (then nothing is retired).
+  CUcontext primary = ActivePrimaryContext(*driver_, device);
+  return EndContext(primary, call, [&](CUresult r) {
+    if (r != CUDA_SUCCESS) return false;
+    if (reset) return true;
+    // A release ends it only with the last reference; a state the driver
+    // will not tell is taken as ended (its handles are then never used).
+    unsigned flags = 0;
+    int active = 0;
+    return driver_->cuDevicePrimaryCtxGetState(device, &flags, &active) != CUDA_SUCCESS ||
+           !active;
+  });
+}
+
+void Tracker::BeforeFork() {
+  if (log_) log_->BeforeFork();
+}
+
+void Tracker::AfterFork() {
+  if (log_) log_->AfterFork();
+}
+
+void Tracker::Shutdown() {
+  std::call_once(shutdown_once_, [this] {
+    if (memory_ && config_.stats) {
+      std::string text = memory_->StatsText();
+      std::fwrite(text.data(), 1, text.size(), stderr);
+    }
+    // At most 9 lines: within the logger's 10 of a kind.
+    if (leaks_) {
+      for (const std::string& line : leaks_->Report(/*shown=*/7)) Say(LogLevel::kWarn, "leak", line);
+    }
+    if (!log_) return;
+    std::call_once(header_once_, [this] { log_->Append(Header()); });
+    log_->Close([this](uint64_t dropped) {
+      JsonLine counts;
+      for (int i = 0; i < static_cast<int>(OpType::kCount); ++i) {
+        counts.Uint(OpTypeName(static_cast<OpType>(i)), counts_[i].load());
+      }
+      return JsonLine()
+          .Str("type", "end")
+          .Raw("counts", counts.Finish())
+          .Uint("live_buffers", registry_.size())
+          .Uint("host_pinned_bytes", host_pinned_bytes())
+          .Uint("dropped", dropped)
+          .Finish();
+    });
+    // A log that lost records says so once, on stderr (a full disk or a
+    // deleted file would otherwise pass unnoticed: the program exits 0).
+    if (std::string loss = log_->LossReport(); !loss.empty()) {
+      Say(LogLevel::kError, "access-log-loss", absl::StripPrefix(loss, "stensor: "));
+    }
+  });
+}
+
+}  // namespace stensor

@@ -1,0 +1,386 @@
+// Tracker: what stensor knows about the process's device work. The hooks in
+// interpose/ report every allocation, free, copy, memset, launch and
+// synchronisation here; the tracker keeps the registry of live buffers,
+// infers each launch's read and write sets, counts operations and writes the
+// access log.
+//
+// Thread-safety: every method may be called from any thread.
+#ifndef STENSOR_CORE_TRACKER_TRACKER_H_
+#define STENSOR_CORE_TRACKER_TRACKER_H_
+
+#include <atomic>
+#include <map>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/base/attributes.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "core/base/mutex.h"
+#include "core/tracker/access_log.h"
+#include "core/inference/buffer_registry.h"
+#include "core/inference/capture.h"
+#include "core/base/config.h"
+#include "core/inference/copy_ranges.h"
+#include "core/driver/driver.h"
+#include "core/inference/graph_plan.h"
+#include "core/inference/launch_inference.h"
+#include "core/tracker/leaks.h"
+#include "core/swap/memory_manager.h"
+#include "core/inference/pointer_tables.h"
+
+namespace stensor {
+
+// Where a stream handle came from: handle 0 means the legacy stream, or the
+// calling thread's per-thread stream for _ptsz/_ptds entry points.
+struct StreamRef {
+  CUstream handle = nullptr;
+  bool per_thread = false;
+};
+
+// The buffers one copy or memset touches, between Begin and End.
+struct TransferScope {
+  uint64_t dst_id = 0;
+  uint64_t src_id = 0;
+  bool served = false;  // done without the driver (read from a host copy)
+  bool captured = false;  // pushed into a capturing stream: recorded, not run
+  // For a captured one: stensor's own stream on which its buffers were
+  // made resident while the driver records it (null: none were).
+  CUstream side = nullptr;
+  MemoryManager::OpTicket op;  // its place in the profiled iteration
+};
+
+// One cuGraphLaunch, between BeginGraphLaunch and EndGraphLaunch.
+struct GraphLaunchScope {
+  std::shared_ptr<const GraphPlan> plan;  // null: stensor has none
+  // What its nodes touch together (known plans only), and what each node
+  // touches, in order, for the iteration planner.
+  Accesses accesses;
+  std::vector<std::pair<IdList, IdList>> nodes;
+  IdList kernel_writes;  // what its kernel nodes may write (tables go stale)
+  bool tables_changed = false;  // its copies and memsets were applied to tables
+  bool unknown = true;      // treated as work of unknown accesses
+  bool captured = false;    // launched into a capturing stream: a child graph
+  int unknown_device = -1;  // MemoryManager::BeginUnknown's
+  MemoryManager::OpTicket op;  // times the whole graph while profiling
+};
+
+// The kinds of operation counted and logged.
+enum class OpType { kAlloc, kFree, kLaunch, kMemcpy, kMemset, kSync, kGraphLaunch, kCount };
+
+class Tracker {
+ public:
+  // `driver` must outlive the tracker. Opens the access log if configured.
+  static absl::StatusOr<std::unique_ptr<Tracker>> Create(const Config& config,
+                                                         const Driver* driver);
+
+  const Config& config() const { return config_; }
+  const BufferRegistry& registry() const { return registry_; }
+
+  // Whether a memory cap is set: allocations, launches, copies and memsets
+  // then go through the swap machinery.
+  bool capped() const { return memory_ != nullptr; }
+  MemoryManager* memory() const { return memory_.get(); }
+  // Kernel descriptions; module and library unloads expire them.
+  KernelCache& kernels() { return kernels_; }
+
+  // cuMemAlloc under the cap (capped() only).
+  CUresult AllocateCapped(const char* api, CUdeviceptr* dptr, uint64_t bytes);
+  // cuMemFree under the cap: false when the pointer is not stensor's.
+  bool FreeCapped(const char* api, CUdeviceptr dptr, CUresult* result);
+  // cuMemGetInfo / cuDeviceTotalMem under the cap.
+  void MemInfo(int device, size_t* free_bytes, size_t* total_bytes);
+
+  // A successful allocation of [base, base+size) by `api`; its buffer id
+  // (0 when it could not be tracked).
+  uint64_t OnAlloc(const char* api, uint64_t base, uint64_t size, BufferKind kind);
+  // A successful free of the buffer at `base` by `api`.
+  void OnFree(const char* api, uint64_t base);
+  // Page-locked host memory the application allocated or freed (counted:
+  // it competes with stensor's own host store for pinned memory).
+  void OnHostAlloc(const char* api, const void* p, uint64_t size);
+  void OnHostFree(const char* api, const void* p);
+  uint64_t host_pinned_bytes() const;
+
+  // The application unmapped [base, base+size): every mapping in it is gone.
+  void OnUnmap(const char* api, uint64_t base, uint64_t size);
+
+  // Before a launch of `f` over `grid` blocks of `block` threads: infers
+  // its accesses into `accesses` and, under a cap, makes the buffers
+  // resident on `stream`. An error means: do not launch.
+  CUresult BeginLaunch(CUfunction f, const unsigned grid[3], const unsigned block[3],
+                       StreamRef stream, void** params, void** extra, Accesses* accesses);
+  // After it: `submitted` when the driver accepted it.
+  void EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
+                 const unsigned block[3], StreamRef stream,
+                 const Accesses& accesses, bool submitted);
+  // Both at once, for a launch that already happened (tests).
+  void OnLaunch(const char* api, CUfunction f, const unsigned grid[3],
+                const unsigned block[3], StreamRef stream, void** params,
+                void** extra);
+
+  // Before and after a copy or memset of `bytes` at dst (from src; 0 for a
+  // memset). `linear`: one contiguous range, so a write of a whole buffer is
+  // recognised. `to_host`: a synchronous device-to-host copy, which for a
+  // swapped-out buffer is served from its host copy (then scope->served, and
+  // the driver is not called).
+  CUresult BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes,
+                         StreamRef stream, bool linear, bool to_host,
+                         TransferScope* scope);
+  void EndTransfer(const TransferScope& scope, StreamRef stream, bool submitted);
+  // A copy of `bytes` (for 2D/3D copies: the bytes of the whole region)
+  // between the ranges starting at dst and src. `kind` is the direction as
+  // the API states it (e.g. kHostToDevice, or kDefault for unified copies).
+  // `table_entries`: pointers found in the copied data (OnCopyTables).
+  // `captured`: pushed into a capturing stream (TransferScope::captured).
+  void OnCopy(const char* api, CopyKind kind, uint64_t dst, uint64_t src,
+              uint64_t bytes, StreamRef stream, bool async, size_t table_entries = 0,
+              bool captured = false);
+  void OnMemset(const char* api, uint64_t dst, uint64_t bytes,
+                StreamRef stream, bool async, bool captured = false);
+  // A synchronisation that returned successfully.
+  void OnSync(const char* api, StreamRef stream);
+
+  // --- Graphs and stream capture (core/inference/graph_plan.h, core/inference/capture.h).
+  // A capture began on (or, when the driver says so, ended at) `origin`.
+  void OnCaptureBegin(StreamRef origin) { capture_.OnBegin(Handle(origin)); }
+  void OnCaptureEnd(StreamRef origin) { capture_.OnEnd(Handle(origin)); }
+  // Whether work pushed into `stream` now is captured into a graph.
+  bool Capturing(StreamRef stream) const { return capture_.Capturing(Handle(stream)); }
+  // `exec` was instantiated from `graph` (by `api`): its nodes are read.
+  // Only while a cap or an access log needs them.
+  // `flags`: the instantiation flags (an exec made for device launches is
+  // launched where stensor cannot see it: its accesses count as unknown).
+  void OnGraphInstantiate(const char* api, CUgraphExec exec, CUgraph graph,
+                          unsigned long long flags);
+  // A child graph node of `exec` was given another graph: its accesses
+  // become unknown.
+  void OnGraphExecChildChanged(CUgraphExec exec);
+  void OnGraphExecDestroy(CUgraphExec exec) { graphs_.Erase(exec); }
+  // Node `node` of `exec` got new parameters (core/inference/graph_plan.h NodeParams
+  // gives every setter's in this form): that node's accesses are read
+  // again, or the exec's become unknown when they cannot be described.
+  void OnGraphExecNode(CUgraphExec exec, CUgraphNode node, const CUgraphNodeParams& params);
+  // cuGraphExecUpdate succeeded: `exec` now runs `graph`'s nodes, still
+  // named by its own (UpdatedPlan).
+  void OnGraphExecUpdate(CUgraphExec exec, CUgraph graph);
+  // Before cuGraphLaunch: under a cap its nodes' buffers are made resident
+  // on `stream` (CUDA_ERROR_OUT_OF_MEMORY when they do not fit together:
+  // a graph cannot be split); with no plan, it is work of unknown accesses.
+  CUresult BeginGraphLaunch(CUgraphExec exec, StreamRef stream, GraphLaunchScope* scope);
+  void EndGraphLaunch(const char* api, CUgraphExec exec, StreamRef stream,
+                      const GraphLaunchScope& scope, bool submitted);
+  // The stream a handle names for the driver (CU_STREAM_PER_THREAD for a
+  // per-thread entry point's 0).
+  static CUstream Handle(StreamRef s) {
+    return s.handle == nullptr && s.per_thread ? CU_STREAM_PER_THREAD : s.handle;
+  }
+
+  // Pointer tables (core/inference/pointer_tables.h): kept while they matter, under a
+  // cap or for the access log.
+  bool tracks_tables() const { return memory_ != nullptr || log_ != nullptr; }
+  // A successful copy of `bytes` from src to dst, `kind` as for OnCopy, on
+  // one contiguous range when `linear`: the source of a host-to-device copy
+  // is scanned for pointers into live buffers, a device copy carries the
+  // entries of its source along. Returns the number of entries found by a
+  // scan (for the log).
+  // `host`, for a host source: `settled` (HostSourceSettled, asked before
+  // the copy was submitted) is false when work queued ahead of the copy may
+  // still write the source, whose scan is then only a guess. If a table
+  // lands there, the copy's stream `wait` (when not null) is waited for, the
+  // source scanned again and `settled` set; otherwise the table stays stale
+  // until read back.
+  // `in_graph`: a node of a graph launched after this call, so nothing
+  // recorded on the stream now tells when the copy landed.
+  struct HostCopy {
+    bool settled = true;
+    const StreamRef* wait = nullptr;
+    bool in_graph = false;
+  };
+  size_t OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t bytes,
+                      bool linear, HostCopy* host = nullptr);
+  // Asked before a copy is submitted on `stream`: false when its source is
+  // host memory that work queued ahead of the copy may still write (pinned,
+  // mapped or registered memory, and an asynchronous copy with work ahead
+  // of it), so the words it holds now need not be what lands. Pageable
+  // memory is read by the driver at the call, and a synchronous copy has
+  // run when the call returns: both settled.
+  // `scope` is the copy's, from BeginTransfer.
+  bool HostSourceSettled(CopyKind kind, const TransferScope& scope, uint64_t src,
+                         StreamRef stream, bool async);
+  // A successful memset: no pointers left in the range.
+  void OnMemsetTables(uint64_t dst, uint64_t bytes, bool linear);
+  // --- Exact sizes under a cap: stensor's VMM-backed buffers answer as the
+  // cuMemAlloc allocations the program asked for. Each returns false when
+  // `ptr` is not in such a buffer (the caller asks the driver), else sets
+  // `*result` to the answer.
+  // A transfer whose side at `dst` (`src`) spans `dst_extent` (`src_extent`)
+  // bytes from there: CUDA_ERROR_INVALID_VALUE when either runs past the
+  // requested size of a stensor buffer, as the driver checks a cuMemAlloc
+  // allocation; the driver is then not called.
+  CUresult CheckExtents(uint64_t dst, uint64_t dst_extent, uint64_t src,
+                        uint64_t src_extent) const;
+  bool AddressRange(CUdeviceptr ptr, CUdeviceptr* base, size_t* size, CUresult* result) const;
+  bool PointerAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr,
+                        CUresult* result) const;
+  bool PointerAttributes(unsigned int count, CUpointer_attribute* attributes, void** data,
+                         CUdeviceptr ptr, CUresult* result) const;
+  // cuMemFreeAsync under the cap: freed in stream order.
+  bool FreeAsyncCapped(const char* api, CUdeviceptr dptr, StreamRef stream, CUresult* result);
+  // cuMemAllocAsync under the cap: true when stensor served it, swappable
+  // (core/swap/stream_ordered.h), with `*result` its outcome; false when the
+  // driver is to answer.
+  // `no_room`: the driver's pool was refused room for it
+  // (ServeStreamOrdered's).
+  bool AllocateAsyncCapped(const char* api, CUdeviceptr* dptr, uint64_t bytes,
+                           StreamRef stream, CUresult* result, bool no_room = false);
+
+  // --- Contexts that end, taking their streams and events with them
+  // (MemoryManager::BeforeContextEnds). `call` is the program's call, whose
+  // result is returned: cuCtxDestroy of `ctx`; cuDevicePrimaryCtxReset
+  // (`reset`) or cuDevicePrimaryCtxRelease of device `device`'s primary
+  // context, which a release ends only when it was the last reference.
+  // stensor's streams and events in it are retired around the call and
+  // made again in a live context of the device when next needed.
+  CUresult DestroyContext(CUcontext ctx, absl::FunctionRef<CUresult()> call);
+  CUresult EndPrimaryContext(CUdevice device, bool reset, absl::FunctionRef<CUresult()> call);
+
+  // Writes the final record and closes the access log; prints statistics
+  // when STENSOR_STATS is on. Idempotent.
+  void Shutdown();
+
+  // fork() (pthread_atfork): the log's buffered lines are written before
+  // the fork and none are inherited. In the child this tracker is the
+  // parent's and is never used again (the interposer builds a fresh one).
+  void BeforeFork();
+  void AfterFork();
+
+  uint64_t count(OpType type) const {
+    return counts_[static_cast<int>(type)].load(std::memory_order_relaxed);
+  }
+
+ private:
+  Tracker(const Config& config, const Driver* driver);
+
+  void Count(OpType type) {
+    counts_[static_cast<int>(type)].fetch_add(1, std::memory_order_relaxed);
+  }
+  // Queues a record, preceded once by the header.
+  void Log(std::string line);
+  std::string Header() const;
+  // The buffer id containing `addr`, or 0.
+  uint64_t IdAt(uint64_t addr) const;
+  // Adds to `accesses` the buffers reached through the pointer tables the
+  // launch touches (see BeginLaunch), and the lowest address it writes
+  // each buffer through (Accesses::write_reach).
+  void ExpandTables(const KernelInfo& kernel, void** params, void** extra, StreamRef stream,
+                    Accesses* accesses);
+  // The lowest address at which the launch's parameters reach each buffer,
+  // and whether some parameter reaching it is written through.
+  struct ParamReach {
+    uint64_t id = 0;
+    uint64_t from = 0;
+    uint64_t write_from = UINT64_MAX;  // none
+  };
+  using ParamReaches = absl::InlinedVector<ParamReach, 8>;
+  void FindParamReach(const KernelInfo& kernel, void** params, void** extra,
+                      ParamReaches* reach) const;
+  // The stale ranges `stale` of `table` (and a window from `learn_from` to
+  // the end of the buffer, when not 0: a pointer-to-pointer parameter into
+  // bytes no range covers) read back from the device, after the work that
+  // could have written them (WaitForRangeWriters, WaitForBufferWriters);
+  // `words` gets the table's entries at and after `from`. Under a cap only.
+  // False when that cannot be done.
+  bool ReadBackTable(const Buffer& table, const std::vector<PointerTables::StaleRange>& stale,
+                     uint64_t learn_from, uint64_t from, StreamRef stream,
+                     std::vector<uint64_t>* words);
+  // Waits for all submitted work of the context, where that is allowed
+  // (not while `stream` is being captured).
+  bool WaitForTableWriters(StreamRef stream);
+  // Waits for what could have written `stale` (ranges of `table`) since it
+  // was learnt: the events of its marks, or (writers unknown, or an event
+  // wait failed) WaitForBufferWriters. Sets `waited` to what it waited for.
+  bool WaitForRangeWriters(const Buffer& table,
+                           const std::vector<PointerTables::StaleRange>& stale,
+                           StreamRef stream, const char** waited);
+  // Waits for every operation that may have written buffer `id`: the
+  // streams that used it and the work of unknown accesses (the memory
+  // manager's record), or where that record cannot tell, the context. Sets
+  // `waited` to "buffer" or "context".
+  bool WaitForBufferWriters(uint64_t id, StreamRef stream, const char** waited);
+  // A mark for the pointer tables: an event recorded on `stream` now
+  // (after the operation just submitted there), or AnyWriter() when none
+  // can be recorded.
+  PointerTables::Mark MarkAfter(StreamRef stream);
+  // Waits for the work submitted to `stream` so far, where that is allowed
+  // (nothing being captured).
+  bool WaitForStream(StreamRef stream);
+  // Whether a host wait on the program's behalf is allowed now: no capture
+  // in progress anywhere, and `stream` not capturing (a failed query: no).
+  bool MayWait(StreamRef stream);
+  // The words of the allocation at `addr` that a kernel reads as a table
+  // though stensor does not track it (pinned or registered host memory,
+  // untracked device memory), after the stream's earlier work; under a cap
+  // only. False when nobody can say what memory that is.
+  bool ScanHostTable(uint64_t addr, StreamRef stream, std::vector<uint64_t>* words);
+  // The launch path's parts that only a cap or an access log needs, out of
+  // line so that the uncapped path keeps its few values in registers:
+  // BeginLaunch's residency and iteration bookkeeping, EndLaunch's
+  // completion and log record.
+  // `key` names the launch for the iteration planner.
+  ABSL_ATTRIBUTE_NOINLINE CUresult PrepareLaunch(uint64_t key, const KernelInfo& kernel,
+                                                 StreamRef stream, Accesses* accesses);
+  ABSL_ATTRIBUTE_NOINLINE void FinishLaunch(const KernelInfo& kernel, StreamRef stream,
+                                            const Accesses& accesses, bool submitted);
+  ABSL_ATTRIBUTE_NOINLINE void LogLaunch(const char* api, const KernelInfo& kernel,
+                                         const unsigned grid[3], const unsigned block[3],
+                                         StreamRef stream, const Accesses& accesses);
+  // BeginGraphLaunch's walk of a known plan: every node's accesses at this
+  // launch, in order, and what its copies and memsets do to the tables.
+  void WalkGraph(StreamRef stream, GraphLaunchScope* scope);
+  // Whether `kernel` is STENSOR_ITERATION_MARKER's.
+  bool IsMarker(const KernelInfo& kernel) const;
+  // The first launch refused for lack of room, named on stderr with its
+  // footprint and the cap (once for the process).
+  void SayRefusal(const KernelInfo& kernel, const Accesses& accesses) const;
+  // `call` may end `ctx`; `ended(result)` says whether it did.
+  CUresult EndContext(CUcontext ctx, absl::FunctionRef<CUresult()> call,
+                      absl::FunctionRef<bool(CUresult)> ended);
+  // Whether host memory at `addr` is pinned memory the program allocated.
+  bool IsPinnedHost(uint64_t addr) const;
+  // Whether a kernel node's argument words point into such memory, which
+  // the kernel may then write through its mapping.
+  bool ArgsReachHost(absl::Span<const unsigned char> args) const;
+  // Host memory the driver can reach (pinned, mapped, registered), which
+  // device work may write; false for pageable memory.
+  bool IsDeviceReachableHost(uint64_t addr) const;
+  // True when nothing is queued on `stream` nor on what it waits for
+  // implicitly (the legacy stream); false when that cannot be told.
+  bool StreamIdle(StreamRef stream);
+
+  const Config config_;
+  const Driver* const driver_;
+  BufferRegistry registry_;
+  PointerTables tables_;
+  KernelCache kernels_;
+  CaptureState capture_;
+  GraphPlans graphs_;
+  std::unique_ptr<AccessLog> log_;
+  // Buffers never freed, when a report is wanted (STENSOR_STATS or a log).
+  std::unique_ptr<Leaks> leaks_;
+  std::unique_ptr<MemoryManager> memory_;
+  std::once_flag header_once_;
+  std::once_flag shutdown_once_;
+  std::atomic<uint64_t> counts_[static_cast<int>(OpType::kCount)] = {};
+  mutable Mutex host_mu_;
+  std::map<uint64_t, uint64_t> host_allocs_ ABSL_GUARDED_BY(host_mu_);  // base -> bytes
+  uint64_t host_pinned_bytes_ ABSL_GUARDED_BY(host_mu_) = 0;
+};
+
+const char* OpTypeName(OpType type);
+
+}  // namespace stensor
+
+#endif  // STENSOR_CORE_TRACKER_TRACKER_H_
