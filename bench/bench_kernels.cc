@@ -5,8 +5,8 @@
 
 namespace bench {
 
-FAKECUDA_KERNEL(six_pointers, const float* a, const float* b, const float* c,
-                float* d, float* e, float* f) {
+FAKECUDA_KERNEL(six_pointers, const float* a, const float* b, const float* c, float* d, float* e,
+                float* f) {
   (void)a, (void)b, (void)c, (void)d, (void)e, (void)f;
 }
 

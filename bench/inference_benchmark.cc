@@ -1,10 +1,10 @@
 // The launch hook's own work without a driver underneath: read/write
 // inference for a launch with six pointer parameters against 10,000 live
 // buffers, and its parts.
+#include <benchmark/benchmark.h>
+
 #include <cstdint>
 #include <vector>
-
-#include <benchmark/benchmark.h>
 
 #include "core/inference/buffer_registry.h"
 #include "core/inference/launch_inference.h"
@@ -25,7 +25,8 @@ struct Fixture {
     }
     kernel.layout_known = true;
     for (uint32_t i = 0; i < 6; ++i) {
-      kernel.params.push_back(ParamSlot{8 * i, 8, i < 3 ? ParamAccess::kRead : ParamAccess::kReadWrite, 0, 1});
+      kernel.params.push_back(
+          ParamSlot{8 * i, 8, i < 3 ? ParamAccess::kRead : ParamAccess::kReadWrite, 0, 1});
       args[i] = 0x7f0000000000ull + uint64_t((i * 1663 + 17) % kLiveBuffers) * 8192 + 64 * i;
       params[i] = &args[i];
     }

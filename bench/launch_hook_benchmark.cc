@@ -75,7 +75,8 @@ const Setup& GetSetup() {
     s->sync = reinterpret_cast<decltype(&cuStreamSynchronize)>(dlsym(fake, "cuStreamSynchronize"));
     s->host_func = reinterpret_cast<decltype(&cuLaunchHostFunc)>(dlsym(fake, "cuLaunchHostFunc"));
     auto alloc = reinterpret_cast<decltype(&cuMemAlloc_v2)>(dlsym(stensor, "cuMemAlloc_v2"));
-    if (s->direct == nullptr || s->hooked == nullptr || alloc == nullptr) Die("missing entry points");
+    if (s->direct == nullptr || s->hooked == nullptr || alloc == nullptr)
+      Die("missing entry points");
     CUdevice dev;
     CUcontext ctx;
     CUmodule module;
@@ -162,20 +163,17 @@ BENCHMARK(BM_LaunchHookedNewWords)->MinTime(0.5);
 __attribute__((always_inline)) inline void LaunchN(LaunchFn launch, CUfunction kernel,
                                                    void*** params, int sets, int n) {
   for (int i = 0; i < n; ++i) {
-    if (launch(kernel, 1, 1, 1, 128, 1, 1, 0, nullptr, params[i % sets], nullptr) !=
-        CUDA_SUCCESS) {
+    if (launch(kernel, 1, 1, 1, 128, 1, 1, 0, nullptr, params[i % sets], nullptr) != CUDA_SUCCESS) {
       Die("cuLaunchKernel failed");
     }
   }
 }
 int loops_run[2];  // distinct side effects: the two bodies differ
-__attribute__((noipa)) void LaunchLoopDirect(LaunchFn f, CUfunction k, void*** p, int sets,
-                                             int n) {
+__attribute__((noipa)) void LaunchLoopDirect(LaunchFn f, CUfunction k, void*** p, int sets, int n) {
   LaunchN(f, k, p, sets, n);
   ++loops_run[0];
 }
-__attribute__((noipa)) void LaunchLoopHooked(LaunchFn f, CUfunction k, void*** p, int sets,
-                                             int n) {
+__attribute__((noipa)) void LaunchLoopHooked(LaunchFn f, CUfunction k, void*** p, int sets, int n) {
   LaunchN(f, k, p, sets, n);
   ++loops_run[1];
 }

@@ -18,6 +18,8 @@
 #ifndef __CUDA_API_VERSION_INTERNAL  // core:driver defines it for its dependents
 #define __CUDA_API_VERSION_INTERNAL
 #endif
+#include <benchmark/benchmark.h>
+#include <cuda.h>
 #include <dlfcn.h>
 
 #include <atomic>
@@ -28,9 +30,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <benchmark/benchmark.h>
-#include <cuda.h>
 
 #include "core/base/config.h"
 #include "core/driver/driver.h"
@@ -80,7 +79,7 @@ void BM_PrepareFinishResident(benchmark::State& state) {
   }
   std::vector<uint64_t> first = {1};
   mm->Finish(first, first, nullptr, true);  // written
-  CUdeviceptr extra = 0;  // swaps buffer 1 out
+  CUdeviceptr extra = 0;                    // swaps buffer 1 out
   if (mm->Allocate(2 << 20, &extra, [](CUdeviceptr) { return uint64_t{100}; }) != CUDA_SUCCESS) {
     Die("Allocate");
   }
@@ -117,8 +116,7 @@ void BM_EvictOne(benchmark::State& state) {
   if (handle == nullptr || stensor::LoadDriver(handle, &dlsym, &driver) == 0) Die("driver");
   const uint64_t n = static_cast<uint64_t>(state.range(0));
   constexpr uint64_t kGranule = 2 << 20;
-  std::map<std::string, std::string> env = {
-      {"STENSOR_MEMORY_LIMIT", std::to_string(n * kGranule)}};
+  std::map<std::string, std::string> env = {{"STENSOR_MEMORY_LIMIT", std::to_string(n * kGranule)}};
   auto config = stensor::Config::Parse([&env](const char* name) -> const char* {
     auto it = env.find(name);
     return it == env.end() ? nullptr : it->second.c_str();

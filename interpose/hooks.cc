@@ -30,8 +30,8 @@ uint64_t Ptr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
 // --- Allocation ----------------------------------------------------------------
 template <typename Fn, typename... Args>
-CUresult Alloc(const char* api, Fn real, CUdeviceptr* dptr, size_t bytes,
-               BufferKind kind, Args... args) {
+CUresult Alloc(const char* api, Fn real, CUdeviceptr* dptr, size_t bytes, BufferKind kind,
+               Args... args) {
   if (real == nullptr) return kMissing;
   CUresult r = real(dptr, args...);
   // No bytes asked, no buffer (a stream-ordered allocation of 0 bytes
@@ -66,8 +66,7 @@ CUresult Transfer(const char* api, Fn real, const CopyRanges& c, StreamRef s, bo
   }
   TransferScope scope;
   bool to_host = !async && c.kind == CopyKind::kDeviceToHost;
-  if (CUresult r = T().BeginTransfer(c.dst.start, c.src.start, c.bytes, s, linear, to_host,
-                                     &scope);
+  if (CUresult r = T().BeginTransfer(c.dst.start, c.src.start, c.bytes, s, linear, to_host, &scope);
       r != CUDA_SUCCESS) {
     return r;
   }
@@ -81,17 +80,16 @@ CUresult Transfer(const char* api, Fn real, const CopyRanges& c, StreamRef s, bo
   // change its source until it ran). A captured copy runs at its graph's
   // launch, which accounts for it.
   Tracker::HostCopy host{settled, &s};
-  size_t entries =
-      T().tracks_tables() && !scope.captured
-          ? T().OnCopyTables(c.kind, c.dst.start, c.src.start, c.bytes, linear, &host)
-          : 0;
+  size_t entries = T().tracks_tables() && !scope.captured
+                       ? T().OnCopyTables(c.kind, c.dst.start, c.src.start, c.bytes, linear, &host)
+                       : 0;
   T().OnCopy(api, c.kind, c.dst.start, c.src.start, c.bytes, s, async, entries, scope.captured);
   return r;
 }
 
 template <typename Fn, typename... Args>
-CUresult Copy(const char* api, CopyKind kind, Fn real, uint64_t dst, uint64_t src,
-              uint64_t bytes, StreamRef s, bool async, Args... args) {
+CUresult Copy(const char* api, CopyKind kind, Fn real, uint64_t dst, uint64_t src, uint64_t bytes,
+              StreamRef s, bool async, Args... args) {
   return Transfer(api, real, LinearCopyRanges(kind, dst, src, bytes), s, async,
                   /*linear=*/true, args...);
 }
@@ -99,8 +97,7 @@ CUresult Copy(const char* api, CopyKind kind, Fn real, uint64_t dst, uint64_t sr
 // 2D and 3D copies (plain and peer): made resident by their start
 // addresses, logged as one copy of the whole region.
 template <typename Fn, typename Params, typename... Args>
-CUresult Region(const char* api, Fn real, const Params* p, StreamRef s, bool async,
-                Args... args) {
+CUresult Region(const char* api, Fn real, const Params* p, StreamRef s, bool async, Args... args) {
   if (p == nullptr) return real ? real(args...) : kMissing;  // the driver's error
   // A memory type the driver does not know: its error, before anything is
   // made resident or served from a host copy (a copy served so would
@@ -133,15 +130,14 @@ CUresult CallThen(Fn real, Report&& report, Args... args) {
 // with the pitch); past the requested end of a stensor buffer it is refused,
 // as for copies.
 template <typename Fn, typename... Args>
-CUresult Memset(const char* api, Fn real, CUdeviceptr dst, MemsetRange range,
-                StreamRef s, bool async, Args... args) {
+CUresult Memset(const char* api, Fn real, CUdeviceptr dst, MemsetRange range, StreamRef s,
+                bool async, Args... args) {
   if (real == nullptr) return kMissing;
   const uint64_t bytes = range.bytes;
   if (CUresult r = T().CheckExtents(dst, range.extent, 0, 0); r != CUDA_SUCCESS) return r;
   TransferScope scope;
   constexpr bool kLinear = sizeof...(Args) <= 3;  // (value, count[, stream])
-  if (CUresult r = T().BeginTransfer(dst, 0, bytes, s, kLinear, false, &scope);
-      r != CUDA_SUCCESS) {
+  if (CUresult r = T().BeginTransfer(dst, 0, bytes, s, kLinear, false, &scope); r != CUDA_SUCCESS) {
     return r;
   }
   CUresult r = real(dst, args...);
@@ -156,9 +152,8 @@ CUresult Memset(const char* api, Fn real, CUdeviceptr dst, MemsetRange range,
 // Every launch form: accesses inferred (and, under a cap, made resident)
 // before `call` submits it, recorded after.
 template <typename Call>
-CUresult LaunchWith(const char* api, CUfunction f, const unsigned grid[3],
-                    const unsigned block[3], StreamRef stream, void** params,
-                    void** extra, Call&& call) {
+CUresult LaunchWith(const char* api, CUfunction f, const unsigned grid[3], const unsigned block[3],
+                    StreamRef stream, void** params, void** extra, Call&& call) {
   Accesses accesses;
   if (CUresult r = T().BeginLaunch(f, grid, block, stream, params, extra, &accesses);
       r != CUDA_SUCCESS) {
@@ -171,10 +166,12 @@ CUresult LaunchWith(const char* api, CUfunction f, const unsigned grid[3],
 
 // Inlined into both exports: passing thirteen arguments on to one more
 // call cost more than the copy of the code.
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline CUresult Launch(
-    const char* api, decltype(&::cuLaunchKernel) real, CUfunction f, unsigned gx, unsigned gy,
-    unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream s,
-    void** params, void** extra, bool per_thread) {
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline CUresult Launch(const char* api,
+                                                    decltype(&::cuLaunchKernel) real, CUfunction f,
+                                                    unsigned gx, unsigned gy, unsigned gz,
+                                                    unsigned bx, unsigned by, unsigned bz,
+                                                    unsigned shmem, CUstream s, void** params,
+                                                    void** extra, bool per_thread) {
   if (real == nullptr) return kMissing;
   // LaunchWith spelled out: the most frequent hook, and a closure over its
   // eleven arguments cost more than the rest of the hook's own code.
@@ -191,26 +188,23 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline CUresult Launch(
   return r;
 }
 
-CUresult LaunchEx(const char* api, decltype(&::cuLaunchKernelEx) real,
-                  const CUlaunchConfig* c, CUfunction f, void** params,
-                  void** extra, bool per_thread) {
+CUresult LaunchEx(const char* api, decltype(&::cuLaunchKernelEx) real, const CUlaunchConfig* c,
+                  CUfunction f, void** params, void** extra, bool per_thread) {
   if (real == nullptr) return kMissing;
   if (c == nullptr) return real(c, f, params, extra);  // the driver's error
   const unsigned grid[3] = {c->gridDimX, c->gridDimY, c->gridDimZ};
   const unsigned block[3] = {c->blockDimX, c->blockDimY, c->blockDimZ};
-  return LaunchWith(api, f, grid, block, StreamRef{c->hStream, per_thread}, params,
-                    extra, [&] { return real(c, f, params, extra); });
+  return LaunchWith(api, f, grid, block, StreamRef{c->hStream, per_thread}, params, extra,
+                    [&] { return real(c, f, params, extra); });
 }
 
-CUresult Cooperative(const char* api, decltype(&::cuLaunchCooperativeKernel) real,
-                     CUfunction f, unsigned gx, unsigned gy, unsigned gz,
-                     unsigned bx, unsigned by, unsigned bz, unsigned shmem,
-                     CUstream s, void** params, bool per_thread) {
+CUresult Cooperative(const char* api, decltype(&::cuLaunchCooperativeKernel) real, CUfunction f,
+                     unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                     unsigned shmem, CUstream s, void** params, bool per_thread) {
   if (real == nullptr) return kMissing;
   const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
-  return LaunchWith(api, f, grid, block, StreamRef{s, per_thread}, params, nullptr, [&] {
-    return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
-  });
+  return LaunchWith(api, f, grid, block, StreamRef{s, per_thread}, params, nullptr,
+                    [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params); });
 }
 
 template <typename Fn, typename... Args>
@@ -244,8 +238,7 @@ CUresult BeginCapture(Fn real, StreamRef origin, Args... args) {
   return r;
 }
 
-CUresult GraphLaunch(const char* api, decltype(&::cuGraphLaunch) real, CUgraphExec g,
-                     StreamRef s) {
+CUresult GraphLaunch(const char* api, decltype(&::cuGraphLaunch) real, CUgraphExec g, StreamRef s) {
   if (real == nullptr) return kMissing;
   GraphLaunchScope scope;
   if (CUresult r = T().BeginGraphLaunch(g, s, &scope); r != CUDA_SUCCESS) return r;
@@ -257,10 +250,13 @@ CUresult GraphLaunch(const char* api, decltype(&::cuGraphLaunch) real, CUgraphEx
 // A typed node setter: its parameters reported in cuGraphExecNodeSetParams's
 // form once the driver took them.
 template <typename Fn, typename Params, typename... Args>
-CUresult NodeChanged(Fn real, CUgraphExec exec, CUgraphNode node, const Params* p,
-                     Args... args) {
-  return CallThen(real, [&] { if (p) T().OnGraphExecNode(exec, node, NodeParams(*p)); },
-                  args...);
+CUresult NodeChanged(Fn real, CUgraphExec exec, CUgraphNode node, const Params* p, Args... args) {
+  return CallThen(
+      real,
+      [&] {
+        if (p) T().OnGraphExecNode(exec, node, NodeParams(*p));
+      },
+      args...);
 }
 
 // The stream a stream-ordered call's handle names for the manager: handle
@@ -286,38 +282,36 @@ using namespace stensor;  // NOLINT: the exported C hooks below
 
 // One exported hook: `kApi` names it, `real` is the real entry point of the
 // same symbol, `kPerThread` says what stream handle 0 means.
-#define HOOK(symbol, per_thread, params, ...)                                 \
-  STENSOR_EXPORT CUresult symbol params {                                     \
-    constexpr bool kPerThread = per_thread;                                   \
-    constexpr const char* kApi = #symbol;                                     \
-    auto real = D().symbol;                                                   \
-    (void)kApi;                                                               \
-    (void)kPerThread;                                                         \
-    return __VA_ARGS__;                                                       \
+#define HOOK(symbol, per_thread, params, ...) \
+  STENSOR_EXPORT CUresult symbol params {     \
+    constexpr bool kPerThread = per_thread;   \
+    constexpr const char* kApi = #symbol;     \
+    auto real = D().symbol;                   \
+    (void)kApi;                               \
+    (void)kPerThread;                         \
+    return __VA_ARGS__;                       \
   }
 #define ONE(name, params, ...) HOOK(name, false, params, __VA_ARGS__)
 // The legacy entry point and its per-thread-default-stream twin.
-#define PAIR(name, twin, params, ...)       \
-  HOOK(name, false, params, __VA_ARGS__)    \
+#define PAIR(name, twin, params, ...)    \
+  HOOK(name, false, params, __VA_ARGS__) \
   HOOK(name##twin, true, params, __VA_ARGS__)
 
 // --- Allocation and reporting ---------------------------------------------------
 // Under a cap, stensor serves the allocation itself (VMM-backed, swappable).
-ONE(cuMemAlloc_v2, (CUdeviceptr* dptr, size_t bytes),
+ONE(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytes),
     T().capped() ? T().AllocateCapped(kApi, dptr, bytes)
                  : Alloc(kApi, real, dptr, bytes, BufferKind::kDeviceAlloc, bytes))
 // Under a cap, an allocation the driver makes itself is charged against it
 // (it is not swapped): core/external_allocations.h.
-STENSOR_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch,
-                                           size_t width, size_t height,
-                                           unsigned int element) {
+STENSOR_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width,
+                                           size_t height, unsigned int element) {
   auto real = D().cuMemAllocPitch_v2;
   if (real == nullptr) return kMissing;
   CUresult r = ChargedPitchAllocation(T().memory(), dptr, width, height,
                                       [&] { return real(dptr, pitch, width, height, element); });
   if (r == CUDA_SUCCESS && dptr != nullptr && pitch != nullptr) {
-    T().OnAlloc("cuMemAllocPitch_v2", *dptr, uint64_t{*pitch} * height,
-                BufferKind::kDeviceAlloc);
+    T().OnAlloc("cuMemAllocPitch_v2", *dptr, uint64_t{*pitch} * height, BufferKind::kDeviceAlloc);
   }
   return r;
 }
@@ -333,54 +327,51 @@ STENSOR_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
 // (core/swap/stream_ordered.h); the others, and those of explicit pools, counted
 // against the cap and never swapped; a smaller one of the default pool that
 // finds no room is stensor's too, served from host memory.
-PAIR(cuMemAllocAsync, _ptsz, (CUdeviceptr* dptr, size_t bytes, CUstream s),
-     [&] {
-       if (real == nullptr) return kMissing;
-       CUresult r;
-       if (T().capped() &&
-           T().AllocateAsyncCapped(kApi, dptr, bytes, StreamRef{s, kPerThread}, &r)) {
-         return r;
-       }
-       r = ChargedAllocation(
-           T().memory(), dptr, bytes,
-           [&] { return Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, s); },
-           T().capped() && FromDefaultPool(D()) ? MemoryManager::ExternalSource::kDefaultPool
-                                                : MemoryManager::ExternalSource::kFresh);
-       CUresult served;
-       if (r == CUDA_ERROR_OUT_OF_MEMORY && T().capped() &&
-           T().AllocateAsyncCapped(kApi, dptr, bytes, StreamRef{s, kPerThread}, &served,
-                                   /*no_room=*/true)) {
-         return served;
-       }
-       return r;
-     }())
+PAIR(cuMemAllocAsync, _ptsz, (CUdeviceptr * dptr, size_t bytes, CUstream s), [&] {
+  if (real == nullptr) return kMissing;
+  CUresult r;
+  if (T().capped() && T().AllocateAsyncCapped(kApi, dptr, bytes, StreamRef{s, kPerThread}, &r)) {
+    return r;
+  }
+  r = ChargedAllocation(
+      T().memory(), dptr, bytes,
+      [&] { return Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, s); },
+      T().capped() && FromDefaultPool(D()) ? MemoryManager::ExternalSource::kDefaultPool
+                                           : MemoryManager::ExternalSource::kFresh);
+  CUresult served;
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && T().capped() &&
+      T().AllocateAsyncCapped(kApi, dptr, bytes, StreamRef{s, kPerThread}, &served,
+                              /*no_room=*/true)) {
+    return served;
+  }
+  return r;
+}())
 PAIR(cuMemAllocFromPoolAsync, _ptsz,
-     (CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream s),
-     [&] {
+     (CUdeviceptr * dptr, size_t bytes, CUmemoryPool pool, CUstream s), [&] {
        if (real == nullptr) return kMissing;
-       return ChargedAllocation(
-           T().memory(), dptr, bytes,
-           [&] { return Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, pool, s); });
+       return ChargedAllocation(T().memory(), dptr, bytes, [&] {
+         return Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, pool, s);
+       });
      }())
-PAIR(cuMemFreeAsync, _ptsz, (CUdeviceptr dptr, CUstream s),
-     [&] {
-       CUresult r;
-       if (T().capped() && T().FreeAsyncCapped(kApi, dptr, StreamRef{s, kPerThread}, &r)) {
-         return r;
-       }
-       r = Free(kApi, real, dptr, s);
-       // Charged until the stream reached the free, as the driver frees it
-       // (inside a capture: until stensor knows no more, for good).
-       if (r == CUDA_SUCCESS && T().capped() && !T().Capturing(StreamRef{s, kPerThread})) {
-         T().memory()->ForgetExternalAsync(dptr, OrderStream(s, kPerThread));
-       }
-       return r;
-     }())
+PAIR(cuMemFreeAsync, _ptsz, (CUdeviceptr dptr, CUstream s), [&] {
+  CUresult r;
+  if (T().capped() && T().FreeAsyncCapped(kApi, dptr, StreamRef{s, kPerThread}, &r)) {
+    return r;
+  }
+  r = Free(kApi, real, dptr, s);
+  // Charged until the stream reached the free, as the driver frees it
+  // (inside a capture: until stensor knows no more, for good).
+  if (r == CUDA_SUCCESS && T().capped() && !T().Capturing(StreamRef{s, kPerThread})) {
+    T().memory()->ForgetExternalAsync(dptr, OrderStream(s, kPerThread));
+  }
+  return r;
+}())
 // Under a cap, a device's default pool answers for what stensor serves from
 // it too (core/swap/stream_ordered.h), once the driver has answered.
 ONE(cuMemPoolGetAttribute, (CUmemoryPool pool, CUmemPool_attribute attr, void* value), [&] {
   CUresult r = real == nullptr ? kMissing : real(pool, attr, value);
-  if (r == CUDA_SUCCESS && T().capped()) AddStreamOrderedShare(*T().memory(), D(), pool, attr, value);
+  if (r == CUDA_SUCCESS && T().capped())
+    AddStreamOrderedShare(*T().memory(), D(), pool, attr, value);
   return r;
 }())
 ONE(cuMemPoolSetAttribute, (CUmemoryPool pool, CUmemPool_attribute attr, void* value), [&] {
@@ -410,15 +401,26 @@ STENSOR_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
 }
 // Pinned host memory: counted, since it competes with the host store.
 ONE(cuMemAllocHost_v2, (void** pp, size_t bytes),
-    CallThen(real, [&] { if (pp) T().OnHostAlloc(kApi, *pp, bytes); }, pp, bytes))
+    CallThen(
+        real,
+        [&] {
+          if (pp) T().OnHostAlloc(kApi, *pp, bytes);
+        },
+        pp, bytes))
 ONE(cuMemHostAlloc, (void** pp, size_t bytes, unsigned int flags),
-    CallThen(real, [&] { if (pp) T().OnHostAlloc(kApi, *pp, bytes); }, pp, bytes, flags))
-ONE(cuMemFreeHost, (void* p), CallThen(real, [&] { T().OnHostFree(kApi, p); }, p))
+    CallThen(
+        real,
+        [&] {
+          if (pp) T().OnHostAlloc(kApi, *pp, bytes);
+        },
+        pp, bytes, flags))
+ONE(cuMemFreeHost, (void* p),
+    CallThen(
+        real, [&] { T().OnHostFree(kApi, p); }, p))
 
 // The application's own VMM mappings: tracked as buffers it owns.
 STENSOR_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
-                                 CUmemGenericAllocationHandle handle,
-                                 unsigned long long flags) {
+                                 CUmemGenericAllocationHandle handle, unsigned long long flags) {
   auto real = D().cuMemMap;
   if (real == nullptr) return kMissing;
   CUresult r = real(ptr, size, offset, handle, flags);
@@ -439,8 +441,7 @@ STENSOR_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
 // only; host-located memory is host memory). stensor's own calls do not
 // come here: it calls the real driver through its table.
 STENSOR_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
-                                    const CUmemAllocationProp* prop,
-                                    unsigned long long flags) {
+                                    const CUmemAllocationProp* prop, unsigned long long flags) {
   auto real = D().cuMemCreate;
   if (real == nullptr) return kMissing;
   if (!T().capped()) return real(handle, size, prop, flags);
@@ -457,8 +458,7 @@ STENSOR_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
 // --- Exact sizes ------------------------------------------------------------------
 // Under a cap a stensor buffer answers as the cuMemAlloc allocation asked
 // for, resident or swapped out; anything else is the driver's answer.
-STENSOR_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size,
-                                                CUdeviceptr ptr) {
+STENSOR_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr ptr) {
   auto real = D().cuMemGetAddressRange_v2;
   if (real == nullptr) return kMissing;
   CUresult r;
@@ -473,8 +473,7 @@ STENSOR_EXPORT CUresult cuPointerGetAttribute(void* data, CUpointer_attribute at
   if (T().capped() && T().PointerAttribute(data, attribute, ptr, &r)) return r;
   return real(data, attribute, ptr);
 }
-STENSOR_EXPORT CUresult cuPointerGetAttributes(unsigned int count,
-                                               CUpointer_attribute* attributes,
+STENSOR_EXPORT CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attributes,
                                                void** data, CUdeviceptr ptr) {
   auto real = D().cuPointerGetAttributes;
   if (real == nullptr) return kMissing;
@@ -528,27 +527,36 @@ STENSOR_EXPORT CUresult cuMemExportToShareableHandle(void* shareable,
 
 // --- Copies ---------------------------------------------------------------------
 PAIR(cuMemcpy, _ptds, (CUdeviceptr dst, CUdeviceptr src, size_t n),
-     Copy(kApi, CopyKind::kDefault, real, dst, src, n, StreamRef{nullptr, kPerThread}, false, dst, src, n))
+     Copy(kApi, CopyKind::kDefault, real, dst, src, n, StreamRef{nullptr, kPerThread}, false, dst,
+          src, n))
 PAIR(cuMemcpyAsync, _ptsz, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s),
-     Copy(kApi, CopyKind::kDefault, real, dst, src, n, StreamRef{s, kPerThread}, true, dst, src, n, s))
-PAIR(cuMemcpyPeer, _ptds,
-     (CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n),
-     Copy(kApi, CopyKind::kPeer, real, dst, src, n, StreamRef{nullptr, kPerThread}, false, dst, dc, src, sc, n))
+     Copy(kApi, CopyKind::kDefault, real, dst, src, n, StreamRef{s, kPerThread}, true, dst, src, n,
+          s))
+PAIR(cuMemcpyPeer, _ptds, (CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n),
+     Copy(kApi, CopyKind::kPeer, real, dst, src, n, StreamRef{nullptr, kPerThread}, false, dst, dc,
+          src, sc, n))
 PAIR(cuMemcpyPeerAsync, _ptsz,
      (CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n, CUstream s),
-     Copy(kApi, CopyKind::kPeer, real, dst, src, n, StreamRef{s, kPerThread}, true, dst, dc, src, sc, n, s))
+     Copy(kApi, CopyKind::kPeer, real, dst, src, n, StreamRef{s, kPerThread}, true, dst, dc, src,
+          sc, n, s))
 PAIR(cuMemcpyHtoD_v2, _ptds, (CUdeviceptr dst, const void* src, size_t n),
-     Copy(kApi, CopyKind::kHostToDevice, real, dst, Ptr(src), n, StreamRef{nullptr, kPerThread}, false, dst, src, n))
+     Copy(kApi, CopyKind::kHostToDevice, real, dst, Ptr(src), n, StreamRef{nullptr, kPerThread},
+          false, dst, src, n))
 PAIR(cuMemcpyDtoH_v2, _ptds, (void* dst, CUdeviceptr src, size_t n),
-     Copy(kApi, CopyKind::kDeviceToHost, real, Ptr(dst), src, n, StreamRef{nullptr, kPerThread}, false, dst, src, n))
+     Copy(kApi, CopyKind::kDeviceToHost, real, Ptr(dst), src, n, StreamRef{nullptr, kPerThread},
+          false, dst, src, n))
 PAIR(cuMemcpyDtoD_v2, _ptds, (CUdeviceptr dst, CUdeviceptr src, size_t n),
-     Copy(kApi, CopyKind::kDeviceToDevice, real, dst, src, n, StreamRef{nullptr, kPerThread}, false, dst, src, n))
+     Copy(kApi, CopyKind::kDeviceToDevice, real, dst, src, n, StreamRef{nullptr, kPerThread}, false,
+          dst, src, n))
 PAIR(cuMemcpyHtoDAsync_v2, _ptsz, (CUdeviceptr dst, const void* src, size_t n, CUstream s),
-     Copy(kApi, CopyKind::kHostToDevice, real, dst, Ptr(src), n, StreamRef{s, kPerThread}, true, dst, src, n, s))
+     Copy(kApi, CopyKind::kHostToDevice, real, dst, Ptr(src), n, StreamRef{s, kPerThread}, true,
+          dst, src, n, s))
 PAIR(cuMemcpyDtoHAsync_v2, _ptsz, (void* dst, CUdeviceptr src, size_t n, CUstream s),
-     Copy(kApi, CopyKind::kDeviceToHost, real, Ptr(dst), src, n, StreamRef{s, kPerThread}, true, dst, src, n, s))
+     Copy(kApi, CopyKind::kDeviceToHost, real, Ptr(dst), src, n, StreamRef{s, kPerThread}, true,
+          dst, src, n, s))
 PAIR(cuMemcpyDtoDAsync_v2, _ptsz, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s),
-     Copy(kApi, CopyKind::kDeviceToDevice, real, dst, src, n, StreamRef{s, kPerThread}, true, dst, src, n, s))
+     Copy(kApi, CopyKind::kDeviceToDevice, real, dst, src, n, StreamRef{s, kPerThread}, true, dst,
+          src, n, s))
 PAIR(cuMemcpy2D_v2, _ptds, (const CUDA_MEMCPY2D* p),
      Region(kApi, real, p, StreamRef{nullptr, kPerThread}, false, p))
 PAIR(cuMemcpy2DUnaligned_v2, _ptds, (const CUDA_MEMCPY2D* p),
@@ -569,8 +577,8 @@ namespace {
 // stensor buffer fails the whole batch before the driver is called.
 // `valid`: the operations can be read (else the driver answers alone).
 template <typename Fn, typename Ranges, typename... Args>
-CUresult Batch(const char* api, Fn real, StreamRef s, size_t count, bool valid,
-               Ranges&& ranges, Args... args) {
+CUresult Batch(const char* api, Fn real, StreamRef s, size_t count, bool valid, Ranges&& ranges,
+               Args... args) {
   if (real == nullptr) return kMissing;
   std::vector<CopyRanges> ops;
   if (valid) {
@@ -623,22 +631,26 @@ PAIR(cuMemcpy3DPeer, _ptds, (const CUDA_MEMCPY3D_PEER* p),
 PAIR(cuMemcpy3DPeerAsync, _ptsz, (const CUDA_MEMCPY3D_PEER* p, CUstream s),
      Region(kApi, real, p, StreamRef{s, kPerThread}, true, p, s))
 PAIR(cuMemcpyBatchAsync_v2, _ptsz,
-     (CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
-      CUmemcpyAttributes* attrs, size_t* attrs_idxs, size_t num_attrs, CUstream s),
-     Batch(kApi, real, StreamRef{s, kPerThread}, count, dsts != nullptr && srcs != nullptr,
-           [&](size_t i) {
-             return LinearCopyRanges(CopyKind::kDefault, dsts[i], srcs[i],
-                                     sizes != nullptr ? sizes[i] : 0);
-           },
-           dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, s))
+     (CUdeviceptr * dsts, CUdeviceptr* srcs, size_t* sizes, size_t count, CUmemcpyAttributes* attrs,
+      size_t* attrs_idxs, size_t num_attrs, CUstream s),
+     Batch(
+         kApi, real, StreamRef{s, kPerThread}, count, dsts != nullptr && srcs != nullptr,
+         [&](size_t i) {
+           return LinearCopyRanges(CopyKind::kDefault, dsts[i], srcs[i],
+                                   sizes != nullptr ? sizes[i] : 0);
+         },
+         dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, s))
 PAIR(cuMemcpy3DBatchAsync_v2, _ptsz,
      (size_t num_ops, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags, CUstream s),
-     Batch(kApi, real, StreamRef{s, kPerThread}, num_ops, ops != nullptr,
-           [&](size_t i) { return CopyRangesOf(ops[i]); }, num_ops, ops, flags, s))
+     Batch(
+         kApi, real, StreamRef{s, kPerThread}, num_ops, ops != nullptr,
+         [&](size_t i) { return CopyRangesOf(ops[i]); }, num_ops, ops, flags, s))
 PAIR(cuMemcpyDtoA_v2, _ptds, (CUarray dst, size_t offset, CUdeviceptr src, size_t n),
-     Copy(kApi, CopyKind::kDeviceToArray, real, 0, src, n, StreamRef{nullptr, kPerThread}, false, dst, offset, src, n))
+     Copy(kApi, CopyKind::kDeviceToArray, real, 0, src, n, StreamRef{nullptr, kPerThread}, false,
+          dst, offset, src, n))
 PAIR(cuMemcpyAtoD_v2, _ptds, (CUdeviceptr dst, CUarray src, size_t offset, size_t n),
-     Copy(kApi, CopyKind::kArrayToDevice, real, dst, 0, n, StreamRef{nullptr, kPerThread}, false, dst, src, offset, n))
+     Copy(kApi, CopyKind::kArrayToDevice, real, dst, 0, n, StreamRef{nullptr, kPerThread}, false,
+          dst, src, offset, n))
 
 // --- Memsets --------------------------------------------------------------------
 PAIR(cuMemsetD8_v2, _ptds, (CUdeviceptr d, unsigned char v, size_t n),
@@ -648,11 +660,14 @@ PAIR(cuMemsetD16_v2, _ptds, (CUdeviceptr d, unsigned short v, size_t n),
 PAIR(cuMemsetD32_v2, _ptds, (CUdeviceptr d, unsigned int v, size_t n),
      Memset(kApi, real, d, MemsetRangeOf(4, n, 1, 0), StreamRef{nullptr, kPerThread}, false, v, n))
 PAIR(cuMemsetD2D8_v2, _ptds, (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h),
-     Memset(kApi, real, d, MemsetRangeOf(1, w, h, pitch), StreamRef{nullptr, kPerThread}, false, pitch, v, w, h))
+     Memset(kApi, real, d, MemsetRangeOf(1, w, h, pitch), StreamRef{nullptr, kPerThread}, false,
+            pitch, v, w, h))
 PAIR(cuMemsetD2D16_v2, _ptds, (CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h),
-     Memset(kApi, real, d, MemsetRangeOf(2, w, h, pitch), StreamRef{nullptr, kPerThread}, false, pitch, v, w, h))
+     Memset(kApi, real, d, MemsetRangeOf(2, w, h, pitch), StreamRef{nullptr, kPerThread}, false,
+            pitch, v, w, h))
 PAIR(cuMemsetD2D32_v2, _ptds, (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h),
-     Memset(kApi, real, d, MemsetRangeOf(4, w, h, pitch), StreamRef{nullptr, kPerThread}, false, pitch, v, w, h))
+     Memset(kApi, real, d, MemsetRangeOf(4, w, h, pitch), StreamRef{nullptr, kPerThread}, false,
+            pitch, v, w, h))
 PAIR(cuMemsetD8Async, _ptsz, (CUdeviceptr d, unsigned char v, size_t n, CUstream s),
      Memset(kApi, real, d, MemsetRangeOf(1, n, 1, 0), StreamRef{s, kPerThread}, true, v, n, s))
 PAIR(cuMemsetD16Async, _ptsz, (CUdeviceptr d, unsigned short v, size_t n, CUstream s),
@@ -661,27 +676,29 @@ PAIR(cuMemsetD32Async, _ptsz, (CUdeviceptr d, unsigned int v, size_t n, CUstream
      Memset(kApi, real, d, MemsetRangeOf(4, n, 1, 0), StreamRef{s, kPerThread}, true, v, n, s))
 PAIR(cuMemsetD2D8Async, _ptsz,
      (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s),
-     Memset(kApi, real, d, MemsetRangeOf(1, w, h, pitch), StreamRef{s, kPerThread}, true, pitch, v, w, h, s))
+     Memset(kApi, real, d, MemsetRangeOf(1, w, h, pitch), StreamRef{s, kPerThread}, true, pitch, v,
+            w, h, s))
 PAIR(cuMemsetD2D16Async, _ptsz,
      (CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h, CUstream s),
-     Memset(kApi, real, d, MemsetRangeOf(2, w, h, pitch), StreamRef{s, kPerThread}, true, pitch, v, w, h, s))
+     Memset(kApi, real, d, MemsetRangeOf(2, w, h, pitch), StreamRef{s, kPerThread}, true, pitch, v,
+            w, h, s))
 PAIR(cuMemsetD2D32Async, _ptsz,
      (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s),
-     Memset(kApi, real, d, MemsetRangeOf(4, w, h, pitch), StreamRef{s, kPerThread}, true, pitch, v, w, h, s))
+     Memset(kApi, real, d, MemsetRangeOf(4, w, h, pitch), StreamRef{s, kPerThread}, true, pitch, v,
+            w, h, s))
 
 // --- Launches -------------------------------------------------------------------
 PAIR(cuLaunchKernel, _ptsz,
-     (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-      unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
-      CUstream s, void** params, void** extra),
+     (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+      unsigned int by, unsigned int bz, unsigned int shmem, CUstream s, void** params,
+      void** extra),
      Launch(kApi, real, f, gx, gy, gz, bx, by, bz, shmem, s, params, extra, kPerThread))
 PAIR(cuLaunchKernelEx, _ptsz,
      (const CUlaunchConfig* config, CUfunction f, void** params, void** extra),
      LaunchEx(kApi, real, config, f, params, extra, kPerThread))
 PAIR(cuLaunchCooperativeKernel, _ptsz,
-     (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-      unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
-      CUstream s, void** params),
+     (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+      unsigned int by, unsigned int bz, unsigned int shmem, CUstream s, void** params),
      Cooperative(kApi, real, f, gx, gy, gz, bx, by, bz, shmem, s, params, kPerThread))
 // --- Graphs and stream capture --------------------------------------------------
 // A launch makes every node's buffers resident first (core/inference/graph_plan.h).
@@ -689,15 +706,15 @@ PAIR(cuGraphLaunch, _ptsz, (CUgraphExec g, CUstream s),
      GraphLaunch(kApi, real, g, StreamRef{s, kPerThread}))
 // Instantiation reads the graph's nodes; every form.
 ONE(cuGraphInstantiate,
-    (CUgraphExec* exec, CUgraph g, CUgraphNode* error_node, char* log, size_t log_size),
+    (CUgraphExec * exec, CUgraph g, CUgraphNode* error_node, char* log, size_t log_size),
     Instantiate(kApi, real, exec, g, 0, exec, g, error_node, log, log_size))
 ONE(cuGraphInstantiate_v2,
-    (CUgraphExec* exec, CUgraph g, CUgraphNode* error_node, char* log, size_t log_size),
+    (CUgraphExec * exec, CUgraph g, CUgraphNode* error_node, char* log, size_t log_size),
     Instantiate(kApi, real, exec, g, 0, exec, g, error_node, log, log_size))
-ONE(cuGraphInstantiateWithFlags, (CUgraphExec* exec, CUgraph g, unsigned long long flags),
+ONE(cuGraphInstantiateWithFlags, (CUgraphExec * exec, CUgraph g, unsigned long long flags),
     Instantiate(kApi, real, exec, g, flags, exec, g, flags))
 PAIR(cuGraphInstantiateWithParams, _ptsz,
-     (CUgraphExec* exec, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* params),
+     (CUgraphExec * exec, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* params),
      Instantiate(kApi, real, exec, g, params != nullptr ? params->flags : 0, exec, g, params))
 // Forgotten first: the driver may hand the handle to another thread's
 // instantiation as soon as it is destroyed.
@@ -705,7 +722,8 @@ ONE(cuGraphExecDestroy, (CUgraphExec exec),
     real == nullptr ? kMissing : (T().OnGraphExecDestroy(exec), real(exec)))
 // A child graph node given another graph: the exec's accesses become unknown.
 ONE(cuGraphExecChildGraphNodeSetParams, (CUgraphExec exec, CUgraphNode node, CUgraph child),
-    CallThen(real, [&] { T().OnGraphExecChildChanged(exec); }, exec, node, child))
+    CallThen(
+        real, [&] { T().OnGraphExecChildChanged(exec); }, exec, node, child))
 // Node parameters changed in an exec: that node's accesses are read again.
 ONE(cuGraphExecKernelNodeSetParams,
     (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1* p),
@@ -720,35 +738,39 @@ ONE(cuGraphExecMemsetNodeSetParams,
     (CUgraphExec exec, CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS* p, CUcontext ctx),
     NodeChanged(real, exec, node, p, exec, node, p, ctx))
 ONE(cuGraphExecNodeSetParams, (CUgraphExec exec, CUgraphNode node, CUgraphNodeParams* p),
-    CallThen(real, [&] { if (p) T().OnGraphExecNode(exec, node, *p); }, exec, node, p))
+    CallThen(
+        real,
+        [&] {
+          if (p) T().OnGraphExecNode(exec, node, *p);
+        },
+        exec, node, p))
 // The exec now runs another graph's nodes.
 ONE(cuGraphExecUpdate,
     (CUgraphExec exec, CUgraph g, CUgraphNode* error_node, CUgraphExecUpdateResult* result),
-    CallThen(real, [&] { T().OnGraphExecUpdate(exec, g); }, exec, g, error_node, result))
+    CallThen(
+        real, [&] { T().OnGraphExecUpdate(exec, g); }, exec, g, error_node, result))
 ONE(cuGraphExecUpdate_v2, (CUgraphExec exec, CUgraph g, CUgraphExecUpdateResultInfo* info),
-    CallThen(real, [&] { T().OnGraphExecUpdate(exec, g); }, exec, g, info))
+    CallThen(
+        real, [&] { T().OnGraphExecUpdate(exec, g); }, exec, g, info))
 // Captures begun and ended: while any is in progress, work is asked about.
-PAIR(cuStreamBeginCapture, _ptsz, (CUstream s),
-     BeginCapture(real, StreamRef{s, kPerThread}, s))
+PAIR(cuStreamBeginCapture, _ptsz, (CUstream s), BeginCapture(real, StreamRef{s, kPerThread}, s))
 PAIR(cuStreamBeginCapture_v2, _ptsz, (CUstream s, CUstreamCaptureMode mode),
      BeginCapture(real, StreamRef{s, kPerThread}, s, mode))
 PAIR(cuStreamBeginCaptureToGraph, _ptsz,
      (CUstream s, CUgraph g, const CUgraphNode* deps, const CUgraphEdgeData* data, size_t n,
       CUstreamCaptureMode mode),
      BeginCapture(real, StreamRef{s, kPerThread}, s, g, deps, data, n, mode))
-PAIR(cuStreamEndCapture, _ptsz, (CUstream s, CUgraph* g),
-     [&] {
-       if (real == nullptr) return kMissing;
-       CUresult r = real(s, g);
-       T().OnCaptureEnd(StreamRef{s, kPerThread});
-       return r;
-     }())
+PAIR(cuStreamEndCapture, _ptsz, (CUstream s, CUgraph* g), [&] {
+  if (real == nullptr) return kMissing;
+  CUresult r = real(s, g);
+  T().OnCaptureEnd(StreamRef{s, kPerThread});
+  return r;
+}())
 
 // --- Synchronisation ------------------------------------------------------------
 ONE(cuCtxSynchronize, (void), Sync(kApi, real, StreamRef{}))
 ONE(cuCtxSynchronize_v2, (CUcontext ctx), Sync(kApi, real, StreamRef{}, ctx))
-PAIR(cuStreamSynchronize, _ptsz, (CUstream s),
-     Sync(kApi, real, StreamRef{s, kPerThread}, s))
+PAIR(cuStreamSynchronize, _ptsz, (CUstream s), Sync(kApi, real, StreamRef{s, kPerThread}, s))
 ONE(cuEventSynchronize, (CUevent e), Sync(kApi, real, StreamRef{}, e))
 // Records mark points in a stream; logged as synchronisation points.
 PAIR(cuEventRecord, _ptsz, (CUevent e, CUstream s),

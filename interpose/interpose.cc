@@ -13,10 +13,10 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cerrno>
-#include <cstring>
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
@@ -63,7 +63,7 @@ const HookEntry kHooks[] = {
 
 struct Globals {
   InterposeState state;
-  absl::flat_hash_map<void*, void*> hook_by_real;     // real entry -> hook
+  absl::flat_hash_map<void*, void*> hook_by_real;  // real entry -> hook
   absl::flat_hash_map<std::string, void*> hook_by_name;
 };
 
@@ -169,13 +169,11 @@ void CheckAccessLogWritable(const Config& config) {
   // An existing file must be writable (a device such as /dev/full, or a
   // file in a directory the program may not write); a new one needs its
   // directory writable.
-  std::string dir = path.find('/') == std::string::npos
-                        ? "."
-                        : path.substr(0, path.rfind('/') + 1);
+  std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/') + 1);
   const bool exists = access(path.c_str(), F_OK) == 0;
   if (access(exists ? path.c_str() : dir.c_str(), W_OK) != 0) {
-    RawLog("cannot write the access log \"%s\" (STENSOR_ACCESS_LOG): %s",
-           path.c_str(), std::strerror(errno));
+    RawLog("cannot write the access log \"%s\" (STENSOR_ACCESS_LOG): %s", path.c_str(),
+           std::strerror(errno));
     std::_Exit(1);
   }
 }
@@ -201,9 +199,10 @@ void CheckNamedDriver(const std::string& path, void* handle, const Driver& drive
   }
   int version = 0;
   if (version_fn(&version) == CUDA_ERROR_STUB_LIBRARY) {
-    RawLog("STENSOR_REAL_LIBCUDA=\"%s\" is the CUDA toolkit's stub library, not a driver "
-           "(cuDriverGetVersion answers CUDA_ERROR_STUB_LIBRARY)",
-           path.c_str());
+    RawLog(
+        "STENSOR_REAL_LIBCUDA=\"%s\" is the CUDA toolkit's stub library, not a driver "
+        "(cuDriverGetVersion answers CUDA_ERROR_STUB_LIBRARY)",
+        path.c_str());
     std::_Exit(1);
   }
 }
@@ -222,8 +221,7 @@ Globals* Build() {
   auto* g = new Globals;  // leaked: hooks may run during exit
   SetLogLevel(config.log_level);
 
-  const std::string path =
-      config.real_libcuda.empty() ? "libcuda.so.1" : config.real_libcuda;
+  const std::string path = config.real_libcuda.empty() ? "libcuda.so.1" : config.real_libcuda;
   g->state.real_handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   int found = 0;
   if (g->state.real_handle == nullptr && !config.real_libcuda.empty()) {
@@ -284,8 +282,7 @@ bool IsHookedName(const char* name) {
     for (const HookEntry& h : kHooks) set->insert(h.name);
     return set;
   }();
-  return name != nullptr && name[0] == 'c' && name[1] == 'u' &&
-         names->contains(name);
+  return name != nullptr && name[0] == 'c' && name[1] == 'u' && names->contains(name);
 }
 
 }  // namespace
@@ -313,14 +310,13 @@ bool StateReady() { return g_globals.load() != nullptr; }
 const InterposeState* StateIfCudaInUse() {
   if (!StateReady()) {
     const Config& config = StartConfig();
-    const std::string path =
-        config.real_libcuda.empty() ? "libcuda.so.1" : config.real_libcuda;
+    const std::string path = config.real_libcuda.empty() ? "libcuda.so.1" : config.real_libcuda;
     void* loaded = dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
     if (loaded == nullptr) return nullptr;
     // Answers CUDA_ERROR_NOT_INITIALIZED before cuInit, and initialises
     // nothing.
-    auto count_fn = reinterpret_cast<decltype(&::cuDeviceGetCount)>(
-        RealDlsymFn()(loaded, "cuDeviceGetCount"));
+    auto count_fn =
+        reinterpret_cast<decltype(&::cuDeviceGetCount)>(RealDlsymFn()(loaded, "cuDeviceGetCount"));
     int count = 0;
     const bool initialised = count_fn != nullptr && count_fn(&count) == CUDA_SUCCESS;
     dlclose(loaded);
@@ -329,9 +325,7 @@ const InterposeState* StateIfCudaInUse() {
   return &State();
 }
 
-void* RealDlsym(void* handle, const char* name) {
-  return RealDlsymFn()(handle, name);
-}
+void* RealDlsym(void* handle, const char* name) { return RealDlsymFn()(handle, name); }
 
 void* HookFor(void* real) {
   Globals* g = g_globals.load();
@@ -341,8 +335,7 @@ void* HookFor(void* real) {
   // A driver may hand out an internal address for an exported entry point;
   // its symbol name still identifies the ABI.
   Dl_info info;
-  if (dladdr(real, &info) != 0 && info.dli_sname != nullptr &&
-      info.dli_saddr == real) {
+  if (dladdr(real, &info) != 0 && info.dli_sname != nullptr && info.dli_saddr == real) {
     auto named = g->hook_by_name.find(info.dli_sname);
     if (named != g->hook_by_name.end()) return named->second;
   }
@@ -392,8 +385,9 @@ __attribute__((constructor)) void Init() {
   // TSan instead; off, it also costs every lock less.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   if (pthread_atfork(BeforeFork, AfterForkInParent, AfterForkInChild) != 0) {
-    RawLog("cannot register fork handlers: a child of fork() would write into "
-           "this process's access log");
+    RawLog(
+        "cannot register fork handlers: a child of fork() would write into "
+        "this process's access log");
   }
 }
 
@@ -407,7 +401,7 @@ using stensor::State;
 // RTLD_NEXT (the exported dlsym, interpose/dlsym_entry.S, hands every other
 // lookup to the C library directly, so that it sees the true caller).
 extern "C" __attribute__((visibility("hidden"))) void* stensor_dlsym(void* handle,
-                                                                    const char* name) {
+                                                                     const char* name) {
   void* real = stensor::RealDlsym(handle, name);
   if (real == nullptr) return real;
   if (name[0] == 'n') return stensor::NvmlDlsym(name, real);  // "nvml..."
@@ -423,9 +417,9 @@ extern "C" __attribute__((visibility("hidden"))) void* stensor_dlsym(void* handl
   return hook != nullptr ? hook : real;
 }
 
-STENSOR_EXPORT CUresult cuGetProcAddress_v2(
-    const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
-    CUdriverProcAddressQueryResult* symbolStatus) {
+STENSOR_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion,
+                                            cuuint64_t flags,
+                                            CUdriverProcAddressQueryResult* symbolStatus) {
   auto real = State().driver.cuGetProcAddress_v2;
   if (real == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
   CUresult r = real(symbol, pfn, cudaVersion, flags, symbolStatus);
@@ -435,8 +429,8 @@ STENSOR_EXPORT CUresult cuGetProcAddress_v2(
   return r;
 }
 
-STENSOR_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn,
-                                         int cudaVersion, cuuint64_t flags) {
+STENSOR_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,
+                                         cuuint64_t flags) {
   auto real = State().driver.cuGetProcAddress;
   if (real == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
   CUresult r = real(symbol, pfn, cudaVersion, flags);

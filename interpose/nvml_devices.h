@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "core/driver/driver.h"
 #include "core/base/mutex.h"
+#include "core/driver/driver.h"
 #include "third_party/nvml/nvml_types.h"
 
 namespace stensor {

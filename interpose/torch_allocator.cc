@@ -20,11 +20,10 @@
 // free. Logged and tracked as those calls.
 //
 // Thread-safety: as the hooks (any thread).
+#include <cuda.h>
 #include <sys/types.h>
 
 #include <cstdint>
-
-#include <cuda.h>
 
 #include "absl/strings/str_format.h"
 #include "core/base/log.h"
@@ -65,9 +64,8 @@ CUresult OnDevice(int device, Call&& call) {
 STENSOR_EXPORT void* stensor_torch_malloc(ssize_t size, int device, CUstream stream) {
   if (size <= 0) return nullptr;  // 0 bytes: no memory, and no free follows
   CUdeviceptr p = 0;
-  CUresult r = stensor::OnDevice(device, [&] {
-    return ::cuMemAllocAsync(&p, static_cast<size_t>(size), stream);
-  });
+  CUresult r = stensor::OnDevice(
+      device, [&] { return ::cuMemAllocAsync(&p, static_cast<size_t>(size), stream); });
   if (r != CUDA_SUCCESS) {
     // An allocation whose context could not be popped is still live.
     if (p != 0 && ::cuMemFreeAsync(p, stream) != CUDA_SUCCESS) {

@@ -14,8 +14,7 @@
 
 namespace stensor {
 
-size_t AccessProfile::Builder::Add(uint64_t key,
-                                   absl::Span<const BufferTouch> buffers) {
+size_t AccessProfile::Builder::Add(uint64_t key, absl::Span<const BufferTouch> buffers) {
   ProfiledOp op;
   op.key = key;
   op.buffers.assign(buffers.begin(), buffers.end());
@@ -23,39 +22,35 @@ size_t AccessProfile::Builder::Add(uint64_t key,
   return ops_.size() - 1;
 }
 
-absl::Status AccessProfile::Builder::SetComputeSeconds(size_t phase,
-                                                       double seconds) {
+absl::Status AccessProfile::Builder::SetComputeSeconds(size_t phase, double seconds) {
   if (phase >= ops_.size()) {
-    return absl::OutOfRangeError(
-        absl::StrCat("AccessProfile: phase ", phase, " not profiled (",
-                     ops_.size(), " operations)"));
+    return absl::OutOfRangeError(absl::StrCat("AccessProfile: phase ", phase, " not profiled (",
+                                              ops_.size(), " operations)"));
   }
   if (!std::isfinite(seconds) || seconds < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "AccessProfile: compute time ", seconds, " s of phase ", phase,
-        " is not a finite value >= 0"));
+    return absl::InvalidArgumentError(absl::StrCat("AccessProfile: compute time ", seconds,
+                                                   " s of phase ", phase,
+                                                   " is not a finite value >= 0"));
   }
   ops_[phase].compute_seconds = seconds;
   return absl::OkStatus();
 }
 
-absl::StatusOr<AccessProfile> AccessProfile::Builder::Build(
-    Bandwidth bandwidth, Options options) && {
+absl::StatusOr<AccessProfile> AccessProfile::Builder::Build(Bandwidth bandwidth,
+                                                            Options options) && {
   if (ops_.empty()) {
-    return absl::FailedPreconditionError(
-        "AccessProfile: no operation was profiled");
+    return absl::FailedPreconditionError("AccessProfile: no operation was profiled");
   }
   const auto positive = [](double v) { return std::isfinite(v) && v > 0; };
   if (!positive(bandwidth.h2d) || !positive(bandwidth.d2h)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "AccessProfile: bandwidth h2d=", bandwidth.h2d, " d2h=", bandwidth.d2h,
-        " bytes/s; both must be finite and > 0"));
+    return absl::InvalidArgumentError(absl::StrCat("AccessProfile: bandwidth h2d=", bandwidth.h2d,
+                                                   " d2h=", bandwidth.d2h,
+                                                   " bytes/s; both must be finite and > 0"));
   }
-  if (!std::isfinite(options.unknown_compute_seconds) ||
-      options.unknown_compute_seconds < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "AccessProfile: unknown_compute_seconds ",
-        options.unknown_compute_seconds, " is not a finite value >= 0"));
+  if (!std::isfinite(options.unknown_compute_seconds) || options.unknown_compute_seconds < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("AccessProfile: unknown_compute_seconds ",
+                                                   options.unknown_compute_seconds,
+                                                   " is not a finite value >= 0"));
   }
   AccessProfile p;
   p.bandwidth_ = bandwidth;
@@ -101,8 +96,7 @@ size_t AccessProfile::PhaseAt(uint64_t origin, uint64_t time) const {
   return static_cast<size_t>(back == 0 ? 0 : n - back);
 }
 
-double AccessProfile::ComputeBetweenTimes(uint64_t origin, uint64_t from,
-                                          uint64_t to) const {
+double AccessProfile::ComputeBetweenTimes(uint64_t origin, uint64_t from, uint64_t to) const {
   if (to <= from) return 0;
   const uint64_t n = period();
   const uint64_t span = to - from;

@@ -67,8 +67,7 @@ class AccessProfile {
     absl::Status SetComputeSeconds(size_t phase, double seconds);
     size_t size() const { return ops_.size(); }
     // Rejects an empty iteration and a bandwidth that is not > 0 and finite.
-    absl::StatusOr<AccessProfile> Build(Bandwidth bandwidth,
-                                        Options options) &&;
+    absl::StatusOr<AccessProfile> Build(Bandwidth bandwidth, Options options) &&;
     absl::StatusOr<AccessProfile> Build(Bandwidth bandwidth) && {
       return std::move(*this).Build(bandwidth, Options{});
     }

@@ -75,8 +75,7 @@ TEST(AccessProfileTest, RejectsBadInput) {
   EXPECT_FALSE(std::move(empty).Build({kGB, kGB}).ok());
   EXPECT_FALSE(ThreeOps().Build({0, kGB}).ok());
   EXPECT_FALSE(ThreeOps().Build({kGB, -1}).ok());
-  EXPECT_FALSE(
-      ThreeOps().Build({kGB, std::numeric_limits<double>::infinity()}).ok());
+  EXPECT_FALSE(ThreeOps().Build({kGB, std::numeric_limits<double>::infinity()}).ok());
   EXPECT_FALSE(ThreeOps().Build({kGB, kGB}, {.unknown_compute_seconds = -1}).ok());
   AccessProfile::Builder b = ThreeOps();
   EXPECT_FALSE(b.SetComputeSeconds(3, 1.0).ok());

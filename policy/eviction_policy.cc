@@ -106,16 +106,10 @@ std::vector<Eviction> ChooseInKeyOrder(const EvictionPolicy& policy,
   return evictions;
 }
 
-std::unique_ptr<EvictionPolicy> MakeLruPolicy() {
-  return std::make_unique<LruPolicy>();
-}
+std::unique_ptr<EvictionPolicy> MakeLruPolicy() { return std::make_unique<LruPolicy>(); }
 
-std::unique_ptr<EvictionPolicy> MakeVersionPolicy() {
-  return std::make_unique<VersionPolicy>();
-}
+std::unique_ptr<EvictionPolicy> MakeVersionPolicy() { return std::make_unique<VersionPolicy>(); }
 
-std::unique_ptr<EvictionPolicy> MakeBeladyPolicy() {
-  return std::make_unique<BeladyPolicy>();
-}
+std::unique_ptr<EvictionPolicy> MakeBeladyPolicy() { return std::make_unique<BeladyPolicy>(); }
 
 }  // namespace stensor

@@ -36,7 +36,7 @@ enum class Location : uint8_t {
 // What a policy sees of one resident, evictable buffer.
 struct EvictionCandidate {
   uint64_t id = 0;
-  uint64_t bytes = 0;       // device memory freed by evicting it
+  uint64_t bytes = 0;  // device memory freed by evicting it
   Location location = Location::kGpuOnly;
   uint64_t gpu_version = 0;   // logical time of the last write on the device
   uint64_t host_version = 0;  // logical time the host copy was taken
@@ -57,9 +57,7 @@ struct EvictionCandidate {
   bool next_use_is_time() const { return next_use < kInSequence; }
   // True when the host copy exists and is current: dropping the device copy
   // costs no transfer.
-  bool clean() const {
-    return location == Location::kCpuGpu && host_version == gpu_version;
-  }
+  bool clean() const { return location == Location::kCpuGpu && host_version == gpu_version; }
 };
 
 // Rank of a candidate: compared lexicographically, smaller evicts first. A
@@ -100,9 +98,8 @@ class EvictionPolicy {
   // Picks buffers to evict, in the order to evict them, whose bytes add up
   // to at least `needed` (all candidates when they do not suffice). Every
   // returned id is one of the candidates; none twice.
-  virtual std::vector<Eviction> Choose(
-      absl::Span<const EvictionCandidate> candidates,
-      uint64_t needed) const = 0;
+  virtual std::vector<Eviction> Choose(absl::Span<const EvictionCandidate> candidates,
+                                       uint64_t needed) const = 0;
 };
 
 // Takes candidates in Key order (ties by id) until their bytes cover

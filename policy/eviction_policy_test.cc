@@ -95,15 +95,12 @@ constexpr uint64_t kNoNext = EvictionCandidate::kNoNextUse;
 TEST(BeladyPolicyTest, FarthestNextUseFirstUnknownFarthest) {
   const auto belady = MakeBeladyPolicy();
   const std::vector<EvictionCandidate> c = {
-      WithNext(GpuOnly(1, 10, /*last_use=*/1), 50),
-      WithNext(GpuOnly(2, 10, 9), 500),
-      WithNext(GpuOnly(3, 10, 5), kNoNext),
-      WithNext(GpuOnly(4, 10, 0), 20)};
+      WithNext(GpuOnly(1, 10, /*last_use=*/1), 50), WithNext(GpuOnly(2, 10, 9), 500),
+      WithNext(GpuOnly(3, 10, 5), kNoNext), WithNext(GpuOnly(4, 10, 0), 20)};
   EXPECT_EQ(AsTaken(belady->Choose(c, 40)),
             (std::vector<Taken>{Copied(3), Copied(2), Copied(1), Copied(4)}));
   // LRU would take the oldest (4), the one needed soonest.
-  EXPECT_EQ(AsTaken(MakeLruPolicy()->Choose(c, 10)),
-            (std::vector<Taken>{Copied(4)}));
+  EXPECT_EQ(AsTaken(MakeLruPolicy()->Choose(c, 10)), (std::vector<Taken>{Copied(4)}));
   EXPECT_EQ(AsTaken(belady->Choose(c, 10)), (std::vector<Taken>{Copied(3)}));
 }
 
@@ -116,8 +113,7 @@ TEST(BeladyPolicyTest, CleanFirstThenLeastRecentlyUsedAtEqualDistance) {
       WithNext(Stale(3, 10, 2), 100), WithNext(Clean(4, 10, 3), 100),
       WithNext(Clean(5, 10, 0), 99)};
   EXPECT_EQ(AsTaken(belady->Choose(c, 50)),
-            (std::vector<Taken>{Dropped(4), Dropped(2), Copied(1), Copied(3),
-                                Dropped(5)}));
+            (std::vector<Taken>{Dropped(4), Dropped(2), Copied(1), Copied(3), Dropped(5)}));
 }
 
 // Without a predicted time, buffers of a sequence (written in a burst, not
@@ -131,8 +127,7 @@ TEST(BeladyPolicyTest, ASequenceGoesFirstLastWrittenFirst) {
       WithNext(GpuOnly(3, 10, 2), kSequence + 2), WithNext(GpuOnly(4, 10, 0), kNoNext),
       WithNext(GpuOnly(5, 10, 4), kNoNext),       WithNext(GpuOnly(6, 10, 5), 1000)};
   EXPECT_EQ(AsTaken(belady->Choose(c, 60)),
-            (std::vector<Taken>{Copied(2), Copied(3), Copied(1), Copied(4), Copied(5),
-                                Copied(6)}));
+            (std::vector<Taken>{Copied(2), Copied(3), Copied(1), Copied(4), Copied(5), Copied(6)}));
   EXPECT_FALSE(WithNext(GpuOnly(1, 1, 1), kSequence).next_use_is_time());
   EXPECT_FALSE(WithNext(GpuOnly(1, 1, 1), kNoNext).next_use_is_time());
   EXPECT_TRUE(WithNext(GpuOnly(1, 1, 1), kSequence - 1).next_use_is_time());
@@ -143,8 +138,7 @@ TEST(BeladyPolicyTest, KeyOrdersLikeChoose) {
   const auto belady = MakeBeladyPolicy();
   EXPECT_LT(belady->Key(WithNext(GpuOnly(1, 1, 1), kNoNext)),
             belady->Key(WithNext(Clean(2, 1, 0), 1000)));
-  EXPECT_LT(belady->Key(WithNext(Clean(1, 1, 9), 5)),
-            belady->Key(WithNext(GpuOnly(2, 1, 0), 5)));
+  EXPECT_LT(belady->Key(WithNext(Clean(1, 1, 9), 5)), belady->Key(WithNext(GpuOnly(2, 1, 0), 5)));
   EXPECT_TRUE(belady->Copies(GpuOnly(1, 1, 1)));
   EXPECT_FALSE(belady->Copies(Clean(1, 1, 1)));
 }
@@ -187,9 +181,7 @@ struct ChooseCase {
   std::vector<Taken> want;
 };
 
-std::ostream& operator<<(std::ostream& os, const ChooseCase& c) {
-  return os << c.name;
-}
+std::ostream& operator<<(std::ostream& os, const ChooseCase& c) { return os << c.name; }
 
 class ChooseTest : public ::testing::TestWithParam<ChooseCase> {};
 
@@ -208,8 +200,7 @@ INSTANTIATE_TEST_SUITE_P(
         ChooseCase{"Version_EmptyCandidates", Kind::kVersion, {}, 100, {}},
         ChooseCase{"Lru_NeededZero", Kind::kLru, {GpuOnly(1, 100, 1)}, 0, {}},
         // Even a free (clean) eviction is not made when nothing is needed.
-        ChooseCase{
-            "Version_NeededZero", Kind::kVersion, {Clean(1, 100, 1)}, 0, {}},
+        ChooseCase{"Version_NeededZero", Kind::kVersion, {Clean(1, 100, 1)}, 0, {}},
         // 50 + 70 is exactly 120: the third buffer stays.
         ChooseCase{"Lru_ExactFit",
                    Kind::kLru,
@@ -270,8 +261,7 @@ INSTANTIATE_TEST_SUITE_P(
                    {Copied(1), Copied(2), Copied(3)}},
         ChooseCase{"Version_TiesBrokenById",
                    Kind::kVersion,
-                   {GpuOnly(4, 10, 5), Clean(3, 10, 5), GpuOnly(2, 10, 5),
-                    Clean(1, 10, 5)},
+                   {GpuOnly(4, 10, 5), Clean(3, 10, 5), GpuOnly(2, 10, 5), Clean(1, 10, 5)},
                    40,
                    {Dropped(1), Dropped(3), Copied(2), Copied(4)}},
         ChooseCase{"Lru_NotEnoughCandidatesTakesAll",
@@ -294,13 +284,10 @@ INSTANTIATE_TEST_SUITE_P(
         // buffer; counting down what is missing does not.
         ChooseCase{"Lru_HugeBuffersDoNotOverflow",
                    Kind::kLru,
-                   {GpuOnly(1, kMax - 1, 1), GpuOnly(2, kMax - 1, 2),
-                    GpuOnly(3, kMax - 1, 3)},
+                   {GpuOnly(1, kMax - 1, 1), GpuOnly(2, kMax - 1, 2), GpuOnly(3, kMax - 1, 3)},
                    kMax,
                    {Copied(1), Copied(2)}}),
-    [](const ::testing::TestParamInfo<ChooseCase>& info) {
-      return info.param.name;
-    });
+    [](const ::testing::TestParamInfo<ChooseCase>& info) { return info.param.name; });
 
 // --- Randomized invariants ------------------------------------------------
 
@@ -353,9 +340,8 @@ std::tuple<int, uint64_t, int, int64_t, uint64_t> Key(Kind kind, const EvictionC
 }
 
 // Checks everything the header and the method promise about one result.
-void CheckInvariants(Kind kind,
-                     const std::vector<EvictionCandidate>& candidates,
-                     uint64_t needed, const std::vector<Eviction>& result) {
+void CheckInvariants(Kind kind, const std::vector<EvictionCandidate>& candidates, uint64_t needed,
+                     const std::vector<Eviction>& result) {
   if (needed == 0) {
     EXPECT_THAT(result, IsEmpty());
     return;
@@ -414,11 +400,9 @@ TEST(EvictionPolicyPropertyTest, RandomCandidateSetsKeepInvariants) {
     const std::vector<EvictionCandidate> candidates = RandomCandidates(rng);
     uint64_t total = 0;
     for (const EvictionCandidate& c : candidates) total += c.bytes;
-    const uint64_t needed =
-        std::uniform_int_distribution<uint64_t>(0, total + 1000)(rng);
-    SCOPED_TRACE(::testing::Message()
-                 << "round " << round << ", " << candidates.size()
-                 << " candidates, needed " << needed);
+    const uint64_t needed = std::uniform_int_distribution<uint64_t>(0, total + 1000)(rng);
+    SCOPED_TRACE(::testing::Message() << "round " << round << ", " << candidates.size()
+                                      << " candidates, needed " << needed);
 
     for (Kind kind : {Kind::kLru, Kind::kVersion, Kind::kBelady}) {
       const auto policy = MakePolicy(kind);
@@ -427,8 +411,7 @@ TEST(EvictionPolicyPropertyTest, RandomCandidateSetsKeepInvariants) {
       CheckInvariants(kind, candidates, needed, result);
 
       // Pure and deterministic: the caller's listing order does not matter.
-      const std::vector<EvictionCandidate> reversed(candidates.rbegin(),
-                                                    candidates.rend());
+      const std::vector<EvictionCandidate> reversed(candidates.rbegin(), candidates.rend());
       EXPECT_EQ(AsTaken(policy->Choose(reversed, needed)), AsTaken(result));
 
       reached += needed > 0 && result.size() < candidates.size();

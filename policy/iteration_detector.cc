@@ -28,7 +28,7 @@ IterationDetector::IterationDetector(Options options)
 }
 
 IterationDetector::Observation IterationDetector::Observe(uint64_t key) {
-  Observation o = marker_mode_ ? FollowMarked(key)
+  Observation o = marker_mode_               ? FollowMarked(key)
                   : state_ == State::kLocked ? Follow(key)
                                              : Search(key);
   ++n_;
@@ -110,9 +110,8 @@ IterationDetector::Repeating IterationDetector::UpdateCandidates(uint64_t key) {
   for (size_t i = 1; i < seen.count; ++i) {
     const uint64_t d = n - seen.pos[i];
     if (d == 0 || d > options_.max_period) continue;
-    const bool present =
-        std::any_of(candidates_.begin(), candidates_.end(),
-                    [d](const Candidate& c) { return c.period == d; });
+    const bool present = std::any_of(candidates_.begin(), candidates_.end(),
+                                     [d](const Candidate& c) { return c.period == d; });
     if (present) continue;
     const Candidate fresh{static_cast<size_t>(d), 1, 0, 0, true};
     if (candidates_.size() < kMaxCandidates) {
@@ -120,11 +119,10 @@ IterationDetector::Repeating IterationDetector::UpdateCandidates(uint64_t key) {
     } else {
       // Full: the candidate with the shortest run (the longest period at
       // equal run) has the least evidence; replace it.
-      auto worst = std::min_element(
-          candidates_.begin(), candidates_.end(),
-          [](const Candidate& a, const Candidate& b) {
-            return a.run != b.run ? a.run < b.run : a.period > b.period;
-          });
+      auto worst = std::min_element(candidates_.begin(), candidates_.end(),
+                                    [](const Candidate& a, const Candidate& b) {
+                                      return a.run != b.run ? a.run < b.run : a.period > b.period;
+                                    });
       if (worst->run <= 1) *worst = fresh;
     }
   }
@@ -138,8 +136,7 @@ IterationDetector::Repeating IterationDetector::UpdateCandidates(uint64_t key) {
   return best;
 }
 
-IterationDetector::Observation IterationDetector::Lock(uint64_t key,
-                                                       size_t p) {
+IterationDetector::Observation IterationDetector::Lock(uint64_t key, size_t p) {
   // Phase 0 is this op: the iteration is this key followed by the P - 1 keys
   // that followed its occurrence one period ago.
   const uint64_t n = n_;

@@ -7,12 +7,11 @@
 // Detection: the period is the smallest P <= max_period such that the last
 // 2P keys repeat with period P (a long period allowed one mismatch in
 // MissBudget's spacing: a data loader on its own thread issues its copies a
-// few operations earlier or later from one step to the next). Candidate periods come from the distances to
-// the last few occurrences of the current key; each candidate is checked
-// against the key P operations back, so the work per operation is bounded by
-// the number of candidates (O(1), not O(max_period)). A noisy prefix (warm-up,
-// initialisation copies) only delays detection until two clean periods were
-// seen. Once found, the detector follows the iteration and tolerates a few
+// few operations earlier or later from one step to the next). Candidate periods come from the
+// distances to the last few occurrences of the current key; each candidate is checked against the
+// key P operations back, so the work per operation is bounded by the number of candidates (O(1),
+// not O(max_period)). A noisy prefix (warm-up, initialisation copies) only delays detection until
+// two clean periods were seen. Once found, the detector follows the iteration and tolerates a few
 // one-off operations per iteration (an extra copy, a skipped kernel, an
 // operation a few places early: the ones up to it count as skipped); more
 // than `max_one_offs` (or MissBudget of the period, if larger) mismatches in
@@ -110,11 +109,11 @@ class IterationDetector {
   enum class State : uint8_t { kSearching, kLocked };
   struct Candidate {
     size_t period;
-    size_t run;  // ops since it began, each key[i] == key[i - period] but
-                 // at most MissBudget(period) of each period's
-    size_t misses = 0;       // mismatches in the current window
-    size_t window_run = 0;   // `run` when the current window began
-    bool exact = true;       // no mismatch since it began
+    size_t run;             // ops since it began, each key[i] == key[i - period] but
+                            // at most MissBudget(period) of each period's
+    size_t misses = 0;      // mismatches in the current window
+    size_t window_run = 0;  // `run` when the current window began
+    bool exact = true;      // no mismatch since it began
   };
   // Mismatches a period of `period` ops may hold and still count as
   // repeating (in detection) or as the same iteration (once known): none
@@ -128,7 +127,7 @@ class IterationDetector {
   // where they stand consecutively in it, up to kLookAhead places ahead.
   static constexpr size_t kRealign = 3;
   static constexpr size_t kLookAhead = 16;
-  static constexpr size_t kOccurrences = 4;    // distances tried per key
+  static constexpr size_t kOccurrences = 4;     // distances tried per key
   static constexpr size_t kMaxCandidates = 32;  // periods checked per op
   struct Seen {
     uint64_t pos[kOccurrences] = {};  // most recent first; [0, count) valid
@@ -156,16 +155,16 @@ class IterationDetector {
 
   Options options_;
   State state_ = State::kSearching;
-  uint64_t n_ = 0;               // ops observed
-  std::vector<uint64_t> ring_;   // last max_period + 1 keys, by position
+  uint64_t n_ = 0;                            // ops observed
+  std::vector<uint64_t> ring_;                // last max_period + 1 keys, by position
   absl::flat_hash_map<uint64_t, Seen> seen_;  // keys within the ring
   std::vector<Candidate> candidates_;
   // Known iteration.
   std::vector<uint64_t> template_;
-  size_t phase_ = 0;        // phase of the next op
-  size_t one_offs_ = 0;     // mismatches in the current iteration
-  size_t misaligned_ = 0;   // consecutive ops that missed the template
-  uint64_t one_off_at_ = 0;   // position of the latest mismatch
+  size_t phase_ = 0;         // phase of the next op
+  size_t one_offs_ = 0;      // mismatches in the current iteration
+  size_t misaligned_ = 0;    // consecutive ops that missed the template
+  uint64_t one_off_at_ = 0;  // position of the latest mismatch
   bool one_off_seen_ = false;
   uint64_t iteration_ = 0;
   // Marker mode.

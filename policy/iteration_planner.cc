@@ -21,9 +21,7 @@ absl::StatusOr<std::unique_ptr<IterationPlanner>> IterationPlanner::Create(Optio
 }
 
 IterationPlanner::IterationPlanner(Options options, IterationDetector detector)
-    : options_(std::move(options)),
-      detector_(std::move(detector)),
-      planner_(options_.planner) {}
+    : options_(std::move(options)), detector_(std::move(detector)), planner_(options_.planner) {}
 
 void IterationPlanner::DropRecording() {
   recording_.reset();
@@ -75,17 +73,17 @@ uint64_t AsTime(uint64_t next_use) {
 }
 }  // namespace
 
-uint64_t IterationPlanner::OnOperation(
-    uint64_t key, absl::Span<const BufferTouch> touches, std::vector<uint64_t>* next_uses,
-    std::vector<std::pair<uint64_t, uint64_t>>* repredicted) {
+uint64_t IterationPlanner::OnOperation(uint64_t key, absl::Span<const BufferTouch> touches,
+                                       std::vector<uint64_t>* next_uses,
+                                       std::vector<std::pair<uint64_t, uint64_t>>* repredicted) {
   const uint64_t time = Predict(key, touches, next_uses, repredicted);
   Commit();
   return time;
 }
 
-uint64_t IterationPlanner::Predict(
-    uint64_t key, absl::Span<const BufferTouch> touches, std::vector<uint64_t>* next_uses,
-    std::vector<std::pair<uint64_t, uint64_t>>* repredicted) {
+uint64_t IterationPlanner::Predict(uint64_t key, absl::Span<const BufferTouch> touches,
+                                   std::vector<uint64_t>* next_uses,
+                                   std::vector<std::pair<uint64_t, uint64_t>>* repredicted) {
   Commit();
   const uint64_t time = next_time_++;
   ++stats_.operations;
@@ -200,8 +198,7 @@ void IterationPlanner::Commit() {
   for (const auto& [id, next] : pending_changed_) planner_.OnNextUse(id, AsTime(next));
 }
 
-void IterationPlanner::Record(uint64_t key, absl::Span<const BufferTouch> touches,
-                              uint64_t time) {
+void IterationPlanner::Record(uint64_t key, absl::Span<const BufferTouch> touches, uint64_t time) {
   recording_->Add(key, touches);
   timed_.push_back(false);
   recorded_at_.push_back(time);

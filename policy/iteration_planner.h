@@ -52,17 +52,17 @@ class IterationPlanner {
 
   struct Stats {
     uint64_t operations = 0;
-    uint64_t iterations = 0;       // boundaries of a known pattern
-    uint64_t profiles = 0;         // profiles built
-    uint64_t pattern_changes = 0;  // known patterns that broke
+    uint64_t iterations = 0;          // boundaries of a known pattern
+    uint64_t profiles = 0;            // profiles built
+    uint64_t pattern_changes = 0;     // known patterns that broke
     uint64_t abandoned_profiles = 0;  // out of step with the detector
-    size_t period = 0;             // of the pattern in use; 0 when none
-    size_t last_period = 0;        // of the last profile built
+    size_t period = 0;                // of the pattern in use; 0 when none
+    size_t last_period = 0;           // of the last profile built
     // Of the profile in use for the most operations: the program's
     // iteration, where a short pattern at its end (a loop of identical
     // read-backs) is profiled last.
     size_t main_period = 0;
-    size_t unknown_phases = 0;     // of the current profile
+    size_t unknown_phases = 0;  // of the current profile
     PrefetchPlanner::Stats planner;
   };
 
@@ -76,10 +76,9 @@ class IterationPlanner {
   // prediction changed (NextUsePredictor::TakeChanged; the last entry of an
   // id counts) to `*repredicted` when not null. Returns the operation's
   // logical time.
-  uint64_t OnOperation(
-      uint64_t key, absl::Span<const BufferTouch> touches,
-      std::vector<uint64_t>* next_uses = nullptr,
-      std::vector<std::pair<uint64_t, uint64_t>>* repredicted = nullptr);
+  uint64_t OnOperation(uint64_t key, absl::Span<const BufferTouch> touches,
+                       std::vector<uint64_t>* next_uses = nullptr,
+                       std::vector<std::pair<uint64_t, uint64_t>>* repredicted = nullptr);
   // OnOperation in two halves, for a caller that decides with the
   // predictions before the operation's buffers are made resident (serving a
   // buffer rather than fetching it: EvictionPolicy::ServeRatherThanFetch).
@@ -88,10 +87,9 @@ class IterationPlanner {
   // calls of its swap-ins, in the order OnOperation after them gives. A
   // Predict with one still uncommitted (another thread's operation, or one
   // that failed) commits that one first.
-  uint64_t Predict(
-      uint64_t key, absl::Span<const BufferTouch> touches,
-      std::vector<uint64_t>* next_uses = nullptr,
-      std::vector<std::pair<uint64_t, uint64_t>>* repredicted = nullptr);
+  uint64_t Predict(uint64_t key, absl::Span<const BufferTouch> touches,
+                   std::vector<uint64_t>* next_uses = nullptr,
+                   std::vector<std::pair<uint64_t, uint64_t>>* repredicted = nullptr);
   void Commit();
   // Whether the operation just observed is part of the iteration being
   // profiled, so its compute time is wanted (time it; else do not).
@@ -157,9 +155,9 @@ class IterationPlanner {
   std::vector<BufferTouch> pending_touches_;
   std::vector<uint64_t> pending_next_;
   std::vector<std::pair<uint64_t, uint64_t>> pending_changed_;
-  std::vector<bool> timed_;      // per recorded phase: a compute time came
+  std::vector<bool> timed_;            // per recorded phase: a compute time came
   std::vector<uint64_t> recorded_at_;  // per recorded phase: its time
-  uint64_t iteration_origin_ = 0;  // phase 0 of the current iteration
+  uint64_t iteration_origin_ = 0;      // phase 0 of the current iteration
   std::shared_ptr<const AccessProfile> profile_;
   uint64_t profile_ops_ = 0;  // operations observed while profile_ was in use
   uint64_t main_ops_ = 0;     // the most any retired profile was in use for

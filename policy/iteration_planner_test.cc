@@ -52,7 +52,7 @@ std::vector<Step> StepOps(int step) {
 // Runs `steps` steps, reporting a compute time of 1 ms for every profiled
 // operation at once; returns the predictions of every operation.
 std::vector<std::vector<uint64_t>> RunSteps(IterationPlanner& p, int first, int steps,
-                                       bool time_them = true) {
+                                            bool time_them = true) {
   std::vector<std::vector<uint64_t>> predictions;
   for (int s = first; s < first + steps; ++s) {
     for (const Step& op : StepOps(s)) {

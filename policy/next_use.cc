@@ -44,8 +44,7 @@ bool NextUsePredictor::InBurst(uint64_t id, uint64_t signature, uint64_t now) {
     // The burst's earlier members that nothing predicts and that were not
     // used since join it.
     for (auto it = by_last_use_.lower_bound({signature, burst.start});
-         it != by_last_use_.end() && it->first.first == signature && it->first.second < now;
-         ++it) {
+         it != by_last_use_.end() && it->first.first == signature && it->first.second < now; ++it) {
       BufferState& m = buffers_.at(it->second);
       if (it->second != id && m.uses == 1 && m.predicted == EvictionCandidate::kNoNextUse) {
         Repredict(it->second, m, EvictionCandidate::kInSequence + m.last_use);
@@ -55,8 +54,8 @@ bool NextUsePredictor::InBurst(uint64_t id, uint64_t signature, uint64_t now) {
   return true;
 }
 
-uint64_t NextUsePredictor::OnUse(uint64_t id, uint64_t now,
-                                 std::optional<Slot> slot, uint64_t signature) {
+uint64_t NextUsePredictor::OnUse(uint64_t id, uint64_t now, std::optional<Slot> slot,
+                                 uint64_t signature) {
   auto [it, inserted] = buffers_.try_emplace(id);
   BufferState& b = it->second;
   std::optional<std::pair<uint64_t, uint64_t>> previous;  // (signature, time)
@@ -138,8 +137,7 @@ uint64_t NextUsePredictor::OnUse(uint64_t id, uint64_t now,
     gap = b.own_gap;
   }
   b.predicted = After(now, gap);
-  if (inserted && InBurst(id, signature, now) &&
-      b.predicted == EvictionCandidate::kNoNextUse) {
+  if (inserted && InBurst(id, signature, now) && b.predicted == EvictionCandidate::kNoNextUse) {
     b.predicted = EvictionCandidate::kInSequence + now;
   }
   return b.predicted;
@@ -160,8 +158,7 @@ void NextUsePredictor::OnFreed(uint64_t id) {
 
 uint64_t NextUsePredictor::Predicted(uint64_t id) const {
   auto it = buffers_.find(id);
-  return it == buffers_.end() ? EvictionCandidate::kNoNextUse
-                              : it->second.predicted;
+  return it == buffers_.end() ? EvictionCandidate::kNoNextUse : it->second.predicted;
 }
 
 void NextUsePredictor::Reset() {

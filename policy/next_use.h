@@ -79,15 +79,12 @@ class NextUsePredictor {
   // not: rotating slots follow the order of uses of one signature. Call once
   // per buffer per operation, with the first slot it appears in; a second
   // call at the same time returns the first prediction unchanged.
-  uint64_t OnUse(uint64_t id, uint64_t now, std::optional<Slot> slot,
-                 uint64_t signature = 0);
+  uint64_t OnUse(uint64_t id, uint64_t now, std::optional<Slot> slot, uint64_t signature = 0);
 
   // (id, new prediction) of the buffers other than the one used whose
   // prediction OnUse or OnFreed changed since the last call, in order (a
   // buffer may appear twice; the last entry counts).
-  std::vector<std::pair<uint64_t, uint64_t>> TakeChanged() {
-    return std::exchange(changed_, {});
-  }
+  std::vector<std::pair<uint64_t, uint64_t>> TakeChanged() { return std::exchange(changed_, {}); }
 
   // The buffer is freed: its last slot learns "no next use" and the buffer
   // is forgotten.
@@ -107,11 +104,11 @@ class NextUsePredictor {
   static constexpr uint64_t kNoGap = EvictionCandidate::kNoNextUse;
   struct BufferState {
     uint64_t last_use = 0;
-    uint64_t signature = 0;        // of the last use
+    uint64_t signature = 0;  // of the last use
     uint64_t uses = 0;
-    uint64_t own_gap = kNoGap;     // its last gap between uses, not the first
-    bool has_slot = false;         // last use had a phase
-    uint64_t slot_key = 0;         // (phase, slot) of the last use
+    uint64_t own_gap = kNoGap;  // its last gap between uses, not the first
+    bool has_slot = false;      // last use had a phase
+    uint64_t slot_key = 0;      // (phase, slot) of the last use
     uint64_t predicted = 0;
   };
   // The last buffer used in a slot, and where its use before that was.
@@ -129,7 +126,8 @@ class NextUsePredictor {
   // `now + gap`, kNoNextUse when there is no gap or it would leave the
   // range of times (EvictionCandidate::kInSequence and up are no times).
   static uint64_t After(uint64_t now, uint64_t gap) {
-    return gap == kNoGap || gap >= EvictionCandidate::kInSequence - std::min(now, EvictionCandidate::kInSequence)
+    return gap == kNoGap || gap >= EvictionCandidate::kInSequence -
+                                       std::min(now, EvictionCandidate::kInSequence)
                ? EvictionCandidate::kNoNextUse
                : now + gap;
   }

@@ -224,9 +224,11 @@ TEST(NextUseTest, ABurstOfFirstUsesIsASequence) {
   for (uint64_t t = 0; t < 3; ++t) EXPECT_EQ(p.OnUse(100 + t, t, std::nullopt, write), kNone);
   EXPECT_TRUE(p.TakeChanged().empty());
   EXPECT_EQ(p.OnUse(103, 3, std::nullopt, write), kSequence + 3);
-  EXPECT_EQ(p.TakeChanged(), (std::vector<std::pair<uint64_t, uint64_t>>{
-                                 {100, kSequence + 0}, {101, kSequence + 1}, {102, kSequence + 2}}));
-  for (uint64_t t = 4; t < 12; ++t) EXPECT_EQ(p.OnUse(100 + t, t, std::nullopt, write), kSequence + t);
+  EXPECT_EQ(p.TakeChanged(),
+            (std::vector<std::pair<uint64_t, uint64_t>>{
+                {100, kSequence + 0}, {101, kSequence + 1}, {102, kSequence + 2}}));
+  for (uint64_t t = 4; t < 12; ++t)
+    EXPECT_EQ(p.OnUse(100 + t, t, std::nullopt, write), kSequence + t);
   EXPECT_EQ(p.Predicted(100), kSequence);
   EXPECT_EQ(p.Predicted(111), kSequence + 11);
   // Read: out of the sequence, and its first gap predicts nothing.
@@ -261,7 +263,7 @@ TEST(NextUseTest, APredictedTimeWinsOverABurst) {
   p.OnUse(1, 0, At(0, 0), 7);
   p.OnUse(1, 10, At(10, 0), 3);  // the slot learns 10
   for (uint64_t t = 20; t < 24; ++t) p.OnUse(100 + t, t, At(t, 0), 9);
-  EXPECT_EQ(p.Predicted(120), 30u);  // phase 0, slot 0: learnt
+  EXPECT_EQ(p.Predicted(120), 30u);             // phase 0, slot 0: learnt
   EXPECT_EQ(p.Predicted(121), kSequence + 21);  // phases 1-3: unlearnt
   EXPECT_EQ(p.Predicted(123), kSequence + 23);
 }

@@ -43,8 +43,7 @@ void PrefetchPlanner::Index(uint64_t id, const Buffer& b) {
 void PrefetchPlanner::Thrashed() {
   ++stats_.fetches_wasted;
   ++stats_.backoffs;
-  backoff_ = backoff_ == 0 ? options_.min_backoff
-                           : std::min(options_.max_backoff, backoff_ * 2);
+  backoff_ = backoff_ == 0 ? options_.min_backoff : std::min(options_.max_backoff, backoff_ * 2);
   paused_until_ = last_plan_ + backoff_;
 }
 
@@ -60,8 +59,8 @@ void PrefetchPlanner::Returned(Buffer& b, uint64_t now) {
   b.charge = 0;
 }
 
-void PrefetchPlanner::OnUse(uint64_t id, uint64_t bytes, uint64_t now,
-                            uint64_t next_use, bool write) {
+void PrefetchPlanner::OnUse(uint64_t id, uint64_t bytes, uint64_t now, uint64_t next_use,
+                            bool write) {
   auto [it, inserted] = buffers_.try_emplace(id);
   Buffer& b = it->second;
   if (!inserted) {
@@ -204,8 +203,7 @@ double PrefetchPlanner::ComputeBetween(uint64_t from, uint64_t to) const {
   return profile_->ComputeBetweenTimes(origin_, from, to);
 }
 
-std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
-                                                 uint64_t free_bytes,
+std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now, uint64_t free_bytes,
                                                  double h2d_queued_seconds) {
   ++stats_.plans;
   last_plan_ = now;
@@ -220,8 +218,7 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
     return actions;
   }
   const uint64_t period = profile_->period();
-  const uint64_t horizon =
-      now > kNoNextUse - period ? kNoNextUse : now + period;
+  const uint64_t horizon = now > kNoNextUse - period ? kNoNextUse : now + period;
   uint64_t free = free_bytes;
   AdvanceStream(now);
   double queue = std::max(link_free_ - stream_, h2d_queued_seconds);
@@ -234,8 +231,7 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
   // Resident buffers whose predicted use passed without one predict nothing
   // any more: re-keyed as unknown, they become victims again instead of
   // looking needed soonest forever. Bounded like the rest of the scan.
-  while (!resident_.empty() && resident_.begin()->next_use < now &&
-         scanned < options_.max_scan) {
+  while (!resident_.empty() && resident_.begin()->next_use < now && scanned < options_.max_scan) {
     const uint64_t id = resident_.begin()->id;
     OnNextUse(id, kNoNextUse);
     ++scanned;
@@ -257,42 +253,40 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
     // brought it back sooner (5 % more bytes in replay_test). A planned
     // eviction takes clean ones only, in one pass.
     for (int pass = 0; pass < (planned ? 1 : 2); ++pass)
-    for (auto r = resident_.rbegin();
-         r != resident_.rend() && free + gained < bytes &&
-         scanned < options_.max_scan;
-         ++r, ++scanned) {
-      if (r->next_use <= due) break;  // all further ones are needed sooner
-      const Buffer& v = buffers_.at(r->id);
-      if (!planned && pass == 0) {
-        if (r->next_use <= horizon) break;  // needed this iteration
-        if (v.dirty) continue;
-      } else if (!planned && std::find(victims.begin(), victims.end(), r->id) != victims.end()) {
-        continue;  // taken in the first pass
-      }
-      // A buffer of the current operation may go for an urgent fetch (its
-      // swap-out queues behind the operation, as every eviction does), not
-      // for a planned one, which exists to start early.
-      if (v.fetched || chosen.contains(r->id) ||
-          (v.last_use >= now && planned)) {
-        continue;
-      }
-      if (planned) {
-        // Only clean buffers (a drop, no copy): a planned write-back is a
-        // copy swapping on demand may never make (the cap may not bind
-        // before the buffer's use; in the library a dirty planned victim
-        // cost up to 7x the bytes of on demand at a 75 % cap). An unknown
-        // future is the cheapest room there is. Otherwise a gap too short
-        // to fetch again under compute gains nothing.
-        if (v.dirty) continue;
-        if (r->next_use != kNoNextUse &&
-            ComputeBetween(now, r->next_use) <
-                profile_->H2dSeconds(v.bytes) * options_.lead_factor) {
+      for (auto r = resident_.rbegin();
+           r != resident_.rend() && free + gained < bytes && scanned < options_.max_scan;
+           ++r, ++scanned) {
+        if (r->next_use <= due) break;  // all further ones are needed sooner
+        const Buffer& v = buffers_.at(r->id);
+        if (!planned && pass == 0) {
+          if (r->next_use <= horizon) break;  // needed this iteration
+          if (v.dirty) continue;
+        } else if (!planned && std::find(victims.begin(), victims.end(), r->id) != victims.end()) {
+          continue;  // taken in the first pass
+        }
+        // A buffer of the current operation may go for an urgent fetch (its
+        // swap-out queues behind the operation, as every eviction does), not
+        // for a planned one, which exists to start early.
+        if (v.fetched || chosen.contains(r->id) || (v.last_use >= now && planned)) {
           continue;
         }
+        if (planned) {
+          // Only clean buffers (a drop, no copy): a planned write-back is a
+          // copy swapping on demand may never make (the cap may not bind
+          // before the buffer's use; in the library a dirty planned victim
+          // cost up to 7x the bytes of on demand at a 75 % cap). An unknown
+          // future is the cheapest room there is. Otherwise a gap too short
+          // to fetch again under compute gains nothing.
+          if (v.dirty) continue;
+          if (r->next_use != kNoNextUse &&
+              ComputeBetween(now, r->next_use) <
+                  profile_->H2dSeconds(v.bytes) * options_.lead_factor) {
+            continue;
+          }
+        }
+        victims.push_back(r->id);
+        gained += v.bytes;
       }
-      victims.push_back(r->id);
-      gained += v.bytes;
-    }
     if (free + gained < bytes && !planned) return false;
     for (uint64_t id : victims) {
       Buffer& v = buffers_.at(id);
@@ -310,9 +304,8 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now,
     return free >= bytes;
   };
 
-  for (auto s = swapped_.begin(); s != swapped_.end() &&
-                                  actions.size() < options_.max_actions &&
-                                  scanned < options_.max_scan;
+  for (auto s = swapped_.begin();
+       s != swapped_.end() && actions.size() < options_.max_actions && scanned < options_.max_scan;
        ++s, ++scanned) {
     const uint64_t due = s->next_use;
     if (due <= now) {

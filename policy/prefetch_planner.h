@@ -118,7 +118,7 @@ class PrefetchPlanner {
     // Fetches per Plan (the evictions making room for them come on top,
     // bounded by max_scan).
     size_t max_actions = 16;
-    size_t max_scan = 64;      // index entries examined per Plan
+    size_t max_scan = 64;  // index entries examined per Plan
     // Free memory an early (not yet urgent) fetch must leave untouched, for
     // the allocations of the step itself.
     uint64_t free_reserve_bytes = 0;
@@ -162,14 +162,12 @@ class PrefetchPlanner {
   // The profile Plan reads compute times from, and the logical time of an
   // operation with phase 0 (so phases of later times follow). nullptr
   // removes it (the pattern changed): Plan proposes nothing until the next.
-  void SetProfile(std::shared_ptr<const AccessProfile> profile,
-                  uint64_t phase0_time);
+  void SetProfile(std::shared_ptr<const AccessProfile> profile, uint64_t phase0_time);
   // Re-anchors phase 0 at `now` (an iteration boundary): one-off operations
   // do not shift the phases of later ones.
   void OnIterationBoundary(uint64_t now) { origin_ = now; }
 
-  void OnUse(uint64_t id, uint64_t bytes, uint64_t now, uint64_t next_use,
-             bool write);
+  void OnUse(uint64_t id, uint64_t bytes, uint64_t now, uint64_t next_use, bool write);
   // A buffer's predicted next use changed without a use (the predictor
   // learnt more): re-keyed. Unknown ids are ignored.
   void OnNextUse(uint64_t id, uint64_t next_use);
@@ -184,8 +182,7 @@ class PrefetchPlanner {
   // `h2d_queued_seconds`: host->device transfer time the caller knows to be
   // queued beyond the planner's own model of the link (the larger counts);
   // 0 leaves the decisions to the profile and the operations alone.
-  std::vector<PlannedAction> Plan(uint64_t now, uint64_t free_bytes,
-                                  double h2d_queued_seconds);
+  std::vector<PlannedAction> Plan(uint64_t now, uint64_t free_bytes, double h2d_queued_seconds);
 
   const Stats& stats() const { return stats_; }
   size_t resident() const { return resident_.size(); }
@@ -244,7 +241,7 @@ class PrefetchPlanner {
   uint64_t paused_until_ = 0;
   // Fetched, resident, not yet used, by predicted next use.
   std::set<std::pair<uint64_t, uint64_t>> fetched_resident_;
-  uint64_t largest_ = 0;                 // largest buffer seen
+  uint64_t largest_ = 0;  // largest buffer seen
   // The modelled compute stream and link, in seconds: the stream is at
   // `stream_` when the operation at logical time `stream_time_` starts; the
   // link is free from `link_free_` on.

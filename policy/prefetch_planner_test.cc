@@ -24,8 +24,7 @@ constexpr uint64_t kMB = 1000 * 1000;
 // Readable failure messages.
 void PrintTo(const PlannedAction& a, std::ostream* os) {
   *os << (a.kind == PlannedAction::Kind::kFetch ? "Fetch(" : "Evict(") << a.id
-      << (a.kind == PlannedAction::Kind::kEvict ? (a.copy ? ", copy)" : ", drop)")
-                                                : ")");
+      << (a.kind == PlannedAction::Kind::kEvict ? (a.copy ? ", copy)" : ", drop)") : ")");
 }
 
 namespace {
@@ -47,8 +46,7 @@ std::shared_ptr<const AccessProfile> Profile(size_t ops, double ms) {
 }
 
 // A buffer used once at `time` and then swapped out.
-void SwappedOut(PrefetchPlanner& p, uint64_t id, uint64_t bytes,
-                uint64_t time, uint64_t next_use) {
+void SwappedOut(PrefetchPlanner& p, uint64_t id, uint64_t bytes, uint64_t time, uint64_t next_use) {
   p.OnUse(id, bytes, time, next_use, /*write=*/true);
   p.OnEvicted(id);
 }
@@ -88,8 +86,7 @@ TEST(PrefetchPlannerTest, FetchIsIssuedAtLeastItsTransferTimeAhead) {
     const double ahead = profile->ComputeBetweenTimes(100, issued, 108);
     EXPECT_GE(ahead, 3e-3 + queued_ms * 1e-3 - 1e-12);
     // One op later would have been too late.
-    EXPECT_LT(profile->ComputeBetweenTimes(100, issued + 1, 108),
-              3e-3 + queued_ms * 1e-3);
+    EXPECT_LT(profile->ComputeBetweenTimes(100, issued + 1, 108), 3e-3 + queued_ms * 1e-3);
     EXPECT_EQ(p.stats().fetches, 1u);
     EXPECT_EQ(p.stats().fetch_evictions, 1u);
   }
@@ -170,8 +167,8 @@ TEST(PrefetchPlannerTest, NeverEvictsWhatIsNeededSooner) {
   p.OnUse(6, 3 * kMB, 7, kNone, false);
   p.OnResident(5);
   p.OnResident(6);
-  EXPECT_EQ(p.Plan(7, 0, 0), (std::vector<PlannedAction>{
-                                 Evict(6, false), Evict(5, false), Fetch(1)}));
+  EXPECT_EQ(p.Plan(7, 0, 0),
+            (std::vector<PlannedAction>{Evict(6, false), Evict(5, false), Fetch(1)}));
 }
 
 // At equal distance (here: both unknown) a clean buffer makes the room, not
@@ -180,11 +177,11 @@ TEST(PrefetchPlannerTest, NeverEvictsWhatIsNeededSooner) {
 TEST(PrefetchPlannerTest, RoomForAFetchTakesTheCleanBufferAtEqualDistance) {
   PrefetchPlanner p;
   p.SetProfile(Profile(20, 1.0), 0);
-  SwappedOut(p, 1, 4 * kMB, 0, 6);           // 4 ms lead: urgent at once
-  p.OnUse(9, 4 * kMB, 0, kNone, true);        // dirty; the larger id
+  SwappedOut(p, 1, 4 * kMB, 0, 6);      // 4 ms lead: urgent at once
+  p.OnUse(9, 4 * kMB, 0, kNone, true);  // dirty; the larger id
   SwappedOut(p, 2, 4 * kMB, 0, kNone);
   p.OnResident(2);
-  p.OnUse(2, 4 * kMB, 1, kNone, false);       // clean
+  p.OnUse(2, 4 * kMB, 1, kNone, false);  // clean
   EXPECT_EQ(p.Plan(2, 0, 0), (std::vector<PlannedAction>{Evict(2, false), Fetch(1)}));
 }
 
@@ -222,8 +219,7 @@ TEST(PrefetchPlannerTest, RandomizedNeverEvictsSoonerAndStaysInMemory) {
   std::mt19937_64 rng(7);
   // Random predictions are wrong all the time: without a cut-off, so that
   // the rules are exercised all along.
-  PrefetchPlanner p(
-      PrefetchPlanner::Options{.max_actions = 8, .cost_share = 1e18});
+  PrefetchPlanner p(PrefetchPlanner::Options{.max_actions = 8, .cost_share = 1e18});
   p.SetProfile(Profile(16, 1.0), 0);
   constexpr uint64_t kCap = 12 * kMB;
   struct Model {
@@ -315,8 +311,8 @@ TEST(PrefetchPlannerTest, RandomizedNeverEvictsSoonerAndStaysInMemory) {
 }
 
 // A clean resident buffer (read since its last swap-in).
-void CleanResident(PrefetchPlanner& p, uint64_t id, uint64_t bytes,
-                   uint64_t time, uint64_t next_use) {
+void CleanResident(PrefetchPlanner& p, uint64_t id, uint64_t bytes, uint64_t time,
+                   uint64_t next_use) {
   SwappedOut(p, id, bytes, 0, time);
   p.OnResident(id);
   p.OnUse(id, bytes, time, next_use, /*write=*/false);
@@ -325,9 +321,9 @@ void CleanResident(PrefetchPlanner& p, uint64_t id, uint64_t bytes,
 TEST(PrefetchPlannerTest, PlannedEvictionAfterLastUseBeforeALongGap) {
   PrefetchPlanner p;
   p.SetProfile(Profile(100, 1.0), 0);
-  CleanResident(p, 1, 4 * kMB, 1, 90);         // long gap after this use
-  p.OnUse(2, 4 * kMB, 1, 3, true);             // short gap: stays
-  SwappedOut(p, 3, 4 * kMB, 0, 20);            // due at 20, 4 ms lead
+  CleanResident(p, 1, 4 * kMB, 1, 90);  // long gap after this use
+  p.OnUse(2, 4 * kMB, 1, 3, true);      // short gap: stays
+  SwappedOut(p, 3, 4 * kMB, 0, 20);     // due at 20, 4 ms lead
   for (uint64_t now = 2; now < 12; ++now) {
     EXPECT_TRUE(p.Plan(now, 0, 0).empty()) << now;  // not due soon yet
   }
@@ -353,15 +349,14 @@ TEST(PrefetchPlannerTest, PlannedEvictionNeverWritesBack) {
   }
   EXPECT_EQ(p.stats().planned_evictions, 0u);
   // Urgent (less than its 4 ms lead left): room from 1, written back.
-  EXPECT_EQ(p.Plan(16, 0, 0),
-            (std::vector<PlannedAction>{Evict(1, true), Fetch(3)}));
+  EXPECT_EQ(p.Plan(16, 0, 0), (std::vector<PlannedAction>{Evict(1, true), Fetch(3)}));
 }
 
 TEST(PrefetchPlannerTest, NoPlannedEvictionWithoutPressureOrForUnknownFutures) {
   PrefetchPlanner p;
   p.SetProfile(Profile(100, 1.0), 0);
   CleanResident(p, 1, 4 * kMB, 1, 90);
-  p.OnUse(2, 4 * kMB, 1, kNone, true);  // maybe a temporary about to be freed
+  p.OnUse(2, 4 * kMB, 1, kNone, true);   // maybe a temporary about to be freed
   EXPECT_TRUE(p.Plan(2, 0, 0).empty());  // nothing needs the room
   // 8 ms lead: soon from 5 on. Dropped clean, so no write-back of it is
   // queued on the modelled link ahead of its fetch.
@@ -381,9 +376,9 @@ TEST(PrefetchPlannerTest, PlannedEvictionDropsACleanBufferNobodyPredicts) {
   p.SetProfile(Profile(100, 1.0), 0);
   p.OnUse(1, 4 * kMB, 1, 90, true);  // dirty, needed late
   SwappedOut(p, 2, 4 * kMB, 0, kNone);
-  p.OnResident(2);                    // fetched back on demand: clean
+  p.OnResident(2);  // fetched back on demand: clean
   p.OnUse(2, 4 * kMB, 1, kNone, false);
-  SwappedOut(p, 3, 4 * kMB, 0, 20);   // due at 20, 4 ms lead
+  SwappedOut(p, 3, 4 * kMB, 0, 20);  // due at 20, 4 ms lead
   EXPECT_TRUE(p.Plan(2, 0, 0).empty());
   EXPECT_EQ(p.Plan(12, 0, 0), (std::vector<PlannedAction>{Evict(2, false)}));
   EXPECT_EQ(p.stats().planned_copies, 0u);
@@ -441,8 +436,7 @@ TEST(PrefetchPlannerTest, PassedResidentPredictionsMakeRoomAgain) {
   SwappedOut(p, 1, kMB, 0, 10);
   // Before 3 passes, 2 is needed sooner than 1: it stays.
   EXPECT_TRUE(p.Plan(2, 0, 0).empty());
-  EXPECT_EQ(p.Plan(9, 0, 0),
-            (std::vector<PlannedAction>{Evict(2, true), Fetch(1)}));
+  EXPECT_EQ(p.Plan(9, 0, 0), (std::vector<PlannedAction>{Evict(2, true), Fetch(1)}));
 }
 
 TEST(PrefetchPlannerTest, PinnedBuffersAreNeverEvicted) {
@@ -453,8 +447,7 @@ TEST(PrefetchPlannerTest, PinnedBuffersAreNeverEvicted) {
   p.SetPinned(2, true);
   EXPECT_TRUE(p.Plan(3, 0, 0).empty());
   p.SetPinned(2, false);
-  EXPECT_EQ(p.Plan(3, 0, 0),
-            (std::vector<PlannedAction>{Evict(2, true), Fetch(1)}));
+  EXPECT_EQ(p.Plan(3, 0, 0), (std::vector<PlannedAction>{Evict(2, true), Fetch(1)}));
 }
 
 // With no compute before the use to hide a transfer under, a fetch only
@@ -480,8 +473,7 @@ TEST(PrefetchPlannerTest, StopsWhenItsVictimsComeBackSooner) {
   p.SetProfile(Profile(100, 1.0), 0);
   SwappedOut(p, 1, kMB, 0, 4);
   p.OnUse(2, kMB, 1, 30, true);  // predicted at 30: room for 1, due at 4
-  ASSERT_EQ(p.Plan(3, 0, 0),
-            (std::vector<PlannedAction>{Evict(2, true), Fetch(1)}));
+  ASSERT_EQ(p.Plan(3, 0, 0), (std::vector<PlannedAction>{Evict(2, true), Fetch(1)}));
   p.OnEvicted(2);
   p.OnResident(1);
   EXPECT_EQ(p.stats().bytes_caused, 0u);
@@ -498,8 +490,7 @@ TEST(PrefetchPlannerTest, VictimsBackAfterTheirPredictedUseCostNothing) {
   p.SetProfile(Profile(100, 1.0), 0);
   SwappedOut(p, 1, kMB, 0, 4);
   p.OnUse(2, kMB, 1, 30, true);
-  ASSERT_EQ(p.Plan(3, 0, 0),
-            (std::vector<PlannedAction>{Evict(2, true), Fetch(1)}));
+  ASSERT_EQ(p.Plan(3, 0, 0), (std::vector<PlannedAction>{Evict(2, true), Fetch(1)}));
   p.OnEvicted(2);
   p.OnResident(1);
   p.OnUse(1, kMB, 4, 40, false);

@@ -46,8 +46,9 @@ std::vector<Op> Step(uint64_t step) {
   const auto weight = [](int l) { return uint64_t{100} + l; };
   const auto act = [&](int l) { return temp_base + l; };
   std::vector<Op> ops;
-  ops.push_back({1, {{uint64_t{10} + step % kShards, 8 * kMB, false, false},
-                     {act(0), 2 * kMB, true, false}}});
+  ops.push_back(
+      {1,
+       {{uint64_t{10} + step % kShards, 8 * kMB, false, false}, {act(0), 2 * kMB, true, false}}});
   for (int l = 0; l < kLayers; ++l) {
     ops.push_back({uint64_t{10} + l,
                    {{weight(l), 4 * kMB, false, false},
@@ -218,8 +219,7 @@ class Replay {
     } else if (o.event == Event::kBoundary && builder_.has_value()) {
       auto built = std::move(*builder_).Build({8e9, 8e9});
       ASSERT_TRUE(built.ok()) << built.status();
-      planner_.SetProfile(
-          std::make_shared<const AccessProfile>(*std::move(built)), now_);
+      planner_.SetProfile(std::make_shared<const AccessProfile>(*std::move(built)), now_);
       builder_.reset();
     } else if (o.event == Event::kBoundary) {
       planner_.OnIterationBoundary(now_);
@@ -253,15 +253,14 @@ TEST(ReplayTest, BeladyWithPlannerMovesFewerBytesThanLruAndVersion) {
     const Result version = Replay(MakeVersionPolicy(), false, cap).Run(kSteps);
     const Result belady = Replay(MakeBeladyPolicy(), false, cap).Run(kSteps);
     const Result planned = Replay(MakeBeladyPolicy(), true, cap).Run(kSteps);
-    for (const auto& [name, r] :
-         {std::pair{"lru", lru}, {"version", version}, {"belady", belady},
-          {"belady+planner", planned}}) {
-      std::cout << "cap " << cap / kMB << " MB " << name << ": h2d "
-                << r.h2d / kMB << " MB, d2h " << r.d2h / kMB
-                << " MB, on-demand " << r.on_demand << ", fetched "
-                << r.fetched << ", wasted " << r.planner.fetches_wasted
-                << ", planned evictions " << r.planner.planned_evictions
-                << "\n";
+    for (const auto& [name, r] : {std::pair{"lru", lru},
+                                  {"version", version},
+                                  {"belady", belady},
+                                  {"belady+planner", planned}}) {
+      std::cout << "cap " << cap / kMB << " MB " << name << ": h2d " << r.h2d / kMB << " MB, d2h "
+                << r.d2h / kMB << " MB, on-demand " << r.on_demand << ", fetched " << r.fetched
+                << ", wasted " << r.planner.fetches_wasted << ", planned evictions "
+                << r.planner.planned_evictions << "\n";
     }
     EXPECT_LT(planned.moved(), lru.moved());
     EXPECT_LT(planned.moved(), version.moved());

@@ -6,29 +6,29 @@
 #ifndef STENSOR_TESTS_DRIVER_CHECK_H_
 #define STENSOR_TESTS_DRIVER_CHECK_H_
 
+#include <cuda.h>
+
 #include <cstdio>
 #include <cstdlib>
 
-#include <cuda.h>
-
-#define CHECK(call)                                                               \
-  do {                                                                            \
-    CUresult r_ = (call);                                                         \
-    if (r_ != CUDA_SUCCESS) {                                                     \
-      const char* name_ = nullptr;                                                \
-      cuGetErrorName(r_, &name_);                                                 \
+#define CHECK(call)                                                                  \
+  do {                                                                               \
+    CUresult r_ = (call);                                                            \
+    if (r_ != CUDA_SUCCESS) {                                                        \
+      const char* name_ = nullptr;                                                   \
+      cuGetErrorName(r_, &name_);                                                    \
       std::fprintf(stderr, "%s:%d: %s failed: %s (%d)\n", __FILE__, __LINE__, #call, \
-                   name_ != nullptr ? name_ : "?", static_cast<int>(r_));          \
-      std::exit(1);                                                               \
-    }                                                                             \
+                   name_ != nullptr ? name_ : "?", static_cast<int>(r_));            \
+      std::exit(1);                                                                  \
+    }                                                                                \
   } while (0)
 
-#define EXPECT_TRUE(cond)                                                          \
-  do {                                                                             \
-    if (!(cond)) {                                                                 \
-      std::fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);      \
-      ++stensor_tests::failures;                                                   \
-    }                                                                              \
+#define EXPECT_TRUE(cond)                                                      \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      std::fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond); \
+      ++stensor_tests::failures;                                               \
+    }                                                                          \
   } while (0)
 
 namespace stensor_tests {

@@ -18,6 +18,7 @@
 // driver's (IPC on VMM memory) are checked as documented in docs/limits.md.
 // On the fake driver, fakecuda_used_bytes tells where buffers are. Exits 0
 // when every check held, else prints each failure.
+#include <cuda.h>
 #include <dlfcn.h>
 
 #include <atomic>
@@ -30,22 +31,20 @@
 #include <thread>
 #include <vector>
 
-#include <cuda.h>
-
 #include "tests/driver_check.h"
 
 namespace {
 
 using stensor_tests::failures;
 
-#define EXPECT_RC(call, want)                                                 \
-  do {                                                                        \
-    CUresult r_ = (call);                                                     \
-    if (r_ != (want)) {                                                       \
-      std::fprintf(stderr, "%s:%d: %s returned %d, want %d\n", __FILE__,       \
-                   __LINE__, #call, static_cast<int>(r_), static_cast<int>(want)); \
-      ++failures;                                                             \
-    }                                                                         \
+#define EXPECT_RC(call, want)                                                             \
+  do {                                                                                    \
+    CUresult r_ = (call);                                                                 \
+    if (r_ != (want)) {                                                                   \
+      std::fprintf(stderr, "%s:%d: %s returned %d, want %d\n", __FILE__, __LINE__, #call, \
+                   static_cast<int>(r_), static_cast<int>(want));                         \
+      ++failures;                                                                         \
+    }                                                                                     \
   } while (0)
 
 constexpr size_t kGranule = 2u << 20;
@@ -76,8 +75,7 @@ bool Holds(CUdeviceptr p, size_t n, uint8_t seed) {
   for (size_t i = 0; i < n; ++i) {
     if (data[i] != static_cast<uint8_t>(seed + i * 7)) {
       std::fprintf(stderr, "byte %zu of 0x%llx: %u, want %u\n", i,
-                   static_cast<unsigned long long>(p), data[i],
-                   static_cast<uint8_t>(seed + i * 7));
+                   static_cast<unsigned long long>(p), data[i], static_cast<uint8_t>(seed + i * 7));
       return false;
     }
   }
@@ -109,9 +107,11 @@ void CheckDescribes(CUdeviceptr base, size_t size, CUcontext ctx, const char* wh
   CUdeviceptr start = 0, dptr = 0;
   size_t range = 0;
   void* host = nullptr;
-  EXPECT_RC(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, base + 17), CUDA_SUCCESS);
+  EXPECT_RC(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, base + 17),
+            CUDA_SUCCESS);
   EXPECT_TRUE(type == CU_MEMORYTYPE_DEVICE);
-  EXPECT_RC(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, base), CUDA_SUCCESS);
+  EXPECT_RC(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, base),
+            CUDA_SUCCESS);
   EXPECT_TRUE(ordinal == 0);
   EXPECT_RC(cuPointerGetAttribute(&got_ctx, CU_POINTER_ATTRIBUTE_CONTEXT, base), CUDA_SUCCESS);
   EXPECT_TRUE(got_ctx == ctx);
@@ -120,7 +120,8 @@ void CheckDescribes(CUdeviceptr base, size_t size, CUcontext ctx, const char* wh
   EXPECT_TRUE(start == base);
   EXPECT_RC(cuPointerGetAttribute(&range, CU_POINTER_ATTRIBUTE_RANGE_SIZE, base + 1), CUDA_SUCCESS);
   EXPECT_TRUE(range == size);
-  EXPECT_RC(cuPointerGetAttribute(&dptr, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, base + 5), CUDA_SUCCESS);
+  EXPECT_RC(cuPointerGetAttribute(&dptr, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, base + 5),
+            CUDA_SUCCESS);
   EXPECT_TRUE(dptr == base + 5);
   EXPECT_RC(cuPointerGetAttribute(&mapped, CU_POINTER_ATTRIBUTE_MAPPED, base), CUDA_SUCCESS);
   EXPECT_TRUE(mapped == 1);
@@ -132,10 +133,8 @@ void CheckDescribes(CUdeviceptr base, size_t size, CUcontext ctx, const char* wh
             CUDA_ERROR_INVALID_VALUE);  // past the end: no allocation
 
   CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-                                 CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-                                 CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                                 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                 CU_POINTER_ATTRIBUTE_CONTEXT};
+                                 CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_CONTEXT};
   start = 0, range = 0, type = 0, ordinal = -1, got_ctx = nullptr;
   void* data[] = {&start, &range, &type, &ordinal, &got_ctx};
   EXPECT_RC(cuPointerGetAttributes(5, attrs, data, base + 3), CUDA_SUCCESS);

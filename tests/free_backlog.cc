@@ -21,6 +21,7 @@
 // hold that iteration's value (a buffer whose memory went to the next owner
 // before its own work ran reads the wrong one): `ok`, else a count of bad
 // records and exit status 1.
+#include <cuda.h>
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -32,8 +33,6 @@
 #include <deque>
 #include <fstream>
 #include <string>
-
-#include <cuda.h>
 
 #include "tests/driver_check.h"
 
@@ -147,8 +146,8 @@ int main(int argc, char** argv) {
 
   long bad = 0;
   for (int i = 0; i < iterations; ++i) {
-    const uint32_t* r =
-        reinterpret_cast<const uint32_t*>(static_cast<char*>(records) + static_cast<size_t>(i) * kRecord);
+    const uint32_t* r = reinterpret_cast<const uint32_t*>(static_cast<char*>(records) +
+                                                          static_cast<size_t>(i) * kRecord);
     for (size_t k = 0; k < kRecord / 4; ++k) {
       if (r[k] != Value(i)) {
         if (bad++ < 5) {

@@ -160,7 +160,8 @@ uint64_t PerThread(CUdevice dev, CUstream s) {
 int main(int argc, char** argv) {
   const std::string mode = argc == 3 ? argv[2] : "";
   if (mode != "table-in-graph" && mode != "table-captured" && mode != "per-thread") {
-    std::fprintf(stderr, "usage: graph_adversary KERNELS_SO table-in-graph|table-captured|per-thread\n");
+    std::fprintf(stderr,
+                 "usage: graph_adversary KERNELS_SO table-in-graph|table-captured|per-thread\n");
     return 2;
   }
   CUdevice dev = stensor_tests::StartOnDevice0();

@@ -71,8 +71,8 @@ void Gather(const Kernels& k, CUdeviceptr table, CUdeviceptr y, int count, CUstr
 
 // One block of the step, pushed into s0 (and s1 through a fork): the work
 // a capture records.
-void BlockWork(const Kernels& k, const Block& b, CUdeviceptr in, const uint32_t* pinned,
-               bool first, CUstream s0, CUstream s1, CUevent fork, CUevent join) {
+void BlockWork(const Kernels& k, const Block& b, CUdeviceptr in, const uint32_t* pinned, bool first,
+               CUstream s0, CUstream s1, CUevent fork, CUevent join) {
   if (first) CHECK(cuMemcpyHtoDAsync(in, pinned, kBytes, s0));
   CUdeviceptr prev = in;
   for (int l = 0; l < kLayers; ++l) {

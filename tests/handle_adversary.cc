@@ -105,7 +105,7 @@ uint64_t FreeAsync(bool refused_work) {
   CUstream bogus = reinterpret_cast<CUstream>(reinterpret_cast<uintptr_t>(s) + 1);
   CUdeviceptr a, b;
   CHECK(cuMemAllocAsync(&a, kBytes, s));  // stream-ordered (served by stensor under a cap)
-  b = NewBuffer(2);                        // cuMemAlloc
+  b = NewBuffer(2);                       // cuMemAlloc
   std::vector<uint32_t> v = Pattern(1);
   CHECK(cuMemcpyHtoDAsync(a, v.data(), kBytes, s));
   CHECK(cuStreamSynchronize(s));

@@ -22,6 +22,7 @@
 // valid call touches is swapped out first, by writing two others.
 //
 // usage: hooks_all TEST_KERNELS_SO HOOK_LIST (the exported hooks, one a line)
+#include <cuda.h>
 #include <dlfcn.h>
 
 #include <cstddef>
@@ -33,8 +34,6 @@
 #include <set>
 #include <string>
 #include <vector>
-
-#include <cuda.h>
 
 #include "tests/driver_check.h"
 
@@ -129,8 +128,9 @@ CUresult InvokeHook(const char* sym, const std::string& label, Invoke&& invoke) 
 // An entry point the fake does not implement: on the fake the hook must
 // answer CUDA_ERROR_NOT_SUPPORTED (VALID accepts that of a missing symbol);
 // on a real driver, which has it, the answer is only compared.
-#define ABSENT(sym, label, ...) \
-  (g_on_fake ? (VALID(sym, label, __VA_ARGS__), CUDA_ERROR_NOT_SUPPORTED) : CALL(sym, label, __VA_ARGS__))
+#define ABSENT(sym, label, ...)                                           \
+  (g_on_fake ? (VALID(sym, label, __VA_ARGS__), CUDA_ERROR_NOT_SUPPORTED) \
+             : CALL(sym, label, __VA_ARGS__))
 void ExpectOk(const char* sym, const std::string& label, CUresult r) {
   if (r != CUDA_SUCCESS && !(r == CUDA_ERROR_NOT_SUPPORTED && !FakeHas(sym))) {
     std::fprintf(stderr, "%s/%s failed: %d\n", sym, label.c_str(), r);
@@ -194,8 +194,12 @@ uint8_t g_fill = 1;
 
 void SetAll(Buf& b, uint8_t v) {
   VALID(cuMemsetD8_v2, std::string("fill") + b.name, b.p, v, kGranule);
-  Rec("memset", "cuMemsetD8_v2").U("bytes", kGranule).S("dst", Hex(b.p)).Bufs("writes", {b.p})
-      .S("stream", "legacy").B("async", false);
+  Rec("memset", "cuMemsetD8_v2")
+      .U("bytes", kGranule)
+      .S("dst", Hex(b.p))
+      .Bufs("writes", {b.p})
+      .S("stream", "legacy")
+      .B("async", false);
   std::fill(b.model.begin(), b.model.end(), v);
 }
 
@@ -219,8 +223,14 @@ void Evict(std::initializer_list<Buf*> keep) {
 void Verify(Buf& b, size_t off, size_t n) {
   std::vector<uint8_t> got(n);
   VALID(cuMemcpyDtoH_v2, std::string("verify") + b.name, got.data(), b.p + off, n);
-  Rec("memcpy", "cuMemcpyDtoH_v2").S("kind", "DtoH").U("bytes", n).S("dst", Hex(Ptr(got.data())))
-      .S("src", Hex(b.p + off)).Bufs("reads", {b.p}).Bufs("writes", {}).S("stream", "legacy")
+  Rec("memcpy", "cuMemcpyDtoH_v2")
+      .S("kind", "DtoH")
+      .U("bytes", n)
+      .S("dst", Hex(Ptr(got.data())))
+      .S("src", Hex(b.p + off))
+      .Bufs("reads", {b.p})
+      .Bufs("writes", {})
+      .S("stream", "legacy")
       .B("async", false);
   if (std::memcmp(got.data(), b.model.data() + off, n) != 0) {
     std::fprintf(stderr, "buffer %s [%zu, +%zu) differs from its model\n", b.name, off, n);
@@ -255,13 +265,24 @@ void DeviceCopy(const char* api, const char* kind, bool async, bool per_thread, 
   std::vector<uint8_t> src_data(B.model.begin() + src_off, B.model.begin() + src_off + n);
   // The source's bytes are put there first (a write of B), then both evicted.
   VALID(cuMemcpyHtoD_v2, std::string("stage/") + api, B.p + src_off, src_data.data(), n);
-  Rec("memcpy", "cuMemcpyHtoD_v2").S("kind", "HtoD").U("bytes", n).S("dst", Hex(B.p + src_off))
-      .S("src", Hex(Ptr(src_data.data()))).Bufs("reads", {}).Bufs("writes", {B.p});
+  Rec("memcpy", "cuMemcpyHtoD_v2")
+      .S("kind", "HtoD")
+      .U("bytes", n)
+      .S("dst", Hex(B.p + src_off))
+      .S("src", Hex(Ptr(src_data.data())))
+      .Bufs("reads", {})
+      .Bufs("writes", {B.p});
   Evict({&A, &B});
   if (call(A.p + dst_off, B.p + src_off, n) != CUDA_SUCCESS) return;
-  Rec("memcpy", api).S("kind", kind).U("bytes", n).S("dst", Hex(A.p + dst_off))
-      .S("src", Hex(B.p + src_off)).Bufs("reads", {B.p}).Bufs("writes", {A.p})
-      .S("stream", StreamName(s, per_thread)).B("async", async);
+  Rec("memcpy", api)
+      .S("kind", kind)
+      .U("bytes", n)
+      .S("dst", Hex(A.p + dst_off))
+      .S("src", Hex(B.p + src_off))
+      .Bufs("reads", {B.p})
+      .Bufs("writes", {A.p})
+      .S("stream", StreamName(s, per_thread))
+      .B("async", async);
   if (async) SyncStream(s, per_thread);
   std::memcpy(A.model.data() + dst_off, B.model.data() + src_off, n);
   Verify(A, dst_off, n);
@@ -274,9 +295,15 @@ void Upload(const char* api, bool async, bool per_thread, CUstream s, Call&& cal
   std::vector<uint8_t> data = Pattern(n, static_cast<uint8_t>(std::strlen(api)));
   Evict({&A});
   if (call(A.p + off, data.data(), n) != CUDA_SUCCESS) return;
-  Rec("memcpy", api).S("kind", "HtoD").U("bytes", n).S("dst", Hex(A.p + off))
-      .S("src", Hex(Ptr(data.data()))).Bufs("reads", {}).Bufs("writes", {A.p})
-      .S("stream", StreamName(s, per_thread)).B("async", async);
+  Rec("memcpy", api)
+      .S("kind", "HtoD")
+      .U("bytes", n)
+      .S("dst", Hex(A.p + off))
+      .S("src", Hex(Ptr(data.data())))
+      .Bufs("reads", {})
+      .Bufs("writes", {A.p})
+      .S("stream", StreamName(s, per_thread))
+      .B("async", async);
   if (async) SyncStream(s, per_thread);
   std::memcpy(A.model.data() + off, data.data(), n);
   Verify(A, off, n);
@@ -289,9 +316,15 @@ void Download(const char* api, bool async, bool per_thread, CUstream s, Call&& c
   std::vector<uint8_t> got(n, 0);
   Evict({&A});
   if (call(got.data(), A.p + off, n) != CUDA_SUCCESS) return;
-  Rec("memcpy", api).S("kind", "DtoH").U("bytes", n).S("dst", Hex(Ptr(got.data())))
-      .S("src", Hex(A.p + off)).Bufs("reads", {A.p}).Bufs("writes", {})
-      .S("stream", StreamName(s, per_thread)).B("async", async);
+  Rec("memcpy", api)
+      .S("kind", "DtoH")
+      .U("bytes", n)
+      .S("dst", Hex(Ptr(got.data())))
+      .S("src", Hex(A.p + off))
+      .Bufs("reads", {A.p})
+      .Bufs("writes", {})
+      .S("stream", StreamName(s, per_thread))
+      .B("async", async);
   if (async) SyncStream(s, per_thread);
   EXPECT_TRUE(std::memcmp(got.data(), A.model.data() + off, n) == 0);
 }
@@ -302,62 +335,91 @@ void Copies() {
   const size_t kOver = kGranule + 1;  // one byte past the end of a buffer
   std::vector<uint8_t> host(kOver);
   // cuMemcpy / cuMemcpyAsync (unified addressing) and peer copies.
-  DeviceCopy("cuMemcpy", "default", false, false, nullptr, [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
-    return CALL(cuMemcpy, "valid", d, s, n); });
-  DeviceCopy("cuMemcpy_ptds", "default", false, true, nullptr, [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
-    return CALL(cuMemcpy_ptds, "valid", d, s, n); });
+  DeviceCopy(
+      "cuMemcpy", "default", false, false, nullptr,
+      [&](CUdeviceptr d, CUdeviceptr s, size_t n) { return CALL(cuMemcpy, "valid", d, s, n); });
+  DeviceCopy("cuMemcpy_ptds", "default", false, true, nullptr,
+             [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
+               return CALL(cuMemcpy_ptds, "valid", d, s, n);
+             });
   INVALID(cuMemcpy, "overrun", A.p, B.p, kOver);
   INVALID(cuMemcpy_ptds, "overrun", A.p, B.p, kOver);
-  DeviceCopy("cuMemcpyAsync", "default", true, false, g_stream, [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
-    return CALL(cuMemcpyAsync, "valid", d, s, n, g_stream); });
-  DeviceCopy("cuMemcpyAsync_ptsz", "default", true, true, nullptr, [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
-    return CALL(cuMemcpyAsync_ptsz, "valid", d, s, n, nullptr); });
+  DeviceCopy("cuMemcpyAsync", "default", true, false, g_stream,
+             [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
+               return CALL(cuMemcpyAsync, "valid", d, s, n, g_stream);
+             });
+  DeviceCopy("cuMemcpyAsync_ptsz", "default", true, true, nullptr,
+             [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
+               return CALL(cuMemcpyAsync_ptsz, "valid", d, s, n, nullptr);
+             });
   INVALID(cuMemcpyAsync, "overrun", A.p, B.p, kOver, g_stream);
   INVALID(cuMemcpyAsync_ptsz, "overrun", A.p, B.p, kOver, nullptr);
-  DeviceCopy("cuMemcpyPeer", "peer", false, false, nullptr, [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
-    return CALL(cuMemcpyPeer, "valid", d, g_ctx, s, g_ctx, n); });
-  DeviceCopy("cuMemcpyPeer_ptds", "peer", false, true, nullptr, [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
-    return CALL(cuMemcpyPeer_ptds, "valid", d, g_ctx, s, g_ctx, n); });
+  DeviceCopy("cuMemcpyPeer", "peer", false, false, nullptr,
+             [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
+               return CALL(cuMemcpyPeer, "valid", d, g_ctx, s, g_ctx, n);
+             });
+  DeviceCopy("cuMemcpyPeer_ptds", "peer", false, true, nullptr,
+             [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
+               return CALL(cuMemcpyPeer_ptds, "valid", d, g_ctx, s, g_ctx, n);
+             });
   INVALID(cuMemcpyPeer, "overrun", A.p, g_ctx, B.p, g_ctx, kOver);
   INVALID(cuMemcpyPeer_ptds, "overrun", A.p, g_ctx, B.p, g_ctx, kOver);
-  DeviceCopy("cuMemcpyPeerAsync", "peer", true, false, g_stream, [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
-    return CALL(cuMemcpyPeerAsync, "valid", d, g_ctx, s, g_ctx, n, g_stream); });
-  DeviceCopy("cuMemcpyPeerAsync_ptsz", "peer", true, true, nullptr, [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
-    return CALL(cuMemcpyPeerAsync_ptsz, "valid", d, g_ctx, s, g_ctx, n, nullptr); });
+  DeviceCopy("cuMemcpyPeerAsync", "peer", true, false, g_stream,
+             [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
+               return CALL(cuMemcpyPeerAsync, "valid", d, g_ctx, s, g_ctx, n, g_stream);
+             });
+  DeviceCopy("cuMemcpyPeerAsync_ptsz", "peer", true, true, nullptr,
+             [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
+               return CALL(cuMemcpyPeerAsync_ptsz, "valid", d, g_ctx, s, g_ctx, n, nullptr);
+             });
   INVALID(cuMemcpyPeerAsync, "overrun", A.p, g_ctx, B.p, g_ctx, kOver, g_stream);
   INVALID(cuMemcpyPeerAsync_ptsz, "overrun", A.p, g_ctx, B.p, g_ctx, kOver, nullptr);
 
   // The explicit directions.
   Upload("cuMemcpyHtoD_v2", false, false, nullptr, [&](CUdeviceptr d, const void* s, size_t n) {
-    return CALL(cuMemcpyHtoD_v2, "valid", d, s, n); });
+    return CALL(cuMemcpyHtoD_v2, "valid", d, s, n);
+  });
   Upload("cuMemcpyHtoD_v2_ptds", false, true, nullptr, [&](CUdeviceptr d, const void* s, size_t n) {
-    return CALL(cuMemcpyHtoD_v2_ptds, "valid", d, s, n); });
+    return CALL(cuMemcpyHtoD_v2_ptds, "valid", d, s, n);
+  });
   INVALID(cuMemcpyHtoD_v2, "overrun", A.p, host.data(), kOver);
   INVALID(cuMemcpyHtoD_v2_ptds, "overrun", A.p, host.data(), kOver);
   INVALID(cuMemcpyHtoD_v2, "null-src", A.p, nullptr, 16);
-  Upload("cuMemcpyHtoDAsync_v2", true, false, g_stream, [&](CUdeviceptr d, const void* s, size_t n) {
-    return CALL(cuMemcpyHtoDAsync_v2, "valid", d, s, n, g_stream); });
-  Upload("cuMemcpyHtoDAsync_v2_ptsz", true, true, nullptr, [&](CUdeviceptr d, const void* s, size_t n) {
-    return CALL(cuMemcpyHtoDAsync_v2_ptsz, "valid", d, s, n, nullptr); });
+  Upload("cuMemcpyHtoDAsync_v2", true, false, g_stream,
+         [&](CUdeviceptr d, const void* s, size_t n) {
+           return CALL(cuMemcpyHtoDAsync_v2, "valid", d, s, n, g_stream);
+         });
+  Upload("cuMemcpyHtoDAsync_v2_ptsz", true, true, nullptr,
+         [&](CUdeviceptr d, const void* s, size_t n) {
+           return CALL(cuMemcpyHtoDAsync_v2_ptsz, "valid", d, s, n, nullptr);
+         });
   INVALID(cuMemcpyHtoDAsync_v2, "overrun", A.p, host.data(), kOver, g_stream);
   INVALID(cuMemcpyHtoDAsync_v2_ptsz, "overrun", A.p, host.data(), kOver, nullptr);
   Download("cuMemcpyDtoH_v2", false, false, nullptr, [&](void* d, CUdeviceptr s, size_t n) {
-    return CALL(cuMemcpyDtoH_v2, "valid", d, s, n); });
+    return CALL(cuMemcpyDtoH_v2, "valid", d, s, n);
+  });
   Download("cuMemcpyDtoH_v2_ptds", false, true, nullptr, [&](void* d, CUdeviceptr s, size_t n) {
-    return CALL(cuMemcpyDtoH_v2_ptds, "valid", d, s, n); });
+    return CALL(cuMemcpyDtoH_v2_ptds, "valid", d, s, n);
+  });
   INVALID(cuMemcpyDtoH_v2, "overrun", host.data(), A.p, kOver);
   INVALID(cuMemcpyDtoH_v2_ptds, "overrun", host.data(), A.p, kOver);
   INVALID(cuMemcpyDtoH_v2, "null-dst", nullptr, A.p, 16);
   Download("cuMemcpyDtoHAsync_v2", true, false, g_stream, [&](void* d, CUdeviceptr s, size_t n) {
-    return CALL(cuMemcpyDtoHAsync_v2, "valid", d, s, n, g_stream); });
+    return CALL(cuMemcpyDtoHAsync_v2, "valid", d, s, n, g_stream);
+  });
   Download("cuMemcpyDtoHAsync_v2_ptsz", true, true, nullptr, [&](void* d, CUdeviceptr s, size_t n) {
-    return CALL(cuMemcpyDtoHAsync_v2_ptsz, "valid", d, s, n, nullptr); });
+    return CALL(cuMemcpyDtoHAsync_v2_ptsz, "valid", d, s, n, nullptr);
+  });
   INVALID(cuMemcpyDtoHAsync_v2, "overrun", host.data(), A.p, kOver, g_stream);
   INVALID(cuMemcpyDtoHAsync_v2_ptsz, "overrun", host.data(), A.p, kOver, nullptr);
-  DeviceCopy("cuMemcpyDtoD_v2", "DtoD", false, false, nullptr, [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
-    return CALL(cuMemcpyDtoD_v2, "valid", d, s, n); });
-  DeviceCopy("cuMemcpyDtoD_v2_ptds", "DtoD", false, true, nullptr, [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
-    return CALL(cuMemcpyDtoD_v2_ptds, "valid", d, s, n); });
+  DeviceCopy("cuMemcpyDtoD_v2", "DtoD", false, false, nullptr,
+             [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
+               return CALL(cuMemcpyDtoD_v2, "valid", d, s, n);
+             });
+  DeviceCopy("cuMemcpyDtoD_v2_ptds", "DtoD", false, true, nullptr,
+             [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
+               return CALL(cuMemcpyDtoD_v2_ptds, "valid", d, s, n);
+             });
   INVALID(cuMemcpyDtoD_v2, "overrun", A.p, B.p, kOver);
   INVALID(cuMemcpyDtoD_v2_ptds, "overrun", A.p, B.p + 8, kGranule);
   // Within one buffer (swapped out): both sides are A.
@@ -365,15 +427,24 @@ void Copies() {
     const size_t src_off = 100, dst_off = kGranule / 2 + 4, n = 70000;
     Evict({&A});
     VALID(cuMemcpyDtoD_v2, "same-buffer", A.p + dst_off, A.p + src_off, n);
-    Rec("memcpy", "cuMemcpyDtoD_v2").S("kind", "DtoD").U("bytes", n).S("dst", Hex(A.p + dst_off))
-        .S("src", Hex(A.p + src_off)).Bufs("reads", {A.p}).Bufs("writes", {A.p});
+    Rec("memcpy", "cuMemcpyDtoD_v2")
+        .S("kind", "DtoD")
+        .U("bytes", n)
+        .S("dst", Hex(A.p + dst_off))
+        .S("src", Hex(A.p + src_off))
+        .Bufs("reads", {A.p})
+        .Bufs("writes", {A.p});
     std::memmove(A.model.data() + dst_off, A.model.data() + src_off, n);
     Verify(A, 0, kGranule);
   }
-  DeviceCopy("cuMemcpyDtoDAsync_v2", "DtoD", true, false, g_stream, [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
-    return CALL(cuMemcpyDtoDAsync_v2, "valid", d, s, n, g_stream); });
-  DeviceCopy("cuMemcpyDtoDAsync_v2_ptsz", "DtoD", true, true, nullptr, [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
-    return CALL(cuMemcpyDtoDAsync_v2_ptsz, "valid", d, s, n, nullptr); });
+  DeviceCopy("cuMemcpyDtoDAsync_v2", "DtoD", true, false, g_stream,
+             [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
+               return CALL(cuMemcpyDtoDAsync_v2, "valid", d, s, n, g_stream);
+             });
+  DeviceCopy("cuMemcpyDtoDAsync_v2_ptsz", "DtoD", true, true, nullptr,
+             [&](CUdeviceptr d, CUdeviceptr s, size_t n) {
+               return CALL(cuMemcpyDtoDAsync_v2_ptsz, "valid", d, s, n, nullptr);
+             });
   INVALID(cuMemcpyDtoDAsync_v2, "overrun", A.p, B.p, kOver, g_stream);
   INVALID(cuMemcpyDtoDAsync_v2_ptsz, "overrun", A.p, B.p, kOver, nullptr);
 }
@@ -386,8 +457,13 @@ constexpr size_t kSrcX = 100, kSrcY = 3, kDstX = 50, kDstY = 7;
 void Stage2D() {
   std::vector<uint8_t> data = Pattern(kGranule, g_fill++);
   VALID(cuMemcpyHtoD_v2, "stage2d", B.p, data.data(), kGranule);
-  Rec("memcpy", "cuMemcpyHtoD_v2").S("kind", "HtoD").U("bytes", kGranule).S("dst", Hex(B.p))
-      .S("src", Hex(Ptr(data.data()))).Bufs("reads", {}).Bufs("writes", {B.p});
+  Rec("memcpy", "cuMemcpyHtoD_v2")
+      .S("kind", "HtoD")
+      .U("bytes", kGranule)
+      .S("dst", Hex(B.p))
+      .S("src", Hex(Ptr(data.data())))
+      .Bufs("reads", {})
+      .Bufs("writes", {B.p});
   B.model = data;
   Evict({&A, &B});
 }
@@ -398,9 +474,14 @@ void Model2D() {
   }
 }
 void Expect2D(const char* api, bool async, bool per_thread, CUstream s) {
-  Rec("memcpy", api).S("kind", "DtoD").U("bytes", kW * kH)
-      .S("dst", Hex(A.p + kDstY * kDstPitch + kDstX)).S("src", Hex(B.p + kSrcY * kSrcPitch + kSrcX))
-      .Bufs("reads", {B.p}).Bufs("writes", {A.p}).S("stream", StreamName(s, per_thread))
+  Rec("memcpy", api)
+      .S("kind", "DtoD")
+      .U("bytes", kW * kH)
+      .S("dst", Hex(A.p + kDstY * kDstPitch + kDstX))
+      .S("src", Hex(B.p + kSrcY * kSrcPitch + kSrcX))
+      .Bufs("reads", {B.p})
+      .Bufs("writes", {A.p})
+      .S("stream", StreamName(s, per_thread))
       .B("async", async);
   if (async) SyncStream(s, per_thread);
   Model2D();
@@ -453,9 +534,10 @@ void Copies2D3D() {
   struct {
     const char* api;
     bool async, per_thread;
-  } forms[] = {{"cuMemcpy2D_v2", false, false},          {"cuMemcpy2D_v2_ptds", false, true},
-               {"cuMemcpy2DUnaligned_v2", false, false}, {"cuMemcpy2DUnaligned_v2_ptds", false, true},
-               {"cuMemcpy2DAsync_v2", true, false},      {"cuMemcpy2DAsync_v2_ptsz", true, true}};
+  } forms[] = {
+      {"cuMemcpy2D_v2", false, false},          {"cuMemcpy2D_v2_ptds", false, true},
+      {"cuMemcpy2DUnaligned_v2", false, false}, {"cuMemcpy2DUnaligned_v2_ptds", false, true},
+      {"cuMemcpy2DAsync_v2", true, false},      {"cuMemcpy2DAsync_v2_ptsz", true, true}};
   for (const auto& f : forms) {
     CUstream s = f.async && !f.per_thread ? g_stream : nullptr;
     auto call = [&](const CUDA_MEMCPY2D* d, const std::string& label) {
@@ -485,11 +567,16 @@ void Copies2D3D() {
     up.srcY = 0;
     Evict({&A});
     VALID(cuMemcpy2D_v2, "host-to-device", &up);
-    Rec("memcpy", "cuMemcpy2D_v2").S("kind", "HtoD").U("bytes", kW * kH)
-        .S("dst", Hex(A.p + kDstY * kDstPitch + kDstX)).S("src", Hex(Ptr(host.data())))
-        .Bufs("reads", {}).Bufs("writes", {A.p});
+    Rec("memcpy", "cuMemcpy2D_v2")
+        .S("kind", "HtoD")
+        .U("bytes", kW * kH)
+        .S("dst", Hex(A.p + kDstY * kDstPitch + kDstX))
+        .S("src", Hex(Ptr(host.data())))
+        .Bufs("reads", {})
+        .Bufs("writes", {A.p});
     for (size_t y = 0; y < kH; ++y) {
-      std::memcpy(A.model.data() + (kDstY + y) * kDstPitch + kDstX, host.data() + y * kSrcPitch, kW);
+      std::memcpy(A.model.data() + (kDstY + y) * kDstPitch + kDstX, host.data() + y * kSrcPitch,
+                  kW);
     }
     Verify(A, 0, kGranule);
     CUDA_MEMCPY2D down{};
@@ -505,9 +592,15 @@ void Copies2D3D() {
     down.Height = kH;
     Evict({&A});
     VALID(cuMemcpy2DAsync_v2_ptsz, "unified-to-host", &down, nullptr);
-    Rec("memcpy", "cuMemcpy2DAsync_v2_ptsz").S("kind", "UtoH").U("bytes", kW * kH)
-        .S("dst", Hex(Ptr(back.data()))).S("src", Hex(A.p + kDstY * kDstPitch + kDstX))
-        .Bufs("reads", {A.p}).Bufs("writes", {}).S("stream", "per_thread").B("async", true);
+    Rec("memcpy", "cuMemcpy2DAsync_v2_ptsz")
+        .S("kind", "UtoH")
+        .U("bytes", kW * kH)
+        .S("dst", Hex(Ptr(back.data())))
+        .S("src", Hex(A.p + kDstY * kDstPitch + kDstX))
+        .Bufs("reads", {A.p})
+        .Bufs("writes", {})
+        .S("stream", "per_thread")
+        .B("async", true);
     SyncStream(nullptr, true);
     for (size_t y = 0; y < kH; ++y) {
       EXPECT_TRUE(std::memcmp(back.data() + y * kSrcPitch, host.data() + y * kSrcPitch, kW) == 0);
@@ -520,8 +613,10 @@ void Copies2D3D() {
   struct {
     const char* api;
     bool async, per_thread;
-  } forms3[] = {{"cuMemcpy3D_v2", false, false}, {"cuMemcpy3D_v2_ptds", false, true},
-                {"cuMemcpy3DAsync_v2", true, false}, {"cuMemcpy3DAsync_v2_ptsz", true, true}};
+  } forms3[] = {{"cuMemcpy3D_v2", false, false},
+                {"cuMemcpy3D_v2_ptds", false, true},
+                {"cuMemcpy3DAsync_v2", true, false},
+                {"cuMemcpy3DAsync_v2_ptsz", true, true}};
   for (const auto& f : forms3) {
     CUstream s = f.async && !f.per_thread ? g_stream : nullptr;
     auto call = [&](const CUDA_MEMCPY3D* d, const std::string& label) {
@@ -559,10 +654,12 @@ void Copies2D3D() {
     CHECK(per_thread ? cuStreamSynchronize_ptsz(s) : cuStreamSynchronize(s));
     std::memcpy(A.model.data(), B.model.data(), sizes[0]);
   };
-  batch_copied(ABSENT(cuMemcpyBatchAsync_v2, "absent", dsts, srcs, sizes, 1, &attr, idx, 1,
-                      g_stream), g_stream, false);
-  batch_copied(ABSENT(cuMemcpyBatchAsync_v2_ptsz, "absent", dsts, srcs, sizes, 1, &attr, idx, 1,
-                      nullptr), nullptr, true);
+  batch_copied(
+      ABSENT(cuMemcpyBatchAsync_v2, "absent", dsts, srcs, sizes, 1, &attr, idx, 1, g_stream),
+      g_stream, false);
+  batch_copied(
+      ABSENT(cuMemcpyBatchAsync_v2_ptsz, "absent", dsts, srcs, sizes, 1, &attr, idx, 1, nullptr),
+      nullptr, true);
   CUDA_MEMCPY3D_BATCH_OP op{};
   ABSENT(cuMemcpy3DBatchAsync_v2, "absent", 1, &op, 0, g_stream);
   ABSENT(cuMemcpy3DBatchAsync_v2_ptsz, "absent", 1, &op, 0, nullptr);
@@ -576,7 +673,8 @@ void Copies2D3D() {
 template <typename T>
 void ModelSet(Buf& b, size_t off, size_t pitch, T v, size_t w, size_t h) {
   for (size_t y = 0; y < h; ++y) {
-    for (size_t x = 0; x < w; ++x) std::memcpy(b.model.data() + off + y * pitch + x * sizeof(T), &v, sizeof(T));
+    for (size_t x = 0; x < w; ++x)
+      std::memcpy(b.model.data() + off + y * pitch + x * sizeof(T), &v, sizeof(T));
   }
 }
 
@@ -587,8 +685,12 @@ void Memset1D(const char* api, bool async, bool per_thread, T v, Call&& call) {
   const size_t off = 4096 * 3, n = 50000;
   Evict({&A});
   ExpectOk(api, "valid", call(A.p + off, v, n, s, "valid"));
-  Rec("memset", api).U("bytes", n * sizeof(T)).S("dst", Hex(A.p + off)).Bufs("writes", {A.p})
-      .S("stream", StreamName(s, per_thread)).B("async", async);
+  Rec("memset", api)
+      .U("bytes", n * sizeof(T))
+      .S("dst", Hex(A.p + off))
+      .Bufs("writes", {A.p})
+      .S("stream", StreamName(s, per_thread))
+      .B("async", async);
   if (async) SyncStream(s, per_thread);
   ModelSet<T>(A, off, 0, v, n, 1);
   Verify(A, off, n * sizeof(T));
@@ -602,8 +704,12 @@ void Memset2D(const char* api, bool async, bool per_thread, T v, Call&& call) {
   const size_t off = 8192, pitch = 4096, w = 300, h = 30;
   Evict({&A});
   ExpectOk(api, "valid", call(A.p + off, pitch, v, w, h, s, "valid"));
-  Rec("memset", api).U("bytes", w * h * sizeof(T)).S("dst", Hex(A.p + off)).Bufs("writes", {A.p})
-      .S("stream", StreamName(s, per_thread)).B("async", async);
+  Rec("memset", api)
+      .U("bytes", w * h * sizeof(T))
+      .S("dst", Hex(A.p + off))
+      .Bufs("writes", {A.p})
+      .S("stream", StreamName(s, per_thread))
+      .B("async", async);
   if (async) SyncStream(s, per_thread);
   ModelSet<T>(A, off, pitch, v, w, h);
   Verify(A, off, h * pitch);
@@ -612,20 +718,24 @@ void Memset2D(const char* api, bool async, bool per_thread, T v, Call&& call) {
 }
 
 void Memsets() {
-#define M1(sym, T, async, pt, v)                                                   \
+#define M1(sym, T, async, pt, v)                                                               \
   Memset1D<T>(#sym, async, pt, v, [&](CUdeviceptr d, T x, size_t n, CUstream, const char* l) { \
-    return CALL(sym, l, d, x, n);                                                  \
+    return CALL(sym, l, d, x, n);                                                              \
   })
-#define M1A(sym, T, async, pt, v)                                                   \
+#define M1A(sym, T, async, pt, v)                                                                \
   Memset1D<T>(#sym, async, pt, v, [&](CUdeviceptr d, T x, size_t n, CUstream s, const char* l) { \
-    return CALL(sym, l, d, x, n, s);                                                \
+    return CALL(sym, l, d, x, n, s);                                                             \
   })
-#define M2(sym, T, async, pt, v)                                                             \
-  Memset2D<T>(#sym, async, pt, v, [&](CUdeviceptr d, size_t p, T x, size_t w, size_t h, CUstream, \
-                                      const char* l) { return CALL(sym, l, d, p, x, w, h); })
-#define M2A(sym, T, async, pt, v)                                                             \
-  Memset2D<T>(#sym, async, pt, v, [&](CUdeviceptr d, size_t p, T x, size_t w, size_t h, CUstream s, \
-                                      const char* l) { return CALL(sym, l, d, p, x, w, h, s); })
+#define M2(sym, T, async, pt, v)                                                               \
+  Memset2D<T>(#sym, async, pt, v,                                                              \
+              [&](CUdeviceptr d, size_t p, T x, size_t w, size_t h, CUstream, const char* l) { \
+                return CALL(sym, l, d, p, x, w, h);                                            \
+              })
+#define M2A(sym, T, async, pt, v)                                                                \
+  Memset2D<T>(#sym, async, pt, v,                                                                \
+              [&](CUdeviceptr d, size_t p, T x, size_t w, size_t h, CUstream s, const char* l) { \
+                return CALL(sym, l, d, p, x, w, h, s);                                           \
+              })
   M1(cuMemsetD8_v2, uint8_t, false, false, 0x5a);
   M1(cuMemsetD8_v2_ptds, uint8_t, false, true, 0x5b);
   M1(cuMemsetD16_v2, uint16_t, false, false, 0x1234);
@@ -686,20 +796,35 @@ void LaunchCase(const char* api, bool per_thread, Call&& call) {
     std::memcpy(A.model.data() + 4 * i, &y, 4);
   }
   VALID(cuMemcpyHtoD_v2, std::string("stage/") + api, B.p, B.model.data(), 4 * kN);
-  Rec("memcpy", "cuMemcpyHtoD_v2").S("kind", "HtoD").U("bytes", 4 * kN).S("dst", Hex(B.p))
-      .S("src", Hex(Ptr(B.model.data()))).Bufs("reads", {}).Bufs("writes", {B.p});
+  Rec("memcpy", "cuMemcpyHtoD_v2")
+      .S("kind", "HtoD")
+      .U("bytes", 4 * kN)
+      .S("dst", Hex(B.p))
+      .S("src", Hex(Ptr(B.model.data())))
+      .Bufs("reads", {})
+      .Bufs("writes", {B.p});
   VALID(cuMemcpyHtoD_v2, std::string("stage/") + api, A.p, A.model.data(), 4 * kN);
-  Rec("memcpy", "cuMemcpyHtoD_v2").S("kind", "HtoD").U("bytes", 4 * kN).S("dst", Hex(A.p))
-      .S("src", Hex(Ptr(A.model.data()))).Bufs("reads", {}).Bufs("writes", {A.p});
+  Rec("memcpy", "cuMemcpyHtoD_v2")
+      .S("kind", "HtoD")
+      .U("bytes", 4 * kN)
+      .S("dst", Hex(A.p))
+      .S("src", Hex(Ptr(A.model.data())))
+      .Bufs("reads", {})
+      .Bufs("writes", {A.p});
   Evict({&A, &B});
   float a = 2.0f;
   int n = kN;
   CUdeviceptr x = B.p, y = A.p;
   void* params[] = {&a, &x, &y, &n};
   if (call(s, params) != CUDA_SUCCESS) return;
-  Rec("launch", api).S("kernel", kAxpy).S("stream", StreamName(s, per_thread))
-      .Raw("grid", "[4,1,1]").Raw("block", "[32,1,1]").Bufs("reads", {A.p, B.p})
-      .Bufs("writes", {A.p}).B("inferred", true);
+  Rec("launch", api)
+      .S("kernel", kAxpy)
+      .S("stream", StreamName(s, per_thread))
+      .Raw("grid", "[4,1,1]")
+      .Raw("block", "[32,1,1]")
+      .Bufs("reads", {A.p, B.p})
+      .Bufs("writes", {A.p})
+      .B("inferred", true);
   SyncStream(s, per_thread);
   ModelAxpy(a);
   Verify(A, 0, 4 * kN);
@@ -713,9 +838,11 @@ void Launches(const char* kernels) {
     LaunchCase(api, std::strstr(api, "_ptsz") != nullptr, fn);
   };
   kernel("cuLaunchKernel", [&](CUstream s, void** p) {
-    return CALL(cuLaunchKernel, "valid", g_axpy, 4, 1, 1, 32, 1, 1, 0, s, p, nullptr); });
+    return CALL(cuLaunchKernel, "valid", g_axpy, 4, 1, 1, 32, 1, 1, 0, s, p, nullptr);
+  });
   kernel("cuLaunchKernel_ptsz", [&](CUstream s, void** p) {
-    return CALL(cuLaunchKernel_ptsz, "valid", g_axpy, 4, 1, 1, 32, 1, 1, 0, s, p, nullptr); });
+    return CALL(cuLaunchKernel_ptsz, "valid", g_axpy, 4, 1, 1, 32, 1, 1, 0, s, p, nullptr);
+  });
   auto ex = [&](const char* api, CUstream s, void** p) {
     CUlaunchConfig c{};
     c.gridDimX = 4;
@@ -727,11 +854,14 @@ void Launches(const char* kernels) {
                                      : CALL(cuLaunchKernelEx, "valid", &c, g_axpy, p, nullptr);
   };
   kernel("cuLaunchKernelEx", [&](CUstream s, void** p) { return ex("cuLaunchKernelEx", s, p); });
-  kernel("cuLaunchKernelEx_ptsz", [&](CUstream s, void** p) { return ex("cuLaunchKernelEx_ptsz", s, p); });
+  kernel("cuLaunchKernelEx_ptsz",
+         [&](CUstream s, void** p) { return ex("cuLaunchKernelEx_ptsz", s, p); });
   kernel("cuLaunchCooperativeKernel", [&](CUstream s, void** p) {
-    return CALL(cuLaunchCooperativeKernel, "valid", g_axpy, 4, 1, 1, 32, 1, 1, 0, s, p); });
+    return CALL(cuLaunchCooperativeKernel, "valid", g_axpy, 4, 1, 1, 32, 1, 1, 0, s, p);
+  });
   kernel("cuLaunchCooperativeKernel_ptsz", [&](CUstream s, void** p) {
-    return CALL(cuLaunchCooperativeKernel_ptsz, "valid", g_axpy, 4, 1, 1, 32, 1, 1, 0, s, p); });
+    return CALL(cuLaunchCooperativeKernel_ptsz, "valid", g_axpy, 4, 1, 1, 32, 1, 1, 0, s, p);
+  });
 
   // The packed `extra` form: (float, pad, ptr, ptr, int) as laid out. Its
   // size is the parameters' exactly, 28 bytes: the struct's 32 (with tail
@@ -748,7 +878,8 @@ void Launches(const char* kernels) {
     size_t size = offsetof(Packed, n) + sizeof(int);
     void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                      CU_LAUNCH_PARAM_END};
-    return CALL(cuLaunchKernel, "extra-exact", g_axpy, 4, 1, 1, 32, 1, 1, 0, s, nullptr, extra); });
+    return CALL(cuLaunchKernel, "extra-exact", g_axpy, 4, 1, 1, 32, 1, 1, 0, s, nullptr, extra);
+  });
 
   float a = 1.0f;
   int n = kN;
@@ -767,9 +898,14 @@ void Launches(const char* kernels) {
   INVALID(cuLaunchKernel, "no-params", g_axpy, 1, 1, 1, 1, 1, 1, 0, g_stream, nullptr, nullptr);
   void* extra_end[] = {CU_LAUNCH_PARAM_END};
   VALID(cuLaunchKernel_ptsz, "both", g_axpy, 1, 1, 1, 1, 1, 1, 0, nullptr, params, extra_end);
-  Rec("launch", "cuLaunchKernel_ptsz").S("kernel", kAxpy).S("stream", "per_thread")
-      .Raw("grid", "[1,1,1]").Raw("block", "[1,1,1]").Bufs("reads", {A.p, B.p})
-      .Bufs("writes", {A.p}).B("inferred", true);
+  Rec("launch", "cuLaunchKernel_ptsz")
+      .S("kernel", kAxpy)
+      .S("stream", "per_thread")
+      .Raw("grid", "[1,1,1]")
+      .Raw("block", "[1,1,1]")
+      .Bufs("reads", {A.p, B.p})
+      .Bufs("writes", {A.p})
+      .B("inferred", true);
   SyncStream(nullptr, true);
   ModelAxpy(a);
   Verify(A, 0, 4 * kN);
@@ -779,8 +915,10 @@ void Launches(const char* kernels) {
   INVALID(cuLaunchKernel_ptsz, "zero-grid", g_axpy, 0, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr);
   INVALID(cuLaunchKernelEx, "null-config", nullptr, g_axpy, params, nullptr);
   INVALID(cuLaunchKernelEx_ptsz, "null-config", nullptr, g_axpy, params, nullptr);
-  INVALID(cuLaunchCooperativeKernel, "null-function", nullptr, 1, 1, 1, 1, 1, 1, 0, g_stream, params);
-  INVALID(cuLaunchCooperativeKernel_ptsz, "zero-block", g_axpy, 1, 1, 1, 0, 1, 1, 0, nullptr, params);
+  INVALID(cuLaunchCooperativeKernel, "null-function", nullptr, 1, 1, 1, 1, 1, 1, 0, g_stream,
+          params);
+  INVALID(cuLaunchCooperativeKernel_ptsz, "zero-block", g_axpy, 1, 1, 1, 0, 1, 1, 0, nullptr,
+          params);
   INVALID(cuGraphLaunch, "null-exec", nullptr, g_stream);
   INVALID(cuGraphLaunch_ptsz, "null-exec", nullptr, nullptr);
 
@@ -802,12 +940,11 @@ void Launches(const char* kernels) {
   INVALID(cuGraphExecUpdate_v2, "null", nullptr, nullptr, nullptr);
   INVALID(cuStreamBeginCapture, "legacy", nullptr);
   INVALID(cuStreamBeginCapture_v2, "legacy", nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL);
-  INVALID(cuStreamBeginCapture_v2_ptsz, "bad-mode", g_stream,
-          static_cast<CUstreamCaptureMode>(99));
+  INVALID(cuStreamBeginCapture_v2_ptsz, "bad-mode", g_stream, static_cast<CUstreamCaptureMode>(99));
   INVALID(cuStreamBeginCaptureToGraph, "null-graph", g_stream, nullptr, nullptr, nullptr, 0,
           CU_STREAM_CAPTURE_MODE_GLOBAL);
-  INVALID(cuStreamBeginCaptureToGraph_ptsz, "null-graph", g_stream, nullptr, nullptr, nullptr,
-          0, CU_STREAM_CAPTURE_MODE_GLOBAL);
+  INVALID(cuStreamBeginCaptureToGraph_ptsz, "null-graph", g_stream, nullptr, nullptr, nullptr, 0,
+          CU_STREAM_CAPTURE_MODE_GLOBAL);
   CUgraph captured = nullptr;
   INVALID(cuStreamEndCapture, "not-capturing", g_stream, &captured);
   VALID(cuStreamBeginCapture_ptsz, "valid", g_stream);
@@ -887,10 +1024,16 @@ void Allocations() {
     Rec("alloc", "cuMemAlloc_v2").S("addr", Hex(p)).U("bytes", bytes).S("kind", "device");
     std::vector<uint8_t> data = Pattern(bytes, 9), got(bytes);
     VALID(cuMemcpyHtoD_v2, "alloc" + label, p, data.data(), bytes);
-    Rec("memcpy", "cuMemcpyHtoD_v2").S("kind", "HtoD").U("bytes", bytes).S("dst", Hex(p))
+    Rec("memcpy", "cuMemcpyHtoD_v2")
+        .S("kind", "HtoD")
+        .U("bytes", bytes)
+        .S("dst", Hex(p))
         .Bufs("writes", {p});
     VALID(cuMemcpyDtoH_v2, "alloc" + label, got.data(), p, bytes);
-    Rec("memcpy", "cuMemcpyDtoH_v2").S("kind", "DtoH").U("bytes", bytes).S("src", Hex(p))
+    Rec("memcpy", "cuMemcpyDtoH_v2")
+        .S("kind", "DtoH")
+        .U("bytes", bytes)
+        .S("src", Hex(p))
         .Bufs("reads", {p});
     EXPECT_TRUE(got == data);
     VALID(cuMemFree_v2, label, p);
@@ -920,7 +1063,9 @@ void Allocations() {
     } else {
       VALID(cuMemAllocAsync, "valid", &q, 65536, s);
     }
-    Rec("alloc", pt ? "cuMemAllocAsync_ptsz" : "cuMemAllocAsync").S("addr", Hex(q)).U("bytes", 65536)
+    Rec("alloc", pt ? "cuMemAllocAsync_ptsz" : "cuMemAllocAsync")
+        .S("addr", Hex(q))
+        .U("bytes", 65536)
         .S("kind", "stream_ordered");
     if (pt) {
       VALID(cuMemFreeAsync_ptsz, "valid", q, s);
@@ -944,9 +1089,14 @@ void Allocations() {
       VALID(cuMemsetD8Async, "before-free", q, 3, kGranule, s);
       VALID(cuMemFreeAsync, "device-memory", q, s);
     }
-    Rec("memset", pt ? "cuMemsetD8Async_ptsz" : "cuMemsetD8Async").U("bytes", kGranule)
-        .Bufs("writes", {q}).S("stream", StreamName(s, pt)).B("async", true);
-    Rec("free", pt ? "cuMemFreeAsync_ptsz" : "cuMemFreeAsync").S("addr", Hex(q)).U("bytes", kGranule);
+    Rec("memset", pt ? "cuMemsetD8Async_ptsz" : "cuMemsetD8Async")
+        .U("bytes", kGranule)
+        .Bufs("writes", {q})
+        .S("stream", StreamName(s, pt))
+        .B("async", true);
+    Rec("free", pt ? "cuMemFreeAsync_ptsz" : "cuMemFreeAsync")
+        .S("addr", Hex(q))
+        .U("bytes", kGranule);
     SyncStream(s, pt);
   }
   INVALID(cuMemAllocAsync, "null", nullptr, 65536, g_stream);
@@ -961,8 +1111,8 @@ void Allocations() {
   // counted under a cap), the pool's attributes and trim (under a cap they
   // include stensor's share: core/swap/stream_ordered.h).
   CUmemoryPool pool = nullptr;
-  auto default_pool =
-      reinterpret_cast<decltype(&::cuDeviceGetDefaultMemPool)>(dlsym(g_fake, "cuDeviceGetDefaultMemPool"));
+  auto default_pool = reinterpret_cast<decltype(&::cuDeviceGetDefaultMemPool)>(
+      dlsym(g_fake, "cuDeviceGetDefaultMemPool"));
   if (default_pool == nullptr || default_pool(&pool, 0) != CUDA_SUCCESS) ++failures;
   for (bool pt : {false, true}) {
     CUstream s = pt ? nullptr : g_stream;
@@ -973,7 +1123,9 @@ void Allocations() {
       VALID(cuMemAllocFromPoolAsync, "default", &q, 65536, pool, s);
     }
     Rec("alloc", pt ? "cuMemAllocFromPoolAsync_ptsz" : "cuMemAllocFromPoolAsync")
-        .S("addr", Hex(q)).U("bytes", 65536).S("kind", "stream_ordered");
+        .S("addr", Hex(q))
+        .U("bytes", 65536)
+        .S("kind", "stream_ordered");
     if (pt) {
       VALID(cuMemFreeAsync_ptsz, "from-pool", q, s);
     } else {
@@ -1059,10 +1211,16 @@ void Vmm() {
   CHECK(cuMemSetAccess(va, kGranule, &access, 1));
   std::vector<uint8_t> data = Pattern(kGranule, 77), got(kGranule);
   VALID(cuMemcpyHtoD_v2, "vmm", va, data.data(), kGranule);
-  Rec("memcpy", "cuMemcpyHtoD_v2").S("kind", "HtoD").U("bytes", kGranule).S("dst", Hex(va))
+  Rec("memcpy", "cuMemcpyHtoD_v2")
+      .S("kind", "HtoD")
+      .U("bytes", kGranule)
+      .S("dst", Hex(va))
       .Bufs("writes", {va});
   VALID(cuMemcpyDtoH_v2, "vmm", got.data(), va, kGranule);
-  Rec("memcpy", "cuMemcpyDtoH_v2").S("kind", "DtoH").U("bytes", kGranule).S("src", Hex(va))
+  Rec("memcpy", "cuMemcpyDtoH_v2")
+      .S("kind", "DtoH")
+      .U("bytes", kGranule)
+      .S("src", Hex(va))
       .Bufs("reads", {va});
   EXPECT_TRUE(got == data);
 
@@ -1115,7 +1273,8 @@ void Attributes() {
   INVALID(cuPointerGetAttribute, "unknown", &type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, 0x1000);
   INVALID(cuPointerGetAttribute, "null", nullptr, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, A.p);
 
-  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                                 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
                                  CU_POINTER_ATTRIBUTE_RANGE_START_ADDR};
   int ordinal = -1;
   range = 0;
@@ -1191,7 +1350,8 @@ void Edges() {
   CALL(cuPointerGetAttributes, "unsupported", 2, attrs, data, A.p);
   Val("cuPointerGetAttributes/mapped", std::to_string(mapped));
   CALL(cuPointerGetAttributes, "unknown", 2, attrs, data, 0x1000);
-  CUpointer_attribute sizes[] = {CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR};
+  CUpointer_attribute sizes[] = {CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                                 CU_POINTER_ATTRIBUTE_RANGE_START_ADDR};
   size_t range = 0;
   void* null_entry[] = {&range, nullptr};
   CALL(cuPointerGetAttributes, "null-entry", 2, sizes, null_entry, A.p + 16);
@@ -1216,8 +1376,13 @@ void Edges() {
   // Null contexts: the copy is made (driver 580 on an H200: unified
   // addressing names the memory).
   if (CALL(cuMemcpyPeer, "null-context", A.p, nullptr, B.p, nullptr, 16) == CUDA_SUCCESS) {
-    Rec("memcpy", "cuMemcpyPeer").S("kind", "peer").U("bytes", 16).S("dst", Hex(A.p))
-        .S("src", Hex(B.p)).Bufs("reads", {B.p}).Bufs("writes", {A.p});
+    Rec("memcpy", "cuMemcpyPeer")
+        .S("kind", "peer")
+        .U("bytes", 16)
+        .S("dst", Hex(A.p))
+        .S("src", Hex(B.p))
+        .Bufs("reads", {B.p})
+        .Bufs("writes", {A.p});
     std::memcpy(A.model.data(), B.model.data(), 16);
   }
   CALL(cuEventRecord, "destroyed-stream", nullptr, nullptr);
@@ -1313,8 +1478,8 @@ void ProcAddresses() {
         for (cuuint64_t flags : {cuuint64_t{CU_GET_PROC_ADDRESS_DEFAULT},
                                  cuuint64_t{CU_GET_PROC_ADDRESS_LEGACY_STREAM},
                                  cuuint64_t{CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM}}) {
-          const std::string label = std::string(e.name) + "/" + std::to_string(version) + "/" +
-                                    std::to_string(flags);
+          const std::string label =
+              std::string(e.name) + "/" + std::to_string(version) + "/" + std::to_string(flags);
           void* p = nullptr;
           CUdriverProcAddressQueryResult status{};
           CUresult r = v2(e.name, &p, version, flags, &status);
@@ -1341,9 +1506,11 @@ void ProcAddresses() {
   // reads it); the fake refuses it. Asked of the fake only.
   if (g_on_fake) {
     std::printf("rc cuGetProcAddress_v2/null-symbol %d\n", v2(nullptr, &p, 12000, 0, &status));
-    std::printf("rc cuGetProcAddress_v2/null-pfn %d\n", v2("cuMemAlloc", nullptr, 12000, 0, &status));
+    std::printf("rc cuGetProcAddress_v2/null-pfn %d\n",
+                v2("cuMemAlloc", nullptr, 12000, 0, &status));
   }
-  std::printf("rc cuGetProcAddress_v2/unknown %d\n", v2("cuNoSuchEntryPoint", &p, 12000, 0, &status));
+  std::printf("rc cuGetProcAddress_v2/unknown %d\n",
+              v2("cuNoSuchEntryPoint", &p, 12000, 0, &status));
   Val("cuGetProcAddress_v2/unknown", std::to_string(status));
   std::printf("rc cuGetProcAddress_v2/flags %d\n", v2("cuMemAlloc", &p, 12000, 0x40, &status));
   std::printf("rc cuGetProcAddress_v2/old %d\n", v2("cuMemAllocAsync", &p, 10000, 0, &status));

@@ -10,16 +10,14 @@
 // Exit 0 when every word of x holds what the second kernel wrote; 1 on a
 // wrong value or a failed call; 3 when the driver did not reuse the handle
 // (the test would prove nothing).
+#include <cuda.h>
 #include <dlfcn.h>
 
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
-#include <cuda.h>
-
 #include "tests/driver_check.h"
-
 
 int main(int argc, char** argv) {
   if (argc != 3) {

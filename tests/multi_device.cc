@@ -15,14 +15,14 @@
 // end: the same with and without stensor, under any cap that fits, when
 // swapping is correct. Thread t's work depends only on t, so the checksum
 // does not depend on how the threads interleave.
+#include <cuda.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <thread>
 #include <vector>
-
-#include <cuda.h>
 
 #include "tests/driver_check.h"
 
@@ -104,8 +104,7 @@ void Work(int t, int rounds) {
     }
     const bool outward = rng() % 2;
     CrossCopy(t, outward ? home : other, outward ? other : home,
-              static_cast<int>(rng() % kPerThread),
-              static_cast<int>(rng() % 6), s);
+              static_cast<int>(rng() % kPerThread), static_cast<int>(rng() % 6), s);
   }
   CHECK(cuStreamDestroy(s));
 }

@@ -20,6 +20,7 @@
 // The driver is loaded with dlopen and its entry points found with dlsym, as
 // the CUDA runtime finds them, so that a run without `loadcuda` or `cuda`
 // never loads it.
+#include <cuda.h>
 #include <dlfcn.h>
 
 #include <cstdio>
@@ -27,8 +28,6 @@
 #include <cstring>
 #include <string>
 #include <vector>
-
-#include <cuda.h>
 
 #include "third_party/nvml/nvml_types.h"
 
@@ -124,8 +123,8 @@ void Query(const Nvml& n, Cuda& c) {
         n.memory(d, &m1) != NVML_SUCCESS || n.memory_v2(d, &m2) != NVML_SUCCESS) {
       Die("NVML query of device " + std::to_string(i));
     }
-    std::printf("nvml %u %s v1 %llu %llu %llu v2 %llu %llu %llu %llu\n", i, uuid, m1.total,
-                m1.used, m1.free, m2.total, m2.reserved, m2.used, m2.free);
+    std::printf("nvml %u %s v1 %llu %llu %llu v2 %llu %llu %llu %llu\n", i, uuid, m1.total, m1.used,
+                m1.free, m2.total, m2.reserved, m2.used, m2.free);
   }
   if (!c.initialised) return;
   int devices = 0;
@@ -135,12 +134,14 @@ void Query(const Nvml& n, Cuda& c) {
     Check(c.Get<decltype(&cuDeviceGetUuid_v2)>("cuDeviceGetUuid_v2")(&u, ord), "cuDeviceGetUuid");
     Check(c.Get<decltype(&cuCtxSetCurrent)>("cuCtxSetCurrent")(c.contexts[ord]), "cuCtxSetCurrent");
     size_t free_bytes = 0, total = 0;
-    Check(c.Get<decltype(&cuMemGetInfo_v2)>("cuMemGetInfo_v2")(&free_bytes, &total), "cuMemGetInfo");
+    Check(c.Get<decltype(&cuMemGetInfo_v2)>("cuMemGetInfo_v2")(&free_bytes, &total),
+          "cuMemGetInfo");
     const unsigned char* b = reinterpret_cast<const unsigned char*>(u.bytes);
-    std::printf("cuda %d GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x"
-                " %zu %zu\n",
-                ord, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
-                b[12], b[13], b[14], b[15], total, free_bytes);
+    std::printf(
+        "cuda %d GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x"
+        " %zu %zu\n",
+        ord, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+        b[14], b[15], total, free_bytes);
   }
 }
 
@@ -183,7 +184,8 @@ int main(int argc, char** argv) {
       if (!c.initialised || ord < 0 || ord >= static_cast<int>(c.contexts.size())) {
         Die("alloc before cuda, or no such device");
       }
-      Check(c.Get<decltype(&cuCtxSetCurrent)>("cuCtxSetCurrent")(c.contexts[ord]), "cuCtxSetCurrent");
+      Check(c.Get<decltype(&cuCtxSetCurrent)>("cuCtxSetCurrent")(c.contexts[ord]),
+            "cuCtxSetCurrent");
       CUdeviceptr p = 0;
       Check(c.Get<decltype(&cuMemAlloc_v2)>("cuMemAlloc_v2")(&p, bytes), "cuMemAlloc");
     } else {

@@ -10,14 +10,13 @@
 // which under a cap also hands stensor's idle chunks back (the fake's device
 // usage drops). An explicit pool stays the driver's. Prints `ok` when every
 // check held.
+#include <cuda.h>
 #include <dlfcn.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
-
-#include <cuda.h>
 
 #include "tests/driver_check.h"
 

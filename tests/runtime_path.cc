@@ -110,8 +110,8 @@ int main(int argc, char** argv) {
   for (const Case& c : cases) {
     void* fn = nullptr;
     CUresult r = get4(c.name, &fn, c.version, c.flags);
-    std::string what = std::string(c.name) + "@" + std::to_string(c.version) +
-                       (c.flags ? "/per-thread" : "");
+    std::string what =
+        std::string(c.name) + "@" + std::to_string(c.version) + (c.flags ? "/per-thread" : "");
     if (r != CUDA_SUCCESS) {
       Fail(what + ": cuGetProcAddress returned " + std::to_string(r));
       continue;
@@ -142,13 +142,18 @@ int main(int argc, char** argv) {
     return fn;
   };
   auto device_get = reinterpret_cast<decltype(&cuDeviceGet)>(resolve("cuDeviceGet", 2000, 0));
-  auto retain = reinterpret_cast<decltype(&cuDevicePrimaryCtxRetain)>(resolve("cuDevicePrimaryCtxRetain", 7000, 0));
-  auto set_current = reinterpret_cast<decltype(&cuCtxSetCurrent)>(resolve("cuCtxSetCurrent", 4000, 0));
+  auto retain = reinterpret_cast<decltype(&cuDevicePrimaryCtxRetain)>(
+      resolve("cuDevicePrimaryCtxRetain", 7000, 0));
+  auto set_current =
+      reinterpret_cast<decltype(&cuCtxSetCurrent)>(resolve("cuCtxSetCurrent", 4000, 0));
   auto alloc = reinterpret_cast<decltype(&cuMemAlloc_v2)>(resolve("cuMemAlloc", 3020, 0));
-  auto memset_pt = reinterpret_cast<decltype(&cuMemsetD8Async)>(resolve("cuMemsetD8Async", 12000, kPT));
+  auto memset_pt =
+      reinterpret_cast<decltype(&cuMemsetD8Async)>(resolve("cuMemsetD8Async", 12000, kPT));
   auto dtoh_pt = reinterpret_cast<decltype(&cuMemcpyDtoH_v2)>(resolve("cuMemcpyDtoH", 12000, kPT));
-  auto host_fn_pt = reinterpret_cast<decltype(&cuLaunchHostFunc)>(resolve("cuLaunchHostFunc", 12000, kPT));
-  auto sync_pt = reinterpret_cast<decltype(&cuStreamSynchronize)>(resolve("cuStreamSynchronize", 12000, kPT));
+  auto host_fn_pt =
+      reinterpret_cast<decltype(&cuLaunchHostFunc)>(resolve("cuLaunchHostFunc", 12000, kPT));
+  auto sync_pt =
+      reinterpret_cast<decltype(&cuStreamSynchronize)>(resolve("cuStreamSynchronize", 12000, kPT));
   CUdevice dev;
   CUcontext ctx;
   CUdeviceptr d;
@@ -167,8 +172,8 @@ int main(int argc, char** argv) {
   });
   while (!held.load()) std::this_thread::yield();
   unsigned char out[64] = {};
-  if (memset_pt(d, 42, 64, nullptr) != CUDA_SUCCESS ||
-      dtoh_pt(out, d, 64) != CUDA_SUCCESS || out[63] != 42) {
+  if (memset_pt(d, 42, 64, nullptr) != CUDA_SUCCESS || dtoh_pt(out, d, 64) != CUDA_SUCCESS ||
+      out[63] != 42) {
     Fail("per-thread memset and copy on this thread's stream");
   }
   gate.open.store(true);

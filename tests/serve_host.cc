@@ -20,6 +20,8 @@
 // "oom <call>" and exits 3.
 //
 // usage: serve_host KERNELS.so ITERATIONS [async]
+#include <cuda.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -27,15 +29,13 @@
 #include <string>
 #include <vector>
 
-#include <cuda.h>
-
 #include "tests/driver_check.h"
 
 namespace {
 
-constexpr size_t kN = size_t{6} << 20;       // floats: 24 MiB per buffer
-constexpr size_t kBig = size_t{10} << 20;    // ints: 40 MiB, over a 32 MiB cap
-constexpr size_t kTemp = size_t{5} << 20;    // floats: 20 MiB
+constexpr size_t kN = size_t{6} << 20;     // floats: 24 MiB per buffer
+constexpr size_t kBig = size_t{10} << 20;  // ints: 40 MiB, over a 32 MiB cap
+constexpr size_t kTemp = size_t{5} << 20;  // floats: 20 MiB
 
 CUfunction g_axpy, g_fill;
 

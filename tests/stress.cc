@@ -50,6 +50,8 @@
 // and the working set, per-thread counts, and last `checksum <hex>` (FNV-1a
 // over every thread's final data buffer contents, in thread order): equal for
 // equal parameters with or without stensor when no call failed.
+#include <cuda.h>
+
 #include <algorithm>
 #include <cinttypes>
 #include <cstdint>
@@ -62,16 +64,14 @@
 #include <thread>
 #include <vector>
 
-#include <cuda.h>
-
 #include "tests/driver_check.h"
 
 namespace {
 
 constexpr size_t kKiB = 1024, kMiB = 1024 * 1024;
 constexpr size_t kMinBuffer = 4 * kKiB, kMaxBuffer = 8 * kMiB;
-constexpr size_t kSmallTable = 4 * kKiB;         // below the granule: never swapped
-constexpr size_t kLargeTable = 3 * kMiB / 2;     // swappable (>= half a granule)
+constexpr size_t kSmallTable = 4 * kKiB;      // below the granule: never swapped
+constexpr size_t kLargeTable = 3 * kMiB / 2;  // swappable (>= half a granule)
 constexpr int kMaxTableEntries = 3;
 constexpr size_t kGranule = 2 * kMiB;
 constexpr size_t kSwappable = kMiB;  // stensor swaps cuMemAlloc buffers from here up
@@ -90,8 +90,8 @@ struct Options {
   int ops = 2000;
   int streams = 3;
   size_t working_set = 64 * kMiB;
-  size_t op_bytes = 8 * kMiB;  // most an operation's swappable buffers are charged
-  int tolerate = -1;  // error number a call may fail with; -1: none
+  size_t op_bytes = 8 * kMiB;       // most an operation's swappable buffers are charged
+  int tolerate = -1;                // error number a call may fail with; -1: none
   bool keep_stale_entries = false;  // table uploads leave earlier entries in place
 };
 
@@ -114,12 +114,12 @@ struct Buffer {
   int id = 0;
   CUdeviceptr ptr = 0;
   size_t size = 0;
-  std::vector<uint8_t> model;  // what the device holds once issued work is done
-  bool valid = true;           // false: initial contents unknown; only freed
-  bool table = false;          // holds pointers: written only by table uploads
+  std::vector<uint8_t> model;               // what the device holds once issued work is done
+  bool valid = true;                        // false: initial contents unknown; only freed
+  bool table = false;                       // holds pointers: written only by table uploads
   size_t entries_off = 0, entries_len = 0;  // a table's current entries; the rest is 0
-  int last_write = -1;         // stream index of the last write not seen done
-  uint32_t readers = 0;        // streams that read it since that write
+  int last_write = -1;                      // stream index of the last write not seen done
+  uint32_t readers = 0;                     // streams that read it since that write
 };
 
 // A device-to-host copy into pinned memory, checked when its stream is done.
@@ -137,7 +137,10 @@ struct PendingHostCheck {
 class Worker {
  public:
   Worker(const Options& o, int thread, CUcontext ctx, const Kernels& k)
-      : o_(o), thread_(thread), ctx_(ctx), k_(k),
+      : o_(o),
+        thread_(thread),
+        ctx_(ctx),
+        k_(k),
         rng_(o.seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(thread) + 1),
         budget_(o.working_set / o.threads) {}
 
@@ -157,8 +160,7 @@ class Worker {
       Check(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate", true);
       events_.push_back(e);
     }
-    Check(cuMemAllocHost(reinterpret_cast<void**>(&pinned_), kMaxBuffer), "cuMemAllocHost",
-          true);
+    Check(cuMemAllocHost(reinterpret_cast<void**>(&pinned_), kMaxBuffer), "cuMemAllocHost", true);
     scratch_.resize(kMaxBuffer);
     // Two table buffers, kept for the whole run.
     for (size_t size : {kSmallTable, kLargeTable}) {
@@ -191,8 +193,8 @@ class Worker {
 
  private:
   enum Kind { kAlloc, kFree, kCopy, kSet, kLaunch, kTable, kSync, kKinds };
-  static constexpr const char* kKindNames[kKinds] = {"alloc", "free",   "copies", "memsets",
-                                                     "launches", "table_launches", "syncs"};
+  static constexpr const char* kKindNames[kKinds] = {
+      "alloc", "free", "copies", "memsets", "launches", "table_launches", "syncs"};
 
   // True on success. A failure with the tolerated error is counted; any
   // other stops the program.
@@ -202,23 +204,24 @@ class Worker {
       ++failed_calls_;
       return false;
     }
-    std::fprintf(stderr, "seed %" PRIu64 " thread %d op %d: %s failed: %s (%d)\n", o_.seed,
-                 thread_, op_, what, ErrorName(r), static_cast<int>(r));
+    std::fprintf(stderr, "seed %" PRIu64 " thread %d op %d: %s failed: %s (%d)\n", o_.seed, thread_,
+                 op_, what, ErrorName(r), static_cast<int>(r));
     std::exit(1);
   }
 
   [[noreturn]] void Mismatch(const Buffer& b, size_t offset, uint8_t got, uint8_t want,
                              const char* where) {
     std::fprintf(stderr,
-                 "MISMATCH seed %" PRIu64 " thread %d op %d buffer %d (0x%llx, %zu bytes) "
+                 "MISMATCH seed %" PRIu64
+                 " thread %d op %d buffer %d (0x%llx, %zu bytes) "
                  "offset %zu got 0x%02x want 0x%02x (%s)\n",
                  o_.seed, thread_, op_, b.id, static_cast<unsigned long long>(b.ptr), b.size,
                  offset, got, want, where);
     std::exit(1);
   }
 
-  void Compare(const Buffer& b, size_t offset, const uint8_t* got, const uint8_t* want,
-               size_t n, const char* where) {
+  void Compare(const Buffer& b, size_t offset, const uint8_t* got, const uint8_t* want, size_t n,
+               const char* where) {
     if (std::memcmp(got, want, n) != 0) {
       for (size_t i = 0; i < n; ++i) {
         if (got[i] != want[i]) Mismatch(b, offset + i, got[i], want[i], where);
@@ -536,9 +539,9 @@ class Worker {
     ++count_[kCopy];
     if (how == 2) {
       pinned_busy_ = s;
-      pending_.push_back({s, b[0]->id, b[0]->ptr, b[0]->size, off,
-                          std::vector<uint8_t>(b[0]->model.begin() + off,
-                                               b[0]->model.begin() + off + len)});
+      pending_.push_back(
+          {s, b[0]->id, b[0]->ptr, b[0]->size, off,
+           std::vector<uint8_t>(b[0]->model.begin() + off, b[0]->model.begin() + off + len)});
     } else {
       Compare(*b[0], off, scratch_.data(), &b[0]->model[off], len,
               how == 0 ? "cuMemcpyDtoH" : "cuMemcpyDtoHAsync into pageable memory");
@@ -752,7 +755,7 @@ class Worker {
   std::vector<CUstream> streams_;
   std::vector<CUevent> events_;  // one per stream, re-recorded for each wait
   uint8_t* pinned_ = nullptr;
-  int pinned_busy_ = -1;  // stream whose queued copy uses pinned_, or -1
+  int pinned_busy_ = -1;                   // stream whose queued copy uses pinned_, or -1
   std::vector<PendingHostCheck> pending_;  // at most one: the copy into pinned_
   std::vector<uint8_t> scratch_;
   std::vector<uint8_t> host_src_;  // pageable source of host-to-device copies

@@ -24,8 +24,7 @@ FAKECUDA_KERNEL(gather, const uint32_t* const* xs, uint32_t* y, int count, int64
 }
 
 // ys[k][i] ^= x[i] + a * (k + 1): writes through a table of plain pointers.
-FAKECUDA_KERNEL(scatter, uint32_t* const* ys, const uint32_t* x, uint32_t a, int count,
-                int64_t n) {
+FAKECUDA_KERNEL(scatter, uint32_t* const* ys, const uint32_t* x, uint32_t a, int count, int64_t n) {
   for (int k = 0; k < count; ++k) {
     const uint32_t add = a * static_cast<uint32_t>(k + 1);
     for (int64_t i = 0; i < n; ++i) ys[k][i] ^= x[i] + add;

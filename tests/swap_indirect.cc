@@ -7,14 +7,13 @@
 //   swap_indirect MODULE.so   (under LD_PRELOAD=libstensor.so and a cap of
 //                              two 2 MiB granules plus a little)
 // Prints `value <v>`; exit 0 when v is the value written.
+#include <cuda.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
-#include <cuda.h>
-
 #include "tests/driver_check.h"
-
 
 int main(int argc, char** argv) {
   if (argc != 2) {

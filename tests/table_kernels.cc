@@ -8,8 +8,7 @@
 namespace tables {
 
 // ys[i][j] += a * xs[i][j]: reads through one table, writes through another.
-FAKECUDA_KERNEL(axpy, float* const* ys, const float* const* xs, float a, int n,
-                int count) {
+FAKECUDA_KERNEL(axpy, float* const* ys, const float* const* xs, float a, int n, int count) {
   for (int i = 0; i < count; ++i) {
     for (int j = 0; j < n; ++j) ys[i][j] += a * xs[i][j];
   }

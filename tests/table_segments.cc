@@ -23,6 +23,8 @@
 // `launches <n>`, `seconds <s>` (the steps, from the first upload to the
 // end of the final synchronisation) and `checksum <hex>` (FNV-1a over every
 // segment's final contents, the tables' entries left out) last.
+#include <cuda.h>
+
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -30,8 +32,6 @@
 #include <cstring>
 #include <string>
 #include <vector>
-
-#include <cuda.h>
 
 #include "tests/driver_check.h"
 

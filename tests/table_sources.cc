@@ -22,14 +22,14 @@
 // is cuMemcpyHtoDAsync (htod) or cuMemcpyAsync (unified addressing).
 // Prints `working_set <bytes>` first and `checksum <hex>` (FNV-1a over every
 // buffer's final contents) last.
+#include <cuda.h>
+
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
-
-#include <cuda.h>
 
 #include "tests/driver_check.h"
 
@@ -117,8 +117,8 @@ int main(int argc, char** argv) {
 
   CUstream s = nullptr;
   if (stream_kind != "legacy") {
-    CHECK(cuStreamCreate(&s, stream_kind == "blocking" ? CU_STREAM_DEFAULT
-                                                        : CU_STREAM_NON_BLOCKING));
+    CHECK(
+        cuStreamCreate(&s, stream_kind == "blocking" ? CU_STREAM_DEFAULT : CU_STREAM_NON_BLOCKING));
   }
 
   // The targets, each filled with its index; a small accumulator; the
@@ -151,8 +151,8 @@ int main(int argc, char** argv) {
   Store store;
   store.slot = pinned;
   for (int i = 0; i < kBuffers; ++i) store.targets[i] = b[i];
-  std::printf("working_set %zu\n", kBuffers * kBuf + kAcc * sizeof(float) + 64 +
-                                       kBuffers * sizeof(CUdeviceptr));
+  std::printf("working_set %zu\n",
+              kBuffers * kBuf + kAcc * sizeof(float) + 64 + kBuffers * sizeof(CUdeviceptr));
 
   int n = kFloats, acc_n = kAcc;
   auto read_all = [&] {

@@ -12,6 +12,8 @@
 //   table_train MODULE.so [--steps N] [--last-table pinned|pageable|registered]
 // Prints `working_set <bytes>` first and `checksum <hex>` (FNV-1a over every
 // buffer's final contents) last.
+#include <cuda.h>
+
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -19,18 +21,15 @@
 #include <string>
 #include <vector>
 
-#include <cuda.h>
-
 #include "tests/driver_check.h"
 
 namespace {
 
-
-constexpr size_t kBuf = 2u << 20;                  // one VMM granule
+constexpr size_t kBuf = 2u << 20;  // one VMM granule
 constexpr int kFloats = kBuf / sizeof(float);
 constexpr int kBuffers = 12;
-constexpr int kN = kFloats / 2;                     // elements per table entry
-constexpr int kCount = 3;                           // entries per table
+constexpr int kN = kFloats / 2;  // elements per table entry
+constexpr int kCount = 3;        // entries per table
 
 uint64_t Fnv(uint64_t h, const void* data, size_t n) {
   const auto* p = static_cast<const unsigned char*>(data);
@@ -64,7 +63,9 @@ void Launch(CUfunction f, CUstream s, std::vector<void*> params) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: table_train MODULE.so [--steps N] [--last-table pinned|pageable|registered]\n");
+    std::fprintf(
+        stderr,
+        "usage: table_train MODULE.so [--steps N] [--last-table pinned|pageable|registered]\n");
     return 2;
   }
   int steps = 6;
@@ -131,8 +132,7 @@ int main(int argc, char** argv) {
   CHECK(cuMemHostRegister(registered.data(), 4096, 0));
 
   // Copies a table to the device in the way `how` picks.
-  auto upload = [&](CUdeviceptr dst, const std::vector<CUdeviceptr>& entries, int how,
-                    CUstream s) {
+  auto upload = [&](CUdeviceptr dst, const std::vector<CUdeviceptr>& entries, int how, CUstream s) {
     const size_t bytes = entries.size() * sizeof(CUdeviceptr);
     switch (how % 4) {
       case 0:

@@ -18,6 +18,7 @@
 // 0 is current. Prints `working_set N` (the most bytes live at once, in the
 // units a cap charges: granules from half a granule up, else 4 KiB pages),
 // `checksum HEX` over all data read back, and `ok` when every check held.
+#include <cuda.h>
 #include <dlfcn.h>
 #include <sys/types.h>
 
@@ -27,8 +28,6 @@
 #include <random>
 #include <thread>
 #include <vector>
-
-#include <cuda.h>
 
 #include "tests/driver_check.h"
 
@@ -183,8 +182,7 @@ void Churn(std::mt19937& rng, int steps) {
   std::vector<Tensor> live;
   for (int step = 0; step < steps; ++step) {
     CUstream s = g_streams[rng() % 3];
-    ssize_t size = rng() % 4 == 0 ? 4 * (1 + static_cast<ssize_t>(rng() % 16384))
-                                  : big[rng() % 6];
+    ssize_t size = rng() % 4 == 0 ? 4 * (1 + static_cast<ssize_t>(rng() % 16384)) : big[rng() % 6];
     Tensor t = Alloc(size, s);
     const size_t n = t.model.size();
     Fill(t, 0, n, step * 31 + 5, static_cast<int>(rng() % 2));

@@ -8,14 +8,13 @@
 //                                  of two 2 MiB granules plus a little)
 // Prints `checksum <hex>` over x's final bytes (FNV-1a), identical to the run
 // without stensor when nothing was lost.
+#include <cuda.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <vector>
 
-#include <cuda.h>
-
 #include "tests/driver_check.h"
-
 
 int main(int argc, char** argv) {
   if (argc != 2) {

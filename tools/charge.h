@@ -22,7 +22,7 @@
 namespace stensor {
 
 inline constexpr uint64_t kDefaultGranularity = 2u << 20;  // VMM granule of current GPUs
-inline constexpr uint64_t kPageBytes = 4096;  // plain allocations' unit
+inline constexpr uint64_t kPageBytes = 4096;               // plain allocations' unit
 
 struct AllocationCharge {
   uint64_t bytes = 0;      // against the cap

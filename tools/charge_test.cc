@@ -18,9 +18,9 @@ TEST(ChargeTest, AsTheManagerCharges) {
   };
   for (const Case& c : {
            Case{"device", "cuMemAlloc_v2", 3 * kMiB, 4 * kMiB, true},
-           Case{"device", "cuMemAlloc_v2", kMiB, 2 * kMiB, true},  // half a granule
-           Case{"device", "cuMemAlloc_v2", kMiB - 1, kMiB, false},   // pages
-           Case{"", "cuMemAlloc_v2", kMiB, 2 * kMiB, true},          // kind absent: device
+           Case{"device", "cuMemAlloc_v2", kMiB, 2 * kMiB, true},   // half a granule
+           Case{"device", "cuMemAlloc_v2", kMiB - 1, kMiB, false},  // pages
+           Case{"", "cuMemAlloc_v2", kMiB, 2 * kMiB, true},         // kind absent: device
            Case{"device", "cuMemAllocPitch_v2", 3 * kMiB, 3 * kMiB, false},
            Case{"stream_ordered", "cuMemAllocAsync", kMiB, 2 * kMiB, true},
            Case{"stream_ordered", "cuMemAllocAsync_ptsz", 5 * kMiB, 6 * kMiB, true},

@@ -431,8 +431,8 @@ class Converter {
     const uint64_t id = Uint(r, "id");
     BufferState b;
     b.bytes = Uint(r, "bytes");
-    b.charge = ChargeOf(r.value("kind", std::string()), r.value("api", std::string()), b.bytes)
-                   .bytes;
+    b.charge =
+        ChargeOf(r.value("kind", std::string()), r.value("api", std::string()), b.bytes).bytes;
     b.device = Ordinal(r, "device");
     // An id reused (not done by the library) replaces the old buffer.
     if (BufferState* old = Find(r)) Release(*old);
@@ -594,8 +594,8 @@ absl::StatusOr<ChromeTraceSummary> WriteChromeTrace(std::istream& in, absl::stri
   Converter converter(log_name, options, out);
   ChromeTraceSummary summary;
   // An input of unknown size (a pipe) is reported on as it goes.
-  const bool report = options.progress_every > 0 && (options.input_bytes == 0 ||
-                                                      options.input_bytes > options.progress_every);
+  const bool report = options.progress_every > 0 &&
+                      (options.input_bytes == 0 || options.input_bytes > options.progress_every);
   uint64_t read = 0, next_report = options.progress_every;
   std::string line;
   while (std::getline(in, line)) {

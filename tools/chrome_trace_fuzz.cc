@@ -28,8 +28,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "tests/support/fuzz_target.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/fuzz_target.h"
 #include "tools/chrome_trace.h"
 #include "tools/log_generator.h"
 #include "tools/log_json.h"
@@ -181,7 +181,6 @@ std::vector<std::string> Seeds() {
   return seeds;
 }
 
-
 }  // namespace
 
 const FuzzTarget& Target() {
@@ -198,11 +197,39 @@ const FuzzTarget& Target() {
   static const FuzzTarget* const target = new FuzzTarget{
       "chrome_trace_fuzz",
       Seeds(),
-      {"\n", "{", "}", "[", "]", ",", ":", "\"", "\\u", "1e999", "-0", "18446744073709551615",
-       "\"type\":", "\"header\"", "\"format\":1", "\"alloc\"", "\"free\"", "\"launch\"",
-       "\"memcpy\"", "\"memset\"", "\"swap_in\"", "\"swap_out\"", "\"drop_clean\"",
-       "\"drop_unwritten\"", "\"end\"", "\"id\":", "\"bytes\":", "\"device\":", "\"stream\":",
-       "\"captured\":true", "\"compute_us\":", "\"STENSOR_MEMORY_LIMIT\":", "\"addr\":\"0x"},
+      {"\n",
+       "{",
+       "}",
+       "[",
+       "]",
+       ",",
+       ":",
+       "\"",
+       "\\u",
+       "1e999",
+       "-0",
+       "18446744073709551615",
+       "\"type\":",
+       "\"header\"",
+       "\"format\":1",
+       "\"alloc\"",
+       "\"free\"",
+       "\"launch\"",
+       "\"memcpy\"",
+       "\"memset\"",
+       "\"swap_in\"",
+       "\"swap_out\"",
+       "\"drop_clean\"",
+       "\"drop_unwritten\"",
+       "\"end\"",
+       "\"id\":",
+       "\"bytes\":",
+       "\"device\":",
+       "\"stream\":",
+       "\"captured\":true",
+       "\"compute_us\":",
+       "\"STENSOR_MEMORY_LIMIT\":",
+       "\"addr\":\"0x"},
       8192,
       0,
   };

@@ -22,7 +22,6 @@ constexpr double kMiB = kGlpkCostUnit;
 // GLPK takes about 250 bytes a coefficient: this bound is 250 MiB.
 constexpr size_t kMaxCoefficients = size_t{1} << 20;
 
-
 // The result of schedule `kept`, its bytes counted exactly.
 ExactOptimum FromSchedule(const KeepProblem& problem, const std::vector<bool>& kept) {
   const ScheduleBytes bytes = CountSchedule(problem, kept);
@@ -38,8 +37,7 @@ ExactOptimum FromSchedule(const KeepProblem& problem, const std::vector<bool>& k
 
 }  // namespace
 
-absl::StatusOr<ExactOptimum> ComputeExactOptimum(const Trace& trace,
-                                                 const ExactOptions& options) {
+absl::StatusOr<ExactOptimum> ComputeExactOptimum(const Trace& trace, const ExactOptions& options) {
   absl::StatusOr<KeepProblem> problem = BuildKeepProblem(trace, options.cap);
   if (!problem.ok()) return problem.status();
   return ComputeExactOptimum(*problem, options);
@@ -50,8 +48,8 @@ absl::StatusOr<ExactOptimum> ComputeExactOptimum(const KeepProblem& problem,
   const std::vector<KeepGap>& gaps = problem.gaps;
   const int points = problem.points;
   const OptimumBound* bound = options.bound;
-  const bool bound_fits = bound != nullptr && bound->has_schedule &&
-                          bound->schedule.size() == gaps.size();
+  const bool bound_fits =
+      bound != nullptr && bound->has_schedule && bound->schedule.size() == gaps.size();
   if (bound_fits && bound->proven()) {
     ExactOptimum result = FromSchedule(problem, bound->schedule);
     result.proven = true;
@@ -111,13 +109,14 @@ absl::StatusOr<ExactOptimum> ComputeExactOptimum(const KeepProblem& problem,
     const bool implied = starts[t].empty() && t > 0 && problem.room[t] >= problem.room[t - 1];
     if (implied || covered_units <= problem.room[t]) continue;
     // Gaps that ended leave `covering` here, not at every point.
-    covering.erase(std::remove_if(covering.begin(), covering.end(), [&](int i) { return !open[i]; }),
-                   covering.end());
+    covering.erase(
+        std::remove_if(covering.begin(), covering.end(), [&](int i) { return !open[i]; }),
+        covering.end());
     if (ia.size() + covering.size() + write_back_coefficients > kMaxCoefficients) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the 0-1 program would take more than ", kMaxCoefficients,
-          " coefficients (its capacity rows reach that at operation ", t + 1, " of ", points,
-          "): not attempted"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the 0-1 program would take more than ", kMaxCoefficients,
+                       " coefficients (its capacity rows reach that at operation ", t + 1, " of ",
+                       points, "): not attempted"));
     }
     const int row = add_row(static_cast<double>(problem.room[t]), 0.0, GLP_UP);
     for (int i : covering) {
@@ -154,14 +153,14 @@ absl::StatusOr<ExactOptimum> ComputeExactOptimum(const KeepProblem& problem,
       return fallback;
     }
     if (!found && rc == GLP_ETMLIM) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "no schedule found within the time limit of ", parm.tm_lim / 1000.0,
-          " s (--exact-seconds)"));
+      return absl::DeadlineExceededError(absl::StrCat("no schedule found within the time limit of ",
+                                                      parm.tm_lim / 1000.0,
+                                                      " s (--exact-seconds)"));
     }
     if (!found) {
       return absl::InternalError(
-          absl::StrCat("GLPK could not solve the keep/evict program (glp_intopt ", rc,
-                       ", status ", status, ")"));
+          absl::StrCat("GLPK could not solve the keep/evict program (glp_intopt ", rc, ", status ",
+                       status, ")"));
     }
     proven = rc == 0 && status == GLP_OPT;
     for (int i = 0; i < n; ++i) kept[i] = glp_mip_col_val(lp.get(), i + 1) > 0.5;

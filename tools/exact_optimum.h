@@ -41,8 +41,8 @@ struct ExactOptions {
 struct ExactOptimum {
   uint64_t bytes_moved = 0;  // of the best schedule found
   uint64_t bytes_out = 0, bytes_in = 0;
-  bool proven = false;       // no schedule moves fewer (else: the time limit ended the search)
-  bool by_bound = false;     // the LP bound's whole schedule, proven by the bound: no search
+  bool proven = false;    // no schedule moves fewer (else: the time limit ended the search)
+  bool by_bound = false;  // the LP bound's whole schedule, proven by the bound: no search
   int64_t gaps = 0, rows = 0;
   int64_t kept_gaps = 0;
   std::vector<bool> schedule;  // its keep flag per KeepProblem gap

@@ -20,7 +20,7 @@ absl::StatusOr<KeepProblem> BuildKeepProblem(const Trace& trace, uint64_t cap, b
   struct Life {
     int last_use = -1;
     int last_use_index = -1;  // in `uses`
-    int last_write = -1;  // stretch index of the latest write, -1 before any
+    int last_write = -1;      // stretch index of the latest write, -1 before any
     bool written = false;
   };
   absl::flat_hash_map<uint64_t, Life> lives;
@@ -132,10 +132,10 @@ absl::StatusOr<KeepProblem> BuildKeepProblem(const Trace& trace, uint64_t cap, b
     free_units[t] = free_bytes < 0 ? -1 : free_bytes / static_cast<int64_t>(g);
     room[t] = free_units[t] - mandatory[t];
     if (free_bytes < 0 || (room[t] < 0 && !serving)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the cap of ", cap, " bytes is too small for the operation at log line ",
-          trace.ops[t].line, " alone (", mandatory[t] * static_cast<int64_t>(g),
-          " bytes of buffers it uses, ", plain, " of plain allocations)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("the cap of ", cap, " bytes is too small for the operation at log line ",
+                       trace.ops[t].line, " alone (", mandatory[t] * static_cast<int64_t>(g),
+                       " bytes of buffers it uses, ", plain, " of plain allocations)"));
     }
   }
   KeepProblem problem;
@@ -168,12 +168,12 @@ ScheduleBytes CountSchedule(const KeepProblem& problem, const std::vector<bool>&
   return bytes;
 }
 
-ServeScheduleBytes CountServeSchedule(const KeepProblem& problem,
-                                      const std::vector<bool>& resident,
+ServeScheduleBytes CountServeSchedule(const KeepProblem& problem, const std::vector<bool>& resident,
                                       const std::vector<bool>& kept) {
   ServeScheduleBytes bytes;
-  auto is_resident = [&](int u) { return u < 0 || (static_cast<size_t>(u) < resident.size() &&
-                                                   resident[u]); };
+  auto is_resident = [&](int u) {
+    return u < 0 || (static_cast<size_t>(u) < resident.size() && resident[u]);
+  };
   std::vector<char> link_in_kept(problem.uses.size(), 0);
   std::vector<char> written_back(problem.stretch_bytes.size(), 0);
   for (size_t l = 0; l < problem.links.size(); ++l) {

@@ -45,9 +45,9 @@ struct KeepGap {
 // One use of a swappable buffer: its allocation or an operation reaching it.
 struct KeepUse {
   int point = 0;
-  int64_t units = 0;     // charge in granules
-  uint64_t bytes = 0;    // the buffer's size
-  int64_t swap_in = 0;   // copied in when resident here but not kept since its last use
+  int64_t units = 0;        // charge in granules
+  uint64_t bytes = 0;       // the buffer's size
+  int64_t swap_in = 0;      // copied in when resident here but not kept since its last use
   bool allocation = false;  // born here: served, it costs nothing
 };
 
@@ -101,8 +101,7 @@ struct ServeScheduleBytes {
   int64_t served_uses = 0, kept_links = 0;
   uint64_t moved() const { return out + in + served; }
 };
-ServeScheduleBytes CountServeSchedule(const KeepProblem& problem,
-                                      const std::vector<bool>& resident,
+ServeScheduleBytes CountServeSchedule(const KeepProblem& problem, const std::vector<bool>& resident,
                                       const std::vector<bool>& kept);
 
 }  // namespace stensor

@@ -48,10 +48,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "tests/support/fuzz_target.h"
 #include "core/base/json.h"
 #include "nlohmann/json.hpp"
 #include "policy/eviction_policy.h"
+#include "tests/support/fuzz_target.h"
 #include "tools/log_generator.h"
 #include "tools/log_json.h"
 #include "tools/optimum.h"
@@ -64,8 +64,8 @@ namespace {
 void Require(bool condition, absl::string_view what, absl::string_view detail) {
   if (condition) return;
   const size_t shown = std::min<size_t>(detail.size(), 800);
-  std::fprintf(stderr, "log_fuzz: %.*s\n  %.*s\n", static_cast<int>(what.size()),
-               what.data(), static_cast<int>(shown), detail.data());
+  std::fprintf(stderr, "log_fuzz: %.*s\n  %.*s\n", static_cast<int>(what.size()), what.data(),
+               static_cast<int>(shown), detail.data());
   std::abort();
 }
 
@@ -77,7 +77,11 @@ std::string AsLogged(absl::string_view name) {
   size_t i = 0;
   while (i < name.size()) {
     const unsigned char c = name[i];
-    const size_t length = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    const size_t length = c < 0x80         ? 1
+                          : (c >> 5) == 6  ? 2
+                          : (c >> 4) == 14 ? 3
+                          : (c >> 3) == 30 ? 4
+                                           : 0;
     uint32_t cp = length == 1 ? c : length == 2 ? c & 0x1f : length == 3 ? c & 0x0f : c & 0x07;
     bool ok = length > 0 && i + length <= name.size();
     for (size_t k = 1; ok && k < length; ++k) {
@@ -116,8 +120,12 @@ void Print(const Json& v, std::string* out) {
     case Json::value_t::binary:  // never from text
       out->append("null");
       break;
-    case Json::value_t::boolean: out->append(v.get<bool>() ? "true" : "false"); break;
-    case Json::value_t::number_unsigned: absl::StrAppend(out, v.get<uint64_t>()); break;
+    case Json::value_t::boolean:
+      out->append(v.get<bool>() ? "true" : "false");
+      break;
+    case Json::value_t::number_unsigned:
+      absl::StrAppend(out, v.get<uint64_t>());
+      break;
     case Json::value_t::number_integer: {
       // Only a literal with a minus sign is signed: 0 was "-0".
       const int64_t i = v.get<int64_t>();
@@ -134,7 +142,9 @@ void Print(const Json& v, std::string* out) {
       }
       break;
     }
-    case Json::value_t::string: AppendJsonString(out, v.get_ref<const std::string&>()); break;
+    case Json::value_t::string:
+      AppendJsonString(out, v.get_ref<const std::string&>());
+      break;
     case Json::value_t::array: {
       out->push_back('[');
       bool first = true;
@@ -167,11 +177,15 @@ void Print(const Json& v, std::string* out) {
 bool Same(const Json& a, const Json& b) {
   if (a.type() != b.type()) return false;
   switch (a.type()) {
-    case Json::value_t::boolean: return a.get<bool>() == b.get<bool>();
-    case Json::value_t::number_unsigned: return a.get<uint64_t>() == b.get<uint64_t>();
-    case Json::value_t::number_integer: return a.get<int64_t>() == b.get<int64_t>();
+    case Json::value_t::boolean:
+      return a.get<bool>() == b.get<bool>();
+    case Json::value_t::number_unsigned:
+      return a.get<uint64_t>() == b.get<uint64_t>();
+    case Json::value_t::number_integer:
+      return a.get<int64_t>() == b.get<int64_t>();
     // %.17g round-trips every double.
-    case Json::value_t::number_float: return a.get<double>() == b.get<double>();
+    case Json::value_t::number_float:
+      return a.get<double>() == b.get<double>();
     case Json::value_t::string:
       return AsLogged(a.get_ref<const std::string&>()) == b.get_ref<const std::string&>();
     case Json::value_t::array: {
@@ -190,7 +204,8 @@ bool Same(const Json& a, const Json& b) {
       }
       return true;
     }
-    default: return true;
+    default:
+      return true;
   }
 }
 
@@ -236,9 +251,8 @@ void CheckTrace(absl::string_view text, uint64_t granularity) {
     const absl::string_view m = trace.status().message();
     Require(OneLine(m), "a log error is not one line", m);
     uint64_t line = 0;
-    Require(absl::StartsWith(m, "line ") &&
-                absl::SimpleAtoi(m.substr(5, m.find(':') - 5), &line) && line >= 1 &&
-                line <= lines,
+    Require(absl::StartsWith(m, "line ") && absl::SimpleAtoi(m.substr(5, m.find(':') - 5), &line) &&
+                line >= 1 && line <= lines,
             "a log error does not name a line of the log", m);
     return;
   }
@@ -290,15 +304,14 @@ void CheckTraceOf(const Trace& t, size_t lines) {
               "an overwrite that is not a write", where);
     }
     if (op.kind == TraceOp::Kind::kHostRead) {
-      Require(op.ids.size() == 1 && op.ids[0] == op.buffer &&
-                  t.buffers.at(op.buffer).swappable,
+      Require(op.ids.size() == 1 && op.ids[0] == op.buffer && t.buffers.at(op.buffer).swappable,
               "a host read not of one swappable buffer", where);
     }
   }
   Require(allocs == t.buffers.size(), "buffers without an allocation", "");
-  Require(launches == t.launches && unknown == t.unknown_launches &&
-              t.unknown_launches <= t.launches,
-          "launch counts", "");
+  Require(
+      launches == t.launches && unknown == t.unknown_launches && t.unknown_launches <= t.launches,
+      "launch counts", "");
   Require(peak == t.working_set, "the working set is not the peak of the live charges",
           absl::StrCat(peak, " vs ", t.working_set));
 }
@@ -347,9 +360,13 @@ void CheckWrittenLog(absl::string_view data) {
         const Live b{next_id++, next_addr, bytes};
         next_addr += (bytes / kGranule + 2) * kGranule;
         live.push_back(b);
-        r.Str("type", "alloc").Str("api", "cuMemAlloc_v2").Uint("id", b.id)
-            .Str("addr", absl::StrCat("0x", absl::Hex(b.addr))).Uint("bytes", b.bytes)
-            .Uint("device", 0).Str("kind", "device");
+        r.Str("type", "alloc")
+            .Str("api", "cuMemAlloc_v2")
+            .Uint("id", b.id)
+            .Str("addr", absl::StrCat("0x", absl::Hex(b.addr)))
+            .Uint("bytes", b.bytes)
+            .Uint("device", 0)
+            .Str("kind", "device");
         e.kind = TraceOp::Kind::kAlloc;
         e.buffer = b.id;
         break;
@@ -357,7 +374,9 @@ void CheckWrittenLog(absl::string_view data) {
       case 2: {  // a free
         if (live.empty()) continue;
         const size_t i = in.Next() % live.size();
-        r.Str("type", "free").Str("api", "cuMemFree_v2").Uint("id", live[i].id)
+        r.Str("type", "free")
+            .Str("api", "cuMemFree_v2")
+            .Uint("id", live[i].id)
             .Str("addr", absl::StrCat("0x", absl::Hex(live[i].addr)))
             .Uint("bytes", live[i].bytes);
         e.kind = TraceOp::Kind::kFree;
@@ -377,10 +396,17 @@ void CheckWrittenLog(absl::string_view data) {
         const std::string kernel(in.Take(in.Next() % 24));
         kernels.push_back(kernel);
         const bool inferred = (op & 0x40) == 0;
-        r.Str("type", "launch").Str("api", "cuLaunchKernel").Str("kernel", kernel)
-            .Str("stream", "legacy").Raw("grid", "[1,1,1]").Raw("block", "[32,1,1]")
-            .Uints("reads", reads).Uints("writes", writes).Bool("inferred", inferred)
-            .Raw("tables", "[]").Bool("unknown_tables", false);
+        r.Str("type", "launch")
+            .Str("api", "cuLaunchKernel")
+            .Str("kernel", kernel)
+            .Str("stream", "legacy")
+            .Raw("grid", "[1,1,1]")
+            .Raw("block", "[32,1,1]")
+            .Uints("reads", reads)
+            .Uints("writes", writes)
+            .Bool("inferred", inferred)
+            .Raw("tables", "[]")
+            .Bool("unknown_tables", false);
         e.kind = inferred ? TraceOp::Kind::kAccess : TraceOp::Kind::kUnknown;
         e.launch = true;
         e.ids = reads;
@@ -393,9 +419,13 @@ void CheckWrittenLog(absl::string_view data) {
         const bool whole = in.Next() & 1;
         const uint64_t bytes = whole ? b.bytes : (b.bytes + 1) / 2;
         const bool really_whole = bytes == b.bytes;
-        r.Str("type", "memset").Str("api", "cuMemsetD8_v2").Uint("bytes", bytes)
-            .Str("dst", absl::StrCat("0x", absl::Hex(b.addr))).Uints("writes", {b.id})
-            .Str("stream", "legacy").Bool("async", false);
+        r.Str("type", "memset")
+            .Str("api", "cuMemsetD8_v2")
+            .Uint("bytes", bytes)
+            .Str("dst", absl::StrCat("0x", absl::Hex(b.addr)))
+            .Uints("writes", {b.id})
+            .Str("stream", "legacy")
+            .Bool("async", false);
         e.kind = TraceOp::Kind::kAccess;
         e.ids = {b.id};
         e.writes = {b.id};
@@ -405,10 +435,16 @@ void CheckWrittenLog(absl::string_view data) {
       default: {  // a synchronous host-to-device copy of all of a buffer
         if (live.empty()) continue;
         const Live& b = live[in.Next() % live.size()];
-        r.Str("type", "memcpy").Str("api", "cuMemcpyHtoD_v2").Str("kind", "HtoD")
-            .Uint("bytes", b.bytes).Str("dst", absl::StrCat("0x", absl::Hex(b.addr)))
-            .Str("src", "0x7ffd00000000").Uints("reads", {}).Uints("writes", {b.id})
-            .Str("stream", "legacy").Bool("async", false);
+        r.Str("type", "memcpy")
+            .Str("api", "cuMemcpyHtoD_v2")
+            .Str("kind", "HtoD")
+            .Uint("bytes", b.bytes)
+            .Str("dst", absl::StrCat("0x", absl::Hex(b.addr)))
+            .Str("src", "0x7ffd00000000")
+            .Uints("reads", {})
+            .Uints("writes", {b.id})
+            .Str("stream", "legacy")
+            .Bool("async", false);
         e.kind = TraceOp::Kind::kAccess;
         e.ids = {b.id};
         e.writes = {b.id};
@@ -479,8 +515,7 @@ void CheckScale(absl::string_view data) {
     }
   }
   // Wide: the launch needs every buffer at once.
-  const uint64_t percent =
-      log.spec.shape == GeneratedLog::Shape::kWide ? 100 : 30 + log.knob % 71;
+  const uint64_t percent = log.spec.shape == GeneratedLog::Shape::kWide ? 100 : 30 + log.knob % 71;
   OptimumOptions options;
   options.cap = trace->working_set / 100 * percent;
   options.rounds = 1;
@@ -555,16 +590,16 @@ std::vector<std::string> Seeds() {
 {"type":"alloc","id":2,"bytes":9223372036854775808}
 {"type":"alloc","id":3,"bytes":4096})");
   seeds.push_back(R"({"type":"header","format":2})");
-  seeds.push_back(R"([1e999,-1e999,-0,0.1,1.5e-300,"\ud83d\ude00\u0000\/",{"a":[[[]]]},null,true])");
+  seeds.push_back(
+      R"([1e999,-1e999,-0,0.1,1.5e-300,"\ud83d\ude00\u0000\/",{"a":[[[]]]},null,true])");
   seeds.push_back(std::string(200, '[') + std::string(200, ']'));
   // Bytes for the written log: allocs, launches, memsets, copies, frees.
-  seeds.push_back(std::string("\x00\x01\x10\x02\x03\x07\x01\x00\x05kern\"\\\n\x04\x01\x01\x05\x00\x02\x00",
-                              24));
+  seeds.push_back(std::string(
+      "\x00\x01\x10\x02\x03\x07\x01\x00\x05kern\"\\\n\x04\x01\x01\x05\x00\x02\x00", 24));
   return seeds;
 }
 
 }  // namespace
-
 
 const FuzzTarget& Target() {
 #ifdef STENSOR_FUZZ_SCALE
@@ -585,12 +620,42 @@ const FuzzTarget& Target() {
   static const FuzzTarget* const target = new FuzzTarget{
       "log_fuzz",
       Seeds(),
-      {"\n", "{", "}", "[", "]", ",", ":", "\"", "\\u", "\\ud800", "\\udc00", "1e999", "-0",
-       "18446744073709551615", "18446744073709551616", "4611686018427387904",
-       "9223372036854775808", "\"type\":", "\"alloc\"", "\"free\"", "\"launch\"", "\"memcpy\"",
-       "\"memset\"", "\"header\"", "\"id\":", "\"bytes\":", "\"reads\":[", "\"writes\":[",
-       "\"kind\":\"DtoH\"", "\"async\":false", "\"inferred\":false", "\"format\":",
-       "\"addr\":\"0x", "\"dst\":\"0x", "\"api\":\"cuMemAlloc_v2\"", "\"kind\":\"app_vmm\""},
+      {"\n",
+       "{",
+       "}",
+       "[",
+       "]",
+       ",",
+       ":",
+       "\"",
+       "\\u",
+       "\\ud800",
+       "\\udc00",
+       "1e999",
+       "-0",
+       "18446744073709551615",
+       "18446744073709551616",
+       "4611686018427387904",
+       "9223372036854775808",
+       "\"type\":",
+       "\"alloc\"",
+       "\"free\"",
+       "\"launch\"",
+       "\"memcpy\"",
+       "\"memset\"",
+       "\"header\"",
+       "\"id\":",
+       "\"bytes\":",
+       "\"reads\":[",
+       "\"writes\":[",
+       "\"kind\":\"DtoH\"",
+       "\"async\":false",
+       "\"inferred\":false",
+       "\"format\":",
+       "\"addr\":\"0x",
+       "\"dst\":\"0x",
+       "\"api\":\"cuMemAlloc_v2\"",
+       "\"kind\":\"app_vmm\""},
       8192,
       0,
   };

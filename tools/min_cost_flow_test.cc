@@ -108,8 +108,8 @@ Instance RandomDag(std::mt19937& rng) {
   for (int i = 0; i < arcs; ++i) {
     int from = rng() % (in.nodes - 1);
     int to = from + 1 + rng() % (in.nodes - 1 - from);
-    in.arcs.push_back({from, to, static_cast<int64_t>(rng() % 3),
-                       static_cast<int64_t>(rng() % 11) - 5});
+    in.arcs.push_back(
+        {from, to, static_cast<int64_t>(rng() % 3), static_cast<int64_t>(rng() % 11) - 5});
   }
   in.supply.assign(in.nodes, 0);
   const int64_t units = rng() % 3;

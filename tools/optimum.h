@@ -18,7 +18,6 @@
 #define STENSOR_TOOLS_OPTIMUM_H_
 
 #include <cstdint>
-
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -29,7 +28,7 @@ namespace stensor {
 
 struct OptimumOptions {
   uint64_t cap = 0;  // unused when given the KeepProblem
-  int rounds = 8;  // Lagrangian rounds (each one min-cost flow); more tighten slowly
+  int rounds = 8;    // Lagrangian rounds (each one min-cost flow); more tighten slowly
 };
 
 struct OptimumBound {
@@ -51,8 +50,7 @@ struct OptimumBound {
 };
 
 // FailedPrecondition when some operation alone cannot fit under the cap.
-absl::StatusOr<OptimumBound> ComputeOptimumBound(const Trace& trace,
-                                                 const OptimumOptions& options);
+absl::StatusOr<OptimumBound> ComputeOptimumBound(const Trace& trace, const OptimumOptions& options);
 // The same over a problem built already.
 absl::StatusOr<OptimumBound> ComputeOptimumBound(const KeepProblem& problem,
                                                  const OptimumOptions& options);

@@ -12,8 +12,8 @@
 #include "tools/exact_optimum.h"
 #include "tools/replay.h"
 #include "tools/test_log.h"
-#include "tools/trace_lives_testing.h"
 #include "tools/trace.h"
+#include "tools/trace_lives_testing.h"
 
 namespace stensor {
 namespace {
@@ -144,9 +144,8 @@ BruteResult BruteForce(const Trace& trace, uint64_t cap) {
       size_t next_use = 0;
       for (int t = l.alloc; t < l.end; ++t) {
         const bool r = res[i][t];
-        const Event* use = next_use < l.uses.size() && l.uses[next_use].t == t
-                               ? &l.uses[next_use++]
-                               : nullptr;
+        const Event* use =
+            next_use < l.uses.size() && l.uses[next_use].t == t ? &l.uses[next_use++] : nullptr;
         if (prev && !r && dirty) {  // evicted: a dirty copy is written back
           bytes += l.b->bytes;
           dirty = false;
@@ -255,8 +254,9 @@ TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomTraces) {
     // No policy beats the optimum of its rules, even knowing the future.
     for (int which = 0; which < 7; ++which) {
       const bool lru = which % 3 == 0;
-      std::unique_ptr<EvictionPolicy> policy =
-          lru ? MakeLruPolicy() : which % 3 == 1 ? MakeVersionPolicy() : MakeBeladyPolicy();
+      std::unique_ptr<EvictionPolicy> policy = lru              ? MakeLruPolicy()
+                                               : which % 3 == 1 ? MakeVersionPolicy()
+                                                                : MakeBeladyPolicy();
       ReplayOptions replay;
       replay.cap = cap;
       replay.policy = policy.get();

@@ -52,8 +52,7 @@ struct EvictionOrders {
 
 class Simulator {
  public:
-  Simulator(const Trace& trace, const ReplayOptions& options)
-      : trace_(trace), options_(options) {
+  Simulator(const Trace& trace, const ReplayOptions& options) : trace_(trace), options_(options) {
     result_.cap = options.cap;
     // bytes / (GB/s) in microseconds.
     us_per_byte_ = 1.0 / (options.bandwidth_gbps * 1e3);
@@ -66,23 +65,29 @@ class Simulator {
     const double bytes_per_second = options_.bandwidth_gbps * 1e9;
     planning.bandwidth = Bandwidth{bytes_per_second, bytes_per_second};
     planning.prefetch = options_.prefetch;
-    absl::StatusOr<std::unique_ptr<IterationPlanner>> planner =
-        IterationPlanner::Create(planning);
+    absl::StatusOr<std::unique_ptr<IterationPlanner>> planner = IterationPlanner::Create(planning);
     if (!planner.ok()) return planner.status();
     planner_ = std::move(*planner);
     for (op_ = 0; op_ < trace_.ops.size(); ++op_) {
       const TraceOp& op = trace_.ops[op_];
       ready_ = now_;
       room_ready_ = now_;
-      const double compute =
-          op.launch ? op.compute_us.value_or(options_.kernel_us) : 0.0;
+      const double compute = op.launch ? op.compute_us.value_or(options_.kernel_us) : 0.0;
       compute_us_ = compute;
       absl::Status s = absl::OkStatus();
       switch (op.kind) {
-        case TraceOp::Kind::kAlloc: s = Alloc(op); break;
-        case TraceOp::Kind::kFree: Free(op); break;
-        case TraceOp::Kind::kHostRead: s = HostRead(op); break;
-        case TraceOp::Kind::kAccess: s = Access(op); break;
+        case TraceOp::Kind::kAlloc:
+          s = Alloc(op);
+          break;
+        case TraceOp::Kind::kFree:
+          Free(op);
+          break;
+        case TraceOp::Kind::kHostRead:
+          s = HostRead(op);
+          break;
+        case TraceOp::Kind::kAccess:
+          s = Access(op);
+          break;
         case TraceOp::Kind::kUnknown:
           s = Access(op);
           if (s.ok()) MarkAllWritten();
@@ -120,10 +125,10 @@ class Simulator {
   }
 
   absl::Status OutOfMemory(uint64_t need) const {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "out of memory at log line ", trace_.ops[op_].line, ": ", need,
-        " bytes more do not fit under the cap of ", options_.cap, " bytes (", used_,
-        " in use, nothing left to evict)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("out of memory at log line ", trace_.ops[op_].line, ": ", need,
+                     " bytes more do not fit under the cap of ", options_.cap, " bytes (", used_,
+                     " in use, nothing left to evict)"));
   }
 
   bool Droppable(const SimBuffer& b) const {
@@ -518,7 +523,7 @@ class Simulator {
   const Trace& trace_;
   const ReplayOptions& options_;
   std::unique_ptr<IterationPlanner> planner_;
-  double compute_us_ = 0;  // of the operation being replayed
+  double compute_us_ = 0;       // of the operation being replayed
   bool spend_fetched_ = false;  // MakeRoom may take fetched, unused buffers
   absl::flat_hash_map<uint64_t, SimBuffer> state_;
   absl::flat_hash_map<uint64_t, double> fetched_;  // prefetched: copy done at
@@ -537,9 +542,9 @@ class Simulator {
   std::vector<uint64_t> next_after_;
   uint64_t noted_time_ = 0;
   bool noted_profiling_ = false;
-  double now_ = 0;         // the compute stream
-  double ready_ = 0;       // when the current operation's inputs are there
-  double room_ready_ = 0;  // when the memory freed for it is free
+  double now_ = 0;                      // the compute stream
+  double ready_ = 0;                    // when the current operation's inputs are there
+  double room_ready_ = 0;               // when the memory freed for it is free
   double h2d_free_ = 0, d2h_free_ = 0;  // the copy engines
 };
 

@@ -52,8 +52,8 @@
 namespace stensor {
 
 struct ReplayOptions {
-  uint64_t cap = 0;                         // bytes
-  const EvictionPolicy* policy = nullptr;   // required
+  uint64_t cap = 0;                        // bytes
+  const EvictionPolicy* policy = nullptr;  // required
   // Version control (clean drops, never-written moves): every policy but lru.
   bool version_rules = true;
   // Host-located VMM (the default on the fake and current GPUs): swapped-out
@@ -78,15 +78,15 @@ struct ReplayResult {
   uint64_t swap_outs = 0, bytes_out = 0;  // device -> host copies
   uint64_t clean_drops = 0, bytes_dropped = 0;
   uint64_t never_written_drops = 0, bytes_never_written = 0;
-  uint64_t swap_ins = 0, bytes_in = 0;    // host -> device copies
-  uint64_t swap_ins_without_copy = 0;     // overwritten whole
+  uint64_t swap_ins = 0, bytes_in = 0;  // host -> device copies
+  uint64_t swap_ins_without_copy = 0;   // overwritten whole
   uint64_t swap_ins_never_written = 0;
-  uint64_t on_demand_swap_ins = 0;        // copied in for the operation at hand
-  uint64_t prefetches = 0;                // swap-ins issued by the planner
-  uint64_t planned_evictions = 0;         // swap-outs the planner asked for
-  uint64_t fetches_wasted = 0;            // prefetched, evicted before use
-  uint64_t iteration_period = 0;          // operations per detected iteration (the
-                                          // profile in use for the most of them)
+  uint64_t on_demand_swap_ins = 0;  // copied in for the operation at hand
+  uint64_t prefetches = 0;          // swap-ins issued by the planner
+  uint64_t planned_evictions = 0;   // swap-outs the planner asked for
+  uint64_t fetches_wasted = 0;      // prefetched, evicted before use
+  uint64_t iteration_period = 0;    // operations per detected iteration (the
+                                    // profile in use for the most of them)
   uint64_t reads_served_from_host = 0;
   // Served from host memory (host_vmm): one per buffer and operation that
   // reached it there (serve_host), with their bytes; buffers born in host

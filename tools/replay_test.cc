@@ -20,8 +20,9 @@ absl::StatusOr<ReplayResult> Sim(const std::string& log, uint64_t cap, bool lru 
                                  bool host_vmm = true) {
   absl::StatusOr<Trace> trace = ParseTrace(log);
   if (!trace.ok()) return trace.status();
-  std::unique_ptr<EvictionPolicy> policy =
-      lru ? MakeLruPolicy() : belady ? MakeBeladyPolicy() : MakeVersionPolicy();
+  std::unique_ptr<EvictionPolicy> policy = lru      ? MakeLruPolicy()
+                                           : belady ? MakeBeladyPolicy()
+                                                    : MakeVersionPolicy();
   ReplayOptions options;
   options.cap = cap;
   options.policy = policy.get();
@@ -210,8 +211,7 @@ TEST(ReplayTest, OutOfMemoryNamesTheLine) {
   absl::StatusOr<ReplayResult> r =
       Sim(log.Text(), 3 * kMiB, false, 16, false, false, false, /*host_vmm=*/false);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(std::string(r.status().message()).find("log line 4"), std::string::npos)
-      << r.status();
+  EXPECT_NE(std::string(r.status().message()).find("log line 4"), std::string::npos) << r.status();
 }
 
 // With it, as the library does (MemoryManager::PrepareOnce): the buffer that

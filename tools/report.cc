@@ -451,19 +451,18 @@ std::string Html(const RunSummary& r, const std::vector<const KernelSummary*>& k
   }
   double waited = 0;
   for (const auto& [what, w] : r.swap_waits) waited += w.second;
-  absl::StrAppend(&h, "<p class=\"headline\">",
-                  Escape(peaks.empty() ? "No device memory allocated" : peaks), ". Moved ",
-                  Escape(Bytes(r.swap_out.bytes + r.swap_in_copy.bytes)), " (",
-                  Escape(Bytes(r.swap_out.bytes)), " out, ", Escape(Bytes(r.swap_in_copy.bytes)),
-                  " in); ", r.drop_clean.records + r.drop_unwritten.records,
-                  " evictions needed no copy; the host waited ", absl::StrFormat("%.3f s", waited),
-                  " for swaps",
-                  r.served_from_host.records + r.born_on_host.records == 0
-                      ? ""
-                      : absl::StrCat("; ", r.buffers_served, " buffers served from host memory (",
-                                     Escape(Bytes(r.served_from_host.bytes)),
-                                     " reached over the link)"),
-                  ".</p>\n");
+  absl::StrAppend(
+      &h, "<p class=\"headline\">", Escape(peaks.empty() ? "No device memory allocated" : peaks),
+      ". Moved ", Escape(Bytes(r.swap_out.bytes + r.swap_in_copy.bytes)), " (",
+      Escape(Bytes(r.swap_out.bytes)), " out, ", Escape(Bytes(r.swap_in_copy.bytes)), " in); ",
+      r.drop_clean.records + r.drop_unwritten.records,
+      " evictions needed no copy; the host waited ", absl::StrFormat("%.3f s", waited),
+      " for swaps",
+      r.served_from_host.records + r.born_on_host.records == 0
+          ? ""
+          : absl::StrCat("; ", r.buffers_served, " buffers served from host memory (",
+                         Escape(Bytes(r.served_from_host.bytes)), " reached over the link)"),
+      ".</p>\n");
   // The plot.
   absl::StrAppend(&h,
                   "<h2>Resident bytes and swap traffic</h2>\n<p class=\"note\">Device memory "

@@ -160,7 +160,6 @@ std::vector<std::string> Seeds() {
   return seeds;
 }
 
-
 }  // namespace
 
 namespace fuzz {

@@ -38,12 +38,9 @@ struct ValueFlag {
 };
 
 constexpr ValueFlag kValueFlags[] = {
-    {"--limit", "STENSOR_MEMORY_LIMIT", "SIZE"},
-    {"--host-limit", "STENSOR_HOST_LIMIT", "SIZE"},
-    {"--policy", "STENSOR_POLICY", "P"},
-    {"--prefetch", "STENSOR_PREFETCH", "on|off"},
-    {"--log", "STENSOR_ACCESS_LOG", "PATH"},
-    {"--verify", "STENSOR_VERIFY", "MODE"},
+    {"--limit", "STENSOR_MEMORY_LIMIT", "SIZE"}, {"--host-limit", "STENSOR_HOST_LIMIT", "SIZE"},
+    {"--policy", "STENSOR_POLICY", "P"},         {"--prefetch", "STENSOR_PREFETCH", "on|off"},
+    {"--log", "STENSOR_ACCESS_LOG", "PATH"},     {"--verify", "STENSOR_VERIFY", "MODE"},
 };
 
 // --stats takes no value and sets this to "1".
@@ -129,9 +126,7 @@ std::string WithoutPrefix(absl::string_view message) {
 }
 
 // The name of a NAME=value entry.
-absl::string_view NameOf(absl::string_view entry) {
-  return entry.substr(0, entry.find('='));
-}
+absl::string_view NameOf(absl::string_view entry) { return entry.substr(0, entry.find('=')); }
 
 // The variables of `environment` (NAME=value entries) by name, each with
 // the value getenv would find (its first entry).
@@ -311,8 +306,7 @@ int Spawn(const std::vector<std::string>& command, const std::vector<std::string
   }
 
   if (exec_error != 0) {
-    err << "stensor run: cannot run '" << command[0] << "': " << std::strerror(exec_error)
-        << "\n";
+    err << "stensor run: cannot run '" << command[0] << "': " << std::strerror(exec_error) << "\n";
     return exec_error == ENOENT ? kNotFound : kCannotExecute;
   }
   return ExitStatusOf(status);
@@ -338,20 +332,20 @@ std::string RunHelp() {
     const OptionInfo* option = FindOption(flag.variable);
     std::string description = absl::StrCat("Sets ", flag.variable, ".");
     if (option != nullptr) {
-      absl::StrAppend(&description, " ", option->help, " Accepts ", option->accepted_forms,
-                      ". Default: ",
-                      option->default_value.empty() ? "unset" : option->default_value, ".");
+      absl::StrAppend(
+          &description, " ", option->help, " Accepts ", option->accepted_forms,
+          ". Default: ", option->default_value.empty() ? "unset" : option->default_value, ".");
     }
     help += FlagHelp(absl::StrCat(flag.flag, " ", flag.value_name), description);
   }
   help += FlagHelp(kStatsFlag, absl::StrCat("Sets ", kStatsVariable,
                                             "=1: swap and memory statistics on stderr when "
                                             "CMD exits."));
-  help += FlagHelp(
-      absl::StrCat(kLibraryFlag, " PATH"),
-      absl::StrCat("The ", kLibraryName, " to preload. Default: the one beside stensor, ",
-                   "../interpose/", kLibraryName, " (bazel-bin) or ./", kLibraryName,
-                   " (a bundle), relative to the directory of the stensor binary."));
+  help +=
+      FlagHelp(absl::StrCat(kLibraryFlag, " PATH"),
+               absl::StrCat("The ", kLibraryName, " to preload. Default: the one beside stensor, ",
+                            "../interpose/", kLibraryName, " (bazel-bin) or ./", kLibraryName,
+                            " (a bundle), relative to the directory of the stensor binary."));
   help += FlagHelp("-h, --help", "Prints this help.");
   help += absl::StrCat(
       "\nexit status:\n",
@@ -414,10 +408,9 @@ absl::StatusOr<RunFlags> ParseRunFlags(const std::vector<std::string>& args) {
       return absl::InvalidArgumentError(
           absl::StrCat("stensor run: ", name, " needs a value, not an empty one"));
     }
-    const bool first =
-        value_flag != nullptr
-            ? flags.settings.emplace(value_flag->variable, *value).second
-            : !std::exchange(library_given, true);
+    const bool first = value_flag != nullptr
+                           ? flags.settings.emplace(value_flag->variable, *value).second
+                           : !std::exchange(library_given, true);
     if (!first) {
       return absl::InvalidArgumentError(absl::StrCat("stensor run: ", name, " given twice"));
     }
@@ -432,7 +425,8 @@ absl::StatusOr<RunFlags> ParseRunFlags(const std::vector<std::string>& args) {
 
 std::string PreloadWith(absl::string_view existing, absl::string_view library) {
   const std::string ours(library);
-  for (absl::string_view entry : absl::StrSplit(existing, absl::ByAnyChar(": "), absl::SkipEmpty())) {
+  for (absl::string_view entry :
+       absl::StrSplit(existing, absl::ByAnyChar(": "), absl::SkipEmpty())) {
     if (SameFile(std::string(entry), ours)) return std::string(existing);
   }
   if (absl::StripAsciiWhitespace(existing).empty()) return ours;
@@ -445,8 +439,8 @@ absl::StatusOr<std::string> FindLibrary(absl::string_view override_path,
     const std::string path(override_path);
     struct stat st;
     if (stat(path.c_str(), &st) != 0) {
-      return absl::NotFoundError(absl::StrCat("stensor run: ", kLibraryFlag, " ", path, ": ",
-                                              std::strerror(errno)));
+      return absl::NotFoundError(
+          absl::StrCat("stensor run: ", kLibraryFlag, " ", path, ": ", std::strerror(errno)));
     }
     if (!S_ISREG(st.st_mode)) {
       return absl::NotFoundError(
@@ -471,14 +465,13 @@ absl::StatusOr<std::string> FindLibrary(absl::string_view override_path,
 }
 
 absl::StatusOr<std::vector<std::string>> CommandEnvironment(
-    const RunFlags& flags, const std::vector<std::string>& environment,
-    absl::string_view library) {
+    const RunFlags& flags, const std::vector<std::string>& environment, absl::string_view library) {
   // Each flag alone first, so that its error names the flag.
   for (const auto& [variable, value] : flags.settings) {
     const std::vector<std::string> alone = {absl::StrCat(variable, "=", value)};
     if (absl::Status status = CheckValues(alone); !status.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "stensor run: ", FlagFor(variable), ": ", WithoutPrefix(status.message())));
+      return absl::InvalidArgumentError(
+          absl::StrCat("stensor run: ", FlagFor(variable), ": ", WithoutPrefix(status.message())));
     }
   }
 
@@ -493,8 +486,9 @@ absl::StatusOr<std::vector<std::string>> CommandEnvironment(
   for (const auto& [variable, value] : flags.settings) {
     result.push_back(absl::StrCat(variable, "=", value));
   }
-  result.push_back(absl::StrCat(kPreloadVariable, "=",
-                                PreloadWith(preload != inherited.end() ? preload->second : "", library)));
+  result.push_back(
+      absl::StrCat(kPreloadVariable, "=",
+                   PreloadWith(preload != inherited.end() ? preload->second : "", library)));
 
   // Then everything the command starts with.
   if (absl::Status status = CheckNames(result); !status.ok()) {
@@ -502,8 +496,8 @@ absl::StatusOr<std::vector<std::string>> CommandEnvironment(
         absl::StrCat("stensor run: ", WithoutPrefix(status.message())));
   }
   if (absl::Status status = CheckValues(result); !status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("stensor run: from the environment: ",
-                                                   WithoutPrefix(status.message())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("stensor run: from the environment: ", WithoutPrefix(status.message())));
   }
   return result;
 }

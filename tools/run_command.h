@@ -65,8 +65,7 @@ absl::StatusOr<std::string> FindLibrary(absl::string_view override_path,
 // variables and the file named by STENSOR_CONFIG included) would stop the
 // library at start.
 absl::StatusOr<std::vector<std::string>> CommandEnvironment(
-    const RunFlags& flags, const std::vector<std::string>& environment,
-    absl::string_view library);
+    const RunFlags& flags, const std::vector<std::string>& environment, absl::string_view library);
 
 // A status from waitpid as a shell reports it: the exit code, or 128+N for
 // a process ended by signal N.

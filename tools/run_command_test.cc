@@ -41,17 +41,17 @@ std::string TempDir(const std::string& name) {
 void Touch(const std::string& path) { std::ofstream(path) << "x"; }
 
 TEST(RunCommandTest, FlagsBecomeTheLibrarysVariables) {
-  absl::StatusOr<RunFlags> flags = ParseRunFlags(
-      {"--limit", "40%", "--host-limit=8GiB", "--policy", "lru", "--prefetch", "off", "--log",
-       "/tmp/a.%p.jsonl", "--stats", "--verify", "hash", "--library", "/x/libstensor.so", "--",
-       "train", "--limit", "3"});
+  absl::StatusOr<RunFlags> flags =
+      ParseRunFlags({"--limit", "40%", "--host-limit=8GiB", "--policy", "lru", "--prefetch", "off",
+                     "--log", "/tmp/a.%p.jsonl", "--stats", "--verify", "hash", "--library",
+                     "/x/libstensor.so", "--", "train", "--limit", "3"});
   ASSERT_TRUE(flags.ok()) << flags.status();
-  EXPECT_THAT(flags->settings,
-              UnorderedElementsAre(Pair("STENSOR_MEMORY_LIMIT", "40%"),
-                                   Pair("STENSOR_HOST_LIMIT", "8GiB"),
-                                   Pair("STENSOR_POLICY", "lru"), Pair("STENSOR_PREFETCH", "off"),
-                                   Pair("STENSOR_ACCESS_LOG", "/tmp/a.%p.jsonl"),
-                                   Pair("STENSOR_STATS", "1"), Pair("STENSOR_VERIFY", "hash")));
+  EXPECT_THAT(
+      flags->settings,
+      UnorderedElementsAre(Pair("STENSOR_MEMORY_LIMIT", "40%"), Pair("STENSOR_HOST_LIMIT", "8GiB"),
+                           Pair("STENSOR_POLICY", "lru"), Pair("STENSOR_PREFETCH", "off"),
+                           Pair("STENSOR_ACCESS_LOG", "/tmp/a.%p.jsonl"),
+                           Pair("STENSOR_STATS", "1"), Pair("STENSOR_VERIFY", "hash")));
   EXPECT_EQ(flags->library, "/x/libstensor.so");
   EXPECT_FALSE(flags->help);
   // The command's own flags are its own.
@@ -134,25 +134,25 @@ TEST(RunCommandTest, ValuesAreCheckedByTheLibrarysParser) {
   }
 
   // Every form the library accepts passes.
-  flags = *ParseRunFlags({"--limit", "0=8GiB,1=37.5%", "--host-limit", "64g", "--policy",
-                          "BELADY", "--prefetch", "yes", "--verify", "copy", "--log",
-                          "/tmp/a.%r.%p.jsonl", "true"});
+  flags = *ParseRunFlags({"--limit", "0=8GiB,1=37.5%", "--host-limit", "64g", "--policy", "BELADY",
+                          "--prefetch", "yes", "--verify", "copy", "--log", "/tmp/a.%r.%p.jsonl",
+                          "true"});
   EXPECT_TRUE(CommandEnvironment(flags, {}, "/l.so").ok());
 }
 
 TEST(RunCommandTest, TheEnvironmentHasTheSettingsAndThePreload) {
   RunFlags flags = *ParseRunFlags({"--limit", "40%", "--stats", "true"});
-  absl::StatusOr<std::vector<std::string>> env = CommandEnvironment(
-      flags,
-      {"PATH=/bin", "STENSOR_MEMORY_LIMIT=1G", "STENSOR_POLICY=lru", "LD_PRELOAD=/a.so",
-       "STENSOR_MEMORY_LIMIT=2G"},
-      "/lib/libstensor.so");
+  absl::StatusOr<std::vector<std::string>> env =
+      CommandEnvironment(flags,
+                         {"PATH=/bin", "STENSOR_MEMORY_LIMIT=1G", "STENSOR_POLICY=lru",
+                          "LD_PRELOAD=/a.so", "STENSOR_MEMORY_LIMIT=2G"},
+                         "/lib/libstensor.so");
   ASSERT_TRUE(env.ok()) << env.status();
   // Inherited variables stay, those the flags set are replaced (every entry
   // of them), ours are added.
-  EXPECT_THAT(*env, UnorderedElementsAre("PATH=/bin", "STENSOR_POLICY=lru",
-                                         "STENSOR_MEMORY_LIMIT=40%", "STENSOR_STATS=1",
-                                         "LD_PRELOAD=/a.so:/lib/libstensor.so"));
+  EXPECT_THAT(*env,
+              UnorderedElementsAre("PATH=/bin", "STENSOR_POLICY=lru", "STENSOR_MEMORY_LIMIT=40%",
+                                   "STENSOR_STATS=1", "LD_PRELOAD=/a.so:/lib/libstensor.so"));
 }
 
 TEST(RunCommandTest, InheritedSettingsAreCheckedToo) {
@@ -245,12 +245,26 @@ TEST(RunCommandTest, ExitStatusIsTheShells) {
 
 TEST(RunCommandTest, HelpNamesEveryFlagAndVariable) {
   const std::string help = RunHelp();
-  for (const char* text :
-       {"usage: stensor run", "--limit SIZE", "--host-limit SIZE", "--policy P",
-        "--prefetch on|off", "--log PATH", "--stats", "--verify MODE", "--library PATH",
-        "--help", "STENSOR_MEMORY_LIMIT", "STENSOR_HOST_LIMIT", "STENSOR_POLICY",
-        "STENSOR_PREFETCH", "STENSOR_ACCESS_LOG", "STENSOR_STATS", "STENSOR_VERIFY",
-        "lru, version or belady", "exit status", "128+N"}) {
+  for (const char* text : {"usage: stensor run",
+                           "--limit SIZE",
+                           "--host-limit SIZE",
+                           "--policy P",
+                           "--prefetch on|off",
+                           "--log PATH",
+                           "--stats",
+                           "--verify MODE",
+                           "--library PATH",
+                           "--help",
+                           "STENSOR_MEMORY_LIMIT",
+                           "STENSOR_HOST_LIMIT",
+                           "STENSOR_POLICY",
+                           "STENSOR_PREFETCH",
+                           "STENSOR_ACCESS_LOG",
+                           "STENSOR_STATS",
+                           "STENSOR_VERIFY",
+                           "lru, version or belady",
+                           "exit status",
+                           "128+N"}) {
     EXPECT_THAT(help, HasSubstr(text));
   }
   for (absl::string_view line : absl::StrSplit(help, '\n')) {

@@ -120,7 +120,6 @@ constexpr uint64_t kMaxBytes = uint64_t{1} << 60;
 // brings them stays in bounded memory).
 constexpr size_t kMaxPendingBirths = 4096;
 
-
 class Reader {
  public:
   Reader(std::string log, const SummaryOptions& options)

@@ -86,10 +86,12 @@ TEST(RunSummaryTest, ResidentBytesAreChargesMovedBySwapRecords) {
 TEST(RunSummaryTest, ServingFromHostIsCountedAndBornOnHostIsNotResident) {
   const std::string log =
       Header("0=8MiB") + Alloc(1, 6 * kMiB) +
-      R"({"type":"alloc_host","bytes":10485760,"device":0,"cap":8388608})" "\n" +
+      R"({"type":"alloc_host","bytes":10485760,"device":0,"cap":8388608})"
+      "\n" +
       Alloc(2, 10 * kMiB) + Swap("serve_host", 2, 10 * kMiB) + Launch("k()", 2) +
       Swap("swap_out", 1, 6 * kMiB) + Swap("serve_host", 1, 6 * kMiB) +
-      R"({"type":"serve_host","id":2,"bytes":10485760,"device":0,"by_choice":true})" "\n" +
+      R"({"type":"serve_host","id":2,"bytes":10485760,"device":0,"by_choice":true})"
+      "\n" +
       Launch("k()", 1) + Swap("swap_in", 1, 6 * kMiB) + Free(1) + Free(2) + kEnd;
   absl::StatusOr<RunSummary> s = Summarize(log);
   ASSERT_TRUE(s.ok()) << s.status();
@@ -103,7 +105,8 @@ TEST(RunSummaryTest, ServingFromHostIsCountedAndBornOnHostIsNotResident) {
   EXPECT_EQ(s->devices[0].resident, 0u);
   EXPECT_EQ(s->inconsistent, 0u);
   const std::string html = ReportHtml(*s, 10);
-  EXPECT_THAT(html, HasSubstr("2 buffers served from host memory (26.0 MiB reached over the link)"));
+  EXPECT_THAT(html,
+              HasSubstr("2 buffers served from host memory (26.0 MiB reached over the link)"));
   EXPECT_THAT(html, HasSubstr("serve_host"));
   EXPECT_THAT(html, HasSubstr("served by choice"));
   EXPECT_THAT(html, HasSubstr("alloc_host"));

@@ -23,7 +23,6 @@ constexpr double kMiB = kGlpkCostUnit;
 // 250 bytes each) and search are out of reach.
 constexpr size_t kMaxCoefficients = size_t{1} << 21;
 
-
 // A schedule: residency per use, keep per link.
 struct Schedule {
   std::vector<bool> resident, kept;
@@ -94,8 +93,7 @@ absl::StatusOr<ServingOptimum> ComputeServingOptimum(const KeepProblem& problem,
 
   // The starting schedule: every use served, or the whole-buffer one given.
   Schedule start{std::vector<bool>(uses, false), std::vector<bool>(links, false)};
-  if (options.whole_schedule != nullptr &&
-      options.whole_schedule->size() == problem.gaps.size()) {
+  if (options.whole_schedule != nullptr && options.whole_schedule->size() == problem.gaps.size()) {
     Schedule whole{std::vector<bool>(uses, true), std::vector<bool>(links, true)};
     for (int l = 0; l < links; ++l) {
       const int gap = problem.links[l].gap;
@@ -211,10 +209,10 @@ absl::StatusOr<ServingOptimum> ComputeServingOptimum(const KeepProblem& problem,
         std::remove_if(covering.begin(), covering.end(), [&](int i) { return !open[i]; }),
         covering.end());
     if (ia.size() + covering.size() + at[t].size() > kMaxCoefficients) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the 0-1 program with serving would take more than ", kMaxCoefficients,
-          " coefficients (its capacity rows reach that at operation ", t + 1, " of ", points,
-          "): not attempted"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the 0-1 program with serving would take more than ", kMaxCoefficients,
+                       " coefficients (its capacity rows reach that at operation ", t + 1, " of ",
+                       points, "): not attempted"));
     }
     const int row = add_row(GLP_UP, 0.0, static_cast<double>(problem.free_units[t]));
     for (int i : covering) put(row, k_col(gap_link[i]), static_cast<double>(problem.gaps[i].units));
@@ -264,9 +262,9 @@ absl::StatusOr<ServingOptimum> ComputeServingOptimum(const KeepProblem& problem,
   const int status = glp_mip_status(lp.get());
   const bool found = (rc == 0 || rc == GLP_ETMLIM) && (status == GLP_OPT || status == GLP_FEAS);
   if (!found && rc != GLP_ETMLIM) {
-    return absl::InternalError(absl::StrCat(
-        "GLPK could not solve the 0-1 program with serving (glp_intopt ", rc, ", status ",
-        status, ")"));
+    return absl::InternalError(
+        absl::StrCat("GLPK could not solve the 0-1 program with serving (glp_intopt ", rc,
+                     ", status ", status, ")"));
   }
   const int64_t rows = result.rows;
   if (found) {

@@ -13,8 +13,8 @@
 #include "tools/keep_problem.h"
 #include "tools/replay.h"
 #include "tools/test_log.h"
-#include "tools/trace_lives_testing.h"
 #include "tools/trace.h"
+#include "tools/trace_lives_testing.h"
 
 namespace stensor {
 namespace {
@@ -92,8 +92,8 @@ TEST(ServingOptimumTest, AllResidentCountsAsTheWholeBufferSchedule) {
   std::vector<uint64_t> ids = {log.Alloc(2 * kMiB), log.Alloc(4 * kMiB), log.Alloc(2 * kMiB)};
   for (uint64_t id : ids) log.Launch({}, {id});
   for (int round = 0; round < 3; ++round) {
-    for (uint64_t id : ids) log.Launch({id}, round == 1 ? std::vector<uint64_t>{id}
-                                                        : std::vector<uint64_t>{});
+    for (uint64_t id : ids)
+      log.Launch({id}, round == 1 ? std::vector<uint64_t>{id} : std::vector<uint64_t>{});
   }
   log.Free(ids[0]);
   absl::StatusOr<Trace> trace = ParseTrace(log.Text());
@@ -211,7 +211,8 @@ TEST(ServingOptimumTest, MatchesBruteForceOnRandomTraces) {
     absl::StatusOr<ServingOptimum> served = ComputeServingOptimum(*trace, options);
     if (!brute.feasible) {
       EXPECT_EQ(served.status().code(), absl::StatusCode::kFailedPrecondition)
-          << "trial " << trial << "\n" << log.Text();
+          << "trial " << trial << "\n"
+          << log.Text();
       continue;
     }
     ASSERT_TRUE(served.ok()) << "trial " << trial << ": " << served.status();

@@ -14,9 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "tools/exact_optimum.h"
-#include "tools/serving_optimum.h"
 #include "tools/keep_problem.h"
 #include "tools/optimum.h"
+#include "tools/serving_optimum.h"
 
 namespace stensor {
 namespace {
@@ -76,10 +76,14 @@ absl::StatusOr<uint64_t> ParseBytes(absl::string_view text) {
   std::string s = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
   uint64_t unit = 1;
   for (const auto& [suffix, mult] :
-       std::vector<std::pair<std::string, uint64_t>>{{"kib", 1ull << 10}, {"mib", 1ull << 20},
-                                                     {"gib", 1ull << 30}, {"k", 1ull << 10},
-                                                     {"m", 1ull << 20}, {"g", 1ull << 30}}) {
-    if (s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0) {
+       std::vector<std::pair<std::string, uint64_t>>{{"kib", 1ull << 10},
+                                                     {"mib", 1ull << 20},
+                                                     {"gib", 1ull << 30},
+                                                     {"k", 1ull << 10},
+                                                     {"m", 1ull << 20},
+                                                     {"g", 1ull << 30}}) {
+    if (s.size() > suffix.size() &&
+        s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0) {
       unit = mult;
       s.resize(s.size() - suffix.size());
       break;
@@ -220,8 +224,8 @@ absl::StatusOr<ReplayResult> RunOne(const Trace& trace, const SimFlags& flags, u
 }
 
 void PrintResult(const ReplayResult& r, std::ostream& out) {
-  out << absl::StrFormat("device->host        %12u bytes (%.1f MiB) in %u swap-outs\n",
-                         r.bytes_out, MiB(r.bytes_out), r.swap_outs);
+  out << absl::StrFormat("device->host        %12u bytes (%.1f MiB) in %u swap-outs\n", r.bytes_out,
+                         MiB(r.bytes_out), r.swap_outs);
   out << absl::StrFormat("host->device        %12u bytes (%.1f MiB) in %u swap-ins on demand\n",
                          r.bytes_in, MiB(r.bytes_in), r.on_demand_swap_ins);
   out << absl::StrFormat("moved               %12u bytes (%.1f MiB)\n", r.bytes_moved(),
@@ -230,8 +234,7 @@ void PrintResult(const ReplayResult& r, std::ostream& out) {
                          MiB(r.bytes_dropped));
   out << absl::StrFormat("never-written drops %12u (%.1f MiB, no copy)\n", r.never_written_drops,
                          MiB(r.bytes_never_written));
-  out << absl::StrFormat("swap-ins, no copy   %12u (overwritten whole)\n",
-                         r.swap_ins_without_copy);
+  out << absl::StrFormat("swap-ins, no copy   %12u (overwritten whole)\n", r.swap_ins_without_copy);
   out << absl::StrFormat("swap-ins, never written %8u (no copy)\n", r.swap_ins_never_written);
   out << absl::StrFormat("prefetches          %12u (%u evicted before use; %u planned evictions)\n",
                          r.prefetches, r.fetches_wasted, r.planned_evictions);
@@ -249,9 +252,10 @@ void PrintResult(const ReplayResult& r, std::ostream& out) {
   out << absl::StrFormat("compute             %12.3f ms (modelled)\n", r.compute_us / 1e3);
   out << absl::StrFormat("stall               %12.3f ms (compute stream waiting for swaps)\n",
                          r.stall_us / 1e3);
-  out << absl::StrFormat("serving             %12.3f ms (operations reading served bytes over "
-                         "the link)\n",
-                         r.serve_us / 1e3);
+  out << absl::StrFormat(
+      "serving             %12.3f ms (operations reading served bytes over "
+      "the link)\n",
+      r.serve_us / 1e3);
 }
 
 // The exact optimum's line: proven, a schedule found within the time limit,
@@ -275,8 +279,7 @@ void PrintExact(const std::optional<absl::StatusOr<ExactOptimum>>& exact, std::o
 
 // The optimum with serving's line: bytes copied each way and served, and
 // how far it is proven.
-void PrintServing(const std::optional<absl::StatusOr<ServingOptimum>>& serving,
-                  std::ostream& out) {
+void PrintServing(const std::optional<absl::StatusOr<ServingOptimum>>& serving, std::ostream& out) {
   if (!serving) return;
   if (!serving->ok()) {
     out << "serving: not computed: " << serving->status().message() << "\n";
@@ -290,8 +293,7 @@ void PrintServing(const std::optional<absl::StatusOr<ServingOptimum>>& serving,
                : "not proven within the time limit; a schedule with serving moving",
       s.moved(), MiB(s.moved()), MiB(s.bytes_out), MiB(s.bytes_in), MiB(s.bytes_served),
       s.served_uses, s.uses,
-      s.proven ? "" : absl::StrFormat(", no schedule below %.1f MiB", MiB(s.lower_bound)),
-      s.rows);
+      s.proven ? "" : absl::StrFormat(", no schedule below %.1f MiB", MiB(s.lower_bound)), s.rows);
 }
 
 // The offline optimum: the LP bound and, when asked for, the exact one,
@@ -369,8 +371,8 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
     return 2;
   }
   out << absl::StrFormat(
-      "log                 %s: %u operations, %u launches (%u of unknown accesses)\n",
-      flags->log, trace->ops.size(), trace->launches, trace->unknown_launches);
+      "log                 %s: %u operations, %u launches (%u of unknown accesses)\n", flags->log,
+      trace->ops.size(), trace->launches, trace->unknown_launches);
   out << absl::StrFormat("working set         %12u bytes (%.1f MiB, peak of live charges)\n",
                          trace->working_set, MiB(trace->working_set));
   out << absl::StrFormat("cap                 %12u bytes (%.1f MiB, %.1f%% of the working set)\n",
@@ -383,15 +385,17 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
   const std::optional<absl::StatusOr<ExactOptimum>>& exact = optima.exact;
   // Ratios are to the exact optimum when it was proven, else to the bound.
   const bool exact_proven = exact && exact->ok() && (*exact)->proven;
-  const uint64_t reference = exact_proven ? (*exact)->bytes_moved
-                                          : optimum.ok() ? optimum->bytes_moved : 0;
+  const uint64_t reference = exact_proven   ? (*exact)->bytes_moved
+                             : optimum.ok() ? optimum->bytes_moved
+                                            : 0;
   // With serving: moved and served bytes against its optimum when proven,
   // else its lower bound.
   const std::optional<absl::StatusOr<ServingOptimum>>& serving = optima.serving;
   const bool serving_ok = serving && serving->ok();
   const bool serving_proven = serving_ok && (*serving)->proven;
-  const uint64_t serving_reference =
-      !serving_ok ? 0 : serving_proven ? (*serving)->moved() : (*serving)->lower_bound;
+  const uint64_t serving_reference = !serving_ok      ? 0
+                                     : serving_proven ? (*serving)->moved()
+                                                      : (*serving)->lower_bound;
   auto serving_ratio = [&](const ReplayResult& r) -> std::string {
     if (!serving_ok) return "-";
     const uint64_t with = r.bytes_moved() + r.bytes_served;
@@ -400,8 +404,7 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
   };
 
   if (!flags->compare) {
-    absl::StatusOr<ReplayResult> r =
-        RunOne(*trace, *flags, *cap, flags->policy, flags->prefetch);
+    absl::StatusOr<ReplayResult> r = RunOne(*trace, *flags, *cap, flags->policy, flags->prefetch);
     if (!r.ok()) {
       err << "stensor sim: " << r.status().message() << "\n";
       return 1;
@@ -427,8 +430,7 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
     if (serving_ok) {
       out << absl::StrFormat(
           "x serving optimum   %12s (this run's moved and served bytes against the %s)\n",
-          serving_ratio(*r),
-          serving_proven ? "optimum with serving" : "lower bound with serving");
+          serving_ratio(*r), serving_proven ? "optimum with serving" : "lower bound with serving");
     }
     return 0;
   }
@@ -458,10 +460,9 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
     } else if (optimum.ok()) {
       ratio = r.bytes_moved() == 0 ? "1.00" : "inf";
     }
-    out << absl::StrFormat("%10.1f %10.1f %10.1f %10s %10.3f %10u %10.1f %10s\n",
-                           MiB(r.bytes_out), MiB(r.bytes_in), MiB(r.bytes_moved()), ratio,
-                           r.stall_us / 1e3, r.on_demand_swap_ins, MiB(r.bytes_served),
-                           serving_ratio(r));
+    out << absl::StrFormat("%10.1f %10.1f %10.1f %10s %10.3f %10u %10.1f %10s\n", MiB(r.bytes_out),
+                           MiB(r.bytes_in), MiB(r.bytes_moved()), ratio, r.stall_us / 1e3,
+                           r.on_demand_swap_ins, MiB(r.bytes_served), serving_ratio(r));
   }
   if (exact_proven) {
     const ExactOptimum& e = **exact;
@@ -469,14 +470,13 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
                            MiB(e.bytes_out), MiB(e.bytes_in), MiB(e.bytes_moved), "1.00", "-");
   }
   if (optimum.ok()) {
-    out << absl::StrFormat("%-8s %-8s %10.1f %10.1f %10.1f %10s %10s\n", "LP bound", "-",
-                           MiB(optimum->bytes_out), MiB(optimum->bytes_in),
-                           MiB(optimum->bytes_moved),
-                           reference > 0 ? absl::StrFormat("%.2f", static_cast<double>(
-                                                                       optimum->bytes_moved) /
-                                                                       reference)
-                                         : "-",
-                           "-");
+    out << absl::StrFormat(
+        "%-8s %-8s %10.1f %10.1f %10.1f %10s %10s\n", "LP bound", "-", MiB(optimum->bytes_out),
+        MiB(optimum->bytes_in), MiB(optimum->bytes_moved),
+        reference > 0
+            ? absl::StrFormat("%.2f", static_cast<double>(optimum->bytes_moved) / reference)
+            : "-",
+        "-");
     out << absl::StrFormat(
         "LP bound: a lower bound (LP relaxation by min-cost flow, fractional keeps): no policy "
         "under these swap rules moves fewer than %u bytes; %d gaps over %d points, %d rounds\n",
@@ -487,10 +487,9 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
   PrintExact(exact, out);
   if (serving_ok) {
     const ServingOptimum& o = **serving;
-    out << absl::StrFormat("%-8s %-8s %10.1f %10.1f %10.1f %10s %10s %10s %10.1f %10s\n",
-                           "serving", "-", MiB(o.bytes_out), MiB(o.bytes_in),
-                           MiB(o.bytes_out + o.bytes_in), "-", "-", "-", MiB(o.bytes_served),
-                           serving_proven ? "1.00" : "-");
+    out << absl::StrFormat("%-8s %-8s %10.1f %10.1f %10.1f %10s %10s %10s %10.1f %10s\n", "serving",
+                           "-", MiB(o.bytes_out), MiB(o.bytes_in), MiB(o.bytes_out + o.bytes_in),
+                           "-", "-", "-", MiB(o.bytes_served), serving_proven ? "1.00" : "-");
   }
   PrintServing(serving, out);
   return 0;

@@ -79,9 +79,9 @@ TEST(SimCommandTest, CompareTableHasEveryRowAndTheBound) {
   std::ostringstream out, err;
   ASSERT_EQ(RunSim({path, "--limit", "50%", "--compare"}, out, err), 0) << err.str();
   const std::string text = out.str();
-  for (const char* row : {"lru      off", "lru      on", "version  off", "version  on",
-                          "belady   off", "belady   on", "oracle   off", "exact    -", "LP bound -",
-                          "the optimum moves"}) {
+  for (const char* row :
+       {"lru      off", "lru      on", "version  off", "version  on", "belady   off", "belady   on",
+        "oracle   off", "exact    -", "LP bound -", "the optimum moves"}) {
     EXPECT_NE(text.find(row), std::string::npos) << row << " missing in\n" << text;
   }
   std::ostringstream out2, err2;

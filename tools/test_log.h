@@ -64,8 +64,8 @@ class TestLog {
   // A synchronous cuMemcpyDtoH of 4 bytes from `id` into host memory.
   void ReadToHost(uint64_t id) {
     Add(absl::StrCat(R"({"type":"memcpy","api":"cuMemcpyDtoH_v2","kind":"DtoH","bytes":4,)",
-                     R"("dst":"0x7ffd00000000","src":"0x)", absl::Hex(addr_[id]),
-                     R"(","reads":[)", id, R"(],"writes":[],"stream":"legacy","async":false})"));
+                     R"("dst":"0x7ffd00000000","src":"0x)", absl::Hex(addr_[id]), R"(","reads":[)",
+                     id, R"(],"writes":[],"stream":"legacy","async":false})"));
   }
   // A synchronous cuMemcpyHtoD of all of `id`.
   void WriteFromHost(uint64_t id) {
@@ -83,14 +83,20 @@ class TestLog {
     for (int i = 0; i < ops; ++i) {
       const uint64_t x = live[rng() % live.size()];
       switch (rng() % 5) {
-        case 0: Memset(x); break;
-        case 1: Launch({x}, {x}); break;
+        case 0:
+          Memset(x);
+          break;
+        case 1:
+          Launch({x}, {x});
+          break;
         case 2: {
           const uint64_t y = live[rng() % live.size()];
           Launch({x, y}, {y});
           break;
         }
-        default: Launch({x}, {}); break;
+        default:
+          Launch({x}, {});
+          break;
       }
     }
   }
@@ -100,8 +106,9 @@ class TestLog {
  private:
   void Add(const std::string& line) {
     if (text_.empty()) {
-      text_ = R"({"type":"header","format":1,"pid":1,"devices":[],"config":{"STENSOR_POLICY":"version"}})"
-              "\n";
+      text_ =
+          R"({"type":"header","format":1,"pid":1,"devices":[],"config":{"STENSOR_POLICY":"version"}})"
+          "\n";
     }
     absl::StrAppend(&text_, line, "\n");
   }

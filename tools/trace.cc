@@ -235,8 +235,8 @@ class Reader {
  private:
   absl::Status Header(const Json& r, size_t line) {
     if (std::optional<uint64_t> format = Uint(r, "format"); format && *format != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "line ", line, ": access log format ", *format, " is not supported (only 1)"));
+      return absl::InvalidArgumentError(absl::StrCat("line ", line, ": access log format ", *format,
+                                                     " is not supported (only 1)"));
     }
     if (const Json* config = Find(r, "config")) {
       trace_.logged_policy = std::string(StringOr(*config, "STENSOR_POLICY", ""));
@@ -301,8 +301,8 @@ class Reader {
           absl::StrCat("line ", line, ": free of buffer ", *id, " never allocated"));
     }
     if (freed_.count(*id)) {
-      return absl::InvalidArgumentError(absl::StrCat("line ", line, ": buffer ", *id,
-                                                     " freed twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", line, ": buffer ", *id, " freed twice"));
     }
     freed_.insert(*id);
     live_ -= it->second.charge;
@@ -368,8 +368,8 @@ class Reader {
     const std::vector<uint64_t>& writes = writes_.ids();
     absl::string_view api = StringOr(r, "api", "");
     // 2D/3D copies are rows of a region: never "whole", never served.
-    const bool linear = api.find("2D") == absl::string_view::npos &&
-                        api.find("3D") == absl::string_view::npos;
+    const bool linear =
+        api.find("2D") == absl::string_view::npos && api.find("3D") == absl::string_view::npos;
     const uint64_t bytes = Uint(r, "bytes").value_or(0);
     TraceOp op;
     op.line = line;

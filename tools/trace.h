@@ -15,16 +15,15 @@
 #include <map>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "tools/charge.h"
 
 namespace stensor {
-
 
 struct TraceBuffer {
   uint64_t id = 0;
@@ -32,18 +31,18 @@ struct TraceBuffer {
   uint64_t bytes = 0;   // as the program asked
   uint64_t charge = 0;  // against the cap: granules, or pages when plain
   bool swappable = false;
-  bool small = false;   // AllocationCharge::small (tools/charge.h)
+  bool small = false;  // AllocationCharge::small (tools/charge.h)
 };
 
 struct TraceOp {
   enum class Kind {
-    kAlloc,    // `buffer` allocated (charged)
-    kFree,     // `buffer` released
-    kAccess,   // a launch, copy or memset: `ids` made resident, `writes` written
-    kUnknown,  // a launch of unknown accesses: `ids` made resident, then every
-               // buffer counts as written (MarkAllWritten)
-    kHostRead, // a synchronous device-to-host copy from swappable `buffer`:
-               // served from its host copy while swapped out, else an access
+    kAlloc,     // `buffer` allocated (charged)
+    kFree,      // `buffer` released
+    kAccess,    // a launch, copy or memset: `ids` made resident, `writes` written
+    kUnknown,   // a launch of unknown accesses: `ids` made resident, then every
+                // buffer counts as written (MarkAllWritten)
+    kHostRead,  // a synchronous device-to-host copy from swappable `buffer`:
+                // served from its host copy while swapped out, else an access
   };
   Kind kind = Kind::kAccess;
   uint64_t buffer = 0;
@@ -53,14 +52,14 @@ struct TraceOp {
   // Buffers the operation writes whole (a memset or linear copy of the
   // whole buffer): a swapped-out one comes back without a copy.
   std::vector<uint64_t> overwritten;
-  bool launch = false;            // a kernel (takes compute time)
-  bool graph = false;             // of them, a graph launch (its nodes read)
+  bool launch = false;  // a kernel (takes compute time)
+  bool graph = false;   // of them, a graph launch (its nodes read)
   // What the iteration detector sees of the operation: the kernel and its
   // launch shape (or the copy's or memset's kind and size), never buffer
   // ids, which change for per-step temporaries. 0 for allocations and frees.
   uint64_t key = 0;
   std::optional<double> compute_us;  // the record's own compute time, if any
-  size_t line = 0;  // in the log, for messages
+  size_t line = 0;                   // in the log, for messages
 };
 
 // Which buffers an operation writes, asked id by id: a scan of `writes` when

@@ -38,17 +38,14 @@ constexpr size_t kMaxQuotedBytes = 200;
 // Parsers return OK, or InvalidArgument whose message is the specific reason
 // (e.g. "device 0 is listed twice"), or empty when the accepted forms say
 // all there is to say.
-absl::Status Invalid(absl::string_view reason = "") {
-  return absl::InvalidArgumentError(reason);
-}
+absl::Status Invalid(absl::string_view reason = "") { return absl::InvalidArgumentError(reason); }
 
 // `value` quoted and C-escaped, so that any bytes print as one line.
 std::string Quote(absl::string_view value) {
   if (value.size() <= kMaxQuotedBytes) {
     return absl::StrCat("\"", absl::CEscape(value), "\"");
   }
-  return absl::StrCat("\"", absl::CEscape(value.substr(0, kMaxQuotedBytes)),
-                      "\"...");
+  return absl::StrCat("\"", absl::CEscape(value.substr(0, kMaxQuotedBytes)), "\"...");
 }
 
 // " (from FILE:LINE)" for a value read from the config file, else "".
@@ -68,8 +65,7 @@ struct Keyword {
 
 // Matches `text` case-insensitively against `keywords`.
 template <typename T, size_t N>
-absl::Status ParseKeyword(absl::string_view text,
-                          const Keyword<T> (&keywords)[N], T* out) {
+absl::Status ParseKeyword(absl::string_view text, const Keyword<T> (&keywords)[N], T* out) {
   for (const Keyword<T>& keyword : keywords) {
     if (absl::EqualsIgnoreCase(text, keyword.text)) {
       *out = keyword.value;
@@ -102,9 +98,8 @@ constexpr Keyword<EvictionPolicyKind> kPolicies[] = {
 };
 
 constexpr Keyword<LogLevel> kLogLevels[] = {
-    {"trace", LogLevel::kTrace}, {"debug", LogLevel::kDebug},
-    {"info", LogLevel::kInfo},   {"warn", LogLevel::kWarn},
-    {"error", LogLevel::kError}, {"critical", LogLevel::kCritical},
+    {"trace", LogLevel::kTrace}, {"debug", LogLevel::kDebug}, {"info", LogLevel::kInfo},
+    {"warn", LogLevel::kWarn},   {"error", LogLevel::kError}, {"critical", LogLevel::kCritical},
     {"off", LogLevel::kOff},
 };
 
@@ -115,9 +110,8 @@ constexpr Keyword<WriteInference> kWriteInferences[] = {
 
 // `off` also in its boolean spellings, as the option was once a boolean.
 constexpr Keyword<VerifyMode> kVerifyModes[] = {
-    {"off", VerifyMode::kOff},   {"copy", VerifyMode::kCopy},
-    {"hash", VerifyMode::kHash}, {"0", VerifyMode::kOff},
-    {"false", VerifyMode::kOff}, {"no", VerifyMode::kOff},
+    {"off", VerifyMode::kOff}, {"copy", VerifyMode::kCopy}, {"hash", VerifyMode::kHash},
+    {"0", VerifyMode::kOff},   {"false", VerifyMode::kOff}, {"no", VerifyMode::kOff},
 };
 
 // Every size unit is a power of 1024, whatever its spelling: `8GB` in a
@@ -172,8 +166,7 @@ absl::Status ParseSize(absl::string_view text, uint64_t* bytes) {
     return overflow ? Invalid("too large for 64 bits") : Invalid();
   }
   uint64_t unit = 0;
-  if (!ParseKeyword(absl::StripLeadingAsciiWhitespace(text), kSizeUnits, &unit)
-           .ok()) {
+  if (!ParseKeyword(absl::StripLeadingAsciiWhitespace(text), kSizeUnits, &unit).ok()) {
     return Invalid();
   }
   if (number > UINT64_MAX / unit) return Invalid("too large for 64 bits");
@@ -197,8 +190,7 @@ absl::Status ParseGigabytesPerSecond(absl::string_view text, uint64_t* mbps) {
   constexpr uint64_t kMaxGBps = 100000;  // far above any link
   if (absl::StartsWith(text, "-")) return Invalid("must not be negative");
   absl::string_view number = absl::StripTrailingAsciiWhitespace(text);
-  if (number.size() >= 4 &&
-      absl::EqualsIgnoreCase(number.substr(number.size() - 4), "GB/s")) {
+  if (number.size() >= 4 && absl::EqualsIgnoreCase(number.substr(number.size() - 4), "GB/s")) {
     number = absl::StripTrailingAsciiWhitespace(number.substr(0, number.size() - 4));
   }
   uint64_t whole;
@@ -239,15 +231,15 @@ absl::Status ParseBandwidth(absl::string_view text, BandwidthSetting* bandwidth)
   std::pair<absl::string_view, absl::string_view> parts =
       absl::StrSplit(text, absl::MaxSplits(',', 1));
   BandwidthSetting parsed;
-  if (absl::Status s = ParseGigabytesPerSecond(absl::StripAsciiWhitespace(parts.first),
-                                               &parsed.h2d_mbps);
+  if (absl::Status s =
+          ParseGigabytesPerSecond(absl::StripAsciiWhitespace(parts.first), &parsed.h2d_mbps);
       !s.ok()) {
     return s;
   }
   parsed.d2h_mbps = parsed.h2d_mbps;
   if (text.find(',') != absl::string_view::npos) {
-    if (absl::Status s = ParseGigabytesPerSecond(absl::StripAsciiWhitespace(parts.second),
-                                                 &parsed.d2h_mbps);
+    if (absl::Status s =
+            ParseGigabytesPerSecond(absl::StripAsciiWhitespace(parts.second), &parsed.d2h_mbps);
         !s.ok()) {
       return s;
     }
@@ -259,8 +251,7 @@ absl::Status ParseBandwidth(absl::string_view text, BandwidthSetting* bandwidth)
 std::string BandwidthText(const BandwidthSetting& b) {
   if (b.measured()) return "";
   if (b.h2d_mbps == b.d2h_mbps) return GigabytesPerSecondText(b.h2d_mbps);
-  return absl::StrCat(GigabytesPerSecondText(b.h2d_mbps), ",",
-                      GigabytesPerSecondText(b.d2h_mbps));
+  return absl::StrCat(GigabytesPerSecondText(b.h2d_mbps), ",", GigabytesPerSecondText(b.d2h_mbps));
 }
 
 // Parses `37.5` (the text before '%') into millionths of a percent.
@@ -310,8 +301,7 @@ absl::Status ParseAmount(absl::string_view text, MemoryAmount* amount) {
   text = absl::StripAsciiWhitespace(text);
   if (absl::ConsumeSuffix(&text, "%")) {
     amount->unit = MemoryAmount::Unit::kPercent;
-    return ParsePercent(absl::StripTrailingAsciiWhitespace(text),
-                        &amount->value);
+    return ParsePercent(absl::StripTrailingAsciiWhitespace(text), &amount->value);
   }
   amount->unit = MemoryAmount::Unit::kBytes;
   return ParseSize(text, &amount->value);
@@ -340,8 +330,7 @@ absl::Status ParseMemoryLimit(absl::string_view text, MemoryLimit* limit) {
   for (absl::string_view entry : absl::StrSplit(text, ',')) {
     std::pair<absl::string_view, absl::string_view> device_and_amount =
         absl::StrSplit(entry, absl::MaxSplits('=', 1));
-    absl::string_view device_text =
-        absl::StripAsciiWhitespace(device_and_amount.first);
+    absl::string_view device_text = absl::StripAsciiWhitespace(device_and_amount.first);
     uint64_t device;
     bool overflow;
     if (!ConsumeDigits(&device_text, &device, &overflow) && !overflow) {
@@ -349,13 +338,11 @@ absl::Status ParseMemoryLimit(absl::string_view text, MemoryLimit* limit) {
     }
     if (!device_text.empty()) return Invalid();
     if (overflow || device >= MemoryLimit::kMaxDevices) {
-      return Invalid(absl::StrCat(
-          "device ", absl::StripAsciiWhitespace(device_and_amount.first),
-          " is out of range 0..", MemoryLimit::kMaxDevices - 1));
+      return Invalid(absl::StrCat("device ", absl::StripAsciiWhitespace(device_and_amount.first),
+                                  " is out of range 0..", MemoryLimit::kMaxDevices - 1));
     }
     MemoryAmount amount;
-    if (absl::Status status = ParseAmount(device_and_amount.second, &amount);
-        !status.ok()) {
+    if (absl::Status status = ParseAmount(device_and_amount.second, &amount); !status.ok()) {
       if (status.message().empty()) return status;
       return Invalid(absl::StrCat("device ", device, ": ", status.message()));
     }
@@ -382,8 +369,7 @@ absl::Status ValidateLogPattern(absl::string_view pattern) {
     if (i + 1 == pattern.size()) return Invalid("it ends in a lone %");
     const char next = pattern[++i];
     if (next != 'p' && next != 'r' && next != '%') {
-      return Invalid(absl::StrCat("unknown placeholder ",
-                                  Quote(pattern.substr(i - 1, 2))));
+      return Invalid(absl::StrCat("unknown placeholder ", Quote(pattern.substr(i - 1, 2))));
     }
   }
   return absl::OkStatus();
@@ -428,9 +414,7 @@ constexpr Option kOptions[] = {
      "Cap on the device memory stensor lets the program use, per device; "
      "unset = no cap. In the per-device form, unlisted devices have no cap.",
      true, false,
-     [](absl::string_view v, Config* c) {
-       return ParseMemoryLimit(v, &c->memory_limit);
-     },
+     [](absl::string_view v, Config* c) { return ParseMemoryLimit(v, &c->memory_limit); },
      [](const Config& c) { return MemoryLimitText(c.memory_limit); }},
     {"STENSOR_HOST_LIMIT",
      "a size (e.g. 64GiB, 1073741824; units B, K/KB/KiB, M/MB/MiB, G/GB/GiB, "
@@ -453,16 +437,11 @@ constexpr Option kOptions[] = {
      "copies first (free to drop), or by next use in the profiled "
      "iteration.",
      true, false,
-     [](absl::string_view v, Config* c) {
-       return ParseKeyword(v, kPolicies, &c->policy);
-     },
+     [](absl::string_view v, Config* c) { return ParseKeyword(v, kPolicies, &c->policy); },
      [](const Config& c) { return KeywordText(c.policy, kPolicies); }},
     {"STENSOR_PREFETCH", kBooleanForms,
-     "Swap buffers in ahead of use, as planned from the profiled iteration.",
-     true, true,
-     [](absl::string_view v, Config* c) {
-       return ParseKeyword(v, kBooleans, &c->prefetch);
-     },
+     "Swap buffers in ahead of use, as planned from the profiled iteration.", true, true,
+     [](absl::string_view v, Config* c) { return ParseKeyword(v, kBooleans, &c->prefetch); },
      [](const Config& c) { return KeywordText(c.prefetch, kBooleans); }},
     {"STENSOR_BANDWIDTH",
      "a bandwidth in GB/s (10^9 bytes per second, at most 3 decimals, "
@@ -470,8 +449,7 @@ constexpr Option kOptions[] = {
      "host-to-device and device-to-host, e.g. 25,20",
      "Host<->device bandwidth the prefetch planner assumes; unset = measured "
      "by a short pinned-copy probe at start.",
-     true, false,
-     [](absl::string_view v, Config* c) { return ParseBandwidth(v, &c->bandwidth); },
+     true, false, [](absl::string_view v, Config* c) { return ParseBandwidth(v, &c->bandwidth); },
      [](const Config& c) { return BandwidthText(c.bandwidth); }},
     {"STENSOR_ITERATION_MARKER",
      "a kernel name, mangled (e.g. _Z6updatePfPKfi) or demangled without "
@@ -487,8 +465,7 @@ constexpr Option kOptions[] = {
     {"STENSOR_ACCESS_LOG",
      "a file path, where %p stands for the process id, %r for the rank "
      "(RANK, else LOCAL_RANK, else 0) and %% for a literal %",
-     "File that receives every inferred buffer access; unset = no log.", true,
-     false,
+     "File that receives every inferred buffer access; unset = no log.", true, false,
      [](absl::string_view v, Config* c) {
        if (absl::Status status = ValidateLogPattern(v); !status.ok()) {
          return status;
@@ -499,15 +476,11 @@ constexpr Option kOptions[] = {
      [](const Config& c) { return c.access_log; }},
     {"STENSOR_LOG_LEVEL", "trace, debug, info, warn, error, critical or off",
      "Least severe message stensor logs to stderr.", true, false,
-     [](absl::string_view v, Config* c) {
-       return ParseKeyword(v, kLogLevels, &c->log_level);
-     },
+     [](absl::string_view v, Config* c) { return ParseKeyword(v, kLogLevels, &c->log_level); },
      [](const Config& c) { return KeywordText(c.log_level, kLogLevels); }},
-    {"STENSOR_STATS", kBooleanForms,
-     "Print swap and memory statistics when the program exits.", true, true,
-     [](absl::string_view v, Config* c) {
-       return ParseKeyword(v, kBooleans, &c->stats);
-     },
+    {"STENSOR_STATS", kBooleanForms, "Print swap and memory statistics when the program exits.",
+     true, true,
+     [](absl::string_view v, Config* c) { return ParseKeyword(v, kBooleans, &c->stats); },
      [](const Config& c) { return KeywordText(c.stats, kBooleans); }},
     {"STENSOR_WRITE_INFERENCE", "signature or conservative",
      "How kernel pointer parameters are classified: const T* in the mangled "
@@ -517,22 +490,17 @@ constexpr Option kOptions[] = {
      [](absl::string_view v, Config* c) {
        return ParseKeyword(v, kWriteInferences, &c->write_inference);
      },
-     [](const Config& c) {
-       return KeywordText(c.write_inference, kWriteInferences);
-     }},
+     [](const Config& c) { return KeywordText(c.write_inference, kWriteInferences); }},
     {"STENSOR_VERIFY", "off (also 0, false, no), copy or hash",
      "Check each clean drop before it happens: compare the device contents "
      "with the host copy (copy), or hash them on the device against the hash "
      "taken when the host copy was made (hash). A mismatch is logged and the "
      "buffer copied instead.",
      true, false,
-     [](absl::string_view v, Config* c) {
-       return ParseKeyword(v, kVerifyModes, &c->verify);
-     },
+     [](absl::string_view v, Config* c) { return ParseKeyword(v, kVerifyModes, &c->verify); },
      [](const Config& c) { return KeywordText(c.verify, kVerifyModes); }},
     {"STENSOR_REAL_LIBCUDA", "the path of the real CUDA driver library",
-     "Driver library stensor forwards to; unset = the system's libcuda.so.1.",
-     true, false,
+     "Driver library stensor forwards to; unset = the system's libcuda.so.1.", true, false,
      [](absl::string_view v, Config* c) {
        c->real_libcuda = std::string(v);
        return absl::OkStatus();
@@ -563,8 +531,8 @@ size_t EditDistance(absl::string_view a, absl::string_view b) {
   for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
     for (size_t j = 1; j <= b.size(); ++j) {
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1,
-                          d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      d[i][j] = std::min(
+          {d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
       if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
         d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
       }
@@ -598,8 +566,8 @@ struct FileValue {
 
 absl::StatusOr<std::string> ReadConfigFile(const std::string& path) {
   auto failure = [&path](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "stensor: cannot read ", kConfigOption, "=", Quote(path), ": ", why));
+    return absl::InvalidArgumentError(
+        absl::StrCat("stensor: cannot read ", kConfigOption, "=", Quote(path), ": ", why));
   };
   // O_NONBLOCK: opening a FIFO would otherwise wait for a writer, and the
   // constructor of every preloaded process (the shell, `timeout`) reads it.
@@ -629,8 +597,7 @@ absl::StatusOr<std::string> ReadConfigFile(const std::string& path) {
     text.append(buffer, n);
     if (text.size() > kMaxConfigFileBytes) {
       close(fd);
-      return failure(
-          absl::StrCat("larger than ", SizeText(kMaxConfigFileBytes)));
+      return failure(absl::StrCat("larger than ", SizeText(kMaxConfigFileBytes)));
     }
   }
   close(fd);
@@ -638,8 +605,8 @@ absl::StatusOr<std::string> ReadConfigFile(const std::string& path) {
 }
 
 // Splits the file's text into its settings, by option name.
-absl::StatusOr<std::map<std::string, FileValue>> ParseConfigFile(
-    absl::string_view path, absl::string_view text) {
+absl::StatusOr<std::map<std::string, FileValue>> ParseConfigFile(absl::string_view path,
+                                                                 absl::string_view text) {
   std::map<std::string, FileValue> values;
   int line_number = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
@@ -648,37 +615,34 @@ absl::StatusOr<std::map<std::string, FileValue>> ParseConfigFile(
     if (line.empty() || line[0] == '#') continue;
     const std::string origin = Origin(path, line_number);
     const size_t equals = line.find('=');
-    if (equals == absl::string_view::npos ||
-        line.find('\0') != absl::string_view::npos) {
+    if (equals == absl::string_view::npos || line.find('\0') != absl::string_view::npos) {
       return absl::InvalidArgumentError(
           absl::StrCat("stensor: invalid line ", Quote(line), origin,
                        ": expected NAME=value, a # comment or a blank line"));
     }
-    const absl::string_view name =
-        absl::StripTrailingAsciiWhitespace(line.substr(0, equals));
+    const absl::string_view name = absl::StripTrailingAsciiWhitespace(line.substr(0, equals));
     const Option* option = FindOption(name);
     if (option == nullptr) {
       std::vector<absl::string_view> known;
       for (const Option& o : kOptions) {
         if (o.allowed_in_file) known.push_back(o.name);
       }
-      return absl::InvalidArgumentError(
-          absl::StrCat("stensor: unknown option ", Quote(name), origin,
-                       ": expected one of ", absl::StrJoin(known, ", ")));
+      return absl::InvalidArgumentError(absl::StrCat("stensor: unknown option ", Quote(name),
+                                                     origin, ": expected one of ",
+                                                     absl::StrJoin(known, ", ")));
     }
     if (!option->allowed_in_file) {
       return absl::InvalidArgumentError(
-          absl::StrCat("stensor: ", option->name,
-                       " cannot be set in a config file", origin));
+          absl::StrCat("stensor: ", option->name, " cannot be set in a config file", origin));
     }
     auto [it, inserted] = values.emplace(
-        option->name, FileValue{std::string(absl::StripLeadingAsciiWhitespace(
-                                    line.substr(equals + 1))),
-                                line_number});
+        option->name,
+        FileValue{std::string(absl::StripLeadingAsciiWhitespace(line.substr(equals + 1))),
+                  line_number});
     if (!inserted) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "stensor: ", option->name, " is set twice (lines ", it->second.line,
-          " and ", line_number, " of ", absl::CEscape(path), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("stensor: ", option->name, " is set twice (lines ", it->second.line, " and ",
+                       line_number, " of ", absl::CEscape(path), ")"));
     }
   }
   return values;
@@ -688,19 +652,17 @@ absl::StatusOr<std::map<std::string, FileValue>> ParseConfigFile(
 absl::StatusOr<int> LookUpRank(const EnvLookup& getenv) {
   for (const char* variable : {"RANK", "LOCAL_RANK"}) {
     const char* raw = getenv(variable);
-    const absl::string_view value =
-        absl::StripAsciiWhitespace(raw == nullptr ? "" : raw);
+    const absl::string_view value = absl::StripAsciiWhitespace(raw == nullptr ? "" : raw);
     if (value.empty()) continue;
     absl::string_view digits = value;
     uint64_t rank;
     bool overflow;
-    if (!ConsumeDigits(&digits, &rank, &overflow) || !digits.empty() ||
-        rank > INT_MAX) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "stensor: invalid ", variable, "=", Quote(value),
-          " (used for %r in STENSOR_ACCESS_LOG): expected an integer from 0 "
-          "to ",
-          INT_MAX));
+    if (!ConsumeDigits(&digits, &rank, &overflow) || !digits.empty() || rank > INT_MAX) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stensor: invalid ", variable, "=", Quote(value),
+                       " (used for %r in STENSOR_ACCESS_LOG): expected an integer from 0 "
+                       "to ",
+                       INT_MAX));
     }
     return static_cast<int>(rank);
   }
@@ -714,8 +676,7 @@ size_t MemoryAmount::Resolve(size_t total) const {
   return absl::Uint128Low64(absl::uint128(total) * value / kHundredPercent);
 }
 
-std::optional<size_t> MemoryLimit::BytesFor(int device,
-                                            size_t device_total) const {
+std::optional<size_t> MemoryLimit::BytesFor(int device, size_t device_total) const {
   if (all_devices) return all_devices->Resolve(device_total);
   const auto it = per_device.find(device);
   if (it == per_device.end()) return std::nullopt;
@@ -734,8 +695,7 @@ absl::StatusOr<Config> Config::Parse(const EnvLookup& getenv) {
   if (!file.empty()) {
     absl::StatusOr<std::string> text = ReadConfigFile(file);
     if (!text.ok()) return text.status();
-    absl::StatusOr<std::map<std::string, FileValue>> values =
-        ParseConfigFile(file, *text);
+    absl::StatusOr<std::map<std::string, FileValue>> values = ParseConfigFile(file, *text);
     if (!values.ok()) return values.status();
     file_values = *std::move(values);
   }
@@ -752,11 +712,10 @@ absl::StatusOr<Config> Config::Parse(const EnvLookup& getenv) {
     }
     const absl::Status status = option.parse(value, &config);
     if (status.ok()) continue;
-    const std::string reason =
-        status.message().empty() ? "" : absl::StrCat(status.message(), "; ");
-    return absl::InvalidArgumentError(absl::StrCat(
-        "stensor: invalid ", option.name, "=", Quote(value), Origin(file, line),
-        ": ", reason, "expected ", option.accepted_forms));
+    const std::string reason = status.message().empty() ? "" : absl::StrCat(status.message(), "; ");
+    return absl::InvalidArgumentError(absl::StrCat("stensor: invalid ", option.name, "=",
+                                                   Quote(value), Origin(file, line), ": ", reason,
+                                                   "expected ", option.accepted_forms));
   }
 
   if (UsesRank(config.access_log)) {
@@ -778,8 +737,7 @@ bool IsOtherVariable(absl::string_view name) {
   return false;
 }
 
-absl::Status CheckVariableNames(absl::Span<const std::string> names,
-                                const EnvLookup& getenv) {
+absl::Status CheckVariableNames(absl::Span<const std::string> names, const EnvLookup& getenv) {
   for (const std::string& name : names) {
     if (!absl::StartsWith(name, "STENSOR_") || FindOption(name) != nullptr ||
         IsOtherVariable(name)) {
@@ -788,10 +746,10 @@ absl::Status CheckVariableNames(absl::Span<const std::string> names,
     const char* value = getenv(name.c_str());
     std::vector<absl::string_view> known;
     for (const Option& o : kOptions) known.push_back(o.name);
-    return absl::InvalidArgumentError(absl::StrCat(
-        "stensor: unknown variable ", name, "=", Quote(value == nullptr ? "" : value),
-        " in the environment: did you mean ", ClosestOption(name),
-        "? (stensor's options are ", absl::StrJoin(known, ", "), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("stensor: unknown variable ", name, "=", Quote(value == nullptr ? "" : value),
+                     " in the environment: did you mean ", ClosestOption(name),
+                     "? (stensor's options are ", absl::StrJoin(known, ", "), ")"));
   }
   return absl::OkStatus();
 }
@@ -812,9 +770,7 @@ std::optional<size_t> Config::HostLimitBytes(size_t host_total) const {
   return host_limit->Resolve(host_total);
 }
 
-std::string Config::AccessLogPath(int pid) const {
-  return ExpandLogPath(access_log, pid, rank);
-}
+std::string Config::AccessLogPath(int pid) const { return ExpandLogPath(access_log, pid, rank); }
 
 std::optional<std::string> Config::ValueText(absl::string_view option) const {
   const Option* found = FindOption(option);
@@ -840,13 +796,12 @@ std::string Config::Describe() const {
 }
 
 bool operator==(const Config& a, const Config& b) {
-  return a.memory_limit == b.memory_limit && a.host_limit == b.host_limit &&
-         a.policy == b.policy && a.prefetch == b.prefetch &&
-         a.bandwidth == b.bandwidth && a.iteration_marker == b.iteration_marker &&
-         a.access_log == b.access_log && a.log_level == b.log_level &&
-         a.stats == b.stats && a.write_inference == b.write_inference &&
-         a.verify == b.verify && a.real_libcuda == b.real_libcuda &&
-         a.config_file == b.config_file && a.rank == b.rank;
+  return a.memory_limit == b.memory_limit && a.host_limit == b.host_limit && a.policy == b.policy &&
+         a.prefetch == b.prefetch && a.bandwidth == b.bandwidth &&
+         a.iteration_marker == b.iteration_marker && a.access_log == b.access_log &&
+         a.log_level == b.log_level && a.stats == b.stats &&
+         a.write_inference == b.write_inference && a.verify == b.verify &&
+         a.real_libcuda == b.real_libcuda && a.config_file == b.config_file && a.rank == b.rank;
 }
 
 const std::vector<OptionInfo>& Options() {
@@ -855,8 +810,7 @@ const std::vector<OptionInfo>& Options() {
     auto* rows = new std::vector<OptionInfo>();
     const Config defaults;
     for (const Option& option : kOptions) {
-      rows->push_back({option.name, option.print(defaults),
-                       option.accepted_forms, option.help,
+      rows->push_back({option.name, option.print(defaults), option.accepted_forms, option.help,
                        option.allowed_in_file});
     }
     return rows;

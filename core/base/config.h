@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/types/span.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace stensor {
 
@@ -53,9 +53,7 @@ struct MemoryAmount {
   friend bool operator==(const MemoryAmount& a, const MemoryAmount& b) {
     return a.unit == b.unit && a.value == b.value;
   }
-  friend bool operator!=(const MemoryAmount& a, const MemoryAmount& b) {
-    return !(a == b);
-  }
+  friend bool operator!=(const MemoryAmount& a, const MemoryAmount& b) { return !(a == b); }
 };
 
 // STENSOR_MEMORY_LIMIT: one cap for every device, or caps per device.
@@ -75,9 +73,7 @@ struct MemoryLimit {
   friend bool operator==(const MemoryLimit& a, const MemoryLimit& b) {
     return a.all_devices == b.all_devices && a.per_device == b.per_device;
   }
-  friend bool operator!=(const MemoryLimit& a, const MemoryLimit& b) {
-    return !(a == b);
-  }
+  friend bool operator!=(const MemoryLimit& a, const MemoryLimit& b) { return !(a == b); }
 };
 
 // STENSOR_POLICY: which buffers to swap out first.
@@ -190,11 +186,10 @@ struct Config {
 
 // Checks the names of the environment's variables: every STENSOR_* one must
 // be an option or STENSOR_LIBRARY, the Python package's (a misspelled
-// STENSOR_MEMRY_LIMIT would otherwise leave the run uncapped without a word). The error names the variable, its value
-// (from `getenv`) and the closest option. FromEnvironment checks the process
+// STENSOR_MEMRY_LIMIT would otherwise leave the run uncapped without a word). The error names the
+// variable, its value (from `getenv`) and the closest option. FromEnvironment checks the process
 // environment with it before parsing.
-absl::Status CheckVariableNames(absl::Span<const std::string> names,
-                                const EnvLookup& getenv);
+absl::Status CheckVariableNames(absl::Span<const std::string> names, const EnvLookup& getenv);
 
 // One row of the option table.
 struct OptionInfo {

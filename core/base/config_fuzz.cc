@@ -44,8 +44,7 @@ namespace {
 // Reports a broken invariant and aborts, which is how a fuzzer sees it.
 void Require(bool condition, absl::string_view what, absl::string_view detail) {
   if (condition) return;
-  std::fprintf(stderr, "config_fuzz: %.*s\n  %.*s\n",
-               static_cast<int>(what.size()), what.data(),
+  std::fprintf(stderr, "config_fuzz: %.*s\n  %.*s\n", static_cast<int>(what.size()), what.data(),
                static_cast<int>(detail.size()), detail.data());
   std::abort();
 }
@@ -73,8 +72,7 @@ class FuzzFile {
     Require(ftruncate(fd_, 0) == 0, "ftruncate failed", path_);
     size_t done = 0;
     while (done < text.size()) {
-      const ssize_t n =
-          pwrite(fd_, text.data() + done, text.size() - done, done);
+      const ssize_t n = pwrite(fd_, text.data() + done, text.size() - done, done);
       Require(n > 0, "pwrite failed", path_);
       done += n;
     }
@@ -88,8 +86,7 @@ class FuzzFile {
 // An error is one printable line, "stensor: ...", that names `subject`.
 void CheckError(const absl::Status& status, absl::string_view subject) {
   const std::string message(status.message());
-  Require(absl::StartsWith(message, "stensor: "), "error without prefix",
-          message);
+  Require(absl::StartsWith(message, "stensor: "), "error without prefix", message);
   Require(absl::StrContains(message, subject), "error does not name it",
           absl::StrCat(subject, " / ", message));
   for (const char c : message) {
@@ -141,10 +138,9 @@ void CheckDescribe(const Config& config) {
   bool ok = absl::ConsumePrefix(&rest, "{");
   for (size_t i = 0; ok && i < Options().size(); ++i) {
     const std::string key = absl::StrCat("\"", Options()[i].name, "\": ");
-    ok = (i == 0 || absl::ConsumePrefix(&rest, ", ")) &&
-         absl::ConsumePrefix(&rest, key) &&
-         (absl::ConsumePrefix(&rest, "true") ||
-          absl::ConsumePrefix(&rest, "false") || ConsumeJsonString(&rest));
+    ok = (i == 0 || absl::ConsumePrefix(&rest, ", ")) && absl::ConsumePrefix(&rest, key) &&
+         (absl::ConsumePrefix(&rest, "true") || absl::ConsumePrefix(&rest, "false") ||
+          ConsumeJsonString(&rest));
   }
   Require(ok && rest == "}", "Describe() is not the expected JSON", json);
 }
@@ -157,8 +153,7 @@ void CheckLimits(const Config& config) {
   std::vector<int> devices = {-1, 0, MemoryLimit::kMaxDevices};
   for (const auto& entry : limit.per_device) devices.push_back(entry.first);
   bool ok = true;
-  for (const size_t total :
-       {size_t{0}, size_t{1}, size_t{12345}, size_t{1} << 40, SIZE_MAX}) {
+  for (const size_t total : {size_t{0}, size_t{1}, size_t{12345}, size_t{1} << 40, SIZE_MAX}) {
     for (const int device : devices) {
       std::optional<MemoryAmount> amount = limit.all_devices;
       if (!amount && limit.per_device.count(device) != 0) {
@@ -170,8 +165,7 @@ void CheckLimits(const Config& config) {
         ok = ok && *bytes <= total;
       }
     }
-    if (config.host_limit &&
-        config.host_limit->unit == MemoryAmount::Unit::kPercent) {
+    if (config.host_limit && config.host_limit->unit == MemoryAmount::Unit::kPercent) {
       ok = ok && *config.HostLimitBytes(total) <= total;
     }
   }
@@ -180,8 +174,7 @@ void CheckLimits(const Config& config) {
 
 // One variable set to `value` in an otherwise empty environment.
 void FuzzVariable(absl::string_view variable, absl::string_view value) {
-  std::map<std::string, std::string> env = {
-      {std::string(variable), std::string(value)}};
+  std::map<std::string, std::string> env = {{std::string(variable), std::string(value)}};
   if (variable == "RANK") env["STENSOR_ACCESS_LOG"] = "/tmp/log.%r";
   const absl::StatusOr<Config> config = Config::Parse(Env(env));
   if (!config.ok()) {
@@ -198,19 +191,16 @@ void FuzzVariable(absl::string_view variable, absl::string_view value) {
   const std::string text = *config->ValueText(variable);
   env[std::string(variable)] = text;
   const absl::StatusOr<Config> again = Config::Parse(Env(env));
-  Require(again.ok(), "canonical text does not parse",
-          absl::StrCat(variable, "=", text));
+  Require(again.ok(), "canonical text does not parse", absl::StrCat(variable, "=", text));
   Require(*again == *config, "canonical text parses differently",
           absl::StrCat(variable, "=", text));
-  Require(*again->ValueText(variable) == text, "canonical text is unstable",
-          text);
+  Require(*again->ValueText(variable) == text, "canonical text is unstable", text);
 }
 
 // `body` as the STENSOR_CONFIG file.
 void FuzzFileBody(FuzzFile& file, absl::string_view body) {
   file.Write(body);
-  const std::map<std::string, std::string> env = {
-      {"STENSOR_CONFIG", file.path()}};
+  const std::map<std::string, std::string> env = {{"STENSOR_CONFIG", file.path()}};
   const absl::StatusOr<Config> config = Config::Parse(Env(env));
   if (!config.ok()) {
     CheckError(config.status(), file.path());
@@ -222,8 +212,7 @@ void FuzzFileBody(FuzzFile& file, absl::string_view body) {
   std::string printed;
   for (const OptionInfo& option : Options()) {
     if (!option.allowed_in_file) continue;
-    absl::StrAppend(&printed, option.name, "=", *config->ValueText(option.name),
-                    "\n");
+    absl::StrAppend(&printed, option.name, "=", *config->ValueText(option.name), "\n");
   }
   file.Write(printed);
   const absl::StatusOr<Config> again = Config::Parse(Env(env));
@@ -360,8 +349,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string& selected = options[data[0] % options.size()].name;
   const absl::string_view variable =
       selected == "STENSOR_CONFIG" ? "RANK" : absl::string_view(selected);
-  const absl::string_view rest(reinterpret_cast<const char*>(data) + 1,
-                               size - 1);
+  const absl::string_view rest(reinterpret_cast<const char*>(data) + 1, size - 1);
   stensor::FuzzVariable(variable, rest.substr(0, rest.find('\0')));
   static stensor::FuzzFile* const file = new stensor::FuzzFile();
   stensor::FuzzFileBody(*file, rest);

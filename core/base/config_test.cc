@@ -36,8 +36,7 @@ EnvLookup Env(std::map<std::string, std::string> vars) {
 // Writes `text` to a fresh file under the test's temporary directory.
 std::string WriteTempFile(const std::string& text) {
   static int counter = 0;
-  const std::string path =
-      absl::StrCat(testing::TempDir(), "/config_test_", ++counter, ".conf");
+  const std::string path = absl::StrCat(testing::TempDir(), "/config_test_", ++counter, ".conf");
   std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
   return path;
 }
@@ -135,13 +134,11 @@ constexpr ValidCase kValidCases[] = {
 TEST(ConfigTest, AcceptsEveryValidForm) {
   for (const ValidCase& c : kValidCases) {
     SCOPED_TRACE(absl::StrCat(c.variable, "=\"", c.value, "\""));
-    const absl::StatusOr<Config> config =
-        Config::Parse(Env({{c.variable, c.value}}));
+    const absl::StatusOr<Config> config = Config::Parse(Env({{c.variable, c.value}}));
     ASSERT_TRUE(config.ok()) << config.status();
     EXPECT_EQ(config->ValueText(c.variable), c.canonical);
 
-    const absl::StatusOr<Config> again =
-        Config::Parse(Env({{c.variable, c.canonical}}));
+    const absl::StatusOr<Config> again = Config::Parse(Env({{c.variable, c.canonical}}));
     ASSERT_TRUE(again.ok()) << again.status();
     EXPECT_EQ(*again, *config);
   }
@@ -230,30 +227,25 @@ constexpr InvalidCase kInvalidCases[] = {
 TEST(ConfigTest, RejectsEveryInvalidFormWithOneLine) {
   for (const InvalidCase& c : kInvalidCases) {
     SCOPED_TRACE(absl::StrCat(c.variable, "=\"", c.value, "\""));
-    const absl::StatusOr<Config> config =
-        Config::Parse(Env({{c.variable, c.value}}));
+    const absl::StatusOr<Config> config = Config::Parse(Env({{c.variable, c.value}}));
     ASSERT_FALSE(config.ok());
     EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
     const std::string message(config.status().message());
-    EXPECT_THAT(message, StartsWith(absl::StrCat("stensor: invalid ",
-                                                 c.variable, "=\"")));
+    EXPECT_THAT(message, StartsWith(absl::StrCat("stensor: invalid ", c.variable, "=\"")));
     EXPECT_THAT(message, HasSubstr(c.value));
     EXPECT_THAT(message, HasSubstr(c.reason));
-    EXPECT_THAT(message, HasSubstr(absl::StrCat(
-                             "expected ", Info(c.variable).accepted_forms)));
+    EXPECT_THAT(message, HasSubstr(absl::StrCat("expected ", Info(c.variable).accepted_forms)));
     EXPECT_FALSE(absl::StrContains(message, '\n'));
   }
 }
 
 TEST(ConfigTest, ErrorMessageHasTheDocumentedShape) {
-  const absl::StatusOr<Config> config =
-      Config::Parse(Env({{"STENSOR_POLICY", "fifo"}}));
+  const absl::StatusOr<Config> config = Config::Parse(Env({{"STENSOR_POLICY", "fifo"}}));
   EXPECT_EQ(config.status().message(),
             "stensor: invalid STENSOR_POLICY=\"fifo\": expected lru, version "
             "or belady");
 
-  const absl::StatusOr<Config> limit =
-      Config::Parse(Env({{"STENSOR_MEMORY_LIMIT", "0=1G,0=2G"}}));
+  const absl::StatusOr<Config> limit = Config::Parse(Env({{"STENSOR_MEMORY_LIMIT", "0=1G,0=2G"}}));
   EXPECT_EQ(limit.status().message(),
             absl::StrCat("stensor: invalid STENSOR_MEMORY_LIMIT=\"0=1G,0=2G\": "
                          "device 0 is listed twice; expected ",
@@ -261,8 +253,8 @@ TEST(ConfigTest, ErrorMessageHasTheDocumentedShape) {
 }
 
 TEST(ConfigTest, ErrorMessageEscapesAndShortensTheValue) {
-  const absl::StatusOr<Config> config = Config::Parse(
-      Env({{"STENSOR_LOG_LEVEL", "in\nfo\"" + std::string(1000, 'x')}}));
+  const absl::StatusOr<Config> config =
+      Config::Parse(Env({{"STENSOR_LOG_LEVEL", "in\nfo\"" + std::string(1000, 'x')}}));
   const std::string message(config.status().message());
   EXPECT_THAT(message, HasSubstr("=\"in\\nfo\\\"xxx"));
   EXPECT_THAT(message, HasSubstr("xxx\"...: expected"));
@@ -284,12 +276,12 @@ TEST(ConfigTest, UnsetAndEmptyValuesGiveTheDefaults) {
 
 TEST(ConfigTest, DefaultsAreAsDocumented) {
   const std::map<std::string, std::string> kDefaults = {
-      {"STENSOR_MEMORY_LIMIT", ""},  {"STENSOR_HOST_LIMIT", ""},
+      {"STENSOR_MEMORY_LIMIT", ""}, {"STENSOR_HOST_LIMIT", ""},
       {"STENSOR_POLICY", "belady"}, {"STENSOR_PREFETCH", "on"},
-      {"STENSOR_BANDWIDTH", ""},     {"STENSOR_ITERATION_MARKER", ""},
-      {"STENSOR_ACCESS_LOG", ""},    {"STENSOR_LOG_LEVEL", "warn"},
-      {"STENSOR_STATS", "off"},      {"STENSOR_WRITE_INFERENCE", "signature"},
-      {"STENSOR_VERIFY", "off"},     {"STENSOR_REAL_LIBCUDA", ""},
+      {"STENSOR_BANDWIDTH", ""},    {"STENSOR_ITERATION_MARKER", ""},
+      {"STENSOR_ACCESS_LOG", ""},   {"STENSOR_LOG_LEVEL", "warn"},
+      {"STENSOR_STATS", "off"},     {"STENSOR_WRITE_INFERENCE", "signature"},
+      {"STENSOR_VERIFY", "off"},    {"STENSOR_REAL_LIBCUDA", ""},
       {"STENSOR_CONFIG", ""},
   };
   std::map<std::string, std::string> actual;
@@ -328,7 +320,7 @@ TEST(ConfigTest, OptionTableIsComplete) {
 TEST(ConfigTest, ParsesIntoTypedFields) {
   const absl::StatusOr<Config> config = Config::Parse(Env({
       {"STENSOR_POLICY", "version"},  // not the default
-      {"STENSOR_PREFETCH", "off"},  // not the default
+      {"STENSOR_PREFETCH", "off"},    // not the default
       {"STENSOR_LOG_LEVEL", "debug"},
       {"STENSOR_STATS", "on"},
       {"STENSOR_WRITE_INFERENCE", "conservative"},
@@ -371,10 +363,8 @@ const BytesForCase kBytesForCases[] = {
 
 TEST(MemoryLimitTest, BytesForResolvesPercentagesAndDevices) {
   for (const BytesForCase& c : kBytesForCases) {
-    SCOPED_TRACE(
-        absl::StrCat(c.limit, " device ", c.device, " of ", c.device_total));
-    const absl::StatusOr<Config> config =
-        Config::Parse(Env({{"STENSOR_MEMORY_LIMIT", c.limit}}));
+    SCOPED_TRACE(absl::StrCat(c.limit, " device ", c.device, " of ", c.device_total));
+    const absl::StatusOr<Config> config = Config::Parse(Env({{"STENSOR_MEMORY_LIMIT", c.limit}}));
     ASSERT_TRUE(config.ok()) << config.status();
     EXPECT_EQ(config->memory_limit.BytesFor(c.device, c.device_total), c.bytes);
   }
@@ -383,28 +373,27 @@ TEST(MemoryLimitTest, BytesForResolvesPercentagesAndDevices) {
 // The environment is read as strictly as the config file: a STENSOR_*
 // variable that is no option is an error naming the closest one.
 TEST(VariableNamesTest, AMisspelledOptionNamesTheClosest) {
-  const std::map<std::string, std::string> vars = {
-      {"STENSOR_MEMRY_LIMIT", "8MiB"}, {"STENSOR_POLICYY", "lru"},
-      {"STENSOR_PERFETCH", "off"}, {"STENSOR_ACESS_LOG", "x"}};
-  for (const auto& [name, meant] :
-       std::vector<std::pair<std::string, std::string>>{{"STENSOR_MEMRY_LIMIT", "STENSOR_MEMORY_LIMIT"},
-                                                        {"STENSOR_POLICYY", "STENSOR_POLICY"},
-                                                        {"STENSOR_PERFETCH", "STENSOR_PREFETCH"},
-                                                        {"STENSOR_ACESS_LOG", "STENSOR_ACCESS_LOG"}}) {
+  const std::map<std::string, std::string> vars = {{"STENSOR_MEMRY_LIMIT", "8MiB"},
+                                                   {"STENSOR_POLICYY", "lru"},
+                                                   {"STENSOR_PERFETCH", "off"},
+                                                   {"STENSOR_ACESS_LOG", "x"}};
+  for (const auto& [name, meant] : std::vector<std::pair<std::string, std::string>>{
+           {"STENSOR_MEMRY_LIMIT", "STENSOR_MEMORY_LIMIT"},
+           {"STENSOR_POLICYY", "STENSOR_POLICY"},
+           {"STENSOR_PERFETCH", "STENSOR_PREFETCH"},
+           {"STENSOR_ACESS_LOG", "STENSOR_ACCESS_LOG"}}) {
     const absl::Status s = CheckVariableNames({"PATH", name}, Env(vars));
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name;
     EXPECT_THAT(std::string(s.message()),
-                StartsWith(absl::StrCat("stensor: unknown variable ", name, "=\"",
-                                        vars.at(name), "\" in the environment: did you mean ",
-                                        meant, "?")));
+                StartsWith(absl::StrCat("stensor: unknown variable ", name, "=\"", vars.at(name),
+                                        "\" in the environment: did you mean ", meant, "?")));
     EXPECT_EQ(std::string(s.message()).find('\n'), std::string::npos);
   }
 }
 
 TEST(VariableNamesTest, OptionsAndOtherVariablesPass) {
-  std::vector<std::string> names = {"PATH",           "STENSOR",        "STENSORX",
-                                    "MY_STENSOR_X",   "stensor_policy",
-                                    "STENSOR_LIBRARY"};  // the Python package's
+  std::vector<std::string> names = {"PATH",           "STENSOR",        "STENSORX", "MY_STENSOR_X",
+                                    "stensor_policy", "STENSOR_LIBRARY"};  // the Python package's
   for (const OptionInfo& o : Options()) names.push_back(o.name);
   EXPECT_TRUE(CheckVariableNames(names, Env({})).ok());
   EXPECT_TRUE(CheckVariableNames({}, Env({})).ok());
@@ -414,13 +403,11 @@ TEST(VariableNamesTest, OptionsAndOtherVariablesPass) {
 }
 
 TEST(ConfigTest, HostLimitResolvesAgainstHostMemory) {
-  const absl::StatusOr<Config> share =
-      Config::Parse(Env({{"STENSOR_HOST_LIMIT", "25%"}}));
+  const absl::StatusOr<Config> share = Config::Parse(Env({{"STENSOR_HOST_LIMIT", "25%"}}));
   ASSERT_TRUE(share.ok()) << share.status();
   EXPECT_EQ(share->HostLimitBytes(256 * kGiB), 64 * kGiB);
 
-  const absl::StatusOr<Config> size =
-      Config::Parse(Env({{"STENSOR_HOST_LIMIT", "100GiB"}}));
+  const absl::StatusOr<Config> size = Config::Parse(Env({{"STENSOR_HOST_LIMIT", "100GiB"}}));
   ASSERT_TRUE(size.ok()) << size.status();
   EXPECT_EQ(size->HostLimitBytes(256 * kGiB), 100 * kGiB);
 }
@@ -460,12 +447,8 @@ const RankCase kRankCases[] = {
     {{{"STENSOR_ACCESS_LOG", "/l.%r.%p"}}, "/l.0.7", ""},
     {{{"STENSOR_ACCESS_LOG", "/l.%r"}, {"RANK", "5"}}, "/l.5", ""},
     {{{"STENSOR_ACCESS_LOG", "/l.%r"}, {"LOCAL_RANK", "2"}}, "/l.2", ""},
-    {{{"STENSOR_ACCESS_LOG", "/l.%r"}, {"RANK", "5"}, {"LOCAL_RANK", "2"}},
-     "/l.5",
-     ""},
-    {{{"STENSOR_ACCESS_LOG", "/l.%r"}, {"RANK", ""}, {"LOCAL_RANK", "2"}},
-     "/l.2",
-     ""},
+    {{{"STENSOR_ACCESS_LOG", "/l.%r"}, {"RANK", "5"}, {"LOCAL_RANK", "2"}}, "/l.5", ""},
+    {{{"STENSOR_ACCESS_LOG", "/l.%r"}, {"RANK", ""}, {"LOCAL_RANK", "2"}}, "/l.2", ""},
     // A malformed RANK matters only to a pattern that uses it.
     {{{"STENSOR_ACCESS_LOG", "/l.%p"}, {"RANK", "x"}}, "/l.7", ""},
     {{{"STENSOR_ACCESS_LOG", "/l.%%r"}, {"RANK", "x"}}, "/l.%r", ""},
@@ -506,8 +489,7 @@ TEST(ConfigFileTest, ReadsSettingsCommentsAndBlankLines) {
       "STENSOR_ACCESS_LOG=/tmp/a b.%p\n"
       "STENSOR_STATS=\n"
       "STENSOR_LOG_LEVEL=debug");
-  const absl::StatusOr<Config> config =
-      Config::Parse(Env({{"STENSOR_CONFIG", path}}));
+  const absl::StatusOr<Config> config = Config::Parse(Env({{"STENSOR_CONFIG", path}}));
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->memory_limit.BytesFor(1, 80 * kGiB), 4 * kGiB);
   EXPECT_EQ(config->policy, EvictionPolicyKind::kLru);
@@ -570,8 +552,7 @@ constexpr FileErrorCase kFileErrorCases[] = {
      "unknown option \"STENSOR_VERBOSE\" (from FILE:3): expected one of "
      "STENSOR_MEMORY_LIMIT, "},
     {"stensor_policy=lru\n", "unknown option \"stensor_policy\" (from FILE:1)"},
-    {"STENSOR_POLICY lru\n",
-     "invalid line \"STENSOR_POLICY lru\" (from FILE:1)"},
+    {"STENSOR_POLICY lru\n", "invalid line \"STENSOR_POLICY lru\" (from FILE:1)"},
     {"=lru\n", "unknown option \"\" (from FILE:1)"},
     {"STENSOR_CONFIG=/etc/other.conf\n",
      "STENSOR_CONFIG cannot be set in a config file (from FILE:1)"},
@@ -583,48 +564,39 @@ TEST(ConfigFileTest, ReportsBadLinesWithFileAndLine) {
   for (const FileErrorCase& c : kFileErrorCases) {
     SCOPED_TRACE(c.text);
     const std::string path = WriteTempFile(c.text);
-    const absl::StatusOr<Config> config =
-        Config::Parse(Env({{"STENSOR_CONFIG", path}}));
+    const absl::StatusOr<Config> config = Config::Parse(Env({{"STENSOR_CONFIG", path}}));
     ASSERT_FALSE(config.ok());
     std::string expected = c.error;
     expected.replace(expected.find("FILE"), 4, path);
-    EXPECT_THAT(config.status().message(),
-                HasSubstr(absl::StrCat("stensor: ", expected)));
+    EXPECT_THAT(config.status().message(), HasSubstr(absl::StrCat("stensor: ", expected)));
   }
 }
 
 TEST(ConfigFileTest, RejectsNulBytes) {
-  const std::string path =
-      WriteTempFile(std::string("STENSOR_ACCESS_LOG=/a\0b\n", 23));
-  const absl::StatusOr<Config> config =
-      Config::Parse(Env({{"STENSOR_CONFIG", path}}));
-  EXPECT_THAT(
-      config.status().message(),
-      HasSubstr(absl::StrCat("invalid line \"STENSOR_ACCESS_LOG=/a\\000b\" "
-                             "(from ",
-                             path, ":1)")));
+  const std::string path = WriteTempFile(std::string("STENSOR_ACCESS_LOG=/a\0b\n", 23));
+  const absl::StatusOr<Config> config = Config::Parse(Env({{"STENSOR_CONFIG", path}}));
+  EXPECT_THAT(config.status().message(),
+              HasSubstr(absl::StrCat("invalid line \"STENSOR_ACCESS_LOG=/a\\000b\" "
+                                     "(from ",
+                                     path, ":1)")));
 }
 
 TEST(ConfigFileTest, ReportsAFileThatCannotBeRead) {
   const std::string missing = testing::TempDir() + "/no/such/stensor.conf";
-  const absl::StatusOr<Config> config =
-      Config::Parse(Env({{"STENSOR_CONFIG", missing}}));
-  EXPECT_EQ(config.status().message(),
-            absl::StrCat("stensor: cannot read STENSOR_CONFIG=\"", missing,
-                         "\": No such file or directory"));
+  const absl::StatusOr<Config> config = Config::Parse(Env({{"STENSOR_CONFIG", missing}}));
+  EXPECT_EQ(config.status().message(), absl::StrCat("stensor: cannot read STENSOR_CONFIG=\"",
+                                                    missing, "\": No such file or directory"));
 
   const absl::StatusOr<Config> directory =
       Config::Parse(Env({{"STENSOR_CONFIG", testing::TempDir()}}));
-  EXPECT_THAT(directory.status().message(),
-              HasSubstr("stensor: cannot read STENSOR_CONFIG="));
+  EXPECT_THAT(directory.status().message(), HasSubstr("stensor: cannot read STENSOR_CONFIG="));
   EXPECT_THAT(directory.status().message(), HasSubstr("not a regular file"));
 
   const std::string path = WriteTempFile("STENSOR_POLICY=lru\n");
   ASSERT_EQ(chmod(path.c_str(), 0), 0);
   if (geteuid() != 0) {  // root reads files whatever their mode
-    EXPECT_THAT(
-        Config::Parse(Env({{"STENSOR_CONFIG", path}})).status().message(),
-        HasSubstr("Permission denied"));
+    EXPECT_THAT(Config::Parse(Env({{"STENSOR_CONFIG", path}})).status().message(),
+                HasSubstr("Permission denied"));
   }
 }
 
@@ -641,11 +613,9 @@ TEST(ConfigFileTest, EveryOptionCanComeFromTheFile) {
     // The last valid case of each option wins in both forms.
     env[c.variable] = c.value;
   }
-  for (const auto& [name, value] : env)
-    absl::StrAppend(&text, name, "=", value, "\n");
+  for (const auto& [name, value] : env) absl::StrAppend(&text, name, "=", value, "\n");
   const std::string path = WriteTempFile(text);
-  const absl::StatusOr<Config> from_file =
-      Config::Parse(Env({{"STENSOR_CONFIG", path}}));
+  const absl::StatusOr<Config> from_file = Config::Parse(Env({{"STENSOR_CONFIG", path}}));
   ASSERT_TRUE(from_file.ok()) << from_file.status();
   env["STENSOR_CONFIG"] = path;
   const absl::StatusOr<Config> from_env = Config::Parse(Env(env));
@@ -705,12 +675,11 @@ constexpr Utf8Case kUtf8Cases[] = {
 TEST(DescribeTest, KeepsValidUtf8AndReplacesTheRest) {
   for (const Utf8Case& c : kUtf8Cases) {
     SCOPED_TRACE(c.json);
-    const absl::StatusOr<Config> config = Config::Parse(
-        Env({{"STENSOR_REAL_LIBCUDA", absl::StrCat("/", c.bytes)}}));
+    const absl::StatusOr<Config> config =
+        Config::Parse(Env({{"STENSOR_REAL_LIBCUDA", absl::StrCat("/", c.bytes)}}));
     ASSERT_TRUE(config.ok()) << config.status();
-    EXPECT_THAT(
-        config->Describe(),
-        HasSubstr(absl::StrCat("\"STENSOR_REAL_LIBCUDA\": \"/", c.json, "\"")));
+    EXPECT_THAT(config->Describe(),
+                HasSubstr(absl::StrCat("\"STENSOR_REAL_LIBCUDA\": \"/", c.json, "\"")));
   }
 }
 

@@ -47,8 +47,7 @@ void AppendJsonString(std::string* out, std::string_view text) {
     bool valid = length > 0 && i + length <= text.size();
     for (size_t k = 1; valid && k < length; ++k) {
       const unsigned char next = text[i + k];
-      valid =
-          k == 1 ? next >= low && next <= high : next >= 0x80 && next <= 0xbf;
+      valid = k == 1 ? next >= low && next <= high : next >= 0x80 && next <= 0xbf;
     }
     if (valid) {
       out->append(text.data() + i, length);
@@ -101,8 +100,7 @@ JsonLine& JsonLine::Bool(std::string_view key, bool value) {
   return *this;
 }
 
-JsonLine& JsonLine::Uints(std::string_view key,
-                          absl::Span<const uint64_t> values) {
+JsonLine& JsonLine::Uints(std::string_view key, absl::Span<const uint64_t> values) {
   Key(key);
   text_.push_back('[');
   for (size_t i = 0; i < values.size(); ++i) {

@@ -24,17 +24,17 @@ TEST(AppendJsonStringTest, EscapesQuotesBackslashesAndControlCharacters) {
 }
 
 TEST(AppendJsonStringTest, KeepsValidUtf8) {
-  EXPECT_EQ(Quoted("caf\xc3\xa9"), "\"caf\xc3\xa9\"");              // U+00E9
-  EXPECT_EQ(Quoted("\xe2\x82\xac"), "\"\xe2\x82\xac\"");            // U+20AC
-  EXPECT_EQ(Quoted("\xf0\x9f\x98\x80"), "\"\xf0\x9f\x98\x80\"");    // U+1F600
-  EXPECT_EQ(Quoted("\xf4\x8f\xbf\xbf"), "\"\xf4\x8f\xbf\xbf\"");    // U+10FFFF
+  EXPECT_EQ(Quoted("caf\xc3\xa9"), "\"caf\xc3\xa9\"");            // U+00E9
+  EXPECT_EQ(Quoted("\xe2\x82\xac"), "\"\xe2\x82\xac\"");          // U+20AC
+  EXPECT_EQ(Quoted("\xf0\x9f\x98\x80"), "\"\xf0\x9f\x98\x80\"");  // U+1F600
+  EXPECT_EQ(Quoted("\xf4\x8f\xbf\xbf"), "\"\xf4\x8f\xbf\xbf\"");  // U+10FFFF
 }
 
 TEST(AppendJsonStringTest, ReplacesInvalidUtf8ByteByByte) {
   EXPECT_EQ(Quoted("\xff"), "\"\\ufffd\"");
-  EXPECT_EQ(Quoted("\x80z"), "\"\\ufffdz\"");              // a lone continuation
-  EXPECT_EQ(Quoted("\xc3"), "\"\\ufffd\"");                // cut short at the end
-  EXPECT_EQ(Quoted("\xc0\xaf"), "\"\\ufffd\\ufffd\"");     // overlong '/'
+  EXPECT_EQ(Quoted("\x80z"), "\"\\ufffdz\"");                      // a lone continuation
+  EXPECT_EQ(Quoted("\xc3"), "\"\\ufffd\"");                        // cut short at the end
+  EXPECT_EQ(Quoted("\xc0\xaf"), "\"\\ufffd\\ufffd\"");             // overlong '/'
   EXPECT_EQ(Quoted("\xe0\x80\xaf"), "\"\\ufffd\\ufffd\\ufffd\"");  // overlong
   EXPECT_EQ(Quoted("\xed\xa0\x80"), "\"\\ufffd\\ufffd\\ufffd\"");  // a surrogate
   EXPECT_EQ(Quoted("\xf4\x90\x80\x80"), "\"\\ufffd\\ufffd\\ufffd\\ufffd\"");  // > U+10FFFF

@@ -17,13 +17,20 @@ namespace {
 
 spdlog::level::level_enum SpdlogLevel(LogLevel level) {
   switch (level) {
-    case LogLevel::kTrace: return spdlog::level::trace;
-    case LogLevel::kDebug: return spdlog::level::debug;
-    case LogLevel::kInfo: return spdlog::level::info;
-    case LogLevel::kWarn: return spdlog::level::warn;
-    case LogLevel::kError: return spdlog::level::err;
-    case LogLevel::kCritical: return spdlog::level::critical;
-    case LogLevel::kOff: return spdlog::level::off;
+    case LogLevel::kTrace:
+      return spdlog::level::trace;
+    case LogLevel::kDebug:
+      return spdlog::level::debug;
+    case LogLevel::kInfo:
+      return spdlog::level::info;
+    case LogLevel::kWarn:
+      return spdlog::level::warn;
+    case LogLevel::kError:
+      return spdlog::level::err;
+    case LogLevel::kCritical:
+      return spdlog::level::critical;
+    case LogLevel::kOff:
+      return spdlog::level::off;
   }
   return spdlog::level::warn;
 }
@@ -51,8 +58,8 @@ State& GetState() {
     g_state = s;
     pthread_atfork(LockForFork, UnlockAfterFork, UnlockAfterFork);
     // Not registered by name: nothing else can reach or drop it.
-    s->logger = std::make_shared<spdlog::logger>(
-        "stensor", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    s->logger = std::make_shared<spdlog::logger>("stensor",
+                                                 std::make_shared<spdlog::sinks::stderr_sink_mt>());
     s->logger->set_pattern("stensor: %v");
     s->logger->set_level(spdlog::level::trace);  // filtered in Say
     return s;

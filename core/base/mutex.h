@@ -84,9 +84,7 @@ class ABSL_LOCKABLE StdMutex {
 
 class ABSL_SCOPED_LOCKABLE StdMutexLock {
  public:
-  explicit StdMutexLock(StdMutex* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) {
-    mu_->Lock();
-  }
+  explicit StdMutexLock(StdMutex* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) { mu_->Lock(); }
   ~StdMutexLock() ABSL_UNLOCK_FUNCTION() { mu_->Unlock(); }
   StdMutexLock(const StdMutexLock&) = delete;
   StdMutexLock& operator=(const StdMutexLock&) = delete;

@@ -2,10 +2,9 @@
 
 namespace stensor {
 
-int LoadDriver(void* handle, void* (*resolve)(void*, const char*),
-               Driver* driver) {
+int LoadDriver(void* handle, void* (*resolve)(void*, const char*), Driver* driver) {
   int found = 0;
-#define STENSOR_LOAD(name)                                              \
+#define STENSOR_LOAD(name)                                                         \
   driver->name = reinterpret_cast<decltype(driver->name)>(resolve(handle, #name)); \
   found += driver->name != nullptr;
 #define STENSOR_HOOK(name) STENSOR_LOAD(name)

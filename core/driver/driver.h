@@ -26,8 +26,7 @@ struct Driver {
 
 // Looks every entry point up with `resolve` (a dlsym that is not hooked) in
 // `handle`. Returns how many were found.
-int LoadDriver(void* handle, void* (*resolve)(void*, const char*),
-               Driver* driver);
+int LoadDriver(void* handle, void* (*resolve)(void*, const char*), Driver* driver);
 
 }  // namespace stensor
 

@@ -6,15 +6,18 @@ namespace stensor {
 
 const char* BufferKindName(BufferKind kind) {
   switch (kind) {
-    case BufferKind::kDeviceAlloc: return "device";
-    case BufferKind::kStreamOrdered: return "stream_ordered";
-    case BufferKind::kAppVmm: return "app_vmm";
+    case BufferKind::kDeviceAlloc:
+      return "device";
+    case BufferKind::kStreamOrdered:
+      return "stream_ordered";
+    case BufferKind::kAppVmm:
+      return "app_vmm";
   }
   return "unknown";
 }
 
-std::optional<uint64_t> BufferRegistry::Add(uint64_t base, uint64_t size,
-                                            int device, BufferKind kind) {
+std::optional<uint64_t> BufferRegistry::Add(uint64_t base, uint64_t size, int device,
+                                            BufferKind kind) {
   if (size == 0 || base + size < base) return std::nullopt;
   MutexLock lock(&mu_);
   auto pos = std::upper_bound(bases_.begin(), bases_.end(), base);
@@ -107,8 +110,7 @@ std::optional<Buffer> BufferRegistry::Find(uint64_t addr) const {
   return entries_[i];
 }
 
-uint64_t BufferRegistry::LookupMissed(uint64_t addr, CacheEntry* cache,
-                                      const Cell** cell) const {
+uint64_t BufferRegistry::LookupMissed(uint64_t addr, CacheEntry* cache, const Cell** cell) const {
   ReaderMutexLock lock(&mu_);
   const size_t i = FindLocked(addr);
   if (i == kNotFound) return 0;

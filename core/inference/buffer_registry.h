@@ -34,9 +34,9 @@ namespace stensor {
 
 // How the application obtained a buffer; decides what stensor may do to it.
 enum class BufferKind : uint8_t {
-  kDeviceAlloc,   // cuMemAlloc / cuMemAllocPitch
-  kStreamOrdered, // cuMemAllocAsync / cuMemAllocFromPoolAsync
-  kAppVmm,        // mapped by the application's own VMM calls: never swapped
+  kDeviceAlloc,    // cuMemAlloc / cuMemAllocPitch
+  kStreamOrdered,  // cuMemAllocAsync / cuMemAllocFromPoolAsync
+  kAppVmm,         // mapped by the application's own VMM calls: never swapped
 };
 
 const char* BufferKindName(BufferKind kind);
@@ -64,15 +64,14 @@ class BufferRegistry {
   // Registers [base, base+size). Returns the new buffer's id, or nullopt when
   // the range is empty or overlaps a live buffer (the registry is left as it
   // was: stensor then treats the range as unknown memory).
-  std::optional<uint64_t> Add(uint64_t base, uint64_t size, int device,
-                              BufferKind kind) ABSL_LOCKS_EXCLUDED(mu_);
+  std::optional<uint64_t> Add(uint64_t base, uint64_t size, int device, BufferKind kind)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Unregisters the buffer that starts exactly at `base`.
   std::optional<Buffer> Remove(uint64_t base) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Unregisters every buffer that starts in [base, base+size).
-  std::vector<Buffer> RemoveRange(uint64_t base, uint64_t size)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<Buffer> RemoveRange(uint64_t base, uint64_t size) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The buffer containing `addr`, if any.
   std::optional<Buffer> Find(uint64_t addr) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -81,8 +80,7 @@ class BufferRegistry {
   // into a live buffer. Hits from the per-thread cache take no lock; the
   // rest are looked up under a single reader lock.
   template <typename OnHit>
-  void FindAll(const uint64_t* words, size_t count, OnHit&& on_hit) const
-      ABSL_LOCKS_EXCLUDED(mu_) {
+  void FindAll(const uint64_t* words, size_t count, OnHit&& on_hit) const ABSL_LOCKS_EXCLUDED(mu_) {
     // Relaxed is enough: a buffer whose address reached this thread was
     // added before (happens-before), so these see its bounds or later ones,
     // and later ones still cover every live buffer.
@@ -125,9 +123,7 @@ class BufferRegistry {
   class Reader {
    public:
     explicit Reader(const BufferRegistry& registry)
-        : registry_(registry),
-          instance_(registry.instance_),
-          cache_(ThreadCache()) {
+        : registry_(registry), instance_(registry.instance_), cache_(ThreadCache()) {
       const uint64_t lowest = registry.lowest_atomic_.load(std::memory_order_relaxed);
       const uint64_t highest = registry.highest_atomic_.load(std::memory_order_relaxed);
       lowest_ = lowest;

@@ -1,13 +1,13 @@
 #include "core/inference/buffer_registry.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <atomic>
-#include <random>
 #include <map>
+#include <random>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace stensor {
 namespace {
@@ -229,7 +229,8 @@ TEST(BufferRegistryTest, CachedLookupsDuringConcurrentAllocAndFree) {
 
 TEST(BufferRegistryTest, ConcurrentLookupsAndUpdates) {
   BufferRegistry r;
-  for (uint64_t i = 0; i < 1000; ++i) r.Add(0x100000 + i * 0x1000, 0x800, 0, BufferKind::kDeviceAlloc);
+  for (uint64_t i = 0; i < 1000; ++i)
+    r.Add(0x100000 + i * 0x1000, 0x800, 0, BufferKind::kDeviceAlloc);
   std::thread writer([&] {
     for (uint64_t i = 0; i < 2000; ++i) {
       uint64_t base = 0x10000000 + (i % 100) * 0x1000;
@@ -256,7 +257,7 @@ TEST(BufferRegistryTest, GenerationMovesWithEveryChangeAndOnlyThen) {
   EXPECT_GT(r.generation(), g);
   g = r.generation();
   EXPECT_FALSE(r.Add(0x1080, 0x100, 0, BufferKind::kDeviceAlloc));  // overlaps
-  EXPECT_FALSE(r.Remove(0x1080));                                    // not a base
+  EXPECT_FALSE(r.Remove(0x1080));                                   // not a base
   EXPECT_TRUE(r.RemoveRange(0x9000, 0x100).empty());
   EXPECT_TRUE(r.Find(0x1010));
   EXPECT_EQ(r.generation(), g);

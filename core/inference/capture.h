@@ -35,8 +35,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "core/driver/driver.h"
 #include "core/base/mutex.h"
+#include "core/driver/driver.h"
 
 namespace stensor {
 
@@ -62,9 +62,7 @@ class CaptureState {
   // driver refuses the program's operation there anyway. A query that
   // fails otherwise counts as not capturing: the operation's writes are
   // then recorded, never lost.
-  bool Capturing(CUstream stream) const {
-    return any() && CapturingSlow(stream);
-  }
+  bool Capturing(CUstream stream) const { return any() && CapturingSlow(stream); }
 
   // A stream of stensor's own in the current context, outside every
   // capture: the consumer of the swap-ins made for a captured copy or

@@ -28,14 +28,12 @@ uint64_t Rows(uint64_t height, uint64_t depth, uint64_t slice_rows) {
 
 // One side of a 2D/3D descriptor: its first byte is at row `y` of slice `z`,
 // `x` bytes in.
-CopySide Side(CUmemorytype type, const void* host, CUdeviceptr device, uint64_t x,
-              uint64_t y, uint64_t z, uint64_t pitch, uint64_t slice_rows,
-              uint64_t extent) {
+CopySide Side(CUmemorytype type, const void* host, CUdeviceptr device, uint64_t x, uint64_t y,
+              uint64_t z, uint64_t pitch, uint64_t slice_rows, uint64_t extent) {
   CopySide side;
   side.memory = MemoryKindOf(type);
   const uint64_t base = side.memory == MemoryKind::kHost ? Ptr(host)
-                        : side.memory == MemoryKind::kDevice ||
-                                side.memory == MemoryKind::kUnified
+                        : side.memory == MemoryKind::kDevice || side.memory == MemoryKind::kUnified
                             ? device
                             : 0;  // arrays are not linear memory
   if (base == 0) return side;
@@ -55,11 +53,11 @@ CopyRanges Of3D(const Params& p) {
   const uint64_t dst_slice = p.dstHeight != 0 ? p.dstHeight : p.Height;
   CopyRanges r;
   r.kind = CopyKindOf(MemoryKindOf(p.srcMemoryType), MemoryKindOf(p.dstMemoryType));
-  r.dst = Side(p.dstMemoryType, p.dstHost, p.dstDevice, p.dstXInBytes, p.dstY, p.dstZ,
-               p.dstPitch, p.dstHeight,
+  r.dst = Side(p.dstMemoryType, p.dstHost, p.dstDevice, p.dstXInBytes, p.dstY, p.dstZ, p.dstPitch,
+               p.dstHeight,
                RegionExtent(p.WidthInBytes, Rows(p.Height, p.Depth, dst_slice), p.dstPitch));
-  r.src = Side(p.srcMemoryType, p.srcHost, p.srcDevice, p.srcXInBytes, p.srcY, p.srcZ,
-               p.srcPitch, p.srcHeight,
+  r.src = Side(p.srcMemoryType, p.srcHost, p.srcDevice, p.srcXInBytes, p.srcY, p.srcZ, p.srcPitch,
+               p.srcHeight,
                RegionExtent(p.WidthInBytes, Rows(p.Height, p.Depth, src_slice), p.srcPitch));
   r.bytes = Mul(Mul(p.WidthInBytes, p.Height), p.Depth);
   return r;
@@ -68,8 +66,8 @@ CopyRanges Of3D(const Params& p) {
 CopySide OperandSide(const CUmemcpy3DOperand& o, const CUextent3D& e) {
   CopySide side;
   if (o.type != CU_MEMCPY_OPERAND_TYPE_POINTER) {
-    side.memory = o.type == CU_MEMCPY_OPERAND_TYPE_ARRAY ? MemoryKind::kArray
-                                                          : MemoryKind::kUnknown;
+    side.memory =
+        o.type == CU_MEMCPY_OPERAND_TYPE_ARRAY ? MemoryKind::kArray : MemoryKind::kUnknown;
     return side;
   }
   side.memory = MemoryKind::kUnified;
@@ -85,30 +83,30 @@ CopySide OperandSide(const CUmemcpy3DOperand& o, const CUextent3D& e) {
 }  // namespace
 
 const char* CopyKindName(CopyKind kind) {
-  static const char* const kNames[] = {
-      "HtoH", "HtoD", "HtoA", "HtoU", "DtoH", "DtoD", "DtoA", "DtoU",
-      "AtoH", "AtoD", "AtoA", "AtoU", "UtoH", "UtoD", "UtoA", "UtoU",
-      "default", "peer", "batch3d"};
-  static_assert(sizeof(kNames) / sizeof(kNames[0]) ==
-                static_cast<int>(CopyKind::kBatch3D) + 1);
+  static const char* const kNames[] = {"HtoH", "HtoD", "HtoA",    "HtoU", "DtoH",   "DtoD", "DtoA",
+                                       "DtoU", "AtoH", "AtoD",    "AtoA", "AtoU",   "UtoH", "UtoD",
+                                       "UtoA", "UtoU", "default", "peer", "batch3d"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<int>(CopyKind::kBatch3D) + 1);
   return kNames[static_cast<int>(kind)];
 }
 
 MemoryKind MemoryKindOf(CUmemorytype type) {
   switch (type) {
-    case CU_MEMORYTYPE_HOST: return MemoryKind::kHost;
-    case CU_MEMORYTYPE_DEVICE: return MemoryKind::kDevice;
-    case CU_MEMORYTYPE_ARRAY: return MemoryKind::kArray;
-    case CU_MEMORYTYPE_UNIFIED: return MemoryKind::kUnified;
+    case CU_MEMORYTYPE_HOST:
+      return MemoryKind::kHost;
+    case CU_MEMORYTYPE_DEVICE:
+      return MemoryKind::kDevice;
+    case CU_MEMORYTYPE_ARRAY:
+      return MemoryKind::kArray;
+    case CU_MEMORYTYPE_UNIFIED:
+      return MemoryKind::kUnified;
   }
   return MemoryKind::kUnknown;
 }
 
 CopyKind CopyKindOf(MemoryKind src, MemoryKind dst) {
   // kUnknown shares unified's row and column ("U").
-  auto index = [](MemoryKind m) {
-    return m == MemoryKind::kUnknown ? 3 : static_cast<int>(m);
-  };
+  auto index = [](MemoryKind m) { return m == MemoryKind::kUnknown ? 3 : static_cast<int>(m); };
   return static_cast<CopyKind>(index(src) * 4 + index(dst));
 }
 
@@ -140,10 +138,10 @@ CopyRanges LinearCopyRanges(CopyKind kind, uint64_t dst, uint64_t src, uint64_t 
 CopyRanges CopyRangesOf(const CUDA_MEMCPY2D& p) {
   CopyRanges r;
   r.kind = CopyKindOf(MemoryKindOf(p.srcMemoryType), MemoryKindOf(p.dstMemoryType));
-  r.dst = Side(p.dstMemoryType, p.dstHost, p.dstDevice, p.dstXInBytes, p.dstY, 0,
-               p.dstPitch, 0, RegionExtent(p.WidthInBytes, p.Height, p.dstPitch));
-  r.src = Side(p.srcMemoryType, p.srcHost, p.srcDevice, p.srcXInBytes, p.srcY, 0,
-               p.srcPitch, 0, RegionExtent(p.WidthInBytes, p.Height, p.srcPitch));
+  r.dst = Side(p.dstMemoryType, p.dstHost, p.dstDevice, p.dstXInBytes, p.dstY, 0, p.dstPitch, 0,
+               RegionExtent(p.WidthInBytes, p.Height, p.dstPitch));
+  r.src = Side(p.srcMemoryType, p.srcHost, p.srcDevice, p.srcXInBytes, p.srcY, 0, p.srcPitch, 0,
+               RegionExtent(p.WidthInBytes, p.Height, p.srcPitch));
   r.bytes = Mul(p.WidthInBytes, p.Height);
   return r;
 }
@@ -160,8 +158,7 @@ CopyRanges CopyRangesOf(const CUDA_MEMCPY3D_BATCH_OP& op) {
   return r;
 }
 
-MemsetRange MemsetRangeOf(uint64_t element_bytes, uint64_t width, uint64_t height,
-                          uint64_t pitch) {
+MemsetRange MemsetRangeOf(uint64_t element_bytes, uint64_t width, uint64_t height, uint64_t pitch) {
   const uint64_t row = Mul(element_bytes, width);
   return {Mul(row, height), RegionExtent(row, height, pitch)};
 }

@@ -16,9 +16,9 @@
 #ifndef STENSOR_CORE_INFERENCE_COPY_RANGES_H_
 #define STENSOR_CORE_INFERENCE_COPY_RANGES_H_
 
-#include <cstdint>
-
 #include <cuda.h>
+
+#include <cstdint>
 
 namespace stensor {
 
@@ -37,10 +37,22 @@ enum class MemoryKind : uint8_t {
 // device, array and unified-or-unknown memory ("HtoD", "DtoA", "UtoU", ...),
 // as 2D/3D descriptors and the typed 1D entry points state them.
 enum class CopyKind : uint8_t {
-  kHostToHost, kHostToDevice, kHostToArray, kHostToUnified,
-  kDeviceToHost, kDeviceToDevice, kDeviceToArray, kDeviceToUnified,
-  kArrayToHost, kArrayToDevice, kArrayToArray, kArrayToUnified,
-  kUnifiedToHost, kUnifiedToDevice, kUnifiedToArray, kUnifiedToUnified,
+  kHostToHost,
+  kHostToDevice,
+  kHostToArray,
+  kHostToUnified,
+  kDeviceToHost,
+  kDeviceToDevice,
+  kDeviceToArray,
+  kDeviceToUnified,
+  kArrayToHost,
+  kArrayToDevice,
+  kArrayToArray,
+  kArrayToUnified,
+  kUnifiedToHost,
+  kUnifiedToDevice,
+  kUnifiedToArray,
+  kUnifiedToUnified,
   kDefault,  // cuMemcpy, cuMemcpyAsync, cuMemcpyBatchAsync: unified addressing
   kPeer,     // cuMemcpyPeer(Async): device to device across contexts
   kBatch3D,  // one operation of cuMemcpy3DBatchAsync
@@ -95,8 +107,7 @@ struct MemsetRange {
   uint64_t bytes = 0;   // the bytes set
   uint64_t extent = 0;  // from the first to the last byte set
 };
-MemsetRange MemsetRangeOf(uint64_t element_bytes, uint64_t width, uint64_t height,
-                          uint64_t pitch);
+MemsetRange MemsetRangeOf(uint64_t element_bytes, uint64_t width, uint64_t height, uint64_t pitch);
 
 }  // namespace stensor
 

@@ -49,8 +49,7 @@ CUDA_MEMCPY3D DeviceToDevice3D() {
   return p;
 }
 
-CUDA_MEMCPY3D_BATCH_OP PointerOp(CUdeviceptr dst, CUdeviceptr src, size_t w, size_t h,
-                                 size_t d) {
+CUDA_MEMCPY3D_BATCH_OP PointerOp(CUdeviceptr dst, CUdeviceptr src, size_t w, size_t h, size_t d) {
   CUDA_MEMCPY3D_BATCH_OP op;
   std::memset(&op, 0, sizeof(op));
   op.src.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
@@ -115,9 +114,9 @@ TEST(RegionExtentTest, RowsPitchApart) {
 }
 
 TEST(RegionExtentTest, OverflowSaturates) {
-  EXPECT_EQ(RegionExtent(1, kMax, 2), kMax);          // rows * pitch
-  EXPECT_EQ(RegionExtent(kMax, 2, kMax / 2), kMax);   // + width
-  EXPECT_EQ(RegionExtent(kMax, 1, 0), kMax);          // exactly representable
+  EXPECT_EQ(RegionExtent(1, kMax, 2), kMax);         // rows * pitch
+  EXPECT_EQ(RegionExtent(kMax, 2, kMax / 2), kMax);  // + width
+  EXPECT_EQ(RegionExtent(kMax, 1, 0), kMax);         // exactly representable
 }
 
 // --- 1D copies ----------------------------------------------------------------------
@@ -410,8 +409,7 @@ TEST(CopyRangesBatchTest, RowLengthAndLayerHeight) {
 }
 
 TEST(CopyRangesBatchTest, ZeroExtentsTouchNothing) {
-  for (const CUextent3D& e : {CUextent3D{0, 3, 2}, CUextent3D{100, 0, 2},
-                              CUextent3D{100, 3, 0}}) {
+  for (const CUextent3D& e : {CUextent3D{0, 3, 2}, CUextent3D{100, 0, 2}, CUextent3D{100, 3, 0}}) {
     CUDA_MEMCPY3D_BATCH_OP op = PointerOp(kDev2, kDev, e.width, e.height, e.depth);
     CopyRanges r = CopyRangesOf(op);
     EXPECT_EQ(r.src.extent, 0u);

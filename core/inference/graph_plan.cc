@@ -17,11 +17,16 @@ constexpr int kMaxChildDepth = 16;
 
 const char* NodeTypeName(CUgraphNodeType type) {
   switch (type) {
-    case CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL: return "external semaphore signal";
-    case CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT: return "external semaphore wait";
-    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: return "batch memory operation";
-    case CU_GRAPH_NODE_TYPE_CONDITIONAL: return "conditional";
-    default: return "unrecognised";
+    case CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL:
+      return "external semaphore signal";
+    case CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT:
+      return "external semaphore wait";
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+      return "batch memory operation";
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+      return "conditional";
+    default:
+      return "unrecognised";
   }
 }
 
@@ -144,7 +149,8 @@ class Reader {
 
   void ReadNode(CUgraphNode node, int depth) {
     CUgraphNodeType type;
-    if (driver_.cuGraphNodeGetType == nullptr) return Unknown("the driver lacks cuGraphNodeGetType");
+    if (driver_.cuGraphNodeGetType == nullptr)
+      return Unknown("the driver lacks cuGraphNodeGetType");
     if (Failed("cuGraphNodeGetType", driver_.cuGraphNodeGetType(node, &type))) return;
     switch (type) {
       case CU_GRAPH_NODE_TYPE_KERNEL: {
@@ -217,8 +223,8 @@ class Reader {
         ++plan_->free_nodes;
         return;
       default:
-        return Unknown(absl::StrCat("a ", NodeTypeName(type), " node (type ",
-                                    static_cast<int>(type), ")"));
+        return Unknown(
+            absl::StrCat("a ", NodeTypeName(type), " node (type ", static_cast<int>(type), ")"));
     }
   }
 
@@ -311,8 +317,8 @@ NodeChange PlanNode(KernelCache* kernels, CUgraphNode node, const CUgraphNodePar
       return NodeChange::kPlanned;
     case CU_GRAPH_NODE_TYPE_MEMSET: {
       const CUDA_MEMSET_NODE_PARAMS_v2& m = params.memset;
-      *plan = MemsetNodePlan(node, CUDA_MEMSET_NODE_PARAMS{m.dst, m.pitch, m.value,
-                                                           m.elementSize, m.width, m.height});
+      *plan = MemsetNodePlan(
+          node, CUDA_MEMSET_NODE_PARAMS{m.dst, m.pitch, m.value, m.elementSize, m.width, m.height});
       return NodeChange::kPlanned;
     }
     case CU_GRAPH_NODE_TYPE_EMPTY:

@@ -28,11 +28,11 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "core/base/mutex.h"
+#include "core/driver/driver.h"
 #include "core/inference/buffer_registry.h"
 #include "core/inference/copy_ranges.h"
-#include "core/driver/driver.h"
 #include "core/inference/launch_inference.h"
-#include "core/base/mutex.h"
 
 namespace stensor {
 
@@ -120,8 +120,7 @@ std::shared_ptr<const GraphPlan> MadeUnknown(const GraphPlan& plan, std::string 
 
 // The buffers one kernel node reaches directly through its arguments, as
 // for a launch (pointer tables are the caller's: Tracker::ExpandTables).
-void InferKernelNode(const GraphNodePlan& node, const BufferRegistry& registry,
-                     Accesses* out);
+void InferKernelNode(const GraphNodePlan& node, const BufferRegistry& registry, Accesses* out);
 
 // The plans of live graph execs, by handle.
 class GraphPlans {
@@ -133,8 +132,7 @@ class GraphPlans {
 
  private:
   mutable Mutex mu_;
-  absl::flat_hash_map<CUgraphExec, std::shared_ptr<const GraphPlan>> plans_
-      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<CUgraphExec, std::shared_ptr<const GraphPlan>> plans_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace stensor

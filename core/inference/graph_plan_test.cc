@@ -10,26 +10,26 @@
 #include <map>
 #include <vector>
 
+#include "core/driver/driver.h"
 #include "core/inference/buffer_registry.h"
 #include "core/inference/capture.h"
-#include "core/driver/driver.h"
 #include "core/inference/launch_inference.h"
-#include "tests/support/scripted_driver_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/scripted_driver_testing.h"
 
 namespace stensor {
 namespace {
 
+using ::testing::ElementsAre;
+using ::testing::UnorderedElementsAre;
 using testing_support::FindKernel;
 using testing_support::InstallScriptedKernels;
 using testing_support::ScriptedKernel;
-using ::testing::ElementsAre;
-using ::testing::UnorderedElementsAre;
 
-constexpr uintptr_t kAxpy = 0x1000;     // axpy(const float*, float*, int)
-constexpr uintptr_t kOpaque = 0x2000;   // extern "C": no layout given
-constexpr uintptr_t kPacked = 0x3000;   // scale(float*, float)
+constexpr uintptr_t kAxpy = 0x1000;    // axpy(const float*, float*, int)
+constexpr uintptr_t kOpaque = 0x2000;  // extern "C": no layout given
+constexpr uintptr_t kPacked = 0x3000;  // scale(float*, float)
 
 const ScriptedKernel* Scripted(uintptr_t handle, bool is_cukernel) {
   static const auto* const kernels = new std::vector<ScriptedKernel>{
@@ -44,7 +44,7 @@ const ScriptedKernel* Scripted(uintptr_t handle, bool is_cukernel) {
 struct ScriptNode {
   CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
   CUDA_KERNEL_NODE_PARAMS kernel{};
-  std::vector<unsigned char> args;   // backing of kernel.kernelParams
+  std::vector<unsigned char> args;  // backing of kernel.kernelParams
   std::vector<void*> arg_pointers;
   CUDA_MEMCPY3D copy{};
   CUDA_MEMSET_NODE_PARAMS memset{};

@@ -95,25 +95,22 @@ struct OperatorCode {
   int arity;
 };
 constexpr OperatorCode kOperators[] = {
-    {"aN", 2},        {"aS", 2},        {"aa", 2},        {"ad", 1},
-    {"an", 2},        {"at", kSpecial}, {"aw", 1},        {"az", 1},
-    {"cc", kSpecial}, {"cl", kSpecial}, {"cm", 2},        {"co", 1},
-    {"cv", kSpecial}, {"dV", 2},        {"dX", kSpecial}, {"da", 1},
-    {"dc", kSpecial}, {"de", 1},        {"di", kSpecial}, {"dl", 1},
-    {"ds", 2},        {"dt", kSpecial}, {"dv", 2},        {"dx", kSpecial},
-    {"eO", 2},        {"eo", 2},        {"eq", 2},        {"fL", kSpecial},
-    {"fR", kSpecial}, {"fl", kSpecial}, {"fr", kSpecial}, {"ge", 2},
-    {"gs", 1},        {"gt", 2},        {"ix", 2},        {"lS", 2},
-    {"le", 2},        {"li", kSpecial}, {"ls", 2},        {"lt", 2},
-    {"mI", 2},        {"mL", 2},        {"mi", 2},        {"ml", 2},
-    {"mm", kSpecial}, {"na", kSpecial}, {"ne", 2},        {"ng", 1},
-    {"nt", 1},        {"nw", kSpecial}, {"nx", 1},        {"oR", 2},
-    {"oo", 2},        {"or", 2},        {"pL", 2},        {"pl", 2},
-    {"pm", 2},        {"pp", kSpecial}, {"ps", 1},        {"pt", kSpecial},
-    {"qu", 3},        {"rM", 2},        {"rS", 2},        {"rc", kSpecial},
-    {"rm", 2},        {"rs", 2},        {"sP", kSpecial}, {"sZ", kSpecial},
-    {"sc", kSpecial}, {"ss", 2},        {"st", kSpecial}, {"sz", 1},
-    {"te", 1},        {"ti", kSpecial}, {"tr", 0},        {"tw", 1},
+    {"aN", 2},        {"aS", 2},        {"aa", 2},        {"ad", 1},        {"an", 2},
+    {"at", kSpecial}, {"aw", 1},        {"az", 1},        {"cc", kSpecial}, {"cl", kSpecial},
+    {"cm", 2},        {"co", 1},        {"cv", kSpecial}, {"dV", 2},        {"dX", kSpecial},
+    {"da", 1},        {"dc", kSpecial}, {"de", 1},        {"di", kSpecial}, {"dl", 1},
+    {"ds", 2},        {"dt", kSpecial}, {"dv", 2},        {"dx", kSpecial}, {"eO", 2},
+    {"eo", 2},        {"eq", 2},        {"fL", kSpecial}, {"fR", kSpecial}, {"fl", kSpecial},
+    {"fr", kSpecial}, {"ge", 2},        {"gs", 1},        {"gt", 2},        {"ix", 2},
+    {"lS", 2},        {"le", 2},        {"li", kSpecial}, {"ls", 2},        {"lt", 2},
+    {"mI", 2},        {"mL", 2},        {"mi", 2},        {"ml", 2},        {"mm", kSpecial},
+    {"na", kSpecial}, {"ne", 2},        {"ng", 1},        {"nt", 1},        {"nw", kSpecial},
+    {"nx", 1},        {"oR", 2},        {"oo", 2},        {"or", 2},        {"pL", 2},
+    {"pl", 2},        {"pm", 2},        {"pp", kSpecial}, {"ps", 1},        {"pt", kSpecial},
+    {"qu", 3},        {"rM", 2},        {"rS", 2},        {"rc", kSpecial}, {"rm", 2},
+    {"rs", 2},        {"sP", kSpecial}, {"sZ", kSpecial}, {"sc", kSpecial}, {"ss", 2},
+    {"st", kSpecial}, {"sz", 1},        {"te", 1},        {"ti", kSpecial}, {"tr", 0},
+    {"tw", 1},
 };
 
 const OperatorCode* FindOperator(char a, char b) {
@@ -135,9 +132,7 @@ const OperatorCode* FindOperator(char a, char b) {
 // fails the whole parse.
 class Parser {
  public:
-  explicit Parser(std::string_view text) : text_(text) {
-    nodes_.reserve(text.size() / 4 + 8);
-  }
+  explicit Parser(std::string_view text) : text_(text) { nodes_.reserve(text.size() / 4 + 8); }
 
   std::optional<std::vector<ParamAccess>> Run();
   // With `pointees`, Run also fills one Pointees entry per parameter.
@@ -176,9 +171,7 @@ class Parser {
     nodes_.push_back(node);
     return static_cast<int>(nodes_.size()) - 1;
   }
-  int Opaque(uint64_t tparams) {
-    return NewNode(Kind::kOpaque, kFail, tparams);
-  }
+  int Opaque(uint64_t tparams) { return NewNode(Kind::kOpaque, kFail, tparams); }
   uint64_t Mask(int node) const { return node < 0 ? 0 : nodes_[node].tparams; }
   void AddSubstitution(int node) { subs_.push_back(node); }
 
@@ -250,8 +243,7 @@ std::optional<std::vector<ParamAccess>> Parser::Run() {
 
   std::vector<ParamAccess> out;
   // A lone `v` is the empty parameter list.
-  if (kernel_params_.size() == 1 &&
-      nodes_[kernel_params_[0]].kind == Kind::kVoid) {
+  if (kernel_params_.size() == 1 && nodes_[kernel_params_[0]].kind == Kind::kVoid) {
     return out;
   }
   out.reserve(kernel_params_.size());
@@ -330,8 +322,7 @@ int Parser::ParseEncoding() {
     return is_kernel ? kFail : name;
   }
   // Function templates encode the return type first (ABI 5.1.5.3).
-  bool has_return_type =
-      info.template_args >= 0 && !info.ctor_dtor_or_conversion;
+  bool has_return_type = info.template_args >= 0 && !info.ctor_dtor_or_conversion;
   if (Consume('J')) has_return_type = true;
   if (has_return_type && ParseType() < 0) return kFail;
 
@@ -496,8 +487,7 @@ int Parser::ParseUnqualifiedName(int scope, NameInfo* info) {
     info->ctor_dtor_or_conversion = true;
   } else if (c == 'D') {
     const char kind = Peek(1);
-    if (kind != '0' && kind != '1' && kind != '2' && kind != '4' &&
-        kind != '5') {
+    if (kind != '0' && kind != '1' && kind != '2' && kind != '4' && kind != '5') {
       return kFail;  // also DC, structured bindings
     }
     pos_ += 2;
@@ -586,8 +576,7 @@ int Parser::ParseSubstitution() {
       ++pos_;
     }
     id = seq + 1;
-  } else if (c == 't' || c == 'a' || c == 'b' || c == 's' || c == 'i' ||
-             c == 'o' || c == 'd') {
+  } else if (c == 't' || c == 'a' || c == 'b' || c == 's' || c == 'i' || c == 'o' || c == 'd') {
     ++pos_;
     const int node = Opaque(0);
     if (Peek() == 'B') {
@@ -617,8 +606,7 @@ int Parser::ParseTemplateParam() {
   // packs a `Dp` expands; one inside a nested encoding (a lambda's enclosing
   // function, `L_Z...E`) belongs to that template.
   const bool kernel_scope = encoding_depth_ == 1;
-  const int node = NewNode(Kind::kTemplateParam, kFail,
-                           kernel_scope ? TemplateParamBit(index) : 0);
+  const int node = NewNode(Kind::kTemplateParam, kFail, kernel_scope ? TemplateParamBit(index) : 0);
   nodes_[node].index = index;
   return node;
 }
@@ -673,8 +661,7 @@ int Parser::ParseType() {
   if (!guard.ok()) return kFail;
   const char c = Peek();
   if (c == 'r' || c == 'V' || c == 'K' ||
-      (c == 'D' && (Peek(1) == 'x' || Peek(1) == 'o' || Peek(1) == 'O' ||
-                    Peek(1) == 'w'))) {
+      (c == 'D' && (Peek(1) == 'x' || Peek(1) == 'o' || Peek(1) == 'O' || Peek(1) == 'w'))) {
     return ParseQualifiedType();
   }
   int node = kFail;
@@ -730,8 +717,7 @@ int Parser::ParseType() {
       ++pos_;
       const int inner = ParseType();
       if (inner < 0) return kFail;
-      node = NewNode(c == 'P' ? Kind::kPointer : Kind::kReference, inner,
-                     Mask(inner));
+      node = NewNode(c == 'P' ? Kind::kPointer : Kind::kReference, inner, Mask(inner));
       break;
     }
     case 'C':    // complex
@@ -772,8 +758,8 @@ int Parser::ParseType() {
       } else if (d == 'a' || d == 'c') {  // auto, decltype(auto)
         pos_ += 2;
         return Opaque(0);
-      } else if (d == 'f' || d == 'd' || d == 'e' || d == 'h' || d == 'u' ||
-                 d == 's' || d == 'i' || d == 'n') {
+      } else if (d == 'f' || d == 'd' || d == 'e' || d == 'h' || d == 'u' || d == 's' || d == 'i' ||
+                 d == 'n') {
         // decimal floats, half, char8_t/16_t/32_t, nullptr_t
         pos_ += 2;
         return NewNode(Kind::kScalar);
@@ -1099,8 +1085,7 @@ int Parser::ParseExpression() {
     for (int i = 0; ok && i < op->arity; ++i) ok = expr();
   } else if (a == 'c' && b == 'v') {
     // cv <type> <expression> | cv <type> _ <expression>* E
-    ok = type() &&
-         (Consume('_') ? ParseExpressionList('E', &mask) >= 0 : expr());
+    ok = type() && (Consume('_') ? ParseExpressionList('E', &mask) >= 0 : expr());
   } else if (b == 'c') {  // dc sc cc rc <type> <expression>
     ok = type() && expr();
   } else if (a == 'c' && b == 'l') {  // cl <expression>+ E
@@ -1108,8 +1093,7 @@ int Parser::ParseExpression() {
   } else if (b == 't' && (a == 'd' || a == 'p')) {  // dt pt <expr> <name>
     ok = expr();
     if (ok) {
-      if ((Peek() == 'g' && Peek(1) == 's') ||
-          (Peek() == 's' && Peek(1) == 'r')) {
+      if ((Peek() == 'g' && Peek(1) == 's') || (Peek() == 's' && Peek(1) == 'r')) {
         ok = expr();
       } else {
         const int name = ParseBaseUnresolvedName();
@@ -1279,8 +1263,7 @@ Pointees Parser::ClassifyPointees(int node, int element) const {
   }
   const int inner = pointer_below(nodes_[outer].child, false);
   if (inner < 0) return Pointees::kNone;
-  return PointeeIsConst(nodes_[inner].child, element) == 1 ? Pointees::kConst
-                                                            : Pointees::kWritable;
+  return PointeeIsConst(nodes_[inner].child, element) == 1 ? Pointees::kConst : Pointees::kWritable;
 }
 
 // Appends the classification of one parameter, or of every parameter a pack
@@ -1324,8 +1307,7 @@ std::string_view Trim(std::string_view s) {
 
 bool EndsWithWord(std::string_view s, std::string_view word) {
   if (s.size() < word.size() + 1) return false;
-  return s.substr(s.size() - word.size()) == word &&
-         s[s.size() - word.size() - 1] == ' ';
+  return s.substr(s.size() - word.size()) == word && s[s.size() - word.size() - 1] == ' ';
 }
 
 // True when the demangler printed a pointer to const: "float const*",
@@ -1352,8 +1334,7 @@ bool PrintedAsPointerToConst(std::string_view type) {
 // Splits the parameter list of a demangled function name into the printed
 // parameter types. False when the text does not end in a parameter list
 // whose brackets balance.
-bool SplitDemangledParams(std::string_view text,
-                          std::vector<std::string_view>* params) {
+bool SplitDemangledParams(std::string_view text, std::vector<std::string_view>* params) {
   // "f(float*) [clone .constprop.0]"
   while (!text.empty() && text.back() == ']') {
     const size_t clone = text.rfind(" [clone ");
@@ -1365,8 +1346,7 @@ bool SplitDemangledParams(std::string_view text,
     text = Trim(text);
     if (EndsWithWord(text, "const")) {
       text.remove_suffix(5);
-    } else if (EndsWithWord(text, "volatile") ||
-               EndsWithWord(text, "restrict")) {
+    } else if (EndsWithWord(text, "volatile") || EndsWithWord(text, "restrict")) {
       text.remove_suffix(8);
     } else if (EndsWithWord(text, "&&")) {
       text.remove_suffix(2);
@@ -1439,13 +1419,12 @@ bool SplitDemangledParams(std::string_view text,
 
 }  // namespace
 
-std::optional<std::vector<ParamAccess>> ClassifyMangledParams(
-    std::string_view mangled) {
+std::optional<std::vector<ParamAccess>> ClassifyMangledParams(std::string_view mangled) {
   return Parser(mangled).Run();
 }
 
-std::optional<std::vector<ParamAccess>> ClassifyMangledParams(
-    std::string_view mangled, std::vector<Pointees>* pointees) {
+std::optional<std::vector<ParamAccess>> ClassifyMangledParams(std::string_view mangled,
+                                                              std::vector<Pointees>* pointees) {
   Parser parser(mangled);
   parser.set_pointees_out(pointees);
   return parser.Run();
@@ -1471,8 +1450,7 @@ bool PrintedAsPointerToPointerToConst(std::string_view type) {
   return PrintedAsPointerToConst(type);
 }
 
-bool DemangledParamsAgree(std::string_view demangled,
-                          const std::vector<ParamAccess>& params) {
+bool DemangledParamsAgree(std::string_view demangled, const std::vector<ParamAccess>& params) {
   std::vector<std::string_view> printed;
   if (!SplitDemangledParams(demangled, &printed)) return false;
   if (printed.size() != params.size()) return false;
@@ -1483,8 +1461,7 @@ bool DemangledParamsAgree(std::string_view demangled,
         if (!PrintedAsPointerToConst(type)) return false;
         break;
       case ParamAccess::kNone:
-        if (type.empty() ||
-            type.find_first_of("*&") != std::string_view::npos) {
+        if (type.empty() || type.find_first_of("*&") != std::string_view::npos) {
           return false;
         }
         break;
@@ -1540,13 +1517,13 @@ KernelSignature ParseKernelSignature(std::string_view mangled) {
   int status = 0;
   std::unique_ptr<char, void (*)(void*)> demangled(nullptr, &std::free);
   if (params && mangled.size() <= kernel_signature_internal::kMaxDemangleLength) {
-    demangled.reset(abi::__cxa_demangle(signature.demangled_name.c_str(),
-                                        nullptr, nullptr, &status));
+    demangled.reset(
+        abi::__cxa_demangle(signature.demangled_name.c_str(), nullptr, nullptr, &status));
   }
   if (demangled != nullptr && status == 0) {
     signature.demangled_name = demangled.get();
-    if (params && !kernel_signature_internal::DemangledParamsAgree(
-                      signature.demangled_name, *params)) {
+    if (params &&
+        !kernel_signature_internal::DemangledParamsAgree(signature.demangled_name, *params)) {
       return signature;
     }
     // A const-pointee claim is a read claim too: the printed type must

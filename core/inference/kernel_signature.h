@@ -113,11 +113,10 @@ namespace kernel_signature_internal {
 // The structural parse alone, without the cross-check against the runtime's
 // demangler: the classification of each parameter of `mangled`, or nullopt
 // when it is not a mangled function name the parser fully understands.
-std::optional<std::vector<ParamAccess>> ClassifyMangledParams(
-    std::string_view mangled);
+std::optional<std::vector<ParamAccess>> ClassifyMangledParams(std::string_view mangled);
 // The same parse, also giving each parameter's Pointees.
-std::optional<std::vector<ParamAccess>> ClassifyMangledParams(
-    std::string_view mangled, std::vector<Pointees>* pointees);
+std::optional<std::vector<ParamAccess>> ClassifyMangledParams(std::string_view mangled,
+                                                              std::vector<Pointees>* pointees);
 
 // True when the demangler printed `type` as a pointer (or reference) to
 // pointers to const ("float const* const*", "float const**",
@@ -127,8 +126,7 @@ bool PrintedAsPointerToPointerToConst(std::string_view type);
 // The cross-check: true when `demangled` (as printed by abi::__cxa_demangle)
 // has exactly params.size() parameters, every kRead one is printed as a
 // pointer to const and no kNone one is printed as a pointer or reference.
-bool DemangledParamsAgree(std::string_view demangled,
-                          const std::vector<ParamAccess>& params);
+bool DemangledParamsAgree(std::string_view demangled, const std::vector<ParamAccess>& params);
 
 }  // namespace kernel_signature_internal
 }  // namespace stensor

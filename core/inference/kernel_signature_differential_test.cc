@@ -59,8 +59,7 @@ bool StripSuffixWord(std::string_view* s, std::string_view word) {
     return false;
   }
   const std::string_view rest = s->substr(0, s->size() - word.size());
-  if (!rest.empty() && rest.back() != ' ' && rest.back() != '*' &&
-      rest.back() != '&') {
+  if (!rest.empty() && rest.back() != ' ' && rest.back() != '*' && rest.back() != '&') {
     return false;  // "xconst" is a name, not a qualifier
   }
   *s = Trim(rest);
@@ -108,10 +107,9 @@ std::optional<std::vector<std::string>> PrintedParams(std::string_view text) {
     if (before.empty() || before.back() != ')') break;
     const size_t declarator = MatchingOpen(before);
     if (declarator == std::string_view::npos) break;
-    const std::string_view inner = Trim(
-        before.substr(declarator + 1, before.size() - declarator - 2));
-    if (inner.empty() || (inner.front() != '*' && inner.front() != '&') ||
-        inner.back() != ')') {
+    const std::string_view inner =
+        Trim(before.substr(declarator + 1, before.size() - declarator - 2));
+    if (inner.empty() || (inner.front() != '*' && inner.front() != '&') || inner.back() != ')') {
       break;
     }
     text = inner;
@@ -163,8 +161,7 @@ bool PointerToConst(std::string_view type) {
   for (;;) {
     if (StripSuffixWord(&type, "const")) {
       is_const = true;
-    } else if (!StripSuffixWord(&type, "volatile") &&
-               !StripSuffixWord(&type, "restrict")) {
+    } else if (!StripSuffixWord(&type, "volatile") && !StripSuffixWord(&type, "restrict")) {
       return is_const;
     }
   }
@@ -186,13 +183,36 @@ bool PointerToPointerToConst(std::string_view type) {
 // The arithmetic builtins as GNU prints them (and nullptr_t): what kNone
 // promises a parameter is.
 bool ArithmeticBuiltin(std::string_view type) {
-  static const auto* const names = new std::set<std::string_view>{
-      "bool", "char", "signed char", "unsigned char", "short",
-      "unsigned short", "int", "unsigned int", "long", "unsigned long",
-      "long long", "unsigned long long", "__int128", "unsigned __int128",
-      "float", "double", "long double", "__float128", "wchar_t", "char8_t",
-      "char16_t", "char32_t", "decltype(nullptr)", "half", "_Float16",
-      "_Float32", "_Float64", "_Float128", "std::bfloat16_t", "__bf16"};
+  static const auto* const names = new std::set<std::string_view>{"bool",
+                                                                  "char",
+                                                                  "signed char",
+                                                                  "unsigned char",
+                                                                  "short",
+                                                                  "unsigned short",
+                                                                  "int",
+                                                                  "unsigned int",
+                                                                  "long",
+                                                                  "unsigned long",
+                                                                  "long long",
+                                                                  "unsigned long long",
+                                                                  "__int128",
+                                                                  "unsigned __int128",
+                                                                  "float",
+                                                                  "double",
+                                                                  "long double",
+                                                                  "__float128",
+                                                                  "wchar_t",
+                                                                  "char8_t",
+                                                                  "char16_t",
+                                                                  "char32_t",
+                                                                  "decltype(nullptr)",
+                                                                  "half",
+                                                                  "_Float16",
+                                                                  "_Float32",
+                                                                  "_Float64",
+                                                                  "_Float128",
+                                                                  "std::bfloat16_t",
+                                                                  "__bf16"};
   // A template parameter bound to `const float` prints as "float const".
   while (StripSuffixWord(&type, "const") || StripSuffixWord(&type, "volatile")) {
   }
@@ -216,11 +236,9 @@ std::optional<Demangled> Demangle(const std::string& name) {
 
 // Why the parser's answer for `name` contradicts what GNU printed, or "".
 std::string Contradiction(const std::vector<ParamAccess>& params,
-                          const std::vector<Pointees>& pointees,
-                          const Demangled& d) {
+                          const std::vector<Pointees>& pointees, const Demangled& d) {
   if (params.size() != d.params.size()) {
-    return absl::StrCat(params.size(), " parameters parsed, ", d.params.size(),
-                        " printed");
+    return absl::StrCat(params.size(), " parameters parsed, ", d.params.size(), " printed");
   }
   for (size_t i = 0; i < params.size(); ++i) {
     if (params[i] == ParamAccess::kRead && !PointerToConst(d.params[i])) {
@@ -229,10 +247,8 @@ std::string Contradiction(const std::vector<ParamAccess>& params,
     if (params[i] == ParamAccess::kNone && !ArithmeticBuiltin(d.params[i])) {
       return absl::StrCat("parameter ", i, " none, printed ", d.params[i]);
     }
-    if (pointees[i] == Pointees::kConst &&
-        !PointerToPointerToConst(d.params[i])) {
-      return absl::StrCat("parameter ", i, " a table of const, printed ",
-                          d.params[i]);
+    if (pointees[i] == Pointees::kConst && !PointerToPointerToConst(d.params[i])) {
+      return absl::StrCat("parameter ", i, " a table of const, printed ", d.params[i]);
     }
   }
   return "";
@@ -270,8 +286,7 @@ TEST(KernelSignatureDifferentialTest, CudaToolkitNamesAgreeWithGnu) {
   size_t contradictions = 0;
   for (const std::string& name : names) {
     std::vector<Pointees> pointees;
-    const std::optional<std::vector<ParamAccess>> params =
-        ClassifyMangledParams(name, &pointees);
+    const std::optional<std::vector<ParamAccess>> params = ClassifyMangledParams(name, &pointees);
     const std::optional<Demangled> d = Demangle(name);
     parsed += params.has_value();
     demangled += d.has_value();
@@ -290,8 +305,7 @@ TEST(KernelSignatureDifferentialTest, CudaToolkitNamesAgreeWithGnu) {
       reads += (*params)[i] == ParamAccess::kRead;
       nones += (*params)[i] == ParamAccess::kNone;
       const_tables += pointees[i] == Pointees::kConst;
-      reads_missed += (*params)[i] == ParamAccess::kReadWrite &&
-                      PointerToConst(d->params[i]);
+      reads_missed += (*params)[i] == ParamAccess::kReadWrite && PointerToConst(d->params[i]);
     }
   }
   std::printf(
@@ -299,9 +313,8 @@ TEST(KernelSignatureDifferentialTest, CudaToolkitNamesAgreeWithGnu) {
       "(%zu conservative fallbacks), %zu compared, %zu agreed, %zu "
       "contradicted\n  in the agreeing names: %zu reads, %zu nones and %zu "
       "const tables confirmed; %zu pointers to const left read-write\n",
-      g_corpus_path.c_str(), names.size(), demangled, parsed, fallbacks,
-      compared, agreed, contradictions, reads, nones, const_tables,
-      reads_missed);
+      g_corpus_path.c_str(), names.size(), demangled, parsed, fallbacks, compared, agreed,
+      contradictions, reads, nones, const_tables, reads_missed);
   EXPECT_EQ(contradictions, 0u);
   // The parser understands the toolkit's names: a drop here is a
   // regression (the conservative answer, but a slower one).
@@ -388,22 +401,19 @@ class Generator {
   }
 
  private:
-  static constexpr const char* kNamespaces[] = {"ns", "cutlass", "detail",
-                                                "mlp"};
-  static constexpr const char* kFunctions[] = {"kernel", "gemm", "reduce",
-                                               "scale"};
+  static constexpr const char* kNamespaces[] = {"ns", "cutlass", "detail", "mlp"};
+  static constexpr const char* kFunctions[] = {"kernel", "gemm", "reduce", "scale"};
   static constexpr const char* kClasses[] = {"Params", "Tensor", "__half",
-                                             "float4", "Array", "Holder"};
+                                             "float4", "Array",  "Holder"};
   struct Builtin {
     const char* code;
     bool arithmetic;
   };
   static constexpr Builtin kBuiltins[] = {
-      {"b", true},  {"c", true},  {"a", true},  {"h", true},  {"s", true},
-      {"t", true},  {"i", true},  {"j", true},  {"l", true},  {"m", true},
-      {"x", true},  {"y", true},  {"n", true},  {"o", true},  {"f", true},
-      {"d", true},  {"e", true},  {"g", true},  {"w", true},  {"Ds", true},
-      {"Di", true}, {"Du", true}, {"Dn", true}, {"Dh", true}};
+      {"b", true}, {"c", true},  {"a", true},  {"h", true},  {"s", true},  {"t", true},
+      {"i", true}, {"j", true},  {"l", true},  {"m", true},  {"x", true},  {"y", true},
+      {"n", true}, {"o", true},  {"f", true},  {"d", true},  {"e", true},  {"g", true},
+      {"w", true}, {"Ds", true}, {"Di", true}, {"Du", true}, {"Dn", true}, {"Dh", true}};
 
   int Pick(int n) { return static_cast<int>(rng_() % n); }
   template <size_t N>
@@ -469,9 +479,7 @@ class Generator {
         if (Pick(2) == 0 && !IsQualified(pointee) && !IsRef(pointee) &&
             Resolved(pointee).kind != Type::Kind::kFunction &&
             Resolved(pointee).kind != Type::Kind::kArray) {
-          pointee = Wrap(Pick(4) == 0 ? Type::Kind::kVolatile
-                                      : Type::Kind::kConst,
-                         pointee);
+          pointee = Wrap(Pick(4) == 0 ? Type::Kind::kVolatile : Type::Kind::kConst, pointee);
         }
         return Wrap(Type::Kind::kPointer, pointee);
       }
@@ -491,8 +499,7 @@ class Generator {
       case 8: {
         const int inner = RandomType(depth - 1, false);
         if (!top || IsRef(inner)) return inner;
-        return Wrap(Pick(2) == 0 ? Type::Kind::kLRef : Type::Kind::kRRef,
-                    inner);
+        return Wrap(Pick(2) == 0 ? Type::Kind::kLRef : Type::Kind::kRRef, inner);
       }
       case 9: {  // a pointer to a pointer table
         int entry = Wrap(Type::Kind::kPointer, PointeeType(depth - 2));
@@ -505,8 +512,7 @@ class Generator {
         if (Pick(2) == 0) {
           Type f;
           f.kind = Type::Kind::kFunction;
-          f.children.push_back(Pick(2) == 0 ? NewBuiltin(true)
-                                            : RandomType(depth - 2, false));
+          f.children.push_back(Pick(2) == 0 ? NewBuiltin(true) : RandomType(depth - 2, false));
           const int n = Pick(3);
           for (int i = 0; i < n; ++i) {
             f.children.push_back(RandomType(depth - 2, true));
@@ -589,8 +595,7 @@ class Generator {
     if (r.kind == Type::Kind::kBuiltin && r.arithmetic) return ParamAccess::kNone;
     if (r.kind != Type::Kind::kPointer) return ParamAccess::kReadWrite;
     const Type& pointee = Unqualified(r.children[0], &is_const);
-    if (is_const && pointee.kind != Type::Kind::kArray &&
-        pointee.kind != Type::Kind::kFunction) {
+    if (is_const && pointee.kind != Type::Kind::kArray && pointee.kind != Type::Kind::kFunction) {
       return ParamAccess::kRead;
     }
     return ParamAccess::kReadWrite;
@@ -608,17 +613,14 @@ class Generator {
     const Type& entry = Unqualified(r.children[0], &is_const);
     if (entry.kind != Type::Kind::kPointer) return Pointees::kNone;
     const Type& target = Unqualified(entry.children[0], &is_const);
-    return is_const && target.kind != Type::Kind::kArray &&
-                   target.kind != Type::Kind::kFunction
+    return is_const && target.kind != Type::Kind::kArray && target.kind != Type::Kind::kFunction
                ? Pointees::kConst
                : Pointees::kWritable;
   }
 
   // ---- The mangler: Itanium ABI 5.1, with its substitution table ----
 
-  static std::string Source(const std::string& name) {
-    return absl::StrCat(name.size(), name);
-  }
+  static std::string Source(const std::string& name) { return absl::StrCat(name.size(), name); }
   static std::string Seq(size_t i) {
     if (i == 0) return "S_";
     std::string digits;
@@ -643,14 +645,22 @@ class Generator {
   std::string Key(int t) const {
     const Type& x = types_[t];
     switch (x.kind) {
-      case Type::Kind::kBuiltin: return x.code;
-      case Type::Kind::kPointer: return "P" + Key(x.children[0]);
-      case Type::Kind::kLRef: return "R" + Key(x.children[0]);
-      case Type::Kind::kRRef: return "O" + Key(x.children[0]);
-      case Type::Kind::kConst: return "K" + Key(x.children[0]);
-      case Type::Kind::kVolatile: return "V" + Key(x.children[0]);
-      case Type::Kind::kClass: return PathKey(x.path, x.path.size(), true);
-      case Type::Kind::kTParam: return TParam(x.index);
+      case Type::Kind::kBuiltin:
+        return x.code;
+      case Type::Kind::kPointer:
+        return "P" + Key(x.children[0]);
+      case Type::Kind::kLRef:
+        return "R" + Key(x.children[0]);
+      case Type::Kind::kRRef:
+        return "O" + Key(x.children[0]);
+      case Type::Kind::kConst:
+        return "K" + Key(x.children[0]);
+      case Type::Kind::kVolatile:
+        return "V" + Key(x.children[0]);
+      case Type::Kind::kClass:
+        return PathKey(x.path, x.path.size(), true);
+      case Type::Kind::kTParam:
+        return TParam(x.index);
       case Type::Kind::kArray:
         return absl::StrCat("A", x.index, "_", Key(x.children[0]));
       case Type::Kind::kFunction: {
@@ -669,8 +679,7 @@ class Generator {
   }
   // The first `n` components; `with_args`: the last one's template
   // arguments too (else the template prefix).
-  std::string PathKey(const std::vector<Type::Component>& path, size_t n,
-                      bool with_args) const {
+  std::string PathKey(const std::vector<Type::Component>& path, size_t n, bool with_args) const {
     std::string s = "Q";
     for (size_t i = 0; i < n; ++i) {
       s += Source(path[i].name);
@@ -694,8 +703,7 @@ class Generator {
   // template prefix, and (for a type) the whole name; for the kernel's own
   // name the whole name is not one (a function is not a type), but its
   // template prefix is.
-  std::string MangleName(const std::vector<Type::Component>& path,
-                         bool is_type) {
+  std::string MangleName(const std::vector<Type::Component>& path, bool is_type) {
     const size_t n = path.size();
     if (is_type) {
       if (auto s = Lookup(PathKey(path, n, true))) return *s;
@@ -737,7 +745,7 @@ class Generator {
       if (!last || is_type) Candidate(PathKey(path, k, true));
     }
     if (n == 1 && !args_pending && covered == 0) return out;  // unscoped
-    if (n == 1 && args_pending) return out;  // S_ I...E
+    if (n == 1 && args_pending) return out;                   // S_ I...E
     return "N" + out + "E";
   }
 
@@ -749,12 +757,24 @@ class Generator {
     if (auto s = Lookup(key)) return *s;
     std::string out;
     switch (x.kind) {
-      case Type::Kind::kPointer: out = "P" + Mangle(x.children[0]); break;
-      case Type::Kind::kLRef: out = "R" + Mangle(x.children[0]); break;
-      case Type::Kind::kRRef: out = "O" + Mangle(x.children[0]); break;
-      case Type::Kind::kConst: out = "K" + Mangle(x.children[0]); break;
-      case Type::Kind::kVolatile: out = "V" + Mangle(x.children[0]); break;
-      case Type::Kind::kTParam: out = TParam(x.index); break;
+      case Type::Kind::kPointer:
+        out = "P" + Mangle(x.children[0]);
+        break;
+      case Type::Kind::kLRef:
+        out = "R" + Mangle(x.children[0]);
+        break;
+      case Type::Kind::kRRef:
+        out = "O" + Mangle(x.children[0]);
+        break;
+      case Type::Kind::kConst:
+        out = "K" + Mangle(x.children[0]);
+        break;
+      case Type::Kind::kVolatile:
+        out = "V" + Mangle(x.children[0]);
+        break;
+      case Type::Kind::kTParam:
+        out = TParam(x.index);
+        break;
       case Type::Kind::kArray:
         out = absl::StrCat("A", x.index, "_", Mangle(x.children[0]));
         break;
@@ -804,12 +824,12 @@ TEST(KernelSignatureDifferentialTest, GeneratedSignatures) {
       continue;
     }
     ++demangled;
-    const std::string gnu = Contradiction(
-        k.expected, std::vector<Pointees>(k.expected.size(), Pointees::kNone), *d);
+    const std::string gnu =
+        Contradiction(k.expected, std::vector<Pointees>(k.expected.size(), Pointees::kNone), *d);
     if (!gnu.empty()) {
       if (++failures <= 20) {
-        ADD_FAILURE() << "generator and GNU disagree on " << k.mangled << "\n  "
-                      << d->text << "\n  expected " << expected << ": " << gnu;
+        ADD_FAILURE() << "generator and GNU disagree on " << k.mangled << "\n  " << d->text
+                      << "\n  expected " << expected << ": " << gnu;
       }
       continue;
     }
@@ -820,17 +840,16 @@ TEST(KernelSignatureDifferentialTest, GeneratedSignatures) {
     // conservative one (the caller counts the targets as written).
     bool tables_safe = true;
     for (size_t j = 0; j < pointees.size() && j < k.expected_pointees.size(); ++j) {
-      if (pointees[j] == Pointees::kConst &&
-          k.expected_pointees[j] != Pointees::kConst) {
+      if (pointees[j] == Pointees::kConst && k.expected_pointees[j] != Pointees::kConst) {
         tables_safe = false;
       }
-      const_tables_missed += k.expected_pointees[j] == Pointees::kConst &&
-                             pointees[j] != Pointees::kConst;
+      const_tables_missed +=
+          k.expected_pointees[j] == Pointees::kConst && pointees[j] != Pointees::kConst;
     }
     if (Letters(*params) != expected || !tables_safe) {
       if (++failures <= 20) {
-        ADD_FAILURE() << k.mangled << "\n  " << d->text << "\n  expected "
-                      << expected << ", parsed " << Letters(*params)
+        ADD_FAILURE() << k.mangled << "\n  " << d->text << "\n  expected " << expected
+                      << ", parsed " << Letters(*params)
                       << (tables_safe ? "" : ", a const table claimed wrongly");
       }
       continue;
@@ -846,8 +865,8 @@ TEST(KernelSignatureDifferentialTest, GeneratedSignatures) {
       "generated: %d names, %zu demangled by GNU, %zu as the generator meant "
       "them; %zu parsed, %zu exactly as expected (%zu reads, %zu nones, %zu "
       "const tables, %zu const tables left writable); %zu failures\n",
-      kNames, demangled, gnu_agreed, parsed, exact, reads, nones,
-      const_tables, const_tables_missed, failures);
+      kNames, demangled, gnu_agreed, parsed, exact, reads, nones, const_tables, const_tables_missed,
+      failures);
   EXPECT_EQ(failures, 0u);
   EXPECT_EQ(parsed, static_cast<size_t>(kNames));
 }

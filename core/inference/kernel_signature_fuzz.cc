@@ -35,8 +35,8 @@
 #include <string_view>
 #include <vector>
 
-#include "tests/support/fuzz_target.h"
 #include "core/inference/kernel_signature.h"
+#include "tests/support/fuzz_target.h"
 
 namespace stensor {
 namespace {
@@ -50,40 +50,35 @@ constexpr size_t kDemangleLength = 2048;
 void Require(bool condition, const char* what, std::string_view name) {
   if (condition) return;
   std::fprintf(stderr, "kernel_signature_fuzz: %s\n  name: %.*s\n", what,
-               static_cast<int>(name.size() > 600 ? 600 : name.size()),
-               name.data());
+               static_cast<int>(name.size() > 600 ? 600 : name.size()), name.data());
   std::abort();
 }
 
 void Check(std::string_view name) {
   const KernelSignature s = ParseKernelSignature(name);
-  const bool mangled = name.size() >= 2 && name.substr(0, 2) == "_Z" &&
-                       name.find('\0') == std::string_view::npos;
+  const bool mangled =
+      name.size() >= 2 && name.substr(0, 2) == "_Z" && name.find('\0') == std::string_view::npos;
   Require(mangled || !s.parsed, "a name that is not _Z... was parsed", name);
   if (!s.parsed) {
-    Require(s.params.empty() && s.pointees.empty(),
-            "an unparsed signature has entries", name);
+    Require(s.params.empty() && s.pointees.empty(), "an unparsed signature has entries", name);
     for (size_t i = 0; i < 4; ++i) {
       Require(s.For(i) == ParamAccess::kReadWrite,
               "an unparsed signature answers other than read-write", name);
-      Require(s.PointeesFor(i) == Pointees::kNone,
-              "an unparsed signature claims a pointer table", name);
+      Require(s.PointeesFor(i) == Pointees::kNone, "an unparsed signature claims a pointer table",
+              name);
     }
     return;
   }
-  Require(s.pointees.size() == s.params.size(),
-          "one Pointees entry per parameter", name);
-  Require(s.For(s.params.size()) == ParamAccess::kReadWrite,
-          "For() past the end is not read-write", name);
+  Require(s.pointees.size() == s.params.size(), "one Pointees entry per parameter", name);
+  Require(s.For(s.params.size()) == ParamAccess::kReadWrite, "For() past the end is not read-write",
+          name);
   for (size_t i = 0; i < s.params.size(); ++i) {
     Require(s.For(i) == s.params[i], "For() is not params[i]", name);
-    Require(s.pointees[i] == Pointees::kNone ||
-                s.params[i] != ParamAccess::kNone,
+    Require(s.pointees[i] == Pointees::kNone || s.params[i] != ParamAccess::kNone,
             "a pointer table on a parameter that is not a pointer", name);
   }
   std::vector<Pointees> pointees;
-  const std::optional<std::vector<ParamAccess>> alone =
-      ksi::ClassifyMangledParams(name, &pointees);
+  const std::optional<std::vector<ParamAccess>> alone = ksi::ClassifyMangledParams(name, &pointees);
   Require(alone.has_value() && *alone == s.params,
           "the signature differs from the structural parse", name);
 
@@ -92,14 +87,11 @@ void Check(std::string_view name) {
   if (name.size() > kDemangleLength) return;
   int status = 0;
   std::unique_ptr<char, void (*)(void*)> demangled(
-      abi::__cxa_demangle(std::string(name).c_str(), nullptr, nullptr,
-                          &status),
-      &std::free);
+      abi::__cxa_demangle(std::string(name).c_str(), nullptr, nullptr, &status), &std::free);
   if (demangled == nullptr || status != 0) return;
   Require(ksi::DemangledParamsAgree(demangled.get(), s.params),
           "a read or none the demangler contradicts", name);
-  Require(s.demangled_name == demangled.get(),
-          "demangled_name is not the demangler's", name);
+  Require(s.demangled_name == demangled.get(), "demangled_name is not the demangler's", name);
 }
 
 }  // namespace
@@ -177,11 +169,29 @@ const FuzzTarget& Target() {
   static const FuzzTarget* const target = new FuzzTarget{
       "kernel_signature_fuzz",
       Seeds(),
-      {"_Z", "N", "E", "I", "J", "K", "V", "r", "P", "R", "O", "S_", "S0_",
-       "S1_", "SA_", "T_", "T0_", "T1_", "Dp", "L", "Li1E", "Lb0E", "X", "ad",
-       "L_Z", "F", "A16_", "M", "Dv4_", "Ut_", "UlPfE_", "Z", "v", "f", "i",
-       "6__half", "3mlp", "12_GLOBAL__N_1", "DF16_", "u3foo", "St", "Sa",
-       ".cold", "PKf", "PPf"},
+      {"_Z",     "N",
+       "E",      "I",
+       "J",      "K",
+       "V",      "r",
+       "P",      "R",
+       "O",      "S_",
+       "S0_",    "S1_",
+       "SA_",    "T_",
+       "T0_",    "T1_",
+       "Dp",     "L",
+       "Li1E",   "Lb0E",
+       "X",      "ad",
+       "L_Z",    "F",
+       "A16_",   "M",
+       "Dv4_",   "Ut_",
+       "UlPfE_", "Z",
+       "v",      "f",
+       "i",      "6__half",
+       "3mlp",   "12_GLOBAL__N_1",
+       "DF16_",  "u3foo",
+       "St",     "Sa",
+       ".cold",  "PKf",
+       "PPf"},
       kMaxInputBytes,
       // The parser's recursion bound costs about 32 KiB, the demangler about
       // 100 bytes per character of a 2 KiB name: 1 MiB holds both with room.
@@ -194,7 +204,6 @@ const FuzzTarget& Target() {
 }  // namespace stensor
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  stensor::Check(
-      std::string_view(reinterpret_cast<const char*>(data), size));
+  stensor::Check(std::string_view(reinterpret_cast<const char*>(data), size));
   return 0;
 }

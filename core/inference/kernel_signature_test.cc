@@ -203,8 +203,7 @@ constexpr NameCase kNvccKernels[] = {
     // outer::inner::nested_t<...>(outer::inner::Tile<float>,
     //   outer::inner::Tile<float> const*, outer::inner::Tile<float>*, float
     //   const*, float)
-    {"_ZN5outer5inner8nested_tIfLi4EEEvNS0_4TileIT_EEPKS4_PS4_PKS3_S3_",
-     "wrwrn"},
+    {"_ZN5outer5inner8nested_tIfLi4EEEvNS0_4TileIT_EEPKS4_PS4_PKS3_S3_", "wrwrn"},
     // (anonymous namespace)::anon_t<...>(float const*, float*, (anonymous
     //   namespace)::AnonS)
     {"_ZN36_GLOBAL__N__c2636587_4_k_cu_1384cfcb6anon_tIfEEvPKT_PS1_NS_5AnonS"
@@ -532,22 +531,19 @@ TEST(KernelSignatureTest, GxxNames) {
 // The SGD step writes the weights and the velocity and reads the gradient:
 // S0_ is `float*` (the first candidate after the namespace).
 TEST(KernelSignatureTest, SgdMomentumWritesWeightsAndVelocity) {
-  const KernelSignature signature =
-      ParseKernelSignature("_ZN3mlp12sgd_momentumEPfS0_PKfffi");
+  const KernelSignature signature = ParseKernelSignature("_ZN3mlp12sgd_momentumEPfS0_PKfffi");
   ASSERT_TRUE(signature.parsed);
   EXPECT_EQ(signature.demangled_name,
             "mlp::sgd_momentum(float*, float*, float const*, float, float, "
             "int)");
   EXPECT_EQ(signature.params,
-            (std::vector<ParamAccess>{kReadWrite, kReadWrite, kRead, kNone,
-                                      kNone, kNone}));
+            (std::vector<ParamAccess>{kReadWrite, kReadWrite, kRead, kNone, kNone, kNone}));
 }
 
 // The table of _ZN3mlp14linear_forwardEPKfS1_S1_Pfiii is {mlp, const float,
 // const float*}: both S1_ are `const float*`, reads.
 TEST(KernelSignatureTest, SubstitutionKeepsConstness) {
-  const KernelSignature signature =
-      ParseKernelSignature("_ZN3mlp14linear_forwardEPKfS1_S1_Pfiii");
+  const KernelSignature signature = ParseKernelSignature("_ZN3mlp14linear_forwardEPKfS1_S1_Pfiii");
   ASSERT_TRUE(signature.parsed);
   EXPECT_EQ(Letters(signature.params), "rrrwnnn");
 }
@@ -668,15 +664,13 @@ TEST(KernelSignatureTest, ParamAccessNames) {
 }
 
 TEST(DemangledParamsAgreeTest, CountsParametersAtTopLevelOnly) {
-  EXPECT_TRUE(DemangledParamsAgree("f(float const*, float*, int)",
-                                   {kRead, kReadWrite, kNone}));
-  EXPECT_TRUE(DemangledParamsAgree(
-      "void g<Foo<int, float> >(Foo<int, float>, void (*)(float*, int), "
-      "{lambda(int, int)#1}, float (*) [(4)*(2)])",
-      {kReadWrite, kReadWrite, kReadWrite, kReadWrite}));
-  EXPECT_TRUE(DemangledParamsAgree(
-      "(anonymous namespace)::f(int, (anonymous namespace)::S const*)",
-      {kNone, kRead}));
+  EXPECT_TRUE(DemangledParamsAgree("f(float const*, float*, int)", {kRead, kReadWrite, kNone}));
+  EXPECT_TRUE(
+      DemangledParamsAgree("void g<Foo<int, float> >(Foo<int, float>, void (*)(float*, int), "
+                           "{lambda(int, int)#1}, float (*) [(4)*(2)])",
+                           {kReadWrite, kReadWrite, kReadWrite, kReadWrite}));
+  EXPECT_TRUE(DemangledParamsAgree("(anonymous namespace)::f(int, (anonymous namespace)::S const*)",
+                                   {kNone, kRead}));
   EXPECT_TRUE(DemangledParamsAgree("void k<>()", {}));
   EXPECT_TRUE(DemangledParamsAgree("f(int) [clone .constprop.0]", {kNone}));
   EXPECT_TRUE(DemangledParamsAgree("S::f(int) const &", {kNone}));
@@ -696,13 +690,11 @@ TEST(DemangledParamsAgreeTest, ReadNeedsAPrintedPointerToConst) {
   EXPECT_FALSE(DemangledParamsAgree("f(myconst*)", {kRead}));
   EXPECT_FALSE(DemangledParamsAgree("f(float const&)", {kRead}));
   // A scalar is never printed with * or &.
-  EXPECT_TRUE(DemangledParamsAgree("f(unsigned long, decltype(nullptr))",
-                                   {kNone, kNone}));
+  EXPECT_TRUE(DemangledParamsAgree("f(unsigned long, decltype(nullptr))", {kNone, kNone}));
   EXPECT_FALSE(DemangledParamsAgree("f(float*)", {kNone}));
   EXPECT_FALSE(DemangledParamsAgree("f(int&)", {kNone}));
   // Read-write needs no confirmation.
-  EXPECT_TRUE(
-      DemangledParamsAgree("f(float const*, int)", {kReadWrite, kReadWrite}));
+  EXPECT_TRUE(DemangledParamsAgree("f(float const*, int)", {kReadWrite, kReadWrite}));
 }
 
 std::vector<std::string> AllTableNames() {
@@ -735,8 +727,7 @@ void CheckWellFormed(std::string_view name) {
 // the sanitizers (bazel test --config=asan).
 TEST(KernelSignatureRobustnessTest, TruncatedAndMutatedNames) {
   std::mt19937 rng(20240611);
-  const std::string alphabet =
-      "_ZNESIJKPRVTLXDOFAMUYCGBWpfijvcbdlmnostwxyzeghaukqr0123456789";
+  const std::string alphabet = "_ZNESIJKPRVTLXDOFAMUYCGBWpfijvcbdlmnostwxyzeghaukqr0123456789";
   for (const std::string& name : AllTableNames()) {
     for (size_t cut = 0; cut < name.size(); ++cut) {
       CheckWellFormed(std::string_view(name).substr(0, cut));
@@ -766,15 +757,13 @@ TEST(KernelSignatureRobustnessTest, TruncatedAndMutatedNames) {
 
 TEST(KernelSignatureRobustnessTest, RandomStrings) {
   std::mt19937 rng(7);
-  const std::string alphabet =
-      "_ZNESIJKPRVTLXDOFAMUYCGBWpfijvcbdlmnostwxyzeghaukqr0123456789";
+  const std::string alphabet = "_ZNESIJKPRVTLXDOFAMUYCGBWpfijvcbdlmnostwxyzeghaukqr0123456789";
   for (int i = 0; i < 20000; ++i) {
     std::string name = (i % 4 == 0) ? "" : "_Z";
     const size_t length = rng() % 48;
     for (size_t j = 0; j < length; ++j) {
       // A quarter of the strings use arbitrary bytes, NUL included.
-      name += (i % 4 == 1) ? static_cast<char>(rng() & 0xff)
-                           : alphabet[rng() % alphabet.size()];
+      name += (i % 4 == 1) ? static_cast<char>(rng() & 0xff) : alphabet[rng() % alphabet.size()];
     }
     CheckWellFormed(name);
   }
@@ -806,8 +795,7 @@ TEST(KernelSignatureRobustnessTest, DeepNestingIsBounded) {
   EXPECT_FALSE(ParseKernelSignature("_Z1fIT_EvPT_").parsed);
   EXPECT_FALSE(ParseKernelSignature("_Z1fIT0_T_EvPT_").parsed);
   // Moderate depth still parses: 40 pointers to a const float.
-  const KernelSignature nested =
-      ParseKernelSignature("_Z1f" + std::string(40, 'P') + "Kf");
+  const KernelSignature nested = ParseKernelSignature("_Z1f" + std::string(40, 'P') + "Kf");
   ASSERT_TRUE(nested.parsed);
   EXPECT_EQ(Letters(nested.params), "w");
 }
@@ -827,20 +815,20 @@ TEST(KernelSignaturePointeesTest, ClassifiesPointerTables) {
     const char* mangled;
     const char* pointees;
   } cases[] = {
-      {"_Z1fPPf", "w"},                // float**
-      {"_Z1fPKPKf", "c"},              // float const* const*
-      {"_Z1fPKPf", "w"},               // float* const*: targets written
-      {"_Z1fPPKf", "c"},               // float const**
-      {"_Z1fPfPKfi", "---"},           // no tables
-      {"_Z1fRPPf", "w"},               // a reference to a table pointer
+      {"_Z1fPPf", "w"},       // float**
+      {"_Z1fPKPKf", "c"},     // float const* const*
+      {"_Z1fPKPf", "w"},      // float* const*: targets written
+      {"_Z1fPPKf", "c"},      // float const**
+      {"_Z1fPfPKfi", "---"},  // no tables
+      {"_Z1fRPPf", "w"},      // a reference to a table pointer
       // A reference is one more level: the referenced `float const**`
       // points to `float const*` entries the kernel may write. (Found by
       // core/inference/kernel_signature_differential_test.cc: these were "c".)
-      {"_Z1fRPPKf", "w"},              // float const**&
-      {"_Z1fOPPKPo", "w"},             // unsigned __int128* const**&&
-      {"_Z1fRPKPKf", "c"},             // float const* const*&: all const
-      {"_Z1fRKPKf", "c"},              // float const* const&
-      {"_Z1fRPf", "w"},                // float*&
+      {"_Z1fRPPKf", "w"},   // float const**&
+      {"_Z1fOPPKPo", "w"},  // unsigned __int128* const**&&
+      {"_Z1fRPKPKf", "c"},  // float const* const*&: all const
+      {"_Z1fRKPKf", "c"},   // float const* const&
+      {"_Z1fRPf", "w"},     // float*&
       // Reference collapsing: Args&& with Args = `int const&` is one level.
       {"_Z1fIJRKiEEvDpOT_", "-"},
       {"_Z1fPPPf", "w"},               // float***

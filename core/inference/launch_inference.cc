@@ -97,9 +97,9 @@ ABSL_ATTRIBUTE_NOINLINE void LookUpManyWords(const KernelInfo& kernel, void** pa
 // the hits to `out`. `m` is valid afterwards only when no parameter was
 // null (then every word was read). Out of line: a steady state fills each
 // slot once.
-ABSL_ATTRIBUTE_NOINLINE void FillMemo(const KernelInfo& kernel, void** params,
-                                      uint64_t generation, const BufferRegistry& registry,
-                                      LaunchMemo* m, LaunchMemoCounts* counts, Accesses* out) {
+ABSL_ATTRIBUTE_NOINLINE void FillMemo(const KernelInfo& kernel, void** params, uint64_t generation,
+                                      const BufferRegistry& registry, LaunchMemo* m,
+                                      LaunchMemoCounts* counts, Accesses* out) {
   const BufferRegistry::Reader reader(registry);
   const size_t n = kernel.probes.size();
   uint32_t reads = 0, writes = 0, hit_words = 0;
@@ -140,8 +140,7 @@ ABSL_ATTRIBUTE_NOINLINE void FillMemo(const KernelInfo& kernel, void** params,
 // none of these words reaches (a per-step temporary). Out of line: once
 // per slot and generation.
 ABSL_ATTRIBUTE_NOINLINE bool StillValid(const LaunchMemo& m, size_t n,
-                                        const BufferRegistry& registry,
-                                        LaunchMemoCounts* counts) {
+                                        const BufferRegistry& registry, LaunchMemoCounts* counts) {
   uint32_t k = 0;
   for (size_t i = 0; i < n; ++i) {
     if ((m.hit_words >> i) & 1) {
@@ -165,8 +164,8 @@ ABSL_ATTRIBUTE_NOINLINE bool StillValid(const LaunchMemo& m, size_t n,
 // lookup and a tag. While the registry's generation says no buffer came or
 // went, a recorded answer is used as it is; after a change, it is checked
 // once against its own buffers' liveness (StillValid) before it is used.
-void InferFromParams(const KernelInfo& kernel, void** params,
-                     const BufferRegistry& registry, Accesses* out) {
+void InferFromParams(const KernelInfo& kernel, void** params, const BufferRegistry& registry,
+                     Accesses* out) {
   const size_t n = kernel.probes.size();
   const WordProbe* const probes = kernel.probes.data();
   // Kernels with more candidate words than a memo holds go without one, as
@@ -177,8 +176,8 @@ void InferFromParams(const KernelInfo& kernel, void** params,
     return;
   }
   uint64_t first;
-  std::memcpy(&first, static_cast<const unsigned char*>(params[probes[0].param]) +
-                          probes[0].offset, sizeof(first));
+  std::memcpy(&first, static_cast<const unsigned char*>(params[probes[0].param]) + probes[0].offset,
+              sizeof(first));
   // Read before any lookup or check: a change during them makes the memo
   // stale.
   const uint64_t generation = registry.generation();
@@ -252,8 +251,7 @@ const KernelInfo* KernelCache::GetMissed(CUfunction f, uint64_t generation, Kern
   return info;
 }
 
-const KernelInfo* KernelCache::Lookup(CUfunction f, uint64_t generation,
-                                      bool* cacheable) {
+const KernelInfo* KernelCache::Lookup(CUfunction f, uint64_t generation, bool* cacheable) {
   {
     // Entries are safe even while an unload runs: those that could change
     // meaning were forgotten when it began, and none is added until it ends.
@@ -308,14 +306,13 @@ KernelCache::UnloadScope::~UnloadScope() {
   cache_->generation_.fetch_add(1, std::memory_order_acq_rel);
 }
 
-std::unique_ptr<KernelInfo> KernelCache::Describe(CUfunction f,
-                                                  CUmodule* module) const {
+std::unique_ptr<KernelInfo> KernelCache::Describe(CUfunction f, CUmodule* module) const {
   auto info = std::make_unique<KernelInfo>();
   const char* name = nullptr;
   // A CUkernel may be launched through cuLaunchKernel too; its handle is
   // not a CUfunction, which the function queries reject.
-  bool as_function = driver_->cuFuncGetName != nullptr &&
-                     driver_->cuFuncGetName(&name, f) == CUDA_SUCCESS;
+  bool as_function =
+      driver_->cuFuncGetName != nullptr && driver_->cuFuncGetName(&name, f) == CUDA_SUCCESS;
   if (!as_function && driver_->cuKernelGetName != nullptr) {
     driver_->cuKernelGetName(&name, reinterpret_cast<CUkernel>(f));
   }
@@ -336,8 +333,7 @@ std::unique_ptr<KernelInfo> KernelCache::Describe(CUfunction f,
       return driver_->cuFuncGetParamInfo(f, i, offset, size);
     }
     if (driver_->cuKernelGetParamInfo == nullptr) return CUDA_ERROR_NOT_FOUND;
-    return driver_->cuKernelGetParamInfo(reinterpret_cast<CUkernel>(f), i,
-                                         offset, size);
+    return driver_->cuKernelGetParamInfo(reinterpret_cast<CUkernel>(f), i, offset, size);
   };
   // The documented way to count parameters: query until INVALID_VALUE.
   for (size_t i = 0; i <= kMaxParams; ++i) {
@@ -360,16 +356,14 @@ std::unique_ptr<KernelInfo> KernelCache::Describe(CUfunction f,
   }
   // When the name and the driver disagree on the parameter count, the name
   // describes something else: trust neither and treat everything as written.
-  const bool trust_name = !conservative_ && signature.parsed &&
-                          signature.params.size() == info->params.size();
+  const bool trust_name =
+      !conservative_ && signature.parsed && signature.params.size() == info->params.size();
   for (size_t i = 0; i < info->params.size(); ++i) {
     ParamSlot& slot = info->params[i];
     // Words at 8-byte-aligned offsets of the argument buffer, as laid out on
     // the device: where a struct member holding a pointer can sit.
     slot.first_word = (8 - slot.offset % 8) % 8;
-    slot.words = slot.size >= slot.first_word + 8
-                     ? (slot.size - slot.first_word) / 8
-                     : 0;
+    slot.words = slot.size >= slot.first_word + 8 ? (slot.size - slot.first_word) / 8 : 0;
     if (slot.words == 0) {
       slot.access = ParamAccess::kNone;  // too small to hold a pointer
     } else if (!trust_name) {
@@ -407,9 +401,8 @@ namespace {
 // Every other form: the `extra` packed buffer, or kernels with pointer-table
 // parameters. Out of line, so that its batching arrays do not cost the hot
 // path's frame anything.
-ABSL_ATTRIBUTE_NOINLINE void InferGeneral(const KernelInfo& kernel, void** params,
-                                          void** extra, const BufferRegistry& registry,
-                                          Accesses* out) {
+ABSL_ATTRIBUTE_NOINLINE void InferGeneral(const KernelInfo& kernel, void** params, void** extra,
+                                          const BufferRegistry& registry, Accesses* out) {
   const unsigned char* packed = nullptr;
   size_t packed_size = 0;
   if (params == nullptr) {

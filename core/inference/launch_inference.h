@@ -39,10 +39,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "core/base/mutex.h"
-#include "core/inference/buffer_registry.h"
-#include "core/driver/driver.h"
-#include "core/inference/kernel_signature.h"
 #include "core/base/thread_cache.h"
+#include "core/driver/driver.h"
+#include "core/inference/buffer_registry.h"
+#include "core/inference/kernel_signature.h"
 
 namespace stensor {
 
@@ -79,7 +79,7 @@ struct KernelInfo {
   // Process-unique, given by IndexProbes: what a launch memo names the
   // description by (an address could be reused by another description).
   uint64_t serial = 0;
-  uint32_t args_size = 0;  // end of the last parameter
+  uint32_t args_size = 0;     // end of the last parameter
   bool layout_known = false;  // false: the driver could not describe it
   bool has_tables = false;    // some parameter points to pointers
 };
@@ -87,7 +87,7 @@ struct KernelInfo {
 // One slot of the per-thread memo of KernelCache::Get (at namespace scope:
 // see BufferRegistry::ThreadCacheSlots).
 struct KernelMemo {
-  uint64_t cache = 0;  // KernelCache instance number; 0 = empty
+  uint64_t cache = 0;       // KernelCache instance number; 0 = empty
   uint64_t generation = 0;  // the cache's generation when it was filled
   CUfunction f = nullptr;
   const struct KernelInfo* info = nullptr;
@@ -105,11 +105,11 @@ struct KernelMemos {
 // its id and every missed word lies outside the registry's bounds.
 struct LaunchMemo {
   static constexpr size_t kWords = 8;  // kernels with more are not memoized
-  uint64_t registry = 0;  // BufferRegistry::instance(); 0 = not filled
+  uint64_t registry = 0;               // BufferRegistry::instance(); 0 = not filled
   uint64_t generation = 0;
-  uint64_t kernel = 0;    // KernelInfo::serial; 0 = empty
-  uint32_t reads = 0;     // read[0, reads)
-  uint32_t writes = 0;    // written[0, writes)
+  uint64_t kernel = 0;     // KernelInfo::serial; 0 = empty
+  uint32_t reads = 0;      // read[0, reads)
+  uint32_t writes = 0;     // written[0, writes)
   uint32_t hit_words = 0;  // bit i: words[i] hit read[popcount below i]
   uint64_t words[kWords];
   uint64_t read[kWords];

@@ -36,12 +36,12 @@
 #include <utility>
 #include <vector>
 
-#include "core/inference/buffer_registry.h"
 #include "core/driver/driver.h"
+#include "core/inference/buffer_registry.h"
 #include "core/inference/kernel_signature.h"
-#include "tests/support/scripted_driver_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/scripted_driver_testing.h"
 
 namespace stensor {
 namespace {
@@ -95,8 +95,8 @@ constexpr char kSgdName[] = "_ZN3mlp12sgd_momentumEPfS0_PKfffi";
 const std::vector<ScriptedKernel>& Script() {
   // The layout of mlp::sgd_momentum(float*, float*, float const*, float,
   // float, int).
-  const std::vector<std::pair<size_t, size_t>> sgd = {
-      {0, 8}, {8, 8}, {16, 8}, {24, 4}, {28, 4}, {32, 4}};
+  const std::vector<std::pair<size_t, size_t>> sgd = {{0, 8},  {8, 8},  {16, 8},
+                                                      {24, 4}, {28, 4}, {32, 4}};
   // One kernel per entry.
   // clang-format off
   static const auto* const kernels = new std::vector<ScriptedKernel>{
@@ -169,9 +169,7 @@ const Driver* ScriptedDriver() {
   return driver;
 }
 
-CUfunction Handle(uintptr_t handle) {
-  return reinterpret_cast<CUfunction>(handle);
-}
+CUfunction Handle(uintptr_t handle) { return reinterpret_cast<CUfunction>(handle); }
 
 // The caches live as long as the test program (see the file comment).
 KernelCache& SignatureCache() {
@@ -200,9 +198,7 @@ constexpr uint64_t kFirstBuffer = 0x10000000;
 constexpr uint64_t kBufferStride = 0x100000;
 constexpr uint64_t kBufferSize = 0x1000;
 
-constexpr uint64_t BufferBase(int i) {
-  return kFirstBuffer + i * kBufferStride;
-}
+constexpr uint64_t BufferBase(int i) { return kFirstBuffer + i * kBufferStride; }
 
 // Addresses no buffer covers: in the gap after buffer 0, past the last one,
 // and on a host stack.
@@ -221,19 +217,11 @@ struct Arg {
 constexpr int kLiteral = -1;
 
 // A pointer `delta` bytes into buffer `buffer`.
-Arg Ptr(uint32_t offset, int buffer, uint64_t delta = 0) {
-  return {offset, 8, buffer, delta};
-}
+Arg Ptr(uint32_t offset, int buffer, uint64_t delta = 0) { return {offset, 8, buffer, delta}; }
 // A 4-byte int holding the address of buffer `buffer`.
-Arg Int32HoldingAddressOf(uint32_t offset, int buffer) {
-  return {offset, 4, buffer, 0};
-}
-Arg Int32(uint32_t offset, uint32_t value) {
-  return {offset, 4, kLiteral, value};
-}
-Arg Word(uint32_t offset, uint64_t value) {
-  return {offset, 8, kLiteral, value};
-}
+Arg Int32HoldingAddressOf(uint32_t offset, int buffer) { return {offset, 4, buffer, 0}; }
+Arg Int32(uint32_t offset, uint32_t value) { return {offset, 4, kLiteral, value}; }
+Arg Word(uint32_t offset, uint64_t value) { return {offset, 8, kLiteral, value}; }
 Arg Float(uint32_t offset, float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, sizeof(bits));
@@ -252,8 +240,7 @@ std::vector<Arg> SgdArgs(Arg w, Arg v, Arg g) {
 
 // The packed argument buffer of `args` for a kernel whose parameters end at
 // `args_size`.
-std::vector<unsigned char> Pack(const std::vector<Arg>& args,
-                                size_t args_size) {
+std::vector<unsigned char> Pack(const std::vector<Arg>& args, size_t args_size) {
   std::vector<unsigned char> packed(args_size, 0);
   for (const Arg& arg : args) {
     uint64_t value = arg.value;
@@ -276,12 +263,10 @@ size_t ArgsSize(const ScriptedKernel& k) {
 // A launch through kernelParams: each parameter in a separate allocation,
 // as a program's local variables would be.
 Accesses InferFromParams(const KernelInfo& info, const ScriptedKernel& k,
-                         const std::vector<unsigned char>& packed,
-                         const BufferRegistry& registry) {
+                         const std::vector<unsigned char>& packed, const BufferRegistry& registry) {
   std::vector<std::vector<unsigned char>> storage;
   for (const auto& [offset, size] : k.params) {
-    storage.emplace_back(packed.begin() + offset,
-                         packed.begin() + offset + size);
+    storage.emplace_back(packed.begin() + offset, packed.begin() + offset + size);
   }
   std::vector<void*> params;
   for (auto& s : storage) params.push_back(s.data());
@@ -292,12 +277,11 @@ Accesses InferFromParams(const KernelInfo& info, const ScriptedKernel& k,
 }
 
 // A launch through the `extra` packed-buffer form.
-Accesses InferFromExtra(const KernelInfo& info,
-                        std::vector<unsigned char> packed,
+Accesses InferFromExtra(const KernelInfo& info, std::vector<unsigned char> packed,
                         const BufferRegistry& registry) {
   size_t size = packed.size();
-  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, packed.data(),
-                   CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, packed.data(), CU_LAUNCH_PARAM_BUFFER_SIZE,
+                   &size, CU_LAUNCH_PARAM_END};
   Accesses out;
   InferLaunchAccesses(info, nullptr, extra, registry, &out);
   out.Dedupe();
@@ -315,8 +299,7 @@ TEST(AccessesTest, DedupeKeepsFirstOccurrencesInOrder) {
 
 // A registry that lives until the program exits (see the file comment).
 BufferRegistry& ImmortalRegistry() {
-  static auto* const registries =
-      new std::vector<std::unique_ptr<BufferRegistry>>;
+  static auto* const registries = new std::vector<std::unique_ptr<BufferRegistry>>;
   registries->push_back(std::make_unique<BufferRegistry>());
   return *registries->back();
 }
@@ -326,8 +309,8 @@ class LaunchInferenceTest : public testing::Test {
  protected:
   void SetUp() override {
     for (int i = 0; i < kBufferCount; ++i) {
-      std::optional<uint64_t> id = registry_.Add(BufferBase(i), kBufferSize, 0,
-                                                 BufferKind::kDeviceAlloc);
+      std::optional<uint64_t> id =
+          registry_.Add(BufferBase(i), kBufferSize, 0, BufferKind::kDeviceAlloc);
       ASSERT_TRUE(id.has_value());
       ids_[i] = *id;
     }
@@ -459,10 +442,8 @@ TEST_P(InferenceTableTest, BothLaunchFormsFindTheExpectedBuffers) {
     const std::vector<uint64_t> writes = Ids(conservative ? c.reads : c.writes);
 
     const Accesses via_params = InferFromParams(*info, *k, packed, registry_);
-    EXPECT_THAT(via_params.reads, UnorderedElementsAreArray(reads))
-        << "kernelParams";
-    EXPECT_THAT(via_params.writes, UnorderedElementsAreArray(writes))
-        << "kernelParams";
+    EXPECT_THAT(via_params.reads, UnorderedElementsAreArray(reads)) << "kernelParams";
+    EXPECT_THAT(via_params.writes, UnorderedElementsAreArray(writes)) << "kernelParams";
 
     const Accesses via_extra = InferFromExtra(*info, packed, registry_);
     EXPECT_THAT(via_extra.reads, UnorderedElementsAreArray(reads)) << "extra";
@@ -470,8 +451,7 @@ TEST_P(InferenceTableTest, BothLaunchFormsFindTheExpectedBuffers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, InferenceTableTest,
-                         testing::ValuesIn(Cases()),
+INSTANTIATE_TEST_SUITE_P(Kernels, InferenceTableTest, testing::ValuesIn(Cases()),
                          [](const testing::TestParamInfo<InferenceCase>& info) {
                            return info.param.name;
                          });
@@ -481,8 +461,7 @@ INSTANTIATE_TEST_SUITE_P(Kernels, InferenceTableTest,
 TEST(InferenceTableSanityTest, WritesAreASubsetOfReads) {
   for (const InferenceCase& c : Cases()) {
     for (int w : c.writes) {
-      EXPECT_NE(std::find(c.reads.begin(), c.reads.end(), w), c.reads.end())
-          << c.name;
+      EXPECT_NE(std::find(c.reads.begin(), c.reads.end(), w), c.reads.end()) << c.name;
     }
   }
 }
@@ -507,8 +486,7 @@ TEST(KernelCacheTest, DescribesAKernelOnceFromItsNameAndLayout) {
     EXPECT_EQ(info->params[i].offset, offsets[i]) << i;
     EXPECT_EQ(info->params[i].size, sizes[i]) << i;
   }
-  EXPECT_THAT(AccessOf(*info),
-              ElementsAre(kReadWrite, kReadWrite, kRead, kNone, kNone, kNone));
+  EXPECT_THAT(AccessOf(*info), ElementsAre(kReadWrite, kReadWrite, kRead, kNone, kNone, kNone));
 
   // Cached: the same description, without asking the driver again.
   EXPECT_EQ(SignatureCache().Get(Handle(kSgdDescribedOnce)), info);
@@ -518,11 +496,10 @@ TEST(KernelCacheTest, DescribesAKernelOnceFromItsNameAndLayout) {
 TEST(KernelCacheTest, ConservativeMarksEveryPointerSizedParameterReadWrite) {
   const KernelInfo* info = ConservativeCache().Get(Handle(kSgd));
   EXPECT_EQ(info->name, kSgdName);
-  EXPECT_THAT(AccessOf(*info), ElementsAre(kReadWrite, kReadWrite, kReadWrite,
-                                           kNone, kNone, kNone));
+  EXPECT_THAT(AccessOf(*info),
+              ElementsAre(kReadWrite, kReadWrite, kReadWrite, kNone, kNone, kNone));
   const KernelInfo* axpy = ConservativeCache().Get(Handle(kAxpy));
-  EXPECT_THAT(AccessOf(*axpy),
-              ElementsAre(kReadWrite, kReadWrite, kReadWrite, kReadWrite));
+  EXPECT_THAT(AccessOf(*axpy), ElementsAre(kReadWrite, kReadWrite, kReadWrite, kReadWrite));
 }
 
 TEST(KernelCacheTest, DescribesACUkernelThroughTheKernelQueries) {
@@ -539,8 +516,7 @@ TEST(KernelCacheTest, ExternCKernelKeepsItsNameAndEveryPointerIsReadWrite) {
   EXPECT_EQ(info->name, "vector_add");
   EXPECT_EQ(info->demangled, "vector_add");
   EXPECT_TRUE(info->layout_known);
-  EXPECT_THAT(AccessOf(*info),
-              ElementsAre(kReadWrite, kReadWrite, kReadWrite, kNone));
+  EXPECT_THAT(AccessOf(*info), ElementsAre(kReadWrite, kReadWrite, kReadWrite, kNone));
 }
 
 TEST(KernelCacheTest, KernelTheDriverCannotDescribeHasNoLayout) {
@@ -594,8 +570,8 @@ TEST_F(LaunchInferenceTest, UnknownLayoutInfersNothing) {
 
     uint64_t packed[] = {BufferBase(0), BufferBase(1)};
     size_t size = sizeof(packed);
-    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, packed,
-                     CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                     CU_LAUNCH_PARAM_END};
     Accesses via_extra;
     InferLaunchAccesses(*info, nullptr, extra, registry_, &via_extra);
     EXPECT_THAT(via_extra.reads, IsEmpty());
@@ -605,25 +581,21 @@ TEST_F(LaunchInferenceTest, UnknownLayoutInfersNothing) {
 
 TEST_F(LaunchInferenceTest, MissingOrMalformedArgumentsInferNothing) {
   const KernelInfo* info = SignatureCache().Get(Handle(kSgd));
-  std::vector<unsigned char> packed =
-      Pack(SgdArgs(Ptr(0, 0), Ptr(8, 1), Ptr(16, 2)), 36);
+  std::vector<unsigned char> packed = Pack(SgdArgs(Ptr(0, 0), Ptr(8, 1), Ptr(16, 2)), 36);
   size_t size = packed.size();
   void* unknown_key = reinterpret_cast<void*>(0x7);
-  void* no_size[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, packed.data(),
+  void* no_size[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, packed.data(), CU_LAUNCH_PARAM_END};
+  void* no_pointer[] = {CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  void* bad_key[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, packed.data(), unknown_key, &size,
                      CU_LAUNCH_PARAM_END};
-  void* no_pointer[] = {CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
-                        CU_LAUNCH_PARAM_END};
-  void* bad_key[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, packed.data(), unknown_key,
-                     &size, CU_LAUNCH_PARAM_END};
   void* empty[] = {CU_LAUNCH_PARAM_END};
   struct Form {
     const char* what;
     void** extra;
   };
   for (const Form& form :
-       {Form{"neither form", nullptr}, Form{"no size", no_size},
-        Form{"no pointer", no_pointer}, Form{"unknown key", bad_key},
-        Form{"empty extra", empty}}) {
+       {Form{"neither form", nullptr}, Form{"no size", no_size}, Form{"no pointer", no_pointer},
+        Form{"unknown key", bad_key}, Form{"empty extra", empty}}) {
     SCOPED_TRACE(form.what);
     Accesses out;
     InferLaunchAccesses(*info, nullptr, form.extra, registry_, &out);
@@ -654,13 +626,12 @@ TEST_F(LaunchInferenceTest, FreedBufferIsForgottenAndAReAddedOneHasItsNewId) {
   EXPECT_THAT(after_free_extra.reads, UnorderedElementsAre(ids_[1], ids_[2]));
   EXPECT_THAT(after_free_extra.writes, UnorderedElementsAre(ids_[1]));
 
-  std::optional<uint64_t> again = registry_.Add(BufferBase(0), 2 * kBufferSize,
-                                                0, BufferKind::kStreamOrdered);
+  std::optional<uint64_t> again =
+      registry_.Add(BufferBase(0), 2 * kBufferSize, 0, BufferKind::kStreamOrdered);
   ASSERT_TRUE(again.has_value());
   ASSERT_NE(*again, ids_[0]);
   Accesses after_realloc = InferFromParams(*info, *k, packed, registry_);
-  EXPECT_THAT(after_realloc.reads,
-              UnorderedElementsAre(*again, ids_[1], ids_[2]));
+  EXPECT_THAT(after_realloc.reads, UnorderedElementsAre(*again, ids_[1], ids_[2]));
   EXPECT_THAT(after_realloc.writes, UnorderedElementsAre(*again, ids_[1]));
 }
 
@@ -822,8 +793,8 @@ TEST(KernelCacheTest, CacheBuiltWhereAnotherWasDestroyedDescribesAgain) {
       << "KernelCache::Get answered from the per-thread memo left by the "
          "destroyed cache at the same address (the memo is keyed by `this`), "
          "returning a KernelInfo that cache freed";
-  EXPECT_THAT(AccessOf(*second), ElementsAre(kReadWrite, kReadWrite, kReadWrite,
-                                             kNone, kNone, kNone));
+  EXPECT_THAT(AccessOf(*second),
+              ElementsAre(kReadWrite, kReadWrite, kReadWrite, kNone, kNone, kNone));
 }
 
 // A BufferRegistry built where a destroyed one was must not answer from
@@ -844,18 +815,15 @@ TEST(BufferRegistryCacheTest, RegistryBuiltWhereAnotherWasDestroyedStartsCold) {
   std::optional<BufferRegistry> registry;
   registry.emplace();
   ASSERT_TRUE(registry->Add(kBase, 0x1000, 0, BufferKind::kDeviceAlloc));
-  ASSERT_TRUE(
-      registry->Add(kBase + 0x100000, 0x10, 0, BufferKind::kDeviceAlloc));
+  ASSERT_TRUE(registry->Add(kBase + 0x100000, 0x10, 0, BufferKind::kDeviceAlloc));
   std::optional<uint64_t> old_id = registry->Find(kBase)->id;
   Accesses before = launch(*registry, kBase + 0x10, 0);
   EXPECT_THAT(before.writes, ElementsAre(*old_id));
 
   registry.reset();
   registry.emplace();  // same address, and after two Adds the same generation
-  std::optional<uint64_t> a =
-      registry->Add(kBase, 0x10, 0, BufferKind::kDeviceAlloc);
-  std::optional<uint64_t> b =
-      registry->Add(kBase + 0x20, 0x10, 0, BufferKind::kDeviceAlloc);
+  std::optional<uint64_t> a = registry->Add(kBase, 0x10, 0, BufferKind::kDeviceAlloc);
+  std::optional<uint64_t> b = registry->Add(kBase + 0x20, 0x10, 0, BufferKind::kDeviceAlloc);
   ASSERT_TRUE(a && b);
   // w points into b; v into the gap between a and b.
   Accesses after = launch(*registry, kBase + 0x28, kBase + 0x18);

@@ -11,8 +11,8 @@ void PointerTables::EraseRange(Table& t, uint64_t dst, uint64_t bytes) {
   t.entries.erase(first, last);
 }
 
-size_t PointerTables::Scan(Table& t, uint64_t dst, const unsigned char* src,
-                           uint64_t bytes, const BufferRegistry& registry) {
+size_t PointerTables::Scan(Table& t, uint64_t dst, const unsigned char* src, uint64_t bytes,
+                           const BufferRegistry& registry) {
   // Entries sit at 8-byte-aligned device addresses, as a kernel reads them.
   const uint64_t skip = (8 - dst % 8) % 8;
   if (bytes < skip + 8) return 0;
@@ -152,20 +152,19 @@ size_t PointerTables::ApplyHostWrite(const Buffer& table, HostScan scan, bool se
 }
 
 size_t PointerTables::OnHostWrite(const Buffer& table, uint64_t dst, const void* src,
-                                  uint64_t bytes, bool settled,
-                                  const BufferRegistry& registry, Mark landing) {
+                                  uint64_t bytes, bool settled, const BufferRegistry& registry,
+                                  Mark landing) {
   // Most copies carry data, not pointers: scan before taking the lock.
   return ApplyHostWrite(table, ScanHost(dst, src, bytes, registry), settled, std::move(landing));
 }
 
-void PointerTables::OnDeviceCopy(const Buffer& to, uint64_t dst, const Buffer* from,
-                                 uint64_t src, uint64_t bytes) {
+void PointerTables::OnDeviceCopy(const Buffer& to, uint64_t dst, const Buffer* from, uint64_t src,
+                                 uint64_t bytes) {
   OnDeviceCopy(to, dst, from, src, bytes, [] { return AnyWriter(); });
 }
 
-void PointerTables::OnDeviceCopy(const Buffer& to, uint64_t dst, const Buffer* from,
-                                 uint64_t src, uint64_t bytes,
-                                 absl::FunctionRef<Mark()> make_landing) {
+void PointerTables::OnDeviceCopy(const Buffer& to, uint64_t dst, const Buffer* from, uint64_t src,
+                                 uint64_t bytes, absl::FunctionRef<Mark()> make_landing) {
   if (empty() || bytes == 0) return;  // nothing known anywhere, nothing to carry
   MutexLock lock(&mu_);
   // Entries shifted off 8-byte alignment are no pointers a kernel reads.
@@ -243,8 +242,7 @@ void PointerTables::OnClear(const Buffer& table, uint64_t dst, uint64_t bytes) {
   Publish();
 }
 
-void PointerTables::OnDeviceWrite(absl::Span<const Reach> writes,
-                                  absl::FunctionRef<Mark()> mark) {
+void PointerTables::OnDeviceWrite(absl::Span<const Reach> writes, absl::FunctionRef<Mark()> mark) {
   if (empty()) return;
   MutexLock lock(&mu_);
   bool changed = false;

@@ -52,8 +52,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
-#include "core/base/mutex.h"
 #include "absl/types/span.h"
+#include "core/base/mutex.h"
 #include "core/inference/buffer_registry.h"
 
 namespace stensor {
@@ -94,9 +94,9 @@ class PointerTables {
   // guess, and the range written is stale: its contents are learnt by reading
   // it back once the copy ran. `landing`: what tells that the copy ran (null
   // once it has). Returns the number of entries found.
-  size_t OnHostWrite(const Buffer& table, uint64_t dst, const void* src,
-                     uint64_t bytes, bool settled, const BufferRegistry& registry,
-                     Mark landing = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
+  size_t OnHostWrite(const Buffer& table, uint64_t dst, const void* src, uint64_t bytes,
+                     bool settled, const BufferRegistry& registry, Mark landing = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // OnHostWrite in two steps, so that a caller can look at what a source
   // holds before deciding whether it is settled: the scan (no lock), and
   // its application to `table`.
@@ -116,14 +116,12 @@ class PointerTables {
   // from == nullptr) make the destination's ranges they land on stale.
   // `landing` makes what tells that the copy ran (called at most once, only
   // if a range lands; AnyWriter() when unknown, as without it).
-  void OnDeviceCopy(const Buffer& to, uint64_t dst, const Buffer* from,
-                    uint64_t src, uint64_t bytes, absl::FunctionRef<Mark()> landing)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  void OnDeviceCopy(const Buffer& to, uint64_t dst, const Buffer* from,
-                    uint64_t src, uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnDeviceCopy(const Buffer& to, uint64_t dst, const Buffer* from, uint64_t src,
+                    uint64_t bytes, absl::FunctionRef<Mark()> landing) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnDeviceCopy(const Buffer& to, uint64_t dst, const Buffer* from, uint64_t src,
+                    uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // A memset of [dst, dst+bytes): no pointers there any more.
-  void OnClear(const Buffer& table, uint64_t dst, uint64_t bytes)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void OnClear(const Buffer& table, uint64_t dst, uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // Something on the device (a kernel) may have written the buffers of
   // `writes` at and after their `from`: the ranges it reaches are stale,
   // with the mark `mark()` makes (called at most once, only if some range
@@ -171,8 +169,8 @@ class PointerTables {
   struct StaleRange {
     uint64_t start = 0;
     uint64_t end = 0;
-    bool any = false;          // writers unknown
-    std::vector<Mark> marks;   // else: what to wait for
+    bool any = false;         // writers unknown
+    std::vector<Mark> marks;  // else: what to wait for
   };
   struct Found {
     uint64_t id = 0;
@@ -203,7 +201,7 @@ class PointerTables {
     std::vector<Mark> marks;
   };
   struct Table {
-    uint64_t base = 0;  // of the buffer holding the table
+    uint64_t base = 0;                     // of the buffer holding the table
     std::map<uint64_t, uint64_t> entries;  // device address -> pointer
     std::map<uint64_t, Range> ranges;      // start -> range, disjoint
   };
@@ -211,8 +209,8 @@ class PointerTables {
   // Erases entries in [dst, dst+bytes) of `t`.
   static void EraseRange(Table& t, uint64_t dst, uint64_t bytes);
   // Adds the entries found in `bytes` of host memory landing at dst.
-  static size_t Scan(Table& t, uint64_t dst, const unsigned char* src,
-                     uint64_t bytes, const BufferRegistry& registry);
+  static size_t Scan(Table& t, uint64_t dst, const unsigned char* src, uint64_t bytes,
+                     const BufferRegistry& registry);
   static void DistinctWords(const Table& t, uint64_t from, std::vector<uint64_t>* words);
   // Splits the range holding `at` (if it starts before `at`) in two.
   static void Split(Table& t, uint64_t at);

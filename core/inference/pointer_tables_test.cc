@@ -77,8 +77,7 @@ TEST_F(PointerTablesTest, RewritingARangeReplacesItsEntriesOnly) {
   // Entries 1 and 2 rewritten: one to data, one to another buffer.
   uint64_t second[2] = {7, other_.base};
   tables_.OnHostWrite(table_, table_.base + 8, second, sizeof(second), true, registry_);
-  EXPECT_EQ(Words(table_.id),
-            (std::vector<uint64_t>{a_.base, b_.base + 8, other_.base}));
+  EXPECT_EQ(Words(table_.id), (std::vector<uint64_t>{a_.base, b_.base + 8, other_.base}));
   // A memset clears its range; clearing everything forgets the table.
   tables_.OnClear(table_, table_.base, 16);
   EXPECT_EQ(Words(table_.id), (std::vector<uint64_t>{b_.base + 8, other_.base}));
@@ -244,11 +243,11 @@ TEST_F(PointerTablesTest, AnUnsettledSourceLeavesTheTableStale) {
   EXPECT_EQ(state, State::kKnown);
   // A later unsettled upload over the whole buffer with no pointers now.
   std::vector<uint64_t> zeros(table_.size / 8, 0);
-  EXPECT_EQ(tables_.OnHostWrite(table_, table_.base, zeros.data(), table_.size, false,
-                                registry_), 0u);
+  EXPECT_EQ(tables_.OnHostWrite(table_, table_.base, zeros.data(), table_.size, false, registry_),
+            0u);
   EXPECT_EQ(tables_.Get(table_.id, nullptr, nullptr), State::kStale);
-  EXPECT_EQ(tables_.OnHostWrite(other_, other_.base, zeros.data(), other_.size, false,
-                                registry_), 0u);
+  EXPECT_EQ(tables_.OnHostWrite(other_, other_.base, zeros.data(), other_.size, false, registry_),
+            0u);
   EXPECT_EQ(tables_.Get(other_.id, nullptr, nullptr), State::kNone);
 }
 
@@ -337,9 +336,9 @@ TEST_F(TableRangesTest, AReadBackWaitsForTheWritersSinceTheRangeWasLearnt) {
   // Read back (the stale range only): current, nothing to wait for.
   uint64_t device[2] = {other_.base, 0};
   const PointerTables::Window w{at_, at_ + 16, false};
-  EXPECT_EQ(tables_.Rescan(segment_, absl::MakeConstSpan(&w, 1), device, tables_.Changes(),
-                           registry_),
-            1u);
+  EXPECT_EQ(
+      tables_.Rescan(segment_, absl::MakeConstSpan(&w, 1), device, tables_.Changes(), registry_),
+      1u);
   found = Reached(segment_.base);
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].state, State::kKnown);
@@ -393,8 +392,8 @@ TEST_F(TableRangesTest, ALearningReadBackAddsARangeToItsLastEntry) {
   std::vector<uint64_t> device(64, 0);
   device[3] = a_.base;
   const PointerTables::Window w{segment_.base + 8192, segment_.base + 8192 + 512, true};
-  EXPECT_EQ(tables_.Rescan(segment_, absl::MakeConstSpan(&w, 1), device.data(),
-                           tables_.Changes(), registry_),
+  EXPECT_EQ(tables_.Rescan(segment_, absl::MakeConstSpan(&w, 1), device.data(), tables_.Changes(),
+                           registry_),
             1u);
   EXPECT_TRUE(tables_.Covers(segment_.id, segment_.base + 8192));
   EXPECT_EQ(tables_.Ranges(segment_.id),

@@ -14,8 +14,7 @@ std::optional<uint64_t> PitchAllocationCharge(uint64_t width, uint64_t height) {
   return charge;
 }
 
-void CappedMemInfo(MemoryManager& memory, const Driver& driver, size_t* free_bytes,
-                   size_t* total) {
+void CappedMemInfo(MemoryManager& memory, const Driver& driver, size_t* free_bytes, size_t* total) {
   // The manager exists only where the driver has cuCtxGetDevice
   // (MemoryManager::MissingEntryPoints).
   CUdevice device = 0;

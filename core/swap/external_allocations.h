@@ -62,8 +62,7 @@ CUresult ChargedPitchAllocation(MemoryManager* memory, CUdeviceptr* dptr, uint64
 // calling thread's context: *total the cap, *free_bytes what is free under
 // it (either may be null). Left as the driver's answer when that device
 // cannot be told (no current context).
-void CappedMemInfo(MemoryManager& memory, const Driver& driver, size_t* free_bytes,
-                   size_t* total);
+void CappedMemInfo(MemoryManager& memory, const Driver& driver, size_t* free_bytes, size_t* total);
 
 }  // namespace stensor
 

@@ -1,19 +1,19 @@
 #include "core/swap/external_allocations.h"
 
+#include <cuda.h>
+
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <thread>
 #include <vector>
-#include <chrono>
-
-#include <cuda.h>
 
 #include "core/swap/memory_manager.h"
-#include "tests/support/memory_manager_testing.h"
 #include "gtest/gtest.h"
 #include "tests/fakecuda/fakecuda.h"
+#include "tests/support/memory_manager_testing.h"
 
 namespace stensor {
 namespace {
@@ -80,15 +80,15 @@ TEST_F(ExternalAllocationsTest, NoCapJustCallsTheDriver) {
 
 TEST_F(ExternalAllocationsTest, ChargedUntilFreedAndRefusedWhenItCannotFit) {
   CUdeviceptr a = 0, b = 0;
-  ASSERT_EQ(ChargedAllocation(memory_.get(), &a, 4 * kMiB,
-                              [&] { return DriverAlloc(&a, 4 * kMiB); }),
-            CUDA_SUCCESS);
+  ASSERT_EQ(
+      ChargedAllocation(memory_.get(), &a, 4 * kMiB, [&] { return DriverAlloc(&a, 4 * kMiB); }),
+      CUDA_SUCCESS);
   EXPECT_EQ(Free(), kCap - 4 * kMiB);
   // Nothing of stensor's to evict: out of memory, and the driver is never
   // asked.
-  EXPECT_EQ(ChargedAllocation(memory_.get(), &b, 4 * kMiB,
-                              [&] { return DriverAlloc(&b, 4 * kMiB); }),
-            CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(
+      ChargedAllocation(memory_.get(), &b, 4 * kMiB, [&] { return DriverAlloc(&b, 4 * kMiB); }),
+      CUDA_ERROR_OUT_OF_MEMORY);
   EXPECT_EQ(driver_calls_, 1);
   EXPECT_EQ(Free(), kCap - 4 * kMiB);
   // Charged in 4 KiB pages.
@@ -109,9 +109,9 @@ TEST_F(ExternalAllocationsTest, ChargedUntilFreedAndRefusedWhenItCannotFit) {
 TEST_F(ExternalAllocationsTest, AFailedDriverCallKeepsNoCharge) {
   CUdeviceptr p = 0;
   fakecuda_fail_call("cuMemAlloc_v2", 1, CUDA_ERROR_OUT_OF_MEMORY);
-  EXPECT_EQ(ChargedAllocation(memory_.get(), &p, 4 * kMiB,
-                              [&] { return DriverAlloc(&p, 4 * kMiB); }),
-            CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(
+      ChargedAllocation(memory_.get(), &p, 4 * kMiB, [&] { return DriverAlloc(&p, 4 * kMiB); }),
+      CUDA_ERROR_OUT_OF_MEMORY);
   EXPECT_EQ(Free(), kCap);
   // A success without a pointer to adopt: nothing can free it by address.
   EXPECT_EQ(ChargedAllocation(memory_.get(), nullptr, 4 * kMiB, [] { return CUDA_SUCCESS; }),
@@ -147,8 +147,7 @@ TEST_F(ExternalAllocationsTest, PitchAllocationsAreChargedTheirGuess) {
   ASSERT_EQ(ChargedPitchAllocation(memory_.get(), &p, 1000, 1024,
                                    [&] {
                                      ++driver_calls_;
-                                     return driver_.cuMemAllocPitch_v2(&p, &pitch, 1000, 1024,
-                                                                       4);
+                                     return driver_.cuMemAllocPitch_v2(&p, &pitch, 1000, 1024, 4);
                                    }),
             CUDA_SUCCESS);
   EXPECT_EQ(Free(), kCap - 1024 * 1024);  // 1000 rounded to 1024, times 1024 rows
@@ -257,11 +256,11 @@ TEST_F(ExternalAllocationsTest, AFreeQueuedOnItsStreamStaysChargedUntilItRan) {
     ASSERT_CU(driver_.cuMemFreeAsync(a, held.get()));
     memory_->ForgetExternalAsync(a, held.get());
     // 4 MiB queued, `next` more: above the 6 MiB cap until the free ran.
-    ASSERT_EQ(ChargedAllocation(
-                  memory_.get(), &b, next,
-                  [&] { return driver_.cuMemAllocAsync(&b, next, held.get()); },
-                  MemoryManager::ExternalSource::kDefaultPool),
-              CUDA_SUCCESS);
+    ASSERT_EQ(
+        ChargedAllocation(
+            memory_.get(), &b, next, [&] { return driver_.cuMemAllocAsync(&b, next, held.get()); },
+            MemoryManager::ExternalSource::kDefaultPool),
+        CUDA_SUCCESS);
     EXPECT_TRUE(OpenedByAHostWait::opened()) << next << " bytes: no wait for the queued free";
     EXPECT_LE(Peak(), kCap) << next << " bytes after a queued free of 4 MiB";
     EXPECT_EQ(Free(), kCap - next);
@@ -289,9 +288,10 @@ TEST_F(ExternalAllocationsTest, AQueuedFreeTooSmallToHelpIsNotWaitedFor) {
   ASSERT_CU(copied);
   ASSERT_CU(cuCtxSynchronize());
   testing_support::HeldStream held;  // a wait for its free would never end
-  ASSERT_EQ(ChargedAllocation(memory_.get(), &small, 128 * 1024,
-                              [&] { return driver_.cuMemAllocAsync(&small, 128 * 1024, held.get()); }),
-            CUDA_SUCCESS);
+  ASSERT_EQ(
+      ChargedAllocation(memory_.get(), &small, 128 * 1024,
+                        [&] { return driver_.cuMemAllocAsync(&small, 128 * 1024, held.get()); }),
+      CUDA_SUCCESS);
   ASSERT_CU(driver_.cuMemFreeAsync(small, held.get()));
   memory_->ForgetExternalAsync(small, held.get());
   // 4 MiB + 128 KiB queued + 4 MiB more: only evicting `big` makes room.
@@ -382,10 +382,11 @@ TEST_F(ExternalAllocationsTest, FreshDriverMemoryComesAfterTheDefaultPoolsKeptMe
     CUstream s;
     ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     CUdeviceptr a = 0;
-    ASSERT_EQ(ChargedAllocation(memory_.get(), &a, 4 * kMiB,
-                                [&] { return driver_.cuMemAllocAsync(&a, 4 * kMiB, s); },
-                                MemoryManager::ExternalSource::kDefaultPool),
-              CUDA_SUCCESS);
+    ASSERT_EQ(
+        ChargedAllocation(
+            memory_.get(), &a, 4 * kMiB, [&] { return driver_.cuMemAllocAsync(&a, 4 * kMiB, s); },
+            MemoryManager::ExternalSource::kDefaultPool),
+        CUDA_SUCCESS);
     ASSERT_CU(driver_.cuMemFreeAsync(a, s));
     memory_->ForgetExternalAsync(a, s);
     CUevent ran;
@@ -407,11 +408,9 @@ TEST_F(ExternalAllocationsTest, FreshDriverMemoryComesAfterTheDefaultPoolsKeptMe
     } else if (kind == kPitch) {
       CUdeviceptr p = 0;
       size_t pitch = 0;
-      ASSERT_EQ(ChargedPitchAllocation(memory_.get(), &p, 4096, 1024,
-                                       [&] {
-                                         return driver_.cuMemAllocPitch_v2(&p, &pitch, 4096,
-                                                                           1024, 4);
-                                       }),
+      ASSERT_EQ(ChargedPitchAllocation(
+                    memory_.get(), &p, 4096, 1024,
+                    [&] { return driver_.cuMemAllocPitch_v2(&p, &pitch, 4096, 1024, 4); }),
                 CUDA_SUCCESS);
       EXPECT_LE(Peak(), kCap) << "cuMemAllocPitch";
       ASSERT_CU(driver_.cuMemFree_v2(p));
@@ -424,10 +423,10 @@ TEST_F(ExternalAllocationsTest, FreshDriverMemoryComesAfterTheDefaultPoolsKeptMe
       CUmemoryPool pool;
       ASSERT_CU(cuMemPoolCreate(&pool, &props));
       CUdeviceptr p = 0;
-      ASSERT_EQ(ChargedAllocation(
-                    memory_.get(), &p, 4 * kMiB,
-                    [&] { return driver_.cuMemAllocFromPoolAsync(&p, 4 * kMiB, pool, s); }),
-                CUDA_SUCCESS);
+      ASSERT_EQ(
+          ChargedAllocation(memory_.get(), &p, 4 * kMiB,
+                            [&] { return driver_.cuMemAllocFromPoolAsync(&p, 4 * kMiB, pool, s); }),
+          CUDA_SUCCESS);
       EXPECT_LE(Peak(), kCap) << "cuMemAllocFromPoolAsync";
       ASSERT_CU(driver_.cuMemFreeAsync(p, s));
       memory_->ForgetExternalAsync(p, s);

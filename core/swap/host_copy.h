@@ -33,8 +33,8 @@ class HostCopy {
   // host-located VMM memory mapped for `device`; else `size` bytes pinned.
   // `*held` (host bytes in use) grows by `reserved` while memory is held.
   // On failure what was made is released again, as far as the driver lets.
-  CUresult Create(const Vmm& vmm, bool host_vmm, uint64_t reserved, uint64_t size,
-                  int device, uint64_t* held);
+  CUresult Create(const Vmm& vmm, bool host_vmm, uint64_t reserved, uint64_t size, int device,
+                  uint64_t* held);
   // Releases all of it. False when a driver call failed (the rest stays for
   // a retry).
   bool Release(const Vmm& vmm, uint64_t reserved, uint64_t* held);

@@ -11,20 +11,20 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <set>
 #include <tuple>
-#include <cstdio>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/base/json.h"
+#include "core/base/log.h"
 #include "core/driver/context_scope.h"
 #include "core/driver/device_context.h"
 #include "core/swap/driver_pool.h"
 #include "core/swap/host_copy.h"
-#include "core/base/json.h"
-#include "core/base/log.h"
 #include "core/swap/memory_manager_internal.h"
 #include "core/swap/stream_use.h"
 
@@ -119,8 +119,7 @@ std::string MemoryManager::MissingEntryPoints(const Driver& d) {
   return missing;
 }
 
-std::unique_ptr<MemoryManager> MemoryManager::Create(const Config& config,
-                                                     const Driver* driver,
+std::unique_ptr<MemoryManager> MemoryManager::Create(const Config& config, const Driver* driver,
                                                      LogSink log) {
   if (!config.memory_limit.all_devices && config.memory_limit.per_device.empty()) {
     return nullptr;
@@ -140,8 +139,8 @@ std::unique_ptr<MemoryManager> MemoryManager::Create(const Config& config,
       new MemoryManager(config, driver, std::move(log), std::move(policy)));
 }
 
-MemoryManager::MemoryManager(const Config& config, const Driver* driver,
-                             LogSink log, std::unique_ptr<EvictionPolicy> policy)
+MemoryManager::MemoryManager(const Config& config, const Driver* driver, LogSink log,
+                             std::unique_ptr<EvictionPolicy> policy)
     : config_(config),
       driver_(driver),
       log_(std::move(log)),
@@ -211,16 +210,14 @@ MemoryManager::Device& MemoryManager::DeviceState(int ordinal) {
   prop.location.id = ordinal;
   size_t granularity = 0;
   if (driver_->cuMemGetAllocationGranularity &&
-      driver_->cuMemGetAllocationGranularity(&granularity, &prop,
-                                             CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) ==
-          CUDA_SUCCESS) {
+      driver_->cuMemGetAllocationGranularity(
+          &granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) == CUDA_SUCCESS) {
     d->granularity = granularity;
   }
   int host_vmm = 0;
   if (driver_->cuDeviceGetAttribute) {
     driver_->cuDeviceGetAttribute(
-        &host_vmm, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
-        ordinal);
+        &host_vmm, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, ordinal);
   }
   d->host_vmm = host_vmm != 0;
   return *d;
@@ -259,8 +256,7 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
   // driver answers (a program probing for the largest allocation must not
   // be handed host memory without end; rounding SIZE_MAX up would wrap).
   const bool over_cap = bytes > dev.cap;
-  if (over_cap && (!dev.host_vmm || dev.granularity == 0 || dev.total == 0 ||
-                   bytes > dev.total)) {
+  if (over_cap && (!dev.host_vmm || dev.granularity == 0 || dev.total == 0 || bytes > dev.total)) {
     LogOom(dev, bytes);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -331,8 +327,7 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
     // (zeroed) host copy mapped at its address, served from there. (Not
     // where a failed undo left memory mapped at the address.)
     const bool stuck_here = !stuck_.empty() && stuck_.back().va == b->base;
-    if (r == CUDA_ERROR_OUT_OF_MEMORY && dev.host_vmm && b->device_chunks.empty() &&
-        !stuck_here) {
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && dev.host_vmm && b->device_chunks.empty() && !stuck_here) {
       r = AllocateOnHost(dev, *b);
     } else if (r == CUDA_ERROR_OUT_OF_MEMORY && dev.host_vmm) {
       LogOom(dev, b->reserved);
@@ -538,7 +533,7 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
     // `pool_counts` the caller takes the pooled chunks that fit the need
     // (charged already), even those still mapped at old addresses (its work
     // is ordered after theirs on the swap stream): only the rest must fit.
-    if (dev.used <= dev.cap - need) return CUDA_SUCCESS;                   // S401/S402
+    if (dev.used <= dev.cap - need) return CUDA_SUCCESS;          // S401/S402
     const uint64_t fits = pool_counts ? PoolFits(dev, need) : 0;  // walks the pool: not first
     const uint64_t fresh = need - std::min(need, fits);
     if (dev.used <= dev.cap - fresh) return CUDA_SUCCESS;
@@ -560,8 +555,8 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
       if (no_block_) return CUDA_ERROR_NOT_READY;  // it comes, but not without a wait
       if (ReapOldMappings(dev, /*wait=*/true)) continue;
     }
-    if (version_policy_ && DropOneClean(dev, &error)) continue;           // S403
-    if (ReleaseGarbage(dev, /*wait=*/false, &error)) continue;            // S404
+    if (version_policy_ && DropOneClean(dev, &error)) continue;  // S403
+    if (ReleaseGarbage(dev, /*wait=*/false, &error)) continue;   // S404
     if (ReleaseGarbage(dev, /*wait=*/true, &error)) continue;
     // A host wait for driver frees still queued on the program's streams
     // only when they would make the room: else evicting is needed anyway,
@@ -596,8 +591,7 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
     // since two threads holding pins could each wait for the other.
     // Only a caller holding no pins of its own waits here (Prepare lets go
     // of its own first): two waiting for each other would never finish.
-    if (!no_block_ && t_operation_pins == 0 && OthersPin() &&
-        WaitForUnpin(&waited_for_pins)) {
+    if (!no_block_ && t_operation_pins == 0 && OthersPin() && WaitForUnpin(&waited_for_pins)) {
       continue;
     }
     LogOom(dev, need);
@@ -649,7 +643,7 @@ bool MemoryManager::DropOneClean(Device& dev, CUresult* error) {
   CUresult r = SwapOut(dev, *pick, /*copy=*/false);
   if (r == CUDA_SUCCESS) return true;
   if (r == CUDA_ERROR_NOT_READY) r = WaitIdle(*pick);  // not orderable on the device
-  if (r == CUDA_SUCCESS) return true;  // unlocked: look again
+  if (r == CUDA_SUCCESS) return true;                  // unlocked: look again
   pick->failed_round = round_;
   if (error != nullptr) *error = r;
   return true;  // look again: the next clean buffer, or the next step
@@ -679,8 +673,7 @@ bool MemoryManager::QueueGarbage(Device& dev, Buffer& b) {
   // Exported memory may still be mapped by whoever holds its handle: never
   // another buffer's.
   if (!b.vmm || b.exported || b.device_chunks.empty() || b.old_mapped || b.host_at_base ||
-      !CanQueue(dev) || EnsureSwapStream(dev) != CUDA_SUCCESS ||
-      !OrderSwapAfterUses(dev, b)) {
+      !CanQueue(dev) || EnsureSwapStream(dev) != CUDA_SUCCESS || !OrderSwapAfterUses(dev, b)) {
     return false;
   }
   // The swap stream's point after the buffer's last uses: whoever takes its
@@ -734,8 +727,8 @@ bool MemoryManager::TakeOverGarbage(Device& dev, Buffer& b) {
     // it holds a host copy with work queued, or its host copy cannot be let
     // go, it is not taken, and goes last so that it holds back no other
     // (its device memory can still be handed on: HandOnGarbage).
-    if ((!Idle(g) && (g.host.exists() || !CanQueue(dev) ||
-                      EnsureSwapStream(dev) != CUDA_SUCCESS || !OrderSwapAfterUses(dev, g))) ||
+    if ((!Idle(g) && (g.host.exists() || !CanQueue(dev) || EnsureSwapStream(dev) != CUDA_SUCCESS ||
+                      !OrderSwapAfterUses(dev, g))) ||
         !ReleaseHostCopy(dev, g)) {
       queue.splice(queue.end(), queue, g.garbage_at);
       continue;
@@ -775,8 +768,7 @@ bool MemoryManager::Adopt(Device& dev, Buffer& b, Buffer& g) {
 
 void MemoryManager::Unkeep(Device& dev, Buffer& b) {
   if (!b.kept) return;
-  for (auto it = dev.kept.find(b.reserved); it != dev.kept.end() && it->first == b.reserved;
-       ++it) {
+  for (auto it = dev.kept.find(b.reserved); it != dev.kept.end() && it->first == b.reserved; ++it) {
     if (it->second == &b) {
       dev.kept.erase(it);
       break;
@@ -1215,8 +1207,8 @@ bool MemoryManager::VerifiedClean(Device& dev, Buffer& b) {
   return false;
 }
 
-void MemoryManager::NoteKernel(absl::Span<const uint64_t> used,
-                               absl::Span<const uint64_t> written, const char* kernel) {
+void MemoryManager::NoteKernel(absl::Span<const uint64_t> used, absl::Span<const uint64_t> written,
+                               const char* kernel) {
   if (verifier_ == nullptr) return;
   MutexLock lock(&mu_);
   for (uint64_t id : used) {
@@ -1230,8 +1222,8 @@ void MemoryManager::NoteKernel(absl::Span<const uint64_t> used,
 // --- Operations ---------------------------------------------------------------------
 
 CUresult MemoryManager::Prepare(absl::Span<const uint64_t> ids,
-                                absl::Span<const uint64_t> overwritten,
-                                CUstream stream, const Operation* note) {
+                                absl::Span<const uint64_t> overwritten, CUstream stream,
+                                const Operation* note) {
   if (note != nullptr) *note->ticket = OpTicket{};
   MutexLock lock(&mu_);
   // The planner first: each buffer's next use after this operation decides
@@ -1292,8 +1284,8 @@ bool MemoryManager::ReleaseOrKeep(Device& dev, Buffer& b) {
 bool MemoryManager::Keep(Device& dev, Buffer& b) {
   // Stream-ordered allocations only (cuMemAllocAsync, PyTorch's pluggable
   // allocator): what a pool would keep; cuMemFree'd memory goes back.
-  if (!b.stream_ordered || !b.vmm || b.exported || b.kept || b.device_chunks.empty() || b.old_mapped ||
-      b.host_at_base || b.stale_device || !b.va_reserved || b.pins > 0 ||
+  if (!b.stream_ordered || !b.vmm || b.exported || b.kept || b.device_chunks.empty() ||
+      b.old_mapped || b.host_at_base || b.stale_device || !b.va_reserved || b.pins > 0 ||
       ChunkBytes(b.device_chunks) != b.reserved || !Idle(b)) {
     return false;
   }
@@ -1338,8 +1330,7 @@ bool MemoryManager::ReleaseOneKept(Device& dev) {
 }
 
 bool MemoryManager::Servable(const Buffer& b) const {
-  return b.vmm && !b.resident() && b.host_at_base && !b.old_mapped && b.host.vmm() &&
-         !b.exported;
+  return b.vmm && !b.resident() && b.host_at_base && !b.old_mapped && b.host.vmm() && !b.exported;
 }
 
 void MemoryManager::Serve(Device& dev, Buffer& b, bool by_choice) {
@@ -1361,9 +1352,8 @@ void MemoryManager::CountServed(Device& dev, Buffer& b, bool by_choice) {
 }
 
 CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
-                                    absl::Span<const uint64_t> overwritten,
-                                    CUstream stream, bool may_serve,
-                                    absl::Span<const uint64_t> next_after) {
+                                    absl::Span<const uint64_t> overwritten, CUstream stream,
+                                    bool may_serve, absl::Span<const uint64_t> next_after) {
   CollectGarbage();
   for (auto& d : devices_) {
     if (d) ReapOldMappings(*d, /*wait=*/false);
@@ -1371,7 +1361,7 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
   // An operation's buffers fit inline: no allocation per launch.
   absl::InlinedVector<Buffer*, 16> pinned;
   absl::InlinedVector<uint32_t, 16> pinned_at;  // where in `ids`
-  int& operation_pins = t_operation_pins;  // one look-up of the thread's
+  int& operation_pins = t_operation_pins;       // one look-up of the thread's
   for (size_t k = 0; k < ids.size(); ++k) {
     Buffer* b = ById(ids[k]);
     if (b == nullptr || b->garbage) continue;
@@ -1395,8 +1385,7 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
       if (r == CUDA_SUCCESS && !b->resident()) {
         r = SwapIn(dev, *b, /*copy=*/true, stream);  // the restore swapped it out
       }
-    } else if (Servable(*b) &&
-               (b->serving > 0 || (may_serve && dev.host_vmm && InUse(*b)))) {
+    } else if (Servable(*b) && (b->serving > 0 || (may_serve && dev.host_vmm && InUse(*b)))) {
       // Another operation reaches it through the host copy (being prepared,
       // or submitted and not yet observed complete): this one does too.
       // Bringing it in would remap the address under the first, so it would
@@ -1417,8 +1406,7 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
       Serve(dev, *b, /*by_choice=*/true);
       served[i] = true;
     } else {
-      bool whole = std::find(overwritten.begin(), overwritten.end(), b->id) !=
-                   overwritten.end();
+      bool whole = std::find(overwritten.begin(), overwritten.end(), b->id) != overwritten.end();
       const uint64_t copies = stats_.swap_ins;
       // (Servable may only become true in SwapIn: a swap-out in flight ends.)
       serve_fallback_ = may_serve && dev.host_vmm;
@@ -1460,9 +1448,8 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
   return CUDA_SUCCESS;
 }
 
-void MemoryManager::Finish(absl::Span<const uint64_t> ids,
-                           absl::Span<const uint64_t> written, CUstream stream,
-                           bool submitted) {
+void MemoryManager::Finish(absl::Span<const uint64_t> ids, absl::Span<const uint64_t> written,
+                           CUstream stream, bool submitted) {
   MutexLock lock(&mu_);
   // Each buffer looked up once (inline: no allocation per launch), unless a
   // restore ran, which may release garbage buffers: then by id again.
@@ -1491,7 +1478,7 @@ void MemoryManager::Finish(absl::Span<const uint64_t> ids,
     }
     if (submitted) {
       if (b->vmm) RecordUse(*b, stream);  // small buffers are never evicted
-      b->last_use = ++clock_;  // distinct ticks: LRU order has no ties
+      b->last_use = ++clock_;             // distinct ticks: LRU order has no ties
     }
   }
   // Re-keyed once all their fields changed (unchanged keys cost a compare):
@@ -1612,8 +1599,7 @@ CUresult MemoryManager::PrefetchLocked(Buffer& b) {
   Device& dev = DeviceState(b.device);
   no_block_ = true;
   Pin(b);  // not evicted to make room for itself
-  CUresult r = b.resident() ? RestoreFromHost(dev, b)
-                            : SwapIn(dev, b, /*copy=*/true, kNoConsumer);
+  CUresult r = b.resident() ? RestoreFromHost(dev, b) : SwapIn(dev, b, /*copy=*/true, kNoConsumer);
   Unpin(b);
   no_block_ = false;
   // Nothing to evict without waiting (or at all): not now.
@@ -1681,8 +1667,8 @@ IterationPlanner* MemoryManager::Planner(Device& dev) {
 }
 
 void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
-                                  absl::Span<const uint64_t> written, bool marker,
-                                  CUstream stream, OpTicket* ticket) {
+                                  absl::Span<const uint64_t> written, bool marker, CUstream stream,
+                                  OpTicket* ticket) {
   *ticket = OpTicket{};
   // Only prefetch and belady read what the planner learns: without them a
   // launch pays no second lock.
@@ -1918,14 +1904,14 @@ std::string MemoryManager::StatsText() const {
       s.wait_program_seconds, s.wait_swap_seconds, s.wait_unknown_seconds, s.async_evictions,
       s.swap_outs_cancelled, s.physical_creates, s.physical_releases, s.pool_hits,
       s.profiled_period, s.profiles, s.pattern_changes, s.prefetches_issued, s.prefetches_used,
-      s.prefetches_wasted, s.prefetches_refused, s.planned_evictions_issued, s.planned_evictions_skipped,
-      mib(s.planner_bytes_caused), s.planner_stopped ? "stopped: past its cut-off" : "running",
-      s.on_demand_after_profile,
+      s.prefetches_wasted, s.prefetches_refused, s.planned_evictions_issued,
+      s.planned_evictions_skipped, mib(s.planner_bytes_caused),
+      s.planner_stopped ? "stopped: past its cut-off" : "running", s.on_demand_after_profile,
       s.planner_bandwidth_h2d / 1e9,
-      s.planner_bandwidth_h2d == 0                ? "no planner"
-      : !config_.bandwidth.measured()             ? "STENSOR_BANDWIDTH"
-      : s.bandwidth_probed                        ? "probed"
-                                                  : "assumed: no room to probe",
+      s.planner_bandwidth_h2d == 0    ? "no planner"
+      : !config_.bandwidth.measured() ? "STENSOR_BANDWIDTH"
+      : s.bandwidth_probed            ? "probed"
+                                      : "assumed: no room to probe",
       verifier_ == nullptr
           ? std::string()
           : absl::StrFormat("stensor: verified drops     %10u (STENSOR_VERIFY=%s)\n"

@@ -42,12 +42,12 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
-#include "core/base/mutex.h"
 #include "absl/types/span.h"
 #include "core/base/config.h"
+#include "core/base/json.h"
+#include "core/base/mutex.h"
 #include "core/driver/driver.h"
 #include "core/swap/host_copy.h"
-#include "core/base/json.h"
 #include "core/swap/physical_pool.h"
 #include "core/swap/profiler.h"
 #include "core/swap/stream_use.h"
@@ -66,7 +66,7 @@ struct SwapStats {
   uint64_t clean_drops = 0;
   uint64_t bytes_dropped = 0;
   uint64_t swap_ins = 0;
-  uint64_t bytes_copied_in = 0;  // host -> device
+  uint64_t bytes_copied_in = 0;        // host -> device
   uint64_t swap_ins_without_copy = 0;  // whole buffer about to be overwritten
   // Buffers nothing has written since allocation (`version` only): evicted
   // and brought back without any copy. Counted apart from the above.
@@ -120,7 +120,7 @@ struct SwapStats {
   uint64_t prefetches_issued = 0;
   uint64_t prefetches_refused = 0;  // not now: no room without waiting
   uint64_t prefetches_used = 0;
-  uint64_t prefetches_wasted = 0;   // evicted again before their use
+  uint64_t prefetches_wasted = 0;  // evicted again before their use
   uint64_t planned_evictions_issued = 0;
   uint64_t planned_evictions_skipped = 0;  // pinned now or already in flight
   uint64_t planner_bytes_caused = 0;       // extra bytes its plans caused
@@ -145,8 +145,7 @@ class MemoryManager {
   // Null when the configuration sets no memory limit, or when the driver
   // lacks an entry point swapping needs (said once on stderr: the program
   // then runs uncapped rather than crashing on a missing call).
-  static std::unique_ptr<MemoryManager> Create(const Config& config,
-                                               const Driver* driver,
+  static std::unique_ptr<MemoryManager> Create(const Config& config, const Driver* driver,
                                                LogSink log);
   ~MemoryManager();
 
@@ -245,7 +244,7 @@ class MemoryManager {
     int device = 0;
     CUcontext context = nullptr;  // current at cuMemAlloc
     uint64_t id = 0;
-    bool freed = false;     // cuMemFree'd, not yet released (garbage)
+    bool freed = false;  // cuMemFree'd, not yet released (garbage)
   };
   // The VMM-backed buffer whose reserved range contains `addr` (the tail
   // past its requested size included), if any.
@@ -269,8 +268,9 @@ class MemoryManager {
   // as it was. `forget` runs under the lock just before the buffer counts
   // as freed (the caller forgets its range there, before its address can
   // be handed out again).
-  CUresult FreeAsync(CUdeviceptr base, CUstream stream,
-                     absl::FunctionRef<void()> forget = [] {}) ABSL_LOCKS_EXCLUDED(mu_);
+  CUresult FreeAsync(
+      CUdeviceptr base, CUstream stream, absl::FunctionRef<void()> forget = [] {})
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- Handles that leave stensor's control (cuIpcGetMemHandle,
   // cuMemExportToShareableHandle, cuMemRetainAllocationHandle): the buffer
@@ -279,8 +279,7 @@ class MemoryManager {
   // maps that physical memory itself. Logged once per buffer. False when
   // the address is not in a buffer of this manager; else `*result` is the
   // outcome (an error when it could not be brought back).
-  bool PinExported(CUdeviceptr addr, const char* api, CUresult* result)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  bool PinExported(CUdeviceptr addr, const char* api, CUresult* result) ABSL_LOCKS_EXCLUDED(mu_);
   bool PinExportedHandle(CUmemGenericAllocationHandle handle, const char* api)
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -316,14 +315,13 @@ class MemoryManager {
   // served rather than brought in (belady with bypass); the planner's
   // evictions and fetches follow once it is prepared.
   struct Operation;
-  CUresult Prepare(absl::Span<const uint64_t> ids,
-                   absl::Span<const uint64_t> overwritten, CUstream stream,
-                   const Operation* note = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
+  CUresult Prepare(absl::Span<const uint64_t> ids, absl::Span<const uint64_t> overwritten,
+                   CUstream stream, const Operation* note = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
   // After the operation was submitted (or failed): marks the last use of
   // `ids` on `stream`, bumps the device version of `written`, makes them
   // evictable again.
-  void Finish(absl::Span<const uint64_t> ids, absl::Span<const uint64_t> written,
-              CUstream stream, bool submitted) ABSL_LOCKS_EXCLUDED(mu_);
+  void Finish(absl::Span<const uint64_t> ids, absl::Span<const uint64_t> written, CUstream stream,
+              bool submitted) ABSL_LOCKS_EXCLUDED(mu_);
 
   // An operation whose accesses are unknown (a kernel the driver could not
   // describe, a graph launch) may have written any buffer: every host copy
@@ -454,8 +452,7 @@ class MemoryManager {
   void AfterContextEnds(CUcontext ctx, bool ended) ABSL_LOCKS_EXCLUDED(mu_);
 
   // cuMemGetInfo / cuDeviceTotalMem under the cap.
-  void MemInfo(int device, size_t* free_bytes, size_t* total_bytes)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void MemInfo(int device, size_t* free_bytes, size_t* total_bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // What MemInfo reports, as the cap and the bytes in use under it (so
   // free is cap - used, or 0 past the cap), without handing the pool's
   // idle chunks back to the driver: for observers that may poll (NVML),
@@ -536,9 +533,8 @@ class MemoryManager {
   // `may_serve`, a buffer that cannot be brought in is served from host.
   // `next_after`: each of `ids`' next use after this operation (empty when
   // not predicted), for ServesRatherThanFetches.
-  CUresult PrepareOnce(absl::Span<const uint64_t> ids,
-                       absl::Span<const uint64_t> overwritten, CUstream stream,
-                       bool may_serve, absl::Span<const uint64_t> next_after)
+  CUresult PrepareOnce(absl::Span<const uint64_t> ids, absl::Span<const uint64_t> overwritten,
+                       CUstream stream, bool may_serve, absl::Span<const uint64_t> next_after)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Set while a swap-in that would be served from host on failure runs: its
   // lack of room is no refusal, so LogOom neither counts nor logs it.
@@ -581,8 +577,7 @@ class MemoryManager {
   // waited without the lock, so the caller must look again); a candidate
   // that could not be evicted is skipped for the rest of the round and its
   // error stored in `*error` (when not null).
-  bool DropOneClean(Device& dev, CUresult* error = nullptr)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool DropOneClean(Device& dev, CUresult* error = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReleaseGarbage(Device& dev, bool wait, CUresult* error = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool EvictByPolicy(Device& dev, uint64_t needed, CUresult* error = nullptr)
@@ -637,9 +632,7 @@ class MemoryManager {
   // not be undone): copies the host copy in, or swaps the buffer out again.
   CUresult RestoreFromHost(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether anything reads what the planner learns: prefetch and belady.
-  bool Plans() const {
-    return config_.prefetch || config_.policy == EvictionPolicyKind::kBelady;
-  }
+  bool Plans() const { return config_.prefetch || config_.policy == EvictionPolicyKind::kBelady; }
   // NoteOperation under the lock, once a planner is wanted: PredictLocked
   // then ApplyNotedLocked.
   void NoteOperationLocked(uint64_t key, absl::Span<const uint64_t> ids,
@@ -746,24 +739,22 @@ class MemoryManager {
   CUresult CreateOwnStream(Device& dev, CUstream* stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The stream a swap-in's copy into b goes on: the fetch stream when
   // nothing queued on the swap stream touches its memory or host copy.
-  CUstream FetchStreamFor(Device& dev, Buffer& b, bool shadowed)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  CUstream FetchStreamFor(Device& dev, Buffer& b, bool shadowed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- Device memory: physical memory, the chunk pool, mappings at a buffer's
   // address (memory_manager_physical.cc).
   // Physical memory. CreatePhysical charges it (evicting when the device
   // itself is full); ReleasePhysical uncharges it once the driver released
   // it, and keeps it (charged) for a retry when it did not.
-  CUresult CreatePhysical(Device& dev, uint64_t bytes,
-                          CUmemGenericAllocationHandle* handle)
+  CUresult CreatePhysical(Device& dev, uint64_t bytes, CUmemGenericAllocationHandle* handle)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Before stensor takes device memory the cap counts (CreatePhysical, a
   // small cuMemAlloc): the driver's default stream-ordered pool releases
   // what it keeps reserved but unused (cuMemPoolTrimTo(pool, 0)), memory
   // the cap no longer charges once its frees ran (ForgetExternalAsync).
   void TrimDriverPool(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReleasePhysical(Device& dev, CUmemGenericAllocationHandle handle,
-                       uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleasePhysical(Device& dev, CUmemGenericAllocationHandle handle, uint64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RetryReleases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The physical pool (per device): chunks of whole granules, each as large
   // as the buffer that made it, a buffer mapped from one chunk of its size
@@ -852,8 +843,7 @@ class MemoryManager {
   // Makes `b` resident and never evicted again (PinExported).
   CUresult PinLocked(Buffer& b, const char* api) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the charge of an app handle once nothing keeps its memory alive.
-  void MaybeUnchargeApp(CUmemGenericAllocationHandle handle)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeUnchargeApp(CUmemGenericAllocationHandle handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Config config_;
   const Driver* const driver_;
@@ -957,8 +947,7 @@ class MemoryManager {
     int refs = 1;      // cuMemCreate plus retains, minus releases
     int mappings = 0;  // live cuMemMap of it
   };
-  absl::flat_hash_map<CUmemGenericAllocationHandle, AppHandle> app_handles_
-      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<CUmemGenericAllocationHandle, AppHandle> app_handles_ ABSL_GUARDED_BY(mu_);
   // The program's mappings of those handles: base -> (size, handle).
   std::map<uint64_t, std::pair<uint64_t, CUmemGenericAllocationHandle>> app_mappings_
       ABSL_GUARDED_BY(mu_);

@@ -23,6 +23,7 @@
 // Every iteration copies what it wrote to a record of its own, on the
 // stream, before its buffer is freed: each record must hold its
 // iteration's value once the stream ran.
+#include <cuda.h>
 #include <dlfcn.h>
 
 #include <atomic>
@@ -35,14 +36,12 @@
 #include <thread>
 #include <vector>
 
-#include <cuda.h>
-
 #include "core/base/config.h"
 #include "core/driver/driver.h"
 #include "core/swap/memory_manager.h"
-#include "tests/support/memory_manager_testing.h"
 #include "gtest/gtest.h"
 #include "tests/fakecuda/fakecuda.h"
+#include "tests/support/memory_manager_testing.h"
 
 namespace stensor {
 namespace {
@@ -197,8 +196,7 @@ class PendingFreeTest : public testing_support::FakeDeviceTest {
   std::vector<const uint32_t*> records_;
 };
 
-class BacklogTest : public PendingFreeTest,
-                    public ::testing::WithParamInterface<const char*> {};
+class BacklogTest : public PendingFreeTest, public ::testing::WithParamInterface<const char*> {};
 
 // The loop of a program that frees its 2 MiB temporaries while their work
 // is queued and never synchronises, uncapped (the device's 16 GiB) and under
@@ -395,8 +393,8 @@ TEST_F(PendingFreeTest, AHeldStreamHoldsBackOnlyItsOwnPendingFrees) {
 // for another), that wait needs the held stream to run: it is opened after
 // the loop, or after 100 ms.
 TEST_F(PendingFreeTest, AFailedCallNeverHandsOnMemoryUnderWork) {
-  const char* const calls[] = {"cuEventRecord", "cuEventQuery",     "cuStreamWaitEvent",
-                               "cuEventCreate", "cuMemsetD8Async",  "cuMemUnmap",
+  const char* const calls[] = {"cuEventRecord",   "cuEventQuery",    "cuStreamWaitEvent",
+                               "cuEventCreate",   "cuMemsetD8Async", "cuMemUnmap",
                                "cuMemAddressFree"};
   int reached = 0;
   for (const char* limit : {"64MiB", "16GiB"}) {

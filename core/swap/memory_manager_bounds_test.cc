@@ -13,6 +13,7 @@
 //     evicted again, logged once.
 // The manager's log sink captures the JSON records, summarised as in
 // memory_manager_test ("swap_out:1", "pin:1", "oom").
+#include <cuda.h>
 #include <dlfcn.h>
 
 #include <atomic>
@@ -25,17 +26,15 @@
 #include <thread>
 #include <vector>
 
-#include <cuda.h>
-
 #include "absl/status/statusor.h"
-#include "core/base/mutex.h"
 #include "core/base/config.h"
+#include "core/base/mutex.h"
 #include "core/driver/driver.h"
 #include "core/swap/memory_manager.h"
 #include "gmock/gmock.h"
-#include "tests/support/memory_manager_testing.h"
 #include "gtest/gtest.h"
 #include "tests/fakecuda/fakecuda.h"
+#include "tests/support/memory_manager_testing.h"
 
 namespace stensor {
 namespace {
@@ -222,8 +221,7 @@ TEST_F(BoundsTest, HalfGranuleBufferMapsAChunkAndKeepsItsRange) {
 
 bool HostVmm() {
   int supported = 0;
-  cuDeviceGetAttribute(&supported,
-                       CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0);
+  cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0);
   return supported != 0;
 }
 
@@ -237,8 +235,8 @@ TEST_F(BoundsTest, SizeMaxIsOutOfMemoryWithoutEvicting) {
   CUdeviceptr a = Alloc(*mm, 1);
   Write(*mm, 1, a, 1);
   ClearLog();
-  for (uint64_t bytes : {uint64_t{SIZE_MAX}, uint64_t{SIZE_MAX} - kGranule + 2, kCap + 1,
-                         uint64_t{1} << 63}) {
+  for (uint64_t bytes :
+       {uint64_t{SIZE_MAX}, uint64_t{SIZE_MAX} - kGranule + 2, kCap + 1, uint64_t{1} << 63}) {
     CUdeviceptr p = 0;
     if (bytes == kCap + 1 && HostVmm()) {
       EXPECT_CU(mm->Allocate(bytes, &p, kUntracked));
@@ -293,7 +291,8 @@ TEST_F(BoundsTest, FreeAsyncReleasesInStreamOrder) {
   EXPECT_THAT(Records(), IsEmpty());
   EXPECT_EQ(mm->stats().host_wait_seconds, 0.0);
   held->Open();
-  EXPECT_TRUE(Holds(*mm, 4, d, 0)) << "the freed memory was reused before the stream passed the free";
+  EXPECT_TRUE(Holds(*mm, 4, d, 0))
+      << "the freed memory was reused before the stream passed the free";
   EXPECT_LE(Peak(), kCap);
   EXPECT_TRUE(Holds(*mm, 2, b, 2));
   EXPECT_TRUE(Holds(*mm, 3, c, 3));
@@ -319,7 +318,7 @@ TEST_F(BoundsTest, FreeAsyncOfAnIdleBufferReleasesAtOnce) {
   fakecuda_fail_call("cuEventRecord", 1, CUDA_ERROR_UNKNOWN);
   ASSERT_CU(mm->FreeAsync(b, nullptr));
   EXPECT_EQ(mm->FreeAsync(b, nullptr), CUDA_ERROR_INVALID_VALUE);  // freed already
-  CUdeviceptr c = Alloc(*mm, 3, kCap);  // all of the cap: b's room too
+  CUdeviceptr c = Alloc(*mm, 3, kCap);                             // all of the cap: b's room too
   ASSERT_NE(c, 0u);
   EXPECT_EQ(FreeBytes(*mm), 0u);
   // c reuses b's pooled chunks, zeroed on the swap stream: released at

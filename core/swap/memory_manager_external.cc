@@ -5,8 +5,6 @@
 // pinning only: the room they need is made by MakeRoom, in
 // memory_manager.cc, like any other.
 
-#include "core/swap/memory_manager.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,14 +13,15 @@
 #include "absl/strings/str_format.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
+#include "core/swap/memory_manager.h"
 #include "core/swap/memory_manager_internal.h"
 #include "core/swap/stream_use.h"
 
 namespace stensor {
 
 using memory_manager_internal::AlignUp;
-using memory_manager_internal::Seconds;
 using memory_manager_internal::kSmallUnit;
+using memory_manager_internal::Seconds;
 
 namespace {
 
@@ -165,8 +164,9 @@ CUresult MemoryManager::PinLocked(Buffer& b, const char* api) {
   Device& dev = DeviceState(b.device);
   if (!b.resident() || b.stale_device) {
     Pin(b);
-    CUresult r = b.resident() ? RestoreFromHost(dev, b) : SwapIn(dev, b, /*copy=*/true,
-                                                                 /*consumer=*/nullptr);
+    CUresult r = b.resident() ? RestoreFromHost(dev, b)
+                              : SwapIn(dev, b, /*copy=*/true,
+                                       /*consumer=*/nullptr);
     Unpin(b);
     if (r != CUDA_SUCCESS) {
       if (first) b.exported = false;  // still swapped out: a later call tries again
@@ -214,8 +214,7 @@ bool MemoryManager::PinExported(CUdeviceptr addr, const char* api, CUresult* res
   return true;
 }
 
-bool MemoryManager::PinExportedHandle(CUmemGenericAllocationHandle handle,
-                                      const char* api) {
+bool MemoryManager::PinExportedHandle(CUmemGenericAllocationHandle handle, const char* api) {
   MutexLock lock(&mu_);
   for (auto& [base, b] : by_base_) {
     // A handle is only ever the current device memory of a resident buffer.
@@ -234,8 +233,7 @@ bool MemoryManager::PinExportedHandle(CUmemGenericAllocationHandle handle,
 // --- The program's own VMM memory --------------------------------------------------
 
 CUresult MemoryManager::CreateAppMemory(CUmemGenericAllocationHandle* handle, size_t size,
-                                        const CUmemAllocationProp* prop,
-                                        unsigned long long flags) {
+                                        const CUmemAllocationProp* prop, unsigned long long flags) {
   bool device_located = prop != nullptr && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE;
   if (!device_located || handle == nullptr || size == 0) {
     return driver_->cuMemCreate(handle, size, prop, flags);  // host memory, or the driver's error
@@ -293,8 +291,7 @@ void MemoryManager::OnAppRelease(CUmemGenericAllocationHandle handle) {
   MaybeUnchargeApp(handle);
 }
 
-void MemoryManager::OnAppMap(CUdeviceptr ptr, uint64_t size,
-                             CUmemGenericAllocationHandle handle) {
+void MemoryManager::OnAppMap(CUdeviceptr ptr, uint64_t size, CUmemGenericAllocationHandle handle) {
   MutexLock lock(&mu_);
   auto it = app_handles_.find(handle);
   if (it == app_handles_.end()) return;

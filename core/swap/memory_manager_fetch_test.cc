@@ -4,6 +4,8 @@
 // *Slow* tests run with a slow link (FAKECUDA_LINK) so that copies are still
 // in flight when the next call comes. And whether a swapped-out buffer is
 // fetched at all, or served from host (MemoryManager::ServesRatherThanFetches).
+#include <cuda.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -14,20 +16,18 @@
 #include <thread>
 #include <vector>
 
-#include <cuda.h>
-
 #include "core/swap/memory_manager.h"
-#include "tests/support/memory_manager_testing.h"
 #include "gtest/gtest.h"
 #include "tests/fakecuda/fakecuda.h"
+#include "tests/support/memory_manager_testing.h"
 
 namespace stensor {
 namespace {
 
 using testing_support::HeldStream;
+using testing_support::Ids;
 using testing_support::kCap;
 using testing_support::kGranule;
-using testing_support::Ids;
 using testing_support::kWords;
 using testing_support::Mismatch;
 using testing_support::Pattern;
@@ -54,8 +54,7 @@ class FetchStreamTest : public testing_support::ManagerBufferTest {
   }
   // FillThree, then C swapped out (its copy done) and prefetched: its copy
   // back is in flight on the fetch stream (for ~200 ms on the slow link).
-  void FillThreeAndPrefetchC(MemoryManager& mm, CUdeviceptr* a, CUdeviceptr* b,
-                             CUdeviceptr* c) {
+  void FillThreeAndPrefetchC(MemoryManager& mm, CUdeviceptr* a, CUdeviceptr* b, CUdeviceptr* c) {
     FillThree(mm, a, b, c);
     ASSERT_CU(mm.EvictAsync(3));
     ASSERT_CU(cuCtxSynchronize());
@@ -122,8 +121,8 @@ TEST_F(FetchStreamTest, ExportWaitsWhileOtherThreadsAddUses) {
 // event record, the consumer's wait, the query) is worked around: no error,
 // data intact. C comes in on `other` into memory at rest.
 TEST_F(FetchStreamTest, FetchPathFailuresAreWorkedAround) {
-  for (const char* call : {"cuStreamCreate", "cuEventRecord", "cuStreamWaitEvent",
-                           "cuEventQuery", "cuEventSynchronize", "cuEventCreate"}) {
+  for (const char* call : {"cuStreamCreate", "cuEventRecord", "cuStreamWaitEvent", "cuEventQuery",
+                           "cuEventSynchronize", "cuEventCreate"}) {
     for (int nth = 1; nth <= 2; ++nth) {
       SCOPED_TRACE(std::string(call) + " #" + std::to_string(nth));
       auto mm = Make();

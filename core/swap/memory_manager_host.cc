@@ -4,9 +4,8 @@
 // the host. Which buffer goes out, and when, is decided in
 // memory_manager.cc; this is where its bytes are kept meanwhile.
 
-#include "core/swap/memory_manager.h"
-
 #include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -14,9 +13,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/driver/context_scope.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
+#include "core/driver/context_scope.h"
+#include "core/swap/memory_manager.h"
 #include "core/swap/memory_manager_internal.h"
 
 namespace stensor {
@@ -34,9 +34,9 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b, bool will_copy) {
   // must hold what fresh memory holds, so it is zeroed first on the swap
   // stream, as a use of the buffer there (what reads the address while it
   // is swapped out is ordered after the swap stream).
-  if (auto it = spare_host_.find({b.reserved, dev.ordinal});
-      it != spare_host_.end() && it->second.vmm() == dev.host_vmm &&
-      (will_copy || it->second.vmm())) {
+  if (auto it = spare_host_.find({b.reserved, dev.ordinal}); it != spare_host_.end() &&
+                                                             it->second.vmm() == dev.host_vmm &&
+                                                             (will_copy || it->second.vmm())) {
     bool zeroed = will_copy;
     if (!zeroed && EnsureSwapStream(dev) == CUDA_SUCCESS &&
         Failed(driver_->cuMemsetD8Async(it->second.va(), 0, b.reserved, dev.swap_stream)) ==
@@ -44,7 +44,7 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b, bool will_copy) {
       NoteUse(b.uses, dev.swap_stream, dev.ordinal);
       zeroed = true;
     }
-    if (zeroed) {  // else a fresh copy after all; the spare stays kept
+    if (zeroed) {           // else a fresh copy after all; the spare stays kept
       b.host = it->second;  // still counted in host_bytes
       if (b.host.vmm()) dev.spare_host_bytes -= b.reserved;
       spare_host_.erase(it);
@@ -59,8 +59,9 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b, bool will_copy) {
       warned_host_limit_ = true;
       Say(LogLevel::kWarn, "host-limit",
           absl::StrCat("out of memory: the device cap (STENSOR_MEMORY_LIMIT, ", dev.cap,
-                       " bytes on device ", dev.ordinal, ") and the host limit (STENSOR_HOST_LIMIT, ",
-                       *host_cap, " bytes) are both exhausted"));
+                       " bytes on device ", dev.ordinal,
+                       ") and the host limit (STENSOR_HOST_LIMIT, ", *host_cap,
+                       " bytes) are both exhausted"));
     }
     Log(JsonLine()
             .Str("type", "oom")
@@ -78,9 +79,10 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b, bool will_copy) {
             "memory) faults (docs/limits.md)");
     Log(JsonLine()
             .Str("type", "limitation")
-            .Str("what", "host-located VMM unsupported: swapped-out buffers are "
-                         "unmapped; a kernel reaching one through a pointer "
-                         "stensor cannot see would fault")
+            .Str("what",
+                 "host-located VMM unsupported: swapped-out buffers are "
+                 "unmapped; a kernel reaching one through a pointer "
+                 "stensor cannot see would fault")
             .Finish());
   }
   // Page-locked memory from cuMemHostAlloc is pinned for the context that
@@ -134,8 +136,7 @@ bool MemoryManager::FreeSpareHostCopies() {
 
 // --- Host reads of a buffer ------------------------------------------------------
 
-bool MemoryManager::ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst,
-                                     uint64_t bytes) {
+bool MemoryManager::ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst, uint64_t bytes) {
   MutexLock lock(&mu_);
   Buffer* b = ById(id);
   if (b == nullptr || !b->vmm || b->resident() || !b->host.exists() || offset > b->size ||
@@ -149,10 +150,10 @@ bool MemoryManager::ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst,
       return false;
     }
   }
-  CUresult r = b->host.handle() != 0
-                   ? Failed(driver_->cuMemcpyDtoH_v2(dst, b->host.va() + offset, bytes))
-                   : (std::memcpy(dst, static_cast<char*>(b->host.ptr()) + offset, bytes),
-                      CUDA_SUCCESS);
+  CUresult r =
+      b->host.handle() != 0
+          ? Failed(driver_->cuMemcpyDtoH_v2(dst, b->host.va() + offset, bytes))
+          : (std::memcpy(dst, static_cast<char*>(b->host.ptr()) + offset, bytes), CUDA_SUCCESS);
   if (r != CUDA_SUCCESS) return false;
   ++stats_.reads_served_from_host;
   return true;

@@ -53,7 +53,7 @@ struct MemoryManager::Buffer {
   uint64_t reserved = 0;  // VA and physical size (granules), or the charge
   int device = 0;
   CUcontext context = nullptr;  // current at allocation (pointer attributes)
-  bool vmm = false;       // false: a small plain allocation, never swapped
+  bool vmm = false;             // false: a small plain allocation, never swapped
   // Served for cuMemAllocAsync from the device's default pool: counted in
   // Device::stream_ordered until its memory is released.
   bool stream_ordered = false;
@@ -132,9 +132,7 @@ struct MemoryManager::Buffer {
 
   bool resident() const { return !vmm || !device_chunks.empty(); }
   int refcount() const { return (garbage ? 0 : 1) + pins; }
-  bool clean() const {
-    return location == Location::kCpuGpu && host_version == gpu_version;
-  }
+  bool clean() const { return location == Location::kCpuGpu && host_version == gpu_version; }
 };
 
 struct MemoryManager::Device {
@@ -166,7 +164,7 @@ struct MemoryManager::Device {
   bool OwnStream(CUstream s) const {
     return s != nullptr && (s == swap_stream || s == fetch_stream);
   }
-  uint64_t host_bytes = 0;  // host copies
+  uint64_t host_bytes = 0;        // host copies
   uint64_t spare_host_bytes = 0;  // of them kept for reuse, host-located VMM
   // Idle physical memory in chunks of whole granules, charged (in `used`).
   PhysicalPool pool;
@@ -186,9 +184,8 @@ struct MemoryManager::Device {
   // (one that does waits on the host for its old copy).
   bool OfFreedOwner(CUmemGenericAllocationHandle h) const {
     auto it = shadow_owners.find(h);
-    return it != shadow_owners.end() &&
-           std::any_of(it->second.begin(), it->second.end(),
-                       [](const Buffer* o) { return o->garbage; });
+    return it != shadow_owners.end() && std::any_of(it->second.begin(), it->second.end(),
+                                                    [](const Buffer* o) { return o->garbage; });
   }
   // Freed buffers whose work was still queued (S404), not handed on: a FIFO
   // per stream that work is on (one more for work on several streams or

@@ -3,6 +3,8 @@
 // made in that device's context whatever context the program has current,
 // with the program's context current again after every call, failures
 // included (core/swap/memory_manager_uses.cc, ContextScope and CreateOwnStream).
+#include <cuda.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -14,12 +16,10 @@
 #include <utility>
 #include <vector>
 
-#include <cuda.h>
-
 #include "core/swap/memory_manager.h"
-#include "tests/support/memory_manager_testing.h"
 #include "gtest/gtest.h"
 #include "tests/fakecuda/fakecuda.h"
+#include "tests/support/memory_manager_testing.h"
 
 namespace stensor {
 namespace {
@@ -79,8 +79,7 @@ class MultiDeviceTest : public testing_support::FakeDeviceTest {
   }
   // Writes Pattern(seed) with whatever context is current: on `s`, or on the
   // current context's NULL stream (unified addressing: any device's buffer).
-  void Write(MemoryManager& mm, uint64_t id, CUdeviceptr p, uint64_t seed,
-             CUstream s = nullptr) {
+  void Write(MemoryManager& mm, uint64_t id, CUdeviceptr p, uint64_t seed, CUstream s = nullptr) {
     std::vector<uint64_t> data = Pattern(seed);
     Ids ids = {id};
     ASSERT_CU(mm.Prepare(ids, ids, s));
@@ -92,8 +91,7 @@ class MultiDeviceTest : public testing_support::FakeDeviceTest {
       ASSERT_CU(cuStreamSynchronize(s));
     }
   }
-  std::vector<uint64_t> Read(MemoryManager& mm, uint64_t id, CUdeviceptr p,
-                             CUstream s = nullptr) {
+  std::vector<uint64_t> Read(MemoryManager& mm, uint64_t id, CUdeviceptr p, CUstream s = nullptr) {
     std::vector<uint64_t> got(kWords, 0x1111);
     Ids ids = {id};
     CUresult r = mm.Prepare(ids, {}, s);
@@ -131,7 +129,7 @@ class MultiDeviceTest : public testing_support::FakeDeviceTest {
       Write(*mm, id, c[id - 1], id);
     }
     EXPECT_EQ(Mismatch(Read(*mm, 1, c[0]), Pattern(1)), "");  // swapped back in
-    CUdeviceptr kept = AllocIn(*mm, ctx_, 9);  // the primary context's
+    CUdeviceptr kept = AllocIn(*mm, ctx_, 9);                 // the primary context's
     Write(*mm, 9, kept, 9);
     ASSERT_CU(cuCtxSetCurrent(created));
     for (CUdeviceptr b : c) ASSERT_CU(mm->Free(b));
@@ -276,8 +274,9 @@ TEST_F(MultiDeviceTest, AReleaseThatEndsNothingKeepsEverything) {
   ASSERT_CU(mm->EvictAsync(1));
   CUcontext again = nullptr;
   ASSERT_CU(cuDevicePrimaryCtxRetain(&again, 0));
-  ASSERT_CU(EndContext(*mm, ctx_, [&] { return cuDevicePrimaryCtxRelease_v2(0); },
-                       /*ends=*/false));
+  ASSERT_CU(EndContext(
+      *mm, ctx_, [&] { return cuDevicePrimaryCtxRelease_v2(0); },
+      /*ends=*/false));
   SixRoundsOfEvictions(*mm, ctx_);
   for (uint64_t id = 1; id <= 3; ++id) {
     EXPECT_EQ(Mismatch(Read(*mm, id, p[id - 1]), Pattern(id)), "") << "buffer " << id;
@@ -368,9 +367,11 @@ TEST_F(MultiDeviceTest, TwoDevicesUnderTheirOwnCapsFromSeveralThreads) {
 TEST_F(MultiDeviceTest, FailedContextSwitchesAndCreatesKeepEveryByteAndTheContext) {
   // Each call, and how many of its first occurrences are failed in turn
   // (the manager makes two streams: swap and fetch).
-  const std::pair<const char*, int> kCalls[] = {
-      {"cuCtxPushCurrent_v2", 3}, {"cuCtxPopCurrent_v2", 3}, {"cuStreamCreate", 2},
-      {"cuEventCreate", 3},       {"cuCtxGetCurrent", 3}};
+  const std::pair<const char*, int> kCalls[] = {{"cuCtxPushCurrent_v2", 3},
+                                                {"cuCtxPopCurrent_v2", 3},
+                                                {"cuStreamCreate", 2},
+                                                {"cuEventCreate", 3},
+                                                {"cuCtxGetCurrent", 3}};
   fakecuda_count_calls(1);
   for (const auto& [call, occurrences] : kCalls) {
     for (int nth = 1; nth <= occurrences; ++nth) {

@@ -5,8 +5,6 @@
 // release of a freed buffer. The S401-S405 loop in memory_manager.cc
 // decides what goes and when; these are the driver steps that carry it out.
 
-#include "core/swap/memory_manager.h"
-
 #include <algorithm>
 #include <optional>
 #include <utility>
@@ -15,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
+#include "core/swap/memory_manager.h"
 #include "core/swap/memory_manager_internal.h"
 
 namespace stensor {
@@ -406,7 +405,7 @@ bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
         PoolChunks(dev, &b.device_chunks);
       }
       RecountGarbage(dev, b);  // should a later step fail
-      EndShadow(dev, b);  // released only once idle: its swap-out copy is done
+      EndShadow(dev, b);       // released only once idle: its swap-out copy is done
     }
     if (b.va_reserved) {
       if (Failed(driver_->cuMemAddressFree(b.base, b.reserved)) != CUDA_SUCCESS) return false;

@@ -41,6 +41,7 @@
 // evict_wait record) never depends on timing.
 #include "core/swap/memory_manager.h"
 
+#include <cuda.h>
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -57,18 +58,16 @@
 #include <thread>
 #include <vector>
 
-#include <cuda.h>
-
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "core/base/mutex.h"
 #include "absl/types/span.h"
 #include "core/base/config.h"
+#include "core/base/mutex.h"
 #include "core/driver/driver.h"
 #include "gmock/gmock.h"
-#include "tests/support/memory_manager_testing.h"
 #include "gtest/gtest.h"
 #include "tests/fakecuda/fakecuda.h"
+#include "tests/support/memory_manager_testing.h"
 
 namespace stensor {
 namespace {
@@ -132,8 +131,7 @@ class MemoryManagerTest : public testing_support::ManagerBufferTest {
 
   // A memset of the whole buffer on `stream`, wrapped likewise: the
   // buffer's last use is then that memset.
-  void MemsetOn(MemoryManager& mm, uint64_t id, CUdeviceptr p,
-                CUstream stream) {
+  void MemsetOn(MemoryManager& mm, uint64_t id, CUdeviceptr p, CUstream stream) {
     Ids ids = {id};
     ASSERT_CU(mm.Prepare(ids, {}, stream));
     CUresult r = cuMemsetD32Async(p, 0xdeadbeef, kGranule / 4, stream);
@@ -142,8 +140,8 @@ class MemoryManagerTest : public testing_support::ManagerBufferTest {
   }
 
   // FillThree, then D (id 4) swaps A out (S405) and is written (seed 4).
-  void FillAndSwapOutA(MemoryManager& mm, CUdeviceptr* a, CUdeviceptr* b,
-                       CUdeviceptr* c, CUdeviceptr* d) {
+  void FillAndSwapOutA(MemoryManager& mm, CUdeviceptr* a, CUdeviceptr* b, CUdeviceptr* c,
+                       CUdeviceptr* d) {
     FillThree(mm, a, b, c);
     ClearLog();
     *d = Alloc(mm, 4);
@@ -204,8 +202,7 @@ TEST_F(MemoryManagerTest, DriverLackingAnEntryPointGetsNoCap) {
   driver_.cuEventQuery = nullptr;
   EXPECT_EQ(MemoryManager::MissingEntryPoints(driver_), "cuEventQuery, cuMemMap");
   testing::internal::CaptureStderr();
-  std::unique_ptr<MemoryManager> mm =
-      MakeManager({{"STENSOR_MEMORY_LIMIT", "6MiB"}});
+  std::unique_ptr<MemoryManager> mm = MakeManager({{"STENSOR_MEMORY_LIMIT", "6MiB"}});
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(mm, nullptr);
   EXPECT_THAT(err, HasSubstr("STENSOR_MEMORY_LIMIT is not applied: the CUDA driver lacks "
@@ -986,8 +983,8 @@ TEST_F(MemoryManagerTest, KeptHostCopyOfAnotherBufferReadsZerosWhenNeverWritten)
     ASSERT_NE(mm, nullptr);
     CUdeviceptr a, b, c, d;
     FillAndSwapOutA(*mm, &a, &b, &c, &d);  // A has a host copy holding its data
-    FreeAll(*mm, {a, d});                   // the copy is kept; D's chunk pooled
-    CUdeviceptr e = Alloc(*mm, 5);          // never written
+    FreeAll(*mm, {a, d});                  // the copy is kept; D's chunk pooled
+    CUdeviceptr e = Alloc(*mm, 5);         // never written
     Read(*mm, 2, b);
     Read(*mm, 3, c);
     ClearLog();
@@ -1007,8 +1004,7 @@ TEST_F(MemoryManagerTest, KeptHostCopyOfAnotherBufferReadsZerosWhenNeverWritten)
     // (Without host-located VMM a never-written buffer gets no host copy.)
     EXPECT_EQ(mm->ReadFromHostCopy(5, 0, words.data(), kGranule), host_vmm != 0);
     if (host_vmm != 0) {
-      EXPECT_EQ(std::count(words.begin(), words.end(), uint64_t{0}),
-                static_cast<long>(kWords));
+      EXPECT_EQ(std::count(words.begin(), words.end(), uint64_t{0}), static_cast<long>(kWords));
     }
     words = Read(*mm, 5, e);
     EXPECT_EQ(std::count(words.begin(), words.end(), uint64_t{0}), static_cast<long>(kWords));
@@ -1035,7 +1031,7 @@ TEST_F(MemoryManagerTest, KeptPinnedCopyServesAWholeGranuleBuffer) {
   FreeAll(*mm, {a});              // A's copy is kept
   CUdeviceptr e = Alloc(*mm, 5);  // swaps B out into the kept copy
   Write(*mm, 5, e, 5);
-  ExpectData(*mm, 2, b, 2);       // B back from it, whole
+  ExpectData(*mm, 2, b, 2);  // B back from it, whole
   ExpectData(*mm, 3, c, 3);
   ExpectData(*mm, 4, d, 4);
   ExpectData(*mm, 5, e, 5);
@@ -1267,7 +1263,7 @@ TEST_F(MemoryManagerTest, S404GarbageInUseIsHandedOnInStreamOrder) {
   ASSERT_EQ(cuStreamQuery(held.get()), CUDA_ERROR_NOT_READY);
 
   EXPECT_CU(mm->Free(a));
-  EXPECT_TRUE(mm->Owns(a));  // deferred: still held
+  EXPECT_TRUE(mm->Owns(a));                          // deferred: still held
   EXPECT_EQ(mm->Free(a), CUDA_ERROR_INVALID_VALUE);  // freed twice
   EXPECT_EQ(Used(), kCap);  // still charged, on the device and under the cap
   EXPECT_EQ(mm->stats().garbage_released, 0u);
@@ -1503,7 +1499,7 @@ TEST_F(MemoryManagerTest, ReadFromHostCopyServesSwappedOutBuffersOnly) {
   EXPECT_TRUE(mm->ReadFromHostCopy(1, 8 * 1000, words, sizeof(words)));
   std::vector<uint64_t> want = Pattern(1);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(words[i], want[1000 + i]);
-  EXPECT_FALSE(mm->ReadFromHostCopy(1, kGranule - 8, words, 16));  // past end
+  EXPECT_FALSE(mm->ReadFromHostCopy(1, kGranule - 8, words, 16));   // past end
   EXPECT_FALSE(mm->ReadFromHostCopy(1, 8, words, UINT64_MAX - 4));  // wraps past end
   EXPECT_FALSE(mm->ReadFromHostCopy(1, UINT64_MAX, words, 2));
   EXPECT_FALSE(mm->ReadFromHostCopy(2, 0, words, 8));   // resident
@@ -1548,8 +1544,7 @@ TEST_F(MemoryManagerTest, FreeOfSwappedOutBufferReleasesWithoutTransfer) {
   EXPECT_EQ(FreeBytes(*mm), 0u);
   uint64_t word = 0;
   EXPECT_FALSE(mm->ReadFromHostCopy(1, 0, &word, sizeof(word)));
-  EXPECT_NE(cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(a)),
-            CUDA_SUCCESS);
+  EXPECT_NE(cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(a)), CUDA_SUCCESS);
 
   FreeAll(*mm, {b, c, d});
   EXPECT_EQ(Held(*mm), 0u);
@@ -1570,8 +1565,7 @@ TEST_F(MemoryManagerTest, SwappedOutAddressReadsTheHostCopy) {
   // the host copy, not the device memory A's swap-out handed on to D.
   int device = mm->BeginUnknown(nullptr);
   std::vector<uint64_t> want = Pattern(1);
-  const volatile uint64_t* words =
-      reinterpret_cast<const volatile uint64_t*>(a);
+  const volatile uint64_t* words = reinterpret_cast<const volatile uint64_t*>(a);
   EXPECT_EQ(words[0], want[0]);
   EXPECT_EQ(words[12345], want[12345]);
   EXPECT_EQ(words[kWords - 1], want[kWords - 1]);
@@ -1811,10 +1805,10 @@ TEST_F(MemoryManagerTest, AServedBufferWhoseZeroingCannotBeWaitedOnTheDeviceIsWa
   Write(*mm, 4, d, 4);
   CUdeviceptr e = Alloc(*mm, 5);  // B out
   Write(*mm, 5, e, 5);
-  FreeAll(*mm, {a, b});           // their two host copies kept
+  FreeAll(*mm, {a, b});  // their two host copies kept
   HeldStream held;
   MemsetOn(*mm, 3, c, held.get());  // C's last write, held
-  for (uint64_t id : {4, 5}) {  // used since (no synchronisation: C's is held)
+  for (uint64_t id : {4, 5}) {      // used since (no synchronisation: C's is held)
     Ids touched = {id};
     ASSERT_CU(mm->Prepare(touched, {}, nullptr));
     mm->Finish(touched, {}, nullptr, /*submitted=*/true);
@@ -1866,15 +1860,16 @@ TEST_F(MemoryManagerTest, AServedBufferWhoseZeroingCannotBeWaitedOnTheDeviceIsWa
   ASSERT_CU(mm->Prepare(c_ids, {}, nullptr));
   ASSERT_CU(cuMemcpyDtoH_v2(c_words.data(), c, kGranule));
   mm->Finish(c_ids, {}, nullptr, /*submitted=*/true);
-  EXPECT_TRUE(std::all_of(c_words.begin(), c_words.end(),
-                          [](uint32_t w) { return w == 0xdeadbeef; }));
+  EXPECT_TRUE(
+      std::all_of(c_words.begin(), c_words.end(), [](uint32_t w) { return w == 0xdeadbeef; }));
   FreeAll(*mm, {c, d, e, x, y});
 }
 
 // Was: SwapIn unmapped the host copy from the buffer's address before
 // MapDevice; when MapDevice then failed (the device full with nothing
 // evictable), the address was left unmapped, so the "never fault" guarantee
-// was lost: a kernel reaching the buffer through a pointer would fault. (The fake's copy reports the unmapped range as invalid.)
+// was lost: a kernel reaching the buffer through a pointer would fault. (The fake's copy reports
+// the unmapped range as invalid.)
 TEST_F(MemoryManagerTest, FailedSwapInKeepsTheHostCopyMappedAtTheAddress) {
   auto mm = Make("6MiB");
   ASSERT_NE(mm, nullptr);
@@ -2025,8 +2020,7 @@ TEST_F(MemoryManagerTest, UnboundBuffersStayUnderTheCap) {
 // --- STENSOR_VERIFY ------------------------------------------------------------
 
 // Managers under a 6 MiB cap with STENSOR_VERIFY=copy and =hash.
-class VerifyTest : public MemoryManagerTest,
-                   public ::testing::WithParamInterface<const char*> {
+class VerifyTest : public MemoryManagerTest, public ::testing::WithParamInterface<const char*> {
  protected:
   std::unique_ptr<MemoryManager> Make() {
     return MakeManager({{"STENSOR_MEMORY_LIMIT", "6MiB"}, {"STENSOR_VERIFY", GetParam()}});
@@ -2103,8 +2097,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, VerifyTest, testing::Values("copy", "hash"));
 
 bool HostVmm() {
   int supported = 0;
-  cuDeviceGetAttribute(&supported,
-                       CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0);
+  cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0);
   return supported != 0;
 }
 
@@ -2451,8 +2444,8 @@ class FaultSweepTest : public MemoryManagerTest {
       if (!out.mismatch.empty()) return;
       for (size_t w = 0; w < kWords; ++w) {
         if (got[w] != ref[i][w]) {
-          out.mismatch = absl::StrCat("buffer ", i, " word ", w, ": got ", got[w],
-                                      ", want ", ref[i][w]);
+          out.mismatch =
+              absl::StrCat("buffer ", i, " word ", w, ": got ", got[w], ", want ", ref[i][w]);
           return;
         }
       }
@@ -2551,15 +2544,24 @@ TEST_F(FaultSweepTest, EveryFailedDriverCallKeepsEveryByte) {
     bool recoverable;  // stensor can always work around it
   };
   const Call kCalls[] = {
-      {"cuEventCreate", true},        {"cuEventRecord", true},
-      {"cuEventQuery", true},         {"cuEventSynchronize", true},
-      {"cuStreamWaitEvent", true},    {"cuStreamCreate", false},
-      {"cuMemcpyDtoDAsync_v2", false}, {"cuMemcpyDtoHAsync_v2", true},
-      {"cuMemcpyHtoDAsync_v2", false}, {"cuMemCreate", false},
-      {"cuMemMap", false},            {"cuMemSetAccess", false},
-      {"cuMemUnmap", false},          {"cuMemRelease", true},
-      {"cuMemAddressReserve", false}, {"cuMemHostAlloc", true},
-      {"cuMemAddressFree", true},     {"cuMemsetD8Async", true},
+      {"cuEventCreate", true},
+      {"cuEventRecord", true},
+      {"cuEventQuery", true},
+      {"cuEventSynchronize", true},
+      {"cuStreamWaitEvent", true},
+      {"cuStreamCreate", false},
+      {"cuMemcpyDtoDAsync_v2", false},
+      {"cuMemcpyDtoHAsync_v2", true},
+      {"cuMemcpyHtoDAsync_v2", false},
+      {"cuMemCreate", false},
+      {"cuMemMap", false},
+      {"cuMemSetAccess", false},
+      {"cuMemUnmap", false},
+      {"cuMemRelease", true},
+      {"cuMemAddressReserve", false},
+      {"cuMemHostAlloc", true},
+      {"cuMemAddressFree", true},
+      {"cuMemsetD8Async", true},
   };
   // Occurrences failed per call: the first few under `version`, the
   // default, and the first under `lru` (the suite's time is bounded).

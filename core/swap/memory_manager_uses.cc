@@ -5,16 +5,15 @@
 // the lock), and stensor's own swap and fetch streams. Apart so that the
 // decisions read as decisions, not as event bookkeeping.
 
-#include "core/swap/memory_manager.h"
-
 #include <algorithm>
 #include <chrono>
 #include <thread>
 #include <vector>
 
+#include "core/base/json.h"
 #include "core/driver/context_scope.h"
 #include "core/driver/device_context.h"
-#include "core/base/json.h"
+#include "core/swap/memory_manager.h"
 #include "core/swap/memory_manager_internal.h"
 #include "core/swap/stream_use.h"
 
@@ -50,8 +49,7 @@ std::pair<CUstream, uint64_t> MemoryManager::UseKey(CUstream stream) {
   return {key, stream == CU_STREAM_PER_THREAD ? ThreadTag() : 0};
 }
 
-MemoryManager::Use* MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stream,
-                                           int device) {
+MemoryManager::Use* MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stream, int device) {
   Device& dev = DeviceState(device);
   const auto [key, thread] = UseKey(stream);
   Use* u = nullptr;
@@ -205,8 +203,8 @@ CUresult MemoryManager::WaitIdle(Buffer& b, bool own_uses) {
   }
   double waited = Seconds(std::chrono::steady_clock::now() - start);
   stats_.host_wait_seconds += waited;
-  bool unknown = std::any_of(pending.begin(), pending.end(),
-                             [](const Pending& p) { return p.unknown; });
+  bool unknown =
+      std::any_of(pending.begin(), pending.end(), [](const Pending& p) { return p.unknown; });
   (unknown ? stats_.wait_unknown_seconds : stats_.wait_program_seconds) += waited;
   Log(JsonLine()
           .Str("type", own_uses ? "evict_wait" : "unknown_wait")
@@ -221,8 +219,7 @@ CUresult MemoryManager::OrderAfterSwap(Device& dev, Buffer& b, CUstream consumer
   for (Use& u : b.uses) {
     if (!dev.OwnStream(u.stream) || Observed(u)) continue;
     // The consumer waits on the device; the host goes on.
-    if (u.recorded &&
-        Failed(driver_->cuStreamWaitEvent(consumer, u.event, 0)) == CUDA_SUCCESS) {
+    if (u.recorded && Failed(driver_->cuStreamWaitEvent(consumer, u.event, 0)) == CUDA_SUCCESS) {
       continue;
     }
     // Else the host waits for the copies, so the consumer cannot start
@@ -284,9 +281,7 @@ CUresult MemoryManager::WaitSwapStream(Device& dev, double* reason) {
   return Failed(r);
 }
 
-void MemoryManager::RecordUse(Buffer& b, CUstream stream) {
-  NoteUse(b.uses, stream, b.device);
-}
+void MemoryManager::RecordUse(Buffer& b, CUstream stream) { NoteUse(b.uses, stream, b.device); }
 
 bool MemoryManager::OrderSwapAfterUses(Device& dev, Buffer& b) {
   for (Use& u : b.uses) {

@@ -40,9 +40,7 @@ namespace stensor {
 struct PhysicalChunk {
   CUmemGenericAllocationHandle handle = 0;
   uint64_t bytes = 0;
-  bool operator==(const PhysicalChunk& o) const {
-    return handle == o.handle && bytes == o.bytes;
-  }
+  bool operator==(const PhysicalChunk& o) const { return handle == o.handle && bytes == o.bytes; }
 };
 
 // The bytes of `chunks` together.
@@ -74,10 +72,12 @@ class PhysicalPool {
   // short of the need, one shadowed chunk of exactly `need` instead, in the
   // same order. The shadowed ones taken are also appended to `*shadowed`
   // (when not null).
-  uint64_t Take(uint64_t need, std::vector<Chunk>* out, std::vector<Handle>* shadowed = nullptr,
-                First first = [](Handle) { return false; });
+  uint64_t Take(
+      uint64_t need, std::vector<Chunk>* out, std::vector<Handle>* shadowed = nullptr,
+      First first = [](Handle) { return false; });
   // The bytes Take(need, ..., first) would take, taking nothing.
-  uint64_t Fits(uint64_t need, First first = [](Handle) { return false; }) const;
+  uint64_t Fits(
+      uint64_t need, First first = [](Handle) { return false; }) const;
 
   // Takes exactly `chunks` out of the pool if every one is there; false, and
   // nothing changed, when one is not (it was handed on).
@@ -88,7 +88,8 @@ class PhysicalPool {
   // likewise takes one that Take(need, ..., first) would leave in the
   // pool: releasing it makes room without costing the need a chunk.
   std::optional<Chunk> TakeIdle(uint64_t at_most = UINT64_MAX);
-  std::optional<Chunk> TakeUnfit(uint64_t need, First first = [](Handle) { return false; });
+  std::optional<Chunk> TakeUnfit(
+      uint64_t need, First first = [](Handle) { return false; });
 
   // A handle mapped at one more (Shadow) or one fewer (Unshadow) old
   // address of a buffer whose swap-out copy is in flight.

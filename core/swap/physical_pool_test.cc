@@ -1,8 +1,8 @@
 #include "core/swap/physical_pool.h"
 
-#include <vector>
-
 #include <gtest/gtest.h>
+
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 

@@ -15,8 +15,7 @@ absl::Status DriverError(const char* call, CUresult r) {
 
 }  // namespace
 
-absl::StatusOr<Bandwidth> Profiler::MeasureBandwidth(const Config& config,
-                                                     const Driver* driver,
+absl::StatusOr<Bandwidth> Profiler::MeasureBandwidth(const Config& config, const Driver* driver,
                                                      uint64_t probe_bytes) {
   if (!config.bandwidth.measured()) {
     return Bandwidth{config.bandwidth.h2d_mbps * 1e6, config.bandwidth.d2h_mbps * 1e6};
@@ -57,8 +56,8 @@ absl::StatusOr<Bandwidth> Profiler::MeasureBandwidth(const Config& config,
           status = DriverError(dir == 0 ? "cuMemcpyHtoDAsync" : "cuMemcpyDtoHAsync", r);
           break;
         }
-        double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-                             .count();
+        double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (i > 0 && seconds > 0) {
           best[dir] = std::max(best[dir], static_cast<double>(probe_bytes) / seconds);
         }

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/base/mutex.h"
 #include "core/base/config.h"
+#include "core/base/mutex.h"
 #include "core/driver/driver.h"
 #include "policy/access_profile.h"
 
@@ -46,8 +46,7 @@ class Profiler {
   int BeginTiming(CUstream stream) ABSL_LOCKS_EXCLUDED(mu_);
   // After the launch: records the stop event and names the timing `op`.
   // When the launch was not submitted the timing is dropped.
-  void EndTiming(int token, CUstream stream, uint64_t op, bool submitted)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void EndTiming(int token, CUstream stream, uint64_t op, bool submitted) ABSL_LOCKS_EXCLUDED(mu_);
   // The timings whose events both completed since the last call, as
   // (op, seconds), in the order they were begun; never waits, and takes no
   // lock when no timing is open.

@@ -2,16 +2,15 @@
 // never wait for the device.
 #include "core/swap/profiler.h"
 
+#include <cuda.h>
 #include <dlfcn.h>
 
 #include <chrono>
 #include <thread>
 
-#include <cuda.h>
-
-#include "tests/support/memory_manager_testing.h"
 #include "gtest/gtest.h"
 #include "tests/fakecuda/fakecuda.h"
+#include "tests/support/memory_manager_testing.h"
 
 namespace stensor {
 namespace {

@@ -16,9 +16,8 @@ bool FromDefaultPool(const Driver& driver) {
 }
 
 bool ServeStreamOrdered(const Driver& driver, MemoryManager& memory, CUdeviceptr* dptr,
-                        uint64_t bytes, CUstream stream,
-                        MemoryManager::RegisterId register_id, CUresult* result,
-                        bool no_room) {
+                        uint64_t bytes, CUstream stream, MemoryManager::RegisterId register_id,
+                        CUresult* result, bool no_room) {
   if (dptr == nullptr || bytes == 0) return false;  // the driver's error
   // Captured: the driver makes a graph allocation node of it. The call also
   // checks the handle (the driver answers for one it refuses).

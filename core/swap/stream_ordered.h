@@ -45,9 +45,8 @@ bool FromDefaultPool(const Driver& driver);
 // served from host memory where the device has host-located VMM
 // (MemoryManager::SmallServedFromHost).
 bool ServeStreamOrdered(const Driver& driver, MemoryManager& memory, CUdeviceptr* dptr,
-                        uint64_t bytes, CUstream stream,
-                        MemoryManager::RegisterId register_id, CUresult* result,
-                        bool no_room = false);
+                        uint64_t bytes, CUstream stream, MemoryManager::RegisterId register_id,
+                        CUresult* result, bool no_room = false);
 
 // --- The default pool's attributes under a cap. What stensor serves for a
 // device's default pool is not in the driver's pool, so the pool's answers

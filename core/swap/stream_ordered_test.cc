@@ -1,12 +1,12 @@
 #include "core/swap/stream_ordered.h"
 
+#include <cuda.h>
+
 #include <algorithm>
 #include <vector>
 
-#include <cuda.h>
-
-#include "tests/support/memory_manager_testing.h"
 #include "gtest/gtest.h"
+#include "tests/support/memory_manager_testing.h"
 
 namespace stensor {
 namespace {
@@ -26,8 +26,8 @@ class StreamOrderedTest : public testing_support::FakeDeviceTest {
   }
   // ServeStreamOrdered as the tracker calls it; the buffer gets id `id`.
   bool Serve(uint64_t bytes, CUstream stream, CUdeviceptr* p, CUresult* r, uint64_t id = 1) {
-    return ServeStreamOrdered(driver_, *mm_, p, bytes, stream,
-                              [id](CUdeviceptr) { return id; }, r);
+    return ServeStreamOrdered(
+        driver_, *mm_, p, bytes, stream, [id](CUdeviceptr) { return id; }, r);
   }
   CUcontext Current() {
     CUcontext c = nullptr;
@@ -88,8 +88,8 @@ TEST_F(StreamOrderedTest, ASmallOneFindingNoRoomIsServedFromHostMemory) {
       driver_, *mm_, &p, kSmall, s, [](CUdeviceptr) { return uint64_t{5}; }, &r,
       /*no_room=*/true);
   int host_vmm = 0;
-  ASSERT_CU(cuDeviceGetAttribute(
-      &host_vmm, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
+  ASSERT_CU(cuDeviceGetAttribute(&host_vmm,
+                                 CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
   if (!host_vmm) {
     EXPECT_FALSE(served);
   } else {
@@ -210,15 +210,15 @@ TEST_F(StreamOrderedTest, OnlyTheDefaultPoolIsServed) {
   EXPECT_TRUE(FromDefaultPool(driver));
   CUdeviceptr p = 0;
   CUresult r = CUDA_ERROR_UNKNOWN;
-  ASSERT_TRUE(ServeStreamOrdered(driver, *mm_, &p, kGranule, nullptr,
-                                 [](CUdeviceptr) { return uint64_t{1}; }, &r));
+  ASSERT_TRUE(ServeStreamOrdered(
+      driver, *mm_, &p, kGranule, nullptr, [](CUdeviceptr) { return uint64_t{1}; }, &r));
   ASSERT_CU(r);
   // Another pool made current (cuDeviceSetMemPool): the driver's.
   g_current_pool = reinterpret_cast<CUmemoryPool>(0x2000);
   EXPECT_FALSE(FromDefaultPool(driver));
   CUdeviceptr q = 0;
-  EXPECT_FALSE(ServeStreamOrdered(driver, *mm_, &q, kGranule, nullptr,
-                                  [](CUdeviceptr) { return uint64_t{2}; }, &r));
+  EXPECT_FALSE(ServeStreamOrdered(
+      driver, *mm_, &q, kGranule, nullptr, [](CUdeviceptr) { return uint64_t{2}; }, &r));
   // A query the driver refuses: the driver's too.
   g_current_pool = kDefaultPool;
   g_pool_result = CUDA_ERROR_NOT_SUPPORTED;

@@ -4,8 +4,7 @@
 
 namespace stensor {
 
-void RecordStreamUse(const Vmm& vmm, std::vector<StreamUse>* uses, CUstream stream,
-                     int device) {
+void RecordStreamUse(const Vmm& vmm, std::vector<StreamUse>* uses, CUstream stream, int device) {
   StreamUse* u = nullptr;
   for (StreamUse& x : *uses) {
     if (x.stream == stream) u = &x;

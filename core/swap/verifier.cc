@@ -118,8 +118,8 @@ const Verifier::Kernel* Verifier::KernelFor(int device) {
     k.image = image.what;
     return &k;
   }
-  WarnFallback(absl::UnavailableError(
-      absl::StrCat("the hash kernel could not be loaded (", rejected, ")")));
+  WarnFallback(
+      absl::UnavailableError(absl::StrCat("the hash kernel could not be loaded (", rejected, ")")));
   return nullptr;
 }
 
@@ -154,8 +154,8 @@ absl::StatusOr<uint64_t> Verifier::DeviceHash(int device, CUdeviceptr va, uint64
   CUresult r = driver_->cuMemsetD8Async(k->sum, 0, sizeof(uint64_t), stream);
   if (r != CUDA_SUCCESS) return Failed(driver_, "cuMemsetD8Async", r);
   const uint64_t words = stensor_verify::Words(size);
-  const unsigned blocks = static_cast<unsigned>(
-      std::clamp<uint64_t>((words + kThreads - 1) / kThreads, 1, kMaxBlocks));
+  const unsigned blocks =
+      static_cast<unsigned>(std::clamp<uint64_t>((words + kThreads - 1) / kThreads, 1, kMaxBlocks));
   const unsigned char* data = reinterpret_cast<const unsigned char*>(va);
   unsigned long long bytes = size;
   CUdeviceptr sum = k->sum;
@@ -172,7 +172,8 @@ absl::StatusOr<uint64_t> Verifier::DeviceHash(int device, CUdeviceptr va, uint64
 
 absl::StatusOr<bool> Verifier::CompareBytes(CUdeviceptr va, uint64_t size, const HostCopy& host,
                                             CUstream stream) {
-  if (driver_->cuMemcpyDtoHAsync_v2 == nullptr) return absl::UnavailableError("no cuMemcpyDtoHAsync");
+  if (driver_->cuMemcpyDtoHAsync_v2 == nullptr)
+    return absl::UnavailableError("no cuMemcpyDtoHAsync");
   if ((host.va == 0) == (host.ptr == nullptr)) return absl::InvalidArgumentError("no host copy");
   const uint64_t chunk = std::min(size, kChunk);
   device_chunk_.resize(chunk);

@@ -56,8 +56,7 @@ class Verifier {
   enum class Result { kMatch, kMismatch, kError };
 
   // `mode` is kCopy or kHash; `driver` outlives the verifier.
-  Verifier(VerifyMode mode, const Driver* driver,
-           std::vector<Image> images = EmbeddedImages());
+  Verifier(VerifyMode mode, const Driver* driver, std::vector<Image> images = EmbeddedImages());
   ~Verifier();
   Verifier(const Verifier&) = delete;
   Verifier& operator=(const Verifier&) = delete;
@@ -67,8 +66,7 @@ class Verifier {
   // Hash mode, when a host copy of [va, va+size) was just made: the hash to
   // keep with it. nullopt in copy mode or when no hash could be taken (the
   // drop is then checked byte by byte).
-  std::optional<uint64_t> RecordHash(int device, CUdeviceptr va, uint64_t size,
-                                     CUstream stream);
+  std::optional<uint64_t> RecordHash(int device, CUdeviceptr va, uint64_t size, CUstream stream);
 
   // Before a clean drop of [va, va+size), whose host copy is `host` and
   // whose hash (hash mode) is `recorded`. Work runs on `stream` and is
@@ -77,11 +75,10 @@ class Verifier {
                std::optional<uint64_t> recorded, CUstream stream);
 
   // The parts, for tests. Hash of the device range by the hash kernel.
-  absl::StatusOr<uint64_t> DeviceHash(int device, CUdeviceptr va, uint64_t size,
-                                      CUstream stream);
+  absl::StatusOr<uint64_t> DeviceHash(int device, CUdeviceptr va, uint64_t size, CUstream stream);
   // Whether the device range equals the host copy, byte for byte.
-  absl::StatusOr<bool> CompareBytes(CUdeviceptr va, uint64_t size,
-                                    const HostCopy& host, CUstream stream);
+  absl::StatusOr<bool> CompareBytes(CUdeviceptr va, uint64_t size, const HostCopy& host,
+                                    CUstream stream);
 
   // Which image the hash kernel came from on `device` ("" before the first
   // hash, or when none loaded).

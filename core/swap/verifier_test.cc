@@ -9,6 +9,7 @@
 // and PTX, and the fake must reject it and a cubin as invalid images.
 #include "core/swap/verifier.h"
 
+#include <cuda.h>
 #include <dlfcn.h>
 
 #include <cstdint>
@@ -17,8 +18,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <cuda.h>
 
 #include "core/base/config.h"
 #include "core/driver/driver.h"
@@ -210,9 +209,21 @@ TEST_F(VerifierTest, FatbinHoldsSm80AndSm90CubinsAndPtx) {
   Verifier::Image fatbin = Verifier::EmbeddedImages()[0];
   if (fatbin.size == 0) GTEST_SKIP() << "built without nvcc: no fatbin";
   const auto* bytes = static_cast<const unsigned char*>(fatbin.data);
-  auto u16 = [&](size_t at) { uint16_t v; std::memcpy(&v, bytes + at, 2); return v; };
-  auto u32 = [&](size_t at) { uint32_t v; std::memcpy(&v, bytes + at, 4); return v; };
-  auto u64 = [&](size_t at) { uint64_t v; std::memcpy(&v, bytes + at, 8); return v; };
+  auto u16 = [&](size_t at) {
+    uint16_t v;
+    std::memcpy(&v, bytes + at, 2);
+    return v;
+  };
+  auto u32 = [&](size_t at) {
+    uint32_t v;
+    std::memcpy(&v, bytes + at, 4);
+    return v;
+  };
+  auto u64 = [&](size_t at) {
+    uint64_t v;
+    std::memcpy(&v, bytes + at, 8);
+    return v;
+  };
   // Header: magic, version, header size, size of the entries.
   ASSERT_EQ(u32(0), 0xBA55ED50u);
   const size_t header = u16(6);
@@ -238,8 +249,8 @@ TEST_F(VerifierTest, FatbinHoldsSm80AndSm90CubinsAndPtx) {
 TEST_F(VerifierTest, EveryDriverCallCanFail) {
   std::vector<unsigned char> bytes = Bytes(kGranule, 5);
   const char* kCalls[] = {"cuModuleLoadData", "cuModuleGetFunction", "cuMemAlloc_v2",
-                          "cuMemsetD8Async", "cuLaunchKernel", "cuMemcpyDtoHAsync_v2",
-                          "cuEventCreate", "cuEventRecord", "cuEventSynchronize"};
+                          "cuMemsetD8Async",  "cuLaunchKernel",      "cuMemcpyDtoHAsync_v2",
+                          "cuEventCreate",    "cuEventRecord",       "cuEventSynchronize"};
   for (const char* call : kCalls) {
     for (int nth = 1; nth <= 3; ++nth) {
       SCOPED_TRACE(testing::Message() << call << " #" << nth);

@@ -2,8 +2,8 @@
 
 namespace stensor {
 
-CUresult Vmm::Map(CUdeviceptr va, absl::Span<const PhysicalChunk> chunks, int device,
-                  bool* mapped, uint64_t* left_mapped) const {
+CUresult Vmm::Map(CUdeviceptr va, absl::Span<const PhysicalChunk> chunks, int device, bool* mapped,
+                  uint64_t* left_mapped) const {
   *mapped = false;
   uint64_t left = 0;
   if (left_mapped == nullptr) left_mapped = &left;

@@ -33,8 +33,8 @@ class Vmm {
   }
 
   // cuMemMap of each of `chunks` (whole) at consecutive offsets from `va`,
-  // then one cuMemSetAccess (read-write for `device`) over them all. A failed step unmaps what was mapped; `*mapped` tells
-  // whether a mapping is left behind all the same (the undo failed too),
+  // then one cuMemSetAccess (read-write for `device`) over them all. A failed step unmaps what was
+  // mapped; `*mapped` tells whether a mapping is left behind all the same (the undo failed too),
   // and `*left_mapped` (when given) how much of it from `va` on after a
   // failure.
   CUresult Map(CUdeviceptr va, absl::Span<const PhysicalChunk> chunks, int device, bool* mapped,

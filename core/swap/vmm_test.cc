@@ -4,14 +4,13 @@
 #include "core/swap/vmm.h"
 
 #include <dlfcn.h>
+#include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "core/swap/host_copy.h"
 #include "core/swap/stream_use.h"
@@ -97,8 +96,8 @@ TEST_F(VmmTest, EveryFailedStepIsUndone) {
     const char* call;
     int nth;
   };
-  for (Case c : {Case{"cuMemMap", 1}, Case{"cuMemMap", 2}, Case{"cuMemMap", 3},
-                 Case{"cuMemSetAccess", 1}}) {
+  for (Case c :
+       {Case{"cuMemMap", 1}, Case{"cuMemMap", 2}, Case{"cuMemMap", 3}, Case{"cuMemSetAccess", 1}}) {
     SCOPED_TRACE(std::string(c.call) + " #" + std::to_string(c.nth));
     errors_ = 0;
     fakecuda_fail_call(c.call, c.nth, CUDA_ERROR_UNKNOWN);
@@ -137,10 +136,10 @@ TEST_F(VmmTest, HostCopyRoundTripsAndUndoesEveryFailure) {
   ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   for (bool host_vmm : {true, false}) {
     SCOPED_TRACE(host_vmm ? "host-located VMM" : "pinned");
-    for (const char* call : host_vmm ? std::vector<const char*>{"cuMemCreate",
-                                                                 "cuMemAddressReserve",
-                                                                 "cuMemMap", "cuMemSetAccess"}
-                                     : std::vector<const char*>{"cuMemHostAlloc"}) {
+    for (const char* call : host_vmm
+                                ? std::vector<const char*>{"cuMemCreate", "cuMemAddressReserve",
+                                                           "cuMemMap", "cuMemSetAccess"}
+                                : std::vector<const char*>{"cuMemHostAlloc"}) {
       SCOPED_TRACE(call);
       HostCopy failed;
       uint64_t held = 0;

@@ -16,11 +16,10 @@
 
 namespace stensor {
 
-absl::StatusOr<std::unique_ptr<AccessLog>> AccessLog::Open(
-    const std::string& path) {
+absl::StatusOr<std::unique_ptr<AccessLog>> AccessLog::Open(const std::string& path) {
   auto failure = [&path](int error) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot open access log \"", path, "\": ", std::strerror(error)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot open access log \"", path, "\": ", std::strerror(error)));
   };
   // Truncated only once this process holds the file's lock: another process
   // writing the same path (STENSOR_ACCESS_LOG without %r or %p) keeps its
@@ -31,8 +30,8 @@ absl::StatusOr<std::unique_ptr<AccessLog>> AccessLog::Open(
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
     if (flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
       close(fd);
-      return absl::AlreadyExistsError(absl::StrCat(
-          "access log \"", path, "\" is being written by another process"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("access log \"", path, "\" is being written by another process"));
     }
     if (ftruncate(fd, 0) != 0) {
       const int error = errno;
@@ -78,8 +77,8 @@ std::string AccessLog::LossReport() const {
   MutexLock lock(&mu_);
   if (unlinked_) {
     return absl::StrCat("stensor: the access log \"", path_,
-                        "\" (STENSOR_ACCESS_LOG) was deleted while it was written: its ",
-                        appended_, " records are lost");
+                        "\" (STENSOR_ACCESS_LOG) was deleted while it was written: its ", appended_,
+                        " records are lost");
   }
   if (dropped_ == 0) return "";
   return absl::StrCat("stensor: the access log \"", path_, "\" (STENSOR_ACCESS_LOG) lost ",
@@ -89,9 +88,8 @@ std::string AccessLog::LossReport() const {
 
 void AccessLog::Append(std::string line) {
   MutexLock lock(&mu_);
-  auto room = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return closed_ || queue_.size() < kMaxQueued;
-  };
+  auto room = [this]()
+                  ABSL_SHARED_LOCKS_REQUIRED(mu_) { return closed_ || queue_.size() < kMaxQueued; };
   mu_.Await(absl::Condition(&room));
   ++appended_;
   if (closed_) {
@@ -128,9 +126,8 @@ void AccessLog::Run() {
     bool stop;
     {
       MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !queue_.empty();
-      };
+      auto ready = [this]()
+                       ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
       // Unflushed lines reach the file within the interval even when
       // nothing more comes.
       if (unflushed_.load() > 0) {

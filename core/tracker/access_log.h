@@ -37,8 +37,7 @@ class AccessLog {
   // Opens (truncates) `path` and starts the writer. A regular file is
   // locked (flock) for the life of the log: AlreadyExists, and the file left
   // as it is, when another process holds it.
-  static absl::StatusOr<std::unique_ptr<AccessLog>> Open(
-      const std::string& path);
+  static absl::StatusOr<std::unique_ptr<AccessLog>> Open(const std::string& path);
   ~AccessLog();  // closes if still open
 
   // Queues one record: a JSON object without the newline.

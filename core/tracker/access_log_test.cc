@@ -57,8 +57,7 @@ TEST(AccessLogTest, PathInUseIsLeftAlone) {
   (*first)->Append(R"({"n":1})");
   auto second = AccessLog::Open(path);
   EXPECT_TRUE(absl::IsAlreadyExists(second.status())) << second.status();
-  EXPECT_NE(second.status().message().find("being written by another process"),
-            std::string::npos);
+  EXPECT_NE(second.status().message().find("being written by another process"), std::string::npos);
   (*first)->Close([](uint64_t) { return std::string(R"({"end":1})"); });
   EXPECT_EQ(Slurp(path), "{\"n\":1}\n{\"end\":1}\n");
   first->reset();
@@ -83,8 +82,7 @@ TEST(AccessLogTest, QueueIsBoundedAndLosesNothing) {
   // Until the pipe is read, the writer is stuck: the queue fills to its
   // bound and the appender waits there.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while ((*log)->queued() < AccessLog::kMaxQueued &&
-         std::chrono::steady_clock::now() < deadline) {
+  while ((*log)->queued() < AccessLog::kMaxQueued && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ((*log)->queued(), AccessLog::kMaxQueued);

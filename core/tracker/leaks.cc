@@ -40,15 +40,15 @@ std::vector<std::string> Leaks::Report(size_t shown) const {
   // Largest first; the oldest (smallest id) first among equals.
   std::sort(leaked.begin(), leaked.end(), [](const auto& a, const auto& b) {
     return std::get<0>(a) != std::get<0>(b) ? std::get<0>(a) > std::get<0>(b)
-                                              : std::get<1>(a) < std::get<1>(b);
+                                            : std::get<1>(a) < std::get<1>(b);
   });
   uint64_t total = 0;
   for (const auto& l : leaked) total += std::get<0>(l);
   std::vector<std::string> lines;
-  lines.push_back(absl::StrFormat(
-      "%u device buffer%s never freed, %u bytes (%.1f MiB) in all%s", leaked.size(),
-      leaked.size() == 1 ? "" : "s", total, total / 1048576.0,
-      leaked.size() > shown ? absl::StrCat("; the ", shown, " largest:") : ":"));
+  lines.push_back(
+      absl::StrFormat("%u device buffer%s never freed, %u bytes (%.1f MiB) in all%s", leaked.size(),
+                      leaked.size() == 1 ? "" : "s", total, total / 1048576.0,
+                      leaked.size() > shown ? absl::StrCat("; the ", shown, " largest:") : ":"));
   for (size_t i = 0; i < leaked.size() && i < shown; ++i) {
     const auto& [bytes, id, live] = leaked[i];
     lines.push_back(absl::StrFormat(

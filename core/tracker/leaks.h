@@ -25,8 +25,7 @@ class Leaks {
  public:
   // `api` and `kernel` strings must outlive the Leaks (string literals, the
   // tracker's kernel descriptions).
-  void OnAlloc(uint64_t id, const char* api, uint64_t bytes, int device)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void OnAlloc(uint64_t id, const char* api, uint64_t bytes, int device) ABSL_LOCKS_EXCLUDED(mu_);
   void OnFree(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   void OnLaunch(const char* kernel, absl::Span<const uint64_t> reads,
                 absl::Span<const uint64_t> writes) ABSL_LOCKS_EXCLUDED(mu_);

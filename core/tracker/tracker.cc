@@ -10,9 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
-#include "core/driver/device_context.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
+#include "core/driver/device_context.h"
 #include "core/swap/stream_ordered.h"
 
 namespace stensor {
@@ -71,14 +71,22 @@ const unsigned char* PackedArgs(void** extra, size_t* size) {
 
 const char* OpTypeName(OpType type) {
   switch (type) {
-    case OpType::kAlloc: return "alloc";
-    case OpType::kFree: return "free";
-    case OpType::kLaunch: return "launch";
-    case OpType::kMemcpy: return "memcpy";
-    case OpType::kMemset: return "memset";
-    case OpType::kSync: return "sync";
-    case OpType::kGraphLaunch: return "graph_launch";
-    case OpType::kCount: break;
+    case OpType::kAlloc:
+      return "alloc";
+    case OpType::kFree:
+      return "free";
+    case OpType::kLaunch:
+      return "launch";
+    case OpType::kMemcpy:
+      return "memcpy";
+    case OpType::kMemset:
+      return "memset";
+    case OpType::kSync:
+      return "sync";
+    case OpType::kGraphLaunch:
+      return "graph_launch";
+    case OpType::kCount:
+      break;
   }
   return "unknown";
 }
@@ -129,8 +137,7 @@ std::string UuidText(const CUuuid& uuid) {
 std::string Tracker::Header() const {
   std::string devices = "[";
   int count = 0;
-  if (driver_->cuDeviceGetCount != nullptr &&
-      driver_->cuDeviceGetCount(&count) == CUDA_SUCCESS) {
+  if (driver_->cuDeviceGetCount != nullptr && driver_->cuDeviceGetCount(&count) == CUDA_SUCCESS) {
     for (int d = 0; d < count; ++d) {
       char name[256] = "";
       size_t total = 0;
@@ -211,8 +218,7 @@ uint64_t LaunchKey(CUfunction f, const unsigned grid[3], const unsigned block[3]
 }
 }  // namespace
 
-CUresult Tracker::AllocateCapped(const char* api, CUdeviceptr* dptr,
-                                 uint64_t bytes) {
+CUresult Tracker::AllocateCapped(const char* api, CUdeviceptr* dptr, uint64_t bytes) {
   RelaxedCaptureScope relaxed(capture_);
   // Registered under the manager's lock: the buffer has its id from the start.
   return memory_->Allocate(bytes, dptr, [&](CUdeviceptr base) {
@@ -234,8 +240,7 @@ void Tracker::MemInfo(int device, size_t* free_bytes, size_t* total_bytes) {
 }
 
 CUresult Tracker::BeginLaunch(CUfunction f, const unsigned grid[3], const unsigned block[3],
-                              StreamRef stream, void** params,
-                              void** extra, Accesses* accesses) {
+                              StreamRef stream, void** params, void** extra, Accesses* accesses) {
   const KernelInfo* kernel = kernels_.Get(f);
   accesses->kernel = kernel;
   InferLaunchAccesses(*kernel, params, extra, registry_, accesses);
@@ -258,8 +263,7 @@ CUresult Tracker::PrepareLaunch(uint64_t key, const KernelInfo& kernel, StreamRe
   // the lock that prepares it.
   const bool known = kernel.layout_known && !accesses->unknown_tables;
   MemoryManager::OpTicket ticket;
-  const MemoryManager::Operation op{key, accesses->writes,
-                                    known && IsMarker(kernel), &ticket};
+  const MemoryManager::Operation op{key, accesses->writes, known && IsMarker(kernel), &ticket};
   if (CUresult r = memory_->Prepare(accesses->reads, {}, Handle(stream), known ? &op : nullptr);
       r != CUDA_SUCCESS) {
     if (r == CUDA_ERROR_OUT_OF_MEMORY) SayRefusal(kernel, *accesses);
@@ -278,14 +282,14 @@ CUresult Tracker::PrepareLaunch(uint64_t key, const KernelInfo& kernel, StreamRe
 
 void Tracker::SayRefusal(const KernelInfo& kernel, const Accesses& accesses) const {
   const MemoryManager::Footprint f = memory_->FootprintOf(accesses.reads);
-  SayOnce(LogLevel::kWarn, "launch-refused",
-          absl::StrFormat("a launch of %s was refused (CUDA_ERROR_OUT_OF_MEMORY): its %zu "
-                          "buffers take %.1f MiB on device %d together, the cap is %.1f MiB%s",
-                          kernel.demangled, f.buffers, f.bytes / 1048576.0, f.device,
-                          f.cap / 1048576.0,
-                          f.host_vmm ? ""
-                                     : "; without host-located VMM what does not fit cannot be "
-                                       "served from host memory (docs/limits.md)"));
+  SayOnce(
+      LogLevel::kWarn, "launch-refused",
+      absl::StrFormat("a launch of %s was refused (CUDA_ERROR_OUT_OF_MEMORY): its %zu "
+                      "buffers take %.1f MiB on device %d together, the cap is %.1f MiB%s",
+                      kernel.demangled, f.buffers, f.bytes / 1048576.0, f.device, f.cap / 1048576.0,
+                      f.host_vmm ? ""
+                                 : "; without host-located VMM what does not fit cannot be "
+                                   "served from host memory (docs/limits.md)"));
 }
 
 bool Tracker::IsMarker(const KernelInfo& kernel) const {
@@ -299,8 +303,8 @@ bool Tracker::IsMarker(const KernelInfo& kernel) const {
 }
 
 void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
-                        const unsigned block[3], StreamRef stream,
-                        const Accesses& accesses, bool submitted) {
+                        const unsigned block[3], StreamRef stream, const Accesses& accesses,
+                        bool submitted) {
   // Set by BeginLaunch; looked up only for a caller that skipped it.
   const KernelInfo* kernel = accesses.kernel != nullptr ? accesses.kernel : kernels_.Get(f);
   if (memory_ && !accesses.captured) FinishLaunch(*kernel, stream, accesses, submitted);
@@ -333,8 +337,8 @@ void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
   if (log_) LogLaunch(api, *kernel, grid, block, stream, accesses);
 }
 
-void Tracker::FinishLaunch(const KernelInfo& kernel, StreamRef stream,
-                           const Accesses& accesses, bool submitted) {
+void Tracker::FinishLaunch(const KernelInfo& kernel, StreamRef stream, const Accesses& accesses,
+                           bool submitted) {
   RelaxedCaptureScope relaxed(capture_);
   memory_->Finish(accesses.reads, accesses.writes, Handle(stream), submitted);
   // Nothing known about what it wrote: no host copy can be trusted.
@@ -357,17 +361,17 @@ void Tracker::LogLaunch(const char* api, const KernelInfo& kernel, const unsigne
   uint64_t b[3] = {block[0], block[1], block[2]};
   JsonLine line;
   line.Str("type", "launch")
-          .Str("api", api)
-          .Str("kernel", kernel.name)
-          .Str("demangled", kernel.demangled)
-          .Str("stream", StreamText(stream))
-          .Uints("grid", g)
-          .Uints("block", b)
-          .Uints("reads", unique.reads)
-          .Uints("writes", unique.writes)
-          .Bool("inferred", kernel.layout_known)
-          .Raw("tables", TablesJson(accesses))
-          .Bool("unknown_tables", accesses.unknown_tables);
+      .Str("api", api)
+      .Str("kernel", kernel.name)
+      .Str("demangled", kernel.demangled)
+      .Str("stream", StreamText(stream))
+      .Uints("grid", g)
+      .Uints("block", b)
+      .Uints("reads", unique.reads)
+      .Uints("writes", unique.writes)
+      .Bool("inferred", kernel.layout_known)
+      .Raw("tables", TablesJson(accesses))
+      .Bool("unknown_tables", accesses.unknown_tables);
   if (accesses.captured) line.Bool("captured", true);
   Log(line.Finish());
 }
@@ -418,8 +422,8 @@ void Tracker::FindParamReach(const KernelInfo& kernel, void** params, void** ext
   if (n > 0) flush();
 }
 
-void Tracker::ExpandTables(const KernelInfo& kernel, void** params, void** extra,
-                           StreamRef stream, Accesses* a) {
+void Tracker::ExpandTables(const KernelInfo& kernel, void** params, void** extra, StreamRef stream,
+                           Accesses* a) {
   // Every buffer the launch reaches directly may be a table, and so may the
   // targets of a table (`T***`), a few levels deep. A kernel reaches a
   // buffer from the lowest pointer into it that it is given on.
@@ -827,8 +831,8 @@ bool Tracker::WaitForStream(StreamRef stream) {
          driver_->cuStreamSynchronize(Handle(stream)) == CUDA_SUCCESS;
 }
 
-size_t Tracker::OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t bytes,
-                             bool linear, HostCopy* host) {
+size_t Tracker::OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t bytes, bool linear,
+                             HostCopy* host) {
   std::optional<Buffer> to = registry_.Find(dst);
   if (!to) return 0;  // into host memory or untracked device memory
   std::optional<Buffer> from = registry_.Find(src);
@@ -864,9 +868,8 @@ size_t Tracker::OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t
     // A table lands (the destination is one, or the source holds pointers
     // now) from a source that queued work may still write: once the stream
     // ran all of that, the source holds what the copy copied.
-    const bool lands =
-        scan.found > 0 ||
-        (!settled && tables_.Get(to->id, nullptr, nullptr) != PointerTables::State::kNone);
+    const bool lands = scan.found > 0 || (!settled && tables_.Get(to->id, nullptr, nullptr) !=
+                                                          PointerTables::State::kNone);
     bool waited = false;
     if (!settled && host->wait != nullptr && lands && WaitForStream(*host->wait)) {
       scan = PointerTables::ScanHost(dst, p, bytes, registry_);
@@ -896,9 +899,8 @@ void Tracker::OnMemsetTables(uint64_t dst, uint64_t bytes, bool linear) {
   }
 }
 
-CUresult Tracker::BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes,
-                                StreamRef stream, bool linear, bool to_host,
-                                TransferScope* scope) {
+CUresult Tracker::BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes, StreamRef stream,
+                                bool linear, bool to_host, TransferScope* scope) {
   const bool captured = ABSL_PREDICT_FALSE(capture_.Capturing(Handle(stream)));
   if (!memory_) {
     scope->captured = captured;  // its tables are its graph's business
@@ -933,8 +935,7 @@ CUresult Tracker::BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes,
     }
   }
   uint64_t ids[2] = {scope->dst_id, scope->src_id};
-  bool whole = linear && d && dst == d->base && bytes == d->size &&
-               scope->src_id != scope->dst_id;
+  bool whole = linear && d && dst == d->base && bytes == d->size && scope->src_id != scope->dst_id;
   uint64_t overwritten[1] = {scope->dst_id};
   // Noted with its Prepare, as a launch is: the planner's next uses decide
   // whether a swapped-out buffer is brought in for it or served.
@@ -946,8 +947,7 @@ CUresult Tracker::BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes,
                           Handle(stream), &op);
 }
 
-void Tracker::EndTransfer(const TransferScope& scope, StreamRef stream,
-                          bool submitted) {
+void Tracker::EndTransfer(const TransferScope& scope, StreamRef stream, bool submitted) {
   if (!memory_ || scope.served) return;
   RelaxedCaptureScope relaxed(capture_);
   uint64_t ids[2] = {scope.dst_id, scope.src_id};
@@ -956,13 +956,11 @@ void Tracker::EndTransfer(const TransferScope& scope, StreamRef stream,
     return;
   }
   uint64_t written[1] = {scope.dst_id};
-  memory_->Finish(absl::MakeSpan(ids, 2), absl::MakeSpan(written, 1), Handle(stream),
-                  submitted);
+  memory_->Finish(absl::MakeSpan(ids, 2), absl::MakeSpan(written, 1), Handle(stream), submitted);
   memory_->EndOperation(scope.op, Handle(stream), submitted);
 }
 
-uint64_t Tracker::OnAlloc(const char* api, uint64_t base, uint64_t size,
-                          BufferKind kind) {
+uint64_t Tracker::OnAlloc(const char* api, uint64_t base, uint64_t size, BufferKind kind) {
   Count(OpType::kAlloc);
   CUdevice device = 0;
   if (driver_->cuCtxGetDevice != nullptr) driver_->cuCtxGetDevice(&device);
@@ -1056,16 +1054,14 @@ void Tracker::OnUnmap(const char* api, uint64_t base, uint64_t size) {
 }
 
 void Tracker::OnLaunch(const char* api, CUfunction f, const unsigned grid[3],
-                       const unsigned block[3], StreamRef stream,
-                       void** params, void** extra) {
+                       const unsigned block[3], StreamRef stream, void** params, void** extra) {
   Accesses accesses;
   CUresult r = BeginLaunch(f, grid, block, stream, params, extra, &accesses);
   EndLaunch(api, f, grid, block, stream, accesses, r == CUDA_SUCCESS);
 }
 
-void Tracker::OnCopy(const char* api, CopyKind kind, uint64_t dst,
-                     uint64_t src, uint64_t bytes, StreamRef stream,
-                     bool async, size_t table_entries, bool captured) {
+void Tracker::OnCopy(const char* api, CopyKind kind, uint64_t dst, uint64_t src, uint64_t bytes,
+                     StreamRef stream, bool async, size_t table_entries, bool captured) {
   Count(OpType::kMemcpy);
   if (!log_) return;
   uint64_t dst_id = IdAt(dst), src_id = IdAt(src);
@@ -1088,8 +1084,8 @@ void Tracker::OnCopy(const char* api, CopyKind kind, uint64_t dst,
   Log(line.Finish());
 }
 
-void Tracker::OnMemset(const char* api, uint64_t dst, uint64_t bytes,
-                       StreamRef stream, bool async, bool captured) {
+void Tracker::OnMemset(const char* api, uint64_t dst, uint64_t bytes, StreamRef stream, bool async,
+                       bool captured) {
   Count(OpType::kMemset);
   if (!log_) return;
   absl::InlinedVector<uint64_t, 1> writes;
@@ -1142,8 +1138,7 @@ void Tracker::OnGraphInstantiate(const char* api, CUgraphExec exec, CUgraph grap
   Log(line.Finish());
 }
 
-void Tracker::OnGraphExecNode(CUgraphExec exec, CUgraphNode node,
-                              const CUgraphNodeParams& params) {
+void Tracker::OnGraphExecNode(CUgraphExec exec, CUgraphNode node, const CUgraphNodeParams& params) {
   std::shared_ptr<const GraphPlan> plan = graphs_.Get(exec);
   if (plan == nullptr || plan->unknown) return;
   GraphNodePlan replacement;
@@ -1204,8 +1199,8 @@ void Tracker::WalkGraph(StreamRef stream, GraphLaunchScope* scope) {
           // The node's arguments at their offsets, as a packed buffer.
           size_t size = n.args.size();
           void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER,
-                           const_cast<unsigned char*>(n.args.data()),
-                           CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+                           const_cast<unsigned char*>(n.args.data()), CU_LAUNCH_PARAM_BUFFER_SIZE,
+                           &size, CU_LAUNCH_PARAM_END};
           ExpandTables(*n.kernel, nullptr, extra, stream, &a);
           for (const Accesses::TableUse& t : a.tables) a.unknown_tables |= written_here(t.id);
           for (const Accesses::TableParam& t : a.table_params) {
@@ -1291,8 +1286,7 @@ CUresult Tracker::BeginGraphLaunch(CUgraphExec exec, StreamRef stream, GraphLaun
                                   scope->accesses.reads.end());
   }
   // Every node's buffers at once: a graph runs as one unit on the device.
-  if (CUresult r = memory_->Prepare(scope->accesses.reads, {}, Handle(stream));
-      r != CUDA_SUCCESS) {
+  if (CUresult r = memory_->Prepare(scope->accesses.reads, {}, Handle(stream)); r != CUDA_SUCCESS) {
     return r;
   }
   if (scope->unknown) {
@@ -1305,12 +1299,11 @@ CUresult Tracker::BeginGraphLaunch(CUgraphExec exec, StreamRef stream, GraphLaun
   for (size_t i = 0; i < scope->nodes.size(); ++i) {
     const GraphNodePlan& n = scope->plan->nodes[i];
     const auto& [reads, writes] = scope->nodes[i];
-    const uint64_t key = n.kind == GraphNodePlan::Kind::kKernel
-                             ? LaunchKey(n.function, n.grid, n.block)
-                             : TransferKey(n.kind == GraphNodePlan::Kind::kCopy
-                                               ? n.copy.bytes
-                                               : n.memset_extent,
-                                           false, n.kind == GraphNodePlan::Kind::kMemset);
+    const uint64_t key =
+        n.kind == GraphNodePlan::Kind::kKernel
+            ? LaunchKey(n.function, n.grid, n.block)
+            : TransferKey(n.kind == GraphNodePlan::Kind::kCopy ? n.copy.bytes : n.memset_extent,
+                          false, n.kind == GraphNodePlan::Kind::kMemset);
     MemoryManager::OpTicket ticket;
     memory_->NoteOperation(key, reads, writes, /*marker=*/false, Handle(stream), &ticket);
     if (i == 0) {
@@ -1379,19 +1372,26 @@ constexpr unsigned long long kBufferIdBase = 1ull << 62;
 // which the driver answers about the buffer's current mapping.
 size_t OwnAttributeSize(CUpointer_attribute attribute) {
   switch (attribute) {
-    case CU_POINTER_ATTRIBUTE_CONTEXT: return sizeof(CUcontext);
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: return sizeof(CUdeviceptr);
-    case CU_POINTER_ATTRIBUTE_HOST_POINTER: return sizeof(void*);
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID: return sizeof(unsigned long long);
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: return sizeof(CUdeviceptr);
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: return sizeof(size_t);
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+      return sizeof(CUcontext);
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+      return sizeof(CUdeviceptr);
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+      return sizeof(void*);
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      return sizeof(unsigned long long);
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      return sizeof(CUdeviceptr);
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      return sizeof(size_t);
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
     case CU_POINTER_ATTRIBUTE_MAPPED:
       return sizeof(unsigned int);
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
@@ -1409,23 +1409,33 @@ CUresult OwnAttribute(const MemoryManager::BufferView& v, bool live, CUdeviceptr
                       CUpointer_attribute attribute, void* data) {
   if (!live) return CUDA_ERROR_INVALID_VALUE;
   switch (attribute) {
-    case CU_POINTER_ATTRIBUTE_CONTEXT: return Put(data, v.context);
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+      return Put(data, v.context);
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
       return Put(data, static_cast<unsigned int>(CU_MEMORYTYPE_DEVICE));
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: return Put(data, ptr);
-    case CU_POINTER_ATTRIBUTE_HOST_POINTER: return CUDA_ERROR_INVALID_VALUE;  // device memory
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+      return Put(data, ptr);
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+      return CUDA_ERROR_INVALID_VALUE;  // device memory
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
       return Put(data, static_cast<unsigned long long>(kBufferIdBase | v.id));
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED: return Put(data, 0u);
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: return Put(data, v.device);
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+      return Put(data, 0u);
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+      return Put(data, v.device);
     // The memory is VMM memory, which cuIpcGetMemHandle refuses: saying so
     // lets a program that asks first (NCCL does) take another path.
-    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: return Put(data, 0u);
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: return Put(data, v.base);
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: return Put(data, static_cast<size_t>(v.size));
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+      return Put(data, 0u);
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      return Put(data, v.base);
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      return Put(data, static_cast<size_t>(v.size));
     // Always usable: a swapped-out buffer comes back before any use.
-    case CU_POINTER_ATTRIBUTE_MAPPED: return Put(data, 1u);
-    default: return CUDA_ERROR_NOT_SUPPORTED;  // not reached: OwnAttributeSize is 0
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+      return Put(data, 1u);
+    default:
+      return CUDA_ERROR_NOT_SUPPORTED;  // not reached: OwnAttributeSize is 0
   }
 }
 
@@ -1462,8 +1472,8 @@ bool Tracker::PointerAttribute(void* data, CUpointer_attribute attribute, CUdevi
   return true;
 }
 
-bool Tracker::PointerAttributes(unsigned int count, CUpointer_attribute* attributes,
-                                void** data, CUdeviceptr ptr, CUresult* result) const {
+bool Tracker::PointerAttributes(unsigned int count, CUpointer_attribute* attributes, void** data,
+                                CUdeviceptr ptr, CUresult* result) const {
   // No attributes, or no arrays: the driver's error (count 0 is
   // CUDA_ERROR_INVALID_VALUE on a GPU).
   if (!memory_ || count == 0 || attributes == nullptr || data == nullptr) return false;
@@ -1519,11 +1529,10 @@ bool Tracker::FreeAsyncCapped(const char* api, CUdeviceptr dptr, StreamRef strea
 
 bool Tracker::AllocateAsyncCapped(const char* api, CUdeviceptr* dptr, uint64_t bytes,
                                   StreamRef stream, CUresult* result, bool no_room) {
-  return ServeStreamOrdered(*driver_, *memory_, dptr, bytes, Handle(stream),
-                            [&](CUdeviceptr base) {
-                              return OnAlloc(api, base, bytes, BufferKind::kStreamOrdered);
-                            },
-                            result, no_room);
+  return ServeStreamOrdered(
+      *driver_, *memory_, dptr, bytes, Handle(stream),
+      [&](CUdeviceptr base) { return OnAlloc(api, base, bytes, BufferKind::kStreamOrdered); },
+      result, no_room);
 }
 
 // --- Contexts that end -------------------------------------------------------------
@@ -1564,8 +1573,7 @@ CUresult Tracker::EndPrimaryContext(CUdevice device, bool reset,
     // will not tell is taken as ended (its handles are then never used).
     unsigned flags = 0;
     int active = 0;
-    return driver_->cuDevicePrimaryCtxGetState(device, &flags, &active) != CUDA_SUCCESS ||
-           !active;
+    return driver_->cuDevicePrimaryCtxGetState(device, &flags, &active) != CUDA_SUCCESS || !active;
   });
 }
 
@@ -1585,7 +1593,8 @@ void Tracker::Shutdown() {
     }
     // At most 9 lines: within the logger's 10 of a kind.
     if (leaks_) {
-      for (const std::string& line : leaks_->Report(/*shown=*/7)) Say(LogLevel::kWarn, "leak", line);
+      for (const std::string& line : leaks_->Report(/*shown=*/7))
+        Say(LogLevel::kWarn, "leak", line);
     }
     if (!log_) return;
     std::call_once(header_once_, [this] { log_->Append(Header()); });

@@ -9,8 +9,8 @@
 #define STENSOR_CORE_TRACKER_TRACKER_H_
 
 #include <atomic>
-#include <map>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -18,18 +18,18 @@
 #include "absl/base/attributes.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
+#include "core/base/config.h"
 #include "core/base/mutex.h"
-#include "core/tracker/access_log.h"
+#include "core/driver/driver.h"
 #include "core/inference/buffer_registry.h"
 #include "core/inference/capture.h"
-#include "core/base/config.h"
 #include "core/inference/copy_ranges.h"
-#include "core/driver/driver.h"
 #include "core/inference/graph_plan.h"
 #include "core/inference/launch_inference.h"
-#include "core/tracker/leaks.h"
-#include "core/swap/memory_manager.h"
 #include "core/inference/pointer_tables.h"
+#include "core/swap/memory_manager.h"
+#include "core/tracker/access_log.h"
+#include "core/tracker/leaks.h"
 
 namespace stensor {
 
@@ -44,7 +44,7 @@ struct StreamRef {
 struct TransferScope {
   uint64_t dst_id = 0;
   uint64_t src_id = 0;
-  bool served = false;  // done without the driver (read from a host copy)
+  bool served = false;    // done without the driver (read from a host copy)
   bool captured = false;  // pushed into a capturing stream: recorded, not run
   // For a captured one: stensor's own stream on which its buffers were
   // made resident while the driver records it (null: none were).
@@ -59,12 +59,12 @@ struct GraphLaunchScope {
   // touches, in order, for the iteration planner.
   Accesses accesses;
   std::vector<std::pair<IdList, IdList>> nodes;
-  IdList kernel_writes;  // what its kernel nodes may write (tables go stale)
+  IdList kernel_writes;         // what its kernel nodes may write (tables go stale)
   bool tables_changed = false;  // its copies and memsets were applied to tables
-  bool unknown = true;      // treated as work of unknown accesses
-  bool captured = false;    // launched into a capturing stream: a child graph
-  int unknown_device = -1;  // MemoryManager::BeginUnknown's
-  MemoryManager::OpTicket op;  // times the whole graph while profiling
+  bool unknown = true;          // treated as work of unknown accesses
+  bool captured = false;        // launched into a capturing stream: a child graph
+  int unknown_device = -1;      // MemoryManager::BeginUnknown's
+  MemoryManager::OpTicket op;   // times the whole graph while profiling
 };
 
 // The kinds of operation counted and logged.
@@ -113,33 +113,29 @@ class Tracker {
   CUresult BeginLaunch(CUfunction f, const unsigned grid[3], const unsigned block[3],
                        StreamRef stream, void** params, void** extra, Accesses* accesses);
   // After it: `submitted` when the driver accepted it.
-  void EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
-                 const unsigned block[3], StreamRef stream,
-                 const Accesses& accesses, bool submitted);
+  void EndLaunch(const char* api, CUfunction f, const unsigned grid[3], const unsigned block[3],
+                 StreamRef stream, const Accesses& accesses, bool submitted);
   // Both at once, for a launch that already happened (tests).
-  void OnLaunch(const char* api, CUfunction f, const unsigned grid[3],
-                const unsigned block[3], StreamRef stream, void** params,
-                void** extra);
+  void OnLaunch(const char* api, CUfunction f, const unsigned grid[3], const unsigned block[3],
+                StreamRef stream, void** params, void** extra);
 
   // Before and after a copy or memset of `bytes` at dst (from src; 0 for a
   // memset). `linear`: one contiguous range, so a write of a whole buffer is
   // recognised. `to_host`: a synchronous device-to-host copy, which for a
   // swapped-out buffer is served from its host copy (then scope->served, and
   // the driver is not called).
-  CUresult BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes,
-                         StreamRef stream, bool linear, bool to_host,
-                         TransferScope* scope);
+  CUresult BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes, StreamRef stream, bool linear,
+                         bool to_host, TransferScope* scope);
   void EndTransfer(const TransferScope& scope, StreamRef stream, bool submitted);
   // A copy of `bytes` (for 2D/3D copies: the bytes of the whole region)
   // between the ranges starting at dst and src. `kind` is the direction as
   // the API states it (e.g. kHostToDevice, or kDefault for unified copies).
   // `table_entries`: pointers found in the copied data (OnCopyTables).
   // `captured`: pushed into a capturing stream (TransferScope::captured).
-  void OnCopy(const char* api, CopyKind kind, uint64_t dst, uint64_t src,
-              uint64_t bytes, StreamRef stream, bool async, size_t table_entries = 0,
-              bool captured = false);
-  void OnMemset(const char* api, uint64_t dst, uint64_t bytes,
-                StreamRef stream, bool async, bool captured = false);
+  void OnCopy(const char* api, CopyKind kind, uint64_t dst, uint64_t src, uint64_t bytes,
+              StreamRef stream, bool async, size_t table_entries = 0, bool captured = false);
+  void OnMemset(const char* api, uint64_t dst, uint64_t bytes, StreamRef stream, bool async,
+                bool captured = false);
   // A synchronisation that returned successfully.
   void OnSync(const char* api, StreamRef stream);
 
@@ -199,8 +195,8 @@ class Tracker {
     const StreamRef* wait = nullptr;
     bool in_graph = false;
   };
-  size_t OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t bytes,
-                      bool linear, HostCopy* host = nullptr);
+  size_t OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t bytes, bool linear,
+                      HostCopy* host = nullptr);
   // Asked before a copy is submitted on `stream`: false when its source is
   // host memory that work queued ahead of the copy may still write (pinned,
   // mapped or registered memory, and an asynchronous copy with work ahead
@@ -208,8 +204,8 @@ class Tracker {
   // memory is read by the driver at the call, and a synchronous copy has
   // run when the call returns: both settled.
   // `scope` is the copy's, from BeginTransfer.
-  bool HostSourceSettled(CopyKind kind, const TransferScope& scope, uint64_t src,
-                         StreamRef stream, bool async);
+  bool HostSourceSettled(CopyKind kind, const TransferScope& scope, uint64_t src, StreamRef stream,
+                         bool async);
   // A successful memset: no pointers left in the range.
   void OnMemsetTables(uint64_t dst, uint64_t bytes, bool linear);
   // --- Exact sizes under a cap: stensor's VMM-backed buffers answer as the
@@ -220,8 +216,7 @@ class Tracker {
   // bytes from there: CUDA_ERROR_INVALID_VALUE when either runs past the
   // requested size of a stensor buffer, as the driver checks a cuMemAlloc
   // allocation; the driver is then not called.
-  CUresult CheckExtents(uint64_t dst, uint64_t dst_extent, uint64_t src,
-                        uint64_t src_extent) const;
+  CUresult CheckExtents(uint64_t dst, uint64_t dst_extent, uint64_t src, uint64_t src_extent) const;
   bool AddressRange(CUdeviceptr ptr, CUdeviceptr* base, size_t* size, CUresult* result) const;
   bool PointerAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr,
                         CUresult* result) const;
@@ -234,8 +229,8 @@ class Tracker {
   // driver is to answer.
   // `no_room`: the driver's pool was refused room for it
   // (ServeStreamOrdered's).
-  bool AllocateAsyncCapped(const char* api, CUdeviceptr* dptr, uint64_t bytes,
-                           StreamRef stream, CUresult* result, bool no_room = false);
+  bool AllocateAsyncCapped(const char* api, CUdeviceptr* dptr, uint64_t bytes, StreamRef stream,
+                           CUresult* result, bool no_room = false);
 
   // --- Contexts that end, taking their streams and events with them
   // (MemoryManager::BeforeContextEnds). `call` is the program's call, whose
@@ -302,8 +297,7 @@ class Tracker {
   // Waits for what could have written `stale` (ranges of `table`) since it
   // was learnt: the events of its marks, or (writers unknown, or an event
   // wait failed) WaitForBufferWriters. Sets `waited` to what it waited for.
-  bool WaitForRangeWriters(const Buffer& table,
-                           const std::vector<PointerTables::StaleRange>& stale,
+  bool WaitForRangeWriters(const Buffer& table, const std::vector<PointerTables::StaleRange>& stale,
                            StreamRef stream, const char** waited);
   // Waits for every operation that may have written buffer `id`: the
   // streams that used it and the work of unknown accesses (the memory

@@ -34,22 +34,22 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/inference/buffer_registry.h"
 #include "core/base/config.h"
 #include "core/driver/driver.h"
-#include "tests/support/scripted_driver_testing.h"
+#include "core/inference/buffer_registry.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/scripted_driver_testing.h"
 
 namespace stensor {
 namespace {
 
-using testing_support::FindKernel;
-using testing_support::InstallScriptedKernels;
-using testing_support::ScriptedKernel;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
+using testing_support::FindKernel;
+using testing_support::InstallScriptedKernels;
+using testing_support::ScriptedKernel;
 
 // ---------------------------------------------------------------------------
 // A minimal JSON parser: objects (members kept in order), arrays, strings
@@ -89,8 +89,7 @@ struct Json {
 
   uint64_t Uint() const {
     EXPECT_EQ(kind, Kind::kNumber);
-    EXPECT_TRUE(!text.empty() &&
-                text.find_first_not_of("0123456789") == std::string::npos)
+    EXPECT_TRUE(!text.empty() && text.find_first_not_of("0123456789") == std::string::npos)
         << "not an unsigned integer: " << text;
     return std::strtoull(text.c_str(), nullptr, 10);
   }
@@ -131,9 +130,8 @@ class JsonParser {
   }
 
   void SkipSpace() {
-    while (pos_ < text_.size() &&
-           (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' ||
-            text_[pos_] == '\r')) {
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' ||
+                                   text_[pos_] == '\n' || text_[pos_] == '\r')) {
       ++pos_;
     }
   }
@@ -299,8 +297,7 @@ class JsonParser {
           if (!Hex4(&cp)) return false;
           if (cp >= 0xd800 && cp < 0xdc00) {  // a surrogate pair
             uint32_t low = 0;
-            if (!Consume('\\') || !Consume('u') || !Hex4(&low) ||
-                low < 0xdc00 || low >= 0xe000) {
+            if (!Consume('\\') || !Consume('u') || !Hex4(&low) || low < 0xdc00 || low >= 0xe000) {
               return Fail("unpaired surrogate");
             }
             cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
@@ -349,16 +346,15 @@ class JsonParser {
 
 TEST(JsonParserTest, ParsesWhatTheLogWritesAndRejectsBrokenText) {
   Json v;
-  JsonParser ok(
-      R"({"a":[1,2,{"b":"x\"y\\z\u00e9"}],"c":true,"d":null,"e":-0.5e3})");
+  JsonParser ok(R"({"a":[1,2,{"b":"x\"y\\z\u00e9"}],"c":true,"d":null,"e":-0.5e3})");
   ASSERT_TRUE(ok.Parse(&v)) << ok.error();
   EXPECT_EQ(v["a"].items.size(), 3u);
   EXPECT_EQ(v["a"].items[2]["b"].Str(), "x\"y\\z\xc3\xa9");
   EXPECT_TRUE(v["c"].Bool());
   EXPECT_EQ(v["d"].kind, Json::Kind::kNull);
   EXPECT_EQ(v["e"].text, "-0.5e3");
-  for (const char* bad : {"{", R"({"a":1,})", R"({"a":1}x)", R"({"a":1,"a":2})",
-                          R"(["a)", "[01]", R"({a:1})", "{\"a\":\"\x01\"}"}) {
+  for (const char* bad : {"{", R"({"a":1,})", R"({"a":1}x)", R"({"a":1,"a":2})", R"(["a)", "[01]",
+                          R"({a:1})", "{\"a\":\"\x01\"}"}) {
     Json ignored;
     JsonParser p(bad);
     EXPECT_FALSE(p.Parse(&ignored)) << bad;
@@ -386,8 +382,8 @@ const char* const kDeviceNames[] = {"Scripted GPU 0", "Scripted \"GPU\" 1"};
 constexpr uint64_t kDeviceBytes[] = {16 * kGiB, 141 * kGiB};
 
 // mlp::sgd_momentum(float*, float*, float const*, float, float, int).
-const std::vector<std::pair<size_t, size_t>> kSgdLayout = {
-    {0, 8}, {8, 8}, {16, 8}, {24, 4}, {28, 4}, {32, 4}};
+const std::vector<std::pair<size_t, size_t>> kSgdLayout = {{0, 8},  {8, 8},  {16, 8},
+                                                           {24, 4}, {28, 4}, {32, 4}};
 
 const ScriptedKernel* Scripted(uintptr_t handle, bool is_cukernel) {
   static const auto* const kernels = new std::vector<ScriptedKernel>{
@@ -452,9 +448,7 @@ const Driver* ScriptedDriver() {
   return driver;
 }
 
-CUfunction Handle(uintptr_t handle) {
-  return reinterpret_cast<CUfunction>(handle);
-}
+CUfunction Handle(uintptr_t handle) { return reinterpret_cast<CUfunction>(handle); }
 
 // ---------------------------------------------------------------------------
 // Helpers.
@@ -474,8 +468,7 @@ std::unique_ptr<Tracker> MakeTracker(std::map<std::string, std::string> vars) {
   absl::StatusOr<Config> config = Config::Parse(Env(std::move(vars)));
   EXPECT_TRUE(config.ok()) << config.status();
   if (!config.ok()) return nullptr;
-  absl::StatusOr<std::unique_ptr<Tracker>> tracker =
-      Tracker::Create(*config, ScriptedDriver());
+  absl::StatusOr<std::unique_ptr<Tracker>> tracker = Tracker::Create(*config, ScriptedDriver());
   EXPECT_TRUE(tracker.ok()) << tracker.status();
   if (!tracker.ok()) return nullptr;
   return std::move(*tracker);
@@ -521,9 +514,8 @@ std::string Hex(uint64_t v) { return absl::StrFormat("0x%x", v); }
 
 uint64_t HostAddress(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
-const OpType kAllOpTypes[] = {
-    OpType::kAlloc,  OpType::kFree, OpType::kLaunch,     OpType::kMemcpy,
-    OpType::kMemset, OpType::kSync, OpType::kGraphLaunch};
+const OpType kAllOpTypes[] = {OpType::kAlloc,  OpType::kFree, OpType::kLaunch,     OpType::kMemcpy,
+                              OpType::kMemset, OpType::kSync, OpType::kGraphLaunch};
 
 // The header's fields other than `config`.
 void ExpectHeader(const Json& header) {
@@ -568,8 +560,7 @@ void ExpectConfig(const Json& config, const Config& expected) {
 
 TEST(TrackerTest, LogsEveryOperationInOrderBetweenHeaderAndEnd) {
   const std::string path = LogPath("in_order");
-  std::unique_ptr<Tracker> tracker =
-      MakeTracker({{"STENSOR_ACCESS_LOG", path}});
+  std::unique_ptr<Tracker> tracker = MakeTracker({{"STENSOR_ACCESS_LOG", path}});
   ASSERT_NE(tracker, nullptr);
   Tracker& t = *tracker;
 
@@ -585,26 +576,24 @@ TEST(TrackerTest, LogsEveryOperationInOrderBetweenHeaderAndEnd) {
   void* params[] = {&w, &v, &g, &lr, &momentum, &n};
   const unsigned grid[3] = {4, 1, 1};
   const unsigned block[3] = {256, 1, 1};
-  t.OnLaunch("cuLaunchKernel", Handle(kSgdInOrderTest), grid, block,
-             StreamRef{}, params, nullptr);
+  t.OnLaunch("cuLaunchKernel", Handle(kSgdInOrderTest), grid, block, StreamRef{}, params, nullptr);
 
   unsigned char host[256];
   const CUstream stream = reinterpret_cast<CUstream>(0xabc0);
-  t.OnCopy("cuMemcpyDtoH_v2", CopyKind::kDeviceToHost, HostAddress(host), kW + 0x10,
-           sizeof(host), StreamRef{}, /*async=*/false);
+  t.OnCopy("cuMemcpyDtoH_v2", CopyKind::kDeviceToHost, HostAddress(host), kW + 0x10, sizeof(host),
+           StreamRef{}, /*async=*/false);
   t.OnCopy("cuMemcpyHtoDAsync_v2", CopyKind::kHostToDevice, kV, HostAddress(host), sizeof(host),
            StreamRef{stream, false}, /*async=*/true);
   t.OnCopy("cuMemcpyDtoD_v2", CopyKind::kDeviceToDevice, kG, kW, 0x1000, StreamRef{}, false);
-  t.OnMemset("cuMemsetD32_v2_ptds", kG + 0x100, 0x400,
-             StreamRef{nullptr, /*per_thread=*/true}, false);
+  t.OnMemset("cuMemsetD32_v2_ptds", kG + 0x100, 0x400, StreamRef{nullptr, /*per_thread=*/true},
+             false);
   t.OnSync("cuCtxSynchronize", StreamRef{});
   t.OnFree("cuMemFree_v2", kV);
   t.Shutdown();
 
   const std::vector<Json> log = ReadLog(path);
-  ASSERT_THAT(Types(log), ElementsAre("header", "alloc", "alloc", "alloc",
-                                      "launch", "memcpy", "memcpy", "memcpy",
-                                      "memset", "sync", "free", "end"));
+  ASSERT_THAT(Types(log), ElementsAre("header", "alloc", "alloc", "alloc", "launch", "memcpy",
+                                      "memcpy", "memcpy", "memset", "sync", "free", "end"));
 
   ExpectHeader(log[0]);
   ExpectConfig(log[0]["config"], t.config());
@@ -703,16 +692,14 @@ TEST(TrackerTest, LogsEveryOperationInOrderBetweenHeaderAndEnd) {
 
 TEST(TrackerTest, HeaderAndEndAreWrittenEvenWithoutOperations) {
   const std::string path = LogPath("empty");
-  std::unique_ptr<Tracker> tracker =
-      MakeTracker({{"STENSOR_ACCESS_LOG", path}});
+  std::unique_ptr<Tracker> tracker = MakeTracker({{"STENSOR_ACCESS_LOG", path}});
   ASSERT_NE(tracker, nullptr);
   tracker->Shutdown();
   const std::vector<Json> log = ReadLog(path);
   ASSERT_THAT(Types(log), ElementsAre("header", "end"));
   ExpectHeader(log[0]);
   for (OpType type : kAllOpTypes) {
-    EXPECT_EQ(log[1]["counts"][OpTypeName(type)].Uint(), 0u)
-        << OpTypeName(type);
+    EXPECT_EQ(log[1]["counts"][OpTypeName(type)].Uint(), 0u) << OpTypeName(type);
   }
   EXPECT_EQ(log[1]["live_buffers"].Uint(), 0u);
   EXPECT_EQ(log[1]["dropped"].Uint(), 0u);
@@ -721,8 +708,7 @@ TEST(TrackerTest, HeaderAndEndAreWrittenEvenWithoutOperations) {
 TEST(TrackerTest, ConservativeWriteInferenceWritesTheConstPointer) {
   const std::string path = LogPath("conservative");
   std::unique_ptr<Tracker> tracker =
-      MakeTracker({{"STENSOR_ACCESS_LOG", path},
-                   {"STENSOR_WRITE_INFERENCE", "conservative"}});
+      MakeTracker({{"STENSOR_ACCESS_LOG", path}, {"STENSOR_WRITE_INFERENCE", "conservative"}});
   ASSERT_NE(tracker, nullptr);
   constexpr uint64_t kW = 0x22000000, kV = 0x22100000, kG = 0x22200000;
   for (uint64_t base : {kW, kV, kG}) {
@@ -733,27 +719,22 @@ TEST(TrackerTest, ConservativeWriteInferenceWritesTheConstPointer) {
   int n = 16;
   void* params[] = {&w, &v, &g, &lr, &momentum, &n};
   const unsigned grid[3] = {1, 1, 1};
-  tracker->OnLaunch("cuLaunchKernel_ptsz", Handle(kSgdConservativeTest), grid,
-                    grid, StreamRef{nullptr, true}, params, nullptr);
+  tracker->OnLaunch("cuLaunchKernel_ptsz", Handle(kSgdConservativeTest), grid, grid,
+                    StreamRef{nullptr, true}, params, nullptr);
   tracker->Shutdown();
 
   const std::vector<Json> log = ReadLog(path);
-  ASSERT_THAT(Types(log), ElementsAre("header", "alloc", "alloc", "alloc",
-                                      "launch", "end"));
+  ASSERT_THAT(Types(log), ElementsAre("header", "alloc", "alloc", "alloc", "launch", "end"));
   EXPECT_EQ(log[0]["config"]["STENSOR_WRITE_INFERENCE"].Str(), "conservative");
-  const uint64_t ids[] = {log[1]["id"].Uint(), log[2]["id"].Uint(),
-                          log[3]["id"].Uint()};
+  const uint64_t ids[] = {log[1]["id"].Uint(), log[2]["id"].Uint(), log[3]["id"].Uint()};
   EXPECT_EQ(log[4]["stream"].Str(), "per_thread");
-  EXPECT_THAT(log[4]["reads"].Uints(),
-              UnorderedElementsAre(ids[0], ids[1], ids[2]));
-  EXPECT_THAT(log[4]["writes"].Uints(),
-              UnorderedElementsAre(ids[0], ids[1], ids[2]));
+  EXPECT_THAT(log[4]["reads"].Uints(), UnorderedElementsAre(ids[0], ids[1], ids[2]));
+  EXPECT_THAT(log[4]["writes"].Uints(), UnorderedElementsAre(ids[0], ids[1], ids[2]));
 }
 
 TEST(TrackerTest, LaunchOfAKernelTheDriverCannotDescribeIsNotInferred) {
   const std::string path = LogPath("opaque");
-  std::unique_ptr<Tracker> tracker =
-      MakeTracker({{"STENSOR_ACCESS_LOG", path}});
+  std::unique_ptr<Tracker> tracker = MakeTracker({{"STENSOR_ACCESS_LOG", path}});
   ASSERT_NE(tracker, nullptr);
   constexpr uint64_t kBuffer = 0x23000000;
   tracker->OnAlloc("cuMemAlloc_v2", kBuffer, 0x1000, BufferKind::kDeviceAlloc);
@@ -761,8 +742,7 @@ TEST(TrackerTest, LaunchOfAKernelTheDriverCannotDescribeIsNotInferred) {
   int value = 3;
   void* params[] = {&p, &value};
   const unsigned grid[3] = {1, 1, 1};
-  tracker->OnLaunch("cuLaunchKernel", Handle(kOpaque), grid, grid, StreamRef{},
-                    params, nullptr);
+  tracker->OnLaunch("cuLaunchKernel", Handle(kOpaque), grid, grid, StreamRef{}, params, nullptr);
   tracker->Shutdown();
 
   const std::vector<Json> log = ReadLog(path);
@@ -798,10 +778,8 @@ TEST(TrackerTest, WithoutAnAccessLogNothingIsWrittenAndCountsAdvance) {
   int n = 16;
   void* params[] = {&w, &v, &g, &lr, &momentum, &n};
   const unsigned grid[3] = {1, 1, 1};
-  t.OnLaunch("cuLaunchKernel", Handle(kSgdNoLogTest), grid, grid, StreamRef{},
-             params, nullptr);
-  t.OnLaunch("cuLaunchKernel", Handle(kSgdNoLogTest), grid, grid, StreamRef{},
-             params, nullptr);
+  t.OnLaunch("cuLaunchKernel", Handle(kSgdNoLogTest), grid, grid, StreamRef{}, params, nullptr);
+  t.OnLaunch("cuLaunchKernel", Handle(kSgdNoLogTest), grid, grid, StreamRef{}, params, nullptr);
   unsigned char host[16];
   t.OnCopy("cuMemcpyDtoH_v2", CopyKind::kDeviceToHost, HostAddress(host), kA, sizeof(host),
            StreamRef{}, false);

@@ -72,9 +72,7 @@ EXACT_HOST_DEVICE inline float Sqrt(float x) {
 }
 
 // acc + a * b with two roundings, the step of every dot product here.
-EXACT_HOST_DEVICE inline float MulAdd(float acc, float a, float b) {
-  return Add(acc, Mul(a, b));
-}
+EXACT_HOST_DEVICE inline float MulAdd(float acc, float a, float b) { return Add(acc, Mul(a, b)); }
 
 EXACT_HOST_DEVICE inline float FloatFromBits(unsigned bits) {
 #if defined(__CUDA_ARCH__)
@@ -119,8 +117,7 @@ EXACT_HOST_DEVICE inline unsigned Key(unsigned seed, unsigned index) {
 EXACT_HOST_DEVICE inline float Gaussian(unsigned key) {
   const unsigned h1 = Hash(key);
   const unsigned h2 = Hash(h1 ^ 0x68e31da4u);
-  const unsigned sum =
-      (h1 & 0xffffu) + (h1 >> 16) + (h2 & 0xffffu) + (h2 >> 16);
+  const unsigned sum = (h1 & 0xffffu) + (h1 >> 16) + (h2 & 0xffffu) + (h2 >> 16);
   const float uniform_sum = Mul(static_cast<float>(sum), 1.0f / 65536.0f);
   return Mul(Sub(uniform_sum, 2.0f), 1.7320508f);  // var(sum of 4 U) = 1/3
 }
@@ -171,13 +168,11 @@ EXACT_HOST_DEVICE inline float Log(float x) {
   const float log_m = Mul(p, s);
   const float ef = static_cast<float>(e);
   // ln2 split as in Exp so that e * kLn2Hi is exact.
-  return Add(Add(Mul(ef, 0.693145751953125f), log_m),
-             Mul(ef, 1.42860682030941723212e-6f));
+  return Add(Add(Mul(ef, 0.693145751953125f), log_m), Mul(ef, 1.42860682030941723212e-6f));
 }
 
 // Initial value of parameter `index`: `scale` times a standard normal.
-EXACT_HOST_DEVICE inline float InitialParam(unsigned seed, int index,
-                                            float scale) {
+EXACT_HOST_DEVICE inline float InitialParam(unsigned seed, int index, float scale) {
   return Mul(scale, Gaussian(Key(seed, static_cast<unsigned>(index))));
 }
 

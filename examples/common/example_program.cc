@@ -55,34 +55,32 @@ void UsageError(const char* format, ...) {
   std::exit(2);
 }
 
-long long ParseInteger(const std::string& flag, const std::string& text,
-                       long long min, long long max) {
+long long ParseInteger(const std::string& flag, const std::string& text, long long min,
+                       long long max) {
   errno = 0;
   char* end = nullptr;
   const long long value = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || value < min ||
-      value > max) {
-    UsageError("--%s=%s: expected an integer in [%lld, %lld]", flag.c_str(),
-               text.c_str(), min, max);
+  if (text.empty() || *end != '\0' || errno != 0 || value < min || value > max) {
+    UsageError("--%s=%s: expected an integer in [%lld, %lld]", flag.c_str(), text.c_str(), min,
+               max);
   }
   return value;
 }
 
-int ParseInt(const std::string& flag, const std::string& text, int min,
-             int max) {
+int ParseInt(const std::string& flag, const std::string& text, int min, int max) {
   return static_cast<int>(ParseInteger(flag, text, min, max));
 }
 
-float ParseFloat(const std::string& flag, const std::string& text, float min,
-                 float max, bool max_open) {
+float ParseFloat(const std::string& flag, const std::string& text, float min, float max,
+                 bool max_open) {
   errno = 0;
   char* end = nullptr;
   const float value = std::strtof(text.c_str(), &end);
-  const bool in_range = std::isfinite(value) && value >= min &&
-                        (max_open ? value < max : value <= max);
+  const bool in_range =
+      std::isfinite(value) && value >= min && (max_open ? value < max : value <= max);
   if (text.empty() || *end != '\0' || errno != 0 || !in_range) {
-    UsageError("--%s=%s: expected a number in [%g, %g%c", flag.c_str(),
-               text.c_str(), min, max, max_open ? ')' : ']');
+    UsageError("--%s=%s: expected a number in [%g, %g%c", flag.c_str(), text.c_str(), min, max,
+               max_open ? ')' : ']');
   }
   return value;
 }
@@ -90,16 +88,14 @@ float ParseFloat(const std::string& flag, const std::string& text, float min,
 void CheckElementCounts(const long long* counts, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     if (counts[i] > INT_MAX) {
-      UsageError("sizes too large: a buffer would hold %lld elements",
-                 counts[i]);
+      UsageError("sizes too large: a buffer would hold %lld elements", counts[i]);
     }
   }
 }
 
-void ForEachFlag(int argc, char** argv,
-                 const std::vector<std::string>& switches,
-                 const std::function<void(const std::string& name,
-                                          const std::string* value)>& on_flag) {
+void ForEachFlag(
+    int argc, char** argv, const std::vector<std::string>& switches,
+    const std::function<void(const std::string& name, const std::string* value)>& on_flag) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -171,13 +167,12 @@ CUfunction GetKernel(CUmodule module, const char* name) {
   return function;
 }
 
-void LaunchPerElement(CUfunction function, const char* ns, const char* name,
-                      long long threads, CUstream stream, void** args) {
+void LaunchPerElement(CUfunction function, const char* ns, const char* name, long long threads,
+                      CUstream stream, void** args) {
   constexpr unsigned kBlock = 256;
   const long long blocks = (threads + kBlock - 1) / kBlock;
-  const CUresult result =
-      cuLaunchKernel(function, static_cast<unsigned>(blocks), 1, 1, kBlock, 1,
-                     1, 0, stream, args, nullptr);
+  const CUresult result = cuLaunchKernel(function, static_cast<unsigned>(blocks), 1, 1, kBlock, 1,
+                                         1, 0, stream, args, nullptr);
   if (result != CUDA_SUCCESS) {
     std::fprintf(stderr, "%s: launch of %s::%s:\n", program_name, ns, name);
     CheckCu(result, "cuLaunchKernel");

@@ -37,18 +37,16 @@ const char* ProgramName();
 void CheckCu(CUresult result, const char* function);
 
 // Prints the message, then the usage, and exits with status 2.
-[[noreturn]] __attribute__((format(printf, 1, 2))) void UsageError(
-    const char* format, ...);
+[[noreturn]] __attribute__((format(printf, 1, 2))) void UsageError(const char* format, ...);
 
 // The value of --`flag`, `text`, as an integer in [min, max], or a usage
 // error.
-long long ParseInteger(const std::string& flag, const std::string& text,
-                       long long min, long long max);
-int ParseInt(const std::string& flag, const std::string& text, int min,
-             int max);
+long long ParseInteger(const std::string& flag, const std::string& text, long long min,
+                       long long max);
+int ParseInt(const std::string& flag, const std::string& text, int min, int max);
 // As a finite number in [min, max], or [min, max) when max_open.
-float ParseFloat(const std::string& flag, const std::string& text, float min,
-                 float max, bool max_open = false);
+float ParseFloat(const std::string& flag, const std::string& text, float min, float max,
+                 bool max_open = false);
 
 // A usage error unless every count (of a buffer's elements, or of a launch's
 // threads) fits the kernels' int parameters.
@@ -62,10 +60,9 @@ void CheckElementCounts(const long long (&counts)[N]) {
 // `switches` (written exactly `--name`) calls on_flag(name, nullptr);
 // `--name=value` and `--name value` call on_flag(name, &value); anything
 // else is a usage error. on_flag reports unknown names itself.
-void ForEachFlag(int argc, char** argv,
-                 const std::vector<std::string>& switches,
-                 const std::function<void(const std::string& name,
-                                          const std::string* value)>& on_flag);
+void ForEachFlag(
+    int argc, char** argv, const std::vector<std::string>& switches,
+    const std::function<void(const std::string& name, const std::string* value)>& on_flag);
 
 // The path of `file` in the directory of the running binary.
 std::string BesideBinary(const char* file);
@@ -86,8 +83,8 @@ CUfunction GetKernel(CUmodule module, const char* name);
 // Launches `function` (named `ns`::`name` in messages) on `stream` with one
 // thread per element of `threads`, in blocks of 256; the kernels guard the
 // surplus threads of the last block.
-void LaunchPerElement(CUfunction function, const char* ns, const char* name,
-                      long long threads, CUstream stream, void** args);
+void LaunchPerElement(CUfunction function, const char* ns, const char* name, long long threads,
+                      CUstream stream, void** args);
 
 // FNV-1a, 64 bits, over bytes: the checksum the programs print.
 class Fnv1a64 {

@@ -23,8 +23,8 @@ namespace exact {
 
 // y = x w + b: y[r][j] starts from b[j] and receives x[r][k] * w[k][j] in
 // ascending k.
-inline void MatmulForward(const float* x, const float* w, const float* b,
-                          float* y, int rows, int in, int out) {
+inline void MatmulForward(const float* x, const float* w, const float* b, float* y, int rows,
+                          int in, int out) {
   for (int r = 0; r < rows; ++r) {
     float* y_row = y + static_cast<long long>(r) * out;
     for (int j = 0; j < out; ++j) y_row[j] = b[j];
@@ -58,16 +58,15 @@ inline void MatmulForward(const float* x, const float* w, const float* b,
 
 // dx = dy w^T: dx[r][k] starts from 0 and receives dy[r][j] * w[k][j] in
 // ascending j.
-inline void MatmulBackwardInput(const float* dy, const float* w, float* dx,
-                                int rows, int in, int out) {
+inline void MatmulBackwardInput(const float* dy, const float* w, float* dx, int rows, int in,
+                                int out) {
   // With dy transposed, the sums for one k run over a contiguous vector while
   // w's row k streams past once, so the innermost loop vectorises without
   // reordering any sum.
   std::vector<float> dy_t(static_cast<size_t>(out) * rows);
   for (int r = 0; r < rows; ++r) {
     for (int j = 0; j < out; ++j) {
-      dy_t[static_cast<size_t>(j) * rows + r] =
-          dy[static_cast<long long>(r) * out + j];
+      dy_t[static_cast<size_t>(j) * rows + r] = dy[static_cast<long long>(r) * out + j];
     }
   }
   std::vector<float> acc(rows);
@@ -76,8 +75,7 @@ inline void MatmulBackwardInput(const float* dy, const float* w, float* dx,
     for (int r = 0; r < rows; ++r) acc[r] = 0.0f;
     int j = 0;
     for (; j + 4 <= out; j += 4) {
-      const float w0 = w_row[j], w1 = w_row[j + 1], w2 = w_row[j + 2],
-                  w3 = w_row[j + 3];
+      const float w0 = w_row[j], w1 = w_row[j + 1], w2 = w_row[j + 2], w3 = w_row[j + 3];
       const float* t0 = dy_t.data() + static_cast<size_t>(j) * rows;
       const float* t1 = t0 + rows;
       const float* t2 = t1 + rows;
@@ -99,8 +97,8 @@ inline void MatmulBackwardInput(const float* dy, const float* w, float* dx,
 
 // dw = x^T dy and db = the column sums of dy, each element from 0 over the
 // rows in ascending order. Overwrites.
-inline void MatmulBackwardParams(const float* x, const float* dy, float* dw,
-                                 float* db, int rows, int in, int out) {
+inline void MatmulBackwardParams(const float* x, const float* dy, float* dw, float* db, int rows,
+                                 int in, int out) {
   for (int k = 0; k < in; ++k) {
     float* dw_row = dw + static_cast<long long>(k) * out;
     for (int j = 0; j < out; ++j) dw_row[j] = 0.0f;
@@ -117,8 +115,7 @@ inline void MatmulBackwardParams(const float* x, const float* dy, float* dw,
       const float* d2 = d1 + out;
       const float* d3 = d2 + out;
       for (int j = 0; j < out; ++j) {
-        dw_row[j] =
-            dw_row[j] + x0 * d0[j] + x1 * d1[j] + x2 * d2[j] + x3 * d3[j];
+        dw_row[j] = dw_row[j] + x0 * d0[j] + x1 * d1[j] + x2 * d2[j] + x3 * d3[j];
       }
     }
     for (; r < rows; ++r) {

@@ -23,13 +23,11 @@ class LayerKernels {
   LayerKernels(CUmodule module, CUstream stream);
 
   void InitParams(Ptr w, int n, unsigned seed, float scale) const;
-  void MatmulForward(Ptr x, Ptr w, Ptr b, Ptr y, int rows, int in,
-                     int out) const;
-  void MatmulBackwardInput(Ptr dy, Ptr w, Ptr dx, int rows, int in,
-                           int out) const;
+  void MatmulForward(Ptr x, Ptr w, Ptr b, Ptr y, int rows, int in, int out) const;
+  void MatmulBackwardInput(Ptr dy, Ptr w, Ptr dx, int rows, int in, int out) const;
   // Adds the gradients to dw and db when `accumulate`, else overwrites.
-  void MatmulBackwardParams(Ptr x, Ptr dy, Ptr dw, Ptr db, int rows, int in,
-                            int out, int accumulate) const;
+  void MatmulBackwardParams(Ptr x, Ptr dy, Ptr dw, Ptr db, int rows, int in, int out,
+                            int accumulate) const;
   void AddVectors(Ptr a, Ptr b, Ptr y, int n) const;
   void ReluForward(Ptr pre, Ptr post, int n) const;
   void ReluBackward(Ptr pre, Ptr grad, int n) const;
@@ -38,11 +36,10 @@ class LayerKernels {
 
  private:
   // One thread per element on stream_.
-  void Launch(CUfunction function, const char* name, long long threads,
-              void** args) const;
+  void Launch(CUfunction function, const char* name, long long threads, void** args) const;
 
-  CUfunction init_params_, matmul_forward_, matmul_backward_input_,
-      matmul_backward_params_, add_, relu_forward_, relu_backward_;
+  CUfunction init_params_, matmul_forward_, matmul_backward_input_, matmul_backward_params_, add_,
+      relu_forward_, relu_backward_;
   CUstream stream_;
 };
 

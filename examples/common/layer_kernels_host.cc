@@ -22,19 +22,18 @@ FAKECUDA_KERNEL(init_params, float* w, int n, unsigned seed, float scale) {
   for (long long i = 0; i < n; ++i) InitParamsThread(i, w, seed, scale);
 }
 
-FAKECUDA_KERNEL(matmul_forward, const float* x, const float* w, const float* b,
-                float* y, int rows, int in, int out) {
+FAKECUDA_KERNEL(matmul_forward, const float* x, const float* w, const float* b, float* y, int rows,
+                int in, int out) {
   exact::MatmulForward(x, w, b, y, rows, in, out);
 }
 
-FAKECUDA_KERNEL(matmul_backward_input, const float* dy, const float* w,
-                float* dx, int rows, int in, int out) {
+FAKECUDA_KERNEL(matmul_backward_input, const float* dy, const float* w, float* dx, int rows, int in,
+                int out) {
   exact::MatmulBackwardInput(dy, w, dx, rows, in, out);
 }
 
-FAKECUDA_KERNEL(matmul_backward_params, const float* x, const float* dy,
-                float* dw, float* db, int rows, int in, int out,
-                int accumulate) {
+FAKECUDA_KERNEL(matmul_backward_params, const float* x, const float* dy, float* dw, float* db,
+                int rows, int in, int out, int accumulate) {
   if (!accumulate) {
     exact::MatmulBackwardParams(x, dy, dw, db, rows, in, out);
     return;

@@ -22,16 +22,13 @@
 namespace examples {
 
 // Threads: n. w[i] = scale * N(0, 1) from the hash RNG stream `seed`.
-EXACT_HOST_DEVICE inline void InitParamsThread(long long i, float* w,
-                                               unsigned seed, float scale) {
+EXACT_HOST_DEVICE inline void InitParamsThread(long long i, float* w, unsigned seed, float scale) {
   w[i] = exact::InitialParam(seed, static_cast<int>(i), scale);
 }
 
 // Threads: rows * out. y = x w + b; each sum starts from the bias.
-EXACT_HOST_DEVICE inline void MatmulForwardThread(long long i, const float* x,
-                                                  const float* w,
-                                                  const float* b, float* y,
-                                                  int in, int out) {
+EXACT_HOST_DEVICE inline void MatmulForwardThread(long long i, const float* x, const float* w,
+                                                  const float* b, float* y, int in, int out) {
   const long long row = i / out;
   const int col = static_cast<int>(i % out);
   const float* xr = x + row * in;
@@ -43,10 +40,8 @@ EXACT_HOST_DEVICE inline void MatmulForwardThread(long long i, const float* x,
 }
 
 // Threads: rows * in. dx = dy w^T.
-EXACT_HOST_DEVICE inline void MatmulBackwardInputThread(long long i,
-                                                        const float* dy,
-                                                        const float* w,
-                                                        float* dx, int in,
+EXACT_HOST_DEVICE inline void MatmulBackwardInputThread(long long i, const float* dy,
+                                                        const float* w, float* dx, int in,
                                                         int out) {
   const long long row = i / in;
   const int k = static_cast<int>(i % in);
@@ -61,9 +56,10 @@ EXACT_HOST_DEVICE inline void MatmulBackwardInputThread(long long i,
 // 0 over the rows in ascending order; then, when `accumulate` (gradient
 // accumulation over micro-batches), added to the old value, else written
 // over it.
-EXACT_HOST_DEVICE inline void MatmulBackwardParamsThread(
-    long long i, const float* x, const float* dy, float* dw, float* db,
-    int rows, int in, int out, int accumulate) {
+EXACT_HOST_DEVICE inline void MatmulBackwardParamsThread(long long i, const float* x,
+                                                         const float* dy, float* dw, float* db,
+                                                         int rows, int in, int out,
+                                                         int accumulate) {
   const long long weights = static_cast<long long>(in) * out;
   if (i < weights) {
     const int k = static_cast<int>(i / out);
@@ -85,31 +81,25 @@ EXACT_HOST_DEVICE inline void MatmulBackwardParamsThread(
 }
 
 // Threads: n. y = a + b (y may be a).
-EXACT_HOST_DEVICE inline void AddThread(long long i, const float* a,
-                                        const float* b, float* y) {
+EXACT_HOST_DEVICE inline void AddThread(long long i, const float* a, const float* b, float* y) {
   y[i] = exact::Add(a[i], b[i]);
 }
 
 // Threads: n. post = max(pre, 0).
-EXACT_HOST_DEVICE inline void ReluForwardThread(long long i, const float* pre,
-                                                float* post) {
+EXACT_HOST_DEVICE inline void ReluForwardThread(long long i, const float* pre, float* post) {
   post[i] = exact::Relu(pre[i]);
 }
 
 // Threads: n. In place on grad: the gradient through max(pre, 0).
-EXACT_HOST_DEVICE inline void ReluBackwardThread(long long i, const float* pre,
-                                                 float* grad) {
+EXACT_HOST_DEVICE inline void ReluBackwardThread(long long i, const float* pre, float* grad) {
   if (!(pre[i] > 0.0f)) grad[i] = 0.0f;
 }
 
 // Row t of causal attention probabilities for query row q: p[u] = softmax
 // over keys u <= t of q . k_u * scale, k_u being the `dim` floats at
 // k + u * k_stride; zero for u in (t, seq).
-EXACT_HOST_DEVICE inline void CausalAttentionRow(const float* q,
-                                                 const float* k,
-                                                 long long k_stride, int dim,
-                                                 int t, int seq, float scale,
-                                                 float* p) {
+EXACT_HOST_DEVICE inline void CausalAttentionRow(const float* q, const float* k, long long k_stride,
+                                                 int dim, int t, int seq, float scale, float* p) {
   float max_score = 0.0f;
   for (int u = 0; u <= t; ++u) {
     const float* ku = k + u * k_stride;

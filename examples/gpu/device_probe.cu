@@ -264,13 +264,14 @@ int TimeRanges() {
     whole_release.push_back(Micros(t1, t2));
   }
   OK(cuMemAddressFree(va, bytes));
-  std::printf(", \"range_64mib_us\": {\"map_32_granules\": %.1f, \"set_access_once\": %.1f, "
-              "\"set_access_per_granule\": %.1f, \"unmap_once\": %.1f, \"one_handle_map\": %.1f, "
-              "\"one_handle_set_access\": %.1f, \"one_handle_unmap\": %.1f, "
-              "\"one_handle_create\": %.1f, \"one_handle_release\": %.1f}",
-              Of(map_each).p50, Of(access_once).p50, Of(access_each).p50, Of(unmap_once).p50,
-              Of(whole_map).p50, Of(whole_access).p50, Of(whole_unmap).p50, Of(whole_create).p50,
-              Of(whole_release).p50);
+  std::printf(
+      ", \"range_64mib_us\": {\"map_32_granules\": %.1f, \"set_access_once\": %.1f, "
+      "\"set_access_per_granule\": %.1f, \"unmap_once\": %.1f, \"one_handle_map\": %.1f, "
+      "\"one_handle_set_access\": %.1f, \"one_handle_unmap\": %.1f, "
+      "\"one_handle_create\": %.1f, \"one_handle_release\": %.1f}",
+      Of(map_each).p50, Of(access_once).p50, Of(access_each).p50, Of(unmap_once).p50,
+      Of(whole_map).p50, Of(whole_access).p50, Of(whole_unmap).p50, Of(whole_create).p50,
+      Of(whole_release).p50);
   return 0;
 }
 
@@ -329,9 +330,10 @@ int Bandwidth() {
   double up = BestGbps(kBytes, 5, h2d);
   double down = BestGbps(kBytes, 5, d2h);
   double each = BestGbps(kBytes, 5, both);
-  std::printf("{\"bytes\": %zu, \"h2d_gbps\": %.2f, \"d2h_gbps\": %.2f, "
-              "\"both_each_gbps\": %.2f, \"both_total_gbps\": %.2f}\n",
-              kBytes, up, down, each, 2 * each);
+  std::printf(
+      "{\"bytes\": %zu, \"h2d_gbps\": %.2f, \"d2h_gbps\": %.2f, "
+      "\"both_each_gbps\": %.2f, \"both_total_gbps\": %.2f}\n",
+      kBytes, up, down, each, 2 * each);
   cuStreamDestroy(a);
   cuStreamDestroy(b);
   cuMemFree(d_in);
@@ -444,10 +446,11 @@ int Launch() {
   if (cudaMemcpy(&v, p, sizeof v, cudaMemcpyDeviceToHost) != cudaSuccess) return 1;
   // Every launch ran: the count is exact in a float up to 2^24.
   const bool all_ran = v == static_cast<float>(kWarm + kLaunches);
-  std::printf("{\"launches\": %d, \"submit_ns_per_launch\": %.0f, \"total_ns_per_launch\": %.0f, "
-              "\"all_ran\": %s}\n",
-              kLaunches, Micros(t0, t1) * 1e3 / kLaunches, Micros(t0, t2) * 1e3 / kLaunches,
-              all_ran ? "true" : "false");
+  std::printf(
+      "{\"launches\": %d, \"submit_ns_per_launch\": %.0f, \"total_ns_per_launch\": %.0f, "
+      "\"all_ran\": %s}\n",
+      kLaunches, Micros(t0, t1) * 1e3 / kLaunches, Micros(t0, t2) * 1e3 / kLaunches,
+      all_ran ? "true" : "false");
   cudaFree(p);
   return all_ran ? 0 : 1;
 }

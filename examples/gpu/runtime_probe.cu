@@ -22,8 +22,8 @@ bool Ok(cudaError_t e, const char* what) {
                static_cast<int>(e));
   return false;
 }
-#define OK(call) \
-  do {           \
+#define OK(call)                      \
+  do {                                \
     if (!Ok((call), #call)) return 1; \
   } while (0)
 

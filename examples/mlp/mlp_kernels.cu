@@ -25,9 +25,8 @@ __global__ void init_params(float* w, int n, unsigned seed, float scale) {
 
 // Threads: count * features. Fills one dataset shard with samples
 // [first_sample, first_sample + count) of the synthetic class clusters.
-__global__ void synth_shard(float* data, int* labels, int first_sample,
-                            int count, int features, int classes, unsigned seed,
-                            float noise) {
+__global__ void synth_shard(float* data, int* labels, int first_sample, int count, int features,
+                            int classes, unsigned seed, float noise) {
   const long long i = GlobalThreadIndex();
   if (i >= static_cast<long long>(count) * features) return;
   const int row = static_cast<int>(i / features);
@@ -38,8 +37,8 @@ __global__ void synth_shard(float* data, int* labels, int first_sample,
 }
 
 // Threads: batch * features. Copies rows [first, first + batch) of a shard.
-__global__ void gather_batch(const float* data, const int* labels, float* x,
-                             int* y, int first, int batch, int features) {
+__global__ void gather_batch(const float* data, const int* labels, float* x, int* y, int first,
+                             int batch, int features) {
   const long long i = GlobalThreadIndex();
   if (i >= static_cast<long long>(batch) * features) return;
   x[i] = data[static_cast<long long>(first) * features + i];
@@ -51,8 +50,8 @@ __global__ void gather_batch(const float* data, const int* labels, float* x,
 
 // Threads: batch * out. y = x w + b, with x [batch, in], w [in, out] and
 // y [batch, out] row-major; each sum starts from the bias.
-__global__ void linear_forward(const float* x, const float* w, const float* b,
-                               float* y, int batch, int in, int out) {
+__global__ void linear_forward(const float* x, const float* w, const float* b, float* y, int batch,
+                               int in, int out) {
   const long long i = GlobalThreadIndex();
   if (i >= static_cast<long long>(batch) * out) return;
   examples::MatmulForwardThread(i, x, w, b, y, in, out);
@@ -67,14 +66,12 @@ __global__ void relu_forward(const float* pre, float* post, int n) {
 
 // Threads: batch. Per sample: its cross-entropy loss and the gradient of the
 // batch-mean loss with respect to its logits.
-__global__ void softmax_xent(const float* logits, const int* labels,
-                             float* dlogits, float* sample_loss, int batch,
-                             int classes) {
+__global__ void softmax_xent(const float* logits, const int* labels, float* dlogits,
+                             float* sample_loss, int batch, int classes) {
   const long long i = GlobalThreadIndex();
   if (i >= batch) return;
   const long long offset = i * classes;
-  sample_loss[i] = SoftmaxXentRow(logits + offset, labels[i], dlogits + offset,
-                                  classes, batch);
+  sample_loss[i] = SoftmaxXentRow(logits + offset, labels[i], dlogits + offset, classes, batch);
 }
 
 // Threads: 1. loss[0] = mean of sample_loss, summed in ascending order.
@@ -86,8 +83,8 @@ __global__ void mean_loss(const float* sample_loss, float* loss, int batch) {
 }
 
 // Threads: batch * in. dx = dy w^T: dx[r][k] = sum over j of dy[r][j] w[k][j].
-__global__ void linear_backward_input(const float* dy, const float* w,
-                                      float* dx, int batch, int in, int out) {
+__global__ void linear_backward_input(const float* dy, const float* w, float* dx, int batch, int in,
+                                      int out) {
   const long long i = GlobalThreadIndex();
   if (i >= static_cast<long long>(batch) * in) return;
   examples::MatmulBackwardInputThread(i, dy, w, dx, in, out);
@@ -96,9 +93,8 @@ __global__ void linear_backward_input(const float* dy, const float* w,
 // Threads: in * out + out. dw = x^T dy (threads [0, in * out)) and
 // db = column sums of dy (threads [in * out, in * out + out)), both summed
 // over the batch in ascending order. Overwrites, does not accumulate.
-__global__ void linear_backward_params(const float* x, const float* dy,
-                                       float* dw, float* db, int batch, int in,
-                                       int out) {
+__global__ void linear_backward_params(const float* x, const float* dy, float* dw, float* db,
+                                       int batch, int in, int out) {
   const long long i = GlobalThreadIndex();
   if (i >= static_cast<long long>(in) * out + out) return;
   examples::MatmulBackwardParamsThread(i, x, dy, dw, db, batch, in, out,
@@ -113,8 +109,7 @@ __global__ void relu_backward(const float* pre, float* grad, int n) {
 }
 
 // Threads: n. v = momentum * v + g; w -= lr * v.
-__global__ void sgd_momentum(float* w, float* v, const float* g, float lr,
-                             float momentum, int n) {
+__global__ void sgd_momentum(float* w, float* v, const float* g, float lr, float momentum, int n) {
   const long long i = GlobalThreadIndex();
   if (i >= n) return;
   SgdMomentumStep(&w[i], &v[i], g[i], lr, momentum);

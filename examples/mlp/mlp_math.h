@@ -36,33 +36,27 @@ constexpr unsigned kMeanStream = 0x3ea1u;
 constexpr unsigned kNoiseStream = 0x4015eu;
 
 // Class of dataset sample `sample`.
-MLP_HOST_DEVICE inline int SampleLabel(unsigned seed, unsigned sample,
-                                       int classes) {
-  return static_cast<int>(Hash(Key(seed ^ kLabelStream, sample)) %
-                          static_cast<unsigned>(classes));
+MLP_HOST_DEVICE inline int SampleLabel(unsigned seed, unsigned sample, int classes) {
+  return static_cast<int>(Hash(Key(seed ^ kLabelStream, sample)) % static_cast<unsigned>(classes));
 }
 
 // Feature `feature` of dataset sample `sample`: its class mean (a standard
 // normal per class and feature) plus `noise` times standard normal noise.
-MLP_HOST_DEVICE inline float SampleFeature(unsigned seed, unsigned sample,
-                                           int feature, int features,
-                                           int classes, float noise) {
-  const unsigned label =
-      static_cast<unsigned>(SampleLabel(seed, sample, classes));
+MLP_HOST_DEVICE inline float SampleFeature(unsigned seed, unsigned sample, int feature,
+                                           int features, int classes, float noise) {
+  const unsigned label = static_cast<unsigned>(SampleLabel(seed, sample, classes));
   const unsigned width = static_cast<unsigned>(features);
   const unsigned column = static_cast<unsigned>(feature);
   const float mean = Gaussian(Key(seed ^ kMeanStream, label * width + column));
-  const float jitter =
-      Gaussian(Key(seed ^ kNoiseStream, sample * width + column));
+  const float jitter = Gaussian(Key(seed ^ kNoiseStream, sample * width + column));
   return MulAdd(mean, noise, jitter);
 }
 
 // Softmax cross-entropy of one sample. Writes the sample's share of the
 // gradient of the batch-mean loss into dlogits[0, classes) and returns the
 // sample's loss. Sums run over classes in ascending order.
-MLP_HOST_DEVICE inline float SoftmaxXentRow(const float* logits, int label,
-                                            float* dlogits, int classes,
-                                            int batch) {
+MLP_HOST_DEVICE inline float SoftmaxXentRow(const float* logits, int label, float* dlogits,
+                                            int classes, int batch) {
   float max_logit = logits[0];
   for (int c = 1; c < classes; ++c) {
     max_logit = logits[c] > max_logit ? logits[c] : max_logit;
@@ -80,8 +74,7 @@ MLP_HOST_DEVICE inline float SoftmaxXentRow(const float* logits, int label,
 }
 
 // One step of SGD with (heavy-ball) momentum on one parameter.
-MLP_HOST_DEVICE inline void SgdMomentumStep(float* w, float* v, float g,
-                                            float lr, float momentum) {
+MLP_HOST_DEVICE inline void SgdMomentumStep(float* w, float* v, float g, float lr, float momentum) {
   const float velocity = MulAdd(g, momentum, *v);
   *v = velocity;
   *w = Sub(*w, Mul(lr, velocity));

@@ -90,62 +90,57 @@ constexpr char kUsage[] =
 
 Options ParseFlags(int argc, char** argv) {
   Options options;
-  examples::ForEachFlag(
-      argc, argv, {}, [&](const std::string& name, const std::string* flag) {
-        const std::string& value =
-            *flag;  // no switches: every flag has a value
-        // Widths are capped so that every buffer's element count, a kernel's
-        // `int n`, stays far from overflow; the products are checked later.
-        constexpr int kMaxWidth = 1 << 20;
-        if (name == "module") {
-          if (value.empty()) examples::UsageError("--module needs a path");
-          options.module = value;
-        } else if (name == "steps") {
-          options.steps = examples::ParseInt(name, value, 1, 1000000);
-        } else if (name == "batch") {
-          options.batch = examples::ParseInt(name, value, 1, kMaxWidth);
-        } else if (name == "input") {
-          options.input = examples::ParseInt(name, value, 1, kMaxWidth);
-        } else if (name == "hidden") {
-          options.hidden = examples::ParseInt(name, value, 1, kMaxWidth);
-        } else if (name == "layers") {
-          options.layers = examples::ParseInt(name, value, 1, 1000);
-        } else if (name == "classes") {
-          options.classes = examples::ParseInt(name, value, 2, kMaxWidth);
-        } else if (name == "shards") {
-          options.shards = examples::ParseInt(name, value, 1, 100000);
-        } else if (name == "shard-samples") {
-          options.shard_samples = examples::ParseInt(name, value, 1, INT_MAX);
-        } else if (name == "lr") {
-          options.lr = examples::ParseFloat(name, value, 0.0f, 10.0f, false);
-        } else if (name == "momentum") {
-          options.momentum =
-              examples::ParseFloat(name, value, 0.0f, 1.0f, true);
-        } else if (name == "noise") {
-          options.noise =
-              examples::ParseFloat(name, value, 0.0f, 1000.0f, false);
-        } else if (name == "seed") {
-          options.seed = examples::ParseInteger(name, value, 0, UINT_MAX);
-        } else if (name == "threads") {
-          options.threads = examples::ParseInt(name, value, 1, 64);
-        } else if (name == "device") {
-          options.device = examples::ParseInt(name, value, 0, 1023);
-        } else if (name == "memory") {
-          if (value != "device" && value != "managed") {
-            examples::UsageError("--memory=%s: expected device or managed", value.c_str());
-          }
-          options.managed = value == "managed";
-        } else {
-          examples::UsageError("unknown flag --%s", name.c_str());
-        }
-      });
+  examples::ForEachFlag(argc, argv, {}, [&](const std::string& name, const std::string* flag) {
+    const std::string& value = *flag;  // no switches: every flag has a value
+    // Widths are capped so that every buffer's element count, a kernel's
+    // `int n`, stays far from overflow; the products are checked later.
+    constexpr int kMaxWidth = 1 << 20;
+    if (name == "module") {
+      if (value.empty()) examples::UsageError("--module needs a path");
+      options.module = value;
+    } else if (name == "steps") {
+      options.steps = examples::ParseInt(name, value, 1, 1000000);
+    } else if (name == "batch") {
+      options.batch = examples::ParseInt(name, value, 1, kMaxWidth);
+    } else if (name == "input") {
+      options.input = examples::ParseInt(name, value, 1, kMaxWidth);
+    } else if (name == "hidden") {
+      options.hidden = examples::ParseInt(name, value, 1, kMaxWidth);
+    } else if (name == "layers") {
+      options.layers = examples::ParseInt(name, value, 1, 1000);
+    } else if (name == "classes") {
+      options.classes = examples::ParseInt(name, value, 2, kMaxWidth);
+    } else if (name == "shards") {
+      options.shards = examples::ParseInt(name, value, 1, 100000);
+    } else if (name == "shard-samples") {
+      options.shard_samples = examples::ParseInt(name, value, 1, INT_MAX);
+    } else if (name == "lr") {
+      options.lr = examples::ParseFloat(name, value, 0.0f, 10.0f, false);
+    } else if (name == "momentum") {
+      options.momentum = examples::ParseFloat(name, value, 0.0f, 1.0f, true);
+    } else if (name == "noise") {
+      options.noise = examples::ParseFloat(name, value, 0.0f, 1000.0f, false);
+    } else if (name == "seed") {
+      options.seed = examples::ParseInteger(name, value, 0, UINT_MAX);
+    } else if (name == "threads") {
+      options.threads = examples::ParseInt(name, value, 1, 64);
+    } else if (name == "device") {
+      options.device = examples::ParseInt(name, value, 0, 1023);
+    } else if (name == "memory") {
+      if (value != "device" && value != "managed") {
+        examples::UsageError("--memory=%s: expected device or managed", value.c_str());
+      }
+      options.managed = value == "managed";
+    } else {
+      examples::UsageError("unknown flag --%s", name.c_str());
+    }
+  });
   if (options.shard_samples < options.batch) {
-    examples::UsageError("--shard-samples=%d is smaller than --batch=%d",
-                         options.shard_samples, options.batch);
+    examples::UsageError("--shard-samples=%d is smaller than --batch=%d", options.shard_samples,
+                         options.batch);
   }
   // Kernels take element counts and sample indices as int.
-  const long long width =
-      std::max({options.input, options.hidden, options.classes});
+  const long long width = std::max({options.input, options.hidden, options.classes});
   const long long counts[] = {
       static_cast<long long>(options.input) * options.hidden,
       static_cast<long long>(options.hidden) * options.hidden,
@@ -167,9 +162,7 @@ Options ParseFlags(int argc, char** argv) {
 class Kernels {
  public:
   explicit Kernels(CUmodule module) {
-    const auto Get = [module](const char* name) {
-      return examples::GetKernel(module, name);
-    };
+    const auto Get = [module](const char* name) { return examples::GetKernel(module, name); };
     init_params_ = Get("_ZN3mlp11init_paramsEPfijf");
     synth_shard_ = Get("_ZN3mlp11synth_shardEPfPiiiiijf");
     gather_batch_ = Get("_ZN3mlp12gather_batchEPKfPKiPfPiiii");
@@ -178,8 +171,7 @@ class Kernels {
     softmax_xent_ = Get("_ZN3mlp12softmax_xentEPKfPKiPfS4_ii");
     mean_loss_ = Get("_ZN3mlp9mean_lossEPKfPfi");
     linear_backward_input_ = Get("_ZN3mlp21linear_backward_inputEPKfS1_Pfiii");
-    linear_backward_params_ =
-        Get("_ZN3mlp22linear_backward_paramsEPKfS1_PfS2_iii");
+    linear_backward_params_ = Get("_ZN3mlp22linear_backward_paramsEPKfS1_PfS2_iii");
     relu_backward_ = Get("_ZN3mlp13relu_backwardEPKfPfi");
     sgd_momentum_ = Get("_ZN3mlp12sgd_momentumEPfS0_PKfffi");
   }
@@ -196,25 +188,20 @@ class Kernels {
     void* args[] = {&w, &n, &seed, &scale};
     Launch(init_params_, "init_params", n, args);
   }
-  void SynthShard(CUdeviceptr data, CUdeviceptr labels, int first_sample,
-                  int count, int features, int classes, unsigned seed,
-                  float noise) const {
-    void* args[] = {&data,     &labels,  &first_sample, &count,
-                    &features, &classes, &seed,         &noise};
-    Launch(synth_shard_, "synth_shard",
-           static_cast<long long>(count) * features, args);
+  void SynthShard(CUdeviceptr data, CUdeviceptr labels, int first_sample, int count, int features,
+                  int classes, unsigned seed, float noise) const {
+    void* args[] = {&data, &labels, &first_sample, &count, &features, &classes, &seed, &noise};
+    Launch(synth_shard_, "synth_shard", static_cast<long long>(count) * features, args);
   }
-  void GatherBatch(CUdeviceptr data, CUdeviceptr labels, CUdeviceptr x,
-                   CUdeviceptr y, int first, int batch, int features) const {
+  void GatherBatch(CUdeviceptr data, CUdeviceptr labels, CUdeviceptr x, CUdeviceptr y, int first,
+                   int batch, int features) const {
     void* args[] = {&data, &labels, &x, &y, &first, &batch, &features};
-    Launch(gather_batch_, "gather_batch",
-           static_cast<long long>(batch) * features, args);
+    Launch(gather_batch_, "gather_batch", static_cast<long long>(batch) * features, args);
   }
-  void LinearForward(CUdeviceptr x, CUdeviceptr w, CUdeviceptr b, CUdeviceptr y,
-                     int batch, int in, int out) const {
+  void LinearForward(CUdeviceptr x, CUdeviceptr w, CUdeviceptr b, CUdeviceptr y, int batch, int in,
+                     int out) const {
     void* args[] = {&x, &w, &b, &y, &batch, &in, &out};
-    Launch(linear_forward_, "linear_forward",
-           static_cast<long long>(batch) * out, args);
+    Launch(linear_forward_, "linear_forward", static_cast<long long>(batch) * out, args);
   }
   void ReluForward(CUdeviceptr pre, CUdeviceptr post, int n) const {
     void* args[] = {&pre, &post, &n};
@@ -229,14 +216,14 @@ class Kernels {
     void* args[] = {&sample_loss, &loss, &batch};
     Launch(mean_loss_, "mean_loss", 1, args);
   }
-  void LinearBackwardInput(CUdeviceptr dy, CUdeviceptr w, CUdeviceptr dx,
-                           int batch, int in, int out) const {
+  void LinearBackwardInput(CUdeviceptr dy, CUdeviceptr w, CUdeviceptr dx, int batch, int in,
+                           int out) const {
     void* args[] = {&dy, &w, &dx, &batch, &in, &out};
-    Launch(linear_backward_input_, "linear_backward_input",
-           static_cast<long long>(batch) * in, args);
+    Launch(linear_backward_input_, "linear_backward_input", static_cast<long long>(batch) * in,
+           args);
   }
-  void LinearBackwardParams(CUdeviceptr x, CUdeviceptr dy, CUdeviceptr dw,
-                            CUdeviceptr db, int batch, int in, int out) const {
+  void LinearBackwardParams(CUdeviceptr x, CUdeviceptr dy, CUdeviceptr dw, CUdeviceptr db,
+                            int batch, int in, int out) const {
     void* args[] = {&x, &dy, &dw, &db, &batch, &in, &out};
     Launch(linear_backward_params_, "linear_backward_params",
            static_cast<long long>(in) * out + out, args);
@@ -245,22 +232,21 @@ class Kernels {
     void* args[] = {&pre, &grad, &n};
     Launch(relu_backward_, "relu_backward", n, args);
   }
-  void SgdMomentum(CUdeviceptr w, CUdeviceptr v, CUdeviceptr g, float lr,
-                   float momentum, int n) const {
+  void SgdMomentum(CUdeviceptr w, CUdeviceptr v, CUdeviceptr g, float lr, float momentum,
+                   int n) const {
     void* args[] = {&w, &v, &g, &lr, &momentum, &n};
     Launch(sgd_momentum_, "sgd_momentum", n, args);
   }
 
  private:
   // One thread per element on stream_.
-  void Launch(CUfunction function, const char* name, long long threads,
-              void** args) const {
+  void Launch(CUfunction function, const char* name, long long threads, void** args) const {
     examples::LaunchPerElement(function, "mlp", name, threads, stream_, args);
   }
 
-  CUfunction init_params_, synth_shard_, gather_batch_, linear_forward_,
-      relu_forward_, softmax_xent_, mean_loss_, linear_backward_input_,
-      linear_backward_params_, relu_backward_, sgd_momentum_;
+  CUfunction init_params_, synth_shard_, gather_batch_, linear_forward_, relu_forward_,
+      softmax_xent_, mean_loss_, linear_backward_input_, linear_backward_params_, relu_backward_,
+      sgd_momentum_;
   CUstream stream_ = nullptr;
 };
 
@@ -292,9 +278,7 @@ class DeviceMemory {
   CUdeviceptr AllocFloats(long long count) {
     return Alloc(static_cast<size_t>(count) * sizeof(float));
   }
-  CUdeviceptr AllocInts(long long count) {
-    return Alloc(static_cast<size_t>(count) * sizeof(int));
-  }
+  CUdeviceptr AllocInts(long long count) { return Alloc(static_cast<size_t>(count) * sizeof(int)); }
   void FreeAll() {
     for (CUdeviceptr ptr : buffers_) CU_CHECK(cuMemFree, ptr);
     buffers_.clear();
@@ -364,8 +348,7 @@ void AllocateModel(const Options& options, Model* model) {
   }
   model->shards.resize(options.shards);
   for (Shard& shard : model->shards) {
-    shard.data = memory.AllocFloats(
-        static_cast<long long>(options.shard_samples) * options.input);
+    shard.data = memory.AllocFloats(static_cast<long long>(options.shard_samples) * options.input);
     shard.labels = memory.AllocInts(options.shard_samples);
   }
   model->x = memory.AllocFloats(static_cast<long long>(batch) * options.input);
@@ -400,8 +383,8 @@ void CopyToHost(CUstream stream, void* dst, CUdeviceptr src, size_t bytes) {
 // and trains it for options.steps steps, all on kernels.stream(); prints the
 // step lines if print_steps. Returns the final weights and biases, layer by
 // layer, each layer's weights before its biases.
-std::vector<float> Train(const Options& options, const Kernels& kernels,
-                         unsigned seed, bool print_steps, Model* model) {
+std::vector<float> Train(const Options& options, const Kernels& kernels, unsigned seed,
+                         bool print_steps, Model* model) {
   const int batch = options.batch;
   const CUstream stream = kernels.stream();
   std::vector<Layer>& layers = model->layers;
@@ -410,9 +393,8 @@ std::vector<float> Train(const Options& options, const Kernels& kernels,
   const CUdeviceptr y = model->y;
 
   for (int s = 0; s < options.shards; ++s) {
-    kernels.SynthShard(shards[s].data, shards[s].labels,
-                       s * options.shard_samples, options.shard_samples,
-                       options.input, options.classes, seed, options.noise);
+    kernels.SynthShard(shards[s].data, shards[s].labels, s * options.shard_samples,
+                       options.shard_samples, options.input, options.classes, seed, options.noise);
   }
   for (int l = 0; l <= options.layers; ++l) {
     Layer& layer = layers[l];
@@ -434,40 +416,35 @@ std::vector<float> Train(const Options& options, const Kernels& kernels,
   for (int step = 0; step < options.steps; ++step) {
     const Shard& shard = shards[step % options.shards];
     const int first = (step / options.shards) % batches_per_shard * batch;
-    kernels.GatherBatch(shard.data, shard.labels, x, y, first, batch,
-                        options.input);
+    kernels.GatherBatch(shard.data, shard.labels, x, y, first, batch, options.input);
 
     CUdeviceptr input = x;
     for (Layer& layer : layers) {
-      kernels.LinearForward(input, layer.w, layer.b, layer.pre, batch, layer.in,
-                            layer.out);
+      kernels.LinearForward(input, layer.w, layer.b, layer.pre, batch, layer.in, layer.out);
       if (layer.relu) {
         kernels.ReluForward(layer.pre, layer.post, batch * layer.out);
         input = layer.post;
       }
     }
     const Layer& top = layers.back();
-    kernels.SoftmaxXent(top.pre, y, top.grad, model->sample_loss, batch,
-                        options.classes);
+    kernels.SoftmaxXent(top.pre, y, top.grad, model->sample_loss, batch, options.classes);
     kernels.MeanLoss(model->sample_loss, model->loss, batch);
 
     for (int l = options.layers; l >= 0; --l) {
       Layer& layer = layers[l];
       const CUdeviceptr layer_input = l == 0 ? x : layers[l - 1].post;
-      kernels.LinearBackwardParams(layer_input, layer.grad, layer.dw, layer.db,
-                                   batch, layer.in, layer.out);
+      kernels.LinearBackwardParams(layer_input, layer.grad, layer.dw, layer.db, batch, layer.in,
+                                   layer.out);
       if (l > 0) {
         Layer& below = layers[l - 1];
-        kernels.LinearBackwardInput(layer.grad, layer.w, below.grad, batch,
-                                    layer.in, layer.out);
+        kernels.LinearBackwardInput(layer.grad, layer.w, below.grad, batch, layer.in, layer.out);
         kernels.ReluBackward(below.pre, below.grad, batch * below.out);
       }
     }
     for (Layer& layer : layers) {
-      kernels.SgdMomentum(layer.w, layer.vw, layer.dw, options.lr,
-                          options.momentum, layer.in * layer.out);
-      kernels.SgdMomentum(layer.b, layer.vb, layer.db, options.lr,
-                          options.momentum, layer.out);
+      kernels.SgdMomentum(layer.w, layer.vw, layer.dw, options.lr, options.momentum,
+                          layer.in * layer.out);
+      kernels.SgdMomentum(layer.b, layer.vb, layer.db, options.lr, options.momentum, layer.out);
     }
 
     // Waits for the step to finish.
@@ -504,19 +481,16 @@ struct ThreadResult {
 // Trains `model` as Train does, from a thread of its own: makes `context`
 // current, creates a non-blocking stream for the model's work and destroys
 // it at the end.
-ThreadResult TrainOnThread(const Options& options, const Kernels& kernels,
-                           CUcontext context, unsigned seed, bool print_steps,
-                           Model* model) {
+ThreadResult TrainOnThread(const Options& options, const Kernels& kernels, CUcontext context,
+                           unsigned seed, bool print_steps, Model* model) {
   CU_CHECK(cuCtxSetCurrent, context);
   CUstream stream = nullptr;
   CU_CHECK(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
   ThreadResult result;
-  result.parameters =
-      Train(options, kernels.OnStream(stream), seed, print_steps, model);
+  result.parameters = Train(options, kernels.OnStream(stream), seed, print_steps, model);
   CU_CHECK(cuStreamDestroy, stream);
   examples::Fnv1a64 checksum;
-  checksum.Update(result.parameters.data(),
-                  result.parameters.size() * sizeof(float));
+  checksum.Update(result.parameters.data(), result.parameters.size() * sizeof(float));
   result.checksum = checksum.hash();
   return result;
 }
@@ -527,13 +501,11 @@ int main(int argc, char** argv) {
   examples::InitProgram("mlp_train", kUsage);
   const Options options = ParseFlags(argc, argv);
   const std::string module_path =
-      options.module.empty() ? examples::BesideBinary("mlp_kernels_host.so")
-                             : options.module;
+      options.module.empty() ? examples::BesideBinary("mlp_kernels_host.so") : options.module;
   const unsigned seed = static_cast<unsigned>(options.seed);
 
   CUdevice device = 0;
-  const CUcontext context =
-      examples::UsePrimaryContext(&device, options.device);
+  const CUcontext context = examples::UsePrimaryContext(&device, options.device);
   CUmodule module = examples::LoadModule(module_path);
   const Kernels kernels(module);
 
@@ -553,20 +525,17 @@ int main(int argc, char** argv) {
     // On this thread and the legacy default stream, with synchronous
     // memsets and read-backs: the driver calls of the program before
     // --threads existed.
-    results[0].parameters =
-        Train(options, kernels, seed, /*print_steps=*/true, &models[0]);
+    results[0].parameters = Train(options, kernels, seed, /*print_steps=*/true, &models[0]);
   } else {
     // Thread t touches only models[t] and results[t]; the module and its
     // functions are shared read-only.
     std::vector<std::thread> threads;
     for (int t = 0; t < options.threads; ++t) {
-      threads.emplace_back(
-          [&options, &kernels, &models, &results, context, seed, t] {
-            // Unsigned: seed + t wraps around modulo 2^32.
-            results[t] = TrainOnThread(options, kernels, context,
-                                       seed + static_cast<unsigned>(t),
-                                       /*print_steps=*/t == 0, &models[t]);
-          });
+      threads.emplace_back([&options, &kernels, &models, &results, context, seed, t] {
+        // Unsigned: seed + t wraps around modulo 2^32.
+        results[t] = TrainOnThread(options, kernels, context, seed + static_cast<unsigned>(t),
+                                   /*print_steps=*/t == 0, &models[t]);
+      });
     }
     for (std::thread& thread : threads) thread.join();
     for (int t = 0; t < options.threads; ++t) {
@@ -577,11 +546,9 @@ int main(int argc, char** argv) {
 
   examples::Fnv1a64 checksum;
   for (const ThreadResult& result : results) {
-    checksum.Update(result.parameters.data(),
-                    result.parameters.size() * sizeof(float));
+    checksum.Update(result.parameters.data(), result.parameters.size() * sizeof(float));
   }
-  std::printf("checksum %016llx\n",
-              static_cast<unsigned long long>(checksum.hash()));
+  std::printf("checksum %016llx\n", static_cast<unsigned long long>(checksum.hash()));
   std::fflush(stdout);
 
   for (Model& model : models) model.memory.FreeAll();

@@ -18,9 +18,8 @@ constexpr size_t kMinLargeAlloc = 10 << 20;  // from here, a segment of its own
 constexpr size_t kRoundLarge = 2 << 20;      // ... rounded up to this
 
 size_t RoundSize(size_t size) {
-  return size < kMinBlockSize
-             ? kMinBlockSize
-             : (size + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
+  return size < kMinBlockSize ? kMinBlockSize
+                              : (size + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
 }
 
 size_t AllocationSize(size_t size) {
@@ -36,12 +35,9 @@ bool ShouldSplit(size_t block_size, size_t size, bool small) {
 
 }  // namespace
 
-bool CachingAllocator::BlockComparator::operator()(const Block* a,
-                                                   const Block* b) const {
-  return std::make_tuple(reinterpret_cast<uintptr_t>(a->stream), a->size,
-                         a->ptr) <
-         std::make_tuple(reinterpret_cast<uintptr_t>(b->stream), b->size,
-                         b->ptr);
+bool CachingAllocator::BlockComparator::operator()(const Block* a, const Block* b) const {
+  return std::make_tuple(reinterpret_cast<uintptr_t>(a->stream), a->size, a->ptr) <
+         std::make_tuple(reinterpret_cast<uintptr_t>(b->stream), b->size, b->ptr);
 }
 
 CachingAllocator::~CachingAllocator() {
@@ -56,9 +52,7 @@ CachingAllocator::Pools& CachingAllocator::PoolsFor(CUstream stream) {
   return general_;
 }
 
-CachingAllocator::Block* CachingAllocator::FindFree(BlockPool& pool,
-                                                    CUstream stream,
-                                                    size_t size) {
+CachingAllocator::Block* CachingAllocator::FindFree(BlockPool& pool, CUstream stream, size_t size) {
   Block key;
   key.stream = stream;
   key.size = size;
@@ -69,8 +63,7 @@ CachingAllocator::Block* CachingAllocator::FindFree(BlockPool& pool,
   return block;
 }
 
-CachingAllocator::Block* CachingAllocator::NewSegment(BlockPool& pool,
-                                                      CUstream stream,
+CachingAllocator::Block* CachingAllocator::NewSegment(BlockPool& pool, CUstream stream,
                                                       size_t size) {
   CUdeviceptr ptr = 0;
   const bool capturing = capture_pools_ != nullptr;
@@ -142,8 +135,8 @@ void CachingAllocator::Free(CUdeviceptr ptr) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = active_.find(ptr);
   if (it == active_.end()) {
-    std::fprintf(stderr, "%s: caching allocator: free of unknown 0x%llx\n",
-                 examples::ProgramName(), static_cast<unsigned long long>(ptr));
+    std::fprintf(stderr, "%s: caching allocator: free of unknown 0x%llx\n", examples::ProgramName(),
+                 static_cast<unsigned long long>(ptr));
     std::exit(1);
   }
   Block* block = it->second;
@@ -178,8 +171,8 @@ void CachingAllocator::RecordStream(CUdeviceptr ptr, CUstream stream) {
   std::lock_guard<std::mutex> lock(mu_);
   Block* block = active_.at(ptr);
   if (stream == block->stream) return;
-  if (std::find(block->stream_uses.begin(), block->stream_uses.end(),
-                stream) == block->stream_uses.end()) {
+  if (std::find(block->stream_uses.begin(), block->stream_uses.end(), stream) ==
+      block->stream_uses.end()) {
     block->stream_uses.push_back(stream);
   }
 }
@@ -187,8 +180,7 @@ void CachingAllocator::RecordStream(CUdeviceptr ptr, CUstream stream) {
 void CachingAllocator::FreeBlock(Block* block) {
   BlockPool& pool = *block->pool;
   for (Block* neighbour : {block->prev, block->next}) {
-    if (neighbour == nullptr || neighbour->allocated ||
-        neighbour->event_count > 0) {
+    if (neighbour == nullptr || neighbour->allocated || neighbour->event_count > 0) {
       continue;
     }
     pool.erase(neighbour);
@@ -283,8 +275,8 @@ void CachingAllocator::ReleasePool(int pool) {
   for (BlockPool* p : {&it->second->small, &it->second->large}) {
     ReleaseFreeSegments(*p);
     if (!p->empty()) {
-      std::fprintf(stderr, "%s: private pool %d still has blocks in use\n",
-                   examples::ProgramName(), pool);
+      std::fprintf(stderr, "%s: private pool %d still has blocks in use\n", examples::ProgramName(),
+                   pool);
       std::exit(1);
     }
   }

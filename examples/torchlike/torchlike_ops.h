@@ -58,22 +58,19 @@ struct TensorListMetadata {
 
 // The embedding row of token row (b, t): a hash of the token and the one
 // before it (a bigram hash embedding), `vocab` standing for "no token".
-TL_HOST_DEVICE inline int EmbedBucket(const int* tokens, long long row,
-                                      int seq, int vocab, int buckets) {
+TL_HOST_DEVICE inline int EmbedBucket(const int* tokens, long long row, int seq, int vocab,
+                                      int buckets) {
   const long long b = row / seq;
   const int t = static_cast<int>(row % seq);
   const int* s = tokens + b * (seq + 1);
-  const unsigned prev = t == 0 ? static_cast<unsigned>(vocab)
-                               : static_cast<unsigned>(s[t - 1]);
+  const unsigned prev = t == 0 ? static_cast<unsigned>(vocab) : static_cast<unsigned>(s[t - 1]);
   const unsigned key = prev * 2654435761u ^ static_cast<unsigned>(s[t]);
   return static_cast<int>(exact::Hash(key) % static_cast<unsigned>(buckets));
 }
 
 // Threads: rows * dim. x[row] = table[bucket(row)].
-TL_HOST_DEVICE inline void EmbedForwardThread(long long i, const int* tokens,
-                                              const float* table, float* x,
-                                              int seq, int vocab, int buckets,
-                                              int dim) {
+TL_HOST_DEVICE inline void EmbedForwardThread(long long i, const int* tokens, const float* table,
+                                              float* x, int seq, int vocab, int buckets, int dim) {
   const long long row = i / dim;
   const int d = static_cast<int>(i % dim);
   const int bucket = EmbedBucket(tokens, row, seq, vocab, buckets);
@@ -82,11 +79,9 @@ TL_HOST_DEVICE inline void EmbedForwardThread(long long i, const int* tokens,
 
 // Threads: buckets * dim. dtable[bucket, d] = (its old value +) the sum over
 // the rows of that bucket, ascending, of dx[row, d].
-TL_HOST_DEVICE inline void EmbedBackwardThread(long long i, const int* tokens,
-                                               const float* dx, float* dtable,
-                                               int rows, int seq, int vocab,
-                                               int buckets, int dim,
-                                               int accumulate) {
+TL_HOST_DEVICE inline void EmbedBackwardThread(long long i, const int* tokens, const float* dx,
+                                               float* dtable, int rows, int seq, int vocab,
+                                               int buckets, int dim, int accumulate) {
   const int bucket = static_cast<int>(i / dim);
   const int d = static_cast<int>(i % dim);
   float acc = 0.0f;
@@ -104,9 +99,10 @@ TL_HOST_DEVICE inline void EmbedBackwardThread(long long i, const int* tokens,
 // out = [o | probs] (2 count pointers; o's rows `out_stride` apart, probs a
 // [seq, seq] matrix). probs[t, u] = softmax over u <= t of
 // q_t . k_u * scale, zero above the diagonal; o_t = sum_u probs[t, u] v_u.
-TL_HOST_DEVICE inline void AttentionForwardThread(
-    long long i, const float* const* in, float* const* out, int count,
-    int seq, int head_dim, int stride, int out_stride, float scale) {
+TL_HOST_DEVICE inline void AttentionForwardThread(long long i, const float* const* in,
+                                                  float* const* out, int count, int seq,
+                                                  int head_dim, int stride, int out_stride,
+                                                  float scale) {
   const int n = static_cast<int>(i / seq);
   const int t = static_cast<int>(i % seq);
   const float* q = in[n] + static_cast<long long>(t) * stride;
@@ -128,9 +124,10 @@ TL_HOST_DEVICE inline void AttentionForwardThread(
 // through tables: in = [q | k | v | probs | dout] (5 count pointers; dout's
 // rows `out_stride` apart), out = [dq | dk | dv | dscores] (4 count
 // pointers; dq, dk, dv rows `stride` apart, dscores a [seq, seq] scratch).
-TL_HOST_DEVICE inline void AttentionBackwardThread(
-    long long i, const float* const* in, float* const* out, int count,
-    int seq, int head_dim, int stride, int out_stride, float scale) {
+TL_HOST_DEVICE inline void AttentionBackwardThread(long long i, const float* const* in,
+                                                   float* const* out, int count, int seq,
+                                                   int head_dim, int stride, int out_stride,
+                                                   float scale) {
   const int n = static_cast<int>(i);
   const float* q = in[n];
   const float* k = in[count + n];
@@ -197,10 +194,10 @@ TL_HOST_DEVICE inline int TopExpert(const float* l, int experts, float* prob) {
 // of the grouped GEMM's pointer table: token_table[row] = expert_table[e]
 // (the expert's w1), token_table[rows + row] = expert_table[experts + e]
 // (its w2). A pointer table built on the device.
-TL_HOST_DEVICE inline void RouterForwardThread(
-    long long row, const float* logits, const float* const* expert_table,
-    int* expert_of, float* gate, const float** token_table, int rows,
-    int experts) {
+TL_HOST_DEVICE inline void RouterForwardThread(long long row, const float* logits,
+                                               const float* const* expert_table, int* expert_of,
+                                               float* gate, const float** token_table, int rows,
+                                               int experts) {
   float prob = 0.0f;
   const int e = TopExpert(logits + row * experts, experts, &prob);
   expert_of[row] = e;
@@ -212,10 +209,8 @@ TL_HOST_DEVICE inline void RouterForwardThread(
 // Threads: rows. The grouped GEMM through the router's table: for token t
 // with w1 = table[t] [dim, ffn], w2 = table[rows + t] [ffn, dim]:
 // hid = relu(x w1), u = hid w2, out = x + gate * u.
-TL_HOST_DEVICE inline void MoeForwardThread(long long t,
-                                            const float* const* table,
-                                            const float* x, const float* gate,
-                                            float* hid, float* u, float* out,
+TL_HOST_DEVICE inline void MoeForwardThread(long long t, const float* const* table, const float* x,
+                                            const float* gate, float* hid, float* u, float* out,
                                             int rows, int dim, int ffn) {
   const float* w1 = table[t];
   const float* w2 = table[rows + t];
@@ -240,13 +235,10 @@ TL_HOST_DEVICE inline void MoeForwardThread(long long t,
 
 // Threads: rows. The backward of MoeForwardThread for token t: dgate =
 // dy . u; dhid = relu'(hid) (gate dy) w2^T; dx = dy + dhid w1^T.
-TL_HOST_DEVICE inline void MoeBackwardThread(long long t,
-                                             const float* const* table,
-                                             const float* gate,
-                                             const float* hid, const float* u,
-                                             const float* dy, float* dhid,
-                                             float* dgate, float* dx, int rows,
-                                             int dim, int ffn) {
+TL_HOST_DEVICE inline void MoeBackwardThread(long long t, const float* const* table,
+                                             const float* gate, const float* hid, const float* u,
+                                             const float* dy, float* dhid, float* dgate, float* dx,
+                                             int rows, int dim, int ffn) {
   const float* w1 = table[t];
   const float* w2 = table[rows + t];
   const float* dyt = dy + t * dim;
@@ -274,11 +266,11 @@ TL_HOST_DEVICE inline void MoeBackwardThread(long long t,
 // dw1[e][k][j] = sum over tokens t of e, ascending, of x[t][k] dhid[t][j];
 // dw2[e][j][d] = sum of hid[t][j] (gate[t] dy[t][d]); added to the old value
 // when `accumulate`.
-TL_HOST_DEVICE inline void MoeBackwardParamsThread(
-    long long i, const int* expert_of, const float* x, const float* gate,
-    const float* hid, const float* dhid, const float* dy,
-    float* const* grads, int rows, int dim, int ffn, int experts,
-    int accumulate) {
+TL_HOST_DEVICE inline void MoeBackwardParamsThread(long long i, const int* expert_of,
+                                                   const float* x, const float* gate,
+                                                   const float* hid, const float* dhid,
+                                                   const float* dy, float* const* grads, int rows,
+                                                   int dim, int ffn, int experts, int accumulate) {
   const long long per = static_cast<long long>(dim) * ffn;
   const bool second = i >= experts * per;
   const long long r = second ? i - experts * per : i;
@@ -308,10 +300,8 @@ TL_HOST_DEVICE inline void MoeBackwardParamsThread(
 
 // Threads: rows. The router logits' gradient from the gate's:
 // dlogits[k] = dgate * p_e * ([k == e] - p_k).
-TL_HOST_DEVICE inline void RouterBackwardThread(long long row,
-                                                const float* logits,
-                                                const float* dgate,
-                                                float* dlogits, int experts) {
+TL_HOST_DEVICE inline void RouterBackwardThread(long long row, const float* logits,
+                                                const float* dgate, float* dlogits, int experts) {
   const float* l = logits + row * experts;
   float pe = 0.0f;
   const int e = TopExpert(l, experts, &pe);
@@ -324,11 +314,9 @@ TL_HOST_DEVICE inline void RouterBackwardThread(long long row,
 
 // Threads: rows. Softmax cross-entropy of token row `row` against the next
 // token: dlogits = (softmax - onehot) * scale; row_loss = the row's loss.
-TL_HOST_DEVICE inline void SoftmaxXentThread(long long row,
-                                             const float* logits,
-                                             const int* tokens, float* dlogits,
-                                             float* row_loss, int seq,
-                                             int vocab, float scale) {
+TL_HOST_DEVICE inline void SoftmaxXentThread(long long row, const float* logits, const int* tokens,
+                                             float* dlogits, float* row_loss, int seq, int vocab,
+                                             float scale) {
   const long long b = row / seq;
   const int t = static_cast<int>(row % seq);
   const int label = tokens[b * (seq + 1) + t + 1];
@@ -346,8 +334,7 @@ TL_HOST_DEVICE inline void SoftmaxXentThread(long long row,
 }
 
 // Threads: 1. loss = (loss +) scale * the sum of row_loss, ascending.
-TL_HOST_DEVICE inline void LossAccumulateThread(const float* row_loss,
-                                                float* loss, int rows,
+TL_HOST_DEVICE inline void LossAccumulateThread(const float* row_loss, float* loss, int rows,
                                                 float scale, int accumulate) {
   float sum = 0.0f;
   for (int r = 0; r < rows; ++r) sum = Add(sum, row_loss[r]);
@@ -372,17 +359,15 @@ TL_HOST_DEVICE inline float PowInt(float base, int n) {
 
 // One AdamW update of one element (decoupled weight decay, bias
 // corrections from the device step count).
-TL_HOST_DEVICE inline void AdamWElement(float* p, const float* g, float* m,
-                                        float* v, int step, float lr,
-                                        float beta1, float beta2, float eps,
+TL_HOST_DEVICE inline void AdamWElement(float* p, const float* g, float* m, float* v, int step,
+                                        float lr, float beta1, float beta2, float eps,
                                         float weight_decay) {
   const float bias1 = Sub(1.0f, PowInt(beta1, step));
   const float bias2 = Sub(1.0f, PowInt(beta2, step));
   const float grad = *g;
   const float param = Mul(*p, Sub(1.0f, Mul(lr, weight_decay)));
   const float m1 = Add(Mul(beta1, *m), Mul(Sub(1.0f, beta1), grad));
-  const float v1 =
-      Add(Mul(beta2, *v), Mul(Sub(1.0f, beta2), Mul(grad, grad)));
+  const float v1 = Add(Mul(beta2, *v), Mul(Sub(1.0f, beta2), Mul(grad, grad)));
   const float denom = Add(Sqrt(Div(v1, bias2)), eps);
   *m = m1;
   *v = v1;
@@ -390,25 +375,19 @@ TL_HOST_DEVICE inline void AdamWElement(float* p, const float* g, float* m,
 }
 
 // Threads: n. The per-parameter AdamW (one launch per tensor).
-TL_HOST_DEVICE inline void AdamWThread(long long i, float* p, const float* g,
-                                       float* m, float* v, const int* step,
-                                       float lr, float beta1, float beta2,
+TL_HOST_DEVICE inline void AdamWThread(long long i, float* p, const float* g, float* m, float* v,
+                                       const int* step, float lr, float beta1, float beta2,
                                        float eps, float weight_decay) {
-  AdamWElement(p + i, g + i, m + i, v + i, step[0], lr, beta1, beta2, eps,
-               weight_decay);
+  AdamWElement(p + i, g + i, m + i, v + i, step[0], lr, beta1, beta2, eps, weight_decay);
 }
 
 // Element `e` of the chunk that block `block` of a fused launch updates,
 // if that element exists (e < chunk_size).
-TL_HOST_DEVICE inline void AdamWFusedElement(const TensorListMetadata& tl,
-                                             int block, long long e,
-                                             int chunk_size, const int* step,
-                                             float lr, float beta1,
-                                             float beta2, float eps,
-                                             float weight_decay) {
+TL_HOST_DEVICE inline void AdamWFusedElement(const TensorListMetadata& tl, int block, long long e,
+                                             int chunk_size, const int* step, float lr, float beta1,
+                                             float beta2, float eps, float weight_decay) {
   const int tensor = tl.block_to_tensor[block];
-  const long long at =
-      static_cast<long long>(tl.block_to_chunk[block]) * chunk_size + e;
+  const long long at = static_cast<long long>(tl.block_to_chunk[block]) * chunk_size + e;
   if (at >= tl.numel_for_tensor[tensor]) return;
   float* p = static_cast<float*>(tl.addresses[0][tensor]) + at;
   const float* g = static_cast<const float*>(tl.addresses[1][tensor]) + at;

@@ -139,81 +139,77 @@ constexpr char kUsage[] =
 Options ParseFlags(int argc, char** argv) {
   Options o;
   constexpr int kMax = 1 << 16;
-  examples::ForEachFlag(
-      argc, argv, {}, [&](const std::string& name, const std::string* flag) {
-        const std::string& value = *flag;
-        if (name == "module") {
-          if (value.empty()) examples::UsageError("--module needs a path");
-          o.module = value;
-        } else if (name == "alloc") {
-          if (value == "caching") {
-            o.alloc = AllocMode::kCaching;
-          } else if (value == "per-tensor") {
-            o.alloc = AllocMode::kPerTensor;
-          } else {
-            examples::UsageError("--alloc=%s: caching or per-tensor",
-                                 value.c_str());
-          }
-        } else if (name == "optimizer") {
-          if (value == "fused") {
-            o.optimizer = OptimizerMode::kFused;
-          } else if (value == "per-param") {
-            o.optimizer = OptimizerMode::kPerParam;
-          } else {
-            examples::UsageError("--optimizer=%s: fused or per-param",
-                                 value.c_str());
-          }
-        } else if (name == "graphs") {
-          if (value == "eager") {
-            o.graphs = GraphMode::kEager;
-          } else if (value == "step") {
-            o.graphs = GraphMode::kStep;
-          } else if (value == "layer") {
-            o.graphs = GraphMode::kLayer;
-          } else {
-            examples::UsageError("--graphs=%s: eager, step or layer",
-                                 value.c_str());
-          }
-        } else if (name == "steps") {
-          o.steps = examples::ParseInt(name, value, 1, 1000000);
-        } else if (name == "micro") {
-          o.micro = examples::ParseInt(name, value, 1, 1024);
-        } else if (name == "layers") {
-          o.layers = examples::ParseInt(name, value, 2, 1000);
-        } else if (name == "dim") {
-          o.dim = examples::ParseInt(name, value, 1, kMax);
-        } else if (name == "heads") {
-          o.heads = examples::ParseInt(name, value, 1, kMax);
-        } else if (name == "seq") {
-          o.seq = examples::ParseInt(name, value, 1, kMax);
-        } else if (name == "batch") {
-          o.batch = examples::ParseInt(name, value, 1, kMax);
-        } else if (name == "vocab") {
-          o.vocab = examples::ParseInt(name, value, 2, 1 << 24);
-        } else if (name == "buckets") {
-          o.buckets = examples::ParseInt(name, value, 1, 1 << 28);
-        } else if (name == "experts") {
-          o.experts = examples::ParseInt(name, value, 1, 1024);
-        } else if (name == "ffn") {
-          o.ffn = examples::ParseInt(name, value, 1, kMax);
-        } else if (name == "eval-every") {
-          o.eval_every = examples::ParseInt(name, value, 1, 1000000);
-        } else if (name == "lr") {
-          o.lr = examples::ParseFloat(name, value, 0.0f, 10.0f);
-        } else if (name == "seed") {
-          o.seed = examples::ParseInteger(name, value, 0, UINT_MAX);
-        } else {
-          examples::UsageError("unknown flag --%s", name.c_str());
-        }
-      });
+  examples::ForEachFlag(argc, argv, {}, [&](const std::string& name, const std::string* flag) {
+    const std::string& value = *flag;
+    if (name == "module") {
+      if (value.empty()) examples::UsageError("--module needs a path");
+      o.module = value;
+    } else if (name == "alloc") {
+      if (value == "caching") {
+        o.alloc = AllocMode::kCaching;
+      } else if (value == "per-tensor") {
+        o.alloc = AllocMode::kPerTensor;
+      } else {
+        examples::UsageError("--alloc=%s: caching or per-tensor", value.c_str());
+      }
+    } else if (name == "optimizer") {
+      if (value == "fused") {
+        o.optimizer = OptimizerMode::kFused;
+      } else if (value == "per-param") {
+        o.optimizer = OptimizerMode::kPerParam;
+      } else {
+        examples::UsageError("--optimizer=%s: fused or per-param", value.c_str());
+      }
+    } else if (name == "graphs") {
+      if (value == "eager") {
+        o.graphs = GraphMode::kEager;
+      } else if (value == "step") {
+        o.graphs = GraphMode::kStep;
+      } else if (value == "layer") {
+        o.graphs = GraphMode::kLayer;
+      } else {
+        examples::UsageError("--graphs=%s: eager, step or layer", value.c_str());
+      }
+    } else if (name == "steps") {
+      o.steps = examples::ParseInt(name, value, 1, 1000000);
+    } else if (name == "micro") {
+      o.micro = examples::ParseInt(name, value, 1, 1024);
+    } else if (name == "layers") {
+      o.layers = examples::ParseInt(name, value, 2, 1000);
+    } else if (name == "dim") {
+      o.dim = examples::ParseInt(name, value, 1, kMax);
+    } else if (name == "heads") {
+      o.heads = examples::ParseInt(name, value, 1, kMax);
+    } else if (name == "seq") {
+      o.seq = examples::ParseInt(name, value, 1, kMax);
+    } else if (name == "batch") {
+      o.batch = examples::ParseInt(name, value, 1, kMax);
+    } else if (name == "vocab") {
+      o.vocab = examples::ParseInt(name, value, 2, 1 << 24);
+    } else if (name == "buckets") {
+      o.buckets = examples::ParseInt(name, value, 1, 1 << 28);
+    } else if (name == "experts") {
+      o.experts = examples::ParseInt(name, value, 1, 1024);
+    } else if (name == "ffn") {
+      o.ffn = examples::ParseInt(name, value, 1, kMax);
+    } else if (name == "eval-every") {
+      o.eval_every = examples::ParseInt(name, value, 1, 1000000);
+    } else if (name == "lr") {
+      o.lr = examples::ParseFloat(name, value, 0.0f, 10.0f);
+    } else if (name == "seed") {
+      o.seed = examples::ParseInteger(name, value, 0, UINT_MAX);
+    } else {
+      examples::UsageError("unknown flag --%s", name.c_str());
+    }
+  });
   if (o.dim % o.heads != 0) {
-    examples::UsageError("--dim %d is not a multiple of --heads %d", o.dim,
-                         o.heads);
+    examples::UsageError("--dim %d is not a multiple of --heads %d", o.dim, o.heads);
   }
   if (o.alloc == AllocMode::kPerTensor && o.graphs != GraphMode::kEager) {
     // PyTorch's CUDAPluggableAllocator has no private pools to capture into.
-    examples::UsageError("--graphs=step and --graphs=layer need --alloc "
-                         "caching");
+    examples::UsageError(
+        "--graphs=step and --graphs=layer need --alloc "
+        "caching");
   }
   const long long rows = static_cast<long long>(o.batch) * o.seq;
   const long long d = o.dim;
@@ -231,9 +227,7 @@ Options ParseFlags(int argc, char** argv) {
 
 using Ptr = CUdeviceptr;
 
-Ptr At(Ptr base, long long floats) {
-  return base + static_cast<Ptr>(floats) * sizeof(float);
-}
+Ptr At(Ptr base, long long floats) { return base + static_cast<Ptr>(floats) * sizeof(float); }
 
 // Typed launchers, one per kernel of torchlike_kernels.cu (those it shares
 // with other examples from examples::LayerKernels), each mirroring the
@@ -243,91 +237,74 @@ Ptr At(Ptr base, long long floats) {
 class Kernels : public examples::LayerKernels {
  public:
   Kernels(CUmodule module, CUstream stream) : LayerKernels(module, stream) {
-    const auto Get = [module](const char* name) {
-      return examples::GetKernel(module, name);
-    };
+    const auto Get = [module](const char* name) { return examples::GetKernel(module, name); };
     embed_forward_ = Get("_ZN9torchlike13embed_forwardEPKiPKfPfiiiii");
     embed_backward_ = Get("_ZN9torchlike14embed_backwardEPKiPKfPfiiiiii");
-    attention_forward_ =
-        Get("_ZN9torchlike17attention_forwardEPKPKfPKPfiiiiif");
-    attention_backward_ =
-        Get("_ZN9torchlike18attention_backwardEPKPKfPKPfiiiiif");
+    attention_forward_ = Get("_ZN9torchlike17attention_forwardEPKPKfPKPfiiiiif");
+    attention_backward_ = Get("_ZN9torchlike18attention_backwardEPKPKfPKPfiiiiif");
     router_forward_ = Get("_ZN9torchlike14router_forwardEPKfPKS1_PiPfPS1_ii");
     moe_forward_ = Get("_ZN9torchlike11moe_forwardEPKPKfS1_S1_PfS4_S4_iii");
-    moe_backward_ =
-        Get("_ZN9torchlike12moe_backwardEPKPKfS1_S1_S1_S1_PfS4_S4_iii");
-    moe_backward_params_ =
-        Get("_ZN9torchlike19moe_backward_paramsEPKiPKfS3_S3_S3_S3_PKPfiiiii");
+    moe_backward_ = Get("_ZN9torchlike12moe_backwardEPKPKfS1_S1_S1_S1_PfS4_S4_iii");
+    moe_backward_params_ = Get("_ZN9torchlike19moe_backward_paramsEPKiPKfS3_S3_S3_S3_PKPfiiiii");
     router_backward_ = Get("_ZN9torchlike15router_backwardEPKfS1_Pfii");
     softmax_xent_ = Get("_ZN9torchlike12softmax_xentEPKfPKiPfS4_iiif");
     loss_accumulate_ = Get("_ZN9torchlike15loss_accumulateEPKfPfifi");
     step_increment_ = Get("_ZN9torchlike14step_incrementEPi");
     adamw_ = Get("_ZN9torchlike5adamwEPfPKfS0_S0_PKifffffi");
-    adamw_fused_ =
-        Get("_ZN9torchlike11adamw_fusedENS_18TensorListMetadataEiPKifffff");
+    adamw_fused_ = Get("_ZN9torchlike11adamw_fusedENS_18TensorListMetadataEiPKifffff");
   }
 
-  void EmbedForward(Ptr tokens, Ptr table, Ptr x, int rows, int seq, int vocab,
-                    int buckets, int dim) const {
+  void EmbedForward(Ptr tokens, Ptr table, Ptr x, int rows, int seq, int vocab, int buckets,
+                    int dim) const {
     void* args[] = {&tokens, &table, &x, &rows, &seq, &vocab, &buckets, &dim};
     Launch(embed_forward_, "embed_forward", 1LL * rows * dim, args);
   }
-  void EmbedBackward(Ptr tokens, Ptr dx, Ptr dtable, int rows, int seq,
-                     int vocab, int buckets, int dim, int accumulate) const {
-    void* args[] = {&tokens,  &dx,  &dtable, &rows,      &seq,
-                    &vocab, &buckets, &dim,   &accumulate};
+  void EmbedBackward(Ptr tokens, Ptr dx, Ptr dtable, int rows, int seq, int vocab, int buckets,
+                     int dim, int accumulate) const {
+    void* args[] = {&tokens, &dx, &dtable, &rows, &seq, &vocab, &buckets, &dim, &accumulate};
     Launch(embed_backward_, "embed_backward", 1LL * buckets * dim, args);
   }
-  void AttentionForward(Ptr in, Ptr out, int count, int seq, int head_dim,
-                        int stride, int out_stride, float scale) const {
-    void* args[] = {&in,     &out,        &count, &seq,
-                    &head_dim, &stride, &out_stride, &scale};
+  void AttentionForward(Ptr in, Ptr out, int count, int seq, int head_dim, int stride,
+                        int out_stride, float scale) const {
+    void* args[] = {&in, &out, &count, &seq, &head_dim, &stride, &out_stride, &scale};
     Launch(attention_forward_, "attention_forward", 1LL * count * seq, args);
   }
-  void AttentionBackward(Ptr in, Ptr out, int count, int seq, int head_dim,
-                         int stride, int out_stride, float scale) const {
-    void* args[] = {&in,     &out,        &count, &seq,
-                    &head_dim, &stride, &out_stride, &scale};
+  void AttentionBackward(Ptr in, Ptr out, int count, int seq, int head_dim, int stride,
+                         int out_stride, float scale) const {
+    void* args[] = {&in, &out, &count, &seq, &head_dim, &stride, &out_stride, &scale};
     Launch(attention_backward_, "attention_backward", count, args);
   }
-  void RouterForward(Ptr logits, Ptr expert_table, Ptr expert_of, Ptr gate,
-                     Ptr token_table, int rows, int experts) const {
-    void* args[] = {&logits,      &expert_table, &expert_of, &gate,
-                    &token_table, &rows,         &experts};
+  void RouterForward(Ptr logits, Ptr expert_table, Ptr expert_of, Ptr gate, Ptr token_table,
+                     int rows, int experts) const {
+    void* args[] = {&logits, &expert_table, &expert_of, &gate, &token_table, &rows, &experts};
     Launch(router_forward_, "router_forward", rows, args);
   }
-  void MoeForward(Ptr table, Ptr x, Ptr gate, Ptr hid, Ptr u, Ptr out,
-                  int rows, int dim, int ffn) const {
+  void MoeForward(Ptr table, Ptr x, Ptr gate, Ptr hid, Ptr u, Ptr out, int rows, int dim,
+                  int ffn) const {
     void* args[] = {&table, &x, &gate, &hid, &u, &out, &rows, &dim, &ffn};
     Launch(moe_forward_, "moe_forward", rows, args);
   }
-  void MoeBackward(Ptr table, Ptr gate, Ptr hid, Ptr u, Ptr dy, Ptr dhid,
-                   Ptr dgate, Ptr dx, int rows, int dim, int ffn) const {
-    void* args[] = {&table, &gate, &hid, &u,    &dy,  &dhid,
-                    &dgate, &dx,   &rows, &dim, &ffn};
+  void MoeBackward(Ptr table, Ptr gate, Ptr hid, Ptr u, Ptr dy, Ptr dhid, Ptr dgate, Ptr dx,
+                   int rows, int dim, int ffn) const {
+    void* args[] = {&table, &gate, &hid, &u, &dy, &dhid, &dgate, &dx, &rows, &dim, &ffn};
     Launch(moe_backward_, "moe_backward", rows, args);
   }
-  void MoeBackwardParams(Ptr expert_of, Ptr x, Ptr gate, Ptr hid, Ptr dhid,
-                         Ptr dy, Ptr grads, int rows, int dim, int ffn,
-                         int experts, int accumulate) const {
+  void MoeBackwardParams(Ptr expert_of, Ptr x, Ptr gate, Ptr hid, Ptr dhid, Ptr dy, Ptr grads,
+                         int rows, int dim, int ffn, int experts, int accumulate) const {
     void* args[] = {&expert_of, &x,    &gate, &hid, &dhid,    &dy,
                     &grads,     &rows, &dim,  &ffn, &experts, &accumulate};
-    Launch(moe_backward_params_, "moe_backward_params",
-           2LL * experts * dim * ffn, args);
+    Launch(moe_backward_params_, "moe_backward_params", 2LL * experts * dim * ffn, args);
   }
-  void RouterBackward(Ptr logits, Ptr dgate, Ptr dlogits, int rows,
-                      int experts) const {
+  void RouterBackward(Ptr logits, Ptr dgate, Ptr dlogits, int rows, int experts) const {
     void* args[] = {&logits, &dgate, &dlogits, &rows, &experts};
     Launch(router_backward_, "router_backward", rows, args);
   }
-  void SoftmaxXent(Ptr logits, Ptr tokens, Ptr dlogits, Ptr row_loss, int rows,
-                   int seq, int vocab, float scale) const {
-    void* args[] = {&logits, &tokens, &dlogits, &row_loss,
-                    &rows,   &seq,    &vocab,   &scale};
+  void SoftmaxXent(Ptr logits, Ptr tokens, Ptr dlogits, Ptr row_loss, int rows, int seq, int vocab,
+                   float scale) const {
+    void* args[] = {&logits, &tokens, &dlogits, &row_loss, &rows, &seq, &vocab, &scale};
     Launch(softmax_xent_, "softmax_xent", rows, args);
   }
-  void LossAccumulate(Ptr row_loss, Ptr loss, int rows, float scale,
-                      int accumulate) const {
+  void LossAccumulate(Ptr row_loss, Ptr loss, int rows, float scale, int accumulate) const {
     void* args[] = {&row_loss, &loss, &rows, &scale, &accumulate};
     Launch(loss_accumulate_, "loss_accumulate", 1, args);
   }
@@ -335,40 +312,32 @@ class Kernels : public examples::LayerKernels {
     void* args[] = {&step};
     Launch(step_increment_, "step_increment", 1, args);
   }
-  void AdamW(Ptr p, Ptr g, Ptr m, Ptr v, Ptr step, float lr, float beta1,
-             float beta2, float eps, float weight_decay, int n) const {
-    void* args[] = {&p,     &g,     &m,   &v,            &step, &lr,
-                    &beta1, &beta2, &eps, &weight_decay, &n};
+  void AdamW(Ptr p, Ptr g, Ptr m, Ptr v, Ptr step, float lr, float beta1, float beta2, float eps,
+             float weight_decay, int n) const {
+    void* args[] = {&p, &g, &m, &v, &step, &lr, &beta1, &beta2, &eps, &weight_decay, &n};
     Launch(adamw_, "adamw", n, args);
   }
   // One block per (tensor, chunk) of `tl`, as multi_tensor_apply launches.
-  void AdamWFused(const TensorListMetadata& tl, int blocks, int chunk_size,
-                  Ptr step, float lr, float beta1, float beta2, float eps,
-                  float weight_decay) const {
+  void AdamWFused(const TensorListMetadata& tl, int blocks, int chunk_size, Ptr step, float lr,
+                  float beta1, float beta2, float eps, float weight_decay) const {
     TensorListMetadata copy = tl;
-    void* args[] = {&copy, &chunk_size, &step, &lr,
-                    &beta1, &beta2,     &eps,  &weight_decay};
-    const CUresult r =
-        cuLaunchKernel(adamw_fused_, static_cast<unsigned>(blocks), 1, 1, 512,
-                       1, 1, 0, stream(), args, nullptr);
+    void* args[] = {&copy, &chunk_size, &step, &lr, &beta1, &beta2, &eps, &weight_decay};
+    const CUresult r = cuLaunchKernel(adamw_fused_, static_cast<unsigned>(blocks), 1, 1, 512, 1, 1,
+                                      0, stream(), args, nullptr);
     if (r != CUDA_SUCCESS) {
-      std::fprintf(stderr, "%s: launch of torchlike::adamw_fused:\n",
-                   examples::ProgramName());
+      std::fprintf(stderr, "%s: launch of torchlike::adamw_fused:\n", examples::ProgramName());
       examples::CheckCu(r, "cuLaunchKernel");
     }
   }
 
  private:
-  void Launch(CUfunction function, const char* name, long long threads,
-              void** args) const {
-    examples::LaunchPerElement(function, "torchlike", name, threads, stream(),
-                               args);
+  void Launch(CUfunction function, const char* name, long long threads, void** args) const {
+    examples::LaunchPerElement(function, "torchlike", name, threads, stream(), args);
   }
 
-  CUfunction embed_forward_, embed_backward_, attention_forward_,
-      attention_backward_, router_forward_, moe_forward_, moe_backward_,
-      moe_backward_params_, router_backward_, softmax_xent_, loss_accumulate_,
-      step_increment_, adamw_, adamw_fused_;
+  CUfunction embed_forward_, embed_backward_, attention_forward_, attention_backward_,
+      router_forward_, moe_forward_, moe_backward_, moe_backward_params_, router_backward_,
+      softmax_xent_, loss_accumulate_, step_increment_, adamw_, adamw_fused_;
 };
 
 // Where tensors come from: the caching allocator, or libstensor.so's
@@ -379,10 +348,8 @@ class TensorMemory {
  public:
   explicit TensorMemory(AllocMode mode) : mode_(mode) {
     if (mode_ == AllocMode::kPerTensor) {
-      torch_malloc_ = reinterpret_cast<MallocFn>(
-          dlsym(RTLD_DEFAULT, "stensor_torch_malloc"));
-      torch_free_ =
-          reinterpret_cast<FreeFn>(dlsym(RTLD_DEFAULT, "stensor_torch_free"));
+      torch_malloc_ = reinterpret_cast<MallocFn>(dlsym(RTLD_DEFAULT, "stensor_torch_malloc"));
+      torch_free_ = reinterpret_cast<FreeFn>(dlsym(RTLD_DEFAULT, "stensor_torch_free"));
       if ((torch_malloc_ == nullptr) != (torch_free_ == nullptr)) {
         std::fprintf(stderr, "%s: only one of stensor_torch_malloc/free\n",
                      examples::ProgramName());
@@ -396,8 +363,7 @@ class TensorMemory {
     if (mode_ == AllocMode::kCaching) {
       p = caching_.Malloc(bytes, stream);
     } else if (torch_malloc_ != nullptr) {
-      p = reinterpret_cast<uintptr_t>(
-          torch_malloc_(static_cast<ssize_t>(bytes), 0, stream));
+      p = reinterpret_cast<uintptr_t>(torch_malloc_(static_cast<ssize_t>(bytes), 0, stream));
       if (p == 0) {
         // PyTorch would hand the tensor a null pointer; stop instead.
         std::fprintf(stderr, "%s: stensor_torch_malloc(%zu) returned null\n",
@@ -420,8 +386,7 @@ class TensorMemory {
       std::lock_guard<std::mutex> lock(mu_);
       const auto it = live_.find(p);
       if (it == live_.end()) {
-        std::fprintf(stderr, "%s: free of unknown tensor\n",
-                     examples::ProgramName());
+        std::fprintf(stderr, "%s: free of unknown tensor\n", examples::ProgramName());
         std::exit(1);
       }
       live = it->second;
@@ -438,8 +403,7 @@ class TensorMemory {
         CU_CHECK(cuStreamWaitEvent, live.stream, used, 0);
         CU_CHECK(cuEventDestroy, used);
       }
-      torch_free_(reinterpret_cast<void*>(p),
-                  static_cast<ssize_t>(live.bytes), 0, live.stream);
+      torch_free_(reinterpret_cast<void*>(p), static_cast<ssize_t>(live.bytes), 0, live.stream);
     } else {
       CU_CHECK(cuMemFree, p);
     }
@@ -520,8 +484,7 @@ class PinnedArena {
   uint64_t* Take(size_t words) {
     const size_t bytes = (words * sizeof(uint64_t) + 63) / 64 * 64;
     if (used_ + bytes > size_) {
-      std::fprintf(stderr, "%s: pinned table arena full\n",
-                   examples::ProgramName());
+      std::fprintf(stderr, "%s: pinned table arena full\n", examples::ProgramName());
       std::exit(1);
     }
     uint64_t* p = reinterpret_cast<uint64_t*>(base_ + used_);
@@ -538,18 +501,15 @@ class PinnedArena {
 
 // The training tokens of batch `index` (or the evaluation batch): sequences
 // that mostly follow next = 5 cur + 3 (mod vocab), with random jumps.
-void SynthBatch(int* tokens, int batch, int seq, int vocab, unsigned seed,
-                unsigned index) {
+void SynthBatch(int* tokens, int batch, int seq, int vocab, unsigned seed, unsigned index) {
   for (int b = 0; b < batch; ++b) {
     int* s = tokens + static_cast<size_t>(b) * (seq + 1);
     const unsigned base = exact::Key(seed ^ 0xda7au, index * 4099u + b);
     s[0] = static_cast<int>(exact::Hash(base) % static_cast<unsigned>(vocab));
     for (int t = 1; t <= seq; ++t) {
       const unsigned h = exact::Hash(base + static_cast<unsigned>(t));
-      s[t] = (h & 7u) == 0
-                 ? static_cast<int>((h >> 3) % static_cast<unsigned>(vocab))
-                 : static_cast<int>(
-                       (5LL * s[t - 1] + 3) % static_cast<long long>(vocab));
+      s[t] = (h & 7u) == 0 ? static_cast<int>((h >> 3) % static_cast<unsigned>(vocab))
+                           : static_cast<int>((5LL * s[t - 1] + 3) % static_cast<long long>(vocab));
     }
   }
 }
@@ -565,17 +525,12 @@ class DataLoader {
     CUevent ready;
   };
 
-  DataLoader(CUcontext context, TensorMemory* memory, const Options& o,
-             int total)
-      : memory_(memory),
-        o_(o),
-        total_(total),
-        words_(static_cast<size_t>(o.batch) * (o.seq + 1)) {
+  DataLoader(CUcontext context, TensorMemory* memory, const Options& o, int total)
+      : memory_(memory), o_(o), total_(total), words_(static_cast<size_t>(o.batch) * (o.seq + 1)) {
     CU_CHECK(cuStreamCreate, &stream_, CU_STREAM_NON_BLOCKING);
     slots_.resize(kDepth);
     for (Slot& s : slots_) {
-      CU_CHECK(cuMemHostAlloc, reinterpret_cast<void**>(&s.staging),
-               words_ * sizeof(int), 0);
+      CU_CHECK(cuMemHostAlloc, reinterpret_cast<void**>(&s.staging), words_ * sizeof(int), 0);
       CU_CHECK(cuEventCreate, &s.copied, CU_EVENT_DISABLE_TIMING);
     }
     thread_ = std::thread([this, context] { Run(context); });
@@ -609,9 +564,7 @@ class DataLoader {
   // mode must not see another thread's allocations or event waits.
   void WaitIdle() {
     std::unique_lock<std::mutex> lock(mu_);
-    changed_.wait(lock, [this] {
-      return produced_ == total_ || produced_ - consumed_ == kDepth;
-    });
+    changed_.wait(lock, [this] { return produced_ == total_ || produced_ - consumed_ == kDepth; });
   }
 
   CUstream stream() const { return stream_; }
@@ -634,11 +587,10 @@ class DataLoader {
       Slot& s = slots_[k % kDepth];
       // The staging buffer's previous copy must be done before refilling.
       if (s.used) CU_CHECK(cuEventSynchronize, s.copied);
-      SynthBatch(s.staging, o_.batch, o_.seq, o_.vocab,
-                 static_cast<unsigned>(o_.seed), static_cast<unsigned>(k));
+      SynthBatch(s.staging, o_.batch, o_.seq, o_.vocab, static_cast<unsigned>(o_.seed),
+                 static_cast<unsigned>(k));
       const Ptr tokens = memory_->Alloc(words_ * sizeof(int), stream_);
-      CU_CHECK(cuMemcpyHtoDAsync, tokens, s.staging, words_ * sizeof(int),
-               stream_);
+      CU_CHECK(cuMemcpyHtoDAsync, tokens, s.staging, words_ * sizeof(int), stream_);
       CU_CHECK(cuEventRecord, s.copied, stream_);
       s.used = true;
       std::lock_guard<std::mutex> lock(mu_);
@@ -736,18 +688,15 @@ class Trainer {
       p.bo = NewParam(d, 0, 0.0f);
       p.w1 = NewParam(4LL * d * d, s + 3, in_scale);
       p.b1 = NewParam(4LL * d, 0, 0.0f);
-      p.w2 = NewParam(4LL * d * d, s + 4,
-                      0.5f / std::sqrt(static_cast<float>(4 * d)));
+      p.w2 = NewParam(4LL * d * d, s + 4, 0.5f / std::sqrt(static_cast<float>(4 * d)));
       p.b2 = NewParam(d, 0, 0.0f);
     }
     router_w_ = NewParam(1LL * d * o_.experts, seed ^ 0x407e4u, in_scale);
     router_b_ = NewParam(o_.experts, 0, 0.0f);
     for (int e = 0; e < o_.experts; ++e) {
-      expert_w1_.push_back(NewParam(1LL * d * o_.ffn, seed ^ (0xe1000u + e),
-                                    in_scale));
-      expert_w2_.push_back(
-          NewParam(1LL * o_.ffn * d, seed ^ (0xe2000u + e),
-                   0.5f / std::sqrt(static_cast<float>(o_.ffn))));
+      expert_w1_.push_back(NewParam(1LL * d * o_.ffn, seed ^ (0xe1000u + e), in_scale));
+      expert_w2_.push_back(NewParam(1LL * o_.ffn * d, seed ^ (0xe2000u + e),
+                                    0.5f / std::sqrt(static_cast<float>(o_.ffn))));
     }
     head_w_ = NewParam(1LL * d * o_.vocab, seed ^ 0x4eadu, 0.1f * in_scale);
     head_b_ = NewParam(o_.vocab, 0, 0.0f);
@@ -761,8 +710,7 @@ class Trainer {
     std::vector<int> tokens(words);
     SynthBatch(tokens.data(), o_.batch, o_.seq, o_.vocab, seed, 0x7fffffffu);
     eval_tokens_ = mem_->Alloc(words * sizeof(int), stream_);
-    CU_CHECK(cuMemcpyHtoDAsync, eval_tokens_, tokens.data(),
-             words * sizeof(int), stream_);
+    CU_CHECK(cuMemcpyHtoDAsync, eval_tokens_, tokens.data(), words * sizeof(int), stream_);
     CU_CHECK(cuStreamSynchronize, stream_);
   }
 
@@ -779,8 +727,7 @@ class Trainer {
         }
       }
       for (int i = 0; i < o_.micro; ++i) {
-        CU_CHECK(cuMemcpyDtoDAsync, static_inputs_[i], batches[i],
-                 TokenBytes(), stream_);
+        CU_CHECK(cuMemcpyDtoDAsync, static_inputs_[i], batches[i], TokenBytes(), stream_);
         mem_->Free(batches[i]);
       }
       if (step_graph_ == nullptr) {
@@ -810,15 +757,12 @@ class Trainer {
     eager_tables_.Reset();
     Ptr x = Forward(eval_tokens_, /*keep=*/false, nullptr);
     const Ptr logits = mem_->Alloc(Floats(1LL * rows_ * o_.vocab), stream_);
-    k_.MatmulForward(x, head_w_->w, head_b_->w, logits, rows_, o_.dim,
-                     o_.vocab);
+    k_.MatmulForward(x, head_w_->w, head_b_->w, logits, rows_, o_.dim, o_.vocab);
     mem_->Free(x);
     const Ptr dlogits = mem_->Alloc(Floats(1LL * rows_ * o_.vocab), stream_);
     const Ptr row_loss = mem_->Alloc(Floats(rows_), stream_);
-    k_.SoftmaxXent(logits, eval_tokens_, dlogits, row_loss, rows_, o_.seq,
-                   o_.vocab, 1.0f);
-    k_.LossAccumulate(row_loss, eval_loss_, rows_,
-                      1.0f / static_cast<float>(rows_), 0);
+    k_.SoftmaxXent(logits, eval_tokens_, dlogits, row_loss, rows_, o_.seq, o_.vocab, 1.0f);
+    k_.LossAccumulate(row_loss, eval_loss_, rows_, 1.0f / static_cast<float>(rows_), 0);
     mem_->Free(logits);
     mem_->Free(dlogits);
     mem_->Free(row_loss);
@@ -834,8 +778,8 @@ class Trainer {
     for (const Param& p : params_) {
       const size_t at = values.size();
       values.resize(at + static_cast<size_t>(p.n));
-      CU_CHECK(cuMemcpyDtoHAsync, values.data() + at, p.w,
-               static_cast<size_t>(p.n) * sizeof(float), stream_);
+      CU_CHECK(cuMemcpyDtoHAsync, values.data() + at, p.w, static_cast<size_t>(p.n) * sizeof(float),
+               stream_);
     }
     CU_CHECK(cuStreamSynchronize, stream_);
     return values;
@@ -870,12 +814,8 @@ class Trainer {
   }
 
  private:
-  size_t TokenBytes() const {
-    return static_cast<size_t>(o_.batch) * (o_.seq + 1) * sizeof(int);
-  }
-  static size_t Floats(long long n) {
-    return static_cast<size_t>(n) * sizeof(float);
-  }
+  size_t TokenBytes() const { return static_cast<size_t>(o_.batch) * (o_.seq + 1) * sizeof(int); }
+  static size_t Floats(long long n) { return static_cast<size_t>(n) * sizeof(float); }
 
   Param* NewParam(long long n, unsigned seed, float scale) {
     params_.emplace_back();
@@ -942,19 +882,17 @@ class Trainer {
       Ptr x = Forward(tokens, /*keep=*/true, &acts);
       // Head: logits, loss and their gradient.
       const Ptr logits = mem_->Alloc(Floats(1LL * rows_ * o_.vocab), stream_);
-      k_.MatmulForward(x, head_w_->w, head_b_->w, logits, rows_, o_.dim,
-                       o_.vocab);
+      k_.MatmulForward(x, head_w_->w, head_b_->w, logits, rows_, o_.dim, o_.vocab);
       const Ptr dlogits = mem_->Alloc(Floats(1LL * rows_ * o_.vocab), stream_);
       const Ptr row_loss = mem_->Alloc(Floats(rows_), stream_);
-      k_.SoftmaxXent(logits, tokens, dlogits, row_loss, rows_, o_.seq,
-                     o_.vocab, scale);
+      k_.SoftmaxXent(logits, tokens, dlogits, row_loss, rows_, o_.seq, o_.vocab, scale);
       mem_->Free(logits);
       k_.LossAccumulate(row_loss, loss_, rows_, scale, i > 0);
       mem_->Free(row_loss);
       const int acc_w = Grad(head_w_), acc_b = Grad(head_b_);
       (void)acc_b;
-      k_.MatmulBackwardParams(x, dlogits, head_w_->grad, head_b_->grad, rows_,
-                              o_.dim, o_.vocab, acc_w);
+      k_.MatmulBackwardParams(x, dlogits, head_w_->grad, head_b_->grad, rows_, o_.dim, o_.vocab,
+                              acc_w);
       Ptr dx = mem_->Alloc(Floats(1LL * rows_ * o_.dim), stream_);
       k_.MatmulBackwardInput(dlogits, head_w_->w, dx, rows_, o_.dim, o_.vocab);
       mem_->Free(dlogits);
@@ -976,8 +914,7 @@ class Trainer {
   // freed.
   Ptr Forward(Ptr tokens, bool keep, std::vector<Ptr>* acts) {
     Ptr x = mem_->Alloc(Floats(1LL * rows_ * o_.dim), stream_);
-    k_.EmbedForward(tokens, embedding_->w, x, rows_, o_.seq, o_.vocab,
-                    o_.buckets, o_.dim);
+    k_.EmbedForward(tokens, embedding_->w, x, rows_, o_.seq, o_.vocab, o_.buckets, o_.dim);
     saved_dense_.assign(o_.layers, DenseSaved());
     for (int block = 0; block <= o_.layers; ++block) {
       if (keep) acts->push_back(x);
@@ -987,8 +924,7 @@ class Trainer {
       } else {
         const int l = block == 0 ? 0 : block - 1;
         const bool checkpointed = l == 1;
-        out = DenseForward(l, x, keep && !checkpointed ? &saved_dense_[l]
-                                                       : nullptr);
+        out = DenseForward(l, x, keep && !checkpointed ? &saved_dense_[l] : nullptr);
       }
       if (!keep) mem_->Free(x);
       x = out;
@@ -1020,8 +956,8 @@ class Trainer {
       dx = dnext;
     }
     const int acc = Grad(embedding_);
-    k_.EmbedBackward(tokens, dx, embedding_->grad, rows_, o_.seq, o_.vocab,
-                     o_.buckets, o_.dim, acc);
+    k_.EmbedBackward(tokens, dx, embedding_->grad, rows_, o_.seq, o_.vocab, o_.buckets, o_.dim,
+                     acc);
     mem_->Free(dx);
     mem_->Free((*acts)[0]);
   }
@@ -1070,8 +1006,8 @@ class Trainer {
       entries[4 * count_ + n] = At(s->probs, 1LL * n * o_.seq * o_.seq);
     }
     const Ptr table = UploadTable(entries);
-    k_.AttentionForward(table, At(table, 3LL * count_ * 2), count_, o_.seq,
-                        head_dim_, 3 * d, d, AttentionScale());
+    k_.AttentionForward(table, At(table, 3LL * count_ * 2), count_, o_.seq, head_dim_, 3 * d, d,
+                        AttentionScale());
     mem_->Free(table);
     const Ptr proj = mem_->Alloc(Floats(1LL * rows * d), stream_);
     k_.MatmulForward(s->attn, p.wo->w, p.bo->w, proj, rows, d, d);
@@ -1099,12 +1035,10 @@ class Trainer {
   // The backward's kernels; frees what `s` saved (not its input) and
   // returns the input's gradient. Gradients go to the parameters' (with
   // accumulation), or overwrite `static_grads` (a layer graph's).
-  Ptr DenseBackwardOps(int l, const DenseSaved& s, Ptr dy,
-                       const std::vector<Ptr>* static_grads) {
+  Ptr DenseBackwardOps(int l, const DenseSaved& s, Ptr dy, const std::vector<Ptr>* static_grads) {
     const DenseParams& p = dense_[l];
     const int d = o_.dim, rows = rows_;
-    Param* const order[] = {p.wqkv, p.bqkv, p.wo, p.bo,
-                            p.w1,   p.b1,   p.w2, p.b2};
+    Param* const order[] = {p.wqkv, p.bqkv, p.wo, p.bo, p.w1, p.b1, p.w2, p.b2};
     Ptr g[8];
     int acc = 0;
     for (int i = 0; i < 8; ++i) {
@@ -1130,8 +1064,7 @@ class Trainer {
     const Ptr dattn = mem_->Alloc(Floats(1LL * rows * d), stream_);
     k_.MatmulBackwardInput(dh, p.wo->w, dattn, rows, d, d);
     const Ptr dqkv = mem_->Alloc(Floats(3LL * rows * d), stream_);
-    const Ptr dscores =
-        mem_->Alloc(Floats(1LL * count_ * o_.seq * o_.seq), stream_);
+    const Ptr dscores = mem_->Alloc(Floats(1LL * count_ * o_.seq * o_.seq), stream_);
     std::vector<Ptr> entries(9 * count_);
     for (int n = 0; n < count_; ++n) {
       const int b = n / o_.heads, h = n % o_.heads;
@@ -1149,8 +1082,8 @@ class Trainer {
       entries[8 * count_ + n] = At(dscores, 1LL * n * o_.seq * o_.seq);
     }
     const Ptr table = UploadTable(entries);
-    k_.AttentionBackward(table, At(table, 5LL * count_ * 2), count_, o_.seq,
-                         head_dim_, 3 * d, d, AttentionScale());
+    k_.AttentionBackward(table, At(table, 5LL * count_ * 2), count_, o_.seq, head_dim_, 3 * d, d,
+                         AttentionScale());
     mem_->Free(table);
     mem_->Free(dscores);
     mem_->Free(dattn);
@@ -1166,9 +1099,7 @@ class Trainer {
     return dx;
   }
 
-  float AttentionScale() const {
-    return 1.0f / std::sqrt(static_cast<float>(head_dim_));
-  }
+  float AttentionScale() const { return 1.0f / std::sqrt(static_cast<float>(head_dim_)); }
 
   // --- Layer graphs (--graphs layer) ----------------------------------------
 
@@ -1181,8 +1112,7 @@ class Trainer {
   // copies its static output into a new tensor. The first call (in a step
   // that captures) captures both graphs; the checkpointed layer stays eager.
   Ptr GraphedDenseForward(int l, Ptr x, DenseSaved* keep) {
-    if (l == 1 || (!LayerGraphed(l) && (capture_layers_ == nullptr ||
-                                        keep == nullptr))) {
+    if (l == 1 || (!LayerGraphed(l) && (capture_layers_ == nullptr || keep == nullptr))) {
       DenseSaved s;
       const Ptr out = DenseForwardOps(l, x, &s);
       if (keep != nullptr) {
@@ -1213,15 +1143,12 @@ class Trainer {
     CU_CHECK(cuMemcpyDtoDAsync, g.dy, dy, bytes, stream_);
     CU_CHECK(cuGraphLaunch, g.backward, stream_);
     const DenseParams& p = dense_[l];
-    Param* const order[] = {p.wqkv, p.bqkv, p.wo, p.bo,
-                            p.w1,   p.b1,   p.w2, p.b2};
+    Param* const order[] = {p.wqkv, p.bqkv, p.wo, p.bo, p.w1, p.b1, p.w2, p.b2};
     for (int i = 0; i < 8; ++i) {
       if (Grad(order[i])) {
-        k_.AddVectors(order[i]->grad, g.grads[i], order[i]->grad,
-                      static_cast<int>(order[i]->n));
+        k_.AddVectors(order[i]->grad, g.grads[i], order[i]->grad, static_cast<int>(order[i]->n));
       } else {
-        CU_CHECK(cuMemcpyDtoDAsync, order[i]->grad, g.grads[i],
-                 Floats(order[i]->n), stream_);
+        CU_CHECK(cuMemcpyDtoDAsync, order[i]->grad, g.grads[i], Floats(order[i]->n), stream_);
       }
     }
     const Ptr dx = mem_->Alloc(bytes, stream_);
@@ -1251,8 +1178,7 @@ class Trainer {
     // The backward frees the saved tensors back into the pool; the next
     // forward replay writes them again before the backward replay reads.
     Ptr dx = 0;
-    g.backward =
-        Capture(pool, [&] { dx = DenseBackwardOps(l, g.saved, g.dy, &g.grads); });
+    g.backward = Capture(pool, [&] { dx = DenseBackwardOps(l, g.saved, g.dy, &g.grads); });
     g.dx = dx;
     // The saved tensors were freed in the backward's capture, but their
     // memory is the graphs'; keep them out of FreeAll.
@@ -1276,8 +1202,7 @@ class Trainer {
     s.expert_of = mem_->Alloc(sizeof(int) * rows, stream_);
     s.gate = mem_->Alloc(Floats(rows), stream_);
     s.token_table = mem_->Alloc(sizeof(uint64_t) * 2 * rows, stream_);
-    k_.RouterForward(s.logits, expert_table, s.expert_of, s.gate,
-                     s.token_table, rows, e);
+    k_.RouterForward(s.logits, expert_table, s.expert_of, s.gate, s.token_table, rows, e);
     mem_->Free(expert_table);
     s.hid = mem_->Alloc(Floats(1LL * rows * f), stream_);
     s.u = mem_->Alloc(Floats(1LL * rows * d), stream_);
@@ -1302,8 +1227,7 @@ class Trainer {
     const Ptr dhid = mem_->Alloc(Floats(1LL * rows * f), stream_);
     const Ptr dgate = mem_->Alloc(Floats(rows), stream_);
     const Ptr dmoe = mem_->Alloc(Floats(1LL * rows * d), stream_);
-    k_.MoeBackward(s.token_table, s.gate, s.hid, s.u, dy, dhid, dgate, dmoe,
-                   rows, d, f);
+    k_.MoeBackward(s.token_table, s.gate, s.hid, s.u, dy, dhid, dgate, dmoe, rows, d, f);
     // The experts' gradients, a host-built table (they move every step).
     int acc = 0;
     std::vector<Ptr> entries;
@@ -1316,8 +1240,7 @@ class Trainer {
       entries.push_back(w->grad);
     }
     const Ptr grad_table = UploadTable(entries);
-    k_.MoeBackwardParams(s.expert_of, s.x, s.gate, s.hid, dhid, dy,
-                         grad_table, rows, d, f, e, acc);
+    k_.MoeBackwardParams(s.expert_of, s.x, s.gate, s.hid, dhid, dy, grad_table, rows, d, f, e, acc);
     mem_->Free(grad_table);
     mem_->Free(dhid);
     const Ptr dlogits = mem_->Alloc(Floats(1LL * rows * e), stream_);
@@ -1325,8 +1248,7 @@ class Trainer {
     mem_->Free(dgate);
     acc = Grad(router_w_);
     Grad(router_b_);
-    k_.MatmulBackwardParams(s.x, dlogits, router_w_->grad, router_b_->grad,
-                            rows, d, e, acc);
+    k_.MatmulBackwardParams(s.x, dlogits, router_w_->grad, router_b_->grad, rows, d, e, acc);
     const Ptr drouter = mem_->Alloc(Floats(1LL * rows * d), stream_);
     k_.MatmulBackwardInput(dlogits, router_w_->w, drouter, rows, d, e);
     mem_->Free(dlogits);
@@ -1343,8 +1265,8 @@ class Trainer {
   void Optimize() {
     if (o_.optimizer == OptimizerMode::kPerParam) {
       for (const Param& p : params_) {
-        k_.AdamW(p.w, p.grad, p.m, p.v, step_count_, o_.lr, kBeta1, kBeta2,
-                 kEps, kWeightDecay, static_cast<int>(p.n));
+        k_.AdamW(p.w, p.grad, p.m, p.v, step_count_, o_.lr, kBeta1, kBeta2, kEps, kWeightDecay,
+                 static_cast<int>(p.n));
       }
       return;
     }
@@ -1357,8 +1279,7 @@ class Trainer {
       tl.numel_for_tensor[tensors] = p.n;
       const Ptr lists[kListDepth] = {p.w, p.grad, p.m, p.v};
       for (int d = 0; d < kListDepth; ++d) {
-        tl.addresses[d][tensors] =
-            reinterpret_cast<void*>(static_cast<uintptr_t>(lists[d]));
+        tl.addresses[d][tensors] = reinterpret_cast<void*>(static_cast<uintptr_t>(lists[d]));
       }
       ++tensors;
       const long long chunks = (p.n + kChunkSize - 1) / kChunkSize;
@@ -1371,8 +1292,8 @@ class Trainer {
         const bool blocks_full = blocks == kListMaxBlocks;
         const bool last = t + 1 == params_.size() && last_chunk;
         if (!(tensors_full || blocks_full || last)) continue;
-        k_.AdamWFused(tl, blocks, kChunkSize, step_count_, o_.lr, kBeta1,
-                      kBeta2, kEps, kWeightDecay);
+        k_.AdamWFused(tl, blocks, kChunkSize, step_count_, o_.lr, kBeta1, kBeta2, kEps,
+                      kWeightDecay);
         blocks = 0;
         if (last_chunk) {
           tensors = 0;
@@ -1420,9 +1341,7 @@ int main(int argc, char** argv) {
   examples::InitProgram("torchlike_train", torchlike::kUsage);
   const Options options = torchlike::ParseFlags(argc, argv);
   const std::string module_path =
-      options.module.empty()
-          ? examples::BesideBinary("torchlike_kernels_host.so")
-          : options.module;
+      options.module.empty() ? examples::BesideBinary("torchlike_kernels_host.so") : options.module;
 
   CUdevice device = 0;
   CUcontext context = examples::UsePrimaryContext(&device);
@@ -1435,8 +1354,7 @@ int main(int argc, char** argv) {
     torchlike::TensorMemory memory(options.alloc);
     torchlike::Trainer trainer(options, kernels, &memory);
     trainer.Init();
-    torchlike::DataLoader loader(context, &memory, options,
-                                 options.steps * options.micro);
+    torchlike::DataLoader loader(context, &memory, options, options.steps * options.micro);
     const auto start = std::chrono::steady_clock::now();
     for (int step = 0; step < options.steps; ++step) {
       const float loss = trainer.Step(step, &loader);
@@ -1446,37 +1364,31 @@ int main(int argc, char** argv) {
       }
       std::fflush(stdout);
     }
-    const double seconds = std::chrono::duration<double>(
-                               std::chrono::steady_clock::now() - start)
-                               .count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("train_seconds %.3f\n", seconds);
     const std::vector<float> parameters = trainer.Parameters();
     trainer.FreeAll();
     if (memory.live_tensors() != 0) {
-      std::fprintf(stderr, "torchlike_train: %zu tensors still live\n",
-                   memory.live_tensors());
+      std::fprintf(stderr, "torchlike_train: %zu tensors still live\n", memory.live_tensors());
       ok = false;
     }
     if (options.alloc == torchlike::AllocMode::kCaching &&
-        (memory.caching().allocated_bytes() != 0 ||
-         memory.caching().reserved_bytes() != 0)) {
+        (memory.caching().allocated_bytes() != 0 || memory.caching().reserved_bytes() != 0)) {
       std::fprintf(stderr,
                    "torchlike_train: caching allocator holds %zu bytes in "
                    "%zu reserved at the end\n",
-                   memory.caching().allocated_bytes(),
-                   memory.caching().reserved_bytes());
+                   memory.caching().allocated_bytes(), memory.caching().reserved_bytes());
       ok = false;
     }
     std::printf("working_set %zu\n", memory.working_set());
     if (options.alloc == torchlike::AllocMode::kCaching) {
       std::fprintf(stderr, "torchlike_train: segments allocated %d freed %d\n",
-                   memory.caching().segment_allocs(),
-                   memory.caching().segment_frees());
+                   memory.caching().segment_allocs(), memory.caching().segment_frees());
     }
     examples::Fnv1a64 checksum;
     checksum.Update(parameters.data(), parameters.size() * sizeof(float));
-    std::printf("checksum %016llx\n",
-                static_cast<unsigned long long>(checksum.hash()));
+    std::printf("checksum %016llx\n", static_cast<unsigned long long>(checksum.hash()));
   }
   CU_CHECK(cuStreamDestroy, stream);
   CU_CHECK(cuModuleUnload, module);

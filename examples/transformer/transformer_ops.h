@@ -25,34 +25,30 @@ namespace tfm {
 constexpr float kLayerNormEpsilon = 1e-5f;
 
 // Threads: batch * (seq + 1). The training tokens of step `step`.
-TFM_HOST_DEVICE inline void SynthTokensThread(long long i, int* tokens, int seq,
-                                              int vocab, int batch,
-                                              unsigned seed, int step) {
+TFM_HOST_DEVICE inline void SynthTokensThread(long long i, int* tokens, int seq, int vocab,
+                                              int batch, unsigned seed, int step) {
   const int width = seq + 1;
   const int b = static_cast<int>(i / width);
   const int t = static_cast<int>(i % width);
   const unsigned sequence =
-      static_cast<unsigned>(step) * static_cast<unsigned>(batch) +
-      static_cast<unsigned>(b);
+      static_cast<unsigned>(step) * static_cast<unsigned>(batch) + static_cast<unsigned>(b);
   tokens[i] = SequenceToken(seed, sequence, t, vocab);
 }
 
 // Threads: rows * dim. x = embedding row of the token + position code.
-TFM_HOST_DEVICE inline void EmbedThread(long long i, const int* tokens,
-                                        const float* table, float* x, int seq,
-                                        int dim) {
+TFM_HOST_DEVICE inline void EmbedThread(long long i, const int* tokens, const float* table,
+                                        float* x, int seq, int dim) {
   const long long row = i / dim;
   const int d = static_cast<int>(i % dim);
   const int b = static_cast<int>(row / seq);
   const int t = static_cast<int>(row % seq);
   const int token = tokens[static_cast<long long>(b) * (seq + 1) + t];
-  x[i] =
-      Add(table[static_cast<long long>(token) * dim + d], PositionCode(t, d));
+  x[i] = Add(table[static_cast<long long>(token) * dim + d], PositionCode(t, d));
 }
 
 // Mean and 1 / standard deviation of row `row` of x [rows, dim].
-TFM_HOST_DEVICE inline void RowMoments(const float* x, long long row, int dim,
-                                       float* mean, float* rstd) {
+TFM_HOST_DEVICE inline void RowMoments(const float* x, long long row, int dim, float* mean,
+                                       float* rstd) {
   const float* r = x + row * dim;
   float sum = 0.0f;
   for (int d = 0; d < dim; ++d) sum = Add(sum, r[d]);
@@ -63,16 +59,14 @@ TFM_HOST_DEVICE inline void RowMoments(const float* x, long long row, int dim,
     squares = MulAdd(squares, c, c);
   }
   *mean = mu;
-  *rstd =
-      Div(1.0f,
-          Sqrt(Add(Div(squares, static_cast<float>(dim)), kLayerNormEpsilon)));
+  *rstd = Div(1.0f, Sqrt(Add(Div(squares, static_cast<float>(dim)), kLayerNormEpsilon)));
 }
 
 // Threads: rows. y = (x - mean) * rstd * gain + bias per row; saves the
 // row's mean and rstd for the backward pass.
-TFM_HOST_DEVICE inline void LayerNormForwardThread(
-    long long row, const float* x, const float* gain, const float* bias,
-    float* y, float* mean, float* rstd, int dim) {
+TFM_HOST_DEVICE inline void LayerNormForwardThread(long long row, const float* x, const float* gain,
+                                                   const float* bias, float* y, float* mean,
+                                                   float* rstd, int dim) {
   float mu = 0.0f, rs = 0.0f;
   RowMoments(x, row, dim, &mu, &rs);
   mean[row] = mu;
@@ -88,10 +82,10 @@ TFM_HOST_DEVICE inline void LayerNormForwardThread(
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gain.
 // Threads [rows * dim, rows * dim + dim): dgain and dbias of one feature,
 // summed over the rows.
-TFM_HOST_DEVICE inline void LayerNormBackwardThread(
-    long long i, const float* x, const float* gain, const float* mean,
-    const float* rstd, const float* dy, float* dx, float* dgain, float* dbias,
-    int rows, int dim) {
+TFM_HOST_DEVICE inline void LayerNormBackwardThread(long long i, const float* x, const float* gain,
+                                                    const float* mean, const float* rstd,
+                                                    const float* dy, float* dx, float* dgain,
+                                                    float* dbias, int rows, int dim) {
   const long long elements = static_cast<long long>(rows) * dim;
   if (i < elements) {
     const long long row = i / dim;
@@ -108,8 +102,7 @@ TFM_HOST_DEVICE inline void LayerNormBackwardThread(
     const int d = static_cast<int>(i % dim);
     const float xhat = Mul(Sub(xr[d], mu), rs);
     const float g = Mul(dyr[d], gain[d]);
-    dx[i] =
-        Mul(rs, Sub(Sub(g, Div(sum_g, dim_f)), Mul(xhat, Div(sum_gx, dim_f))));
+    dx[i] = Mul(rs, Sub(Sub(g, Div(sum_g, dim_f)), Mul(xhat, Div(sum_gx, dim_f))));
   } else if (i < elements + dim) {
     const int d = static_cast<int>(i - elements);
     float sum_gain = 0.0f, sum_bias = 0.0f;
@@ -127,23 +120,20 @@ TFM_HOST_DEVICE inline void LayerNormBackwardThread(
 // Threads: batch * seq. Row (b, query t) of the causal attention
 // probabilities: softmax over keys u <= t of q_t . k_u / sqrt(dim); zero for
 // u > t.
-TFM_HOST_DEVICE inline void AttentionScoresThread(long long i, const float* qkv,
-                                                  float* probs, int seq,
-                                                  int dim, float scale) {
+TFM_HOST_DEVICE inline void AttentionScoresThread(long long i, const float* qkv, float* probs,
+                                                  int seq, int dim, float scale) {
   const long long b = i / seq;
   const int t = static_cast<int>(i % seq);
   const long long stride = 3LL * dim;
   const float* q = qkv + (b * seq + t) * stride;
   const float* k = qkv + b * seq * stride + dim;
-  examples::CausalAttentionRow(q, k, stride, dim, t, seq, scale,
-                               probs + i * seq);
+  examples::CausalAttentionRow(q, k, stride, dim, t, seq, scale, probs + i * seq);
 }
 
 // Threads: batch * seq * dim. out[b, t, d] = sum over u <= t of
 // probs[b, t, u] v[b, u, d].
-TFM_HOST_DEVICE inline void AttentionApplyThread(long long i, const float* qkv,
-                                                 const float* probs, float* out,
-                                                 int seq, int dim) {
+TFM_HOST_DEVICE inline void AttentionApplyThread(long long i, const float* qkv, const float* probs,
+                                                 float* out, int seq, int dim) {
   const long long row = i / dim;
   const int d = static_cast<int>(i % dim);
   const long long b = row / seq;
@@ -160,9 +150,10 @@ TFM_HOST_DEVICE inline void AttentionApplyThread(long long i, const float* qkv,
 // [0, batch seq seq): dprobs[b, t, u] = dout_t . v_u for u <= t, else 0.
 // The rest: dv[b, u, d] = sum over t >= u of probs[b, t, u] dout[b, t, d],
 // into the v third of dqkv.
-TFM_HOST_DEVICE inline void AttentionBackwardApplyThread(
-    long long i, const float* qkv, const float* probs, const float* dout,
-    float* dprobs, float* dqkv, int batch, int seq, int dim) {
+TFM_HOST_DEVICE inline void AttentionBackwardApplyThread(long long i, const float* qkv,
+                                                         const float* probs, const float* dout,
+                                                         float* dprobs, float* dqkv, int batch,
+                                                         int seq, int dim) {
   const long long scores = static_cast<long long>(batch) * seq * seq;
   const long long stride = 3LL * dim;
   if (i < scores) {
@@ -187,8 +178,7 @@ TFM_HOST_DEVICE inline void AttentionBackwardApplyThread(
     const int u = static_cast<int>(row % seq);
     float acc = 0.0f;
     for (int t = u; t < seq; ++t) {
-      acc = MulAdd(acc, probs[(b * seq + t) * seq + u],
-                   dout[(b * seq + t) * dim + d]);
+      acc = MulAdd(acc, probs[(b * seq + t) * seq + u], dout[(b * seq + t) * dim + d]);
     }
     dqkv[row * stride + 2LL * dim + d] = acc;
   }
@@ -196,10 +186,8 @@ TFM_HOST_DEVICE inline void AttentionBackwardApplyThread(
 
 // Threads: batch * seq. In place, dprobs of row (b, t) becomes the gradient
 // of the scaled scores: scale * p_u (dp_u - sum over w of p_w dp_w).
-TFM_HOST_DEVICE inline void SoftmaxBackwardThread(long long i,
-                                                  const float* probs,
-                                                  float* dprobs, int seq,
-                                                  float scale) {
+TFM_HOST_DEVICE inline void SoftmaxBackwardThread(long long i, const float* probs, float* dprobs,
+                                                  int seq, float scale) {
   const float* p = probs + i * seq;
   float* g = dprobs + i * seq;
   const int t = static_cast<int>(i % seq);
@@ -213,10 +201,8 @@ TFM_HOST_DEVICE inline void SoftmaxBackwardThread(long long i,
 // over u <= t of dscores[b, t, u] k[b, u, d]; the rest dk[b, u, d] = sum
 // over t >= u of dscores[b, t, u] q[b, t, d]; into the q and k thirds of
 // dqkv.
-TFM_HOST_DEVICE inline void AttentionBackwardQkThread(long long i,
-                                                      const float* qkv,
-                                                      const float* dscores,
-                                                      float* dqkv, int batch,
+TFM_HOST_DEVICE inline void AttentionBackwardQkThread(long long i, const float* qkv,
+                                                      const float* dscores, float* dqkv, int batch,
                                                       int seq, int dim) {
   const long long elements = static_cast<long long>(batch) * seq * dim;
   const long long stride = 3LL * dim;
@@ -230,14 +216,12 @@ TFM_HOST_DEVICE inline void AttentionBackwardQkThread(long long i,
   float acc = 0.0f;
   if (!key) {
     for (int u = 0; u <= s; ++u) {
-      acc = MulAdd(acc, dscores[row * seq + u],
-                   qkv[(b * seq + u) * stride + dim + d]);
+      acc = MulAdd(acc, dscores[row * seq + u], qkv[(b * seq + u) * stride + dim + d]);
     }
     dqkv[row * stride + d] = acc;
   } else {
     for (int t = s; t < seq; ++t) {
-      acc = MulAdd(acc, dscores[(b * seq + t) * seq + s],
-                   qkv[(b * seq + t) * stride + d]);
+      acc = MulAdd(acc, dscores[(b * seq + t) * seq + s], qkv[(b * seq + t) * stride + d]);
     }
     dqkv[row * stride + dim + d] = acc;
   }
@@ -246,19 +230,16 @@ TFM_HOST_DEVICE inline void AttentionBackwardQkThread(long long i,
 // Threads: rows. Softmax cross-entropy of token row `row` against the next
 // token: writes the row's share of the gradient of the mean loss into
 // dlogits and returns nothing; the row's loss goes to row_loss.
-TFM_HOST_DEVICE inline void SoftmaxXentThread(long long row,
-                                              const float* logits,
-                                              const int* tokens, float* dlogits,
-                                              float* row_loss, int rows,
-                                              int seq, int vocab) {
+TFM_HOST_DEVICE inline void SoftmaxXentThread(long long row, const float* logits, const int* tokens,
+                                              float* dlogits, float* row_loss, int rows, int seq,
+                                              int vocab) {
   const long long b = row / seq;
   const int t = static_cast<int>(row % seq);
   const int label = tokens[b * (seq + 1) + t + 1];
   const float* l = logits + row * vocab;
   float* g = dlogits + row * vocab;
   float max_logit = l[0];
-  for (int c = 1; c < vocab; ++c)
-    max_logit = l[c] > max_logit ? l[c] : max_logit;
+  for (int c = 1; c < vocab; ++c) max_logit = l[c] > max_logit ? l[c] : max_logit;
   float sum = 0.0f;
   for (int c = 0; c < vocab; ++c) sum = Add(sum, Exp(Sub(l[c], max_logit)));
   const float rows_f = static_cast<float>(rows);
@@ -270,8 +251,7 @@ TFM_HOST_DEVICE inline void SoftmaxXentThread(long long row,
 }
 
 // Threads: 1. loss[0] = mean of row_loss, summed in ascending order.
-TFM_HOST_DEVICE inline void MeanLossThread(const float* row_loss, float* loss,
-                                           int rows) {
+TFM_HOST_DEVICE inline void MeanLossThread(const float* row_loss, float* loss, int rows) {
   float sum = 0.0f;
   for (int r = 0; r < rows; ++r) sum = Add(sum, row_loss[r]);
   loss[0] = Div(sum, static_cast<float>(rows));
@@ -279,25 +259,21 @@ TFM_HOST_DEVICE inline void MeanLossThread(const float* row_loss, float* loss,
 
 // Threads: vocab * dim. dtable[v, d] = sum over token rows holding v, in
 // ascending row order, of dx[row, d]. Overwrites.
-TFM_HOST_DEVICE inline void EmbedBackwardThread(long long i, const int* tokens,
-                                                const float* dx, float* dtable,
-                                                int rows, int seq, int dim) {
+TFM_HOST_DEVICE inline void EmbedBackwardThread(long long i, const int* tokens, const float* dx,
+                                                float* dtable, int rows, int seq, int dim) {
   const int v = static_cast<int>(i / dim);
   const int d = static_cast<int>(i % dim);
   float acc = 0.0f;
   for (int r = 0; r < rows; ++r) {
-    const int token =
-        tokens[static_cast<long long>(r / seq) * (seq + 1) + r % seq];
+    const int token = tokens[static_cast<long long>(r / seq) * (seq + 1) + r % seq];
     if (token == v) acc = Add(acc, dx[static_cast<long long>(r) * dim + d]);
   }
   dtable[i] = acc;
 }
 
 // Threads: n. One Adam step per parameter.
-TFM_HOST_DEVICE inline void AdamThread(long long i, float* w, float* m,
-                                       float* v, const float* g, float lr,
-                                       float beta1, float beta2, float c1,
-                                       float c2) {
+TFM_HOST_DEVICE inline void AdamThread(long long i, float* w, float* m, float* v, const float* g,
+                                       float lr, float beta1, float beta2, float c1, float c2) {
   AdamStep(&w[i], &m[i], &v[i], g[i], lr, beta1, beta2, c1, c2);
 }
 

@@ -82,38 +82,37 @@ constexpr char kUsage[] =
 
 Options ParseFlags(int argc, char** argv) {
   Options options;
-  examples::ForEachFlag(
-      argc, argv, {"step-times"},
-      [&](const std::string& name, const std::string* flag) {
-        if (flag == nullptr) {  // the only switch
-          options.step_times = true;
-          return;
-        }
-        const std::string& value = *flag;
-        constexpr int kMaxWidth = 1 << 16;
-        if (name == "module") {
-          if (value.empty()) examples::UsageError("--module needs a path");
-          options.module = value;
-        } else if (name == "steps") {
-          options.steps = examples::ParseInt(name, value, 1, 1000000);
-        } else if (name == "layers") {
-          options.layers = examples::ParseInt(name, value, 1, 1000);
-        } else if (name == "dim") {
-          options.dim = examples::ParseInt(name, value, 1, kMaxWidth);
-        } else if (name == "seq") {
-          options.seq = examples::ParseInt(name, value, 1, kMaxWidth);
-        } else if (name == "batch") {
-          options.batch = examples::ParseInt(name, value, 1, kMaxWidth);
-        } else if (name == "vocab") {
-          options.vocab = examples::ParseInt(name, value, 2, 1 << 24);
-        } else if (name == "lr") {
-          options.lr = examples::ParseFloat(name, value, 0.0f, 10.0f);
-        } else if (name == "seed") {
-          options.seed = examples::ParseInteger(name, value, 0, UINT_MAX);
-        } else {
-          examples::UsageError("unknown flag --%s", name.c_str());
-        }
-      });
+  examples::ForEachFlag(argc, argv, {"step-times"},
+                        [&](const std::string& name, const std::string* flag) {
+                          if (flag == nullptr) {  // the only switch
+                            options.step_times = true;
+                            return;
+                          }
+                          const std::string& value = *flag;
+                          constexpr int kMaxWidth = 1 << 16;
+                          if (name == "module") {
+                            if (value.empty()) examples::UsageError("--module needs a path");
+                            options.module = value;
+                          } else if (name == "steps") {
+                            options.steps = examples::ParseInt(name, value, 1, 1000000);
+                          } else if (name == "layers") {
+                            options.layers = examples::ParseInt(name, value, 1, 1000);
+                          } else if (name == "dim") {
+                            options.dim = examples::ParseInt(name, value, 1, kMaxWidth);
+                          } else if (name == "seq") {
+                            options.seq = examples::ParseInt(name, value, 1, kMaxWidth);
+                          } else if (name == "batch") {
+                            options.batch = examples::ParseInt(name, value, 1, kMaxWidth);
+                          } else if (name == "vocab") {
+                            options.vocab = examples::ParseInt(name, value, 2, 1 << 24);
+                          } else if (name == "lr") {
+                            options.lr = examples::ParseFloat(name, value, 0.0f, 10.0f);
+                          } else if (name == "seed") {
+                            options.seed = examples::ParseInteger(name, value, 0, UINT_MAX);
+                          } else {
+                            examples::UsageError("unknown flag --%s", name.c_str());
+                          }
+                        });
   // Kernels take element counts as int and index with 64 bits; every buffer
   // and every thread count must stay below 2^31.
   const long long rows = static_cast<long long>(options.batch) * options.seq;
@@ -139,18 +138,14 @@ using Ptr = CUdeviceptr;
 class Kernels : public examples::LayerKernels {
  public:
   Kernels(CUmodule module, CUstream stream) : LayerKernels(module, stream) {
-    const auto Get = [module](const char* name) {
-      return examples::GetKernel(module, name);
-    };
+    const auto Get = [module](const char* name) { return examples::GetKernel(module, name); };
     synth_tokens_ = Get("_ZN3tfm12synth_tokensEPiiiiji");
     embed_ = Get("_ZN3tfm5embedEPKiPKfPfiii");
     layernorm_forward_ = Get("_ZN3tfm17layernorm_forwardEPKfS1_S1_PfS2_S2_ii");
-    layernorm_backward_ =
-        Get("_ZN3tfm18layernorm_backwardEPKfS1_S1_S1_S1_PfS2_S2_ii");
+    layernorm_backward_ = Get("_ZN3tfm18layernorm_backwardEPKfS1_S1_S1_S1_PfS2_S2_ii");
     attention_scores_ = Get("_ZN3tfm16attention_scoresEPKfPfiiif");
     attention_apply_ = Get("_ZN3tfm15attention_applyEPKfS1_Pfiii");
-    attention_backward_apply_ =
-        Get("_ZN3tfm24attention_backward_applyEPKfS1_S1_PfS2_iii");
+    attention_backward_apply_ = Get("_ZN3tfm24attention_backward_applyEPKfS1_S1_PfS2_iii");
     softmax_backward_ = Get("_ZN3tfm16softmax_backwardEPKfPfiif");
     attention_backward_qk_ = Get("_ZN3tfm21attention_backward_qkEPKfS1_Pfiii");
     softmax_xent_ = Get("_ZN3tfm12softmax_xentEPKfPKiPfS4_iii");
@@ -159,60 +154,49 @@ class Kernels : public examples::LayerKernels {
     adam_ = Get("_ZN3tfm4adamEPfS0_S0_PKffffffi");
   }
 
-  void SynthTokens(Ptr tokens, int batch, int seq, int vocab, unsigned seed,
-                   int step) const {
+  void SynthTokens(Ptr tokens, int batch, int seq, int vocab, unsigned seed, int step) const {
     void* args[] = {&tokens, &batch, &seq, &vocab, &seed, &step};
-    Launch(synth_tokens_, "synth_tokens",
-           static_cast<long long>(batch) * (seq + 1), args);
+    Launch(synth_tokens_, "synth_tokens", static_cast<long long>(batch) * (seq + 1), args);
   }
   void Embed(Ptr tokens, Ptr table, Ptr x, int rows, int seq, int dim) const {
     void* args[] = {&tokens, &table, &x, &rows, &seq, &dim};
     Launch(embed_, "embed", static_cast<long long>(rows) * dim, args);
   }
-  void LayerNormForward(Ptr x, Ptr gain, Ptr bias, Ptr y, Ptr mean, Ptr rstd,
-                        int rows, int dim) const {
+  void LayerNormForward(Ptr x, Ptr gain, Ptr bias, Ptr y, Ptr mean, Ptr rstd, int rows,
+                        int dim) const {
     void* args[] = {&x, &gain, &bias, &y, &mean, &rstd, &rows, &dim};
     Launch(layernorm_forward_, "layernorm_forward", rows, args);
   }
-  void LayerNormBackward(Ptr x, Ptr gain, Ptr mean, Ptr rstd, Ptr dy, Ptr dx,
-                         Ptr dgain, Ptr dbias, int rows, int dim) const {
-    void* args[] = {&x,  &gain,  &mean,  &rstd, &dy,
-                    &dx, &dgain, &dbias, &rows, &dim};
-    Launch(layernorm_backward_, "layernorm_backward",
-           static_cast<long long>(rows) * dim + dim, args);
+  void LayerNormBackward(Ptr x, Ptr gain, Ptr mean, Ptr rstd, Ptr dy, Ptr dx, Ptr dgain, Ptr dbias,
+                         int rows, int dim) const {
+    void* args[] = {&x, &gain, &mean, &rstd, &dy, &dx, &dgain, &dbias, &rows, &dim};
+    Launch(layernorm_backward_, "layernorm_backward", static_cast<long long>(rows) * dim + dim,
+           args);
   }
-  void AttentionScores(Ptr qkv, Ptr probs, int batch, int seq, int dim,
-                       float scale) const {
+  void AttentionScores(Ptr qkv, Ptr probs, int batch, int seq, int dim, float scale) const {
     void* args[] = {&qkv, &probs, &batch, &seq, &dim, &scale};
-    Launch(attention_scores_, "attention_scores",
-           static_cast<long long>(batch) * seq, args);
+    Launch(attention_scores_, "attention_scores", static_cast<long long>(batch) * seq, args);
   }
-  void AttentionApply(Ptr qkv, Ptr probs, Ptr out, int batch, int seq,
-                      int dim) const {
+  void AttentionApply(Ptr qkv, Ptr probs, Ptr out, int batch, int seq, int dim) const {
     void* args[] = {&qkv, &probs, &out, &batch, &seq, &dim};
-    Launch(attention_apply_, "attention_apply",
-           static_cast<long long>(batch) * seq * dim, args);
+    Launch(attention_apply_, "attention_apply", static_cast<long long>(batch) * seq * dim, args);
   }
-  void AttentionBackwardApply(Ptr qkv, Ptr probs, Ptr dout, Ptr dprobs,
-                              Ptr dqkv, int batch, int seq, int dim) const {
+  void AttentionBackwardApply(Ptr qkv, Ptr probs, Ptr dout, Ptr dprobs, Ptr dqkv, int batch,
+                              int seq, int dim) const {
     void* args[] = {&qkv, &probs, &dout, &dprobs, &dqkv, &batch, &seq, &dim};
     Launch(attention_backward_apply_, "attention_backward_apply",
            static_cast<long long>(batch) * seq * (seq + dim), args);
   }
-  void SoftmaxBackward(Ptr probs, Ptr dprobs, int batch, int seq,
-                       float scale) const {
+  void SoftmaxBackward(Ptr probs, Ptr dprobs, int batch, int seq, float scale) const {
     void* args[] = {&probs, &dprobs, &batch, &seq, &scale};
-    Launch(softmax_backward_, "softmax_backward",
-           static_cast<long long>(batch) * seq, args);
+    Launch(softmax_backward_, "softmax_backward", static_cast<long long>(batch) * seq, args);
   }
-  void AttentionBackwardQk(Ptr qkv, Ptr dscores, Ptr dqkv, int batch, int seq,
-                           int dim) const {
+  void AttentionBackwardQk(Ptr qkv, Ptr dscores, Ptr dqkv, int batch, int seq, int dim) const {
     void* args[] = {&qkv, &dscores, &dqkv, &batch, &seq, &dim};
-    Launch(attention_backward_qk_, "attention_backward_qk",
-           2LL * batch * seq * dim, args);
+    Launch(attention_backward_qk_, "attention_backward_qk", 2LL * batch * seq * dim, args);
   }
-  void SoftmaxXent(Ptr logits, Ptr tokens, Ptr dlogits, Ptr row_loss, int rows,
-                   int seq, int vocab) const {
+  void SoftmaxXent(Ptr logits, Ptr tokens, Ptr dlogits, Ptr row_loss, int rows, int seq,
+                   int vocab) const {
     void* args[] = {&logits, &tokens, &dlogits, &row_loss, &rows, &seq, &vocab};
     Launch(softmax_xent_, "softmax_xent", rows, args);
   }
@@ -220,29 +204,25 @@ class Kernels : public examples::LayerKernels {
     void* args[] = {&row_loss, &loss, &rows};
     Launch(mean_loss_, "mean_loss", 1, args);
   }
-  void EmbedBackward(Ptr tokens, Ptr dx, Ptr dtable, int rows, int seq,
-                     int vocab, int dim) const {
+  void EmbedBackward(Ptr tokens, Ptr dx, Ptr dtable, int rows, int seq, int vocab, int dim) const {
     void* args[] = {&tokens, &dx, &dtable, &rows, &seq, &vocab, &dim};
-    Launch(embed_backward_, "embed_backward",
-           static_cast<long long>(vocab) * dim, args);
+    Launch(embed_backward_, "embed_backward", static_cast<long long>(vocab) * dim, args);
   }
-  void Adam(Ptr w, Ptr m, Ptr v, Ptr g, float lr, float beta1, float beta2,
-            float c1, float c2, int n) const {
+  void Adam(Ptr w, Ptr m, Ptr v, Ptr g, float lr, float beta1, float beta2, float c1, float c2,
+            int n) const {
     void* args[] = {&w, &m, &v, &g, &lr, &beta1, &beta2, &c1, &c2, &n};
     Launch(adam_, "adam", n, args);
   }
 
  private:
   // One thread per element on stream().
-  void Launch(CUfunction function, const char* name, long long threads,
-              void** args) const {
+  void Launch(CUfunction function, const char* name, long long threads, void** args) const {
     examples::LaunchPerElement(function, "tfm", name, threads, stream(), args);
   }
 
-  CUfunction synth_tokens_, embed_, layernorm_forward_, layernorm_backward_,
-      attention_scores_, attention_apply_, attention_backward_apply_,
-      softmax_backward_, attention_backward_qk_, softmax_xent_, mean_loss_,
-      embed_backward_, adam_;
+  CUfunction synth_tokens_, embed_, layernorm_forward_, layernorm_backward_, attention_scores_,
+      attention_apply_, attention_backward_apply_, softmax_backward_, attention_backward_qk_,
+      softmax_xent_, mean_loss_, embed_backward_, adam_;
 };
 
 // The program's device allocations, with the live total and its peak: the
@@ -278,9 +258,7 @@ class DeviceMemory {
 
  private:
   // Floats and ints are both 4 bytes.
-  static size_t Bytes(long long words) {
-    return static_cast<size_t>(words) * sizeof(float);
-  }
+  static size_t Bytes(long long words) { return static_cast<size_t>(words) * sizeof(float); }
   void Track(Ptr ptr, size_t bytes) {
     sizes_[ptr] = bytes;
     live_bytes_ += bytes;
@@ -327,8 +305,7 @@ struct BlockLayout {
     b2 = take(d);
     total = next;
   }
-  long long ln1_gain, ln1_bias, wqkv, bqkv, wo, bo, ln2_gain, ln2_bias, w1, b1,
-      w2, b2, total;
+  long long ln1_gain, ln1_bias, wqkv, bqkv, wo, bo, ln2_gain, ln2_bias, w1, b1, w2, b2, total;
 };
 
 // Offsets, in floats, of what a block's backward pass needs within its
@@ -356,8 +333,8 @@ struct StashLayout {
     h_post = take(rows * 4 * d);
     total = next;
   }
-  long long x, ln1_mean, ln1_rstd, ln1, qkv, probs, attn, mid, ln2_mean,
-      ln2_rstd, ln2, h_pre, h_post, total;
+  long long x, ln1_mean, ln1_rstd, ln1, qkv, probs, attn, mid, ln2_mean, ln2_rstd, ln2, h_pre,
+      h_post, total;
 };
 
 // Offsets of a block's backward workspace.
@@ -420,16 +397,14 @@ class Trainer {
     const unsigned seed = static_cast<unsigned>(o_.seed);
     const int d = o_.dim;
     embedding_ = NewParam(&memory_, stream_, 1LL * o_.vocab * d);
-    k_.InitParams(embedding_.w, static_cast<int>(embedding_.n), seed ^ 0xe0u,
-                  1.0f);
+    k_.InitParams(embedding_.w, static_cast<int>(embedding_.n), seed ^ 0xe0u, 1.0f);
     blocks_.resize(o_.layers);
     for (int l = 0; l < o_.layers; ++l) {
       Param& p = blocks_[l];
       p = NewParam(&memory_, stream_, block_.total);
       CU_CHECK(cuMemsetD32Async, p.w, 0, static_cast<size_t>(p.n), stream_);
       for (long long gain : {block_.ln1_gain, block_.ln2_gain}) {
-        CU_CHECK(cuMemsetD32Async, At(p.w, gain), kOneBits,
-                 static_cast<size_t>(d), stream_);
+        CU_CHECK(cuMemsetD32Async, At(p.w, gain), kOneBits, static_cast<size_t>(d), stream_);
       }
       const unsigned layer_seed = seed ^ (0xb10c0000u + 16u * l);
       const float in_scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -441,10 +416,8 @@ class Trainer {
     }
     // Final layernorm gain and bias, then the output bias.
     head_small_ = NewParam(&memory_, stream_, 2LL * d + o_.vocab);
-    CU_CHECK(cuMemsetD32Async, head_small_.w, 0,
-             static_cast<size_t>(head_small_.n), stream_);
-    CU_CHECK(cuMemsetD32Async, head_small_.w, kOneBits, static_cast<size_t>(d),
-             stream_);
+    CU_CHECK(cuMemsetD32Async, head_small_.w, 0, static_cast<size_t>(head_small_.n), stream_);
+    CU_CHECK(cuMemsetD32Async, head_small_.w, kOneBits, static_cast<size_t>(d), stream_);
     head_ = NewParam(&memory_, stream_, 1LL * d * o_.vocab);
     // Small output weights: the first loss is close to log(vocab).
     k_.InitParams(head_.w, static_cast<int>(head_.n), seed ^ 0x4eadu,
@@ -459,8 +432,7 @@ class Trainer {
     const float attention_scale = 1.0f / std::sqrt(static_cast<float>(d));
 
     const Ptr tokens = memory_.AllocAsync(1LL * batch * (seq + 1));
-    k_.SynthTokens(tokens, batch, seq, vocab, static_cast<unsigned>(o_.seed),
-                   step);
+    k_.SynthTokens(tokens, batch, seq, vocab, static_cast<unsigned>(o_.seed), step);
 
     // Forward. stash[l] holds block l's input and what its backward needs;
     // block l writes its output into stash[l + 1] (the head's stash for the
@@ -481,32 +453,27 @@ class Trainer {
         head_stash = memory_.Alloc(head_stash_floats);
         out = head_stash;
       }
-      k_.LayerNormForward(At(s, stash_.x), At(w, block_.ln1_gain),
-                          At(w, block_.ln1_bias), At(s, stash_.ln1),
-                          At(s, stash_.ln1_mean), At(s, stash_.ln1_rstd), rows,
+      k_.LayerNormForward(At(s, stash_.x), At(w, block_.ln1_gain), At(w, block_.ln1_bias),
+                          At(s, stash_.ln1), At(s, stash_.ln1_mean), At(s, stash_.ln1_rstd), rows,
                           d);
-      k_.MatmulForward(At(s, stash_.ln1), At(w, block_.wqkv),
-                       At(w, block_.bqkv), At(s, stash_.qkv), rows, d, 3 * d);
-      k_.AttentionScores(At(s, stash_.qkv), At(s, stash_.probs), batch, seq, d,
-                         attention_scale);
-      k_.AttentionApply(At(s, stash_.qkv), At(s, stash_.probs),
-                        At(s, stash_.attn), batch, seq, d);
+      k_.MatmulForward(At(s, stash_.ln1), At(w, block_.wqkv), At(w, block_.bqkv), At(s, stash_.qkv),
+                       rows, d, 3 * d);
+      k_.AttentionScores(At(s, stash_.qkv), At(s, stash_.probs), batch, seq, d, attention_scale);
+      k_.AttentionApply(At(s, stash_.qkv), At(s, stash_.probs), At(s, stash_.attn), batch, seq, d);
       // The attention output projection goes to `out` for a moment, then
       // becomes the residual sum in stash.mid.
-      k_.MatmulForward(At(s, stash_.attn), At(w, block_.wo), At(w, block_.bo),
-                       out, rows, d, d);
+      k_.MatmulForward(At(s, stash_.attn), At(w, block_.wo), At(w, block_.bo), out, rows, d, d);
       k_.AddVectors(At(s, stash_.x), out, At(s, stash_.mid), rows * d);
-      k_.LayerNormForward(At(s, stash_.mid), At(w, block_.ln2_gain),
-                          At(w, block_.ln2_bias), At(s, stash_.ln2),
-                          At(s, stash_.ln2_mean), At(s, stash_.ln2_rstd), rows,
+      k_.LayerNormForward(At(s, stash_.mid), At(w, block_.ln2_gain), At(w, block_.ln2_bias),
+                          At(s, stash_.ln2), At(s, stash_.ln2_mean), At(s, stash_.ln2_rstd), rows,
                           d);
-      k_.MatmulForward(At(s, stash_.ln2), At(w, block_.w1), At(w, block_.b1),
-                       At(s, stash_.h_pre), rows, d, 4 * d);
+      k_.MatmulForward(At(s, stash_.ln2), At(w, block_.w1), At(w, block_.b1), At(s, stash_.h_pre),
+                       rows, d, 4 * d);
       k_.ReluForward(At(s, stash_.h_pre), At(s, stash_.h_post), rows * 4 * d);
       // A temporary for the MLP's output, then the residual sum into `out`.
       const Ptr mlp_out = memory_.AllocAsync(1LL * rows * d);
-      k_.MatmulForward(At(s, stash_.h_post), At(w, block_.w2), At(w, block_.b2),
-                       mlp_out, rows, 4 * d, d);
+      k_.MatmulForward(At(s, stash_.h_post), At(w, block_.w2), At(w, block_.b2), mlp_out, rows,
+                       4 * d, d);
       k_.AddVectors(At(s, stash_.mid), mlp_out, out, rows * d);
       memory_.FreeAsync(mlp_out);
     }
@@ -535,14 +502,14 @@ class Trainer {
     bias2_ = 1.0f - std::pow(kBeta2, static_cast<float>(adam_steps_));
     const Ptr dhead = memory_.Alloc(head_.n);
     const Ptr dhead_small = memory_.Alloc(head_small_.n);
-    k_.MatmulBackwardParams(hln, dlogits, dhead, At(dhead_small, 2LL * d), rows,
-                            d, vocab, /*accumulate=*/0);
+    k_.MatmulBackwardParams(hln, dlogits, dhead, At(dhead_small, 2LL * d), rows, d, vocab,
+                            /*accumulate=*/0);
     const Ptr dln = memory_.AllocAsync(1LL * rows * d);
     k_.MatmulBackwardInput(dlogits, head_.w, dln, rows, d, vocab);
     memory_.Free(dlogits);
     Ptr dx = memory_.AllocAsync(1LL * rows * d);  // gradient of the stream
-    k_.LayerNormBackward(hx, lnf_gain, hmean, hrstd, dln, dx, dhead_small,
-                         At(dhead_small, d), rows, d);
+    k_.LayerNormBackward(hx, lnf_gain, hmean, hrstd, dln, dx, dhead_small, At(dhead_small, d), rows,
+                         d);
     memory_.FreeAsync(dln);
     memory_.Free(head_stash);
     Update(head_, dhead);
@@ -596,8 +563,7 @@ class Trainer {
     }
     memory_.Free(loss_);
     if (memory_.live_bytes() != 0) {
-      std::fprintf(stderr, "transformer_train: %zu bytes still allocated\n",
-                   memory_.live_bytes());
+      std::fprintf(stderr, "transformer_train: %zu bytes still allocated\n", memory_.live_bytes());
       std::exit(1);
     }
   }
@@ -609,14 +575,12 @@ class Trainer {
     return base + static_cast<Ptr>(floats) * sizeof(float);
   }
 
-  void Init(Ptr base, long long offset, long long n, unsigned seed,
-            float scale) {
+  void Init(Ptr base, long long offset, long long n, unsigned seed, float scale) {
     k_.InitParams(At(base, offset), static_cast<int>(n), seed, scale);
   }
 
   void Update(const Param& p, Ptr grad) {
-    k_.Adam(p.w, p.m, p.v, grad, o_.lr, kBeta1, kBeta2, bias1_, bias2_,
-            static_cast<int>(p.n));
+    k_.Adam(p.w, p.m, p.v, grad, o_.lr, kBeta1, kBeta2, bias1_, bias2_, static_cast<int>(p.n));
   }
 
   // Backward through block l given dy, the gradient of its output; updates
@@ -633,44 +597,35 @@ class Trainer {
     auto S = [&](long long offset) { return At(s, offset); };
 
     // out = mid + mlp(ln2(mid)): dy reaches mid directly and through the MLP.
-    k_.MatmulBackwardParams(S(stash_.h_post), dy, At(g, block_.w2),
-                            At(g, block_.b2), rows, 4 * d, d, /*accumulate=*/0);
-    k_.MatmulBackwardInput(dy, At(w, block_.w2), W(workspace_.dh), rows, 4 * d,
-                           d);
+    k_.MatmulBackwardParams(S(stash_.h_post), dy, At(g, block_.w2), At(g, block_.b2), rows, 4 * d,
+                            d, /*accumulate=*/0);
+    k_.MatmulBackwardInput(dy, At(w, block_.w2), W(workspace_.dh), rows, 4 * d, d);
     k_.ReluBackward(S(stash_.h_pre), W(workspace_.dh), rows * 4 * d);
-    k_.MatmulBackwardParams(S(stash_.ln2), W(workspace_.dh), At(g, block_.w1),
-                            At(g, block_.b1), rows, d, 4 * d, /*accumulate=*/0);
-    k_.MatmulBackwardInput(W(workspace_.dh), At(w, block_.w1),
-                           W(workspace_.dln2), rows, d, 4 * d);
-    k_.LayerNormBackward(
-        S(stash_.mid), At(w, block_.ln2_gain), S(stash_.ln2_mean),
-        S(stash_.ln2_rstd), W(workspace_.dln2), W(workspace_.dx_branch),
-        At(g, block_.ln2_gain), At(g, block_.ln2_bias), rows, d);
+    k_.MatmulBackwardParams(S(stash_.ln2), W(workspace_.dh), At(g, block_.w1), At(g, block_.b1),
+                            rows, d, 4 * d, /*accumulate=*/0);
+    k_.MatmulBackwardInput(W(workspace_.dh), At(w, block_.w1), W(workspace_.dln2), rows, d, 4 * d);
+    k_.LayerNormBackward(S(stash_.mid), At(w, block_.ln2_gain), S(stash_.ln2_mean),
+                         S(stash_.ln2_rstd), W(workspace_.dln2), W(workspace_.dx_branch),
+                         At(g, block_.ln2_gain), At(g, block_.ln2_bias), rows, d);
     k_.AddVectors(dy, W(workspace_.dx_branch), W(workspace_.dmid), rows * d);
     memory_.FreeAsync(dy);
 
     // mid = x + attn(ln1(x)) wo + bo.
-    k_.MatmulBackwardParams(S(stash_.attn), W(workspace_.dmid),
-                            At(g, block_.wo), At(g, block_.bo), rows, d, d,
+    k_.MatmulBackwardParams(S(stash_.attn), W(workspace_.dmid), At(g, block_.wo), At(g, block_.bo),
+                            rows, d, d,
                             /*accumulate=*/0);
-    k_.MatmulBackwardInput(W(workspace_.dmid), At(w, block_.wo),
-                           W(workspace_.dattn), rows, d, d);
-    k_.AttentionBackwardApply(S(stash_.qkv), S(stash_.probs),
-                              W(workspace_.dattn), W(workspace_.dprobs),
-                              W(workspace_.dqkv), batch, seq, d);
-    k_.SoftmaxBackward(S(stash_.probs), W(workspace_.dprobs), batch, seq,
-                       attention_scale);
-    k_.AttentionBackwardQk(S(stash_.qkv), W(workspace_.dprobs),
-                           W(workspace_.dqkv), batch, seq, d);
-    k_.MatmulBackwardParams(S(stash_.ln1), W(workspace_.dqkv),
-                            At(g, block_.wqkv), At(g, block_.bqkv), rows, d,
-                            3 * d, /*accumulate=*/0);
-    k_.MatmulBackwardInput(W(workspace_.dqkv), At(w, block_.wqkv),
-                           W(workspace_.dln1), rows, d, 3 * d);
-    k_.LayerNormBackward(
-        S(stash_.x), At(w, block_.ln1_gain), S(stash_.ln1_mean),
-        S(stash_.ln1_rstd), W(workspace_.dln1), W(workspace_.dx_branch),
-        At(g, block_.ln1_gain), At(g, block_.ln1_bias), rows, d);
+    k_.MatmulBackwardInput(W(workspace_.dmid), At(w, block_.wo), W(workspace_.dattn), rows, d, d);
+    k_.AttentionBackwardApply(S(stash_.qkv), S(stash_.probs), W(workspace_.dattn),
+                              W(workspace_.dprobs), W(workspace_.dqkv), batch, seq, d);
+    k_.SoftmaxBackward(S(stash_.probs), W(workspace_.dprobs), batch, seq, attention_scale);
+    k_.AttentionBackwardQk(S(stash_.qkv), W(workspace_.dprobs), W(workspace_.dqkv), batch, seq, d);
+    k_.MatmulBackwardParams(S(stash_.ln1), W(workspace_.dqkv), At(g, block_.wqkv),
+                            At(g, block_.bqkv), rows, d, 3 * d, /*accumulate=*/0);
+    k_.MatmulBackwardInput(W(workspace_.dqkv), At(w, block_.wqkv), W(workspace_.dln1), rows, d,
+                           3 * d);
+    k_.LayerNormBackward(S(stash_.x), At(w, block_.ln1_gain), S(stash_.ln1_mean),
+                         S(stash_.ln1_rstd), W(workspace_.dln1), W(workspace_.dx_branch),
+                         At(g, block_.ln1_gain), At(g, block_.ln1_bias), rows, d);
     const Ptr dx = memory_.AllocAsync(1LL * rows * d);
     k_.AddVectors(W(workspace_.dmid), W(workspace_.dx_branch), dx, rows * d);
     memory_.Free(ws);
@@ -700,10 +655,9 @@ class Trainer {
 int main(int argc, char** argv) {
   examples::InitProgram("transformer_train", kUsage);
   const Options options = ParseFlags(argc, argv);
-  const std::string module_path =
-      options.module.empty()
-          ? examples::BesideBinary("transformer_kernels_host.so")
-          : options.module;
+  const std::string module_path = options.module.empty()
+                                      ? examples::BesideBinary("transformer_kernels_host.so")
+                                      : options.module;
 
   CUdevice device = 0;
   examples::UsePrimaryContext(&device);
@@ -718,9 +672,8 @@ int main(int argc, char** argv) {
     for (int step = 0; step < options.steps; ++step) {
       const auto start = std::chrono::steady_clock::now();
       const float loss = trainer.Step(step);
-      const double seconds = std::chrono::duration<double>(
-                                 std::chrono::steady_clock::now() - start)
-                                 .count();
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       // Step 0 has allocated everything a step allocates, so the peak is
       // known now.
       if (step == 0) std::printf("working_set %zu\n", trainer.working_set());
@@ -731,8 +684,7 @@ int main(int argc, char** argv) {
     const std::vector<float> parameters = trainer.Parameters();
     examples::Fnv1a64 checksum;
     checksum.Update(parameters.data(), parameters.size() * sizeof(float));
-    std::printf("checksum %016llx\n",
-                static_cast<unsigned long long>(checksum.hash()));
+    std::printf("checksum %016llx\n", static_cast<unsigned long long>(checksum.hash()));
     std::fflush(stdout);
     trainer.FreeAll();
   }

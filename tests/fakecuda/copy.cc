@@ -48,8 +48,7 @@ bool Extent(const Side& s, const Shape& shape, size_t* out) {
 CUresult CheckSide(const Side& s, const Shape& shape) {
   size_t extent;
   if (!Extent(s, shape, &extent)) return CUDA_ERROR_INVALID_VALUE;
-  if (s.device &&
-      !IsDeviceRange(reinterpret_cast<CUdeviceptr>(s.base), extent)) {
+  if (s.device && !IsDeviceRange(reinterpret_cast<CUdeviceptr>(s.base), extent)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
@@ -149,8 +148,7 @@ NodeSpec CopyNode(const Side& dst, const Side& src, const Shape& shape) {
   return node;
 }
 
-CUresult Copy(Side dst, Side src, Shape shape, CUstream h, bool async,
-              bool per_thread) {
+CUresult Copy(Side dst, Side src, Shape shape, CUstream h, bool async, bool per_thread) {
   // A synchronous copy is a potentially unsafe call during stream capture.
   if (!async) {
     if (CUresult r = CheckUnsafeCall(); r != CUDA_SUCCESS) return r;
@@ -186,12 +184,13 @@ CUresult Copy(Side dst, Side src, Shape shape, CUstream h, bool async,
   if (Pageable(src, shape)) {
     // Staged: the source is read now, the destination written in order
     // (the transfer from the staging buffer is what crosses the link).
-    auto staged = std::make_shared<std::vector<unsigned char>>(
-        shape.width * shape.rows * shape.slices);
+    auto staged =
+        std::make_shared<std::vector<unsigned char>>(shape.width * shape.rows * shape.slices);
     Side packed{staged->data(), shape.width, shape.rows, false};
     CopyRows(packed, src, shape);
     auto work = CopyWork(s, dst, packed, shape);
-    Submit(s, [work, staged] { work(); }, {}, label);
+    Submit(
+        s, [work, staged] { work(); }, {}, label);
   } else if (Pageable(dst, shape)) {
     SubmitAndWait(s, CopyWork(s, dst, src, shape), label);
   } else {
@@ -203,9 +202,7 @@ CUresult Copy(Side dst, Side src, Shape shape, CUstream h, bool async,
 Side Host(const void* p) {
   return Side{static_cast<unsigned char*>(const_cast<void*>(p)), 0, 0, false};
 }
-Side Dev(CUdeviceptr p) {
-  return Side{reinterpret_cast<unsigned char*>(p), 0, 0, true};
-}
+Side Dev(CUdeviceptr p) { return Side{reinterpret_cast<unsigned char*>(p), 0, 0, true}; }
 // Unified addressing: a pointer is device memory when the driver knows it.
 Side Unified(CUdeviceptr p) {
   return Side{reinterpret_cast<unsigned char*>(p), 0, 0, IsDevicePointer(p)};
@@ -219,12 +216,17 @@ bool PeerContext(CUcontext ctx) {
   return ctx == nullptr || IsLiveContext(reinterpret_cast<Context*>(ctx));
 }
 
-CUresult SideOf(CUmemorytype type, const void* host, CUdeviceptr device,
-                CUarray array, Side* out) {
+CUresult SideOf(CUmemorytype type, const void* host, CUdeviceptr device, CUarray array, Side* out) {
   switch (type) {
-    case CU_MEMORYTYPE_HOST: *out = Host(host); return CUDA_SUCCESS;
-    case CU_MEMORYTYPE_DEVICE: *out = Dev(device); return CUDA_SUCCESS;
-    case CU_MEMORYTYPE_UNIFIED: *out = Unified(device); return CUDA_SUCCESS;
+    case CU_MEMORYTYPE_HOST:
+      *out = Host(host);
+      return CUDA_SUCCESS;
+    case CU_MEMORYTYPE_DEVICE:
+      *out = Dev(device);
+      return CUDA_SUCCESS;
+    case CU_MEMORYTYPE_UNIFIED:
+      *out = Unified(device);
+      return CUDA_SUCCESS;
     case CU_MEMORYTYPE_ARRAY:
       // No array is CUDA_ERROR_INVALID_VALUE (driver 580 on an H200); CUDA
       // arrays themselves are not modelled.
@@ -237,32 +239,27 @@ CUresult SideOf(CUmemorytype type, const void* host, CUdeviceptr device,
         return CUDA_SUCCESS;
       }
       return CUDA_ERROR_INVALID_VALUE;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
   }
 }
 
 // (z * height + y) * pitch + x, or false on overflow.
-bool Offset(size_t z, size_t height, size_t y, size_t pitch, size_t x,
-            size_t* out) {
+bool Offset(size_t z, size_t height, size_t y, size_t pitch, size_t x, size_t* out) {
   size_t rows, bytes;
-  return !__builtin_mul_overflow(z, height, &rows) &&
-         !__builtin_add_overflow(rows, y, &rows) &&
-         !__builtin_mul_overflow(rows, pitch, &bytes) &&
-         !__builtin_add_overflow(bytes, x, out);
+  return !__builtin_mul_overflow(z, height, &rows) && !__builtin_add_overflow(rows, y, &rows) &&
+         !__builtin_mul_overflow(rows, pitch, &bytes) && !__builtin_add_overflow(bytes, x, out);
 }
 
 // The sides and shape of a copy described as in cuMemcpy3D.
-CUresult Resolve3D(const CUDA_MEMCPY3D* p, Side* out_dst, Side* out_src,
-                   Shape* out_shape) {
+CUresult Resolve3D(const CUDA_MEMCPY3D* p, Side* out_dst, Side* out_src, Shape* out_shape) {
   if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Side src, dst;
-  if (CUresult r = SideOf(p->srcMemoryType, p->srcHost, p->srcDevice,
-                          p->srcArray, &src);
+  if (CUresult r = SideOf(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, &src);
       r != CUDA_SUCCESS) {
     return r;
   }
-  if (CUresult r = SideOf(p->dstMemoryType, p->dstHost, p->dstDevice,
-                          p->dstArray, &dst);
+  if (CUresult r = SideOf(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, &dst);
       r != CUDA_SUCCESS) {
     return r;
   }
@@ -271,8 +268,8 @@ CUresult Resolve3D(const CUDA_MEMCPY3D* p, Side* out_dst, Side* out_src,
   // and likewise dstPitch; the heights bound the Y offsets of 3D copies.
   size_t src_row, dst_row;
   if (__builtin_add_overflow(p->WidthInBytes, p->srcXInBytes, &src_row) ||
-      __builtin_add_overflow(p->WidthInBytes, p->dstXInBytes, &dst_row) ||
-      p->srcPitch < src_row || p->dstPitch < dst_row) {
+      __builtin_add_overflow(p->WidthInBytes, p->dstXInBytes, &dst_row) || p->srcPitch < src_row ||
+      p->dstPitch < dst_row) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   src.pitch = p->srcPitch;
@@ -281,8 +278,7 @@ CUresult Resolve3D(const CUDA_MEMCPY3D* p, Side* out_dst, Side* out_src,
   // given (the driver's documented start), also for one slice at Z > 0.
   src.height = p->Depth > 1 || p->srcZ > 0 ? p->srcHeight : p->Height + p->srcY;
   dst.height = p->Depth > 1 || p->dstZ > 0 ? p->dstHeight : p->Height + p->dstY;
-  if (p->Depth > 1 &&
-      (p->srcHeight < p->Height + p->srcY || p->dstHeight < p->Height + p->dstY)) {
+  if (p->Depth > 1 && (p->srcHeight < p->Height + p->srcY || p->dstHeight < p->Height + p->dstY)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   size_t src_off, dst_off;
@@ -335,16 +331,15 @@ CUresult Copy2D(const CUDA_MEMCPY2D* p, CUstream h, bool async, bool pt) {
 
 // Memset of `rows` rows of `width` elements of `elem` bytes each, as a
 // graph node; false in *empty when there is nothing to set.
-CUresult MemsetNode(CUdeviceptr dst, size_t pitch, unsigned value, size_t elem,
-                    size_t width, size_t rows, NodeSpec* node) {
+CUresult MemsetNode(CUdeviceptr dst, size_t pitch, unsigned value, size_t elem, size_t width,
+                    size_t rows, NodeSpec* node) {
   if (dst % elem != 0) return CUDA_ERROR_INVALID_VALUE;
   size_t row_bytes, extent;
   if (__builtin_mul_overflow(width, elem, &row_bytes)) return CUDA_ERROR_INVALID_VALUE;
   if (rows > 1 && pitch < row_bytes) return CUDA_ERROR_INVALID_VALUE;
   if (rows == 1 && pitch < row_bytes) pitch = row_bytes;
   if (__builtin_mul_overflow(rows - 1, pitch, &extent) ||
-      __builtin_add_overflow(extent, row_bytes, &extent) ||
-      !IsDeviceRange(dst, extent)) {
+      __builtin_add_overflow(extent, row_bytes, &extent) || !IsDeviceRange(dst, extent)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   node->type = CU_GRAPH_NODE_TYPE_MEMSET;
@@ -371,8 +366,8 @@ CUresult MemsetNode(CUdeviceptr dst, size_t pitch, unsigned value, size_t elem,
   return CUDA_SUCCESS;
 }
 
-CUresult Memset(CUdeviceptr dst, size_t pitch, unsigned value, size_t elem,
-                size_t width, size_t rows, CUstream h, bool async, bool pt) {
+CUresult Memset(CUdeviceptr dst, size_t pitch, unsigned value, size_t elem, size_t width,
+                size_t rows, CUstream h, bool async, bool pt) {
   // A synchronous memset is a potentially unsafe call during stream capture.
   if (!async) {
     if (CUresult r = CheckUnsafeCall(); r != CUDA_SUCCESS) return r;
@@ -380,8 +375,7 @@ CUresult Memset(CUdeviceptr dst, size_t pitch, unsigned value, size_t elem,
   if (width == 0 || rows == 0) return CUDA_SUCCESS;
   if (rows == 1) pitch = 0;
   NodeSpec node;
-  if (CUresult r = MemsetNode(dst, pitch, value, elem, width, rows, &node);
-      r != CUDA_SUCCESS) {
+  if (CUresult r = MemsetNode(dst, pitch, value, elem, width, rows, &node); r != CUDA_SUCCESS) {
     return r;
   }
   Stream* s = nullptr;
@@ -393,7 +387,8 @@ CUresult Memset(CUdeviceptr dst, size_t pitch, unsigned value, size_t elem,
   node.ctx = s->context();
   if (capturing) return CaptureAdd(s, std::move(node));
   // Synchronous memsets of device memory do not block the host either.
-  Submit(s, [run = std::move(node.run), s] { run(s); }, {}, node.label);
+  Submit(
+      s, [run = std::move(node.run), s] { run(s); }, {}, node.label);
   return CUDA_SUCCESS;
 }
 
@@ -419,8 +414,8 @@ CUresult MakeMemsetNode(const CUDA_MEMSET_NODE_PARAMS* p, NodeSpec* out) {
   if (p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  return MemsetNode(p->dst, p->height == 1 ? 0 : p->pitch, p->value,
-                    p->elementSize, p->width, p->height, out);
+  return MemsetNode(p->dst, p->height == 1 ? 0 : p->pitch, p->value, p->elementSize, p->width,
+                    p->height, out);
 }
 
 }  // namespace fakecuda
@@ -429,27 +424,27 @@ using namespace fakecuda;  // NOLINT: the exported C API below
 
 // Synchronous entry points come as a legacy name and a _ptds twin;
 // asynchronous ones as a legacy name and a _ptsz twin.
-#define FAKECUDA_SYNC(name, params, ...)                     \
-  FAKECUDA_EXPORT CUresult name params {                     \
-    FAKECUDA_ENTER(#name);                                   \
-    constexpr bool kPerThread = false;                       \
-    return __VA_ARGS__;                                      \
-  }                                                          \
-  FAKECUDA_EXPORT CUresult name##_ptds params {              \
-    FAKECUDA_ENTER(#name "_ptds");                           \
-    constexpr bool kPerThread = true;                        \
-    return __VA_ARGS__;                                      \
+#define FAKECUDA_SYNC(name, params, ...)        \
+  FAKECUDA_EXPORT CUresult name params {        \
+    FAKECUDA_ENTER(#name);                      \
+    constexpr bool kPerThread = false;          \
+    return __VA_ARGS__;                         \
+  }                                             \
+  FAKECUDA_EXPORT CUresult name##_ptds params { \
+    FAKECUDA_ENTER(#name "_ptds");              \
+    constexpr bool kPerThread = true;           \
+    return __VA_ARGS__;                         \
   }
-#define FAKECUDA_ASYNC(name, params, ...)                    \
-  FAKECUDA_EXPORT CUresult name params {                     \
-    FAKECUDA_ENTER(#name);                                   \
-    constexpr bool kPerThread = false;                       \
-    return __VA_ARGS__;                                      \
-  }                                                          \
-  FAKECUDA_EXPORT CUresult name##_ptsz params {              \
-    FAKECUDA_ENTER(#name "_ptsz");                           \
-    constexpr bool kPerThread = true;                        \
-    return __VA_ARGS__;                                      \
+#define FAKECUDA_ASYNC(name, params, ...)       \
+  FAKECUDA_EXPORT CUresult name params {        \
+    FAKECUDA_ENTER(#name);                      \
+    constexpr bool kPerThread = false;          \
+    return __VA_ARGS__;                         \
+  }                                             \
+  FAKECUDA_EXPORT CUresult name##_ptsz params { \
+    FAKECUDA_ENTER(#name "_ptsz");              \
+    constexpr bool kPerThread = true;           \
+    return __VA_ARGS__;                         \
   }
 
 FAKECUDA_SYNC(cuMemcpyHtoD_v2, (CUdeviceptr dst, const void* src, size_t n),
@@ -459,37 +454,28 @@ FAKECUDA_SYNC(cuMemcpyDtoH_v2, (void* dst, CUdeviceptr src, size_t n),
 FAKECUDA_SYNC(cuMemcpyDtoD_v2, (CUdeviceptr dst, CUdeviceptr src, size_t n),
               Copy(Dev(dst), Dev(src), Linear(n), nullptr, false, kPerThread))
 FAKECUDA_SYNC(cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t n),
-              Copy(Unified(dst), Unified(src), Linear(n), nullptr, false,
-                   kPerThread))
+              Copy(Unified(dst), Unified(src), Linear(n), nullptr, false, kPerThread))
 FAKECUDA_SYNC(cuMemcpyPeer,
-              (CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src,
-               CUcontext src_ctx, size_t n),
+              (CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n),
               (PeerContext(dst_ctx) && PeerContext(src_ctx))
-                  ? Copy(Dev(dst), Dev(src), Linear(n), nullptr, false,
-                         kPerThread)
+                  ? Copy(Dev(dst), Dev(src), Linear(n), nullptr, false, kPerThread)
                   : CUDA_ERROR_INVALID_CONTEXT)
-FAKECUDA_SYNC(cuMemcpy2D_v2, (const CUDA_MEMCPY2D* p),
-              Copy2D(p, nullptr, false, kPerThread))
+FAKECUDA_SYNC(cuMemcpy2D_v2, (const CUDA_MEMCPY2D* p), Copy2D(p, nullptr, false, kPerThread))
 FAKECUDA_SYNC(cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D* p),
               Copy2D(p, nullptr, false, kPerThread))
-FAKECUDA_SYNC(cuMemcpy3D_v2, (const CUDA_MEMCPY3D* p),
-              Copy3D(p, nullptr, false, kPerThread))
+FAKECUDA_SYNC(cuMemcpy3D_v2, (const CUDA_MEMCPY3D* p), Copy3D(p, nullptr, false, kPerThread))
 
-FAKECUDA_ASYNC(cuMemcpyHtoDAsync_v2,
-               (CUdeviceptr dst, const void* src, size_t n, CUstream s),
+FAKECUDA_ASYNC(cuMemcpyHtoDAsync_v2, (CUdeviceptr dst, const void* src, size_t n, CUstream s),
                Copy(Dev(dst), Host(src), Linear(n), s, true, kPerThread))
-FAKECUDA_ASYNC(cuMemcpyDtoHAsync_v2,
-               (void* dst, CUdeviceptr src, size_t n, CUstream s),
+FAKECUDA_ASYNC(cuMemcpyDtoHAsync_v2, (void* dst, CUdeviceptr src, size_t n, CUstream s),
                Copy(Host(dst), Dev(src), Linear(n), s, true, kPerThread))
-FAKECUDA_ASYNC(cuMemcpyDtoDAsync_v2,
-               (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s),
+FAKECUDA_ASYNC(cuMemcpyDtoDAsync_v2, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s),
                Copy(Dev(dst), Dev(src), Linear(n), s, true, kPerThread))
-FAKECUDA_ASYNC(cuMemcpyAsync,
-               (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s),
+FAKECUDA_ASYNC(cuMemcpyAsync, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s),
                Copy(Unified(dst), Unified(src), Linear(n), s, true, kPerThread))
 FAKECUDA_ASYNC(cuMemcpyPeerAsync,
-               (CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src,
-                CUcontext src_ctx, size_t n, CUstream s),
+               (CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n,
+                CUstream s),
                (PeerContext(dst_ctx) && PeerContext(src_ctx))
                    ? Copy(Dev(dst), Dev(src), Linear(n), s, true, kPerThread)
                    : CUDA_ERROR_INVALID_CONTEXT)
@@ -504,34 +490,25 @@ FAKECUDA_SYNC(cuMemsetD16_v2, (CUdeviceptr d, unsigned short v, size_t n),
               Memset(d, 0, v, 2, n, 1, nullptr, false, kPerThread))
 FAKECUDA_SYNC(cuMemsetD32_v2, (CUdeviceptr d, unsigned int v, size_t n),
               Memset(d, 0, v, 4, n, 1, nullptr, false, kPerThread))
-FAKECUDA_SYNC(cuMemsetD2D8_v2,
-              (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h),
+FAKECUDA_SYNC(cuMemsetD2D8_v2, (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h),
               Memset(d, pitch, v, 1, w, h, nullptr, false, kPerThread))
-FAKECUDA_SYNC(cuMemsetD2D16_v2,
-              (CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h),
+FAKECUDA_SYNC(cuMemsetD2D16_v2, (CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h),
               Memset(d, pitch, v, 2, w, h, nullptr, false, kPerThread))
-FAKECUDA_SYNC(cuMemsetD2D32_v2,
-              (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h),
+FAKECUDA_SYNC(cuMemsetD2D32_v2, (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h),
               Memset(d, pitch, v, 4, w, h, nullptr, false, kPerThread))
 
-FAKECUDA_ASYNC(cuMemsetD8Async,
-               (CUdeviceptr d, unsigned char v, size_t n, CUstream s),
+FAKECUDA_ASYNC(cuMemsetD8Async, (CUdeviceptr d, unsigned char v, size_t n, CUstream s),
                Memset(d, 0, v, 1, n, 1, s, true, kPerThread))
-FAKECUDA_ASYNC(cuMemsetD16Async,
-               (CUdeviceptr d, unsigned short v, size_t n, CUstream s),
+FAKECUDA_ASYNC(cuMemsetD16Async, (CUdeviceptr d, unsigned short v, size_t n, CUstream s),
                Memset(d, 0, v, 2, n, 1, s, true, kPerThread))
-FAKECUDA_ASYNC(cuMemsetD32Async,
-               (CUdeviceptr d, unsigned int v, size_t n, CUstream s),
+FAKECUDA_ASYNC(cuMemsetD32Async, (CUdeviceptr d, unsigned int v, size_t n, CUstream s),
                Memset(d, 0, v, 4, n, 1, s, true, kPerThread))
 FAKECUDA_ASYNC(cuMemsetD2D8Async,
-               (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h,
-                CUstream s),
+               (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s),
                Memset(d, pitch, v, 1, w, h, s, true, kPerThread))
 FAKECUDA_ASYNC(cuMemsetD2D16Async,
-               (CUdeviceptr d, size_t pitch, unsigned short v, size_t w,
-                size_t h, CUstream s),
+               (CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h, CUstream s),
                Memset(d, pitch, v, 2, w, h, s, true, kPerThread))
 FAKECUDA_ASYNC(cuMemsetD2D32Async,
-               (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h,
-                CUstream s),
+               (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s),
                Memset(d, pitch, v, 4, w, h, s, true, kPerThread))

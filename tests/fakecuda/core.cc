@@ -21,10 +21,8 @@
 namespace fakecuda {
 namespace {
 
-[[noreturn]] void BadOption(const char* name, const char* value,
-                            const char* accepted) {
-  std::fprintf(stderr, "fakecuda: invalid %s=\"%s\"; expected %s\n", name,
-               value, accepted);
+[[noreturn]] void BadOption(const char* name, const char* value, const char* accepted) {
+  std::fprintf(stderr, "fakecuda: invalid %s=\"%s\"; expected %s\n", name, value, accepted);
   std::exit(2);
 }
 
@@ -104,8 +102,7 @@ void ParseVmmLatency(const char* v, Options* o) {
   bool ok = parts.size() == 4 || parts.size() == 5;
   for (size_t i = 0; ok && i < parts.size(); ++i) {
     const std::string& p = parts[i];
-    ok = !p.empty() && p.size() <= 8 &&
-         p.find_first_not_of("0123456789") == std::string::npos;
+    ok = !p.empty() && p.size() <= 8 && p.find_first_not_of("0123456789") == std::string::npos;
     if (ok) n[i] = std::strtoull(p.c_str(), nullptr, 10);
     ok = ok && n[i] <= kMaxUs;
   }
@@ -260,9 +257,12 @@ Options LoadOptions() {
   }
   o.visible = VisibleDevices(std::getenv("CUDA_VISIBLE_DEVICES"), o.devices);
   if (const char* v = std::getenv("FAKECUDA_HOST_VMM")) {
-    if (std::strcmp(v, "0") == 0) o.host_vmm = false;
-    else if (std::strcmp(v, "1") == 0) o.host_vmm = true;
-    else BadOption("FAKECUDA_HOST_VMM", v, "0 or 1");
+    if (std::strcmp(v, "0") == 0)
+      o.host_vmm = false;
+    else if (std::strcmp(v, "1") == 0)
+      o.host_vmm = true;
+    else
+      BadOption("FAKECUDA_HOST_VMM", v, "0 or 1");
   }
   if (const char* v = std::getenv("FAKECUDA_LINK")) ParseLink(v, &o);
   if (const char* v = std::getenv("FAKECUDA_VMM_LATENCY_US")) {
@@ -306,12 +306,9 @@ void ArmFromEnvironment() {
     size_t c1 = item.find(':');
     size_t c2 = c1 == std::string::npos ? c1 : item.find(':', c1 + 1);
     char* stop = nullptr;
-    long nth = c1 == std::string::npos
-                   ? 0
-                   : std::strtol(item.c_str() + c1 + 1, &stop, 10);
+    long nth = c1 == std::string::npos ? 0 : std::strtol(item.c_str() + c1 + 1, &stop, 10);
     long code = CUDA_ERROR_UNKNOWN;
-    bool ok = c1 != std::string::npos && c1 > 0 && nth >= 1 &&
-              (*stop == '\0' || *stop == ':');
+    bool ok = c1 != std::string::npos && c1 > 0 && nth >= 1 && (*stop == '\0' || *stop == ':');
     if (ok && c2 != std::string::npos) {
       code = std::strtol(item.c_str() + c2 + 1, &stop, 10);
       ok = *stop == '\0' && code > 0;
@@ -417,12 +414,12 @@ namespace {
 
 struct Contexts {
   std::mutex mu;
-  std::vector<Context*> created;         // live cuCtxCreate contexts
+  std::vector<Context*> created;  // live cuCtxCreate contexts
   // One primary context per device, created on first retain and kept for
   // the life of the process: it keeps its identity across release and
   // reset, as on the real driver, and is usable only while retained.
-  std::vector<Context*> primary;         // guarded by mu
-  std::vector<int> primary_refs;         // guarded by mu
+  std::vector<Context*> primary;  // guarded by mu
+  std::vector<int> primary_refs;  // guarded by mu
 };
 
 Contexts& GetContexts() {
@@ -461,8 +458,7 @@ bool IsLiveContext(Context* ctx) {
   Contexts& all = GetContexts();
   std::lock_guard<std::mutex> lock(all.mu);
   if (ctx->primary) return all.primary_refs[ctx->device] > 0;
-  return std::find(all.created.begin(), all.created.end(), ctx) !=
-         all.created.end();
+  return std::find(all.created.begin(), all.created.end(), ctx) != all.created.end();
 }
 
 Context* CurrentContext() {
@@ -476,8 +472,7 @@ CUresult RequireContext(Context** ctx) {
   if (!IsLiveContext(c)) {
     // A released primary context is invalid until retained again; a
     // destroyed created context stays destroyed.
-    return c->primary ? CUDA_ERROR_INVALID_CONTEXT
-                      : CUDA_ERROR_CONTEXT_IS_DESTROYED;
+    return c->primary ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_CONTEXT_IS_DESTROYED;
   }
   *ctx = c;
   return CUDA_SUCCESS;
@@ -523,13 +518,11 @@ FAKECUDA_EXPORT size_t fakecuda_peak_bytes(int device) {
 FAKECUDA_EXPORT void fakecuda_reset_peak_bytes(int device) {
   if (Device* d = GetDevice(device)) d->peak.store(d->used.load());
 }
-FAKECUDA_EXPORT void fakecuda_fail_call(const char* name, int nth,
-                                        CUresult result) {
+FAKECUDA_EXPORT void fakecuda_fail_call(const char* name, int nth, CUresult result) {
   Calls& calls = GetCalls();
   std::lock_guard<std::mutex> lock(calls.mu);
   unsigned long long base = calls.counts[name];
-  calls.rules.push_back(
-      FailRule{name, base + static_cast<unsigned long long>(nth), result});
+  calls.rules.push_back(FailRule{name, base + static_cast<unsigned long long>(nth), result});
   calls.counting.store(true);
 }
 FAKECUDA_EXPORT void fakecuda_clear_failures(void) {
@@ -537,9 +530,7 @@ FAKECUDA_EXPORT void fakecuda_clear_failures(void) {
   std::lock_guard<std::mutex> lock(calls.mu);
   calls.rules.clear();
 }
-FAKECUDA_EXPORT void fakecuda_count_calls(int enable) {
-  GetCalls().counting.store(enable != 0);
-}
+FAKECUDA_EXPORT void fakecuda_count_calls(int enable) { GetCalls().counting.store(enable != 0); }
 FAKECUDA_EXPORT unsigned long long fakecuda_call_count(const char* name) {
   Calls& calls = GetCalls();
   std::lock_guard<std::mutex> lock(calls.mu);
@@ -652,8 +643,7 @@ FAKECUDA_EXPORT CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
 }
 
 // Each physical device on a PCI bus of its own (PhysicalPciBus).
-FAKECUDA_EXPORT CUresult cuDeviceGetPCIBusId(char* pciBusId, int len,
-                                             CUdevice dev) {
+FAKECUDA_EXPORT CUresult cuDeviceGetPCIBusId(char* pciBusId, int len, CUdevice dev) {
   FAKECUDA_ENTER("cuDeviceGetPCIBusId");
   if (pciBusId == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
@@ -664,8 +654,7 @@ FAKECUDA_EXPORT CUresult cuDeviceGetPCIBusId(char* pciBusId, int len,
 
 // Accepts domain:bus:device.function, domain:bus:device and
 // bus:device.function, in hex.
-FAKECUDA_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice* dev,
-                                               const char* pciBusId) {
+FAKECUDA_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice* dev, const char* pciBusId) {
   FAKECUDA_ENTER("cuDeviceGetByPCIBusId");
   if (dev == nullptr || pciBusId == nullptr) return CUDA_ERROR_INVALID_VALUE;
   unsigned domain = 0, bus = 0, device = 0, function = 0;
@@ -674,13 +663,10 @@ FAKECUDA_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice* dev,
   auto whole = [&](int fields, int want) {
     return fields == want && end == static_cast<int>(text.size());
   };
-  if (!whole(std::sscanf(pciBusId, "%x:%x:%x.%x%n", &domain, &bus, &device,
-                         &function, &end), 4) &&
-      !whole(std::sscanf(pciBusId, "%x:%x:%x%n", &domain, &bus, &device, &end),
-             3)) {
+  if (!whole(std::sscanf(pciBusId, "%x:%x:%x.%x%n", &domain, &bus, &device, &function, &end), 4) &&
+      !whole(std::sscanf(pciBusId, "%x:%x:%x%n", &domain, &bus, &device, &end), 3)) {
     domain = 0;
-    if (!whole(std::sscanf(pciBusId, "%x:%x.%x%n", &bus, &device, &function,
-                           &end), 3)) {
+    if (!whole(std::sscanf(pciBusId, "%x:%x.%x%n", &bus, &device, &function, &end), 3)) {
       return CUDA_ERROR_INVALID_VALUE;
     }
   }
@@ -702,9 +688,7 @@ FAKECUDA_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuDeviceGetAttribute(int* value,
-                                              CUdevice_attribute attrib,
-                                              CUdevice dev) {
+FAKECUDA_EXPORT CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attrib, CUdevice dev) {
   FAKECUDA_ENTER("cuDeviceGetAttribute");
   if (value == nullptr || attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -712,42 +696,89 @@ FAKECUDA_EXPORT CUresult cuDeviceGetAttribute(int* value,
   if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   // An H100-like device; every attribute not listed reads 0.
   switch (attrib) {
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: *value = 1024; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *value = 1024; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *value = 64; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *value = 2147483647; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: *value = 65535; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *value = 65535; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *value = 49152; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *value = 232448; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_PITCH: *value = 2147483647; break;
-    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *value = 32; break;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = 132; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = 9; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = 0; break;
-    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: *value = 1; break;
-    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: *value = 2; break;
-    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *value = 1; break;
-    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+      *value = 1024;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
+      *value = 1024;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y:
+      *value = 1024;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z:
+      *value = 64;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X:
+      *value = 2147483647;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
+      *value = 65535;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z:
+      *value = 65535;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK:
+      *value = 49152;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
+      *value = 232448;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_PITCH:
+      *value = 2147483647;
+      break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE:
+      *value = 32;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+      *value = 132;
+      break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+      *value = 9;
+      break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+      *value = 0;
+      break;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:
+      *value = 1;
+      break;
+    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT:
+      *value = 2;
+      break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+      *value = 1;
+      break;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
+      *value = 1;
+      break;
     case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
       *value = static_cast<int>(PhysicalPciBus(GetDevice(dev)->physical));
       break;
-    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *value = 0; break;
-    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *value = 0; break;
-    case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: *value = 32; break;
-    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *value = 1; break;
-    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
+      *value = 0;
+      break;
+    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID:
+      *value = 0;
+      break;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT:
+      *value = 32;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+      *value = 1;
+      break;
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+      *value = 1;
+      break;
     case CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
       *value = GetOptions().host_vmm ? 1 : 0;
       break;
-    default: *value = 0; break;
+    default:
+      *value = 0;
+      break;
   }
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuDeviceComputeCapability(int* major, int* minor,
-                                                   CUdevice dev) {
+FAKECUDA_EXPORT CUresult cuDeviceComputeCapability(int* major, int* minor, CUdevice dev) {
   FAKECUDA_ENTER("cuDeviceComputeCapability");
   if (major == nullptr || minor == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
@@ -757,8 +788,7 @@ FAKECUDA_EXPORT CUresult cuDeviceComputeCapability(int* major, int* minor,
 }
 
 // --- Primary contexts --------------------------------------------------------
-FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx,
-                                                  CUdevice dev) {
+FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   FAKECUDA_ENTER("cuDevicePrimaryCtxRetain");
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
@@ -800,8 +830,7 @@ FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev,
-                                                    unsigned int* flags,
+FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags,
                                                     int* active) {
   FAKECUDA_ENTER("cuDevicePrimaryCtxGetState");
   if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -816,8 +845,7 @@ FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev,
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev,
-                                                       unsigned int flags) {
+FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
   FAKECUDA_ENTER("cuDevicePrimaryCtxSetFlags_v2");
   if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   if (flags & ~0x1fu) return CUDA_ERROR_INVALID_VALUE;
@@ -831,13 +859,11 @@ FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev,
 }
 
 // --- Created contexts and the context stack ----------------------------------
-FAKECUDA_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx,
-                                        CUctxCreateParams* params,
+FAKECUDA_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params,
                                         unsigned int flags, CUdevice dev) {
   FAKECUDA_ENTER("cuCtxCreate_v4");
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (params != nullptr &&
-      (params->numExecAffinityParams != 0 || params->cigParams != nullptr)) {
+  if (params != nullptr && (params->numExecAffinityParams != 0 || params->cigParams != nullptr)) {
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
@@ -852,8 +878,7 @@ FAKECUDA_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx,
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags,
-                                        CUdevice dev) {
+FAKECUDA_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
   FAKECUDA_ENTER("cuCtxCreate_v2");
   return cuCtxCreate_v4(pctx, nullptr, flags, dev);
 }
@@ -952,8 +977,7 @@ FAKECUDA_EXPORT CUresult cuCtxGetFlags(unsigned int* flags) {
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx,
-                                            unsigned int* version) {
+FAKECUDA_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int* version) {
   FAKECUDA_ENTER("cuCtxGetApiVersion");
   if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto* c = ctx ? reinterpret_cast<Context*>(ctx) : CurrentContext();
@@ -991,7 +1015,8 @@ struct ErrorText {
 
 // Names as in cuda.h; texts as the real driver's cuGetErrorString.
 constexpr ErrorText kErrors[] = {
-#define E(code, text) {code, #code, text}
+#define E(code, text) \
+  { code, #code, text }
     E(CUDA_SUCCESS, "no error"),
     E(CUDA_ERROR_INVALID_VALUE, "invalid argument"),
     E(CUDA_ERROR_OUT_OF_MEMORY, "out of memory"),
@@ -1017,13 +1042,15 @@ constexpr ErrorText kErrors[] = {
     E(CUDA_ERROR_NOT_MAPPED_AS_POINTER, "resource not mapped as pointer"),
     E(CUDA_ERROR_ECC_UNCORRECTABLE, "uncorrectable ECC error encountered"),
     E(CUDA_ERROR_UNSUPPORTED_LIMIT, "limit is not supported on this architecture"),
-    E(CUDA_ERROR_CONTEXT_ALREADY_IN_USE, "exclusive-thread device already in use by a different thread"),
+    E(CUDA_ERROR_CONTEXT_ALREADY_IN_USE,
+      "exclusive-thread device already in use by a different thread"),
     E(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, "peer access is not supported between these two devices"),
     E(CUDA_ERROR_INVALID_PTX, "a PTX JIT compilation failed"),
     E(CUDA_ERROR_INVALID_GRAPHICS_CONTEXT, "invalid OpenGL or DirectX context"),
     E(CUDA_ERROR_NVLINK_UNCORRECTABLE, "uncorrectable NVLink error detected during the execution"),
     E(CUDA_ERROR_JIT_COMPILER_NOT_FOUND, "PTX JIT compiler library not found"),
-    E(CUDA_ERROR_UNSUPPORTED_PTX_VERSION, "the provided PTX was compiled with an unsupported toolchain."),
+    E(CUDA_ERROR_UNSUPPORTED_PTX_VERSION,
+      "the provided PTX was compiled with an unsupported toolchain."),
     E(CUDA_ERROR_JIT_COMPILATION_DISABLED, "PTX JIT compilation was disabled"),
     E(CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY, "the provided execution affinity is not supported"),
     E(CUDA_ERROR_INVALID_SOURCE, "device kernel image is invalid"),
@@ -1046,8 +1073,10 @@ constexpr ErrorText kErrors[] = {
     E(CUDA_ERROR_CONTEXT_IS_DESTROYED, "context is destroyed"),
     E(CUDA_ERROR_ASSERT, "device-side assert triggered"),
     E(CUDA_ERROR_TOO_MANY_PEERS, "peer mapping resources exhausted"),
-    E(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "part or all of the requested memory range is already mapped"),
-    E(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "pointer does not correspond to a registered memory region"),
+    E(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
+      "part or all of the requested memory range is already mapped"),
+    E(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
+      "pointer does not correspond to a registered memory region"),
     E(CUDA_ERROR_HARDWARE_STACK_ERROR, "hardware stack error"),
     E(CUDA_ERROR_ILLEGAL_INSTRUCTION, "an illegal instruction was encountered"),
     E(CUDA_ERROR_MISALIGNED_ADDRESS, "misaligned address"),
@@ -1058,19 +1087,29 @@ constexpr ErrorText kErrors[] = {
     E(CUDA_ERROR_NOT_PERMITTED, "operation not permitted"),
     E(CUDA_ERROR_NOT_SUPPORTED, "operation not supported"),
     E(CUDA_ERROR_SYSTEM_NOT_READY, "system not yet initialized"),
-    E(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, "system has unsupported display driver / cuda driver combination"),
-    E(CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE, "forward compatibility was attempted on non supported HW"),
+    E(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH,
+      "system has unsupported display driver / cuda driver combination"),
+    E(CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE,
+      "forward compatibility was attempted on non supported HW"),
     E(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "operation not permitted when stream is capturing"),
-    E(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "operation failed due to a previous error during capture"),
-    E(CUDA_ERROR_STREAM_CAPTURE_MERGE, "operation would result in a merge of separate capture sequences"),
+    E(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+      "operation failed due to a previous error during capture"),
+    E(CUDA_ERROR_STREAM_CAPTURE_MERGE,
+      "operation would result in a merge of separate capture sequences"),
     E(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, "capture was not ended in the same stream as it began"),
     E(CUDA_ERROR_STREAM_CAPTURE_UNJOINED, "capturing stream has unjoined work"),
-    E(CUDA_ERROR_STREAM_CAPTURE_ISOLATION, "dependency created on uncaptured work in another stream"),
-    E(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "operation would make the legacy stream depend on a capturing blocking stream"),
-    E(CUDA_ERROR_CAPTURED_EVENT, "operation not permitted on an event last recorded in a capturing stream"),
-    E(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "attempt to terminate a thread-local capture sequence from another thread"),
+    E(CUDA_ERROR_STREAM_CAPTURE_ISOLATION,
+      "dependency created on uncaptured work in another stream"),
+    E(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
+      "operation would make the legacy stream depend on a capturing blocking stream"),
+    E(CUDA_ERROR_CAPTURED_EVENT,
+      "operation not permitted on an event last recorded in a capturing stream"),
+    E(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD,
+      "attempt to terminate a thread-local capture sequence from another thread"),
     E(CUDA_ERROR_TIMEOUT, "wait operation timed out"),
-    E(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update"),
+    E(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE,
+      "the graph update was not performed because it included changes which violated constraints "
+      "specific to instantiated graph update"),
     E(CUDA_ERROR_UNKNOWN, "unknown error"),
 #undef E
 };

@@ -47,8 +47,7 @@ __attribute__((visibility("hidden"))) inline LaunchGeometry& CurrentGeometry() {
   return geometry;
 }
 
-__attribute__((visibility("hidden"))) inline std::vector<fakecuda_kernel_desc>&
-Registry() {
+__attribute__((visibility("hidden"))) inline std::vector<fakecuda_kernel_desc>& Registry() {
   // Leaked: a stream's thread may still run one of these kernels while
   // exit() destroys the module's statics (a real module's code outlives
   // them too).
@@ -56,9 +55,7 @@ Registry() {
   return *registry;
 }
 
-constexpr std::size_t AlignUp(std::size_t v, std::size_t a) {
-  return (v + a - 1) / a * a;
-}
+constexpr std::size_t AlignUp(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 
 template <typename... Args>
 struct Layout {
@@ -93,17 +90,14 @@ struct Kernel {
   static constexpr Layout<Args...> kLayout{};
 
   template <std::size_t... I>
-  static void Call(void (*fn)(Args...), const unsigned char* args,
-                   std::index_sequence<I...>) {
+  static void Call(void (*fn)(Args...), const unsigned char* args, std::index_sequence<I...>) {
     (void)args;
     fn(LoadParam<Args>(args + kLayout.offsets[I])...);
   }
 
-  static void Invoke(void* fn, const unsigned char* args, fakecuda_dim3 grid,
-                     fakecuda_dim3 block) {
+  static void Invoke(void* fn, const unsigned char* args, fakecuda_dim3 grid, fakecuda_dim3 block) {
     CurrentGeometry() = LaunchGeometry{grid, block};
-    Call(reinterpret_cast<void (*)(Args...)>(fn), args,
-         std::index_sequence_for<Args...>{});
+    Call(reinterpret_cast<void (*)(Args...)>(fn), args, std::index_sequence_for<Args...>{});
   }
 };
 
@@ -120,9 +114,9 @@ bool Register(void (*fn)(Args...)) {
     name = info.dli_sname;
   }
   if (name == nullptr) return false;  // not exported: invisible to the driver
-  Registry().push_back(fakecuda_kernel_desc{
-      name, address, &K::Invoke, static_cast<unsigned>(sizeof...(Args)),
-      K::kLayout.offsets, K::kLayout.sizes, K::kLayout.total});
+  Registry().push_back(
+      fakecuda_kernel_desc{name, address, &K::Invoke, static_cast<unsigned>(sizeof...(Args)),
+                           K::kLayout.offsets, K::kLayout.sizes, K::kLayout.total});
   return true;
 }
 
@@ -136,8 +130,8 @@ inline fakecuda_dim3 BlockDim() { return internal::CurrentGeometry().block; }
 
 // Weak, so any number of translation units of one module may include this
 // header; dlsym on the module's handle finds the module's own copy.
-extern "C" __attribute__((weak, visibility("default"))) int
-fakecuda_module_kernels(const fakecuda_kernel_desc** kernels) {
+extern "C" __attribute__((weak, visibility("default"))) int fakecuda_module_kernels(
+    const fakecuda_kernel_desc** kernels) {
   auto& registry = fakecuda::internal::Registry();
   *kernels = registry.data();
   return static_cast<int>(registry.size());
@@ -147,20 +141,18 @@ fakecuda_module_kernels(const fakecuda_kernel_desc** kernels) {
 #define FAKECUDA_INTERNAL_CONCAT(a, b) FAKECUDA_INTERNAL_CONCAT2(a, b)
 
 // Registers an existing kernel (e.g. one template instantiation).
-#define FAKECUDA_REGISTER_KERNEL(...)                                     \
-  static const bool FAKECUDA_INTERNAL_CONCAT(fakecuda_registered_,        \
-                                             __COUNTER__) =               \
+#define FAKECUDA_REGISTER_KERNEL(...)                                             \
+  static const bool FAKECUDA_INTERNAL_CONCAT(fakecuda_registered_, __COUNTER__) = \
       ::fakecuda::internal::Register(&__VA_ARGS__)
 
-#define FAKECUDA_KERNEL(name, ...)                                        \
-  __attribute__((visibility("default"), used)) void name(__VA_ARGS__);    \
-  FAKECUDA_REGISTER_KERNEL(name);                                         \
+#define FAKECUDA_KERNEL(name, ...)                                     \
+  __attribute__((visibility("default"), used)) void name(__VA_ARGS__); \
+  FAKECUDA_REGISTER_KERNEL(name);                                      \
   void name(__VA_ARGS__)
 
-#define FAKECUDA_EXTERN_C_KERNEL(name, ...)                               \
-  extern "C" __attribute__((visibility("default"), used)) void name(      \
-      __VA_ARGS__);                                                       \
-  FAKECUDA_REGISTER_KERNEL(name);                                         \
+#define FAKECUDA_EXTERN_C_KERNEL(name, ...)                                       \
+  extern "C" __attribute__((visibility("default"), used)) void name(__VA_ARGS__); \
+  FAKECUDA_REGISTER_KERNEL(name);                                                 \
   extern "C" void name(__VA_ARGS__)
 
 #endif  // STENSOR_TESTS_FAKECUDA_FAKE_KERNEL_H_

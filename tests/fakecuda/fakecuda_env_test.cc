@@ -2,13 +2,13 @@
 // armed from FAKECUDA_FAIL, malformed values rejected by name, and
 // CUDA_VISIBLE_DEVICES. The BUILD target sets FAKECUDA_HOST_VMM=0 and
 // FAKECUDA_FAIL for this binary.
+#include <cuda.h>
+#include <gtest/gtest.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-
-#include <cuda.h>
-#include <gtest/gtest.h>
 
 namespace {
 
@@ -26,11 +26,11 @@ class FakeCudaEnvTest : public ::testing::Test {
 
 TEST_F(FakeCudaEnvTest, HostVmmOffIsReportedAndRefused) {
   int supported = -1;
-  ASSERT_CU(cuDeviceGetAttribute(
-      &supported, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
+  ASSERT_CU(cuDeviceGetAttribute(&supported,
+                                 CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
   EXPECT_EQ(supported, 0);
-  ASSERT_CU(cuDeviceGetAttribute(
-      &supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
+  ASSERT_CU(
+      cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
   EXPECT_EQ(supported, 1);
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -38,8 +38,7 @@ TEST_F(FakeCudaEnvTest, HostVmmOffIsReportedAndRefused) {
   CUmemGenericAllocationHandle h;
   EXPECT_EQ(cuMemCreate(&h, 2u << 20, &prop, 0), CUDA_ERROR_NOT_SUPPORTED);
   size_t granularity = 0;
-  EXPECT_EQ(cuMemGetAllocationGranularity(&granularity, &prop,
-                                          CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+  EXPECT_EQ(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
             CUDA_ERROR_NOT_SUPPORTED);
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   ASSERT_CU(cuMemCreate(&h, 2u << 20, &prop, 0));
@@ -110,20 +109,18 @@ TEST(FakeCudaEnvDeathTest, MalformedValuesStopTheProgramNamingTheVariable) {
     char bus[32] = "";
     CUdevice by_bus = -1;
     int bus_attribute = -1;
-    if (cuDeviceGet(&dev, d) != CUDA_SUCCESS ||
-        cuDeviceGetUuid_v2(&uuid, dev) != CUDA_SUCCESS ||
+    if (cuDeviceGet(&dev, d) != CUDA_SUCCESS || cuDeviceGetUuid_v2(&uuid, dev) != CUDA_SUCCESS ||
         cuDeviceGetUuid(&uuid_v1, dev) != CUDA_SUCCESS ||
         std::memcmp(uuid.bytes, uuid_v1.bytes, sizeof(uuid.bytes)) != 0 ||
         cuDeviceGetPCIBusId(bus, sizeof(bus), dev) != CUDA_SUCCESS ||
         cuDeviceGetByPCIBusId(&by_bus, bus) != CUDA_SUCCESS || by_bus != dev ||
-        cuDeviceGetAttribute(&bus_attribute, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID,
-                             dev) != CUDA_SUCCESS ||
+        cuDeviceGetAttribute(&bus_attribute, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, dev) != CUDA_SUCCESS ||
         bus_attribute != std::strtol(bus + 5, nullptr, 16)) {
       std::exit(1);
     }
     char entry[64];
-    std::snprintf(entry, sizeof(entry), " %d@%s",
-                  static_cast<unsigned char>(uuid.bytes[3]) - 0x10, bus);
+    std::snprintf(entry, sizeof(entry), " %d@%s", static_cast<unsigned char>(uuid.bytes[3]) - 0x10,
+                  bus);
     out += entry;
   }
   std::fprintf(stderr, "%s.\n", out.c_str());
@@ -152,7 +149,8 @@ const VisibleCase kVisibleCases[] = {
     {"+2,-0", "devices: 2@0000:03:00.0 0@0000:01:00.0\\."},
     // UUIDs, whole or a unique prefix; an unknown or ambiguous one ends the
     // list, as does an ordinal after them.
-    {"GPU-facecd12-0000-0000-6661-6b6563756461,GPU-FACECD10", "devices: 2@0000:03:00.0 0@0000:01:00.0\\."},
+    {"GPU-facecd12-0000-0000-6661-6b6563756461,GPU-FACECD10",
+     "devices: 2@0000:03:00.0 0@0000:01:00.0\\."},
     {"GPU-facecd13,GPU-facecd1,GPU-facecd10", "devices: 3@0000:04:00.0\\."},
     {"GPU-facecd11,2", "devices: 1@0000:02:00.0\\."},
     {"0,GPU-facecd11", "devices: 0@0000:01:00.0\\."},
@@ -169,8 +167,7 @@ TEST(FakeCudaVisibleDevicesDeathTest, EnumeratesTheListedDevicesInOrder) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   for (const VisibleCase& c : kVisibleCases) {
     SCOPED_TRACE(c.visible == nullptr ? "(unset)" : c.visible);
-    EXPECT_EXIT(Enumerate(c.visible), ::testing::ExitedWithCode(0),
-                c.enumerated);
+    EXPECT_EXIT(Enumerate(c.visible), ::testing::ExitedWithCode(0), c.enumerated);
   }
 }
 

@@ -3,7 +3,9 @@
 // introspection, instantiation snapshots and launches. Each expectation is
 // what the CUDA Driver API reference or the programming guide's "Stream
 // capture" section documents (see graph.cc and README.md).
+#include <cuda.h>
 #include <dlfcn.h>
+#include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
@@ -12,9 +14,6 @@
 #include <mutex>
 #include <thread>
 #include <vector>
-
-#include <cuda.h>
-#include <gtest/gtest.h>
 
 namespace {
 
@@ -70,8 +69,7 @@ class GraphTest : public ::testing::Test {
     ASSERT_CU(cuModuleLoad(&module_, kModule));
     ASSERT_CU(cuModuleGetFunction(&axpy_, module_, "_ZN5testk4axpyEfPKfPfi"));
     ASSERT_CU(cuModuleGetFunction(&fill_, module_, "_ZN5testk9slow_fillEPiiii"));
-    ASSERT_CU(cuModuleGetFunction(&mixed_, module_,
-                                  "_ZN5testk5mixedEcPds4Pair"));
+    ASSERT_CU(cuModuleGetFunction(&mixed_, module_, "_ZN5testk5mixedEcPds4Pair"));
     ASSERT_CU(cuStreamCreate(&s1_, CU_STREAM_NON_BLOCKING));
     ASSERT_CU(cuStreamCreate(&s2_, CU_STREAM_NON_BLOCKING));
   }
@@ -212,8 +210,8 @@ TEST_F(GraphTest, ForkJoinAcrossTwoStreams) {
   ASSERT_EQ(ndeps, 1u);  // the memset
   CUgraphNode memset_node = deps[0];
 
-  ASSERT_CU(Fill(s2_, b, 2, n, 20));   // side branch
-  ASSERT_CU(Fill(s1_, a, 1, n, 20));   // main branch
+  ASSERT_CU(Fill(s2_, b, 2, n, 20));  // side branch
+  ASSERT_CU(Fill(s1_, a, 1, n, 20));  // main branch
   ASSERT_CU(cuEventRecord(join, s2_));
   ASSERT_CU(cuStreamWaitEvent(s1_, join, 0));
   ASSERT_CU(cuMemcpyDtoDAsync_v2(c, b, n * sizeof(int), s1_));  // after both
@@ -296,8 +294,7 @@ TEST_F(GraphTest, BeginAndEndCaptureRules) {
   CUgraph g = nullptr;
   EXPECT_EQ(cuStreamEndCapture(s1_, &g), CUDA_ERROR_ILLEGAL_STATE);
   ASSERT_CU(cuStreamBeginCapture(s1_, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  EXPECT_EQ(cuStreamBeginCapture(s1_, CU_STREAM_CAPTURE_MODE_GLOBAL),
-            CUDA_ERROR_ILLEGAL_STATE);
+  EXPECT_EQ(cuStreamBeginCapture(s1_, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_ILLEGAL_STATE);
   EXPECT_EQ(cuStreamEndCapture(s1_, nullptr), CUDA_ERROR_INVALID_VALUE);
   // A non-relaxed capture ends on the thread that began it.
   EXPECT_EQ(OnOtherThread([&] { return cuStreamEndCapture(s1_, &g); }),
@@ -479,8 +476,7 @@ TEST_F(GraphTest, LegacyStreamUseWhileABlockingStreamCaptures) {
   ASSERT_CU(cuStreamBeginCapture(blocking, CU_STREAM_CAPTURE_MODE_RELAXED));
   CUstreamCaptureStatus st;
   // Querying the legacy stream's status is IMPLICIT and invalidates nothing.
-  EXPECT_EQ(cuStreamIsCapturing(CU_STREAM_LEGACY, &st),
-            CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  EXPECT_EQ(cuStreamIsCapturing(CU_STREAM_LEGACY, &st), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
   EXPECT_EQ(Status(blocking), CU_STREAM_CAPTURE_STATUS_ACTIVE);
   // A non-blocking stream is unaffected.
   EXPECT_CU(cuMemsetD8Async(p, 1, 64, s2_));
@@ -601,8 +597,8 @@ TEST_F(GraphTest, ExplicitDiamondRunsInDependencyOrder) {
   ASSERT_CU(cuGraphGetEdges(g, ef, et, nullptr, &nedges));
   EXPECT_EQ(nedges, 4u);
   // The old entry points read the same graph.
-  auto get_edges1 = Sym<CUresult (*)(CUgraph, CUgraphNode*, CUgraphNode*, size_t*)>(
-      "cuGraphGetEdges");
+  auto get_edges1 =
+      Sym<CUresult (*)(CUgraph, CUgraphNode*, CUgraphNode*, size_t*)>("cuGraphGetEdges");
   size_t nedges1 = 0;
   ASSERT_CU(get_edges1(g, nullptr, nullptr, &nedges1));
   EXPECT_EQ(nedges1, 4u);
@@ -737,8 +733,8 @@ TEST_F(GraphTest, CapturedGraphIsIntrospectable) {
   EXPECT_NE(kp.kernelParams[0], static_cast<void*>(&c));  // the driver's copy
   // The old form reads the same.
   CUDA_KERNEL_NODE_PARAMS_v1 kp1;
-  auto get1 = Sym<CUresult (*)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS_v1*)>(
-      "cuGraphKernelNodeGetParams");
+  auto get1 =
+      Sym<CUresult (*)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS_v1*)>("cuGraphKernelNodeGetParams");
   ASSERT_CU(get1(nodes[2], &kp1));
   EXPECT_EQ(*static_cast<short*>(kp1.kernelParams[2]), -7);
   CUDA_HOST_NODE_PARAMS hp;
@@ -796,8 +792,8 @@ TEST_F(GraphTest, CaptureInfoReportsTheDependencies) {
   EXPECT_EQ(cuStreamGetCaptureInfo(s1_, nullptr, &id, &g, nullptr, nullptr, &n),
             CUDA_ERROR_INVALID_VALUE);
   // The v2 and v1 forms.
-  using Info2 = CUresult (*)(CUstream, CUstreamCaptureStatus*, cuuint64_t*,
-                             CUgraph*, const CUgraphNode**, size_t*);
+  using Info2 = CUresult (*)(CUstream, CUstreamCaptureStatus*, cuuint64_t*, CUgraph*,
+                             const CUgraphNode**, size_t*);
   using Info1 = CUresult (*)(CUstream, CUstreamCaptureStatus*, cuuint64_t*);
   n = 0;
   ASSERT_CU(Sym<Info2>("cuStreamGetCaptureInfo_v2")(s1_, &st, &id, &g, &deps, &n));
@@ -865,7 +861,7 @@ TEST_F(GraphTest, LaunchIsStreamOrderedAndAsynchronous) {
   unsigned bits;
   std::memcpy(&bits, &three, 4);
   ASSERT_CU(cuMemsetD32Async(x, bits, n, s2_));  // x = 3, after the gate
-  ASSERT_CU(Fill(s2_, 0, 0, 0, 30));              // and a slow kernel
+  ASSERT_CU(Fill(s2_, 0, 0, 0, 30));             // and a slow kernel
   ASSERT_CU(cuGraphLaunch(exec, s2_));
   ASSERT_CU(cuGraphLaunch(exec, s2_));  // again, while the first waits
   auto launch3 = Sym<CUresult (*)(CUgraphExec, CUstream)>("cuGraphLaunch_ptsz");
@@ -912,8 +908,7 @@ TEST_F(GraphTest, ExecKernelNodeSetParamsChangesLaterLaunches) {
   ASSERT_CU(cuGraphKernelNodeGetParams(node, &kp));
   EXPECT_EQ(*static_cast<int*>(kp.kernelParams[1]), 1);
   // The old form, and a node of another graph.
-  auto set1 = Sym<CUresult (*)(CUgraphExec, CUgraphNode,
-                               const CUDA_KERNEL_NODE_PARAMS_v1*)>(
+  auto set1 = Sym<CUresult (*)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS_v1*)>(
       "cuGraphExecKernelNodeSetParams");
   CUDA_KERNEL_NODE_PARAMS_v1 kp1{};
   kp1.func = fill_;
@@ -925,8 +920,7 @@ TEST_F(GraphTest, ExecKernelNodeSetParamsChangesLaterLaunches) {
   ASSERT_CU(cuGraphCreate(&other, 0));
   CUgraphNode foreign;
   ASSERT_CU(cuGraphAddKernelNode(&foreign, other, nullptr, 0, &kp));
-  EXPECT_EQ(cuGraphExecKernelNodeSetParams(exec, foreign, &kp),
-            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGraphExecKernelNodeSetParams(exec, foreign, &kp), CUDA_ERROR_INVALID_VALUE);
   cuGraphDestroy(other);
   cuGraphExecDestroy(exec);
   cuGraphDestroy(g);
@@ -988,15 +982,13 @@ TEST_F(GraphTest, InstantiateFormsAndProcAddress) {
   // cuGetProcAddress maps the base names to the versioned exports.
   void* fn = nullptr;
   ASSERT_CU(cuGetProcAddress_v2("cuStreamBeginCapture", &fn, 12000,
-                                CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
-                                nullptr));
+                                CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, nullptr));
   EXPECT_EQ(fn, Sym<void*>("cuStreamBeginCapture_v2_ptsz"));
   ASSERT_CU(cuGetProcAddress_v2("cuStreamGetCaptureInfo", &fn, 12030, 0, nullptr));
   EXPECT_EQ(fn, Sym<void*>("cuStreamGetCaptureInfo_v3"));
   ASSERT_CU(cuGetProcAddress_v2("cuGraphInstantiate", &fn, 11040, 0, nullptr));
   EXPECT_EQ(fn, Sym<void*>("cuGraphInstantiate_v2"));
-  ASSERT_CU(cuGetProcAddress_v2("cuThreadExchangeStreamCaptureMode", &fn, 12000,
-                                0, nullptr));
+  ASSERT_CU(cuGetProcAddress_v2("cuThreadExchangeStreamCaptureMode", &fn, 12000, 0, nullptr));
   EXPECT_NE(fn, nullptr);
   cuGraphDestroy(g);
 }
@@ -1046,8 +1038,7 @@ TEST_F(GraphTest, BadArguments) {
   EXPECT_EQ(cuGraphAddMemsetNode(&c, other, nullptr, 0, &mp, ctx_),
             CUDA_ERROR_INVALID_VALUE);  // not device memory
   CUDA_MEMCPY3D cp{};
-  EXPECT_EQ(cuGraphAddMemcpyNode(&c, other, nullptr, 0, &cp, ctx_),
-            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGraphAddMemcpyNode(&c, other, nullptr, 0, &cp, ctx_), CUDA_ERROR_INVALID_VALUE);
   CUDA_HOST_NODE_PARAMS hp{nullptr, nullptr};
   EXPECT_EQ(cuGraphAddHostNode(&c, other, nullptr, 0, &hp), CUDA_ERROR_INVALID_VALUE);
   // Queries.
@@ -1063,8 +1054,7 @@ TEST_F(GraphTest, BadArguments) {
   EXPECT_EQ(cuGraphInstantiate(&exec, g, 0), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuGraphLaunch(nullptr, s1_), CUDA_ERROR_INVALID_VALUE);
   ASSERT_CU(cuGraphInstantiate(&exec, other, 0));
-  EXPECT_EQ(cuGraphLaunch(exec, reinterpret_cast<CUstream>(&n)),
-            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuGraphLaunch(exec, reinterpret_cast<CUstream>(&n)), CUDA_ERROR_INVALID_HANDLE);
   EXPECT_CU(cuGraphExecDestroy(exec));
   EXPECT_EQ(cuGraphLaunch(exec, s1_), CUDA_ERROR_INVALID_VALUE);
   cuGraphDestroy(other);
@@ -1102,8 +1092,7 @@ TEST_F(GraphTest, BeginCaptureToGraph) {
   CUgraphNode na;
   CUDA_HOST_NODE_PARAMS pa{Append, &a};
   ASSERT_CU(cuGraphAddHostNode(&na, g, nullptr, 0, &pa));
-  ASSERT_CU(cuStreamBeginCaptureToGraph(s1_, g, &na, nullptr, 1,
-                                        CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuStreamBeginCaptureToGraph(s1_, g, &na, nullptr, 1, CU_STREAM_CAPTURE_MODE_GLOBAL));
   ASSERT_CU(cuLaunchHostFunc(s1_, Append, &b));
   CUgraph out;
   ASSERT_CU(cuStreamEndCapture(s1_, &out));
@@ -1119,7 +1108,6 @@ TEST_F(GraphTest, BeginCaptureToGraph) {
   cuGraphExecDestroy(exec);
   cuGraphDestroy(g);
 }
-
 
 // cuGraphExecUpdate: a topologically identical graph's parameters replace
 // the exec's; a different topology or node type is refused.
@@ -1150,8 +1138,7 @@ TEST_F(GraphTest, ExecUpdateTakesParametersOfAnIdenticalGraph) {
   EXPECT_EQ(cuGraphExecUpdate(exec, g3, &info), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
   EXPECT_EQ(info.result, CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED);
   // The old form reports the same way.
-  using Update1 = CUresult (*)(CUgraphExec, CUgraph, CUgraphNode*,
-                               CUgraphExecUpdateResult*);
+  using Update1 = CUresult (*)(CUgraphExec, CUgraph, CUgraphNode*, CUgraphExecUpdateResult*);
   CUgraphNode err = nullptr;
   CUgraphExecUpdateResult res;
   ASSERT_CU(Sym<Update1>("cuGraphExecUpdate")(exec, g1, &err, &res));
@@ -1227,7 +1214,6 @@ TEST_F(GraphTest, CloneSetParamsUploadAndCaptureDependencyUpdates) {
   cuMemFree_v2(other);
 }
 
-
 // Threads capture their own streams (THREAD_LOCAL) while others launch one
 // exec concurrently on their streams: captures stay apart, launches all run.
 TEST_F(GraphTest, ConcurrentCapturesAndLaunches) {
@@ -1253,19 +1239,17 @@ TEST_F(GraphTest, ConcurrentCapturesAndLaunches) {
       if (cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return void(++failures);
       CUgraph g = nullptr;
       CUgraphExec exec = nullptr;
-      bool ok =
-          cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) == CUDA_SUCCESS &&
-          Axpy(s, 1.0f, x, ys[t], n) == CUDA_SUCCESS &&
-          cuStreamEndCapture(s, &g) == CUDA_SUCCESS &&
-          cuGraphInstantiate(&exec, g, 0) == CUDA_SUCCESS;
+      bool ok = cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) == CUDA_SUCCESS &&
+                Axpy(s, 1.0f, x, ys[t], n) == CUDA_SUCCESS &&
+                cuStreamEndCapture(s, &g) == CUDA_SUCCESS &&
+                cuGraphInstantiate(&exec, g, 0) == CUDA_SUCCESS;
       for (int i = 0; ok && i < kLaunches; ++i) {
         ok = cuGraphLaunch(exec, s) == CUDA_SUCCESS;
       }
       // Other threads' THREAD_LOCAL captures do not prohibit this.
       CUdeviceptr scratch;
       ok = ok && cuMemAlloc_v2(&scratch, 64) == CUDA_SUCCESS &&
-           cuMemFree_v2(scratch) == CUDA_SUCCESS &&
-           cuStreamSynchronize(s) == CUDA_SUCCESS;
+           cuMemFree_v2(scratch) == CUDA_SUCCESS && cuStreamSynchronize(s) == CUDA_SUCCESS;
       if (!ok) ++failures;
       cuGraphExecDestroy(exec);
       cuGraphDestroy(g);

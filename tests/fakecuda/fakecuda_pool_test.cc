@@ -3,10 +3,10 @@
 // (release threshold, reserved and used memory, their high-water marks),
 // release at synchronisation and cuMemPoolTrimTo, and the errors the CUDA
 // Driver API reference documents for bad arguments (see pool.cc).
-#include <cstring>
-
 #include <cuda.h>
 #include <gtest/gtest.h>
+
+#include <cstring>
 
 namespace {
 

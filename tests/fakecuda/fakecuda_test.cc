@@ -1,6 +1,10 @@
 // Semantics of the fake CUDA driver: the behaviour every stensor test relies
 // on, checked against what the real driver documents.
+#include "tests/fakecuda/fakecuda.h"
+
+#include <cuda.h>
 #include <dlfcn.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -14,11 +18,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-
-#include <cuda.h>
-#include <gtest/gtest.h>
-
-#include "tests/fakecuda/fakecuda.h"
 
 namespace {
 
@@ -82,8 +81,7 @@ class FakeCudaTest : public ::testing::Test {
     MapAt(va, granules, handle, where);
     return va;
   }
-  void MapAt(CUdeviceptr va, size_t granules,
-             CUmemGenericAllocationHandle* handle,
+  void MapAt(CUdeviceptr va, size_t granules, CUmemGenericAllocationHandle* handle,
              CUmemLocationType where = CU_MEM_LOCATION_TYPE_DEVICE) {
     CUmemAllocationProp prop{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -167,8 +165,7 @@ TEST_F(FakeCudaTest, VmmRejectsBadArguments) {
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   size_t gran = 0;
-  ASSERT_CU(cuMemGetAllocationGranularity(&gran, &prop,
-                                          CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  ASSERT_CU(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
   EXPECT_EQ(gran, kGranule);
   CUmemGenericAllocationHandle h;
   EXPECT_EQ(cuMemCreate(&h, kGranule + 1, &prop, 0), CUDA_ERROR_INVALID_VALUE);
@@ -420,8 +417,7 @@ TEST_F(FakeCudaDeathTest, MappedWithoutAccessFaults) {
   CUmemGenericAllocationHandle h;
   ASSERT_CU(cuMemCreate(&h, kGranule, &prop, 0));
   ASSERT_CU(cuMemMap(va, kGranule, 0, h, 0));
-  EXPECT_EXIT(*reinterpret_cast<volatile int*>(va) = 2,
-              ::testing::KilledBySignal(SIGSEGV), "");
+  EXPECT_EXIT(*reinterpret_cast<volatile int*>(va) = 2, ::testing::KilledBySignal(SIGSEGV), "");
   int v = 0;
   EXPECT_EQ(cuMemcpyDtoH_v2(&v, va, 4), CUDA_ERROR_INVALID_VALUE);
 }
@@ -642,8 +638,7 @@ TEST_F(FakeCudaTest, DeviceToDeviceCopiesAndMemsetsDoNotBlockTheHost) {
 TEST_F(FakeCudaTest, SizeArithmeticThatOverflowsIsInvalid) {
   CUdeviceptr d;
   ASSERT_CU(cuMemAlloc_v2(&d, 16));
-  EXPECT_EQ(cuMemsetD32Async(d, 0, (size_t{1} << 62) + 1, nullptr),
-            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemsetD32Async(d, 0, (size_t{1} << 62) + 1, nullptr), CUDA_ERROR_INVALID_VALUE);
   std::vector<char> host(64);
   CUDA_MEMCPY2D c{};
   c.srcMemoryType = CU_MEMORYTYPE_HOST;
@@ -813,8 +808,7 @@ TEST_F(FakeCudaTest, StreamsAndEventsBelongToTheirContext) {
   EXPECT_EQ(cuEventRecord(event, other_stream), CUDA_ERROR_INVALID_HANDLE);
   EXPECT_EQ(cuEventRecord(other_event, nullptr), CUDA_ERROR_INVALID_HANDLE);
   using RecordPtsz = CUresult (*)(CUevent, CUstream);
-  EXPECT_EQ(Sym<RecordPtsz>("cuEventRecord_ptsz")(other_event, nullptr),
-            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(Sym<RecordPtsz>("cuEventRecord_ptsz")(other_event, nullptr), CUDA_ERROR_INVALID_HANDLE);
   EXPECT_EQ(cuEventRecordWithFlags(other_event, stream, 0), CUDA_ERROR_INVALID_HANDLE);
   EXPECT_CU(cuEventRecord(event, stream));
   EXPECT_CU(cuEventRecord(other_event, other_stream));
@@ -918,8 +912,7 @@ TEST_F(FakeCudaTest, PerThreadDefaultStreamsAreSeparatePerThread) {
   ASSERT_CU(cuMemAlloc_v2(&d, 4));
   // Hold this thread's per-thread stream (stream 0 through a _ptsz entry).
   Gate held;
-  ASSERT_CU(Sym<decltype(&cuLaunchHostFunc)>("cuLaunchHostFunc_ptsz")(
-      nullptr, &Gate::Wait, &held));
+  ASSERT_CU(Sym<decltype(&cuLaunchHostFunc)>("cuLaunchHostFunc_ptsz")(nullptr, &Gate::Wait, &held));
   EXPECT_EQ(cuStreamQuery(CU_STREAM_PER_THREAD), CUDA_ERROR_NOT_READY);
   // Another thread's per-thread stream is a different stream: its
   // synchronous work completes (this would hang if the stream were shared).
@@ -953,10 +946,12 @@ TEST_F(FakeCudaTest, ProcAddressMapsNameVersionAndFlagsToTheAbi) {
       {"cuMemAlloc", 3020, 0, "cuMemAlloc_v2"},
       {"cuMemAlloc", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemAlloc_v2"},
       {"cuLaunchKernel", 12000, 0, "cuLaunchKernel"},
-      {"cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuLaunchKernel_ptsz"},
+      {"cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+       "cuLaunchKernel_ptsz"},
       {"cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, "cuLaunchKernel"},
       {"cuMemcpy", 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemcpy_ptds"},
-      {"cuMemcpyHtoD", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemcpyHtoD_v2_ptds"},
+      {"cuMemcpyHtoD", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+       "cuMemcpyHtoD_v2_ptds"},
       {"cuCtxCreate", 3020, 0, "cuCtxCreate_v2"},
       {"cuCtxCreate", 13000, 0, "cuCtxCreate_v4"},
       {"cuEventElapsedTime", 12000, 0, "cuEventElapsedTime"},
@@ -967,7 +962,8 @@ TEST_F(FakeCudaTest, ProcAddressMapsNameVersionAndFlagsToTheAbi) {
       {"cuCtxSynchronize", 12000, 0, "cuCtxSynchronize"},
       {"cuCtxSynchronize", 13000, 0, "cuCtxSynchronize_v2"},
       {"cuCtxGetDevice", 13000, 0, "cuCtxGetDevice_v2"},
-      {"cuStreamGetCtx", 12050, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuStreamGetCtx_v2_ptsz"},
+      {"cuStreamGetCtx", 12050, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+       "cuStreamGetCtx_v2_ptsz"},
   };
   for (const Case& c : cases) {
     void* fn = nullptr;
@@ -977,8 +973,7 @@ TEST_F(FakeCudaTest, ProcAddressMapsNameVersionAndFlagsToTheAbi) {
     EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SUCCESS);
     EXPECT_EQ(fn, dlsym(self, c.symbol)) << c.name << " @" << c.version;
     void* fn4 = nullptr;
-    ASSERT_CU(Sym<GetProcAddress4>("cuGetProcAddress")(c.name, &fn4,
-                                                       c.version, c.flags));
+    ASSERT_CU(Sym<GetProcAddress4>("cuGetProcAddress")(c.name, &fn4, c.version, c.flags));
     EXPECT_EQ(fn4, fn);
   }
   // The per-thread flag before an entry point had a per-thread variant: not
@@ -987,18 +982,20 @@ TEST_F(FakeCudaTest, ProcAddressMapsNameVersionAndFlagsToTheAbi) {
   // CUDA_ERROR_NOT_FOUND for the 4-argument form (driver 580 on an H200
   // answers so).
   auto get4 = Sym<GetProcAddress4>("cuGetProcAddress");
-  for (auto [name, version] : {std::pair{"cuMemcpy", 4000}, {"cuMemsetD8", 3020},
-                               {"cuStreamSynchronize", 2000}}) {
+  for (auto [name, version] :
+       {std::pair{"cuMemcpy", 4000}, {"cuMemsetD8", 3020}, {"cuStreamSynchronize", 2000}}) {
     void* fn = reinterpret_cast<void*>(1);
     CUdriverProcAddressQueryResult status;
-    EXPECT_EQ(cuGetProcAddress_v2(name, &fn, version,
-                                  CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status),
-              CUDA_SUCCESS) << name;
+    EXPECT_EQ(cuGetProcAddress_v2(name, &fn, version, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+                                  &status),
+              CUDA_SUCCESS)
+        << name;
     EXPECT_EQ(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT) << name;
     EXPECT_EQ(fn, nullptr) << name;
     fn = reinterpret_cast<void*>(1);
     EXPECT_EQ(get4(name, &fn, version, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM),
-              CUDA_ERROR_NOT_FOUND) << name;
+              CUDA_ERROR_NOT_FOUND)
+        << name;
     EXPECT_EQ(fn, nullptr) << name;
   }
   void* fn = reinterpret_cast<void*>(1);
@@ -1011,8 +1008,7 @@ TEST_F(FakeCudaTest, ProcAddressMapsNameVersionAndFlagsToTheAbi) {
   EXPECT_EQ(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
   EXPECT_EQ(fn, nullptr);
   EXPECT_EQ(get4("cuMemAllocAsync", &fn, 10000, 0), CUDA_ERROR_NOT_FOUND);
-  EXPECT_EQ(cuGetProcAddress_v2("cuMemAlloc", &fn, 13000, 4, &status),
-            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGetProcAddress_v2("cuMemAlloc", &fn, 13000, 4, &status), CUDA_ERROR_INVALID_VALUE);
   dlclose(self);
 }
 
@@ -1058,10 +1054,10 @@ TEST_F(FakeCudaTest, ModulesReportNamesAndParameterLayouts) {
 // it out again: the next module loaded gets the unloaded one's handles (all
 // eight kernels of test_kernels.so are listed).
 TEST_F(FakeCudaTest, UnloadedFunctionHandlesAreInvalidThenReused) {
-  const char* kNames[] = {"_ZN5testk4axpyEfPKfPfi", "_ZN5testk5mixedEcPds4Pair",
-                          "_ZN5testk5scaleIfEEvPT_S1_i", "_ZN5testk5scaleIdEEvPT_S1_i",
+  const char* kNames[] = {"_ZN5testk4axpyEfPKfPfi",           "_ZN5testk5mixedEcPds4Pair",
+                          "_ZN5testk5scaleIfEEvPT_S1_i",      "_ZN5testk5scaleIdEEvPT_S1_i",
                           "_ZN5testk13load_indirectEPKPKfPf", "plain_c_kernel",
-                          "_ZN5testk9slow_fillEPiiii", "_ZN5testk15record_geometryEPj"};
+                          "_ZN5testk9slow_fillEPiiii",        "_ZN5testk15record_geometryEPj"};
   auto handles = [&](CUmodule m) {
     std::set<CUfunction> all;
     for (const char* name : kNames) {
@@ -1165,8 +1161,8 @@ TEST_F(FakeCudaTest, LaunchesPassParametersBothWays) {
   pair.a = 8;
   std::memcpy(buffer + 24, &pair, 16);
   size_t size = sizeof(buffer);
-  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer,
-                   CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                   CU_LAUNCH_PARAM_END};
   ASSERT_CU(cuLaunchKernel(mixed, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, extra));
   ASSERT_CU(cuMemcpyDtoH_v2(got, out, sizeof(got)));
   EXPECT_EQ(got[0], 1);
@@ -1179,7 +1175,8 @@ TEST_F(FakeCudaTest, LaunchesPassParametersBothWays) {
   for (size_t wrong : {sizeof(buffer) + 8, sizeof(buffer) - 8}) {
     size = wrong;
     EXPECT_EQ(cuLaunchKernel(mixed, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, extra),
-              CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES) << wrong;
+              CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
+        << wrong;
   }
   // An `extra` of only its end is none: with kernelParams the kernel runs
   // (as on that GPU), alone it is no parameters.
@@ -1194,8 +1191,8 @@ TEST_F(FakeCudaTest, LaunchesPassParametersBothWays) {
             CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuLaunchKernel(mixed, 1, 1, 1, 1025, 1, 1, 0, nullptr, params, nullptr),
             CUDA_ERROR_INVALID_VALUE);
-  EXPECT_EQ(cuLaunchKernel(reinterpret_cast<CUfunction>(&got), 1, 1, 1, 1, 1, 1,
-                           0, nullptr, params, nullptr),
+  EXPECT_EQ(cuLaunchKernel(reinterpret_cast<CUfunction>(&got), 1, 1, 1, 1, 1, 1, 0, nullptr, params,
+                           nullptr),
             CUDA_ERROR_INVALID_HANDLE);
 
   CUfunction geometry = Function("_ZN5testk15record_geometryEPj");
@@ -1251,8 +1248,7 @@ TEST_F(FakeCudaTest, ErrorNamesAndStrings) {
   EXPECT_STREQ(s, "CUDA_ERROR_OUT_OF_MEMORY");
   ASSERT_CU(cuGetErrorString(CUDA_ERROR_INVALID_VALUE, &s));
   EXPECT_STREQ(s, "invalid argument");
-  EXPECT_EQ(cuGetErrorName(static_cast<CUresult>(123456), &s),
-            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGetErrorName(static_cast<CUresult>(123456), &s), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(s, nullptr);
 }
 
@@ -1436,7 +1432,7 @@ TEST_F(FakeCudaTest, FreedRangeStaysUnmappedWhenLaterPagesAreFreed) {
   const size_t n = 3 * kGranule + 4096;
   CUdeviceptr first = 0, second = 0, third = 0;
   ASSERT_CU(cuMemAlloc_v2(&first, n));
-  ASSERT_CU(cuMemFree_v2(first));  // first's pages move to T1; first unmapped
+  ASSERT_CU(cuMemFree_v2(first));        // first's pages move to T1; first unmapped
   ASSERT_CU(cuMemAlloc_v2(&second, n));  // takes T1
   ASSERT_CU(cuMemAlloc_v2(&third, n));   // fresh
   ASSERT_CU(cuMemsetD8_v2(third, 0x5c, n));

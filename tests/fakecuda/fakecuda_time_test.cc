@@ -7,6 +7,8 @@
 // The BUILD target sets FAKECUDA_LINK=0.0625,0.03125 and
 // FAKECUDA_VMM_LATENCY_US=40000,10000,20000,30000,15000 for this binary, so that
 // kH2D bytes host-to-device and kD2H bytes device-to-host both take kT.
+#include <cuda.h>
+#include <gtest/gtest.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -18,9 +20,6 @@
 #include <thread>
 #include <vector>
 
-#include <cuda.h>
-#include <gtest/gtest.h>
-
 namespace {
 
 #define ASSERT_CU(expr) ASSERT_EQ((expr), CUDA_SUCCESS) << #expr
@@ -28,9 +27,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr double kT = 200;                 // ms: one modelled transfer
-constexpr size_t kH2D = 12'500'000;        // bytes in kT at 0.0625 GB/s
-constexpr size_t kD2H = 6'250'000;         // bytes in kT at 0.03125 GB/s
+constexpr double kT = 200;           // ms: one modelled transfer
+constexpr size_t kH2D = 12'500'000;  // bytes in kT at 0.0625 GB/s
+constexpr size_t kD2H = 6'250'000;   // bytes in kT at 0.03125 GB/s
 constexpr size_t kGranule = 2u << 20;
 constexpr size_t kPage = 4096;
 constexpr char kModule[] = "tests/fakecuda/test_kernels.so";
@@ -372,28 +371,20 @@ TEST_F(FakeCudaTimeTest, EveryCopyFormIsTimed) {
   auto host = [](void* p) { return reinterpret_cast<CUdeviceptr>(p); };
   const Form forms[] = {
       {"HtoD pinned", [&] { return cuMemcpyHtoD_v2(d, pinned, kUp); }, false},
-      {"HtoD pageable",
-       [&] { return cuMemcpyHtoD_v2(d, pageable.data(), kUp); }, false},
-      {"DtoH pageable",
-       [&] { return cuMemcpyDtoH_v2(pageable.data(), d, kDown); }, false},
-      {"cuMemcpy host to device",
-       [&] { return cuMemcpy(d, host(pinned), kUp); }, false},
-      {"cuMemcpy device to host",
-       [&] { return cuMemcpy(host(pinned), d, kDown); }, false},
+      {"HtoD pageable", [&] { return cuMemcpyHtoD_v2(d, pageable.data(), kUp); }, false},
+      {"DtoH pageable", [&] { return cuMemcpyDtoH_v2(pageable.data(), d, kDown); }, false},
+      {"cuMemcpy host to device", [&] { return cuMemcpy(d, host(pinned), kUp); }, false},
+      {"cuMemcpy device to host", [&] { return cuMemcpy(host(pinned), d, kDown); }, false},
       {"2D host to device", [&] { return cuMemcpy2D_v2(&up2d); }, false},
       {"3D device to host", [&] { return cuMemcpy3D_v2(&down3d); }, false},
-      {"HtoDAsync pinned",
-       [&] { return cuMemcpyHtoDAsync_v2(d, pinned, kUp, s); }, true},
-      {"HtoDAsync pageable",
-       [&] { return cuMemcpyHtoDAsync_v2(d, pageable.data(), kUp, s); }, true},
-      {"DtoHAsync pinned",
-       [&] { return cuMemcpyDtoHAsync_v2(pinned, d, kDown, s); }, true},
-      {"cuMemcpyAsync host to device",
-       [&] { return cuMemcpyAsync(d, host(pinned), kUp, s); }, true},
-      {"2DAsync host to device",
-       [&] { return cuMemcpy2DAsync_v2(&up2d, s); }, true},
-      {"3DAsync device to host",
-       [&] { return cuMemcpy3DAsync_v2(&down3d, s); }, true},
+      {"HtoDAsync pinned", [&] { return cuMemcpyHtoDAsync_v2(d, pinned, kUp, s); }, true},
+      {"HtoDAsync pageable", [&] { return cuMemcpyHtoDAsync_v2(d, pageable.data(), kUp, s); },
+       true},
+      {"DtoHAsync pinned", [&] { return cuMemcpyDtoHAsync_v2(pinned, d, kDown, s); }, true},
+      {"cuMemcpyAsync host to device", [&] { return cuMemcpyAsync(d, host(pinned), kUp, s); },
+       true},
+      {"2DAsync host to device", [&] { return cuMemcpy2DAsync_v2(&up2d, s); }, true},
+      {"3DAsync device to host", [&] { return cuMemcpy3DAsync_v2(&down3d, s); }, true},
   };
   for (const Form& f : forms) {
     Clock::time_point start = Clock::now();
@@ -507,8 +498,7 @@ TEST_F(FakeCudaTimeTest, OnlyCopiesBetweenHostAndDeviceMemoryCrossTheLink) {
   } untimed[] = {
       {"DtoD", [&] { return cuMemcpyDtoD_v2(b, a, kH2D); }},
       {"memset", [&] { return cuMemsetD8_v2(a, 1, kH2D); }},
-      {"pageable to host-located VMM",
-       [&] { return cuMemcpyHtoD_v2(va, pageable.data(), kH2D); }},
+      {"pageable to host-located VMM", [&] { return cuMemcpyHtoD_v2(va, pageable.data(), kH2D); }},
       {"host-located VMM to pageable",
        [&] { return cuMemcpy(reinterpret_cast<CUdeviceptr>(pageable.data()), va, kH2D); }},
   };
@@ -610,8 +600,7 @@ TEST(FakeCudaTimeDeathTest, MalformedValuesStopTheProgramNamingTheVariable) {
       {"FAKECUDA_REPORT_CALLS", "fakecuda_call_count", "expected a comma-separated list"},
   };
   for (const auto& c : cases) {
-    std::string expected =
-        std::string(c.variable) + "=\"" + c.value + "\"; " + c.message;
+    std::string expected = std::string(c.variable) + "=\"" + c.value + "\"; " + c.message;
     EXPECT_EXIT(
         {
           setenv(c.variable, c.value, 1);

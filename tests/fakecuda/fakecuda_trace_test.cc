@@ -6,6 +6,8 @@
 //
 // The BUILD target sets FAKECUDA_LINK=0.01 for this binary: a 2 MiB copy
 // holds its direction's engine for about 210 ms.
+#include <cuda.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,9 +24,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-
-#include <cuda.h>
-#include <gtest/gtest.h>
 
 namespace {
 
@@ -101,12 +100,26 @@ class JsonParser {
       if (i_ >= s_.size()) return false;
       char e = s_[i_++];
       switch (e) {
-        case '"': case '\\': case '/': *out += e; break;
-        case 'b': *out += '\b'; break;
-        case 'f': *out += '\f'; break;
-        case 'n': *out += '\n'; break;
-        case 'r': *out += '\r'; break;
-        case 't': *out += '\t'; break;
+        case '"':
+        case '\\':
+        case '/':
+          *out += e;
+          break;
+        case 'b':
+          *out += '\b';
+          break;
+        case 'f':
+          *out += '\f';
+          break;
+        case 'n':
+          *out += '\n';
+          break;
+        case 'r':
+          *out += '\r';
+          break;
+        case 't':
+          *out += '\t';
+          break;
         case 'u': {
           if (i_ + 4 > s_.size()) return false;
           unsigned code = 0;
@@ -120,7 +133,8 @@ class JsonParser {
           *out += code < 0x80 ? static_cast<char>(code) : '?';
           break;
         }
-        default: return false;
+        default:
+          return false;
       }
     }
     return false;
@@ -200,7 +214,7 @@ struct Slice {
   std::string name;
   std::string cat;
   int tid = 0;
-  double ts = 0;   // microseconds
+  double ts = 0;  // microseconds
   double dur = 0;
   const Json* args = nullptr;
   double end() const { return ts + dur; }
@@ -273,8 +287,7 @@ void LoadTrace(const std::string& path, Trace* t) {
       ASSERT_TRUE(e.HasNumber("ts") && e.HasNumber("dur")) << e.Str("name");
       ASSERT_GE(e.Num("dur"), 0) << e.Str("name");
       ASSERT_NE(args, nullptr) << e.Str("name");
-      t->slices.push_back(Slice{e.Str("name"), e.Str("cat"), tid, e.Num("ts"),
-                                e.Num("dur"), args});
+      t->slices.push_back(Slice{e.Str("name"), e.Str("cat"), tid, e.Num("ts"), e.Num("dur"), args});
     } else if (ph == "i") {
       ASSERT_TRUE(e.HasNumber("ts"));
       t->instants.push_back(&e);
@@ -290,12 +303,12 @@ void LoadTrace(const std::string& path, Trace* t) {
 
 // --- The programs the children run ----------------------------------------------
 // A failed call ends the child with status 3, which fails the death test.
-#define CHILD_CU(expr)                                              \
-  do {                                                              \
-    if ((expr) != CUDA_SUCCESS) {                                   \
+#define CHILD_CU(expr)                                                       \
+  do {                                                                       \
+    if ((expr) != CUDA_SUCCESS) {                                            \
       std::fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #expr); \
-      std::exit(3);                                                 \
-    }                                                               \
+      std::exit(3);                                                          \
+    }                                                                        \
   } while (0)
 
 constexpr size_t kBytes = 2u << 20;  // ~210 ms on an engine at 0.01 GB/s
@@ -433,8 +446,8 @@ void ManyThreadsThenExit() {
     threads.emplace_back([ctx, d, t] {
       CHILD_CU(cuCtxSetCurrent(ctx));
       for (int i = 0; i < kMemsetsPerThread; ++i) {
-        CHILD_CU(cuMemsetD8Async(d + 4 * t, static_cast<unsigned char>(i), 4,
-                                 CU_STREAM_PER_THREAD));
+        CHILD_CU(
+            cuMemsetD8Async(d + 4 * t, static_cast<unsigned char>(i), 4, CU_STREAM_PER_THREAD));
       }
       CHILD_CU(cuStreamSynchronize(CU_STREAM_PER_THREAD));
     });
@@ -465,8 +478,7 @@ void TwoProcessesOnePathThenExit() {
   InitContext();
   if (write(go[1], "g", 1) != 1) std::exit(7);
   int status = 0;
-  if (waitpid(other, &status, 0) != other || !WIFEXITED(status) ||
-      WEXITSTATUS(status) != 0) {
+  if (waitpid(other, &status, 0) != other || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     std::exit(9);
   }
   SmallWorkThenExit();
@@ -571,8 +583,8 @@ TEST(FakeCudaTraceTest, StreamsAndCopyEnginesAreTracksOfTheirOperations) {
   if (up[1].ts < up[0].ts) std::swap(up[0], up[1]);
   EXPECT_GE(up[1].ts + kSlack, up[0].end()) << "one direction serialises";
   EXPECT_TRUE(down[0].ts < up[0].end() && up[0].ts < down[0].end())
-      << "the two directions overlap: D2H [" << down[0].ts << ", "
-      << down[0].end() << "), H2D [" << up[0].ts << ", " << up[0].end() << ")";
+      << "the two directions overlap: D2H [" << down[0].ts << ", " << down[0].end() << "), H2D ["
+      << up[0].ts << ", " << up[0].end() << ")";
   EXPECT_NE(up[0].args->Num("stream_tid"), up[1].args->Num("stream_tid"));
   for (const Slice* e : {&up[0], &up[1], &down[0]}) {
     EXPECT_EQ(e->cat, "engine");
@@ -735,8 +747,7 @@ TEST(FakeCudaTraceTest, EventsPastTheCapAreCountedAndSaid) {
   ASSERT_EQ(t.instants.size(), 1u);
   char said[128];
   std::snprintf(said, sizeof(said),
-                "trace full: %.0f later events dropped (FAKECUDA_TRACE_EVENTS=100)",
-                dropped);
+                "trace full: %.0f later events dropped (FAKECUDA_TRACE_EVENTS=100)", dropped);
   EXPECT_EQ(t.instants[0]->Str("name"), said);
 }
 

@@ -1,11 +1,11 @@
 // FAKECUDA_VMM_LATENCY_US=h200 (set by the BUILD target): the medians
 // measured on an H200 with driver 580, by call and by where the memory is.
 // Lower bounds only: a loaded machine makes any call slower, never faster.
-#include <algorithm>
-#include <chrono>
-
 #include <cuda.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
 
 namespace {
 

@@ -27,15 +27,15 @@ struct Graph;
 struct Node {
   Graph* graph = nullptr;
   NodeSpec spec;
-  std::vector<Node*> deps;        // edges into this node, in order added
-  std::vector<Node*> dependents;  // edges out of it
-  Graph* child = nullptr;  // CHILD_GRAPH: the node's own clone of the graph
+  std::vector<Node*> deps;           // edges into this node, in order added
+  std::vector<Node*> dependents;     // edges out of it
+  Graph* child = nullptr;            // CHILD_GRAPH: the node's own clone of the graph
   std::vector<void*> kernel_params;  // what cuGraphKernelNodeGetParams hands out
 };
 
 struct Graph {
   std::vector<std::unique_ptr<Node>> nodes;  // in the order added
-  Node* owner = nullptr;  // set for the graph embedded in a child graph node
+  Node* owner = nullptr;                     // set for the graph embedded in a child graph node
   // cuGraphClone: the graph this was cloned from (nodes at the same
   // positions correspond), for cuGraphNodeFindInClone.
   const Graph* cloned_from = nullptr;
@@ -74,12 +74,12 @@ struct StreamCapture {
 
 struct State {
   std::mutex mu;
-  std::unordered_set<Graph*> graphs;  // guarded by mu
-  std::unordered_set<Node*> nodes;    // guarded by mu
-  std::unordered_set<Exec*> execs;    // guarded by mu
-  std::vector<Capture*> captures;     // guarded by mu; those going
+  std::unordered_set<Graph*> graphs;                   // guarded by mu
+  std::unordered_set<Node*> nodes;                     // guarded by mu
+  std::unordered_set<Exec*> execs;                     // guarded by mu
+  std::vector<Capture*> captures;                      // guarded by mu; those going
   std::unordered_map<Stream*, StreamCapture> streams;  // guarded by mu
-  uint64_t next_capture_id = 1;       // guarded by mu
+  uint64_t next_capture_id = 1;                        // guarded by mu
 };
 
 State& GetState() {
@@ -110,8 +110,7 @@ Graph* NewGraphLocked(State& st) {
   return g;
 }
 
-Node* AddNodeLocked(State& st, Graph* g, NodeSpec spec,
-                    const std::vector<Node*>& deps) {
+Node* AddNodeLocked(State& st, Graph* g, NodeSpec spec, const std::vector<Node*>& deps) {
   auto node = std::make_unique<Node>();
   Node* n = node.get();
   n->graph = g;
@@ -255,9 +254,8 @@ CUresult CaptureCheck(Stream* s, bool* capturing, bool sync) {
   State& st = GetState();
   std::lock_guard<std::mutex> lock(st.mu);
   if (s->legacy()) {
-    return ImplicitLocked(st, s->context(), true)
-               ? CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
-               : CUDA_SUCCESS;
+    return ImplicitLocked(st, s->context(), true) ? CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+                                                  : CUDA_SUCCESS;
   }
   auto it = st.streams.find(s);
   if (it == st.streams.end()) return CUDA_SUCCESS;
@@ -352,8 +350,7 @@ CUresult CheckContextWait(Context* ctx) {
   return CheckUnsafeCall();
 }
 
-CUresult CaptureEventRecord(Stream* s, uint64_t* capture_id,
-                            std::vector<CUgraphNode>* nodes) {
+CUresult CaptureEventRecord(Stream* s, uint64_t* capture_id, std::vector<CUgraphNode>* nodes) {
   State& st = GetState();
   std::lock_guard<std::mutex> lock(st.mu);
   auto it = st.streams.find(s);
@@ -365,8 +362,7 @@ CUresult CaptureEventRecord(Stream* s, uint64_t* capture_id,
   return CUDA_SUCCESS;
 }
 
-CUresult CaptureWaitEvent(Stream* s, uint64_t capture_id,
-                          const std::vector<CUgraphNode>& nodes) {
+CUresult CaptureWaitEvent(Stream* s, uint64_t capture_id, const std::vector<CUgraphNode>& nodes) {
   State& st = GetState();
   std::lock_guard<std::mutex> lock(st.mu);
   Capture* c = FindCaptureLocked(st, capture_id);
@@ -419,14 +415,13 @@ using namespace fakecuda;  // NOLINT: the exported C API below
 namespace {
 
 bool ValidMode(CUstreamCaptureMode mode) {
-  return mode == CU_STREAM_CAPTURE_MODE_GLOBAL ||
-         mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL ||
+  return mode == CU_STREAM_CAPTURE_MODE_GLOBAL || mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL ||
          mode == CU_STREAM_CAPTURE_MODE_RELAXED;
 }
 
 CUresult BeginCapture(CUstream h, CUgraph into, const CUgraphNode* deps,
-                      const CUgraphEdgeData* edge_data, size_t num_deps,
-                      CUstreamCaptureMode mode, bool pt) {
+                      const CUgraphEdgeData* edge_data, size_t num_deps, CUstreamCaptureMode mode,
+                      bool pt) {
   if (!ValidMode(mode)) return CUDA_ERROR_INVALID_VALUE;
   Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, pt, &s); r != CUDA_SUCCESS) return r;
@@ -439,8 +434,7 @@ CUresult BeginCapture(CUstream h, CUgraph into, const CUgraphNode* deps,
   std::vector<Node*> first_deps;
   if (into != nullptr) {
     Graph* g = LiveGraph(st, into);
-    if (g == nullptr || (num_deps > 0 && deps == nullptr) ||
-        !ZeroEdgeData(edge_data, num_deps)) {
+    if (g == nullptr || (num_deps > 0 && deps == nullptr) || !ZeroEdgeData(edge_data, num_deps)) {
       delete c;
       return CUDA_ERROR_INVALID_VALUE;
     }
@@ -483,8 +477,7 @@ CUresult EndCapture(CUstream h, CUgraph* phGraph, bool pt) {
     c->invalidated = true;
     return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
   }
-  if (c->mode != CU_STREAM_CAPTURE_MODE_RELAXED &&
-      c->thread != std::this_thread::get_id()) {
+  if (c->mode != CU_STREAM_CAPTURE_MODE_RELAXED && c->thread != std::this_thread::get_id()) {
     return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
   }
   CUresult result = CUDA_SUCCESS;
@@ -523,23 +516,20 @@ CUresult IsCapturing(CUstream h, CUstreamCaptureStatus* status, bool pt) {
   // The legacy stream: "will return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT ...
   // The blocking stream capture is not invalidated."
   if (s->legacy()) {
-    return ImplicitLocked(st, s->context(), false)
-               ? CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
-               : CUDA_SUCCESS;
+    return ImplicitLocked(st, s->context(), false) ? CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+                                                   : CUDA_SUCCESS;
   }
   auto it = st.streams.find(s);
   if (it != st.streams.end()) {
-    *status = it->second.capture->invalidated
-                  ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
-                  : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    *status = it->second.capture->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                              : CU_STREAM_CAPTURE_STATUS_ACTIVE;
   }
   return CUDA_SUCCESS;
 }
 
-CUresult GetCaptureInfo(CUstream h, CUstreamCaptureStatus* status,
-                        cuuint64_t* id, CUgraph* graph,
-                        const CUgraphNode** deps,
-                        const CUgraphEdgeData** edges, size_t* num, bool pt) {
+CUresult GetCaptureInfo(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+                        const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* num,
+                        bool pt) {
   if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (edges != nullptr && deps == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Stream* s = nullptr;
@@ -561,8 +551,7 @@ CUresult GetCaptureInfo(CUstream h, CUstreamCaptureStatus* status,
   }
   StreamCapture& sc = it->second;
   Capture* c = sc.capture;
-  *status = c->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
-                           : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  *status = c->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
   if (id != nullptr) *id = c->id;
   if (graph != nullptr) *graph = reinterpret_cast<CUgraph>(c->graph);
   sc.deps_out.clear();
@@ -578,57 +567,44 @@ CUresult Impl_cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode, bool
   return BeginCapture(h, nullptr, nullptr, nullptr, 0, mode, pt);
 }
 CUresult Impl_cuStreamBeginCapture(CUstream h, bool pt) {
-  return BeginCapture(h, nullptr, nullptr, nullptr, 0,
-                      CU_STREAM_CAPTURE_MODE_GLOBAL, pt);
+  return BeginCapture(h, nullptr, nullptr, nullptr, 0, CU_STREAM_CAPTURE_MODE_GLOBAL, pt);
 }
-CUresult Impl_cuStreamBeginCaptureToGraph(CUstream h, CUgraph g,
-                                          const CUgraphNode* deps,
-                                          const CUgraphEdgeData* data,
-                                          size_t n, CUstreamCaptureMode mode,
-                                          bool pt) {
+CUresult Impl_cuStreamBeginCaptureToGraph(CUstream h, CUgraph g, const CUgraphNode* deps,
+                                          const CUgraphEdgeData* data, size_t n,
+                                          CUstreamCaptureMode mode, bool pt) {
   if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return BeginCapture(h, g, deps, data, n, mode, pt);
 }
-CUresult Impl_cuStreamEndCapture(CUstream h, CUgraph* g, bool pt) {
-  return EndCapture(h, g, pt);
-}
+CUresult Impl_cuStreamEndCapture(CUstream h, CUgraph* g, bool pt) { return EndCapture(h, g, pt); }
 CUresult Impl_cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus* s, bool pt) {
   return IsCapturing(h, s, pt);
 }
-CUresult Impl_cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus* s,
-                                     cuuint64_t* id, bool pt) {
+CUresult Impl_cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus* s, cuuint64_t* id,
+                                     bool pt) {
   return GetCaptureInfo(h, s, id, nullptr, nullptr, nullptr, nullptr, pt);
 }
-CUresult Impl_cuStreamGetCaptureInfo_v2(CUstream h, CUstreamCaptureStatus* s,
-                                        cuuint64_t* id, CUgraph* g,
-                                        const CUgraphNode** deps, size_t* n,
-                                        bool pt) {
+CUresult Impl_cuStreamGetCaptureInfo_v2(CUstream h, CUstreamCaptureStatus* s, cuuint64_t* id,
+                                        CUgraph* g, const CUgraphNode** deps, size_t* n, bool pt) {
   return GetCaptureInfo(h, s, id, g, deps, nullptr, n, pt);
 }
-CUresult Impl_cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureStatus* s,
-                                        cuuint64_t* id, CUgraph* g,
-                                        const CUgraphNode** deps,
-                                        const CUgraphEdgeData** edges,
-                                        size_t* n, bool pt) {
+CUresult Impl_cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureStatus* s, cuuint64_t* id,
+                                        CUgraph* g, const CUgraphNode** deps,
+                                        const CUgraphEdgeData** edges, size_t* n, bool pt) {
   return GetCaptureInfo(h, s, id, g, deps, edges, n, pt);
 }
 
 }  // namespace
 
 FAKECUDA_STREAM_PAIR(cuStreamBeginCapture, (CUstream hStream), hStream)
-FAKECUDA_STREAM_PAIR(cuStreamBeginCapture_v2,
-                     (CUstream hStream, CUstreamCaptureMode mode), hStream, mode)
+FAKECUDA_STREAM_PAIR(cuStreamBeginCapture_v2, (CUstream hStream, CUstreamCaptureMode mode), hStream,
+                     mode)
 FAKECUDA_STREAM_PAIR(cuStreamBeginCaptureToGraph,
-                     (CUstream hStream, CUgraph hGraph,
-                      const CUgraphNode* dependencies,
-                      const CUgraphEdgeData* dependencyData,
-                      size_t numDependencies, CUstreamCaptureMode mode),
-                     hStream, hGraph, dependencies, dependencyData,
-                     numDependencies, mode)
-FAKECUDA_STREAM_PAIR(cuStreamEndCapture, (CUstream hStream, CUgraph* phGraph),
-                     hStream, phGraph)
-FAKECUDA_STREAM_PAIR(cuStreamIsCapturing,
-                     (CUstream hStream, CUstreamCaptureStatus* captureStatus),
+                     (CUstream hStream, CUgraph hGraph, const CUgraphNode* dependencies,
+                      const CUgraphEdgeData* dependencyData, size_t numDependencies,
+                      CUstreamCaptureMode mode),
+                     hStream, hGraph, dependencies, dependencyData, numDependencies, mode)
+FAKECUDA_STREAM_PAIR(cuStreamEndCapture, (CUstream hStream, CUgraph* phGraph), hStream, phGraph)
+FAKECUDA_STREAM_PAIR(cuStreamIsCapturing, (CUstream hStream, CUstreamCaptureStatus* captureStatus),
                      hStream, captureStatus)
 FAKECUDA_STREAM_PAIR(cuStreamGetCaptureInfo,
                      (CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
@@ -636,22 +612,18 @@ FAKECUDA_STREAM_PAIR(cuStreamGetCaptureInfo,
                      hStream, captureStatus_out, id_out)
 FAKECUDA_STREAM_PAIR(cuStreamGetCaptureInfo_v2,
                      (CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
-                      cuuint64_t* id_out, CUgraph* graph_out,
-                      const CUgraphNode** dependencies_out,
+                      cuuint64_t* id_out, CUgraph* graph_out, const CUgraphNode** dependencies_out,
                       size_t* numDependencies_out),
-                     hStream, captureStatus_out, id_out, graph_out,
-                     dependencies_out, numDependencies_out)
+                     hStream, captureStatus_out, id_out, graph_out, dependencies_out,
+                     numDependencies_out)
 FAKECUDA_STREAM_PAIR(cuStreamGetCaptureInfo_v3,
                      (CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
-                      cuuint64_t* id_out, CUgraph* graph_out,
-                      const CUgraphNode** dependencies_out,
-                      const CUgraphEdgeData** edgeData_out,
-                      size_t* numDependencies_out),
-                     hStream, captureStatus_out, id_out, graph_out,
-                     dependencies_out, edgeData_out, numDependencies_out)
+                      cuuint64_t* id_out, CUgraph* graph_out, const CUgraphNode** dependencies_out,
+                      const CUgraphEdgeData** edgeData_out, size_t* numDependencies_out),
+                     hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out,
+                     numDependencies_out)
 
-FAKECUDA_EXPORT CUresult cuThreadExchangeStreamCaptureMode(
-    CUstreamCaptureMode* mode) {
+FAKECUDA_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
   FAKECUDA_ENTER("cuThreadExchangeStreamCaptureMode");
   if (mode == nullptr || !ValidMode(*mode)) return CUDA_ERROR_INVALID_VALUE;
   std::swap(*mode, t_capture_mode);
@@ -662,8 +634,8 @@ FAKECUDA_EXPORT CUresult cuThreadExchangeStreamCaptureMode(
 namespace {
 
 // Adds a node built by the caller (validated) to `hGraph` after `deps`.
-CUresult AddNode(CUgraphNode* out, CUgraph hGraph, const CUgraphNode* deps,
-                 size_t num_deps, NodeSpec spec, const CUgraph child = nullptr) {
+CUresult AddNode(CUgraphNode* out, CUgraph hGraph, const CUgraphNode* deps, size_t num_deps,
+                 NodeSpec spec, const CUgraph child = nullptr) {
   if (out == nullptr || (num_deps > 0 && deps == nullptr)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -700,8 +672,8 @@ CUresult KernelSpec(const CUDA_KERNEL_NODE_PARAMS_v1* p, NodeSpec* spec) {
   if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const unsigned grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ};
   const unsigned block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
-  if (CUresult r = MakeKernelNode(p->func, grid, block, p->sharedMemBytes,
-                                  p->kernelParams, p->extra, spec);
+  if (CUresult r =
+          MakeKernelNode(p->func, grid, block, p->sharedMemBytes, p->kernelParams, p->extra, spec);
       r != CUDA_SUCCESS) {
     return r;
   }
@@ -785,29 +757,30 @@ FAKECUDA_EXPORT CUresult cuGraphDestroy(CUgraph hGraph) {
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuGraphAddKernelNode(
-    CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
-    size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v1* nodeParams) {
+FAKECUDA_EXPORT CUresult cuGraphAddKernelNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                              const CUgraphNode* dependencies,
+                                              size_t numDependencies,
+                                              const CUDA_KERNEL_NODE_PARAMS_v1* nodeParams) {
   FAKECUDA_ENTER("cuGraphAddKernelNode");
   NodeSpec spec;
   if (CUresult r = KernelSpec(nodeParams, &spec); r != CUDA_SUCCESS) return r;
-  return AddNode(phGraphNode, hGraph, dependencies, numDependencies,
-                 std::move(spec));
+  return AddNode(phGraphNode, hGraph, dependencies, numDependencies, std::move(spec));
 }
 
-FAKECUDA_EXPORT CUresult cuGraphAddKernelNode_v2(
-    CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
-    size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v2* nodeParams) {
+FAKECUDA_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                                 const CUgraphNode* dependencies,
+                                                 size_t numDependencies,
+                                                 const CUDA_KERNEL_NODE_PARAMS_v2* nodeParams) {
   FAKECUDA_ENTER("cuGraphAddKernelNode_v2");
   NodeSpec spec;
   if (CUresult r = KernelSpec2(nodeParams, &spec); r != CUDA_SUCCESS) return r;
-  return AddNode(phGraphNode, hGraph, dependencies, numDependencies,
-                 std::move(spec));
+  return AddNode(phGraphNode, hGraph, dependencies, numDependencies, std::move(spec));
 }
 
-FAKECUDA_EXPORT CUresult cuGraphAddMemcpyNode(
-    CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
-    size_t numDependencies, const CUDA_MEMCPY3D* copyParams, CUcontext ctx) {
+FAKECUDA_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                              const CUgraphNode* dependencies,
+                                              size_t numDependencies,
+                                              const CUDA_MEMCPY3D* copyParams, CUcontext ctx) {
   FAKECUDA_ENTER("cuGraphAddMemcpyNode");
   if (ctx != nullptr && !IsLiveContext(reinterpret_cast<Context*>(ctx))) {
     return CUDA_ERROR_INVALID_CONTEXT;
@@ -815,14 +788,14 @@ FAKECUDA_EXPORT CUresult cuGraphAddMemcpyNode(
   NodeSpec spec;
   if (CUresult r = MakeCopyNode(copyParams, &spec); r != CUDA_SUCCESS) return r;
   spec.ctx = ctx != nullptr ? reinterpret_cast<Context*>(ctx) : CurrentContext();
-  return AddNode(phGraphNode, hGraph, dependencies, numDependencies,
-                 std::move(spec));
+  return AddNode(phGraphNode, hGraph, dependencies, numDependencies, std::move(spec));
 }
 
-FAKECUDA_EXPORT CUresult cuGraphAddMemsetNode(
-    CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
-    size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS* memsetParams,
-    CUcontext ctx) {
+FAKECUDA_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                              const CUgraphNode* dependencies,
+                                              size_t numDependencies,
+                                              const CUDA_MEMSET_NODE_PARAMS* memsetParams,
+                                              CUcontext ctx) {
   FAKECUDA_ENTER("cuGraphAddMemsetNode");
   if (ctx != nullptr && !IsLiveContext(reinterpret_cast<Context*>(ctx))) {
     return CUDA_ERROR_INVALID_CONTEXT;
@@ -832,21 +805,19 @@ FAKECUDA_EXPORT CUresult cuGraphAddMemsetNode(
     return r;
   }
   spec.ctx = ctx != nullptr ? reinterpret_cast<Context*>(ctx) : CurrentContext();
-  return AddNode(phGraphNode, hGraph, dependencies, numDependencies,
-                 std::move(spec));
+  return AddNode(phGraphNode, hGraph, dependencies, numDependencies, std::move(spec));
 }
 
-FAKECUDA_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode* phGraphNode,
-                                             CUgraph hGraph,
+FAKECUDA_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode* phGraphNode, CUgraph hGraph,
                                              const CUgraphNode* dependencies,
                                              size_t numDependencies) {
   FAKECUDA_ENTER("cuGraphAddEmptyNode");
   return AddNode(phGraphNode, hGraph, dependencies, numDependencies, NodeSpec{});
 }
 
-FAKECUDA_EXPORT CUresult cuGraphAddHostNode(
-    CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
-    size_t numDependencies, const CUDA_HOST_NODE_PARAMS* nodeParams) {
+FAKECUDA_EXPORT CUresult cuGraphAddHostNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                            const CUgraphNode* dependencies, size_t numDependencies,
+                                            const CUDA_HOST_NODE_PARAMS* nodeParams) {
   FAKECUDA_ENTER("cuGraphAddHostNode");
   if (nodeParams == nullptr || nodeParams->fn == nullptr) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -858,25 +829,22 @@ FAKECUDA_EXPORT CUresult cuGraphAddHostNode(
   void* data = nodeParams->userData;
   spec.run = [fn, data](Stream*) { fn(data); };
   spec.label = OpLabel{OpKind::kHostFunc};
-  return AddNode(phGraphNode, hGraph, dependencies, numDependencies,
-                 std::move(spec));
+  return AddNode(phGraphNode, hGraph, dependencies, numDependencies, std::move(spec));
 }
 
-FAKECUDA_EXPORT CUresult cuGraphAddChildGraphNode(
-    CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
-    size_t numDependencies, CUgraph childGraph) {
+FAKECUDA_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                                  const CUgraphNode* dependencies,
+                                                  size_t numDependencies, CUgraph childGraph) {
   FAKECUDA_ENTER("cuGraphAddChildGraphNode");
   if (childGraph == nullptr) return CUDA_ERROR_INVALID_VALUE;
   NodeSpec spec;
   spec.type = CU_GRAPH_NODE_TYPE_GRAPH;
-  return AddNode(phGraphNode, hGraph, dependencies, numDependencies,
-                 std::move(spec), childGraph);
+  return AddNode(phGraphNode, hGraph, dependencies, numDependencies, std::move(spec), childGraph);
 }
 
 namespace {
-CUresult AddDependencies(CUgraph hGraph, const CUgraphNode* from,
-                         const CUgraphNode* to, const CUgraphEdgeData* data,
-                         size_t n) {
+CUresult AddDependencies(CUgraph hGraph, const CUgraphNode* from, const CUgraphNode* to,
+                         const CUgraphEdgeData* data, size_t n) {
   if (n > 0 && (from == nullptr || to == nullptr)) return CUDA_ERROR_INVALID_VALUE;
   if (!ZeroEdgeData(data, n)) return CUDA_ERROR_INVALID_VALUE;
   State& st = GetState();
@@ -887,8 +855,7 @@ CUresult AddDependencies(CUgraph hGraph, const CUgraphNode* from,
   for (size_t i = 0; i < n; ++i) {
     Node* a = LiveNode(st, from[i]);
     Node* b = LiveNode(st, to[i]);
-    if (a == nullptr || b == nullptr || a->graph != g || b->graph != g ||
-        a == b ||
+    if (a == nullptr || b == nullptr || a->graph != g || b->graph != g || a == b ||
         std::find(b->deps.begin(), b->deps.end(), a) != b->deps.end() ||
         std::find(edges.begin(), edges.end(), std::make_pair(a, b)) != edges.end()) {
       return CUDA_ERROR_INVALID_VALUE;
@@ -902,8 +869,8 @@ CUresult AddDependencies(CUgraph hGraph, const CUgraphNode* from,
   return CUDA_SUCCESS;
 }
 
-CUresult GetEdges(CUgraph hGraph, CUgraphNode* from, CUgraphNode* to,
-                  CUgraphEdgeData* data, size_t* num) {
+CUresult GetEdges(CUgraph hGraph, CUgraphNode* from, CUgraphNode* to, CUgraphEdgeData* data,
+                  size_t* num) {
   if (num == nullptr || ((from == nullptr) != (to == nullptr)) ||
       (data != nullptr && from == nullptr)) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -934,8 +901,8 @@ CUresult GetEdges(CUgraph hGraph, CUgraphNode* from, CUgraphNode* to,
   return CUDA_SUCCESS;
 }
 
-CUresult NodeNeighbours(CUgraphNode hNode, bool dependents, CUgraphNode* out,
-                        CUgraphEdgeData* data, size_t* num) {
+CUresult NodeNeighbours(CUgraphNode hNode, bool dependents, CUgraphNode* out, CUgraphEdgeData* data,
+                        size_t* num) {
   if (num == nullptr || (data != nullptr && out == nullptr)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -954,24 +921,22 @@ CUresult NodeNeighbours(CUgraphNode hNode, bool dependents, CUgraphNode* out,
 }
 }  // namespace
 
-FAKECUDA_EXPORT CUresult cuGraphAddDependencies(CUgraph hGraph,
-                                                const CUgraphNode* from,
-                                                const CUgraphNode* to,
-                                                size_t numDependencies) {
+FAKECUDA_EXPORT CUresult cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode* from,
+                                                const CUgraphNode* to, size_t numDependencies) {
   FAKECUDA_ENTER("cuGraphAddDependencies");
   return AddDependencies(hGraph, from, to, nullptr, numDependencies);
 }
 
-FAKECUDA_EXPORT CUresult cuGraphAddDependencies_v2(
-    CUgraph hGraph, const CUgraphNode* from, const CUgraphNode* to,
-    const CUgraphEdgeData* edgeData, size_t numDependencies) {
+FAKECUDA_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode* from,
+                                                   const CUgraphNode* to,
+                                                   const CUgraphEdgeData* edgeData,
+                                                   size_t numDependencies) {
   FAKECUDA_ENTER("cuGraphAddDependencies_v2");
   return AddDependencies(hGraph, from, to, edgeData, numDependencies);
 }
 
 // --- Graph introspection ---------------------------------------------------------
-FAKECUDA_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode* nodes,
-                                         size_t* numNodes) {
+FAKECUDA_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode* nodes, size_t* numNodes) {
   FAKECUDA_ENTER("cuGraphGetNodes");
   State& st = GetState();
   std::lock_guard<std::mutex> lock(st.mu);
@@ -982,8 +947,7 @@ FAKECUDA_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode* nodes,
   return ListOut(list, nodes, numNodes);
 }
 
-FAKECUDA_EXPORT CUresult cuGraphGetRootNodes(CUgraph hGraph,
-                                             CUgraphNode* rootNodes,
+FAKECUDA_EXPORT CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode* rootNodes,
                                              size_t* numRootNodes) {
   FAKECUDA_ENTER("cuGraphGetRootNodes");
   State& st = GetState();
@@ -997,30 +961,27 @@ FAKECUDA_EXPORT CUresult cuGraphGetRootNodes(CUgraph hGraph,
   return ListOut(list, rootNodes, numRootNodes);
 }
 
-FAKECUDA_EXPORT CUresult cuGraphGetEdges(CUgraph hGraph, CUgraphNode* from,
-                                         CUgraphNode* to, size_t* numEdges) {
+FAKECUDA_EXPORT CUresult cuGraphGetEdges(CUgraph hGraph, CUgraphNode* from, CUgraphNode* to,
+                                         size_t* numEdges) {
   FAKECUDA_ENTER("cuGraphGetEdges");
   return GetEdges(hGraph, from, to, nullptr, numEdges);
 }
 
-FAKECUDA_EXPORT CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode* from,
-                                            CUgraphNode* to,
-                                            CUgraphEdgeData* edgeData,
-                                            size_t* numEdges) {
+FAKECUDA_EXPORT CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode* from, CUgraphNode* to,
+                                            CUgraphEdgeData* edgeData, size_t* numEdges) {
   FAKECUDA_ENTER("cuGraphGetEdges_v2");
   return GetEdges(hGraph, from, to, edgeData, numEdges);
 }
 
-FAKECUDA_EXPORT CUresult cuGraphNodeGetDependencies(CUgraphNode hNode,
-                                                    CUgraphNode* dependencies,
+FAKECUDA_EXPORT CUresult cuGraphNodeGetDependencies(CUgraphNode hNode, CUgraphNode* dependencies,
                                                     size_t* numDependencies) {
   FAKECUDA_ENTER("cuGraphNodeGetDependencies");
   return NodeNeighbours(hNode, false, dependencies, nullptr, numDependencies);
 }
 
-FAKECUDA_EXPORT CUresult cuGraphNodeGetDependencies_v2(
-    CUgraphNode hNode, CUgraphNode* dependencies, CUgraphEdgeData* edgeData,
-    size_t* numDependencies) {
+FAKECUDA_EXPORT CUresult cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphNode* dependencies,
+                                                       CUgraphEdgeData* edgeData,
+                                                       size_t* numDependencies) {
   FAKECUDA_ENTER("cuGraphNodeGetDependencies_v2");
   return NodeNeighbours(hNode, false, dependencies, edgeData, numDependencies);
 }
@@ -1032,15 +993,15 @@ FAKECUDA_EXPORT CUresult cuGraphNodeGetDependentNodes(CUgraphNode hNode,
   return NodeNeighbours(hNode, true, dependentNodes, nullptr, numDependentNodes);
 }
 
-FAKECUDA_EXPORT CUresult cuGraphNodeGetDependentNodes_v2(
-    CUgraphNode hNode, CUgraphNode* dependentNodes, CUgraphEdgeData* edgeData,
-    size_t* numDependentNodes) {
+FAKECUDA_EXPORT CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode,
+                                                         CUgraphNode* dependentNodes,
+                                                         CUgraphEdgeData* edgeData,
+                                                         size_t* numDependentNodes) {
   FAKECUDA_ENTER("cuGraphNodeGetDependentNodes_v2");
   return NodeNeighbours(hNode, true, dependentNodes, edgeData, numDependentNodes);
 }
 
-FAKECUDA_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode,
-                                            CUgraphNodeType* type) {
+FAKECUDA_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType* type) {
   FAKECUDA_ENTER("cuGraphNodeGetType");
   if (type == nullptr) return CUDA_ERROR_INVALID_VALUE;
   State& st = GetState();
@@ -1051,8 +1012,8 @@ FAKECUDA_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode,
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuGraphKernelNodeGetParams(
-    CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v1* nodeParams) {
+FAKECUDA_EXPORT CUresult cuGraphKernelNodeGetParams(CUgraphNode hNode,
+                                                    CUDA_KERNEL_NODE_PARAMS_v1* nodeParams) {
   FAKECUDA_ENTER("cuGraphKernelNodeGetParams");
   if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
   State& st = GetState();
@@ -1063,8 +1024,8 @@ FAKECUDA_EXPORT CUresult cuGraphKernelNodeGetParams(
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuGraphKernelNodeGetParams_v2(
-    CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v2* nodeParams) {
+FAKECUDA_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode,
+                                                       CUDA_KERNEL_NODE_PARAMS_v2* nodeParams) {
   FAKECUDA_ENTER("cuGraphKernelNodeGetParams_v2");
   if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
   State& st = GetState();
@@ -1090,26 +1051,24 @@ CUresult NodeParamsOut(CUgraphNode hNode, CUgraphNodeType type, Params NodeSpec:
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode,
-                                                    CUDA_MEMCPY3D* nodeParams) {
+FAKECUDA_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D* nodeParams) {
   FAKECUDA_ENTER("cuGraphMemcpyNodeGetParams");
   return NodeParamsOut(hNode, CU_GRAPH_NODE_TYPE_MEMCPY, &NodeSpec::copy, nodeParams);
 }
 
-FAKECUDA_EXPORT CUresult cuGraphMemsetNodeGetParams(
-    CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS* nodeParams) {
+FAKECUDA_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode,
+                                                    CUDA_MEMSET_NODE_PARAMS* nodeParams) {
   FAKECUDA_ENTER("cuGraphMemsetNodeGetParams");
   return NodeParamsOut(hNode, CU_GRAPH_NODE_TYPE_MEMSET, &NodeSpec::memset, nodeParams);
 }
 
-FAKECUDA_EXPORT CUresult cuGraphHostNodeGetParams(
-    CUgraphNode hNode, CUDA_HOST_NODE_PARAMS* nodeParams) {
+FAKECUDA_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode hNode,
+                                                  CUDA_HOST_NODE_PARAMS* nodeParams) {
   FAKECUDA_ENTER("cuGraphHostNodeGetParams");
   return NodeParamsOut(hNode, CU_GRAPH_NODE_TYPE_HOST, &NodeSpec::host, nodeParams);
 }
 
-FAKECUDA_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode,
-                                                       CUgraph* phGraph) {
+FAKECUDA_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph* phGraph) {
   FAKECUDA_ENTER("cuGraphChildGraphNodeGetGraph");
   if (phGraph == nullptr) return CUDA_ERROR_INVALID_VALUE;
   State& st = GetState();
@@ -1123,8 +1082,7 @@ FAKECUDA_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode,
 // --- Executable graphs -------------------------------------------------------------
 namespace {
 
-CUresult Instantiate(CUgraphExec* out, CUgraph hGraph,
-                     unsigned long long flags = 0) {
+CUresult Instantiate(CUgraphExec* out, CUgraph hGraph, unsigned long long flags = 0) {
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   State& st = GetState();
   std::lock_guard<std::mutex> lock(st.mu);
@@ -1139,8 +1097,8 @@ CUresult Instantiate(CUgraphExec* out, CUgraph hGraph,
   return CUDA_SUCCESS;
 }
 
-CUresult InstantiateLegacy(CUgraphExec* out, CUgraph hGraph,
-                           CUgraphNode* error_node, char* log, size_t log_size) {
+CUresult InstantiateLegacy(CUgraphExec* out, CUgraph hGraph, CUgraphNode* error_node, char* log,
+                           size_t log_size) {
   CUresult r = Instantiate(out, hGraph);
   if (error_node != nullptr) *error_node = nullptr;
   if (log != nullptr && log_size > 0) log[0] = '\0';
@@ -1148,11 +1106,10 @@ CUresult InstantiateLegacy(CUgraphExec* out, CUgraph hGraph,
 }
 
 constexpr unsigned long long kInstantiateFlags =
-    CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |
-    CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
+    CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
 
-CUresult InstantiateWithParams(CUgraphExec* out, CUgraph hGraph,
-                               CUDA_GRAPH_INSTANTIATE_PARAMS* p, bool pt) {
+CUresult InstantiateWithParams(CUgraphExec* out, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS* p,
+                               bool pt) {
   if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
   p->hErrNode_out = nullptr;
   p->result_out = CUDA_GRAPH_INSTANTIATE_ERROR;
@@ -1172,8 +1129,7 @@ CUresult InstantiateWithParams(CUgraphExec* out, CUgraph hGraph,
 }
 
 CUresult Impl_cuGraphInstantiateWithParams(CUgraphExec* out, CUgraph g,
-                                           CUDA_GRAPH_INSTANTIATE_PARAMS* p,
-                                           bool pt) {
+                                           CUDA_GRAPH_INSTANTIATE_PARAMS* p, bool pt) {
   return InstantiateWithParams(out, g, p, pt);
 }
 
@@ -1206,8 +1162,7 @@ CUresult Impl_cuGraphLaunch(CUgraphExec hExec, CUstream h, bool pt) {
   return CUDA_SUCCESS;
 }
 
-CUresult ExecKernelSetParams(CUgraphExec hExec, CUgraphNode hNode,
-                             NodeSpec spec) {
+CUresult ExecKernelSetParams(CUgraphExec hExec, CUgraphNode hNode, NodeSpec spec) {
   State& st = GetState();
   std::lock_guard<std::mutex> lock(st.mu);
   Exec* e = LiveExec(st, hExec);
@@ -1215,34 +1170,27 @@ CUresult ExecKernelSetParams(CUgraphExec hExec, CUgraphNode hNode,
   if (e == nullptr || n == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto it = std::find(e->origins.begin(), e->origins.end(), n);
   if (it == e->origins.end()) return CUDA_ERROR_INVALID_VALUE;
-  e->specs[it - e->origins.begin()] =
-      std::make_shared<const NodeSpec>(std::move(spec));
+  e->specs[it - e->origins.begin()] = std::make_shared<const NodeSpec>(std::move(spec));
   return CUDA_SUCCESS;
 }
 
 }  // namespace
 
-FAKECUDA_EXPORT CUresult cuGraphInstantiate(CUgraphExec* phGraphExec,
-                                            CUgraph hGraph,
-                                            CUgraphNode* phErrorNode,
-                                            char* logBuffer, size_t bufferSize) {
+FAKECUDA_EXPORT CUresult cuGraphInstantiate(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                            CUgraphNode* phErrorNode, char* logBuffer,
+                                            size_t bufferSize) {
   FAKECUDA_ENTER("cuGraphInstantiate");
-  return InstantiateLegacy(phGraphExec, hGraph, phErrorNode, logBuffer,
-                           bufferSize);
+  return InstantiateLegacy(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
 }
 
-FAKECUDA_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec* phGraphExec,
-                                               CUgraph hGraph,
-                                               CUgraphNode* phErrorNode,
-                                               char* logBuffer,
+FAKECUDA_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                               CUgraphNode* phErrorNode, char* logBuffer,
                                                size_t bufferSize) {
   FAKECUDA_ENTER("cuGraphInstantiate_v2");
-  return InstantiateLegacy(phGraphExec, hGraph, phErrorNode, logBuffer,
-                           bufferSize);
+  return InstantiateLegacy(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
 }
 
-FAKECUDA_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec,
-                                                     CUgraph hGraph,
+FAKECUDA_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
                                                      unsigned long long flags) {
   FAKECUDA_ENTER("cuGraphInstantiateWithFlags");
   // Device launch and upload at instantiation are not modelled.
@@ -1251,12 +1199,11 @@ FAKECUDA_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec,
 }
 
 FAKECUDA_STREAM_PAIR(cuGraphInstantiateWithParams,
-                     (CUgraphExec* phGraphExec, CUgraph hGraph,
+                     (CUgraphExec * phGraphExec, CUgraph hGraph,
                       CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams),
                      phGraphExec, hGraph, instantiateParams)
 
-FAKECUDA_STREAM_PAIR(cuGraphLaunch, (CUgraphExec hGraphExec, CUstream hStream),
-                     hGraphExec, hStream)
+FAKECUDA_STREAM_PAIR(cuGraphLaunch, (CUgraphExec hGraphExec, CUstream hStream), hGraphExec, hStream)
 
 FAKECUDA_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
   FAKECUDA_ENTER("cuGraphExecDestroy");
@@ -1271,8 +1218,7 @@ FAKECUDA_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
 }
 
 FAKECUDA_EXPORT CUresult cuGraphExecKernelNodeSetParams(
-    CUgraphExec hGraphExec, CUgraphNode hNode,
-    const CUDA_KERNEL_NODE_PARAMS_v1* nodeParams) {
+    CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v1* nodeParams) {
   FAKECUDA_ENTER("cuGraphExecKernelNodeSetParams");
   NodeSpec spec;
   if (CUresult r = KernelSpec(nodeParams, &spec); r != CUDA_SUCCESS) return r;
@@ -1280,8 +1226,7 @@ FAKECUDA_EXPORT CUresult cuGraphExecKernelNodeSetParams(
 }
 
 FAKECUDA_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(
-    CUgraphExec hGraphExec, CUgraphNode hNode,
-    const CUDA_KERNEL_NODE_PARAMS_v2* nodeParams) {
+    CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v2* nodeParams) {
   FAKECUDA_ENTER("cuGraphExecKernelNodeSetParams_v2");
   NodeSpec spec;
   if (CUresult r = KernelSpec2(nodeParams, &spec); r != CUDA_SUCCESS) return r;
@@ -1291,9 +1236,8 @@ FAKECUDA_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(
 // --- Further graph and capture calls -------------------------------------------
 namespace {
 
-CUresult UpdateCaptureDependencies(CUstream h, CUgraphNode* deps,
-                                   const CUgraphEdgeData* data, size_t n,
-                                   unsigned flags, bool pt) {
+CUresult UpdateCaptureDependencies(CUstream h, CUgraphNode* deps, const CUgraphEdgeData* data,
+                                   size_t n, unsigned flags, bool pt) {
   if ((n > 0 && deps == nullptr) || !ZeroEdgeData(data, n) ||
       (flags != CU_STREAM_ADD_CAPTURE_DEPENDENCIES &&
        flags != CU_STREAM_SET_CAPTURE_DEPENDENCIES)) {
@@ -1324,16 +1268,13 @@ CUresult UpdateCaptureDependencies(CUstream h, CUgraphNode* deps,
   return CUDA_SUCCESS;
 }
 
-CUresult Impl_cuStreamUpdateCaptureDependencies(CUstream h, CUgraphNode* deps,
-                                                size_t n, unsigned flags,
-                                                bool pt) {
+CUresult Impl_cuStreamUpdateCaptureDependencies(CUstream h, CUgraphNode* deps, size_t n,
+                                                unsigned flags, bool pt) {
   return UpdateCaptureDependencies(h, deps, nullptr, n, flags, pt);
 }
-CUresult Impl_cuStreamUpdateCaptureDependencies_v2(CUstream h,
-                                                   CUgraphNode* deps,
-                                                   const CUgraphEdgeData* data,
-                                                   size_t n, unsigned flags,
-                                                   bool pt) {
+CUresult Impl_cuStreamUpdateCaptureDependencies_v2(CUstream h, CUgraphNode* deps,
+                                                   const CUgraphEdgeData* data, size_t n,
+                                                   unsigned flags, bool pt) {
   return UpdateCaptureDependencies(h, deps, data, n, flags, pt);
 }
 
@@ -1396,8 +1337,7 @@ std::vector<std::vector<size_t>> DepIndices(const Exec& e) {
 
 // cuGraphExecUpdate: nodes are paired in the exec's topological order (the
 // order of addition breaks ties, as at instantiation).
-CUresult ExecUpdate(CUgraphExec hExec, CUgraph hGraph,
-                    CUgraphExecUpdateResultInfo* info) {
+CUresult ExecUpdate(CUgraphExec hExec, CUgraph hGraph, CUgraphExecUpdateResultInfo* info) {
   info->result = CU_GRAPH_EXEC_UPDATE_ERROR;
   info->errorNode = nullptr;
   info->errorFromNode = nullptr;
@@ -1438,28 +1378,24 @@ CUresult ExecUpdate(CUgraphExec hExec, CUgraph hGraph,
 }  // namespace
 
 FAKECUDA_STREAM_PAIR(cuStreamUpdateCaptureDependencies,
-                     (CUstream hStream, CUgraphNode* dependencies,
-                      size_t numDependencies, unsigned int flags),
+                     (CUstream hStream, CUgraphNode* dependencies, size_t numDependencies,
+                      unsigned int flags),
                      hStream, dependencies, numDependencies, flags)
 FAKECUDA_STREAM_PAIR(cuStreamUpdateCaptureDependencies_v2,
                      (CUstream hStream, CUgraphNode* dependencies,
-                      const CUgraphEdgeData* dependencyData,
-                      size_t numDependencies, unsigned int flags),
-                     hStream, dependencies, dependencyData, numDependencies,
-                     flags)
-FAKECUDA_STREAM_PAIR(cuGraphUpload, (CUgraphExec hGraphExec, CUstream hStream),
-                     hGraphExec, hStream)
+                      const CUgraphEdgeData* dependencyData, size_t numDependencies,
+                      unsigned int flags),
+                     hStream, dependencies, dependencyData, numDependencies, flags)
+FAKECUDA_STREAM_PAIR(cuGraphUpload, (CUgraphExec hGraphExec, CUstream hStream), hGraphExec, hStream)
 
-FAKECUDA_EXPORT CUresult cuGraphExecUpdate_v2(
-    CUgraphExec hGraphExec, CUgraph hGraph,
-    CUgraphExecUpdateResultInfo* resultInfo) {
+FAKECUDA_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
+                                              CUgraphExecUpdateResultInfo* resultInfo) {
   FAKECUDA_ENTER("cuGraphExecUpdate_v2");
   if (resultInfo == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return ExecUpdate(hGraphExec, hGraph, resultInfo);
 }
 
-FAKECUDA_EXPORT CUresult cuGraphExecUpdate(CUgraphExec hGraphExec,
-                                           CUgraph hGraph,
+FAKECUDA_EXPORT CUresult cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph,
                                            CUgraphNode* hErrorNode_out,
                                            CUgraphExecUpdateResult* updateResult_out) {
   FAKECUDA_ENTER("cuGraphExecUpdate");
@@ -1473,8 +1409,7 @@ FAKECUDA_EXPORT CUresult cuGraphExecUpdate(CUgraphExec hGraphExec,
   return r;
 }
 
-FAKECUDA_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec,
-                                             cuuint64_t* flags) {
+FAKECUDA_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t* flags) {
   FAKECUDA_ENTER("cuGraphExecGetFlags");
   if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
   State& st = GetState();
@@ -1496,24 +1431,23 @@ CUresult KernelNodeSetParams(CUgraphNode hNode, NodeSpec spec) {
 }
 }  // namespace
 
-FAKECUDA_EXPORT CUresult cuGraphKernelNodeSetParams(
-    CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v1* nodeParams) {
+FAKECUDA_EXPORT CUresult cuGraphKernelNodeSetParams(CUgraphNode hNode,
+                                                    const CUDA_KERNEL_NODE_PARAMS_v1* nodeParams) {
   FAKECUDA_ENTER("cuGraphKernelNodeSetParams");
   NodeSpec spec;
   if (CUresult r = KernelSpec(nodeParams, &spec); r != CUDA_SUCCESS) return r;
   return KernelNodeSetParams(hNode, std::move(spec));
 }
 
-FAKECUDA_EXPORT CUresult cuGraphKernelNodeSetParams_v2(
-    CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v2* nodeParams) {
+FAKECUDA_EXPORT CUresult
+cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v2* nodeParams) {
   FAKECUDA_ENTER("cuGraphKernelNodeSetParams_v2");
   NodeSpec spec;
   if (CUresult r = KernelSpec2(nodeParams, &spec); r != CUDA_SUCCESS) return r;
   return KernelNodeSetParams(hNode, std::move(spec));
 }
 
-FAKECUDA_EXPORT CUresult cuGraphClone(CUgraph* phGraphClone,
-                                      CUgraph originalGraph) {
+FAKECUDA_EXPORT CUresult cuGraphClone(CUgraph* phGraphClone, CUgraph originalGraph) {
   FAKECUDA_ENTER("cuGraphClone");
   if (phGraphClone == nullptr) return CUDA_ERROR_INVALID_VALUE;
   State& st = GetState();
@@ -1527,8 +1461,7 @@ FAKECUDA_EXPORT CUresult cuGraphClone(CUgraph* phGraphClone,
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode* phNode,
-                                                CUgraphNode hOriginalNode,
+FAKECUDA_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode* phNode, CUgraphNode hOriginalNode,
                                                 CUgraph hClonedGraph) {
   FAKECUDA_ENTER("cuGraphNodeFindInClone");
   if (phNode == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -1536,8 +1469,7 @@ FAKECUDA_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode* phNode,
   std::lock_guard<std::mutex> lock(st.mu);
   Graph* clone = LiveGraph(st, hClonedGraph);
   Node* original = LiveNode(st, hOriginalNode);
-  if (clone == nullptr || original == nullptr ||
-      clone->cloned_from != original->graph) {
+  if (clone == nullptr || original == nullptr || clone->cloned_from != original->graph) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   // A clone's nodes are in the original's order of addition.

@@ -41,7 +41,7 @@ struct Options {
   // The physical index of each device the process sees, by ordinal:
   // CUDA_VISIBLE_DEVICES applied to the machine's `devices`.
   std::vector<int> visible;
-  bool host_vmm = true;                     // FAKECUDA_HOST_VMM
+  bool host_vmm = true;  // FAKECUDA_HOST_VMM
   // FAKECUDA_LINK: bandwidth of each direction's copy engine in bytes per
   // second; 0 leaves that direction untimed.
   double h2d_bytes_per_s = 0;
@@ -79,23 +79,23 @@ class CallScope {
  private:
   CUresult result_;
 };
-#define FAKECUDA_ENTER(name)                                        \
-  ::fakecuda::CallScope fakecuda_scope_(name, true);                \
+#define FAKECUDA_ENTER(name)                         \
+  ::fakecuda::CallScope fakecuda_scope_(name, true); \
   if (fakecuda_scope_.result() != CUDA_SUCCESS) return fakecuda_scope_.result()
-#define FAKECUDA_ENTER_NO_INIT(name)                                \
-  ::fakecuda::CallScope fakecuda_scope_(name, false);               \
+#define FAKECUDA_ENTER_NO_INIT(name)                  \
+  ::fakecuda::CallScope fakecuda_scope_(name, false); \
   if (fakecuda_scope_.result() != CUDA_SUCCESS) return fakecuda_scope_.result()
 
-// Each stream entry point (defined as Impl_<name>(args..., per_thread)) exists in a legacy and a per-thread (_ptsz) form
-// that differ only in what stream handle 0 means.
-#define FAKECUDA_STREAM_PAIR(name, params, ...)           \
-  FAKECUDA_EXPORT CUresult name params {                  \
-    FAKECUDA_ENTER(#name);                                \
-    return Impl_##name(__VA_ARGS__, false);               \
-  }                                                       \
-  FAKECUDA_EXPORT CUresult name##_ptsz params {           \
-    FAKECUDA_ENTER(#name "_ptsz");                        \
-    return Impl_##name(__VA_ARGS__, true);                \
+// Each stream entry point (defined as Impl_<name>(args..., per_thread)) exists in a legacy and a
+// per-thread (_ptsz) form that differ only in what stream handle 0 means.
+#define FAKECUDA_STREAM_PAIR(name, params, ...) \
+  FAKECUDA_EXPORT CUresult name params {        \
+    FAKECUDA_ENTER(#name);                      \
+    return Impl_##name(__VA_ARGS__, false);     \
+  }                                             \
+  FAKECUDA_EXPORT CUresult name##_ptsz params { \
+    FAKECUDA_ENTER(#name "_ptsz");              \
+    return Impl_##name(__VA_ARGS__, true);      \
   }
 
 // True when this library exports `symbol` (looked up in the library itself,
@@ -104,8 +104,8 @@ bool IsExportedSymbol(const char* symbol);
 
 // --- Devices and contexts --------------------------------------------------
 struct Device {
-  int ordinal = 0;   // as the process numbers it
-  int physical = 0;  // in the machine, before CUDA_VISIBLE_DEVICES
+  int ordinal = 0;              // as the process numbers it
+  int physical = 0;             // in the machine, before CUDA_VISIBLE_DEVICES
   std::atomic<size_t> used{0};  // bytes of device memory in use
   std::atomic<size_t> peak{0};  // high-water mark of `used`
   // Reserves `bytes` of device capacity; false when the device is full.
@@ -128,8 +128,8 @@ struct Context {
   int device = 0;
   std::atomic<unsigned> flags{0};
   bool primary = false;
-  Stream* legacy = nullptr;  // the NULL stream
-  std::mutex mu;                   // guards streams and submission order
+  Stream* legacy = nullptr;      // the NULL stream
+  std::mutex mu;                 // guards streams and submission order
   std::vector<Stream*> streams;  // every live stream but `legacy`
 };
 
@@ -154,7 +154,7 @@ enum class OpKind : uint8_t {
   kHostFunc,
   kEventRecord,
   kWaitEvent,
-  kFree,  // cuMemFreeAsync
+  kFree,   // cuMemFreeAsync
   kGraph,  // cuGraphLaunch: all of the graph's nodes, in one operation
 };
 // A copy's direction as the call names it (where each pointer lies).
@@ -232,9 +232,9 @@ class Stream {
   const StreamKind kind_;
   const uint32_t trace_track_;
   std::mutex mu_;
-  std::condition_variable cv_;       // queue changed or op completed
-  std::deque<Op> queue_;             // guarded by mu_
-  bool stop_ = false;                // guarded by mu_
+  std::condition_variable cv_;  // queue changed or op completed
+  std::deque<Op> queue_;        // guarded by mu_
+  bool stop_ = false;           // guarded by mu_
   std::atomic<uint64_t> submitted_{0};
   std::atomic<uint64_t> completed_{0};
   std::thread worker_;
@@ -244,8 +244,7 @@ class Stream {
 // or the per-thread stream for _ptsz/_ptds entry points; CU_STREAM_LEGACY and
 // CU_STREAM_PER_THREAD are the special handles; anything else must be a live
 // stream.
-CUresult ResolveStream(CUstream handle, bool per_thread,
-                       Stream** out);
+CUresult ResolveStream(CUstream handle, bool per_thread, Stream** out);
 // A context ends (cuCtxDestroy, a primary context's reset or last release),
 // its work completed: the handles of its created streams and of its events
 // become invalid, as the driver destroys them with it ("Destroys and cleans
@@ -258,11 +257,9 @@ void EndContextHandles(Context* ctx);
 // blocking-stream work waits for the legacy stream. `label` says what the
 // work is, for the trace.
 uint64_t Submit(Stream* stream, std::function<void()> work,
-                std::vector<Stream::Dependency> deps = {},
-                const OpLabel& label = {});
+                std::vector<Stream::Dependency> deps = {}, const OpLabel& label = {});
 // Submit, then block until it has run (synchronous copies and memsets).
-void SubmitAndWait(Stream* stream, std::function<void()> work,
-                   const OpLabel& label = {});
+void SubmitAndWait(Stream* stream, std::function<void()> work, const OpLabel& label = {});
 
 // --- Memory ----------------------------------------------------------------
 // True when [ptr, ptr+bytes) lies in accessible device memory (cuMemAlloc
@@ -293,7 +290,7 @@ struct NodeSpec {
   unsigned block[3] = {1, 1, 1};
   unsigned shared_mem = 0;
   std::shared_ptr<const std::vector<unsigned char>> args;  // packed values
-  std::vector<size_t> param_offsets;  // each parameter's offset in `args`
+  std::vector<size_t> param_offsets;                       // each parameter's offset in `args`
   // CU_GRAPH_NODE_TYPE_MEMCPY: the copy as a 3D description.
   CUDA_MEMCPY3D copy{};
   // CU_GRAPH_NODE_TYPE_MEMSET
@@ -309,9 +306,8 @@ struct NodeSpec {
 
 // Validates a launch and packs its parameters into a kernel node
 // (module.cc). Does not look at any stream.
-CUresult MakeKernelNode(CUfunction f, const unsigned grid[3],
-                        const unsigned block[3], unsigned shared_mem,
-                        void** params, void** extra, NodeSpec* out);
+CUresult MakeKernelNode(CUfunction f, const unsigned grid[3], const unsigned block[3],
+                        unsigned shared_mem, void** params, void** extra, NodeSpec* out);
 // Validates a copy described as in cuMemcpy3D into a memcpy node (copy.cc).
 CUresult MakeCopyNode(const CUDA_MEMCPY3D* p, NodeSpec* out);
 // Validates a memset into a memset node (copy.cc).
@@ -348,12 +344,10 @@ CUresult CheckStreamWait(Stream* s);
 CUresult CheckContextWait(Context* ctx);
 // cuEventRecord on a capturing stream: the stream's current capture
 // dependencies and the capture's id (the event becomes a capture event).
-CUresult CaptureEventRecord(Stream* s, uint64_t* capture_id,
-                            std::vector<CUgraphNode>* nodes);
+CUresult CaptureEventRecord(Stream* s, uint64_t* capture_id, std::vector<CUgraphNode>* nodes);
 // cuStreamWaitEvent on a capture event: `s` joins the capture, or adds the
 // event's nodes to its dependencies.
-CUresult CaptureWaitEvent(Stream* s, uint64_t capture_id,
-                          const std::vector<CUgraphNode>& nodes);
+CUresult CaptureWaitEvent(Stream* s, uint64_t capture_id, const std::vector<CUgraphNode>& nodes);
 // Invalidates the capture with this id if it is still going (an invalid
 // use of one of its capture events).
 void InvalidateCapture(uint64_t capture_id);
@@ -388,7 +382,7 @@ CUresult AllocAsyncFrom(CUdeviceptr* dptr, size_t bytes, Pool* pool, CUstream h,
 // Thread-safety: all functions are thread-safe; each engine's schedule is
 // guarded by its own mutex.
 enum class Link {
-  kNone,          // not link traffic: device<->device, host<->host
+  kNone,  // not link traffic: device<->device, host<->host
   kHostToDevice,
   kDeviceToHost,
 };
@@ -404,8 +398,7 @@ bool LinkTimed(Link link);
 // waits for it), which is thereby busy until the copy has completed.
 // `spent`: time the transfer already took on the calling thread (a kernel's
 // page faults while its touches were counted), taken off the window.
-void RunOnCopyEngine(int device, Link link, size_t bytes,
-                     const std::function<void()>& move,
+void RunOnCopyEngine(int device, Link link, size_t bytes, const std::function<void()>& move,
                      std::chrono::nanoseconds spent = std::chrono::nanoseconds(0));
 
 // The VMM calls FAKECUDA_VMM_LATENCY_US charges: the calling thread is busy

@@ -19,8 +19,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "list_kernels: %s\n", dlerror());
     return 1;
   }
-  auto list = reinterpret_cast<fakecuda_module_kernels_fn>(
-      dlsym(dl, "fakecuda_module_kernels"));
+  auto list = reinterpret_cast<fakecuda_module_kernels_fn>(dlsym(dl, "fakecuda_module_kernels"));
   if (list == nullptr) {
     std::fprintf(stderr, "list_kernels: %s is not a fake-driver module\n", argv[1]);
     return 1;

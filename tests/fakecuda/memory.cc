@@ -52,8 +52,8 @@ struct Handle {
   int fd = -1;
   size_t size = 0;
   CUmemAllocationProp prop{};
-  int refs = 1;       // user references plus one per mapping
-  int user_refs = 1;  // cuMemCreate and each cuMemRetainAllocationHandle
+  int refs = 1;               // user references plus one per mapping
+  int user_refs = 1;          // cuMemCreate and each cuMemRetainAllocationHandle
   unsigned long long id = 0;  // CU_POINTER_ATTRIBUTE_BUFFER_ID of its mappings
   // The home mappings (see the top of this file), 2 MiB aligned, made at
   // read-write cuMemSetAccess calls that found none free.
@@ -100,8 +100,8 @@ struct Memory {
   std::map<uintptr_t, HostRange> pinned;        // guarded by mu
   // Pages of freed allocations, moved away with their page tables, by
   // size: the next allocation of that size takes them (see Allocate).
-  std::multimap<size_t, void*> freed_pages;     // guarded by mu
-  size_t freed_bytes = 0;                       // guarded by mu
+  std::multimap<size_t, void*> freed_pages;  // guarded by mu
+  size_t freed_bytes = 0;                    // guarded by mu
 };
 
 // Freed pages kept at most: past this, a free unmaps.
@@ -155,8 +155,7 @@ void DropHandleRefLocked(Memory& m, Handle* h) {
 // mremap can move its page tables whole), or null when none can be made.
 void* MakeHome(Handle* h) {
   size_t span = h->size + kGranularity;
-  void* raw = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
+  void* raw = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED) return nullptr;
   uintptr_t start = AlignUp(reinterpret_cast<uintptr_t>(raw), kGranularity);
   void* got = mmap(reinterpret_cast<void*>(start), h->size, PROT_READ | PROT_WRITE,
@@ -195,8 +194,7 @@ bool BorrowHome(Handle* h, uintptr_t p) {
   }
   // DONTUNMAP keeps the home's range mapped (empty), so no other mmap can
   // take it before the page tables come back.
-  void* got = mremap(home->addr, h->size, h->size,
-                     MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
+  void* got = mremap(home->addr, h->size, h->size, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
                      reinterpret_cast<void*>(p));
   if (got == MAP_FAILED) return false;
   home->lent_to = p;
@@ -210,8 +208,8 @@ void Unback(uintptr_t p, size_t n) {
   void* got = mmap(reinterpret_cast<void*>(p), n, PROT_NONE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
   if (got == MAP_FAILED) {
-    std::fprintf(stderr, "fakecuda: cannot unmap [%#lx, +%zu): %s\n",
-                 static_cast<unsigned long>(p), n, std::strerror(errno));
+    std::fprintf(stderr, "fakecuda: cannot unmap [%#lx, +%zu): %s\n", static_cast<unsigned long>(p),
+                 n, std::strerror(errno));
     std::abort();
   }
 }
@@ -250,8 +248,8 @@ CUresult Allocate(CUdeviceptr* dptr, size_t bytes, bool stream_ordered, Pool* po
     lock.lock();
   } else {
     lock.unlock();
-    p = mmap(nullptr, charged, PROT_READ | PROT_WRITE,
-             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    p = mmap(nullptr, charged, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+             -1, 0);
     lock.lock();
   }
   if (p == MAP_FAILED) {
@@ -290,8 +288,8 @@ void ReleaseAllocation(CUdeviceptr dptr, const Allocation& a) {
     if (m.freed_bytes + a.charged <= kMaxFreedPages) {
       // A placeholder picks the new address; mremap moves pages and page
       // tables onto it and leaves the old range unmapped.
-      void* to = mmap(nullptr, a.charged, PROT_NONE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      void* to =
+          mmap(nullptr, a.charged, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       void* moved = to == MAP_FAILED
                         ? MAP_FAILED
                         : mremap(old, a.charged, a.charged, MREMAP_MAYMOVE | MREMAP_FIXED, to);
@@ -407,9 +405,8 @@ FAKECUDA_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   return Allocate(dptr, bytesize, false);
 }
 
-FAKECUDA_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch,
-                                            size_t width, size_t height,
-                                            unsigned int element_size) {
+FAKECUDA_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width,
+                                            size_t height, unsigned int element_size) {
   FAKECUDA_ENTER("cuMemAllocPitch_v2");
   if (CUresult r = CheckUnsafeCall(); r != CUDA_SUCCESS) return r;
   if (pitch == nullptr || width == 0 || height == 0 ||
@@ -437,8 +434,7 @@ FAKECUDA_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes,
-                                         size_t* total_bytes) {
+FAKECUDA_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   FAKECUDA_ENTER("cuMemGetInfo_v2");
   // Either output may be null: driver 580 on an H200 answers CUDA_SUCCESS
   // and fills in the other.
@@ -450,8 +446,7 @@ FAKECUDA_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes,
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase,
-                                                 size_t* psize,
+FAKECUDA_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize,
                                                  CUdeviceptr dptr) {
   FAKECUDA_ENTER("cuMemGetAddressRange_v2");
   Memory& m = GetMemory();
@@ -508,19 +503,17 @@ CUresult FreeAsync(CUdeviceptr dptr, CUstream h, bool pt) {
   if (dptr == 0) return CUDA_SUCCESS;  // as cuMemFree(0): driver 580 on an H200
   Allocation a;
   if (CUresult r = TakeAllocation(dptr, &a); r != CUDA_SUCCESS) return r;
-  Submit(s, [dptr, a] { ReleaseAllocation(dptr, a); }, {},
-         OpLabel{OpKind::kFree});
+  Submit(
+      s, [dptr, a] { ReleaseAllocation(dptr, a); }, {}, OpLabel{OpKind::kFree});
   return CUDA_SUCCESS;
 }
 }  // namespace
 
-FAKECUDA_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize,
-                                         CUstream hStream) {
+FAKECUDA_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
   FAKECUDA_ENTER("cuMemAllocAsync");
   return AllocAsyncFrom(dptr, bytesize, nullptr, hStream, false);
 }
-FAKECUDA_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr,
-                                              size_t bytesize,
+FAKECUDA_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize,
                                               CUstream hStream) {
   FAKECUDA_ENTER("cuMemAllocAsync_ptsz");
   return AllocAsyncFrom(dptr, bytesize, nullptr, hStream, true);
@@ -529,19 +522,16 @@ FAKECUDA_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
   FAKECUDA_ENTER("cuMemFreeAsync");
   return FreeAsync(dptr, hStream, false);
 }
-FAKECUDA_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr,
-                                             CUstream hStream) {
+FAKECUDA_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
   FAKECUDA_ENTER("cuMemFreeAsync_ptsz");
   return FreeAsync(dptr, hStream, true);
 }
 
 // --- Page-locked host memory -------------------------------------------------
-FAKECUDA_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytesize,
-                                        unsigned int flags) {
+FAKECUDA_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int flags) {
   FAKECUDA_ENTER("cuMemHostAlloc");
-  constexpr unsigned kKnown = CU_MEMHOSTALLOC_PORTABLE |
-                              CU_MEMHOSTALLOC_DEVICEMAP |
-                              CU_MEMHOSTALLOC_WRITECOMBINED;
+  constexpr unsigned kKnown =
+      CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
   if (pp == nullptr || (flags & ~kKnown) != 0) return CUDA_ERROR_INVALID_VALUE;
   Context* ctx = nullptr;
   if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
@@ -552,8 +542,7 @@ FAKECUDA_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytesize,
     return CUDA_SUCCESS;
   }
   size_t size = AlignUp(bytesize, kPageSize);
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   Memory& m = GetMemory();
   std::lock_guard<std::mutex> lock(m.mu);
@@ -584,8 +573,7 @@ FAKECUDA_EXPORT CUresult cuMemFreeHost(void* p) {
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuMemHostRegister_v2(void* p, size_t bytesize,
-                                              unsigned int flags) {
+FAKECUDA_EXPORT CUresult cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int flags) {
   FAKECUDA_ENTER("cuMemHostRegister_v2");
   if (p == nullptr || bytesize == 0 || (flags & ~0xfu) != 0) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -613,8 +601,7 @@ FAKECUDA_EXPORT CUresult cuMemHostUnregister(void* p) {
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr,
-                                                      void* p,
+FAKECUDA_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p,
                                                       unsigned int flags) {
   FAKECUDA_ENTER("cuMemHostGetDevicePointer_v2");
   if (pdptr == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
@@ -624,9 +611,9 @@ FAKECUDA_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr,
 }
 
 // --- Virtual memory management -------------------------------------------------
-FAKECUDA_EXPORT CUresult cuMemGetAllocationGranularity(
-    size_t* granularity, const CUmemAllocationProp* prop,
-    CUmemAllocationGranularity_flags option) {
+FAKECUDA_EXPORT CUresult cuMemGetAllocationGranularity(size_t* granularity,
+                                                       const CUmemAllocationProp* prop,
+                                                       CUmemAllocationGranularity_flags option) {
   FAKECUDA_ENTER("cuMemGetAllocationGranularity");
   if (granularity == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
@@ -638,10 +625,8 @@ FAKECUDA_EXPORT CUresult cuMemGetAllocationGranularity(
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size,
-                                             size_t alignment,
-                                             CUdeviceptr addr,
-                                             unsigned long long flags) {
+FAKECUDA_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment,
+                                             CUdeviceptr addr, unsigned long long flags) {
   FAKECUDA_ENTER("cuMemAddressReserve");
   // Sizes need only be whole host pages; mappings inside need granules.
   if (ptr == nullptr || size == 0 || size % kPageSize != 0 || flags != 0 ||
@@ -685,16 +670,12 @@ FAKECUDA_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle,
-                                     size_t size,
-                                     const CUmemAllocationProp* prop,
-                                     unsigned long long flags) {
+FAKECUDA_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                                     const CUmemAllocationProp* prop, unsigned long long flags) {
   FAKECUDA_ENTER("cuMemCreate");
   VmmLatency latency(VmmCall::kCreate);  // FAKECUDA_VMM_LATENCY_US
-  latency.set_host_located(prop != nullptr &&
-                           prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE);
-  if (handle == nullptr || size == 0 || size % kGranularity != 0 ||
-      flags != 0) {
+  latency.set_host_located(prop != nullptr && prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE);
+  if (handle == nullptr || size == 0 || size % kGranularity != 0 || flags != 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (CUresult r = ValidProp(prop); r != CUDA_SUCCESS) return r;
@@ -702,8 +683,7 @@ FAKECUDA_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle,
   if (on_device && !GetDevice(prop->location.id)->Charge(size)) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  int fd = memfd_create(on_device ? "fakecuda-device" : "fakecuda-host",
-                        MFD_CLOEXEC);
+  int fd = memfd_create(on_device ? "fakecuda-device" : "fakecuda-host", MFD_CLOEXEC);
   if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
     if (fd >= 0) close(fd);
     if (on_device) GetDevice(prop->location.id)->Uncharge(size);
@@ -736,8 +716,7 @@ FAKECUDA_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
 }
 
 FAKECUDA_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
-                                  CUmemGenericAllocationHandle handle,
-                                  unsigned long long flags) {
+                                  CUmemGenericAllocationHandle handle, unsigned long long flags) {
   FAKECUDA_ENTER("cuMemMap");
   VmmLatency latency(VmmCall::kMap);  // FAKECUDA_VMM_LATENCY_US
   uintptr_t p = static_cast<uintptr_t>(ptr);
@@ -764,13 +743,10 @@ FAKECUDA_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
       Containing(m.mappings, p, MapSize) != m.mappings.end()) {
     return CUDA_ERROR_INVALID_VALUE;  // already mapped
   }
-  void* got = mmap(reinterpret_cast<void*>(p), size, PROT_NONE,
-                   MAP_SHARED | MAP_FIXED, h->fd, 0);
+  void* got = mmap(reinterpret_cast<void*>(p), size, PROT_NONE, MAP_SHARED | MAP_FIXED, h->fd, 0);
   if (got == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   ++h->refs;
-  int device = h->prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE
-                   ? h->prop.location.id
-                   : 0;
+  int device = h->prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE ? h->prop.location.id : 0;
   Mapping mapping;
   mapping.size = size;
   mapping.handle = h;
@@ -779,8 +755,7 @@ FAKECUDA_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size,
-                                        const CUmemAccessDesc* desc,
+FAKECUDA_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc,
                                         size_t count) {
   FAKECUDA_ENTER("cuMemSetAccess");
   VmmLatency latency(VmmCall::kSetAccess);  // FAKECUDA_VMM_LATENCY_US
@@ -793,10 +768,16 @@ FAKECUDA_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size,
     }
     if (!ValidLocation(desc[i].location, &error)) return error;
     switch (desc[i].flags) {
-      case CU_MEM_ACCESS_FLAGS_PROT_NONE: break;
-      case CU_MEM_ACCESS_FLAGS_PROT_READ: prot |= PROT_READ; break;
-      case CU_MEM_ACCESS_FLAGS_PROT_READWRITE: prot |= PROT_READ | PROT_WRITE; break;
-      default: return CUDA_ERROR_INVALID_VALUE;
+      case CU_MEM_ACCESS_FLAGS_PROT_NONE:
+        break;
+      case CU_MEM_ACCESS_FLAGS_PROT_READ:
+        prot |= PROT_READ;
+        break;
+      case CU_MEM_ACCESS_FLAGS_PROT_READWRITE:
+        prot |= PROT_READ | PROT_WRITE;
+        break;
+      default:
+        return CUDA_ERROR_INVALID_VALUE;
     }
   }
   Memory& m = GetMemory();
@@ -821,8 +802,8 @@ FAKECUDA_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size,
   for (Mapping* mp : covered) {
     Handle* h = mp->handle;
     if (h->prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE) latency.set_host_located(true);
-    const bool borrowed = prot == (PROT_READ | PROT_WRITE) && h->size == mp->size &&
-                          BorrowHome(h, q);
+    const bool borrowed =
+        prot == (PROT_READ | PROT_WRITE) && h->size == mp->size && BorrowHome(h, q);
     if (!borrowed && mprotect(reinterpret_cast<void*>(q), mp->size, prot) != 0) {
       return CUDA_ERROR_INVALID_VALUE;
     }
@@ -854,8 +835,7 @@ FAKECUDA_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     return CUDA_ERROR_INVALID_VALUE;  // a mapping begins before the range
   }
   std::vector<uintptr_t> bases;
-  for (auto it = m.mappings.lower_bound(p); it != m.mappings.end() && it->first < p + size;
-       ++it) {
+  for (auto it = m.mappings.lower_bound(p); it != m.mappings.end() && it->first < p + size; ++it) {
     if (it->first + it->second.size > p + size) return CUDA_ERROR_INVALID_VALUE;
     if (it->second.handle->prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
       latency.set_host_located(true);
@@ -894,8 +874,8 @@ FAKECUDA_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuMemRetainAllocationHandle(
-    CUmemGenericAllocationHandle* handle, void* addr) {
+FAKECUDA_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle,
+                                                     void* addr) {
   FAKECUDA_ENTER("cuMemRetainAllocationHandle");
   if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Memory& m = GetMemory();
@@ -986,20 +966,28 @@ PointerInfo Describe(uintptr_t p) {
 // Bytes the driver writes for `attr`, 0 for attributes the fake does not model.
 size_t AttributeSize(CUpointer_attribute attr) {
   switch (attr) {
-    case CU_POINTER_ATTRIBUTE_CONTEXT: return sizeof(CUcontext);
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: return sizeof(CUdeviceptr);
-    case CU_POINTER_ATTRIBUTE_HOST_POINTER: return sizeof(void*);
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID: return sizeof(unsigned long long);
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: return sizeof(CUdeviceptr);
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: return sizeof(size_t);
-    case CU_POINTER_ATTRIBUTE_P2P_TOKENS: return sizeof(CUDA_POINTER_ATTRIBUTE_P2P_TOKENS);
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+      return sizeof(CUcontext);
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+      return sizeof(CUdeviceptr);
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+      return sizeof(void*);
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      return sizeof(unsigned long long);
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      return sizeof(CUdeviceptr);
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      return sizeof(size_t);
+    case CU_POINTER_ATTRIBUTE_P2P_TOKENS:
+      return sizeof(CUDA_POINTER_ATTRIBUTE_P2P_TOKENS);
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
     case CU_POINTER_ATTRIBUTE_MAPPED:
       return sizeof(unsigned int);
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
@@ -1011,10 +999,8 @@ CUresult Put(void* data, T value) {
 
 // One attribute of a known pointer, with the driver's rules: an attribute
 // that does not apply to that memory is CUDA_ERROR_INVALID_VALUE.
-CUresult Attribute(const PointerInfo& info, uintptr_t p, CUpointer_attribute attr,
-                   void* data) {
-  if (attr < CU_POINTER_ATTRIBUTE_CONTEXT ||
-      attr > CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE) {
+CUresult Attribute(const PointerInfo& info, uintptr_t p, CUpointer_attribute attr, void* data) {
+  if (attr < CU_POINTER_ATTRIBUTE_CONTEXT || attr > CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (AttributeSize(attr) == 0) return CUDA_ERROR_NOT_SUPPORTED;  // not modelled
@@ -1028,10 +1014,10 @@ CUresult Attribute(const PointerInfo& info, uintptr_t p, CUpointer_attribute att
       return Put(data, reinterpret_cast<CUcontext>(info.ctx));
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
       if (vmm && !info.mapped) return CUDA_ERROR_INVALID_VALUE;
-      return Put(data, static_cast<unsigned int>(
-                           info.kind == PointerInfo::kHost || info.host_located
-                               ? CU_MEMORYTYPE_HOST
-                               : CU_MEMORYTYPE_DEVICE));
+      return Put(data,
+                 static_cast<unsigned int>(info.kind == PointerInfo::kHost || info.host_located
+                                               ? CU_MEMORYTYPE_HOST
+                                               : CU_MEMORYTYPE_DEVICE));
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
       if (vmm && !info.mapped) return CUDA_ERROR_INVALID_VALUE;
       return Put(data, static_cast<CUdeviceptr>(p));  // unified addressing
@@ -1045,8 +1031,8 @@ CUresult Attribute(const PointerInfo& info, uintptr_t p, CUpointer_attribute att
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
       return Put(data, 0u);
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-      if (info.device < 0) return vmm && info.mapped ? CUDA_ERROR_NOT_SUPPORTED
-                                                     : CUDA_ERROR_INVALID_VALUE;
+      if (info.device < 0)
+        return vmm && info.mapped ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
       return Put(data, info.device);
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
       // Only cuMemAlloc memory works with cuIpcGetMemHandle.
@@ -1089,8 +1075,7 @@ FAKECUDA_EXPORT CUresult cuPointerGetAttribute(void* data, CUpointer_attribute a
   return Attribute(Describe(p), p, attribute, data);
 }
 
-FAKECUDA_EXPORT CUresult cuPointerGetAttributes(unsigned int count,
-                                                CUpointer_attribute* attributes,
+FAKECUDA_EXPORT CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attributes,
                                                 void** data, CUdeviceptr ptr) {
   FAKECUDA_ENTER("cuPointerGetAttributes");
   // No attributes is CUDA_ERROR_INVALID_VALUE, and so is P2P_TOKENS, which
@@ -1134,8 +1119,7 @@ FAKECUDA_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr d
   // handle names the allocation.
   const uintptr_t p = static_cast<uintptr_t>(dptr);
   auto a = Containing(m.allocations, p, AllocSize);
-  if (a == m.allocations.end() || p >= a->first + a->second.size ||
-      a->second.stream_ordered) {
+  if (a == m.allocations.end() || p >= a->first + a->second.size || a->second.stream_ordered) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   IpcContents c{{'f', 'a', 'k', 'e', 'i', 'p', 'c', 0}, a->first, a->second.id};

@@ -47,9 +47,9 @@ struct Module {
 // `funcs` and reads as invalid.
 struct Modules {
   std::mutex mu;
-  std::unordered_set<Module*> live;      // guarded by mu
-  std::unordered_set<Function*> funcs;   // guarded by mu
-  std::vector<Function*> free;           // guarded by mu; a stack
+  std::unordered_set<Module*> live;     // guarded by mu
+  std::unordered_set<Function*> funcs;  // guarded by mu
+  std::vector<Function*> free;          // guarded by mu; a stack
 };
 
 // A fresh function slot: a recycled one when there is one. Needs `all.mu`.
@@ -99,8 +99,7 @@ CUresult PackParams(const fakecuda_kernel_desc* k, void** params, void** extra,
   if (params != nullptr) {
     for (unsigned i = 0; i < k->num_params; ++i) {
       if (params[i] == nullptr) return CUDA_ERROR_INVALID_VALUE;
-      std::memcpy(out->data() + k->param_offsets[i], params[i],
-                  k->param_sizes[i]);
+      std::memcpy(out->data() + k->param_offsets[i], params[i], k->param_sizes[i]);
     }
     return CUDA_SUCCESS;
   }
@@ -123,27 +122,24 @@ CUresult PackParams(const fakecuda_kernel_desc* k, void** params, void** extra,
 }
 
 // A launch's checks and its packed parameters, as a kernel node.
-CUresult KernelNode(CUfunction f, fakecuda_dim3 grid, fakecuda_dim3 block,
-                    unsigned shared_mem, void** params, void** extra,
-                    NodeSpec* out) {
+CUresult KernelNode(CUfunction f, fakecuda_dim3 grid, fakecuda_dim3 block, unsigned shared_mem,
+                    void** params, void** extra, NodeSpec* out) {
   Function* fn = LookupFunction(f);
   if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   const fakecuda_kernel_desc* k = fn->desc;
-  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 ||
-      block.y == 0 || block.z == 0) {
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 || block.z == 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (block.x > 1024 || block.y > 1024 || block.z > 64 ||
-      static_cast<unsigned long long>(block.x) * block.y * block.z > 1024 ||
-      grid.y > 65535 || grid.z > 65535 || grid.x > 2147483647u) {
+      static_cast<unsigned long long>(block.x) * block.y * block.z > 1024 || grid.y > 65535 ||
+      grid.z > 65535 || grid.x > 2147483647u) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (shared_mem > static_cast<unsigned>(fn->max_dynamic_shared.load())) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   auto packed = std::make_shared<std::vector<unsigned char>>();
-  if (CUresult r = PackParams(k, params, extra, packed.get());
-      r != CUDA_SUCCESS) {
+  if (CUresult r = PackParams(k, params, extra, packed.get()); r != CUDA_SUCCESS) {
     return r;
   }
   out->type = CU_GRAPH_NODE_TYPE_KERNEL;
@@ -184,17 +180,16 @@ CUresult KernelNode(CUfunction f, fakecuda_dim3 grid, fakecuda_dim3 block,
     const HostTouches::Result touched = touches.Finish();
     NoteHostBytesTouched(touched.bytes);  // the kernel's trace record
     // The time the counting's faults took is the link's time already spent.
-    RunOnCopyEngine(s->context()->device, Link::kHostToDevice, touched.bytes, [] {},
-                    touched.faults);
+    RunOnCopyEngine(
+        s->context()->device, Link::kHostToDevice, touched.bytes, [] {}, touched.faults);
   };
   out->label = OpLabel{OpKind::kKernel};
   out->label.name = k->name;
   return CUDA_SUCCESS;
 }
 
-CUresult Launch(CUfunction f, fakecuda_dim3 grid, fakecuda_dim3 block,
-                unsigned shared_mem, CUstream h, void** params, void** extra,
-                bool per_thread) {
+CUresult Launch(CUfunction f, fakecuda_dim3 grid, fakecuda_dim3 block, unsigned shared_mem,
+                CUstream h, void** params, void** extra, bool per_thread) {
   NodeSpec node;
   if (CUresult r = KernelNode(f, grid, block, shared_mem, params, extra, &node);
       r != CUDA_SUCCESS) {
@@ -213,20 +208,20 @@ CUresult Launch(CUfunction f, fakecuda_dim3 grid, fakecuda_dim3 block,
   bool capturing = false;
   if (CUresult r = CaptureCheck(s, &capturing); r != CUDA_SUCCESS) return r;
   if (capturing) return CaptureAdd(s, std::move(node));
-  Submit(s, [run = std::move(node.run), s] { run(s); }, {}, node.label);
+  Submit(
+      s, [run = std::move(node.run), s] { run(s); }, {}, node.label);
   return CUDA_SUCCESS;
 }
 
-CUresult LaunchEx(const CUlaunchConfig* config, CUfunction f, void** params,
-                  void** extra, bool per_thread) {
+CUresult LaunchEx(const CUlaunchConfig* config, CUfunction f, void** params, void** extra,
+                  bool per_thread) {
   if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (config->numAttrs > 0 && config->attrs == nullptr) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   return Launch(f, {config->gridDimX, config->gridDimY, config->gridDimZ},
-                {config->blockDimX, config->blockDimY, config->blockDimZ},
-                config->sharedMemBytes, config->hStream, params, extra,
-                per_thread);
+                {config->blockDimX, config->blockDimY, config->blockDimZ}, config->sharedMemBytes,
+                config->hStream, params, extra, per_thread);
 }
 
 // Opens the host-kernel module at `path` (for cuModuleLoadData, the memfd
@@ -276,12 +271,10 @@ bool IsHostSharedObject(const void* image) {
 
 }  // namespace
 
-CUresult MakeKernelNode(CUfunction f, const unsigned grid[3],
-                        const unsigned block[3], unsigned shared_mem,
-                        void** params, void** extra, NodeSpec* out) {
-  return KernelNode(f, {grid[0], grid[1], grid[2]},
-                    {block[0], block[1], block[2]}, shared_mem, params, extra,
-                    out);
+CUresult MakeKernelNode(CUfunction f, const unsigned grid[3], const unsigned block[3],
+                        unsigned shared_mem, void** params, void** extra, NodeSpec* out) {
+  return KernelNode(f, {grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, shared_mem,
+                    params, extra, out);
 }
 
 }  // namespace fakecuda
@@ -350,8 +343,7 @@ FAKECUDA_EXPORT CUresult cuModuleUnload(CUmodule hmod) {
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod,
-                                             const char* name) {
+FAKECUDA_EXPORT CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const char* name) {
   FAKECUDA_ENTER("cuModuleGetFunction");
   if (hfunc == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Modules& all = GetModules();
@@ -364,8 +356,8 @@ FAKECUDA_EXPORT CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod,
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes,
-                                              CUmodule hmod, const char* name) {
+FAKECUDA_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes, CUmodule hmod,
+                                              const char* name) {
   FAKECUDA_ENTER("cuModuleGetGlobal_v2");
   (void)dptr;
   (void)bytes;
@@ -387,8 +379,8 @@ FAKECUDA_EXPORT CUresult cuFuncGetName(const char** name, CUfunction hfunc) {
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t index,
-                                            size_t* offset, size_t* size) {
+FAKECUDA_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t index, size_t* offset,
+                                            size_t* size) {
   FAKECUDA_ENTER("cuFuncGetParamInfo");
   Function* fn = LookupFunction(func);
   if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
@@ -410,24 +402,31 @@ FAKECUDA_EXPORT CUresult cuFuncGetModule(CUmodule* hmod, CUfunction hfunc) {
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuFuncGetAttribute(int* value,
-                                            CUfunction_attribute attrib,
+FAKECUDA_EXPORT CUresult cuFuncGetAttribute(int* value, CUfunction_attribute attrib,
                                             CUfunction hfunc) {
   FAKECUDA_ENTER("cuFuncGetAttribute");
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Function* fn = LookupFunction(hfunc);
   if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   switch (attrib) {
-    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
-    case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 32; break;
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+      *value = 1024;
+      break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS:
+      *value = 32;
+      break;
     case CU_FUNC_ATTRIBUTE_PTX_VERSION:
-    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *value = 90; break;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
+      *value = 90;
+      break;
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
       *value = fn->max_dynamic_shared.load();
       break;
     case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
     case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES:
-    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *value = 0; break;
+    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
+      *value = 0;
+      break;
     default:
       if (attrib < 0 || attrib >= CU_FUNC_ATTRIBUTE_MAX) {
         return CUDA_ERROR_INVALID_VALUE;
@@ -437,8 +436,7 @@ FAKECUDA_EXPORT CUresult cuFuncGetAttribute(int* value,
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc,
-                                            CUfunction_attribute attrib,
+FAKECUDA_EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib,
                                             int value) {
   FAKECUDA_ENTER("cuFuncSetAttribute");
   Function* fn = LookupFunction(hfunc);
@@ -455,10 +453,9 @@ FAKECUDA_EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc,
   }
 }
 
-#define FAKECUDA_LAUNCH_PARAMS                                                \
-  (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,           \
-   unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,     \
-   CUstream s, void** params, void** extra)
+#define FAKECUDA_LAUNCH_PARAMS                                                       \
+  (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, \
+   unsigned int by, unsigned int bz, unsigned int shmem, CUstream s, void** params, void** extra)
 
 FAKECUDA_EXPORT CUresult cuLaunchKernel FAKECUDA_LAUNCH_PARAMS {
   FAKECUDA_ENTER("cuLaunchKernel");
@@ -469,32 +466,29 @@ FAKECUDA_EXPORT CUresult cuLaunchKernel_ptsz FAKECUDA_LAUNCH_PARAMS {
   return Launch(f, {gx, gy, gz}, {bx, by, bz}, shmem, s, params, extra, true);
 }
 
-FAKECUDA_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* config,
-                                          CUfunction f, void** params,
+FAKECUDA_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params,
                                           void** extra) {
   FAKECUDA_ENTER("cuLaunchKernelEx");
   return LaunchEx(config, f, params, extra, false);
 }
-FAKECUDA_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config,
-                                               CUfunction f, void** params,
-                                               void** extra) {
+FAKECUDA_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
+                                               void** params, void** extra) {
   FAKECUDA_ENTER("cuLaunchKernelEx_ptsz");
   return LaunchEx(config, f, params, extra, true);
 }
 
-FAKECUDA_EXPORT CUresult cuLaunchCooperativeKernel(
-    CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-    unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
-    CUstream s, void** params) {
+FAKECUDA_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy,
+                                                   unsigned int gz, unsigned int bx,
+                                                   unsigned int by, unsigned int bz,
+                                                   unsigned int shmem, CUstream s, void** params) {
   FAKECUDA_ENTER("cuLaunchCooperativeKernel");
-  return Launch(f, {gx, gy, gz}, {bx, by, bz}, shmem, s, params, nullptr,
-                false);
+  return Launch(f, {gx, gy, gz}, {bx, by, bz}, shmem, s, params, nullptr, false);
 }
-FAKECUDA_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(
-    CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-    unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
-    CUstream s, void** params) {
+FAKECUDA_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx,
+                                                        unsigned int gy, unsigned int gz,
+                                                        unsigned int bx, unsigned int by,
+                                                        unsigned int bz, unsigned int shmem,
+                                                        CUstream s, void** params) {
   FAKECUDA_ENTER("cuLaunchCooperativeKernel_ptsz");
-  return Launch(f, {gx, gy, gz}, {bx, by, bz}, shmem, s, params, nullptr,
-                true);
+  return Launch(f, {gx, gy, gz}, {bx, by, bz}, shmem, s, params, nullptr, true);
 }

@@ -17,8 +17,7 @@ struct fakecuda_dim3 {
 struct fakecuda_kernel_desc {
   const char* name;  // symbol name: mangled, or plain for extern "C"
   void* fn;
-  void (*invoke)(void* fn, const unsigned char* args, fakecuda_dim3 grid,
-                 fakecuda_dim3 block);
+  void (*invoke)(void* fn, const unsigned char* args, fakecuda_dim3 grid, fakecuda_dim3 block);
   unsigned num_params;
   const size_t* param_offsets;
   const size_t* param_sizes;

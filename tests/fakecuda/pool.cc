@@ -43,10 +43,10 @@ namespace {
 
 struct Pools {
   std::mutex mu;
-  std::unordered_set<Pool*> live;      // valid handles; guarded by mu
-  std::vector<Pool*> all;              // live and destroyed-but-in-use
-  std::vector<Pool*> default_pool;     // per device
-  std::vector<Pool*> current;          // per device
+  std::unordered_set<Pool*> live;   // valid handles; guarded by mu
+  std::vector<Pool*> all;           // live and destroyed-but-in-use
+  std::vector<Pool*> default_pool;  // per device
+  std::vector<Pool*> current;       // per device
 };
 
 // Needs p.mu: makes sure the default pools exist.
@@ -94,8 +94,7 @@ void MaybeDelete(Pools& ps, Pool* p) {
 Pool* CurrentPool(int device) {
   Pools& ps = GetPools();
   std::lock_guard<std::mutex> lock(ps.mu);
-  return device >= 0 && device < static_cast<int>(ps.current.size()) ? ps.current[device]
-                                                                      : nullptr;
+  return device >= 0 && device < static_cast<int>(ps.current.size()) ? ps.current[device] : nullptr;
 }
 
 CUresult PoolTake(Pool* p, size_t bytes) {
@@ -178,8 +177,7 @@ FAKECUDA_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
 
 FAKECUDA_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
   FAKECUDA_ENTER("cuMemPoolCreate");
-  if (pool == nullptr || props == nullptr ||
-      props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED) {
+  if (pool == nullptr || props == nullptr || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   switch (props->location.type) {
@@ -246,12 +244,23 @@ FAKECUDA_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attr
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
       *static_cast<int*>(value) = p->reuse[attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES];
       return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *u64 = p->threshold; return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *u64 = p->reserved; return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: *u64 = p->reserved_high; return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *u64 = p->used; return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *u64 = p->used_high; return CUDA_SUCCESS;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+      *u64 = p->threshold;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+      *u64 = p->reserved;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+      *u64 = p->reserved_high;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+      *u64 = p->used;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+      *u64 = p->used_high;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
   }
 }
 

@@ -22,8 +22,7 @@ struct ProcEntry {
 };
 
 constexpr ProcEntry kProcs[] = {
-#define FAKECUDA_PROC(name, version, per_thread, symbol) \
-  {#name, version, per_thread != 0, #symbol},
+#define FAKECUDA_PROC(name, version, per_thread, symbol) {#name, version, per_thread != 0, #symbol},
 #include "tests/fakecuda/proc_table.inc"
 #undef FAKECUDA_PROC
 };
@@ -71,12 +70,11 @@ bool HasPerThread(const Range& range) {
 // CUDA_ERROR_NOT_FOUND, cuGetProcAddress_v2 (`v2`) CUDA_SUCCESS with a null
 // pointer and the reason in its status, as documented and as driver 580
 // answered on an H200.
-CUresult Lookup(const char* symbol, void** pfn, int version,
-                cuuint64_t flags, CUdriverProcAddressQueryResult* status, bool v2) {
+CUresult Lookup(const char* symbol, void** pfn, int version, cuuint64_t flags,
+                CUdriverProcAddressQueryResult* status, bool v2) {
   if (symbol == nullptr || pfn == nullptr ||
-      (flags & ~static_cast<cuuint64_t>(
-                   CU_GET_PROC_ADDRESS_LEGACY_STREAM |
-                   CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)) != 0) {
+      (flags & ~static_cast<cuuint64_t>(CU_GET_PROC_ADDRESS_LEGACY_STREAM |
+                                        CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)) != 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   *pfn = nullptr;
@@ -106,10 +104,9 @@ CUresult Lookup(const char* symbol, void** pfn, int version,
   }
   void* fn = chosen ? dlsym(Self(), chosen->symbol) : nullptr;
   if (status != nullptr) {
-    *status = fn != nullptr ? CU_GET_PROC_ADDRESS_SUCCESS
-              : (known && chosen == nullptr)
-                  ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
-                  : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    *status = fn != nullptr                  ? CU_GET_PROC_ADDRESS_SUCCESS
+              : (known && chosen == nullptr) ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                                             : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
   }
   if (fn == nullptr) return v2 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
   *pfn = fn;
@@ -130,15 +127,15 @@ bool IsExportedSymbol(const char* symbol) {
 
 }  // namespace fakecuda
 
-FAKECUDA_EXPORT CUresult cuGetProcAddress_v2(
-    const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
-    CUdriverProcAddressQueryResult* symbolStatus) {
+FAKECUDA_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion,
+                                             cuuint64_t flags,
+                                             CUdriverProcAddressQueryResult* symbolStatus) {
   FAKECUDA_ENTER_NO_INIT("cuGetProcAddress_v2");
   return fakecuda::Lookup(symbol, pfn, cudaVersion, flags, symbolStatus, /*v2=*/true);
 }
 
-FAKECUDA_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn,
-                                          int cudaVersion, cuuint64_t flags) {
+FAKECUDA_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,
+                                          cuuint64_t flags) {
   FAKECUDA_ENTER_NO_INIT("cuGetProcAddress");
   return fakecuda::Lookup(symbol, pfn, cudaVersion, flags, nullptr, /*v2=*/false);
 }

@@ -14,8 +14,7 @@ Stream::Stream(Context* ctx, unsigned flags, int priority, StreamKind kind)
       flags_(flags),
       priority_(priority),
       kind_(kind),
-      trace_track_(TraceEnabled() ? TraceStreamTrack(this, kind, ctx->device)
-                                  : 0) {
+      trace_track_(TraceEnabled() ? TraceStreamTrack(this, kind, ctx->device) : 0) {
   worker_ = std::thread([this] { Run(); });
 }
 
@@ -29,8 +28,8 @@ void Stream::Stop() {
   worker_.join();
 }
 
-uint64_t Stream::Enqueue(std::function<void()> work,
-                         std::vector<Dependency> deps, const OpLabel& label) {
+uint64_t Stream::Enqueue(std::function<void()> work, std::vector<Dependency> deps,
+                         const OpLabel& label) {
   std::unique_ptr<Op::Traced> traced;
   if (trace_track_ != 0) traced.reset(new Op::Traced{label, TraceNowNs()});
   uint64_t seq;
@@ -38,8 +37,7 @@ uint64_t Stream::Enqueue(std::function<void()> work,
     std::lock_guard<std::mutex> lock(mu_);
     seq = submitted_.load() + 1;
     submitted_.store(seq);
-    queue_.push_back(
-        Op{seq, std::move(work), std::move(deps), std::move(traced)});
+    queue_.push_back(Op{seq, std::move(work), std::move(deps), std::move(traced)});
   }
   cv_.notify_all();
   return seq;
@@ -115,8 +113,7 @@ Streams& GetStreams() {
 void Unlist(Stream* s) {
   Context* ctx = s->context();
   std::lock_guard<std::mutex> lock(ctx->mu);
-  ctx->streams.erase(std::remove(ctx->streams.begin(), ctx->streams.end(), s),
-                     ctx->streams.end());
+  ctx->streams.erase(std::remove(ctx->streams.begin(), ctx->streams.end(), s), ctx->streams.end());
 }
 
 // The calling thread's per-thread default streams, one per context; when the
@@ -146,14 +143,11 @@ Stream* PerThreadStream(Context* ctx) {
 
 }  // namespace
 
-CUresult ResolveStream(CUstream handle, bool per_thread,
-                       Stream** out) {
-  if (handle == nullptr || handle == CU_STREAM_LEGACY ||
-      handle == CU_STREAM_PER_THREAD) {
+CUresult ResolveStream(CUstream handle, bool per_thread, Stream** out) {
+  if (handle == nullptr || handle == CU_STREAM_LEGACY || handle == CU_STREAM_PER_THREAD) {
     Context* ctx = nullptr;
     if (CUresult r = RequireContext(&ctx); r != CUDA_SUCCESS) return r;
-    bool use_per_thread = handle == CU_STREAM_PER_THREAD ||
-                          (handle == nullptr && per_thread);
+    bool use_per_thread = handle == CU_STREAM_PER_THREAD || (handle == nullptr && per_thread);
     *out = use_per_thread ? PerThreadStream(ctx) : ctx->legacy;
     return CUDA_SUCCESS;
   }
@@ -166,8 +160,8 @@ CUresult ResolveStream(CUstream handle, bool per_thread,
   return CUDA_SUCCESS;
 }
 
-uint64_t Submit(Stream* stream, std::function<void()> work,
-                std::vector<Stream::Dependency> deps, const OpLabel& label) {
+uint64_t Submit(Stream* stream, std::function<void()> work, std::vector<Stream::Dependency> deps,
+                const OpLabel& label) {
   Context* ctx = stream->context();
   // Holding the context lock makes the implicit dependencies and the enqueue
   // one step, so two threads cannot interleave between them.
@@ -184,8 +178,7 @@ uint64_t Submit(Stream* stream, std::function<void()> work,
   return stream->Enqueue(std::move(work), std::move(deps), label);
 }
 
-void SubmitAndWait(Stream* stream, std::function<void()> work,
-                   const OpLabel& label) {
+void SubmitAndWait(Stream* stream, std::function<void()> work, const OpLabel& label) {
   stream->WaitFor(Submit(stream, std::move(work), {}, label));
 }
 
@@ -194,8 +187,7 @@ void SubmitAndWait(Stream* stream, std::function<void()> work,
 using namespace fakecuda;  // NOLINT: the exported C API below
 
 // --- Streams -----------------------------------------------------------------
-FAKECUDA_EXPORT CUresult cuStreamCreateWithPriority(CUstream* phStream,
-                                                    unsigned int flags,
+FAKECUDA_EXPORT CUresult cuStreamCreateWithPriority(CUstream* phStream, unsigned int flags,
                                                     int priority) {
   FAKECUDA_ENTER("cuStreamCreateWithPriority");
   if (phStream == nullptr || (flags & ~CU_STREAM_NON_BLOCKING) != 0) {
@@ -217,8 +209,7 @@ FAKECUDA_EXPORT CUresult cuStreamCreateWithPriority(CUstream* phStream,
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuStreamCreate(CUstream* phStream,
-                                        unsigned int flags) {
+FAKECUDA_EXPORT CUresult cuStreamCreate(CUstream* phStream, unsigned int flags) {
   FAKECUDA_ENTER("cuStreamCreate");
   return cuStreamCreateWithPriority(phStream, flags, 0);
 }
@@ -286,8 +277,7 @@ CUresult StreamGetCtx(CUstream h, CUcontext* pctx, bool per_thread) {
   return CUDA_SUCCESS;
 }
 
-CUresult StreamGetCtx2(CUstream h, CUcontext* pctx, CUgreenCtx* green,
-                       bool per_thread) {
+CUresult StreamGetCtx2(CUstream h, CUcontext* pctx, CUgreenCtx* green, bool per_thread) {
   if (CUresult r = StreamGetCtx(h, pctx, per_thread); r != CUDA_SUCCESS) return r;
   if (green != nullptr) *green = nullptr;  // green contexts are not modelled
   return CUDA_SUCCESS;
@@ -308,12 +298,13 @@ CUresult LaunchHostFunc(CUstream h, CUhostFn fn, void* data, bool per_thread) {
     node.label = OpLabel{OpKind::kHostFunc};
     return CaptureAdd(s, std::move(node));
   }
-  Submit(s, [fn, data] { fn(data); }, {}, OpLabel{OpKind::kHostFunc});
+  Submit(
+      s, [fn, data] { fn(data); }, {}, OpLabel{OpKind::kHostFunc});
   return CUDA_SUCCESS;
 }
 
-CUresult StreamAddCallback(CUstream h, CUstreamCallback cb, void* data,
-                           unsigned flags, bool per_thread) {
+CUresult StreamAddCallback(CUstream h, CUstreamCallback cb, void* data, unsigned flags,
+                           bool per_thread) {
   if (cb == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   Stream* s = nullptr;
   if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
@@ -322,8 +313,8 @@ CUresult StreamAddCallback(CUstream h, CUstreamCallback cb, void* data,
   // cuStreamAddCallback is not captured (cuLaunchHostFunc is its graph
   // form); the fake treats it as unsupported during capture.
   if (capturing) return CaptureUnsupported(s, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-  Submit(s, [cb, h, data] { cb(h, CUDA_SUCCESS, data); }, {},
-         OpLabel{OpKind::kHostFunc});
+  Submit(
+      s, [cb, h, data] { cb(h, CUDA_SUCCESS, data); }, {}, OpLabel{OpKind::kHostFunc});
   return CUDA_SUCCESS;
 }
 
@@ -336,13 +327,19 @@ CUresult Impl_cuStreamSynchronize(CUstream h, bool pt) {
   return r;
 }
 CUresult Impl_cuStreamQuery(CUstream h, bool pt) { return StreamQuery(h, pt); }
-CUresult Impl_cuStreamGetFlags(CUstream h, unsigned* f, bool pt) { return StreamGetFlags(h, f, pt); }
-CUresult Impl_cuStreamGetPriority(CUstream h, int* p, bool pt) { return StreamGetPriority(h, p, pt); }
+CUresult Impl_cuStreamGetFlags(CUstream h, unsigned* f, bool pt) {
+  return StreamGetFlags(h, f, pt);
+}
+CUresult Impl_cuStreamGetPriority(CUstream h, int* p, bool pt) {
+  return StreamGetPriority(h, p, pt);
+}
 CUresult Impl_cuStreamGetCtx(CUstream h, CUcontext* c, bool pt) { return StreamGetCtx(h, c, pt); }
 CUresult Impl_cuStreamGetCtx_v2(CUstream h, CUcontext* c, CUgreenCtx* g, bool pt) {
   return StreamGetCtx2(h, c, g, pt);
 }
-CUresult Impl_cuLaunchHostFunc(CUstream h, CUhostFn fn, void* d, bool pt) { return LaunchHostFunc(h, fn, d, pt); }
+CUresult Impl_cuLaunchHostFunc(CUstream h, CUhostFn fn, void* d, bool pt) {
+  return LaunchHostFunc(h, fn, d, pt);
+}
 CUresult Impl_cuStreamAddCallback(CUstream h, CUstreamCallback cb, void* d, unsigned f, bool pt) {
   return StreamAddCallback(h, cb, d, f, pt);
 }
@@ -350,17 +347,13 @@ CUresult Impl_cuStreamAddCallback(CUstream h, CUstreamCallback cb, void* d, unsi
 
 FAKECUDA_STREAM_PAIR(cuStreamSynchronize, (CUstream hStream), hStream)
 FAKECUDA_STREAM_PAIR(cuStreamQuery, (CUstream hStream), hStream)
-FAKECUDA_STREAM_PAIR(cuStreamGetFlags, (CUstream hStream, unsigned int* flags),
-                     hStream, flags)
-FAKECUDA_STREAM_PAIR(cuStreamGetPriority, (CUstream hStream, int* priority),
-                     hStream, priority)
-FAKECUDA_STREAM_PAIR(cuStreamGetCtx, (CUstream hStream, CUcontext* pctx),
-                     hStream, pctx)
-FAKECUDA_STREAM_PAIR(cuStreamGetCtx_v2,
-                     (CUstream hStream, CUcontext* pctx, CUgreenCtx* pGreenCtx),
+FAKECUDA_STREAM_PAIR(cuStreamGetFlags, (CUstream hStream, unsigned int* flags), hStream, flags)
+FAKECUDA_STREAM_PAIR(cuStreamGetPriority, (CUstream hStream, int* priority), hStream, priority)
+FAKECUDA_STREAM_PAIR(cuStreamGetCtx, (CUstream hStream, CUcontext* pctx), hStream, pctx)
+FAKECUDA_STREAM_PAIR(cuStreamGetCtx_v2, (CUstream hStream, CUcontext* pctx, CUgreenCtx* pGreenCtx),
                      hStream, pctx, pGreenCtx)
-FAKECUDA_STREAM_PAIR(cuLaunchHostFunc, (CUstream hStream, CUhostFn fn, void* userData),
-                     hStream, fn, userData)
+FAKECUDA_STREAM_PAIR(cuLaunchHostFunc, (CUstream hStream, CUhostFn fn, void* userData), hStream, fn,
+                     userData)
 FAKECUDA_STREAM_PAIR(cuStreamAddCallback,
                      (CUstream hStream, CUstreamCallback callback, void* userData,
                       unsigned int flags),
@@ -386,12 +379,12 @@ struct Event {
   std::mutex mu;
   // The latest record: its stream and sequence number, and the time at which
   // the stream reached it (written by the worker).
-  Stream* stream = nullptr;  // guarded by mu; null until recorded
-  uint64_t seq = 0;                // guarded by mu
+  Stream* stream = nullptr;                          // guarded by mu; null until recorded
+  uint64_t seq = 0;                                  // guarded by mu
   std::shared_ptr<std::atomic<int64_t>> reached_ns;  // guarded by mu
   // Nonzero when last recorded in a capturing stream: the capture's id and
   // the nodes the record stood for (a capture event).
-  uint64_t capture_id = 0;                  // guarded by mu
+  uint64_t capture_id = 0;                 // guarded by mu
   std::vector<CUgraphNode> capture_nodes;  // guarded by mu
 };
 
@@ -457,8 +450,8 @@ CUresult EventRecord(CUevent h, CUstream hs, unsigned flags, bool per_thread) {
     return CUDA_SUCCESS;
   }
   auto reached = std::make_shared<std::atomic<int64_t>>(0);
-  uint64_t seq = Submit(s, [reached] { reached->store(NowNs()); }, {},
-                        OpLabel{OpKind::kEventRecord});
+  uint64_t seq = Submit(
+      s, [reached] { reached->store(NowNs()); }, {}, OpLabel{OpKind::kEventRecord});
   std::lock_guard<std::mutex> lock(e->mu);
   e->stream = s;
   e->seq = seq;
@@ -468,8 +461,7 @@ CUresult EventRecord(CUevent h, CUstream hs, unsigned flags, bool per_thread) {
   return CUDA_SUCCESS;
 }
 
-CUresult StreamWaitEvent(CUstream hs, CUevent h, unsigned flags,
-                         bool per_thread) {
+CUresult StreamWaitEvent(CUstream hs, CUevent h, unsigned flags, bool per_thread) {
   Event* e = LookupEvent(h);
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (flags & ~static_cast<unsigned>(CU_EVENT_WAIT_EXTERNAL)) {
@@ -513,19 +505,16 @@ CUresult Impl_cuStreamWaitEvent(CUstream s, CUevent h, unsigned f, bool pt) {
 
 }  // namespace
 
-FAKECUDA_STREAM_PAIR(cuEventRecord, (CUevent hEvent, CUstream hStream),
-                     hEvent, hStream)
-FAKECUDA_STREAM_PAIR(cuEventRecordWithFlags,
-                     (CUevent hEvent, CUstream hStream, unsigned int flags),
+FAKECUDA_STREAM_PAIR(cuEventRecord, (CUevent hEvent, CUstream hStream), hEvent, hStream)
+FAKECUDA_STREAM_PAIR(cuEventRecordWithFlags, (CUevent hEvent, CUstream hStream, unsigned int flags),
                      hEvent, hStream, flags)
-FAKECUDA_STREAM_PAIR(cuStreamWaitEvent,
-                     (CUstream hStream, CUevent hEvent, unsigned int Flags),
+FAKECUDA_STREAM_PAIR(cuStreamWaitEvent, (CUstream hStream, CUevent hEvent, unsigned int Flags),
                      hStream, hEvent, Flags)
 
 FAKECUDA_EXPORT CUresult cuEventCreate(CUevent* phEvent, unsigned int flags) {
   FAKECUDA_ENTER("cuEventCreate");
-  constexpr unsigned kKnown = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING |
-                              CU_EVENT_INTERPROCESS;
+  constexpr unsigned kKnown =
+      CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
   if (phEvent == nullptr || (flags & ~kKnown) != 0) return CUDA_ERROR_INVALID_VALUE;
   if ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING)) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -588,8 +577,7 @@ FAKECUDA_EXPORT CUresult cuEventSynchronize(CUevent hEvent) {
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuEventElapsedTime_v2(float* ms, CUevent hStart,
-                                               CUevent hEnd) {
+FAKECUDA_EXPORT CUresult cuEventElapsedTime_v2(float* ms, CUevent hStart, CUevent hEnd) {
   FAKECUDA_ENTER("cuEventElapsedTime_v2");
   if (ms == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Event* start = LookupEvent(hStart);
@@ -618,8 +606,7 @@ FAKECUDA_EXPORT CUresult cuEventElapsedTime_v2(float* ms, CUevent hStart,
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult cuEventElapsedTime(float* ms, CUevent hStart,
-                                            CUevent hEnd) {
+FAKECUDA_EXPORT CUresult cuEventElapsedTime(float* ms, CUevent hStart, CUevent hEnd) {
   FAKECUDA_ENTER("cuEventElapsedTime");
   return cuEventElapsedTime_v2(ms, hStart, hEnd);
 }

@@ -41,9 +41,7 @@ FAKECUDA_KERNEL(record_geometry, unsigned* out) {
 
 // Reads a device pointer stored in device memory (a pointer the driver
 // cannot see in the launch parameters).
-FAKECUDA_KERNEL(load_indirect, const float* const* table, float* out) {
-  out[0] = table[0][0];
-}
+FAKECUDA_KERNEL(load_indirect, const float* const* table, float* out) { out[0] = table[0][0]; }
 
 template <typename T>
 __attribute__((visibility("default"))) void scale(T* p, T s, int n) {

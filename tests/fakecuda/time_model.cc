@@ -17,9 +17,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 int64_t Ns(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             t.time_since_epoch())
-      .count();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
 // One DMA engine: the copies that reached it are scheduled back to back.
@@ -36,9 +34,12 @@ Engine& EngineFor(int device, Link link) {
 
 double BytesPerSecond(Link link) {
   switch (link) {
-    case Link::kHostToDevice: return GetOptions().h2d_bytes_per_s;
-    case Link::kDeviceToHost: return GetOptions().d2h_bytes_per_s;
-    case Link::kNone: break;
+    case Link::kHostToDevice:
+      return GetOptions().h2d_bytes_per_s;
+    case Link::kDeviceToHost:
+      return GetOptions().d2h_bytes_per_s;
+    case Link::kNone:
+      break;
   }
   return 0;
 }
@@ -54,8 +55,7 @@ Clock::duration TransferTime(size_t bytes, double bytes_per_s) {
 
 bool LinkTimed(Link link) { return BytesPerSecond(link) > 0; }
 
-void RunOnCopyEngine(int device, Link link, size_t bytes,
-                     const std::function<void()>& move,
+void RunOnCopyEngine(int device, Link link, size_t bytes, const std::function<void()>& move,
                      std::chrono::nanoseconds spent) {
   double bw = BytesPerSecond(link);
   if (bw <= 0 || device < 0 || device >= DeviceCount()) {
@@ -86,8 +86,7 @@ void RunOnCopyEngine(int device, Link link, size_t bytes,
     engine.free_at = std::max(engine.free_at, done);
   }
   if (TraceEnabled()) {
-    TraceCopyEngine(device, link, bytes, Ns(reached), Ns(start), Ns(end),
-                    Ns(done));
+    TraceCopyEngine(device, link, bytes, Ns(reached), Ns(start), Ns(end), Ns(done));
   }
 }
 

@@ -55,17 +55,17 @@ struct Track {
 
 struct Tracer {
   std::mutex mu;
-  bool started = false;     // guarded by mu; StartTrace could create the file
-  bool written = false;     // guarded by mu; later records are dropped
-  std::string path;         // as created (%p replaced)
-  int64_t origin_ns = 0;    // time 0 of the file; set before tracing starts
-  size_t max_records = 0;   // set before tracing starts
-  std::deque<Record> records;   // guarded by mu; a deque never moves them
-  uint64_t dropped = 0;         // guarded by mu
-  int64_t first_drop_ns = 0;    // guarded by mu
-  std::vector<Track> tracks;    // guarded by mu; index = tid (0 unused)
+  bool started = false;        // guarded by mu; StartTrace could create the file
+  bool written = false;        // guarded by mu; later records are dropped
+  std::string path;            // as created (%p replaced)
+  int64_t origin_ns = 0;       // time 0 of the file; set before tracing starts
+  size_t max_records = 0;      // set before tracing starts
+  std::deque<Record> records;  // guarded by mu; a deque never moves them
+  uint64_t dropped = 0;        // guarded by mu
+  int64_t first_drop_ns = 0;   // guarded by mu
+  std::vector<Track> tracks;   // guarded by mu; index = tid (0 unused)
   // Kernel names, interned: a launch's name is copied once per kernel.
-  std::deque<std::string> names;                             // guarded by mu
+  std::deque<std::string> names;                              // guarded by mu
   std::unordered_map<std::string_view, uint32_t> name_index;  // guarded by mu
 };
 
@@ -118,8 +118,7 @@ class Writer {
     if (ns < 0) buf_ += '-';
     U(mag / 1000);
     char frac[4] = {'.', static_cast<char>('0' + mag % 1000 / 100),
-                    static_cast<char>('0' + mag % 100 / 10),
-                    static_cast<char>('0' + mag % 10)};
+                    static_cast<char>('0' + mag % 100 / 10), static_cast<char>('0' + mag % 10)};
     buf_.append(frac, 4);
     return *this;
   }
@@ -155,8 +154,7 @@ class Writer {
  private:
   static constexpr size_t kBlock = 1 << 20;
   void Write() {
-    if (ok_ && !buf_.empty() &&
-        std::fwrite(buf_.data(), 1, buf_.size(), f_) != buf_.size()) {
+    if (ok_ && !buf_.empty() && std::fwrite(buf_.data(), 1, buf_.size(), f_) != buf_.size()) {
       ok_ = false;
     }
     buf_.clear();
@@ -195,17 +193,21 @@ std::string Demangled(const std::string& symbol) {
 
 const char* CopyDirName(CopyDir d) {
   switch (d) {
-    case CopyDir::kHtoD: return "HtoD";
-    case CopyDir::kDtoH: return "DtoH";
-    case CopyDir::kDtoD: return "DtoD";
-    case CopyDir::kHtoH: return "HtoH";
+    case CopyDir::kHtoD:
+      return "HtoD";
+    case CopyDir::kDtoH:
+      return "DtoH";
+    case CopyDir::kDtoD:
+      return "DtoD";
+    case CopyDir::kHtoH:
+      return "HtoH";
   }
   return "?";
 }
 
 // The slice's name and category of a stream operation.
-void Describe(const Record& r, const std::vector<std::string>& kernels,
-              std::string* name, const char** cat) {
+void Describe(const Record& r, const std::vector<std::string>& kernels, std::string* name,
+              const char** cat) {
   switch (r.op_kind) {
     case OpKind::kKernel:
       *name = kernels[r.name];
@@ -247,10 +249,9 @@ void Describe(const Record& r, const std::vector<std::string>& kernels,
 }
 
 // Writes the whole file; false on an I/O error (errno says which).
-bool WriteJson(FILE* f, const std::deque<Record>& records,
-               const std::vector<Track>& tracks,
-               const std::deque<std::string>& names, int64_t origin_ns,
-               size_t max_records, uint64_t dropped, int64_t first_drop_ns) {
+bool WriteJson(FILE* f, const std::deque<Record>& records, const std::vector<Track>& tracks,
+               const std::deque<std::string>& names, int64_t origin_ns, size_t max_records,
+               uint64_t dropped, int64_t first_drop_ns) {
   const uint64_t pid = static_cast<uint64_t>(getpid());
   std::vector<std::string> kernels;
   kernels.reserve(names.size());
@@ -260,17 +261,27 @@ bool WriteJson(FILE* f, const std::deque<Record>& records,
   };
 
   Writer w(f);
-  w.S("{\"traceEvents\":[\n{\"ph\":\"M\",\"pid\":").U(pid)
+  w.S("{\"traceEvents\":[\n{\"ph\":\"M\",\"pid\":")
+      .U(pid)
       .S(",\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":")
       .Q(std::string("fakecuda: ") + program_invocation_short_name)
       .S("}}");
   for (uint32_t tid = 1; tid < tracks.size(); ++tid) {
     const Track& t = tracks[tid];
     if (t.name.empty() || (!t.used && t.name.rfind("stream ", 0) != 0)) continue;
-    w.S(",\n{\"ph\":\"M\",\"pid\":").U(pid).S(",\"tid\":").U(tid)
-        .S(",\"name\":\"thread_name\",\"args\":{\"name\":").Q(t.name).S("}}");
-    w.S(",\n{\"ph\":\"M\",\"pid\":").U(pid).S(",\"tid\":").U(tid)
-        .S(",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":").U(tid)
+    w.S(",\n{\"ph\":\"M\",\"pid\":")
+        .U(pid)
+        .S(",\"tid\":")
+        .U(tid)
+        .S(",\"name\":\"thread_name\",\"args\":{\"name\":")
+        .Q(t.name)
+        .S("}}");
+    w.S(",\n{\"ph\":\"M\",\"pid\":")
+        .U(pid)
+        .S(",\"tid\":")
+        .U(tid)
+        .S(",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":")
+        .U(tid)
         .S("}}");
   }
   std::string name;
@@ -279,32 +290,59 @@ bool WriteJson(FILE* f, const std::deque<Record>& records,
     w.Spill();
     w.S(",\n{\"ph\":\"X\",\"pid\":").U(pid).S(",\"tid\":");
     if (r.type == RecordType::kEngine) {
-      w.U(r.track).S(",\"ts\":").Us(r.begin_ns - origin_ns)
-          .S(",\"dur\":").Us(r.end_ns - r.begin_ns)
+      w.U(r.track)
+          .S(",\"ts\":")
+          .Us(r.begin_ns - origin_ns)
+          .S(",\"dur\":")
+          .Us(r.end_ns - r.begin_ns)
           .S(r.link == Link::kDeviceToHost ? ",\"name\":\"D2H " : ",\"name\":\"H2D ")
-          .S(Bytes(r.bytes)).S("\",\"cat\":\"engine\",\"args\":{\"bytes\":").U(r.bytes)
-          .S(",\"stream\":").Q(track_name(r.other))
-          .S(",\"stream_tid\":").U(r.other)
-          .S(",\"reached_us\":").Us(r.aux_ns - origin_ns)
-          .S(",\"engine_wait_us\":").Us(r.begin_ns - r.aux_ns)
-          .S(",\"overran_us\":").Us(r.aux2_ns > r.end_ns ? r.aux2_ns - r.end_ns : 0)
+          .S(Bytes(r.bytes))
+          .S("\",\"cat\":\"engine\",\"args\":{\"bytes\":")
+          .U(r.bytes)
+          .S(",\"stream\":")
+          .Q(track_name(r.other))
+          .S(",\"stream_tid\":")
+          .U(r.other)
+          .S(",\"reached_us\":")
+          .Us(r.aux_ns - origin_ns)
+          .S(",\"engine_wait_us\":")
+          .Us(r.begin_ns - r.aux_ns)
+          .S(",\"overran_us\":")
+          .Us(r.aux2_ns > r.end_ns ? r.aux2_ns - r.end_ns : 0)
           .S("}}");
       continue;
     }
     Describe(r, kernels, &name, &cat);
     int64_t dep_wait = r.other != 0 ? r.begin_ns - r.aux2_ns : 0;
     if (dep_wait > 0) {
-      w.U(r.track).S(",\"ts\":").Us(r.aux2_ns - origin_ns)
-          .S(",\"dur\":").Us(dep_wait)
-          .S(",\"name\":\"dep wait\",\"cat\":\"wait\",\"args\":{\"for\":").Q(name)
-          .S(",\"on\":").Q(track_name(r.other)).S(",\"on_tid\":").U(r.other)
-          .S("}},\n{\"ph\":\"X\",\"pid\":").U(pid).S(",\"tid\":");
+      w.U(r.track)
+          .S(",\"ts\":")
+          .Us(r.aux2_ns - origin_ns)
+          .S(",\"dur\":")
+          .Us(dep_wait)
+          .S(",\"name\":\"dep wait\",\"cat\":\"wait\",\"args\":{\"for\":")
+          .Q(name)
+          .S(",\"on\":")
+          .Q(track_name(r.other))
+          .S(",\"on_tid\":")
+          .U(r.other)
+          .S("}},\n{\"ph\":\"X\",\"pid\":")
+          .U(pid)
+          .S(",\"tid\":");
     }
-    w.U(r.track).S(",\"ts\":").Us(r.begin_ns - origin_ns)
-        .S(",\"dur\":").Us(r.end_ns - r.begin_ns)
-        .S(",\"name\":").Q(name).S(",\"cat\":\"").S(cat)
-        .S("\",\"args\":{\"enqueued_us\":").Us(r.aux_ns - origin_ns)
-        .S(",\"dep_wait_us\":").Us(dep_wait > 0 ? dep_wait : 0);
+    w.U(r.track)
+        .S(",\"ts\":")
+        .Us(r.begin_ns - origin_ns)
+        .S(",\"dur\":")
+        .Us(r.end_ns - r.begin_ns)
+        .S(",\"name\":")
+        .Q(name)
+        .S(",\"cat\":\"")
+        .S(cat)
+        .S("\",\"args\":{\"enqueued_us\":")
+        .Us(r.aux_ns - origin_ns)
+        .S(",\"dep_wait_us\":")
+        .Us(dep_wait > 0 ? dep_wait : 0);
     if (r.op_kind == OpKind::kCopy || r.op_kind == OpKind::kMemset) {
       w.S(",\"bytes\":").U(r.bytes);
     }
@@ -316,15 +354,23 @@ bool WriteJson(FILE* f, const std::deque<Record>& records,
     w.S("}}");
   }
   if (dropped > 0) {
-    w.S(",\n{\"ph\":\"i\",\"s\":\"g\",\"pid\":").U(pid)
-        .S(",\"tid\":0,\"ts\":").Us(first_drop_ns - origin_ns)
-        .S(",\"name\":\"trace full: ").U(dropped)
-        .S(" later events dropped (FAKECUDA_TRACE_EVENTS=").U(max_records)
+    w.S(",\n{\"ph\":\"i\",\"s\":\"g\",\"pid\":")
+        .U(pid)
+        .S(",\"tid\":0,\"ts\":")
+        .Us(first_drop_ns - origin_ns)
+        .S(",\"name\":\"trace full: ")
+        .U(dropped)
+        .S(" later events dropped (FAKECUDA_TRACE_EVENTS=")
+        .U(max_records)
         .S(")\"}");
   }
   w.S("\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"recorded\":")
-      .U(records.size()).S(",\"dropped\":").U(dropped)
-      .S(",\"max_events\":").U(max_records).S("}}\n");
+      .U(records.size())
+      .S(",\"dropped\":")
+      .U(dropped)
+      .S(",\"max_events\":")
+      .U(max_records)
+      .S("}}\n");
   return w.Finish();
 }
 
@@ -435,9 +481,7 @@ void TraceStreamOp(const TracedOp& op) {
     auto it = t.name_index.find(symbol);
     if (it == t.name_index.end()) {
       t.names.emplace_back(symbol);
-      it = t.name_index
-               .emplace(t.names.back(), static_cast<uint32_t>(t.names.size() - 1))
-               .first;
+      it = t.name_index.emplace(t.names.back(), static_cast<uint32_t>(t.names.size() - 1)).first;
     }
     r.name = it->second;
   }
@@ -445,8 +489,8 @@ void TraceStreamOp(const TracedOp& op) {
   t.records.push_back(r);
 }
 
-void TraceCopyEngine(int device, Link link, size_t bytes, int64_t reached_ns,
-                     int64_t start_ns, int64_t end_ns, int64_t done_ns) {
+void TraceCopyEngine(int device, Link link, size_t bytes, int64_t reached_ns, int64_t start_ns,
+                     int64_t end_ns, int64_t done_ns) {
   uint32_t stream = CurrentStreamTrack();
   Tracer& t = GetTracer();
   std::lock_guard<std::mutex> lock(t.mu);
@@ -491,16 +535,14 @@ void WriteTrace() {
   // FAKECUDA_TRACE), the file is one whole trace, never two interleaved.
   // Anything else (a symlink, /dev/stdout, a FIFO) is written in place.
   struct stat st;
-  bool replace = lstat(path.c_str(), &st) == 0 ? S_ISREG(st.st_mode)
-                                               : errno == ENOENT;
+  bool replace = lstat(path.c_str(), &st) == 0 ? S_ISREG(st.st_mode) : errno == ENOENT;
   std::string tmp = replace ? path + ".XXXXXX" : path;
   int fd = replace ? mkostemp(tmp.data(), O_CLOEXEC)
-                   : open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                          0644);
+                   : open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   FILE* f = fd < 0 ? nullptr : fdopen(fd, "w");
-  bool ok = f != nullptr && (!replace || fchmod(fd, 0644) == 0) &&
-            WriteJson(f, records, tracks, names, t.origin_ns, t.max_records,
-                      dropped, first_drop_ns);
+  bool ok =
+      f != nullptr && (!replace || fchmod(fd, 0644) == 0) &&
+      WriteJson(f, records, tracks, names, t.origin_ns, t.max_records, dropped, first_drop_ns);
   int err = ok ? 0 : errno;
   if (f != nullptr && std::fclose(f) != 0 && ok) {
     ok = false;
@@ -514,8 +556,8 @@ void WriteTrace() {
   }
   if (!ok && replace && fd >= 0) unlink(tmp.c_str());
   if (!ok) {
-    std::fprintf(stderr, "fakecuda: FAKECUDA_TRACE: writing \"%s\" failed: %s\n",
-                 path.c_str(), std::strerror(err));
+    std::fprintf(stderr, "fakecuda: FAKECUDA_TRACE: writing \"%s\" failed: %s\n", path.c_str(),
+                 std::strerror(err));
   } else if (dropped > 0) {
     std::fprintf(stderr,
                  "fakecuda: FAKECUDA_TRACE: \"%s\" holds the first %zu events; "

@@ -32,9 +32,7 @@ namespace trace_internal {
 inline std::atomic<bool> enabled{false};
 }  // namespace trace_internal
 
-inline bool TraceEnabled() {
-  return trace_internal::enabled.load(std::memory_order_relaxed);
-}
+inline bool TraceEnabled() { return trace_internal::enabled.load(std::memory_order_relaxed); }
 
 // Nanoseconds on the steady clock, the time base of every record.
 int64_t TraceNowNs();
@@ -85,8 +83,8 @@ void TraceStreamOp(const TracedOp& op);
 // One copy of `bytes` on `device`'s `link` engine: it reached the engine at
 // `reached_ns`, had the window [start_ns, end_ns) and was done at `done_ns`
 // (later than end_ns when moving the data overran the window).
-void TraceCopyEngine(int device, Link link, size_t bytes, int64_t reached_ns,
-                     int64_t start_ns, int64_t end_ns, int64_t done_ns);
+void TraceCopyEngine(int device, Link link, size_t bytes, int64_t reached_ns, int64_t start_ns,
+                     int64_t end_ns, int64_t done_ns);
 
 }  // namespace fakecuda
 

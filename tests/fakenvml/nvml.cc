@@ -110,8 +110,7 @@ FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index,
   *device = const_cast<nvmlDevice_t>(&GetDevices().handles[index]);
   return NVML_SUCCESS;
 }
-FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index,
-                                                        nvmlDevice_t* device) {
+FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t* device) {
   return nvmlDeviceGetHandleByIndex_v2(index, device);
 }
 
@@ -137,8 +136,7 @@ FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPc
   return NVML_SUCCESS;
 }
 
-FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device,
-                                                     nvmlMemory_t* memory) {
+FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
   const int i = IndexOf(device);
   if (fakenvml::g_init_count.load() == 0) return NVML_ERROR_UNINITIALIZED;
   if (i < 0 || memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
@@ -164,11 +162,17 @@ FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device,
 
 FAKENVML_EXPORT const char* nvmlErrorString(nvmlReturn_t result) {
   switch (result) {
-    case NVML_SUCCESS: return "Success";
-    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
-    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
-    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
-    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument Version Mismatch";
-    default: return "Unknown Error";
+    case NVML_SUCCESS:
+      return "Success";
+    case NVML_ERROR_UNINITIALIZED:
+      return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT:
+      return "Invalid Argument";
+    case NVML_ERROR_INSUFFICIENT_SIZE:
+      return "Insufficient Size";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
+      return "Argument Version Mismatch";
+    default:
+      return "Unknown Error";
   }
 }

@@ -42,8 +42,7 @@ constexpr std::chrono::seconds kTimeBudget(5);
 const char* Name() { return Target().name.c_str(); }
 
 void Run(const std::string& input) {
-  LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(input.data()),
-                         input.size());
+  LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(input.data()), input.size());
 }
 
 // One to four random edits of `input`.
@@ -94,8 +93,7 @@ int WriteSeeds(const std::string& dir) {
       return 1;
     }
   }
-  std::printf("%s: wrote %zu seeds to %s\n", Name(), seeds.size(),
-              dir.c_str());
+  std::printf("%s: wrote %zu seeds to %s\n", Name(), seeds.size(), dir.c_str());
   return 0;
 }
 
@@ -123,19 +121,16 @@ int RunSeedsAndMutations() {
 
   std::mt19937_64 rng(0x57e4503);
   int mutations = 0;
-  while (mutations < kMutations &&
-         std::chrono::steady_clock::now() - start < kTimeBudget) {
+  while (mutations < kMutations && std::chrono::steady_clock::now() - start < kTimeBudget) {
     // Check the clock every 256 inputs only: it is not free.
     for (int i = 0; i < 256 && mutations < kMutations; ++i, ++mutations) {
       Run(Mutate(seeds[rng() % seeds.size()], rng));
     }
   }
   const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
-  std::printf("%s: ran %zu inputs (%zu seeds, %d mutations) in %.1f s\n",
-              Name(), seeds.size() + mutations, seeds.size(), mutations,
-              seconds);
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%s: ran %zu inputs (%zu seeds, %d mutations) in %.1f s\n", Name(),
+              seeds.size() + mutations, seeds.size(), mutations, seconds);
   return 0;
 }
 
@@ -163,8 +158,7 @@ int OnStack(size_t stack_bytes, const std::function<int()>& body) {
   pthread_attr_destroy(&attr);
   if (err == 0) err = pthread_join(thread, nullptr);
   if (err != 0) {
-    std::fprintf(stderr, "%s: cannot start the fuzzing thread: %s\n", Name(),
-                 std::strerror(err));
+    std::fprintf(stderr, "%s: cannot start the fuzzing thread: %s\n", Name(), std::strerror(err));
     return 1;
   }
   return call.rc;

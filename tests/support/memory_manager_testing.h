@@ -8,6 +8,7 @@
 #ifndef STENSOR_TESTS_SUPPORT_MEMORY_MANAGER_TESTING_H_
 #define STENSOR_TESTS_SUPPORT_MEMORY_MANAGER_TESTING_H_
 
+#include <cuda.h>
 #include <dlfcn.h>
 
 #include <atomic>
@@ -19,12 +20,10 @@
 #include <utility>
 #include <vector>
 
-#include <cuda.h>
-
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "core/base/mutex.h"
 #include "core/base/config.h"
+#include "core/base/mutex.h"
 #include "core/driver/driver.h"
 #include "core/swap/memory_manager.h"
 #include "gtest/gtest.h"
@@ -124,7 +123,6 @@ class FakeDeviceTest : public ::testing::Test {
   Mutex log_mu_;
   std::vector<std::string> lines_ ABSL_GUARDED_BY(log_mu_);
 };
-
 
 constexpr size_t kWords = kGranule / sizeof(uint64_t);  // a granule's words
 using Ids = std::vector<uint64_t>;

@@ -13,12 +13,12 @@
 #ifndef STENSOR_TESTS_SUPPORT_SCRIPTED_DRIVER_TESTING_H_
 #define STENSOR_TESTS_SUPPORT_SCRIPTED_DRIVER_TESTING_H_
 
+#include <cuda.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <utility>
 #include <vector>
-
-#include <cuda.h>
 
 #include "core/driver/driver.h"
 
