@@ -136,14 +136,14 @@ CUresult Memset(const char* api, Fn real, CUdeviceptr dst, MemsetRange range, St
   const uint64_t bytes = range.bytes;
   if (CUresult r = T().CheckExtents(dst, range.extent, 0, 0); r != CUDA_SUCCESS) return r;
   TransferScope scope;
-  constexpr bool kLinear = sizeof...(Args) <= 3;  // (value, count[, stream])
-  if (CUresult r = T().BeginTransfer(dst, 0, bytes, s, kLinear, false, &scope); r != CUDA_SUCCESS) {
+  if (CUresult r = T().BeginTransfer(dst, 0, bytes, s, range.linear(), false, &scope);
+      r != CUDA_SUCCESS) {
     return r;
   }
   CUresult r = real(dst, args...);
   T().EndTransfer(scope, s, r == CUDA_SUCCESS);
   if (r != CUDA_SUCCESS) return r;
-  if (!scope.captured) T().OnMemsetTables(dst, bytes, kLinear);
+  if (!scope.captured) T().OnMemsetTables(dst, bytes, range.linear());
   T().OnMemset(api, dst, bytes, s, async, scope.captured);
   return r;
 }
@@ -275,13 +275,131 @@ CUresult Unload(Fn real, Handle handle, CUmodule module) {
   return real(handle);
 }
 
+// --- What the hooks below call that takes more than an expression -----------------
+// Charged against the cap (core/swap/external_allocations.h), not swapped.
+CUresult AllocPitch(const char* api, decltype(&::cuMemAllocPitch_v2) real, CUdeviceptr* dptr,
+                    size_t* pitch, size_t width, size_t height, unsigned int element) {
+  if (real == nullptr) return kMissing;
+  CUresult r = ChargedPitchAllocation(T().memory(), dptr, width, height,
+                                      [&] { return real(dptr, pitch, width, height, element); });
+  if (r == CUDA_SUCCESS && dptr != nullptr && pitch != nullptr) {
+    T().OnAlloc(api, *dptr, uint64_t{*pitch} * height, BufferKind::kDeviceAlloc);
+  }
+  return r;
+}
+
+CUresult FreeNow(const char* api, decltype(&::cuMemFree_v2) real, CUdeviceptr dptr) {
+  CUresult r;
+  if (T().capped() && T().FreeCapped(api, dptr, &r)) return r;
+  r = Free(api, real, dptr);
+  if (r == CUDA_SUCCESS && T().capped()) T().memory()->ForgetExternal(dptr);
+  return r;
+}
+
+CUresult AllocAsync(const char* api, decltype(&::cuMemAllocAsync) real, StreamRef stream,
+                    CUdeviceptr* dptr, size_t bytes, CUstream s) {
+  if (real == nullptr) return kMissing;
+  CUresult r;
+  if (T().capped() && T().AllocateAsyncCapped(api, dptr, bytes, stream, &r)) return r;
+  r = ChargedAllocation(
+      T().memory(), dptr, bytes,
+      [&] { return Alloc(api, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, s); },
+      T().capped() && FromDefaultPool(D()) ? MemoryManager::ExternalSource::kDefaultPool
+                                           : MemoryManager::ExternalSource::kFresh);
+  CUresult served;
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && T().capped() &&
+      T().AllocateAsyncCapped(api, dptr, bytes, stream, &served, /*no_room=*/true)) {
+    return served;
+  }
+  return r;
+}
+
+CUresult AllocFromPool(const char* api, decltype(&::cuMemAllocFromPoolAsync) real,
+                       CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream s) {
+  if (real == nullptr) return kMissing;
+  return ChargedAllocation(T().memory(), dptr, bytes, [&] {
+    return Alloc(api, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, pool, s);
+  });
+}
+
+CUresult FreeInStreamOrder(const char* api, decltype(&::cuMemFreeAsync) real, StreamRef stream,
+                           CUdeviceptr dptr, CUstream s) {
+  CUresult r;
+  if (T().capped() && T().FreeAsyncCapped(api, dptr, stream, &r)) return r;
+  r = Free(api, real, dptr, s);
+  // Charged until the stream reached the free, as the driver frees it
+  // (inside a capture: until stensor knows no more, for good).
+  if (r == CUDA_SUCCESS && T().capped() && !T().Capturing(stream)) {
+    T().memory()->ForgetExternalAsync(dptr, OrderStream(s, stream.per_thread));
+  }
+  return r;
+}
+
+// Under a cap, `answer(&r)` answers for stensor's buffers (true, with the
+// result in r); anything else, and everything uncapped, is the driver's.
+template <typename Fn, typename Answer, typename... Args>
+CUresult AnsweredUnderCap(Fn real, Answer&& answer, Args... args) {
+  if (real == nullptr) return kMissing;
+  CUresult r;
+  if (T().capped() && answer(&r)) return r;
+  return real(args...);
+}
+
+CUresult IpcHandle(const char* api, decltype(&::cuIpcGetMemHandle) real, CUipcMemHandle* handle,
+                   CUdeviceptr ptr) {
+  if (real == nullptr) return kMissing;
+  CUresult r;
+  // A null handle is the driver's error: nothing is handed out, nothing pinned.
+  if (handle != nullptr && T().capped() && T().memory()->PinExported(ptr, api, &r) &&
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  return real(handle, ptr);
+}
+
+CUresult RetainHandle(const char* api, decltype(&::cuMemRetainAllocationHandle) real,
+                      CUmemGenericAllocationHandle* handle, void* addr) {
+  if (real == nullptr) return kMissing;
+  CUresult r;
+  if (handle != nullptr && T().capped() &&  // null: the driver's error, nothing pinned
+      T().memory()->PinExported(Ptr(addr), api, &r)) {
+    // Resident for good: the handle of its current physical memory, which
+    // is never replaced.
+    return r != CUDA_SUCCESS ? r : real(handle, addr);
+  }
+  r = real(handle, addr);
+  if (r == CUDA_SUCCESS && handle != nullptr && T().capped()) {
+    T().memory()->OnAppRetain(*handle);  // one more reference to release
+  }
+  return r;
+}
+
+CUresult ExportHandle(const char* api, decltype(&::cuMemExportToShareableHandle) real,
+                      void* shareable, CUmemGenericAllocationHandle handle,
+                      CUmemAllocationHandleType type, unsigned long long flags) {
+  if (real == nullptr) return kMissing;
+  if (T().capped()) T().memory()->PinExportedHandle(handle, api);
+  return real(shareable, handle, type, flags);
+}
+// The capture ends whatever the driver answers (a failed end invalidates it).
+CUresult EndCapture(decltype(&::cuStreamEndCapture) real, StreamRef origin, CUstream s,
+                    CUgraph* g) {
+  if (real == nullptr) return kMissing;
+  CUresult r = real(s, g);
+  T().OnCaptureEnd(origin);
+  return r;
+}
+
 }  // namespace
 }  // namespace stensor
 
 using namespace stensor;  // NOLINT: the exported C hooks below
 
-// One exported hook: `kApi` names it, `real` is the real entry point of the
-// same symbol, `kPerThread` says what stream handle 0 means.
+// Every export is one ONE or PAIR: the symbol, its parameters and one
+// expression, in which `kApi` names it, `real` is the real entry point of
+// the same symbol and `kPerThread` says what stream handle 0 means. What
+// takes more than an expression is a named function above, so the name of
+// an entry point is written once.
 #define HOOK(symbol, per_thread, params, ...) \
   STENSOR_EXPORT CUresult symbol params {     \
     constexpr bool kPerThread = per_thread;   \
@@ -304,101 +422,60 @@ ONE(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytes),
                  : Alloc(kApi, real, dptr, bytes, BufferKind::kDeviceAlloc, bytes))
 // Under a cap, an allocation the driver makes itself is charged against it
 // (it is not swapped): core/external_allocations.h.
-STENSOR_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width,
-                                           size_t height, unsigned int element) {
-  auto real = D().cuMemAllocPitch_v2;
-  if (real == nullptr) return kMissing;
-  CUresult r = ChargedPitchAllocation(T().memory(), dptr, width, height,
-                                      [&] { return real(dptr, pitch, width, height, element); });
-  if (r == CUDA_SUCCESS && dptr != nullptr && pitch != nullptr) {
-    T().OnAlloc("cuMemAllocPitch_v2", *dptr, uint64_t{*pitch} * height, BufferKind::kDeviceAlloc);
-  }
-  return r;
-}
-STENSOR_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
-  CUresult r;
-  if (T().capped() && T().FreeCapped("cuMemFree_v2", dptr, &r)) return r;
-  r = Free("cuMemFree_v2", D().cuMemFree_v2, dptr);
-  if (r == CUDA_SUCCESS && T().capped()) T().memory()->ForgetExternal(dptr);
-  return r;
-}
+ONE(cuMemAllocPitch_v2,
+    (CUdeviceptr * dptr, size_t* pitch, size_t width, size_t height, unsigned int element),
+    AllocPitch(kApi, real, dptr, pitch, width, height, element))
+ONE(cuMemFree_v2, (CUdeviceptr dptr), FreeNow(kApi, real, dptr))
 // Stream-ordered allocations under a cap: from half a granule up (default
 // pool, stream not captured) served by stensor, swappable
 // (core/swap/stream_ordered.h); the others, and those of explicit pools, counted
 // against the cap and never swapped; a smaller one of the default pool that
 // finds no room is stensor's too, served from host memory.
-PAIR(cuMemAllocAsync, _ptsz, (CUdeviceptr * dptr, size_t bytes, CUstream s), [&] {
-  if (real == nullptr) return kMissing;
-  CUresult r;
-  if (T().capped() && T().AllocateAsyncCapped(kApi, dptr, bytes, StreamRef{s, kPerThread}, &r)) {
-    return r;
-  }
-  r = ChargedAllocation(
-      T().memory(), dptr, bytes,
-      [&] { return Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, s); },
-      T().capped() && FromDefaultPool(D()) ? MemoryManager::ExternalSource::kDefaultPool
-                                           : MemoryManager::ExternalSource::kFresh);
-  CUresult served;
-  if (r == CUDA_ERROR_OUT_OF_MEMORY && T().capped() &&
-      T().AllocateAsyncCapped(kApi, dptr, bytes, StreamRef{s, kPerThread}, &served,
-                              /*no_room=*/true)) {
-    return served;
-  }
-  return r;
-}())
+PAIR(cuMemAllocAsync, _ptsz, (CUdeviceptr * dptr, size_t bytes, CUstream s),
+     AllocAsync(kApi, real, StreamRef{s, kPerThread}, dptr, bytes, s))
 PAIR(cuMemAllocFromPoolAsync, _ptsz,
-     (CUdeviceptr * dptr, size_t bytes, CUmemoryPool pool, CUstream s), [&] {
-       if (real == nullptr) return kMissing;
-       return ChargedAllocation(T().memory(), dptr, bytes, [&] {
-         return Alloc(kApi, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, pool, s);
-       });
-     }())
-PAIR(cuMemFreeAsync, _ptsz, (CUdeviceptr dptr, CUstream s), [&] {
-  CUresult r;
-  if (T().capped() && T().FreeAsyncCapped(kApi, dptr, StreamRef{s, kPerThread}, &r)) {
-    return r;
-  }
-  r = Free(kApi, real, dptr, s);
-  // Charged until the stream reached the free, as the driver frees it
-  // (inside a capture: until stensor knows no more, for good).
-  if (r == CUDA_SUCCESS && T().capped() && !T().Capturing(StreamRef{s, kPerThread})) {
-    T().memory()->ForgetExternalAsync(dptr, OrderStream(s, kPerThread));
-  }
-  return r;
-}())
+     (CUdeviceptr * dptr, size_t bytes, CUmemoryPool pool, CUstream s),
+     AllocFromPool(kApi, real, dptr, bytes, pool, s))
+PAIR(cuMemFreeAsync, _ptsz, (CUdeviceptr dptr, CUstream s),
+     FreeInStreamOrder(kApi, real, StreamRef{s, kPerThread}, dptr, s))
 // Under a cap, a device's default pool answers for what stensor serves from
 // it too (core/swap/stream_ordered.h), once the driver has answered.
-ONE(cuMemPoolGetAttribute, (CUmemoryPool pool, CUmemPool_attribute attr, void* value), [&] {
-  CUresult r = real == nullptr ? kMissing : real(pool, attr, value);
-  if (r == CUDA_SUCCESS && T().capped())
-    AddStreamOrderedShare(*T().memory(), D(), pool, attr, value);
-  return r;
-}())
-ONE(cuMemPoolSetAttribute, (CUmemoryPool pool, CUmemPool_attribute attr, void* value), [&] {
-  CUresult r = real == nullptr ? kMissing : real(pool, attr, value);
-  if (r == CUDA_SUCCESS && T().capped()) ResetStreamOrderedHigh(*T().memory(), D(), pool, attr);
-  return r;
-}())
-ONE(cuMemPoolTrimTo, (CUmemoryPool pool, size_t keep), [&] {
-  CUresult r = real == nullptr ? kMissing : real(pool, keep);
-  if (r == CUDA_SUCCESS && T().capped()) TrimStreamOrdered(*T().memory(), D(), pool, keep);
-  return r;
-}())
+ONE(cuMemPoolGetAttribute, (CUmemoryPool pool, CUmemPool_attribute attr, void* value),
+    CallThen(
+        real,
+        [&] {
+          if (T().capped()) AddStreamOrderedShare(*T().memory(), D(), pool, attr, value);
+        },
+        pool, attr, value))
+ONE(cuMemPoolSetAttribute, (CUmemoryPool pool, CUmemPool_attribute attr, void* value),
+    CallThen(
+        real,
+        [&] {
+          if (T().capped()) ResetStreamOrderedHigh(*T().memory(), D(), pool, attr);
+        },
+        pool, attr, value))
+ONE(cuMemPoolTrimTo, (CUmemoryPool pool, size_t keep),
+    CallThen(
+        real,
+        [&] {
+          if (T().capped()) TrimStreamOrdered(*T().memory(), D(), pool, keep);
+        },
+        pool, keep))
 // Under a cap, the program sees the cap as the device's memory.
-STENSOR_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
-  auto real = D().cuMemGetInfo_v2;
-  if (real == nullptr) return kMissing;
-  CUresult r = real(free_bytes, total);
-  if (r == CUDA_SUCCESS && T().capped()) CappedMemInfo(*T().memory(), D(), free_bytes, total);
-  return r;
-}
-STENSOR_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
-  auto real = D().cuDeviceTotalMem_v2;
-  if (real == nullptr) return kMissing;
-  CUresult r = real(bytes, dev);
-  if (r == CUDA_SUCCESS && T().capped()) T().MemInfo(dev, nullptr, bytes);
-  return r;
-}
+ONE(cuMemGetInfo_v2, (size_t * free_bytes, size_t* total),
+    CallThen(
+        real,
+        [&] {
+          if (T().capped()) CappedMemInfo(*T().memory(), D(), free_bytes, total);
+        },
+        free_bytes, total))
+ONE(cuDeviceTotalMem_v2, (size_t * bytes, CUdevice dev),
+    CallThen(
+        real,
+        [&] {
+          if (T().capped()) T().MemInfo(dev, nullptr, bytes);
+        },
+        bytes, dev))
 // Pinned host memory: counted, since it competes with the host store.
 ONE(cuMemAllocHost_v2, (void** pp, size_t bytes),
     CallThen(
@@ -419,111 +496,71 @@ ONE(cuMemFreeHost, (void* p),
         real, [&] { T().OnHostFree(kApi, p); }, p))
 
 // The application's own VMM mappings: tracked as buffers it owns.
-STENSOR_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
-                                 CUmemGenericAllocationHandle handle, unsigned long long flags) {
-  auto real = D().cuMemMap;
-  if (real == nullptr) return kMissing;
-  CUresult r = real(ptr, size, offset, handle, flags);
-  if (r == CUDA_SUCCESS) T().OnAlloc("cuMemMap", ptr, size, BufferKind::kAppVmm);
-  if (r == CUDA_SUCCESS && T().capped()) T().memory()->OnAppMap(ptr, size, handle);
-  return r;
-}
-STENSOR_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
-  auto real = D().cuMemUnmap;
-  if (real == nullptr) return kMissing;
-  CUresult r = real(ptr, size);
-  if (r == CUDA_SUCCESS) T().OnUnmap("cuMemUnmap", ptr, size);
-  if (r == CUDA_SUCCESS && T().capped()) T().memory()->OnAppUnmap(ptr, size);
-  return r;
-}
+ONE(cuMemMap,
+    (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+     unsigned long long flags),
+    CallThen(
+        real,
+        [&] {
+          T().OnAlloc(kApi, ptr, size, BufferKind::kAppVmm);
+          if (T().capped()) T().memory()->OnAppMap(ptr, size, handle);
+        },
+        ptr, size, offset, handle, flags))
+ONE(cuMemUnmap, (CUdeviceptr ptr, size_t size),
+    CallThen(
+        real,
+        [&] {
+          T().OnUnmap(kApi, ptr, size);
+          if (T().capped()) T().memory()->OnAppUnmap(ptr, size);
+        },
+        ptr, size))
 
 // The program's own physical memory, counted under a cap (device-located
 // only; host-located memory is host memory). stensor's own calls do not
 // come here: it calls the real driver through its table.
-STENSOR_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
-                                    const CUmemAllocationProp* prop, unsigned long long flags) {
-  auto real = D().cuMemCreate;
-  if (real == nullptr) return kMissing;
-  if (!T().capped()) return real(handle, size, prop, flags);
-  return T().memory()->CreateAppMemory(handle, size, prop, flags);
-}
-STENSOR_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
-  auto real = D().cuMemRelease;
-  if (real == nullptr) return kMissing;
-  CUresult r = real(handle);
-  if (r == CUDA_SUCCESS && T().capped()) T().memory()->OnAppRelease(handle);
-  return r;
-}
+ONE(cuMemCreate,
+    (CUmemGenericAllocationHandle * handle, size_t size, const CUmemAllocationProp* prop,
+     unsigned long long flags),
+    real == nullptr ? kMissing
+    : T().capped()  ? T().memory()->CreateAppMemory(handle, size, prop, flags)
+                    : real(handle, size, prop, flags))
+ONE(cuMemRelease, (CUmemGenericAllocationHandle handle),
+    CallThen(
+        real,
+        [&] {
+          if (T().capped()) T().memory()->OnAppRelease(handle);
+        },
+        handle))
 
 // --- Exact sizes ------------------------------------------------------------------
 // Under a cap a stensor buffer answers as the cuMemAlloc allocation asked
 // for, resident or swapped out; anything else is the driver's answer.
-STENSOR_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr ptr) {
-  auto real = D().cuMemGetAddressRange_v2;
-  if (real == nullptr) return kMissing;
-  CUresult r;
-  if (T().capped() && T().AddressRange(ptr, base, size, &r)) return r;
-  return real(base, size, ptr);
-}
-STENSOR_EXPORT CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute,
-                                              CUdeviceptr ptr) {
-  auto real = D().cuPointerGetAttribute;
-  if (real == nullptr) return kMissing;
-  CUresult r;
-  if (T().capped() && T().PointerAttribute(data, attribute, ptr, &r)) return r;
-  return real(data, attribute, ptr);
-}
-STENSOR_EXPORT CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attributes,
-                                               void** data, CUdeviceptr ptr) {
-  auto real = D().cuPointerGetAttributes;
-  if (real == nullptr) return kMissing;
-  CUresult r;
-  if (T().capped() && T().PointerAttributes(count, attributes, data, ptr, &r)) return r;
-  return real(count, attributes, data, ptr);
-}
+ONE(cuMemGetAddressRange_v2, (CUdeviceptr * base, size_t* size, CUdeviceptr ptr),
+    AnsweredUnderCap(
+        real, [&](CUresult* r) { return T().AddressRange(ptr, base, size, r); }, base, size, ptr))
+ONE(cuPointerGetAttribute, (void* data, CUpointer_attribute attribute, CUdeviceptr ptr),
+    AnsweredUnderCap(
+        real, [&](CUresult* r) { return T().PointerAttribute(data, attribute, ptr, r); }, data,
+        attribute, ptr))
+ONE(cuPointerGetAttributes,
+    (unsigned int count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr),
+    AnsweredUnderCap(
+        real, [&](CUresult* r) { return T().PointerAttributes(count, attributes, data, ptr, r); },
+        count, attributes, data, ptr))
 
 // --- Handles that leave stensor's control ------------------------------------------
 // The buffer they reach is made resident and never evicted again (another
 // process, or NCCL, maps its physical memory directly), then the driver
 // answers. For cuIpcGetMemHandle that answer is the driver's for VMM memory
 // (CUDA_ERROR_INVALID_VALUE on a GPU): see docs/limits.md.
-STENSOR_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr ptr) {
-  auto real = D().cuIpcGetMemHandle;
-  if (real == nullptr) return kMissing;
-  CUresult r;
-  // A null handle is the driver's error: nothing is handed out, nothing pinned.
-  if (handle != nullptr && T().capped() &&
-      T().memory()->PinExported(ptr, "cuIpcGetMemHandle", &r) && r != CUDA_SUCCESS) {
-    return r;
-  }
-  return real(handle, ptr);
-}
-STENSOR_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle,
-                                                    void* addr) {
-  auto real = D().cuMemRetainAllocationHandle;
-  if (real == nullptr) return kMissing;
-  CUresult r;
-  if (handle != nullptr && T().capped() &&  // null: the driver's error, nothing pinned
-      T().memory()->PinExported(Ptr(addr), "cuMemRetainAllocationHandle", &r)) {
-    // Resident for good: the handle of its current physical memory, which
-    // is never replaced.
-    return r != CUDA_SUCCESS ? r : real(handle, addr);
-  }
-  r = real(handle, addr);
-  if (r == CUDA_SUCCESS && handle != nullptr && T().capped()) {
-    T().memory()->OnAppRetain(*handle);  // one more reference to release
-  }
-  return r;
-}
-STENSOR_EXPORT CUresult cuMemExportToShareableHandle(void* shareable,
-                                                     CUmemGenericAllocationHandle handle,
-                                                     CUmemAllocationHandleType type,
-                                                     unsigned long long flags) {
-  auto real = D().cuMemExportToShareableHandle;
-  if (real == nullptr) return kMissing;
-  if (T().capped()) T().memory()->PinExportedHandle(handle, "cuMemExportToShareableHandle");
-  return real(shareable, handle, type, flags);
-}
+ONE(cuIpcGetMemHandle, (CUipcMemHandle * handle, CUdeviceptr ptr),
+    IpcHandle(kApi, real, handle, ptr))
+ONE(cuMemRetainAllocationHandle, (CUmemGenericAllocationHandle * handle, void* addr),
+    RetainHandle(kApi, real, handle, addr))
+ONE(cuMemExportToShareableHandle,
+    (void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
+     unsigned long long flags),
+    ExportHandle(kApi, real, shareable, handle, type, flags))
 
 // --- Copies ---------------------------------------------------------------------
 PAIR(cuMemcpy, _ptds, (CUdeviceptr dst, CUdeviceptr src, size_t n),
@@ -760,12 +797,8 @@ PAIR(cuStreamBeginCaptureToGraph, _ptsz,
      (CUstream s, CUgraph g, const CUgraphNode* deps, const CUgraphEdgeData* data, size_t n,
       CUstreamCaptureMode mode),
      BeginCapture(real, StreamRef{s, kPerThread}, s, g, deps, data, n, mode))
-PAIR(cuStreamEndCapture, _ptsz, (CUstream s, CUgraph* g), [&] {
-  if (real == nullptr) return kMissing;
-  CUresult r = real(s, g);
-  T().OnCaptureEnd(StreamRef{s, kPerThread});
-  return r;
-}())
+PAIR(cuStreamEndCapture, _ptsz, (CUstream s, CUgraph* g),
+     EndCapture(real, StreamRef{s, kPerThread}, s, g))
 
 // --- Synchronisation ------------------------------------------------------------
 ONE(cuCtxSynchronize, (void), Sync(kApi, real, StreamRef{}))

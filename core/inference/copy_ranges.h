@@ -106,6 +106,10 @@ CopyRanges CopyRangesOf(const CUDA_MEMCPY3D_BATCH_OP& op);
 struct MemsetRange {
   uint64_t bytes = 0;   // the bytes set
   uint64_t extent = 0;  // from the first to the last byte set
+  // Every byte of the extent is set (one row, or rows without gaps), so
+  // what it overwrote is known exactly. A saturated size (rows past 2^64)
+  // is not: the rows' gaps were lost in it.
+  bool linear() const { return extent == bytes && bytes != UINT64_MAX; }
 };
 MemsetRange MemsetRangeOf(uint64_t element_bytes, uint64_t width, uint64_t height, uint64_t pitch);
 

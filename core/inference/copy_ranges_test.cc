@@ -466,6 +466,16 @@ TEST(MemsetRangeTest, OneAndTwoDimensional) {
   EXPECT_EQ(m.extent, 0u);
 }
 
+// Linear: every byte of the extent set, so the pointer tables it overwrote
+// are cleared exactly; rows with gaps leave the tables they reach stale.
+TEST(MemsetRangeTest, LinearWhenNoByteOfTheExtentIsSkipped) {
+  EXPECT_TRUE(MemsetRangeOf(4, 10, 1, 0).linear());            // cuMemsetD32
+  EXPECT_TRUE(MemsetRangeOf(1, 64, 3, 64).linear());           // rows without gaps
+  EXPECT_TRUE(MemsetRangeOf(2, 10, 1, 64).linear());           // one row
+  EXPECT_FALSE(MemsetRangeOf(2, 10, 3, 64).linear());          // gaps between rows
+  EXPECT_FALSE(MemsetRangeOf(1, 16, kMax, 1 << 20).linear());  // saturated
+}
+
 TEST(MemsetRangeTest, OverflowSaturates) {
   MemsetRange m = MemsetRangeOf(4, kMax / 2, 1, 0);
   EXPECT_EQ(m.bytes, kMax);

@@ -294,7 +294,7 @@ GraphNodePlan MemsetNodePlan(CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS& pa
   const MemsetRange range =
       MemsetRangeOf(params.elementSize, params.width, params.height, params.pitch);
   n.memset_extent = range.extent;
-  n.memset_linear = range.extent == range.bytes;
+  n.memset_linear = range.linear();
   return n;
 }
 
