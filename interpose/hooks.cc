@@ -60,7 +60,8 @@ template <typename Fn, typename... Args>
 CUresult Transfer(const char* api, Fn real, const CopyRanges& c, StreamRef s, bool async,
                   bool linear, Args... args) {
   if (real == nullptr) return kMissing;
-  if (CUresult r = T().CheckExtents(c.dst.start, c.dst.extent, c.src.start, c.src.extent);
+  if (CUresult r =
+          T().exact_sizes().CheckExtents(c.dst.start, c.dst.extent, c.src.start, c.src.extent);
       r != CUDA_SUCCESS) {
     return r;
   }
@@ -134,7 +135,8 @@ CUresult Memset(const char* api, Fn real, CUdeviceptr dst, MemsetRange range, St
                 bool async, Args... args) {
   if (real == nullptr) return kMissing;
   const uint64_t bytes = range.bytes;
-  if (CUresult r = T().CheckExtents(dst, range.extent, 0, 0); r != CUDA_SUCCESS) return r;
+  if (CUresult r = T().exact_sizes().CheckExtents(dst, range.extent, 0, 0); r != CUDA_SUCCESS)
+    return r;
   TransferScope scope;
   if (CUresult r = T().BeginTransfer(dst, 0, bytes, s, range.linear(), false, &scope);
       r != CUDA_SUCCESS) {
@@ -537,15 +539,20 @@ ONE(cuMemRelease, (CUmemGenericAllocationHandle handle),
 // for, resident or swapped out; anything else is the driver's answer.
 ONE(cuMemGetAddressRange_v2, (CUdeviceptr * base, size_t* size, CUdeviceptr ptr),
     AnsweredUnderCap(
-        real, [&](CUresult* r) { return T().AddressRange(ptr, base, size, r); }, base, size, ptr))
+        real, [&](CUresult* r) { return T().exact_sizes().AddressRange(ptr, base, size, r); }, base,
+        size, ptr))
 ONE(cuPointerGetAttribute, (void* data, CUpointer_attribute attribute, CUdeviceptr ptr),
     AnsweredUnderCap(
-        real, [&](CUresult* r) { return T().PointerAttribute(data, attribute, ptr, r); }, data,
-        attribute, ptr))
+        real,
+        [&](CUresult* r) { return T().exact_sizes().PointerAttribute(data, attribute, ptr, r); },
+        data, attribute, ptr))
 ONE(cuPointerGetAttributes,
     (unsigned int count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr),
     AnsweredUnderCap(
-        real, [&](CUresult* r) { return T().PointerAttributes(count, attributes, data, ptr, r); },
+        real,
+        [&](CUresult* r) {
+          return T().exact_sizes().PointerAttributes(count, attributes, data, ptr, r);
+        },
         count, attributes, data, ptr))
 
 // --- Handles that leave stensor's control ------------------------------------------
@@ -623,7 +630,8 @@ CUresult Batch(const char* api, Fn real, StreamRef s, size_t count, bool valid, 
     for (size_t i = 0; i < count; ++i) ops.push_back(ranges(i));
   }
   for (const CopyRanges& c : ops) {
-    if (CUresult r = T().CheckExtents(c.dst.start, c.dst.extent, c.src.start, c.src.extent);
+    if (CUresult r =
+            T().exact_sizes().CheckExtents(c.dst.start, c.dst.extent, c.src.start, c.src.extent);
         r != CUDA_SUCCESS) {
       return r;
     }

@@ -29,6 +29,7 @@
 #include "core/inference/pointer_tables.h"
 #include "core/swap/memory_manager.h"
 #include "core/tracker/access_log.h"
+#include "core/tracker/exact_sizes.h"
 #include "core/tracker/leaks.h"
 
 namespace stensor {
@@ -208,20 +209,9 @@ class Tracker {
                          bool async);
   // A successful memset: no pointers left in the range.
   void OnMemsetTables(uint64_t dst, uint64_t bytes, bool linear);
-  // --- Exact sizes under a cap: stensor's VMM-backed buffers answer as the
-  // cuMemAlloc allocations the program asked for. Each returns false when
-  // `ptr` is not in such a buffer (the caller asks the driver), else sets
-  // `*result` to the answer.
-  // A transfer whose side at `dst` (`src`) spans `dst_extent` (`src_extent`)
-  // bytes from there: CUDA_ERROR_INVALID_VALUE when either runs past the
-  // requested size of a stensor buffer, as the driver checks a cuMemAlloc
-  // allocation; the driver is then not called.
-  CUresult CheckExtents(uint64_t dst, uint64_t dst_extent, uint64_t src, uint64_t src_extent) const;
-  bool AddressRange(CUdeviceptr ptr, CUdeviceptr* base, size_t* size, CUresult* result) const;
-  bool PointerAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr,
-                        CUresult* result) const;
-  bool PointerAttributes(unsigned int count, CUpointer_attribute* attributes, void** data,
-                         CUdeviceptr ptr, CUresult* result) const;
+  // Exact sizes: stensor's buffers answer the driver's size and attribute
+  // queries as the cuMemAlloc allocations the program asked for.
+  const ExactSizes& exact_sizes() const { return *exact_sizes_; }
   // cuMemFreeAsync under the cap: freed in stream order.
   bool FreeAsyncCapped(const char* api, CUdeviceptr dptr, StreamRef stream, CUresult* result);
   // cuMemAllocAsync under the cap: true when stensor served it, swappable
@@ -365,6 +355,7 @@ class Tracker {
   // Buffers never freed, when a report is wanted (STENSOR_STATS or a log).
   std::unique_ptr<Leaks> leaks_;
   std::unique_ptr<MemoryManager> memory_;
+  std::unique_ptr<ExactSizes> exact_sizes_;  // made with memory_, never null after
   std::once_flag header_once_;
   std::once_flag shutdown_once_;
   std::atomic<uint64_t> counts_[static_cast<int>(OpType::kCount)] = {};
