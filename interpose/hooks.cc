@@ -261,12 +261,6 @@ CUresult NodeChanged(Fn real, CUgraphExec exec, CUgraphNode node, const Params* 
       args...);
 }
 
-// The stream a stream-ordered call's handle names for the manager: handle
-// 0 of a per-thread-default-stream entry point is the per-thread stream.
-CUstream OrderStream(CUstream s, bool per_thread) {
-  return s == nullptr && per_thread ? CU_STREAM_PER_THREAD : s;
-}
-
 // --- Module lifetime ------------------------------------------------------------
 // The real unload runs inside an UnloadScope: from the moment the driver
 // frees the handles it may hand them to another module's kernels.
@@ -332,7 +326,7 @@ CUresult FreeInStreamOrder(const char* api, decltype(&::cuMemFreeAsync) real, St
   // Charged until the stream reached the free, as the driver frees it
   // (inside a capture: until stensor knows no more, for good).
   if (r == CUDA_SUCCESS && T().capped() && !T().Capturing(stream)) {
-    T().memory()->ForgetExternalAsync(dptr, OrderStream(s, stream.per_thread));
+    T().memory()->ForgetExternalAsync(dptr, Tracker::Handle(stream));
   }
   return r;
 }
