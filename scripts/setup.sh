@@ -17,6 +17,7 @@ packages=(
   libglpk-dev          # exact offline optimum in `stensor sim`
   nlohmann-json3-dev   # JSON reader of `stensor trace` and `stensor report`, header-only
   clang                # thread-safety analysis only (scripts/thread_safety.sh)
+  clang-format         # the sources' format (scripts/format_check.sh)
   patchelf             # RUNPATH $ORIGIN in the GPU bundle (scripts/gpu_bundle.sh)
   chromium             # renders `stensor report`'s page headless (tools:report_screenshot_test)
 )

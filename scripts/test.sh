@@ -21,6 +21,14 @@ else
   rc=1
 fi
 
+# The sources as clang-format leaves them (.clang-format).
+if scripts/format_check.sh; then
+  echo "//scripts:format                                                         PASSED" | tee -a "$log"
+else
+  echo "//scripts:format                                                         FAILED" | tee -a "$log"
+  rc=1
+fi
+
 # The GPU bundle builds whenever the toolkit is here (nvcc), and the check
 # it carries runs on the fake driver (scripts/gpu_bundle.sh, gpu_check.sh).
 if [[ -x ${NVCC:-/usr/local/cuda/bin/nvcc} ]]; then
