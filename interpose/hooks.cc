@@ -127,6 +127,17 @@ CUresult CallThen(Fn real, Report&& report, Args... args) {
   return r;
 }
 
+// The same under a cap only: `report(manager)` after the driver answered.
+template <typename Fn, typename Report, typename... Args>
+CUresult CallThenUnderCap(Fn real, Report&& report, Args... args) {
+  return CallThen(
+      real,
+      [&] {
+        if (MemoryManager* m = T().memory()) report(*m);
+      },
+      args...);
+}
+
 // `range.extent`: the bytes from dst to the last one set (for 2D memsets,
 // with the pitch); past the requested end of a stensor buffer it is refused,
 // as for copies.
@@ -138,14 +149,14 @@ CUresult Memset(const char* api, Fn real, CUdeviceptr dst, MemsetRange range, St
   if (CUresult r = T().exact_sizes().CheckExtents(dst, range.extent, 0, 0); r != CUDA_SUCCESS)
     return r;
   TransferScope scope;
-  if (CUresult r = T().BeginTransfer(dst, 0, bytes, s, range.linear(), false, &scope);
-      r != CUDA_SUCCESS) {
+  const bool linear = range.linear();
+  if (CUresult r = T().BeginTransfer(dst, 0, bytes, s, linear, false, &scope); r != CUDA_SUCCESS) {
     return r;
   }
   CUresult r = real(dst, args...);
   T().EndTransfer(scope, s, r == CUDA_SUCCESS);
   if (r != CUDA_SUCCESS) return r;
-  if (!scope.captured) T().OnMemsetTables(dst, bytes, range.linear());
+  if (!scope.captured) T().OnMemsetTables(dst, bytes, linear);
   T().OnMemset(api, dst, bytes, s, async, scope.captured);
   return r;
 }
@@ -331,13 +342,13 @@ CUresult FreeInStreamOrder(const char* api, decltype(&::cuMemFreeAsync) real, St
   return r;
 }
 
-// Under a cap, `answer(&r)` answers for stensor's buffers (true, with the
-// result in r); anything else, and everything uncapped, is the driver's.
+// `answer(&r)` answers for stensor's buffers (true, with the result in r;
+// ExactSizes answers nothing uncapped); anything else is the driver's.
 template <typename Fn, typename Answer, typename... Args>
-CUresult AnsweredUnderCap(Fn real, Answer&& answer, Args... args) {
+CUresult OursOrDriver(Fn real, Answer&& answer, Args... args) {
   if (real == nullptr) return kMissing;
   CUresult r;
-  if (T().capped() && answer(&r)) return r;
+  if (answer(&r)) return r;
   return real(args...);
 }
 
@@ -377,6 +388,7 @@ CUresult ExportHandle(const char* api, decltype(&::cuMemExportToShareableHandle)
   if (T().capped()) T().memory()->PinExportedHandle(handle, api);
   return real(shareable, handle, type, flags);
 }
+
 // The capture ends whatever the driver answers (a failed end invalidates it).
 CUresult EndCapture(decltype(&::cuStreamEndCapture) real, StreamRef origin, CUstream s,
                     CUgraph* g) {
@@ -437,41 +449,24 @@ PAIR(cuMemFreeAsync, _ptsz, (CUdeviceptr dptr, CUstream s),
 // Under a cap, a device's default pool answers for what stensor serves from
 // it too (core/swap/stream_ordered.h), once the driver has answered.
 ONE(cuMemPoolGetAttribute, (CUmemoryPool pool, CUmemPool_attribute attr, void* value),
-    CallThen(
-        real,
-        [&] {
-          if (T().capped()) AddStreamOrderedShare(*T().memory(), D(), pool, attr, value);
-        },
-        pool, attr, value))
+    CallThenUnderCap(
+        real, [&](MemoryManager& m) { AddStreamOrderedShare(m, D(), pool, attr, value); }, pool,
+        attr, value))
 ONE(cuMemPoolSetAttribute, (CUmemoryPool pool, CUmemPool_attribute attr, void* value),
-    CallThen(
-        real,
-        [&] {
-          if (T().capped()) ResetStreamOrderedHigh(*T().memory(), D(), pool, attr);
-        },
-        pool, attr, value))
+    CallThenUnderCap(
+        real, [&](MemoryManager& m) { ResetStreamOrderedHigh(m, D(), pool, attr); }, pool, attr,
+        value))
 ONE(cuMemPoolTrimTo, (CUmemoryPool pool, size_t keep),
-    CallThen(
-        real,
-        [&] {
-          if (T().capped()) TrimStreamOrdered(*T().memory(), D(), pool, keep);
-        },
-        pool, keep))
+    CallThenUnderCap(
+        real, [&](MemoryManager& m) { TrimStreamOrdered(m, D(), pool, keep); }, pool, keep))
 // Under a cap, the program sees the cap as the device's memory.
 ONE(cuMemGetInfo_v2, (size_t * free_bytes, size_t* total),
-    CallThen(
-        real,
-        [&] {
-          if (T().capped()) CappedMemInfo(*T().memory(), D(), free_bytes, total);
-        },
-        free_bytes, total))
+    CallThenUnderCap(
+        real, [&](MemoryManager& m) { CappedMemInfo(m, D(), free_bytes, total); }, free_bytes,
+        total))
 ONE(cuDeviceTotalMem_v2, (size_t * bytes, CUdevice dev),
-    CallThen(
-        real,
-        [&] {
-          if (T().capped()) T().MemInfo(dev, nullptr, bytes);
-        },
-        bytes, dev))
+    CallThenUnderCap(
+        real, [&](MemoryManager&) { T().MemInfo(dev, nullptr, bytes); }, bytes, dev))
 // Pinned host memory: counted, since it competes with the host store.
 ONE(cuMemAllocHost_v2, (void** pp, size_t bytes),
     CallThen(
@@ -521,28 +516,24 @@ ONE(cuMemCreate,
     : T().capped()  ? T().memory()->CreateAppMemory(handle, size, prop, flags)
                     : real(handle, size, prop, flags))
 ONE(cuMemRelease, (CUmemGenericAllocationHandle handle),
-    CallThen(
-        real,
-        [&] {
-          if (T().capped()) T().memory()->OnAppRelease(handle);
-        },
-        handle))
+    CallThenUnderCap(
+        real, [&](MemoryManager& m) { m.OnAppRelease(handle); }, handle))
 
 // --- Exact sizes ------------------------------------------------------------------
 // Under a cap a stensor buffer answers as the cuMemAlloc allocation asked
 // for, resident or swapped out; anything else is the driver's answer.
 ONE(cuMemGetAddressRange_v2, (CUdeviceptr * base, size_t* size, CUdeviceptr ptr),
-    AnsweredUnderCap(
+    OursOrDriver(
         real, [&](CUresult* r) { return T().exact_sizes().AddressRange(ptr, base, size, r); }, base,
         size, ptr))
 ONE(cuPointerGetAttribute, (void* data, CUpointer_attribute attribute, CUdeviceptr ptr),
-    AnsweredUnderCap(
+    OursOrDriver(
         real,
         [&](CUresult* r) { return T().exact_sizes().PointerAttribute(data, attribute, ptr, r); },
         data, attribute, ptr))
 ONE(cuPointerGetAttributes,
     (unsigned int count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr),
-    AnsweredUnderCap(
+    OursOrDriver(
         real,
         [&](CUresult* r) {
           return T().exact_sizes().PointerAttributes(count, attributes, data, ptr, r);

@@ -9,10 +9,9 @@ command -v clang-format >/dev/null || {
   exit 1
 }
 mapfile -t files < <(git ls-files '*.cc' '*.h' '*.cu' | grep -v '^third_party/')
-bad=()
-for f in "${files[@]}"; do
-  clang-format --dry-run --Werror "$f" >/dev/null 2>&1 || bad+=("$f")
-done
+# One call for all: each difference is reported as FILE:LINE:COL: error.
+mapfile -t bad < <(clang-format --dry-run --Werror "${files[@]}" 2>&1 >/dev/null |
+                   sed -n 's/^\([^:]*\):[0-9]*:[0-9]*: error.*/\1/p' | sort -u)
 if ((${#bad[@]})); then
   echo "FAIL: not formatted (clang-format -i ${bad[*]}):" >&2
   printf '  %s\n' "${bad[@]}" >&2

@@ -12,24 +12,6 @@ namespace {
 // Past this many parameters the layout query is assumed to be broken.
 constexpr size_t kMaxParams = 4096;
 
-// The packed argument buffer of the `extra` launch form, or null.
-const unsigned char* ExtraBuffer(void** extra, size_t* size) {
-  const void* buffer = nullptr;
-  const size_t* buffer_size = nullptr;
-  for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
-    if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
-      buffer = extra[i + 1];
-    } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
-      buffer_size = static_cast<const size_t*>(extra[i + 1]);
-    } else {
-      return nullptr;  // unknown key: the driver will reject the launch
-    }
-  }
-  if (buffer == nullptr || buffer_size == nullptr) return nullptr;
-  *size = *buffer_size;
-  return static_cast<const unsigned char*>(buffer);
-}
-
 void DedupeIds(IdList* ids) {
   size_t kept = 0;
   for (size_t i = 0; i < ids->size(); ++i) {
@@ -382,6 +364,23 @@ std::unique_ptr<KernelInfo> KernelCache::Describe(CUfunction f, CUmodule* module
   return info;
 }
 
+const unsigned char* PackedLaunchArgs(void** extra, size_t* size) {
+  const void* buffer = nullptr;
+  const size_t* buffer_size = nullptr;
+  for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+    if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+      buffer = extra[i + 1];
+    } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+      buffer_size = static_cast<const size_t*>(extra[i + 1]);
+    } else {
+      return nullptr;  // unknown key: the driver will reject the launch
+    }
+  }
+  if (buffer == nullptr || buffer_size == nullptr) return nullptr;
+  *size = *buffer_size;
+  return static_cast<const unsigned char*>(buffer);
+}
+
 void IndexProbes(KernelInfo* kernel) {
   static std::atomic<uint64_t> serials{0};
   kernel->serial = serials.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -407,7 +406,7 @@ ABSL_ATTRIBUTE_NOINLINE void InferGeneral(const KernelInfo& kernel, void** param
   size_t packed_size = 0;
   if (params == nullptr) {
     if (extra == nullptr) return;
-    packed = ExtraBuffer(extra, &packed_size);
+    packed = PackedLaunchArgs(extra, &packed_size);
     if (packed == nullptr) return;
   }
   // Candidate words with the access of the parameter they sit in, looked up

@@ -392,6 +392,11 @@ struct Accesses {
   void Dedupe();
 };
 
+// The packed argument buffer of the `extra` launch form, with its size in
+// `*size`; null when `extra` names anything else (the driver rejects that
+// launch) or lacks the buffer or its size.
+const unsigned char* PackedLaunchArgs(void** extra, size_t* size);
+
 // Fills kernel->probes from kernel->params and gives the description a new
 // serial. KernelCache does this for the descriptions it builds; one built
 // by hand must call it, and again after any change to its params.

@@ -49,24 +49,6 @@ CUevent EventOf(const PointerTables::Mark& m) {
   return reinterpret_cast<CUevent>(const_cast<void*>(m.get()));
 }
 
-// The packed argument buffer of the `extra` launch form, or null.
-const unsigned char* PackedArgs(void** extra, size_t* size) {
-  const void* buffer = nullptr;
-  const size_t* buffer_size = nullptr;
-  for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
-    if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
-      buffer = extra[i + 1];
-    } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
-      buffer_size = static_cast<const size_t*>(extra[i + 1]);
-    } else {
-      return nullptr;
-    }
-  }
-  if (buffer == nullptr || buffer_size == nullptr) return nullptr;
-  *size = *buffer_size;
-  return static_cast<const unsigned char*>(buffer);
-}
-
 }  // namespace
 
 const char* OpTypeName(OpType type) {
@@ -383,7 +365,7 @@ void Tracker::FindParamReach(const KernelInfo& kernel, void** params, void** ext
   size_t packed_size = 0;
   if (params == nullptr) {
     if (extra == nullptr) return;
-    packed = PackedArgs(extra, &packed_size);
+    packed = PackedLaunchArgs(extra, &packed_size);
     if (packed == nullptr) return;
   }
   constexpr size_t kBatch = 64;
