@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -245,6 +246,9 @@ class Converter {
     } else if (type == "swap_out" || type == "drop_clean" || type == "drop_unwritten" ||
                type == "swap_in") {
       Swap(r, type);
+    } else if (type == "alloc_host" && r.contains("piece")) {
+      // A piece born on the host, before its allocation's `alloc` record.
+      born_pieces_[Uint(r, "id", 0)].insert(Uint(r, "piece", 0));
     } else if (type == "evict_wait" || type == "unknown_wait" || type == "swap_wait") {
       std::string name = type == "evict_wait" ? "evict wait"
                          : type == "unknown_wait"
@@ -300,6 +304,20 @@ class Converter {
     int device = 0;
     bool resident = true;
     bool host_copy = false;
+    // Of an allocation made of pieces (records with a `piece`): those out,
+    // and those with a host copy, by offset.
+    absl::flat_hash_set<uint64_t> pieces_out;
+    absl::flat_hash_set<uint64_t> pieces_copied;
+    uint64_t piece_copy_bytes = 0;
+    // A piece takes one granule (the last what is left of the charge).
+    uint64_t PieceCharge(uint64_t piece) const {
+      return piece < charge ? std::min(kDefaultGranularity, charge - piece) : 0;
+    }
+    uint64_t ResidentCharge() const {
+      uint64_t out = 0;
+      for (uint64_t piece : pieces_out) out += PieceCharge(piece);
+      return resident ? charge - std::min(charge, out) : 0;
+    }
   };
   struct DeviceState {
     uint64_t resident = 0;
@@ -436,15 +454,20 @@ class Converter {
     b.device = Ordinal(r, "device");
     // An id reused (not done by the library) replaces the old buffer.
     if (BufferState* old = Find(r)) Release(*old);
-    if (id != 0) {
-      buffers_[id] = b;
-    } else {
-      untracked_[ParseAddr(r.value("addr", json()))] = b;
+    if (auto born = born_pieces_.find(id); born != born_pieces_.end() && id != 0) {
+      b.pieces_out = std::move(born->second);
+      born_pieces_.erase(born);
     }
-    DeviceState& d = Device(b.device, 0);
-    d.resident += b.charge;
+    const uint64_t charge = b.ResidentCharge();
+    if (id != 0) {
+      buffers_[id] = std::move(b);
+    } else {
+      untracked_[ParseAddr(r.value("addr", json()))] = std::move(b);
+    }
+    DeviceState& d = Device(Ordinal(r, "device"), 0);
+    d.resident += charge;
     Instant(kHostTid, absl::StrCat("alloc #", id), "alloc", ArgsOf(r, line_));
-    Counter(DeviceCounter(b.device, "resident"), d.resident);
+    Counter(DeviceCounter(Ordinal(r, "device"), "resident"), d.resident);
   }
 
   void Free(const json& r) {
@@ -464,11 +487,11 @@ class Converter {
   void Release(const BufferState& b) {
     DeviceState& d = Device(b.device, 0);
     if (b.resident) {
-      d.resident -= std::min(b.charge, d.resident);
+      d.resident -= std::min(b.ResidentCharge(), d.resident);
       Counter(DeviceCounter(b.device, "resident"), d.resident);
     }
-    if (b.host_copy) {
-      d.host_copies -= std::min(b.bytes, d.host_copies);
+    if (b.host_copy || b.piece_copy_bytes > 0) {
+      d.host_copies -= std::min(b.host_copy ? b.bytes : b.piece_copy_bytes, d.host_copies);
       Counter(DeviceCounter(b.device, "host copies"), d.host_copies);
     }
   }
@@ -487,7 +510,9 @@ class Converter {
     // back) when the record is written.
     auto it = buffers_.find(id);
     BufferState* b = it == buffers_.end() ? nullptr : &it->second;
-    if (b == nullptr || b->resident != in) {
+    if (b != nullptr && r.contains("piece")) {
+      SwapPiece(*b, Uint(r, "piece", 0), bytes, device, type);
+    } else if (b == nullptr || b->resident != in) {
       const uint64_t charge = b != nullptr ? b->charge : bytes;
       if (in) {
         d.resident += charge;
@@ -498,7 +523,8 @@ class Converter {
       if (b != nullptr) b->resident = in;
     }
     // A swap-out made a host copy; a clean drop had one (kept until freed).
-    if (b != nullptr && !b->host_copy && (type == "swap_out" || type == "drop_clean")) {
+    if (b != nullptr && !r.contains("piece") && !b->host_copy &&
+        (type == "swap_out" || type == "drop_clean")) {
       b->host_copy = true;
       d.host_copies += b->bytes;
       Counter(DeviceCounter(device, "host copies"), d.host_copies);
@@ -506,6 +532,24 @@ class Converter {
     json args = ArgsOf(r, line_);
     args["size"] = MiBText(bytes);
     Slice(kSwapTid, absl::StrCat(name, " #", id), type, options_.op_us, std::move(args));
+  }
+
+  // Swap of one piece of an allocation: its granule comes or goes.
+  void SwapPiece(BufferState& b, uint64_t piece, uint64_t bytes, int device,
+                 const std::string& type) {
+    DeviceState& d = Device(device, 0);
+    const bool in = type == "swap_in";
+    const bool changed = in ? b.pieces_out.erase(piece) > 0 : b.pieces_out.insert(piece).second;
+    if (changed && b.resident) {
+      const uint64_t charge = b.PieceCharge(piece);
+      d.resident = in ? d.resident + charge : d.resident - std::min(charge, d.resident);
+      Counter(DeviceCounter(device, "resident"), d.resident);
+    }
+    if ((type == "swap_out" || type == "drop_clean") && b.pieces_copied.insert(piece).second) {
+      b.piece_copy_bytes += bytes;
+      d.host_copies += bytes;
+      Counter(DeviceCounter(device, "host copies"), d.host_copies);
+    }
   }
 
   const std::string log_name_;
@@ -517,6 +561,8 @@ class Converter {
   std::string memory_limit_text_;
   std::optional<uint64_t> host_limit_;
   std::vector<std::string> notes_;
+  // Pieces born on the host whose allocation's `alloc` has not come yet.
+  absl::flat_hash_map<uint64_t, absl::flat_hash_set<uint64_t>> born_pieces_;
 
   double now_ = 0;  // the logical clock, us
   uint64_t line_ = 0;

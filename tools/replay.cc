@@ -503,8 +503,13 @@ class Simulator {
   }
 
   absl::Status HostRead(const TraceOp& op) {
-    SimBuffer& b = State(op.buffer);
-    if (!b.resident && b.has_host_copy) {
+    // Served from host memory when every buffer (every piece) it reads is
+    // there.
+    const bool served = std::all_of(op.ids.begin(), op.ids.end(), [&](uint64_t id) {
+      const SimBuffer& b = State(id);
+      return !b.resident && b.has_host_copy;
+    });
+    if (served) {
       ++result_.reads_served_from_host;
       return absl::OkStatus();
     }

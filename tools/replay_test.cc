@@ -20,6 +20,9 @@ absl::StatusOr<ReplayResult> Sim(const std::string& log, uint64_t cap, bool lru 
                                  bool host_vmm = true) {
   absl::StatusOr<Trace> trace = ParseTrace(log);
   if (!trace.ok()) return trace.status();
+  // As `stensor sim` replays: with host-located VMM, large allocations in
+  // pieces.
+  if (host_vmm) *trace = SplitIntoPieces(*trace, cap);
   std::unique_ptr<EvictionPolicy> policy = lru      ? MakeLruPolicy()
                                            : belady ? MakeBeladyPolicy()
                                                     : MakeVersionPolicy();
@@ -169,6 +172,43 @@ TEST(ReplayTest, OverwritesAndHostReads) {
   EXPECT_EQ(r->swap_ins_without_copy, 2u);
   EXPECT_EQ(r->never_written_drops, 1u);
   EXPECT_EQ(r->reads_served_from_host, 1u);
+}
+
+// With host-located VMM an allocation larger than a granule is replayed as
+// one-granule pieces (SplitIntoPieces), as the library holds it: room for a
+// granule moves one, and a memset of part of it reaches only its pieces,
+// one it covers whole coming back without a copy. Without, the allocation
+// moves whole.
+TEST(ReplayTest, PiecesMoveByGranule) {
+  TestLog log;
+  const uint64_t a = log.Alloc(6 * kMiB);  // three pieces
+  log.Launch({}, {a});
+  const uint64_t b = log.Alloc(2 * kMiB);  // a's first piece goes
+  log.Launch({}, {b});
+  log.Memset(a, 2 * kMiB);  // covers that piece: back without a copy; the second goes
+  absl::StatusOr<ReplayResult> pieces = Sim(log.Text(), 6 * kMiB);
+  ASSERT_TRUE(pieces.ok()) << pieces.status();
+  EXPECT_EQ(pieces->bytes_out, 4 * kMiB);
+  EXPECT_EQ(pieces->bytes_in, 0u);
+  EXPECT_EQ(pieces->swap_ins_without_copy, 1u);
+  absl::StatusOr<ReplayResult> whole = Sim(log.Text(), 6 * kMiB, false, 16, false, false, false,
+                                           /*host_vmm=*/false);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->bytes_out, 8 * kMiB);  // all of a, then b for a's return
+  EXPECT_EQ(whole->bytes_in, 6 * kMiB);
+
+  absl::StatusOr<Trace> trace = ParseTrace(log.Text());
+  ASSERT_TRUE(trace.ok());
+  size_t split = 0;
+  const Trace split_trace = SplitIntoPieces(*trace, 6 * kMiB, &split);
+  EXPECT_EQ(split, 1u);
+  EXPECT_EQ(split_trace.ops.size(), trace->ops.size() + 2);  // three allocs for one
+  const TraceOp& memset = split_trace.ops.back();
+  ASSERT_EQ(memset.ids.size(), 1u);
+  EXPECT_EQ(memset.overwritten, memset.ids);
+  EXPECT_EQ(memset.writes, memset.ids);
+  EXPECT_EQ(SplitIntoPieces(*trace, 4 * kMiB, &split).ops.size(), trace->ops.size());
+  EXPECT_EQ(split, 0u);  // larger than the cap: whole
 }
 
 // A partial memset is no overwrite: the old contents come back first.

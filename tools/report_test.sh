@@ -61,24 +61,26 @@ for line in open(log):
         c = -(-b // G) * G if big else (b if r.get("kind") == "app_vmm" else -(-b // 4096) * 4096)
         charge[r["id"]] = c
         sizes[r["id"]] = b
-        resident[r["id"]] = True
+        resident[r["id"]] = set()  # of its pieces (a `piece` field), those out
         cur += c
     elif t == "free":
-        if resident.pop(r["id"]):
-            cur -= charge[r["id"]]
+        out = resident.pop(r["id"])
+        cur -= charge[r["id"]] - sum(min(G, charge[r["id"]] - p) for p in out)
     elif t in ("swap_out", "drop_clean", "drop_unwritten"):
         counts[t][0] += 1
         counts[t][1] += r["bytes"]
-        resident[r["id"]] = False
-        cur -= charge[r["id"]]
+        p = r.get("piece", 0)
+        resident[r["id"]].add(p)
+        cur -= min(G, charge[r["id"]] - p) if "piece" in r else charge[r["id"]]
         if t == "swap_out":
             moved[r["id"]] = moved.get(r["id"], 0) + r["bytes"]
     elif t == "swap_in":
         k = "swap_in_copy" if r["copy"] else "swap_in_no_copy"
         counts[k][0] += 1
         counts[k][1] += r["bytes"]
-        resident[r["id"]] = True
-        cur += charge[r["id"]]
+        p = r.get("piece", 0)
+        resident[r["id"]].discard(p)
+        cur += min(G, charge[r["id"]] - p) if "piece" in r else charge[r["id"]]
         if r["copy"]:
             moved[r["id"]] = moved.get(r["id"], 0) + r["bytes"]
     elif t == "swap_wait":

@@ -173,9 +173,15 @@ class Reader {
     if (type == "serve_host") return ServeHost(r, line);
     if (type == "alloc_host") {
       // Logged as the buffer is made, before its `alloc` record: that
-      // record's buffer is not resident.
+      // record's buffer is not resident (a piece's: that piece of it).
       const uint64_t bytes = Uint(r, "bytes").value_or(0);
       report_.born_on_host.Add(bytes);
+      if (std::optional<uint64_t> piece = Uint(r, "piece")) {
+        if (born_pieces_.size() < kMaxPendingBirths) {
+          born_pieces_[Uint(r, "id").value_or(0)].insert(*piece);
+        }
+        return absl::OkStatus();
+      }
       if (born_on_host_.size() < kMaxPendingBirths) {
         ++born_on_host_[{Uint(r, "device").value_or(0), bytes}];
       }
@@ -368,7 +374,13 @@ class Reader {
       b.resident = false;
       if (--born->second == 0) born_on_host_.erase(born);
     }
-    const uint64_t charge = b.resident ? b.charge : 0;
+    uint64_t charge = b.resident ? b.charge : 0;
+    // Pieces born on the host: the rest of it is resident.
+    if (auto born = born_pieces_.find(*id); born != born_pieces_.end() && *id != 0) {
+      charge -= std::min(charge, born->second.size() * granularity_);
+      pieces_out_[*id] = std::move(born->second);
+      born_pieces_.erase(born);
+    }
     if (*id == 0) {
       untracked_[String(r, "addr")] = std::move(b);
     } else if (!live_.emplace(*id, std::move(b)).second) {
@@ -397,7 +409,8 @@ class Reader {
       }
       b = std::move(it->second);
       live_.erase(it);
-      if (b.resident) SetResident(b.slot, -static_cast<int64_t>(b.charge));
+      if (b.resident) SetResident(b.slot, -static_cast<int64_t>(ResidentCharge(b)));
+      pieces_out_.erase(*id);
       if (b.moved() > 0) {
         freed_.push_back(std::move(b));
         if (freed_.size() > 4 * static_cast<size_t>(top_) + 64) {
@@ -418,7 +431,9 @@ class Reader {
                                                 : report_.drop_unwritten;
     count.Add(bytes);
     auto it = live_.find(*id);
-    if (it == live_.end() || !it->second.resident) {
+    const std::optional<uint64_t> piece = Uint(r, "piece");
+    if (it == live_.end() || !it->second.resident ||
+        (piece && !pieces_out_[*id].insert(*piece).second)) {
       // Records of concurrent threads can meet in the log out of order; the
       // report says how many did (resident bytes are then approximate).
       ++report_.inconsistent;
@@ -428,7 +443,7 @@ class Reader {
       return absl::OkStatus();
     }
     BufferSummary& b = it->second;
-    b.resident = false;
+    if (!piece) b.resident = false;
     if (type == "swap_out") {
       b.bytes_out += bytes;
       ++b.swap_outs;
@@ -436,8 +451,23 @@ class Reader {
     } else {
       ++b.drops;
     }
-    SetResident(b.slot, -static_cast<int64_t>(b.charge));
+    SetResident(b.slot, -static_cast<int64_t>(piece ? PieceCharge(b, *piece) : b.charge));
     return absl::OkStatus();
+  }
+
+  // A piece of an allocation larger than a granule takes one granule (the
+  // last one what is left of the charge).
+  uint64_t PieceCharge(const BufferSummary& b, uint64_t piece) const {
+    return piece < b.charge ? std::min(granularity_, b.charge - piece) : 0;
+  }
+
+  // What a resident buffer takes now: its charge less its pieces out.
+  uint64_t ResidentCharge(const BufferSummary& b) const {
+    auto it = pieces_out_.find(b.id);
+    if (it == pieces_out_.end()) return b.charge;
+    uint64_t out = 0;
+    for (uint64_t piece : it->second) out += PieceCharge(b, piece);
+    return b.charge - std::min(b.charge, out);
   }
 
   absl::Status SwapIn(const Json& r, uint64_t line) {
@@ -448,7 +478,8 @@ class Reader {
     const bool copied = copy == r.end() || !copy->is_boolean() || copy->get<bool>();
     (copied ? report_.swap_in_copy : report_.swap_in_no_copy).Add(bytes);
     auto it = live_.find(*id);
-    if (it == live_.end() || it->second.resident) {
+    const std::optional<uint64_t> piece = Uint(r, "piece");
+    if (it == live_.end() || (piece ? pieces_out_[*id].erase(*piece) == 0 : it->second.resident)) {
       ++report_.inconsistent;
       if (copied) {
         report_.timeline.Traffic(report_.operations, Slot(Uint(r, "device").value_or(0)), bytes, 0);
@@ -462,7 +493,7 @@ class Reader {
       b.bytes_in += bytes;
       report_.timeline.Traffic(report_.operations, b.slot, bytes, 0);
     }
-    SetResident(b.slot, static_cast<int64_t>(b.charge));
+    SetResident(b.slot, static_cast<int64_t>(piece ? PieceCharge(b, *piece) : b.charge));
     return absl::OkStatus();
   }
 
@@ -534,6 +565,11 @@ class Reader {
   // `alloc_host` records whose `alloc` has not come yet, by (device,
   // bytes): at most one per thread allocating at once.
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> born_on_host_;
+  // Of allocations made of pieces (records with a `piece`): the pieces born
+  // on the host before the `alloc` record, and those out of live buffers,
+  // by id.
+  absl::flat_hash_map<uint64_t, absl::flat_hash_set<uint64_t>> born_pieces_;
+  absl::flat_hash_map<uint64_t, absl::flat_hash_set<uint64_t>> pieces_out_;
   absl::flat_hash_map<std::string, int> kernel_index_;  // into report_.kernels
   // Live buffers in the line's `reads` never launched with yet, taken as
   // the line is parsed (a launch may list millions of ids: log_json.h).

@@ -26,7 +26,7 @@ constexpr char kUsage[] =
     "                   [--prefetch on|off] [--bandwidth GB/s] [--kernel-us US]\n"
     "                   [--compare] [--granularity BYTES] [--rounds N]\n"
     "                   [--planned-evictions on|off] [--exact-seconds S]\n"
-    "                   [--host-vmm on|off]\n";
+    "                   [--host-vmm on|off] [--pieces on|off]\n";
 
 // Every flag with its meaning (docs/sim.md has the same table).
 constexpr char kHelp[] =
@@ -50,6 +50,9 @@ constexpr char kHelp[] =
     "                        GPUs): what does not fit under the cap is served\n"
     "                        from host memory, as the library does, and read\n"
     "                        over the link; off: it is out of memory\n"
+    "  --pieces on|off       with --host-vmm on, hold an allocation larger than a\n"
+    "                        granule as one-granule pieces, as the library does\n"
+    "                        (default on); off: whole, for comparison\n"
     "  --bandwidth GB/s      host<->device bandwidth of the time model, each\n"
     "                        direction (default 16)\n"
     "  --kernel-us US        compute time of a launch in the time model (default\n"
@@ -152,6 +155,9 @@ absl::StatusOr<SimFlags> ParseSimFlags(const std::vector<std::string>& args) {
         return BadFlag("--planned-evictions", value, "on or off");
       }
       flags.planned_evictions = value == "on";
+    } else if (name == "pieces") {
+      if (value != "on" && value != "off") return BadFlag("--pieces", value, "on or off");
+      flags.pieces = value == "on";
     } else if (name == "host-vmm") {
       if (value != "on" && value != "off") return BadFlag("--host-vmm", value, "on or off");
       flags.host_vmm = value == "on";
@@ -370,9 +376,17 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
     err << cap.status().message() << "\n" << kUsage;
     return 2;
   }
+  // Where host memory can stand in at an address, the library holds an
+  // allocation larger than a granule as pieces of one: so does the replay.
+  size_t split = 0;
+  if (flags->host_vmm && flags->pieces) *trace = SplitIntoPieces(*trace, *cap, &split);
   out << absl::StrFormat(
       "log                 %s: %u operations, %u launches (%u of unknown accesses)\n", flags->log,
       trace->ops.size(), trace->launches, trace->unknown_launches);
+  if (split > 0) {
+    out << absl::StrFormat("pieces              %u allocations larger than a granule, in pieces\n",
+                           split);
+  }
   out << absl::StrFormat("working set         %12u bytes (%.1f MiB, peak of live charges)\n",
                          trace->working_set, MiB(trace->working_set));
   out << absl::StrFormat("cap                 %12u bytes (%.1f MiB, %.1f%% of the working set)\n",

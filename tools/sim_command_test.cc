@@ -36,6 +36,9 @@ TEST(SimCommandTest, FlagErrorsNameFlagValueAndForms) {
   EXPECT_NE(error({"log", "--limit", "40%", "--policy", "fifo"}).find("'fifo'"), std::string::npos);
   EXPECT_NE(error({"log", "--limit", "40%", "--prefetch", "yes"}).find("on or off"),
             std::string::npos);
+  EXPECT_NE(error({"log", "--limit", "40%", "--pieces", "some"}).find("on or off"),
+            std::string::npos);
+  EXPECT_EQ(error({"log", "--limit", "40%", "--pieces", "off"}), "ok");
   EXPECT_NE(error({"log", "--limit", "40%", "--bandwidth", "0"}).find("--bandwidth"),
             std::string::npos);
   EXPECT_NE(error({"log", "--limit"}).find("needs a value"), std::string::npos);

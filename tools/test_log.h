@@ -55,10 +55,11 @@ class TestLog {
   void UnknownLaunch() {
     Add(R"({"type":"launch","api":"cuLaunchKernel","kernel":"k","demangled":"k","stream":"legacy","grid":[1,1,1],"block":[1,1,1],"reads":[],"writes":[],"inferred":false,"tables":[],"unknown_tables":false})");
   }
-  // cuMemsetD8 of `bytes` from the start of `id` (all of it by default).
-  void Memset(uint64_t id, uint64_t bytes = 0) {
+  // cuMemsetD8 of `bytes` from `from` bytes into `id` (all of it by
+  // default).
+  void Memset(uint64_t id, uint64_t bytes = 0, uint64_t from = 0) {
     Add(absl::StrCat(R"({"type":"memset","api":"cuMemsetD8_v2","bytes":)",
-                     bytes ? bytes : size_[id], R"(,"dst":"0x)", absl::Hex(addr_[id]),
+                     bytes ? bytes : size_[id], R"(,"dst":"0x)", absl::Hex(addr_[id] + from),
                      R"(","writes":[)", id, R"(],"stream":"legacy","async":false})"));
   }
   // A synchronous cuMemcpyDtoH of 4 bytes from `id` into host memory.

@@ -359,6 +359,13 @@ class Reader {
            bytes == it->second.bytes;
   }
 
+  // Records where [addr, addr + bytes) lies in buffer `id` (TraceOp::extents).
+  void AddExtent(TraceOp& op, uint64_t id, std::optional<uint64_t> addr, uint64_t bytes) const {
+    auto it = trace_.buffers.find(id);
+    if (it == trace_.buffers.end() || !addr || *addr < it->second.addr) return;
+    op.extents.push_back(TraceOp::Extent{id, *addr - it->second.addr, bytes});
+  }
+
   absl::Status Memcpy(const Json& r, size_t line) {
     if (absl::Status s = ListOk(r, reads_, line); !s.ok()) return s;
     if (absl::Status s = ListOk(r, writes_, line); !s.ok()) return s;
@@ -381,6 +388,7 @@ class Reader {
       op.kind = TraceOp::Kind::kHostRead;
       op.buffer = src;
       op.ids = {src};
+      AddExtent(op, src, HexAddress(r, "src"), bytes);
       trace_.ops.push_back(std::move(op));
       return absl::OkStatus();
     }
@@ -391,6 +399,8 @@ class Reader {
     if (linear && dst != 0 && dst != src && Whole(dst, HexAddress(r, "dst"), bytes)) {
       op.overwritten.push_back(dst);
     }
+    if (linear && dst != 0) AddExtent(op, dst, HexAddress(r, "dst"), bytes);
+    if (linear && src != 0) AddExtent(op, src, HexAddress(r, "src"), bytes);
     trace_.ops.push_back(std::move(op));
     return absl::OkStatus();
   }
@@ -407,6 +417,9 @@ class Reader {
     if (linear && !writes.empty() &&
         Whole(writes[0], HexAddress(r, "dst"), Uint(r, "bytes").value_or(0))) {
       op.overwritten.push_back(writes[0]);
+    }
+    if (linear && !writes.empty()) {
+      AddExtent(op, writes[0], HexAddress(r, "dst"), Uint(r, "bytes").value_or(0));
     }
     op.ids = writes;
     op.writes = std::move(writes);
@@ -446,6 +459,125 @@ WriteSet::WriteSet(const TraceOp& op) : writes_(op.writes) {
 bool WriteSet::Contains(uint64_t id) const {
   if (writes_.size() > kScanned) return set_.contains(id);
   return std::find(writes_.begin(), writes_.end(), id) != writes_.end();
+}
+
+Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split) {
+  constexpr uint64_t kPieceIds = (uint64_t{1} << 62) + (uint64_t{1} << 61);
+  const uint64_t granule = trace.granularity;
+  Trace out;
+  out.granularity = granule;
+  out.working_set = trace.working_set;
+  out.logged_policy = trace.logged_policy;
+  out.logged_limit = trace.logged_limit;
+  out.logged = trace.logged;
+  out.launches = trace.launches;
+  out.unknown_launches = trace.unknown_launches;
+  out.buffers = trace.buffers;
+  out.ops.reserve(trace.ops.size());
+  absl::flat_hash_map<uint64_t, std::vector<uint64_t>> pieces;  // of an allocation
+  uint64_t next_id = kPieceIds;
+  size_t allocations_split = 0;
+  // Piece `i` of an allocation spans [i x granule, + its bytes).
+  auto reaches = [&](const TraceOp::Extent* e, size_t i, uint64_t piece) {
+    const uint64_t from = i * granule, to = from + out.buffers.at(piece).bytes;
+    return e == nullptr || (to > e->offset && from < e->offset + e->bytes);
+  };
+  auto covers = [&](const TraceOp::Extent& e, size_t i, uint64_t piece) {
+    const uint64_t from = i * granule, to = from + out.buffers.at(piece).bytes;
+    return from >= e.offset && to <= e.offset + e.bytes;
+  };
+  // The extents of `id` in `op` (a copy within one allocation has two).
+  auto extents_of = [](const TraceOp& op, uint64_t id) {
+    std::vector<const TraceOp::Extent*> found;
+    for (const TraceOp::Extent& e : op.extents) {
+      if (e.id == id) found.push_back(&e);
+    }
+    return found;
+  };
+  auto expand = [&](const TraceOp& op, const std::vector<uint64_t>& ids) {
+    std::vector<uint64_t> expanded;
+    expanded.reserve(ids.size());
+    for (uint64_t id : ids) {
+      auto it = pieces.find(id);
+      if (it == pieces.end()) {
+        expanded.push_back(id);
+        continue;
+      }
+      const std::vector<const TraceOp::Extent*> extents = extents_of(op, id);
+      for (size_t i = 0; i < it->second.size(); ++i) {
+        const bool named =
+            extents.empty() || std::any_of(extents.begin(), extents.end(),
+                                           [&](auto* e) { return reaches(e, i, it->second[i]); });
+        if (named) expanded.push_back(it->second[i]);
+      }
+    }
+    return expanded;
+  };
+  for (const TraceOp& op : trace.ops) {
+    if (op.kind == TraceOp::Kind::kAlloc) {
+      const TraceBuffer& b = trace.buffers.at(op.buffer);
+      if (b.swappable && b.charge > granule && b.bytes <= cap) {
+        ++allocations_split;
+        std::vector<uint64_t>& ids = pieces[b.id];
+        for (uint64_t at = 0; at < b.charge; at += granule) {
+          TraceBuffer piece = b;
+          piece.id = next_id++;
+          piece.addr = b.addr + at;
+          piece.bytes = std::min(granule, b.bytes - at);
+          piece.charge = granule;
+          out.buffers[piece.id] = piece;
+          ids.push_back(piece.id);
+          TraceOp alloc = op;
+          alloc.buffer = piece.id;
+          out.ops.push_back(std::move(alloc));
+        }
+        continue;
+      }
+    }
+    auto it = op.kind == TraceOp::Kind::kFree ? pieces.find(op.buffer) : pieces.end();
+    if (it != pieces.end()) {
+      for (uint64_t id : it->second) {
+        TraceOp free = op;
+        free.buffer = id;
+        out.ops.push_back(std::move(free));
+      }
+      pieces.erase(it);
+      continue;
+    }
+    TraceOp expanded = op;
+    if (!pieces.empty()) {
+      expanded.ids = expand(op, op.ids);
+      // The destination is the first extent (a copy's, or a memset's).
+      const TraceOp::Extent* dst =
+          op.extents.empty() || op.writes.empty() || op.extents[0].id != op.writes[0]
+              ? nullptr
+              : &op.extents[0];
+      if (dst != nullptr && pieces.count(dst->id) != 0) {
+        // Exact: what it reaches in the destination, overwritten where it
+        // covers a piece whole and reads none of it.
+        TraceOp only_dst = op;
+        only_dst.extents = {*dst};
+        expanded.writes = expand(only_dst, op.writes);
+        expanded.overwritten.clear();
+        const std::vector<uint64_t>& all = pieces.at(dst->id);
+        const std::vector<const TraceOp::Extent*> read = extents_of(op, dst->id);
+        for (size_t i = 0; i < all.size(); ++i) {
+          const bool also_read = std::any_of(
+              read.begin(), read.end(), [&](auto* e) { return e != dst && reaches(e, i, all[i]); });
+          if (covers(*dst, i, all[i]) && !also_read) expanded.overwritten.push_back(all[i]);
+        }
+        for (uint64_t id : op.overwritten) {
+          if (id != dst->id) expanded.overwritten.push_back(id);
+        }
+      } else {
+        expanded.writes = expand(op, op.writes);
+        expanded.overwritten = expand(op, op.overwritten);
+      }
+    }
+    out.ops.push_back(std::move(expanded));
+  }
+  if (split != nullptr) *split = allocations_split;
+  return out;
 }
 
 absl::StatusOr<Trace> ParseTrace(absl::string_view text, uint64_t granularity) {

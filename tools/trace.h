@@ -52,6 +52,15 @@ struct TraceOp {
   // Buffers the operation writes whole (a memset or linear copy of the
   // whole buffer): a swapped-out one comes back without a copy.
   std::vector<uint64_t> overwritten;
+  // A linear copy's or memset's exact reach in the buffers it names, from
+  // each buffer's start: of a buffer made of pieces (SplitIntoPieces), only
+  // the pieces there are named, and those it covers whole are overwritten.
+  struct Extent {
+    uint64_t id = 0;
+    uint64_t offset = 0;
+    uint64_t bytes = 0;
+  };
+  std::vector<Extent> extents;
   bool launch = false;  // a kernel (takes compute time)
   bool graph = false;   // of them, a graph launch (its nodes read)
   // What the iteration detector sees of the operation: the kernel and its
@@ -97,6 +106,16 @@ struct Trace {
   size_t launches = 0;
   size_t unknown_launches = 0;
 };
+
+// The trace as the memory manager holds its buffers where the device maps
+// host memory (MemoryManager::PieceGroup): each swappable allocation larger
+// than a granule, and no larger than `cap`, made of pieces of one granule,
+// each a buffer of its own, with ids from 2^61 + 2^62 up in allocation
+// order (the manager's piece keys likewise); an operation
+// naming the allocation names every piece, in address order, and a
+// synchronous read of it is served from host memory only when no piece is
+// resident. `*split` (if given) counts the allocations split.
+Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split = nullptr);
 
 // Reads the log's text (one JSON object per line). Lines that do not parse
 // are errors naming the line; record types it does not need are skipped.

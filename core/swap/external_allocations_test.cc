@@ -287,19 +287,27 @@ TEST_F(ExternalAllocationsTest, AQueuedFreeTooSmallToHelpIsNotWaitedFor) {
   memory_->Finish(ids, ids, nullptr, copied == CUDA_SUCCESS);
   ASSERT_CU(copied);
   ASSERT_CU(cuCtxSynchronize());
-  testing_support::HeldStream held;  // a wait for its free would never end
+  CUdeviceptr kept = 0;
+  ASSERT_EQ(ChargedAllocation(memory_.get(), &kept, 128 * 1024,
+                              [&] { return DriverAlloc(&kept, 128 * 1024); }),
+            CUDA_SUCCESS);
+  auto held = std::make_unique<testing_support::HeldStream>();  // its free never runs
   ASSERT_EQ(
       ChargedAllocation(memory_.get(), &small, 128 * 1024,
-                        [&] { return driver_.cuMemAllocAsync(&small, 128 * 1024, held.get()); }),
+                        [&] { return driver_.cuMemAllocAsync(&small, 128 * 1024, held->get()); }),
       CUDA_SUCCESS);
-  ASSERT_CU(driver_.cuMemFreeAsync(small, held.get()));
-  memory_->ForgetExternalAsync(small, held.get());
-  // 4 MiB + 128 KiB queued + 4 MiB more: only evicting `big` makes room.
-  ASSERT_CU(memory_->Allocate(2 * kGranule, &next, [](CUdeviceptr) { return 2; }));
+  ASSERT_CU(driver_.cuMemFreeAsync(small, held->get()));
+  memory_->ForgetExternalAsync(small, held->get());
+  // 4 MiB + 128 KiB + 128 KiB queued + 2 MiB more: the queued free alone
+  // cannot make room; only evicting (a granule of) `big` does.
+  ASSERT_CU(memory_->Allocate(kGranule, &next, [](CUdeviceptr) { return 2; }));
   EXPECT_EQ(memory_->stats().wait_program_seconds, 0.0);
   EXPECT_EQ(memory_->stats().swap_outs_copied, 1u);
   ASSERT_CU(memory_->Free(next));
   ASSERT_CU(memory_->Free(big));
+  held.reset();  // before a cuMemFree, which waits for every stream
+  ASSERT_CU(driver_.cuMemFree_v2(kept));
+  memory_->ForgetExternal(kept);
 }
 
 // A driver allocation freed in stream order whose free has run gives its

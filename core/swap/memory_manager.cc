@@ -228,10 +228,128 @@ void MemoryManager::Charge(Device& dev, uint64_t bytes) {
   stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, dev.used);
 }
 
-MemoryManager::Buffer* MemoryManager::ById(uint64_t id) {
+MemoryManager::Buffer* MemoryManager::ById(uint64_t id) const {
   if (id == 0 || id >= kUntrackedKeys) return nullptr;  // never a registry id
   auto it = buffers_.find(id);
-  return it == buffers_.end() ? nullptr : it->second.get();
+  if (it != buffers_.end()) return it->second.get();
+  // An allocation made of pieces: its first piece not yet released.
+  if (groups_ == 0) return nullptr;
+  auto g = group_ids_.find(id);
+  if (g == group_ids_.end()) return nullptr;
+  for (Buffer* p : g->second->pieces) {
+    if (p != nullptr) return p;
+  }
+  return nullptr;
+}
+
+absl::Span<const uint64_t> MemoryManager::Expanded(absl::Span<const uint64_t> ids, Keys* out) {
+  if (groups_ == 0) return ids;
+  out->clear();
+  for (uint64_t id : ids) {
+    auto g = id < kPieceKeys ? group_ids_.find(id) : group_ids_.end();
+    if (g == group_ids_.end()) {
+      out->push_back(id);  // a whole buffer, or a piece named on its own
+      continue;
+    }
+    for (const Buffer* p : g->second->pieces) {
+      if (p != nullptr) out->push_back(p->key);
+    }
+  }
+  return *out;
+}
+
+bool MemoryManager::Narrow(uint64_t id, uint64_t offset, uint64_t bytes, Keys* ids,
+                           Keys* covered) const {
+  MutexLock lock(&mu_);
+  auto g = groups_ > 0 && id < kPieceKeys ? group_ids_.find(id) : group_ids_.end();
+  if (g == group_ids_.end()) return false;
+  const PieceGroup& group = *g->second;
+  const uint64_t end = offset + std::min(bytes, group.size - std::min(offset, group.size));
+  for (const Buffer* p : group.pieces) {
+    if (p == nullptr) continue;
+    const uint64_t from = p->base - group.base, to = from + p->size;
+    if (to <= offset || from >= end) continue;
+    ids->push_back(p->key);
+    if (covered != nullptr && from >= offset && to <= end) covered->push_back(p->key);
+  }
+  return true;
+}
+
+MemoryManager::Buffer& MemoryManager::Whole(Buffer& b) {
+  if (b.group == nullptr || b.group->pieces.front() == nullptr) return b;
+  return *b.group->pieces.front();
+}
+
+CUresult MemoryManager::MakePieces(Device& dev, Buffer& head,
+                                   std::vector<std::unique_ptr<Buffer>>* pieces) {
+  const uint64_t granule = dev.granularity;
+  auto group = std::make_shared<PieceGroup>();
+  group->base = head.base;
+  group->size = head.size;
+  group->reserved = head.reserved;
+  group->pieces.push_back(&head);
+  for (uint64_t at = granule; at < group->reserved; at += granule) {
+    auto p = std::make_unique<Buffer>();
+    p->vmm = true;
+    p->device = head.device;
+    p->context = head.context;
+    p->base = head.base + at;
+    p->size = std::min(granule, group->size - at);  // the last may be short
+    p->reserved = granule;
+    p->gpu_version = ++version_;
+    p->last_use = ++clock_;
+    group->pieces.push_back(p.get());
+    pieces->push_back(std::move(p));
+  }
+  head.size = granule;
+  head.reserved = granule;
+  head.va_reserved = false;  // the group's, freed with its last piece
+  // Known as pieces from here on (a piece born on the host is logged once
+  // the allocation has its id); live and va_reserved only once all exist.
+  for (Buffer* p : group->pieces) p->group = group;
+  // Each on the device where room can be made, else born on the host (as a
+  // whole buffer would be): the first pieces may fit where the rest do not.
+  CUresult r = CUDA_SUCCESS;
+  size_t made = 0;
+  for (; made < group->pieces.size(); ++made) {
+    Buffer& p = *group->pieces[made];
+    serve_fallback_ = true;
+    r = MapDevice(dev, p);
+    serve_fallback_ = false;
+    const bool stuck_here = !stuck_.empty() && stuck_.back().va == p.base;
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && p.device_chunks.empty() && !stuck_here) {
+      r = AllocateOnHost(dev, p);
+    }
+    if (r != CUDA_SUCCESS) break;
+  }
+  if (r == CUDA_SUCCESS) {
+    group->live = group->pieces.size();
+    group->va_reserved = true;
+    ++groups_;
+    return CUDA_SUCCESS;
+  }
+  // Undone: the pieces made so far let go of their memory, and the range
+  // is freed unless memory stays stuck mapped in it (address space lost).
+  bool range_free = stuck_.empty() || stuck_.back().va < group->base ||
+                    stuck_.back().va >= group->base + group->reserved;
+  for (size_t i = 0; i <= made && i < group->pieces.size(); ++i) {
+    Buffer& p = *group->pieces[i];
+    // Reused memory's zeroing may still be queued on the swap stream: the
+    // piece lets go of it only once that is done (else the memory stays
+    // mapped and charged, lost to the cap but never written unmapped).
+    if (WaitSwapUse(dev, p) != CUDA_SUCCESS) {
+      range_free = false;
+      continue;
+    }
+    range_free = ReleaseBuffer(dev, p) && range_free;
+  }
+  pieces->clear();
+  head.group = nullptr;
+  head.size = group->size;
+  head.reserved = group->reserved;
+  head.va_reserved = false;
+  if (range_free) (void)Failed(driver_->cuMemAddressFree(group->base, group->reserved));
+  return r;
 }
 
 CUresult MemoryManager::Failed(CUresult r) {
@@ -273,19 +391,23 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
   // created again for the next VMM buffer.
   const bool vmm_sized = dev.granularity != 0 && bytes >= dev.granularity / 2;
   if (vmm_sized) b->reserved = AlignUp(bytes, dev.granularity);
+  // Larger than a granule, where host memory can stand in at an address:
+  // made of pieces of a granule each (PieceGroup), resident in part.
+  const bool in_pieces =
+      vmm_sized && !over_cap && !stream_ordered && dev.host_vmm && b->reserved > dev.granularity;
   // A pending free of the same size serves first, before it is released
   // (which would unmap and free what a new reservation then maps again).
-  bool taken_over = vmm_sized && !over_cap && (TakeKept(dev, *b) || TakeOverGarbage(dev, *b));
+  const bool may_take = vmm_sized && !over_cap && !in_pieces;
+  bool taken_over = may_take && (TakeKept(dev, *b) || TakeOverGarbage(dev, *b));
   CollectGarbage();
   ReapOldMappings(dev, /*wait=*/false);
-  if (vmm_sized && !taken_over && !over_cap) {
-    taken_over = TakeKept(dev, *b) || TakeOverGarbage(dev, *b);
-  }
+  if (may_take && !taken_over) taken_over = TakeKept(dev, *b) || TakeOverGarbage(dev, *b);
   // With host-located VMM, a small one finding no room under the cap is
   // no refusal either: made a buffer of one granule, born on the host
   // (below), it is swapped in when a granule is free.
   const bool small_fallback = ServesSmallFromHost(dev, bytes);
   bool small_on_host = false;
+  std::vector<std::unique_ptr<Buffer>> pieces;  // after the first (in_pieces)
   if (!vmm_sized) {
     b->reserved = AlignUp(bytes, kSmallUnit);
     serve_fallback_ = small_fallback;
@@ -320,8 +442,13 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
       return r;
     }
     b->va_reserved = true;
+    if (in_pieces) {
+      if (CUresult r = MakePieces(dev, *b, &pieces); r != CUDA_SUCCESS) return r;
+    }
     serve_fallback_ = dev.host_vmm;  // no room is no refusal: born on the host
-    CUresult r = over_cap || small_on_host ? CUDA_ERROR_OUT_OF_MEMORY : MapDevice(dev, *b);
+    CUresult r = in_pieces                   ? CUDA_SUCCESS
+                 : over_cap || small_on_host ? CUDA_ERROR_OUT_OF_MEMORY
+                                             : MapDevice(dev, *b);
     serve_fallback_ = false;
     // No room for it on the device: born on the host, swapped out, its
     // (zeroed) host copy mapped at its address, served from there. (Not
@@ -350,10 +477,29 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
   b->id = register_id(b->base);
   b->key = b->id != 0 && b->id < kUntrackedKeys ? b->id : kUntrackedKeys + ++untracked_;
   if (b->key != b->id) b->id = 0;
+  if (PieceGroup* g = b->group.get()) {
+    // The allocation's id names the group; each piece has a key of its own.
+    g->id = b->id;
+    if (g->id != 0) group_ids_[g->id] = g;
+    b->id = b->key = kPieceKeys + ++pieces_made_;
+  }
   Buffer& added = *b;
   by_base_[added.base] = &added;
   buffers_[added.key] = std::move(b);
   Reindex(added);
+  for (std::unique_ptr<Buffer>& p : pieces) {
+    Buffer& piece = *p;
+    piece.serial = ++serial_;
+    piece.id = piece.key = kPieceKeys + ++pieces_made_;
+    by_base_[piece.base] = &piece;
+    buffers_[piece.key] = std::move(p);
+    Reindex(piece);
+  }
+  if (added.group != nullptr) {
+    for (const Buffer* p : added.group->pieces) {
+      if (!p->resident()) LogBornOnHost(dev, *p);
+    }
+  }
   if (stream_ordered) {
     added.stream_ordered = true;
     StreamOrderedUsage& u = dev.stream_ordered;
@@ -402,13 +548,12 @@ MemoryManager::Footprint MemoryManager::FootprintOf(absl::Span<const uint64_t> i
   Footprint f;
   absl::flat_hash_set<const Buffer*> seen;
   for (uint64_t id : ids) {
-    if (id == 0 || id >= kUntrackedKeys) continue;  // never a registry id
-    auto it = buffers_.find(id);
-    if (it == buffers_.end() || it->second->garbage) continue;
-    const Buffer& b = *it->second;
+    const Buffer* found = ById(id);
+    if (found == nullptr || found->garbage) continue;
+    const Buffer& b = *found;
     if (!seen.insert(&b).second) continue;
     if (seen.size() == 1) f.device = b.device;
-    f.bytes += b.reserved;
+    f.bytes += ViewOf(b).reserved;  // a group: every piece
     ++f.buffers;
   }
   if (f.device >= 0 && static_cast<size_t>(f.device) < devices_.size() && devices_[f.device]) {
@@ -420,28 +565,46 @@ MemoryManager::Footprint MemoryManager::FootprintOf(absl::Span<const uint64_t> i
 
 bool MemoryManager::Owns(CUdeviceptr base) const {
   MutexLock lock(&mu_);
-  return by_base_.count(base) != 0;
+  return Allocation(base) != nullptr;
 }
 
 CUresult MemoryManager::Free(CUdeviceptr base) {
   MutexLock lock(&mu_);
-  auto it = by_base_.find(base);
-  if (it == by_base_.end()) return CUDA_ERROR_INVALID_VALUE;
-  Buffer& b = *it->second;
-  if (b.garbage) return CUDA_ERROR_INVALID_VALUE;  // freed twice
-  Device& dev = DeviceState(b.device);
-  b.garbage = true;
-  if (b.stream_ordered) DeviceState(b.device).stream_ordered.used -= b.size;
-  if (planner_ != nullptr) planner_->OnFreed(b.id);
-  Reindex(b);  // out of the eviction order
-  // Released once its work completed (or a release the driver refused is
-  // retried), or its memory reused in stream order before then (S404).
-  if (b.pins > 0 || !Idle(b) || !ReleaseOrKeep(dev, b)) EnqueueGarbage(dev, b);
+  Buffer* b = Allocation(base);
+  if (b == nullptr || b->garbage) return CUDA_ERROR_INVALID_VALUE;  // or freed twice
+  Device& dev = DeviceState(b->device);
+  for (Buffer* p : PiecesOf(*b)) {
+    p->garbage = true;
+    if (p->stream_ordered) dev.stream_ordered.used -= p->size;
+    if (planner_ != nullptr) planner_->OnFreed(p->id);
+    Reindex(*p);  // out of the eviction order
+    // Released once its work completed (or a release the driver refused is
+    // retried), or its memory reused in stream order before then (S404).
+    if (p->pins > 0 || !Idle(*p) || !ReleaseOrKeep(dev, *p)) EnqueueGarbage(dev, *p);
+  }
   // Earlier frees whose work completed since: a program that never
   // synchronises holds only those still in flight.
   CollectGarbage(dev);
   ReapOldMappings(dev, /*wait=*/false);
   return CUDA_SUCCESS;
+}
+
+MemoryManager::Buffer* MemoryManager::Allocation(CUdeviceptr base) const {
+  auto it = by_base_.find(base);
+  if (it == by_base_.end()) return nullptr;
+  Buffer* b = it->second;
+  // A piece's own address is inside an allocation, not one of its own.
+  if (b->group != nullptr && b->group->base != base) return nullptr;
+  return b;
+}
+
+std::vector<MemoryManager::Buffer*> MemoryManager::PiecesOf(Buffer& b) {
+  if (b.group == nullptr) return {&b};
+  std::vector<Buffer*> pieces;
+  for (Buffer* p : b.group->pieces) {
+    if (p != nullptr) pieces.push_back(p);
+  }
+  return pieces;
 }
 
 CUresult MemoryManager::FreeAsync(CUdeviceptr base, CUstream stream,
@@ -455,23 +618,24 @@ CUresult MemoryManager::FreeAsync(CUdeviceptr base, CUstream stream,
     return r;
   }
   MutexLock lock(&mu_);
-  auto it = by_base_.find(base);
-  if (it == by_base_.end()) return CUDA_ERROR_INVALID_VALUE;
-  Buffer& b = *it->second;
-  if (b.garbage) return CUDA_ERROR_INVALID_VALUE;  // freed twice
+  Buffer* b = Allocation(base);
+  if (b == nullptr || b->garbage) return CUDA_ERROR_INVALID_VALUE;  // or freed twice
   forget();
-  // The free's place in `stream`: a use recorded there.
-  // A use that could not be recorded is not idle until a host wait for the
-  // stream (or the context) has observed it (WaitForUse): still stream order.
-  NoteUse(b.uses, stream, b.device);
-  b.garbage = true;
-  if (b.stream_ordered) DeviceState(b.device).stream_ordered.used -= b.size;
-  if (planner_ != nullptr) planner_->OnFreed(b.id);
-  Reindex(b);  // out of the eviction order
-  // Released once the stream passed the free, or reused in stream order
-  // before then (S404).
-  Device& dev = DeviceState(b.device);
-  if (b.pins > 0 || !Idle(b) || !ReleaseOrKeep(dev, b)) EnqueueGarbage(dev, b);
+  Device& dev = DeviceState(b->device);
+  for (Buffer* p : PiecesOf(*b)) {
+    // The free's place in `stream`: a use recorded there.
+    // A use that could not be recorded is not idle until a host wait for
+    // the stream (or the context) has observed it (WaitForUse): still
+    // stream order.
+    NoteUse(p->uses, stream, p->device);
+    p->garbage = true;
+    if (p->stream_ordered) dev.stream_ordered.used -= p->size;
+    if (planner_ != nullptr) planner_->OnFreed(p->id);
+    Reindex(*p);  // out of the eviction order
+    // Released once the stream passed the free, or reused in stream order
+    // before then (S404).
+    if (p->pins > 0 || !Idle(*p) || !ReleaseOrKeep(dev, *p)) EnqueueGarbage(dev, *p);
+  }
   CollectGarbage(dev);
   ReapOldMappings(dev, /*wait=*/false);
   return CUDA_SUCCESS;
@@ -489,7 +653,21 @@ std::optional<MemoryManager::BufferView> MemoryManager::Find(CUdeviceptr addr) c
   MutexLock lock(&mu_);
   const Buffer* b = Containing(addr);
   if (b == nullptr) return std::nullopt;
-  return BufferView{b->base, b->size, b->reserved, b->device, b->context, b->id, b->garbage};
+  return ViewOf(*b);
+}
+
+MemoryManager::BufferView MemoryManager::ViewOf(const Buffer& b) {
+  // A piece looks like the allocation it is part of.
+  if (const PieceGroup* g = b.group.get()) {
+    return BufferView{g->base, g->size, g->reserved, b.device, b.context, g->id, b.garbage};
+  }
+  return BufferView{b.base, b.size, b.reserved, b.device, b.context, b.id, b.garbage};
+}
+
+JsonLine& MemoryManager::Named(JsonLine& line, const Buffer& b) {
+  line.Uint("id", ViewOf(b).id);
+  if (b.group != nullptr) line.Uint("piece", b.base - b.group->base);
+  return line;
 }
 
 CUresult MemoryManager::CheckRange(uint64_t addr, uint64_t extent) const {
@@ -497,10 +675,9 @@ CUresult MemoryManager::CheckRange(uint64_t addr, uint64_t extent) const {
   MutexLock lock(&mu_);
   const Buffer* b = Containing(addr);
   if (b == nullptr) return CUDA_SUCCESS;  // not ours: the driver checks it
-  uint64_t offset = addr - b->base;
-  if (b->garbage || offset >= b->size || extent > b->size - offset) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
+  const BufferView v = ViewOf(*b);
+  uint64_t offset = addr - v.base;
+  if (v.freed || offset >= v.size || extent > v.size - offset) return CUDA_ERROR_INVALID_VALUE;
   return CUDA_SUCCESS;
 }
 
@@ -1014,9 +1191,7 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
     ++stats_.clean_drops;
     stats_.bytes_dropped += b.size;
   }
-  Log(JsonLine()
-          .Str("type", type)
-          .Uint("id", b.id)
+  Log(Named(JsonLine().Str("type", type), b)
           .Uint("bytes", b.size)
           .Int("device", dev.ordinal)
           .Finish());
@@ -1024,9 +1199,7 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
 }
 
 void MemoryManager::LogSwapIn(const Device& dev, const Buffer& b, bool copy) const {
-  Log(JsonLine()
-          .Str("type", "swap_in")
-          .Uint("id", b.id)
+  Log(Named(JsonLine().Str("type", "swap_in"), b)
           .Uint("bytes", b.size)
           .Bool("copy", copy)
           .Int("device", dev.ordinal)
@@ -1190,9 +1363,7 @@ bool MemoryManager::VerifiedClean(Device& dev, Buffer& b) {
   ++stats_.verify_mismatches;
   const char* mode = verifier_->mode() == VerifyMode::kHash ? "hash" : "copy";
   auto name = [](const char* kernel) { return kernel != nullptr ? kernel : "(none)"; };
-  Log(JsonLine()
-          .Str("type", "verify_mismatch")
-          .Uint("id", b.id)
+  Log(Named(JsonLine().Str("type", "verify_mismatch"), b)
           .Uint("bytes", b.size)
           .Int("device", dev.ordinal)
           .Str("mode", mode)
@@ -1211,21 +1382,26 @@ void MemoryManager::NoteKernel(absl::Span<const uint64_t> used, absl::Span<const
                                const char* kernel) {
   if (verifier_ == nullptr) return;
   MutexLock lock(&mu_);
-  for (uint64_t id : used) {
+  Keys used_x, written_x;
+  for (uint64_t id : Expanded(used, &used_x)) {
     if (Buffer* b = ById(id)) b->last_kernel = kernel;
   }
-  for (uint64_t id : written) {
+  for (uint64_t id : Expanded(written, &written_x)) {
     if (Buffer* b = ById(id)) b->last_writer = kernel;
   }
 }
 
 // --- Operations ---------------------------------------------------------------------
 
-CUresult MemoryManager::Prepare(absl::Span<const uint64_t> ids,
-                                absl::Span<const uint64_t> overwritten, CUstream stream,
+CUresult MemoryManager::Prepare(absl::Span<const uint64_t> named,
+                                absl::Span<const uint64_t> named_overwritten, CUstream stream,
                                 const Operation* note) {
   if (note != nullptr) *note->ticket = OpTicket{};
   MutexLock lock(&mu_);
+  // A group's pieces, each in place of its id, from here on.
+  Keys ids_x, overwritten_x, written_x;
+  const absl::Span<const uint64_t> ids = Expanded(named, &ids_x);
+  const absl::Span<const uint64_t> overwritten = Expanded(named_overwritten, &overwritten_x);
   // The planner first: each buffer's next use after this operation decides
   // whether a swapped-out one is worth bringing in (ServesRatherThanFetches).
   // Kept here (inline), not in the planner's scratch, which other threads'
@@ -1235,8 +1411,8 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> ids,
   absl::InlinedVector<uint64_t, 16> next_after;
   if (note != nullptr && Plans()) {
     next_after.assign(ids.size(), EvictionCandidate::kNoNextUse);
-    predicted = PredictLocked(note->key, ids, note->written, note->marker, &noted,
-                              absl::MakeSpan(next_after));
+    predicted = PredictLocked(note->key, ids, Expanded(note->written, &written_x), note->marker,
+                              &noted, absl::MakeSpan(next_after));
     if (!predicted) next_after.clear();
   }
   absl::Duration waited;
@@ -1268,13 +1444,16 @@ CUresult MemoryManager::AllocateOnHost(Device& dev, Buffer& b) {
   }
   b.location = Location::kCpuOnly;
   b.host_version = b.gpu_version;
-  Log(JsonLine()
-          .Str("type", "alloc_host")
-          .Uint("bytes", b.size)
-          .Int("device", dev.ordinal)
-          .Uint("cap", dev.cap)
-          .Finish());
+  // A piece is logged once its allocation has its id (LogBornOnHost).
+  if (b.group == nullptr) LogBornOnHost(dev, b);
   return CUDA_SUCCESS;
+}
+
+void MemoryManager::LogBornOnHost(const Device& dev, const Buffer& b) const {
+  JsonLine line;
+  line.Str("type", "alloc_host");
+  if (b.group != nullptr) Named(line, b);
+  Log(line.Uint("bytes", b.size).Int("device", dev.ordinal).Uint("cap", dev.cap).Finish());
 }
 
 bool MemoryManager::ReleaseOrKeep(Device& dev, Buffer& b) {
@@ -1342,9 +1521,7 @@ void MemoryManager::CountServed(Device& dev, Buffer& b, bool by_choice) {
   ++stats_.served_from_host;
   stats_.bytes_served_from_host += b.size;
   if (by_choice) ++stats_.served_by_choice;
-  Log(JsonLine()
-          .Str("type", "serve_host")
-          .Uint("id", b.id)
+  Log(Named(JsonLine().Str("type", "serve_host"), b)
           .Uint("bytes", b.size)
           .Int("device", dev.ordinal)
           .Bool("by_choice", by_choice)
@@ -1448,9 +1625,15 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
   return CUDA_SUCCESS;
 }
 
-void MemoryManager::Finish(absl::Span<const uint64_t> ids, absl::Span<const uint64_t> written,
-                           CUstream stream, bool submitted) {
+void MemoryManager::Finish(absl::Span<const uint64_t> named,
+                           absl::Span<const uint64_t> named_written, CUstream stream,
+                           bool submitted) {
   MutexLock lock(&mu_);
+  // A write through any pointer into a group may reach any of its pieces:
+  // each is versioned (a clean drop never loses it).
+  Keys ids_x, written_x;
+  const absl::Span<const uint64_t> ids = Expanded(named, &ids_x);
+  const absl::Span<const uint64_t> written = Expanded(named_written, &written_x);
   // Each buffer looked up once (inline: no allocation per launch), unless a
   // restore ran, which may release garbage buffers: then by id again.
   absl::InlinedVector<Buffer*, 16> held;
@@ -1590,7 +1773,11 @@ CUresult MemoryManager::Prefetch(uint64_t id) {
   MutexLock lock(&mu_);
   Buffer* b = ById(id);
   if (b == nullptr) return CUDA_ERROR_NOT_FOUND;
-  return PrefetchLocked(*b);
+  CUresult result = CUDA_SUCCESS;
+  for (Buffer* p : PiecesOf(*b)) {
+    if (CUresult r = PrefetchLocked(*p); result == CUDA_SUCCESS) result = r;
+  }
+  return result;
 }
 
 CUresult MemoryManager::PrefetchLocked(Buffer& b) {
@@ -1611,7 +1798,11 @@ CUresult MemoryManager::EvictAsync(uint64_t id) {
   MutexLock lock(&mu_);
   Buffer* b = ById(id);
   if (b == nullptr) return CUDA_ERROR_NOT_FOUND;
-  return EvictAsyncLocked(*b);
+  CUresult result = CUDA_SUCCESS;
+  for (Buffer* p : PiecesOf(*b)) {
+    if (CUresult r = EvictAsyncLocked(*p); result == CUDA_SUCCESS) result = r;
+  }
+  return result;
 }
 
 CUresult MemoryManager::EvictAsyncLocked(Buffer& b) {
@@ -1674,7 +1865,9 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
   // launch pays no second lock.
   if (!Plans()) return;
   MutexLock lock(&mu_);
-  NoteOperationLocked(key, ids, written, marker, stream, ticket);
+  Keys ids_x, written_x;
+  NoteOperationLocked(key, Expanded(ids, &ids_x), Expanded(written, &written_x), marker, stream,
+                      ticket);
 }
 
 void MemoryManager::NoteOperationLocked(uint64_t key, absl::Span<const uint64_t> ids,
@@ -1809,10 +2002,10 @@ bool MemoryManager::Readable(const Buffer& b) { return b.resident() || b.host_at
 bool MemoryManager::HostVmm(int device) { return DeviceState(device).host_vmm; }
 
 bool MemoryManager::IsSwappable(const Buffer& b, int device) {
-  return b.vmm && !b.garbage && b.id != 0 && b.device == device;
+  return b.vmm && !b.garbage && ViewOf(b).id != 0 && b.device == device;
 }
 
-uint64_t MemoryManager::BufferId(const Buffer& b) { return b.id; }
+uint64_t MemoryManager::BufferId(const Buffer& b) { return ViewOf(b).id; }
 
 MemoryManager::Usage MemoryManager::SettledUsage(int device) {
   CollectGarbage();

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
 #include "absl/types/span.h"
 #include "core/base/config.h"
@@ -234,6 +235,16 @@ class MemoryManager {
   // recorded there is observed complete (a room-making allocation waits for
   // it before it evicts anything).
   void ForgetExternalAsync(CUdeviceptr base, CUstream stream) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // An operation of exact extent (a linear copy or memset) reaching
+  // [offset, offset + bytes) of allocation `id`: where that allocation is
+  // made of pieces, appends the keys of the pieces the range reaches to
+  // `*ids` (what Prepare and Finish then take in place of `id`), and of
+  // those the ones it covers whole to `*covered` (if given), and returns
+  // true; else false, and the caller names `id` itself.
+  using Keys = absl::InlinedVector<uint64_t, 16>;
+  bool Narrow(uint64_t id, uint64_t offset, uint64_t bytes, Keys* ids, Keys* covered) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- Exact sizes: a buffer looks like the cuMemAlloc allocation asked for.
   // What the program sees of one VMM-backed buffer, resident or swapped out.
@@ -431,8 +442,12 @@ class MemoryManager {
     // Buffers swapped out behind in-flight work get their host copy mapped
     // once their copy is done: wait for that rather than list them all.
     if (!all) SettleOldMappings(ordinal);
+    uint64_t last = 0;  // a group's pieces are neighbours: its id once
     for (const auto& [base, b] : by_base_) {
-      if (IsSwappable(*b, ordinal) && (all || !Readable(*b))) ids->push_back(BufferId(*b));
+      if (IsSwappable(*b, ordinal) && (all || !Readable(*b)) && BufferId(*b) != last) {
+        last = BufferId(*b);
+        ids->push_back(last);
+      }
     }
   }
 
@@ -478,6 +493,7 @@ class MemoryManager {
  private:
   struct Buffer;
   struct Device;
+  struct PieceGroup;
   using Use = StreamUse;
 
   MemoryManager(const Config& config, const Driver* driver, LogSink log,
@@ -486,9 +502,44 @@ class MemoryManager {
   // --- State and bookkeeping (memory_manager.cc).
   Device& DeviceState(int ordinal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Charge(Device& dev, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Buffer* ById(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The VMM buffer whose reserved range contains addr, or null.
+  Buffer* ById(uint64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The manager's buffers behind the program's ids, as the decisions take
+  // them: every piece of a group in place of the group's id (in `*out`,
+  // inline, so a launch allocates nothing); `ids` itself when no group
+  // exists.
+  absl::Span<const uint64_t> Expanded(absl::Span<const uint64_t> ids, Keys* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The allocation `b` is part of: its group's first piece, or itself.
+  static Buffer& Whole(Buffer& b);
+  // Maps each piece of `head`'s range (reserved, at head.base): on the
+  // device where room can be made, else born on the host. On failure every
+  // piece made is released and the head left as it was.
+  CUresult MakePieces(Device& dev, Buffer& head, std::vector<std::unique_ptr<Buffer>>* pieces)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Calls f for each buffer [offset, offset + bytes) of `b`'s allocation
+  // reaches (b itself, or pieces of its group), with the part inside it and
+  // where that part starts in the range.
+  static void ForEachPart(
+      Buffer& b, uint64_t offset, uint64_t bytes,
+      absl::FunctionRef<void(Buffer& piece, uint64_t offset, uint64_t bytes, uint64_t at)> f);
+  // Swapped out with a host copy that holds its data now (no swap-out copy
+  // into it in flight): a host read is served from there.
+  bool HostCopyCurrent(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ReadBack of one buffer (a whole one, or a piece).
+  CUresult ReadBackLocked(Buffer& b, uint64_t offset, void* dst, uint64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The VMM buffer (or piece) whose reserved range contains addr, or null.
   Buffer* Containing(uint64_t addr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The allocation at `base` (a group's first piece), or null.
+  Buffer* Allocation(CUdeviceptr base) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The buffers `b`'s allocation is made of: its group's pieces not yet
+  // released, or `b` alone.
+  static std::vector<Buffer*> PiecesOf(Buffer& b);
+  // What the program sees of the allocation `b` is (part of).
+  static BufferView ViewOf(const Buffer& b);
+  // `b` in a log record: the allocation's id and, for a piece, its offset
+  // in the allocation ("piece").
+  static JsonLine& Named(JsonLine& line, const Buffer& b);
   static bool IsSwappable(const Buffer& b, int device);
   bool HostVmm(int device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Resident, or swapped out with its host copy mapped at its address.
@@ -570,6 +621,8 @@ class MemoryManager {
   // A new VMM buffer with no room on the device (host-located VMM only):
   // swapped out from birth, a zeroed host copy mapped at its address.
   CUresult AllocateOnHost(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Its `alloc_host` record (a piece's names the allocation and the piece).
+  void LogBornOnHost(const Device& dev, const Buffer& b) const;
   // Waits (releasing the lock) until a pin is dropped, a few milliseconds
   // at most; false once `*waited` reached the bound.
   bool WaitForUnpin(absl::Duration* waited) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -842,6 +895,8 @@ class MemoryManager {
   uint64_t QueuedExternalBytes(int device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes `b` resident and never evicted again (PinExported).
   CUresult PinLocked(Buffer& b, const char* api) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // PinLocked of every piece of the allocation `b` is (part of).
+  CUresult PinAllocation(Buffer& b, const char* api) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the charge of an app handle once nothing keeps its memory alive.
   void MaybeUnchargeApp(CUmemGenericAllocationHandle handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -860,6 +915,13 @@ class MemoryManager {
   // ones by keys from kUntrackedKeys up, which no registry id reaches), and
   // the same buffers by base address, for lookups of an address.
   static constexpr uint64_t kUntrackedKeys = uint64_t{1} << 63;
+  // Keys of a group's pieces, below kUntrackedKeys (so ById finds them)
+  // and above any registry id.
+  static constexpr uint64_t kPieceKeys = uint64_t{1} << 62;
+  uint64_t pieces_made_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t groups_ ABSL_GUARDED_BY(mu_) = 0;  // with a piece not yet released
+  // Those groups by the registry's id of their allocation.
+  absl::flat_hash_map<uint64_t, PieceGroup*> group_ids_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::unique_ptr<Buffer>> buffers_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, Buffer*> by_base_ ABSL_GUARDED_BY(mu_);
   uint64_t untracked_ ABSL_GUARDED_BY(mu_) = 0;

@@ -190,18 +190,19 @@ CUresult MemoryManager::PinLocked(Buffer& b, const char* api) {
       if (SameStream(v, copy) && v.seq == copy.seq) v.done = true;
     }
   }
-  if (first) {
+  // Said once per allocation (a group's first piece).
+  if (first && &Whole(b) == &b) {
     Log(JsonLine()
             .Str("type", "pin")
             .Str("api", api)
-            .Uint("id", b.id)
-            .Uint("bytes", b.size)
+            .Uint("id", ViewOf(b).id)
+            .Uint("bytes", ViewOf(b).size)
             .Int("device", b.device)
             .Finish());
     Say(LogLevel::kWarn, "pin",
         absl::StrFormat("buffer %u (%u bytes at 0x%x) stays on the device for good: %s hands its "
                         "memory out of stensor's control",
-                        b.id, b.size, b.base, api));
+                        ViewOf(b).id, ViewOf(b).size, ViewOf(b).base, api));
   }
   return CUDA_SUCCESS;
 }
@@ -210,8 +211,17 @@ bool MemoryManager::PinExported(CUdeviceptr addr, const char* api, CUresult* res
   MutexLock lock(&mu_);
   Buffer* b = Containing(addr);
   if (b == nullptr || b->garbage) return false;
-  *result = PinLocked(*b, api);
+  *result = PinAllocation(*b, api);
   return true;
+}
+
+CUresult MemoryManager::PinAllocation(Buffer& b, const char* api) {
+  // The handle maps the whole allocation: every piece stays.
+  CUresult result = CUDA_SUCCESS;
+  for (Buffer* p : PiecesOf(Whole(b))) {
+    if (CUresult r = PinLocked(*p, api); result == CUDA_SUCCESS) result = r;
+  }
+  return result;
 }
 
 bool MemoryManager::PinExportedHandle(CUmemGenericAllocationHandle handle, const char* api) {
@@ -223,7 +233,7 @@ bool MemoryManager::PinExportedHandle(CUmemGenericAllocationHandle handle, const
                     [&](const PhysicalChunk& c) { return c.handle == handle; })) {
       // Resident already; a failure (a stale device copy not restored) is
       // still a pin, retried by the next pinning call.
-      (void)PinLocked(*b, api);
+      (void)PinAllocation(*b, api);
       return true;
     }
   }

@@ -6,12 +6,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
@@ -136,26 +138,62 @@ bool MemoryManager::FreeSpareHostCopies() {
 
 // --- Host reads of a buffer ------------------------------------------------------
 
+void MemoryManager::ForEachPart(
+    Buffer& b, uint64_t offset, uint64_t bytes,
+    absl::FunctionRef<void(Buffer& piece, uint64_t offset, uint64_t bytes, uint64_t at)> f) {
+  if (b.group == nullptr) {
+    f(b, offset, bytes, 0);
+    return;
+  }
+  const uint64_t end = offset + bytes;
+  for (Buffer* p : b.group->pieces) {
+    if (p == nullptr) continue;
+    const uint64_t from = p->base - b.group->base;
+    const uint64_t to = from + p->size;
+    if (to <= offset || from >= end) continue;
+    const uint64_t start = std::max(from, offset);
+    f(*p, start - from, std::min(to, end) - start, start - offset);
+  }
+}
+
 bool MemoryManager::ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst, uint64_t bytes) {
   MutexLock lock(&mu_);
   Buffer* b = ById(id);
-  if (b == nullptr || !b->vmm || b->resident() || !b->host.exists() || offset > b->size ||
-      bytes > b->size - offset) {
-    return false;
+  if (b == nullptr || !b->vmm) return false;
+  const BufferView v = ViewOf(*b);
+  if (offset > v.size || bytes > v.size - offset) return false;
+  // Every piece the range reaches must be served from its host copy.
+  struct Part {
+    Buffer* piece;
+    uint64_t offset, bytes, at;
+  };
+  absl::InlinedVector<Part, 4> parts;
+  ForEachPart(*b, offset, bytes, [&](Buffer& p, uint64_t from, uint64_t n, uint64_t at) {
+    parts.push_back(Part{&p, from, n, at});
+  });
+  for (const Part& part : parts) {
+    if (!HostCopyCurrent(*part.piece)) return false;
   }
-  Device& dev = DeviceState(b->device);
-  for (Use& u : b->uses) {
-    // Its swap-out copy is still in flight: not served from the host copy.
-    if (dev.swap_stream != nullptr && u.stream == dev.swap_stream && !Observed(u)) {
-      return false;
-    }
+  for (const Part& part : parts) {
+    const Buffer& p = *part.piece;
+    char* to = static_cast<char*>(dst) + part.at;
+    CUresult r = p.host.handle() != 0
+                     ? Failed(driver_->cuMemcpyDtoH_v2(to, p.host.va() + part.offset, part.bytes))
+                     : (std::memcpy(to, static_cast<char*>(p.host.ptr()) + part.offset, part.bytes),
+                        CUDA_SUCCESS);
+    if (r != CUDA_SUCCESS) return false;
   }
-  CUresult r =
-      b->host.handle() != 0
-          ? Failed(driver_->cuMemcpyDtoH_v2(dst, b->host.va() + offset, bytes))
-          : (std::memcpy(dst, static_cast<char*>(b->host.ptr()) + offset, bytes), CUDA_SUCCESS);
-  if (r != CUDA_SUCCESS) return false;
   ++stats_.reads_served_from_host;
+  return true;
+}
+
+bool MemoryManager::HostCopyCurrent(Buffer& b) {
+  if (b.resident() || !b.host.exists()) return false;
+  Device& dev = DeviceState(b.device);
+  for (Use& u : b.uses) {
+    // Its swap-out copy is still in flight: not served from the host copy.
+    if (dev.swap_stream != nullptr && u.stream == dev.swap_stream && !Observed(u)) return false;
+  }
   return true;
 }
 
@@ -163,7 +201,30 @@ CUresult MemoryManager::ReadBack(uint64_t id, uint64_t offset, void* dst, uint64
   MutexLock lock(&mu_);
   Buffer* b = ById(id);
   if (b == nullptr) return CUDA_ERROR_NOT_FOUND;
-  if (offset > b->size || bytes > b->size - offset) return CUDA_ERROR_INVALID_VALUE;
+  const BufferView v = ViewOf(*b);
+  if (offset > v.size || bytes > v.size - offset) return CUDA_ERROR_INVALID_VALUE;
+  // Piece by piece, each looked up again by key: the lock is let go while
+  // one copies.
+  struct Part {
+    uint64_t key, offset, bytes, at;
+  };
+  absl::InlinedVector<Part, 4> parts;
+  ForEachPart(*b, offset, bytes, [&](Buffer& p, uint64_t from, uint64_t n, uint64_t at) {
+    parts.push_back(Part{p.key, from, n, at});
+  });
+  for (const Part& part : parts) {
+    Buffer* p = ById(part.key);
+    if (p == nullptr) return CUDA_ERROR_NOT_FOUND;
+    if (CUresult r = ReadBackLocked(*p, part.offset, static_cast<char*>(dst) + part.at, part.bytes);
+        r != CUDA_SUCCESS) {
+      return r;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult MemoryManager::ReadBackLocked(Buffer& piece, uint64_t offset, void* dst, uint64_t bytes) {
+  Buffer* b = &piece;
   if (!b->resident() || b->stale_device) {
     // The host copy holds the data once the swap-out's copy into it is done.
     if (CUresult r = WaitSwapUse(DeviceState(b->device), *b); r != CUDA_SUCCESS) return r;

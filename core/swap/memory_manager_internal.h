@@ -15,6 +15,7 @@
 #include <deque>
 #include <list>
 #include <map>
+#include <memory>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -45,9 +46,32 @@ inline double Seconds(std::chrono::steady_clock::duration d) {
 
 }  // namespace memory_manager_internal
 
+// An allocation larger than a granule, where the device maps host memory:
+// one VA range made of pieces of one granule each, every piece a Buffer of
+// its own (resident, swapped out or served on its own), so that what does
+// not fit of a large allocation (a caching allocator's segment, a big
+// tensor) stays in host memory at its address while the rest is on the
+// device. An operation naming the allocation names every piece: each is
+// pinned and, when written, versioned, so no piece a kernel may reach is
+// moved under it and no write is lost.
+struct MemoryManager::PieceGroup {
+  uint64_t id = 0;  // the registry's, 0 when untracked
+  CUdeviceptr base = 0;
+  uint64_t size = 0;      // as the application asked
+  uint64_t reserved = 0;  // the VA range, every piece's granules
+  // In address order; null once released.
+  std::vector<Buffer*> pieces;
+  size_t live = 0;           // pieces not yet released
+  bool va_reserved = false;  // freed with the last piece
+};
+
 struct MemoryManager::Buffer {
   uint64_t id = 0;   // the registry's; 0 when the registry could not track it
   uint64_t key = 0;  // in buffers_: the id, or an internal key when untracked
+  // A piece of a larger allocation (PieceGroup), null for a whole one. A
+  // piece's id and key are its own (from kPieceKeys up), which the planner
+  // and the policy see as ids; the registry's id names the group.
+  std::shared_ptr<PieceGroup> group;
   CUdeviceptr base = 0;
   uint64_t size = 0;      // as the application asked
   uint64_t reserved = 0;  // VA and physical size (granules), or the charge

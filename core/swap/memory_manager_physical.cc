@@ -317,10 +317,10 @@ void MemoryManager::LogHostUnmapped(const Buffer& b) const {
       absl::StrCat("the host copy of buffer ", b.id,
                    " could not be mapped at its address while it is swapped out: a kernel "
                    "reaching it through a pointer stensor cannot see would fault"));
-  Log(JsonLine()
-          .Str("type", "limitation")
-          .Str("what", "the host copy could not be mapped at a swapped-out buffer's address")
-          .Uint("id", b.id)
+  Log(Named(JsonLine()
+                .Str("type", "limitation")
+                .Str("what", "the host copy could not be mapped at a swapped-out buffer's address"),
+            b)
           .Finish());
 }
 
@@ -411,6 +411,11 @@ bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
       if (Failed(driver_->cuMemAddressFree(b.base, b.reserved)) != CUDA_SUCCESS) return false;
       b.va_reserved = false;
     }
+    // A piece: the allocation's range goes with the last of them.
+    if (PieceGroup* g = b.group.get(); g != nullptr && g->live == 1 && g->va_reserved) {
+      if (Failed(driver_->cuMemAddressFree(g->base, g->reserved)) != CUDA_SUCCESS) return false;
+      g->va_reserved = false;
+    }
     if (!ReleaseHostCopy(dev, b)) return false;
   }
   // A failed destroy leaks one event; nothing depends on it any more.
@@ -421,6 +426,15 @@ bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
   DequeueGarbage(dev, b);
   const uint64_t key = b.key;
   if (b.stream_ordered) dev.stream_ordered.reserved -= b.reserved;
+  if (PieceGroup* g = b.group.get()) {
+    std::replace(g->pieces.begin(), g->pieces.end(), &b, static_cast<Buffer*>(nullptr));
+    if (g->live > 0 && --g->live == 0) {
+      --groups_;
+      if (auto it = group_ids_.find(g->id); it != group_ids_.end() && it->second == g) {
+        group_ids_.erase(it);
+      }
+    }
+  }
   by_base_.erase(b.base);
   buffers_.erase(key);  // destroys b
   return true;

@@ -98,18 +98,29 @@ CUresult MemoryManager::WaitForWriters(uint64_t id) {
   Buffer* b = ById(id);
   // Small buffers (not VMM) record no uses: nothing to tell their writers.
   if (b == nullptr || b->garbage || !b->vmm) return CUDA_ERROR_NOT_FOUND;
-  Device& dev = DeviceState(b->device);
-  if (dev.unknown_submitting > 0) return CUDA_ERROR_NOT_READY;
-  std::vector<Use> pending;  // copies: others may grow the lists meanwhile
-  for (Use& u : b->uses) {
-    if (!Observed(u)) pending.push_back(u);
+  // A write may have reached any piece of a group: each one's writers, by
+  // key, since the lock is let go while waiting.
+  std::vector<uint64_t> keys;
+  for (const Buffer* p : PiecesOf(*b)) keys.push_back(p->key);
+  for (uint64_t key : keys) {
+    Buffer* p = ById(key);
+    if (p == nullptr || p->garbage) continue;
+    Device& dev = DeviceState(p->device);
+    if (dev.unknown_submitting > 0) return CUDA_ERROR_NOT_READY;
+    std::vector<Use> pending;  // copies: others may grow the lists meanwhile
+    for (Use& u : p->uses) {
+      if (!Observed(u)) pending.push_back(u);
+    }
+    for (Use& u : dev.unknown) {
+      if (!Observed(u)) pending.push_back(u);
+    }
+    if (pending.empty()) continue;
+    // Without the lock: the work may wait on another thread's next launch.
+    if (CUresult r = WaitUnlocked(*p, pending, /*on_their_streams=*/false); r != CUDA_SUCCESS) {
+      return r;
+    }
   }
-  for (Use& u : dev.unknown) {
-    if (!Observed(u)) pending.push_back(u);
-  }
-  if (pending.empty()) return CUDA_SUCCESS;
-  // Without the lock: the work may wait on another thread's next launch.
-  return WaitUnlocked(*b, pending, /*on_their_streams=*/false);
+  return CUDA_SUCCESS;
 }
 
 CUresult MemoryManager::WaitUnlocked(Buffer& b, const std::vector<Use>& uses,
@@ -206,9 +217,7 @@ CUresult MemoryManager::WaitIdle(Buffer& b, bool own_uses) {
   bool unknown =
       std::any_of(pending.begin(), pending.end(), [](const Pending& p) { return p.unknown; });
   (unknown ? stats_.wait_unknown_seconds : stats_.wait_program_seconds) += waited;
-  Log(JsonLine()
-          .Str("type", own_uses ? "evict_wait" : "unknown_wait")
-          .Uint("id", b.id)
+  Log(Named(JsonLine().Str("type", own_uses ? "evict_wait" : "unknown_wait"), b)
           .Double("seconds", waited)
           .Finish());
   return result;
@@ -247,10 +256,7 @@ CUresult MemoryManager::WaitSwapUse(Device& dev, Buffer& b) {
   double waited = Seconds(std::chrono::steady_clock::now() - start);
   stats_.host_wait_seconds += waited;
   stats_.wait_swap_seconds += waited;
-  Log(JsonLine()
-          .Str("type", "swap_wait")
-          .Str("what", "buffer")
-          .Uint("id", b.id)
+  Log(Named(JsonLine().Str("type", "swap_wait").Str("what", "buffer"), b)
           .Double("seconds", waited)
           .Finish());
   if (Failed(r) != CUDA_SUCCESS) return r;

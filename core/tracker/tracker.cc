@@ -917,17 +917,31 @@ CUresult Tracker::BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes, Stre
       return CUDA_SUCCESS;
     }
   }
-  uint64_t ids[2] = {scope->dst_id, scope->src_id};
-  bool whole = linear && d && dst == d->base && bytes == d->size && scope->src_id != scope->dst_id;
-  uint64_t overwritten[1] = {scope->dst_id};
+  // A linear copy or memset reaches exactly its ranges: of an allocation
+  // made of pieces, only the pieces there are held and written, and those
+  // it covers whole come back without a copy.
+  MemoryManager::Keys overwritten;
+  if (d && !(linear && memory_->Narrow(d->id, dst - d->base, bytes, &scope->ids, &overwritten))) {
+    scope->ids.push_back(d->id);
+    if (linear && dst == d->base && bytes == d->size) overwritten.push_back(d->id);
+  }
+  scope->written = scope->ids;
+  const size_t sources = scope->ids.size();
+  if (s && !(linear && memory_->Narrow(s->id, src - s->base, bytes, &scope->ids, nullptr))) {
+    scope->ids.push_back(s->id);
+  }
+  // What it also reads is not overwritten whole.
+  for (size_t i = sources; i < scope->ids.size(); ++i) {
+    overwritten.erase(std::remove(overwritten.begin(), overwritten.end(), scope->ids[i]),
+                      overwritten.end());
+  }
   // Noted with its Prepare, as a launch is: the planner's next uses decide
   // whether a swapped-out buffer is brought in for it or served.
   MemoryManager::Operation op;
   op.key = TransferKey(bytes, to_host, src == 0);
-  op.written = absl::MakeSpan(overwritten, 1);
+  op.written = scope->written;
   op.ticket = &scope->op;
-  return memory_->Prepare(absl::MakeSpan(ids, 2), absl::MakeSpan(overwritten, whole ? 1 : 0),
-                          Handle(stream), &op);
+  return memory_->Prepare(scope->ids, overwritten, Handle(stream), &op);
 }
 
 void Tracker::EndTransfer(const TransferScope& scope, StreamRef stream, bool submitted) {
@@ -938,8 +952,7 @@ void Tracker::EndTransfer(const TransferScope& scope, StreamRef stream, bool sub
     if (scope.side != nullptr) memory_->Finish(absl::MakeSpan(ids, 2), {}, scope.side, false);
     return;
   }
-  uint64_t written[1] = {scope.dst_id};
-  memory_->Finish(absl::MakeSpan(ids, 2), absl::MakeSpan(written, 1), Handle(stream), submitted);
+  memory_->Finish(scope.ids, scope.written, Handle(stream), submitted);
   memory_->EndOperation(scope.op, Handle(stream), submitted);
 }
 

@@ -45,6 +45,11 @@ struct StreamRef {
 struct TransferScope {
   uint64_t dst_id = 0;
   uint64_t src_id = 0;
+  // What the memory manager holds for it and what it writes: the two ids,
+  // or of an allocation made of pieces the pieces a linear copy or memset
+  // reaches (MemoryManager::Narrow).
+  MemoryManager::Keys ids;
+  MemoryManager::Keys written;
   bool served = false;    // done without the driver (read from a host copy)
   bool captured = false;  // pushed into a capturing stream: recorded, not run
   // For a captured one: stensor's own stream on which its buffers were
