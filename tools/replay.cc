@@ -212,7 +212,7 @@ class Simulator {
     b.resident = false;
     b.location = Location::kCpuOnly;
     used_ -= b.info->charge;
-    planner_->OnEvicted(b.info->id);
+    TellPlanner(b);
     fetched_.erase(b.info->id);  // evicted before its use
     Reindex(b);
   }
@@ -317,6 +317,7 @@ class Simulator {
         b.info = b.own_info.get();
       }
       AllocateOnHost(b);
+      if (b.info->group != 0) TellPlanner(b);  // as the manager's Reindex at registration
       return absl::OkStatus();
     }
     Charge(b.info->charge);
@@ -330,9 +331,59 @@ class Simulator {
     SimBuffer& b = State(op.buffer);
     if (b.resident) used_ -= b.info->charge;
     Unindex(b);
+    const uint64_t group = b.info->group;
     state_.erase(op.buffer);
     fetched_.erase(op.buffer);
-    planner_->OnFreed(op.buffer);
+    if (group == 0) {
+      planner_->OnFreed(op.buffer);
+    } else if (trace_.groups.at(group).front() == op.buffer) {
+      planner_->OnFreed(group);  // once, at its first piece's
+      group_told_.erase(group);
+    }
+  }
+
+  // As MemoryManager::Reindex tells the planner of a residency change: a
+  // piece's allocation is resident while every piece of it is.
+  void TellPlanner(const SimBuffer& b) {
+    const uint64_t group = b.info->group;
+    if (group == 0) {
+      if (b.resident) {
+        planner_->OnResident(b.info->id);
+      } else {
+        planner_->OnEvicted(b.info->id);
+      }
+      return;
+    }
+    bool resident = true;
+    for (uint64_t id : trace_.groups.at(group)) {
+      auto it = state_.find(id);
+      if (it != state_.end() && it->second.live && !it->second.resident) resident = false;
+    }
+    auto [told, first] = group_told_.try_emplace(group, true);
+    if (told->second == resident) return;
+    told->second = resident;
+    if (resident) {
+      planner_->OnResident(group);
+    } else {
+      planner_->OnEvicted(group);
+    }
+  }
+
+  // What the planner's `id` names: an allocation's live pieces, or the
+  // buffer itself.
+  std::vector<SimBuffer*> PlannedAs(uint64_t id) {
+    std::vector<SimBuffer*> out;
+    auto g = trace_.groups.find(id);
+    if (g == trace_.groups.end()) {
+      auto it = state_.find(id);
+      if (it != state_.end()) out.push_back(&it->second);
+      return out;
+    }
+    for (uint64_t piece : g->second) {
+      auto it = state_.find(piece);
+      if (it != state_.end()) out.push_back(&it->second);
+    }
+    return out;
   }
 
   // SwapIn of the manager: room first, then the copy unless nothing needs one.
@@ -362,7 +413,7 @@ class Simulator {
       ready_ = std::max(ready_, done);
     }
     b.location = Location::kCpuGpu;
-    planner_->OnResident(b.info->id);
+    TellPlanner(b);
     Reindex(b);
     return absl::OkStatus();
   }
@@ -375,27 +426,44 @@ class Simulator {
     predicted_ = true;
     next_after_.clear();
     if (op.key == 0) return;
+    // As MemoryManager::PredictLocked: an allocation's pieces are one
+    // touch, under its id, and each piece takes its next use.
     std::vector<BufferTouch> touches;
+    std::vector<size_t> touch(op.ids.size());
     const WriteSet writes(op);
     touches.reserve(op.ids.size());
-    for (uint64_t id : op.ids) {
-      touches.push_back(BufferTouch{id, State(id).info->charge, writes.Contains(id)});
+    for (size_t i = 0; i < op.ids.size(); ++i) {
+      const TraceBuffer& info = *State(op.ids[i]).info;
+      const uint64_t planned = info.group != 0 ? info.group : op.ids[i];
+      const uint64_t bytes =
+          info.group != 0 ? info.charge * trace_.groups.at(info.group).size() : info.charge;
+      const bool write = writes.Contains(op.ids[i]);
+      size_t t = 0;
+      while (t < touches.size() && touches[t].id != planned) ++t;
+      if (t == touches.size()) {
+        touches.push_back(BufferTouch{planned, bytes, write});
+      } else {
+        touches[t].write = touches[t].write || write;
+      }
+      touch[i] = t;
     }
+    std::vector<uint64_t> next_uses;
     std::vector<std::pair<uint64_t, uint64_t>> repredicted;
-    noted_time_ = planner_->Predict(op.key, touches, &next_after_, &repredicted);
+    noted_time_ = planner_->Predict(op.key, touches, &next_uses, &repredicted);
     noted_profiling_ = planner_->profiling();
+    next_after_.assign(op.ids.size(), EvictionCandidate::kNoNextUse);
     for (size_t i = 0; i < op.ids.size(); ++i) {
       SimBuffer& b = State(op.ids[i]);
-      if (options_.oracle) next_after_[i] = future_[op_][i];
+      next_after_[i] = options_.oracle ? future_[op_][i] : next_uses[touch[i]];
       b.next_use = next_after_[i];
       Reindex(b);
       if (!b.info->swappable) planner_->SetPinned(op.ids[i], true);
     }
     for (const auto& [id, next] : repredicted) {
       if (options_.oracle) break;
-      if (auto it = state_.find(id); it != state_.end()) {
-        it->second.next_use = next;
-        Reindex(it->second);
+      for (SimBuffer* b : PlannedAs(id)) {
+        b->next_use = next;
+        Reindex(*b);
       }
     }
   }
@@ -417,27 +485,52 @@ class Simulator {
     const uint64_t free_bytes = used_ < options_.cap ? options_.cap - used_ : 0;
     // The planner models the link's queue itself, as in the library (not
     // this replay's copy engines), so both make the same choices.
+    // As MemoryManager::ApplyNotedLocked: an allocation in pieces the
+    // planner evicts gives the next fetch only the pieces its room needs;
+    // after the last fetch, whole.
+    std::vector<SimBuffer*> deferred;
+    auto evict = [&](SimBuffer& b) {
+      // As the policy would copy it: lru always, version when dirty.
+      if (b.resident) SwapOut(b, !options_.version_rules || !Droppable(b));
+    };
     for (const PlannedAction& a : planner_->Plan(free_bytes)) {
-      auto it = state_.find(a.id);
-      if (it == state_.end() || !it->second.live || !it->second.info->swappable) {
+      // A buffer, or an allocation's pieces (as the manager's PlannedAs).
+      std::vector<SimBuffer*> planned = PlannedAs(a.id);
+      if (planned.empty() || !planned.front()->live || !planned.front()->info->swappable) {
         if (a.kind == PlannedAction::Kind::kFetch) planner_->CancelFetch(a.id);
         continue;
       }
-      SimBuffer& b = it->second;
       if (a.kind == PlannedAction::Kind::kEvict) {
         // Off (--planned-evictions off): fetches only go into free memory.
-        if (!options_.planned_evictions || !b.resident) continue;
-        // As the policy would copy it: lru always, version when dirty.
-        SwapOut(b, !options_.version_rules || !Droppable(b));
+        if (!options_.planned_evictions) continue;
+        if (trace_.groups.count(a.id) != 0) {
+          for (SimBuffer* b : planned) {
+            if (b->resident) deferred.push_back(b);
+          }
+        } else {
+          evict(*planned.front());
+        }
         continue;
       }
-      if (b.resident || used_ + b.info->charge > options_.cap) {
+      uint64_t missing = 0;
+      for (const SimBuffer* b : planned) {
+        if (!b->resident) missing += b->info->charge;
+      }
+      for (size_t i = 0; i < deferred.size() && missing > 0 && used_ + missing > options_.cap;
+           ++i) {
+        evict(*deferred[i]);
+      }
+      deferred.clear();
+      if (missing == 0 || used_ + missing > options_.cap) {
         planner_->CancelFetch(a.id);
         continue;
       }
       // Fits: SwapIn's MakeRoom evicts nothing.
-      (void)SwapIn(b, /*copy=*/true, /*prefetch=*/true);
+      for (SimBuffer* b : planned) {
+        if (!b->resident) (void)SwapIn(*b, /*copy=*/true, /*prefetch=*/true);
+      }
     }
+    for (SimBuffer* b : deferred) evict(*b);
   }
 
   // Prepare + Finish of the manager for one operation.
@@ -532,6 +625,8 @@ class Simulator {
   bool spend_fetched_ = false;  // MakeRoom may take fetched, unused buffers
   absl::flat_hash_map<uint64_t, SimBuffer> state_;
   absl::flat_hash_map<uint64_t, double> fetched_;  // prefetched: copy done at
+  // Of allocations in pieces: resident as the planner was last told.
+  absl::flat_hash_map<uint64_t, bool> group_told_;
   EvictionOrders orders_[2];  // [0]: the resident and unpinned; [1]: fetched, unused
   ReplayResult result_;
   size_t op_ = 0;

@@ -525,12 +525,14 @@ Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split) {
           piece.addr = b.addr + at;
           piece.bytes = std::min(granule, b.bytes - at);
           piece.charge = granule;
+          piece.group = b.id;
           out.buffers[piece.id] = piece;
           ids.push_back(piece.id);
           TraceOp alloc = op;
           alloc.buffer = piece.id;
           out.ops.push_back(std::move(alloc));
         }
+        out.groups[b.id] = ids;
         continue;
       }
     }

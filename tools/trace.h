@@ -32,6 +32,7 @@ struct TraceBuffer {
   uint64_t charge = 0;  // against the cap: granules, or pages when plain
   bool swappable = false;
   bool small = false;  // AllocationCharge::small (tools/charge.h)
+  uint64_t group = 0;  // a piece's allocation (SplitIntoPieces); 0: none
 };
 
 struct TraceOp {
@@ -96,6 +97,9 @@ struct LoggedSwaps {
 struct Trace {
   uint64_t granularity = kDefaultGranularity;
   absl::flat_hash_map<uint64_t, TraceBuffer> buffers;
+  // Of an allocation split into pieces (SplitIntoPieces), its pieces in
+  // address order, by the allocation's id.
+  absl::flat_hash_map<uint64_t, std::vector<uint64_t>> groups;
   std::vector<TraceOp> ops;
   // Peak over the log of the charges of live allocations: what the
   // program needs uncapped; `N%` limits are of this.

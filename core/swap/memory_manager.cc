@@ -65,12 +65,19 @@ void MemoryManager::Unindex(Buffer& b) {
 void MemoryManager::Reindex(Buffer& b) {
   // Every change of residency passes here: the planner hears of it.
   if (!b.resident()) b.prefetched = false;
-  if (planner_ != nullptr && b.vmm && !b.garbage && b.planner_resident != b.resident()) {
-    b.planner_resident = b.resident();
-    if (b.resident()) {
-      planner_->OnResident(b.id);
-    } else {
-      planner_->OnEvicted(b.id);
+  if (planner_ != nullptr && b.vmm && !b.garbage) {
+    // A group is resident to the planner while every piece is.
+    bool& told =
+        b.group != nullptr && b.group->id != 0 ? b.group->planner_resident : b.planner_resident;
+    const bool resident =
+        b.group != nullptr && b.group->id != 0 ? GroupResident(*b.group) : b.resident();
+    if (told != resident) {
+      told = resident;
+      if (resident) {
+        planner_->OnResident(PlannerId(b));
+      } else {
+        planner_->OnEvicted(PlannerId(b));
+      }
     }
   }
   // Pins, failed rounds and idleness change all the time: checked when an
@@ -273,6 +280,28 @@ bool MemoryManager::Narrow(uint64_t id, uint64_t offset, uint64_t bytes, Keys* i
     if (covered != nullptr && from >= offset && to <= end) covered->push_back(p->key);
   }
   return true;
+}
+
+void MemoryManager::EvictPlanned(Buffer& b) {
+  if (EvictAsyncLocked(b) == CUDA_SUCCESS) {
+    ++stats_.planned_evictions_issued;
+  } else {
+    ++stats_.planned_evictions_skipped;
+  }
+}
+
+uint64_t MemoryManager::PlannerId(const Buffer& b) {
+  return b.group != nullptr && b.group->id != 0 ? b.group->id : b.id;
+}
+
+bool MemoryManager::GroupResident(const PieceGroup& group) {
+  return std::all_of(group.pieces.begin(), group.pieces.end(),
+                     [](const Buffer* p) { return p == nullptr || p->resident(); });
+}
+
+std::vector<MemoryManager::Buffer*> MemoryManager::PlannedAs(Buffer& b, uint64_t id) {
+  if (b.group == nullptr || b.group->id != id || id == 0) return {&b};
+  return PiecesOf(b);
 }
 
 MemoryManager::Buffer& MemoryManager::Whole(Buffer& b) {
@@ -573,10 +602,11 @@ CUresult MemoryManager::Free(CUdeviceptr base) {
   Buffer* b = Allocation(base);
   if (b == nullptr || b->garbage) return CUDA_ERROR_INVALID_VALUE;  // or freed twice
   Device& dev = DeviceState(b->device);
+  if (planner_ != nullptr) planner_->OnFreed(PlannerId(*b));
   for (Buffer* p : PiecesOf(*b)) {
     p->garbage = true;
     if (p->stream_ordered) dev.stream_ordered.used -= p->size;
-    if (planner_ != nullptr) planner_->OnFreed(p->id);
+    if (planner_ != nullptr && PlannerId(*p) != PlannerId(*b)) planner_->OnFreed(p->id);
     Reindex(*p);  // out of the eviction order
     // Released once its work completed (or a release the driver refused is
     // retried), or its memory reused in stream order before then (S404).
@@ -630,7 +660,9 @@ CUresult MemoryManager::FreeAsync(CUdeviceptr base, CUstream stream,
     NoteUse(p->uses, stream, p->device);
     p->garbage = true;
     if (p->stream_ordered) dev.stream_ordered.used -= p->size;
-    if (planner_ != nullptr) planner_->OnFreed(p->id);
+    if (planner_ != nullptr && (p == b || PlannerId(*p) != PlannerId(*b))) {
+      planner_->OnFreed(PlannerId(*p));
+    }
     Reindex(*p);  // out of the eviction order
     // Released once the stream passed the free, or reused in stream order
     // before then (S404).
@@ -1853,7 +1885,10 @@ IterationPlanner* MemoryManager::Planner(Device& dev) {
   if (!planner.ok()) return nullptr;  // a bandwidth the probe got wrong: no planning
   planner_ = std::move(*planner);
   // Buffers already evicted before the planner existed are its to fetch.
-  for (auto& [base, b] : by_base_) b->planner_resident = true;
+  for (auto& [base, b] : by_base_) {
+    b->planner_resident = true;
+    if (b->group != nullptr) b->group->planner_resident = true;
+  }
   return planner_.get();
 }
 
@@ -1885,17 +1920,28 @@ bool MemoryManager::PredictLocked(uint64_t key, absl::Span<const uint64_t> ids,
   // The key names the operation and its shape (Tracker's LaunchKey and
   // TransferKey), never the buffers: temporaries get new ids every step,
   // and a caching allocator's tensors other segments.
+  // The planner plans allocations: a group's pieces are one touch, under
+  // the group's id (PlannerId), and each piece takes its next use.
   absl::InlinedVector<BufferTouch, 16> touches;
   absl::InlinedVector<Buffer*, 16> buffers;
-  absl::InlinedVector<size_t, 16> at;  // where in `ids`
+  absl::InlinedVector<size_t, 16> at;     // where in `ids`
+  absl::InlinedVector<size_t, 16> touch;  // which of `touches`
   for (size_t k = 0; k < ids.size(); ++k) {
     Buffer* b = ById(ids[k]);
     if (b == nullptr || b->garbage) continue;
     b->prefetched = false;  // used now
     const bool write = std::find(written.begin(), written.end(), ids[k]) != written.end();
-    touches.push_back(BufferTouch{ids[k], b->reserved, write});
+    const uint64_t planned = PlannerId(*b);
+    size_t t = 0;
+    while (t < touches.size() && touches[t].id != planned) ++t;
+    if (t == touches.size()) {
+      touches.push_back(BufferTouch{planned, ViewOf(*b).reserved, write});
+    } else {
+      touches[t].write = touches[t].write || write;
+    }
     buffers.push_back(b);
     at.push_back(k);
+    touch.push_back(t);
   }
   if (buffers.empty()) return false;  // nothing the manager holds
   Device& dev = DeviceState(buffers.front()->device);
@@ -1914,20 +1960,24 @@ bool MemoryManager::PredictLocked(uint64_t key, absl::Span<const uint64_t> ids,
   noted->profiling = planner->profiling();
   for (size_t i = 0; i < buffers.size(); ++i) {
     Buffer& b = *buffers[i];
-    if (!next_after.empty()) next_after[at[i]] = next_uses[i];
+    const uint64_t next = next_uses[touch[i]];
+    if (!next_after.empty()) next_after[at[i]] = next;
     // Never swapped: never planned for.
-    if (!b.vmm || b.exported) planner->SetPinned(b.id, true);
+    if (!b.vmm || b.exported) planner->SetPinned(PlannerId(b), true);
     // Re-keyed once, with its last use, by Finish (or by a failed Prepare's
     // unwind): the operation pins it meanwhile, so no eviction looks at it.
-    b.next_use = next_uses[i];
+    b.next_use = next;
   }
   // Buffers the predictor learnt more about without a use (a shard's cycle,
   // the next shard of a rotating slot): belady's order follows.
   for (const auto& [id, next] : repredicted) {
-    Buffer* b = ById(id);
-    if (b == nullptr || b->garbage || b->next_use == next) continue;
-    b->next_use = next;
-    Reindex(*b);
+    Buffer* found = ById(id);
+    if (found == nullptr) continue;
+    for (Buffer* b : PlannedAs(*found, id)) {
+      if (b->garbage || b->next_use == next) continue;
+      b->next_use = next;
+      Reindex(*b);
+    }
   }
   return true;
 }
@@ -1953,10 +2003,24 @@ void MemoryManager::ApplyNotedLocked(const Noted& noted, CUstream stream, OpTick
   // The link's queue is the planner's own model (in profiled compute time),
   // never the clock: its decisions then follow from the profile and the
   // operations, as in `stensor sim`.
+  // The planner plans allocations, and its last victim for a fetch is often
+  // larger than the room missing: evictions of allocations in pieces wait
+  // for the fetch they make room for, which takes only the pieces it needs;
+  // those after the last fetch (room for what comes due later) go whole.
+  absl::InlinedVector<Buffer*, 16> deferred;
   for (const PlannedAction& a : planner->Plan(free_bytes)) {
-    Buffer* b = ById(a.id);
-    if (b == nullptr || b->garbage || !b->vmm) {
+    Buffer* found = ById(a.id);
+    if (found == nullptr || found->garbage || !found->vmm) {
       if (a.kind == PlannedAction::Kind::kFetch) planner->CancelFetch(a.id);
+      continue;
+    }
+    // What the planner names: a buffer, or an allocation's pieces.
+    const std::vector<Buffer*> planned = PlannedAs(*found, a.id);
+    if (a.kind == PlannedAction::Kind::kEvict && planned.front()->group != nullptr &&
+        PlannerId(*planned.front()) == a.id) {
+      for (Buffer* b : planned) {
+        if (b->resident()) deferred.push_back(b);
+      }
       continue;
     }
     if (a.kind == PlannedAction::Kind::kEvict) {
@@ -1965,30 +2029,48 @@ void MemoryManager::ApplyNotedLocked(const Noted& noted, CUstream stream, OpTick
       // the fetch it made room for is then refused below if it no longer
       // fits. (These thrashed while shards were predicted from their first
       // gap, fetched far too early and held: policy/next_use.h.)
-      if (!b->resident()) continue;
-      if (EvictAsyncLocked(*b) == CUDA_SUCCESS) {
-        ++stats_.planned_evictions_issued;
-      } else {
-        ++stats_.planned_evictions_skipped;
-      }
+      if (found->resident()) EvictPlanned(*found);
       continue;
     }
-    const bool was_resident = b->resident();
     // Only into memory that is free: room for a fetch comes from the
     // planner's evictions, which take only buffers needed later than it.
-    Device& home = DeviceState(b->device);
+    Device& home = DeviceState(found->device);
+    uint64_t missing = 0;
+    for (const Buffer* b : planned) {
+      if (!b->resident()) missing += b->reserved;
+    }
     // Not counting freed buffers' chunks here: MakeRoom takes other room
     // (clean drops, then evictions by the policy) before it releases them,
     // and a fetch must never evict what the planner did not choose.
-    const bool fits = (home.used <= home.cap && b->reserved <= home.cap - home.used) ||
-                      home.pool.bytes() >= b->reserved;
-    if (!fits || PrefetchLocked(*b) != CUDA_SUCCESS || was_resident) {
+    auto fits = [&] {
+      return (home.used <= home.cap && missing <= home.cap - home.used) ||
+             home.pool.bytes() >= missing;
+    };
+    // Of the allocations evicted for it, only the pieces its room needs.
+    for (size_t i = 0; i < deferred.size() && missing > 0 && !fits(); ++i) {
+      if (deferred[i]->resident()) EvictPlanned(*deferred[i]);
+    }
+    deferred.clear();
+    bool fetched = false, refused = missing == 0 || !fits();
+    for (Buffer* b : planned) {
+      if (refused) break;
+      if (b->resident() && !b->stale_device) continue;
+      if (PrefetchLocked(*b) != CUDA_SUCCESS) {
+        refused = true;
+      } else {
+        b->prefetched = fetched = true;
+      }
+    }
+    if (refused && !fetched) {
       ++stats_.prefetches_refused;
       planner->CancelFetch(a.id);
       continue;
     }
     ++stats_.prefetches_issued;
-    b->prefetched = true;
+  }
+  // Room for what comes due later: whole.
+  for (Buffer* b : deferred) {
+    if (b->resident()) EvictPlanned(*b);
   }
 }
 

@@ -511,6 +511,15 @@ class MemoryManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The allocation `b` is part of: its group's first piece, or itself.
   static Buffer& Whole(Buffer& b);
+  // What the iteration planner calls `b`: a group's pieces are planned as
+  // one allocation, under its id (fetched and evicted together, each piece
+  // given the allocation's next use); anything else by its own id.
+  static uint64_t PlannerId(const Buffer& b);
+  static bool GroupResident(const PieceGroup& group);
+  // The buffers the planner's `id` names, `b` being ById(id).
+  static std::vector<Buffer*> PlannedAs(Buffer& b, uint64_t id);
+  // A planned eviction of `b` (resident), counted.
+  void EvictPlanned(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Maps each piece of `head`'s range (reserved, at head.base): on the
   // device where room can be made, else born on the host. On failure every
   // piece made is released and the head left as it was.

@@ -63,6 +63,8 @@ struct MemoryManager::PieceGroup {
   std::vector<Buffer*> pieces;
   size_t live = 0;           // pieces not yet released
   bool va_reserved = false;  // freed with the last piece
+  // Every piece resident, as the planner was last told (Reindex).
+  bool planner_resident = true;
 };
 
 struct MemoryManager::Buffer {
