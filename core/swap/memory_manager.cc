@@ -602,11 +602,13 @@ CUresult MemoryManager::Free(CUdeviceptr base) {
   Buffer* b = Allocation(base);
   if (b == nullptr || b->garbage) return CUDA_ERROR_INVALID_VALUE;  // or freed twice
   Device& dev = DeviceState(b->device);
-  if (planner_ != nullptr) planner_->OnFreed(PlannerId(*b));
+  // What the planner knows it as (`b` itself may be released below).
+  const uint64_t planned = PlannerId(*b);
+  if (planner_ != nullptr) planner_->OnFreed(planned);
   for (Buffer* p : PiecesOf(*b)) {
     p->garbage = true;
     if (p->stream_ordered) dev.stream_ordered.used -= p->size;
-    if (planner_ != nullptr && PlannerId(*p) != PlannerId(*b)) planner_->OnFreed(p->id);
+    if (planner_ != nullptr && PlannerId(*p) != planned) planner_->OnFreed(p->id);
     Reindex(*p);  // out of the eviction order
     // Released once its work completed (or a release the driver refused is
     // retried), or its memory reused in stream order before then (S404).
@@ -652,6 +654,7 @@ CUresult MemoryManager::FreeAsync(CUdeviceptr base, CUstream stream,
   if (b == nullptr || b->garbage) return CUDA_ERROR_INVALID_VALUE;  // or freed twice
   forget();
   Device& dev = DeviceState(b->device);
+  const uint64_t planned = PlannerId(*b);  // `b` itself may be released below
   for (Buffer* p : PiecesOf(*b)) {
     // The free's place in `stream`: a use recorded there.
     // A use that could not be recorded is not idle until a host wait for
@@ -660,7 +663,7 @@ CUresult MemoryManager::FreeAsync(CUdeviceptr base, CUstream stream,
     NoteUse(p->uses, stream, p->device);
     p->garbage = true;
     if (p->stream_ordered) dev.stream_ordered.used -= p->size;
-    if (planner_ != nullptr && (p == b || PlannerId(*p) != PlannerId(*b))) {
+    if (planner_ != nullptr && (p == b || PlannerId(*p) != planned)) {
       planner_->OnFreed(PlannerId(*p));
     }
     Reindex(*p);  // out of the eviction order

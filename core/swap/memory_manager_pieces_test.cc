@@ -387,27 +387,9 @@ TEST_F(PiecesFaultTest, CorrectWithoutFaults) {
 }
 
 TEST_F(PiecesFaultTest, EveryFailedDriverCallKeepsEveryByte) {
-  struct Call {
-    const char* name;
-    bool recoverable;
-  };
-  const Call kCalls[] = {
-      {"cuEventRecord", true},
-      {"cuEventQuery", true},
-      {"cuStreamWaitEvent", true},
-      {"cuMemcpyDtoHAsync_v2", true},
-      {"cuMemcpyHtoDAsync_v2", false},
-      {"cuMemCreate", false},
-      {"cuMemMap", false},
-      {"cuMemSetAccess", false},
-      {"cuMemUnmap", false},
-      {"cuMemRelease", true},
-      {"cuMemAddressReserve", false},
-      {"cuMemAddressFree", true},
-  };
   fakecuda_count_calls(1);
   int fired = 0;
-  for (const Call& call : kCalls) {
+  for (const testing_support::SwapPathCall& call : testing_support::kSwapPathCalls) {
     for (int nth = 1; nth <= 4; ++nth) {
       SCOPED_TRACE(absl::StrCat(call.name, " #", nth));
       const unsigned long long before = fakecuda_call_count(call.name);

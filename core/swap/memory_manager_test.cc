@@ -2550,37 +2550,13 @@ TEST_F(FaultSweepTest, ProgramIsCorrectWithoutFaults) {
 }
 
 TEST_F(FaultSweepTest, EveryFailedDriverCallKeepsEveryByte) {
-  struct Call {
-    const char* name;
-    bool recoverable;  // stensor can always work around it
-  };
-  const Call kCalls[] = {
-      {"cuEventCreate", true},
-      {"cuEventRecord", true},
-      {"cuEventQuery", true},
-      {"cuEventSynchronize", true},
-      {"cuStreamWaitEvent", true},
-      {"cuStreamCreate", false},
-      {"cuMemcpyDtoDAsync_v2", false},
-      {"cuMemcpyDtoHAsync_v2", true},
-      {"cuMemcpyHtoDAsync_v2", false},
-      {"cuMemCreate", false},
-      {"cuMemMap", false},
-      {"cuMemSetAccess", false},
-      {"cuMemUnmap", false},
-      {"cuMemRelease", true},
-      {"cuMemAddressReserve", false},
-      {"cuMemHostAlloc", true},
-      {"cuMemAddressFree", true},
-      {"cuMemsetD8Async", true},
-  };
   // Occurrences failed per call: the first few under `version`, the
   // default, and the first under `lru` (the suite's time is bounded).
   const std::pair<const char*, int> kPolicies[] = {{"version", 3}, {"lru", 1}};
   fakecuda_count_calls(1);
   int fired = 0;
   for (const auto& [policy, first] : kPolicies) {
-    for (const Call& call : kCalls) {
+    for (const testing_support::SwapPathCall& call : testing_support::kSwapPathCalls) {
       for (int nth = 1; nth <= first; ++nth) {
         SCOPED_TRACE(absl::StrCat(policy, " ", call.name, " #", nth));
         unsigned long long before = fakecuda_call_count(call.name);

@@ -125,6 +125,35 @@ class FakeDeviceTest : public ::testing::Test {
 };
 
 constexpr size_t kWords = kGranule / sizeof(uint64_t);  // a granule's words
+
+// The driver calls of the swap path that fault sweeps fail in turn, and
+// whether stensor can always work around a failure of each (then the
+// program never sees it).
+struct SwapPathCall {
+  const char* name;
+  bool recoverable;
+};
+inline constexpr SwapPathCall kSwapPathCalls[] = {
+    {"cuEventCreate", true},
+    {"cuEventRecord", true},
+    {"cuEventQuery", true},
+    {"cuEventSynchronize", true},
+    {"cuStreamWaitEvent", true},
+    {"cuStreamCreate", false},
+    {"cuMemcpyDtoDAsync_v2", false},
+    {"cuMemcpyDtoHAsync_v2", true},
+    {"cuMemcpyHtoDAsync_v2", false},
+    {"cuMemCreate", false},
+    {"cuMemMap", false},
+    {"cuMemSetAccess", false},
+    {"cuMemUnmap", false},
+    {"cuMemRelease", true},
+    {"cuMemAddressReserve", false},
+    {"cuMemHostAlloc", true},
+    {"cuMemAddressFree", true},
+    {"cuMemsetD8Async", true},
+};
+
 using Ids = std::vector<uint64_t>;
 
 // The contents written with `seed`: distinct for every seed and word.
