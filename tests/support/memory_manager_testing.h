@@ -154,6 +154,19 @@ inline constexpr SwapPathCall kSwapPathCalls[] = {
     {"cuMemsetD8Async", true},
 };
 
+// What a fault sweep's program may see when `call` failed once: nothing
+// where stensor can always work around it, else the injected error or out
+// of memory.
+inline void ExpectErrorsAllowed(const SwapPathCall& call, const std::vector<CUresult>& errors) {
+  for (CUresult r : errors) {
+    if (call.recoverable) {
+      ADD_FAILURE() << "the program saw " << r << " where stensor could recover";
+    } else {
+      EXPECT_TRUE(r == CUDA_ERROR_UNKNOWN || r == CUDA_ERROR_OUT_OF_MEMORY) << r;
+    }
+  }
+}
+
 using Ids = std::vector<uint64_t>;
 
 // The contents written with `seed`: distinct for every seed and word.
