@@ -265,19 +265,44 @@ absl::Span<const uint64_t> MemoryManager::Expanded(absl::Span<const uint64_t> id
   return *out;
 }
 
-bool MemoryManager::Narrow(uint64_t id, uint64_t offset, uint64_t bytes, Keys* ids,
-                           Keys* covered) const {
+bool MemoryManager::Narrow(uint64_t id, uint64_t offset, uint64_t bytes, Keys* ids, Keys* covered) {
   MutexLock lock(&mu_);
   auto g = groups_ > 0 && id < kPieceKeys ? group_ids_.find(id) : group_ids_.end();
   if (g == group_ids_.end()) return false;
-  const PieceGroup& group = *g->second;
+  PieceGroup& group = *g->second;
   const uint64_t end = offset + std::min(bytes, group.size - std::min(offset, group.size));
+  group.bounds.Note(offset);
+  group.bounds.Note(end);
   for (const Buffer* p : group.pieces) {
     if (p == nullptr) continue;
     const uint64_t from = p->base - group.base, to = from + p->size;
     if (to <= offset || from >= end) continue;
     ids->push_back(p->key);
     if (covered != nullptr && from >= offset && to <= end) covered->push_back(p->key);
+  }
+  return true;
+}
+
+bool MemoryManager::FarPieces(uint64_t id, absl::Span<const uint64_t> words, Keys* far) {
+  MutexLock lock(&mu_);
+  auto g = groups_ > 0 && id < kPieceKeys ? group_ids_.find(id) : group_ids_.end();
+  if (g == group_ids_.end()) return false;
+  PieceGroup& group = *g->second;
+  auto offset = [&](uint64_t word) {
+    return word >= group.base && word - group.base < group.size ? word - group.base : group.size;
+  };
+  // Every word a bound first: pointers of one launch end each other's reach.
+  for (uint64_t w : words) {
+    if (offset(w) < group.size) group.bounds.Note(offset(w));
+  }
+  for (const Buffer* p : group.pieces) {
+    if (p == nullptr) continue;
+    const uint64_t from = p->base - group.base, to = from + p->size;
+    const bool near = std::any_of(words.begin(), words.end(), [&](uint64_t w) {
+      const uint64_t at = offset(w);
+      return at < to && at < group.size && group.bounds.EndFrom(at, group.size) > from;
+    });
+    if (!near) far->push_back(p->key);
   }
   return true;
 }
@@ -355,6 +380,7 @@ CUresult MemoryManager::MakePieces(Device& dev, Buffer& head,
     group->live = group->pieces.size();
     group->va_reserved = true;
     ++groups_;
+    has_pieces_.store(true, std::memory_order_relaxed);
     return CUDA_SUCCESS;
   }
   // Undone: the pieces made so far let go of their memory, and the range
@@ -602,10 +628,24 @@ CUresult MemoryManager::Free(CUdeviceptr base) {
   Buffer* b = Allocation(base);
   if (b == nullptr || b->garbage) return CUDA_ERROR_INVALID_VALUE;  // or freed twice
   Device& dev = DeviceState(b->device);
+  FreeAllocation(dev, *b, nullptr);
+  // Earlier frees whose work completed since: a program that never
+  // synchronises holds only those still in flight.
+  CollectGarbage(dev);
+  ReapOldMappings(dev, /*wait=*/false);
+  return CUDA_SUCCESS;
+}
+
+void MemoryManager::FreeAllocation(Device& dev, Buffer& b, const CUstream* stream) {
   // What the planner knows it as (`b` itself may be released below).
-  const uint64_t planned = PlannerId(*b);
+  const uint64_t planned = PlannerId(b);
   if (planner_ != nullptr) planner_->OnFreed(planned);
-  for (Buffer* p : PiecesOf(*b)) {
+  for (Buffer* p : PiecesOf(b)) {
+    // In stream order: the free's place in `*stream`, a use recorded there.
+    // A use that could not be recorded is not idle until a host wait for
+    // the stream (or the context) has observed it (WaitForUse): still
+    // stream order.
+    if (stream != nullptr) NoteUse(p->uses, *stream, p->device);
     p->garbage = true;
     if (p->stream_ordered) dev.stream_ordered.used -= p->size;
     if (planner_ != nullptr && PlannerId(*p) != planned) planner_->OnFreed(p->id);
@@ -614,11 +654,6 @@ CUresult MemoryManager::Free(CUdeviceptr base) {
     // retried), or its memory reused in stream order before then (S404).
     if (p->pins > 0 || !Idle(*p) || !ReleaseOrKeep(dev, *p)) EnqueueGarbage(dev, *p);
   }
-  // Earlier frees whose work completed since: a program that never
-  // synchronises holds only those still in flight.
-  CollectGarbage(dev);
-  ReapOldMappings(dev, /*wait=*/false);
-  return CUDA_SUCCESS;
 }
 
 MemoryManager::Buffer* MemoryManager::Allocation(CUdeviceptr base) const {
@@ -654,23 +689,7 @@ CUresult MemoryManager::FreeAsync(CUdeviceptr base, CUstream stream,
   if (b == nullptr || b->garbage) return CUDA_ERROR_INVALID_VALUE;  // or freed twice
   forget();
   Device& dev = DeviceState(b->device);
-  const uint64_t planned = PlannerId(*b);  // `b` itself may be released below
-  for (Buffer* p : PiecesOf(*b)) {
-    // The free's place in `stream`: a use recorded there.
-    // A use that could not be recorded is not idle until a host wait for
-    // the stream (or the context) has observed it (WaitForUse): still
-    // stream order.
-    NoteUse(p->uses, stream, p->device);
-    p->garbage = true;
-    if (p->stream_ordered) dev.stream_ordered.used -= p->size;
-    if (planner_ != nullptr && (p == b || PlannerId(*p) != planned)) {
-      planner_->OnFreed(PlannerId(*p));
-    }
-    Reindex(*p);  // out of the eviction order
-    // Released once the stream passed the free, or reused in stream order
-    // before then (S404).
-    if (p->pins > 0 || !Idle(*p) || !ReleaseOrKeep(dev, *p)) EnqueueGarbage(dev, *p);
-  }
+  FreeAllocation(dev, *b, &stream);
   CollectGarbage(dev);
   ReapOldMappings(dev, /*wait=*/false);
   return CUDA_SUCCESS;
@@ -1457,7 +1476,8 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> named,
     // finish: serving from host (slower for the kernel) only once waiting
     // for them gave nothing.
     const bool may_wait = !no_block_ && !waited_enough && OthersPin();
-    CUresult r = PrepareOnce(ids, overwritten, stream, /*may_serve=*/!may_wait, next_after);
+    CUresult r = PrepareOnce(ids, overwritten, stream, /*may_serve=*/!may_wait, next_after,
+                             note != nullptr ? note->far : absl::Span<const uint64_t>());
     if (r == CUDA_SUCCESS && predicted) ApplyNotedLocked(noted, stream, note->ticket);
     // Out of room while other threads' operations hold buffers: this one
     // let go of its own (PrepareOnce unpins on failure), so that two
@@ -1565,7 +1585,8 @@ void MemoryManager::CountServed(Device& dev, Buffer& b, bool by_choice) {
 
 CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
                                     absl::Span<const uint64_t> overwritten, CUstream stream,
-                                    bool may_serve, absl::Span<const uint64_t> next_after) {
+                                    bool may_serve, absl::Span<const uint64_t> next_after,
+                                    absl::Span<const uint64_t> far) {
   CollectGarbage();
   for (auto& d : devices_) {
     if (d) ReapOldMappings(*d, /*wait=*/false);
@@ -1616,6 +1637,14 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
       // Brought in, it would go again before its next use, and push out
       // one needed sooner: it moves its bytes once, over the link.
       Serve(dev, *b, /*by_choice=*/true);
+      served[i] = true;
+    } else if (may_serve && dev.host_vmm && !far.empty() && Servable(*b) &&
+               std::binary_search(far.begin(), far.end(), b->key)) {
+      // A piece of a segment the kernel holds but likely does not touch:
+      // mapped to its host copy, as it is, should the kernel reach it after
+      // all; fetching it would move bytes nobody reads.
+      Serve(dev, *b, /*by_choice=*/true);
+      ++stats_.served_far;
       served[i] = true;
     } else {
       bool whole = std::find(overwritten.begin(), overwritten.end(), b->id) != overwritten.end();
@@ -1934,9 +1963,20 @@ bool MemoryManager::PredictLocked(uint64_t key, absl::Span<const uint64_t> ids,
     if (b == nullptr || b->garbage) continue;
     b->prefetched = false;  // used now
     const bool write = std::find(written.begin(), written.end(), ids[k]) != written.end();
+    // One touch per allocation. Only pieces can share one, and a group's
+    // pieces are neighbours in `ids` (Expanded, Narrow): the last touch is
+    // looked at first, so a launch naming hundreds of pieces searches once
+    // per allocation, and one naming whole buffers never.
     const uint64_t planned = PlannerId(*b);
-    size_t t = 0;
-    while (t < touches.size() && touches[t].id != planned) ++t;
+    size_t t = touches.size();
+    if (b->group != nullptr) {
+      if (t > 0 && touches[t - 1].id == planned) {
+        --t;
+      } else {
+        t = 0;
+        while (t < touches.size() && touches[t].id != planned) ++t;
+      }
+    }
     if (t == touches.size()) {
       touches.push_back(BufferTouch{planned, ViewOf(*b).reserved, write});
     } else {
@@ -2152,7 +2192,7 @@ std::string MemoryManager::StatsText() const {
       "stensor: reads from host    %10u (device->host copies served from the host copy)\n"
       "stensor: served from host   %10u (%.1f MiB: buffers an operation reached in host memory, "
       "over the cap with its others, or by choice: %u needed later than what their room would "
-      "displace)\n"
+      "displace, %u pieces a kernel held but likely did not touch)\n"
       "stensor: kept mapped, reused %9u (freed buffers' device memory taken whole, no remap)\n"
       "stensor: garbage released   %10u\n"
       "stensor: garbage taken over %10u (freed buffers reused whole in stream order)\n"
@@ -2177,12 +2217,12 @@ std::string MemoryManager::StatsText() const {
       mib(s.bytes_copied_out), s.clean_drops, mib(s.bytes_dropped), s.never_written_drops,
       mib(s.bytes_never_written_dropped), s.swap_ins, mib(s.bytes_copied_in),
       s.swap_ins_without_copy, s.swap_ins_never_written, s.reads_served_from_host,
-      s.served_from_host, mib(s.bytes_served_from_host), s.served_by_choice, s.kept_reused,
-      s.garbage_released, s.garbage_taken_over, s.ooms, s.driver_errors, s.host_wait_seconds,
-      s.wait_program_seconds, s.wait_swap_seconds, s.wait_unknown_seconds, s.async_evictions,
-      s.swap_outs_cancelled, s.physical_creates, s.physical_releases, s.pool_hits,
-      s.profiled_period, s.profiles, s.pattern_changes, s.prefetches_issued, s.prefetches_used,
-      s.prefetches_wasted, s.prefetches_refused, s.planned_evictions_issued,
+      s.served_from_host, mib(s.bytes_served_from_host), s.served_by_choice, s.served_far,
+      s.kept_reused, s.garbage_released, s.garbage_taken_over, s.ooms, s.driver_errors,
+      s.host_wait_seconds, s.wait_program_seconds, s.wait_swap_seconds, s.wait_unknown_seconds,
+      s.async_evictions, s.swap_outs_cancelled, s.physical_creates, s.physical_releases,
+      s.pool_hits, s.profiled_period, s.profiles, s.pattern_changes, s.prefetches_issued,
+      s.prefetches_used, s.prefetches_wasted, s.prefetches_refused, s.planned_evictions_issued,
       s.planned_evictions_skipped, mib(s.planner_bytes_caused),
       s.planner_stopped ? "stopped: past its cut-off" : "running", s.on_demand_after_profile,
       s.planner_bandwidth_h2d / 1e9,
@@ -2220,6 +2260,7 @@ void MemoryManager::AppendStatsJson(JsonLine* out) const {
       .Uint("served_from_host", s.served_from_host)
       .Uint("bytes_served_from_host", s.bytes_served_from_host)
       .Uint("served_by_choice", s.served_by_choice)
+      .Uint("served_far", s.served_far)
       .Uint("kept_reused", s.kept_reused)
       .Uint("garbage_released", s.garbage_released)
       .Uint("ooms", s.ooms)

@@ -30,6 +30,7 @@
 #ifndef STENSOR_CORE_SWAP_MEMORY_MANAGER_H_
 #define STENSOR_CORE_SWAP_MEMORY_MANAGER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -84,6 +85,8 @@ struct SwapStats {
   // Of those, served although room could have been made: brought in, they
   // would have displaced a buffer the policy predicts is needed sooner.
   uint64_t served_by_choice = 0;
+  // Of those, pieces a kernel held but likely did not touch (FarPieces).
+  uint64_t served_far = 0;
   uint64_t garbage_released = 0;
   // Freed buffers whose address and device memory a new allocation of
   // their size took over, in stream order (their work may still be queued).
@@ -243,8 +246,19 @@ class MemoryManager {
   // those the ones it covers whole to `*covered` (if given), and returns
   // true; else false, and the caller names `id` itself.
   using Keys = absl::InlinedVector<uint64_t, 16>;
-  bool Narrow(uint64_t id, uint64_t offset, uint64_t bytes, Keys* ids, Keys* covered) const
+  // Its start and end are kept as bounds of the allocation's tensors.
+  bool Narrow(uint64_t id, uint64_t offset, uint64_t bytes, Keys* ids, Keys* covered)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // A kernel's pointer words `words` into allocation `id`: where that
+  // allocation is made of pieces, appends to `*far` the keys of the pieces
+  // that no word likely reaches (from where it points to the next tensor
+  // bound seen: TensorBounds), and returns true; else false. The words are
+  // kept as bounds. Such pieces are still held and versioned with the
+  // operation; when swapped out they are served from host, not fetched
+  // (Operation::far).
+  bool FarPieces(uint64_t id, absl::Span<const uint64_t> words, Keys* far) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether some allocation is made of pieces now (FarPieces has work).
+  bool has_pieces() const { return has_pieces_.load(std::memory_order_relaxed); }
 
   // --- Exact sizes: a buffer looks like the cuMemAlloc allocation asked for.
   // What the program sees of one VMM-backed buffer, resident or swapped out.
@@ -423,6 +437,9 @@ class MemoryManager {
     absl::Span<const uint64_t> written;
     bool marker = false;
     OpTicket* ticket = nullptr;
+    // Pieces the operation holds but likely does not touch (FarPieces),
+    // ascending: served from host when swapped out, never fetched for it.
+    absl::Span<const uint64_t> far;
   };
   // After the operation was submitted (or failed).
   void EndOperation(const OpTicket& ticket, CUstream stream, bool submitted)
@@ -539,6 +556,11 @@ class MemoryManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The VMM buffer (or piece) whose reserved range contains addr, or null.
   Buffer* Containing(uint64_t addr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks every piece of the allocation `b` freed (garbage), and releases
+  // those whose work is done; with `stream`, freed in its order
+  // (cuMemFreeAsync).
+  void FreeAllocation(Device& dev, Buffer& b, const CUstream* stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The allocation at `base` (a group's first piece), or null.
   Buffer* Allocation(CUdeviceptr base) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The buffers `b`'s allocation is made of: its group's pieces not yet
@@ -592,10 +614,10 @@ class MemoryManager {
   // Prepare's one attempt; on failure nothing of it stays pinned. With
   // `may_serve`, a buffer that cannot be brought in is served from host.
   // `next_after`: each of `ids`' next use after this operation (empty when
-  // not predicted), for ServesRatherThanFetches.
+  // not predicted), for ServesRatherThanFetches. `far`: Operation::far.
   CUresult PrepareOnce(absl::Span<const uint64_t> ids, absl::Span<const uint64_t> overwritten,
-                       CUstream stream, bool may_serve, absl::Span<const uint64_t> next_after)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                       CUstream stream, bool may_serve, absl::Span<const uint64_t> next_after,
+                       absl::Span<const uint64_t> far) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Set while a swap-in that would be served from host on failure runs: its
   // lack of room is no refusal, so LogOom neither counts nor logs it.
   bool serve_fallback_ ABSL_GUARDED_BY(mu_) = false;
@@ -929,6 +951,7 @@ class MemoryManager {
   static constexpr uint64_t kPieceKeys = uint64_t{1} << 62;
   uint64_t pieces_made_ ABSL_GUARDED_BY(mu_) = 0;
   size_t groups_ ABSL_GUARDED_BY(mu_) = 0;  // with a piece not yet released
+  std::atomic<bool> has_pieces_{false};     // groups_ > 0, read without the lock
   // Those groups by the registry's id of their allocation.
   absl::flat_hash_map<uint64_t, PieceGroup*> group_ids_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::unique_ptr<Buffer>> buffers_ ABSL_GUARDED_BY(mu_);

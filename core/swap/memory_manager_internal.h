@@ -27,6 +27,7 @@
 #include "core/swap/memory_manager.h"
 #include "core/swap/physical_pool.h"
 #include "core/swap/stream_use.h"
+#include "core/swap/tensor_bounds.h"
 #include "policy/eviction_policy.h"
 
 namespace stensor {
@@ -65,6 +66,8 @@ struct MemoryManager::PieceGroup {
   bool va_reserved = false;  // freed with the last piece
   // Every piece resident, as the planner was last told (Reindex).
   bool planner_resident = true;
+  // Where its tensors were seen to begin and end (FarPieces, Narrow).
+  TensorBounds bounds;
 };
 
 struct MemoryManager::Buffer {

@@ -429,7 +429,7 @@ bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
   if (PieceGroup* g = b.group.get()) {
     std::replace(g->pieces.begin(), g->pieces.end(), &b, static_cast<Buffer*>(nullptr));
     if (g->live > 0 && --g->live == 0) {
-      --groups_;
+      if (--groups_ == 0) has_pieces_.store(false, std::memory_order_relaxed);
       if (auto it = group_ids_.find(g->id); it != group_ids_.end() && it->second == g) {
         group_ids_.erase(it);
       }

@@ -250,6 +250,68 @@ TEST_F(PiecesTest, AnOperationOfExactExtentTouchesOnlyItsPieces) {
   ASSERT_CU(mm->Free(c));
 }
 
+// A kernel's pointer into a segment likely reaches only up to the next
+// tensor bound seen there: of a swapped-out segment, only the pieces its
+// pointers reach are fetched; the others it holds are served from host,
+// their bytes there at the address, and a write through them lands in the
+// host copy, which stays the newest.
+TEST_F(PiecesTest, PiecesAKernelsPointersDoNotReachAreServedNotFetched) {
+  auto mm = Make("8MiB", "lru");
+  const uint64_t bytes = 4 * kGranule;
+  CUdeviceptr seg = Alloc(*mm, 1, bytes);
+  Write(*mm, 1, seg, 1, bytes);
+  CUdeviceptr other = Alloc(*mm, 2, bytes);
+  Write(*mm, 2, other, 2, bytes);  // the segment out, every piece
+  // Nothing known of the segment's tensors: a pointer reaches to its end.
+  MemoryManager::Keys far;
+  ASSERT_TRUE(mm->FarPieces(1, Ids{seg + 100}, &far));
+  EXPECT_TRUE(far.empty());
+  // A copy showed a tensor at [kGranule, 2 kGranule): a pointer at 100 now
+  // reaches the first piece only, and two pointers of one launch their own.
+  MemoryManager::Keys narrowed;
+  ASSERT_TRUE(mm->Narrow(1, kGranule, kGranule, &narrowed, nullptr));
+  ASSERT_TRUE(mm->FarPieces(1, Ids{seg + 100}, &far));
+  EXPECT_EQ(far.size(), 3u);
+  far.clear();
+  ASSERT_TRUE(mm->FarPieces(1, Ids{seg + 2 * kGranule + 8, seg}, &far));
+  EXPECT_EQ(far.size(), 1u);                       // the second piece: a bound at either end
+  EXPECT_FALSE(mm->FarPieces(3, Ids{seg}, &far));  // no such allocation
+  // A launch naming the segment through `seg` alone: one piece copied in,
+  // three served.
+  far.clear();
+  ASSERT_TRUE(mm->FarPieces(1, Ids{seg}, &far));
+  ASSERT_EQ(far.size(), 3u);
+  std::sort(far.begin(), far.end());
+  const SwapStats before = mm->stats();
+  MemoryManager::OpTicket ticket;
+  MemoryManager::Operation op;
+  op.key = 42;
+  op.ticket = &ticket;
+  op.far = far;
+  const Ids ids = {1};
+  ASSERT_CU(mm->Prepare(ids, {}, nullptr, &op));
+  SwapStats held = mm->stats();
+  EXPECT_EQ(held.bytes_copied_in - before.bytes_copied_in, kGranule);
+  EXPECT_EQ(held.served_far - before.served_far, 3u);
+  // The kernel reaches past its tensor after all: the bytes are there, and
+  // its write lands.
+  std::vector<uint64_t> want = Pattern(1, bytes / sizeof(uint64_t));
+  std::vector<uint64_t> got(kGranule / sizeof(uint64_t));
+  ASSERT_CU(cuMemcpyDtoH_v2(got.data(), seg + 2 * kGranule, kGranule));
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin() + 2 * kGranule / 8));
+  const std::vector<uint64_t> data = Pattern(7, kGranule / sizeof(uint64_t));
+  const CUresult r = cuMemcpyHtoD_v2(seg + 3 * kGranule, data.data(), kGranule);
+  mm->Finish(ids, ids, nullptr, r == CUDA_SUCCESS);
+  mm->EndOperation(ticket, nullptr, r == CUDA_SUCCESS);
+  ASSERT_CU(r);
+  Settle();
+  std::copy(data.begin(), data.end(), want.begin() + 3 * kGranule / 8);
+  ExpectData(*mm, 2, other, 2, bytes);  // the segment's resident piece out
+  EXPECT_EQ(Mismatch(Read(*mm, 1, seg, bytes), want), "");
+  ASSERT_CU(mm->Free(seg));
+  ASSERT_CU(mm->Free(other));
+}
+
 // An allocation whose second piece cannot be mapped is undone; its first
 // piece took a pooled chunk whose zeroing is queued on the swap stream
 // behind work that has not run. That memory is let go only once the

@@ -236,17 +236,24 @@ CUresult Tracker::BeginLaunch(CUfunction f, const unsigned grid[3], const unsign
     ExpandTables(*kernel, params, extra, stream, accesses);
   }
   if (!memory_) return CUDA_SUCCESS;
-  return PrepareLaunch(LaunchKey(f, grid, block), *kernel, stream, accesses);
+  return PrepareLaunch(LaunchKey(f, grid, block), *kernel, params, extra, stream, accesses);
 }
 
-CUresult Tracker::PrepareLaunch(uint64_t key, const KernelInfo& kernel, StreamRef stream,
-                                Accesses* accesses) {
+CUresult Tracker::PrepareLaunch(uint64_t key, const KernelInfo& kernel, void** params, void** extra,
+                                StreamRef stream, Accesses* accesses) {
   RelaxedCaptureScope relaxed(capture_);
   // Known accesses: an operation of the iteration (S01/S02), noted under
   // the lock that prepares it.
   const bool known = kernel.layout_known && !accesses->unknown_tables;
   MemoryManager::OpTicket ticket;
-  const MemoryManager::Operation op{key, accesses->writes, known && IsMarker(kernel), &ticket};
+  MemoryManager::Operation op{key, accesses->writes, known && IsMarker(kernel), &ticket};
+  // Of a segment it names, a kernel likely touches only the tensors its
+  // pointers start: the rest need not come in for it.
+  MemoryManager::Keys far;
+  if (known && memory_->has_pieces()) {
+    FindFarPieces(kernel, params, extra, *accesses, &far);
+    op.far = far;
+  }
   if (CUresult r = memory_->Prepare(accesses->reads, {}, Handle(stream), known ? &op : nullptr);
       r != CUDA_SUCCESS) {
     if (r == CUDA_ERROR_OUT_OF_MEMORY) SayRefusal(kernel, *accesses);
@@ -359,8 +366,9 @@ void Tracker::LogLaunch(const char* api, const KernelInfo& kernel, const unsigne
   Log(line.Finish());
 }
 
-void Tracker::FindParamReach(const KernelInfo& kernel, void** params, void** extra,
-                             ParamReaches* reach) const {
+template <typename Fn>
+void Tracker::ForEachParamPointer(const KernelInfo& kernel, void** params, void** extra,
+                                  Fn&& fn) const {
   const unsigned char* packed = nullptr;
   size_t packed_size = 0;
   if (params == nullptr) {
@@ -373,16 +381,7 @@ void Tracker::FindParamReach(const KernelInfo& kernel, void** params, void** ext
   bool written[kBatch];
   size_t n = 0;
   auto flush = [&] {
-    registry_.FindAll(words, n, [&](size_t i, uint64_t id) {
-      auto it = std::find_if(reach->begin(), reach->end(),
-                             [&](const ParamReach& r) { return r.id == id; });
-      if (it == reach->end()) {
-        reach->push_back({id, words[i], UINT64_MAX});
-        it = reach->end() - 1;
-      }
-      it->from = std::min(it->from, words[i]);
-      if (written[i]) it->write_from = std::min(it->write_from, words[i]);
-    });
+    registry_.FindAll(words, n, [&](size_t i, uint64_t id) { fn(id, words[i], written[i]); });
     n = 0;
   };
   for (size_t i = 0; i < kernel.params.size(); ++i) {
@@ -403,6 +402,44 @@ void Tracker::FindParamReach(const KernelInfo& kernel, void** params, void** ext
     }
   }
   if (n > 0) flush();
+}
+
+void Tracker::FindFarPieces(const KernelInfo& kernel, void** params, void** extra,
+                            const Accesses& accesses, MemoryManager::Keys* far) {
+  struct Named {
+    uint64_t id;
+    uint64_t word;
+  };
+  absl::InlinedVector<Named, 16> named;
+  ForEachParamPointer(kernel, params, extra, [&](uint64_t id, uint64_t word, bool) {
+    named.push_back({id, word});
+  });
+  std::sort(named.begin(), named.end(), [](const Named& a, const Named& b) { return a.id < b.id; });
+  absl::InlinedVector<uint64_t, 16> words;
+  for (size_t i = 0; i < named.size();) {
+    const uint64_t id = named[i].id;
+    words.clear();
+    for (; i < named.size() && named[i].id == id; ++i) words.push_back(named[i].word);
+    const bool through_table = std::any_of(
+        accesses.tables.begin(), accesses.tables.end(),
+        [&](const auto& t) { return std::find(t.refs.begin(), t.refs.end(), id) != t.refs.end(); });
+    if (!through_table) memory_->FarPieces(id, words, far);
+  }
+  std::sort(far->begin(), far->end());
+}
+
+void Tracker::FindParamReach(const KernelInfo& kernel, void** params, void** extra,
+                             ParamReaches* reach) const {
+  ForEachParamPointer(kernel, params, extra, [&](uint64_t id, uint64_t word, bool written) {
+    auto it =
+        std::find_if(reach->begin(), reach->end(), [&](const ParamReach& r) { return r.id == id; });
+    if (it == reach->end()) {
+      reach->push_back({id, word, UINT64_MAX});
+      it = reach->end() - 1;
+    }
+    it->from = std::min(it->from, word);
+    if (written) it->write_from = std::min(it->write_from, word);
+  });
 }
 
 void Tracker::ExpandTables(const KernelInfo& kernel, void** params, void** extra, StreamRef stream,

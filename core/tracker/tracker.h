@@ -277,6 +277,16 @@ class Tracker {
   using ParamReaches = absl::InlinedVector<ParamReach, 8>;
   void FindParamReach(const KernelInfo& kernel, void** params, void** extra,
                       ParamReaches* reach) const;
+  // Calls fn(id, word, written) for each parameter word of the launch that
+  // points into a tracked buffer (`written`: through a written parameter).
+  template <typename Fn>
+  void ForEachParamPointer(const KernelInfo& kernel, void** params, void** extra, Fn&& fn) const;
+  // The pieces of the allocations the launch names that its pointer words
+  // likely do not reach (MemoryManager::FarPieces), ascending; none for an
+  // allocation also reached through a pointer table, whose entries are not
+  // among the words.
+  void FindFarPieces(const KernelInfo& kernel, void** params, void** extra,
+                     const Accesses& accesses, MemoryManager::Keys* far);
   // The stale ranges `stale` of `table` (and a window from `learn_from` to
   // the end of the buffer, when not 0: a pointer-to-pointer parameter into
   // bytes no range covers) read back from the device, after the work that
@@ -320,7 +330,8 @@ class Tracker {
   // completion and log record.
   // `key` names the launch for the iteration planner.
   ABSL_ATTRIBUTE_NOINLINE CUresult PrepareLaunch(uint64_t key, const KernelInfo& kernel,
-                                                 StreamRef stream, Accesses* accesses);
+                                                 void** params, void** extra, StreamRef stream,
+                                                 Accesses* accesses);
   ABSL_ATTRIBUTE_NOINLINE void FinishLaunch(const KernelInfo& kernel, StreamRef stream,
                                             const Accesses& accesses, bool submitted);
   ABSL_ATTRIBUTE_NOINLINE void LogLaunch(const char* api, const KernelInfo& kernel,

@@ -1,0 +1,113 @@
+// Tensors carved out of one large segment, as a caching allocator carves
+// them, and kernels whose pointers say where a tensor starts but not where
+// it ends: under a cap, of a swapped-out segment stensor fetches what a
+// kernel's pointers likely reach (up to the next tensor bound seen) and
+// serves the rest from host. Here kernels also reach past that guess, by
+// reading and writing through one pointer into the next tensor; every word
+// is checked against a host model each round.
+//   seg: 20 MiB, tensors A [0, 4 MiB), B [4, 8), C [8, 20), uploaded
+//        by exact copies (which show their bounds);
+//   other: 16 MiB, uploaded after them (pushing part of seg out);
+//   1. A += 2 other[0, 1M)          (a pointer to A: A's pieces fetched)
+//   2. A and B += other[0, 2M)      (through A's pointer, past its bound)
+//   3. other[0, 3M) += C / 2        (C read through its own pointer)
+//   4. the next round's uploads cover A and B, C every other round.
+// Prints "checksum <hex>" (of the model) and "ok".
+//
+// usage: segment_reach KERNELS.so ROUNDS
+#include <cuda.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "tests/driver_check.h"
+
+namespace {
+
+constexpr size_t kM = size_t{1} << 20;  // floats: 4 MiB
+constexpr size_t kSeg = 5 * kM, kOther = 4 * kM;
+constexpr size_t kA = 0, kB = kM, kC = 2 * kM;
+
+CUfunction g_axpy;
+
+void Axpy(float a, CUdeviceptr x, CUdeviceptr y, size_t n, CUstream s) {
+  int count = static_cast<int>(n);
+  void* params[] = {&a, &x, &y, &count};
+  CHECK(cuLaunchKernel(g_axpy, 1, 1, 1, 1, 1, 1, 0, s, params, nullptr));
+}
+
+void Expect(CUdeviceptr p, const std::vector<float>& model, const char* name) {
+  std::vector<float> got(model.size());
+  CHECK(cuMemcpyDtoH_v2(got.data(), p, got.size() * sizeof(float)));
+  size_t wrong = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &model[i], sizeof(float)) != 0 && wrong++ == 0) first = i;
+  }
+  if (wrong != 0) {
+    std::fprintf(stderr, "%s: %zu of %zu words wrong, first at %zu\n", name, wrong, got.size(),
+                 first);
+    ++stensor_tests::failures;
+  }
+}
+
+uint64_t Hash(uint64_t h, const void* data, size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: segment_reach KERNELS.so ROUNDS\n");
+    return 2;
+  }
+  const int rounds = std::atoi(argv[2]);
+  stensor_tests::StartOnDevice0();
+  CUmodule module;
+  CHECK(cuModuleLoad(&module, argv[1]));
+  CHECK(cuModuleGetFunction(&g_axpy, module, "_ZN5testk4axpyEfPKfPfi"));
+  CUstream s;
+  CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr seg, other;
+  CHECK(cuMemAlloc_v2(&seg, kSeg * 4));
+  CHECK(cuMemAlloc_v2(&other, kOther * 4));
+  std::vector<float> hseg(kSeg), hother(kOther);
+  uint64_t h = 1469598103934665603ull;
+  for (int r = 0; r < rounds; ++r) {
+    // Small integers and halves: every sum exact.
+    for (size_t i = 0; i < kC; ++i) hseg[i] = static_cast<float>((i + r) % 7);
+    CHECK(cuMemcpyHtoDAsync_v2(seg + kA * 4, hseg.data() + kA, kM * 4, s));
+    CHECK(cuMemcpyHtoDAsync_v2(seg + kB * 4, hseg.data() + kB, kM * 4, s));
+    if (r % 2 == 0) {
+      for (size_t i = kC; i < kSeg; ++i) hseg[i] = static_cast<float>((i + r) % 4);
+      CHECK(cuMemcpyHtoDAsync_v2(seg + kC * 4, hseg.data() + kC, 3 * kM * 4, s));
+    }
+    for (size_t i = 0; i < kOther; ++i) hother[i] = static_cast<float>((i * 3 + r) % 5);
+    CHECK(cuMemcpyHtoDAsync_v2(other, hother.data(), kOther * 4, s));
+    Axpy(2.0f, other, seg + kA * 4, kM, s);  // 1
+    for (size_t i = 0; i < kM; ++i) hseg[kA + i] += 2 * hother[i];
+    Axpy(1.0f, other, seg + kA * 4, 2 * kM, s);  // 2: A's pointer, into B
+    for (size_t i = 0; i < 2 * kM; ++i) hseg[kA + i] += hother[i];
+    Axpy(0.5f, seg + kC * 4, other, 3 * kM, s);  // 3
+    for (size_t i = 0; i < 3 * kM; ++i) hother[i] += 0.5f * hseg[kC + i];
+    CHECK(cuStreamSynchronize(s));
+    Expect(seg, hseg, "seg");
+    Expect(other, hother, "other");
+    h = Hash(h, hseg.data(), kSeg * 4);
+    h = Hash(h, hother.data(), kOther * 4);
+  }
+  CHECK(cuMemFree_v2(seg));
+  CHECK(cuMemFree_v2(other));
+  std::printf("checksum %016llx\n", static_cast<unsigned long long>(h));
+  if (stensor_tests::failures != 0) {
+    std::fprintf(stderr, "%d checks failed\n", stensor_tests::failures);
+    return 1;
+  }
+  std::printf("ok\n");
+  return 0;
+}
