@@ -59,16 +59,22 @@
 #
 # usage: bench/torchlike_bench.sh [--quick] [--runs R] [--steps N]
 #                                 [--optimum-steps M] [--exact-seconds S]
+#                                 [--modes LIST] [--model "ARGS"]
 #   --quick            one run of each, N = M = 2 (a smoke test of the script)
 #   --runs R           runs per configuration (default 5)
 #   --steps N          the shorter run's steps (default 8); the longer runs 2N
 #   --optimum-steps M  the shorter access log's steps (default 4); the
 #                      longer one 2M
 #   --exact-seconds S  time limit of each exact optimum (default 60)
+#   --modes LIST       comma-separated modes to run (default all:
+#                      caching-eager,per-tensor-eager,caching-step,caching-layer)
+#   --model "ARGS"     more torchlike_train flags for every run, e.g.
+#                      "--dim 512 --buckets 8192 --experts 8": a wider model
+#                      whose 2-4 MiB weights share PyTorch's 20 MiB segments
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-runs=5 steps=8 optimum_steps=4 exact_seconds=60
+runs=5 steps=8 optimum_steps=4 exact_seconds=60 modes=all model=
 while (($#)); do
   case $1 in
     --quick) runs=1 steps=2 optimum_steps=2 ;;
@@ -76,6 +82,8 @@ while (($#)); do
     --steps) steps=${2:?--steps needs a value}; shift ;;
     --optimum-steps) optimum_steps=${2:?--optimum-steps needs a value}; shift ;;
     --exact-seconds) exact_seconds=${2:?--exact-seconds needs a value}; shift ;;
+    --modes) modes=${2:?--modes needs a value}; shift ;;
+    --model) model=${2?--model needs a value}; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "torchlike_bench.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
@@ -94,11 +102,12 @@ bin=$(bazel info -c opt bazel-bin 2>/dev/null)
 work=$(mktemp -d)
 echo "torchlike_bench: logs in $work"
 
-python3 - "$bin" "$work" "$runs" "$steps" "$optimum_steps" "$exact_seconds" <<'PY'
-import os, re, statistics, subprocess, sys, time
+python3 - "$bin" "$work" "$runs" "$steps" "$optimum_steps" "$exact_seconds" "$modes" "$model" <<'PY'
+import os, re, shlex, statistics, subprocess, sys, time
 
 bin_dir, work = sys.argv[1], sys.argv[2]
 runs, steps, optimum_steps, exact_seconds = (int(a) for a in sys.argv[3:7])
+chosen, model_args = sys.argv[7], shlex.split(sys.argv[8])
 fake_dir = os.path.join(bin_dir, "tests/fakecuda")
 stensor = os.path.join(bin_dir, "interpose/libstensor.so")
 train = os.path.join(bin_dir, "examples/torchlike/torchlike_train")
@@ -109,6 +118,13 @@ modes = [  # (allocator, graphs)
     ("caching", "step"),
     ("caching", "layer"),
 ]
+if chosen != "all":
+    names = chosen.split(",")
+    unknown = [n for n in names if n not in ["%s-%s" % m for m in modes]]
+    if unknown:
+        sys.exit("torchlike_bench.sh: --modes: unknown mode %s (expected a list of %s)" % (
+            unknown[0], ", ".join("%s-%s" % m for m in modes)))
+    modes = [m for m in modes if "%s-%s" % m in names]
 caps = [100, 75, 50, 25]
 lengths = [steps, 2 * steps]
 log_lengths = [optimum_steps, 2 * optimum_steps]
@@ -133,7 +149,7 @@ def mode_name(mode):
 
 
 def mode_argv(mode):
-    return [train, "--alloc", mode[0], "--graphs", mode[1]]
+    return [train, "--alloc", mode[0], "--graphs", mode[1]] + model_args
 
 
 def shell_words(env, argv):

