@@ -580,6 +580,14 @@ class Simulator {
           continue;
         }
       }
+      // MemoryManager::PrepareOnce: a piece no pointer of the launch
+      // likely reaches.
+      if (noted_first && Servable(b) && std::binary_search(op.far.begin(), op.far.end(), id)) {
+        Serve(b);
+        ++result_.served_by_choice;
+        ++result_.served_far;
+        continue;
+      }
       if (absl::Status s = SwapIn(b, !whole, /*prefetch=*/false); !s.ok()) {
         // No room with the operation's other buffers (all it could evict
         // went): served from host rather than refused.

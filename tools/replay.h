@@ -95,6 +95,9 @@ struct ReplayResult {
   // Of them, served although room could have been made (belady with bypass:
   // EvictionPolicy::ServeRatherThanFetch).
   uint64_t served_by_choice = 0;
+  // Of those, pieces a launch held but its pointers likely did not reach
+  // (TraceOp::far).
+  uint64_t served_far = 0;
   uint64_t born_on_host = 0, bytes_born_on_host = 0;
   // Time model, microseconds.
   double compute_us = 0;

@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/swap/tensor_bounds.h"
 #include "nlohmann/json.hpp"
 #include "tools/log_json.h"
 
@@ -185,6 +186,7 @@ class Reader {
           absl::StrCat("line ", line, ": ", parsed.error->ToStatus().message()));
     }
     const Json& r = parsed.record;
+    left_out_ = &parsed.left_out;
     absl::string_view type = StringOr(r, "type", "");
     if (type.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("line ", line, ": record without a type"));
@@ -347,9 +349,56 @@ class Reader {
     if (!BoolOr(r, "inferred", true) || BoolOr(r, "unknown_tables", false)) {
       op.kind = TraceOp::Kind::kUnknown;
       ++trace_.unknown_launches;
+    } else {
+      ReadPointers(r, &op);
     }
     trace_.ops.push_back(std::move(op));
     return absl::OkStatus();
+  }
+
+  // TraceOp::pointers from the record's `pointers` and `tables`. A list cut
+  // short by the parser's bounds leaves none (every piece reached).
+  void ReadPointers(const Json& r, TraceOp* op) const {
+    for (const auto& [member, count] : *left_out_) {
+      if (member == "pointers" || member == "tables") return;
+    }
+    absl::flat_hash_set<uint64_t> through_table;
+    if (auto t = r.find("tables"); t != r.end() && t->is_array()) {
+      for (const Json& table : *t) {
+        auto refs = table.is_object() ? table.find("refs") : table.end();
+        if (refs == table.end() || !refs->is_array()) continue;
+        for (const Json& id : *refs) {
+          if (id.is_number_unsigned()) through_table.insert(id.template get<uint64_t>());
+        }
+      }
+    }
+    absl::flat_hash_map<uint64_t, std::vector<uint64_t>> listed;
+    if (auto p = r.find("pointers"); p != r.end() && p->is_array()) {
+      for (const Json& e : *p) {
+        if (!e.is_array() || e.size() != 2 || !e[0].is_number_unsigned() || !e[1].is_string()) {
+          continue;
+        }
+        const uint64_t id = e[0].template get<uint64_t>();
+        uint64_t word = 0;
+        const std::string& text = e[1].template get_ref<const std::string&>();
+        auto b = trace_.buffers.find(id);
+        if (b == trace_.buffers.end() || text.substr(0, 2) != "0x" ||
+            !absl::SimpleHexAtoi(absl::string_view(text).substr(2), &word) ||
+            word < b->second.addr) {
+          continue;
+        }
+        listed[id].push_back(word - b->second.addr);
+      }
+    }
+    for (uint64_t id : op->ids) {
+      if (through_table.contains(id)) continue;
+      auto l = listed.find(id);
+      if (l == listed.end()) {
+        op->pointers.push_back({id, 0});
+        continue;
+      }
+      for (uint64_t offset : l->second) op->pointers.push_back({id, offset});
+    }
   }
 
   // Whether [addr, addr+bytes) is all of buffer `id`.
@@ -441,6 +490,8 @@ class Reader {
   uint64_t untracked_ = 0;
   absl::flat_hash_set<uint64_t> freed_;
   IdList reads_{"reads"}, writes_{"writes"};  // of the line being read
+  // What the parser left out of the line being read (LogLine::left_out).
+  const std::vector<std::pair<std::string, uint64_t>>* left_out_ = nullptr;
   LogArrayVisitor<Json> visitor_;
 };
 
@@ -513,6 +564,46 @@ Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split) {
     }
     return expanded;
   };
+  // Where each split allocation's tensors were seen to start and end, as
+  // the library keeps them (MemoryManager::Narrow, FarPieces).
+  absl::flat_hash_map<uint64_t, TensorBounds> bounds;
+  auto note_extents = [&](const TraceOp& op) {
+    for (const TraceOp::Extent& e : op.extents) {
+      if (pieces.count(e.id) == 0) continue;
+      const uint64_t size = out.buffers.at(e.id).bytes;
+      TensorBounds& known = bounds[e.id];
+      known.Note(e.offset);
+      known.Note(e.offset + std::min(e.bytes, size - std::min(e.offset, size)));
+    }
+  };
+  // The pieces of `op`'s allocations its pointers likely do not reach.
+  auto far_pieces = [&](const TraceOp& op) {
+    std::vector<uint64_t> far;
+    for (size_t i = 0; i < op.pointers.size();) {
+      const uint64_t id = op.pointers[i].id;
+      size_t end = i;
+      while (end < op.pointers.size() && op.pointers[end].id == id) ++end;
+      auto it = pieces.find(id);
+      if (it != pieces.end()) {
+        const uint64_t size = out.buffers.at(id).bytes;
+        TensorBounds& known = bounds[id];
+        for (size_t k = i; k < end; ++k) {
+          if (op.pointers[k].offset < size) known.Note(op.pointers[k].offset);
+        }
+        for (size_t p = 0; p < it->second.size(); ++p) {
+          const uint64_t from = p * granule, to = from + out.buffers.at(it->second[p]).bytes;
+          const bool near = std::any_of(
+              op.pointers.begin() + i, op.pointers.begin() + end, [&](const TraceOp::Pointer& w) {
+                return w.offset < to && w.offset < size && known.EndFrom(w.offset, size) > from;
+              });
+          if (!near) far.push_back(it->second[p]);
+        }
+      }
+      i = end;
+    }
+    std::sort(far.begin(), far.end());
+    return far;
+  };
   for (const TraceOp& op : trace.ops) {
     if (op.kind == TraceOp::Kind::kAlloc) {
       const TraceBuffer& b = trace.buffers.at(op.buffer);
@@ -544,10 +635,15 @@ Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split) {
         out.ops.push_back(std::move(free));
       }
       pieces.erase(it);
+      bounds.erase(op.buffer);
       continue;
     }
     TraceOp expanded = op;
     if (!pieces.empty()) {
+      note_extents(op);
+      if (op.launch && !op.graph && op.kind == TraceOp::Kind::kAccess) {
+        expanded.far = far_pieces(op);
+      }
       expanded.ids = expand(op, op.ids);
       // The destination is the first extent (a copy's, or a memset's).
       const TraceOp::Extent* dst =

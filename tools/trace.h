@@ -62,6 +62,19 @@ struct TraceOp {
     uint64_t bytes = 0;
   };
   std::vector<Extent> extents;
+  // A launch's pointer words as offsets into the buffers it names (the
+  // log's `pointers`; a buffer it names only at its start, offset 0),
+  // buffers also reached through a pointer table left out: where the
+  // tensors it uses start.
+  struct Pointer {
+    uint64_t id = 0;
+    uint64_t offset = 0;
+  };
+  std::vector<Pointer> pointers;
+  // Of its pieces (SplitIntoPieces), those no pointer likely reaches
+  // (MemoryManager::FarPieces), ascending: served from host when swapped
+  // out, never fetched for it.
+  std::vector<uint64_t> far;
   bool launch = false;  // a kernel (takes compute time)
   bool graph = false;   // of them, a graph launch (its nodes read)
   // What the iteration detector sees of the operation: the kernel and its

@@ -373,6 +373,16 @@ struct Accesses {
   };
   absl::InlinedVector<Reach, 4> write_reach;
   bool reach_known = false;
+  // Filled by the tracker while allocations are made of pieces or a log is
+  // written (`pointers_known`): each parameter word that points into a
+  // tracked buffer, with the buffer's id, in parameter order. Where the
+  // tensors a kernel names start (MemoryManager::FarPieces).
+  struct PointerWord {
+    uint64_t id = 0;
+    uint64_t word = 0;
+  };
+  absl::InlinedVector<PointerWord, 4> pointers;
+  bool pointers_known = false;
   // Pushed into a stream being captured into a graph: recorded, not run
   // (core/inference/capture.h), so nothing is made resident or marked used for it.
   bool captured = false;

@@ -235,12 +235,20 @@ CUresult Tracker::BeginLaunch(CUfunction f, const unsigned grid[3], const unsign
   if (tracks_tables() && (kernel->has_tables || !tables_.empty())) {
     ExpandTables(*kernel, params, extra, stream, accesses);
   }
+  // Where the kernel's tensors start: for a segment made of pieces, and
+  // for the log (`stensor sim` makes the same pieces).
+  if (log_ || (memory_ && memory_->has_pieces())) {
+    ForEachParamPointer(*kernel, params, extra, [&](uint64_t id, uint64_t word, bool) {
+      accesses->pointers.push_back({id, word});
+    });
+    accesses->pointers_known = true;
+  }
   if (!memory_) return CUDA_SUCCESS;
-  return PrepareLaunch(LaunchKey(f, grid, block), *kernel, params, extra, stream, accesses);
+  return PrepareLaunch(LaunchKey(f, grid, block), *kernel, stream, accesses);
 }
 
-CUresult Tracker::PrepareLaunch(uint64_t key, const KernelInfo& kernel, void** params, void** extra,
-                                StreamRef stream, Accesses* accesses) {
+CUresult Tracker::PrepareLaunch(uint64_t key, const KernelInfo& kernel, StreamRef stream,
+                                Accesses* accesses) {
   RelaxedCaptureScope relaxed(capture_);
   // Known accesses: an operation of the iteration (S01/S02), noted under
   // the lock that prepares it.
@@ -250,8 +258,8 @@ CUresult Tracker::PrepareLaunch(uint64_t key, const KernelInfo& kernel, void** p
   // Of a segment it names, a kernel likely touches only the tensors its
   // pointers start: the rest need not come in for it.
   MemoryManager::Keys far;
-  if (known && memory_->has_pieces()) {
-    FindFarPieces(kernel, params, extra, *accesses, &far);
+  if (known && accesses->pointers_known && memory_->has_pieces()) {
+    FindFarPieces(*accesses, &far);
     op.far = far;
   }
   if (CUresult r = memory_->Prepare(accesses->reads, {}, Handle(stream), known ? &op : nullptr);
@@ -362,6 +370,10 @@ void Tracker::LogLaunch(const char* api, const KernelInfo& kernel, const unsigne
       .Bool("inferred", kernel.layout_known)
       .Raw("tables", TablesJson(accesses))
       .Bool("unknown_tables", accesses.unknown_tables);
+  if (accesses.pointers_known) {
+    std::string pointers = PointersJson(accesses);
+    if (pointers != "[]") line.Raw("pointers", pointers);
+  }
   if (accesses.captured) line.Bool("captured", true);
   Log(line.Finish());
 }
@@ -404,28 +416,55 @@ void Tracker::ForEachParamPointer(const KernelInfo& kernel, void** params, void*
   if (n > 0) flush();
 }
 
-void Tracker::FindFarPieces(const KernelInfo& kernel, void** params, void** extra,
-                            const Accesses& accesses, MemoryManager::Keys* far) {
-  struct Named {
-    uint64_t id;
-    uint64_t word;
-  };
-  absl::InlinedVector<Named, 16> named;
-  ForEachParamPointer(kernel, params, extra, [&](uint64_t id, uint64_t word, bool) {
-    named.push_back({id, word});
+namespace {
+// Whether a table the launch reached points into buffer `id`.
+bool ThroughTable(const Accesses& a, uint64_t id) {
+  return std::any_of(a.tables.begin(), a.tables.end(), [&](const Accesses::TableUse& t) {
+    return std::find(t.refs.begin(), t.refs.end(), id) != t.refs.end();
   });
-  std::sort(named.begin(), named.end(), [](const Named& a, const Named& b) { return a.id < b.id; });
+}
+
+// Accesses::pointers grouped by buffer (stable: each buffer's words in
+// parameter order).
+absl::InlinedVector<Accesses::PointerWord, 8> ByBuffer(const Accesses& a) {
+  absl::InlinedVector<Accesses::PointerWord, 8> named(a.pointers.begin(), a.pointers.end());
+  std::stable_sort(named.begin(), named.end(),
+                   [](const auto& x, const auto& y) { return x.id < y.id; });
+  return named;
+}
+}  // namespace
+
+void Tracker::FindFarPieces(const Accesses& accesses, MemoryManager::Keys* far) {
+  const absl::InlinedVector<Accesses::PointerWord, 8> named = ByBuffer(accesses);
   absl::InlinedVector<uint64_t, 16> words;
   for (size_t i = 0; i < named.size();) {
     const uint64_t id = named[i].id;
     words.clear();
     for (; i < named.size() && named[i].id == id; ++i) words.push_back(named[i].word);
-    const bool through_table = std::any_of(
-        accesses.tables.begin(), accesses.tables.end(),
-        [&](const auto& t) { return std::find(t.refs.begin(), t.refs.end(), id) != t.refs.end(); });
-    if (!through_table) memory_->FarPieces(id, words, far);
+    // A table's entries are not among the words: whole.
+    if (!ThroughTable(accesses, id)) memory_->FarPieces(id, words, far);
   }
   std::sort(far->begin(), far->end());
+}
+
+std::string Tracker::PointersJson(const Accesses& accesses) const {
+  const absl::InlinedVector<Accesses::PointerWord, 8> named = ByBuffer(accesses);
+  std::string out = "[";
+  for (size_t i = 0; i < named.size();) {
+    size_t end = i;
+    bool interior = false;
+    for (; end < named.size() && named[end].id == named[i].id; ++end) {
+      const std::optional<Buffer> b = registry_.Find(named[end].word);
+      interior |= b && b->id == named[i].id && named[end].word != b->base;
+    }
+    for (; interior && i < end; ++i) {
+      if (out.size() > 1) out.push_back(',');
+      absl::StrAppend(&out, "[", named[i].id, ",\"0x", absl::Hex(named[i].word), "\"]");
+    }
+    i = end;
+  }
+  out.push_back(']');
+  return out;
 }
 
 void Tracker::FindParamReach(const KernelInfo& kernel, void** params, void** extra,

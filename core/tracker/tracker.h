@@ -285,8 +285,12 @@ class Tracker {
   // likely do not reach (MemoryManager::FarPieces), ascending; none for an
   // allocation also reached through a pointer table, whose entries are not
   // among the words.
-  void FindFarPieces(const KernelInfo& kernel, void** params, void** extra,
-                     const Accesses& accesses, MemoryManager::Keys* far);
+  void FindFarPieces(const Accesses& accesses, MemoryManager::Keys* far);
+  // The launch's pointer words (Accesses::pointers) into buffers entered in
+  // the log as `pointers`, [id, "0x..."] pairs: those of each buffer some
+  // word points into past its start; a buffer named only at its start is
+  // not listed (`stensor sim` then takes its start).
+  std::string PointersJson(const Accesses& accesses) const;
   // The stale ranges `stale` of `table` (and a window from `learn_from` to
   // the end of the buffer, when not 0: a pointer-to-pointer parameter into
   // bytes no range covers) read back from the device, after the work that
@@ -330,8 +334,7 @@ class Tracker {
   // completion and log record.
   // `key` names the launch for the iteration planner.
   ABSL_ATTRIBUTE_NOINLINE CUresult PrepareLaunch(uint64_t key, const KernelInfo& kernel,
-                                                 void** params, void** extra, StreamRef stream,
-                                                 Accesses* accesses);
+                                                 StreamRef stream, Accesses* accesses);
   ABSL_ATTRIBUTE_NOINLINE void FinishLaunch(const KernelInfo& kernel, StreamRef stream,
                                             const Accesses& accesses, bool submitted);
   ABSL_ATTRIBUTE_NOINLINE void LogLaunch(const char* api, const KernelInfo& kernel,
