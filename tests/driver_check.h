@@ -8,8 +8,11 @@
 
 #include <cuda.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <vector>
 
 #define CHECK(call)                                                                  \
   do {                                                                               \
@@ -46,6 +49,30 @@ inline CUdevice StartOnDevice0() {
   CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
   CHECK(cuCtxSetCurrent(ctx));
   return dev;
+}
+
+// Reads device memory at `p` back (a synchronous copy, from wherever it is)
+// and counts a failure naming the first word that differs from `model`.
+template <typename T>
+void ExpectDevice(CUdeviceptr p, const std::vector<T>& model, const char* name) {
+  std::vector<T> got(model.size());
+  CHECK(cuMemcpyDtoH_v2(got.data(), p, got.size() * sizeof(T)));
+  size_t wrong = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &model[i], sizeof(T)) != 0 && wrong++ == 0) first = i;
+  }
+  if (wrong != 0) {
+    std::fprintf(stderr, "%s: %zu of %zu words wrong, first at %zu\n", name, wrong, got.size(),
+                 first);
+    ++failures;
+  }
+}
+
+// FNV-1a over bytes, from `h` (a program's checksum of its results).
+inline uint64_t Fnv1a(uint64_t h, const void* data, size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
 }
 
 }  // namespace stensor_tests

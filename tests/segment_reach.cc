@@ -39,26 +39,6 @@ void Axpy(float a, CUdeviceptr x, CUdeviceptr y, size_t n, CUstream s) {
   CHECK(cuLaunchKernel(g_axpy, 1, 1, 1, 1, 1, 1, 0, s, params, nullptr));
 }
 
-void Expect(CUdeviceptr p, const std::vector<float>& model, const char* name) {
-  std::vector<float> got(model.size());
-  CHECK(cuMemcpyDtoH_v2(got.data(), p, got.size() * sizeof(float)));
-  size_t wrong = 0, first = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::memcmp(&got[i], &model[i], sizeof(float)) != 0 && wrong++ == 0) first = i;
-  }
-  if (wrong != 0) {
-    std::fprintf(stderr, "%s: %zu of %zu words wrong, first at %zu\n", name, wrong, got.size(),
-                 first);
-    ++stensor_tests::failures;
-  }
-}
-
-uint64_t Hash(uint64_t h, const void* data, size_t bytes) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -96,10 +76,10 @@ int main(int argc, char** argv) {
     Axpy(0.5f, seg + kC * 4, other, 3 * kM, s);  // 3
     for (size_t i = 0; i < 3 * kM; ++i) hother[i] += 0.5f * hseg[kC + i];
     CHECK(cuStreamSynchronize(s));
-    Expect(seg, hseg, "seg");
-    Expect(other, hother, "other");
-    h = Hash(h, hseg.data(), kSeg * 4);
-    h = Hash(h, hother.data(), kOther * 4);
+    stensor_tests::ExpectDevice(seg, hseg, "seg");
+    stensor_tests::ExpectDevice(other, hother, "other");
+    h = stensor_tests::Fnv1a(h, hseg.data(), kSeg * 4);
+    h = stensor_tests::Fnv1a(h, hother.data(), kOther * 4);
   }
   CHECK(cuMemFree_v2(seg));
   CHECK(cuMemFree_v2(other));

@@ -82,12 +82,6 @@ void Expect(CUdeviceptr p, const std::vector<T>& model, const char* name) {
   }
 }
 
-uint64_t Hash(uint64_t h, const void* data, size_t bytes) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -168,10 +162,10 @@ int main(int argc, char** argv) {
   Expect(z, hz, "z");
   Expect(big, hbig, "big");
   uint64_t h = 1469598103934665603ull;
-  h = Hash(h, hx.data(), kN * 4);
-  h = Hash(h, hy.data(), kN * 4);
-  h = Hash(h, hz.data(), kN * 4);
-  h = Hash(h, hbig.data(), kBig * 4);
+  h = stensor_tests::Fnv1a(h, hx.data(), kN * 4);
+  h = stensor_tests::Fnv1a(h, hy.data(), kN * 4);
+  h = stensor_tests::Fnv1a(h, hz.data(), kN * 4);
+  h = stensor_tests::Fnv1a(h, hbig.data(), kBig * 4);
   for (CUdeviceptr p : {x, y, z, big}) Run(cuMemFree_v2(p), "free");
   std::printf("checksum %016llx\n", static_cast<unsigned long long>(h));
   if (stensor_tests::failures != 0) {
