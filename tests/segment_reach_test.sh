@@ -5,7 +5,9 @@
 # that guess still read and write every word right: the same checksum as
 # without stensor under each policy, with the pieces left on host counted.
 # The access log lists where the kernels' pointers start inside buffers,
-# and `stensor sim` leaves the same pieces on host as the library.
+# and `stensor sim` leaves the same pieces on host as the library. Then two
+# threads at once on tensors of the same segment, each on its own stream,
+# run after run: the same checksum every time.
 set -euo pipefail
 program=$1 fake=$2 stensor=$3 kernels=$4 cli=$5
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
@@ -39,4 +41,18 @@ for policy in belady lru; do
   grep -q '^stensor: out of memory  *0$' "$tmp/$name.err" || fail "$name: out-of-memory errors counted"
   echo "$name: $far pieces served rather than fetched ($sim_far in the sim's replay), same checksum"
 done
+
+"$program" "$kernels" $rounds threads > "$tmp/plain-threads.out" 2> "$tmp/plain-threads.err" ||
+  { cat "$tmp/plain-threads.err" >&2; fail "two threads, uncapped without stensor"; }
+want=$(grep '^checksum' "$tmp/plain-threads.out")
+for i in $(seq 1 8); do
+  name=threads$i policy=$([[ $((i % 2)) == 0 ]] && echo belady || echo lru)
+  env FAKECUDA_HOST_VMM=1 LD_PRELOAD="$preload" STENSOR_MEMORY_LIMIT=24MiB STENSOR_STATS=1 \
+    STENSOR_POLICY=$policy "$program" "$kernels" $rounds threads > "$tmp/$name.out" 2> "$tmp/$name.err" ||
+    { tail -n 20 "$tmp/$name.err" >&2; fail "$name ($policy): the program failed"; }
+  [[ $(grep '^checksum' "$tmp/$name.out") == "$want" ]] || fail "$name ($policy): checksum differs"
+  grep -qx ok "$tmp/$name.out" || fail "$name ($policy): no ok"
+done
+far=$(sed -n 's/.* \([0-9][0-9]*\) of them, pieces a kernel held but likely did not touch.*/\1/p' "$tmp/threads1.err")
+echo "two threads: 8 runs, same checksum ($far pieces served rather than fetched in the first)"
 echo PASS
