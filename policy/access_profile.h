@@ -39,6 +39,31 @@ struct BufferTouch {
   bool write = false;
 };
 
+// Appends `touch` to an operation's `touches` and returns its index; with
+// `shared` (a piece of an allocation, planned under the allocation's id)
+// merges it into the touch of the same id instead, a write winning. An
+// allocation's pieces are neighbours in an operation's ids, so the last
+// touch is looked at first: a launch naming hundreds of pieces searches
+// once per allocation, and one naming whole buffers never.
+template <typename Touches>
+size_t AddTouch(Touches* touches, const BufferTouch& touch, bool shared) {
+  size_t t = touches->size();
+  if (shared) {
+    if (t > 0 && (*touches)[t - 1].id == touch.id) {
+      --t;
+    } else {
+      t = 0;
+      while (t < touches->size() && (*touches)[t].id != touch.id) ++t;
+    }
+  }
+  if (t == touches->size()) {
+    touches->push_back(touch);
+  } else {
+    (*touches)[t].write = (*touches)[t].write || touch.write;
+  }
+  return t;
+}
+
 struct ProfiledOp {
   uint64_t key = 0;
   std::vector<BufferTouch> buffers;

@@ -438,23 +438,9 @@ class Simulator {
       const uint64_t bytes =
           info.group != 0 ? info.charge * trace_.groups.at(info.group).size() : info.charge;
       const bool write = writes.Contains(op.ids[i]);
-      // One touch per allocation, found as the library finds it
-      // (MemoryManager::PredictLocked).
-      size_t t = touches.size();
-      if (info.group != 0) {
-        if (t > 0 && touches[t - 1].id == planned) {
-          --t;
-        } else {
-          t = 0;
-          while (t < touches.size() && touches[t].id != planned) ++t;
-        }
-      }
-      if (t == touches.size()) {
-        touches.push_back(BufferTouch{planned, bytes, write});
-      } else {
-        touches[t].write = touches[t].write || write;
-      }
-      touch[i] = t;
+      // One touch per allocation, as MemoryManager::PredictLocked.
+      touch[i] = AddTouch(&touches, BufferTouch{planned, bytes, write},
+                          /*shared=*/info.group != 0);
     }
     std::vector<uint64_t> next_uses;
     std::vector<std::pair<uint64_t, uint64_t>> repredicted;

@@ -1963,25 +1963,10 @@ bool MemoryManager::PredictLocked(uint64_t key, absl::Span<const uint64_t> ids,
     if (b == nullptr || b->garbage) continue;
     b->prefetched = false;  // used now
     const bool write = std::find(written.begin(), written.end(), ids[k]) != written.end();
-    // One touch per allocation. Only pieces can share one, and a group's
-    // pieces are neighbours in `ids` (Expanded, Narrow): the last touch is
-    // looked at first, so a launch naming hundreds of pieces searches once
-    // per allocation, and one naming whole buffers never.
-    const uint64_t planned = PlannerId(*b);
-    size_t t = touches.size();
-    if (b->group != nullptr) {
-      if (t > 0 && touches[t - 1].id == planned) {
-        --t;
-      } else {
-        t = 0;
-        while (t < touches.size() && touches[t].id != planned) ++t;
-      }
-    }
-    if (t == touches.size()) {
-      touches.push_back(BufferTouch{planned, ViewOf(*b).reserved, write});
-    } else {
-      touches[t].write = touches[t].write || write;
-    }
+    // One touch per allocation (Expanded, Narrow keep a group's pieces
+    // neighbours in `ids`).
+    const size_t t = AddTouch(&touches, BufferTouch{PlannerId(*b), ViewOf(*b).reserved, write},
+                              /*shared=*/b->group != nullptr);
     buffers.push_back(b);
     at.push_back(k);
     touch.push_back(t);
