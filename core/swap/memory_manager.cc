@@ -34,6 +34,14 @@ namespace stensor {
 // what MakeRoom need not wait for.
 thread_local int t_operation_pins = 0;
 
+namespace {
+
+// Who prepares the operation in progress on this thread: an operation's
+// Prepare and Finish run on one thread, one operation at a time.
+const void* ThisOperation() { return &t_operation_pins; }
+
+}  // namespace
+
 using memory_manager_internal::AlignUp;
 using memory_manager_internal::kNoConsumer;
 using memory_manager_internal::kSmallUnit;
@@ -1383,7 +1391,7 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
     } else {
       // Contents come from the operation about to run; until it is submitted
       // the host copy stays the truth (see Finish).
-      b.pending_overwrite = true;
+      b.pending_overwrite = ThisOperation();
       ++stats_.swap_ins_without_copy;
       // Memory still in use by its last owner's queued work: the operation
       // runs after that (an event on the swap stream, or a host wait there).
@@ -1676,8 +1684,8 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
         --t_operation_pins;
         ++unpins_;
         if (served[k]) --p->serving;
-        if (p->pending_overwrite) {  // the overwrite will not happen
-          p->pending_overwrite = false;
+        if (p->pending_overwrite == ThisOperation()) {  // the overwrite will not happen
+          p->pending_overwrite = nullptr;
           RestoreFromHost(DeviceState(p->device), *p);  // re-keys it
         } else {
           Reindex(*p);  // a next use predicted for it (PredictLocked)
@@ -1713,8 +1721,8 @@ void MemoryManager::Finish(absl::Span<const uint64_t> named,
     // Pinned and not resident: this operation was served from host.
     const bool served = b->serving > 0 && !b->resident();
     if (served) --b->serving;
-    if (b->pending_overwrite) {
-      b->pending_overwrite = false;
+    if (b->pending_overwrite == ThisOperation()) {
+      b->pending_overwrite = nullptr;
       // The overwrite did not happen: the device memory holds nothing yet,
       // so bring the host copy's contents in after all (or, failing that,
       // keep the buffer stale or swapped out: never wrong).

@@ -127,9 +127,12 @@ struct MemoryManager::Buffer {
   HostCopy host;
   bool host_at_base = false;  // true only while the host copy is mapped there
   bool va_reserved = false;   // `base` is still reserved (VMM buffers)
-  // Swapped in without a copy for an operation that overwrites it whole;
-  // cleared when that operation is submitted (or undone if it is not).
-  bool pending_overwrite = false;
+  // Swapped in without a copy for an operation that overwrites it whole:
+  // the thread preparing that operation (ThisOperation()), null when none.
+  // Only that operation clears it once submitted, or restores the host
+  // copy's contents if it is not: another operation holding the buffer
+  // meanwhile may come and go, even fail, while the overwrite is in flight.
+  const void* pending_overwrite = nullptr;
   // STENSOR_VERIFY: the hash of the host copy, taken when it was copied out
   // (hash mode), and the kernels named by a mismatch.
   std::optional<uint64_t> host_hash;

@@ -1493,6 +1493,49 @@ TEST_F(MemoryManagerTest, OverwrittenBufferComesBackWithoutCopy) {
   FreeAll(*mm, {a, b, c, d});
 }
 
+// The overwrite belongs to the operation it was brought in for. Another
+// thread's operation holding the buffer between that one's copy and its
+// Finish (a launch ordered after the copy by the program's events) may have
+// to let go and try again (no room while the first holds the rest) or not
+// be submitted: neither puts the old contents back over the new ones, nor
+// ends the first one's claim (whose own failure still restores them).
+TEST_F(MemoryManagerTest, AnotherOperationLeavesAPendingOverwriteAlone) {
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c, d;
+  FillAndSwapOutA(*mm, &a, &b, &c, &d);
+  const Ids one = {1}, mine = {1, 3, 4};
+  for (bool retries : {true, false}) {
+    SCOPED_TRACE(retries ? "the other lets go and retries" : "the other is not submitted");
+    const uint64_t seed = retries ? 31 : 32;
+    ASSERT_CU(mm->Prepare(mine, one, nullptr));  // 2 goes out, 1 comes in without a copy
+    std::vector<uint64_t> data = Pattern(seed);
+    ASSERT_CU(cuMemcpyHtoD_v2(a, data.data(), kGranule));  // landed, not yet Finished
+    std::thread other([&] {
+      ASSERT_CU(cuCtxSetCurrent(ctx_));
+      // With 1, 3 and 4 held there is no room for 2: refused until the
+      // wait for them ends, then 2 is served from its host copy.
+      const Ids ids = retries ? Ids{1, 2} : one;
+      ASSERT_CU(mm->Prepare(ids, {}, nullptr));
+      mm->Finish(ids, {}, nullptr, /*submitted=*/retries);
+    });
+    other.join();
+    mm->Finish(mine, one, nullptr, /*submitted=*/true);
+    Settle();
+    ExpectData(*mm, 1, a, seed);
+    Write(*mm, 2, b, 2);
+    Write(*mm, 3, c, 3);
+    Write(*mm, 4, d, 4);  // 1 out again, holding `seed`
+  }
+  // Its own operation not submitted: the host copy's contents come back.
+  ASSERT_CU(mm->Prepare(one, one, nullptr));
+  mm->Finish(one, one, nullptr, /*submitted=*/false);
+  Settle();
+  ExpectData(*mm, 1, a, 32);
+  ExpectData(*mm, 2, b, 2);
+  FreeAll(*mm, {a, b, c, d});
+}
+
 // A device-to-host copy from a swapped-out buffer is served from its host
 // copy, without a swap-in; a resident buffer is refused.
 TEST_F(MemoryManagerTest, ReadFromHostCopyServesSwappedOutBuffersOnly) {
