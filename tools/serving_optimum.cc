@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "tools/glpk_program.h"
 #include "tools/keep_problem.h"
+#include "tools/serving_bound.h"
 
 namespace stensor {
 namespace {
@@ -109,6 +110,14 @@ absl::StatusOr<ServingOptimum> ComputeServingOptimum(const KeepProblem& problem,
     result.proven = true;
     return result;
   }
+
+  // A bound that stays cheap where the root LP does not (tools/serving_bound.h).
+  const auto began = std::chrono::steady_clock::now();
+  ServingBoundOptions relaxed_options;
+  relaxed_options.upper = result.moved();
+  relaxed_options.time_limit_ms = std::max(1, options.time_limit_ms / 4);
+  const uint64_t relaxed = ComputeServingBound(problem, relaxed_options).bytes;
+  result.lower_bound = relaxed;
 
   GlpkProblem lp(glp_create_prob());
   glp_set_obj_dir(lp.get(), GLP_MIN);
@@ -221,37 +230,38 @@ absl::StatusOr<ServingOptimum> ComputeServingOptimum(const KeepProblem& problem,
   result.rows = glp_get_num_rows(lp.get());
   glp_load_matrix(lp.get(), static_cast<int>(ia.size()) - 1, ia.data(), ja.data(), ar.data());
 
-  // The root LP first: its value bounds every schedule from below, and the
+  // The root LP next: its value bounds every schedule from below, and the
   // search (without presolve, so that the start can be offered) needs it.
-  const auto began = std::chrono::steady_clock::now();
+  auto spent_ms = [&began] {
+    return static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::steady_clock::now() - began)
+                                .count());
+  };
   const int terminal = glp_term_out(GLP_OFF);
   glp_smcp simplex;
   glp_init_smcp(&simplex);
   simplex.msg_lev = GLP_MSG_OFF;
-  simplex.tm_lim = std::max(1, options.time_limit_ms);
+  simplex.tm_lim = std::max(1, options.time_limit_ms - spent_ms());
   // Dual simplex, primal where it fails: on training logs (tens of
   // thousands of uses) the primal one from the trivial basis stalls.
   simplex.meth = GLP_DUALP;
   const int lp_rc = glp_simplex(lp.get(), &simplex);
   if (lp_rc != 0 || glp_get_status(lp.get()) != GLP_OPT) {
     glp_term_out(terminal);
-    // No bound in time: the start is the schedule.
+    // No LP in time: the start is the schedule, the relaxation the bound.
     result.rows = glp_get_num_rows(lp.get());
     return result;
   }
   const double lp_bytes = glp_get_obj_val(lp.get()) * kMiB;
   // Rounding of the solver's arithmetic must not lift the bound past a schedule.
-  const uint64_t lower_bound =
-      lp_bytes <= 0 ? 0 : static_cast<uint64_t>(std::floor(lp_bytes * (1 - 1e-9)));
+  const uint64_t lower_bound = std::max(
+      relaxed, lp_bytes <= 0 ? 0 : static_cast<uint64_t>(std::floor(lp_bytes * (1 - 1e-9))));
 
   const std::vector<double> start_columns = Columns(problem, start);
   Search search{&start_columns, false};
-  // What the root LP left of the time limit, a second at least.
-  const int spent_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                            std::chrono::steady_clock::now() - began)
-                                            .count());
+  // What the bounds left of the time limit, a second at least.
   glp_iocp parm =
-      BranchAndCut(/*presolve=*/false, std::max(1000, options.time_limit_ms - spent_ms));
+      BranchAndCut(/*presolve=*/false, std::max(1000, options.time_limit_ms - spent_ms()));
   // The feasibility pump finds schedules on training logs where branching
   // alone finds none better than the start within a minute.
   parm.fp_heur = GLP_ON;

@@ -1,0 +1,251 @@
+#include "tools/serving_bound.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace stensor {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// A buffer's state after one of its uses: resident there, the writer of the
+// stretch in force resident (its write is on the device), and that
+// stretch's write-back already paid. Packed as r | wr << 1 | wb << 2.
+constexpr int kStates = 8;
+int Pack(bool r, bool wr, bool wb) { return (r ? 1 : 0) | (wr ? 2 : 0) | (wb ? 4 : 0); }
+
+// What the best choice behind a state came from: the state before and
+// whether the link into it was kept.
+struct Step {
+  int8_t from = -1;
+  bool kept = false;
+};
+
+class Relaxation {
+ public:
+  explicit Relaxation(const KeepProblem& p) : p_(p) {
+    const int uses = static_cast<int>(p.uses.size());
+    out_link_.assign(uses, -1);
+    std::vector<char> has_in(uses, 0);
+    for (size_t l = 0; l < p.links.size(); ++l) {
+      out_link_[p.links[l].from] = static_cast<int>(l);
+      if (p.links[l].to >= 0) has_in[p.links[l].to] = 1;
+    }
+    for (int u = 0; u < uses; ++u) {
+      if (!has_in[u]) chain_starts_.push_back(u);
+    }
+    writer_.assign(uses, false);
+    for (int w : p.stretch_writer) writer_[w] = true;
+    // Rows that can bind: everything that could be there overfills the room.
+    std::vector<int64_t> here(p.points + 1, 0);
+    for (const KeepGap& g : p.gaps) {
+      here[g.first] += g.units;
+      here[g.last + 1] -= g.units;
+    }
+    for (int t = 1; t <= p.points; ++t) here[t] += here[t - 1];
+    for (const KeepUse& u : p.uses) here[u.point] += u.units;
+    for (int t = 0; t < p.points; ++t) {
+      if (here[t] > p.free_units[t]) rows_.push_back(t);
+    }
+    price_.assign(p.points, 0.0);
+    prefix_.assign(p.points + 1, 0.0);
+    steps_.resize(static_cast<size_t>(uses) * kStates);
+    resident_.assign(uses, false);
+    kept_.assign(p.links.size(), false);
+  }
+
+  bool binds() const { return !rows_.empty(); }
+  const std::vector<int>& rows() const { return rows_; }
+  std::vector<double>& price() { return price_; }
+
+  // L(price): every buffer's cheapest schedule at these prices, less the
+  // prices of the room; leaves that schedule in resident_ and kept_.
+  double Evaluate() {
+    for (int t = 0; t < p_.points; ++t) prefix_[t + 1] = prefix_[t] + price_[t];
+    double total = 0;
+    for (int start : chain_starts_) total += Chain(start);
+    for (int t : rows_) total -= price_[t] * static_cast<double>(p_.free_units[t]);
+    return total;
+  }
+
+  // Per binding row, what the last Evaluate's schedule holds there less the
+  // room.
+  void Overfill(std::vector<double>* g) const {
+    std::vector<int64_t> held(p_.points + 1, 0);
+    for (size_t l = 0; l < p_.links.size(); ++l) {
+      const int gap = p_.links[l].gap;
+      if (!kept_[l] || gap < 0) continue;
+      held[p_.gaps[gap].first] += p_.gaps[gap].units;
+      held[p_.gaps[gap].last + 1] -= p_.gaps[gap].units;
+    }
+    for (int t = 1; t <= p_.points; ++t) held[t] += held[t - 1];
+    for (size_t u = 0; u < p_.uses.size(); ++u) {
+      if (resident_[u]) held[p_.uses[u].point] += p_.uses[u].units;
+    }
+    g->resize(rows_.size());
+    for (size_t i = 0; i < rows_.size(); ++i) {
+      const int t = rows_[i];
+      (*g)[i] = static_cast<double>(held[t] - p_.free_units[t]);
+    }
+  }
+
+ private:
+  double UseCost(int u, bool resident, bool kept_in) const {
+    const KeepUse& use = p_.uses[u];
+    if (!resident) return use.allocation ? 0.0 : static_cast<double>(use.bytes);
+    return price_[use.point] * static_cast<double>(use.units) +
+           (kept_in ? 0.0 : static_cast<double>(use.swap_in));
+  }
+
+  double GapCost(const KeepLink& link) const {
+    if (link.gap < 0) return 0.0;
+    const KeepGap& g = p_.gaps[link.gap];
+    return (prefix_[g.last + 1] - prefix_[g.first]) * static_cast<double>(g.units);
+  }
+
+  // The cheapest schedule of the buffer whose first use is `first`, by
+  // dynamic programming over its uses; records it.
+  double Chain(int first) {
+    std::array<double, kStates> cost;
+    cost.fill(kInf);
+    for (bool r : {false, true}) {
+      const int s = Pack(r, writer_[first] && r, false);
+      cost[s] = std::min(cost[s], UseCost(first, r, /*kept_in=*/false));
+    }
+    int u = first;
+    double best = kInf;
+    int best_state = -1;
+    bool best_kept = false;
+    for (;;) {
+      const int l = out_link_[u];
+      if (l < 0) {  // no link out (not in a well-formed problem): ends here
+        for (int s = 0; s < kStates; ++s) {
+          if (cost[s] < best) best = cost[s], best_state = s, best_kept = false;
+        }
+        break;
+      }
+      const KeepLink& link = p_.links[l];
+      const double keep_cost = GapCost(link);
+      const double write_back =
+          link.stretch >= 0 ? static_cast<double>(p_.stretch_bytes[link.stretch]) : 0.0;
+      std::array<double, kStates> next;
+      next.fill(kInf);
+      Step* steps = link.to >= 0 ? &steps_[static_cast<size_t>(link.to) * kStates] : nullptr;
+      if (steps != nullptr) std::fill(steps, steps + kStates, Step{});
+      for (int s = 0; s < kStates; ++s) {
+        if (cost[s] == kInf) continue;
+        const bool r = s & 1, wr = s & 2, wb = s & 4;
+        for (bool k : {false, true}) {
+          if (k && !r) continue;
+          // Leaving after a resident write of the stretch writes it back.
+          const bool pays = !k && r && wr && !wb && link.stretch >= 0;
+          const double c = cost[s] + (k ? keep_cost : 0.0) + (pays ? write_back : 0.0);
+          const bool paid = wb || pays;
+          if (link.to < 0) {
+            if (c < best) best = c, best_state = s, best_kept = k;
+            continue;
+          }
+          for (bool r2 : {false, true}) {
+            if (k && !r2) continue;
+            const double c2 = c + UseCost(link.to, r2, k);
+            const int s2 = writer_[link.to] ? Pack(r2, r2, false) : Pack(r2, wr, paid);
+            if (c2 < next[s2]) {
+              next[s2] = c2;
+              steps[s2] = Step{static_cast<int8_t>(s), k};
+            }
+          }
+        }
+      }
+      if (link.to < 0) break;
+      cost = next;
+      u = link.to;
+    }
+    // Back along the chain: which uses are resident, which links kept.
+    int s = best_state;
+    if (out_link_[u] >= 0) kept_[out_link_[u]] = best_kept;
+    for (;;) {
+      resident_[u] = s & 1;
+      if (u == first) break;
+      const Step& step = steps_[static_cast<size_t>(u) * kStates + s];
+      const int in_link = InLink(u);
+      kept_[in_link] = step.kept;
+      s = step.from;
+      u = p_.links[in_link].from;
+    }
+    return best;
+  }
+
+  int InLink(int u) {
+    if (in_link_.empty()) {
+      in_link_.assign(p_.uses.size(), -1);
+      for (size_t l = 0; l < p_.links.size(); ++l) {
+        if (p_.links[l].to >= 0) in_link_[p_.links[l].to] = static_cast<int>(l);
+      }
+    }
+    return in_link_[u];
+  }
+
+  const KeepProblem& p_;
+  std::vector<int> out_link_, in_link_, chain_starts_, rows_;
+  std::vector<bool> writer_;
+  std::vector<double> price_, prefix_;
+  std::vector<Step> steps_;
+  std::vector<bool> resident_, kept_;
+};
+
+}  // namespace
+
+ServingBound ComputeServingBound(const KeepProblem& problem, const ServingBoundOptions& options) {
+  ServingBound result;
+  if (problem.uses.empty()) return result;
+  Relaxation relaxation(problem);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options.time_limit_ms);
+  const double upper = static_cast<double>(options.upper);
+  double best = relaxation.Evaluate();
+  // Polyak steps towards the known schedule's bytes, halved whenever the
+  // bound stalls.
+  double theta = 2.0;
+  int since_better = 0;
+  std::vector<double> g;
+  std::vector<double>& price = relaxation.price();
+  const std::vector<int>& rows = relaxation.rows();
+  double value = best;
+  for (int i = 0; relaxation.binds() && i < options.max_iterations; ++i) {
+    relaxation.Overfill(&g);
+    double norm = 0;
+    for (size_t k = 0; k < rows.size(); ++k) {
+      // A row with no price and room to spare cannot move.
+      if (price[rows[k]] <= 0 && g[k] < 0) g[k] = 0;
+      norm += g[k] * g[k];
+    }
+    if (norm == 0) break;  // the relaxed schedule fits, complementary: optimal
+    const double gap = std::max(upper - value, 0.01 * std::max(1.0, std::fabs(value)));
+    const double step = theta * gap / norm;
+    for (size_t k = 0; k < rows.size(); ++k) {
+      price[rows[k]] = std::max(0.0, price[rows[k]] + step * g[k]);
+    }
+    value = relaxation.Evaluate();
+    result.iterations = i + 1;
+    if (value > best * (1 + 1e-6) + 1) {
+      best = value;
+      since_better = 0;
+    } else if (++since_better >= 20) {
+      theta /= 2;
+      since_better = 0;
+      if (theta < 1e-4) break;
+    }
+    if (best >= upper || std::chrono::steady_clock::now() >= deadline) break;
+  }
+  // The arithmetic's rounding must not lift the bound past a schedule.
+  const double bytes = std::floor(best * (1 - 1e-9));
+  result.bytes = bytes <= 0 ? 0 : std::min(static_cast<uint64_t>(bytes), options.upper);
+  return result;
+}
+
+}  // namespace stensor

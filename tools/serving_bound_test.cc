@@ -1,0 +1,108 @@
+#include "tools/serving_bound.h"
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gtest/gtest.h"
+#include "tools/keep_problem.h"
+#include "tools/serving_optimum.h"
+#include "tools/test_log.h"
+#include "tools/trace.h"
+
+namespace stensor {
+namespace {
+
+constexpr uint64_t kMiB = TestLog::kMiB;
+
+ServingBound BoundOf(const KeepProblem& problem, uint64_t upper) {
+  ServingBoundOptions options;
+  options.upper = upper;
+  return ComputeServingBound(problem, options);
+}
+
+// Nothing binds: every buffer stays, nothing moves, and the bound says so
+// without a step.
+TEST(ServingBoundTest, RoomForEverythingBoundsAtZero) {
+  TestLog log;
+  const uint64_t a = log.Alloc(2 * kMiB), b = log.Alloc(2 * kMiB);
+  log.Launch({a, b}, {b});
+  log.Launch({a, b}, {a});
+  absl::StatusOr<Trace> trace = ParseTrace(log.Text());
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  absl::StatusOr<KeepProblem> problem = BuildKeepProblem(*trace, 8 * kMiB, /*serving=*/true);
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  const ServingBound bound = BoundOf(*problem, 0);
+  EXPECT_EQ(bound.bytes, 0u);
+  EXPECT_EQ(bound.iterations, 0);
+}
+
+// Three written buffers of a granule each, then an operation reading all
+// three under a cap of two granules: one of them is served or was never
+// brought back, and whichever it is moves its 2 MiB at least. The prices
+// find that exactly.
+TEST(ServingBoundTest, AnOperationPastTheCapCostsAtLeastWhatDoesNotFit) {
+  TestLog log;
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(log.Alloc(2 * kMiB));
+  for (uint64_t id : ids) log.Launch({id}, {id});
+  log.Launch(ids, {});
+  absl::StatusOr<Trace> trace = ParseTrace(log.Text());
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ServingOptions options;
+  options.cap = 4 * kMiB;
+  absl::StatusOr<ServingOptimum> optimum = ComputeServingOptimum(*trace, options);
+  ASSERT_TRUE(optimum.ok()) << optimum.status();
+  ASSERT_TRUE(optimum->proven);
+  absl::StatusOr<KeepProblem> problem = BuildKeepProblem(*trace, options.cap, /*serving=*/true);
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  const ServingBound bound = BoundOf(*problem, optimum->moved() * 2);
+  EXPECT_LE(bound.bytes, optimum->moved());
+  EXPECT_GE(bound.bytes, optimum->moved() * 99 / 100);
+  EXPECT_GT(bound.iterations, 0);
+}
+
+// On random logs, against the proven optimum: never above it (the bound is
+// sound) and, taken together, most of it (the prices do their work).
+TEST(ServingBoundTest, NeverAboveTheOptimumOnRandomLogs) {
+  std::mt19937 rng(7);
+  uint64_t optimum_total = 0, bound_total = 0;
+  int checked = 0, positive = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    TestLog log;
+    std::vector<uint64_t> live;
+    const int buffers = 3 + rng() % 4;
+    for (int i = 0; i < buffers; ++i) {
+      live.push_back(log.Alloc((1 + rng() % 2) * 2 * kMiB - (rng() % 2) * 4096));
+    }
+    log.RandomOps(rng, live, 6 + rng() % 10);
+    if (rng() % 2) log.Free(live[0]);
+    absl::StatusOr<Trace> trace = ParseTrace(log.Text());
+    ASSERT_TRUE(trace.ok()) << trace.status();
+    ServingOptions options;
+    options.cap = 2 * kMiB * (1 + rng() % 4);
+    absl::StatusOr<ServingOptimum> optimum = ComputeServingOptimum(*trace, options);
+    if (!optimum.ok()) continue;  // plain allocations past the cap
+    ASSERT_TRUE(optimum->proven) << "trial " << trial;
+    absl::StatusOr<KeepProblem> problem = BuildKeepProblem(*trace, options.cap, /*serving=*/true);
+    ASSERT_TRUE(problem.ok()) << problem.status();
+    // As ComputeServingOptimum gives it: the bytes of serving everything.
+    const std::vector<bool> none_resident(problem->uses.size(), false);
+    const uint64_t upper =
+        CountServeSchedule(*problem, none_resident, std::vector<bool>(problem->links.size(), false))
+            .moved();
+    const ServingBound bound = BoundOf(*problem, std::max(upper, optimum->moved()));
+    ++checked;
+    EXPECT_LE(bound.bytes, optimum->moved()) << "trial " << trial << "\n" << log.Text();
+    optimum_total += optimum->moved();
+    bound_total += bound.bytes;
+    positive += bound.bytes > 0;
+  }
+  EXPECT_GT(checked, 80);
+  EXPECT_GT(positive, 20);
+  EXPECT_GE(bound_total, optimum_total * 8 / 10) << bound_total << " of " << optimum_total;
+}
+
+}  // namespace
+}  // namespace stensor
