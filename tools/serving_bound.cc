@@ -59,6 +59,61 @@ class Relaxation {
     kept_.assign(p.links.size(), false);
   }
 
+  // The last Evaluate's schedule made to fit (see serving_bound.h).
+  void Repair(std::vector<bool>* resident, std::vector<bool>* kept) const {
+    *resident = resident_;
+    *kept = kept_;
+    // Kept links over each point, by gap; uses at each point.
+    std::vector<std::vector<int>> starting(p_.points), at(p_.points);
+    for (size_t l = 0; l < p_.links.size(); ++l) {
+      const int gap = p_.links[l].gap;
+      if (gap >= 0 && (*kept)[l]) starting[p_.gaps[gap].first].push_back(static_cast<int>(l));
+    }
+    for (size_t u = 0; u < p_.uses.size(); ++u) at[p_.uses[u].point].push_back(static_cast<int>(u));
+    std::vector<int64_t> ending(p_.points + 1, 0);
+    std::vector<int> open;  // kept links whose gap covers the point
+    int64_t held_by_gaps = 0;
+    for (int t = 0; t < p_.points; ++t) {
+      held_by_gaps -= ending[t];
+      ending[t] = 0;
+      for (int l : starting[t]) {
+        if (!(*kept)[l]) continue;  // let go of at an earlier point
+        open.push_back(l);
+        const KeepGap& g = p_.gaps[p_.links[l].gap];
+        held_by_gaps += g.units;
+        ending[g.last + 1] += g.units;
+      }
+      int64_t held = held_by_gaps;
+      for (int u : at[t]) held += (*resident)[u] ? p_.uses[u].units : 0;
+      if (held <= p_.free_units[t]) continue;
+      open.erase(
+          std::remove_if(open.begin(), open.end(),
+                         [&](int l) { return !(*kept)[l] || p_.gaps[p_.links[l].gap].last < t; }),
+          open.end());
+      // The furthest next use goes first, as Belady's rule has it.
+      std::sort(open.begin(), open.end(), [&](int a, int b) {
+        return p_.gaps[p_.links[a].gap].last > p_.gaps[p_.links[b].gap].last;
+      });
+      for (size_t i = 0; i < open.size() && held > p_.free_units[t]; ++i) {
+        const KeepGap& g = p_.gaps[p_.links[open[i]].gap];
+        (*kept)[open[i]] = false;
+        held -= g.units;
+        held_by_gaps -= g.units;
+        ending[g.last + 1] -= g.units;
+      }
+      std::vector<int> uses = at[t];
+      std::sort(uses.begin(), uses.end(),
+                [&](int a, int b) { return p_.uses[a].units > p_.uses[b].units; });
+      for (size_t i = 0; i < uses.size() && held > p_.free_units[t]; ++i) {
+        const int u = uses[i];
+        if (!(*resident)[u]) continue;
+        (*resident)[u] = false;  // served: its links are kept no more
+        held -= p_.uses[u].units;
+        if (out_link_[u] >= 0) (*kept)[out_link_[u]] = false;  // its gap starts after t
+      }
+    }
+  }
+
   bool binds() const { return !rows_.empty(); }
   const std::vector<int>& rows() const { return rows_; }
   std::vector<double>& price() { return price_; }
@@ -206,8 +261,21 @@ ServingBound ComputeServingBound(const KeepProblem& problem, const ServingBoundO
   Relaxation relaxation(problem);
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(options.time_limit_ms);
-  const double upper = static_cast<double>(options.upper);
+  double upper = static_cast<double>(options.upper);
+  // A schedule from the relaxed one, kept when it is the cheapest yet (and
+  // then the step sizes' target).
+  std::vector<bool> resident, kept;
+  auto try_schedule = [&] {
+    relaxation.Repair(&resident, &kept);
+    const uint64_t bytes = CountServeSchedule(problem, resident, kept).moved();
+    if (bytes >= upper) return;
+    upper = static_cast<double>(bytes);
+    result.schedule_bytes = bytes;
+    result.resident = resident;
+    result.kept = kept;
+  };
   double best = relaxation.Evaluate();
+  try_schedule();
   // Polyak steps towards the known schedule's bytes, halved whenever the
   // bound stalls.
   double theta = 2.0;
@@ -232,6 +300,7 @@ ServingBound ComputeServingBound(const KeepProblem& problem, const ServingBoundO
     }
     value = relaxation.Evaluate();
     result.iterations = i + 1;
+    if (i % 10 == 9) try_schedule();
     if (value > best * (1 + 1e-6) + 1) {
       best = value;
       since_better = 0;
@@ -244,7 +313,8 @@ ServingBound ComputeServingBound(const KeepProblem& problem, const ServingBoundO
   }
   // The arithmetic's rounding must not lift the bound past a schedule.
   const double bytes = std::floor(best * (1 - 1e-9));
-  result.bytes = bytes <= 0 ? 0 : std::min(static_cast<uint64_t>(bytes), options.upper);
+  result.bytes =
+      bytes <= 0 ? 0 : std::min(static_cast<uint64_t>(bytes), static_cast<uint64_t>(upper));
   return result;
 }
 

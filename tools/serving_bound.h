@@ -14,11 +14,18 @@
 // raise the prices where the buffers' choices overfill a point and lower
 // them where room is left, and the best bound seen is returned.
 //
+// The buffers' choices at a price, made to fit (walking the points in
+// order, an overfilled one lets go of the kept links over it whose next
+// use is furthest, then serves its own uses, largest first: neither ever
+// adds to another point), are a schedule too: the cheapest one seen is
+// returned with the bound, so that the optimum lies in a range.
+//
 // Thread-safety: reentrant.
 #ifndef STENSOR_TOOLS_SERVING_BOUND_H_
 #define STENSOR_TOOLS_SERVING_BOUND_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "tools/keep_problem.h"
 
@@ -35,6 +42,11 @@ struct ServingBoundOptions {
 struct ServingBound {
   uint64_t bytes = 0;  // no schedule moves fewer
   int iterations = 0;
+  // The cheapest schedule found (a flag per KeepProblem use and link, as
+  // CountServeSchedule reads them) and its bytes; empty when none was
+  // cheaper than `upper`.
+  std::vector<bool> resident, kept;
+  uint64_t schedule_bytes = 0;
 };
 
 // `problem` must be built with serving.

@@ -16,6 +16,27 @@ namespace {
 
 constexpr uint64_t kMiB = TestLog::kMiB;
 
+// Whether the schedule's kept links and resident uses fit at every point
+// (a link counts as kept only where both its uses are resident).
+bool Fits(const KeepProblem& p, const std::vector<bool>& resident, const std::vector<bool>& kept) {
+  std::vector<int64_t> held(p.points + 1, 0);
+  for (size_t l = 0; l < p.links.size(); ++l) {
+    const KeepLink& link = p.links[l];
+    if (link.gap < 0 || !kept[l] || !resident[link.from] || (link.to >= 0 && !resident[link.to])) {
+      continue;
+    }
+    held[p.gaps[link.gap].first] += p.gaps[link.gap].units;
+    held[p.gaps[link.gap].last + 1] -= p.gaps[link.gap].units;
+  }
+  for (int t = 1; t <= p.points; ++t) held[t] += held[t - 1];
+  for (size_t u = 0; u < p.uses.size(); ++u)
+    held[p.uses[u].point] += resident[u] ? p.uses[u].units : 0;
+  for (int t = 0; t < p.points; ++t) {
+    if (held[t] > p.free_units[t]) return false;
+  }
+  return true;
+}
+
 ServingBound BoundOf(const KeepProblem& problem, uint64_t upper) {
   ServingBoundOptions options;
   options.upper = upper;
@@ -64,11 +85,12 @@ TEST(ServingBoundTest, AnOperationPastTheCapCostsAtLeastWhatDoesNotFit) {
 }
 
 // On random logs, against the proven optimum: never above it (the bound is
-// sound) and, taken together, most of it (the prices do their work).
+// sound) and, taken together, most of it (the prices do their work); the
+// schedule found fits, and is not far above it.
 TEST(ServingBoundTest, NeverAboveTheOptimumOnRandomLogs) {
   std::mt19937 rng(7);
-  uint64_t optimum_total = 0, bound_total = 0;
-  int checked = 0, positive = 0;
+  uint64_t optimum_total = 0, bound_total = 0, schedule_total = 0;
+  int checked = 0, positive = 0, schedules = 0;
   for (int trial = 0; trial < 120; ++trial) {
     TestLog log;
     std::vector<uint64_t> live;
@@ -95,6 +117,17 @@ TEST(ServingBoundTest, NeverAboveTheOptimumOnRandomLogs) {
     const ServingBound bound = BoundOf(*problem, std::max(upper, optimum->moved()));
     ++checked;
     EXPECT_LE(bound.bytes, optimum->moved()) << "trial " << trial << "\n" << log.Text();
+    // The schedule found fits and costs what it says, no less than the optimum.
+    if (!bound.resident.empty()) {
+      ++schedules;
+      EXPECT_EQ(CountServeSchedule(*problem, bound.resident, bound.kept).moved(),
+                bound.schedule_bytes);
+      EXPECT_GE(bound.schedule_bytes, optimum->moved()) << "trial " << trial;
+      EXPECT_TRUE(Fits(*problem, bound.resident, bound.kept)) << "trial " << trial;
+      schedule_total += bound.schedule_bytes;
+    } else {
+      schedule_total += upper;
+    }
     optimum_total += optimum->moved();
     bound_total += bound.bytes;
     positive += bound.bytes > 0;
@@ -102,6 +135,8 @@ TEST(ServingBoundTest, NeverAboveTheOptimumOnRandomLogs) {
   EXPECT_GT(checked, 80);
   EXPECT_GT(positive, 20);
   EXPECT_GE(bound_total, optimum_total * 8 / 10) << bound_total << " of " << optimum_total;
+  EXPECT_GT(schedules, 20);
+  EXPECT_LE(schedule_total, optimum_total * 13 / 10) << schedule_total << " for " << optimum_total;
 }
 
 }  // namespace

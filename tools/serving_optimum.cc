@@ -116,7 +116,14 @@ absl::StatusOr<ServingOptimum> ComputeServingOptimum(const KeepProblem& problem,
   ServingBoundOptions relaxed_options;
   relaxed_options.upper = result.moved();
   relaxed_options.time_limit_ms = std::max(1, options.time_limit_ms / 4);
-  const uint64_t relaxed = ComputeServingBound(problem, relaxed_options).bytes;
+  ServingBound relaxation = ComputeServingBound(problem, relaxed_options);
+  const uint64_t relaxed = relaxation.bytes;
+  if (!relaxation.resident.empty() && relaxation.schedule_bytes < result.moved()) {
+    // Its schedule made to fit: the search's start.
+    start.resident = std::move(relaxation.resident);
+    start.kept = std::move(relaxation.kept);
+    result = FromSchedule(problem, start);
+  }
   result.lower_bound = relaxed;
 
   GlpkProblem lp(glp_create_prob());

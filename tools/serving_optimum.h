@@ -19,9 +19,11 @@
 //
 // With every use resident this is ExactOptimum's program; serving can only
 // lower it, and it has a schedule wherever the plain allocations fit (serve
-// every use). The root LP relaxation is a lower bound on every policy under
-// these rules; the search starts from the cheaper of "serve everything" and
-// a whole-buffer schedule when one is given (and runs GLPK's feasibility
+// every use). The better of the Lagrangian bound (tools/serving_bound.h,
+// a quarter of the time limit) and the root LP relaxation bounds every
+// policy under these rules from below; the search starts from the cheapest
+// of "serve everything", the Lagrangian prices' schedule made to fit and a
+// whole-buffer schedule when one is given (and runs GLPK's feasibility
 // pump), so a time limit still returns a schedule, marked not proven.
 //
 // Serving costs a use the buffer's bytes here: the library counts them so
