@@ -375,9 +375,7 @@ CUresult MemoryManager::MakePieces(Device& dev, Buffer& head,
   size_t made = 0;
   for (; made < group->pieces.size(); ++made) {
     Buffer& p = *group->pieces[made];
-    serve_fallback_ = true;
     r = MapDevice(dev, p);
-    serve_fallback_ = false;
     const bool stuck_here = !stuck_.empty() && stuck_.back().va == p.base;
     if (r == CUDA_ERROR_OUT_OF_MEMORY && p.device_chunks.empty() && !stuck_here) {
       r = AllocateOnHost(dev, p);
@@ -431,6 +429,14 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
   if (CUresult r = driver_->cuCtxGetCurrent(&context); r != CUDA_SUCCESS) return r;
   MutexLock lock(&mu_);
   Device& dev = DeviceState(ordinal);
+  const CUresult r = AllocateLocked(dev, context, bytes, dptr, register_id, stream_ordered);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) LogOom(dev, bytes);
+  return r;
+}
+
+CUresult MemoryManager::AllocateLocked(Device& dev, CUcontext context, uint64_t bytes,
+                                       CUdeviceptr* dptr, RegisterId register_id,
+                                       bool stream_ordered) {
   // More than the cap can never be resident: with host-located VMM it is
   // born in host memory and served from there (below); without, out of
   // memory. More than the device has is out of memory either way, as the
@@ -438,12 +444,11 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
   // be handed host memory without end; rounding SIZE_MAX up would wrap).
   const bool over_cap = bytes > dev.cap;
   if (over_cap && (!dev.host_vmm || dev.granularity == 0 || dev.total == 0 || bytes > dev.total)) {
-    LogOom(dev, bytes);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   auto b = std::make_unique<Buffer>();
   b->size = bytes;
-  b->device = ordinal;
+  b->device = dev.ordinal;
   b->context = context;
   if (dev.context == nullptr) dev.context = context;
   b->gpu_version = ++version_;
@@ -473,9 +478,7 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
   std::vector<std::unique_ptr<Buffer>> pieces;  // after the first (in_pieces)
   if (!vmm_sized) {
     b->reserved = AlignUp(bytes, kSmallUnit);
-    serve_fallback_ = small_fallback;
     CUresult r = MakeRoom(dev, b->reserved);
-    serve_fallback_ = false;
     if (r == CUDA_ERROR_OUT_OF_MEMORY && small_fallback) {
       small_on_host = true;
       b->reserved = AlignUp(bytes, dev.granularity);
@@ -490,10 +493,7 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
     TrimDriverPool(dev);
     CUresult r;
     while ((r = driver_->cuMemAlloc_v2(&b->base, bytes)) == CUDA_ERROR_OUT_OF_MEMORY) {
-      if (!EvictByPolicy(dev, b->reserved)) {  // the device is full
-        LogOom(dev, b->reserved);
-        return r;
-      }
+      if (!EvictByPolicy(dev, b->reserved)) return r;  // the device is full
     }
     if (r != CUDA_SUCCESS) return r;
     Charge(dev, b->reserved);
@@ -508,19 +508,15 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
     if (in_pieces) {
       if (CUresult r = MakePieces(dev, *b, &pieces); r != CUDA_SUCCESS) return r;
     }
-    serve_fallback_ = dev.host_vmm;  // no room is no refusal: born on the host
     CUresult r = in_pieces                   ? CUDA_SUCCESS
                  : over_cap || small_on_host ? CUDA_ERROR_OUT_OF_MEMORY
                                              : MapDevice(dev, *b);
-    serve_fallback_ = false;
     // No room for it on the device: born on the host, swapped out, its
     // (zeroed) host copy mapped at its address, served from there. (Not
     // where a failed undo left memory mapped at the address.)
     const bool stuck_here = !stuck_.empty() && stuck_.back().va == b->base;
     if (r == CUDA_ERROR_OUT_OF_MEMORY && dev.host_vmm && b->device_chunks.empty() && !stuck_here) {
       r = AllocateOnHost(dev, *b);
-    } else if (r == CUDA_ERROR_OUT_OF_MEMORY && dev.host_vmm) {
-      LogOom(dev, b->reserved);
     }
     if (r != CUDA_SUCCESS) {
       if (!stuck_.empty() && stuck_.back().va == b->base && stuck_.back().reserved == 0) {
@@ -746,7 +742,6 @@ CUresult MemoryManager::CheckRange(uint64_t addr, uint64_t extent) const {
 // --- S401-S405 --------------------------------------------------------------------
 
 void MemoryManager::LogOom(Device& dev, uint64_t need) {
-  if (serve_fallback_) return;  // not a refusal: served from host instead
   ++stats_.ooms;
   Log(JsonLine()
           .Str("type", "oom")
@@ -758,10 +753,7 @@ void MemoryManager::LogOom(Device& dev, uint64_t need) {
 }
 
 CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
-  if (need > dev.cap) {  // evicting everything would not make it fit
-    LogOom(dev, need);
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
+  if (need > dev.cap) return CUDA_ERROR_OUT_OF_MEMORY;  // evicting everything would not do
   ++round_;  // buffers that failed to go before may go now
   if (!unreleased_.empty() || !stuck_.empty()) RetryReleases();
   CUresult error = CUDA_SUCCESS;
@@ -833,7 +825,6 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
     if (!no_block_ && t_operation_pins == 0 && OthersPin() && WaitForUnpin(&waited_for_pins)) {
       continue;
     }
-    LogOom(dev, need);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
 }
@@ -1484,23 +1475,24 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> named,
     // finish: serving from host (slower for the kernel) only once waiting
     // for them gave nothing.
     const bool may_wait = !no_block_ && !waited_enough && OthersPin();
+    Refusal refused;
     CUresult r = PrepareOnce(ids, overwritten, stream, /*may_serve=*/!may_wait, next_after,
-                             note != nullptr ? note->far : absl::Span<const uint64_t>());
+                             note != nullptr ? note->far : absl::Span<const uint64_t>(), &refused);
     if (r == CUDA_SUCCESS && predicted) ApplyNotedLocked(noted, stream, note->ticket);
     // Out of room while other threads' operations hold buffers: this one
     // let go of its own (PrepareOnce unpins on failure), so that two
     // operations never wait for each other; it waits for one of theirs
     // to finish, then tries again.
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && !may_wait && refused.device >= 0) {
+      LogOom(DeviceState(refused.device), refused.bytes);  // refused after all
+    }
     if (r != CUDA_ERROR_OUT_OF_MEMORY || !may_wait) return r;
     if (!WaitForUnpin(&waited)) waited_enough = true;
   }
 }
 
 CUresult MemoryManager::AllocateOnHost(Device& dev, Buffer& b) {
-  if (CUresult r = EnsureHostCopy(b, /*will_copy=*/false); r != CUDA_SUCCESS) {
-    LogOom(dev, b.reserved);
-    return r;
-  }
+  if (CUresult r = EnsureHostCopy(b, /*will_copy=*/false); r != CUDA_SUCCESS) return r;
   if (CUresult r = MapHostAtBase(b); r != CUDA_SUCCESS) {
     if (!b.host_at_base) (void)ReleaseHostCopy(dev, b);
     return r;
@@ -1594,7 +1586,7 @@ void MemoryManager::CountServed(Device& dev, Buffer& b, bool by_choice) {
 CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
                                     absl::Span<const uint64_t> overwritten, CUstream stream,
                                     bool may_serve, absl::Span<const uint64_t> next_after,
-                                    absl::Span<const uint64_t> far) {
+                                    absl::Span<const uint64_t> far, Refusal* refused) {
   CollectGarbage();
   for (auto& d : devices_) {
     if (d) ReapOldMappings(*d, /*wait=*/false);
@@ -1658,9 +1650,7 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
       bool whole = std::find(overwritten.begin(), overwritten.end(), b->id) != overwritten.end();
       const uint64_t copies = stats_.swap_ins;
       // (Servable may only become true in SwapIn: a swap-out in flight ends.)
-      serve_fallback_ = may_serve && dev.host_vmm;
       r = SwapIn(dev, *b, !whole, stream);
-      serve_fallback_ = false;
       // What prefetch exists to avoid: a copy in, on demand, once planned.
       if (stats_.swap_ins > copies && planner_ != nullptr && planner_->has_profile()) {
         ++stats_.on_demand_after_profile;
@@ -1672,12 +1662,11 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
           Serve(dev, *b);
           served[i] = true;
           r = CUDA_SUCCESS;
-        } else {
-          LogOom(dev, b->reserved);  // a refusal after all
         }
       }
     }
     if (r != CUDA_SUCCESS) {
+      *refused = Refusal{b->device, b->reserved};
       for (size_t k = 0; k < pinned.size(); ++k) {
         Buffer* p = pinned[k];
         Unpin(*p);

@@ -615,12 +615,20 @@ class MemoryManager {
   // `may_serve`, a buffer that cannot be brought in is served from host.
   // `next_after`: each of `ids`' next use after this operation (empty when
   // not predicted), for ServesRatherThanFetches. `far`: Operation::far.
+  // The buffer an operation found no room for: its device and bytes.
+  struct Refusal {
+    int device = -1;
+    uint64_t bytes = 0;
+  };
+  // On CUDA_ERROR_OUT_OF_MEMORY, `*refused` says for which buffer.
   CUresult PrepareOnce(absl::Span<const uint64_t> ids, absl::Span<const uint64_t> overwritten,
                        CUstream stream, bool may_serve, absl::Span<const uint64_t> next_after,
-                       absl::Span<const uint64_t> far) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Set while a swap-in that would be served from host on failure runs: its
-  // lack of room is no refusal, so LogOom neither counts nor logs it.
-  bool serve_fallback_ ABSL_GUARDED_BY(mu_) = false;
+                       absl::Span<const uint64_t> far, Refusal* refused)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Allocate under the lock, on `dev`; its refusal is logged by the caller.
+  CUresult AllocateLocked(Device& dev, CUcontext context, uint64_t bytes, CUdeviceptr* dptr,
+                          RegisterId register_id, bool stream_ordered)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Freed `b`, idle: kept mapped for the next allocation of its size
   // (Device::kept) where it can be, else released. True when it is one or
   // the other.
@@ -696,6 +704,10 @@ class MemoryManager {
   void EnqueueGarbage(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DequeueGarbage(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecountGarbage(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A refusal the program sees (CUDA_ERROR_OUT_OF_MEMORY returned to it):
+  // counted and logged by the public call that returns it, once. Never
+  // below, where a lack of room may still end served from host, waited
+  // for and retried, or a prefetch put off.
   void LogOom(Device& dev, uint64_t need) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the buffer's device copy may go without a transfer.
   bool Droppable(const Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

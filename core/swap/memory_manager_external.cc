@@ -47,9 +47,11 @@ CUresult MemoryManager::ReserveExternal(uint64_t bytes, ExternalSource source) {
   // them where they would make the room. A small one of the default pool
   // finding no room is served from host memory instead (ServeStreamOrdered):
   // not a refusal yet.
-  serve_fallback_ = source == ExternalSource::kDefaultPool && ServesSmallFromHost(dev, bytes);
   const CUresult room = MakeRoom(dev, charge);
-  serve_fallback_ = false;
+  if (room == CUDA_ERROR_OUT_OF_MEMORY &&
+      !(source == ExternalSource::kDefaultPool && ServesSmallFromHost(dev, bytes))) {
+    LogOom(dev, charge);
+  }
   if (room != CUDA_SUCCESS) return room;
   if (source == ExternalSource::kFresh) TrimDriverPool(dev);
   Charge(dev, charge);
@@ -170,6 +172,7 @@ CUresult MemoryManager::PinLocked(Buffer& b, const char* api) {
     Unpin(b);
     if (r != CUDA_SUCCESS) {
       if (first) b.exported = false;  // still swapped out: a later call tries again
+      if (r == CUDA_ERROR_OUT_OF_MEMORY) LogOom(dev, b.reserved);
       return r;
     }
   }
@@ -259,7 +262,10 @@ CUresult MemoryManager::CreateAppMemory(CUmemGenericAllocationHandle* handle, si
     if (dev.granularity != 0 && size % dev.granularity != 0) {
       return driver_->cuMemCreate(handle, size, prop, flags);  // INVALID_VALUE, nothing evicted
     }
-    if (CUresult r = MakeRoom(dev, size); r != CUDA_SUCCESS) return r;
+    if (CUresult r = MakeRoom(dev, size); r != CUDA_SUCCESS) {
+      if (r == CUDA_ERROR_OUT_OF_MEMORY) LogOom(dev, size);
+      return r;
+    }
     TrimDriverPool(dev);  // fresh memory: after what the default pool keeps
     Charge(dev, size);
   }

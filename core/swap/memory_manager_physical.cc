@@ -38,10 +38,7 @@ CUresult MemoryManager::CreatePhysical(Device& dev, uint64_t bytes,
   while ((r = driver_->cuMemCreate(handle, bytes, &prop, 0)) == CUDA_ERROR_OUT_OF_MEMORY) {
     if (ReleaseOneKept(dev)) continue;
     if (ReleaseOnePooled(dev)) continue;
-    if (!EvictByPolicy(dev, bytes)) {
-      LogOom(dev, bytes);  // the device itself is full
-      return r;
-    }
+    if (!EvictByPolicy(dev, bytes)) return r;  // the device itself is full
   }
   if (Failed(r) != CUDA_SUCCESS) return r;
   ++stats_.physical_creates;
