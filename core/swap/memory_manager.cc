@@ -799,15 +799,12 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
       continue;
     }
     if (EvictByPolicy(dev, dev.used - (dev.cap - need), &error)) continue;  // S405
-    if (!spend_prefetched_) {
-      // Last, what was fetched ahead of its use (not while prefetching:
-      // a fetch never evicts another's).
-      if (no_block_) return CUDA_ERROR_NOT_READY;
-      spend_prefetched_ = true;
-      const bool evicted = (version_policy_ && DropOneClean(dev, &error)) ||
-                           EvictByPolicy(dev, dev.used - (dev.cap - need), &error);
-      spend_prefetched_ = false;
-      if (evicted) continue;
+    // Last, what was fetched ahead of its use (not while prefetching: a
+    // fetch never evicts another's).
+    if (no_block_) return CUDA_ERROR_NOT_READY;
+    if ((version_policy_ && DropOneClean(dev, &error, /*spend_prefetched=*/true)) ||
+        EvictByPolicy(dev, dev.used - (dev.cap - need), &error, /*spend_prefetched=*/true)) {
+      continue;
     }
     // Pooled memory the need cannot take is still mapped at old addresses:
     // once their copies are done it can go.
@@ -857,13 +854,13 @@ bool MemoryManager::Droppable(const Buffer& b) const {
   return b.stale_device || b.clean() || (version_policy_ && !b.written);
 }
 
-bool MemoryManager::DropOneClean(Device& dev, CUresult* error) {
+bool MemoryManager::DropOneClean(Device& dev, CUresult* error, bool spend_prefetched) {
   // The least recently used droppable buffer not pinned (those are few:
   // an operation's own buffers) nor failed in this round.
   Buffer* pick = nullptr;
   for (auto& [key, b] : dev.droppable) {
     if (b->pins > 0 || b->failed_round == round_ || (!CanQueue(dev) && !Idle(*b)) ||
-        (b->prefetched && !spend_prefetched_)) {
+        (b->prefetched && !spend_prefetched)) {
       continue;
     }
     pick = b;
@@ -1080,11 +1077,11 @@ void MemoryManager::RecountGarbage(Device& dev, Buffer& b) {
   b.garbage_counted = now;
 }
 
-MemoryManager::Buffer* MemoryManager::PolicyVictim(Device& dev) {
+MemoryManager::Buffer* MemoryManager::PolicyVictim(Device& dev, bool spend_prefetched) {
   // The first in the policy's order not pinned (those are few: the buffers
   // of operations being prepared) nor failed in this round.
   for (auto& [key, b] : dev.evictable) {
-    if (b->pins > 0 || b->failed_round == round_ || (b->prefetched && !spend_prefetched_)) {
+    if (b->pins > 0 || b->failed_round == round_ || (b->prefetched && !spend_prefetched)) {
       continue;
     }
     return b;
@@ -1104,9 +1101,10 @@ bool MemoryManager::ServesRatherThanFetches(Device& dev, Buffer& b, uint64_t nex
   return victim != nullptr && policy_->ServeRatherThanFetch(next_use, CandidateOf(*victim));
 }
 
-bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, CUresult* error) {
+bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, CUresult* error,
+                                  bool spend_prefetched) {
   (void)needed;  // one at a time: the caller re-checks the cap after each
-  Buffer* pick = PolicyVictim(dev);
+  Buffer* pick = PolicyVictim(dev, spend_prefetched);
   if (pick == nullptr) return false;
   const bool copies = policy_->Copies(CandidateOf(*pick));
   const Eviction chosen[] = {{pick->id, copies}};

@@ -668,12 +668,15 @@ class MemoryManager {
   // The steps of MakeRoom. Each returns true when it made progress (or
   // waited without the lock, so the caller must look again); a candidate
   // that could not be evicted is skipped for the rest of the round and its
-  // error stored in `*error` (when not null).
-  bool DropOneClean(Device& dev, CUresult* error = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // error stored in `*error` (when not null). Buffers fetched ahead of
+  // their use are taken only with `spend_prefetched` (MakeRoom's last
+  // resort).
+  bool DropOneClean(Device& dev, CUresult* error = nullptr, bool spend_prefetched = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReleaseGarbage(Device& dev, bool wait, CUresult* error = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool EvictByPolicy(Device& dev, uint64_t needed, CUresult* error = nullptr)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool EvictByPolicy(Device& dev, uint64_t needed, CUresult* error = nullptr,
+                     bool spend_prefetched = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases the freed buffers whose last uses were seen complete, oldest
   // first in each of the device's queues (Device::garbage), up to the first
   // not done: event queries, never a host wait. True when device memory
@@ -757,7 +760,8 @@ class MemoryManager {
   // buffers' and kept ones' count as free (MakeRoom takes them first).
   static uint64_t FreeUnderCap(const Device& dev);
   // The buffer EvictByPolicy would take first on `dev`, or null.
-  Buffer* PolicyVictim(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Buffer* PolicyVictim(Device& dev, bool spend_prefetched = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether swapped-out `b`, needed by an operation and next needed at
   // `next_use` after it, is served rather than brought in: its room would
   // displace a buffer the policy says is needed sooner
@@ -990,8 +994,6 @@ class MemoryManager {
   std::vector<uint64_t> next_uses_scratch_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<uint64_t, uint64_t>> repredicted_scratch_ ABSL_GUARDED_BY(mu_);
   bool planner_made_ ABSL_GUARDED_BY(mu_) = false;
-  // Set while MakeRoom may take buffers fetched ahead of their use.
-  bool spend_prefetched_ ABSL_GUARDED_BY(mu_) = false;
   // Eviction rounds: a buffer whose eviction failed in this round is not
   // tried again in it (its driver call would likely fail again).
   uint64_t round_ ABSL_GUARDED_BY(mu_) = 1;
