@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -38,6 +39,10 @@ class Relaxation {
     }
     for (int u = 0; u < uses; ++u) {
       if (!has_in[u]) chain_starts_.push_back(u);
+    }
+    in_link_.assign(uses, -1);
+    for (size_t l = 0; l < p.links.size(); ++l) {
+      if (p.links[l].to >= 0) in_link_[p.links[l].to] = static_cast<int>(l);
     }
     writer_.assign(uses, false);
     for (int w : p.stretch_writer) writer_[w] = true;
@@ -111,6 +116,81 @@ class Relaxation {
         held -= p_.uses[u].units;
         if (out_link_[u] >= 0) (*kept)[out_link_[u]] = false;  // its gap starts after t
       }
+    }
+  }
+
+  // Spends the room a fitting schedule leaves, never adding bytes: served
+  // uses brought on the device where their point has room (largest saving
+  // first; a use whose stretch would then be written back where it was
+  // not is left), then links between resident uses kept where their whole
+  // gap has room (most bytes saved per granule-point first).
+  void Improve(std::vector<bool>* resident, std::vector<bool>* kept) const {
+    std::vector<bool>& r = *resident;
+    std::vector<bool>& k = *kept;
+    auto is_kept = [&](size_t l) {
+      const KeepLink& link = p_.links[l];
+      return k[l] && r[link.from] && (link.to < 0 || r[link.to]);
+    };
+    std::vector<int64_t> held(p_.points + 1, 0);
+    for (size_t l = 0; l < p_.links.size(); ++l) {
+      const int gap = p_.links[l].gap;
+      if (gap < 0 || !is_kept(l)) continue;
+      held[p_.gaps[gap].first] += p_.gaps[gap].units;
+      held[p_.gaps[gap].last + 1] -= p_.gaps[gap].units;
+    }
+    for (int t = 1; t <= p_.points; ++t) held[t] += held[t - 1];
+    held.pop_back();
+    for (size_t u = 0; u < p_.uses.size(); ++u)
+      held[p_.uses[u].point] += r[u] ? p_.uses[u].units : 0;
+    // Stretches written back somewhere: a use brought in within one costs
+    // no write-back more.
+    std::vector<char> paid(p_.stretch_bytes.size(), 0);
+    for (size_t l = 0; l < p_.links.size(); ++l) {
+      const KeepLink& link = p_.links[l];
+      if (link.stretch >= 0 && !is_kept(l) && r[link.from] && r[p_.stretch_writer[link.stretch]]) {
+        paid[link.stretch] = 1;
+      }
+    }
+    std::vector<std::pair<double, int>> order;
+    for (size_t u = 0; u < p_.uses.size(); ++u) {
+      const KeepUse& use = p_.uses[u];
+      if (r[u] || use.allocation || writer_[u] || use.units <= 0) continue;
+      const int out = out_link_[u];
+      const int stretch = out >= 0 ? p_.links[out].stretch : -1;
+      if (stretch >= 0 && r[p_.stretch_writer[stretch]] && !paid[stretch]) continue;
+      const double saving = static_cast<double>(use.bytes) - static_cast<double>(use.swap_in);
+      if (saving > 0)
+        order.push_back({saving / static_cast<double>(use.units), static_cast<int>(u)});
+    }
+    std::sort(order.begin(), order.end(), std::greater<>());
+    for (const auto& [unused, u] : order) {
+      const KeepUse& use = p_.uses[u];
+      if (held[use.point] + use.units > p_.free_units[use.point]) continue;
+      r[u] = true;
+      held[use.point] += use.units;
+      // Its links are kept only as chosen below, where their gaps have room.
+      if (out_link_[u] >= 0) k[out_link_[u]] = false;
+      if (in_link_[u] >= 0) k[in_link_[u]] = false;
+    }
+    order.clear();
+    for (size_t l = 0; l < p_.links.size(); ++l) {
+      const KeepLink& link = p_.links[l];
+      if (link.gap < 0 || link.to < 0 || is_kept(l) || !r[link.from] || !r[link.to]) continue;
+      const int64_t saved = p_.uses[link.to].swap_in;
+      const KeepGap& g = p_.gaps[link.gap];
+      if (saved <= 0 || g.units <= 0) continue;
+      order.push_back(
+          {static_cast<double>(saved) / (static_cast<double>(g.units) * (g.last - g.first + 1)),
+           static_cast<int>(l)});
+    }
+    std::sort(order.begin(), order.end(), std::greater<>());
+    for (const auto& [unused, l] : order) {
+      const KeepGap& g = p_.gaps[p_.links[l].gap];
+      bool fits = true;
+      for (int t = g.first; t <= g.last && fits; ++t) fits = held[t] + g.units <= p_.free_units[t];
+      if (!fits) continue;
+      k[l] = true;
+      for (int t = g.first; t <= g.last; ++t) held[t] += g.units;
     }
   }
 
@@ -227,22 +307,12 @@ class Relaxation {
       resident_[u] = s & 1;
       if (u == first) break;
       const Step& step = steps_[static_cast<size_t>(u) * kStates + s];
-      const int in_link = InLink(u);
+      const int in_link = in_link_[u];
       kept_[in_link] = step.kept;
       s = step.from;
       u = p_.links[in_link].from;
     }
     return best;
-  }
-
-  int InLink(int u) {
-    if (in_link_.empty()) {
-      in_link_.assign(p_.uses.size(), -1);
-      for (size_t l = 0; l < p_.links.size(); ++l) {
-        if (p_.links[l].to >= 0) in_link_[p_.links[l].to] = static_cast<int>(l);
-      }
-    }
-    return in_link_[u];
   }
 
   const KeepProblem& p_;
@@ -267,6 +337,7 @@ ServingBound ComputeServingBound(const KeepProblem& problem, const ServingBoundO
   std::vector<bool> resident, kept;
   auto try_schedule = [&] {
     relaxation.Repair(&resident, &kept);
+    relaxation.Improve(&resident, &kept);
     const uint64_t bytes = CountServeSchedule(problem, resident, kept).moved();
     if (bytes >= upper) return;
     upper = static_cast<double>(bytes);
