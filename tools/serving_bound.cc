@@ -20,6 +20,26 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int kStates = 8;
 int Pack(bool r, bool wr, bool wb) { return (r ? 1 : 0) | (wr ? 2 : 0) | (wb ? 4 : 0); }
 
+// Granules a schedule holds at each point: its kept links' gaps (kept only
+// where both uses are resident) and its resident uses.
+std::vector<int64_t> Held(const KeepProblem& p, const std::vector<bool>& resident,
+                          const std::vector<bool>& kept) {
+  std::vector<int64_t> held(p.points + 1, 0);
+  for (size_t l = 0; l < p.links.size(); ++l) {
+    const KeepLink& link = p.links[l];
+    if (link.gap < 0 || !kept[l] || !resident[link.from] || (link.to >= 0 && !resident[link.to])) {
+      continue;
+    }
+    held[p.gaps[link.gap].first] += p.gaps[link.gap].units;
+    held[p.gaps[link.gap].last + 1] -= p.gaps[link.gap].units;
+  }
+  for (int t = 1; t <= p.points; ++t) held[t] += held[t - 1];
+  held.pop_back();
+  for (size_t u = 0; u < p.uses.size(); ++u)
+    held[p.uses[u].point] += resident[u] ? p.uses[u].units : 0;
+  return held;
+}
+
 // What the best choice behind a state came from: the state before and
 // whether the link into it was kept.
 struct Step {
@@ -32,28 +52,19 @@ class Relaxation {
   explicit Relaxation(const KeepProblem& p) : p_(p) {
     const int uses = static_cast<int>(p.uses.size());
     out_link_.assign(uses, -1);
-    std::vector<char> has_in(uses, 0);
-    for (size_t l = 0; l < p.links.size(); ++l) {
-      out_link_[p.links[l].from] = static_cast<int>(l);
-      if (p.links[l].to >= 0) has_in[p.links[l].to] = 1;
-    }
-    for (int u = 0; u < uses; ++u) {
-      if (!has_in[u]) chain_starts_.push_back(u);
-    }
     in_link_.assign(uses, -1);
     for (size_t l = 0; l < p.links.size(); ++l) {
+      out_link_[p.links[l].from] = static_cast<int>(l);
       if (p.links[l].to >= 0) in_link_[p.links[l].to] = static_cast<int>(l);
+    }
+    for (int u = 0; u < uses; ++u) {
+      if (in_link_[u] < 0) chain_starts_.push_back(u);
     }
     writer_.assign(uses, false);
     for (int w : p.stretch_writer) writer_[w] = true;
     // Rows that can bind: everything that could be there overfills the room.
-    std::vector<int64_t> here(p.points + 1, 0);
-    for (const KeepGap& g : p.gaps) {
-      here[g.first] += g.units;
-      here[g.last + 1] -= g.units;
-    }
-    for (int t = 1; t <= p.points; ++t) here[t] += here[t - 1];
-    for (const KeepUse& u : p.uses) here[u.point] += u.units;
+    const std::vector<int64_t> here =
+        Held(p, std::vector<bool>(uses, true), std::vector<bool>(p.links.size(), true));
     for (int t = 0; t < p.points; ++t) {
       if (here[t] > p.free_units[t]) rows_.push_back(t);
     }
@@ -131,17 +142,7 @@ class Relaxation {
       const KeepLink& link = p_.links[l];
       return k[l] && r[link.from] && (link.to < 0 || r[link.to]);
     };
-    std::vector<int64_t> held(p_.points + 1, 0);
-    for (size_t l = 0; l < p_.links.size(); ++l) {
-      const int gap = p_.links[l].gap;
-      if (gap < 0 || !is_kept(l)) continue;
-      held[p_.gaps[gap].first] += p_.gaps[gap].units;
-      held[p_.gaps[gap].last + 1] -= p_.gaps[gap].units;
-    }
-    for (int t = 1; t <= p_.points; ++t) held[t] += held[t - 1];
-    held.pop_back();
-    for (size_t u = 0; u < p_.uses.size(); ++u)
-      held[p_.uses[u].point] += r[u] ? p_.uses[u].units : 0;
+    std::vector<int64_t> held = Held(p_, r, k);
     // Stretches written back somewhere: a use brought in within one costs
     // no write-back more.
     std::vector<char> paid(p_.stretch_bytes.size(), 0);
@@ -211,17 +212,7 @@ class Relaxation {
   // Per binding row, what the last Evaluate's schedule holds there less the
   // room.
   void Overfill(std::vector<double>* g) const {
-    std::vector<int64_t> held(p_.points + 1, 0);
-    for (size_t l = 0; l < p_.links.size(); ++l) {
-      const int gap = p_.links[l].gap;
-      if (!kept_[l] || gap < 0) continue;
-      held[p_.gaps[gap].first] += p_.gaps[gap].units;
-      held[p_.gaps[gap].last + 1] -= p_.gaps[gap].units;
-    }
-    for (int t = 1; t <= p_.points; ++t) held[t] += held[t - 1];
-    for (size_t u = 0; u < p_.uses.size(); ++u) {
-      if (resident_[u]) held[p_.uses[u].point] += p_.uses[u].units;
-    }
+    const std::vector<int64_t> held = Held(p_, resident_, kept_);
     g->resize(rows_.size());
     for (size_t i = 0; i < rows_.size(); ++i) {
       const int t = rows_[i];

@@ -111,21 +111,6 @@ absl::StatusOr<ServingOptimum> ComputeServingOptimum(const KeepProblem& problem,
     return result;
   }
 
-  // A bound that stays cheap where the root LP does not (tools/serving_bound.h).
-  const auto began = std::chrono::steady_clock::now();
-  ServingBoundOptions relaxed_options;
-  relaxed_options.upper = result.moved();
-  relaxed_options.time_limit_ms = std::max(1, options.time_limit_ms / 4);
-  ServingBound relaxation = ComputeServingBound(problem, relaxed_options);
-  const uint64_t relaxed = relaxation.bytes;
-  if (!relaxation.resident.empty() && relaxation.schedule_bytes < result.moved()) {
-    // Its schedule made to fit: the search's start.
-    start.resident = std::move(relaxation.resident);
-    start.kept = std::move(relaxation.kept);
-    result = FromSchedule(problem, start);
-  }
-  result.lower_bound = relaxed;
-
   GlpkProblem lp(glp_create_prob());
   glp_set_obj_dir(lp.get(), GLP_MIN);
   glp_add_cols(lp.get(), uses + links + stretches);
@@ -234,8 +219,24 @@ absl::StatusOr<ServingOptimum> ComputeServingOptimum(const KeepProblem& problem,
     for (int i : covering) put(row, k_col(gap_link[i]), static_cast<double>(problem.gaps[i].units));
     for (int u : at[t]) put(row, r_col(u), static_cast<double>(problem.uses[u].units));
   }
-  result.rows = glp_get_num_rows(lp.get());
   glp_load_matrix(lp.get(), static_cast<int>(ia.size()) - 1, ia.data(), ja.data(), ar.data());
+
+  // A bound that stays cheap where the root LP does not (tools/serving_bound.h),
+  // once the program is known to be within reach.
+  const auto began = std::chrono::steady_clock::now();
+  ServingBoundOptions relaxed_options;
+  relaxed_options.upper = result.moved();
+  relaxed_options.time_limit_ms = std::max(1, options.time_limit_ms / 4);
+  ServingBound relaxation = ComputeServingBound(problem, relaxed_options);
+  const uint64_t relaxed = relaxation.bytes;
+  if (!relaxation.resident.empty() && relaxation.schedule_bytes < result.moved()) {
+    // Its schedule made to fit: the search's start.
+    start.resident = std::move(relaxation.resident);
+    start.kept = std::move(relaxation.kept);
+    result = FromSchedule(problem, start);
+  }
+  result.lower_bound = relaxed;
+  result.rows = glp_get_num_rows(lp.get());
 
   // The root LP next: its value bounds every schedule from below, and the
   // search (without presolve, so that the start can be offered) needs it.
