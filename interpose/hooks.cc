@@ -56,6 +56,15 @@ CUresult Free(const char* api, Fn real, CUdeviceptr dptr, Args... args) {
 // is rounded up to the granule, so the driver would not notice); the buffers
 // it touches are made resident first (under a cap), marked used after, and
 // the copy is logged. `c` says what it touches (core/inference/copy_ranges.h).
+// An asynchronous copy into memory no tracked buffer holds: host memory
+// it writes may be a later upload's source (Tracker::OnHostWrite).
+void NoteHostWrite(const TransferScope& scope, const CopySide& dst, StreamRef s) {
+  if (T().capped() && scope.dst_id == 0 &&
+      (dst.memory == MemoryKind::kHost || dst.memory == MemoryKind::kUnified)) {
+    T().OnHostWrite(dst.start, dst.extent, s);
+  }
+}
+
 template <typename Fn, typename... Args>
 CUresult Transfer(const char* api, Fn real, const CopyRanges& c, StreamRef s, bool async,
                   bool linear, Args... args) {
@@ -73,10 +82,11 @@ CUresult Transfer(const char* api, Fn real, const CopyRanges& c, StreamRef s, bo
   }
   // Asked before the copy joins its stream: work queued ahead of it may
   // still write a host source, which is then scanned as a guess only.
-  const bool settled = T().HostSourceSettled(c.kind, scope, c.src.start, s, async);
+  const bool settled = T().HostSourceSettled(c.kind, scope, c.src.start, c.src.extent, s, async);
   CUresult r = scope.served ? CUDA_SUCCESS : real(args...);
   T().EndTransfer(scope, s, r == CUDA_SUCCESS);
   if (r != CUDA_SUCCESS) return r;
+  if (async && !scope.captured) NoteHostWrite(scope, c.dst, s);
   // A copy's pointers are learnt when it is submitted (the program may not
   // change its source until it ran). A captured copy runs at its graph's
   // launch, which accounts for it.
@@ -156,7 +166,11 @@ CUresult Memset(const char* api, Fn real, CUdeviceptr dst, MemsetRange range, St
   CUresult r = real(dst, args...);
   T().EndTransfer(scope, s, r == CUDA_SUCCESS);
   if (r != CUDA_SUCCESS) return r;
-  if (!scope.captured) T().OnMemsetTables(dst, bytes, linear);
+  if (!scope.captured) {
+    T().OnMemsetTables(dst, bytes, linear);
+    // Memsets of device-mapped host memory run in stream order too.
+    if (T().capped() && scope.dst_id == 0) T().OnHostWrite(dst, range.extent, s);
+  }
   T().OnMemset(api, dst, bytes, s, async, scope.captured);
   return r;
 }
@@ -485,6 +499,13 @@ ONE(cuMemHostAlloc, (void** pp, size_t bytes, unsigned int flags),
 ONE(cuMemFreeHost, (void* p),
     CallThen(
         real, [&] { T().OnHostFree(kApi, p); }, p))
+// Registered memory: device work may write it, as pinned memory.
+ONE(cuMemHostRegister_v2, (void* p, size_t bytes, unsigned int flags),
+    CallThen(
+        real, [&] { T().OnHostRegister(p, bytes); }, p, bytes, flags))
+ONE(cuMemHostUnregister, (void* p),
+    CallThen(
+        real, [&] { T().OnHostUnregister(p); }, p))
 
 // The application's own VMM mappings: tracked as buffers it owns.
 ONE(cuMemMap,
@@ -633,8 +654,8 @@ CUresult Batch(const char* api, Fn real, StreamRef s, size_t count, bool valid, 
   const bool captured = !scopes.empty() && scopes[0].captured;
   std::vector<bool> settled(ops.size(), true);
   for (size_t i = 0; i < ops.size() && !captured; ++i) {
-    settled[i] = T().HostSourceSettled(ops[i].kind, scopes[i], ops[i].src.start, s,
-                                       /*async=*/true);
+    settled[i] = T().HostSourceSettled(ops[i].kind, scopes[i], ops[i].src.start, ops[i].src.extent,
+                                       s, /*async=*/true);
   }
   CUresult r = real(args...);
   for (const TransferScope& scope : scopes) T().EndTransfer(scope, s, r == CUDA_SUCCESS);
@@ -650,6 +671,7 @@ CUresult Batch(const char* api, Fn real, StreamRef s, size_t count, bool valid, 
             ? T().OnCopyTables(c.kind, c.dst.start, c.src.start, c.bytes, linear, &host)
             : 0;
     T().OnCopy(api, c.kind, c.dst.start, c.src.start, c.bytes, s, true, entries, captured);
+    if (!captured) NoteHostWrite(scopes[i], c.dst, s);
   }
   return r;
 }
@@ -805,6 +827,23 @@ PAIR(cuEventRecordWithFlags, _ptsz, (CUevent e, CUstream s, unsigned int flags),
      Sync(kApi, real, StreamRef{s, kPerThread}, e, s, flags))
 PAIR(cuStreamWaitEvent, _ptsz, (CUstream s, CUevent e, unsigned int flags),
      Sync(kApi, real, StreamRef{s, kPerThread}, s, e, flags))
+// Host functions and callbacks run in stream order and may write any host
+// memory, a later upload's source among it (Tracker::OnHostFunction).
+PAIR(cuLaunchHostFunc, _ptsz, (CUstream s, CUhostFn fn, void* data),
+     CallThen(
+         real,
+         [&] {
+           T().OnHostFunction(StreamRef{s, kPerThread});
+         },
+         s, fn, data))
+PAIR(cuStreamAddCallback, _ptsz,
+     (CUstream s, CUstreamCallback callback, void* data, unsigned int flags),
+     CallThen(
+         real,
+         [&] {
+           T().OnHostFunction(StreamRef{s, kPerThread});
+         },
+         s, callback, data, flags))
 
 // --- Contexts that end --------------------------------------------------------
 // stensor's streams and events in the context are retired around the call.

@@ -33,6 +33,9 @@ ALLOWED = [
      "device's size and 2 GiB, not yet run on a GPU"),
     (r"cuLaunchKernel/extra-exact",
      "added after the GPU run (a packed buffer of the parameters' exact size)"),
+    (r"(cuGetProcAddress(_v2)?/)?(cuLaunchHostFunc|cuStreamAddCallback)(_ptsz)?/.*"
+     r"|(cuGetProcAddress(_v2)?/)?(cuMemHostRegister(_v2)?|cuMemHostUnregister)/.*",
+     "hooked (and so called here) after the GPU run"),
 ]
 
 

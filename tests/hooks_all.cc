@@ -961,6 +961,10 @@ void Launches(const char* kernels) {
 }
 
 // --- Synchronisation ------------------------------------------------------------
+int g_host_functions_ran = 0;
+void CUDA_CB CountHostFunction(void*) { ++g_host_functions_ran; }
+void CUDA_CB CountCallback(CUstream, CUresult, void*) { ++g_host_functions_ran; }
+
 void Syncs() {
   CUevent e;
   CHECK(cuEventCreate(&e, 0));
@@ -995,6 +999,23 @@ void Syncs() {
   INVALID(cuStreamWaitEvent, "null", g_stream, nullptr, 0);
   INVALID(cuStreamWaitEvent_ptsz, "flags", nullptr, e, 0x80);
   CHECK(cuEventDestroy_v2(e));
+
+  // Host functions: passed through (no record), run in stream order.
+  g_host_functions_ran = 0;
+  VALID(cuLaunchHostFunc, "valid", g_stream, CountHostFunction, nullptr);
+  VALID(cuLaunchHostFunc_ptsz, "valid", nullptr, CountHostFunction, nullptr);
+  VALID(cuStreamAddCallback, "valid", g_stream, CountCallback, nullptr, 0);
+  VALID(cuStreamAddCallback_ptsz, "valid", nullptr, CountCallback, nullptr, 0);
+  INVALID(cuLaunchHostFunc, "null", g_stream, nullptr, nullptr);
+  INVALID(cuStreamAddCallback_ptsz, "flags", nullptr, CountCallback, nullptr, 1);
+  CHECK(cuStreamSynchronize(g_stream));
+  Rec("sync", "cuStreamSynchronize").S("stream", StreamName(g_stream, false));
+  CHECK(cuStreamSynchronize_ptsz(nullptr));
+  Rec("sync", "cuStreamSynchronize_ptsz").S("stream", "per_thread");
+  if (g_host_functions_ran != 4) {
+    std::fprintf(stderr, "host functions: %d ran, want 4\n", g_host_functions_ran);
+    std::exit(1);
+  }
 }
 
 // --- Contexts that end -------------------------------------------------------------
@@ -1187,6 +1208,12 @@ void Allocations() {
   INVALID(cuMemHostAlloc, "flags", &h, 4096, 0x80);
   std::vector<uint8_t> pageable(4096);
   INVALID(cuMemFreeHost, "pageable", pageable.data());
+  // Registered memory: passed through (no record).
+  VALID(cuMemHostRegister_v2, "valid", pageable.data(), pageable.size(), 0);
+  INVALID(cuMemHostRegister_v2, "again", pageable.data(), pageable.size(), 0);
+  VALID(cuMemHostUnregister, "valid", pageable.data());
+  INVALID(cuMemHostUnregister, "again", pageable.data());
+  INVALID(cuMemHostRegister_v2, "null", nullptr, 4096, 0);
 }
 
 void Vmm() {

@@ -22,4 +22,10 @@ FAKECUDA_KERNEL(store_ptr, uint64_t* slot, const float* b) {
   *slot = reinterpret_cast<uint64_t>(b);
 }
 
+// *slots[0] = b: writes host memory through a pointer the kernel reads from
+// a device table, not from its parameters.
+FAKECUDA_KERNEL(store_through, uint64_t* const* slots, const float* b) {
+  *slots[0] = reinterpret_cast<uint64_t>(b);
+}
+
 }  // namespace sources

@@ -6,17 +6,23 @@
 // submitted is the previous step's target, so only what the copy actually
 // copied names the buffer written.
 //
-//   table_sources MODULE.so --source hostfunc|kernel|dtoh|graph|hostgraph
+//   table_sources MODULE.so
+//                 --source hostfunc|kernel|escaped|dtoh|graph|hostgraph|host
 //                 [--stream nonblocking|blocking|legacy] [--steps N]
 //                 [--memory pinned|registered] [--copy htod|unified]
 //
 // hostfunc: cuLaunchHostFunc stores the address; kernel: a kernel stores it
-// through device-mapped pinned memory; dtoh: an asynchronous device-to-host
+// through device-mapped pinned memory; escaped: a kernel stores it there
+// through the memory's address it reads from a device table (uploaded once
+// from pageable memory), never given the address directly; dtoh: an asynchronous device-to-host
 // copy brings it from a table of all targets; graph: a captured host node,
 // copy and kernel, launched every step; hostgraph: a captured copy and
 // kernel, the host storing the address after synchronising, then queueing
 // the step's reads before the launch (a graph launched on a busy stream
-// whose source nothing queued writes). Between steps every buffer is read
+// whose source nothing queued writes); host: the host stores each step's
+// address into a fresh slot of the pinned memory and uploads it while the
+// stream is busy (nothing queued writes the source: no wait is needed to
+// know what lands). Between steps every buffer is read
 // (pressure under a cap). Nothing synchronises until the end. The source is
 // cuMemHostAlloc'd (pinned) or malloc'd and cuMemHostRegister'd; the upload
 // is cuMemcpyHtoDAsync (htod) or cuMemcpyAsync (unified addressing).
@@ -68,7 +74,7 @@ void Launch(CUfunction f, CUstream s, std::vector<void*> params) {
 
 int main(int argc, char** argv) {
   const char* usage =
-      "usage: table_sources MODULE.so --source hostfunc|kernel|dtoh|graph|hostgraph "
+      "usage: table_sources MODULE.so --source hostfunc|kernel|escaped|dtoh|graph|hostgraph|host "
       "[--stream nonblocking|blocking|legacy] [--steps N] [--memory pinned|registered] "
       "[--copy htod|unified]\n";
   if (argc < 2) {
@@ -94,10 +100,11 @@ int main(int argc, char** argv) {
     }
   }
   const bool graphed = source == "graph" || source == "hostgraph";
-  if ((source != "hostfunc" && source != "kernel" && source != "dtoh" && !graphed) ||
+  if ((source != "hostfunc" && source != "kernel" && source != "escaped" && source != "dtoh" &&
+       source != "host" && !graphed) ||
       (stream_kind != "nonblocking" && stream_kind != "blocking" && stream_kind != "legacy") ||
       (memory != "pinned" && memory != "registered") || (copy != "htod" && copy != "unified") ||
-      steps < 1 || (graphed && stream_kind == "legacy")) {
+      steps < 1 || (graphed && stream_kind == "legacy") || (source == "host" && steps > 64)) {
     std::fputs(usage, stderr);
     return 2;
   }
@@ -110,10 +117,11 @@ int main(int argc, char** argv) {
   CHECK(cuCtxSetCurrent(ctx));
   CUmodule m;
   CHECK(cuModuleLoad(&m, argv[1]));
-  CUfunction add_through, sum_into, store_ptr;
+  CUfunction add_through, sum_into, store_ptr, store_through;
   CHECK(cuModuleGetFunction(&add_through, m, "_ZN7sources11add_throughEPKPfi"));
   CHECK(cuModuleGetFunction(&sum_into, m, "_ZN7sources8sum_intoEPKfPfi"));
   CHECK(cuModuleGetFunction(&store_ptr, m, "_ZN7sources9store_ptrEPmPKf"));
+  CHECK(cuModuleGetFunction(&store_through, m, "_ZN7sources13store_throughEPKPmPKf"));
 
   CUstream s = nullptr;
   if (stream_kind != "legacy") {
@@ -139,20 +147,25 @@ int main(int argc, char** argv) {
   CHECK(cuMemcpyHtoD(all, b.data(), kBuffers * sizeof(CUdeviceptr)));
   uint64_t* pinned = nullptr;
   if (memory == "pinned") {
-    CHECK(cuMemHostAlloc(reinterpret_cast<void**>(&pinned), 64, CU_MEMHOSTALLOC_DEVICEMAP));
+    CHECK(cuMemHostAlloc(reinterpret_cast<void**>(&pinned), 512, CU_MEMHOSTALLOC_DEVICEMAP));
   } else {
     pinned = static_cast<uint64_t*>(std::aligned_alloc(4096, 4096));
     CHECK(cuMemHostRegister(pinned, 4096, CU_MEMHOSTREGISTER_DEVICEMAP));
   }
-  std::memset(pinned, 0, 64);
+  std::memset(pinned, 0, 512);
   // The source names the first target before anything runs: every step's
   // copy is submitted while it still names the previous step's.
   pinned[0] = b[0];
+  // The device table naming the pinned memory (escaped).
+  CUdeviceptr slots;
+  CHECK(cuMemAlloc(&slots, 64));
+  const uint64_t slot_address[8] = {source == "escaped" ? reinterpret_cast<uint64_t>(pinned) : 0};
+  CHECK(cuMemcpyHtoD(slots, slot_address, sizeof(slot_address)));
   Store store;
   store.slot = pinned;
   for (int i = 0; i < kBuffers; ++i) store.targets[i] = b[i];
   std::printf("working_set %zu\n",
-              kBuffers * kBuf + kAcc * sizeof(float) + 64 + kBuffers * sizeof(CUdeviceptr));
+              kBuffers * kBuf + kAcc * sizeof(float) + 2 * 64 + kBuffers * sizeof(CUdeviceptr));
 
   int n = kFloats, acc_n = kAcc;
   auto read_all = [&] {
@@ -164,16 +177,23 @@ int main(int argc, char** argv) {
       CHECK(cuLaunchHostFunc(s, StoreNext, &store));
     } else if (source == "kernel") {
       Launch(store_ptr, s, {&pinned, &b[k % kBuffers]});
+    } else if (source == "escaped") {
+      Launch(store_through, s, {&slots, &b[k % kBuffers]});
     } else if (source == "dtoh") {
       CHECK(cuMemcpyDtoHAsync(pinned, all + (k % kBuffers) * sizeof(CUdeviceptr),
                               sizeof(CUdeviceptr), s));
     } else if (source == "graph") {
       CHECK(cuLaunchHostFunc(s, StoreNext, &store));
     }
+    uint64_t* from = pinned;
+    if (source == "host") {  // a slot no earlier copy reads
+      from = pinned + k;
+      *from = b[k % kBuffers];
+    }
     if (copy == "htod") {
-      CHECK(cuMemcpyHtoDAsync(table, pinned, sizeof(CUdeviceptr), s));
+      CHECK(cuMemcpyHtoDAsync(table, from, sizeof(CUdeviceptr), s));
     } else {
-      CHECK(cuMemcpyAsync(table, reinterpret_cast<CUdeviceptr>(pinned), sizeof(CUdeviceptr), s));
+      CHECK(cuMemcpyAsync(table, reinterpret_cast<CUdeviceptr>(from), sizeof(CUdeviceptr), s));
     }
     Launch(add_through, s, {&table, &n});
   };
@@ -215,6 +235,7 @@ int main(int argc, char** argv) {
   CHECK(cuMemFree(acc));
   CHECK(cuMemFree(table));
   CHECK(cuMemFree(all));
+  CHECK(cuMemFree(slots));
   if (memory == "pinned") {
     CHECK(cuMemFreeHost(pinned));
   } else {

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Pointer tables whose host source is written in stream order after the
 # upload was submitted (tests/table_sources.cc): by a host function, by a
-# kernel through device-mapped pinned memory, by an asynchronous
+# kernel through device-mapped pinned memory (its address a parameter, or
+# read from a device table), by an asynchronous
 # device-to-host copy, and by a graph's host node; and a graph launched on a
 # busy stream whose source the host wrote before (it must not count as
 # unknown: every cap works without host-located VMM). Each form on a
 # non-blocking, a blocking and the legacy stream, at 100, 60 and 40 % of the
 # working set and the smallest cap, every policy, host-located VMM on and
 # off, and from registered memory or by cuMemcpyAsync, prints the checksum
-# of the run without stensor; short runs repeat 20
+# of the run without stensor; a source the host wrote before the upload is
+# learnt without a wait for the busy stream; short runs repeat 20
 # times at the smallest cap to catch races. A graph whose host node writes a
 # table's source cannot be read before it runs: without host-located VMM
 # every buffer it could reach must then be resident, so below that it is a
@@ -22,16 +24,16 @@ stensor=$(cd "$(dirname "$stensor")" && pwd)/$(basename "$stensor")
 source "$(dirname "$0")/preload.bash"
 preload=$(preload_of "$stensor")
 
-# Eight targets of one granule each, and three buffers charged a 4 KiB page
+# Eight targets of one granule each, and four buffers charged a 4 KiB page
 # each: the whole set resident, and the most one launch needs.
-all=$((8 * 2 * 1048576 + 3 * 4096))
-smallest=$((2 * 1048576 + 3 * 4096))
+all=$((8 * 2 * 1048576 + 4 * 4096))
+smallest=$((2 * 1048576 + 4 * 4096))
 
 "$program" "$kernels" --source hostfunc > "$tmp/plain.txt"
 want=$(tail -n 1 "$tmp/plain.txt")
 "$program" "$kernels" --source hostfunc --steps 6 > "$tmp/short.txt"
 want_short=$(tail -n 1 "$tmp/short.txt")
-for source in kernel dtoh graph hostgraph; do
+for source in kernel escaped dtoh graph hostgraph; do
   [[ $("$program" "$kernels" --source $source | tail -n 1) == "$want" ]] ||
     fail "$source: the run without stensor differs from hostfunc's"
 done
@@ -75,6 +77,35 @@ for vmm in 1 0; do
   done
 done
 
+# A source nothing queued writes (the host stored it before the upload), on
+# a busy stream: learnt at once, with no wait for the stream. stensor's own
+# calls (the link probe) are a few, whatever the steps; a wait per upload
+# would be 64 more.
+want_long=$("$program" "$kernels" --source hostfunc --steps 64 | tail -n 1)
+for vmm in 1 0; do
+  for stream in nonblocking blocking legacy; do
+    for form in "--memory pinned --copy htod" "--memory registered --copy unified"; do
+      cap=$((all * 40 / 100))
+      [[ $form == *registered* ]] && cap=$all
+      name="host-$stream-$cap-$vmm-${form//[ -]/}"
+      FAKECUDA_REPORT_CALLS=cuStreamSynchronize run "$name" $cap $vmm belady "$want_long" \
+        --source host --steps 64 --stream $stream $form
+      syncs=$(sed -n 's/^fakecuda: calls cuStreamSynchronize //p' "$tmp/$name.err")
+      [[ -n $syncs ]] || fail "$name: no call count"
+      (( syncs < 32 )) || fail "$name: $syncs stream synchronisations for 64 uploads"
+    done
+  done
+done
+
+# A kernel that writes the source through an address it reads from a device
+# table: the address reached the device in an upload, so every kernel may
+# write pinned memory from then on.
+for vmm in 1 0; do
+  for stream in nonblocking blocking legacy; do
+    run "escaped-$stream-$vmm" $smallest $vmm belady "$want" --source escaped --stream $stream
+  done
+done
+
 # The source in registered memory, and the upload by cuMemcpyAsync.
 for vmm in 1 0; do
   for source in hostfunc kernel dtoh; do
@@ -99,7 +130,7 @@ for fn in cuStreamQuery cuStreamGetFlags cuStreamSynchronize cuPointerGetAttribu
 done
 
 # Races: 20 short runs per form at the smallest cap, two at a time.
-for source in hostfunc kernel dtoh graph; do
+for source in hostfunc kernel escaped dtoh graph; do
   vmm=0
   [[ $source == graph ]] && vmm=1
   for i in $(seq 1 10); do

@@ -244,6 +244,13 @@ CUresult Tracker::BeginLaunch(CUfunction f, const unsigned grid[3], const unsign
     accesses->pointers_known = true;
   }
   if (!memory_) return CUDA_SUCCESS;
+  // A kernel handed a pointer into pinned host memory may write it, and
+  // store it where later kernels find it; one of unknown parameters may
+  // have been handed one.
+  if (!host_writes_.escaped() &&
+      (!kernel->layout_known || ParamsReachHost(*kernel, params, extra))) {
+    host_writes_.Escaped();
+  }
   return PrepareLaunch(LaunchKey(f, grid, block), *kernel, stream, accesses);
 }
 
@@ -379,8 +386,8 @@ void Tracker::LogLaunch(const char* api, const KernelInfo& kernel, const unsigne
 }
 
 template <typename Fn>
-void Tracker::ForEachParamPointer(const KernelInfo& kernel, void** params, void** extra,
-                                  Fn&& fn) const {
+void Tracker::ForEachParamWord(const KernelInfo& kernel, void** params, void** extra,
+                               Fn&& fn) const {
   const unsigned char* packed = nullptr;
   size_t packed_size = 0;
   if (params == nullptr) {
@@ -388,14 +395,6 @@ void Tracker::ForEachParamPointer(const KernelInfo& kernel, void** params, void*
     packed = PackedLaunchArgs(extra, &packed_size);
     if (packed == nullptr) return;
   }
-  constexpr size_t kBatch = 64;
-  uint64_t words[kBatch];
-  bool written[kBatch];
-  size_t n = 0;
-  auto flush = [&] {
-    registry_.FindAll(words, n, [&](size_t i, uint64_t id) { fn(id, words[i], written[i]); });
-    n = 0;
-  };
   for (size_t i = 0; i < kernel.params.size(); ++i) {
     const ParamSlot& slot = kernel.params[i];
     if (slot.access == ParamAccess::kNone) continue;
@@ -408,11 +407,29 @@ void Tracker::ForEachParamPointer(const KernelInfo& kernel, void** params, void*
       if (base == nullptr) continue;
     }
     for (uint32_t k = 0; k < slot.words; ++k) {
-      std::memcpy(&words[n], base + slot.first_word + 8 * k, sizeof(uint64_t));
-      written[n] = slot.access == ParamAccess::kReadWrite;
-      if (++n == kBatch) flush();
+      uint64_t word;
+      std::memcpy(&word, base + slot.first_word + 8 * k, sizeof(uint64_t));
+      fn(word, slot.access == ParamAccess::kReadWrite);
     }
   }
+}
+
+template <typename Fn>
+void Tracker::ForEachParamPointer(const KernelInfo& kernel, void** params, void** extra,
+                                  Fn&& fn) const {
+  constexpr size_t kBatch = 64;
+  uint64_t words[kBatch];
+  bool written[kBatch];
+  size_t n = 0;
+  auto flush = [&] {
+    registry_.FindAll(words, n, [&](size_t i, uint64_t id) { fn(id, words[i], written[i]); });
+    n = 0;
+  };
+  ForEachParamWord(kernel, params, extra, [&](uint64_t word, bool w) {
+    words[n] = word;
+    written[n] = w;
+    if (++n == kBatch) flush();
+  });
   if (n > 0) flush();
 }
 
@@ -781,24 +798,75 @@ bool Tracker::ReadBackTable(const Buffer& table,
   return true;
 }
 
+namespace {
+// Whether `addr` falls in one of `ranges` (base -> bytes).
+bool InRanges(const std::map<uint64_t, uint64_t>& ranges, uint64_t addr) {
+  auto it = ranges.upper_bound(addr);
+  return it != ranges.begin() && addr - std::prev(it)->first < std::prev(it)->second;
+}
+}  // namespace
+
+bool Tracker::InPinnedLocked(uint64_t addr) const {
+  return InRanges(host_allocs_, addr) || InRanges(host_registered_, addr);
+}
+
 bool Tracker::ArgsReachHost(absl::Span<const unsigned char> args) const {
   MutexLock lock(&host_mu_);
-  if (host_allocs_.empty()) return false;
+  if (host_allocs_.empty() && host_registered_.empty()) return false;
   for (size_t at = 0; at + 8 <= args.size(); at += 8) {
     uint64_t word;
     std::memcpy(&word, args.data() + at, 8);
-    auto it = host_allocs_.upper_bound(word);
-    if (it != host_allocs_.begin() && word - std::prev(it)->first < std::prev(it)->second) {
-      return true;
-    }
+    if (InPinnedLocked(word)) return true;
   }
   return false;
 }
 
+bool Tracker::ParamsReachHost(const KernelInfo& kernel, void** params, void** extra) const {
+  absl::InlinedVector<uint64_t, 16> words;
+  ForEachParamWord(kernel, params, extra, [&](uint64_t word, bool) {
+    if (word != 0) words.push_back(word);
+  });
+  if (words.empty()) return false;
+  // A word into a tracked buffer is device memory; any other may be host
+  // memory the program pinned, registered or mapped (the driver knows).
+  absl::InlinedVector<bool, 16> device(words.size(), false);
+  registry_.FindAll(words.data(), words.size(), [&](size_t i, uint64_t) { device[i] = true; });
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (!device[i] && IsDeviceReachableHost(words[i])) return true;
+  }
+  return false;
+}
+
+bool Tracker::HoldsHostPointer(uint64_t dst, const void* src, uint64_t bytes) const {
+  MutexLock lock(&host_mu_);
+  // Most words of data are far from all pinned memory: two compares.
+  uint64_t low = UINT64_MAX, high = 0;
+  for (const auto* ranges : {&host_allocs_, &host_registered_}) {
+    if (ranges->empty()) continue;
+    low = std::min(low, ranges->begin()->first);
+    high = std::max(high, ranges->rbegin()->first + ranges->rbegin()->second);
+  }
+  if (low >= high) return false;
+  // Words as a kernel reads them: 8-byte aligned at the destination.
+  const uint64_t skip = (8 - dst % 8) % 8;
+  if (bytes < skip + 8) return false;
+  const auto* p = static_cast<const unsigned char*>(src) + skip;
+  for (uint64_t at = 0; at + 8 <= bytes - skip; at += 8) {
+    uint64_t word;
+    std::memcpy(&word, p + at, sizeof(word));
+    if (word >= low && word < high && InPinnedLocked(word)) return true;
+  }
+  return false;
+}
+
+bool Tracker::AnyPinnedHost() const {
+  MutexLock lock(&host_mu_);
+  return !host_allocs_.empty() || !host_registered_.empty();
+}
+
 bool Tracker::IsPinnedHost(uint64_t addr) const {
   MutexLock lock(&host_mu_);
-  auto it = host_allocs_.upper_bound(addr);
-  return it != host_allocs_.begin() && addr - std::prev(it)->first < std::prev(it)->second;
+  return InPinnedLocked(addr);
 }
 
 bool Tracker::ScanHostTable(uint64_t addr, StreamRef stream, std::vector<uint64_t>* words) {
@@ -873,7 +941,7 @@ bool Tracker::StreamIdle(StreamRef stream) {
 }
 
 bool Tracker::HostSourceSettled(CopyKind kind, const TransferScope& scope, uint64_t src,
-                                StreamRef stream, bool async) {
+                                uint64_t bytes, StreamRef stream, bool async) {
   // Uncapped, nothing is read back on the program's behalf: the log keeps
   // what the source held at submission.
   if (!memory_ || !async || scope.served || scope.captured) return true;
@@ -882,7 +950,20 @@ bool Tracker::HostSourceSettled(CopyKind kind, const TransferScope& scope, uint6
   // device copy.
   if (scope.dst_id == 0 || scope.src_id != 0) return true;
   if (!IsDeviceReachableHost(src)) return true;  // pageable: read at the call
-  return StreamIdle(stream);
+  // Work queued on the stream that cannot write the source does not matter.
+  return !host_writes_.MayWrite(src, bytes) || StreamIdle(stream);
+}
+
+void Tracker::OnHostWrite(uint64_t dst, uint64_t bytes, StreamRef stream) {
+  if (!memory_ || bytes == 0 || capture_.Capturing(Handle(stream))) return;
+  if (!IsDeviceReachableHost(dst)) return;  // pageable: never an upload's pending source
+  host_writes_.Add(dst, bytes, MarkAfter(stream));
+}
+
+void Tracker::OnHostFunction(StreamRef stream) {
+  // Captured, it becomes a host node of the graph (GraphLaunchScope::writes_host).
+  if (!memory_ || capture_.Capturing(Handle(stream))) return;
+  host_writes_.Add(0, HostWrites::kEverywhere, MarkAfter(stream));
 }
 
 bool Tracker::WaitForStream(StreamRef stream) {
@@ -893,7 +974,6 @@ bool Tracker::WaitForStream(StreamRef stream) {
 size_t Tracker::OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t bytes, bool linear,
                              HostCopy* host) {
   std::optional<Buffer> to = registry_.Find(dst);
-  if (!to) return 0;  // into host memory or untracked device memory
   std::optional<Buffer> from = registry_.Find(src);
   bool from_host = kind == CopyKind::kHostToDevice;
   if (!from && kind == CopyKind::kDefault) {
@@ -906,6 +986,14 @@ size_t Tracker::OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t
     from_host = IsPinnedHost(src) || r == CUDA_ERROR_INVALID_VALUE ||
                 (r == CUDA_SUCCESS && type == CU_MEMORYTYPE_HOST);
   }
+  // A word pointing into pinned memory, landing where a kernel can read it
+  // (rows of a region are not scanned: any might): HostWrites.
+  if (memory_ && from_host && !host_writes_.escaped() &&
+      (linear ? HoldsHostPointer(dst, reinterpret_cast<const void*>(src), bytes)
+              : AnyPinnedHost())) {
+    host_writes_.Escaped();
+  }
+  if (!to) return 0;  // into host memory or untracked device memory
   // What tells that the copy landed: an event after it on its stream; for
   // a graph's node, or a caller that names no stream, nothing (unknown).
   auto landing = [&]() -> PointerTables::Mark {
@@ -1081,6 +1169,17 @@ void Tracker::OnHostAlloc(const char* api, const void* p, uint64_t size) {
           .Str("addr", Hex(reinterpret_cast<uintptr_t>(p)))
           .Uint("bytes", size)
           .Finish());
+}
+
+void Tracker::OnHostRegister(const void* p, uint64_t size) {
+  if (p == nullptr || size == 0) return;
+  MutexLock lock(&host_mu_);
+  host_registered_[reinterpret_cast<uintptr_t>(p)] = size;
+}
+
+void Tracker::OnHostUnregister(const void* p) {
+  MutexLock lock(&host_mu_);
+  host_registered_.erase(reinterpret_cast<uintptr_t>(p));
 }
 
 void Tracker::OnHostFree(const char* api, const void* p) {
@@ -1266,6 +1365,16 @@ void Tracker::WalkGraph(StreamRef stream, GraphLaunchScope* scope) {
     switch (n.kind) {
       case GraphNodePlan::Kind::kKernel:
         if (!host_written) host_written = ArgsReachHost(n.args);
+        if (memory_ && !host_writes_.escaped()) {
+          // As for a direct launch (BeginLaunch).
+          size_t size = n.args.size();
+          void* packed[] = {CU_LAUNCH_PARAM_BUFFER_POINTER,
+                            const_cast<unsigned char*>(n.args.data()), CU_LAUNCH_PARAM_BUFFER_SIZE,
+                            &size, CU_LAUNCH_PARAM_END};
+          if (!n.kernel->layout_known || ParamsReachHost(*n.kernel, nullptr, packed)) {
+            host_writes_.Escaped();
+          }
+        }
         InferKernelNode(n, registry_, &a);
         if (n.kernel->has_tables || !tables_.empty()) {
           // The node's arguments at their offsets, as a packed buffer.
@@ -1335,6 +1444,7 @@ void Tracker::WalkGraph(StreamRef stream, GraphLaunchScope* scope) {
   }
   all.Dedupe();
   if (all.unknown_tables) scope->unknown = true;
+  scope->writes_host = host_written || scope->unknown;
 }
 
 CUresult Tracker::BeginGraphLaunch(CUgraphExec exec, StreamRef stream, GraphLaunchScope* scope) {
@@ -1349,6 +1459,8 @@ CUresult Tracker::BeginGraphLaunch(CUgraphExec exec, StreamRef stream, GraphLaun
   scope->unknown = scope->plan == nullptr || scope->plan->unknown;
   if (!scope->unknown) WalkGraph(stream, scope);
   if (!memory_) return CUDA_SUCCESS;
+  // Nodes nobody knows may hand the device a pointer into pinned memory.
+  if (scope->unknown) host_writes_.Escaped();
   if (scope->unknown) {
     // As for a launch through a table nobody can read: whatever could
     // fault if a node reached it comes in first.
@@ -1404,6 +1516,9 @@ void Tracker::EndGraphLaunch(const char* api, CUgraphExec exec, StreamRef stream
     return;
   }
   Count(OpType::kGraphLaunch);
+  if (memory_ && !scope.captured && scope.writes_host) {
+    host_writes_.Add(0, HostWrites::kEverywhere, MarkAfter(stream));
+  }
   if (!scope.captured) {
     if (scope.unknown) {
       tables_.MarkAllStale();

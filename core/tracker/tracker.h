@@ -30,6 +30,7 @@
 #include "core/swap/memory_manager.h"
 #include "core/tracker/access_log.h"
 #include "core/tracker/exact_sizes.h"
+#include "core/tracker/host_writes.h"
 #include "core/tracker/leaks.h"
 
 namespace stensor {
@@ -66,6 +67,7 @@ struct GraphLaunchScope {
   Accesses accesses;
   std::vector<std::pair<IdList, IdList>> nodes;
   IdList kernel_writes;         // what its kernel nodes may write (tables go stale)
+  bool writes_host = true;      // a node may write device-reachable host memory
   bool tables_changed = false;  // its copies and memsets were applied to tables
   bool unknown = true;          // treated as work of unknown accesses
   bool captured = false;        // launched into a capturing stream: a child graph
@@ -107,6 +109,10 @@ class Tracker {
   // Page-locked host memory the application allocated or freed (counted:
   // it competes with stensor's own host store for pinned memory).
   void OnHostAlloc(const char* api, const void* p, uint64_t size);
+  // cuMemHostRegister / cuMemHostUnregister succeeded: host memory device
+  // work may write (not counted as pinned allocations, not logged).
+  void OnHostRegister(const void* p, uint64_t size);
+  void OnHostUnregister(const void* p);
   void OnHostFree(const char* api, const void* p);
   uint64_t host_pinned_bytes() const;
 
@@ -210,8 +216,18 @@ class Tracker {
   // memory is read by the driver at the call, and a synchronous copy has
   // run when the call returns: both settled.
   // `scope` is the copy's, from BeginTransfer.
-  bool HostSourceSettled(CopyKind kind, const TransferScope& scope, uint64_t src, StreamRef stream,
-                         bool async);
+  // Only work that may write the `bytes` read from `src` (HostWrites) makes
+  // it unsettled: other work on the stream does not.
+  bool HostSourceSettled(CopyKind kind, const TransferScope& scope, uint64_t src, uint64_t bytes,
+                         StreamRef stream, bool async);
+  // Submitted on `stream` (not captured): an asynchronous copy or a memset
+  // into [dst, dst+bytes) of memory no tracked buffer holds; where that is
+  // host memory a device reaches, the source of a later upload may be
+  // written by it (HostWrites). Under a cap only.
+  void OnHostWrite(uint64_t dst, uint64_t bytes, StreamRef stream);
+  // A host function or stream callback submitted on `stream`: it may write
+  // any host memory before the work queued after it runs.
+  void OnHostFunction(StreamRef stream);
   // A successful memset: no pointers left in the range.
   void OnMemsetTables(uint64_t dst, uint64_t bytes, bool linear);
   // Exact sizes: stensor's buffers answer the driver's size and attribute
@@ -281,6 +297,10 @@ class Tracker {
   // points into a tracked buffer (`written`: through a written parameter).
   template <typename Fn>
   void ForEachParamPointer(const KernelInfo& kernel, void** params, void** extra, Fn&& fn) const;
+  // Calls fn(word, written) for each word of the launch's pointer
+  // parameters, whatever it points to.
+  template <typename Fn>
+  void ForEachParamWord(const KernelInfo& kernel, void** params, void** extra, Fn&& fn) const;
   // The pieces of the allocations the launch names that its pointer words
   // likely do not reach (MemoryManager::FarPieces), ascending; none for an
   // allocation also reached through a pointer table, whose entries are not
@@ -351,11 +371,20 @@ class Tracker {
   // `call` may end `ctx`; `ended(result)` says whether it did.
   CUresult EndContext(CUcontext ctx, absl::FunctionRef<CUresult()> call,
                       absl::FunctionRef<bool(CUresult)> ended);
-  // Whether host memory at `addr` is pinned memory the program allocated.
+  // Whether the program holds any pinned memory it allocated or registered.
+  bool AnyPinnedHost() const;
+  // Whether host memory at `addr` is pinned memory the program allocated or
+  // registered.
   bool IsPinnedHost(uint64_t addr) const;
   // Whether a kernel node's argument words point into such memory, which
   // the kernel may then write through its mapping.
   bool ArgsReachHost(absl::Span<const unsigned char> args) const;
+  // The same for a launch's pointer parameters.
+  bool ParamsReachHost(const KernelInfo& kernel, void** params, void** extra) const;
+  // Whether host memory [src, src+bytes) about to be copied to the device
+  // holds a word pointing into pinned memory the program allocated
+  // (HostWrites::Escaped once it lands).
+  bool HoldsHostPointer(uint64_t dst, const void* src, uint64_t bytes) const;
   // Host memory the driver can reach (pinned, mapped, registered), which
   // device work may write; false for pageable memory.
   bool IsDeviceReachableHost(uint64_t addr) const;
@@ -367,6 +396,7 @@ class Tracker {
   const Driver* const driver_;
   BufferRegistry registry_;
   PointerTables tables_;
+  HostWrites host_writes_;
   KernelCache kernels_;
   CaptureState capture_;
   GraphPlans graphs_;
@@ -379,7 +409,10 @@ class Tracker {
   std::once_flag shutdown_once_;
   std::atomic<uint64_t> counts_[static_cast<int>(OpType::kCount)] = {};
   mutable Mutex host_mu_;
-  std::map<uint64_t, uint64_t> host_allocs_ ABSL_GUARDED_BY(host_mu_);  // base -> bytes
+  std::map<uint64_t, uint64_t> host_allocs_ ABSL_GUARDED_BY(host_mu_);      // base -> bytes
+  std::map<uint64_t, uint64_t> host_registered_ ABSL_GUARDED_BY(host_mu_);  // base -> bytes
+  // Whether `addr` is in either map.
+  bool InPinnedLocked(uint64_t addr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(host_mu_);
   uint64_t host_pinned_bytes_ ABSL_GUARDED_BY(host_mu_) = 0;
 };
 
