@@ -57,10 +57,11 @@ CUresult Free(const char* api, Fn real, CUdeviceptr dptr, Args... args) {
 // it touches are made resident first (under a cap), marked used after, and
 // the copy is logged. `c` says what it touches (core/inference/copy_ranges.h).
 // An asynchronous copy into memory no tracked buffer holds: host memory
-// it writes may be a later upload's source (Tracker::OnHostWrite).
+// it writes may be a later upload's source (Tracker::OnHostWrite). Whatever
+// kind the call names: a device-to-device copy may write mapped host
+// memory through its device address.
 void NoteHostWrite(const TransferScope& scope, const CopySide& dst, StreamRef s) {
-  if (T().capped() && scope.dst_id == 0 &&
-      (dst.memory == MemoryKind::kHost || dst.memory == MemoryKind::kUnified)) {
+  if (T().capped() && scope.dst_id == 0 && dst.start != 0) {
     T().OnHostWrite(dst.start, dst.extent, s);
   }
 }
