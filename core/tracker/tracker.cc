@@ -248,7 +248,7 @@ CUresult Tracker::BeginLaunch(CUfunction f, const unsigned grid[3], const unsign
   // store it where later kernels find it; one of unknown parameters may
   // have been handed one.
   if (!host_writes_.escaped() &&
-      (!kernel->layout_known || ParamsReachHost(*kernel, params, extra))) {
+      (!kernel->layout_known || (AnyPinnedHost() && ParamsReachHost(*kernel, params, extra)))) {
     host_writes_.Escaped();
   }
   return PrepareLaunch(LaunchKey(f, grid, block), *kernel, stream, accesses);
@@ -859,10 +859,11 @@ bool Tracker::HoldsHostPointer(uint64_t dst, const void* src, uint64_t bytes) co
   return false;
 }
 
-bool Tracker::AnyPinnedHost() const {
-  MutexLock lock(&host_mu_);
-  return !host_allocs_.empty() || !host_registered_.empty();
+void Tracker::PublishPinnedLocked() {
+  any_pinned_.store(!host_allocs_.empty() || !host_registered_.empty(), std::memory_order_release);
 }
+
+bool Tracker::AnyPinnedHost() const { return any_pinned_.load(std::memory_order_acquire); }
 
 bool Tracker::IsPinnedHost(uint64_t addr) const {
   MutexLock lock(&host_mu_);
@@ -1160,6 +1161,7 @@ void Tracker::OnHostAlloc(const char* api, const void* p, uint64_t size) {
   {
     MutexLock lock(&host_mu_);
     host_allocs_[reinterpret_cast<uintptr_t>(p)] = size;
+    PublishPinnedLocked();
     host_pinned_bytes_ += size;
   }
   if (!log_) return;
@@ -1175,11 +1177,13 @@ void Tracker::OnHostRegister(const void* p, uint64_t size) {
   if (p == nullptr || size == 0) return;
   MutexLock lock(&host_mu_);
   host_registered_[reinterpret_cast<uintptr_t>(p)] = size;
+  PublishPinnedLocked();
 }
 
 void Tracker::OnHostUnregister(const void* p) {
   MutexLock lock(&host_mu_);
   host_registered_.erase(reinterpret_cast<uintptr_t>(p));
+  PublishPinnedLocked();
 }
 
 void Tracker::OnHostFree(const char* api, const void* p) {
@@ -1192,6 +1196,7 @@ void Tracker::OnHostFree(const char* api, const void* p) {
       size = it->second;
       host_pinned_bytes_ -= size;
       host_allocs_.erase(it);
+      PublishPinnedLocked();
     }
   }
   if (!log_) return;
@@ -1371,7 +1376,8 @@ void Tracker::WalkGraph(StreamRef stream, GraphLaunchScope* scope) {
           void* packed[] = {CU_LAUNCH_PARAM_BUFFER_POINTER,
                             const_cast<unsigned char*>(n.args.data()), CU_LAUNCH_PARAM_BUFFER_SIZE,
                             &size, CU_LAUNCH_PARAM_END};
-          if (!n.kernel->layout_known || ParamsReachHost(*n.kernel, nullptr, packed)) {
+          if (!n.kernel->layout_known ||
+              (AnyPinnedHost() && ParamsReachHost(*n.kernel, nullptr, packed))) {
             host_writes_.Escaped();
           }
         }

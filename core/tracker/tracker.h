@@ -371,7 +371,9 @@ class Tracker {
   // `call` may end `ctx`; `ended(result)` says whether it did.
   CUresult EndContext(CUcontext ctx, absl::FunctionRef<CUresult()> call,
                       absl::FunctionRef<bool(CUresult)> ended);
-  // Whether the program holds any pinned memory it allocated or registered.
+  // Whether the program holds any pinned memory it allocated or registered
+  // (lock-free: asked at every launch until a pinned address escaped; a
+  // program that pins nothing through the hooked calls pays one load).
   bool AnyPinnedHost() const;
   // Whether host memory at `addr` is pinned memory the program allocated or
   // registered.
@@ -379,7 +381,9 @@ class Tracker {
   // Whether a kernel node's argument words point into such memory, which
   // the kernel may then write through its mapping.
   bool ArgsReachHost(absl::Span<const unsigned char> args) const;
-  // The same for a launch's pointer parameters.
+  // Whether a launch's pointer parameters may point into host memory a
+  // device reaches: words that hit no tracked buffer, in the pinned and
+  // registered ranges or, where not, as the driver tells.
   bool ParamsReachHost(const KernelInfo& kernel, void** params, void** extra) const;
   // Whether host memory [src, src+bytes) about to be copied to the device
   // holds a word pointing into pinned memory the program allocated
@@ -413,6 +417,9 @@ class Tracker {
   std::map<uint64_t, uint64_t> host_registered_ ABSL_GUARDED_BY(host_mu_);  // base -> bytes
   // Whether `addr` is in either map.
   bool InPinnedLocked(uint64_t addr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(host_mu_);
+  // Sets any_pinned_ from the maps, after each change to them.
+  void PublishPinnedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(host_mu_);
+  std::atomic<bool> any_pinned_{false};
   uint64_t host_pinned_bytes_ ABSL_GUARDED_BY(host_mu_) = 0;
 };
 
