@@ -27,7 +27,8 @@
 // table is. Each range is current or stale (something may have rewritten
 // it since it was learnt), and carries marks: what a read-back of it has to
 // wait for (the copy that landed it, the kernels and copies that may have
-// written it since), or "any" (unknown writers: all work of the context).
+// written it since), or "any" (unknown writers: all work ordered before
+// the reading launch).
 //
 // The reach rule. A kernel is given pointers, not extents: through a
 // pointer at address p it may read and write anywhere from p to the end of
@@ -70,7 +71,8 @@ class PointerTables {
   // the caller makes (Tracker: an event recorded on a stream), released
   // when no range holds it. A null Mark passed as a landing mark means
   // nothing to wait for (the write has landed); AnyWriter() means the
-  // writers are unknown (a read-back waits for the whole context).
+  // writers are unknown (a read-back waits for all work ordered before the
+  // launch that reads the table).
   using Mark = std::shared_ptr<const void>;
   static const Mark& AnyWriter();
   // Past this many marks on a range, those `done` (SetMarkDone) are

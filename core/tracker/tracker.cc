@@ -677,8 +677,11 @@ bool Tracker::MayWait(StreamRef stream) {
 }
 
 bool Tracker::WaitForTableWriters(StreamRef stream) {
-  // Whatever wrote the table may have run on any stream: all of it.
-  return MayWait(stream) && driver_->cuCtxSynchronize() == CUDA_SUCCESS;
+  // Whatever wrote the table, on any stream, is ordered before the launch
+  // that reads it (work the program did not order so would race with the
+  // kernel's read), so it has run once `stream` ran all it was given: not
+  // the other streams' later work (a loader's copies).
+  return WaitForStream(stream);
 }
 
 bool Tracker::WaitForRangeWriters(const Buffer& table,
@@ -709,7 +712,7 @@ bool Tracker::WaitForBufferWriters(uint64_t id, StreamRef stream, const char** w
     *waited = "buffer";
     return true;
   }
-  *waited = "context";
+  *waited = "stream";
   return WaitForTableWriters(stream);
 }
 

@@ -320,8 +320,10 @@ class Tracker {
   bool ReadBackTable(const Buffer& table, const std::vector<PointerTables::StaleRange>& stale,
                      uint64_t learn_from, uint64_t from, StreamRef stream,
                      std::vector<uint64_t>* words);
-  // Waits for all submitted work of the context, where that is allowed
-  // (not while `stream` is being captured).
+  // Waits for the work that may have written a table read by an operation
+  // about to be submitted on `stream`: all `stream` was given so far (which
+  // waits for what the program ordered before it on other streams), where
+  // that is allowed (not while `stream` is being captured).
   bool WaitForTableWriters(StreamRef stream);
   // Waits for what could have written `stale` (ranges of `table`) since it
   // was learnt: the events of its marks, or (writers unknown, or an event
@@ -330,8 +332,8 @@ class Tracker {
                            StreamRef stream, const char** waited);
   // Waits for every operation that may have written buffer `id`: the
   // streams that used it and the work of unknown accesses (the memory
-  // manager's record), or where that record cannot tell, the context. Sets
-  // `waited` to "buffer" or "context".
+  // manager's record), or where that record cannot tell, `stream`
+  // (WaitForTableWriters). Sets `waited` to "buffer" or "stream".
   bool WaitForBufferWriters(uint64_t id, StreamRef stream, const char** waited);
   // A mark for the pointer tables: an event recorded on `stream` now
   // (after the operation just submitted there), or AnyWriter() when none
