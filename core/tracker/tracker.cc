@@ -96,13 +96,16 @@ Tracker::Tracker(const Config& config, const Driver* driver)
       driver_(driver),
       kernels_(driver, config.write_inference == WriteInference::kConservative),
       capture_(driver) {
-  // A range's marks are events (MarkAfter); one observed complete needs no
-  // wait. Asked while a capture may be in progress elsewhere: relaxed.
-  tables_.SetMarkDone([this](const PointerTables::Mark& m) {
+  // A range's marks, and a pending host write's, are events (MarkAfter);
+  // one observed complete needs no wait. Asked while a capture may be in
+  // progress elsewhere: relaxed.
+  auto done = [this](const PointerTables::Mark& m) {
     if (driver_->cuEventQuery == nullptr) return false;
     RelaxedCaptureScope relaxed(capture_);
     return driver_->cuEventQuery(EventOf(m)) == CUDA_SUCCESS;
-  });
+  };
+  tables_.SetMarkDone(done);
+  host_writes_.SetMarkDone(done);
 }
 
 namespace {
