@@ -128,6 +128,15 @@ for fn in cuStreamQuery cuStreamGetFlags cuStreamSynchronize cuPointerGetAttribu
     done
   done
 done
+# The events that mark a pending write into the source (after the
+# device-to-host copy) failed: that write counts as pending for good, and
+# the uploads over it wait as before.
+want_dtoh=$("$program" "$kernels" --source dtoh --steps 6 | tail -n 1)
+for fn in cuEventCreate cuEventRecord; do
+  for n in 1 2 5; do
+    FAKECUDA_FAIL=$fn:$n run "fail-$fn-$n" $smallest 1 belady "$want_dtoh" --source dtoh --steps 6
+  done
+done
 
 # Races: 20 short runs per form at the smallest cap, two at a time.
 for source in hostfunc kernel escaped dtoh graph; do

@@ -100,7 +100,8 @@ Tracker::Tracker(const Config& config, const Driver* driver)
   // one observed complete needs no wait. Asked while a capture may be in
   // progress elsewhere: relaxed.
   auto done = [this](const PointerTables::Mark& m) {
-    if (driver_->cuEventQuery == nullptr) return false;
+    // AnyWriter() (no event could be recorded) is no event: never done.
+    if (driver_->cuEventQuery == nullptr || m == PointerTables::AnyWriter()) return false;
     RelaxedCaptureScope relaxed(capture_);
     return driver_->cuEventQuery(EventOf(m)) == CUDA_SUCCESS;
   };
