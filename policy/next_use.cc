@@ -7,28 +7,46 @@
 
 namespace stensor {
 
-void NextUsePredictor::Repredict(uint64_t id, BufferState& b, uint64_t predicted) {
+void NextUsePredictor::Repredict(BufferState& b, uint64_t predicted) {
   if (b.predicted == predicted) return;
   b.predicted = predicted;
-  changed_.emplace_back(id, predicted);
+  changed_.emplace_back(b.id, predicted);
 }
 
-void NextUsePredictor::Learn(uint64_t key, uint64_t gap, uint64_t now) {
-  auto [it, inserted] = slot_gaps_.try_emplace(key, gap);
-  if (!inserted) {
-    if (it->second == gap) return;  // nothing new: the usual case, O(1)
-    it->second = gap;
+void NextUsePredictor::Learn(SlotState& slot, uint64_t gap, uint64_t now) {
+  if (slot.learnt) {
+    if (slot.gap == gap) return;  // nothing new: the usual case, O(1)
+  } else {
+    slot.learnt = true;
+    ++learnt_slots_;
   }
+  slot.gap = gap;
   // Every buffer last used in this slot comes back after the same gap: a
   // shard's cycle is learnt from the first shard seen twice, for all of them.
-  auto members = slot_members_.find(key);
-  if (members == slot_members_.end()) return;
-  for (uint64_t id : members->second) {
+  for (uint64_t id : slot.members) {
     BufferState& m = buffers_.at(id);
     const uint64_t predicted = After(m.last_use, gap);
     // A prediction already in the past says nothing.
-    Repredict(id, m, predicted <= now ? EvictionCandidate::kNoNextUse : predicted);
+    Repredict(m, predicted <= now ? EvictionCandidate::kNoNextUse : predicted);
   }
+}
+
+void NextUsePredictor::Unlink(BufferState& b) {
+  Order& order = *b.order;
+  (b.prev != nullptr ? b.prev->next : order.first) = b.next;
+  (b.next != nullptr ? b.next->prev : order.last) = b.prev;
+  b.prev = b.next = nullptr;
+  b.order = nullptr;
+  if (order.first == nullptr) orders_.erase(b.signature);
+}
+
+void NextUsePredictor::Append(BufferState& b, uint64_t signature) {
+  Order& order = orders_[signature];
+  b.order = &order;
+  b.prev = order.last;
+  b.next = nullptr;
+  (order.last != nullptr ? order.last->next : order.first) = &b;
+  order.last = &b;
 }
 
 bool NextUsePredictor::InBurst(uint64_t id, uint64_t signature, uint64_t now) {
@@ -42,12 +60,14 @@ bool NextUsePredictor::InBurst(uint64_t id, uint64_t signature, uint64_t now) {
   if (burst.length < kMinBurst) return false;
   if (burst.length == kMinBurst) {
     // The burst's earlier members that nothing predicts and that were not
-    // used since join it.
-    for (auto it = by_last_use_.lower_bound({signature, burst.start});
-         it != by_last_use_.end() && it->first.first == signature && it->first.second < now; ++it) {
-      BufferState& m = buffers_.at(it->second);
-      if (it->second != id && m.uses == 1 && m.predicted == EvictionCandidate::kNoNextUse) {
-        Repredict(it->second, m, EvictionCandidate::kInSequence + m.last_use);
+    // used since join it: the buffers last used under the signature from
+    // the burst's start on, in the order of those uses (`id`, used now, is
+    // last).
+    BufferState* first = buffers_.at(id).order->last;
+    while (first->prev != nullptr && first->prev->last_use >= burst.start) first = first->prev;
+    for (BufferState* m = first; m != nullptr && m->last_use < now; m = m->next) {
+      if (m->id != id && m->uses == 1 && m->predicted == EvictionCandidate::kNoNextUse) {
+        Repredict(*m, EvictionCandidate::kInSequence + m->last_use);
       }
     }
   }
@@ -59,6 +79,9 @@ uint64_t NextUsePredictor::OnUse(uint64_t id, uint64_t now, std::optional<Slot> 
   auto [it, inserted] = buffers_.try_emplace(id);
   BufferState& b = it->second;
   std::optional<std::pair<uint64_t, uint64_t>> previous;  // (signature, time)
+  // The buffer after it in the order of last uses of its signature, before
+  // this use moves it to the end (or of another signature's).
+  BufferState* successor = nullptr;
   // Used again in the slot of its last use, which learns nothing new (the
   // steady state of a repeating pattern): it stays that slot's member, so
   // no set changes and no other buffer is re-predicted.
@@ -66,13 +89,12 @@ uint64_t NextUsePredictor::OnUse(uint64_t id, uint64_t now, std::optional<Slot> 
   if (!inserted) {
     if (now == b.last_use) return b.predicted;  // second slot of the same op
     previous.emplace(b.signature, b.last_use);
-    // Its entry moves from its last use to this one; where this is the
-    // last use of its signature (as it is in a repeating pattern), the
-    // hint puts the new entry in place without a search.
-    if (auto last = by_last_use_.find(*previous); last != by_last_use_.end()) {
-      by_last_use_.insert(by_last_use_.erase(last), {{signature, now}, id});
-    } else {
-      by_last_use_[{signature, now}] = id;
+    successor = b.next;
+    // The last of its signature used again under it (a repeating pattern,
+    // where each use has its own kind) stays where it is.
+    if (successor != nullptr || b.signature != signature) {
+      Unlink(b);
+      Append(b, signature);
     }
     const uint64_t gap = now - b.last_use;
     // The first gap, from the use after allocation (an initialisation) to
@@ -80,19 +102,19 @@ uint64_t NextUsePredictor::OnUse(uint64_t id, uint64_t now, std::optional<Slot> 
     if (b.uses > 1) b.own_gap = gap;
     if (b.has_slot) {
       if (slot.has_value() && SlotKey(*slot) == b.slot_key) {
-        auto learnt = slot_gaps_.find(b.slot_key);
-        same_slot = learnt != slot_gaps_.end() && learnt->second == gap;
+        same_slot = b.slot->learnt && b.slot->gap == gap;
       }
       if (!same_slot) {
-        slot_members_[b.slot_key].erase(id);
+        b.slot->members.erase(id);
         // The slot this buffer was last used in learns the gap to this use:
         // the next buffer in that slot (this one or a successor with a new
         // id), and every other buffer last used there, is predicted with it.
-        Learn(b.slot_key, gap, now);
+        Learn(*b.slot, gap, now);
       }
     }
   } else {
-    by_last_use_[{signature, now}] = id;
+    b.id = id;
+    Append(b, signature);
   }
   ++b.uses;
   b.last_use = now;
@@ -104,11 +126,11 @@ uint64_t NextUsePredictor::OnUse(uint64_t id, uint64_t now, std::optional<Slot> 
     } else {
       b.has_slot = true;
       b.slot_key = SlotKey(*slot);
-      slot_members_[b.slot_key].insert(id);
-      auto s = slot_gaps_.find(b.slot_key);
+      b.slot = &slots_[b.slot_key];
+      b.slot->members.insert(id);
       // May be kNoGap: buffers in this slot get freed. Unlearnt: unknown,
       // not the own gap (see the header).
-      if (s != slot_gaps_.end()) gap = s->second;
+      if (b.slot->learnt) gap = b.slot->gap;
     }
 
     // A rotating slot: the previous occupant was another buffer, and either
@@ -117,23 +139,19 @@ uint64_t NextUsePredictor::OnUse(uint64_t id, uint64_t now, std::optional<Slot> 
     // written), or this buffer comes back to the same use as last time (a
     // cycle read again in its order, or buffers used in turn). The buffer
     // after this one in that order is the slot's next occupant.
-    Occupant& o = occupants_[b.slot_key];
+    Occupant& o = b.slot->occupant;
     const bool walks = o.had_previous && previous.has_value() &&
                        o.previous_signature == previous->first &&
                        o.previous_time < previous->second;
     const bool returns = previous.has_value() && previous->first == signature;
-    if (o.id != id && o.time < now && (walks || returns)) {
-      auto next = by_last_use_.upper_bound(*previous);
-      if (next != by_last_use_.end() && next->first.first == previous->first &&
-          next->second != id) {
-        BufferState& n = buffers_.at(next->second);
-        Repredict(next->second, n, After(now, now - o.time));
-      }
+    if (o.id != id && o.time < now && (walks || returns) && successor != nullptr) {
+      Repredict(*successor, After(now, now - o.time));
     }
     o = Occupant{id, now, previous.has_value(), previous ? previous->first : 0,
                  previous ? previous->second : 0};
   } else {
     b.has_slot = false;
+    b.slot = nullptr;
     gap = b.own_gap;
   }
   b.predicted = After(now, gap);
@@ -147,11 +165,11 @@ void NextUsePredictor::OnFreed(uint64_t id) {
   auto it = buffers_.find(id);
   if (it == buffers_.end()) return;
   BufferState& b = it->second;
-  by_last_use_.erase({b.signature, b.last_use});
+  Unlink(b);
   if (b.has_slot) {
-    slot_members_[b.slot_key].erase(id);
+    b.slot->members.erase(id);
     // Its last use was its last: buffers in that slot are not used again.
-    Learn(b.slot_key, kNoGap, b.last_use);
+    Learn(*b.slot, kNoGap, b.last_use);
   }
   buffers_.erase(it);
 }
@@ -162,10 +180,12 @@ uint64_t NextUsePredictor::Predicted(uint64_t id) const {
 }
 
 void NextUsePredictor::Reset() {
-  slot_gaps_.clear();
-  slot_members_.clear();
-  occupants_.clear();
-  for (auto& [id, b] : buffers_) b.has_slot = false;
+  slots_.clear();
+  learnt_slots_ = 0;
+  for (auto& [id, b] : buffers_) {
+    b.has_slot = false;
+    b.slot = nullptr;
+  }
 }
 
 }  // namespace stensor

@@ -41,9 +41,11 @@
 // one of the two rules above names it; TakeChanged() lists the latter, so a
 // caller can keep buffers in an index ordered by next use.
 //
-// Work: O(log n) per call (an ordered index of last uses), plus the buffers
-// re-predicted when a slot's learnt gap changes. Memory: a few entries per
-// live buffer plus one per (phase, slot) seen since the last Reset().
+// Work: O(1) per call (one look-up of the buffer; its slot and its place
+// among the last uses of its signature are linked to it), plus the buffers
+// re-predicted when a slot's learnt gap changes or a burst forms. Memory: a
+// few entries per live buffer plus one per (phase, slot) seen since the
+// last Reset().
 //
 // Thread-safety: not thread-safe; the caller serialises.
 #ifndef STENSOR_POLICY_NEXT_USE_H_
@@ -56,9 +58,9 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/node_hash_map.h"
 #include "policy/eviction_policy.h"
 
 namespace stensor {
@@ -98,18 +100,28 @@ class NextUsePredictor {
   void Reset();
 
   size_t buffers() const { return buffers_.size(); }
-  size_t slots() const { return slot_gaps_.size(); }
+  size_t slots() const { return learnt_slots_; }
 
  private:
   static constexpr uint64_t kNoGap = EvictionCandidate::kNoNextUse;
+  struct SlotState;
+  struct Order;
   struct BufferState {
+    uint64_t id = 0;
     uint64_t last_use = 0;
     uint64_t signature = 0;  // of the last use
     uint64_t uses = 0;
     uint64_t own_gap = kNoGap;  // its last gap between uses, not the first
     bool has_slot = false;      // last use had a phase
     uint64_t slot_key = 0;      // (phase, slot) of the last use
+    SlotState* slot = nullptr;  // its state, while has_slot
     uint64_t predicted = 0;
+    // Its place among the buffers last used under its signature, which are
+    // in the order of those uses: a use is the latest, so it moves to the
+    // end (the rotating-slot rule asks who followed a buffer there).
+    Order* order = nullptr;
+    BufferState* prev = nullptr;
+    BufferState* next = nullptr;
   };
   // The last buffer used in a slot, and where its use before that was.
   struct Occupant {
@@ -118,6 +130,17 @@ class NextUsePredictor {
     bool had_previous = false;
     uint64_t previous_signature = 0;
     uint64_t previous_time = 0;
+  };
+  struct SlotState {
+    bool learnt = false;
+    uint64_t gap = kNoGap;  // once learnt; kNoGap = "freed"
+    // Buffers whose last use was in this slot (for Learn).
+    absl::flat_hash_set<uint64_t> members;
+    Occupant occupant;
+  };
+  struct Order {
+    BufferState* first = nullptr;
+    BufferState* last = nullptr;
   };
   // Slots past 2^20 - 1 share one key (no operation has that many buffers).
   static uint64_t SlotKey(Slot s) {
@@ -131,18 +154,20 @@ class NextUsePredictor {
                ? EvictionCandidate::kNoNextUse
                : now + gap;
   }
-  // Slot `key` learnt `gap`: its other members are re-predicted with it.
-  void Learn(uint64_t key, uint64_t gap, uint64_t now);
+  // The slot learnt `gap`: its other members are re-predicted with it.
+  void Learn(SlotState& slot, uint64_t gap, uint64_t now);
   // Sets another buffer's prediction, noting the change.
-  void Repredict(uint64_t id, BufferState& b, uint64_t predicted);
+  void Repredict(BufferState& b, uint64_t predicted);
+  // Takes `b` out of its signature's order, and puts it last in that of
+  // `signature` (its use now is the latest).
+  void Unlink(BufferState& b);
+  void Append(BufferState& b, uint64_t signature);
 
-  absl::flat_hash_map<uint64_t, BufferState> buffers_;
-  absl::flat_hash_map<uint64_t, uint64_t> slot_gaps_;  // kNoGap = "freed"
-  // Buffers by the slot of their last use (for Learn).
-  absl::flat_hash_map<uint64_t, absl::flat_hash_set<uint64_t>> slot_members_;
-  absl::flat_hash_map<uint64_t, Occupant> occupants_;  // by slot key
-  // Every buffer by (signature, time) of its last use (for rotating slots).
-  absl::btree_map<std::pair<uint64_t, uint64_t>, uint64_t> by_last_use_;
+  // Node maps: buffers, slots and orders point at each other.
+  absl::node_hash_map<uint64_t, BufferState> buffers_;
+  absl::node_hash_map<uint64_t, SlotState> slots_;  // by slot key
+  size_t learnt_slots_ = 0;
+  absl::node_hash_map<uint64_t, Order> orders_;  // by signature; never empty
   // Per signature, the current burst of first uses in consecutive
   // operations (for EvictionCandidate::kInSequence).
   struct Burst {
