@@ -16,7 +16,11 @@
 //
 // --new_words makes every launch's words differ from the last one's, so
 // that the hook's memo of a kernel's last launch never applies; the
-// *NewWords benchmarks time that case.
+// *NewWords benchmarks time that case. --swappable (with --count_launches)
+// makes the live buffers 1,000 of 2 MiB rather than 10,000 of 4 KiB: under
+// a cap those are stensor's swappable buffers, each use of which keeps the
+// eviction order and the planner's views current, as a training step's
+// tensors are; the small ones are never swapped.
 #include <dlfcn.h>
 
 #include <array>
@@ -34,9 +38,10 @@
 
 namespace {
 
-constexpr int kLiveBuffers = 10000;
 constexpr int kParams = 6;
-constexpr size_t kBufferBytes = 4096;
+// The live buffers: small ones, or (--swappable) large enough to be swapped.
+int live_buffers = 10000;
+size_t buffer_bytes = 4096;
 
 using LaunchFn = decltype(&cuLaunchKernel);
 
@@ -86,9 +91,9 @@ const Setup& GetSetup() {
       Die("driver set-up failed");
     }
     // Allocated through the hook, so stensor tracks all of them.
-    s->buffers.resize(kLiveBuffers);
+    s->buffers.resize(live_buffers);
     for (CUdeviceptr& b : s->buffers) {
-      if (alloc(&b, kBufferBytes) != CUDA_SUCCESS) Die("cuMemAlloc failed");
+      if (alloc(&b, buffer_bytes) != CUDA_SUCCESS) Die("cuMemAlloc failed");
     }
     return s;
   }();
@@ -103,7 +108,7 @@ struct ArgSets {
   explicit ArgSets(const Setup& s, int sets) : args(sets), params(sets), ring(sets) {
     for (int j = 0; j < sets; ++j) {
       for (int i = 0; i < kParams; ++i) {
-        args[j][i] = s.buffers[(i * 1663 + 17) % kLiveBuffers] + 64 * i + 8 * j;
+        args[j][i] = s.buffers[(i * 1663 + 17) % s.buffers.size()] + 64 * i + 8 * j;
         params[j][i] = &args[j][i];
       }
       ring[j] = params[j].data();
@@ -212,7 +217,7 @@ void CountLaunches(int n, bool new_words) {
 int main(int argc, char** argv) {
   constexpr char kFlag[] = "--count_launches=";
   long count = 0;
-  bool new_words = false;
+  bool new_words = false, swappable = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], kFlag, sizeof(kFlag) - 1) == 0) {
       char* end = nullptr;
@@ -222,9 +227,16 @@ int main(int argc, char** argv) {
       }
     } else if (std::strcmp(argv[i], "--new_words") == 0) {
       new_words = true;
+    } else if (std::strcmp(argv[i], "--swappable") == 0) {
+      swappable = true;
     }
   }
   if (new_words && count == 0) Die("--new_words goes with --count_launches=N");
+  if (swappable && count == 0) Die("--swappable goes with --count_launches=N");
+  if (swappable) {
+    live_buffers = 1000;
+    buffer_bytes = size_t{2} << 20;
+  }
   if (count > 0) {
     CountLaunches(static_cast<int>(count), new_words);
     return 0;

@@ -11,7 +11,11 @@
 #   scripts/bench.sh --instructions  instructions per launch under callgrind,
 #                                    hooked minus direct in one process, each
 #                                    without the fake driver's own share
-#                                    (target: at most 700); needs valgrind
+#                                    (target: at most 700); needs valgrind.
+#                                    A third count has six 2 MiB buffers of
+#                                    1,000: under a cap (STENSOR_MEMORY_LIMIT)
+#                                    stensor swaps those, and each use keeps
+#                                    its eviction order current
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -27,13 +31,14 @@ if [[ "${1:-}" == "--instructions" ]]; then
   launches=${2:-20000}
   dir=$(mktemp -d)
   trap 'rm -rf "$dir"' EXIT
-  for words in same new; do
+  for words in same new swappable; do
   # Only the two launch loops are counted (one pattern matches both); the
   # inclusive count of each is read from the one profile. "same": the same
   # six words every launch, as a training step repeats its launches (the
   # hook's memo applies); "new": other words every launch (it does not).
   flag=""
   [[ $words == new ]] && flag=--new_words
+  [[ $words == swappable ]] && flag=--swappable
   (cd "$runfiles" &&
    valgrind --tool=callgrind --callgrind-out-file="$dir/cg" --collect-atstart=no \
      --toggle-collect='*LaunchLoop*' \
@@ -71,8 +76,9 @@ if len(loop) != 2 or len(fake) != 2:
     sys.exit("bench.sh: callgrind did not report both launch loops and the fake's share of each")
 direct, hooked = loop["LaunchLoopDirect"], loop["LaunchLoopHooked"]
 added = (hooked - fake["LaunchLoopHooked"]) - (direct - fake["LaunchLoopDirect"])
-print("instructions per cuLaunchKernel (callgrind, %d launches each), %s words each launch"
-      % (n, words))
+print("instructions per cuLaunchKernel (callgrind, %d launches each), %s"
+      % (n, {"same": "same words each launch", "new": "new words each launch",
+             "swappable": "same words each launch, six 2 MiB (swappable) buffers"}[words]))
 print("  %-38s %7.0f   (of which the fake driver %.0f)" % ("fake driver directly", direct, fake["LaunchLoopDirect"]))
 print("  %-38s %7.0f   (of which the fake driver %.0f)" % ("through libstensor.so", hooked, fake["LaunchLoopHooked"]))
 print("  %-38s %7.0f   (target: at most 700)" % ("added by the launch hook", added))

@@ -62,8 +62,15 @@ EvictionCandidate MemoryManager::CandidateOf(const Buffer& b) const {
 }
 
 void MemoryManager::Unindex(Buffer& b) {
-  if (!b.indexed && !b.drop_indexed) return;
+  if (!b.rekey && !b.indexed && !b.drop_indexed) return;
   Device& dev = DeviceState(b.device);
+  if (b.rekey) {
+    // Out of the list of buffers to re-key (the last takes its place).
+    dev.rekey[b.rekey_at] = dev.rekey.back();
+    dev.rekey[b.rekey_at]->rekey_at = b.rekey_at;
+    dev.rekey.pop_back();
+    b.rekey = false;
+  }
   if (b.indexed) dev.evictable.erase(b.index_key);
   if (b.drop_indexed) dev.droppable.erase(b.drop_key);
   b.indexed = false;
@@ -93,8 +100,30 @@ void MemoryManager::Reindex(Buffer& b) {
   const bool eligible = b.vmm && b.resident() && !b.garbage && !b.exported;
   // Never in either index (a small buffer, one swapped out): nothing to do.
   if (!eligible && !b.indexed && !b.drop_indexed) return;
+  // Re-keyed when an eviction next looks at the order, not at each change:
+  // every launch changes the keys of the buffers it uses (their last and
+  // next uses), and under a cap that does not bind no eviction ever looks.
+  // The order it then reads is the one re-keying at each change would
+  // have made (a key depends on the buffer's fields only).
+  if (!b.rekey) {
+    Device& dev = DeviceState(b.device);
+    b.rekey = true;
+    b.rekey_at = dev.rekey.size();
+    dev.rekey.push_back(&b);
+  }
+}
+
+void MemoryManager::FlushIndex(Device& dev) {
+  for (Buffer* b : dev.rekey) {
+    b->rekey = false;
+    Rekey(dev, *b);
+  }
+  dev.rekey.clear();
+}
+
+void MemoryManager::Rekey(Device& dev, Buffer& b) {
+  const bool eligible = b.vmm && b.resident() && !b.garbage && !b.exported;
   const bool droppable = eligible && Droppable(b);
-  Device& dev = DeviceState(b.device);
   if (eligible) {
     auto key = std::make_tuple(policy_->Key(CandidateOf(b)), b.id, b.serial);
     if (!b.indexed || key != b.index_key) {
@@ -858,6 +887,7 @@ bool MemoryManager::DropOneClean(Device& dev, CUresult* error, bool spend_prefet
   // The least recently used droppable buffer not pinned (those are few:
   // an operation's own buffers) nor failed in this round.
   Buffer* pick = nullptr;
+  FlushIndex(dev);
   for (auto& [key, b] : dev.droppable) {
     if (b->pins > 0 || b->failed_round == round_ || (!CanQueue(dev) && !Idle(*b)) ||
         (b->prefetched && !spend_prefetched)) {
@@ -1080,6 +1110,7 @@ void MemoryManager::RecountGarbage(Device& dev, Buffer& b) {
 MemoryManager::Buffer* MemoryManager::PolicyVictim(Device& dev, bool spend_prefetched) {
   // The first in the policy's order not pinned (those are few: the buffers
   // of operations being prepared) nor failed in this round.
+  FlushIndex(dev);
   for (auto& [key, b] : dev.evictable) {
     if (b->pins > 0 || b->failed_round == round_ || (b->prefetched && !spend_prefetched)) {
       continue;

@@ -587,6 +587,10 @@ class MemoryManager {
   // buffer. Reindex puts `b` where its fields say now.
   void Reindex(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unindex(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Brings `dev`'s eviction order up to date (the buffers Reindex left to
+  // re-key): before anything reads it.
+  void FlushIndex(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Rekey(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   EvictionCandidate CandidateOf(const Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Re-keys the buffer when the scope ends, however it ends.
   class ReindexAtExit;

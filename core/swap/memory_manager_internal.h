@@ -161,6 +161,10 @@ struct MemoryManager::Buffer {
   std::tuple<EvictionKey, uint64_t, uint64_t> index_key;
   bool drop_indexed = false;
   std::pair<uint64_t, uint64_t> drop_key;  // (last use, serial)
+  // Its keys above may be out of date: it waits in its device's `rekey`
+  // (at `rekey_at`) for the next eviction to look (MemoryManager::Reindex).
+  bool rekey = false;
+  size_t rekey_at = 0;
 
   bool resident() const { return !vmm || !device_chunks.empty(); }
   int refcount() const { return (garbage ? 0 : 1) + pins; }
@@ -235,9 +239,11 @@ struct MemoryManager::Device {
   // is needed.
   std::multimap<uint64_t, Buffer*> kept;
   uint64_t kept_bytes = 0;
-  // The eviction order (MemoryManager::Reindex).
+  // The eviction order (MemoryManager::Reindex), current once the buffers
+  // in `rekey` are re-keyed (MemoryManager::FlushIndex).
   std::map<std::tuple<EvictionKey, uint64_t, uint64_t>, Buffer*> evictable;
   std::map<std::pair<uint64_t, uint64_t>, Buffer*> droppable;
+  std::vector<Buffer*> rekey;
 };
 
 class MemoryManager::ReindexAtExit {
