@@ -89,11 +89,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <set>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "policy/access_profile.h"
 
@@ -234,13 +234,15 @@ class PrefetchPlanner {
   std::shared_ptr<const AccessProfile> profile_;
   uint64_t origin_ = 0;
   absl::flat_hash_map<uint64_t, Buffer> buffers_;
-  std::set<Entry> resident_;  // evictable resident buffers by next use
-  std::set<Entry> swapped_;   // swapped-out buffers by next use
+  // B-trees: every use re-keys a buffer, and a node allocation each time
+  // cost more than the rest of the use.
+  absl::btree_set<Entry> resident_;  // evictable resident buffers by next use
+  absl::btree_set<Entry> swapped_;   // swapped-out buffers by next use
   uint64_t last_plan_ = 0;    // `now` of the latest Plan
   uint64_t backoff_ = 0;      // current pause length
   uint64_t paused_until_ = 0;
   // Fetched, resident, not yet used, by predicted next use.
-  std::set<std::pair<uint64_t, uint64_t>> fetched_resident_;
+  absl::btree_set<std::pair<uint64_t, uint64_t>> fetched_resident_;
   uint64_t largest_ = 0;  // largest buffer seen
   // The modelled compute stream and link, in seconds: the stream is at
   // `stream_` when the operation at logical time `stream_time_` starts; the

@@ -1488,13 +1488,23 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> named,
   // whether a swapped-out one is worth bringing in (ServesRatherThanFetches).
   // Kept here (inline), not in the planner's scratch, which other threads'
   // operations reuse while this one waits without the lock.
+  // Each buffer looked up once while the lock is held (a freed one as none).
+  absl::InlinedVector<Buffer*, 16> found;
+  const auto look_up = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    found.clear();
+    for (uint64_t id : ids) {
+      Buffer* b = ById(id);
+      found.push_back(b != nullptr && !b->garbage ? b : nullptr);
+    }
+  };
+  look_up();
   Noted noted;
   bool predicted = false;
   absl::InlinedVector<uint64_t, 16> next_after;
   if (note != nullptr && Plans()) {
     next_after.assign(ids.size(), EvictionCandidate::kNoNextUse);
     predicted = PredictLocked(note->key, ids, Expanded(note->written, &written_x), note->marker,
-                              &noted, absl::MakeSpan(next_after));
+                              &noted, absl::MakeSpan(next_after), found);
     if (!predicted) next_after.clear();
   }
   absl::Duration waited;
@@ -1505,7 +1515,7 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> named,
     // for them gave nothing.
     const bool may_wait = !no_block_ && !waited_enough && OthersPin();
     Refusal refused;
-    CUresult r = PrepareOnce(ids, overwritten, stream, /*may_serve=*/!may_wait, next_after,
+    CUresult r = PrepareOnce(ids, found, overwritten, stream, /*may_serve=*/!may_wait, next_after,
                              note != nullptr ? note->far : absl::Span<const uint64_t>(), &refused);
     if (r == CUDA_SUCCESS && predicted) ApplyNotedLocked(noted, stream, note->ticket);
     // Out of room while other threads' operations hold buffers: this one
@@ -1517,6 +1527,7 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> named,
     }
     if (r != CUDA_ERROR_OUT_OF_MEMORY || !may_wait) return r;
     if (!WaitForUnpin(&waited)) waited_enough = true;
+    look_up();  // the lock was let go: buffers may have been freed
   }
 }
 
@@ -1613,9 +1624,11 @@ void MemoryManager::CountServed(Device& dev, Buffer& b, bool by_choice) {
 }
 
 CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
+                                    absl::Span<Buffer* const> found,
                                     absl::Span<const uint64_t> overwritten, CUstream stream,
                                     bool may_serve, absl::Span<const uint64_t> next_after,
                                     absl::Span<const uint64_t> far, Refusal* refused) {
+  // Releases freed buffers only: none of `found`.
   CollectGarbage();
   for (auto& d : devices_) {
     if (d) ReapOldMappings(*d, /*wait=*/false);
@@ -1625,8 +1638,8 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
   absl::InlinedVector<uint32_t, 16> pinned_at;  // where in `ids`
   int& operation_pins = t_operation_pins;       // one look-up of the thread's
   for (size_t k = 0; k < ids.size(); ++k) {
-    Buffer* b = ById(ids[k]);
-    if (b == nullptr || b->garbage) continue;
+    Buffer* b = found[k];
+    if (b == nullptr) continue;
     Pin(*b);  // none of the operation's buffers may be evicted for another
     ++operation_pins;
     pinned.push_back(b);
@@ -1729,6 +1742,7 @@ void MemoryManager::Finish(absl::Span<const uint64_t> named,
   absl::InlinedVector<Buffer*, 16> held;
   bool restored = false;
   int& operation_pins = t_operation_pins;  // one look-up of the thread's
+  std::optional<std::pair<CUstream, uint64_t>> use_key;  // the stream's, found once
   for (uint64_t id : ids) {
     Buffer* b = ById(id);
     held.push_back(b);
@@ -1750,7 +1764,10 @@ void MemoryManager::Finish(absl::Span<const uint64_t> named,
       }
     }
     if (submitted) {
-      if (b->vmm) RecordUse(*b, stream);  // small buffers are never evicted
+      if (b->vmm) {  // small buffers are never evicted
+        if (!use_key) use_key = UseKey(stream);
+        RecordUse(*b, stream, *use_key);
+      }
       b->last_use = ++clock_;             // distinct ticks: LRU order has no ties
     }
   }
@@ -1758,7 +1775,14 @@ void MemoryManager::Finish(absl::Span<const uint64_t> named,
   // a written buffer right after its version, the others after.
   if (submitted) {
     for (uint64_t id : written) {
-      Buffer* b = ById(id);
+      // A written buffer is one of the operation's: found where it was.
+      Buffer* b = nullptr;
+      if (ids.size() <= 16) {
+        auto at = std::find(ids.begin(), ids.end(), id);
+        b = at != ids.end() ? held[static_cast<size_t>(at - ids.begin())] : ById(id);
+      } else {
+        b = ById(id);
+      }
       if (b == nullptr) continue;
       if (b->vmm && !b->resident()) {
         // Served from host: written there, the host copy is the newest.
@@ -1974,7 +1998,8 @@ void MemoryManager::NoteOperationLocked(uint64_t key, absl::Span<const uint64_t>
 
 bool MemoryManager::PredictLocked(uint64_t key, absl::Span<const uint64_t> ids,
                                   absl::Span<const uint64_t> written, bool marker, Noted* noted,
-                                  absl::Span<uint64_t> next_after) {
+                                  absl::Span<uint64_t> next_after,
+                                  absl::Span<Buffer* const> found) {
   // The key names the operation and its shape (Tracker's LaunchKey and
   // TransferKey), never the buffers: temporaries get new ids every step,
   // and a caching allocator's tensors other segments.
@@ -1985,7 +2010,7 @@ bool MemoryManager::PredictLocked(uint64_t key, absl::Span<const uint64_t> ids,
   absl::InlinedVector<size_t, 16> at;     // where in `ids`
   absl::InlinedVector<size_t, 16> touch;  // which of `touches`
   for (size_t k = 0; k < ids.size(); ++k) {
-    Buffer* b = ById(ids[k]);
+    Buffer* b = found.empty() ? ById(ids[k]) : found[k];
     if (b == nullptr || b->garbage) continue;
     b->prefetched = false;  // used now
     const bool write = std::find(written.begin(), written.end(), ids[k]) != written.end();

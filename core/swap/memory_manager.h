@@ -625,9 +625,12 @@ class MemoryManager {
     uint64_t bytes = 0;
   };
   // On CUDA_ERROR_OUT_OF_MEMORY, `*refused` says for which buffer.
-  CUresult PrepareOnce(absl::Span<const uint64_t> ids, absl::Span<const uint64_t> overwritten,
-                       CUstream stream, bool may_serve, absl::Span<const uint64_t> next_after,
-                       absl::Span<const uint64_t> far, Refusal* refused)
+  // `found`: ids' buffers, looked up since the lock was last let go (null
+  // for none or a freed one).
+  CUresult PrepareOnce(absl::Span<const uint64_t> ids, absl::Span<Buffer* const> found,
+                       absl::Span<const uint64_t> overwritten, CUstream stream, bool may_serve,
+                       absl::Span<const uint64_t> next_after, absl::Span<const uint64_t> far,
+                       Refusal* refused)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Allocate under the lock, on `dev`; its refusal is logged by the caller.
   CUresult AllocateLocked(Device& dev, CUcontext context, uint64_t bytes, CUdeviceptr* dptr,
@@ -755,9 +758,11 @@ class MemoryManager {
     uint64_t time = 0;
     bool profiling = false;
   };
+  // `found`, when not empty: ids' buffers, as PrepareOnce's.
   bool PredictLocked(uint64_t key, absl::Span<const uint64_t> ids,
                      absl::Span<const uint64_t> written, bool marker, Noted* noted,
-                     absl::Span<uint64_t> next_after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                     absl::Span<uint64_t> next_after, absl::Span<Buffer* const> found = {})
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyNotedLocked(const Noted& noted, CUstream stream, OpTicket* ticket)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What is free under the cap on `dev` for a swap-in: pooled chunks, freed
@@ -789,12 +794,18 @@ class MemoryManager {
   // context. A failed create or record leaves it unrecorded. The entry.
   Use* NoteUse(std::vector<Use>& uses, CUstream stream, int device)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The same with the stream's key (UseKey) known: an operation's buffers
+  // share it, and finding it may ask the driver for the current context.
+  Use* NoteUse(std::vector<Use>& uses, CUstream stream, int device,
+               std::pair<CUstream, uint64_t> key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The key and thread a use on `stream` is kept under (Use::stream,
   // Use::thread): the handle, or for the handles that name a stream of the
   // current context, that context's (and the calling thread's) own.
   std::pair<CUstream, uint64_t> UseKey(CUstream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records the buffer's last use on `stream` (one event per stream).
-  void RecordUse(Buffer& b, CUstream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records the buffer's last use on `stream` (one event per stream);
+  // `key` is UseKey(stream).
+  void RecordUse(Buffer& b, CUstream stream, std::pair<CUstream, uint64_t> key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Observed(Use& use) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A host wait for `use` (no lock needed); `own_stream`, when it is the use's stream (one of
   // stensor's), is synchronised if the use's event cannot tell.

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "core/swap/driver_pool.h"
 #include "core/swap/host_copy.h"
@@ -241,8 +242,8 @@ struct MemoryManager::Device {
   uint64_t kept_bytes = 0;
   // The eviction order (MemoryManager::Reindex), current once the buffers
   // in `rekey` are re-keyed (MemoryManager::FlushIndex).
-  std::map<std::tuple<EvictionKey, uint64_t, uint64_t>, Buffer*> evictable;
-  std::map<std::pair<uint64_t, uint64_t>, Buffer*> droppable;
+  absl::btree_map<std::tuple<EvictionKey, uint64_t, uint64_t>, Buffer*> evictable;
+  absl::btree_map<std::pair<uint64_t, uint64_t>, Buffer*> droppable;
   std::vector<Buffer*> rekey;
 };
 

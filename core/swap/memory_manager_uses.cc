@@ -50,8 +50,13 @@ std::pair<CUstream, uint64_t> MemoryManager::UseKey(CUstream stream) {
 }
 
 MemoryManager::Use* MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stream, int device) {
+  return NoteUse(uses, stream, device, UseKey(stream));
+}
+
+MemoryManager::Use* MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stream, int device,
+                                           std::pair<CUstream, uint64_t> use_key) {
   Device& dev = DeviceState(device);
-  const auto [key, thread] = UseKey(stream);
+  const auto [key, thread] = use_key;
   Use* u = nullptr;
   for (Use& x : uses) {
     if (x.stream == key && x.thread == thread) u = &x;
@@ -287,7 +292,9 @@ CUresult MemoryManager::WaitSwapStream(Device& dev, double* reason) {
   return Failed(r);
 }
 
-void MemoryManager::RecordUse(Buffer& b, CUstream stream) { NoteUse(b.uses, stream, b.device); }
+void MemoryManager::RecordUse(Buffer& b, CUstream stream, std::pair<CUstream, uint64_t> key) {
+  NoteUse(b.uses, stream, b.device, key);
+}
 
 bool MemoryManager::OrderSwapAfterUses(Device& dev, Buffer& b) {
   for (Use& u : b.uses) {
