@@ -238,8 +238,8 @@ class PrefetchPlanner {
   // cost more than the rest of the use.
   absl::btree_set<Entry> resident_;  // evictable resident buffers by next use
   absl::btree_set<Entry> swapped_;   // swapped-out buffers by next use
-  uint64_t last_plan_ = 0;    // `now` of the latest Plan
-  uint64_t backoff_ = 0;      // current pause length
+  uint64_t last_plan_ = 0;           // `now` of the latest Plan
+  uint64_t backoff_ = 0;             // current pause length
   uint64_t paused_until_ = 0;
   // Fetched, resident, not yet used, by predicted next use.
   absl::btree_set<std::pair<uint64_t, uint64_t>> fetched_resident_;

@@ -1623,8 +1623,7 @@ void MemoryManager::CountServed(Device& dev, Buffer& b, bool by_choice) {
           .Finish());
 }
 
-CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids,
-                                    absl::Span<Buffer* const> found,
+CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids, absl::Span<Buffer* const> found,
                                     absl::Span<const uint64_t> overwritten, CUstream stream,
                                     bool may_serve, absl::Span<const uint64_t> next_after,
                                     absl::Span<const uint64_t> far, Refusal* refused) {
@@ -1741,7 +1740,7 @@ void MemoryManager::Finish(absl::Span<const uint64_t> named,
   // restore ran, which may release garbage buffers: then by id again.
   absl::InlinedVector<Buffer*, 16> held;
   bool restored = false;
-  int& operation_pins = t_operation_pins;  // one look-up of the thread's
+  int& operation_pins = t_operation_pins;                // one look-up of the thread's
   std::optional<std::pair<CUstream, uint64_t>> use_key;  // the stream's, found once
   for (uint64_t id : ids) {
     Buffer* b = ById(id);
@@ -1768,7 +1767,7 @@ void MemoryManager::Finish(absl::Span<const uint64_t> named,
         if (!use_key) use_key = UseKey(stream);
         RecordUse(*b, stream, *use_key);
       }
-      b->last_use = ++clock_;             // distinct ticks: LRU order has no ties
+      b->last_use = ++clock_;  // distinct ticks: LRU order has no ties
     }
   }
   // Re-keyed once all their fields changed (unchanged keys cost a compare):

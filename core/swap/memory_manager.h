@@ -630,8 +630,7 @@ class MemoryManager {
   CUresult PrepareOnce(absl::Span<const uint64_t> ids, absl::Span<Buffer* const> found,
                        absl::Span<const uint64_t> overwritten, CUstream stream, bool may_serve,
                        absl::Span<const uint64_t> next_after, absl::Span<const uint64_t> far,
-                       Refusal* refused)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                       Refusal* refused) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Allocate under the lock, on `dev`; its refusal is logged by the caller.
   CUresult AllocateLocked(Device& dev, CUcontext context, uint64_t bytes, CUdeviceptr* dptr,
                           RegisterId register_id, bool stream_ordered)
