@@ -218,12 +218,17 @@ MemoryManager::~MemoryManager() {
     if (d->swap_stream != nullptr) (void)driver_->cuStreamDestroy_v2(d->swap_stream);
     if (d->fetch_stream != nullptr) (void)driver_->cuStreamDestroy_v2(d->fetch_stream);
     for (const Use& u : d->unknown) {
-      if (u.event != nullptr) (void)driver_->cuEventDestroy_v2(u.event);
+      if (u.own != nullptr) (void)driver_->cuEventDestroy_v2(u.own);
+    }
+  }
+  for (const auto& [key, ring] : mark_rings_) {
+    for (const std::unique_ptr<StreamMark>& m : ring.marks) {
+      (void)driver_->cuEventDestroy_v2(m->event);
     }
   }
   for (const ExternalFree& f : external_frees_) {
     for (const Use& u : f.uses) {
-      if (u.event != nullptr) (void)driver_->cuEventDestroy_v2(u.event);
+      if (u.own != nullptr) (void)driver_->cuEventDestroy_v2(u.own);
     }
   }
 }
@@ -1567,7 +1572,7 @@ bool MemoryManager::Keep(Device& dev, Buffer& b) {
   // size, as at a release).
   if (!ReleaseHostCopy(dev, b)) return false;
   for (const Use& u : b.uses) {
-    if (u.event != nullptr) (void)Failed(driver_->cuEventDestroy_v2(u.event));
+    if (u.own != nullptr) (void)Failed(driver_->cuEventDestroy_v2(u.own));
   }
   b.uses.clear();
   DequeueGarbage(dev, b);
@@ -1741,7 +1746,10 @@ void MemoryManager::Finish(absl::Span<const uint64_t> named,
   absl::InlinedVector<Buffer*, 16> held;
   bool restored = false;
   int& operation_pins = t_operation_pins;                // one look-up of the thread's
-  std::optional<std::pair<CUstream, uint64_t>> use_key;  // the stream's, found once
+  // The stream's use key and the mark of this operation there, found once.
+  std::optional<std::pair<CUstream, uint64_t>> use_key;
+  StreamMark* mark = nullptr;
+  bool mark_recorded = false;
   for (uint64_t id : ids) {
     Buffer* b = ById(id);
     held.push_back(b);
@@ -1764,8 +1772,21 @@ void MemoryManager::Finish(absl::Span<const uint64_t> named,
     }
     if (submitted) {
       if (b->vmm) {  // small buffers are never evicted
-        if (!use_key) use_key = UseKey(stream);
-        RecordUse(*b, stream, *use_key);
+        if (!use_key) {
+          use_key = UseKey(stream);
+          // One record after the operation for all its buffers.
+          mark = TakeMark(*use_key, stream, b->device);
+          if (mark != nullptr) {
+            ++mark->gen;
+            mark_recorded = Failed(driver_->cuEventRecord(mark->event, stream)) == CUDA_SUCCESS;
+            if (mark_recorded) mark->recorded_gen = mark->gen;
+          }
+        }
+        if (mark != nullptr) {
+          NoteMarkedUse(b->uses, *use_key, b->device, *mark, mark_recorded);
+        } else {
+          RecordUse(*b, stream, *use_key);
+        }
       }
       b->last_use = ++clock_;  // distinct ticks: LRU order has no ties
     }

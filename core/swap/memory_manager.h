@@ -805,6 +805,20 @@ class MemoryManager {
   // `key` is UseKey(stream).
   void RecordUse(Buffer& b, CUstream stream, std::pair<CUstream, uint64_t> key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An operation's buffers share one record on its stream (a StreamMark):
+  // TakeMark finds that stream's mark whose last record was seen complete,
+  // or makes one (in the stream's context), or with kMaxMarksPerStream
+  // there takes the oldest; null when none can be had (the driver failed,
+  // or kMaxMarkStreams streams have marks already): then each buffer
+  // records its own event (RecordUse). NoteMarkedUse points a buffer's
+  // entry for that stream at the mark's record just made (`recorded`:
+  // whether the driver took it).
+  static constexpr size_t kMaxMarkStreams = 64;
+  static constexpr size_t kMaxMarksPerStream = 256;
+  StreamMark* TakeMark(std::pair<CUstream, uint64_t> key, CUstream stream, int device)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NoteMarkedUse(std::vector<Use>& uses, std::pair<CUstream, uint64_t> key, int device,
+                     StreamMark& mark, bool recorded) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Observed(Use& use) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A host wait for `use` (no lock needed); `own_stream`, when it is the use's stream (one of
   // stensor's), is synchronised if the use's event cannot tell.
@@ -1033,6 +1047,13 @@ class MemoryManager {
   // Own streams BeforeContextEnds took out of service, with their context,
   // until AfterContextEnds.
   std::vector<std::pair<CUcontext, CUstream>> retiring_ ABSL_GUARDED_BY(mu_);
+  // Each stream's marks (by UseKey), in the order of their records from
+  // `next` (the oldest) on; made once, they live until their context ends.
+  struct MarkRing {
+    std::vector<std::unique_ptr<StreamMark>> marks;
+    size_t next = 0;
+  };
+  absl::flat_hash_map<std::pair<CUstream, uint64_t>, MarkRing> mark_rings_ ABSL_GUARDED_BY(mu_);
   // Host copies of released buffers, by (reserved size, device), for the
   // next host copy of that size there. Pinned ones always: cuMemFreeHost
   // synchronises every context, which inside a call the program expects not

@@ -104,7 +104,7 @@ std::list<MemoryManager::ExternalFree>::iterator MemoryManager::DropExternalFree
     std::list<ExternalFree>::iterator it) {
   // A failed destroy leaks one event; nothing waits on it any more.
   for (const Use& u : it->uses) {
-    if (u.event != nullptr) (void)Failed(driver_->cuEventDestroy_v2(u.event));
+    if (u.own != nullptr) (void)Failed(driver_->cuEventDestroy_v2(u.own));
   }
   return external_frees_.erase(it);
 }

@@ -417,7 +417,7 @@ bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
   }
   // A failed destroy leaks one event; nothing depends on it any more.
   for (const Use& u : b.uses) {
-    if (u.event != nullptr) (void)Failed(driver_->cuEventDestroy_v2(u.event));
+    if (u.own != nullptr) (void)Failed(driver_->cuEventDestroy_v2(u.own));
   }
   Unindex(b);
   DequeueGarbage(dev, b);

@@ -70,7 +70,9 @@ MemoryManager::Use* MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stre
   ++u->seq;
   u->done = false;
   u->recorded = false;
-  if (u->event == nullptr) {
+  u->mark = nullptr;  // its own event from here on
+  u->event = u->own;
+  if (u->own == nullptr) {
     // Made once, in the stream's context: stensor's streams are in the
     // device's; the program's named ones say which (a copy may be issued to
     // a stream of another context); the others are the current context's.
@@ -82,14 +84,92 @@ MemoryManager::Use* MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stre
     }
     ContextScope scope(*driver_, home, &stats_.driver_errors);
     CUresult r = scope.result();
-    if (r == CUDA_SUCCESS) r = Failed(driver_->cuEventCreate(&u->event, CU_EVENT_DISABLE_TIMING));
-    if (r != CUDA_SUCCESS) u->event = nullptr;
+    if (r == CUDA_SUCCESS) r = Failed(driver_->cuEventCreate(&u->own, CU_EVENT_DISABLE_TIMING));
+    if (r != CUDA_SUCCESS) u->own = nullptr;
     (void)scope.Restore();
-    if (u->event == nullptr) return u;
+    if (u->own == nullptr) return u;
+    u->event = u->own;
     u->context = home;  // the event ends with it (AfterContextEnds)
   }
   u->recorded = Failed(driver_->cuEventRecord(u->event, stream)) == CUDA_SUCCESS;
   return u;
+}
+
+StreamMark* MemoryManager::TakeMark(std::pair<CUstream, uint64_t> key, CUstream stream,
+                                    int device) {
+  auto found = mark_rings_.find(key);
+  if (found == mark_rings_.end()) {
+    if (mark_rings_.size() >= kMaxMarkStreams) return nullptr;
+    found = mark_rings_.try_emplace(key).first;
+  }
+  MarkRing& ring = found->second;
+  if (!ring.marks.empty()) {
+    // The oldest record: taken again once complete, so that every use
+    // still holding it is known done; with the ring full, at once (its
+    // uses are then known done when the new record completes).
+    StreamMark& oldest = *ring.marks[ring.next];
+    if (oldest.in_flight() && ring.marks.size() < kMaxMarksPerStream &&
+        driver_->cuEventQuery(oldest.event) == CUDA_SUCCESS) {
+      oldest.completed_gen = oldest.recorded_gen;
+    }
+    if (!oldest.in_flight() || ring.marks.size() >= kMaxMarksPerStream) {
+      ring.next = (ring.next + 1) % ring.marks.size();
+      return &oldest;
+    }
+  }
+  // A new one, in the stream's context (as NoteUse makes its events).
+  Device& dev = DeviceState(device);
+  CUcontext home = nullptr;
+  if (dev.OwnStream(stream)) {
+    home = dev.context;
+  } else if (Failed(StreamContext(*driver_, stream, &home)) != CUDA_SUCCESS) {
+    return nullptr;
+  }
+  CUevent event = nullptr;
+  ContextScope scope(*driver_, home, &stats_.driver_errors);
+  CUresult r = scope.result();
+  if (r == CUDA_SUCCESS) r = Failed(driver_->cuEventCreate(&event, CU_EVENT_DISABLE_TIMING));
+  (void)scope.Restore();
+  if (r != CUDA_SUCCESS || event == nullptr) {
+    if (ring.marks.empty()) mark_rings_.erase(found);
+    return nullptr;
+  }
+  auto mark = std::make_unique<StreamMark>();
+  mark->event = event;
+  mark->context = home;
+  StreamMark* taken = mark.get();
+  // Recorded next: the newest, just before the oldest in the ring.
+  ring.marks.insert(ring.marks.begin() + static_cast<std::ptrdiff_t>(ring.next), std::move(mark));
+  if (ring.marks.size() > 1) ++ring.next;
+  return taken;
+}
+
+void MemoryManager::NoteMarkedUse(std::vector<Use>& uses, std::pair<CUstream, uint64_t> key,
+                                  int device, StreamMark& mark, bool recorded) {
+  Use* u = nullptr;
+  for (Use& x : uses) {
+    if (x.stream == key.first && x.thread == key.second) u = &x;
+  }
+  if (u == nullptr) {
+    u = &uses.emplace_back();
+    u->stream = key.first;
+    u->thread = key.second;
+  }
+  u->device = device;
+  ++u->seq;
+  u->done = false;
+  u->context = mark.context;
+  u->recorded = recorded;
+  if (!recorded) {
+    // Known to no event (only a host wait tells), and not to the mark's
+    // next record either: that one may be taken again at once.
+    u->mark = nullptr;
+    u->event = nullptr;
+    return;
+  }
+  u->mark = &mark;
+  u->mark_gen = mark.gen;
+  u->event = mark.event;
 }
 
 bool MemoryManager::Observed(Use& u) const { return ObservedComplete(*driver_, u); }
@@ -410,8 +490,18 @@ void MemoryManager::AfterContextEnds(CUcontext ctx, bool ended) {
     u.done = true;
     u.recorded = false;
     u.event = nullptr;
+    u.own = nullptr;
+    u.mark = nullptr;
     u.context = nullptr;
   });
+  for (auto it = mark_rings_.begin(); it != mark_rings_.end();) {
+    const std::vector<std::unique_ptr<StreamMark>>& marks = it->second.marks;
+    if (!marks.empty() && marks.front()->context == ctx) {
+      mark_rings_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
   for (auto& d : devices_) {
     if (!d) continue;
     auto& marks = d->swap_marks;

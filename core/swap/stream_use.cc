@@ -18,16 +18,29 @@ void RecordStreamUse(const Vmm& vmm, std::vector<StreamUse>* uses, CUstream stre
   u->done = false;
   u->recorded = false;
   const Driver& driver = vmm.driver();
-  if (u->event == nullptr &&
-      vmm.Check(driver.cuEventCreate(&u->event, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
-    u->event = nullptr;
+  u->mark = nullptr;
+  u->event = nullptr;
+  if (u->own == nullptr &&
+      vmm.Check(driver.cuEventCreate(&u->own, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+    u->own = nullptr;
     return;  // not recorded: waits fall back to the stream or the context
   }
+  u->event = u->own;
   u->recorded = vmm.Check(driver.cuEventRecord(u->event, stream)) == CUDA_SUCCESS;
 }
 
 bool ObservedComplete(const Driver& driver, StreamUse& u) {
   if (u.done) return true;
+  if (u.mark != nullptr) {
+    StreamMark& m = *u.mark;
+    if (m.completed_gen < u.mark_gen) {
+      // Its record, or a later one on the same stream.
+      if (driver.cuEventQuery(m.event) != CUDA_SUCCESS) return false;
+      m.completed_gen = m.recorded_gen;
+    }
+    u.done = true;
+    return true;
+  }
   if (!u.recorded || driver.cuEventQuery(u.event) != CUDA_SUCCESS) return false;
   u.done = true;
   return true;

@@ -18,14 +18,38 @@
 
 namespace stensor {
 
+// An event recorded on one stream after an operation, shared by the uses
+// of all the operation's buffers there (one record per operation rather
+// than one per buffer). Recorded again for a later operation on the same
+// stream once its record was seen complete, or, when its stream has
+// MemoryManager::kMaxMarksPerStream records in flight, before: a use
+// holding an older record (`StreamUse::mark_gen` behind `gen`) is then
+// known done once a record at least as new completed (`completed_gen`),
+// which on one stream happens after its own: later than needed, never
+// earlier.
+struct StreamMark {
+  CUevent event = nullptr;
+  CUcontext context = nullptr;  // `event` was made in it and ends with it
+  uint64_t gen = 0;             // records tried so far
+  uint64_t recorded_gen = 0;    // the latest the driver took
+  uint64_t completed_gen = 0;   // the latest seen complete
+  bool in_flight() const { return completed_gen < recorded_gen; }
+};
+
 struct StreamUse {
   CUstream stream = nullptr;
   // For a per-thread stream (one handle, a stream of each thread's own):
   // the using thread's tag (ThreadTag), so that two threads' uses never
   // share an entry; 0 for every other stream.
   uint64_t thread = 0;
-  int device = 0;           // whose context ran it
-  CUevent event = nullptr;  // null when it could not be created
+  int device = 0;  // whose context ran it
+  // What marks the use: `own` (made for this entry, re-recorded at each
+  // use) or `mark`'s event (record number `mark_gen`). Null when it could
+  // not be created.
+  CUevent event = nullptr;
+  CUevent own = nullptr;  // destroyed with the entry
+  StreamMark* mark = nullptr;
+  uint64_t mark_gen = 0;
   // The context `event` was made in (null when unknown): the event ends
   // with it (MemoryManager::AfterContextEnds).
   CUcontext context = nullptr;
