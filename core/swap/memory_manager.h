@@ -146,6 +146,12 @@ class MemoryManager {
   // Called with each finished access-log record (JSON object), if logging.
   using LogSink = std::function<void(std::string)>;
 
+  // An operation's swappable buffers share one event record on its stream:
+  // up to kMaxMarksPerStream such events per stream, on up to
+  // kMaxMarkStreams streams (beyond, each buffer records its own).
+  static constexpr size_t kMaxMarkStreams = 64;
+  static constexpr size_t kMaxMarksPerStream = 256;
+
   // Null when the configuration sets no memory limit, or when the driver
   // lacks an entry point swapping needs (said once on stderr: the program
   // then runs uncapped rather than crashing on a missing call).
@@ -813,8 +819,6 @@ class MemoryManager {
   // records its own event (RecordUse). NoteMarkedUse points a buffer's
   // entry for that stream at the mark's record just made (`recorded`:
   // whether the driver took it).
-  static constexpr size_t kMaxMarkStreams = 64;
-  static constexpr size_t kMaxMarksPerStream = 256;
   StreamMark* TakeMark(std::pair<CUstream, uint64_t> key, CUstream stream, int device)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void NoteMarkedUse(std::vector<Use>& uses, std::pair<CUstream, uint64_t> key, int device,

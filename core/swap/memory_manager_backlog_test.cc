@@ -300,6 +300,47 @@ TEST_F(PendingFreeTest, TakenOverMemoryIsUsedAfterTheOldOwnersWork) {
   ASSERT_CU(cuStreamDestroy(other));
 }
 
+// The same when the old owner's use shares its event record with other
+// buffers' (one record per operation) and the stream ran on far enough
+// since for that record's event to be recorded again, behind the held
+// work: the use is still not done, and the new owner still waits for it.
+TEST_F(PendingFreeTest, TakenOverMemoryWaitsForAUseWhoseEventWasRecordedAgain) {
+  auto mm = Make("64MiB");
+  ASSERT_NE(mm, nullptr);
+  auto held = std::make_unique<HeldStream>();
+  CUstream other;
+  ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr a = Alloc(*mm, 1);
+  CUdeviceptr c = Alloc(*mm, 3, 2 * kGranule);  // another size: never a's
+  {
+    Ids ids = {1, 3};
+    ASSERT_CU(mm->Prepare(ids, {}, held->get()));
+    CUresult r = cuMemsetD32Async(a, 0xaaaaaaaa, kGranule / 4, held->get());
+    mm->Finish(ids, ids, held->get(), r == CUDA_SUCCESS);
+    ASSERT_CU(r);
+  }
+  // Every event of the stream's ring taken, and a's taken again.
+  for (size_t i = 0; i < MemoryManager::kMaxMarksPerStream + 8; ++i) {
+    SetTail(*mm, 3, c, 2 * kGranule, static_cast<uint32_t>(i), held->get());
+  }
+  ASSERT_CU(mm->Free(a));
+  CUdeviceptr b = Alloc(*mm, 2);
+  EXPECT_EQ(b, a);
+  SetTail(*mm, 2, b, kGranule, 0xbbbbbbbb, other);
+  EXPECT_EQ(cuStreamQuery(other), CUDA_ERROR_NOT_READY);  // behind the held work
+  EXPECT_EQ(mm->stats().host_wait_seconds, 0.0);
+  held->Open();
+  ASSERT_CU(cuStreamSynchronize(other));
+  EXPECT_TRUE(All(ReadAt(*mm, 2, b, kGranule - kTail), 0xbbbbbbbb));
+  EXPECT_TRUE(All(ReadAt(*mm, 2, b, 0), 0u));
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_TRUE(All(ReadAt(*mm, 3, c, 2 * kGranule - kTail),
+                  static_cast<uint32_t>(MemoryManager::kMaxMarksPerStream + 7)));
+  EXPECT_CU(mm->Free(b));
+  EXPECT_CU(mm->Free(c));
+  ASSERT_CU(cuStreamDestroy(other));
+}
+
 // A pending free whose host copy its queued work still uses (its swap-out
 // copy, queued behind the held stream, then taken back by a use there)
 // while device memory of its size is freed: its host copy is not let go
