@@ -1745,7 +1745,7 @@ void MemoryManager::Finish(absl::Span<const uint64_t> named,
   // restore ran, which may release garbage buffers: then by id again.
   absl::InlinedVector<Buffer*, 16> held;
   bool restored = false;
-  int& operation_pins = t_operation_pins;                // one look-up of the thread's
+  int& operation_pins = t_operation_pins;  // one look-up of the thread's
   // The stream's use key and the mark of this operation there, found once.
   std::optional<std::pair<CUstream, uint64_t>> use_key;
   StreamMark* mark = nullptr;
