@@ -91,6 +91,26 @@ class PendingFreeTest : public testing_support::FakeDeviceTest {
     EXPECT_CU(mm.Allocate(bytes, &p, [id](CUdeviceptr) { return id; }));
     return p;
   }
+  // Frees buffer 1 at `a` (one granule, its work held on `held`) and
+  // allocates buffer 2 in its place, whose tail is written on `other`: that
+  // write waits on the device for the held work (and the zeroing), the host
+  // for nothing, and the memory then holds zeros and the write, not the old
+  // owner's. Returns buffer 2's address; `held` is open after.
+  CUdeviceptr TakeOverAfterHeldWork(MemoryManager& mm, CUdeviceptr a, HeldStream& held,
+                                    CUstream other) {
+    EXPECT_CU(mm.Free(a));
+    CUdeviceptr b = Alloc(mm, 2);
+    EXPECT_EQ(b, a);
+    SetTail(mm, 2, b, kGranule, 0xbbbbbbbb, other);
+    EXPECT_EQ(cuStreamQuery(other), CUDA_ERROR_NOT_READY);  // behind the held work
+    EXPECT_EQ(mm.stats().host_wait_seconds, 0.0);
+    held.Open();
+    EXPECT_CU(cuStreamSynchronize(other));
+    EXPECT_TRUE(All(ReadAt(mm, 2, b, kGranule - kTail), 0xbbbbbbbb));
+    EXPECT_TRUE(All(ReadAt(mm, 2, b, 0), 0u));
+    EXPECT_CU(cuCtxSynchronize());
+    return b;
+  }
   // A memset of the last kTail bytes of buffer `id` (`bytes` long) on
   // `stream`, wrapped as the tracker wraps one.
   void SetTail(MemoryManager& mm, uint64_t id, CUdeviceptr p, uint64_t bytes, uint32_t value,
@@ -285,17 +305,7 @@ TEST_F(PendingFreeTest, TakenOverMemoryIsUsedAfterTheOldOwnersWork) {
     mm->Finish(ids, ids, held->get(), r == CUDA_SUCCESS);
     ASSERT_CU(r);
   }
-  ASSERT_CU(mm->Free(a));
-  CUdeviceptr b = Alloc(*mm, 2);
-  EXPECT_EQ(b, a);
-  SetTail(*mm, 2, b, kGranule, 0xbbbbbbbb, other);
-  EXPECT_EQ(cuStreamQuery(other), CUDA_ERROR_NOT_READY);  // behind the held work
-  EXPECT_EQ(mm->stats().host_wait_seconds, 0.0);
-  held->Open();
-  ASSERT_CU(cuStreamSynchronize(other));
-  EXPECT_TRUE(All(ReadAt(*mm, 2, b, kGranule - kTail), 0xbbbbbbbb));
-  EXPECT_TRUE(All(ReadAt(*mm, 2, b, 0), 0u));
-  ASSERT_CU(cuCtxSynchronize());
+  const CUdeviceptr b = TakeOverAfterHeldWork(*mm, a, *held, other);
   EXPECT_CU(mm->Free(b));
   ASSERT_CU(cuStreamDestroy(other));
 }
@@ -323,17 +333,7 @@ TEST_F(PendingFreeTest, TakenOverMemoryWaitsForAUseWhoseEventWasRecordedAgain) {
   for (size_t i = 0; i < MemoryManager::kMaxMarksPerStream + 8; ++i) {
     SetTail(*mm, 3, c, 2 * kGranule, static_cast<uint32_t>(i), held->get());
   }
-  ASSERT_CU(mm->Free(a));
-  CUdeviceptr b = Alloc(*mm, 2);
-  EXPECT_EQ(b, a);
-  SetTail(*mm, 2, b, kGranule, 0xbbbbbbbb, other);
-  EXPECT_EQ(cuStreamQuery(other), CUDA_ERROR_NOT_READY);  // behind the held work
-  EXPECT_EQ(mm->stats().host_wait_seconds, 0.0);
-  held->Open();
-  ASSERT_CU(cuStreamSynchronize(other));
-  EXPECT_TRUE(All(ReadAt(*mm, 2, b, kGranule - kTail), 0xbbbbbbbb));
-  EXPECT_TRUE(All(ReadAt(*mm, 2, b, 0), 0u));
-  ASSERT_CU(cuCtxSynchronize());
+  const CUdeviceptr b = TakeOverAfterHeldWork(*mm, a, *held, other);
   EXPECT_TRUE(All(ReadAt(*mm, 3, c, 2 * kGranule - kTail),
                   static_cast<uint32_t>(MemoryManager::kMaxMarksPerStream + 7)));
   EXPECT_CU(mm->Free(b));
