@@ -22,22 +22,61 @@ void PrefetchPlanner::SetProfile(std::shared_ptr<const AccessProfile> profile,
   origin_ = phase0_time;
 }
 
-void PrefetchPlanner::Unindex(uint64_t id, const Buffer& b) {
-  // As Index put it: a pinned resident buffer is in neither set (no search
-  // for it at each use of a buffer that is never swapped).
-  if (b.resident) {
-    if (!b.pinned) resident_.erase(Key(id, b));
-  } else {
+void PrefetchPlanner::Unindex(uint64_t id, Buffer& b) {
+  if (!b.resident) {
     swapped_.erase(Key(id, b));
+  } else if (!b.pinned || b.listed) {
+    MarkRekey(id, b);
   }
 }
 
-void PrefetchPlanner::Index(uint64_t id, const Buffer& b) {
+void PrefetchPlanner::Index(uint64_t id, Buffer& b) {
   if (!b.resident) {
     swapped_.insert(Key(id, b));
-  } else if (!b.pinned) {
-    resident_.insert(Key(id, b));
+    return;
   }
+  // A pinned resident buffer is never a victim: in neither set (no work
+  // for it at each use of a buffer that is never swapped).
+  if (b.pinned && !b.listed) return;
+  MarkRekey(id, b);
+  if (b.pinned || b.next_use == kNoNextUse) return;
+  expiry_.push(Key(id, b));
+  if (expiry_.size() > 2 * buffers_.size() + 64) {
+    // Mostly keys no buffer has any more (a plan pops them only once their
+    // time passed, and only with a profile): only the current ones stay.
+    std::vector<Entry> current;
+    for (const auto& [other, o] : buffers_) {
+      if (o.resident && !o.pinned && o.next_use != kNoNextUse) current.push_back(Key(other, o));
+    }
+    expiry_ = decltype(expiry_)(Later(), std::move(current));
+  }
+}
+
+void PrefetchPlanner::MarkRekey(uint64_t id, Buffer& b) {
+  if (b.rekey) return;
+  b.rekey = true;
+  rekey_.push_back(id);
+}
+
+void PrefetchPlanner::FlushResident() {
+  for (uint64_t id : rekey_) {
+    auto it = buffers_.find(id);
+    if (it == buffers_.end() || !it->second.rekey) continue;  // freed, or done
+    Buffer& b = it->second;
+    b.rekey = false;
+    const Entry key = Key(id, b);
+    const bool belongs = b.resident && !b.pinned;
+    if (b.listed && (!belongs || !(b.listed_key == key))) {
+      resident_.erase(b.listed_key);
+      b.listed = false;
+    }
+    if (belongs && !b.listed) {
+      resident_.insert(key);
+      b.listed = true;
+      b.listed_key = key;
+    }
+  }
+  rekey_.clear();
 }
 
 void PrefetchPlanner::Thrashed() {
@@ -165,6 +204,7 @@ void PrefetchPlanner::OnFreed(uint64_t id) {
   auto it = buffers_.find(id);
   if (it == buffers_.end()) return;
   Unindex(id, it->second);
+  if (it->second.listed) resident_.erase(it->second.listed_key);
   if (it->second.fetched && it->second.resident) {
     fetched_resident_.erase({it->second.next_use, id});
   }
@@ -231,9 +271,16 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now, uint64_t free_byt
   // Resident buffers whose predicted use passed without one predict nothing
   // any more: re-keyed as unknown, they become victims again instead of
   // looking needed soonest forever. Bounded like the rest of the scan.
-  while (!resident_.empty() && resident_.begin()->next_use < now && scanned < options_.max_scan) {
-    const uint64_t id = resident_.begin()->id;
-    OnNextUse(id, kNoNextUse);
+  // The smallest such key first, as the order of resident_ would give them.
+  while (scanned < options_.max_scan && !expiry_.empty() && expiry_.top().next_use < now) {
+    const Entry e = expiry_.top();
+    expiry_.pop();
+    auto it = buffers_.find(e.id);
+    if (it == buffers_.end() || !it->second.resident || it->second.pinned ||
+        !(Key(e.id, it->second) == e)) {
+      continue;  // not its key any more
+    }
+    OnNextUse(e.id, kNoNextUse);
     ++scanned;
   }
 
@@ -241,6 +288,7 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now, uint64_t free_byt
   // later, farthest first; nothing if they cannot make it.
   const auto make_room = [&](uint64_t bytes, uint64_t due, bool planned,
                              std::vector<PlannedAction>& out) {
+    FlushResident();
     uint64_t gained = 0;
     std::vector<uint64_t> victims;
     // Two passes for an urgent fetch. First the clean buffers not needed

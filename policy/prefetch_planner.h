@@ -89,6 +89,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <queue>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -185,7 +186,10 @@ class PrefetchPlanner {
   std::vector<PlannedAction> Plan(uint64_t now, uint64_t free_bytes, double h2d_queued_seconds);
 
   const Stats& stats() const { return stats_; }
-  size_t resident() const { return resident_.size(); }
+  size_t resident() {
+    FlushResident();
+    return resident_.size();
+  }
   size_t swapped_out() const { return swapped_.size(); }
 
  private:
@@ -196,6 +200,9 @@ class PrefetchPlanner {
     uint64_t next_use;
     bool clean;
     uint64_t id;
+    bool operator==(const Entry& o) const {
+      return next_use == o.next_use && clean == o.clean && id == o.id;
+    }
     bool operator<(const Entry& o) const {
       return std::tie(next_use, clean, id) < std::tie(o.next_use, o.clean, o.id);
     }
@@ -217,10 +224,21 @@ class PrefetchPlanner {
     uint64_t charge_until = 0;  // a return before this time is charged
     // A kEvict of it was proposed for a use at this time (0: none pending).
     uint64_t proposed_for = 0;
+    // Its entry in resident_ (`listed`), and whether that may be out of
+    // date (listed in rekey_).
+    bool listed = false;
+    Entry listed_key{};
+    bool rekey = false;
   };
   static Entry Key(uint64_t id, const Buffer& b) { return {b.next_use, !b.dirty, id}; }
-  void Unindex(uint64_t id, const Buffer& b);
-  void Index(uint64_t id, const Buffer& b);
+  // Around a change of a buffer's fields. A swapped-out buffer's entry is
+  // kept current at once; a resident one's is re-keyed when resident_ is
+  // next read (FlushResident), since every use changes it and most plans
+  // never read it: the stale sweep reads expiry_ instead.
+  void Unindex(uint64_t id, Buffer& b);
+  void Index(uint64_t id, Buffer& b);
+  void MarkRekey(uint64_t id, Buffer& b);
+  void FlushResident();
   // A fetched buffer was lost before its use: pause, doubling the pause.
   void Thrashed();
   // Adds planner-caused bytes; stops the planner past the cut-off.
@@ -237,9 +255,16 @@ class PrefetchPlanner {
   // B-trees: every use re-keys a buffer, and a node allocation each time
   // cost more than the rest of the use.
   absl::btree_set<Entry> resident_;  // evictable resident buffers by next use
-  absl::btree_set<Entry> swapped_;   // swapped-out buffers by next use
-  uint64_t last_plan_ = 0;           // `now` of the latest Plan
-  uint64_t backoff_ = 0;             // current pause length
+  std::vector<uint64_t> rekey_;      // whose entry there may be out of date
+  // Every key an evictable resident buffer took with a predicted use,
+  // smallest first; those no longer a buffer's key are skipped when read.
+  struct Later {
+    bool operator()(const Entry& a, const Entry& b) const { return b < a; }
+  };
+  std::priority_queue<Entry, std::vector<Entry>, Later> expiry_;
+  absl::btree_set<Entry> swapped_;  // swapped-out buffers by next use
+  uint64_t last_plan_ = 0;          // `now` of the latest Plan
+  uint64_t backoff_ = 0;            // current pause length
   uint64_t paused_until_ = 0;
   // Fetched, resident, not yet used, by predicted next use.
   absl::btree_set<std::pair<uint64_t, uint64_t>> fetched_resident_;
