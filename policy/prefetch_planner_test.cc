@@ -439,6 +439,21 @@ TEST(PrefetchPlannerTest, PassedResidentPredictionsMakeRoomAgain) {
   EXPECT_EQ(p.Plan(9, 0, 0), (std::vector<PlannedAction>{Evict(2, true), Fetch(1)}));
 }
 
+// The same after many uses before any plan (re-keyed keys pile up unread
+// until a plan pops them, and are thinned out meanwhile): only a buffer's
+// current key counts, so the one whose prediction passed makes room, and a
+// buffer used since, whose old keys passed too, does not.
+TEST(PrefetchPlannerTest, PassedResidentPredictionsMakeRoomAfterManyUses) {
+  PrefetchPlanner p;
+  p.SetProfile(Profile(10000, 1.0), 0);
+  for (uint64_t t = 1; t <= 1000; ++t) p.OnUse(3, kMB, t, t + 1, true);  // needed again soon
+  p.OnUse(3, kMB, 1001, 2000, true);
+  p.OnUse(2, kMB, 1001, 1003, true);  // predicted at 1003, never used again
+  SwappedOut(p, 1, kMB, 1001, 1010);
+  EXPECT_EQ(p.resident(), 2u);
+  EXPECT_EQ(p.Plan(1009, 0, 0), (std::vector<PlannedAction>{Evict(2, true), Fetch(1)}));
+}
+
 TEST(PrefetchPlannerTest, PinnedBuffersAreNeverEvicted) {
   PrefetchPlanner p;
   p.SetProfile(Profile(20, 1.0), 0);
