@@ -916,17 +916,20 @@ bool MemoryManager::ReleaseGarbage(Device& dev, bool wait, CUresult* error) {
   // What completed is released; the memory of what did not is free in stream
   // order: handed on (QueueGarbage) rather than waited for.
   if (!wait) return CollectGarbage(dev) || HandOnGarbage(dev);
-  // A host wait for the oldest one that could not go otherwise. Unlocks:
-  // the caller looks again.
+  // A host wait for the oldest one of a queue, which holds back the rest
+  // (CollectGarbage releases each queue in order). Unlocks: the caller
+  // looks again. A queue whose oldest is pinned is passed over: waiting for
+  // a later one gains nothing, and one whose work is done returns without
+  // letting go of the lock, so the caller would spin holding it while the
+  // pin's owner (another thread's wait for that buffer) needs it.
   for (auto& [key, queue] : dev.garbage) {
-    for (Buffer* b : queue) {
-      if (b->pins > 0 || b->failed_round == round_) continue;
-      if (CUresult r = WaitIdle(*b); r != CUDA_SUCCESS) {
-        b->failed_round = round_;
-        if (error != nullptr) *error = r;
-      }
-      return true;
+    Buffer* b = queue.empty() ? nullptr : queue.front();
+    if (b == nullptr || b->pins > 0 || b->failed_round == round_) continue;
+    if (CUresult r = WaitIdle(*b); r != CUDA_SUCCESS) {
+      b->failed_round = round_;
+      if (error != nullptr) *error = r;
     }
+    return true;
   }
   return false;
 }
