@@ -4,55 +4,36 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <set>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "policy/eviction_order.h"
 #include "policy/iteration_planner.h"
+#include "policy/make_room.h"
 
 namespace stensor {
 namespace {
 
-// The manager's per-buffer state that its decisions read (S03).
-struct SimBuffer {
+// The manager's per-buffer state: what its decisions read (EvictionState,
+// the library's own), and what it knows of the buffer besides.
+struct SimBuffer : EvictionState {
   const TraceBuffer* info = nullptr;
   // A small allocation made a buffer of one granule in host memory (no
   // room at its allocation): what `info` points to instead of the trace's.
   std::unique_ptr<TraceBuffer> own_info;
   bool live = false;
   bool resident = false;
-  Location location = Location::kGpuOnly;
-  uint64_t gpu_version = 0;
-  uint64_t host_version = 0;
-  uint64_t last_use = 0;
-  bool written = false;
   bool has_host_copy = false;
-  int pins = 0;
-  uint64_t next_use = EvictionCandidate::kNoNextUse;  // predicted
-  // Where it stands in the eviction orders (Simulator::Reindex), if it may
-  // be evicted now.
-  int indexed = -1;  // which of Simulator::orders_, -1: none
-  std::pair<EvictionKey, uint64_t> evict_key;
-  bool drop_indexed = false;
-  std::pair<uint64_t, uint64_t> drop_key;
-  bool clean() const { return location == Location::kCpuGpu && host_version == gpu_version; }
-};
-
-// The evictable buffers in the policy's order and the droppable ones least
-// recently used first, as the manager keeps them (MemoryManager::Reindex),
-// so an eviction takes the first in O(log n) instead of looking at every
-// resident buffer: with 100,000 of them, that look made a replay quadratic.
-struct EvictionOrders {
-  std::set<std::pair<EvictionKey, uint64_t>> evict;  // (the policy's Key, id)
-  std::set<std::pair<uint64_t, uint64_t>> drop;      // (last use, id)
 };
 
 class Simulator {
  public:
-  Simulator(const Trace& trace, const ReplayOptions& options) : trace_(trace), options_(options) {
+  Simulator(const Trace& trace, const ReplayOptions& options)
+      : trace_(trace), options_(options), order_(options.policy, options.version_rules) {
     result_.cap = options.cap;
     // bytes / (GB/s) in microseconds.
     us_per_byte_ = 1.0 / (options.bandwidth_gbps * 1e3);
@@ -120,8 +101,13 @@ class Simulator {
  private:
   SimBuffer& State(uint64_t id) {
     SimBuffer& b = state_[id];
-    if (b.info == nullptr) b.info = &trace_.buffers.at(id);
+    if (b.info == nullptr) SetInfo(b, &trace_.buffers.at(id));
     return b;
+  }
+  static void SetInfo(SimBuffer& b, const TraceBuffer* info) {
+    b.info = info;
+    b.id = info->id;
+    b.reserved = info->charge;
   }
 
   absl::Status OutOfMemory(uint64_t need) const {
@@ -131,61 +117,22 @@ class Simulator {
                      " in use, nothing left to evict)"));
   }
 
-  bool Droppable(const SimBuffer& b) const {
-    return b.clean() || (options_.version_rules && !b.written);
-  }
-  // What the policy sees of an evictable buffer: what may go without a
-  // copy is shown as clean, as the manager does.
-  EvictionCandidate CandidateOf(const SimBuffer& b) const {
-    const bool free = Droppable(b);
-    EvictionCandidate c;
-    c.id = b.info->id;
-    c.bytes = b.info->charge;
-    c.location = free ? Location::kCpuGpu : b.location;
-    c.gpu_version = b.gpu_version;
-    c.host_version = free ? b.gpu_version : b.host_version;
-    c.last_use = b.last_use;
-    c.next_use = b.next_use;
-    return c;
-  }
+  bool Droppable(const SimBuffer& b) const { return order_.Droppable(b); }
 
-  void Unindex(SimBuffer& b) {
-    if (b.indexed >= 0) {
-      EvictionOrders& orders = orders_[b.indexed];
-      orders.evict.erase(b.evict_key);
-      if (b.drop_indexed) orders.drop.erase(b.drop_key);
-    }
-    b.indexed = -1;
-    b.drop_indexed = false;
-  }
+  void Unindex(SimBuffer& b) { order_.Remove(b); }
 
-  // After any change to what the orders read. A buffer fetched ahead of its
-  // use is kept apart: as in the library it goes only when nothing else can
-  // (spend_fetched_).
+  // After any change to what the order reads, as MemoryManager::Reindex.
   void Reindex(SimBuffer& b) {
-    Unindex(b);
-    if (!b.live || !b.info->swappable || !b.resident || b.pins > 0) return;
-    b.indexed = fetched_.contains(b.info->id) ? 1 : 0;
-    EvictionOrders& orders = orders_[b.indexed];
-    b.evict_key = {options_.policy->Key(CandidateOf(b)), b.info->id};
-    orders.evict.insert(b.evict_key);
-    if (Droppable(b)) {
-      b.drop_indexed = true;
-      b.drop_key = {b.last_use, b.info->id};
-      orders.drop.insert(b.drop_key);
-    }
+    if (!b.resident) b.prefetched = false;
+    order_.Update(b, b.live && b.info->swappable && b.resident);
   }
 
-  // The first of `order` in the orders that may be taken now, or null.
-  template <typename Key>
-  SimBuffer* First(std::set<Key> EvictionOrders::*order) {
-    const std::set<Key>& usual = orders_[0].*order;
-    const std::set<Key>& fetched = orders_[1].*order;
-    const Key* pick = usual.empty() ? nullptr : &*usual.begin();
-    if (spend_fetched_ && !fetched.empty() && (pick == nullptr || *fetched.begin() < *pick)) {
-      pick = &*fetched.begin();
-    }
-    return pick == nullptr ? nullptr : &state_.at(pick->second);
+  // What a look in MakeRoom may take: fetched, unused buffers only when
+  // nothing else can go.
+  static EvictionOrder::Filter Look(bool spend_prefetched) {
+    EvictionOrder::Filter filter;
+    filter.spend_prefetched = spend_prefetched;
+    return filter;
   }
 
   // SwapOut of the manager, with its counters.
@@ -214,7 +161,7 @@ class Simulator {
     used_ -= b.info->charge;
     TellPlanner(b);
     fetched_.erase(b.info->id);  // evicted before its use
-    Reindex(b);
+    Reindex(b);                  // no longer prefetched
   }
 
   // ReplayOptions::oracle: per operation, the next use of each of its
@@ -238,8 +185,8 @@ class Simulator {
   }
 
   // S403: the least recently used droppable buffer goes without a copy.
-  bool DropOneClean() {
-    SimBuffer* pick = First(&EvictionOrders::drop);
+  bool DropOneClean(bool spend_prefetched) {
+    auto* pick = static_cast<SimBuffer*>(order_.DropVictim(Look(spend_prefetched)));
     if (pick == nullptr) return false;
     SwapOut(*pick, /*copy=*/false);
     return true;
@@ -247,28 +194,37 @@ class Simulator {
 
   // S405: the first in the policy's order goes (the caller looks again
   // after), copied as the policy says, as MemoryManager::EvictByPolicy does.
-  bool EvictByPolicy() {
-    SimBuffer* pick = First(&EvictionOrders::evict);
+  bool EvictByPolicy(bool spend_prefetched) {
+    auto* pick = static_cast<SimBuffer*>(order_.Victim(Look(spend_prefetched)));
     if (pick == nullptr) return false;
-    SwapOut(*pick, options_.policy->Copies(CandidateOf(*pick)) || !Droppable(*pick));
+    SwapOut(*pick, order_.Copies(*pick));
     return true;
   }
 
-  // S401-S405 (no garbage: every free completes at once here).
+  // MakeRoom's steps here: every free completes at once (no garbage, no
+  // pool, no waits), so only evictions make room.
+  class Room : public RoomSteps {
+   public:
+    Room(Simulator& sim, uint64_t need) : sim_(sim), need_(need) {}
+    bool Fits() override { return sim_.used_ <= sim_.options_.cap - need_; }
+    bool DropOneClean(bool spend_prefetched) override {
+      return sim_.DropOneClean(spend_prefetched);
+    }
+    bool EvictByPolicy(bool spend_prefetched) override {
+      return sim_.EvictByPolicy(spend_prefetched);
+    }
+
+   private:
+    Simulator& sim_;
+    const uint64_t need_;
+  };
+
+  // S401-S405, in the library's order (MakeRoomLoop).
   absl::Status MakeRoom(uint64_t need) {
     if (need > options_.cap) return OutOfMemory(need);
-    for (;;) {
-      if (used_ <= options_.cap - need) return absl::OkStatus();
-      if (options_.version_rules && DropOneClean()) continue;
-      if (EvictByPolicy()) continue;
-      if (!spend_fetched_ && !fetched_.empty()) {
-        spend_fetched_ = true;
-        const bool evicted = (options_.version_rules && DropOneClean()) || EvictByPolicy();
-        spend_fetched_ = false;
-        if (evicted) continue;
-      }
-      return OutOfMemory(need);
-    }
+    Room room(*this, need);
+    if (MakeRoomLoop(room, options_.version_rules) != RoomResult::kFits) return OutOfMemory(need);
+    return absl::OkStatus();
   }
 
   void Charge(uint64_t bytes) {
@@ -304,6 +260,7 @@ class Simulator {
   absl::Status Alloc(const TraceOp& op) {
     SimBuffer& b = State(op.buffer);
     b.live = true;
+    b.serial = ++serial_;
     b.gpu_version = ++version_;
     b.last_use = ++clock_;
     if (absl::Status s = MakeRoom(b.info->charge); !s.ok()) {
@@ -314,7 +271,7 @@ class Simulator {
         b.own_info = std::make_unique<TraceBuffer>(*b.info);
         b.own_info->charge = trace_.granularity;
         b.own_info->swappable = true;
-        b.info = b.own_info.get();
+        SetInfo(b, b.own_info.get());
       }
       AllocateOnHost(b);
       if (b.info->group != 0) TellPlanner(b);  // as the manager's Reindex at registration
@@ -409,6 +366,7 @@ class Simulator {
     if (prefetch) {
       ++result_.prefetches;
       fetched_[b.info->id] = done;  // its user waits for this copy
+      b.prefetched = true;
     } else {
       ready_ = std::max(ready_, done);
     }
@@ -485,8 +443,8 @@ class Simulator {
     // after the last fetch, whole.
     std::vector<SimBuffer*> deferred;
     auto evict = [&](SimBuffer& b) {
-      // As the policy would copy it: lru always, version when dirty.
-      if (b.resident) SwapOut(b, !options_.version_rules || !Droppable(b));
+      // As MemoryManager::EvictAsyncLocked: copied as the policy says.
+      if (b.resident) SwapOut(b, order_.Copies(b));
     };
     for (const PlannedAction& a : planner_->Plan(free_bytes)) {
       // A buffer, or an allocation's pieces (as the manager's PlannedAs).
@@ -535,11 +493,7 @@ class Simulator {
     // noted after, and work of unknown accesses not at all.
     const bool noted_first = !op.graph && op.kind == TraceOp::Kind::kAccess;
     if (noted_first) Predict(op);
-    for (uint64_t id : op.ids) {
-      SimBuffer& b = State(id);
-      ++b.pins;
-      Unindex(b);
-    }
+    for (uint64_t id : op.ids) ++State(id).pins;
     for (size_t i = 0; i < op.ids.size(); ++i) {
       const uint64_t id = op.ids[i];
       SimBuffer& b = State(id);
@@ -549,6 +503,7 @@ class Simulator {
         if (auto f = fetched_.find(id); f != fetched_.end()) {
           ready_ = std::max(ready_, f->second);
           fetched_.erase(f);
+          b.prefetched = false;
         }
         continue;
       }
@@ -558,9 +513,8 @@ class Simulator {
       // one the policy predicts is needed sooner.
       if (noted_first && op.key != 0 && !whole && Servable(b) &&
           used_ + b.info->charge > options_.cap) {
-        const SimBuffer* victim = First(&EvictionOrders::evict);
-        if (victim != nullptr &&
-            options_.policy->ServeRatherThanFetch(next_after_[i], CandidateOf(*victim))) {
+        const EvictionState* victim = order_.Victim({});
+        if (victim != nullptr && order_.ServeRatherThanFetch(next_after_[i], *victim)) {
           Serve(b);
           ++result_.served_by_choice;
           continue;
@@ -624,19 +578,20 @@ class Simulator {
   const Trace& trace_;
   const ReplayOptions& options_;
   std::unique_ptr<IterationPlanner> planner_;
-  double compute_us_ = 0;       // of the operation being replayed
-  bool spend_fetched_ = false;  // MakeRoom may take fetched, unused buffers
-  absl::flat_hash_map<uint64_t, SimBuffer> state_;
+  double compute_us_ = 0;  // of the operation being replayed
+  // Node-based: the order holds pointers to its buffers.
+  absl::node_hash_map<uint64_t, SimBuffer> state_;
   absl::flat_hash_map<uint64_t, double> fetched_;  // prefetched: copy done at
   // Of allocations in pieces: resident as the planner was last told.
   absl::flat_hash_map<uint64_t, bool> group_told_;
-  EvictionOrders orders_[2];  // [0]: the resident and unpinned; [1]: fetched, unused
+  EvictionOrder order_;  // the library's own
   ReplayResult result_;
   size_t op_ = 0;
   std::vector<std::vector<uint64_t>> future_;  // ReplayOptions::oracle
   uint64_t used_ = 0;
   uint64_t clock_ = 0;
   uint64_t version_ = 0;
+  uint64_t serial_ = 0;
   double us_per_byte_ = 0;
   uint64_t served_bytes_ = 0;  // of the operation being replayed
   // Predict's: the operation's buffers' next uses after it, its planner

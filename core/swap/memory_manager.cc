@@ -47,35 +47,7 @@ using memory_manager_internal::kNoConsumer;
 using memory_manager_internal::kSmallUnit;
 using memory_manager_internal::Seconds;
 
-EvictionCandidate MemoryManager::CandidateOf(const Buffer& b) const {
-  // What may go without a copy is shown as clean (a current host copy).
-  bool free = Droppable(b);
-  EvictionCandidate c;
-  c.id = b.id;
-  c.bytes = b.reserved;
-  c.location = free ? Location::kCpuGpu : b.location;
-  c.gpu_version = b.gpu_version;
-  c.host_version = free ? b.gpu_version : b.host_version;
-  c.last_use = b.last_use;
-  c.next_use = b.next_use;
-  return c;
-}
-
-void MemoryManager::Unindex(Buffer& b) {
-  if (!b.rekey && !b.indexed && !b.drop_indexed) return;
-  Device& dev = DeviceState(b.device);
-  if (b.rekey) {
-    // Out of the list of buffers to re-key (the last takes its place).
-    dev.rekey[b.rekey_at] = dev.rekey.back();
-    dev.rekey[b.rekey_at]->rekey_at = b.rekey_at;
-    dev.rekey.pop_back();
-    b.rekey = false;
-  }
-  if (b.indexed) dev.evictable.erase(b.index_key);
-  if (b.drop_indexed) dev.droppable.erase(b.drop_key);
-  b.indexed = false;
-  b.drop_indexed = false;
-}
+void MemoryManager::Unindex(Buffer& b) { DeviceState(b.device).order.Remove(b); }
 
 void MemoryManager::Reindex(Buffer& b) {
   // Every change of residency passes here: the planner hears of it.
@@ -97,57 +69,7 @@ void MemoryManager::Reindex(Buffer& b) {
   }
   // Pins, failed rounds and idleness change all the time: checked when an
   // eviction looks, not kept here.
-  const bool eligible = b.vmm && b.resident() && !b.garbage && !b.exported;
-  // Never in either index (a small buffer, one swapped out): nothing to do.
-  if (!eligible && !b.indexed && !b.drop_indexed) return;
-  // Re-keyed when an eviction next looks at the order, not at each change:
-  // every launch changes the keys of the buffers it uses (their last and
-  // next uses), and under a cap that does not bind no eviction ever looks.
-  // The order it then reads is the one re-keying at each change would
-  // have made (a key depends on the buffer's fields only).
-  if (!b.rekey) {
-    Device& dev = DeviceState(b.device);
-    b.rekey = true;
-    b.rekey_at = dev.rekey.size();
-    dev.rekey.push_back(&b);
-  }
-}
-
-void MemoryManager::FlushIndex(Device& dev) {
-  for (Buffer* b : dev.rekey) {
-    b->rekey = false;
-    Rekey(dev, *b);
-  }
-  dev.rekey.clear();
-}
-
-void MemoryManager::Rekey(Device& dev, Buffer& b) {
-  const bool eligible = b.vmm && b.resident() && !b.garbage && !b.exported;
-  const bool droppable = eligible && Droppable(b);
-  if (eligible) {
-    auto key = std::make_tuple(policy_->Key(CandidateOf(b)), b.id, b.serial);
-    if (!b.indexed || key != b.index_key) {
-      if (b.indexed) dev.evictable.erase(b.index_key);
-      b.index_key = key;
-      dev.evictable.emplace(key, &b);
-      b.indexed = true;
-    }
-  } else if (b.indexed) {
-    dev.evictable.erase(b.index_key);
-    b.indexed = false;
-  }
-  if (droppable) {
-    std::pair<uint64_t, uint64_t> key{b.last_use, b.serial};
-    if (!b.drop_indexed || key != b.drop_key) {
-      if (b.drop_indexed) dev.droppable.erase(b.drop_key);
-      b.drop_key = key;
-      dev.droppable.emplace(key, &b);
-      b.drop_indexed = true;
-    }
-  } else if (b.drop_indexed) {
-    dev.droppable.erase(b.drop_key);
-    b.drop_indexed = false;
-  }
+  DeviceState(b.device).order.Update(b, b.vmm && b.resident() && !b.garbage && !b.exported);
 }
 
 std::string MemoryManager::MissingEntryPoints(const Driver& d) {
@@ -247,7 +169,7 @@ MemoryManager::Device& MemoryManager::DeviceState(int ordinal) {
   if (static_cast<size_t>(ordinal) >= devices_.size()) devices_.resize(ordinal + 1);
   std::unique_ptr<Device>& d = devices_[ordinal];
   if (d) return *d;
-  d = std::make_unique<Device>();
+  d = std::make_unique<Device>(policy_.get(), version_policy_);
   d->ordinal = ordinal;
   size_t total = 0;
   if (driver_->cuDeviceTotalMem_v2) driver_->cuDeviceTotalMem_v2(&total, ordinal);
@@ -786,78 +708,136 @@ void MemoryManager::LogOom(Device& dev, uint64_t need) {
           .Finish());
 }
 
-CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
-  if (need > dev.cap) return CUDA_ERROR_OUT_OF_MEMORY;  // evicting everything would not do
-  ++round_;  // buffers that failed to go before may go now
-  if (!unreleased_.empty() || !stuck_.empty()) RetryReleases();
-  CUresult error = CUDA_SUCCESS;
-  absl::Duration waited_for_pins;
-  for (;;) {
-    ReapOldMappings(dev, /*wait=*/false);
+// MakeRoom's steps on one device (MakeRoomLoop takes them in order).
+class MemoryManager::Room : public RoomSteps {
+ public:
+  Room(MemoryManager* mm, Device& dev, uint64_t need, bool pool_counts)
+      : mm_(mm), dev_(dev), need_(need), pool_counts_(pool_counts) {}
+
+  // What ended the search: the result of a step that stopped it.
+  CUresult stop() const { return stop_; }
+  // The driver error that kept the last candidate from being evicted.
+  CUresult error() const { return error_; }
+
+  bool Fits() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm_->mu_) {
+    mm_->ReapOldMappings(dev_, /*wait=*/false);
     // Written so that no sum can wrap, whatever `need` is. With
     // `pool_counts` the caller takes the pooled chunks that fit the need
     // (charged already), even those still mapped at old addresses (its work
     // is ordered after theirs on the swap stream): only the rest must fit.
-    if (dev.used <= dev.cap - need) return CUDA_SUCCESS;          // S401/S402
-    const uint64_t fits = pool_counts ? PoolFits(dev, need) : 0;  // walks the pool: not first
-    const uint64_t fresh = need - std::min(need, fits);
-    if (dev.used <= dev.cap - fresh) return CUDA_SUCCESS;
+    if (dev_.used <= dev_.cap - need_) return true;
+    fits_ = pool_counts_ ? mm_->PoolFits(dev_, need_) : 0;  // walks the pool: not first
+    fresh_ = need_ - std::min(need_, fits_);
+    return dev_.used <= dev_.cap - fresh_;
+  }
+
+  Outcome Reclaim() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm_->mu_) {
     // Driver allocations freed in stream order whose free has run: their
     // charge is gone already, so they go before any pooled chunk (a chunk
     // released here is created again at the next swap-in: the transformer's
     // small stream-ordered temporaries cost a create and a release a step).
-    if (!external_frees_.empty() && SettleExternalFrees(dev.ordinal, false)) continue;
-    if (ReleaseOneKept(dev)) continue;  // freed and kept: no copy, no wait
+    if (!mm_->external_frees_.empty() && mm_->SettleExternalFrees(dev_.ordinal, false)) {
+      return Outcome::kProgress;
+    }
+    if (mm_->ReleaseOneKept(dev_)) return Outcome::kProgress;  // freed and kept: no copy, no wait
     // A pooled chunk the need cannot use (larger than it, or left over):
     // released, it makes room at no copy.
-    if (pool_counts && ReleaseOneUnfit(dev, need) > 0) continue;
-    if (!pool_counts && ReleaseOnePooled(dev) > 0) continue;  // pooled chunks go first
+    if (pool_counts_ && mm_->ReleaseOneUnfit(dev_, need_) > 0) return Outcome::kProgress;
+    if (!pool_counts_ && mm_->ReleaseOnePooled(dev_) > 0) return Outcome::kProgress;
     // What is pooled and not taken is still mapped at old addresses whose
     // swap-out copies are in flight: it is becoming free, so wait for it
     // rather than evict more.
-    if (const uint64_t unfit = dev.pool.bytes() - fits;
-        unfit > 0 && dev.used - unfit <= dev.cap - fresh) {
-      if (no_block_) return CUDA_ERROR_NOT_READY;  // it comes, but not without a wait
-      if (ReapOldMappings(dev, /*wait=*/true)) continue;
+    if (const uint64_t unfit = dev_.pool.bytes() - fits_;
+        unfit > 0 && dev_.used - unfit <= dev_.cap - fresh_) {
+      if (mm_->no_block_) return Stop(CUDA_ERROR_NOT_READY);  // it comes, but not without a wait
+      if (mm_->ReapOldMappings(dev_, /*wait=*/true)) return Outcome::kProgress;
     }
-    if (version_policy_ && DropOneClean(dev, &error)) continue;  // S403
-    if (ReleaseGarbage(dev, /*wait=*/false, &error)) continue;   // S404
-    if (ReleaseGarbage(dev, /*wait=*/true, &error)) continue;
+    return Outcome::kNothing;
+  }
+
+  bool DropOneClean(bool spend_prefetched) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm_->mu_) {
+    return mm_->DropOneClean(dev_, &error_, spend_prefetched);
+  }
+
+  bool ReleaseGarbage() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm_->mu_) {
+    if (mm_->ReleaseGarbage(dev_, /*wait=*/false, &error_)) return true;
+    if (mm_->ReleaseGarbage(dev_, /*wait=*/true, &error_)) return true;
     // A host wait for driver frees still queued on the program's streams
     // only when they would make the room: else evicting is needed anyway,
     // and they settle by themselves meanwhile (transformer_train at 50 %
     // waited for a 128 KiB free a few times a step, then evicted).
-    if (!external_frees_.empty() &&
-        QueuedExternalBytes(dev.ordinal) >= dev.used - (dev.cap - fresh) &&
-        SettleExternalFrees(dev.ordinal, true)) {
-      continue;
-    }
-    if (EvictByPolicy(dev, dev.used - (dev.cap - need), &error)) continue;  // S405
-    // Last, what was fetched ahead of its use (not while prefetching: a
-    // fetch never evicts another's).
-    if (no_block_) return CUDA_ERROR_NOT_READY;
-    if ((version_policy_ && DropOneClean(dev, &error, /*spend_prefetched=*/true)) ||
-        EvictByPolicy(dev, dev.used - (dev.cap - need), &error, /*spend_prefetched=*/true)) {
-      continue;
-    }
+    return !mm_->external_frees_.empty() &&
+           mm_->QueuedExternalBytes(dev_.ordinal) >= dev_.used - (dev_.cap - fresh_) &&
+           mm_->SettleExternalFrees(dev_.ordinal, true);
+  }
+
+  bool EvictByPolicy(bool spend_prefetched) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm_->mu_) {
+    return mm_->EvictByPolicy(dev_, dev_.used - (dev_.cap - need_), &error_, spend_prefetched);
+  }
+
+  // Not while prefetching: a fetch never evicts another's.
+  bool MayTakePrefetched() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm_->mu_) {
+    if (!mm_->no_block_) return true;
+    stop_ = CUDA_ERROR_NOT_READY;
+    return false;
+  }
+
+  Outcome LastResort() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm_->mu_) {
     // Pooled memory the need cannot take is still mapped at old addresses:
     // once their copies are done it can go.
-    if (dev.pool.bytes() > fits && ReapOldMappings(dev, /*wait=*/true)) continue;
-    if (!external_frees_.empty() && SettleExternalFrees(dev.ordinal, true)) continue;
+    if (dev_.pool.bytes() > fits_ && mm_->ReapOldMappings(dev_, /*wait=*/true)) {
+      return Outcome::kProgress;
+    }
+    if (!mm_->external_frees_.empty() && mm_->SettleExternalFrees(dev_.ordinal, true)) {
+      return Outcome::kProgress;
+    }
     // Nothing was left to evict, or what was left could not be evicted
     // because the driver failed: then that is the error to see.
-    if (error != CUDA_SUCCESS) return error;
+    if (error_ != CUDA_SUCCESS) return Stop(error_);
     // What other threads' operations hold while they are prepared or
     // submitted becomes evictable when they finish: wait for that rather
     // than refuse work the cap could hold one operation at a time. Bounded,
     // since two threads holding pins could each wait for the other.
     // Only a caller holding no pins of its own waits here (Prepare lets go
     // of its own first): two waiting for each other would never finish.
-    if (!no_block_ && t_operation_pins == 0 && OthersPin() && WaitForUnpin(&waited_for_pins)) {
-      continue;
+    if (!mm_->no_block_ && t_operation_pins == 0 && mm_->OthersPin() &&
+        mm_->WaitForUnpin(&waited_for_pins_)) {
+      return Outcome::kProgress;
     }
-    return CUDA_ERROR_OUT_OF_MEMORY;
+    return Outcome::kNothing;
   }
+
+ private:
+  Outcome Stop(CUresult r) {
+    stop_ = r;
+    return Outcome::kStop;
+  }
+
+  MemoryManager* const mm_;
+  Device& dev_;
+  const uint64_t need_;
+  const bool pool_counts_;
+  uint64_t fits_ = 0;   // of the need, what pooled chunks it takes cover
+  uint64_t fresh_ = 0;  // the rest
+  CUresult stop_ = CUDA_SUCCESS;
+  CUresult error_ = CUDA_SUCCESS;
+  absl::Duration waited_for_pins_;
+};
+
+CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
+  if (need > dev.cap) return CUDA_ERROR_OUT_OF_MEMORY;  // evicting everything would not do
+  ++round_;  // buffers that failed to go before may go now
+  if (!unreleased_.empty() || !stuck_.empty()) RetryReleases();
+  Room room(this, dev, need, pool_counts);
+  switch (MakeRoomLoop(room, version_policy_)) {
+    case RoomResult::kFits:
+      return CUDA_SUCCESS;
+    case RoomResult::kStopped:
+      return room.stop();
+    case RoomResult::kNoRoom:
+      break;
+  }
+  return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 bool MemoryManager::OthersPin() const { return pinned_ > t_operation_pins; }
@@ -884,23 +864,16 @@ bool MemoryManager::WaitForUnpin(absl::Duration* waited) {
   return true;
 }
 
-bool MemoryManager::Droppable(const Buffer& b) const {
-  return b.stale_device || b.clean() || (version_policy_ && !b.written);
-}
+bool MemoryManager::Droppable(const Buffer& b) { return DeviceState(b.device).order.Droppable(b); }
 
 bool MemoryManager::DropOneClean(Device& dev, CUresult* error, bool spend_prefetched) {
   // The least recently used droppable buffer not pinned (those are few:
   // an operation's own buffers) nor failed in this round.
-  Buffer* pick = nullptr;
-  FlushIndex(dev);
-  for (auto& [key, b] : dev.droppable) {
-    if (b->pins > 0 || b->failed_round == round_ || (!CanQueue(dev) && !Idle(*b)) ||
-        (b->prefetched && !spend_prefetched)) {
-      continue;
-    }
-    pick = b;
-    break;
-  }
+  const bool can_queue = CanQueue(dev);
+  auto* pick = static_cast<Buffer*>(dev.order.DropVictim(
+      {round_, spend_prefetched}, [&](EvictionState& b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return can_queue || Idle(static_cast<Buffer&>(b));
+      }));
   if (pick == nullptr) return false;
   CUresult r = SwapOut(dev, *pick, /*copy=*/false);
   if (r == CUDA_SUCCESS) return true;
@@ -1118,14 +1091,7 @@ void MemoryManager::RecountGarbage(Device& dev, Buffer& b) {
 MemoryManager::Buffer* MemoryManager::PolicyVictim(Device& dev, bool spend_prefetched) {
   // The first in the policy's order not pinned (those are few: the buffers
   // of operations being prepared) nor failed in this round.
-  FlushIndex(dev);
-  for (auto& [key, b] : dev.evictable) {
-    if (b->pins > 0 || b->failed_round == round_ || (b->prefetched && !spend_prefetched)) {
-      continue;
-    }
-    return b;
-  }
-  return nullptr;
+  return static_cast<Buffer*>(dev.order.Victim({round_, spend_prefetched}));
 }
 
 uint64_t MemoryManager::FreeUnderCap(const Device& dev) {
@@ -1137,7 +1103,7 @@ uint64_t MemoryManager::FreeUnderCap(const Device& dev) {
 bool MemoryManager::ServesRatherThanFetches(Device& dev, Buffer& b, uint64_t next_use) {
   if (FreeUnderCap(dev) >= b.reserved) return false;  // room without displacing anything
   const Buffer* victim = PolicyVictim(dev);
-  return victim != nullptr && policy_->ServeRatherThanFetch(next_use, CandidateOf(*victim));
+  return victim != nullptr && dev.order.ServeRatherThanFetch(next_use, *victim);
 }
 
 bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, CUresult* error,
@@ -1145,38 +1111,31 @@ bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, CUresult* error,
   (void)needed;  // one at a time: the caller re-checks the cap after each
   Buffer* pick = PolicyVictim(dev, spend_prefetched);
   if (pick == nullptr) return false;
-  const bool copies = policy_->Copies(CandidateOf(*pick));
-  const Eviction chosen[] = {{pick->id, copies}};
-  std::vector<Buffer*> buffers = {pick};
-  // One at a time: the caller re-checks the cap after each. A swap-out that
-  // fails (the host limit, a driver error) is skipped in the next look.
-  for (const Eviction& e : chosen) {
-    Buffer& b = *buffers[0];
-    if (!CanQueue(dev) && !Idle(b)) {
-      // Unlocks: the caller looks again, from the start (without this
-      // buffer, if its work could not be observed complete).
-      if (CUresult r = WaitIdle(b); r != CUDA_SUCCESS) {
-        b.failed_round = round_;
-        if (error != nullptr) *error = r;
-      }
-      return true;
+  Buffer& b = *pick;
+  if (!CanQueue(dev) && !Idle(b)) {
+    // Unlocks: the caller looks again, from the start (without this
+    // buffer, if its work could not be observed complete).
+    if (CUresult r = WaitIdle(b); r != CUDA_SUCCESS) {
+      b.failed_round = round_;
+      if (error != nullptr) *error = r;
     }
-    CUresult r = SwapOut(dev, b, e.copy || !Droppable(b));
-    if (r == CUDA_SUCCESS) return true;
-    if (r == CUDA_ERROR_NOT_READY) {
-      // Its work could not be ordered on the device: wait on the host.
-      if (r = WaitIdle(b); r != CUDA_SUCCESS) {
-        b.failed_round = round_;
-        if (error != nullptr) *error = r;
-      }
-      return true;
-    }
-    // Look again without it: the policy chose only as much as was needed.
-    b.failed_round = round_;
-    if (error != nullptr && r != CUDA_ERROR_OUT_OF_MEMORY) *error = r;
     return true;
   }
-  return false;
+  CUresult r = SwapOut(dev, b, dev.order.Copies(b));
+  if (r == CUDA_SUCCESS) return true;
+  if (r == CUDA_ERROR_NOT_READY) {
+    // Its work could not be ordered on the device: wait on the host.
+    if (r = WaitIdle(b); r != CUDA_SUCCESS) {
+      b.failed_round = round_;
+      if (error != nullptr) *error = r;
+    }
+    return true;
+  }
+  // A swap-out that fails (the host limit, a driver error) is skipped in
+  // the next look.
+  b.failed_round = round_;
+  if (error != nullptr && r != CUDA_ERROR_OUT_OF_MEMORY) *error = r;
+  return true;
 }
 
 // --- Swapping ---------------------------------------------------------------------
@@ -1948,7 +1907,7 @@ CUresult MemoryManager::EvictAsyncLocked(Buffer& b) {
   if (b.pins > 0 || b.exported) return CUDA_ERROR_NOT_READY;
   Device& dev = DeviceState(b.device);
   no_block_ = true;
-  CUresult r = SwapOut(dev, b, policy_->Copies(CandidateOf(b)) || !Droppable(b));
+  CUresult r = SwapOut(dev, b, dev.order.Copies(b));
   no_block_ = false;
   return r;
 }

@@ -593,11 +593,6 @@ class MemoryManager {
   // buffer. Reindex puts `b` where its fields say now.
   void Reindex(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unindex(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Brings `dev`'s eviction order up to date (the buffers Reindex left to
-  // re-key): before anything reads it.
-  void FlushIndex(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Rekey(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  EvictionCandidate CandidateOf(const Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Re-keys the buffer when the scope ends, however it ends.
   class ReindexAtExit;
 
@@ -612,6 +607,9 @@ class MemoryManager {
   // they are charged already), and none is released to make room.
   CUresult MakeRoom(Device& dev, uint64_t need, bool pool_counts = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Its steps on one device, which MakeRoomLoop (policy/make_room.h, shared
+  // with `stensor sim`) takes in order.
+  class Room;
   // Whether operations of other threads hold pins: more pins held in all
   // (pinned_) than this thread's operations hold. O(1), so every Prepare
   // may ask.
@@ -725,7 +723,7 @@ class MemoryManager {
   // for and retried, or a prefetch put off.
   void LogOom(Device& dev, uint64_t need) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the buffer's device copy may go without a transfer.
-  bool Droppable(const Buffer& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Droppable(const Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Whether a busy buffer of `dev` may be evicted in stream order now.
   bool CanQueue(Device& dev) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

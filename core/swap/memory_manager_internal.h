@@ -29,7 +29,9 @@
 #include "core/swap/physical_pool.h"
 #include "core/swap/stream_use.h"
 #include "core/swap/tensor_bounds.h"
+#include "policy/eviction_order.h"
 #include "policy/eviction_policy.h"
+#include "policy/make_room.h"
 
 namespace stensor {
 namespace memory_manager_internal {
@@ -71,16 +73,16 @@ struct MemoryManager::PieceGroup {
   TensorBounds bounds;
 };
 
-struct MemoryManager::Buffer {
-  uint64_t id = 0;   // the registry's; 0 when the registry could not track it
+struct MemoryManager::Buffer : EvictionState {
+  // EvictionState::id: the registry's; 0 when the registry could not track it.
+  // EvictionState::reserved: VA and physical size (granules), or the charge.
   uint64_t key = 0;  // in buffers_: the id, or an internal key when untracked
   // A piece of a larger allocation (PieceGroup), null for a whole one. A
   // piece's id and key are its own (from kPieceKeys up), which the planner
   // and the policy see as ids; the registry's id names the group.
   std::shared_ptr<PieceGroup> group;
   CUdeviceptr base = 0;
-  uint64_t size = 0;      // as the application asked
-  uint64_t reserved = 0;  // VA and physical size (granules), or the charge
+  uint64_t size = 0;  // as the application asked
   int device = 0;
   CUcontext context = nullptr;  // current at allocation (pointer attributes)
   bool vmm = false;             // false: a small plain allocation, never swapped
@@ -90,10 +92,10 @@ struct MemoryManager::Buffer {
   // A handle to its memory left stensor's control (PinExported): resident
   // and never evicted again.
   bool exported = false;
-  // S03 fields. `pins` counts operations being prepared or submitted right
-  // now (non-evictable while > 0); the application's own reference ends
-  // with cuMemFree, after which a buffer still in use is garbage.
-  int pins = 0;
+  // S03 fields, besides EvictionState's. `pins` counts operations being
+  // prepared or submitted right now (non-evictable while > 0); the
+  // application's own reference ends with cuMemFree, after which a buffer
+  // still in use is garbage.
   // Of those operations, the ones that reach it through its host copy at its
   // address (Serve): while any is pinned it is not brought in, so that all
   // of them see the same memory.
@@ -108,14 +110,6 @@ struct MemoryManager::Buffer {
   std::list<Buffer*>* garbage_queue = nullptr;
   std::list<Buffer*>::iterator garbage_at;
   uint64_t garbage_counted = 0;
-  Location location = Location::kGpuOnly;
-  uint64_t gpu_version = 0;
-  uint64_t host_version = 0;
-  uint64_t last_use = 0;
-  // Whether any operation may have written it since allocation (allocation
-  // itself does not count): a never-written buffer holds what fresh memory
-  // holds, so under `version` it moves without any copy.
-  bool written = false;
   // The last use on each stream that used it (a use on one stream says
   // nothing about another); a swap's copy is a use on the swap stream.
   std::vector<Use> uses;
@@ -139,40 +133,23 @@ struct MemoryManager::Buffer {
   std::optional<uint64_t> host_hash;
   const char* last_kernel = nullptr;
   const char* last_writer = nullptr;
-  // Resident, but the device memory does not hold the data: the host copy
-  // does (a restore that failed and could not be undone). Brought in before
-  // the next use; evicted without a copy.
-  bool stale_device = false;
-  uint64_t failed_round = 0;  // round_ in which evicting it failed
+  // EvictionState::stale_device: set when a restore failed and could not be
+  // undone; brought in before the next use.
   // Swapped out asynchronously: `old_chunks` (in the pool, or some handed
   // on when `handed_on`) are still mapped at `base` until the swap-out's
   // copy, the buffer's use on the swap stream, is observed complete.
   bool old_mapped = false;
   bool handed_on = false;
   std::vector<PhysicalChunk> old_chunks;
-  // Where it stands in its device's eviction order (Reindex).
-  uint64_t serial = 0;
-  uint64_t next_use = EvictionCandidate::kNoNextUse;
   // Resident as the planner was last told (Reindex tells it of changes).
   bool planner_resident = true;
-  // Fetched ahead of its use and not used yet: evicted only when nothing
-  // else can go (else prefetching would just feed the next eviction).
-  bool prefetched = false;
-  bool indexed = false;
-  std::tuple<EvictionKey, uint64_t, uint64_t> index_key;
-  bool drop_indexed = false;
-  std::pair<uint64_t, uint64_t> drop_key;  // (last use, serial)
-  // Its keys above may be out of date: it waits in its device's `rekey`
-  // (at `rekey_at`) for the next eviction to look (MemoryManager::Reindex).
-  bool rekey = false;
-  size_t rekey_at = 0;
 
   bool resident() const { return !vmm || !device_chunks.empty(); }
   int refcount() const { return (garbage ? 0 : 1) + pins; }
-  bool clean() const { return location == Location::kCpuGpu && host_version == gpu_version; }
 };
 
 struct MemoryManager::Device {
+  Device(const EvictionPolicy* policy, bool version_rules) : order(policy, version_rules) {}
   int ordinal = 0;
   // Operations whose accesses are unknown, their last one per stream: until
   // they completed, no buffer of this device counts as idle.
@@ -240,11 +217,8 @@ struct MemoryManager::Device {
   // is needed.
   std::multimap<uint64_t, Buffer*> kept;
   uint64_t kept_bytes = 0;
-  // The eviction order (MemoryManager::Reindex), current once the buffers
-  // in `rekey` are re-keyed (MemoryManager::FlushIndex).
-  absl::btree_map<std::tuple<EvictionKey, uint64_t, uint64_t>, Buffer*> evictable;
-  absl::btree_map<std::pair<uint64_t, uint64_t>, Buffer*> droppable;
-  std::vector<Buffer*> rekey;
+  // Its buffers in eviction order (MemoryManager::Reindex).
+  EvictionOrder order;
 };
 
 class MemoryManager::ReindexAtExit {
