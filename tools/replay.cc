@@ -275,13 +275,28 @@ class Simulator {
       }
       AllocateOnHost(b);
       if (b.info->group != 0) TellPlanner(b);  // as the manager's Reindex at registration
+      Registered(b);
       return absl::OkStatus();
     }
     Charge(b.info->charge);
     b.resident = true;
-    Reindex(b);
+    Registered(b);
     ready_ = std::max(ready_, room_ready_);  // its memory comes from the evictions
     return absl::OkStatus();
+  }
+
+  // As MemoryManager::AllocateLocked: an allocation's pieces enter the
+  // eviction order together, once the last exists, so that room made for
+  // one piece never takes another of the same allocation.
+  void Registered(SimBuffer& b) {
+    const uint64_t group = b.info->group;
+    if (group == 0) {
+      Reindex(b);
+      return;
+    }
+    const std::vector<uint64_t>& pieces = trace_.groups.at(group);
+    if (pieces.back() != b.info->id) return;
+    for (uint64_t id : pieces) Reindex(State(id));
   }
 
   void Free(const TraceOp& op) {

@@ -211,6 +211,23 @@ TEST(ReplayTest, PiecesMoveByGranule) {
   EXPECT_EQ(split, 0u);  // larger than the cap: whole
 }
 
+// As the library allocates them, an allocation's pieces are evictable only
+// once all exist: room for its second piece takes a written buffer, never
+// its own first piece (fresh, so first in the order of what drops free).
+TEST(ReplayTest, RoomForAPieceNeverTakesAnotherOfItsAllocation) {
+  TestLog log;
+  const uint64_t a = log.Alloc(2 * kMiB);
+  log.Launch({}, {a});
+  const uint64_t b = log.Alloc(4 * kMiB);  // two pieces; one granule free
+  log.Launch({b}, {b});
+  absl::StatusOr<ReplayResult> r = Sim(log.Text(), 4 * kMiB);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->never_written_drops, 0u);
+  EXPECT_EQ(r->swap_outs, 1u);  // a, copied
+  EXPECT_EQ(r->bytes_out, 2 * kMiB);
+  EXPECT_EQ(r->served_from_host, 0u);  // b is resident, whole
+}
+
 // A partial memset is no overwrite: the old contents come back first.
 TEST(ReplayTest, PartialMemsetCopiesIn) {
   TestLog log;

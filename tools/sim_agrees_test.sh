@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# `stensor sim` agrees with the library: mlp_train --steps 20 runs under
-# libstensor.so at a cap of 40 % of its working set (as `stensor sim` computes
-# it from an uncapped log) with the access log and STENSOR_STATS=1, for the
-# `version`, `lru` and `belady` policies, each with prefetch off and on (its
-# fetches and planned evictions); replaying each
-# run's log at the same cap, policy and prefetch gives device->host and
-# host->device bytes within 5 % of the library's own statistics, and both
-# move something.
+# `stensor sim` decides as the library does: both make room with the same
+# code (policy/make_room.h, policy/eviction_order.h), so replaying a capped
+# run's access log at its cap, policy and prefetch setting must move the
+# bytes the run moved.
+#
+# mlp_train --steps 20 at 40 % of its working set (as `stensor sim` computes
+# it from an uncapped log), for the `version`, `lru` and `belady` policies,
+# each with prefetch off and on: device->host and host->device bytes
+# identical to the run's own (the sums of its log's swap_out and copied
+# swap_in records), and something moves.
+#
+# transformer_train --steps 6 at 50 %, prefetch off: within 8 %. Its
+# stream-ordered frees settle and its served buffers stay in use when the
+# fake device gets to them, which the replay does not model (every free and
+# every operation complete at once), so a run may differ by a choice or two
+# (most runs agree exactly; one in seven differed by 3.7 %).
 set -euo pipefail
-train=$1 fake=$2 lib=$3 sim=$4
+mlp=$1 fake=$2 lib=$3 sim=$4 transformer=$5
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export LD_LIBRARY_PATH=$(cd "$(dirname "$fake")" && pwd)
@@ -16,39 +24,52 @@ lib=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
 source "$(dirname "$0")/../tests/preload.bash"
 lib=$(preload_of "$lib")
 
-STENSOR_ACCESS_LOG="$tmp/uncapped.jsonl" LD_PRELOAD="$lib" "$train" --steps 20 > "$tmp/uncapped.out"
-"$sim" sim "$tmp/uncapped.jsonl" --limit 40% --policy version > "$tmp/uncapped.sim" ||
-  fail "stensor sim on the uncapped log: exit $?"
-cap=$(awk '$1 == "cap" { print $2 }' "$tmp/uncapped.sim")
-[[ $cap =~ ^[0-9]+$ ]] || fail "no cap in: $(cat "$tmp/uncapped.sim")"
+# moved LOG: "D2H H2D", the bytes the run's swap records say it moved.
+moved() {
+  awk '/"type":"swap_out"/ { match($0, /"bytes":[0-9]+/); out += substr($0, RSTART + 8, RLENGTH - 8) }
+       /"type":"swap_in"/ && /"copy":true/ { match($0, /"bytes":[0-9]+/); in_ += substr($0, RSTART + 8, RLENGTH - 8) }
+       END { printf "%d %d\n", out, in_ }' "$1"
+}
+# replayed SIMOUT: "D2H H2D" as `stensor sim` printed them.
+replayed() { awk '$1 == "device->host" { o = $2 } $1 == "host->device" { i = $2 } END { printf "%d %d\n", o, i }' "$1"; }
+# within A B: A is within 8 % of B.
+within() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.08 * b) }'; }
 
-# within A B: A is within 5 % of B (B in MiB with one decimal, so 0.05 MiB
-# of rounding is allowed besides).
-within() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.05 * b + 0.05) }'; }
+# check NAME PCT EXACT RUNS -- PROGRAM...
+check() {
+  local name=$1 pct=$2 exact=$3 runs=$4
+  shift 5
+  STENSOR_ACCESS_LOG="$tmp/$name.uncapped.jsonl" LD_PRELOAD="$lib" "$@" > "$tmp/$name.uncapped.out"
+  "$sim" sim "$tmp/$name.uncapped.jsonl" --limit "$pct" --policy version > "$tmp/$name.uncapped.sim" ||
+    fail "$name: stensor sim on the uncapped log: exit $?"
+  local cap
+  cap=$(awk '$1 == "cap" { print $2 }' "$tmp/$name.uncapped.sim")
+  [[ $cap =~ ^[0-9]+$ ]] || fail "$name: no cap in: $(cat "$tmp/$name.uncapped.sim")"
+  local run
+  for run in $runs; do
+    local policy=${run%%:*} prefetch=${run##*:}
+    local log="$tmp/$name.$policy.$prefetch.jsonl"
+    STENSOR_MEMORY_LIMIT=$cap STENSOR_POLICY=$policy STENSOR_PREFETCH=$prefetch \
+      STENSOR_ACCESS_LOG="$log" LD_PRELOAD="$lib" "$@" > "$tmp/$name.$run.out" ||
+      fail "$name $run: exit $?"
+    diff <(tail -n 1 "$tmp/$name.uncapped.out") <(tail -n 1 "$tmp/$name.$run.out") > /dev/null ||
+      fail "$name $run: checksum differs from the uncapped run"
+    "$sim" sim "$log" --limit "$cap" --policy "$policy" --prefetch "$prefetch" > "$tmp/$name.$run.sim" ||
+      fail "$name $run: stensor sim exit $?"
+    local lib_out lib_in sim_out sim_in
+    read -r lib_out lib_in < <(moved "$log")
+    read -r sim_out sim_in < <(replayed "$tmp/$name.$run.sim")
+    echo "$name $run at $cap bytes: library D2H $lib_out H2D $lib_in; sim D2H $sim_out H2D $sim_in"
+    ((lib_out > 0 && lib_in > 0)) || fail "$name $run: nothing moved (the check would be empty)"
+    if [[ $exact == exact ]]; then
+      [[ "$sim_out $sim_in" == "$lib_out $lib_in" ]] || fail "$name $run: the replay moved other bytes"
+    else
+      within "$sim_out" "$lib_out" || fail "$name $run: device->host: sim $sim_out, library $lib_out"
+      within "$sim_in" "$lib_in" || fail "$name $run: host->device: sim $sim_in, library $lib_in"
+    fi
+  done
+}
 
-# Each policy with prefetch off and on. Prefetch on agrees since the
-# planner models the link itself (no wall clock) and counts pooled and
-# freed memory as room, as the sim does; before, one CI run had lru at
-# 264/208 MiB against the sim's 200/148, belady 100/120 against 48/84.
-for run in version:off lru:off belady:off version:on lru:on belady:on; do
-  policy=${run%%:*} prefetch=on
-  [[ $run == *:off ]] && prefetch=off
-  STENSOR_MEMORY_LIMIT=$cap STENSOR_POLICY=$policy STENSOR_PREFETCH=$prefetch STENSOR_STATS=1 \
-    STENSOR_ACCESS_LOG="$tmp/$run.jsonl" LD_PRELOAD="$lib" "$train" --steps 20 \
-    > "$tmp/$run.out" 2> "$tmp/$run.err" || fail "$run: mlp_train exit $?"
-  diff <(tail -n 1 "$tmp/uncapped.out") <(tail -n 1 "$tmp/$run.out") > /dev/null ||
-    fail "$run: checksum differs from the uncapped run"
-  lib_out=$(sed -n 's/.*swap-outs copied.*(\([0-9.]*\) MiB device->host).*/\1/p' "$tmp/$run.err")
-  lib_in=$(sed -n 's/.*swap-ins copied.*(\([0-9.]*\) MiB host->device.*/\1/p' "$tmp/$run.err")
-  [[ -n $lib_out && -n $lib_in ]] || fail "$run: no statistics in: $(cat "$tmp/$run.err")"
-  "$sim" sim "$tmp/$run.jsonl" --limit "$cap" --policy "$policy" --prefetch "$prefetch" > "$tmp/$run.sim" ||
-    fail "$run: stensor sim exit $?"
-  sim_out=$(awk '$1 == "device->host" { printf "%.3f", $2 / 1048576 }' "$tmp/$run.sim")
-  sim_in=$(awk '$1 == "host->device" { printf "%.3f", $2 / 1048576 }' "$tmp/$run.sim")
-  echo "$run at $cap bytes: library D2H $lib_out MiB H2D $lib_in MiB; sim D2H $sim_out MiB H2D $sim_in MiB"
-  awk -v a="$lib_out" -v b="$lib_in" 'BEGIN { exit !(a > 0 && b > 0) }' ||
-    fail "$run: nothing moved at 40 % (the check would be empty)"
-  within "$sim_out" "$lib_out" || fail "$run: device->host: sim $sim_out MiB, library $lib_out MiB"
-  within "$sim_in" "$lib_in" || fail "$run: host->device: sim $sim_in MiB, library $lib_in MiB"
-done
+check mlp 40% exact "version:off lru:off belady:off version:on lru:on belady:on" -- "$mlp" --steps 20
+check transformer 50% near "version:off lru:off belady:off" -- "$transformer" --steps 6
 echo "PASS"
