@@ -11,6 +11,7 @@
 #include "absl/container/node_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "policy/apply_plan.h"
 #include "policy/eviction_order.h"
 #include "policy/iteration_planner.h"
 #include "policy/make_room.h"
@@ -453,53 +454,42 @@ class Simulator {
     const uint64_t free_bytes = used_ < options_.cap ? options_.cap - used_ : 0;
     // The planner models the link's queue itself, as in the library (not
     // this replay's copy engines), so both make the same choices.
-    // As MemoryManager::ApplyNotedLocked: an allocation in pieces the
-    // planner evicts gives the next fetch only the pieces its room needs;
-    // after the last fetch, whole.
-    std::vector<SimBuffer*> deferred;
-    auto evict = [&](SimBuffer& b) {
-      // As MemoryManager::EvictAsyncLocked: copied as the policy says.
-      if (b.resident) SwapOut(b, order_.Copies(b));
-    };
-    for (const PlannedAction& a : planner_->Plan(free_bytes)) {
-      // A buffer, or an allocation's pieces (as the manager's PlannedAs).
-      std::vector<SimBuffer*> planned = PlannedAs(a.id);
-      if (planned.empty() || !planned.front()->live || !planned.front()->info->swappable) {
-        if (a.kind == PlannedAction::Kind::kFetch) planner_->CancelFetch(a.id);
-        continue;
-      }
-      if (a.kind == PlannedAction::Kind::kEvict) {
-        // Off (--planned-evictions off): fetches only go into free memory.
-        if (!options_.planned_evictions) continue;
-        if (trace_.groups.count(a.id) != 0) {
-          for (SimBuffer* b : planned) {
-            if (b->resident) deferred.push_back(b);
-          }
-        } else {
-          evict(*planned.front());
-        }
-        continue;
-      }
-      uint64_t missing = 0;
-      for (const SimBuffer* b : planned) {
-        if (!b->resident) missing += b->info->charge;
-      }
-      for (size_t i = 0; i < deferred.size() && missing > 0 && used_ + missing > options_.cap;
-           ++i) {
-        evict(*deferred[i]);
-      }
-      deferred.clear();
-      if (missing == 0 || used_ + missing > options_.cap) {
-        planner_->CancelFetch(a.id);
-        continue;
-      }
-      // Fits: SwapIn's MakeRoom evicts nothing.
-      for (SimBuffer* b : planned) {
-        if (!b->resident) (void)SwapIn(*b, /*copy=*/true, /*prefetch=*/true);
-      }
-    }
-    for (SimBuffer* b : deferred) evict(*b);
+    PlanCarrier carrier(*this);
+    ApplyPlan(planner_->Plan(free_bytes), carrier);
   }
+
+  // ApplyPlan's steps here (MemoryManager::Plan in the library).
+  class PlanCarrier : public PlanSteps {
+   public:
+    explicit PlanCarrier(Simulator& sim) : sim_(sim) {}
+    std::vector<EvictionState*> Named(uint64_t id, bool* pieces) override {
+      // A buffer, or an allocation's pieces (as the manager's PlannedAs).
+      std::vector<SimBuffer*> planned = sim_.PlannedAs(id);
+      if (planned.empty() || !planned.front()->live || !planned.front()->info->swappable) {
+        return {};
+      }
+      *pieces = sim_.trace_.groups.count(id) != 0;
+      return std::vector<EvictionState*>(planned.begin(), planned.end());
+    }
+    bool Resident(const EvictionState& b) override { return Of(b).resident; }
+    bool Fits(uint64_t missing) override {
+      return sim_.used_ <= sim_.options_.cap && missing <= sim_.options_.cap - sim_.used_;
+    }
+    // As MemoryManager::EvictAsyncLocked: copied as the policy says.
+    void Evict(EvictionState& b) override { sim_.SwapOut(Of(b), sim_.order_.Copies(b)); }
+    // It fits: SwapIn's MakeRoom evicts nothing.
+    bool Fetch(EvictionState& b) override {
+      return sim_.SwapIn(Of(b), /*copy=*/true, /*prefetch=*/true).ok();
+    }
+    void Cancel(uint64_t id) override { sim_.planner_->CancelFetch(id); }
+    // Off (--planned-evictions off): fetches only go into free memory.
+    bool CarriesOutEvictions() override { return sim_.options_.planned_evictions; }
+
+   private:
+    static SimBuffer& Of(EvictionState& b) { return static_cast<SimBuffer&>(b); }
+    static const SimBuffer& Of(const EvictionState& b) { return static_cast<const SimBuffer&>(b); }
+    Simulator& sim_;
+  };
 
   // Prepare + Finish of the manager for one operation.
   absl::Status Access(const TraceOp& op) {

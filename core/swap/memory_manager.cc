@@ -2043,6 +2043,58 @@ bool MemoryManager::PredictLocked(uint64_t key, absl::Span<const uint64_t> ids,
   return true;
 }
 
+// ApplyPlan's steps: the planner's evictions queued behind the buffers' last
+// uses, its fetches on the fetch stream.
+class MemoryManager::PlanCarrier : public PlanSteps {
+ public:
+  PlanCarrier(MemoryManager* mm, IterationPlanner* planner) : mm_(mm), planner_(planner) {}
+
+  std::vector<EvictionState*> Named(uint64_t id, bool* pieces) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm_->mu_) {
+    Buffer* found = mm_->ById(id);
+    if (found == nullptr || found->garbage || !found->vmm) return {};
+    home_ = &mm_->DeviceState(found->device);
+    std::vector<EvictionState*> named;
+    for (Buffer* b : PlannedAs(*found, id)) named.push_back(b);
+    const Buffer& front = *static_cast<Buffer*>(named.front());
+    *pieces = front.group != nullptr && PlannerId(front) == id;
+    return named;
+  }
+  bool Resident(const EvictionState& b) override { return Of(b).resident(); }
+  bool NeedsFetch(const EvictionState& b) override { return !Of(b).resident() || b.stale_device; }
+  // Pooled chunks count: a swap-in takes them. Freed buffers' chunks do
+  // not: MakeRoom takes other room (clean drops, then evictions by the
+  // policy) before it releases them, and a fetch must never evict what the
+  // planner did not choose.
+  bool Fits(uint64_t missing) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm_->mu_) {
+    const Device& home = *home_;
+    return (home.used <= home.cap && missing <= home.cap - home.used) ||
+           home.pool.bytes() >= missing;
+  }
+  // Queued behind the buffer's last use, never waited for here. One that
+  // cannot go now (pinned by this operation or in flight) stays; the fetch
+  // it made room for is then refused if it no longer fits. (These thrashed
+  // while shards were predicted from their first gap, fetched far too
+  // early and held: policy/next_use.h.)
+  void Evict(EvictionState& b) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm_->mu_) {
+    mm_->EvictPlanned(Of(b));
+  }
+  bool Fetch(EvictionState& b) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm_->mu_) {
+    if (mm_->PrefetchLocked(Of(b)) != CUDA_SUCCESS) return false;
+    b.prefetched = true;
+    return true;
+  }
+  void Cancel(uint64_t id) override { planner_->CancelFetch(id); }
+
+ private:
+  static Buffer& Of(EvictionState& b) { return static_cast<Buffer&>(b); }
+  static const Buffer& Of(const EvictionState& b) { return static_cast<const Buffer&>(b); }
+
+  MemoryManager* const mm_;
+  IterationPlanner* const planner_;
+  Device* home_ = nullptr;  // of the buffers Named last
+};
+
 void MemoryManager::ApplyNotedLocked(const Noted& noted, CUstream stream, OpTicket* ticket) {
   IterationPlanner* planner = noted.planner;
   Device& dev = DeviceState(noted.device);
@@ -2064,75 +2116,10 @@ void MemoryManager::ApplyNotedLocked(const Noted& noted, CUstream stream, OpTick
   // The link's queue is the planner's own model (in profiled compute time),
   // never the clock: its decisions then follow from the profile and the
   // operations, as in `stensor sim`.
-  // The planner plans allocations, and its last victim for a fetch is often
-  // larger than the room missing: evictions of allocations in pieces wait
-  // for the fetch they make room for, which takes only the pieces it needs;
-  // those after the last fetch (room for what comes due later) go whole.
-  absl::InlinedVector<Buffer*, 16> deferred;
-  for (const PlannedAction& a : planner->Plan(free_bytes)) {
-    Buffer* found = ById(a.id);
-    if (found == nullptr || found->garbage || !found->vmm) {
-      if (a.kind == PlannedAction::Kind::kFetch) planner->CancelFetch(a.id);
-      continue;
-    }
-    // What the planner names: a buffer, or an allocation's pieces.
-    const std::vector<Buffer*> planned = PlannedAs(*found, a.id);
-    if (a.kind == PlannedAction::Kind::kEvict && planned.front()->group != nullptr &&
-        PlannerId(*planned.front()) == a.id) {
-      for (Buffer* b : planned) {
-        if (b->resident()) deferred.push_back(b);
-      }
-      continue;
-    }
-    if (a.kind == PlannedAction::Kind::kEvict) {
-      // Queued behind the buffer's last use, never waited for here. One
-      // that cannot go now (pinned by this operation or in flight) stays;
-      // the fetch it made room for is then refused below if it no longer
-      // fits. (These thrashed while shards were predicted from their first
-      // gap, fetched far too early and held: policy/next_use.h.)
-      if (found->resident()) EvictPlanned(*found);
-      continue;
-    }
-    // Only into memory that is free: room for a fetch comes from the
-    // planner's evictions, which take only buffers needed later than it.
-    Device& home = DeviceState(found->device);
-    uint64_t missing = 0;
-    for (const Buffer* b : planned) {
-      if (!b->resident()) missing += b->reserved;
-    }
-    // Not counting freed buffers' chunks here: MakeRoom takes other room
-    // (clean drops, then evictions by the policy) before it releases them,
-    // and a fetch must never evict what the planner did not choose.
-    auto fits = [&] {
-      return (home.used <= home.cap && missing <= home.cap - home.used) ||
-             home.pool.bytes() >= missing;
-    };
-    // Of the allocations evicted for it, only the pieces its room needs.
-    for (size_t i = 0; i < deferred.size() && missing > 0 && !fits(); ++i) {
-      if (deferred[i]->resident()) EvictPlanned(*deferred[i]);
-    }
-    deferred.clear();
-    bool fetched = false, refused = missing == 0 || !fits();
-    for (Buffer* b : planned) {
-      if (refused) break;
-      if (b->resident() && !b->stale_device) continue;
-      if (PrefetchLocked(*b) != CUDA_SUCCESS) {
-        refused = true;
-      } else {
-        b->prefetched = fetched = true;
-      }
-    }
-    if (refused && !fetched) {
-      ++stats_.prefetches_refused;
-      planner->CancelFetch(a.id);
-      continue;
-    }
-    ++stats_.prefetches_issued;
-  }
-  // Room for what comes due later: whole.
-  for (Buffer* b : deferred) {
-    if (b->resident()) EvictPlanned(*b);
-  }
+  PlanCarrier carrier(this, planner);
+  const PlanApplied applied = ApplyPlan(planner->Plan(free_bytes), carrier);
+  stats_.prefetches_issued += applied.fetches_issued;
+  stats_.prefetches_refused += applied.fetches_refused;
 }
 
 void MemoryManager::EndOperation(const OpTicket& ticket, CUstream stream, bool submitted) {

@@ -543,6 +543,8 @@ class MemoryManager {
   static std::vector<Buffer*> PlannedAs(Buffer& b, uint64_t id);
   // A planned eviction of `b` (resident), counted.
   void EvictPlanned(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ApplyPlan's steps (policy/apply_plan.h, shared with `stensor sim`).
+  class PlanCarrier;
   // Maps each piece of `head`'s range (reserved, at head.base): on the
   // device where room can be made, else born on the host. On failure every
   // piece made is released and the head left as it was.

@@ -29,6 +29,7 @@
 #include "core/swap/physical_pool.h"
 #include "core/swap/stream_use.h"
 #include "core/swap/tensor_bounds.h"
+#include "policy/apply_plan.h"
 #include "policy/eviction_order.h"
 #include "policy/eviction_policy.h"
 #include "policy/make_room.h"
