@@ -15,6 +15,7 @@
 #include "policy/eviction_order.h"
 #include "policy/iteration_planner.h"
 #include "policy/make_room.h"
+#include "policy/reach.h"
 
 namespace stensor {
 namespace {
@@ -514,23 +515,20 @@ class Simulator {
       }
       const bool whole =
           std::find(op.overwritten.begin(), op.overwritten.end(), id) != op.overwritten.end();
-      // MemoryManager::ServesRatherThanFetches: no room without displacing
-      // one the policy predicts is needed sooner.
-      if (noted_first && op.key != 0 && !whole && Servable(b) &&
-          used_ + b.info->charge > options_.cap) {
-        const EvictionState* victim = order_.Victim({});
-        if (victim != nullptr && order_.ServeRatherThanFetch(next_after_[i], *victim)) {
-          Serve(b);
-          ++result_.served_by_choice;
-          continue;
-        }
-      }
-      // MemoryManager::PrepareOnce: a piece no pointer of the launch
-      // likely reaches.
-      if (noted_first && Servable(b) && std::binary_search(op.far.begin(), op.far.end(), id)) {
+      // As MemoryManager::PrepareOnce: served by choice where its room would
+      // displace one the policy predicts is needed sooner, or where no
+      // pointer of the launch likely reaches it.
+      ReachFacts facts;
+      facts.servable = Servable(b);
+      facts.overwritten = whole;
+      facts.predicted = noted_first && op.key != 0;
+      if (facts.predicted) facts.next_use = next_after_[i];
+      facts.fits = used_ <= options_.cap && b.info->charge <= options_.cap - used_;
+      facts.far = noted_first && std::binary_search(op.far.begin(), op.far.end(), id);
+      if (const Reach reach = ChooseReach(facts, order_, {}); reach != Reach::kFetch) {
         Serve(b);
         ++result_.served_by_choice;
-        ++result_.served_far;
+        if (reach == Reach::kServeFar) ++result_.served_far;
         continue;
       }
       if (absl::Status s = SwapIn(b, !whole, /*prefetch=*/false); !s.ok()) {

@@ -1100,12 +1100,6 @@ uint64_t MemoryManager::FreeUnderCap(const Device& dev) {
   return held < dev.cap ? dev.cap - held : 0;
 }
 
-bool MemoryManager::ServesRatherThanFetches(Device& dev, Buffer& b, uint64_t next_use) {
-  if (FreeUnderCap(dev) >= b.reserved) return false;  // room without displacing anything
-  const Buffer* victim = PolicyVictim(dev);
-  return victim != nullptr && dev.order.ServeRatherThanFetch(next_use, *victim);
-}
-
 bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, CUresult* error,
                                   bool spend_prefetched) {
   (void)needed;  // one at a time: the caller re-checks the cap after each
@@ -1452,7 +1446,7 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> named,
   const absl::Span<const uint64_t> ids = Expanded(named, &ids_x);
   const absl::Span<const uint64_t> overwritten = Expanded(named_overwritten, &overwritten_x);
   // The planner first: each buffer's next use after this operation decides
-  // whether a swapped-out one is worth bringing in (ServesRatherThanFetches).
+  // whether a swapped-out one is worth bringing in (ChooseReach).
   // Kept here (inline), not in the planner's scratch, which other threads'
   // operations reuse while this one waits without the lock.
   // Each buffer looked up once while the lock is held (a freed one as none).
@@ -1639,34 +1633,33 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids, absl::Span<B
       served[i] = true;
       r = OrderAfterSwap(dev, *b, stream);
       if (r == CUDA_SUCCESS) CountServed(dev, *b);
-    } else if (may_serve && dev.host_vmm && !next_after.empty() && Servable(*b) &&
-               std::find(overwritten.begin(), overwritten.end(), b->id) == overwritten.end() &&
-               ServesRatherThanFetches(dev, *b, next_after[pinned_at[i]])) {
-      // Brought in, it would go again before its next use, and push out
-      // one needed sooner: it moves its bytes once, over the link.
-      Serve(dev, *b, /*by_choice=*/true);
-      served[i] = true;
-    } else if (may_serve && dev.host_vmm && !far.empty() && Servable(*b) &&
-               std::binary_search(far.begin(), far.end(), b->key)) {
-      // A piece of a segment the kernel holds but likely does not touch:
-      // mapped to its host copy, as it is, should the kernel reach it after
-      // all; fetching it would move bytes nobody reads.
-      Serve(dev, *b, /*by_choice=*/true);
-      ++stats_.served_far;
-      served[i] = true;
     } else {
-      bool whole = std::find(overwritten.begin(), overwritten.end(), b->id) != overwritten.end();
-      const uint64_t copies = stats_.swap_ins;
-      // (Servable may only become true in SwapIn: a swap-out in flight ends.)
-      r = SwapIn(dev, *b, !whole, stream);
-      // What prefetch exists to avoid: a copy in, on demand, once planned.
-      if (stats_.swap_ins > copies && planner_ != nullptr && planner_->has_profile()) {
-        ++stats_.on_demand_after_profile;
-      }
-      // No room with the operation's other buffers: served from host rather
-      // than refused (SwapIn leaves it swapped out, its copy at the address).
-      if (r == CUDA_ERROR_OUT_OF_MEMORY && may_serve && dev.host_vmm) {
-        if (Servable(*b)) {
+      const bool whole =
+          std::find(overwritten.begin(), overwritten.end(), b->id) != overwritten.end();
+      ReachFacts facts;
+      facts.servable = may_serve && dev.host_vmm && Servable(*b);
+      facts.overwritten = whole;
+      facts.predicted = !next_after.empty();
+      if (facts.predicted) facts.next_use = next_after[pinned_at[i]];
+      facts.fits = FreeUnderCap(dev) >= b->reserved;
+      facts.far = !far.empty() && std::binary_search(far.begin(), far.end(), b->key);
+      if (const Reach reach = ChooseReach(facts, dev.order, {round_, false});
+          reach != Reach::kFetch) {
+        Serve(dev, *b, /*by_choice=*/true);
+        if (reach == Reach::kServeFar) ++stats_.served_far;
+        served[i] = true;
+      } else {
+        const uint64_t copies = stats_.swap_ins;
+        // (Servable may only become true in SwapIn: a swap-out in flight ends.)
+        r = SwapIn(dev, *b, !whole, stream);
+        // What prefetch exists to avoid: a copy in, on demand, once planned.
+        if (stats_.swap_ins > copies && planner_ != nullptr && planner_->has_profile()) {
+          ++stats_.on_demand_after_profile;
+        }
+        // No room with the operation's other buffers: served from host
+        // rather than refused (SwapIn leaves it swapped out, its copy at the
+        // address).
+        if (r == CUDA_ERROR_OUT_OF_MEMORY && may_serve && dev.host_vmm && Servable(*b)) {
           Serve(dev, *b);
           served[i] = true;
           r = CUDA_SUCCESS;

@@ -624,7 +624,7 @@ class MemoryManager {
   // Prepare's one attempt; on failure nothing of it stays pinned. With
   // `may_serve`, a buffer that cannot be brought in is served from host.
   // `next_after`: each of `ids`' next use after this operation (empty when
-  // not predicted), for ServesRatherThanFetches. `far`: Operation::far.
+  // not predicted), for ChooseReach (policy/reach.h). `far`: Operation::far.
   // The buffer an operation found no room for: its device and bytes.
   struct Refusal {
     int device = -1;
@@ -664,7 +664,7 @@ class MemoryManager {
   // no room is served from host memory (made a buffer of one granule, born
   // on the host) rather than refused.
   static bool ServesSmallFromHost(const Device& dev, uint64_t bytes);
-  // `by_choice`: room could have been made (ServesRatherThanFetches).
+  // `by_choice`: room could have been made (ChooseReach).
   void Serve(Device& dev, Buffer& b, bool by_choice = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Serve's statistics and log record, for a serving claimed already.
   void CountServed(Device& dev, Buffer& b, bool by_choice = false)
@@ -775,12 +775,6 @@ class MemoryManager {
   static uint64_t FreeUnderCap(const Device& dev);
   // The buffer EvictByPolicy would take first on `dev`, or null.
   Buffer* PolicyVictim(Device& dev, bool spend_prefetched = false)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether swapped-out `b`, needed by an operation and next needed at
-  // `next_use` after it, is served rather than brought in: its room would
-  // displace a buffer the policy says is needed sooner
-  // (EvictionPolicy::ServeRatherThanFetch).
-  bool ServesRatherThanFetches(Device& dev, Buffer& b, uint64_t next_use)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Prefetch and EvictAsync, locked.
   CUresult PrefetchLocked(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

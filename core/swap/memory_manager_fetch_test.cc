@@ -3,7 +3,7 @@
 // with those copies, and every driver call on that path failed in turn; the
 // *Slow* tests run with a slow link (FAKECUDA_LINK) so that copies are still
 // in flight when the next call comes. And whether a swapped-out buffer is
-// fetched at all, or served from host (MemoryManager::ServesRatherThanFetches).
+// fetched at all, or served from host (ChooseReach, policy/reach.h).
 #include <cuda.h>
 
 #include <atomic>

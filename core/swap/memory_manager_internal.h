@@ -33,6 +33,7 @@
 #include "policy/eviction_order.h"
 #include "policy/eviction_policy.h"
 #include "policy/make_room.h"
+#include "policy/reach.h"
 
 namespace stensor {
 namespace memory_manager_internal {

@@ -1,0 +1,43 @@
+// ChooseReach: how an operation reaches a buffer it names that is swapped
+// out, for the memory manager (PrepareOnce) and `stensor sim` alike: swapped
+// in before it runs, or served from the host copy mapped at its address
+// (zero-copy over the link) where bringing it in would cost more than it
+// saves.
+//
+// Thread-safety: none of its own (it reads the caller's EvictionOrder).
+#ifndef STENSOR_POLICY_REACH_H_
+#define STENSOR_POLICY_REACH_H_
+
+#include <cstdint>
+
+#include "policy/eviction_order.h"
+
+namespace stensor {
+
+enum class Reach {
+  kFetch,          // swapped in (served after all if no room can be made)
+  kServeByChoice,  // brought in, it would displace one needed sooner
+  kServeFar,       // a piece no pointer of the launch likely reaches
+};
+
+// What the choice reads of the buffer and the operation.
+struct ReachFacts {
+  // It may be served: its host copy is at its address and the operation
+  // may be served now.
+  bool servable = false;
+  bool overwritten = false;  // the operation overwrites it whole: fetched without a copy
+  // Its next use after the operation is known (the operation was shown to
+  // the planner before its swap-ins).
+  bool predicted = false;
+  uint64_t next_use = EvictionCandidate::kNoNextUse;
+  bool fits = false;  // room for it under the cap without displacing anything
+  bool far = false;   // a piece of a segment no pointer of the launch likely reaches
+};
+
+// `order` and `filter` give the buffer its room would displace first.
+Reach ChooseReach(const ReachFacts& facts, EvictionOrder& order,
+                  const EvictionOrder::Filter& filter);
+
+}  // namespace stensor
+
+#endif  // STENSOR_POLICY_REACH_H_
