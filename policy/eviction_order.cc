@@ -15,17 +15,6 @@ EvictionCandidate EvictionOrder::CandidateOf(const EvictionState& b) const {
   return c;
 }
 
-void EvictionOrder::Update(EvictionState& b, bool eligible) {
-  b.eligible_ = eligible;
-  // Never in either order and not going in: nothing to do.
-  if (!eligible && !b.indexed_ && !b.drop_indexed_) return;
-  if (!b.rekey_) {
-    b.rekey_ = true;
-    b.rekey_at_ = rekey_.size();
-    rekey_.push_back(&b);
-  }
-}
-
 void EvictionOrder::Remove(EvictionState& b) {
   if (b.rekey_) {
     // Off the re-key list: the last takes its place.

@@ -101,7 +101,16 @@ class EvictionOrder {
   // After any change to `b`'s fields: `eligible` says whether it may be
   // evicted at all now (resident, and neither freed nor out of the owner's
   // control); pins, failed rounds and prefetches are looked at by Victim.
-  void Update(EvictionState& b, bool eligible);
+  void Update(EvictionState& b, bool eligible) {  // inline: every use of a buffer passes here
+    b.eligible_ = eligible;
+    // Never in either order and not going in: nothing to do.
+    if (!eligible && !b.indexed_ && !b.drop_indexed_) return;
+    if (!b.rekey_) {
+      b.rekey_ = true;
+      b.rekey_at_ = rekey_.size();
+      rekey_.push_back(&b);
+    }
+  }
   // Takes `b` out of the order (before it is destroyed).
   void Remove(EvictionState& b);
 

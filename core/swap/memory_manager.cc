@@ -164,7 +164,7 @@ uint64_t MemoryManager::CapFor(int device, size_t device_total) const {
   return cap ? *cap : device_total;
 }
 
-MemoryManager::Device& MemoryManager::DeviceState(int ordinal) {
+MemoryManager::Device& MemoryManager::AddDeviceState(int ordinal) {
   if (ordinal < 0) ordinal = 0;
   if (static_cast<size_t>(ordinal) >= devices_.size()) devices_.resize(ordinal + 1);
   std::unique_ptr<Device>& d = devices_[ordinal];

@@ -523,7 +523,8 @@ class MemoryManager {
                 std::unique_ptr<EvictionPolicy> policy);
 
   // --- State and bookkeeping (memory_manager.cc).
-  Device& DeviceState(int ordinal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Device& DeviceState(int ordinal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // inline: hot
+  Device& AddDeviceState(int ordinal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Charge(Device& dev, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Buffer* ById(uint64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The manager's buffers behind the program's ids, as the decisions take

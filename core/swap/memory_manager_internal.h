@@ -223,6 +223,15 @@ struct MemoryManager::Device {
   EvictionOrder order;
 };
 
+// Every operation looks its buffers' devices up, several times: made once
+// (AddDeviceState), then found inline.
+inline MemoryManager::Device& MemoryManager::DeviceState(int ordinal) {
+  if (ordinal >= 0 && static_cast<size_t>(ordinal) < devices_.size() && devices_[ordinal]) {
+    return *devices_[ordinal];
+  }
+  return AddDeviceState(ordinal);
+}
+
 class MemoryManager::ReindexAtExit {
  public:
   ReindexAtExit(MemoryManager* mm, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm->mu_)
