@@ -1,12 +1,13 @@
 // Replay: runs a Trace under a device-memory cap with the decisions of the
-// memory manager (core/swap/memory_manager.cc) — the S401-S405 loop of
-// MakeRoom (under `version`: drop clean buffers least recently used first,
-// then garbage, then evict by the policy), its swap-in rules (no copy for an
-// operation that overwrites the buffer whole, none for a buffer never
-// written under `version`), device-to-host reads served from the host copy
-// — with the library's own EvictionPolicy (Key/Copies from policy/,
-// shared, not copied), its order kept in an index as the manager keeps it,
-// so an eviction costs O(log n) however many buffers are live. Every
+// memory manager, made by the library's own code in policy/ (linked, not
+// copied): the S401-S405 loop (MakeRoomLoop: under `version`, drop clean
+// buffers least recently used first, then garbage, then evict by the
+// policy), the eviction orders over each buffer's S03 fields
+// (EvictionOrder, O(log n) an eviction however many buffers are live), the
+// planner and the application of its actions (ApplyPlan), the choice to
+// serve or fetch (ChooseReach); the swap-in rules (no copy for an operation
+// that overwrites the buffer whole, none for a buffer never written under
+// `version`) and device-to-host reads served from the host copy. Every
 // operation is taken to have completed before the next (the log's order),
 // so nothing waits: the counts are those of the decisions alone.
 //
