@@ -798,6 +798,12 @@ class MemoryManager {
   // share it, and finding it may ask the driver for the current context.
   Use* NoteUse(std::vector<Use>& uses, CUstream stream, int device,
                std::pair<CUstream, uint64_t> key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The entry of `uses` for the stream keyed `key` (UseKey), added if none.
+  static Use& EntryFor(std::vector<Use>& uses, std::pair<CUstream, uint64_t> key);
+  // An event (timing off) made in `stream`'s context, which `*home` says;
+  // the driver's error, counted, when the context or the event cannot be had.
+  CUresult CreateStreamEvent(Device& dev, CUstream stream, CUevent* event, CUcontext* home)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The key and thread a use on `stream` is kept under (Use::stream,
   // Use::thread): the handle, or for the handles that name a stream of the
   // current context, that context's (and the calling thread's) own.

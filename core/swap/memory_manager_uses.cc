@@ -53,19 +53,41 @@ MemoryManager::Use* MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stre
   return NoteUse(uses, stream, device, UseKey(stream));
 }
 
+MemoryManager::Use& MemoryManager::EntryFor(std::vector<Use>& uses,
+                                            std::pair<CUstream, uint64_t> key) {
+  for (Use& x : uses) {
+    if (x.stream == key.first && x.thread == key.second) return x;
+  }
+  Use& u = uses.emplace_back();
+  u.stream = key.first;
+  u.thread = key.second;
+  return u;
+}
+
+CUresult MemoryManager::CreateStreamEvent(Device& dev, CUstream stream, CUevent* event,
+                                          CUcontext* home) {
+  // In the stream's context: stensor's streams are in the device's; the
+  // program's named ones say which (a copy may be issued to a stream of
+  // another context); the others are the current context's.
+  *home = nullptr;
+  if (dev.OwnStream(stream)) {
+    *home = dev.context;
+  } else if (CUresult r = Failed(StreamContext(*driver_, stream, home)); r != CUDA_SUCCESS) {
+    return r;
+  }
+  *event = nullptr;
+  ContextScope scope(*driver_, *home, &stats_.driver_errors);
+  CUresult r = scope.result();
+  if (r == CUDA_SUCCESS) r = Failed(driver_->cuEventCreate(event, CU_EVENT_DISABLE_TIMING));
+  (void)scope.Restore();
+  if (r == CUDA_SUCCESS && *event == nullptr) r = CUDA_ERROR_UNKNOWN;
+  if (r != CUDA_SUCCESS) *event = nullptr;
+  return r;
+}
+
 MemoryManager::Use* MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stream, int device,
                                            std::pair<CUstream, uint64_t> use_key) {
-  Device& dev = DeviceState(device);
-  const auto [key, thread] = use_key;
-  Use* u = nullptr;
-  for (Use& x : uses) {
-    if (x.stream == key && x.thread == thread) u = &x;
-  }
-  if (u == nullptr) {
-    u = &uses.emplace_back();
-    u->stream = key;
-    u->thread = thread;
-  }
+  Use* u = &EntryFor(uses, use_key);
   u->device = device;
   ++u->seq;
   u->done = false;
@@ -73,21 +95,10 @@ MemoryManager::Use* MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stre
   u->mark = nullptr;  // its own event from here on
   u->event = u->own;
   if (u->own == nullptr) {
-    // Made once, in the stream's context: stensor's streams are in the
-    // device's; the program's named ones say which (a copy may be issued to
-    // a stream of another context); the others are the current context's.
+    // Made once. Without one the use is not recorded: waits fall back to
+    // the stream or the context.
     CUcontext home = nullptr;
-    if (dev.OwnStream(stream)) {
-      home = dev.context;
-    } else if (Failed(StreamContext(*driver_, stream, &home)) != CUDA_SUCCESS) {
-      return u;  // not recorded: waits fall back to the stream or the context
-    }
-    ContextScope scope(*driver_, home, &stats_.driver_errors);
-    CUresult r = scope.result();
-    if (r == CUDA_SUCCESS) r = Failed(driver_->cuEventCreate(&u->own, CU_EVENT_DISABLE_TIMING));
-    if (r != CUDA_SUCCESS) u->own = nullptr;
-    (void)scope.Restore();
-    if (u->own == nullptr) return u;
+    if (CreateStreamEvent(DeviceState(device), stream, &u->own, &home) != CUDA_SUCCESS) return u;
     u->event = u->own;
     u->context = home;  // the event ends with it (AfterContextEnds)
   }
@@ -118,19 +129,9 @@ StreamMark* MemoryManager::TakeMark(std::pair<CUstream, uint64_t> key, CUstream 
     }
   }
   // A new one, in the stream's context (as NoteUse makes its events).
-  Device& dev = DeviceState(device);
-  CUcontext home = nullptr;
-  if (dev.OwnStream(stream)) {
-    home = dev.context;
-  } else if (Failed(StreamContext(*driver_, stream, &home)) != CUDA_SUCCESS) {
-    return nullptr;
-  }
   CUevent event = nullptr;
-  ContextScope scope(*driver_, home, &stats_.driver_errors);
-  CUresult r = scope.result();
-  if (r == CUDA_SUCCESS) r = Failed(driver_->cuEventCreate(&event, CU_EVENT_DISABLE_TIMING));
-  (void)scope.Restore();
-  if (r != CUDA_SUCCESS || event == nullptr) {
+  CUcontext home = nullptr;
+  if (CreateStreamEvent(DeviceState(device), stream, &event, &home) != CUDA_SUCCESS) {
     if (ring.marks.empty()) mark_rings_.erase(found);
     return nullptr;
   }
@@ -146,15 +147,7 @@ StreamMark* MemoryManager::TakeMark(std::pair<CUstream, uint64_t> key, CUstream 
 
 void MemoryManager::NoteMarkedUse(std::vector<Use>& uses, std::pair<CUstream, uint64_t> key,
                                   int device, StreamMark& mark, bool recorded) {
-  Use* u = nullptr;
-  for (Use& x : uses) {
-    if (x.stream == key.first && x.thread == key.second) u = &x;
-  }
-  if (u == nullptr) {
-    u = &uses.emplace_back();
-    u->stream = key.first;
-    u->thread = key.second;
-  }
+  Use* u = &EntryFor(uses, key);
   u->device = device;
   ++u->seq;
   u->done = false;
