@@ -864,8 +864,6 @@ bool MemoryManager::WaitForUnpin(absl::Duration* waited) {
   return true;
 }
 
-bool MemoryManager::Droppable(const Buffer& b) { return DeviceState(b.device).order.Droppable(b); }
-
 bool MemoryManager::DropOneClean(Device& dev, CUresult* error, bool spend_prefetched) {
   // The least recently used droppable buffer not pinned (those are few:
   // an operation's own buffers) nor failed in this round.
@@ -1153,8 +1151,8 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
   // Nothing is evicted under pending work that may reach it unless it can
   // be queued behind that work (callers wait otherwise).
   if (!idle && !CanQueue(dev)) return CUDA_ERROR_NOT_READY;
-  if (b.stale_device) copy = false;         // the host copy is the data
-  if (!copy && !Droppable(b)) copy = true;  // never drop what is dirty
+  if (b.stale_device) copy = false;                   // the host copy is the data
+  if (!copy && !dev.order.Droppable(b)) copy = true;  // never drop what is dirty
   bool never_written = !copy && !b.stale_device && !b.clean();
   // Never fault: with host-located VMM the address reads the host copy
   // while swapped out, so even a never-written buffer gets one (fresh, or

@@ -589,11 +589,10 @@ class MemoryManager {
   CUresult Failed(CUresult r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Log(std::string line) const;
 
-  // The eviction order: per device, the resident, evictable buffers by
-  // (policy key, id, serial), and those whose device copy may go without a
-  // transfer by last use (S403), kept up to date wherever a key field
-  // changes, so one eviction costs O(log n) and never a walk of every
-  // buffer. Reindex puts `b` where its fields say now.
+  // The eviction order (Device::order, policy/eviction_order.h): Reindex
+  // tells it, and the planner, after any change to `b`'s fields (re-keyed
+  // when an eviction next reads the order); Unindex takes `b` out before it
+  // is destroyed.
   void Reindex(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unindex(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Re-keys the buffer when the scope ends, however it ends.
@@ -725,9 +724,6 @@ class MemoryManager {
   // below, where a lack of room may still end served from host, waited
   // for and retried, or a prefetch put off.
   void LogOom(Device& dev, uint64_t need) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether the buffer's device copy may go without a transfer.
-  bool Droppable(const Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
   // Whether a busy buffer of `dev` may be evicted in stream order now.
   bool CanQueue(Device& dev) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queued behind the buffer's in-flight uses on the swap stream (no host
