@@ -121,7 +121,7 @@ MemoryManager::~MemoryManager() {
   MutexLock lock(&mu_);
   while (!by_base_.empty()) {
     Buffer& b = *by_base_.begin()->second;
-    WaitIdle(b);  // an error here leaves nothing better to do than release
+    WaitIdle(b, HostWait::kAllowed);  // an error here leaves nothing better to do than release
     if (!ReleaseBuffer(DeviceState(b.device), b)) {
       Unindex(b);
       DequeueGarbage(DeviceState(b.device), b);
@@ -354,7 +354,7 @@ CUresult MemoryManager::MakePieces(Device& dev, Buffer& head,
     // Reused memory's zeroing may still be queued on the swap stream: the
     // piece lets go of it only once that is done (else the memory stays
     // mapped and charged, lost to the cap but never written unmapped).
-    if (WaitSwapUse(dev, p) != CUDA_SUCCESS) {
+    if (WaitSwapUse(dev, p, HostWait::kAllowed) != CUDA_SUCCESS) {
       range_free = false;
       continue;
     }
@@ -434,7 +434,7 @@ CUresult MemoryManager::AllocateLocked(Device& dev, CUcontext context, uint64_t 
   std::vector<std::unique_ptr<Buffer>> pieces;  // after the first (in_pieces)
   if (!vmm_sized) {
     b->reserved = AlignUp(bytes, kSmallUnit);
-    CUresult r = MakeRoom(dev, b->reserved);
+    CUresult r = MakeRoom(dev, b->reserved, HostWait::kAllowed);
     if (r == CUDA_ERROR_OUT_OF_MEMORY && small_fallback) {
       small_on_host = true;
       b->reserved = AlignUp(bytes, dev.granularity);
@@ -449,7 +449,7 @@ CUresult MemoryManager::AllocateLocked(Device& dev, CUcontext context, uint64_t 
     TrimDriverPool(dev);
     CUresult r;
     while ((r = driver_->cuMemAlloc_v2(&b->base, bytes)) == CUDA_ERROR_OUT_OF_MEMORY) {
-      if (!EvictByPolicy(dev, b->reserved)) return r;  // the device is full
+      if (!EvictByPolicy(dev, b->reserved, HostWait::kAllowed)) return r;  // the device is full
     }
     if (r != CUDA_SUCCESS) return r;
     Charge(dev, b->reserved);
@@ -711,8 +711,8 @@ void MemoryManager::LogOom(Device& dev, uint64_t need) {
 // MakeRoom's steps on one device (MakeRoomLoop takes them in order).
 class MemoryManager::Room : public RoomSteps {
  public:
-  Room(MemoryManager* mm, Device& dev, uint64_t need, bool pool_counts)
-      : mm_(mm), dev_(dev), need_(need), pool_counts_(pool_counts) {}
+  Room(MemoryManager* mm, Device& dev, uint64_t need, HostWait host_wait, bool pool_counts)
+      : mm_(mm), dev_(dev), need_(need), host_wait_(host_wait), pool_counts_(pool_counts) {}
 
   // What ended the search: the result of a step that stopped it.
   CUresult stop() const { return stop_; }
@@ -749,35 +749,36 @@ class MemoryManager::Room : public RoomSteps {
     // rather than evict more.
     if (const uint64_t unfit = dev_.pool.bytes() - fits_;
         unfit > 0 && dev_.used - unfit <= dev_.cap - fresh_) {
-      if (mm_->no_block_) return Stop(CUDA_ERROR_NOT_READY);  // it comes, but not without a wait
+      if (!may_wait()) return Stop(CUDA_ERROR_NOT_READY);  // it comes, but not without a wait
       if (mm_->ReapOldMappings(dev_, /*wait=*/true)) return Outcome::kProgress;
     }
     return Outcome::kNothing;
   }
 
   bool DropOneClean(bool spend_prefetched) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm_->mu_) {
-    return mm_->DropOneClean(dev_, &error_, spend_prefetched);
+    return mm_->DropOneClean(dev_, host_wait_, &error_, spend_prefetched);
   }
 
   bool ReleaseGarbage() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm_->mu_) {
-    if (mm_->ReleaseGarbage(dev_, /*wait=*/false, &error_)) return true;
-    if (mm_->ReleaseGarbage(dev_, /*wait=*/true, &error_)) return true;
+    if (mm_->ReleaseGarbage(dev_, /*wait=*/false, host_wait_, &error_)) return true;
+    if (mm_->ReleaseGarbage(dev_, /*wait=*/true, host_wait_, &error_)) return true;
     // A host wait for driver frees still queued on the program's streams
     // only when they would make the room: else evicting is needed anyway,
     // and they settle by themselves meanwhile (transformer_train at 50 %
     // waited for a 128 KiB free a few times a step, then evicted).
     return !mm_->external_frees_.empty() &&
            mm_->QueuedExternalBytes(dev_.ordinal) >= dev_.used - (dev_.cap - fresh_) &&
-           mm_->SettleExternalFrees(dev_.ordinal, true);
+           mm_->SettleExternalFrees(dev_.ordinal, /*wait=*/may_wait());
   }
 
   bool EvictByPolicy(bool spend_prefetched) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm_->mu_) {
-    return mm_->EvictByPolicy(dev_, dev_.used - (dev_.cap - need_), &error_, spend_prefetched);
+    return mm_->EvictByPolicy(dev_, dev_.used - (dev_.cap - need_), host_wait_, &error_,
+                              spend_prefetched);
   }
 
   // Not while prefetching: a fetch never evicts another's.
   bool MayTakePrefetched() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm_->mu_) {
-    if (!mm_->no_block_) return true;
+    if (may_wait()) return true;
     stop_ = CUDA_ERROR_NOT_READY;
     return false;
   }
@@ -785,10 +786,12 @@ class MemoryManager::Room : public RoomSteps {
   Outcome LastResort() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm_->mu_) {
     // Pooled memory the need cannot take is still mapped at old addresses:
     // once their copies are done it can go.
-    if (dev_.pool.bytes() > fits_ && mm_->ReapOldMappings(dev_, /*wait=*/true)) {
+    // (A wait for the swap stream, which old mappings imply.)
+    if (may_wait() && dev_.pool.bytes() > fits_ && mm_->ReapOldMappings(dev_, /*wait=*/true)) {
       return Outcome::kProgress;
     }
-    if (!mm_->external_frees_.empty() && mm_->SettleExternalFrees(dev_.ordinal, true)) {
+    if (!mm_->external_frees_.empty() &&
+        mm_->SettleExternalFrees(dev_.ordinal, /*wait=*/may_wait())) {
       return Outcome::kProgress;
     }
     // Nothing was left to evict, or what was left could not be evicted
@@ -800,7 +803,7 @@ class MemoryManager::Room : public RoomSteps {
     // since two threads holding pins could each wait for the other.
     // Only a caller holding no pins of its own waits here (Prepare lets go
     // of its own first): two waiting for each other would never finish.
-    if (!mm_->no_block_ && t_operation_pins == 0 && mm_->OthersPin() &&
+    if (may_wait() && t_operation_pins == 0 && mm_->OthersPin() &&
         mm_->WaitForUnpin(&waited_for_pins_)) {
       return Outcome::kProgress;
     }
@@ -812,10 +815,12 @@ class MemoryManager::Room : public RoomSteps {
     stop_ = r;
     return Outcome::kStop;
   }
+  bool may_wait() const { return host_wait_ == HostWait::kAllowed; }
 
   MemoryManager* const mm_;
   Device& dev_;
   const uint64_t need_;
+  const HostWait host_wait_;
   const bool pool_counts_;
   uint64_t fits_ = 0;   // of the need, what pooled chunks it takes cover
   uint64_t fresh_ = 0;  // the rest
@@ -824,11 +829,11 @@ class MemoryManager::Room : public RoomSteps {
   absl::Duration waited_for_pins_;
 };
 
-CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, bool pool_counts) {
+CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, HostWait host_wait, bool pool_counts) {
   if (need > dev.cap) return CUDA_ERROR_OUT_OF_MEMORY;  // evicting everything would not do
   ++round_;  // buffers that failed to go before may go now
   if (!unreleased_.empty() || !stuck_.empty()) RetryReleases();
-  Room room(this, dev, need, pool_counts);
+  Room room(this, dev, need, host_wait, pool_counts);
   switch (MakeRoomLoop(room, version_policy_)) {
     case RoomResult::kFits:
       return CUDA_SUCCESS;
@@ -864,7 +869,8 @@ bool MemoryManager::WaitForUnpin(absl::Duration* waited) {
   return true;
 }
 
-bool MemoryManager::DropOneClean(Device& dev, CUresult* error, bool spend_prefetched) {
+bool MemoryManager::DropOneClean(Device& dev, HostWait host_wait, CUresult* error,
+                                 bool spend_prefetched) {
   // The least recently used droppable buffer not pinned (those are few:
   // an operation's own buffers) nor failed in this round.
   const bool can_queue = CanQueue(dev);
@@ -873,16 +879,16 @@ bool MemoryManager::DropOneClean(Device& dev, CUresult* error, bool spend_prefet
         return can_queue || Idle(static_cast<Buffer&>(b));
       }));
   if (pick == nullptr) return false;
-  CUresult r = SwapOut(dev, *pick, /*copy=*/false);
+  CUresult r = SwapOut(dev, *pick, /*copy=*/false, host_wait);
   if (r == CUDA_SUCCESS) return true;
-  if (r == CUDA_ERROR_NOT_READY) r = WaitIdle(*pick);  // not orderable on the device
-  if (r == CUDA_SUCCESS) return true;                  // unlocked: look again
+  if (r == CUDA_ERROR_NOT_READY) r = WaitIdle(*pick, host_wait);  // not orderable on the device
+  if (r == CUDA_SUCCESS) return true;                             // unlocked: look again
   pick->failed_round = round_;
   if (error != nullptr) *error = r;
   return true;  // look again: the next clean buffer, or the next step
 }
 
-bool MemoryManager::ReleaseGarbage(Device& dev, bool wait, CUresult* error) {
+bool MemoryManager::ReleaseGarbage(Device& dev, bool wait, HostWait host_wait, CUresult* error) {
   if (dev.garbage.empty()) return false;
   // What completed is released; the memory of what did not is free in stream
   // order: handed on (QueueGarbage) rather than waited for.
@@ -896,7 +902,7 @@ bool MemoryManager::ReleaseGarbage(Device& dev, bool wait, CUresult* error) {
   for (auto& [key, queue] : dev.garbage) {
     Buffer* b = queue.empty() ? nullptr : queue.front();
     if (b == nullptr || b->pins > 0 || b->failed_round == round_) continue;
-    if (CUresult r = WaitIdle(*b); r != CUDA_SUCCESS) {
+    if (CUresult r = WaitIdle(*b, host_wait); r != CUDA_SUCCESS) {
       b->failed_round = round_;
       if (error != nullptr) *error = r;
     }
@@ -1098,7 +1104,7 @@ uint64_t MemoryManager::FreeUnderCap(const Device& dev) {
   return held < dev.cap ? dev.cap - held : 0;
 }
 
-bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, CUresult* error,
+bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, HostWait host_wait, CUresult* error,
                                   bool spend_prefetched) {
   (void)needed;  // one at a time: the caller re-checks the cap after each
   Buffer* pick = PolicyVictim(dev, spend_prefetched);
@@ -1107,17 +1113,17 @@ bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, CUresult* error,
   if (!CanQueue(dev) && !Idle(b)) {
     // Unlocks: the caller looks again, from the start (without this
     // buffer, if its work could not be observed complete).
-    if (CUresult r = WaitIdle(b); r != CUDA_SUCCESS) {
+    if (CUresult r = WaitIdle(b, host_wait); r != CUDA_SUCCESS) {
       b.failed_round = round_;
       if (error != nullptr) *error = r;
     }
     return true;
   }
-  CUresult r = SwapOut(dev, b, dev.order.Copies(b));
+  CUresult r = SwapOut(dev, b, dev.order.Copies(b), host_wait);
   if (r == CUDA_SUCCESS) return true;
   if (r == CUDA_ERROR_NOT_READY) {
     // Its work could not be ordered on the device: wait on the host.
-    if (r = WaitIdle(b); r != CUDA_SUCCESS) {
+    if (r = WaitIdle(b, host_wait); r != CUDA_SUCCESS) {
       b.failed_round = round_;
       if (error != nullptr) *error = r;
     }
@@ -1145,7 +1151,7 @@ bool MemoryManager::CanQueue(Device& dev) const {
 // the copy (or the buffer's last use) is still in flight it stays mapped at
 // the buffer's address until that is observed complete (ReapOldMappings),
 // and its next user runs after it on the swap stream.
-CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
+CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy, HostWait host_wait) {
   ReindexAtExit reindex(this, b);
   const bool idle = Idle(b);
   // Nothing is evicted under pending work that may reach it unless it can
@@ -1192,7 +1198,7 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy) {
     if (!fence->recorded) {
       // No event tells when it is done: wait for the swap stream on the
       // host. Not observed: still resident, not idle until seen done.
-      if (CUresult r = WaitSwapUse(dev, b); r != CUDA_SUCCESS) return r;
+      if (CUresult r = WaitSwapUse(dev, b, host_wait); r != CUDA_SUCCESS) return r;
       // Unlocked meanwhile: another operation may have used it since.
       if (!b.resident() || b.pins > 0 || !Idle(b)) return CUDA_ERROR_NOT_READY;
     } else {
@@ -1251,7 +1257,8 @@ void MemoryManager::LogSwapIn(const Device& dev, const Buffer& b, bool copy) con
 // taken off the address only then (and only when no work of unknown
 // accesses that may read it is pending), the copy is ordered before the
 // consumer; a failure before the copy is submitted puts everything back.
-CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer) {
+CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer,
+                               HostWait host_wait) {
   ReindexAtExit reindex(this, b);
   // A second attempt takes fresh memory: zeroing reused chunks failed.
   for (int attempt = 0;; ++attempt) {
@@ -1272,7 +1279,7 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
         }
         // Handed on: the address is unmapped once the copy is done (the GPU
         // would fault before), only then can memory be mapped there.
-        if (CUresult r = WaitSwapUse(dev, b); r != CUDA_SUCCESS) return r;
+        if (CUresult r = WaitSwapUse(dev, b, host_wait); r != CUDA_SUCCESS) return r;
         if (b.old_mapped && !EndOldMapping(dev, b)) return CUDA_ERROR_UNKNOWN;
         continue;  // unlocked: look again
       }
@@ -1282,13 +1289,13 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
       if (!b.resident() && b.host_at_base && !UnknownIdle(dev)) {
         // A kernel whose accesses are unknown may be reading the host copy
         // through the address: it stays mapped until that work completed.
-        if (CUresult r = WaitIdle(b, /*own_uses=*/false); r != CUDA_SUCCESS) return r;
+        if (CUresult r = WaitIdle(b, host_wait, /*own_uses=*/false); r != CUDA_SUCCESS) return r;
         continue;  // unlocked: look again
       }
       if (!b.resident() && b.host_at_base && !Idle(b)) {
         // An operation it was served to may still read or write the host
         // copy through the address: likewise.
-        if (CUresult r = WaitIdle(b); r != CUDA_SUCCESS) return r;
+        if (CUresult r = WaitIdle(b, host_wait); r != CUDA_SUCCESS) return r;
         continue;  // unlocked: look again
       }
       if (b.resident()) {
@@ -1296,7 +1303,7 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
         // after its copy, as for any resident buffer.
         return OrderAfterSwap(dev, b, consumer);
       }
-      if (CUresult r = AcquireChunks(dev, b.reserved, reuse, &h, &pooled, &shadowed);
+      if (CUresult r = AcquireChunks(dev, b.reserved, reuse, host_wait, &h, &pooled, &shadowed);
           r != CUDA_SUCCESS) {
         return r;
       }
@@ -1472,7 +1479,7 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> named,
     // While other threads' operations hold buffers, room may come when they
     // finish: serving from host (slower for the kernel) only once waiting
     // for them gave nothing.
-    const bool may_wait = !no_block_ && !waited_enough && OthersPin();
+    const bool may_wait = !waited_enough && OthersPin();
     Refusal refused;
     CUresult r = PrepareOnce(ids, found, overwritten, stream, /*may_serve=*/!may_wait, next_after,
                              note != nullptr ? note->far : absl::Span<const uint64_t>(), &refused);
@@ -1616,7 +1623,8 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids, absl::Span<B
       if (b->stale_device) r = RestoreFromHost(dev, *b);
       if (r == CUDA_SUCCESS && b->resident()) r = OrderAfterSwap(dev, *b, stream);
       if (r == CUDA_SUCCESS && !b->resident()) {
-        r = SwapIn(dev, *b, /*copy=*/true, stream);  // the restore swapped it out
+        r = SwapIn(dev, *b, /*copy=*/true, stream,
+                   HostWait::kAllowed);  // the restore swapped it out
       }
     } else if (Servable(*b) && (b->serving > 0 || (may_serve && dev.host_vmm && InUse(*b)))) {
       // Another operation reaches it through the host copy (being prepared,
@@ -1649,7 +1657,7 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids, absl::Span<B
       } else {
         const uint64_t copies = stats_.swap_ins;
         // (Servable may only become true in SwapIn: a swap-out in flight ends.)
-        r = SwapIn(dev, *b, !whole, stream);
+        r = SwapIn(dev, *b, !whole, stream, HostWait::kAllowed);
         // What prefetch exists to avoid: a copy in, on demand, once planned.
         if (stats_.swap_ins > copies && planner_ != nullptr && planner_->has_profile()) {
           ++stats_.on_demand_after_profile;
@@ -1871,11 +1879,10 @@ CUresult MemoryManager::PrefetchLocked(Buffer& b) {
   if (b.garbage || !b.vmm) return CUDA_ERROR_NOT_FOUND;
   if (b.resident() && !b.stale_device) return CUDA_SUCCESS;
   Device& dev = DeviceState(b.device);
-  no_block_ = true;
   Pin(b);  // not evicted to make room for itself
-  CUresult r = b.resident() ? RestoreFromHost(dev, b) : SwapIn(dev, b, /*copy=*/true, kNoConsumer);
+  CUresult r = b.resident() ? RestoreFromHost(dev, b)
+                            : SwapIn(dev, b, /*copy=*/true, kNoConsumer, HostWait::kNever);
   Unpin(b);
-  no_block_ = false;
   // Nothing to evict without waiting (or at all): not now.
   if (r == CUDA_ERROR_OUT_OF_MEMORY) r = CUDA_ERROR_NOT_READY;
   return r;
@@ -1897,10 +1904,7 @@ CUresult MemoryManager::EvictAsyncLocked(Buffer& b) {
   if (!b.resident()) return CUDA_SUCCESS;
   if (b.pins > 0 || b.exported) return CUDA_ERROR_NOT_READY;
   Device& dev = DeviceState(b.device);
-  no_block_ = true;
-  CUresult r = SwapOut(dev, b, dev.order.Copies(b));
-  no_block_ = false;
-  return r;
+  return SwapOut(dev, b, dev.order.Copies(b), HostWait::kNever);
 }
 
 // --- S02 and planned swaps -------------------------------------------------------

@@ -599,6 +599,10 @@ class MemoryManager {
   class ReindexAtExit;
 
   // --- The decisions (memory_manager.cc).
+  // Whether a call may wait on the host (without the lock) for work in
+  // flight. Prefetch and EvictAsync may not: where they would have to, they
+  // answer CUDA_ERROR_NOT_READY (the work is put off, never the program).
+  enum class HostWait { kAllowed, kNever };
   // S401-S405: frees device memory until `need` more bytes fit under the
   // cap on `dev`. Buffers with pins > 0 are never chosen; while other
   // threads' operations hold some, a caller holding none waits (up to 2 s
@@ -606,8 +610,10 @@ class MemoryManager {
   // CUDA_ERROR_OUT_OF_MEMORY, or the driver error that kept the last
   // candidate from being evicted.
   // With `pool_counts`, pooled chunks are room too (the caller takes them;
-  // they are charged already), and none is released to make room.
-  CUresult MakeRoom(Device& dev, uint64_t need, bool pool_counts = false)
+  // they are charged already), and none is released to make room. With
+  // HostWait::kNever, CUDA_ERROR_NOT_READY where room needs a host wait
+  // (and never by taking a buffer fetched ahead of its use).
+  CUresult MakeRoom(Device& dev, uint64_t need, HostWait host_wait, bool pool_counts = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Its steps on one device, which MakeRoomLoop (policy/make_room.h, shared
   // with `stensor sim`) takes in order.
@@ -683,11 +689,13 @@ class MemoryManager {
   // error stored in `*error` (when not null). Buffers fetched ahead of
   // their use are taken only with `spend_prefetched` (MakeRoom's last
   // resort).
-  bool DropOneClean(Device& dev, CUresult* error = nullptr, bool spend_prefetched = false)
+  bool DropOneClean(Device& dev, HostWait host_wait, CUresult* error = nullptr,
+                    bool spend_prefetched = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `wait`: a host wait for the oldest freed buffer of a queue (it fails
+  // with CUDA_ERROR_NOT_READY under HostWait::kNever).
+  bool ReleaseGarbage(Device& dev, bool wait, HostWait host_wait, CUresult* error = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool ReleaseGarbage(Device& dev, bool wait, CUresult* error = nullptr)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool EvictByPolicy(Device& dev, uint64_t needed, CUresult* error = nullptr,
+  bool EvictByPolicy(Device& dev, uint64_t needed, HostWait host_wait, CUresult* error = nullptr,
                      bool spend_prefetched = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases the freed buffers whose last uses were seen complete, oldest
   // first in each of the device's queues (Device::garbage), up to the first
@@ -730,8 +738,9 @@ class MemoryManager {
   // wait) where nothing of unknown accesses is pending and STENSOR_VERIFY
   // is off; else the buffer must be idle. CUDA_ERROR_NOT_READY when its work
   // could not be ordered on the device: the caller waits on the host.
-  CUresult SwapOut(Device& dev, Buffer& b, bool copy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  CUresult SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer)
+  CUresult SwapOut(Device& dev, Buffer& b, bool copy, HostWait host_wait)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  CUresult SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer, HostWait host_wait)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The access log's record of a swap-in (`copy`: its contents copied in).
   void LogSwapIn(const Device& dev, const Buffer& b, bool copy) const;
@@ -832,8 +841,9 @@ class MemoryManager {
   // Waits for the buffer's in-flight uses (with `own_uses`; always for the
   // device's work of unknown accesses), releasing the mutex meanwhile:
   // anything may have changed when it returns. An error when some use could
-  // not be observed complete.
-  CUresult WaitIdle(Buffer& b, bool own_uses = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // not be observed complete; CUDA_ERROR_NOT_READY under HostWait::kNever.
+  CUresult WaitIdle(Buffer& b, HostWait host_wait, bool own_uses = true)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes `consumer` wait for the swap stream's copies into `b`: on the
   // device, or on the host where the device-side wait failed.
   CUresult OrderAfterSwap(Device& dev, Buffer& b, CUstream consumer)
@@ -846,8 +856,10 @@ class MemoryManager {
   std::vector<Use> PendingOwnUses(const Device& dev, Buffer& b) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A host wait for the buffer's last use on the swap stream, without the
-  // lock (the buffer pinned meanwhile).
-  CUresult WaitSwapUse(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // lock (the buffer pinned meanwhile); CUDA_ERROR_NOT_READY under
+  // HostWait::kNever when there is one to wait for.
+  CUresult WaitSwapUse(Device& dev, Buffer& b, HostWait host_wait)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A host wait for `uses` (copies) of `b`, in order until one fails,
   // without the lock: the pin keeps `b` and its events alive meanwhile.
   // `on_their_streams`: uses on stensor's own streams, waited for with
@@ -875,8 +887,8 @@ class MemoryManager {
   // Physical memory. CreatePhysical charges it (evicting when the device
   // itself is full); ReleasePhysical uncharges it once the driver released
   // it, and keeps it (charged) for a retry when it did not.
-  CUresult CreatePhysical(Device& dev, uint64_t bytes, CUmemGenericAllocationHandle* handle)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  CUresult CreatePhysical(Device& dev, uint64_t bytes, HostWait host_wait,
+                          CUmemGenericAllocationHandle* handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Before stensor takes device memory the cap counts (CreatePhysical, a
   // small cuMemAlloc): the driver's default stream-ordered pool releases
   // what it keeps reserved but unused (cuMemPoolTrimTo(pool, 0)), memory
@@ -904,7 +916,7 @@ class MemoryManager {
   // `reuse`), room made for the rest, then created as one chunk.
   // `*pooled`: some came from the pool (they hold old contents). On failure
   // nothing is held.
-  CUresult AcquireChunks(Device& dev, uint64_t bytes, bool reuse,
+  CUresult AcquireChunks(Device& dev, uint64_t bytes, bool reuse, HostWait host_wait,
                          std::vector<PhysicalChunk>* chunks, bool* pooled, bool* shadowed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A buffer swapped out asynchronously takes its old chunks back from the
@@ -1011,9 +1023,6 @@ class MemoryManager {
   bool warned_no_host_vmm_ ABSL_GUARDED_BY(mu_) = false;
   bool warned_host_limit_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t serial_ ABSL_GUARDED_BY(mu_) = 0;  // allocation order: the last tie-break
-  // Set while a Prefetch or EvictAsync runs: every host wait answers
-  // CUDA_ERROR_NOT_READY instead of waiting.
-  bool no_block_ ABSL_GUARDED_BY(mu_) = false;
   // Pins dropped by operations that finished (or failed to prepare): what
   // an allocation that found everything pinned waits to change.
   uint64_t unpins_ ABSL_GUARDED_BY(mu_) = 0;

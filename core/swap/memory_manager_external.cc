@@ -47,7 +47,7 @@ CUresult MemoryManager::ReserveExternal(uint64_t bytes, ExternalSource source) {
   // them where they would make the room. A small one of the default pool
   // finding no room is served from host memory instead (ServeStreamOrdered):
   // not a refusal yet.
-  const CUresult room = MakeRoom(dev, charge);
+  const CUresult room = MakeRoom(dev, charge, HostWait::kAllowed);
   if (room == CUDA_ERROR_OUT_OF_MEMORY &&
       !(source == ExternalSource::kDefaultPool && ServesSmallFromHost(dev, bytes))) {
     LogOom(dev, charge);
@@ -131,7 +131,7 @@ bool MemoryManager::SettleExternalFrees(int device, bool wait) {
     settled |= f.device == device;
     it = DropExternalFree(it);
   }
-  if (settled || !wait || no_block_) return settled;
+  if (settled || !wait) return settled;
   for (ExternalFree& f : external_frees_) {
     if (f.device != device || f.waiters > 0) continue;
     // Without the lock (the stream may wait for another thread's next
@@ -168,7 +168,7 @@ CUresult MemoryManager::PinLocked(Buffer& b, const char* api) {
     Pin(b);
     CUresult r = b.resident() ? RestoreFromHost(dev, b)
                               : SwapIn(dev, b, /*copy=*/true,
-                                       /*consumer=*/nullptr);
+                                       /*consumer=*/nullptr, HostWait::kAllowed);
     Unpin(b);
     if (r != CUDA_SUCCESS) {
       if (first) b.exported = false;  // still swapped out: a later call tries again
@@ -262,7 +262,7 @@ CUresult MemoryManager::CreateAppMemory(CUmemGenericAllocationHandle* handle, si
     if (dev.granularity != 0 && size % dev.granularity != 0) {
       return driver_->cuMemCreate(handle, size, prop, flags);  // INVALID_VALUE, nothing evicted
     }
-    if (CUresult r = MakeRoom(dev, size); r != CUDA_SUCCESS) {
+    if (CUresult r = MakeRoom(dev, size, HostWait::kAllowed); r != CUDA_SUCCESS) {
       if (r == CUDA_ERROR_OUT_OF_MEMORY) LogOom(dev, size);
       return r;
     }
@@ -274,7 +274,8 @@ CUresult MemoryManager::CreateAppMemory(CUmemGenericAllocationHandle* handle, si
   MutexLock lock(&mu_);
   // The device itself may be full below the cap (other processes): evict
   // and retry while anything is left, as for stensor's own memory.
-  while (r == CUDA_ERROR_OUT_OF_MEMORY && EvictByPolicy(DeviceState(ordinal), size)) {
+  while (r == CUDA_ERROR_OUT_OF_MEMORY &&
+         EvictByPolicy(DeviceState(ordinal), size, HostWait::kAllowed)) {
     r = driver_->cuMemCreate(handle, size, prop, flags);
   }
   if (r != CUDA_SUCCESS) {

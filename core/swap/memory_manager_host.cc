@@ -227,7 +227,10 @@ CUresult MemoryManager::ReadBackLocked(Buffer& piece, uint64_t offset, void* dst
   Buffer* b = &piece;
   if (!b->resident() || b->stale_device) {
     // The host copy holds the data once the swap-out's copy into it is done.
-    if (CUresult r = WaitSwapUse(DeviceState(b->device), *b); r != CUDA_SUCCESS) return r;
+    if (CUresult r = WaitSwapUse(DeviceState(b->device), *b, HostWait::kAllowed);
+        r != CUDA_SUCCESS) {
+      return r;
+    }
   }
   if (!b->resident() || b->stale_device) {  // the host copy holds the data
     if (b->host.ptr() != nullptr) {

@@ -24,7 +24,7 @@ void MemoryManager::TrimDriverPool(Device& dev) {
   dev.driver_pool.Trim(*driver_, dev.ordinal, &stats_.driver_errors);
 }
 
-CUresult MemoryManager::CreatePhysical(Device& dev, uint64_t bytes,
+CUresult MemoryManager::CreatePhysical(Device& dev, uint64_t bytes, HostWait host_wait,
                                        CUmemGenericAllocationHandle* handle) {
   TrimDriverPool(dev);
   CUmemAllocationProp prop{};
@@ -38,7 +38,7 @@ CUresult MemoryManager::CreatePhysical(Device& dev, uint64_t bytes,
   while ((r = driver_->cuMemCreate(handle, bytes, &prop, 0)) == CUDA_ERROR_OUT_OF_MEMORY) {
     if (ReleaseOneKept(dev)) continue;
     if (ReleaseOnePooled(dev)) continue;
-    if (!EvictByPolicy(dev, bytes)) return r;  // the device itself is full
+    if (!EvictByPolicy(dev, bytes, host_wait)) return r;  // the device itself is full
   }
   if (Failed(r) != CUDA_SUCCESS) return r;
   ++stats_.physical_creates;
@@ -138,7 +138,7 @@ uint64_t MemoryManager::ReleaseOneUnfit(Device& dev, uint64_t need) {
   return ReleasePooled(dev, dev.pool.TakeUnfit(need, freed));
 }
 
-CUresult MemoryManager::AcquireChunks(Device& dev, uint64_t bytes, bool reuse,
+CUresult MemoryManager::AcquireChunks(Device& dev, uint64_t bytes, bool reuse, HostWait host_wait,
                                       std::vector<PhysicalChunk>* chunks, bool* pooled,
                                       bool* shadowed) {
   chunks->clear();
@@ -154,7 +154,7 @@ CUresult MemoryManager::AcquireChunks(Device& dev, uint64_t bytes, bool reuse,
   }
   if (have < bytes) {
     // Room for the rest; evictions meanwhile feed the pool, which counts.
-    if (CUresult r = MakeRoom(dev, bytes - have, reuse); r != CUDA_SUCCESS) {
+    if (CUresult r = MakeRoom(dev, bytes - have, host_wait, reuse); r != CUDA_SUCCESS) {
       PoolChunks(dev, chunks);
       return r;
     }
@@ -164,7 +164,8 @@ CUresult MemoryManager::AcquireChunks(Device& dev, uint64_t bytes, bool reuse,
   if (have < bytes) {
     // The rest as one chunk: one handle to map.
     PhysicalChunk fresh{0, bytes - have};
-    if (CUresult r = CreatePhysical(dev, fresh.bytes, &fresh.handle); r != CUDA_SUCCESS) {
+    if (CUresult r = CreatePhysical(dev, fresh.bytes, host_wait, &fresh.handle);
+        r != CUDA_SUCCESS) {
       PoolChunks(dev, chunks);
       return r;
     }
@@ -216,7 +217,8 @@ CUresult MemoryManager::MapDevice(Device& dev, Buffer& b) {
   for (bool reuse = true;; reuse = false) {
     std::vector<PhysicalChunk> chunks;
     bool pooled = false, shadowed = false;
-    if (CUresult r = AcquireChunks(dev, b.reserved, reuse, &chunks, &pooled, &shadowed);
+    if (CUresult r =
+            AcquireChunks(dev, b.reserved, reuse, HostWait::kAllowed, &chunks, &pooled, &shadowed);
         r != CUDA_SUCCESS) {
       return r;
     }

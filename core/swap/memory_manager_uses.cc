@@ -236,8 +236,8 @@ bool MemoryManager::Idle(Buffer& b) const {
   return dev == nullptr || UnknownIdle(*dev);
 }
 
-CUresult MemoryManager::WaitIdle(Buffer& b, bool own_uses) {
-  if (no_block_) return CUDA_ERROR_NOT_READY;
+CUresult MemoryManager::WaitIdle(Buffer& b, HostWait host_wait, bool own_uses) {
+  if (host_wait == HostWait::kNever) return CUDA_ERROR_NOT_READY;
   Device& dev = DeviceState(b.device);
   struct Pending {
     bool unknown;
@@ -311,8 +311,9 @@ CUresult MemoryManager::OrderAfterSwap(Device& dev, Buffer& b, CUstream consumer
     }
     // Else the host waits for the copies, so the consumer cannot start
     // before them (without the lock: the swap stream may be waiting for
-    // the program's work behind a queued swap-out).
-    return WaitSwapUse(dev, b);
+    // the program's work behind a queued swap-out). A prefetch has no
+    // consumer, so never gets here.
+    return WaitSwapUse(dev, b, HostWait::kAllowed);
   }
   return CUDA_SUCCESS;
 }
@@ -325,10 +326,10 @@ std::vector<MemoryManager::Use> MemoryManager::PendingOwnUses(const Device& dev,
   return pending;
 }
 
-CUresult MemoryManager::WaitSwapUse(Device& dev, Buffer& b) {
+CUresult MemoryManager::WaitSwapUse(Device& dev, Buffer& b, HostWait host_wait) {
   const std::vector<Use> copies = PendingOwnUses(dev, b);
   if (copies.empty()) return CUDA_SUCCESS;
-  if (no_block_) return CUDA_ERROR_NOT_READY;
+  if (host_wait == HostWait::kNever) return CUDA_ERROR_NOT_READY;
   auto start = std::chrono::steady_clock::now();
   CUresult r = WaitUnlocked(b, copies, /*on_their_streams=*/true);
   double waited = Seconds(std::chrono::steady_clock::now() - start);
@@ -349,7 +350,6 @@ CUresult MemoryManager::WaitSwapUse(Device& dev, Buffer& b) {
 CUresult MemoryManager::WaitSwapStream(Device& dev, double* reason) {
   const CUstream swap_stream = dev.swap_stream;
   if (swap_stream == nullptr) return CUDA_SUCCESS;
-  if (no_block_) return CUDA_ERROR_NOT_READY;
   auto start = std::chrono::steady_clock::now();
   mu_.Unlock();
   CUresult r = driver_->cuStreamSynchronize(swap_stream);
