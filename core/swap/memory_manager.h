@@ -49,6 +49,7 @@
 #include "core/base/json.h"
 #include "core/base/mutex.h"
 #include "core/driver/driver.h"
+#include "core/swap/external_charges.h"
 #include "core/swap/host_copy.h"
 #include "core/swap/physical_pool.h"
 #include "core/swap/profiler.h"
@@ -985,8 +986,8 @@ class MemoryManager {
   CUresult PinLocked(Buffer& b, const char* api) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PinLocked of every piece of the allocation `b` is (part of).
   CUresult PinAllocation(Buffer& b, const char* api) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends the charge of an app handle once nothing keeps its memory alive.
-  void MaybeUnchargeApp(CUmemGenericAllocationHandle handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a charge external_ no longer holds.
+  void Uncharge(ExternalCharges::Charge charge) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Config config_;
   const Driver* const driver_;
@@ -1074,12 +1075,9 @@ class MemoryManager {
   // Still counted in host_bytes; freed when the host limit needs the room
   // and at exit.
   std::multimap<std::pair<uint64_t, int>, HostCopy> spare_host_ ABSL_GUARDED_BY(mu_);
-  // External allocations by base: device and charged bytes.
-  struct External {
-    int device = 0;
-    uint64_t bytes = 0;
-  };
-  absl::flat_hash_map<uint64_t, External> external_ ABSL_GUARDED_BY(mu_);
+  // What driver allocations and the program's VMM handles are charged
+  // (its own lock, taken inside mu_ where both are held).
+  ExternalCharges external_;
   // External allocations freed in stream order, charged until their free
   // ran (ForgetExternalAsync). `waiters`: host waits on its events in
   // progress, without the lock; the entry stays until they end.
@@ -1093,17 +1091,6 @@ class MemoryManager {
   // Destroys the entry's events and erases it; the entry after it.
   std::list<ExternalFree>::iterator DropExternalFree(std::list<ExternalFree>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The program's own device-located VMM handles (CreateAppMemory).
-  struct AppHandle {
-    int device = 0;
-    uint64_t bytes = 0;
-    int refs = 1;      // cuMemCreate plus retains, minus releases
-    int mappings = 0;  // live cuMemMap of it
-  };
-  absl::flat_hash_map<CUmemGenericAllocationHandle, AppHandle> app_handles_ ABSL_GUARDED_BY(mu_);
-  // The program's mappings of those handles: base -> (size, handle).
-  std::map<uint64_t, std::pair<uint64_t, CUmemGenericAllocationHandle>> app_mappings_
-      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace stensor

@@ -69,26 +69,28 @@ void MemoryManager::UnreserveExternal(uint64_t bytes) {
 void MemoryManager::AdoptExternal(CUdeviceptr base, uint64_t bytes) {
   CUdevice ordinal = 0;
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return;
+  external_.AddAllocation(base, {ordinal, AlignUp(bytes, kSmallUnit)});
+}
+
+void MemoryManager::Uncharge(ExternalCharges::Charge charge) {
   MutexLock lock(&mu_);
-  external_[base] = {ordinal, AlignUp(bytes, kSmallUnit)};
+  DeviceState(charge.device).used -= charge.bytes;
 }
 
 void MemoryManager::ForgetExternal(CUdeviceptr base) {
-  MutexLock lock(&mu_);
-  auto it = external_.find(base);
-  if (it == external_.end()) return;
-  DeviceState(it->second.device).used -= it->second.bytes;
-  external_.erase(it);
+  if (std::optional<ExternalCharges::Charge> charge = external_.RemoveAllocation(base)) {
+    Uncharge(*charge);
+  }
 }
 
 void MemoryManager::ForgetExternalAsync(CUdeviceptr base, CUstream stream) {
+  // Still charged meanwhile: it ends once the free is seen to have run.
+  std::optional<ExternalCharges::Charge> charge = external_.RemoveAllocation(base);
+  if (!charge) return;
   MutexLock lock(&mu_);
-  auto it = external_.find(base);
-  if (it == external_.end()) return;
   ExternalFree& f = external_frees_.emplace_back();
-  f.device = it->second.device;
-  f.bytes = it->second.bytes;
-  external_.erase(it);
+  f.device = charge->device;
+  f.bytes = charge->bytes;
   // Unrecorded (a failed create or record): settled by a wait for the
   // stream's whole context, still in stream order.
   NoteUse(f.uses, stream, f.device);
@@ -283,51 +285,24 @@ CUresult MemoryManager::CreateAppMemory(CUmemGenericAllocationHandle* handle, si
     if (r == CUDA_ERROR_OUT_OF_MEMORY) LogOom(DeviceState(ordinal), size);
     return r;
   }
-  app_handles_[*handle] = AppHandle{ordinal, size, 1, 0};
+  external_.AddHandle(*handle, {ordinal, size});
   return CUDA_SUCCESS;
 }
 
-void MemoryManager::MaybeUnchargeApp(CUmemGenericAllocationHandle handle) {
-  auto it = app_handles_.find(handle);
-  if (it == app_handles_.end() || it->second.refs > 0 || it->second.mappings > 0) return;
-  DeviceState(it->second.device).used -= it->second.bytes;
-  app_handles_.erase(it);
-}
-
-void MemoryManager::OnAppRetain(CUmemGenericAllocationHandle handle) {
-  MutexLock lock(&mu_);
-  auto it = app_handles_.find(handle);
-  if (it != app_handles_.end()) ++it->second.refs;
-}
+void MemoryManager::OnAppRetain(CUmemGenericAllocationHandle handle) { external_.Retain(handle); }
 
 void MemoryManager::OnAppRelease(CUmemGenericAllocationHandle handle) {
-  MutexLock lock(&mu_);
-  auto it = app_handles_.find(handle);
-  if (it == app_handles_.end()) return;
-  --it->second.refs;
-  MaybeUnchargeApp(handle);
+  if (std::optional<ExternalCharges::Charge> charge = external_.Release(handle)) {
+    Uncharge(*charge);
+  }
 }
 
 void MemoryManager::OnAppMap(CUdeviceptr ptr, uint64_t size, CUmemGenericAllocationHandle handle) {
-  MutexLock lock(&mu_);
-  auto it = app_handles_.find(handle);
-  if (it == app_handles_.end()) return;
-  ++it->second.mappings;
-  app_mappings_[ptr] = {size, handle};
+  external_.Map(ptr, size, handle);
 }
 
 void MemoryManager::OnAppUnmap(CUdeviceptr ptr, uint64_t size) {
-  MutexLock lock(&mu_);
-  // The driver unmaps whole mappings only, so each starts inside the range.
-  for (auto it = app_mappings_.lower_bound(ptr);
-       it != app_mappings_.end() && it->first < ptr + size;) {
-    CUmemGenericAllocationHandle handle = it->second.second;
-    it = app_mappings_.erase(it);
-    auto h = app_handles_.find(handle);
-    if (h == app_handles_.end()) continue;
-    --h->second.mappings;
-    MaybeUnchargeApp(handle);
-  }
+  for (ExternalCharges::Charge charge : external_.Unmap(ptr, size)) Uncharge(charge);
 }
 
 }  // namespace stensor
