@@ -133,7 +133,7 @@ MemoryManager::~MemoryManager() {
   }
   ReleaseAllPooled();
   RetryReleases();
-  (void)FreeSpareHostCopies();
+  (void)host_store_.FreeSpares();
   for (auto& d : devices_) {
     if (!d) continue;
     // Failures here leak a handle at exit; nothing is left to keep consistent.
@@ -2164,6 +2164,7 @@ MemoryManager::Usage MemoryManager::DeviceUsage(int device) {
 SwapStats MemoryManager::stats() const {
   MutexLock lock(&mu_);
   SwapStats s = stats_;
+  s.driver_errors += host_store_.driver_errors();
   if (planner_ != nullptr) {
     const IterationPlanner::Stats p = planner_->stats();
     s.profiled_period = p.main_period;

@@ -51,6 +51,7 @@
 #include "core/driver/driver.h"
 #include "core/swap/external_charges.h"
 #include "core/swap/host_copy.h"
+#include "core/swap/host_store.h"
 #include "core/swap/physical_pool.h"
 #include "core/swap/profiler.h"
 #include "core/swap/stream_use.h"
@@ -967,13 +968,12 @@ class MemoryManager {
   bool ReleaseBuffer(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- Host copies (memory_manager_host.cc).
-  // A host copy for `b`, a kept one (spare_host_) where there is one; unless
+  // A host copy for `b`, a kept one (host_store_) where there is one; unless
   // `will_copy` (the buffer's contents go there next), it holds zeros, as
   // fresh memory does.
   CUresult EnsureHostCopy(Buffer& b, bool will_copy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CUresult MapHostAtBase(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReleaseHostCopy(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool FreeSpareHostCopies() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- Memory counted but not swapped (memory_manager_external.cc).
   // Drops the charges of device `device`'s stream-ordered external frees
@@ -1065,16 +1065,9 @@ class MemoryManager {
     size_t next = 0;
   };
   absl::flat_hash_map<std::pair<CUstream, uint64_t>, MarkRing> mark_rings_ ABSL_GUARDED_BY(mu_);
-  // Host copies of released buffers, by (reserved size, device), for the
-  // next host copy of that size there. Pinned ones always: cuMemFreeHost
-  // synchronises every context, which inside a call the program expects not
-  // to block (cuMemGetInfo, cuMemAlloc) would deadlock a program whose
-  // stream waits on its own host thread. Host-located VMM ones up to a
-  // device cap's worth per device (Device::spare_host_bytes), so a step's
-  // temporaries swapped out and freed make no cuMemCreate/cuMemRelease.
-  // Still counted in host_bytes; freed when the host limit needs the room
-  // and at exit.
-  std::multimap<std::pair<uint64_t, int>, HostCopy> spare_host_ ABSL_GUARDED_BY(mu_);
+  // Host copies: made, counted against the host limit, kept for reuse
+  // (its own lock, taken inside mu_).
+  HostStore host_store_{driver_};
   // What driver allocations and the program's VMM handles are charged
   // (its own lock, taken inside mu_ where both are held).
   ExternalCharges external_;

@@ -28,35 +28,30 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b, bool will_copy) {
   Device& dev = DeviceState(b.device);
   // What a failed attempt could not undo goes first (or this one fails too).
   if (!ReleaseHostCopy(dev, b)) return CUDA_ERROR_UNKNOWN;
-  static const size_t host_total =
-      static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  std::optional<size_t> host_cap = config_.HostLimitBytes(host_total);
   // A kept copy holds an earlier buffer's bytes: one about to be copied
   // into takes it as it is; a never-written buffer's (`will_copy` false)
   // must hold what fresh memory holds, so it is zeroed first on the swap
   // stream, as a use of the buffer there (what reads the address while it
   // is swapped out is ordered after the swap stream).
-  if (auto it = spare_host_.find({b.reserved, dev.ordinal}); it != spare_host_.end() &&
-                                                             it->second.vmm() == dev.host_vmm &&
-                                                             (will_copy || it->second.vmm())) {
+  if (std::optional<HostCopy> spare =
+          host_store_.TakeSpare(dev.ordinal, b.reserved, dev.host_vmm, /*vmm_only=*/!will_copy)) {
     bool zeroed = will_copy;
     if (!zeroed && EnsureSwapStream(dev) == CUDA_SUCCESS &&
-        Failed(driver_->cuMemsetD8Async(it->second.va(), 0, b.reserved, dev.swap_stream)) ==
+        Failed(driver_->cuMemsetD8Async(spare->va(), 0, b.reserved, dev.swap_stream)) ==
             CUDA_SUCCESS) {
       NoteUse(b.uses, dev.swap_stream, dev.ordinal);
       zeroed = true;
     }
-    if (zeroed) {           // else a fresh copy after all; the spare stays kept
-      b.host = it->second;  // still counted in host_bytes
-      if (b.host.vmm()) dev.spare_host_bytes -= b.reserved;
-      spare_host_.erase(it);
+    if (zeroed) {
+      b.host = *spare;  // still counted
       return CUDA_SUCCESS;
     }
+    host_store_.PutBack(dev.ordinal, b.reserved, *spare);  // a fresh copy after all
   }
-  if (host_cap && dev.host_bytes + b.reserved > *host_cap && !spare_host_.empty()) {
-    (void)FreeSpareHostCopies();  // the room is needed (pinned ones: a synchronising free)
-  }
-  if (host_cap && dev.host_bytes + b.reserved > *host_cap) {
+  static const size_t host_total =
+      static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::optional<size_t> host_cap = config_.HostLimitBytes(host_total);
+  if (host_cap && !host_store_.Fits(dev.ordinal, b.reserved, *host_cap)) {
     if (!warned_host_limit_) {
       warned_host_limit_ = true;
       Say(LogLevel::kWarn, "host-limit",
@@ -69,7 +64,7 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b, bool will_copy) {
             .Str("type", "oom")
             .Str("what", "host")
             .Uint("bytes", b.reserved)
-            .Uint("host_used", dev.host_bytes)
+            .Uint("host_used", host_store_.bytes(dev.ordinal))
             .Finish());
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -91,7 +86,7 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b, bool will_copy) {
   // allocated it: the one whose streams copy it (host-located VMM memory
   // belongs to no context).
   ContextScope scope(*driver_, dev.host_vmm ? nullptr : dev.context, &stats_.driver_errors);
-  return b.host.Create(vmm_, dev.host_vmm, b.reserved, b.size, b.device, &dev.host_bytes);
+  return host_store_.Create(&b.host, dev.ordinal, dev.host_vmm, b.reserved, b.size);
 }
 
 CUresult MemoryManager::MapHostAtBase(Buffer& b) {
@@ -104,36 +99,10 @@ CUresult MemoryManager::MapHostAtBase(Buffer& b) {
 }
 
 bool MemoryManager::ReleaseHostCopy(Device& dev, Buffer& b) {
-  // A whole copy is kept for the next buffer of its size and device (a
-  // step's temporaries swapped out and freed would otherwise cost a
-  // cuMemCreate and a cuMemRelease each, every step). Host-located VMM
-  // copies are kept up to a device cap's worth; pinned ones always, since
-  // freeing them synchronises (see spare_host_).
-  const bool whole = b.host.vmm() || (b.host.ptr() != nullptr && b.host.handle() == 0);
-  if (whole && (!b.host.vmm() || dev.spare_host_bytes + b.reserved <= dev.cap)) {
-    if (b.host.vmm()) dev.spare_host_bytes += b.reserved;
-    spare_host_.emplace(std::make_pair(b.reserved, dev.ordinal), b.host);
-    b.host = HostCopy();
-    return true;
-  }
-  return b.host.Release(vmm_, b.reserved, &dev.host_bytes);
-}
-
-bool MemoryManager::FreeSpareHostCopies() {
-  bool freed = false;
-  for (auto it = spare_host_.begin(); it != spare_host_.end();) {
-    const auto [reserved, ordinal] = it->first;
-    Device& dev = DeviceState(ordinal);
-    const bool vmm = it->second.vmm();
-    if (!it->second.Release(vmm_, reserved, &dev.host_bytes)) {
-      ++it;  // kept (still counted) for a later attempt
-      continue;
-    }
-    if (vmm) dev.spare_host_bytes -= reserved;
-    it = spare_host_.erase(it);
-    freed = true;
-  }
-  return freed;
+  // Kept whole for the next buffer of its size and device where the store
+  // keeps it (a step's temporaries swapped out and freed would otherwise
+  // cost a cuMemCreate and a cuMemRelease each, every step).
+  return host_store_.Release(&b.host, dev.ordinal, b.reserved, /*keep_up_to=*/dev.cap);
 }
 
 // --- Host reads of a buffer ------------------------------------------------------

@@ -180,8 +180,6 @@ struct MemoryManager::Device {
   bool OwnStream(CUstream s) const {
     return s != nullptr && (s == swap_stream || s == fetch_stream);
   }
-  uint64_t host_bytes = 0;        // host copies
-  uint64_t spare_host_bytes = 0;  // of them kept for reuse, host-located VMM
   // Idle physical memory in chunks of whole granules, charged (in `used`).
   PhysicalPool pool;
   // Stensor's share of the default stream-ordered pool (StreamOrderedUsage).
