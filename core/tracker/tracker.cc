@@ -41,14 +41,6 @@ std::string TablesJson(const Accesses& a) {
   return out;
 }
 
-// Past this size a table whose contents are unknown is not read back: the
-// launch's accesses count as unknown instead.
-constexpr uint64_t kMaxTableReadBack = 16 << 20;
-
-CUevent EventOf(const PointerTables::Mark& m) {
-  return reinterpret_cast<CUevent>(const_cast<void*>(m.get()));
-}
-
 }  // namespace
 
 const char* OpTypeName(OpType type) {
@@ -88,6 +80,17 @@ absl::StatusOr<std::unique_ptr<Tracker>> Tracker::Create(const Config& config,
     if (raw->log_) raw->Log(std::move(line));
   });
   t->exact_sizes_ = std::make_unique<ExactSizes>(driver, t->memory_.get());
+  t->reader_ = std::make_unique<TableReader>(
+      driver, t->memory_.get(), &t->capture_, &t->tables_, &t->registry_, &t->pinned_,
+      t->log_
+          ? std::function<void(std::string)>([raw](std::string line) { raw->Log(std::move(line)); })
+          : nullptr);
+  // A range's marks, and a pending host write's, are events (MarkAfter);
+  // one observed complete needs no wait.
+  const TableReader* reader = t->reader_.get();
+  auto done = [reader](const PointerTables::Mark& m) { return reader->MarkDone(m); };
+  t->tables_.SetMarkDone(done);
+  t->host_writes_.SetMarkDone(done);
   return t;
 }
 
@@ -95,19 +98,7 @@ Tracker::Tracker(const Config& config, const Driver* driver)
     : config_(config),
       driver_(driver),
       kernels_(driver, config.write_inference == WriteInference::kConservative),
-      capture_(driver) {
-  // A range's marks, and a pending host write's, are events (MarkAfter);
-  // one observed complete needs no wait. Asked while a capture may be in
-  // progress elsewhere: relaxed.
-  auto done = [this](const PointerTables::Mark& m) {
-    // AnyWriter() (no event could be recorded) is no event: never done.
-    if (driver_->cuEventQuery == nullptr || m == PointerTables::AnyWriter()) return false;
-    RelaxedCaptureScope relaxed(capture_);
-    return driver_->cuEventQuery(EventOf(m)) == CUDA_SUCCESS;
-  };
-  tables_.SetMarkDone(done);
-  host_writes_.SetMarkDone(done);
-}
+      capture_(driver) {}
 
 namespace {
 // "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6", as nvidia-smi -L prints it.
@@ -252,7 +243,7 @@ CUresult Tracker::BeginLaunch(CUfunction f, const unsigned grid[3], const unsign
   // store it where later kernels find it; one of unknown parameters may
   // have been handed one.
   if (!host_writes_.escaped() &&
-      (!kernel->layout_known || (AnyPinnedHost() && ParamsReachHost(*kernel, params, extra)))) {
+      (!kernel->layout_known || (pinned_.Any() && ParamsReachHost(*kernel, params, extra)))) {
     host_writes_.Escaped();
   }
   return PrepareLaunch(LaunchKey(f, grid, block), *kernel, stream, accesses);
@@ -337,7 +328,7 @@ void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
         writes.push_back({id, 0});
       }
     }
-    tables_.OnDeviceWrite(writes, [&] { return MarkAfter(stream); });
+    tables_.OnDeviceWrite(writes, [&] { return reader_->MarkAfter(Handle(stream)); });
   }
   if (!kernel->layout_known || accesses.unknown_tables) tables_.MarkAllStale();
   // Descriptions outlive the tracker, so their names may be kept.
@@ -629,7 +620,7 @@ void Tracker::ExpandTables(const KernelInfo& kernel, void** params, void** extra
         // known): read it back, or count the launch's accesses as unknown.
         std::optional<Buffer> table = registry_.Find(address);
         if (!table || table->id != f.id ||
-            !ReadBackTable(*table, f.stale, learn[i], f.from, stream, &words)) {
+            !reader_->ReadBack(*table, f.stale, learn[i], f.from, Handle(stream), &words)) {
           a->unknown_tables = true;
         }
       }
@@ -649,7 +640,7 @@ void Tracker::ExpandTables(const KernelInfo& kernel, void** params, void** extra
   for (const Accesses::TableParam& p : a->table_params) {
     if (p.id != 0) continue;
     words.clear();
-    if (!ScanHostTable(p.address, stream, &words)) {
+    if (!reader_->ReadUntracked(p.address, Handle(stream), &words)) {
       a->unknown_tables = true;
       continue;
     }
@@ -668,166 +659,6 @@ void Tracker::ExpandTables(const KernelInfo& kernel, void** params, void** extra
   }
 }
 
-bool Tracker::MayWait(StreamRef stream) {
-  // A stream being captured into a graph cannot be waited for (and a wait
-  // would invalidate the capture): the table stays unknown. So it does while
-  // any capture is in progress: a synchronisation would wait for, or be
-  // refused by, the capturing stream.
-  if (capture_.any()) return false;
-  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  return driver_->cuStreamIsCapturing == nullptr ||
-         (driver_->cuStreamIsCapturing(Handle(stream), &capture) == CUDA_SUCCESS &&
-          capture == CU_STREAM_CAPTURE_STATUS_NONE);
-}
-
-bool Tracker::WaitForTableWriters(StreamRef stream) {
-  // Whatever wrote the table, on any stream, is ordered before the launch
-  // that reads it (work the program did not order so would race with the
-  // kernel's read), so it has run once `stream` ran all it was given: not
-  // the other streams' later work (a loader's copies).
-  return WaitForStream(stream);
-}
-
-bool Tracker::WaitForRangeWriters(const Buffer& table,
-                                  const std::vector<PointerTables::StaleRange>& stale,
-                                  StreamRef stream, const char** waited) {
-  if (!MayWait(stream)) return false;
-  bool any = driver_->cuEventSynchronize == nullptr;
-  std::vector<const void*> seen;
-  for (const PointerTables::StaleRange& r : stale) {
-    any |= r.any;
-    for (const PointerTables::Mark& m : r.marks) {
-      if (any) break;
-      if (std::find(seen.begin(), seen.end(), m.get()) != seen.end()) continue;
-      seen.push_back(m.get());
-      // A wait that fails tells nothing: the buffer's writers instead.
-      any |= driver_->cuEventSynchronize(EventOf(m)) != CUDA_SUCCESS;
-    }
-  }
-  *waited = "writers";
-  return !any || WaitForBufferWriters(table.id, stream, waited);
-}
-
-bool Tracker::WaitForBufferWriters(uint64_t id, StreamRef stream, const char** waited) {
-  if (!MayWait(stream)) return false;
-  // Every device write of a buffer the manager tracks is an operation it
-  // prepared (a use on its stream) or one of unknown accesses.
-  if (memory_ && memory_->WaitForWriters(id) == CUDA_SUCCESS) {
-    *waited = "buffer";
-    return true;
-  }
-  *waited = "stream";
-  return WaitForTableWriters(stream);
-}
-
-PointerTables::Mark Tracker::MarkAfter(StreamRef stream) {
-  // Uncapped, nothing is read back: no wait needs an event.
-  if (!memory_ || driver_->cuEventCreate == nullptr || driver_->cuEventRecord == nullptr ||
-      driver_->cuEventDestroy_v2 == nullptr) {
-    return PointerTables::AnyWriter();
-  }
-  RelaxedCaptureScope relaxed(capture_);
-  CUevent e = nullptr;
-  if (driver_->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
-    return PointerTables::AnyWriter();
-  }
-  if (driver_->cuEventRecord(e, Handle(stream)) != CUDA_SUCCESS) {
-    driver_->cuEventDestroy_v2(e);
-    return PointerTables::AnyWriter();
-  }
-  const Driver* driver = driver_;
-  return PointerTables::Mark(static_cast<const void*>(e), [driver](const void* p) {
-    driver->cuEventDestroy_v2(reinterpret_cast<CUevent>(const_cast<void*>(p)));
-  });
-}
-
-bool Tracker::ReadBackTable(const Buffer& table,
-                            const std::vector<PointerTables::StaleRange>& stale,
-                            uint64_t learn_from, uint64_t from, StreamRef stream,
-                            std::vector<uint64_t>* words) {
-  if (!memory_) return false;
-  const uint64_t end = table.base + table.size;
-  // The stale ranges, and the bytes a pointer-to-pointer parameter reads
-  // where no range is known (up to the end of the buffer).
-  std::vector<PointerTables::Window> windows;
-  for (const PointerTables::StaleRange& r : stale) {
-    const uint64_t hi = learn_from != 0 ? std::min(r.end, learn_from) : r.end;
-    if (r.start < hi) windows.push_back({r.start, hi, false});
-  }
-  if (learn_from != 0 && learn_from < end) windows.push_back({learn_from, end, true});
-  uint64_t bytes = 0;
-  for (const PointerTables::Window& w : windows) bytes += w.end - w.start;
-  if (bytes > kMaxTableReadBack) return false;
-  const uint64_t since = tables_.Changes();
-  const char* waited = "writers";
-  if (learn_from != 0) {
-    // Bytes no range covers: written by whatever wrote the buffer.
-    if (!WaitForBufferWriters(table.id, stream, &waited)) return false;
-  } else if (!WaitForRangeWriters(table, stale, stream, &waited)) {
-    return false;
-  }
-  std::vector<unsigned char> data(bytes);
-  uint64_t at = 0;
-  for (const PointerTables::Window& w : windows) {
-    const uint64_t n = w.end - w.start;
-    CUresult r = memory_->ReadBack(table.id, w.start - table.base, data.data() + at, n);
-    if (r == CUDA_ERROR_NOT_FOUND) {  // not the manager's: never swapped
-      r = driver_->cuMemcpyDtoH_v2(data.data() + at, w.start, n);
-    }
-    if (r != CUDA_SUCCESS) return false;
-    at += n;
-  }
-  // Freed meanwhile (another thread): nothing to remember.
-  std::optional<Buffer> live = registry_.Find(table.base);
-  if (!live || live->id != table.id) return false;
-  tables_.Rescan(table, windows, data.data(), since, registry_);
-  words->clear();
-  std::vector<PointerTables::Found> found;
-  const PointerTables::Reach reach{table.id, from};
-  tables_.Collect(absl::MakeConstSpan(&reach, 1), &found);
-  if (!found.empty()) *words = std::move(found[0].words);
-  if (log_) {
-    std::string ranges = "[";
-    for (const PointerTables::Window& w : windows) {
-      if (ranges.size() > 1) ranges.push_back(',');
-      absl::StrAppend(&ranges, "[", w.start - table.base, ",", w.end - w.start, "]");
-    }
-    ranges.push_back(']');
-    Log(JsonLine()
-            .Str("type", "table_read_back")
-            .Uint("id", table.id)
-            .Uint("bytes", bytes)
-            .Raw("ranges", ranges)
-            .Str("waited", waited)
-            .Uint("entries", words->size())
-            .Finish());
-  }
-  return true;
-}
-
-namespace {
-// Whether `addr` falls in one of `ranges` (base -> bytes).
-bool InRanges(const std::map<uint64_t, uint64_t>& ranges, uint64_t addr) {
-  auto it = ranges.upper_bound(addr);
-  return it != ranges.begin() && addr - std::prev(it)->first < std::prev(it)->second;
-}
-}  // namespace
-
-bool Tracker::InPinnedLocked(uint64_t addr) const {
-  return InRanges(host_allocs_, addr) || InRanges(host_registered_, addr);
-}
-
-bool Tracker::ArgsReachHost(absl::Span<const unsigned char> args) const {
-  MutexLock lock(&host_mu_);
-  if (host_allocs_.empty() && host_registered_.empty()) return false;
-  for (size_t at = 0; at + 8 <= args.size(); at += 8) {
-    uint64_t word;
-    std::memcpy(&word, args.data() + at, 8);
-    if (InPinnedLocked(word)) return true;
-  }
-  return false;
-}
-
 bool Tracker::ParamsReachHost(const KernelInfo& kernel, void** params, void** extra) const {
   absl::InlinedVector<uint64_t, 16> words;
   ForEachParamWord(kernel, params, extra, [&](uint64_t word, bool) {
@@ -844,108 +675,13 @@ bool Tracker::ParamsReachHost(const KernelInfo& kernel, void** params, void** ex
   return false;
 }
 
-bool Tracker::HoldsHostPointer(uint64_t dst, const void* src, uint64_t bytes) const {
-  MutexLock lock(&host_mu_);
-  // Most words of data are far from all pinned memory: two compares.
-  uint64_t low = UINT64_MAX, high = 0;
-  for (const auto* ranges : {&host_allocs_, &host_registered_}) {
-    if (ranges->empty()) continue;
-    low = std::min(low, ranges->begin()->first);
-    high = std::max(high, ranges->rbegin()->first + ranges->rbegin()->second);
-  }
-  if (low >= high) return false;
-  // Words as a kernel reads them: 8-byte aligned at the destination.
-  const uint64_t skip = (8 - dst % 8) % 8;
-  if (bytes < skip + 8) return false;
-  const auto* p = static_cast<const unsigned char*>(src) + skip;
-  for (uint64_t at = 0; at + 8 <= bytes - skip; at += 8) {
-    uint64_t word;
-    std::memcpy(&word, p + at, sizeof(word));
-    if (word >= low && word < high && InPinnedLocked(word)) return true;
-  }
-  return false;
-}
-
-void Tracker::PublishPinnedLocked() {
-  any_pinned_.store(!host_allocs_.empty() || !host_registered_.empty(), std::memory_order_release);
-}
-
-bool Tracker::AnyPinnedHost() const { return any_pinned_.load(std::memory_order_acquire); }
-
-bool Tracker::IsPinnedHost(uint64_t addr) const {
-  MutexLock lock(&host_mu_);
-  return InPinnedLocked(addr);
-}
-
-bool Tracker::ScanHostTable(uint64_t addr, StreamRef stream, std::vector<uint64_t>* words) {
-  if (!memory_) return false;  // uncapped runs never wait on the program's behalf
-  // The allocation holding the table, as stensor or else the driver knows it.
-  uint64_t start = 0, bytes = 0;
-  bool host = false;
-  {
-    MutexLock lock(&host_mu_);
-    auto it = host_allocs_.upper_bound(addr);
-    if (it != host_allocs_.begin() && addr - std::prev(it)->first < std::prev(it)->second) {
-      start = std::prev(it)->first;
-      bytes = std::prev(it)->second;
-      host = true;
-    }
-  }
-  if (!host) {
-    CUdeviceptr base = 0;
-    size_t size = 0;
-    unsigned type = 0;
-    if (driver_->cuPointerGetAttribute == nullptr ||
-        driver_->cuPointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, addr) !=
-            CUDA_SUCCESS ||
-        driver_->cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, addr) !=
-            CUDA_SUCCESS ||
-        driver_->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, addr) !=
-            CUDA_SUCCESS) {
-      return false;  // memory nobody knows
-    }
-    start = base;
-    bytes = size;
-    host = type == CU_MEMORYTYPE_HOST;
-  }
-  // The kernel may index from the start of the allocation.
-  if (bytes == 0 || bytes > kMaxTableReadBack) return false;
-  if (!WaitForTableWriters(stream)) return false;
-  std::vector<uint64_t> data(bytes / 8);
-  if (host) {
-    // Device-mapped host memory (unified addressing: the same address).
-    std::memcpy(data.data(), reinterpret_cast<const void*>(start), data.size() * 8);
-  } else if (driver_->cuMemcpyDtoH_v2(data.data(), start, data.size() * 8) != CUDA_SUCCESS) {
-    return false;
-  }
-  // Only the words that hit a buffer become references (add_refs).
-  words->insert(words->end(), data.begin(), data.end());
-  return true;
-}
-
 bool Tracker::IsDeviceReachableHost(uint64_t addr) const {
-  if (IsPinnedHost(addr)) return true;
+  if (pinned_.Contains(addr)) return true;
   unsigned type = 0;
   return driver_->cuPointerGetAttribute != nullptr &&
          driver_->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, addr) ==
              CUDA_SUCCESS &&
          type == CU_MEMORYTYPE_HOST;
-}
-
-bool Tracker::StreamIdle(StreamRef stream) {
-  const CUstream h = Handle(stream);
-  // The legacy stream also waits for every blocking stream, which cannot
-  // all be asked.
-  if (h == nullptr || h == CU_STREAM_LEGACY || driver_->cuStreamQuery == nullptr) return false;
-  RelaxedCaptureScope relaxed(capture_);
-  if (driver_->cuStreamQuery(h) != CUDA_SUCCESS) return false;
-  // A blocking stream (the per-thread default stream is one) waits for the
-  // legacy stream's work too.
-  unsigned flags = 0;
-  const bool non_blocking = h != CU_STREAM_PER_THREAD && driver_->cuStreamGetFlags != nullptr &&
-                            driver_->cuStreamGetFlags(h, &flags) == CUDA_SUCCESS &&
-                            (flags & CU_STREAM_NON_BLOCKING) != 0;
-  return non_blocking || driver_->cuStreamQuery(CU_STREAM_LEGACY) == CUDA_SUCCESS;
 }
 
 bool Tracker::HostSourceSettled(CopyKind kind, const TransferScope& scope, uint64_t src,
@@ -959,24 +695,19 @@ bool Tracker::HostSourceSettled(CopyKind kind, const TransferScope& scope, uint6
   if (scope.dst_id == 0 || scope.src_id != 0) return true;
   if (!IsDeviceReachableHost(src)) return true;  // pageable: read at the call
   // Work queued on the stream that cannot write the source does not matter.
-  return !host_writes_.MayWrite(src, bytes) || StreamIdle(stream);
+  return !host_writes_.MayWrite(src, bytes) || reader_->StreamIdle(Handle(stream));
 }
 
 void Tracker::OnHostWrite(uint64_t dst, uint64_t bytes, StreamRef stream) {
   if (!memory_ || bytes == 0 || capture_.Capturing(Handle(stream))) return;
   if (!IsDeviceReachableHost(dst)) return;  // pageable: never an upload's pending source
-  host_writes_.Add(dst, bytes, MarkAfter(stream));
+  host_writes_.Add(dst, bytes, reader_->MarkAfter(Handle(stream)));
 }
 
 void Tracker::OnHostFunction(StreamRef stream) {
   // Captured, it becomes a host node of the graph (GraphLaunchScope::writes_host).
   if (!memory_ || capture_.Capturing(Handle(stream))) return;
-  host_writes_.Add(0, HostWrites::kEverywhere, MarkAfter(stream));
-}
-
-bool Tracker::WaitForStream(StreamRef stream) {
-  return driver_->cuStreamSynchronize != nullptr && MayWait(stream) &&
-         driver_->cuStreamSynchronize(Handle(stream)) == CUDA_SUCCESS;
+  host_writes_.Add(0, HostWrites::kEverywhere, reader_->MarkAfter(Handle(stream)));
 }
 
 size_t Tracker::OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t bytes, bool linear,
@@ -991,14 +722,14 @@ size_t Tracker::OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t
     CUresult r = driver_->cuPointerGetAttribute != nullptr
                      ? driver_->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, src)
                      : CUDA_ERROR_NOT_FOUND;
-    from_host = IsPinnedHost(src) || r == CUDA_ERROR_INVALID_VALUE ||
+    from_host = pinned_.Contains(src) || r == CUDA_ERROR_INVALID_VALUE ||
                 (r == CUDA_SUCCESS && type == CU_MEMORYTYPE_HOST);
   }
   // A word pointing into pinned memory, landing where a kernel can read it
   // (rows of a region are not scanned: any might): HostWrites.
   if (memory_ && from_host && !host_writes_.escaped() &&
-      (linear ? HoldsHostPointer(dst, reinterpret_cast<const void*>(src), bytes)
-              : AnyPinnedHost())) {
+      (linear ? pinned_.HoldsPointer(dst, reinterpret_cast<const void*>(src), bytes)
+              : pinned_.Any())) {
     host_writes_.Escaped();
   }
   if (!to) return 0;  // into host memory or untracked device memory
@@ -1008,7 +739,7 @@ size_t Tracker::OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t
     if (host == nullptr || host->wait == nullptr || host->in_graph) {
       return PointerTables::AnyWriter();
     }
-    return MarkAfter(*host->wait);
+    return reader_->MarkAfter(Handle(*host->wait));
   };
   if (!linear) {
     // Rows of a region: whatever landed there is not scanned.
@@ -1026,7 +757,7 @@ size_t Tracker::OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t
     const bool lands = scan.found > 0 || (!settled && tables_.Get(to->id, nullptr, nullptr) !=
                                                           PointerTables::State::kNone);
     bool waited = false;
-    if (!settled && host->wait != nullptr && lands && WaitForStream(*host->wait)) {
+    if (!settled && host->wait != nullptr && lands && reader_->WaitForStream(Handle(*host->wait))) {
       scan = PointerTables::ScanHost(dst, p, bytes, registry_);
       settled = true;
       waited = true;
@@ -1165,12 +896,7 @@ void Tracker::OnFree(const char* api, uint64_t base) {
 
 void Tracker::OnHostAlloc(const char* api, const void* p, uint64_t size) {
   if (p == nullptr) return;  // 0 bytes asked: nothing allocated
-  {
-    MutexLock lock(&host_mu_);
-    host_allocs_[reinterpret_cast<uintptr_t>(p)] = size;
-    PublishPinnedLocked();
-    host_pinned_bytes_ += size;
-  }
+  pinned_.Allocated(reinterpret_cast<uintptr_t>(p), size);
   if (!log_) return;
   Log(JsonLine()
           .Str("type", "host_alloc")
@@ -1182,30 +908,16 @@ void Tracker::OnHostAlloc(const char* api, const void* p, uint64_t size) {
 
 void Tracker::OnHostRegister(const void* p, uint64_t size) {
   if (p == nullptr || size == 0) return;
-  MutexLock lock(&host_mu_);
-  host_registered_[reinterpret_cast<uintptr_t>(p)] = size;
-  PublishPinnedLocked();
+  pinned_.Registered(reinterpret_cast<uintptr_t>(p), size);
 }
 
 void Tracker::OnHostUnregister(const void* p) {
-  MutexLock lock(&host_mu_);
-  host_registered_.erase(reinterpret_cast<uintptr_t>(p));
-  PublishPinnedLocked();
+  pinned_.Unregistered(reinterpret_cast<uintptr_t>(p));
 }
 
 void Tracker::OnHostFree(const char* api, const void* p) {
   if (p == nullptr) return;  // a free of null frees nothing (CUDA_SUCCESS on a GPU)
-  uint64_t size = 0;
-  {
-    MutexLock lock(&host_mu_);
-    auto it = host_allocs_.find(reinterpret_cast<uintptr_t>(p));
-    if (it != host_allocs_.end()) {
-      size = it->second;
-      host_pinned_bytes_ -= size;
-      host_allocs_.erase(it);
-      PublishPinnedLocked();
-    }
-  }
+  const uint64_t size = pinned_.Freed(reinterpret_cast<uintptr_t>(p));
   if (!log_) return;
   Log(JsonLine()
           .Str("type", "host_free")
@@ -1215,10 +927,7 @@ void Tracker::OnHostFree(const char* api, const void* p) {
           .Finish());
 }
 
-uint64_t Tracker::host_pinned_bytes() const {
-  MutexLock lock(&host_mu_);
-  return host_pinned_bytes_;
-}
+uint64_t Tracker::host_pinned_bytes() const { return pinned_.allocated_bytes(); }
 
 void Tracker::OnUnmap(const char* api, uint64_t base, uint64_t size) {
   for (const Buffer& b : registry_.RemoveRange(base, size)) {
@@ -1376,7 +1085,7 @@ void Tracker::WalkGraph(StreamRef stream, GraphLaunchScope* scope) {
     Accesses a;
     switch (n.kind) {
       case GraphNodePlan::Kind::kKernel:
-        if (!host_written) host_written = ArgsReachHost(n.args);
+        if (!host_written) host_written = pinned_.AnyWordIn(n.args);
         if (memory_ && !host_writes_.escaped()) {
           // As for a direct launch (BeginLaunch).
           size_t size = n.args.size();
@@ -1384,7 +1093,7 @@ void Tracker::WalkGraph(StreamRef stream, GraphLaunchScope* scope) {
                             const_cast<unsigned char*>(n.args.data()), CU_LAUNCH_PARAM_BUFFER_SIZE,
                             &size, CU_LAUNCH_PARAM_END};
           if (!n.kernel->layout_known ||
-              (AnyPinnedHost() && ParamsReachHost(*n.kernel, nullptr, packed))) {
+              (pinned_.Any() && ParamsReachHost(*n.kernel, nullptr, packed))) {
             host_writes_.Escaped();
           }
         }
@@ -1422,7 +1131,7 @@ void Tracker::WalkGraph(StreamRef stream, GraphLaunchScope* scope) {
         HostCopy host;
         host.in_graph = true;
         if (memory_ && dst != 0 && src == 0 && IsDeviceReachableHost(n.copy.src.start)) {
-          if (stream_idle < 0) stream_idle = StreamIdle(stream) ? 1 : 0;
+          if (stream_idle < 0) stream_idle = reader_->StreamIdle(Handle(stream)) ? 1 : 0;
           host.settled = stream_idle == 1 && !host_written;
           if (!host_written) host.wait = &stream;
         }
@@ -1530,7 +1239,7 @@ void Tracker::EndGraphLaunch(const char* api, CUgraphExec exec, StreamRef stream
   }
   Count(OpType::kGraphLaunch);
   if (memory_ && !scope.captured && scope.writes_host) {
-    host_writes_.Add(0, HostWrites::kEverywhere, MarkAfter(stream));
+    host_writes_.Add(0, HostWrites::kEverywhere, reader_->MarkAfter(Handle(stream)));
   }
   if (!scope.captured) {
     if (scope.unknown) {

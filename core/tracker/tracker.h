@@ -32,6 +32,8 @@
 #include "core/tracker/exact_sizes.h"
 #include "core/tracker/host_writes.h"
 #include "core/tracker/leaks.h"
+#include "core/tracker/pinned_host.h"
+#include "core/tracker/table_reader.h"
 
 namespace stensor {
 
@@ -311,45 +313,6 @@ class Tracker {
   // word points into past its start; a buffer named only at its start is
   // not listed (`stensor sim` then takes its start).
   std::string PointersJson(const Accesses& accesses) const;
-  // The stale ranges `stale` of `table` (and a window from `learn_from` to
-  // the end of the buffer, when not 0: a pointer-to-pointer parameter into
-  // bytes no range covers) read back from the device, after the work that
-  // could have written them (WaitForRangeWriters, WaitForBufferWriters);
-  // `words` gets the table's entries at and after `from`. Under a cap only.
-  // False when that cannot be done.
-  bool ReadBackTable(const Buffer& table, const std::vector<PointerTables::StaleRange>& stale,
-                     uint64_t learn_from, uint64_t from, StreamRef stream,
-                     std::vector<uint64_t>* words);
-  // Waits for the work that may have written a table read by an operation
-  // about to be submitted on `stream`: all `stream` was given so far (which
-  // waits for what the program ordered before it on other streams), where
-  // that is allowed (not while `stream` is being captured).
-  bool WaitForTableWriters(StreamRef stream);
-  // Waits for what could have written `stale` (ranges of `table`) since it
-  // was learnt: the events of its marks, or (writers unknown, or an event
-  // wait failed) WaitForBufferWriters. Sets `waited` to what it waited for.
-  bool WaitForRangeWriters(const Buffer& table, const std::vector<PointerTables::StaleRange>& stale,
-                           StreamRef stream, const char** waited);
-  // Waits for every operation that may have written buffer `id`: the
-  // streams that used it and the work of unknown accesses (the memory
-  // manager's record), or where that record cannot tell, `stream`
-  // (WaitForTableWriters). Sets `waited` to "buffer" or "stream".
-  bool WaitForBufferWriters(uint64_t id, StreamRef stream, const char** waited);
-  // A mark for the pointer tables: an event recorded on `stream` now
-  // (after the operation just submitted there), or AnyWriter() when none
-  // can be recorded.
-  PointerTables::Mark MarkAfter(StreamRef stream);
-  // Waits for the work submitted to `stream` so far, where that is allowed
-  // (nothing being captured).
-  bool WaitForStream(StreamRef stream);
-  // Whether a host wait on the program's behalf is allowed now: no capture
-  // in progress anywhere, and `stream` not capturing (a failed query: no).
-  bool MayWait(StreamRef stream);
-  // The words of the allocation at `addr` that a kernel reads as a table
-  // though stensor does not track it (pinned or registered host memory,
-  // untracked device memory), after the stream's earlier work; under a cap
-  // only. False when nobody can say what memory that is.
-  bool ScanHostTable(uint64_t addr, StreamRef stream, std::vector<uint64_t>* words);
   // The launch path's parts that only a cap or an access log needs, out of
   // line so that the uncapped path keeps its few values in registers:
   // BeginLaunch's residency and iteration bookkeeping, EndLaunch's
@@ -373,30 +336,13 @@ class Tracker {
   // `call` may end `ctx`; `ended(result)` says whether it did.
   CUresult EndContext(CUcontext ctx, absl::FunctionRef<CUresult()> call,
                       absl::FunctionRef<bool(CUresult)> ended);
-  // Whether the program holds any pinned memory it allocated or registered
-  // (lock-free: asked at every launch until a pinned address escaped; a
-  // program that pins nothing through the hooked calls pays one load).
-  bool AnyPinnedHost() const;
-  // Whether host memory at `addr` is pinned memory the program allocated or
-  // registered.
-  bool IsPinnedHost(uint64_t addr) const;
-  // Whether a kernel node's argument words point into such memory, which
-  // the kernel may then write through its mapping.
-  bool ArgsReachHost(absl::Span<const unsigned char> args) const;
   // Whether a launch's pointer parameters may point into host memory a
   // device reaches: words that hit no tracked buffer, in the pinned and
   // registered ranges or, where not, as the driver tells.
   bool ParamsReachHost(const KernelInfo& kernel, void** params, void** extra) const;
-  // Whether host memory [src, src+bytes) about to be copied to the device
-  // holds a word pointing into pinned memory the program allocated
-  // (HostWrites::Escaped once it lands).
-  bool HoldsHostPointer(uint64_t dst, const void* src, uint64_t bytes) const;
   // Host memory the driver can reach (pinned, mapped, registered), which
   // device work may write; false for pageable memory.
   bool IsDeviceReachableHost(uint64_t addr) const;
-  // True when nothing is queued on `stream` nor on what it waits for
-  // implicitly (the legacy stream); false when that cannot be told.
-  bool StreamIdle(StreamRef stream);
 
   const Config config_;
   const Driver* const driver_;
@@ -411,18 +357,12 @@ class Tracker {
   std::unique_ptr<Leaks> leaks_;
   std::unique_ptr<MemoryManager> memory_;
   std::unique_ptr<ExactSizes> exact_sizes_;  // made with memory_, never null after
+  std::unique_ptr<TableReader> reader_;      // likewise
   std::once_flag header_once_;
   std::once_flag shutdown_once_;
   std::atomic<uint64_t> counts_[static_cast<int>(OpType::kCount)] = {};
-  mutable Mutex host_mu_;
-  std::map<uint64_t, uint64_t> host_allocs_ ABSL_GUARDED_BY(host_mu_);      // base -> bytes
-  std::map<uint64_t, uint64_t> host_registered_ ABSL_GUARDED_BY(host_mu_);  // base -> bytes
-  // Whether `addr` is in either map.
-  bool InPinnedLocked(uint64_t addr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(host_mu_);
-  // Sets any_pinned_ from the maps, after each change to them.
-  void PublishPinnedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(host_mu_);
-  std::atomic<bool> any_pinned_{false};
-  uint64_t host_pinned_bytes_ ABSL_GUARDED_BY(host_mu_) = 0;
+  // The program's page-locked host memory (its own lock).
+  PinnedHost pinned_;
 };
 
 const char* OpTypeName(OpType type);
