@@ -1066,6 +1066,52 @@ TEST_F(MemoryManagerTest, PrefetchBringsABufferInBeforeItsUse) {
   FreeAll(*mm, {a, b, c, d});
 }
 
+// STENSOR_HOST_LIMIT: a swap-out needs a host copy within the limit. Once
+// the live copies fill it, no room can be made on the device and an
+// allocation is refused (an oom record naming the host), nothing lost.
+// Copies kept from a freed buffer then make the room: taken as they are
+// where their size fits (host-located VMM: one-granule pieces), else freed
+// for it (pinned memory: A's one 4 MiB copy).
+TEST_F(MemoryManagerTest, TheHostLimitRefusesOnlyWhenNoKeptCopyCanMakeRoom) {
+  auto mm = MakeManager({{"STENSOR_MEMORY_LIMIT", "6MiB"},
+                         {"STENSOR_HOST_LIMIT", "4MiB"},
+                         {"STENSOR_POLICY", "version"}});
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a = Alloc(*mm, 1, 2 * kGranule);
+  CUdeviceptr b = Alloc(*mm, 2);
+  Write(*mm, 1, a, 1, 2 * kGranule);
+  Write(*mm, 2, b, 2);
+  std::vector<CUdeviceptr> more;
+  uint64_t id = 3;
+  CUresult r = CUDA_SUCCESS;
+  for (; id < 8; ++id) {  // each swaps the least recently used out
+    ClearLog();
+    CUdeviceptr p = 0;
+    r = mm->Allocate(kGranule, &p, [id](CUdeviceptr) { return id; });
+    if (r != CUDA_SUCCESS) break;
+    more.push_back(p);
+    Write(*mm, id, p, id);
+  }
+  ASSERT_EQ(r, CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(id, 5u);  // A's copies fill the limit: B cannot go
+  bool host_oom = false;
+  for (const std::string& line : Lines()) {
+    host_oom |= line.find("\"type\":\"oom\",\"what\":\"host\"") != std::string::npos;
+  }
+  EXPECT_TRUE(host_oom);
+  ExpectData(*mm, 2, b, 2);
+  FreeAll(*mm, {a});  // swapped out: its copies are kept, still counted
+  more.push_back(Alloc(*mm, id));
+  ASSERT_NE(more.back(), 0u);
+  Write(*mm, id, more.back(), id);
+  ExpectData(*mm, 2, b, 2);
+  for (size_t i = 0; i < more.size(); ++i) ExpectData(*mm, 3 + i, more[i], 3 + i);
+  EXPECT_EQ(mm->stats().driver_errors, 0u);
+  Settle();
+  for (CUdeviceptr p : more) EXPECT_CU(mm->Free(p));
+  EXPECT_CU(mm->Free(b));
+}
+
 // Prefetch never blocks the host: with work of unknown accesses pending
 // (nothing may be evicted until it completed) there is no room without a
 // wait, so the answer is "not now" and the buffer stays swapped out; once
