@@ -4,40 +4,21 @@
 // counted for a retry.
 #include "core/swap/host_store.h"
 
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <vector>
 
 #include "tests/fakecuda/fakecuda.h"
+#include "tests/support/memory_manager_testing.h"
 
 namespace stensor {
 namespace {
 
-#define ASSERT_CU(expr) ASSERT_EQ((expr), CUDA_SUCCESS) << #expr
-
-constexpr uint64_t kGranule = 2u << 20;
-
-class HostStoreTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_CU(cuInit(0));
-    CUdevice dev = 0;
-    ASSERT_CU(cuDeviceGet(&dev, 0));
-    ASSERT_CU(cuDevicePrimaryCtxRetain(&ctx_, dev));
-    ASSERT_CU(cuCtxSetCurrent(ctx_));
-    void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    ASSERT_NE(handle, nullptr) << dlerror();
-    ASSERT_GT(LoadDriver(handle, &dlsym, &driver_), 0);
-  }
-  void TearDown() override {
-    fakecuda_clear_failures();
-    cuDevicePrimaryCtxRelease_v2(0);
-  }
-
-  CUcontext ctx_ = nullptr;
-  Driver driver_;
-};
+// The fake device set up as for the manager's tests (its driver table in
+// driver_).
+using HostStoreTest = testing_support::FakeDeviceTest;
+using testing_support::kGranule;
 
 TEST_F(HostStoreTest, ReleasedVmmCopiesAreKeptUpToTheBoundAndTakenByTheirSize) {
   HostStore store(&driver_);
