@@ -91,7 +91,7 @@ CUresult Transfer(const char* api, Fn real, const CopyRanges& c, StreamRef s, bo
   // A copy's pointers are learnt when it is submitted (the program may not
   // change its source until it ran). A captured copy runs at its graph's
   // launch, which accounts for it.
-  Tracker::HostCopy host{settled, &s};
+  Tracker::HostCopy host{settled, /*waitable=*/true, Tracker::Handle(s)};
   size_t entries = T().tracks_tables() && !scope.captured
                        ? T().OnCopyTables(c.kind, c.dst.start, c.src.start, c.bytes, linear, &host)
                        : 0;
@@ -666,7 +666,7 @@ CUresult Batch(const char* api, Fn real, StreamRef s, size_t count, bool valid, 
     // 1D operations are contiguous: their tables are scanned; the rows of a
     // 3D one are not.
     const bool linear = c.kind != CopyKind::kBatch3D;
-    Tracker::HostCopy host{settled[i], &s};
+    Tracker::HostCopy host{settled[i], /*waitable=*/true, Tracker::Handle(s)};
     size_t entries =
         T().tracks_tables() && !captured
             ? T().OnCopyTables(c.kind, c.dst.start, c.src.start, c.bytes, linear, &host)

@@ -80,17 +80,12 @@ absl::StatusOr<std::unique_ptr<Tracker>> Tracker::Create(const Config& config,
     if (raw->log_) raw->Log(std::move(line));
   });
   t->exact_sizes_ = std::make_unique<ExactSizes>(driver, t->memory_.get());
-  t->reader_ = std::make_unique<TableReader>(
-      driver, t->memory_.get(), &t->capture_, &t->tables_, &t->registry_, &t->pinned_,
+  t->tables_ = std::make_unique<TableInference>(
+      driver, t->memory_.get(), &t->capture_, &t->registry_, &t->pinned_,
+      config.write_inference == WriteInference::kConservative,
       t->log_
           ? std::function<void(std::string)>([raw](std::string line) { raw->Log(std::move(line)); })
           : nullptr);
-  // A range's marks, and a pending host write's, are events (MarkAfter);
-  // one observed complete needs no wait.
-  const TableReader* reader = t->reader_.get();
-  auto done = [reader](const PointerTables::Mark& m) { return reader->MarkDone(m); };
-  t->tables_.SetMarkDone(done);
-  t->host_writes_.SetMarkDone(done);
   return t;
 }
 
@@ -227,25 +222,19 @@ CUresult Tracker::BeginLaunch(CUfunction f, const unsigned grid[3], const unsign
     accesses->captured = true;
     return CUDA_SUCCESS;
   }
-  if (tracks_tables() && (kernel->has_tables || !tables_.empty())) {
-    ExpandTables(*kernel, params, extra, stream, accesses);
+  if (tracks_tables() && (kernel->has_tables || !tables_->empty())) {
+    tables_->Expand(*kernel, params, extra, Handle(stream), accesses);
   }
   // Where the kernel's tensors start: for a segment made of pieces, and
   // for the log (`stensor sim` makes the same pieces).
   if (log_ || (memory_ && memory_->has_pieces())) {
-    ForEachParamPointer(*kernel, params, extra, [&](uint64_t id, uint64_t word, bool) {
+    tables_->ForEachParamPointer(*kernel, params, extra, [&](uint64_t id, uint64_t word, bool) {
       accesses->pointers.push_back({id, word});
     });
     accesses->pointers_known = true;
   }
   if (!memory_) return CUDA_SUCCESS;
-  // A kernel handed a pointer into pinned host memory may write it, and
-  // store it where later kernels find it; one of unknown parameters may
-  // have been handed one.
-  if (!host_writes_.escaped() &&
-      (!kernel->layout_known || (pinned_.Any() && ParamsReachHost(*kernel, params, extra)))) {
-    host_writes_.Escaped();
-  }
+  tables_->NoteHostPointers(*kernel, params, extra);
   return PrepareLaunch(LaunchKey(f, grid, block), *kernel, stream, accesses);
 }
 
@@ -314,23 +303,7 @@ void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
     if (log_) LogLaunch(api, *kernel, grid, block, stream, accesses);
     return;
   }
-  // A kernel may rewrite the pointers of any table it writes, from the
-  // pointers it writes through on; one whose accesses are unknown, those of
-  // any table.
-  if (!tables_.empty()) {
-    absl::InlinedVector<PointerTables::Reach, 8> writes;
-    for (const Accesses::Reach& w : accesses.write_reach) writes.push_back({w.id, w.from});
-    // Written buffers the reach was not found for (no tables when the
-    // launch began): whole.
-    for (uint64_t id : accesses.writes) {
-      if (std::none_of(writes.begin(), writes.end(),
-                       [&](const PointerTables::Reach& w) { return w.id == id; })) {
-        writes.push_back({id, 0});
-      }
-    }
-    tables_.OnDeviceWrite(writes, [&] { return reader_->MarkAfter(Handle(stream)); });
-  }
-  if (!kernel->layout_known || accesses.unknown_tables) tables_.MarkAllStale();
+  tables_->OnKernel(*kernel, accesses, Handle(stream));
   // Descriptions outlive the tracker, so their names may be kept.
   if (leaks_) leaks_->OnLaunch(kernel->demangled.c_str(), accesses.reads, accesses.writes);
   Count(OpType::kLaunch);
@@ -378,54 +351,6 @@ void Tracker::LogLaunch(const char* api, const KernelInfo& kernel, const unsigne
   }
   if (accesses.captured) line.Bool("captured", true);
   Log(line.Finish());
-}
-
-template <typename Fn>
-void Tracker::ForEachParamWord(const KernelInfo& kernel, void** params, void** extra,
-                               Fn&& fn) const {
-  const unsigned char* packed = nullptr;
-  size_t packed_size = 0;
-  if (params == nullptr) {
-    if (extra == nullptr) return;
-    packed = PackedLaunchArgs(extra, &packed_size);
-    if (packed == nullptr) return;
-  }
-  for (size_t i = 0; i < kernel.params.size(); ++i) {
-    const ParamSlot& slot = kernel.params[i];
-    if (slot.access == ParamAccess::kNone) continue;
-    const unsigned char* base;
-    if (packed != nullptr) {
-      if (slot.offset + slot.size > packed_size) continue;
-      base = packed + slot.offset;
-    } else {
-      base = static_cast<const unsigned char*>(params[i]);
-      if (base == nullptr) continue;
-    }
-    for (uint32_t k = 0; k < slot.words; ++k) {
-      uint64_t word;
-      std::memcpy(&word, base + slot.first_word + 8 * k, sizeof(uint64_t));
-      fn(word, slot.access == ParamAccess::kReadWrite);
-    }
-  }
-}
-
-template <typename Fn>
-void Tracker::ForEachParamPointer(const KernelInfo& kernel, void** params, void** extra,
-                                  Fn&& fn) const {
-  constexpr size_t kBatch = 64;
-  uint64_t words[kBatch];
-  bool written[kBatch];
-  size_t n = 0;
-  auto flush = [&] {
-    registry_.FindAll(words, n, [&](size_t i, uint64_t id) { fn(id, words[i], written[i]); });
-    n = 0;
-  };
-  ForEachParamWord(kernel, params, extra, [&](uint64_t word, bool w) {
-    words[n] = word;
-    written[n] = w;
-    if (++n == kBatch) flush();
-  });
-  if (n > 0) flush();
 }
 
 namespace {
@@ -479,211 +404,6 @@ std::string Tracker::PointersJson(const Accesses& accesses) const {
   return out;
 }
 
-void Tracker::FindParamReach(const KernelInfo& kernel, void** params, void** extra,
-                             ParamReaches* reach) const {
-  ForEachParamPointer(kernel, params, extra, [&](uint64_t id, uint64_t word, bool written) {
-    auto it =
-        std::find_if(reach->begin(), reach->end(), [&](const ParamReach& r) { return r.id == id; });
-    if (it == reach->end()) {
-      reach->push_back({id, word, UINT64_MAX});
-      it = reach->end() - 1;
-    }
-    it->from = std::min(it->from, word);
-    if (written) it->write_from = std::min(it->write_from, word);
-  });
-}
-
-void Tracker::ExpandTables(const KernelInfo& kernel, void** params, void** extra, StreamRef stream,
-                           Accesses* a) {
-  // Every buffer the launch reaches directly may be a table, and so may the
-  // targets of a table (`T***`), a few levels deep. A kernel reaches a
-  // buffer from the lowest pointer into it that it is given on.
-  constexpr int kMaxDepth = 4;
-  const size_t direct_end = a->reads.size();  // targets are appended after
-  ParamReaches direct;
-  FindParamReach(kernel, params, extra, &direct);
-  // Conservative inference trusts no pointer to bound a kernel's reach
-  // either: whole buffers.
-  const bool whole = config_.write_inference == WriteInference::kConservative;
-  if (whole) {
-    for (ParamReach& p : direct) {
-      p.from = 0;
-      if (p.write_from != UINT64_MAX) p.write_from = 0;
-    }
-  }
-  a->write_reach.clear();
-  for (const ParamReach& p : direct) {
-    if (p.write_from != UINT64_MAX) a->write_reach.push_back({p.id, p.write_from});
-  }
-  // What inference found and this walk did not (it reads the same words):
-  // whole buffers.
-  for (size_t i = 0; i < direct_end; ++i) {
-    const uint64_t id = a->reads[i];
-    if (std::none_of(direct.begin(), direct.end(),
-                     [&](const ParamReach& p) { return p.id == id; })) {
-      direct.push_back({id, 0, UINT64_MAX});
-    }
-  }
-  for (uint64_t id : a->writes) {
-    if (std::none_of(a->write_reach.begin(), a->write_reach.end(),
-                     [&](const Accesses::Reach& w) { return w.id == id; })) {
-      a->write_reach.push_back({id, 0});
-    }
-  }
-  a->reach_known = true;
-  auto write_from = [&](uint64_t id, uint64_t from) {
-    for (Accesses::Reach& w : a->write_reach) {
-      if (w.id == id) {
-        w.from = std::min(w.from, from);
-        return;
-      }
-    }
-    a->write_reach.push_back({id, from});
-  };
-  using Reaches = absl::InlinedVector<PointerTables::Reach, 8>;
-  Reaches level;
-  Reaches seen;  // the lowest address each buffer was followed from
-  for (const ParamReach& p : direct) {
-    level.push_back({p.id, p.from});
-    seen.push_back({p.id, p.from});
-  }
-  std::vector<PointerTables::Found> found;
-  std::vector<uint64_t> words;
-  auto add_refs = [&](uint64_t table, bool writes, Reaches* next) {
-    Accesses::TableUse use{table, writes, {}};
-    registry_.FindAll(words.data(), words.size(), [&](size_t k, uint64_t id) {
-      const uint64_t at = whole ? 0 : words[k];
-      if (std::find(use.refs.begin(), use.refs.end(), id) == use.refs.end()) {
-        use.refs.push_back(id);
-        a->reads.push_back(id);
-        if (writes) a->writes.push_back(id);
-      }
-      if (writes) write_from(id, at);
-      auto s = std::find_if(seen.begin(), seen.end(),
-                            [&](const PointerTables::Reach& r) { return r.id == id; });
-      if (s != seen.end() && s->from <= at) return;
-      if (s == seen.end()) {
-        seen.push_back({id, at});
-      } else {
-        s->from = at;
-      }
-      auto n = std::find_if(next->begin(), next->end(),
-                            [&](const PointerTables::Reach& r) { return r.id == id; });
-      if (n == next->end()) {
-        next->push_back({id, at});
-      } else {
-        n->from = std::min(n->from, at);
-      }
-    });
-    a->tables.push_back(std::move(use));
-  };
-  for (int depth = 0; depth < kMaxDepth && !level.empty(); ++depth) {
-    found.clear();
-    tables_.Collect(level, &found);
-    // Where a read-back learns a new range: a table parameter at the first
-    // level into bytes no range covers is a table of unknown contents.
-    absl::InlinedVector<uint64_t, 8> learn(found.size(), 0);
-    if (depth == 0) {
-      for (const Accesses::TableParam& p : a->table_params) {
-        if (p.id == 0 || tables_.Covers(p.id, p.address)) continue;
-        auto known = std::find_if(found.begin(), found.end(),
-                                  [&](const PointerTables::Found& f) { return f.id == p.id; });
-        if (known == found.end()) {
-          found.push_back({p.id, PointerTables::State::kNone, 0, p.address, {}, {}});
-          learn.push_back(p.address);
-        } else {
-          uint64_t& l = learn[known - found.begin()];
-          l = l == 0 ? p.address : std::min(l, p.address);
-        }
-      }
-    }
-    Reaches next;
-    for (size_t i = 0; i < found.size(); ++i) {
-      PointerTables::Found& f = found[i];
-      // The targets are only read when every direct hit on this buffer came
-      // through a parameter that makes them const (`T const* const*`).
-      bool writes = true;
-      uint64_t address = f.base;
-      if (depth == 0) {
-        size_t hits = std::count(a->reads.begin(), a->reads.begin() + direct_end, f.id);
-        size_t const_hits = 0;
-        for (const Accesses::TableParam& p : a->table_params) {
-          if (p.id != f.id) continue;
-          if (address == 0) address = p.address;
-          if (p.pointees == Pointees::kConst) ++const_hits;
-        }
-        writes = const_hits < hits;
-      }
-      words = std::move(f.words);
-      if (f.state == PointerTables::State::kStale || learn[i] != 0) {
-        // Written on the device since its pointers were known (or never
-        // known): read it back, or count the launch's accesses as unknown.
-        std::optional<Buffer> table = registry_.Find(address);
-        if (!table || table->id != f.id ||
-            !reader_->ReadBack(*table, f.stale, learn[i], f.from, Handle(stream), &words)) {
-          a->unknown_tables = true;
-        }
-      }
-      if (!words.empty()) add_refs(f.id, writes, &next);
-    }
-    level = std::move(next);
-  }
-  // Targets deeper than followed may be tables too.
-  if (!level.empty() && !tables_.empty()) {
-    found.clear();
-    tables_.Collect(level, &found);
-    if (!found.empty()) a->unknown_tables = true;
-  }
-  // Tables outside tracked buffers: memory the driver can describe (pinned
-  // or registered host memory, device memory stensor does not track) is
-  // read; anything else is memory nobody knows.
-  for (const Accesses::TableParam& p : a->table_params) {
-    if (p.id != 0) continue;
-    words.clear();
-    if (!reader_->ReadUntracked(p.address, Handle(stream), &words)) {
-      a->unknown_tables = true;
-      continue;
-    }
-    Reaches ignored;  // targets of host tables: one level
-    if (!words.empty()) add_refs(0, p.pointees != Pointees::kConst, &ignored);
-  }
-  // A table nobody can read: every buffer whose address would fault if
-  // the kernel reached it comes in first (without host-located VMM, every
-  // swappable one, since any could be evicted before the launch; the launch
-  // fails with out of memory if that does not fit under the cap); the rest
-  // of the care is BeginUnknown's and MarkAllWritten's.
-  if (a->unknown_tables && memory_) {
-    const size_t before = a->reads.size();
-    memory_->AppendUnreadable(&a->reads);
-    a->writes.append(a->reads.begin() + before, a->reads.end());
-  }
-}
-
-bool Tracker::ParamsReachHost(const KernelInfo& kernel, void** params, void** extra) const {
-  absl::InlinedVector<uint64_t, 16> words;
-  ForEachParamWord(kernel, params, extra, [&](uint64_t word, bool) {
-    if (word != 0) words.push_back(word);
-  });
-  if (words.empty()) return false;
-  // A word into a tracked buffer is device memory; any other may be host
-  // memory the program pinned, registered or mapped (the driver knows).
-  absl::InlinedVector<bool, 16> device(words.size(), false);
-  registry_.FindAll(words.data(), words.size(), [&](size_t i, uint64_t) { device[i] = true; });
-  for (size_t i = 0; i < words.size(); ++i) {
-    if (!device[i] && IsDeviceReachableHost(words[i])) return true;
-  }
-  return false;
-}
-
-bool Tracker::IsDeviceReachableHost(uint64_t addr) const {
-  if (pinned_.Contains(addr)) return true;
-  unsigned type = 0;
-  return driver_->cuPointerGetAttribute != nullptr &&
-         driver_->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, addr) ==
-             CUDA_SUCCESS &&
-         type == CU_MEMORYTYPE_HOST;
-}
-
 bool Tracker::HostSourceSettled(CopyKind kind, const TransferScope& scope, uint64_t src,
                                 uint64_t bytes, StreamRef stream, bool async) {
   // Uncapped, nothing is read back on the program's behalf: the log keeps
@@ -693,96 +413,27 @@ bool Tracker::HostSourceSettled(CopyKind kind, const TransferScope& scope, uint6
   // BeginTransfer looked both sides up: into no tracked buffer, or a
   // device copy.
   if (scope.dst_id == 0 || scope.src_id != 0) return true;
-  if (!IsDeviceReachableHost(src)) return true;  // pageable: read at the call
-  // Work queued on the stream that cannot write the source does not matter.
-  return !host_writes_.MayWrite(src, bytes) || reader_->StreamIdle(Handle(stream));
+  return tables_->SourceSettled(src, bytes, Handle(stream));
 }
 
 void Tracker::OnHostWrite(uint64_t dst, uint64_t bytes, StreamRef stream) {
   if (!memory_ || bytes == 0 || capture_.Capturing(Handle(stream))) return;
-  if (!IsDeviceReachableHost(dst)) return;  // pageable: never an upload's pending source
-  host_writes_.Add(dst, bytes, reader_->MarkAfter(Handle(stream)));
+  tables_->OnHostWrite(dst, bytes, Handle(stream));
 }
 
 void Tracker::OnHostFunction(StreamRef stream) {
   // Captured, it becomes a host node of the graph (GraphLaunchScope::writes_host).
   if (!memory_ || capture_.Capturing(Handle(stream))) return;
-  host_writes_.Add(0, HostWrites::kEverywhere, reader_->MarkAfter(Handle(stream)));
+  tables_->OnHostWrite(0, HostWrites::kEverywhere, Handle(stream));
 }
 
 size_t Tracker::OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t bytes, bool linear,
                              HostCopy* host) {
-  std::optional<Buffer> to = registry_.Find(dst);
-  std::optional<Buffer> from = registry_.Find(src);
-  bool from_host = kind == CopyKind::kHostToDevice;
-  if (!from && kind == CopyKind::kDefault) {
-    // Unified addressing: host memory if the driver does not know it as
-    // device memory (pageable memory is unknown to it).
-    unsigned type = 0;
-    CUresult r = driver_->cuPointerGetAttribute != nullptr
-                     ? driver_->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, src)
-                     : CUDA_ERROR_NOT_FOUND;
-    from_host = pinned_.Contains(src) || r == CUDA_ERROR_INVALID_VALUE ||
-                (r == CUDA_SUCCESS && type == CU_MEMORYTYPE_HOST);
-  }
-  // A word pointing into pinned memory, landing where a kernel can read it
-  // (rows of a region are not scanned: any might): HostWrites.
-  if (memory_ && from_host && !host_writes_.escaped() &&
-      (linear ? pinned_.HoldsPointer(dst, reinterpret_cast<const void*>(src), bytes)
-              : pinned_.Any())) {
-    host_writes_.Escaped();
-  }
-  if (!to) return 0;  // into host memory or untracked device memory
-  // What tells that the copy landed: an event after it on its stream; for
-  // a graph's node, or a caller that names no stream, nothing (unknown).
-  auto landing = [&]() -> PointerTables::Mark {
-    if (host == nullptr || host->wait == nullptr || host->in_graph) {
-      return PointerTables::AnyWriter();
-    }
-    return reader_->MarkAfter(Handle(*host->wait));
-  };
-  if (!linear) {
-    // Rows of a region: whatever landed there is not scanned.
-    const PointerTables::Reach reach{to->id, dst};
-    tables_.OnDeviceWrite(absl::MakeConstSpan(&reach, 1), landing);
-    return 0;
-  }
-  if (from_host) {
-    const void* p = reinterpret_cast<const void*>(src);
-    PointerTables::HostScan scan = PointerTables::ScanHost(dst, p, bytes, registry_);
-    bool settled = host == nullptr || host->settled;
-    // A table lands (the destination is one, or the source holds pointers
-    // now) from a source that queued work may still write: once the stream
-    // ran all of that, the source holds what the copy copied.
-    const bool lands = scan.found > 0 || (!settled && tables_.Get(to->id, nullptr, nullptr) !=
-                                                          PointerTables::State::kNone);
-    bool waited = false;
-    if (!settled && host->wait != nullptr && lands && reader_->WaitForStream(Handle(*host->wait))) {
-      scan = PointerTables::ScanHost(dst, p, bytes, registry_);
-      settled = true;
-      waited = true;
-    }
-    if (host != nullptr) host->settled = settled;
-    // A range learnt from a copy still in flight: a read-back of it, once
-    // something may have written it, waits for the copy too.
-    PointerTables::Mark mark = lands && !waited ? landing() : nullptr;
-    return tables_.ApplyHostWrite(*to, std::move(scan), settled, std::move(mark));
-  }
-  tables_.OnDeviceCopy(*to, dst, from ? &*from : nullptr, src, bytes, landing);
-  return 0;
+  return tables_->OnCopy(kind, dst, src, bytes, linear, host);
 }
 
 void Tracker::OnMemsetTables(uint64_t dst, uint64_t bytes, bool linear) {
-  if (tables_.empty()) return;
-  std::optional<Buffer> b = registry_.Find(dst);
-  if (!b) return;
-  if (linear) {
-    tables_.OnClear(*b, dst, bytes);
-  } else {
-    const PointerTables::Reach reach{b->id, dst};
-    tables_.OnDeviceWrite(absl::MakeConstSpan(&reach, 1),
-                          [] { return PointerTables::AnyWriter(); });
-  }
+  tables_->OnMemset(dst, bytes, linear);
 }
 
 CUresult Tracker::BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes, StreamRef stream,
@@ -882,7 +533,7 @@ void Tracker::OnFree(const char* api, uint64_t base) {
   if (base == 0) return;  // a free of null frees nothing (CUDA_SUCCESS on a GPU)
   Count(OpType::kFree);
   std::optional<Buffer> b = registry_.Remove(base);
-  if (b) tables_.OnFree(b->id);
+  if (b) tables_->OnFree(b->id);
   if (b && leaks_) leaks_->OnFree(b->id);
   if (!log_) return;
   Log(JsonLine()
@@ -932,7 +583,7 @@ uint64_t Tracker::host_pinned_bytes() const { return pinned_.allocated_bytes(); 
 void Tracker::OnUnmap(const char* api, uint64_t base, uint64_t size) {
   for (const Buffer& b : registry_.RemoveRange(base, size)) {
     Count(OpType::kFree);
-    tables_.OnFree(b.id);
+    tables_->OnFree(b.id);
     if (leaks_) leaks_->OnFree(b.id);
     if (!log_) continue;
     Log(JsonLine()
@@ -1084,27 +735,16 @@ void Tracker::WalkGraph(StreamRef stream, GraphLaunchScope* scope) {
   for (const GraphNodePlan& n : scope->plan->nodes) {
     Accesses a;
     switch (n.kind) {
-      case GraphNodePlan::Kind::kKernel:
+      case GraphNodePlan::Kind::kKernel: {
         if (!host_written) host_written = pinned_.AnyWordIn(n.args);
-        if (memory_ && !host_writes_.escaped()) {
-          // As for a direct launch (BeginLaunch).
-          size_t size = n.args.size();
-          void* packed[] = {CU_LAUNCH_PARAM_BUFFER_POINTER,
-                            const_cast<unsigned char*>(n.args.data()), CU_LAUNCH_PARAM_BUFFER_SIZE,
-                            &size, CU_LAUNCH_PARAM_END};
-          if (!n.kernel->layout_known ||
-              (pinned_.Any() && ParamsReachHost(*n.kernel, nullptr, packed))) {
-            host_writes_.Escaped();
-          }
-        }
+        // The node's arguments at their offsets, as a packed buffer.
+        size_t size = n.args.size();
+        void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<unsigned char*>(n.args.data()),
+                         CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+        tables_->NoteHostPointers(*n.kernel, nullptr, extra);  // as for a direct launch
         InferKernelNode(n, registry_, &a);
-        if (n.kernel->has_tables || !tables_.empty()) {
-          // The node's arguments at their offsets, as a packed buffer.
-          size_t size = n.args.size();
-          void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER,
-                           const_cast<unsigned char*>(n.args.data()), CU_LAUNCH_PARAM_BUFFER_SIZE,
-                           &size, CU_LAUNCH_PARAM_END};
-          ExpandTables(*n.kernel, nullptr, extra, stream, &a);
+        if (n.kernel->has_tables || !tables_->empty()) {
+          tables_->Expand(*n.kernel, nullptr, extra, Handle(stream), &a);
           for (const Accesses::TableUse& t : a.tables) a.unknown_tables |= written_here(t.id);
           for (const Accesses::TableParam& t : a.table_params) {
             a.unknown_tables |= written_here(t.id);
@@ -1115,6 +755,7 @@ void Tracker::WalkGraph(StreamRef stream, GraphLaunchScope* scope) {
         device_written.insert(device_written.end(), a.writes.begin(), a.writes.end());
         scope->kernel_writes.append(a.writes.begin(), a.writes.end());
         break;
+      }
       case GraphNodePlan::Kind::kCopy: {
         const uint64_t src = IdAt(n.copy.src.start), dst = IdAt(n.copy.dst.start);
         if (src != 0) a.reads.push_back(src);
@@ -1130,27 +771,31 @@ void Tracker::WalkGraph(StreamRef stream, GraphLaunchScope* scope) {
         // a node of the graph may write is known only once the graph ran.
         HostCopy host;
         host.in_graph = true;
-        if (memory_ && dst != 0 && src == 0 && IsDeviceReachableHost(n.copy.src.start)) {
-          if (stream_idle < 0) stream_idle = reader_->StreamIdle(Handle(stream)) ? 1 : 0;
+        if (memory_ && dst != 0 && src == 0 && tables_->IsDeviceReachableHost(n.copy.src.start)) {
+          if (stream_idle < 0) stream_idle = tables_->StreamIdle(Handle(stream)) ? 1 : 0;
           host.settled = stream_idle == 1 && !host_written;
-          if (!host_written) host.wait = &stream;
+          if (!host_written) {
+            host.waitable = true;
+            host.stream = Handle(stream);
+          }
         }
         if (tracks_tables() && dst != 0) {
           const bool linear = n.copy.dst.extent == n.copy.bytes &&
                               n.copy.src.extent == n.copy.bytes && !written_here(src);
           OnCopyTables(n.copy.kind, n.copy.dst.start, n.copy.src.start, n.copy.bytes, linear,
                        &host);
-          if (host.settled && host.wait != nullptr) stream_idle = 1;  // waited for
+          if (host.settled && host.waitable) stream_idle = 1;  // waited for
           scope->tables_changed = true;
           // What lands is unknown until this launch ran, as for device data.
           if (written_here(src) || !host.settled) device_written.push_back(dst);
         }
-        if (dst == 0 && !host_written) host_written = IsDeviceReachableHost(n.copy.dst.start);
+        if (dst == 0 && !host_written)
+          host_written = tables_->IsDeviceReachableHost(n.copy.dst.start);
         break;
       }
       case GraphNodePlan::Kind::kMemset:
         if (IdAt(n.memset_dst) == 0 && !host_written) {
-          host_written = IsDeviceReachableHost(n.memset_dst);
+          host_written = tables_->IsDeviceReachableHost(n.memset_dst);
         }
         if (uint64_t dst = IdAt(n.memset_dst); dst != 0) {
           a.reads.push_back(dst);
@@ -1182,7 +827,7 @@ CUresult Tracker::BeginGraphLaunch(CUgraphExec exec, StreamRef stream, GraphLaun
   if (!scope->unknown) WalkGraph(stream, scope);
   if (!memory_) return CUDA_SUCCESS;
   // Nodes nobody knows may hand the device a pointer into pinned memory.
-  if (scope->unknown) host_writes_.Escaped();
+  if (scope->unknown) tables_->OnUnknownWork();
   if (scope->unknown) {
     // As for a launch through a table nobody can read: whatever could
     // fault if a node reached it comes in first.
@@ -1234,18 +879,18 @@ void Tracker::EndGraphLaunch(const char* api, CUgraphExec exec, StreamRef stream
   if (!submitted) {
     // Its copies and memsets were applied to the tables before it was
     // submitted: undone the safe way.
-    if (scope.tables_changed) tables_.MarkAllStale();
+    if (scope.tables_changed) tables_->MarkAllStale();
     return;
   }
   Count(OpType::kGraphLaunch);
   if (memory_ && !scope.captured && scope.writes_host) {
-    host_writes_.Add(0, HostWrites::kEverywhere, reader_->MarkAfter(Handle(stream)));
+    tables_->OnHostWrite(0, HostWrites::kEverywhere, Handle(stream));
   }
   if (!scope.captured) {
     if (scope.unknown) {
-      tables_.MarkAllStale();
-    } else if (!tables_.empty()) {
-      tables_.OnDeviceWrite(scope.kernel_writes);
+      tables_->MarkAllStale();
+    } else if (!tables_->empty()) {
+      tables_->OnDeviceWrites(scope.kernel_writes);
     }
   }
   if (!log_) return;

@@ -33,7 +33,7 @@
 #include "core/tracker/host_writes.h"
 #include "core/tracker/leaks.h"
 #include "core/tracker/pinned_host.h"
-#include "core/tracker/table_reader.h"
+#include "core/tracker/table_inference.h"
 
 namespace stensor {
 
@@ -196,19 +196,9 @@ class Tracker {
   // is scanned for pointers into live buffers, a device copy carries the
   // entries of its source along. Returns the number of entries found by a
   // scan (for the log).
-  // `host`, for a host source: `settled` (HostSourceSettled, asked before
-  // the copy was submitted) is false when work queued ahead of the copy may
-  // still write the source, whose scan is then only a guess. If a table
-  // lands there, the copy's stream `wait` (when not null) is waited for, the
-  // source scanned again and `settled` set; otherwise the table stays stale
-  // until read back.
-  // `in_graph`: a node of a graph launched after this call, so nothing
-  // recorded on the stream now tells when the copy landed.
-  struct HostCopy {
-    bool settled = true;
-    const StreamRef* wait = nullptr;
-    bool in_graph = false;
-  };
+  // `host`, for a host source: TableInference::HostCopy (its `settled`
+  // from HostSourceSettled, asked before the copy was submitted).
+  using HostCopy = TableInference::HostCopy;
   size_t OnCopyTables(CopyKind kind, uint64_t dst, uint64_t src, uint64_t bytes, bool linear,
                       HostCopy* host = nullptr);
   // Asked before a copy is submitted on `stream`: false when its source is
@@ -280,29 +270,6 @@ class Tracker {
   std::string Header() const;
   // The buffer id containing `addr`, or 0.
   uint64_t IdAt(uint64_t addr) const;
-  // Adds to `accesses` the buffers reached through the pointer tables the
-  // launch touches (see BeginLaunch), and the lowest address it writes
-  // each buffer through (Accesses::write_reach).
-  void ExpandTables(const KernelInfo& kernel, void** params, void** extra, StreamRef stream,
-                    Accesses* accesses);
-  // The lowest address at which the launch's parameters reach each buffer,
-  // and whether some parameter reaching it is written through.
-  struct ParamReach {
-    uint64_t id = 0;
-    uint64_t from = 0;
-    uint64_t write_from = UINT64_MAX;  // none
-  };
-  using ParamReaches = absl::InlinedVector<ParamReach, 8>;
-  void FindParamReach(const KernelInfo& kernel, void** params, void** extra,
-                      ParamReaches* reach) const;
-  // Calls fn(id, word, written) for each parameter word of the launch that
-  // points into a tracked buffer (`written`: through a written parameter).
-  template <typename Fn>
-  void ForEachParamPointer(const KernelInfo& kernel, void** params, void** extra, Fn&& fn) const;
-  // Calls fn(word, written) for each word of the launch's pointer
-  // parameters, whatever it points to.
-  template <typename Fn>
-  void ForEachParamWord(const KernelInfo& kernel, void** params, void** extra, Fn&& fn) const;
   // The pieces of the allocations the launch names that its pointer words
   // likely do not reach (MemoryManager::FarPieces), ascending; none for an
   // allocation also reached through a pointer table, whose entries are not
@@ -336,19 +303,10 @@ class Tracker {
   // `call` may end `ctx`; `ended(result)` says whether it did.
   CUresult EndContext(CUcontext ctx, absl::FunctionRef<CUresult()> call,
                       absl::FunctionRef<bool(CUresult)> ended);
-  // Whether a launch's pointer parameters may point into host memory a
-  // device reaches: words that hit no tracked buffer, in the pinned and
-  // registered ranges or, where not, as the driver tells.
-  bool ParamsReachHost(const KernelInfo& kernel, void** params, void** extra) const;
-  // Host memory the driver can reach (pinned, mapped, registered), which
-  // device work may write; false for pageable memory.
-  bool IsDeviceReachableHost(uint64_t addr) const;
 
   const Config config_;
   const Driver* const driver_;
   BufferRegistry registry_;
-  PointerTables tables_;
-  HostWrites host_writes_;
   KernelCache kernels_;
   CaptureState capture_;
   GraphPlans graphs_;
@@ -357,7 +315,9 @@ class Tracker {
   std::unique_ptr<Leaks> leaks_;
   std::unique_ptr<MemoryManager> memory_;
   std::unique_ptr<ExactSizes> exact_sizes_;  // made with memory_, never null after
-  std::unique_ptr<TableReader> reader_;      // likewise
+  // The pointer tables, read back and followed (made with memory_, never
+  // null after).
+  std::unique_ptr<TableInference> tables_;
   std::once_flag header_once_;
   std::once_flag shutdown_once_;
   std::atomic<uint64_t> counts_[static_cast<int>(OpType::kCount)] = {};
