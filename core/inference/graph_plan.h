@@ -119,7 +119,7 @@ std::shared_ptr<const GraphPlan> UpdatedPlan(const GraphPlan& exec, const GraphP
 std::shared_ptr<const GraphPlan> MadeUnknown(const GraphPlan& plan, std::string why);
 
 // The buffers one kernel node reaches directly through its arguments, as
-// for a launch (pointer tables are the caller's: Tracker::ExpandTables).
+// for a launch (pointer tables are the caller's: TableInference::Expand).
 void InferKernelNode(const GraphNodePlan& node, const BufferRegistry& registry, Accesses* out);
 
 // The plans of live graph execs, by handle.

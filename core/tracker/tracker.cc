@@ -14,6 +14,7 @@
 #include "core/base/log.h"
 #include "core/driver/device_context.h"
 #include "core/swap/stream_ordered.h"
+#include "core/tracker/operation_keys.h"
 
 namespace stensor {
 namespace {
@@ -86,6 +87,8 @@ absl::StatusOr<std::unique_ptr<Tracker>> Tracker::Create(const Config& config,
       t->log_
           ? std::function<void(std::string)>([raw](std::string line) { raw->Log(std::move(line)); })
           : nullptr);
+  t->graphs_ = std::make_unique<GraphLauncher>(driver, &t->kernels_, &t->capture_, &t->registry_,
+                                               &t->pinned_, t->memory_.get(), t->tables_.get());
   return t;
 }
 
@@ -165,31 +168,6 @@ uint64_t Tracker::IdAt(uint64_t addr) const {
   auto b = registry_.Find(addr);
   return b ? b->id : 0;
 }
-
-namespace {
-// The iteration planner's keys: what an operation is and its shape, never
-// its addresses nor the sizes of the buffers it reaches. A caching
-// allocator (PyTorch's) places a tensor in whichever segment has room, so
-// the same operation of two steps reaches segments of other sizes, and a
-// key holding them would never repeat.
-// A copy or memset: its extent and direction.
-uint64_t TransferKey(uint64_t bytes, bool to_host, bool memset) {
-  return (bytes * 4 + (to_host ? 2 : 0) + (memset ? 1 : 0)) ^ 0x7472616e73666572ull;
-}
-
-// A launch: the kernel and its grid and block (`stensor sim` keys a logged
-// launch by the same three).
-uint64_t LaunchKey(CUfunction f, const unsigned grid[3], const unsigned block[3]) {
-  uint64_t key = reinterpret_cast<uintptr_t>(f);
-  for (const unsigned* dims : {grid, block}) {
-    for (int i = 0; i < 3; ++i) {
-      key = (key ^ dims[i]) * 0x9e3779b97f4a7c15ull;
-      key ^= key >> 29;
-    }
-  }
-  return key;
-}
-}  // namespace
 
 CUresult Tracker::AllocateCapped(const char* api, CUdeviceptr* dptr, uint64_t bytes) {
   RelaxedCaptureScope relaxed(capture_);
@@ -661,12 +639,7 @@ void Tracker::OnSync(const char* api, StreamRef stream) {
 void Tracker::OnGraphInstantiate(const char* api, CUgraphExec exec, CUgraph graph,
                                  unsigned long long flags) {
   if (!tracks_tables()) return;  // neither a cap nor a log reads plans
-  RelaxedCaptureScope relaxed(capture_);
-  std::shared_ptr<const GraphPlan> plan = ReadGraphPlan(*driver_, &kernels_, graph);
-  if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) {
-    plan = MadeUnknown(*plan, "instantiated for launches from the device, which are not seen");
-  }
-  graphs_.Set(exec, plan);
+  std::shared_ptr<const GraphPlan> plan = graphs_->OnInstantiate(exec, graph, flags);
   if (!log_) return;
   JsonLine line;
   line.Str("type", "graph_instantiate")
@@ -681,218 +654,16 @@ void Tracker::OnGraphInstantiate(const char* api, CUgraphExec exec, CUgraph grap
   Log(line.Finish());
 }
 
-void Tracker::OnGraphExecNode(CUgraphExec exec, CUgraphNode node, const CUgraphNodeParams& params) {
-  std::shared_ptr<const GraphPlan> plan = graphs_.Get(exec);
-  if (plan == nullptr || plan->unknown) return;
-  GraphNodePlan replacement;
-  std::shared_ptr<const GraphPlan> updated;
-  switch (PlanNode(&kernels_, node, params, &replacement)) {
-    case NodeChange::kNoAccess:
-      return;
-    case NodeChange::kPlanned:
-      updated = WithNode(*plan, node, replacement);
-      // A node the plan does not hold: one of a kind it does not plan for
-      // is now a kernel, copy or memset (the driver refuses that), or a
-      // node of another graph. Nothing known to follow.
-      if (updated != nullptr) break;
-      [[fallthrough]];
-    case NodeChange::kUnknown:
-      updated = MadeUnknown(*plan, "a node was given parameters stensor cannot follow");
-      break;
-  }
-  graphs_.Set(exec, std::move(updated));
-}
-
-void Tracker::OnGraphExecChildChanged(CUgraphExec exec) {
-  std::shared_ptr<const GraphPlan> plan = graphs_.Get(exec);
-  if (plan == nullptr || plan->unknown) return;
-  graphs_.Set(exec, MadeUnknown(*plan, "a child graph node was given another graph"));
-}
-
-void Tracker::OnGraphExecUpdate(CUgraphExec exec, CUgraph graph) {
-  std::shared_ptr<const GraphPlan> plan = graphs_.Get(exec);
-  if (plan == nullptr) return;
-  RelaxedCaptureScope relaxed(capture_);
-  // The update's nodes, named by the exec's own (which its setters name).
-  graphs_.Set(exec, UpdatedPlan(*plan, *ReadGraphPlan(*driver_, &kernels_, graph)));
-}
-
-void Tracker::WalkGraph(StreamRef stream, GraphLaunchScope* scope) {
-  Accesses& all = scope->accesses;
-  // Buffers an earlier node of this launch writes on the device: a table
-  // among them holds, when a later node reads it, what no one can read now
-  // (a read-back would see its contents from before the launch).
-  absl::InlinedVector<uint64_t, 16> device_written;
-  auto written_here = [&](uint64_t id) {
-    return id != 0 &&
-           std::find(device_written.begin(), device_written.end(), id) != device_written.end();
-  };
-  // Host memory an earlier node (or one of unknown place: a host node) may
-  // write: a later copy's host source is then only known once it ran.
-  bool host_written = scope->plan->host_nodes > 0;
-  int stream_idle = -1;  // asked once, at the first copy from host memory
-  scope->nodes.reserve(scope->plan->nodes.size());
-  for (const GraphNodePlan& n : scope->plan->nodes) {
-    Accesses a;
-    switch (n.kind) {
-      case GraphNodePlan::Kind::kKernel: {
-        if (!host_written) host_written = pinned_.AnyWordIn(n.args);
-        // The node's arguments at their offsets, as a packed buffer.
-        size_t size = n.args.size();
-        void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<unsigned char*>(n.args.data()),
-                         CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
-        tables_->NoteHostPointers(*n.kernel, nullptr, extra);  // as for a direct launch
-        InferKernelNode(n, registry_, &a);
-        if (n.kernel->has_tables || !tables_->empty()) {
-          tables_->Expand(*n.kernel, nullptr, extra, Handle(stream), &a);
-          for (const Accesses::TableUse& t : a.tables) a.unknown_tables |= written_here(t.id);
-          for (const Accesses::TableParam& t : a.table_params) {
-            a.unknown_tables |= written_here(t.id);
-          }
-        }
-        all.unknown_tables |= a.unknown_tables;
-        all.tables.insert(all.tables.end(), a.tables.begin(), a.tables.end());
-        device_written.insert(device_written.end(), a.writes.begin(), a.writes.end());
-        scope->kernel_writes.append(a.writes.begin(), a.writes.end());
-        break;
-      }
-      case GraphNodePlan::Kind::kCopy: {
-        const uint64_t src = IdAt(n.copy.src.start), dst = IdAt(n.copy.dst.start);
-        if (src != 0) a.reads.push_back(src);
-        if (dst != 0) {
-          a.reads.push_back(dst);
-          a.writes.push_back(dst);
-        }
-        // The copy's pointers are learnt at the launch, as a direct copy's
-        // are at its submission; from device data an earlier node wrote,
-        // they are unknown.
-        // A host source that work queued ahead of the graph may write is
-        // settled by waiting for the stream (before the launch); one that
-        // a node of the graph may write is known only once the graph ran.
-        HostCopy host;
-        host.in_graph = true;
-        if (memory_ && dst != 0 && src == 0 && tables_->IsDeviceReachableHost(n.copy.src.start)) {
-          if (stream_idle < 0) stream_idle = tables_->StreamIdle(Handle(stream)) ? 1 : 0;
-          host.settled = stream_idle == 1 && !host_written;
-          if (!host_written) {
-            host.waitable = true;
-            host.stream = Handle(stream);
-          }
-        }
-        if (tracks_tables() && dst != 0) {
-          const bool linear = n.copy.dst.extent == n.copy.bytes &&
-                              n.copy.src.extent == n.copy.bytes && !written_here(src);
-          OnCopyTables(n.copy.kind, n.copy.dst.start, n.copy.src.start, n.copy.bytes, linear,
-                       &host);
-          if (host.settled && host.waitable) stream_idle = 1;  // waited for
-          scope->tables_changed = true;
-          // What lands is unknown until this launch ran, as for device data.
-          if (written_here(src) || !host.settled) device_written.push_back(dst);
-        }
-        if (dst == 0 && !host_written)
-          host_written = tables_->IsDeviceReachableHost(n.copy.dst.start);
-        break;
-      }
-      case GraphNodePlan::Kind::kMemset:
-        if (IdAt(n.memset_dst) == 0 && !host_written) {
-          host_written = tables_->IsDeviceReachableHost(n.memset_dst);
-        }
-        if (uint64_t dst = IdAt(n.memset_dst); dst != 0) {
-          a.reads.push_back(dst);
-          a.writes.push_back(dst);
-          OnMemsetTables(n.memset_dst, n.memset_extent, n.memset_linear);
-          scope->tables_changed = true;
-        }
-        break;
-    }
-    all.reads.append(a.reads.begin(), a.reads.end());
-    all.writes.append(a.writes.begin(), a.writes.end());
-    scope->nodes.emplace_back(std::move(a.reads), std::move(a.writes));
-  }
-  all.Dedupe();
-  if (all.unknown_tables) scope->unknown = true;
-  scope->writes_host = host_written || scope->unknown;
-}
-
 CUresult Tracker::BeginGraphLaunch(CUgraphExec exec, StreamRef stream, GraphLaunchScope* scope) {
   if (!tracks_tables()) return CUDA_SUCCESS;
-  // Launched into a capture, it becomes a child graph node: nothing runs now.
-  if (capture_.Capturing(Handle(stream))) {
-    scope->captured = true;
-    return CUDA_SUCCESS;
-  }
-  RelaxedCaptureScope relaxed(capture_);
-  scope->plan = graphs_.Get(exec);
-  scope->unknown = scope->plan == nullptr || scope->plan->unknown;
-  if (!scope->unknown) WalkGraph(stream, scope);
-  if (!memory_) return CUDA_SUCCESS;
-  // Nodes nobody knows may hand the device a pointer into pinned memory.
-  if (scope->unknown) tables_->OnUnknownWork();
-  if (scope->unknown) {
-    // As for a launch through a table nobody can read: whatever could
-    // fault if a node reached it comes in first.
-    const size_t before = scope->accesses.reads.size();
-    memory_->AppendUnreadable(&scope->accesses.reads);
-    scope->accesses.writes.append(scope->accesses.reads.begin() + before,
-                                  scope->accesses.reads.end());
-  }
-  // Every node's buffers at once: a graph runs as one unit on the device.
-  if (CUresult r = memory_->Prepare(scope->accesses.reads, {}, Handle(stream)); r != CUDA_SUCCESS) {
-    return r;
-  }
-  if (scope->unknown) {
-    scope->unknown_device = memory_->BeginUnknown(Handle(stream));
-    return CUDA_SUCCESS;
-  }
-  // S01/S02: the planner sees the nodes in order, under the keys their
-  // direct forms would have. The graph is timed as a whole, against its
-  // first node (the nodes cannot be timed apart from the host).
-  for (size_t i = 0; i < scope->nodes.size(); ++i) {
-    const GraphNodePlan& n = scope->plan->nodes[i];
-    const auto& [reads, writes] = scope->nodes[i];
-    const uint64_t key =
-        n.kind == GraphNodePlan::Kind::kKernel
-            ? LaunchKey(n.function, n.grid, n.block)
-            : TransferKey(n.kind == GraphNodePlan::Kind::kCopy ? n.copy.bytes : n.memset_extent,
-                          false, n.kind == GraphNodePlan::Kind::kMemset);
-    MemoryManager::OpTicket ticket;
-    memory_->NoteOperation(key, reads, writes, /*marker=*/false, Handle(stream), &ticket);
-    if (i == 0) {
-      scope->op = ticket;
-    } else {
-      memory_->EndOperation(ticket, Handle(stream), /*submitted=*/false);
-    }
-  }
-  return CUDA_SUCCESS;
+  return graphs_->Begin(exec, Handle(stream), scope);
 }
 
 void Tracker::EndGraphLaunch(const char* api, CUgraphExec exec, StreamRef stream,
                              const GraphLaunchScope& scope, bool submitted) {
-  if (memory_ && !scope.captured) {
-    RelaxedCaptureScope relaxed(capture_);
-    memory_->Finish(scope.accesses.reads, scope.accesses.writes, Handle(stream), submitted);
-    // Nothing known about what it wrote: no host copy can be trusted.
-    if (submitted && scope.unknown) memory_->MarkAllWritten(Handle(stream));
-    memory_->EndUnknown(scope.unknown_device);
-    memory_->EndOperation(scope.op, Handle(stream), submitted);
-  }
-  if (!submitted) {
-    // Its copies and memsets were applied to the tables before it was
-    // submitted: undone the safe way.
-    if (scope.tables_changed) tables_->MarkAllStale();
-    return;
-  }
+  if (tracks_tables()) graphs_->End(Handle(stream), scope, submitted);
+  if (!submitted) return;
   Count(OpType::kGraphLaunch);
-  if (memory_ && !scope.captured && scope.writes_host) {
-    tables_->OnHostWrite(0, HostWrites::kEverywhere, Handle(stream));
-  }
-  if (!scope.captured) {
-    if (scope.unknown) {
-      tables_->MarkAllStale();
-    } else if (!tables_->empty()) {
-      tables_->OnDeviceWrites(scope.kernel_writes);
-    }
-  }
   if (!log_) return;
   JsonLine line;
   line.Str("type", "graph_launch")

@@ -30,6 +30,7 @@
 #include "core/swap/memory_manager.h"
 #include "core/tracker/access_log.h"
 #include "core/tracker/exact_sizes.h"
+#include "core/tracker/graph_launcher.h"
 #include "core/tracker/host_writes.h"
 #include "core/tracker/leaks.h"
 #include "core/tracker/pinned_host.h"
@@ -59,22 +60,6 @@ struct TransferScope {
   // made resident while the driver records it (null: none were).
   CUstream side = nullptr;
   MemoryManager::OpTicket op;  // its place in the profiled iteration
-};
-
-// One cuGraphLaunch, between BeginGraphLaunch and EndGraphLaunch.
-struct GraphLaunchScope {
-  std::shared_ptr<const GraphPlan> plan;  // null: stensor has none
-  // What its nodes touch together (known plans only), and what each node
-  // touches, in order, for the iteration planner.
-  Accesses accesses;
-  std::vector<std::pair<IdList, IdList>> nodes;
-  IdList kernel_writes;         // what its kernel nodes may write (tables go stale)
-  bool writes_host = true;      // a node may write device-reachable host memory
-  bool tables_changed = false;  // its copies and memsets were applied to tables
-  bool unknown = true;          // treated as work of unknown accesses
-  bool captured = false;        // launched into a capturing stream: a child graph
-  int unknown_device = -1;      // MemoryManager::BeginUnknown's
-  MemoryManager::OpTicket op;   // times the whole graph while profiling
 };
 
 // The kinds of operation counted and logged.
@@ -167,15 +152,17 @@ class Tracker {
                           unsigned long long flags);
   // A child graph node of `exec` was given another graph: its accesses
   // become unknown.
-  void OnGraphExecChildChanged(CUgraphExec exec);
-  void OnGraphExecDestroy(CUgraphExec exec) { graphs_.Erase(exec); }
+  void OnGraphExecChildChanged(CUgraphExec exec) { graphs_->OnExecChildChanged(exec); }
+  void OnGraphExecDestroy(CUgraphExec exec) { graphs_->OnExecDestroy(exec); }
   // Node `node` of `exec` got new parameters (core/inference/graph_plan.h NodeParams
   // gives every setter's in this form): that node's accesses are read
   // again, or the exec's become unknown when they cannot be described.
-  void OnGraphExecNode(CUgraphExec exec, CUgraphNode node, const CUgraphNodeParams& params);
+  void OnGraphExecNode(CUgraphExec exec, CUgraphNode node, const CUgraphNodeParams& params) {
+    graphs_->OnExecNode(exec, node, params);
+  }
   // cuGraphExecUpdate succeeded: `exec` now runs `graph`'s nodes, still
   // named by its own (UpdatedPlan).
-  void OnGraphExecUpdate(CUgraphExec exec, CUgraph graph);
+  void OnGraphExecUpdate(CUgraphExec exec, CUgraph graph) { graphs_->OnExecUpdate(exec, graph); }
   // Before cuGraphLaunch: under a cap its nodes' buffers are made resident
   // on `stream` (CUDA_ERROR_OUT_OF_MEMORY when they do not fit together:
   // a graph cannot be split); with no plan, it is work of unknown accesses.
@@ -292,9 +279,6 @@ class Tracker {
   ABSL_ATTRIBUTE_NOINLINE void LogLaunch(const char* api, const KernelInfo& kernel,
                                          const unsigned grid[3], const unsigned block[3],
                                          StreamRef stream, const Accesses& accesses);
-  // BeginGraphLaunch's walk of a known plan: every node's accesses at this
-  // launch, in order, and what its copies and memsets do to the tables.
-  void WalkGraph(StreamRef stream, GraphLaunchScope* scope);
   // Whether `kernel` is STENSOR_ITERATION_MARKER's.
   bool IsMarker(const KernelInfo& kernel) const;
   // The first launch refused for lack of room, named on stderr with its
@@ -309,7 +293,6 @@ class Tracker {
   BufferRegistry registry_;
   KernelCache kernels_;
   CaptureState capture_;
-  GraphPlans graphs_;
   std::unique_ptr<AccessLog> log_;
   // Buffers never freed, when a report is wanted (STENSOR_STATS or a log).
   std::unique_ptr<Leaks> leaks_;
@@ -318,6 +301,8 @@ class Tracker {
   // The pointer tables, read back and followed (made with memory_, never
   // null after).
   std::unique_ptr<TableInference> tables_;
+  // CUDA graphs' plans, walked at each launch (likewise).
+  std::unique_ptr<GraphLauncher> graphs_;
   std::once_flag header_once_;
   std::once_flag shutdown_once_;
   std::atomic<uint64_t> counts_[static_cast<int>(OpType::kCount)] = {};
