@@ -23,14 +23,8 @@ TableInference::TableInference(const Driver* driver, MemoryManager* memory,
   host_writes_.SetMarkDone(done);
 }
 
-void TableInference::NoteHostPointers(const KernelInfo& kernel, void** params, void** extra) {
-  if (memory_ == nullptr || host_writes_.escaped()) return;
-  if (!kernel.layout_known || (pinned_->Any() && ParamsReachHost(kernel, params, extra))) {
-    host_writes_.Escaped();
-  }
-}
-
-void TableInference::OnKernel(const KernelInfo& kernel, const Accesses& accesses, CUstream stream) {
+void TableInference::ChangedByKernel(const KernelInfo& kernel, const Accesses& accesses,
+                                     CUstream stream) {
   // A kernel may rewrite the pointers of any table it writes, from the
   // pointers it writes through on; one whose accesses are unknown, those of
   // any table.

@@ -63,11 +63,21 @@ class TableInference {
   // store it where later kernels find it; one of unknown parameters may
   // have been handed one: then no queued work is known not to write host
   // memory (HostWrites::Escaped).
-  void NoteHostPointers(const KernelInfo& kernel, void** params, void** extra);
+  void NoteHostPointers(const KernelInfo& kernel, void** params, void** extra) {
+    if (memory_ == nullptr || host_writes_.escaped()) return;
+    if (!kernel.layout_known || (pinned_->Any() && ParamsReachHost(kernel, params, extra))) {
+      host_writes_.Escaped();
+    }
+  }
   // A launch submitted on `stream`: the tables it may have rewritten (from
   // the pointers it writes through on; every table when its accesses are
   // unknown) go stale.
-  void OnKernel(const KernelInfo& kernel, const Accesses& accesses, CUstream stream);
+  void OnKernel(const KernelInfo& kernel, const Accesses& accesses, CUstream stream) {
+    // Inline: the uncapped launch path pays one test when no table is known.
+    if (!tables_.empty() || !kernel.layout_known || accesses.unknown_tables) {
+      ChangedByKernel(kernel, accesses, stream);
+    }
+  }
   // A graph's kernel nodes may have written `writes`; every table goes
   // stale after a graph of unknown nodes, or one whose changes to the
   // tables were applied before it failed to launch.
@@ -129,6 +139,8 @@ class TableInference {
   using ParamReaches = absl::InlinedVector<ParamReach, 8>;
   void FindParamReach(const KernelInfo& kernel, void** params, void** extra,
                       ParamReaches* reach) const;
+  // OnKernel's work where there is some.
+  void ChangedByKernel(const KernelInfo& kernel, const Accesses& accesses, CUstream stream);
   // Calls fn(word, written) for each word of the launch's pointer
   // parameters, whatever it points to.
   template <typename Fn>

@@ -281,7 +281,7 @@ void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
     if (log_) LogLaunch(api, *kernel, grid, block, stream, accesses);
     return;
   }
-  tables_->OnKernel(*kernel, accesses, Handle(stream));
+  if (tracks_tables()) tables_->OnKernel(*kernel, accesses, Handle(stream));
   // Descriptions outlive the tracker, so their names may be kept.
   if (leaks_) leaks_->OnLaunch(kernel->demangled.c_str(), accesses.reads, accesses.writes);
   Count(OpType::kLaunch);
