@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "policy/access_profile.h"
@@ -91,6 +92,57 @@ class IterationPlanner {
                    std::vector<uint64_t>* next_uses = nullptr,
                    std::vector<std::pair<uint64_t, uint64_t>>* repredicted = nullptr);
   void Commit();
+
+  // One buffer an operation uses, as the planner is told of it: `planned`,
+  // the id it is planned under (for each piece of an allocation, `piece`,
+  // the allocation's), `bytes` what the planner counts for that id, and
+  // `pinned` when it is never swapped (never planned for).
+  struct Use {
+    uint64_t planned = 0;
+    uint64_t bytes = 0;
+    bool write = false;
+    bool piece = false;
+    bool pinned = false;
+  };
+  // The planner's answers to PredictUses, kept by the caller between
+  // operations so that a prediction allocates nothing; `repredicted` is
+  // the caller's to read.
+  struct Scratch {
+    std::vector<uint64_t> next_uses;  // per touch
+    std::vector<std::pair<uint64_t, uint64_t>> repredicted;
+  };
+  // Predict for an operation's buffers, as the memory manager and
+  // `stensor sim` both tell it: `use(i)` gives the i-th of `n` uses, and
+  // `next(i, next_use)` hears its predicted next use. One touch per
+  // allocation (its pieces merged, a write winning), buffers never swapped
+  // pinned in the plan, and in `scratch->repredicted` (planned id, next
+  // use) of buffers the predictor learnt more of without a use (a shard's
+  // cycle, the next shard of a rotating slot). Returns the operation's
+  // logical time. Inline: the capped launch path runs it.
+  template <typename UseAt, typename NextUse>
+  uint64_t PredictUses(uint64_t key, size_t n, UseAt use, NextUse next, Scratch* scratch) {
+    absl::InlinedVector<BufferTouch, 16> touches;
+    // Per use: which of `touches`, and whether it is never swapped.
+    struct Touched {
+      uint32_t touch;
+      bool pinned;
+    };
+    absl::InlinedVector<Touched, 16> touched;
+    // An allocation's pieces are neighbours among the uses (AddTouch).
+    for (size_t i = 0; i < n; ++i) {
+      const Use u = use(i);
+      const size_t t = AddTouch(&touches, BufferTouch{u.planned, u.bytes, u.write}, u.piece);
+      touched.push_back({static_cast<uint32_t>(t), u.pinned});
+    }
+    scratch->next_uses.clear();
+    scratch->repredicted.clear();
+    const uint64_t time = Predict(key, touches, &scratch->next_uses, &scratch->repredicted);
+    for (size_t i = 0; i < n; ++i) {
+      if (touched[i].pinned) SetPinned(touches[touched[i].touch].id, true);
+      next(i, scratch->next_uses[touched[i].touch]);
+    }
+    return time;
+  }
   // Whether the operation just observed is part of the iteration being
   // profiled, so its compute time is wanted (time it; else do not).
   bool profiling() const { return profiling_now_; }

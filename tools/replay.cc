@@ -403,33 +403,27 @@ class Simulator {
     if (op.key == 0) return;
     // As MemoryManager::PredictLocked: an allocation's pieces are one
     // touch, under its id, and each piece takes its next use.
-    std::vector<BufferTouch> touches;
-    std::vector<size_t> touch(op.ids.size());
     const WriteSet writes(op);
-    touches.reserve(op.ids.size());
-    for (size_t i = 0; i < op.ids.size(); ++i) {
-      const TraceBuffer& info = *State(op.ids[i]).info;
-      const uint64_t planned = info.group != 0 ? info.group : op.ids[i];
-      const uint64_t bytes =
-          info.group != 0 ? info.charge * trace_.groups.at(info.group).size() : info.charge;
-      const bool write = writes.Contains(op.ids[i]);
-      // One touch per allocation, as MemoryManager::PredictLocked.
-      touch[i] = AddTouch(&touches, BufferTouch{planned, bytes, write},
-                          /*shared=*/info.group != 0);
-    }
-    std::vector<uint64_t> next_uses;
-    std::vector<std::pair<uint64_t, uint64_t>> repredicted;
-    noted_time_ = planner_->Predict(op.key, touches, &next_uses, &repredicted);
+    next_after_.resize(op.ids.size());
+    noted_time_ = planner_->PredictUses(
+        op.key, op.ids.size(),
+        [&](size_t i) {
+          const TraceBuffer& info = *State(op.ids[i]).info;
+          const uint64_t bytes =
+              info.group != 0 ? info.charge * trace_.groups.at(info.group).size() : info.charge;
+          return IterationPlanner::Use{info.group != 0 ? info.group : op.ids[i], bytes,
+                                       writes.Contains(op.ids[i]), /*piece=*/info.group != 0,
+                                       /*pinned=*/!info.swappable};
+        },
+        [&](size_t i, uint64_t next) {
+          next_after_[i] = options_.oracle ? future_[op_][i] : next;
+          SimBuffer& b = State(op.ids[i]);
+          b.next_use = next_after_[i];
+          Reindex(b);
+        },
+        &scratch_);
     noted_profiling_ = planner_->profiling();
-    next_after_.assign(op.ids.size(), EvictionCandidate::kNoNextUse);
-    for (size_t i = 0; i < op.ids.size(); ++i) {
-      SimBuffer& b = State(op.ids[i]);
-      next_after_[i] = options_.oracle ? future_[op_][i] : next_uses[touch[i]];
-      b.next_use = next_after_[i];
-      Reindex(b);
-      if (!b.info->swappable) planner_->SetPinned(op.ids[i], true);
-    }
-    for (const auto& [id, next] : repredicted) {
+    for (const auto& [id, next] : scratch_.repredicted) {
       if (options_.oracle) break;
       for (SimBuffer* b : PlannedAs(id)) {
         b->next_use = next;
@@ -601,6 +595,8 @@ class Simulator {
   // time, whether it is profiled; set until NoteUses takes them.
   bool predicted_ = false;
   std::vector<uint64_t> next_after_;
+  // Predict's touches and the planner's answers, kept between operations.
+  IterationPlanner::Scratch scratch_;
   uint64_t noted_time_ = 0;
   bool noted_profiling_ = false;
   double now_ = 0;                      // the compute stream

@@ -1982,22 +1982,14 @@ bool MemoryManager::PredictLocked(uint64_t key, absl::Span<const uint64_t> ids,
   // and a caching allocator's tensors other segments.
   // The planner plans allocations: a group's pieces are one touch, under
   // the group's id (PlannerId), and each piece takes its next use.
-  absl::InlinedVector<BufferTouch, 16> touches;
   absl::InlinedVector<Buffer*, 16> buffers;
-  absl::InlinedVector<size_t, 16> at;     // where in `ids`
-  absl::InlinedVector<size_t, 16> touch;  // which of `touches`
+  absl::InlinedVector<size_t, 16> at;  // where in `ids`
   for (size_t k = 0; k < ids.size(); ++k) {
     Buffer* b = found.empty() ? ById(ids[k]) : found[k];
     if (b == nullptr || b->garbage) continue;
     b->prefetched = false;  // used now
-    const bool write = std::find(written.begin(), written.end(), ids[k]) != written.end();
-    // One touch per allocation (Expanded, Narrow keep a group's pieces
-    // neighbours in `ids`).
-    const size_t t = AddTouch(&touches, BufferTouch{PlannerId(*b), ViewOf(*b).reserved, write},
-                              /*shared=*/b->group != nullptr);
     buffers.push_back(b);
     at.push_back(k);
-    touch.push_back(t);
   }
   if (buffers.empty()) return false;  // nothing the manager holds
   Device& dev = DeviceState(buffers.front()->device);
@@ -2005,28 +1997,32 @@ bool MemoryManager::PredictLocked(uint64_t key, absl::Span<const uint64_t> ids,
   if (planner == nullptr) return false;
 
   if (marker) planner->MarkBoundary();
-  // Kept between operations, so a launch allocates nothing here.
-  std::vector<uint64_t>& next_uses = next_uses_scratch_;
-  std::vector<std::pair<uint64_t, uint64_t>>& repredicted = repredicted_scratch_;
-  next_uses.clear();
-  repredicted.clear();
-  noted->time = planner->Predict(key, touches, &next_uses, &repredicted);
+  IterationPlanner::Scratch& scratch = predict_scratch_;  // kept: a launch allocates nothing here
+  noted->time = planner->PredictUses(
+      key, buffers.size(),
+      [&](size_t i) {
+        const Buffer& b = *buffers[i];
+        const uint64_t id = ids[at[i]];
+        // Never swapped: never planned for.
+        return IterationPlanner::Use{
+            PlannerId(b), ViewOf(b).reserved,
+            /*write=*/std::find(written.begin(), written.end(), id) != written.end(),
+            /*piece=*/b.group != nullptr, /*pinned=*/!b.vmm || b.exported};
+      },
+      [&](size_t i, uint64_t next) {
+        if (!next_after.empty()) next_after[at[i]] = next;
+        // Re-keyed once, with its last use, by Finish (or by a failed
+        // Prepare's unwind): the operation pins it meanwhile, so no
+        // eviction looks at it.
+        buffers[i]->next_use = next;
+      },
+      &scratch);
   noted->planner = planner;
   noted->device = dev.ordinal;
   noted->profiling = planner->profiling();
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    Buffer& b = *buffers[i];
-    const uint64_t next = next_uses[touch[i]];
-    if (!next_after.empty()) next_after[at[i]] = next;
-    // Never swapped: never planned for.
-    if (!b.vmm || b.exported) planner->SetPinned(PlannerId(b), true);
-    // Re-keyed once, with its last use, by Finish (or by a failed Prepare's
-    // unwind): the operation pins it meanwhile, so no eviction looks at it.
-    b.next_use = next;
-  }
   // Buffers the predictor learnt more about without a use (a shard's cycle,
   // the next shard of a rotating slot): belady's order follows.
-  for (const auto& [id, next] : repredicted) {
+  for (const auto& [id, next] : scratch.repredicted) {
     Buffer* found = ById(id);
     if (found == nullptr) continue;
     for (Buffer* b : PlannedAs(*found, id)) {

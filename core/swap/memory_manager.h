@@ -1028,10 +1028,9 @@ class MemoryManager {
   // an allocation that found everything pinned waits to change.
   uint64_t unpins_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<IterationPlanner> planner_ ABSL_GUARDED_BY(mu_);
-  // NoteOperation's answers from the planner, kept so that their capacity
-  // is reused (no allocation per operation).
-  std::vector<uint64_t> next_uses_scratch_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::pair<uint64_t, uint64_t>> repredicted_scratch_ ABSL_GUARDED_BY(mu_);
+  // PredictLocked's touches and the planner's answers, kept so that their
+  // capacity is reused (no allocation per operation).
+  IterationPlanner::Scratch predict_scratch_ ABSL_GUARDED_BY(mu_);
   bool planner_made_ ABSL_GUARDED_BY(mu_) = false;
   // Eviction rounds: a buffer whose eviction failed in this round is not
   // tried again in it (its driver call would likely fail again).
