@@ -65,6 +65,70 @@ std::vector<std::vector<uint64_t>> RunSteps(IterationPlanner& p, int first, int 
   return predictions;
 }
 
+// PredictUses, as the memory manager and `stensor sim` call it: the pieces
+// of an allocation (neighbours among the uses) are one touch under its id,
+// a write through any of them a write of it, and every use hears the next
+// use its touch was predicted; the same steps told as merged touches
+// through Predict get the same answers.
+TEST(IterationPlannerTest, PredictUsesTellsAnAllocationsPiecesAsOneTouch) {
+  std::unique_ptr<IterationPlanner> by_uses = Make();
+  std::unique_ptr<IterationPlanner> by_touches = Make();
+  ASSERT_NE(by_uses, nullptr);
+  ASSERT_NE(by_touches, nullptr);
+  IterationPlanner::Scratch scratch;
+  for (int s = 0; s < 8; ++s) {
+    for (const Step& op : StepOps(s)) {
+      // Weight 0 held as two pieces of 2 MiB under its id; the second
+      // piece is the one written.
+      std::vector<IterationPlanner::Use> uses;
+      for (const BufferTouch& t : op.touches) {
+        if (t.id == 0) {
+          uses.push_back({0, t.bytes, false, /*piece=*/true, false});
+          uses.push_back({0, t.bytes, t.write, /*piece=*/true, false});
+        } else {
+          uses.push_back({t.id, t.bytes, t.write, false, /*pinned=*/t.id >= 100 && t.id < 1000});
+        }
+      }
+      std::vector<uint64_t> heard(uses.size(), 0);
+      const uint64_t time = by_uses->PredictUses(
+          op.key, uses.size(), [&](size_t i) { return uses[i]; },
+          [&](size_t i, uint64_t next) { heard[i] = next; }, &scratch);
+      by_uses->Commit();
+      std::vector<uint64_t> next;
+      EXPECT_EQ(by_touches->Predict(op.key, op.touches, &next), time);
+      by_touches->Commit();
+      size_t u = 0;
+      for (size_t t = 0; t < op.touches.size(); ++t) {
+        const int pieces = op.touches[t].id == 0 ? 2 : 1;
+        for (int k = 0; k < pieces; ++k, ++u) {
+          EXPECT_EQ(heard[u], next[t]) << "step " << s << " key " << op.key << " use " << u;
+        }
+      }
+      EXPECT_EQ(u, uses.size());
+    }
+  }
+  // Both saw the pattern and profiled the same iteration: weight 0 one
+  // buffer of its bytes, written where its second piece was.
+  EXPECT_EQ(by_uses->NextUse(0), by_touches->NextUse(0));
+  EXPECT_NE(by_uses->NextUse(0), kNever);
+  ASSERT_TRUE(by_uses->has_profile());
+  ASSERT_TRUE(by_touches->has_profile());
+  const AccessProfile& got = *by_uses->profile();
+  const AccessProfile& want = *by_touches->profile();
+  ASSERT_EQ(got.period(), want.period());
+  for (size_t phase = 0; phase < want.period(); ++phase) {
+    EXPECT_EQ(got.bytes(phase), want.bytes(phase)) << "phase " << phase;
+    const std::vector<BufferTouch>& g = got.op(phase).buffers;
+    const std::vector<BufferTouch>& w = want.op(phase).buffers;
+    ASSERT_EQ(g.size(), w.size()) << "phase " << phase;
+    for (size_t i = 0; i < w.size(); ++i) {
+      EXPECT_EQ(g[i].id, w[i].id) << "phase " << phase;
+      EXPECT_EQ(g[i].bytes, w[i].bytes) << "phase " << phase;
+      EXPECT_EQ(g[i].write, w[i].write) << "phase " << phase;
+    }
+  }
+}
+
 TEST(IterationPlannerTest, RejectsABadBandwidth) {
   IterationPlanner::Options o = Defaults();
   o.bandwidth.d2h = 0;
