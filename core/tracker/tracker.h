@@ -26,7 +26,6 @@
 #include "core/inference/copy_ranges.h"
 #include "core/inference/graph_plan.h"
 #include "core/inference/launch_inference.h"
-#include "core/inference/pointer_tables.h"
 #include "core/swap/memory_manager.h"
 #include "core/tracker/access_log.h"
 #include "core/tracker/exact_sizes.h"
