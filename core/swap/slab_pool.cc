@@ -1,0 +1,186 @@
+#include "core/swap/slab_pool.h"
+
+#include <algorithm>
+
+namespace stensor {
+
+void SlabPool::AddSlab(uint64_t slab, int device, CUdeviceptr base, uint64_t size) {
+  MutexLock lock(&mu_);
+  Slab& s = slabs_[slab];
+  s.device = device;
+  s.base = base;
+  s.size = size;
+  slab_at_[base] = slab;
+  AddFree(s, 0, size);
+}
+
+void SlabPool::EraseFree(Slab& slab, std::map<uint64_t, uint64_t>::iterator it) {
+  by_size_.erase(SizeKey{slab.device, it->second, slab.base, it->first});
+  slab.free.erase(it);
+}
+
+void SlabPool::AddFree(Slab& slab, uint64_t offset, uint64_t bytes) {
+  // Merged with the ranges it touches, so a freed slab is one range again.
+  auto next = slab.free.lower_bound(offset);
+  if (next != slab.free.end() && next->first == offset + bytes) {
+    bytes += next->second;
+    EraseFree(slab, next);
+  }
+  auto prev = slab.free.lower_bound(offset);
+  if (prev != slab.free.begin()) {
+    --prev;
+    if (prev->first + prev->second == offset) {
+      offset = prev->first;
+      bytes += prev->second;
+      EraseFree(slab, prev);
+    }
+  }
+  slab.free.emplace(offset, bytes);
+  by_size_.insert(SizeKey{slab.device, bytes, slab.base, offset});
+}
+
+std::optional<SlabPool::Block> SlabPool::Take(int device, uint64_t size, bool stream_ordered) {
+  if (size == 0) return std::nullopt;
+  const uint64_t span = (size + kAlign - 1) / kAlign * kAlign;
+  MutexLock lock(&mu_);
+  auto it = by_size_.lower_bound(SizeKey{device, span, 0, 0});
+  if (it == by_size_.end() || std::get<0>(*it) != device) return std::nullopt;
+  const auto [dev, bytes, base, offset] = *it;
+  const uint64_t key = slab_at_.at(base);
+  Slab& slab = slabs_.at(key);
+  EraseFree(slab, slab.free.find(offset));
+  if (bytes > span) AddFree(slab, offset + span, bytes - span);
+  ++slab.live;
+  Block b;
+  b.base = base + offset;
+  b.size = size;
+  b.slab = key;
+  b.stream_ordered = stream_ordered;
+  live_[b.base] = b;
+  return b;
+}
+
+void SlabPool::Name(CUdeviceptr base, uint64_t id) {
+  MutexLock lock(&mu_);
+  auto it = live_.find(base);
+  if (it != live_.end()) it->second.id = id;
+}
+
+std::optional<SlabPool::Block> SlabPool::Containing(CUdeviceptr addr) const {
+  MutexLock lock(&mu_);
+  auto it = live_.upper_bound(addr);
+  if (it == live_.begin()) return std::nullopt;
+  --it;
+  if (addr - it->second.base >= it->second.span()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<SlabPool::Block> SlabPool::Free(CUdeviceptr base, std::vector<StreamUse> after) {
+  MutexLock lock(&mu_);
+  auto it = live_.find(base);
+  if (it == live_.end()) return std::nullopt;
+  const Block b = it->second;
+  live_.erase(it);
+  Slab& slab = slabs_.at(b.slab);
+  --slab.live;
+  if (after.empty()) {
+    AddFree(slab, b.base - slab.base, b.span());
+  } else {
+    ++slab.pending;
+    ++waiting_;
+    pending_[slab.device].push_back(
+        Pending{b.slab, b.base - slab.base, b.span(), std::move(after)});
+  }
+  return b;
+}
+
+void SlabPool::Reclaim(int device, bool all,
+                       absl::FunctionRef<bool(std::vector<StreamUse>&)> done) {
+  MutexLock lock(&mu_);
+  auto q = pending_.find(device);
+  if (q == pending_.end()) return;
+  std::deque<Pending>& queue = q->second;
+  for (auto it = queue.begin(); it != queue.end();) {
+    auto s = slabs_.find(it->slab);
+    if (s != slabs_.end() && !done(it->after)) {
+      if (!all) break;
+      ++it;
+      continue;
+    }
+    if (s != slabs_.end()) {
+      --s->second.pending;
+      AddFree(s->second, it->offset, it->bytes);
+    }
+    --waiting_;
+    it = queue.erase(it);
+  }
+}
+
+std::vector<uint64_t> SlabPool::TakeEmpty(int device, size_t keep) {
+  MutexLock lock(&mu_);
+  std::vector<std::pair<CUdeviceptr, uint64_t>> empty;  // by base: the same each run
+  for (const auto& [key, slab] : slabs_) {
+    if (slab.device == device && slab.live == 0 && slab.pending == 0) {
+      empty.emplace_back(slab.base, key);
+    }
+  }
+  std::sort(empty.begin(), empty.end());
+  std::vector<uint64_t> taken;
+  for (size_t i = keep; i < empty.size(); ++i) {
+    const uint64_t key = empty[i].second;
+    Slab& slab = slabs_.at(key);
+    while (!slab.free.empty()) EraseFree(slab, slab.free.begin());
+    slab_at_.erase(slab.base);
+    slabs_.erase(key);
+    taken.push_back(key);
+  }
+  return taken;
+}
+
+void SlabPool::RemoveSlab(uint64_t slab) {
+  MutexLock lock(&mu_);
+  auto s = slabs_.find(slab);
+  if (s == slabs_.end()) return;
+  Slab& gone = s->second;
+  while (!gone.free.empty()) EraseFree(gone, gone.free.begin());
+  for (auto it = live_.lower_bound(gone.base);
+       it != live_.end() && it->first < gone.base + gone.size;) {
+    it = live_.erase(it);
+  }
+  slab_at_.erase(gone.base);
+  slabs_.erase(s);  // its waiting frees are dropped by Reclaim
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> SlabPool::LiveRanges(uint64_t slab) const {
+  MutexLock lock(&mu_);
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  auto s = slabs_.find(slab);
+  if (s == slabs_.end()) return ranges;
+  const Slab& in = s->second;
+  for (auto it = live_.lower_bound(in.base); it != live_.end() && it->first < in.base + in.size;
+       ++it) {
+    const uint64_t offset = it->first - in.base, bytes = it->second.span();
+    if (!ranges.empty() && ranges.back().first + ranges.back().second == offset) {
+      ranges.back().second += bytes;
+    } else {
+      ranges.emplace_back(offset, bytes);
+    }
+  }
+  return ranges;
+}
+
+void SlabPool::ForEachPendingUse(absl::FunctionRef<void(StreamUse&)> fn) {
+  MutexLock lock(&mu_);
+  for (auto& [device, queue] : pending_) {
+    for (Pending& p : queue) {
+      for (StreamUse& u : p.after) fn(u);
+    }
+  }
+}
+
+bool SlabPool::empty() const {
+  MutexLock lock(&mu_);
+  return live_.empty() && waiting_ == 0;
+}
+
+}  // namespace stensor

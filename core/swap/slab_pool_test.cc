@@ -1,0 +1,114 @@
+#include "core/swap/slab_pool.h"
+
+#include <gtest/gtest.h>
+
+namespace stensor {
+namespace {
+
+constexpr uint64_t kSlab = 2 << 20;
+constexpr CUdeviceptr kBase = 0x10000000;
+
+TEST(SlabPoolTest, PlacesBlocksAlignedInTheTightestFreeRange) {
+  SlabPool pool;
+  pool.AddSlab(7, 0, kBase, kSlab);
+  auto a = pool.Take(0, 100, false);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->base, kBase);
+  EXPECT_EQ(a->slab, 7u);
+  auto b = pool.Take(0, 1000, true);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->base, kBase + SlabPool::kAlign);  // a's 100 bytes take one unit
+  auto c = pool.Take(0, 4096, false);
+  ASSERT_TRUE(c);
+  // A hole of two units between a and c: the tightest fit for 600 bytes,
+  // ahead of the slab's tail.
+  ASSERT_TRUE(pool.Free(b->base, {}));
+  auto d = pool.Take(0, 600, false);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->base, kBase + SlabPool::kAlign);
+  EXPECT_FALSE(pool.Take(1, 100, false)) << "no slab on device 1";
+  EXPECT_FALSE(pool.Take(0, kSlab, false)) << "more than the free space";
+}
+
+TEST(SlabPoolTest, FindsTheLiveBlockHoldingAnAddressAndNothingInFreeSpace) {
+  SlabPool pool;
+  pool.AddSlab(7, 0, kBase, kSlab);
+  auto a = pool.Take(0, 100, false);
+  pool.Name(a->base, 42);
+  auto in = pool.Containing(a->base + 99);
+  ASSERT_TRUE(in);
+  EXPECT_EQ(in->id, 42u);
+  EXPECT_EQ(in->size, 100u);
+  EXPECT_FALSE(pool.Containing(a->base + SlabPool::kAlign));
+  EXPECT_FALSE(pool.Free(a->base + 8, {})) << "a free names the block's start";
+  ASSERT_TRUE(pool.Free(a->base, {}));
+  EXPECT_FALSE(pool.Containing(a->base));
+  EXPECT_FALSE(pool.Free(a->base, {})) << "freed twice";
+}
+
+TEST(SlabPoolTest, AFreedBlocksSpaceWaitsForItsUsesInTheOrderOfFrees) {
+  SlabPool pool;
+  pool.AddSlab(7, 0, kBase, 4 * SlabPool::kAlign);
+  auto a = pool.Take(0, SlabPool::kAlign * 2, false);
+  auto b = pool.Take(0, SlabPool::kAlign * 2, false);
+  ASSERT_TRUE(a && b);
+  std::vector<StreamUse> pending(1);
+  pending[0].seq = 1;
+  ASSERT_TRUE(pool.Free(a->base, pending));
+  pending[0].seq = 2;
+  ASSERT_TRUE(pool.Free(b->base, pending));
+  EXPECT_FALSE(pool.Take(0, 1, false)) << "nothing placed before the work is done";
+  // The first not done stops the walk; `all` asks every one.
+  int asked = 0;
+  pool.Reclaim(0, false, [&](std::vector<StreamUse>& after) {
+    ++asked;
+    return after[0].seq == 2;
+  });
+  EXPECT_EQ(asked, 1);
+  EXPECT_FALSE(pool.Take(0, 1, false));
+  pool.Reclaim(0, true, [&](std::vector<StreamUse>& after) { return after[0].seq == 2; });
+  auto c = pool.Take(0, SlabPool::kAlign * 2, false);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->base, b->base);
+  pool.Reclaim(0, false, [](std::vector<StreamUse>&) { return true; });
+  auto d = pool.Take(0, SlabPool::kAlign * 2, false);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->base, a->base);
+}
+
+TEST(SlabPoolTest, FreedRangesMergeSoAnEmptySlabIsOneRangeAgainAndGoesBeyondTheKept) {
+  SlabPool pool;
+  pool.AddSlab(7, 0, kBase, kSlab);
+  pool.AddSlab(8, 0, kBase + kSlab, kSlab);
+  std::vector<SlabPool::Block> blocks;
+  for (int i = 0; i < 6; ++i) blocks.push_back(*pool.Take(0, 300000, false));
+  for (const auto& b : blocks) EXPECT_EQ(b.slab, 7u) << "one slab filled before the next";
+  EXPECT_TRUE(pool.TakeEmpty(0, 0) == std::vector<uint64_t>{8});
+  for (int i : {1, 3, 0, 5, 2, 4}) ASSERT_TRUE(pool.Free(blocks[i].base, {}));
+  EXPECT_TRUE(pool.empty());
+  auto whole = pool.Take(0, kSlab, false);
+  ASSERT_TRUE(whole) << "the freed ranges merged into the whole slab";
+  ASSERT_TRUE(pool.Free(whole->base, {}));
+  EXPECT_TRUE(pool.TakeEmpty(0, 1).empty()) << "one empty slab kept";
+  EXPECT_TRUE(pool.TakeEmpty(0, 0) == std::vector<uint64_t>{7});
+  EXPECT_FALSE(pool.Take(0, 1, false));
+}
+
+TEST(SlabPoolTest, LiveRangesAreWhatACopyMustCarry) {
+  SlabPool pool;
+  pool.AddSlab(7, 0, kBase, kSlab);
+  auto a = pool.Take(0, 100, false);
+  auto b = pool.Take(0, 600, false);
+  auto c = pool.Take(0, 512, false);
+  ASSERT_TRUE(a && b && c);
+  using Ranges = std::vector<std::pair<uint64_t, uint64_t>>;
+  EXPECT_EQ(pool.LiveRanges(7), (Ranges{{0, 2048}}));
+  ASSERT_TRUE(pool.Free(b->base, {}));
+  EXPECT_EQ(pool.LiveRanges(7), (Ranges{{0, 512}, {1536, 512}}));
+  pool.RemoveSlab(7);
+  EXPECT_TRUE(pool.LiveRanges(7).empty());
+  EXPECT_FALSE(pool.Containing(a->base));
+}
+
+}  // namespace
+}  // namespace stensor
