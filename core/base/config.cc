@@ -443,6 +443,13 @@ constexpr Option kOptions[] = {
      "Swap buffers in ahead of use, as planned from the profiled iteration.", true, true,
      [](absl::string_view v, Config* c) { return ParseKeyword(v, kBooleans, &c->prefetch); },
      [](const Config& c) { return KeywordText(c.prefetch, kBooleans); }},
+    {"STENSOR_SLABS", kBooleanForms,
+     "Pack allocations below half a granule (1 MiB on most GPUs) into "
+     "swappable slabs of one granule where the device maps host memory; "
+     "off: each one is the driver's and stays on the device.",
+     true, true,
+     [](absl::string_view v, Config* c) { return ParseKeyword(v, kBooleans, &c->slabs); },
+     [](const Config& c) { return KeywordText(c.slabs, kBooleans); }},
     {"STENSOR_BANDWIDTH",
      "a bandwidth in GB/s (10^9 bytes per second, at most 3 decimals, "
      "optionally followed by GB/s), e.g. 25 or 12.5, or two of them, "
@@ -797,7 +804,7 @@ std::string Config::Describe() const {
 
 bool operator==(const Config& a, const Config& b) {
   return a.memory_limit == b.memory_limit && a.host_limit == b.host_limit && a.policy == b.policy &&
-         a.prefetch == b.prefetch && a.bandwidth == b.bandwidth &&
+         a.prefetch == b.prefetch && a.slabs == b.slabs && a.bandwidth == b.bandwidth &&
          a.iteration_marker == b.iteration_marker && a.access_log == b.access_log &&
          a.log_level == b.log_level && a.stats == b.stats &&
          a.write_inference == b.write_inference && a.verify == b.verify &&

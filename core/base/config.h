@@ -132,6 +132,10 @@ struct Config {
   // On by default: with a link to hide, it shortens capped steps by a third
   // and more (docs/measurements.md), for a few percent more bytes moved.
   bool prefetch = true;
+  // STENSOR_SLABS: allocations below half a granule packed into swappable
+  // one-granule slabs (core/swap/slab_pool.h), where host memory can stand
+  // in at an address; otherwise driver allocations, charged, never swapped.
+  bool slabs = false;
   // STENSOR_BANDWIDTH; default: measured.
   BandwidthSetting bandwidth;
   // STENSOR_ITERATION_MARKER: the kernel whose launch starts an iteration,

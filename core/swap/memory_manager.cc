@@ -203,6 +203,11 @@ MemoryManager::Buffer* MemoryManager::ById(uint64_t id) const {
   if (id == 0 || id >= kUntrackedKeys) return nullptr;  // never a registry id
   auto it = buffers_.find(id);
   if (it != buffers_.end()) return it->second.get();
+  // A small allocation: the slab that holds it.
+  if (!slab_blocks_.empty()) {
+    auto k = slab_blocks_.find(id);
+    if (k != slab_blocks_.end()) return k->second.slab;
+  }
   // An allocation made of pieces: its first piece not yet released.
   if (groups_ == 0) return nullptr;
   auto g = group_ids_.find(id);
@@ -213,11 +218,24 @@ MemoryManager::Buffer* MemoryManager::ById(uint64_t id) const {
   return nullptr;
 }
 
-absl::Span<const uint64_t> MemoryManager::Expanded(absl::Span<const uint64_t> ids, Keys* out) {
-  if (groups_ == 0) return ids;
+absl::Span<const uint64_t> MemoryManager::Expanded(absl::Span<const uint64_t> ids, Keys* out,
+                                                   bool overwritten) {
+  if (groups_ == 0 && slab_blocks_.empty()) return ids;
   out->clear();
+  absl::InlinedVector<uint64_t, 4> slabs;  // named already
   for (uint64_t id : ids) {
-    auto g = id < kPieceKeys ? group_ids_.find(id) : group_ids_.end();
+    if (!slab_blocks_.empty()) {
+      auto k = slab_blocks_.find(id);
+      if (k != slab_blocks_.end()) {
+        const uint64_t slab = k->second.slab->key;
+        if (!overwritten && std::find(slabs.begin(), slabs.end(), slab) == slabs.end()) {
+          slabs.push_back(slab);
+          out->push_back(slab);
+        }
+        continue;
+      }
+    }
+    auto g = groups_ > 0 && id < kPieceKeys ? group_ids_.find(id) : group_ids_.end();
     if (g == group_ids_.end()) {
       out->push_back(id);  // a whole buffer, or a piece named on its own
       continue;
@@ -402,6 +420,9 @@ CUresult MemoryManager::AllocateLocked(Device& dev, CUcontext context, uint64_t 
   if (over_cap && (!dev.host_vmm || dev.granularity == 0 || dev.total == 0 || bytes > dev.total)) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  if (SlabSized(dev, bytes)) {
+    return AllocateInSlab(dev, context, bytes, dptr, register_id, stream_ordered);
+  }
   auto b = std::make_unique<Buffer>();
   b->size = bytes;
   b->device = dev.ordinal;
@@ -475,13 +496,7 @@ CUresult MemoryManager::AllocateLocked(Device& dev, CUcontext context, uint64_t 
       r = AllocateOnHost(dev, *b);
     }
     if (r != CUDA_SUCCESS) {
-      if (!stuck_.empty() && stuck_.back().va == b->base && stuck_.back().reserved == 0) {
-        stuck_.back().reserved = b->reserved;  // freed once unmapped
-      } else {
-        // A range that cannot be freed is only address space lost; the
-        // program sees why its allocation failed.
-        (void)Failed(driver_->cuMemAddressFree(b->base, b->reserved));
-      }
+      UndoReservation(*b);
       return r;
     }
   }
@@ -524,6 +539,169 @@ CUresult MemoryManager::AllocateLocked(Device& dev, CUcontext context, uint64_t 
     u.reserved_high = std::max(u.reserved_high, u.reserved);
   }
   return CUDA_SUCCESS;
+}
+
+void MemoryManager::UndoReservation(Buffer& b) {
+  if (!stuck_.empty() && stuck_.back().va == b.base && stuck_.back().reserved == 0) {
+    stuck_.back().reserved = b.reserved;  // freed once unmapped
+  } else {
+    // A range that cannot be freed is only address space lost; the
+    // program sees why its allocation failed.
+    (void)Failed(driver_->cuMemAddressFree(b.base, b.reserved));
+  }
+}
+
+// --- Small allocations in slabs --------------------------------------------------
+
+bool MemoryManager::SlabSized(const Device& dev, uint64_t bytes) const {
+  // Where host memory can stand in at an address: a slab that does not fit
+  // beside an operation's other buffers is served from there, never refused.
+  return config_.slabs && dev.host_vmm && dev.granularity != 0 && bytes < dev.granularity / 2;
+}
+
+CUresult MemoryManager::AllocateInSlab(Device& dev, CUcontext context, uint64_t bytes,
+                                       CUdeviceptr* dptr, RegisterId register_id,
+                                       bool stream_ordered) {
+  if (dev.context == nullptr) dev.context = context;
+  ReclaimBlocks(dev, /*all=*/false);
+  std::optional<SlabPool::Block> block = slabs_.Take(dev.ordinal, bytes, stream_ordered);
+  if (!block) {
+    ReclaimBlocks(dev, /*all=*/true);
+    block = slabs_.Take(dev.ordinal, bytes, stream_ordered);
+  }
+  if (!block) {
+    if (CUresult r = NewSlab(dev, context); r != CUDA_SUCCESS) return r;
+    block = slabs_.Take(dev.ordinal, bytes, stream_ordered);
+    if (!block) return CUDA_ERROR_OUT_OF_MEMORY;  // not reached: an empty slab holds it
+  }
+  Buffer* slab = ById(block->slab);
+  *dptr = block->base;
+  const uint64_t id = register_id(block->base);
+  slabs_.Name(block->base, id);
+  if (id != 0 && id < kUntrackedKeys) {
+    slab_blocks_[id] = SlabBlock{slab, block->base, bytes};
+  } else {
+    // No operation will name it, so none pins its slab: the slab stays
+    // where it is for good (on the host, its copy mapped at its address,
+    // if it is there now).
+    slab->exported = true;
+    Reindex(*slab);
+  }
+  ++stats_.slab_allocations;
+  if (stream_ordered) {
+    StreamOrderedUsage& u = dev.stream_ordered;
+    u.used += bytes;
+    u.reserved += block->span();
+    u.used_high = std::max(u.used_high, u.used);
+    u.reserved_high = std::max(u.reserved_high, u.reserved);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult MemoryManager::NewSlab(Device& dev, CUcontext context) {
+  auto b = std::make_unique<Buffer>();
+  b->size = b->reserved = dev.granularity;
+  b->device = dev.ordinal;
+  b->context = context;
+  b->vmm = true;
+  b->slab = true;
+  b->gpu_version = ++version_;
+  b->last_use = ++clock_;
+  CollectGarbage();
+  ReapOldMappings(dev, /*wait=*/false);
+  if (CUresult r = driver_->cuMemAddressReserve(&b->base, b->reserved, 0, 0, 0);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  b->va_reserved = true;
+  CUresult r = MapDevice(dev, *b);
+  // No room on the device: born on the host, its zeroed copy mapped at its
+  // address (not where a failed undo left memory mapped there).
+  const bool stuck_here = !stuck_.empty() && stuck_.back().va == b->base;
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && b->device_chunks.empty() && !stuck_here) {
+    r = AllocateOnHost(dev, *b);
+  }
+  if (r != CUDA_SUCCESS) {
+    UndoReservation(*b);
+    return r;
+  }
+  b->serial = ++serial_;
+  b->id = b->key = kPieceKeys + ++pieces_made_;
+  Buffer& slab = *b;
+  by_base_[slab.base] = &slab;
+  buffers_[slab.key] = std::move(b);
+  Reindex(slab);
+  slabs_.AddSlab(slab.key, dev.ordinal, slab.base, slab.reserved);
+  ++stats_.slabs_made;
+  Log(JsonLine()
+          .Str("type", "slab")
+          .Uint("slab", slab.key)
+          .Str("addr", absl::StrFormat("0x%x", slab.base))
+          .Uint("bytes", slab.reserved)
+          .Int("device", dev.ordinal)
+          .Bool("resident", slab.resident())
+          .Finish());
+  return CUDA_SUCCESS;
+}
+
+bool MemoryManager::BlockStartsAt(CUdeviceptr base) const {
+  const Buffer* b = Containing(base);
+  if (b == nullptr || !b->slab) return false;
+  std::optional<SlabPool::Block> block = slabs_.Containing(base);
+  return block && block->base == base;
+}
+
+bool MemoryManager::FreeBlock(CUdeviceptr base, const CUstream* stream) {
+  if (!BlockStartsAt(base)) return false;
+  Buffer& slab = *Containing(base);
+  Device& dev = DeviceState(slab.device);
+  // In stream order, the free is a use of the slab on that stream. Until
+  // the work queued before it is done (or work whose accesses are unknown),
+  // the block's space may still be read or written: it waits for those uses.
+  if (stream != nullptr) NoteUse(slab.uses, *stream, slab.device);
+  std::vector<Use> after;
+  for (Use& u : slab.uses) {
+    if (!Observed(u)) after.push_back(u);
+  }
+  for (Use& u : dev.unknown) {
+    if (!Observed(u)) after.push_back(u);
+  }
+  std::optional<SlabPool::Block> block = slabs_.Free(base, std::move(after));
+  if (!block) return false;  // not reached: checked above
+  if (block->id != 0) slab_blocks_.erase(block->id);
+  if (block->stream_ordered) {
+    dev.stream_ordered.used -= block->size;
+    dev.stream_ordered.reserved -= block->span();
+  }
+  ReclaimBlocks(dev, /*all=*/false);
+  ReleaseEmptySlabs(dev);
+  return true;
+}
+
+void MemoryManager::ReclaimBlocks(Device& dev, bool all) {
+  slabs_.Reclaim(dev.ordinal, all, [&](std::vector<Use>& after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return std::all_of(after.begin(), after.end(),
+                       [&](Use& u) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return Observed(u); });
+  });
+}
+
+void MemoryManager::ReleaseEmptySlabs(Device& dev) {
+  // One empty slab stays for the next small allocation; the rest are freed
+  // as the program's allocations are (released once their work is done).
+  for (uint64_t key : slabs_.TakeEmpty(dev.ordinal, /*keep=*/1)) {
+    if (Buffer* slab = ById(key); slab != nullptr && !slab->garbage) {
+      FreeAllocation(dev, *slab, nullptr);
+    }
+  }
+}
+
+bool MemoryManager::IntoSlab(uint64_t id, uint64_t* offset, uint64_t bytes) const {
+  auto k = slab_blocks_.find(id);
+  if (k == slab_blocks_.end()) return true;
+  const SlabBlock& block = k->second;
+  if (*offset > block.size || bytes > block.size - *offset) return false;
+  *offset += block.base - block.slab->base;
+  return true;
 }
 
 MemoryManager::StreamOrderedUsage MemoryManager::StreamOrdered(int device) {
@@ -580,12 +758,13 @@ MemoryManager::Footprint MemoryManager::FootprintOf(absl::Span<const uint64_t> i
 
 bool MemoryManager::Owns(CUdeviceptr base) const {
   MutexLock lock(&mu_);
-  return Allocation(base) != nullptr;
+  return Allocation(base) != nullptr || BlockStartsAt(base);
 }
 
 CUresult MemoryManager::Free(CUdeviceptr base) {
   MutexLock lock(&mu_);
   Buffer* b = Allocation(base);
+  if (b == nullptr && FreeBlock(base, nullptr)) return CUDA_SUCCESS;
   if (b == nullptr || b->garbage) return CUDA_ERROR_INVALID_VALUE;  // or freed twice
   Device& dev = DeviceState(b->device);
   FreeAllocation(dev, *b, nullptr);
@@ -620,8 +799,9 @@ MemoryManager::Buffer* MemoryManager::Allocation(CUdeviceptr base) const {
   auto it = by_base_.find(base);
   if (it == by_base_.end()) return nullptr;
   Buffer* b = it->second;
-  // A piece's own address is inside an allocation, not one of its own.
-  if (b->group != nullptr && b->group->base != base) return nullptr;
+  // A piece's own address is inside an allocation, not one of its own; a
+  // slab's is its first block's (FreeBlock).
+  if ((b->group != nullptr && b->group->base != base) || b->slab) return nullptr;
   return b;
 }
 
@@ -646,6 +826,11 @@ CUresult MemoryManager::FreeAsync(CUdeviceptr base, CUstream stream,
   }
   MutexLock lock(&mu_);
   Buffer* b = Allocation(base);
+  if (b == nullptr && BlockStartsAt(base)) {
+    forget();
+    (void)FreeBlock(base, &stream);
+    return CUDA_SUCCESS;
+  }
   if (b == nullptr || b->garbage) return CUDA_ERROR_INVALID_VALUE;  // or freed twice
   forget();
   Device& dev = DeviceState(b->device);
@@ -665,9 +850,19 @@ MemoryManager::Buffer* MemoryManager::Containing(uint64_t addr) const {
 
 std::optional<MemoryManager::BufferView> MemoryManager::Find(CUdeviceptr addr) const {
   MutexLock lock(&mu_);
+  return ViewAt(addr);
+}
+
+std::optional<MemoryManager::BufferView> MemoryManager::ViewAt(CUdeviceptr addr) const {
   const Buffer* b = Containing(addr);
   if (b == nullptr) return std::nullopt;
-  return ViewOf(*b);
+  if (!b->slab) return ViewOf(*b);
+  // In a slab: the allocation there as the program made it; free space is
+  // no allocation (as past the end of one).
+  if (std::optional<SlabPool::Block> k = slabs_.Containing(addr)) {
+    return BufferView{k->base, k->size, k->span(), b->device, b->context, k->id, false};
+  }
+  return BufferView{addr, 0, 0, b->device, b->context, 0, true};
 }
 
 MemoryManager::BufferView MemoryManager::ViewOf(const Buffer& b) {
@@ -687,9 +882,9 @@ JsonLine& MemoryManager::Named(JsonLine& line, const Buffer& b) {
 CUresult MemoryManager::CheckRange(uint64_t addr, uint64_t extent) const {
   if (extent == 0) return CUDA_SUCCESS;
   MutexLock lock(&mu_);
-  const Buffer* b = Containing(addr);
-  if (b == nullptr) return CUDA_SUCCESS;  // not ours: the driver checks it
-  const BufferView v = ViewOf(*b);
+  const std::optional<BufferView> found = ViewAt(addr);
+  if (!found) return CUDA_SUCCESS;  // not ours: the driver checks it
+  const BufferView& v = *found;
   uint64_t offset = addr - v.base;
   if (v.freed || offset >= v.size || extent > v.size - offset) return CUDA_ERROR_INVALID_VALUE;
   return CUDA_SUCCESS;
@@ -1449,7 +1644,8 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> named,
   // A group's pieces, each in place of its id, from here on.
   Keys ids_x, overwritten_x, written_x;
   const absl::Span<const uint64_t> ids = Expanded(named, &ids_x);
-  const absl::Span<const uint64_t> overwritten = Expanded(named_overwritten, &overwritten_x);
+  const absl::Span<const uint64_t> overwritten =
+      Expanded(named_overwritten, &overwritten_x, /*overwritten=*/true);
   // The planner first: each buffer's next use after this operation decides
   // whether a swapped-out one is worth bringing in (ChooseReach).
   // Kept here (inline), not in the planner's scratch, which other threads'
@@ -1506,7 +1702,7 @@ CUresult MemoryManager::AllocateOnHost(Device& dev, Buffer& b) {
   b.location = Location::kCpuOnly;
   b.host_version = b.gpu_version;
   // A piece is logged once its allocation has its id (LogBornOnHost).
-  if (b.group == nullptr) LogBornOnHost(dev, b);
+  if (b.group == nullptr && !b.slab) LogBornOnHost(dev, b);  // a slab: its own record
   return CUDA_SUCCESS;
 }
 
@@ -2209,6 +2405,7 @@ std::string MemoryManager::StatsText() const {
       "stensor: planned evictions  %10u issued (%u could not go: in use or in flight)\n"
       "stensor: planner cost       %10.1f MiB moved because of its plans (%s)\n"
       "stensor: on-demand after profile %5u (swap-ins copied on demand once profiled)\n"
+      "stensor: slab allocations   %10u (small allocations packed into %u swappable slabs)\n"
       "stensor: link bandwidth     %10.2f GB/s host->device (%s)\n%s",
       std::string(policy_->name()), mib(s.peak_resident_bytes), s.swap_outs_copied,
       mib(s.bytes_copied_out), s.clean_drops, mib(s.bytes_dropped), s.never_written_drops,
@@ -2222,7 +2419,7 @@ std::string MemoryManager::StatsText() const {
       s.prefetches_used, s.prefetches_wasted, s.prefetches_refused, s.planned_evictions_issued,
       s.planned_evictions_skipped, mib(s.planner_bytes_caused),
       s.planner_stopped ? "stopped: past its cut-off" : "running", s.on_demand_after_profile,
-      s.planner_bandwidth_h2d / 1e9,
+      s.slab_allocations, s.slabs_made, s.planner_bandwidth_h2d / 1e9,
       s.planner_bandwidth_h2d == 0    ? "no planner"
       : !config_.bandwidth.measured() ? "STENSOR_BANDWIDTH"
       : s.bandwidth_probed            ? "probed"
@@ -2258,6 +2455,8 @@ void MemoryManager::AppendStatsJson(JsonLine* out) const {
       .Uint("bytes_served_from_host", s.bytes_served_from_host)
       .Uint("served_by_choice", s.served_by_choice)
       .Uint("served_far", s.served_far)
+      .Uint("slab_allocations", s.slab_allocations)
+      .Uint("slabs_made", s.slabs_made)
       .Uint("kept_reused", s.kept_reused)
       .Uint("garbage_released", s.garbage_released)
       .Uint("ooms", s.ooms)

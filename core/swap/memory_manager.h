@@ -54,6 +54,7 @@
 #include "core/swap/host_store.h"
 #include "core/swap/physical_pool.h"
 #include "core/swap/profiler.h"
+#include "core/swap/slab_pool.h"
 #include "core/swap/stream_use.h"
 #include "core/swap/verifier.h"
 #include "core/swap/vmm.h"
@@ -89,6 +90,9 @@ struct SwapStats {
   uint64_t served_by_choice = 0;
   // Of those, pieces a kernel held but likely did not touch (FarPieces).
   uint64_t served_far = 0;
+  // Small allocations placed in slabs, and the slabs made for them.
+  uint64_t slab_allocations = 0;
+  uint64_t slabs_made = 0;
   uint64_t garbage_released = 0;
   // Freed buffers whose address and device memory a new allocation of
   // their size took over, in stream order (their work may still be queued).
@@ -531,10 +535,12 @@ class MemoryManager {
   Buffer* ById(uint64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The manager's buffers behind the program's ids, as the decisions take
   // them: every piece of a group in place of the group's id (in `*out`,
-  // inline, so a launch allocates nothing); `ids` itself when no group
-  // exists.
-  absl::Span<const uint64_t> Expanded(absl::Span<const uint64_t> ids, Keys* out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // inline, so a launch allocates nothing), and a small allocation's slab
+  // in place of its id, once; `ids` itself when no group or slab exists.
+  // Of `overwritten` ones, a slab's allocations are dropped: overwriting
+  // one overwrites none of its neighbours.
+  absl::Span<const uint64_t> Expanded(absl::Span<const uint64_t> ids, Keys* out,
+                                      bool overwritten = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The allocation `b` is part of: its group's first piece, or itself.
   static Buffer& Whole(Buffer& b);
   // What the iteration planner calls `b`: a group's pieces are planned as
@@ -646,6 +652,28 @@ class MemoryManager {
                        absl::Span<const uint64_t> next_after, absl::Span<const uint64_t> far,
                        Refusal* refused) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Allocate under the lock, on `dev`; its refusal is logged by the caller.
+  // Small allocations in slabs (SlabPool): whether `bytes` goes to one; the
+  // allocation placed (a new slab made when none has room); a block freed,
+  // its space reused once the work queued before the free is done (false:
+  // no block starts at `base`); freed blocks whose work completed given
+  // back (`all`: each asked, not only the oldest); empty slabs beyond one
+  // freed; what the program sees at an address (a block, or free space as
+  // no allocation), and a block's offset into its slab.
+  bool SlabSized(const Device& dev, uint64_t bytes) const;
+  CUresult AllocateInSlab(Device& dev, CUcontext context, uint64_t bytes, CUdeviceptr* dptr,
+                          RegisterId register_id, bool stream_ordered)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  CUresult NewSlab(Device& dev, CUcontext context) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool FreeBlock(CUdeviceptr base, const CUstream* stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool BlockStartsAt(CUdeviceptr base) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReclaimBlocks(Device& dev, bool all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseEmptySlabs(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::optional<BufferView> ViewAt(CUdeviceptr addr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool IntoSlab(uint64_t id, uint64_t* offset, uint64_t bytes) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A reserved range whose mapping failed given back (or left to the stuck
+  // mapping that holds it).
+  void UndoReservation(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CUresult AllocateLocked(Device& dev, CUcontext context, uint64_t bytes, CUdeviceptr* dptr,
                           RegisterId register_id, bool stream_ordered)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -1012,6 +1040,17 @@ class MemoryManager {
   std::atomic<bool> has_pieces_{false};     // groups_ > 0, read without the lock
   // Those groups by the registry's id of their allocation.
   absl::flat_hash_map<uint64_t, PieceGroup*> group_ids_ ABSL_GUARDED_BY(mu_);
+  // Allocations placed in slabs (STENSOR_SLABS), by the registry's id: the
+  // slab that holds each (a Buffer keyed from kPieceKeys up), and where.
+  struct SlabBlock {
+    Buffer* slab;
+    CUdeviceptr base;
+    uint64_t size;
+  };
+  absl::flat_hash_map<uint64_t, SlabBlock> slab_blocks_ ABSL_GUARDED_BY(mu_);
+  // Where in the slabs each small allocation goes (its own lock, taken
+  // inside mu_).
+  SlabPool slabs_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Buffer>> buffers_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, Buffer*> by_base_ ABSL_GUARDED_BY(mu_);
   uint64_t untracked_ ABSL_GUARDED_BY(mu_) = 0;

@@ -128,7 +128,7 @@ void MemoryManager::ForEachPart(
 bool MemoryManager::ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst, uint64_t bytes) {
   MutexLock lock(&mu_);
   Buffer* b = ById(id);
-  if (b == nullptr || !b->vmm) return false;
+  if (b == nullptr || !b->vmm || !IntoSlab(id, &offset, bytes)) return false;
   const BufferView v = ViewOf(*b);
   if (offset > v.size || bytes > v.size - offset) return false;
   // Every piece the range reaches must be served from its host copy.
@@ -170,6 +170,7 @@ CUresult MemoryManager::ReadBack(uint64_t id, uint64_t offset, void* dst, uint64
   MutexLock lock(&mu_);
   Buffer* b = ById(id);
   if (b == nullptr) return CUDA_ERROR_NOT_FOUND;
+  if (!IntoSlab(id, &offset, bytes)) return CUDA_ERROR_INVALID_VALUE;
   const BufferView v = ViewOf(*b);
   if (offset > v.size || bytes > v.size - offset) return CUDA_ERROR_INVALID_VALUE;
   // Piece by piece, each looked up again by key: the lock is let go while

@@ -88,6 +88,9 @@ struct MemoryManager::Buffer : EvictionState {
   int device = 0;
   CUcontext context = nullptr;  // current at allocation (pointer attributes)
   bool vmm = false;             // false: a small plain allocation, never swapped
+  // Holds the program's small allocations (SlabPool), each named by its
+  // own registry id (slab_blocks_); the slab itself only by its key.
+  bool slab = false;
   // Served for cuMemAllocAsync from the device's default pool: counted in
   // Device::stream_ordered until its memory is released.
   bool stream_ordered = false;

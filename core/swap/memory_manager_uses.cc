@@ -416,6 +416,7 @@ void MemoryManager::ForEachUse(absl::FunctionRef<void(Use&)> f) {
   for (ExternalFree& x : external_frees_) {
     for (Use& u : x.uses) f(u);
   }
+  slabs_.ForEachPendingUse(f);
 }
 
 void MemoryManager::BeforeContextEnds(CUcontext ctx) {

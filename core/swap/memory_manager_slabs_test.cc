@@ -1,0 +1,188 @@
+// Small allocations in slabs (STENSOR_SLABS=on, core/swap/slab_pool.h): each
+// is an allocation of its own to the program (its id, its address range),
+// swapped with its slab under the cap, and no byte of a neighbour is lost
+// to an overwrite or a reuse.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "core/swap/memory_manager.h"
+#include "tests/fakecuda/fakecuda.h"
+#include "tests/support/memory_manager_testing.h"
+
+namespace stensor {
+namespace {
+
+using testing_support::HeldStream;
+using testing_support::Ids;
+using testing_support::kCap;
+using testing_support::kGranule;
+
+bool HostVmm() {
+  int supported = 0;
+  cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0);
+  return supported != 0;
+}
+
+class SlabTest : public testing_support::ManagerBufferTest {
+ protected:
+  std::unique_ptr<MemoryManager> Make(const char* slabs = "on") {
+    return MakeManager({{"STENSOR_MEMORY_LIMIT", "6MiB"},
+                        {"STENSOR_POLICY", "version"},
+                        {"STENSOR_SLABS", slabs}});
+  }
+  void FreeAll(MemoryManager& mm, const std::vector<CUdeviceptr>& ptrs) {
+    Settle();
+    for (CUdeviceptr p : ptrs) EXPECT_CU(mm.Free(p));
+  }
+};
+
+TEST_F(SlabTest, SmallAllocationsShareASlabEachAnAllocationOfItsOwn) {
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  constexpr uint64_t kSmall = 100000;
+  std::vector<CUdeviceptr> p;
+  for (uint64_t id = 1; id <= 8; ++id) p.push_back(Alloc(*mm, id, kSmall));
+  if (!HostVmm()) {
+    EXPECT_EQ(mm->stats().slab_allocations, 0u) << "slabs only where host memory can stand in";
+    FreeAll(*mm, p);
+    return;
+  }
+  EXPECT_EQ(mm->stats().slab_allocations, 8u);
+  EXPECT_EQ(mm->stats().slabs_made, 1u);
+  EXPECT_EQ(Used(), kGranule);
+  for (uint64_t id = 1; id <= 8; ++id) {
+    const CUdeviceptr at = p[id - 1];
+    EXPECT_EQ(at % SlabPool::kAlign, 0u);
+    EXPECT_TRUE(mm->Owns(at));
+    EXPECT_FALSE(mm->Owns(at + 8)) << "inside, not the start of an allocation";
+    std::optional<MemoryManager::BufferView> v = mm->Find(at + kSmall - 1);
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->base, at);
+    EXPECT_EQ(v->size, kSmall);
+    EXPECT_EQ(v->id, id);
+    EXPECT_FALSE(v->freed);
+    EXPECT_EQ(mm->CheckRange(at, kSmall), CUDA_SUCCESS);
+    EXPECT_EQ(mm->CheckRange(at + 8, kSmall), CUDA_ERROR_INVALID_VALUE) << "past its end";
+    Write(*mm, id, at, id, kSmall);
+  }
+  for (uint64_t id = 1; id <= 8; ++id) ExpectData(*mm, id, p[id - 1], id, kSmall);
+  // Beyond the last block: free space, no allocation.
+  std::optional<MemoryManager::BufferView> past = mm->Find(p.back() + 200000);
+  ASSERT_TRUE(past);
+  EXPECT_TRUE(past->freed);
+  EXPECT_EQ(mm->Free(p[0] + 8), CUDA_ERROR_INVALID_VALUE);
+  FreeAll(*mm, p);
+  EXPECT_FALSE(mm->Owns(p[0]));
+  EXPECT_EQ(mm->Free(p[0]), CUDA_ERROR_INVALID_VALUE) << "freed twice";
+}
+
+TEST_F(SlabTest, WithoutSlabsSmallAllocationsAreTheDriversAsBefore) {
+  auto mm = Make("off");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr p = Alloc(*mm, 1, 100000);
+  EXPECT_EQ(mm->stats().slab_allocations, 0u);
+  EXPECT_FALSE(mm->Find(p)) << "a driver allocation";
+  FreeAll(*mm, {p});
+}
+
+// 16 MB of small tensors under a 6 MiB cap: without slabs they would stay
+// on the device (or each take a granule on the host); in slabs they are
+// swapped like any buffer, every byte kept.
+TEST_F(SlabTest, SmallAllocationsBeyondTheCapAreSwappedWithTheirSlabs) {
+  if (!HostVmm()) GTEST_SKIP() << "slabs need host-located VMM";
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  constexpr uint64_t kSmall = 400 * 1024;
+  std::vector<CUdeviceptr> p;
+  for (uint64_t id = 1; id <= 40; ++id) {
+    p.push_back(Alloc(*mm, id, kSmall));
+    Write(*mm, id, p.back(), id, kSmall);
+  }
+  EXPECT_EQ(mm->stats().slabs_made, 8u);  // five to a slab
+  EXPECT_GT(mm->stats().swap_outs_copied, 0u);
+  for (uint64_t id = 1; id <= 40; ++id) ExpectData(*mm, id, p[id - 1], id, kSmall);
+  for (uint64_t id = 40; id >= 1; --id) ExpectData(*mm, id, p[id - 1], id, kSmall);
+  EXPECT_LE(Peak(), kCap);
+  FreeAll(*mm, p);
+}
+
+// A copy that overwrites one block whole, while its slab is swapped out,
+// brings the slab in with its contents: the neighbours' bytes stay.
+TEST_F(SlabTest, AnOverwriteOfOneBlockKeepsItsNeighbours) {
+  if (!HostVmm()) GTEST_SKIP() << "slabs need host-located VMM";
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  constexpr uint64_t kSmall = 256 * 1024;
+  CUdeviceptr a = Alloc(*mm, 1, kSmall), b = Alloc(*mm, 2, kSmall);
+  Write(*mm, 1, a, 1, kSmall);
+  Write(*mm, 2, b, 2, kSmall);
+  // Three granules fill the cap: the slab goes out.
+  std::vector<CUdeviceptr> big;
+  for (uint64_t id = 10; id < 13; ++id) {
+    big.push_back(Alloc(*mm, id));
+    Write(*mm, id, big.back(), id);
+  }
+  ASSERT_GT(mm->stats().swap_outs_copied, 0u);
+  Write(*mm, 1, a, 11, kSmall, /*overwritten=*/true);
+  ExpectData(*mm, 2, b, 2, kSmall);
+  ExpectData(*mm, 1, a, 11, kSmall);
+  big.push_back(a);
+  big.push_back(b);
+  FreeAll(*mm, big);
+}
+
+// A block freed while work queued before the free may still use it is not
+// handed out again until that work is done; a free in stream order waits
+// for its stream.
+TEST_F(SlabTest, AFreedBlockIsReusedOnlyOnceTheWorkBeforeItsFreeIsDone) {
+  if (!HostVmm()) GTEST_SKIP() << "slabs need host-located VMM";
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  constexpr uint64_t kSmall = 64 * 1024;
+  for (bool in_stream_order : {false, true}) {
+    SCOPED_TRACE(in_stream_order ? "cuMemFreeAsync" : "cuMemFree");
+    HeldStream held;
+    CUdeviceptr a = Alloc(*mm, 1, kSmall);
+    Ids ids = {1};
+    ASSERT_CU(mm->Prepare(ids, {}, held.get()));
+    CUresult r = cuMemsetD8Async(a, 0x5a, kSmall, held.get());
+    mm->Finish(ids, ids, held.get(), r == CUDA_SUCCESS);
+    ASSERT_CU(r);
+    if (in_stream_order) {
+      ASSERT_CU(mm->FreeAsync(a, held.get(), [] {}));
+    } else {
+      ASSERT_CU(mm->Free(a));
+    }
+    CUdeviceptr b = Alloc(*mm, 2, kSmall);
+    EXPECT_NE(b, a) << "handed out while the memset may still write it";
+    held.Open();
+    Settle();
+    CUdeviceptr c = Alloc(*mm, 3, kSmall);
+    EXPECT_EQ(c, a) << "the work is done: the space is the tightest fit again";
+    FreeAll(*mm, {b, c});
+  }
+}
+
+// Freed slabs beyond one go back; the one kept serves the next small one.
+TEST_F(SlabTest, EmptySlabsBeyondOneAreFreed) {
+  if (!HostVmm()) GTEST_SKIP() << "slabs need host-located VMM";
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  std::vector<CUdeviceptr> p;
+  for (uint64_t id = 1; id <= 6; ++id) p.push_back(Alloc(*mm, id, 900 * 1024));
+  EXPECT_EQ(mm->stats().slabs_made, 3u);
+  FreeAll(*mm, p);
+  CUdeviceptr again = Alloc(*mm, 7, 900 * 1024);
+  EXPECT_EQ(mm->stats().slabs_made, 3u) << "the kept slab serves it";
+  // The other two went back (their memory to the manager's idle pool).
+  size_t free_bytes = 0, total = 0;
+  mm->MemInfo(0, &free_bytes, &total);
+  EXPECT_EQ(free_bytes, kCap - kGranule);
+  Write(*mm, 7, again, 7, 900 * 1024);
+  ExpectData(*mm, 7, again, 7, 900 * 1024);
+  FreeAll(*mm, {again});
+}
+
+}  // namespace
+}  // namespace stensor
