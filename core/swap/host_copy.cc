@@ -60,17 +60,21 @@ bool HostCopy::Release(const Vmm& vmm, uint64_t reserved, uint64_t* held) {
 }
 
 CUresult HostCopy::CopyFromDevice(const Vmm& vmm, CUdeviceptr device_ptr, uint64_t size,
-                                  CUstream stream) const {
+                                  CUstream stream, uint64_t offset) const {
   const Driver& driver = vmm.driver();
-  return vmm.Check(handle_ != 0 ? driver.cuMemcpyDtoDAsync_v2(va_, device_ptr, size, stream)
-                                : driver.cuMemcpyDtoHAsync_v2(ptr_, device_ptr, size, stream));
+  return vmm.Check(handle_ != 0
+                       ? driver.cuMemcpyDtoDAsync_v2(va_ + offset, device_ptr, size, stream)
+                       : driver.cuMemcpyDtoHAsync_v2(static_cast<char*>(ptr_) + offset, device_ptr,
+                                                     size, stream));
 }
 
 CUresult HostCopy::CopyToDevice(const Vmm& vmm, CUdeviceptr device_ptr, uint64_t size,
-                                CUstream stream) const {
+                                CUstream stream, uint64_t offset) const {
   const Driver& driver = vmm.driver();
-  return vmm.Check(handle_ != 0 ? driver.cuMemcpyDtoDAsync_v2(device_ptr, va_, size, stream)
-                                : driver.cuMemcpyHtoDAsync_v2(device_ptr, ptr_, size, stream));
+  return vmm.Check(handle_ != 0
+                       ? driver.cuMemcpyDtoDAsync_v2(device_ptr, va_ + offset, size, stream)
+                       : driver.cuMemcpyHtoDAsync_v2(device_ptr, static_cast<char*>(ptr_) + offset,
+                                                     size, stream));
 }
 
 }  // namespace stensor

@@ -39,12 +39,12 @@ class HostCopy {
   // a retry).
   bool Release(const Vmm& vmm, uint64_t reserved, uint64_t* held);
 
-  // Asynchronous copies of `size` bytes on `stream` between it and device
-  // memory at `device_ptr`.
-  CUresult CopyFromDevice(const Vmm& vmm, CUdeviceptr device_ptr, uint64_t size,
-                          CUstream stream) const;
-  CUresult CopyToDevice(const Vmm& vmm, CUdeviceptr device_ptr, uint64_t size,
-                        CUstream stream) const;
+  // Asynchronous copies of `size` bytes on `stream` between it, from
+  // `offset` on, and device memory at `device_ptr`.
+  CUresult CopyFromDevice(const Vmm& vmm, CUdeviceptr device_ptr, uint64_t size, CUstream stream,
+                          uint64_t offset = 0) const;
+  CUresult CopyToDevice(const Vmm& vmm, CUdeviceptr device_ptr, uint64_t size, CUstream stream,
+                        uint64_t offset = 0) const;
 
  private:
   CUmemGenericAllocationHandle handle_ = 0;

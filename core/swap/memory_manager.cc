@@ -395,7 +395,7 @@ CUresult MemoryManager::Failed(CUresult r) {
 // --- Allocation -----------------------------------------------------------------
 
 CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId register_id,
-                                 bool stream_ordered) {
+                                 const CUstream* stream_order) {
   if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   CUdevice ordinal = 0;
   if (CUresult r = driver_->cuCtxGetDevice(&ordinal); r != CUDA_SUCCESS) return r;
@@ -403,14 +403,15 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
   if (CUresult r = driver_->cuCtxGetCurrent(&context); r != CUDA_SUCCESS) return r;
   MutexLock lock(&mu_);
   Device& dev = DeviceState(ordinal);
-  const CUresult r = AllocateLocked(dev, context, bytes, dptr, register_id, stream_ordered);
+  const CUresult r = AllocateLocked(dev, context, bytes, dptr, register_id, stream_order);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) LogOom(dev, bytes);
   return r;
 }
 
 CUresult MemoryManager::AllocateLocked(Device& dev, CUcontext context, uint64_t bytes,
                                        CUdeviceptr* dptr, RegisterId register_id,
-                                       bool stream_ordered) {
+                                       const CUstream* stream_order) {
+  const bool stream_ordered = stream_order != nullptr;
   // More than the cap can never be resident: with host-located VMM it is
   // born in host memory and served from there (below); without, out of
   // memory. More than the device has is out of memory either way, as the
@@ -421,7 +422,7 @@ CUresult MemoryManager::AllocateLocked(Device& dev, CUcontext context, uint64_t 
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   if (SlabSized(dev, bytes)) {
-    return AllocateInSlab(dev, context, bytes, dptr, register_id, stream_ordered);
+    return AllocateInSlab(dev, context, bytes, dptr, register_id, stream_order);
   }
   auto b = std::make_unique<Buffer>();
   b->size = bytes;
@@ -561,17 +562,22 @@ bool MemoryManager::SlabSized(const Device& dev, uint64_t bytes) const {
 
 CUresult MemoryManager::AllocateInSlab(Device& dev, CUcontext context, uint64_t bytes,
                                        CUdeviceptr* dptr, RegisterId register_id,
-                                       bool stream_ordered) {
+                                       const CUstream* stream_order) {
   if (dev.context == nullptr) dev.context = context;
+  const bool stream_ordered = stream_order != nullptr;
+  // In stream order, space freed on the same stream is free at once: what
+  // follows there runs after the free.
+  std::optional<SlabPool::Order> order;
+  if (stream_ordered) order = UseKey(*stream_order);
   ReclaimBlocks(dev, /*all=*/false);
-  std::optional<SlabPool::Block> block = slabs_.Take(dev.ordinal, bytes, stream_ordered);
+  std::optional<SlabPool::Block> block = slabs_.Take(dev.ordinal, bytes, order);
   if (!block) {
     ReclaimBlocks(dev, /*all=*/true);
-    block = slabs_.Take(dev.ordinal, bytes, stream_ordered);
+    block = slabs_.Take(dev.ordinal, bytes, order);
   }
   if (!block) {
     if (CUresult r = NewSlab(dev, context); r != CUDA_SUCCESS) return r;
-    block = slabs_.Take(dev.ordinal, bytes, stream_ordered);
+    block = slabs_.Take(dev.ordinal, bytes, order);
     if (!block) return CUDA_ERROR_OUT_OF_MEMORY;  // not reached: an empty slab holds it
   }
   Buffer* slab = ById(block->slab);
@@ -655,18 +661,26 @@ bool MemoryManager::FreeBlock(CUdeviceptr base, const CUstream* stream) {
   if (!BlockStartsAt(base)) return false;
   Buffer& slab = *Containing(base);
   Device& dev = DeviceState(slab.device);
-  // In stream order, the free is a use of the slab on that stream. Until
-  // the work queued before it is done (or work whose accesses are unknown),
-  // the block's space may still be read or written: it waits for those uses.
-  if (stream != nullptr) NoteUse(slab.uses, *stream, slab.device);
+  // Until the work queued before the free is done, the block's space may
+  // still be read or written: it waits for that work. In stream order, the
+  // program ordered every access before the free on its stream: that point
+  // is the one use to wait for (and none for the same stream's next
+  // allocation). Else every use of the slab, and work of unknown accesses.
   std::vector<Use> after;
-  for (Use& u : slab.uses) {
-    if (!Observed(u)) after.push_back(u);
+  std::optional<SlabPool::Order> order;
+  if (stream != nullptr) {
+    order = UseKey(*stream);
+    Use* at = NoteUse(slab.uses, *stream, slab.device, *order);
+    if (!Observed(*at)) after.push_back(*at);
+  } else {
+    for (Use& u : slab.uses) {
+      if (!Observed(u)) after.push_back(u);
+    }
+    for (Use& u : dev.unknown) {
+      if (!Observed(u)) after.push_back(u);
+    }
   }
-  for (Use& u : dev.unknown) {
-    if (!Observed(u)) after.push_back(u);
-  }
-  std::optional<SlabPool::Block> block = slabs_.Free(base, std::move(after));
+  std::optional<SlabPool::Block> block = slabs_.Free(base, std::move(after), order);
   if (!block) return false;  // not reached: checked above
   if (block->id != 0) slab_blocks_.erase(block->id);
   if (block->stream_ordered) {
@@ -693,6 +707,23 @@ void MemoryManager::ReleaseEmptySlabs(Device& dev) {
       FreeAllocation(dev, *slab, nullptr);
     }
   }
+}
+
+CUresult MemoryManager::CopyParts(const Buffer& b, CUstream stream, bool out, uint64_t* copied) {
+  // A slab carries its live blocks only, unless verified drops hash it whole.
+  std::vector<std::pair<uint64_t, uint64_t>> parts;
+  if (b.slab && verifier_ == nullptr) {
+    parts = slabs_.LiveRanges(b.key);
+  } else {
+    parts.emplace_back(0, b.size);
+  }
+  for (const auto& [offset, bytes] : parts) {
+    CUresult r = out ? b.host.CopyFromDevice(vmm_, b.base + offset, bytes, stream, offset)
+                     : b.host.CopyToDevice(vmm_, b.base + offset, bytes, stream, offset);
+    if (r != CUDA_SUCCESS) return r;
+    *copied += bytes;
+  }
+  return CUDA_SUCCESS;
 }
 
 bool MemoryManager::IntoSlab(uint64_t id, uint64_t* offset, uint64_t bytes) const {
@@ -722,7 +753,8 @@ bool MemoryManager::Swappable(uint64_t bytes) {
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return false;
   MutexLock lock(&mu_);
   const Device& dev = DeviceState(ordinal);
-  return dev.granularity != 0 && bytes >= dev.granularity / 2 && bytes <= dev.cap;
+  return (dev.granularity != 0 && bytes >= dev.granularity / 2 && bytes <= dev.cap) ||
+         SlabSized(dev, bytes);
 }
 
 bool MemoryManager::SmallServedFromHost(uint64_t bytes) {
@@ -1377,9 +1409,11 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy, HostWait host
     // next user (on the swap stream) must come after that work.
     if (!idle && !OrderSwapAfterUses(dev, b)) return CUDA_ERROR_NOT_READY;
   }
+  uint64_t copied = 0;
   if (copy) {
-    CUresult r = b.host.CopyFromDevice(vmm_, b.base, b.size, dev.swap_stream);
-    if (r != CUDA_SUCCESS) return r;
+    if (CUresult r = CopyParts(b, dev.swap_stream, /*out=*/true, &copied); r != CUDA_SUCCESS) {
+      return r;
+    }
   }
   bool in_flight = false;
   if (queued) {
@@ -1411,7 +1445,7 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy, HostWait host
       stats_.verify_seconds += Seconds(std::chrono::steady_clock::now() - verify_start);
     }
     ++stats_.swap_outs_copied;
-    stats_.bytes_copied_out += b.size;
+    stats_.bytes_copied_out += copied;
   }
   if (in_flight) {
     // The address keeps the device memory until the copy is done (the GPU
@@ -1542,7 +1576,8 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
     b.device_chunks = std::move(h);
     if (copying) {
       const CUstream copy_stream = FetchStreamFor(dev, b, shadowed);
-      CUresult r = b.host.CopyToDevice(vmm_, b.base, b.size, copy_stream);
+      uint64_t copied = 0;
+      CUresult r = CopyParts(b, copy_stream, /*out=*/false, &copied);
       if (r != CUDA_SUCCESS) {
         // The host copy stays the only one.
         if (UnmapDevice(dev, b) != CUDA_SUCCESS) {
@@ -1555,7 +1590,7 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
       // stream that uses it before then waits for it (OrderAfterSwap).
       NoteUse(b.uses, copy_stream, dev.ordinal);
       ++stats_.swap_ins;
-      stats_.bytes_copied_in += b.size;
+      stats_.bytes_copied_in += copied;
     } else if (copy) {
       // Never written: fresh memory holds what it held (zeros), a reused
       // chunk is zeroed first.
@@ -2039,9 +2074,8 @@ CUresult MemoryManager::RestoreFromHost(Device& dev, Buffer& b) {
     return CUDA_SUCCESS;
   }
   CUresult r = EnsureSwapStream(dev);
-  if (r == CUDA_SUCCESS) {
-    r = b.host.CopyToDevice(vmm_, b.base, b.size, dev.swap_stream);
-  }
+  uint64_t copied = 0;
+  if (r == CUDA_SUCCESS) r = CopyParts(b, dev.swap_stream, /*out=*/false, &copied);
   if (r == CUDA_SUCCESS) {
     // In flight: later uses wait for it (OrderAfterSwap), as after a swap-in.
     NoteUse(b.uses, dev.swap_stream, dev.ordinal);

@@ -175,11 +175,11 @@ class MemoryManager {
   // registers the buffer and returns the registry's id, by which every later
   // call names it; 0 when the registry could not track it (then no
   // operation names it).
-  // `stream_ordered`: served for cuMemAllocAsync from the device's default
-  // pool, so counted in StreamOrdered (VMM-backed buffers only).
+  // `stream_order`: served for cuMemAllocAsync on that stream from the
+  // device's default pool, so counted in StreamOrdered; null for cuMemAlloc.
   using RegisterId = absl::FunctionRef<uint64_t(CUdeviceptr base)>;
   CUresult Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId register_id,
-                    bool stream_ordered = false) ABSL_LOCKS_EXCLUDED(mu_);
+                    const CUstream* stream_order = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
   // Stensor's share of a device's default stream-ordered pool: `used`, the
   // requested bytes of its stream-ordered buffers the program has not freed
   // (cuMemFreeAsync ends it at the call); `reserved`, the device memory
@@ -204,7 +204,8 @@ class MemoryManager {
   uint64_t ReleaseIdlePooled(int device, uint64_t keep) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether Allocate(bytes) on the current context's device would make a
   // VMM-backed, swappable buffer (at least half the granularity, at most the
-  // cap); false also when the device cannot be told.
+  // cap, or smaller and placed in a slab); false also when the device cannot
+  // be told.
   bool Swappable(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether Allocate(bytes) of a smaller one, finding no room, serves it
   // from host memory rather than refusing it (host-located VMM): what a
@@ -661,7 +662,7 @@ class MemoryManager {
   // no allocation), and a block's offset into its slab.
   bool SlabSized(const Device& dev, uint64_t bytes) const;
   CUresult AllocateInSlab(Device& dev, CUcontext context, uint64_t bytes, CUdeviceptr* dptr,
-                          RegisterId register_id, bool stream_ordered)
+                          RegisterId register_id, const CUstream* stream_order)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CUresult NewSlab(Device& dev, CUcontext context) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool FreeBlock(CUdeviceptr base, const CUstream* stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -671,11 +672,16 @@ class MemoryManager {
   std::optional<BufferView> ViewAt(CUdeviceptr addr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool IntoSlab(uint64_t id, uint64_t* offset, uint64_t bytes) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A swap's copies of `b` between its device memory and its host copy
+  // (`out`: to the host) on `stream`: the whole buffer, or a slab's live
+  // blocks; `*copied` counts the bytes.
+  CUresult CopyParts(const Buffer& b, CUstream stream, bool out, uint64_t* copied)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A reserved range whose mapping failed given back (or left to the stuck
   // mapping that holds it).
   void UndoReservation(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CUresult AllocateLocked(Device& dev, CUcontext context, uint64_t bytes, CUdeviceptr* dptr,
-                          RegisterId register_id, bool stream_ordered)
+                          RegisterId register_id, const CUstream* stream_order)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Freed `b`, idle: kept mapped for the next allocation of its size
   // (Device::kept) where it can be, else released. True when it is one or

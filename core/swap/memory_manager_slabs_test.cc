@@ -184,5 +184,67 @@ TEST_F(SlabTest, EmptySlabsBeyondOneAreFreed) {
   FreeAll(*mm, {again});
 }
 
+// Freed in stream order, a block's space is free at once for the next
+// allocation in order on the same stream (what follows there runs after
+// the free), never for another stream before the free has run.
+TEST_F(SlabTest, SpaceFreedInStreamOrderServesTheSameStreamAtOnce) {
+  if (!HostVmm()) GTEST_SKIP() << "slabs need host-located VMM";
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  constexpr uint64_t kSmall = 64 * 1024;
+  HeldStream held, other;
+  const CUstream s = held.get(), t = other.get();
+  auto alloc_on = [&](CUstream stream, uint64_t id) {
+    CUdeviceptr p = 0;
+    EXPECT_CU(mm->Allocate(
+        kSmall, &p, [id](CUdeviceptr) { return id; }, &stream));
+    return p;
+  };
+  CUdeviceptr a = alloc_on(s, 1);
+  Ids ids = {1};
+  ASSERT_CU(mm->Prepare(ids, {}, s));
+  CUresult r = cuMemsetD8Async(a, 0x5a, kSmall, s);
+  mm->Finish(ids, ids, s, r == CUDA_SUCCESS);
+  ASSERT_CU(r);
+  ASSERT_CU(mm->FreeAsync(a, s, [] {}));
+  CUdeviceptr b = alloc_on(t, 2);
+  EXPECT_NE(b, a) << "another stream, before the free ran";
+  CUdeviceptr c = alloc_on(s, 3);
+  EXPECT_EQ(c, a) << "the same stream: after the free in its order";
+  held.Open();
+  other.Open();
+  Settle();
+  ASSERT_CU(mm->FreeAsync(b, t, [] {}));
+  ASSERT_CU(mm->FreeAsync(c, s, [] {}));
+  Settle();
+}
+
+// A slab's swap copies carry its live blocks, not the granule: small
+// tensors cost their size in copies.
+TEST_F(SlabTest, ASwapCopiesTheLiveBlocksOfASlabOnly) {
+  if (!HostVmm()) GTEST_SKIP() << "slabs need host-located VMM";
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  constexpr uint64_t kSmall = 100000, kSpan = 100352;  // 196 units of 512
+  CUdeviceptr a = Alloc(*mm, 1, kSmall), gone = Alloc(*mm, 2, kSmall), b = Alloc(*mm, 3, kSmall);
+  Write(*mm, 1, a, 1, kSmall);
+  Write(*mm, 3, b, 3, kSmall);
+  FreeAll(*mm, {gone});
+  std::vector<CUdeviceptr> big;
+  for (uint64_t id = 10; id < 13; ++id) {
+    big.push_back(Alloc(*mm, id));
+    Write(*mm, id, big.back(), id);
+  }
+  const SwapStats s = mm->stats();
+  EXPECT_EQ(s.swap_outs_copied, 1u);
+  EXPECT_EQ(s.bytes_copied_out, 2 * kSpan) << "two live blocks, not the hole, not the granule";
+  ExpectData(*mm, 1, a, 1, kSmall);
+  ExpectData(*mm, 3, b, 3, kSmall);
+  EXPECT_EQ(mm->stats().bytes_copied_in - s.bytes_copied_in, 2 * kSpan);
+  big.push_back(a);
+  big.push_back(b);
+  FreeAll(*mm, big);
+}
+
 }  // namespace
 }  // namespace stensor

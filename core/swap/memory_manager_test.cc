@@ -2015,8 +2015,8 @@ TEST_F(MemoryManagerTest, MemoryLeftMappedByAFailedUndoStaysCharged) {
   fakecuda_fail_call("cuMemUnmap", 1, CUDA_ERROR_UNKNOWN);      // and its undo
   CUdeviceptr a = 0;
   // Stream-ordered: one buffer, never pieces, so one map takes both chunks.
-  EXPECT_EQ(mm->Allocate(2 * kGranule, &a, kUntracked, /*stream_ordered=*/true),
-            CUDA_ERROR_OUT_OF_MEMORY);
+  const CUstream stream = nullptr;
+  EXPECT_EQ(mm->Allocate(2 * kGranule, &a, kUntracked, &stream), CUDA_ERROR_OUT_OF_MEMORY);
   fakecuda_clear_failures();
   EXPECT_GT(Used(), 0u);  // the first chunk is still mapped
   EXPECT_GE(kCap - FreeBytes(*mm), Used());

@@ -39,23 +39,59 @@ void SlabPool::AddFree(Slab& slab, uint64_t offset, uint64_t bytes) {
   by_size_.insert(SizeKey{slab.device, bytes, slab.base, offset});
 }
 
-std::optional<SlabPool::Block> SlabPool::Take(int device, uint64_t size, bool stream_ordered) {
+std::optional<SlabPool::Block> SlabPool::Take(int device, uint64_t size,
+                                              std::optional<Order> order) {
   if (size == 0) return std::nullopt;
   const uint64_t span = (size + kAlign - 1) / kAlign * kAlign;
   MutexLock lock(&mu_);
   auto it = by_size_.lower_bound(SizeKey{device, span, 0, 0});
-  if (it == by_size_.end() || std::get<0>(*it) != device) return std::nullopt;
-  const auto [dev, bytes, base, offset] = *it;
-  const uint64_t key = slab_at_.at(base);
+  const bool in_range = it != by_size_.end() && std::get<0>(*it) == device;
+  // Space this stream freed: what follows on it runs after the free.
+  std::deque<Pending>* queue = nullptr;
+  std::deque<Pending>::iterator own;
+  if (order) {
+    auto q = pending_.find(device);
+    if (q != pending_.end()) {
+      queue = &q->second;
+      own = queue->end();
+      for (auto p = queue->begin(); p != queue->end(); ++p) {
+        if (p->order == order && p->bytes >= span &&
+            (own == queue->end() || p->bytes < own->bytes)) {
+          own = p;
+        }
+      }
+    }
+  }
+  const bool from_own =
+      queue != nullptr && own != queue->end() && (!in_range || own->bytes <= std::get<1>(*it));
+  if (!in_range && !from_own) return std::nullopt;
+  uint64_t key = 0, offset = 0;
+  if (from_own) {
+    key = own->slab;
+    offset = own->offset;
+    if (own->bytes > span) {
+      own->offset += span;
+      own->bytes -= span;
+    } else {
+      --slabs_.at(key).pending;
+      --waiting_;
+      queue->erase(own);
+    }
+  } else {
+    const auto [dev, bytes, base, at] = *it;
+    key = slab_at_.at(base);
+    offset = at;
+    Slab& slab = slabs_.at(key);
+    EraseFree(slab, slab.free.find(offset));
+    if (bytes > span) AddFree(slab, offset + span, bytes - span);
+  }
   Slab& slab = slabs_.at(key);
-  EraseFree(slab, slab.free.find(offset));
-  if (bytes > span) AddFree(slab, offset + span, bytes - span);
   ++slab.live;
   Block b;
-  b.base = base + offset;
+  b.base = slab.base + offset;
   b.size = size;
   b.slab = key;
-  b.stream_ordered = stream_ordered;
+  b.stream_ordered = order.has_value();
   live_[b.base] = b;
   return b;
 }
@@ -75,7 +111,8 @@ std::optional<SlabPool::Block> SlabPool::Containing(CUdeviceptr addr) const {
   return it->second;
 }
 
-std::optional<SlabPool::Block> SlabPool::Free(CUdeviceptr base, std::vector<StreamUse> after) {
+std::optional<SlabPool::Block> SlabPool::Free(CUdeviceptr base, std::vector<StreamUse> after,
+                                              std::optional<Order> order) {
   MutexLock lock(&mu_);
   auto it = live_.find(base);
   if (it == live_.end()) return std::nullopt;
@@ -89,7 +126,7 @@ std::optional<SlabPool::Block> SlabPool::Free(CUdeviceptr base, std::vector<Stre
     ++slab.pending;
     ++waiting_;
     pending_[slab.device].push_back(
-        Pending{b.slab, b.base - slab.base, b.span(), std::move(after)});
+        Pending{b.slab, b.base - slab.base, b.span(), std::move(after), order});
   }
   return b;
 }

@@ -46,21 +46,26 @@ class SlabPool {
     uint64_t span() const { return (size + kAlign - 1) / kAlign * kAlign; }
   };
 
+  // A stream, as the manager keys its uses (stream, thread tag).
+  using Order = std::pair<CUstream, uint64_t>;
+
   // A new slab, all free: `size` bytes at `base` on `device`, known to the
   // manager by `slab`.
   void AddSlab(uint64_t slab, int device, CUdeviceptr base, uint64_t size) ABSL_LOCKS_EXCLUDED(mu_);
   // A place for `size` bytes on `device` (the tightest free range of its
-  // slabs, lowest address first), or none.
-  std::optional<Block> Take(int device, uint64_t size, bool stream_ordered)
+  // slabs, lowest address first), or none. In stream order (`order`), space
+  // freed in stream order on the same stream counts as free.
+  std::optional<Block> Take(int device, uint64_t size, std::optional<Order> order = std::nullopt)
       ABSL_LOCKS_EXCLUDED(mu_);
   // The registry's id of the block at `base`.
   void Name(CUdeviceptr base, uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // The live block holding `addr`, if any.
   std::optional<Block> Containing(CUdeviceptr addr) const ABSL_LOCKS_EXCLUDED(mu_);
   // Frees the live block starting at `base` (none: nullopt). Its space is
-  // placed again once every use in `after` is done (Reclaim).
-  std::optional<Block> Free(CUdeviceptr base, std::vector<StreamUse> after)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // placed again once every use in `after` is done (Reclaim); freed in
+  // stream order on `order`, at once for that stream's allocations.
+  std::optional<Block> Free(CUdeviceptr base, std::vector<StreamUse> after,
+                            std::optional<Order> order = std::nullopt) ABSL_LOCKS_EXCLUDED(mu_);
   // Gives back the space of `device`'s freed blocks whose uses `done` says
   // are complete (it may mark them observed): in the order of their frees,
   // stopping at the first not done, or with `all` asking each one.
@@ -94,6 +99,7 @@ class SlabPool {
     uint64_t offset = 0;
     uint64_t bytes = 0;
     std::vector<StreamUse> after;
+    std::optional<Order> order;
   };
   // (device, bytes, slab base, offset): the tightest range first.
   using SizeKey = std::tuple<int, uint64_t, CUdeviceptr, uint64_t>;

@@ -35,7 +35,7 @@ bool ServeStreamOrdered(const Driver& driver, MemoryManager& memory, CUdeviceptr
   if (scope.result() != CUDA_SUCCESS) return false;
   if (!memory.Swappable(bytes) && !(no_room && memory.SmallServedFromHost(bytes))) return false;
   if (!FromDefaultPool(driver)) return false;
-  *result = memory.Allocate(bytes, dptr, register_id, /*stream_ordered=*/true);
+  *result = memory.Allocate(bytes, dptr, register_id, &stream);
   // The pop (retried once on failure) is the scope's; the program gets the
   // allocation's result either way: an error after a successful allocation
   // would leave a buffer it never frees.
