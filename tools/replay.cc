@@ -11,6 +11,7 @@
 #include "absl/container/node_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/swap/slab_pool.h"
 #include "policy/apply_plan.h"
 #include "policy/eviction_order.h"
 #include "policy/iteration_planner.h"
@@ -30,7 +31,18 @@ struct SimBuffer : EvictionState {
   bool live = false;
   bool resident = false;
   bool has_host_copy = false;
+  // A slab (TraceBuffer::slab): its live allocations' bytes, which its
+  // copies carry (as MemoryManager::CopyParts).
+  uint64_t live_bytes = 0;
 };
+
+// The bytes a swap of `b` copies.
+uint64_t CopyBytes(const SimBuffer& b) { return b.info->slab ? b.live_bytes : b.info->bytes; }
+
+// What a small allocation takes of its slab (SlabPool's alignment).
+uint64_t SlabSpan(uint64_t bytes) {
+  return (bytes + SlabPool::kAlign - 1) / SlabPool::kAlign * SlabPool::kAlign;
+}
 
 class Simulator {
  public:
@@ -142,7 +154,7 @@ class Simulator {
     if (!copy && !Droppable(b)) copy = true;  // never drop what is dirty
     const bool never_written = !copy && !b.clean();
     if (copy || (never_written && options_.host_vmm)) b.has_host_copy = true;
-    const uint64_t bytes = b.info->bytes;
+    const uint64_t bytes = copy ? CopyBytes(b) : b.info->bytes;
     if (copy) {
       b.host_version = b.gpu_version;
       ++result_.swap_outs;
@@ -261,6 +273,7 @@ class Simulator {
 
   absl::Status Alloc(const TraceOp& op) {
     SimBuffer& b = State(op.buffer);
+    if (b.info->in_slab != 0) State(b.info->in_slab).live_bytes += SlabSpan(b.info->bytes);
     b.live = true;
     b.serial = ++serial_;
     b.gpu_version = ++version_;
@@ -303,6 +316,7 @@ class Simulator {
 
   void Free(const TraceOp& op) {
     SimBuffer& b = State(op.buffer);
+    if (b.info->in_slab != 0) State(b.info->in_slab).live_bytes -= SlabSpan(b.info->bytes);
     if (b.resident) used_ -= b.info->charge;
     Unindex(b);
     const uint64_t group = b.info->group;
@@ -371,9 +385,10 @@ class Simulator {
     if (copying) {
       ++result_.swap_ins;
       if (!prefetch) ++result_.on_demand_swap_ins;
-      result_.bytes_in += b.info->bytes;
+      const uint64_t bytes = CopyBytes(b);
+      result_.bytes_in += bytes;
       const double start = std::max({h2d_free_, now_, room_ready_});
-      h2d_free_ = start + b.info->bytes * us_per_byte_;
+      h2d_free_ = start + bytes * us_per_byte_;
       done = h2d_free_;
     } else if (copy) {
       ++result_.swap_ins_never_written;

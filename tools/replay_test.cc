@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -355,6 +356,74 @@ TEST(ReplayTest, SmallAllocationsCountButStay) {
   EXPECT_EQ(served->born_on_host, 2u);
   EXPECT_EQ(served->served_from_host, 2u);
   EXPECT_EQ(served->peak_resident, 4096u);
+}
+
+// STENSOR_SLABS=on as the sim replays it (PackIntoSlabs): small allocations
+// placed by the library's SlabPool, operations naming their slabs once, an
+// overwrite of one block no overwrite of its slab, and a slab's copies
+// carrying its live blocks only.
+TEST(ReplayTest, SmallAllocationsPackedIntoSlabsMoveTheirLiveBytes) {
+  constexpr uint64_t kQuarter = 256 * 1024;  // eight to a slab
+  TestLog log;
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 16; ++i) ids.push_back(log.Alloc(kQuarter));
+  for (uint64_t id : ids) log.Launch({}, {id});
+  // Half of each slab freed: four blocks live in each.
+  for (int i : {4, 5, 6, 7, 12, 13, 14, 15}) log.Free(ids[i]);
+  log.Memset(ids[0]);  // overwrites block 0 whole
+  for (int round = 0; round < 3; ++round) {
+    log.Launch({ids[0], ids[1]}, {ids[1]});
+    log.Launch({ids[8]}, {ids[8]});
+  }
+  absl::StatusOr<Trace> trace = ParseTrace(log.Text());
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  size_t packed = 0;
+  const Trace slabs = PackIntoSlabs(*trace, &packed);
+  EXPECT_EQ(packed, 16u);
+  std::vector<uint64_t> slab_ids;
+  for (const auto& [id, b] : slabs.buffers) {
+    if (b.slab) slab_ids.push_back(id);
+  }
+  ASSERT_EQ(slab_ids.size(), 2u);
+  const uint64_t first = slabs.buffers.at(ids[0]).in_slab;
+  EXPECT_EQ(slabs.buffers.at(ids[7]).in_slab, first);
+  EXPECT_NE(slabs.buffers.at(ids[8]).in_slab, first);
+  EXPECT_EQ(slabs.buffers.at(ids[0]).charge, 0u);
+  // The memset names the slab, writes it, overwrites nothing of it.
+  const TraceOp* memset = nullptr;
+  const TraceOp* pair = nullptr;
+  for (const TraceOp& op : slabs.ops) {
+    if (op.kind != TraceOp::Kind::kAccess) continue;
+    if (!op.launch) {
+      memset = &op;
+    } else if (memset != nullptr && pair == nullptr) {
+      pair = &op;
+    }
+  }
+  ASSERT_NE(memset, nullptr);
+  EXPECT_EQ(memset->ids, std::vector<uint64_t>{first});
+  EXPECT_EQ(memset->writes, std::vector<uint64_t>{first});
+  EXPECT_TRUE(memset->overwritten.empty());
+  ASSERT_NE(pair, nullptr);
+  EXPECT_EQ(pair->ids, std::vector<uint64_t>{first}) << "blocks 0 and 1: their slab, once";
+
+  // One slab fits: the first slab goes out whole when the second is made
+  // (eight live blocks), and then each switch copies four, 1 MiB.
+  std::unique_ptr<EvictionPolicy> policy = MakeVersionPolicy();
+  ReplayOptions options;
+  options.cap = 2 * kMiB;
+  options.policy = policy.get();
+  absl::StatusOr<ReplayResult> r = Replay(slabs, options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_GT(r->swap_outs, 1u);
+  EXPECT_EQ(r->bytes_out, 2 * kMiB + (r->swap_outs - 1) * 4 * kQuarter);
+  EXPECT_EQ(r->bytes_in, r->swap_ins * 4 * kQuarter);
+  EXPECT_EQ(r->born_on_host, 0u);
+  // Without slabs, small allocations that find the cap full are each a
+  // granule born in host memory.
+  absl::StatusOr<ReplayResult> plain = Replay(*trace, options);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_GT(plain->born_on_host, 0u);
 }
 
 }  // namespace

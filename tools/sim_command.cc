@@ -26,7 +26,7 @@ constexpr char kUsage[] =
     "                   [--prefetch on|off] [--bandwidth GB/s] [--kernel-us US]\n"
     "                   [--compare] [--granularity BYTES] [--rounds N]\n"
     "                   [--planned-evictions on|off] [--exact-seconds S]\n"
-    "                   [--host-vmm on|off] [--pieces on|off]\n";
+    "                   [--host-vmm on|off] [--pieces on|off] [--slabs on|off]\n";
 
 // Every flag with its meaning (docs/sim.md has the same table).
 constexpr char kHelp[] =
@@ -53,6 +53,10 @@ constexpr char kHelp[] =
     "  --pieces on|off       with --host-vmm on, hold an allocation larger than a\n"
     "                        granule as one-granule pieces, as the library does\n"
     "                        (default on); off: whole, for comparison\n"
+    "  --slabs on|off        with --host-vmm on, pack allocations below half a\n"
+    "                        granule into swappable one-granule slabs, as the\n"
+    "                        library does with STENSOR_SLABS=on (default off,\n"
+    "                        as STENSOR_SLABS)\n"
     "  --bandwidth GB/s      host<->device bandwidth of the time model, each\n"
     "                        direction (default 16)\n"
     "  --kernel-us US        compute time of a launch in the time model (default\n"
@@ -158,6 +162,9 @@ absl::StatusOr<SimFlags> ParseSimFlags(const std::vector<std::string>& args) {
     } else if (name == "pieces") {
       if (value != "on" && value != "off") return BadFlag("--pieces", value, "on or off");
       flags.pieces = value == "on";
+    } else if (name == "slabs") {
+      if (value != "on" && value != "off") return BadFlag("--slabs", value, "on or off");
+      flags.slabs = value == "on";
     } else if (name == "host-vmm") {
       if (value != "on" && value != "off") return BadFlag("--host-vmm", value, "on or off");
       flags.host_vmm = value == "on";
@@ -380,12 +387,19 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
   // allocation larger than a granule as pieces of one: so does the replay.
   size_t split = 0;
   if (flags->host_vmm && flags->pieces) *trace = SplitIntoPieces(*trace, *cap, &split);
+  // And, with STENSOR_SLABS=on, small ones packed into slabs.
+  size_t packed = 0;
+  if (flags->host_vmm && flags->slabs) *trace = PackIntoSlabs(*trace, &packed);
   out << absl::StrFormat(
       "log                 %s: %u operations, %u launches (%u of unknown accesses)\n", flags->log,
       trace->ops.size(), trace->launches, trace->unknown_launches);
   if (split > 0) {
     out << absl::StrFormat("pieces              %u allocations larger than a granule, in pieces\n",
                            split);
+  }
+  if (packed > 0) {
+    out << absl::StrFormat("slabs               %u allocations below half a granule, in slabs\n",
+                           packed);
   }
   out << absl::StrFormat("working set         %12u bytes (%.1f MiB, peak of live charges)\n",
                          trace->working_set, MiB(trace->working_set));

@@ -30,6 +30,7 @@ struct SimFlags {
   bool planned_evictions = true;  // issue the planner's evictions (as the library does)
   bool host_vmm = true;           // --host-vmm: serve from host memory what does not fit
   bool pieces = true;             // --pieces: large allocations in one-granule pieces
+  bool slabs = false;             // --slabs: small allocations packed into slabs
   double bandwidth_gbps = 16;
   double kernel_us = 100;
   bool compare = false;

@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/swap/slab_pool.h"
 #include "core/swap/tensor_bounds.h"
 #include "nlohmann/json.hpp"
 #include "tools/log_json.h"
@@ -675,6 +676,117 @@ Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split) {
     out.ops.push_back(std::move(expanded));
   }
   if (split != nullptr) *split = allocations_split;
+  return out;
+}
+
+Trace PackIntoSlabs(const Trace& trace, size_t* packed) {
+  constexpr uint64_t kSlabIds = (uint64_t{1} << 62) + (uint64_t{1} << 60);
+  const uint64_t granule = trace.granularity;
+  Trace out;
+  out.granularity = granule;
+  out.working_set = trace.working_set;
+  out.logged_policy = trace.logged_policy;
+  out.logged_limit = trace.logged_limit;
+  out.logged = trace.logged;
+  out.launches = trace.launches;
+  out.unknown_launches = trace.unknown_launches;
+  out.buffers = trace.buffers;
+  out.groups = trace.groups;
+  out.ops.reserve(trace.ops.size());
+  // The library's placement; addresses of its own, one granule per slab.
+  SlabPool pool;
+  absl::flat_hash_map<uint64_t, CUdeviceptr> base_of;  // a live small allocation's
+  uint64_t next_slab = kSlabIds;
+  size_t placed = 0;
+  auto slab_op = [&](TraceOp::Kind kind, uint64_t slab, const TraceOp& at) {
+    TraceOp op;
+    op.kind = kind;
+    op.buffer = slab;
+    op.line = at.line;
+    out.ops.push_back(std::move(op));
+  };
+  // Each id once, a small allocation's as its slab's; none for `drop`.
+  auto mapped = [&](const std::vector<uint64_t>& ids, bool drop) {
+    std::vector<uint64_t> result;
+    result.reserve(ids.size());
+    for (uint64_t id : ids) {
+      auto b = out.buffers.find(id);
+      if (b == out.buffers.end() || b->second.in_slab == 0) {
+        result.push_back(id);
+      } else if (!drop &&
+                 std::find(result.begin(), result.end(), b->second.in_slab) == result.end()) {
+        result.push_back(b->second.in_slab);
+      }
+    }
+    return result;
+  };
+  for (const TraceOp& op : trace.ops) {
+    const TraceBuffer* info = nullptr;
+    if (op.kind == TraceOp::Kind::kAlloc || op.kind == TraceOp::Kind::kFree) {
+      auto it = out.buffers.find(op.buffer);
+      if (it != out.buffers.end() && it->second.small && it->second.bytes < granule / 2) {
+        info = &it->second;
+      }
+    }
+    if (info != nullptr && op.kind == TraceOp::Kind::kAlloc) {
+      std::optional<SlabPool::Block> block = pool.Take(0, info->bytes);
+      if (!block) {
+        const uint64_t slab = next_slab++;
+        TraceBuffer b;
+        b.id = slab;
+        b.bytes = granule;
+        b.charge = granule;
+        b.swappable = true;
+        b.slab = true;
+        out.buffers[slab] = b;
+        pool.AddSlab(slab, 0, (slab - kSlabIds + 1) * granule, granule);
+        slab_op(TraceOp::Kind::kAlloc, slab, op);
+        block = pool.Take(0, info->bytes);
+      }
+      TraceBuffer& b = out.buffers.at(op.buffer);
+      b.in_slab = block->slab;
+      b.charge = 0;
+      b.swappable = false;
+      b.small = false;
+      base_of[b.id] = block->base;
+      ++placed;
+      out.ops.push_back(op);
+      continue;
+    }
+    if (op.kind == TraceOp::Kind::kFree) {
+      out.ops.push_back(op);
+      auto at = base_of.find(op.buffer);
+      if (at == base_of.end()) continue;
+      pool.Free(at->second);
+      base_of.erase(at);
+      for (uint64_t slab : pool.TakeEmpty(0, /*keep=*/1)) {
+        slab_op(TraceOp::Kind::kFree, slab, op);
+      }
+      continue;
+    }
+    if (base_of.empty()) {
+      out.ops.push_back(op);
+      continue;
+    }
+    TraceOp packed_op = op;
+    packed_op.ids = mapped(op.ids, false);
+    packed_op.writes = mapped(op.writes, false);
+    packed_op.overwritten = mapped(op.overwritten, true);
+    auto outside = [&](uint64_t id) { return base_of.count(id) == 0; };
+    packed_op.extents.clear();
+    for (const TraceOp::Extent& e : op.extents) {
+      if (outside(e.id)) packed_op.extents.push_back(e);
+    }
+    packed_op.pointers.clear();
+    for (const TraceOp::Pointer& p : op.pointers) {
+      if (outside(p.id)) packed_op.pointers.push_back(p);
+    }
+    if (op.kind == TraceOp::Kind::kHostRead && !outside(op.buffer)) {
+      packed_op.buffer = out.buffers.at(op.buffer).in_slab;
+    }
+    out.ops.push_back(std::move(packed_op));
+  }
+  if (packed != nullptr) *packed = placed;
   return out;
 }
 

@@ -33,6 +33,10 @@ struct TraceBuffer {
   bool swappable = false;
   bool small = false;  // AllocationCharge::small (tools/charge.h)
   uint64_t group = 0;  // a piece's allocation (SplitIntoPieces); 0: none
+  // PackIntoSlabs: a slab that holds small allocations (its copies carry
+  // their bytes only), and a small allocation's slab (0: none).
+  bool slab = false;
+  uint64_t in_slab = 0;
 };
 
 struct TraceOp {
@@ -133,6 +137,18 @@ struct Trace {
 // synchronous read of it is served from host memory only when no piece is
 // resident. `*split` (if given) counts the allocations split.
 Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split = nullptr);
+
+// The trace as the memory manager places small allocations with
+// STENSOR_SLABS=on where the device maps host memory (core/swap/slab_pool.h,
+// the library's own placement, every free done at once): each allocation
+// below half a granule from cuMemAlloc or the default pool (TraceBuffer::
+// small) is placed in a slab, a swappable buffer of one granule with an id
+// from 2^62 + 2^60 up, made when none has room and freed when empty beyond
+// the one kept; the allocation keeps its alloc and free (charged nothing,
+// the slab's live bytes), and an operation naming it names its slab (once;
+// an overwrite of it overwrites no slab). `*packed` (if given) counts the
+// allocations placed.
+Trace PackIntoSlabs(const Trace& trace, size_t* packed = nullptr);
 
 // Reads the log's text (one JSON object per line). Lines that do not parse
 // are errors naming the line; record types it does not need are skipped.

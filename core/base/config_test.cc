@@ -98,6 +98,8 @@ constexpr ValidCase kValidCases[] = {
     {"STENSOR_PREFETCH", "False", "off"},
     {"STENSOR_PREFETCH", "yes", "on"},
     {"STENSOR_PREFETCH", "NO", "off"},
+    {"STENSOR_SLABS", "on", "on"},
+    {"STENSOR_SLABS", "0", "off"},
     {"STENSOR_ACCESS_LOG", "/tmp/stensor.log", "/tmp/stensor.log"},
     {"STENSOR_ACCESS_LOG", "/tmp/log.%p.%r", "/tmp/log.%p.%r"},
     {"STENSOR_ACCESS_LOG", "/tmp/100%%", "/tmp/100%%"},
@@ -201,6 +203,7 @@ constexpr InvalidCase kInvalidCases[] = {
     {"STENSOR_PREFETCH", "maybe", ""},
     {"STENSOR_PREFETCH", "2", ""},
     {"STENSOR_PREFETCH", "onn", ""},
+    {"STENSOR_SLABS", "slab", ""},
     {"STENSOR_ACCESS_LOG", "/tmp/log.%d", "unknown placeholder \"%d\""},
     {"STENSOR_ACCESS_LOG", "/tmp/log%", "lone %"},
     {"STENSOR_ACCESS_LOG", "/tmp/%%%", "lone %"},
@@ -276,12 +279,19 @@ TEST(ConfigTest, UnsetAndEmptyValuesGiveTheDefaults) {
 
 TEST(ConfigTest, DefaultsAreAsDocumented) {
   const std::map<std::string, std::string> kDefaults = {
-      {"STENSOR_MEMORY_LIMIT", ""}, {"STENSOR_HOST_LIMIT", ""},
-      {"STENSOR_POLICY", "belady"}, {"STENSOR_PREFETCH", "on"},
-      {"STENSOR_BANDWIDTH", ""},    {"STENSOR_ITERATION_MARKER", ""},
-      {"STENSOR_ACCESS_LOG", ""},   {"STENSOR_LOG_LEVEL", "warn"},
-      {"STENSOR_STATS", "off"},     {"STENSOR_WRITE_INFERENCE", "signature"},
-      {"STENSOR_VERIFY", "off"},    {"STENSOR_REAL_LIBCUDA", ""},
+      {"STENSOR_MEMORY_LIMIT", ""},
+      {"STENSOR_HOST_LIMIT", ""},
+      {"STENSOR_POLICY", "belady"},
+      {"STENSOR_PREFETCH", "on"},
+      {"STENSOR_SLABS", "off"},
+      {"STENSOR_BANDWIDTH", ""},
+      {"STENSOR_ITERATION_MARKER", ""},
+      {"STENSOR_ACCESS_LOG", ""},
+      {"STENSOR_LOG_LEVEL", "warn"},
+      {"STENSOR_STATS", "off"},
+      {"STENSOR_WRITE_INFERENCE", "signature"},
+      {"STENSOR_VERIFY", "off"},
+      {"STENSOR_REAL_LIBCUDA", ""},
       {"STENSOR_CONFIG", ""},
   };
   std::map<std::string, std::string> actual;
@@ -295,6 +305,7 @@ TEST(ConfigTest, DefaultsAreAsDocumented) {
   EXPECT_EQ(defaults.HostLimitBytes(512 * kGiB), std::nullopt);
   EXPECT_EQ(defaults.policy, EvictionPolicyKind::kBelady);
   EXPECT_TRUE(defaults.prefetch);
+  EXPECT_FALSE(defaults.slabs);
   EXPECT_EQ(defaults.log_level, LogLevel::kWarn);
   EXPECT_FALSE(defaults.stats);
   EXPECT_EQ(defaults.write_inference, WriteInference::kSignature);
@@ -313,7 +324,7 @@ TEST(ConfigTest, OptionTableIsComplete) {
     EXPECT_EQ(option.allowed_in_file, option.name != "STENSOR_CONFIG");
     EXPECT_TRUE(Config().ValueText(option.name).has_value());
   }
-  EXPECT_EQ(names.size(), 13u);
+  EXPECT_EQ(names.size(), 14u);
   EXPECT_EQ(Config().ValueText("STENSOR_NOPE"), std::nullopt);
 }
 
@@ -627,6 +638,7 @@ TEST(DescribeTest, RendersDefaultsAsOneJsonObject) {
   EXPECT_EQ(Config().Describe(),
             "{\"STENSOR_MEMORY_LIMIT\": \"\", \"STENSOR_HOST_LIMIT\": \"\", "
             "\"STENSOR_POLICY\": \"belady\", \"STENSOR_PREFETCH\": true, "
+            "\"STENSOR_SLABS\": false, "
             "\"STENSOR_BANDWIDTH\": \"\", \"STENSOR_ITERATION_MARKER\": \"\", "
             "\"STENSOR_ACCESS_LOG\": \"\", \"STENSOR_LOG_LEVEL\": \"warn\", "
             "\"STENSOR_STATS\": false, \"STENSOR_WRITE_INFERENCE\": "

@@ -582,6 +582,14 @@ CUresult MemoryManager::AllocateInSlab(Device& dev, CUcontext context, uint64_t 
   }
   Buffer* slab = ById(block->slab);
   *dptr = block->base;
+  // Before the allocation's own record (logged as it is registered): a
+  // reader of the log knows its place from the start (`stensor sim`).
+  Log(JsonLine()
+          .Str("type", "slab_alloc")
+          .Str("addr", absl::StrFormat("0x%x", block->base))
+          .Uint("slab", block->slab)
+          .Uint("bytes", block->span())
+          .Finish());
   const uint64_t id = register_id(block->base);
   slabs_.Name(block->base, id);
   if (id != 0 && id < kUntrackedKeys) {
@@ -680,7 +688,12 @@ bool MemoryManager::FreeBlock(CUdeviceptr base, const CUstream* stream) {
       if (!Observed(u)) after.push_back(u);
     }
   }
-  std::optional<SlabPool::Block> block = slabs_.Free(base, std::move(after), order);
+  uint64_t wait = 0;
+  if (!after.empty()) {
+    wait = ++slab_waits_made_;
+    slab_waits_[wait] = std::move(after);
+  }
+  std::optional<SlabPool::Block> block = slabs_.Free(base, wait, order);
   if (!block) return false;  // not reached: checked above
   if (block->id != 0) slab_blocks_.erase(block->id);
   if (block->stream_ordered) {
@@ -693,9 +706,14 @@ bool MemoryManager::FreeBlock(CUdeviceptr base, const CUstream* stream) {
 }
 
 void MemoryManager::ReclaimBlocks(Device& dev, bool all) {
-  slabs_.Reclaim(dev.ordinal, all, [&](std::vector<Use>& after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return std::all_of(after.begin(), after.end(),
-                       [&](Use& u) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return Observed(u); });
+  slabs_.Reclaim(dev.ordinal, all, [&](uint64_t wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = slab_waits_.find(wait);
+    if (it == slab_waits_.end()) return true;
+    for (Use& u : it->second) {
+      if (!Observed(u)) return false;
+    }
+    slab_waits_.erase(it);
+    return true;
   });
 }
 
@@ -705,6 +723,7 @@ void MemoryManager::ReleaseEmptySlabs(Device& dev) {
   for (uint64_t key : slabs_.TakeEmpty(dev.ordinal, /*keep=*/1)) {
     if (Buffer* slab = ById(key); slab != nullptr && !slab->garbage) {
       FreeAllocation(dev, *slab, nullptr);
+      Log(JsonLine().Str("type", "slab_free").Uint("slab", key).Finish());
     }
   }
 }
@@ -1467,16 +1486,17 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy, HostWait host
     ++stats_.clean_drops;
     stats_.bytes_dropped += b.size;
   }
+  // A copy's bytes are those it carried (a slab's live blocks).
   Log(Named(JsonLine().Str("type", type), b)
-          .Uint("bytes", b.size)
+          .Uint("bytes", copy ? copied : b.size)
           .Int("device", dev.ordinal)
           .Finish());
   return CUDA_SUCCESS;
 }
 
-void MemoryManager::LogSwapIn(const Device& dev, const Buffer& b, bool copy) const {
+void MemoryManager::LogSwapIn(const Device& dev, const Buffer& b, bool copy, uint64_t bytes) const {
   Log(Named(JsonLine().Str("type", "swap_in"), b)
-          .Uint("bytes", b.size)
+          .Uint("bytes", bytes)
           .Bool("copy", copy)
           .Int("device", dev.ordinal)
           .Finish());
@@ -1502,7 +1522,7 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
           // handed on: taken back; it holds the data (the copy only reads).
           b.location = Location::kCpuGpu;  // the host copy is current once the copy is done
           ++stats_.swap_outs_cancelled;
-          LogSwapIn(dev, b, /*copy=*/false);
+          LogSwapIn(dev, b, /*copy=*/false, b.size);
           // The consumer may write it: after the swap-out's copy read it.
           return OrderAfterSwap(dev, b, consumer);
         }
@@ -1574,9 +1594,9 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
       return r;
     }
     b.device_chunks = std::move(h);
+    uint64_t copied = 0;
     if (copying) {
       const CUstream copy_stream = FetchStreamFor(dev, b, shadowed);
-      uint64_t copied = 0;
       CUresult r = CopyParts(b, copy_stream, /*out=*/false, &copied);
       if (r != CUDA_SUCCESS) {
         // The host copy stays the only one.
@@ -1614,7 +1634,7 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
       if (shadowed) NoteUse(b.uses, dev.swap_stream, dev.ordinal);
     }
     b.location = Location::kCpuGpu;
-    LogSwapIn(dev, b, copying);
+    LogSwapIn(dev, b, copying, copying ? copied : b.size);
     // An error here leaves the copy in flight and the buffer resident, with
     // its use on the swap stream not observed: consistent, and retried.
     return OrderAfterSwap(dev, b, consumer);  // nothing to do without swap-stream work

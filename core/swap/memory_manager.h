@@ -779,7 +779,7 @@ class MemoryManager {
   CUresult SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer, HostWait host_wait)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The access log's record of a swap-in (`copy`: its contents copied in).
-  void LogSwapIn(const Device& dev, const Buffer& b, bool copy) const;
+  void LogSwapIn(const Device& dev, const Buffer& b, bool copy, uint64_t bytes) const;
   // The buffer is resident but its device memory does not hold its data
   // (an overwrite that was not submitted, a failed swap-in copy that could
   // not be undone): copies the host copy in, or swaps the buffer out again.
@@ -1055,8 +1055,11 @@ class MemoryManager {
   };
   absl::flat_hash_map<uint64_t, SlabBlock> slab_blocks_ ABSL_GUARDED_BY(mu_);
   // Where in the slabs each small allocation goes (its own lock, taken
-  // inside mu_).
+  // inside mu_), and what each freed block's space waits for: the uses
+  // queued before its free, by the wait's number there.
   SlabPool slabs_;
+  absl::flat_hash_map<uint64_t, std::vector<Use>> slab_waits_ ABSL_GUARDED_BY(mu_);
+  uint64_t slab_waits_made_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Buffer>> buffers_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, Buffer*> by_base_ ABSL_GUARDED_BY(mu_);
   uint64_t untracked_ ABSL_GUARDED_BY(mu_) = 0;

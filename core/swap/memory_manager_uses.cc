@@ -416,7 +416,9 @@ void MemoryManager::ForEachUse(absl::FunctionRef<void(Use&)> f) {
   for (ExternalFree& x : external_frees_) {
     for (Use& u : x.uses) f(u);
   }
-  slabs_.ForEachPendingUse(f);
+  for (auto& [wait, uses] : slab_waits_) {
+    for (Use& u : uses) f(u);
+  }
 }
 
 void MemoryManager::BeforeContextEnds(CUcontext ctx) {

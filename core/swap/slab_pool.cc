@@ -111,7 +111,7 @@ std::optional<SlabPool::Block> SlabPool::Containing(CUdeviceptr addr) const {
   return it->second;
 }
 
-std::optional<SlabPool::Block> SlabPool::Free(CUdeviceptr base, std::vector<StreamUse> after,
+std::optional<SlabPool::Block> SlabPool::Free(CUdeviceptr base, uint64_t wait,
                                               std::optional<Order> order) {
   MutexLock lock(&mu_);
   auto it = live_.find(base);
@@ -120,26 +120,24 @@ std::optional<SlabPool::Block> SlabPool::Free(CUdeviceptr base, std::vector<Stre
   live_.erase(it);
   Slab& slab = slabs_.at(b.slab);
   --slab.live;
-  if (after.empty()) {
+  if (wait == 0) {
     AddFree(slab, b.base - slab.base, b.span());
   } else {
     ++slab.pending;
     ++waiting_;
-    pending_[slab.device].push_back(
-        Pending{b.slab, b.base - slab.base, b.span(), std::move(after), order});
+    pending_[slab.device].push_back(Pending{b.slab, b.base - slab.base, b.span(), wait, order});
   }
   return b;
 }
 
-void SlabPool::Reclaim(int device, bool all,
-                       absl::FunctionRef<bool(std::vector<StreamUse>&)> done) {
+void SlabPool::Reclaim(int device, bool all, absl::FunctionRef<bool(uint64_t wait)> done) {
   MutexLock lock(&mu_);
   auto q = pending_.find(device);
   if (q == pending_.end()) return;
   std::deque<Pending>& queue = q->second;
   for (auto it = queue.begin(); it != queue.end();) {
     auto s = slabs_.find(it->slab);
-    if (s != slabs_.end() && !done(it->after)) {
+    if (s != slabs_.end() && !done(it->wait)) {
       if (!all) break;
       ++it;
       continue;
@@ -174,20 +172,6 @@ std::vector<uint64_t> SlabPool::TakeEmpty(int device, size_t keep) {
   return taken;
 }
 
-void SlabPool::RemoveSlab(uint64_t slab) {
-  MutexLock lock(&mu_);
-  auto s = slabs_.find(slab);
-  if (s == slabs_.end()) return;
-  Slab& gone = s->second;
-  while (!gone.free.empty()) EraseFree(gone, gone.free.begin());
-  for (auto it = live_.lower_bound(gone.base);
-       it != live_.end() && it->first < gone.base + gone.size;) {
-    it = live_.erase(it);
-  }
-  slab_at_.erase(gone.base);
-  slabs_.erase(s);  // its waiting frees are dropped by Reclaim
-}
-
 std::vector<std::pair<uint64_t, uint64_t>> SlabPool::LiveRanges(uint64_t slab) const {
   MutexLock lock(&mu_);
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
@@ -204,15 +188,6 @@ std::vector<std::pair<uint64_t, uint64_t>> SlabPool::LiveRanges(uint64_t slab) c
     }
   }
   return ranges;
-}
-
-void SlabPool::ForEachPendingUse(absl::FunctionRef<void(StreamUse&)> fn) {
-  MutexLock lock(&mu_);
-  for (auto& [device, queue] : pending_) {
-    for (Pending& p : queue) {
-      for (StreamUse& u : p.after) fn(u);
-    }
-  }
 }
 
 bool SlabPool::empty() const {

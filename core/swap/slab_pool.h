@@ -6,8 +6,9 @@
 //
 // The pool only places: it keeps each slab's free space, its live blocks
 // and the blocks freed whose space waits until the work queued before their
-// free is done (their uses, observed by the caller). Which slab exists, its
-// memory and its uses are the manager's.
+// free is done (a wait the caller names and observes). Which slab exists,
+// its memory and its uses are the manager's; `stensor sim` packs the same
+// way, every free done at once.
 //
 // Thread-safety: any thread. Its own lock, which may be taken while the
 // manager's is held, never the other way round; it calls nothing outside.
@@ -28,7 +29,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "core/base/mutex.h"
-#include "core/swap/stream_use.h"
 
 namespace stensor {
 
@@ -62,26 +62,23 @@ class SlabPool {
   // The live block holding `addr`, if any.
   std::optional<Block> Containing(CUdeviceptr addr) const ABSL_LOCKS_EXCLUDED(mu_);
   // Frees the live block starting at `base` (none: nullopt). Its space is
-  // placed again once every use in `after` is done (Reclaim); freed in
-  // stream order on `order`, at once for that stream's allocations.
-  std::optional<Block> Free(CUdeviceptr base, std::vector<StreamUse> after,
+  // placed again at once (`wait` 0), or once the caller's `wait` is done
+  // (Reclaim); freed in stream order on `order`, at once for that stream's
+  // allocations.
+  std::optional<Block> Free(CUdeviceptr base, uint64_t wait = 0,
                             std::optional<Order> order = std::nullopt) ABSL_LOCKS_EXCLUDED(mu_);
-  // Gives back the space of `device`'s freed blocks whose uses `done` says
-  // are complete (it may mark them observed): in the order of their frees,
-  // stopping at the first not done, or with `all` asking each one.
-  void Reclaim(int device, bool all, absl::FunctionRef<bool(std::vector<StreamUse>&)> done)
+  // Gives back the space of `device`'s freed blocks whose wait `done` says
+  // is over: in the order of their frees, stopping at the first not done,
+  // or with `all` asking each one.
+  void Reclaim(int device, bool all, absl::FunctionRef<bool(uint64_t wait)> done)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Slabs of `device` with no live or freed-and-waiting block, beyond the
   // first `keep`: taken out of the pool, for the caller to free.
   std::vector<uint64_t> TakeEmpty(int device, size_t keep) ABSL_LOCKS_EXCLUDED(mu_);
-  // Takes `slab` out of the pool whatever it holds (its memory is gone).
-  void RemoveSlab(uint64_t slab) ABSL_LOCKS_EXCLUDED(mu_);
   // The live blocks of `slab` as (offset, bytes) ranges, in address order,
   // touching ranges merged: what a copy of its contents must carry.
   std::vector<std::pair<uint64_t, uint64_t>> LiveRanges(uint64_t slab) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Every use a freed block waits on (a context's end marks its own done).
-  void ForEachPendingUse(absl::FunctionRef<void(StreamUse&)> fn) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether any block is live or waiting anywhere.
   bool empty() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -98,7 +95,7 @@ class SlabPool {
     uint64_t slab = 0;
     uint64_t offset = 0;
     uint64_t bytes = 0;
-    std::vector<StreamUse> after;
+    uint64_t wait = 0;
     std::optional<Order> order;
   };
   // (device, bytes, slab base, offset): the tightest range first.
