@@ -246,6 +246,23 @@ class Converter {
     } else if (type == "swap_out" || type == "drop_clean" || type == "drop_unwritten" ||
                type == "swap_in") {
       Swap(r, type);
+    } else if (type == "slab") {
+      // A slab of small allocations (STENSOR_SLABS): charged as one buffer.
+      BufferState b;
+      b.bytes = b.charge = Uint(r, "bytes");
+      b.device = Ordinal(r, "device");
+      b.resident = r.value("resident", true);
+      DeviceState& d = Device(b.device, 0);
+      if (b.resident) d.resident += b.charge;
+      buffers_[Uint(r, "slab")] = std::move(b);
+      Counter(DeviceCounter(Ordinal(r, "device"), "resident"), d.resident);
+    } else if (type == "slab_alloc") {
+      in_slabs_.insert(ParseAddr(r.value("addr", json())));  // its `alloc` is charged nothing
+    } else if (type == "slab_free") {
+      if (auto it = buffers_.find(Uint(r, "slab")); it != buffers_.end()) {
+        Release(it->second);
+        buffers_.erase(it);
+      }
     } else if (type == "alloc_host" && r.contains("piece")) {
       // A piece born on the host, before its allocation's `alloc` record.
       born_pieces_[Uint(r, "id", 0)].insert(Uint(r, "piece", 0));
@@ -451,6 +468,7 @@ class Converter {
     b.bytes = Uint(r, "bytes");
     b.charge =
         ChargeOf(r.value("kind", std::string()), r.value("api", std::string()), b.bytes).bytes;
+    if (in_slabs_.erase(ParseAddr(r.value("addr", json()))) > 0) b.charge = 0;  // its slab's
     b.device = Ordinal(r, "device");
     // An id reused (not done by the library) replaces the old buffer.
     if (BufferState* old = Find(r)) Release(*old);
@@ -563,6 +581,9 @@ class Converter {
   std::vector<std::string> notes_;
   // Pieces born on the host whose allocation's `alloc` has not come yet.
   absl::flat_hash_map<uint64_t, absl::flat_hash_set<uint64_t>> born_pieces_;
+  // Addresses of small allocations placed in slabs (`slab_alloc`) whose
+  // `alloc` has not come yet.
+  absl::flat_hash_set<uint64_t> in_slabs_;
 
   double now_ = 0;  // the logical clock, us
   uint64_t line_ = 0;

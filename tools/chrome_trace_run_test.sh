@@ -38,21 +38,28 @@ kernels = {e["tid"] for e in events if e["ph"] == "X" and e["cat"] == "kernel"}
 sys.exit(not (len(streams) == 2 and kernels == streams))
 PY
 
-# Capped at 40 % of mlp_train's working set (76689860 bytes).
-STENSOR_MEMORY_LIMIT=30687232 STENSOR_STATS=1 STENSOR_ACCESS_LOG="$tmp/capped.jsonl" \
-  LD_PRELOAD="$lib" "$train" --steps 6 > /dev/null 2> "$tmp/capped.err" || fail "capped mlp_train: exit $?"
-trace "$tmp/capped.jsonl" -o "$tmp/capped.json" || fail "capped: exit $?"
-python3 "$check" "$tmp/capped.json" "$tmp/capped.jsonl" capped
-# The resident curve counts what the library charges (tools/charge.h): its
-# peak is the library's own "peak resident", to the statistics' 0.1 MiB.
-stats_peak=$(sed -n 's/^stensor: peak resident *\([0-9.]*\) MiB$/\1/p' "$tmp/capped.err")
-trace_peak=$(python3 -c '
+# Capped at 40 % of mlp_train's working set (76689860 bytes), and so with
+# small allocations packed into slabs (STENSOR_SLABS=on).
+for name in capped slabs; do
+  slabs=off
+  [[ $name == slabs ]] && slabs=on
+  STENSOR_SLABS=$slabs STENSOR_MEMORY_LIMIT=30687232 STENSOR_STATS=1 \
+    STENSOR_ACCESS_LOG="$tmp/$name.jsonl" LD_PRELOAD="$lib" "$train" --steps 6 > /dev/null \
+    2> "$tmp/$name.err" || fail "$name mlp_train: exit $?"
+  trace "$tmp/$name.jsonl" -o "$tmp/$name.json" || fail "$name: exit $?"
+  python3 "$check" "$tmp/$name.json" "$tmp/$name.jsonl" capped
+  # The resident curve counts what the library charges (tools/charge.h): its
+  # peak is the library's own "peak resident", to the statistics' 0.1 MiB.
+  stats_peak=$(sed -n 's/^stensor: peak resident *\([0-9.]*\) MiB$/\1/p' "$tmp/$name.err")
+  trace_peak=$(python3 -c '
 import json, sys
 events = json.load(open(sys.argv[1]))["traceEvents"]
 print("%.1f" % (max(e["args"]["bytes"] for e in events
-                    if e["ph"] == "C" and e["name"] == "device 0 resident") / 1048576))' "$tmp/capped.json")
-[[ -n $stats_peak && $stats_peak == "$trace_peak" ]] ||
-  fail "the trace's resident peak ${trace_peak} MiB, the library's ${stats_peak:-none} MiB"
+                    if e["ph"] == "C" and e["name"] == "device 0 resident") / 1048576))' "$tmp/$name.json")
+  [[ -n $stats_peak && $stats_peak == "$trace_peak" ]] ||
+    fail "$name: the trace's resident peak ${trace_peak} MiB, the library's ${stats_peak:-none} MiB"
+done
+grep -q '"type":"slab"' "$tmp/slabs.jsonl" || fail "slabs: no slab made"
 
 # expect_error STATUS PATTERN ARGS...: exits STATUS with one line on stderr
 # that matches PATTERN, and leaves no trace file behind.

@@ -27,6 +27,11 @@ source "$(dirname "$0")/../tests/preload.bash"
 preload=$(preload_of "$lib")
 STENSOR_MEMORY_LIMIT=30687232 STENSOR_ACCESS_LOG="$tmp/capped.jsonl" LD_PRELOAD="$preload" \
   "$train" --steps 6 > "$tmp/train.out" 2> "$tmp/train.err" || fail "mlp_train exit $?: $(cat "$tmp/train.err")"
+# And with small allocations in slabs (STENSOR_SLABS=on): swap records name
+# slabs, and small allocations are charged as their slab.
+STENSOR_SLABS=on STENSOR_MEMORY_LIMIT=30687232 STENSOR_ACCESS_LOG="$tmp/slabs.jsonl" \
+  LD_PRELOAD="$preload" "$train" --steps 6 > "$tmp/slabs.out" 2> "$tmp/slabs.err" ||
+  fail "mlp_train with slabs exit $?: $(cat "$tmp/slabs.err")"
 unset LD_LIBRARY_PATH
 gzip -dc "$mlp20" > "$tmp/mlp20.jsonl" || fail "$mlp20: cannot decompress"
 
@@ -52,13 +57,26 @@ charge = {}
 resident = {}
 cur = peak = 0
 G = 2 << 20
+in_slabs = set()  # addresses placed in slabs, their `alloc` to come
 for line in open(log):
     r = json.loads(line)
     t = r["type"]
-    if t == "alloc":
+    if t == "slab":  # small allocations' slab: one buffer, charged a granule
+        charge[r["slab"]] = sizes[r["slab"]] = r["bytes"]
+        resident[r["slab"]] = set() if r.get("resident", True) else {0}
+        cur += r["bytes"] if r.get("resident", True) else 0
+    elif t == "slab_alloc":
+        in_slabs.add(r["addr"])
+    elif t == "slab_free":
+        out = resident.pop(r["slab"])
+        cur -= charge[r["slab"]] - sum(min(G, charge[r["slab"]] - p) for p in out)
+    elif t == "alloc":
         b = r["bytes"]
         big = r.get("kind", "device") == "device" and "Pitch" not in r.get("api", "") and b >= G
         c = -(-b // G) * G if big else (b if r.get("kind") == "app_vmm" else -(-b // 4096) * 4096)
+        if r.get("addr") in in_slabs:
+            in_slabs.discard(r["addr"])
+            c = 0
         charge[r["id"]] = c
         sizes[r["id"]] = b
         resident[r["id"]] = set()  # of its pieces (a `piece` field), those out
@@ -184,12 +202,13 @@ print(f"ok {log}: peak {peak}, swap_out {counts['swap_out']}, waited {wait:.3f} 
 EOF
 }
 
-for name in mlp20 capped; do
+for name in mlp20 capped slabs; do
   report "$tmp/$name.jsonl" -o "$tmp/$name.html" || fail "$name: report exit $?"
   report "$tmp/$name.jsonl" -o "$tmp/$name.svg" || fail "$name: report -o svg exit $?"
-  check "$tmp/$name.jsonl" "$tmp/$name.html" "$tmp/$name.svg" $([[ $name == capped ]] && echo 1 || echo 0)
+  check "$tmp/$name.jsonl" "$tmp/$name.html" "$tmp/$name.svg" $([[ $name == mlp20 ]] && echo 0 || echo 1)
 done
 grep -q '"type":"swap_out"' "$tmp/capped.jsonl" || fail "the capped run swapped nothing (the check would be empty)"
+grep -q '"type":"slab_alloc"' "$tmp/slabs.jsonl" || fail "the run with slabs placed nothing in one"
 
 # Escaping: kernel names with <, > and & (as C++ templates have), and a log
 # named with them; a swap_wait before each so they reach the kernel table.

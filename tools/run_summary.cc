@@ -171,6 +171,22 @@ class Reader {
     }
     if (type == "swap_in") return SwapIn(r, line);
     if (type == "serve_host") return ServeHost(r, line);
+    if (type == "slab") return Slab(r, line);
+    if (type == "slab_alloc") {
+      // Its `alloc` follows: charged nothing, its slab is.
+      if (in_slabs_.size() < kMaxPendingBirths) in_slabs_.insert(String(r, "addr"));
+      return absl::OkStatus();
+    }
+    if (type == "slab_free") {
+      auto it = live_.find(Uint(r, "slab").value_or(0));
+      if (it != live_.end()) {
+        if (it->second.resident) {
+          SetResident(it->second.slot, -static_cast<int64_t>(ResidentCharge(it->second)));
+        }
+        live_.erase(it);
+      }
+      return absl::OkStatus();
+    }
     if (type == "alloc_host") {
       // Logged as the buffer is made, before its `alloc` record: that
       // record's buffer is not resident (a piece's: that piece of it).
@@ -366,6 +382,7 @@ class Reader {
     b.slot = Slot(Uint(r, "device").value_or(0));
     // As the manager charges them (tools/charge.h).
     b.charge = ChargeOf(kind, String(r, "api"), b.bytes, granularity_).bytes;
+    if (in_slabs_.erase(String(r, "addr")) > 0) b.charge = 0;  // its slab is charged
     const size_t slot = b.slot;
     // Born in host memory (an `alloc_host` of its device and size came
     // first): charged once brought in.
@@ -388,6 +405,26 @@ class Reader {
     }
     SetResident(slot, static_cast<int64_t>(charge));
     ++report_.operations;
+    return absl::OkStatus();
+  }
+
+  // A slab of small allocations (STENSOR_SLABS): one buffer, by its key.
+  absl::Status Slab(const Json& r, uint64_t line) {
+    std::optional<uint64_t> slab = Uint(r, "slab");
+    std::optional<uint64_t> bytes = Uint(r, "bytes");
+    if (!slab || !bytes) return Error(line, "a `slab` without `slab` or `bytes`");
+    BufferSummary b;
+    b.id = *slab;
+    b.bytes = b.charge = *bytes;
+    b.slot = Slot(Uint(r, "device").value_or(0));
+    auto resident = r.find("resident");
+    b.resident = resident == r.end() || !resident->is_boolean() || resident->get<bool>();
+    const size_t slot = b.slot;
+    const uint64_t charge = b.resident ? b.charge : 0;
+    if (!live_.emplace(*slab, std::move(b)).second) {
+      return Error(line, absl::StrCat("slab ", *slab, " made twice"));
+    }
+    SetResident(slot, static_cast<int64_t>(charge));
     return absl::OkStatus();
   }
 
@@ -570,6 +607,9 @@ class Reader {
   // by id.
   absl::flat_hash_map<uint64_t, absl::flat_hash_set<uint64_t>> born_pieces_;
   absl::flat_hash_map<uint64_t, absl::flat_hash_set<uint64_t>> pieces_out_;
+  // Addresses of small allocations placed in slabs (`slab_alloc`) whose
+  // `alloc` has not come yet.
+  absl::flat_hash_set<std::string> in_slabs_;
   absl::flat_hash_map<std::string, int> kernel_index_;  // into report_.kernels
   // Live buffers in the line's `reads` never launched with yet, taken as
   // the line is parsed (a launch may list millions of ids: log_json.h).
