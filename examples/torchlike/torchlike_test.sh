@@ -51,8 +51,11 @@ declare -A mode_flags=(
   [pertensor-eager-perparam]="--alloc per-tensor --graphs eager --optimizer per-param"
   [caching-step]="--alloc caching --graphs step"
   [caching-layer]="--alloc caching --graphs layer"
+  [pertensor-eager-slabs]="--alloc per-tensor --graphs eager"
 )
-modes="caching-eager pertensor-eager caching-eager-perparam caching-step caching-layer"
+# Modes that differ in stensor's settings only.
+declare -A mode_env=([pertensor-eager-slabs]="STENSOR_SLABS=on")
+modes="caching-eager pertensor-eager caching-eager-perparam caching-step caching-layer pertensor-eager-slabs"
 [[ $full == 1 ]] && modes="$modes pertensor-eager-perparam"
 
 # What must match between runs: the loss lines and the checksum.
@@ -104,8 +107,8 @@ run_case() {  # MODE PCT VMM
   cap=$((ws * pct / 100))
   local start end
   start=$(date +%s.%N)
-  FAKECUDA_HOST_VMM=$vmm FAKECUDA_REPORT_PEAK=1 FAKECUDA_REPORT_CALLS=cuCtxSynchronize \
-    STENSOR_STATS=1 STENSOR_MEMORY_LIMIT=$cap \
+  env ${mode_env[$mode]:-} FAKECUDA_HOST_VMM=$vmm FAKECUDA_REPORT_PEAK=1 \
+    FAKECUDA_REPORT_CALLS=cuCtxSynchronize STENSOR_STATS=1 STENSOR_MEMORY_LIMIT=$cap \
     LD_PRELOAD="$preload" "$train" --steps $steps ${mode_flags[$mode]} \
     > "$tmp/$name.out" 2> "$tmp/$name.err" || status=$?
   end=$(date +%s.%N)
@@ -140,6 +143,8 @@ run_case() {  # MODE PCT VMM
       problem="device high-water mark $peak above the cap $cap"
     elif (( pct < 100 && evicted == 0 )); then
       problem="nothing evicted under a cap of $cap"
+    elif [[ $mode == *-slabs ]] && (( vmm == 1 )) && (( $(stat "$tmp/$name.err" "slab allocations") == 0 )); then
+      problem="no small allocation placed in a slab"
     elif [[ $mode == caching-* ]]; then
       local syncs
       syncs=$(sed -n 's/^fakecuda: calls cuCtxSynchronize \([0-9]*\)$/\1/p' "$tmp/$name.err")
@@ -168,12 +173,15 @@ declare -A caps=(
   [caching-eager-perparam]="50 25"
   [caching-step]="100 50"
   [caching-layer]="100 50"
+  [pertensor-eager-slabs]="100 50 25"
 )
 for mode in $modes; do
   pcts=${caps[$mode]:-100 75 50 25}
   [[ $full == 1 ]] && pcts="100 75 50 25"
   for pct in $pcts; do
     for vmm in 1 0; do
+      # Slabs need host-located VMM: without, the same as per-tensor.
+      [[ $mode == *-slabs && $vmm == 0 ]] && continue
       run_case "$mode" "$pct" "$vmm"
     done
   done
