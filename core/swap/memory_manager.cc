@@ -580,6 +580,7 @@ CUresult MemoryManager::AllocateInSlab(Device& dev, CUcontext context, uint64_t 
     block = slabs_.Take(dev.ordinal, bytes, order);
     if (!block) return CUDA_ERROR_OUT_OF_MEMORY;  // not reached: an empty slab holds it
   }
+  if (block->ended_wait != 0) slab_waits_.erase(block->ended_wait);
   Buffer* slab = ById(block->slab);
   *dptr = block->base;
   // Before the allocation's own record (logged as it is registered): a

@@ -65,7 +65,7 @@ std::optional<SlabPool::Block> SlabPool::Take(int device, uint64_t size,
   const bool from_own =
       queue != nullptr && own != queue->end() && (!in_range || own->bytes <= std::get<1>(*it));
   if (!in_range && !from_own) return std::nullopt;
-  uint64_t key = 0, offset = 0;
+  uint64_t key = 0, offset = 0, ended_wait = 0;
   if (from_own) {
     key = own->slab;
     offset = own->offset;
@@ -75,6 +75,7 @@ std::optional<SlabPool::Block> SlabPool::Take(int device, uint64_t size,
     } else {
       --slabs_.at(key).pending;
       --waiting_;
+      ended_wait = own->wait;
       queue->erase(own);
     }
   } else {
@@ -93,6 +94,7 @@ std::optional<SlabPool::Block> SlabPool::Take(int device, uint64_t size,
   b.slab = key;
   b.stream_ordered = order.has_value();
   live_[b.base] = b;
+  b.ended_wait = ended_wait;
   return b;
 }
 

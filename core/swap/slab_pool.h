@@ -43,6 +43,9 @@ class SlabPool {
     uint64_t id = 0;    // the registry's, 0 until named (or untracked)
     uint64_t slab = 0;  // its slab's key
     bool stream_ordered = false;
+    // Take only: the wait of the freed space it was placed in whose last
+    // part it took (0: none), which nothing waits on any more.
+    uint64_t ended_wait = 0;
     uint64_t span() const { return (size + kAlign - 1) / kAlign * kAlign; }
   };
 

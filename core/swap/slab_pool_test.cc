@@ -120,9 +120,11 @@ TEST(SlabPoolTest, SpaceFreedInStreamOrderIsFreeAtOnceForThatStreamOnly) {
   ASSERT_TRUE(c);
   EXPECT_EQ(c->base, a->base);
   EXPECT_TRUE(c->stream_ordered);
+  EXPECT_EQ(c->ended_wait, 0u) << "half of the freed space still waits";
   auto d = pool.Take(0, SlabPool::kAlign, s1);  // the rest of a's space
   ASSERT_TRUE(d);
   EXPECT_EQ(d->base, a->base + SlabPool::kAlign);
+  EXPECT_EQ(d->ended_wait, 1u) << "nothing waits on wait 1 any more";
   EXPECT_FALSE(pool.Take(0, 1, s1));
   pool.Reclaim(0, true, [](uint64_t) { return true; });
   EXPECT_FALSE(pool.Take(0, 1)) << "nothing was left waiting";
