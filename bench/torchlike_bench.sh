@@ -67,7 +67,8 @@
 #                      longer one 2M
 #   --exact-seconds S  time limit of each exact optimum (default 60)
 #   --modes LIST       comma-separated modes to run (default all:
-#                      caching-eager,per-tensor-eager,caching-step,caching-layer)
+#                      caching-eager,per-tensor-eager,per-tensor-eager-slabs,
+#                      caching-step,caching-layer; -slabs: STENSOR_SLABS=on)
 #   --model "ARGS"     more torchlike_train flags for every run, e.g.
 #                      "--dim 512 --buckets 8192 --experts 8": a wider model
 #                      whose 2-4 MiB weights share PyTorch's 20 MiB segments
@@ -112,19 +113,20 @@ fake_dir = os.path.join(bin_dir, "tests/fakecuda")
 stensor = os.path.join(bin_dir, "interpose/libstensor.so")
 train = os.path.join(bin_dir, "examples/torchlike/torchlike_train")
 sim = os.path.join(bin_dir, "tools/stensor")
-modes = [  # (allocator, graphs)
+modes = [  # (allocator, graphs[, "slabs": STENSOR_SLABS=on])
     ("caching", "eager"),
     ("per-tensor", "eager"),
+    ("per-tensor", "eager", "slabs"),
     ("caching", "step"),
     ("caching", "layer"),
 ]
 if chosen != "all":
     names = chosen.split(",")
-    unknown = [n for n in names if n not in ["%s-%s" % m for m in modes]]
+    unknown = [n for n in names if n not in ["-".join(m) for m in modes]]
     if unknown:
         sys.exit("torchlike_bench.sh: --modes: unknown mode %s (expected a list of %s)" % (
-            unknown[0], ", ".join("%s-%s" % m for m in modes)))
-    modes = [m for m in modes if "%s-%s" % m in names]
+            unknown[0], ", ".join("-".join(m) for m in modes)))
+    modes = [m for m in modes if "-".join(m) in names]
 caps = [100, 75, 50, 25]
 lengths = [steps, 2 * steps]
 log_lengths = [optimum_steps, 2 * optimum_steps]
@@ -145,7 +147,15 @@ failures = []  # what failed
 
 
 def mode_name(mode):
-    return "%s-%s" % mode
+    return "-".join(mode)
+
+
+def slabs(mode):
+    return "slabs" in mode[2:]
+
+
+def alloc_column(mode):
+    return mode[0] + (" + slabs" if slabs(mode) else "")
 
 
 def mode_argv(mode):
@@ -244,9 +254,12 @@ def measure(configs, phase):
     return results
 
 
-def capped_env(ws, cap):
-    return {"LD_PRELOAD": stensor, "STENSOR_STATS": "1", "FAKECUDA_REPORT_PEAK": "1",
-            "STENSOR_MEMORY_LIMIT": str(ws * cap // 100)}
+def capped_env(ws, cap, mode):
+    env = {"LD_PRELOAD": stensor, "STENSOR_STATS": "1", "FAKECUDA_REPORT_PEAK": "1",
+           "STENSOR_MEMORY_LIMIT": str(ws * cap // 100)}
+    if slabs(mode):
+        env["STENSOR_SLABS"] = "on"
+    return env
 
 
 # Phase 0: each mode's working set (a probe of N steps: the whole-step graph
@@ -284,6 +297,8 @@ def optimum(mode, cap):
         if path is None:
             return None, "no access log"
         argv = [sim, "sim", path, "--limit", str(cap_bytes), "--exact-seconds", str(exact_seconds)]
+        if slabs(mode):
+            argv += ["--slabs", "on"]
         commands.setdefault((mode_name(mode), "optimum"), shell_words({}, [a.replace(bin_dir, "bazel-bin").replace(work, "LOGDIR") for a in argv]))
         try:
             p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -326,7 +341,7 @@ def configs_for(link):
         extra = {} if link is None else {"FAKECUDA_LINK": "%.3f" % link[mode]}
         out.append((mode, "uncapped" + ("" if link is None else "-link"), dict(extra)))
         for cap in caps:
-            env = dict(capped_env(working_set[mode], cap), **extra)
+            env = dict(capped_env(working_set[mode], cap, mode), **extra)
             out.append((mode, "cap%d%s" % (cap, "" if link is None else "-link"), env))
     return out
 
@@ -380,7 +395,7 @@ def table(suffix, title):
             if sums:
                 want[length] = sums[0]
         base_syncs, base_reads = per_step(u, "syncs"), per_step(u, "reads")
-        print("| %s | %s | none | %s | 1.00 | | | | | | | | | |" % (mode[0], mode[1], fmt(us and us * 1e3)))
+        print("| %s | %s | none | %s | 1.00 | | | | | | | | | |" % (alloc_column(mode), mode[1], fmt(us and us * 1e3)))
         for cap in caps:
             c = res.get((mode, "cap%d%s" % (cap, suffix)), {})
             done = [(length, r) for length in lengths for r in c.get(length, []) if r]
@@ -424,7 +439,7 @@ def table(suffix, title):
             ran = bool(done) and bad_sum == 0 and len(done) == 2 * runs
             g, met = goal(mode, cap, ratio, ran)
             print("| %s | %s | %d %% | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-                mode[0], mode[1], cap, fmt(cs and cs * 1e3), fmt(ratio, 2), g, met,
+                alloc_column(mode), mode[1], cap, fmt(cs and cs * 1e3), fmt(ratio, 2), g, met,
                 share or "n/a", fmt(moved), o_text, x_text, fmt(syncs), fmt(reads), check))
     print()
 

@@ -513,11 +513,10 @@ bool WriteSet::Contains(uint64_t id) const {
   return std::find(writes_.begin(), writes_.end(), id) != writes_.end();
 }
 
-Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split) {
-  constexpr uint64_t kPieceIds = (uint64_t{1} << 62) + (uint64_t{1} << 61);
-  const uint64_t granule = trace.granularity;
+// `trace` without its operations, which a transformation rebuilds.
+static Trace WithoutOps(const Trace& trace) {
   Trace out;
-  out.granularity = granule;
+  out.granularity = trace.granularity;
   out.working_set = trace.working_set;
   out.logged_policy = trace.logged_policy;
   out.logged_limit = trace.logged_limit;
@@ -525,7 +524,15 @@ Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split) {
   out.launches = trace.launches;
   out.unknown_launches = trace.unknown_launches;
   out.buffers = trace.buffers;
+  out.groups = trace.groups;
   out.ops.reserve(trace.ops.size());
+  return out;
+}
+
+Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split) {
+  constexpr uint64_t kPieceIds = (uint64_t{1} << 62) + (uint64_t{1} << 61);
+  const uint64_t granule = trace.granularity;
+  Trace out = WithoutOps(trace);
   absl::flat_hash_map<uint64_t, std::vector<uint64_t>> pieces;  // of an allocation
   uint64_t next_id = kPieceIds;
   size_t allocations_split = 0;
@@ -682,17 +689,7 @@ Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split) {
 Trace PackIntoSlabs(const Trace& trace, size_t* packed) {
   constexpr uint64_t kSlabIds = (uint64_t{1} << 62) + (uint64_t{1} << 60);
   const uint64_t granule = trace.granularity;
-  Trace out;
-  out.granularity = granule;
-  out.working_set = trace.working_set;
-  out.logged_policy = trace.logged_policy;
-  out.logged_limit = trace.logged_limit;
-  out.logged = trace.logged;
-  out.launches = trace.launches;
-  out.unknown_launches = trace.unknown_launches;
-  out.buffers = trace.buffers;
-  out.groups = trace.groups;
-  out.ops.reserve(trace.ops.size());
+  Trace out = WithoutOps(trace);
   // The library's placement; addresses of its own, one granule per slab.
   SlabPool pool;
   absl::flat_hash_map<uint64_t, CUdeviceptr> base_of;  // a live small allocation's

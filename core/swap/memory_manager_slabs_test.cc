@@ -18,11 +18,7 @@ using testing_support::Ids;
 using testing_support::kCap;
 using testing_support::kGranule;
 
-bool HostVmm() {
-  int supported = 0;
-  cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0);
-  return supported != 0;
-}
+bool HostVmm() { return testing_support::HostVmmSupported(); }
 
 class SlabTest : public testing_support::ManagerBufferTest {
  protected:

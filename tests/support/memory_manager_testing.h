@@ -68,6 +68,13 @@ class HeldStream {
   std::atomic<bool> open_{false};
 };
 
+// Whether the device maps host memory (host-located VMM), as the fake says.
+inline bool HostVmmSupported() {
+  int supported = 0;
+  cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0);
+  return supported != 0;
+}
+
 class FakeDeviceTest : public ::testing::Test {
  protected:
   void SetUp() override {
