@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/swap/memory_manager.h"
 #include "tests/fakecuda/fakecuda.h"
 #include "tests/support/memory_manager_testing.h"
@@ -240,6 +241,55 @@ TEST_F(SlabTest, ASwapCopiesTheLiveBlocksOfASlabOnly) {
   big.push_back(a);
   big.push_back(b);
   FreeAll(*mm, big);
+}
+
+// The driver calls a slab's life makes on stensor's own behalf, each failed
+// once: making a slab (its address range, its memory) fails that allocation
+// with the driver's error and nothing else; a swap copy that fails leaves
+// the slab where its bytes are. Every byte of every live allocation stays.
+TEST_F(SlabTest, FailedDriverCallsOfASlabLoseNoByte) {
+  if (!HostVmm()) GTEST_SKIP() << "slabs need host-located VMM";
+  constexpr uint64_t kSmall = 256 * 1024;  // eight to a slab
+  for (const char* call : {"cuMemAddressReserve", "cuMemCreate", "cuMemMap", "cuMemSetAccess",
+                           "cuMemcpyDtoDAsync_v2", "cuEventRecord", "cuEventCreate"}) {
+    for (int nth : {1, 2, 5}) {
+      SCOPED_TRACE(absl::StrCat(call, " #", nth));
+      auto mm = Make();
+      ASSERT_NE(mm, nullptr);
+      fakecuda_fail_call(call, nth, CUDA_ERROR_UNKNOWN);
+      std::vector<CUdeviceptr> live;
+      std::vector<uint64_t> ids;
+      for (uint64_t id = 1; id <= 24; ++id) {  // three slabs, then a granule each
+        CUdeviceptr p = 0;
+        if (mm->Allocate(kSmall, &p, [id](CUdeviceptr) { return id; }) != CUDA_SUCCESS) continue;
+        Ids one = {id};
+        std::vector<uint64_t> data = testing_support::Pattern(id, kSmall / sizeof(uint64_t));
+        if (mm->Prepare(one, {}, nullptr) != CUDA_SUCCESS) {
+          Settle();
+          EXPECT_CU(mm->Free(p));
+          continue;
+        }
+        const CUresult r = cuMemcpyHtoD_v2(p, data.data(), kSmall);
+        mm->Finish(one, one, nullptr, r == CUDA_SUCCESS);
+        ASSERT_CU(r);
+        live.push_back(p);
+        ids.push_back(id);
+      }
+      for (uint64_t id = 10; id < 13; ++id) {  // the cap full: slabs go out
+        CUdeviceptr p = 0;
+        if (mm->Allocate(kGranule, &p, [id](CUdeviceptr) { return id + 100; }) == CUDA_SUCCESS) {
+          live.push_back(p);
+          ids.push_back(0);
+        }
+      }
+      fakecuda_clear_failures();
+      EXPECT_GE(live.size(), 20u);
+      for (size_t i = 0; i < live.size(); ++i) {
+        if (ids[i] != 0) ExpectData(*mm, ids[i], live[i], ids[i], kSmall);
+      }
+      FreeAll(*mm, live);
+    }
+  }
 }
 
 }  // namespace
