@@ -489,13 +489,7 @@ CUresult MemoryManager::AllocateLocked(Device& dev, CUcontext context, uint64_t 
     CUresult r = in_pieces                   ? CUDA_SUCCESS
                  : over_cap || small_on_host ? CUDA_ERROR_OUT_OF_MEMORY
                                              : MapDevice(dev, *b);
-    // No room for it on the device: born on the host, swapped out, its
-    // (zeroed) host copy mapped at its address, served from there. (Not
-    // where a failed undo left memory mapped at the address.)
-    const bool stuck_here = !stuck_.empty() && stuck_.back().va == b->base;
-    if (r == CUDA_ERROR_OUT_OF_MEMORY && dev.host_vmm && b->device_chunks.empty() && !stuck_here) {
-      r = AllocateOnHost(dev, *b);
-    }
+    r = OrBornOnHost(dev, *b, r);
     if (r != CUDA_SUCCESS) {
       UndoReservation(*b);
       return r;
@@ -540,6 +534,18 @@ CUresult MemoryManager::AllocateLocked(Device& dev, CUcontext context, uint64_t 
     u.reserved_high = std::max(u.reserved_high, u.reserved);
   }
   return CUDA_SUCCESS;
+}
+
+CUresult MemoryManager::OrBornOnHost(Device& dev, Buffer& b, CUresult mapped) {
+  // No room for it on the device: born on the host, swapped out, its
+  // (zeroed) host copy mapped at its address, served from there. (Not
+  // where a failed undo left memory mapped at the address.)
+  const bool stuck_here = !stuck_.empty() && stuck_.back().va == b.base;
+  if (mapped == CUDA_ERROR_OUT_OF_MEMORY && dev.host_vmm && b.device_chunks.empty() &&
+      !stuck_here) {
+    return AllocateOnHost(dev, b);
+  }
+  return mapped;
 }
 
 void MemoryManager::UndoReservation(Buffer& b) {
@@ -629,13 +635,7 @@ CUresult MemoryManager::NewSlab(Device& dev, CUcontext context) {
     return r;
   }
   b->va_reserved = true;
-  CUresult r = MapDevice(dev, *b);
-  // No room on the device: born on the host, its zeroed copy mapped at its
-  // address (not where a failed undo left memory mapped there).
-  const bool stuck_here = !stuck_.empty() && stuck_.back().va == b->base;
-  if (r == CUDA_ERROR_OUT_OF_MEMORY && b->device_chunks.empty() && !stuck_here) {
-    r = AllocateOnHost(dev, *b);
-  }
+  CUresult r = OrBornOnHost(dev, *b, MapDevice(dev, *b));
   if (r != CUDA_SUCCESS) {
     UndoReservation(*b);
     return r;

@@ -677,6 +677,9 @@ class MemoryManager {
   // blocks; `*copied` counts the bytes.
   CUresult CopyParts(const Buffer& b, CUstream stream, bool out, uint64_t* copied)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a new buffer's mapping that found no room on the device becomes:
+  // born on the host where host memory can stand in (`mapped` otherwise).
+  CUresult OrBornOnHost(Device& dev, Buffer& b, CUresult mapped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A reserved range whose mapping failed given back (or left to the stuck
   // mapping that holds it).
   void UndoReservation(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
