@@ -1,5 +1,6 @@
-// Kernels for tests/table_sources.cc (host kernels for the fake driver; the
-// names are those nvcc gives the same __global__ functions).
+// Kernels for tests/table_sources.cc, table_writers.cc and table_regrow.cc
+// (host kernels for the fake driver; the names are those nvcc gives the
+// same __global__ functions).
 #include <cstdint>
 
 #include "tests/fakecuda/fake_kernel.h"
@@ -26,6 +27,19 @@ FAKECUDA_KERNEL(store_ptr, uint64_t* slot, const float* b) {
 // a device table, not from its parameters.
 FAKECUDA_KERNEL(store_through, uint64_t* const* slots, const float* b) {
   *slots[0] = reinterpret_cast<uint64_t>(b);
+}
+
+// dst[i] = src[i] for i < k: a table built on the device from another, as a
+// mixture of experts' router builds its per-token table.
+FAKECUDA_KERNEL(copy_table, const float* const* src, float** dst, int k) {
+  for (int i = 0; i < k; ++i) dst[i] = const_cast<float*>(src[i]);
+}
+
+// t[i][j] += 1 for i < k, j < n: writes every target of the table.
+FAKECUDA_KERNEL(add_all, float* const* t, int k, int n) {
+  for (int i = 0; i < k; ++i) {
+    for (int j = 0; j < n; ++j) t[i][j] += 1.0f;
+  }
 }
 
 }  // namespace sources

@@ -441,7 +441,8 @@ ABSL_ATTRIBUTE_NOINLINE void InferGeneral(const KernelInfo& kernel, void** param
       std::memcpy(&word, base + slot.first_word, sizeof(word));
       if (word == 0) continue;
       std::optional<Buffer> b = registry.Find(word);
-      out->table_params.push_back({b ? b->id : 0, word, slot.pointees});
+      out->table_params.push_back(
+          {b ? b->id : 0, word, slot.pointees, slot.access == ParamAccess::kReadWrite});
       if (!b) continue;
       out->reads.push_back(b->id);
       if (slot.access == ParamAccess::kReadWrite) out->writes.push_back(b->id);

@@ -351,6 +351,8 @@ struct Accesses {
     uint64_t id = 0;
     uint64_t address = 0;
     Pointees pointees = Pointees::kWritable;
+    // The kernel may store pointers through it (`T**`, `T const**`).
+    bool slots_written = false;
   };
   absl::InlinedVector<TableParam, 2> table_params;
   // Filled by the tracker: the tables the launch reached (their targets are

@@ -272,6 +272,22 @@ void PointerTables::OnDeviceWrite(absl::Span<const uint64_t> ids) {
   OnDeviceWrite(writes, [] { return AnyWriter(); });
 }
 
+void PointerTables::OnPointerWrite(const Buffer& table, uint64_t from, const Mark& mark) {
+  const uint64_t end = table.base + table.size;
+  if (from < table.base || from >= end) return;
+  MutexLock lock(&mu_);
+  Table& t = by_id_.try_emplace(table.id, Table{table.base, {}, {}}).first->second;
+  Range merged{end, true, false, {}};
+  for (auto r = Isolate(t, from, end); r != t.ranges.end() && r->first < end;) {
+    if (r->second.any) AddMark(merged, AnyWriter());
+    for (const Mark& m : r->second.marks) AddMark(merged, m);
+    r = t.ranges.erase(r);
+  }
+  AddMark(merged, mark ? mark : AnyWriter());
+  t.ranges.emplace(from, std::move(merged));
+  Publish();
+}
+
 void PointerTables::OnFree(uint64_t id) {
   if (empty()) return;
   MutexLock lock(&mu_);

@@ -132,6 +132,14 @@ class PointerTables {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Whole buffers, by unknown writers.
   void OnDeviceWrite(absl::Span<const uint64_t> ids) ABSL_LOCKS_EXCLUDED(mu_);
+  // A kernel that may store pointers through a pointer-to-pointer
+  // parameter at `from` in `table` (a table built on the device): any word
+  // from there to the buffer's end may be an entry now, whatever ranges
+  // were known (learnt from what the memory held before, they may be
+  // shorter than what the kernel wrote), so all of it is one stale range,
+  // marked `mark()` besides its ranges' marks.
+  void OnPointerWrite(const Buffer& table, uint64_t from, const Mark& mark)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void OnFree(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // What a read-back reads: [start, end) of the device, and whether it

@@ -401,5 +401,36 @@ TEST_F(TableRangesTest, ALearningReadBackAddsARangeToItsLastEntry) {
                 {at_, at_ + 16, 0}, {segment_.base + 8192, segment_.base + 8224, 0}}));
 }
 
+// A kernel storing pointers through a pointer-to-pointer parameter builds a
+// table as far as the buffer goes: a range learnt from what the memory held
+// before (old pointers left by an earlier table, to their last entry) may be
+// shorter than what the kernel wrote, so the whole rest of the buffer is one
+// stale range, waiting for the old range's writers and the kernel.
+TEST_F(TableRangesTest, AKernelStoringPointersStalesTheBufferFromItsPointerOn) {
+  const uint64_t at = segment_.base + 8192;
+  const PointerTables::Window w{at, segment_.base + segment_.size, true};
+  std::vector<uint64_t> read((w.end - w.start) / 8, 0);
+  read[3] = a_.base;  // left over: the last entry of the table before
+  tables_.Rescan(segment_, absl::MakeConstSpan(&w, 1), read.data(), tables_.Changes(), registry_);
+  ASSERT_EQ(tables_.Ranges(segment_.id),
+            (std::vector<std::array<uint64_t, 3>>{{at_, at_ + 16, 0}, {at, at + 32, 0}}));
+  const PointerTables::Mark kernel = NewMark();
+  Write(at, kernel);
+  tables_.OnPointerWrite(segment_, at, kernel);
+  EXPECT_EQ(tables_.Ranges(segment_.id),
+            (std::vector<std::array<uint64_t, 3>>{{at_, at_ + 16, 0},
+                                                  {at, segment_.base + segment_.size, 1}}));
+  auto found = Reached(at);
+  ASSERT_EQ(found.size(), 1u);
+  ASSERT_EQ(found[0].stale.size(), 1u);
+  EXPECT_EQ(found[0].stale[0].start, at);
+  EXPECT_EQ(found[0].stale[0].end, segment_.base + segment_.size) << "read back to the end";
+  EXPECT_EQ(found[0].stale[0].marks, (std::vector<PointerTables::Mark>{kernel}));
+  EXPECT_EQ(found[0].words, (std::vector<uint64_t>{a_.base})) << "still worth keeping resident";
+  // Outside any buffer, or before the buffer: nothing.
+  tables_.OnPointerWrite(segment_, segment_.base + segment_.size, kernel);
+  EXPECT_EQ(tables_.Ranges(segment_.id).size(), 2u);
+}
+
 }  // namespace
 }  // namespace stensor

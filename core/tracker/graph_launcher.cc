@@ -109,6 +109,9 @@ void GraphLauncher::Walk(CUstream stream, GraphLaunchScope* scope) {
         all.tables.insert(all.tables.end(), a.tables.begin(), a.tables.end());
         device_written.insert(device_written.end(), a.writes.begin(), a.writes.end());
         scope->kernel_writes.append(a.writes.begin(), a.writes.end());
+        for (const Accesses::TableParam& t : a.table_params) {
+          if (t.slots_written && t.id != 0) scope->pointer_writes.push_back({t.id, t.address});
+        }
         break;
       }
       case GraphNodePlan::Kind::kCopy: {
@@ -239,8 +242,9 @@ void GraphLauncher::End(CUstream stream, const GraphLaunchScope& scope, bool sub
   if (memory_ && scope.writes_host) tables_->OnHostWrite(0, HostWrites::kEverywhere, stream);
   if (scope.unknown) {
     tables_->MarkAllStale();
-  } else if (!tables_->empty()) {
-    tables_->OnDeviceWrites(scope.kernel_writes);
+  } else {
+    if (!tables_->empty()) tables_->OnDeviceWrites(scope.kernel_writes);
+    tables_->OnPointerWrites(scope.pointer_writes);
   }
 }
 

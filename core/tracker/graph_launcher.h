@@ -34,7 +34,10 @@ struct GraphLaunchScope {
   // touches, in order, for the iteration planner.
   Accesses accesses;
   std::vector<std::pair<IdList, IdList>> nodes;
-  IdList kernel_writes;         // what its kernel nodes may write (tables go stale)
+  IdList kernel_writes;  // what its kernel nodes may write (tables go stale)
+  // Where its kernel nodes may store pointers (TableInference::
+  // OnPointerWrites): each a buffer's id and the pointer's address.
+  std::vector<std::pair<uint64_t, uint64_t>> pointer_writes;
   bool writes_host = true;      // a node may write device-reachable host memory
   bool tables_changed = false;  // its copies and memsets were applied to tables
   bool unknown = true;          // treated as work of unknown accesses

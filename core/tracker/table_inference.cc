@@ -28,6 +28,11 @@ void TableInference::ChangedByKernel(const KernelInfo& kernel, const Accesses& a
   // A kernel may rewrite the pointers of any table it writes, from the
   // pointers it writes through on; one whose accesses are unknown, those of
   // any table.
+  PointerTables::Mark mark;  // one event for all of them
+  auto after = [&] {
+    if (!mark) mark = reader_.MarkAfter(stream);
+    return mark;
+  };
   if (!tables_.empty()) {
     absl::InlinedVector<PointerTables::Reach, 8> writes;
     for (const Accesses::Reach& w : accesses.write_reach) writes.push_back({w.id, w.from});
@@ -39,9 +44,24 @@ void TableInference::ChangedByKernel(const KernelInfo& kernel, const Accesses& a
         writes.push_back({id, 0});
       }
     }
-    tables_.OnDeviceWrite(writes, [&] { return reader_.MarkAfter(stream); });
+    tables_.OnDeviceWrite(writes, after);
+  }
+  // And it may store pointers through its pointer-to-pointer parameters:
+  // tables built on the device, as far as each buffer goes.
+  for (const Accesses::TableParam& p : accesses.table_params) {
+    if (!p.slots_written || p.id == 0) continue;
+    std::optional<Buffer> table = registry_->Find(p.address);
+    if (table && table->id == p.id) tables_.OnPointerWrite(*table, p.address, after());
   }
   if (!kernel.layout_known || accesses.unknown_tables) tables_.MarkAllStale();
+}
+
+void TableInference::OnPointerWrites(absl::Span<const std::pair<uint64_t, uint64_t>> writes) {
+  for (const auto& [id, address] : writes) {
+    std::optional<Buffer> table = registry_->Find(address);
+    if (table && table->id == id)
+      tables_.OnPointerWrite(*table, address, PointerTables::AnyWriter());
+  }
 }
 
 bool TableInference::SourceSettled(uint64_t src, uint64_t bytes, CUstream stream) {

@@ -71,10 +71,12 @@ class TableInference {
   }
   // A launch submitted on `stream`: the tables it may have rewritten (from
   // the pointers it writes through on; every table when its accesses are
-  // unknown) go stale.
+  // unknown) go stale, and so does whatever it may have stored pointers in
+  // through a pointer-to-pointer parameter (PointerTables::OnPointerWrite).
   void OnKernel(const KernelInfo& kernel, const Accesses& accesses, CUstream stream) {
     // Inline: the uncapped launch path pays one test when no table is known.
-    if (!tables_.empty() || !kernel.layout_known || accesses.unknown_tables) {
+    if (!tables_.empty() || !accesses.table_params.empty() || !kernel.layout_known ||
+        accesses.unknown_tables) {
       ChangedByKernel(kernel, accesses, stream);
     }
   }
@@ -82,6 +84,9 @@ class TableInference {
   // stale after a graph of unknown nodes, or one whose changes to the
   // tables were applied before it failed to launch.
   void OnDeviceWrites(absl::Span<const uint64_t> writes) { tables_.OnDeviceWrite(writes); }
+  // Its kernel nodes may have stored pointers through pointer-to-pointer
+  // parameters, each (buffer id, address): as OnKernel, writers unknown.
+  void OnPointerWrites(absl::Span<const std::pair<uint64_t, uint64_t>> writes);
   void MarkAllStale() { tables_.MarkAllStale(); }
   // Work of unknown accesses (a graph's unknown nodes) may have handed the
   // device a pointer into pinned memory.
