@@ -68,7 +68,9 @@
 #   --exact-seconds S  time limit of each exact optimum (default 60)
 #   --modes LIST       comma-separated modes to run (default all:
 #                      caching-eager,per-tensor-eager,per-tensor-eager-slabs,
-#                      caching-step,caching-layer; -slabs: STENSOR_SLABS=on)
+#                      per-tensor-eager-noslabs,caching-step,caching-layer;
+#                      -slabs: STENSOR_SLABS=on, -noslabs: off, else the
+#                      default, auto)
 #   --model "ARGS"     more torchlike_train flags for every run, e.g.
 #                      "--dim 512 --buckets 8192 --experts 8": a wider model
 #                      whose 2-4 MiB weights share PyTorch's 20 MiB segments
@@ -113,10 +115,11 @@ fake_dir = os.path.join(bin_dir, "tests/fakecuda")
 stensor = os.path.join(bin_dir, "interpose/libstensor.so")
 train = os.path.join(bin_dir, "examples/torchlike/torchlike_train")
 sim = os.path.join(bin_dir, "tools/stensor")
-modes = [  # (allocator, graphs[, "slabs": STENSOR_SLABS=on])
+modes = [  # (allocator, graphs[, "slabs" | "noslabs": STENSOR_SLABS=on | off])
     ("caching", "eager"),
     ("per-tensor", "eager"),
     ("per-tensor", "eager", "slabs"),
+    ("per-tensor", "eager", "noslabs"),
     ("caching", "step"),
     ("caching", "layer"),
 ]
@@ -151,11 +154,12 @@ def mode_name(mode):
 
 
 def slabs(mode):
-    return "slabs" in mode[2:]
+    """STENSOR_SLABS for the mode: on, off, or the default (auto)."""
+    return {"slabs": "on", "noslabs": "off"}.get(mode[2] if len(mode) > 2 else "", "auto")
 
 
 def alloc_column(mode):
-    return mode[0] + (" + slabs" if slabs(mode) else "")
+    return mode[0] + {"on": " + slabs", "off": " without slabs", "auto": ""}[slabs(mode)]
 
 
 def mode_argv(mode):
@@ -257,8 +261,8 @@ def measure(configs, phase):
 def capped_env(ws, cap, mode):
     env = {"LD_PRELOAD": stensor, "STENSOR_STATS": "1", "FAKECUDA_REPORT_PEAK": "1",
            "STENSOR_MEMORY_LIMIT": str(ws * cap // 100)}
-    if slabs(mode):
-        env["STENSOR_SLABS"] = "on"
+    if slabs(mode) != "auto":
+        env["STENSOR_SLABS"] = slabs(mode)
     return env
 
 
@@ -297,8 +301,8 @@ def optimum(mode, cap):
         if path is None:
             return None, "no access log"
         argv = [sim, "sim", path, "--limit", str(cap_bytes), "--exact-seconds", str(exact_seconds)]
-        if slabs(mode):
-            argv += ["--slabs", "on"]
+        if slabs(mode) != "auto":
+            argv += ["--slabs", slabs(mode)]
         commands.setdefault((mode_name(mode), "optimum"), shell_words({}, [a.replace(bin_dir, "bazel-bin").replace(work, "LOGDIR") for a in argv]))
         try:
             p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -378,7 +378,7 @@ TEST(ReplayTest, SmallAllocationsPackedIntoSlabsMoveTheirLiveBytes) {
   absl::StatusOr<Trace> trace = ParseTrace(log.Text());
   ASSERT_TRUE(trace.ok()) << trace.status();
   size_t packed = 0;
-  const Trace slabs = PackIntoSlabs(*trace, &packed);
+  const Trace slabs = PackIntoSlabs(*trace, std::nullopt, &packed);
   EXPECT_EQ(packed, 16u);
   std::vector<uint64_t> slab_ids;
   for (const auto& [id, b] : slabs.buffers) {
@@ -424,6 +424,27 @@ TEST(ReplayTest, SmallAllocationsPackedIntoSlabsMoveTheirLiveBytes) {
   absl::StatusOr<ReplayResult> plain = Replay(*trace, options);
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_GT(plain->born_on_host, 0u);
+}
+
+// STENSOR_SLABS=auto as the sim replays it: small allocations stay outside
+// slabs, counted, frees uncounted, until those held reach an eighth of the
+// cap; every later one is packed, whatever is freed meanwhile.
+TEST(ReplayTest, AutoPacksOnceTheSmallAllocationsHeldReachTheLibrarysShare) {
+  constexpr uint64_t kSmall = 100000;  // counted at 100,352
+  constexpr uint64_t kCap = 6 * kMiB;  // the share: 786,432, the eighth one held
+  TestLog log;
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 7; ++i) ids.push_back(log.Alloc(kSmall));
+  for (int i = 0; i < 7; ++i) log.Free(ids[i]);
+  for (int i = 0; i < 10; ++i) ids.push_back(log.Alloc(kSmall));
+  for (int i = 7; i < 17; ++i) log.Free(ids[i]);
+  ids.push_back(log.Alloc(kSmall));
+  absl::StatusOr<Trace> trace = ParseTrace(log.Text());
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  size_t packed = 0;
+  const Trace slabs = PackIntoSlabs(*trace, kCap, &packed);
+  EXPECT_EQ(packed, 3u) << "the ninth and tenth held, and the one after the frees";
+  for (int i = 0; i < 18; ++i) EXPECT_EQ(slabs.buffers.at(ids[i]).in_slab != 0, i >= 15) << i;
 }
 
 }  // namespace

@@ -15,13 +15,19 @@
 # off (with it on, whether a planned fetch finds its room depends on how
 # far the fake device lags, so two runs of the library differ).
 #
+# STENSOR_SLABS=auto (the default of both) packs from the same allocation
+# on: torchlike_train per tensor (more than an eighth of it small tensors)
+# at 25 % and 100 % has as many allocations in slabs in the run as in the
+# replay, none before the onset; mlp_train at 40 % (its few small buffers
+# under the share) none in either, its bytes identical as with slabs off.
+#
 # transformer_train --steps 6 at 50 %, prefetch off: within 8 %. Its
 # stream-ordered frees settle and its served buffers stay in use when the
 # fake device gets to them, which the replay does not model (every free and
 # every operation complete at once), so a run may differ by a choice or two
 # (most runs agree exactly; one in seven differed by 3.7 %).
 set -euo pipefail
-mlp=$1 fake=$2 lib=$3 sim=$4 transformer=$5
+mlp=$1 fake=$2 lib=$3 sim=$4 transformer=$5 torchlike=$6
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export LD_LIBRARY_PATH=$(cd "$(dirname "$fake")" && pwd)
@@ -79,6 +85,31 @@ check() {
 }
 
 check mlp 40% exact "version:off lru:off belady:off version:on lru:on belady:on" -- "$mlp" --steps 20
-check mlp 40% exact "version:off:on lru:off:on belady:off:on" -- "$mlp" --steps 20
+check mlp 40% exact "version:off:on lru:off:on belady:off:on belady:on:auto" -- "$mlp" --steps 20
+[[ $(grep -c '"type":"slab_alloc"' "$tmp/mlp.belady.on.auto.jsonl") == 0 ]] ||
+  fail "mlp auto: small allocations in slabs below the share"
+
+# packed PCT: the run's slab allocations (its slab_alloc records) against
+# the replay's, at PCT of the working set.
+torchlike_run() { "$torchlike" --alloc per-tensor --graphs eager --steps 2; }
+STENSOR_ACCESS_LOG="$tmp/torchlike.uncapped.jsonl" LD_PRELOAD="$lib" torchlike_run > /dev/null
+packed() {
+  local log="$tmp/torchlike.${1%\%}.jsonl" cap
+  cap=$("$sim" sim "$tmp/torchlike.uncapped.jsonl" --limit "$1" --policy version |
+    awk '$1 == "cap" { print $2 }')
+  [[ $cap =~ ^[0-9]+$ ]] || fail "torchlike: no cap at $1"
+  STENSOR_MEMORY_LIMIT=$cap STENSOR_ACCESS_LOG="$log" LD_PRELOAD="$lib" torchlike_run \
+    > "$tmp/torchlike.${1%\%}.out" || fail "torchlike at $1: exit $?"
+  "$sim" sim "$log" --limit "$cap" > "$tmp/torchlike.${1%\%}.sim" ||
+    fail "torchlike at $1: stensor sim exit $?"
+  local in_run in_sim
+  in_run=$(grep -c '"type":"slab_alloc"' "$log" || true)
+  in_sim=$(awk '$1 == "slabs" { print $2 }' "$tmp/torchlike.${1%\%}.sim")
+  echo "torchlike auto at $1 ($cap bytes): $in_run allocations in slabs in the run, ${in_sim:-0} in the replay"
+  ((in_run > 0)) || fail "torchlike at $1: nothing packed (the check would be empty)"
+  [[ $in_run == "${in_sim:-0}" ]] || fail "torchlike at $1: the replay packs other allocations"
+}
+packed 25%
+packed 100%
 check transformer 50% near "version:off lru:off belady:off" -- "$transformer" --steps 6
 echo "PASS"

@@ -26,7 +26,7 @@ constexpr char kUsage[] =
     "                   [--prefetch on|off] [--bandwidth GB/s] [--kernel-us US]\n"
     "                   [--compare] [--granularity BYTES] [--rounds N]\n"
     "                   [--planned-evictions on|off] [--exact-seconds S]\n"
-    "                   [--host-vmm on|off] [--pieces on|off] [--slabs on|off]\n";
+    "                   [--host-vmm on|off] [--pieces on|off] [--slabs auto|on|off]\n";
 
 // Every flag with its meaning (docs/sim.md has the same table).
 constexpr char kHelp[] =
@@ -53,10 +53,11 @@ constexpr char kHelp[] =
     "  --pieces on|off       with --host-vmm on, hold an allocation larger than a\n"
     "                        granule as one-granule pieces, as the library does\n"
     "                        (default on); off: whole, for comparison\n"
-    "  --slabs on|off        with --host-vmm on, pack allocations below half a\n"
+    "  --slabs auto|on|off   with --host-vmm on, pack allocations below half a\n"
     "                        granule into swappable one-granule slabs, as the\n"
-    "                        library does with STENSOR_SLABS=on (default off,\n"
-    "                        as STENSOR_SLABS)\n"
+    "                        library does with STENSOR_SLABS (default auto, as\n"
+    "                        the library: once those held outside slabs reach\n"
+    "                        an eighth of the cap)\n"
     "  --bandwidth GB/s      host<->device bandwidth of the time model, each\n"
     "                        direction (default 16)\n"
     "  --kernel-us US        compute time of a launch in the time model (default\n"
@@ -163,8 +164,12 @@ absl::StatusOr<SimFlags> ParseSimFlags(const std::vector<std::string>& args) {
       if (value != "on" && value != "off") return BadFlag("--pieces", value, "on or off");
       flags.pieces = value == "on";
     } else if (name == "slabs") {
-      if (value != "on" && value != "off") return BadFlag("--slabs", value, "on or off");
-      flags.slabs = value == "on";
+      if (value != "on" && value != "off" && value != "auto") {
+        return BadFlag("--slabs", value, "auto, on or off");
+      }
+      flags.slabs = value == "on"    ? SlabMode::kOn
+                    : value == "off" ? SlabMode::kOff
+                                     : SlabMode::kAuto;
     } else if (name == "host-vmm") {
       if (value != "on" && value != "off") return BadFlag("--host-vmm", value, "on or off");
       flags.host_vmm = value == "on";
@@ -387,9 +392,13 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
   // allocation larger than a granule as pieces of one: so does the replay.
   size_t split = 0;
   if (flags->host_vmm && flags->pieces) *trace = SplitIntoPieces(*trace, *cap, &split);
-  // And, with STENSOR_SLABS=on, small ones packed into slabs.
+  // And small ones packed into slabs, as STENSOR_SLABS says.
   size_t packed = 0;
-  if (flags->host_vmm && flags->slabs) *trace = PackIntoSlabs(*trace, &packed);
+  if (flags->host_vmm && flags->slabs != SlabMode::kOff) {
+    std::optional<uint64_t> onset_cap;
+    if (flags->slabs == SlabMode::kAuto) onset_cap = *cap;
+    *trace = PackIntoSlabs(*trace, onset_cap, &packed);
+  }
   out << absl::StrFormat(
       "log                 %s: %u operations, %u launches (%u of unknown accesses)\n", flags->log,
       trace->ops.size(), trace->launches, trace->unknown_launches);

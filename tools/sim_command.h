@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/base/config.h"
 #include "policy/eviction_policy.h"
 #include "tools/replay.h"
 #include "tools/trace.h"
@@ -24,13 +25,13 @@ namespace stensor {
 
 struct SimFlags {
   std::string log;
-  std::string limit;              // BYTES (with an optional K/M/G[iB] suffix) or N%
-  std::string policy = "belady";  // as the library's STENSOR_POLICY default
-  bool prefetch = true;           // as the library's STENSOR_PREFETCH default
-  bool planned_evictions = true;  // issue the planner's evictions (as the library does)
-  bool host_vmm = true;           // --host-vmm: serve from host memory what does not fit
-  bool pieces = true;             // --pieces: large allocations in one-granule pieces
-  bool slabs = false;             // --slabs: small allocations packed into slabs
+  std::string limit;                 // BYTES (with an optional K/M/G[iB] suffix) or N%
+  std::string policy = "belady";     // as the library's STENSOR_POLICY default
+  bool prefetch = true;              // as the library's STENSOR_PREFETCH default
+  bool planned_evictions = true;     // issue the planner's evictions (as the library does)
+  bool host_vmm = true;              // --host-vmm: serve from host memory what does not fit
+  bool pieces = true;                // --pieces: large allocations in one-granule pieces
+  SlabMode slabs = SlabMode::kAuto;  // --slabs: small allocations packed into slabs
   double bandwidth_gbps = 16;
   double kernel_us = 100;
   bool compare = false;

@@ -686,7 +686,7 @@ Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split) {
   return out;
 }
 
-Trace PackIntoSlabs(const Trace& trace, size_t* packed) {
+Trace PackIntoSlabs(const Trace& trace, std::optional<uint64_t> onset_cap, size_t* packed) {
   constexpr uint64_t kSlabIds = (uint64_t{1} << 62) + (uint64_t{1} << 60);
   const uint64_t granule = trace.granularity;
   Trace out = WithoutOps(trace);
@@ -695,6 +695,10 @@ Trace PackIntoSlabs(const Trace& trace, size_t* packed) {
   absl::flat_hash_map<uint64_t, CUdeviceptr> base_of;  // a live small allocation's
   uint64_t next_slab = kSlabIds;
   size_t placed = 0;
+  // STENSOR_SLABS=auto: small allocations stay outside slabs, counted,
+  // until those held reach the library's share of the cap.
+  SlabOnset onset;
+  absl::flat_hash_set<uint64_t> counted;  // held outside slabs, counted
   auto slab_op = [&](TraceOp::Kind kind, uint64_t slab, const TraceOp& at) {
     TraceOp op;
     op.kind = kind;
@@ -724,6 +728,15 @@ Trace PackIntoSlabs(const Trace& trace, size_t* packed) {
       if (it != out.buffers.end() && it->second.small && it->second.bytes < granule / 2) {
         info = &it->second;
       }
+    }
+    if (info != nullptr && op.kind == TraceOp::Kind::kAlloc && onset_cap && !onset.packing()) {
+      onset.Made(info->bytes, *onset_cap);
+      counted.insert(op.buffer);
+      info = nullptr;  // as it is
+    }
+    if (info != nullptr && op.kind == TraceOp::Kind::kFree && counted.erase(op.buffer) > 0) {
+      onset.Freed(info->bytes);
+      info = nullptr;
     }
     if (info != nullptr && op.kind == TraceOp::Kind::kAlloc) {
       std::optional<SlabPool::Block> block = pool.Take(0, info->bytes);

@@ -146,9 +146,12 @@ Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split = nullptr)
 // from 2^62 + 2^60 up, made when none has room and freed when empty beyond
 // the one kept; the allocation keeps its alloc and free (charged nothing,
 // the slab's live bytes), and an operation naming it names its slab (once;
-// an overwrite of it overwrites no slab). `*packed` (if given) counts the
-// allocations placed.
-Trace PackIntoSlabs(const Trace& trace, size_t* packed = nullptr);
+// an overwrite of it overwrites no slab). With `onset_cap`, as
+// STENSOR_SLABS=auto does under that cap: none is placed until the small
+// allocations held outside slabs reach the share SlabOnset names. `*packed`
+// (if given) counts the allocations placed.
+Trace PackIntoSlabs(const Trace& trace, std::optional<uint64_t> onset_cap = std::nullopt,
+                    size_t* packed = nullptr);
 
 // Reads the log's text (one JSON object per line). Lines that do not parse
 // are errors naming the line; record types it does not need are skipped.

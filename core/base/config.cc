@@ -91,6 +91,13 @@ constexpr Keyword<bool> kBooleans[] = {
 };
 constexpr char kBooleanForms[] = "on or off (also 1/0, true/false, yes/no)";
 
+// `on` and `off` also in their boolean spellings.
+constexpr Keyword<SlabMode> kSlabModes[] = {
+    {"auto", SlabMode::kAuto}, {"on", SlabMode::kOn},  {"off", SlabMode::kOff},
+    {"1", SlabMode::kOn},      {"0", SlabMode::kOff},  {"true", SlabMode::kOn},
+    {"false", SlabMode::kOff}, {"yes", SlabMode::kOn}, {"no", SlabMode::kOff},
+};
+
 constexpr Keyword<EvictionPolicyKind> kPolicies[] = {
     {"lru", EvictionPolicyKind::kLru},
     {"version", EvictionPolicyKind::kVersion},
@@ -443,13 +450,14 @@ constexpr Option kOptions[] = {
      "Swap buffers in ahead of use, as planned from the profiled iteration.", true, true,
      [](absl::string_view v, Config* c) { return ParseKeyword(v, kBooleans, &c->prefetch); },
      [](const Config& c) { return KeywordText(c.prefetch, kBooleans); }},
-    {"STENSOR_SLABS", kBooleanForms,
+    {"STENSOR_SLABS", "auto, on or off (also 1/0, true/false, yes/no)",
      "Pack allocations below half a granule (1 MiB on most GPUs) into "
      "swappable slabs of one granule where the device maps host memory; "
-     "off: each one is the driver's and stays on the device.",
-     true, true,
-     [](absl::string_view v, Config* c) { return ParseKeyword(v, kBooleans, &c->slabs); },
-     [](const Config& c) { return KeywordText(c.slabs, kBooleans); }},
+     "off: each one is the driver's and stays on the device; auto: off "
+     "until those a device holds reach an eighth of its cap.",
+     true, false,
+     [](absl::string_view v, Config* c) { return ParseKeyword(v, kSlabModes, &c->slabs); },
+     [](const Config& c) { return KeywordText(c.slabs, kSlabModes); }},
     {"STENSOR_BANDWIDTH",
      "a bandwidth in GB/s (10^9 bytes per second, at most 3 decimals, "
      "optionally followed by GB/s), e.g. 25 or 12.5, or two of them, "

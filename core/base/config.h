@@ -80,6 +80,9 @@ struct MemoryLimit {
 enum class EvictionPolicyKind { kLru, kVersion, kBelady };
 
 // STENSOR_LOG_LEVEL, in spdlog's order (most verbose first).
+// STENSOR_SLABS.
+enum class SlabMode { kOff, kOn, kAuto };
+
 enum class LogLevel { kTrace, kDebug, kInfo, kWarn, kError, kCritical, kOff };
 
 // STENSOR_WRITE_INFERENCE: how a kernel's pointer parameters are classified.
@@ -135,7 +138,8 @@ struct Config {
   // STENSOR_SLABS: allocations below half a granule packed into swappable
   // one-granule slabs (core/swap/slab_pool.h), where host memory can stand
   // in at an address; otherwise driver allocations, charged, never swapped.
-  bool slabs = false;
+  // `auto`: once those a device holds reach a share of its cap (SlabOnset).
+  SlabMode slabs = SlabMode::kAuto;
   // STENSOR_BANDWIDTH; default: measured.
   BandwidthSetting bandwidth;
   // STENSOR_ITERATION_MARKER: the kernel whose launch starts an iteration,

@@ -100,6 +100,8 @@ constexpr ValidCase kValidCases[] = {
     {"STENSOR_PREFETCH", "NO", "off"},
     {"STENSOR_SLABS", "on", "on"},
     {"STENSOR_SLABS", "0", "off"},
+    {"STENSOR_SLABS", "AUTO", "auto"},
+    {"STENSOR_SLABS", "yes", "on"},
     {"STENSOR_ACCESS_LOG", "/tmp/stensor.log", "/tmp/stensor.log"},
     {"STENSOR_ACCESS_LOG", "/tmp/log.%p.%r", "/tmp/log.%p.%r"},
     {"STENSOR_ACCESS_LOG", "/tmp/100%%", "/tmp/100%%"},
@@ -283,7 +285,7 @@ TEST(ConfigTest, DefaultsAreAsDocumented) {
       {"STENSOR_HOST_LIMIT", ""},
       {"STENSOR_POLICY", "belady"},
       {"STENSOR_PREFETCH", "on"},
-      {"STENSOR_SLABS", "off"},
+      {"STENSOR_SLABS", "auto"},
       {"STENSOR_BANDWIDTH", ""},
       {"STENSOR_ITERATION_MARKER", ""},
       {"STENSOR_ACCESS_LOG", ""},
@@ -305,7 +307,7 @@ TEST(ConfigTest, DefaultsAreAsDocumented) {
   EXPECT_EQ(defaults.HostLimitBytes(512 * kGiB), std::nullopt);
   EXPECT_EQ(defaults.policy, EvictionPolicyKind::kBelady);
   EXPECT_TRUE(defaults.prefetch);
-  EXPECT_FALSE(defaults.slabs);
+  EXPECT_EQ(defaults.slabs, SlabMode::kAuto);
   EXPECT_EQ(defaults.log_level, LogLevel::kWarn);
   EXPECT_FALSE(defaults.stats);
   EXPECT_EQ(defaults.write_inference, WriteInference::kSignature);
@@ -638,7 +640,7 @@ TEST(DescribeTest, RendersDefaultsAsOneJsonObject) {
   EXPECT_EQ(Config().Describe(),
             "{\"STENSOR_MEMORY_LIMIT\": \"\", \"STENSOR_HOST_LIMIT\": \"\", "
             "\"STENSOR_POLICY\": \"belady\", \"STENSOR_PREFETCH\": true, "
-            "\"STENSOR_SLABS\": false, "
+            "\"STENSOR_SLABS\": \"auto\", "
             "\"STENSOR_BANDWIDTH\": \"\", \"STENSOR_ITERATION_MARKER\": \"\", "
             "\"STENSOR_ACCESS_LOG\": \"\", \"STENSOR_LOG_LEVEL\": \"warn\", "
             "\"STENSOR_STATS\": false, \"STENSOR_WRITE_INFERENCE\": "

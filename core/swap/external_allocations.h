@@ -41,7 +41,7 @@ CUresult ChargedAllocation(
   if (CUresult r = memory->ReserveExternal(bytes, source); r != CUDA_SUCCESS) return r;
   CUresult r = allocate();
   if (r == CUDA_SUCCESS && dptr != nullptr) {
-    memory->AdoptExternal(*dptr, bytes);
+    memory->AdoptExternal(*dptr, bytes, source);
   } else {
     memory->UnreserveExternal(bytes);
   }

@@ -30,7 +30,12 @@ class ExternalCharges {
   struct Charge {
     int device = 0;
     uint64_t bytes = 0;
-    bool operator==(const Charge& o) const { return device == o.device && bytes == o.bytes; }
+    // A small default-pool allocation counted toward the device's
+    // SlabOnset (STENSOR_SLABS=auto), as asked: uncounted when it ends.
+    uint64_t before_slabs = 0;
+    bool operator==(const Charge& o) const {
+      return device == o.device && bytes == o.bytes && before_slabs == o.before_slabs;
+    }
   };
 
   // A driver allocation at `base`, charged `charge`.

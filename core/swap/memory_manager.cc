@@ -512,6 +512,10 @@ CUresult MemoryManager::AllocateLocked(Device& dev, CUcontext context, uint64_t 
   by_base_[added.base] = &added;
   buffers_[added.key] = std::move(b);
   Reindex(added);
+  if (CountsForSlabs(dev, bytes)) {
+    added.before_slabs = true;
+    dev.slab_onset.Made(bytes, dev.cap);
+  }
   for (std::unique_ptr<Buffer>& p : pieces) {
     Buffer& piece = *p;
     piece.serial = ++serial_;
@@ -561,9 +565,14 @@ void MemoryManager::UndoReservation(Buffer& b) {
 // --- Small allocations in slabs --------------------------------------------------
 
 bool MemoryManager::SlabSized(const Device& dev, uint64_t bytes) const {
-  // Where host memory can stand in at an address: a slab that does not fit
-  // beside an operation's other buffers is served from there, never refused.
-  return config_.slabs && dev.host_vmm && dev.granularity != 0 && bytes < dev.granularity / 2;
+  const bool packing = config_.slabs == SlabMode::kOn ||
+                       (config_.slabs == SlabMode::kAuto && dev.slab_onset.packing());
+  return packing && ServesSmallFromHost(dev, bytes);
+}
+
+bool MemoryManager::CountsForSlabs(const Device& dev, uint64_t bytes) const {
+  return config_.slabs == SlabMode::kAuto && !dev.slab_onset.packing() &&
+         ServesSmallFromHost(dev, bytes);
 }
 
 CUresult MemoryManager::AllocateInSlab(Device& dev, CUcontext context, uint64_t bytes,
@@ -785,6 +794,9 @@ bool MemoryManager::SmallServedFromHost(uint64_t bytes) {
 }
 
 bool MemoryManager::ServesSmallFromHost(const Device& dev, uint64_t bytes) {
+  // Where host memory can stand in at an address: a small buffer (or a
+  // slab) that does not fit beside an operation's other buffers is served
+  // from there, never refused.
   return dev.host_vmm && dev.granularity != 0 && bytes < dev.granularity / 2;
 }
 
@@ -831,6 +843,8 @@ void MemoryManager::FreeAllocation(Device& dev, Buffer& b, const CUstream* strea
   // What the planner knows it as (`b` itself may be released below).
   const uint64_t planned = PlannerId(b);
   if (planner_ != nullptr) planner_->OnFreed(planned);
+  if (b.before_slabs) dev.slab_onset.Freed(b.size);
+  b.before_slabs = false;
   for (Buffer* p : PiecesOf(b)) {
     // In stream order: the free's place in `*stream`, a use recorded there.
     // A use that could not be recorded is not idle until a host wait for

@@ -244,7 +244,8 @@ class MemoryManager {
   CUresult ReserveExternal(uint64_t bytes, ExternalSource source = ExternalSource::kFresh)
       ABSL_LOCKS_EXCLUDED(mu_);
   void UnreserveExternal(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
-  void AdoptExternal(CUdeviceptr base, uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  void AdoptExternal(CUdeviceptr base, uint64_t bytes,
+                     ExternalSource source = ExternalSource::kFresh) ABSL_LOCKS_EXCLUDED(mu_);
   void ForgetExternal(CUdeviceptr base) ABSL_LOCKS_EXCLUDED(mu_);
   // cuMemFreeAsync of such an allocation on `stream`: the driver frees it
   // when the stream reaches the free, so its charge stays until an event
@@ -653,6 +654,9 @@ class MemoryManager {
                        absl::Span<const uint64_t> next_after, absl::Span<const uint64_t> far,
                        Refusal* refused) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Allocate under the lock, on `dev`; its refusal is logged by the caller.
+  // A small allocation of `bytes` made outside a slab counts toward the
+  // device's SlabOnset (STENSOR_SLABS=auto, not packing yet).
+  bool CountsForSlabs(const Device& dev, uint64_t bytes) const;
   // Small allocations in slabs (SlabPool): whether `bytes` goes to one; the
   // allocation placed (a new slab made when none has room); a block freed,
   // its space reused once the work queued before the free is done (false:
@@ -1023,7 +1027,7 @@ class MemoryManager {
   CUresult PinLocked(Buffer& b, const char* api) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PinLocked of every piece of the allocation `b` is (part of).
   CUresult PinAllocation(Buffer& b, const char* api) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends a charge external_ no longer holds.
+  // Ends a charge external_ no longer holds (and its SlabOnset count).
   void Uncharge(ExternalCharges::Charge charge) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Config config_;

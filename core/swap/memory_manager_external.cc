@@ -66,15 +66,27 @@ void MemoryManager::UnreserveExternal(uint64_t bytes) {
   DeviceState(ordinal).used -= AlignUp(bytes, kSmallUnit);
 }
 
-void MemoryManager::AdoptExternal(CUdeviceptr base, uint64_t bytes) {
+void MemoryManager::AdoptExternal(CUdeviceptr base, uint64_t bytes, ExternalSource source) {
   CUdevice ordinal = 0;
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return;
-  external_.AddAllocation(base, {ordinal, AlignUp(bytes, kSmallUnit)});
+  ExternalCharges::Charge charge{ordinal, AlignUp(bytes, kSmallUnit)};
+  if (source == ExternalSource::kDefaultPool) {
+    // A small one the default pool serves where slabs could hold it.
+    MutexLock lock(&mu_);
+    Device& dev = DeviceState(ordinal);
+    if (CountsForSlabs(dev, bytes)) {
+      dev.slab_onset.Made(bytes, dev.cap);
+      charge.before_slabs = bytes;
+    }
+  }
+  external_.AddAllocation(base, charge);
 }
 
 void MemoryManager::Uncharge(ExternalCharges::Charge charge) {
   MutexLock lock(&mu_);
-  DeviceState(charge.device).used -= charge.bytes;
+  Device& dev = DeviceState(charge.device);
+  dev.used -= charge.bytes;
+  dev.slab_onset.Freed(charge.before_slabs);
 }
 
 void MemoryManager::ForgetExternal(CUdeviceptr base) {
@@ -84,10 +96,12 @@ void MemoryManager::ForgetExternal(CUdeviceptr base) {
 }
 
 void MemoryManager::ForgetExternalAsync(CUdeviceptr base, CUstream stream) {
-  // Still charged meanwhile: it ends once the free is seen to have run.
+  // Still charged meanwhile: it ends once the free is seen to have run. The
+  // program holds it no more from here (SlabOnset).
   std::optional<ExternalCharges::Charge> charge = external_.RemoveAllocation(base);
   if (!charge) return;
   MutexLock lock(&mu_);
+  DeviceState(charge->device).slab_onset.Freed(charge->before_slabs);
   ExternalFree& f = external_frees_.emplace_back();
   f.device = charge->device;
   f.bytes = charge->bytes;

@@ -94,6 +94,8 @@ struct MemoryManager::Buffer : EvictionState {
   // Served for cuMemAllocAsync from the device's default pool: counted in
   // Device::stream_ordered until its memory is released.
   bool stream_ordered = false;
+  // Small and outside a slab, counted in Device::slab_onset until freed.
+  bool before_slabs = false;
   // A handle to its memory left stensor's control (PinExported): resident
   // and never evicted again.
   bool exported = false;
@@ -222,6 +224,8 @@ struct MemoryManager::Device {
   uint64_t kept_bytes = 0;
   // Its buffers in eviction order (MemoryManager::Reindex).
   EvictionOrder order;
+  // STENSOR_SLABS=auto: whether its small allocations go to slabs yet.
+  SlabOnset slab_onset;
 };
 
 // Every operation looks its buffers' devices up, several times: made once

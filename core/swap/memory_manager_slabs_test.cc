@@ -83,6 +83,65 @@ TEST_F(SlabTest, WithoutSlabsSmallAllocationsAreTheDriversAsBefore) {
   FreeAll(*mm, {p});
 }
 
+// STENSOR_SLABS=auto: a device keeps its small allocations the driver's
+// until those it holds reach an eighth of its cap (6 MiB / 8 = 768 KiB, eight
+// of 100,000 bytes, each counted at 100,352), then packs every new one for
+// good; a free counts too, so a program that frees what it allocates never
+// gets there.
+TEST_F(SlabTest, AutoPacksOnceTheSmallAllocationsHeldReachAnEighthOfTheCap) {
+  if (!HostVmm()) GTEST_SKIP() << "slabs need host-located VMM";
+  auto mm = Make("auto");
+  ASSERT_NE(mm, nullptr);
+  constexpr uint64_t kSmall = 100000;
+  std::vector<CUdeviceptr> p;
+  for (uint64_t id = 1; id <= 7; ++id) p.push_back(Alloc(*mm, id, kSmall));
+  FreeAll(*mm, p);
+  p.clear();
+  for (uint64_t id = 11; id <= 17; ++id) p.push_back(Alloc(*mm, id, kSmall));
+  EXPECT_EQ(mm->stats().slab_allocations, 0u) << "seven held, the first seven freed";
+  p.push_back(Alloc(*mm, 18, kSmall));
+  EXPECT_EQ(mm->stats().slab_allocations, 0u) << "the eighth reaches the share, as the driver's";
+  EXPECT_FALSE(mm->Find(p.back()));
+  p.push_back(Alloc(*mm, 19, kSmall));
+  EXPECT_EQ(mm->stats().slab_allocations, 1u);
+  ASSERT_TRUE(mm->Find(p.back()));
+  EXPECT_EQ(mm->Find(p.back())->id, 19u);
+  FreeAll(*mm, p);
+  p.clear();
+  p.push_back(Alloc(*mm, 20, kSmall));
+  EXPECT_EQ(mm->stats().slab_allocations, 2u) << "for good, whatever is freed";
+  FreeAll(*mm, p);
+}
+
+// The default pool's small allocations (cuMemAllocAsync that stensor leaves
+// to the driver) count alike, and their frees, synchronous or in stream
+// order, uncount them.
+TEST_F(SlabTest, AutoCountsTheDefaultPoolsSmallAllocations) {
+  if (!HostVmm()) GTEST_SKIP() << "slabs need host-located VMM";
+  auto mm = Make("auto");
+  ASSERT_NE(mm, nullptr);
+  using Source = MemoryManager::ExternalSource;
+  constexpr uint64_t kSmall = 100000;
+  auto adopt = [&](CUdeviceptr base) {
+    ASSERT_CU(mm->ReserveExternal(kSmall, Source::kDefaultPool));
+    mm->AdoptExternal(base, kSmall, Source::kDefaultPool);
+  };
+  constexpr CUdeviceptr kBase = 0x7000000;  // never dereferenced
+  for (CUdeviceptr i = 0; i < 7; ++i) adopt(kBase + i * kSmall);
+  for (CUdeviceptr i = 0; i < 3; ++i) mm->ForgetExternal(kBase + i * kSmall);
+  for (CUdeviceptr i = 3; i < 7; ++i) mm->ForgetExternalAsync(kBase + i * kSmall, nullptr);
+  EXPECT_FALSE(mm->Swappable(kSmall)) << "all freed: none held";
+  for (CUdeviceptr i = 0; i < 7; ++i) adopt(kBase + i * kSmall);
+  EXPECT_FALSE(mm->Swappable(kSmall));
+  adopt(kBase + 7 * kSmall);
+  EXPECT_TRUE(mm->Swappable(kSmall)) << "eight held: the next one goes to a slab";
+  // A cuMemAlloc of the same size now goes to a slab too.
+  CUdeviceptr p = Alloc(*mm, 1, kSmall);
+  EXPECT_EQ(mm->stats().slab_allocations, 1u);
+  FreeAll(*mm, {p});
+  for (CUdeviceptr i = 0; i < 8; ++i) mm->ForgetExternal(kBase + i * kSmall);
+}
+
 // 16 MB of small tensors under a 6 MiB cap: without slabs they would stay
 // on the device (or each take a granule on the host); in slabs they are
 // swapped like any buffer, every byte kept.

@@ -289,7 +289,9 @@ bool HostVmm();  // memory_manager_bounds_test.cc
 // right to the byte, brought in when a granule is free; without, out of
 // memory as the driver would say.
 TEST_F(MemoryManagerTest, SmallAllocationFindingTheCapFullIsBornOnTheHost) {
-  auto mm = Make("6MiB");
+  // Outside slabs (with them, core/swap/memory_manager_slabs_test.cc).
+  auto mm = MakeManager(
+      {{"STENSOR_MEMORY_LIMIT", "6MiB"}, {"STENSOR_POLICY", "version"}, {"STENSOR_SLABS", "off"}});
   ASSERT_NE(mm, nullptr);
   constexpr uint64_t kSmall = 512 * 1024;
   std::vector<CUdeviceptr> held;

@@ -17,6 +17,7 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -116,6 +117,38 @@ class SlabPool {
   std::map<CUdeviceptr, Block> live_ ABSL_GUARDED_BY(mu_);  // by base
   std::map<int, std::deque<Pending>> pending_ ABSL_GUARDED_BY(mu_);
   size_t waiting_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// STENSOR_SLABS=auto, for one device: whether its small allocations go to
+// slabs. Outside a slab a small allocation costs its size under the cap but
+// is never swapped; a slab is swappable but costs a granule, partly free.
+// Slabs pay once the small allocations held outside them are a real share
+// of the cap (a program with a few small buffers keeps them where they
+// are); from then on, for good, every new one goes to a slab. The manager
+// and `stensor sim` count the same allocations by the same rule.
+class SlabOnset {
+ public:
+  // A device packs once the small allocations it holds outside slabs reach
+  // this share of its cap.
+  static constexpr uint64_t kShareOfCap = 8;
+
+  // The charge a small allocation of `bytes` is counted at.
+  static uint64_t Counted(uint64_t bytes) {
+    return (bytes + SlabPool::kAlign - 1) / SlabPool::kAlign * SlabPool::kAlign;
+  }
+  bool packing() const { return packing_; }
+  // A small allocation of `bytes` made outside a slab on a device capped at
+  // `cap`, and freed.
+  void Made(uint64_t bytes, uint64_t cap) {
+    held_ += Counted(bytes);
+    if (held_ >= cap / kShareOfCap) packing_ = true;
+  }
+  void Freed(uint64_t bytes) { held_ -= std::min(held_, Counted(bytes)); }
+  uint64_t held() const { return held_; }
+
+ private:
+  uint64_t held_ = 0;
+  bool packing_ = false;
 };
 
 }  // namespace stensor
