@@ -10,7 +10,10 @@
 // the writes land in host memory behind stensor's back). A pressure buffer
 // read between the two launches makes the cap evict the targets.
 //
-//   table_regrow MODULE.so [--steps N]
+//   table_regrow MODULE.so [--graph] [--steps N]
+//
+// --graph: the copy is a node of a CUDA graph, captured once and launched
+// each step; the other work stays eager.
 //
 // MODULE.so: tests/table_source_kernels.so. Prints `working_set <bytes>`
 // first and `checksum <hex>` (FNV-1a over the targets) last.
@@ -37,9 +40,19 @@ void Launch(CUfunction f, CUstream s, std::vector<void*> params) {
 
 int main(int argc, char** argv) {
   int steps = 4;
-  if (argc == 4 && std::strcmp(argv[2], "--steps") == 0) steps = std::atoi(argv[3]);
-  if ((argc != 2 && argc != 4) || steps < 1) {
-    std::fputs("usage: table_regrow MODULE.so [--steps N]\n", stderr);
+  bool graph = false;
+  bool usage = argc < 2;
+  for (int i = 2; i < argc && !usage; ++i) {
+    if (std::strcmp(argv[i], "--graph") == 0) {
+      graph = true;
+    } else if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
+      steps = std::atoi(argv[++i]);
+    } else {
+      usage = true;
+    }
+  }
+  if (usage || steps < 1) {
+    std::fputs("usage: table_regrow MODULE.so [--graph] [--steps N]\n", stderr);
     return 2;
   }
   stensor_tests::StartOnDevice0();
@@ -72,9 +85,22 @@ int main(int argc, char** argv) {
   std::printf("working_set %zu\n", (kTargets + 4) * kBuf + 2 * sizeof(target));
 
   int k = kTargets, n = kFloats, pn = 2 * kFloats;
+  CUgraphExec copy = nullptr;
+  if (graph) {
+    CUgraph g;
+    CHECK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    Launch(copy_table, s, {&all, &table, &k});
+    CHECK(cuStreamEndCapture(s, &g));
+    CHECK(cuGraphInstantiateWithFlags(&copy, g, 0));
+    CHECK(cuGraphDestroy(g));
+  }
   for (int step = 0; step < steps; ++step) {
     CHECK(cuMemcpyHtoDAsync(table, target, 2 * sizeof(target[0]), s));
-    Launch(copy_table, s, {&all, &table, &k});
+    if (graph) {
+      CHECK(cuGraphLaunch(copy, s));
+    } else {
+      Launch(copy_table, s, {&all, &table, &k});
+    }
     Launch(sum_into, s, {&pressure, &acc, &pn});  // the targets make room
     Launch(add_all, s, {&table, &k, &n});
     CHECK(cuStreamSynchronize(s));
@@ -87,6 +113,7 @@ int main(int argc, char** argv) {
   }
   for (CUdeviceptr p : target) CHECK(cuMemFree(p));
   for (CUdeviceptr p : {pressure, acc, all, table}) CHECK(cuMemFree(p));
+  if (copy != nullptr) CHECK(cuGraphExecDestroy(copy));
   CHECK(cuStreamDestroy(s));
   std::printf("checksum %016" PRIx64 "\n", h);
   return stensor_tests::failures == 0 ? 0 : 1;
