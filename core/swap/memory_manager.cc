@@ -711,7 +711,7 @@ bool MemoryManager::FreeBlock(CUdeviceptr base, const CUstream* stream) {
     dev.stream_ordered.reserved -= block->span();
   }
   ReclaimBlocks(dev, /*all=*/false);
-  ReleaseEmptySlabs(dev);
+  ReleaseEmptySlabs(dev, /*keep=*/1);  // one stays for the next small allocation
   return true;
 }
 
@@ -727,15 +727,18 @@ void MemoryManager::ReclaimBlocks(Device& dev, bool all) {
   });
 }
 
-void MemoryManager::ReleaseEmptySlabs(Device& dev) {
-  // One empty slab stays for the next small allocation; the rest are freed
-  // as the program's allocations are (released once their work is done).
-  for (uint64_t key : slabs_.TakeEmpty(dev.ordinal, /*keep=*/1)) {
+bool MemoryManager::ReleaseEmptySlabs(Device& dev, size_t keep) {
+  // Freed as the program's allocations are (released once their work is
+  // done).
+  bool any = false;
+  for (uint64_t key : slabs_.TakeEmpty(dev.ordinal, keep)) {
     if (Buffer* slab = ById(key); slab != nullptr && !slab->garbage) {
       FreeAllocation(dev, *slab, nullptr);
       Log(JsonLine().Str("type", "slab_free").Uint("slab", key).Finish());
+      any = true;
     }
   }
+  return any;
 }
 
 CUresult MemoryManager::CopyParts(const Buffer& b, CUstream stream, bool out, uint64_t* copied) {
@@ -1001,6 +1004,9 @@ class MemoryManager::Room : public RoomSteps {
       return Outcome::kProgress;
     }
     if (mm_->ReleaseOneKept(dev_)) return Outcome::kProgress;  // freed and kept: no copy, no wait
+    // The empty slab kept for the next small allocation: likewise (a
+    // program at a cap of its own working set is short by about that much).
+    if (mm_->ReleaseEmptySlabs(dev_, /*keep=*/0)) return Outcome::kProgress;
     // A pooled chunk the need cannot use (larger than it, or left over):
     // released, it makes room at no copy.
     if (pool_counts_ && mm_->ReleaseOneUnfit(dev_, need_) > 0) return Outcome::kProgress;

@@ -661,9 +661,10 @@ class MemoryManager {
   // allocation placed (a new slab made when none has room); a block freed,
   // its space reused once the work queued before the free is done (false:
   // no block starts at `base`); freed blocks whose work completed given
-  // back (`all`: each asked, not only the oldest); empty slabs beyond one
-  // freed; what the program sees at an address (a block, or free space as
-  // no allocation), and a block's offset into its slab.
+  // back (`all`: each asked, not only the oldest); empty slabs beyond
+  // `keep` freed (false: none was; one is kept for the next small
+  // allocation until room is needed); what the program sees at an address (a block, or free space
+  // as no allocation), and a block's offset into its slab.
   bool SlabSized(const Device& dev, uint64_t bytes) const;
   CUresult AllocateInSlab(Device& dev, CUcontext context, uint64_t bytes, CUdeviceptr* dptr,
                           RegisterId register_id, const CUstream* stream_order)
@@ -672,7 +673,7 @@ class MemoryManager {
   bool FreeBlock(CUdeviceptr base, const CUstream* stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool BlockStartsAt(CUdeviceptr base) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReclaimBlocks(Device& dev, bool all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReleaseEmptySlabs(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ReleaseEmptySlabs(Device& dev, size_t keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::optional<BufferView> ViewAt(CUdeviceptr addr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool IntoSlab(uint64_t id, uint64_t* offset, uint64_t bytes) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -240,6 +240,32 @@ TEST_F(SlabTest, EmptySlabsBeyondOneAreFreed) {
   FreeAll(*mm, {again});
 }
 
+// The empty slab kept for the next small allocation is the first room made
+// when room is needed: released, not evicted (a program at a cap of its own
+// working set is short by about a slab).
+TEST_F(SlabTest, TheKeptEmptySlabIsReleasedWhenRoomIsNeeded) {
+  if (!HostVmm()) GTEST_SKIP() << "slabs need host-located VMM";
+  auto mm = Make();
+  ASSERT_NE(mm, nullptr);
+  constexpr uint64_t kSmall = 900 * 1024;  // two to a slab
+  std::vector<CUdeviceptr> kept, freed;
+  for (uint64_t id = 1; id <= 2; ++id) kept.push_back(Alloc(*mm, id, kSmall));
+  for (uint64_t id = 3; id <= 4; ++id) freed.push_back(Alloc(*mm, id, kSmall));
+  for (uint64_t id = 1; id <= 4; ++id) {
+    Write(*mm, id, id <= 2 ? kept[id - 1] : freed[id - 3], id, kSmall);
+  }
+  FreeAll(*mm, freed);  // the second slab empty, kept
+  EXPECT_EQ(mm->stats().slabs_made, 2u);
+  CUdeviceptr big = Alloc(*mm, 10, 2 * kGranule);  // room: one granule short
+  Write(*mm, 10, big, 10, 2 * kGranule);
+  EXPECT_EQ(mm->stats().swap_outs_copied, 0u) << "room made without a copy";
+  CUdeviceptr small = Alloc(*mm, 11, kSmall);  // no kept slab left: a new one
+  EXPECT_EQ(mm->stats().slabs_made, 3u);
+  for (uint64_t id = 1; id <= 2; ++id) ExpectData(*mm, id, kept[id - 1], id, kSmall);
+  ExpectData(*mm, 10, big, 10, 2 * kGranule);
+  FreeAll(*mm, {kept[0], kept[1], big, small});
+}
+
 // Freed in stream order, a block's space is free at once for the next
 // allocation in order on the same stream (what follows there runs after
 // the free), never for another stream before the free has run.
