@@ -49,19 +49,21 @@ void TableInference::ChangedByKernel(const KernelInfo& kernel, const Accesses& a
   // And it may store pointers through its pointer-to-pointer parameters:
   // tables built on the device, as far as each buffer goes.
   for (const Accesses::TableParam& p : accesses.table_params) {
-    if (!p.slots_written || p.id == 0) continue;
-    std::optional<Buffer> table = registry_->Find(p.address);
-    if (table && table->id == p.id) tables_.OnPointerWrite(*table, p.address, after());
+    if (p.slots_written && p.id != 0) OnPointerWrite(p.id, p.address, after);
   }
   if (!kernel.layout_known || accesses.unknown_tables) tables_.MarkAllStale();
 }
 
 void TableInference::OnPointerWrites(absl::Span<const std::pair<uint64_t, uint64_t>> writes) {
   for (const auto& [id, address] : writes) {
-    std::optional<Buffer> table = registry_->Find(address);
-    if (table && table->id == id)
-      tables_.OnPointerWrite(*table, address, PointerTables::AnyWriter());
+    OnPointerWrite(id, address, [] { return PointerTables::AnyWriter(); });
   }
+}
+
+void TableInference::OnPointerWrite(uint64_t id, uint64_t address,
+                                    absl::FunctionRef<PointerTables::Mark()> mark) {
+  std::optional<Buffer> table = registry_->Find(address);
+  if (table && table->id == id) tables_.OnPointerWrite(*table, address, mark());
 }
 
 bool TableInference::SourceSettled(uint64_t src, uint64_t bytes, CUstream stream) {

@@ -144,6 +144,9 @@ class TableInference {
   using ParamReaches = absl::InlinedVector<ParamReach, 8>;
   void FindParamReach(const KernelInfo& kernel, void** params, void** extra,
                       ParamReaches* reach) const;
+  // A pointer store through a parameter at `address` into buffer `id`
+  // (still that buffer), marked `mark()`.
+  void OnPointerWrite(uint64_t id, uint64_t address, absl::FunctionRef<PointerTables::Mark()> mark);
   // OnKernel's work where there is some.
   void ChangedByKernel(const KernelInfo& kernel, const Accesses& accesses, CUstream stream);
   // Calls fn(word, written) for each word of the launch's pointer
