@@ -1889,6 +1889,17 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids, absl::Span<B
     Buffer* b = pinned[i];
     Device& dev = DeviceState(b->device);
     CUresult r = CUDA_SUCCESS;
+    // Copies of stensor's own into the host copy still in flight come
+    // first; the serving is claimed before, since ordering after them may
+    // wait on the host without the lock, and no swap-in may take the buffer
+    // then.
+    auto serve_too = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      ++b->serving;
+      served[i] = true;
+      CUresult ordered = OrderAfterSwap(dev, *b, stream);
+      if (ordered == CUDA_SUCCESS) CountServed(dev, *b);
+      return ordered;
+    };
     if (b->resident()) {
       // Brought in for another stream: this one waits for that copy too.
       // (Uses observed complete cost nothing here: the fast path.)
@@ -1903,14 +1914,8 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids, absl::Span<B
       // or submitted and not yet observed complete): this one does too.
       // Bringing it in would remap the address under the first, so it would
       // wait for it on the host, and a host that waits for the device at
-      // every launch loses the lead that hides the link. Copies of
-      // stensor's own into the host copy still in flight come first; the
-      // serving is claimed before, since ordering after them may wait on
-      // the host without the lock, and no swap-in may take the buffer then.
-      ++b->serving;
-      served[i] = true;
-      r = OrderAfterSwap(dev, *b, stream);
-      if (r == CUDA_SUCCESS) CountServed(dev, *b);
+      // every launch loses the lead that hides the link.
+      r = serve_too();
     } else {
       const bool whole =
           std::find(overwritten.begin(), overwritten.end(), b->id) != overwritten.end();
@@ -1944,6 +1949,11 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids, absl::Span<B
         }
       }
     }
+    // A swap-in that let go of the lock (to wait, or to make room) found
+    // another thread's operation serving the buffer meanwhile: its address
+    // stays on the host copy until that operation is done, so this one is
+    // served too rather than refused.
+    if (r == CUDA_ERROR_NOT_READY && !served[i] && b->serving > 0 && Servable(*b)) r = serve_too();
     if (r != CUDA_SUCCESS) {
       *refused = Refusal{b->device, b->reserved};
       for (size_t k = 0; k < pinned.size(); ++k) {

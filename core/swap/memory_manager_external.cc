@@ -182,9 +182,18 @@ CUresult MemoryManager::PinLocked(Buffer& b, const char* api) {
   Device& dev = DeviceState(b.device);
   if (!b.resident() || b.stale_device) {
     Pin(b);
-    CUresult r = b.resident() ? RestoreFromHost(dev, b)
-                              : SwapIn(dev, b, /*copy=*/true,
-                                       /*consumer=*/nullptr, HostWait::kAllowed);
+    CUresult r;
+    for (;;) {
+      r = b.resident() ? RestoreFromHost(dev, b)
+                       : SwapIn(dev, b, /*copy=*/true,
+                                /*consumer=*/nullptr, HostWait::kAllowed);
+      if (r != CUDA_ERROR_NOT_READY || b.resident() || b.serving == 0) break;
+      // Served from host to another thread's operation: its address stays
+      // on the host copy until that operation finished (no wait on the
+      // device here; its completion is waited for by the swap-in).
+      auto unserved = [&b]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return b.serving == 0; };
+      mu_.Await(absl::Condition(&unserved));
+    }
     Unpin(b);
     if (r != CUDA_SUCCESS) {
       if (first) b.exported = false;  // still swapped out: a later call tries again

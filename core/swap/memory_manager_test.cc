@@ -1891,6 +1891,89 @@ TEST_F(MemoryManagerTest, AFailedOperationLeavesAnotherOperationsServingAlone) {
   FreeAll(*mm, {a, b, c, d, e});
 }
 
+// Was: an operation on another thread waited, without the lock, in a
+// buffer's swap-in (for work of unknown accesses, then for the buffer's
+// last use through its host copy); meanwhile a first operation was served
+// that buffer, and the swap-in, finding it served, gave up: the launch
+// failed with CUDA_ERROR_NOT_READY. It is served too, like any operation
+// reaching a buffer another one is being served.
+TEST_F(MemoryManagerTest, ASwapInFindingTheBufferServedMeanwhileServesItToo) {
+  if (!HostVmm()) GTEST_SKIP() << "no host-located VMM";
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c, d;
+  ASSERT_NO_FATAL_FAILURE(HoldAllButSwappedOutA(*mm, &a, &b, &c, &d));
+  // A served to an operation on a held stream: swapped out, in use there.
+  HeldStream a_user;
+  ASSERT_CU(mm->Prepare(kServed, {}, a_user.get()));
+  mm->Finish(kServed, {}, a_user.get(), /*submitted=*/true);
+  mm->Finish(kOthers, {}, nullptr, /*submitted=*/true);
+  ASSERT_EQ(mm->stats().served_from_host, 1u);
+  ClearLog();
+  CUdeviceptr e = Alloc(*mm, 5);  // B out
+  ASSERT_THAT(Records(), ElementsAre("swap_out:2"));
+  HeldStream unknown;
+  mm->MarkAllWritten(unknown.get());  // a kernel of unknown accesses, queued
+  CUstream first_stream, second_stream;
+  ASSERT_CU(cuStreamCreate(&first_stream, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamCreate(&second_stream, CU_STREAM_NON_BLOCKING));
+  // The first operation (B, then A) waits in B's swap-in for the unknown
+  // work; the second (A alone), started meanwhile, may not serve A (the
+  // first holds buffers) and waits in A's swap-in.
+  const Ids first_ids = {2, 1};
+  std::atomic<CUresult> first{CUDA_ERROR_UNKNOWN};
+  std::thread first_thread([&] { first = mm->Prepare(first_ids, {}, first_stream); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::atomic<CUresult> second{CUDA_ERROR_UNKNOWN};
+  std::thread second_thread([&] { second = mm->Prepare(kServed, {}, second_stream); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The first brings B in and is served A (still in use through its host
+  // copy); the second waits for that use.
+  unknown.Open();
+  first_thread.join();
+  ASSERT_CU(first.load());
+  EXPECT_EQ(mm->stats().served_from_host, 2u);
+  a_user.Open();
+  second_thread.join();
+  EXPECT_CU(second.load());
+  EXPECT_EQ(mm->stats().served_from_host, 3u);
+  mm->Finish(first_ids, {}, first_stream, /*submitted=*/true);
+  if (second.load() == CUDA_SUCCESS) mm->Finish(kServed, {}, second_stream, /*submitted=*/true);
+  ASSERT_CU(cuStreamDestroy_v2(first_stream));
+  ASSERT_CU(cuStreamDestroy_v2(second_stream));
+  ExpectData(*mm, 1, a, 1);
+  ExpectData(*mm, 2, b, 2);
+  FreeAll(*mm, {a, b, c, d, e});
+}
+
+// A buffer served to an operation that has not finished, exported by
+// another thread meanwhile (cuIpcGetMemHandle): the export waits for that
+// operation, then brings the buffer in for good. (It failed with
+// CUDA_ERROR_NOT_READY.)
+TEST_F(MemoryManagerTest, ExportingABufferBeingServedWaitsForItsOperation) {
+  if (!HostVmm()) GTEST_SKIP() << "no host-located VMM";
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr a, b, c, d;
+  ASSERT_NO_FATAL_FAILURE(HoldAllButSwappedOutA(*mm, &a, &b, &c, &d));
+  ASSERT_CU(mm->Prepare(kServed, {}, nullptr));
+  ASSERT_EQ(mm->stats().served_from_host, 1u);
+  mm->Finish(kOthers, {}, nullptr, /*submitted=*/true);
+  std::atomic<bool> finished{false};
+  std::thread finisher([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    finished.store(true);
+    mm->Finish(kServed, {}, nullptr, /*submitted=*/true);
+  });
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  EXPECT_TRUE(mm->PinExported(a, "cuIpcGetMemHandle", &r));
+  EXPECT_TRUE(finished.load()) << "brought in under the operation it was served to";
+  finisher.join();
+  EXPECT_CU(r);
+  ExpectData(*mm, 1, a, 1);
+  FreeAll(*mm, {a, b, c, d});
+}
+
 // A buffer born on the host in a kept host copy is zeroed on the swap
 // stream. Served to an operation before that zeroing ran, the operation's
 // stream waits for it; when that wait cannot be queued (cuStreamWaitEvent
