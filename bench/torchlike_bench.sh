@@ -11,10 +11,12 @@
 #     train_seconds(N)) / N, which leaves out the first N steps (graph
 #     capture, warm-up, and finding and profiling the iteration: the program
 #     repeats every 2 steps, as the evaluation pass and empty_cache follow
-#     every 2nd step, so the iteration is known after 4 steps and profiled
-#     in the next 2; N = 4 measured those steps and overstated the cost, at
-#     50 % by a quarter); a step includes its share of the evaluation pass
-#     and empty_cache;
+#     every 2nd step, but the data loader runs ahead of the first steps and
+#     its copies land at other places among the kernels, so the 2-step
+#     iteration is found only after 5 to 8 steps, and profiled in the next
+#     2; N = 8 measured those steps too and overstated the per-tensor cost
+#     at 50 % from about 1.15 x to 1.69 x); a step includes its share of
+#     the evaluation pass and empty_cache;
 #   - with FAKECUDA_LINK (both directions) at working set / (0.5 x uncapped
 #     step time without the link), so that moving the whole working set
 #     once takes half the uncapped step: step time against uncapped (also
@@ -62,7 +64,7 @@
 #                                 [--modes LIST] [--model "ARGS"]
 #   --quick            one run of each, N = M = 2 (a smoke test of the script)
 #   --runs R           runs per configuration (default 5)
-#   --steps N          the shorter run's steps (default 8); the longer runs 2N
+#   --steps N          the shorter run's steps (default 16); the longer runs 2N
 #   --optimum-steps M  the shorter access log's steps (default 4); the
 #                      longer one 2M
 #   --exact-seconds S  time limit of each exact optimum (default 60)
@@ -77,7 +79,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-runs=5 steps=8 optimum_steps=4 exact_seconds=60 modes=all model=
+runs=5 steps=16 optimum_steps=4 exact_seconds=60 modes=all model=
 while (($#)); do
   case $1 in
     --quick) runs=1 steps=2 optimum_steps=2 ;;
