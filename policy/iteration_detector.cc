@@ -54,6 +54,7 @@ void IterationDetector::Restart() {
   template_.clear();
   phase_ = 0;
   one_offs_ = 0;
+  shifted_ = 0;
   one_off_seen_ = false;
   iteration_ = 0;
 }
@@ -86,6 +87,25 @@ IterationDetector::Seen& IterationDetector::Remember(uint64_t key) {
   return seen;
 }
 
+bool IterationDetector::NearPhase(uint64_t key) const {
+  const size_t p = template_.size();
+  for (size_t d = 1; d <= Shift(p); ++d) {
+    if (template_[(phase_ + d) % p] == key || template_[(phase_ + p - d) % p] == key) return true;
+  }
+  return false;
+}
+
+bool IterationDetector::Shifted(uint64_t n, size_t period, uint64_t key) const {
+  for (size_t d = 1; d <= Shift(period); ++d) {
+    if (KeyAt(n - period + d) == key) return true;  // it came d places late
+    // d places early: still inside the ring and the stream.
+    if (period + d <= options_.max_period && n >= period + d && KeyAt(n - period - d) == key) {
+      return true;
+    }
+  }
+  return false;
+}
+
 IterationDetector::Repeating IterationDetector::UpdateCandidates(uint64_t key) {
   const uint64_t n = n_;
 
@@ -95,11 +115,16 @@ IterationDetector::Repeating IterationDetector::UpdateCandidates(uint64_t key) {
     if (c.run - c.window_run >= c.period) {  // a new window of one period
       c.window_run = c.run;
       c.misses = 0;
+      c.shifted = 0;
     }
-    const bool match = KeyAt(n - c.period) == key;
-    if (match || ++c.misses <= MissBudget(c.period)) {
+    const bool exact = KeyAt(n - c.period) == key;
+    // Shifted matches are few for the true period (the ops a copy passed
+    // over) and nearly all for its neighbours P +- 1, which they must not
+    // make repeat: beyond an eighth of a window they count as misses.
+    if (exact || (Shifted(n, c.period, key) && ++c.shifted <= c.period / kShiftSpacing) ||
+        ++c.misses <= MissBudget(c.period)) {
       ++c.run;
-      c.exact = c.exact && match;
+      c.exact = c.exact && exact;
       candidates_[kept++] = c;
     }
   }
@@ -147,6 +172,7 @@ IterationDetector::Observation IterationDetector::Lock(uint64_t key, size_t p) {
   phase_ = 1 % p;
   misaligned_ = 0;
   one_offs_ = 0;
+  shifted_ = 0;
   one_off_seen_ = false;
   iteration_ = 1;
   Observation o = Locked(Event::kFound);
@@ -176,9 +202,13 @@ IterationDetector::Observation IterationDetector::Follow(uint64_t key) {
     phase = phase_;
     misaligned_ = 0;
   } else {
-    ++one_offs_;
-    one_off_at_ = n;
-    one_off_seen_ = true;
+    // An op a few places from its phase (a loader copy issued a little
+    // earlier or later) is no one-off, up to an eighth of the iteration.
+    if (!(NearPhase(key) && ++shifted_ <= p / kShiftSpacing)) {
+      ++one_offs_;
+      one_off_at_ = n;
+      one_off_seen_ = true;
+    }
     if (one_offs_ > std::max(options_.max_one_offs, MissBudget(p))) {
       Restart();
       Observation o;
@@ -219,6 +249,7 @@ IterationDetector::Observation IterationDetector::Follow(uint64_t key) {
     event = Event::kBoundary;
     ++iteration_;
     one_offs_ = 0;
+    shifted_ = 0;
   }
   Observation o = Locked(event);
   o.phase = phase;

@@ -6,8 +6,11 @@
 //
 // Detection: the period is the smallest P <= max_period such that the last
 // 2P keys repeat with period P (a long period allowed one mismatch in
-// MissBudget's spacing: a data loader on its own thread issues its copies a
-// few operations earlier or later from one step to the next). Candidate periods come from the
+// MissBudget's spacing, and an op up to Shift(P) places from where it stood
+// one period back counted as matching, up to one in kShiftSpacing: a data
+// loader on its own thread issues its copies a few operations earlier or
+// later from one step to the next; a known iteration likewise takes such
+// ops for no one-off). Candidate periods come from the
 // distances to the last few occurrences of the current key; each candidate is checked against the
 // key P operations back, so the work per operation is bounded by the number of candidates (O(1),
 // not O(max_period)). A noisy prefix (warm-up, initialisation copies) only delays detection until
@@ -42,6 +45,7 @@
 #ifndef STENSOR_POLICY_ITERATION_DETECTOR_H_
 #define STENSOR_POLICY_ITERATION_DETECTOR_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -114,6 +118,7 @@ class IterationDetector {
     size_t misses = 0;      // mismatches in the current window
     size_t window_run = 0;  // `run` when the current window began
     bool exact = true;      // no mismatch since it began
+    size_t shifted = 0;     // matches a few places off in the current window
   };
   // Mismatches a period of `period` ops may hold and still count as
   // repeating (in detection) or as the same iteration (once known): none
@@ -122,6 +127,18 @@ class IterationDetector {
   // from one iteration to the next.
   static constexpr size_t kMissSpacing = 32;
   static size_t MissBudget(size_t period) { return period / kMissSpacing; }
+  // In detection, an operation of a long period that stands up to
+  // Shift(period) places from where it stood one period back still matches:
+  // one loader copy issued a place early would otherwise cost two misses
+  // (where it was, where it is), and a few of them per step keep the
+  // training iteration from ever being found. None for periods below
+  // kMissSpacing (a shifted match there would pass for a shorter period).
+  static constexpr size_t kMaxShift = 2;
+  static constexpr size_t kShiftSpacing = 8;  // shifted matches: one in 8 at most
+  static size_t Shift(size_t period) { return std::min(kMaxShift, period / kMissSpacing); }
+  bool Shifted(uint64_t n, size_t period, uint64_t key) const;
+  // Whether `key` stands in the template within Shift places of phase_.
+  bool NearPhase(uint64_t key) const;
   // Once kRealign operations in a row missed the template (none the one
   // expected, nor the one after it), the known iteration goes on from
   // where they stand consecutively in it, up to kLookAhead places ahead.
@@ -163,6 +180,7 @@ class IterationDetector {
   std::vector<uint64_t> template_;
   size_t phase_ = 0;         // phase of the next op
   size_t one_offs_ = 0;      // mismatches in the current iteration
+  size_t shifted_ = 0;       // of them, ops a few places off (not counted as one-offs)
   size_t misaligned_ = 0;    // consecutive ops that missed the template
   uint64_t one_off_at_ = 0;  // position of the latest mismatch
   bool one_off_seen_ = false;
