@@ -13,10 +13,10 @@
 #     repeats every 2 steps, as the evaluation pass and empty_cache follow
 #     every 2nd step, but the data loader runs ahead of the first steps and
 #     its copies land at other places among the kernels, so the 2-step
-#     iteration is found only after 5 to 8 steps, and profiled in the next
-#     2; N = 8 measured those steps too and overstated the per-tensor cost
-#     at 50 % from about 1.15 x to 1.69 x); a step includes its share of
-#     the evaluation pass and empty_cache;
+#     iteration is found after 5 steps, and profiled in the next 2; N = 8
+#     measured those steps too and overstated the per-tensor cost at 50 %
+#     from about 1.15 x to 1.69 x); a step includes its share of the
+#     evaluation pass and empty_cache;
 #   - with FAKECUDA_LINK (both directions) at working set / (0.5 x uncapped
 #     step time without the link), so that moving the whole working set
 #     once takes half the uncapped step: step time against uncapped (also
