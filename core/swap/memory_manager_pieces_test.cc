@@ -430,7 +430,9 @@ class PiecesFaultTest : public PiecesTest {
     for (int i = 0; i < kCount; ++i) check(i);
     EXPECT_CU(cuCtxSynchronize());
     for (int i = 0; i < kCount; ++i) {
-      if (p[i] != 0) EXPECT_CU(mm->Free(p[i]));
+      if (p[i] != 0) {
+        EXPECT_CU(mm->Free(p[i]));
+      }
     }
     EXPECT_CU(cuCtxSynchronize());
     size_t free_bytes = 0, total = 0;

@@ -1426,7 +1426,9 @@ TEST_F(MemoryManagerTest, AllocationWaitsForAnotherThreadsOperation) {
   op.join();
   EXPECT_EQ(mm->stats().ooms, 0u);
   EXPECT_GE(mm->stats().swap_outs_copied, 1u);
-  if (d != 0) EXPECT_CU(mm->Free(d));
+  if (d != 0) {
+    EXPECT_CU(mm->Free(d));
+  }
   Settle();
 }
 
