@@ -121,7 +121,7 @@ IterationDetector::Repeating IterationDetector::UpdateCandidates(uint64_t key) {
     // Shifted matches are few for the true period (the ops a copy passed
     // over) and nearly all for its neighbours P +- 1, which they must not
     // make repeat: beyond an eighth of a window they count as misses.
-    if (exact || (Shifted(n, c.period, key) && ++c.shifted <= c.period / kShiftSpacing) ||
+    if (exact || (Shifted(n, c.period, key) && ++c.shifted <= ShiftBudget(c.period)) ||
         ++c.misses <= MissBudget(c.period)) {
       ++c.run;
       c.exact = c.exact && exact;
@@ -204,7 +204,7 @@ IterationDetector::Observation IterationDetector::Follow(uint64_t key) {
   } else {
     // An op a few places from its phase (a loader copy issued a little
     // earlier or later) is no one-off, up to an eighth of the iteration.
-    if (!(NearPhase(key) && ++shifted_ <= p / kShiftSpacing)) {
+    if (!(NearPhase(key) && ++shifted_ <= ShiftBudget(p))) {
       ++one_offs_;
       one_off_at_ = n;
       one_off_seen_ = true;

@@ -136,6 +136,7 @@ class IterationDetector {
   static constexpr size_t kMaxShift = 2;
   static constexpr size_t kShiftSpacing = 8;  // shifted matches: one in 8 at most
   static size_t Shift(size_t period) { return std::min(kMaxShift, period / kMissSpacing); }
+  static size_t ShiftBudget(size_t period) { return period / kShiftSpacing; }
   bool Shifted(uint64_t n, size_t period, uint64_t key) const;
   // Whether `key` stands in the template within Shift places of phase_.
   bool NearPhase(uint64_t key) const;
@@ -180,7 +181,7 @@ class IterationDetector {
   std::vector<uint64_t> template_;
   size_t phase_ = 0;         // phase of the next op
   size_t one_offs_ = 0;      // mismatches in the current iteration
-  size_t shifted_ = 0;       // of them, ops a few places off (not counted as one-offs)
+  size_t shifted_ = 0;       // ops a few places off in it (no one-offs, up to ShiftBudget)
   size_t misaligned_ = 0;    // consecutive ops that missed the template
   uint64_t one_off_at_ = 0;  // position of the latest mismatch
   bool one_off_seen_ = false;
