@@ -12,7 +12,10 @@
 //     each evaluation, private pools for graph captures); or `per-tensor`,
 //     every tensor through libstensor.so's stensor_torch_malloc /
 //     stensor_torch_free as torch.cuda.memory.CUDAPluggableAllocator calls
-//     them (plain cuMemAlloc / cuMemFree when libstensor.so is not loaded).
+//     them; when libstensor.so is not loaded, the driver's stream-ordered
+//     allocator as PyTorch's cudaMallocAsync backend uses it
+//     (cuMemAllocAsync / cuMemFreeAsync on the tensor's stream, the default
+//     pool keeping what it holds: release threshold UINT64_MAX).
 //     Every op's output is a tensor of its own, allocated when the op runs
 //     and freed when autograd drops it; gradients are set to None after
 //     each optimizer step (zero_grad's default) and allocated again in the
@@ -341,7 +344,8 @@ class Kernels : public examples::LayerKernels {
 };
 
 // Where tensors come from: the caching allocator, or libstensor.so's
-// per-tensor pair (plain cuMemAlloc / cuMemFree without it). Tracks the
+// per-tensor pair (the driver's stream-ordered allocator without it, never
+// cuMemFree, which waits for the whole device). Tracks the
 // live bytes and their peak, the working set. Thread-safe (the data loader
 // allocates on its own thread).
 class TensorMemory {
@@ -354,6 +358,16 @@ class TensorMemory {
         std::fprintf(stderr, "%s: only one of stensor_torch_malloc/free\n",
                      examples::ProgramName());
         std::exit(1);
+      }
+      if (torch_malloc_ == nullptr) {
+        // As PyTorch's cudaMallocAsync backend: the pool keeps freed memory
+        // for the next step rather than releasing it at each synchronisation.
+        CUdevice device;
+        CUmemoryPool pool;
+        CU_CHECK(cuCtxGetDevice, &device);
+        CU_CHECK(cuDeviceGetDefaultMemPool, &pool, device);
+        cuuint64_t keep_all = UINT64_MAX;
+        CU_CHECK(cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_all);
       }
     }
   }
@@ -371,7 +385,7 @@ class TensorMemory {
         examples::CheckCu(CUDA_ERROR_OUT_OF_MEMORY, "stensor_torch_malloc");
       }
     } else {
-      CU_CHECK(cuMemAlloc, &p, bytes);
+      CU_CHECK(cuMemAllocAsync, &p, bytes, stream);
     }
     std::lock_guard<std::mutex> lock(mu_);
     live_[p] = Live{bytes, stream, {}};
@@ -395,17 +409,19 @@ class TensorMemory {
     }
     if (mode_ == AllocMode::kCaching) {
       caching_.Free(p);
-    } else if (torch_free_ != nullptr) {
-      for (CUstream use : live.uses) {
-        CUevent used;
-        CU_CHECK(cuEventCreate, &used, CU_EVENT_DISABLE_TIMING);
-        CU_CHECK(cuEventRecord, used, use);
-        CU_CHECK(cuStreamWaitEvent, live.stream, used, 0);
-        CU_CHECK(cuEventDestroy, used);
-      }
+      return;
+    }
+    for (CUstream use : live.uses) {
+      CUevent used;
+      CU_CHECK(cuEventCreate, &used, CU_EVENT_DISABLE_TIMING);
+      CU_CHECK(cuEventRecord, used, use);
+      CU_CHECK(cuStreamWaitEvent, live.stream, used, 0);
+      CU_CHECK(cuEventDestroy, used);
+    }
+    if (torch_free_ != nullptr) {
       torch_free_(reinterpret_cast<void*>(p), static_cast<ssize_t>(live.bytes), 0, live.stream);
     } else {
-      CU_CHECK(cuMemFree, p);
+      CU_CHECK(cuMemFreeAsync, p, live.stream);
     }
   }
 
