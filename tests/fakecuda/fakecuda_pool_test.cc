@@ -1,12 +1,17 @@
 // Stream-ordered memory pools in the fake driver: default and current pools,
 // explicit pools, cuMemAllocAsync from the current pool, the attributes
 // (release threshold, reserved and used memory, their high-water marks),
-// release at synchronisation and cuMemPoolTrimTo, and the errors the CUDA
+// release at synchronisation and cuMemPoolTrimTo, freed memory kept mapped
+// and reused while the pool holds it, and the errors the CUDA
 // Driver API reference documents for bad arguments (see pool.cc).
 #include <cuda.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
+#include <vector>
 
 namespace {
 
@@ -72,6 +77,68 @@ TEST_F(PoolTest, DefaultPoolIsCurrentAndCountsAllocAsync) {
   EXPECT_EQ(Attr(default_, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 0u);
   EXPECT_EQ(Attr(default_, CU_MEMPOOL_ATTR_USED_MEM_HIGH), 2 * kPage);
   EXPECT_EQ(DeviceUsed(), device_before);
+}
+
+// Whether [p, p+n) is mapped at all (mincore fails with ENOMEM where not).
+bool Mapped(CUdeviceptr p, size_t n) {
+  std::vector<unsigned char> pages(n / kPage + 1);
+  return mincore(reinterpret_cast<void*>(p), n, pages.data()) == 0 || errno != ENOMEM;
+}
+
+// As on a GPU, memory freed to a pool that keeps it stays mapped, contents
+// and all, and the pool's next allocation of that size gets it back, at
+// its address, without clearing it; what the pool releases (a trim, a
+// synchronisation under the threshold, memory another allocation's
+// reservation took over) is unmapped.
+TEST_F(PoolTest, FreedMemoryThePoolKeepsStaysMappedUntilReleased) {
+  CUmemoryPool pool = NewPool();
+  cuuint64_t threshold = ~cuuint64_t{0};
+  ASSERT_CU(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+  CUdeviceptr a = 0;
+  ASSERT_CU(cuMemAllocFromPoolAsync(&a, 4 * kPage, pool, s_));
+  ASSERT_CU(cuMemsetD8Async(a, 0x5a, 4 * kPage, s_));
+  ASSERT_CU(cuMemFreeAsync(a, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  ASSERT_TRUE(Mapped(a, 4 * kPage));
+  EXPECT_EQ(*reinterpret_cast<volatile unsigned char*>(a + 5), 0x5a);  // no fault
+  // A freed pointer is no allocation: a copy from it is refused.
+  unsigned char byte = 0;
+  EXPECT_EQ(cuMemcpyDtoH(&byte, a, 1), CUDA_ERROR_INVALID_VALUE);
+  CUdeviceptr again = 0;
+  ASSERT_CU(cuMemAllocFromPoolAsync(&again, 4 * kPage, pool, s_));
+  EXPECT_EQ(again, a);
+  ASSERT_CU(cuMemcpyDtoH(&byte, again + 4 * kPage - 1, 1));
+  EXPECT_EQ(byte, 0x5a);
+  ASSERT_CU(cuMemFreeAsync(again, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  // Trimmed: released and unmapped.
+  ASSERT_CU(cuMemPoolTrimTo(pool, 0));
+  EXPECT_EQ(Attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 0u);
+  EXPECT_FALSE(Mapped(a, 4 * kPage));
+
+  // Kept memory of another size goes once a new allocation's reservation
+  // covers its bytes: the pool holds no more than it reserved.
+  CUdeviceptr big = 0, small = 0;
+  ASSERT_CU(cuMemAllocFromPoolAsync(&big, 4 * kPage, pool, s_));
+  ASSERT_CU(cuMemFreeAsync(big, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  ASSERT_TRUE(Mapped(big, 4 * kPage));
+  ASSERT_CU(cuMemAllocFromPoolAsync(&small, 2 * kPage, pool, s_));
+  EXPECT_EQ(Attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 4 * kPage);
+  EXPECT_FALSE(Mapped(big, 4 * kPage));
+  ASSERT_CU(cuMemFreeAsync(small, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  // Destroyed: what it kept goes with it.
+  ASSERT_CU(cuMemPoolDestroy(pool));
+  EXPECT_FALSE(Mapped(small, 2 * kPage));
+
+  // The default pool, threshold 0: released, so unmapped, at the next
+  // synchronisation.
+  CUdeviceptr d = 0;
+  ASSERT_CU(cuMemAllocAsync(&d, 4 * kPage, s_));
+  ASSERT_CU(cuMemFreeAsync(d, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_FALSE(Mapped(d, 4 * kPage));
 }
 
 TEST_F(PoolTest, ThresholdKeepsFreedMemoryAndTrimReleasesIt) {

@@ -361,13 +361,24 @@ CUresult LookupPool(CUmemoryPool handle, Pool** out);
 int PoolDevice(Pool* pool);
 // `bytes` more in use from `pool`: reserved (charged to its device) where
 // its unused reservation does not cover them. CUDA_ERROR_OUT_OF_MEMORY when
-// the device (or the pool's maxSize) has no room.
-CUresult PoolTake(Pool* pool, size_t bytes);
+// the device (or the pool's maxSize) has no room. `*kept`: the address of
+// memory of that size the pool kept mapped, now the caller's, else 0.
+CUresult PoolTake(Pool* pool, size_t bytes, uintptr_t* kept);
 // `bytes` no longer in use: kept reserved until a synchronisation or trim.
-void PoolGive(Pool* pool, size_t bytes);
+// With `addr` (the freed allocation's), the pool keeps that memory mapped
+// while it holds the reservation (true), unless the pool was destroyed
+// (false: the caller unmaps it).
+bool PoolGive(Pool* pool, size_t bytes, uintptr_t addr);
 // A stream, event or context synchronisation: each pool releases reserved
 // memory above max(in use, its release threshold).
 void ReleasePoolsAtSync();
+// memory.cc, called with pool.cc's lock held (its lock comes first): the
+// memory a pool keeps mapped for reuse. Park: a freed allocation's; Take:
+// one of exactly `charged` bytes, its address (0: none); Trim: unmaps kept
+// memory until at most `keep` bytes are left.
+void ParkInPool(Pool* pool, uintptr_t addr, size_t charged);
+uintptr_t TakeFromPool(Pool* pool, size_t charged);
+void TrimPool(Pool* pool, uint64_t keep);
 // cuMemAllocAsync / cuMemAllocFromPoolAsync on stream `h` from `pool`
 // (null: the current pool of the stream's device).
 CUresult AllocAsyncFrom(CUdeviceptr* dptr, size_t bytes, Pool* pool, CUstream h, bool pt);

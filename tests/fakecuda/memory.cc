@@ -102,6 +102,14 @@ struct Memory {
   // size: the next allocation of that size takes them (see Allocate).
   std::multimap<size_t, void*> freed_pages;  // guarded by mu
   size_t freed_bytes = 0;                    // guarded by mu
+  // Stream-ordered allocations freed to a pool that keeps their memory
+  // reserved: still mapped at their address, contents and all, as a pool's
+  // memory stays mapped on a GPU until the pool releases it (so a stream-
+  // ordered free costs no page-table change here either); the pool's next
+  // allocation of the same size takes one back, address included. By pool
+  // and size, at most the pool's reserved-but-unused bytes (pool.cc).
+  std::multimap<std::pair<Pool*, size_t>, uintptr_t> parked;  // guarded by mu
+  std::map<Pool*, uint64_t> parked_bytes;                     // guarded by mu
 };
 
 // Freed pages kept at most: past this, a free unmaps.
@@ -224,14 +232,27 @@ CUresult Allocate(CUdeviceptr* dptr, size_t bytes, bool stream_ordered, Pool* po
   size_t charged = AlignUp(bytes, kPageSize);
   int device = pool != nullptr ? PoolDevice(pool) : ctx->device;
   Device* dev = GetDevice(device);
-  auto uncharge = [&] { pool != nullptr ? PoolGive(pool, charged) : dev->Uncharge(charged); };
+  auto uncharge = [&] {
+    if (pool != nullptr) {
+      PoolGive(pool, charged, 0);
+    } else {
+      dev->Uncharge(charged);
+    }
+  };
+  uintptr_t kept = 0;  // memory the pool kept mapped, taken back
   if (pool != nullptr) {
-    if (CUresult r = PoolTake(pool, charged); r != CUDA_SUCCESS) return r;
+    if (CUresult r = PoolTake(pool, charged, &kept); r != CUDA_SUCCESS) return r;
   } else if (!dev->Charge(charged)) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   Memory& m = GetMemory();
   std::unique_lock<std::mutex> lock(m.mu);
+  if (kept != 0) {
+    m.allocations[kept] =
+        Allocation{bytes, charged, device, stream_ordered, pool, ctx, NextBufferId()};
+    *dptr = static_cast<CUdeviceptr>(kept);
+    return CUDA_SUCCESS;
+  }
   // A GPU's allocation has its page tables from the start; a fresh mmap
   // here faults at each page's first touch (microseconds each under a
   // paravirtualised kernel, as for VMM memory above), which would bill a
@@ -253,6 +274,7 @@ CUresult Allocate(CUdeviceptr* dptr, size_t bytes, bool stream_ordered, Pool* po
     lock.lock();
   }
   if (p == MAP_FAILED) {
+    lock.unlock();  // pool.cc's lock comes before ours
     uncharge();
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -273,36 +295,76 @@ CUresult TakeAllocation(CUdeviceptr dptr, Allocation* out) {
   return CUDA_SUCCESS;
 }
 
-// Unmaps the allocation's range (a stale pointer into it faults, as before)
+// Needs m.mu. Unmaps [addr, +charged) (a stale pointer into it faults)
 // and keeps its pages for a later allocation when there is room for them.
+void DiscardLocked(Memory& m, uintptr_t addr, size_t charged) {
+  void* old = reinterpret_cast<void*>(addr);
+  if (m.freed_bytes + charged <= kMaxFreedPages) {
+    // A placeholder picks the new address; mremap moves pages and page
+    // tables onto it and leaves the old range unmapped.
+    void* to =
+        mmap(nullptr, charged, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* moved = to == MAP_FAILED
+                      ? MAP_FAILED
+                      : mremap(old, charged, charged, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+    if (moved != MAP_FAILED) {
+      m.freed_pages.emplace(charged, moved);
+      m.freed_bytes += charged;
+      return;
+    }
+    if (to != MAP_FAILED) munmap(to, charged);
+  }
+  munmap(old, charged);
+}
+
+// A stream-ordered allocation goes back to its pool, which keeps it mapped
+// while the pool lives; any other is unmapped.
 void ReleaseAllocation(CUdeviceptr dptr, const Allocation& a) {
   if (a.pool != nullptr) {
-    PoolGive(a.pool, a.charged);  // the pool keeps it reserved
+    if (PoolGive(a.pool, a.charged, static_cast<uintptr_t>(dptr))) return;
   } else {
     GetDevice(a.device)->Uncharge(a.charged);
   }
-  void* old = reinterpret_cast<void*>(dptr);
   Memory& m = GetMemory();
-  {
-    std::lock_guard<std::mutex> lock(m.mu);
-    if (m.freed_bytes + a.charged <= kMaxFreedPages) {
-      // A placeholder picks the new address; mremap moves pages and page
-      // tables onto it and leaves the old range unmapped.
-      void* to =
-          mmap(nullptr, a.charged, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      void* moved = to == MAP_FAILED
-                        ? MAP_FAILED
-                        : mremap(old, a.charged, a.charged, MREMAP_MAYMOVE | MREMAP_FIXED, to);
-      if (moved != MAP_FAILED) {
-        m.freed_pages.emplace(a.charged, moved);
-        m.freed_bytes += a.charged;
-        return;
-      }
-      if (to != MAP_FAILED) munmap(to, a.charged);
-    }
-  }
-  munmap(old, a.charged);
+  std::lock_guard<std::mutex> lock(m.mu);
+  DiscardLocked(m, static_cast<uintptr_t>(dptr), a.charged);
 }
+
+}  // namespace
+
+void ParkInPool(Pool* pool, uintptr_t addr, size_t charged) {
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.parked.emplace(std::make_pair(pool, charged), addr);
+  m.parked_bytes[pool] += charged;
+}
+
+uintptr_t TakeFromPool(Pool* pool, size_t charged) {
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  auto it = m.parked.find(std::make_pair(pool, charged));
+  if (it == m.parked.end()) return 0;
+  uintptr_t addr = it->second;
+  m.parked.erase(it);
+  m.parked_bytes[pool] -= charged;
+  return addr;
+}
+
+void TrimPool(Pool* pool, uint64_t keep) {
+  Memory& m = GetMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  auto bytes = m.parked_bytes.find(pool);
+  if (bytes == m.parked_bytes.end()) return;
+  auto it = m.parked.lower_bound(std::make_pair(pool, size_t{0}));
+  while (bytes->second > keep && it != m.parked.end() && it->first.first == pool) {
+    DiscardLocked(m, it->second, it->first.second);
+    bytes->second -= it->first.second;
+    it = m.parked.erase(it);
+  }
+  if (bytes->second == 0) m.parked_bytes.erase(bytes);
+}
+
+namespace {
 
 bool ValidLocation(const CUmemLocation& loc, CUresult* error) {
   switch (loc.type) {

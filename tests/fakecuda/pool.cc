@@ -76,9 +76,11 @@ Pool* Live(Pools& ps, CUmemoryPool h) {
 // what is in use).
 void ReleaseDownTo(Pool* p, uint64_t keep) {
   uint64_t floor = std::max(p->used, keep);
-  if (p->reserved <= floor) return;
-  GetDevice(p->device)->Uncharge(p->reserved - floor);
-  p->reserved = floor;
+  if (p->reserved > floor) {
+    GetDevice(p->device)->Uncharge(p->reserved - floor);
+    p->reserved = floor;
+  }
+  TrimPool(p, p->reserved - p->used);  // what it no longer holds is unmapped
 }
 
 // Needs ps.mu: forgets a destroyed pool nothing uses any more.
@@ -97,7 +99,7 @@ Pool* CurrentPool(int device) {
   return device >= 0 && device < static_cast<int>(ps.current.size()) ? ps.current[device] : nullptr;
 }
 
-CUresult PoolTake(Pool* p, size_t bytes) {
+CUresult PoolTake(Pool* p, size_t bytes, uintptr_t* kept) {
   Pools& ps = GetPools();
   std::lock_guard<std::mutex> lock(ps.mu);
   uint64_t idle = p->reserved - p->used;
@@ -110,14 +112,23 @@ CUresult PoolTake(Pool* p, size_t bytes) {
   p->used += bytes;
   p->used_high = std::max(p->used_high, p->used);
   p->reserved_high = std::max(p->reserved_high, p->reserved);
+  *kept = TakeFromPool(p, bytes);
+  // Memory kept for other sizes that this allocation's reservation now
+  // covers is no longer the pool's to keep mapped.
+  TrimPool(p, p->reserved - p->used);
   return CUDA_SUCCESS;
 }
 
-void PoolGive(Pool* p, size_t bytes) {
+bool PoolGive(Pool* p, size_t bytes, uintptr_t addr) {
   Pools& ps = GetPools();
   std::lock_guard<std::mutex> lock(ps.mu);
   p->used -= bytes;
+  if (addr != 0 && !p->destroyed) {
+    ParkInPool(p, addr, bytes);
+    return true;
+  }
   MaybeDelete(ps, p);
+  return false;
 }
 
 int PoolDevice(Pool* p) { return p->device; }
@@ -216,6 +227,7 @@ FAKECUDA_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
   if (ps.current[p->device] == p) ps.current[p->device] = ps.default_pool[p->device];
   ps.live.erase(p);
   p->destroyed = true;
+  ReleaseDownTo(p, 0);
   MaybeDelete(ps, p);
   return CUDA_SUCCESS;
 }
