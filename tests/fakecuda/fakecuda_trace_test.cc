@@ -398,7 +398,8 @@ void SmallWorkThenExit() {
 }
 
 // slow_fill over host-located VMM memory (8 MiB, read-write at a device
-// address): one page, then 2.5 pages straddling three.
+// address): one page, then 2.5 pages straddling three, then 4 MiB end to
+// end.
 void HostTouchesThenExit() {
   InitContext();
   constexpr size_t kMapped = 8u << 20;
@@ -419,8 +420,9 @@ void HostTouchesThenExit() {
   CUfunction fill = nullptr;
   CHILD_CU(cuModuleGetFunction(&fill, module, kSlowFill));
   int value = 1, delay_ms = 0;
-  for (auto [offset, n] : {std::pair<size_t, int>{4096 * 100, 1024},
-                           std::pair<size_t, int>{4096 * 200 + 2048, 2560}}) {
+  for (auto [offset, n] :
+       {std::pair<size_t, int>{4096 * 100, 1024}, std::pair<size_t, int>{4096 * 200 + 2048, 2560},
+        std::pair<size_t, int>{4096 * 1024, 1 << 20}}) {
     CUdeviceptr out = va + offset;
     void* params[] = {&out, &value, &n, &delay_ms};
     CHILD_CU(cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr));
@@ -601,7 +603,11 @@ TEST(FakeCudaTraceTest, StreamsAndCopyEnginesAreTracksOfTheirOperations) {
 }
 
 // A kernel reaching host-located memory says how much of it it touched
-// (whole pages), and the host-to-device engine carries that much.
+// (whole pages), and the host-to-device engine carries that much. A touch
+// of the page after the ones the previous touch opened opens twice as many:
+// one fault a page would cost far more than the link time charged, so a
+// sequential read of 1,024 pages takes 22 faults and is charged at most 63
+// pages it did not reach.
 TEST(FakeCudaTraceTest, AKernelsRecordSaysTheHostBytesItTouched) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const std::string path = TmpPath("host_touch.json");
@@ -615,9 +621,14 @@ TEST(FakeCudaTraceTest, AKernelsRecordSaysTheHostBytesItTouched) {
   Trace t;
   ASSERT_NO_FATAL_FAILURE(LoadTrace(path, &t));
   std::vector<Slice> kernels = t.Named("testk::slow_fill(int*, int, int, int)");
-  ASSERT_EQ(kernels.size(), 2u);
+  ASSERT_EQ(kernels.size(), 3u);
   EXPECT_EQ(kernels[0].args->Num("host_bytes_touched"), 4096);
+  EXPECT_EQ(kernels[0].args->Num("host_touch_faults"), 1);
   EXPECT_EQ(kernels[1].args->Num("host_bytes_touched"), 3 * 4096);
+  EXPECT_EQ(kernels[1].args->Num("host_touch_faults"), 2);  // 1 page, then 2
+  EXPECT_GE(kernels[2].args->Num("host_bytes_touched"), 1024 * 4096);
+  EXPECT_LE(kernels[2].args->Num("host_bytes_touched"), (1024 + 63) * 4096);
+  EXPECT_EQ(kernels[2].args->Num("host_touch_faults"), 22);  // 1, 2, ..., 32, then 64 each
   std::vector<Slice> one = t.Named("H2D 4 KiB");
   std::vector<Slice> three = t.Named("H2D 12 KiB");
   EXPECT_EQ(one.size(), 1u);

@@ -162,7 +162,8 @@ enum class CopyDir : uint8_t { kHtoD, kDtoH, kDtoD, kHtoH };
 struct OpLabel {
   OpKind kind = OpKind::kOther;
   CopyDir dir = CopyDir::kHtoH;  // kCopy
-  size_t bytes = 0;              // kCopy, kMemset
+  size_t bytes = 0;              // kCopy, kMemset; kKernel: host bytes touched
+  uint32_t host_faults = 0;      // kKernel: the faults that counted those
   // kKernel: its symbol name, alive until the launch has run (a module is
   // unloaded only once all work is done).
   const char* name = nullptr;
@@ -407,10 +408,13 @@ bool LinkTimed(Link link);
 // start of that window and returns no earlier than its end (later if the
 // move itself takes longer). Called on the stream worker (or the thread that
 // waits for it), which is thereby busy until the copy has completed.
-// `spent`: time the transfer already took on the calling thread (a kernel's
-// page faults while its touches were counted), taken off the window.
+// `began`, when earlier than now: when the transfer reached the engine. A
+// kernel's reads of host memory stream over the link while it runs (a GPU
+// overlaps them with its compute), so they are charged once it has run, in
+// a window from max(its start, when the engine was free): the kernel ends
+// at the later of its own end and the window's.
 void RunOnCopyEngine(int device, Link link, size_t bytes, const std::function<void()>& move,
-                     std::chrono::nanoseconds spent = std::chrono::nanoseconds(0));
+                     std::chrono::steady_clock::time_point began = {});
 
 // The VMM calls FAKECUDA_VMM_LATENCY_US charges: the calling thread is busy
 // for the configured time (on a GPU these are costly host calls), host-

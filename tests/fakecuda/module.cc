@@ -158,7 +158,9 @@ CUresult KernelNode(CUfunction f, fakecuda_dim3 grid, fakecuda_dim3 block, unsig
     // Under FAKECUDA_LINK, a kernel whose pointer parameters reach
     // host-located VMM memory (a buffer served from host) reads it over the
     // link, as on a GPU (about 50 GB/s on an H200): the pages it touches
-    // there (host_touch.h), on the host-to-device engine once it has run.
+    // there (host_touch.h), on the host-to-device engine from its start, so
+    // that it takes the longer of its own run (the counting's faults
+    // included) and the link's time for those pages.
     if (!LinkTimed(Link::kHostToDevice) || s == nullptr) {
       invoke();
       return;
@@ -176,12 +178,12 @@ CUresult KernelNode(CUfunction f, fakecuda_dim3 grid, fakecuda_dim3 block, unsig
       invoke();
       return;
     }
+    const auto began = std::chrono::steady_clock::now();
     invoke();
     const HostTouches::Result touched = touches.Finish();
-    NoteHostBytesTouched(touched.bytes);  // the kernel's trace record
-    // The time the counting's faults took is the link's time already spent.
+    NoteHostBytesTouched(touched.bytes, touched.faults);  // the kernel's trace record
     RunOnCopyEngine(
-        s->context()->device, Link::kHostToDevice, touched.bytes, [] {}, touched.faults);
+        s->context()->device, Link::kHostToDevice, touched.bytes, [] {}, began);
   };
   out->label = OpLabel{OpKind::kKernel};
   out->label.name = k->name;

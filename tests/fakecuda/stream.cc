@@ -90,8 +90,12 @@ void Stream::RunTraced(Op& op) {
   if (op.work) op.work();
   SetCurrentStreamTrack(0);
   t.end_ns = TraceNowNs();
-  const size_t host_bytes = TakeHostBytesTouched();
-  if (t.label.kind == OpKind::kKernel) t.label.bytes = host_bytes;
+  size_t host_faults = 0;
+  const size_t host_bytes = TakeHostBytesTouched(&host_faults);
+  if (t.label.kind == OpKind::kKernel) {
+    t.label.bytes = host_bytes;
+    t.label.host_faults = static_cast<uint32_t>(std::min<size_t>(host_faults, UINT32_MAX));
+  }
   // Recorded before the operation counts as completed: a module is unloaded,
   // and the kernel name freed, only once its launches have completed.
   TraceStreamOp(t);

@@ -56,7 +56,7 @@ Clock::duration TransferTime(size_t bytes, double bytes_per_s) {
 bool LinkTimed(Link link) { return BytesPerSecond(link) > 0; }
 
 void RunOnCopyEngine(int device, Link link, size_t bytes, const std::function<void()>& move,
-                     std::chrono::nanoseconds spent) {
+                     Clock::time_point began) {
   double bw = BytesPerSecond(link);
   if (bw <= 0 || device < 0 || device >= DeviceCount()) {
     move();
@@ -66,11 +66,9 @@ void RunOnCopyEngine(int device, Link link, size_t bytes, const std::function<vo
   Clock::time_point reached, start, end;
   {
     std::lock_guard<std::mutex> lock(engine.mu);
-    reached = Clock::now();
+    reached = std::min(Clock::now(), began == Clock::time_point{} ? Clock::now() : began);
     start = std::max(reached, engine.free_at);
-    end = start + std::max<Clock::duration>(
-                      TransferTime(bytes, bw) - std::chrono::duration_cast<Clock::duration>(spent),
-                      Clock::duration::zero());
+    end = start + TransferTime(bytes, bw);
     engine.free_at = end;
   }
   // Sleeping, not spinning: a DMA engine does not use a core.

@@ -40,8 +40,9 @@ struct Record {
   int64_t aux2_ns = 0;   // op: at the head of its stream; engine: done
   uint64_t bytes = 0;
   uint32_t track = 0;
-  uint32_t other = 0;  // op: the stream that held it; engine: the stream served
-  uint32_t name = 0;   // op kKernel: index into Tracer::names
+  uint32_t other = 0;   // op: the stream that held it; engine: the stream served
+  uint32_t name = 0;    // op kKernel: index into Tracer::names
+  uint32_t faults = 0;  // op kKernel: faults that counted its host touches
   RecordType type = RecordType::kStreamOp;
   OpKind op_kind = OpKind::kOther;
   CopyDir dir = CopyDir::kHtoH;
@@ -350,6 +351,7 @@ bool WriteJson(FILE* f, const std::deque<Record>& records, const std::vector<Tra
       w.S(",\"symbol\":").Q(names[r.name]);
       // Host-located memory it read over the link (pages touched).
       if (r.bytes > 0) w.S(",\"host_bytes_touched\":").U(r.bytes);
+      if (r.faults > 0) w.S(",\"host_touch_faults\":").U(r.faults);
     }
     w.S("}}");
   }
@@ -438,15 +440,20 @@ uint32_t CurrentStreamTrack() { return t_current_track; }
 
 namespace {
 thread_local size_t t_host_bytes_touched = 0;
+thread_local size_t t_host_touch_faults = 0;
 }  // namespace
 
-void NoteHostBytesTouched(size_t bytes) {
-  if (TraceEnabled()) t_host_bytes_touched += bytes;
+void NoteHostBytesTouched(size_t bytes, size_t faults) {
+  if (!TraceEnabled()) return;
+  t_host_bytes_touched += bytes;
+  t_host_touch_faults += faults;
 }
 
-size_t TakeHostBytesTouched() {
+size_t TakeHostBytesTouched(size_t* faults) {
   size_t bytes = t_host_bytes_touched;
+  *faults = t_host_touch_faults;
   t_host_bytes_touched = 0;
+  t_host_touch_faults = 0;
   return bytes;
 }
 void SetCurrentStreamTrack(uint32_t track) { t_current_track = track; }
@@ -472,6 +479,7 @@ void TraceStreamOp(const TracedOp& op) {
   r.aux_ns = op.enqueued_ns;
   r.aux2_ns = op.ready_ns;
   r.bytes = op.label.bytes;
+  r.faults = op.label.host_faults;
   r.track = op.track;
   r.other = op.held_by;
   r.op_kind = op.label.kind;

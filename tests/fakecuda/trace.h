@@ -59,11 +59,11 @@ uint32_t CurrentStreamTrack();
 void SetCurrentStreamTrack(uint32_t track);
 
 // The kernel the calling thread runs touched `bytes` of host-located memory
-// (host_touch.h): its record says so. Read and reset by the stream worker
-// once the operation has run (TakeHostBytesTouched); cheap when tracing is
-// off.
-void NoteHostBytesTouched(size_t bytes);
-size_t TakeHostBytesTouched();
+// (host_touch.h), counted by `faults` page faults: its record says so. Read
+// and reset by the stream worker once the operation has run
+// (TakeHostBytesTouched); cheap when tracing is off.
+void NoteHostBytesTouched(size_t bytes, size_t faults);
+size_t TakeHostBytesTouched(size_t* faults);
 
 // One operation of the stream whose track is `track`: submitted at
 // `enqueued_ns`, at the head of its stream from `ready_ns`, held until
