@@ -248,18 +248,28 @@ std::vector<uint64_t> LoaderStep(int step) {
   return keys;
 }
 
-TEST(IterationDetectorTest, OperationsOfAnotherThreadLandingAFewPlacesOffKeepTheIteration) {
+// Twelve steps of `step`, one after another.
+std::vector<uint64_t> TwelveSteps(std::vector<uint64_t> (*step)(int)) {
   std::vector<uint64_t> keys;
-  for (int step = 0; step < 12; ++step) {
-    const std::vector<uint64_t> s = LoaderStep(step);
+  for (int n = 0; n < 12; ++n) {
+    const std::vector<uint64_t> s = step(n);
     keys.insert(keys.end(), s.begin(), s.end());
   }
-  IterationDetector d;
-  const Trace r = Feed(d, keys);
-  long found = -1;  // the step's period found
-  for (size_t i = 0; i < r.obs.size() && found < 0; ++i) {
-    if (r.obs[i].event == Event::kFound && r.obs[i].period == 302) found = static_cast<long>(i);
+  return keys;
+}
+
+// The operation at which `period` was first found, or -1.
+long FirstFound(const Trace& r, size_t period) {
+  for (size_t i = 0; i < r.obs.size(); ++i) {
+    if (r.obs[i].event == Event::kFound && r.obs[i].period == period) return static_cast<long>(i);
   }
+  return -1;
+}
+
+TEST(IterationDetectorTest, OperationsOfAnotherThreadLandingAFewPlacesOffKeepTheIteration) {
+  IterationDetector d;
+  const Trace r = Feed(d, TwelveSteps(LoaderStep));
+  const long found = FirstFound(r, 302);  // the step's period
   ASSERT_GE(found, 0) << "never found the step";
   EXPECT_LE(static_cast<size_t>(found), 4 * 302u);
   // Followed to the end: a boundary every step, never a change.
@@ -291,17 +301,9 @@ std::vector<uint64_t> BusyLoaderStep(int step) {
 }
 
 TEST(IterationDetectorTest, ABusyLoadersCopiesAFewPlacesOffStillLetTheIterationBeFound) {
-  std::vector<uint64_t> keys;
-  for (int step = 0; step < 12; ++step) {
-    const std::vector<uint64_t> s = BusyLoaderStep(step);
-    keys.insert(keys.end(), s.begin(), s.end());
-  }
   IterationDetector d;
-  const Trace r = Feed(d, keys);
-  long found = -1;
-  for (size_t i = 0; i < r.obs.size() && found < 0; ++i) {
-    if (r.obs[i].event == Event::kFound && r.obs[i].period == 306) found = static_cast<long>(i);
-  }
+  const Trace r = Feed(d, TwelveSteps(BusyLoaderStep));
+  const long found = FirstFound(r, 306);
   ASSERT_GE(found, 0) << "never found the step";
   EXPECT_LE(static_cast<size_t>(found), 3 * 306u);
   size_t changes = 0;

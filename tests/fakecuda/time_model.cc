@@ -66,7 +66,8 @@ void RunOnCopyEngine(int device, Link link, size_t bytes, const std::function<vo
   Clock::time_point reached, start, end;
   {
     std::lock_guard<std::mutex> lock(engine.mu);
-    reached = std::min(Clock::now(), began == Clock::time_point{} ? Clock::now() : began);
+    reached = Clock::now();
+    if (began != Clock::time_point{}) reached = std::min(reached, began);
     start = std::max(reached, engine.free_at);
     end = start + TransferTime(bytes, bw);
     engine.free_at = end;
