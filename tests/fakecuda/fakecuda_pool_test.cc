@@ -132,13 +132,16 @@ TEST_F(PoolTest, FreedMemoryThePoolKeepsStaysMappedUntilReleased) {
   ASSERT_CU(cuMemPoolDestroy(pool));
   EXPECT_FALSE(Mapped(small, 2 * kPage));
 
-  // The default pool, threshold 0: released, so unmapped, at the next
-  // synchronisation.
+  // Threshold 0, the default: released, so unmapped, at the next
+  // synchronisation. (A pool of its own: the default pool's high-water
+  // marks outlive the test.)
+  CUmemoryPool fresh = NewPool();
   CUdeviceptr d = 0;
-  ASSERT_CU(cuMemAllocAsync(&d, 4 * kPage, s_));
+  ASSERT_CU(cuMemAllocFromPoolAsync(&d, 4 * kPage, fresh, s_));
   ASSERT_CU(cuMemFreeAsync(d, s_));
   ASSERT_CU(cuStreamSynchronize(s_));
   EXPECT_FALSE(Mapped(d, 4 * kPage));
+  ASSERT_CU(cuMemPoolDestroy(fresh));
 }
 
 TEST_F(PoolTest, ThresholdKeepsFreedMemoryAndTrimReleasesIt) {
