@@ -7,8 +7,11 @@
 # same mode uncapped without stensor. Measured in one run, medians over
 # interleaved runs; every run has FAKECUDA_VMM_LATENCY_US=h200 (VMM calls
 # cost what they cost on an H200):
-#   - steady-state step time: runs of N and 2N steps, (train_seconds(2N) -
-#     train_seconds(N)) / N, which leaves out the first N steps (graph
+#   - steady-state step time: from the 2N-step run's step times
+#     (--step-times: each step's host wall time, its loss read back and its
+#     share of the evaluation pass), the median over runs of the program's
+#     2-step iterations among steps N..2N-1, halved, which leaves out the
+#     first N steps (graph
 #     capture, warm-up, and finding and profiling the iteration: the program
 #     repeats every 2 steps, as the evaluation pass and empty_cache follow
 #     every 2nd step, but the data loader runs ahead of the first steps and
@@ -16,7 +19,9 @@
 #     iteration is found after 5 steps, and profiled in the next 2; N = 8
 #     measured those steps too and overstated the per-tensor cost at 50 %
 #     from about 1.15 x to 1.69 x); a step includes its share of the
-#     evaluation pass and empty_cache;
+#     evaluation pass and empty_cache. A median over iterations of one run,
+#     not a difference of two runs' totals, so that a pause of the machine
+#     (a second or two on a shared VM) moves one iteration, not the step;
 #   - with FAKECUDA_LINK (both directions) at working set / (0.5 x uncapped
 #     step time without the link), so that moving the whole working set
 #     once takes half the uncapped step: step time against uncapped (also
@@ -165,7 +170,7 @@ def alloc_column(mode):
 
 
 def mode_argv(mode):
-    return [train, "--alloc", mode[0], "--graphs", mode[1]] + model_args
+    return [train, "--alloc", mode[0], "--graphs", mode[1], "--step-times"] + model_args
 
 
 def shell_words(env, argv):
@@ -204,6 +209,7 @@ def run_once(mode, tag, extra_env, length):
     r = {"wall": seconds}
     m = re.search(r"^train_seconds ([0-9.]+)$", p.stdout, re.M)
     r["seconds"] = float(m.group(1)) if m else None
+    r["step_times"] = dict((int(n), float(t)) for n, t in re.findall(r"^step_time ([0-9]+) ([0-9.]+)$", p.stdout, re.M))
     m = re.search(r"^working_set ([0-9]+)$", p.stdout, re.M)
     r["ws"] = int(m.group(1)) if m else None
     m = re.search(r"^checksum ([0-9a-f]+)$", p.stdout, re.M)
@@ -236,14 +242,22 @@ def per_step(results, key):
 
 
 def step_time(results, what):
-    """per_step of train_seconds; a step of 0 or less (noise swamping too few
-    steps on a loaded machine) is reported and counts as no figure."""
-    value = per_step(results, "seconds")
-    if value is not None and value <= 0:
-        failures.append("%s: step time came out %.4g s (2N-step runs not slower than N-step runs); "
-                        "more --runs or --steps" % (what, value))
+    """Seconds a steady-state step: the median of the 2N-step runs' 2-step
+    iterations that start at an even step from N on (each holds one
+    evaluation pass and one empty_cache), halved."""
+    first = steps + steps % 2
+    iterations = []
+    for r in results.get(2 * steps, []):
+        if r is None:
+            continue
+        times = r["step_times"]
+        if any(n not in times for n in range(first, 2 * steps)):
+            failures.append("%s: step_time lines missing in %s.out" % (what, r["log"]))
+            continue
+        iterations += [times[n] + times[n + 1] for n in range(first, 2 * steps - 1, 2)]
+    if not iterations:
         return None
-    return value
+    return statistics.median(iterations) / 2
 
 
 def measure(configs, phase):
@@ -451,7 +465,8 @@ def table(suffix, title):
 
 
 print()
-print("Medians of %d interleaved run(s) of N = %d and 2N = %d steps; per step = (2N - N) / N; "
+print("Medians of %d interleaved run(s) of N = %d and 2N = %d steps; step time: the median 2-step "
+      "iteration among steps N..2N-1 of the 2N-step runs, halved; other figures per step = (2N - N) / N; "
       "the optimum on access logs of M = %d and 2M = %d steps. "
       "MiB = 2^20 bytes. FAKECUDA_VMM_LATENCY_US=h200 in every run." %
       (runs, steps, 2 * steps, optimum_steps, 2 * optimum_steps))

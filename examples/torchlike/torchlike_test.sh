@@ -75,8 +75,12 @@ for mode in $modes; do
   cmp -s <(result "$tmp/$mode.plain") "$tmp/want" ||
     { diff "$tmp/want" <(result "$tmp/$mode.plain") >&2; fail "$mode: differs from caching-eager without stensor"; }
 done
-"$train" --steps $steps > "$tmp/again.plain"
+"$train" --steps $steps --step-times > "$tmp/again.plain"
 cmp -s <(result "$tmp/again.plain") "$tmp/want" || fail "two plain runs differ"
+(( $(grep -Ec '^step_time [0-9]+ [0-9]+\.[0-9]+$' "$tmp/again.plain") == steps )) ||
+  fail "--step-times: expected $steps step_time lines"
+cmp -s <(grep -v '^step_time ' "$tmp/again.plain" | grep -v '^train_seconds ') \
+  <(grep -v '^train_seconds ' "$tmp/caching-eager.plain") || fail "--step-times changed the other output"
 ws_default=$(field "$tmp/caching-eager.plain" working_set)
 (( ws_default >= 150 * 1024 * 1024 && ws_default <= 250 * 1024 * 1024 )) ||
   fail "default working set $ws_default is not within 150-250 MiB"

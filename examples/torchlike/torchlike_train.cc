@@ -53,6 +53,9 @@
 // Output, on stdout:
 //   step <n> loss <x>          one line per step (the mean over micro-batches)
 //   eval <n> loss <x>          after step n, every --eval-every steps
+//   step_time <n> <seconds>    with --step-times: host wall time of step n
+//                              and its evaluation, from its first call to
+//                              the end of its last loss read-back
 //   train_seconds <s>          wall time of the training loop
 //   working_set <bytes>        caching: the most segment bytes held at once;
 //                              per-tensor: the most tensor bytes live at once
@@ -108,6 +111,7 @@ struct Options {
   int experts = 16;
   int ffn = 1024;
   int eval_every = 2;
+  bool step_times = false;
   float lr = 0.001f;
   long long seed = 1;
   AllocMode alloc = AllocMode::kCaching;
@@ -136,75 +140,81 @@ constexpr char kUsage[] =
     "  --experts N       mixture-of-experts experts (default 16)\n"
     "  --ffn N           expert hidden width (default 1024)\n"
     "  --eval-every N    evaluate after every Nth step (default 2)\n"
+    "  --step-times      print 'step_time <n> <seconds>' after each step\n"
     "  --lr X            AdamW learning rate (default 0.001)\n"
     "  --seed N          seed of data and weights, 0..4294967295 (default 1)\n";
 
 Options ParseFlags(int argc, char** argv) {
   Options o;
   constexpr int kMax = 1 << 16;
-  examples::ForEachFlag(argc, argv, {}, [&](const std::string& name, const std::string* flag) {
-    const std::string& value = *flag;
-    if (name == "module") {
-      if (value.empty()) examples::UsageError("--module needs a path");
-      o.module = value;
-    } else if (name == "alloc") {
-      if (value == "caching") {
-        o.alloc = AllocMode::kCaching;
-      } else if (value == "per-tensor") {
-        o.alloc = AllocMode::kPerTensor;
-      } else {
-        examples::UsageError("--alloc=%s: caching or per-tensor", value.c_str());
-      }
-    } else if (name == "optimizer") {
-      if (value == "fused") {
-        o.optimizer = OptimizerMode::kFused;
-      } else if (value == "per-param") {
-        o.optimizer = OptimizerMode::kPerParam;
-      } else {
-        examples::UsageError("--optimizer=%s: fused or per-param", value.c_str());
-      }
-    } else if (name == "graphs") {
-      if (value == "eager") {
-        o.graphs = GraphMode::kEager;
-      } else if (value == "step") {
-        o.graphs = GraphMode::kStep;
-      } else if (value == "layer") {
-        o.graphs = GraphMode::kLayer;
-      } else {
-        examples::UsageError("--graphs=%s: eager, step or layer", value.c_str());
-      }
-    } else if (name == "steps") {
-      o.steps = examples::ParseInt(name, value, 1, 1000000);
-    } else if (name == "micro") {
-      o.micro = examples::ParseInt(name, value, 1, 1024);
-    } else if (name == "layers") {
-      o.layers = examples::ParseInt(name, value, 2, 1000);
-    } else if (name == "dim") {
-      o.dim = examples::ParseInt(name, value, 1, kMax);
-    } else if (name == "heads") {
-      o.heads = examples::ParseInt(name, value, 1, kMax);
-    } else if (name == "seq") {
-      o.seq = examples::ParseInt(name, value, 1, kMax);
-    } else if (name == "batch") {
-      o.batch = examples::ParseInt(name, value, 1, kMax);
-    } else if (name == "vocab") {
-      o.vocab = examples::ParseInt(name, value, 2, 1 << 24);
-    } else if (name == "buckets") {
-      o.buckets = examples::ParseInt(name, value, 1, 1 << 28);
-    } else if (name == "experts") {
-      o.experts = examples::ParseInt(name, value, 1, 1024);
-    } else if (name == "ffn") {
-      o.ffn = examples::ParseInt(name, value, 1, kMax);
-    } else if (name == "eval-every") {
-      o.eval_every = examples::ParseInt(name, value, 1, 1000000);
-    } else if (name == "lr") {
-      o.lr = examples::ParseFloat(name, value, 0.0f, 10.0f);
-    } else if (name == "seed") {
-      o.seed = examples::ParseInteger(name, value, 0, UINT_MAX);
-    } else {
-      examples::UsageError("unknown flag --%s", name.c_str());
-    }
-  });
+  examples::ForEachFlag(
+      argc, argv, {"step-times"}, [&](const std::string& name, const std::string* flag) {
+        if (name == "step-times") {
+          o.step_times = true;
+          return;
+        }
+        const std::string& value = *flag;
+        if (name == "module") {
+          if (value.empty()) examples::UsageError("--module needs a path");
+          o.module = value;
+        } else if (name == "alloc") {
+          if (value == "caching") {
+            o.alloc = AllocMode::kCaching;
+          } else if (value == "per-tensor") {
+            o.alloc = AllocMode::kPerTensor;
+          } else {
+            examples::UsageError("--alloc=%s: caching or per-tensor", value.c_str());
+          }
+        } else if (name == "optimizer") {
+          if (value == "fused") {
+            o.optimizer = OptimizerMode::kFused;
+          } else if (value == "per-param") {
+            o.optimizer = OptimizerMode::kPerParam;
+          } else {
+            examples::UsageError("--optimizer=%s: fused or per-param", value.c_str());
+          }
+        } else if (name == "graphs") {
+          if (value == "eager") {
+            o.graphs = GraphMode::kEager;
+          } else if (value == "step") {
+            o.graphs = GraphMode::kStep;
+          } else if (value == "layer") {
+            o.graphs = GraphMode::kLayer;
+          } else {
+            examples::UsageError("--graphs=%s: eager, step or layer", value.c_str());
+          }
+        } else if (name == "steps") {
+          o.steps = examples::ParseInt(name, value, 1, 1000000);
+        } else if (name == "micro") {
+          o.micro = examples::ParseInt(name, value, 1, 1024);
+        } else if (name == "layers") {
+          o.layers = examples::ParseInt(name, value, 2, 1000);
+        } else if (name == "dim") {
+          o.dim = examples::ParseInt(name, value, 1, kMax);
+        } else if (name == "heads") {
+          o.heads = examples::ParseInt(name, value, 1, kMax);
+        } else if (name == "seq") {
+          o.seq = examples::ParseInt(name, value, 1, kMax);
+        } else if (name == "batch") {
+          o.batch = examples::ParseInt(name, value, 1, kMax);
+        } else if (name == "vocab") {
+          o.vocab = examples::ParseInt(name, value, 2, 1 << 24);
+        } else if (name == "buckets") {
+          o.buckets = examples::ParseInt(name, value, 1, 1 << 28);
+        } else if (name == "experts") {
+          o.experts = examples::ParseInt(name, value, 1, 1024);
+        } else if (name == "ffn") {
+          o.ffn = examples::ParseInt(name, value, 1, kMax);
+        } else if (name == "eval-every") {
+          o.eval_every = examples::ParseInt(name, value, 1, 1000000);
+        } else if (name == "lr") {
+          o.lr = examples::ParseFloat(name, value, 0.0f, 10.0f);
+        } else if (name == "seed") {
+          o.seed = examples::ParseInteger(name, value, 0, UINT_MAX);
+        } else {
+          examples::UsageError("unknown flag --%s", name.c_str());
+        }
+      });
   if (o.dim % o.heads != 0) {
     examples::UsageError("--dim %d is not a multiple of --heads %d", o.dim, o.heads);
   }
@@ -1373,10 +1383,16 @@ int main(int argc, char** argv) {
     torchlike::DataLoader loader(context, &memory, options, options.steps * options.micro);
     const auto start = std::chrono::steady_clock::now();
     for (int step = 0; step < options.steps; ++step) {
+      const auto step_start = std::chrono::steady_clock::now();
       const float loss = trainer.Step(step, &loader);
       std::printf("step %d loss %.6f\n", step, loss);
       if ((step + 1) % options.eval_every == 0) {
         std::printf("eval %d loss %.6f\n", step, trainer.Evaluate());
+      }
+      if (options.step_times) {
+        std::printf(
+            "step_time %d %.6f\n", step,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
       }
       std::fflush(stdout);
     }
