@@ -120,13 +120,20 @@ class EvictionOrder {
     uint64_t round = std::numeric_limits<uint64_t>::max();
     // Takes buffers fetched ahead of their use too.
     bool spend_prefetched = false;
+    // Bytes still short of the need (0: unknown) and the predictor's time
+    // now: with both, Victim weighs sizes (see SizedVictim).
+    uint64_t shortfall = 0;
+    uint64_t now = 0;
   };
   // The first buffer in the policy's order (S405), or in the droppable
   // order (S403), that `filter` and `may_take` accept; null if none. Pinned
-  // buffers are never taken.
+  // buffers are never taken. Given a shortfall, Victim may take a smaller
+  // one that covers it instead (SizedVictim).
   template <typename Accept>
   EvictionState* Victim(const Filter& filter, Accept may_take) {
-    return First(evictable_, filter, may_take);
+    EvictionState* first = First(evictable_, filter, may_take);
+    if (first == nullptr || filter.shortfall == 0) return first;
+    return SizedVictim(*first, filter, may_take);
   }
   EvictionState* Victim(const Filter& filter) {
     return Victim(filter, [](const EvictionState&) { return true; });
@@ -150,17 +157,50 @@ class EvictionOrder {
   }
 
  private:
+  static bool Skipped(const EvictionState& b, const Filter& filter) {
+    return b.pins > 0 || b.failed_round == filter.round ||
+           (b.prefetched && !filter.spend_prefetched);
+  }
   template <typename Map, typename Accept>
   EvictionState* First(Map& order, const Filter& filter, Accept& may_take) {
     Flush();
     for (auto& [key, b] : order) {
-      if (b->pins > 0 || b->failed_round == filter.round ||
-          (b->prefetched && !filter.spend_prefetched) || !may_take(*b)) {
-        continue;
-      }
-      return b;
+      if (!Skipped(*b, filter) && may_take(*b)) return b;
     }
     return nullptr;
+  }
+  // Belady's order ignores sizes: short of 1 MiB, it evicts a 24 MiB tensor
+  // needed a little after a 2 MiB one, and moves 48 MiB (out and back in)
+  // where 4 would do. So among the first kSizedLook candidates, one that
+  // covers the shortfall alone at a smaller cost (its bytes back in, and out
+  // too when dirty) goes instead, provided its next use is at least half as
+  // far off as the first's: else it would be the next thing needed back and
+  // only move the eviction to a later operation. Predicted times only: an
+  // unknown next use may be the next operation.
+  static constexpr int kSizedLook = 64;
+  uint64_t MoveCost(const EvictionState& b) const { return b.reserved * (Copies(b) ? 2 : 1); }
+  static bool PredictedAfter(const EvictionState& b, uint64_t now) {
+    return b.next_use < EvictionCandidate::kInSequence && b.next_use > now;
+  }
+  template <typename Accept>
+  EvictionState* SizedVictim(EvictionState& first, const Filter& filter, Accept& may_take) {
+    if (first.reserved <= filter.shortfall || !PredictedAfter(first, filter.now)) return &first;
+    const uint64_t horizon = first.next_use - filter.now;
+    EvictionState* best = &first;
+    uint64_t best_cost = MoveCost(first);
+    int looked = 0;
+    for (auto& [key, b] : evictable_) {
+      if (++looked > kSizedLook) break;
+      if (b->reserved < filter.shortfall || !PredictedAfter(*b, filter.now) ||
+          2 * (b->next_use - filter.now) < horizon || Skipped(*b, filter)) {
+        continue;
+      }
+      if (const uint64_t cost = MoveCost(*b); cost < best_cost && may_take(*b)) {
+        best = b;
+        best_cost = cost;
+      }
+    }
+    return best;
   }
   void Flush();
   void Rekey(EvictionState& b);

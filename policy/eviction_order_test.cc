@@ -124,6 +124,71 @@ TEST_F(EvictionOrderTest, IneligibleAndRemovedBuffersLeaveBothOrders) {
 
 // Against a walk of every buffer: the same first choice after random
 // changes, removals and looks, whatever the interleaving.
+class SizedVictimTest : public ::testing::Test {
+ protected:
+  // A dirty buffer of `mib` MiB next used at `next_use`.
+  EvictionState& Add(uint64_t id, uint64_t mib, uint64_t next_use) {
+    EvictionState& b = buffers_.emplace_back();
+    b.id = id;
+    b.serial = id;
+    b.reserved = mib << 20;
+    b.last_use = 1;
+    b.gpu_version = 1;
+    b.written = true;
+    b.next_use = next_use;
+    order_.Update(b, true);
+    return b;
+  }
+  EvictionState* Victim(uint64_t shortfall, uint64_t now = 100) {
+    EvictionOrder::Filter filter;
+    filter.shortfall = shortfall;
+    filter.now = now;
+    return order_.Victim(filter);
+  }
+
+  std::unique_ptr<EvictionPolicy> belady_ = MakeBeladyPolicy();
+  EvictionOrder order_{belady_.get(), /*version_rules=*/true};
+  std::deque<EvictionState> buffers_;
+};
+
+TEST_F(SizedVictimTest, ASmallShortfallTakesTheSmallBufferNeededAlmostAsLate) {
+  Add(1, 24, 200);  // Belady's pick: needed last
+  Add(2, 2, 180);
+  Add(3, 4, 190);
+  EXPECT_EQ(Victim(0)->id, 1u);        // no shortfall given: the policy's order
+  EXPECT_EQ(Victim(1 << 20)->id, 2u);  // 2 MiB cover it: 4 moved, not 48
+  EXPECT_EQ(Victim(3 << 20)->id, 3u);  // the 2 MiB one does not cover it
+  EXPECT_EQ(Victim(5 << 20)->id, 1u);  // only the first does
+}
+
+TEST_F(SizedVictimTest, NeverOneNeededSoonNorOneWithoutAPredictedTime) {
+  Add(1, 24, 200);
+  Add(2, 2, 140);  // 40 ahead against the first's 100: it would be needed back first
+  EXPECT_EQ(Victim(1 << 20)->id, 1u);
+  Add(3, 2, EvictionCandidate::kInSequence + 5);  // a rank in a sequence, not a time
+  EXPECT_EQ(Victim(1 << 20)->id, 3u);             // first in Belady's order, and taken so
+}
+
+TEST_F(SizedVictimTest, AFirstWithoutAPredictedTimeIsTakenAsTheOrderSays) {
+  Add(1, 24, EvictionCandidate::kNoNextUse);  // nothing says when it is needed
+  Add(2, 2, 190);
+  EXPECT_EQ(Victim(1 << 20)->id, 1u);
+}
+
+TEST_F(SizedVictimTest, ACleanBufferCostsItsBytesOnceAndPinnedOrPrefetchedOnesAreSkipped) {
+  Add(1, 8, 200);                         // dirty: 16 MiB moved
+  EvictionState& clean = Add(2, 6, 190);  // clean: 6 MiB moved (back in only)
+  clean.location = Location::kCpuGpu;
+  clean.host_version = clean.gpu_version;
+  order_.Update(clean, true);
+  EvictionState& dirty = Add(3, 5, 190);  // dirty: 10 MiB moved
+  EXPECT_EQ(Victim(1 << 20)->id, 2u);
+  clean.pins = 1;
+  EXPECT_EQ(Victim(1 << 20)->id, 3u);
+  dirty.prefetched = true;
+  EXPECT_EQ(Victim(1 << 20)->id, 1u);
+}
+
 TEST_F(EvictionOrderTest, AgreesWithAFullWalk) {
   std::unique_ptr<EvictionPolicy> belady = MakeBeladyPolicy();
   EvictionOrder order(belady.get(), /*version_rules=*/true);

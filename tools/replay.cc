@@ -207,9 +207,13 @@ class Simulator {
   }
 
   // S405: the first in the policy's order goes (the caller looks again
-  // after), copied as the policy says, as MemoryManager::EvictByPolicy does.
-  bool EvictByPolicy(bool spend_prefetched) {
-    auto* pick = static_cast<SimBuffer*>(order_.Victim(Look(spend_prefetched)));
+  // after), or a smaller one covering the shortfall, copied as the policy
+  // says, as MemoryManager::EvictByPolicy does.
+  bool EvictByPolicy(bool spend_prefetched, uint64_t shortfall) {
+    EvictionOrder::Filter look = Look(spend_prefetched);
+    look.shortfall = shortfall;
+    look.now = options_.oracle ? op_ : planner_->now();  // the time next uses are in
+    auto* pick = static_cast<SimBuffer*>(order_.Victim(look));
     if (pick == nullptr) return false;
     SwapOut(*pick, order_.Copies(*pick));
     return true;
@@ -225,7 +229,7 @@ class Simulator {
       return sim_.DropOneClean(spend_prefetched);
     }
     bool EvictByPolicy(bool spend_prefetched) override {
-      return sim_.EvictByPolicy(spend_prefetched);
+      return sim_.EvictByPolicy(spend_prefetched, sim_.used_ - (sim_.options_.cap - need_));
     }
 
    private:

@@ -1359,12 +1359,6 @@ void MemoryManager::RecountGarbage(Device& dev, Buffer& b) {
   b.garbage_counted = now;
 }
 
-MemoryManager::Buffer* MemoryManager::PolicyVictim(Device& dev, bool spend_prefetched) {
-  // The first in the policy's order not pinned (those are few: the buffers
-  // of operations being prepared) nor failed in this round.
-  return static_cast<Buffer*>(dev.order.Victim({round_, spend_prefetched}));
-}
-
 uint64_t MemoryManager::FreeUnderCap(const Device& dev) {
   const uint64_t room = dev.pool.bytes() + dev.garbage_bytes + dev.kept_bytes;
   const uint64_t held = dev.used - std::min(dev.used, room);
@@ -1373,8 +1367,14 @@ uint64_t MemoryManager::FreeUnderCap(const Device& dev) {
 
 bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, HostWait host_wait, CUresult* error,
                                   bool spend_prefetched) {
-  (void)needed;  // one at a time: the caller re-checks the cap after each
-  Buffer* pick = PolicyVictim(dev, spend_prefetched);
+  // The first in the policy's order not pinned (those are few: the buffers
+  // of operations being prepared) nor failed in this round; one at a time,
+  // the caller re-checks the cap after each. Sizes weigh only where next
+  // uses are predicted (in the planner's times).
+  const IterationPlanner* planner = planner_made_ ? planner_.get() : nullptr;
+  Buffer* pick = static_cast<Buffer*>(
+      dev.order.Victim({round_, spend_prefetched, planner != nullptr ? needed : 0,
+                        planner != nullptr ? planner->now() : 0}));
   if (pick == nullptr) return false;
   Buffer& b = *pick;
   if (!CanQueue(dev) && !Idle(b)) {

@@ -823,9 +823,6 @@ class MemoryManager {
   // What is free under the cap on `dev` for a swap-in: pooled chunks, freed
   // buffers' and kept ones' count as free (MakeRoom takes them first).
   static uint64_t FreeUnderCap(const Device& dev);
-  // The buffer EvictByPolicy would take first on `dev`, or null.
-  Buffer* PolicyVictim(Device& dev, bool spend_prefetched = false)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Prefetch and EvictAsync, locked.
   CUresult PrefetchLocked(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CUresult EvictAsyncLocked(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
