@@ -37,6 +37,12 @@ struct BufferTouch {
   uint64_t id = 0;
   uint64_t bytes = 0;
   bool write = false;
+  // Where the operation names it first (its argument order), or kAtIndex:
+  // where it is among the operation's touches. What the next-use predictor
+  // learns per slot: an argument's place, unlike a touch's index, does not
+  // shift when another argument is not a buffer the caller tracks.
+  uint32_t position = kAtIndex;
+  static constexpr uint32_t kAtIndex = UINT32_MAX;
 };
 
 // Appends `touch` to an operation's `touches` and returns its index; with

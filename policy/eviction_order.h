@@ -128,11 +128,12 @@ class EvictionOrder {
   // The first buffer in the policy's order (S405), or in the droppable
   // order (S403), that `filter` and `may_take` accept; null if none. Pinned
   // buffers are never taken. Given a shortfall, Victim may take a smaller
-  // one that covers it instead (SizedVictim).
+  // one that covers it instead (SizedVictim), under a policy that ranks by
+  // predicted next uses.
   template <typename Accept>
   EvictionState* Victim(const Filter& filter, Accept may_take) {
     EvictionState* first = First(evictable_, filter, may_take);
-    if (first == nullptr || filter.shortfall == 0) return first;
+    if (first == nullptr || filter.shortfall == 0 || !policy_->RanksByNextUse()) return first;
     return SizedVictim(*first, filter, may_take);
   }
   EvictionState* Victim(const Filter& filter) {
@@ -171,30 +172,43 @@ class EvictionOrder {
   }
   // Belady's order ignores sizes: short of 1 MiB, it evicts a 24 MiB tensor
   // needed a little after a 2 MiB one, and moves 48 MiB (out and back in)
-  // where 4 would do. So among the first kSizedLook candidates, one that
-  // covers the shortfall alone at a smaller cost (its bytes back in, and out
-  // too when dirty) goes instead, provided its next use is at least half as
-  // far off as the first's: else it would be the next thing needed back and
-  // only move the eviction to a later operation. Predicted times only: an
-  // unknown next use may be the next operation.
+  // where 4 would do; or it copies out a 24 MiB gradient nothing uses again
+  // rather than move 4. So among the first kSizedLook candidates, one that
+  // covers the shortfall alone at a smaller cost goes instead. The cost is
+  // bytes moved: out when dirty, and back in when a next use is predicted
+  // (none is for a buffer whose slot saw its occupants freed). A candidate
+  // with a predicted next use qualifies only if that is at least half as
+  // far off as the farthest predicted one's: else it would be the next thing
+  // needed back, and would only move the eviction to a later operation. A
+  // buffer ranked in a sequence (EvictionCandidate::kInSequence) is taken as
+  // the order says.
   static constexpr int kSizedLook = 64;
-  uint64_t MoveCost(const EvictionState& b) const { return b.reserved * (Copies(b) ? 2 : 1); }
-  static bool PredictedAfter(const EvictionState& b, uint64_t now) {
-    return b.next_use < EvictionCandidate::kInSequence && b.next_use > now;
+  static bool InSequence(const EvictionState& b) {
+    return b.next_use >= EvictionCandidate::kInSequence &&
+           b.next_use != EvictionCandidate::kNoNextUse;
+  }
+  uint64_t MoveCost(const EvictionState& b) const {
+    return b.reserved *
+           ((Copies(b) ? 1 : 0) + (b.next_use != EvictionCandidate::kNoNextUse ? 1 : 0));
   }
   template <typename Accept>
   EvictionState* SizedVictim(EvictionState& first, const Filter& filter, Accept& may_take) {
-    if (first.reserved <= filter.shortfall || !PredictedAfter(first, filter.now)) return &first;
-    const uint64_t horizon = first.next_use - filter.now;
+    if (first.reserved <= filter.shortfall || InSequence(first)) return &first;
     EvictionState* best = &first;
     uint64_t best_cost = MoveCost(first);
+    uint64_t horizon = 0;  // of the farthest predicted next use (the order's first)
     int looked = 0;
     for (auto& [key, b] : evictable_) {
-      if (++looked > kSizedLook) break;
-      if (b->reserved < filter.shortfall || !PredictedAfter(*b, filter.now) ||
-          2 * (b->next_use - filter.now) < horizon || Skipped(*b, filter)) {
+      if (best_cost == 0 || ++looked > kSizedLook) break;
+      const bool predicted = b->next_use < EvictionCandidate::kInSequence;
+      if (predicted) {
+        if (b->next_use <= filter.now) continue;  // overdue: says nothing
+        if (horizon == 0) horizon = b->next_use - filter.now;
+        if (2 * (b->next_use - filter.now) < horizon) break;  // the rest come sooner still
+      } else if (InSequence(*b)) {
         continue;
       }
+      if (b == &first || b->reserved < filter.shortfall || Skipped(*b, filter)) continue;
       if (const uint64_t cost = MoveCost(*b); cost < best_cost && may_take(*b)) {
         best = b;
         best_cost = cost;

@@ -169,10 +169,30 @@ TEST_F(SizedVictimTest, NeverOneNeededSoonNorOneWithoutAPredictedTime) {
   EXPECT_EQ(Victim(1 << 20)->id, 3u);             // first in Belady's order, and taken so
 }
 
-TEST_F(SizedVictimTest, AFirstWithoutAPredictedTimeIsTakenAsTheOrderSays) {
-  Add(1, 24, EvictionCandidate::kNoNextUse);  // nothing says when it is needed
-  Add(2, 2, 190);
+TEST_F(SizedVictimTest, ADirtyBufferNeverUsedAgainCostsItsCopyOut) {
+  // A gradient the optimizer has read: nothing predicts another use, so
+  // Belady takes it first, and copies 24 MiB out.
+  EvictionState& grad = Add(1, 24, EvictionCandidate::kNoNextUse);
+  Add(2, 2, 190);  // 4 MiB: out and back in
+  EXPECT_EQ(Victim(1 << 20)->id, 2u);
+  EXPECT_EQ(Victim(3 << 20)->id, 1u);  // the 2 MiB one does not cover it
+  grad.reserved = 3 << 20;             // 3 MiB out against 4 moved
+  order_.Update(grad, true);
   EXPECT_EQ(Victim(1 << 20)->id, 1u);
+  grad.location = Location::kCpuGpu;  // clean: it costs nothing
+  grad.host_version = grad.gpu_version;
+  grad.reserved = 24 << 20;
+  order_.Update(grad, true);
+  EXPECT_EQ(Victim(1 << 20)->id, 1u);
+}
+
+TEST_F(SizedVictimTest, HalfTheFarthestPredictedUseAwayAtLeast) {
+  Add(1, 24, EvictionCandidate::kNoNextUse);
+  Add(2, 24, 200);  // the farthest predicted: 100 ahead
+  Add(3, 2, 140);   // 40 ahead: too soon
+  EXPECT_EQ(Victim(1 << 20)->id, 1u);
+  Add(4, 2, 160);  // 60 ahead
+  EXPECT_EQ(Victim(1 << 20)->id, 4u);
 }
 
 TEST_F(SizedVictimTest, ACleanBufferCostsItsBytesOnceAndPinnedOrPrefetchedOnesAreSkipped) {

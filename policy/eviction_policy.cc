@@ -64,6 +64,7 @@ class BeladyPolicy final : public EvictionPolicy {
     return {0, dirty, EvictionCandidate::kNoNextUse - c.next_use};
   }
   bool Copies(const EvictionCandidate& c) const override { return !c.clean(); }
+  bool RanksByNextUse() const override { return true; }
   bool ServeRatherThanFetch(uint64_t next_use, const EvictionCandidate& displaced) const override {
     // Only between predicted times: an unknown next use may be the next
     // operation, and a displaced buffer never used again is the one to go.

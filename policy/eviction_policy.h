@@ -81,6 +81,10 @@ class EvictionPolicy {
   // control).
   virtual bool Copies(const EvictionCandidate& c) const = 0;
 
+  // Whether the order ranks by predicted next uses (EvictionCandidate::
+  // next_use): only then do other choices weigh them (EvictionOrder's sizes,
+  // ChooseReach).
+  virtual bool RanksByNextUse() const { return false; }
   // Where the device can reach a swapped-out buffer in host memory (served
   // at its address, over the link): whether an operation should be served
   // the buffer rather than have it brought in, when its room would displace

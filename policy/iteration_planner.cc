@@ -159,7 +159,10 @@ uint64_t IterationPlanner::Predict(uint64_t key, absl::Span<const BufferTouch> t
   for (size_t i = 0; i < touches.size(); ++i) {
     const BufferTouch& t = touches[i];
     std::optional<NextUsePredictor::Slot> slot;
-    if (seen.known) slot = NextUsePredictor::Slot{seen.phase, static_cast<uint32_t>(i)};
+    if (seen.known) {
+      slot = NextUsePredictor::Slot{
+          seen.phase, t.position == BufferTouch::kAtIndex ? static_cast<uint32_t>(i) : t.position};
+    }
     // The kind of use, whatever the phase: the operation and the position.
     const uint64_t signature = (key ^ (uint64_t{i} + 1)) * 0x9e3779b97f4a7c15ull;
     uint64_t next = predictor_.OnUse(t.id, time, slot, signature);

@@ -103,6 +103,7 @@ class IterationPlanner {
     bool write = false;
     bool piece = false;
     bool pinned = false;
+    uint32_t position = BufferTouch::kAtIndex;  // BufferTouch::position
   };
   // The planner's answers to PredictUses, kept by the caller between
   // operations so that a prediction allocates nothing; `repredicted` is
@@ -131,7 +132,8 @@ class IterationPlanner {
     // An allocation's pieces are neighbours among the uses (AddTouch).
     for (size_t i = 0; i < n; ++i) {
       const Use u = use(i);
-      const size_t t = AddTouch(&touches, BufferTouch{u.planned, u.bytes, u.write}, u.piece);
+      const size_t t =
+          AddTouch(&touches, BufferTouch{u.planned, u.bytes, u.write, u.position}, u.piece);
       touched.push_back({static_cast<uint32_t>(t), u.pinned});
     }
     scratch->next_uses.clear();

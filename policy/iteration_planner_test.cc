@@ -192,6 +192,29 @@ TEST(IterationPlannerTest, PredictsWeightsShardsAndTemporaries) {
   EXPECT_EQ(later[3][1], kNever);
 }
 
+// An argument the caller does not track in some steps (a buffer already
+// freed, memory stensor does not manage) is left out of the touches; the
+// others keep their argument's place as their slot, so a slot that sees its
+// buffers freed does not pass "no next use" to the argument after it.
+TEST(IterationPlannerTest, SlotsAreArgumentPlacesNotTouchIndices) {
+  auto p = Make();
+  for (int s = 0; s < 12; ++s) {
+    const uint64_t tokens = 500 + s, grad = 900 + s;
+    std::vector<BufferTouch> backward;
+    if (s % 2 == 0) backward.push_back({tokens, kMiB, false, /*position=*/0});
+    backward.push_back({grad, 4 * kMiB, true, /*position=*/1});
+    std::vector<uint64_t> next;
+    const uint64_t t = p->OnOperation(21, backward, &next);
+    if (p->profiling()) p->OnComputeTime(t, 1e-3);
+    const uint64_t grad_next = next.back();
+    if (s % 2 == 0) p->OnFreed(tokens);  // read once
+    const uint64_t u = p->OnOperation(22, {{grad, 4 * kMiB, false, /*position=*/0}}, &next);
+    if (p->profiling()) p->OnComputeTime(u, 1e-3);
+    p->OnFreed(grad);  // the update was its last use
+    if (s >= 6) EXPECT_EQ(grad_next, u) << "step " << s;
+  }
+}
+
 TEST(IterationPlannerTest, AChangedPatternDropsTheProfileAndProfilesAgain) {
   auto p = Make();
   RunSteps(*p, 0, 6);

@@ -16,7 +16,8 @@ namespace stensor {
 
 enum class Reach {
   kFetch,          // swapped in (served after all if no room can be made)
-  kServeByChoice,  // brought in, it would displace one needed sooner
+  kServeByChoice,  // brought in, it would displace one needed sooner, or
+                   // one never needed again whose copy out moves more
   kServeFar,       // a piece no pointer of the launch likely reaches
 };
 
@@ -30,8 +31,9 @@ struct ReachFacts {
   // the planner before its swap-ins).
   bool predicted = false;
   uint64_t next_use = EvictionCandidate::kNoNextUse;
-  bool fits = false;  // room for it under the cap without displacing anything
-  bool far = false;   // a piece of a segment no pointer of the launch likely reaches
+  uint64_t bytes = 0;  // its device charge: what fetching it, or serving one use, moves
+  bool fits = false;   // room for it under the cap without displacing anything
+  bool far = false;    // a piece of a segment no pointer of the launch likely reaches
 };
 
 // `order` and `filter` give the buffer its room would displace first.

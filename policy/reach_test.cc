@@ -57,6 +57,26 @@ TEST_F(ReachTest, FetchedWhereServingIsNoChoice) {
   EXPECT_EQ(Choose(Facts(80)), Reach::kFetch);
 }
 
+TEST_F(ReachTest, ServedWhereItsRoomWouldCopyOutMoreThanItsOwnBytes) {
+  // The one to go is never used again, but dirty: 24 MiB copied out to
+  // bring in 2 MiB, which serving moves once.
+  victim_.reserved = 24 << 20;
+  victim_.next_use = EvictionCandidate::kNoNextUse;
+  order_.Update(victim_, true);
+  ReachFacts f = Facts(80);
+  f.bytes = 2 << 20;
+  EXPECT_EQ(Choose(f), Reach::kServeByChoice);
+  f.bytes = 32 << 20;  // the copy out moves less
+  EXPECT_EQ(Choose(f), Reach::kFetch);
+  f.bytes = 2 << 20;
+  f.next_use = EvictionCandidate::kNoNextUse;  // nothing predicted for it either
+  EXPECT_EQ(Choose(f), Reach::kFetch);
+  victim_.location = Location::kCpuGpu;  // clean: it goes without a copy
+  victim_.host_version = victim_.gpu_version;
+  order_.Update(victim_, true);
+  EXPECT_EQ(Choose(Facts(80)), Reach::kFetch);
+}
+
 TEST_F(ReachTest, APieceNoPointerReachesIsServed) {
   ReachFacts f = Facts(20);
   f.far = true;

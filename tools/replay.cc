@@ -430,9 +430,12 @@ class Simulator {
           const TraceBuffer& info = *State(op.ids[i]).info;
           const uint64_t bytes =
               info.group != 0 ? info.charge * trace_.groups.at(info.group).size() : info.charge;
-          return IterationPlanner::Use{info.group != 0 ? info.group : op.ids[i], bytes,
-                                       writes.Contains(op.ids[i]), /*piece=*/info.group != 0,
-                                       /*pinned=*/!info.swappable};
+          return IterationPlanner::Use{info.group != 0 ? info.group : op.ids[i],
+                                       bytes,
+                                       writes.Contains(op.ids[i]),
+                                       /*piece=*/info.group != 0,
+                                       /*pinned=*/!info.swappable,
+                                       /*position=*/static_cast<uint32_t>(i)};
         },
         [&](size_t i, uint64_t next) {
           next_after_[i] = options_.oracle ? future_[op_][i] : next;
@@ -536,6 +539,7 @@ class Simulator {
       facts.overwritten = whole;
       facts.predicted = noted_first && op.key != 0;
       if (facts.predicted) facts.next_use = next_after_[i];
+      facts.bytes = b.info->charge;
       facts.fits = used_ <= options_.cap && b.info->charge <= options_.cap - used_;
       facts.far = noted_first && std::binary_search(op.far.begin(), op.far.end(), id);
       if (const Reach reach = ChooseReach(facts, order_, {}); reach != Reach::kFetch) {

@@ -1924,6 +1924,7 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids, absl::Span<B
       facts.overwritten = whole;
       facts.predicted = !next_after.empty();
       if (facts.predicted) facts.next_use = next_after[pinned_at[i]];
+      facts.bytes = b->reserved;
       facts.fits = FreeUnderCap(dev) >= b->reserved;
       facts.far = !far.empty() && std::binary_search(far.begin(), far.end(), b->key);
       if (const Reach reach = ChooseReach(facts, dev.order, {round_, false});
@@ -2286,9 +2287,12 @@ bool MemoryManager::PredictLocked(uint64_t key, absl::Span<const uint64_t> ids,
         const uint64_t id = ids[at[i]];
         // Never swapped: never planned for.
         return IterationPlanner::Use{
-            PlannerId(b), ViewOf(b).reserved,
+            PlannerId(b),
+            ViewOf(b).reserved,
             /*write=*/std::find(written.begin(), written.end(), id) != written.end(),
-            /*piece=*/b.group != nullptr, /*pinned=*/!b.vmm || b.exported};
+            /*piece=*/b.group != nullptr,
+            /*pinned=*/!b.vmm || b.exported,
+            /*position=*/static_cast<uint32_t>(at[i])};
       },
       [&](size_t i, uint64_t next) {
         if (!next_after.empty()) next_after[at[i]] = next;
