@@ -4,14 +4,14 @@
 # each allocator and graph mode (caching eager, per-tensor eager, caching
 # with whole-step graphs, caching with per-layer graphs; fused AdamW), capped
 # at 100 / 75 / 50 / 25 % of the working set each mode prints, against the
-# same mode uncapped without stensor. Measured in one run, medians over
+# same mode uncapped without stensor. Measured in one run, over
 # interleaved runs; every run has FAKECUDA_VMM_LATENCY_US=h200 (VMM calls
 # cost what they cost on an H200):
-#   - steady-state step time: from the 2N-step run's step times
+#   - steady-state step time: from the 2N-step runs' step times
 #     (--step-times: each step's host wall time, its loss read back and its
-#     share of the evaluation pass), the median over runs of the program's
-#     2-step iterations among steps N..2N-1, halved, which leaves out the
-#     first N steps (graph
+#     share of the evaluation pass), each run's median of the program's
+#     2-step iterations among steps N..2N-1, halved, and of those the
+#     fastest run's, which leaves out the first N steps (graph
 #     capture, warm-up, and finding and profiling the iteration: the program
 #     repeats every 2 steps, as the evaluation pass and empty_cache follow
 #     every 2nd step, but the data loader runs ahead of the first steps and
@@ -19,9 +19,11 @@
 #     iteration is found after 5 steps, and profiled in the next 2; N = 8
 #     measured those steps too and overstated the per-tensor cost at 50 %
 #     from about 1.15 x to 1.69 x); a step includes its share of the
-#     evaluation pass and empty_cache. A median over iterations of one run,
-#     not a difference of two runs' totals, so that a pause of the machine
-#     (a second or two on a shared VM) moves one iteration, not the step;
+#     evaluation pass and empty_cache. Iterations of one run, not a
+#     difference of two runs' totals, so that a pause of the machine moves
+#     one iteration, not the step; the fastest run, since on a shared VM
+#     whole stretches of seconds run 30-40 % slower (uncapped runs too), and
+#     that only ever adds time;
 #   - with FAKECUDA_LINK (both directions) at working set / (0.5 x uncapped
 #     step time without the link), so that moving the whole working set
 #     once takes half the uncapped step: step time against uncapped (also
@@ -242,11 +244,11 @@ def per_step(results, key):
 
 
 def step_time(results, what):
-    """Seconds a steady-state step: the median of the 2N-step runs' 2-step
+    """Seconds a steady-state step: per 2N-step run, the median of its 2-step
     iterations that start at an even step from N on (each holds one
-    evaluation pass and one empty_cache), halved."""
+    evaluation pass and one empty_cache), halved; the least over runs."""
     first = steps + steps % 2
-    iterations = []
+    medians = []
     for r in results.get(2 * steps, []):
         if r is None:
             continue
@@ -254,10 +256,9 @@ def step_time(results, what):
         if any(n not in times for n in range(first, 2 * steps)):
             failures.append("%s: step_time lines missing in %s.out" % (what, r["log"]))
             continue
-        iterations += [times[n] + times[n + 1] for n in range(first, 2 * steps - 1, 2)]
-    if not iterations:
-        return None
-    return statistics.median(iterations) / 2
+        medians.append(statistics.median(
+            [times[n] + times[n + 1] for n in range(first, 2 * steps - 1, 2)]) / 2)
+    return min(medians) if medians else None
 
 
 def measure(configs, phase):
@@ -465,8 +466,8 @@ def table(suffix, title):
 
 
 print()
-print("Medians of %d interleaved run(s) of N = %d and 2N = %d steps; step time: the median 2-step "
-      "iteration among steps N..2N-1 of the 2N-step runs, halved; other figures per step = (2N - N) / N; "
+print("%d interleaved run(s) of N = %d and 2N = %d steps; step time: the fastest 2N-step run's median "
+      "2-step iteration among steps N..2N-1, halved; other figures medians over runs of (2N - N) / N; "
       "the optimum on access logs of M = %d and 2M = %d steps. "
       "MiB = 2^20 bytes. FAKECUDA_VMM_LATENCY_US=h200 in every run." %
       (runs, steps, 2 * steps, optimum_steps, 2 * optimum_steps))
