@@ -176,12 +176,12 @@ class EvictionOrder {
   // rather than move 4. So among the first kSizedLook candidates, one that
   // covers the shortfall alone at a smaller cost goes instead. The cost is
   // bytes moved: out when dirty, and back in when a next use is predicted
-  // (none is for a buffer whose slot saw its occupants freed). A candidate
-  // with a predicted next use qualifies only if that is at least half as
-  // far off as the farthest predicted one's: else it would be the next thing
-  // needed back, and would only move the eviction to a later operation. A
-  // buffer ranked in a sequence (EvictionCandidate::kInSequence) is taken as
-  // the order says.
+  // (none is for a buffer whose slot saw its occupants freed). Only a
+  // candidate with a predicted next use may replace the first, and only if
+  // that is at least half as far off as the farthest predicted one's: else
+  // it would be the next thing needed back, and would only move the
+  // eviction to a later operation. A first ranked in a sequence
+  // (EvictionCandidate::kInSequence) is taken as the order says.
   static constexpr int kSizedLook = 64;
   static bool InSequence(const EvictionState& b) {
     return b.next_use >= EvictionCandidate::kInSequence &&
@@ -205,7 +205,9 @@ class EvictionOrder {
         if (b->next_use <= filter.now) continue;  // overdue: says nothing
         if (horizon == 0) horizon = b->next_use - filter.now;
         if (2 * (b->next_use - filter.now) < horizon) break;  // the rest come sooner still
-      } else if (InSequence(*b)) {
+      } else {
+        // Nothing predicts its next use: it may be the next operation's.
+        // Taken only in the order's turn (least recently used among such).
         continue;
       }
       if (b == &first || b->reserved < filter.shortfall || Skipped(*b, filter)) continue;

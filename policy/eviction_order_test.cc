@@ -186,6 +186,16 @@ TEST_F(SizedVictimTest, ADirtyBufferNeverUsedAgainCostsItsCopyOut) {
   EXPECT_EQ(Victim(1 << 20)->id, 1u);
 }
 
+TEST_F(SizedVictimTest, AmongBuffersNothingPredictsTheOrderDecides) {
+  // Nothing predicts either (no profile yet): the smaller one, used more
+  // recently, may be the next operation's. The least recently used goes.
+  EvictionState& old = Add(1, 4, EvictionCandidate::kNoNextUse);
+  EvictionState& recent = Add(2, 2, EvictionCandidate::kNoNextUse);
+  recent.last_use = 5;
+  order_.Update(recent, true);
+  EXPECT_EQ(Victim(1 << 20), &old);
+}
+
 TEST_F(SizedVictimTest, HalfTheFarthestPredictedUseAwayAtLeast) {
   Add(1, 24, EvictionCandidate::kNoNextUse);
   Add(2, 24, 200);  // the farthest predicted: 100 ahead
