@@ -190,6 +190,65 @@ TEST_F(FetchStreamTest, SlowFreeDuringFetchThenNewOwnerReadsZeros) {
   for (CUdeviceptr p : {a, b, d}) EXPECT_CU(mm->Free(p));
 }
 
+// C comes back into memory still mapped at A's address, A's copy out in
+// flight: the copy in waits on the device for A's copy out only, not behind
+// everything queued on the swap stream (here B's swap-out, held behind the
+// program's work until the end), so copies in and out run side by side.
+// Every byte of A, B and C is kept, also when a wait on the device fails
+// (then the copy in queues behind everything, and is not timed).
+TEST_F(FetchStreamTest, SlowSwapInIntoHandedOnMemoryWaitsOnlyForItsOldOwner) {
+  for (int nth = 0; nth <= 3; ++nth) {
+    SCOPED_TRACE(nth == 0 ? "no failure" : "cuStreamWaitEvent #" + std::to_string(nth) + " failed");
+    auto mm = Make();
+    ASSERT_NE(mm, nullptr);
+    CUdeviceptr a, b, c;
+    FillThree(*mm, &a, &b, &c);
+    ASSERT_CU(mm->EvictAsync(3));
+    ASSERT_CU(cuCtxSynchronize());
+    CUdeviceptr d = Alloc(*mm, 4);  // takes C's memory at rest: the device is full again
+    Write(*mm, 4, d, 4);
+    auto held = std::make_unique<HeldStream>();
+    {
+      Ids ids = {2};
+      ASSERT_CU(mm->Prepare(ids, {}, held->get()));
+      CUresult r = cuMemsetD32Async(b, 0xdeadbeef, kGranule / 4, held->get());
+      mm->Finish(ids, ids, held->get(), r == CUDA_SUCCESS);
+      ASSERT_CU(r);
+    }
+    if (nth > 0) fakecuda_fail_call("cuStreamWaitEvent", nth, CUDA_ERROR_UNKNOWN);
+    ASSERT_CU(mm->EvictAsync(1));    // A's copy out, first on the swap stream
+    CUresult e = mm->EvictAsync(2);  // behind the held memset (NOT_READY: its wait failed)
+    EXPECT_TRUE(e == CUDA_SUCCESS || (nth > 0 && e == CUDA_ERROR_NOT_READY)) << e;
+    CUstream other;
+    ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+    std::atomic<bool> read{false};
+    std::vector<uint64_t> got;
+    std::thread t([&] {
+      ASSERT_CU(cuCtxSetCurrent(ctx_));
+      got = ReadOn(*mm, 3, c, other);
+      read = true;
+    });
+    if (nth == 0) {
+      // Ample for two copies on the slow link (~200 ms each); never reached
+      // when the copy in waits for the held swap-out.
+      for (int i = 0; i < 500 && !read.load(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      EXPECT_TRUE(read.load()) << "the swap-in waited for a swap-out of other memory";
+    }
+    held.reset();  // opened
+    t.join();
+    fakecuda_clear_failures();
+    EXPECT_EQ(Mismatch(got, Pattern(3)), "");
+    EXPECT_EQ(Mismatch(ReadOn(*mm, 1, a, other), Pattern(1)), "");
+    EXPECT_EQ(ReadOn(*mm, 2, b, other)[0], 0xdeadbeefdeadbeefull);
+    EXPECT_EQ(Mismatch(ReadOn(*mm, 4, d, other), Pattern(4)), "");
+    cuStreamDestroy(other);
+    ASSERT_CU(cuCtxSynchronize());
+    for (CUdeviceptr p : {a, b, c, d}) EXPECT_CU(mm->Free(p));
+  }
+}
+
 // Host reads (ReadBack), exports (pin) and unknown work right after a
 // prefetch whose copy is in flight see the data.
 TEST_F(FetchStreamTest, SlowHostReadPinAndUnknownAfterPrefetch) {

@@ -515,11 +515,11 @@ CUresult MemoryManager::EnsureSwapStream(Device& dev) {
   return CreateOwnStream(dev, &dev.swap_stream);
 }
 
-CUstream MemoryManager::FetchStreamFor(Device& dev, Buffer& b, bool shadowed) {
-  // Memory still mapped at an old owner's address has that owner's copy or
-  // drop queued on the swap stream, and a use of the buffer not seen done
-  // (its own swap-out into the host copy, a zeroing) may be there too: FIFO.
-  if (shadowed || dev.fetch_stream_failed) return dev.swap_stream;
+CUstream MemoryManager::FetchStreamFor(Device& dev, Buffer& b,
+                                       absl::Span<const PhysicalChunk> chunks, bool shadowed) {
+  // A use of the buffer not seen done (its own swap-out into the host copy,
+  // a zeroing) is on the swap stream: FIFO.
+  if (dev.fetch_stream_failed) return dev.swap_stream;
   for (Use& u : b.uses) {
     if (!Observed(u)) return dev.swap_stream;
   }
@@ -527,7 +527,29 @@ CUstream MemoryManager::FetchStreamFor(Device& dev, Buffer& b, bool shadowed) {
     dev.fetch_stream_failed = true;  // not tried at every swap-in
     return dev.swap_stream;
   }
+  // Memory still mapped at an old owner's address has that owner's copy or
+  // drop queued on the swap stream: the copy in waits for those on the
+  // device, not behind everything queued there, so copies in and out run
+  // on their own engines. (Waits queued before a failure only delay.)
+  if (shadowed && !OrderAfterOldOwners(dev, chunks, dev.fetch_stream)) return dev.swap_stream;
   return dev.fetch_stream;
+}
+
+bool MemoryManager::OrderAfterOldOwners(Device& dev, absl::Span<const PhysicalChunk> chunks,
+                                        CUstream stream) {
+  for (const PhysicalChunk& c : chunks) {
+    auto owners = dev.shadow_owners.find(c.handle);
+    if (owners == dev.shadow_owners.end()) continue;
+    for (Buffer* o : owners->second) {
+      for (Use& u : o->uses) {
+        if (Observed(u)) continue;
+        if (!u.recorded || Failed(driver_->cuStreamWaitEvent(stream, u.event, 0)) != CUDA_SUCCESS) {
+          return false;
+        }
+      }
+    }
+  }
+  return true;
 }
 
 }  // namespace stensor

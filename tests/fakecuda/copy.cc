@@ -91,7 +91,20 @@ std::function<void()> CopyWork(Stream* s, Side dst, Side src, Shape shape) {
   if (!LinkTimed(link)) return move;
   int device = s->context()->device;
   size_t bytes = shape.width * shape.rows * shape.slices;  // bounded by Extent
-  return [=] { RunOnCopyEngine(device, link, bytes, move); };
+  // A GPU's transfer reads its source and writes its destination all
+  // through its window: work that touches either meanwhile races with it.
+  // So that such a race shows, the destination holds garbage from the
+  // window's start and the source is read at its end.
+  // (Pageable host memory is written from a staging buffer once the
+  // transfer is done: it keeps what it held until then.)
+  const bool staged = Pageable(dst, shape);
+  auto garbage = [=] {
+    if (staged) return;
+    for (size_t z = 0; z < shape.slices; ++z) {
+      for (size_t y = 0; y < shape.rows; ++y) std::memset(RowAt(dst, y, z), 0xA5, shape.width);
+    }
+  };
+  return [=] { RunOnCopyEngine(device, link, bytes, move, {}, garbage); };
 }
 
 // What a copy is, for the trace: its direction as the call names it.

@@ -479,6 +479,36 @@ TEST_F(FakeCudaTimeTest, EventsAfterACopyCompleteAfterIt) {
   ASSERT_CU(cuEventDestroy_v2(after));
 }
 
+// A copy in flight races with whatever touches its memory meanwhile, as on
+// a GPU: its destination holds no data until it is done (a device-to-device
+// copy on another stream, which does not cross the link, reads something
+// else), and it reads its source until then (a write to the pinned source
+// while it runs lands in the destination). Each check holds only while the
+// copy is seen still in flight; a loaded machine may make it too late.
+TEST_F(FakeCudaTimeTest, ACopyInFlightRacesWithWhatTouchesItsMemory) {
+  CUdeviceptr d = Device(0), e = Device(1);
+  unsigned char* h = Pinned(0);
+  std::memset(h, 0x22, kH2D);
+  CUstream s1 = NewStream(), s2 = NewStream();
+  ASSERT_CU(cuMemcpyHtoDAsync_v2(d, h, kH2D, s1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(kT / 4)));
+  ASSERT_CU(cuMemcpyDtoDAsync_v2(e, d, kPage, s2));
+  ASSERT_CU(cuStreamSynchronize(s2));
+  const bool read_in_flight = cuStreamQuery(s1) == CUDA_ERROR_NOT_READY;
+  h[0] = 0x33;
+  const bool written_in_flight = cuStreamQuery(s1) == CUDA_ERROR_NOT_READY;
+  ASSERT_CU(cuStreamSynchronize(s1));
+  std::vector<unsigned char> mid(kPage), got(kPage);
+  ASSERT_CU(cuMemcpyDtoH_v2(mid.data(), e, kPage));
+  ASSERT_CU(cuMemcpyDtoH_v2(got.data(), d, kPage));
+  if (read_in_flight) {
+    EXPECT_EQ(std::count(mid.begin(), mid.end(), 0x22), 0) << "the destination held the data early";
+  }
+  if (written_in_flight) EXPECT_EQ(got[0], 0x33) << "the source was read before the copy ended";
+  EXPECT_EQ(got[1], 0x22);
+  EXPECT_TRUE(read_in_flight || written_in_flight) << "the machine was too slow to tell";
+}
+
 // A DMA engine does not use a core: copies waiting for their engine, or for
 // the end of their window, sleep.
 TEST_F(FakeCudaTimeTest, WaitingForACopyDoesNotHoldACpu) {

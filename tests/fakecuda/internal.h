@@ -413,8 +413,12 @@ bool LinkTimed(Link link);
 // overlaps them with its compute), so they are charged once it has run, in
 // a window from max(its start, when the engine was free): the kernel ends
 // at the later of its own end and the window's.
+// `garbage`, when given, runs at the window's start instead, and `move` at
+// its end: a copy's destination is not the data until the copy is done, and
+// its source is read until then.
 void RunOnCopyEngine(int device, Link link, size_t bytes, const std::function<void()>& move,
-                     std::chrono::steady_clock::time_point began = {});
+                     std::chrono::steady_clock::time_point began = {},
+                     const std::function<void()>& garbage = nullptr);
 
 // The VMM calls FAKECUDA_VMM_LATENCY_US charges: the calling thread is busy
 // for the configured time (on a GPU these are costly host calls), host-

@@ -56,7 +56,7 @@ Clock::duration TransferTime(size_t bytes, double bytes_per_s) {
 bool LinkTimed(Link link) { return BytesPerSecond(link) > 0; }
 
 void RunOnCopyEngine(int device, Link link, size_t bytes, const std::function<void()>& move,
-                     Clock::time_point began) {
+                     Clock::time_point began, const std::function<void()>& garbage) {
   double bw = BytesPerSecond(link);
   if (bw <= 0 || device < 0 || device >= DeviceCount()) {
     move();
@@ -74,8 +74,14 @@ void RunOnCopyEngine(int device, Link link, size_t bytes, const std::function<vo
   }
   // Sleeping, not spinning: a DMA engine does not use a core.
   std::this_thread::sleep_until(start);
-  move();
-  std::this_thread::sleep_until(end);
+  if (garbage) {
+    garbage();
+    std::this_thread::sleep_until(end);
+    move();
+  } else {
+    move();
+    std::this_thread::sleep_until(end);
+  }
   Clock::time_point done = Clock::now();
   if (done > end) {
     // The move overran its window: the engine was busy until now. Copies
