@@ -261,8 +261,9 @@ void PrintResult(const ReplayResult& r, std::ostream& out) {
   out << absl::StrFormat("reads from host     %12u\n", r.reads_served_from_host);
   out << absl::StrFormat(
       "served from host    %12u bytes (%.1f MiB) over the link in %u buffer uses (%u by choice: "
-      "needed later than what their room would displace or, %u of them, pieces no pointer of a "
-      "launch reached); %u buffers born in host memory (%.1f MiB)\n",
+      "where their room would displace one needed sooner or copy out a larger one nothing uses "
+      "again, or, %u of them, pieces no pointer of a launch reached); %u buffers born in host "
+      "memory (%.1f MiB)\n",
       r.bytes_served, MiB(r.bytes_served), r.served_from_host, r.served_by_choice, r.served_far,
       r.born_on_host, MiB(r.bytes_born_on_host));
   out << absl::StrFormat("peak resident       %12u bytes (%.1f MiB)\n", r.peak_resident,
