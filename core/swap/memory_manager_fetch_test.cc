@@ -52,6 +52,14 @@ class FetchStreamTest : public testing_support::ManagerBufferTest {
     EXPECT_CU(r);
     return got;
   }
+  // 0xdeadbeef into every word of buffer `id` at `p`, on `s` (async).
+  void SetOn(MemoryManager& mm, uint64_t id, CUdeviceptr p, CUstream s) {
+    Ids ids = {id};
+    ASSERT_CU(mm.Prepare(ids, {}, s));
+    CUresult r = cuMemsetD32Async(p, 0xdeadbeef, kGranule / 4, s);
+    mm.Finish(ids, ids, s, r == CUDA_SUCCESS);
+    ASSERT_CU(r);
+  }
   // FillThree, then C swapped out (its copy done) and prefetched: its copy
   // back is in flight on the fetch stream (for ~200 ms on the slow link).
   void FillThreeAndPrefetchC(MemoryManager& mm, CUdeviceptr* a, CUdeviceptr* b, CUdeviceptr* c) {
@@ -80,13 +88,7 @@ TEST_F(FetchStreamTest, ExportWaitsWhileOtherThreadsAddUses) {
   ASSERT_CU(cuStreamCreate(&s0, CU_STREAM_NON_BLOCKING));
   EXPECT_EQ(Mismatch(ReadOn(*mm, 2, b, s0), Pattern(2)), "");
   HeldStream held;
-  {
-    Ids ids = {2};
-    ASSERT_CU(mm->Prepare(ids, {}, held.get()));
-    CUresult r = cuMemsetD32Async(b, 0xdeadbeef, kGranule / 4, held.get());
-    mm->Finish(ids, ids, held.get(), r == CUDA_SUCCESS);
-    ASSERT_CU(r);
-  }
+  SetOn(*mm, 2, b, held.get());
   // [legacy, swap, fetch, held]; the swap-out queues behind the held memset.
   ASSERT_CU(mm->EvictAsync(2));
   std::atomic<bool> pinned{false};
@@ -208,13 +210,7 @@ TEST_F(FetchStreamTest, SlowSwapInIntoHandedOnMemoryWaitsOnlyForItsOldOwner) {
     CUdeviceptr d = Alloc(*mm, 4);  // takes C's memory at rest: the device is full again
     Write(*mm, 4, d, 4);
     auto held = std::make_unique<HeldStream>();
-    {
-      Ids ids = {2};
-      ASSERT_CU(mm->Prepare(ids, {}, held->get()));
-      CUresult r = cuMemsetD32Async(b, 0xdeadbeef, kGranule / 4, held->get());
-      mm->Finish(ids, ids, held->get(), r == CUDA_SUCCESS);
-      ASSERT_CU(r);
-    }
+    SetOn(*mm, 2, b, held->get());
     if (nth > 0) fakecuda_fail_call("cuStreamWaitEvent", nth, CUDA_ERROR_UNKNOWN);
     ASSERT_CU(mm->EvictAsync(1));    // A's copy out, first on the swap stream
     CUresult e = mm->EvictAsync(2);  // behind the held memset (NOT_READY: its wait failed)
