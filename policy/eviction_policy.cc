@@ -69,7 +69,7 @@ class BeladyPolicy final : public EvictionPolicy {
     // Only between predicted times: an unknown next use may be the next
     // operation, and a displaced buffer never used again is the one to go.
     return next_use < EvictionCandidate::kInSequence && displaced.next_use_is_time() &&
-           next_use > displaced.next_use;
+           next_use >= displaced.next_use;
   }
   std::vector<Eviction> Choose(absl::Span<const EvictionCandidate> candidates,
                                uint64_t needed) const override {

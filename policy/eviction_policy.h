@@ -92,8 +92,9 @@ class EvictionPolicy {
   // buffer's predicted next use after this operation's. A buffer fetched
   // only to be evicted before its next use moves its bytes in (and, when
   // written, out again) where serving moves them once, and displaces one
-  // that was needed sooner: belady with bypass. False unless the policy
-  // predicts next uses.
+  // that was needed no later (needed at the same time, one of the two is
+  // missing then all the same): belady with bypass. False unless the
+  // policy predicts next uses.
   virtual bool ServeRatherThanFetch(uint64_t next_use, const EvictionCandidate& displaced) const {
     (void)next_use;
     (void)displaced;

@@ -143,14 +143,17 @@ TEST(BeladyPolicyTest, KeyOrdersLikeChoose) {
   EXPECT_FALSE(belady->Copies(Clean(1, 1, 1)));
 }
 
-// Belady with bypass: a buffer needed again only after the one its room would
-// displace is served, not fetched; unknown or sequence ranks never decide it.
+// Belady with bypass: a buffer needed again no sooner than the one its room
+// would displace is served, not fetched (when both are needed at the same
+// time, one of the two is missing then all the same, and fetching would
+// move both); unknown or sequence ranks never decide it.
 TEST(BeladyPolicyTest, ServesWhatIsNeededLaterThanWhatItWouldDisplace) {
   const auto belady = MakeBeladyPolicy();
   constexpr uint64_t kSequence = EvictionCandidate::kInSequence;
   const EvictionCandidate displaced = WithNext(GpuOnly(1, 10, 1), 500);
   EXPECT_TRUE(belady->ServeRatherThanFetch(501, displaced));
-  EXPECT_FALSE(belady->ServeRatherThanFetch(500, displaced));
+  EXPECT_TRUE(belady->ServeRatherThanFetch(500, displaced));
+  EXPECT_FALSE(belady->ServeRatherThanFetch(499, displaced));
   EXPECT_FALSE(belady->ServeRatherThanFetch(100, displaced));
   EXPECT_FALSE(belady->ServeRatherThanFetch(kNoNext, displaced));
   EXPECT_FALSE(belady->ServeRatherThanFetch(kSequence + 5, displaced));

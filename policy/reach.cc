@@ -6,7 +6,7 @@ Reach ChooseReach(const ReachFacts& facts, EvictionOrder& order,
                   const EvictionOrder::Filter& filter) {
   if (!facts.servable) return Reach::kFetch;
   // Brought in, it would go again before its next use and push out one
-  // needed sooner: it moves its bytes once, over the link.
+  // needed no later: it moves its bytes once, over the link.
   if (facts.predicted && !facts.overwritten && !facts.fits) {
     const EvictionState* victim = order.Victim(filter);
     if (victim != nullptr && order.ServeRatherThanFetch(facts.next_use, *victim)) {

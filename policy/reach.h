@@ -16,7 +16,7 @@ namespace stensor {
 
 enum class Reach {
   kFetch,          // swapped in (served after all if no room can be made)
-  kServeByChoice,  // brought in, it would displace one needed sooner, or
+  kServeByChoice,  // brought in, it would displace one needed no later, or
                    // one never needed again whose copy out moves more
   kServeFar,       // a piece no pointer of the launch likely reaches
 };

@@ -532,7 +532,7 @@ class Simulator {
       const bool whole =
           std::find(op.overwritten.begin(), op.overwritten.end(), id) != op.overwritten.end();
       // As MemoryManager::PrepareOnce: served by choice where its room would
-      // displace one the policy predicts is needed sooner, or where no
+      // displace one the policy predicts is needed no later, or where no
       // pointer of the launch likely reaches it.
       ReachFacts facts;
       facts.servable = Servable(b);

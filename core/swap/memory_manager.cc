@@ -2474,7 +2474,7 @@ std::string MemoryManager::StatsText() const {
       "stensor: reads from host    %10u (device->host copies served from the host copy)\n"
       "stensor: served from host   %10u (%.1f MiB: buffers an operation reached in host memory, "
       "over the cap with its others, or by choice: %u, where their room would displace one needed "
-      "sooner or copy out a larger one nothing uses again, or, %u of them, pieces a kernel held "
+      "no later or copy out a larger one nothing uses again, or, %u of them, pieces a kernel held "
       "but "
       "likely did not touch)\n"
       "stensor: kept mapped, reused %9u (freed buffers' device memory taken whole, no remap)\n"
