@@ -1617,7 +1617,7 @@ CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consu
     b.device_chunks = std::move(h);
     uint64_t copied = 0;
     if (copying) {
-      const CUstream copy_stream = FetchStreamFor(dev, b, b.device_chunks, shadowed);
+      const CUstream copy_stream = FetchStreamFor(dev, b, b.device_chunks);
       CUresult r = CopyParts(b, copy_stream, /*out=*/false, &copied);
       if (r != CUDA_SUCCESS) {
         // The host copy stays the only one.

@@ -921,10 +921,10 @@ class MemoryManager {
   CUresult CreateOwnStream(Device& dev, CUstream* stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The stream a swap-in's copy into b goes on: the fetch stream when
   // nothing queued on the swap stream touches its host copy and the work
-  // still reading `chunks` at old owners' addresses (`shadowed`) can be
-  // waited for there, else the swap stream, in FIFO order after that work.
-  CUstream FetchStreamFor(Device& dev, Buffer& b, absl::Span<const PhysicalChunk> chunks,
-                          bool shadowed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // still reading `chunks` at old owners' addresses can be waited for
+  // there, else the swap stream, in FIFO order after that work.
+  CUstream FetchStreamFor(Device& dev, Buffer& b, absl::Span<const PhysicalChunk> chunks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes `stream` wait on the device for every use not seen complete of
   // the buffers whose addresses still map `chunks`; false when one has no
   // recorded event or the wait cannot be queued.

@@ -516,7 +516,7 @@ CUresult MemoryManager::EnsureSwapStream(Device& dev) {
 }
 
 CUstream MemoryManager::FetchStreamFor(Device& dev, Buffer& b,
-                                       absl::Span<const PhysicalChunk> chunks, bool shadowed) {
+                                       absl::Span<const PhysicalChunk> chunks) {
   // A use of the buffer not seen done (its own swap-out into the host copy,
   // a zeroing) is on the swap stream: FIFO.
   if (dev.fetch_stream_failed) return dev.swap_stream;
@@ -531,7 +531,7 @@ CUstream MemoryManager::FetchStreamFor(Device& dev, Buffer& b,
   // drop queued on the swap stream: the copy in waits for those on the
   // device, not behind everything queued there, so copies in and out run
   // on their own engines. (Waits queued before a failure only delay.)
-  if (shadowed && !OrderAfterOldOwners(dev, chunks, dev.fetch_stream)) return dev.swap_stream;
+  if (!OrderAfterOldOwners(dev, chunks, dev.fetch_stream)) return dev.swap_stream;
   return dev.fetch_stream;
 }
 
