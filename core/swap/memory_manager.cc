@@ -1900,7 +1900,32 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids, absl::Span<B
       if (ordered == CUDA_SUCCESS) CountServed(dev, *b);
       return ordered;
     };
-    if (b->resident()) {
+    const auto overwritten_whole = [&]() {
+      return std::find(overwritten.begin(), overwritten.end(), b->id) != overwritten.end();
+    };
+    auto reach = [&](bool servable) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      ReachFacts facts;
+      facts.servable = servable;
+      facts.overwritten = overwritten_whole();
+      facts.predicted = !next_after.empty();
+      if (facts.predicted) facts.next_use = next_after[pinned_at[i]];
+      facts.bytes = b->reserved;
+      facts.fits = FreeUnderCap(dev) >= b->reserved;
+      facts.far = !far.empty() && std::binary_search(far.begin(), far.end(), b->key);
+      return ChooseReach(facts, dev.order, {round_, false});
+    };
+    // Its swap-out still in flight and its memory handed on: bringing it in
+    // waits for that copy, then makes room again; serving it waits for the
+    // same copy and makes none. Chosen as for one whose host copy is at its
+    // address already, the copy waited for first.
+    if (b->old_mapped && b->handed_on && b->serving == 0 && may_serve && dev.host_vmm && b->vmm &&
+        b->host.vmm() && !b->exported && reach(/*servable=*/true) == Reach::kServeByChoice) {
+      r = WaitSwapUse(dev, *b, HostWait::kAllowed);
+      if (r == CUDA_SUCCESS && b->old_mapped && !EndOldMapping(dev, *b)) r = CUDA_ERROR_UNKNOWN;
+    }
+    if (r != CUDA_SUCCESS) {
+      // Refused below, as a failed swap-in would be.
+    } else if (b->resident()) {
       // Brought in for another stream: this one waits for that copy too.
       // (Uses observed complete cost nothing here: the fast path.)
       if (b->stale_device) r = RestoreFromHost(dev, *b);
@@ -1917,25 +1942,15 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids, absl::Span<B
       // every launch loses the lead that hides the link.
       r = serve_too();
     } else {
-      const bool whole =
-          std::find(overwritten.begin(), overwritten.end(), b->id) != overwritten.end();
-      ReachFacts facts;
-      facts.servable = may_serve && dev.host_vmm && Servable(*b);
-      facts.overwritten = whole;
-      facts.predicted = !next_after.empty();
-      if (facts.predicted) facts.next_use = next_after[pinned_at[i]];
-      facts.bytes = b->reserved;
-      facts.fits = FreeUnderCap(dev) >= b->reserved;
-      facts.far = !far.empty() && std::binary_search(far.begin(), far.end(), b->key);
-      if (const Reach reach = ChooseReach(facts, dev.order, {round_, false});
-          reach != Reach::kFetch) {
+      if (const Reach how = reach(may_serve && dev.host_vmm && Servable(*b));
+          how != Reach::kFetch) {
         Serve(dev, *b, /*by_choice=*/true);
-        if (reach == Reach::kServeFar) ++stats_.served_far;
+        if (how == Reach::kServeFar) ++stats_.served_far;
         served[i] = true;
       } else {
         const uint64_t copies = stats_.swap_ins;
         // (Servable may only become true in SwapIn: a swap-out in flight ends.)
-        r = SwapIn(dev, *b, !whole, stream, HostWait::kAllowed);
+        r = SwapIn(dev, *b, !overwritten_whole(), stream, HostWait::kAllowed);
         // What prefetch exists to avoid: a copy in, on demand, once planned.
         if (stats_.swap_ins > copies && planner_ != nullptr && planner_->has_profile()) {
           ++stats_.on_demand_after_profile;
