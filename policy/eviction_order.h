@@ -16,6 +16,7 @@
 #ifndef STENSOR_POLICY_EVICTION_ORDER_H_
 #define STENSOR_POLICY_EVICTION_ORDER_H_
 
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <tuple>
@@ -113,6 +114,24 @@ class EvictionOrder {
   }
   // Takes `b` out of the order (before it is destroyed).
   void Remove(EvictionState& b);
+
+  // The cap forced `b` out at predicted time `now` (MakeRoom's S405, in the
+  // library and in `stensor sim` alike). Kept: how far off its next use was.
+  void NoteForcedOut(const EvictionState& b, uint64_t now) {
+    // A next use nothing predicts, or overdue, says nothing of the pressure.
+    if (b.next_use >= EvictionCandidate::kInSequence || b.next_use <= now) return;
+    forced_[forced_next_++ % kForcedKept] = {now, b.next_use - now};
+  }
+  // Whether, since time `since`, the cap forced out a buffer whose next use
+  // was no farther off than `distance`: one fetched now and needed again
+  // only that far off would be pushed out before then (under belady, the
+  // farther the sooner), its bytes moved in and out for nothing.
+  bool ForcedOutWithin(uint64_t distance, uint64_t since) const {
+    for (const Forced& f : forced_) {
+      if (f.distance != 0 && f.time >= since && f.distance <= distance) return true;
+    }
+    return false;
+  }
 
   // Which buffers a look may take.
   struct Filter {
@@ -226,6 +245,14 @@ class EvictionOrder {
   absl::btree_map<std::tuple<EvictionKey, uint64_t, uint64_t>, EvictionState*> evictable_;
   absl::btree_map<std::pair<uint64_t, uint64_t>, EvictionState*> droppable_;
   std::vector<EvictionState*> rekey_;
+  // The last forced evictions (NoteForcedOut): (time, distance to next use).
+  struct Forced {
+    uint64_t time = 0;
+    uint64_t distance = 0;  // 0: none
+  };
+  static constexpr size_t kForcedKept = 16;
+  std::array<Forced, kForcedKept> forced_{};
+  size_t forced_next_ = 0;
 };
 
 }  // namespace stensor

@@ -23,6 +23,18 @@ Reach ChooseReach(const ReachFacts& facts, EvictionOrder& order,
       return Reach::kServeByChoice;
     }
   }
+  // Needed again only as far off as buffers the cap forced out within the
+  // last iteration (an optimizer's moments, read and written once a step):
+  // brought in, it would be forced out before then too, and copied out if
+  // written, while serving moves its bytes once a use and leaves the room
+  // to what is needed sooner. Even where it fits now.
+  if (facts.predicted && !facts.overwritten && facts.period != 0 && facts.now != 0 &&
+      facts.next_use > facts.now && facts.next_use < EvictionCandidate::kInSequence &&
+      order.policy().RanksByNextUse() &&
+      order.ForcedOutWithin(facts.next_use - facts.now,
+                            facts.now > facts.period ? facts.now - facts.period : 0)) {
+    return Reach::kServeByChoice;
+  }
   // Mapped to its host copy as it is, should the kernel reach it after all:
   // fetching it would move bytes nobody reads.
   if (facts.far) return Reach::kServeFar;

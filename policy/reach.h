@@ -17,7 +17,8 @@ namespace stensor {
 enum class Reach {
   kFetch,          // swapped in (served after all if no room can be made)
   kServeByChoice,  // brought in, it would displace one needed no later, or
-                   // one never needed again whose copy out moves more
+                   // one never needed again whose copy out moves more, or
+                   // be forced out again before its next use
   kServeFar,       // a piece no pointer of the launch likely reaches
 };
 
@@ -34,6 +35,11 @@ struct ReachFacts {
   uint64_t bytes = 0;  // its device charge: what fetching it, or serving one use, moves
   bool fits = false;   // room for it under the cap without displacing anything
   bool far = false;    // a piece of a segment no pointer of the launch likely reaches
+  // The predictor's time now and the iteration's length in its operations
+  // (0: none known): with both, what the cap forced out within the last
+  // iteration tells whether it would stay until its next use.
+  uint64_t now = 0;
+  uint64_t period = 0;
 };
 
 // `order` and `filter` give the buffer its room would displace first.

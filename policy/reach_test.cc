@@ -85,5 +85,61 @@ TEST_F(ReachTest, APieceNoPointerReachesIsServed) {
   EXPECT_EQ(Choose(f), Reach::kServeFar);
 }
 
+// The cap forced out, within the last iteration, a buffer needed again no
+// farther off than this one: brought in, this one would be forced out before
+// its next use too, so it is served, even where it fits now (an optimizer's
+// moments, read and written once a step).
+TEST_F(ReachTest, ServedWhereTheCapForcedOutOneNeededNoFartherOffWithinAnIteration) {
+  EvictionState forced;
+  forced.next_use = 1300;
+  order_.NoteForcedOut(forced, /*now=*/1000);  // needed again 300 later
+  ReachFacts f = Facts(1400);
+  f.fits = true;
+  f.now = 1100;
+  f.period = 420;
+  EXPECT_EQ(Choose(f), Reach::kServeByChoice);  // needed 300 later: no sooner
+  f.next_use = 1350;                            // 250 later: it would stay
+  EXPECT_EQ(Choose(f), Reach::kFetch);
+  f.now = 1500;  // the eviction is more than an iteration old
+  f.next_use = 1900;
+  EXPECT_EQ(Choose(f), Reach::kFetch);
+  f.now = 1100;
+  f.next_use = 1400;
+  f.period = 0;  // no iteration known
+  EXPECT_EQ(Choose(f), Reach::kFetch);
+  f.period = 420;
+  f.overwritten = true;  // comes in without a copy
+  EXPECT_EQ(Choose(f), Reach::kFetch);
+  f.overwritten = false;
+  f.servable = false;
+  EXPECT_EQ(Choose(f), Reach::kFetch);
+  f.servable = true;
+  // Under a policy that predicts nothing, no such evidence counts.
+  std::unique_ptr<EvictionPolicy> version = MakeVersionPolicy();
+  EvictionOrder by_version(version.get(), /*version_rules=*/true);
+  by_version.NoteForcedOut(forced, 1000);
+  EXPECT_EQ(ChooseReach(f, by_version, {}), Reach::kFetch);
+}
+
+// Only forced evictions with a predicted next use still ahead are evidence.
+TEST_F(ReachTest, EvictionsWithoutAPredictedNextUseAreNoEvidence) {
+  EvictionState unknown;
+  unknown.next_use = EvictionCandidate::kNoNextUse;
+  order_.NoteForcedOut(unknown, 1000);
+  EvictionState in_sequence;
+  in_sequence.next_use = EvictionCandidate::kInSequence + 5;
+  order_.NoteForcedOut(in_sequence, 1000);
+  EvictionState overdue;
+  overdue.next_use = 900;
+  order_.NoteForcedOut(overdue, 1000);
+  EXPECT_FALSE(order_.ForcedOutWithin(1'000'000, 0));
+  EvictionState known;
+  known.next_use = 1010;
+  order_.NoteForcedOut(known, 1000);
+  EXPECT_TRUE(order_.ForcedOutWithin(10, 1000));
+  EXPECT_FALSE(order_.ForcedOutWithin(9, 1000));
+  EXPECT_FALSE(order_.ForcedOutWithin(10, 1001));
+}
+
 }  // namespace
 }  // namespace stensor

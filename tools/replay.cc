@@ -216,6 +216,7 @@ class Simulator {
     auto* pick = static_cast<SimBuffer*>(order_.Victim(look));
     if (pick == nullptr) return false;
     SwapOut(*pick, order_.Copies(*pick));
+    if (!options_.oracle) order_.NoteForcedOut(*pick, planner_->now());
     return true;
   }
 
@@ -542,6 +543,10 @@ class Simulator {
       facts.bytes = b.info->charge;
       facts.fits = used_ <= options_.cap && b.info->charge <= options_.cap - used_;
       facts.far = noted_first && std::binary_search(op.far.begin(), op.far.end(), id);
+      if (!options_.oracle && planner_->has_profile()) {
+        facts.now = planner_->now();
+        facts.period = planner_->profile()->period();
+      }
       if (const Reach reach = ChooseReach(facts, order_, {}); reach != Reach::kFetch) {
         Serve(b);
         ++result_.served_by_choice;

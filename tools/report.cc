@@ -543,7 +543,8 @@ std::string Html(const RunSummary& r, const std::vector<const KernelSummary*>& k
                             "distinct buffers among the serve_host records"));
     absl::StrAppend(&h, Row("served by choice", absl::StrCat(r.served_by_choice),
                             "serve_host records where room could have been made: brought in, "
-                            "the buffer would have displaced one needed no later"));
+                            "the buffer would have displaced one needed no later, or been "
+                            "forced out again before its next use"));
   }
   if (r.born_on_host.records > 0) {
     absl::StrAppend(&h, CountRow("alloc_host", r.born_on_host,

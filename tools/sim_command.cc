@@ -262,7 +262,8 @@ void PrintResult(const ReplayResult& r, std::ostream& out) {
   out << absl::StrFormat(
       "served from host    %12u bytes (%.1f MiB) over the link in %u buffer uses (%u by choice: "
       "where their room would displace one needed no later or copy out a larger one nothing uses "
-      "again, or, %u of them, pieces no pointer of a launch reached); %u buffers born in host "
+      "again or they would be forced out again before their next use, or, %u of them, pieces no "
+      "pointer of a launch reached); %u buffers born in host "
       "memory (%.1f MiB)\n",
       r.bytes_served, MiB(r.bytes_served), r.served_from_host, r.served_by_choice, r.served_far,
       r.born_on_host, MiB(r.bytes_born_on_host));

@@ -96,7 +96,8 @@ TEST(SimCommandTest, CompareTableHasEveryRowAndTheBound) {
   ASSERT_EQ(RunSim({path, "--limit", "1MiB"}, out4, err4), 0) << err4.str();
   EXPECT_NE(out4.str().find("served from host        16777216 bytes (16.0 MiB) over the link "
                             "in 8 buffer uses (0 by choice: where their room would displace "
-                            "one needed no later or copy out a larger one nothing uses again, or, "
+                            "one needed no later or copy out a larger one nothing uses again or "
+                            "they would be forced out again before their next use, or, "
                             "0 of them, pieces no pointer of a launch reached); 2 buffers born "
                             "in host memory (4.0 MiB)"),
             std::string::npos)

@@ -1387,7 +1387,10 @@ bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, HostWait host_wa
     return true;
   }
   CUresult r = SwapOut(dev, b, dev.order.Copies(b), host_wait);
-  if (r == CUDA_SUCCESS) return true;
+  if (r == CUDA_SUCCESS) {
+    if (planner != nullptr) dev.order.NoteForcedOut(b, planner->now());
+    return true;
+  }
   if (r == CUDA_ERROR_NOT_READY) {
     // Its work could not be ordered on the device: wait on the host.
     if (r = WaitIdle(b, host_wait); r != CUDA_SUCCESS) {
@@ -1912,6 +1915,10 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids, absl::Span<B
       facts.bytes = b->reserved;
       facts.fits = FreeUnderCap(dev) >= b->reserved;
       facts.far = !far.empty() && std::binary_search(far.begin(), far.end(), b->key);
+      if (planner_made_ && planner_->has_profile()) {
+        facts.now = planner_->now();
+        facts.period = planner_->profile()->period();
+      }
       return ChooseReach(facts, dev.order, {round_, false});
     };
     // Its swap-out still in flight and its memory handed on: bringing it in
@@ -2489,9 +2496,9 @@ std::string MemoryManager::StatsText() const {
       "stensor: reads from host    %10u (device->host copies served from the host copy)\n"
       "stensor: served from host   %10u (%.1f MiB: buffers an operation reached in host memory, "
       "over the cap with its others, or by choice: %u, where their room would displace one needed "
-      "no later or copy out a larger one nothing uses again, or, %u of them, pieces a kernel held "
-      "but "
-      "likely did not touch)\n"
+      "no later or copy out a larger one nothing uses again or they would be forced out again "
+      "before "
+      "their next use, or, %u of them, pieces a kernel held but likely did not touch)\n"
       "stensor: kept mapped, reused %9u (freed buffers' device memory taken whole, no remap)\n"
       "stensor: garbage released   %10u\n"
       "stensor: garbage taken over %10u (freed buffers reused whole in stream order)\n"

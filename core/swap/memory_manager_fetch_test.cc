@@ -400,6 +400,45 @@ TEST_F(BypassTest, ABufferNeededAfterWhatItWouldDisplaceIsServed) {
   EXPECT_LT(belady.bytes_copied_in, version.bytes_copied_in);
 }
 
+// An optimizer's moment M, read and written at the start of each iteration;
+// later a temporary T is allocated, used and freed, and its room forces out
+// M (needed the farthest off). When M is needed next there is room again:
+// brought in, it would only be forced out again (copied out, since it is
+// written) before its next use, so once the planner predicts next uses it is
+// served in place, and T finds room without forcing anything out.
+TEST_F(BypassTest, OneTheCapForcesOutBeforeEachUseIsServedThoughItFits) {
+  auto mm = MakeManager({{"STENSOR_MEMORY_LIMIT", "6MiB"},
+                         {"STENSOR_POLICY", "belady"},
+                         {"STENSOR_PREFETCH", "off"}});
+  ASSERT_NE(mm, nullptr);
+  const CUdeviceptr a = Alloc(*mm, 1), b = Alloc(*mm, 2), m = Alloc(*mm, 3);
+  Write(*mm, 1, a, 1);
+  Write(*mm, 2, b, 2);
+  Write(*mm, 3, m, 3);
+  constexpr int kIterations = 16;
+  for (int i = 0; i < kIterations; ++i) {
+    const uint64_t seed = 100 + i;
+    Op(*mm, 10, 3, m, seed);
+    Op(*mm, 11, 1, a, 0);
+    Op(*mm, 12, 2, b, 0);
+    const CUdeviceptr t = Alloc(*mm, 50 + i);
+    Op(*mm, 13, 50 + i, t, seed + 1000);
+    Op(*mm, 14, 50 + i, t, 0);
+    EXPECT_CU(mm->Free(t));
+    Op(*mm, 15, 1, a, 0);
+    Op(*mm, 16, 2, b, 0);
+  }
+  const SwapStats stats = mm->stats();
+  // Before next uses are known M is brought back each time; after, it is
+  // served at least every other iteration.
+  EXPECT_GE(stats.served_by_choice, 4u);
+  EXPECT_LT(stats.bytes_copied_in, uint64_t{kIterations} * kGranule);
+  ExpectData(*mm, 1, a, 1);
+  ExpectData(*mm, 2, b, 2);
+  ExpectData(*mm, 3, m, 100 + kIterations - 1);
+  for (CUdeviceptr p : {a, b, m}) EXPECT_CU(mm->Free(p));
+}
+
 // The same program on the slow link; once next uses are predicted, X is
 // written whole (brought in without a copy) and evicted, and while its copy
 // out is in flight B comes back into its memory (A, B and X read on another
