@@ -104,7 +104,10 @@ absl::StatusOr<KeepProblem> BuildKeepProblem(const Trace& trace, uint64_t cap, b
           close_link(b, life, t, /*use=*/true, overwritten);
           add_use(b, life, t, life.written && !overwritten ? static_cast<int64_t>(b.bytes) : 0,
                   /*allocation=*/false);
-          if (writes.Contains(id)) {
+          // Work of unknown accesses may have written what it made
+          // resident (and more: buffers it does not name are left clean,
+          // which can only make the optimum cheaper).
+          if (writes.Contains(id) || op.kind == TraceOp::Kind::kUnknown) {
             life.written = true;
             life.last_write = static_cast<int>(stretch_bytes.size());
             stretch_bytes.push_back(b.bytes);

@@ -402,8 +402,10 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
     *trace = PackIntoSlabs(*trace, onset_cap, &packed);
   }
   out << absl::StrFormat(
-      "log                 %s: %u operations, %u launches (%u of unknown accesses)\n", flags->log,
-      trace->ops.size(), trace->launches, trace->unknown_launches);
+      "log                 %s: %u operations, %u launches (%u of unknown accesses, %u naming "
+      "none of their buffers)\n",
+      flags->log, trace->ops.size(), trace->launches, trace->unknown_launches,
+      trace->blind_launches);
   if (split > 0) {
     out << absl::StrFormat("pieces              %u allocations larger than a granule, in pieces\n",
                            split);

@@ -5,6 +5,7 @@
 #ifndef STENSOR_TOOLS_TEST_LOG_H_
 #define STENSOR_TOOLS_TEST_LOG_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -50,6 +51,23 @@ class TestLog {
                      absl::StrJoin(reads, ","), R"(],"writes":[)", absl::StrJoin(writes, ","),
                      R"(],"inferred":true,"tables":[],"unknown_tables":false)",
                      compute_us >= 0 ? absl::StrCat(R"(,"compute_us":)", compute_us) : "", "}"));
+  }
+  // A cuGraphLaunch whose nodes read `reads` and write `writes`; with
+  // `unknown_tables`, through a table an earlier node of the same launch
+  // wrote (work of unknown accesses that names what it was seen to reach).
+  void GraphLaunch(std::vector<uint64_t> reads, const std::vector<uint64_t>& writes,
+                   bool unknown_tables) {
+    for (uint64_t w : writes) {
+      if (std::find(reads.begin(), reads.end(), w) == reads.end()) reads.push_back(w);
+    }
+    Add(absl::StrCat(R"({"type":"graph_launch","api":"cuGraphLaunch","graph":"0x1",)",
+                     R"("stream":"legacy","inferred":true,"nodes":2,"reads":[)",
+                     absl::StrJoin(reads, ","), R"(],"writes":[)", absl::StrJoin(writes, ","),
+                     R"(],"tables":[],"unknown_tables":)", unknown_tables ? "true" : "false", "}"));
+  }
+  // A cuGraphLaunch of a graph whose nodes the library could not read.
+  void BlindGraphLaunch() {
+    Add(R"({"type":"graph_launch","api":"cuGraphLaunch","graph":"0x2","stream":"legacy","inferred":false})");
   }
   // A launch the library could not describe.
   void UnknownLaunch() {

@@ -215,6 +215,7 @@ class Reader {
       op.line = line;
       ++trace_.launches;
       ++trace_.unknown_launches;
+      ++trace_.blind_launches;
       trace_.ops.push_back(std::move(op));
       return absl::OkStatus();
     }
@@ -350,6 +351,7 @@ class Reader {
     if (!BoolOr(r, "inferred", true) || BoolOr(r, "unknown_tables", false)) {
       op.kind = TraceOp::Kind::kUnknown;
       ++trace_.unknown_launches;
+      if (!BoolOr(r, "inferred", true)) ++trace_.blind_launches;
     } else {
       ReadPointers(r, &op);
     }
@@ -523,6 +525,7 @@ static Trace WithoutOps(const Trace& trace) {
   out.logged = trace.logged;
   out.launches = trace.launches;
   out.unknown_launches = trace.unknown_launches;
+  out.blind_launches = trace.blind_launches;
   out.buffers = trace.buffers;
   out.groups = trace.groups;
   out.ops.reserve(trace.ops.size());

@@ -126,6 +126,9 @@ struct Trace {
   LoggedSwaps logged;
   size_t launches = 0;
   size_t unknown_launches = 0;
+  // Of those, the ones that name none of their buffers (not inferred: a
+  // kernel or graph nobody could read), whose buffers an optimum cannot count.
+  size_t blind_launches = 0;
 };
 
 // The trace as the memory manager holds its buffers where the device maps

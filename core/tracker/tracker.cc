@@ -673,12 +673,18 @@ void Tracker::EndGraphLaunch(const char* api, CUgraphExec exec, StreamRef stream
   if (scope.captured) {
     line.Bool("captured", true);
   } else {
-    line.Bool("inferred", !scope.unknown);
-    if (!scope.unknown) {
+    // As a direct launch's: its nodes were read (what they name was made
+    // resident, the `reads`), but a table an earlier node of the same launch
+    // writes could point anywhere (`unknown_tables`: then every buffer
+    // counts as written).
+    const bool walked = scope.plan != nullptr && !scope.plan->unknown;
+    line.Bool("inferred", walked);
+    if (walked) {
       line.Uint("nodes", scope.nodes.size())
           .Uints("reads", scope.accesses.reads)
           .Uints("writes", scope.accesses.writes)
-          .Raw("tables", TablesJson(scope.accesses));
+          .Raw("tables", TablesJson(scope.accesses))
+          .Bool("unknown_tables", scope.unknown);
     }
   }
   Log(line.Finish());
