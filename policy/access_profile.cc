@@ -1,5 +1,6 @@
 #include "policy/access_profile.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -73,7 +74,10 @@ absl::StatusOr<AccessProfile> AccessProfile::Builder::Build(Bandwidth bandwidth,
     ids.clear();
     uint64_t u = 0;
     for (const BufferTouch& b : op.buffers) {
-      if (ids.insert(b.id).second) u += b.bytes;
+      if (ids.insert(b.id).second) {
+        u += b.bytes;
+        p.uses_[b.id].push_back(static_cast<uint32_t>(i));
+      }
     }
     p.bytes_[i] = u;
     p.prefix_[i + 1] = p.prefix_[i] + p.compute_[i];
@@ -87,6 +91,16 @@ double AccessProfile::ComputeBetweenPhases(size_t from, size_t to) const {
   to %= n;
   if (from <= to) return prefix_[to] - prefix_[from];
   return prefix_[n] - prefix_[from] + prefix_[to];
+}
+
+uint64_t AccessProfile::GapAfter(uint64_t id, size_t phase) const {
+  auto it = uses_.find(id);
+  if (it == uses_.end()) return 0;
+  const std::vector<uint32_t>& at = it->second;  // ascending
+  auto use = std::lower_bound(at.begin(), at.end(), phase);
+  if (use == at.end() || *use != phase) return 0;
+  if (use + 1 != at.end()) return *(use + 1) - phase;
+  return period() - phase + at.front();  // the next iteration's first
 }
 
 size_t AccessProfile::PhaseAt(uint64_t origin, uint64_t time) const {

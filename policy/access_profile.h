@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
@@ -134,6 +135,10 @@ class AccessProfile {
   double ComputeBetweenTimes(uint64_t origin, uint64_t from, uint64_t to) const;
   // Phase of logical time `time` given that `origin` has phase 0.
   size_t PhaseAt(uint64_t origin, uint64_t time) const;
+  // Operations from `phase`, which touches buffer `id`, to the buffer's
+  // next touch (period() for one touched once an iteration); 0 when the
+  // profiled iteration does not touch `id` at `phase`. O(log touches).
+  uint64_t GapAfter(uint64_t id, size_t phase) const;
 
  private:
   AccessProfile() = default;
@@ -143,6 +148,8 @@ class AccessProfile {
   std::vector<double> prefix_;  // prefix_[i] = sum of compute_[0..i)
   Bandwidth bandwidth_;
   size_t unknown_phases_ = 0;
+  // Each buffer's phases, ascending.
+  absl::flat_hash_map<uint64_t, std::vector<uint32_t>> uses_;
 };
 
 }  // namespace stensor

@@ -70,6 +70,25 @@ TEST(AccessProfileTest, ComputeBetweenTimesCountsWholeIterations) {
   EXPECT_DOUBLE_EQ(p->ComputeBetweenTimes(100, 98, 100), 2e-3 + 4e-3);
 }
 
+// From a phase touching a buffer to its next touch, wrapping into the next
+// iteration; nothing for a phase that does not touch it or a buffer never
+// touched.
+TEST(AccessProfileTest, GapAfterATouchToTheNext) {
+  AccessProfile::Builder b;
+  b.Add(10, {{1, 100, false}, {2, 300, true}});  // phase 0
+  b.Add(11, {{3, 100, false}});                  // 1
+  b.Add(12, {{1, 100, false}, {1, 100, true}});  // 2: twice, one touch
+  b.Add(13, {});                                 // 3
+  absl::StatusOr<AccessProfile> p = std::move(b).Build({1e9, 1e9});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->GapAfter(1, 0), 2u);
+  EXPECT_EQ(p->GapAfter(1, 2), 2u);  // to phase 0 of the next iteration
+  EXPECT_EQ(p->GapAfter(2, 0), 4u);  // once an iteration: the period
+  EXPECT_EQ(p->GapAfter(3, 1), 4u);
+  EXPECT_EQ(p->GapAfter(1, 1), 0u);
+  EXPECT_EQ(p->GapAfter(9, 0), 0u);
+}
+
 TEST(AccessProfileTest, RejectsBadInput) {
   AccessProfile::Builder empty;
   EXPECT_FALSE(std::move(empty).Build({kGB, kGB}).ok());

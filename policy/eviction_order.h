@@ -16,7 +16,6 @@
 #ifndef STENSOR_POLICY_EVICTION_ORDER_H_
 #define STENSOR_POLICY_EVICTION_ORDER_H_
 
-#include <array>
 #include <cstdint>
 #include <limits>
 #include <tuple>
@@ -25,6 +24,7 @@
 
 #include "absl/container/btree_map.h"
 #include "policy/eviction_policy.h"
+#include "policy/forced_out.h"
 
 namespace stensor {
 
@@ -120,18 +120,15 @@ class EvictionOrder {
   void NoteForcedOut(const EvictionState& b, uint64_t now) {
     // A next use nothing predicts, or overdue, says nothing of the pressure.
     if (b.next_use >= EvictionCandidate::kInSequence || b.next_use <= now) return;
-    forced_[forced_next_++ % kForcedKept] = {now, b.next_use - now};
+    forced_.Note(now, b.next_use - now);
   }
   // Whether, since time `since`, the cap forced out a buffer whose next use
   // was no farther off than `distance`: one fetched now and needed again
-  // only that far off would be pushed out before then (under belady, the
-  // farther the sooner), its bytes moved in and out for nothing.
+  // only that far off would be pushed out before then (ForcedOutLog).
   bool ForcedOutWithin(uint64_t distance, uint64_t since) const {
-    for (const Forced& f : forced_) {
-      if (f.distance != 0 && f.time >= since && f.distance <= distance) return true;
-    }
-    return false;
+    return forced_.Within(distance, since);
   }
+  const ForcedOutLog& forced_out() const { return forced_; }
 
   // Which buffers a look may take.
   struct Filter {
@@ -245,14 +242,7 @@ class EvictionOrder {
   absl::btree_map<std::tuple<EvictionKey, uint64_t, uint64_t>, EvictionState*> evictable_;
   absl::btree_map<std::pair<uint64_t, uint64_t>, EvictionState*> droppable_;
   std::vector<EvictionState*> rekey_;
-  // The last forced evictions (NoteForcedOut): (time, distance to next use).
-  struct Forced {
-    uint64_t time = 0;
-    uint64_t distance = 0;  // 0: none
-  };
-  static constexpr size_t kForcedKept = 16;
-  std::array<Forced, kForcedKept> forced_{};
-  size_t forced_next_ = 0;
+  ForcedOutLog forced_;  // the last forced evictions (NoteForcedOut)
 };
 
 }  // namespace stensor

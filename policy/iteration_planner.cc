@@ -239,9 +239,9 @@ void IterationPlanner::OnFreed(uint64_t id) {
   // caller with the next operation's changes.
 }
 
-std::vector<PlannedAction> IterationPlanner::Plan(uint64_t free_bytes) {
+std::vector<PlannedAction> IterationPlanner::Plan(uint64_t free_bytes, const ForcedOutLog* forced) {
   if (!options_.prefetch || profile_ == nullptr || next_time_ == 0) return {};
-  return planner_.Plan(next_time_ - 1, free_bytes, /*h2d_queued_seconds=*/0);
+  return planner_.Plan(next_time_ - 1, free_bytes, /*h2d_queued_seconds=*/0, forced);
 }
 
 IterationPlanner::Stats IterationPlanner::stats() const {

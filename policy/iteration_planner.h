@@ -158,7 +158,7 @@ class IterationPlanner {
   // The planned swaps to issue before submitting the last observed
   // operation (empty without a profile or with prefetch off). The link's
   // queue is the planner's own model (PrefetchPlanner), never the caller's.
-  std::vector<PlannedAction> Plan(uint64_t free_bytes);
+  std::vector<PlannedAction> Plan(uint64_t free_bytes, const ForcedOutLog* forced = nullptr);
 
   // What happened to a buffer (see PrefetchPlanner).
   void OnResident(uint64_t id) { planner_.OnResident(id); }

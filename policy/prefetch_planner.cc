@@ -244,7 +244,8 @@ double PrefetchPlanner::ComputeBetween(uint64_t from, uint64_t to) const {
 }
 
 std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now, uint64_t free_bytes,
-                                                 double h2d_queued_seconds) {
+                                                 double h2d_queued_seconds,
+                                                 const ForcedOutLog* forced) {
   ++stats_.plans;
   last_plan_ = now;
   std::vector<PlannedAction> actions;
@@ -363,6 +364,17 @@ std::vector<PlannedAction> PrefetchPlanner::Plan(uint64_t now, uint64_t free_byt
     if (due > horizon) break;  // sorted: nothing later is due this iteration
     Buffer& b = buffers_.at(s->id);
     if (b.fetched) continue;  // proposed already, its swap-in not reported
+    // Needed again after that use no sooner than a buffer the cap forced out
+    // within the last iteration: its use will serve it (ChooseReach) rather
+    // than bring it in to be forced out again, so a fetch would move its
+    // bytes for nothing. Left to its use, and no room made for it.
+    if (forced != nullptr) {
+      const uint64_t gap = profile_->GapAfter(s->id, profile_->PhaseAt(origin_, due));
+      if (gap != 0 && forced->Within(gap, due > period ? due - period : 0)) {
+        ++stats_.left_to_use;
+        continue;
+      }
+    }
     const double t = profile_->H2dSeconds(b.bytes);
     // Waiting one more operation would leave less compute before the use
     // than the transfer plus what is queued ahead of it.

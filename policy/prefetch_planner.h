@@ -97,6 +97,7 @@
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "policy/access_profile.h"
+#include "policy/forced_out.h"
 
 namespace stensor {
 
@@ -150,6 +151,7 @@ class PrefetchPlanner {
     uint64_t planned_evictions = 0;  // kEvict after a last use
     uint64_t planned_copies = 0;     // of those, dirty (written back)
     uint64_t on_demand = 0;          // swapped in without a planned fetch
+    uint64_t left_to_use = 0;        // due, but its use serves it (ForcedOutLog)
     uint64_t backoffs = 0;           // pauses started
     uint64_t plans_paused = 0;       // Plan calls that proposed nothing for it
     uint64_t bytes_moved = 0;        // seen copied in and out (callbacks)
@@ -183,7 +185,11 @@ class PrefetchPlanner {
   // `h2d_queued_seconds`: host->device transfer time the caller knows to be
   // queued beyond the planner's own model of the link (the larger counts);
   // 0 leaves the decisions to the profile and the operations alone.
-  std::vector<PlannedAction> Plan(uint64_t now, uint64_t free_bytes, double h2d_queued_seconds);
+  // With `forced` (the cap's forced evictions, under a next-use policy), a
+  // swapped-out buffer needed again after its coming use no sooner than one
+  // the cap forced out within the last iteration is left to that use.
+  std::vector<PlannedAction> Plan(uint64_t now, uint64_t free_bytes, double h2d_queued_seconds,
+                                  const ForcedOutLog* forced = nullptr);
 
   const Stats& stats() const { return stats_; }
   size_t resident() {

@@ -151,6 +151,62 @@ TEST(PrefetchPlannerTest, FetchesEarlyWhileMemoryIsFree) {
   EXPECT_EQ(p.Plan(24, 1 * kMB, 0), (std::vector<PlannedAction>{Fetch(2)}));
 }
 
+// Buffer 1, used once an iteration (of 20 operations, at phase 15), is due
+// at 15 with memory free. Had the cap forced out, within the last
+// iteration, a buffer needed again no farther off than 20 operations, the
+// use at 15 would serve buffer 1 (ChooseReach) rather than bring it in to be
+// forced out again: no fetch, no room made. Forced evictions of buffers
+// needed sooner than that, older than an iteration, or none at all leave
+// the fetch as it was.
+TEST(PrefetchPlannerTest, LeavesToItsUseWhatTheCapWouldForceOutAgain) {
+  auto profile = [] {
+    AccessProfile::Builder b;
+    for (size_t i = 0; i < 20; ++i) {
+      if (i == 15) {
+        b.Add(i, {{1, kMB, true}});
+      } else {
+        b.Add(i, {});
+      }
+      EXPECT_TRUE(b.SetComputeSeconds(i, 1e-3).ok());
+    }
+    auto p = std::move(b).Build({1e9, 1e9});
+    EXPECT_TRUE(p.ok());
+    return std::make_shared<const AccessProfile>(*std::move(p));
+  }();
+  struct Case {
+    const char* what;
+    uint64_t time, distance;  // of a forced eviction (distance 0: none)
+    bool fetched;
+  };
+  for (const Case& c : {Case{"none", 0, 0, true}, Case{"needed as far off", 2, 20, false},
+                        Case{"needed sooner", 2, 8, false}, Case{"needed farther", 2, 25, true}}) {
+    SCOPED_TRACE(c.what);
+    PrefetchPlanner p;
+    p.SetProfile(profile, 0);
+    SwappedOut(p, 1, kMB, 0, 15);
+    ForcedOutLog forced;
+    if (c.distance != 0) forced.Note(c.time, c.distance);
+    std::vector<PlannedAction> all;
+    for (uint64_t now = 1; now < 15; ++now) {
+      for (const PlannedAction& a : p.Plan(now, 100 * kMB, 0, &forced)) all.push_back(a);
+    }
+    EXPECT_EQ(all, c.fetched ? std::vector<PlannedAction>{Fetch(1)} : std::vector<PlannedAction>{});
+    EXPECT_EQ(p.stats().left_to_use > 0, !c.fetched);
+  }
+  // A forced eviction more than an iteration before the use says nothing
+  // of it: the use at 35, an iteration later, is fetched.
+  PrefetchPlanner p;
+  p.SetProfile(profile, 0);
+  SwappedOut(p, 1, kMB, 10, 35);
+  ForcedOutLog forced;
+  forced.Note(12, 20);
+  std::vector<PlannedAction> all;
+  for (uint64_t now = 21; now < 35; ++now) {
+    for (const PlannedAction& a : p.Plan(now, 100 * kMB, 0, &forced)) all.push_back(a);
+  }
+  EXPECT_EQ(all, std::vector<PlannedAction>{Fetch(1)});
+}
+
 TEST(PrefetchPlannerTest, NeverEvictsWhatIsNeededSooner) {
   PrefetchPlanner p;
   p.SetProfile(Profile(20, 1.0), 0);

@@ -473,7 +473,9 @@ class Simulator {
     // The planner models the link's queue itself, as in the library (not
     // this replay's copy engines), so both make the same choices.
     PlanCarrier carrier(*this);
-    ApplyPlan(planner_->Plan(free_bytes), carrier);
+    // As the library: what a use would serve is not fetched.
+    const ForcedOutLog* forced = order_.policy().RanksByNextUse() ? &order_.forced_out() : nullptr;
+    ApplyPlan(planner_->Plan(free_bytes, forced), carrier);
   }
 
   // ApplyPlan's steps here (MemoryManager::Plan in the library).

@@ -2415,7 +2415,10 @@ void MemoryManager::ApplyNotedLocked(const Noted& noted, CUstream stream, OpTick
   // never the clock: its decisions then follow from the profile and the
   // operations, as in `stensor sim`.
   PlanCarrier carrier(this, planner);
-  const PlanApplied applied = ApplyPlan(planner->Plan(free_bytes), carrier);
+  // What a use would serve rather than bring in (ChooseReach) is not fetched.
+  const ForcedOutLog* forced =
+      dev.order.policy().RanksByNextUse() ? &dev.order.forced_out() : nullptr;
+  const PlanApplied applied = ApplyPlan(planner->Plan(free_bytes, forced), carrier);
   stats_.prefetches_issued += applied.fetches_issued;
   stats_.prefetches_refused += applied.fetches_refused;
 }
