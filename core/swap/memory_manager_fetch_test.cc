@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -439,16 +440,16 @@ TEST_F(BypassTest, OneTheCapForcesOutBeforeEachUseIsServedThoughItFits) {
   for (CUdeviceptr p : {a, b, m}) EXPECT_CU(mm->Free(p));
 }
 
-// The same program on the slow link; once next uses are predicted, X is
-// written whole (brought in without a copy) and evicted, and while its copy
-// out is in flight B comes back into its memory (A, B and X read on another
+// The same program; once next uses are predicted, X is written whole
+// (brought in without a copy) and evicted, and while its copy out is held
+// queued behind the program's work B comes back into its memory (A, B and X read on another
 // stream, with no host wait). X's next read is served by choice, as one whose
 // host copy is at its address would be, once its copy out is done: brought
 // in, it would wait for the same copy, then displace A or B and copy its
 // bytes back. A driver call failing on that path (the wait for the copy, the
 // end of the old mapping, the host mapping) loses no byte of A, B or X: the
 // read either succeeds or sees the error, and read again, gets X's bytes.
-TEST_F(BypassTest, SlowOneWhoseCopyOutIsInFlightIsServedOnceItIsDone) {
+TEST_F(BypassTest, OneWhoseCopyOutIsInFlightIsServedOnceItIsDone) {
   // Each driver call the read of X makes on stensor's behalf, failed once.
   const std::vector<std::pair<const char*, int>> failures = {
       {nullptr, 0},          {"cuEventSynchronize", 1},
@@ -523,11 +524,24 @@ TEST_F(BypassTest, SlowOneWhoseCopyOutIsInFlightIsServedOnceItIsDone) {
       held.reset();  // opened
     });
     if (call != nullptr) fakecuda_fail_call(call, nth, CUDA_ERROR_UNKNOWN);
+    // Without a failure, the calls the read makes are counted: the list
+    // above must name calls that path does make.
+    std::map<std::string, unsigned long long> calls_before;
+    if (call == nullptr) {
+      fakecuda_count_calls(1);
+      for (const auto& [name, n] : failures) {
+        if (name != nullptr) calls_before[name] = fakecuda_call_count(name);
+      }
+    }
     const CUresult first = read(12, 3, x);
     opener.join();
     fakecuda_clear_failures();
     if (call == nullptr) {
       ASSERT_CU(first);
+      for (const auto& [name, count] : calls_before) {
+        EXPECT_GT(fakecuda_call_count(name.c_str()), count) << name << " not called by the read";
+      }
+      fakecuda_count_calls(0);
       const SwapStats after = mm->stats();
       EXPECT_EQ(after.served_by_choice, before.served_by_choice + 1);
       EXPECT_EQ(after.swap_ins, before.swap_ins);
