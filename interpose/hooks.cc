@@ -1,19 +1,16 @@
 // The exported hooks: one function per STENSOR_HOOK entry of
-// core/driver/driver_symbols.inc, each with the exact ABI of the symbol it replaces.
-// A hook calls the real entry point and reports what happened to the tracker;
-// it never changes arguments. Under a cap core/ may answer instead of the
-// driver where stensor's buffers must look like cuMemAlloc allocations
-// (allocation, exact sizes, pointer attributes, overruns). Entry points that exist as a legacy
-// and a per-thread-stream twin (_ptds/_ptsz) share one implementation. What
-// a copy descriptor touches (core/inference/copy_ranges.h) and what an allocation the
-// driver makes is charged (core/swap/external_allocations.h) are core's.
+// core/driver/driver_symbols.inc, each with the exact ABI of the symbol it
+// replaces. A hook only forwards: it hands the tracker the call's arguments
+// and the real entry point, and returns what core/ answers. Every decision
+// (whether stensor serves an allocation under a cap, what the cap is
+// charged, which buffers must be resident, what a copy descriptor touches)
+// is core's: core/tracker/tracker.h. Entry points that exist as a legacy
+// and a per-thread-stream twin (_ptds/_ptsz) share one implementation.
 #include <cstdint>
 #include <vector>
 
 #include "absl/base/attributes.h"
 #include "core/inference/copy_ranges.h"
-#include "core/swap/external_allocations.h"
-#include "core/swap/stream_ordered.h"
 #include "interpose/state.h"
 
 #define STENSOR_EXPORT extern "C" __attribute__((visibility("default")))
@@ -28,48 +25,15 @@ constexpr CUresult kMissing = CUDA_ERROR_NOT_SUPPORTED;  // real entry absent
 
 uint64_t Ptr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
-// --- Allocation ----------------------------------------------------------------
-template <typename Fn, typename... Args>
-CUresult Alloc(const char* api, Fn real, CUdeviceptr* dptr, size_t bytes, BufferKind kind,
-               Args... args) {
-  if (real == nullptr) return kMissing;
-  CUresult r = real(dptr, args...);
-  // No bytes asked, no buffer (a stream-ordered allocation of 0 bytes
-  // succeeds on a GPU).
-  if (r == CUDA_SUCCESS && dptr != nullptr && *dptr != 0 && bytes != 0) {
-    T().OnAlloc(api, *dptr, bytes, kind);
-  }
-  return r;
-}
-
-template <typename Fn, typename... Args>
-CUresult Free(const char* api, Fn real, CUdeviceptr dptr, Args... args) {
-  if (real == nullptr) return kMissing;
-  CUresult r = real(dptr, args...);
-  if (r == CUDA_SUCCESS) T().OnFree(api, dptr);
-  return r;
-}
-
 // --- Copies and memsets ---------------------------------------------------------
 // Any transfer: one that runs past the requested end of a stensor buffer is
 // refused as the driver refuses it for a cuMemAlloc allocation (the VA behind
 // is rounded up to the granule, so the driver would not notice); the buffers
 // it touches are made resident first (under a cap), marked used after, and
 // the copy is logged. `c` says what it touches (core/inference/copy_ranges.h).
-// An asynchronous copy into memory no tracked buffer holds: host memory
-// it writes may be a later upload's source (Tracker::OnHostWrite). Whatever
-// kind the call names: a device-to-device copy may write mapped host
-// memory through its device address.
-void NoteHostWrite(const TransferScope& scope, const CopySide& dst, StreamRef s) {
-  if (T().capped() && scope.dst_id == 0 && dst.start != 0) {
-    T().OnHostWrite(dst.start, dst.extent, s);
-  }
-}
-
 template <typename Fn, typename... Args>
 CUresult Transfer(const char* api, Fn real, const CopyRanges& c, StreamRef s, bool async,
                   bool linear, Args... args) {
-  if (real == nullptr) return kMissing;
   if (CUresult r =
           T().exact_sizes().CheckExtents(c.dst.start, c.dst.extent, c.src.start, c.src.extent);
       r != CUDA_SUCCESS) {
@@ -87,7 +51,8 @@ CUresult Transfer(const char* api, Fn real, const CopyRanges& c, StreamRef s, bo
   CUresult r = scope.served ? CUDA_SUCCESS : real(args...);
   T().EndTransfer(scope, s, r == CUDA_SUCCESS);
   if (r != CUDA_SUCCESS) return r;
-  if (async && !scope.captured) NoteHostWrite(scope, c.dst, s);
+  // Host memory it writes may be a later upload's source.
+  if (async && !scope.captured) T().OnHostWrite(scope, c.dst.start, c.dst.extent, s);
   // A copy's pointers are learnt when it is submitted (the program may not
   // change its source until it ran). A captured copy runs at its graph's
   // launch, which accounts for it.
@@ -110,21 +75,14 @@ CUresult Copy(const char* api, CopyKind kind, Fn real, uint64_t dst, uint64_t sr
 // addresses, logged as one copy of the whole region.
 template <typename Fn, typename Params, typename... Args>
 CUresult Region(const char* api, Fn real, const Params* p, StreamRef s, bool async, Args... args) {
-  if (p == nullptr) return real ? real(args...) : kMissing;  // the driver's error
+  if (p == nullptr) return real(args...);  // the driver's error
   // A memory type the driver does not know: its error, before anything is
   // made resident or served from a host copy (a copy served so would
   // succeed where the driver refuses it).
   const CopyRanges c = CopyRangesOf(*p);
   if (c.src.memory == MemoryKind::kUnknown || c.dst.memory == MemoryKind::kUnknown) {
-    // Into or out of a buffer stensor serves (VMM memory under a cap): the
-    // answer the program would get for the cuMemAlloc allocation it thinks
-    // it has. (Driver 580 refuses such a copy for cuMemAlloc memory but
-    // makes it for VMM memory, where stensor would never see the write.)
-    if (MemoryManager* m = T().memory();
-        m != nullptr && (m->Find(p->srcDevice) || m->Find(p->dstDevice))) {
-      return CUDA_ERROR_INVALID_VALUE;
-    }
-    return real ? real(args...) : kMissing;
+    CUresult r = T().exact_sizes().CheckUntypedCopy(p->srcDevice, p->dstDevice);
+    return r != CUDA_SUCCESS ? r : real(args...);
   }
   return Transfer(api, real, c, s, async, /*linear=*/false, args...);
 }
@@ -132,21 +90,9 @@ CUresult Region(const char* api, Fn real, const Params* p, StreamRef s, bool asy
 // Calls `real` and, when it succeeded, `report()`.
 template <typename Fn, typename Report, typename... Args>
 CUresult CallThen(Fn real, Report&& report, Args... args) {
-  if (real == nullptr) return kMissing;
   CUresult r = real(args...);
   if (r == CUDA_SUCCESS) report();
   return r;
-}
-
-// The same under a cap only: `report(manager)` after the driver answered.
-template <typename Fn, typename Report, typename... Args>
-CUresult CallThenUnderCap(Fn real, Report&& report, Args... args) {
-  return CallThen(
-      real,
-      [&] {
-        if (MemoryManager* m = T().memory()) report(*m);
-      },
-      args...);
 }
 
 // `range.extent`: the bytes from dst to the last one set (for 2D memsets,
@@ -155,7 +101,6 @@ CUresult CallThenUnderCap(Fn real, Report&& report, Args... args) {
 template <typename Fn, typename... Args>
 CUresult Memset(const char* api, Fn real, CUdeviceptr dst, MemsetRange range, StreamRef s,
                 bool async, Args... args) {
-  if (real == nullptr) return kMissing;
   const uint64_t bytes = range.bytes;
   if (CUresult r = T().exact_sizes().CheckExtents(dst, range.extent, 0, 0); r != CUDA_SUCCESS)
     return r;
@@ -170,7 +115,7 @@ CUresult Memset(const char* api, Fn real, CUdeviceptr dst, MemsetRange range, St
   if (!scope.captured) {
     T().OnMemsetTables(dst, bytes, linear);
     // Memsets of device-mapped host memory run in stream order too.
-    if (T().capped() && scope.dst_id == 0) T().OnHostWrite(dst, range.extent, s);
+    T().OnHostWrite(scope, dst, range.extent, s);
   }
   T().OnMemset(api, dst, bytes, s, async, scope.captured);
   return r;
@@ -200,7 +145,6 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline CUresult Launch(const char* api,
                                                     unsigned bx, unsigned by, unsigned bz,
                                                     unsigned shmem, CUstream s, void** params,
                                                     void** extra, bool per_thread) {
-  if (real == nullptr) return kMissing;
   // LaunchWith spelled out: the most frequent hook, and a closure over its
   // eleven arguments cost more than the rest of the hook's own code.
   Tracker& t = T();
@@ -218,7 +162,6 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline CUresult Launch(const char* api,
 
 CUresult LaunchEx(const char* api, decltype(&::cuLaunchKernelEx) real, const CUlaunchConfig* c,
                   CUfunction f, void** params, void** extra, bool per_thread) {
-  if (real == nullptr) return kMissing;
   if (c == nullptr) return real(c, f, params, extra);  // the driver's error
   const unsigned grid[3] = {c->gridDimX, c->gridDimY, c->gridDimZ};
   const unsigned block[3] = {c->blockDimX, c->blockDimY, c->blockDimZ};
@@ -229,7 +172,6 @@ CUresult LaunchEx(const char* api, decltype(&::cuLaunchKernelEx) real, const CUl
 CUresult Cooperative(const char* api, decltype(&::cuLaunchCooperativeKernel) real, CUfunction f,
                      unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                      unsigned shmem, CUstream s, void** params, bool per_thread) {
-  if (real == nullptr) return kMissing;
   const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
   return LaunchWith(api, f, grid, block, StreamRef{s, per_thread}, params, nullptr,
                     [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params); });
@@ -237,7 +179,6 @@ CUresult Cooperative(const char* api, decltype(&::cuLaunchCooperativeKernel) rea
 
 template <typename Fn, typename... Args>
 CUresult Sync(const char* api, Fn real, StreamRef s, Args... args) {
-  if (real == nullptr) return kMissing;
   CUresult r = real(args...);
   if (r == CUDA_SUCCESS) T().OnSync(api, s);
   return r;
@@ -249,7 +190,6 @@ CUresult Sync(const char* api, Fn real, StreamRef s, Args... args) {
 template <typename Fn, typename... Args>
 CUresult Instantiate(const char* api, Fn real, CUgraphExec* exec, CUgraph graph,
                      unsigned long long flags, Args... args) {
-  if (real == nullptr) return kMissing;
   CUresult r = real(args...);
   if (r == CUDA_SUCCESS && exec != nullptr) T().OnGraphInstantiate(api, *exec, graph, flags);
   return r;
@@ -259,7 +199,6 @@ CUresult Instantiate(const char* api, Fn real, CUgraphExec* exec, CUgraph graph,
 // calls on other threads are relaxed from the moment it may exist.
 template <typename Fn, typename... Args>
 CUresult BeginCapture(Fn real, StreamRef origin, Args... args) {
-  if (real == nullptr) return kMissing;
   T().OnCaptureBegin(origin);
   CUresult r = real(args...);
   if (r != CUDA_SUCCESS) T().OnCaptureEnd(origin);
@@ -267,7 +206,6 @@ CUresult BeginCapture(Fn real, StreamRef origin, Args... args) {
 }
 
 CUresult GraphLaunch(const char* api, decltype(&::cuGraphLaunch) real, CUgraphExec g, StreamRef s) {
-  if (real == nullptr) return kMissing;
   GraphLaunchScope scope;
   if (CUresult r = T().BeginGraphLaunch(g, s, &scope); r != CUDA_SUCCESS) return r;
   CUresult r = real(g, s.handle);
@@ -292,122 +230,23 @@ CUresult NodeChanged(Fn real, CUgraphExec exec, CUgraphNode node, const Params* 
 // frees the handles it may hand them to another module's kernels.
 template <typename Fn, typename Handle>
 CUresult Unload(Fn real, Handle handle, CUmodule module) {
-  if (real == nullptr) return kMissing;
   KernelCache::UnloadScope scope(&T().kernels(), module);
   return real(handle);
 }
 
 // --- What the hooks below call that takes more than an expression -----------------
-// Charged against the cap (core/swap/external_allocations.h), not swapped.
-CUresult AllocPitch(const char* api, decltype(&::cuMemAllocPitch_v2) real, CUdeviceptr* dptr,
-                    size_t* pitch, size_t width, size_t height, unsigned int element) {
-  if (real == nullptr) return kMissing;
-  CUresult r = ChargedPitchAllocation(T().memory(), dptr, width, height,
-                                      [&] { return real(dptr, pitch, width, height, element); });
-  if (r == CUDA_SUCCESS && dptr != nullptr && pitch != nullptr) {
-    T().OnAlloc(api, *dptr, uint64_t{*pitch} * height, BufferKind::kDeviceAlloc);
-  }
-  return r;
-}
-
-CUresult FreeNow(const char* api, decltype(&::cuMemFree_v2) real, CUdeviceptr dptr) {
-  CUresult r;
-  if (T().capped() && T().FreeCapped(api, dptr, &r)) return r;
-  r = Free(api, real, dptr);
-  if (r == CUDA_SUCCESS && T().capped()) T().memory()->ForgetExternal(dptr);
-  return r;
-}
-
-CUresult AllocAsync(const char* api, decltype(&::cuMemAllocAsync) real, StreamRef stream,
-                    CUdeviceptr* dptr, size_t bytes, CUstream s) {
-  if (real == nullptr) return kMissing;
-  CUresult r;
-  if (T().capped() && T().AllocateAsyncCapped(api, dptr, bytes, stream, &r)) return r;
-  r = ChargedAllocation(
-      T().memory(), dptr, bytes,
-      [&] { return Alloc(api, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, s); },
-      T().capped() && FromDefaultPool(D()) ? MemoryManager::ExternalSource::kDefaultPool
-                                           : MemoryManager::ExternalSource::kFresh);
-  CUresult served;
-  if (r == CUDA_ERROR_OUT_OF_MEMORY && T().capped() &&
-      T().AllocateAsyncCapped(api, dptr, bytes, stream, &served, /*no_room=*/true)) {
-    return served;
-  }
-  return r;
-}
-
-CUresult AllocFromPool(const char* api, decltype(&::cuMemAllocFromPoolAsync) real,
-                       CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream s) {
-  if (real == nullptr) return kMissing;
-  return ChargedAllocation(T().memory(), dptr, bytes, [&] {
-    return Alloc(api, real, dptr, bytes, BufferKind::kStreamOrdered, bytes, pool, s);
-  });
-}
-
-CUresult FreeInStreamOrder(const char* api, decltype(&::cuMemFreeAsync) real, StreamRef stream,
-                           CUdeviceptr dptr, CUstream s) {
-  CUresult r;
-  if (T().capped() && T().FreeAsyncCapped(api, dptr, stream, &r)) return r;
-  r = Free(api, real, dptr, s);
-  // Charged until the stream reached the free, as the driver frees it
-  // (inside a capture: until stensor knows no more, for good).
-  if (r == CUDA_SUCCESS && T().capped() && !T().Capturing(stream)) {
-    T().memory()->ForgetExternalAsync(dptr, Tracker::Handle(stream));
-  }
-  return r;
-}
-
 // `answer(&r)` answers for stensor's buffers (true, with the result in r;
 // ExactSizes answers nothing uncapped); anything else is the driver's.
 template <typename Fn, typename Answer, typename... Args>
 CUresult OursOrDriver(Fn real, Answer&& answer, Args... args) {
-  if (real == nullptr) return kMissing;
   CUresult r;
   if (answer(&r)) return r;
   return real(args...);
 }
 
-CUresult IpcHandle(const char* api, decltype(&::cuIpcGetMemHandle) real, CUipcMemHandle* handle,
-                   CUdeviceptr ptr) {
-  if (real == nullptr) return kMissing;
-  CUresult r;
-  // A null handle is the driver's error: nothing is handed out, nothing pinned.
-  if (handle != nullptr && T().capped() && T().memory()->PinExported(ptr, api, &r) &&
-      r != CUDA_SUCCESS) {
-    return r;
-  }
-  return real(handle, ptr);
-}
-
-CUresult RetainHandle(const char* api, decltype(&::cuMemRetainAllocationHandle) real,
-                      CUmemGenericAllocationHandle* handle, void* addr) {
-  if (real == nullptr) return kMissing;
-  CUresult r;
-  if (handle != nullptr && T().capped() &&  // null: the driver's error, nothing pinned
-      T().memory()->PinExported(Ptr(addr), api, &r)) {
-    // Resident for good: the handle of its current physical memory, which
-    // is never replaced.
-    return r != CUDA_SUCCESS ? r : real(handle, addr);
-  }
-  r = real(handle, addr);
-  if (r == CUDA_SUCCESS && handle != nullptr && T().capped()) {
-    T().memory()->OnAppRetain(*handle);  // one more reference to release
-  }
-  return r;
-}
-
-CUresult ExportHandle(const char* api, decltype(&::cuMemExportToShareableHandle) real,
-                      void* shareable, CUmemGenericAllocationHandle handle,
-                      CUmemAllocationHandleType type, unsigned long long flags) {
-  if (real == nullptr) return kMissing;
-  if (T().capped()) T().memory()->PinExportedHandle(handle, api);
-  return real(shareable, handle, type, flags);
-}
-
 // The capture ends whatever the driver answers (a failed end invalidates it).
 CUresult EndCapture(decltype(&::cuStreamEndCapture) real, StreamRef origin, CUstream s,
                     CUgraph* g) {
-  if (real == nullptr) return kMissing;
   CUresult r = real(s, g);
   T().OnCaptureEnd(origin);
   return r;
@@ -428,6 +267,7 @@ using namespace stensor;  // NOLINT: the exported C hooks below
     constexpr bool kPerThread = per_thread;   \
     constexpr const char* kApi = #symbol;     \
     auto real = D().symbol;                   \
+    if (real == nullptr) return kMissing;     \
     (void)kApi;                               \
     (void)kPerThread;                         \
     return __VA_ARGS__;                       \
@@ -439,49 +279,38 @@ using namespace stensor;  // NOLINT: the exported C hooks below
   HOOK(name##twin, true, params, __VA_ARGS__)
 
 // --- Allocation and reporting ---------------------------------------------------
-// Under a cap, stensor serves the allocation itself (VMM-backed, swappable).
+// Who answers each (stensor under a cap, or the driver), and what the cap
+// is charged: core/tracker/tracker.h.
 ONE(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytes),
-    T().capped() ? T().AllocateCapped(kApi, dptr, bytes)
-                 : Alloc(kApi, real, dptr, bytes, BufferKind::kDeviceAlloc, bytes))
-// Under a cap, an allocation the driver makes itself is charged against it
-// (it is not swapped): core/external_allocations.h.
+    T().Allocate(kApi, dptr, bytes, [&] { return real(dptr, bytes); }))
 ONE(cuMemAllocPitch_v2,
     (CUdeviceptr * dptr, size_t* pitch, size_t width, size_t height, unsigned int element),
-    AllocPitch(kApi, real, dptr, pitch, width, height, element))
-ONE(cuMemFree_v2, (CUdeviceptr dptr), FreeNow(kApi, real, dptr))
-// Stream-ordered allocations under a cap: from half a granule up (default
-// pool, stream not captured) served by stensor, swappable
-// (core/swap/stream_ordered.h); the others, and those of explicit pools, counted
-// against the cap and never swapped; a smaller one of the default pool that
-// finds no room is stensor's too, served from host memory.
+    T().AllocatePitch(kApi, dptr, pitch, width, height,
+                      [&] { return real(dptr, pitch, width, height, element); }))
+ONE(cuMemFree_v2, (CUdeviceptr dptr), T().Free(kApi, dptr, [&] { return real(dptr); }))
 PAIR(cuMemAllocAsync, _ptsz, (CUdeviceptr * dptr, size_t bytes, CUstream s),
-     AllocAsync(kApi, real, StreamRef{s, kPerThread}, dptr, bytes, s))
+     T().AllocateAsync(kApi, dptr, bytes, StreamRef{s, kPerThread},
+                       [&] { return real(dptr, bytes, s); }))
 PAIR(cuMemAllocFromPoolAsync, _ptsz,
      (CUdeviceptr * dptr, size_t bytes, CUmemoryPool pool, CUstream s),
-     AllocFromPool(kApi, real, dptr, bytes, pool, s))
+     T().AllocateFromPool(kApi, dptr, bytes, [&] { return real(dptr, bytes, pool, s); }))
 PAIR(cuMemFreeAsync, _ptsz, (CUdeviceptr dptr, CUstream s),
-     FreeInStreamOrder(kApi, real, StreamRef{s, kPerThread}, dptr, s))
-// Under a cap, a device's default pool answers for what stensor serves from
-// it too (core/swap/stream_ordered.h), once the driver has answered.
+     T().FreeAsync(kApi, dptr, StreamRef{s, kPerThread}, [&] { return real(dptr, s); }))
 ONE(cuMemPoolGetAttribute, (CUmemoryPool pool, CUmemPool_attribute attr, void* value),
-    CallThenUnderCap(
-        real, [&](MemoryManager& m) { AddStreamOrderedShare(m, D(), pool, attr, value); }, pool,
-        attr, value))
+    CallThen(
+        real, [&] { T().OnPoolGetAttribute(pool, attr, value); }, pool, attr, value))
 ONE(cuMemPoolSetAttribute, (CUmemoryPool pool, CUmemPool_attribute attr, void* value),
-    CallThenUnderCap(
-        real, [&](MemoryManager& m) { ResetStreamOrderedHigh(m, D(), pool, attr); }, pool, attr,
-        value))
+    CallThen(
+        real, [&] { T().OnPoolSetAttribute(pool, attr); }, pool, attr, value))
 ONE(cuMemPoolTrimTo, (CUmemoryPool pool, size_t keep),
-    CallThenUnderCap(
-        real, [&](MemoryManager& m) { TrimStreamOrdered(m, D(), pool, keep); }, pool, keep))
-// Under a cap, the program sees the cap as the device's memory.
+    CallThen(
+        real, [&] { T().OnPoolTrimTo(pool, keep); }, pool, keep))
 ONE(cuMemGetInfo_v2, (size_t * free_bytes, size_t* total),
-    CallThenUnderCap(
-        real, [&](MemoryManager& m) { CappedMemInfo(m, D(), free_bytes, total); }, free_bytes,
-        total))
+    CallThen(
+        real, [&] { T().OnMemGetInfo(free_bytes, total); }, free_bytes, total))
 ONE(cuDeviceTotalMem_v2, (size_t * bytes, CUdevice dev),
-    CallThenUnderCap(
-        real, [&](MemoryManager&) { T().MemInfo(dev, nullptr, bytes); }, bytes, dev))
+    CallThen(
+        real, [&] { T().OnDeviceTotalMem(dev, bytes); }, bytes, dev))
 // Pinned host memory: counted, since it competes with the host store.
 ONE(cuMemAllocHost_v2, (void** pp, size_t bytes),
     CallThen(
@@ -508,38 +337,22 @@ ONE(cuMemHostUnregister, (void* p),
     CallThen(
         real, [&] { T().OnHostUnregister(p); }, p))
 
-// The application's own VMM mappings: tracked as buffers it owns.
+// The application's own VMM mappings and physical memory.
 ONE(cuMemMap,
     (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
      unsigned long long flags),
     CallThen(
-        real,
-        [&] {
-          T().OnAlloc(kApi, ptr, size, BufferKind::kAppVmm);
-          if (T().capped()) T().memory()->OnAppMap(ptr, size, handle);
-        },
-        ptr, size, offset, handle, flags))
+        real, [&] { T().OnMap(kApi, ptr, size, handle); }, ptr, size, offset, handle, flags))
 ONE(cuMemUnmap, (CUdeviceptr ptr, size_t size),
     CallThen(
-        real,
-        [&] {
-          T().OnUnmap(kApi, ptr, size);
-          if (T().capped()) T().memory()->OnAppUnmap(ptr, size);
-        },
-        ptr, size))
-
-// The program's own physical memory, counted under a cap (device-located
-// only; host-located memory is host memory). stensor's own calls do not
-// come here: it calls the real driver through its table.
+        real, [&] { T().OnUnmap(kApi, ptr, size); }, ptr, size))
 ONE(cuMemCreate,
     (CUmemGenericAllocationHandle * handle, size_t size, const CUmemAllocationProp* prop,
      unsigned long long flags),
-    real == nullptr ? kMissing
-    : T().capped()  ? T().memory()->CreateAppMemory(handle, size, prop, flags)
-                    : real(handle, size, prop, flags))
+    T().CreateMemory(handle, size, prop, flags, [&] { return real(handle, size, prop, flags); }))
 ONE(cuMemRelease, (CUmemGenericAllocationHandle handle),
-    CallThenUnderCap(
-        real, [&](MemoryManager& m) { m.OnAppRelease(handle); }, handle))
+    CallThen(
+        real, [&] { T().OnRelease(handle); }, handle))
 
 // --- Exact sizes ------------------------------------------------------------------
 // Under a cap a stensor buffer answers as the cuMemAlloc allocation asked
@@ -563,18 +376,16 @@ ONE(cuPointerGetAttributes,
         count, attributes, data, ptr))
 
 // --- Handles that leave stensor's control ------------------------------------------
-// The buffer they reach is made resident and never evicted again (another
-// process, or NCCL, maps its physical memory directly), then the driver
-// answers. For cuIpcGetMemHandle that answer is the driver's for VMM memory
-// (CUDA_ERROR_INVALID_VALUE on a GPU): see docs/limits.md.
+// For cuIpcGetMemHandle the driver's answer for VMM memory is
+// CUDA_ERROR_INVALID_VALUE on a GPU: see docs/limits.md.
 ONE(cuIpcGetMemHandle, (CUipcMemHandle * handle, CUdeviceptr ptr),
-    IpcHandle(kApi, real, handle, ptr))
+    T().GetIpcHandle(kApi, handle, ptr, [&] { return real(handle, ptr); }))
 ONE(cuMemRetainAllocationHandle, (CUmemGenericAllocationHandle * handle, void* addr),
-    RetainHandle(kApi, real, handle, addr))
+    T().RetainHandle(kApi, handle, addr, [&] { return real(handle, addr); }))
 ONE(cuMemExportToShareableHandle,
     (void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
      unsigned long long flags),
-    ExportHandle(kApi, real, shareable, handle, type, flags))
+    T().ExportHandle(kApi, handle, [&] { return real(shareable, handle, type, flags); }))
 
 // --- Copies ---------------------------------------------------------------------
 PAIR(cuMemcpy, _ptds, (CUdeviceptr dst, CUdeviceptr src, size_t n),
@@ -630,7 +441,6 @@ namespace {
 template <typename Fn, typename Ranges, typename... Args>
 CUresult Batch(const char* api, Fn real, StreamRef s, size_t count, bool valid, Ranges&& ranges,
                Args... args) {
-  if (real == nullptr) return kMissing;
   std::vector<CopyRanges> ops;
   if (valid) {
     ops.reserve(count);
@@ -672,7 +482,7 @@ CUresult Batch(const char* api, Fn real, StreamRef s, size_t count, bool valid, 
             ? T().OnCopyTables(c.kind, c.dst.start, c.src.start, c.bytes, linear, &host)
             : 0;
     T().OnCopy(api, c.kind, c.dst.start, c.src.start, c.bytes, s, true, entries, captured);
-    if (!captured) NoteHostWrite(scopes[i], c.dst, s);
+    if (!captured) T().OnHostWrite(scopes[i], c.dst.start, c.dst.extent, s);
   }
   return r;
 }
@@ -771,8 +581,7 @@ PAIR(cuGraphInstantiateWithParams, _ptsz,
      Instantiate(kApi, real, exec, g, params != nullptr ? params->flags : 0, exec, g, params))
 // Forgotten first: the driver may hand the handle to another thread's
 // instantiation as soon as it is destroyed.
-ONE(cuGraphExecDestroy, (CUgraphExec exec),
-    real == nullptr ? kMissing : (T().OnGraphExecDestroy(exec), real(exec)))
+ONE(cuGraphExecDestroy, (CUgraphExec exec), (T().OnGraphExecDestroy(exec), real(exec)))
 // A child graph node given another graph: the exec's accesses become unknown.
 ONE(cuGraphExecChildGraphNodeSetParams, (CUgraphExec exec, CUgraphNode node, CUgraph child),
     CallThen(
@@ -848,14 +657,11 @@ PAIR(cuStreamAddCallback, _ptsz,
 
 // --- Contexts that end --------------------------------------------------------
 // stensor's streams and events in the context are retired around the call.
-ONE(cuCtxDestroy_v2, (CUcontext ctx),
-    real == nullptr ? kMissing : T().DestroyContext(ctx, [&] { return real(ctx); }))
+ONE(cuCtxDestroy_v2, (CUcontext ctx), T().DestroyContext(ctx, [&] { return real(ctx); }))
 ONE(cuDevicePrimaryCtxReset_v2, (CUdevice dev),
-    real == nullptr ? kMissing
-                    : T().EndPrimaryContext(dev, /*reset=*/true, [&] { return real(dev); }))
+    T().EndPrimaryContext(dev, /*reset=*/true, [&] { return real(dev); }))
 ONE(cuDevicePrimaryCtxRelease_v2, (CUdevice dev),
-    real == nullptr ? kMissing
-                    : T().EndPrimaryContext(dev, /*reset=*/false, [&] { return real(dev); }))
+    T().EndPrimaryContext(dev, /*reset=*/false, [&] { return real(dev); }))
 
 // --- Module lifetime ------------------------------------------------------------
 ONE(cuModuleUnload, (CUmodule m), Unload(real, m, m))

@@ -95,6 +95,11 @@ CUresult ExactSizes::CheckExtents(uint64_t dst, uint64_t dst_extent, uint64_t sr
   return memory_->CheckRange(src, src_extent);
 }
 
+CUresult ExactSizes::CheckUntypedCopy(uint64_t src, uint64_t dst) const {
+  if (memory_ && (memory_->Find(src) || memory_->Find(dst))) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
 bool ExactSizes::AddressRange(CUdeviceptr ptr, CUdeviceptr* base, size_t* size,
                               CUresult* result) const {
   if (!memory_) return false;

@@ -31,6 +31,13 @@ class ExactSizes {
   // requested size of a stensor buffer, as the driver checks a cuMemAlloc
   // allocation (the driver is then not called); else CUDA_SUCCESS.
   CUresult CheckExtents(uint64_t dst, uint64_t dst_extent, uint64_t src, uint64_t src_extent) const;
+  // A 2D or 3D copy naming a memory type the driver does not know, between
+  // the device addresses `src` and `dst`: CUDA_ERROR_INVALID_VALUE when
+  // either is in a stensor buffer, the answer the program would get for
+  // the cuMemAlloc allocation it thinks it has (driver 580 refuses such a
+  // copy for cuMemAlloc memory but makes it for VMM memory, where stensor
+  // would never see the write); else CUDA_SUCCESS, the driver answers.
+  CUresult CheckUntypedCopy(uint64_t src, uint64_t dst) const;
   // Each of these returns false when `ptr` is not in a stensor buffer (the
   // caller asks the driver), else sets `*result` to the answer.
   bool AddressRange(CUdeviceptr ptr, CUdeviceptr* base, size_t* size, CUresult* result) const;

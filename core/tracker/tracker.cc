@@ -13,6 +13,7 @@
 #include "core/base/json.h"
 #include "core/base/log.h"
 #include "core/driver/device_context.h"
+#include "core/swap/external_allocations.h"
 #include "core/swap/stream_ordered.h"
 #include "core/tracker/operation_keys.h"
 
@@ -169,7 +170,17 @@ uint64_t Tracker::IdAt(uint64_t addr) const {
   return b ? b->id : 0;
 }
 
-CUresult Tracker::AllocateCapped(const char* api, CUdeviceptr* dptr, uint64_t bytes) {
+// --- Allocation calls ---------------------------------------------------------------
+
+CUresult Tracker::Allocate(const char* api, CUdeviceptr* dptr, size_t bytes, DriverCall call) {
+  if (!capped()) {
+    CUresult r = call();
+    // No bytes asked, no buffer.
+    if (r == CUDA_SUCCESS && dptr != nullptr && *dptr != 0 && bytes != 0) {
+      OnAlloc(api, *dptr, bytes, BufferKind::kDeviceAlloc);
+    }
+    return r;
+  }
   RelaxedCaptureScope relaxed(capture_);
   // Registered under the manager's lock: the buffer has its id from the start.
   return memory_->Allocate(bytes, dptr, [&](CUdeviceptr base) {
@@ -177,17 +188,156 @@ CUresult Tracker::AllocateCapped(const char* api, CUdeviceptr* dptr, uint64_t by
   });
 }
 
-bool Tracker::FreeCapped(const char* api, CUdeviceptr dptr, CUresult* result) {
-  if (!memory_->Owns(dptr)) return false;
-  RelaxedCaptureScope relaxed(capture_);
-  // Forget the range before its address can be handed out again.
-  if (registry_.Find(dptr)) OnFree(api, dptr);
-  *result = memory_->Free(dptr);
-  return true;
+CUresult Tracker::AllocatePitch(const char* api, CUdeviceptr* dptr, size_t* pitch, size_t width,
+                                size_t height, DriverCall call) {
+  CUresult r = ChargedPitchAllocation(memory_.get(), dptr, width, height, call);
+  if (r == CUDA_SUCCESS && dptr != nullptr && pitch != nullptr) {
+    OnAlloc(api, *dptr, uint64_t{*pitch} * height, BufferKind::kDeviceAlloc);
+  }
+  return r;
 }
 
-void Tracker::MemInfo(int device, size_t* free_bytes, size_t* total_bytes) {
-  memory_->MemInfo(device, free_bytes, total_bytes);
+CUresult Tracker::Free(const char* api, CUdeviceptr dptr, DriverCall call) {
+  if (capped() && memory_->Owns(dptr)) {
+    RelaxedCaptureScope relaxed(capture_);
+    // Forget the range before its address can be handed out again.
+    if (registry_.Find(dptr)) OnFree(api, dptr);
+    return memory_->Free(dptr);
+  }
+  CUresult r = call();
+  if (r != CUDA_SUCCESS) return r;
+  OnFree(api, dptr);
+  if (capped()) memory_->ForgetExternal(dptr);
+  return r;
+}
+
+CUresult Tracker::AllocateAsync(const char* api, CUdeviceptr* dptr, size_t bytes, StreamRef stream,
+                                DriverCall call) {
+  CUresult r;
+  if (capped() && AllocateAsyncCapped(api, dptr, bytes, stream, &r)) return r;
+  r = ChargedAllocation(
+      memory_.get(), dptr, bytes,
+      [&] {
+        CUresult r = call();
+        // A stream-ordered allocation of 0 bytes succeeds on a GPU: no buffer.
+        if (r == CUDA_SUCCESS && dptr != nullptr && *dptr != 0 && bytes != 0) {
+          OnAlloc(api, *dptr, bytes, BufferKind::kStreamOrdered);
+        }
+        return r;
+      },
+      capped() && FromDefaultPool(*driver_) ? MemoryManager::ExternalSource::kDefaultPool
+                                            : MemoryManager::ExternalSource::kFresh);
+  CUresult served;
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && capped() &&
+      AllocateAsyncCapped(api, dptr, bytes, stream, &served, /*no_room=*/true)) {
+    return served;
+  }
+  return r;
+}
+
+CUresult Tracker::AllocateFromPool(const char* api, CUdeviceptr* dptr, size_t bytes,
+                                   DriverCall call) {
+  return ChargedAllocation(memory_.get(), dptr, bytes, [&] {
+    CUresult r = call();
+    if (r == CUDA_SUCCESS && dptr != nullptr && *dptr != 0 && bytes != 0) {
+      OnAlloc(api, *dptr, bytes, BufferKind::kStreamOrdered);
+    }
+    return r;
+  });
+}
+
+CUresult Tracker::FreeAsync(const char* api, CUdeviceptr dptr, StreamRef stream, DriverCall call) {
+  if (capped() && memory_->Owns(dptr)) {
+    if (capture_.Capturing(Handle(stream))) {
+      // A free node for a buffer stensor serves: the free would happen at
+      // each launch of the graph, behind nodes stensor does not order it
+      // after. Refused rather than guessed (docs/usage.md, CUDA graphs).
+      return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    RelaxedCaptureScope relaxed(capture_);
+    // Forgotten only once the manager took the free (a stream the driver
+    // refuses leaves the buffer as it was).
+    return memory_->FreeAsync(dptr, Handle(stream), [&] {
+      if (registry_.Find(dptr)) OnFree(api, dptr);
+    });
+  }
+  CUresult r = call();
+  if (r != CUDA_SUCCESS) return r;
+  OnFree(api, dptr);
+  // Charged until the stream reached the free, as the driver frees it
+  // (inside a capture: until stensor knows no more, for good).
+  if (capped() && !Capturing(stream)) memory_->ForgetExternalAsync(dptr, Handle(stream));
+  return r;
+}
+
+CUresult Tracker::CreateMemory(CUmemGenericAllocationHandle* handle, size_t size,
+                               const CUmemAllocationProp* prop, unsigned long long flags,
+                               DriverCall call) {
+  // stensor's own cuMemCreate calls do not come here: it calls the real
+  // driver through its table.
+  return capped() ? memory_->CreateAppMemory(handle, size, prop, flags) : call();
+}
+
+void Tracker::OnRelease(CUmemGenericAllocationHandle handle) {
+  if (capped()) memory_->OnAppRelease(handle);
+}
+
+void Tracker::OnMap(const char* api, uint64_t base, uint64_t size,
+                    CUmemGenericAllocationHandle handle) {
+  OnAlloc(api, base, size, BufferKind::kAppVmm);
+  if (capped()) memory_->OnAppMap(base, size, handle);
+}
+
+CUresult Tracker::GetIpcHandle(const char* api, CUipcMemHandle* handle, CUdeviceptr ptr,
+                               DriverCall call) {
+  CUresult r;
+  // A null handle is the driver's error: nothing is handed out, nothing pinned.
+  if (handle != nullptr && capped() && memory_->PinExported(ptr, api, &r) && r != CUDA_SUCCESS) {
+    return r;
+  }
+  return call();
+}
+
+CUresult Tracker::RetainHandle(const char* api, CUmemGenericAllocationHandle* handle, void* addr,
+                               DriverCall call) {
+  CUresult r;
+  if (handle != nullptr && capped() &&  // null: the driver's error, nothing pinned
+      memory_->PinExported(reinterpret_cast<uintptr_t>(addr), api, &r)) {
+    // Resident for good: the handle of its current physical memory, which
+    // is never replaced.
+    return r != CUDA_SUCCESS ? r : call();
+  }
+  r = call();
+  if (r == CUDA_SUCCESS && handle != nullptr && capped()) {
+    memory_->OnAppRetain(*handle);  // one more reference to release
+  }
+  return r;
+}
+
+CUresult Tracker::ExportHandle(const char* api, CUmemGenericAllocationHandle handle,
+                               DriverCall call) {
+  if (capped()) memory_->PinExportedHandle(handle, api);
+  return call();
+}
+
+void Tracker::OnMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  if (capped()) CappedMemInfo(*memory_, *driver_, free_bytes, total_bytes);
+}
+
+void Tracker::OnDeviceTotalMem(CUdevice device, size_t* bytes) {
+  if (capped()) memory_->MemInfo(device, nullptr, bytes);
+}
+
+void Tracker::OnPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  if (capped()) AddStreamOrderedShare(*memory_, *driver_, pool, attr, value);
+}
+
+void Tracker::OnPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr) {
+  if (capped()) ResetStreamOrderedHigh(*memory_, *driver_, pool, attr);
+}
+
+void Tracker::OnPoolTrimTo(CUmemoryPool pool, size_t keep) {
+  if (capped()) TrimStreamOrdered(*memory_, *driver_, pool, keep);
 }
 
 CUresult Tracker::BeginLaunch(CUfunction f, const unsigned grid[3], const unsigned block[3],
@@ -394,8 +544,12 @@ bool Tracker::HostSourceSettled(CopyKind kind, const TransferScope& scope, uint6
   return tables_->SourceSettled(src, bytes, Handle(stream));
 }
 
-void Tracker::OnHostWrite(uint64_t dst, uint64_t bytes, StreamRef stream) {
-  if (!memory_ || bytes == 0 || capture_.Capturing(Handle(stream))) return;
+void Tracker::OnHostWrite(const TransferScope& scope, uint64_t dst, uint64_t bytes,
+                          StreamRef stream) {
+  if (!memory_ || scope.dst_id != 0 || dst == 0 || bytes == 0 ||
+      capture_.Capturing(Handle(stream))) {
+    return;
+  }
   tables_->OnHostWrite(dst, bytes, Handle(stream));
 }
 
@@ -559,6 +713,7 @@ void Tracker::OnHostFree(const char* api, const void* p) {
 uint64_t Tracker::host_pinned_bytes() const { return pinned_.allocated_bytes(); }
 
 void Tracker::OnUnmap(const char* api, uint64_t base, uint64_t size) {
+  if (capped()) memory_->OnAppUnmap(base, size);
   for (const Buffer& b : registry_.RemoveRange(base, size)) {
     Count(OpType::kFree);
     tables_->OnFree(b.id);
@@ -572,13 +727,6 @@ void Tracker::OnUnmap(const char* api, uint64_t base, uint64_t size) {
             .Uint("bytes", b.size)
             .Finish());
   }
-}
-
-void Tracker::OnLaunch(const char* api, CUfunction f, const unsigned grid[3],
-                       const unsigned block[3], StreamRef stream, void** params, void** extra) {
-  Accesses accesses;
-  CUresult r = BeginLaunch(f, grid, block, stream, params, extra, &accesses);
-  EndLaunch(api, f, grid, block, stream, accesses, r == CUDA_SUCCESS);
 }
 
 void Tracker::OnCopy(const char* api, CopyKind kind, uint64_t dst, uint64_t src, uint64_t bytes,
@@ -688,25 +836,6 @@ void Tracker::EndGraphLaunch(const char* api, CUgraphExec exec, StreamRef stream
     }
   }
   Log(line.Finish());
-}
-
-bool Tracker::FreeAsyncCapped(const char* api, CUdeviceptr dptr, StreamRef stream,
-                              CUresult* result) {
-  if (!memory_->Owns(dptr)) return false;
-  if (capture_.Capturing(Handle(stream))) {
-    // A free node for a buffer stensor serves: the free would happen at
-    // each launch of the graph, behind nodes stensor does not order it
-    // after. Refused rather than guessed (docs/usage.md, CUDA graphs).
-    *result = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    return true;
-  }
-  RelaxedCaptureScope relaxed(capture_);
-  // Forgotten only once the manager took the free (a stream the driver
-  // refuses leaves the buffer as it was).
-  *result = memory_->FreeAsync(dptr, Handle(stream), [&] {
-    if (registry_.Find(dptr)) OnFree(api, dptr);
-  });
-  return true;
 }
 
 bool Tracker::AllocateAsyncCapped(const char* api, CUdeviceptr* dptr, uint64_t bytes,

@@ -80,12 +80,56 @@ class Tracker {
   // Kernel descriptions; module and library unloads expire them.
   KernelCache& kernels() { return kernels_; }
 
-  // cuMemAlloc under the cap (capped() only).
-  CUresult AllocateCapped(const char* api, CUdeviceptr* dptr, uint64_t bytes);
-  // cuMemFree under the cap: false when the pointer is not stensor's.
-  bool FreeCapped(const char* api, CUdeviceptr dptr, CUresult* result);
-  // cuMemGetInfo / cuDeviceTotalMem under the cap.
-  void MemInfo(int device, size_t* free_bytes, size_t* total_bytes);
+  // --- Allocation calls: who answers each, cap or not. `call` is the
+  // program's call to the real driver; each method makes it or answers for
+  // it as it says, reports what happened and returns the program's result.
+  using DriverCall = absl::FunctionRef<CUresult()>;
+  // cuMemAlloc: under a cap stensor serves it (VMM-backed, swappable).
+  CUresult Allocate(const char* api, CUdeviceptr* dptr, size_t bytes, DriverCall call);
+  // cuMemAllocPitch: the driver's, charged against a cap (not swapped).
+  CUresult AllocatePitch(const char* api, CUdeviceptr* dptr, size_t* pitch, size_t width,
+                         size_t height, DriverCall call);
+  // cuMemFree: stensor's buffer freed by the manager, anything else by the
+  // driver (and no longer charged).
+  CUresult Free(const char* api, CUdeviceptr dptr, DriverCall call);
+  // cuMemAllocAsync on `stream`: under a cap, from half a granule up (the
+  // device's default pool, stream not captured) served by stensor,
+  // swappable (core/swap/stream_ordered.h); the others charged against the
+  // cap and never swapped; a smaller one the cap finds no room for is
+  // stensor's too, served from host memory.
+  CUresult AllocateAsync(const char* api, CUdeviceptr* dptr, size_t bytes, StreamRef stream,
+                         DriverCall call);
+  // cuMemAllocFromPoolAsync: the driver's, charged against a cap.
+  CUresult AllocateFromPool(const char* api, CUdeviceptr* dptr, size_t bytes, DriverCall call);
+  // cuMemFreeAsync on `stream`: stensor's buffer freed in stream order;
+  // anything else charged until the stream reached the free.
+  CUresult FreeAsync(const char* api, CUdeviceptr dptr, StreamRef stream, DriverCall call);
+  // cuMemCreate: under a cap the program's physical memory is charged
+  // against it (device-located only).
+  CUresult CreateMemory(CUmemGenericAllocationHandle* handle, size_t size,
+                        const CUmemAllocationProp* prop, unsigned long long flags, DriverCall call);
+  // After a successful cuMemRelease, cuMemMap or cuMemUnmap by the program:
+  // its own VMM mappings are tracked as buffers it owns, and charged.
+  void OnRelease(CUmemGenericAllocationHandle handle);
+  void OnMap(const char* api, uint64_t base, uint64_t size, CUmemGenericAllocationHandle handle);
+  // The application unmapped [base, base+size): every mapping in it is gone.
+  void OnUnmap(const char* api, uint64_t base, uint64_t size);
+  // Handles that leave stensor's control: under a cap the buffer they
+  // reach is made resident and never evicted again (another process, or
+  // NCCL, maps its physical memory directly), then the driver answers.
+  CUresult GetIpcHandle(const char* api, CUipcMemHandle* handle, CUdeviceptr ptr, DriverCall call);
+  CUresult RetainHandle(const char* api, CUmemGenericAllocationHandle* handle, void* addr,
+                        DriverCall call);
+  CUresult ExportHandle(const char* api, CUmemGenericAllocationHandle handle, DriverCall call);
+  // After the driver answered a query or change of memory: under a cap,
+  // the cap is the device's memory (cuMemGetInfo, cuDeviceTotalMem) and a
+  // device's default pool answers for what stensor serves from it too
+  // (core/swap/stream_ordered.h).
+  void OnMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+  void OnDeviceTotalMem(CUdevice device, size_t* bytes);
+  void OnPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value);
+  void OnPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr);
+  void OnPoolTrimTo(CUmemoryPool pool, size_t keep);
 
   // A successful allocation of [base, base+size) by `api`; its buffer id
   // (0 when it could not be tracked).
@@ -102,9 +146,6 @@ class Tracker {
   void OnHostFree(const char* api, const void* p);
   uint64_t host_pinned_bytes() const;
 
-  // The application unmapped [base, base+size): every mapping in it is gone.
-  void OnUnmap(const char* api, uint64_t base, uint64_t size);
-
   // Before a launch of `f` over `grid` blocks of `block` threads: infers
   // its accesses into `accesses` and, under a cap, makes the buffers
   // resident on `stream`. An error means: do not launch.
@@ -113,9 +154,6 @@ class Tracker {
   // After it: `submitted` when the driver accepted it.
   void EndLaunch(const char* api, CUfunction f, const unsigned grid[3], const unsigned block[3],
                  StreamRef stream, const Accesses& accesses, bool submitted);
-  // Both at once, for a launch that already happened (tests).
-  void OnLaunch(const char* api, CUfunction f, const unsigned grid[3], const unsigned block[3],
-                StreamRef stream, void** params, void** extra);
 
   // Before and after a copy or memset of `bytes` at dst (from src; 0 for a
   // memset). `linear`: one contiguous range, so a write of a whole buffer is
@@ -198,11 +236,11 @@ class Tracker {
   // it unsettled: other work on the stream does not.
   bool HostSourceSettled(CopyKind kind, const TransferScope& scope, uint64_t src, uint64_t bytes,
                          StreamRef stream, bool async);
-  // Submitted on `stream` (not captured): an asynchronous copy or a memset
-  // into [dst, dst+bytes) of memory no tracked buffer holds; where that is
-  // host memory a device reaches, the source of a later upload may be
-  // written by it (HostWrites). Under a cap only.
-  void OnHostWrite(uint64_t dst, uint64_t bytes, StreamRef stream);
+  // Submitted on `stream` (not captured): the asynchronous copy or memset
+  // of `scope` writing [dst, dst+bytes). Where no tracked buffer holds it
+  // and it is host memory a device reaches, the source of a later upload
+  // may be written by it (HostWrites). Under a cap only.
+  void OnHostWrite(const TransferScope& scope, uint64_t dst, uint64_t bytes, StreamRef stream);
   // A host function or stream callback submitted on `stream`: it may write
   // any host memory before the work queued after it runs.
   void OnHostFunction(StreamRef stream);
@@ -211,15 +249,6 @@ class Tracker {
   // Exact sizes: stensor's buffers answer the driver's size and attribute
   // queries as the cuMemAlloc allocations the program asked for.
   const ExactSizes& exact_sizes() const { return *exact_sizes_; }
-  // cuMemFreeAsync under the cap: freed in stream order.
-  bool FreeAsyncCapped(const char* api, CUdeviceptr dptr, StreamRef stream, CUresult* result);
-  // cuMemAllocAsync under the cap: true when stensor served it, swappable
-  // (core/swap/stream_ordered.h), with `*result` its outcome; false when the
-  // driver is to answer.
-  // `no_room`: the driver's pool was refused room for it
-  // (ServeStreamOrdered's).
-  bool AllocateAsyncCapped(const char* api, CUdeviceptr* dptr, uint64_t bytes, StreamRef stream,
-                           CUresult* result, bool no_room = false);
 
   // --- Contexts that end, taking their streams and events with them
   // (MemoryManager::BeforeContextEnds). `call` is the program's call, whose
@@ -251,6 +280,11 @@ class Tracker {
   void Count(OpType type) {
     counts_[static_cast<int>(type)].fetch_add(1, std::memory_order_relaxed);
   }
+  // cuMemAllocAsync under the cap: true when stensor served it, with
+  // `*result` its outcome; false when the driver is to answer. `no_room`:
+  // the driver's pool was refused room for it (ServeStreamOrdered's).
+  bool AllocateAsyncCapped(const char* api, CUdeviceptr* dptr, uint64_t bytes, StreamRef stream,
+                           CUresult* result, bool no_room = false);
   // Queues a record, preceded once by the header.
   void Log(std::string line);
   std::string Header() const;

@@ -450,6 +450,15 @@ const Driver* ScriptedDriver() {
 
 CUfunction Handle(uintptr_t handle) { return reinterpret_cast<CUfunction>(handle); }
 
+// A launch as the hook reports it: inferred (and made resident) before,
+// recorded after.
+void Launch(Tracker& t, const char* api, CUfunction f, const unsigned grid[3],
+            const unsigned block[3], StreamRef stream, void** params) {
+  Accesses accesses;
+  CUresult r = t.BeginLaunch(f, grid, block, stream, params, nullptr, &accesses);
+  t.EndLaunch(api, f, grid, block, stream, accesses, r == CUDA_SUCCESS);
+}
+
 // ---------------------------------------------------------------------------
 // Helpers.
 
@@ -576,7 +585,7 @@ TEST(TrackerTest, LogsEveryOperationInOrderBetweenHeaderAndEnd) {
   void* params[] = {&w, &v, &g, &lr, &momentum, &n};
   const unsigned grid[3] = {4, 1, 1};
   const unsigned block[3] = {256, 1, 1};
-  t.OnLaunch("cuLaunchKernel", Handle(kSgdInOrderTest), grid, block, StreamRef{}, params, nullptr);
+  Launch(t, "cuLaunchKernel", Handle(kSgdInOrderTest), grid, block, StreamRef{}, params);
 
   unsigned char host[256];
   const CUstream stream = reinterpret_cast<CUstream>(0xabc0);
@@ -719,8 +728,8 @@ TEST(TrackerTest, ConservativeWriteInferenceWritesTheConstPointer) {
   int n = 16;
   void* params[] = {&w, &v, &g, &lr, &momentum, &n};
   const unsigned grid[3] = {1, 1, 1};
-  tracker->OnLaunch("cuLaunchKernel_ptsz", Handle(kSgdConservativeTest), grid, grid,
-                    StreamRef{nullptr, true}, params, nullptr);
+  Launch(*tracker, "cuLaunchKernel_ptsz", Handle(kSgdConservativeTest), grid, grid,
+         StreamRef{nullptr, true}, params);
   tracker->Shutdown();
 
   const std::vector<Json> log = ReadLog(path);
@@ -730,6 +739,53 @@ TEST(TrackerTest, ConservativeWriteInferenceWritesTheConstPointer) {
   EXPECT_EQ(log[4]["stream"].Str(), "per_thread");
   EXPECT_THAT(log[4]["reads"].Uints(), UnorderedElementsAre(ids[0], ids[1], ids[2]));
   EXPECT_THAT(log[4]["writes"].Uints(), UnorderedElementsAre(ids[0], ids[1], ids[2]));
+}
+
+// Without a cap every allocation call is the driver's: its answer is the
+// program's, and only what succeeded (and asked for bytes) is logged.
+TEST(TrackerTest, AllocationCallsUncappedAreTheDriversAndLogWhatSucceeded) {
+  const std::string path = LogPath("alloc_calls");
+  std::unique_ptr<Tracker> tracker = MakeTracker({{"STENSOR_ACCESS_LOG", path}});
+  ASSERT_NE(tracker, nullptr);
+  Tracker& t = *tracker;
+  int calls = 0;
+  auto answer = [&](CUdeviceptr* dptr, CUdeviceptr value, CUresult r) {
+    return [&calls, dptr, value, r] {
+      ++calls;
+      if (r == CUDA_SUCCESS) *dptr = value;
+      return r;
+    };
+  };
+  CUdeviceptr p = 0;
+  EXPECT_EQ(t.Allocate("cuMemAlloc_v2", &p, 0x1000, answer(&p, 0x30000000, CUDA_SUCCESS)),
+            CUDA_SUCCESS);
+  EXPECT_EQ(p, 0x30000000u);
+  CUdeviceptr q = 0;
+  EXPECT_EQ(t.Allocate("cuMemAlloc_v2", &q, 0x1000, answer(&q, 0, CUDA_ERROR_OUT_OF_MEMORY)),
+            CUDA_ERROR_OUT_OF_MEMORY);
+  CUdeviceptr empty = 0;
+  EXPECT_EQ(t.AllocateAsync("cuMemAllocAsync", &empty, 0, StreamRef{},
+                            answer(&empty, 0x31000000, CUDA_SUCCESS)),
+            CUDA_SUCCESS);
+  CUdeviceptr a = 0;
+  EXPECT_EQ(t.AllocateAsync("cuMemAllocAsync", &a, 0x2000, StreamRef{},
+                            answer(&a, 0x32000000, CUDA_SUCCESS)),
+            CUDA_SUCCESS);
+  EXPECT_EQ(t.FreeAsync("cuMemFreeAsync", a, StreamRef{}, [&] { return CUDA_ERROR_INVALID_VALUE; }),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(t.FreeAsync("cuMemFreeAsync", a, StreamRef{}, [&] { return CUDA_SUCCESS; }),
+            CUDA_SUCCESS);
+  EXPECT_EQ(t.Free("cuMemFree_v2", p, [&] { return CUDA_SUCCESS; }), CUDA_SUCCESS);
+  EXPECT_EQ(calls, 4);
+  tracker->Shutdown();
+
+  const std::vector<Json> log = ReadLog(path);
+  ASSERT_THAT(Types(log), ElementsAre("header", "alloc", "alloc", "free", "free", "end"));
+  EXPECT_EQ(log[1]["api"].Str(), "cuMemAlloc_v2");
+  EXPECT_EQ(log[1]["bytes"].Uint(), 0x1000u);
+  EXPECT_EQ(log[2]["kind"].Str(), "stream_ordered");
+  EXPECT_EQ(log[3]["id"].Uint(), log[2]["id"].Uint());
+  EXPECT_EQ(log[4]["id"].Uint(), log[1]["id"].Uint());
 }
 
 TEST(TrackerTest, LaunchOfAKernelTheDriverCannotDescribeIsNotInferred) {
@@ -742,7 +798,7 @@ TEST(TrackerTest, LaunchOfAKernelTheDriverCannotDescribeIsNotInferred) {
   int value = 3;
   void* params[] = {&p, &value};
   const unsigned grid[3] = {1, 1, 1};
-  tracker->OnLaunch("cuLaunchKernel", Handle(kOpaque), grid, grid, StreamRef{}, params, nullptr);
+  Launch(*tracker, "cuLaunchKernel", Handle(kOpaque), grid, grid, StreamRef{}, params);
   tracker->Shutdown();
 
   const std::vector<Json> log = ReadLog(path);
@@ -778,8 +834,8 @@ TEST(TrackerTest, WithoutAnAccessLogNothingIsWrittenAndCountsAdvance) {
   int n = 16;
   void* params[] = {&w, &v, &g, &lr, &momentum, &n};
   const unsigned grid[3] = {1, 1, 1};
-  t.OnLaunch("cuLaunchKernel", Handle(kSgdNoLogTest), grid, grid, StreamRef{}, params, nullptr);
-  t.OnLaunch("cuLaunchKernel", Handle(kSgdNoLogTest), grid, grid, StreamRef{}, params, nullptr);
+  Launch(t, "cuLaunchKernel", Handle(kSgdNoLogTest), grid, grid, StreamRef{}, params);
+  Launch(t, "cuLaunchKernel", Handle(kSgdNoLogTest), grid, grid, StreamRef{}, params);
   unsigned char host[16];
   t.OnCopy("cuMemcpyDtoH_v2", CopyKind::kDeviceToHost, HostAddress(host), kA, sizeof(host),
            StreamRef{}, false);
