@@ -26,49 +26,13 @@ constexpr CUresult kMissing = CUDA_ERROR_NOT_SUPPORTED;  // real entry absent
 uint64_t Ptr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
 // --- Copies and memsets ---------------------------------------------------------
-// Any transfer: one that runs past the requested end of a stensor buffer is
-// refused as the driver refuses it for a cuMemAlloc allocation (the VA behind
-// is rounded up to the granule, so the driver would not notice); the buffers
-// it touches are made resident first (under a cap), marked used after, and
-// the copy is logged. `c` says what it touches (core/inference/copy_ranges.h).
-template <typename Fn, typename... Args>
-CUresult Transfer(const char* api, Fn real, const CopyRanges& c, StreamRef s, bool async,
-                  bool linear, Args... args) {
-  if (CUresult r =
-          T().exact_sizes().CheckExtents(c.dst.start, c.dst.extent, c.src.start, c.src.extent);
-      r != CUDA_SUCCESS) {
-    return r;
-  }
-  TransferScope scope;
-  bool to_host = !async && c.kind == CopyKind::kDeviceToHost;
-  if (CUresult r = T().BeginTransfer(c.dst.start, c.src.start, c.bytes, s, linear, to_host, &scope);
-      r != CUDA_SUCCESS) {
-    return r;
-  }
-  // Asked before the copy joins its stream: work queued ahead of it may
-  // still write a host source, which is then scanned as a guess only.
-  const bool settled = T().HostSourceSettled(c.kind, scope, c.src.start, c.src.extent, s, async);
-  CUresult r = scope.served ? CUDA_SUCCESS : real(args...);
-  T().EndTransfer(scope, s, r == CUDA_SUCCESS);
-  if (r != CUDA_SUCCESS) return r;
-  // Host memory it writes may be a later upload's source.
-  if (async && !scope.captured) T().OnHostWrite(scope, c.dst.start, c.dst.extent, s);
-  // A copy's pointers are learnt when it is submitted (the program may not
-  // change its source until it ran). A captured copy runs at its graph's
-  // launch, which accounts for it.
-  Tracker::HostCopy host{settled, /*waitable=*/true, Tracker::Handle(s)};
-  size_t entries = T().tracks_tables() && !scope.captured
-                       ? T().OnCopyTables(c.kind, c.dst.start, c.src.start, c.bytes, linear, &host)
-                       : 0;
-  T().OnCopy(api, c.kind, c.dst.start, c.src.start, c.bytes, s, async, entries, scope.captured);
-  return r;
-}
-
+// What each touches is read from its arguments (core/inference/copy_ranges.h);
+// the tracker does the rest (Tracker::Copy, Tracker::Memset).
 template <typename Fn, typename... Args>
 CUresult Copy(const char* api, CopyKind kind, Fn real, uint64_t dst, uint64_t src, uint64_t bytes,
               StreamRef s, bool async, Args... args) {
-  return Transfer(api, real, LinearCopyRanges(kind, dst, src, bytes), s, async,
-                  /*linear=*/true, args...);
+  return T().Copy(api, LinearCopyRanges(kind, dst, src, bytes), s, async, /*linear=*/true,
+                  [&] { return real(args...); });
 }
 
 // 2D and 3D copies (plain and peer): made resident by their start
@@ -84,7 +48,7 @@ CUresult Region(const char* api, Fn real, const Params* p, StreamRef s, bool asy
     CUresult r = T().exact_sizes().CheckUntypedCopy(p->srcDevice, p->dstDevice);
     return r != CUDA_SUCCESS ? r : real(args...);
   }
-  return Transfer(api, real, c, s, async, /*linear=*/false, args...);
+  return T().Copy(api, c, s, async, /*linear=*/false, [&] { return real(args...); });
 }
 
 // Calls `real` and, when it succeeded, `report()`.
@@ -95,30 +59,11 @@ CUresult CallThen(Fn real, Report&& report, Args... args) {
   return r;
 }
 
-// `range.extent`: the bytes from dst to the last one set (for 2D memsets,
-// with the pitch); past the requested end of a stensor buffer it is refused,
-// as for copies.
+// Any memset form: `range` says what it sets (MemsetRangeOf).
 template <typename Fn, typename... Args>
 CUresult Memset(const char* api, Fn real, CUdeviceptr dst, MemsetRange range, StreamRef s,
                 bool async, Args... args) {
-  const uint64_t bytes = range.bytes;
-  if (CUresult r = T().exact_sizes().CheckExtents(dst, range.extent, 0, 0); r != CUDA_SUCCESS)
-    return r;
-  TransferScope scope;
-  const bool linear = range.linear();
-  if (CUresult r = T().BeginTransfer(dst, 0, bytes, s, linear, false, &scope); r != CUDA_SUCCESS) {
-    return r;
-  }
-  CUresult r = real(dst, args...);
-  T().EndTransfer(scope, s, r == CUDA_SUCCESS);
-  if (r != CUDA_SUCCESS) return r;
-  if (!scope.captured) {
-    T().OnMemsetTables(dst, bytes, linear);
-    // Memsets of device-mapped host memory run in stream order too.
-    T().OnHostWrite(scope, dst, range.extent, s);
-  }
-  T().OnMemset(api, dst, bytes, s, async, scope.captured);
-  return r;
+  return T().Memset(api, dst, range, s, async, [&] { return real(dst, args...); });
 }
 
 // --- Launches -------------------------------------------------------------------
@@ -433,11 +378,8 @@ PAIR(cuMemcpy3DAsync_v2, _ptsz, (const CUDA_MEMCPY3D* p, CUstream s),
 namespace stensor {
 namespace {
 
-// A batch of copies: every operation's buffers resident before the one
-// driver call, released after it, and each operation then reported as a
-// copy. `ranges(i)` says what operation i touches; one that overruns a
-// stensor buffer fails the whole batch before the driver is called.
-// `valid`: the operations can be read (else the driver answers alone).
+// A batch of copies: `ranges(i)` says what operation i touches; `valid`:
+// the operations can be read (else the driver answers alone).
 template <typename Fn, typename Ranges, typename... Args>
 CUresult Batch(const char* api, Fn real, StreamRef s, size_t count, bool valid, Ranges&& ranges,
                Args... args) {
@@ -446,45 +388,7 @@ CUresult Batch(const char* api, Fn real, StreamRef s, size_t count, bool valid, 
     ops.reserve(count);
     for (size_t i = 0; i < count; ++i) ops.push_back(ranges(i));
   }
-  for (const CopyRanges& c : ops) {
-    if (CUresult r =
-            T().exact_sizes().CheckExtents(c.dst.start, c.dst.extent, c.src.start, c.src.extent);
-        r != CUDA_SUCCESS) {
-      return r;
-    }
-  }
-  std::vector<TransferScope> scopes(ops.size());
-  for (size_t i = 0; i < ops.size(); ++i) {
-    if (CUresult r = T().BeginTransfer(ops[i].dst.start, ops[i].src.start, 0, s,
-                                       /*linear=*/false, /*to_host=*/false, &scopes[i]);
-        r != CUDA_SUCCESS) {
-      for (size_t j = 0; j < i; ++j) T().EndTransfer(scopes[j], s, false);
-      return r;
-    }
-  }
-  const bool captured = !scopes.empty() && scopes[0].captured;
-  std::vector<bool> settled(ops.size(), true);
-  for (size_t i = 0; i < ops.size() && !captured; ++i) {
-    settled[i] = T().HostSourceSettled(ops[i].kind, scopes[i], ops[i].src.start, ops[i].src.extent,
-                                       s, /*async=*/true);
-  }
-  CUresult r = real(args...);
-  for (const TransferScope& scope : scopes) T().EndTransfer(scope, s, r == CUDA_SUCCESS);
-  if (r != CUDA_SUCCESS) return r;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const CopyRanges& c = ops[i];
-    // 1D operations are contiguous: their tables are scanned; the rows of a
-    // 3D one are not.
-    const bool linear = c.kind != CopyKind::kBatch3D;
-    Tracker::HostCopy host{settled[i], /*waitable=*/true, Tracker::Handle(s)};
-    size_t entries =
-        T().tracks_tables() && !captured
-            ? T().OnCopyTables(c.kind, c.dst.start, c.src.start, c.bytes, linear, &host)
-            : 0;
-    T().OnCopy(api, c.kind, c.dst.start, c.src.start, c.bytes, s, true, entries, captured);
-    if (!captured) T().OnHostWrite(scopes[i], c.dst.start, c.dst.extent, s);
-  }
-  return r;
+  return T().CopyBatch(api, ops, s, [&] { return real(args...); });
 }
 }  // namespace
 }  // namespace stensor

@@ -568,6 +568,105 @@ void Tracker::OnMemsetTables(uint64_t dst, uint64_t bytes, bool linear) {
   tables_->OnMemset(dst, bytes, linear);
 }
 
+// --- Copies and memsets -----------------------------------------------------------
+
+CUresult Tracker::Copy(const char* api, const CopyRanges& c, StreamRef stream, bool async,
+                       bool linear, DriverCall call) {
+  if (CUresult r = exact_sizes_->CheckExtents(c.dst.start, c.dst.extent, c.src.start, c.src.extent);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  TransferScope scope;
+  const bool to_host = !async && c.kind == CopyKind::kDeviceToHost;
+  if (CUresult r =
+          BeginTransfer(c.dst.start, c.src.start, c.bytes, stream, linear, to_host, &scope);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  // Asked before the copy joins its stream: work queued ahead of it may
+  // still write a host source, which is then scanned as a guess only.
+  const bool settled = HostSourceSettled(c.kind, scope, c.src.start, c.src.extent, stream, async);
+  CUresult r = scope.served ? CUDA_SUCCESS : call();
+  EndTransfer(scope, stream, r == CUDA_SUCCESS);
+  if (r != CUDA_SUCCESS) return r;
+  // Host memory it writes may be a later upload's source.
+  if (async && !scope.captured) OnHostWrite(scope, c.dst.start, c.dst.extent, stream);
+  // A copy's pointers are learnt when it is submitted (the program may not
+  // change its source until it ran). A captured copy runs at its graph's
+  // launch, which accounts for it.
+  HostCopy host{settled, /*waitable=*/true, Handle(stream)};
+  size_t entries = tracks_tables() && !scope.captured
+                       ? OnCopyTables(c.kind, c.dst.start, c.src.start, c.bytes, linear, &host)
+                       : 0;
+  OnCopy(api, c.kind, c.dst.start, c.src.start, c.bytes, stream, async, entries, scope.captured);
+  return r;
+}
+
+CUresult Tracker::Memset(const char* api, uint64_t dst, const MemsetRange& range, StreamRef stream,
+                         bool async, DriverCall call) {
+  if (CUresult r = exact_sizes_->CheckExtents(dst, range.extent, 0, 0); r != CUDA_SUCCESS) {
+    return r;
+  }
+  TransferScope scope;
+  const bool linear = range.linear();
+  if (CUresult r = BeginTransfer(dst, 0, range.bytes, stream, linear, false, &scope);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  CUresult r = call();
+  EndTransfer(scope, stream, r == CUDA_SUCCESS);
+  if (r != CUDA_SUCCESS) return r;
+  if (!scope.captured) {
+    OnMemsetTables(dst, range.bytes, linear);
+    // Memsets of device-mapped host memory run in stream order too.
+    OnHostWrite(scope, dst, range.extent, stream);
+  }
+  OnMemset(api, dst, range.bytes, stream, async, scope.captured);
+  return r;
+}
+
+CUresult Tracker::CopyBatch(const char* api, absl::Span<const CopyRanges> ops, StreamRef stream,
+                            DriverCall call) {
+  for (const CopyRanges& c : ops) {
+    if (CUresult r =
+            exact_sizes_->CheckExtents(c.dst.start, c.dst.extent, c.src.start, c.src.extent);
+        r != CUDA_SUCCESS) {
+      return r;
+    }
+  }
+  std::vector<TransferScope> scopes(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (CUresult r = BeginTransfer(ops[i].dst.start, ops[i].src.start, 0, stream,
+                                   /*linear=*/false, /*to_host=*/false, &scopes[i]);
+        r != CUDA_SUCCESS) {
+      for (size_t j = 0; j < i; ++j) EndTransfer(scopes[j], stream, false);
+      return r;
+    }
+  }
+  const bool captured = !scopes.empty() && scopes[0].captured;
+  std::vector<bool> settled(ops.size(), true);
+  for (size_t i = 0; i < ops.size() && !captured; ++i) {
+    settled[i] = HostSourceSettled(ops[i].kind, scopes[i], ops[i].src.start, ops[i].src.extent,
+                                   stream, /*async=*/true);
+  }
+  CUresult r = call();
+  for (const TransferScope& scope : scopes) EndTransfer(scope, stream, r == CUDA_SUCCESS);
+  if (r != CUDA_SUCCESS) return r;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const CopyRanges& c = ops[i];
+    // 1D operations are contiguous: their tables are scanned; the rows of a
+    // 3D one are not.
+    const bool linear = c.kind != CopyKind::kBatch3D;
+    HostCopy host{settled[i], /*waitable=*/true, Handle(stream)};
+    size_t entries = tracks_tables() && !captured
+                         ? OnCopyTables(c.kind, c.dst.start, c.src.start, c.bytes, linear, &host)
+                         : 0;
+    OnCopy(api, c.kind, c.dst.start, c.src.start, c.bytes, stream, true, entries, captured);
+    if (!captured) OnHostWrite(scopes[i], c.dst.start, c.dst.extent, stream);
+  }
+  return r;
+}
+
 CUresult Tracker::BeginTransfer(uint64_t dst, uint64_t src, uint64_t bytes, StreamRef stream,
                                 bool linear, bool to_host, TransferScope* scope) {
   const bool captured = ABSL_PREDICT_FALSE(capture_.Capturing(Handle(stream)));

@@ -155,6 +155,29 @@ class Tracker {
   void EndLaunch(const char* api, CUfunction f, const unsigned grid[3], const unsigned block[3],
                  StreamRef stream, const Accesses& accesses, bool submitted);
 
+  // --- Copies and memsets: `call` is the program's call to the real driver.
+  // A copy of what `c` describes (core/inference/copy_ranges.h) on `stream`.
+  // One that runs past the requested end of a stensor buffer is refused as
+  // the driver refuses it for a cuMemAlloc allocation (the VA behind is
+  // rounded up to the granule, so the driver would not notice), without
+  // calling it; under a cap the buffers it touches are made resident first
+  // and marked used after, and a synchronous device-to-host copy of a
+  // swapped-out buffer is served from its host copy. Then its tables, the
+  // host memory it writes and its log record. `linear`: one contiguous
+  // range (a write of a whole buffer is recognised, tables are scanned).
+  CUresult Copy(const char* api, const CopyRanges& c, StreamRef stream, bool async, bool linear,
+                DriverCall call);
+  // A memset of `range` at `dst` (`range.extent`: the bytes from dst to the
+  // last one set, with the pitch for 2D ones), the same way.
+  CUresult Memset(const char* api, uint64_t dst, const MemsetRange& range, StreamRef stream,
+                  bool async, DriverCall call);
+  // A batch of copies `ops`: every operation's buffers resident before the
+  // one driver call, released after it, and each operation then reported as
+  // a copy; one that overruns a stensor buffer fails the whole batch before
+  // the driver is called. No operations: the driver answers alone.
+  CUresult CopyBatch(const char* api, absl::Span<const CopyRanges> ops, StreamRef stream,
+                     DriverCall call);
+
   // Before and after a copy or memset of `bytes` at dst (from src; 0 for a
   // memset). `linear`: one contiguous range, so a write of a whole buffer is
   // recognised. `to_host`: a synchronous device-to-host copy, which for a
