@@ -264,6 +264,14 @@ Options LoadOptions() {
     else
       BadOption("FAKECUDA_HOST_VMM", v, "0 or 1");
   }
+  if (const char* v = std::getenv("FAKECUDA_SYNC")) {
+    if (std::strcmp(v, "0") == 0)
+      o.sync = false;
+    else if (std::strcmp(v, "1") == 0)
+      o.sync = true;
+    else
+      BadOption("FAKECUDA_SYNC", v, "0 or 1");
+  }
   if (const char* v = std::getenv("FAKECUDA_LINK")) ParseLink(v, &o);
   if (const char* v = std::getenv("FAKECUDA_VMM_LATENCY_US")) {
     ParseVmmLatency(v, &o);

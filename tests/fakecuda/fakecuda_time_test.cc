@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -637,6 +638,40 @@ TEST(FakeCudaTimeDeathTest, CallCountsAreReportedAtExit) {
       "fakecuda: calls cuMemCreate 0\n");
 }
 
+// FAKECUDA_SYNC=1: a stream operation has run when the call that submitted
+// it returns, behind what it waits for on other streams. Exits 0 if so.
+void RunSynchronously() {
+  setenv("FAKECUDA_SYNC", "1", 1);
+  cuInit(0);
+  CUcontext ctx;
+  cuDevicePrimaryCtxRetain(&ctx, 0);
+  cuCtxSetCurrent(ctx);
+  CUstream a;
+  CUstream b;
+  cuStreamCreate(&a, CU_STREAM_NON_BLOCKING);
+  cuStreamCreate(&b, CU_STREAM_NON_BLOCKING);
+  static std::atomic<int> ran{0};
+  auto slow = [](void*) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ran.fetch_add(1);
+  };
+  cuLaunchHostFunc(a, slow, nullptr);
+  const bool first = ran.load() == 1 && cuStreamQuery(a) == CUDA_SUCCESS;
+  CUevent e;
+  cuEventCreate(&e, CU_EVENT_DEFAULT);
+  cuLaunchHostFunc(a, slow, nullptr);
+  cuEventRecord(e, a);
+  cuStreamWaitEvent(b, e, 0);
+  cuLaunchHostFunc(b, slow, nullptr);
+  const bool second = ran.load() == 3 && cuStreamQuery(b) == CUDA_SUCCESS;
+  std::exit(first && second ? 0 : 1);
+}
+
+TEST(FakeCudaTimeDeathTest, SyncRunsEachOperationBeforeItsCallReturns) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(RunSynchronously(), ::testing::ExitedWithCode(0), "");
+}
+
 TEST(FakeCudaTimeDeathTest, MalformedValuesStopTheProgramNamingTheVariable) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const struct {
@@ -660,6 +695,8 @@ TEST(FakeCudaTimeDeathTest, MalformedValuesStopTheProgramNamingTheVariable) {
       {"FAKECUDA_VMM_LATENCY_US", "1.5,0,0,0", "expected create,map,unmap,release"},
       {"FAKECUDA_VMM_LATENCY_US", "0,0,,0", "expected create,map,unmap,release"},
       {"FAKECUDA_VMM_LATENCY_US", "0,0,0,10000001", "expected create,map,unmap,release"},
+      {"FAKECUDA_SYNC", "yes", "expected 0 or 1"},
+      {"FAKECUDA_SYNC", "", "expected 0 or 1"},
       {"FAKECUDA_REPORT_CALLS", "cuNoSuchCall", "expected a comma-separated list"},
       {"FAKECUDA_REPORT_CALLS", "cuMemCreate,", "expected a comma-separated list"},
       {"FAKECUDA_REPORT_CALLS", "fakecuda_call_count", "expected a comma-separated list"},

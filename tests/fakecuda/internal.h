@@ -42,6 +42,9 @@ struct Options {
   // CUDA_VISIBLE_DEVICES applied to the machine's `devices`.
   std::vector<int> visible;
   bool host_vmm = true;  // FAKECUDA_HOST_VMM
+  // FAKECUDA_SYNC: every stream operation has run when the call that
+  // submitted it returns (a device that keeps up with any host).
+  bool sync = false;
   // FAKECUDA_LINK: bandwidth of each direction's copy engine in bytes per
   // second; 0 leaves that direction untimed.
   double h2d_bytes_per_s = 0;

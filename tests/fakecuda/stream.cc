@@ -167,19 +167,24 @@ CUresult ResolveStream(CUstream handle, bool per_thread, Stream** out) {
 uint64_t Submit(Stream* stream, std::function<void()> work, std::vector<Stream::Dependency> deps,
                 const OpLabel& label) {
   Context* ctx = stream->context();
-  // Holding the context lock makes the implicit dependencies and the enqueue
-  // one step, so two threads cannot interleave between them.
-  std::lock_guard<std::mutex> lock(ctx->mu);
-  if (stream->legacy()) {
-    for (Stream* other : ctx->streams) {
-      if (other->blocking() && other->last_submitted() > 0) {
-        deps.push_back({other, other->last_submitted()});
+  uint64_t seq;
+  {
+    // Holding the context lock makes the implicit dependencies and the
+    // enqueue one step, so two threads cannot interleave between them.
+    std::lock_guard<std::mutex> lock(ctx->mu);
+    if (stream->legacy()) {
+      for (Stream* other : ctx->streams) {
+        if (other->blocking() && other->last_submitted() > 0) {
+          deps.push_back({other, other->last_submitted()});
+        }
       }
+    } else if (stream->blocking() && ctx->legacy->last_submitted() > 0) {
+      deps.push_back({ctx->legacy, ctx->legacy->last_submitted()});
     }
-  } else if (stream->blocking() && ctx->legacy->last_submitted() > 0) {
-    deps.push_back({ctx->legacy, ctx->legacy->last_submitted()});
+    seq = stream->Enqueue(std::move(work), std::move(deps), label);
   }
-  return stream->Enqueue(std::move(work), std::move(deps), label);
+  if (GetOptions().sync) stream->WaitFor(seq);
+  return seq;
 }
 
 void SubmitAndWait(Stream* stream, std::function<void()> work, const OpLabel& label) {
