@@ -202,13 +202,26 @@ CUresult EndCapture(decltype(&::cuStreamEndCapture) real, StreamRef origin, CUst
 
 using namespace stensor;  // NOLINT: the exported C hooks below
 
-// Every export is one ONE or PAIR: the symbol, its parameters and one
-// expression, in which `kApi` names it, `real` is the real entry point of
-// the same symbol and `kPerThread` says what stream handle 0 means. What
-// takes more than an expression is a named function above, so the name of
+// The entry-point list as names: a hook below of a symbol not listed as
+// STENSOR_HOOK does not compile, and -Wl,-z,defs fails the link when a
+// listed one has no hook, so the list and the exports are the same set.
+namespace listed {
+#define STENSOR_HOOK(name) constexpr bool name = true;
+#define STENSOR_CALL(name)
+#include "core/driver/driver_symbols.inc"
+#undef STENSOR_HOOK
+#undef STENSOR_CALL
+}  // namespace listed
+
+// Every export is one ONE or PAIR: the symbol, its parameters (the
+// compiler holds them to cuda.h's declaration) and one expression, in which
+// `kApi` names it, `real` is the real entry point of the same symbol and
+// `kPerThread` says what stream handle 0 means. What takes more than an
+// expression is a named function above or a tracker method, so the name of
 // an entry point is written once.
 #define HOOK(symbol, per_thread, params, ...) \
   STENSOR_EXPORT CUresult symbol params {     \
+    static_assert(listed::symbol);            \
     constexpr bool kPerThread = per_thread;   \
     constexpr const char* kApi = #symbol;     \
     auto real = D().symbol;                   \
