@@ -34,7 +34,7 @@ fi
 seconds=${1:-60}
 [[ $# -gt 0 ]] && shift
 # What `stensor sim` replays and bounds, for the log targets.
-sim_srcs=(tools/trace.cc tools/log_json.cc tools/optimum.cc tools/keep_problem.cc
+sim_srcs=(tools/workload.cc tools/log_json.cc tools/optimum.cc tools/keep_problem.cc
   tools/min_cost_flow.cc tools/replay.cc policy/eviction_policy.cc policy/iteration_planner.cc
   policy/iteration_detector.cc policy/next_use.cc policy/prefetch_planner.cc
   policy/access_profile.cc)

@@ -37,8 +37,9 @@ ExactOptimum FromSchedule(const KeepProblem& problem, const std::vector<bool>& k
 
 }  // namespace
 
-absl::StatusOr<ExactOptimum> ComputeExactOptimum(const Trace& trace, const ExactOptions& options) {
-  absl::StatusOr<KeepProblem> problem = BuildKeepProblem(trace, options.cap);
+absl::StatusOr<ExactOptimum> ComputeExactOptimum(const Workload& workload,
+                                                 const ExactOptions& options) {
+  absl::StatusOr<KeepProblem> problem = BuildKeepProblem(workload, options.cap);
   if (!problem.ok()) return problem.status();
   return ComputeExactOptimum(*problem, options);
 }

@@ -1,5 +1,5 @@
 // ExactOptimum: the fewest bytes any eviction policy can move (device->host
-// plus host->device) to run a Trace under a cap with the manager's swap
+// plus host->device) to run a Workload under a cap with the manager's swap
 // rules, in whole buffers: the KeepProblem (tools/keep_problem.h) solved as
 // a 0-1 program by GLPK's branch and cut. One binary per gap (kept or
 // evicted), one write-back variable per written stretch (paid when any of
@@ -26,7 +26,7 @@
 #include "absl/status/statusor.h"
 #include "tools/keep_problem.h"
 #include "tools/optimum.h"
-#include "tools/trace.h"
+#include "tools/workload.h"
 
 namespace stensor {
 
@@ -50,7 +50,8 @@ struct ExactOptimum {
 
 // FailedPrecondition when some operation alone cannot fit under the cap;
 // Internal when the solver fails.
-absl::StatusOr<ExactOptimum> ComputeExactOptimum(const Trace& trace, const ExactOptions& options);
+absl::StatusOr<ExactOptimum> ComputeExactOptimum(const Workload& workload,
+                                                 const ExactOptions& options);
 // The same over a problem built already.
 absl::StatusOr<ExactOptimum> ComputeExactOptimum(const KeepProblem& problem,
                                                  const ExactOptions& options);

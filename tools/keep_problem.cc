@@ -11,9 +11,9 @@
 
 namespace stensor {
 
-absl::StatusOr<KeepProblem> BuildKeepProblem(const Trace& trace, uint64_t cap, bool serving) {
-  const int points = static_cast<int>(trace.ops.size());
-  const uint64_t g = trace.granularity;
+absl::StatusOr<KeepProblem> BuildKeepProblem(const Workload& workload, uint64_t cap, bool serving) {
+  const int points = static_cast<int>(workload.ops.size());
+  const uint64_t g = workload.granularity;
   // Plain charges over time (difference array) and per-point uses.
   std::vector<int64_t> plain_delta(points + 1, 0);
   std::vector<int64_t> mandatory(points, 0);  // units of buffers used there
@@ -32,7 +32,7 @@ absl::StatusOr<KeepProblem> BuildKeepProblem(const Trace& trace, uint64_t cap, b
 
   // Ends the link from the buffer's last use at point `next`: at its next
   // use (`use`, about to be uses.size()), or at its free or the end.
-  auto close_link = [&](const TraceBuffer& b, Life& life, int next, bool use, bool overwritten) {
+  auto close_link = [&](const WorkloadBuffer& b, Life& life, int next, bool use, bool overwritten) {
     KeepLink link;
     link.from = life.last_use_index;
     link.to = use ? static_cast<int>(uses.size()) : -1;
@@ -50,7 +50,7 @@ absl::StatusOr<KeepProblem> BuildKeepProblem(const Trace& trace, uint64_t cap, b
     }
     links.push_back(link);
   };
-  auto add_use = [&](const TraceBuffer& b, Life& life, int t, int64_t swap_in, bool allocation) {
+  auto add_use = [&](const WorkloadBuffer& b, Life& life, int t, int64_t swap_in, bool allocation) {
     KeepUse u;
     u.point = t;
     u.units = static_cast<int64_t>(b.charge / g);
@@ -64,10 +64,10 @@ absl::StatusOr<KeepProblem> BuildKeepProblem(const Trace& trace, uint64_t cap, b
   };
 
   for (int t = 0; t < points; ++t) {
-    const TraceOp& op = trace.ops[t];
+    const WorkloadOp& op = workload.ops[t];
     switch (op.kind) {
-      case TraceOp::Kind::kAlloc: {
-        const TraceBuffer& b = trace.buffers.at(op.buffer);
+      case WorkloadOp::Kind::kAlloc: {
+        const WorkloadBuffer& b = workload.buffers.at(op.buffer);
         if (!b.swappable) {
           plain_delta[t] += static_cast<int64_t>(b.charge);
           break;
@@ -75,8 +75,8 @@ absl::StatusOr<KeepProblem> BuildKeepProblem(const Trace& trace, uint64_t cap, b
         add_use(b, lives[b.id], t, 0, /*allocation=*/true);
         break;
       }
-      case TraceOp::Kind::kFree: {
-        const TraceBuffer& b = trace.buffers.at(op.buffer);
+      case WorkloadOp::Kind::kFree: {
+        const WorkloadBuffer& b = workload.buffers.at(op.buffer);
         if (!b.swappable) {
           plain_delta[t] -= static_cast<int64_t>(b.charge);
           break;
@@ -88,13 +88,13 @@ absl::StatusOr<KeepProblem> BuildKeepProblem(const Trace& trace, uint64_t cap, b
         }
         break;
       }
-      case TraceOp::Kind::kHostRead:
+      case WorkloadOp::Kind::kHostRead:
         break;  // served from the host copy if evicted: no residency needed
-      case TraceOp::Kind::kAccess:
-      case TraceOp::Kind::kUnknown: {
+      case WorkloadOp::Kind::kAccess:
+      case WorkloadOp::Kind::kUnknown: {
         const WriteSet writes(op);
         for (uint64_t id : op.ids) {
-          const TraceBuffer& b = trace.buffers.at(id);
+          const WorkloadBuffer& b = workload.buffers.at(id);
           if (!b.swappable) continue;
           auto it = lives.find(id);
           if (it == lives.end()) continue;
@@ -107,7 +107,7 @@ absl::StatusOr<KeepProblem> BuildKeepProblem(const Trace& trace, uint64_t cap, b
           // Work of unknown accesses may have written what it made
           // resident (and more: buffers it does not name are left clean,
           // which can only make the optimum cheaper).
-          if (writes.Contains(id) || op.kind == TraceOp::Kind::kUnknown) {
+          if (writes.Contains(id) || op.kind == WorkloadOp::Kind::kUnknown) {
             life.written = true;
             life.last_write = static_cast<int>(stretch_bytes.size());
             stretch_bytes.push_back(b.bytes);
@@ -118,13 +118,14 @@ absl::StatusOr<KeepProblem> BuildKeepProblem(const Trace& trace, uint64_t cap, b
       }
     }
   }
-  // Still live at the end: the last gap runs to the end of the trace. By id,
+  // Still live at the end: the last gap runs to the end of the workload. By id,
   // so the gaps' order does not depend on the hash map's.
   std::vector<uint64_t> remaining;
   remaining.reserve(lives.size());
   for (const auto& [id, life] : lives) remaining.push_back(id);
   std::sort(remaining.begin(), remaining.end());
-  for (uint64_t id : remaining) close_link(trace.buffers.at(id), lives[id], points, false, false);
+  for (uint64_t id : remaining)
+    close_link(workload.buffers.at(id), lives[id], points, false, false);
 
   // Room for kept charges at each point, in granules.
   std::vector<int64_t> room(points, 0), free_units(points, 0);
@@ -137,7 +138,7 @@ absl::StatusOr<KeepProblem> BuildKeepProblem(const Trace& trace, uint64_t cap, b
     if (free_bytes < 0 || (room[t] < 0 && !serving)) {
       return absl::FailedPreconditionError(
           absl::StrCat("the cap of ", cap, " bytes is too small for the operation at log line ",
-                       trace.ops[t].line, " alone (", mandatory[t] * static_cast<int64_t>(g),
+                       workload.ops[t].line, " alone (", mandatory[t] * static_cast<int64_t>(g),
                        " bytes of buffers it uses, ", plain, " of plain allocations)"));
     }
   }

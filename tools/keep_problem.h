@@ -1,8 +1,8 @@
-// KeepProblem: the offline keep/evict problem of a Trace under a cap, with the
+// KeepProblem: the offline keep/evict problem of a Workload under a cap, with the
 // manager's swap rules, in the form both optimum solvers read (the LP bound
 // in optimum.cc, the exact one in exact_optimum.cc):
 //
-//   - time points are the trace's operations; a swappable buffer must be
+//   - time points are the workload's operations; a swappable buffer must be
 //     resident at each operation that uses it (and at its allocation);
 //   - between two consecutive uses (a gap) it is kept, occupying its charge
 //     at every point of the gap, or evicted: then its next use swaps it in
@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "tools/trace.h"
+#include "tools/workload.h"
 
 namespace stensor {
 
@@ -51,7 +51,7 @@ struct KeepUse {
   bool allocation = false;  // born here: served, it costs nothing
 };
 
-// From one use of a buffer to its next (or to its free, or the trace's end):
+// From one use of a buffer to its next (or to its free, or the workload's end):
 // kept resident throughout, or not.
 struct KeepLink {
   int from = 0;      // use
@@ -65,7 +65,7 @@ struct KeepProblem {
   std::vector<KeepGap> gaps;
   std::vector<int64_t> room;            // per point, granules
   std::vector<uint64_t> stretch_bytes;  // write-back cost of each stretch
-  // Every use and link, in the order of the trace; the use whose write
+  // Every use and link, in the order of the workload; the use whose write
   // starts each stretch; per point the cap less the plain allocations, in
   // granules (room is that less the units of the point's uses).
   std::vector<KeepUse> uses;
@@ -76,8 +76,8 @@ struct KeepProblem {
 
 // FailedPrecondition when some operation alone cannot fit under the cap
 // (`serving`: when the plain allocations alone do not). Gaps come in the
-// same order for the same trace and cap.
-absl::StatusOr<KeepProblem> BuildKeepProblem(const Trace& trace, uint64_t cap,
+// same order for the same workload and cap.
+absl::StatusOr<KeepProblem> BuildKeepProblem(const Workload& workload, uint64_t cap,
                                              bool serving = false);
 
 // What a schedule in whole buffers moves, counted exactly: `kept[i]` says

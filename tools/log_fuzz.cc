@@ -1,5 +1,5 @@
 // Fuzz target for the access-log reader: tools/log_json.h (ParseLogLine,
-// one record per line) and tools/trace.h (ParseTrace, the log read into the
+// one record per line) and tools/workload.h (ParseWorkload, the log read into the
 // operations `stensor sim` replays and the optimum bounds).
 //
 // Input: the bytes are a log. Checked on every input:
@@ -8,16 +8,16 @@
 //   (a canonical writer here) as text that parses to the same value; no
 //   array of the record is kept past kMaxLogJsonElements, and the visitor
 //   saw at least what was kept;
-// - the whole text through ParseTrace, at two granularities: it returns; an
+// - the whole text through ParseWorkload, at two granularities: it returns; an
 //   error is one printable line that names the log line ("line N: ", N
-//   within the text); a Trace is consistent: operations in line order, each
+//   within the text); a Workload is consistent: operations in line order, each
 //   naming live, allocated buffers (writes among the prepared ids, whole
 //   overwrites among the writes, no id twice), one buffer per allocation,
 //   charges that cover the bytes, swappable charges in whole granules, the
 //   launch counts, and a working set equal to the peak of the live charges;
 // - a well-formed log that the input's bytes describe (allocations, frees,
 //   launches with kernel names made of the input's bytes, memsets, copies),
-//   written with core/base/json.h (the access log's own writer): ParseTrace reads
+//   written with core/base/json.h (the access log's own writer): ParseWorkload reads
 //   back exactly the operations written, and each kernel name round-trips
 //   (invalid UTF-8 replaced by U+FFFD, as core/base/json.h promises).
 // Built with STENSOR_FUZZ_SCALE, the input instead describes a log of scale
@@ -56,7 +56,7 @@
 #include "tools/log_json.h"
 #include "tools/optimum.h"
 #include "tools/replay.h"
-#include "tools/trace.h"
+#include "tools/workload.h"
 
 namespace stensor {
 namespace {
@@ -240,15 +240,15 @@ void CheckLine(absl::string_view line) {
   }
 }
 
-// ---- ParseTrace: errors name a line; a Trace is consistent ----
+// ---- ParseWorkload: errors name a line; a Workload is consistent ----
 
-void CheckTraceOf(const Trace& t, size_t lines);
+void CheckWorkloadOf(const Workload& t, size_t lines);
 
-void CheckTrace(absl::string_view text, uint64_t granularity) {
+void CheckWorkload(absl::string_view text, uint64_t granularity) {
   const size_t lines = std::count(text.begin(), text.end(), '\n') + 1;
-  const absl::StatusOr<Trace> trace = ParseTrace(text, granularity);
-  if (!trace.ok()) {
-    const absl::string_view m = trace.status().message();
+  const absl::StatusOr<Workload> workload = ParseWorkload(text, granularity);
+  if (!workload.ok()) {
+    const absl::string_view m = workload.status().message();
     Require(OneLine(m), "a log error is not one line", m);
     uint64_t line = 0;
     Require(absl::StartsWith(m, "line ") && absl::SimpleAtoi(m.substr(5, m.find(':') - 5), &line) &&
@@ -256,29 +256,29 @@ void CheckTrace(absl::string_view text, uint64_t granularity) {
             "a log error does not name a line of the log", m);
     return;
   }
-  CheckTraceOf(*trace, lines);
+  CheckWorkloadOf(*workload, lines);
 }
 
-// A Trace of a log of `lines` lines is consistent.
-void CheckTraceOf(const Trace& t, size_t lines) {
+// A Workload of a log of `lines` lines is consistent.
+void CheckWorkloadOf(const Workload& t, size_t lines) {
   size_t last_line = 0, allocs = 0, launches = 0, unknown = 0;
   uint64_t live = 0, peak = 0;
   std::set<uint64_t> allocated, freed;
-  for (const TraceOp& op : t.ops) {
+  for (const WorkloadOp& op : t.ops) {
     const std::string where = absl::StrCat("operation at line ", op.line);
     Require(op.line > last_line && op.line <= lines, "operations out of line order", where);
     last_line = op.line;
     launches += op.launch;
-    unknown += op.kind == TraceOp::Kind::kUnknown;
+    unknown += op.kind == WorkloadOp::Kind::kUnknown;
     auto live_buffer = [&](uint64_t id) {
       return allocated.count(id) != 0 && freed.count(id) == 0;
     };
-    if (op.kind == TraceOp::Kind::kAlloc) {
+    if (op.kind == WorkloadOp::Kind::kAlloc) {
       ++allocs;
       const auto it = t.buffers.find(op.buffer);
       Require(it != t.buffers.end(), "an allocation without its buffer", where);
       Require(allocated.insert(op.buffer).second, "a buffer allocated twice", where);
-      const TraceBuffer& b = it->second;
+      const WorkloadBuffer& b = it->second;
       Require(b.charge >= b.bytes, "a charge below the bytes", where);
       Require(!b.swappable || b.charge % t.granularity == 0,
               "a swappable charge not in whole granules", where);
@@ -287,7 +287,7 @@ void CheckTraceOf(const Trace& t, size_t lines) {
       peak = std::max(peak, live);
       continue;
     }
-    if (op.kind == TraceOp::Kind::kFree) {
+    if (op.kind == WorkloadOp::Kind::kFree) {
       Require(live_buffer(op.buffer), "a free of a buffer not live", where);
       freed.insert(op.buffer);
       live -= t.buffers.at(op.buffer).charge;
@@ -303,7 +303,7 @@ void CheckTraceOf(const Trace& t, size_t lines) {
       Require(std::count(op.writes.begin(), op.writes.end(), id) != 0,
               "an overwrite that is not a write", where);
     }
-    if (op.kind == TraceOp::Kind::kHostRead) {
+    if (op.kind == WorkloadOp::Kind::kHostRead) {
       Require(op.ids.size() == 1 && op.ids[0] == op.buffer && t.buffers.at(op.buffer).swappable,
               "a host read not of one swappable buffer", where);
     }
@@ -342,7 +342,7 @@ void CheckWrittenLog(absl::string_view data) {
     uint64_t id, addr, bytes;
   };
   std::vector<Live> live;
-  std::vector<TraceOp> expected;
+  std::vector<WorkloadOp> expected;
   std::vector<std::string> kernels;  // per launch, in order
   std::string text =
       JsonLine().Str("type", "header").Uint("format", 1).Raw("config", "{}").Finish() + "\n";
@@ -351,7 +351,7 @@ void CheckWrittenLog(absl::string_view data) {
   for (int records = 0; records < 64 && !in.empty(); ++records) {
     const uint8_t op = in.Next();
     JsonLine r;
-    TraceOp e;
+    WorkloadOp e;
     switch (op % 6) {
       case 0:
       case 1: {  // a cuMemAlloc, small or in granules
@@ -367,7 +367,7 @@ void CheckWrittenLog(absl::string_view data) {
             .Uint("bytes", b.bytes)
             .Uint("device", 0)
             .Str("kind", "device");
-        e.kind = TraceOp::Kind::kAlloc;
+        e.kind = WorkloadOp::Kind::kAlloc;
         e.buffer = b.id;
         break;
       }
@@ -379,7 +379,7 @@ void CheckWrittenLog(absl::string_view data) {
             .Uint("id", live[i].id)
             .Str("addr", absl::StrCat("0x", absl::Hex(live[i].addr)))
             .Uint("bytes", live[i].bytes);
-        e.kind = TraceOp::Kind::kFree;
+        e.kind = WorkloadOp::Kind::kFree;
         e.buffer = live[i].id;
         live.erase(live.begin() + i);
         break;
@@ -407,7 +407,7 @@ void CheckWrittenLog(absl::string_view data) {
             .Bool("inferred", inferred)
             .Raw("tables", "[]")
             .Bool("unknown_tables", false);
-        e.kind = inferred ? TraceOp::Kind::kAccess : TraceOp::Kind::kUnknown;
+        e.kind = inferred ? WorkloadOp::Kind::kAccess : WorkloadOp::Kind::kUnknown;
         e.launch = true;
         e.ids = reads;
         e.writes = writes;
@@ -426,7 +426,7 @@ void CheckWrittenLog(absl::string_view data) {
             .Uints("writes", {b.id})
             .Str("stream", "legacy")
             .Bool("async", false);
-        e.kind = TraceOp::Kind::kAccess;
+        e.kind = WorkloadOp::Kind::kAccess;
         e.ids = {b.id};
         e.writes = {b.id};
         if (really_whole) e.overwritten = {b.id};
@@ -445,7 +445,7 @@ void CheckWrittenLog(absl::string_view data) {
             .Uints("writes", {b.id})
             .Str("stream", "legacy")
             .Bool("async", false);
-        e.kind = TraceOp::Kind::kAccess;
+        e.kind = WorkloadOp::Kind::kAccess;
         e.ids = {b.id};
         e.writes = {b.id};
         e.overwritten = {b.id};
@@ -456,16 +456,16 @@ void CheckWrittenLog(absl::string_view data) {
     e.line = ++line;
     expected.push_back(std::move(e));
   }
-  const absl::StatusOr<Trace> trace = ParseTrace(text, kGranule);
-  Require(trace.ok(), "a well-formed log does not parse",
-          absl::StrCat(trace.status().message(), "\n", text));
-  Require(trace->ops.size() == expected.size(), "a well-formed log reads back other operations",
+  const absl::StatusOr<Workload> workload = ParseWorkload(text, kGranule);
+  Require(workload.ok(), "a well-formed log does not parse",
+          absl::StrCat(workload.status().message(), "\n", text));
+  Require(workload->ops.size() == expected.size(), "a well-formed log reads back other operations",
           text);
   for (size_t i = 0; i < expected.size(); ++i) {
-    const TraceOp& a = trace->ops[i];
-    const TraceOp& e = expected[i];
+    const WorkloadOp& a = workload->ops[i];
+    const WorkloadOp& e = expected[i];
     Require(a.kind == e.kind && a.line == e.line && a.launch == e.launch &&
-                (e.kind != TraceOp::Kind::kAlloc && e.kind != TraceOp::Kind::kFree
+                (e.kind != WorkloadOp::Kind::kAlloc && e.kind != WorkloadOp::Kind::kFree
                      ? true
                      : a.buffer == e.buffer) &&
                 a.ids == e.ids && a.writes == e.writes && a.overwritten == e.overwritten,
@@ -488,38 +488,38 @@ void CheckWrittenLog(absl::string_view data) {
 
 // A generated log (tools/log_generator.h, ScaleLogFromBytes) read and
 // replayed whole, on the driver's bounded stack (Target().stack_bytes):
-// nothing may recurse as deep as the log is long. The trace is consistent
-// (CheckTrace); unspliced, it holds every record as an operation and the
+// nothing may recurse as deep as the log is long. The workload is consistent
+// (CheckWorkload); unspliced, it holds every record as an operation and the
 // wide launch its buffers once each; the LP bound runs, and no policy moves
 // less than it, nor less than a whole schedule proven optimal.
 void CheckScale(absl::string_view data) {
   const ScaleLog log = ScaleLogFromBytes(data);
-  const absl::StatusOr<Trace> trace = ParseTrace(log.text);
+  const absl::StatusOr<Workload> workload = ParseWorkload(log.text);
   const size_t lines = std::count(log.text.begin(), log.text.end(), '\n') + 1;
-  if (!trace.ok()) {
-    CheckTrace(log.text, kDefaultGranularity);  // the error names a line
+  if (!workload.ok()) {
+    CheckWorkload(log.text, kDefaultGranularity);  // the error names a line
     return;
   }
-  CheckTraceOf(*trace, lines);
+  CheckWorkloadOf(*workload, lines);
   if (!log.spliced) {
     const size_t records = lines - 3;  // not the header, the end, the empty last
-    Require(trace->ops.size() == records, "a generated log reads back other operations",
-            absl::StrCat(trace->ops.size(), " of ", records));
+    Require(workload->ops.size() == records, "a generated log reads back other operations",
+            absl::StrCat(workload->ops.size(), " of ", records));
     if (log.spec.shape == GeneratedLog::Shape::kWide) {
       std::vector<uint64_t> all;
       for (uint64_t id = 1; id <= log.spec.buffers; ++id) all.push_back(id);
-      const auto launch = std::find_if(trace->ops.begin(), trace->ops.end(),
-                                       [](const TraceOp& op) { return op.launch; });
-      Require(launch != trace->ops.end() && launch->ids == all,
+      const auto launch = std::find_if(workload->ops.begin(), workload->ops.end(),
+                                       [](const WorkloadOp& op) { return op.launch; });
+      Require(launch != workload->ops.end() && launch->ids == all,
               "the wide launch does not name each of its buffers once", "");
     }
   }
   // Wide: the launch needs every buffer at once.
   const uint64_t percent = log.spec.shape == GeneratedLog::Shape::kWide ? 100 : 30 + log.knob % 71;
   OptimumOptions options;
-  options.cap = trace->working_set / 100 * percent;
+  options.cap = workload->working_set / 100 * percent;
   options.rounds = 1;
-  const absl::StatusOr<OptimumBound> bound = ComputeOptimumBound(*trace, options);
+  const absl::StatusOr<OptimumBound> bound = ComputeOptimumBound(*workload, options);
   if (!bound.ok()) {
     Require(bound.status().code() == absl::StatusCode::kFailedPrecondition,
             "the bound failed otherwise than for a cap too small", bound.status().message());
@@ -530,7 +530,7 @@ void CheckScale(absl::string_view data) {
   replay.cap = options.cap;
   replay.policy = belady.get();
   replay.host_vmm = false;  // the bound's rules: whole buffers, nothing served
-  const absl::StatusOr<ReplayResult> moved = Replay(*trace, replay);
+  const absl::StatusOr<ReplayResult> moved = Replay(*workload, replay);
   if (!moved.ok()) return;  // out of memory: what the bound does not model
   Require(moved->bytes_moved() >= bound->bytes_moved, "a policy moved less than the bound",
           absl::StrCat(moved->bytes_moved(), " < ", bound->bytes_moved));
@@ -673,8 +673,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   return 0;
 #endif
   for (absl::string_view line : absl::StrSplit(text, '\n')) stensor::CheckLine(line);
-  stensor::CheckTrace(text, stensor::kDefaultGranularity);
-  stensor::CheckTrace(text, 4096);
+  stensor::CheckWorkload(text, stensor::kDefaultGranularity);
+  stensor::CheckWorkload(text, 4096);
   stensor::CheckWrittenLog(text);
   return 0;
 }

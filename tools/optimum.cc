@@ -17,9 +17,9 @@ constexpr int64_t kScale = 1024;
 
 }  // namespace
 
-absl::StatusOr<OptimumBound> ComputeOptimumBound(const Trace& trace,
+absl::StatusOr<OptimumBound> ComputeOptimumBound(const Workload& workload,
                                                  const OptimumOptions& options) {
-  absl::StatusOr<KeepProblem> problem = BuildKeepProblem(trace, options.cap);
+  absl::StatusOr<KeepProblem> problem = BuildKeepProblem(workload, options.cap);
   if (!problem.ok()) return problem.status();
   return ComputeOptimumBound(*problem, options);
 }

@@ -1,9 +1,9 @@
 // OptimumBound: a lower bound on the bytes any eviction policy must move
-// (device->host plus host->device) to run a Trace under a cap with the
+// (device->host plus host->device) to run a Workload under a cap with the
 // manager's swap rules (the KeepProblem of tools/keep_problem.h), from the
 // min-cost-flow (LP) relaxation of that problem. ExactOptimum
 // (tools/exact_optimum.h) solves it in whole buffers; this bound needs no
-// solver and scales to any trace.
+// solver and scales to any workload.
 //
 // The per-gap keep fractions form an interval LP, solved exactly as a flow
 // over the time line (kept charge rides an arc over its gap, free memory the
@@ -22,7 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "tools/keep_problem.h"
-#include "tools/trace.h"
+#include "tools/workload.h"
 
 namespace stensor {
 
@@ -50,7 +50,8 @@ struct OptimumBound {
 };
 
 // FailedPrecondition when some operation alone cannot fit under the cap.
-absl::StatusOr<OptimumBound> ComputeOptimumBound(const Trace& trace, const OptimumOptions& options);
+absl::StatusOr<OptimumBound> ComputeOptimumBound(const Workload& workload,
+                                                 const OptimumOptions& options);
 // The same over a problem built already.
 absl::StatusOr<OptimumBound> ComputeOptimumBound(const KeepProblem& problem,
                                                  const OptimumOptions& options);

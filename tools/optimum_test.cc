@@ -12,8 +12,8 @@
 #include "tools/exact_optimum.h"
 #include "tools/replay.h"
 #include "tools/test_log.h"
-#include "tools/trace.h"
-#include "tools/trace_lives_testing.h"
+#include "tools/workload.h"
+#include "tools/workload_lives_testing.h"
 
 namespace stensor {
 namespace {
@@ -21,11 +21,11 @@ namespace {
 constexpr uint64_t kMiB = TestLog::kMiB;
 
 uint64_t Bound(const std::string& log, uint64_t cap) {
-  absl::StatusOr<Trace> trace = ParseTrace(log);
-  EXPECT_TRUE(trace.ok()) << trace.status();
+  absl::StatusOr<Workload> workload = ParseWorkload(log);
+  EXPECT_TRUE(workload.ok()) << workload.status();
   OptimumOptions options;
   options.cap = cap;
-  absl::StatusOr<OptimumBound> bound = ComputeOptimumBound(*trace, options);
+  absl::StatusOr<OptimumBound> bound = ComputeOptimumBound(*workload, options);
   EXPECT_TRUE(bound.ok()) << bound.status();
   return bound.ok() ? bound->bytes_moved : 0;
 }
@@ -85,11 +85,11 @@ TEST(OptimumTest, GraphLaunchThroughATableItWroteWritesWhatItNames) {
     log.BlindGraphLaunch();
     return log.Text();
   };
-  absl::StatusOr<Trace> trace = ParseTrace(make(true));
-  ASSERT_TRUE(trace.ok()) << trace.status();
-  EXPECT_EQ(trace->launches, 9u);
-  EXPECT_EQ(trace->unknown_launches, 4u);
-  EXPECT_EQ(trace->blind_launches, 1u);
+  absl::StatusOr<Workload> workload = ParseWorkload(make(true));
+  ASSERT_TRUE(workload.ok()) << workload.status();
+  EXPECT_EQ(workload->launches, 9u);
+  EXPECT_EQ(workload->unknown_launches, 4u);
+  EXPECT_EQ(workload->blind_launches, 1u);
   EXPECT_EQ(Bound(make(false), 2 * kMiB), 16 * kMiB);
   EXPECT_EQ(Bound(make(true), 2 * kMiB), 22 * kMiB);
 }
@@ -98,15 +98,15 @@ TEST(OptimumTest, TooSmallACapIsAnError) {
   TestLog log;
   uint64_t a = log.Alloc(2 * kMiB), b = log.Alloc(2 * kMiB);
   log.Launch({a, b}, {});
-  absl::StatusOr<Trace> trace = ParseTrace(log.Text());
-  ASSERT_TRUE(trace.ok());
+  absl::StatusOr<Workload> workload = ParseWorkload(log.Text());
+  ASSERT_TRUE(workload.ok());
   OptimumOptions options;
   options.cap = 3 * kMiB;
-  EXPECT_EQ(ComputeOptimumBound(*trace, options).status().code(),
+  EXPECT_EQ(ComputeOptimumBound(*workload, options).status().code(),
             absl::StatusCode::kFailedPrecondition);
   ExactOptions exact;
   exact.cap = 3 * kMiB;
-  EXPECT_EQ(ComputeExactOptimum(*trace, exact).status().code(),
+  EXPECT_EQ(ComputeExactOptimum(*workload, exact).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
@@ -118,13 +118,13 @@ struct BruteResult {
   bool one_gap_per_stretch = true;  // then the LP is exact for unit charges
 };
 
-BruteResult BruteForce(const Trace& trace, uint64_t cap) {
-  const int points = static_cast<int>(trace.ops.size());
-  using Event = TraceLives::Use;
-  const TraceLives read = ReadLives(trace);
+BruteResult BruteForce(const Workload& workload, uint64_t cap) {
+  const int points = static_cast<int>(workload.ops.size());
+  using Event = WorkloadLives::Use;
+  const WorkloadLives read = ReadLives(workload);
   const std::vector<int64_t>& plain = read.plain;
-  std::vector<TraceLives::Life> lives = read.lives;
-  for (TraceLives::Life& l : lives) l.uses.insert(l.uses.begin(), {l.alloc, false, false});
+  std::vector<WorkloadLives::Life> lives = read.lives;
+  for (WorkloadLives::Life& l : lives) l.uses.insert(l.uses.begin(), {l.alloc, false, false});
   // Gaps with at least one point: (buffer, first, last).
   struct Gap {
     size_t life;
@@ -133,7 +133,7 @@ BruteResult BruteForce(const Trace& trace, uint64_t cap) {
   std::vector<Gap> gaps;
   BruteResult result;
   for (size_t i = 0; i < lives.size(); ++i) {
-    const TraceLives::Life& l = lives[i];
+    const WorkloadLives::Life& l = lives[i];
     int gaps_in_stretch = 0;
     for (size_t j = 0; j < l.uses.size(); ++j) {
       if (l.uses[j].write) gaps_in_stretch = 0;
@@ -167,7 +167,7 @@ BruteResult BruteForce(const Trace& trace, uint64_t cap) {
     if (!fits) continue;
     uint64_t bytes = 0;
     for (size_t i = 0; i < lives.size(); ++i) {
-      const TraceLives::Life& l = lives[i];
+      const WorkloadLives::Life& l = lives[i];
       bool prev = true, dirty = false, written = false;
       size_t next_use = 0;
       for (int t = l.alloc; t < l.end; ++t) {
@@ -200,11 +200,11 @@ TEST(OptimumTest, BeladyOnTheTrueFutureReachesTheOptimumWherePredictionCannot) {
   for (int round = 0; round < 2; ++round) {
     for (uint64_t id : ids) log.Launch({id}, {});
   }
-  absl::StatusOr<Trace> trace = ParseTrace(log.Text());
-  ASSERT_TRUE(trace.ok()) << trace.status();
+  absl::StatusOr<Workload> workload = ParseWorkload(log.Text());
+  ASSERT_TRUE(workload.ok()) << workload.status();
   ExactOptions exact_options;
   exact_options.cap = 4 * kMiB;
-  absl::StatusOr<ExactOptimum> exact = ComputeExactOptimum(*trace, exact_options);
+  absl::StatusOr<ExactOptimum> exact = ComputeExactOptimum(*workload, exact_options);
   ASSERT_TRUE(exact.ok()) << exact.status();
   ASSERT_TRUE(exact->proven);
   uint64_t moved[2];
@@ -215,7 +215,7 @@ TEST(OptimumTest, BeladyOnTheTrueFutureReachesTheOptimumWherePredictionCannot) {
     replay.policy = belady.get();
     replay.oracle = oracle;
     replay.host_vmm = false;  // the optimum's rules: nothing served
-    absl::StatusOr<ReplayResult> r = Replay(*trace, replay);
+    absl::StatusOr<ReplayResult> r = Replay(*workload, replay);
     ASSERT_TRUE(r.ok()) << r.status();
     moved[oracle] = r->bytes_moved();
   }
@@ -223,7 +223,7 @@ TEST(OptimumTest, BeladyOnTheTrueFutureReachesTheOptimumWherePredictionCannot) {
   EXPECT_GT(moved[false], moved[true]);
 }
 
-TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomTraces) {
+TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomWorkloads) {
   std::mt19937 rng(1201);
   int exact_checked = 0, checked = 0, bound_below_exact = 0, proven_by_bound = 0;
   for (int trial = 0; trial < 400; ++trial) {
@@ -239,13 +239,13 @@ TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomTraces) {
     const int ops = 4 + rng() % 4;
     log.RandomOps(rng, live, ops);
     if (rng() % 2) log.Free(live[0]);
-    absl::StatusOr<Trace> trace = ParseTrace(log.Text());
-    ASSERT_TRUE(trace.ok()) << trace.status();
+    absl::StatusOr<Workload> workload = ParseWorkload(log.Text());
+    ASSERT_TRUE(workload.ok()) << workload.status();
     uint64_t cap = 2 * kMiB * (1 + rng() % 4) + (rng() % 2) * 12288;
-    BruteResult brute = BruteForce(*trace, cap);
+    BruteResult brute = BruteForce(*workload, cap);
     OptimumOptions options;
     options.cap = cap;
-    absl::StatusOr<OptimumBound> bound = ComputeOptimumBound(*trace, options);
+    absl::StatusOr<OptimumBound> bound = ComputeOptimumBound(*workload, options);
     if (!brute.feasible) {
       EXPECT_FALSE(bound.ok()) << "trial " << trial;
       continue;
@@ -256,7 +256,7 @@ TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomTraces) {
     // The exact optimum is the brute force's, always.
     ExactOptions exact_options;
     exact_options.cap = cap;
-    absl::StatusOr<ExactOptimum> exact = ComputeExactOptimum(*trace, exact_options);
+    absl::StatusOr<ExactOptimum> exact = ComputeExactOptimum(*workload, exact_options);
     ASSERT_TRUE(exact.ok()) << "trial " << trial << ": " << exact.status();
     EXPECT_TRUE(exact->proven) << "trial " << trial;
     EXPECT_EQ(exact->bytes_moved, brute.bytes) << "trial " << trial << "\n" << log.Text();
@@ -268,7 +268,7 @@ TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomTraces) {
       EXPECT_GE(bound->schedule_bytes.moved(), brute.bytes) << "trial " << trial;
       ExactOptions by_bound = exact_options;
       by_bound.bound = &*bound;
-      absl::StatusOr<ExactOptimum> shortcut = ComputeExactOptimum(*trace, by_bound);
+      absl::StatusOr<ExactOptimum> shortcut = ComputeExactOptimum(*workload, by_bound);
       ASSERT_TRUE(shortcut.ok()) << "trial " << trial << ": " << shortcut.status();
       EXPECT_TRUE(shortcut->proven) << "trial " << trial;
       EXPECT_EQ(shortcut->bytes_moved, brute.bytes) << "trial " << trial;
@@ -292,7 +292,7 @@ TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomTraces) {
       replay.prefetch = which >= 3 && which < 6;
       replay.oracle = which == 6;
       replay.host_vmm = false;  // the optimum's rules: nothing served
-      absl::StatusOr<ReplayResult> r = Replay(*trace, replay);
+      absl::StatusOr<ReplayResult> r = Replay(*workload, replay);
       ASSERT_TRUE(r.ok()) << "trial " << trial << ": " << r.status();
       EXPECT_GE(r->bytes_moved(), brute.bytes)
           << "trial " << trial << " policy " << policy->name() << " prefetch " << replay.prefetch;
@@ -300,7 +300,7 @@ TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomTraces) {
   }
   EXPECT_GT(checked, 150);
   EXPECT_GT(exact_checked, 30);
-  // Traces where fractional keeps help exist, so the exact check is not the bound's.
+  // Workloads where fractional keeps help exist, so the exact check is not the bound's.
   EXPECT_GT(bound_below_exact, 0);
   // And the bound's whole schedule proves the optimum on many.
   EXPECT_GT(proven_by_bound, 30);

@@ -24,14 +24,14 @@ namespace {
 // The manager's per-buffer state: what its decisions read (EvictionState,
 // the library's own), and what it knows of the buffer besides.
 struct SimBuffer : EvictionState {
-  const TraceBuffer* info = nullptr;
+  const WorkloadBuffer* info = nullptr;
   // A small allocation made a buffer of one granule in host memory (no
-  // room at its allocation): what `info` points to instead of the trace's.
-  std::unique_ptr<TraceBuffer> own_info;
+  // room at its allocation): what `info` points to instead of the workload's.
+  std::unique_ptr<WorkloadBuffer> own_info;
   bool live = false;
   bool resident = false;
   bool has_host_copy = false;
-  // A slab (TraceBuffer::slab): its live allocations' bytes, which its
+  // A slab (WorkloadBuffer::slab): its live allocations' bytes, which its
   // copies carry (as MemoryManager::CopyParts).
   uint64_t live_bytes = 0;
 };
@@ -46,8 +46,8 @@ uint64_t SlabSpan(uint64_t bytes) {
 
 class Simulator {
  public:
-  Simulator(const Trace& trace, const ReplayOptions& options)
-      : trace_(trace), options_(options), order_(options.policy, options.version_rules) {
+  Simulator(const Workload& workload, const ReplayOptions& options)
+      : workload_(workload), options_(options), order_(options.policy, options.version_rules) {
     result_.cap = options.cap;
     // bytes / (GB/s) in microseconds.
     us_per_byte_ = 1.0 / (options.bandwidth_gbps * 1e3);
@@ -63,27 +63,27 @@ class Simulator {
     absl::StatusOr<std::unique_ptr<IterationPlanner>> planner = IterationPlanner::Create(planning);
     if (!planner.ok()) return planner.status();
     planner_ = std::move(*planner);
-    for (op_ = 0; op_ < trace_.ops.size(); ++op_) {
-      const TraceOp& op = trace_.ops[op_];
+    for (op_ = 0; op_ < workload_.ops.size(); ++op_) {
+      const WorkloadOp& op = workload_.ops[op_];
       ready_ = now_;
       room_ready_ = now_;
       const double compute = op.launch ? op.compute_us.value_or(options_.kernel_us) : 0.0;
       compute_us_ = compute;
       absl::Status s = absl::OkStatus();
       switch (op.kind) {
-        case TraceOp::Kind::kAlloc:
+        case WorkloadOp::Kind::kAlloc:
           s = Alloc(op);
           break;
-        case TraceOp::Kind::kFree:
+        case WorkloadOp::Kind::kFree:
           Free(op);
           break;
-        case TraceOp::Kind::kHostRead:
+        case WorkloadOp::Kind::kHostRead:
           s = HostRead(op);
           break;
-        case TraceOp::Kind::kAccess:
+        case WorkloadOp::Kind::kAccess:
           s = Access(op);
           break;
-        case TraceOp::Kind::kUnknown:
+        case WorkloadOp::Kind::kUnknown:
           s = Access(op);
           if (s.ok()) MarkAllWritten();
           break;
@@ -115,10 +115,10 @@ class Simulator {
  private:
   SimBuffer& State(uint64_t id) {
     SimBuffer& b = state_[id];
-    if (b.info == nullptr) SetInfo(b, &trace_.buffers.at(id));
+    if (b.info == nullptr) SetInfo(b, &workload_.buffers.at(id));
     return b;
   }
-  static void SetInfo(SimBuffer& b, const TraceBuffer* info) {
+  static void SetInfo(SimBuffer& b, const WorkloadBuffer* info) {
     b.info = info;
     b.id = info->id;
     b.reserved = info->charge;
@@ -126,7 +126,7 @@ class Simulator {
 
   absl::Status OutOfMemory(uint64_t need) const {
     return absl::ResourceExhaustedError(
-        absl::StrCat("out of memory at log line ", trace_.ops[op_].line, ": ", need,
+        absl::StrCat("out of memory at log line ", workload_.ops[op_].line, ": ", need,
                      " bytes more do not fit under the cap of ", options_.cap, " bytes (", used_,
                      " in use, nothing left to evict)"));
   }
@@ -180,13 +180,13 @@ class Simulator {
 
   // ReplayOptions::oracle: per operation, the next use of each of its
   // buffers (the index of the operation that uses it next; kNoNextUse when
-  // none does before it is freed or the trace ends).
+  // none does before it is freed or the workload ends).
   void ReadFuture() {
-    future_.resize(trace_.ops.size());
+    future_.resize(workload_.ops.size());
     absl::flat_hash_map<uint64_t, uint64_t> next;
-    for (size_t i = trace_.ops.size(); i-- > 0;) {
-      const TraceOp& op = trace_.ops[i];
-      if (op.kind == TraceOp::Kind::kFree) {
+    for (size_t i = workload_.ops.size(); i-- > 0;) {
+      const WorkloadOp& op = workload_.ops[i];
+      if (op.kind == WorkloadOp::Kind::kFree) {
         next.erase(op.buffer);
         continue;
       }
@@ -276,7 +276,7 @@ class Simulator {
     result_.bytes_born_on_host += b.info->bytes;
   }
 
-  absl::Status Alloc(const TraceOp& op) {
+  absl::Status Alloc(const WorkloadOp& op) {
     SimBuffer& b = State(op.buffer);
     if (b.info->in_slab != 0) State(b.info->in_slab).live_bytes += SlabSpan(b.info->bytes);
     b.live = true;
@@ -288,8 +288,8 @@ class Simulator {
       if (!b.info->swappable) {
         // MemoryManager::Allocate: a small one finding no room becomes a
         // swappable buffer of one granule, born on the host.
-        b.own_info = std::make_unique<TraceBuffer>(*b.info);
-        b.own_info->charge = trace_.granularity;
+        b.own_info = std::make_unique<WorkloadBuffer>(*b.info);
+        b.own_info->charge = workload_.granularity;
         b.own_info->swappable = true;
         SetInfo(b, b.own_info.get());
       }
@@ -314,12 +314,12 @@ class Simulator {
       Reindex(b);
       return;
     }
-    const std::vector<uint64_t>& pieces = trace_.groups.at(group);
+    const std::vector<uint64_t>& pieces = workload_.groups.at(group);
     if (pieces.back() != b.info->id) return;
     for (uint64_t id : pieces) Reindex(State(id));
   }
 
-  void Free(const TraceOp& op) {
+  void Free(const WorkloadOp& op) {
     SimBuffer& b = State(op.buffer);
     if (b.info->in_slab != 0) State(b.info->in_slab).live_bytes -= SlabSpan(b.info->bytes);
     if (b.resident) used_ -= b.info->charge;
@@ -329,7 +329,7 @@ class Simulator {
     fetched_.erase(op.buffer);
     if (group == 0) {
       planner_->OnFreed(op.buffer);
-    } else if (trace_.groups.at(group).front() == op.buffer) {
+    } else if (workload_.groups.at(group).front() == op.buffer) {
       planner_->OnFreed(group);  // once, at its first piece's
       group_told_.erase(group);
     }
@@ -348,7 +348,7 @@ class Simulator {
       return;
     }
     bool resident = true;
-    for (uint64_t id : trace_.groups.at(group)) {
+    for (uint64_t id : workload_.groups.at(group)) {
       auto it = state_.find(id);
       if (it != state_.end() && it->second.live && !it->second.resident) resident = false;
     }
@@ -366,8 +366,8 @@ class Simulator {
   // buffer itself.
   std::vector<SimBuffer*> PlannedAs(uint64_t id) {
     std::vector<SimBuffer*> out;
-    auto g = trace_.groups.find(id);
-    if (g == trace_.groups.end()) {
+    auto g = workload_.groups.find(id);
+    if (g == workload_.groups.end()) {
       auto it = state_.find(id);
       if (it != state_.end()) out.push_back(&it->second);
       return out;
@@ -417,7 +417,7 @@ class Simulator {
   // its buffers' predicted next uses after it (belady), kept in
   // next_after_ for the swap-in choices of a launch's Prepare, which sees
   // them first; buffers the planner repredicted follow at once.
-  void Predict(const TraceOp& op) {
+  void Predict(const WorkloadOp& op) {
     predicted_ = true;
     next_after_.clear();
     if (op.key == 0) return;
@@ -428,9 +428,9 @@ class Simulator {
     noted_time_ = planner_->PredictUses(
         op.key, op.ids.size(),
         [&](size_t i) {
-          const TraceBuffer& info = *State(op.ids[i]).info;
+          const WorkloadBuffer& info = *State(op.ids[i]).info;
           const uint64_t bytes =
-              info.group != 0 ? info.charge * trace_.groups.at(info.group).size() : info.charge;
+              info.group != 0 ? info.charge * workload_.groups.at(info.group).size() : info.charge;
           return IterationPlanner::Use{info.group != 0 ? info.group : op.ids[i],
                                        bytes,
                                        writes.Contains(op.ids[i]),
@@ -457,7 +457,7 @@ class Simulator {
 
   // Once prepared (as MemoryManager::ApplyNotedLocked): its compute time
   // while its iteration is profiled.
-  void NoteUses(const TraceOp& op) {
+  void NoteUses(const WorkloadOp& op) {
     if (!predicted_) Predict(op);
     predicted_ = false;
     if (op.key == 0) return;
@@ -488,7 +488,7 @@ class Simulator {
       if (planned.empty() || !planned.front()->live || !planned.front()->info->swappable) {
         return {};
       }
-      *pieces = sim_.trace_.groups.count(id) != 0;
+      *pieces = sim_.workload_.groups.count(id) != 0;
       return std::vector<EvictionState*>(planned.begin(), planned.end());
     }
     bool Resident(const EvictionState& b) override { return Of(b).resident; }
@@ -512,11 +512,11 @@ class Simulator {
   };
 
   // Prepare + Finish of the manager for one operation.
-  absl::Status Access(const TraceOp& op) {
+  absl::Status Access(const WorkloadOp& op) {
     // A launch's, copy's or memset's Prepare sees the planner's predictions
     // (MemoryManager::Prepare with its Operation); a graph's nodes are
     // noted after, and work of unknown accesses not at all.
-    const bool noted_first = !op.graph && op.kind == TraceOp::Kind::kAccess;
+    const bool noted_first = !op.graph && op.kind == WorkloadOp::Kind::kAccess;
     if (noted_first) Predict(op);
     for (uint64_t id : op.ids) ++State(id).pins;
     for (size_t i = 0; i < op.ids.size(); ++i) {
@@ -579,7 +579,7 @@ class Simulator {
     return absl::OkStatus();
   }
 
-  absl::Status HostRead(const TraceOp& op) {
+  absl::Status HostRead(const WorkloadOp& op) {
     // Served from host memory when every buffer (every piece) it reads is
     // there.
     const bool served = std::all_of(op.ids.begin(), op.ids.end(), [&](uint64_t id) {
@@ -602,7 +602,7 @@ class Simulator {
     }
   }
 
-  const Trace& trace_;
+  const Workload& workload_;
   const ReplayOptions& options_;
   std::unique_ptr<IterationPlanner> planner_;
   double compute_us_ = 0;  // of the operation being replayed
@@ -637,13 +637,13 @@ class Simulator {
 
 }  // namespace
 
-absl::StatusOr<ReplayResult> Replay(const Trace& trace, const ReplayOptions& options) {
+absl::StatusOr<ReplayResult> Replay(const Workload& workload, const ReplayOptions& options) {
   if (options.policy == nullptr) return absl::InvalidArgumentError("replay needs a policy");
   if (!(options.bandwidth_gbps > 0)) {
     return absl::InvalidArgumentError("bandwidth must be positive");
   }
   if (!(options.kernel_us >= 0)) return absl::InvalidArgumentError("kernel time must be >= 0");
-  return Simulator(trace, options).Run();
+  return Simulator(workload, options).Run();
 }
 
 }  // namespace stensor

@@ -1,4 +1,4 @@
-// Replay: runs a Trace under a device-memory cap with the decisions of the
+// Replay: runs a Workload under a device-memory cap with the decisions of the
 // memory manager, made by the library's own code in policy/ (linked, not
 // copied): the S401-S405 loop (MakeRoomLoop: under `version`, drop clean
 // buffers least recently used first, then garbage, then evict by the
@@ -48,7 +48,7 @@
 
 #include "absl/status/statusor.h"
 #include "policy/eviction_policy.h"
-#include "tools/trace.h"
+#include "tools/workload.h"
 
 namespace stensor {
 
@@ -63,7 +63,7 @@ struct ReplayOptions {
   double bandwidth_gbps = 16;  // each direction
   double kernel_us = 100;
   bool prefetch = false;  // the policy/ prefetch planner
-  // The policy sees each buffer's true next use, read from the trace's
+  // The policy sees each buffer's true next use, read from the workload's
   // future, instead of the predictor's: Belady's rule as no online policy
   // can run it, to tell a prediction's cost from the rule's.
   bool oracle = false;
@@ -97,7 +97,7 @@ struct ReplayResult {
   // EvictionPolicy::ServeRatherThanFetch).
   uint64_t served_by_choice = 0;
   // Of those, pieces a launch held but its pointers likely did not reach
-  // (TraceOp::far).
+  // (WorkloadOp::far).
   uint64_t served_far = 0;
   uint64_t born_on_host = 0, bytes_born_on_host = 0;
   // Time model, microseconds.
@@ -110,7 +110,7 @@ struct ReplayResult {
 // Errors: no policy, a cap that some operation cannot fit under (out of
 // memory, naming the log line, as the library would return it): without
 // host_vmm any, with it only buffers that cannot be swapped.
-absl::StatusOr<ReplayResult> Replay(const Trace& trace, const ReplayOptions& options);
+absl::StatusOr<ReplayResult> Replay(const Workload& workload, const ReplayOptions& options);
 
 }  // namespace stensor
 

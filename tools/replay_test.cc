@@ -8,7 +8,7 @@
 #include "gtest/gtest.h"
 #include "policy/eviction_policy.h"
 #include "tools/test_log.h"
-#include "tools/trace.h"
+#include "tools/workload.h"
 
 namespace stensor {
 namespace {
@@ -19,11 +19,11 @@ absl::StatusOr<ReplayResult> Sim(const std::string& log, uint64_t cap, bool lru 
                                  double bandwidth_gbps = 16, bool belady = false,
                                  bool prefetch = false, bool planned_evictions = false,
                                  bool host_vmm = true) {
-  absl::StatusOr<Trace> trace = ParseTrace(log);
-  if (!trace.ok()) return trace.status();
+  absl::StatusOr<Workload> workload = ParseWorkload(log);
+  if (!workload.ok()) return workload.status();
   // As `stensor sim` replays: with host-located VMM, large allocations in
   // pieces.
-  if (host_vmm) *trace = SplitIntoPieces(*trace, cap);
+  if (host_vmm) *workload = SplitIntoPieces(*workload, cap);
   std::unique_ptr<EvictionPolicy> policy = lru      ? MakeLruPolicy()
                                            : belady ? MakeBeladyPolicy()
                                                     : MakeVersionPolicy();
@@ -35,7 +35,7 @@ absl::StatusOr<ReplayResult> Sim(const std::string& log, uint64_t cap, bool lru 
   options.prefetch = prefetch;
   options.planned_evictions = planned_evictions;
   options.host_vmm = host_vmm;
-  return Replay(*trace, options);
+  return Replay(*workload, options);
 }
 
 // Three buffers updated in a cycle (A B C A B C ...) by three kernels, two
@@ -198,17 +198,17 @@ TEST(ReplayTest, PiecesMoveByGranule) {
   EXPECT_EQ(whole->bytes_out, 8 * kMiB);  // all of a, then b for a's return
   EXPECT_EQ(whole->bytes_in, 6 * kMiB);
 
-  absl::StatusOr<Trace> trace = ParseTrace(log.Text());
-  ASSERT_TRUE(trace.ok());
+  absl::StatusOr<Workload> workload = ParseWorkload(log.Text());
+  ASSERT_TRUE(workload.ok());
   size_t split = 0;
-  const Trace split_trace = SplitIntoPieces(*trace, 6 * kMiB, &split);
+  const Workload split_workload = SplitIntoPieces(*workload, 6 * kMiB, &split);
   EXPECT_EQ(split, 1u);
-  EXPECT_EQ(split_trace.ops.size(), trace->ops.size() + 2);  // three allocs for one
-  const TraceOp& memset = split_trace.ops.back();
+  EXPECT_EQ(split_workload.ops.size(), workload->ops.size() + 2);  // three allocs for one
+  const WorkloadOp& memset = split_workload.ops.back();
   ASSERT_EQ(memset.ids.size(), 1u);
   EXPECT_EQ(memset.overwritten, memset.ids);
   EXPECT_EQ(memset.writes, memset.ids);
-  EXPECT_EQ(SplitIntoPieces(*trace, 4 * kMiB, &split).ops.size(), trace->ops.size());
+  EXPECT_EQ(SplitIntoPieces(*workload, 4 * kMiB, &split).ops.size(), workload->ops.size());
   EXPECT_EQ(split, 0u);  // larger than the cap: whole
 }
 
@@ -341,9 +341,9 @@ TEST(ReplayTest, SmallAllocationsCountButStay) {
   log.Launch({s}, {a});
   uint64_t b = log.Alloc(2 * kMiB);  // evicts A, never the small one
   log.Launch({s}, {b});
-  absl::StatusOr<Trace> trace = ParseTrace(log.Text());
-  ASSERT_TRUE(trace.ok());
-  EXPECT_EQ(trace->working_set, 4 * kMiB + 4096);
+  absl::StatusOr<Workload> workload = ParseWorkload(log.Text());
+  ASSERT_TRUE(workload.ok());
+  EXPECT_EQ(workload->working_set, 4 * kMiB + 4096);
   absl::StatusOr<ReplayResult> r = Sim(log.Text(), 2 * kMiB + 4096);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->bytes_out, 2 * kMiB);
@@ -375,10 +375,10 @@ TEST(ReplayTest, SmallAllocationsPackedIntoSlabsMoveTheirLiveBytes) {
     log.Launch({ids[0], ids[1]}, {ids[1]});
     log.Launch({ids[8]}, {ids[8]});
   }
-  absl::StatusOr<Trace> trace = ParseTrace(log.Text());
-  ASSERT_TRUE(trace.ok()) << trace.status();
+  absl::StatusOr<Workload> workload = ParseWorkload(log.Text());
+  ASSERT_TRUE(workload.ok()) << workload.status();
   size_t packed = 0;
-  const Trace slabs = PackIntoSlabs(*trace, std::nullopt, &packed);
+  const Workload slabs = PackIntoSlabs(*workload, std::nullopt, &packed);
   EXPECT_EQ(packed, 16u);
   std::vector<uint64_t> slab_ids;
   for (const auto& [id, b] : slabs.buffers) {
@@ -390,10 +390,10 @@ TEST(ReplayTest, SmallAllocationsPackedIntoSlabsMoveTheirLiveBytes) {
   EXPECT_NE(slabs.buffers.at(ids[8]).in_slab, first);
   EXPECT_EQ(slabs.buffers.at(ids[0]).charge, 0u);
   // The memset names the slab, writes it, overwrites nothing of it.
-  const TraceOp* memset = nullptr;
-  const TraceOp* pair = nullptr;
-  for (const TraceOp& op : slabs.ops) {
-    if (op.kind != TraceOp::Kind::kAccess) continue;
+  const WorkloadOp* memset = nullptr;
+  const WorkloadOp* pair = nullptr;
+  for (const WorkloadOp& op : slabs.ops) {
+    if (op.kind != WorkloadOp::Kind::kAccess) continue;
     if (!op.launch) {
       memset = &op;
     } else if (memset != nullptr && pair == nullptr) {
@@ -421,7 +421,7 @@ TEST(ReplayTest, SmallAllocationsPackedIntoSlabsMoveTheirLiveBytes) {
   EXPECT_EQ(r->born_on_host, 0u);
   // Without slabs, small allocations that find the cap full are each a
   // granule born in host memory.
-  absl::StatusOr<ReplayResult> plain = Replay(*trace, options);
+  absl::StatusOr<ReplayResult> plain = Replay(*workload, options);
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_GT(plain->born_on_host, 0u);
 }
@@ -439,10 +439,10 @@ TEST(ReplayTest, AutoPacksOnceTheSmallAllocationsHeldReachTheLibrarysShare) {
   for (int i = 0; i < 10; ++i) ids.push_back(log.Alloc(kSmall));
   for (int i = 7; i < 17; ++i) log.Free(ids[i]);
   ids.push_back(log.Alloc(kSmall));
-  absl::StatusOr<Trace> trace = ParseTrace(log.Text());
-  ASSERT_TRUE(trace.ok()) << trace.status();
+  absl::StatusOr<Workload> workload = ParseWorkload(log.Text());
+  ASSERT_TRUE(workload.ok()) << workload.status();
   size_t packed = 0;
-  const Trace slabs = PackIntoSlabs(*trace, kCap, &packed);
+  const Workload slabs = PackIntoSlabs(*workload, kCap, &packed);
   EXPECT_EQ(packed, 3u) << "the ninth and tenth held, and the one after the frees";
   for (int i = 0; i < 18; ++i) EXPECT_EQ(slabs.buffers.at(ids[i]).in_slab != 0, i >= 15) << i;
 }

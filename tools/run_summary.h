@@ -145,7 +145,7 @@ struct RunSummary {
 };
 
 struct SummaryOptions {
-  uint64_t granularity = uint64_t{2} << 20;  // VMM granule (tools/trace.h)
+  uint64_t granularity = uint64_t{2} << 20;  // VMM granule (tools/workload.h)
   int top = 10;                              // rows of top_buffers
   bool partial = false;                      // accept a log without its `end` record
 };

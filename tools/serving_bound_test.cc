@@ -9,7 +9,7 @@
 #include "tools/keep_problem.h"
 #include "tools/serving_optimum.h"
 #include "tools/test_log.h"
-#include "tools/trace.h"
+#include "tools/workload.h"
 
 namespace stensor {
 namespace {
@@ -50,9 +50,9 @@ TEST(ServingBoundTest, RoomForEverythingBoundsAtZero) {
   const uint64_t a = log.Alloc(2 * kMiB), b = log.Alloc(2 * kMiB);
   log.Launch({a, b}, {b});
   log.Launch({a, b}, {a});
-  absl::StatusOr<Trace> trace = ParseTrace(log.Text());
-  ASSERT_TRUE(trace.ok()) << trace.status();
-  absl::StatusOr<KeepProblem> problem = BuildKeepProblem(*trace, 8 * kMiB, /*serving=*/true);
+  absl::StatusOr<Workload> workload = ParseWorkload(log.Text());
+  ASSERT_TRUE(workload.ok()) << workload.status();
+  absl::StatusOr<KeepProblem> problem = BuildKeepProblem(*workload, 8 * kMiB, /*serving=*/true);
   ASSERT_TRUE(problem.ok()) << problem.status();
   const ServingBound bound = BoundOf(*problem, 0);
   EXPECT_EQ(bound.bytes, 0u);
@@ -69,14 +69,14 @@ TEST(ServingBoundTest, AnOperationPastTheCapCostsAtLeastWhatDoesNotFit) {
   for (int i = 0; i < 3; ++i) ids.push_back(log.Alloc(2 * kMiB));
   for (uint64_t id : ids) log.Launch({id}, {id});
   log.Launch(ids, {});
-  absl::StatusOr<Trace> trace = ParseTrace(log.Text());
-  ASSERT_TRUE(trace.ok()) << trace.status();
+  absl::StatusOr<Workload> workload = ParseWorkload(log.Text());
+  ASSERT_TRUE(workload.ok()) << workload.status();
   ServingOptions options;
   options.cap = 4 * kMiB;
-  absl::StatusOr<ServingOptimum> optimum = ComputeServingOptimum(*trace, options);
+  absl::StatusOr<ServingOptimum> optimum = ComputeServingOptimum(*workload, options);
   ASSERT_TRUE(optimum.ok()) << optimum.status();
   ASSERT_TRUE(optimum->proven);
-  absl::StatusOr<KeepProblem> problem = BuildKeepProblem(*trace, options.cap, /*serving=*/true);
+  absl::StatusOr<KeepProblem> problem = BuildKeepProblem(*workload, options.cap, /*serving=*/true);
   ASSERT_TRUE(problem.ok()) << problem.status();
   const ServingBound bound = BoundOf(*problem, optimum->moved() * 2);
   EXPECT_LE(bound.bytes, optimum->moved());
@@ -100,14 +100,15 @@ TEST(ServingBoundTest, NeverAboveTheOptimumOnRandomLogs) {
     }
     log.RandomOps(rng, live, 6 + rng() % 10);
     if (rng() % 2) log.Free(live[0]);
-    absl::StatusOr<Trace> trace = ParseTrace(log.Text());
-    ASSERT_TRUE(trace.ok()) << trace.status();
+    absl::StatusOr<Workload> workload = ParseWorkload(log.Text());
+    ASSERT_TRUE(workload.ok()) << workload.status();
     ServingOptions options;
     options.cap = 2 * kMiB * (1 + rng() % 4);
-    absl::StatusOr<ServingOptimum> optimum = ComputeServingOptimum(*trace, options);
+    absl::StatusOr<ServingOptimum> optimum = ComputeServingOptimum(*workload, options);
     if (!optimum.ok()) continue;  // plain allocations past the cap
     ASSERT_TRUE(optimum->proven) << "trial " << trial;
-    absl::StatusOr<KeepProblem> problem = BuildKeepProblem(*trace, options.cap, /*serving=*/true);
+    absl::StatusOr<KeepProblem> problem =
+        BuildKeepProblem(*workload, options.cap, /*serving=*/true);
     ASSERT_TRUE(problem.ok()) << problem.status();
     // As ComputeServingOptimum gives it: the bytes of serving everything.
     const std::vector<bool> none_resident(problem->uses.size(), false);

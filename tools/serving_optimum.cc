@@ -75,9 +75,9 @@ ServingOptimum FromSchedule(const KeepProblem& problem, const Schedule& s) {
 
 }  // namespace
 
-absl::StatusOr<ServingOptimum> ComputeServingOptimum(const Trace& trace,
+absl::StatusOr<ServingOptimum> ComputeServingOptimum(const Workload& workload,
                                                      const ServingOptions& options) {
-  absl::StatusOr<KeepProblem> problem = BuildKeepProblem(trace, options.cap, /*serving=*/true);
+  absl::StatusOr<KeepProblem> problem = BuildKeepProblem(workload, options.cap, /*serving=*/true);
   if (!problem.ok()) return problem.status();
   return ComputeServingOptimum(*problem, options);
 }

@@ -1,6 +1,6 @@
 // ServingOptimum: the fewest bytes any policy can move (device->host,
 // host->device, and over the link to operations reaching buffers through
-// their host copies) to run a Trace under a cap where the device has
+// their host copies) to run a Workload under a cap where the device has
 // host-located VMM, so that a swapped-out buffer may be served at its
 // address instead of brought in (MemoryManager::Prepare). The KeepProblem
 // built for serving (tools/keep_problem.h), solved as a 0-1 program by
@@ -39,7 +39,7 @@
 
 #include "absl/status/statusor.h"
 #include "tools/keep_problem.h"
-#include "tools/trace.h"
+#include "tools/workload.h"
 
 namespace stensor {
 
@@ -48,7 +48,7 @@ struct ServingOptions {
   // For the root LP and the search together (the search gets a second at
   // least, so up to a second more in all).
   int time_limit_ms = 30000;
-  // A whole-buffer schedule of the same trace and cap (a keep flag per
+  // A whole-buffer schedule of the same workload and cap (a keep flag per
   // KeepProblem gap: ExactOptimum's or the LP bound's), to start from.
   const std::vector<bool>* whole_schedule = nullptr;
 };
@@ -65,7 +65,7 @@ struct ServingOptimum {
 
 // FailedPrecondition when the plain allocations alone exceed the cap;
 // Internal when the solver fails. `problem` must be built with `serving`.
-absl::StatusOr<ServingOptimum> ComputeServingOptimum(const Trace& trace,
+absl::StatusOr<ServingOptimum> ComputeServingOptimum(const Workload& workload,
                                                      const ServingOptions& options);
 absl::StatusOr<ServingOptimum> ComputeServingOptimum(const KeepProblem& problem,
                                                      const ServingOptions& options);

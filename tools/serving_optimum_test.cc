@@ -13,8 +13,8 @@
 #include "tools/keep_problem.h"
 #include "tools/replay.h"
 #include "tools/test_log.h"
-#include "tools/trace.h"
-#include "tools/trace_lives_testing.h"
+#include "tools/workload.h"
+#include "tools/workload_lives_testing.h"
 
 namespace stensor {
 namespace {
@@ -31,15 +31,15 @@ TEST(ServingOptimumTest, AnOperationLargerThanTheCapIsServedByHand) {
   log.Launch({}, {a});
   log.Launch({}, {b});
   log.Launch({a, b}, {});
-  absl::StatusOr<Trace> trace = ParseTrace(log.Text());
-  ASSERT_TRUE(trace.ok()) << trace.status();
+  absl::StatusOr<Workload> workload = ParseWorkload(log.Text());
+  ASSERT_TRUE(workload.ok()) << workload.status();
   ExactOptions whole;
   whole.cap = 2 * kMiB;
-  EXPECT_EQ(ComputeExactOptimum(*trace, whole).status().code(),
+  EXPECT_EQ(ComputeExactOptimum(*workload, whole).status().code(),
             absl::StatusCode::kFailedPrecondition);
   ServingOptions options;
   options.cap = 2 * kMiB;
-  absl::StatusOr<ServingOptimum> served = ComputeServingOptimum(*trace, options);
+  absl::StatusOr<ServingOptimum> served = ComputeServingOptimum(*workload, options);
   ASSERT_TRUE(served.ok()) << served.status();
   EXPECT_TRUE(served->proven);
   EXPECT_EQ(served->moved(), 4 * kMiB);
@@ -59,11 +59,11 @@ TEST(ServingOptimumTest, AServedWriteLeavesTheHostCopyCurrent) {
   for (uint64_t id : {b, a, b}) {
     for (int i = 0; i < 4; ++i) log.Launch({id}, {});
   }
-  absl::StatusOr<Trace> trace = ParseTrace(log.Text());
-  ASSERT_TRUE(trace.ok()) << trace.status();
+  absl::StatusOr<Workload> workload = ParseWorkload(log.Text());
+  ASSERT_TRUE(workload.ok()) << workload.status();
   ServingOptions options;
   options.cap = 2 * kMiB;
-  absl::StatusOr<ServingOptimum> served = ComputeServingOptimum(*trace, options);
+  absl::StatusOr<ServingOptimum> served = ComputeServingOptimum(*workload, options);
   ASSERT_TRUE(served.ok()) << served.status();
   EXPECT_TRUE(served->proven);
   EXPECT_EQ(served->moved(), 8 * kMiB);
@@ -77,11 +77,11 @@ TEST(ServingOptimumTest, PlainAllocationsPastTheCapAreAnError) {
   log.Alloc(3 * 4096);
   const uint64_t a = log.Alloc(2 * kMiB);
   log.Launch({a}, {a});
-  absl::StatusOr<Trace> trace = ParseTrace(log.Text());
-  ASSERT_TRUE(trace.ok()) << trace.status();
+  absl::StatusOr<Workload> workload = ParseWorkload(log.Text());
+  ASSERT_TRUE(workload.ok()) << workload.status();
   ServingOptions options;
   options.cap = 2 * 4096;
-  EXPECT_EQ(ComputeServingOptimum(*trace, options).status().code(),
+  EXPECT_EQ(ComputeServingOptimum(*workload, options).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
@@ -96,9 +96,9 @@ TEST(ServingOptimumTest, AllResidentCountsAsTheWholeBufferSchedule) {
       log.Launch({id}, round == 1 ? std::vector<uint64_t>{id} : std::vector<uint64_t>{});
   }
   log.Free(ids[0]);
-  absl::StatusOr<Trace> trace = ParseTrace(log.Text());
-  ASSERT_TRUE(trace.ok()) << trace.status();
-  absl::StatusOr<KeepProblem> problem = BuildKeepProblem(*trace, 6 * kMiB, /*serving=*/true);
+  absl::StatusOr<Workload> workload = ParseWorkload(log.Text());
+  ASSERT_TRUE(workload.ok()) << workload.status();
+  absl::StatusOr<KeepProblem> problem = BuildKeepProblem(*workload, 6 * kMiB, /*serving=*/true);
   ASSERT_TRUE(problem.ok()) << problem.status();
   std::mt19937 rng(7);
   for (int trial = 0; trial < 64; ++trial) {
@@ -128,10 +128,10 @@ struct BruteResult {
   uint64_t bytes = 0;
 };
 
-BruteResult BruteForce(const Trace& trace, uint64_t cap) {
-  const int points = static_cast<int>(trace.ops.size());
-  const TraceLives read = ReadLives(trace);
-  const std::vector<TraceLives::Life>& lives = read.lives;
+BruteResult BruteForce(const Workload& workload, uint64_t cap) {
+  const int points = static_cast<int>(workload.ops.size());
+  const WorkloadLives read = ReadLives(workload);
+  const std::vector<WorkloadLives::Life>& lives = read.lives;
   const std::vector<int64_t>& plain = read.plain;
   // One bit per buffer and point of its life.
   std::vector<int> offset(lives.size());
@@ -156,12 +156,12 @@ BruteResult BruteForce(const Trace& trace, uint64_t cap) {
     if (!fits) continue;
     uint64_t bytes = 0;
     for (size_t i = 0; i < lives.size(); ++i) {
-      const TraceLives::Life& l = lives[i];
+      const WorkloadLives::Life& l = lives[i];
       bool prev = resident(i, l.alloc), dirty = false, written = false;
       size_t next_use = 0;
       for (int t = l.alloc; t < l.end; ++t) {
         const bool r = resident(i, t);
-        const TraceLives::Use* use =
+        const WorkloadLives::Use* use =
             next_use < l.uses.size() && l.uses[next_use].t == t ? &l.uses[next_use++] : nullptr;
         if (t > l.alloc) {
           if (prev && !r && dirty) {
@@ -188,7 +188,7 @@ BruteResult BruteForce(const Trace& trace, uint64_t cap) {
   return result;
 }
 
-TEST(ServingOptimumTest, MatchesBruteForceOnRandomTraces) {
+TEST(ServingOptimumTest, MatchesBruteForceOnRandomWorkloads) {
   std::mt19937 rng(2024);
   int checked = 0, served_cheaper = 0, whole_infeasible = 0;
   for (int trial = 0; trial < 160; ++trial) {
@@ -202,13 +202,13 @@ TEST(ServingOptimumTest, MatchesBruteForceOnRandomTraces) {
     const int ops = buffers == 2 ? 4 + rng() % 4 : 3 + rng() % 2;
     log.RandomOps(rng, live, ops);
     if (rng() % 2) log.Free(live[0]);
-    absl::StatusOr<Trace> trace = ParseTrace(log.Text());
-    ASSERT_TRUE(trace.ok()) << trace.status();
+    absl::StatusOr<Workload> workload = ParseWorkload(log.Text());
+    ASSERT_TRUE(workload.ok()) << workload.status();
     const uint64_t cap = 2 * kMiB * (rng() % 4) + (rng() % 2) * 12288;
-    const BruteResult brute = BruteForce(*trace, cap);
+    const BruteResult brute = BruteForce(*workload, cap);
     ServingOptions options;
     options.cap = cap;
-    absl::StatusOr<ServingOptimum> served = ComputeServingOptimum(*trace, options);
+    absl::StatusOr<ServingOptimum> served = ComputeServingOptimum(*workload, options);
     if (!brute.feasible) {
       EXPECT_EQ(served.status().code(), absl::StatusCode::kFailedPrecondition)
           << "trial " << trial << "\n"
@@ -224,7 +224,7 @@ TEST(ServingOptimumTest, MatchesBruteForceOnRandomTraces) {
     // which, given as the start, is kept when nothing beats it.
     ExactOptions exact_options;
     exact_options.cap = cap;
-    absl::StatusOr<ExactOptimum> exact = ComputeExactOptimum(*trace, exact_options);
+    absl::StatusOr<ExactOptimum> exact = ComputeExactOptimum(*workload, exact_options);
     if (!exact.ok()) {
       ++whole_infeasible;
       continue;
@@ -237,7 +237,7 @@ TEST(ServingOptimumTest, MatchesBruteForceOnRandomTraces) {
     replay.cap = cap;
     replay.policy = belady.get();
     replay.oracle = true;
-    absl::StatusOr<ReplayResult> r = Replay(*trace, replay);
+    absl::StatusOr<ReplayResult> r = Replay(*workload, replay);
     ASSERT_TRUE(r.ok()) << "trial " << trial << ": " << r.status();
     EXPECT_GE(r->bytes_moved() + r->bytes_served, brute.bytes) << "trial " << trial;
   }
@@ -256,13 +256,13 @@ TEST(ServingOptimumTest, ATimeLimitStillGivesASchedule) {
     const uint64_t x = ids[rng() % ids.size()], y = ids[rng() % ids.size()];
     log.Launch({x, y}, {y});
   }
-  absl::StatusOr<Trace> trace = ParseTrace(log.Text());
-  ASSERT_TRUE(trace.ok()) << trace.status();
+  absl::StatusOr<Workload> workload = ParseWorkload(log.Text());
+  ASSERT_TRUE(workload.ok()) << workload.status();
   for (int limit_ms : {1, 20000}) {
     ServingOptions options;
     options.cap = 8 * kMiB;
     options.time_limit_ms = limit_ms;
-    absl::StatusOr<ServingOptimum> served = ComputeServingOptimum(*trace, options);
+    absl::StatusOr<ServingOptimum> served = ComputeServingOptimum(*workload, options);
     ASSERT_TRUE(served.ok()) << served.status();
     EXPECT_LE(served->lower_bound, served->moved());
     EXPECT_GT(served->moved(), 0u);

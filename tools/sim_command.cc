@@ -211,7 +211,7 @@ absl::StatusOr<SimFlags> ParseSimFlags(const std::vector<std::string>& args) {
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeSimPolicy(absl::string_view name) {
   if (name == "lru") return MakeLruPolicy();
   if (name == "version") return MakeVersionPolicy();
-  // oracle: belady's rule on the trace's true next uses (ReplayOptions::oracle).
+  // oracle: belady's rule on the workload's true next uses (ReplayOptions::oracle).
   if (name == "belady" || name == "oracle") return MakeBeladyPolicy();
   return absl::InvalidArgumentError(absl::StrCat("unknown policy '", name, "'"));
 }
@@ -224,7 +224,7 @@ struct Row {
   absl::StatusOr<ReplayResult> result;
 };
 
-absl::StatusOr<ReplayResult> RunOne(const Trace& trace, const SimFlags& flags, uint64_t cap,
+absl::StatusOr<ReplayResult> RunOne(const Workload& workload, const SimFlags& flags, uint64_t cap,
                                     absl::string_view policy_name, bool prefetch) {
   absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy = MakeSimPolicy(policy_name);
   if (!policy.ok()) return policy.status();
@@ -238,7 +238,7 @@ absl::StatusOr<ReplayResult> RunOne(const Trace& trace, const SimFlags& flags, u
   options.planned_evictions = flags.planned_evictions;
   options.host_vmm = flags.host_vmm;
   options.oracle = policy_name == "oracle";
-  return Replay(trace, options);
+  return Replay(workload, options);
 }
 
 void PrintResult(const ReplayResult& r, std::ostream& out) {
@@ -326,16 +326,16 @@ struct Optima {
   std::optional<absl::StatusOr<ServingOptimum>> serving;
 };
 
-Optima ComputeOptima(const Trace& trace, const SimFlags& flags, uint64_t cap) {
+Optima ComputeOptima(const Workload& workload, const SimFlags& flags, uint64_t cap) {
   Optima optima;
-  absl::StatusOr<KeepProblem> problem = BuildKeepProblem(trace, cap);
+  absl::StatusOr<KeepProblem> problem = BuildKeepProblem(workload, cap);
   if (!problem.ok()) {
     optima.bound = problem.status();
     if (flags.exact_seconds > 0 && flags.host_vmm) {
       ServingOptions serving_options;
       serving_options.cap = cap;
       serving_options.time_limit_ms = flags.exact_seconds * 1000;
-      optima.serving = ComputeServingOptimum(trace, serving_options);
+      optima.serving = ComputeServingOptimum(workload, serving_options);
     }
     return optima;
   }
@@ -361,7 +361,7 @@ Optima ComputeOptima(const Trace& trace, const SimFlags& flags, uint64_t cap) {
     } else if (optima.bound.ok() && optima.bound->has_schedule) {
       serving_options.whole_schedule = &optima.bound->schedule;
     }
-    optima.serving = ComputeServingOptimum(trace, serving_options);
+    optima.serving = ComputeServingOptimum(workload, serving_options);
   }
   return optima;
 }
@@ -380,12 +380,12 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
     err << flags.status().message() << "\n" << kUsage;
     return 2;
   }
-  absl::StatusOr<Trace> trace = ReadTrace(flags->log, flags->granularity);
-  if (!trace.ok()) {
-    err << "stensor sim: " << trace.status().message() << "\n";
+  absl::StatusOr<Workload> workload = ReadWorkload(flags->log, flags->granularity);
+  if (!workload.ok()) {
+    err << "stensor sim: " << workload.status().message() << "\n";
     return 1;
   }
-  absl::StatusOr<uint64_t> cap = ParseLimit(flags->limit, trace->working_set);
+  absl::StatusOr<uint64_t> cap = ParseLimit(flags->limit, workload->working_set);
   if (!cap.ok()) {
     err << cap.status().message() << "\n" << kUsage;
     return 2;
@@ -393,19 +393,19 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
   // Where host memory can stand in at an address, the library holds an
   // allocation larger than a granule as pieces of one: so does the replay.
   size_t split = 0;
-  if (flags->host_vmm && flags->pieces) *trace = SplitIntoPieces(*trace, *cap, &split);
+  if (flags->host_vmm && flags->pieces) *workload = SplitIntoPieces(*workload, *cap, &split);
   // And small ones packed into slabs, as STENSOR_SLABS says.
   size_t packed = 0;
   if (flags->host_vmm && flags->slabs != SlabMode::kOff) {
     std::optional<uint64_t> onset_cap;
     if (flags->slabs == SlabMode::kAuto) onset_cap = *cap;
-    *trace = PackIntoSlabs(*trace, onset_cap, &packed);
+    *workload = PackIntoSlabs(*workload, onset_cap, &packed);
   }
   out << absl::StrFormat(
       "log                 %s: %u operations, %u launches (%u of unknown accesses, %u naming "
       "none of their buffers)\n",
-      flags->log, trace->ops.size(), trace->launches, trace->unknown_launches,
-      trace->blind_launches);
+      flags->log, workload->ops.size(), workload->launches, workload->unknown_launches,
+      workload->blind_launches);
   if (split > 0) {
     out << absl::StrFormat("pieces              %u allocations larger than a granule, in pieces\n",
                            split);
@@ -415,13 +415,13 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
                            packed);
   }
   out << absl::StrFormat("working set         %12u bytes (%.1f MiB, peak of live charges)\n",
-                         trace->working_set, MiB(trace->working_set));
+                         workload->working_set, MiB(workload->working_set));
   out << absl::StrFormat("cap                 %12u bytes (%.1f MiB, %.1f%% of the working set)\n",
                          *cap, MiB(*cap),
-                         trace->working_set ? 100.0 * *cap / trace->working_set : 0.0);
+                         workload->working_set ? 100.0 * *cap / workload->working_set : 0.0);
   out << absl::StrFormat("time model          %.3g GB/s each direction, %.3g us per launch\n",
                          flags->bandwidth_gbps, flags->kernel_us);
-  Optima optima = ComputeOptima(*trace, *flags, *cap);
+  Optima optima = ComputeOptima(*workload, *flags, *cap);
   const absl::StatusOr<OptimumBound>& optimum = optima.bound;
   const std::optional<absl::StatusOr<ExactOptimum>>& exact = optima.exact;
   // Ratios are to the exact optimum when it was proven, else to the bound.
@@ -445,7 +445,8 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
   };
 
   if (!flags->compare) {
-    absl::StatusOr<ReplayResult> r = RunOne(*trace, *flags, *cap, flags->policy, flags->prefetch);
+    absl::StatusOr<ReplayResult> r =
+        RunOne(*workload, *flags, *cap, flags->policy, flags->prefetch);
     if (!r.ok()) {
       err << "stensor sim: " << r.status().message() << "\n";
       return 1;
@@ -479,12 +480,12 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
   std::vector<Row> rows;
   for (const char* policy : {"lru", "version", "belady"}) {
     for (bool prefetch : {false, true}) {
-      rows.push_back(Row{policy, prefetch, RunOne(*trace, *flags, *cap, policy, prefetch)});
+      rows.push_back(Row{policy, prefetch, RunOne(*workload, *flags, *cap, policy, prefetch)});
     }
   }
   // What belady would move knowing the future: the part of the distance to
   // the optimum that is prediction.
-  rows.push_back(Row{"oracle", false, RunOne(*trace, *flags, *cap, "oracle", false)});
+  rows.push_back(Row{"oracle", false, RunOne(*workload, *flags, *cap, "oracle", false)});
   out << absl::StrFormat("\n%-8s %-8s %10s %10s %10s %10s %10s %10s %10s %10s\n", "policy",
                          "prefetch", "D2H MiB", "H2D MiB", "moved MiB", "x optimum", "stall ms",
                          "on-demand", "served MiB", "x serving");

@@ -19,7 +19,7 @@
 #include "core/base/config.h"
 #include "policy/eviction_policy.h"
 #include "tools/replay.h"
-#include "tools/trace.h"
+#include "tools/workload.h"
 
 namespace stensor {
 

@@ -1,4 +1,4 @@
-#include "tools/trace.h"
+#include "tools/workload.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -166,7 +166,7 @@ class IdList {
 class Reader {
  public:
   explicit Reader(uint64_t granularity) {
-    trace_.granularity = granularity;
+    workload_.granularity = granularity;
     visitor_ = [this](absl::string_view member, const Json& element) {
       auto live = [this](uint64_t id) { return Live(id); };
       if (member == "reads") {
@@ -202,24 +202,24 @@ class Reader {
     if (type == "memset") return Memset(r, line);
     // A graph whose nodes were read: one operation touching what they touch.
     if (type == "graph_launch" && BoolOr(r, "inferred", false)) {
-      const size_t before = trace_.ops.size();
+      const size_t before = workload_.ops.size();
       absl::Status s = Launch(r, line);
-      if (trace_.ops.size() > before) trace_.ops.back().graph = true;
+      if (workload_.ops.size() > before) workload_.ops.back().graph = true;
       return s;
     }
     if (type == "graph_launch") {
-      TraceOp op;
+      WorkloadOp op;
       op.key = OpKey(r, type);
-      op.kind = TraceOp::Kind::kUnknown;
+      op.kind = WorkloadOp::Kind::kUnknown;
       op.launch = true;
       op.line = line;
-      ++trace_.launches;
-      ++trace_.unknown_launches;
-      ++trace_.blind_launches;
-      trace_.ops.push_back(std::move(op));
+      ++workload_.launches;
+      ++workload_.unknown_launches;
+      ++workload_.blind_launches;
+      workload_.ops.push_back(std::move(op));
       return absl::OkStatus();
     }
-    LoggedSwaps& l = trace_.logged;
+    LoggedSwaps& l = workload_.logged;
     if (type == "swap_out") {
       ++l.swap_outs;
       l.bytes_out += Uint(r, "bytes").value_or(0);
@@ -234,7 +234,7 @@ class Reader {
     return absl::OkStatus();  // sync, host allocations, waits: nothing to replay
   }
 
-  Trace Finish() && { return std::move(trace_); }
+  Workload Finish() && { return std::move(workload_); }
 
  private:
   absl::Status Header(const Json& r, size_t line) {
@@ -243,8 +243,8 @@ class Reader {
                                                      " is not supported (only 1)"));
     }
     if (const Json* config = Find(r, "config")) {
-      trace_.logged_policy = std::string(StringOr(*config, "STENSOR_POLICY", ""));
-      trace_.logged_limit = std::string(StringOr(*config, "STENSOR_MEMORY_LIMIT", ""));
+      workload_.logged_policy = std::string(StringOr(*config, "STENSOR_POLICY", ""));
+      workload_.logged_limit = std::string(StringOr(*config, "STENSOR_MEMORY_LIMIT", ""));
     }
     return absl::OkStatus();
   }
@@ -264,19 +264,19 @@ class Reader {
     }
     absl::string_view kind = StringOr(r, "kind", "device");
     absl::string_view api = StringOr(r, "api", "");
-    TraceBuffer b;
+    WorkloadBuffer b;
     b.id = *id;
     b.addr = HexAddress(r, "addr").value_or(0);
     b.bytes = *bytes;
     // As the manager serves them (tools/charge.h).
-    const AllocationCharge charge = ChargeOf(kind, api, b.bytes, trace_.granularity);
+    const AllocationCharge charge = ChargeOf(kind, api, b.bytes, workload_.granularity);
     b.charge = charge.bytes;
     b.swappable = charge.swappable && *id != 0;
     b.small = charge.small && *id != 0;
     if (*id == 0) {
       // Untracked (overlapping a live range): charged, never named again.
       b.id = kUntrackedBase + untracked_++;
-    } else if (trace_.buffers.count(*id) != 0) {
+    } else if (workload_.buffers.count(*id) != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("line ", line, ": buffer id ", *id, " allocated twice"));
     }
@@ -285,13 +285,13 @@ class Reader {
           absl::StrCat("line ", line, ": live allocations exceed 2^64 bytes"));
     }
     live_ += b.charge;
-    trace_.working_set = std::max(trace_.working_set, live_);
-    TraceOp op;
-    op.kind = TraceOp::Kind::kAlloc;
+    workload_.working_set = std::max(workload_.working_set, live_);
+    WorkloadOp op;
+    op.kind = WorkloadOp::Kind::kAlloc;
     op.buffer = b.id;
     op.line = line;
-    trace_.buffers[b.id] = b;
-    trace_.ops.push_back(std::move(op));
+    workload_.buffers[b.id] = b;
+    workload_.ops.push_back(std::move(op));
     return absl::OkStatus();
   }
 
@@ -299,8 +299,8 @@ class Reader {
     std::optional<uint64_t> id = Uint(r, "id");
     if (!id || *id == 0) return absl::OkStatus();  // untracked: charge kept (unknown which)
     if (absl::Status s = CheckId(*id, line); !s.ok()) return s;
-    auto it = trace_.buffers.find(*id);
-    if (it == trace_.buffers.end()) {
+    auto it = workload_.buffers.find(*id);
+    if (it == workload_.buffers.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat("line ", line, ": free of buffer ", *id, " never allocated"));
     }
@@ -310,15 +310,15 @@ class Reader {
     }
     freed_.insert(*id);
     live_ -= it->second.charge;
-    TraceOp op;
-    op.kind = TraceOp::Kind::kFree;
+    WorkloadOp op;
+    op.kind = WorkloadOp::Kind::kFree;
     op.buffer = *id;
     op.line = line;
-    trace_.ops.push_back(std::move(op));
+    workload_.ops.push_back(std::move(op));
     return absl::OkStatus();
   }
 
-  bool Live(uint64_t id) const { return trace_.buffers.contains(id) && !freed_.contains(id); }
+  bool Live(uint64_t id) const { return workload_.buffers.contains(id) && !freed_.contains(id); }
 
   // The record's list as read (IdList): an error when its member is
   // there but no list, or holds something other than ids.
@@ -336,7 +336,7 @@ class Reader {
     // Reads first, as the manager prepares them.
     if (absl::Status s = reads_.Live(line); !s.ok()) return s;
     if (absl::Status s = writes_.Live(line); !s.ok()) return s;
-    TraceOp op;
+    WorkloadOp op;
     op.launch = true;
     op.line = line;
     op.key = OpKey(r, "launch");
@@ -347,21 +347,21 @@ class Reader {
       if (!reads_.Contains(id)) reads_.Insert(id);
     }
     op.ids = reads_.Take();
-    ++trace_.launches;
+    ++workload_.launches;
     if (!BoolOr(r, "inferred", true) || BoolOr(r, "unknown_tables", false)) {
-      op.kind = TraceOp::Kind::kUnknown;
-      ++trace_.unknown_launches;
-      if (!BoolOr(r, "inferred", true)) ++trace_.blind_launches;
+      op.kind = WorkloadOp::Kind::kUnknown;
+      ++workload_.unknown_launches;
+      if (!BoolOr(r, "inferred", true)) ++workload_.blind_launches;
     } else {
       ReadPointers(r, &op);
     }
-    trace_.ops.push_back(std::move(op));
+    workload_.ops.push_back(std::move(op));
     return absl::OkStatus();
   }
 
-  // TraceOp::pointers from the record's `pointers` and `tables`. A list cut
+  // WorkloadOp::pointers from the record's `pointers` and `tables`. A list cut
   // short by the parser's bounds leaves none (every piece reached).
-  void ReadPointers(const Json& r, TraceOp* op) const {
+  void ReadPointers(const Json& r, WorkloadOp* op) const {
     for (const auto& [member, count] : *left_out_) {
       if (member == "pointers" || member == "tables") return;
     }
@@ -384,8 +384,8 @@ class Reader {
         const uint64_t id = e[0].template get<uint64_t>();
         uint64_t word = 0;
         const std::string& text = e[1].template get_ref<const std::string&>();
-        auto b = trace_.buffers.find(id);
-        if (b == trace_.buffers.end() || text.substr(0, 2) != "0x" ||
+        auto b = workload_.buffers.find(id);
+        if (b == workload_.buffers.end() || text.substr(0, 2) != "0x" ||
             !absl::SimpleHexAtoi(absl::string_view(text).substr(2), &word) ||
             word < b->second.addr) {
           continue;
@@ -406,16 +406,16 @@ class Reader {
 
   // Whether [addr, addr+bytes) is all of buffer `id`.
   bool Whole(uint64_t id, std::optional<uint64_t> addr, uint64_t bytes) const {
-    auto it = trace_.buffers.find(id);
-    return it != trace_.buffers.end() && addr && *addr == it->second.addr &&
+    auto it = workload_.buffers.find(id);
+    return it != workload_.buffers.end() && addr && *addr == it->second.addr &&
            bytes == it->second.bytes;
   }
 
-  // Records where [addr, addr + bytes) lies in buffer `id` (TraceOp::extents).
-  void AddExtent(TraceOp& op, uint64_t id, std::optional<uint64_t> addr, uint64_t bytes) const {
-    auto it = trace_.buffers.find(id);
-    if (it == trace_.buffers.end() || !addr || *addr < it->second.addr) return;
-    op.extents.push_back(TraceOp::Extent{id, *addr - it->second.addr, bytes});
+  // Records where [addr, addr + bytes) lies in buffer `id` (WorkloadOp::extents).
+  void AddExtent(WorkloadOp& op, uint64_t id, std::optional<uint64_t> addr, uint64_t bytes) const {
+    auto it = workload_.buffers.find(id);
+    if (it == workload_.buffers.end() || !addr || *addr < it->second.addr) return;
+    op.extents.push_back(WorkloadOp::Extent{id, *addr - it->second.addr, bytes});
   }
 
   absl::Status Memcpy(const Json& r, size_t line) {
@@ -430,18 +430,18 @@ class Reader {
     const bool linear =
         api.find("2D") == absl::string_view::npos && api.find("3D") == absl::string_view::npos;
     const uint64_t bytes = Uint(r, "bytes").value_or(0);
-    TraceOp op;
+    WorkloadOp op;
     op.line = line;
     op.key = OpKey(r, "memcpy");
     const uint64_t dst = writes.empty() ? 0 : writes[0];
     const uint64_t src = reads.empty() ? 0 : reads[0];
     if (linear && StringOr(r, "kind", "") == "DtoH" && !BoolOr(r, "async", true) && src != 0 &&
-        dst == 0 && trace_.buffers.at(src).swappable) {
-      op.kind = TraceOp::Kind::kHostRead;
+        dst == 0 && workload_.buffers.at(src).swappable) {
+      op.kind = WorkloadOp::Kind::kHostRead;
       op.buffer = src;
       op.ids = {src};
       AddExtent(op, src, HexAddress(r, "src"), bytes);
-      trace_.ops.push_back(std::move(op));
+      workload_.ops.push_back(std::move(op));
       return absl::OkStatus();
     }
     // As the manager prepares a transfer: destination, then source.
@@ -453,7 +453,7 @@ class Reader {
     }
     if (linear && dst != 0) AddExtent(op, dst, HexAddress(r, "dst"), bytes);
     if (linear && src != 0) AddExtent(op, src, HexAddress(r, "src"), bytes);
-    trace_.ops.push_back(std::move(op));
+    workload_.ops.push_back(std::move(op));
     return absl::OkStatus();
   }
 
@@ -463,7 +463,7 @@ class Reader {
     std::vector<uint64_t> writes = writes_.Take();
     absl::string_view api = StringOr(r, "api", "");
     const bool linear = api.find("2D") == absl::string_view::npos;
-    TraceOp op;
+    WorkloadOp op;
     op.line = line;
     op.key = OpKey(r, "memset");
     if (linear && !writes.empty() &&
@@ -475,7 +475,7 @@ class Reader {
     }
     op.ids = writes;
     op.writes = std::move(writes);
-    trace_.ops.push_back(std::move(op));
+    workload_.ops.push_back(std::move(op));
     return absl::OkStatus();
   }
 
@@ -488,7 +488,7 @@ class Reader {
   // No device holds 2^60 bytes; bounding sizes keeps every charge and sum
   // below 2^64.
   static constexpr uint64_t kMaxBytes = uint64_t{1} << 60;
-  Trace trace_;
+  Workload workload_;
   uint64_t live_ = 0;
   uint64_t untracked_ = 0;
   absl::flat_hash_set<uint64_t> freed_;
@@ -506,7 +506,7 @@ absl::Status CheckGranularity(uint64_t granularity) {
 
 }  // namespace
 
-WriteSet::WriteSet(const TraceOp& op) : writes_(op.writes) {
+WriteSet::WriteSet(const WorkloadOp& op) : writes_(op.writes) {
   if (writes_.size() > kScanned) set_.insert(writes_.begin(), writes_.end());
 }
 
@@ -515,48 +515,48 @@ bool WriteSet::Contains(uint64_t id) const {
   return std::find(writes_.begin(), writes_.end(), id) != writes_.end();
 }
 
-// `trace` without its operations, which a transformation rebuilds.
-static Trace WithoutOps(const Trace& trace) {
-  Trace out;
-  out.granularity = trace.granularity;
-  out.working_set = trace.working_set;
-  out.logged_policy = trace.logged_policy;
-  out.logged_limit = trace.logged_limit;
-  out.logged = trace.logged;
-  out.launches = trace.launches;
-  out.unknown_launches = trace.unknown_launches;
-  out.blind_launches = trace.blind_launches;
-  out.buffers = trace.buffers;
-  out.groups = trace.groups;
-  out.ops.reserve(trace.ops.size());
+// `workload` without its operations, which a transformation rebuilds.
+static Workload WithoutOps(const Workload& workload) {
+  Workload out;
+  out.granularity = workload.granularity;
+  out.working_set = workload.working_set;
+  out.logged_policy = workload.logged_policy;
+  out.logged_limit = workload.logged_limit;
+  out.logged = workload.logged;
+  out.launches = workload.launches;
+  out.unknown_launches = workload.unknown_launches;
+  out.blind_launches = workload.blind_launches;
+  out.buffers = workload.buffers;
+  out.groups = workload.groups;
+  out.ops.reserve(workload.ops.size());
   return out;
 }
 
-Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split) {
+Workload SplitIntoPieces(const Workload& workload, uint64_t cap, size_t* split) {
   constexpr uint64_t kPieceIds = (uint64_t{1} << 62) + (uint64_t{1} << 61);
-  const uint64_t granule = trace.granularity;
-  Trace out = WithoutOps(trace);
+  const uint64_t granule = workload.granularity;
+  Workload out = WithoutOps(workload);
   absl::flat_hash_map<uint64_t, std::vector<uint64_t>> pieces;  // of an allocation
   uint64_t next_id = kPieceIds;
   size_t allocations_split = 0;
   // Piece `i` of an allocation spans [i x granule, + its bytes).
-  auto reaches = [&](const TraceOp::Extent* e, size_t i, uint64_t piece) {
+  auto reaches = [&](const WorkloadOp::Extent* e, size_t i, uint64_t piece) {
     const uint64_t from = i * granule, to = from + out.buffers.at(piece).bytes;
     return e == nullptr || (to > e->offset && from < e->offset + e->bytes);
   };
-  auto covers = [&](const TraceOp::Extent& e, size_t i, uint64_t piece) {
+  auto covers = [&](const WorkloadOp::Extent& e, size_t i, uint64_t piece) {
     const uint64_t from = i * granule, to = from + out.buffers.at(piece).bytes;
     return from >= e.offset && to <= e.offset + e.bytes;
   };
   // The extents of `id` in `op` (a copy within one allocation has two).
-  auto extents_of = [](const TraceOp& op, uint64_t id) {
-    std::vector<const TraceOp::Extent*> found;
-    for (const TraceOp::Extent& e : op.extents) {
+  auto extents_of = [](const WorkloadOp& op, uint64_t id) {
+    std::vector<const WorkloadOp::Extent*> found;
+    for (const WorkloadOp::Extent& e : op.extents) {
       if (e.id == id) found.push_back(&e);
     }
     return found;
   };
-  auto expand = [&](const TraceOp& op, const std::vector<uint64_t>& ids) {
+  auto expand = [&](const WorkloadOp& op, const std::vector<uint64_t>& ids) {
     std::vector<uint64_t> expanded;
     expanded.reserve(ids.size());
     for (uint64_t id : ids) {
@@ -565,7 +565,7 @@ Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split) {
         expanded.push_back(id);
         continue;
       }
-      const std::vector<const TraceOp::Extent*> extents = extents_of(op, id);
+      const std::vector<const WorkloadOp::Extent*> extents = extents_of(op, id);
       for (size_t i = 0; i < it->second.size(); ++i) {
         const bool named =
             extents.empty() || std::any_of(extents.begin(), extents.end(),
@@ -578,8 +578,8 @@ Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split) {
   // Where each split allocation's tensors were seen to start and end, as
   // the library keeps them (MemoryManager::Narrow, FarPieces).
   absl::flat_hash_map<uint64_t, TensorBounds> bounds;
-  auto note_extents = [&](const TraceOp& op) {
-    for (const TraceOp::Extent& e : op.extents) {
+  auto note_extents = [&](const WorkloadOp& op) {
+    for (const WorkloadOp::Extent& e : op.extents) {
       if (pieces.count(e.id) == 0) continue;
       const uint64_t size = out.buffers.at(e.id).bytes;
       TensorBounds& known = bounds[e.id];
@@ -588,7 +588,7 @@ Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split) {
     }
   };
   // The pieces of `op`'s allocations its pointers likely do not reach.
-  auto far_pieces = [&](const TraceOp& op) {
+  auto far_pieces = [&](const WorkloadOp& op) {
     std::vector<uint64_t> far;
     for (size_t i = 0; i < op.pointers.size();) {
       const uint64_t id = op.pointers[i].id;
@@ -603,10 +603,11 @@ Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split) {
         }
         for (size_t p = 0; p < it->second.size(); ++p) {
           const uint64_t from = p * granule, to = from + out.buffers.at(it->second[p]).bytes;
-          const bool near = std::any_of(
-              op.pointers.begin() + i, op.pointers.begin() + end, [&](const TraceOp::Pointer& w) {
-                return w.offset < to && w.offset < size && known.EndFrom(w.offset, size) > from;
-              });
+          const bool near = std::any_of(op.pointers.begin() + i, op.pointers.begin() + end,
+                                        [&](const WorkloadOp::Pointer& w) {
+                                          return w.offset < to && w.offset < size &&
+                                                 known.EndFrom(w.offset, size) > from;
+                                        });
           if (!near) far.push_back(it->second[p]);
         }
       }
@@ -615,14 +616,14 @@ Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split) {
     std::sort(far.begin(), far.end());
     return far;
   };
-  for (const TraceOp& op : trace.ops) {
-    if (op.kind == TraceOp::Kind::kAlloc) {
-      const TraceBuffer& b = trace.buffers.at(op.buffer);
+  for (const WorkloadOp& op : workload.ops) {
+    if (op.kind == WorkloadOp::Kind::kAlloc) {
+      const WorkloadBuffer& b = workload.buffers.at(op.buffer);
       if (b.swappable && b.charge > granule && b.bytes <= cap) {
         ++allocations_split;
         std::vector<uint64_t>& ids = pieces[b.id];
         for (uint64_t at = 0; at < b.charge; at += granule) {
-          TraceBuffer piece = b;
+          WorkloadBuffer piece = b;
           piece.id = next_id++;
           piece.addr = b.addr + at;
           piece.bytes = std::min(granule, b.bytes - at);
@@ -630,7 +631,7 @@ Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split) {
           piece.group = b.id;
           out.buffers[piece.id] = piece;
           ids.push_back(piece.id);
-          TraceOp alloc = op;
+          WorkloadOp alloc = op;
           alloc.buffer = piece.id;
           out.ops.push_back(std::move(alloc));
         }
@@ -638,10 +639,10 @@ Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split) {
         continue;
       }
     }
-    auto it = op.kind == TraceOp::Kind::kFree ? pieces.find(op.buffer) : pieces.end();
+    auto it = op.kind == WorkloadOp::Kind::kFree ? pieces.find(op.buffer) : pieces.end();
     if (it != pieces.end()) {
       for (uint64_t id : it->second) {
-        TraceOp free = op;
+        WorkloadOp free = op;
         free.buffer = id;
         out.ops.push_back(std::move(free));
       }
@@ -649,27 +650,27 @@ Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split) {
       bounds.erase(op.buffer);
       continue;
     }
-    TraceOp expanded = op;
+    WorkloadOp expanded = op;
     if (!pieces.empty()) {
       note_extents(op);
-      if (op.launch && !op.graph && op.kind == TraceOp::Kind::kAccess) {
+      if (op.launch && !op.graph && op.kind == WorkloadOp::Kind::kAccess) {
         expanded.far = far_pieces(op);
       }
       expanded.ids = expand(op, op.ids);
       // The destination is the first extent (a copy's, or a memset's).
-      const TraceOp::Extent* dst =
+      const WorkloadOp::Extent* dst =
           op.extents.empty() || op.writes.empty() || op.extents[0].id != op.writes[0]
               ? nullptr
               : &op.extents[0];
       if (dst != nullptr && pieces.count(dst->id) != 0) {
         // Exact: what it reaches in the destination, overwritten where it
         // covers a piece whole and reads none of it.
-        TraceOp only_dst = op;
+        WorkloadOp only_dst = op;
         only_dst.extents = {*dst};
         expanded.writes = expand(only_dst, op.writes);
         expanded.overwritten.clear();
         const std::vector<uint64_t>& all = pieces.at(dst->id);
-        const std::vector<const TraceOp::Extent*> read = extents_of(op, dst->id);
+        const std::vector<const WorkloadOp::Extent*> read = extents_of(op, dst->id);
         for (size_t i = 0; i < all.size(); ++i) {
           const bool also_read = std::any_of(
               read.begin(), read.end(), [&](auto* e) { return e != dst && reaches(e, i, all[i]); });
@@ -689,10 +690,11 @@ Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split) {
   return out;
 }
 
-Trace PackIntoSlabs(const Trace& trace, std::optional<uint64_t> onset_cap, size_t* packed) {
+Workload PackIntoSlabs(const Workload& workload, std::optional<uint64_t> onset_cap,
+                       size_t* packed) {
   constexpr uint64_t kSlabIds = (uint64_t{1} << 62) + (uint64_t{1} << 60);
-  const uint64_t granule = trace.granularity;
-  Trace out = WithoutOps(trace);
+  const uint64_t granule = workload.granularity;
+  Workload out = WithoutOps(workload);
   // The library's placement; addresses of its own, one granule per slab.
   SlabPool pool;
   absl::flat_hash_map<uint64_t, CUdeviceptr> base_of;  // a live small allocation's
@@ -702,8 +704,8 @@ Trace PackIntoSlabs(const Trace& trace, std::optional<uint64_t> onset_cap, size_
   // until those held reach the library's share of the cap.
   SlabOnset onset;
   absl::flat_hash_set<uint64_t> counted;  // held outside slabs, counted
-  auto slab_op = [&](TraceOp::Kind kind, uint64_t slab, const TraceOp& at) {
-    TraceOp op;
+  auto slab_op = [&](WorkloadOp::Kind kind, uint64_t slab, const WorkloadOp& at) {
+    WorkloadOp op;
     op.kind = kind;
     op.buffer = slab;
     op.line = at.line;
@@ -724,28 +726,28 @@ Trace PackIntoSlabs(const Trace& trace, std::optional<uint64_t> onset_cap, size_
     }
     return result;
   };
-  for (const TraceOp& op : trace.ops) {
-    const TraceBuffer* info = nullptr;
-    if (op.kind == TraceOp::Kind::kAlloc || op.kind == TraceOp::Kind::kFree) {
+  for (const WorkloadOp& op : workload.ops) {
+    const WorkloadBuffer* info = nullptr;
+    if (op.kind == WorkloadOp::Kind::kAlloc || op.kind == WorkloadOp::Kind::kFree) {
       auto it = out.buffers.find(op.buffer);
       if (it != out.buffers.end() && it->second.small && it->second.bytes < granule / 2) {
         info = &it->second;
       }
     }
-    if (info != nullptr && op.kind == TraceOp::Kind::kAlloc && onset_cap && !onset.packing()) {
+    if (info != nullptr && op.kind == WorkloadOp::Kind::kAlloc && onset_cap && !onset.packing()) {
       onset.Made(info->bytes, *onset_cap);
       counted.insert(op.buffer);
       info = nullptr;  // as it is
     }
-    if (info != nullptr && op.kind == TraceOp::Kind::kFree && counted.erase(op.buffer) > 0) {
+    if (info != nullptr && op.kind == WorkloadOp::Kind::kFree && counted.erase(op.buffer) > 0) {
       onset.Freed(info->bytes);
       info = nullptr;
     }
-    if (info != nullptr && op.kind == TraceOp::Kind::kAlloc) {
+    if (info != nullptr && op.kind == WorkloadOp::Kind::kAlloc) {
       std::optional<SlabPool::Block> block = pool.Take(0, info->bytes);
       if (!block) {
         const uint64_t slab = next_slab++;
-        TraceBuffer b;
+        WorkloadBuffer b;
         b.id = slab;
         b.bytes = granule;
         b.charge = granule;
@@ -753,10 +755,10 @@ Trace PackIntoSlabs(const Trace& trace, std::optional<uint64_t> onset_cap, size_
         b.slab = true;
         out.buffers[slab] = b;
         pool.AddSlab(slab, 0, (slab - kSlabIds + 1) * granule, granule);
-        slab_op(TraceOp::Kind::kAlloc, slab, op);
+        slab_op(WorkloadOp::Kind::kAlloc, slab, op);
         block = pool.Take(0, info->bytes);
       }
-      TraceBuffer& b = out.buffers.at(op.buffer);
+      WorkloadBuffer& b = out.buffers.at(op.buffer);
       b.in_slab = block->slab;
       b.charge = 0;
       b.swappable = false;
@@ -766,14 +768,14 @@ Trace PackIntoSlabs(const Trace& trace, std::optional<uint64_t> onset_cap, size_
       out.ops.push_back(op);
       continue;
     }
-    if (op.kind == TraceOp::Kind::kFree) {
+    if (op.kind == WorkloadOp::Kind::kFree) {
       out.ops.push_back(op);
       auto at = base_of.find(op.buffer);
       if (at == base_of.end()) continue;
       pool.Free(at->second);
       base_of.erase(at);
       for (uint64_t slab : pool.TakeEmpty(0, /*keep=*/1)) {
-        slab_op(TraceOp::Kind::kFree, slab, op);
+        slab_op(WorkloadOp::Kind::kFree, slab, op);
       }
       continue;
     }
@@ -781,20 +783,20 @@ Trace PackIntoSlabs(const Trace& trace, std::optional<uint64_t> onset_cap, size_
       out.ops.push_back(op);
       continue;
     }
-    TraceOp packed_op = op;
+    WorkloadOp packed_op = op;
     packed_op.ids = mapped(op.ids, false);
     packed_op.writes = mapped(op.writes, false);
     packed_op.overwritten = mapped(op.overwritten, true);
     auto outside = [&](uint64_t id) { return base_of.count(id) == 0; };
     packed_op.extents.clear();
-    for (const TraceOp::Extent& e : op.extents) {
+    for (const WorkloadOp::Extent& e : op.extents) {
       if (outside(e.id)) packed_op.extents.push_back(e);
     }
     packed_op.pointers.clear();
-    for (const TraceOp::Pointer& p : op.pointers) {
+    for (const WorkloadOp::Pointer& p : op.pointers) {
       if (outside(p.id)) packed_op.pointers.push_back(p);
     }
-    if (op.kind == TraceOp::Kind::kHostRead && !outside(op.buffer)) {
+    if (op.kind == WorkloadOp::Kind::kHostRead && !outside(op.buffer)) {
       packed_op.buffer = out.buffers.at(op.buffer).in_slab;
     }
     out.ops.push_back(std::move(packed_op));
@@ -803,7 +805,7 @@ Trace PackIntoSlabs(const Trace& trace, std::optional<uint64_t> onset_cap, size_
   return out;
 }
 
-absl::StatusOr<Trace> ParseTrace(absl::string_view text, uint64_t granularity) {
+absl::StatusOr<Workload> ParseWorkload(absl::string_view text, uint64_t granularity) {
   if (absl::Status s = CheckGranularity(granularity); !s.ok()) return s;
   Reader reader(granularity);
   size_t line = 0;
@@ -814,7 +816,7 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view text, uint64_t granularity) {
   return std::move(reader).Finish();
 }
 
-absl::StatusOr<Trace> ReadTrace(const std::string& path, uint64_t granularity) {
+absl::StatusOr<Workload> ReadWorkload(const std::string& path, uint64_t granularity) {
   if (absl::Status s = CheckGranularity(granularity); !s.ok()) return s;
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open access log ", path));

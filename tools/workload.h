@@ -1,4 +1,4 @@
-// Trace: an access log (docs/access-log.md) read into the operations the
+// Workload: an access log (docs/access-log.md) read into the operations the
 // memory manager acts on, in log order, for replay (`stensor sim`) and the
 // offline optimum. Each buffer is classified as the manager classifies it:
 // swappable (cuMemAlloc of at least the VMM granularity, charged in whole
@@ -7,9 +7,9 @@
 // memory). The manager's own records (swap_out, drop_clean, ...) are kept
 // apart as counts, for comparison.
 //
-// Thread-safety: plain data, built once by ReadTrace.
-#ifndef STENSOR_TOOLS_TRACE_H_
-#define STENSOR_TOOLS_TRACE_H_
+// Thread-safety: plain data, built once by ReadWorkload.
+#ifndef STENSOR_TOOLS_WORKLOAD_H_
+#define STENSOR_TOOLS_WORKLOAD_H_
 
 #include <cstdint>
 #include <map>
@@ -25,7 +25,7 @@
 
 namespace stensor {
 
-struct TraceBuffer {
+struct WorkloadBuffer {
   uint64_t id = 0;
   uint64_t addr = 0;
   uint64_t bytes = 0;   // as the program asked
@@ -39,7 +39,7 @@ struct TraceBuffer {
   uint64_t in_slab = 0;
 };
 
-struct TraceOp {
+struct WorkloadOp {
   enum class Kind {
     kAlloc,     // `buffer` allocated (charged)
     kFree,      // `buffer` released
@@ -94,7 +94,7 @@ struct TraceOp {
 // buffers costs no more a question than one writing two.
 class WriteSet {
  public:
-  explicit WriteSet(const TraceOp& op);
+  explicit WriteSet(const WorkloadOp& op);
   bool Contains(uint64_t id) const;
 
  private:
@@ -111,13 +111,13 @@ struct LoggedSwaps {
   bool any() const { return swap_outs + clean_drops + never_written_drops + swap_ins_copied > 0; }
 };
 
-struct Trace {
+struct Workload {
   uint64_t granularity = kDefaultGranularity;
-  absl::flat_hash_map<uint64_t, TraceBuffer> buffers;
+  absl::flat_hash_map<uint64_t, WorkloadBuffer> buffers;
   // Of an allocation split into pieces (SplitIntoPieces), its pieces in
   // address order, by the allocation's id.
   absl::flat_hash_map<uint64_t, std::vector<uint64_t>> groups;
-  std::vector<TraceOp> ops;
+  std::vector<WorkloadOp> ops;
   // Peak over the log of the charges of live allocations: what the
   // program needs uncapped; `N%` limits are of this.
   uint64_t working_set = 0;
@@ -131,7 +131,7 @@ struct Trace {
   size_t blind_launches = 0;
 };
 
-// The trace as the memory manager holds its buffers where the device maps
+// The workload as the memory manager holds its buffers where the device maps
 // host memory (MemoryManager::PieceGroup): each swappable allocation larger
 // than a granule, and no larger than `cap`, made of pieces of one granule,
 // each a buffer of its own, with ids from 2^61 + 2^62 up in allocation
@@ -139,12 +139,12 @@ struct Trace {
 // naming the allocation names every piece, in address order, and a
 // synchronous read of it is served from host memory only when no piece is
 // resident. `*split` (if given) counts the allocations split.
-Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split = nullptr);
+Workload SplitIntoPieces(const Workload& workload, uint64_t cap, size_t* split = nullptr);
 
-// The trace as the memory manager places small allocations with
+// The workload as the memory manager places small allocations with
 // STENSOR_SLABS=on where the device maps host memory (core/swap/slab_pool.h,
 // the library's own placement, every free done at once): each allocation
-// below half a granule from cuMemAlloc or the default pool (TraceBuffer::
+// below half a granule from cuMemAlloc or the default pool (WorkloadBuffer::
 // small) is placed in a slab, a swappable buffer of one granule with an id
 // from 2^62 + 2^60 up, made when none has room and freed when empty beyond
 // the one kept; the allocation keeps its alloc and free (charged nothing,
@@ -153,16 +153,16 @@ Trace SplitIntoPieces(const Trace& trace, uint64_t cap, size_t* split = nullptr)
 // STENSOR_SLABS=auto does under that cap: none is placed until the small
 // allocations held outside slabs reach the share SlabOnset names. `*packed`
 // (if given) counts the allocations placed.
-Trace PackIntoSlabs(const Trace& trace, std::optional<uint64_t> onset_cap = std::nullopt,
-                    size_t* packed = nullptr);
+Workload PackIntoSlabs(const Workload& workload, std::optional<uint64_t> onset_cap = std::nullopt,
+                       size_t* packed = nullptr);
 
 // Reads the log's text (one JSON object per line). Lines that do not parse
 // are errors naming the line; record types it does not need are skipped.
-absl::StatusOr<Trace> ParseTrace(absl::string_view text,
-                                 uint64_t granularity = kDefaultGranularity);
-absl::StatusOr<Trace> ReadTrace(const std::string& path,
-                                uint64_t granularity = kDefaultGranularity);
+absl::StatusOr<Workload> ParseWorkload(absl::string_view text,
+                                       uint64_t granularity = kDefaultGranularity);
+absl::StatusOr<Workload> ReadWorkload(const std::string& path,
+                                      uint64_t granularity = kDefaultGranularity);
 
 }  // namespace stensor
 
-#endif  // STENSOR_TOOLS_TRACE_H_
+#endif  // STENSOR_TOOLS_WORKLOAD_H_
