@@ -63,6 +63,19 @@ bool ParseDecimal(const std::string& text, double* out) {
   return true;
 }
 
+// A variable of 0 or 1; `*on` left as it is when unset.
+void ParseSwitch(const char* name, bool* on) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return;
+  if (std::strcmp(v, "0") == 0) {
+    *on = false;
+  } else if (std::strcmp(v, "1") == 0) {
+    *on = true;
+  } else {
+    BadOption(name, v, "0 or 1");
+  }
+}
+
 // FAKECUDA_LINK=H2D_GBps[,D2H_GBps]: one number sets both directions.
 void ParseLink(const char* v, Options* o) {
   std::vector<std::string> parts = SplitCommas(v);
@@ -256,22 +269,8 @@ Options LoadOptions() {
     o.devices = static_cast<int>(n);
   }
   o.visible = VisibleDevices(std::getenv("CUDA_VISIBLE_DEVICES"), o.devices);
-  if (const char* v = std::getenv("FAKECUDA_HOST_VMM")) {
-    if (std::strcmp(v, "0") == 0)
-      o.host_vmm = false;
-    else if (std::strcmp(v, "1") == 0)
-      o.host_vmm = true;
-    else
-      BadOption("FAKECUDA_HOST_VMM", v, "0 or 1");
-  }
-  if (const char* v = std::getenv("FAKECUDA_SYNC")) {
-    if (std::strcmp(v, "0") == 0)
-      o.sync = false;
-    else if (std::strcmp(v, "1") == 0)
-      o.sync = true;
-    else
-      BadOption("FAKECUDA_SYNC", v, "0 or 1");
-  }
+  ParseSwitch("FAKECUDA_HOST_VMM", &o.host_vmm);
+  ParseSwitch("FAKECUDA_SYNC", &o.sync);
   if (const char* v = std::getenv("FAKECUDA_LINK")) ParseLink(v, &o);
   if (const char* v = std::getenv("FAKECUDA_VMM_LATENCY_US")) {
     ParseVmmLatency(v, &o);
