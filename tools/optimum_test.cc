@@ -11,6 +11,7 @@
 #include "policy/eviction_policy.h"
 #include "tools/exact_optimum.h"
 #include "tools/replay.h"
+#include "tools/step_bound.h"
 #include "tools/test_log.h"
 #include "tools/workload.h"
 #include "tools/workload_lives_testing.h"
@@ -115,6 +116,9 @@ TEST(OptimumTest, TooSmallACapIsAnError) {
 struct BruteResult {
   bool feasible = false;
   uint64_t bytes = 0;
+  // The fewest bytes copied in, and written back, by any schedule (not
+  // necessarily the same one, nor the one moving `bytes`).
+  uint64_t bytes_in = 0, bytes_out = 0;
   bool one_gap_per_stretch = true;  // then the LP is exact for unit charges
 };
 
@@ -165,7 +169,7 @@ BruteResult BruteForce(const Workload& workload, uint64_t cap) {
       fits = used <= cap;
     }
     if (!fits) continue;
-    uint64_t bytes = 0;
+    uint64_t in = 0, out = 0;
     for (size_t i = 0; i < lives.size(); ++i) {
       const WorkloadLives::Life& l = lives[i];
       bool prev = true, dirty = false, written = false;
@@ -175,15 +179,17 @@ BruteResult BruteForce(const Workload& workload, uint64_t cap) {
         const Event* use =
             next_use < l.uses.size() && l.uses[next_use].t == t ? &l.uses[next_use++] : nullptr;
         if (prev && !r && dirty) {  // evicted: a dirty copy is written back
-          bytes += l.b->bytes;
+          out += l.b->bytes;
           dirty = false;
         }
-        if (!prev && r && written && !use->overwritten) bytes += l.b->bytes;  // swapped in
+        if (!prev && r && written && !use->overwritten) in += l.b->bytes;  // swapped in
         if (use != nullptr && use->write) dirty = written = true;
         prev = r;
       }
     }
-    if (!result.feasible || bytes < result.bytes) result.bytes = bytes;
+    if (!result.feasible || in + out < result.bytes) result.bytes = in + out;
+    if (!result.feasible || in < result.bytes_in) result.bytes_in = in;
+    if (!result.feasible || out < result.bytes_out) result.bytes_out = out;
     result.feasible = true;
   }
   return result;
@@ -226,6 +232,7 @@ TEST(OptimumTest, BeladyOnTheTrueFutureReachesTheOptimumWherePredictionCannot) {
 TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomWorkloads) {
   std::mt19937 rng(1201);
   int exact_checked = 0, checked = 0, bound_below_exact = 0, proven_by_bound = 0;
+  int step_in_tight = 0, step_out_tight = 0;
   for (int trial = 0; trial < 400; ++trial) {
     TestLog log;
     const bool unit = trial % 2 == 0;  // every buffer one granule
@@ -253,6 +260,16 @@ TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomWorkloads) {
     ASSERT_TRUE(bound.ok()) << "trial " << trial << ": " << bound.status();
     ++checked;
     EXPECT_LE(bound->bytes_moved, brute.bytes) << "trial " << trial << "\n" << log.Text();
+    // Each direction's bound is below what every schedule moves that way.
+    StepBoundOptions step_options;
+    step_options.cap = cap;
+    step_options.serving = false;
+    absl::StatusOr<StepBound> step = ComputeStepBound(*workload, step_options);
+    ASSERT_TRUE(step.ok()) << "trial " << trial << ": " << step.status();
+    EXPECT_LE(step->bytes_in, brute.bytes_in) << "trial " << trial << "\n" << log.Text();
+    EXPECT_LE(step->bytes_out, brute.bytes_out) << "trial " << trial << "\n" << log.Text();
+    step_in_tight += step->bytes_in == brute.bytes_in && brute.bytes_in > 0;
+    step_out_tight += step->bytes_out == brute.bytes_out && brute.bytes_out > 0;
     // The exact optimum is the brute force's, always.
     ExactOptions exact_options;
     exact_options.cap = cap;
@@ -296,6 +313,15 @@ TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomWorkloads) {
       ASSERT_TRUE(r.ok()) << "trial " << trial << ": " << r.status();
       EXPECT_GE(r->bytes_moved(), brute.bytes)
           << "trial " << trial << " policy " << policy->name() << " prefetch " << replay.prefetch;
+      // Nor does its plan finish, copies drained, before the time bound.
+      StepBoundOptions timed = step_options;
+      timed.bandwidth_gbps = replay.bandwidth_gbps;
+      timed.kernel_us = replay.kernel_us;
+      absl::StatusOr<StepBound> time_bound = ComputeStepBound(*workload, timed);
+      ASSERT_TRUE(time_bound.ok()) << "trial " << trial;
+      EXPECT_LE(time_bound->us(), r->drained_us * (1 + 1e-9))
+          << "trial " << trial << " policy " << policy->name() << "\n"
+          << log.Text();
     }
   }
   EXPECT_GT(checked, 150);
@@ -304,6 +330,9 @@ TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomWorkloads) {
   EXPECT_GT(bound_below_exact, 0);
   // And the bound's whole schedule proves the optimum on many.
   EXPECT_GT(proven_by_bound, 30);
+  // The bounds of each direction reach what schedules must move, often.
+  EXPECT_GT(step_in_tight, 10);
+  EXPECT_GT(step_out_tight, 10);
 }
 
 }  // namespace

@@ -105,6 +105,7 @@ class Simulator {
       }
       if (options_.prefetch && op.key != 0) Plan();
     }
+    result_.drained_us = std::max({now_, h2d_free_, d2h_free_});
     const IterationPlanner::Stats planned = planner_->stats();
     result_.planned_evictions = planned.planner.planned_evictions + planned.planner.fetch_evictions;
     result_.fetches_wasted = planned.planner.fetches_wasted;

@@ -104,6 +104,10 @@ struct ReplayResult {
   double compute_us = 0;
   double stall_us = 0;
   double serve_us = 0;  // operations reading served bytes over the link
+  // When the last operation and every copy queued have finished: the
+  // compute stream's end (compute, stall and serving) or a copy engine's,
+  // if later (write-backs nothing waited for).
+  double drained_us = 0;
   uint64_t bytes_moved() const { return bytes_out + bytes_in; }
 };
 

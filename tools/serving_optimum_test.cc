@@ -12,6 +12,7 @@
 #include "tools/exact_optimum.h"
 #include "tools/keep_problem.h"
 #include "tools/replay.h"
+#include "tools/step_bound.h"
 #include "tools/test_log.h"
 #include "tools/workload.h"
 #include "tools/workload_lives_testing.h"
@@ -126,6 +127,7 @@ TEST(ServingOptimumTest, AllResidentCountsAsTheWholeBufferSchedule) {
 struct BruteResult {
   bool feasible = false;
   uint64_t bytes = 0;
+  uint64_t in_and_served = 0;  // the fewest bytes any schedule copies in and serves
 };
 
 BruteResult BruteForce(const Workload& workload, uint64_t cap) {
@@ -154,7 +156,7 @@ BruteResult BruteForce(const Workload& workload, uint64_t cap) {
       fits = used <= cap;
     }
     if (!fits) continue;
-    uint64_t bytes = 0;
+    uint64_t bytes = 0, to_device = 0;
     for (size_t i = 0; i < lives.size(); ++i) {
       const WorkloadLives::Life& l = lives[i];
       bool prev = resident(i, l.alloc), dirty = false, written = false;
@@ -170,10 +172,14 @@ BruteResult BruteForce(const Workload& workload, uint64_t cap) {
           }
           if (!prev && r && written && !(use != nullptr && use->overwritten)) {
             bytes += l.b->bytes;  // swapped in
+            to_device += l.b->bytes;
           }
         }
         if (use != nullptr) {
-          if (!r) bytes += l.b->bytes;  // served over the link
+          if (!r) {
+            bytes += l.b->bytes;  // served over the link
+            to_device += l.b->bytes;
+          }
           if (use->write) {
             written = true;
             dirty = r;  // served: the host copy is the newest
@@ -183,6 +189,7 @@ BruteResult BruteForce(const Workload& workload, uint64_t cap) {
       }
     }
     if (!result.feasible || bytes < result.bytes) result.bytes = bytes;
+    if (!result.feasible || to_device < result.in_and_served) result.in_and_served = to_device;
     result.feasible = true;
   }
   return result;
@@ -190,7 +197,7 @@ BruteResult BruteForce(const Workload& workload, uint64_t cap) {
 
 TEST(ServingOptimumTest, MatchesBruteForceOnRandomWorkloads) {
   std::mt19937 rng(2024);
-  int checked = 0, served_cheaper = 0, whole_infeasible = 0;
+  int checked = 0, served_cheaper = 0, whole_infeasible = 0, step_in_tight = 0;
   for (int trial = 0; trial < 160; ++trial) {
     TestLog log;
     std::vector<uint64_t> live;
@@ -240,7 +247,21 @@ TEST(ServingOptimumTest, MatchesBruteForceOnRandomWorkloads) {
     absl::StatusOr<ReplayResult> r = Replay(*workload, replay);
     ASSERT_TRUE(r.ok()) << "trial " << trial << ": " << r.status();
     EXPECT_GE(r->bytes_moved() + r->bytes_served, brute.bytes) << "trial " << trial;
+    // The time bound with serving: below what every schedule copies in and
+    // serves, and below the replay's time with its copies drained.
+    StepBoundOptions step_options;
+    step_options.cap = cap;
+    step_options.serving = true;
+    step_options.bandwidth_gbps = replay.bandwidth_gbps;
+    step_options.kernel_us = replay.kernel_us;
+    absl::StatusOr<StepBound> step = ComputeStepBound(*workload, step_options);
+    ASSERT_TRUE(step.ok()) << "trial " << trial << ": " << step.status();
+    EXPECT_LE(step->bytes_in, brute.in_and_served) << "trial " << trial << "\n" << log.Text();
+    EXPECT_LE(step->us(), r->drained_us * (1 + 1e-9)) << "trial " << trial;
+    // Close to it, often (the Lagrangian bound rounds down by a few bytes).
+    step_in_tight += brute.in_and_served > 0 && step->bytes_in >= brute.in_and_served * 0.99;
   }
+  EXPECT_GT(step_in_tight, 1);
   EXPECT_GT(checked, 80);
   EXPECT_GT(served_cheaper, 0);
   EXPECT_GT(whole_infeasible, 0);

@@ -17,6 +17,7 @@
 #include "tools/keep_problem.h"
 #include "tools/optimum.h"
 #include "tools/serving_optimum.h"
+#include "tools/step_bound.h"
 
 namespace stensor {
 namespace {
@@ -276,6 +277,27 @@ void PrintResult(const ReplayResult& r, std::ostream& out) {
       "serving             %12.3f ms (operations reading served bytes over "
       "the link)\n",
       r.serve_us / 1e3);
+  out << absl::StrFormat(
+      "drained             %12.3f ms (the last operation done and every queued copy)\n",
+      r.drained_us / 1e3);
+}
+
+// The time no schedule beats (tools/step_bound.h), and this run's against it.
+void PrintStepBound(const absl::StatusOr<StepBound>& bound, const ReplayResult& r,
+                    std::ostream& out) {
+  if (!bound.ok()) {
+    out << "time bound          not computed: " << bound.status().message() << "\n";
+    return;
+  }
+  out << absl::StrFormat(
+      "time bound          %12.3f ms at least, any schedule: compute %.3f ms, at least %.1f MiB "
+      "in (%.3f ms), %.1f MiB out (%.3f ms)\n",
+      bound->us() / 1e3, bound->compute_us / 1e3, MiB(bound->bytes_in), bound->in_us / 1e3,
+      MiB(bound->bytes_out), bound->out_us / 1e3);
+  if (bound->us() > 0) {
+    out << absl::StrFormat("x time bound        %12.2f (this run, drained, against the bound)\n",
+                           r.drained_us / bound->us());
+  }
 }
 
 // The exact optimum's line: proven, a schedule found within the time limit,
@@ -474,6 +496,13 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
           "x serving optimum   %12s (this run's moved and served bytes against the %s)\n",
           serving_ratio(*r), serving_proven ? "optimum with serving" : "lower bound with serving");
     }
+    StepBoundOptions step;
+    step.cap = *cap;
+    step.bandwidth_gbps = flags->bandwidth_gbps;
+    step.kernel_us = flags->kernel_us;
+    step.serving = flags->host_vmm;
+    step.rounds = flags->rounds;
+    PrintStepBound(ComputeStepBound(*workload, step), *r, out);
     return 0;
   }
 

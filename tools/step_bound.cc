@@ -1,0 +1,56 @@
+#include "tools/step_bound.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "tools/optimum.h"
+#include "tools/serving_bound.h"
+
+namespace stensor {
+
+absl::StatusOr<StepBound> ComputeStepBound(const Workload& workload,
+                                           const StepBoundOptions& options) {
+  StepBound bound;
+  for (const WorkloadOp& op : workload.ops) {
+    if (op.launch) bound.compute_us += op.compute_us.value_or(options.kernel_us);
+  }
+  absl::StatusOr<KeepProblem> problem = BuildKeepProblem(workload, options.cap, options.serving);
+  if (!problem.ok()) return problem.status();
+  if (options.serving) {
+    // Copies in and served bytes, with write-backs free. Serving every use
+    // is a schedule (it needs no room), so its bytes bound the search; and
+    // since it writes nothing back, no schedule is forced to: the bound on
+    // the bytes out is 0.
+    std::fill(problem->stretch_bytes.begin(), problem->stretch_bytes.end(), 0);
+    ServingBoundOptions serving;
+    for (const KeepUse& use : problem->uses) {
+      if (!use.allocation) serving.upper += use.bytes;
+    }
+    serving.time_limit_ms = options.time_limit_ms;
+    bound.bytes_in = ComputeServingBound(*problem, serving).bytes;
+  } else {
+    OptimumOptions flow;
+    flow.cap = options.cap;
+    flow.rounds = options.rounds;
+    // Each direction alone: the other one's bytes priced at zero (the
+    // flow prices a write-back through the gaps of its written stretch).
+    KeepProblem in = *problem;
+    for (KeepGap& gap : in.gaps) gap.stretch = -1;
+    std::fill(in.stretch_bytes.begin(), in.stretch_bytes.end(), 0);
+    absl::StatusOr<OptimumBound> in_bound = ComputeOptimumBound(in, flow);
+    if (!in_bound.ok()) return in_bound.status();
+    bound.bytes_in = in_bound->bytes_moved;
+    KeepProblem out = *std::move(problem);
+    for (KeepGap& gap : out.gaps) gap.swap_in = 0;
+    for (KeepUse& use : out.uses) use.swap_in = 0;
+    absl::StatusOr<OptimumBound> out_bound = ComputeOptimumBound(out, flow);
+    if (!out_bound.ok()) return out_bound.status();
+    bound.bytes_out = out_bound->bytes_moved;
+  }
+  const double us_per_byte = 1e6 / (options.bandwidth_gbps * 1e9);
+  bound.in_us = static_cast<double>(bound.bytes_in) * us_per_byte;
+  bound.out_us = static_cast<double>(bound.bytes_out) * us_per_byte;
+  return bound;
+}
+
+}  // namespace stensor

@@ -1,0 +1,64 @@
+// StepBound: a lower bound on the time any schedule of a Workload takes
+// under a cap in `stensor sim`'s time model (tools/replay.h): the compute
+// stream runs every operation's compute, and each direction's copy engine
+// carries what crosses the link in that direction, one copy after another.
+// So no schedule obeying the swap rules (tools/keep_problem.h) finishes,
+// its copies drained, before the largest of
+//   - the compute of all operations (what the uncapped run takes),
+//   - the fewest bytes any schedule copies in (with serving: copies in and
+//     serves, which the operations read over the same engine), over the
+//     bandwidth,
+//   - the fewest bytes any schedule writes back, over the bandwidth.
+// The byte counts are lower bounds of the keep problem with the other
+// direction's bytes priced at zero (the LP bound of tools/optimum.h; with
+// serving, the Lagrangian one of tools/serving_bound.h), so each is a bound
+// for that direction alone, and the time is a bound for every schedule:
+// the library's own plan included (ReplayResult::drained_us).
+//
+// What it leaves out: that the room for a swap-in exists only once the
+// swap-outs that make it have run, after the evicted buffers' last uses
+// (the precedence the cap forces), and a kernel's stall while the copy of
+// its buffer is in flight. Where the bytes are small beside the compute it
+// is the compute; where they dominate, the link.
+//
+// Thread-safety: reentrant.
+#ifndef STENSOR_TOOLS_STEP_BOUND_H_
+#define STENSOR_TOOLS_STEP_BOUND_H_
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "tools/keep_problem.h"
+#include "tools/workload.h"
+
+namespace stensor {
+
+struct StepBoundOptions {
+  uint64_t cap = 0;
+  double bandwidth_gbps = 16;  // each direction, as ReplayOptions
+  double kernel_us = 100;      // a launch without compute_us, as ReplayOptions
+  // Serving allowed (host-located VMM): an operation may read a swapped-out
+  // buffer over the link instead of having it copied in.
+  bool serving = true;
+  int rounds = 8;            // OptimumOptions::rounds
+  int time_limit_ms = 2000;  // each serving bound
+};
+
+struct StepBound {
+  double compute_us = 0;
+  uint64_t bytes_in = 0;   // no schedule copies (and serves) fewer to the device
+  uint64_t bytes_out = 0;  // no schedule writes fewer back to the host
+  double in_us = 0, out_us = 0;
+  double us() const { return std::max({compute_us, in_us, out_us}); }
+};
+
+// FailedPrecondition when no schedule exists (without serving: some
+// operation alone does not fit under the cap; with it: the plain
+// allocations alone do not).
+absl::StatusOr<StepBound> ComputeStepBound(const Workload& workload,
+                                           const StepBoundOptions& options);
+
+}  // namespace stensor
+
+#endif  // STENSOR_TOOLS_STEP_BOUND_H_
