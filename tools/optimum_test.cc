@@ -309,6 +309,7 @@ TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomWorkloads) {
       replay.prefetch = which >= 3 && which < 6;
       replay.oracle = which == 6;
       replay.host_vmm = false;  // the optimum's rules: nothing served
+      replay.d2h_bandwidth_gbps = which % 2 ? 4 : 0;  // a slower way back, or the same
       absl::StatusOr<ReplayResult> r = Replay(*workload, replay);
       ASSERT_TRUE(r.ok()) << "trial " << trial << ": " << r.status();
       EXPECT_GE(r->bytes_moved(), brute.bytes)
@@ -316,6 +317,7 @@ TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomWorkloads) {
       // Nor does its plan finish, copies drained, before the time bound.
       StepBoundOptions timed = step_options;
       timed.bandwidth_gbps = replay.bandwidth_gbps;
+      timed.d2h_bandwidth_gbps = replay.d2h_bandwidth_gbps;
       timed.kernel_us = replay.kernel_us;
       absl::StatusOr<StepBound> time_bound = ComputeStepBound(*workload, timed);
       ASSERT_TRUE(time_bound.ok()) << "trial " << trial;

@@ -44,6 +44,10 @@ uint64_t SlabSpan(uint64_t bytes) {
   return (bytes + SlabPool::kAlign - 1) / SlabPool::kAlign * SlabPool::kAlign;
 }
 
+double D2hGbps(const ReplayOptions& options) {
+  return options.d2h_bandwidth_gbps > 0 ? options.d2h_bandwidth_gbps : options.bandwidth_gbps;
+}
+
 class Simulator {
  public:
   Simulator(const Workload& workload, const ReplayOptions& options)
@@ -51,14 +55,14 @@ class Simulator {
     result_.cap = options.cap;
     // bytes / (GB/s) in microseconds.
     us_per_byte_ = 1.0 / (options.bandwidth_gbps * 1e3);
+    d2h_us_per_byte_ = 1.0 / (D2hGbps(options) * 1e3);
   }
 
   absl::StatusOr<ReplayResult> Run() {
     if (options_.oracle) ReadFuture();
     // The library's own planner: detection, next uses, the profile, fetches.
     IterationPlanner::Options planning;
-    const double bytes_per_second = options_.bandwidth_gbps * 1e9;
-    planning.bandwidth = Bandwidth{bytes_per_second, bytes_per_second};
+    planning.bandwidth = Bandwidth{options_.bandwidth_gbps * 1e9, D2hGbps(options_) * 1e9};
     planning.prefetch = options_.prefetch;
     absl::StatusOr<std::unique_ptr<IterationPlanner>> planner = IterationPlanner::Create(planning);
     if (!planner.ok()) return planner.status();
@@ -162,7 +166,7 @@ class Simulator {
       result_.bytes_out += bytes;
       // Queued on the device-to-host engine; its memory is free once done.
       const double start = std::max(d2h_free_, now_);
-      d2h_free_ = start + bytes * us_per_byte_;
+      d2h_free_ = start + bytes * d2h_us_per_byte_;
       room_ready_ = std::max(room_ready_, d2h_free_);
     } else if (never_written) {
       ++result_.never_written_drops;
@@ -620,7 +624,8 @@ class Simulator {
   uint64_t clock_ = 0;
   uint64_t version_ = 0;
   uint64_t serial_ = 0;
-  double us_per_byte_ = 0;
+  double us_per_byte_ = 0;  // host->device
+  double d2h_us_per_byte_ = 0;
   uint64_t served_bytes_ = 0;  // of the operation being replayed
   // Predict's: the operation's buffers' next uses after it, its planner
   // time, whether it is profiled; set until NoteUses takes them.
@@ -640,7 +645,7 @@ class Simulator {
 
 absl::StatusOr<ReplayResult> Replay(const Workload& workload, const ReplayOptions& options) {
   if (options.policy == nullptr) return absl::InvalidArgumentError("replay needs a policy");
-  if (!(options.bandwidth_gbps > 0)) {
+  if (!(options.bandwidth_gbps > 0) || !(options.d2h_bandwidth_gbps >= 0)) {
     return absl::InvalidArgumentError("bandwidth must be positive");
   }
   if (!(options.kernel_us >= 0)) return absl::InvalidArgumentError("kernel time must be >= 0");

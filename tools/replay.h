@@ -60,7 +60,8 @@ struct ReplayOptions {
   // Host-located VMM (the default on the fake and current GPUs): swapped-out
   // buffers read their host copy, so unknown work counts as writing them.
   bool host_vmm = true;
-  double bandwidth_gbps = 16;  // each direction
+  double bandwidth_gbps = 16;     // host->device, and device->host unless:
+  double d2h_bandwidth_gbps = 0;  // device->host; 0: bandwidth_gbps
   double kernel_us = 100;
   bool prefetch = false;  // the policy/ prefetch planner
   // The policy sees each buffer's true next use, read from the workload's

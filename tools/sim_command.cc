@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "tools/exact_optimum.h"
 #include "tools/keep_problem.h"
 #include "tools/optimum.h"
@@ -24,7 +25,8 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: stensor sim LOG --limit BYTES|N% [--policy lru|version|belady|oracle]\n"
-    "                   [--prefetch on|off] [--bandwidth GB/s] [--kernel-us US]\n"
+    "                   [--prefetch on|off] [--bandwidth GB/s | --link H2D[,D2H]]\n"
+    "                   [--kernel-us US]\n"
     "                   [--compare] [--granularity BYTES] [--rounds N]\n"
     "                   [--planned-evictions on|off] [--exact-seconds S]\n"
     "                   [--host-vmm on|off] [--pieces on|off] [--slabs auto|on|off]\n";
@@ -61,6 +63,8 @@ constexpr char kHelp[] =
     "                        an eighth of the cap)\n"
     "  --bandwidth GB/s      host<->device bandwidth of the time model, each\n"
     "                        direction (default 16)\n"
+    "  --link H2D[,D2H]      the same, each direction's own (GB/s, as\n"
+    "                        FAKECUDA_LINK)\n"
     "  --kernel-us US        compute time of a launch in the time model (default\n"
     "                        100); a launch record's own compute_us wins\n"
     "  --compare             one table: every policy with prefetch off and on,\n"
@@ -179,6 +183,21 @@ absl::StatusOr<SimFlags> ParseSimFlags(const std::vector<std::string>& args) {
           !std::isfinite(flags.bandwidth_gbps)) {
         return BadFlag("--bandwidth", value, "a positive number of GB/s (each direction)");
       }
+      flags.d2h_bandwidth_gbps = flags.bandwidth_gbps;
+    } else if (name == "link") {
+      // H2D[,D2H], as FAKECUDA_LINK.
+      const std::vector<std::string> parts = absl::StrSplit(value, ',');
+      double gbps[2] = {0, 0};
+      bool ok = parts.size() <= 2;
+      for (size_t i = 0; ok && i < parts.size(); ++i) {
+        ok = absl::SimpleAtod(parts[i], &gbps[i]) && gbps[i] > 0 && std::isfinite(gbps[i]);
+      }
+      if (!ok) {
+        return BadFlag("--link", value,
+                       "H2D_GBps or H2D_GBps,D2H_GBps: positive GB/s, as FAKECUDA_LINK");
+      }
+      flags.bandwidth_gbps = gbps[0];
+      flags.d2h_bandwidth_gbps = parts.size() == 2 ? gbps[1] : gbps[0];
     } else if (name == "kernel-us") {
       if (!absl::SimpleAtod(value, &flags.kernel_us) || !(flags.kernel_us >= 0) ||
           !std::isfinite(flags.kernel_us)) {
@@ -234,6 +253,7 @@ absl::StatusOr<ReplayResult> RunOne(const Workload& workload, const SimFlags& fl
   options.policy = policy->get();
   options.version_rules = policy_name != "lru";
   options.bandwidth_gbps = flags.bandwidth_gbps;
+  options.d2h_bandwidth_gbps = flags.d2h_bandwidth_gbps;
   options.kernel_us = flags.kernel_us;
   options.prefetch = prefetch;
   options.planned_evictions = flags.planned_evictions;
@@ -441,8 +461,14 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
   out << absl::StrFormat("cap                 %12u bytes (%.1f MiB, %.1f%% of the working set)\n",
                          *cap, MiB(*cap),
                          workload->working_set ? 100.0 * *cap / workload->working_set : 0.0);
-  out << absl::StrFormat("time model          %.3g GB/s each direction, %.3g us per launch\n",
-                         flags->bandwidth_gbps, flags->kernel_us);
+  if (flags->d2h_bandwidth_gbps == flags->bandwidth_gbps) {
+    out << absl::StrFormat("time model          %.3g GB/s each direction, %.3g us per launch\n",
+                           flags->bandwidth_gbps, flags->kernel_us);
+  } else {
+    out << absl::StrFormat(
+        "time model          %.3g GB/s host->device, %.3g device->host, %.3g us per launch\n",
+        flags->bandwidth_gbps, flags->d2h_bandwidth_gbps, flags->kernel_us);
+  }
   Optima optima = ComputeOptima(*workload, *flags, *cap);
   const absl::StatusOr<OptimumBound>& optimum = optima.bound;
   const std::optional<absl::StatusOr<ExactOptimum>>& exact = optima.exact;
@@ -499,6 +525,7 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
     StepBoundOptions step;
     step.cap = *cap;
     step.bandwidth_gbps = flags->bandwidth_gbps;
+    step.d2h_bandwidth_gbps = flags->d2h_bandwidth_gbps;
     step.kernel_us = flags->kernel_us;
     step.serving = flags->host_vmm;
     step.rounds = flags->rounds;

@@ -32,7 +32,8 @@ struct SimFlags {
   bool host_vmm = true;              // --host-vmm: serve from host memory what does not fit
   bool pieces = true;                // --pieces: large allocations in one-granule pieces
   SlabMode slabs = SlabMode::kAuto;  // --slabs: small allocations packed into slabs
-  double bandwidth_gbps = 16;
+  double bandwidth_gbps = 16;        // --bandwidth, --link's first
+  double d2h_bandwidth_gbps = 16;    // --bandwidth, --link's second (or its first)
   double kernel_us = 100;
   bool compare = false;
   uint64_t granularity = kDefaultGranularity;

@@ -59,6 +59,19 @@ TEST(SimCommandTest, FlagErrorsNameFlagValueAndForms) {
   EXPECT_EQ(f->policy, "belady");
   EXPECT_EQ(f->kernel_us, 20);
   EXPECT_EQ(f->bandwidth_gbps, 25);
+  EXPECT_EQ(f->d2h_bandwidth_gbps, 25);
+  // --link: each direction's own, as FAKECUDA_LINK.
+  for (const char* bad : {"0", "1,0", "1,2,3", "fast", "1,", "-4"}) {
+    EXPECT_NE(error({"log", "--limit", "40%", "--link", bad}).find("--link"), std::string::npos)
+        << bad;
+  }
+  absl::StatusOr<SimFlags> link = ParseSimFlags({"log", "--limit=1G", "--link", "24,12.5"});
+  ASSERT_TRUE(link.ok()) << link.status();
+  EXPECT_EQ(link->bandwidth_gbps, 24);
+  EXPECT_EQ(link->d2h_bandwidth_gbps, 12.5);
+  link = ParseSimFlags({"log", "--limit=1G", "--link", "8"});
+  ASSERT_TRUE(link.ok()) << link.status();
+  EXPECT_EQ(link->d2h_bandwidth_gbps, 8);
 }
 
 TEST(SimCommandTest, EveryPolicyIsAvailable) {

@@ -47,9 +47,10 @@ absl::StatusOr<StepBound> ComputeStepBound(const Workload& workload,
     if (!out_bound.ok()) return out_bound.status();
     bound.bytes_out = out_bound->bytes_moved;
   }
-  const double us_per_byte = 1e6 / (options.bandwidth_gbps * 1e9);
-  bound.in_us = static_cast<double>(bound.bytes_in) * us_per_byte;
-  bound.out_us = static_cast<double>(bound.bytes_out) * us_per_byte;
+  const double d2h_gbps =
+      options.d2h_bandwidth_gbps > 0 ? options.d2h_bandwidth_gbps : options.bandwidth_gbps;
+  bound.in_us = static_cast<double>(bound.bytes_in) / (options.bandwidth_gbps * 1e3);
+  bound.out_us = static_cast<double>(bound.bytes_out) / (d2h_gbps * 1e3);
   return bound;
 }
 

@@ -36,8 +36,9 @@ namespace stensor {
 
 struct StepBoundOptions {
   uint64_t cap = 0;
-  double bandwidth_gbps = 16;  // each direction, as ReplayOptions
-  double kernel_us = 100;      // a launch without compute_us, as ReplayOptions
+  double bandwidth_gbps = 16;     // host->device (and back, unless:), as ReplayOptions
+  double d2h_bandwidth_gbps = 0;  // device->host; 0: bandwidth_gbps
+  double kernel_us = 100;         // a launch without compute_us, as ReplayOptions
   // Serving allowed (host-located VMM): an operation may read a swapped-out
   // buffer over the link instead of having it copied in.
   bool serving = true;
