@@ -308,7 +308,7 @@ TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomWorkloads) {
       replay.version_rules = !lru;
       replay.prefetch = which >= 3 && which < 6;
       replay.oracle = which == 6;
-      replay.host_vmm = false;  // the optimum's rules: nothing served
+      replay.host_vmm = false;                        // the optimum's rules: nothing served
       replay.d2h_bandwidth_gbps = which % 2 ? 4 : 0;  // a slower way back, or the same
       absl::StatusOr<ReplayResult> r = Replay(*workload, replay);
       ASSERT_TRUE(r.ok()) << "trial " << trial << ": " << r.status();
