@@ -812,7 +812,6 @@ void Tracker::OnHostFree(const char* api, const void* p) {
 uint64_t Tracker::host_pinned_bytes() const { return pinned_.allocated_bytes(); }
 
 void Tracker::OnUnmap(const char* api, uint64_t base, uint64_t size) {
-  if (capped()) memory_->OnAppUnmap(base, size);
   for (const Buffer& b : registry_.RemoveRange(base, size)) {
     Count(OpType::kFree);
     tables_->OnFree(b.id);
@@ -826,6 +825,7 @@ void Tracker::OnUnmap(const char* api, uint64_t base, uint64_t size) {
             .Uint("bytes", b.size)
             .Finish());
   }
+  if (capped()) memory_->OnAppUnmap(base, size);
 }
 
 void Tracker::OnCopy(const char* api, CopyKind kind, uint64_t dst, uint64_t src, uint64_t bytes,
