@@ -268,6 +268,7 @@ TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomWorkloads) {
     ASSERT_TRUE(step.ok()) << "trial " << trial << ": " << step.status();
     EXPECT_LE(step->bytes_in, brute.bytes_in) << "trial " << trial << "\n" << log.Text();
     EXPECT_LE(step->bytes_out, brute.bytes_out) << "trial " << trial << "\n" << log.Text();
+    EXPECT_LE(step->bytes_moved, brute.bytes) << "trial " << trial << "\n" << log.Text();
     step_in_tight += step->bytes_in == brute.bytes_in && brute.bytes_in > 0;
     step_out_tight += step->bytes_out == brute.bytes_out && brute.bytes_out > 0;
     // The exact optimum is the brute force's, always.

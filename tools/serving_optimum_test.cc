@@ -257,6 +257,7 @@ TEST(ServingOptimumTest, MatchesBruteForceOnRandomWorkloads) {
     absl::StatusOr<StepBound> step = ComputeStepBound(*workload, step_options);
     ASSERT_TRUE(step.ok()) << "trial " << trial << ": " << step.status();
     EXPECT_LE(step->bytes_in, brute.in_and_served) << "trial " << trial << "\n" << log.Text();
+    EXPECT_LE(step->bytes_moved, brute.bytes) << "trial " << trial << "\n" << log.Text();
     EXPECT_LE(step->us(), r->drained_us * (1 + 1e-9)) << "trial " << trial;
     // Close to it, often (the Lagrangian bound rounds down by a few bytes).
     step_in_tight += brute.in_and_served > 0 && step->bytes_in >= brute.in_and_served * 0.99;

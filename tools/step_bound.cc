@@ -17,21 +17,25 @@ absl::StatusOr<StepBound> ComputeStepBound(const Workload& workload,
   absl::StatusOr<KeepProblem> problem = BuildKeepProblem(workload, options.cap, options.serving);
   if (!problem.ok()) return problem.status();
   if (options.serving) {
-    // Copies in and served bytes, with write-backs free. Serving every use
-    // is a schedule (it needs no room), so its bytes bound the search; and
-    // since it writes nothing back, no schedule is forced to: the bound on
-    // the bytes out is 0.
-    std::fill(problem->stretch_bytes.begin(), problem->stretch_bytes.end(), 0);
+    // Serving every use is a schedule (it needs no room, writes nothing
+    // back), so its bytes bound the search; and no schedule is forced to
+    // write back: the bound on the bytes out is 0. Both ways, then copies
+    // in and served bytes alone, write-backs free.
     ServingBoundOptions serving;
     for (const KeepUse& use : problem->uses) {
       if (!use.allocation) serving.upper += use.bytes;
     }
     serving.time_limit_ms = options.time_limit_ms;
+    bound.bytes_moved = ComputeServingBound(*problem, serving).bytes;
+    std::fill(problem->stretch_bytes.begin(), problem->stretch_bytes.end(), 0);
     bound.bytes_in = ComputeServingBound(*problem, serving).bytes;
   } else {
     OptimumOptions flow;
     flow.cap = options.cap;
     flow.rounds = options.rounds;
+    absl::StatusOr<OptimumBound> both = ComputeOptimumBound(*problem, flow);
+    if (!both.ok()) return both.status();
+    bound.bytes_moved = both->bytes_moved;
     // Each direction alone: the other one's bytes priced at zero (the
     // flow prices a write-back through the gaps of its written stretch).
     KeepProblem in = *problem;
@@ -51,6 +55,8 @@ absl::StatusOr<StepBound> ComputeStepBound(const Workload& workload,
       options.d2h_bandwidth_gbps > 0 ? options.d2h_bandwidth_gbps : options.bandwidth_gbps;
   bound.in_us = static_cast<double>(bound.bytes_in) / (options.bandwidth_gbps * 1e3);
   bound.out_us = static_cast<double>(bound.bytes_out) / (d2h_gbps * 1e3);
+  bound.moved_us =
+      static_cast<double>(bound.bytes_moved) / ((options.bandwidth_gbps + d2h_gbps) * 1e3);
   return bound;
 }
 

@@ -8,7 +8,12 @@
 //   - the fewest bytes any schedule copies in (with serving: copies in and
 //     serves, which the operations read over the same engine), over the
 //     bandwidth,
-//   - the fewest bytes any schedule writes back, over the bandwidth.
+//   - the fewest bytes any schedule writes back, over the bandwidth;
+//   - the fewest bytes any schedule moves both ways, over the two
+//     bandwidths together (a schedule's time is at least each direction's
+//     bytes over its bandwidth, so at least their weighted mean, which is
+//     this; it binds where the schedule moving least one way moves much the
+//     other).
 // The byte counts are lower bounds of the keep problem with the other
 // direction's bytes priced at zero (the LP bound of tools/optimum.h; with
 // serving, the Lagrangian one of tools/serving_bound.h), so each is a bound
@@ -48,10 +53,11 @@ struct StepBoundOptions {
 
 struct StepBound {
   double compute_us = 0;
-  uint64_t bytes_in = 0;   // no schedule copies (and serves) fewer to the device
-  uint64_t bytes_out = 0;  // no schedule writes fewer back to the host
-  double in_us = 0, out_us = 0;
-  double us() const { return std::max({compute_us, in_us, out_us}); }
+  uint64_t bytes_in = 0;     // no schedule copies (and serves) fewer to the device
+  uint64_t bytes_out = 0;    // no schedule writes fewer back to the host
+  uint64_t bytes_moved = 0;  // no schedule moves fewer both ways (and serves)
+  double in_us = 0, out_us = 0, moved_us = 0;
+  double us() const { return std::max({compute_us, in_us, out_us, moved_us}); }
 };
 
 // FailedPrecondition when no schedule exists (without serving: some
