@@ -10,6 +10,10 @@ namespace stensor {
 
 absl::StatusOr<StepBound> ComputeStepBound(const Workload& workload,
                                            const StepBoundOptions& options) {
+  if (!(options.bandwidth_gbps > 0) || !(options.d2h_bandwidth_gbps >= 0) ||
+      !(options.kernel_us >= 0)) {
+    return absl::InvalidArgumentError("bandwidths must be positive, kernel time at least 0");
+  }
   StepBound bound;
   for (const WorkloadOp& op : workload.ops) {
     if (op.launch) bound.compute_us += op.compute_us.value_or(options.kernel_us);

@@ -60,7 +60,8 @@ struct StepBound {
   double us() const { return std::max({compute_us, in_us, out_us, moved_us}); }
 };
 
-// FailedPrecondition when no schedule exists (without serving: some
+// InvalidArgument for a bandwidth that is not positive or a negative kernel
+// time; FailedPrecondition when no schedule exists (without serving: some
 // operation alone does not fit under the cap; with it: the plain
 // allocations alone do not).
 absl::StatusOr<StepBound> ComputeStepBound(const Workload& workload,
