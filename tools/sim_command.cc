@@ -492,6 +492,15 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
     return absl::StrFormat("%.2f", static_cast<double>(with) / serving_reference);
   };
 
+  StepBoundOptions step;
+  step.cap = *cap;
+  step.bandwidth_gbps = flags->bandwidth_gbps;
+  step.d2h_bandwidth_gbps = flags->d2h_bandwidth_gbps;
+  step.kernel_us = flags->kernel_us;
+  step.serving = flags->host_vmm;
+  step.rounds = flags->rounds;
+  const absl::StatusOr<StepBound> time_bound = ComputeStepBound(*workload, step);
+
   if (!flags->compare) {
     absl::StatusOr<ReplayResult> r =
         RunOne(*workload, *flags, *cap, flags->policy, flags->prefetch);
@@ -522,14 +531,7 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
           "x serving optimum   %12s (this run's moved and served bytes against the %s)\n",
           serving_ratio(*r), serving_proven ? "optimum with serving" : "lower bound with serving");
     }
-    StepBoundOptions step;
-    step.cap = *cap;
-    step.bandwidth_gbps = flags->bandwidth_gbps;
-    step.d2h_bandwidth_gbps = flags->d2h_bandwidth_gbps;
-    step.kernel_us = flags->kernel_us;
-    step.serving = flags->host_vmm;
-    step.rounds = flags->rounds;
-    PrintStepBound(ComputeStepBound(*workload, step), *r, out);
+    PrintStepBound(time_bound, *r, out);
     return 0;
   }
 
@@ -542,9 +544,9 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
   // What belady would move knowing the future: the part of the distance to
   // the optimum that is prediction.
   rows.push_back(Row{"oracle", false, RunOne(*workload, *flags, *cap, "oracle", false)});
-  out << absl::StrFormat("\n%-8s %-8s %10s %10s %10s %10s %10s %10s %10s %10s\n", "policy",
+  out << absl::StrFormat("\n%-8s %-8s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "policy",
                          "prefetch", "D2H MiB", "H2D MiB", "moved MiB", "x optimum", "stall ms",
-                         "on-demand", "served MiB", "x serving");
+                         "on-demand", "served MiB", "x serving", "x time");
   for (const Row& row : rows) {
     out << absl::StrFormat("%-8s %-8s ", row.policy, row.prefetch ? "on" : "off");
     if (!row.result.ok()) {
@@ -558,9 +560,13 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
     } else if (optimum.ok()) {
       ratio = r.bytes_moved() == 0 ? "1.00" : "inf";
     }
-    out << absl::StrFormat("%10.1f %10.1f %10.1f %10s %10.3f %10u %10.1f %10s\n", MiB(r.bytes_out),
-                           MiB(r.bytes_in), MiB(r.bytes_moved()), ratio, r.stall_us / 1e3,
-                           r.on_demand_swap_ins, MiB(r.bytes_served), serving_ratio(r));
+    const std::string time_ratio = time_bound.ok() && time_bound->us() > 0
+                                       ? absl::StrFormat("%.2f", r.drained_us / time_bound->us())
+                                       : "-";
+    out << absl::StrFormat("%10.1f %10.1f %10.1f %10s %10.3f %10u %10.1f %10s %10s\n",
+                           MiB(r.bytes_out), MiB(r.bytes_in), MiB(r.bytes_moved()), ratio,
+                           r.stall_us / 1e3, r.on_demand_swap_ins, MiB(r.bytes_served),
+                           serving_ratio(r), time_ratio);
   }
   if (exact_proven) {
     const ExactOptimum& e = **exact;
@@ -590,6 +596,14 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
                            "-", "-", "-", MiB(o.bytes_served), serving_proven ? "1.00" : "-");
   }
   PrintServing(serving, out);
+  if (time_bound.ok()) {
+    out << absl::StrFormat(
+        "x time: each run's modelled time, copies drained, against %.3f ms, the least any schedule "
+        "takes (compute %.3f ms; the bytes in, out and both ways over the link)\n",
+        time_bound->us() / 1e3, time_bound->compute_us / 1e3);
+  } else {
+    out << "x time: not computed: " << time_bound.status().message() << "\n";
+  }
   return 0;
 }
 

@@ -95,11 +95,18 @@ TEST(SimCommandTest, CompareTableHasEveryRowAndTheBound) {
   std::ostringstream out, err;
   ASSERT_EQ(RunSim({path, "--limit", "50%", "--compare"}, out, err), 0) << err.str();
   const std::string text = out.str();
-  for (const char* row :
-       {"lru      off", "lru      on", "version  off", "version  on", "belady   off", "belady   on",
-        "oracle   off", "exact    -", "LP bound -", "the optimum moves"}) {
+  for (const char* row : {"lru      off", "lru      on", "version  off", "version  on",
+                          "belady   off", "belady   on", "oracle   off", "exact    -", "LP bound -",
+                          "the optimum moves", "x time", "x time: each run's modelled time"}) {
     EXPECT_NE(text.find(row), std::string::npos) << row << " missing in\n" << text;
   }
+  // One policy: its time against the bound, here the compute of 8
+  // launches of 100 us (each writes its buffer whole: nothing need move).
+  std::ostringstream alone, alone_err;
+  ASSERT_EQ(RunSim({path, "--limit", "50%"}, alone, alone_err), 0) << alone_err.str();
+  EXPECT_NE(alone.str().find("time bound                 0.800 ms at least"), std::string::npos)
+      << alone.str();
+  EXPECT_NE(alone.str().find("x time bound"), std::string::npos) << alone.str();
   std::ostringstream out2, err2;
   // Too small, without host-located VMM: out of memory.
   EXPECT_EQ(RunSim({path, "--limit", "1MiB", "--host-vmm", "off"}, out2, err2), 1);
