@@ -337,7 +337,7 @@ ServingBound ComputeServingBound(const KeepProblem& problem, const ServingBoundO
     result.kept = kept;
   };
   double best = relaxation.Evaluate();
-  try_schedule();
+  if (options.schedules) try_schedule();
   // Polyak steps towards the known schedule's bytes, halved whenever the
   // bound stalls.
   double theta = 2.0;
@@ -362,7 +362,7 @@ ServingBound ComputeServingBound(const KeepProblem& problem, const ServingBoundO
     }
     value = relaxation.Evaluate();
     result.iterations = i + 1;
-    if (i % 10 == 9) try_schedule();
+    if (options.schedules && i % 10 == 9) try_schedule();
     if (value > best * (1 + 1e-6) + 1) {
       best = value;
       since_better = 0;

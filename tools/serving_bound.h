@@ -37,6 +37,11 @@ struct ServingBoundOptions {
   uint64_t upper = 0;
   int max_iterations = 2000;
   int time_limit_ms = 10000;
+  // Make schedules from the relaxed choices (every tenth step): the
+  // cheapest is returned with the bound. Off, only the bound is computed,
+  // with `upper` the steps' target throughout (making one takes a sort per
+  // point, slow on logs of many buffers).
+  bool schedules = true;
 };
 
 struct ServingBound {

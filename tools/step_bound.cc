@@ -30,6 +30,7 @@ absl::StatusOr<StepBound> ComputeStepBound(const Workload& workload,
       if (!use.allocation) serving.upper += use.bytes;
     }
     serving.time_limit_ms = options.time_limit_ms;
+    serving.schedules = false;  // the bound alone
     bound.bytes_moved = ComputeServingBound(*problem, serving).bytes;
     std::fill(problem->stretch_bytes.begin(), problem->stretch_bytes.end(), 0);
     bound.bytes_in = ComputeServingBound(*problem, serving).bytes;
