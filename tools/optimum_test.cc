@@ -269,6 +269,12 @@ TEST(OptimumTest, BoundsBruteForceAndEveryPolicyOnRandomWorkloads) {
     EXPECT_LE(step->bytes_in, brute.bytes_in) << "trial " << trial << "\n" << log.Text();
     EXPECT_LE(step->bytes_out, brute.bytes_out) << "trial " << trial << "\n" << log.Text();
     EXPECT_LE(step->bytes_moved, brute.bytes) << "trial " << trial << "\n" << log.Text();
+    // Given the LP bound computed already, the same bound.
+    StepBoundOptions given = step_options;
+    given.both_ways = &*bound;
+    absl::StatusOr<StepBound> reused = ComputeStepBound(*workload, given);
+    ASSERT_TRUE(reused.ok()) << "trial " << trial;
+    EXPECT_EQ(reused->bytes_moved, step->bytes_moved) << "trial " << trial;
     step_in_tight += step->bytes_in == brute.bytes_in && brute.bytes_in > 0;
     step_out_tight += step->bytes_out == brute.bytes_out && brute.bytes_out > 0;
     // The exact optimum is the brute force's, always.

@@ -499,6 +499,7 @@ int RunSim(const std::vector<std::string>& args, std::ostream& out, std::ostream
   step.kernel_us = flags->kernel_us;
   step.serving = flags->host_vmm;
   step.rounds = flags->rounds;
+  if (!flags->host_vmm && optimum.ok()) step.both_ways = &*optimum;
   const absl::StatusOr<StepBound> time_bound = ComputeStepBound(*workload, step);
 
   if (!flags->compare) {

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "tools/optimum.h"
 #include "tools/serving_bound.h"
 
 namespace stensor {
@@ -38,9 +37,13 @@ absl::StatusOr<StepBound> ComputeStepBound(const Workload& workload,
     OptimumOptions flow;
     flow.cap = options.cap;
     flow.rounds = options.rounds;
-    absl::StatusOr<OptimumBound> both = ComputeOptimumBound(*problem, flow);
-    if (!both.ok()) return both.status();
-    bound.bytes_moved = both->bytes_moved;
+    if (options.both_ways != nullptr) {
+      bound.bytes_moved = options.both_ways->bytes_moved;
+    } else {
+      absl::StatusOr<OptimumBound> both = ComputeOptimumBound(*problem, flow);
+      if (!both.ok()) return both.status();
+      bound.bytes_moved = both->bytes_moved;
+    }
     // Each direction alone: the other one's bytes priced at zero (the
     // flow prices a write-back through the gaps of its written stretch).
     KeepProblem in = *problem;

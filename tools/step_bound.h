@@ -35,6 +35,7 @@
 
 #include "absl/status/statusor.h"
 #include "tools/keep_problem.h"
+#include "tools/optimum.h"
 #include "tools/workload.h"
 
 namespace stensor {
@@ -49,6 +50,9 @@ struct StepBoundOptions {
   bool serving = true;
   int rounds = 8;            // OptimumOptions::rounds
   int time_limit_ms = 2000;  // each serving bound
+  // Without serving: the LP bound of the same workload and cap, when the
+  // caller has it (`stensor sim` prints it as the optimum), not solved again.
+  const OptimumBound* both_ways = nullptr;
 };
 
 struct StepBound {

@@ -172,15 +172,19 @@ uint64_t Tracker::IdAt(uint64_t addr) const {
 
 // --- Allocation calls ---------------------------------------------------------------
 
-CUresult Tracker::Allocate(const char* api, CUdeviceptr* dptr, size_t bytes, DriverCall call) {
-  if (!capped()) {
-    CUresult r = call();
-    // No bytes asked, no buffer.
-    if (r == CUDA_SUCCESS && dptr != nullptr && *dptr != 0 && bytes != 0) {
-      OnAlloc(api, *dptr, bytes, BufferKind::kDeviceAlloc);
-    }
-    return r;
+CUresult Tracker::DriverAllocation(const char* api, CUdeviceptr* dptr, size_t bytes,
+                                   BufferKind kind, DriverCall call) {
+  CUresult r = call();
+  // No bytes asked, no buffer (a stream-ordered allocation of 0 bytes
+  // succeeds on a GPU).
+  if (r == CUDA_SUCCESS && dptr != nullptr && *dptr != 0 && bytes != 0) {
+    OnAlloc(api, *dptr, bytes, kind);
   }
+  return r;
+}
+
+CUresult Tracker::Allocate(const char* api, CUdeviceptr* dptr, size_t bytes, DriverCall call) {
+  if (!capped()) return DriverAllocation(api, dptr, bytes, BufferKind::kDeviceAlloc, call);
   RelaxedCaptureScope relaxed(capture_);
   // Registered under the manager's lock: the buffer has its id from the start.
   return memory_->Allocate(bytes, dptr, [&](CUdeviceptr base) {
@@ -217,14 +221,7 @@ CUresult Tracker::AllocateAsync(const char* api, CUdeviceptr* dptr, size_t bytes
   if (capped() && AllocateAsyncCapped(api, dptr, bytes, stream, &r)) return r;
   r = ChargedAllocation(
       memory_.get(), dptr, bytes,
-      [&] {
-        CUresult r = call();
-        // A stream-ordered allocation of 0 bytes succeeds on a GPU: no buffer.
-        if (r == CUDA_SUCCESS && dptr != nullptr && *dptr != 0 && bytes != 0) {
-          OnAlloc(api, *dptr, bytes, BufferKind::kStreamOrdered);
-        }
-        return r;
-      },
+      [&] { return DriverAllocation(api, dptr, bytes, BufferKind::kStreamOrdered, call); },
       capped() && FromDefaultPool(*driver_) ? MemoryManager::ExternalSource::kDefaultPool
                                             : MemoryManager::ExternalSource::kFresh);
   CUresult served;
@@ -238,11 +235,7 @@ CUresult Tracker::AllocateAsync(const char* api, CUdeviceptr* dptr, size_t bytes
 CUresult Tracker::AllocateFromPool(const char* api, CUdeviceptr* dptr, size_t bytes,
                                    DriverCall call) {
   return ChargedAllocation(memory_.get(), dptr, bytes, [&] {
-    CUresult r = call();
-    if (r == CUDA_SUCCESS && dptr != nullptr && *dptr != 0 && bytes != 0) {
-      OnAlloc(api, *dptr, bytes, BufferKind::kStreamOrdered);
-    }
-    return r;
+    return DriverAllocation(api, dptr, bytes, BufferKind::kStreamOrdered, call);
   });
 }
 

@@ -303,6 +303,10 @@ class Tracker {
   void Count(OpType type) {
     counts_[static_cast<int>(type)].fetch_add(1, std::memory_order_relaxed);
   }
+  // `call` allocating `bytes` (the driver's answer), then the buffer it
+  // made registered as `kind`.
+  CUresult DriverAllocation(const char* api, CUdeviceptr* dptr, size_t bytes, BufferKind kind,
+                            DriverCall call);
   // cuMemAllocAsync under the cap: true when stensor served it, with
   // `*result` its outcome; false when the driver is to answer. `no_room`:
   // the driver's pool was refused room for it (ServeStreamOrdered's).
