@@ -70,6 +70,16 @@ class IterationPlanner {
   // Rejects a bandwidth that is not > 0 and bad detector options.
   static absl::StatusOr<std::unique_ptr<IterationPlanner>> Create(Options options);
 
+  // Whether a planner is wanted yet, asked at each operation until it is:
+  // once a device holds half its cap (`held` of `cap` bytes: what eviction
+  // could not take back, free room excluded) or anything was swapped out.
+  // Before, nothing is evicted or fetched, and a launch pays nothing for a
+  // planner (no next uses, no profile); the first iteration after is
+  // profiled instead. The memory manager and `stensor sim` ask alike.
+  static bool Wanted(uint64_t held, uint64_t cap, bool swapped_out) {
+    return swapped_out || held >= cap / 2;
+  }
+
   // One operation: `key` names the kernel and its argument shapes (not
   // buffer ids), `touches` the buffers it uses in argument order. Appends
   // each touch's predicted next use (kNoNextUse when unknown) to

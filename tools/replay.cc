@@ -71,6 +71,7 @@ class Simulator {
       const WorkloadOp& op = workload_.ops[op_];
       ready_ = now_;
       room_ready_ = now_;
+      noted_ = false;
       const double compute = op.launch ? op.compute_us.value_or(options_.kernel_us) : 0.0;
       compute_us_ = compute;
       absl::Status s = absl::OkStatus();
@@ -107,7 +108,7 @@ class Simulator {
         now_ = h2d_free_;
         served_bytes_ = 0;
       }
-      if (options_.prefetch && op.key != 0) Plan();
+      if (options_.prefetch && noted_) Plan();
     }
     result_.drained_us = std::max({now_, h2d_free_, d2h_free_});
     const IterationPlanner::Stats planned = planner_->stats();
@@ -178,6 +179,7 @@ class Simulator {
     b.resident = false;
     b.location = Location::kCpuOnly;
     used_ -= b.info->charge;
+    swapped_out_ = true;
     TellPlanner(b);
     fetched_.erase(b.info->id);  // evicted before its use
     Reindex(b);                  // no longer prefetched
@@ -216,12 +218,13 @@ class Simulator {
   // says, as MemoryManager::EvictByPolicy does.
   bool EvictByPolicy(bool spend_prefetched, uint64_t shortfall) {
     EvictionOrder::Filter look = Look(spend_prefetched);
-    look.shortfall = shortfall;
+    // As the library, where the planner is made once wanted.
+    look.shortfall = options_.oracle || awake_ ? shortfall : 0;
     look.now = options_.oracle ? op_ : planner_->now();  // the time next uses are in
     auto* pick = static_cast<SimBuffer*>(order_.Victim(look));
     if (pick == nullptr) return false;
     SwapOut(*pick, order_.Copies(*pick));
-    if (!options_.oracle) order_.NoteForcedOut(*pick, planner_->now());
+    if (!options_.oracle && awake_) order_.NoteForcedOut(*pick, planner_->now());
     return true;
   }
 
@@ -279,6 +282,7 @@ class Simulator {
     b.host_version = b.gpu_version;
     ++result_.born_on_host;
     result_.bytes_born_on_host += b.info->bytes;
+    swapped_out_ = true;
   }
 
   absl::Status Alloc(const WorkloadOp& op) {
@@ -426,6 +430,13 @@ class Simulator {
     predicted_ = true;
     next_after_.clear();
     if (op.key == 0) return;
+    // Not before the planner is wanted (IterationPlanner::Wanted), as in
+    // MemoryManager::PlannerWanted; the oracle's next uses come this way.
+    if (!awake_) {
+      awake_ = options_.oracle || IterationPlanner::Wanted(used_, options_.cap, swapped_out_);
+    }
+    noted_ = awake_;
+    if (!noted_) return;
     // As MemoryManager::PredictLocked: an allocation's pieces are one
     // touch, under its id, and each piece takes its next use.
     const WriteSet writes(op);
@@ -465,7 +476,7 @@ class Simulator {
   void NoteUses(const WorkloadOp& op) {
     if (!predicted_) Predict(op);
     predicted_ = false;
-    if (op.key == 0) return;
+    if (op.key == 0 || !noted_) return;
     planner_->Commit();  // after the swap-ins it made, as the manager does
     if (noted_profiling_) planner_->OnComputeTime(noted_time_, compute_us_ / 1e6);
   }
@@ -545,7 +556,7 @@ class Simulator {
       ReachFacts facts;
       facts.servable = Servable(b);
       facts.overwritten = whole;
-      facts.predicted = noted_first && op.key != 0;
+      facts.predicted = noted_first && noted_;
       if (facts.predicted) facts.next_use = next_after_[i];
       facts.bytes = b.info->charge;
       facts.fits = used_ <= options_.cap && b.info->charge <= options_.cap - used_;
@@ -630,6 +641,11 @@ class Simulator {
   // Predict's: the operation's buffers' next uses after it, its planner
   // time, whether it is profiled; set until NoteUses takes them.
   bool predicted_ = false;
+  // Whether the planner is wanted yet, whether the operation was fed to it,
+  // and whether anything was ever swapped out (IterationPlanner::Wanted).
+  bool awake_ = false;
+  bool noted_ = false;
+  bool swapped_out_ = false;
   std::vector<uint64_t> next_after_;
   // Predict's touches and the planner's answers, kept between operations.
   IterationPlanner::Scratch scratch_;

@@ -1362,9 +1362,13 @@ void MemoryManager::RecountGarbage(Device& dev, Buffer& b) {
   b.garbage_counted = now;
 }
 
-uint64_t MemoryManager::FreeUnderCap(const Device& dev) {
+uint64_t MemoryManager::Held(const Device& dev) {
   const uint64_t room = dev.pool.bytes() + dev.garbage_bytes + dev.kept_bytes;
-  const uint64_t held = dev.used - std::min(dev.used, room);
+  return dev.used - std::min(dev.used, room);
+}
+
+uint64_t MemoryManager::FreeUnderCap(const Device& dev) {
+  const uint64_t held = Held(dev);
   return held < dev.cap ? dev.cap - held : 0;
 }
 
@@ -1503,6 +1507,7 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy, HostWait host
   }
   b.location = Location::kCpuOnly;
   b.stale_device = false;
+  swapped_out_ = true;
   const char* type = "swap_out";
   if (never_written) {
     type = "drop_unwritten";
@@ -1745,7 +1750,7 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> named,
   Noted noted;
   bool predicted = false;
   absl::InlinedVector<uint64_t, 16> next_after;
-  if (note != nullptr && Plans()) {
+  if (note != nullptr && Plans() && PlannerWanted()) {
     next_after.assign(ids.size(), EvictionCandidate::kNoNextUse);
     predicted = PredictLocked(note->key, ids, Expanded(note->written, &written_x), note->marker,
                               &noted, absl::MakeSpan(next_after), found);
@@ -1783,6 +1788,7 @@ CUresult MemoryManager::AllocateOnHost(Device& dev, Buffer& b) {
   }
   b.location = Location::kCpuOnly;
   b.host_version = b.gpu_version;
+  swapped_out_ = true;  // as good as swapped out, to the planner
   // A piece is logged once its allocation has its id (LogBornOnHost).
   if (b.group == nullptr && !b.slab) LogBornOnHost(dev, b);  // a slab: its own record
   return CUDA_SUCCESS;
@@ -2267,8 +2273,18 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
   if (!Plans()) return;
   MutexLock lock(&mu_);
   Keys ids_x, written_x;
+  if (!PlannerWanted()) return;
   NoteOperationLocked(key, Expanded(ids, &ids_x), Expanded(written, &written_x), marker, stream,
                       ticket);
+}
+
+bool MemoryManager::PlannerWanted() {
+  if (planner_wanted_) return true;
+  for (const auto& d : devices_) {
+    if (d == nullptr) continue;
+    if (IterationPlanner::Wanted(Held(*d), d->cap, swapped_out_)) planner_wanted_ = true;
+  }
+  return planner_wanted_;
 }
 
 void MemoryManager::NoteOperationLocked(uint64_t key, absl::Span<const uint64_t> ids,

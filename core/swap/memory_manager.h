@@ -823,12 +823,18 @@ class MemoryManager {
   // What is free under the cap on `dev` for a swap-in: pooled chunks, freed
   // buffers' and kept ones' count as free (MakeRoom takes them first).
   static uint64_t FreeUnderCap(const Device& dev);
+  // What `dev` holds that making room could not take back without evicting:
+  // charged bytes less pooled, freed and kept chunks.
+  static uint64_t Held(const Device& dev);
   // Prefetch and EvictAsync, locked.
   CUresult PrefetchLocked(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CUresult EvictAsyncLocked(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The planner, made at the first operation (bandwidth probed then, in
-  // memory free under the cap); null when nothing needs one.
+  // The planner, made at the first operation it is wanted for (bandwidth
+  // probed then, in memory free under the cap); null when nothing needs one.
   IterationPlanner* Planner(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether operations are fed to the planner: from the first one at which
+  // IterationPlanner::Wanted holds on any device, for good.
+  bool PlannerWanted() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // STENSOR_VERIFY: whether a clean drop of `b` may go ahead (its device
   // contents equal the host copy); false means copy it instead.
   bool VerifiedClean(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -1093,6 +1099,8 @@ class MemoryManager {
   // capacity is reused (no allocation per operation).
   IterationPlanner::Scratch predict_scratch_ ABSL_GUARDED_BY(mu_);
   bool planner_made_ ABSL_GUARDED_BY(mu_) = false;
+  bool planner_wanted_ ABSL_GUARDED_BY(mu_) = false;
+  bool swapped_out_ ABSL_GUARDED_BY(mu_) = false;  // anything, ever
   // Eviction rounds: a buffer whose eviction failed in this round is not
   // tried again in it (its driver call would likely fail again).
   uint64_t round_ ABSL_GUARDED_BY(mu_) = 1;
