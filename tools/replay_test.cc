@@ -88,6 +88,18 @@ TEST(ReplayTest, BeladyUsesPredictedNextUses) {
   EXPECT_LT(belady->bytes_moved(), version->bytes_moved());
 }
 
+// As in the library (IterationPlanner::Wanted): the cycle's three buffers
+// under a cap they fill less than half of are never fed to the planner, so
+// nothing is detected; under one they fill half of, the cycle is.
+TEST(ReplayTest, ThePlannerSleepsUntilHalfTheCapIsHeld) {
+  absl::StatusOr<ReplayResult> roomy = Sim(Cycle(20), 14 * kMiB, false, 16, /*belady=*/true);
+  absl::StatusOr<ReplayResult> half = Sim(Cycle(20), 12 * kMiB, false, 16, /*belady=*/true);
+  ASSERT_TRUE(roomy.ok() && half.ok());
+  EXPECT_EQ(roomy->iteration_period, 0u);
+  EXPECT_EQ(half->iteration_period, 3u);
+  EXPECT_EQ(roomy->bytes_moved() + half->bytes_moved(), 0u);
+}
+
 // Three 2 MiB buffers under a cap of two (worked by hand):
 //   version: allocating C evicts A (dirty: copied out); reading A drops C
 //   (never written: no copy) and copies A in; writing C drops A (clean

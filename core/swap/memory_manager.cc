@@ -131,7 +131,7 @@ MemoryManager::~MemoryManager() {
       // At exit: leak what the driver would not release.
       const uint64_t key = b.key;
       by_base_.erase(by_base_.begin());
-      buffers_.erase(key);
+      EraseBuffer(key);
     }
   }
   ReleaseAllPooled();
@@ -204,8 +204,13 @@ void MemoryManager::Charge(Device& dev, uint64_t bytes) {
 
 MemoryManager::Buffer* MemoryManager::ById(uint64_t id) const {
   if (id == 0 || id >= kUntrackedKeys) return nullptr;  // never a registry id
+  Recent& recent = recent_[id % kRecent];
+  if (recent.key == id) return recent.buffer;
   auto it = buffers_.find(id);
-  if (it != buffers_.end()) return it->second.get();
+  if (it != buffers_.end()) {
+    recent = Recent{id, it->second.get()};
+    return it->second.get();
+  }
   // A small allocation: the slab that holds it.
   if (!slab_blocks_.empty()) {
     auto k = slab_blocks_.find(id);
@@ -221,9 +226,18 @@ MemoryManager::Buffer* MemoryManager::ById(uint64_t id) const {
   return nullptr;
 }
 
-absl::Span<const uint64_t> MemoryManager::Expanded(absl::Span<const uint64_t> ids, Keys* out,
-                                                   bool overwritten) {
-  if (groups_ == 0 && slab_blocks_.empty()) return ids;
+void MemoryManager::PutBuffer(uint64_t key, std::unique_ptr<Buffer> b) {
+  if (Recent& recent = recent_[key % kRecent]; recent.key == key) recent = Recent{};
+  buffers_[key] = std::move(b);
+}
+
+void MemoryManager::EraseBuffer(uint64_t key) {
+  if (Recent& recent = recent_[key % kRecent]; recent.key == key) recent = Recent{};
+  buffers_.erase(key);
+}
+
+absl::Span<const uint64_t> MemoryManager::ExpandedSlow(absl::Span<const uint64_t> ids, Keys* out,
+                                                       bool overwritten) {
   out->clear();
   absl::InlinedVector<uint64_t, 4> slabs;  // named already
   for (uint64_t id : ids) {
@@ -513,7 +527,7 @@ CUresult MemoryManager::AllocateLocked(Device& dev, CUcontext context, uint64_t 
   }
   Buffer& added = *b;
   by_base_[added.base] = &added;
-  buffers_[added.key] = std::move(b);
+  PutBuffer(added.key, std::move(b));
   Reindex(added);
   if (CountsForSlabs(dev, bytes)) {
     added.before_slabs = true;
@@ -524,7 +538,7 @@ CUresult MemoryManager::AllocateLocked(Device& dev, CUcontext context, uint64_t 
     piece.serial = ++serial_;
     piece.id = piece.key = kPieceKeys + ++pieces_made_;
     by_base_[piece.base] = &piece;
-    buffers_[piece.key] = std::move(p);
+    PutBuffer(piece.key, std::move(p));
     Reindex(piece);
   }
   if (added.group != nullptr) {
@@ -656,7 +670,7 @@ CUresult MemoryManager::NewSlab(Device& dev, CUcontext context) {
   b->id = b->key = kPieceKeys + ++pieces_made_;
   Buffer& slab = *b;
   by_base_[slab.base] = &slab;
-  buffers_[slab.key] = std::move(b);
+  PutBuffer(slab.key, std::move(b));
   Reindex(slab);
   slabs_.AddSlab(slab.key, dev.ordinal, slab.base, slab.reserved);
   ++stats_.slabs_made;
@@ -1274,7 +1288,7 @@ bool MemoryManager::Adopt(Device& dev, Buffer& b, Buffer& g) {
   Unindex(g);
   if (g.stream_ordered) dev.stream_ordered.reserved -= g.reserved;
   by_base_.erase(g.base);
-  buffers_.erase(g.key);  // destroys g
+  EraseBuffer(g.key);  // destroys g
   return true;
 }
 
@@ -1747,10 +1761,12 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> named,
     }
   };
   look_up();
+  const bool plans = note != nullptr && Plans() && PlannerWanted();
+  if (!plans && PinIfReady(found)) return CUDA_SUCCESS;
   Noted noted;
   bool predicted = false;
   absl::InlinedVector<uint64_t, 16> next_after;
-  if (note != nullptr && Plans() && PlannerWanted()) {
+  if (plans) {
     next_after.assign(ids.size(), EvictionCandidate::kNoNextUse);
     predicted = PredictLocked(note->key, ids, Expanded(note->written, &written_x), note->marker,
                               &noted, absl::MakeSpan(next_after), found);
@@ -1871,6 +1887,35 @@ void MemoryManager::CountServed(Device& dev, Buffer& b, bool by_choice) {
           .Int("device", dev.ordinal)
           .Bool("by_choice", by_choice)
           .Finish());
+}
+
+bool MemoryManager::PinIfReady(absl::Span<Buffer* const> found) {
+  // Nothing for PrepareOnce's first steps to release.
+  for (const auto& d : devices_) {
+    if (d != nullptr && (!d->garbage.empty() || !d->old_mappings.empty())) return false;
+  }
+  for (const Buffer* b : found) {
+    if (b == nullptr) continue;
+    if (!b->resident() || b->stale_device || b->old_mapped || b->serving > 0 ||
+        b->pending_overwrite != nullptr) {
+      return false;
+    }
+    // A copy of stensor's own that this operation would have to wait for
+    // (or that no look has seen done yet): OrderAfterSwap's case.
+    if (!b->uses.empty()) {
+      const Device& dev = *devices_[b->device];
+      for (const Use& u : b->uses) {
+        if (!u.done && dev.OwnStream(u.stream)) return false;
+      }
+    }
+  }
+  int& operation_pins = t_operation_pins;  // one look-up of the thread's
+  for (Buffer* b : found) {
+    if (b == nullptr) continue;
+    Pin(*b);
+    ++operation_pins;
+  }
+  return true;
 }
 
 CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids, absl::Span<Buffer* const> found,
@@ -2066,15 +2111,17 @@ void MemoryManager::Finish(absl::Span<const uint64_t> named,
       b->last_use = ++clock_;  // distinct ticks: LRU order has no ties
     }
   }
-  // Re-keyed once all their fields changed (unchanged keys cost a compare):
-  // a written buffer right after its version, the others after.
+  // Re-keyed once all their fields changed: a written buffer not among the
+  // operation's right after its version, the operation's after.
   if (submitted) {
     for (uint64_t id : written) {
       // A written buffer is one of the operation's: found where it was.
       Buffer* b = nullptr;
+      bool held_here = false;
       if (ids.size() <= 16) {
         auto at = std::find(ids.begin(), ids.end(), id);
-        b = at != ids.end() ? held[static_cast<size_t>(at - ids.begin())] : ById(id);
+        held_here = at != ids.end();
+        b = held_here ? held[static_cast<size_t>(at - ids.begin())] : ById(id);
       } else {
         b = ById(id);
       }
@@ -2086,11 +2133,13 @@ void MemoryManager::Finish(absl::Span<const uint64_t> named,
         b->gpu_version = ++version_;  // host copy now stale
       }
       b->written = true;
-      Reindex(*b);
+      if (!held_here) Reindex(*b);
     }
   }
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (Buffer* b = restored ? ById(ids[i]) : held[i]) Reindex(*b);
+    Buffer* b = restored ? ById(ids[i]) : held[i];
+    // A small buffer is never evicted nor planned for: nothing to re-key.
+    if (b != nullptr && b->vmm) Reindex(*b);
   }
 }
 
@@ -2278,8 +2327,7 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
                       ticket);
 }
 
-bool MemoryManager::PlannerWanted() {
-  if (planner_wanted_) return true;
+bool MemoryManager::PlannerWakes() {
   for (const auto& d : devices_) {
     if (d == nullptr) continue;
     if (IterationPlanner::Wanted(Held(*d), d->cap, swapped_out_)) planner_wanted_ = true;

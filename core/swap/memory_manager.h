@@ -30,6 +30,7 @@
 #ifndef STENSOR_CORE_SWAP_MEMORY_MANAGER_H_
 #define STENSOR_CORE_SWAP_MEMORY_MANAGER_H_
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -535,6 +536,9 @@ class MemoryManager {
   Device& AddDeviceState(int ordinal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Charge(Device& dev, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Buffer* ById(uint64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The only ways a buffer enters buffers_ and leaves it (destroyed).
+  void PutBuffer(uint64_t key, std::unique_ptr<Buffer> b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EraseBuffer(uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The manager's buffers behind the program's ids, as the decisions take
   // them: every piece of a group in place of the group's id (in `*out`,
   // inline, so a launch allocates nothing), and a small allocation's slab
@@ -542,7 +546,12 @@ class MemoryManager {
   // Of `overwritten` ones, a slab's allocations are dropped: overwriting
   // one overwrites none of its neighbours.
   absl::Span<const uint64_t> Expanded(absl::Span<const uint64_t> ids, Keys* out,
-                                      bool overwritten = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                                      bool overwritten = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (groups_ == 0 && slab_blocks_.empty()) return ids;  // inline: every operation asks
+    return ExpandedSlow(ids, out, overwritten);
+  }
+  absl::Span<const uint64_t> ExpandedSlow(absl::Span<const uint64_t> ids, Keys* out,
+                                          bool overwritten) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The allocation `b` is part of: its group's first piece, or itself.
   static Buffer& Whole(Buffer& b);
   // What the iteration planner calls `b`: a group's pieces are planned as
@@ -637,6 +646,12 @@ class MemoryManager {
   void Pin(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unpin(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int pinned_ ABSL_GUARDED_BY(mu_) = 0;
+  // Prepare in the steady state: when every buffer of `found` (ids' buffers,
+  // null for none) is resident, holds its data and waits for no copy of
+  // stensor's own, and no freed buffer or old mapping awaits release, pins
+  // them and returns true, as PrepareOnce would have done; else does
+  // nothing and returns false.
+  bool PinIfReady(absl::Span<Buffer* const> found) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Prepare's one attempt; on failure nothing of it stays pinned. With
   // `may_serve`, a buffer that cannot be brought in is served from host.
   // `next_after`: each of `ids`' next use after this operation (empty when
@@ -834,7 +849,10 @@ class MemoryManager {
   IterationPlanner* Planner(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether operations are fed to the planner: from the first one at which
   // IterationPlanner::Wanted holds on any device, for good.
-  bool PlannerWanted() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool PlannerWanted() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return planner_wanted_ || PlannerWakes();
+  }
+  bool PlannerWakes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // STENSOR_VERIFY: whether a clean drop of `b` may go ahead (its device
   // contents equal the host copy); false means copy it instead.
   bool VerifiedClean(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -1080,6 +1098,15 @@ class MemoryManager {
   absl::flat_hash_map<uint64_t, std::vector<Use>> slab_waits_ ABSL_GUARDED_BY(mu_);
   uint64_t slab_waits_made_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Buffer>> buffers_ ABSL_GUARDED_BY(mu_);
+  // The buffers ById found last, by the low bits of their keys: every
+  // operation looks its buffers up twice or more, the same ones step after
+  // step, and a hit costs a compare where the map costs a probe.
+  struct Recent {
+    uint64_t key = 0;
+    Buffer* buffer = nullptr;
+  };
+  static constexpr size_t kRecent = 256;
+  mutable std::array<Recent, kRecent> recent_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, Buffer*> by_base_ ABSL_GUARDED_BY(mu_);
   uint64_t untracked_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::unique_ptr<Device>> devices_ ABSL_GUARDED_BY(mu_);

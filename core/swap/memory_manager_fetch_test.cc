@@ -569,5 +569,64 @@ TEST_F(BypassTest, OneWhoseCopyOutIsInFlightIsServedOnceItIsDone) {
   }
 }
 
+// The planner sleeps while nothing would ask it anything: under a cap the
+// buffers fill less than half of, with nothing swapped out, operations are
+// not fed to it (no planner is made, nothing is profiled); once a device
+// holds half its cap, the operations after are, and the loop is profiled.
+// Every byte stays as written either way.
+TEST_F(BypassTest, ThePlannerWakesOnceADeviceHoldsHalfItsCap) {
+  auto mm = MakeManager({{"STENSOR_MEMORY_LIMIT", "16MiB"},  // eight granules
+                         {"STENSOR_POLICY", "belady"},
+                         {"STENSOR_PREFETCH", "on"},
+                         {"STENSOR_BANDWIDTH", "16"}});
+  ASSERT_NE(mm, nullptr);
+  const CUdeviceptr a = Alloc(*mm, 1), b = Alloc(*mm, 2), x = Alloc(*mm, 3);
+  auto loop = [&](int iterations, uint64_t seed) {
+    for (int i = 0; i < iterations; ++i) {
+      Op(*mm, 10, 1, a, 0);
+      Op(*mm, 11, 2, b, seed + i);
+      Op(*mm, 12, 3, x, 0);
+    }
+  };
+  loop(8, 100);  // three granules of eight
+  SwapStats s = mm->stats();
+  EXPECT_EQ(s.profiles, 0u);
+  EXPECT_EQ(s.planner_bandwidth_h2d, 0.0);  // never made
+  EXPECT_EQ(s.swap_outs_copied + s.clean_drops + s.never_written_drops, 0u);
+  // A fourth granule: half the cap held.
+  const CUdeviceptr y = Alloc(*mm, 4);
+  loop(8, 200);
+  s = mm->stats();
+  EXPECT_GT(s.planner_bandwidth_h2d, 0.0);
+  EXPECT_GE(s.profiles, 1u);
+  EXPECT_EQ(s.profiled_period, 3u);
+  ExpectData(*mm, 2, b, 200 + 7);
+  for (CUdeviceptr p : {a, b, x, y}) EXPECT_CU(mm->Free(p));
+}
+
+// A buffer swapped out wakes it too, whatever the device holds: its next
+// use is then the planner's to predict.
+TEST_F(BypassTest, ThePlannerWakesOnceAnythingIsSwappedOut) {
+  auto mm = MakeManager({{"STENSOR_MEMORY_LIMIT", "16MiB"},
+                         {"STENSOR_POLICY", "belady"},
+                         {"STENSOR_PREFETCH", "on"},
+                         {"STENSOR_BANDWIDTH", "16"}});
+  ASSERT_NE(mm, nullptr);
+  const CUdeviceptr a = Alloc(*mm, 1), b = Alloc(*mm, 2);
+  Op(*mm, 10, 1, a, 1);
+  Op(*mm, 11, 2, b, 2);
+  EXPECT_EQ(mm->stats().planner_bandwidth_h2d, 0.0);
+  ASSERT_CU(mm->EvictAsync(1));
+  Settle();
+  for (int i = 0; i < 4; ++i) {
+    Op(*mm, 10, 1, a, 0);
+    Op(*mm, 11, 2, b, 0);
+  }
+  EXPECT_GT(mm->stats().planner_bandwidth_h2d, 0.0);
+  ExpectData(*mm, 1, a, 1);
+  ExpectData(*mm, 2, b, 2);
+  for (CUdeviceptr p : {a, b}) EXPECT_CU(mm->Free(p));
+}
+
 }  // namespace
 }  // namespace stensor

@@ -435,7 +435,7 @@ bool MemoryManager::ReleaseBuffer(Device& dev, Buffer& b) {
     }
   }
   by_base_.erase(b.base);
-  buffers_.erase(key);  // destroys b
+  EraseBuffer(key);  // destroys b
   return true;
 }
 
