@@ -11,11 +11,17 @@
 #   scripts/bench.sh --instructions  instructions per launch under callgrind,
 #                                    hooked minus direct in one process, each
 #                                    without the fake driver's own share
-#                                    (target: at most 700); needs valgrind.
-#                                    A third count has six 2 MiB buffers of
-#                                    1,000: under a cap (STENSOR_MEMORY_LIMIT)
+#                                    (target: at most 700; under a cap,
+#                                    STENSOR_MEMORY_LIMIT, at most 1,400);
+#                                    needs valgrind. A third count has six
+#                                    2 MiB buffers of 1,000: under a cap
 #                                    stensor swaps those, and each use keeps
-#                                    its eviction order current
+#                                    its eviction order current. Under a cap,
+#                                    a fourth has the same buffers under one
+#                                    of 1 GiB, which binds (half of them go
+#                                    out as they are made, the planner is
+#                                    fed): the launches' buffers resident,
+#                                    what a launch costs while the cap binds
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -31,15 +37,24 @@ if [[ "${1:-}" == "--instructions" ]]; then
   launches=${2:-20000}
   dir=$(mktemp -d)
   trap 'rm -rf "$dir"' EXIT
-  for words in same new swappable; do
+  kinds="same new swappable"
+  target=700
+  if [[ -n "${STENSOR_MEMORY_LIMIT:-}" ]]; then
+    kinds+=" binding"
+    target=1400
+  fi
+  for words in $kinds; do
   # Only the two launch loops are counted (one pattern matches both); the
   # inclusive count of each is read from the one profile. "same": the same
   # six words every launch, as a training step repeats its launches (the
   # hook's memo applies); "new": other words every launch (it does not).
   flag=""
   [[ $words == new ]] && flag=--new_words
-  [[ $words == swappable ]] && flag=--swappable
+  [[ $words == swappable || $words == binding ]] && flag=--swappable
+  limit=${STENSOR_MEMORY_LIMIT:-}
+  [[ $words == binding ]] && limit=1GiB
   (cd "$runfiles" &&
+   if [[ -n $limit ]]; then export STENSOR_MEMORY_LIMIT=$limit; fi &&
    valgrind --tool=callgrind --callgrind-out-file="$dir/cg" --collect-atstart=no \
      --toggle-collect='*LaunchLoop*' \
      ../../launch_hook_benchmark --count_launches="$launches" $flag) >"$dir/log" 2>&1 || {
@@ -51,10 +66,11 @@ if [[ "${1:-}" == "--instructions" ]]; then
   # differs between the loops by up to ~200 instructions (how often its
   # stream worker has to be woken), which is not the hook's.
   callgrind_annotate --inclusive=yes --tree=caller "$dir/cg" >"$dir/annotated"
-  python3 - "$dir/annotated" "$launches" "$words" <<'PY'
+  python3 - "$dir/annotated" "$launches" "$words" "$target" <<'PY'
 import re, sys
 n = int(sys.argv[2])
 words = sys.argv[3]
+target = int(sys.argv[4])
 loop, fake = {}, {}
 block = []
 for line in open(sys.argv[1]).read().split("\n") + [""]:
@@ -78,10 +94,12 @@ direct, hooked = loop["LaunchLoopDirect"], loop["LaunchLoopHooked"]
 added = (hooked - fake["LaunchLoopHooked"]) - (direct - fake["LaunchLoopDirect"])
 print("instructions per cuLaunchKernel (callgrind, %d launches each), %s"
       % (n, {"same": "same words each launch", "new": "new words each launch",
-             "swappable": "same words each launch, six 2 MiB (swappable) buffers"}[words]))
+             "swappable": "same words each launch, six 2 MiB (swappable) buffers",
+             "binding": "six 2 MiB buffers, resident, under a 1 GiB cap that binds"}[words]))
 print("  %-38s %7.0f   (of which the fake driver %.0f)" % ("fake driver directly", direct, fake["LaunchLoopDirect"]))
 print("  %-38s %7.0f   (of which the fake driver %.0f)" % ("through libstensor.so", hooked, fake["LaunchLoopHooked"]))
-print("  %-38s %7.0f   (target: at most 700)" % ("added by the launch hook", added))
+print("  %-38s %7.0f   (%s)" % ("added by the launch hook", added,
+      "target: at most {:,}".format(target) if words != "binding" else "no target"))
 PY
   done
   exit 0

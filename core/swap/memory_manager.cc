@@ -847,6 +847,7 @@ bool MemoryManager::Owns(CUdeviceptr base) const {
 
 CUresult MemoryManager::Free(CUdeviceptr base) {
   MutexLock lock(&mu_);
+  SettleAhead();
   Buffer* b = Allocation(base);
   if (b == nullptr && FreeBlock(base, nullptr)) return CUDA_SUCCESS;
   if (b == nullptr || b->garbage) return CUDA_ERROR_INVALID_VALUE;  // or freed twice
@@ -911,6 +912,7 @@ CUresult MemoryManager::FreeAsync(CUdeviceptr base, CUstream stream,
     return r;
   }
   MutexLock lock(&mu_);
+  SettleAhead();
   Buffer* b = Allocation(base);
   if (b == nullptr && BlockStartsAt(base)) {
     forget();
@@ -1114,6 +1116,7 @@ class MemoryManager::Room : public RoomSteps {
 };
 
 CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, HostWait host_wait, bool pool_counts) {
+  SettleAhead();
   if (need > dev.cap) return CUDA_ERROR_OUT_OF_MEMORY;  // evicting everything would not do
   ++round_;  // buffers that failed to go before may go now
   if (!unreleased_.empty() || !stuck_.empty()) RetryReleases();
@@ -1305,6 +1308,7 @@ void MemoryManager::Unkeep(Device& dev, Buffer& b) {
 }
 
 void MemoryManager::CollectGarbage() {
+  SettleAhead();
   for (auto& d : devices_) {
     if (d) CollectGarbage(*d);
   }
@@ -2069,7 +2073,7 @@ void MemoryManager::Finish(absl::Span<const uint64_t> named,
   // The stream's use key and the mark of this operation there, found once.
   std::optional<std::pair<CUstream, uint64_t>> use_key;
   StreamMark* mark = nullptr;
-  bool mark_recorded = false;
+  Marked marked = Marked::kUnrecorded;
   for (uint64_t id : ids) {
     Buffer* b = ById(id);
     held.push_back(b);
@@ -2094,16 +2098,12 @@ void MemoryManager::Finish(absl::Span<const uint64_t> named,
       if (b->vmm) {  // small buffers are never evicted
         if (!use_key) {
           use_key = UseKey(stream);
-          // One record after the operation for all its buffers.
-          mark = TakeMark(*use_key, stream, b->device);
-          if (mark != nullptr) {
-            ++mark->gen;
-            mark_recorded = Failed(driver_->cuEventRecord(mark->event, stream)) == CUDA_SUCCESS;
-            if (mark_recorded) mark->recorded_gen = mark->gen;
-          }
+          // One record after the operation for all its buffers; while no
+          // planner is wanted (nothing is evicted), one after several.
+          mark = MarkOperation(*use_key, stream, b->device, /*defer=*/!planner_wanted_, &marked);
         }
         if (mark != nullptr) {
-          NoteMarkedUse(b->uses, *use_key, b->device, *mark, mark_recorded);
+          NoteMarkedUse(b->uses, *use_key, b->device, *mark, marked);
         } else {
           RecordUse(*b, stream, *use_key);
         }
@@ -2262,6 +2262,7 @@ CUresult MemoryManager::EvictAsync(uint64_t id) {
 }
 
 CUresult MemoryManager::EvictAsyncLocked(Buffer& b) {
+  SettleAhead();
   if (b.garbage || !b.vmm) return CUDA_ERROR_NOT_FOUND;
   if (!b.resident()) return CUDA_SUCCESS;
   if (b.pins > 0 || b.exported) return CUDA_ERROR_NOT_READY;
@@ -2332,6 +2333,8 @@ bool MemoryManager::PlannerWakes() {
     if (d == nullptr) continue;
     if (IterationPlanner::Wanted(Held(*d), d->cap, swapped_out_)) planner_wanted_ = true;
   }
+  // Evictions may follow: uses are recorded at each operation from here.
+  if (planner_wanted_) SettleAhead();
   return planner_wanted_;
 }
 

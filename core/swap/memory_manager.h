@@ -892,8 +892,27 @@ class MemoryManager {
   // whether the driver took it).
   StreamMark* TakeMark(std::pair<CUstream, uint64_t> key, CUstream stream, int device)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How an operation's uses are marked: by a record just made, by none (the
+  // driver failed: only a host wait tells), or ahead of the record that
+  // will cover them (the mark's next on the same stream).
+  enum class Marked { kRecorded, kUnrecorded, kAhead };
+  // The mark an operation on `stream` (key UseKey(stream)) notes its uses
+  // with, recorded now; or, with `defer`, for up to kDeferredRecords - 1
+  // operations after a record, the same mark not recorded again until the
+  // next that is (each costs a driver call, as much as the launch itself).
+  // Deferring delays only when those uses are seen done (their frees'
+  // releases), never makes one seen early; the manager defers while no
+  // planner is wanted, when nothing is evicted. Null as TakeMark.
+  StreamMark* MarkOperation(std::pair<CUstream, uint64_t> key, CUstream stream, int device,
+                            bool defer, Marked* marked) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static constexpr int kDeferredRecords = 16;
+  // Before anything asks whether a buffer is idle outside a launch's fast
+  // path (a free, a look for garbage, room to make, the planner waking):
+  // the uses noted ahead on every stream this thread can name are seen
+  // done where the stream is idle, else covered by a record now.
+  void SettleAhead() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void NoteMarkedUse(std::vector<Use>& uses, std::pair<CUstream, uint64_t> key, int device,
-                     StreamMark& mark, bool recorded) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                     StreamMark& mark, Marked marked) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Observed(Use& use) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A host wait for `use` (no lock needed); `own_stream`, when it is the use's stream (one of
   // stensor's), is synchronised if the use's event cannot tell.
@@ -1158,7 +1177,13 @@ class MemoryManager {
   struct MarkRing {
     std::vector<std::unique_ptr<StreamMark>> marks;
     size_t next = 0;
+    // The mark whose next record covers the uses noted since its last
+    // (MarkOperation), and how many operations deferred to it.
+    StreamMark* ahead = nullptr;
+    int deferred = 0;
+    CUstream stream = nullptr;  // the handle `ahead` is recorded on
   };
+  bool any_ahead_ ABSL_GUARDED_BY(mu_) = false;  // some ring's `ahead` is set (or was)
   absl::flat_hash_map<std::pair<CUstream, uint64_t>, MarkRing> mark_rings_ ABSL_GUARDED_BY(mu_);
   // Host copies: made, counted against the host limit, kept for reuse
   // (its own lock, taken inside mu_).

@@ -237,6 +237,7 @@ CUresult MemoryManager::PinLocked(Buffer& b, const char* api) {
 
 bool MemoryManager::PinExported(CUdeviceptr addr, const char* api, CUresult* result) {
   MutexLock lock(&mu_);
+  SettleAhead();
   Buffer* b = Containing(addr);
   if (b == nullptr || b->garbage) return false;
   *result = PinAllocation(*b, api);
@@ -254,6 +255,7 @@ CUresult MemoryManager::PinAllocation(Buffer& b, const char* api) {
 
 bool MemoryManager::PinExportedHandle(CUmemGenericAllocationHandle handle, const char* api) {
   MutexLock lock(&mu_);
+  SettleAhead();
   for (auto& [base, b] : by_base_) {
     // A handle is only ever the current device memory of a resident buffer.
     if (b->vmm && handle != 0 &&

@@ -145,15 +145,89 @@ StreamMark* MemoryManager::TakeMark(std::pair<CUstream, uint64_t> key, CUstream 
   return taken;
 }
 
+StreamMark* MemoryManager::MarkOperation(std::pair<CUstream, uint64_t> key, CUstream stream,
+                                         int device, bool defer, Marked* marked) {
+  auto found = mark_rings_.find(key);
+  StreamMark* mark = nullptr;
+  if (found != mark_rings_.end() && found->second.ahead != nullptr) {
+    MarkRing& ring = found->second;
+    mark = ring.ahead;
+    ++mark->gen;  // the record that will cover this operation
+    if (defer && ++ring.deferred < kDeferredRecords) {
+      *marked = Marked::kAhead;
+      return mark;
+    }
+    // This operation closes the window: its record covers those noted
+    // ahead too.
+    ring.ahead = nullptr;
+    ring.deferred = 0;
+  } else {
+    mark = TakeMark(key, stream, device);
+    if (mark == nullptr) return nullptr;
+    ++mark->gen;
+  }
+  const bool recorded = Failed(driver_->cuEventRecord(mark->event, stream)) == CUDA_SUCCESS;
+  if (recorded) mark->recorded_gen = mark->gen;
+  *marked = recorded ? Marked::kRecorded : Marked::kUnrecorded;
+  if (defer && recorded) {
+    // The next operations' uses wait for the next record of another mark
+    // (the ring's turn), so that this record's completion still tells.
+    if (StreamMark* next = TakeMark(key, stream, device); next != nullptr && next != mark) {
+      MarkRing& ring = mark_rings_[key];
+      ring.ahead = next;
+      ring.stream = stream;
+      any_ahead_ = true;
+    }
+  }
+  return mark;
+}
+
+void MemoryManager::SettleAhead() {
+  if (!any_ahead_) return;
+  bool left = false;
+  for (auto& [key, ring] : mark_rings_) {
+    if (ring.ahead == nullptr) continue;
+    // Only where this thread's handle names that stream (a per-thread
+    // stream is another in each thread; a context's own streams are
+    // another in each context): else left to that stream's next record.
+    if (UseKey(ring.stream) != key) {
+      left = true;
+      continue;
+    }
+    StreamMark& m = *ring.ahead;
+    ring.ahead = nullptr;
+    ring.deferred = 0;
+    if (m.recorded_gen == m.gen) continue;  // nothing noted ahead
+    // An idle stream has run every operation noted on it: all done, no
+    // record needed; else one record covers them.
+    const CUresult idle = driver_->cuStreamQuery(ring.stream);
+    if (idle != CUDA_ERROR_NOT_READY) (void)Failed(idle);  // an error, counted
+    if (idle == CUDA_SUCCESS) {
+      m.recorded_gen = m.completed_gen = m.gen;
+    } else if (Failed(driver_->cuEventRecord(m.event, ring.stream)) == CUDA_SUCCESS) {
+      m.recorded_gen = m.gen;
+    }
+  }
+  any_ahead_ = left;
+}
+
 void MemoryManager::NoteMarkedUse(std::vector<Use>& uses, std::pair<CUstream, uint64_t> key,
-                                  int device, StreamMark& mark, bool recorded) {
+                                  int device, StreamMark& mark, Marked marked) {
   Use* u = &EntryFor(uses, key);
   u->device = device;
   ++u->seq;
   u->done = false;
   u->context = mark.context;
-  u->recorded = recorded;
-  if (!recorded) {
+  u->recorded = marked == Marked::kRecorded;
+  if (marked == Marked::kAhead) {
+    // Known to the mark's next record, once made (ObservedComplete); until
+    // then to no event.
+    u->mark = &mark;
+    u->mark_gen = mark.gen;
+    u->event = nullptr;
+    return;
+  }
+  if (marked == Marked::kUnrecorded) {
     // Known to no event (only a host wait tells), and not to the mark's
     // next record either: that one may be taken again at once.
     u->mark = nullptr;
@@ -173,6 +247,7 @@ CUresult MemoryManager::WaitForUse(const Use& u, CUstream own_stream) const {
 
 CUresult MemoryManager::WaitForWriters(uint64_t id) {
   MutexLock lock(&mu_);
+  SettleAhead();
   Buffer* b = ById(id);
   // Small buffers (not VMM) record no uses: nothing to tell their writers.
   if (b == nullptr || b->garbage || !b->vmm) return CUDA_ERROR_NOT_FOUND;

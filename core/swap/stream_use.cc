@@ -33,6 +33,11 @@ bool ObservedComplete(const Driver& driver, StreamUse& u) {
   if (u.done) return true;
   if (u.mark != nullptr) {
     StreamMark& m = *u.mark;
+    // Noted ahead of the record that covers it: no event tells yet.
+    if (m.recorded_gen < u.mark_gen) return false;
+    // That record was made since: the use is known to its event.
+    u.recorded = true;
+    u.event = m.event;
     if (m.completed_gen < u.mark_gen) {
       // Its record, or a later one on the same stream.
       if (driver.cuEventQuery(m.event) != CUDA_SUCCESS) return false;

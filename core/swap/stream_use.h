@@ -26,11 +26,13 @@ namespace stensor {
 // holding an older record (`StreamUse::mark_gen` behind `gen`) is then
 // known done once a record at least as new completed (`completed_gen`),
 // which on one stream happens after its own: later than needed, never
-// earlier.
+// earlier. A use may also be noted ahead of the record that covers it
+// (`mark_gen` past `recorded_gen`, MemoryManager::MarkOperation): no event
+// tells of it until that record is made.
 struct StreamMark {
   CUevent event = nullptr;
   CUcontext context = nullptr;  // `event` was made in it and ends with it
-  uint64_t gen = 0;             // records tried so far
+  uint64_t gen = 0;             // records tried or noted ahead so far
   uint64_t recorded_gen = 0;    // the latest the driver took
   uint64_t completed_gen = 0;   // the latest seen complete
   bool in_flight() const { return completed_gen < recorded_gen; }

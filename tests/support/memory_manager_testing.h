@@ -141,23 +141,15 @@ struct SwapPathCall {
   bool recoverable;
 };
 inline constexpr SwapPathCall kSwapPathCalls[] = {
-    {"cuEventCreate", true},
-    {"cuEventRecord", true},
-    {"cuEventQuery", true},
-    {"cuEventSynchronize", true},
-    {"cuStreamWaitEvent", true},
-    {"cuStreamCreate", false},
-    {"cuMemcpyDtoDAsync_v2", false},
-    {"cuMemcpyDtoHAsync_v2", true},
-    {"cuMemcpyHtoDAsync_v2", false},
-    {"cuMemCreate", false},
-    {"cuMemMap", false},
-    {"cuMemSetAccess", false},
-    {"cuMemUnmap", false},
-    {"cuMemRelease", true},
-    {"cuMemAddressReserve", false},
-    {"cuMemHostAlloc", true},
-    {"cuMemAddressFree", true},
+    {"cuEventCreate", true},        {"cuEventRecord", true},
+    {"cuEventQuery", true},         {"cuEventSynchronize", true},
+    {"cuStreamWaitEvent", true},    {"cuStreamQuery", true},
+    {"cuStreamCreate", false},      {"cuMemcpyDtoDAsync_v2", false},
+    {"cuMemcpyDtoHAsync_v2", true}, {"cuMemcpyHtoDAsync_v2", false},
+    {"cuMemCreate", false},         {"cuMemMap", false},
+    {"cuMemSetAccess", false},      {"cuMemUnmap", false},
+    {"cuMemRelease", true},         {"cuMemAddressReserve", false},
+    {"cuMemHostAlloc", true},       {"cuMemAddressFree", true},
     {"cuMemsetD8Async", true},
 };
 
