@@ -1765,7 +1765,9 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> named,
     }
   };
   look_up();
-  const bool plans = note != nullptr && Plans() && PlannerWanted();
+  // Asked at every operation, so that Finish knows whether to defer.
+  const bool pressed = Pressed();
+  const bool plans = note != nullptr && Plans() && pressed;
   if (!plans && PinIfReady(found)) return CUDA_SUCCESS;
   Noted noted;
   bool predicted = false;
@@ -2098,9 +2100,9 @@ void MemoryManager::Finish(absl::Span<const uint64_t> named,
       if (b->vmm) {  // small buffers are never evicted
         if (!use_key) {
           use_key = UseKey(stream);
-          // One record after the operation for all its buffers; while no
-          // planner is wanted (nothing is evicted), one after several.
-          mark = MarkOperation(*use_key, stream, b->device, /*defer=*/!planner_wanted_, &marked);
+          // One record after the operation for all its buffers; before the
+          // cap presses (nothing is evicted), one after several.
+          mark = MarkOperation(*use_key, stream, b->device, /*defer=*/!pressed_, &marked);
         }
         if (mark != nullptr) {
           NoteMarkedUse(b->uses, *use_key, b->device, *mark, marked);
@@ -2323,19 +2325,19 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
   if (!Plans()) return;
   MutexLock lock(&mu_);
   Keys ids_x, written_x;
-  if (!PlannerWanted()) return;
+  if (!Pressed()) return;
   NoteOperationLocked(key, Expanded(ids, &ids_x), Expanded(written, &written_x), marker, stream,
                       ticket);
 }
 
-bool MemoryManager::PlannerWakes() {
+bool MemoryManager::PressureBegins() {
   for (const auto& d : devices_) {
     if (d == nullptr) continue;
-    if (IterationPlanner::Wanted(Held(*d), d->cap, swapped_out_)) planner_wanted_ = true;
+    if (IterationPlanner::Wanted(Held(*d), d->cap, swapped_out_)) pressed_ = true;
   }
   // Evictions may follow: uses are recorded at each operation from here.
-  if (planner_wanted_) SettleAhead();
-  return planner_wanted_;
+  if (pressed_) SettleAhead();
+  return pressed_;
 }
 
 void MemoryManager::NoteOperationLocked(uint64_t key, absl::Span<const uint64_t> ids,

@@ -158,6 +158,9 @@ class MemoryManager {
   // kMaxMarkStreams streams (beyond, each buffer records its own).
   static constexpr size_t kMaxMarkStreams = 64;
   static constexpr size_t kMaxMarksPerStream = 256;
+  // Before the cap presses, one record per this many operations on a
+  // stream (MarkOperation).
+  static constexpr int kDeferredRecords = 16;
 
   // Null when the configuration sets no memory limit, or when the driver
   // lacks an entry point swapping needs (said once on stderr: the program
@@ -847,12 +850,13 @@ class MemoryManager {
   // The planner, made at the first operation it is wanted for (bandwidth
   // probed then, in memory free under the cap); null when nothing needs one.
   IterationPlanner* Planner(Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether operations are fed to the planner: from the first one at which
-  // IterationPlanner::Wanted holds on any device, for good.
-  bool PlannerWanted() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return planner_wanted_ || PlannerWakes();
-  }
-  bool PlannerWakes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the cap presses: from the first operation at which
+  // IterationPlanner::Wanted holds on any device, for good. From there the
+  // planner is fed (where prefetch or belady reads it) and every
+  // operation's uses are recorded at once (MarkOperation); before, nothing
+  // is evicted, and the uses of several operations share a record.
+  bool Pressed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pressed_ || PressureBegins(); }
+  bool PressureBegins() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // STENSOR_VERIFY: whether a clean drop of `b` may go ahead (its device
   // contents equal the host copy); false means copy it instead.
   bool VerifiedClean(Device& dev, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -905,7 +909,7 @@ class MemoryManager {
   // planner is wanted, when nothing is evicted. Null as TakeMark.
   StreamMark* MarkOperation(std::pair<CUstream, uint64_t> key, CUstream stream, int device,
                             bool defer, Marked* marked) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static constexpr int kDeferredRecords = 16;
+
   // Before anything asks whether a buffer is idle outside a launch's fast
   // path (a free, a look for garbage, room to make, the planner waking):
   // the uses noted ahead on every stream this thread can name are seen
@@ -1145,7 +1149,7 @@ class MemoryManager {
   // capacity is reused (no allocation per operation).
   IterationPlanner::Scratch predict_scratch_ ABSL_GUARDED_BY(mu_);
   bool planner_made_ ABSL_GUARDED_BY(mu_) = false;
-  bool planner_wanted_ ABSL_GUARDED_BY(mu_) = false;
+  bool pressed_ ABSL_GUARDED_BY(mu_) = false;      // Pressed()
   bool swapped_out_ ABSL_GUARDED_BY(mu_) = false;  // anything, ever
   // Eviction rounds: a buffer whose eviction failed in this round is not
   // tried again in it (its driver call would likely fail again).

@@ -687,6 +687,69 @@ TEST_F(MemoryManagerTest, SwapOutIsQueuedBehindUsesOnEveryStream) {
 // handle for a stream of each thread's own: a second thread's use of a
 // buffer replaced the first's, so the buffer counted as idle while the
 // first thread's write was still queued, and was swapped out under it.
+// Before the cap presses, operations on a stream share a record every few
+// (MarkOperation): their uses are noted ahead of it. A free must never see
+// such a use done early. Same thread, stream held: the free settles the
+// uses (the stream is busy: a record now), and the buffer is released only
+// once the stream ran. Another thread's per-thread stream, held: nothing
+// this thread can record names that stream, so the buffer waits for that
+// thread's next record, never less.
+TEST_F(MemoryManagerTest, UsesNotedAheadOfTheirRecordAreNeverSeenDoneEarly) {
+  auto mm = Make("64MiB");  // three granules of 32: the cap does not press
+  ASSERT_NE(mm, nullptr);
+  const CUdeviceptr a = Alloc(*mm, 1), b = Alloc(*mm, 2);
+  {
+    testing_support::HeldStream held;
+    for (int i = 0; i < 5; ++i) MemsetOn(*mm, 1, a, held.get());  // the last ones ahead
+    ASSERT_CU(mm->Free(a));
+    ASSERT_TRUE(mm->Find(a).has_value());
+    EXPECT_TRUE(mm->Find(a)->freed);  // still in use: garbage
+    size_t free_bytes = 0, total = 0;
+    mm->MemInfo(0, &free_bytes, &total);  // looks for garbage again
+    EXPECT_TRUE(mm->Find(a).has_value());
+    held.Open();
+    ASSERT_CU(cuStreamSynchronize(held.get()));
+    mm->MemInfo(0, &free_bytes, &total);
+    EXPECT_FALSE(mm->Find(a).has_value());  // ran: released
+  }
+  std::atomic<bool> open{false};
+  std::atomic<int> step{0};
+  std::thread user([&] {
+    ASSERT_CU(cuCtxSetCurrent(ctx_));
+    ASSERT_CU(cuLaunchHostFunc(
+        CU_STREAM_PER_THREAD,
+        [](void* flag) {
+          while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::yield();
+        },
+        &open));
+    for (int i = 0; i < 5; ++i) MemsetOn(*mm, 2, b, CU_STREAM_PER_THREAD);
+    step.store(1);
+    while (step.load() != 2) std::this_thread::yield();
+    ASSERT_CU(cuStreamSynchronize(CU_STREAM_PER_THREAD));
+    // More work on its stream: its next record covers the noted uses.
+    const CUdeviceptr c = Alloc(*mm, 3);
+    for (int i = 0; i < MemoryManager::kDeferredRecords; ++i) {
+      MemsetOn(*mm, 3, c, CU_STREAM_PER_THREAD);
+    }
+    ASSERT_CU(cuStreamSynchronize(CU_STREAM_PER_THREAD));
+    EXPECT_CU(mm->Free(c));
+  });
+  while (step.load() != 1) std::this_thread::yield();
+  ASSERT_CU(mm->Free(b));
+  size_t free_bytes = 0, total = 0;
+  for (int i = 0; i < 20; ++i) {
+    mm->MemInfo(0, &free_bytes, &total);
+    ASSERT_TRUE(mm->Find(b).has_value()) << "released under its pending work";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  open.store(true);
+  step.store(2);
+  user.join();
+  mm->MemInfo(0, &free_bytes, &total);
+  EXPECT_FALSE(mm->Find(b).has_value());
+  EXPECT_EQ(mm->stats().driver_errors, 0u);
+}
+
 TEST_F(MemoryManagerTest, PerThreadStreamUsesOfTwoThreadsAreKeptApart) {
   auto mm = Make("6MiB");
   ASSERT_NE(mm, nullptr);
