@@ -6,7 +6,8 @@
 # synchronisation. For a few seeds: uncapped, then under libstensor.so at
 # the cap the program says always suffices (`min_cap`, ~44 % of the working
 # set) and at 50 %, prefetch off and on; once with slow copies
-# (FAKECUDA_LINK=4, so races show), once without host-located VMM, once
+# (FAKECUDA_LINK=4, so races show), once so with a cap that never presses
+# (4 x the working set), once without host-located VMM, once
 # with another policy, once at 30 % (out-of-memory errors allowed: an
 # operation that fails is not applied, every byte still checked), and with
 # single driver failures injected (FAKECUDA_FAIL; the program may see the
@@ -103,9 +104,12 @@ done
 seed=${seeds%% *}
 want=$(checksum "plain-$seed")
 base=("LD_PRELOAD=$preload" STENSOR_MEMORY_LIMIT=$min_cap)
-others="link novmm lru"
-[[ $long == --short ]] && others=link
+others="link roomy novmm lru"
+[[ $long == --short ]] && others="link roomy"
 spawn link "$seed" $ops "${base[@]}" FAKECUDA_LINK=4 --
+# A cap that never presses: operations share records on their streams
+# (MarkOperation) while buffers are freed under slow work.
+spawn roomy "$seed" $ops "LD_PRELOAD=$preload" STENSOR_MEMORY_LIMIT=$((ws * 4)) FAKECUDA_LINK=4 --
 if [[ $others != link ]]; then
   spawn novmm "$seed" $ops "${base[@]}" FAKECUDA_HOST_VMM=0 --
   spawn lru "$seed" $ops "${base[@]}" STENSOR_POLICY=lru --

@@ -901,7 +901,8 @@ class MemoryManager {
   // will cover them (the mark's next on the same stream).
   enum class Marked { kRecorded, kUnrecorded, kAhead };
   // The mark an operation on `stream` (key UseKey(stream)) notes its uses
-  // with, recorded now; or, with `defer`, for up to kDeferredRecords - 1
+  // with, recorded now; or, with `defer` and a stream of the current
+  // context's own (NULL, legacy, per-thread), for up to kDeferredRecords - 1
   // operations after a record, the same mark not recorded again until the
   // next that is (each costs a driver call, as much as the launch itself).
   // Deferring delays only when those uses are seen done (their frees'

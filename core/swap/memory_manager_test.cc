@@ -131,6 +131,17 @@ class MemoryManagerTest : public testing_support::ManagerBufferTest {
 
   // A memset of the whole buffer on `stream`, wrapped likewise: the
   // buffer's last use is then that memset.
+  // Holds `stream` (for the per-thread stream, the calling thread's) until
+  // `*open`.
+  static void HoldStream(CUstream stream, std::atomic<bool>* open) {
+    ASSERT_CU(cuLaunchHostFunc(
+        stream,
+        [](void* flag) {
+          while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::yield();
+        },
+        open));
+  }
+
   void MemsetOn(MemoryManager& mm, uint64_t id, CUdeviceptr p, CUstream stream) {
     Ids ids = {id};
     ASSERT_CU(mm.Prepare(ids, {}, stream));
@@ -688,27 +699,28 @@ TEST_F(MemoryManagerTest, SwapOutIsQueuedBehindUsesOnEveryStream) {
 // buffer replaced the first's, so the buffer counted as idle while the
 // first thread's write was still queued, and was swapped out under it.
 // Before the cap presses, operations on a stream share a record every few
-// (MarkOperation): their uses are noted ahead of it. A free must never see
-// such a use done early. Same thread, stream held: the free settles the
-// uses (the stream is busy: a record now), and the buffer is released only
-// once the stream ran. Another thread's per-thread stream, held: nothing
-// this thread can record names that stream, so the buffer waits for that
+// (MarkOperation) on the current context's own streams: their uses are
+// noted ahead of it. A free must never see such a use done early. Same
+// thread, the NULL stream held: the free settles the uses (the stream is
+// busy: a record now), and the buffer is released only once it ran. Another thread's per-thread
+// stream, held: nothing this thread can record names that stream, so the buffer waits for that
 // thread's next record, never less.
 TEST_F(MemoryManagerTest, UsesNotedAheadOfTheirRecordAreNeverSeenDoneEarly) {
   auto mm = Make("64MiB");  // three granules of 32: the cap does not press
   ASSERT_NE(mm, nullptr);
   const CUdeviceptr a = Alloc(*mm, 1), b = Alloc(*mm, 2);
   {
-    testing_support::HeldStream held;
-    for (int i = 0; i < 5; ++i) MemsetOn(*mm, 1, a, held.get());  // the last ones ahead
+    std::atomic<bool> open{false};
+    HoldStream(nullptr, &open);
+    for (int i = 0; i < 5; ++i) MemsetOn(*mm, 1, a, nullptr);  // the last ones ahead
     ASSERT_CU(mm->Free(a));
     ASSERT_TRUE(mm->Find(a).has_value());
     EXPECT_TRUE(mm->Find(a)->freed);  // still in use: garbage
     size_t free_bytes = 0, total = 0;
     mm->MemInfo(0, &free_bytes, &total);  // looks for garbage again
     EXPECT_TRUE(mm->Find(a).has_value());
-    held.Open();
-    ASSERT_CU(cuStreamSynchronize(held.get()));
+    open.store(true);
+    ASSERT_CU(cuStreamSynchronize(nullptr));
     mm->MemInfo(0, &free_bytes, &total);
     EXPECT_FALSE(mm->Find(a).has_value());  // ran: released
   }
@@ -716,12 +728,7 @@ TEST_F(MemoryManagerTest, UsesNotedAheadOfTheirRecordAreNeverSeenDoneEarly) {
   std::atomic<int> step{0};
   std::thread user([&] {
     ASSERT_CU(cuCtxSetCurrent(ctx_));
-    ASSERT_CU(cuLaunchHostFunc(
-        CU_STREAM_PER_THREAD,
-        [](void* flag) {
-          while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::yield();
-        },
-        &open));
+    HoldStream(CU_STREAM_PER_THREAD, &open);
     for (int i = 0; i < 5; ++i) MemsetOn(*mm, 2, b, CU_STREAM_PER_THREAD);
     step.store(1);
     while (step.load() != 2) std::this_thread::yield();
@@ -761,12 +768,7 @@ TEST_F(MemoryManagerTest, PerThreadStreamUsesOfTwoThreadsAreKeptApart) {
   // It lives on until the end (its stream lives with it).
   std::thread first([&] {
     ASSERT_CU(cuCtxSetCurrent(ctx_));
-    ASSERT_CU(cuLaunchHostFunc(
-        CU_STREAM_PER_THREAD,
-        [](void* flag) {
-          while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::yield();
-        },
-        &open));
+    HoldStream(CU_STREAM_PER_THREAD, &open);
     MemsetOn(*mm, 1, a, CU_STREAM_PER_THREAD);
     step.store(1);
     while (step.load() != 2) std::this_thread::yield();

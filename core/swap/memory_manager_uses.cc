@@ -147,6 +147,10 @@ StreamMark* MemoryManager::TakeMark(std::pair<CUstream, uint64_t> key, CUstream 
 
 StreamMark* MemoryManager::MarkOperation(std::pair<CUstream, uint64_t> key, CUstream stream,
                                          int device, bool defer, Marked* marked) {
+  // Only on a handle of the current context's own streams, which no program
+  // destroys: SettleAhead may record there later, when the program names
+  // no stream; one the program made may be gone by then.
+  defer = defer && NamesCurrentContextStream(stream);
   auto found = mark_rings_.find(key);
   StreamMark* mark = nullptr;
   if (found != mark_rings_.end() && found->second.ahead != nullptr) {
