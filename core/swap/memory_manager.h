@@ -912,9 +912,11 @@ class MemoryManager {
                             bool defer, Marked* marked) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Before anything asks whether a buffer is idle outside a launch's fast
-  // path (a free, a look for garbage, room to make, the planner waking):
-  // the uses noted ahead on every stream this thread can name are seen
-  // done where the stream is idle, else covered by a record now.
+  // path (a free, a look for garbage, room to make, the cap pressing): the
+  // uses noted ahead on every stream this thread can name are seen done
+  // where the stream is idle (a query, no record: one on the NULL stream
+  // would order the program's other streams after it); a busy stream's
+  // wait for its next record.
   void SettleAhead() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void NoteMarkedUse(std::vector<Use>& uses, std::pair<CUstream, uint64_t> key, int device,
                      StreamMark& mark, Marked marked) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

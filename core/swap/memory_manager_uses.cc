@@ -199,18 +199,18 @@ void MemoryManager::SettleAhead() {
       continue;
     }
     StreamMark& m = *ring.ahead;
-    ring.ahead = nullptr;
-    ring.deferred = 0;
-    if (m.recorded_gen == m.gen) continue;  // nothing noted ahead
-    // An idle stream has run every operation noted on it: all done, no
-    // record needed; else one record covers them.
+    if (m.recorded_gen == m.gen) continue;  // nothing noted ahead yet
+    // An idle stream has run every operation noted on it: all done. A busy
+    // one is left to its next record (within kDeferredRecords operations):
+    // a record now, on the NULL stream, would order the program's other
+    // streams after it where the program did not.
     const CUresult idle = driver_->cuStreamQuery(ring.stream);
-    if (idle != CUDA_ERROR_NOT_READY) (void)Failed(idle);  // an error, counted
     if (idle == CUDA_SUCCESS) {
       m.recorded_gen = m.completed_gen = m.gen;
-    } else if (Failed(driver_->cuEventRecord(m.event, ring.stream)) == CUDA_SUCCESS) {
-      m.recorded_gen = m.gen;
+      continue;
     }
+    if (idle != CUDA_ERROR_NOT_READY) (void)Failed(idle);  // an error, counted
+    left = true;
   }
   any_ahead_ = left;
 }
