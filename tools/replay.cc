@@ -431,10 +431,8 @@ class Simulator {
     next_after_.clear();
     if (op.key == 0) return;
     // Not before the planner is wanted (IterationPlanner::Wanted), as in
-    // MemoryManager::PlannerWanted; the oracle's next uses come this way.
-    if (!awake_) {
-      awake_ = options_.oracle || IterationPlanner::Wanted(used_, options_.cap, swapped_out_);
-    }
+    // MemoryManager::Pressed.
+    WakeIfWanted();
     noted_ = awake_;
     if (!noted_) return;
     // As MemoryManager::PredictLocked: an allocation's pieces are one
@@ -468,6 +466,14 @@ class Simulator {
         b->next_use = next;
         Reindex(*b);
       }
+    }
+  }
+
+  // Whether the cap presses yet (IterationPlanner::Wanted), for good once
+  // it does; the oracle's next uses come through the planner from the start.
+  void WakeIfWanted() {
+    if (!awake_) {
+      awake_ = options_.oracle || IterationPlanner::Wanted(used_, options_.cap, swapped_out_);
     }
   }
 
@@ -533,6 +539,10 @@ class Simulator {
     // (MemoryManager::Prepare with its Operation); a graph's nodes are
     // noted after, and work of unknown accesses not at all.
     const bool noted_first = !op.graph && op.kind == WorkloadOp::Kind::kAccess;
+    // The library asks whether the cap presses at every Prepare, before
+    // anything is brought in: here too (sticky), then where it feeds the
+    // planner.
+    WakeIfWanted();
     if (noted_first) Predict(op);
     for (uint64_t id : op.ids) ++State(id).pins;
     for (size_t i = 0; i < op.ids.size(); ++i) {
