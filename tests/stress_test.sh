@@ -140,6 +140,15 @@ for fn in $fns; do
     fault_runs=$((fault_runs + 1))
   done
 done
+# Under the cap that never presses: a failed query of an idle stream, a
+# failed record of a shared mark (uses then wait for a later one).
+if [[ $long != --short ]]; then
+  for fn in cuStreamQuery:3 cuEventRecord:3; do
+    spawn "roomy-fail-${fn%:*}" "$seed" $ops "LD_PRELOAD=$preload" \
+      STENSOR_MEMORY_LIMIT=$((ws * 4)) FAKECUDA_LINK=4 FAKECUDA_FAIL=$fn -- --tolerate $unknown
+    fault_runs=$((fault_runs + 1))
+  done
+fi
 drain
 # Not run (a limitation, not a wrong byte): tables whose earlier entries
 # stay in place (--keep-stale-entries) make stensor keep every buffer they
