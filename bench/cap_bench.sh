@@ -253,9 +253,9 @@ res2 = measure(phase2)
 sim = os.path.join(bin_dir, "tools/stensor")
 bound_re = re.compile(r"^time bound\s+[0-9.]+ ms at least.*compute " + number + r" ms, at least "
                       + number + r" MiB in \(" + number + r" ms\), " + number + r" MiB out \("
-                      + number + r" ms\), " + number + r" MiB both ways \(" + number + r" ms\)",
-                      re.M)
-time_bound = {}  # (name, cap) -> (bound, compute, in, out, both ways) per step, seconds
+                      + number + r" ms\), " + number + r" MiB both ways \(" + number + r" ms\), precedence "
+                      + number + r" ms", re.M)
+time_bound = {}  # (name, cap) -> (bound, compute, in, out, both ways, precedence) per step, seconds
 for name, argv in active:
     caps_here = [cap for cap in caps if (name, cap) in bandwidth]
     uncapped = summary[(name, "uncapped")]["step"]
@@ -289,12 +289,12 @@ for name, argv in active:
                 failures.append("%s at %d %%, %d steps: stensor sim gave no time bound (%s)" % (
                     name, cap, length, (p.stderr.strip().splitlines() or ["no output"])[-1]))
                 break
-            # compute, in, out, both ways (ms)
-            terms[length] = [float(m.group(i)) for i in (1, 3, 5, 7)]
+            # compute, in, out, both ways, precedence (ms)
+            terms[length] = [float(m.group(i)) for i in (1, 3, 5, 7, 8)]
         if len(terms) < 2:
             continue
         step = [(b - a) / steps / 1e3 for a, b in zip(terms[steps], terms[2 * steps])]
-        time_bound[(name, cap)] = (max(step), step[0], step[1], step[2], step[3])
+        time_bound[(name, cap)] = (max(step), step[0], step[1], step[2], step[3], step[4])
 
 # The table.
 rows = []
@@ -343,7 +343,7 @@ for name, argv in active:
         tb = time_bound.get((name, cap))
         if tb is not None:
             row(name, label, "time bound (sim), per step",
-                "%.1f ms (compute %.1f, in %.1f, out %.1f, both ways %.1f)" % tuple(t * 1e3 for t in tb))
+                "%.1f ms (compute %.1f, in %.1f, out %.1f, both ways %.1f, precedence %.1f)" % tuple(t * 1e3 for t in tb))
         # Without a bound, the older target: the uncapped step or the
         # library's own bytes over the link.
         target = 1.15 * (tb[0] if tb is not None else max(us, bound))

@@ -311,9 +311,10 @@ void PrintStepBound(const absl::StatusOr<StepBound>& bound, const ReplayResult& 
   }
   out << absl::StrFormat(
       "time bound          %12.3f ms at least, any schedule: compute %.3f ms, at least %.1f MiB "
-      "in (%.3f ms), %.1f MiB out (%.3f ms), %.1f MiB both ways (%.3f ms)\n",
+      "in (%.3f ms), %.1f MiB out (%.3f ms), %.1f MiB both ways (%.3f ms), precedence %.3f ms\n",
       bound->us() / 1e3, bound->compute_us / 1e3, MiB(bound->bytes_in), bound->in_us / 1e3,
-      MiB(bound->bytes_out), bound->out_us / 1e3, MiB(bound->bytes_moved), bound->moved_us / 1e3);
+      MiB(bound->bytes_out), bound->out_us / 1e3, MiB(bound->bytes_moved), bound->moved_us / 1e3,
+      bound->precedence_us / 1e3);
   if (bound->us() > 0) {
     out << absl::StrFormat("x time bound        %12.2f (this run, drained, against the bound)\n",
                            r.drained_us / bound->us());

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
+#include "tools/precedence_bound.h"
 #include "tools/serving_bound.h"
 
 namespace stensor {
@@ -14,11 +16,21 @@ absl::StatusOr<StepBound> ComputeStepBound(const Workload& workload,
     return absl::InvalidArgumentError("bandwidths must be positive, kernel time at least 0");
   }
   StepBound bound;
-  for (const WorkloadOp& op : workload.ops) {
-    if (op.launch) bound.compute_us += op.compute_us.value_or(options.kernel_us);
+  std::vector<double> compute(workload.ops.size(), 0.0);
+  for (size_t i = 0; i < workload.ops.size(); ++i) {
+    const WorkloadOp& op = workload.ops[i];
+    if (op.launch) compute[i] = op.compute_us.value_or(options.kernel_us);
+    bound.compute_us += compute[i];
   }
   absl::StatusOr<KeepProblem> problem = BuildKeepProblem(workload, options.cap, options.serving);
   if (!problem.ok()) return problem.status();
+  const double d2h_gbps =
+      options.d2h_bandwidth_gbps > 0 ? options.d2h_bandwidth_gbps : options.bandwidth_gbps;
+  PrecedenceOptions precedence;
+  precedence.serving = options.serving;
+  precedence.in_us_per_byte = 1 / (options.bandwidth_gbps * 1e3);
+  precedence.out_us_per_byte = 1 / (d2h_gbps * 1e3);
+  bound.precedence_us = PrecedenceBoundUs(*problem, compute, precedence);
   if (options.serving) {
     // Serving every use is a schedule (it needs no room, writes nothing
     // back), so its bytes bound the search; and no schedule is forced to
@@ -59,8 +71,6 @@ absl::StatusOr<StepBound> ComputeStepBound(const Workload& workload,
     if (!out_bound.ok()) return out_bound.status();
     bound.bytes_out = out_bound->bytes_moved;
   }
-  const double d2h_gbps =
-      options.d2h_bandwidth_gbps > 0 ? options.d2h_bandwidth_gbps : options.bandwidth_gbps;
   bound.in_us = static_cast<double>(bound.bytes_in) / (options.bandwidth_gbps * 1e3);
   bound.out_us = static_cast<double>(bound.bytes_out) / (d2h_gbps * 1e3);
   bound.moved_us =

@@ -20,11 +20,15 @@
 // for that direction alone, and the time is a bound for every schedule:
 // the library's own plan included (ReplayResult::drained_us).
 //
-// What it leaves out: that the room for a swap-in exists only once the
-// swap-outs that make it have run, after the evicted buffers' last uses
-// (the precedence the cap forces), and a kernel's stall while the copy of
-// its buffer is in flight. Where the bytes are small beside the compute it
-// is the compute; where they dominate, the link.
+//   - the precedence the cap forces (tools/precedence_bound.h): a buffer
+//     not on the device when an operation starts is copied in after that
+//     start, so a window whose uses do not fit beside what the cap holds
+//     at its start lasts at least its forced bytes over the link, and
+//     windows follow one another.
+// What it leaves out: that a swap-in's room exists only once the
+// swap-outs that make it have run, and any coupling of the two directions
+// inside a window. Where the bytes are small beside the compute it is the
+// compute; where they dominate, the link.
 //
 // Thread-safety: reentrant.
 #ifndef STENSOR_TOOLS_STEP_BOUND_H_
@@ -61,7 +65,10 @@ struct StepBound {
   uint64_t bytes_out = 0;    // no schedule writes fewer back to the host
   uint64_t bytes_moved = 0;  // no schedule moves fewer both ways (and serves)
   double in_us = 0, out_us = 0, moved_us = 0;
-  double us() const { return std::max({compute_us, in_us, out_us, moved_us}); }
+  // The longest path of tools/precedence_bound.h: compute and each
+  // window's forced copies, one after the other.
+  double precedence_us = 0;
+  double us() const { return std::max({compute_us, in_us, out_us, moved_us, precedence_us}); }
 };
 
 // InvalidArgument for a bandwidth that is not positive or a negative kernel
