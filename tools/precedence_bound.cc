@@ -188,17 +188,25 @@ double PrecedenceBoundUs(const KeepProblem& problem, const std::vector<double>& 
   std::vector<double> ends(static_cast<size_t>(n) + 1, 0.0);
   auto reach = [&](int j, double at) { ends[j + 1] = std::max(ends[j + 1], at); };
   // One edge per key (next use): between two, the window's bytes stay and
-  // the ends only grow. `at(next, link_us)`: the end of `next` those bytes
-  // force.
+  // the ends only grow. `at(next, link_us, next_us)`: the end of `next` the
+  // window's bytes force (their time on the link; `next_us`: the link time
+  // of the candidates `next` uses, which it may read while it computes).
   auto edges = [&](std::vector<Item>& items, int64_t room, auto&& at) {
     std::sort(items.begin(), items.end(),
               [](const Item& a, const Item& b) { return a.key < b.key; });
     LeastEviction least(items);
     for (size_t i = 0; i < items.size();) {
       const int next = items[i].key;
-      for (; i < items.size() && items[i].key == next; ++i) least.Add(i);
+      double own = 0;
+      for (; i < items.size() && items[i].key == next; ++i) {
+        own += items[i].cost;
+        least.Add(i);
+      }
       const double bytes = least.Least(room);
-      if (bytes > 0) reach(next, at(next, bytes * options.in_us_per_byte));
+      if (bytes > 0) {
+        const double link_us = bytes * options.in_us_per_byte;
+        reach(next, at(next, link_us, own * options.in_us_per_byte));
+      }
     }
   };
   std::vector<Item> items;
@@ -211,28 +219,41 @@ double PrecedenceBoundUs(const KeepProblem& problem, const std::vector<double>& 
     const std::vector<int>& covered = covering.At(v);
     if (options.serving) {
       // With v's own buffers among the candidates: what v serves of them
-      // is read after its compute, before its end; the others' bytes come
-      // after that end, and before the next use's compute or (served)
-      // after it: that compute is on top either way.
+      // crosses while it runs (it ends no sooner than its compute and that
+      // read), the others' bytes after it ends.
       items.clear();
       for (; use < problem.uses.size() && problem.uses[use].point <= v; ++use) {
         if (problem.uses[use].point == v) AddServedItem(problem.uses[use], items);
       }
       if (!items.empty()) {
+        double own = 0;
+        for (const Item& item : items) own += item.cost;
+        const double own_us = own * options.in_us_per_byte;
         for (int g : covered) AddInItem(problem.gaps[g], items);
-        edges(items, problem.free_units[v], [&](int next, double link_us) {
-          return ends[v] + compute_us[v] + link_us + (next > v ? compute_us[next] : 0);
+        // v and `next` each hide under their compute at most what they
+        // read themselves; the rest crosses between them.
+        edges(items, problem.free_units[v], [&](int next, double link_us, double next_us) {
+          if (next == v) return ends[v] + std::max(compute_us[v], link_us);
+          const double at_v = std::min({own_us, link_us, compute_us[v]});
+          const double at_next = std::min({next_us, link_us - at_v, compute_us[next]});
+          return ends[v] + compute_us[v] + compute_us[next] + (link_us - at_v - at_next);
         });
       }
     }
     // ends[v + 1] is final now: every edge into it starts at v or before.
     // A buffer v does not use that is not on the device while v runs is
     // copied in (or served) after v ends: decisions fall between
-    // operations, and it held no room to be copied into before.
+    // operations, and it held no room to be copied into before. Copied,
+    // it is in before its use starts; served, it crosses while its use
+    // runs. So `next` computes after all of them but its own served bytes.
     items.clear();
     for (int g : covered) AddInItem(problem.gaps[g], items);
     edges(items, RoomAt(problem, options.serving, v),
-          [&](int next, double link_us) { return ends[v + 1] + link_us + compute_us[next]; });
+          [&](int next, double link_us, double next_us) {
+            const double hidden =
+                options.serving ? std::min({next_us, link_us, compute_us[next]}) : 0;
+            return ends[v + 1] + link_us - hidden + compute_us[next];
+          });
   }
   double drained = ends[n];
   if (options.serving || !(options.out_us_per_byte > 0)) return drained;

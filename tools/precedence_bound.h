@@ -11,19 +11,21 @@
 // v's own buffers; with serving the cap less the plain allocations, v's own
 // buffers among the candidates, since v may read them over the link); a
 // copy in starts no earlier than the decision that issues it; an operation
-// starts once its copies in are done, and reads what it serves after its
-// compute.
+// starts once its copies in are done, and reads what it serves while it
+// computes, lasting the longer of the two.
 //
 // The windows. A buffer v does not use, not on the device while v runs,
 // whose next use u needs its bytes (KeepGap::swap_in), has them cross the
 // host-to-device engine after v ends: copied before u starts, or served
-// once u has computed. So the bytes crossing between the end of v and the
-// start of j's compute, plus j's compute, bound end(j) - end(v), where the
-// bytes are at least the least cost of leaving out, fractionally, enough
-// of the buffers next used by j or before to fit the rest in room(v) (a
-// fractional knapsack: BytesInWindow). With serving, a second edge starts
-// at v's start: v's own buffers join the candidates at the cap less the
-// plain allocations, and what v serves comes after its compute.
+// while u runs. So the bytes crossing between the end of v and the end of
+// j, where the bytes are at least the least cost of leaving out,
+// fractionally, enough of the buffers next used by j or before to fit the
+// rest in room(v) (a fractional knapsack: BytesInWindow), and j's compute
+// bound end(j) - end(v): j computes after all of them but what it reads
+// itself while it computes (at most its compute). With serving, a second
+// edge starts at v's start: v's own buffers join the candidates at the
+// cap less the plain allocations, and v and j each hide under their
+// compute at most what they read themselves.
 //
 // The write-backs. Without serving, a buffer not on the device at point k
 // although its last write was by operation w < k was written back after w

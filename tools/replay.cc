@@ -100,12 +100,14 @@ class Simulator {
       result_.compute_us += compute;
       now_ = start + compute;
       if (served_bytes_ > 0) {
-        // What it read in host memory, over the link once it ran (as the
-        // fake driver charges it), behind the swap-ins queued there.
-        const double link_start = std::max(now_, h2d_free_);
+        // What it reads in host memory crosses the link while it runs, from
+        // its start or once the swap-ins queued there are done; it ends
+        // with the later of its compute and the link (as the fake driver
+        // charges it, as a GPU streams zero-copy reads).
+        const double link_start = std::max(start, h2d_free_);
         h2d_free_ = link_start + served_bytes_ * us_per_byte_;
-        result_.serve_us += h2d_free_ - now_;
-        now_ = h2d_free_;
+        result_.serve_us += std::max(0.0, h2d_free_ - now_);
+        now_ = std::max(now_, h2d_free_);
         served_bytes_ = 0;
       }
       if (options_.prefetch && noted_) Plan();

@@ -19,8 +19,10 @@
 // cap) is born in host memory. Only buffers that cannot be swapped and do
 // not fit are out of memory. In the time model a served buffer's bytes are
 // read over the link by the operation, whole (the library does not know
-// which pages a kernel touches), on the host-to-device engine after its
-// compute, as the fake driver charges it (FAKECUDA_LINK).
+// which pages a kernel touches), on the host-to-device engine from the
+// operation's start (or once the engine is free), and the operation lasts
+// the longer of its compute and that read, as the fake driver charges it
+// (FAKECUDA_LINK).
 //
 // On top, a time model of the compute stream: each launch computes for
 // `kernel_us` (or its record's `compute_us`); swaps use one copy engine per
@@ -104,7 +106,7 @@ struct ReplayResult {
   // Time model, microseconds.
   double compute_us = 0;
   double stall_us = 0;
-  double serve_us = 0;  // operations reading served bytes over the link
+  double serve_us = 0;  // operations' reading of served bytes beyond their compute
   // When the last operation and every copy queued have finished: the
   // compute stream's end (compute, stall and serving) or a copy engine's,
   // if later (write-backs nothing waited for).

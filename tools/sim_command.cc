@@ -295,7 +295,7 @@ void PrintResult(const ReplayResult& r, std::ostream& out) {
                          r.stall_us / 1e3);
   out << absl::StrFormat(
       "serving             %12.3f ms (operations reading served bytes over "
-      "the link)\n",
+      "the link beyond their compute)\n",
       r.serve_us / 1e3);
   out << absl::StrFormat(
       "drained             %12.3f ms (the last operation done and every queued copy)\n",
