@@ -95,9 +95,10 @@ TEST(SimCommandTest, CompareTableHasEveryRowAndTheBound) {
   std::ostringstream out, err;
   ASSERT_EQ(RunSim({path, "--limit", "50%", "--compare"}, out, err), 0) << err.str();
   const std::string text = out.str();
-  for (const char* row : {"lru      off", "lru      on", "version  off", "version  on",
-                          "belady   off", "belady   on", "oracle   off", "exact    -", "LP bound -",
-                          "the optimum moves", "x time", "x time: each run's modelled time"}) {
+  for (const char* row :
+       {"lru      off", "lru      on", "version  off", "version  on", "belady   off", "belady   on",
+        "oracle   off", "exact    -", "LP bound -", "the optimum moves", "x time",
+        "x time: each run's modelled time", "exact, timed: its schedule drains at"}) {
     EXPECT_NE(text.find(row), std::string::npos) << row << " missing in\n" << text;
   }
   // One policy: its time against the bound. Each launch reads and writes
