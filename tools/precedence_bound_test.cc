@@ -156,6 +156,7 @@ Brute BruteForce(const KeepProblem& p) {
 TEST(PrecedenceBoundTest, WindowsBoundBruteForceAndTheTimeBoundsEveryReplay) {
   std::mt19937 rng(77);
   int checked = 0, in_positive = 0, in_tight = 0, out_positive = 0, binds = 0, replays = 0;
+  size_t split_total = 0;
   for (int trial = 0; trial < 300; ++trial) {
     TestLog log;
     std::vector<uint64_t> live;
@@ -193,14 +194,20 @@ TEST(PrecedenceBoundTest, WindowsBoundBruteForceAndTheTimeBoundsEveryReplay) {
     }
     // The path bounds every policy's modelled time, copies drained, with and
     // without serving, whatever the link's speed against the compute.
+    // With serving, as `stensor sim` replays it: allocations larger than a
+    // granule held as pieces of one.
+    size_t split = 0;
+    const Workload pieces = SplitIntoPieces(*workload, cap, &split);
+    split_total += split;
     for (bool serving : {false, true}) {
+      const Workload& replayed = serving ? pieces : *workload;
       StepBoundOptions options;
       options.cap = cap;
       options.serving = serving;
       options.bandwidth_gbps = 2 + rng() % 30;
       options.d2h_bandwidth_gbps = rng() % 2 ? 4 : 0;
       options.kernel_us = rng() % 3 == 0 ? 20 : 150;
-      absl::StatusOr<StepBound> bound = ComputeStepBound(*workload, options);
+      absl::StatusOr<StepBound> bound = ComputeStepBound(replayed, options);
       ASSERT_TRUE(bound.ok()) << "trial " << trial << ": " << bound.status();
       binds += bound->precedence_us >
                1.0001 * std::max({bound->compute_us, bound->in_us, bound->out_us, bound->moved_us});
@@ -217,7 +224,7 @@ TEST(PrecedenceBoundTest, WindowsBoundBruteForceAndTheTimeBoundsEveryReplay) {
         replay.bandwidth_gbps = options.bandwidth_gbps;
         replay.d2h_bandwidth_gbps = options.d2h_bandwidth_gbps;
         replay.kernel_us = options.kernel_us;
-        absl::StatusOr<ReplayResult> r = Replay(*workload, replay);
+        absl::StatusOr<ReplayResult> r = Replay(replayed, replay);
         ASSERT_TRUE(r.ok()) << "trial " << trial << ": " << r.status();
         ++replays;
         EXPECT_LE(bound->us(), r->drained_us * (1 + 1e-9))
@@ -229,6 +236,7 @@ TEST(PrecedenceBoundTest, WindowsBoundBruteForceAndTheTimeBoundsEveryReplay) {
   }
   EXPECT_GT(checked, 100);
   EXPECT_GT(replays, 800);
+  EXPECT_GT(split_total, 50u);  // pieces replayed and bounded
   // Not vacuous: windows force bytes, often exactly the brute force's, the
   // write-backs too, and the path exceeds every byte total in many runs.
   EXPECT_GT(in_positive, 50);
