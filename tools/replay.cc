@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/status/status.h"
@@ -236,6 +237,9 @@ class Simulator {
    public:
     Room(Simulator& sim, uint64_t need) : sim_(sim), need_(need) {}
     bool Fits() override { return sim_.used_ <= sim_.options_.cap - need_; }
+    Outcome Reclaim() override {
+      return sim_.ReleaseEmptySlab() ? Outcome::kProgress : Outcome::kNothing;
+    }
     bool DropOneClean(bool spend_prefetched) override {
       return sim_.DropOneClean(spend_prefetched);
     }
@@ -287,9 +291,34 @@ class Simulator {
     swapped_out_ = true;
   }
 
+  // The slab kept empty for the next small allocation, released when room
+  // is needed (MemoryManager's Reclaim step, ReleaseEmptySlabs): its memory
+  // goes with no copy, and a small allocation placed there later finds a
+  // fresh slab, never written (the library makes a new one).
+  bool ReleaseEmptySlab() {
+    for (uint64_t id : empty_slabs_) {
+      SimBuffer& slab = State(id);
+      if (!slab.resident) continue;
+      used_ -= slab.info->charge;
+      slab.resident = false;
+      slab.location = Location::kCpuOnly;
+      slab.written = false;
+      slab.has_host_copy = false;
+      slab.host_version = slab.gpu_version = ++version_;
+      TellPlanner(slab);
+      fetched_.erase(id);
+      Reindex(slab);
+      return true;
+    }
+    return false;
+  }
+
   absl::Status Alloc(const WorkloadOp& op) {
     SimBuffer& b = State(op.buffer);
-    if (b.info->in_slab != 0) State(b.info->in_slab).live_bytes += SlabSpan(b.info->bytes);
+    if (b.info->in_slab != 0) {
+      State(b.info->in_slab).live_bytes += SlabSpan(b.info->bytes);
+      empty_slabs_.erase(b.info->in_slab);
+    }
     b.live = true;
     b.serial = ++serial_;
     b.gpu_version = ++version_;
@@ -332,7 +361,12 @@ class Simulator {
 
   void Free(const WorkloadOp& op) {
     SimBuffer& b = State(op.buffer);
-    if (b.info->in_slab != 0) State(b.info->in_slab).live_bytes -= SlabSpan(b.info->bytes);
+    if (b.info->in_slab != 0) {
+      SimBuffer& slab = State(b.info->in_slab);
+      slab.live_bytes -= SlabSpan(b.info->bytes);
+      if (slab.live_bytes == 0 && slab.live) empty_slabs_.insert(b.info->in_slab);
+    }
+    if (b.info->slab) empty_slabs_.erase(op.buffer);
     if (b.resident) used_ -= b.info->charge;
     Unindex(b);
     const uint64_t group = b.info->group;
@@ -644,6 +678,7 @@ class Simulator {
   size_t op_ = 0;
   std::vector<std::vector<uint64_t>> future_;  // ReplayOptions::oracle
   uint64_t used_ = 0;
+  absl::btree_set<uint64_t> empty_slabs_;  // live slabs holding no allocation
   uint64_t clock_ = 0;
   uint64_t version_ = 0;
   uint64_t serial_ = 0;

@@ -1,7 +1,8 @@
 // Replay: runs a Workload under a device-memory cap with the decisions of the
 // memory manager, made by the library's own code in policy/ (linked, not
-// copied): the S401-S405 loop (MakeRoomLoop: under `version`, drop clean
-// buffers least recently used first, then garbage, then evict by the
+// copied): the S401-S405 loop (MakeRoomLoop: the empty slab kept for the
+// next small allocation released first, then under `version` clean buffers
+// dropped least recently used first, then garbage, then evictions by the
 // policy), the eviction orders over each buffer's S03 fields
 // (EvictionOrder, O(log n) an eviction however many buffers are live), the
 // planner and the application of its actions (ApplyPlan), the choice to

@@ -439,6 +439,40 @@ TEST(ReplayTest, SmallAllocationsPackedIntoSlabsMoveTheirLiveBytes) {
   EXPECT_GT(plain->born_on_host, 0u);
 }
 
+// The slab kept empty for the next small allocation is released when room
+// is needed, as the library's MakeRoom does first (no copy: it holds
+// nothing), and the small allocation that lands there later finds a fresh
+// slab: brought in with no copy, where a slab kept as it was, written
+// before, would copy its live bytes in.
+TEST(ReplayTest, TheEmptySlabKeptGoesWhenRoomIsNeededAndComesBackFresh) {
+  constexpr uint64_t kQuarter = 256 * 1024;  // eight to a slab
+  TestLog log;
+  std::vector<uint64_t> full;
+  for (int i = 0; i < 8; ++i) full.push_back(log.Alloc(kQuarter));
+  for (uint64_t id : full) log.Launch({}, {id});
+  const uint64_t b = log.Alloc(kQuarter);  // a second slab
+  log.Launch({}, {b});
+  log.Free(b);                             // empty, kept
+  const uint64_t x = log.Alloc(2 * kMiB);  // no room beside both slabs
+  log.Launch({}, {x});
+  const uint64_t c = log.Alloc(kQuarter);  // in the second slab again
+  log.Launch({c}, {c});
+  absl::StatusOr<Workload> workload = ParseWorkload(log.Text());
+  ASSERT_TRUE(workload.ok()) << workload.status();
+  const Workload slabs = PackIntoSlabs(*workload);
+  ASSERT_EQ(slabs.buffers.at(b).in_slab, slabs.buffers.at(c).in_slab);
+  std::unique_ptr<EvictionPolicy> policy = MakeVersionPolicy();
+  ReplayOptions options;
+  options.cap = 4 * kMiB;
+  options.policy = policy.get();
+  absl::StatusOr<ReplayResult> r = Replay(slabs, options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->bytes_in, 0u);
+  EXPECT_EQ(r->swap_ins_never_written, 1u) << "the fresh slab, for c";
+  // Made room for x with no copy out: the first slab's eight blocks stay.
+  EXPECT_EQ(r->bytes_out, 2 * kMiB) << "x or the first slab, for the fresh one";
+}
+
 // STENSOR_SLABS=auto as the sim replays it: small allocations stay outside
 // slabs, counted, frees uncounted, until those held reach an eighth of the
 // cap; every later one is packed, whatever is freed meanwhile.
