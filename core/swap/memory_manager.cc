@@ -52,27 +52,20 @@ using memory_manager_internal::Seconds;
 
 void MemoryManager::Unindex(Buffer& b) { DeviceState(b.device).order.Remove(b); }
 
-void MemoryManager::Reindex(Buffer& b) {
-  // Every change of residency passes here: the planner hears of it.
-  if (!b.resident()) b.prefetched = false;
-  if (planner_ != nullptr && b.vmm && !b.garbage) {
-    // A group is resident to the planner while every piece is.
-    bool& told =
-        b.group != nullptr && b.group->id != 0 ? b.group->planner_resident : b.planner_resident;
-    const bool resident =
-        b.group != nullptr && b.group->id != 0 ? GroupResident(*b.group) : b.resident();
-    if (told != resident) {
-      told = resident;
-      if (resident) {
-        planner_->OnResident(PlannerId(b));
-      } else {
-        planner_->OnEvicted(PlannerId(b));
-      }
+void MemoryManager::TellPlannerResidency(Buffer& b) {
+  // A group is resident to the planner while every piece is.
+  bool& told =
+      b.group != nullptr && b.group->id != 0 ? b.group->planner_resident : b.planner_resident;
+  const bool resident =
+      b.group != nullptr && b.group->id != 0 ? GroupResident(*b.group) : b.resident();
+  if (told != resident) {
+    told = resident;
+    if (resident) {
+      planner_->OnResident(PlannerId(b));
+    } else {
+      planner_->OnEvicted(PlannerId(b));
     }
   }
-  // Pins, failed rounds and idleness change all the time: checked when an
-  // eviction looks, not kept here.
-  DeviceState(b.device).order.Update(b, b.vmm && b.resident() && !b.garbage && !b.exported);
 }
 
 std::string MemoryManager::MissingEntryPoints(const Driver& d) {

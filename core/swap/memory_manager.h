@@ -44,6 +44,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/types/span.h"
 #include "core/base/config.h"
@@ -615,7 +616,9 @@ class MemoryManager {
   // tells it, and the planner, after any change to `b`'s fields (re-keyed
   // when an eviction next reads the order); Unindex takes `b` out before it
   // is destroyed.
-  void Reindex(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Reindex(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // inline: every use passes here
+  // Reindex's news for the planner: a change of residency.
+  void TellPlannerResidency(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unindex(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Re-keys the buffer when the scope ends, however it ends.
   class ReindexAtExit;
@@ -894,6 +897,10 @@ class MemoryManager {
   // records its own event (RecordUse). NoteMarkedUse points a buffer's
   // entry for that stream at the mark's record just made (`recorded`:
   // whether the driver took it).
+  struct MarkRing;
+  // The ring of `key`, null if none; EraseRing takes one out.
+  MarkRing* FindRing(std::pair<CUstream, uint64_t> key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EraseRing(std::pair<CUstream, uint64_t> key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   StreamMark* TakeMark(std::pair<CUstream, uint64_t> key, CUstream stream, int device)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // How an operation's uses are marked: by a record just made, by none (the
@@ -1191,7 +1198,10 @@ class MemoryManager {
     CUstream stream = nullptr;  // the handle `ahead` is recorded on
   };
   bool any_ahead_ ABSL_GUARDED_BY(mu_) = false;  // some ring's `ahead` is set (or was)
-  absl::flat_hash_map<std::pair<CUstream, uint64_t>, MarkRing> mark_rings_ ABSL_GUARDED_BY(mu_);
+  absl::node_hash_map<std::pair<CUstream, uint64_t>, MarkRing> mark_rings_ ABSL_GUARDED_BY(mu_);
+  // The ring found last (FindRing), until erased.
+  std::pair<CUstream, uint64_t> ring_memo_key_ ABSL_GUARDED_BY(mu_);
+  MarkRing* ring_memo_ ABSL_GUARDED_BY(mu_) = nullptr;
   // Host copies: made, counted against the host limit, kept for reuse
   // (its own lock, taken inside mu_).
   HostStore host_store_{driver_};

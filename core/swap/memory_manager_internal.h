@@ -237,6 +237,15 @@ inline MemoryManager::Device& MemoryManager::DeviceState(int ordinal) {
   return AddDeviceState(ordinal);
 }
 
+inline void MemoryManager::Reindex(Buffer& b) {
+  // Every change of residency passes here: the planner hears of it.
+  if (!b.resident()) b.prefetched = false;
+  if (planner_ != nullptr && b.vmm && !b.garbage) TellPlannerResidency(b);
+  // Pins, failed rounds and idleness change all the time: checked when an
+  // eviction looks, not kept here.
+  DeviceState(b.device).order.Update(b, b.vmm && b.resident() && !b.garbage && !b.exported);
+}
+
 class MemoryManager::ReindexAtExit {
  public:
   ReindexAtExit(MemoryManager* mm, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm->mu_)

@@ -106,14 +106,29 @@ MemoryManager::Use* MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stre
   return u;
 }
 
+MemoryManager::MarkRing* MemoryManager::FindRing(std::pair<CUstream, uint64_t> key) {
+  // An operation's stream is most often the last one's: looked up once.
+  if (ring_memo_ != nullptr && ring_memo_key_ == key) return ring_memo_;
+  auto found = mark_rings_.find(key);
+  if (found == mark_rings_.end()) return nullptr;
+  ring_memo_key_ = key;
+  ring_memo_ = &found->second;
+  return ring_memo_;
+}
+
+void MemoryManager::EraseRing(std::pair<CUstream, uint64_t> key) {
+  if (ring_memo_key_ == key) ring_memo_ = nullptr;
+  mark_rings_.erase(key);
+}
+
 StreamMark* MemoryManager::TakeMark(std::pair<CUstream, uint64_t> key, CUstream stream,
                                     int device) {
-  auto found = mark_rings_.find(key);
-  if (found == mark_rings_.end()) {
+  MarkRing* found = FindRing(key);
+  if (found == nullptr) {
     if (mark_rings_.size() >= kMaxMarkStreams) return nullptr;
-    found = mark_rings_.try_emplace(key).first;
+    found = &mark_rings_.try_emplace(key).first->second;  // a node map: pointers stay
   }
-  MarkRing& ring = found->second;
+  MarkRing& ring = *found;
   if (!ring.marks.empty()) {
     // The oldest record: taken again once complete, so that every use
     // still holding it is known done; with the ring full, at once (its
@@ -132,7 +147,7 @@ StreamMark* MemoryManager::TakeMark(std::pair<CUstream, uint64_t> key, CUstream 
   CUevent event = nullptr;
   CUcontext home = nullptr;
   if (CreateStreamEvent(DeviceState(device), stream, &event, &home) != CUDA_SUCCESS) {
-    if (ring.marks.empty()) mark_rings_.erase(found);
+    if (ring.marks.empty()) EraseRing(key);
     return nullptr;
   }
   auto mark = std::make_unique<StreamMark>();
@@ -151,10 +166,10 @@ StreamMark* MemoryManager::MarkOperation(std::pair<CUstream, uint64_t> key, CUst
   // destroys: SettleAhead may record there later, when the program names
   // no stream; one the program made may be gone by then.
   defer = defer && NamesCurrentContextStream(stream);
-  auto found = mark_rings_.find(key);
+  MarkRing* found = FindRing(key);
   StreamMark* mark = nullptr;
-  if (found != mark_rings_.end() && found->second.ahead != nullptr) {
-    MarkRing& ring = found->second;
+  if (found != nullptr && found->ahead != nullptr) {
+    MarkRing& ring = *found;
     mark = ring.ahead;
     ++mark->gen;  // the record that will cover this operation
     if (defer && ++ring.deferred < kDeferredRecords) {
@@ -177,7 +192,7 @@ StreamMark* MemoryManager::MarkOperation(std::pair<CUstream, uint64_t> key, CUst
     // The next operations' uses wait for the next record of another mark
     // (the ring's turn), so that this record's completion still tells.
     if (StreamMark* next = TakeMark(key, stream, device); next != nullptr && next != mark) {
-      MarkRing& ring = mark_rings_[key];
+      MarkRing& ring = *FindRing(key);  // TakeMark found or made it
       ring.ahead = next;
       ring.stream = stream;
       any_ahead_ = true;
@@ -572,6 +587,7 @@ void MemoryManager::AfterContextEnds(CUcontext ctx, bool ended) {
   for (auto it = mark_rings_.begin(); it != mark_rings_.end();) {
     const std::vector<std::unique_ptr<StreamMark>>& marks = it->second.marks;
     if (!marks.empty() && marks.front()->context == ctx) {
+      if (&it->second == ring_memo_) ring_memo_ = nullptr;
       mark_rings_.erase(it++);
     } else {
       ++it;
