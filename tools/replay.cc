@@ -294,7 +294,8 @@ class Simulator {
   // The slab kept empty for the next small allocation, released when room
   // is needed (MemoryManager's Reclaim step, ReleaseEmptySlabs): its memory
   // goes with no copy, and a small allocation placed there later finds a
-  // fresh slab, never written (the library makes a new one).
+  // fresh slab, never written and new to the planner (the library frees the
+  // slab and makes a new one).
   bool ReleaseEmptySlab() {
     for (uint64_t id : empty_slabs_) {
       SimBuffer& slab = State(id);
@@ -305,7 +306,7 @@ class Simulator {
       slab.written = false;
       slab.has_host_copy = false;
       slab.host_version = slab.gpu_version = ++version_;
-      TellPlanner(slab);
+      planner_->OnFreed(id);  // the library frees it: a new buffer when made again
       fetched_.erase(id);
       Reindex(slab);
       return true;

@@ -22,13 +22,12 @@
 # under the share) none in either, its bytes identical as with slabs off.
 #
 # transformer_train --steps 6 at 50 % (stream-ordered temporaries,
-# allocations in pieces), every policy with prefetch off, and at 75 %
-# `version` and `lru` with small allocations packed from the onset
-# (STENSOR_SLABS=auto: room comes from releasing the empty slab kept, and
-# a small allocation then finds a fresh one): identical bytes
+# allocations in pieces), every policy with prefetch off, at 50 % and at
+# 75 % with small allocations packed from the onset (STENSOR_SLABS=auto:
+# room comes from releasing the empty slab kept, and a small allocation
+# then finds a fresh one, a new buffer to the planner): identical bytes
 # on a fake device that has run each operation when its call returns
-# (FAKECUDA_SYNC=1). (`belady` at 75 % differs: the library's fresh slab is
-# a new buffer to the predictor, the replay's the same one again.) The replay takes every free and every operation as
+# (FAKECUDA_SYNC=1). The replay takes every free and every operation as
 # done at once; on a device that lags, when the library sees a
 # stream-ordered free settle or a served buffer's launch end is timing, an
 # input the replay does not have (two runs of the library then differ too).
@@ -110,5 +109,5 @@ packed() {
 packed 25%
 packed 100%
 FAKECUDA_SYNC=1 check transformer 50% "version:off lru:off belady:off" -- "$transformer" --steps 6
-FAKECUDA_SYNC=1 check transformer75 75% "version:off:auto lru:off:auto" -- "$transformer" --steps 6
+FAKECUDA_SYNC=1 check transformer75 75% "version:off:auto lru:off:auto belady:off:auto" -- "$transformer" --steps 6
 echo "PASS"
