@@ -15,6 +15,15 @@ namespace {
 
 constexpr uint64_t kMiB = TestLog::kMiB;
 
+// A workload as given (no pieces), `version` at `cap`.
+absl::StatusOr<ReplayResult> ReplayVersion(const Workload& workload, uint64_t cap) {
+  std::unique_ptr<EvictionPolicy> policy = MakeVersionPolicy();
+  ReplayOptions options;
+  options.cap = cap;
+  options.policy = policy.get();
+  return Replay(workload, options);
+}
+
 absl::StatusOr<ReplayResult> Sim(const std::string& log, uint64_t cap, bool lru = false,
                                  double bandwidth_gbps = 16, bool belady = false,
                                  bool prefetch = false, bool planned_evictions = false,
@@ -422,11 +431,7 @@ TEST(ReplayTest, SmallAllocationsPackedIntoSlabsMoveTheirLiveBytes) {
 
   // One slab fits: the first slab goes out whole when the second is made
   // (eight live blocks), and then each switch copies four, 1 MiB.
-  std::unique_ptr<EvictionPolicy> policy = MakeVersionPolicy();
-  ReplayOptions options;
-  options.cap = 2 * kMiB;
-  options.policy = policy.get();
-  absl::StatusOr<ReplayResult> r = Replay(slabs, options);
+  absl::StatusOr<ReplayResult> r = ReplayVersion(slabs, 2 * kMiB);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_GT(r->swap_outs, 1u);
   EXPECT_EQ(r->bytes_out, 2 * kMiB + (r->swap_outs - 1) * 4 * kQuarter);
@@ -434,7 +439,7 @@ TEST(ReplayTest, SmallAllocationsPackedIntoSlabsMoveTheirLiveBytes) {
   EXPECT_EQ(r->born_on_host, 0u);
   // Without slabs, small allocations that find the cap full are each a
   // granule born in host memory.
-  absl::StatusOr<ReplayResult> plain = Replay(*workload, options);
+  absl::StatusOr<ReplayResult> plain = ReplayVersion(*workload, 2 * kMiB);
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_GT(plain->born_on_host, 0u);
 }
@@ -461,11 +466,7 @@ TEST(ReplayTest, TheEmptySlabKeptGoesWhenRoomIsNeededAndComesBackFresh) {
   ASSERT_TRUE(workload.ok()) << workload.status();
   const Workload slabs = PackIntoSlabs(*workload);
   ASSERT_EQ(slabs.buffers.at(b).in_slab, slabs.buffers.at(c).in_slab);
-  std::unique_ptr<EvictionPolicy> policy = MakeVersionPolicy();
-  ReplayOptions options;
-  options.cap = 4 * kMiB;
-  options.policy = policy.get();
-  absl::StatusOr<ReplayResult> r = Replay(slabs, options);
+  absl::StatusOr<ReplayResult> r = ReplayVersion(slabs, 4 * kMiB);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->bytes_in, 0u);
   EXPECT_EQ(r->swap_ins_never_written, 1u) << "the fresh slab, for c";
