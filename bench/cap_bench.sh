@@ -23,6 +23,11 @@
 #   - without FAKECUDA_LINK: the capped run's extra time per MiB moved
 #     against twice this machine's warm memcpy cost per MiB (a 64 MiB copy,
 #     timed in the same run).
+#   - the launch path first (scripts/bench.sh): instructions added per
+#     cuLaunchKernel uncapped, under a cap that does not bind and one that
+#     does, and the wall time added, uncapped and capped;
+#   - the library's bytes per step against the fewest any schedule of whole
+#     buffers moves (`stensor sim`'s LP bound on the uncapped logs).
 # Prints one markdown table and the commands used. A measurement, not a
 # test: exits 0 when targets are missed, and a failed run is reported and
 # skipped, not fatal.
@@ -181,6 +186,42 @@ for _ in range(15):
 memcpy_ms_per_mib = statistics.median(copies) * 1e3 / 64
 del src, dst
 
+# Phase 0: the launch path (scripts/bench.sh): instructions per launch under
+# callgrind, uncapped and under a cap that does not bind (8 GiB: small,
+# new-words and swappable buffers) or binds (1 GiB, its fourth count); wall
+# per launch, medians of the benchmark's repetitions, uncapped and capped.
+launch = {}  # (cap label, what) -> value
+def bench_sh(args, env_extra):
+    env = dict(os.environ)
+    env.update(env_extra)
+    try:
+        p = subprocess.run(["scripts/bench.sh"] + args, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, universal_newlines=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return None
+    return p.stdout if p.returncode == 0 else None
+added_re = re.compile(r"^\s*added by the launch hook\s+" + number + r"( ns)?", re.M)
+for cap_label, env_extra in (("none", {}), ("8 GiB", {"STENSOR_MEMORY_LIMIT": "8GiB"})):
+    shown = "STENSOR_MEMORY_LIMIT=8GiB " if env_extra else ""
+    out = bench_sh(["--instructions"], env_extra)
+    counts = [float(m.group(1)) for m in added_re.finditer(out)] if out else []
+    if len(counts) >= 3:
+        for what, value in zip(("small", "new words", "swappable", "binding"), counts):
+            launch[(cap_label if what != "binding" else "1 GiB", "instructions, " + what)] = value
+        commands.setdefault(("launch", "instructions " + cap_label),
+                            shown + "scripts/bench.sh --instructions")
+    else:
+        failures.append("launch path, cap %s: no instruction counts (valgrind missing?)" % cap_label)
+    out = bench_sh(["--benchmark_repetitions=5"], env_extra)
+    walls = [float(m.group(1)) for m in added_re.finditer(out)] if out else []
+    if len(walls) >= 2:
+        launch[(cap_label, "wall, same words")] = walls[0]
+        launch[(cap_label, "wall, new words")] = walls[1]
+        commands.setdefault(("launch", "wall " + cap_label),
+                            shown + "scripts/bench.sh --benchmark_repetitions=5")
+    else:
+        failures.append("launch path, cap %s: no wall times" % cap_label)
+
 # Phase 1: the working sets, then uncapped and capped without a link model.
 working_set = {}
 for name, argv in programs:
@@ -286,6 +327,9 @@ bound_re = re.compile(r"^time bound\s+[0-9.]+ ms at least.*compute " + number + 
                       + number + r" ms\), " + number + r" MiB both ways \(" + number + r" ms\), precedence "
                       + number + r" ms", re.M)
 time_bound = {}  # (name, cap) -> (bound, compute, in, out, both ways, precedence) per step, seconds
+# The fewest bytes any schedule of whole buffers moves (the sim's LP bound).
+optimum_re = re.compile(r"^optimum\s+([0-9]+) bytes", re.M)
+optimum_bytes = {}  # (name, cap) -> {length: bytes}
 for name, argv in active:
     caps_here = [cap for cap in caps if (name, cap) in bandwidth]
     uncapped = summary[(name, "uncapped")]["step"]
@@ -333,6 +377,9 @@ for name, argv in active:
                 break
             # compute, in, out, both ways, precedence (ms)
             terms[length] = [float(m.group(i)) for i in (1, 3, 5, 7, 8)]
+            o = optimum_re.search(p.stdout)
+            if o is not None:
+                optimum_bytes.setdefault((name, cap), {})[length] = float(o.group(1))
         if len(terms) < 2:
             continue
         step = [(b - a) / steps / 1e3 for a, b in zip(terms[steps], terms[2 * steps])]
@@ -345,6 +392,17 @@ rows = []
 def row(program, cap, figure, value, target="", ok=None):
     rows.append((program, cap, figure, value, target, verdict(ok) if target else ""))
 
+
+for (cap_label, what), value in sorted(launch.items(), key=lambda kv: ("none 8 GiB 1 GiB".index(kv[0][0]), kv[0][1])):
+    if what.startswith("instructions"):
+        target = "" if cap_label == "1 GiB" else ("<= 700" if cap_label == "none" else "<= 1,400")
+        limit = 700 if cap_label == "none" else 1400
+        row("launch path", cap_label, what + " added per launch", "%.0f" % value, target,
+            None if not target else value <= limit)
+    else:
+        target = "<= 60 ns" if cap_label == "none" else ""
+        row("launch path", cap_label, what + " added per launch", "%.1f ns" % value, target,
+            None if not target else value <= 60)
 
 for name, argv in active:
     u = summary[(name, "uncapped")]
@@ -367,6 +425,12 @@ for name, argv in active:
         row(name, label, "step time, no link", fmt(cs and cs * 1e3, " ms") +
             ("" if not (cs and us) else " (x%.1f)" % (cs / us)))
         row(name, label, "moved per step", fmt(s["moved_mib"], " MiB"))
+        ob = optimum_bytes.get((name, cap), {})
+        if steps in ob and 2 * steps in ob:
+            opt_mib = (ob[2 * steps] - ob[steps]) / steps / MIB
+            ratio = "" if not (s["moved_mib"] and opt_mib > 0) else " (moved x%.2f)" % (s["moved_mib"] / opt_mib)
+            row(name, label, "fewest bytes any schedule moves per step (whole buffers; served bytes not in moved)",
+                "%.1f MiB%s" % (opt_mib, ratio))
         wait_pct = None if s["wait"] is None or not cs else 100 * s["wait"] / cs
         row(name, label, "host wait, no link", fmt(wait_pct, " %"), "<= 5 %", None if wait_pct is None else wait_pct <= 5)
         calls = None if s["creates"] is None or s["releases"] is None else s["creates"] + s["releases"]
