@@ -23,9 +23,9 @@
 #   - without FAKECUDA_LINK: the capped run's extra time per MiB moved
 #     against twice this machine's warm memcpy cost per MiB (a 64 MiB copy,
 #     timed in the same run).
-#   - the launch path first (scripts/bench.sh): instructions added per
-#     cuLaunchKernel uncapped, under a cap that does not bind and one that
-#     does, and the wall time added, uncapped and capped;
+#   - the launch path first (scripts/bench.sh): instructions and wall time
+#     added per cuLaunchKernel uncapped, under a cap that does not bind and
+#     one that does;
 #   - the library's bytes per step against the fewest any schedule of whole
 #     buffers moves (`stensor sim`'s LP bound on the uncapped logs).
 # Prints one markdown table and the commands used. A measurement, not a
@@ -221,6 +221,17 @@ for cap_label, env_extra in (("none", {}), ("8 GiB", {"STENSOR_MEMORY_LIMIT": "8
                             shown + "scripts/bench.sh --benchmark_repetitions=5")
     else:
         failures.append("launch path, cap %s: no wall times" % cap_label)
+# Wall with the swappable buffers: under 8 GiB (the cap does not bind) and
+# under 1 GiB (it binds: half of them out, the launches' own resident).
+for cap_label, limit, what in (("8 GiB", "8GiB", "wall, swappable"), ("1 GiB", "1GiB", "wall, binding")):
+    out = bench_sh(["--benchmark_repetitions=5", "--swappable"], {"STENSOR_MEMORY_LIMIT": limit})
+    walls = [float(m.group(1)) for m in added_re.finditer(out)] if out else []
+    if walls:
+        launch[(cap_label, what)] = walls[0]
+        commands.setdefault(("launch", what), "STENSOR_MEMORY_LIMIT=%s scripts/bench.sh "
+                            "--benchmark_repetitions=5 --swappable" % limit)
+    else:
+        failures.append("launch path, cap %s: no wall times with swappable buffers" % cap_label)
 
 # Phase 1: the working sets, then uncapped and capped without a link model.
 working_set = {}

@@ -7,7 +7,10 @@
 #
 #   scripts/bench.sh                 wall and CPU time per launch, the same
 #                                    words every launch and new words every
-#                                    launch (the hook's memo does not apply)
+#                                    launch (the hook's memo does not apply);
+#                                    with --swappable the live buffers are
+#                                    1,000 of 2 MiB (under a cap of 1 GiB,
+#                                    one that binds)
 #   scripts/bench.sh --instructions  instructions per launch under callgrind,
 #                                    hooked minus direct in one process, each
 #                                    without the fake driver's own share
