@@ -192,14 +192,21 @@ del src, dst
 # per launch, medians of the benchmark's repetitions, uncapped and capped.
 launch = {}  # (cap label, what) -> value
 def bench_sh(args, env_extra):
+    """scripts/bench.sh's output, or None (the reason in `failures`)."""
     env = dict(os.environ)
     env.update(env_extra)
+    what = " ".join("%s=%s" % kv for kv in env_extra.items()) + " scripts/bench.sh " + " ".join(args)
     try:
         p = subprocess.run(["scripts/bench.sh"] + args, env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, universal_newlines=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
+        failures.append("%s: timed out after %d s" % (what.strip(), timeout_s))
         return None
-    return p.stdout if p.returncode == 0 else None
+    if p.returncode != 0:
+        last = (p.stderr.strip().splitlines() or ["(no output)"])[-1]
+        failures.append("%s: exit %d: %s" % (what.strip(), p.returncode, last))
+        return None
+    return p.stdout
 added_re = re.compile(r"^\s*added by the launch hook\s+" + number + r"( ns)?", re.M)
 for cap_label, env_extra in (("none", {}), ("8 GiB", {"STENSOR_MEMORY_LIMIT": "8GiB"})):
     shown = "STENSOR_MEMORY_LIMIT=8GiB " if env_extra else ""
