@@ -58,6 +58,10 @@ ScheduleTime TimeSchedule(const KeepProblem& problem, const std::vector<bool>& k
   }
 
   std::vector<double> ready(static_cast<size_t>(n), 0.0);  // per point: its copies in
+  std::vector<char> allocates(static_cast<size_t>(n), 0);
+  for (const KeepUse& use : problem.uses) {
+    if (use.allocation && use.point >= 0 && use.point < n) allocates[use.point] = 1;
+  }
   std::vector<double> written_back(problem.stretch_bytes.size(), 0.0);
   double now = 0, h2d_free = 0, d2h_free = 0;
   for (int t = 0; t < n; ++t) {
@@ -77,7 +81,10 @@ ScheduleTime TimeSchedule(const KeepProblem& problem, const std::vector<bool>& k
       h2d_free = start + static_cast<double>(gap.swap_in) * options.in_us_per_byte;
       ready[gap.last + 1] = std::max(ready[gap.last + 1], h2d_free);
     }
-    const double begin = std::max(now, ready[t]);
+    // An allocation's memory may be what this decision's write-backs free:
+    // it starts once they are done, as in the replay (a copy in waits for
+    // them already).
+    const double begin = std::max({now, ready[t], allocates[t] ? room_ready : now});
     result.stall_us += begin - now;
     now = begin + compute_us[t];
   }

@@ -12,7 +12,9 @@
 //     demand before that use; the copy starts once the engine is free, the
 //     write-backs issued at the same decision are done (they make its
 //     room, as in the replay) and so is its own;
-//   - an operation starts once its buffers' copies are in and computes.
+//   - an operation starts once its buffers' copies are in (an allocation
+//     once the write-backs issued at its decision are done: they may make
+//     its room), and computes.
 // So it is the time of one schedule the time bound (tools/step_bound.h)
 // must not exceed, and with the exact optimum's schedule it brackets the
 // least time from above: the bytes-optimal schedule, fetched ahead.
