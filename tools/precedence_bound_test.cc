@@ -270,10 +270,7 @@ TEST(PrecedenceBoundTest, NoScheduleOfSmallLogsRunsFasterThanTheBound) {
     if (!problem.ok() || problem->gaps.size() > 12) continue;
     absl::StatusOr<StepBound> bound = ComputeStepBound(*workload, options);
     ASSERT_TRUE(bound.ok()) << bound.status();
-    std::vector<double> compute(workload->ops.size(), 0);
-    for (size_t i = 0; i < compute.size(); ++i) {
-      if (workload->ops[i].launch) compute[i] = options.kernel_us;
-    }
+    const std::vector<double> compute = ComputeTimes(*workload, options.kernel_us);
     ScheduleTimeOptions timing;
     timing.in_us_per_byte = 1 / (options.bandwidth_gbps * 1e3);
     timing.out_us_per_byte = 1 / ((options.d2h_bandwidth_gbps > 0 ? options.d2h_bandwidth_gbps

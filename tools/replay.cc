@@ -68,12 +68,13 @@ class Simulator {
     absl::StatusOr<std::unique_ptr<IterationPlanner>> planner = IterationPlanner::Create(planning);
     if (!planner.ok()) return planner.status();
     planner_ = std::move(*planner);
+    const std::vector<double> computes = ComputeTimes(workload_, options_.kernel_us);
     for (op_ = 0; op_ < workload_.ops.size(); ++op_) {
       const WorkloadOp& op = workload_.ops[op_];
       ready_ = now_;
       room_ready_ = now_;
       noted_ = false;
-      const double compute = op.launch ? op.compute_us.value_or(options_.kernel_us) : 0.0;
+      const double compute = computes[op_];
       compute_us_ = compute;
       absl::Status s = absl::OkStatus();
       switch (op.kind) {

@@ -309,14 +309,10 @@ std::optional<ScheduleTime> TimeExact(const Workload& workload, const SimFlags& 
                                       const ExactOptimum& exact) {
   absl::StatusOr<KeepProblem> problem = BuildKeepProblem(workload, cap);
   if (!problem.ok() || exact.schedule.size() != problem->gaps.size()) return std::nullopt;
-  std::vector<double> compute(workload.ops.size(), 0.0);
-  for (size_t i = 0; i < compute.size(); ++i) {
-    if (workload.ops[i].launch) compute[i] = workload.ops[i].compute_us.value_or(flags.kernel_us);
-  }
   ScheduleTimeOptions timing;
   timing.in_us_per_byte = 1 / (flags.bandwidth_gbps * 1e3);
   timing.out_us_per_byte = 1 / (flags.d2h_bandwidth_gbps * 1e3);
-  return TimeSchedule(*problem, exact.schedule, compute, timing);
+  return TimeSchedule(*problem, exact.schedule, ComputeTimes(workload, flags.kernel_us), timing);
 }
 
 // The time no schedule beats (tools/step_bound.h), and this run's against it.

@@ -16,12 +16,8 @@ absl::StatusOr<StepBound> ComputeStepBound(const Workload& workload,
     return absl::InvalidArgumentError("bandwidths must be positive, kernel time at least 0");
   }
   StepBound bound;
-  std::vector<double> compute(workload.ops.size(), 0.0);
-  for (size_t i = 0; i < workload.ops.size(); ++i) {
-    const WorkloadOp& op = workload.ops[i];
-    if (op.launch) compute[i] = op.compute_us.value_or(options.kernel_us);
-    bound.compute_us += compute[i];
-  }
+  const std::vector<double> compute = ComputeTimes(workload, options.kernel_us);
+  for (double us : compute) bound.compute_us += us;
   absl::StatusOr<KeepProblem> problem = BuildKeepProblem(workload, options.cap, options.serving);
   if (!problem.ok()) return problem.status();
   const double d2h_gbps =

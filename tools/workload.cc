@@ -834,4 +834,13 @@ absl::StatusOr<Workload> ReadWorkload(const std::string& path, uint64_t granular
   return std::move(reader).Finish();
 }
 
+std::vector<double> ComputeTimes(const Workload& workload, double kernel_us) {
+  std::vector<double> compute(workload.ops.size(), 0.0);
+  for (size_t i = 0; i < compute.size(); ++i) {
+    const WorkloadOp& op = workload.ops[i];
+    if (op.launch) compute[i] = op.compute_us.value_or(kernel_us);
+  }
+  return compute;
+}
+
 }  // namespace stensor

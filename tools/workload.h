@@ -156,6 +156,11 @@ Workload SplitIntoPieces(const Workload& workload, uint64_t cap, size_t* split =
 Workload PackIntoSlabs(const Workload& workload, std::optional<uint64_t> onset_cap = std::nullopt,
                        size_t* packed = nullptr);
 
+// What each operation computes in `stensor sim`'s time model, microseconds:
+// a launch its record's compute_us, else `kernel_us`; anything else none.
+// The replay, the time bound and a timed schedule all take it from here.
+std::vector<double> ComputeTimes(const Workload& workload, double kernel_us);
+
 // Reads the log's text (one JSON object per line). Lines that do not parse
 // are errors naming the line; record types it does not need are skipped.
 absl::StatusOr<Workload> ParseWorkload(absl::string_view text,

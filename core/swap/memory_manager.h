@@ -889,6 +889,10 @@ class MemoryManager {
   // `key` is UseKey(stream).
   void RecordUse(Buffer& b, CUstream stream, std::pair<CUstream, uint64_t> key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct MarkRing;
+  // The ring of `key`, null if none; EraseRing takes one out.
+  MarkRing* FindRing(std::pair<CUstream, uint64_t> key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EraseRing(std::pair<CUstream, uint64_t> key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An operation's buffers share one record on its stream (a StreamMark):
   // TakeMark finds that stream's mark whose last record was seen complete,
   // or makes one (in the stream's context), or with kMaxMarksPerStream
@@ -897,10 +901,6 @@ class MemoryManager {
   // records its own event (RecordUse). NoteMarkedUse points a buffer's
   // entry for that stream at the mark's record just made (`recorded`:
   // whether the driver took it).
-  struct MarkRing;
-  // The ring of `key`, null if none; EraseRing takes one out.
-  MarkRing* FindRing(std::pair<CUstream, uint64_t> key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EraseRing(std::pair<CUstream, uint64_t> key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   StreamMark* TakeMark(std::pair<CUstream, uint64_t> key, CUstream stream, int device)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // How an operation's uses are marked: by a record just made, by none (the
