@@ -186,7 +186,10 @@ __attribute__((noipa)) void LaunchLoopHooked(LaunchFn f, CUfunction k, void*** p
 }
 
 // --count_launches=N: N launches through each loop, the same arguments as
-// the benchmarks, a warm-up of each first (kernel descriptions, caches).
+// the benchmarks, a warm-up of each first: kernel descriptions, caches, and
+// under a cap the stream's ring of completion marks, which grows once to its
+// most (MemoryManager::kMaxMarksPerStream records, one per kDeferredRecords
+// launches before the cap presses) while the device lags the host.
 // With --new_words, each launch's six words differ from the last one's
 // (interior pointers 8 bytes further on, 24 sets in turn): what a launch
 // costs when the hook's memo of the last launch does not apply.
@@ -198,7 +201,8 @@ void CountLaunches(int n, bool new_words) {
   auto drain = [&] {
     if (s.sync(nullptr) != CUDA_SUCCESS) Die("cuStreamSynchronize failed");
   };
-  for (int i = 0; i < 100; ++i) {
+  constexpr int kWarmUp = 8192;
+  for (int i = 0; i < kWarmUp; ++i) {
     if (s.direct(s.kernel, 1, 1, 1, 128, 1, 1, 0, nullptr, ring[i % sets], nullptr) !=
             CUDA_SUCCESS ||
         s.hooked(s.kernel, 1, 1, 1, 128, 1, 1, 0, nullptr, ring[i % sets], nullptr) !=

@@ -396,6 +396,9 @@ struct Accesses {
   // the operation's logical time).
   int op_timing = -1;
   uint64_t op_time = 0;
+  // Under a cap: whether the manager holds anything for the launch
+  // (MemoryManager::OpTicket::finish).
+  bool op_finish = true;
   // Launches: the kernel's description, set by the tracker before the launch
   // so that the end of it need not look the kernel up again.
   const KernelInfo* kernel = nullptr;

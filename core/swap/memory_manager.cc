@@ -1761,7 +1761,9 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> named,
   // Asked at every operation, so that Finish knows whether to defer.
   const bool pressed = Pressed();
   const bool plans = note != nullptr && Plans() && pressed;
-  if (!plans && PinIfReady(found)) return CUDA_SUCCESS;
+  if (!plans && PinIfReady(found, note != nullptr ? note->ticket : nullptr)) {
+    return CUDA_SUCCESS;
+  }
   Noted noted;
   bool predicted = false;
   absl::InlinedVector<uint64_t, 16> next_after;
@@ -1888,13 +1890,13 @@ void MemoryManager::CountServed(Device& dev, Buffer& b, bool by_choice) {
           .Finish());
 }
 
-bool MemoryManager::PinIfReady(absl::Span<Buffer* const> found) {
+bool MemoryManager::PinIfReady(absl::Span<Buffer* const> found, OpTicket* ticket) {
   // Nothing for PrepareOnce's first steps to release.
   for (const auto& d : devices_) {
     if (d != nullptr && (!d->garbage.empty() || !d->old_mappings.empty())) return false;
   }
   for (const Buffer* b : found) {
-    if (b == nullptr) continue;
+    if (b == nullptr || !b->vmm) continue;  // plain: resident for good
     if (!b->resident() || b->stale_device || b->old_mapped || b->serving > 0 ||
         b->pending_overwrite != nullptr) {
       return false;
@@ -1909,11 +1911,14 @@ bool MemoryManager::PinIfReady(absl::Span<Buffer* const> found) {
     }
   }
   int& operation_pins = t_operation_pins;  // one look-up of the thread's
+  bool any = false;
   for (Buffer* b : found) {
-    if (b == nullptr) continue;
+    if (b == nullptr || !b->vmm) continue;
     Pin(*b);
     ++operation_pins;
+    any = true;
   }
+  if (!any && ticket != nullptr) ticket->finish = false;
   return true;
 }
 
@@ -1932,7 +1937,7 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids, absl::Span<B
   int& operation_pins = t_operation_pins;       // one look-up of the thread's
   for (size_t k = 0; k < ids.size(); ++k) {
     Buffer* b = found[k];
-    if (b == nullptr) continue;
+    if (b == nullptr || !b->vmm) continue;  // plain: never evicted, nothing to do
     Pin(*b);  // none of the operation's buffers may be evicted for another
     ++operation_pins;
     pinned.push_back(b);
@@ -2072,7 +2077,8 @@ void MemoryManager::Finish(absl::Span<const uint64_t> named,
   for (uint64_t id : ids) {
     Buffer* b = ById(id);
     held.push_back(b);
-    if (b == nullptr || b->pins == 0) continue;
+    // A plain allocation is never pinned nor evicted: nothing to keep.
+    if (b == nullptr || !b->vmm || b->pins == 0) continue;
     Unpin(*b);
     if (operation_pins > 0) --operation_pins;
     ++unpins_;
@@ -2120,8 +2126,8 @@ void MemoryManager::Finish(absl::Span<const uint64_t> named,
       } else {
         b = ById(id);
       }
-      if (b == nullptr) continue;
-      if (b->vmm && !b->resident()) {
+      if (b == nullptr || !b->vmm) continue;  // plain: no copy to keep current
+      if (!b->resident()) {
         // Served from host: written there, the host copy is the newest.
         b->host_version = b->gpu_version = ++version_;
       } else {

@@ -446,6 +446,10 @@ class MemoryManager {
   struct OpTicket {
     int timing = -1;  // Profiler token, -1 when not timed
     uint64_t time = 0;
+    // Set by Prepare: false when it held nothing (each buffer a plain
+    // allocation, never swapped, or none of this manager's), so that Finish
+    // has nothing to do and need not be called.
+    bool finish = true;
   };
   void NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
                      absl::Span<const uint64_t> written, bool marker, CUstream stream,
@@ -656,8 +660,11 @@ class MemoryManager {
   // null for none) is resident, holds its data and waits for no copy of
   // stensor's own, and no freed buffer or old mapping awaits release, pins
   // them and returns true, as PrepareOnce would have done; else does
-  // nothing and returns false.
-  bool PinIfReady(absl::Span<Buffer* const> found) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // nothing and returns false. Plain allocations (never swapped) are not
+  // pinned, by it or by PrepareOnce: nothing evicts them. With `ticket`,
+  // says whether Finish has anything to do (OpTicket::finish).
+  bool PinIfReady(absl::Span<Buffer* const> found, OpTicket* ticket)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Prepare's one attempt; on failure nothing of it stays pinned. With
   // `may_serve`, a buffer that cannot be brought in is served from host.
   // `next_after`: each of `ids`' next use after this operation (empty when

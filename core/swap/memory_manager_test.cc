@@ -293,6 +293,36 @@ TEST_F(MemoryManagerTest, S402SmallAllocationIsChargedInPagesAndNeverSwapped) {
   EXPECT_EQ(FreeBytes(*mm), kCap);
 }
 
+// An operation whose buffers are all plain allocations (never swapped)
+// holds none of them: its ticket says that Finish has nothing to do, and a
+// free while it is in flight gives the memory back at once, as without a
+// cap. One with a swappable buffer among them holds that one.
+TEST_F(MemoryManagerTest, AnOperationOnPlainAllocationsOnlyHoldsNothing) {
+  auto mm = Make("6MiB");
+  ASSERT_NE(mm, nullptr);
+  CUdeviceptr s = Alloc(*mm, 10, 1000);
+  CUdeviceptr a = Alloc(*mm, 1);
+  MemoryManager::OpTicket plain_ticket, mixed_ticket;
+  MemoryManager::Operation op;
+  op.key = 7;
+  op.ticket = &plain_ticket;
+  const Ids plain = {10};
+  ASSERT_CU(mm->Prepare(plain, {}, nullptr, &op));
+  EXPECT_FALSE(plain_ticket.finish);
+  op.ticket = &mixed_ticket;
+  const Ids mixed = {10, 1};
+  ASSERT_CU(mm->Prepare(mixed, {}, nullptr, &op));
+  EXPECT_TRUE(mixed_ticket.finish);
+  mm->Finish(mixed, {}, nullptr, /*submitted=*/true);
+  // The first operation is still in flight (no Finish): nothing of it is
+  // held, so the free releases the small allocation now.
+  ASSERT_CU(mm->Free(s));
+  EXPECT_EQ(FreeBytes(*mm), kCap - kGranule);
+  EXPECT_EQ(Used(), kGranule);
+  FreeAll(*mm, {a});
+  EXPECT_EQ(FreeBytes(*mm), kCap);
+}
+
 bool HostVmm();  // memory_manager_bounds_test.cc
 
 // A cap full of small buffers (never swapped): with host-located VMM one

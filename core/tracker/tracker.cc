@@ -386,6 +386,7 @@ CUresult Tracker::PrepareLaunch(uint64_t key, const KernelInfo& kernel, StreamRe
   } else {
     accesses->op_timing = ticket.timing;
     accesses->op_time = ticket.time;
+    accesses->op_finish = ticket.finish;
   }
   return CUDA_SUCCESS;
 }
@@ -434,7 +435,9 @@ void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
 void Tracker::FinishLaunch(const KernelInfo& kernel, StreamRef stream, const Accesses& accesses,
                            bool submitted) {
   RelaxedCaptureScope relaxed(capture_);
-  memory_->Finish(accesses.reads, accesses.writes, Handle(stream), submitted);
+  if (accesses.op_finish) {
+    memory_->Finish(accesses.reads, accesses.writes, Handle(stream), submitted);
+  }
   // Nothing known about what it wrote: no host copy can be trusted.
   if (submitted && (!kernel.layout_known || accesses.unknown_tables)) {
     memory_->MarkAllWritten(Handle(stream));
@@ -730,7 +733,7 @@ void Tracker::EndTransfer(const TransferScope& scope, StreamRef stream, bool sub
     if (scope.side != nullptr) memory_->Finish(absl::MakeSpan(ids, 2), {}, scope.side, false);
     return;
   }
-  memory_->Finish(scope.ids, scope.written, Handle(stream), submitted);
+  if (scope.op.finish) memory_->Finish(scope.ids, scope.written, Handle(stream), submitted);
   memory_->EndOperation(scope.op, Handle(stream), submitted);
 }
 
