@@ -1750,20 +1750,27 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> named,
   // operations reuse while this one waits without the lock.
   // Each buffer looked up once while the lock is held (a freed one as none).
   absl::InlinedVector<Buffer*, 16> found;
+  bool swappable = false;  // any of them
   const auto look_up = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     found.clear();
     for (uint64_t id : ids) {
       Buffer* b = ById(id);
-      found.push_back(b != nullptr && !b->garbage ? b : nullptr);
+      if (b != nullptr && b->garbage) b = nullptr;
+      swappable |= b != nullptr && b->vmm;
+      found.push_back(b);
     }
   };
   look_up();
   // Asked at every operation, so that Finish knows whether to defer.
   const bool pressed = Pressed();
   const bool plans = note != nullptr && Plans() && pressed;
-  if (!plans && PinIfReady(found, note != nullptr ? note->ticket : nullptr)) {
+  if (!plans && !swappable) {
+    // Plain allocations only, resident for good: nothing to hold, nothing
+    // for Finish to do.
+    if (note != nullptr) note->ticket->finish = false;
     return CUDA_SUCCESS;
   }
+  if (!plans && PinIfReady(found)) return CUDA_SUCCESS;
   Noted noted;
   bool predicted = false;
   absl::InlinedVector<uint64_t, 16> next_after;
@@ -1890,7 +1897,7 @@ void MemoryManager::CountServed(Device& dev, Buffer& b, bool by_choice) {
           .Finish());
 }
 
-bool MemoryManager::PinIfReady(absl::Span<Buffer* const> found, OpTicket* ticket) {
+bool MemoryManager::PinIfReady(absl::Span<Buffer* const> found) {
   // Nothing for PrepareOnce's first steps to release.
   for (const auto& d : devices_) {
     if (d != nullptr && (!d->garbage.empty() || !d->old_mappings.empty())) return false;
@@ -1911,14 +1918,11 @@ bool MemoryManager::PinIfReady(absl::Span<Buffer* const> found, OpTicket* ticket
     }
   }
   int& operation_pins = t_operation_pins;  // one look-up of the thread's
-  bool any = false;
   for (Buffer* b : found) {
     if (b == nullptr || !b->vmm) continue;
     Pin(*b);
     ++operation_pins;
-    any = true;
   }
-  if (!any && ticket != nullptr) ticket->finish = false;
   return true;
 }
 

@@ -661,10 +661,8 @@ class MemoryManager {
   // stensor's own, and no freed buffer or old mapping awaits release, pins
   // them and returns true, as PrepareOnce would have done; else does
   // nothing and returns false. Plain allocations (never swapped) are not
-  // pinned, by it or by PrepareOnce: nothing evicts them. With `ticket`,
-  // says whether Finish has anything to do (OpTicket::finish).
-  bool PinIfReady(absl::Span<Buffer* const> found, OpTicket* ticket)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // pinned, by it or by PrepareOnce: nothing evicts them.
+  bool PinIfReady(absl::Span<Buffer* const> found) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Prepare's one attempt; on failure nothing of it stays pinned. With
   // `may_serve`, a buffer that cannot be brought in is served from host.
   // `next_after`: each of `ids`' next use after this operation (empty when

@@ -366,7 +366,9 @@ CUresult Tracker::PrepareLaunch(uint64_t key, const KernelInfo& kernel, StreamRe
   // the lock that prepares it.
   const bool known = kernel.layout_known && !accesses->unknown_tables;
   MemoryManager::OpTicket ticket;
-  MemoryManager::Operation op{key, accesses->writes, known && IsMarker(kernel), &ticket};
+  MemoryManager::Operation op{key, accesses->writes,
+                              known && !config_.iteration_marker.empty() && IsMarker(kernel),
+                              &ticket};
   // Of a segment it names, a kernel likely touches only the tensors its
   // pointers start: the rest need not come in for it.
   MemoryManager::Keys far;
@@ -442,8 +444,11 @@ void Tracker::FinishLaunch(const KernelInfo& kernel, StreamRef stream, const Acc
   if (submitted && (!kernel.layout_known || accesses.unknown_tables)) {
     memory_->MarkAllWritten(Handle(stream));
   }
-  memory_->EndUnknown(accesses.unknown_device);
-  memory_->EndOperation({accesses.op_timing, accesses.op_time}, Handle(stream), submitted);
+  // Each asked here: a launch that needs neither pays no call.
+  if (accesses.unknown_device >= 0) memory_->EndUnknown(accesses.unknown_device);
+  if (accesses.op_timing >= 0) {
+    memory_->EndOperation({accesses.op_timing, accesses.op_time}, Handle(stream), submitted);
+  }
   // Descriptions outlive the manager, so their names may be kept.
   if (submitted && memory_->verifying()) {
     memory_->NoteKernel(accesses.reads, accesses.writes, kernel.demangled.c_str());
