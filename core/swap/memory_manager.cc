@@ -15,6 +15,7 @@
 #include <set>
 #include <tuple>
 
+#include "absl/container/fixed_array.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
@@ -1127,16 +1128,6 @@ CUresult MemoryManager::MakeRoom(Device& dev, uint64_t need, HostWait host_wait,
 
 bool MemoryManager::OthersPin() const { return pinned_ > t_operation_pins; }
 
-void MemoryManager::Pin(Buffer& b) {
-  ++b.pins;
-  ++pinned_;
-}
-
-void MemoryManager::Unpin(Buffer& b) {
-  --b.pins;
-  --pinned_;
-}
-
 bool MemoryManager::WaitForUnpin(absl::Duration* waited) {
   constexpr absl::Duration kMostWait = absl::Seconds(2);
   if (*waited >= kMostWait) return false;
@@ -1749,15 +1740,14 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> named,
   // Kept here (inline), not in the planner's scratch, which other threads'
   // operations reuse while this one waits without the lock.
   // Each buffer looked up once while the lock is held (a freed one as none).
-  absl::InlinedVector<Buffer*, 16> found;
-  bool swappable = false;  // any of them
+  absl::FixedArray<Buffer*, 16> found(ids.size());  // inline: no allocation per launch
+  bool swappable = false;                           // any of them
   const auto look_up = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    found.clear();
-    for (uint64_t id : ids) {
-      Buffer* b = ById(id);
+    for (size_t k = 0; k < ids.size(); ++k) {
+      Buffer* b = ById(ids[k]);
       if (b != nullptr && b->garbage) b = nullptr;
       swappable |= b != nullptr && b->vmm;
-      found.push_back(b);
+      found[k] = b;
     }
   };
   look_up();
@@ -2071,16 +2061,15 @@ void MemoryManager::Finish(absl::Span<const uint64_t> named,
   const absl::Span<const uint64_t> written = Expanded(named_written, &written_x);
   // Each buffer looked up once (inline: no allocation per launch), unless a
   // restore ran, which may release garbage buffers: then by id again.
-  absl::InlinedVector<Buffer*, 16> held;
+  absl::FixedArray<Buffer*, 16> held(ids.size());
   bool restored = false;
   int& operation_pins = t_operation_pins;  // one look-up of the thread's
   // The stream's use key and the mark of this operation there, found once.
   std::optional<std::pair<CUstream, uint64_t>> use_key;
   StreamMark* mark = nullptr;
   Marked marked = Marked::kUnrecorded;
-  for (uint64_t id : ids) {
-    Buffer* b = ById(id);
-    held.push_back(b);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Buffer* b = held[i] = ById(ids[i]);
     // A plain allocation is never pinned nor evicted: nothing to keep.
     if (b == nullptr || !b->vmm || b->pins == 0) continue;
     Unpin(*b);

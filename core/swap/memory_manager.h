@@ -880,8 +880,10 @@ class MemoryManager {
   // share it, and finding it may ask the driver for the current context.
   Use* NoteUse(std::vector<Use>& uses, CUstream stream, int device,
                std::pair<CUstream, uint64_t> key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The entry of `uses` for the stream keyed `key` (UseKey), added if none.
+  // The entry of `uses` for the stream keyed `key` (UseKey), added if none
+  // (AddEntry, out of line).
   static Use& EntryFor(std::vector<Use>& uses, std::pair<CUstream, uint64_t> key);
+  static Use& AddEntry(std::vector<Use>& uses, std::pair<CUstream, uint64_t> key);
   // An event (timing off) made in `stream`'s context, which `*home` says;
   // the driver's error, counted, when the context or the event cannot be had.
   CUresult CreateStreamEvent(Device& dev, CUstream stream, CUevent* event, CUcontext* home)

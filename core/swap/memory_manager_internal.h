@@ -246,6 +246,54 @@ inline void MemoryManager::Reindex(Buffer& b) {
   DeviceState(b.device).order.Update(b, b.vmm && b.resident() && !b.garbage && !b.exported);
 }
 
+// Inline, as EntryFor and NoteMarkedUse below: every buffer of every launch
+// under a cap passes here.
+inline void MemoryManager::Pin(Buffer& b) {
+  ++b.pins;
+  ++pinned_;
+}
+
+inline void MemoryManager::Unpin(Buffer& b) {
+  --b.pins;
+  --pinned_;
+}
+
+inline MemoryManager::Use& MemoryManager::EntryFor(std::vector<Use>& uses,
+                                                   std::pair<CUstream, uint64_t> key) {
+  for (Use& x : uses) {
+    if (x.stream == key.first && x.thread == key.second) return x;
+  }
+  return AddEntry(uses, key);
+}
+
+inline void MemoryManager::NoteMarkedUse(std::vector<Use>& uses, std::pair<CUstream, uint64_t> key,
+                                         int device, StreamMark& mark, Marked marked) {
+  Use* u = &EntryFor(uses, key);
+  u->device = device;
+  ++u->seq;
+  u->done = false;
+  u->context = mark.context;
+  u->recorded = marked == Marked::kRecorded;
+  if (marked == Marked::kAhead) {
+    // Known to the mark's next record, once made (ObservedComplete); until
+    // then to no event.
+    u->mark = &mark;
+    u->mark_gen = mark.gen;
+    u->event = nullptr;
+    return;
+  }
+  if (marked == Marked::kUnrecorded) {
+    // Known to no event (only a host wait tells), and not to the mark's
+    // next record either: that one may be taken again at once.
+    u->mark = nullptr;
+    u->event = nullptr;
+    return;
+  }
+  u->mark = &mark;
+  u->mark_gen = mark.gen;
+  u->event = mark.event;
+}
+
 class MemoryManager::ReindexAtExit {
  public:
   ReindexAtExit(MemoryManager* mm, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm->mu_)

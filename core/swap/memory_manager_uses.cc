@@ -53,11 +53,8 @@ MemoryManager::Use* MemoryManager::NoteUse(std::vector<Use>& uses, CUstream stre
   return NoteUse(uses, stream, device, UseKey(stream));
 }
 
-MemoryManager::Use& MemoryManager::EntryFor(std::vector<Use>& uses,
+MemoryManager::Use& MemoryManager::AddEntry(std::vector<Use>& uses,
                                             std::pair<CUstream, uint64_t> key) {
-  for (Use& x : uses) {
-    if (x.stream == key.first && x.thread == key.second) return x;
-  }
   Use& u = uses.emplace_back();
   u.stream = key.first;
   u.thread = key.second;
@@ -228,34 +225,6 @@ void MemoryManager::SettleAhead() {
     left = true;
   }
   any_ahead_ = left;
-}
-
-void MemoryManager::NoteMarkedUse(std::vector<Use>& uses, std::pair<CUstream, uint64_t> key,
-                                  int device, StreamMark& mark, Marked marked) {
-  Use* u = &EntryFor(uses, key);
-  u->device = device;
-  ++u->seq;
-  u->done = false;
-  u->context = mark.context;
-  u->recorded = marked == Marked::kRecorded;
-  if (marked == Marked::kAhead) {
-    // Known to the mark's next record, once made (ObservedComplete); until
-    // then to no event.
-    u->mark = &mark;
-    u->mark_gen = mark.gen;
-    u->event = nullptr;
-    return;
-  }
-  if (marked == Marked::kUnrecorded) {
-    // Known to no event (only a host wait tells), and not to the mark's
-    // next record either: that one may be taken again at once.
-    u->mark = nullptr;
-    u->event = nullptr;
-    return;
-  }
-  u->mark = &mark;
-  u->mark_gen = mark.gen;
-  u->event = mark.event;
 }
 
 bool MemoryManager::Observed(Use& u) const { return ObservedComplete(*driver_, u); }
