@@ -213,8 +213,13 @@ for cap_label, env_extra in (("none", {}), ("8 GiB", {"STENSOR_MEMORY_LIMIT": "8
     out = bench_sh(["--instructions"], env_extra)
     counts = [float(m.group(1)) for m in added_re.finditer(out)] if out else []
     if len(counts) >= 3:
-        for what, value in zip(("small", "new words", "swappable", "binding"), counts):
-            launch[(cap_label if what != "binding" else "1 GiB", "instructions, " + what)] = value
+        for what, value in zip(("small", "new words", "swappable", "binding", "rotating"), counts):
+            launch[(cap_label if what not in ("binding", "rotating") else "1 GiB",
+                    "instructions, " + what)] = value
+        # Rotating: each launch moves buffers in and out; the cost of a move.
+        per_move = re.search(r"^\s*added per move\s+" + number, out or "", re.M)
+        if per_move:
+            launch[("1 GiB", "instructions, per move")] = float(per_move.group(1))
         commands.setdefault(("launch", "instructions " + cap_label),
                             shown + "scripts/bench.sh --instructions")
     else:
@@ -415,7 +420,8 @@ for (cap_label, what), value in sorted(launch.items(), key=lambda kv: ("none 8 G
     if what.startswith("instructions"):
         target = "" if cap_label == "1 GiB" else ("<= 700" if cap_label == "none" else "<= 1,400")
         limit = 700 if cap_label == "none" else 1400
-        row("launch path", cap_label, what + " added per launch", "%.0f" % value, target,
+        per = " added" if what.endswith("per move") else " added per launch"
+        row("launch path", cap_label, what + per, "%.0f" % value, target,
             None if not target else value <= limit)
     else:
         target = "<= 60 ns" if cap_label == "none" else ""

@@ -22,7 +22,10 @@
 // use of which keeps the eviction order and the planner's views current, as
 // a training step's tensors are; the small ones are never swapped. (Under a
 // cap of 1 GiB half of them go out as they are made: the cap binds, the
-// launches' own six stay resident.)
+// launches' own six stay resident.) --rotate (with --count_launches) has
+// launch i name buffers 6i .. 6i+5 of those 1,000 instead, so that under the
+// same cap every launch moves buffers in and out: its count less the
+// binding one, over the moves a launch it prints, is what a move costs.
 #include <dlfcn.h>
 
 #include <array>
@@ -31,6 +34,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -107,10 +111,12 @@ const Setup& GetSetup() {
 // further on, so that with sets > 1 each launch's words differ from the
 // last one's (the hook's memo of a launch does not apply).
 struct ArgSets {
-  explicit ArgSets(const Setup& s, int sets) : args(sets), params(sets), ring(sets) {
+  explicit ArgSets(const Setup& s, int sets, bool rotate = false)
+      : args(sets), params(sets), ring(sets) {
     for (int j = 0; j < sets; ++j) {
       for (int i = 0; i < kParams; ++i) {
-        args[j][i] = s.buffers[(i * 1663 + 17) % s.buffers.size()] + 64 * i + 8 * j;
+        args[j][i] = rotate ? s.buffers[(kParams * j + i) % s.buffers.size()]
+                            : s.buffers[(i * 1663 + 17) % s.buffers.size()] + 64 * i + 8 * j;
         params[j][i] = &args[j][i];
       }
       ring[j] = params[j].data();
@@ -185,6 +191,20 @@ __attribute__((noipa)) void LaunchLoopHooked(LaunchFn f, CUfunction k, void*** p
   ++loops_run[1];
 }
 
+// stensor's statistics (stensor_stats_json): the counter `key`, 0 when
+// missing (no cap).
+uint64_t StatsCounter(const char* key) {
+  using StatsFn = size_t (*)(char*, size_t);
+  static StatsFn stats = reinterpret_cast<StatsFn>(
+      dlsym(dlopen("interpose/libstensor.so", RTLD_NOW | RTLD_NOLOAD), "stensor_stats_json"));
+  if (stats == nullptr) return 0;
+  std::vector<char> text(stats(nullptr, 0) + 1);
+  stats(text.data(), text.size());
+  const std::string quoted = std::string("\"") + key + "\":";
+  const char* at = std::strstr(text.data(), quoted.c_str());
+  return at == nullptr ? 0 : std::strtoull(at + quoted.size(), nullptr, 10);
+}
+
 // --count_launches=N: N launches through each loop, the same arguments as
 // the benchmarks, a warm-up of each first: kernel descriptions, caches, and
 // under a cap the stream's ring of completion marks, which grows once to its
@@ -193,16 +213,22 @@ __attribute__((noipa)) void LaunchLoopHooked(LaunchFn f, CUfunction k, void*** p
 // With --new_words, each launch's six words differ from the last one's
 // (interior pointers 8 bytes further on, 24 sets in turn): what a launch
 // costs when the hook's memo of the last launch does not apply.
-void CountLaunches(int n, bool new_words) {
+// With --rotate, launch i names the six buffers 6i .. 6i+5 (modulo the
+// live ones): under a cap that holds half of them, each launch brings its
+// six in and others go out; the moves a launch are printed, from stensor's
+// statistics, so that the cost per move can be told from the cost a launch.
+void CountLaunches(int n, bool new_words, bool rotate) {
   const Setup& s = GetSetup();
-  const int sets = new_words ? kNewWordSets : 1;
-  ArgSets a(s, sets);
+  const int sets = new_words ? kNewWordSets : rotate ? live_buffers / kParams : 1;
+  ArgSets a(s, sets, rotate);
   std::vector<void**>& ring = a.ring;
   auto drain = [&] {
     if (s.sync(nullptr) != CUDA_SUCCESS) Die("cuStreamSynchronize failed");
   };
-  constexpr int kWarmUp = 8192;
-  for (int i = 0; i < kWarmUp; ++i) {
+  // Rotating, each launch moves buffers (and the ring fills while the cap
+  // binds): a few turns profile the planner's iteration.
+  const int warm_up = rotate ? 4 * sets : 8192;
+  for (int i = 0; i < warm_up; ++i) {
     if (s.direct(s.kernel, 1, 1, 1, 128, 1, 1, 0, nullptr, ring[i % sets], nullptr) !=
             CUDA_SUCCESS ||
         s.hooked(s.kernel, 1, 1, 1, 128, 1, 1, 0, nullptr, ring[i % sets], nullptr) !=
@@ -213,9 +239,23 @@ void CountLaunches(int n, bool new_words) {
   drain();
   LaunchLoopDirect(s.direct, s.kernel, ring.data(), sets, n);
   drain();
+  // In: copied, or not (overwritten whole, never written); out: copied or
+  // dropped; served: reached in host memory.
+  const char* const kIn[] = {"swap_ins", "swap_ins_without_copy", "swap_ins_never_written"};
+  const char* const kOut[] = {"swap_outs_copied", "clean_drops", "never_written_drops"};
+  auto count = [&](auto& keys) {
+    uint64_t sum = 0;
+    for (const char* key : keys) sum += StatsCounter(key);
+    return sum;
+  };
+  const uint64_t in = count(kIn), out = count(kOut), served = StatsCounter("served_from_host");
   LaunchLoopHooked(s.hooked, s.kernel, ring.data(), sets, n);
   drain();
   std::printf("launches per loop: %d\n", n);
+  const double per_launch = 1.0 / n;
+  std::printf("moves per launch: in %.3f out %.3f served %.3f\n", (count(kIn) - in) * per_launch,
+              (count(kOut) - out) * per_launch,
+              (StatsCounter("served_from_host") - served) * per_launch);
 }
 
 }  // namespace
@@ -223,7 +263,7 @@ void CountLaunches(int n, bool new_words) {
 int main(int argc, char** argv) {
   constexpr char kFlag[] = "--count_launches=";
   long count = 0;
-  bool new_words = false, swappable = false;
+  bool new_words = false, swappable = false, rotate = false;
   int kept = 1;  // arguments left for the benchmark library, ours taken out
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], kFlag, sizeof(kFlag) - 1) == 0) {
@@ -236,18 +276,22 @@ int main(int argc, char** argv) {
       new_words = true;
     } else if (std::strcmp(argv[i], "--swappable") == 0) {
       swappable = true;
+    } else if (std::strcmp(argv[i], "--rotate") == 0) {
+      rotate = swappable = true;
     } else {
       argv[kept++] = argv[i];
     }
   }
   argc = kept;
-  if (new_words && count == 0) Die("--new_words goes with --count_launches=N");
+  if ((new_words || rotate) && count == 0)
+    Die("--new_words and --rotate go with --count_launches=N");
+  if (new_words && rotate) Die("--new_words or --rotate, not both");
   if (swappable) {
     live_buffers = 1000;
     buffer_bytes = size_t{2} << 20;
   }
   if (count > 0) {
-    CountLaunches(static_cast<int>(count), new_words);
+    CountLaunches(static_cast<int>(count), new_words, rotate);
     return 0;
   }
   benchmark::Initialize(&argc, argv);

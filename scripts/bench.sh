@@ -24,7 +24,13 @@
 #                                    of 1 GiB, which binds (half of them go
 #                                    out as they are made, the planner is
 #                                    fed): the launches' buffers resident,
-#                                    what a launch costs while the cap binds
+#                                    what a launch costs while the cap binds;
+#                                    and a fifth, under the same cap, has
+#                                    the launches walk all 1,000 buffers, so
+#                                    that each moves some in and out: less
+#                                    the fourth, over the moves a launch,
+#                                    what a move costs (300 launches: each
+#                                    move copies under callgrind)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -43,7 +49,7 @@ if [[ "${1:-}" == "--instructions" ]]; then
   kinds="same new swappable"
   target=700
   if [[ -n "${STENSOR_MEMORY_LIMIT:-}" ]]; then
-    kinds+=" binding"
+    kinds+=" binding rotating"
     target=1400
   fi
   for words in $kinds; do
@@ -54,13 +60,16 @@ if [[ "${1:-}" == "--instructions" ]]; then
   flag=""
   [[ $words == new ]] && flag=--new_words
   [[ $words == swappable || $words == binding ]] && flag=--swappable
+  [[ $words == rotating ]] && flag=--rotate
   limit=${STENSOR_MEMORY_LIMIT:-}
-  [[ $words == binding ]] && limit=1GiB
+  [[ $words == binding || $words == rotating ]] && limit=1GiB
+  n=$launches
+  [[ $words == rotating ]] && n=$((launches < 300 ? launches : 300))
   (cd "$runfiles" &&
    if [[ -n $limit ]]; then export STENSOR_MEMORY_LIMIT=$limit; fi &&
    valgrind --tool=callgrind --callgrind-out-file="$dir/cg" --collect-atstart=no \
      --toggle-collect='*LaunchLoop*' \
-     ../../launch_hook_benchmark --count_launches="$launches" $flag) >"$dir/log" 2>&1 || {
+     ../../launch_hook_benchmark --count_launches="$n" $flag) >"$dir/log" 2>&1 || {
     cat "$dir/log" >&2
     exit 1
   }
@@ -69,11 +78,12 @@ if [[ "${1:-}" == "--instructions" ]]; then
   # differs between the loops by up to ~200 instructions (how often its
   # stream worker has to be woken), which is not the hook's.
   callgrind_annotate --inclusive=yes --tree=caller "$dir/cg" >"$dir/annotated"
-  python3 - "$dir/annotated" "$launches" "$words" "$target" <<'PY'
-import re, sys
+  python3 - "$dir/annotated" "$n" "$words" "$target" "$dir" <<'PY'
+import os, re, sys
 n = int(sys.argv[2])
 words = sys.argv[3]
 target = int(sys.argv[4])
+keep = sys.argv[5]  # the binding count, for the rotating one's cost per move
 loop, fake = {}, {}
 block = []
 for line in open(sys.argv[1]).read().split("\n") + [""]:
@@ -98,11 +108,24 @@ added = (hooked - fake["LaunchLoopHooked"]) - (direct - fake["LaunchLoopDirect"]
 print("instructions per cuLaunchKernel (callgrind, %d launches each), %s"
       % (n, {"same": "same words each launch", "new": "new words each launch",
              "swappable": "same words each launch, six 2 MiB (swappable) buffers",
-             "binding": "six 2 MiB buffers, resident, under a 1 GiB cap that binds"}[words]))
+             "binding": "six 2 MiB buffers, resident, under a 1 GiB cap that binds",
+             "rotating": "six 2 MiB buffers of 1,000 in turn, under a 1 GiB cap that binds"}[words]))
 print("  %-38s %7.0f   (of which the fake driver %.0f)" % ("fake driver directly", direct, fake["LaunchLoopDirect"]))
 print("  %-38s %7.0f   (of which the fake driver %.0f)" % ("through libstensor.so", hooked, fake["LaunchLoopHooked"]))
 print("  %-38s %7.0f   (%s)" % ("added by the launch hook", added,
-      "target: at most {:,}".format(target) if words != "binding" else "no target"))
+      "target: at most {:,}".format(target) if words not in ("binding", "rotating") else "no target"))
+if words == "binding":
+    open(os.path.join(keep, "binding"), "w").write(str(added))
+if words == "rotating":
+    m = re.search(r"moves per launch: in ([\d.]+) out ([\d.]+) served ([\d.]+)",
+                  open(os.path.join(keep, "log")).read())
+    moves = float(m.group(1)) + float(m.group(2)) if m else 0
+    print("  %-38s %7.2f   (in %s, out %s, served %s)" % ("moves per launch", moves, *m.groups()) if m
+          else "  moves per launch: not reported")
+    binding_path = os.path.join(keep, "binding")
+    if moves > 0 and os.path.exists(binding_path):
+        print("  %-38s %7.0f   (less the binding launch's, over the moves)" % (
+            "added per move", (added - float(open(binding_path).read())) / moves))
 PY
   done
   exit 0

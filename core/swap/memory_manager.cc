@@ -611,12 +611,13 @@ CUresult MemoryManager::AllocateInSlab(Device& dev, CUcontext context, uint64_t 
   *dptr = block->base;
   // Before the allocation's own record (logged as it is registered): a
   // reader of the log knows its place from the start (`stensor sim`).
-  Log(JsonLine()
-          .Str("type", "slab_alloc")
-          .Str("addr", absl::StrFormat("0x%x", block->base))
-          .Uint("slab", block->slab)
-          .Uint("bytes", block->span())
-          .Finish());
+  if (logging())
+    Log(JsonLine()
+            .Str("type", "slab_alloc")
+            .Str("addr", absl::StrFormat("0x%x", block->base))
+            .Uint("slab", block->slab)
+            .Uint("bytes", block->span())
+            .Finish());
   const uint64_t id = register_id(block->base);
   slabs_.Name(block->base, id);
   if (id != 0 && id < kUntrackedKeys) {
@@ -668,14 +669,15 @@ CUresult MemoryManager::NewSlab(Device& dev, CUcontext context) {
   Reindex(slab);
   slabs_.AddSlab(slab.key, dev.ordinal, slab.base, slab.reserved);
   ++stats_.slabs_made;
-  Log(JsonLine()
-          .Str("type", "slab")
-          .Uint("slab", slab.key)
-          .Str("addr", absl::StrFormat("0x%x", slab.base))
-          .Uint("bytes", slab.reserved)
-          .Int("device", dev.ordinal)
-          .Bool("resident", slab.resident())
-          .Finish());
+  if (logging())
+    Log(JsonLine()
+            .Str("type", "slab")
+            .Uint("slab", slab.key)
+            .Str("addr", absl::StrFormat("0x%x", slab.base))
+            .Uint("bytes", slab.reserved)
+            .Int("device", dev.ordinal)
+            .Bool("resident", slab.resident())
+            .Finish());
   return CUDA_SUCCESS;
 }
 
@@ -745,7 +747,7 @@ bool MemoryManager::ReleaseEmptySlabs(Device& dev, size_t keep) {
   for (uint64_t key : slabs_.TakeEmpty(dev.ordinal, keep)) {
     if (Buffer* slab = ById(key); slab != nullptr && !slab->garbage) {
       FreeAllocation(dev, *slab, nullptr);
-      Log(JsonLine().Str("type", "slab_free").Uint("slab", key).Finish());
+      if (logging()) Log(JsonLine().Str("type", "slab_free").Uint("slab", key).Finish());
       any = true;
     }
   }
@@ -976,13 +978,14 @@ CUresult MemoryManager::CheckRange(uint64_t addr, uint64_t extent) const {
 
 void MemoryManager::LogOom(Device& dev, uint64_t need) {
   ++stats_.ooms;
-  Log(JsonLine()
-          .Str("type", "oom")
-          .Int("device", dev.ordinal)
-          .Uint("bytes", need)
-          .Uint("used", dev.used)
-          .Uint("cap", dev.cap)
-          .Finish());
+  if (logging())
+    Log(JsonLine()
+            .Str("type", "oom")
+            .Int("device", dev.ordinal)
+            .Uint("bytes", need)
+            .Uint("used", dev.used)
+            .Uint("cap", dev.cap)
+            .Finish());
 }
 
 // MakeRoom's steps on one device (MakeRoomLoop takes them in order).
@@ -1521,19 +1524,21 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy, HostWait host
     stats_.bytes_dropped += b.size;
   }
   // A copy's bytes are those it carried (a slab's live blocks).
-  Log(Named(JsonLine().Str("type", type), b)
-          .Uint("bytes", copy ? copied : b.size)
-          .Int("device", dev.ordinal)
-          .Finish());
+  if (logging())
+    Log(Named(JsonLine().Str("type", type), b)
+            .Uint("bytes", copy ? copied : b.size)
+            .Int("device", dev.ordinal)
+            .Finish());
   return CUDA_SUCCESS;
 }
 
 void MemoryManager::LogSwapIn(const Device& dev, const Buffer& b, bool copy, uint64_t bytes) const {
-  Log(Named(JsonLine().Str("type", "swap_in"), b)
-          .Uint("bytes", bytes)
-          .Bool("copy", copy)
-          .Int("device", dev.ordinal)
-          .Finish());
+  if (logging())
+    Log(Named(JsonLine().Str("type", "swap_in"), b)
+            .Uint("bytes", bytes)
+            .Bool("copy", copy)
+            .Int("device", dev.ordinal)
+            .Finish());
 }
 
 // swapped out -> resident. Device memory is made first, the host copy is
@@ -1695,13 +1700,14 @@ bool MemoryManager::VerifiedClean(Device& dev, Buffer& b) {
   ++stats_.verify_mismatches;
   const char* mode = verifier_->mode() == VerifyMode::kHash ? "hash" : "copy";
   auto name = [](const char* kernel) { return kernel != nullptr ? kernel : "(none)"; };
-  Log(Named(JsonLine().Str("type", "verify_mismatch"), b)
-          .Uint("bytes", b.size)
-          .Int("device", dev.ordinal)
-          .Str("mode", mode)
-          .Str("last_kernel", name(b.last_kernel))
-          .Str("last_writer", name(b.last_writer))
-          .Finish());
+  if (logging())
+    Log(Named(JsonLine().Str("type", "verify_mismatch"), b)
+            .Uint("bytes", b.size)
+            .Int("device", dev.ordinal)
+            .Str("mode", mode)
+            .Str("last_kernel", name(b.last_kernel))
+            .Str("last_writer", name(b.last_writer))
+            .Finish());
   Say(LogLevel::kWarn, "verify-mismatch",
       absl::StrCat("STENSOR_VERIFY=", mode, ": buffer ", b.id, " (", b.size,
                    " bytes) changed on the device although no write to it was inferred; "
@@ -1812,7 +1818,8 @@ void MemoryManager::LogBornOnHost(const Device& dev, const Buffer& b) const {
   JsonLine line;
   line.Str("type", "alloc_host");
   if (b.group != nullptr) Named(line, b);
-  Log(line.Uint("bytes", b.size).Int("device", dev.ordinal).Uint("cap", dev.cap).Finish());
+  if (logging())
+    Log(line.Uint("bytes", b.size).Int("device", dev.ordinal).Uint("cap", dev.cap).Finish());
 }
 
 bool MemoryManager::ReleaseOrKeep(Device& dev, Buffer& b) {
@@ -1880,11 +1887,12 @@ void MemoryManager::CountServed(Device& dev, Buffer& b, bool by_choice) {
   ++stats_.served_from_host;
   stats_.bytes_served_from_host += b.size;
   if (by_choice) ++stats_.served_by_choice;
-  Log(Named(JsonLine().Str("type", "serve_host"), b)
-          .Uint("bytes", b.size)
-          .Int("device", dev.ordinal)
-          .Bool("by_choice", by_choice)
-          .Finish());
+  if (logging())
+    Log(Named(JsonLine().Str("type", "serve_host"), b)
+            .Uint("bytes", b.size)
+            .Int("device", dev.ordinal)
+            .Bool("by_choice", by_choice)
+            .Finish());
 }
 
 bool MemoryManager::PinIfReady(absl::Span<Buffer* const> found) {

@@ -615,6 +615,9 @@ class MemoryManager {
   // Counts a failed driver call of the swap path.
   CUresult Failed(CUresult r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Log(std::string line) const;
+  // Whether anything takes log lines: each is built only then (swap
+  // records are made at every swap).
+  bool logging() const { return static_cast<bool>(log_); }
 
   // The eviction order (Device::order, policy/eviction_order.h): Reindex
   // tells it, and the planner, after any change to `b`'s fields (re-keyed

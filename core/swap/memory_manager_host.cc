@@ -60,12 +60,13 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b, bool will_copy) {
                        ") and the host limit (STENSOR_HOST_LIMIT, ", *host_cap,
                        " bytes) are both exhausted"));
     }
-    Log(JsonLine()
-            .Str("type", "oom")
-            .Str("what", "host")
-            .Uint("bytes", b.reserved)
-            .Uint("host_used", host_store_.bytes(dev.ordinal))
-            .Finish());
+    if (logging())
+      Log(JsonLine()
+              .Str("type", "oom")
+              .Str("what", "host")
+              .Uint("bytes", b.reserved)
+              .Uint("host_used", host_store_.bytes(dev.ordinal))
+              .Finish());
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   if (!dev.host_vmm && !warned_no_host_vmm_) {
@@ -74,13 +75,14 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b, bool will_copy) {
             "this driver has no host-located VMM: swapped-out buffers are unmapped, and a "
             "kernel that reaches one through a pointer stensor cannot see (one kept in device "
             "memory) faults (docs/limits.md)");
-    Log(JsonLine()
-            .Str("type", "limitation")
-            .Str("what",
-                 "host-located VMM unsupported: swapped-out buffers are "
-                 "unmapped; a kernel reaching one through a pointer "
-                 "stensor cannot see would fault")
-            .Finish());
+    if (logging())
+      Log(JsonLine()
+              .Str("type", "limitation")
+              .Str("what",
+                   "host-located VMM unsupported: swapped-out buffers are "
+                   "unmapped; a kernel reaching one through a pointer "
+                   "stensor cannot see would fault")
+              .Finish());
   }
   // Page-locked memory from cuMemHostAlloc is pinned for the context that
   // allocated it: the one whose streams copy it (host-located VMM memory

@@ -78,9 +78,11 @@ absl::StatusOr<std::unique_ptr<Tracker>> Tracker::Create(const Config& config,
   }
   if (config.stats || t->log_) t->leaks_ = std::make_unique<Leaks>();
   Tracker* raw = t.get();
-  t->memory_ = MemoryManager::Create(config, driver, [raw](std::string line) {
-    if (raw->log_) raw->Log(std::move(line));
-  });
+  // Without an access log the manager builds no log line at all.
+  t->memory_ = MemoryManager::Create(
+      config, driver,
+      t->log_ ? MemoryManager::LogSink([raw](std::string line) { raw->Log(std::move(line)); })
+              : nullptr);
   t->exact_sizes_ = std::make_unique<ExactSizes>(driver, t->memory_.get());
   t->tables_ = std::make_unique<TableInference>(
       driver, t->memory_.get(), &t->capture_, &t->registry_, &t->pinned_,
