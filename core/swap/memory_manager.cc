@@ -611,13 +611,14 @@ CUresult MemoryManager::AllocateInSlab(Device& dev, CUcontext context, uint64_t 
   *dptr = block->base;
   // Before the allocation's own record (logged as it is registered): a
   // reader of the log knows its place from the start (`stensor sim`).
-  if (logging())
+  if (logging()) {
     Log(JsonLine()
             .Str("type", "slab_alloc")
             .Str("addr", absl::StrFormat("0x%x", block->base))
             .Uint("slab", block->slab)
             .Uint("bytes", block->span())
             .Finish());
+  }
   const uint64_t id = register_id(block->base);
   slabs_.Name(block->base, id);
   if (id != 0 && id < kUntrackedKeys) {
@@ -669,7 +670,7 @@ CUresult MemoryManager::NewSlab(Device& dev, CUcontext context) {
   Reindex(slab);
   slabs_.AddSlab(slab.key, dev.ordinal, slab.base, slab.reserved);
   ++stats_.slabs_made;
-  if (logging())
+  if (logging()) {
     Log(JsonLine()
             .Str("type", "slab")
             .Uint("slab", slab.key)
@@ -678,6 +679,7 @@ CUresult MemoryManager::NewSlab(Device& dev, CUcontext context) {
             .Int("device", dev.ordinal)
             .Bool("resident", slab.resident())
             .Finish());
+  }
   return CUDA_SUCCESS;
 }
 
@@ -978,7 +980,7 @@ CUresult MemoryManager::CheckRange(uint64_t addr, uint64_t extent) const {
 
 void MemoryManager::LogOom(Device& dev, uint64_t need) {
   ++stats_.ooms;
-  if (logging())
+  if (logging()) {
     Log(JsonLine()
             .Str("type", "oom")
             .Int("device", dev.ordinal)
@@ -986,6 +988,7 @@ void MemoryManager::LogOom(Device& dev, uint64_t need) {
             .Uint("used", dev.used)
             .Uint("cap", dev.cap)
             .Finish());
+  }
 }
 
 // MakeRoom's steps on one device (MakeRoomLoop takes them in order).
@@ -1524,21 +1527,23 @@ CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy, HostWait host
     stats_.bytes_dropped += b.size;
   }
   // A copy's bytes are those it carried (a slab's live blocks).
-  if (logging())
+  if (logging()) {
     Log(Named(JsonLine().Str("type", type), b)
             .Uint("bytes", copy ? copied : b.size)
             .Int("device", dev.ordinal)
             .Finish());
+  }
   return CUDA_SUCCESS;
 }
 
 void MemoryManager::LogSwapIn(const Device& dev, const Buffer& b, bool copy, uint64_t bytes) const {
-  if (logging())
+  if (logging()) {
     Log(Named(JsonLine().Str("type", "swap_in"), b)
             .Uint("bytes", bytes)
             .Bool("copy", copy)
             .Int("device", dev.ordinal)
             .Finish());
+  }
 }
 
 // swapped out -> resident. Device memory is made first, the host copy is
@@ -1700,7 +1705,7 @@ bool MemoryManager::VerifiedClean(Device& dev, Buffer& b) {
   ++stats_.verify_mismatches;
   const char* mode = verifier_->mode() == VerifyMode::kHash ? "hash" : "copy";
   auto name = [](const char* kernel) { return kernel != nullptr ? kernel : "(none)"; };
-  if (logging())
+  if (logging()) {
     Log(Named(JsonLine().Str("type", "verify_mismatch"), b)
             .Uint("bytes", b.size)
             .Int("device", dev.ordinal)
@@ -1708,6 +1713,7 @@ bool MemoryManager::VerifiedClean(Device& dev, Buffer& b) {
             .Str("last_kernel", name(b.last_kernel))
             .Str("last_writer", name(b.last_writer))
             .Finish());
+  }
   Say(LogLevel::kWarn, "verify-mismatch",
       absl::StrCat("STENSOR_VERIFY=", mode, ": buffer ", b.id, " (", b.size,
                    " bytes) changed on the device although no write to it was inferred; "
@@ -1815,11 +1821,11 @@ CUresult MemoryManager::AllocateOnHost(Device& dev, Buffer& b) {
 }
 
 void MemoryManager::LogBornOnHost(const Device& dev, const Buffer& b) const {
+  if (!logging()) return;
   JsonLine line;
   line.Str("type", "alloc_host");
   if (b.group != nullptr) Named(line, b);
-  if (logging())
-    Log(line.Uint("bytes", b.size).Int("device", dev.ordinal).Uint("cap", dev.cap).Finish());
+  Log(line.Uint("bytes", b.size).Int("device", dev.ordinal).Uint("cap", dev.cap).Finish());
 }
 
 bool MemoryManager::ReleaseOrKeep(Device& dev, Buffer& b) {
@@ -1887,12 +1893,13 @@ void MemoryManager::CountServed(Device& dev, Buffer& b, bool by_choice) {
   ++stats_.served_from_host;
   stats_.bytes_served_from_host += b.size;
   if (by_choice) ++stats_.served_by_choice;
-  if (logging())
+  if (logging()) {
     Log(Named(JsonLine().Str("type", "serve_host"), b)
             .Uint("bytes", b.size)
             .Int("device", dev.ordinal)
             .Bool("by_choice", by_choice)
             .Finish());
+  }
 }
 
 bool MemoryManager::PinIfReady(absl::Span<Buffer* const> found) {

@@ -220,7 +220,7 @@ CUresult MemoryManager::PinLocked(Buffer& b, const char* api) {
   }
   // Said once per allocation (a group's first piece).
   if (first && &Whole(b) == &b) {
-    if (logging())
+    if (logging()) {
       Log(JsonLine()
               .Str("type", "pin")
               .Str("api", api)
@@ -228,6 +228,7 @@ CUresult MemoryManager::PinLocked(Buffer& b, const char* api) {
               .Uint("bytes", ViewOf(b).size)
               .Int("device", b.device)
               .Finish());
+    }
     Say(LogLevel::kWarn, "pin",
         absl::StrFormat("buffer %u (%u bytes at 0x%x) stays on the device for good: %s hands its "
                         "memory out of stensor's control",

@@ -60,13 +60,14 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b, bool will_copy) {
                        ") and the host limit (STENSOR_HOST_LIMIT, ", *host_cap,
                        " bytes) are both exhausted"));
     }
-    if (logging())
+    if (logging()) {
       Log(JsonLine()
               .Str("type", "oom")
               .Str("what", "host")
               .Uint("bytes", b.reserved)
               .Uint("host_used", host_store_.bytes(dev.ordinal))
               .Finish());
+    }
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   if (!dev.host_vmm && !warned_no_host_vmm_) {
@@ -75,7 +76,7 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b, bool will_copy) {
             "this driver has no host-located VMM: swapped-out buffers are unmapped, and a "
             "kernel that reaches one through a pointer stensor cannot see (one kept in device "
             "memory) faults (docs/limits.md)");
-    if (logging())
+    if (logging()) {
       Log(JsonLine()
               .Str("type", "limitation")
               .Str("what",
@@ -83,6 +84,7 @@ CUresult MemoryManager::EnsureHostCopy(Buffer& b, bool will_copy) {
                    "unmapped; a kernel reaching one through a pointer "
                    "stensor cannot see would fault")
               .Finish());
+    }
   }
   // Page-locked memory from cuMemHostAlloc is pinned for the context that
   // allocated it: the one whose streams copy it (host-located VMM memory

@@ -316,13 +316,14 @@ void MemoryManager::LogHostUnmapped(const Buffer& b) const {
       absl::StrCat("the host copy of buffer ", b.id,
                    " could not be mapped at its address while it is swapped out: a kernel "
                    "reaching it through a pointer stensor cannot see would fault"));
-  if (logging())
+  if (logging()) {
     Log(Named(
             JsonLine()
                 .Str("type", "limitation")
                 .Str("what", "the host copy could not be mapped at a swapped-out buffer's address"),
             b)
             .Finish());
+  }
 }
 
 bool MemoryManager::EndOldMapping(Device& dev, Buffer& b) {

@@ -358,10 +358,11 @@ CUresult MemoryManager::WaitIdle(Buffer& b, HostWait host_wait, bool own_uses) {
   bool unknown =
       std::any_of(pending.begin(), pending.end(), [](const Pending& p) { return p.unknown; });
   (unknown ? stats_.wait_unknown_seconds : stats_.wait_program_seconds) += waited;
-  if (logging())
+  if (logging()) {
     Log(Named(JsonLine().Str("type", own_uses ? "evict_wait" : "unknown_wait"), b)
             .Double("seconds", waited)
             .Finish());
+  }
   return result;
 }
 
@@ -399,10 +400,11 @@ CUresult MemoryManager::WaitSwapUse(Device& dev, Buffer& b, HostWait host_wait) 
   double waited = Seconds(std::chrono::steady_clock::now() - start);
   stats_.host_wait_seconds += waited;
   stats_.wait_swap_seconds += waited;
-  if (logging())
+  if (logging()) {
     Log(Named(JsonLine().Str("type", "swap_wait").Str("what", "buffer"), b)
             .Double("seconds", waited)
             .Finish());
+  }
   if (Failed(r) != CUDA_SUCCESS) return r;
   for (const Use& copy : copies) {
     for (Use& v : b.uses) {
@@ -422,12 +424,13 @@ CUresult MemoryManager::WaitSwapStream(Device& dev, double* reason) {
   double waited = Seconds(std::chrono::steady_clock::now() - start);
   stats_.host_wait_seconds += waited;
   *(reason != nullptr ? reason : &stats_.wait_swap_seconds) += waited;
-  if (logging())
+  if (logging()) {
     Log(JsonLine()
             .Str("type", "swap_wait")
             .Str("what", reason == &stats_.wait_unknown_seconds ? "unknown" : "stream")
             .Double("seconds", waited)
             .Finish());
+  }
   return Failed(r);
 }
 
