@@ -29,8 +29,9 @@
 #                                    the launches walk all 1,000 buffers, so
 #                                    that each moves some in and out: less
 #                                    the fourth, over the moves a launch,
-#                                    what a move costs (300 launches: each
-#                                    move copies under callgrind)
+#                                    what a move costs (300 launches: the
+#                                    fake's work for a move is slow under
+#                                    callgrind)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
