@@ -434,6 +434,44 @@ void HostTouchesThenExit() {
   std::exit(0);
 }
 
+// One allocation of 4 MiB reserved at once, its first half mapped in
+// device memory and its second in host memory (a tensor over two pieces,
+// the second served from host): a kernel given its start fills it whole.
+void HostTouchPastItsPointerThenExit() {
+  InitContext();
+  constexpr size_t kHalf = 2u << 20;
+  CUdeviceptr va = 0;
+  CHILD_CU(cuMemAddressReserve(&va, 2 * kHalf, 0, 0, 0));
+  CUmemAllocationProp on_device{};
+  on_device.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  on_device.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  CUmemAllocationProp on_host = on_device;
+  on_host.location.type = CU_MEM_LOCATION_TYPE_HOST;
+  CUmemGenericAllocationHandle d = 0, h = 0;
+  CHILD_CU(cuMemCreate(&d, kHalf, &on_device, 0));
+  CHILD_CU(cuMemCreate(&h, kHalf, &on_host, 0));
+  CHILD_CU(cuMemMap(va, kHalf, 0, d, 0));
+  CHILD_CU(cuMemMap(va + kHalf, kHalf, 0, h, 0));
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CHILD_CU(cuMemSetAccess(va, 2 * kHalf, &access, 1));
+  CUmodule module = nullptr;
+  CHILD_CU(cuModuleLoad(&module, kModule));
+  CUfunction fill = nullptr;
+  CHILD_CU(cuModuleGetFunction(&fill, module, kSlowFill));
+  int value = 1, n = static_cast<int>(2 * kHalf / sizeof(int)), delay_ms = 0;
+  CUdeviceptr out = va;
+  void* params[] = {&out, &value, &n, &delay_ms};
+  CHILD_CU(cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr));
+  CHILD_CU(cuCtxSynchronize());
+  CHILD_CU(cuMemUnmap(va, 2 * kHalf));
+  CHILD_CU(cuMemRelease(d));
+  CHILD_CU(cuMemRelease(h));
+  CHILD_CU(cuMemAddressFree(va, 2 * kHalf));
+  std::exit(0);
+}
+
 constexpr int kThreads = 4;
 constexpr int kMemsetsPerThread = 250;
 
@@ -633,6 +671,35 @@ TEST(FakeCudaTraceTest, AKernelsRecordSaysTheHostBytesItTouched) {
   std::vector<Slice> three = t.Named("H2D 12 KiB");
   EXPECT_EQ(one.size(), 1u);
   EXPECT_EQ(three.size(), 1u);
+}
+
+// A kernel's pointer need not point into the host memory it reaches: one
+// given the start of an allocation whose second half is in host memory
+// reads that half over the link, every page of it charged.
+TEST(FakeCudaTraceTest, HostMemoryPastTheMappingAPointerStartsInIsCharged) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string path = TmpPath("host_touch_past.json");
+  std::remove(path.c_str());
+  EXPECT_EXIT(
+      {
+        setenv("FAKECUDA_TRACE", path.c_str(), 1);
+        HostTouchPastItsPointerThenExit();
+      },
+      ::testing::ExitedWithCode(0), "");
+  Trace t;
+  ASSERT_NO_FATAL_FAILURE(LoadTrace(path, &t));
+  std::vector<Slice> kernels = t.Named("testk::slow_fill(int*, int, int, int)");
+  ASSERT_EQ(kernels.size(), 1u);
+  ASSERT_TRUE(kernels[0].args->HasNumber("host_bytes_touched"));
+  EXPECT_GE(kernels[0].args->Num("host_bytes_touched"), 512 * 4096);
+  EXPECT_LE(kernels[0].args->Num("host_bytes_touched"), (512 + 63) * 4096);
+  // The host-to-device engine carried that much.
+  const double touched = kernels[0].args->Num("host_bytes_touched");
+  int carried = 0;
+  for (const Slice& e : t.slices) {
+    carried += e.cat == "engine" && e.args->HasNumber("bytes") && e.args->Num("bytes") == touched;
+  }
+  EXPECT_EQ(carried, 1);
 }
 
 TEST(FakeCudaTraceTest, UnsetWritesNoFile) {

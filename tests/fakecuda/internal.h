@@ -273,9 +273,11 @@ bool IsDeviceRange(CUdeviceptr ptr, size_t bytes);
 bool IsDevicePointer(CUdeviceptr ptr);
 // True when [ptr, ptr+bytes) lies in page-locked host memory.
 bool IsPinnedHost(const void* ptr, size_t bytes);
-// Has `touches` watch the host-located VMM mappings the words point into,
-// each once: what a kernel given those pointers reaches over the link, of
-// which the time model charges the pages it touches (FAKECUDA_LINK).
+// Has `touches` watch the host-located VMM mappings a kernel given those
+// words as pointers can reach, each once: every one in the reserved range a
+// word points into (a kernel walks its allocation past the mapping its
+// pointer starts in: a tensor over several chunks or pieces), of which the
+// time model charges the pages it touches (FAKECUDA_LINK).
 class HostTouches;
 void WatchHostMapped(const uint64_t* words, size_t n, HostTouches* touches);
 // Whether `p` lies in a VMM mapping (cuMemMap), device- or host-located.

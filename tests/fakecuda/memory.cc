@@ -441,16 +441,21 @@ bool InVmmMapping(CUdeviceptr p) {
 void WatchHostMapped(const uint64_t* words, size_t n, HostTouches* touches) {
   Memory& m = GetMemory();
   std::lock_guard<std::mutex> lock(m.mu);  // the mappings stay as they are watched
-  std::vector<uintptr_t> seen;
+  std::vector<uintptr_t> seen;             // reservations, each watched once
   for (size_t i = 0; i < n; ++i) {
-    auto mp = Containing(m.mappings, static_cast<uintptr_t>(words[i]), MapSize);
-    if (mp == m.mappings.end() ||
-        mp->second.handle->prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE ||
-        std::find(seen.begin(), seen.end(), mp->first) != seen.end()) {
+    // Mappings lie in reserved ranges: a word in none reaches no mapping.
+    auto range = Containing(m.reservations, static_cast<uintptr_t>(words[i]), RangeSize);
+    if (range == m.reservations.end() ||
+        std::find(seen.begin(), seen.end(), range->first) != seen.end()) {
       continue;
     }
-    seen.push_back(mp->first);
-    touches->Watch(mp->first, mp->second.size, mp->second.prot);
+    seen.push_back(range->first);
+    const uintptr_t end = range->first + range->second;
+    for (auto mp = m.mappings.lower_bound(range->first); mp != m.mappings.end() && mp->first < end;
+         ++mp) {
+      if (mp->second.handle->prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE) continue;
+      touches->Watch(mp->first, mp->second.size, mp->second.prot);
+    }
   }
 }
 
