@@ -640,6 +640,21 @@ TEST(FakeCudaTraceTest, StreamsAndCopyEnginesAreTracksOfTheirOperations) {
   }
 }
 
+// Runs `child` (which exits 0) in a forked process whose FAKECUDA_TRACE is
+// TmpPath(name), and loads the trace it wrote.
+void TraceOfChild(const std::string& name, void (*child)(), Trace* t) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string path = TmpPath(name);
+  std::remove(path.c_str());
+  EXPECT_EXIT(
+      {
+        setenv("FAKECUDA_TRACE", path.c_str(), 1);
+        child();
+      },
+      ::testing::ExitedWithCode(0), "");
+  ASSERT_NO_FATAL_FAILURE(LoadTrace(path, t));
+}
+
 // A kernel reaching host-located memory says how much of it it touched
 // (whole pages), and the host-to-device engine carries that much. A touch
 // of the page after the ones the previous touch opened opens twice as many:
@@ -647,17 +662,8 @@ TEST(FakeCudaTraceTest, StreamsAndCopyEnginesAreTracksOfTheirOperations) {
 // sequential read of 1,024 pages takes 22 faults and is charged at most 63
 // pages it did not reach.
 TEST(FakeCudaTraceTest, AKernelsRecordSaysTheHostBytesItTouched) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  const std::string path = TmpPath("host_touch.json");
-  std::remove(path.c_str());
-  EXPECT_EXIT(
-      {
-        setenv("FAKECUDA_TRACE", path.c_str(), 1);
-        HostTouchesThenExit();
-      },
-      ::testing::ExitedWithCode(0), "");
   Trace t;
-  ASSERT_NO_FATAL_FAILURE(LoadTrace(path, &t));
+  ASSERT_NO_FATAL_FAILURE(TraceOfChild("host_touch.json", &HostTouchesThenExit, &t));
   std::vector<Slice> kernels = t.Named("testk::slow_fill(int*, int, int, int)");
   ASSERT_EQ(kernels.size(), 3u);
   EXPECT_EQ(kernels[0].args->Num("host_bytes_touched"), 4096);
@@ -677,17 +683,9 @@ TEST(FakeCudaTraceTest, AKernelsRecordSaysTheHostBytesItTouched) {
 // given the start of an allocation whose second half is in host memory
 // reads that half over the link, every page of it charged.
 TEST(FakeCudaTraceTest, HostMemoryPastTheMappingAPointerStartsInIsCharged) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  const std::string path = TmpPath("host_touch_past.json");
-  std::remove(path.c_str());
-  EXPECT_EXIT(
-      {
-        setenv("FAKECUDA_TRACE", path.c_str(), 1);
-        HostTouchPastItsPointerThenExit();
-      },
-      ::testing::ExitedWithCode(0), "");
   Trace t;
-  ASSERT_NO_FATAL_FAILURE(LoadTrace(path, &t));
+  ASSERT_NO_FATAL_FAILURE(
+      TraceOfChild("host_touch_past.json", &HostTouchPastItsPointerThenExit, &t));
   std::vector<Slice> kernels = t.Named("testk::slow_fill(int*, int, int, int)");
   ASSERT_EQ(kernels.size(), 1u);
   ASSERT_TRUE(kernels[0].args->HasNumber("host_bytes_touched"));
