@@ -399,6 +399,9 @@ struct Accesses {
   // Under a cap: whether the manager holds anything for the launch
   // (MemoryManager::OpTicket::finish).
   bool op_finish = true;
+  // Under a cap, before it presses: the launch's place in the manager's
+  // operation journal (MemoryManager::OpTicket::journal), 0 when none.
+  uint64_t op_journal = 0;
   // Launches: the kernel's description, set by the tracker before the launch
   // so that the end of it need not look the kernel up again.
   const KernelInfo* kernel = nullptr;

@@ -115,7 +115,7 @@ MemoryManager::MemoryManager(const Config& config, const Driver* driver, LogSink
       profiler_(driver) {}
 
 MemoryManager::~MemoryManager() {
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   while (!by_base_.empty()) {
     Buffer& b = *by_base_.begin()->second;
     WaitIdle(b, HostWait::kAllowed);  // an error here leaves nothing better to do than release
@@ -259,7 +259,7 @@ absl::Span<const uint64_t> MemoryManager::ExpandedSlow(absl::Span<const uint64_t
 }
 
 bool MemoryManager::Narrow(uint64_t id, uint64_t offset, uint64_t bytes, Keys* ids, Keys* covered) {
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   auto g = groups_ > 0 && id < kPieceKeys ? group_ids_.find(id) : group_ids_.end();
   if (g == group_ids_.end()) return false;
   PieceGroup& group = *g->second;
@@ -277,7 +277,7 @@ bool MemoryManager::Narrow(uint64_t id, uint64_t offset, uint64_t bytes, Keys* i
 }
 
 bool MemoryManager::FarPieces(uint64_t id, absl::Span<const uint64_t> words, Keys* far) {
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   auto g = groups_ > 0 && id < kPieceKeys ? group_ids_.find(id) : group_ids_.end();
   if (g == group_ids_.end()) return false;
   PieceGroup& group = *g->second;
@@ -412,7 +412,7 @@ CUresult MemoryManager::Allocate(uint64_t bytes, CUdeviceptr* dptr, RegisterId r
   if (CUresult r = driver_->cuCtxGetDevice(&ordinal); r != CUDA_SUCCESS) return r;
   CUcontext context = nullptr;
   if (CUresult r = driver_->cuCtxGetCurrent(&context); r != CUDA_SUCCESS) return r;
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   Device& dev = DeviceState(ordinal);
   const CUresult r = AllocateLocked(dev, context, bytes, dptr, register_id, stream_order);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) LogOom(dev, bytes);
@@ -440,6 +440,7 @@ CUresult MemoryManager::AllocateLocked(Device& dev, CUcontext context, uint64_t 
   b->device = dev.ordinal;
   b->context = context;
   if (dev.context == nullptr) dev.context = context;
+  JournalOn(dev);
   b->gpu_version = ++version_;
   b->last_use = ++clock_;  // just used: not the first to go
   // From half a granule up a buffer maps a whole chunk (at most twice its
@@ -648,6 +649,7 @@ CUresult MemoryManager::NewSlab(Device& dev, CUcontext context) {
   b->context = context;
   b->vmm = true;
   b->slab = true;
+  JournalOn(dev);
   b->gpu_version = ++version_;
   b->last_use = ++clock_;
   CollectGarbage();
@@ -783,13 +785,13 @@ bool MemoryManager::IntoSlab(uint64_t id, uint64_t* offset, uint64_t bytes) cons
 }
 
 MemoryManager::StreamOrderedUsage MemoryManager::StreamOrdered(int device) {
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   CollectGarbage();  // freed buffers whose free ran hold no memory any more
   return DeviceState(device).stream_ordered;
 }
 
 void MemoryManager::ResetStreamOrderedHigh(int device, bool used, bool reserved) {
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   StreamOrderedUsage& u = DeviceState(device).stream_ordered;
   if (used) u.used_high = u.used;
   if (reserved) u.reserved_high = u.reserved;
@@ -798,7 +800,7 @@ void MemoryManager::ResetStreamOrderedHigh(int device, bool used, bool reserved)
 bool MemoryManager::Swappable(uint64_t bytes) {
   CUdevice ordinal = 0;
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return false;
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   const Device& dev = DeviceState(ordinal);
   return (dev.granularity != 0 && bytes >= dev.granularity / 2 && bytes <= dev.cap) ||
          SlabSized(dev, bytes);
@@ -807,7 +809,7 @@ bool MemoryManager::Swappable(uint64_t bytes) {
 bool MemoryManager::SmallServedFromHost(uint64_t bytes) {
   CUdevice ordinal = 0;
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return false;
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   return ServesSmallFromHost(DeviceState(ordinal), bytes);
 }
 
@@ -844,7 +846,7 @@ bool MemoryManager::Owns(CUdeviceptr base) const {
 }
 
 CUresult MemoryManager::Free(CUdeviceptr base) {
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   SettleAhead();
   Buffer* b = Allocation(base);
   if (b == nullptr && FreeBlock(base, nullptr)) return CUDA_SUCCESS;
@@ -909,7 +911,7 @@ CUresult MemoryManager::FreeAsync(CUdeviceptr base, CUstream stream,
       r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_SUPPORTED) {
     return r;
   }
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   SettleAhead();
   Buffer* b = Allocation(base);
   if (b == nullptr && BlockStartsAt(base)) {
@@ -1148,6 +1150,7 @@ bool MemoryManager::WaitForUnpin(absl::Duration* waited) {
 
 bool MemoryManager::DropOneClean(Device& dev, HostWait host_wait, CUresult* error,
                                  bool spend_prefetched) {
+  EndJournaling();  // nothing moves while operations are journaled
   // The least recently used droppable buffer not pinned (those are few:
   // an operation's own buffers) nor failed in this round.
   const bool can_queue = CanQueue(dev);
@@ -1382,6 +1385,7 @@ uint64_t MemoryManager::FreeUnderCap(const Device& dev) {
 
 bool MemoryManager::EvictByPolicy(Device& dev, uint64_t needed, HostWait host_wait, CUresult* error,
                                   bool spend_prefetched) {
+  EndJournaling();  // nothing moves while operations are journaled
   // The first in the policy's order not pinned (those are few: the buffers
   // of operations being prepared) nor failed in this round; one at a time,
   // the caller re-checks the cap after each. Sizes weigh only where next
@@ -1437,6 +1441,7 @@ bool MemoryManager::CanQueue(Device& dev) const {
 // the buffer's address until that is observed complete (ReapOldMappings),
 // and its next user runs after it on the swap stream.
 CUresult MemoryManager::SwapOut(Device& dev, Buffer& b, bool copy, HostWait host_wait) {
+  EndJournaling();  // nothing moves while operations are journaled
   ReindexAtExit reindex(this, b);
   const bool idle = Idle(b);
   // Nothing is evicted under pending work that may reach it unless it can
@@ -1552,6 +1557,7 @@ void MemoryManager::LogSwapIn(const Device& dev, const Buffer& b, bool copy, uin
 // consumer; a failure before the copy is submitted puts everything back.
 CUresult MemoryManager::SwapIn(Device& dev, Buffer& b, bool copy, CUstream consumer,
                                HostWait host_wait) {
+  EndJournaling();  // nothing moves while operations are journaled
   ReindexAtExit reindex(this, b);
   // A second attempt takes fresh memory: zeroing reused chunks failed.
   for (int attempt = 0;; ++attempt) {
@@ -1725,7 +1731,7 @@ bool MemoryManager::VerifiedClean(Device& dev, Buffer& b) {
 void MemoryManager::NoteKernel(absl::Span<const uint64_t> used, absl::Span<const uint64_t> written,
                                const char* kernel) {
   if (verifier_ == nullptr) return;
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   Keys used_x, written_x;
   for (uint64_t id : Expanded(used, &used_x)) {
     if (Buffer* b = ById(id)) b->last_kernel = kernel;
@@ -1740,8 +1746,16 @@ void MemoryManager::NoteKernel(absl::Span<const uint64_t> used, absl::Span<const
 CUresult MemoryManager::Prepare(absl::Span<const uint64_t> named,
                                 absl::Span<const uint64_t> named_overwritten, CUstream stream,
                                 const Operation* note) {
-  if (note != nullptr) *note->ticket = OpTicket{};
-  MutexLock lock(&mu_);
+  if (note != nullptr) {
+    *note->ticket = OpTicket{};
+    // Before the cap presses: no lock, no look at the buffers, no pin.
+    if (journal_open_.load(std::memory_order_relaxed) && PrepareJournaled(named, note->ticket)) {
+      return CUDA_SUCCESS;
+    }
+  }
+  ManagerLock lock(this);
+  // Stensor's own work that kept operations off the journal may be done.
+  if (journaling_ && own_work_) OwnWorkDone();
   // A group's pieces, each in place of its id, from here on.
   Keys ids_x, overwritten_x, written_x;
   const absl::Span<const uint64_t> ids = Expanded(named, &ids_x);
@@ -1778,7 +1792,7 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> named,
   absl::InlinedVector<uint64_t, 16> next_after;
   if (plans) {
     next_after.assign(ids.size(), EvictionCandidate::kNoNextUse);
-    predicted = PredictLocked(note->key, ids, Expanded(note->written, &written_x), note->marker,
+    predicted = PredictLocked(note->Key(), ids, Expanded(note->written, &written_x), note->marker,
                               &noted, absl::MakeSpan(next_after), found);
     if (!predicted) next_after.clear();
   }
@@ -1807,6 +1821,7 @@ CUresult MemoryManager::Prepare(absl::Span<const uint64_t> named,
 }
 
 CUresult MemoryManager::AllocateOnHost(Device& dev, Buffer& b) {
+  EndJournaling();  // nothing moves while operations are journaled
   if (CUresult r = EnsureHostCopy(b, /*will_copy=*/false); r != CUDA_SUCCESS) return r;
   if (CUresult r = MapHostAtBase(b); r != CUDA_SUCCESS) {
     if (!b.host_at_base) (void)ReleaseHostCopy(dev, b);
@@ -2065,10 +2080,51 @@ CUresult MemoryManager::PrepareOnce(absl::Span<const uint64_t> ids, absl::Span<B
   return CUDA_SUCCESS;
 }
 
-void MemoryManager::Finish(absl::Span<const uint64_t> named,
-                           absl::Span<const uint64_t> named_written, CUstream stream,
-                           bool submitted) {
+// Inline: its one caller is every journaled launch.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void MemoryManager::JournalFinish(
+    absl::Span<const uint64_t> named, absl::Span<const uint64_t> named_written, CUstream stream) {
+  Keys ids_x, written_x;
+  const absl::Span<const uint64_t> ids = Expanded(named, &ids_x);
+  const absl::Span<const uint64_t> written = Expanded(named_written, &written_x);
+  // The use each buffer's entry for the stream would get on the full path:
+  // one mark after the operation, recorded after several before the cap
+  // presses.
+  const std::pair<CUstream, uint64_t> key = UseKey(stream);
+  OperationJournal::Use use;
+  use.stream = key.first;
+  use.thread = key.second;
+  use.device = journal_device_;
+  Marked marked = Marked::kUnrecorded;
+  // Null: unrecorded, only a host wait tells (as for a failed record).
+  use.mark = MarkOperation(key, stream, journal_device_, /*defer=*/!pressed_, &marked);
+  use.marked = static_cast<int>(marked);
+  if (use.mark != nullptr) use.gen = use.mark->gen;
+  // One tick a buffer, as the full path hands them out.
+  const uint64_t tick = clock_ + 1;
+  clock_ += ids.size();
+  if (journal_.full()) ApplyJournal();
+  journal_.Add(ids, written, tick, use);
+}
+
+bool MemoryManager::FinishJournaled(absl::Span<const uint64_t> named,
+                                    absl::Span<const uint64_t> named_written, CUstream stream,
+                                    bool submitted, uint64_t journal) {
+  // Not a ManagerLock: the journal grows, and nothing journal_open_ sums up
+  // changes.
   MutexLock lock(&mu_);
+  auto& slot = *reinterpret_cast<OperationJournal::Slot*>(journal);
+  const bool pinned = slot.pinned;
+  slot.pinned = false;
+  slot.owner.store(nullptr, std::memory_order_release);
+  if (pinned) return false;  // the journaling ended meanwhile: the full Finish
+  if (submitted) JournalFinish(named, named_written, stream);
+  return true;
+}
+
+void MemoryManager::FinishFull(absl::Span<const uint64_t> named,
+                               absl::Span<const uint64_t> named_written, CUstream stream,
+                               bool submitted, bool pinned_by_end) {
+  ManagerLock lock(this);
   // A write through any pointer into a group may reach any of its pieces:
   // each is versioned (a clean drop never loses it).
   Keys ids_x, written_x;
@@ -2088,7 +2144,8 @@ void MemoryManager::Finish(absl::Span<const uint64_t> named,
     // A plain allocation is never pinned nor evicted: nothing to keep.
     if (b == nullptr || !b->vmm || b->pins == 0) continue;
     Unpin(*b);
-    if (operation_pins > 0) --operation_pins;
+    // Pins taken for it by EndJournaling were never this thread's count.
+    if (operation_pins > 0 && !pinned_by_end) --operation_pins;
     ++unpins_;
     // Pinned and not resident: this operation was served from host.
     const bool served = b->serving > 0 && !b->resident();
@@ -2152,10 +2209,133 @@ void MemoryManager::Finish(absl::Span<const uint64_t> named,
   }
 }
 
+// --- Operations before the cap presses (OperationJournal) -------------------------
+
+void MemoryManager::Withdraw(OperationJournal::Slot& slot) {
+  MutexLock lock(&mu_);
+  if (slot.pinned) {
+    Keys ids_x;
+    for (uint64_t id : Expanded(slot.named(), &ids_x)) {
+      Buffer* b = ById(id);
+      if (b != nullptr && !b->garbage && b->vmm && b->pins > 0) {
+        Unpin(*b);
+        ++unpins_;
+      }
+    }
+    slot.pinned = false;
+  }
+  slot.owner.store(nullptr, std::memory_order_release);
+}
+
+void MemoryManager::UpdateJournalOpen() {
+  bool open =
+      journaling_ && !own_work_ && journal_device_ >= 0 && verifier_ == nullptr && !pressed_;
+  // The cap about to press: the next operation's Pressed() ends the
+  // journaling (the moment it presses is the same as on the full path).
+  for (const auto& d : devices_) {
+    if (open && d != nullptr && IterationPlanner::Wanted(Held(*d), d->cap, swapped_out_)) {
+      open = false;
+    }
+  }
+  journal_open_.store(open, std::memory_order_seq_cst);
+}
+
+void MemoryManager::ApplyJournal() {
+  if (journal_.empty()) return;
+  // Newest first: a buffer takes its latest tick and, per stream, its
+  // latest use; a write bumps its version once.
+  const uint64_t pass = ++journal_passes_;
+  const absl::Span<const OperationJournal::Record> records = journal_.records();
+  for (size_t r = records.size(); r-- > 0;) {
+    const OperationJournal::Record& rec = records[r];
+    const absl::Span<const uint64_t> ids = journal_.ids(rec);
+    for (size_t i = ids.size(); i-- > 0;) {
+      Buffer* b = ById(ids[i]);
+      if (b == nullptr || !b->vmm) continue;  // a plain allocation keeps no uses
+      if (b->journal_pass != pass) {
+        b->journal_pass = pass;
+        b->last_use = std::max(b->last_use, rec.tick + i);
+        Reindex(*b);
+      }
+      Use& u = EntryFor(b->uses, {rec.use.stream, rec.use.thread});
+      if (u.journal_pass == pass) continue;  // a later use on that stream holds
+      u.journal_pass = pass;
+      NoteJournaledUse(u, rec.use);
+    }
+    for (uint64_t id : journal_.written(rec)) {
+      Buffer* b = ById(id);
+      if (b == nullptr || !b->vmm || b->written_pass == pass) continue;
+      b->written_pass = pass;
+      if (!b->resident()) {
+        b->host_version = b->gpu_version = ++version_;  // served: written there
+      } else {
+        b->gpu_version = ++version_;  // host copy now stale
+      }
+      b->written = true;
+      Reindex(*b);
+    }
+  }
+  journal_.Clear();
+}
+
+void MemoryManager::NoteJournaledUse(Use& u, const OperationJournal::Use& j) {
+  // As NoteMarkedUse noted it then: the mark's record `j.gen`, not its
+  // latest.
+  u.device = j.device;
+  ++u.seq;
+  u.done = false;
+  const Marked marked = static_cast<Marked>(j.marked);
+  u.context = j.mark != nullptr ? j.mark->context : nullptr;
+  u.recorded = j.mark != nullptr && marked == Marked::kRecorded;
+  if (j.mark == nullptr || marked == Marked::kUnrecorded) {
+    u.mark = nullptr;
+    u.event = nullptr;
+    return;
+  }
+  u.mark = j.mark;
+  u.mark_gen = j.gen;
+  u.event = marked == Marked::kAhead ? nullptr : j.mark->event;
+}
+
+void MemoryManager::EndJournaling() {
+  if (!journaling_) return;
+  journaling_ = false;
+  journal_open_.store(false, std::memory_order_seq_cst);
+  ApplyJournal();
+  journal_.Release();
+  // What the Prepare of the operations in flight would have pinned.
+  OperationJournal::ForEachInFlight(
+      this, [this](OperationJournal::Slot& slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        Keys ids_x;
+        for (uint64_t id : Expanded(slot.named(), &ids_x)) {
+          Buffer* b = ById(id);
+          if (b != nullptr && !b->garbage && b->vmm) Pin(*b);
+        }
+        slot.pinned = true;
+      });
+}
+
+void MemoryManager::JournalOn(const Device& dev) {
+  // One device's operations only: a second one's would need their own marks.
+  if (journal_device_ < 0) journal_device_ = dev.ordinal;
+  if (journal_device_ != dev.ordinal) EndJournaling();
+}
+
+bool MemoryManager::OwnWorkDone() {
+  for (const auto& d : devices_) {
+    if (d == nullptr) continue;
+    for (CUstream own : {d->swap_stream, d->fetch_stream}) {
+      if (own != nullptr && driver_->cuStreamQuery(own) != CUDA_SUCCESS) return false;
+    }
+  }
+  own_work_ = false;
+  return true;
+}
+
 int MemoryManager::BeginUnknown(CUstream stream) {
   CUdevice ordinal = 0;
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return -1;
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   Device& dev = DeviceState(ordinal);
   ++dev.unknown_submitting;  // from here on nothing new is evicted on `dev`
   // It may reach a swapped-out buffer through its address, which must show
@@ -2177,12 +2357,12 @@ int MemoryManager::BeginUnknown(CUstream stream) {
 
 void MemoryManager::EndUnknown(int device) {
   if (device < 0) return;
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   --DeviceState(device).unknown_submitting;
 }
 
 void MemoryManager::MarkAllWritten(CUstream stream) {
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   for (auto& [base, b] : by_base_) {
     if (b->resident()) b->gpu_version = ++version_;
     // A swapped-out buffer is reachable only through its host copy at its
@@ -2236,7 +2416,7 @@ CUresult MemoryManager::RestoreFromHost(Device& dev, Buffer& b) {
 }
 
 CUresult MemoryManager::Prefetch(uint64_t id) {
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   Buffer* b = ById(id);
   if (b == nullptr) return CUDA_ERROR_NOT_FOUND;
   CUresult result = CUDA_SUCCESS;
@@ -2247,6 +2427,7 @@ CUresult MemoryManager::Prefetch(uint64_t id) {
 }
 
 CUresult MemoryManager::PrefetchLocked(Buffer& b) {
+  EndJournaling();  // nothing moves while operations are journaled
   if (b.garbage || !b.vmm) return CUDA_ERROR_NOT_FOUND;
   if (b.resident() && !b.stale_device) return CUDA_SUCCESS;
   Device& dev = DeviceState(b.device);
@@ -2260,7 +2441,7 @@ CUresult MemoryManager::PrefetchLocked(Buffer& b) {
 }
 
 CUresult MemoryManager::EvictAsync(uint64_t id) {
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   Buffer* b = ById(id);
   if (b == nullptr) return CUDA_ERROR_NOT_FOUND;
   CUresult result = CUDA_SUCCESS;
@@ -2271,6 +2452,7 @@ CUresult MemoryManager::EvictAsync(uint64_t id) {
 }
 
 CUresult MemoryManager::EvictAsyncLocked(Buffer& b) {
+  EndJournaling();  // nothing moves while operations are journaled
   SettleAhead();
   if (b.garbage || !b.vmm) return CUDA_ERROR_NOT_FOUND;
   if (!b.resident()) return CUDA_SUCCESS;
@@ -2330,7 +2512,7 @@ void MemoryManager::NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
   // Only prefetch and belady read what the planner learns: without them a
   // launch pays no second lock.
   if (!Plans()) return;
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   Keys ids_x, written_x;
   if (!Pressed()) return;
   NoteOperationLocked(key, Expanded(ids, &ids_x), Expanded(written, &written_x), marker, stream,
@@ -2343,7 +2525,10 @@ bool MemoryManager::PressureBegins() {
     if (IterationPlanner::Wanted(Held(*d), d->cap, swapped_out_)) pressed_ = true;
   }
   // Evictions may follow: uses are recorded at each operation from here.
-  if (pressed_) SettleAhead();
+  if (pressed_) {
+    EndJournaling();
+    SettleAhead();
+  }
   return pressed_;
 }
 
@@ -2527,7 +2712,7 @@ MemoryManager::Usage MemoryManager::SettledUsage(int device) {
 }
 
 void MemoryManager::MemInfo(int device, size_t* free_bytes, size_t* total_bytes) {
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   const Usage usage = SettledUsage(device);
   if (total_bytes != nullptr) *total_bytes = usage.cap;
   // The program asks what is free (to size its allocations, or to watch the
@@ -2542,7 +2727,7 @@ void MemoryManager::MemInfo(int device, size_t* free_bytes, size_t* total_bytes)
 }
 
 MemoryManager::Usage MemoryManager::DeviceUsage(int device) {
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   return SettledUsage(device);
 }
 

@@ -30,6 +30,7 @@
 #ifndef STENSOR_CORE_SWAP_MEMORY_MANAGER_H_
 #define STENSOR_CORE_SWAP_MEMORY_MANAGER_H_
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -54,6 +55,7 @@
 #include "core/swap/external_charges.h"
 #include "core/swap/host_copy.h"
 #include "core/swap/host_store.h"
+#include "core/swap/operation_journal.h"
 #include "core/swap/physical_pool.h"
 #include "core/swap/profiler.h"
 #include "core/swap/slab_pool.h"
@@ -160,8 +162,9 @@ class MemoryManager {
   static constexpr size_t kMaxMarkStreams = 64;
   static constexpr size_t kMaxMarksPerStream = 256;
   // Before the cap presses, one record per this many operations on a
-  // stream (MarkOperation).
-  static constexpr int kDeferredRecords = 16;
+  // stream (MarkOperation): each a driver call costing about what a launch
+  // does, where deferring one only delays seeing a free's memory idle.
+  static constexpr int kDeferredRecords = 64;
 
   // Null when the configuration sets no memory limit, or when the driver
   // lacks an entry point swapping needs (said once on stderr: the program
@@ -363,9 +366,12 @@ class MemoryManager {
                    CUstream stream, const Operation* note = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
   // After the operation was submitted (or failed): marks the last use of
   // `ids` on `stream`, bumps the device version of `written`, makes them
-  // evictable again.
+  // evictable again. `journal`: its OpTicket's, when Prepare was given one.
   void Finish(absl::Span<const uint64_t> ids, absl::Span<const uint64_t> written, CUstream stream,
-              bool submitted) ABSL_LOCKS_EXCLUDED(mu_);
+              bool submitted, uint64_t journal = 0) ABSL_LOCKS_EXCLUDED(mu_) {
+    if (journal != 0 && FinishJournaled(ids, written, stream, submitted, journal)) return;
+    FinishFull(ids, written, stream, submitted, /*pinned_by_end=*/journal != 0);
+  }
 
   // An operation whose accesses are unknown (a kernel the driver could not
   // describe, a graph launch) may have written any buffer: every host copy
@@ -450,6 +456,10 @@ class MemoryManager {
     // allocation, never swapped, or none of this manager's), so that Finish
     // has nothing to do and need not be called.
     bool finish = true;
+    // Set by Prepare before the cap presses: the operation was let through
+    // without a look at its buffers (OperationJournal), and Finish must be
+    // given this token (its thread's slot).
+    uint64_t journal = 0;
   };
   void NoteOperation(uint64_t key, absl::Span<const uint64_t> ids,
                      absl::Span<const uint64_t> written, bool marker, CUstream stream,
@@ -463,10 +473,25 @@ class MemoryManager {
     // Pieces the operation holds but likely does not touch (FarPieces),
     // ascending: served from host when swapped out, never fetched for it.
     absl::Span<const uint64_t> far;
+    // Where set, the key is make_key(key_arg), made only when the planner
+    // reads it (hashing a launch's shape at every launch costs as much as
+    // the rest of a journaled one).
+    uint64_t (*make_key)(const void* arg) = nullptr;
+    const void* key_arg = nullptr;
+    uint64_t Key() const { return make_key != nullptr ? make_key(key_arg) : key; }
   };
   // After the operation was submitted (or failed).
   void EndOperation(const OpTicket& ticket, CUstream stream, bool submitted)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Prepare's way for an operation of known accesses before the cap presses,
+  // for a caller that would build the Operation only for it: lets it through
+  // without the lock or a look at its buffers (OperationJournal), true with
+  // `*ticket` set (a fresh OpTicket otherwise), Finish then given
+  // ticket->journal; false where Prepare must be called.
+  bool Journal(absl::Span<const uint64_t> ids, OpTicket* ticket) ABSL_LOCKS_EXCLUDED(mu_) {
+    *ticket = OpTicket{};
+    return journal_open_.load(std::memory_order_relaxed) && PrepareJournaled(ids, ticket);
+  }
 
   // Appends the ids of the swappable buffers of the current device whose
   // address a kernel stensor cannot see into could fault on: without
@@ -629,6 +654,9 @@ class MemoryManager {
   void Unindex(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Re-keys the buffer when the scope ends, however it ends.
   class ReindexAtExit;
+  // mu_ held for a section of the manager's: the journal applied on taking
+  // it, journal_open_ brought up to date on letting it go.
+  class ManagerLock;
 
   // --- The decisions (memory_manager.cc).
   // Whether a call may wait on the host (without the lock) for work in
@@ -867,6 +895,55 @@ class MemoryManager {
   // operation's uses are recorded at once (MarkOperation); before, nothing
   // is evicted, and the uses of several operations share a record.
   bool Pressed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pressed_ || PressureBegins(); }
+  // The operation journal (OperationJournal). PrepareJournaled: Prepare
+  // lets the operation through on the journal without the lock (`ticket`
+  // says so), or false for the full path. JournalFinish records a journaled operation's submission.
+  // ApplyJournal brings every buffer up to date with the records: called
+  // with the lock taken anywhere but a journaled Prepare and Finish.
+  // EndJournaling, before the first eviction (or when the cap presses, or a
+  // second device appears): applies the records and pins the buffers of the
+  // operations in flight, as their Prepare would have; their Finish is then
+  // the full one. For good.
+  bool PrepareJournaled(absl::Span<const uint64_t> named, OpTicket* ticket)
+      ABSL_LOCKS_EXCLUDED(mu_) {  // inline: every launch before the cap presses
+    if (named.size() > OperationJournal::kMaxIds) return false;
+    OperationJournal::Slot& slot = OperationJournal::ThisThread();
+    if (slot.owner.load(std::memory_order_relaxed) != nullptr) return false;  // one at a time
+    slot.count = named.size();
+    std::copy(named.begin(), named.end(), slot.ids);
+    // Published, then the journaling asked again: EndJournaling stores its
+    // flag, then reads the slots (OperationJournal::Slot).
+    slot.owner.store(this, std::memory_order_seq_cst);
+    if (journal_open_.load(std::memory_order_seq_cst)) {
+      ticket->journal = reinterpret_cast<uintptr_t>(&slot);  // Finish's, with no look-up
+      return true;
+    }
+    Withdraw(slot);
+    return false;
+  }
+  // Closed meanwhile: the slot withdrawn, letting go of the pins
+  // EndJournaling may have taken for it; the full path follows.
+  void Withdraw(OperationJournal::Slot& slot) ABSL_LOCKS_EXCLUDED(mu_);
+  // journal_open_ from the fields it sums up: at the end of every locked
+  // section while journaling (ManagerLock).
+  void UpdateJournalOpen() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Finish's two ways: a journaled operation's (false where the journaling
+  // ended since its Prepare, its buffers pinned for it), and the full one
+  // (`pinned_by_end`: those pins were taken by EndJournaling).
+  bool FinishJournaled(absl::Span<const uint64_t> named, absl::Span<const uint64_t> named_written,
+                       CUstream stream, bool submitted, uint64_t journal) ABSL_LOCKS_EXCLUDED(mu_);
+  void FinishFull(absl::Span<const uint64_t> named, absl::Span<const uint64_t> named_written,
+                  CUstream stream, bool submitted, bool pinned_by_end) ABSL_LOCKS_EXCLUDED(mu_);
+  void JournalFinish(absl::Span<const uint64_t> named, absl::Span<const uint64_t> named_written,
+                     CUstream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyJournal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A buffer's entry for a journaled operation's stream, as it was noted.
+  static void NoteJournaledUse(Use& u, const OperationJournal::Use& j);
+  void EndJournaling() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A buffer is made on `dev`: the journal's device, or the end of journaling.
+  void JournalOn(const Device& dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether every device's own streams are idle (own_work_ done).
+  bool OwnWorkDone() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PressureBegins() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // STENSOR_VERIFY: whether a clean drop of `b` may go ahead (its device
   // contents equal the host copy); false means copy it instead.
@@ -1169,7 +1246,22 @@ class MemoryManager {
   // capacity is reused (no allocation per operation).
   IterationPlanner::Scratch predict_scratch_ ABSL_GUARDED_BY(mu_);
   bool planner_made_ ABSL_GUARDED_BY(mu_) = false;
-  bool pressed_ ABSL_GUARDED_BY(mu_) = false;      // Pressed()
+  bool pressed_ ABSL_GUARDED_BY(mu_) = false;  // Pressed()
+  // Until the cap presses (or anything is evicted, or a second device is
+  // used, or STENSOR_VERIFY checks drops), operations named with a ticket
+  // are journaled (OperationJournal) rather than bookkept buffer by buffer.
+  bool journaling_ ABSL_GUARDED_BY(mu_) = true;
+  int journal_device_ ABSL_GUARDED_BY(mu_) = -1;  // the one device used while journaling
+  // Work of stensor's own queued while journaling (a reused chunk's zeroing):
+  // operations take the full path, which orders them after it, until the
+  // device's own streams are seen idle.
+  bool own_work_ ABSL_GUARDED_BY(mu_) = false;
+  OperationJournal journal_ ABSL_GUARDED_BY(mu_);
+  // Whether an operation may be journaled now, read without the lock:
+  // journaling_, no own work queued, a device, no STENSOR_VERIFY, and the
+  // cap not about to press (UpdateJournalOpen).
+  std::atomic<bool> journal_open_{false};
+  uint64_t journal_passes_ ABSL_GUARDED_BY(mu_) = 0;
   bool swapped_out_ ABSL_GUARDED_BY(mu_) = false;  // anything, ever
   // Eviction rounds: a buffer whose eviction failed in this round is not
   // tried again in it (its driver call would likely fail again).

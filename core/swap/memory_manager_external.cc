@@ -36,7 +36,7 @@ constexpr size_t kSettleExternalFrees = 32;
 CUresult MemoryManager::ReserveExternal(uint64_t bytes, ExternalSource source) {
   CUdevice ordinal = 0;
   if (CUresult r = driver_->cuCtxGetDevice(&ordinal); r != CUDA_SUCCESS) return r;
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   Device& dev = DeviceState(ordinal);
   if (bytes > dev.cap) {  // never fits; AlignUp would wrap
     LogOom(dev, bytes);
@@ -61,7 +61,7 @@ CUresult MemoryManager::ReserveExternal(uint64_t bytes, ExternalSource source) {
 void MemoryManager::UnreserveExternal(uint64_t bytes) {
   CUdevice ordinal = 0;
   if (driver_->cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return;
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   if (bytes > DeviceState(ordinal).cap) return;  // never charged
   DeviceState(ordinal).used -= AlignUp(bytes, kSmallUnit);
 }
@@ -72,7 +72,7 @@ void MemoryManager::AdoptExternal(CUdeviceptr base, uint64_t bytes, ExternalSour
   ExternalCharges::Charge charge{ordinal, AlignUp(bytes, kSmallUnit)};
   if (source == ExternalSource::kDefaultPool) {
     // A small one the default pool serves where slabs could hold it.
-    MutexLock lock(&mu_);
+    ManagerLock lock(this);
     Device& dev = DeviceState(ordinal);
     if (CountsForSlabs(dev, bytes)) {
       dev.slab_onset.Made(bytes, dev.cap);
@@ -83,7 +83,7 @@ void MemoryManager::AdoptExternal(CUdeviceptr base, uint64_t bytes, ExternalSour
 }
 
 void MemoryManager::Uncharge(ExternalCharges::Charge charge) {
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   Device& dev = DeviceState(charge.device);
   dev.used -= charge.bytes;
   dev.slab_onset.Freed(charge.before_slabs);
@@ -100,7 +100,7 @@ void MemoryManager::ForgetExternalAsync(CUdeviceptr base, CUstream stream) {
   // program holds it no more from here (SlabOnset).
   std::optional<ExternalCharges::Charge> charge = external_.RemoveAllocation(base);
   if (!charge) return;
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   DeviceState(charge->device).slab_onset.Freed(charge->before_slabs);
   ExternalFree& f = external_frees_.emplace_back();
   f.device = charge->device;
@@ -160,6 +160,7 @@ bool MemoryManager::SettleExternalFrees(int device, bool wait) {
     std::vector<CUresult> results;
     for (const Use& u : uses) results.push_back(WaitForUse(u, swap_stream));
     mu_.Lock();
+    ApplyJournal();
     --f.waiters;
     const double waited = Seconds(std::chrono::steady_clock::now() - start);
     stats_.host_wait_seconds += waited;
@@ -212,6 +213,7 @@ CUresult MemoryManager::PinLocked(Buffer& b, const char* api) {
     mu_.Unlock();
     CUresult w = WaitForUse(copy, copy.stream);
     mu_.Lock();
+    ApplyJournal();
     Unpin(b);
     if (Failed(w) != CUDA_SUCCESS) return w;
     for (Use& v : b.uses) {
@@ -238,7 +240,7 @@ CUresult MemoryManager::PinLocked(Buffer& b, const char* api) {
 }
 
 bool MemoryManager::PinExported(CUdeviceptr addr, const char* api, CUresult* result) {
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   SettleAhead();
   Buffer* b = Containing(addr);
   if (b == nullptr || b->garbage) return false;
@@ -256,7 +258,7 @@ CUresult MemoryManager::PinAllocation(Buffer& b, const char* api) {
 }
 
 bool MemoryManager::PinExportedHandle(CUmemGenericAllocationHandle handle, const char* api) {
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   SettleAhead();
   for (auto& [base, b] : by_base_) {
     // A handle is only ever the current device memory of a resident buffer.
@@ -286,7 +288,7 @@ CUresult MemoryManager::CreateAppMemory(CUmemGenericAllocationHandle* handle, si
     return driver_->cuMemCreate(handle, size, prop, flags);  // the driver's error
   }
   {
-    MutexLock lock(&mu_);
+    ManagerLock lock(this);
     Device& dev = DeviceState(ordinal);
     if (dev.granularity != 0 && size % dev.granularity != 0) {
       return driver_->cuMemCreate(handle, size, prop, flags);  // INVALID_VALUE, nothing evicted
@@ -300,7 +302,7 @@ CUresult MemoryManager::CreateAppMemory(CUmemGenericAllocationHandle* handle, si
   }
   // Outside the lock: the charge holds the room meanwhile.
   CUresult r = driver_->cuMemCreate(handle, size, prop, flags);
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   // The device itself may be full below the cap (other processes): evict
   // and retry while anything is left, as for stensor's own memory.
   while (r == CUDA_ERROR_OUT_OF_MEMORY &&

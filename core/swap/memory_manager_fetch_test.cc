@@ -305,7 +305,7 @@ class BypassTest : public testing_support::ManagerBufferTest {
     std::vector<uint64_t> data = Pattern(seed);
     CUresult r = seed != 0 ? cuMemcpyHtoD_v2(p, data.data(), kGranule)
                            : cuMemcpyDtoH_v2(data.data(), p, kGranule);
-    mm.Finish(ids, written, nullptr, r == CUDA_SUCCESS);
+    mm.Finish(ids, written, nullptr, r == CUDA_SUCCESS, ticket.journal);
     mm.EndOperation(ticket, nullptr, r == CUDA_SUCCESS);
     ASSERT_CU(r);
     Settle();
@@ -367,7 +367,7 @@ TEST_F(BypassTest, TwoThreadsInterleavedKeepEveryByte) {
       ASSERT_CU(mm->Prepare(ids, {}, nullptr, &op));
       std::vector<uint64_t> got(kWords);
       CUresult r = cuMemcpyDtoH_v2(got.data(), p[k], kGranule);
-      mm->Finish(ids, {}, nullptr, r == CUDA_SUCCESS);
+      mm->Finish(ids, {}, nullptr, r == CUDA_SUCCESS, ticket.journal);
       mm->EndOperation(ticket, nullptr, r == CUDA_SUCCESS);
       ASSERT_CU(r);
       if (!Mismatch(got, seed).empty()) ++mismatches;
@@ -493,7 +493,7 @@ TEST_F(BypassTest, OneWhoseCopyOutIsInFlightIsServedOnceItIsDone) {
       CUresult r = mm->Prepare(ids, {}, other, &op);
       if (r != CUDA_SUCCESS) return r;
       r = cuMemcpyDtoHAsync_v2(got.back(), p, kGranule, other);
-      mm->Finish(ids, {}, other, r == CUDA_SUCCESS);
+      mm->Finish(ids, {}, other, r == CUDA_SUCCESS, ticket.journal);
       mm->EndOperation(ticket, other, r == CUDA_SUCCESS);
       return r;
     };
@@ -509,7 +509,7 @@ TEST_F(BypassTest, OneWhoseCopyOutIsInFlightIsServedOnceItIsDone) {
       op.ticket = &ticket;
       ASSERT_CU(mm->Prepare(ids, ids, held->get(), &op));
       CUresult r = cuMemsetD32Async(x, 0xdeadbeef, kGranule / 4, held->get());
-      mm->Finish(ids, ids, held->get(), r == CUDA_SUCCESS);
+      mm->Finish(ids, ids, held->get(), r == CUDA_SUCCESS, ticket.journal);
       mm->EndOperation(ticket, held->get(), r == CUDA_SUCCESS);
       ASSERT_CU(r);
     }

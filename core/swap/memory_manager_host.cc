@@ -130,7 +130,7 @@ void MemoryManager::ForEachPart(
 }
 
 bool MemoryManager::ReadFromHostCopy(uint64_t id, uint64_t offset, void* dst, uint64_t bytes) {
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   Buffer* b = ById(id);
   if (b == nullptr || !b->vmm || !IntoSlab(id, &offset, bytes)) return false;
   const BufferView v = ViewOf(*b);
@@ -171,7 +171,7 @@ bool MemoryManager::HostCopyCurrent(Buffer& b) {
 }
 
 CUresult MemoryManager::ReadBack(uint64_t id, uint64_t offset, void* dst, uint64_t bytes) {
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   Buffer* b = ById(id);
   if (b == nullptr) return CUDA_ERROR_NOT_FOUND;
   if (!IntoSlab(id, &offset, bytes)) return CUDA_ERROR_INVALID_VALUE;
@@ -222,6 +222,7 @@ CUresult MemoryManager::ReadBackLocked(Buffer& piece, uint64_t offset, void* dst
     mu_.Unlock();
     CUresult r = driver_->cuMemcpyDtoH_v2(dst, from, bytes);
     mu_.Lock();
+    ApplyJournal();
     Unpin(*b);
     return r;
   }
@@ -236,6 +237,7 @@ CUresult MemoryManager::ReadBackLocked(Buffer& piece, uint64_t offset, void* dst
   }
   if (r == CUDA_SUCCESS) r = driver_->cuMemcpyDtoH_v2(dst, b->base + offset, bytes);
   mu_.Lock();
+  ApplyJournal();
   Unpin(*b);
   return r;
 }

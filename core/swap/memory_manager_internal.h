@@ -108,6 +108,10 @@ struct MemoryManager::Buffer : EvictionState {
   // of them see the same memory.
   int serving = 0;
   bool garbage = false;
+  // The passes over the operation journal that last gave it a use and a
+  // version (MemoryManager::ApplyJournal, newest record first).
+  uint64_t journal_pass = 0;
+  uint64_t written_pass = 0;
   // Freed, idle, and kept mapped for the next allocation of its size
   // (Device::kept).
   bool kept = false;
@@ -293,6 +297,27 @@ inline void MemoryManager::NoteMarkedUse(std::vector<Use>& uses, std::pair<CUstr
   u->mark_gen = mark.gen;
   u->event = mark.event;
 }
+
+class ABSL_SCOPED_LOCKABLE MemoryManager::ManagerLock {
+ public:
+  explicit ManagerLock(MemoryManager* mm) ABSL_EXCLUSIVE_LOCK_FUNCTION(mm->mu_) : mm_(mm) {
+    mm_->mu_.Lock();
+    Applied();
+  }
+  ~ManagerLock() ABSL_UNLOCK_FUNCTION() {
+    Closing();
+    mm_->mu_.Unlock();
+  }
+  ManagerLock(const ManagerLock&) = delete;
+  ManagerLock& operator=(const ManagerLock&) = delete;
+
+ private:
+  void Applied() ABSL_NO_THREAD_SAFETY_ANALYSIS { mm_->ApplyJournal(); }
+  void Closing() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (mm_->journaling_) mm_->UpdateJournalOpen();
+  }
+  MemoryManager* const mm_;
+};
 
 class MemoryManager::ReindexAtExit {
  public:

@@ -183,7 +183,7 @@ void MemoryManager::ReleaseAllPooled() {
 }
 
 uint64_t MemoryManager::ReleaseIdlePooled(int device, uint64_t keep) {
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   CollectGarbage();
   Device& dev = DeviceState(device);
   uint64_t released = 0;
@@ -208,6 +208,8 @@ CUresult MemoryManager::ZeroReused(Device& dev, Buffer& b) {
   }
   // Consumers wait for it (OrderAfterSwap), as for a swap-in's copy.
   NoteUse(b.uses, dev.swap_stream, dev.ordinal);
+  // Journaled operations would not wait for it: the full path until it is done.
+  if (journaling_) own_work_ = true;
   return CUDA_SUCCESS;
 }
 

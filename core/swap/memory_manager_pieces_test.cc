@@ -301,7 +301,7 @@ TEST_F(PiecesTest, PiecesAKernelsPointersDoNotReachAreServedNotFetched) {
   EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin() + 2 * kGranule / 8));
   const std::vector<uint64_t> data = Pattern(7, kGranule / sizeof(uint64_t));
   const CUresult r = cuMemcpyHtoD_v2(seg + 3 * kGranule, data.data(), kGranule);
-  mm->Finish(ids, ids, nullptr, r == CUDA_SUCCESS);
+  mm->Finish(ids, ids, nullptr, r == CUDA_SUCCESS, ticket.journal);
   mm->EndOperation(ticket, nullptr, r == CUDA_SUCCESS);
   ASSERT_CU(r);
   Settle();

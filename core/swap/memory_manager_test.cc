@@ -293,15 +293,22 @@ TEST_F(MemoryManagerTest, S402SmallAllocationIsChargedInPagesAndNeverSwapped) {
   EXPECT_EQ(FreeBytes(*mm), kCap);
 }
 
-// An operation whose buffers are all plain allocations (never swapped)
-// holds none of them: its ticket says that Finish has nothing to do, and a
-// free while it is in flight gives the memory back at once, as without a
-// cap. One with a swappable buffer among them holds that one.
+// Once the cap presses, an operation whose buffers are all plain
+// allocations (never swapped) holds none of them: its ticket says that
+// Finish has nothing to do, and a free while it is in flight gives the
+// memory back at once, as without a cap. One with a swappable buffer among
+// them holds that one.
 TEST_F(MemoryManagerTest, AnOperationOnPlainAllocationsOnlyHoldsNothing) {
-  auto mm = Make("6MiB");
+  // Nothing planned (no prefetch, no belady), so that an operation once the
+  // cap presses is not noted either.
+  auto mm = MakeManager({{"STENSOR_MEMORY_LIMIT", "6MiB"},
+                         {"STENSOR_POLICY", "version"},
+                         {"STENSOR_PREFETCH", "off"}});
   ASSERT_NE(mm, nullptr);
   CUdeviceptr s = Alloc(*mm, 10, 1000);
   CUdeviceptr a = Alloc(*mm, 1);
+  // Two granules of six: the cap presses (before, operations are journaled).
+  CUdeviceptr a2 = Alloc(*mm, 2);
   MemoryManager::OpTicket plain_ticket, mixed_ticket;
   MemoryManager::Operation op;
   op.key = 7;
@@ -313,13 +320,13 @@ TEST_F(MemoryManagerTest, AnOperationOnPlainAllocationsOnlyHoldsNothing) {
   const Ids mixed = {10, 1};
   ASSERT_CU(mm->Prepare(mixed, {}, nullptr, &op));
   EXPECT_TRUE(mixed_ticket.finish);
-  mm->Finish(mixed, {}, nullptr, /*submitted=*/true);
+  mm->Finish(mixed, {}, nullptr, /*submitted=*/true, mixed_ticket.journal);
   // The first operation is still in flight (no Finish): nothing of it is
   // held, so the free releases the small allocation now.
   ASSERT_CU(mm->Free(s));
-  EXPECT_EQ(FreeBytes(*mm), kCap - kGranule);
-  EXPECT_EQ(Used(), kGranule);
-  FreeAll(*mm, {a});
+  EXPECT_EQ(FreeBytes(*mm), kCap - 2 * kGranule);
+  EXPECT_EQ(Used(), 2 * kGranule);
+  FreeAll(*mm, {a, a2});
   EXPECT_EQ(FreeBytes(*mm), kCap);
 }
 

@@ -38,11 +38,14 @@ std::pair<CUstream, uint64_t> MemoryManager::UseKey(CUstream stream) {
   // use from one context never hides another's (the key is never a handle
   // of a real stream: contexts are aligned and CU_STREAM_LEGACY is 1).
   CUstream key = stream;
-  CUcontext current = nullptr;
-  if (NamesCurrentContextStream(stream) &&
-      Failed(driver_->cuCtxGetCurrent(&current)) == CUDA_SUCCESS && current != nullptr) {
-    key = reinterpret_cast<CUstream>(reinterpret_cast<uintptr_t>(current) |
-                                     (stream == CU_STREAM_PER_THREAD ? 2 : 1));
+  if (NamesCurrentContextStream(stream)) {
+    CUcontext current = nullptr;
+    if (const CUresult r = driver_->cuCtxGetCurrent(&current); r != CUDA_SUCCESS) {
+      (void)Failed(r);  // counted; keyed by the handle alone
+    } else if (current != nullptr) {
+      key = reinterpret_cast<CUstream>(reinterpret_cast<uintptr_t>(current) |
+                                       (stream == CU_STREAM_PER_THREAD ? 2 : 1));
+    }
   }
   // The per-thread stream is another stream in every thread: one entry per
   // thread, or a second thread's use would hide the first's.
@@ -234,7 +237,7 @@ CUresult MemoryManager::WaitForUse(const Use& u, CUstream own_stream) const {
 }
 
 CUresult MemoryManager::WaitForWriters(uint64_t id) {
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   SettleAhead();
   Buffer* b = ById(id);
   // Small buffers (not VMM) record no uses: nothing to tell their writers.
@@ -273,6 +276,7 @@ CUresult MemoryManager::WaitUnlocked(Buffer& b, const std::vector<Use>& uses,
     if (r == CUDA_SUCCESS) r = WaitForUse(u, on_their_streams ? u.stream : nullptr);
   }
   mu_.Lock();
+  ApplyJournal();
   Unpin(b);
   return r;
 }
@@ -324,6 +328,7 @@ CUresult MemoryManager::WaitIdle(Buffer& b, HostWait host_wait, bool own_uses) {
     mu_.Unlock();
     std::this_thread::sleep_for(std::chrono::microseconds(20));
     mu_.Lock();
+    ApplyJournal();
     Unpin(b);
     return CUDA_SUCCESS;  // callers look again
   }
@@ -339,6 +344,7 @@ CUresult MemoryManager::WaitIdle(Buffer& b, HostWait host_wait, bool own_uses) {
     p.result = WaitForUse(p.use, p.use.stream == fetch_stream ? fetch_stream : swap_stream);
   }
   mu_.Lock();
+  ApplyJournal();
   Unpin(b);
   CUresult result = CUDA_SUCCESS;
   for (const Pending& p : pending) {
@@ -421,6 +427,7 @@ CUresult MemoryManager::WaitSwapStream(Device& dev, double* reason) {
   mu_.Unlock();
   CUresult r = driver_->cuStreamSynchronize(swap_stream);
   mu_.Lock();
+  ApplyJournal();
   double waited = Seconds(std::chrono::steady_clock::now() - start);
   stats_.host_wait_seconds += waited;
   *(reason != nullptr ? reason : &stats_.wait_swap_seconds) += waited;
@@ -495,7 +502,7 @@ void MemoryManager::BeforeContextEnds(CUcontext ctx) {
   std::vector<CUstream> retiring;
   bool pending = false;
   {
-    MutexLock lock(&mu_);
+    ManagerLock lock(this);
     for (auto& d : devices_) {
       if (!d || d->context != ctx) continue;
       // New swap work goes to streams made when next needed, elsewhere.
@@ -526,13 +533,13 @@ void MemoryManager::BeforeContextEnds(CUcontext ctx) {
       if (driver_->cuStreamSynchronize(s) != CUDA_SUCCESS) ++errors;
     }
   }
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   stats_.driver_errors += errors;
 }
 
 void MemoryManager::AfterContextEnds(CUcontext ctx, bool ended) {
   if (ctx == nullptr) return;
-  MutexLock lock(&mu_);
+  ManagerLock lock(this);
   std::vector<CUstream> retired;
   for (auto it = retiring_.begin(); it != retiring_.end();) {
     if (it->first != ctx) {

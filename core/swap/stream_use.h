@@ -60,6 +60,9 @@ struct StreamUse {
   bool recorded = false;
   bool done = false;  // observed complete: no need to ask again
   uint64_t seq = 0;   // bumped at each use, so a wait knows what it saw
+  // The manager's pass over its journal that last set it (OperationJournal):
+  // applied newest first, an older use on the same stream is not applied.
+  uint64_t journal_pass = 0;
 };
 
 // The calling thread's tag for StreamUse::thread: unique in the process,

@@ -358,19 +358,43 @@ CUresult Tracker::BeginLaunch(CUfunction f, const unsigned grid[3], const unsign
   }
   if (!memory_) return CUDA_SUCCESS;
   tables_->NoteHostPointers(*kernel, params, extra);
-  return PrepareLaunch(LaunchKey(f, grid, block), *kernel, stream, accesses);
+  // Before the cap presses, known accesses: journaled, nothing more to build.
+  MemoryManager::OpTicket ticket;
+  if (kernel->layout_known && !accesses->unknown_tables &&
+      memory_->Journal(accesses->reads, &ticket)) {
+    accesses->op_journal = ticket.journal;
+    return CUDA_SUCCESS;
+  }
+  return PrepareLaunch(f, grid, block, *kernel, stream, accesses);
 }
 
-CUresult Tracker::PrepareLaunch(uint64_t key, const KernelInfo& kernel, StreamRef stream,
-                                Accesses* accesses) {
+namespace {
+
+struct LaunchShape {
+  CUfunction f;
+  const unsigned* grid;
+  const unsigned* block;
+};
+
+uint64_t LaunchKeyOf(const void* shape) {
+  const auto* s = static_cast<const LaunchShape*>(shape);
+  return LaunchKey(s->f, s->grid, s->block);
+}
+
+}  // namespace
+
+CUresult Tracker::PrepareLaunch(CUfunction f, const unsigned grid[3], const unsigned block[3],
+                                const KernelInfo& kernel, StreamRef stream, Accesses* accesses) {
   RelaxedCaptureScope relaxed(capture_);
   // Known accesses: an operation of the iteration (S01/S02), noted under
   // the lock that prepares it.
   const bool known = kernel.layout_known && !accesses->unknown_tables;
   MemoryManager::OpTicket ticket;
-  MemoryManager::Operation op{key, accesses->writes,
-                              known && !config_.iteration_marker.empty() && IsMarker(kernel),
-                              &ticket};
+  const LaunchShape shape{f, grid, block};
+  MemoryManager::Operation op{
+      0, accesses->writes, known && !config_.iteration_marker.empty() && IsMarker(kernel), &ticket};
+  op.make_key = LaunchKeyOf;
+  op.key_arg = &shape;
   // Of a segment it names, a kernel likely touches only the tensors its
   // pointers start: the rest need not come in for it.
   MemoryManager::Keys far;
@@ -391,6 +415,7 @@ CUresult Tracker::PrepareLaunch(uint64_t key, const KernelInfo& kernel, StreamRe
     accesses->op_timing = ticket.timing;
     accesses->op_time = ticket.time;
     accesses->op_finish = ticket.finish;
+    accesses->op_journal = ticket.journal;
   }
   return CUDA_SUCCESS;
 }
@@ -439,8 +464,15 @@ void Tracker::EndLaunch(const char* api, CUfunction f, const unsigned grid[3],
 void Tracker::FinishLaunch(const KernelInfo& kernel, StreamRef stream, const Accesses& accesses,
                            bool submitted) {
   RelaxedCaptureScope relaxed(capture_);
+  // Journaled (known accesses, before the cap presses): nothing else to end.
+  if (accesses.op_journal != 0) {
+    memory_->Finish(accesses.reads, accesses.writes, Handle(stream), submitted,
+                    accesses.op_journal);
+    return;
+  }
   if (accesses.op_finish) {
-    memory_->Finish(accesses.reads, accesses.writes, Handle(stream), submitted);
+    memory_->Finish(accesses.reads, accesses.writes, Handle(stream), submitted,
+                    accesses.op_journal);
   }
   // Nothing known about what it wrote: no host copy can be trusted.
   if (submitted && (!kernel.layout_known || accesses.unknown_tables)) {
@@ -740,7 +772,9 @@ void Tracker::EndTransfer(const TransferScope& scope, StreamRef stream, bool sub
     if (scope.side != nullptr) memory_->Finish(absl::MakeSpan(ids, 2), {}, scope.side, false);
     return;
   }
-  if (scope.op.finish) memory_->Finish(scope.ids, scope.written, Handle(stream), submitted);
+  if (scope.op.finish) {
+    memory_->Finish(scope.ids, scope.written, Handle(stream), submitted, scope.op.journal);
+  }
   memory_->EndOperation(scope.op, Handle(stream), submitted);
 }
 

@@ -331,8 +331,10 @@ class Tracker {
   // line so that the uncapped path keeps its few values in registers:
   // BeginLaunch's residency and iteration bookkeeping, EndLaunch's
   // completion and log record.
-  // `key` names the launch for the iteration planner.
-  ABSL_ATTRIBUTE_NOINLINE CUresult PrepareLaunch(uint64_t key, const KernelInfo& kernel,
+  // The launch is named for the iteration planner by its kernel and shape
+  // (LaunchKey), hashed only when the planner asks.
+  ABSL_ATTRIBUTE_NOINLINE CUresult PrepareLaunch(CUfunction f, const unsigned grid[3],
+                                                 const unsigned block[3], const KernelInfo& kernel,
                                                  StreamRef stream, Accesses* accesses);
   ABSL_ATTRIBUTE_NOINLINE void FinishLaunch(const KernelInfo& kernel, StreamRef stream,
                                             const Accesses& accesses, bool submitted);
