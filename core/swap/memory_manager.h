@@ -356,7 +356,8 @@ class MemoryManager {
   // writes there is the newest version. Out of memory only where no room
   // can be made and nothing can be served.
   // With `note`, the operation is also noted (NoteOperation, below), under
-  // the same lock: a launch takes it once for both. The planner sees it
+  // the same lock: a launch takes it once for both. Before the cap presses
+  // it is journaled instead (Journal, below): nothing is looked at or held. The planner sees it
   // first, so that a swapped-out buffer whose next use after it is
   // predicted later than that of the buffer its room would displace is
   // served rather than brought in (belady with bypass); the planner's
@@ -897,7 +898,8 @@ class MemoryManager {
   bool Pressed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pressed_ || PressureBegins(); }
   // The operation journal (OperationJournal). PrepareJournaled: Prepare
   // lets the operation through on the journal without the lock (`ticket`
-  // says so), or false for the full path. JournalFinish records a journaled operation's submission.
+  // says so), or false for the full path. JournalFinish records a
+  // journaled operation's submission.
   // ApplyJournal brings every buffer up to date with the records: called
   // with the lock taken anywhere but a journaled Prepare and Finish.
   // EndJournaling, before the first eviction (or when the cap presses, or a
