@@ -213,7 +213,8 @@ for cap_label, env_extra in (("none", {}), ("8 GiB", {"STENSOR_MEMORY_LIMIT": "8
     out = bench_sh(["--instructions"], env_extra)
     counts = [float(m.group(1)) for m in added_re.finditer(out)] if out else []
     if len(counts) >= 3:
-        for what, value in zip(("small", "new words", "swappable", "binding", "rotating"), counts):
+        for what, value in zip(("small", "new words", "swappable", "binding", "rotating",
+                                "changing buffers"), counts):
             launch[(cap_label if what not in ("binding", "rotating") else "1 GiB",
                     "instructions, " + what)] = value
         # Rotating: each launch moves buffers in and out; the cost of a move.

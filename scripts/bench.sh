@@ -31,7 +31,10 @@
 #                                    the fourth, over the moves a launch,
 #                                    what a move costs (300 launches: the
 #                                    fake's work for a move is slow under
-#                                    callgrind)
+#                                    callgrind); a sixth walks them under
+#                                    STENSOR_MEMORY_LIMIT itself: launches on
+#                                    changing buffers while the cap does not
+#                                    bind (8,192 launches at most)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -50,7 +53,7 @@ if [[ "${1:-}" == "--instructions" ]]; then
   kinds="same new swappable"
   target=700
   if [[ -n "${STENSOR_MEMORY_LIMIT:-}" ]]; then
-    kinds+=" binding rotating"
+    kinds+=" binding rotating changing"
     target=1400
   fi
   for words in $kinds; do
@@ -61,11 +64,12 @@ if [[ "${1:-}" == "--instructions" ]]; then
   flag=""
   [[ $words == new ]] && flag=--new_words
   [[ $words == swappable || $words == binding ]] && flag=--swappable
-  [[ $words == rotating ]] && flag=--rotate
+  [[ $words == rotating || $words == changing ]] && flag=--rotate
   limit=${STENSOR_MEMORY_LIMIT:-}
   [[ $words == binding || $words == rotating ]] && limit=1GiB
   n=$launches
   [[ $words == rotating ]] && n=$((launches < 300 ? launches : 300))
+  [[ $words == changing ]] && n=$((launches < 8192 ? launches : 8192))
   (cd "$runfiles" &&
    if [[ -n $limit ]]; then export STENSOR_MEMORY_LIMIT=$limit; fi &&
    valgrind --tool=callgrind --callgrind-out-file="$dir/cg" --collect-atstart=no \
@@ -110,7 +114,8 @@ print("instructions per cuLaunchKernel (callgrind, %d launches each), %s"
       % (n, {"same": "same words each launch", "new": "new words each launch",
              "swappable": "same words each launch, six 2 MiB (swappable) buffers",
              "binding": "six 2 MiB buffers, resident, under a 1 GiB cap that binds",
-             "rotating": "six 2 MiB buffers of 1,000 in turn, under a 1 GiB cap that binds"}[words]))
+             "rotating": "six 2 MiB buffers of 1,000 in turn, under a 1 GiB cap that binds",
+             "changing": "six 2 MiB buffers of 1,000 in turn, under the cap given"}[words]))
 print("  %-38s %7.0f   (of which the fake driver %.0f)" % ("fake driver directly", direct, fake["LaunchLoopDirect"]))
 print("  %-38s %7.0f   (of which the fake driver %.0f)" % ("through libstensor.so", hooked, fake["LaunchLoopHooked"]))
 print("  %-38s %7.0f   (%s)" % ("added by the launch hook", added,
