@@ -189,6 +189,53 @@ TEST_F(JournalTest, AnOperationOnReusedMemoryRunsAfterItsZeroing) {
   ASSERT_CU(mm->Free(y));
 }
 
+// The record of a journaled operation's use fails: the use is kept as one
+// only a host wait can tell done, so a free right after it releases nothing
+// under the queued work, and the bytes it wrote are there.
+TEST_F(JournalTest, AFailedRecordOfAJournaledUseKeepsTheBufferUntilAWait) {
+  auto mm = MakeManager({{"STENSOR_MEMORY_LIMIT", "16MiB"}});
+  ASSERT_NE(mm, nullptr);
+  const CUdeviceptr a = Alloc(*mm, 1);
+  auto held = std::make_unique<HeldStream>();
+  std::vector<uint64_t> data;
+  fakecuda_fail_call("cuEventRecord", 1, CUDA_ERROR_UNKNOWN);
+  EXPECT_TRUE(CopyIn(*mm, 1, a, 9, held->get(), &data));
+  fakecuda_clear_failures();
+  EXPECT_GE(mm->stats().driver_errors, 1u);
+  const size_t before = Used();
+  mm->ReleaseIdlePooled(0, 0);
+  EXPECT_EQ(Used(), before);
+  held->Open();
+  held.reset();
+  Settle();
+  ExpectData(*mm, 1, a, 9);
+  ASSERT_CU(mm->Free(a));
+}
+
+// The look at stensor's own streams fails: operations keep the full path
+// (ordered after the zeroing) until a look succeeds; no byte is lost.
+TEST_F(JournalTest, AFailedLookAtOwnStreamsKeepsTheFullPath) {
+  auto mm = MakeManager({{"STENSOR_MEMORY_LIMIT", "16MiB"}});
+  ASSERT_NE(mm, nullptr);
+  const CUdeviceptr x = Alloc(*mm, 1);
+  std::vector<uint64_t> old;
+  CopyIn(*mm, 1, x, 1, nullptr, &old);
+  Settle();
+  ASSERT_CU(mm->Free(x));
+  const CUdeviceptr y = Alloc(*mm, 2);  // reused memory: zeroed on stensor's stream
+  Settle();
+  fakecuda_fail_call("cuStreamQuery", 1, CUDA_ERROR_UNKNOWN);
+  std::vector<uint64_t> data;
+  EXPECT_FALSE(CopyIn(*mm, 2, y, 4, nullptr, &data));
+  fakecuda_clear_failures();
+  Settle();
+  ExpectData(*mm, 2, y, 4);
+  EXPECT_TRUE(CopyIn(*mm, 2, y, 6, nullptr, &data));
+  Settle();
+  ExpectData(*mm, 2, y, 6);
+  ASSERT_CU(mm->Free(y));
+}
+
 // Threads write and check their own buffers through journaled operations
 // while another allocates until the cap presses and evicts: whenever the
 // journaling ends, every byte written is where it was written.
