@@ -196,14 +196,11 @@ void MemoryManager::Charge(Device& dev, uint64_t bytes) {
   stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, dev.used);
 }
 
-MemoryManager::Buffer* MemoryManager::ById(uint64_t id) const {
+MemoryManager::Buffer* MemoryManager::ByIdSlow(uint64_t id) const {
   if (id == 0 || id >= kUntrackedKeys) return nullptr;  // never a registry id
-  Recent& recent = recent_[id % kRecent];
-  if (recent.key == id) return recent.buffer;
-  auto it = buffers_.find(id);
-  if (it != buffers_.end()) {
-    recent = Recent{id, it->second.get()};
-    return it->second.get();
+  if (unindexed_ > 0) {
+    auto it = buffers_.find(id);
+    if (it != buffers_.end()) return it->second.get();
   }
   // A small allocation: the slab that holds it.
   if (!slab_blocks_.empty()) {
@@ -221,13 +218,23 @@ MemoryManager::Buffer* MemoryManager::ById(uint64_t id) const {
 }
 
 void MemoryManager::PutBuffer(uint64_t key, std::unique_ptr<Buffer> b) {
-  if (Recent& recent = recent_[key % kRecent]; recent.key == key) recent = Recent{};
+  EraseBuffer(key);  // one there before (none expected) goes
+  Buffer* buffer = b.get();
   buffers_[key] = std::move(b);
+  if (key >= kUntrackedKeys) return;  // never looked up by id
+  DenseIdMap<Buffer>& index = key < kPieceKeys ? by_id_ : by_piece_key_;
+  if (!index.Put(key < kPieceKeys ? key : key - kPieceKeys, buffer)) ++unindexed_;
 }
 
 void MemoryManager::EraseBuffer(uint64_t key) {
-  if (Recent& recent = recent_[key % kRecent]; recent.key == key) recent = Recent{};
-  buffers_.erase(key);
+  if (buffers_.erase(key) == 0 || key >= kUntrackedKeys) return;
+  const uint64_t at = key < kPieceKeys ? key : key - kPieceKeys;
+  DenseIdMap<Buffer>& index = key < kPieceKeys ? by_id_ : by_piece_key_;
+  if (index.Find(at) != nullptr) {
+    index.Erase(at);
+  } else {
+    --unindexed_;
+  }
 }
 
 absl::Span<const uint64_t> MemoryManager::ExpandedSlow(absl::Span<const uint64_t> ids, Keys* out,
@@ -2243,9 +2250,12 @@ void MemoryManager::UpdateJournalOpen() {
 void MemoryManager::ApplyJournal() {
   if (journal_.empty()) return;
   // Newest first: a buffer takes its latest tick and, per stream, its
-  // latest use; a write bumps its version once.
+  // latest use; a write bumps its version once. Each buffer is re-keyed once,
+  // when all its fields are current.
   const uint64_t pass = ++journal_passes_;
   const absl::Span<const OperationJournal::Record> records = journal_.records();
+  std::vector<uint64_t>& touched = journal_touched_;
+  touched.clear();
   for (size_t r = records.size(); r-- > 0;) {
     const OperationJournal::Record& rec = records[r];
     const absl::Span<const uint64_t> ids = journal_.ids(rec);
@@ -2255,8 +2265,11 @@ void MemoryManager::ApplyJournal() {
       if (b->journal_pass != pass) {
         b->journal_pass = pass;
         b->last_use = std::max(b->last_use, rec.tick + i);
-        Reindex(*b);
+        if (b->written_pass != pass) touched.push_back(ids[i]);
+      } else if (b->journal_key == rec.key) {
+        continue;  // a later use on that stream holds
       }
+      b->journal_key = rec.key;
       Use& u = EntryFor(b->uses, {rec.use.stream, rec.use.thread});
       if (u.journal_pass == pass) continue;  // a later use on that stream holds
       u.journal_pass = pass;
@@ -2265,6 +2278,7 @@ void MemoryManager::ApplyJournal() {
     for (uint64_t id : journal_.written(rec)) {
       Buffer* b = ById(id);
       if (b == nullptr || !b->vmm || b->written_pass == pass) continue;
+      if (b->journal_pass != pass) touched.push_back(id);
       b->written_pass = pass;
       if (!b->resident()) {
         b->host_version = b->gpu_version = ++version_;  // served: written there
@@ -2272,8 +2286,10 @@ void MemoryManager::ApplyJournal() {
         b->gpu_version = ++version_;  // host copy now stale
       }
       b->written = true;
-      Reindex(*b);
     }
+  }
+  for (uint64_t id : touched) {
+    if (Buffer* b = ById(id)) Reindex(*b);
   }
   journal_.Clear();
 }

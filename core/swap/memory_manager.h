@@ -49,6 +49,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/types/span.h"
 #include "core/base/config.h"
+#include "core/base/dense_id_map.h"
 #include "core/base/json.h"
 #include "core/base/mutex.h"
 #include "core/driver/driver.h"
@@ -569,7 +570,9 @@ class MemoryManager {
   Device& DeviceState(int ordinal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // inline: hot
   Device& AddDeviceState(int ordinal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Charge(Device& dev, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The buffer `id` names (inline: the index; ByIdSlow the rest), or null.
   Buffer* ById(uint64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Buffer* ByIdSlow(uint64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The only ways a buffer enters buffers_ and leaves it (destroyed).
   void PutBuffer(uint64_t key, std::unique_ptr<Buffer> b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseBuffer(uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -1220,15 +1223,13 @@ class MemoryManager {
   absl::flat_hash_map<uint64_t, std::vector<Use>> slab_waits_ ABSL_GUARDED_BY(mu_);
   uint64_t slab_waits_made_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Buffer>> buffers_ ABSL_GUARDED_BY(mu_);
-  // The buffers ById found last, by the low bits of their keys: every
-  // operation looks its buffers up twice or more, the same ones step after
-  // step, and a hit costs a compare where the map costs a probe.
-  struct Recent {
-    uint64_t key = 0;
-    Buffer* buffer = nullptr;
-  };
-  static constexpr size_t kRecent = 256;
-  mutable std::array<Recent, kRecent> recent_ ABSL_GUARDED_BY(mu_);
+  // The same buffers by key, found without a hash: every operation looks
+  // its buffers up, twice or more. Registry ids count up from 1, pieces'
+  // and slabs' keys from kPieceKeys; a key the index cannot hold
+  // (DenseIdMap::kMaxId) is only in buffers_, counted in unindexed_.
+  DenseIdMap<Buffer> by_id_ ABSL_GUARDED_BY(mu_);
+  DenseIdMap<Buffer> by_piece_key_ ABSL_GUARDED_BY(mu_);
+  size_t unindexed_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<uint64_t, Buffer*> by_base_ ABSL_GUARDED_BY(mu_);
   uint64_t untracked_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::unique_ptr<Device>> devices_ ABSL_GUARDED_BY(mu_);
@@ -1264,7 +1265,8 @@ class MemoryManager {
   // cap not about to press (UpdateJournalOpen).
   std::atomic<bool> journal_open_{false};
   uint64_t journal_passes_ ABSL_GUARDED_BY(mu_) = 0;
-  bool swapped_out_ ABSL_GUARDED_BY(mu_) = false;  // anything, ever
+  std::vector<uint64_t> journal_touched_ ABSL_GUARDED_BY(mu_);  // ApplyJournal's, kept
+  bool swapped_out_ ABSL_GUARDED_BY(mu_) = false;               // anything, ever
   // Eviction rounds: a buffer whose eviction failed in this round is not
   // tried again in it (its driver call would likely fail again).
   uint64_t round_ ABSL_GUARDED_BY(mu_) = 1;

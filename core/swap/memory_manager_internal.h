@@ -109,9 +109,11 @@ struct MemoryManager::Buffer : EvictionState {
   int serving = 0;
   bool garbage = false;
   // The passes over the operation journal that last gave it a use and a
-  // version (MemoryManager::ApplyJournal, newest record first).
+  // version (MemoryManager::ApplyJournal, newest record first), and the
+  // journal's key (stream and thread) whose use the pass gave it last.
   uint64_t journal_pass = 0;
   uint64_t written_pass = 0;
+  uint32_t journal_key = 0;
   // Freed, idle, and kept mapped for the next allocation of its size
   // (Device::kept).
   bool kept = false;
@@ -260,6 +262,13 @@ inline void MemoryManager::Pin(Buffer& b) {
 inline void MemoryManager::Unpin(Buffer& b) {
   --b.pins;
   --pinned_;
+}
+
+inline MemoryManager::Buffer* MemoryManager::ById(uint64_t id) const {
+  Buffer* b = id < kPieceKeys       ? by_id_.Find(id)
+              : id < kUntrackedKeys ? by_piece_key_.Find(id - kPieceKeys)
+                                    : nullptr;
+  return b != nullptr ? b : ByIdSlow(id);
 }
 
 inline MemoryManager::Use& MemoryManager::EntryFor(std::vector<Use>& uses,

@@ -162,6 +162,59 @@ TEST_F(JournalTest, AFreeWaitsForTheJournaledOperationsOnItsBuffer) {
   EXPECT_EQ(Used(), 0u);
 }
 
+// Journaled uses of one buffer on two streams, then again on the first:
+// the apply (newest first) keeps each stream's latest, the second stream's
+// included, so the free waits for that stream's queued work too.
+TEST_F(JournalTest, AFreeWaitsForEachStreamsJournaledUse) {
+  auto mm = MakeManager({{"STENSOR_MEMORY_LIMIT", "16MiB"}});
+  ASSERT_NE(mm, nullptr);
+  const CUdeviceptr a = Alloc(*mm, 1);
+  auto first = std::make_unique<HeldStream>();
+  auto second = std::make_unique<HeldStream>();
+  std::vector<uint64_t> one, two, three;
+  EXPECT_TRUE(CopyIn(*mm, 1, a, 5, first->get(), &one));
+  EXPECT_TRUE(CopyIn(*mm, 1, a, 5, second->get(), &two));
+  EXPECT_TRUE(CopyIn(*mm, 1, a, 5, first->get(), &three));
+  first->Open();
+  first.reset();
+  const size_t before = Used();
+  ASSERT_CU(mm->Free(a));
+  mm->ReleaseIdlePooled(0, 0);
+  EXPECT_EQ(Used(), before) << "released under the second stream's queued work";
+  second->Open();
+  second.reset();
+  Settle();
+  mm->ReleaseIdlePooled(0, 0);
+  EXPECT_EQ(Used(), 0u);
+}
+
+// A registry id too large for the manager's dense index (DenseIdMap) is
+// still found: its operations are journaled and applied, and it is
+// evicted and brought back with its data.
+TEST_F(JournalTest, ABufferWithAHugeIdIsFoundLikeAnyOther) {
+  auto mm = MakeManager({{"STENSOR_MEMORY_LIMIT", "16MiB"}, {"STENSOR_POLICY", "version"}});
+  ASSERT_NE(mm, nullptr);
+  const uint64_t huge = uint64_t{1} << 40;
+  const CUdeviceptr h = Alloc(*mm, huge);
+  std::vector<uint64_t> data;
+  EXPECT_TRUE(CopyIn(*mm, huge, h, 9, nullptr, &data));
+  Settle();
+  // Seven more granules fill the cap; the ninth evicts the least recently
+  // used, the huge one, copied out since its journaled write is known.
+  std::vector<CUdeviceptr> more;
+  for (uint64_t id = 2; id <= 8; ++id) {
+    more.push_back(Alloc(*mm, id));
+    Write(*mm, id, more.back(), id);
+  }
+  more.push_back(Alloc(*mm, 9));
+  Settle();
+  EXPECT_EQ(Evicted(), Ids{huge});
+  EXPECT_EQ(mm->stats().never_written_drops, 0u);
+  ExpectData(*mm, huge, h, 9);
+  for (CUdeviceptr p : more) ASSERT_CU(mm->Free(p));
+  ASSERT_CU(mm->Free(h));
+}
+
 // A buffer given reused memory is zeroed on stensor's stream, behind the
 // freed owner's queued work: an operation on it right after must run after
 // that zeroing, journaled or not, or its bytes would be zeroed under it.

@@ -43,26 +43,55 @@ void OperationJournal::ForEachInFlight(const void* owner, absl::FunctionRef<void
 }
 
 void OperationJournal::AddRecord(absl::Span<const uint64_t> ids, absl::Span<const uint64_t> written,
-                                 uint64_t tick, const Use& use) {
+                                 uint64_t tick, const Use& use, uint32_t key) {
+  const size_t need = words_size_ + ids.size() + written.size();
+  if (need > words_capacity_) GrowWords(need);
   Record& r = records_.emplace_back();
-  r.ids_at = words_.size();
-  r.ids_count = ids.size();
-  words_.insert(words_.end(), ids.begin(), ids.end());
-  r.written_at = words_.size();
-  r.written_count = written.size();
-  words_.insert(words_.end(), written.begin(), written.end());
+  uint64_t* w = words_.get() + words_size_;
+  r.ids_at = static_cast<uint32_t>(words_size_);
+  r.ids_count = static_cast<uint32_t>(ids.size());
+  for (uint64_t id : ids) *w++ = id;
+  r.written_at = static_cast<uint32_t>(words_size_ + ids.size());
+  r.written_count = static_cast<uint32_t>(written.size());
+  for (uint64_t id : written) *w++ = id;
+  words_size_ = need;
+  r.key = key;
   r.tick = tick;
   r.use = use;
 }
 
+uint32_t OperationJournal::KeyOf(const Use& use) {
+  for (size_t k = 0; k < keys_.size(); ++k) {
+    if (keys_[k].first == use.stream && keys_[k].second == use.thread) {
+      return static_cast<uint32_t>(k);
+    }
+  }
+  keys_.emplace_back(use.stream, use.thread);
+  return static_cast<uint32_t>(keys_.size() - 1);
+}
+
+void OperationJournal::GrowWords(size_t need) {
+  if (records_.capacity() < kMaxRecords) records_.reserve(kMaxRecords);
+  // Room for kMaxRecords operations of 16 words at first: grown (copied)
+  // only for larger ones.
+  const size_t capacity = std::max({need, 2 * words_capacity_, size_t{16} * kMaxRecords});
+  std::unique_ptr<uint64_t[]> words(new uint64_t[capacity]);  // not zeroed: written before read
+  std::copy(words_.get(), words_.get() + words_size_, words.get());
+  words_ = std::move(words);
+  words_capacity_ = capacity;
+}
+
 void OperationJournal::Clear() {
   records_.clear();
-  words_.clear();
+  words_size_ = 0;
+  keys_.clear();
 }
 
 void OperationJournal::Release() {
   std::vector<Record>().swap(records_);
-  std::vector<uint64_t>().swap(words_);
+  words_.reset();
+  words_size_ = words_capacity_ = 0;
+  std::vector<std::pair<CUstream, uint64_t>>().swap(keys_);
 }
 
 }  // namespace stensor

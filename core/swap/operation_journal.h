@@ -19,8 +19,11 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/functional/function_ref.h"
 #include "absl/types/span.h"
 #include "core/base/thread_cache.h"
@@ -74,10 +77,13 @@ class OperationJournal {
   };
   // A submitted operation: its buffers (ids, pieces and slabs already
   // expanded), what it wrote, the LRU tick of its first buffer (the i-th has
-  // tick + i, as ticks are handed out one per buffer), and its use.
+  // tick + i, as ticks are handed out one per buffer), and its use, whose
+  // stream and thread are the journal's key number `key` (so that a buffer
+  // named by many records on one stream is looked at once for them).
   struct Record {
-    size_t ids_at = 0, ids_count = 0;
-    size_t written_at = 0, written_count = 0;
+    uint32_t ids_at = 0, ids_count = 0;
+    uint32_t written_at = 0, written_count = 0;
+    uint32_t key = 0;
     uint64_t tick = 0;
     Use use;
   };
@@ -85,27 +91,31 @@ class OperationJournal {
   // Records a submitted operation. One naming the same buffers, writing the
   // same and on the same stream as the latest record takes its place: applied
   // newest first, the older one would change nothing.
-  void Add(absl::Span<const uint64_t> ids, absl::Span<const uint64_t> written, uint64_t tick,
-           const Use& use) {  // inline: the common case in a run of like operations
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void Add(absl::Span<const uint64_t> ids,
+                                        absl::Span<const uint64_t> written, uint64_t tick,
+                                        const Use& use) {  // inline: every journaled launch
     if (!records_.empty()) {
       Record& last = records_.back();
-      if (last.use.stream == use.stream && last.use.thread == use.thread &&
-          this->ids(last) == ids && this->written(last) == written) {
-        last.tick = tick;
-        last.use = use;
+      if (last.use.stream == use.stream && last.use.thread == use.thread) {
+        if (this->ids(last) == ids && this->written(last) == written) {
+          last.tick = tick;
+          last.use = use;
+          return;
+        }
+        AddRecord(ids, written, tick, use, last.key);
         return;
       }
     }
-    AddRecord(ids, written, tick, use);
+    AddRecord(ids, written, tick, use, KeyOf(use));
   }
   bool empty() const { return records_.empty(); }
   bool full() const { return records_.size() >= kMaxRecords; }
   absl::Span<const Record> records() const { return records_; }
   absl::Span<const uint64_t> ids(const Record& r) const {
-    return {words_.data() + r.ids_at, r.ids_count};
+    return {words_.get() + r.ids_at, r.ids_count};
   }
   absl::Span<const uint64_t> written(const Record& r) const {
-    return {words_.data() + r.written_at, r.written_count};
+    return {words_.get() + r.written_at, r.written_count};
   }
   // Forgets the records (applied); keeps their memory for the next ones.
   void Clear();
@@ -114,10 +124,17 @@ class OperationJournal {
 
  private:
   void AddRecord(absl::Span<const uint64_t> ids, absl::Span<const uint64_t> written, uint64_t tick,
-                 const Use& use);
+                 const Use& use, uint32_t key);
+  uint32_t KeyOf(const Use& use);
+  void GrowWords(size_t need);
 
   std::vector<Record> records_;
-  std::vector<uint64_t> words_;  // every record's ids, then its written ids
+  // Every record's ids, then its written ids: a plain array, so that a
+  // record costs a copy of its words and no vector insert.
+  std::unique_ptr<uint64_t[]> words_;
+  size_t words_size_ = 0, words_capacity_ = 0;
+  // The streams and threads of the records' uses, numbered.
+  std::vector<std::pair<CUstream, uint64_t>> keys_;
 };
 
 }  // namespace stensor

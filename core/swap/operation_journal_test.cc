@@ -104,6 +104,28 @@ TEST(OperationJournalTest, AnOperationLikeTheLatestTakesItsPlace) {
   EXPECT_EQ(journal.records().size(), 5u);
 }
 
+// Records on one stream and thread share a key number; another stream or
+// thread has its own. Numbers start again after Clear.
+TEST(OperationJournalTest, NumbersEachStreamAndThreadOnce) {
+  OperationJournal journal;
+  OperationJournal::Use a, b, c;
+  a.stream = reinterpret_cast<CUstream>(0x10);
+  b.stream = reinterpret_cast<CUstream>(0x20);
+  c.stream = a.stream;
+  c.thread = 7;
+  journal.Add({1}, {}, 1, a);
+  journal.Add({2}, {}, 2, b);
+  journal.Add({3}, {}, 3, a);
+  journal.Add({4}, {}, 4, a);
+  journal.Add({5}, {}, 5, c);
+  std::vector<uint32_t> keys;
+  for (const auto& r : journal.records()) keys.push_back(r.key);
+  EXPECT_EQ(keys, (std::vector<uint32_t>{0, 1, 0, 0, 2}));
+  journal.Clear();
+  journal.Add({6}, {}, 6, b);
+  EXPECT_EQ(journal.records()[0].key, 0u);
+}
+
 TEST(OperationJournalTest, IsFullAtItsBound) {
   OperationJournal journal;
   OperationJournal::Use use;
@@ -112,6 +134,25 @@ TEST(OperationJournalTest, IsFullAtItsBound) {
   EXPECT_FALSE(journal.full());
   journal.Add({0}, {}, 0, use);
   EXPECT_TRUE(journal.full());
+}
+
+// Records of many ids (a launch naming many pieces): the words grow past
+// their first allocation and every record keeps its own.
+TEST(OperationJournalTest, RecordsOfManyIdsKeepTheirWords) {
+  OperationJournal journal;
+  OperationJournal::Use use;
+  std::vector<uint64_t> ids(100);
+  for (uint64_t r = 0; r < 1000; ++r) {
+    for (uint64_t i = 0; i < ids.size(); ++i) ids[i] = r * 1000 + i;
+    journal.Add(ids, {ids[r % 100]}, r, use);
+  }
+  ASSERT_EQ(journal.records().size(), 1000u);
+  for (uint64_t r : {uint64_t{0}, uint64_t{654}, uint64_t{999}}) {
+    const auto& rec = journal.records()[r];
+    for (uint64_t i = 0; i < ids.size(); ++i) ids[i] = r * 1000 + i;
+    EXPECT_EQ(Of(journal.ids(rec)), ids);
+    EXPECT_EQ(Of(journal.written(rec)), (std::vector<uint64_t>{ids[r % 100]}));
+  }
 }
 
 }  // namespace
