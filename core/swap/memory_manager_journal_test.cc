@@ -53,6 +53,19 @@ class JournalTest : public testing_support::ManagerBufferTest {
     EXPECT_CU(r);
     return journaled;
   }
+  // Under a 16 MiB cap holding one granule: seven more (ids 2-8), each
+  // written (none droppable), fill it, and a ninth (id 9) makes the first
+  // eviction.
+  std::vector<CUdeviceptr> FillPastTheCap(MemoryManager& mm) {
+    std::vector<CUdeviceptr> more;
+    for (uint64_t id = 2; id <= 8; ++id) {
+      more.push_back(Alloc(mm, id));
+      Write(mm, id, more.back(), id);
+    }
+    more.push_back(Alloc(mm, 9));
+    Settle();
+    return more;
+  }
   // The ids of the swap_out and drop records in the log, in order.
   std::vector<uint64_t> Evicted() {
     std::vector<uint64_t> ids;
@@ -77,15 +90,8 @@ TEST_F(JournalTest, AJournaledWriteIsCopiedOutAtTheFirstEviction) {
   std::vector<uint64_t> data;
   EXPECT_TRUE(CopyIn(*mm, 1, a, 11, nullptr, &data));  // below half the cap: journaled
   Settle();
-  // Seven more granules, each written (none droppable), fill the cap; the
-  // ninth evicts the least recently used, `a`.
-  std::vector<CUdeviceptr> more;
-  for (uint64_t id = 2; id <= 8; ++id) {
-    more.push_back(Alloc(*mm, id));
-    Write(*mm, id, more.back(), id);
-  }
-  more.push_back(Alloc(*mm, 9));
-  Settle();
+  // The ninth granule evicts the least recently used, `a`.
+  const std::vector<CUdeviceptr> more = FillPastTheCap(*mm);
   EXPECT_EQ(Evicted(), Ids{1});
   EXPECT_EQ(mm->stats().never_written_drops, 0u);
   ExpectData(*mm, 1, a, 11);
@@ -199,15 +205,9 @@ TEST_F(JournalTest, ABufferWithAHugeIdIsFoundLikeAnyOther) {
   std::vector<uint64_t> data;
   EXPECT_TRUE(CopyIn(*mm, huge, h, 9, nullptr, &data));
   Settle();
-  // Seven more granules fill the cap; the ninth evicts the least recently
-  // used, the huge one, copied out since its journaled write is known.
-  std::vector<CUdeviceptr> more;
-  for (uint64_t id = 2; id <= 8; ++id) {
-    more.push_back(Alloc(*mm, id));
-    Write(*mm, id, more.back(), id);
-  }
-  more.push_back(Alloc(*mm, 9));
-  Settle();
+  // The ninth granule evicts the least recently used, the huge one, copied
+  // out since its journaled write is known.
+  const std::vector<CUdeviceptr> more = FillPastTheCap(*mm);
   EXPECT_EQ(Evicted(), Ids{huge});
   EXPECT_EQ(mm->stats().never_written_drops, 0u);
   ExpectData(*mm, huge, h, 9);
