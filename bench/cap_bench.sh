@@ -7,7 +7,9 @@
 #     (time(2N) - time(N)) / N, which leaves out the first steps (the
 #     profiled iteration, warm-up and start-up);
 #   - bytes moved per step (swap-outs device->host plus on-demand swap-ins
-#     host->device, from STENSOR_STATS=1), differenced the same way;
+#     host->device, from STENSOR_STATS=1), differenced the same way, and
+#     beside them the bytes served (buffers kernels reached in host memory at
+#     their addresses: they cross the link too, but are not in "moved");
 #   - with FAKECUDA_LINK set so that those bytes take about half the uncapped
 #     step time: capped step time, with STENSOR_PREFETCH=on and off, against
 #     1.15 x the time no schedule beats (`stensor sim`'s time bound on an
@@ -80,6 +82,7 @@ number = r"([0-9]+(?:\.[0-9]*)?)"
 stat_patterns = {
     "out_mib": re.compile(r"^stensor: swap-outs copied\s+[0-9]+\s*\(\s*" + number + r"\s*MiB", re.M),
     "in_mib": re.compile(r"^stensor: swap-ins copied\s+[0-9]+\s*\(\s*" + number + r"\s*MiB", re.M),
+    "served_mib": re.compile(r"^stensor: served from host\s+[0-9]+\s*\(\s*" + number + r"\s*MiB", re.M),
     "wait_s": re.compile(r"^stensor: host waited\s+" + number + r"\s*s", re.M),
     "creates": re.compile(r"^fakecuda: calls cuMemCreate\s+([0-9]+)", re.M),
     "releases": re.compile(r"^fakecuda: calls cuMemRelease\s+([0-9]+)", re.M),
@@ -277,6 +280,7 @@ for name, argv in active:
         summary[(name, "cap%d" % cap)] = {
             "step": steady(c, "seconds", "%s at %d %%" % (name, cap)),
             "moved_mib": None if out is None or in_ is None else out + in_,
+            "served_mib": per_step(c, "served_mib"),
             "wait": steady(c, "wait_s", "%s at %d %%" % (name, cap)),
             "creates": per_step(c, "creates"),
             "releases": per_step(c, "releases"),
@@ -450,6 +454,10 @@ for name, argv in active:
         row(name, label, "step time, no link", fmt(cs and cs * 1e3, " ms") +
             ("" if not (cs and us) else " (x%.1f)" % (cs / us)))
         row(name, label, "moved per step", fmt(s["moved_mib"], " MiB"))
+        # Read by kernels over the link where they are mapped at their
+        # addresses, not in "moved" (nor in the link's setting below).
+        row(name, label, "served per step (kernels' reads of host copies, not in moved)",
+            fmt(s["served_mib"], " MiB"))
         ob = optimum_bytes.get((name, cap), {})
         if steps in ob and 2 * steps in ob:
             opt_mib = (ob[2 * steps] - ob[steps]) / steps / MIB
