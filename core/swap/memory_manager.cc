@@ -217,23 +217,28 @@ MemoryManager::Buffer* MemoryManager::ByIdSlow(uint64_t id) const {
   return nullptr;
 }
 
+DenseIdMap<MemoryManager::Buffer>& MemoryManager::IndexOf(uint64_t key, uint64_t* at) {
+  *at = key < kPieceKeys ? key : key - kPieceKeys;
+  return key < kPieceKeys ? by_id_ : by_piece_key_;
+}
+
 void MemoryManager::PutBuffer(uint64_t key, std::unique_ptr<Buffer> b) {
   EraseBuffer(key);  // one there before (none expected) goes
   Buffer* buffer = b.get();
   buffers_[key] = std::move(b);
   if (key >= kUntrackedKeys) return;  // never looked up by id
-  DenseIdMap<Buffer>& index = key < kPieceKeys ? by_id_ : by_piece_key_;
-  if (!index.Put(key < kPieceKeys ? key : key - kPieceKeys, buffer)) ++unindexed_;
+  uint64_t at = 0;
+  if (!IndexOf(key, &at).Put(at, buffer)) ++unindexed_;
 }
 
 void MemoryManager::EraseBuffer(uint64_t key) {
   if (buffers_.erase(key) == 0 || key >= kUntrackedKeys) return;
-  const uint64_t at = key < kPieceKeys ? key : key - kPieceKeys;
-  DenseIdMap<Buffer>& index = key < kPieceKeys ? by_id_ : by_piece_key_;
-  if (index.Find(at) != nullptr) {
-    index.Erase(at);
+  uint64_t at = 0;
+  DenseIdMap<Buffer>& index = IndexOf(key, &at);
+  if (at >= DenseIdMap<Buffer>::kMaxId) {
+    --unindexed_;  // refused by the index when put
   } else {
-    --unindexed_;
+    index.Erase(at);
   }
 }
 
@@ -2218,17 +2223,23 @@ void MemoryManager::FinishFull(absl::Span<const uint64_t> named,
 
 // --- Operations before the cap presses (OperationJournal) -------------------------
 
+void MemoryManager::ForEachPinnedAtEnd(const OperationJournal::Slot& slot,
+                                       absl::FunctionRef<void(Buffer&)> f) {
+  Keys ids_x;
+  for (uint64_t id : Expanded(slot.named(), &ids_x)) {
+    Buffer* b = ById(id);
+    if (b != nullptr && !b->garbage && b->vmm) f(*b);
+  }
+}
+
 void MemoryManager::Withdraw(OperationJournal::Slot& slot) {
   MutexLock lock(&mu_);
   if (slot.pinned) {
-    Keys ids_x;
-    for (uint64_t id : Expanded(slot.named(), &ids_x)) {
-      Buffer* b = ById(id);
-      if (b != nullptr && !b->garbage && b->vmm && b->pins > 0) {
-        Unpin(*b);
-        ++unpins_;
-      }
-    }
+    ForEachPinnedAtEnd(slot, [this](Buffer& b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      if (b.pins == 0) return;
+      Unpin(b);
+      ++unpins_;
+    });
     slot.pinned = false;
   }
   slot.owner.store(nullptr, std::memory_order_release);
@@ -2240,9 +2251,8 @@ void MemoryManager::UpdateJournalOpen() {
   // The cap about to press: the next operation's Pressed() ends the
   // journaling (the moment it presses is the same as on the full path).
   for (const auto& d : devices_) {
-    if (open && d != nullptr && IterationPlanner::Wanted(Held(*d), d->cap, swapped_out_)) {
-      open = false;
-    }
+    if (!open) break;
+    if (d != nullptr && IterationPlanner::Wanted(Held(*d), d->cap, swapped_out_)) open = false;
   }
   journal_open_.store(open, std::memory_order_seq_cst);
 }
@@ -2322,11 +2332,7 @@ void MemoryManager::EndJournaling() {
   // What the Prepare of the operations in flight would have pinned.
   OperationJournal::ForEachInFlight(
       this, [this](OperationJournal::Slot& slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        Keys ids_x;
-        for (uint64_t id : Expanded(slot.named(), &ids_x)) {
-          Buffer* b = ById(id);
-          if (b != nullptr && !b->garbage && b->vmm) Pin(*b);
-        }
+        ForEachPinnedAtEnd(slot, [this](Buffer& b) ABSL_NO_THREAD_SAFETY_ANALYSIS { Pin(b); });
         slot.pinned = true;
       });
 }

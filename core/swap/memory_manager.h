@@ -576,6 +576,8 @@ class MemoryManager {
   // The only ways a buffer enters buffers_ and leaves it (destroyed).
   void PutBuffer(uint64_t key, std::unique_ptr<Buffer> b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseBuffer(uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The index that holds `key` (below kUntrackedKeys), and its place there.
+  DenseIdMap<Buffer>& IndexOf(uint64_t key, uint64_t* at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The manager's buffers behind the program's ids, as the decisions take
   // them: every piece of a group in place of the group's id (in `*out`,
   // inline, so a launch allocates nothing), and a small allocation's slab
@@ -929,6 +931,10 @@ class MemoryManager {
   // Closed meanwhile: the slot withdrawn, letting go of the pins
   // EndJournaling may have taken for it; the full path follows.
   void Withdraw(OperationJournal::Slot& slot) ABSL_LOCKS_EXCLUDED(mu_);
+  // The buffers EndJournaling pins for an operation in flight (its
+  // non-garbage VMM ones), for the pin and for Withdraw's unpin.
+  void ForEachPinnedAtEnd(const OperationJournal::Slot& slot, absl::FunctionRef<void(Buffer&)> f)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // journal_open_ from the fields it sums up: at the end of every locked
   // section while journaling (ManagerLock).
   void UpdateJournalOpen() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -71,7 +71,6 @@ uint32_t OperationJournal::KeyOf(const Use& use) {
 }
 
 void OperationJournal::GrowWords(size_t need) {
-  if (records_.capacity() < kMaxRecords) records_.reserve(kMaxRecords);
   // Room for kMaxRecords operations of 16 words at first: grown (copied)
   // only for larger ones.
   const size_t capacity = std::max({need, 2 * words_capacity_, size_t{16} * kMaxRecords});
