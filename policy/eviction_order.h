@@ -117,9 +117,15 @@ class EvictionOrder {
 
   // The cap forced `b` out at predicted time `now` (MakeRoom's S405, in the
   // library and in `stensor sim` alike). Kept: how far off its next use was.
+  // The latest Victim's pick is the `b` meant (as MakeRoom calls them).
   void NoteForcedOut(const EvictionState& b, uint64_t now) {
     // A next use nothing predicts, or overdue, says nothing of the pressure.
     if (b.next_use >= EvictionCandidate::kInSequence || b.next_use <= now) return;
+    // Taken because buffers fetched ahead of their use, ranked before it,
+    // were spared: the pressure was the fetches', not the cap's (a buffer
+    // needed by the next operation, forced out while four fetched ones held
+    // half the cap, made every use serve for an iteration).
+    if (passed_prefetched_) return;
     forced_.Note(now, b.next_use - now);
   }
   // Whether, since time `since`, the cap forced out a buffer whose next use
@@ -181,8 +187,10 @@ class EvictionOrder {
   template <typename Map, typename Accept>
   EvictionState* First(Map& order, const Filter& filter, Accept& may_take) {
     Flush();
+    passed_prefetched_ = false;
     for (auto& [key, b] : order) {
       if (!Skipped(*b, filter) && may_take(*b)) return b;
+      if (b->prefetched && !filter.spend_prefetched) passed_prefetched_ = true;
     }
     return nullptr;
   }
@@ -243,6 +251,8 @@ class EvictionOrder {
   absl::btree_map<std::pair<uint64_t, uint64_t>, EvictionState*> droppable_;
   std::vector<EvictionState*> rekey_;
   ForcedOutLog forced_;  // the last forced evictions (NoteForcedOut)
+  // The latest look passed over a buffer fetched ahead of its use.
+  bool passed_prefetched_ = false;
 };
 
 }  // namespace stensor

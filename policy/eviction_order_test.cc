@@ -161,6 +161,27 @@ TEST_F(SizedVictimTest, ASmallShortfallTakesTheSmallBufferNeededAlmostAsLate) {
   EXPECT_EQ(Victim(5 << 20)->id, 1u);  // only the first does
 }
 
+// A forced eviction is noted with how far off its victim's next use was
+// (ForcedOutLog), unless the look passed over a buffer fetched ahead of its
+// use that the order ranked first: then the fetch, not the cap, pressed.
+TEST_F(SizedVictimTest, AForcedEvictionPastAFetchedBufferIsNotNoted) {
+  EvictionState& fetched = Add(1, 2, 150);
+  EvictionState& next = Add(2, 2, 101);  // needed by the next operation
+  fetched.prefetched = true;
+  order_.Update(fetched, true);
+  ASSERT_EQ(Victim(0)->id, 2u);
+  order_.NoteForcedOut(next, 100);
+  EXPECT_FALSE(order_.ForcedOutWithin(1000, 0));
+  fetched.prefetched = false;  // used: an ordinary buffer again
+  order_.Update(fetched, true);
+  Add(3, 2, 120);
+  order_.Remove(fetched);
+  ASSERT_EQ(Victim(0)->id, 3u);
+  order_.NoteForcedOut(buffers_.back(), 100);
+  EXPECT_TRUE(order_.ForcedOutWithin(20, 0));
+  EXPECT_FALSE(order_.ForcedOutWithin(19, 0));
+}
+
 TEST_F(SizedVictimTest, NeverOneNeededSoonNorOneWithoutAPredictedTime) {
   Add(1, 24, 200);
   Add(2, 2, 140);  // 40 ahead against the first's 100: it would be needed back first

@@ -5,12 +5,16 @@
 // The caller keeps the planner's view of its buffers current through
 // callbacks, made under the caller's lock:
 //   OnUse(id, bytes, now, next_use, write)  an operation at logical time
-//       `now` uses the buffer (it is resident from then on); next_use is the
-//       NextUsePredictor's prediction (kNoNextUse when unknown);
+//       `now` uses the buffer; next_use is the NextUsePredictor's prediction
+//       (kNoNextUse when unknown). Resident from then on, unless it was
+//       swapped out and no OnResident came: the operation reached it in
+//       host memory (served), and it stays swapped out;
 //   OnNextUse(id, next_use)  a new prediction without a use;
 //   OnResident(id)  a swap-in was issued (on demand or a planned fetch):
-//       the buffer is resident with a current host copy (clean);
-//   OnEvicted(id)   its device copy is gone (any reason);
+//       the buffer is resident with a current host copy (clean); every
+//       swap-in is reported, before the use it is for;
+//   OnEvicted(id)   its device copy is gone (any reason); of a buffer not
+//       heard of yet, it is swapped out;
 //   OnFreed(id)     the application freed it;
 //   SetPinned(id, pinned)  not evictable for now (in flight, below the
 //       granularity): the planner never proposes it;
@@ -46,7 +50,11 @@
 // strictly later than the fetched buffer's, clean ones farthest first, then
 // dirty ones farthest first (never one needed sooner, never one fetched and
 // not yet used; a clean victim costs no write-back); if they cannot make the
-// room, nothing is fetched. A buffer of the current operation may be among them:
+// room, nothing is fetched. With a ForcedOutLog (a next-use policy, whose
+// uses serve a buffer rather than displace one needed no later than its own
+// next use: ChooseReach), victims must be needed later than the fetched
+// buffer's use after the one it is fetched for, where the profile knows it.
+// A buffer of the current operation may be among them:
 // the caller queues its swap-out behind that operation's completion, as for
 // every eviction, and the fetch into its memory then overlaps the operations
 // after it. (Excluding them made worse victims: in replay_test it cost 30 %
@@ -151,6 +159,7 @@ class PrefetchPlanner {
     uint64_t planned_evictions = 0;  // kEvict after a last use
     uint64_t planned_copies = 0;     // of those, dirty (written back)
     uint64_t on_demand = 0;          // swapped in without a planned fetch
+    uint64_t served = 0;             // used where it was, in host memory
     uint64_t left_to_use = 0;        // due, but its use serves it (ForcedOutLog)
     uint64_t backoffs = 0;           // pauses started
     uint64_t plans_paused = 0;       // Plan calls that proposed nothing for it

@@ -207,6 +207,44 @@ TEST(PrefetchPlannerTest, LeavesToItsUseWhatTheCapWouldForceOutAgain) {
   EXPECT_EQ(all, std::vector<PlannedAction>{Fetch(1)});
 }
 
+// Buffer 1 is used at phases 5 and 15 of a 20-operation iteration. Under a
+// next-use policy (a ForcedOutLog given), the use at 5 serves it rather than
+// bring it in over a buffer needed before 15 (ChooseReach): no such buffer
+// makes its room. Without one, the policy's order does not serve, and a
+// buffer needed after 5 does.
+TEST(PrefetchPlannerTest, NoRoomFromWhatItsUseWouldServeItRatherThanDisplace) {
+  auto profile = [] {
+    AccessProfile::Builder b;
+    for (size_t i = 0; i < 20; ++i) {
+      if (i == 5 || i == 15) {
+        b.Add(i, {{1, kMB, false}});
+      } else {
+        b.Add(i, {});
+      }
+      EXPECT_TRUE(b.SetComputeSeconds(i, 1e-3).ok());
+    }
+    auto p = std::move(b).Build({1e9, 1e9});
+    EXPECT_TRUE(p.ok());
+    return std::make_shared<const AccessProfile>(*std::move(p));
+  }();
+  struct Case {
+    uint64_t victim_next;
+    bool next_use_policy;
+    std::vector<PlannedAction> plan;
+  };
+  for (const Case& c : {Case{12, true, {}}, Case{12, false, {Evict(2, true), Fetch(1)}},
+                        Case{18, true, {Evict(2, true), Fetch(1)}}}) {
+    SCOPED_TRACE(testing::Message()
+                 << "victim next " << c.victim_next << ", next-use policy " << c.next_use_policy);
+    PrefetchPlanner p;
+    p.SetProfile(profile, 0);
+    SwappedOut(p, 1, kMB, 0, 5);
+    p.OnUse(2, kMB, 1, c.victim_next, true);
+    ForcedOutLog forced;  // nothing forced out
+    EXPECT_EQ(p.Plan(4, 0, 0, c.next_use_policy ? &forced : nullptr), c.plan);
+  }
+}
+
 TEST(PrefetchPlannerTest, NeverEvictsWhatIsNeededSooner) {
   PrefetchPlanner p;
   p.SetProfile(Profile(20, 1.0), 0);
@@ -542,18 +580,48 @@ TEST(PrefetchPlannerTest, NoFetchWithoutComputeToHideItUnder) {
 TEST(PrefetchPlannerTest, StopsWhenItsVictimsComeBackSooner) {
   PrefetchPlanner p;
   p.SetProfile(Profile(100, 1.0), 0);
-  SwappedOut(p, 1, kMB, 0, 4);
-  p.OnUse(2, kMB, 1, 30, true);  // predicted at 30: room for 1, due at 4
+  SwappedOut(p, 1, 2 * kMB, 0, 5);
+  p.OnUse(2, 2 * kMB, 1, 30, true);  // predicted at 30: room for 1, due at 5
   ASSERT_EQ(p.Plan(3, 0, 0), (std::vector<PlannedAction>{Evict(2, true), Fetch(1)}));
   p.OnEvicted(2);
   p.OnResident(1);
   EXPECT_EQ(p.stats().bytes_caused, 0u);
-  p.OnUse(2, kMB, 3, 30, false);  // wrong: needed at 3, on demand
-  EXPECT_EQ(p.stats().bytes_caused, 2 * kMB);
+  p.OnResident(2);  // wrong: needed at 4, swapped in on demand
+  p.OnUse(2, 2 * kMB, 4, 30, false);
+  EXPECT_EQ(p.stats().bytes_caused, 4 * kMB);
   EXPECT_TRUE(p.stats().stopped);
-  SwappedOut(p, 3, kMB, 3, 6);
-  EXPECT_TRUE(p.Plan(4, 10 * kMB, 0).empty());
+  SwappedOut(p, 3, kMB, 4, 7);
+  EXPECT_TRUE(p.Plan(5, 10 * kMB, 0).empty());
   EXPECT_EQ(p.stats().fetches, 1u);
+}
+
+// A use with no swap-in reported read the buffer where it is, in host
+// memory (served): it stays swapped out, so it is fetched ahead of its next
+// use and never proposed as a victim (proposing it made no room, and the
+// fetch it was for was refused). As the first thing the planner hears of a
+// buffer, too.
+TEST(PrefetchPlannerTest, AServedBufferStaysSwappedOut) {
+  for (bool known : {true, false}) {
+    PrefetchPlanner p;
+    p.SetProfile(Profile(100, 1.0), 0);
+    if (known) {
+      SwappedOut(p, 1, kMB, 0, 5);
+    } else {
+      p.OnEvicted(1);  // before any use the planner heard of
+    }
+    p.OnUse(1, kMB, 5, 20, /*write=*/true);  // served
+    EXPECT_EQ(p.stats().served, 1u);
+    EXPECT_EQ(p.stats().on_demand, 0u);
+    EXPECT_EQ(p.swapped_out(), 1u);
+    EXPECT_EQ(p.resident(), 0u);
+    // Room for another buffer is not looked for in it.
+    SwappedOut(p, 2, kMB, 6, 8);
+    EXPECT_TRUE(p.Plan(7, 0, 0).empty()) << known;
+    // Fetched ahead of its use at 20, into free memory.
+    p.OnResident(2);
+    p.OnUse(2, kMB, 8, kNone, false);
+    EXPECT_EQ(p.Plan(18, 10 * kMB, 0), (std::vector<PlannedAction>{Fetch(1)})) << known;
+  }
 }
 
 TEST(PrefetchPlannerTest, VictimsBackAfterTheirPredictedUseCostNothing) {

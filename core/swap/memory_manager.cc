@@ -2519,10 +2519,14 @@ IterationPlanner* MemoryManager::Planner(Device& dev) {
       IterationPlanner::Create(std::move(options));
   if (!planner.ok()) return nullptr;  // a bandwidth the probe got wrong: no planning
   planner_ = std::move(*planner);
-  // Buffers already evicted before the planner existed are its to fetch.
+  // Buffers already evicted before the planner existed are its to fetch,
+  // and a use that serves one leaves it swapped out: told now.
   for (auto& [base, b] : by_base_) {
     b->planner_resident = true;
     if (b->group != nullptr) b->group->planner_resident = true;
+  }
+  for (auto& [base, b] : by_base_) {
+    if (b->vmm && !b->garbage) TellPlannerResidency(*b);
   }
   return planner_.get();
 }
@@ -2646,14 +2650,20 @@ class MemoryManager::PlanCarrier : public PlanSteps {
   }
   bool Resident(const EvictionState& b) override { return Of(b).resident(); }
   bool NeedsFetch(const EvictionState& b) override { return !Of(b).resident() || b.stale_device; }
-  // Pooled chunks count: a swap-in takes them. Freed buffers' chunks do
-  // not: MakeRoom takes other room (clean drops, then evictions by the
-  // policy) before it releases them, and a fetch must never evict what the
-  // planner did not choose.
+  // Pooled chunks count: a swap-in takes them. So do freed buffers'
+  // chunks and kept buffers, which the planner counts as free: handed on to
+  // the pool in stream order, or released, here, until the need fits. Left
+  // to the swap-in, MakeRoom would drop clean buffers before it took them,
+  // and a fetch must never evict what the planner did not choose.
   bool Fits(uint64_t missing) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm_->mu_) {
-    const Device& home = *home_;
-    return (home.used <= home.cap && missing <= home.cap - home.used) ||
-           home.pool.bytes() >= missing;
+    Device& home = *home_;
+    const auto fits = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm_->mu_) {
+      return (home.used <= home.cap && missing <= home.cap - home.used) ||
+             home.pool.bytes() >= missing;
+    };
+    while (!fits() && (mm_->HandOnGarbage(home) || mm_->ReleaseOneKept(home))) {
+    }
+    return fits();
   }
   // Queued behind the buffer's last use, never waited for here. One that
   // cannot go now (pinned by this operation or in flight) stays; the fetch
