@@ -1,5 +1,6 @@
 #include "policy/prefetch_planner.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -39,6 +40,24 @@ std::shared_ptr<const AccessProfile> Profile(size_t ops, double ms) {
   for (size_t i = 0; i < ops; ++i) {
     b.Add(i, {});
     EXPECT_TRUE(b.SetComputeSeconds(i, ms * 1e-3).ok());
+  }
+  auto p = std::move(b).Build({1e9, 1e9});
+  EXPECT_TRUE(p.ok());
+  return std::make_shared<const AccessProfile>(*std::move(p));
+}
+
+// `ops` operations of 1 ms each, on a 1 GB/s link, touching buffer 1
+// (1 MB) at `phases` only, written when `write`.
+std::shared_ptr<const AccessProfile> ProfileTouching(size_t ops, std::vector<size_t> phases,
+                                                     bool write) {
+  AccessProfile::Builder b;
+  for (size_t i = 0; i < ops; ++i) {
+    if (std::find(phases.begin(), phases.end(), i) != phases.end()) {
+      b.Add(i, {{1, kMB, write}});
+    } else {
+      b.Add(i, {});
+    }
+    EXPECT_TRUE(b.SetComputeSeconds(i, 1e-3).ok());
   }
   auto p = std::move(b).Build({1e9, 1e9});
   EXPECT_TRUE(p.ok());
@@ -159,20 +178,7 @@ TEST(PrefetchPlannerTest, FetchesEarlyWhileMemoryIsFree) {
 // needed sooner than that, older than an iteration, or none at all leave
 // the fetch as it was.
 TEST(PrefetchPlannerTest, LeavesToItsUseWhatTheCapWouldForceOutAgain) {
-  auto profile = [] {
-    AccessProfile::Builder b;
-    for (size_t i = 0; i < 20; ++i) {
-      if (i == 15) {
-        b.Add(i, {{1, kMB, true}});
-      } else {
-        b.Add(i, {});
-      }
-      EXPECT_TRUE(b.SetComputeSeconds(i, 1e-3).ok());
-    }
-    auto p = std::move(b).Build({1e9, 1e9});
-    EXPECT_TRUE(p.ok());
-    return std::make_shared<const AccessProfile>(*std::move(p));
-  }();
+  const auto profile = ProfileTouching(20, {15}, /*write=*/true);
   struct Case {
     const char* what;
     uint64_t time, distance;  // of a forced eviction (distance 0: none)
@@ -213,20 +219,7 @@ TEST(PrefetchPlannerTest, LeavesToItsUseWhatTheCapWouldForceOutAgain) {
 // makes its room. Without one, the policy's order does not serve, and a
 // buffer needed after 5 does.
 TEST(PrefetchPlannerTest, NoRoomFromWhatItsUseWouldServeItRatherThanDisplace) {
-  auto profile = [] {
-    AccessProfile::Builder b;
-    for (size_t i = 0; i < 20; ++i) {
-      if (i == 5 || i == 15) {
-        b.Add(i, {{1, kMB, false}});
-      } else {
-        b.Add(i, {});
-      }
-      EXPECT_TRUE(b.SetComputeSeconds(i, 1e-3).ok());
-    }
-    auto p = std::move(b).Build({1e9, 1e9});
-    EXPECT_TRUE(p.ok());
-    return std::make_shared<const AccessProfile>(*std::move(p));
-  }();
+  const auto profile = ProfileTouching(20, {5, 15}, /*write=*/false);
   struct Case {
     uint64_t victim_next;
     bool next_use_policy;
