@@ -2520,11 +2520,9 @@ IterationPlanner* MemoryManager::Planner(Device& dev) {
   if (!planner.ok()) return nullptr;  // a bandwidth the probe got wrong: no planning
   planner_ = std::move(*planner);
   // Buffers already evicted before the planner existed are its to fetch,
-  // and a use that serves one leaves it swapped out: told now.
-  for (auto& [base, b] : by_base_) {
-    b->planner_resident = true;
-    if (b->group != nullptr) b->group->planner_resident = true;
-  }
+  // and a use that serves one leaves it swapped out: told now (what each
+  // was told so far is still its default, resident, as the planner assumes
+  // of a buffer it has not heard of).
   for (auto& [base, b] : by_base_) {
     if (b->vmm && !b->garbage) TellPlannerResidency(*b);
   }
