@@ -212,9 +212,49 @@ double PrecedenceBoundUs(const KeepProblem& problem, const std::vector<double>& 
   std::vector<Item> items;
   Covering covering(problem, CostsIn);
   const int stride = Stride(covering.work());
+  Covering written(problem, [&](const KeepGap& gap) {
+    return gap.stretch >= 0 && gap.units > 0 && problem.stretch_bytes[gap.stretch] > 0;
+  });
+  const int out_stride = Stride(written.work());
+  const bool out_timed = options.out_us_per_byte > 0;
   size_t use = 0;
   for (int v = 0; v < n; ++v) {
     reach(v, ends[v] + compute_us[v]);
+    if (out_timed && v % out_stride == 0) {
+      // The write-backs before v starts. A buffer v does not use whose
+      // memory is free when v starts, although its last write was by
+      // operation w < v, was written back after w ended and before v
+      // started: its memory holds its bytes until the copy out is done. The
+      // least such bytes, by the knapsack at v's room, bound v's start
+      // from w's end. With serving, the write may instead have gone to the
+      // host copy, read over the other engine while its writer ran (from
+      // w's start): the bytes split between the two as finishes soonest.
+      items.clear();
+      for (int g : written.At(v)) AddOutItem(problem, problem.gaps[g], items);
+      std::sort(items.begin(), items.end(),
+                [](const Item& a, const Item& b) { return a.key > b.key; });
+      LeastEviction least(items);
+      // The latest writer first: each earlier one adds its buffers.
+      for (size_t i = 0; i < items.size();) {
+        const int writer = items[i].key;
+        for (; i < items.size() && items[i].key == writer; ++i) least.Add(i);
+        const double bytes = least.Least(RoomAt(problem, options.serving, v));
+        if (!(bytes > 0)) continue;
+        const double after_end = ends[writer + 1];
+        double start = after_end + bytes * options.out_us_per_byte;
+        if (options.serving) {
+          // D bytes out after w's end, the rest served from w's start:
+          // the larger of the two ends, least where they meet.
+          const double from_start = ends[writer] + bytes * options.in_us_per_byte;
+          const double out_bytes =
+              from_start <= after_end
+                  ? 0
+                  : (from_start - after_end) / (options.out_us_per_byte + options.in_us_per_byte);
+          start = std::min(start, after_end + out_bytes * options.out_us_per_byte);
+        }
+        reach(v, start + compute_us[v]);
+      }
+    }
     if (v % stride != 0) continue;
     const std::vector<int>& covered = covering.At(v);
     if (options.serving) {
@@ -255,31 +295,7 @@ double PrecedenceBoundUs(const KeepProblem& problem, const std::vector<double>& 
             return ends[v + 1] + link_us - hidden + compute_us[next];
           });
   }
-  double drained = ends[n];
-  if (options.serving || !(options.out_us_per_byte > 0)) return drained;
-  Covering again(problem, [&](const KeepGap& gap) {
-    return gap.stretch >= 0 && gap.units > 0 && problem.stretch_bytes[gap.stretch] > 0;
-  });
-  const int out_stride = Stride(again.work());
-  for (int k = 0; k < n; k += out_stride) {
-    items.clear();
-    for (int g : again.At(k)) AddOutItem(problem, problem.gaps[g], items);
-    if (items.empty()) continue;
-    std::sort(items.begin(), items.end(),
-              [](const Item& a, const Item& b) { return a.key > b.key; });
-    LeastEviction least(items);
-    // The latest writer first: each earlier one adds its buffers; the
-    // write-backs start after the writer's end.
-    for (size_t i = 0; i < items.size();) {
-      const int writer = items[i].key;
-      for (; i < items.size() && items[i].key == writer; ++i) least.Add(i);
-      const double bytes = least.Least(problem.room[k]);
-      if (bytes > 0) {
-        drained = std::max(drained, ends[writer + 1] + bytes * options.out_us_per_byte);
-      }
-    }
-  }
-  return drained;
+  return ends[n];
 }
 
 }  // namespace stensor

@@ -27,24 +27,28 @@
 // cap less the plain allocations, and v and j each hide under their
 // compute at most what they read themselves.
 //
-// The write-backs. Without serving, a buffer not on the device at point k
-// although its last write was by operation w < k was written back after w
-// ended (a written buffer leaves only by its write-back). The least such
-// bytes over the buffers k does not use, by the same knapsack at room(k)
-// (BytesOutAfter), cross the device-to-host engine after w's end, before
-// the drained end. (With serving a write may go to the host copy: nothing
-// is forced out.)
+// The write-backs. A written buffer's memory holds its bytes until its copy
+// out is done (tools/room_clock.h), and whatever k starts with must fit
+// beside what is still being copied out. So a buffer k does not use whose
+// memory is free when k starts, although its last write was by operation
+// w < k, was written back after w ended and before k started. The least
+// such bytes over the buffers k does not use, by the same knapsack at
+// room(k) (BytesOutAfter), cross the device-to-host engine between w's end
+// and k's start. With serving, the write may have gone to the host copy
+// instead (nothing to write back), its bytes read over the other engine
+// while the writer ran: the bytes split between the two engines as ends
+// soonest.
 //
 // The bound is the longest path over operations' ends: end(j) >= end(j-1)
-// + compute of j, the window edges above, and the drained end after the
-// last operation and after each write-back edge. A window's bytes grow
-// with j only where a next use passes, and ends only grow, so a path needs
-// an edge only there: the edges are the sum over operations of the buffers
-// live across them, each an O(log n) knapsack query.
+// + compute of j, and the window and write-back edges above. A window's
+// bytes grow with j only where a next use passes (a write-back's, as the
+// writer goes back, only where a write passes), and ends only grow, so a
+// path needs an edge only there: the edges are the sum over operations of
+// the buffers live across them, each an O(log n) knapsack query.
 //
-// What it leaves out: that room made by a write-back exists only once the
-// copy is done (the two directions are not coupled), and that room must
-// hold at every point of a window, not only at its first.
+// What it leaves out: that room made by a write-back is what a copy in
+// fills (the two directions' windows are bounded apart, not as one), and
+// that room must hold at every point of a window, not only at its first.
 //
 // Thread-safety: reentrant.
 #ifndef STENSOR_TOOLS_PRECEDENCE_BOUND_H_
@@ -68,8 +72,9 @@ struct PrecedenceOptions {
 double BytesInWindow(const KeepProblem& problem, bool serving, int from, int to);
 
 // Without serving: the fewest bytes any schedule writes back after the end
-// of operation `writer` for buffers whose last write before `at` was at or
-// after it, because `at` cannot hold them all (writer < at).
+// of operation `writer` and before `at` starts, for buffers whose last write
+// before `at` was at or after it, because `at` cannot hold them all
+// (writer < at).
 double BytesOutAfter(const KeepProblem& problem, int writer, int at);
 
 // The longest path above, in microseconds; `compute_us` has one entry per

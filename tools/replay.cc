@@ -18,6 +18,7 @@
 #include "policy/iteration_planner.h"
 #include "policy/make_room.h"
 #include "policy/reach.h"
+#include "tools/room_clock.h"
 
 namespace stensor {
 namespace {
@@ -72,7 +73,6 @@ class Simulator {
     for (op_ = 0; op_ < workload_.ops.size(); ++op_) {
       const WorkloadOp& op = workload_.ops[op_];
       ready_ = now_;
-      room_ready_ = now_;
       noted_ = false;
       const double compute = computes[op_];
       compute_us_ = compute;
@@ -172,7 +172,7 @@ class Simulator {
       // Queued on the device-to-host engine; its memory is free once done.
       const double start = std::max(d2h_free_, now_);
       d2h_free_ = start + bytes * d2h_us_per_byte_;
-      room_ready_ = std::max(room_ready_, d2h_free_);
+      room_.Freed(d2h_free_, static_cast<int64_t>(b.info->charge));
     } else if (never_written) {
       ++result_.never_written_drops;
       result_.bytes_never_written += bytes;
@@ -261,6 +261,12 @@ class Simulator {
     return absl::OkStatus();
   }
 
+  // When the room just charged is free of copies out (RoomClock).
+  double RoomReady() {
+    const uint64_t left = used_ < options_.cap ? options_.cap - used_ : 0;
+    return room_.ReadyFor(static_cast<int64_t>(left), now_);
+  }
+
   void Charge(uint64_t bytes) {
     used_ += bytes;
     result_.peak_resident = std::max(result_.peak_resident, used_);
@@ -343,7 +349,7 @@ class Simulator {
     Charge(b.info->charge);
     b.resident = true;
     Registered(b);
-    ready_ = std::max(ready_, room_ready_);  // its memory comes from the evictions
+    ready_ = std::max(ready_, RoomReady());  // its memory may be what is being copied out
     return absl::OkStatus();
   }
 
@@ -433,13 +439,14 @@ class Simulator {
     b.resident = true;
     const bool never_written = (options_.version_rules && !b.written) || !b.has_host_copy;
     const bool copying = copy && !never_written;
-    double done = room_ready_;
+    const double room = RoomReady();
+    double done = room;
     if (copying) {
       ++result_.swap_ins;
       if (!prefetch) ++result_.on_demand_swap_ins;
       const uint64_t bytes = CopyBytes(b);
       result_.bytes_in += bytes;
-      const double start = std::max({h2d_free_, now_, room_ready_});
+      const double start = std::max({h2d_free_, now_, room});
       h2d_free_ = start + bytes * us_per_byte_;
       done = h2d_free_;
     } else if (copy) {
@@ -528,7 +535,6 @@ class Simulator {
   // After the operation: the planner's evictions and fetches, their copies
   // queued behind it.
   void Plan() {
-    room_ready_ = now_;
     const uint64_t free_bytes = used_ < options_.cap ? options_.cap - used_ : 0;
     // The planner models the link's queue itself, as in the library (not
     // this replay's copy engines), so both make the same choices.
@@ -702,7 +708,7 @@ class Simulator {
   bool noted_profiling_ = false;
   double now_ = 0;                      // the compute stream
   double ready_ = 0;                    // when the current operation's inputs are there
-  double room_ready_ = 0;               // when the memory freed for it is free
+  RoomClock room_;                      // memory still being copied out
   double h2d_free_ = 0, d2h_free_ = 0;  // the copy engines
 };
 

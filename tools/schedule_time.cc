@@ -6,6 +6,8 @@
 #include <limits>
 #include <vector>
 
+#include "tools/room_clock.h"
+
 namespace stensor {
 
 ScheduleTime TimeSchedule(const KeepProblem& problem, const std::vector<bool>& kept,
@@ -58,22 +60,31 @@ ScheduleTime TimeSchedule(const KeepProblem& problem, const std::vector<bool>& k
   }
 
   std::vector<double> ready(static_cast<size_t>(n), 0.0);  // per point: its copies in
-  std::vector<char> allocates(static_cast<size_t>(n), 0);
+  // Points that take room: an allocation, or a buffer back at its use
+  // (with a copy, which waits for the room already, or without one).
+  std::vector<char> takes_room(static_cast<size_t>(n), 0);
   for (const KeepUse& use : problem.uses) {
-    if (use.allocation && use.point >= 0 && use.point < n) allocates[use.point] = 1;
+    if (use.allocation && use.point >= 0 && use.point < n) takes_room[use.point] = 1;
+  }
+  for (size_t g = 0; g < gaps; ++g) {
+    const int back = problem.gaps[g].last + 1;
+    if (!is_kept(g) && back >= 0 && back < n) takes_room[back] = 1;
   }
   std::vector<double> written_back(problem.stretch_bytes.size(), 0.0);
   double now = 0, h2d_free = 0, d2h_free = 0;
+  RoomClock room;
   for (int t = 0; t < n; ++t) {
-    double room_ready = now;
     for (size_t g : evict_at[t]) {
       const int s = problem.gaps[g].stretch;
       if (s < 0 || writer_gap[s] != static_cast<int>(g)) continue;  // a drop: no copy
       const double start = std::max(d2h_free, now);
       d2h_free = start + static_cast<double>(problem.stretch_bytes[s]) * options.out_us_per_byte;
       written_back[s] = d2h_free;
-      room_ready = std::max(room_ready, d2h_free);
+      room.Freed(d2h_free, problem.gaps[g].units);
     }
+    // What this decision brings in (fetches, allocations) takes room that
+    // copies out may still hold: slack[t] is what point t leaves free.
+    const double room_ready = room.ReadyFor(slack[t], now);
     for (size_t g : fetch_at[t]) {
       const KeepGap& gap = problem.gaps[g];
       double start = std::max({h2d_free, now, room_ready});
@@ -81,10 +92,9 @@ ScheduleTime TimeSchedule(const KeepProblem& problem, const std::vector<bool>& k
       h2d_free = start + static_cast<double>(gap.swap_in) * options.in_us_per_byte;
       ready[gap.last + 1] = std::max(ready[gap.last + 1], h2d_free);
     }
-    // An allocation's memory may be what this decision's write-backs free:
-    // it starts once they are done, as in the replay (a copy in waits for
-    // them already).
-    const double begin = std::max({now, ready[t], allocates[t] ? room_ready : now});
+    // What it takes may be memory still being copied out: it starts once
+    // that is done, as in the replay.
+    const double begin = std::max({now, ready[t], takes_room[t] ? room_ready : now});
     result.stall_us += begin - now;
     now = begin + compute_us[t];
   }

@@ -104,10 +104,11 @@ TEST(SimCommandTest, CompareTableHasEveryRowAndTheBound) {
   // One policy: its time against the bound. Each launch reads and writes
   // its buffer and the cap holds one. With serving, a launch may read the
   // other buffer over the link while it computes: the bound is the compute
-  // of 8 launches of 100 us. Without, from the third launch on the buffer
-  // comes in only after the launch before it ended (the other one held the
-  // room) and before it starts: 2 x 100 us, then 6 x (2 MiB at 16 GB/s +
-  // 100 us), the precedence the cap forces.
+  // of 8 launches of 100 us. Without, the second launch's room is the first
+  // buffer's, free once that is written back, after the first launch; from
+  // the third launch on the buffer comes in only after the launch before it
+  // ended (the other one held the room) and before it starts: 100 us, then
+  // 7 x (2 MiB at 16 GB/s + 100 us), the precedence the cap forces.
   std::ostringstream alone, alone_err;
   ASSERT_EQ(RunSim({path, "--limit", "50%"}, alone, alone_err), 0) << alone_err.str();
   EXPECT_NE(alone.str().find("time bound                 0.800 ms at least"), std::string::npos)
@@ -115,9 +116,9 @@ TEST(SimCommandTest, CompareTableHasEveryRowAndTheBound) {
   std::ostringstream whole, whole_err;
   ASSERT_EQ(RunSim({path, "--limit", "50%", "--host-vmm", "off"}, whole, whole_err), 0)
       << whole_err.str();
-  EXPECT_NE(whole.str().find("time bound                 1.586 ms at least"), std::string::npos)
+  EXPECT_NE(whole.str().find("time bound                 1.718 ms at least"), std::string::npos)
       << whole.str();
-  EXPECT_NE(whole.str().find("precedence 1.586 ms"), std::string::npos) << whole.str();
+  EXPECT_NE(whole.str().find("precedence 1.718 ms"), std::string::npos) << whole.str();
   EXPECT_NE(alone.str().find("x time bound"), std::string::npos) << alone.str();
   std::ostringstream out2, err2;
   // Too small, without host-located VMM: out of memory.

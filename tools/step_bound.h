@@ -23,12 +23,12 @@
 //   - the precedence the cap forces (tools/precedence_bound.h): a buffer
 //     not on the device when an operation starts is copied in after that
 //     start, so a window whose uses do not fit beside what the cap holds
-//     at its start lasts at least its forced bytes over the link, and
-//     windows follow one another.
-// What it leaves out: that a swap-in's room exists only once the
-// swap-outs that make it have run, and any coupling of the two directions
-// inside a window. Where the bytes are small beside the compute it is the
-// compute; where they dominate, the link.
+//     at its start lasts at least its forced bytes over the link; a
+//     written buffer whose memory an operation's start needs was written
+//     back before it; and windows follow one another.
+// What it leaves out: any coupling of the two directions inside a window.
+// Where the bytes are small beside the compute it is the compute; where
+// they dominate, the link.
 //
 // Thread-safety: reentrant.
 #ifndef STENSOR_TOOLS_STEP_BOUND_H_
