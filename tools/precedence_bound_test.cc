@@ -22,6 +22,18 @@ namespace {
 constexpr uint64_t kMiB = TestLog::kMiB;
 constexpr double kUsPerByte = 1 / (16 * 1e3);  // 16 GB/s, the replay's default
 
+// The replay's drained time of `workload` under `cap` with `lru`.
+double LruDrainedUs(const Workload& workload, uint64_t cap, bool serving) {
+  std::unique_ptr<EvictionPolicy> lru = MakeLruPolicy();
+  ReplayOptions replay;
+  replay.cap = cap;
+  replay.policy = lru.get();
+  replay.host_vmm = serving;
+  absl::StatusOr<ReplayResult> r = Replay(workload, replay);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? r->drained_us : 0;
+}
+
 // Two written buffers read in turn under a cap of one granule: each read's
 // buffer can come in only once the other one's read has ended (the granule
 // is held until then), and the read cannot start before it is in. So every
@@ -51,15 +63,9 @@ TEST(PrecedenceBoundTest, ACopyWaitsForTheRoomTheOperationBeforeItHolds) {
   EXPECT_EQ(bound->us(), bound->precedence_us);
 
   // The replay does just that (and writes each buffer back once first).
-  std::unique_ptr<EvictionPolicy> lru = MakeLruPolicy();
-  ReplayOptions replay;
-  replay.cap = options.cap;
-  replay.policy = lru.get();
-  replay.host_vmm = false;
-  absl::StatusOr<ReplayResult> r = Replay(*workload, replay);
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_LE(bound->us(), r->drained_us * (1 + 1e-9));
-  EXPECT_LE(r->drained_us, bound->us() + 2 * copy_us + 1e-6);  // the two write-backs
+  const double drained = LruDrainedUs(*workload, options.cap, /*serving=*/false);
+  EXPECT_LE(bound->us(), drained * (1 + 1e-9));
+  EXPECT_LE(drained, bound->us() + 2 * copy_us + 1e-6);  // the two write-backs
 }
 
 // Room enough for the next buffer beside the current one: the copies
@@ -108,14 +114,8 @@ TEST(PrecedenceBoundTest, AnAllocationWaitsForTheCopyOutThatMakesItsRoom) {
     absl::StatusOr<StepBound> bound = ComputeStepBound(*workload, options);
     ASSERT_TRUE(bound.ok()) << bound.status();
     if (!serving) EXPECT_NEAR(bound->precedence_us, bound->compute_us + copy_us - 100, 1e-6);
-    std::unique_ptr<EvictionPolicy> lru = MakeLruPolicy();
-    ReplayOptions replay;
-    replay.cap = options.cap;
-    replay.policy = lru.get();
-    replay.host_vmm = serving;
-    absl::StatusOr<ReplayResult> r = Replay(*workload, replay);
-    ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_LE(bound->us(), r->drained_us * (1 + 1e-9)) << "serving " << serving;
+    EXPECT_LE(bound->us(), LruDrainedUs(*workload, options.cap, serving) * (1 + 1e-9))
+        << "serving " << serving;
   }
 }
 
