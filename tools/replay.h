@@ -28,9 +28,10 @@
 // On top, a time model of the compute stream: each launch computes for
 // `kernel_us` (or its record's `compute_us`); swaps use one copy engine per
 // direction at `bandwidth` and are queued behind each other; a swap-out frees
-// its memory when its copy completes; an operation starts once the swap-ins
-// it needs (and the swap-outs that made room for them) completed, and the
-// difference is the stall.
+// its memory when its copy completes, and whatever takes room (an
+// allocation, a swap-in) waits until the memory still being copied out fits
+// beside it (tools/room_clock.h); an operation starts once its swap-ins and
+// allocations are done, and the difference is the stall.
 //
 // Next uses (for `belady`) are predicted as the library predicts them: the
 // policy/ IterationDetector finds the iteration from the operations' keys,

@@ -10,11 +10,12 @@
 //     the room holds it through the rest of the gap, beside the kept gaps
 //     and the buffers fetched before it (taken in order of next use), or on
 //     demand before that use; the copy starts once the engine is free, the
-//     write-backs issued at the same decision are done (they make its
-//     room, as in the replay) and so is its own;
-//   - an operation starts once its buffers' copies are in (an allocation
-//     once the write-backs issued at its decision are done: they may make
-//     its room), and computes.
+//     memory still being copied out fits beside what the decision's point
+//     holds (tools/room_clock.h, as in the replay) and its own write-back
+//     is done;
+//   - an operation starts once its buffers' copies are in (one that
+//     allocates, or takes a buffer back without a copy, once that room is
+//     free too), and computes.
 // So it is the time of one schedule the time bound (tools/step_bound.h)
 // must not exceed, and with the exact optimum's schedule it brackets the
 // least time from above: the bytes-optimal schedule, fetched ahead.
