@@ -241,18 +241,18 @@ double PrecedenceBoundUs(const KeepProblem& problem, const std::vector<double>& 
         const double bytes = least.Least(RoomAt(problem, options.serving, v));
         if (!(bytes > 0)) continue;
         const double after_end = ends[writer + 1];
-        double start = after_end + bytes * options.out_us_per_byte;
+        double out_bytes = bytes;
         if (options.serving) {
-          // D bytes out after w's end, the rest served from w's start:
-          // the larger of the two ends, least where they meet.
+          // Some bytes out after w's end, the rest served from w's start:
+          // the larger of the two ends, least where they meet (never more
+          // than all of them out).
           const double from_start = ends[writer] + bytes * options.in_us_per_byte;
-          const double out_bytes =
+          out_bytes =
               from_start <= after_end
                   ? 0
                   : (from_start - after_end) / (options.out_us_per_byte + options.in_us_per_byte);
-          start = std::min(start, after_end + out_bytes * options.out_us_per_byte);
         }
-        reach(v, start + compute_us[v]);
+        reach(v, after_end + out_bytes * options.out_us_per_byte + compute_us[v]);
       }
     }
     if (v % stride != 0) continue;

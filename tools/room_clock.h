@@ -39,10 +39,11 @@ class RoomClock {
       held_ -= pending_.front().second;
       pending_.pop_front();
     }
+    const int64_t room = std::max<int64_t>(slack, 0);
     int64_t held = held_;
     double ready = now;
     for (const auto& p : pending_) {
-      if (held <= std::max<int64_t>(slack, 0)) break;
+      if (held <= room) break;
       held -= p.second;
       ready = p.first;
     }
