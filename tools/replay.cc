@@ -112,7 +112,7 @@ class Simulator {
         now_ = std::max(now_, h2d_free_);
         served_bytes_ = 0;
       }
-      if (options_.prefetch && noted_) Plan();
+      if (options_.prefetch && noted_) Plan(op);
     }
     result_.drained_us = std::max({now_, h2d_free_, d2h_free_});
     const IterationPlanner::Stats planned = planner_->stats();
@@ -533,15 +533,18 @@ class Simulator {
   }
 
   // After the operation: the planner's evictions and fetches, their copies
-  // queued behind it.
-  void Plan() {
+  // queued behind it. The library plans in the operation's Prepare, its
+  // buffers pinned: an eviction of one of them does not go (PlanCarrier).
+  void Plan(const WorkloadOp& op) {
     const uint64_t free_bytes = used_ < options_.cap ? options_.cap - used_ : 0;
     // The planner models the link's queue itself, as in the library (not
     // this replay's copy engines), so both make the same choices.
     PlanCarrier carrier(*this);
     // As the library: what a use would serve is not fetched.
     const ForcedOutLog* forced = order_.policy().RanksByNextUse() ? &order_.forced_out() : nullptr;
+    for (uint64_t id : op.ids) ++State(id).pins;
     ApplyPlan(planner_->Plan(free_bytes, forced), carrier);
+    for (uint64_t id : op.ids) --State(id).pins;
   }
 
   // ApplyPlan's steps here (MemoryManager::Plan in the library).
@@ -561,8 +564,11 @@ class Simulator {
     bool Fits(uint64_t missing) override {
       return sim_.used_ <= sim_.options_.cap && missing <= sim_.options_.cap - sim_.used_;
     }
-    // As MemoryManager::EvictAsyncLocked: copied as the policy says.
-    void Evict(EvictionState& b) override { sim_.SwapOut(Of(b), sim_.order_.Copies(b)); }
+    // As MemoryManager::EvictAsyncLocked: copied as the policy says; not
+    // while an operation holds it.
+    void Evict(EvictionState& b) override {
+      if (b.pins == 0) sim_.SwapOut(Of(b), sim_.order_.Copies(b));
+    }
     // It fits: SwapIn's MakeRoom evicts nothing.
     bool Fetch(EvictionState& b) override {
       return sim_.SwapIn(Of(b), /*copy=*/true, /*prefetch=*/true).ok();

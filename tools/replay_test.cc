@@ -47,32 +47,43 @@ absl::StatusOr<ReplayResult> Sim(const std::string& log, uint64_t cap, bool lru 
   return Replay(*workload, options);
 }
 
-// Three buffers updated in a cycle (A B C A B C ...) by three kernels, two
-// fitting: LRU order evicts the one needed next every time; belady, on the
-// next uses the predictor learns once the iteration (three launches) is
-// detected, keeps the one needed next and evicts the other.
-std::string Cycle(int rounds) {
+// Three (or `n`) buffers updated in a cycle (A B C A B C ...) by a kernel
+// each. Of three, two fitting: LRU order evicts the one needed next every
+// time; belady, on the next uses the predictor learns once the iteration
+// (three launches) is detected, keeps the one needed next and evicts the
+// other.
+std::string Cycle(int rounds, int n = 3) {
   TestLog log;
-  std::vector<uint64_t> ids = {log.Alloc(2 * kMiB), log.Alloc(2 * kMiB), log.Alloc(2 * kMiB)};
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < n; ++i) ids.push_back(log.Alloc(2 * kMiB));
   for (int r = 0; r < rounds; ++r) {
-    for (int i = 0; i < 3; ++i) log.Launch({ids[i]}, {ids[i]}, -1, absl::StrCat("k", i));
+    for (int i = 0; i < n; ++i) log.Launch({ids[i]}, {ids[i]}, -1, absl::StrCat("k", i));
   }
   return log.Text();
 }
 
 // With the planner and its evictions, the profiled iteration's fetches are
 // issued ahead of their use (room made by planned evictions of what is needed
-// later): most swap-ins no longer stall the compute stream.
+// later): fewer swap-ins stall the compute stream. As in the library, the
+// planner is asked while the operation holds its buffers (its Prepare), so
+// its evictions take only others: in a cycle of three buffers of which two
+// fit, the only one not held is the one needed next, and nothing can be
+// fetched ahead; of four, the one used before goes and the next but one
+// comes in.
 TEST(ReplayTest, PrefetchWithPlannedEvictionsHidesSwapIns) {
-  absl::StatusOr<ReplayResult> off = Sim(Cycle(20), 4 * kMiB);
-  absl::StatusOr<ReplayResult> on =
+  absl::StatusOr<ReplayResult> three =
       Sim(Cycle(20), 4 * kMiB, false, 16, false, /*prefetch=*/true, /*planned_evictions=*/true);
+  ASSERT_TRUE(three.ok());
+  EXPECT_EQ(three->prefetches, 0u);
+  absl::StatusOr<ReplayResult> off = Sim(Cycle(20, 4), 4 * kMiB);
+  absl::StatusOr<ReplayResult> on =
+      Sim(Cycle(20, 4), 4 * kMiB, false, 16, false, /*prefetch=*/true, /*planned_evictions=*/true);
   ASSERT_TRUE(off.ok() && on.ok());
   EXPECT_EQ(off->prefetches, 0u);
-  EXPECT_GT(on->prefetches, 40u);
+  EXPECT_GT(on->prefetches, 30u);
   EXPECT_EQ(on->fetches_wasted, 0u);
-  EXPECT_LE(on->on_demand_swap_ins * 5, off->on_demand_swap_ins);  // 80 % fewer
-  EXPECT_LT(on->stall_us, off->stall_us * 0.6);
+  EXPECT_LE(on->on_demand_swap_ins * 3, off->on_demand_swap_ins * 2);  // a third fewer
+  EXPECT_LT(on->stall_us, off->stall_us * 0.85);
 }
 
 // Without planned evictions (--planned-evictions off): with the cap full
