@@ -36,6 +36,11 @@ struct SimBuffer : EvictionState {
   // A slab (WorkloadBuffer::slab): its live allocations' bytes, which its
   // copies carry (as MemoryManager::CopyParts).
   uint64_t live_bytes = 0;
+  // When the last operation that used it ends on the compute stream, and
+  // when its latest copy out ends: what its memory and its host copy wait
+  // for (the host runs ahead of the device).
+  double last_end = 0;
+  double out_done = 0;
 };
 
 // The bytes a swap of `b` copies.
@@ -72,6 +77,8 @@ class Simulator {
     const std::vector<double> computes = ComputeTimes(workload_, options_.kernel_us);
     for (op_ = 0; op_ < workload_.ops.size(); ++op_) {
       const WorkloadOp& op = workload_.ops[op_];
+      // A synchronize: the host waited for the work issued so far.
+      if (op.host_waits_before) host_ = std::max(host_, now_);
       ready_ = now_;
       noted_ = false;
       const double compute = computes[op_];
@@ -96,8 +103,9 @@ class Simulator {
           break;
       }
       if (!s.ok()) return s;
-      // The operation starts once what it waits for is there.
-      const double start = std::max(now_, ready_);
+      // The operation starts once what it waits for is there, and once the
+      // host issued it.
+      const double start = std::max({now_, ready_, host_});
       result_.stall_us += start - now_;
       result_.compute_us += compute;
       now_ = start + compute;
@@ -112,7 +120,14 @@ class Simulator {
         now_ = std::max(now_, h2d_free_);
         served_bytes_ = 0;
       }
+      for (uint64_t id : op.ids) {
+        if (auto it = state_.find(id); it != state_.end()) it->second.last_end = now_;
+      }
       if (options_.prefetch && noted_) Plan(op);
+      // A copy to or from host memory that returns once done.
+      if (op.host_waits_after || op.kind == WorkloadOp::Kind::kHostRead) {
+        host_ = std::max(host_, now_);
+      }
     }
     result_.drained_us = std::max({now_, h2d_free_, d2h_free_});
     const IterationPlanner::Stats planned = planner_->stats();
@@ -169,16 +184,21 @@ class Simulator {
       b.host_version = b.gpu_version;
       ++result_.swap_outs;
       result_.bytes_out += bytes;
-      // Queued on the device-to-host engine; its memory is free once done.
-      const double start = std::max(d2h_free_, now_);
+      // Queued on the device-to-host engine, behind the buffer's last use;
+      // its memory is free once done.
+      const double start = std::max({d2h_free_, host_, b.last_end});
       d2h_free_ = start + bytes * d2h_us_per_byte_;
+      b.out_done = d2h_free_;
       room_.Freed(d2h_free_, static_cast<int64_t>(b.info->charge));
-    } else if (never_written) {
-      ++result_.never_written_drops;
-      result_.bytes_never_written += bytes;
     } else {
-      ++result_.clean_drops;
-      result_.bytes_dropped += bytes;
+      InUseUntil(b);  // no copy: its memory is free once its last use is done
+      if (never_written) {
+        ++result_.never_written_drops;
+        result_.bytes_never_written += bytes;
+      } else {
+        ++result_.clean_drops;
+        result_.bytes_dropped += bytes;
+      }
     }
     b.resident = false;
     b.location = Location::kCpuOnly;
@@ -261,10 +281,16 @@ class Simulator {
     return absl::OkStatus();
   }
 
-  // When the room just charged is free of copies out (RoomClock).
+  // When the room just charged is free of copies out and of the work
+  // still using it (RoomClock), asked at the host's time.
   double RoomReady() {
     const uint64_t left = used_ < options_.cap ? options_.cap - used_ : 0;
-    return room_.ReadyFor(static_cast<int64_t>(left), now_);
+    return room_.ReadyFor(static_cast<int64_t>(left), host_);
+  }
+
+  // `b` leaves the charge now, its memory once its last use ended.
+  void InUseUntil(const SimBuffer& b) {
+    if (b.last_end > host_) room_.Freed(b.last_end, static_cast<int64_t>(b.info->charge));
   }
 
   void Charge(uint64_t bytes) {
@@ -279,8 +305,11 @@ class Simulator {
     return options_.host_vmm && b.info->swappable && !b.resident && b.has_host_copy;
   }
 
-  // MemoryManager::Serve: the operation reaches `b` in host memory.
+  // MemoryManager::Serve: the operation reaches `b` in host memory (its
+  // host copy mapped at its address once a copy out in flight is done:
+  // the host waits for it, as for a swap-in).
   void Serve(SimBuffer& b) {
+    host_ = std::max(host_, b.out_done);
     ++result_.served_from_host;
     result_.bytes_served += b.info->bytes;
     served_bytes_ += b.info->bytes;
@@ -308,6 +337,7 @@ class Simulator {
       SimBuffer& slab = State(id);
       if (!slab.resident) continue;
       used_ -= slab.info->charge;
+      InUseUntil(slab);
       slab.resident = false;
       slab.location = Location::kCpuOnly;
       slab.written = false;
@@ -375,7 +405,10 @@ class Simulator {
       if (slab.live_bytes == 0 && slab.live) empty_slabs_.insert(b.info->in_slab);
     }
     if (b.info->slab) empty_slabs_.erase(op.buffer);
-    if (b.resident) used_ -= b.info->charge;
+    if (b.resident) {
+      used_ -= b.info->charge;
+      InUseUntil(b);
+    }
     Unindex(b);
     const uint64_t group = b.info->group;
     state_.erase(op.buffer);
@@ -434,6 +467,13 @@ class Simulator {
 
   // SwapIn of the manager: room first, then the copy unless nothing needs one.
   absl::Status SwapIn(SimBuffer& b, bool copy, bool prefetch) {
+    if (b.out_done > host_) {
+      // Its copy out is still in flight (its memory handed on): the library
+      // maps memory at its address only once that copy is done, a prefetch
+      // not at all ("not now"), an operation's swap-in after a host wait.
+      if (prefetch) return absl::UnavailableError("copy out in flight");
+      host_ = b.out_done;
+    }
     if (absl::Status s = MakeRoom(b.info->charge); !s.ok()) return s;
     Charge(b.info->charge);
     b.resident = true;
@@ -446,7 +486,7 @@ class Simulator {
       if (!prefetch) ++result_.on_demand_swap_ins;
       const uint64_t bytes = CopyBytes(b);
       result_.bytes_in += bytes;
-      const double start = std::max({h2d_free_, now_, room});
+      const double start = std::max({h2d_free_, host_, room});
       h2d_free_ = start + bytes * us_per_byte_;
       done = h2d_free_;
     } else if (copy) {
@@ -712,7 +752,10 @@ class Simulator {
   IterationPlanner::Scratch scratch_;
   uint64_t noted_time_ = 0;
   bool noted_profiling_ = false;
-  double now_ = 0;                      // the compute stream
+  double now_ = 0;  // the compute stream
+  // The host's time: it issues operations as fast as they come (the
+  // library's decisions are made then), until it waits for the device.
+  double host_ = 0;
   double ready_ = 0;                    // when the current operation's inputs are there
   RoomClock room_;                      // memory still being copied out
   double h2d_free_ = 0, d2h_free_ = 0;  // the copy engines

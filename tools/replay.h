@@ -26,12 +26,18 @@
 // (FAKECUDA_LINK).
 //
 // On top, a time model of the compute stream: each launch computes for
-// `kernel_us` (or its record's `compute_us`); swaps use one copy engine per
-// direction at `bandwidth` and are queued behind each other; a swap-out frees
-// its memory when its copy completes, and whatever takes room (an
-// allocation, a swap-in) waits until the memory still being copied out fits
-// beside it (tools/room_clock.h); an operation starts once its swap-ins and
-// allocations are done, and the difference is the stall.
+// `kernel_us` (or its record's `compute_us`). The host issues operations
+// (and the decisions are made) ahead of the device, until it waits for it: a
+// synchronize, a blocking copy to or from host memory, a swap-in or serve of
+// a buffer whose copy out is still in flight (a prefetch of one is
+// refused). Swaps use one copy engine per direction at `bandwidth`, queued
+// behind each other, from when the host issues them (a swap-out from its
+// buffer's last use's end); a buffer's memory is free when its copy out
+// completes (dropped or freed: when its last use ends), and whatever takes
+// room (an allocation, a swap-in) waits until the memory still held fits
+// beside it (tools/room_clock.h); an operation starts once the host issued
+// it and its swap-ins and allocations are done, and the difference is the
+// stall.
 //
 // Next uses (for `belady`) are predicted as the library predicts them: the
 // policy/ IterationDetector finds the iteration from the operations' keys,
@@ -39,8 +45,8 @@
 // With prefetch, the S02 profile of the first detected iteration (compute
 // times of the time model, the modelled bandwidth) drives the policy/
 // PrefetchPlanner, asked after every operation; its fetches and planned
-// evictions are swaps like the others, their copies queued on the engines
-// behind the operation that asked.
+// evictions are swaps like the others (not of a buffer the operation holds:
+// the library asks in its Prepare).
 //
 // Thread-safety: Replay is reentrant.
 #ifndef STENSOR_TOOLS_REPLAY_H_

@@ -2,8 +2,9 @@
 // sim`'s time model. A buffer written back leaves the charge at once (the
 // decision is made), but its memory holds its bytes until the copy out is
 // done, as the library's does: a chunk goes to the next buffer in stream
-// order, after the swap stream's copy. So whatever takes room (an
-// allocation, a copy in) starts once the memory still being copied out is
+// order, after the swap stream's copy. (So is the memory of a buffer
+// dropped or freed while work issued before still uses it.) So whatever
+// takes room (an allocation, a copy in) starts once the memory still held is
 // no more than what the charge leaves free beside it.
 //
 // Thread-safety: none (one per replay or timed schedule).

@@ -73,6 +73,8 @@ class TestLog {
   void UnknownLaunch() {
     Add(R"({"type":"launch","api":"cuLaunchKernel","kernel":"k","demangled":"k","stream":"legacy","grid":[1,1,1],"block":[1,1,1],"reads":[],"writes":[],"inferred":false,"tables":[],"unknown_tables":false})");
   }
+  // cuStreamSynchronize: the host waits for the device.
+  void Sync() { Add(R"({"type":"sync","api":"cuStreamSynchronize","stream":"legacy"})"); }
   // cuMemsetD8 of `bytes` from `from` bytes into `id` (all of it by
   // default).
   void Memset(uint64_t id, uint64_t bytes = 0, uint64_t from = 0) {

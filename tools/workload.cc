@@ -192,6 +192,23 @@ class Reader {
     if (type.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("line ", line, ": record without a type"));
     }
+    if (type == "sync") {
+      synced_ = true;  // the host waited: told to the next operation
+      return absl::OkStatus();
+    }
+    const size_t before = workload_.ops.size();
+    absl::Status s = Record(r, type, line);
+    if (synced_ && workload_.ops.size() > before) {
+      workload_.ops[before].host_waits_before = true;
+      synced_ = false;
+    }
+    return s;
+  }
+
+  Workload Finish() && { return std::move(workload_); }
+
+ private:
+  absl::Status Record(const Json& r, absl::string_view type, size_t line) {
     if (type == "header") return Header(r, line);
     // Work pushed into a capturing stream ran later, as graph nodes.
     if (BoolOr(r, "captured", false)) return absl::OkStatus();
@@ -231,12 +248,9 @@ class Reader {
       ++l.swap_ins_copied;
       l.bytes_in += Uint(r, "bytes").value_or(0);
     }
-    return absl::OkStatus();  // sync, host allocations, waits: nothing to replay
+    return absl::OkStatus();  // host allocations, waits: nothing to replay
   }
 
-  Workload Finish() && { return std::move(workload_); }
-
- private:
   absl::Status Header(const Json& r, size_t line) {
     if (std::optional<uint64_t> format = Uint(r, "format"); format && *format != 1) {
       return absl::InvalidArgumentError(absl::StrCat("line ", line, ": access log format ", *format,
@@ -433,10 +447,13 @@ class Reader {
     WorkloadOp op;
     op.line = line;
     op.key = OpKey(r, "memcpy");
+    // A copy to or from host memory returns once done, unless asynchronous.
+    const absl::string_view kind = StringOr(r, "kind", "");
+    op.host_waits_after = !BoolOr(r, "async", true) && (kind == "DtoH" || kind == "HtoD");
     const uint64_t dst = writes.empty() ? 0 : writes[0];
     const uint64_t src = reads.empty() ? 0 : reads[0];
-    if (linear && StringOr(r, "kind", "") == "DtoH" && !BoolOr(r, "async", true) && src != 0 &&
-        dst == 0 && workload_.buffers.at(src).swappable) {
+    if (linear && kind == "DtoH" && !BoolOr(r, "async", true) && src != 0 && dst == 0 &&
+        workload_.buffers.at(src).swappable) {
       op.kind = WorkloadOp::Kind::kHostRead;
       op.buffer = src;
       op.ids = {src};
@@ -492,6 +509,7 @@ class Reader {
   uint64_t live_ = 0;
   uint64_t untracked_ = 0;
   absl::flat_hash_set<uint64_t> freed_;
+  bool synced_ = false;                       // a synchronize since the last operation
   IdList reads_{"reads"}, writes_{"writes"};  // of the line being read
   // What the parser left out of the line being read (LogLine::left_out).
   const std::vector<std::pair<std::string, uint64_t>>* left_out_ = nullptr;
@@ -709,6 +727,7 @@ Workload PackIntoSlabs(const Workload& workload, std::optional<uint64_t> onset_c
     op.kind = kind;
     op.buffer = slab;
     op.line = at.line;
+    op.host_waits_before = at.host_waits_before;  // issued after the same wait
     out.ops.push_back(std::move(op));
   };
   // Each id once, a small allocation's as its slab's; none for `drop`.

@@ -81,6 +81,12 @@ struct WorkloadOp {
   std::vector<uint64_t> far;
   bool launch = false;  // a kernel (takes compute time)
   bool graph = false;   // of them, a graph launch (its nodes read)
+  // The host waited for the device before it (a synchronize in the log
+  // since the operation before), or waits for it to complete (a copy to or
+  // from host memory that is not asynchronous): the points up to which the
+  // program's host runs ahead of the device.
+  bool host_waits_before = false;
+  bool host_waits_after = false;
   // What the iteration detector sees of the operation: the kernel and its
   // launch shape (or the copy's or memset's kind and size), never buffer
   // ids, which change for per-step temporaries. 0 for allocations and frees.
