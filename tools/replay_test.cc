@@ -112,7 +112,6 @@ TEST(ReplayTest, TheHostRunningAheadIssuesSwapInsEarly) {
 
 // Without planned evictions (--planned-evictions off): with the cap full
 // nothing can be fetched, and nothing changes.
-
 TEST(ReplayTest, PrefetchWithoutPlannedEvictionsOnlyUsesFreeMemory) {
   absl::StatusOr<ReplayResult> off = Sim(Cycle(20), 4 * kMiB);
   absl::StatusOr<ReplayResult> on = Sim(Cycle(20), 4 * kMiB, false, 16, false, /*prefetch=*/true);
@@ -192,8 +191,6 @@ TEST(ReplayTest, NothingMovesUncapped) {
   EXPECT_EQ(r->compute_us, 5 * 100.0);  // five launches at the default 100 us
 }
 
-// The stall of the version run at 1 GB/s: C's allocation waits for A's
-// swap-out (2 MiB), the read of A for its swap-in; nothing else copies.
 // Where the host waited: a synchronize marks the operation after it, a
 // blocking copy to or from host memory itself.
 TEST(ReplayTest, TheWorkloadKeepsWhereTheHostWaited) {
@@ -215,10 +212,11 @@ TEST(ReplayTest, TheWorkloadKeepsWhereTheHostWaited) {
                 {false, false}, {false, false}, {true, false}, {false, true}, {false, false}}));
 }
 
+// The stall of the version run at 1 GB/s: C's allocation waits for A's
+// swap-out (2 MiB), the read of A for its swap-in; nothing else copies.
 // A's copy out (at C's allocation) is queued behind A's last use, the first
-// launch, which ends at 100 us, while B's runs (the host is ahead); reading
-// A waits for it and for A's copy in: two transfers from 100 us on, less B's
-// 100 us of compute.
+// launch, which ends at 100 us, while B's runs (the host is ahead): two
+// transfers from 100 us on, less B's 100 us of compute.
 TEST(ReplayTest, TimeModelStallsOnDemandTransfers) {
   absl::StatusOr<ReplayResult> r = Sim(ThreeBuffers(), 4 * kMiB, false, /*bandwidth=*/1);
   ASSERT_TRUE(r.ok()) << r.status();
