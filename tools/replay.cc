@@ -124,10 +124,9 @@ class Simulator {
         if (auto it = state_.find(id); it != state_.end()) it->second.last_end = now_;
       }
       if (options_.prefetch && noted_) Plan(op);
-      // A copy to or from host memory that returns once done.
-      if (op.host_waits_after || op.kind == WorkloadOp::Kind::kHostRead) {
-        host_ = std::max(host_, now_);
-      }
+      // A copy to or from host memory that returns once done (host reads
+      // among them).
+      if (op.host_waits_after) host_ = std::max(host_, now_);
     }
     result_.drained_us = std::max({now_, h2d_free_, d2h_free_});
     const IterationPlanner::Stats planned = planner_->stats();

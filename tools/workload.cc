@@ -449,10 +449,11 @@ class Reader {
     op.key = OpKey(r, "memcpy");
     // A copy to or from host memory returns once done, unless asynchronous.
     const absl::string_view direction = StringOr(r, "kind", "");
-    op.host_waits_after = !BoolOr(r, "async", true) && (direction == "DtoH" || direction == "HtoD");
+    const bool blocking = !BoolOr(r, "async", true);
+    op.host_waits_after = blocking && (direction == "DtoH" || direction == "HtoD");
     const uint64_t dst = writes.empty() ? 0 : writes[0];
     const uint64_t src = reads.empty() ? 0 : reads[0];
-    if (linear && direction == "DtoH" && !BoolOr(r, "async", true) && src != 0 && dst == 0 &&
+    if (linear && direction == "DtoH" && blocking && src != 0 && dst == 0 &&
         workload_.buffers.at(src).swappable) {
       op.kind = WorkloadOp::Kind::kHostRead;
       op.buffer = src;
